@@ -1,0 +1,3 @@
+from ctxd.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,84 @@
+"""The `ctxd` command: the daemon (stdio by default, or TCP) and its terminal views."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import sys
+from pathlib import Path
+
+from ctxd import __version__
+
+SECRET_PATTERN = re.compile(r"(sk-[A-Za-z0-9_\-]{8,}|Bearer\s+[A-Za-z0-9_\-\.]{8,})")
+
+
+class RedactSecrets(logging.Filter):
+    """Belt and braces: no API key reaches a log, whatever a message carries."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.values = [v for k, v in os.environ.items() if k.endswith(("_API_KEY", "_TOKEN")) and len(v) >= 8]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        redacted = SECRET_PATTERN.sub("[redacted]", message)
+        for value in self.values:
+            redacted = redacted.replace(value, "[redacted]")
+        if redacted != message:
+            record.msg, record.args = redacted, None
+        return True
+
+
+def setup_logging(verbose: bool, log_file: str | None) -> None:
+    """Logs go to stderr or a file, never stdout (stdout is the protocol)."""
+    handler: logging.Handler = logging.FileHandler(log_file) if log_file else logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(RedactSecrets())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.DEBUG if verbose else logging.WARNING)
+    logging.getLogger("ctxd").setLevel(logging.DEBUG if verbose else logging.INFO)
+    # pygls logs every message body at INFO and request params on errors: the user's conversation.
+    logging.getLogger("pygls").setLevel(logging.WARNING if verbose else logging.CRITICAL)
+    for noisy in ("httpx", "httpcore", "openai", "git", "asyncio"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ctxd", description="Context-window manager for AI coding agents.")
+    parser.add_argument("--version", action="version", version=f"ctxd {__version__}")
+    parser.add_argument("--stdio", action="store_true", help="serve on stdin/stdout (the default)")
+    parser.add_argument("--tcp", action="store_true", help="serve one client over TCP")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=2087)
+    parser.add_argument("--state-dir", help="where ledgers are stored (default $XDG_STATE_HOME/ctxd)")
+    parser.add_argument("--log-file", help="log here instead of stderr")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log requests (API keys redacted)")
+    parser.add_argument("--clientProcessId", help=argparse.SUPPRESS)  # some clients append it
+    return parser
+
+
+def run_daemon(args: argparse.Namespace) -> int:
+    from ctxd.server import CtxdServer
+
+    setup_logging(args.verbose, args.log_file)
+    state_dir = Path(args.state_dir).expanduser() if args.state_dir else None
+    server = CtxdServer(state_dir)
+    if args.tcp:
+        server.serve_tcp(args.host, args.port)
+    else:
+        stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+        sys.stdout = sys.stderr  # a stray print must not corrupt the protocol stream
+        server.serve(stdin, stdout)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return run_daemon(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,117 @@
+"""In-memory state of one thread's ledger, and the rules that read it.
+
+Pure Python: no pygls, no SQL. The service keeps one `ThreadLedger` per loaded thread and updates
+its running sums as items come and go, so a usage answer is O(1) in the ledger's length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ctxd.settings import Settings
+
+WARN_FRACTION = 0.8
+# Text that clients inject as context rather than type as the user (Codex's markers and ours).
+INJECTED_PREFIXES = ("<environment_context>", "<user_instructions>", "<user_shell_command>", "# AGENTS.md", "<ctxd:")
+
+
+@dataclass
+class Entry:
+    seq: int
+    item: dict[str, Any]
+    tokens: int
+    origin: int | None = None  # the compaction that wrote this item, if any
+
+
+@dataclass
+class ThreadLedger:
+    thread: str
+    entries: list[Entry] = field(default_factory=list)
+    history_version: int = 0
+    api_total: int | None = None
+    api_seq: int = 0
+    reference: dict[str, Any] | None = None
+    prompt_context: dict[str, Any] | None = None
+    state: dict[str, Any] | None = None
+    next_seq: int = 1
+    item_tokens: int = 0
+    tokens_after_api: int = 0
+    overhead_tokens: int = 0
+
+    def recount(self) -> None:
+        """Recompute the running sums (after a load or a rewrite)."""
+        self.item_tokens = sum(e.tokens for e in self.entries)
+        self.tokens_after_api = sum(e.tokens for e in self.entries if e.seq > self.api_seq)
+
+    def append(self, entries: list[Entry]) -> None:
+        self.entries.extend(entries)
+        added = sum(e.tokens for e in entries)
+        self.item_tokens += added
+        self.tokens_after_api += added
+        if entries:
+            self.next_seq = entries[-1].seq + 1
+
+    @property
+    def last_seq(self) -> int:
+        return self.entries[-1].seq if self.entries else 0
+
+
+def message_text(item: dict[str, Any]) -> str:
+    content = item.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return ""
+
+
+def is_real_user_message(item: dict[str, Any]) -> bool:
+    """A message the user typed: not injected context, not a compaction's summary."""
+    if item.get("type") != "message" or item.get("role") != "user":
+        return False
+    return not message_text(item).lstrip().startswith(INJECTED_PREFIXES)
+
+
+def is_user_turn_start(entry: Entry) -> bool:
+    return entry.origin is None and is_real_user_message(entry.item)
+
+
+def rollback_start(entries: list[Entry], turns: int) -> int | None:
+    """Index of the first item to drop so that the last `turns` user turns go, or None if the
+    ledger has no user turn. With fewer turns than asked, every user turn goes."""
+    starts = [i for i, entry in enumerate(entries) if is_user_turn_start(entry)]
+    if not starts:
+        return None
+    return starts[max(0, len(starts) - turns)]
+
+
+def usage_snapshot(ledger: ThreadLedger, settings: Settings) -> dict[str, Any]:
+    """The gauge's numbers: the last API total plus estimates of what came after it."""
+    window = settings.effective_context_window()
+    limit = settings.auto_compact_limit()
+    if ledger.api_total is not None:
+        used = ledger.api_total + ledger.tokens_after_api
+        source = "api" if ledger.tokens_after_api == 0 else "api+estimate"
+    else:
+        used = ledger.overhead_tokens + ledger.item_tokens
+        source = "estimate"
+    return {
+        "usedTokens": used,
+        "contextWindow": window,
+        "percent": round(100.0 * used / window, 1) if window else 0.0,
+        "autoCompactLimit": limit,
+        "tier": tier_for(used, limit, window),
+        "source": source,
+        "historyVersion": ledger.history_version,
+    }
+
+
+def tier_for(used: int, limit: int, window: int) -> str:
+    """`compact` at or over the auto-compact limit, `warn` from 80% of it (of the window when
+    auto-compaction is off), else `ok`."""
+    if limit > 0:
+        if used >= limit:
+            return "compact"
+        return "warn" if used >= WARN_FRACTION * limit else "ok"
+    return "warn" if window and used >= WARN_FRACTION * window else "ok"

@@ -1,0 +1,57 @@
+"""Projection of a ledger into a model-ready prompt.
+
+The stored ledger keeps everything as recorded; the projection repairs what a model API would
+reject. Every call gets an output (an `aborted` one is synthesized right after a call that has
+none), outputs without a call are dropped, ghost snapshots are removed, and images are replaced by
+a short text when the model takes no images. Two passes over the list, so linear in its length.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+CALL_TO_OUTPUT = {"function_call": "function_call_output", "custom_tool_call": "custom_tool_call_output"}
+OUTPUT_TYPES = frozenset(CALL_TO_OUTPUT.values())
+IMAGE_PLACEHOLDER = "[image omitted: this model takes text only]"
+
+
+def _without_images(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_without_images(part) for part in value]
+    if isinstance(value, dict) and value.get("type") == "input_image":
+        return {"type": "input_text", "text": IMAGE_PLACEHOLDER}
+    return value
+
+
+def _strip_images(item: dict[str, Any]) -> dict[str, Any]:
+    for field in ("content", "output"):
+        value = item.get(field)
+        if isinstance(value, list) and any(isinstance(p, dict) and p.get("type") == "input_image" for p in value):
+            item = {**item, field: _without_images(value)}
+    return item
+
+
+def project(items: Iterable[dict[str, Any]], input_modalities: Iterable[str] = ("text", "image")) -> list[dict[str, Any]]:
+    """Return a new list; the items themselves are shared, never mutated."""
+    items = [item for item in items if item.get("type") != "ghost_snapshot"]
+    calls: set[tuple[str, Any]] = set()
+    answered: set[tuple[str, Any]] = set()
+    for item in items:
+        kind = item.get("type")
+        if kind in CALL_TO_OUTPUT:
+            calls.add((CALL_TO_OUTPUT[kind], item.get("call_id")))
+        elif kind in OUTPUT_TYPES:
+            answered.add((kind, item.get("call_id")))
+
+    keep_images = "image" in input_modalities
+    out: list[dict[str, Any]] = []
+    for item in items:
+        kind = item.get("type")
+        if kind in OUTPUT_TYPES and (kind, item.get("call_id")) not in calls:
+            continue
+        out.append(item if keep_images else _strip_images(item))
+        if kind in CALL_TO_OUTPUT:
+            key = (CALL_TO_OUTPUT[kind], item.get("call_id"))
+            if key not in answered:
+                out.append({"type": key[0], "call_id": key[1], "output": "aborted"})
+    return out

@@ -1,0 +1,314 @@
+"""The JSON-RPC glue: pygls server, lifecycle, and one thin handler per `ctxd/*` method.
+
+Handlers run on a thread pool of their own (never on the event loop, never on the reader's
+thread), so a compaction or a snapshot in progress does not stall the gauge. Each handler parses
+its params with a pydantic model, calls the service, and returns a plain JSON dict.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, Callable
+
+from lsprotocol import types
+from pygls.exceptions import JsonRpcException, JsonRpcInternalError
+from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol, lsp_method
+from pydantic import BaseModel
+
+from ctxd import PROTOCOL_VERSION, __version__, models, protocol as wire
+from ctxd.errors import Cancelled, CtxdError, InvalidParams
+from ctxd.service import Service, Workspace
+from ctxd.settings import load_settings
+from ctxd.throttle import Throttle
+from ctxd.transport import LockedWriter, error_response, frame, reader_loop
+
+log = logging.getLogger("ctxd")
+
+USAGE_INTERVAL_SECONDS = 0.1
+WORKER_THREADS = 8
+
+
+@dataclass
+class Call:
+    """What a handler gets besides its params."""
+
+    server: "CtxdServer"
+    workspace: Workspace
+    cancel: threading.Event
+
+    def progress(self, token: int | str | None, kind: str, message: str | None = None,
+                 title: str | None = None, percentage: int | None = None) -> None:
+        if token is None:
+            return
+        value: dict[str, Any] = {"kind": kind}
+        for key, item in (("title", title), ("message", message), ("percentage", percentage)):
+            if item is not None:
+                value[key] = item
+        self.server.notify(wire.PROGRESS, {"token": token, "value": value})
+
+    def check_cancelled(self) -> None:
+        if self.cancel.is_set():
+            raise Cancelled("request cancelled")
+
+
+Handler = Callable[[Call, Any], Any]
+HANDLERS: dict[str, tuple[type[BaseModel], Handler]] = {}
+
+
+def handler(method: str, params_model: type[BaseModel]) -> Callable[[Handler], Handler]:
+    def register(fn: Handler) -> Handler:
+        HANDLERS[method] = (params_model, fn)
+        return fn
+
+    return register
+
+
+class CtxdProtocol(LanguageServerProtocol):
+    @lsp_method(types.INITIALIZE)
+    def lsp_initialize(self, params: types.InitializeParams):  # type: ignore[override]
+        result = yield from super().lsp_initialize(params)
+        result.capabilities.experimental = {
+            "ctxd": {"protocolVersion": PROTOCOL_VERSION, "methods": sorted(HANDLERS)}
+        }
+        return result
+
+
+class CtxdServer(LanguageServer):
+    def __init__(self, state_dir: Path | None = None) -> None:
+        super().__init__("ctxd", __version__, protocol_cls=CtxdProtocol,
+                         text_document_sync_kind=types.TextDocumentSyncKind.None_)
+        self.state_dir_override = state_dir
+        self.service = Service(state_dir, listener=self._usage_changed)
+        self.executor = ThreadPoolExecutor(max_workers=WORKER_THREADS, thread_name_prefix="ctxd-worker")
+        self.throttle = Throttle(self._send_usage, USAGE_INTERVAL_SECONDS)
+        self.initialized = False
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._writer: LockedWriter | None = None
+        self._register()
+
+    # --- outgoing --------------------------------------------------------------------------------
+
+    def notify(self, method: str, params: dict[str, Any]) -> None:
+        """Send a notification from any thread (the writer is locked)."""
+        self.protocol.notify(method, params)
+
+    def show_message(self, message: str, kind: int = wire.MESSAGE_WARNING) -> None:
+        self.notify(wire.SHOW_MESSAGE, {"type": kind, "message": message})
+
+    def _usage_changed(self, uri: str, thread: str, usage: dict[str, Any]) -> None:
+        self.throttle.offer((uri, thread), {"workspace": uri, "thread": thread, **usage})
+
+    def _send_usage(self, _key: Any, params: dict[str, Any]) -> None:
+        self.notify(wire.USAGE_CHANGED, params)
+
+    # --- handlers --------------------------------------------------------------------------------
+
+    def _register(self) -> None:
+        for method in HANDLERS:
+            self.feature(method)(self._async_handler(method))
+
+        @self.feature(types.INITIALIZE)
+        def on_initialize(params: types.InitializeParams) -> None:
+            self._initialize(params)
+
+        @self.feature(types.WORKSPACE_DID_CHANGE_WORKSPACE_FOLDERS)
+        def on_folders(params: types.DidChangeWorkspaceFoldersParams) -> None:
+            for folder in params.event.removed:
+                self.service.close_folder(folder.uri)
+            for folder in params.event.added:
+                self._open(folder.uri)
+
+        @self.feature(types.SHUTDOWN)
+        def on_shutdown(*_args: Any) -> None:
+            self.executor.shutdown(wait=False, cancel_futures=True)
+
+        @self.feature(types.EXIT)
+        def on_exit(*_args: Any) -> None:
+            # Leave at once: the reader thread is blocked on stdin, and an interpreter shutdown
+            # with a thread inside a buffered read aborts the process.
+            code = 0 if self.protocol._shutdown else 1
+            self.executor.shutdown(wait=True, cancel_futures=True)
+            self.service.close()
+            os._exit(code)
+
+    def _async_handler(self, method: str) -> Callable[[Any], Any]:
+        async def run(raw_params: Any) -> Any:
+            loop = asyncio.get_running_loop()
+            cancel = threading.Event()
+            future = loop.run_in_executor(self.executor, self._call, method, raw_params, cancel)
+            try:
+                return await asyncio.shield(future)
+            except asyncio.CancelledError:
+                # $/cancelRequest: ask the worker to stop, then answer with what really happened.
+                cancel.set()
+                return await future
+
+        return run
+
+    def _call(self, method: str, raw_params: Any, cancel: threading.Event) -> Any:
+        params_model, fn = HANDLERS[method]
+        try:
+            params = models.parse_params(params_model, raw_params)
+            workspace = self.service.workspace(params.workspace)
+            return fn(Call(self, workspace, cancel), params)
+        except CtxdError as error:
+            raise wire.to_rpc_error(error) from None
+        except JsonRpcException:
+            raise
+        except Exception:
+            log.exception("%s failed", method)
+            raise JsonRpcInternalError(f"{method} failed inside ctxd; see the daemon's log") from None
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    def _initialize(self, params: types.InitializeParams) -> None:
+        options = params.initialization_options
+        ctxd_options = options.get("ctxd") if isinstance(options, dict) else None
+        self.service.init_options = ctxd_options if isinstance(ctxd_options, dict) else {}
+        if self.state_dir_override is None:
+            problems: list[str] = []
+            state_dir = load_settings(None, self.service.init_options, problems).state_dir
+            if state_dir:
+                self.service.state_dir = Path(state_dir).expanduser()
+        folders = [f.uri for f in params.workspace_folders or []]
+        if not folders and params.root_uri:
+            folders = [params.root_uri]
+        for uri in folders:
+            self._open(uri)
+        self.initialized = True
+
+    def _open(self, uri: str) -> None:
+        try:
+            self.service.open_folder(uri)
+        except CtxdError as error:
+            log.warning("not opening workspace folder: %s", error.message)
+            self.show_message(f"ctxd: not opening workspace folder: {error.message}")
+
+    def _send_raw_error(self, msg_id: Any, code: int, message: str) -> None:
+        if self._writer is not None:
+            self._writer.write(frame(error_response(msg_id, code, message)))
+
+    def dispatch(self, message: dict[str, Any]) -> None:
+        """Check a message's envelope and lifecycle state, then hand it to pygls (loop thread)."""
+        method = message.get("method")
+        has_id = "id" in message
+        msg_id = message.get("id")
+        if (message.get("jsonrpc") != "2.0" or (method is not None and not isinstance(method, str))
+                or (has_id and (isinstance(msg_id, bool) or not isinstance(msg_id, (int, str, type(None)))))):
+            if has_id:
+                self._send_raw_error(msg_id if isinstance(msg_id, (int, str)) else None, -32600, "Invalid Request")
+            return
+        if method is None:
+            if not has_id or ("result" not in message and "error" not in message):
+                return
+        elif has_id and method == types.INITIALIZE and self.initialized:
+            self._send_raw_error(msg_id, -32600, "Invalid Request: already initialized")
+            return
+        elif not self.initialized and method not in (types.INITIALIZE, types.EXIT):
+            if has_id:
+                self._send_raw_error(msg_id, -32002, "Server not initialized: send 'initialize' first")
+            return
+        elif self.protocol._shutdown and method != types.EXIT:
+            if has_id:
+                self._send_raw_error(msg_id, -32600, "Invalid Request: the server is shutting down")
+            return
+        raw_params = message.get("params")  # structuring below rewrites the dict in place
+        try:
+            structured = self.protocol.structure_message(message)
+        except JsonRpcException as error:
+            if has_id:
+                self._send_raw_error(msg_id, error.code, error.message or "Invalid params")
+            return
+        if method in HANDLERS:
+            structured.params = raw_params  # pygls would hand us namedtuples: keep plain JSON
+        self.protocol.handle_message(structured)
+
+    def serve(self, stdin: BinaryIO, stdout: BinaryIO) -> None:
+        """Serve one client over a pair of byte streams until it leaves."""
+        self._writer = LockedWriter(stdout)
+        self.protocol.set_writer(self._writer)
+
+        async def main() -> None:
+            self.loop = loop = asyncio.get_running_loop()
+            finished = asyncio.Event()
+
+            def deliver(message: dict[str, Any]) -> None:
+                loop.call_soon_threadsafe(self.dispatch, message)
+
+            def read() -> None:
+                try:
+                    reader_loop(stdin, self._writer, deliver)  # type: ignore[arg-type]
+                finally:
+                    loop.call_soon_threadsafe(finished.set)
+
+            threading.Thread(target=read, name="ctxd-reader", daemon=True).start()
+            await finished.wait()
+
+        try:
+            asyncio.run(main())
+        finally:
+            self.executor.shutdown(wait=True, cancel_futures=True)
+            self.service.close()
+
+    def serve_tcp(self, host: str, port: int) -> None:
+        with socket.create_server((host, port)) as listener:
+            log.warning("listening on %s:%d", host, listener.getsockname()[1])
+            connection, _ = listener.accept()
+        with connection, connection.makefile("rb") as reader, connection.makefile("wb") as writer:
+            self.serve(reader, writer)
+
+
+# --- ctxd/* handlers ------------------------------------------------------------------------------
+
+
+@handler(wire.RECORD, models.RecordParams)
+def record(call: Call, params: models.RecordParams) -> dict[str, Any]:
+    return call.workspace.record(params.thread, params.items)
+
+
+@handler(wire.REPORT_TOKEN_USAGE, models.ReportTokenUsageParams)
+def report_token_usage(call: Call, params: models.ReportTokenUsageParams) -> dict[str, Any]:
+    return call.workspace.report_usage(params.thread, params.usage.total_tokens)
+
+
+@handler(wire.SET_PROMPT_CONTEXT, models.SetPromptContextParams)
+def set_prompt_context(call: Call, params: models.SetPromptContextParams) -> dict[str, Any]:
+    context = params.model_dump(by_alias=True, exclude_none=True, exclude={"workspace", "thread", "work_done_token"})
+    return call.workspace.set_prompt_context(params.thread, context)
+
+
+@handler(wire.USAGE, models.Params)
+def usage(call: Call, params: models.Params) -> dict[str, Any]:
+    return {"usage": call.workspace.usage(params.thread)}
+
+
+@handler(wire.PROMPT, models.PromptParams)
+def prompt(call: Call, params: models.PromptParams) -> dict[str, Any]:
+    return call.workspace.prompt(params.thread, list(params.input_modalities))
+
+
+@handler(wire.ROLLBACK, models.RollbackParams)
+def rollback(call: Call, params: models.RollbackParams) -> dict[str, Any]:
+    return call.workspace.rollback(params.thread, params.turns)
+
+
+@handler(wire.HISTORY, models.HistoryParams)
+def history(call: Call, params: models.HistoryParams) -> dict[str, Any]:
+    return call.workspace.history(params.thread, params.offset, params.limit, params.include_archived)
+
+
+@handler(wire.THREADS, models.ThreadsParams)
+def threads(call: Call, params: models.ThreadsParams) -> dict[str, Any]:
+    return call.workspace.threads()
+
+
+# Compaction (issue 4) and ghost commits (issue 5) register their handlers below.

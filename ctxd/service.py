@@ -1,0 +1,373 @@
+"""The daemon's behaviour, without the wire: open workspaces and their threads.
+
+`Service` maps workspace folder URIs to `Workspace`s. A `Workspace` owns its store and the loaded
+threads' in-memory ledgers, and answers every request as plain dicts. The server calls it from
+worker threads; one lock per workspace keeps a thread's store and memory in step.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import OrderedDict
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+from urllib.parse import unquote, urlparse
+
+from ctxd import normalize, settings as settings_mod
+from ctxd.errors import InvalidParams
+from ctxd.ledger import Entry, ThreadLedger, is_user_turn_start, rollback_start, usage_snapshot
+from ctxd.models import validate_items
+from ctxd.settings import Settings, load_settings
+from ctxd.store import Row, Store, ThreadRow, database_path
+from ctxd.tokens import approx_text_tokens, item_tokens
+from ctxd.truncate import truncate_tool_output
+
+log = logging.getLogger("ctxd")
+
+UsageListener = Callable[[str, str, dict[str, Any]], None]
+MAX_LOADED_THREADS = 64
+
+
+def uri_to_path(uri: str) -> Path:
+    """A workspace folder URI as an absolute path; anything but a plain file URI is refused."""
+    if not isinstance(uri, str) or not uri:
+        raise InvalidParams("workspace: must be a file URI")
+    parsed = urlparse(uri)
+    if parsed.scheme != "file":
+        raise InvalidParams(f"workspace: {uri!r} is not a file URI")
+    if parsed.netloc not in ("", "localhost"):
+        raise InvalidParams(f"workspace: {uri!r} names a remote host")
+    raw = unquote(parsed.path)
+    if "\x00" in raw or any(part == ".." for part in raw.split("/")):
+        raise InvalidParams(f"workspace: {uri!r} has '..' or NUL in its path")
+    path = Path(raw)
+    if not path.is_absolute():
+        raise InvalidParams(f"workspace: {uri!r} is not an absolute path")
+    return path
+
+
+def path_to_uri(path: Path) -> str:
+    return path.as_uri()
+
+
+def _dump(item: dict[str, Any]) -> str:
+    return json.dumps(item, ensure_ascii=False, separators=(",", ":"))
+
+
+def overhead_tokens(context: dict[str, Any] | None) -> int:
+    """A cheap estimate of the fixed overhead sent with every request."""
+    if not context:
+        return 0
+    total = approx_text_tokens(context.get("baseInstructions") or "")
+    for key in ("tools", "memoryFiles", "skills"):
+        for entry in context.get(key) or []:
+            total += approx_text_tokens(_dump(entry))
+    return total
+
+
+class Workspace:
+    """One open workspace folder: its settings, its database, its loaded threads."""
+
+    def __init__(self, uri: str, root: Path, state_dir: Path, init_options: dict[str, Any] | None,
+                 listener: UsageListener | None = None) -> None:
+        self.uri = uri
+        self.root = root
+        self.problems: list[str] = []
+        self.settings = load_settings(root, init_options, self.problems)
+        self.store = Store(database_path(state_dir, root), workspace=root)
+        self.listener = listener
+        self.lock = threading.RLock()
+        self._threads: OrderedDict[str, ThreadLedger] = OrderedDict()
+        self._data_version = self.store.data_version()
+        self._thread_locks: dict[str, threading.Lock] = {}
+        # Set by the server: compacts a thread before a prompt when it is over the limit.
+        self.auto_compactor: Callable[["Workspace", str], None] | None = None
+
+    def close(self) -> None:
+        self.store.close()
+
+    def thread_lock(self, thread: str) -> threading.Lock:
+        """Held for a whole long operation on a thread (a compaction), so two never overlap."""
+        with self.lock:
+            return self._thread_locks.setdefault(thread, threading.Lock())
+
+    # --- loading ---------------------------------------------------------------------------------
+
+    def _ledger(self, thread: str) -> ThreadLedger:
+        """The thread's in-memory ledger, reloaded when another daemon has written meanwhile."""
+        version = self.store.data_version()
+        if version != self._data_version:
+            self._threads.clear()
+            self._data_version = version
+        ledger = self._threads.get(thread)
+        if ledger is None:
+            ledger = self._load(thread)
+            self._threads[thread] = ledger
+            while len(self._threads) > MAX_LOADED_THREADS:
+                self._threads.popitem(last=False)
+        else:
+            self._threads.move_to_end(thread)
+        return ledger
+
+    def _load(self, thread: str) -> ThreadLedger:
+        row = self.store.thread(thread) or ThreadRow(thread)
+        rows = self.store.all_rows(thread)
+        ledger = ThreadLedger(
+            thread=thread,
+            entries=[Entry(r.seq, json.loads(r.body), r.tokens, r.origin) for r in rows if r.archived is None],
+            history_version=row.history_version,
+            api_total=row.api_total,
+            api_seq=row.api_seq,
+            reference=row.reference,
+            prompt_context=row.prompt_context,
+            state=row.state,
+            next_seq=(rows[-1].seq + 1) if rows else 1,
+        )
+        ledger.overhead_tokens = overhead_tokens(ledger.prompt_context)
+        ledger.recount()
+        return ledger
+
+    def _reload(self, thread: str) -> ThreadLedger:
+        self._threads.pop(thread, None)
+        return self._ledger(thread)
+
+    def settings_for(self, thread: str) -> Settings:
+        """Workspace settings, with the model and window the thread's prompt context names."""
+        with self.lock:
+            context = self._ledger(thread).prompt_context or {}
+        if not context.get("model") and not context.get("contextWindow"):
+            return self.settings
+        merged = Settings(**{**self.settings.__dict__})
+        merged.model = context.get("model") or merged.model
+        merged.context_window = context.get("contextWindow") or merged.context_window
+        return merged
+
+    def _usage(self, ledger: ThreadLedger) -> dict[str, Any]:
+        return usage_snapshot(ledger, self.settings_for(ledger.thread))
+
+    def _changed(self, ledger: ThreadLedger) -> dict[str, Any]:
+        usage = self._usage(ledger)
+        if self.listener is not None:
+            self.listener(self.uri, ledger.thread, usage)
+        return usage
+
+    # --- requests --------------------------------------------------------------------------------
+
+    def record(self, thread: str, raw_items: Any) -> dict[str, Any]:
+        items = validate_items(raw_items)
+        limit = self.settings.tool_output_token_limit
+        kept = [truncate_tool_output(item, limit) for item in items
+                if not (item.get("type") == "message" and item.get("role") == "system")]
+        rows = [(_dump(item), item_tokens(item)) for item in kept]
+        with self.lock:
+            ledger = self._ledger(thread)
+            first = self.store.append(thread, rows) if rows else ledger.next_seq
+            if first != ledger.next_seq:
+                ledger = self._reload(thread)  # another daemon appended in between
+            else:
+                ledger.append([Entry(first + i, item, tokens) for i, (item, (_, tokens)) in enumerate(zip(kept, rows))])
+            usage = self._changed(ledger)
+            return {"historyVersion": ledger.history_version, "itemCount": len(ledger.entries), "usage": usage}
+
+    def report_usage(self, thread: str, total_tokens: int) -> dict[str, Any]:
+        with self.lock:
+            ledger = self._ledger(thread)
+            self.store.update_thread(thread, api_total=total_tokens, api_seq=ledger.last_seq)
+            ledger.api_total, ledger.api_seq, ledger.tokens_after_api = total_tokens, ledger.last_seq, 0
+            return self._changed(ledger)
+
+    def set_prompt_context(self, thread: str, context: dict[str, Any]) -> dict[str, Any]:
+        """Store the fixed overhead, and mark the current ledger as the reference baseline."""
+        with self.lock:
+            ledger = self._ledger(thread)
+            merged = {**(ledger.prompt_context or {}), **context}
+            reference = {"seq": ledger.last_seq, "historyVersion": ledger.history_version, "setAt": time.time()}
+            self.store.update_thread(thread, prompt_context=merged, reference=reference)
+            ledger.prompt_context, ledger.reference = merged, reference
+            ledger.overhead_tokens = overhead_tokens(merged)
+            return self._changed(ledger)
+
+    def prompt_context(self, thread: str) -> dict[str, Any]:
+        with self.lock:
+            return dict(self._ledger(thread).prompt_context or {})
+
+    def usage(self, thread: str) -> dict[str, Any]:
+        with self.lock:
+            return self._usage(self._ledger(thread))
+
+    def items(self, thread: str) -> list[dict[str, Any]]:
+        with self.lock:
+            return [e.item for e in self._ledger(thread).entries]
+
+    def entries(self, thread: str) -> list[Entry]:
+        with self.lock:
+            return list(self._ledger(thread).entries)
+
+    def prompt(self, thread: str, input_modalities: list[str]) -> dict[str, Any]:
+        if self.auto_compactor is not None and self.usage(thread)["tier"] == "compact":
+            self.auto_compactor(self, thread)
+        with self.lock:
+            ledger = self._ledger(thread)
+            items = normalize.project((e.item for e in ledger.entries), input_modalities)
+            return {
+                "items": items,
+                "historyVersion": ledger.history_version,
+                "estimatedTokens": self._usage(ledger)["usedTokens"],
+                "reinjectContext": ledger.reference is None,
+            }
+
+    def rollback(self, thread: str, turns: int) -> dict[str, Any]:
+        """Drop the last `turns` user turns; crosses compactions when the active history is short."""
+        with self.lock:
+            ledger = self._ledger(thread)
+            crossed = False
+            compactions = self.store.compaction_ids(thread)
+            while compactions and sum(map(is_user_turn_start, ledger.entries)) < turns:
+                self.store.uncompact(thread, compactions.pop(), api_total=None, reference=None,
+                                     history_version=ledger.history_version + 1)
+                ledger = self._reload(thread)
+                crossed = True
+            start = rollback_start(ledger.entries, turns)
+            removed = 0
+            if start is not None:
+                removed = self._drop_from(ledger, ledger.entries[start].seq)
+            elif crossed:
+                self._changed(ledger)
+            return {"historyVersion": ledger.history_version, "removedItems": removed, "usage": self._usage(ledger)}
+
+    def rollback_to(self, thread: str, seq: int) -> int:
+        """Drop every active item from `seq` on (used by ghost restore with the conversation)."""
+        with self.lock:
+            ledger = self._ledger(thread)
+            return self._drop_from(ledger, seq)
+
+    def _drop_from(self, ledger: ThreadLedger, seq: int) -> int:
+        """Delete from `seq` on; the API baseline and the reference baseline go when their source does."""
+        keep = [e for e in ledger.entries if e.seq < seq]
+        if len(keep) == len(ledger.entries):
+            return 0
+        fields: dict[str, Any] = {"history_version": ledger.history_version + 1}
+        if ledger.api_total is not None and seq <= ledger.api_seq:
+            fields["api_total"] = None
+        if ledger.reference is not None and seq <= ledger.reference.get("seq", 0):
+            fields["reference"] = None
+        removed = self.store.delete_from(ledger.thread, seq, **fields)
+        ledger.entries = keep
+        ledger.history_version = fields["history_version"]
+        if "api_total" in fields:
+            ledger.api_total = None
+        if "reference" in fields:
+            ledger.reference = None
+        ledger.recount()
+        self._changed(ledger)
+        return removed
+
+    def replace_history(self, thread: str, new_items: list[dict[str, Any]], *, upto_seq: int,
+                        info: dict[str, Any]) -> dict[str, Any]:
+        """Swap the items up to `upto_seq` for `new_items` (a compaction). One transaction; the old
+        items are archived; the API and reference baselines are cleared; the version bumps."""
+        rows = [(_dump(item), item_tokens(item)) for item in new_items]
+        with self.lock:
+            ledger = self._ledger(thread)
+            version = ledger.history_version + 1
+            self.store.replace(thread, upto_seq, rows, info, history_version=version, api_total=None, reference=None)
+            ledger = self._reload(thread)
+            usage = self._changed(ledger)
+            return {"historyVersion": ledger.history_version, "itemCount": len(ledger.entries), "usage": usage}
+
+    def update_state(self, thread: str, **values: Any) -> dict[str, Any]:
+        """Small per-thread facts the daemon keeps (e.g. the auto-compaction circuit breaker)."""
+        with self.lock:
+            ledger = self._ledger(thread)
+            state = {**(ledger.state or {}), **values}
+            self.store.update_thread(thread, state=state)
+            ledger.state = state
+            return state
+
+    def history(self, thread: str, offset: int, limit: int | None, include_archived: bool) -> dict[str, Any]:
+        with self.lock:
+            ledger = self._ledger(thread)
+            if include_archived:
+                rows = self.store.all_rows(thread)
+                items = [json.loads(r.body) | ({"archived": True} if r.archived is not None else {}) for r in rows]
+            else:
+                items = [e.item for e in ledger.entries]
+            end = None if limit is None else offset + limit
+            return {"items": items[offset:end], "historyVersion": ledger.history_version, "total": len(items)}
+
+    def threads(self) -> dict[str, Any]:
+        with self.lock:
+            rows = self.store.threads()
+        return {"threads": [
+            {"thread": row.thread, "itemCount": count, "historyVersion": row.history_version,
+             "updatedAt": datetime.fromtimestamp(row.updated_at, timezone.utc).isoformat()}
+            for row, count in rows
+        ]}
+
+
+class Service:
+    """The set of open workspace folders."""
+
+    def __init__(self, state_dir: Path | None = None, listener: UsageListener | None = None) -> None:
+        self.state_dir = state_dir or settings_mod.default_state_dir()
+        self.listener = listener
+        self.init_options: dict[str, Any] = {}
+        self._workspaces: dict[str, Workspace] = {}
+        self._lock = threading.Lock()
+        self.on_open: Callable[[Workspace], None] | None = None
+
+    @staticmethod
+    def canonical(uri: str) -> str:
+        return path_to_uri(uri_to_path(uri))
+
+    def open_folder(self, uri: str) -> Workspace:
+        root = uri_to_path(uri)
+        key = path_to_uri(root)
+        with self._lock:
+            workspace = self._workspaces.get(key)
+            if workspace is None:
+                if not root.is_dir():
+                    raise InvalidParams(f"workspace: {uri} is not a folder")
+                workspace = Workspace(key, root, self.state_dir, self.init_options, self.listener)
+                self._workspaces[key] = workspace
+                for problem in workspace.problems:
+                    log.warning("%s: %s", key, problem)
+                if self.on_open is not None:
+                    self.on_open(workspace)
+            return workspace
+
+    def close_folder(self, uri: str) -> None:
+        try:
+            key = self.canonical(uri)
+        except InvalidParams:
+            return
+        with self._lock:
+            workspace = self._workspaces.pop(key, None)
+        if workspace is not None:
+            workspace.close()
+
+    def workspace(self, uri: str) -> Workspace:
+        """The open workspace named by `uri`; anything else is refused (-32602)."""
+        try:
+            key = self.canonical(uri)
+        except InvalidParams:
+            raise InvalidParams(f"workspace: {uri!r} is not an open workspace folder") from None
+        with self._lock:
+            workspace = self._workspaces.get(key)
+        if workspace is None:
+            raise InvalidParams(f"workspace: {uri} is not an open workspace folder")
+        return workspace
+
+    def folders(self) -> list[Workspace]:
+        with self._lock:
+            return list(self._workspaces.values())
+
+    def close(self) -> None:
+        with self._lock:
+            workspaces, self._workspaces = list(self._workspaces.values()), {}
+        for workspace in workspaces:
+            workspace.close()

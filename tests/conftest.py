@@ -1,0 +1,66 @@
+"""Shared fixtures: a real daemon subprocess per test, with its state in a temporary folder."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from tests.rpc import TIKTOKEN_DIR, Client, start_daemon
+
+os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(TIKTOKEN_DIR))
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    folder = tmp_path / "ws"
+    folder.mkdir()
+    return folder
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path) -> Path:
+    folder = tmp_path / "state"
+    folder.mkdir()
+    return folder
+
+
+@pytest.fixture
+def daemon_factory(state_dir: Path, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[..., Client]]:
+    """Start daemons on demand; every one is shut down (or killed) at the end; logs shown on failure."""
+    clients: list[Client] = []
+    logs: list[Path] = []
+
+    def start(folders: list[Path] | None = None, options: dict[str, Any] | None = None,
+              env: dict[str, str] | None = None, initialize: bool = True, args: tuple[str, ...] = ()) -> Client:
+        log_file = tmp_path / f"daemon-{len(logs)}.log"
+        logs.append(log_file)
+        client = start_daemon(state_dir, *args, env=env, log_file=log_file)
+        clients.append(client)
+        if initialize:
+            client.initialize(folders or [], options)
+        return client
+
+    yield start
+    for client in clients:
+        if client.proc.poll() is None:
+            client.shutdown(timeout=5)
+    failed = getattr(request.node, "rep_call", None)
+    if failed is not None and failed.failed:
+        for log_file in logs:
+            if log_file.exists():
+                print(f"--- {log_file.name} ---\n{log_file.read_text(errors='replace')[-5000:]}")
+
+
+@pytest.fixture
+def client(daemon_factory: Callable[..., Client], workspace: Path) -> Client:
+    return daemon_factory([workspace])
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Any:
+    report = yield
+    setattr(item, f"rep_{report.when}", report)
+    return report

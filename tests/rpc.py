@@ -1,0 +1,187 @@
+"""A small, real JSON-RPC client that drives the ctxd daemon as a subprocess over stdio."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+REPO = Path(__file__).resolve().parents[1]
+TIKTOKEN_DIR = REPO.parent / "shared" / "tiktoken"
+
+
+class RpcError(Exception):
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.data = data
+
+
+def daemon_env(state_dir: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CTXD_")}
+    env["XDG_STATE_HOME"] = str(state_dir)
+    env["XDG_CONFIG_HOME"] = str(state_dir / "config")
+    if TIKTOKEN_DIR.is_dir():
+        env.setdefault("TIKTOKEN_CACHE_DIR", str(TIKTOKEN_DIR))
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra or {})
+    return env
+
+
+class Client:
+    """Speaks LSP framing to a daemon's stdin/stdout. Thread-safe requests."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._cond = threading.Condition()
+        self._responses: dict[Any, dict[str, Any]] = {}
+        self.notifications: list[dict[str, Any]] = []
+        self.stray: list[dict[str, Any]] = []  # responses with no id we asked for (e.g. parse errors)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    # --- wire ---
+
+    def send_raw(self, data: bytes) -> None:
+        with self._lock:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(data)
+            self.proc.stdin.flush()
+
+    def send(self, message: dict[str, Any]) -> None:
+        body = json.dumps(message).encode()
+        self.send_raw(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+
+    def _read(self) -> None:
+        stream = self.proc.stdout
+        assert stream is not None
+        while True:
+            length = None
+            while True:
+                line = stream.readline()
+                if not line:
+                    with self._cond:
+                        self._cond.notify_all()
+                    return
+                if line in (b"\r\n", b"\n"):
+                    break
+                name, _, value = line.decode().partition(":")
+                if name.lower() == "content-length":
+                    length = int(value)
+            body = stream.read(length or 0)
+            message = json.loads(body)
+            with self._cond:
+                if "method" in message:
+                    self.notifications.append(message)
+                elif message.get("id") is None:
+                    self.stray.append(message)
+                else:
+                    self._responses[message["id"]] = message
+                self._cond.notify_all()
+
+    # --- calls ---
+
+    def request_async(self, method: str, params: Any = None) -> int:
+        msg_id = next(self._ids)
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": msg_id, "method": method}
+        if params is not None:
+            message["params"] = params
+        self.send(message)
+        return msg_id
+
+    def response(self, msg_id: Any, timeout: float = 30.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while msg_id not in self._responses:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self.proc.poll() is not None and msg_id not in self._responses:
+                    raise TimeoutError(f"no response to request {msg_id} (daemon exit code {self.proc.poll()})")
+                self._cond.wait(min(remaining, 0.5))
+            return self._responses.pop(msg_id)
+
+    def result(self, msg_id: Any, timeout: float = 30.0) -> Any:
+        message = self.response(msg_id, timeout)
+        if "error" in message:
+            error = message["error"]
+            raise RpcError(error["code"], error["message"], error.get("data"))
+        return message["result"]
+
+    def request(self, method: str, params: Any = None, timeout: float = 30.0) -> Any:
+        return self.result(self.request_async(method, params), timeout)
+
+    def notify(self, method: str, params: Any = None) -> None:
+        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            message["params"] = params
+        self.send(message)
+
+    def wait_for_notification(self, method: str, predicate: Callable[[dict[str, Any]], bool] | None = None,
+                              timeout: float = 10.0, after: int = 0) -> dict[str, Any]:
+        """The params of the first notification `method` (from index `after`) that matches."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            index = after
+            while True:
+                while index < len(self.notifications):
+                    note = self.notifications[index]
+                    index += 1
+                    if note["method"] == method and (predicate is None or predicate(note.get("params"))):
+                        return note.get("params")
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(f"no {method} notification matched")
+                self._cond.wait(min(remaining, 0.5))
+
+    def notes(self, method: str) -> list[Any]:
+        with self._cond:
+            return [n.get("params") for n in self.notifications if n["method"] == method]
+
+    # --- lifecycle ---
+
+    def initialize(self, folders: list[Path], options: dict[str, Any] | None = None) -> dict[str, Any]:
+        result = self.request("initialize", {
+            "processId": os.getpid(),
+            "rootUri": folders[0].as_uri() if folders else None,
+            "capabilities": {"window": {"workDoneProgress": True}},
+            "workspaceFolders": [{"uri": f.as_uri(), "name": f.name} for f in folders],
+            "initializationOptions": {"ctxd": options or {}},
+        })
+        self.notify("initialized", {})
+        return result
+
+    def shutdown(self, timeout: float = 10.0) -> int:
+        try:
+            self.request("shutdown", timeout=timeout)
+            self.notify("exit")
+        except (OSError, TimeoutError, RpcError):
+            pass
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+    def stderr_text(self) -> str:
+        return ""
+
+
+def start_daemon(state_dir: Path, *args: str, env: dict[str, str] | None = None, log_file: Path | None = None) -> Client:
+    cmd = [sys.executable, "-m", "ctxd", *args]
+    if log_file is not None:
+        cmd += ["--log-file", str(log_file)]
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            env=daemon_env(state_dir, env), cwd=str(state_dir))
+    return Client(proc)
