@@ -47,7 +47,9 @@ def setup_logging(verbose: bool, log_file: str | None) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ctxd", description="Context-window manager for AI coding agents.")
+    parser = argparse.ArgumentParser(
+        prog="ctxd", description="Context-window manager for AI coding agents.",
+        epilog="`ctxd usage --help`: the context breakdown of a workspace's thread, in a terminal.")
     parser.add_argument("--version", action="version", version=f"ctxd {__version__}")
     parser.add_argument("--stdio", action="store_true", help="serve on stdin/stdout (the default)")
     parser.add_argument("--tcp", action="store_true", help="serve one client over TCP")
@@ -76,6 +78,11 @@ def run_daemon(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["usage"]:  # `ctxd usage ...`: the terminal view (ctxd/usage_cli.py)
+        from ctxd.usage_cli import main as usage_main
+
+        return usage_main(argv[1:])
     args = build_parser().parse_args(argv)
     return run_daemon(args)
 

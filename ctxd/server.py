@@ -8,6 +8,7 @@ its params with a pydantic model, calls the service, and returns a plain JSON di
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import socket
@@ -24,7 +25,7 @@ from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol, lsp_method
 from pydantic import BaseModel
 
-from ctxd import PROTOCOL_VERSION, __version__, models, protocol as wire
+from ctxd import PROTOCOL_VERSION, __version__, compaction, models, protocol as wire
 from ctxd.errors import Cancelled, CtxdError, InvalidParams
 from ctxd.service import Service, Workspace
 from ctxd.settings import load_settings
@@ -88,18 +89,25 @@ class CtxdServer(LanguageServer):
                          text_document_sync_kind=types.TextDocumentSyncKind.None_)
         self.state_dir_override = state_dir
         self.service = Service(state_dir, listener=self._usage_changed)
+        compaction.install(self.service, compaction.ServerEvents(self))  # auto-compaction before prompts
         self.executor = ThreadPoolExecutor(max_workers=WORKER_THREADS, thread_name_prefix="ctxd-worker")
         self.throttle = Throttle(self._send_usage, USAGE_INTERVAL_SECONDS)
         self.initialized = False
         self.loop: asyncio.AbstractEventLoop | None = None
         self._writer: LockedWriter | None = None
+        self._tails: dict[tuple[Any, Any], asyncio.Future[None]] = {}
         self._register()
 
     # --- outgoing --------------------------------------------------------------------------------
 
     def notify(self, method: str, params: dict[str, Any]) -> None:
-        """Send a notification from any thread (the writer is locked)."""
-        self.protocol.notify(method, params)
+        """Send a notification from any thread (the writer is locked). Written as plain JSON:
+        pygls would unstructure `$/progress` and `window/showMessage` as their lsprotocol types and
+        fail on a dict (the client got "Error in server: 'dict' object has no attribute 'token'")."""
+        if self._writer is None:
+            self.protocol.notify(method, params)
+            return
+        self._writer.write(frame(json.dumps({"jsonrpc": "2.0", "method": method, "params": params}).encode()))
 
     def show_message(self, message: str, kind: int = wire.MESSAGE_WARNING) -> None:
         self.notify(wire.SHOW_MESSAGE, {"type": kind, "message": message})
@@ -143,14 +151,26 @@ class CtxdServer(LanguageServer):
     def _async_handler(self, method: str) -> Callable[[Any], Any]:
         async def run(raw_params: Any) -> Any:
             loop = asyncio.get_running_loop()
-            cancel = threading.Event()
-            future = loop.run_in_executor(self.executor, self._call, method, raw_params, cancel)
+            key = _ordering_key(method, raw_params)
+            previous = self._tails.get(key) if key else None
+            mine = loop.create_future()
+            if key:
+                self._tails[key] = mine
             try:
-                return await asyncio.shield(future)
-            except asyncio.CancelledError:
-                # $/cancelRequest: ask the worker to stop, then answer with what really happened.
-                cancel.set()
-                return await future
+                if previous is not None:
+                    await asyncio.shield(previous)  # the thread's earlier requests finish first
+                cancel = threading.Event()
+                future = loop.run_in_executor(self.executor, self._call, method, raw_params, cancel)
+                try:
+                    return await asyncio.shield(future)
+                except asyncio.CancelledError:
+                    # $/cancelRequest: ask the worker to stop, then answer with what really happened.
+                    cancel.set()
+                    return await future
+            finally:
+                mine.set_result(None)
+                if key and self._tails.get(key) is mine:
+                    del self._tails[key]
 
         return run
 
@@ -267,6 +287,20 @@ class CtxdServer(LanguageServer):
             self.serve(reader, writer)
 
 
+# Long operations run beside a thread's other requests; everything else on a thread runs in the
+# order it arrived, so a client may pipeline record, record, usage without waiting.
+UNORDERED = frozenset({wire.COMPACT, wire.GHOST_SNAPSHOT, wire.GHOST_LIST, wire.GHOST_RESTORE})
+
+
+def _ordering_key(method: str, raw_params: Any) -> tuple[Any, Any] | None:
+    if method in UNORDERED or not isinstance(raw_params, dict):
+        return None
+    workspace, thread = raw_params.get("workspace"), raw_params.get("thread", "default")
+    if not isinstance(workspace, str) or not isinstance(thread, str):
+        return None
+    return (workspace, thread)
+
+
 # --- ctxd/* handlers ------------------------------------------------------------------------------
 
 
@@ -288,7 +322,7 @@ def set_prompt_context(call: Call, params: models.SetPromptContextParams) -> dic
 
 @handler(wire.USAGE, models.Params)
 def usage(call: Call, params: models.Params) -> dict[str, Any]:
-    return {"usage": call.workspace.usage(params.thread)}
+    return call.workspace.breakdown(params.thread)
 
 
 @handler(wire.PROMPT, models.PromptParams)
@@ -312,3 +346,10 @@ def threads(call: Call, params: models.ThreadsParams) -> dict[str, Any]:
 
 
 # Compaction (issue 4) and ghost commits (issue 5) register their handlers below.
+
+
+@handler(wire.COMPACT, models.CompactParams)
+def compact(call: Call, params: models.CompactParams) -> dict[str, Any]:
+    return compaction.compact_thread(call.workspace, params.thread, strategy=params.strategy, cancel=call.cancel,
+                                     events=compaction.ServerEvents(call.server),
+                                     progress_token=params.work_done_token)

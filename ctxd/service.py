@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import unquote, urlparse
 
-from ctxd import normalize, settings as settings_mod
+from ctxd import normalize, settings as settings_mod, usage as usage_mod
 from ctxd.errors import InvalidParams
 from ctxd.ledger import Entry, ThreadLedger, is_user_turn_start, rollback_start, usage_snapshot
 from ctxd.models import validate_items
 from ctxd.settings import Settings, load_settings
 from ctxd.store import Row, Store, ThreadRow, database_path
+from ctxd.tokenizer import TOKENIZERS, Counter, count_item
 from ctxd.tokens import approx_text_tokens, item_tokens
 from ctxd.truncate import truncate_tool_output
 
@@ -84,6 +85,8 @@ class Workspace:
         self._threads: OrderedDict[str, ThreadLedger] = OrderedDict()
         self._data_version = self.store.data_version()
         self._thread_locks: dict[str, threading.Lock] = {}
+        # Per thread: (prompt context object, counter name, its counts): counted once per context.
+        self._overhead: dict[str, tuple[Any, str, usage_mod.OverheadCounts]] = {}
         # Set by the server: compacts a thread before a prompt when it is over the limit.
         self.auto_compactor: Callable[["Workspace", str], None] | None = None
 
@@ -146,8 +149,41 @@ class Workspace:
         merged.context_window = context.get("contextWindow") or merged.context_window
         return merged
 
+    def counter(self, settings: Settings) -> Counter:
+        """The best token counter for the thread's model right now (see ctxd/tokenizer.py)."""
+        return TOKENIZERS.counter(settings.model, settings.tokenizer)
+
     def _usage(self, ledger: ThreadLedger) -> dict[str, Any]:
-        return usage_snapshot(ledger, self.settings_for(ledger.thread))
+        settings = self.settings_for(ledger.thread)
+        counter = self.counter(settings)
+        # The overhead is counted once per prompt context and counter (again when tiktoken is ready).
+        ledger.overhead_tokens = self._overhead_counts(ledger, counter).tokens
+        return {**usage_snapshot(ledger, settings), **counter.describe()}
+
+    def _overhead_counts(self, ledger: ThreadLedger, counter: Counter) -> usage_mod.OverheadCounts:
+        cached = self._overhead.get(ledger.thread)
+        if cached is not None and cached[0] is ledger.prompt_context and cached[1] == counter.name:
+            return cached[2]
+        counts = usage_mod.overhead_counts(ledger.prompt_context, counter.count)
+        self._overhead[ledger.thread] = (ledger.prompt_context, counter.name, counts)
+        return counts
+
+    def breakdown(self, thread: str) -> dict[str, Any]:
+        """`ctxd/usage`: where the window's tokens go (ctxd/usage.py)."""
+        with self.lock:
+            ledger = self._ledger(thread)
+            settings = self.settings_for(thread)
+            counter = self.counter(settings)
+            usage = self._usage(ledger)
+            overhead = self._overhead_counts(ledger, counter)
+            groups: dict[str, int] = {}
+            if usage["source"] != "estimate":
+                for entry in ledger.entries:
+                    group = usage_mod.item_group(entry.item)
+                    groups[group] = groups.get(group, 0) + entry.tokens
+        return usage_mod.breakdown(model=settings.model, context_window=settings.effective_context_window(),
+                                   auto_compact_limit=settings.auto_compact_limit(), usage=usage,
+                                   overhead=overhead, message_groups=groups)
 
     def _changed(self, ledger: ThreadLedger) -> dict[str, Any]:
         usage = self._usage(ledger)
@@ -162,7 +198,8 @@ class Workspace:
         limit = self.settings.tool_output_token_limit
         kept = [truncate_tool_output(item, limit) for item in items
                 if not (item.get("type") == "message" and item.get("role") == "system")]
-        rows = [(_dump(item), item_tokens(item)) for item in kept]
+        count = self.counter(self.settings_for(thread)).count
+        rows = [(_dump(item), count_item(item, count)) for item in kept]
         with self.lock:
             ledger = self._ledger(thread)
             first = self.store.append(thread, rows) if rows else ledger.next_seq
@@ -189,6 +226,8 @@ class Workspace:
             self.store.update_thread(thread, prompt_context=merged, reference=reference)
             ledger.prompt_context, ledger.reference = merged, reference
             ledger.overhead_tokens = overhead_tokens(merged)
+            settings = self.settings_for(thread)
+            TOKENIZERS.preload(settings.model, settings.tokenizer)  # in the background
             return self._changed(ledger)
 
     def prompt_context(self, thread: str) -> dict[str, Any]:
@@ -270,7 +309,8 @@ class Workspace:
                         info: dict[str, Any]) -> dict[str, Any]:
         """Swap the items up to `upto_seq` for `new_items` (a compaction). One transaction; the old
         items are archived; the API and reference baselines are cleared; the version bumps."""
-        rows = [(_dump(item), item_tokens(item)) for item in new_items]
+        count = self.counter(self.settings_for(thread)).count
+        rows = [(_dump(item), count_item(item, count)) for item in new_items]
         with self.lock:
             ledger = self._ledger(thread)
             version = ledger.history_version + 1
@@ -278,6 +318,10 @@ class Workspace:
             ledger = self._reload(thread)
             usage = self._changed(ledger)
             return {"historyVersion": ledger.history_version, "itemCount": len(ledger.entries), "usage": usage}
+
+    def state(self, thread: str) -> dict[str, Any]:
+        with self.lock:
+            return dict(self._ledger(thread).state or {})
 
     def update_state(self, thread: str, **values: Any) -> dict[str, Any]:
         """Small per-thread facts the daemon keeps (e.g. the auto-compaction circuit breaker)."""
@@ -352,6 +396,9 @@ class Service:
 
     def workspace(self, uri: str) -> Workspace:
         """The open workspace named by `uri`; anything else is refused (-32602)."""
+        fast = self._workspaces.get(uri)  # clients repeat the URI they opened: skip re-parsing it
+        if fast is not None:
+            return fast
         try:
             key = self.canonical(uri)
         except InvalidParams:

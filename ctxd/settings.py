@@ -47,6 +47,9 @@ class Settings:
     compact_user_message_max_tokens: int = 20_000
     compact_prompt_file: str | None = None
     state_dir: str | None = None
+    # Token counter: o200k_base, cl100k_base, estimate:o200k or estimate:cl100k; default: the
+    # model catalogue's choice (ctxd/catalog.py).
+    tokenizer: str | None = None
     llm: LlmSettings = field(default_factory=LlmSettings)
     ghost: GhostSettings = field(default_factory=GhostSettings)
 

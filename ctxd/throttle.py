@@ -44,6 +44,10 @@ class Throttle:
             self._last_sent[key] = now
         self._send(key, value)
 
+    def flush(self, key: Hashable) -> None:
+        """Send a pending value now, e.g. when a notification that must follow it is about to go."""
+        self._flush(key)
+
     def _flush(self, key: Hashable) -> None:
         with self._lock:
             if key not in self._pending:

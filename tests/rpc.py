@@ -183,5 +183,5 @@ def start_daemon(state_dir: Path, *args: str, env: dict[str, str] | None = None,
     if log_file is not None:
         cmd += ["--log-file", str(log_file)]
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            env=daemon_env(state_dir, env), cwd=str(state_dir))
+                            env=daemon_env(state_dir, env), cwd=str(REPO))
     return Client(proc)

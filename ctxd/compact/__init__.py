@@ -1,0 +1,121 @@
+"""Compaction: replace a thread's history with a shorter one that still lets the work go on.
+
+Four strategies. `llm` asks a configured model for a handoff summary; `remote` hands the thread to
+OpenAI's `/responses/compact`; `offline` needs no model (masked tool outputs, then an extractive
+summary); `auto` picks `remote` for OpenAI's own endpoint with the Responses API (as Codex does),
+else `llm` when an endpoint is configured, else `offline`, and falls back to `offline` when the
+model path fails, so that a full thread is never stuck. An explicit `llm` or `remote` that fails
+raises CompactionFailed. This package is pure: it computes the new history and never touches the
+ledger; the caller swaps it in.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ctxd.compact.history import build_compacted_history, compact_prompt, ghost_snapshots
+from ctxd.compact.model import compact_remote, is_openai_host, resolve_endpoint, summarize
+from ctxd.compact.offline import history_tokens, offline_compact
+from ctxd.errors import Cancelled, CompactionFailed, InvalidParams
+from ctxd.normalize import project
+
+STRATEGIES = ("auto", "llm", "remote", "offline")
+
+__all__ = ["STRATEGIES", "CompactOutcome", "choose_strategy", "compact", "offline_target"]
+
+
+@dataclass
+class CompactOutcome:
+    items: list[dict[str, Any]]
+    """The new history, oldest first."""
+    strategy: str
+    """The strategy that ran (never `auto`)."""
+    summary: str
+    """The handoff summary (for `remote`, a note: its summary is opaque)."""
+    trimmed_items: int = 0
+    """Items dropped from the request because it overflowed the model's window."""
+    fallback_reason: str | None = None
+    """Why `auto` fell back to `offline`, when it did."""
+    notes: list[str] = field(default_factory=list)
+
+
+def choose_strategy(requested: str, settings: Any) -> str:
+    """The strategy `auto` stands for with these settings (others stand for themselves)."""
+    if requested != "auto":
+        return requested
+    llm = settings.llm
+    if not llm.base_url:
+        return "offline"
+    if is_openai_host(llm.base_url) and llm.api == "responses":
+        return "remote"
+    return "llm"
+
+
+def offline_target(items: list[dict[str, Any]], settings: Any) -> int:
+    """Tokens the offline strategy aims for: a 4x reduction, and at most half the auto-compact limit."""
+    target = history_tokens(items) // 4
+    limit = settings.auto_compact_limit()
+    return min(target, limit // 2) if limit else target
+
+
+def compact(
+    items: list[dict[str, Any]],
+    *,
+    strategy: str,
+    settings: Any,
+    cancel: threading.Event | None = None,
+    progress: Callable[[str], None] | None = None,
+    instructions: str | None = None,
+) -> CompactOutcome:
+    """Compute the compacted history of `items` (a thread's active items, oldest first).
+
+    `instructions` are the agent's base instructions, sent with a remote compaction; the handoff
+    instruction is used when there are none.
+    """
+    if strategy not in STRATEGIES:
+        raise InvalidParams(f"strategy: must be one of {', '.join(STRATEGIES)}")
+    cancel = cancel or threading.Event()
+    chosen = choose_strategy(strategy, settings)
+    if chosen != "offline":
+        try:
+            return _model_compact(items, chosen, settings, cancel, progress, instructions)
+        except Cancelled:
+            raise
+        except CompactionFailed as error:
+            if strategy != "auto":
+                raise
+            if progress is not None:
+                progress(f"{chosen} compaction failed ({error.message}); compacting offline instead")
+            outcome = _offline(items, settings, progress)
+            outcome.fallback_reason = error.message
+            return outcome
+    return _offline(items, settings, progress)
+
+
+def _offline(items: list[dict[str, Any]], settings: Any, progress: Callable[[str], None] | None) -> CompactOutcome:
+    if progress is not None:
+        progress("compacting offline")
+    result = offline_compact(items, target_tokens=offline_target(items, settings),
+                             user_message_max_tokens=settings.compact_user_message_max_tokens)
+    return CompactOutcome(result.items, "offline", result.summary)
+
+
+def _model_compact(items: list[dict[str, Any]], strategy: str, settings: Any, cancel: threading.Event,
+                   progress: Callable[[str], None] | None, instructions: str | None) -> CompactOutcome:
+    endpoint = resolve_endpoint(settings)
+    try:
+        prompt = compact_prompt(settings.compact_prompt_file)
+    except OSError as error:
+        raise CompactionFailed(f"cannot read compact_prompt_file: {error.strerror or error}") from None
+    projected = project(items)
+    if not projected:
+        raise CompactionFailed("nothing to send: the thread has no items a model can read")
+    if strategy == "remote":
+        output, trimmed = compact_remote(endpoint, projected, instructions or prompt, cancel=cancel, progress=progress)
+        note = f"remote compaction by {endpoint.model}: {len(output)} items"
+        return CompactOutcome(output + ghost_snapshots(items), "remote", note, trimmed)
+    summary, trimmed = summarize(endpoint, projected, prompt, cancel=cancel, progress=progress)
+    new_items = build_compacted_history(items, summary, settings.compact_user_message_max_tokens)
+    return CompactOutcome(new_items, "llm", summary, trimmed)

@@ -1,0 +1,255 @@
+"""The model-backed strategies: `llm` (a handoff summary) and `remote` (`/responses/compact`).
+
+Both go through the real `openai` client, with its own retries off so that ours (bounded,
+cancellable) are the only ones. When the compaction request itself overflows the model's window,
+the oldest item (with its call/output partner) is dropped from what is sent and the request tried
+again, in both strategies; the caller learns how many items were dropped. The API key is read from
+the environment at call time and never leaves this module except inside the client.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
+from urllib.parse import urlparse
+
+import openai
+
+from ctxd.compact.history import message_text
+from ctxd.compact.retry import ContextTooLong, RetryPolicy, call_with_retries
+from ctxd.errors import CompactionFailed, InvalidParams
+from ctxd.models import validate_items
+from ctxd.normalize import CALL_TO_OUTPUT, OUTPUT_TYPES
+
+OPENAI_HOSTS = ("api.openai.com",)
+PLACEHOLDER_KEY = "not-needed"  # local OpenAI-compatible servers ignore the key, the client wants one
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class Endpoint:
+    base_url: str
+    model: str
+    api: str
+    api_key: str
+    timeout: float
+    policy: RetryPolicy
+
+    def __repr__(self) -> str:  # keep the key out of any log or traceback
+        return f"Endpoint(base_url={self.base_url!r}, model={self.model!r}, api={self.api!r})"
+
+
+def is_openai_host(base_url: str | None) -> bool:
+    if not base_url:
+        return False
+    host = (urlparse(base_url).hostname or "").lower()
+    return host in OPENAI_HOSTS
+
+
+def resolve_endpoint(settings: Any) -> Endpoint:
+    """The configured endpoint, or CompactionFailed saying what is missing."""
+    llm = settings.llm
+    if not llm.base_url:
+        raise CompactionFailed("no model endpoint is configured (set llm.base_url)")
+    model = llm.model or settings.model
+    if not model:
+        raise CompactionFailed("no model is configured for compaction (set llm.model)")
+    key_env = llm.api_key_env or "OPENAI_API_KEY"
+    key = os.environ.get(key_env) or ""
+    if not key:
+        if is_openai_host(llm.base_url):
+            raise CompactionFailed(f"no API key: the environment variable {key_env} is not set")
+        key = PLACEHOLDER_KEY
+    policy = RetryPolicy(max_retries=int(getattr(llm, "max_retries", 4)),
+                         budget_seconds=float(getattr(llm, "retry_budget_seconds", 60.0)))
+    return Endpoint(llm.base_url, model, llm.api, key, float(llm.timeout_seconds), policy)
+
+
+def make_client(endpoint: Endpoint) -> openai.OpenAI:
+    return openai.OpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=0, timeout=endpoint.timeout)
+
+
+# --- trimming ------------------------------------------------------------------------------------
+
+
+def drop_oldest(items: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    """Drop the first item and, when it is a tool call, its output(s). Returns (rest, dropped)."""
+    if not items:
+        return items, 0
+    first, rest = items[0], items[1:]
+    output_type = CALL_TO_OUTPUT.get(str(first.get("type")))
+    if output_type is None:
+        return rest, 1
+    kept = [item for item in rest if not (item.get("type") == output_type and item.get("call_id") == first.get("call_id"))]
+    return kept, 1 + len(rest) - len(kept)
+
+
+def with_trimming(history: list[dict[str, Any]], send: Callable[[list[dict[str, Any]]], Any],
+                  progress: Progress | None) -> tuple[Any, int]:
+    """Send, dropping the oldest items while the endpoint says the request is too long."""
+    trimmed = 0
+    while True:
+        try:
+            return send(history), trimmed
+        except ContextTooLong as error:
+            if len(history) <= 1:
+                raise CompactionFailed(f"the compaction request does not fit the model's window even after "
+                                       f"dropping {trimmed} items: {error}") from None
+            history, dropped = drop_oldest(history)
+            trimmed += dropped
+            if progress is not None:
+                progress(f"request too long for the model; dropped the {trimmed} oldest items")
+
+
+# --- chat completions ----------------------------------------------------------------------------
+
+
+def _output_text(output: Any) -> str:
+    if isinstance(output, str):
+        return output
+    if isinstance(output, list):
+        return "\n".join(part.get("text", "[image]") if isinstance(part, dict) else str(part) for part in output)
+    return json.dumps(output)
+
+
+def to_chat_messages(items: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """Responses items as chat messages; tool calls and outputs become text, runs of one role merge."""
+    messages: list[dict[str, str]] = []
+
+    def add(role: str, text: str) -> None:
+        if not text:
+            return
+        if messages and messages[-1]["role"] == role:
+            messages[-1]["content"] += "\n\n" + text
+        else:
+            messages.append({"role": role, "content": text})
+
+    for item in items:
+        kind = item.get("type")
+        if kind == "message":
+            role = item.get("role")
+            text = message_text(item)
+            if isinstance(item.get("content"), list) and any(
+                    isinstance(p, dict) and p.get("type") == "input_image" for p in item["content"]):
+                text = (text + "\n[image]").strip()
+            add("assistant" if role == "assistant" else "system" if role in ("system", "developer") else "user", text)
+        elif kind in CALL_TO_OUTPUT:
+            body = item.get("arguments") if kind == "function_call" else item.get("input")
+            add("assistant", f"[tool call `{item.get('name')}` id={item.get('call_id')}]\n{body}")
+        elif kind in OUTPUT_TYPES:
+            add("user", f"[tool output id={item.get('call_id')}]\n{_output_text(item.get('output'))}")
+        elif kind == "reasoning":
+            summary = "\n".join(part.get("text", "") for part in item.get("summary") or [] if isinstance(part, dict))
+            add("assistant", f"[reasoning]\n{summary}" if summary.strip() else "")
+    return messages
+
+
+def _summary_or_fail(text: Any) -> str:
+    if not isinstance(text, str) or not text.strip():
+        raise CompactionFailed("the model's answer held no summary text")
+    return text.strip()
+
+
+def summarize(endpoint: Endpoint, history: list[dict[str, Any]], prompt: str, *,
+              cancel: threading.Event, progress: Progress | None) -> tuple[str, int]:
+    """Ask the model for a handoff summary of `history`. Returns (summary, trimmed items)."""
+    client = make_client(endpoint)
+
+    def send(items: list[dict[str, Any]]) -> str:
+        if endpoint.api == "responses":
+            instruction = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": prompt}]}
+
+            def call() -> str:
+                response = client.responses.create(model=endpoint.model, input=items + [instruction], store=False)
+                return _summary_or_fail(_response_text(response))
+        else:
+            messages = to_chat_messages(items) + [{"role": "user", "content": prompt}]
+
+            def call() -> str:
+                response = client.chat.completions.create(model=endpoint.model, messages=messages)
+                try:
+                    content = response.choices[0].message.content
+                except (AttributeError, IndexError, TypeError):
+                    raise CompactionFailed("the model's answer was not a chat completion") from None
+                return _summary_or_fail(content)
+
+        return _guarded(call, endpoint, cancel, progress, client)
+
+    try:
+        if progress is not None:
+            progress(f"asking {endpoint.model} for a handoff summary")
+        return with_trimming(history, send, progress)
+    finally:
+        client.close()
+
+
+def _response_text(response: Any) -> str:
+    """The assistant text of a Responses answer (the last message's output_text parts)."""
+    try:
+        output = response.output
+    except AttributeError:
+        raise CompactionFailed("the model's answer was not a response object") from None
+    if not isinstance(output, list):
+        raise CompactionFailed("the model's answer was not a response object")
+    texts = []
+    for item in output:
+        if getattr(item, "type", None) == "message" and getattr(item, "role", None) == "assistant":
+            parts = [getattr(part, "text", "") for part in getattr(item, "content", None) or []]
+            texts = [text for text in parts if isinstance(text, str)]
+    return "\n".join(texts)
+
+
+# --- remote compaction ---------------------------------------------------------------------------
+
+
+def compact_remote(endpoint: Endpoint, history: list[dict[str, Any]], instructions: str, *,
+                   cancel: threading.Event, progress: Progress | None) -> tuple[list[dict[str, Any]], int]:
+    """POST /responses/compact; returns (the output items, trimmed items)."""
+    client = make_client(endpoint)
+
+    def send(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        def call() -> list[dict[str, Any]]:
+            raw = client.responses.with_raw_response.compact(model=endpoint.model, input=items, instructions=instructions)
+            return _compacted_items(json.loads(raw.text))
+
+        return _guarded(call, endpoint, cancel, progress, client)
+
+    try:
+        if progress is not None:
+            progress(f"asking {endpoint.model} to compact the thread (/responses/compact)")
+        return with_trimming(history, send, progress)
+    finally:
+        client.close()
+
+
+def _compacted_items(body: Any) -> list[dict[str, Any]]:
+    """The output items exactly as the endpoint spelled them (not re-serialized by the SDK)."""
+    output = body.get("output") if isinstance(body, dict) else None
+    if not isinstance(output, list) or not output:
+        raise CompactionFailed("the compact endpoint's answer had no output items")
+    items = output
+    try:
+        validate_items(items)
+    except InvalidParams as error:
+        raise CompactionFailed(f"the compact endpoint returned an unusable item: {error.message}") from None
+    if any(item.get("type") == "ghost_snapshot" for item in items):
+        raise CompactionFailed("the compact endpoint returned a ghost snapshot")
+    return items
+
+
+def _guarded(call: Callable[[], Any], endpoint: Endpoint, cancel: threading.Event,
+             progress: Progress | None, client: openai.OpenAI) -> Any:
+    """One request with our retries; a body that does not parse is a permanent failure."""
+
+    def parsed() -> Any:
+        try:
+            return call()
+        except (openai.APIResponseValidationError, json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise CompactionFailed(f"the endpoint's answer did not parse ({type(error).__name__})") from None
+
+    return call_with_retries(parsed, policy=endpoint.policy, cancel=cancel, progress=progress,
+                             secret=endpoint.api_key, on_cancel=client.close)

@@ -1,0 +1,172 @@
+"""Running a compaction against a workspace: manual (`ctxd/compact`) and automatic (before a prompt).
+
+`ctxd.compact` computes a new history; this module takes the thread's lock, swaps the history in
+with one `Workspace.replace_history` transaction, and tells the client: the new usage at once,
+then `ctxd/compacted`, then a warning that compactions cost accuracy. Nothing is written until the
+new history is ready, so a failed or cancelled compaction leaves the ledger exactly as it was.
+
+Automatic compaction has a circuit breaker: after three consecutive automatic compactions that
+failed or left usage at or over the limit, it stops for that thread and says so, rather than
+compacting again before every prompt. A compaction that brings usage under the limit re-arms it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Protocol
+
+from ctxd import protocol as wire
+from ctxd.compact import compact
+from ctxd.errors import Cancelled, CompactionFailed
+from ctxd.service import Service, Workspace
+
+log = logging.getLogger("ctxd")
+
+BREAKER_LIMIT = 3
+BREAKER_KEY = "autoCompact"
+ACCURACY_WARNING = (
+    "ctxd compacted thread '{thread}' ({before} → {after} tokens, {strategy}). Every compaction drops "
+    "detail, and models grow less accurate over long threads and repeated compactions: start a new "
+    "thread when the task allows."
+)
+
+
+class Events(Protocol):
+    """What a compaction tells the client; the server implements it."""
+
+    def usage_now(self, uri: str, thread: str) -> None: ...
+    def compacted(self, params: dict[str, Any]) -> None: ...
+    def warn(self, message: str) -> None: ...
+    def progress(self, token: int | str | None, value: dict[str, Any]) -> None: ...
+
+
+class ServerEvents:
+    """Events sent through a CtxdServer (typed loosely so that this module needs no pygls)."""
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+
+    def usage_now(self, uri: str, thread: str) -> None:
+        self.server.throttle.flush((uri, thread))
+
+    def compacted(self, params: dict[str, Any]) -> None:
+        self.server.notify(wire.COMPACTED, params)
+
+    def warn(self, message: str) -> None:
+        self.server.show_message(message, wire.MESSAGE_WARNING)
+
+    def progress(self, token: int | str | None, value: dict[str, Any]) -> None:
+        if token is not None:
+            self.server.notify(wire.PROGRESS, {"token": token, "value": value})
+
+
+def compact_thread(workspace: Workspace, thread: str, *, strategy: str, cancel: threading.Event, events: Events,
+                   progress_token: int | str | None = None, automatic: bool = False) -> dict[str, Any]:
+    """Compact `thread` now and swap the result in. Raises CompactionFailed or Cancelled with the
+    ledger untouched."""
+    events.progress(progress_token, {"kind": "begin", "title": "Compacting conversation", "cancellable": True,
+                                     "message": f"thread '{thread}'"})
+
+    def report(message: str) -> None:
+        events.progress(progress_token, {"kind": "report", "message": message})
+
+    try:
+        with workspace.thread_lock(thread):
+            result = _compact_locked(workspace, thread, strategy, cancel, report, automatic)
+    except (CompactionFailed, Cancelled) as error:
+        events.progress(progress_token, {"kind": "end", "message": f"compaction failed: {error.message}"})
+        raise
+    except BaseException:
+        events.progress(progress_token, {"kind": "end", "message": "compaction failed"})
+        raise
+    events.usage_now(workspace.uri, thread)
+    events.compacted({"workspace": workspace.uri, "thread": thread, "tokensBefore": result["tokensBefore"],
+                      "tokensAfter": result["tokensAfter"], "strategy": result["strategy"]})
+    events.warn(ACCURACY_WARNING.format(thread=thread, before=result["tokensBefore"], after=result["tokensAfter"],
+                                        strategy=result["strategy"]))
+    events.progress(progress_token, {"kind": "end", "message": f"{result['tokensBefore']} → {result['tokensAfter']} tokens"})
+    return result
+
+
+def _compact_locked(workspace: Workspace, thread: str, strategy: str, cancel: threading.Event,
+                    report: Any, automatic: bool) -> dict[str, Any]:
+    entries = workspace.entries(thread)
+    if not entries:
+        raise CompactionFailed(f"thread '{thread}' is empty: nothing to compact")
+    upto_seq = entries[-1].seq
+    settings = workspace.settings_for(thread)
+    before = workspace.usage(thread)["usedTokens"]
+    instructions = workspace.prompt_context(thread).get("baseInstructions")
+    outcome = compact([entry.item for entry in entries], strategy=strategy, settings=settings, cancel=cancel,
+                      progress=report, instructions=instructions if isinstance(instructions, str) else None)
+    if cancel.is_set():
+        raise Cancelled("the compaction was cancelled")
+    info = {"strategy": outcome.strategy, "requested": strategy, "automatic": automatic, "tokensBefore": before,
+            "trimmedItems": outcome.trimmed_items, "fallbackReason": outcome.fallback_reason}
+    swapped = workspace.replace_history(thread, outcome.items, upto_seq=upto_seq, info=info)
+    usage = swapped["usage"]
+    if usage["autoCompactLimit"] and usage["usedTokens"] < usage["autoCompactLimit"]:
+        _rearm(workspace, thread)
+    return {"historyVersion": swapped["historyVersion"], "tokensBefore": before, "tokensAfter": usage["usedTokens"],
+            "strategy": outcome.strategy, "summary": outcome.summary, "trimmedItems": outcome.trimmed_items,
+            **({"fallbackReason": outcome.fallback_reason} if outcome.fallback_reason else {})}
+
+
+def _rearm(workspace: Workspace, thread: str) -> None:
+    if workspace.state(thread).get(BREAKER_KEY):
+        workspace.update_state(thread, **{BREAKER_KEY: None})
+
+
+def auto_compact(workspace: Workspace, thread: str, events: Events) -> None:
+    """Before a prompt: compact a thread at or over its limit, unless the breaker has tripped.
+
+    Never raises: the prompt goes on with whatever history there is, and the user is told.
+    """
+    breaker = workspace.state(thread).get(BREAKER_KEY) or {}
+    if breaker.get("disabled"):
+        return
+    with workspace.thread_lock(thread):
+        # Another prompt may have compacted the thread while this one waited for the lock.
+        if workspace.usage(thread)["tier"] != "compact":
+            return
+    try:
+        result = compact_thread(workspace, thread, strategy="auto", cancel=threading.Event(), events=events,
+                                automatic=True)
+    except (CompactionFailed, Cancelled) as error:
+        _trip(workspace, thread, events, f"automatic compaction failed: {error.message}")
+        return
+    except Exception as error:  # a bug must not take the prompt down with it
+        log.exception("automatic compaction of %s failed", thread)
+        _trip(workspace, thread, events, f"automatic compaction failed: {type(error).__name__}")
+        return
+    usage = workspace.usage(thread)
+    if usage["autoCompactLimit"] and usage["usedTokens"] >= usage["autoCompactLimit"]:
+        _trip(workspace, thread, events, f"automatic compaction left the thread at {result['tokensAfter']} tokens, "
+                                         f"not under the limit of {usage['autoCompactLimit']}")
+
+
+def _trip(workspace: Workspace, thread: str, events: Events, reason: str) -> None:
+    """Count a failed or useless automatic compaction; at BREAKER_LIMIT in a row, stop trying."""
+    breaker = dict(workspace.state(thread).get(BREAKER_KEY) or {})
+    failures = int(breaker.get("failures", 0)) + 1
+    disabled = failures >= BREAKER_LIMIT
+    workspace.update_state(thread, **{BREAKER_KEY: {"failures": failures, "disabled": disabled, "reason": reason}})
+    if disabled:
+        events.warn(f"ctxd: {reason}. That is {failures} automatic compactions in a row that did not help, so "
+                    f"automatic compaction is now off for thread '{thread}'. Compact by hand (ctxd/compact), "
+                    f"roll back, or start a new thread; a compaction that gets under the limit turns it back on.")
+    else:
+        events.warn(f"ctxd: {reason} (attempt {failures} of {BREAKER_LIMIT} before automatic compaction stops).")
+
+
+def install(service: Service, events: Events) -> None:
+    """Give every workspace the service opens an automatic compactor (keeping any other hook)."""
+    previous = service.on_open
+
+    def on_open(workspace: Workspace) -> None:
+        workspace.auto_compactor = lambda ws, thread: auto_compact(ws, thread, events)
+        if previous is not None:
+            previous(workspace)
+
+    service.on_open = on_open

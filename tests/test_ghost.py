@@ -1,0 +1,517 @@
+"""Ghost snapshots against real git repositories (the pure module, no daemon).
+
+Every test checks that the user's index bytes, HEAD, refs (outside ctxd's namespace), config and
+`git status` are the same before and after, as the issue requires.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+from ctxd import ghost
+from ctxd.errors import Cancelled, GitFailed, InvalidParams
+from ctxd.settings import GhostSettings
+from tests.ghost_repo import Repo, isolated_git_env, make_repo
+
+
+@pytest.fixture(autouse=True)
+def _no_git_identity(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for key, value in isolated_git_env(tmp_path / "home").items():
+        monkeypatch.setenv(key, value)
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Repo:
+    return make_repo(tmp_path / "repo")
+
+
+def snapshot_tree(repo: Repo, commit: str, prefix: str = "") -> dict[str, str]:
+    """{path: "mode sha"} of a snapshot's files (under `prefix`)."""
+    out = repo.git("ls-tree", "-r", "-z", "--full-tree", commit)
+    entries = {}
+    for record in out.split("\0"):
+        if record:
+            meta, path = record.split("\t", 1)
+            mode, _kind, sha = meta.split()
+            if path.startswith(prefix):
+                entries[path] = f"{mode} {sha}"
+    return entries
+
+
+def test_snapshot_and_restore_leave_the_user_state_alone(repo: Repo) -> None:
+    repo.write("src/app.py", "print('edited')\n")  # modified, unstaged
+    repo.write("staged.txt", "staged\n")
+    repo.git("add", "staged.txt")  # staged new file
+    repo.write("notes.txt", "untracked\n")
+    repo.write("debug.log", "ignored\n")
+    repo.write("old name.txt", "to be renamed\n")
+    before_files = repo.files()
+    before = repo.state()
+
+    snap = ghost.snapshot(repo.root, "before the agent")
+    assert repo.state() == before
+    assert snap["parent"] == repo.git("rev-parse", "HEAD").strip()
+    assert snap["message"] == "before the agent"
+    assert snap["fileCount"] == 7  # README, .gitignore, 2 in src, staged, notes, old name
+    assert snap["skipped"] == []
+    tree = snapshot_tree(repo, snap["id"])
+    assert "debug.log" not in tree and "notes.txt" in tree and "staged.txt" in tree
+
+    # The agent edits: modify, delete, rename, create; an ignored file changes too.
+    repo.write("src/app.py", "print('agent')\n")
+    (repo.root / "src/util.py").unlink()
+    (repo.root / "old name.txt").rename(repo.root / "new name.txt")
+    repo.write("created/by/agent.py", "new\n")
+    repo.write("debug.log", "ignored, changed since\n")
+
+    result = ghost.restore(repo.root, snap["id"])
+    assert result["id"] == snap["id"]
+    assert sorted(result["restored"]) == ["old name.txt", "src/app.py", "src/util.py"]
+    assert sorted(result["removed"]) == ["created/by/agent.py", "new name.txt"]
+    after_files = repo.files()
+    assert after_files.pop("debug.log") == "ignored, changed since\n"  # ignored: never touched
+    before_files.pop("debug.log")
+    assert after_files == before_files
+    assert not (repo.root / "created").exists()  # emptied directories go too
+    assert repo.state() == before
+
+
+def test_restore_of_the_current_state_changes_nothing(repo: Repo) -> None:
+    repo.write("src/app.py", "edited\n")
+    snap = ghost.snapshot(repo.root)
+    before = repo.state()
+    assert ghost.restore(repo.root, snap["id"]) == {"id": snap["id"], "restored": [], "removed": []}
+    assert repo.state() == before
+
+
+def test_no_commits_yet(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "fresh", commit=False)
+    repo.write("a.txt", "a\n")
+    before = repo.state()
+    snap = ghost.snapshot(repo.root)
+    assert snap["parent"] is None and snap["fileCount"] == 1
+    assert repo.state() == before
+    repo.write("a.txt", "changed\n")
+    repo.write("b.txt", "b\n")
+    assert ghost.restore(repo.root, snap["id"])["removed"] == ["b.txt"]
+    assert (repo.root / "a.txt").read_text() == "a\n"
+    assert repo.state() == before
+
+
+def test_empty_repository_and_empty_folder(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "empty", commit=False)
+    snap = ghost.snapshot(repo.root)
+    assert snap["fileCount"] == 0
+    repo.write("later.txt")
+    assert ghost.restore(repo.root, snap["id"])["removed"] == ["later.txt"]
+
+
+def test_detached_head(repo: Repo) -> None:
+    repo.write("README.md", "second\n")
+    repo.commit_all("second")
+    repo.git("checkout", "-q", "--detach", "HEAD~1")
+    repo.write("README.md", "detached edit\n")
+    before = repo.state()
+    snap = ghost.snapshot(repo.root)
+    assert snap["parent"] == repo.git("rev-parse", "HEAD").strip()
+    repo.write("README.md", "agent\n")
+    ghost.restore(repo.root, snap["id"])
+    assert (repo.root / "README.md").read_text() == "detached edit\n"
+    assert repo.state() == before
+
+
+def _conflict(repo: Repo) -> None:
+    """A merge stopped on a conflict in src/app.py."""
+    repo.git("checkout", "-q", "-b", "other")
+    repo.write("src/app.py", "print('other')\n")
+    repo.commit_all("other")
+    repo.git("checkout", "-q", "main")
+    repo.write("src/app.py", "print('main')\n")
+    repo.commit_all("main")
+    repo.git("merge", "other", check=False)
+    assert "UU src/app.py" in repo.git("status", "--porcelain")
+
+
+def test_merge_in_progress(repo: Repo) -> None:
+    _conflict(repo)
+    merge_head = (repo.git_dir / "MERGE_HEAD").read_bytes()
+    before = repo.state()
+    conflicted = (repo.root / "src/app.py").read_text()
+    snap = ghost.snapshot(repo.root)
+    assert repo.state() == before
+    repo.write("src/app.py", "resolved by the agent\n")
+    repo.write("extra.py", "x\n")
+    ghost.restore(repo.root, snap["id"])
+    assert (repo.root / "src/app.py").read_text() == conflicted
+    assert not (repo.root / "extra.py").exists()
+    assert repo.state() == before
+    assert (repo.git_dir / "MERGE_HEAD").read_bytes() == merge_head
+
+
+def test_merge_in_progress_with_a_subdirectory_workspace(repo: Repo) -> None:
+    repo.write("docs/guide.md", "guide\n")
+    repo.commit_all("docs")
+    _conflict(repo)  # the conflict is outside the workspace folder
+    before = repo.state()
+    snap = ghost.snapshot(repo.root / "docs")
+    repo.write("docs/guide.md", "edited\n")
+    ghost.restore(repo.root / "docs", snap["id"])
+    assert (repo.root / "docs/guide.md").read_text() == "guide\n"
+    assert repo.state() == before
+
+
+def test_rebase_in_progress(repo: Repo) -> None:
+    repo.git("checkout", "-q", "-b", "topic")
+    repo.write("src/app.py", "print('topic')\n")
+    repo.commit_all("topic")
+    repo.git("checkout", "-q", "main")
+    repo.write("src/app.py", "print('main moved')\n")
+    repo.commit_all("main moved")
+    repo.git("checkout", "-q", "topic")
+    repo.git("rebase", "main", check=False)
+    assert (repo.git_dir / "rebase-merge").is_dir() or (repo.git_dir / "rebase-apply").is_dir()
+    before = repo.state()
+    snap = ghost.snapshot(repo.root)
+    repo.write("src/app.py", "agent\n")
+    ghost.restore(repo.root, snap["id"])
+    assert repo.state() == before
+
+
+def test_awkward_paths(repo: Repo) -> None:
+    names = ["with space.txt", "ünïcödé/ファイル.txt", "new\nline.txt", "tab\there.txt", "-dash.txt",
+             "star*.txt", ":colon.txt", "quote\"d.txt"]
+    for name in names[:4]:
+        repo.write(name, f"tracked {name}\n")
+    repo.commit_all("awkward")
+    for name in names:
+        repo.write(name, f"before {name}\n")
+    before = repo.state()
+    snap = ghost.snapshot(repo.root)
+    assert set(names) <= set(snapshot_tree(repo, snap["id"]))
+    for name in names:
+        (repo.root / name).unlink()
+    repo.write("another\nnew line.txt", "created since\n")
+    result = ghost.restore(repo.root, snap["id"])
+    assert set(result["restored"]) == set(names)
+    assert result["removed"] == ["another\nnew line.txt"]
+    for name in names:
+        assert (repo.root / name).read_text() == f"before {name}\n"
+    assert repo.state() == before
+
+
+def test_symlinks_are_restored_as_links_and_never_followed(repo: Repo, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "precious.txt").write_text("keep me\n")
+    os.symlink("README.md", repo.root / "link-to-readme")
+    repo.write("lib/mod.py", "mod\n")
+    repo.commit_all("links")
+    os.symlink("src", repo.root / "untracked-link")
+    before = repo.state()
+    snap = ghost.snapshot(repo.root)
+    assert snapshot_tree(repo, snap["id"])["untracked-link"].startswith("120000 ")
+
+    (repo.root / "link-to-readme").unlink()
+    os.symlink(str(outside / "precious.txt"), repo.root / "link-to-readme")  # now points outside
+    shutil.rmtree(repo.root / "lib")
+    os.symlink(str(outside), repo.root / "lib")  # a directory replaced by a link out of the workspace
+    (repo.root / "untracked-link").unlink()
+
+    ghost.restore(repo.root, snap["id"])
+    assert os.readlink(repo.root / "link-to-readme") == "README.md"
+    assert os.readlink(repo.root / "untracked-link") == "src"
+    assert (repo.root / "lib").is_dir() and not (repo.root / "lib").is_symlink()
+    assert (repo.root / "lib/mod.py").read_text() == "mod\n"
+    assert sorted(p.name for p in outside.iterdir()) == ["precious.txt"]
+    assert (outside / "precious.txt").read_text() == "keep me\n"
+    assert repo.state() == before
+
+
+def test_executable_bits(repo: Repo) -> None:
+    script = repo.write("run.sh", "#!/bin/sh\necho hi\n")
+    script.chmod(0o755)
+    repo.commit_all("script")
+    tool = repo.write("tool.sh", "#!/bin/sh\n")
+    tool.chmod(0o755)
+    before = repo.state()
+    snap = ghost.snapshot(repo.root)
+    assert snapshot_tree(repo, snap["id"])["tool.sh"].startswith("100755 ")
+    script.chmod(0o644)
+    tool.chmod(0o644)
+    ghost.restore(repo.root, snap["id"])
+    assert os.access(script, os.X_OK) and os.access(tool, os.X_OK)
+    assert repo.state() == before
+
+
+def test_submodules_are_not_descended_into(repo: Repo, tmp_path: Path) -> None:
+    library = make_repo(tmp_path / "library")
+    repo.git("-c", "protocol.file.allow=always", "submodule", "add", "-q", str(library.root), "vendor/lib")
+    repo.commit_all("submodule")
+    sub = Repo(repo.root / "vendor/lib")
+    sub.write("inside.txt", "untracked inside the submodule\n")
+    before, sub_before = repo.state(), sub.state()
+    snap = ghost.snapshot(repo.root)
+    tree = snapshot_tree(repo, snap["id"])
+    assert tree["vendor/lib"].startswith("160000 ")
+    assert not any(path.startswith("vendor/lib/") for path in tree)
+    sub.write("README.md", "changed inside the submodule\n")
+    repo.write("src/app.py", "agent\n")
+    ghost.restore(repo.root, snap["id"])
+    assert (repo.root / "src/app.py").read_text() == "print('app')\n"
+    assert (sub.root / "README.md").read_text() == "changed inside the submodule\n"  # left alone
+    assert (sub.root / "inside.txt").exists()
+    sub.write("README.md", "hello\n")
+    assert repo.state() == before and sub.state() == sub_before
+
+
+def test_subdirectory_workspace_is_a_scope(repo: Repo) -> None:
+    repo.write("pkg/a.py", "a\n")
+    repo.write("pkg/deep/b.py", "b\n")
+    repo.commit_all("pkg")
+    folder = repo.root / "pkg"
+    repo.write("pkg/new.py", "untracked in scope\n")
+    repo.write("outside.txt", "untracked outside\n")
+    before = repo.state()
+    snap = ghost.snapshot(folder)
+    assert snap["fileCount"] == 3
+    assert repo.state() == before
+    tree = snapshot_tree(repo, snap["id"])
+    assert "pkg/new.py" in tree and "outside.txt" not in tree
+
+    repo.write("pkg/a.py", "agent\n")
+    repo.write("pkg/agent.py", "agent\n")
+    repo.write("src/app.py", "edited outside the workspace\n")
+    repo.write("outside2.txt", "created outside\n")
+    result = ghost.restore(folder, snap["id"])
+    assert result == {"id": snap["id"], "restored": ["a.py"], "removed": ["agent.py"]}  # folder-relative
+    assert (repo.root / "src/app.py").read_text() == "edited outside the workspace\n"
+    assert (repo.root / "outside2.txt").exists()
+
+    # The snapshot belongs to the folder: the repository root neither lists nor restores it.
+    assert [g["id"] for g in ghost.list_snapshots(folder)] == [snap["id"]]
+    assert ghost.list_snapshots(repo.root) == []
+    with pytest.raises(InvalidParams):
+        ghost.restore(repo.root, snap["id"])
+
+
+def test_untracked_workspace_folder(repo: Repo) -> None:
+    folder = repo.root / "newproject"
+    for i in range(5):
+        repo.write(f"newproject/f{i}.py", f"{i}\n")
+    snap = ghost.snapshot(folder, settings=GhostSettings(max_untracked_dir_files=3))
+    assert snap["fileCount"] == 5 and snap["skipped"] == []  # the folder itself is not "a directory"
+    (folder / "f0.py").unlink()
+    ghost.restore(folder, snap["id"])
+    assert (folder / "f0.py").exists()
+
+
+def test_linked_worktree(repo: Repo, tmp_path: Path) -> None:
+    repo.git("worktree", "add", "-q", "-b", "wt", str(tmp_path / "wt"))
+    wt = Repo(tmp_path / "wt")
+    assert (wt.root / ".git").is_file()
+    wt.write("src/app.py", "worktree edit\n")
+    before, main_before = wt.state(), repo.state()
+    snap = ghost.snapshot(wt.root)
+    assert [g["id"] for g in ghost.list_snapshots(wt.root)] == [snap["id"]]
+    assert ghost.list_snapshots(repo.root) == []  # refs are shared, snapshots are per worktree
+    wt.write("src/app.py", "agent\n")
+    ghost.restore(wt.root, snap["id"])
+    assert (wt.root / "src/app.py").read_text() == "worktree edit\n"
+    assert wt.state() == before and repo.state() == main_before
+    with pytest.raises(InvalidParams):
+        ghost.restore(repo.root, snap["id"])
+
+
+def test_skips_are_reported_and_never_deleted(repo: Repo) -> None:
+    settings = GhostSettings(max_untracked_file_bytes=1000, max_untracked_dir_files=10)
+    repo.write("big.bin", "x" * 2000)
+    repo.write("small.bin", "x" * 10)
+    for i in range(12):
+        repo.write(f"generated/f{i}.txt", "g\n")
+    for i in range(9):
+        repo.write(f"fewfiles/f{i}.txt", "f\n")
+    repo.write("node_modules/pkg/index.js", "dep\n")
+    repo.write("web/node_modules/pkg/index.js", "dep\n")
+    repo.write("web/app.js", "app\n")
+    repo.write("src/__pycache__/app.cpython-311.pyc", "bytecode")
+    repo.write(".venv/bin/python", "venv\n")
+    nested = make_repo(repo.root / "nested")
+    before = repo.state()
+    snap = ghost.snapshot(repo.root, settings=settings)
+    skipped = {s["path"]: s["reason"] for s in snap["skipped"]}
+    assert set(skipped) == {"big.bin", "generated/", "node_modules/", "web/node_modules/",
+                            "src/__pycache__/", ".venv/", "nested/"}
+    assert "MiB" in skipped["big.bin"] and "12 files" in skipped["generated/"]
+    assert skipped["nested/"] == "nested git repository"
+    tree = snapshot_tree(repo, snap["id"])
+    assert {"small.bin", "fewfiles/f0.txt", "web/app.js"} <= set(tree)
+    assert not any(p.startswith(("generated/", "node_modules/", "nested/", ".venv/")) for p in tree)
+    assert repo.state() == before
+
+    repo.write("small.bin", "changed")
+    repo.write("big.bin", "y" * 3000)
+    result = ghost.restore(repo.root, snap["id"], settings=settings)
+    assert result["restored"] == ["small.bin"] and result["removed"] == []
+    assert (repo.root / "big.bin").read_text() == "y" * 3000
+    assert len(list((repo.root / "generated").iterdir())) == 12
+    assert (repo.root / "node_modules/pkg/index.js").exists()
+    assert (repo.root / ".venv/bin/python").exists()
+    assert (nested.root / "README.md").exists()
+    assert repo.state() == before
+
+
+def test_restore_refuses_to_delete_files_in_a_directory_it_needs(repo: Repo) -> None:
+    repo.write("out", "a file at snapshot time\n")
+    snap = ghost.snapshot(repo.root)
+    (repo.root / "out").unlink()
+    repo.write("out/run.log", "ignored, would be lost\n")
+    before_files = repo.files()
+    with pytest.raises(GitFailed, match="out/run.log"):
+        ghost.restore(repo.root, snap["id"])
+    assert repo.files() == before_files
+
+
+def test_restore_replaces_a_directory_of_files_created_since(repo: Repo) -> None:
+    repo.write("out", "a file at snapshot time\n")
+    snap = ghost.snapshot(repo.root)
+    (repo.root / "out").unlink()
+    repo.write("out/a.txt", "created since\n")
+    result = ghost.restore(repo.root, snap["id"])
+    assert result == {"id": snap["id"], "restored": ["out"], "removed": ["out/a.txt"]}
+    assert (repo.root / "out").read_text() == "a file at snapshot time\n"
+
+
+def test_snapshots_survive_gc_and_are_listed_newest_first(repo: Repo) -> None:
+    repo.write("a.txt", "one\n")
+    first = ghost.snapshot(repo.root, "one")
+    repo.write("a.txt", "two\n")
+    second = ghost.snapshot(repo.root, "two")
+    assert not repo.git("branch", "--list", "ctxd*").strip() and not repo.git("tag").strip()
+    repo.git("-c", "gc.reflogExpire=now", "-c", "gc.reflogExpireUnreachable=now", "gc", "-q", "--prune=now")
+    repo.git("cat-file", "-e", f"{first['id']}^{{tree}}")
+    listed = ghost.list_snapshots(repo.root)  # read back from git alone, as after a restart
+    assert [g["id"] for g in listed] == [second["id"], first["id"]]
+    assert listed[1] == first
+    repo.write("a.txt", "three\n")
+    ghost.restore(repo.root, first["id"])
+    assert (repo.root / "a.txt").read_text() == "one\n"
+
+
+@pytest.mark.parametrize("bad", ["--all", "-p", "HEAD", "main", "", "abc123", "a" * 40, "A" * 40,
+                                 "0" * 39 + "g", "../../etc/passwd", None, 42])
+def test_bad_ids_are_refused_and_nothing_changes(repo: Repo, bad: object) -> None:
+    ghost.snapshot(repo.root)
+    repo.write("src/app.py", "agent\n")
+    before, files = repo.state(), repo.files()
+    with pytest.raises(InvalidParams):
+        ghost.restore(repo.root, bad)  # type: ignore[arg-type]
+    assert repo.state() == before and repo.files() == files
+
+
+def test_a_commit_that_is_not_a_snapshot_is_refused(repo: Repo) -> None:
+    head = repo.git("rev-parse", "HEAD").strip()
+    with pytest.raises(InvalidParams, match="unknown snapshot"):
+        ghost.restore(repo.root, head)
+
+
+def test_not_a_git_repository(tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    for call in (lambda: ghost.snapshot(plain), lambda: ghost.list_snapshots(plain),
+                 lambda: ghost.restore(plain, "a" * 40)):
+        with pytest.raises(GitFailed) as caught:
+            call()
+        assert caught.value.code == -32002
+
+
+def test_index_lock_held_by_another_process(repo: Repo) -> None:
+    snap = ghost.snapshot(repo.root)
+    repo.write("src/app.py", "agent\n")
+    lock = repo.git_dir / "index.lock"
+    lock.write_bytes(b"held by someone else")
+    before_files = repo.files()
+    again = ghost.snapshot(repo.root)  # reading is fine: the user's index is not written
+    assert snapshot_tree(repo, again["id"])["src/app.py"] != snapshot_tree(repo, snap["id"])["src/app.py"]
+    with pytest.raises(GitFailed, match="index.lock"):
+        ghost.restore(repo.root, snap["id"])
+    assert repo.files() == before_files
+    assert lock.read_bytes() == b"held by someone else"
+
+
+def test_gpg_signing_configured_is_ignored(repo: Repo) -> None:
+    repo.git("config", "commit.gpgSign", "true")
+    repo.git("config", "gpg.program", "false")
+    snap = ghost.snapshot(repo.root)
+    assert snap["id"]
+
+
+def test_cancel_and_progress(repo: Repo) -> None:
+    cancel = threading.Event()
+    steps: list[str] = []
+
+    def progress(message: str) -> None:
+        steps.append(message)
+        if message.startswith("adding"):
+            cancel.set()
+
+    with pytest.raises(Cancelled):
+        ghost.snapshot(repo.root, progress=progress, cancel=cancel)
+    assert steps and ghost.list_snapshots(repo.root) == []
+    assert not list((repo.git_dir / "ctxd").glob("tmp-*"))
+
+
+@pytest.mark.parametrize("scope", ["", "src"])
+def test_the_cached_index_gives_the_same_trees(repo: Repo, scope: str) -> None:
+    """A sequence of edits to the working tree and the user's index, each snapshot taken with the
+    previous one's index as its seed, must give exactly the tree a cold snapshot gives."""
+    folder = repo.root / scope
+    edits = [
+        lambda: repo.write("src/app.py", "edited\n"),
+        lambda: repo.write("src/new.py", "untracked\n"),
+        lambda: (repo.root / "src/util.py").unlink(),  # tracked file deleted ...
+        lambda: repo.write("src/util.py", "... and back\n"),  # ... and created again
+        lambda: repo.write(".gitignore", "*.log\nsecret/\nnew.py\n"),  # an untracked file now ignored
+        lambda: repo.git("add", "-f", "src/new.py"),  # then force-added by the user
+        lambda: repo.git("rm", "-q", "--cached", "src/app.py"),  # tracked becomes untracked
+        lambda: repo.write("src/app.py", "x" * 5000),  # and too big
+        lambda: repo.git("commit", "-q", "-m", "user commit"),
+        lambda: (repo.root / "src/new.py").unlink(),
+        lambda: repo.write("src/deep/er/file.txt", "deep\n"),
+    ]
+    settings = GhostSettings(max_untracked_file_bytes=4000)
+    ghost.snapshot(folder, settings=settings)
+    for edit in edits:
+        edit()
+        warm = ghost.snapshot(folder, settings=settings)
+        warm_tree = repo.git("rev-parse", warm["id"] + "^{tree}").strip()
+        for cached in (repo.git_dir / "ctxd").glob("cache-*"):
+            cached.unlink()
+        cold = ghost.snapshot(folder, settings=settings)
+        assert warm_tree == repo.git("rev-parse", cold["id"] + "^{tree}").strip()
+        assert warm["skipped"] == cold["skipped"] and warm["fileCount"] == cold["fileCount"]
+
+
+def test_temporary_files_stay_inside_the_git_dir(repo: Repo) -> None:
+    repo.write("notes.txt")
+    snap = ghost.snapshot(repo.root)
+    ghost.restore(repo.root, snap["id"])
+    leftovers = {p.name for p in (repo.git_dir / "ctxd").iterdir()}
+    assert all(name.startswith("cache-") for name in leftovers)
+    assert "ctxd" not in repo.git("status", "--porcelain", "--ignored")
+
+
+def test_wire_shape(repo: Repo) -> None:
+    snap = ghost.snapshot(repo.root, "multi\nline\0message")
+    assert set(snap) == {"id", "parent", "createdAt", "message", "fileCount", "skipped", "durationMs"}
+    assert snap["message"] == "multi\nlinemessage"
+    assert snap["createdAt"].endswith("Z") and isinstance(snap["durationMs"], int)
+    assert ghost.list_snapshots(repo.root) == [snap]
+    body = subprocess.run(["git", "cat-file", "commit", snap["id"]], cwd=repo.root, capture_output=True,
+                          text=True).stdout
+    assert "author ctxd <ctxd@localhost>" in body

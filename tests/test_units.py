@@ -1,0 +1,112 @@
+"""Pure-module tests: truncation vectors, projection, throttle, settings."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from ctxd.normalize import project
+from ctxd.settings import load_settings
+from ctxd.throttle import Throttle
+from ctxd.tokens import IMAGE_BYTES, item_tokens
+from ctxd.truncate import truncate_text, truncate_tool_output
+from tests.helpers import call, output, user
+
+LONG = "this is an example of a long output that should be truncated\nalso some other line"
+EMOJI = "😀😀😀😀😀😀😀😀😀😀\nsecond line with text\n"
+
+
+def test_truncation_matches_codex_vectors() -> None:
+    assert truncate_text(LONG, 10) == "this is an example o…11 tokens truncated…also some other line"
+    assert truncate_text("abcdef", 0) == "…2 tokens truncated…"
+    assert truncate_text("short output", 100) == "short output"
+    assert truncate_text(EMOJI, 8) == "😀😀😀😀…8 tokens truncated… line with text\n"
+    assert truncate_text(EMOJI, 5) == "😀😀…11 tokens truncated…with text\n"
+
+
+def test_truncation_never_splits_a_character() -> None:
+    text = "日本語のテキスト" * 500 + "🙂" * 333
+    for budget in range(0, 200, 7):
+        out = truncate_text(text, budget)
+        out.encode("utf-8")  # would raise on a lone surrogate or a split sequence
+        assert len(out.encode()) <= budget * 4 + len("…99999 tokens truncated…".encode())
+
+
+def test_tool_output_parts_share_one_budget_and_images_pass() -> None:
+    image = {"type": "input_image", "image_url": "data:image/png;base64,AAAA"}
+    item = {"type": "function_call_output", "call_id": "c", "output": [
+        {"type": "input_text", "text": "a" * 30}, image, {"type": "input_text", "text": "b" * 30}]}
+    out = truncate_tool_output(item, 10)
+    assert out["output"][0]["text"] == "a" * 30
+    assert out["output"][1] == image
+    assert "tokens truncated" in out["output"][2]["text"]
+    assert truncate_tool_output(user("x" * 1000), 1) == user("x" * 1000)
+
+
+def test_projection_repairs_pairs_in_place_order() -> None:
+    ghost = {"type": "ghost_snapshot", "ghost_commit": {"id": "abc"}}
+    items = [user("go"), call("a"), ghost, call("b"), output("b"), output("orphan")]
+    projected = project(items)
+    assert [i["type"] for i in projected] == ["message", "function_call", "function_call_output",
+                                              "function_call", "function_call_output"]
+    assert projected[2] == {"type": "function_call_output", "call_id": "a", "output": "aborted"}
+    assert items[2] is ghost and len(items) == 6  # the input is not changed
+
+
+def test_projection_strips_images_for_text_only_models() -> None:
+    message = {"type": "message", "role": "user", "content": [
+        {"type": "input_text", "text": "look"}, {"type": "input_image", "image_url": "data:image/png;base64,AAAA"}]}
+    text_only = project([message], ["text"])[0]
+    assert all(part["type"] == "input_text" for part in text_only["content"])
+    assert project([message])[0] is message
+
+
+def test_projection_is_linear() -> None:
+    def timed(n: int) -> float:
+        items = []
+        for i in range(n):
+            items += [call(f"c{i}"), output(f"c{i}")] if i % 2 else [call(f"c{i}")]
+        start = time.perf_counter()
+        project(items)
+        return time.perf_counter() - start
+
+    timed(1000)
+    small, large = min(timed(5000) for _ in range(3)), min(timed(40000) for _ in range(3))
+    assert large / small < 8 * 3  # 8x the items; quadratic would be ~64x
+
+
+def test_item_token_rules() -> None:
+    assert item_tokens({"type": "ghost_snapshot", "ghost_commit": {"id": "x"}}) == 0
+    reasoning = {"type": "reasoning", "summary": [], "encrypted_content": "A" * 4000}
+    assert item_tokens(reasoning) == (4000 * 3 // 4 - 650 + 3) // 4
+    image = {"type": "message", "role": "user", "content": [{"type": "input_image", "image_url": "data:" + "A" * 100000}]}
+    assert item_tokens(image) < (IMAGE_BYTES + 200) // 4
+
+
+def test_throttle_sends_at_most_once_per_interval_and_the_last_value() -> None:
+    now = [0.0]
+    timers: list[tuple[float, object]] = []
+    sent: list[int] = []
+    throttle = Throttle(lambda _k, v: sent.append(v), 0.1, schedule=lambda d, fn: timers.append((now[0] + d, fn)),
+                        clock=lambda: now[0])
+    for value in range(10):
+        throttle.offer("k", value)
+        now[0] += 0.01
+    assert sent == [0]
+    due, fn = timers.pop()
+    now[0] = due
+    fn()  # type: ignore[operator]
+    assert sent == [0, 9]
+
+
+def test_settings_layers_and_bad_values(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
+    (tmp_path / "cfg" / "ctxd").mkdir(parents=True)
+    (tmp_path / "cfg" / "ctxd" / "config.toml").write_text('model = "gpt-4o"\ntool_output_token_limit = 500\n')
+    (tmp_path / ".ctxd.toml").write_text('tool_output_token_limit = 700\nauto_compact_ratio = "lots"\n[llm]\nmodel = "m"\n')
+    problems: list[str] = []
+    settings = load_settings(tmp_path, {"contextWindow": 1000, "llm": {"baseUrl": "http://127.0.0.1:1/v1"}}, problems)
+    assert settings.model == "gpt-4o" and settings.tool_output_token_limit == 700
+    assert settings.context_window == 1000 and settings.auto_compact_limit() == 900
+    assert settings.llm.base_url == "http://127.0.0.1:1/v1" and settings.llm.model == "m"
+    assert any("auto_compact_ratio" in p for p in problems)
