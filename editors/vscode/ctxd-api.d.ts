@@ -1,0 +1,194 @@
+/**
+ * The API of the ctxd VS Code extension (`ctxd.ctxd`), for agent extensions:
+ *
+ *   const ext = vscode.extensions.getExtension<CtxdApi>('ctxd.ctxd');
+ *   const ctxd = ext?.isActive ? ext.exports : await ext?.activate();
+ *   await ctxd.record([{ type: 'message', role: 'user', content: [{ type: 'input_text', text }] }]);
+ *   const { items } = await ctxd.getPrompt();
+ *
+ * Every call addresses a workspace folder (its `uri.toString()`) and a thread; both are optional and
+ * default to the active workspace folder and its active thread ("default" unless changed with
+ * `setActiveThread`). Calls wait while the daemon starts or restarts. A failed call rejects with the
+ * daemon's JSON-RPC error: `code` -32602 (bad params; nothing recorded), -32001 (compaction failed;
+ * ledger unchanged), -32002 (git failed; working tree unchanged), -32800 (cancelled).
+ *
+ * Items are OpenAI Responses API items, spelled as that API spells them; see the ctxd protocol.
+ */
+
+export interface Disposable {
+  dispose(): void;
+}
+
+/** Where a call goes. */
+export interface TargetOptions {
+  /** A workspace folder URI (`folder.uri.toString()`); default: the active folder. */
+  workspace?: string;
+  /** Default: the folder's active thread. */
+  thread?: string;
+}
+
+export interface Item {
+  type: string;
+  [field: string]: unknown;
+}
+
+export type Tier = 'ok' | 'warn' | 'compact';
+
+export interface UsageSnapshot {
+  usedTokens: number;
+  contextWindow: number;
+  percent: number;
+  autoCompactLimit: number;
+  tier: Tier;
+  source: 'api' | 'estimate' | 'api+estimate';
+  historyVersion: number;
+}
+
+export interface UsageChangedParams extends UsageSnapshot {
+  workspace: string;
+  thread: string;
+}
+
+export interface CompactedParams {
+  workspace: string;
+  thread: string;
+  tokensBefore: number;
+  tokensAfter: number;
+  strategy: string;
+}
+
+export interface Category {
+  name: string;
+  tokens: number;
+  percent: number;
+  details: { name: string; tokens: number }[];
+}
+
+export interface Breakdown {
+  model: string;
+  contextWindow: number;
+  mode: 'estimated' | 'actual';
+  totalTokens: number | null;
+  usage: UsageSnapshot;
+  /** systemPrompt, builtinTools, mcpTools, skills, memoryFiles, messages, freeSpace, autocompactBuffer. */
+  categories: Category[];
+}
+
+export interface RecordResult {
+  historyVersion: number;
+  itemCount: number;
+  usage: UsageSnapshot;
+}
+
+export interface TokenUsage {
+  inputTokens: number;
+  cachedInputTokens?: number;
+  outputTokens: number;
+  reasoningOutputTokens?: number;
+  totalTokens: number;
+}
+
+export interface ToolDeclaration {
+  name: string;
+  kind: 'builtin' | 'mcp' | 'skill';
+  schema: unknown;
+}
+
+export interface PromptContext {
+  model?: string;
+  contextWindow?: number;
+  baseInstructions?: string;
+  tools?: ToolDeclaration[];
+  memoryFiles?: { path: string; content: string }[];
+  skills?: { name: string; description: string }[];
+}
+
+export interface PromptResult {
+  items: Item[];
+  historyVersion: number;
+  estimatedTokens: number;
+  /** Send the full initial context with this turn, then call setPromptContext. */
+  reinjectContext: boolean;
+}
+
+export type CompactStrategy = 'auto' | 'llm' | 'remote' | 'offline';
+
+export interface CompactResult {
+  historyVersion: number;
+  tokensBefore: number;
+  tokensAfter: number;
+  strategy: string;
+  summary: string;
+  trimmedItems: number;
+}
+
+export interface RollbackResult {
+  historyVersion: number;
+  removedItems: number;
+  usage: UsageSnapshot;
+}
+
+export interface HistoryResult {
+  items: Item[];
+  historyVersion: number;
+  total: number;
+}
+
+export interface ThreadInfo {
+  thread: string;
+  itemCount: number;
+  historyVersion: number;
+  updatedAt: string | number;
+}
+
+export interface GhostCommit {
+  id: string;
+  parent: string | null;
+  createdAt: string | number;
+  message: string | null;
+  fileCount: number;
+  skipped: { path: string; reason: string }[];
+  durationMs: number;
+}
+
+export interface RestoreResult {
+  id: string;
+  restored: string[];
+  removed: string[];
+  removedItems?: number;
+}
+
+export interface CtxdApi {
+  readonly apiVersion: 1;
+  /** The ctxd wire protocol version the extension speaks. */
+  readonly protocolVersion: number;
+  /** Appends items (oldest first) to the thread's ledger. */
+  record(items: Item[], target?: TargetOptions): Promise<RecordResult>;
+  /** The usage the model API reported for the latest request; later estimates add to it. */
+  reportTokenUsage(usage: TokenUsage, target?: TargetOptions): Promise<UsageSnapshot>;
+  /** The fixed overhead of every request: instructions, tools, memory files, skills. */
+  setPromptContext(context: PromptContext, target?: TargetOptions): Promise<UsageSnapshot>;
+  /** The model-ready projection of the thread (may run an automatic compaction first). */
+  getPrompt(options?: TargetOptions & { inputModalities?: string[] }): Promise<PromptResult>;
+  /** The breakdown of the context window by category. */
+  getUsage(target?: TargetOptions): Promise<Breakdown>;
+  getHistory(options?: TargetOptions & { offset?: number; limit?: number; includeArchived?: boolean }): Promise<HistoryResult>;
+  listThreads(workspace?: string): Promise<ThreadInfo[]>;
+  compact(options?: TargetOptions & { strategy?: CompactStrategy }): Promise<CompactResult>;
+  /** Drops the last `turns` user turns. */
+  rollback(turns: number, target?: TargetOptions): Promise<RollbackResult>;
+  /** A ghost commit of the working tree, recorded in the thread. */
+  snapshot(options?: TargetOptions & { message?: string }): Promise<GhostCommit>;
+  /** Newest first. */
+  listSnapshots(target?: TargetOptions): Promise<GhostCommit[]>;
+  /** Puts the working tree back as it was; with `conversation`, rolls the thread back too. */
+  restore(id: string, options?: TargetOptions & { conversation?: boolean }): Promise<RestoreResult>;
+  /** The latest usage the extension knows for a thread, without a request. */
+  latestUsage(target?: TargetOptions): UsageSnapshot | undefined;
+  /** Makes `thread` the default thread of calls, and the one the status-bar gauge shows. */
+  setActiveThread(thread: string, workspace?: string): void;
+  /** Every usage change of every thread (the daemon's `ctxd/usageChanged`). */
+  onDidChangeUsage(listener: (e: UsageChangedParams) => void): Disposable;
+  /** Every compaction, manual or automatic. */
+  onDidCompact(listener: (e: CompactedParams) => void): Disposable;
+}

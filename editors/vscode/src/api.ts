@@ -1,0 +1,293 @@
+/**
+ * The API the extension exports to agent extensions (`getExtension('ctxd.ctxd').exports`), and the
+ * usage cache behind the gauge. Free of `vscode`: it talks to the daemon through an `Rpc` (the
+ * LanguageClient in VS Code, a vscode-jsonrpc connection in the tests).
+ */
+import {
+  type Breakdown,
+  type CompactResult,
+  type CompactStrategy,
+  type CompactedParams,
+  DEFAULT_THREAD,
+  type Disposable,
+  type GhostCommit,
+  type HistoryResult,
+  type Item,
+  Method,
+  Notification,
+  PROTOCOL_VERSION,
+  type PromptContext,
+  type PromptResult,
+  type RecordResult,
+  type RestoreResult,
+  type RollbackResult,
+  type Rpc,
+  type Target,
+  type ThreadInfo,
+  type TokenUsage,
+  type UsageChangedParams,
+  type UsageSnapshot,
+  normalizeBreakdown,
+} from './protocol';
+
+/** Where a call goes; both default (the active workspace folder, its active thread). */
+export interface TargetOptions {
+  /** A workspace folder URI, as `folder.uri.toString()` gives it. */
+  workspace?: string;
+  thread?: string;
+}
+
+export interface CtxdApi {
+  readonly apiVersion: 1;
+  readonly protocolVersion: number;
+  record(items: Item[], target?: TargetOptions): Promise<RecordResult>;
+  reportTokenUsage(usage: TokenUsage, target?: TargetOptions): Promise<UsageSnapshot>;
+  setPromptContext(context: PromptContext, target?: TargetOptions): Promise<UsageSnapshot>;
+  getPrompt(options?: TargetOptions & { inputModalities?: string[] }): Promise<PromptResult>;
+  getUsage(target?: TargetOptions): Promise<Breakdown>;
+  getHistory(options?: TargetOptions & { offset?: number; limit?: number; includeArchived?: boolean }): Promise<HistoryResult>;
+  listThreads(workspace?: string): Promise<ThreadInfo[]>;
+  compact(options?: TargetOptions & { strategy?: CompactStrategy }): Promise<CompactResult>;
+  rollback(turns: number, target?: TargetOptions): Promise<RollbackResult>;
+  snapshot(options?: TargetOptions & { message?: string }): Promise<GhostCommit>;
+  listSnapshots(target?: TargetOptions): Promise<GhostCommit[]>;
+  restore(id: string, options?: TargetOptions & { conversation?: boolean }): Promise<RestoreResult>;
+  /** The latest usage the extension knows for a thread, without a request. */
+  latestUsage(target?: TargetOptions): UsageSnapshot | undefined;
+  /** Makes `thread` the one the status-bar gauge shows for its workspace folder. */
+  setActiveThread(thread: string, workspace?: string): void;
+  onDidChangeUsage(listener: (e: UsageChangedParams) => void): Disposable;
+  onDidCompact(listener: (e: CompactedParams) => void): Disposable;
+}
+
+type Listener<T> = (e: T) => void;
+
+/** A minimal event emitter; a throwing listener does not stop the others. */
+export class Emitter<T> {
+  private listeners = new Set<Listener<T>>();
+  event = (listener: Listener<T>): Disposable => {
+    this.listeners.add(listener);
+    return { dispose: () => this.listeners.delete(listener) };
+  };
+  fire(e: T): void {
+    for (const l of [...this.listeners]) {
+      try {
+        l(e);
+      } catch (err) {
+        console.error('ctxd: listener failed', err);
+      }
+    }
+  }
+  dispose(): void {
+    this.listeners.clear();
+  }
+}
+
+function key(t: Target): string {
+  return `${t.workspace}\u0000${t.thread}`;
+}
+
+function sameUsage(a: UsageSnapshot, b: UsageSnapshot): boolean {
+  return (
+    a.usedTokens === b.usedTokens &&
+    a.contextWindow === b.contextWindow &&
+    a.autoCompactLimit === b.autoCompactLimit &&
+    a.tier === b.tier &&
+    a.source === b.source &&
+    a.historyVersion === b.historyVersion
+  );
+}
+
+/** The snapshot without the notification's addressing; fields the daemon adds are kept as they came. */
+function pickUsage(u: UsageSnapshot): UsageSnapshot {
+  const { workspace: _w, thread: _t, ...snapshot } = u as UsageSnapshot & { workspace?: string; thread?: string };
+  return snapshot;
+}
+
+export class CtxdService implements CtxdApi {
+  readonly apiVersion = 1 as const;
+  readonly protocolVersion = PROTOCOL_VERSION;
+  private readonly usages = new Map<string, UsageSnapshot>();
+  private readonly activeThreads = new Map<string, string>();
+  private readonly lastChanged = new Map<string, string>();
+  private readonly usageEmitter = new Emitter<UsageChangedParams>();
+  private readonly compactEmitter = new Emitter<CompactedParams>();
+
+  /**
+   * @param getRpc resolves to the running connection (waits while the daemon (re)starts).
+   * @param defaultWorkspace the active workspace folder's URI, if any.
+   */
+  constructor(
+    private readonly getRpc: () => Promise<Rpc>,
+    private readonly defaultWorkspace: () => string | undefined,
+  ) {}
+
+  /** Listens to a (new) connection's notifications; call after every daemon start. */
+  attach(rpc: Rpc): Disposable {
+    this.usages.clear();
+    this.lastChanged.clear();
+    const subs = [
+      rpc.onNotification(Notification.usageChanged, (p: UsageChangedParams) => {
+        if (p && typeof p.workspace === 'string') this.update({ workspace: p.workspace, thread: p.thread ?? DEFAULT_THREAD }, p);
+      }),
+      rpc.onNotification(Notification.compacted, (p: CompactedParams) => this.compactEmitter.fire(p)),
+    ];
+    return { dispose: () => subs.forEach((s) => s.dispose()) };
+  }
+
+  /** Resolves the target of a call; throws when no workspace folder is open. */
+  target(opts?: TargetOptions): Target {
+    const workspace = opts?.workspace ?? this.defaultWorkspace();
+    if (!workspace) throw new Error('ctxd: no workspace folder is open');
+    return { workspace, thread: opts?.thread ?? this.activeThread(workspace) };
+  }
+
+  /** The thread calls go to when they name none: the one set with setActiveThread, else "default". */
+  activeThread(workspace: string): string {
+    return this.activeThreads.get(workspace) ?? DEFAULT_THREAD;
+  }
+
+  /** The thread the gauge shows: the one set with setActiveThread, else the last one that changed. */
+  shownThread(workspace: string): string {
+    return this.activeThreads.get(workspace) ?? this.lastChanged.get(workspace) ?? DEFAULT_THREAD;
+  }
+
+  setActiveThread(thread: string, workspace?: string): void {
+    const ws = workspace ?? this.defaultWorkspace();
+    if (!ws) return;
+    this.activeThreads.set(ws, thread);
+    const known = this.usages.get(key({ workspace: ws, thread }));
+    if (known) this.usageEmitter.fire({ workspace: ws, thread, ...known });
+  }
+
+  latestUsage(opts?: TargetOptions): UsageSnapshot | undefined {
+    const workspace = opts?.workspace ?? this.defaultWorkspace();
+    if (!workspace) return undefined;
+    return this.usages.get(key({ workspace, thread: opts?.thread ?? this.activeThread(workspace) }));
+  }
+
+  /** Keeps the newest usage per thread; an older historyVersion never replaces a newer one. */
+  update(t: Target, usage: UsageSnapshot): void {
+    const k = key(t);
+    const prev = this.usages.get(k);
+    if (prev && (usage.historyVersion < prev.historyVersion || sameUsage(prev, usage))) return;
+    const snap = pickUsage(usage);
+    this.usages.set(k, snap);
+    this.lastChanged.set(t.workspace, t.thread);
+    this.usageEmitter.fire({ workspace: t.workspace, thread: t.thread, ...snap });
+  }
+
+  onDidChangeUsage = (listener: Listener<UsageChangedParams>): Disposable => this.usageEmitter.event(listener);
+  onDidCompact = (listener: Listener<CompactedParams>): Disposable => this.compactEmitter.event(listener);
+
+  private async call<R>(method: string, t: Target | { workspace: string }, params: object = {}): Promise<R> {
+    const rpc = await this.getRpc();
+    return rpc.sendRequest<R>(method, { ...t, ...params });
+  }
+
+  async record(items: Item[], opts?: TargetOptions): Promise<RecordResult> {
+    const t = this.target(opts);
+    const result = await this.call<RecordResult>(Method.record, t, { items });
+    this.update(t, result.usage);
+    return result;
+  }
+
+  async reportTokenUsage(usage: TokenUsage, opts?: TargetOptions): Promise<UsageSnapshot> {
+    const t = this.target(opts);
+    const result = await this.call<UsageSnapshot>(Method.reportTokenUsage, t, { usage });
+    this.update(t, result);
+    return result;
+  }
+
+  async setPromptContext(context: PromptContext, opts?: TargetOptions): Promise<UsageSnapshot> {
+    const t = this.target(opts);
+    const result = await this.call<UsageSnapshot>(Method.setPromptContext, t, context);
+    this.update(t, result);
+    return result;
+  }
+
+  async getPrompt(opts?: TargetOptions & { inputModalities?: string[] }): Promise<PromptResult> {
+    const t = this.target(opts);
+    const params = opts?.inputModalities ? { inputModalities: opts.inputModalities } : {};
+    return this.call<PromptResult>(Method.prompt, t, params);
+  }
+
+  async getUsage(opts?: TargetOptions): Promise<Breakdown> {
+    const t = this.target(opts);
+    const raw = await this.call<Partial<Breakdown> & { usage: UsageSnapshot }>(Method.usage, t);
+    this.update(t, raw.usage);
+    return normalizeBreakdown(raw);
+  }
+
+  async getHistory(
+    opts?: TargetOptions & { offset?: number; limit?: number; includeArchived?: boolean },
+  ): Promise<HistoryResult> {
+    const t = this.target(opts);
+    const { offset, limit, includeArchived } = opts ?? {};
+    return this.call<HistoryResult>(Method.history, t, { offset, limit, includeArchived });
+  }
+
+  async listThreads(workspace?: string): Promise<ThreadInfo[]> {
+    const ws = this.target({ workspace }).workspace;
+    const result = await this.call<{ threads: ThreadInfo[] }>(Method.threads, { workspace: ws });
+    return result.threads;
+  }
+
+  async compact(opts?: TargetOptions & { strategy?: CompactStrategy }): Promise<CompactResult> {
+    const t = this.target(opts);
+    return this.call<CompactResult>(Method.compact, t, { strategy: opts?.strategy ?? 'auto' });
+  }
+
+  async rollback(turns: number, opts?: TargetOptions): Promise<RollbackResult> {
+    const t = this.target(opts);
+    const result = await this.call<RollbackResult>(Method.rollback, t, { turns });
+    if (result?.usage) this.update(t, result.usage);
+    return result;
+  }
+
+  async snapshot(opts?: TargetOptions & { message?: string }): Promise<GhostCommit> {
+    const t = this.target(opts);
+    return this.call<GhostCommit>(Method.ghostSnapshot, t, opts?.message ? { message: opts.message } : {});
+  }
+
+  async listSnapshots(opts?: TargetOptions): Promise<GhostCommit[]> {
+    const t = this.target(opts);
+    const result = await this.call<{ snapshots: GhostCommit[] }>(Method.ghostList, t);
+    return result.snapshots;
+  }
+
+  async restore(id: string, opts?: TargetOptions & { conversation?: boolean }): Promise<RestoreResult> {
+    const t = this.target(opts);
+    return this.call<RestoreResult>(Method.ghostRestore, t, { id, conversation: opts?.conversation ?? false });
+  }
+
+  /** The object handed to other extensions: the API's methods only, bound. */
+  exports(): CtxdApi {
+    const api: CtxdApi = {
+      apiVersion: 1,
+      protocolVersion: this.protocolVersion,
+      record: (items, t) => this.record(items, t),
+      reportTokenUsage: (u, t) => this.reportTokenUsage(u, t),
+      setPromptContext: (c, t) => this.setPromptContext(c, t),
+      getPrompt: (o) => this.getPrompt(o),
+      getUsage: (t) => this.getUsage(t),
+      getHistory: (o) => this.getHistory(o),
+      listThreads: (w) => this.listThreads(w),
+      compact: (o) => this.compact(o),
+      rollback: (n, t) => this.rollback(n, t),
+      snapshot: (o) => this.snapshot(o),
+      listSnapshots: (t) => this.listSnapshots(t),
+      restore: (id, o) => this.restore(id, o),
+      latestUsage: (t) => this.latestUsage(t),
+      setActiveThread: (th, w) => this.setActiveThread(th, w),
+      onDidChangeUsage: (l) => this.onDidChangeUsage(l),
+      onDidCompact: (l) => this.onDidCompact(l),
+    };
+    return Object.freeze(api);
+  }
+
+  dispose(): void {
+    this.usageEmitter.dispose();
+    this.compactEmitter.dispose();
+  }
+}

@@ -1,0 +1,60 @@
+/**
+ * Feeds the breakdown webview: renders the current Breakdown of the gauge's folder and thread, and
+ * re-renders (debounced) on every usage change of that thread. Free of `vscode`: the panel is a
+ * `PanelSink`.
+ */
+import type { CtxdService } from './api';
+import { renderBreakdownHtml, renderMessageHtml } from './breakdownView';
+import { Debouncer, type FolderInfo } from './gauge';
+import { type Disposable, errorMessage } from './protocol';
+
+export interface PanelSink {
+  readonly cspSource: string;
+  setHtml(html: string): void;
+}
+
+export class BreakdownController implements Disposable {
+  private readonly refresher: Debouncer;
+  private readonly sub: Disposable;
+  /** Resolves when the latest refresh has drawn (for callers that wait, e.g. the tests). */
+  lastRefresh: Promise<void> = Promise.resolve();
+
+  constructor(
+    private readonly service: CtxdService,
+    private readonly sink: PanelSink,
+    private readonly where: () => (FolderInfo & { thread: string }) | undefined,
+    private readonly nonce: () => string,
+    debounceMs = 150,
+  ) {
+    this.refresher = new Debouncer(debounceMs, () => void this.refresh());
+    this.sub = service.onDidChangeUsage((e) => {
+      const w = this.where();
+      if (w && e.workspace === w.uri && e.thread === w.thread) this.refresher.schedule();
+    });
+  }
+
+  refresh(): Promise<void> {
+    this.lastRefresh = this.draw();
+    return this.lastRefresh;
+  }
+
+  private async draw(): Promise<void> {
+    const csp = { cspSource: this.sink.cspSource, nonce: this.nonce() };
+    const w = this.where();
+    if (!w) {
+      this.sink.setHtml(renderMessageHtml('Open a folder to see its context usage.', csp));
+      return;
+    }
+    try {
+      const breakdown = await this.service.getUsage({ workspace: w.uri, thread: w.thread });
+      this.sink.setHtml(renderBreakdownHtml(breakdown, { ...csp, folderName: w.name, thread: w.thread }));
+    } catch (err) {
+      this.sink.setHtml(renderMessageHtml(`Could not read the usage from ctxd: ${errorMessage(err)}`, csp));
+    }
+  }
+
+  dispose(): void {
+    this.sub.dispose();
+    this.refresher.dispose();
+  }
+}

@@ -1,0 +1,198 @@
+/**
+ * The palette commands as flows over a small `Ui` interface, so each flow (pick, confirm, run with
+ * progress, report) is tested against the real daemon with a scripted Ui. Every flow returns what
+ * it did, or undefined when the user cancelled or it failed (the failure is shown, not thrown).
+ */
+import type { CtxdApi, TargetOptions } from './api';
+import {
+  type CompactResult,
+  type CompactStrategy,
+  ErrorCode,
+  type GhostCommit,
+  type RestoreResult,
+  type RollbackResult,
+  errorCode,
+  errorMessage,
+} from './protocol';
+import { formatTokens } from './status';
+
+export interface PickItem<T> {
+  label: string;
+  description?: string;
+  detail?: string;
+  value: T;
+}
+
+export type Severity = 'info' | 'warning' | 'error';
+
+export interface Ui {
+  pick<T>(items: PickItem<T>[], options: { title: string; placeHolder?: string }): Promise<T | undefined>;
+  input(options: { title: string; prompt: string; placeHolder?: string }): Promise<string | undefined>;
+  /** A modal confirmation; true when the user chose `action`. */
+  confirm(message: string, detail: string, action: string): Promise<boolean>;
+  progress<T>(title: string, task: () => Promise<T>): Promise<T>;
+  notify(severity: Severity, message: string): void;
+}
+
+export const COMMANDS = {
+  showUsage: 'ctxd.showUsage',
+  compact: 'ctxd.compact',
+  snapshot: 'ctxd.snapshot',
+  restore: 'ctxd.restore',
+  rollback: 'ctxd.rollback',
+  restart: 'ctxd.restart',
+} as const;
+
+export const STRATEGY_ITEMS: PickItem<CompactStrategy>[] = [
+  { label: 'Auto', description: 'auto', detail: 'Let ctxd choose: an LLM summary when a model is configured, else offline', value: 'auto' },
+  { label: 'LLM summary', description: 'llm', detail: 'Summarise the conversation with the configured LLM endpoint', value: 'llm' },
+  { label: 'Remote', description: 'remote', detail: "Use the model API's own compaction endpoint", value: 'remote' },
+  { label: 'Offline', description: 'offline', detail: 'Keep recent turns and trim the rest, without a model', value: 'offline' },
+];
+
+function describeError(what: string, err: unknown): string {
+  const code = errorCode(err);
+  const msg = errorMessage(err);
+  if (code === ErrorCode.compactionFailed) return `${what} failed: ${msg}. The conversation is unchanged.`;
+  if (code === ErrorCode.gitFailed) return `${what} failed: ${msg}. The working tree is unchanged.`;
+  if (code === ErrorCode.cancelled) return `${what} was cancelled; nothing was changed.`;
+  return `${what} failed: ${msg}`;
+}
+
+async function attempt<T>(ui: Ui, what: string, run: () => Promise<T>): Promise<T | undefined> {
+  try {
+    return await run();
+  } catch (err) {
+    ui.notify('error', describeError(what, err));
+    return undefined;
+  }
+}
+
+export async function compactFlow(ui: Ui, api: CtxdApi, target?: TargetOptions): Promise<CompactResult | undefined> {
+  const strategy = await ui.pick(STRATEGY_ITEMS, { title: 'ctxd: Compact Conversation', placeHolder: 'How to compact' });
+  if (!strategy) return undefined;
+  const result = await attempt(ui, 'Compaction', () =>
+    ui.progress('ctxd: compacting the conversation…', () => api.compact({ ...target, strategy })),
+  );
+  if (result) {
+    ui.notify(
+      'info',
+      `Compacted ${formatTokens(result.tokensBefore)} → ${formatTokens(result.tokensAfter)} tokens (${result.strategy}).`,
+    );
+  }
+  return result;
+}
+
+export async function snapshotFlow(ui: Ui, api: CtxdApi, target?: TargetOptions): Promise<GhostCommit | undefined> {
+  const message = await ui.input({
+    title: 'ctxd: Take Snapshot',
+    prompt: 'A note for this snapshot (optional)',
+    placeHolder: 'e.g. before refactoring the parser',
+  });
+  if (message === undefined) return undefined;
+  const commit = await attempt(ui, 'Snapshot', () =>
+    ui.progress('ctxd: taking a snapshot of the working tree…', () =>
+      api.snapshot({ ...target, ...(message.trim() ? { message: message.trim() } : {}) }),
+    ),
+  );
+  if (commit) {
+    ui.notify('info', `Snapshot ${shortId(commit.id)} taken: ${commit.fileCount} files.`);
+    if (commit.skipped?.length) {
+      ui.notify('warning', `Snapshot ${shortId(commit.id)} skipped ${commit.skipped.length} files: ${commit.skipped.map((s) => s.path).slice(0, 5).join(', ')}`);
+    }
+  }
+  return commit;
+}
+
+export type RestoreMode = 'files' | 'conversation';
+
+export const RESTORE_MODE_ITEMS: PickItem<RestoreMode>[] = [
+  { label: 'Files only', detail: 'Put the working tree back as it was; keep the conversation', value: 'files' },
+  { label: 'Files and conversation', detail: 'Also roll the conversation back to the snapshot', value: 'conversation' },
+];
+
+/** The quick-pick entries for snapshots, newest first, labelled with message and age. */
+export function snapshotItems(snapshots: GhostCommit[], now: number): PickItem<GhostCommit>[] {
+  return [...snapshots]
+    .sort((a, b) => toMillis(b.createdAt) - toMillis(a.createdAt))
+    .map((s) => ({
+      label: s.message?.trim() || '(no message)',
+      description: `${shortId(s.id)} · ${formatAge(s.createdAt, now)}`,
+      detail: `${s.fileCount} files`,
+      value: s,
+    }));
+}
+
+export async function restoreFlow(ui: Ui, api: CtxdApi, target?: TargetOptions, now: () => number = Date.now): Promise<RestoreResult | undefined> {
+  const snapshots = await attempt(ui, 'Listing snapshots', () => api.listSnapshots(target));
+  if (!snapshots) return undefined;
+  if (snapshots.length === 0) {
+    ui.notify('info', 'No snapshots yet. Run "ctxd: Take Snapshot" first.');
+    return undefined;
+  }
+  const snap = await ui.pick(snapshotItems(snapshots, now()), {
+    title: 'ctxd: Restore Snapshot',
+    placeHolder: 'Snapshot to restore (newest first)',
+  });
+  if (!snap) return undefined;
+  const mode = await ui.pick(RESTORE_MODE_ITEMS, { title: `ctxd: Restore ${shortId(snap.id)}`, placeHolder: 'What to restore' });
+  if (!mode) return undefined;
+  const conversation = mode === 'conversation';
+  const ok = await ui.confirm(
+    `Restore snapshot ${shortId(snap.id)}?`,
+    conversation
+      ? 'Files in the working tree and the conversation go back to this snapshot.'
+      : 'Files in the working tree go back to this snapshot; the conversation is kept.',
+    'Restore',
+  );
+  if (!ok) return undefined;
+  const result = await attempt(ui, 'Restore', () =>
+    ui.progress(`ctxd: restoring ${shortId(snap.id)}…`, () => api.restore(snap.id, { ...target, conversation })),
+  );
+  if (result) {
+    let text = `Restored ${shortId(result.id)}: ${result.restored.length} files restored, ${result.removed.length} removed`;
+    if (conversation) text += `, ${result.removedItems ?? 0} conversation items dropped`;
+    ui.notify('info', `${text}.`);
+  }
+  return result;
+}
+
+export async function rollbackFlow(ui: Ui, api: CtxdApi, target?: TargetOptions): Promise<RollbackResult | undefined> {
+  const ok = await ui.confirm(
+    'Roll back the last turn?',
+    'The last user turn and everything after it are removed from the conversation.',
+    'Roll Back',
+  );
+  if (!ok) return undefined;
+  const result = await attempt(ui, 'Rollback', () => api.rollback(1, target));
+  if (result) {
+    ui.notify(
+      'info',
+      `Rolled back the last turn: ${result.removedItems} items removed, ${formatTokens(result.usage.usedTokens)} tokens in use.`,
+    );
+  }
+  return result;
+}
+
+export function shortId(id: string): string {
+  return id.slice(0, 7);
+}
+
+/** Epoch milliseconds of an ISO string, epoch seconds or epoch milliseconds. */
+export function toMillis(t: string | number): number {
+  if (typeof t === 'number') return t < 1e11 ? t * 1000 : t;
+  const parsed = Date.parse(t);
+  return Number.isNaN(parsed) ? 0 : parsed;
+}
+
+/** "just now", "5 min ago", "3 h ago", "2 days ago". */
+export function formatAge(t: string | number, now: number): string {
+  const seconds = Math.max(0, Math.round((now - toMillis(t)) / 1000));
+  if (seconds < 45) return 'just now';
+  const minutes = Math.round(seconds / 60);
+  if (minutes < 60) return `${minutes} min ago`;
+  const hours = Math.round(minutes / 60);
+  if (hours < 24) return `${hours} h ago`;
+  const days = Math.round(hours / 24);
+  return days === 1 ? '1 day ago' : `${days} days ago`;
+}

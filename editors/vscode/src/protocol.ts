@@ -1,0 +1,230 @@
+/**
+ * The ctxd wire contract as the extension sees it: method names and payload types, mirroring
+ * PROTOCOL.md (version 1). Ledger items keep the model API's snake_case spelling; the protocol's
+ * own fields are camelCase. This module has no runtime dependencies so every other module,
+ * and the tests, can share it.
+ */
+
+export const PROTOCOL_VERSION = 1;
+
+export const Method = {
+  record: 'ctxd/record',
+  reportTokenUsage: 'ctxd/reportTokenUsage',
+  setPromptContext: 'ctxd/setPromptContext',
+  usage: 'ctxd/usage',
+  prompt: 'ctxd/prompt',
+  compact: 'ctxd/compact',
+  rollback: 'ctxd/rollback',
+  history: 'ctxd/history',
+  threads: 'ctxd/threads',
+  ghostSnapshot: 'ctxd/ghost/snapshot',
+  ghostList: 'ctxd/ghost/list',
+  ghostRestore: 'ctxd/ghost/restore',
+} as const;
+
+export const Notification = {
+  usageChanged: 'ctxd/usageChanged',
+  compacted: 'ctxd/compacted',
+} as const;
+
+/** JSON-RPC error codes the daemon uses (PROTOCOL.md, "Errors"). */
+export const ErrorCode = {
+  invalidParams: -32602,
+  compactionFailed: -32001,
+  gitFailed: -32002,
+  cancelled: -32800,
+} as const;
+
+export const DEFAULT_THREAD = 'default';
+
+/** Which ledger a request addresses: a workspace folder URI and a thread name. */
+export interface Target {
+  workspace: string;
+  thread: string;
+}
+
+/** A Responses API item, kept exactly as the model API spells it. */
+export interface Item {
+  type: string;
+  [field: string]: unknown;
+}
+
+export type Tier = 'ok' | 'warn' | 'compact';
+
+export interface UsageSnapshot {
+  usedTokens: number;
+  contextWindow: number;
+  percent: number;
+  autoCompactLimit: number;
+  tier: Tier;
+  source: 'api' | 'estimate' | 'api+estimate';
+  historyVersion: number;
+}
+
+export interface UsageChangedParams extends UsageSnapshot {
+  workspace: string;
+  thread: string;
+}
+
+export interface CompactedParams {
+  workspace: string;
+  thread: string;
+  tokensBefore: number;
+  tokensAfter: number;
+  strategy: string;
+}
+
+export type CategoryName =
+  | 'systemPrompt'
+  | 'builtinTools'
+  | 'mcpTools'
+  | 'skills'
+  | 'memoryFiles'
+  | 'messages'
+  | 'freeSpace'
+  | 'autocompactBuffer';
+
+export interface Category {
+  name: CategoryName | string;
+  tokens: number;
+  percent: number;
+  details: { name: string; tokens: number }[];
+}
+
+export interface Breakdown {
+  model: string;
+  contextWindow: number;
+  mode: 'estimated' | 'actual';
+  totalTokens: number | null;
+  usage: UsageSnapshot;
+  categories: Category[];
+}
+
+/**
+ * Fills what an older or partial daemon leaves out of `ctxd/usage`'s answer (categories, model,
+ * mode), from its UsageSnapshot, so the views handle one shape only.
+ */
+export function normalizeBreakdown(raw: Partial<Breakdown> & { usage: UsageSnapshot }): Breakdown {
+  const usage = raw.usage;
+  const categories = Array.isArray(raw.categories)
+    ? raw.categories.map((c) => ({ ...c, details: Array.isArray(c.details) ? c.details : [] }))
+    : [];
+  const mode = raw.mode === 'estimated' || raw.mode === 'actual' ? raw.mode : 'actual';
+  return {
+    model: typeof raw.model === 'string' ? raw.model : '',
+    contextWindow: typeof raw.contextWindow === 'number' ? raw.contextWindow : usage.contextWindow,
+    mode,
+    totalTokens: raw.totalTokens === undefined ? (mode === 'actual' ? usage.usedTokens : null) : raw.totalTokens,
+    usage,
+    categories,
+  };
+}
+
+export interface RecordResult {
+  historyVersion: number;
+  itemCount: number;
+  usage: UsageSnapshot;
+}
+
+export interface TokenUsage {
+  inputTokens: number;
+  cachedInputTokens?: number;
+  outputTokens: number;
+  reasoningOutputTokens?: number;
+  totalTokens: number;
+}
+
+export interface ToolDeclaration {
+  name: string;
+  kind: 'builtin' | 'mcp' | 'skill';
+  schema: unknown;
+}
+
+export interface PromptContext {
+  model?: string;
+  contextWindow?: number;
+  baseInstructions?: string;
+  tools?: ToolDeclaration[];
+  memoryFiles?: { path: string; content: string }[];
+  skills?: { name: string; description: string }[];
+}
+
+export interface PromptResult {
+  items: Item[];
+  historyVersion: number;
+  estimatedTokens: number;
+  reinjectContext: boolean;
+}
+
+export type CompactStrategy = 'auto' | 'llm' | 'remote' | 'offline';
+
+export interface CompactResult {
+  historyVersion: number;
+  tokensBefore: number;
+  tokensAfter: number;
+  strategy: string;
+  summary: string;
+  trimmedItems: number;
+}
+
+export interface RollbackResult {
+  historyVersion: number;
+  removedItems: number;
+  usage: UsageSnapshot;
+}
+
+export interface HistoryResult {
+  items: Item[];
+  historyVersion: number;
+  total: number;
+}
+
+export interface ThreadInfo {
+  thread: string;
+  itemCount: number;
+  historyVersion: number;
+  updatedAt: string | number;
+}
+
+export interface GhostCommit {
+  id: string;
+  parent: string | null;
+  createdAt: string | number;
+  message: string | null;
+  fileCount: number;
+  skipped: { path: string; reason: string }[];
+  durationMs: number;
+}
+
+export interface RestoreResult {
+  id: string;
+  restored: string[];
+  removed: string[];
+  removedItems?: number;
+}
+
+export interface Disposable {
+  dispose(): void;
+}
+
+/**
+ * The two calls the extension needs from a JSON-RPC connection. Both vscode-languageclient's
+ * LanguageClient and vscode-jsonrpc's MessageConnection have this shape, so the logic runs
+ * unchanged in VS Code and in the tests.
+ */
+export interface Rpc {
+  sendRequest<R>(method: string, params: unknown): Promise<R>;
+  onNotification(method: string, handler: (params: any) => void): Disposable;
+}
+
+/** An error answered by the daemon; `code` is one of ErrorCode or a JSON-RPC standard code. */
+export function errorCode(err: unknown): number | undefined {
+  const code = (err as { code?: unknown } | null)?.code;
+  return typeof code === 'number' ? code : undefined;
+}
+
+export function errorMessage(err: unknown): string {
+  if (err instanceof Error) return err.message;
+  const message = (err as { message?: unknown } | null)?.message;
+  return typeof message === 'string' ? message : String(err);
+}

@@ -1,0 +1,154 @@
+/**
+ * The status-bar gauge as pure functions: from a UsageSnapshot (and, when known, a Breakdown) to
+ * the item's text, tooltip and colour. Kept free of `vscode` so the exact strings are unit-tested.
+ */
+import type { Breakdown, Category, UsageSnapshot } from './protocol';
+
+/** Theme colour ids of the status bar's warning and error backgrounds. */
+export const WARNING_BACKGROUND = 'statusBarItem.warningBackground';
+export const ERROR_BACKGROUND = 'statusBarItem.errorBackground';
+
+export type GaugeLevel = 'normal' | 'warning' | 'error';
+
+export interface GaugeView {
+  text: string;
+  /** Markdown. */
+  tooltip: string;
+  level: GaugeLevel;
+  /** Theme colour id for the item's background, undefined for the normal tier. */
+  backgroundColor: string | undefined;
+}
+
+const LABELS: Record<string, string> = {
+  systemPrompt: 'System prompt',
+  builtinTools: 'Built-in tools',
+  mcpTools: 'MCP tools',
+  skills: 'Skills',
+  memoryFiles: 'Memory files',
+  messages: 'Messages',
+  freeSpace: 'Free space',
+  autocompactBuffer: 'Autocompact buffer',
+};
+
+/** Categories that are room left rather than tokens spent. */
+export const SPARE_CATEGORIES: ReadonlySet<string> = new Set(['freeSpace', 'autocompactBuffer']);
+
+export function categoryLabel(name: string): string {
+  return LABELS[name] ?? name;
+}
+
+/** Compact token count as people read it: 950, 48.2k, 128k, 1.2M. */
+export function formatTokens(n: number): string {
+  const value = Math.max(0, Math.round(n));
+  if (value < 1000) return String(value);
+  if (value < 999_950) return `${trimZero((value / 1000).toFixed(1))}k`;
+  return `${trimZero((value / 1_000_000).toFixed(1))}M`;
+}
+
+function trimZero(s: string): string {
+  return s.endsWith('.0') ? s.slice(0, -2) : s;
+}
+
+/** Share of the window in whole percent, computed from the counts so text and numbers agree. */
+export function usagePercent(usage: Pick<UsageSnapshot, 'usedTokens' | 'contextWindow'>): number {
+  if (!(usage.contextWindow > 0)) return 0;
+  return Math.round((100 * usage.usedTokens) / usage.contextWindow);
+}
+
+/** `$(pulse) 38% · 48.2k/128k` */
+export function gaugeText(usage: UsageSnapshot): string {
+  return `$(pulse) ${usagePercent(usage)}% · ${formatTokens(usage.usedTokens)}/${formatTokens(usage.contextWindow)}`;
+}
+
+export function gaugeLevel(usage: UsageSnapshot): GaugeLevel {
+  if (usage.tier === 'compact') return 'error';
+  if (usage.tier === 'warn') return 'warning';
+  return 'normal';
+}
+
+export function levelBackground(level: GaugeLevel): string | undefined {
+  if (level === 'error') return ERROR_BACKGROUND;
+  if (level === 'warning') return WARNING_BACKGROUND;
+  return undefined;
+}
+
+/** The categories that spend tokens, largest first. */
+export function topCategories(breakdown: Breakdown, count = 4): Category[] {
+  return breakdown.categories
+    .filter((c) => !SPARE_CATEGORIES.has(c.name) && c.tokens > 0)
+    .sort((a, b) => b.tokens - a.tokens)
+    .slice(0, count);
+}
+
+function percentOf(tokens: number, window: number): string {
+  if (!(window > 0)) return '0%';
+  return `${((100 * tokens) / window).toFixed(1)}%`;
+}
+
+export function gaugeTooltip(
+  usage: UsageSnapshot,
+  where: { folderName: string; thread: string },
+  breakdown?: Breakdown,
+): string {
+  const lines = [
+    `**ctxd** · ${escapeMarkdown(where.folderName)} · thread \`${where.thread.replace(/`/g, "'")}\``,
+    '',
+    `${formatTokens(usage.usedTokens)} of ${formatTokens(usage.contextWindow)} tokens ` +
+      `(${usagePercent(usage)}%) · auto-compact at ${formatTokens(usage.autoCompactLimit)}`,
+    '',
+    `Source: ${usage.source}`,
+  ];
+  if (breakdown) {
+    const top = topCategories(breakdown);
+    if (top.length > 0) {
+      lines.push('', 'Top categories:', '');
+      for (const c of top) {
+        lines.push(
+          `- ${categoryLabel(c.name)}: ${formatTokens(c.tokens)} (${percentOf(c.tokens, breakdown.contextWindow)})`,
+        );
+      }
+    }
+  }
+  lines.push('', 'Click to open the context breakdown.');
+  return lines.join('\n');
+}
+
+export function gaugeView(
+  usage: UsageSnapshot,
+  where: { folderName: string; thread: string },
+  breakdown?: Breakdown,
+): GaugeView {
+  const level = gaugeLevel(usage);
+  return {
+    text: gaugeText(usage),
+    tooltip: gaugeTooltip(usage, where, breakdown),
+    level,
+    backgroundColor: levelBackground(level),
+  };
+}
+
+/** Before the first usage of the active thread is known. */
+export function idleView(folderName: string | undefined): GaugeView {
+  return {
+    text: '$(pulse) ctxd',
+    tooltip: folderName
+      ? `**ctxd** · ${escapeMarkdown(folderName)}\n\nNo usage recorded yet.`
+      : '**ctxd**\n\nOpen a folder to track context usage.',
+    level: 'normal',
+    backgroundColor: undefined,
+  };
+}
+
+/** When the daemon is not running. */
+export function downView(reason: string): GaugeView {
+  return {
+    text: '$(debug-disconnect) ctxd',
+    tooltip: `**ctxd** is not running.\n\n${escapeMarkdown(reason)}\n\nRun "ctxd: Restart Daemon" to try again.`,
+    level: 'error',
+    backgroundColor: ERROR_BACKGROUND,
+  };
+}
+
+function escapeMarkdown(s: string): string {
+  return s.replace(/[\\`*_{}[\]()#+!<>|]/g, (c) => `\\${c}`);
+}

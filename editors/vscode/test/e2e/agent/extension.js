@@ -1,0 +1,44 @@
+// A stand-in agent extension: records a short conversation through ctxd's exported API (the way a
+// real agent extension would, instead of starting its own daemon) and writes what the daemon
+// answered to <workspace>/.ctxd-e2e/result.json for the check to compare with the status bar.
+const fs = require('fs');
+const path = require('path');
+const vscode = require('vscode');
+
+function text(role, t) {
+  return { type: 'message', role, content: [{ type: role === 'user' ? 'input_text' : 'output_text', text: t }] };
+}
+
+async function activate() {
+  const folder = vscode.workspace.workspaceFolders && vscode.workspace.workspaceFolders[0];
+  if (!folder) return;
+  const out = path.join(folder.uri.fsPath, '.ctxd-e2e');
+  fs.mkdirSync(out, { recursive: true });
+  const write = (data) => fs.writeFileSync(path.join(out, 'result.json'), JSON.stringify(data, null, 2));
+  try {
+    const ext = vscode.extensions.getExtension('ctxd.ctxd');
+    const ctxd = ext.isActive ? ext.exports : await ext.activate();
+    ctxd.setActiveThread('e2e');
+    await ctxd.setPromptContext({ baseInstructions: 'You are a careful coding agent. '.repeat(40) });
+    let last;
+    for (let i = 0; i < 4; i++) {
+      last = await ctxd.record([
+        text('user', `Step ${i}: read src/module_${i}.py and summarise what it does. `.repeat(30)),
+        { type: 'function_call', call_id: `call_${i}`, name: 'read_file', arguments: JSON.stringify({ path: `src/module_${i}.py` }) },
+        { type: 'function_call_output', call_id: `call_${i}`, output: `def f_${i}(x):\n    return x * ${i}\n`.repeat(80) },
+        text('assistant', `module_${i} multiplies its input by ${i}. `.repeat(20)),
+      ]);
+      if (i === 0) {
+        // What the model API would have reported for the first request: from here on the gauge
+        // shows the API's count plus estimates of what came after it.
+        const used = last.usage.usedTokens;
+        await ctxd.reportTokenUsage({ inputTokens: used, outputTokens: 0, totalTokens: used });
+      }
+    }
+    write({ ok: true, thread: 'e2e', workspace: folder.uri.toString(), usage: last.usage });
+  } catch (err) {
+    write({ ok: false, error: String((err && err.stack) || err) });
+  }
+}
+
+module.exports = { activate, deactivate() {} };

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# End-to-end check of the VS Code extension in a real VS Code (code-server 4.100.3 = VS Code
+# 1.100.3, the last release for Node 20), driven by Debian's headless Chromium through
+# puppeteer-core: the status-bar gauge must show the usage the daemon reported after a stand-in
+# agent extension recorded a conversation through ctxd's API, and a click must open the breakdown.
+# Screenshots go to editors/vscode/test-artifacts/ (gitignored).
+#
+# Installs what it needs: apt (chromium, ripgrep, libkrb5-dev; as root) and npm (code-server and
+# puppeteer-core into $CTXD_E2E_CACHE, default ~/.cache/ctxd-e2e). code-server's postinstall
+# downloads ripgrep from GitHub; its download cache is seeded with Debian's rg instead.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+EXT="$(cd "$HERE/../.." && pwd)"
+REPO="$(cd "$EXT/../.." && pwd)"
+CACHE="${CTXD_E2E_CACHE:-$HOME/.cache/ctxd-e2e}"
+CODE_SERVER_VERSION=4.100.3
+PUPPETEER_VERSION=24.10.0
+RIPGREP_PKG_VERSION=1.15.11     # @vscode/ripgrep in code-server 4.100.3
+RIPGREP_RELEASE=v13.0.0-10      # the prebuilt it would download
+ARTIFACTS="$EXT/test-artifacts"
+PYTHON="${CTXD_TEST_PYTHON:-python3}"
+
+log() { echo "[e2e] $*"; }
+
+# --- system packages --------------------------------------------------------------------------
+need=()
+command -v chromium >/dev/null || need+=(chromium)
+command -v rg >/dev/null || need+=(ripgrep)
+command -v git >/dev/null || need+=(git)
+dpkg -s libkrb5-dev >/dev/null 2>&1 || need+=(libkrb5-dev)
+if ((${#need[@]})); then
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "[e2e] missing ${need[*]} and not root: install them with apt-get" >&2
+    exit 1
+  fi
+  log "apt-get install ${need[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+# --- code-server and puppeteer-core ---------------------------------------------------------------
+CODE_SERVER="$CACHE/node_modules/.bin/code-server"
+if ! "$CODE_SERVER" --version 2>/dev/null | grep -q "^$CODE_SERVER_VERSION " ||
+   [[ ! -d "$CACHE/node_modules/puppeteer-core" ]]; then
+  case "$(uname -m)" in
+    x86_64) rg_target=x86_64-unknown-linux-musl ;;
+    aarch64) rg_target=aarch64-unknown-linux-musl ;;
+    *) echo "[e2e] no ripgrep target for $(uname -m)" >&2; exit 1 ;;
+  esac
+  rg_cache="$(node -p 'require("os").tmpdir()')/vscode-ripgrep-cache-$RIPGREP_PKG_VERSION"
+  mkdir -p "$rg_cache"
+  rg_stage="$(mktemp -d)"
+  cp "$(command -v rg)" "$rg_stage/rg"
+  tar czf "$rg_cache/ripgrep-$RIPGREP_RELEASE-$rg_target.tar.gz" -C "$rg_stage" rg
+  rm -rf "$rg_stage"
+  log "npm install code-server@$CODE_SERVER_VERSION puppeteer-core@$PUPPETEER_VERSION into $CACHE"
+  mkdir -p "$CACHE"
+  npm_config_unsafe_perm=true npm_config_yes=true \
+    npm install --no-save --no-audit --no-fund --loglevel=error --prefix "$CACHE" \
+    "code-server@$CODE_SERVER_VERSION" "puppeteer-core@$PUPPETEER_VERSION" >/dev/null
+fi
+"$CODE_SERVER" --version | head -1
+
+# --- the extension, the stand-in agent, the compiled gauge functions ---------------------------
+cd "$EXT"
+[[ -d node_modules ]] || npm ci --no-audit --no-fund
+VSIX="$EXT/ctxd-0.1.0.vsix"
+[[ -f "$VSIX" ]] || npx @vscode/vsce package >/dev/null
+npx tsc -p tsconfig.test.json
+WORK="$(mktemp -d -t ctxd-e2e-XXXXXX)"
+AGENT_VSIX="$WORK/ctxd-e2e-agent.vsix"
+(cd "$HERE/agent" && npx --prefix "$EXT" vsce package --skip-license --allow-missing-repository -o "$AGENT_VSIX" >/dev/null)
+
+# --- a clean profile, a workspace, the daemon's state -----------------------------------------
+USER_DATA="$WORK/user-data"; EXTENSIONS="$WORK/extensions"; WS="$WORK/workspace"; STATE="$WORK/state"
+mkdir -p "$USER_DATA/User" "$EXTENSIONS" "$WS" "$STATE"
+git -C "$WS" init -q
+printf 'print("hello")\n' > "$WS/main.py"
+cat > "$USER_DATA/User/settings.json" <<JSON
+{
+  "ctxd.daemon.command": ["$PYTHON", "-m", "ctxd"],
+  "ctxd.contextWindow": 128000,
+  "workbench.startupEditor": "none",
+  "workbench.tips.enabled": false,
+  "workbench.enableExperiments": false,
+  "security.workspace.trust.enabled": false,
+  "telemetry.telemetryLevel": "off",
+  "update.mode": "none",
+  "extensions.autoUpdate": false,
+  "extensions.autoCheckUpdates": false
+}
+JSON
+printf 'bind-addr: 127.0.0.1:0\nauth: none\ncert: false\n' > "$WORK/config.yaml"
+
+cs() { "$CODE_SERVER" --config "$WORK/config.yaml" --user-data-dir "$USER_DATA" --extensions-dir "$EXTENSIONS" "$@"; }
+cs --install-extension "$VSIX" >/dev/null
+cs --install-extension "$AGENT_VSIX" >/dev/null
+cs --list-extensions --show-versions
+
+PORT="$(node -e 'const s=require("net").createServer().listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})')"
+TIKTOKEN_DIR="$REPO/../shared/tiktoken"
+export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
+export XDG_STATE_HOME="$STATE" XDG_CONFIG_HOME="$WORK/xdg-config"
+[[ -d "$TIKTOKEN_DIR" && -z "${TIKTOKEN_CACHE_DIR:-}" ]] && export TIKTOKEN_CACHE_DIR="$TIKTOKEN_DIR"
+
+# Its own process group (setsid), so the cleanup stops code-server, the extension host and the
+# daemon together.
+setsid "$CODE_SERVER" --config "$WORK/config.yaml" --user-data-dir "$USER_DATA" --extensions-dir "$EXTENSIONS" \
+  --bind-addr "127.0.0.1:$PORT" --auth none --disable-telemetry --disable-update-check \
+  --disable-workspace-trust --disable-getting-started-override "$WS" >"$WORK/code-server.log" 2>&1 &
+CS_PID=$!
+cleanup() {
+  kill -TERM -- "-$CS_PID" 2>/dev/null || true
+  for _ in $(seq 1 20); do kill -0 -- "-$CS_PID" 2>/dev/null || break; sleep 0.25; done
+  kill -KILL -- "-$CS_PID" 2>/dev/null || true
+  if [[ "${KEEP:-0}" != 1 ]]; then rm -rf "$WORK"; fi
+}
+trap cleanup EXIT
+
+for _ in $(seq 1 120); do
+  curl -fsS -o /dev/null "http://127.0.0.1:$PORT/healthz" 2>/dev/null && break
+  kill -0 "$CS_PID" 2>/dev/null || { cat "$WORK/code-server.log"; exit 1; }
+  sleep 0.5
+done
+log "code-server on 127.0.0.1:$PORT"
+
+status=0
+CTXD_E2E_URL="http://127.0.0.1:$PORT/?folder=$WS" CTXD_E2E_WORKSPACE="$WS" CTXD_E2E_ARTIFACTS="$ARTIFACTS" \
+  CHROMIUM="$(command -v chromium)" NODE_PATH="$CACHE/node_modules" \
+  node "$HERE/check.js" || status=$?
+if ((status)); then
+  log "code-server log:"; tail -50 "$WORK/code-server.log"
+  log "extension host logs:"; find "$USER_DATA/logs" -name '*.log' \( -path '*exthost*' -o -name '*ctxd*' \) -exec tail -30 {} + 2>/dev/null || true
+fi
+exit $status
