@@ -37,17 +37,16 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ctxd.compact import compact  # noqa: E402
-from ctxd.compact.model import drop_oldest  # noqa: E402
-from ctxd.compact.offline import history_tokens, mask_tool_outputs, offline_compact  # noqa: E402
-from ctxd.settings import Settings  # noqa: E402
-from ctxd.truncate import truncate_tool_output  # noqa: E402
+from ctxd.compact import compact
+from ctxd.compact.model import drop_oldest
+from ctxd.compact.offline import history_tokens, mask_tool_outputs, offline_compact
+from ctxd.settings import Settings
+from ctxd.truncate import truncate_tool_output
 
 CONTEXT_WINDOW = 128_000
 FILL_TOKENS = 118_000  # a little over 0.9 x 128k: where auto-compaction fires
 FACTORS = (10, 50, 100)  # harder targets than 4x, to show where the summary starts to lose facts
-WORDS = ("cache config handler worker queue retry token session client server parser index "
-         "request response schema model route store lock event stream buffer batch job").split()
+WORDS = ["cache", "config", "handler", "worker", "queue", "retry", "token", "session", "client", "server", "parser", "index", "request", "response", "schema", "model", "route", "store", "lock", "event", "stream", "buffer", "batch", "job"]
 PACKAGES = ("api", "core", "billing", "auth", "sync", "storage", "cli", "web", "jobs", "metrics")
 FILLER = [
     "Let me look at how this is wired up before changing anything.",
@@ -134,7 +133,7 @@ class Generator:
 
     def test_log(self, test_file: str, errors: list[str], noise: int) -> str:
         r = self.rng
-        lines = [f"============================= test session starts ==============================",
+        lines = ["============================= test session starts ==============================",
                  f"collected {r.randint(40, 300)} items", ""]
         for n in range(r.randint(80, 260)):
             lines.append(f"{test_file}::test_{r.choice(WORDS)}_{n} PASSED{' ' * r.randint(1, 20)}[{n % 100:>3}%]")

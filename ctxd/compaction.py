@@ -12,8 +12,10 @@ compacting again before every prompt. A compaction that brings usage under the l
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
+from pathlib import Path
 from typing import Any, Protocol
 
 from ctxd import protocol as wire
@@ -83,8 +85,11 @@ def compact_thread(workspace: Workspace, thread: str, *, strategy: str, cancel: 
     events.usage_now(workspace.uri, thread)
     events.compacted({"workspace": workspace.uri, "thread": thread, "tokensBefore": result["tokensBefore"],
                       "tokensAfter": result["tokensAfter"], "strategy": result["strategy"]})
-    events.warn(ACCURACY_WARNING.format(thread=thread, before=result["tokensBefore"], after=result["tokensAfter"],
-                                        strategy=result["strategy"]))
+    warning = ACCURACY_WARNING.format(thread=thread, before=result["tokensBefore"], after=result["tokensAfter"],
+                                      strategy=result["strategy"])
+    if result.get("fallbackReason"):
+        warning += f" (The model endpoint failed, so it compacted offline instead: {result['fallbackReason']})"
+    events.warn(warning)
     events.progress(progress_token, {"kind": "end", "message": f"{result['tokensBefore']} → {result['tokensAfter']} tokens"})
     return result
 
@@ -96,6 +101,9 @@ def _compact_locked(workspace: Workspace, thread: str, strategy: str, cancel: th
         raise CompactionFailed(f"thread '{thread}' is empty: nothing to compact")
     upto_seq = entries[-1].seq
     settings = workspace.settings_for(thread)
+    prompt_file = settings.compact_prompt_file
+    if prompt_file and not Path(prompt_file).expanduser().is_absolute():  # relative to the workspace
+        settings = dataclasses.replace(settings, compact_prompt_file=str(workspace.root / prompt_file))
     before = workspace.usage(thread)["usedTokens"]
     instructions = workspace.prompt_context(thread).get("baseInstructions")
     outcome = compact([entry.item for entry in entries], strategy=strategy, settings=settings, cancel=cancel,

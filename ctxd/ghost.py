@@ -29,8 +29,9 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -217,18 +218,20 @@ def _untracked(repo: _Repo, settings: GhostSettings,
     _check_cancel(cancel)
     if expand:
         excludes = [f"--exclude={name}/" for name in sorted(DEPENDENCY_DIRS)]
-        inner = repo.paths("ls-files", "-z", "--others", "--exclude-standard", *excludes, "--",
-                           *(f":(literal){d}" for d in expand))
+        # An untracked directory holding the workspace folder is expanded only as far as the folder.
+        specs = [repo.scope if repo.prefix.startswith(d) else f":(literal){d}" for d in expand]
+        inner = repo.paths("ls-files", "-z", "--others", "--exclude-standard", *excludes, "--", *specs)
         for dep in repo.paths("ls-files", "-z", "--others", "--ignored", "--directory", *excludes,
-                              "--", *(f":(literal){d}" for d in expand)):
+                              "--", *specs):
             if _dependency_dir(dep, scope_depth) is not None:
                 skipped.setdefault(_dependency_dir(dep, scope_depth) or dep, "dependency or build directory")
         groups: dict[str, list[str]] = {}
+        expanded = set(expand)
         for path in inner:
             if path.endswith("/"):
                 skipped[path] = "nested git repository"
                 continue
-            groups.setdefault(_group_of(path, expand, repo.prefix), []).append(path)
+            groups.setdefault(_group_of(path, expanded, repo.prefix), []).append(path)
         for group, members in groups.items():
             if group and len(members) >= settings.max_untracked_dir_files:
                 skipped[group] = (f"untracked directory with {len(members)} files "
@@ -251,18 +254,20 @@ def _untracked(repo: _Repo, settings: GhostSettings,
     return kept, report
 
 
-def _group_of(path: str, expanded: list[str], prefix: str) -> str:
+def _group_of(path: str, expanded: set[str], prefix: str) -> str:
     """The untracked directory a file counts towards for the directory-size limit.
 
     That is the collapsed directory git listed, except when the workspace folder itself is
     untracked: then each of its subdirectories counts on its own and its loose files not at all.
     """
-    for d in expanded:
-        if path.startswith(d):
-            if prefix.startswith(d):  # the workspace folder lies inside an untracked directory
+    parts = path.split("/")
+    for depth in range(1, len(parts)):
+        directory = "/".join(parts[:depth]) + "/"
+        if directory in expanded:
+            if prefix.startswith(directory):  # the workspace folder lies inside this directory
                 rest = path[len(prefix):]
                 return prefix + rest.split("/", 1)[0] + "/" if "/" in rest else ""
-            return d
+            return directory
     return ""
 
 
@@ -287,15 +292,36 @@ class _State:
 _STAGED = re.compile(rb"(?:^|\0)[0-7]{6} [0-9a-f]{40,64} ([0-3])\t([^\0]*)")
 
 
-@dataclass
 class _UserIndex:
-    """What the snapshot needs to know of the user's index, read once with `ls-files --stage`."""
+    """What a capture needs to know of the user's index, read with `ls-files --stage` when needed.
 
-    listing: bytes
+    The listing changes when paths, modes, contents or stages change, not when only stat data do
+    (as after `git stash create` or a refresh). When the index file's bytes are unchanged since the
+    last capture, the listing is not even read.
+    """
+
+    def __init__(self, repo: _Repo) -> None:
+        self.repo = repo
+        try:  # a few milliseconds, against a git process for the listing
+            self.digest: str | None = hashlib.sha1((repo.git_dir / "index").read_bytes()).hexdigest()
+        except FileNotFoundError:
+            self.digest = None
+        self._listing: bytes | None = None
+        self._pending: Future[tuple[int, bytes]] | None = None
+
+    def prefetch(self, pool: ThreadPoolExecutor) -> None:
+        """Start reading the listing in the background, in case it is needed."""
+        self._pending = pool.submit(self.repo.run, "ls-files", "--stage", "-z")
+
+    @property
+    def listing(self) -> bytes:
+        if self._listing is None:
+            pending = self._pending
+            self._listing = (pending.result() if pending else self.repo.run("ls-files", "--stage", "-z"))[1]
+        return self._listing
 
     @property
     def signature(self) -> str:
-        """Changes when paths, modes, contents or stages change; not when only stat data do."""
         return hashlib.sha1(self.listing).hexdigest()
 
     @property
@@ -303,8 +329,8 @@ class _UserIndex:
         return self.listing.count(b"\0")
 
     def unmerged(self) -> set[str]:
-        if not re.search(rb"(?:^|\0)[0-7]{6} [0-9a-f]{40,64} [123]\t", self.listing):
-            return set()
+        if not any(marker in self.listing for marker in (b" 1\t", b" 2\t", b" 3\t")):
+            return set()  # the common case, found at memchr speed
         return {os.fsdecode(m.group(2)) for m in _STAGED.finditer(self.listing) if m.group(1) != b"0"}
 
     def paths(self) -> set[str]:
@@ -330,21 +356,36 @@ class _Cache:
         base = repo.work_dir() / f"cache-{key}"
         return cls(index=base.with_suffix(".index"), meta=base.with_suffix(".json"))
 
-    def load(self, signature: str) -> dict[str, Any] | None:
+    def read(self) -> dict[str, Any] | None:
+        """The record of the kept index, if it is intact."""
         try:
             meta = json.loads(self.meta.read_text("utf-8"))
             st = self.index.stat()
         except (OSError, ValueError):
             return None
-        if (not isinstance(meta, dict) or meta.get("signature") != signature
-                or meta.get("stat") != [st.st_ino, st.st_size, st.st_mtime_ns]):
+        if not isinstance(meta, dict) or meta.get("stat") != [st.st_ino, st.st_size, st.st_mtime_ns]:
             return None
         return meta
 
-    def save(self, index: Path, signature: str, untracked: list[str], deleted: list[str]) -> None:
+    @staticmethod
+    def same_user_index(meta: dict[str, Any] | None, user: _UserIndex) -> bool:
+        """The user's index file is byte for byte the one the kept index was made from."""
+        return (meta is not None and user.digest is not None and meta.get("userDigest") == user.digest
+                and "userCount" in meta)
+
+    @classmethod
+    def usable(cls, meta: dict[str, Any] | None, user: _UserIndex) -> bool:
+        """The kept index may seed a capture: the user's index lists the same entries, no conflicts."""
+        if meta is None:
+            return False
+        if cls.same_user_index(meta, user):
+            return True
+        return not user.unmerged() and meta.get("signature") == user.signature
+
+    def save(self, index: Path, user: dict[str, Any], untracked: list[str], deleted: list[str]) -> None:
         st = index.stat()
-        meta = {"signature": signature, "stat": [st.st_ino, st.st_size, st.st_mtime_ns],
-                "untracked": untracked, "deleted": deleted}
+        meta = {**user, "stat": [st.st_ino, st.st_size, st.st_mtime_ns], "untracked": untracked,
+                "deleted": deleted}
         pending = self.index.with_suffix(f".{uuid.uuid4().hex}.tmp")
         try:
             os.link(index, pending)  # the same inode, so the recorded stat matches
@@ -369,29 +410,38 @@ def _capture(repo: _Repo, settings: GhostSettings, progress: Callable[[str], Non
     Outside the scope the user's index is kept as it is.
     """
     say = progress or (lambda _message: None)
-    user = _UserIndex(repo.run("ls-files", "--stage", "-z")[1])
-    unmerged = user.unmerged()
+    user = _UserIndex(repo)  # read before anything else
     cache = _Cache.for_scope(repo)
-    say("listing untracked files")
-    files, skipped = _untracked(repo, settings, cancel)
     index = repo.temp_index()
     try:
-        meta = None if unmerged else cache.load(user.signature)
-        recheck: list[str] = []
-        # copy2 keeps the mtime git compares file times with to spot racily clean entries
-        if meta is not None:
-            shutil.copy2(cache.index, index)
-            gone = sorted(set(meta["untracked"]) - set(files))
-            if gone:
-                repo.run("update-index", "--force-remove", "-z", "--stdin", index=index, stdin=_nul(gone))
-            recheck = [p for p in meta["deleted"] if os.path.lexists(repo.top / p)]
-        elif (repo.git_dir / "index").exists():
-            shutil.copy2(repo.git_dir / "index", index)
-        say(f"adding changes and {len(files)} untracked files")
-        repo.run(*_PACKED, "add", "--update", "--", repo.scope, index=index)
+        # Listing untracked files reads the user's index and the disk; refreshing the seeded index
+        # writes only the temporary one: the two run side by side.
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="ctxd-ghost") as pool:
+            listing = pool.submit(_untracked, repo, settings, cancel)
+            meta = cache.read()
+            if not cache.same_user_index(meta, user):
+                user.prefetch(pool)  # needed to compare, or to remember this capture
+            say("looking for changes and untracked files")
+            meta = meta if cache.usable(meta, user) else None
+            # copy2 keeps the mtime git compares file times with to spot racily clean entries
+            if meta is not None:
+                shutil.copy2(cache.index, index)
+            elif (repo.git_dir / "index").exists():
+                shutil.copy2(repo.git_dir / "index", index)
+            repo.run(*_PACKED, "add", "--update", "--", repo.scope, index=index)
+            unmerged = set() if meta is not None else user.unmerged()
+            files, skipped = listing.result()
         _check_cancel(cancel)
-        if files or recheck:
-            repo.run(*_PACKED, "update-index", "--add", "-z", "--stdin", index=index,
+        recheck: list[str] = []
+        if meta is not None:
+            gone = sorted(set(meta["untracked"]) - set(files))
+            if gone:  # no longer wanted: deleted, ignored now, or over a limit now
+                repo.run("update-index", "--force-remove", "-z", "--stdin", index=index, stdin=_nul(gone))
+            recheck = [p for p in meta["deleted"]
+                       if os.path.islink(repo.top / p) or os.path.isfile(repo.top / p)]
+        say(f"adding {len(files)} untracked files")
+        if files or recheck:  # --remove: a file deleted since it was listed is simply left out
+            repo.run(*_PACKED, "update-index", "--add", "--remove", "-z", "--stdin", index=index,
                      stdin=_nul(files + recheck))
         outside = sorted(p for p in unmerged if not repo.in_scope(p))
         if outside:  # a merge in progress: take those files as they are on disk, so the tree can be written
@@ -401,15 +451,26 @@ def _capture(repo: _Repo, settings: GhostSettings, progress: Callable[[str], Non
         say("writing tree")
         tree = repo.out("write-tree", index=index)
         if not unmerged and index.exists():
-            deleted: list[str] = []
-            if user.count + len(files) != _index_entry_count(index):
-                kept = set(repo.paths("ls-files", "-z", index=index))
-                deleted = sorted(p for p in user.paths() - kept if repo.in_scope(p))
-            cache.save(index, user.signature, files, deleted)
+            _remember(repo, cache, index, user, meta, files)
         return _State(index=index, tree=tree, skipped=skipped)
     except BaseException:
         index.unlink(missing_ok=True)
         raise
+
+
+def _remember(repo: _Repo, cache: _Cache, index: Path, user: _UserIndex, meta: dict[str, Any] | None,
+              files: list[str]) -> None:
+    """Keep a capture's index as the next one's seed, with what it takes to reuse it safely."""
+    if meta is not None and cache.same_user_index(meta, user):
+        known = {"signature": meta["signature"], "userDigest": user.digest, "userCount": meta["userCount"]}
+    else:
+        known = {"signature": user.signature, "userDigest": user.digest, "userCount": user.count}
+    deleted: list[str] = []
+    # The index holds the user's entries, less the tracked files missing from disk, plus `files`.
+    if known["userCount"] + len(files) != _index_entry_count(index):
+        kept = set(repo.paths("ls-files", "-z", index=index))
+        deleted = sorted(p for p in user.paths() - kept if repo.in_scope(p))
+    cache.save(index, known, files, deleted)
 
 
 def _file_count(repo: _Repo, state: _State) -> int:
@@ -419,7 +480,7 @@ def _file_count(repo: _Repo, state: _State) -> int:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _clean_message(message: str | None) -> str:
@@ -537,8 +598,7 @@ def _scoped_target(repo: _Repo, current: _State, snapshot_tree: str) -> str:
         repo.run("read-tree", current.tree, index=index)
         inside = repo.paths("ls-files", "-z", "--", repo.scope, index=index)
         if inside:
-            repo.run("update-index", "--force-remove", "-z", "--stdin", index=index,
-                     stdin=b"".join(os.fsencode(p) + b"\0" for p in inside))
+            repo.run("update-index", "--force-remove", "-z", "--stdin", index=index, stdin=_nul(inside))
         status, sub = repo.run("rev-parse", "--verify", "--quiet",
                                f"{snapshot_tree}:{repo.prefix.rstrip('/')}", ok=(0, 1))
         if status == 0:
@@ -553,7 +613,7 @@ def _changes(repo: _Repo, old: str, new: str) -> tuple[list[str], list[str], set
     written paths that are submodules in `new` (git leaves their contents alone)."""
     parts = repo.paths("diff-tree", "-r", "-z", "--no-renames", "--raw", old, new)
     written, removed, gitlinks = [], [], set()
-    for header, path in zip(parts[::2], parts[1::2]):
+    for header, path in zip(parts[::2], parts[1::2], strict=True):
         fields = header.split()
         if fields[-1] == "D":
             removed.append(path)
@@ -568,7 +628,8 @@ def _check_in_the_way(repo: _Repo, written: list[str], removed: list[str], gitli
     """Refuse a restore that would delete files git does not track in either state.
 
     Such files (ignored, or skipped by the snapshot limits) are only at risk where the snapshot
-    needs a file where a directory now is, or a directory where a file now is.
+    needs a file where a directory now is, or a directory where a file now is. A file the snapshot
+    holds is written back even if it is ignored or too big now: that is the undo asked for.
     """
     going = set(removed)
     blocked: list[str] = []
@@ -609,17 +670,25 @@ def restore(folder: Path, commit_id: str, *, settings: GhostSettings | None = No
                 repo.run("read-tree", "--reset", "-u", current.tree, target, index=current.index)
         finally:
             current.index.unlink(missing_ok=True)
-    return {"id": commit_id, "restored": [repo.rel(p) for p in written],
+    return {"id": commit_id, "restored": [repo.rel(p) for p in written if p not in gitlinks],
             "removed": [repo.rel(p) for p in removed]}
 
 
-def forget(folder: Path, commit_ids: Iterable[str]) -> int:
-    """Delete the refs of the given snapshots of this folder (git gc may then drop them)."""
-    repo = _open(folder)
-    count = 0
-    with _repo_lock(repo.common_dir):
-        for commit_id in commit_ids:
-            _resolve(repo, commit_id)
-            repo.run("update-ref", "-d", REF_PREFIX + commit_id)
-            count += 1
-    return count
+def ledger_item(commit: dict[str, Any]) -> dict[str, Any]:
+    """The `ghost_snapshot` item recorded in a thread for a snapshot (the Responses API spelling)."""
+    return {"type": "ghost_snapshot", "ghost_commit": {
+        "id": commit["id"], "parent": commit["parent"], "created_at": commit["createdAt"],
+        "message": commit["message"]}}
+
+
+def item_commit_id(item: dict[str, Any]) -> str | None:
+    """The snapshot a ledger item records, if it is a `ghost_snapshot` item."""
+    if item.get("type") != "ghost_snapshot" or not isinstance(item.get("ghost_commit"), dict):
+        return None
+    commit_id = item["ghost_commit"].get("id")
+    return commit_id if isinstance(commit_id, str) else None
+
+
+def slow_warning(folder: Path, seconds: float) -> str:
+    return (f"ctxd: the snapshot of {folder} has taken more than {seconds:g} s. Large untracked files "
+            "are the likely cause: add them to .gitignore, or lower ghost.max_untracked_file_bytes.")

@@ -25,7 +25,7 @@ from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol, lsp_method
 from pydantic import BaseModel
 
-from ctxd import PROTOCOL_VERSION, __version__, compaction, models, protocol as wire
+from ctxd import PROTOCOL_VERSION, __version__, compaction, ghost, models, protocol as wire
 from ctxd.errors import Cancelled, CtxdError, InvalidParams
 from ctxd.service import Service, Workspace
 from ctxd.settings import load_settings
@@ -74,6 +74,21 @@ def handler(method: str, params_model: type[BaseModel]) -> Callable[[Handler], H
 
 
 class CtxdProtocol(LanguageServerProtocol):
+    def _send_data(self, data: Any) -> None:
+        """Serialize first, then frame: a reply that cannot be serialized becomes an error reply
+        (pygls would log it and leave the client waiting forever). Bodies are never logged."""
+        if not data or self.writer is None:
+            return
+        try:
+            body = json.dumps(data, default=self._serialize_message, ensure_ascii=False).encode("utf-8", "surrogatepass")
+        except Exception:
+            log.exception("could not serialize a message to the client")
+            msg_id = getattr(data, "id", None)
+            if msg_id is None:
+                return
+            body = error_response(msg_id, -32603, "Internal error: the reply could not be serialized")
+        self.writer.write(frame(body))
+
     @lsp_method(types.INITIALIZE)
     def lsp_initialize(self, params: types.InitializeParams):  # type: ignore[override]
         result = yield from super().lsp_initialize(params)
@@ -225,7 +240,8 @@ class CtxdServer(LanguageServer):
         if (message.get("jsonrpc") != "2.0" or (method is not None and not isinstance(method, str))
                 or (has_id and (isinstance(msg_id, bool) or not isinstance(msg_id, (int, str, type(None)))))):
             if has_id:
-                self._send_raw_error(msg_id if isinstance(msg_id, (int, str)) else None, -32600, "Invalid Request")
+                valid_id = isinstance(msg_id, (int, str)) and not isinstance(msg_id, bool)
+                self._send_raw_error(msg_id if valid_id else None, -32600, "Invalid Request")
             return
         if method is None:
             if not has_id or ("result" not in message and "error" not in message):
@@ -241,6 +257,8 @@ class CtxdServer(LanguageServer):
             if has_id:
                 self._send_raw_error(msg_id, -32600, "Invalid Request: the server is shutting down")
             return
+        if method in HANDLERS and "params" not in message:
+            message["params"] = None  # pygls cannot structure a request without params
         raw_params = message.get("params")  # structuring below rewrites the dict in place
         try:
             structured = self.protocol.structure_message(message)
@@ -353,3 +371,66 @@ def compact(call: Call, params: models.CompactParams) -> dict[str, Any]:
     return compaction.compact_thread(call.workspace, params.thread, strategy=params.strategy, cancel=call.cancel,
                                      events=compaction.ServerEvents(call.server),
                                      progress_token=params.work_done_token)
+
+
+class _SlowWarning:
+    """Warn once when a snapshot runs past the threshold: from a timer while it runs, or at the
+    end if the timer had no chance to (a threshold of 0 is then still deterministic)."""
+
+    def __init__(self, call: Call, seconds: float) -> None:
+        self.call, self.seconds = call, seconds
+        self.started = time.monotonic()
+        self.lock = threading.Lock()
+        self.sent = False
+        self.timer = threading.Timer(seconds, self.fire)
+        self.timer.daemon = True
+        self.timer.start()
+
+    def fire(self) -> None:
+        with self.lock:
+            if self.sent:
+                return
+            self.sent = True
+        self.call.server.show_message(ghost.slow_warning(self.call.workspace.root, self.seconds))
+
+    def finish(self) -> None:
+        self.timer.cancel()
+        if time.monotonic() - self.started >= self.seconds:
+            self.fire()
+
+
+@handler(wire.GHOST_SNAPSHOT, models.GhostSnapshotParams)
+def ghost_snapshot(call: Call, params: models.GhostSnapshotParams) -> dict[str, Any]:
+    workspace, token = call.workspace, params.work_done_token
+    settings = workspace.settings.ghost
+    call.progress(token, "begin", title="Snapshotting the working tree")
+    slow = _SlowWarning(call, settings.warn_after_seconds)
+    try:
+        commit = ghost.snapshot(workspace.root, params.message, settings=settings, cancel=call.cancel,
+                                progress=lambda message: call.progress(token, "report", message))
+    finally:
+        slow.finish()
+        call.progress(token, "end")
+    workspace.record(params.thread, [ghost.ledger_item(commit)])
+    return commit
+
+
+@handler(wire.GHOST_LIST, models.GhostListParams)
+def ghost_list(call: Call, params: models.GhostListParams) -> dict[str, Any]:
+    return {"snapshots": ghost.list_snapshots(call.workspace.root)}
+
+
+@handler(wire.GHOST_RESTORE, models.GhostRestoreParams)
+def ghost_restore(call: Call, params: models.GhostRestoreParams) -> dict[str, Any]:
+    workspace = call.workspace
+    point = None
+    if params.conversation:  # found first: an id the thread never recorded changes nothing
+        seqs = [e.seq for e in workspace.entries(params.thread) if ghost.item_commit_id(e.item) == params.id]
+        if not seqs:
+            raise InvalidParams(f"id: snapshot {params.id} is not recorded in thread '{params.thread}'")
+        point = seqs[-1]
+    call.check_cancelled()
+    result = ghost.restore(workspace.root, params.id, settings=workspace.settings.ghost)
+    if point is not None:  # keep the snapshot's own item, drop everything the model did after it
+        result["removedItems"] = workspace.rollback_to(params.thread, point + 1)
+    return result

@@ -79,6 +79,7 @@ class Workspace:
         self.root = root
         self.problems: list[str] = []
         self.settings = load_settings(root, init_options, self.problems)
+        TOKENIZERS.preload(self.settings.model, self.settings.tokenizer)  # in the background
         self.store = Store(database_path(state_dir, root), workspace=root)
         self.listener = listener
         self.lock = threading.RLock()
@@ -155,10 +156,7 @@ class Workspace:
 
     def _usage(self, ledger: ThreadLedger) -> dict[str, Any]:
         settings = self.settings_for(ledger.thread)
-        counter = self.counter(settings)
-        # The overhead is counted once per prompt context and counter (again when tiktoken is ready).
-        ledger.overhead_tokens = self._overhead_counts(ledger, counter).tokens
-        return {**usage_snapshot(ledger, settings), **counter.describe()}
+        return {**usage_snapshot(ledger, settings), **self.counter(settings).describe()}
 
     def _overhead_counts(self, ledger: ThreadLedger, counter: Counter) -> usage_mod.OverheadCounts:
         cached = self._overhead.get(ledger.thread)
@@ -168,6 +166,14 @@ class Workspace:
         self._overhead[ledger.thread] = (ledger.prompt_context, counter.name, counts)
         return counts
 
+    def _remember_usage_settings(self, ledger: ThreadLedger, settings: Settings) -> None:
+        """Keep in the thread's state what `ctxd usage` (a separate process) cannot know: the model,
+        window and limit that the editor's initialization options set. Written only on change."""
+        facts = {"model": settings.model, "contextWindow": settings.effective_context_window(),
+                 "autoCompactLimit": settings.auto_compact_limit(), "tokenizer": settings.tokenizer}
+        if (ledger.state or {}).get("usageSettings") != facts:
+            self.update_state(ledger.thread, usageSettings=facts)
+
     def breakdown(self, thread: str) -> dict[str, Any]:
         """`ctxd/usage`: where the window's tokens go (ctxd/usage.py)."""
         with self.lock:
@@ -176,6 +182,7 @@ class Workspace:
             counter = self.counter(settings)
             usage = self._usage(ledger)
             overhead = self._overhead_counts(ledger, counter)
+            self._remember_usage_settings(ledger, settings)
             groups: dict[str, int] = {}
             if usage["source"] != "estimate":
                 for entry in ledger.entries:
@@ -228,6 +235,7 @@ class Workspace:
             ledger.overhead_tokens = overhead_tokens(merged)
             settings = self.settings_for(thread)
             TOKENIZERS.preload(settings.model, settings.tokenizer)  # in the background
+            self._remember_usage_settings(ledger, settings)
             return self._changed(ledger)
 
     def prompt_context(self, thread: str) -> dict[str, Any]:

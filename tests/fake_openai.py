@@ -45,7 +45,7 @@ class Step:
     """Only requests to this path (e.g. `/v1/responses/compact`) use this step."""
 
     @staticmethod
-    def context_exceeded(**kwargs: Any) -> "Step":
+    def context_exceeded(**kwargs: Any) -> Step:
         return Step(status=400, code="context_length_exceeded",
                     message="This model's maximum context length is 1000 tokens. Please reduce the length of the input.",
                     **kwargs)
@@ -78,7 +78,7 @@ class FakeOpenAI:
             def log_message(self, *args: Any) -> None:  # quiet
                 pass
 
-            def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+            def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length)
                 try:
@@ -115,10 +115,10 @@ class FakeOpenAI:
         self._server.shutdown()
         self._server.server_close()
 
-    def __enter__(self) -> "FakeOpenAI":
+    def __enter__(self) -> FakeOpenAI:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # --- serving -------------------------------------------------------------------------------

@@ -18,7 +18,13 @@ from ctxd.compact.history import (
     summary_message,
 )
 from ctxd.compact.model import drop_oldest, is_openai_host, to_chat_messages
-from ctxd.compact.offline import history_tokens, mask_tool_outputs, offline_compact, render_summary, Section
+from ctxd.compact.offline import (
+    Section,
+    history_tokens,
+    mask_tool_outputs,
+    offline_compact,
+    render_summary,
+)
 from ctxd.compact.retry import RetryPolicy
 from ctxd.errors import InvalidParams
 from ctxd.settings import LlmSettings, Settings
@@ -222,3 +228,18 @@ def test_backoff_grows_is_capped_and_honours_retry_after() -> None:
     assert policy.delay(3, None, rng=lambda: 0.0) == 2.0  # jitter stays in [ceiling/2, ceiling]
     assert policy.delay(3, 0.25) == 0.25
     assert policy.delay(0, 10_000) == 30.0
+
+
+def test_a_second_offline_compaction_merges_the_first_summary() -> None:
+    items = long_thread()
+    first = offline_compact(items, target_tokens=history_tokens(items) // 4, user_message_max_tokens=20_000,
+                            try_masking=False)
+    later = first.items + [call("d1", "make lint"), output("d1", "error: E501 line too long in src/app/cli.py\nexit code: 2"),
+                           assistant("Lint is next."), user("fix lint")]
+    second = offline_compact(later, target_tokens=history_tokens(later), user_message_max_tokens=20_000,
+                             try_masking=False)
+    summary = second.items[-2]["content"][0]["text"]
+    assert summary.count("## Errors seen") == 1
+    for fact in ("KeyError: 'tenant_42'", "E501 line too long", "decided to keep the YAML loader", "src/app/config.py"):
+        assert fact in summary, fact
+    assert sum(map(is_summary_message, second.items)) == 1

@@ -311,6 +311,17 @@ def test_untracked_workspace_folder(repo: Repo) -> None:
     assert (folder / "f0.py").exists()
 
 
+def test_workspace_folder_deep_inside_an_untracked_directory(repo: Repo) -> None:
+    repo.write("outer/sibling.txt", "not in the workspace\n")
+    repo.write("outer/inner/mine.txt", "in the workspace\n")
+    snap = ghost.snapshot(repo.root / "outer" / "inner")
+    assert snap["fileCount"] == 1
+    assert set(snapshot_tree(repo, snap["id"], "outer/")) == {"outer/inner/mine.txt"}
+    (repo.root / "outer/sibling.txt").unlink()
+    repo.write("outer/inner/new.txt")
+    assert ghost.restore(repo.root / "outer" / "inner", snap["id"])["removed"] == ["new.txt"]
+
+
 def test_linked_worktree(repo: Repo, tmp_path: Path) -> None:
     repo.git("worktree", "add", "-q", "-b", "wt", str(tmp_path / "wt"))
     wt = Repo(tmp_path / "wt")
@@ -467,10 +478,14 @@ def test_cancel_and_progress(repo: Repo) -> None:
 
 
 @pytest.mark.parametrize("scope", ["", "src"])
-def test_the_cached_index_gives_the_same_trees(repo: Repo, scope: str) -> None:
+def test_the_cached_index_gives_the_same_trees(repo: Repo, scope: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A sequence of edits to the working tree and the user's index, each snapshot taken with the
     previous one's index as its seed, must give exactly the tree a cold snapshot gives."""
     folder = repo.root / scope
+    used: list[bool] = []
+    usable = ghost._Cache.usable
+    monkeypatch.setattr(ghost._Cache, "usable", classmethod(
+        lambda cls, meta, user: used.append(usable(meta, user)) or used[-1]))
     edits = [
         lambda: repo.write("src/app.py", "edited\n"),
         lambda: repo.write("src/new.py", "untracked\n"),
@@ -495,6 +510,9 @@ def test_the_cached_index_gives_the_same_trees(repo: Repo, scope: str) -> None:
         cold = ghost.snapshot(folder, settings=settings)
         assert warm_tree == repo.git("rev-parse", cold["id"] + "^{tree}").strip()
         assert warm["skipped"] == cold["skipped"] and warm["fileCount"] == cold["fileCount"]
+    # Every warm capture reused the kept index but the two after `add -f` and `rm --cached` changed
+    # the user's index entries (a commit leaves them as they are).
+    assert used.count(True) == len(edits) - 2
 
 
 def test_temporary_files_stay_inside_the_git_dir(repo: Repo) -> None:
@@ -515,3 +533,27 @@ def test_wire_shape(repo: Repo) -> None:
     body = subprocess.run(["git", "cat-file", "commit", snap["id"]], cwd=repo.root, capture_output=True,
                           text=True).stdout
     assert "author ctxd <ctxd@localhost>" in body
+
+
+def test_concurrent_snapshots_of_one_repository(repo: Repo) -> None:
+    for i in range(20):
+        repo.write(f"src/gen{i}.py", f"{i}\n")
+    before = repo.state()
+    results: list[dict] = []
+    errors: list[BaseException] = []
+
+    def take() -> None:
+        try:
+            results.append(ghost.snapshot(repo.root))
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    workers = [threading.Thread(target=take) for _ in range(4)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert not errors
+    trees = {repo.git("rev-parse", r["id"] + "^{tree}").strip() for r in results}
+    assert len(results) == 4 and len(trees) == 1
+    assert repo.state() == before

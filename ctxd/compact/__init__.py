@@ -12,11 +12,21 @@ ledger; the caller swaps it in.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
-from ctxd.compact.history import build_compacted_history, compact_prompt, ghost_snapshots
-from ctxd.compact.model import compact_remote, is_openai_host, resolve_endpoint, summarize
+from ctxd.compact.history import (
+    build_compacted_history,
+    compact_prompt,
+    ghost_snapshots,
+)
+from ctxd.compact.model import (
+    compact_remote,
+    is_openai_host,
+    resolve_endpoint,
+    summarize,
+)
 from ctxd.compact.offline import history_tokens, offline_compact
 from ctxd.errors import Cancelled, CompactionFailed, InvalidParams
 from ctxd.normalize import project

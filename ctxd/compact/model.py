@@ -12,17 +12,19 @@ from __future__ import annotations
 import json
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
-
-import openai
 
 from ctxd.compact.history import message_text
 from ctxd.compact.retry import ContextTooLong, RetryPolicy, call_with_retries
 from ctxd.errors import CompactionFailed, InvalidParams
 from ctxd.models import validate_items
 from ctxd.normalize import CALL_TO_OUTPUT, OUTPUT_TYPES
+
+if TYPE_CHECKING:
+    import openai  # imported when a compaction first needs it: it takes most of a second
 
 OPENAI_HOSTS = ("api.openai.com",)
 PLACEHOLDER_KEY = "not-needed"  # local OpenAI-compatible servers ignore the key, the client wants one
@@ -70,6 +72,8 @@ def resolve_endpoint(settings: Any) -> Endpoint:
 
 
 def make_client(endpoint: Endpoint) -> openai.OpenAI:
+    import openai
+
     return openai.OpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=0, timeout=endpoint.timeout)
 
 
@@ -158,26 +162,10 @@ def summarize(endpoint: Endpoint, history: list[dict[str, Any]], prompt: str, *,
               cancel: threading.Event, progress: Progress | None) -> tuple[str, int]:
     """Ask the model for a handoff summary of `history`. Returns (summary, trimmed items)."""
     client = make_client(endpoint)
+    ask = _ask_responses if endpoint.api == "responses" else _ask_chat
 
     def send(items: list[dict[str, Any]]) -> str:
-        if endpoint.api == "responses":
-            instruction = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": prompt}]}
-
-            def call() -> str:
-                response = client.responses.create(model=endpoint.model, input=items + [instruction], store=False)
-                return _summary_or_fail(_response_text(response))
-        else:
-            messages = to_chat_messages(items) + [{"role": "user", "content": prompt}]
-
-            def call() -> str:
-                response = client.chat.completions.create(model=endpoint.model, messages=messages)
-                try:
-                    content = response.choices[0].message.content
-                except (AttributeError, IndexError, TypeError):
-                    raise CompactionFailed("the model's answer was not a chat completion") from None
-                return _summary_or_fail(content)
-
-        return _guarded(call, endpoint, cancel, progress, client)
+        return _guarded(lambda: ask(client, endpoint.model, items, prompt), endpoint, cancel, progress, client)
 
     try:
         if progress is not None:
@@ -185,6 +173,24 @@ def summarize(endpoint: Endpoint, history: list[dict[str, Any]], prompt: str, *,
         return with_trimming(history, send, progress)
     finally:
         client.close()
+
+
+def _ask_chat(client: openai.OpenAI, model: str, items: list[dict[str, Any]], prompt: str) -> str:
+    """The history as chat messages, the instruction as the last user message."""
+    messages = to_chat_messages(items) + [{"role": "user", "content": prompt}]
+    response = client.chat.completions.create(model=model, messages=messages)
+    try:
+        content = response.choices[0].message.content
+    except (AttributeError, IndexError, TypeError):
+        raise CompactionFailed("the model's answer was not a chat completion") from None
+    return _summary_or_fail(content)
+
+
+def _ask_responses(client: openai.OpenAI, model: str, items: list[dict[str, Any]], prompt: str) -> str:
+    """The items as they are, the instruction as one more user message; nothing stored server-side."""
+    instruction = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": prompt}]}
+    response = client.responses.create(model=model, input=items + [instruction], store=False)
+    return _summary_or_fail(_response_text(response))
 
 
 def _response_text(response: Any) -> str:
@@ -244,6 +250,7 @@ def _compacted_items(body: Any) -> list[dict[str, Any]]:
 def _guarded(call: Callable[[], Any], endpoint: Endpoint, cancel: threading.Event,
              progress: Progress | None, client: openai.OpenAI) -> Any:
     """One request with our retries; a body that does not parse is a permanent failure."""
+    import openai
 
     def parsed() -> Any:
         try:

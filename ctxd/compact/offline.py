@@ -334,7 +334,7 @@ def parse_summary(text: str) -> dict[str, list[str]] | None:
         elif title == EARLIER and current:
             current[-1] += "\n" + raw
         else:
-            current.append(line[2:] if line.startswith("- ") else line)
+            current.append(line.removeprefix("- "))
     return sections or None
 
 
@@ -409,7 +409,10 @@ def offline_compact(items: list[dict[str, Any]], *, target_tokens: int, user_mes
     recent = recent_user_messages(items, user_budget)
     # An opaque remote compaction cannot be summarized here; the newest one is kept as it is.
     opaque = [item for item in items if item.get("type") == "compaction"][-1:]
-    head = opaque + [user_message(text) for text in recent]
+    messages = [user_message(text) for text in recent]
+    while messages and history_tokens(messages) > user_budget:  # each message costs its JSON too
+        messages.pop(0)
+    head = opaque + messages
     prefix_cost = history_tokens([summary_message("")])
     summary_budget = max(0, target_tokens - history_tokens(head) - prefix_cost)
     sections = extract_sections(items, skip_requests=len(recent))

@@ -12,12 +12,14 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, TypeVar
-
-import openai
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ctxd.errors import Cancelled, CompactionFailed
+
+if TYPE_CHECKING:
+    import openai
 
 T = TypeVar("T")
 
@@ -70,6 +72,8 @@ def _error_code(error: openai.APIStatusError) -> str:
 
 
 def is_context_overflow(error: Exception) -> bool:
+    import openai  # lazily: the daemon starts without it
+
     if not isinstance(error, openai.APIStatusError):
         return False
     if _error_code(error) == "context_length_exceeded":
@@ -80,6 +84,8 @@ def is_context_overflow(error: Exception) -> bool:
 
 def is_transient(error: Exception) -> bool:
     """Faults worth another try: rate limits (not an exhausted quota), 408/409, 5xx, network."""
+    import openai  # lazily: the daemon starts without it
+
     if isinstance(error, (openai.APITimeoutError, openai.APIConnectionError)):
         return True
     if isinstance(error, openai.APIStatusError):
@@ -91,6 +97,8 @@ def is_transient(error: Exception) -> bool:
 
 def describe(error: Exception, secret: str | None = None) -> str:
     """A short, key-free description of a failed request for the error the client sees."""
+    import openai  # lazily: the daemon starts without it
+
     if isinstance(error, openai.APIStatusError):
         code = _error_code(error)
         message = ""
@@ -174,7 +182,7 @@ def call_with_retries(
                 raise CompactionFailed(f"compaction request failed: {reason}") from None
             if attempt >= policy.max_retries:
                 raise CompactionFailed(f"compaction request failed after {attempt + 1} attempts: {reason}") from None
-            retry_after = _retry_after(error) if isinstance(error, openai.APIStatusError) else None
+            retry_after = _retry_after(error) if hasattr(error, "status_code") and hasattr(error, "response") else None
             delay = policy.delay(attempt, retry_after, rng)
             if clock() + delay > deadline:
                 raise CompactionFailed(f"compaction request failed; retry time budget spent: {reason}") from None

@@ -1,0 +1,323 @@
+"""Ghost snapshots through the daemon, over stdio, on real repositories in temporary folders.
+
+Each case checks that the user's index bytes, HEAD, refs, config and `git status` are identical
+before and after the snapshot and after the restore.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.ghost_repo import Repo, isolated_git_env, make_repo
+from tests.helpers import assistant, user
+from tests.rpc import Client, RpcError, start_daemon
+
+GitCase = Callable[[Path], tuple[Repo, Path]]
+
+
+def _plain(base: Path) -> tuple[Repo, Path]:
+    repo = make_repo(base)
+    repo.write("src/app.py", "edited, not staged\n")
+    repo.write("notes.txt", "untracked\n")
+    return repo, repo.root
+
+
+def _unborn(base: Path) -> tuple[Repo, Path]:
+    repo = make_repo(base, commit=False)
+    repo.write("src/app.py", "first file\n")
+    repo.write("README.md", "readme\n")
+    return repo, repo.root
+
+
+def _detached(base: Path) -> tuple[Repo, Path]:
+    repo = make_repo(base)
+    repo.write("README.md", "second\n")
+    repo.commit_all("second")
+    repo.git("checkout", "-q", "--detach", "HEAD~1")
+    return repo, repo.root
+
+
+def _merging(base: Path) -> tuple[Repo, Path]:
+    repo = make_repo(base)
+    repo.git("checkout", "-q", "-b", "other")
+    repo.write("README.md", "other\n")
+    repo.commit_all("other")
+    repo.git("checkout", "-q", "main")
+    repo.write("README.md", "main\n")
+    repo.commit_all("main")
+    repo.git("merge", "other", check=False)
+    return repo, repo.root
+
+
+def _rebasing(base: Path) -> tuple[Repo, Path]:
+    repo = make_repo(base)
+    repo.git("checkout", "-q", "-b", "topic")
+    repo.write("README.md", "topic\n")
+    repo.commit_all("topic")
+    repo.git("checkout", "-q", "main")
+    repo.write("README.md", "main moved\n")
+    repo.commit_all("main moved")
+    repo.git("checkout", "-q", "topic")
+    repo.git("rebase", "main", check=False)
+    return repo, repo.root
+
+
+def _awkward(base: Path) -> tuple[Repo, Path]:
+    repo = make_repo(base)
+    for name in ("a file with spaces.txt", "ünïcödé/日本.txt", "line\nbreak.txt"):
+        repo.write(name, f"{name}\n")
+    repo.commit_all("awkward")
+    repo.write("ünïcödé/new one.txt", "untracked\n")
+    return repo, repo.root
+
+
+def _links_and_modes(base: Path) -> tuple[Repo, Path]:
+    repo = make_repo(base)
+    os.symlink("README.md", repo.root / "link")
+    repo.write("run.sh", "#!/bin/sh\n").chmod(0o755)
+    repo.commit_all("links")
+    os.symlink("src", repo.root / "untracked-link")
+    return repo, repo.root
+
+
+def _submodule(base: Path) -> tuple[Repo, Path]:
+    library = make_repo(base.parent / f"{base.name}-library")
+    repo = make_repo(base)
+    repo.git("-c", "protocol.file.allow=always", "submodule", "add", "-q", str(library.root), "vendor/lib")
+    repo.commit_all("submodule")
+    return repo, repo.root
+
+
+def _subdirectory(base: Path) -> tuple[Repo, Path]:
+    repo = make_repo(base)
+    repo.write("pkg/mod.py", "mod\n")
+    repo.commit_all("pkg")
+    repo.write("outside.txt", "outside the workspace folder\n")
+    return repo, repo.root / "pkg"
+
+
+def _worktree(base: Path) -> tuple[Repo, Path]:
+    main = make_repo(base)
+    main.git("worktree", "add", "-q", "-b", "wt", str(base.parent / f"{base.name}-wt"))
+    wt = Repo(base.parent / f"{base.name}-wt")
+    wt.write("src/app.py", "worktree edit\n")
+    return wt, wt.root
+
+
+CASES: dict[str, GitCase] = {
+    "plain": _plain, "no-commits": _unborn, "detached": _detached, "merge": _merging, "rebase": _rebasing,
+    "paths": _awkward, "symlinks-and-modes": _links_and_modes, "submodule": _submodule,
+    "subdirectory": _subdirectory, "worktree": _worktree,
+}
+
+
+@pytest.fixture(scope="module")
+def git_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """No git identity anywhere: not for the daemon, not for the tests' own git calls."""
+    env = isolated_git_env(tmp_path_factory.mktemp("home"))
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in env.items():
+            patch.setenv(key, value)
+        yield env
+
+
+@pytest.fixture(scope="module")
+def daemon(git_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Client]:
+    """One daemon for the module: each test opens its own folders in it (daemons are slow to start)."""
+    state = tmp_path_factory.mktemp("state")
+    client = start_daemon(state, env=git_env, log_file=state / "daemon.log")
+    client.initialize([])
+    yield client
+    client.shutdown(timeout=5)
+
+
+def open_folders(client: Client, *folders: Path, settings: str | None = None) -> None:
+    """Add workspace folders to a running daemon; `settings` goes to each folder's `.ctxd.toml`."""
+    for folder in folders:
+        if settings is not None:
+            (folder / ".ctxd.toml").write_text(settings)
+            exclude = Path(Repo(folder).git_dir, "info", "exclude")
+            exclude.parent.mkdir(exist_ok=True)
+            with exclude.open("a") as handle:
+                handle.write("/.ctxd.toml\n")
+    client.notify("workspace/didChangeWorkspaceFolders", {"event": {
+        "added": [{"uri": f.as_uri(), "name": f.name} for f in folders], "removed": []}})
+    for folder in folders:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client.request("ctxd/history", {"workspace": folder.as_uri()})
+                break
+            except RpcError:
+                assert time.monotonic() < deadline, f"{folder} never opened"
+                time.sleep(0.02)
+
+
+def _request(client: Client, method: str, folder: Path, **params: Any) -> Any:
+    return client.request(method, {"workspace": folder.as_uri(), **params})
+
+
+def _agent_edits(folder: Path) -> None:
+    """What an agent does: edit and delete what is there, add a file and a directory."""
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and not p.is_symlink()
+                   and ".git" not in p.relative_to(folder).parts and "vendor" not in p.parts)
+    files[0].write_text("edited by the agent\n")
+    files[-1].unlink()
+    (folder / "agent.txt").write_text("new\n")
+    (folder / "agent_dir").mkdir()
+    (folder / "agent_dir" / "x.py").write_text("x\n")
+
+
+def test_every_repository_kind(daemon: Client, tmp_path: Path) -> None:
+    made = {name: case(tmp_path / name) for name, case in CASES.items()}
+    open_folders(daemon, *(folder for _repo, folder in made.values()))
+    for name, (repo, folder) in made.items():
+        before, files = repo.state(), repo.files()
+        snap = _request(daemon, "ctxd/ghost/snapshot", folder, message=f"before {name}")
+        assert repo.state() == before, name
+        _agent_edits(folder)
+        result = _request(daemon, "ctxd/ghost/restore", folder, id=snap["id"])
+        assert "agent.txt" in result["removed"] and "agent_dir/x.py" in result["removed"], name
+        assert repo.state() == before, name
+        assert repo.files() == files, name
+        assert [g["id"] for g in _request(daemon, "ctxd/ghost/list", folder)["snapshots"]] == [snap["id"]], name
+
+
+def test_snapshot_is_a_zero_token_item_kept_out_of_the_prompt(daemon: Client, tmp_path: Path) -> None:
+    repo, folder = _plain(tmp_path / "repo")
+    open_folders(daemon, folder)
+    _request(daemon, "ctxd/record", folder, items=[user("fix it"), assistant("on it")])
+    used = _request(daemon, "ctxd/usage", folder)["usage"]["usedTokens"]
+    snap = _request(daemon, "ctxd/ghost/snapshot", folder, message="turn 1")
+    assert set(snap) >= {"id", "parent", "createdAt", "message", "fileCount", "skipped", "durationMs"}
+    assert snap["parent"] == repo.git("rev-parse", "HEAD").strip() and snap["fileCount"] == 5
+    item = _request(daemon, "ctxd/history", folder)["items"][-1]
+    assert item["type"] == "ghost_snapshot"
+    assert item["ghost_commit"]["id"] == snap["id"] and item["ghost_commit"]["parent"] == snap["parent"]
+    assert item["ghost_commit"]["created_at"] == snap["createdAt"]
+    assert _request(daemon, "ctxd/usage", folder)["usage"]["usedTokens"] == used
+    prompt = _request(daemon, "ctxd/prompt", folder)
+    assert all(i["type"] != "ghost_snapshot" for i in prompt["items"])
+
+    # Compaction keeps it (offline: no model needed).
+    _request(daemon, "ctxd/record", folder, items=[user("two"), assistant("b" * 4000), user("three")])
+    _request(daemon, "ctxd/compact", folder, strategy="offline")
+    items = _request(daemon, "ctxd/history", folder)["items"]
+    assert [i["ghost_commit"]["id"] for i in items if i["type"] == "ghost_snapshot"] == [snap["id"]]
+
+
+def test_restore_with_the_conversation(daemon: Client, tmp_path: Path) -> None:
+    repo, folder = _plain(tmp_path / "repo")
+    open_folders(daemon, folder)
+    _request(daemon, "ctxd/record", folder, thread="t", items=[user("add a feature")])
+    snap = _request(daemon, "ctxd/ghost/snapshot", folder, thread="t")
+    _request(daemon, "ctxd/record", folder, thread="t", items=[assistant("added feature.py"), user("thanks")])
+    repo.write("feature.py", "work to undo\n")
+    before_history = _request(daemon, "ctxd/history", folder, thread="t")["items"]
+
+    # Another thread never recorded this snapshot: refused, and nothing changes.
+    with pytest.raises(RpcError) as caught:
+        _request(daemon, "ctxd/ghost/restore", folder, thread="other", id=snap["id"], conversation=True)
+    assert caught.value.code == -32602 and (repo.root / "feature.py").exists()
+
+    result = _request(daemon, "ctxd/ghost/restore", folder, thread="t", id=snap["id"], conversation=True)
+    assert result["removed"] == ["feature.py"] and result["removedItems"] == 2
+    items = _request(daemon, "ctxd/history", folder, thread="t")["items"]
+    assert items == before_history[:2]  # the request and the snapshot: the model forgets the rest
+    # Without the conversation the thread is left as it is.
+    result = _request(daemon, "ctxd/ghost/restore", folder, thread="t", id=snap["id"])
+    assert "removedItems" not in result
+    assert len(_request(daemon, "ctxd/history", folder, thread="t")["items"]) == 2
+
+
+BAD_IDS = ["--hard", "-c", "HEAD", "main", "HEAD~1", "deadbeef", "f" * 40, "F" * 40, " " + "a" * 40,
+           "a" * 41, 7, None]
+
+
+def test_bad_ids_change_nothing(daemon: Client, tmp_path: Path) -> None:
+    repo, folder = _plain(tmp_path / "repo")
+    open_folders(daemon, folder)
+    _request(daemon, "ctxd/ghost/snapshot", folder)
+    repo.write("src/app.py", "agent\n")
+    before, files = repo.state(), repo.files()
+    history = _request(daemon, "ctxd/history", folder)
+    for bad in BAD_IDS:
+        for conversation in (False, True):
+            params = {} if bad is None else {"id": bad}
+            with pytest.raises(RpcError) as caught:
+                _request(daemon, "ctxd/ghost/restore", folder, conversation=conversation, **params)
+            assert caught.value.code == -32602, bad
+            assert repo.state() == before and repo.files() == files, bad
+    assert _request(daemon, "ctxd/history", folder) == history
+
+
+def test_not_a_git_repository(daemon: Client, tmp_path: Path) -> None:
+    folder = tmp_path / "plain"
+    folder.mkdir()
+    open_folders(daemon, folder)
+    for method, params in (("ctxd/ghost/snapshot", {}), ("ctxd/ghost/list", {}),
+                           ("ctxd/ghost/restore", {"id": "a" * 40})):
+        with pytest.raises(RpcError) as caught:
+            _request(daemon, method, folder, **params)
+        assert caught.value.code == -32002, method
+    assert _request(daemon, "ctxd/history", folder)["items"] == []
+
+
+def test_progress_and_slow_warning(daemon: Client, tmp_path: Path) -> None:
+    _repo, slow = _plain(tmp_path / "slow")
+    _repo, quiet = _plain(tmp_path / "quiet")
+    open_folders(daemon, slow, settings="[ghost]\nwarn_after_seconds = 0\n")
+    open_folders(daemon, quiet)
+    _request(daemon, "ctxd/ghost/snapshot", slow, workDoneToken="snap-1")
+    kinds = [n["value"]["kind"] for n in daemon.notes("$/progress") if n["token"] == "snap-1"]
+    assert kinds[0] == "begin" and kinds[-1] == "end" and "report" in kinds
+    warning = daemon.wait_for_notification("window/showMessage", lambda p: str(slow) in p["message"])
+    assert warning["type"] == 2 and "large untracked files" in warning["message"].lower()
+    # Without a token there is no progress, and at the default threshold no warning.
+    progress_before = len(daemon.notes("$/progress"))
+    _request(daemon, "ctxd/ghost/snapshot", quiet)
+    assert len(daemon.notes("$/progress")) == progress_before
+    assert not [n for n in daemon.notes("window/showMessage") if str(quiet) in n["message"]]
+
+
+def test_skipped_files_are_reported_and_kept(daemon: Client, tmp_path: Path) -> None:
+    repo, folder = _plain(tmp_path / "repo")
+    repo.write("data.bin", "x" * 4096)
+    for i in range(6):
+        repo.write(f"generated/{i}.txt", "g\n")
+    repo.write("node_modules/dep/index.js", "dep\n")
+    open_folders(daemon, folder, settings="[ghost]\nmax_untracked_file_bytes = 1024\nmax_untracked_dir_files = 5\n")
+    before = repo.state()
+    snap = _request(daemon, "ctxd/ghost/snapshot", folder)
+    assert {s["path"] for s in snap["skipped"]} == {"data.bin", "generated/", "node_modules/"}
+    _agent_edits(folder)
+    _request(daemon, "ctxd/ghost/restore", folder, id=snap["id"])
+    assert (repo.root / "data.bin").exists() and len(list((repo.root / "generated").iterdir())) == 6
+    assert (repo.root / "node_modules/dep/index.js").exists()
+    assert repo.state() == before
+
+
+def test_listed_after_a_restart_and_gc(daemon_factory: Callable[..., Client], tmp_path: Path,
+                                       git_env: dict[str, str]) -> None:
+    repo, folder = _plain(tmp_path / "repo")
+    first = daemon_factory([folder], env=git_env)
+    one = _request(first, "ctxd/ghost/snapshot", folder, message="one")
+    repo.write("notes.txt", "changed\n")
+    two = _request(first, "ctxd/ghost/snapshot", folder, message="two")
+    first.shutdown()
+    repo.git("-c", "gc.reflogExpire=now", "-c", "gc.reflogExpireUnreachable=now", "gc", "-q", "--prune=now")
+    assert repo.git("branch", "--list").split() == ["*", "main"] and repo.git("tag") == ""
+    assert repo.git("stash", "list") == ""
+    second = daemon_factory([folder], env=git_env)
+    listed = _request(second, "ctxd/ghost/list", folder)["snapshots"]
+    assert [(g["id"], g["message"]) for g in listed] == [(two["id"], "two"), (one["id"], "one")]
+    before = repo.state()
+    _request(second, "ctxd/ghost/restore", folder, id=one["id"])
+    assert (repo.root / "notes.txt").read_text() == "untracked\n"
+    assert repo.state()["index"] == before["index"]
