@@ -1,0 +1,28 @@
+-- The ctxd client config for Neovim 0.11+: `vim.lsp.enable('ctxd')`.
+-- `require('ctxd').setup()` layers its `cmd`, `cmd_env`, `root_markers` and `settings` over this
+-- with `vim.lsp.config('ctxd', ...)`. Every function defers to `lua/ctxd/lsp.lua`, loaded only
+-- when the client starts.
+
+---@type vim.lsp.Config
+return {
+  cmd = { 'ctxd' },
+  root_markers = { '.git' },
+  root_dir = function(bufnr, on_dir)
+    require('ctxd.lsp').root_dir(bufnr, on_dir)
+  end,
+  init_options = { ctxd = vim.empty_dict() },
+  on_init = function(client)
+    require('ctxd.lsp').on_init(client)
+  end,
+  on_exit = function(code, signal, client_id)
+    require('ctxd.lsp').on_exit(code, signal, client_id)
+  end,
+  handlers = {
+    ['ctxd/usageChanged'] = function(...)
+      require('ctxd.lsp').handlers['ctxd/usageChanged'](...)
+    end,
+    ['ctxd/compacted'] = function(...)
+      require('ctxd.lsp').handlers['ctxd/compacted'](...)
+    end,
+  },
+}

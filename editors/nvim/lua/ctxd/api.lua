@@ -1,0 +1,191 @@
+---@mod ctxd.api Lua API for agent plugins.
+---
+--- Thin wrappers over the daemon's `ctxd/*` requests. Each takes the request's own params, an
+--- optional `ctxd.Target` (`bufnr`, `workspace`, `thread`) and a callback `cb(err, result)` run on
+--- the main loop; `err` is a JSON-RPC error `{code, message, data?}` (see PROTOCOL.md). Params and
+--- results are exactly the wire's: camelCase protocol fields, items in the Responses API spelling.
+---
+--- ```lua
+--- local ctxd = require('ctxd.api')
+--- ctxd.record({ { type = 'message', role = 'user', content = { { type = 'input_text', text = 'hi' } } } },
+---   { thread = 'chat-1' }, function(err, result) ... end)
+--- ```
+
+local client = require('ctxd.client')
+local status = require('ctxd.status')
+
+local M = {}
+
+--- Accept `(params, cb)` as well as `(params, target, cb)`.
+---@return ctxd.Target?, ctxd.Callback?
+local function args(target, cb)
+  if type(target) == 'function' then
+    return nil, target
+  end
+  return target, cb
+end
+
+---@param method string
+---@param params table
+---@param target ctxd.Target?
+---@param cb ctxd.Callback?
+---@return integer? request_id
+local function send(method, params, target, cb)
+  return client.request(method, params, cb, target)
+end
+
+--- Record items (oldest first) in the thread's ledger. Result: `{historyVersion, itemCount, usage}`.
+---@param items table[]
+---@param target ctxd.Target|ctxd.Callback?
+---@param cb ctxd.Callback?
+function M.record(items, target, cb)
+  target, cb = args(target, cb)
+  return send('ctxd/record', { items = items }, target, cb)
+end
+
+--- Report the model API's usage for the latest request:
+--- `{inputTokens, cachedInputTokens?, outputTokens, reasoningOutputTokens?, totalTokens}`.
+---@param usage table
+---@param target ctxd.Target|ctxd.Callback?
+---@param cb ctxd.Callback?
+function M.report_token_usage(usage, target, cb)
+  target, cb = args(target, cb)
+  return send('ctxd/reportTokenUsage', { usage = usage }, target, cb)
+end
+
+--- Set the fixed overhead of every request: `{model?, contextWindow?, baseInstructions?, tools?,
+--- memoryFiles?, skills?}`.
+---@param context table
+---@param target ctxd.Target|ctxd.Callback?
+---@param cb ctxd.Callback?
+function M.set_prompt_context(context, target, cb)
+  target, cb = args(target, cb)
+  return send('ctxd/setPromptContext', context, target, cb)
+end
+
+--- The model-ready projection: `{items, historyVersion, estimatedTokens, reinjectContext}`.
+---@param params table? `{inputModalities?}`
+---@param target ctxd.Target|ctxd.Callback?
+---@param cb ctxd.Callback?
+function M.prompt(params, target, cb)
+  target, cb = args(target, cb)
+  return send('ctxd/prompt', params or {}, target, cb)
+end
+
+--- The usage breakdown by category (`Breakdown`).
+---@param target ctxd.Target|ctxd.Callback?
+---@param cb ctxd.Callback?
+function M.usage(target, cb)
+  target, cb = args(target, cb)
+  return send('ctxd/usage', {}, target, cb)
+end
+
+--- Compact the thread. `params`: `{strategy?, workDoneToken?}`.
+---@param params table?
+---@param target ctxd.Target|ctxd.Callback?
+---@param cb ctxd.Callback?
+function M.compact(params, target, cb)
+  target, cb = args(target, cb)
+  return send('ctxd/compact', params or {}, target, cb)
+end
+
+--- Drop the last `turns` user turns.
+---@param turns integer
+---@param target ctxd.Target|ctxd.Callback?
+---@param cb ctxd.Callback?
+function M.rollback(turns, target, cb)
+  target, cb = args(target, cb)
+  return send('ctxd/rollback', { turns = turns }, target, cb)
+end
+
+--- The stored ledger: `params` `{offset?, limit?, includeArchived?}`.
+---@param params table?
+---@param target ctxd.Target|ctxd.Callback?
+---@param cb ctxd.Callback?
+function M.history(params, target, cb)
+  target, cb = args(target, cb)
+  return send('ctxd/history', params or {}, target, cb)
+end
+
+--- The workspace's threads.
+---@param target ctxd.Target|ctxd.Callback?
+---@param cb ctxd.Callback?
+function M.threads(target, cb)
+  target, cb = args(target, cb)
+  return send('ctxd/threads', {}, target, cb)
+end
+
+--- Take a ghost snapshot of the working tree. `params`: `{message?, workDoneToken?}`.
+---@param params table?
+---@param target ctxd.Target|ctxd.Callback?
+---@param cb ctxd.Callback?
+function M.snapshot(params, target, cb)
+  target, cb = args(target, cb)
+  return send('ctxd/ghost/snapshot', params or {}, target, cb)
+end
+
+--- The workspace's snapshots, newest first: `{snapshots}`.
+---@param target ctxd.Target|ctxd.Callback?
+---@param cb ctxd.Callback?
+function M.snapshots(target, cb)
+  target, cb = args(target, cb)
+  return send('ctxd/ghost/list', {}, target, cb)
+end
+
+--- Restore the working tree to snapshot `id`; with `conversation` also roll the thread back.
+---@param id string
+---@param conversation boolean?
+---@param target ctxd.Target|ctxd.Callback?
+---@param cb ctxd.Callback?
+function M.restore(id, conversation, target, cb)
+  target, cb = args(target, cb)
+  return send('ctxd/ghost/restore', { id = id, conversation = conversation == true }, target, cb)
+end
+
+--- Any other `ctxd/*` method, for what the wrappers above do not cover yet.
+---@param method string
+---@param params table?
+---@param target ctxd.Target|ctxd.Callback?
+---@param cb ctxd.Callback?
+function M.request(method, params, target, cb)
+  target, cb = args(target, cb)
+  return send(method, params or {}, target, cb)
+end
+
+--- Make `thread` the one the gauge and the `:Ctxd` commands address (an agent plugin switching
+--- conversations). The gauge is filled from `ctxd/usage` if no notification came for it yet.
+---@param thread string
+---@param target ctxd.Target|ctxd.Callback?
+---@param cb ctxd.Callback?
+function M.set_thread(thread, target, cb)
+  target, cb = args(target, cb)
+  require('ctxd.config').options.thread = thread
+  local resolved = vim.tbl_extend('force', target or {}, { thread = thread })
+  local _, workspace = client.resolve(resolved)
+  return send('ctxd/usage', {}, resolved, function(err, result)
+    if not err and type(result) == 'table' and type(result.usage) == 'table' then
+      status.seed(workspace, thread, result.usage)
+    end
+    vim.cmd.redrawstatus({ bang = true })
+    if cb then
+      cb(err, result)
+    end
+  end)
+end
+
+--- Call `fn(snapshot)` after each `ctxd/usageChanged` (every workspace and thread; the snapshot
+--- carries `workspace` and `thread`). Returns a function that unsubscribes.
+---@param fn fun(snapshot: ctxd.UsageSnapshot)
+---@return fun()
+function M.subscribe(fn)
+  return status.subscribe(fn)
+end
+
+--- The latest known UsageSnapshot for a target, without asking the daemon.
+---@param target ctxd.Target?
+---@return ctxd.UsageSnapshot?
+function M.current_usage(target)
+  return status.get(target)
+end
+
+return M

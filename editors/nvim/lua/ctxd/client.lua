@@ -1,0 +1,185 @@
+---@mod ctxd.client Finding the ctxd LSP client and sending it `ctxd/*` requests.
+---
+--- Every `ctxd/*` request names a workspace folder and a thread. This module picks them: the
+--- caller's `opts.workspace` / `opts.thread` when given, otherwise the workspace folder that holds
+--- the buffer and the configured thread.
+
+local config = require('ctxd.config')
+
+local M = {}
+
+--- The protocol version this plugin speaks (PROTOCOL.md).
+M.PROTOCOL_VERSION = 1
+
+---@class ctxd.Target
+---@field bufnr integer? Buffer whose workspace is meant (default: the current one).
+---@field workspace string? Workspace folder URI; overrides the buffer's.
+---@field thread string? Thread name; default `config.options.thread`.
+
+---@alias ctxd.Callback fun(err: lsp.ResponseError?, result: any)
+
+---@param path string
+---@param dir string
+---@return boolean
+local function is_inside(path, dir)
+  dir = dir:gsub('/+$', '')
+  return path == dir or path:sub(1, #dir + 1) == dir .. '/'
+end
+
+--- Workspace folder URIs of a client.
+---@param client vim.lsp.Client
+---@return string[]
+function M.folders(client)
+  local uris = {}
+  for _, folder in ipairs(client.workspace_folders or {}) do
+    table.insert(uris, folder.uri)
+  end
+  if #uris == 0 and client.root_dir then
+    table.insert(uris, vim.uri_from_fname(client.root_dir))
+  end
+  return uris
+end
+
+--- The workspace folder of `client` holding buffer `bufnr`, or its first folder.
+---@param client vim.lsp.Client
+---@param bufnr integer
+---@return string?
+local function folder_for_buffer(client, bufnr)
+  local uris = M.folders(client)
+  local name = vim.api.nvim_buf_is_valid(bufnr) and vim.api.nvim_buf_get_name(bufnr) or ''
+  local best ---@type string?
+  if name ~= '' then
+    local path = vim.fs.normalize(vim.fn.fnamemodify(name, ':p'))
+    for _, uri in ipairs(uris) do
+      local dir = vim.fs.normalize(vim.uri_to_fname(uri))
+      if is_inside(path, dir) and (not best or #uri > #best) then
+        best = uri
+      end
+    end
+  end
+  return best or uris[1]
+end
+
+--- All running ctxd clients.
+---@return vim.lsp.Client[]
+function M.clients()
+  return vim.lsp.get_clients({ name = 'ctxd' })
+end
+
+--- The client and workspace that `target` designates.
+---@param target ctxd.Target?
+---@return vim.lsp.Client? client
+---@return string workspace_or_error
+function M.resolve(target)
+  target = target or {}
+  local bufnr = target.bufnr or vim.api.nvim_get_current_buf()
+  if target.workspace then
+    for _, client in ipairs(M.clients()) do
+      if vim.tbl_contains(M.folders(client), target.workspace) then
+        return client, target.workspace
+      end
+    end
+    return nil, ('no ctxd client has the workspace %s'):format(target.workspace)
+  end
+  local clients = vim.lsp.get_clients({ name = 'ctxd', bufnr = bufnr })
+  if #clients == 0 then
+    clients = M.clients()
+  end
+  for _, client in ipairs(clients) do
+    local folder = folder_for_buffer(client, bufnr)
+    if folder then
+      return client, folder
+    end
+  end
+  if #clients > 0 then
+    return nil, 'the ctxd client has no workspace folder (is the file inside a git repository?)'
+  end
+  return nil, 'ctxd is not running (see :checkhealth ctxd)'
+end
+
+--- Send `method` with `params` plus `workspace` and `thread`; `cb(err, result)` runs on the main loop.
+--- Errors that happen before sending are given to `cb` in the JSON-RPC shape too.
+---@param method string
+---@param params table?
+---@param cb ctxd.Callback?
+---@param target ctxd.Target?
+---@return integer? request_id
+function M.request(method, params, cb, target)
+  target = target or {}
+  cb = cb or function() end
+  local client, workspace = M.resolve(target)
+  if not client then
+    vim.schedule(function()
+      cb({ code = -32603, message = workspace })
+    end)
+    return nil
+  end
+  local full = vim.tbl_extend('force', { workspace = workspace }, params or {})
+  if method ~= 'ctxd/threads' then
+    full.thread = full.thread or target.thread or config.options.thread
+  end
+  local ok, id = client:request(method, full, function(err, result)
+    cb(err, result)
+  end, target.bufnr)
+  if not ok then
+    vim.schedule(function()
+      cb({ code = -32603, message = 'the ctxd client is not running' })
+    end)
+    return nil
+  end
+  return id
+end
+
+--- Like `request`, but waits (running the event loop) up to `timeout_ms`.
+--- Meant for scripts and tests; an editor command should use the callback form.
+---@param method string
+---@param params table?
+---@param target ctxd.Target?
+---@param timeout_ms integer?
+---@return lsp.ResponseError? err
+---@return any result
+function M.request_sync(method, params, target, timeout_ms)
+  local done, err, result = false, nil, nil
+  M.request(method, params, function(e, r)
+    done, err, result = true, e, r
+  end, target)
+  if not vim.wait(timeout_ms or 10000, function()
+    return done
+  end, 10) then
+    return { code = -32603, message = ('%s timed out'):format(method) }, nil
+  end
+  return err, result
+end
+
+--- A one-line message for an error given to a callback.
+---@param err lsp.ResponseError|string
+---@return string
+function M.format_error(err)
+  if type(err) ~= 'table' then
+    return tostring(err)
+  end
+  if err.code and err.code ~= -32603 then
+    return ('%s (%d)'):format(err.message or 'error', err.code)
+  end
+  return err.message or vim.inspect(err)
+end
+
+--- `capabilities.experimental.ctxd` of a client, or nil when the server did not send it.
+---@param client vim.lsp.Client
+---@return table?
+function M.server_info(client)
+  local caps = client.server_capabilities or {}
+  local experimental = caps.experimental
+  return type(experimental) == 'table' and experimental.ctxd or nil
+end
+
+--- A token for `$/progress`, unique within this Neovim.
+local token_count = 0
+---@param kind string
+---@return string
+function M.progress_token(kind)
+  token_count = token_count + 1
+  return ('ctxd-%s-%d-%d'):format(kind, vim.fn.getpid(), token_count)
+end
+
+return M

@@ -1,0 +1,406 @@
+-- The plugin against the real daemon: attach, the gauge fed by ctxd/usageChanged, tiers, the
+-- usage float, and the effect of each :Ctxd subcommand on the daemon's state.
+local t = require('harness')
+local h = require('helpers')
+
+local client ---@type vim.lsp.Client
+
+--- Wait for the gauge of the current thread to reach a history version and usage.
+local function gauge_after(pred, what)
+  h.wait_usage(pred, what)
+  return require('ctxd').gauge()
+end
+
+t.describe('daemon', function()
+  t.before_each(function()
+    h.capture_notify()
+    if not client or client:is_stopped() then
+      client = h.start()
+    end
+    h.fresh_thread()
+  end)
+
+  t.it('attaches and initializes with protocol version 1', function()
+    local info = require('ctxd.client').server_info(client)
+    t.eq(1, info.protocolVersion)
+    t.truthy(vim.tbl_contains(info.methods, 'ctxd/record'))
+    t.eq({ h.uri }, require('ctxd.client').folders(client))
+    t.eq('ctxd', client.server_info.name)
+  end)
+
+  t.it('does not attach outside a git repository', function()
+    local outside = vim.fn.tempname() .. '.md'
+    vim.fn.writefile({ 'x' }, outside)
+    vim.cmd.edit(outside)
+    local buf = vim.api.nvim_get_current_buf()
+    -- A client would be started from a vim.schedule() callback: let the queue run first.
+    local flushed = false
+    vim.schedule(function()
+      flushed = true
+    end)
+    t.wait_for(function()
+      return flushed
+    end, 'the scheduled callbacks')
+    t.eq(0, #vim.lsp.get_clients({ name = 'ctxd', bufnr = buf }))
+    t.eq(1, #vim.lsp.get_clients({ name = 'ctxd' }))
+    vim.cmd.buffer(vim.fn.bufnr(vim.fs.joinpath(h.workspace, 'README.md')))
+  end)
+
+  t.it('shows the gauge after records', function()
+    local api = require('ctxd.api')
+    local done
+    api.record({ h.user(h.text(2000)), h.assistant('ok') }, function(err, result)
+      done = { err = err, result = result }
+    end)
+    t.wait_for(function()
+      return done
+    end, 'the record answer')
+    t.eq(nil, done.err)
+    local version = done.result.historyVersion
+    local gauge = gauge_after(function(s)
+      return s.historyVersion == version
+    end, 'usageChanged for the records')
+    local s = gauge.snapshot
+    t.truthy(s.usedTokens > 1000, 'usedTokens ' .. s.usedTokens)
+    t.eq(('ctx %d%% %s/128k'):format(math.floor(s.percent + 0.5), require('ctxd.status').format_tokens(s.usedTokens)), gauge.text)
+    t.eq('ok', gauge.tier)
+    t.matches('^%%#CtxdOk#ctx %d+%%%% [%d%.]+k/128k%%%*$', require('ctxd').statusline())
+  end)
+
+  t.it('shows reported usage and the tiers', function()
+    local api = require('ctxd.api')
+    local function report(total)
+      api.report_token_usage({ inputTokens = total - 100, outputTokens = 100, totalTokens = total })
+      return gauge_after(function(s)
+        return s.usedTokens == total
+      end, ('the gauge to show %d tokens'):format(total))
+    end
+    local gauge = report(50000)
+    t.eq('ctx 39% 50k/128k', gauge.text)
+    t.eq('ok', gauge.tier)
+    gauge = report(95000) -- over 80% of the auto-compact limit (0.9 of 128k)
+    t.eq('ctx 74% 95k/128k', gauge.text)
+    t.eq('warn', gauge.tier)
+    t.eq('%#CtxdWarn#ctx 74%% 95k/128k%*', require('ctxd').statusline())
+    gauge = report(120000)
+    t.eq('compact', gauge.tier)
+    t.eq('%#CtxdCompact#ctx 94%% 120k/128k%*', require('ctxd').statusline())
+  end)
+
+  t.it('tells API subscribers and fires User CtxdUsageChanged', function()
+    local seen, events = {}, {}
+    local unsubscribe = require('ctxd.api').subscribe(function(s)
+      table.insert(seen, s)
+    end)
+    local autocmd = vim.api.nvim_create_autocmd('User', {
+      pattern = 'CtxdUsageChanged',
+      callback = function(ev)
+        table.insert(events, ev.data)
+      end,
+    })
+    local thread = require('ctxd.config').options.thread
+    h.request('ctxd/record', { items = { h.user('hello') } })
+    t.wait_for(function()
+      return #seen > 0 and #events > 0
+    end, 'a subscriber call and an event')
+    unsubscribe()
+    vim.api.nvim_del_autocmd(autocmd)
+    t.eq(thread, seen[#seen].thread)
+    t.eq(h.uri, events[#events].workspace)
+  end)
+
+  t.it('gives agent plugins the projection and the prompt context', function()
+    h.request('ctxd/record', { items = { h.user('question'), h.assistant('answer') } })
+    local projection = h.request('ctxd/prompt', {})
+    t.eq(2, #projection.items)
+    t.eq('question', projection.items[1].content[1].text)
+    local usage = h.request('ctxd/setPromptContext', { baseInstructions = h.text(1000, 3) })
+    t.truthy(usage.usedTokens > 500, vim.inspect(usage))
+    local threads = h.request('ctxd/threads', {})
+    local names = vim.tbl_map(function(th)
+      return th.thread
+    end, threads.threads)
+    t.truthy(vim.tbl_contains(names, require('ctxd.config').options.thread), vim.inspect(names))
+  end)
+
+  t.it('hands the daemon errors to API callbacks', function()
+    local api = require('ctxd.api')
+    local results = {}
+    api.record({ { type = 'message', role = 'user' } }, function(err)
+      results.bad_item = err
+    end)
+    api.usage({ workspace = 'file:///not/open' }, function(err)
+      results.bad_workspace = err
+    end)
+    t.wait_for(function()
+      return results.bad_item and results.bad_workspace
+    end, 'both errors')
+    t.eq(-32602, results.bad_item.code)
+    t.contains('no ctxd client has the workspace file:///not/open', results.bad_workspace.message)
+    t.eq(0, h.request('ctxd/history', {}).total, 'nothing recorded')
+  end)
+
+  t.it('follows the thread an agent plugin switches to', function()
+    local api = require('ctxd.api')
+    h.request('ctxd/record', { items = { h.user(h.text(3000)) } }, nil)
+    local busy = require('ctxd.config').options.thread
+    local other = h.fresh_thread()
+    h.request('ctxd/record', { items = { h.user('short') } })
+    h.wait_usage(function(s)
+      return s.thread == other
+    end)
+    local small = require('ctxd').gauge().snapshot.usedTokens
+    local done
+    api.set_thread(busy, function(err)
+      done = { err = err }
+    end)
+    t.wait_for(function()
+      return done
+    end, 'set_thread')
+    t.eq(busy, require('ctxd.config').options.thread)
+    t.truthy(require('ctxd').gauge().snapshot.usedTokens > small + 1000)
+  end)
+
+  t.it(':Ctxd usage opens the breakdown float', function()
+    h.request('ctxd/setPromptContext', { baseInstructions = h.text(2000, 5) })
+    h.request('ctxd/record', { items = { h.user(h.text(3000)) } })
+    vim.cmd('Ctxd usage')
+    local win = t.wait_for(function()
+      local w = vim.api.nvim_get_current_win()
+      return vim.api.nvim_win_get_config(w).relative ~= '' and w or nil
+    end, 'the float')
+    local buf = vim.api.nvim_win_get_buf(win)
+    local lines = h.lines(buf)
+    t.eq('Context usage', lines[1])
+    t.eq(50, vim.fn.strchars(vim.trim(lines[2])), 'bar width')
+    t.contains('/128k tokens', lines[3])
+    local text = table.concat(lines, '\n')
+    t.contains('System prompt', text)
+    t.contains('Free space', text)
+    t.contains('Autocompact buffer', text)
+    t.contains('estimated', text)
+    -- The open float follows the thread's usage.
+    local before = lines[3]
+    h.request('ctxd/record', { items = { h.assistant(h.text(3000, 11)) } })
+    t.wait_for(function()
+      return h.lines(buf)[3] ~= before
+    end, 'the float to follow the usage')
+    vim.api.nvim_feedkeys('q', 'x', false)
+    t.eq(false, vim.api.nvim_win_is_valid(win))
+  end)
+
+  t.it(':Ctxd rollback drops turns', function()
+    h.request('ctxd/record', { items = { h.user('one'), h.assistant('1'), h.user('two'), h.assistant('2') } })
+    vim.cmd('Ctxd rollback')
+    h.wait_message('rolled back 1 turn')
+    local history = h.request('ctxd/history', {})
+    t.eq(2, history.total)
+    t.eq('one', history.items[1].content[1].text)
+    vim.cmd('Ctxd rollback 0')
+    h.wait_message('positive number of turns')
+  end)
+
+  t.it(':Ctxd log lists the ledger', function()
+    h.request('ctxd/record', { items = { h.user('first question'), h.assistant('first answer') } })
+    vim.cmd('Ctxd log')
+    local buf = t.wait_for(function()
+      local b = vim.api.nvim_get_current_buf()
+      return vim.bo[b].filetype == 'ctxd-log' and b or nil
+    end, 'the log buffer')
+    local text = table.concat(h.lines(buf), '\n')
+    t.contains('2 items', text)
+    t.contains('user: first question', text)
+    t.contains('assistant: first answer', text)
+    vim.cmd('close')
+  end)
+
+  t.it(':Ctxd compact offline compacts the ledger, with progress', function()
+    local words = {}
+    for i = 1, 6 do
+      table.insert(words, h.user(('question %d '):format(i) .. h.text(400, i)))
+      table.insert(words, h.assistant(('answer %d '):format(i) .. h.text(400, 100 + i)))
+    end
+    h.request('ctxd/record', { items = words })
+    local progress = {}
+    local autocmd = vim.api.nvim_create_autocmd('LspProgress', {
+      callback = function(ev)
+        table.insert(progress, ev.data.params.value.kind)
+      end,
+    })
+    vim.cmd('Ctxd compact offline')
+    local message = t.wait_for(function()
+      for _, m in ipairs(h.messages) do
+        if m.msg:find('compact') then
+          return m
+        end
+      end
+    end, 'the compaction result', 30000)
+    t.eq(vim.log.levels.INFO, message.level, message.msg)
+    t.wait_for(function()
+      return progress[#progress] == 'end'
+    end, 'the end of $/progress (got ' .. vim.inspect(progress) .. ')', 3000)
+    vim.api.nvim_del_autocmd(autocmd)
+    t.matches('compacted [%d%.]+k? %-> [%d%.]+k? tokens %(offline%)', message.msg)
+    t.truthy(h.request('ctxd/history', {}).total < 12)
+    t.eq('begin', progress[1])
+  end)
+
+  t.it('api.compact hands a failed compaction to the callback', function()
+    local done
+    require('ctxd.api').compact({ strategy = 'offline' }, function(err, result)
+      done = { err = err, result = result }
+    end)
+    t.wait_for(function()
+      return done
+    end, 'the compact answer', 30000)
+    t.truthy(done.err, 'an empty thread cannot be compacted')
+    t.eq(-32001, done.err.code, vim.inspect(done.err))
+  end)
+
+  t.it(':Ctxd compact reports the daemon error and leaves the ledger', function()
+    h.request('ctxd/setPromptContext', { baseInstructions = 'x' })
+    vim.cmd('Ctxd compact offline')
+    local message = h.wait_message('compact failed', 30000)
+    t.eq(vim.log.levels.ERROR, message.level)
+    t.matches('^ctxd: compact failed: .+ %(%-32001%)$', message.msg)
+    t.eq(0, h.request('ctxd/history', {}).total)
+  end)
+
+  t.it(':Ctxd compact refuses an unknown strategy', function()
+    vim.cmd('Ctxd compact everything')
+    h.wait_message('unknown strategy "everything"')
+  end)
+
+  t.it(':Ctxd snapshot, then :Ctxd restore of files only', function()
+    h.write('tracked.txt', 'before\n')
+    h.git({ 'add', 'tracked.txt' })
+    h.git({ '-c', 'user.name=t', '-c', 'user.email=t@e', 'commit', '-qm', 'tracked' })
+    h.write('tracked.txt', 'snapshotted\n')
+    h.request('ctxd/record', { items = { h.user('before the snapshot') } })
+    local progress = {}
+    local autocmd = vim.api.nvim_create_autocmd('LspProgress', {
+      callback = function(ev)
+        table.insert(progress, ev.data.params.value.kind)
+      end,
+    })
+    vim.cmd('Ctxd snapshot first one')
+    local message = t.wait_for(function()
+      for _, m in ipairs(h.messages) do
+        if m.msg:find('snapshot') then
+          return m
+        end
+      end
+    end, 'the snapshot result', 30000)
+    t.eq(vim.log.levels.INFO, message.level, message.msg)
+    t.matches('^ctxd: snapshot %x+: %d+ files', message.msg)
+    t.wait_for(function()
+      return progress[#progress] == 'end'
+    end, 'the end of $/progress (got ' .. vim.inspect(progress) .. ')', 3000)
+    vim.api.nvim_del_autocmd(autocmd)
+    t.eq('begin', progress[1])
+    local list = h.request('ctxd/ghost/list', {})
+    t.eq('first one', list.snapshots[1].message)
+    local history = h.request('ctxd/history', {})
+    t.eq('ghost_snapshot', history.items[#history.items].type)
+
+    -- A second snapshot, then changes; restore the first (offered second: newest first).
+    h.request('ctxd/record', { items = { h.user('after the snapshot') } })
+    h.write('tracked.txt', 'changed\n')
+    h.messages = {}
+    vim.cmd('Ctxd snapshot second')
+    h.wait_message('ctxd: snapshot ', 30000)
+    t.eq(2, #h.request('ctxd/ghost/list', {}).snapshots)
+    h.write('tracked.txt', 'changed again\n')
+    h.write('new.txt', 'new\n')
+    local offered
+    local saved = vim.ui.select
+    vim.ui.select = function(items, opts, on_choice)
+      if opts.prompt == 'Restore snapshot' then
+        offered = vim.tbl_map(opts.format_item, items)
+        on_choice(items[2], 2)
+      else
+        on_choice(items[1], 1) -- files only
+      end
+    end
+    h.messages = {}
+    vim.cmd('Ctxd restore')
+    h.wait_message('restored', 30000)
+    vim.ui.select = saved
+    t.contains('second', offered[1])
+    t.contains('first one', offered[2])
+    t.eq('snapshotted\n', h.read('tracked.txt'))
+    t.eq(nil, h.read('new.txt'))
+    t.contains('after the snapshot', vim.inspect(h.request('ctxd/history', {}).items), 'files only keeps the ledger')
+  end)
+
+  t.it(':Ctxd restore of files and conversation rolls the thread back', function()
+    h.request('ctxd/record', { items = { h.user('kept') } })
+    local snap = h.request('ctxd/ghost/snapshot', { message = 'conv' })
+    h.request('ctxd/record', { items = { h.user('dropped') } })
+    local saved = vim.ui.select
+    vim.ui.select = function(items, opts, on_choice)
+      if opts.prompt == 'Restore snapshot' then
+        on_choice(items[1], 1)
+      else
+        on_choice(items[2], 2) -- files and conversation
+      end
+    end
+    vim.cmd('Ctxd restore')
+    h.wait_message('ledger items dropped', 30000)
+    vim.ui.select = saved
+    local text = vim.inspect(h.request('ctxd/history', {}).items)
+    t.contains('kept', text)
+    t.eq(nil, text:find('dropped', 1, true), 'the later turn is gone')
+    t.truthy(snap.id)
+  end)
+
+  t.it(':Ctxd restore reports the daemon error cleanly', function()
+    -- A snapshot taken on another thread cannot roll this one back: -32602, nothing restored.
+    h.request('ctxd/ghost/snapshot', { message = 'elsewhere', thread = 'someone-else' })
+    h.write('tracked.txt', 'after elsewhere\n')
+    local saved = vim.ui.select
+    vim.ui.select = function(items, opts, on_choice)
+      if opts.prompt == 'Restore snapshot' then
+        t.eq('elsewhere', items[1].message, 'newest first')
+        on_choice(items[1], 1)
+      else
+        on_choice(items[2], 2) -- files and conversation
+      end
+    end
+    vim.cmd('Ctxd restore')
+    local message = h.wait_message('restore failed', 30000)
+    vim.ui.select = saved
+    t.eq(vim.log.levels.ERROR, message.level)
+    t.matches('%(%-32602%)$', message.msg)
+    t.eq('after elsewhere\n', h.read('tracked.txt'))
+  end)
+
+  t.it(':checkhealth ctxd reports the daemon, client, protocol, state dir and tiktoken', function()
+    vim.cmd.buffer(vim.fn.bufnr(vim.fs.joinpath(h.workspace, 'README.md')))
+    vim.cmd('silent checkhealth ctxd')
+    local text = table.concat(h.lines(0), '\n')
+    vim.cmd('bwipeout!')
+    t.matches('executable: %S+', text)
+    t.contains('version: ctxd ', text)
+    t.matches('attached to 1 buffer, including %S*README%.md', text)
+    t.contains('protocol version 1', text)
+    t.contains(vim.fs.joinpath(vim.env.XDG_STATE_HOME, 'ctxd'), text)
+    t.matches('tiktoken [%d%.]+ with the o200k_base encoding', text)
+    t.eq(nil, text:find('ERROR', 1, true), text)
+  end)
+
+  t.it(':Ctxd restart starts a new daemon on the same buffers', function()
+    local old = client
+    vim.cmd('Ctxd restart')
+    h.wait_message('restarted', 20000)
+    client = t.wait_for(function()
+      local c = vim.lsp.get_clients({ name = 'ctxd', bufnr = 0 })[1]
+      return c and c.initialized and c.id ~= old.id and c or nil
+    end, 'a new client', 20000)
+    t.truthy(old:is_stopped())
+    local result = h.request('ctxd/record', { items = { h.user('after restart') } })
+    h.wait_usage(function(s)
+      return s.historyVersion == result.historyVersion
+    end, 'the gauge after the restart')
+  end)
+end)

@@ -1,0 +1,294 @@
+-- The plugin without a daemon: loading, options, the gauge's text, the float's rendering,
+-- completion, help tags, the lualine component.
+local t = require('harness')
+
+--- A module loaded on first use, so that loading this file loads none of the plugin.
+local function lazy(name)
+  return setmetatable({}, {
+    __index = function(_, key)
+      return require(name)[key]
+    end,
+  })
+end
+
+local function fake_snapshot(over)
+  return vim.tbl_extend('force', {
+    workspace = 'file:///fake',
+    thread = 'default',
+    usedTokens = 48213,
+    contextWindow = 128000,
+    percent = 37.7,
+    autoCompactLimit = 115200,
+    tier = 'ok',
+    source = 'estimate',
+    historyVersion = 3,
+  }, over or {})
+end
+
+t.describe('loading', function()
+  t.it('plugin/ctxd.lua registers :Ctxd and loads no module', function()
+    t.eq(2, vim.fn.exists(':Ctxd'))
+    for name in pairs(package.loaded) do
+      t.eq(false, vim.startswith(name, 'ctxd'), 'module loaded at startup: ' .. name)
+    end
+  end)
+
+  t.it('requiring the modules defines nothing and starts nothing', function()
+    local before_autocmds = #vim.api.nvim_get_autocmds({})
+    for _, m in ipairs({ 'ctxd', 'ctxd.api', 'ctxd.status', 'ctxd.ui', 'ctxd.commands', 'ctxd.health', 'ctxd.lsp' }) do
+      require(m)
+    end
+    t.eq(before_autocmds, #vim.api.nvim_get_autocmds({}))
+    t.eq(0, #vim.lsp.get_clients())
+    t.eq(false, vim.lsp.is_enabled('ctxd'))
+    t.eq(true, vim.tbl_isempty(vim.api.nvim_get_hl(0, { name = 'CtxdOk' })))
+  end)
+
+  t.it('lsp/ctxd.lua gives cmd ctxd and the .git root marker', function()
+    local cfg = vim.lsp.config.ctxd
+    t.eq({ 'ctxd' }, cfg.cmd)
+    t.eq({ '.git' }, cfg.root_markers)
+    t.truthy(cfg.handlers['ctxd/usageChanged'])
+  end)
+end)
+
+t.describe('setup', function()
+  t.after_each(function()
+    require('ctxd.config').set({})
+  end)
+
+  t.it('merges into the defaults', function()
+    local config = require('ctxd.config')
+    require('ctxd').setup({ thread = 'agent', float = { bar_width = 20 } })
+    t.eq('agent', config.options.thread)
+    t.eq(20, config.options.float.bar_width)
+    t.eq('rounded', config.options.float.border)
+    t.eq({}, config.problems)
+  end)
+
+  t.it('pushes cmd and settings into the LSP config', function()
+    require('ctxd').setup({ cmd = { 'my-ctxd', '--stdio' }, settings = { contextWindow = 64000 } })
+    t.eq({ 'my-ctxd', '--stdio' }, vim.lsp.config.ctxd.cmd)
+    t.eq(64000, vim.lsp.config.ctxd.init_options.ctxd.contextWindow)
+    vim.lsp.config('ctxd', { cmd = { 'ctxd' } })
+  end)
+
+  t.it('reports unknown keys and bad types instead of erroring', function()
+    local notified = {}
+    local saved = vim.notify
+    vim.notify = function(msg)
+      table.insert(notified, msg)
+    end
+    require('ctxd').setup({ tread = 'x', statusline = { prefx = 'c', highlight = 'yes' }, cmd = 'ctxd' })
+    vim.notify = saved
+    local config = require('ctxd.config')
+    t.eq('default', config.options.thread)
+    t.eq(true, config.options.statusline.highlight)
+    t.eq({ 'ctxd' }, vim.lsp.config.ctxd.cmd)
+    local problems = table.concat(config.problems, '\n')
+    t.contains('unknown option `tread`', problems)
+    t.contains('unknown option `statusline.prefx`', problems)
+    t.contains('option `statusline.highlight` must be a boolean, got string', problems)
+    t.contains('option `cmd` must be a table, got string', problems)
+    t.contains('see :checkhealth ctxd', notified[1])
+  end)
+
+  t.it(':checkhealth ctxd lists the unknown keys', function()
+    local saved = vim.notify
+    vim.notify = function() end
+    require('ctxd').setup({ tread = 'x' })
+    vim.notify = saved
+    vim.cmd('silent checkhealth ctxd')
+    local text = table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\n')
+    vim.cmd('bwipeout!')
+    t.contains('unknown option `tread` (ignored)', text)
+    t.contains('no ctxd client is running', text)
+  end)
+end)
+
+t.describe('gauge', function()
+  local status = lazy('ctxd.status')
+  local target = { workspace = 'file:///fake', thread = 'default' }
+
+  t.it('formats token counts', function()
+    t.eq('950', status.format_tokens(950))
+    t.eq('48.2k', status.format_tokens(48213))
+    t.eq('128k', status.format_tokens(128000))
+    t.eq('131.1k', status.format_tokens(131072))
+    t.eq('1M', status.format_tokens(1000000))
+    t.eq('1.2M', status.format_tokens(1234567))
+  end)
+
+  t.it('is empty before any usage is known', function()
+    t.eq('', status.statusline({ workspace = 'file:///nothing' }))
+  end)
+
+  t.it('shows percent, used and window, highlighted by tier', function()
+    status.update(fake_snapshot())
+    t.eq('ctx 38% 48.2k/128k', status.gauge(target).text)
+    t.eq('%#CtxdOk#ctx 38%% 48.2k/128k%*', status.statusline(target))
+    t.eq('ctx 38%% 48.2k/128k', status.statusline(vim.tbl_extend('force', target, { highlight = false })))
+    status.update(fake_snapshot({ tier = 'warn', percent = 81 }))
+    t.eq('%#CtxdWarn#ctx 81%% 48.2k/128k%*', status.statusline(target))
+    status.update(fake_snapshot({ tier = 'compact', percent = 95.5 }))
+    t.eq('CtxdCompact', status.gauge(target).group)
+    t.eq('ctx 96% 48.2k/128k', status.gauge(target).text)
+  end)
+
+  t.it('defines the tier highlight groups as links', function()
+    status.define_highlights()
+    t.eq('DiagnosticWarn', vim.api.nvim_get_hl(0, { name = 'CtxdWarn' }).link)
+    vim.cmd.colorscheme('default')
+    t.eq('DiagnosticError', vim.api.nvim_get_hl(0, { name = 'CtxdCompact' }).link)
+  end)
+
+  t.it('ignores malformed notifications and tells subscribers of good ones', function()
+    local seen = {}
+    local unsubscribe = require('ctxd.api').subscribe(function(s)
+      table.insert(seen, s.usedTokens)
+    end)
+    status.on_usage_changed(nil, { usedTokens = 1 })
+    status.on_usage_changed(nil, fake_snapshot({ usedTokens = 7 }))
+    unsubscribe()
+    status.on_usage_changed(nil, fake_snapshot({ usedTokens = 8 }))
+    t.eq({ 7 }, seen)
+  end)
+
+  t.it('renders in a statusline expression', function()
+    vim.o.statusline = "%{%v:lua.require'ctxd'.statusline({'workspace': 'file:///fake', 'highlight': v:false})%}"
+    status.update(fake_snapshot({ percent = 10 }))
+    local eval = vim.api.nvim_eval_statusline(vim.o.statusline, {})
+    t.eq('ctx 10% 48.2k/128k', vim.trim(eval.str))
+  end)
+
+  t.it('feeds a lualine component', function()
+    -- A stand-in for lualine's component class: the parts of its API the component uses.
+    local base = {}
+    function base:extend()
+      local cls = setmetatable({}, { __index = self })
+      cls.super = self
+      return cls
+    end
+    function base:init(options)
+      self.options = options
+    end
+    package.loaded['lualine.component'] = base
+    local cls = dofile(vim.api.nvim_get_runtime_file('lua/lualine/components/ctxd.lua', false)[1])
+    local component = setmetatable({}, { __index = cls })
+    component:init({})
+    status.update(fake_snapshot({ workspace = 'file:///other', tier = 'warn', percent = 85 }))
+    -- No client: the gauge falls back to nothing.
+    t.eq('', component:update_status())
+    t.eq('CtxdOk', component.options.color())
+    package.loaded['lualine.component'] = nil
+  end)
+end)
+
+t.describe('usage float', function()
+  local ui = lazy('ctxd.ui')
+  local breakdown = {
+    model = 'gpt-5',
+    contextWindow = 1000,
+    mode = 'actual',
+    totalTokens = 300,
+    usage = { usedTokens = 300, contextWindow = 1000, percent = 30, autoCompactLimit = 900, tier = 'ok' },
+    categories = {
+      { name = 'systemPrompt', tokens = 100, percent = 10, details = {} },
+      { name = 'builtinTools', tokens = 50, percent = 5, details = { { name = 'shell', tokens = 30 }, { name = 'read', tokens = 20 } } },
+      { name = 'mcpTools', tokens = 0, percent = 0, details = {} },
+      { name = 'skills', tokens = 0, percent = 0, details = {} },
+      { name = 'memoryFiles', tokens = 0, percent = 0, details = {} },
+      { name = 'messages', tokens = 150, percent = 15, details = {} },
+      { name = 'freeSpace', tokens = 600, percent = 60, details = {} },
+      { name = 'autocompactBuffer', tokens = 100, percent = 10, details = {} },
+    },
+  }
+
+  t.it('splits the bar in proportion, adding up to its width', function()
+    local cells = ui.bar_cells(breakdown.categories, 20)
+    t.eq({ 2, 1, 0, 0, 0, 3, 12, 2 }, cells)
+    local odd = ui.bar_cells({ { tokens = 1 }, { tokens = 1 }, { tokens = 1 } }, 10)
+    t.eq(10, odd[1] + odd[2] + odd[3])
+    -- A sliver still shows.
+    t.eq({ 1, 0, 19 }, ui.bar_cells({ { tokens = 1 }, { tokens = 0 }, { tokens = 10000 } }, 20))
+  end)
+
+  t.it('draws the bar and the category table, q closes it', function()
+    local win, buf = ui.open_breakdown(breakdown)
+    t.eq(win, vim.api.nvim_get_current_win())
+    t.truthy(vim.api.nvim_win_get_config(win).relative ~= '')
+    local lines = vim.api.nvim_buf_get_lines(buf, 0, -1, false)
+    t.eq('Context usage', lines[1])
+    t.eq(50, vim.fn.strchars(vim.trim(lines[2])))
+    t.contains('300/1k tokens (30.0%)  gpt-5', lines[3])
+    local text = table.concat(lines, '\n')
+    for _, label in ipairs({ 'System prompt', 'Built-in tools', 'Messages', 'Free space', 'Autocompact buffer' }) do
+      t.contains(label, text)
+    end
+    t.matches('Free space%s+600%s+60.0%%', text)
+    t.eq(nil, text:find('MCP tools', 1, true), 'an empty overhead category is left out')
+    t.matches('shell%s+30', text)
+    local groups = {}
+    for _, mark in ipairs(vim.api.nvim_buf_get_extmarks(buf, -1, 0, -1, { details = true })) do
+      groups[mark[4].hl_group] = true
+    end
+    t.truthy(groups.CtxdSystemPrompt and groups.CtxdFreeSpace and groups.CtxdMessages, vim.inspect(groups))
+    vim.api.nvim_feedkeys('q', 'x', false)
+    t.eq(false, vim.api.nvim_win_is_valid(win))
+  end)
+
+  t.it('says when the figures are estimated', function()
+    local estimated = vim.tbl_extend('force', breakdown, { mode = 'estimated', totalTokens = vim.NIL })
+    local text = table.concat(vim.tbl_map(function(l)
+      return l.text
+    end, ui.render_breakdown(estimated)), '\n')
+    t.contains('~300/1k tokens', text)
+    t.contains('estimated', text)
+  end)
+end)
+
+t.describe(':Ctxd', function()
+  local function complete(line)
+    return vim.fn.getcompletion(line, 'cmdline')
+  end
+
+  t.it('completes subcommands and strategies', function()
+    t.eq({ 'compact', 'log', 'restart', 'restore', 'rollback', 'snapshot', 'usage' }, complete('Ctxd '))
+    t.eq({ 'restart', 'restore', 'rollback' }, complete('Ctxd r'))
+    t.eq({ 'auto', 'llm', 'remote', 'offline' }, complete('Ctxd compact '))
+    t.eq({ 'llm' }, complete('Ctxd compact l'))
+    t.eq({}, complete('Ctxd compact llm '))
+  end)
+
+  t.it('reports that no daemon is running', function()
+    local messages = {}
+    local saved = vim.notify
+    vim.notify = function(msg, level)
+      table.insert(messages, { msg = msg, level = level })
+    end
+    vim.cmd('Ctxd usage')
+    vim.cmd('Ctxd nonsense')
+    t.wait_for(function()
+      return #messages == 2
+    end, 'two messages')
+    vim.notify = saved
+    local text = messages[1].msg .. '\n' .. messages[2].msg
+    t.contains('ctxd: usage failed: ctxd is not running', text)
+    t.contains('unknown subcommand "nonsense"', text)
+    t.eq(vim.log.levels.ERROR, messages[1].level)
+  end)
+end)
+
+t.describe('help', function()
+  t.it('doc/ctxd.txt has its tags, without duplicates', function()
+    local doc = vim.api.nvim_get_runtime_file('doc/ctxd.txt', false)[1]
+    local dir = vim.fn.tempname()
+    vim.fn.mkdir(dir, 'p')
+    vim.fn.writefile(vim.fn.readfile(doc), dir .. '/ctxd.txt')
+    vim.cmd.helptags(dir)
+    local tags = table.concat(vim.fn.readfile(dir .. '/tags'), '\n')
+    for _, tag in ipairs({ 'ctxd', ':Ctxd', 'ctxd-setup', 'ctxd-statusline', 'ctxd-api', 'ctxd-health', 'ctxd.statusline()' }) do
+      t.contains(tag .. '\tctxd.txt', tags)
+    end
+  end)
+end)
