@@ -7,17 +7,14 @@ seed), so the corpus can be reviewed and rebuilt: `python bench/make_corpus.py`.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import random
 from pathlib import Path
 
 HERE = Path(__file__).parent / "corpus"
-WORDS = (
-    "cache server client request token window usage ledger thread workspace snapshot compact "
-    "history item message tool output config parser handler worker queue retry timeout error "
-    "index build deploy release branch commit merge review test fixture module package"
-).split()
+WORDS = ["cache", "server", "client", "request", "token", "window", "usage", "ledger", "thread", "workspace", "snapshot", "compact", "history", "item", "message", "tool", "output", "config", "parser", "handler", "worker", "queue", "retry", "timeout", "error", "index", "build", "deploy", "release", "branch", "commit", "merge", "review", "test", "fixture", "module", "package"]
 NAMES = ["alice", "bob", "carol", "dmitri", "eun-ji", "fatima", "gustavo", "hiro", "ingrid", "jamal"]
 EXTS = [".py", ".ts", ".rs", ".go", ".md", ".json", ".toml", ".lua", ".c", ".h"]
 ZH = ["修复登录超时问题", "更新依赖版本", "重构缓存模块", "添加单元测试", "优化查询性能"]
@@ -106,6 +103,17 @@ def json_samples(rng: random.Random) -> list[str]:
             "uuid": f"{sha(rng, 8)}-{sha(rng, 4)}-{sha(rng, 4)}-{sha(rng, 4)}-{sha(rng, 12)}",
         }
         out.append(json.dumps(result, indent=1, ensure_ascii=False))
+    for _ in range(3):  # metrics series: arrays of numbers
+        series = {
+            "metric": f"{rng.choice(WORDS)}.{rng.choice(WORDS)}_seconds",
+            "labels": {"host": f"{rng.choice(WORDS)}-{rng.randint(1, 40)}", "region": rng.choice(["eu-west-1", "us-east-2"])},
+            "timestamps": [1_700_000_000 + 15 * i for i in range(rng.randint(20, 40))],
+            "values": [round(rng.random() * 10 ** rng.randint(0, 4), rng.randint(0, 4)) for _ in range(30)],
+        }
+        out.append(json.dumps(series))
+    for _ in range(2):  # a file read by a tool, base64-encoded
+        blob = base64.b64encode(bytes(rng.randrange(256) for _ in range(rng.randint(200, 500)))).decode()
+        out.append(json.dumps({"path": path(rng), "encoding": "base64", "size": rng.randint(200, 500), "content": blob}, indent=2))
     return out
 
 
@@ -187,6 +195,35 @@ def shell_samples(rng: random.Random) -> list[str]:
                 f"req_id={sha(rng, 16)}"
             )
         out.append("\n".join(lines))
+    for _ in range(3):  # find / du: long paths and sizes
+        out.append("\n".join(
+            f"{rng.randint(4, 99999) if rng.random() < 0.5 else str(rng.randint(1, 999)) + rng.choice('KMG')}\t"
+            f"./{'/'.join(rng.choice(WORDS) + rng.choice(['', '_test', '-v2', 's']) for _ in range(rng.randint(2, 6)))}"
+            f"{rng.choice(EXTS)}" for _ in range(rng.randint(10, 25))))
+    for _ in range(3):  # ps aux / top: columns of numbers
+        lines = ["USER         PID %CPU %MEM    VSZ   RSS TTY      STAT START   TIME COMMAND"]
+        for _ in range(rng.randint(10, 20)):
+            lines.append(
+                f"{rng.choice(NAMES):<8} {rng.randint(1, 99999):>7} {rng.random() * 100:4.1f} {rng.random() * 20:4.1f} "
+                f"{rng.randint(1000, 9999999):>7} {rng.randint(100, 999999):>6} pts/{rng.randint(0, 9)}    "
+                f"{rng.choice(['S', 'Sl', 'R+', 'Ss'])}   {rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}   "
+                f"{rng.randint(0, 99)}:{rng.randint(0, 59):02d} {rng.choice(['python3', 'node', '/usr/bin/ssh', 'nvim'])} "
+                f"{path(rng) if rng.random() < 0.5 else '--port=' + str(rng.randint(1024, 65535))}"
+            )
+        out.append("\n".join(lines))
+    for _ in range(3):  # CSV / numeric tables
+        cols = rng.randint(4, 9)
+        lines = [",".join(rng.choice(WORDS) for _ in range(cols))]
+        for _ in range(rng.randint(15, 40)):
+            lines.append(",".join(
+                str(rng.randint(0, 10 ** rng.randint(1, 7))) if rng.random() < 0.6 else f"{rng.random() * 1000:.3f}"
+                for _ in range(cols)))
+        out.append("\n".join(lines))
+    for _ in range(2):  # base64 payloads and hex dumps
+        blob = base64.b64encode(bytes(rng.randrange(256) for _ in range(rng.randint(300, 700)))).decode()
+        out.append("\n".join(blob[i:i + 76] for i in range(0, len(blob), 76)))
+        out.append("\n".join(
+            f"{offset:08x}  " + " ".join(f"{rng.randrange(256):02x}" for _ in range(16)) for offset in range(0, 512, 16)))
     for _ in range(3):  # npm / pip install chatter
         lines = []
         for _ in range(rng.randint(6, 14)):

@@ -21,13 +21,22 @@ class RedactSecrets(logging.Filter):
         super().__init__()
         self.values = [v for k, v in os.environ.items() if k.endswith(("_API_KEY", "_TOKEN")) and len(v) >= 8]
 
+    def redact(self, text: str) -> str:
+        text = SECRET_PATTERN.sub("[redacted]", text)
+        for value in self.values:
+            text = text.replace(value, "[redacted]")
+        return text
+
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        redacted = SECRET_PATTERN.sub("[redacted]", message)
-        for value in self.values:
-            redacted = redacted.replace(value, "[redacted]")
+        redacted = self.redact(message)
         if redacted != message:
             record.msg, record.args = redacted, None
+        if record.exc_info:  # a traceback's text can carry a key too (an exception's message)
+            record.exc_text = self.redact(logging.Formatter().formatException(record.exc_info))
+            record.exc_info = None
+        if record.stack_info:
+            record.stack_info = self.redact(record.stack_info)
         return True
 
 

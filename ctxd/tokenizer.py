@@ -21,9 +21,10 @@ import logging
 import os
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ctxd import catalog
 from ctxd.estimator import estimate_tokens

@@ -18,8 +18,9 @@ context and counter and cached by the caller; a usage answer never re-tokenizes 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 CATEGORY_ORDER = ("systemPrompt", "builtinTools", "mcpTools", "skills", "memoryFiles", "messages",
                   "freeSpace", "autocompactBuffer")

