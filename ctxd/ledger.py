@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ctxd.settings import Settings
+from ctxd.usage import item_group
 
 WARN_FRACTION = 0.8
 # Text that clients inject as context rather than type as the user (Codex's markers and ours).
@@ -38,19 +39,29 @@ class ThreadLedger:
     item_tokens: int = 0
     tokens_after_api: int = 0
     overhead_tokens: int = 0
+    group_tokens: dict[str, int] = field(default_factory=dict)  # by kind of item, for the breakdown
 
     def recount(self) -> None:
         """Recompute the running sums (after a load or a rewrite)."""
-        self.item_tokens = sum(e.tokens for e in self.entries)
+        self.item_tokens = self.tokens_after_api = 0
+        self.group_tokens = {}
+        self._add(self.entries)
         self.tokens_after_api = sum(e.tokens for e in self.entries if e.seq > self.api_seq)
 
     def append(self, entries: list[Entry]) -> None:
         self.entries.extend(entries)
-        added = sum(e.tokens for e in entries)
-        self.item_tokens += added
-        self.tokens_after_api += added
+        self.tokens_after_api += self._add(entries)
         if entries:
             self.next_seq = entries[-1].seq + 1
+
+    def _add(self, entries: list[Entry]) -> int:
+        added = 0
+        for entry in entries:
+            added += entry.tokens
+            group = item_group(entry.item)
+            self.group_tokens[group] = self.group_tokens.get(group, 0) + entry.tokens
+        self.item_tokens += added
+        return added
 
     @property
     def last_seq(self) -> int:

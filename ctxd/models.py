@@ -181,14 +181,19 @@ class RecordParams(Params):
     items: list[Any]
 
 
+# Counts are stored in SQLite INTEGER columns (8 bytes); any real count is far below this, and
+# JavaScript clients cannot send a larger integer exactly anyway.
+MAX_COUNT = 2**53 - 1
+
+
 class TokenUsage(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, strict=True, extra="ignore")
 
-    input_tokens: int = Field(ge=0)
-    cached_input_tokens: int | None = Field(default=None, ge=0)
-    output_tokens: int = Field(default=0, ge=0)
-    reasoning_output_tokens: int | None = Field(default=None, ge=0)
-    total_tokens: int = Field(ge=0)
+    input_tokens: int = Field(ge=0, le=MAX_COUNT)
+    cached_input_tokens: int | None = Field(default=None, ge=0, le=MAX_COUNT)
+    output_tokens: int = Field(default=0, ge=0, le=MAX_COUNT)
+    reasoning_output_tokens: int | None = Field(default=None, ge=0, le=MAX_COUNT)
+    total_tokens: int = Field(ge=0, le=MAX_COUNT)
 
 
 class ReportTokenUsageParams(Params):
@@ -220,7 +225,7 @@ class Skill(BaseModel):
 
 class SetPromptContextParams(Params):
     model: str | None = None
-    context_window: int | None = Field(default=None, gt=0)
+    context_window: int | None = Field(default=None, gt=0, le=MAX_COUNT)
     base_instructions: str | None = None
     tools: list[ToolDeclaration] | None = None
     memory_files: list[MemoryFile] | None = None

@@ -23,6 +23,7 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcException, JsonRpcInternalError
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol, lsp_method
+from pygls.protocol.json_rpc import JsonRPCResponseMessage
 from pydantic import BaseModel
 
 from ctxd import PROTOCOL_VERSION, __version__, compaction, ghost, models, protocol as wire
@@ -79,6 +80,10 @@ class CtxdProtocol(LanguageServerProtocol):
         (pygls would log it and leave the client waiting forever). Bodies are never logged."""
         if not data or self.writer is None:
             return
+        if isinstance(data, JsonRPCResponseMessage):
+            # Our handlers return plain JSON; cattrs would deep-copy it first (a 100k-item prompt
+            # became 100k fresh dicts and the garbage collector's work grew faster than linear).
+            data = {"jsonrpc": data.jsonrpc, "id": data.id, "result": data.result}
         try:
             body = json.dumps(data, default=self._serialize_message, ensure_ascii=False).encode("utf-8", "surrogatepass")
         except Exception:
@@ -189,8 +194,19 @@ class CtxdServer(LanguageServer):
 
         return run
 
+    def _usage_now(self, raw_params: Any) -> dict[str, Any] | None:
+        """`ctxd/usage` answered on the event loop when that cannot wait on anything (the gauge's
+        hot path: no thread hop); None sends it to the workers like every other request."""
+        try:
+            params = models.parse_params(models.Params, raw_params)
+            return self.service.workspace(params.workspace).breakdown_now(params.thread)
+        except CtxdError:
+            return None  # the worker path reports the error
+
     def _call(self, method: str, raw_params: Any, cancel: threading.Event) -> Any:
         params_model, fn = HANDLERS[method]
+        if log.isEnabledFor(logging.DEBUG):  # -v; RedactSecrets (ctxd/cli.py) takes keys out
+            log.debug("request %s %.2000s", method, json.dumps(raw_params, ensure_ascii=False, default=str))
         try:
             params = models.parse_params(params_model, raw_params)
             workspace = self.service.workspace(params.workspace)
@@ -257,8 +273,14 @@ class CtxdServer(LanguageServer):
             if has_id:
                 self._send_raw_error(msg_id, -32600, "Invalid Request: the server is shutting down")
             return
-        if method in HANDLERS and "params" not in message:
-            message["params"] = None  # pygls cannot structure a request without params
+        if method is not None and "params" not in message:
+            message["params"] = None  # pygls cannot structure an untyped request without params
+        if method == wire.USAGE and has_id and _ordering_key(method, message.get("params")) not in self._tails:
+            # The gauge's hot path: answered right here when it need not wait on anything.
+            answer = self._usage_now(message.get("params"))
+            if answer is not None:
+                self.protocol._send_data({"jsonrpc": "2.0", "id": msg_id, "result": answer})
+                return
         raw_params = message.get("params")  # structuring below rewrites the dict in place
         try:
             structured = self.protocol.structure_message(message)

@@ -31,6 +31,9 @@ log = logging.getLogger("ctxd")
 
 UsageListener = Callable[[str, str, dict[str, Any]], None]
 MAX_LOADED_THREADS = 64
+# Loaded items cost about 1 KB each in memory: past this many, the least recently used threads
+# are dropped (and reloaded from the store when asked for), whatever their number.
+MAX_LOADED_ITEMS = 200_000
 
 
 def uri_to_path(uri: str) -> Path:
@@ -88,11 +91,22 @@ class Workspace:
         self._thread_locks: dict[str, threading.Lock] = {}
         # Per thread: (prompt context object, counter name, its counts): counted once per context.
         self._overhead: dict[str, tuple[Any, str, usage_mod.OverheadCounts]] = {}
+        self._breakdowns: dict[str, tuple[Any, Any, dict[str, Any]]] = {}
         # Set by the server: compacts a thread before a prompt when it is over the limit.
         self.auto_compactor: Callable[["Workspace", str], None] | None = None
 
     def close(self) -> None:
         self.store.close()
+
+    def breakdown_now(self, thread: str) -> dict[str, Any] | None:
+        """The breakdown if it can be had without waiting (the workspace is free and the thread is
+        in memory), else None. Lets the server answer the gauge without leaving the event loop."""
+        if thread not in self._threads or not self.lock.acquire(blocking=False):
+            return None
+        try:
+            return self.breakdown(thread)
+        finally:
+            self.lock.release()
 
     def thread_lock(self, thread: str) -> threading.Lock:
         """Held for a whole long operation on a thread (a compaction), so two never overlap."""
@@ -111,11 +125,17 @@ class Workspace:
         if ledger is None:
             ledger = self._load(thread)
             self._threads[thread] = ledger
-            while len(self._threads) > MAX_LOADED_THREADS:
-                self._threads.popitem(last=False)
+            self._evict()
         else:
             self._threads.move_to_end(thread)
         return ledger
+
+    def _evict(self) -> None:
+        """Drop least recently used threads past either bound; the newest one always stays."""
+        loaded = sum(len(ledger.entries) for ledger in self._threads.values())
+        while len(self._threads) > 1 and (len(self._threads) > MAX_LOADED_THREADS or loaded > MAX_LOADED_ITEMS):
+            _, ledger = self._threads.popitem(last=False)
+            loaded -= len(ledger.entries)
 
     def _load(self, thread: str) -> ThreadLedger:
         row = self.store.thread(thread) or ThreadRow(thread)
@@ -175,22 +195,26 @@ class Workspace:
             self.update_state(ledger.thread, usageSettings=facts)
 
     def breakdown(self, thread: str) -> dict[str, Any]:
-        """`ctxd/usage`: where the window's tokens go (ctxd/usage.py)."""
+        """`ctxd/usage`: where the window's tokens go (ctxd/usage.py). O(1) in the ledger's length:
+        it reads running sums, and is rebuilt only when one of its inputs changed."""
         with self.lock:
             ledger = self._ledger(thread)
             settings = self.settings_for(thread)
             counter = self.counter(settings)
-            usage = self._usage(ledger)
-            overhead = self._overhead_counts(ledger, counter)
+            usage = {**usage_snapshot(ledger, settings), **counter.describe()}
             self._remember_usage_settings(ledger, settings)
-            groups: dict[str, int] = {}
-            if usage["source"] != "estimate":
-                for entry in ledger.entries:
-                    group = usage_mod.item_group(entry.item)
-                    groups[group] = groups.get(group, 0) + entry.tokens
-        return usage_mod.breakdown(model=settings.model, context_window=settings.effective_context_window(),
-                                   auto_compact_limit=settings.auto_compact_limit(), usage=usage,
-                                   overhead=overhead, message_groups=groups)
+            key = (tuple(usage.values()), ledger.item_tokens, counter.name, settings.model)
+            cached = self._breakdowns.get(thread)
+            if cached is not None and cached[0] == key and cached[1] is ledger.prompt_context:
+                return cached[2]
+            overhead = self._overhead_counts(ledger, counter)
+            groups = dict(ledger.group_tokens) if usage["source"] != "estimate" else {}
+            result = usage_mod.breakdown(model=settings.model, context_window=usage["contextWindow"],
+                                         auto_compact_limit=usage["autoCompactLimit"], usage=usage,
+                                         overhead=overhead, message_groups=groups)
+            # The context object is kept with the entry so that its identity cannot be reused.
+            self._breakdowns[thread] = (key, ledger.prompt_context, result)
+            return result
 
     def _changed(self, ledger: ThreadLedger) -> dict[str, Any]:
         usage = self._usage(ledger)
