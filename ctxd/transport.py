@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 from typing import BinaryIO, Callable
 
@@ -48,14 +49,85 @@ def frame(body: bytes) -> bytes:
     return b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
 
 
-def read_frame(stream: BinaryIO) -> bytes | None:
-    """The next message body, or None at end of stream. Raises FrameError on a broken header."""
+READ_CHUNK = 1 << 20
+# A JSON string value longer than this is shortened while its frame is read (head and tail kept):
+# a 200 MB tool output then costs a few MB of memory, not several copies of 200 MB. The cap is far
+# above any context window (about 2M tokens) and above `tool_output_token_limit`, which shortens
+# tool outputs further anyway. `data:` URLs (images) are kept whole: cutting one would corrupt it.
+MAX_STRING_BYTES = 8 * 1024 * 1024
+_CONTENT_LENGTH = re.compile(rb"content-length[ \t]*:[ \t]*(-?\d+)[ \t]*\r?\n$", re.IGNORECASE)
+
+
+# The header block of a frame. Raw CR LF CR LF never occurs in a JSON text after letters, so
+# finding this inside a body proves the body's Content-Length lied (it is the next frame).
+_NEXT_FRAME = re.compile(rb"Content-Length[ \t]*:[ \t]*\d+[ \t]*\r\n(?:[A-Za-z][A-Za-z0-9-]*:[^\r\n]*\r\n)*\r\n",
+                         re.IGNORECASE)
+_OVERLAP = 512
+
+
+class Input:
+    """A byte stream with a pushback buffer; reads only what has arrived (read1), never waits for
+    more than it needs."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self.stream = stream
+        self.buffer = bytearray()
+
+    def _fill(self, size: int = 65536) -> bool:
+        read1 = getattr(self.stream, "read1", None)
+        data = read1(size) if read1 is not None else self.stream.read(1)
+        if not data:
+            return False
+        self.buffer += data
+        return True
+
+    def readline(self, limit: int) -> bytes:
+        while True:
+            newline = self.buffer.find(b"\n", 0, limit)
+            if newline >= 0 or len(self.buffer) >= limit:
+                end = newline + 1 if newline >= 0 else limit
+                line = bytes(self.buffer[:end])
+                del self.buffer[:end]
+                return line
+            if not self._fill():
+                line = bytes(self.buffer)
+                self.buffer.clear()
+                return line
+
+    def read_some(self, size: int) -> bytes:
+        """Between 1 and `size` bytes (fewer if that is what has arrived), or b"" at the end."""
+        if not self.buffer and not self._fill(max(1, min(size, READ_CHUNK))):
+            return b""
+        data = bytes(self.buffer[:size])
+        del self.buffer[:size]
+        return data
+
+    def unread(self, data: bytes) -> None:
+        self.buffer[:0] = data
+
+
+class LyingLength(Exception):
+    """The body held the start of the next frame: its Content-Length was larger than the body."""
+
+
+def read_frame(stream: Input, capper: "StringCapper | None" = None, resync: bool = False) -> bytes | None:
+    """The next message body, or None at end of stream. Raises FrameError on a broken header and
+    LyingLength on a body that turned out to hold the next frame.
+
+    With `resync`, lines are skipped until one ends with a `Content-Length` header: after a
+    broken frame, reading resumes at the next good one, so the client can go on talking.
+    """
     length: int | None = None
     header_bytes = 0
     while True:
         line = stream.readline(MAX_HEADER_BYTES + 1)
         if not line:
             return None
+        match = _CONTENT_LENGTH.search(line)
+        if resync:
+            if match is None:
+                continue
+            resync = False
         header_bytes += len(line)
         if header_bytes > MAX_HEADER_BYTES:
             raise FrameError("header too long")
@@ -63,20 +135,174 @@ def read_frame(stream: BinaryIO) -> bytes | None:
             if length is None:
                 raise FrameError("message without Content-Length")
             break
-        name, sep, value = line.decode("ascii", "replace").partition(":")
-        if not sep:
-            raise FrameError(f"malformed header line {line[:80]!r}")
-        if name.strip().lower() == "content-length":
-            try:
-                length = int(value.strip())
-            except ValueError:
-                raise FrameError(f"bad Content-Length {value.strip()[:40]!r}") from None
+        if match is not None:
+            # Also found at the end of a line of junk: the leftover of a frame whose length lied.
+            length = int(match.group(1))
             if length < 0 or length > MAX_BODY_BYTES:
                 raise FrameError(f"Content-Length {length} out of range")
-    body = stream.read(length)
-    if body is None or len(body) < length:
-        return None
-    return body
+            continue
+        name, sep, _value = line.decode("ascii", "replace").partition(":")
+        if not sep or not name.strip() or " " in name.strip():
+            raise FrameError(f"malformed header line {line[:80]!r}")
+        if name.strip().lower() == "content-length":
+            raise FrameError(f"bad Content-Length {line[:80]!r}")
+    return _read_body(stream, length, capper or StringCapper())
+
+
+def _read_body(stream: Input, length: int, capper: "StringCapper") -> bytes | None:
+    """Read `length` bytes as they arrive: a lying Content-Length allocates nothing up front, a
+    body that runs into the next frame is given up, and long string values are shortened as
+    they stream past (bodies over MAX_STRING_BYTES only)."""
+    small = length <= MAX_STRING_BYTES
+    body = bytearray()
+    capper.reset()
+    tail = b""
+    remaining = length
+    while remaining:
+        chunk = stream.read_some(min(READ_CHUNK, remaining))
+        if not chunk:
+            return None
+        window = tail + chunk
+        if b"\r\n\r\n" in window:
+            found = _NEXT_FRAME.search(window)
+            if found is not None:
+                stream.unread(window[found.start():])
+                raise LyingLength(f"Content-Length {length} is longer than the message")
+        tail = window[-_OVERLAP:]
+        remaining -= len(chunk)
+        if small:
+            body += chunk
+        else:
+            capper.feed(chunk)
+    return bytes(body) if small else capper.finish()
+
+
+class StringCapper:
+    """Copies a JSON text chunk by chunk, keeping only the head and tail of over-long strings.
+
+    It only tracks where strings start and end (quotes not escaped by an odd run of
+    backslashes); everything else is copied as it came, so invalid JSON stays invalid.
+    """
+
+    def __init__(self, limit: int = MAX_STRING_BYTES) -> None:
+        self.head = limit // 2
+        self.tail = limit - self.head
+        self.reset()
+
+    def reset(self) -> None:
+        self.out = bytearray()
+        self.in_string = False
+        self.escaped = False  # the next byte of the string is escaped (a run split across chunks)
+        self.start = 0  # where the current string's content starts in `out`
+        self.size = 0  # bytes of the current string's content so far
+        self.rest = bytearray()  # past the head: the latest bytes, the tail candidates
+        self.exempt = False
+        self.shortened: list[tuple[int, int]] = []  # (original size, kept size) per shortened string
+
+    def feed(self, chunk: bytes) -> None:
+        pos, end = 0, len(chunk)
+        while pos < end:
+            if not self.in_string:
+                quote = chunk.find(b'"', pos)
+                if quote < 0:
+                    self.out += chunk[pos:]
+                    return
+                self.out += chunk[pos:quote + 1]
+                self.in_string, self.escaped, self.size = True, False, 0
+                self.start, self.exempt = len(self.out), False
+                self.rest.clear()
+                pos = quote + 1
+                continue
+            segment = pos
+            if self.escaped:
+                pos += 1
+                self.escaped = False
+            quote = chunk.find(b'"', pos)
+            stop = quote if quote >= 0 else end
+            run = 0
+            while stop - run - 1 >= pos and chunk[stop - run - 1] == 0x5C:  # backslash
+                run += 1
+            if quote < 0:
+                self._content(chunk[segment:end])
+                self.escaped = run % 2 == 1
+                return
+            if run % 2 == 1:  # an escaped quote: part of the string
+                self._content(chunk[segment:quote + 1])
+                pos = quote + 1
+                continue
+            self._content(chunk[segment:quote])
+            self._close()
+            self.out += b'"'
+            pos = quote + 1
+
+    def _content(self, data: bytes) -> None:
+        if not data:
+            return
+        room = self.head - self.size
+        first_overflow = room >= 0
+        self.size += len(data)
+        if self.exempt or room >= len(data):
+            self.out += data
+            return
+        if room > 0:
+            self.out += data[:room]
+        if first_overflow and self.out[self.start:self.start + 5] == b"data:":
+            self.exempt = True  # the head (over 5 bytes) is in `out` by now
+            self.out += data[max(room, 0):]
+            return
+        self.rest += data[max(room, 0):]
+        if len(self.rest) > 2 * self.tail:
+            del self.rest[:len(self.rest) - self.tail]
+
+    def _close(self) -> None:
+        self.in_string = False
+        if self.exempt or not self.rest:
+            return
+        if self.size <= self.head + self.tail:
+            self.out += self.rest
+        else:
+            head_end = _valid_end(self.out, self.start, len(self.out))
+            del self.out[head_end:]
+            tail = bytes(self.rest[-self.tail:])
+            tail = tail[_valid_start(tail):]
+            kept = (head_end - self.start) + len(tail)
+            removed = self.size - kept
+            self.out += rb"\n\u2026[ctxd: %d bytes removed while reading the request]\u2026\n" % removed  # JSON escapes
+            self.out += tail
+            self.shortened.append((self.size, kept))
+        self.rest.clear()
+
+    def finish(self) -> bytes:
+        if self.in_string:  # an unterminated string: the JSON is broken anyway
+            self.out += self.rest
+        body = bytes(self.out)
+        self.out = bytearray()
+        self.rest = bytearray()
+        return body
+
+
+def _valid_end(data: bytearray, start: int, end: int) -> int:
+    """A cut point at or a little before `end` that splits neither an escape nor a UTF-8 char.
+    The whole head is parsed: a run of backslashes can reach back arbitrarily far."""
+    for cut in range(end, max(start, end - 16), -1):
+        try:
+            text = json.loads(b'"' + bytes(data[start:cut]) + b'"')
+        except ValueError:
+            continue
+        if not text or not "\ud800" <= text[-1] <= "\udbff":  # not between the halves of a surrogate pair
+            return cut
+    return end
+
+
+def _valid_start(tail: bytes) -> int:
+    for skip in range(0, min(16, len(tail))):
+        try:
+            text = json.loads(b'"' + tail[skip:] + b'"')
+        except ValueError:
+            continue
+        if not text or not "\udc00" <= text[0] <= "\udfff":
+            return skip
+    return 0
 
 
 def error_response(msg_id: object, code: int, message: str) -> bytes:
@@ -84,16 +310,28 @@ def error_response(msg_id: object, code: int, message: str) -> bytes:
 
 
 def reader_loop(stream: BinaryIO, writer: LockedWriter, deliver: Callable[[dict], None]) -> None:
-    """Read frames until end of stream; hand each well-formed JSON object to `deliver`."""
+    """Read frames until end of stream; hand each well-formed JSON object to `deliver`.
+
+    Nothing a client sends ends the session but the end of the stream: a broken frame is
+    answered with -32700 (id null) and reading resumes at the next good frame.
+    """
+    source = Input(stream)
+    capper = StringCapper()
+    resync = False
     while True:
         try:
-            body = read_frame(stream)
-        except FrameError as error:
-            log.error("closing the connection: %s", error)
+            body = read_frame(source, capper, resync)
+            resync = False
+        except (FrameError, LyingLength) as error:
+            log.warning("bad frame: %s", error)
             writer.write(frame(error_response(None, -32700, f"Parse error: {error}")))
-            return
+            resync = isinstance(error, FrameError)
+            continue
         if body is None:
             return
+        if capper.shortened:
+            _report_shortened(writer, capper.shortened)
+            capper.shortened = []
         try:
             message = json.loads(body)
         except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
@@ -102,4 +340,57 @@ def reader_loop(stream: BinaryIO, writer: LockedWriter, deliver: Callable[[dict]
         if not isinstance(message, dict):
             writer.write(frame(error_response(None, -32600, "Invalid Request: a message must be a JSON object")))
             continue
+        problem = unsafe_content(message, body)
+        del body
+        if problem is not None:
+            msg_id = message.get("id")
+            if "id" in message and isinstance(msg_id, (int, str)) and not isinstance(msg_id, bool):
+                writer.write(frame(error_response(msg_id, -32602, f"Invalid params: {problem}")))
+            continue
         deliver(message)
+
+
+MAX_JSON_DEPTH = 128
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def unsafe_content(message: dict, body: bytes) -> str | None:
+    """What in a parsed message would break the code behind the reader, if anything.
+
+    Deep nesting: the JSON decoder copes (up to ~990 levels), but validation, the store's encoder
+    and token counting recurse too, and would fail with RecursionError deep inside a handler.
+    Unpaired surrogates (`\\ud800`): valid JSON, but not Unicode; SQLite cannot store them.
+    Both are checked without recursion; the surrogate walk runs only when the body has escapes.
+    """
+    stack: list[tuple[object, int]] = [(message, 1)]
+    strings = _SURROGATE_ESCAPE.search(body) is not None
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            return f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
+        children = value.values() if isinstance(value, dict) else value
+        for child in children:  # type: ignore[union-attr]
+            if isinstance(child, (dict, list)):
+                stack.append((child, depth + 1))
+            elif strings and isinstance(child, str) and not _encodable(child):
+                return "a string holds an unpaired UTF-16 surrogate"
+        if strings and isinstance(value, dict) and not all(_encodable(key) for key in value):
+            return "a key holds an unpaired UTF-16 surrogate"
+    return None
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _report_shortened(writer: LockedWriter, shortened: list[tuple[int, int]]) -> None:
+    sizes = ", ".join(f"{size} to {kept}" for size, kept in shortened)
+    log.warning("shortened %d over-long string value(s) while reading a request (bytes: %s)", len(shortened), sizes)
+    message = (f"ctxd: a request carried {len(shortened)} string value(s) over {MAX_STRING_BYTES} bytes; "
+               f"their middles were dropped before parsing (bytes: {sizes}).")
+    writer.write(frame(json.dumps({"jsonrpc": "2.0", "method": "window/showMessage",
+                                   "params": {"type": 2, "message": message}}).encode()))
