@@ -27,8 +27,8 @@ COMPACTED = "ctxd/compacted"
 SHOW_MESSAGE = "window/showMessage"
 PROGRESS = "$/progress"
 
-# window/showMessage types
-MESSAGE_ERROR, MESSAGE_WARNING, MESSAGE_INFO = 1, 2, 3
+# window/showMessage type of the warnings ctxd sends
+MESSAGE_WARNING = 2
 
 
 def to_rpc_error(error: CtxdError) -> JsonRpcException:

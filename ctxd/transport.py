@@ -289,7 +289,7 @@ def _valid_end(data: bytearray, start: int, end: int) -> int:
             text = json.loads(b'"' + bytes(data[start:cut]) + b'"')
         except ValueError:
             continue
-        if not text or not "\ud800" <= text[-1] <= "\udbff":  # not between the halves of a surrogate pair
+        if _encodable(text):  # not between the halves of a surrogate pair
             return cut
     return end
 
@@ -300,7 +300,7 @@ def _valid_start(tail: bytes) -> int:
             text = json.loads(b'"' + tail[skip:] + b'"')
         except ValueError:
             continue
-        if not text or not "\udc00" <= text[0] <= "\udfff":
+        if _encodable(text):  # a cut inside `\ud83d\ude00` would leave half a pair
             return skip
     return 0
 

@@ -174,9 +174,6 @@ class Client:
         self.proc.kill()
         self.proc.wait()
 
-    def stderr_text(self) -> str:
-        return ""
-
 
 def start_daemon(state_dir: Path, *args: str, env: dict[str, str] | None = None, log_file: Path | None = None) -> Client:
     cmd = [sys.executable, "-m", "ctxd", *args]
