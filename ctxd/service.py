@@ -162,7 +162,10 @@ class Workspace:
     def settings_for(self, thread: str) -> Settings:
         """Workspace settings, with the model and window the thread's prompt context names."""
         with self.lock:
-            context = self._ledger(thread).prompt_context or {}
+            return self._settings(self._ledger(thread))
+
+    def _settings(self, ledger: ThreadLedger) -> Settings:
+        context = ledger.prompt_context or {}
         if not context.get("model") and not context.get("contextWindow"):
             return self.settings
         merged = Settings(**{**self.settings.__dict__})
@@ -175,7 +178,7 @@ class Workspace:
         return TOKENIZERS.counter(settings.model, settings.tokenizer)
 
     def _usage(self, ledger: ThreadLedger) -> dict[str, Any]:
-        settings = self.settings_for(ledger.thread)
+        settings = self._settings(ledger)
         return {**usage_snapshot(ledger, settings), **self.counter(settings).describe()}
 
     def _overhead_counts(self, ledger: ThreadLedger, counter: Counter) -> usage_mod.OverheadCounts:
@@ -199,7 +202,7 @@ class Workspace:
         it reads running sums, and is rebuilt only when one of its inputs changed."""
         with self.lock:
             ledger = self._ledger(thread)
-            settings = self.settings_for(thread)
+            settings = self._settings(ledger)
             counter = self.counter(settings)
             usage = {**usage_snapshot(ledger, settings), **counter.describe()}
             self._remember_usage_settings(ledger, settings)
@@ -257,7 +260,7 @@ class Workspace:
             self.store.update_thread(thread, prompt_context=merged, reference=reference)
             ledger.prompt_context, ledger.reference = merged, reference
             ledger.overhead_tokens = overhead_tokens(merged)
-            settings = self.settings_for(thread)
+            settings = self._settings(ledger)
             TOKENIZERS.preload(settings.model, settings.tokenizer)  # in the background
             self._remember_usage_settings(ledger, settings)
             return self._changed(ledger)
