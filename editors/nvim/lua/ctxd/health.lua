@@ -38,27 +38,6 @@ local function run(argv, env)
   return vim.trim(result.stdout or ''), nil
 end
 
---- The Python interpreter behind the daemon command, for the tiktoken check.
----@param cmd string[]
----@return string?
-local function daemon_python(cmd)
-  local exe = vim.fn.exepath(cmd[1])
-  if exe == '' then
-    return nil
-  end
-  if vim.fs.basename(exe):match('^python') then
-    return exe
-  end
-  local file = io.open(exe, 'r')
-  if not file then
-    return nil
-  end
-  local first = file:read('*l') or ''
-  file:close()
-  local shebang = first:match('^#!%s*(%S+python[%w%.]*)%s*$')
-  return shebang
-end
-
 local function check_executable()
   health.start('ctxd: daemon')
   local cmd, env = daemon_cmd()
@@ -69,7 +48,7 @@ local function check_executable()
   local exe = vim.fn.exepath(cmd[1])
   if exe == '' then
     health.error(('`%s` is not executable'):format(cmd[1]), {
-      'pip install ctxd (it installs the `ctxd` command)',
+      'pip install ctxd-daemon (the distribution that installs the `ctxd` command)',
       "or set `cmd` in require('ctxd').setup({ cmd = { 'python3', '-m', 'ctxd' } })",
     })
     return
@@ -117,7 +96,7 @@ local function check_clients()
   health.start('ctxd: client')
   local client = require('ctxd.client')
   local clients = client.clients()
-  local info = nil
+  local chosen, chosen_info = nil, nil
   if #clients == 0 then
     health.warn('no ctxd client is running', {
       "vim.lsp.enable('ctxd') (or setup({ enable = true })), then open a file in a git repository",
@@ -137,22 +116,28 @@ local function check_clients()
     if server.name then
       health.info(('server: %s %s'):format(server.name, server.version or ''))
     end
-    info = client.server_info(c)
+    local info = client.server_info(c)
+    if not chosen or c.attached_buffers[bufnr] then
+      chosen, chosen_info = c, info
+    end
     if not info then
       health.error('the server did not announce capabilities.experimental.ctxd: is it ctxd?')
-    elseif info.protocolVersion == client.PROTOCOL_VERSION then
+    elseif client.speaks(info.protocolVersion) then
       health.ok(('protocol version %d, %d methods'):format(info.protocolVersion, #(info.methods or {})))
     else
       health.error(
-        ('protocol version %s, this plugin speaks %d'):format(tostring(info.protocolVersion), client.PROTOCOL_VERSION),
+        ('protocol version %s, this plugin speaks %s'):format(
+          tostring(info.protocolVersion),
+          table.concat(client.PROTOCOL_VERSIONS, ' and ')
+        ),
         { 'update the plugin and the daemon together' }
       )
     end
   end
-  return info
+  return chosen, chosen_info
 end
 
----@param info table? `capabilities.experimental.ctxd` of a running client
+---@param info table? the `ctxd/status` result, or `capabilities.experimental.ctxd`
 local function check_state_dir(info)
   health.start('ctxd: state directory')
   local dir = info and type(info.stateDir) == 'string' and info.stateDir or nil
@@ -172,42 +157,101 @@ local function check_state_dir(info)
   end
 end
 
+--- Advice for a tokenizer that does not count exactly.
+local tokenizer_advice = {
+  unavailable = {
+    'the daemon could not load the encoding: reinstall it with its dependencies (pip install ctxd-daemon)',
+    'until then token counts are estimates',
+  },
+}
+
+--- What the daemon says of itself (`ctxd/status`, protocol 2): settings problems, tokenizers,
+--- session sources. Asked of the client that serves the user's buffer; a daemon without
+--- `ctxd/status` is reported as such (the plugin never probes the daemon's Python itself).
+---@param lsp_client vim.lsp.Client?
 ---@param info table?
-local function check_tiktoken(info)
-  health.start('ctxd: tiktoken')
-  local reported = info and info.tiktoken
-  if type(reported) == 'table' then
-    if reported.available then
-      health.ok(('available (%s)'):format(tostring(reported.encoding or reported.version or 'ok')))
-    else
-      health.warn(('not available: %s; token counts are estimated from bytes'):format(tostring(reported.error or '?')))
-    end
-    return
+---@return table? status the `ctxd/status` result
+local function check_status(lsp_client, info)
+  health.start('ctxd: daemon status')
+  if not lsp_client then
+    health.info('no client: settings problems and tokenizers are shown once the daemon runs')
+    return nil
   end
-  local cmd, env = daemon_cmd()
-  local python = cmd and daemon_python(cmd)
-  if not python then
-    health.info("could not find the daemon's Python interpreter; tiktoken not checked")
-    return
+  local client = require('ctxd.client')
+  if not client.supports(lsp_client, 'ctxd/status') then
+    health.warn(
+      ('the daemon does not answer ctxd/status (protocol %s): its settings problems and tokenizers are not shown'):format(
+        tostring(info and info.protocolVersion)
+      ),
+      { 'update the daemon: pip install --upgrade ctxd-daemon' }
+    )
+    return nil
   end
-  local code = "import tiktoken; tiktoken.get_encoding('o200k_base'); print(tiktoken.__version__)"
-  local version, reason = run({ python, '-c', code }, env)
-  if version then
-    health.ok(('tiktoken %s with the o200k_base encoding (%s)'):format(version, python))
+  local bufnr = vim.fn.bufnr('#')
+  local err, status = client.request_sync('ctxd/status', {}, { client = lsp_client, bufnr = bufnr > 0 and bufnr or nil }, 10000)
+  if err or type(status) ~= 'table' then
+    health.error(('ctxd/status failed: %s'):format(client.format_error(err or 'no result')))
+    return nil
+  end
+  if status.trusted then
+    health.ok('workspace trusted: settings that reach outside it (llm.*, state_dir, sources.*) are used')
   else
-    health.warn(('tiktoken cannot load o200k_base: %s'):format(reason or '?'), {
-      'without network, point TIKTOKEN_CACHE_DIR at a folder holding the encoding files',
-      'token counts fall back to estimates from bytes',
-    })
+    health.info('workspace not trusted: its .ctxd.toml may not set llm.*, state_dir, sources.* (see :help ctxd-trust)')
   end
+  local problems = type(status.problems) == 'table' and status.problems or {}
+  if #problems == 0 then
+    health.ok('no settings problems')
+  end
+  for _, p in ipairs(problems) do
+    local where = tostring(p.source or 'settings') .. (p.key and (' `' .. tostring(p.key) .. '`') or '')
+    health.warn(('%s: %s'):format(where, tostring(p.message)), require('ctxd.health').problem_advice(p))
+  end
+  for _, tok in ipairs(type(status.tokenizers) == 'table' and status.tokenizers or {}) do
+    local line = ('tokenizer %s: %s'):format(tostring(tok.name), tostring(tok.status))
+    if tok.status == 'exact' then
+      health.ok(line .. ' (token counts are exact)')
+    elseif tok.status == 'unavailable' then
+      health.warn(line, tokenizer_advice.unavailable)
+    else
+      health.info(line)
+    end
+  end
+  for _, src in ipairs(type(status.sources) == 'table' and status.sources or {}) do
+    health.info(('%s sessions: %s, %s (%s)'):format(
+      tostring(src.agent),
+      src.enabled and (tostring(src.sessions or 0) .. ' followed') or 'off',
+      tostring(src.root),
+      src.enabled and 'on' or 'sources.' .. tostring(src.agent) .. ' = false'
+    ))
+  end
+  return status
+end
+
+--- The fix to type for a settings problem from `ctxd/status`.
+---@param problem { source: string?, key: string?, message: string? }
+---@return string[]
+function M.problem_advice(problem)
+  local message = tostring(problem.message or '')
+  local source = tostring(problem.source or '')
+  if message:find('trust', 1, true) then
+    return {
+      'if you trust this repository: :trust .ctxd.toml (vim.secure), or setup({ trusted = true })',
+      'then :Ctxd restart',
+    }
+  end
+  local file = source:match('%.toml$') and source or nil
+  if file then
+    return { ('fix or remove %s in %s, then :Ctxd restart'):format(problem.key and ('`' .. problem.key .. '`') or 'the value', file) }
+  end
+  return { ("fix it in require('ctxd').setup({ settings = { ... } }), then :Ctxd restart") }
 end
 
 function M.check()
   check_executable()
   check_options()
-  local info = check_clients()
-  check_state_dir(info)
-  check_tiktoken(info)
+  local lsp_client, info = check_clients()
+  local status = check_status(lsp_client, info)
+  check_state_dir(status or info)
 end
 
 return M

@@ -12,11 +12,11 @@ function M.on_init(lsp_client)
   local client = require('ctxd.client')
   local config = require('ctxd.config')
   local info = client.server_info(lsp_client)
-  if info and info.protocolVersion ~= client.PROTOCOL_VERSION then
+  if info and not client.speaks(info.protocolVersion) then
     vim.notify(
-      ('ctxd: the daemon speaks protocol %s, this plugin %d; see :checkhealth ctxd'):format(
+      ('ctxd: the daemon speaks protocol %s, this plugin %s; see :checkhealth ctxd'):format(
         tostring(info.protocolVersion),
-        client.PROTOCOL_VERSION
+        table.concat(client.PROTOCOL_VERSIONS, ' and ')
       ),
       vim.log.levels.WARN
     )
