@@ -40,8 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ctxd.compact import compact
 from ctxd.compact.model import drop_oldest
 from ctxd.compact.offline import history_tokens, mask_tool_outputs, offline_compact
+from ctxd.ledger.truncation import truncate_tool_output
 from ctxd.settings import Settings
-from ctxd.truncate import truncate_tool_output
 
 CONTEXT_WINDOW = 128_000
 FILL_TOKENS = 118_000  # a little over 0.9 x 128k: where auto-compaction fires

@@ -29,7 +29,7 @@ os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(ROOT.parent / "shared" / "tiktok
 import tiktoken
 from corpus_samples import load_samples
 
-from ctxd.estimator import bytes_over_four, estimate_tokens, qwen_heuristic
+from ctxd.tokens.estimator import bytes_over_four, estimate_tokens, qwen_heuristic
 
 PROFILE = {"o200k_base": "o200k", "cl100k_base": "cl100k"}
 

@@ -25,7 +25,7 @@ os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(ROOT.parent / "shared" / "tiktok
 import tiktoken
 from corpus_samples import load_samples
 
-from ctxd.estimator import CLASS_TABLE, DIGIT, LOWER, N_CLASSES, SCALE, UPPER
+from ctxd.tokens.estimator import CLASS_TABLE, DIGIT, LOWER, N_CLASSES, SCALE, UPPER
 
 ENCODINGS = {"o200k": "o200k_base", "cl100k": "cl100k_base"}
 LOWEST = -8  # lowest weight, in 1/SCALE tokens

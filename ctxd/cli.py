@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run_daemon(args: argparse.Namespace) -> int:
-    from ctxd.server import CtxdServer
+    from ctxd.server.app import CtxdServer
 
     setup_logging(args.verbose, args.log_file)
     state_dir = Path(args.state_dir).expanduser() if args.state_dir else None
@@ -89,7 +89,7 @@ def run_daemon(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["usage"]:  # `ctxd usage ...`: the terminal view (ctxd/usage_cli.py)
-        from ctxd.usage_cli import main as usage_main
+        from ctxd.usage.cli import main as usage_main
 
         return usage_main(argv[1:])
     args = build_parser().parse_args(argv)

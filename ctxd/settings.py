@@ -56,7 +56,9 @@ class Settings:
     def effective_context_window(self) -> int:
         if self.context_window:
             return self.context_window
-        from ctxd.catalog import context_window_for  # a late import: the catalogue is optional data
+        from ctxd.tokens.catalog import (
+            context_window_for,  # a late import: the catalogue is optional data
+        )
 
         return context_window_for(self.model) or DEFAULT_CONTEXT_WINDOW
 
@@ -148,7 +150,7 @@ def load_settings(
         if isinstance(layer, dict):
             _apply(settings, _normalize_keys(layer), "", problems)
     if settings.llm.api not in ("chat", "responses"):
-        problems.append(f"setting 'llm.api' must be 'chat' or 'responses'; keeping 'chat'")
+        problems.append("setting 'llm.api' must be 'chat' or 'responses'; keeping 'chat'")
         settings.llm.api = "chat"
     if not 0 < settings.auto_compact_ratio <= 1:
         problems.append("setting 'auto_compact_ratio' must be in (0, 1]; keeping 0.9")

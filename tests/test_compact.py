@@ -9,11 +9,8 @@ import pytest
 
 from ctxd.compact import choose_strategy, compact, offline_target
 from ctxd.compact.history import (
-    SUMMARY_PREFIX,
     build_compacted_history,
     compact_prompt,
-    is_real_user_message,
-    is_summary_message,
     recent_user_messages,
     summary_message,
 )
@@ -27,8 +24,9 @@ from ctxd.compact.offline import (
 )
 from ctxd.compact.retry import RetryPolicy
 from ctxd.errors import InvalidParams
+from ctxd.ledger.rules import SUMMARY_PREFIX, is_real_user_message, is_summary_message
 from ctxd.settings import LlmSettings, Settings
-from ctxd.tokens import approx_text_tokens
+from ctxd.tokens.approx import approx_text_tokens
 
 
 def user(text: str) -> dict:

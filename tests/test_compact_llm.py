@@ -8,8 +8,9 @@ import time
 import pytest
 
 from ctxd.compact import compact
-from ctxd.compact.history import SUMMARY_PREFIX, compact_prompt
+from ctxd.compact.history import compact_prompt
 from ctxd.errors import Cancelled, CompactionFailed
+from ctxd.ledger.rules import SUMMARY_PREFIX
 from ctxd.settings import LlmSettings, Settings
 from tests.fake_openai import FakeOpenAI, Step
 from tests.test_compact import GHOST, assistant, call, output, user

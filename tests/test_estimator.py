@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxd import estimator
-from ctxd.estimator import (
+from ctxd.tokens import estimator
+from ctxd.tokens.estimator import (
     SCALE,
     WEIGHTS,
     bytes_over_four,

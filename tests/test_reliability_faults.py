@@ -247,8 +247,7 @@ def test_image_data_urls_are_not_cut(daemon_factory: Callable[..., Client], work
 def test_loaded_threads_are_bounded_by_their_items(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Memory follows loaded items, not threads: past MAX_LOADED_ITEMS the least recently used
     threads are dropped from memory, the one in use stays, and nothing is lost (they reload)."""
-    from ctxd import service
-
+    from ctxd.ledger import workspace as service
     monkeypatch.setattr(service, "MAX_LOADED_ITEMS", 50)
     root = tmp_path / "ws"
     root.mkdir()

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.helpers import assistant, call, output, user
 from tests.rpc import Client, RpcError, start_daemon
@@ -298,7 +299,7 @@ def test_lone_surrogates_and_huge_numbers_are_invalid_params(fuzzed: Fuzzed) -> 
 
 # --- the frame reader's string cap, in process ------------------------------------------------------
 
-from ctxd.transport import StringCapper  # noqa: E402
+from ctxd.server.framing import StringCapper  # noqa: E402
 
 
 def capped(data: bytes, limit: int, chunk: int) -> bytes:

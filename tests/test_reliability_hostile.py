@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from ctxd.server import HANDLERS
+from ctxd.server.app import HANDLERS
 from tests.fake_openai import FakeOpenAI, Step
 from tests.ghost_repo import Repo, isolated_git_env, make_repo
 from tests.helpers import assistant, call, output, user

@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ctxd.normalize import project
+from ctxd.ledger.projection import project
+from ctxd.ledger.truncation import truncate_text, truncate_tool_output
+from ctxd.server.events import Throttle
 from ctxd.settings import load_settings
-from ctxd.throttle import Throttle
-from ctxd.tokens import IMAGE_BYTES, item_tokens
-from ctxd.truncate import truncate_text, truncate_tool_output
+from ctxd.tokens.approx import IMAGE_BYTES, item_tokens
 from tests.helpers import call, output, user
 
 LONG = "this is an example of a long output that should be truncated\nalso some other line"

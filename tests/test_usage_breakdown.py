@@ -17,18 +17,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxd import catalog
-from ctxd.estimator import estimate_tokens
 from ctxd.settings import Settings
-from ctxd.tokenizer import (
+from ctxd.tokens import catalog
+from ctxd.tokens.approx import IMAGE_BYTES
+from ctxd.tokens.counter import (
     ENCODING_FILES,
     Tokenizers,
     cached_file,
     count_item,
     seed_cache,
 )
-from ctxd.tokens import IMAGE_BYTES
-from ctxd.usage import (
+from ctxd.tokens.estimator import estimate_tokens
+from ctxd.usage.breakdown import (
     CATEGORY_ORDER,
     SKILL_INSTRUCTIONS,
     UNATTRIBUTED,
@@ -36,7 +36,7 @@ from ctxd.usage import (
     breakdown,
     overhead_counts,
 )
-from ctxd.usage_cli import format_tokens, render_short, render_text
+from ctxd.usage.cli import format_tokens, render_short, render_text
 from tests.helpers import assistant, user
 from tests.rpc import REPO, TIKTOKEN_DIR, Client, daemon_env
 
@@ -241,7 +241,7 @@ def test_counter_falls_back_and_says_so_once(caplog: pytest.LogCaptureFixture) -
 
     tokenizers = Tokenizers(loader)
     counter = tokenizers.counter("gpt-4.1")
-    with caplog.at_level(logging.WARNING, logger="ctxd.tokenizer"):
+    with caplog.at_level(logging.WARNING, logger="ctxd.tokens.counter"):
         counter.count("first")
         assert counter.slot is not None and not counter.slot.wait(10)
         for _ in range(3):

@@ -29,7 +29,7 @@ from ctxd.compact.model import (
 )
 from ctxd.compact.offline import history_tokens, offline_compact
 from ctxd.errors import Cancelled, CompactionFailed, InvalidParams
-from ctxd.normalize import project
+from ctxd.ledger.projection import project
 
 STRATEGIES = ("auto", "llm", "remote", "offline")
 

@@ -16,27 +16,12 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ctxd import ledger
-from ctxd.tokens import approx_text_tokens
-from ctxd.truncate import truncate_text
-
-# Openings of user messages that a client injects rather than a person types: the ledger's list
-# (used for rollback turns) and a few more that only matter here.
-INJECTED_PREFIXES = tuple(prefix.lower() for prefix in ledger.INJECTED_PREFIXES) + (
-    "<environment_context",
-    "<user_instructions",
-    "<skills_instructions",
-    "<instructions",
-    "# agents.md",
-)
+from ctxd.ledger.rules import SUMMARY_PREFIX, is_real_user_message, message_text
+from ctxd.ledger.truncation import truncate_text
+from ctxd.tokens.approx import approx_text_tokens
 
 
-def _template(name: str) -> str:
-    return resources.files("ctxd").joinpath("templates", name).read_text(encoding="utf-8")
-
-
-SUMMARY_PREFIX = _template("summary_prefix.md").strip()
-DEFAULT_COMPACT_PROMPT = _template("compact_prompt.md").strip()
+DEFAULT_COMPACT_PROMPT = resources.files("ctxd").joinpath("templates", "compact_prompt.md").read_text(encoding="utf-8").strip()
 
 
 def compact_prompt(prompt_file: str | None) -> str:
@@ -46,33 +31,6 @@ def compact_prompt(prompt_file: str | None) -> str:
         if text:
             return text
     return DEFAULT_COMPACT_PROMPT
-
-
-def message_text(item: dict[str, Any]) -> str:
-    """The text parts of a message, joined; images and refusals are left out."""
-    content = item.get("content")
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        return ""
-    parts = [part.get("text", "") for part in content
-             if isinstance(part, dict) and part.get("type") in ("input_text", "output_text", "text")]
-    return "\n".join(text for text in parts if isinstance(text, str))
-
-
-def is_summary_message(item: dict[str, Any]) -> bool:
-    return (item.get("type") == "message" and item.get("role") == "user"
-            and message_text(item).startswith(SUMMARY_PREFIX))
-
-
-def is_real_user_message(item: dict[str, Any]) -> bool:
-    """A user message a person wrote: not a handoff summary, not injected context."""
-    if item.get("type") != "message" or item.get("role") != "user":
-        return False
-    text = message_text(item)
-    if not text.strip() or text.startswith(SUMMARY_PREFIX):
-        return False
-    return not text.lstrip().lower().startswith(INJECTED_PREFIXES)
 
 
 def user_message(text: str) -> dict[str, Any]:

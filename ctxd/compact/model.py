@@ -17,11 +17,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from ctxd.compact.history import message_text
 from ctxd.compact.retry import ContextTooLong, RetryPolicy, call_with_retries
 from ctxd.errors import CompactionFailed, InvalidParams
-from ctxd.models import validate_items
-from ctxd.normalize import CALL_TO_OUTPUT, OUTPUT_TYPES
+from ctxd.ledger.rules import CALL_TO_OUTPUT, TOOL_OUTPUT_TYPES, message_text
+from ctxd.protocol.params import validate_items
 
 if TYPE_CHECKING:
     import openai  # imported when a compaction first needs it: it takes most of a second
@@ -144,7 +143,7 @@ def to_chat_messages(items: list[dict[str, Any]]) -> list[dict[str, str]]:
         elif kind in CALL_TO_OUTPUT:
             body = item.get("arguments") if kind == "function_call" else item.get("input")
             add("assistant", f"[tool call `{item.get('name')}` id={item.get('call_id')}]\n{body}")
-        elif kind in OUTPUT_TYPES:
+        elif kind in TOOL_OUTPUT_TYPES:
             add("user", f"[tool output id={item.get('call_id')}]\n{_output_text(item.get('output'))}")
         elif kind == "reasoning":
             summary = "\n".join(part.get("text", "") for part in item.get("summary") or [] if isinstance(part, dict))

@@ -20,24 +20,26 @@ from dataclasses import dataclass
 from typing import Any
 
 from ctxd.compact.history import (
-    SUMMARY_PREFIX,
     ghost_snapshots,
-    is_real_user_message,
-    is_summary_message,
-    message_text,
     recent_user_messages,
     summary_message,
     user_message,
 )
-from ctxd.tokens import approx_text_tokens, item_tokens
-from ctxd.truncate import truncate_text
+from ctxd.ledger.rules import (
+    SUMMARY_PREFIX,
+    TOOL_CALL_TYPES,
+    TOOL_OUTPUT_TYPES,
+    is_real_user_message,
+    is_summary_message,
+    message_text,
+)
+from ctxd.ledger.truncation import truncate_text
+from ctxd.tokens.approx import approx_text_tokens, item_tokens
 
 KEEP_RECENT_OUTPUTS = 3
 PLACEHOLDER_ERRORS = 3
 ERRORS_PER_OUTPUT = 5
 MAX_LINE_CHARS = 240
-CALL_TYPES = ("function_call", "custom_tool_call")
-OUTPUT_TYPES = ("function_call_output", "custom_tool_call_output")
 SHELL_TOOLS = {"shell", "bash", "exec_command", "local_shell", "container.exec", "run_command", "terminal", "sh"}
 
 ERROR_RE = re.compile(
@@ -135,7 +137,7 @@ def _error_lines(text: str, limit: int | None = None) -> list[str]:
 
 
 def _call_names(items: list[dict[str, Any]]) -> dict[Any, str]:
-    return {item.get("call_id"): str(item.get("name", "tool")) for item in items if item.get("type") in CALL_TYPES}
+    return {item.get("call_id"): str(item.get("name", "tool")) for item in items if item.get("type") in TOOL_CALL_TYPES}
 
 
 def mask_placeholder(name: str, output: Any) -> str:
@@ -153,7 +155,7 @@ def mask_placeholder(name: str, output: Any) -> str:
 def mask_tool_outputs(items: list[dict[str, Any]], keep_recent: int = KEEP_RECENT_OUTPUTS) -> tuple[list[dict[str, Any]], int]:
     """Replace the bodies of all but the newest `keep_recent` tool outputs with a placeholder."""
     names = _call_names(items)
-    positions = [i for i, item in enumerate(items) if item.get("type") in OUTPUT_TYPES]
+    positions = [i for i, item in enumerate(items) if item.get("type") in TOOL_OUTPUT_TYPES]
     old = set(positions[: max(0, len(positions) - keep_recent)])
     out: list[dict[str, Any]] = []
     masked = 0
@@ -215,7 +217,7 @@ def extract_sections(items: list[dict[str, Any]], skip_requests: int = 0) -> lis
     `skip_requests` leaves out the newest real user messages, because the new history carries
     them verbatim anyway.
     """
-    outputs = {item.get("call_id"): _tool_result(item.get("output")) for item in items if item.get("type") in OUTPUT_TYPES}
+    outputs = {item.get("call_id"): _tool_result(item.get("output")) for item in items if item.get("type") in TOOL_OUTPUT_TYPES}
     user_texts = [message_text(item) for item in items if is_real_user_message(item)]
     requests = user_texts[: len(user_texts) - skip_requests] if skip_requests else user_texts
 
@@ -235,7 +237,7 @@ def extract_sections(items: list[dict[str, Any]], skip_requests: int = 0) -> lis
     paths: list[str] = []
     for item in items:
         kind = item.get("type")
-        if kind in CALL_TYPES:
+        if kind in TOOL_CALL_TYPES:
             command = _command_of(item)
             raw = item.get("arguments") if kind == "function_call" else item.get("input")
             paths.extend(_paths(raw if isinstance(raw, str) else ""))
@@ -246,7 +248,7 @@ def extract_sections(items: list[dict[str, Any]], skip_requests: int = 0) -> lis
                 if code not in (None, 0):
                     first = _error_lines(result)[:1]
                     failed.append(f"`{_clip(command, 200)}` exit code {code}" + (f": {first[0]}" if first else ""))
-        elif kind in OUTPUT_TYPES:
+        elif kind in TOOL_OUTPUT_TYPES:
             errors.extend(_error_lines(_tool_result(item.get("output"))[0], ERRORS_PER_OUTPUT))
         elif kind == "message" and item.get("role") in ("user", "assistant") and not is_summary_message(item):
             text = message_text(item)

@@ -20,18 +20,22 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable
 
 from lsprotocol import types
+from pydantic import BaseModel
 from pygls.exceptions import JsonRpcException, JsonRpcInternalError
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol, lsp_method
 from pygls.protocol.json_rpc import JsonRPCResponseMessage
-from pydantic import BaseModel
 
-from ctxd import PROTOCOL_VERSION, __version__, compaction, ghost, models, protocol as wire
+from ctxd import PROTOCOL_VERSION, __version__
+from ctxd.compact import run as compaction
 from ctxd.errors import Cancelled, CtxdError, InvalidParams
-from ctxd.service import Service, Workspace
+from ctxd.ghost import snapshots as ghost
+from ctxd.ledger.workspace import Service, Workspace
+from ctxd.protocol import methods as wire
+from ctxd.protocol import params as models
+from ctxd.server.events import Throttle
+from ctxd.server.framing import LockedWriter, error_response, frame, reader_loop
 from ctxd.settings import load_settings
-from ctxd.throttle import Throttle
-from ctxd.transport import LockedWriter, error_response, frame, reader_loop
 
 log = logging.getLogger("ctxd")
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-CALL_TO_OUTPUT = {"function_call": "function_call_output", "custom_tool_call": "custom_tool_call_output"}
-OUTPUT_TYPES = frozenset(CALL_TO_OUTPUT.values())
+from ctxd.ledger.rules import CALL_TO_OUTPUT, TOOL_OUTPUT_TYPES
+
 IMAGE_PLACEHOLDER = "[image omitted: this model takes text only]"
 
 
@@ -40,14 +40,14 @@ def project(items: Iterable[dict[str, Any]], input_modalities: Iterable[str] = (
         kind = item.get("type")
         if kind in CALL_TO_OUTPUT:
             calls.add((CALL_TO_OUTPUT[kind], item.get("call_id")))
-        elif kind in OUTPUT_TYPES:
+        elif kind in TOOL_OUTPUT_TYPES:
             answered.add((kind, item.get("call_id")))
 
     keep_images = "image" in input_modalities
     out: list[dict[str, Any]] = []
     for item in items:
         kind = item.get("type")
-        if kind in OUTPUT_TYPES and (kind, item.get("call_id")) not in calls:
+        if kind in TOOL_OUTPUT_TYPES and (kind, item.get("call_id")) not in calls:
             continue
         out.append(item if keep_images else _strip_images(item))
         if kind in CALL_TO_OUTPUT:

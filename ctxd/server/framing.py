@@ -15,7 +15,7 @@ import re
 import threading
 from typing import BinaryIO, Callable
 
-log = logging.getLogger("ctxd.transport")
+log = logging.getLogger(__name__)
 
 MAX_HEADER_BYTES = 8192
 MAX_BODY_BYTES = 512 * 1024 * 1024

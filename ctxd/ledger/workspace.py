@@ -17,15 +17,23 @@ from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import unquote, urlparse
 
-from ctxd import normalize, settings as settings_mod, usage as usage_mod
+from ctxd import settings as settings_mod
 from ctxd.errors import InvalidParams
-from ctxd.ledger import Entry, ThreadLedger, is_user_turn_start, rollback_start, usage_snapshot
-from ctxd.models import validate_items
+from ctxd.ledger import projection as normalize
+from ctxd.ledger.store import Store, ThreadRow, database_path
+from ctxd.ledger.thread import (
+    Entry,
+    ThreadLedger,
+    is_user_turn_start,
+    rollback_start,
+    usage_snapshot,
+)
+from ctxd.ledger.truncation import truncate_tool_output
+from ctxd.protocol.params import validate_items
 from ctxd.settings import Settings, load_settings
-from ctxd.store import Row, Store, ThreadRow, database_path
-from ctxd.tokenizer import TOKENIZERS, Counter, count_item
-from ctxd.tokens import approx_text_tokens, item_tokens
-from ctxd.truncate import truncate_tool_output
+from ctxd.tokens.approx import approx_text_tokens
+from ctxd.tokens.counter import TOKENIZERS, Counter, count_item
+from ctxd.usage import breakdown as usage_mod
 
 log = logging.getLogger("ctxd")
 

@@ -26,11 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ctxd import catalog
-from ctxd.estimator import estimate_tokens
-from ctxd.tokens import IMAGE_BYTES, approx_tokens_from_bytes, item_tokens
+from ctxd.tokens import catalog
+from ctxd.tokens.approx import IMAGE_BYTES, approx_tokens_from_bytes, item_tokens
+from ctxd.tokens.estimator import estimate_tokens
 
-log = logging.getLogger("ctxd.tokenizer")
+log = logging.getLogger(__name__)
 
 # What tiktoken downloads for each encoding, and the SHA-256 it checks.
 ENCODING_FILES: dict[str, tuple[str, str]] = {

@@ -9,12 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ctxd.ledger.rules import is_real_user_message, item_group
 from ctxd.settings import Settings
-from ctxd.usage import item_group
 
 WARN_FRACTION = 0.8
-# Text that clients inject as context rather than type as the user (Codex's markers and ours).
-INJECTED_PREFIXES = ("<environment_context>", "<user_instructions>", "<user_shell_command>", "# AGENTS.md", "<ctxd:")
 
 
 @dataclass
@@ -66,22 +64,6 @@ class ThreadLedger:
     @property
     def last_seq(self) -> int:
         return self.entries[-1].seq if self.entries else 0
-
-
-def message_text(item: dict[str, Any]) -> str:
-    content = item.get("content")
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
-    return ""
-
-
-def is_real_user_message(item: dict[str, Any]) -> bool:
-    """A message the user typed: not injected context, not a compaction's summary."""
-    if item.get("type") != "message" or item.get("role") != "user":
-        return False
-    return not message_text(item).lstrip().startswith(INJECTED_PREFIXES)
 
 
 def is_user_turn_start(entry: Entry) -> bool:

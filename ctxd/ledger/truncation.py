@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ctxd.tokens import approx_tokens_from_bytes
+from ctxd.ledger.rules import TOOL_OUTPUT_TYPES
+from ctxd.tokens.approx import approx_tokens_from_bytes
 
 BYTES_PER_TOKEN = 4
 
@@ -45,7 +46,6 @@ def truncate_text(text: str, max_tokens: int) -> str:
     return head.decode("utf-8", "surrogatepass") + marker + tail.decode("utf-8", "surrogatepass")
 
 
-TOOL_OUTPUT_TYPES = frozenset({"function_call_output", "custom_tool_call_output"})
 
 
 def truncate_tool_output(item: dict[str, Any], max_tokens: int) -> dict[str, Any]:

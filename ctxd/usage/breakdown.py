@@ -197,20 +197,3 @@ def breakdown(
         "overheadTokens": overhead_now,
         "idleCost": overhead_now + IDLE_MESSAGE_TOKENS,
     }
-
-
-def item_group(item: dict[str, Any]) -> str:
-    """Which `messages` detail an item's tokens belong to."""
-    kind = item.get("type")
-    if kind == "message":
-        role = item.get("role")
-        return {"user": "userMessages", "assistant": "assistantMessages"}.get(str(role), "otherMessages")
-    if kind in ("function_call", "custom_tool_call"):
-        return "toolCalls"
-    if kind in ("function_call_output", "custom_tool_call_output"):
-        return "toolResults"
-    if kind == "reasoning":
-        return "reasoning"
-    if kind == "compaction":
-        return "compactedHistory"
-    return "other"
