@@ -49,8 +49,6 @@ def setup_logging(verbose: bool, log_file: str | None) -> None:
     root.handlers[:] = [handler]
     root.setLevel(logging.DEBUG if verbose else logging.WARNING)
     logging.getLogger("ctxd").setLevel(logging.DEBUG if verbose else logging.INFO)
-    # pygls logs every message body at INFO and request params on errors: the user's conversation.
-    logging.getLogger("pygls").setLevel(logging.WARNING if verbose else logging.CRITICAL)
     for noisy in ("httpx", "httpcore", "openai", "git", "asyncio"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 

@@ -1,7 +1,8 @@
 """Errors that carry their JSON-RPC code.
 
-Pure modules raise these; the server turns them into JSON-RPC error responses. They know nothing
-of pygls so that the ledger, store, compaction and ghost modules stay importable on their own.
+Domain code raises these; the server turns each into an error reply with its code and message.
+They import nothing else from ctxd so that every package can raise them. Codes are protocol v2's:
+JSON-RPC's and LSP's own meanings stay; ctxd's own failures use 1001-1003, outside their ranges.
 """
 
 from __future__ import annotations
@@ -18,20 +19,29 @@ class CtxdError(Exception):
         self.data = data
 
 
+class InvalidRequest(CtxdError):
+    """Not a valid JSON-RPC request, or not valid now (after `shutdown`, a second `initialize`)."""
+
+    code = -32600
+
+
+class MethodNotFound(CtxdError):
+    code = -32601
+
+
 class InvalidParams(CtxdError):
-    """Bad params: unknown workspace, bad item, bad field. Nothing was recorded."""
+    """Bad params: unknown workspace, bad item, bad field, a followed thread written to. Nothing
+    was recorded."""
 
     code = -32602
 
 
-class CompactionFailed(CtxdError):
-    """The compaction could not finish. The ledger is exactly as before."""
-
-    code = -32001
+class InternalError(CtxdError):
+    code = -32603
 
 
-class GitFailed(CtxdError):
-    """git failed, or the workspace is not a repository. The repository is as before."""
+class ServerNotInitialized(CtxdError):
+    """A request arrived before `initialize` (LSP's ServerNotInitialized)."""
 
     code = -32002
 
@@ -42,7 +52,20 @@ class Cancelled(CtxdError):
     code = -32800
 
 
-class ServerNotInitialized(CtxdError):
-    """A request arrived before `initialize` (LSP's ServerNotInitialized)."""
+class CompactionFailed(CtxdError):
+    """The compaction could not finish. The ledger is exactly as before."""
 
-    code = -32002
+    code = 1001
+
+
+class GitFailed(CtxdError):
+    """git failed, or a restore would lose data it cannot protect. The repository is as before."""
+
+    code = 1002
+
+
+class StoreUnavailable(CtxdError):
+    """The workspace's store cannot be used (read-only, corrupt, another workspace's, locked, disk
+    full). The message names the file and what to do; other workspaces are unaffected."""
+
+    code = 1003

@@ -28,7 +28,13 @@ def state_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def daemon_factory(state_dir: Path, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[..., Client]]:
+def transport() -> str:
+    """How tests talk to the daemon; test_spine.py runs its tests over both stdio and TCP."""
+    return "stdio"
+
+
+@pytest.fixture
+def daemon_factory(state_dir: Path, tmp_path: Path, transport: str, request: pytest.FixtureRequest) -> Iterator[Callable[..., Client]]:
     """Start daemons on demand; every one is shut down (or killed) at the end; logs shown on failure."""
     clients: list[Client] = []
     logs: list[Path] = []
@@ -37,7 +43,7 @@ def daemon_factory(state_dir: Path, tmp_path: Path, request: pytest.FixtureReque
               env: dict[str, str] | None = None, initialize: bool = True, args: tuple[str, ...] = ()) -> Client:
         log_file = tmp_path / f"daemon-{len(logs)}.log"
         logs.append(log_file)
-        client = start_daemon(state_dir, *args, env=env, log_file=log_file)
+        client = start_daemon(state_dir, *args, env=env, log_file=log_file, transport=transport)
         clients.append(client)
         if initialize:
             client.initialize(folders or [], options)

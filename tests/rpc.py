@@ -5,15 +5,20 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, BinaryIO, Callable
 
 REPO = Path(__file__).resolve().parents[1]
 TIKTOKEN_DIR = REPO.parent / "shared" / "tiktoken"
+
+
+def _not_json(token: str) -> Any:
+    raise ValueError(f"the daemon sent {token}, which strict JSON parsers reject")
 
 
 class RpcError(Exception):
@@ -38,8 +43,11 @@ def daemon_env(state_dir: Path, extra: dict[str, str] | None = None) -> dict[str
 class Client:
     """Speaks LSP framing to a daemon's stdin/stdout. Thread-safe requests."""
 
-    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> None:
+        """Talks over the daemon's stdin/stdout, or over the given streams (a TCP connection)."""
         self.proc = proc
+        self.stdin = stdin or proc.stdin
+        self.stdout = stdout or proc.stdout
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._cond = threading.Condition()
@@ -53,16 +61,16 @@ class Client:
 
     def send_raw(self, data: bytes) -> None:
         with self._lock:
-            assert self.proc.stdin is not None
-            self.proc.stdin.write(data)
-            self.proc.stdin.flush()
+            assert self.stdin is not None
+            self.stdin.write(data)
+            self.stdin.flush()
 
     def send(self, message: dict[str, Any]) -> None:
         body = json.dumps(message).encode()
         self.send_raw(b"Content-Length: %d\r\n\r\n" % len(body) + body)
 
     def _read(self) -> None:
-        stream = self.proc.stdout
+        stream = self.stdout
         assert stream is not None
         while True:
             length = None
@@ -78,7 +86,7 @@ class Client:
                 if name.lower() == "content-length":
                     length = int(value)
             body = stream.read(length or 0)
-            message = json.loads(body)
+            message = json.loads(body, parse_constant=_not_json)  # strictly: no NaN or Infinity
             with self._cond:
                 if "method" in message:
                     self.notifications.append(message)
@@ -175,10 +183,31 @@ class Client:
         self.proc.wait()
 
 
-def start_daemon(state_dir: Path, *args: str, env: dict[str, str] | None = None, log_file: Path | None = None) -> Client:
+def start_daemon(state_dir: Path, *args: str, env: dict[str, str] | None = None, log_file: Path | None = None,
+                 transport: str = "stdio") -> Client:
+    """Start `python -m ctxd` and connect to it over `transport` ("stdio" or "tcp")."""
     cmd = [sys.executable, "-m", "ctxd", *args]
     if log_file is not None:
         cmd += ["--log-file", str(log_file)]
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            env=daemon_env(state_dir, env), cwd=str(REPO))
-    return Client(proc)
+    if transport == "stdio":
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                env=daemon_env(state_dir, env), cwd=str(REPO))
+        return Client(proc)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc = subprocess.Popen([*cmd, "--tcp", "--host", "127.0.0.1", "--port", str(port)], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=daemon_env(state_dir, env),
+                            cwd=str(REPO))
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            connection = socket.create_connection(("127.0.0.1", port), timeout=5)
+            break
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                raise
+            time.sleep(0.05)
+    connection.settimeout(None)
+    return Client(proc, connection.makefile("wb"), connection.makefile("rb"))

@@ -438,7 +438,7 @@ def test_not_a_git_repository(tmp_path: Path) -> None:
                  lambda: ghost.restore(plain, "a" * 40)):
         with pytest.raises(GitFailed) as caught:
             call()
-        assert caught.value.code == -32002
+        assert caught.value.code == 1002
 
 
 def test_index_lock_held_by_another_process(repo: Repo) -> None:

@@ -265,7 +265,7 @@ def test_not_a_git_repository(daemon: Client, tmp_path: Path) -> None:
                            ("ctxd/ghost/restore", {"id": "a" * 40})):
         with pytest.raises(RpcError) as caught:
             _request(daemon, method, folder, **params)
-        assert caught.value.code == -32002, method
+        assert caught.value.code == 1002, method
     assert _request(daemon, "ctxd/history", folder)["items"] == []
 
 

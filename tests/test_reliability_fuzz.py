@@ -29,7 +29,7 @@ FUZZ_SETTINGS = settings(max_examples=CI_EXAMPLES, deadline=None, derandomize=Tr
                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 WORKSPACE = "WORKSPACE"  # replaced by the daemon's workspace URI
-NO_INTERNAL_ERRORS = {-32600, -32601, -32602, -32001, -32002, -32800}
+NO_INTERNAL_ERRORS = {-32600, -32601, -32602, -32002, -32800, 1001, 1002, 1003}
 
 # --- strategies -----------------------------------------------------------------------------------
 

@@ -3,7 +3,7 @@
 Confinement: workspace URIs with `..`, symlinked folders that lead out, non-file URIs are refused.
 Secrets: the API key reaches no log (`-v --log-file`), no error, no `ctxd/history` answer and no
 byte of the state directory, even when the model server echoes it back. Repositories: ghost
-snapshot and restore under hostile conditions end in a result or a clear -32002, and the user's
+snapshot and restore under hostile conditions end in a result or a clear 1002, and the user's
 git state is byte-identical afterwards.
 """
 
@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from ctxd.server.app import HANDLERS
+from ctxd.server.handlers import HANDLERS
 from tests.fake_openai import FakeOpenAI, Step
 from tests.ghost_repo import Repo, isolated_git_env, make_repo
 from tests.helpers import assistant, call, output, user
@@ -118,7 +118,7 @@ def test_api_key_never_leaks(daemon_factory: Callable[..., Client], workspace: P
             result = client.request("ctxd/compact", {"workspace": uri, "strategy": strategy}, timeout=60)
             seen.append(json.dumps(result))
         except RpcError as error:
-            assert error.code == -32001
+            assert error.code == 1001
             seen.append(f"{error.message} {json.dumps(error.data)}")
     assert echoing_server.requests, "the daemon never called the model server"
     assert echoing_server.requests[0].headers["authorization"] == f"Bearer {KEY}"
@@ -167,7 +167,7 @@ def ghost(client: Client, repo: Repo, method: str, **params: Any) -> Any:
 def git_failed(client: Client, repo: Repo, method: str, **params: Any) -> str:
     with pytest.raises(RpcError) as error:
         ghost(client, repo, method, **params)
-    assert error.value.code == -32002, error.value
+    assert error.value.code == 1002, error.value
     return error.value.message
 
 
@@ -235,7 +235,7 @@ def test_read_only_file(daemon_factory: Callable[..., Client], repo: Repo, git_e
         result = ghost(client, repo, "restore", id=snap["id"])
         assert target.read_text() == "v1\n" and "config.ini" in result["restored"]
     except RpcError as error:  # refusing is fine too, as long as it is clear and changes nothing
-        assert error.code == -32002 and "config.ini" in error.message
+        assert error.code == 1002 and "config.ini" in error.message
         assert target.read_text() == "v2\n"
     finally:
         target.chmod(stat.S_IRUSR | stat.S_IWUSR)
@@ -263,7 +263,7 @@ def test_repository_locked_by_another_git_process(daemon_factory: Callable[..., 
 @pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_FSIZE semantics checked on Linux")
 def test_disk_full_during_a_snapshot(repo: Repo, git_env: dict[str, str], state_dir: Path, tmp_path: Path) -> None:
     """`ulimit -f`: writing any file over 256 KiB fails (EFBIG) in the daemon and its git children.
-    The snapshot fails with a clear -32002; the repository is byte-identical; the daemon goes on."""
+    The snapshot fails with a clear 1002; the repository is byte-identical; the daemon goes on."""
     from tests.rpc import Client as RpcClient
 
     (repo.root / "big.bin").write_bytes(os.urandom(2 * 1024 * 1024))  # incompressible, untracked

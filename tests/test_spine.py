@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,11 +26,17 @@ def history(client: Client, ws: Path, thread: str = "default", **extra: Any) -> 
     return client.request("ctxd/history", {"workspace": ws.as_uri(), "thread": thread, **extra})
 
 
+@pytest.fixture(params=["stdio", "tcp"])
+def transport(request: pytest.FixtureRequest) -> str:
+    """Every test in this file runs over both transports (as pygls' own end-to-end tests do)."""
+    return request.param
+
+
 def test_initialize_advertises_ctxd(daemon_factory: Callable[..., Client], workspace: Path) -> None:
     client = daemon_factory(initialize=False)
     result = client.initialize([workspace])
     ctxd = result["capabilities"]["experimental"]["ctxd"]
-    assert ctxd["protocolVersion"] == 1
+    assert ctxd["protocolVersion"] == 2
     assert METHODS <= set(ctxd["methods"])
     assert result["serverInfo"]["name"] == "ctxd"
 
@@ -256,36 +260,13 @@ def test_two_daemons_on_one_workspace_lose_nothing(daemon_factory: Callable[...,
     assert history(b, workspace)["total"] == 100 and history(a, workspace, thread="b")["total"] == 50
 
 
-def test_stdio_flag_and_tcp_transport(state_dir: Path, workspace: Path) -> None:
+def test_stdio_flag(state_dir: Path, workspace: Path) -> None:
     client = start_daemon(state_dir, "--stdio")
     try:
         client.initialize([workspace])
         assert rec(client, workspace, [user("hi")])["itemCount"] == 1
     finally:
         client.shutdown()
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "ctxd", "--tcp", "--port", str(port)], env=daemon_env(state_dir),
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                sock = socket.create_connection(("127.0.0.1", port), timeout=5)
-                break
-            except OSError:
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
-        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "capabilities": {}, "workspaceFolders": [{"uri": workspace.as_uri(), "name": "ws"}]}}).encode()
-        sock.sendall(b"Content-Length: %d\r\n\r\n" % len(body) + body)
-        reply = sock.recv(65536)
-        assert b'"protocolVersion": 1' in reply
-        sock.close()
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def test_version_and_logs_stay_off_stdout(state_dir: Path) -> None:

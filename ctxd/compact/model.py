@@ -20,7 +20,7 @@ from urllib.parse import urlparse
 from ctxd.compact.retry import ContextTooLong, RetryPolicy, call_with_retries
 from ctxd.errors import CompactionFailed, InvalidParams
 from ctxd.ledger.rules import CALL_TO_OUTPUT, TOOL_OUTPUT_TYPES, message_text
-from ctxd.protocol.params import validate_items
+from ctxd.protocol.items import validate_items
 
 if TYPE_CHECKING:
     import openai  # imported when a compaction first needs it: it takes most of a second

@@ -21,7 +21,6 @@ from typing import Any, Protocol
 from ctxd.compact import compact
 from ctxd.errors import Cancelled, CompactionFailed
 from ctxd.ledger.workspace import Service, Workspace
-from ctxd.protocol import methods as wire
 
 log = logging.getLogger("ctxd")
 
@@ -41,26 +40,6 @@ class Events(Protocol):
     def compacted(self, params: dict[str, Any]) -> None: ...
     def warn(self, message: str) -> None: ...
     def progress(self, token: int | str | None, value: dict[str, Any]) -> None: ...
-
-
-class ServerEvents:
-    """Events sent through a CtxdServer (typed loosely so that this module needs no pygls)."""
-
-    def __init__(self, server: Any) -> None:
-        self.server = server
-
-    def usage_now(self, uri: str, thread: str) -> None:
-        self.server.throttle.flush((uri, thread))
-
-    def compacted(self, params: dict[str, Any]) -> None:
-        self.server.notify(wire.COMPACTED, params)
-
-    def warn(self, message: str) -> None:
-        self.server.show_message(message, wire.MESSAGE_WARNING)
-
-    def progress(self, token: int | str | None, value: dict[str, Any]) -> None:
-        if token is not None:
-            self.server.notify(wire.PROGRESS, {"token": token, "value": value})
 
 
 def compact_thread(workspace: Workspace, thread: str, *, strategy: str, cancel: threading.Event, events: Events,

@@ -74,3 +74,11 @@ def item_group(item: dict[str, Any]) -> str:
     if kind == "compaction":
         return "compactedHistory"
     return "other"
+
+
+def snapshot_commit_id(item: dict[str, Any]) -> str | None:
+    """The ghost commit a `ghost_snapshot` item records, if it is one."""
+    if item.get("type") != "ghost_snapshot" or not isinstance(item.get("ghost_commit"), dict):
+        return None
+    commit_id = item["ghost_commit"].get("id")
+    return commit_id if isinstance(commit_id, str) else None

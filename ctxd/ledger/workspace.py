@@ -21,6 +21,7 @@ from ctxd import settings as settings_mod
 from ctxd.errors import InvalidParams
 from ctxd.ledger import projection as normalize
 from ctxd.ledger.store import Store, ThreadRow, database_path
+from ctxd.ledger.rules import snapshot_commit_id
 from ctxd.ledger.thread import (
     Entry,
     ThreadLedger,
@@ -29,7 +30,7 @@ from ctxd.ledger.thread import (
     usage_snapshot,
 )
 from ctxd.ledger.truncation import truncate_tool_output
-from ctxd.protocol.params import validate_items
+from ctxd.protocol.items import validate_items
 from ctxd.settings import Settings, load_settings
 from ctxd.tokens.approx import approx_text_tokens
 from ctxd.tokens.counter import TOKENIZERS, Counter, count_item
@@ -320,6 +321,15 @@ class Workspace:
             elif crossed:
                 self._changed(ledger)
             return {"historyVersion": ledger.history_version, "removedItems": removed, "usage": self._usage(ledger)}
+
+    def snapshot_point(self, thread: str, commit_id: str) -> int:
+        """Where a restore with the conversation rolls `thread` back to: just after the item that
+        recorded snapshot `commit_id` (the snapshot's own item stays)."""
+        with self.lock:
+            seqs = [e.seq for e in self._ledger(thread).entries if snapshot_commit_id(e.item) == commit_id]
+        if not seqs:
+            raise InvalidParams(f"id: snapshot {commit_id} is not recorded in thread '{thread}'")
+        return seqs[-1] + 1
 
     def rollback_to(self, thread: str, seq: int) -> int:
         """Drop every active item from `seq` on (used by ghost restore with the conversation)."""

@@ -1,14 +1,18 @@
-"""The wire: method names, notification names, and the conversion of errors to JSON-RPC.
-
-The only module that knows how ctxd looks on the wire besides the param models in `models.py`.
-"""
+"""The names on the wire: every method and notification ctxd answers or sends (protocol v2)."""
 
 from __future__ import annotations
 
-from pygls.exceptions import JsonRpcException
+PROTOCOL_VERSION = 2
 
-from ctxd.errors import CtxdError
+# LSP lifecycle and the notifications ctxd takes from the client
+INITIALIZE = "initialize"
+INITIALIZED = "initialized"
+SHUTDOWN = "shutdown"
+EXIT = "exit"
+CANCEL_REQUEST = "$/cancelRequest"
+DID_CHANGE_WORKSPACE_FOLDERS = "workspace/didChangeWorkspaceFolders"
 
+# ctxd's requests
 RECORD = "ctxd/record"
 REPORT_TOKEN_USAGE = "ctxd/reportTokenUsage"
 SET_PROMPT_CONTEXT = "ctxd/setPromptContext"
@@ -18,18 +22,21 @@ COMPACT = "ctxd/compact"
 ROLLBACK = "ctxd/rollback"
 HISTORY = "ctxd/history"
 THREADS = "ctxd/threads"
+STATUS = "ctxd/status"
 GHOST_SNAPSHOT = "ctxd/ghost/snapshot"
 GHOST_LIST = "ctxd/ghost/list"
 GHOST_RESTORE = "ctxd/ghost/restore"
+GHOST_DIFF = "ctxd/ghost/diff"
+GHOST_DELETE = "ctxd/ghost/delete"
 
+# notifications ctxd sends
 USAGE_CHANGED = "ctxd/usageChanged"
 COMPACTED = "ctxd/compacted"
+THREADS_CHANGED = "ctxd/threadsChanged"
 SHOW_MESSAGE = "window/showMessage"
 PROGRESS = "$/progress"
 
-# window/showMessage type of the warnings ctxd sends
+# window/showMessage types
+MESSAGE_ERROR = 1
 MESSAGE_WARNING = 2
-
-
-def to_rpc_error(error: CtxdError) -> JsonRpcException:
-    return JsonRpcException(message=error.message, code=error.code, data=error.data)
+MESSAGE_INFO = 3

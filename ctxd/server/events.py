@@ -1,4 +1,5 @@
-"""A keyed throttle for push notifications.
+"""What the server pushes to the client: the outbox every reply and notification goes through, and
+a keyed throttle for usage pushes.
 
 A gauge needs the latest value, not every value: per key, at most one send per interval, and the
 last value offered always goes out (a trailing send is scheduled when values arrive too fast).
@@ -6,9 +7,15 @@ last value offered always goes out (a trailing send is scheduled when values arr
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any, Callable, Hashable
+
+from ctxd.protocol import methods
+from ctxd.server.framing import LockedWriter, encode, error_response, frame
+
+log = logging.getLogger(__name__)
 
 Scheduler = Callable[[float, Callable[[], None]], None]
 
@@ -55,3 +62,66 @@ class Throttle:
             value = self._pending.pop(key)
             self._last_sent[key] = self._clock()
         self._send(key, value)
+
+
+class Outbox:
+    """Everything the server sends: replies and notifications, from any thread, one whole frame
+    at a time, always strict JSON (a reply that cannot be encoded becomes an error reply)."""
+
+    def __init__(self, writer: LockedWriter) -> None:
+        self.writer = writer
+
+    def send(self, message: dict[str, Any]) -> None:
+        try:
+            body = encode(message)
+        except (TypeError, ValueError):
+            log.exception("could not encode a message to the client")
+            if "id" not in message:
+                return
+            body = error_response(message["id"], -32603, "Internal error: the reply could not be encoded")
+        self.writer.write(frame(body))
+
+    def reply(self, msg_id: Any, result: Any) -> None:
+        self.send({"jsonrpc": "2.0", "id": msg_id, "result": result})
+
+    def error(self, msg_id: Any, code: int, message: str, data: Any = None) -> None:
+        error: dict[str, Any] = {"code": code, "message": message}
+        if data is not None:
+            error["data"] = data
+        self.send({"jsonrpc": "2.0", "id": msg_id, "error": error})
+
+    def notify(self, method: str, params: dict[str, Any]) -> None:
+        self.send({"jsonrpc": "2.0", "method": method, "params": params})
+
+    def show_message(self, message: str, kind: int = methods.MESSAGE_WARNING) -> None:
+        self.notify(methods.SHOW_MESSAGE, {"type": kind, "message": message})
+
+    def progress(self, token: int | str | None, value: dict[str, Any]) -> None:
+        if token is not None:
+            self.notify(methods.PROGRESS, {"token": token, "value": value})
+
+
+class SlowWarning:
+    """Calls `warn` once when an operation runs past `seconds`: from a timer while it runs, or at
+    `finish` if the timer had no chance to (so a threshold of 0 is still deterministic)."""
+
+    def __init__(self, seconds: float, warn: Callable[[], None]) -> None:
+        self.seconds, self.warn = seconds, warn
+        self.started = time.monotonic()
+        self.lock = threading.Lock()
+        self.sent = False
+        self.timer = threading.Timer(seconds, self.fire)
+        self.timer.daemon = True
+        self.timer.start()
+
+    def fire(self) -> None:
+        with self.lock:
+            if self.sent:
+                return
+            self.sent = True
+        self.warn()
+
+    def finish(self) -> None:
+        self.timer.cancel()
+        if time.monotonic() - self.started >= self.seconds:
+            self.fire()

@@ -26,7 +26,7 @@ class FrameError(Exception):
 
 
 class LockedWriter:
-    """pygls' writer interface; `write` gets a whole frame and sends it in one piece."""
+    """`write` gets a whole frame and sends it in one piece, whichever thread calls it."""
 
     def __init__(self, stream: BinaryIO) -> None:
         self._stream = stream
@@ -306,7 +306,7 @@ def _valid_start(tail: bytes) -> int:
 
 
 def error_response(msg_id: object, code: int, message: str) -> bytes:
-    return json.dumps({"jsonrpc": "2.0", "id": msg_id, "error": {"code": code, "message": message}}).encode()
+    return encode({"jsonrpc": "2.0", "id": msg_id, "error": {"code": code, "message": message}})
 
 
 def reader_loop(stream: BinaryIO, writer: LockedWriter, deliver: Callable[[dict], None]) -> None:
@@ -333,8 +333,8 @@ def reader_loop(stream: BinaryIO, writer: LockedWriter, deliver: Callable[[dict]
             _report_shortened(writer, capper.shortened)
             capper.shortened = []
         try:
-            message = json.loads(body)
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
+            message = decode(body)
+        except (ValueError, RecursionError) as error:  # JSONDecodeError and UnicodeDecodeError included
             writer.write(frame(error_response(None, -32700, f"Parse error: {error}")))
             continue
         if not isinstance(message, dict):
@@ -344,10 +344,45 @@ def reader_loop(stream: BinaryIO, writer: LockedWriter, deliver: Callable[[dict]
         del body
         if problem is not None:
             msg_id = message.get("id")
-            if "id" in message and isinstance(msg_id, (int, str)) and not isinstance(msg_id, bool):
+            if isinstance(msg_id, NotJson):
+                writer.write(frame(error_response(None, -32600, f"Invalid Request: {problem} (the id)")))
+            elif "id" in message and isinstance(msg_id, (int, str)) and not isinstance(msg_id, bool):
                 writer.write(frame(error_response(msg_id, -32602, f"Invalid params: {problem}")))
             continue
         deliver(message)
+
+
+class NotJson(float):
+    """Stands in for a number strict JSON cannot carry (`NaN`, `Infinity`, `1e999`, an integer of
+    more than 4,300 digits), so that the request gets -32602 with its own id instead of breaking
+    the decoder (Python's int conversion limit raises; NaN would be stored and sent back)."""
+
+    def __new__(cls, text: str) -> "NotJson":
+        value = super().__new__(cls, "nan")
+        value.text = text[:40]
+        return value
+
+
+MAX_INT_DIGITS = 4300
+
+
+def _parse_int(text: str) -> int | NotJson:
+    return int(text) if len(text) <= MAX_INT_DIGITS else NotJson(text)
+
+
+def _parse_float(text: str) -> float | NotJson:
+    value = float(text)
+    return value if value not in (float("inf"), float("-inf")) else NotJson(text)
+
+
+def decode(body: bytes) -> object:
+    """Parse one message body; numbers strict JSON cannot carry become `NotJson`."""
+    return json.loads(body, parse_int=_parse_int, parse_float=_parse_float, parse_constant=NotJson)
+
+
+def encode(message: object) -> bytes:
+    """Serialize for the wire: strict JSON (no NaN or Infinity), UTF-8."""
+    return json.dumps(message, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
 
 
 MAX_JSON_DEPTH = 128
@@ -360,7 +395,8 @@ def unsafe_content(message: dict, body: bytes) -> str | None:
     Deep nesting: the JSON decoder copes (up to ~990 levels), but validation, the store's encoder
     and token counting recurse too, and would fail with RecursionError deep inside a handler.
     Unpaired surrogates (`\\ud800`): valid JSON, but not Unicode; SQLite cannot store them.
-    Both are checked without recursion; the surrogate walk runs only when the body has escapes.
+    A number strict JSON cannot carry (`NotJson`): refused rather than stored.
+    All are checked without recursion; the surrogate walk runs only when the body has escapes.
     """
     stack: list[tuple[object, int]] = [(message, 1)]
     strings = _SURROGATE_ESCAPE.search(body) is not None
@@ -372,6 +408,8 @@ def unsafe_content(message: dict, body: bytes) -> str | None:
         for child in children:  # type: ignore[union-attr]
             if isinstance(child, (dict, list)):
                 stack.append((child, depth + 1))
+            elif isinstance(child, NotJson):
+                return f"the number {child.text}{'...' if len(child.text) >= 40 else ''} cannot be carried in strict JSON"
             elif strings and isinstance(child, str) and not _encodable(child):
                 return "a string holds an unpaired UTF-16 surrogate"
         if strings and isinstance(value, dict) and not all(_encodable(key) for key in value):
@@ -392,5 +430,5 @@ def _report_shortened(writer: LockedWriter, shortened: list[tuple[int, int]]) ->
     log.warning("shortened %d over-long string value(s) while reading a request (bytes: %s)", len(shortened), sizes)
     message = (f"ctxd: a request carried {len(shortened)} string value(s) over {MAX_STRING_BYTES} bytes; "
                f"their middles were dropped before parsing (bytes: {sizes}).")
-    writer.write(frame(json.dumps({"jsonrpc": "2.0", "method": "window/showMessage",
-                                   "params": {"type": 2, "message": message}}).encode()))
+    writer.write(frame(encode({"jsonrpc": "2.0", "method": "window/showMessage",
+                               "params": {"type": 2, "message": message}})))

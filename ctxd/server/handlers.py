@@ -1,0 +1,146 @@
+"""One thin handler per `ctxd/*` method: params in (already parsed), a plain JSON dict out.
+
+A handler calls the domain and decides nothing itself. Each runs on a worker thread (never on the
+event loop) with a `Call` that carries what it may need besides its params.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from pydantic import BaseModel
+
+from ctxd.compact import run as compaction
+from ctxd.errors import Cancelled
+from ctxd.ghost import snapshots as ghost
+from ctxd.ledger.workspace import Workspace
+from ctxd.protocol import methods, params as p
+from ctxd.server.events import Outbox, SlowWarning, Throttle
+
+
+class CompactionEvents:
+    """What a compaction tells the client (ctxd.compact.run.Events), sent through the outbox."""
+
+    def __init__(self, outbox: Outbox, throttle: Throttle) -> None:
+        self.outbox, self.throttle = outbox, throttle
+
+    def usage_now(self, uri: str, thread: str) -> None:
+        self.throttle.flush((uri, thread))
+
+    def compacted(self, params: dict[str, Any]) -> None:
+        self.outbox.notify(methods.COMPACTED, params)
+
+    def warn(self, message: str) -> None:
+        self.outbox.show_message(message, methods.MESSAGE_WARNING)
+
+    def progress(self, token: int | str | None, value: dict[str, Any]) -> None:
+        self.outbox.progress(token, value)
+
+
+@dataclass
+class Call:
+    """What a handler gets besides its params."""
+
+    workspace: Workspace
+    cancel: threading.Event
+    outbox: Outbox
+    events: CompactionEvents
+
+    def check_cancelled(self) -> None:
+        if self.cancel.is_set():
+            raise Cancelled("request cancelled")
+
+
+Handler = Callable[[Call, Any], Any]
+HANDLERS: dict[str, tuple[type[BaseModel], Handler]] = {}
+
+
+def handler(method: str, params_model: type[BaseModel]) -> Callable[[Handler], Handler]:
+    def register(fn: Handler) -> Handler:
+        HANDLERS[method] = (params_model, fn)
+        return fn
+
+    return register
+
+
+@handler(methods.RECORD, p.RecordParams)
+def record(call: Call, params: p.RecordParams) -> dict[str, Any]:
+    return call.workspace.record(params.thread, params.items)
+
+
+@handler(methods.REPORT_TOKEN_USAGE, p.ReportTokenUsageParams)
+def report_token_usage(call: Call, params: p.ReportTokenUsageParams) -> dict[str, Any]:
+    return call.workspace.report_usage(params.thread, params.usage.total_tokens)
+
+
+@handler(methods.SET_PROMPT_CONTEXT, p.SetPromptContextParams)
+def set_prompt_context(call: Call, params: p.SetPromptContextParams) -> dict[str, Any]:
+    context = params.model_dump(by_alias=True, exclude_none=True, exclude={"workspace", "thread", "work_done_token"})
+    return call.workspace.set_prompt_context(params.thread, context)
+
+
+@handler(methods.USAGE, p.Params)
+def usage(call: Call, params: p.Params) -> dict[str, Any]:
+    return call.workspace.breakdown(params.thread)
+
+
+@handler(methods.PROMPT, p.PromptParams)
+def prompt(call: Call, params: p.PromptParams) -> dict[str, Any]:
+    return call.workspace.prompt(params.thread, list(params.input_modalities))
+
+
+@handler(methods.ROLLBACK, p.RollbackParams)
+def rollback(call: Call, params: p.RollbackParams) -> dict[str, Any]:
+    return call.workspace.rollback(params.thread, params.turns)
+
+
+@handler(methods.HISTORY, p.HistoryParams)
+def history(call: Call, params: p.HistoryParams) -> dict[str, Any]:
+    return call.workspace.history(params.thread, params.offset, params.limit, params.include_archived)
+
+
+@handler(methods.THREADS, p.ThreadsParams)
+def threads(call: Call, params: p.ThreadsParams) -> dict[str, Any]:
+    return call.workspace.threads()
+
+
+@handler(methods.COMPACT, p.CompactParams)
+def compact(call: Call, params: p.CompactParams) -> dict[str, Any]:
+    return compaction.compact_thread(call.workspace, params.thread, strategy=params.strategy, cancel=call.cancel,
+                                     events=call.events, progress_token=params.work_done_token)
+
+
+@handler(methods.GHOST_SNAPSHOT, p.GhostSnapshotParams)
+def ghost_snapshot(call: Call, params: p.GhostSnapshotParams) -> dict[str, Any]:
+    workspace, token = call.workspace, params.work_done_token
+    settings = workspace.settings.ghost
+    call.outbox.progress(token, {"kind": "begin", "title": "Snapshotting the working tree"})
+    slow = SlowWarning(settings.warn_after_seconds,
+                       lambda: call.outbox.show_message(ghost.slow_warning(workspace.root, settings.warn_after_seconds)))
+    try:
+        commit = ghost.snapshot(workspace.root, params.message, settings=settings, cancel=call.cancel,
+                                progress=lambda message: call.outbox.progress(token, {"kind": "report", "message": message}))
+    finally:
+        slow.finish()
+        call.outbox.progress(token, {"kind": "end"})
+    workspace.record(params.thread, [ghost.ledger_item(commit)])
+    return commit
+
+
+@handler(methods.GHOST_LIST, p.GhostListParams)
+def ghost_list(call: Call, params: p.GhostListParams) -> dict[str, Any]:
+    return {"snapshots": ghost.list_snapshots(call.workspace.root)}
+
+
+@handler(methods.GHOST_RESTORE, p.GhostRestoreParams)
+def ghost_restore(call: Call, params: p.GhostRestoreParams) -> dict[str, Any]:
+    workspace = call.workspace
+    # Found first: an id the thread never recorded changes nothing.
+    point = workspace.snapshot_point(params.thread, params.id) if params.conversation else None
+    call.check_cancelled()
+    result = ghost.restore(workspace.root, params.id, settings=workspace.settings.ghost)
+    if point is not None:
+        result["removedItems"] = workspace.rollback_to(params.thread, point)
+    return result
