@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
 
-from tests.rpc import TIKTOKEN_DIR, Client, start_daemon
+from tests.rpc import Client, start_daemon
 
-os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(TIKTOKEN_DIR))
 
 
 @pytest.fixture

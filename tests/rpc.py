@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable
 
 REPO = Path(__file__).resolve().parents[1]
-TIKTOKEN_DIR = REPO.parent / "shared" / "tiktoken"
 
 
 def _not_json(token: str) -> Any:
@@ -33,8 +32,6 @@ def daemon_env(state_dir: Path, extra: dict[str, str] | None = None) -> dict[str
     env = {k: v for k, v in os.environ.items() if not k.startswith("CTXD_")}
     env["XDG_STATE_HOME"] = str(state_dir)
     env["XDG_CONFIG_HOME"] = str(state_dir / "config")
-    if TIKTOKEN_DIR.is_dir():
-        env.setdefault("TIKTOKEN_CACHE_DIR", str(TIKTOKEN_DIR))
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra or {})
     return env
@@ -48,6 +45,7 @@ class Client:
         self.proc = proc
         self.stdin = stdin or proc.stdin
         self.stdout = stdout or proc.stdout
+        self.initialize_result: dict[str, Any] = {}
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._cond = threading.Condition()
@@ -164,6 +162,7 @@ class Client:
             "initializationOptions": {"ctxd": options or {}},
         })
         self.notify("initialized", {})
+        self.initialize_result = result
         return result
 
     def shutdown(self, timeout: float = 10.0) -> int:

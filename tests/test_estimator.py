@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxd.tokens import estimator
+from ctxd.tokens import encodings, estimator
 from ctxd.tokens.estimator import (
     SCALE,
     WEIGHTS,
@@ -27,9 +27,6 @@ sys.path.insert(0, str(REPO / "bench"))
 from corpus_samples import load_samples
 from fit_estimator import pair_counts
 
-TIKTOKEN_DIR = REPO.parent / "shared" / "tiktoken"
-needs_encodings = pytest.mark.skipif(not (TIKTOKEN_DIR / "o200k_base.tiktoken").exists(),
-                                     reason="tiktoken's encoding files are not in ../shared/tiktoken")
 
 
 def reference(text: str, profile: str) -> int:
@@ -68,13 +65,9 @@ def test_small_cases() -> None:
     assert bytes_over_four("abcde") == 2 and qwen_heuristic("ab你") == 2
 
 
-@needs_encodings
 @pytest.mark.parametrize("encoding", ["o200k_base", "cl100k_base"])
-def test_accuracy_against_tiktoken(encoding: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(TIKTOKEN_DIR))
-    import tiktoken
-
-    enc = tiktoken.get_encoding(encoding)
+def test_accuracy_against_tiktoken(encoding: str) -> None:
+    enc = encodings.load(encoding)
     profile = encoding.split("_")[0]
     errors: dict[str, list[float]] = defaultdict(list)
     baseline: dict[str, list[float]] = defaultdict(list)
@@ -90,12 +83,8 @@ def test_accuracy_against_tiktoken(encoding: str, monkeypatch: pytest.MonkeyPatc
         assert means[cls] <= sum(baseline[cls]) / len(baseline[cls]) + 0.01, cls
 
 
-@needs_encodings
-def test_chinese_is_not_undercounted_like_bytes_over_four(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(TIKTOKEN_DIR))
-    import tiktoken
-
-    enc = tiktoken.get_encoding("cl100k_base")
+def test_chinese_is_not_undercounted_like_bytes_over_four() -> None:
+    enc = encodings.load("cl100k_base")
     text = next(t for cls, t in load_samples() if cls == "chinese")
     true = len(enc.encode_ordinary(text))
     assert bytes_over_four(text) < 0.75 * true  # seed 002: bytes/4 undercounts Chinese badly

