@@ -11,6 +11,9 @@ return {
     require('ctxd.lsp').root_dir(bufnr, on_dir)
   end,
   init_options = { ctxd = vim.empty_dict() },
+  before_init = function(params, config)
+    require('ctxd.lsp').before_init(params, config)
+  end,
   on_init = function(client)
     require('ctxd.lsp').on_init(client)
   end,
@@ -23,6 +26,12 @@ return {
     end,
     ['ctxd/compacted'] = function(...)
       require('ctxd.lsp').handlers['ctxd/compacted'](...)
+    end,
+    ['ctxd/threadsChanged'] = function(...)
+      require('ctxd.lsp').handlers['ctxd/threadsChanged'](...)
+    end,
+    ['window/showMessage'] = function(...)
+      return require('ctxd.lsp').handlers['window/showMessage'](...)
     end,
   },
 }

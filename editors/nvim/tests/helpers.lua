@@ -59,6 +59,7 @@ local thread_count = 0
 function M.fresh_thread()
   thread_count = thread_count + 1
   local name = ('test-%d'):format(thread_count)
+  require('ctxd.threads').reset()
   require('ctxd.config').options.thread = name
   return name
 end

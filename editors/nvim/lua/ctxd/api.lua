@@ -142,6 +142,25 @@ function M.restore(id, conversation, target, cb)
   return send('ctxd/ghost/restore', { id = id, conversation = conversation == true }, target, cb)
 end
 
+--- How the working tree differs from snapshot `id` (protocol 2): `{id, files}`; with `path`,
+--- that file's `before`/`after` text.
+---@param id string
+---@param path string?
+---@param target ctxd.Target|ctxd.Callback?
+---@param cb ctxd.Callback?
+function M.diff(id, path, target, cb)
+  target, cb = args(target, cb)
+  return send('ctxd/ghost/diff', { id = id, path = path }, target, cb)
+end
+
+--- What the daemon says of itself (protocol 2): settings problems, tokenizers, sources.
+---@param target ctxd.Target|ctxd.Callback?
+---@param cb ctxd.Callback?
+function M.status(target, cb)
+  target, cb = args(target, cb)
+  return send('ctxd/status', {}, target, cb)
+end
+
 --- Any other `ctxd/*` method, for what the wrappers above do not cover yet.
 ---@param method string
 ---@param params table?
@@ -161,7 +180,10 @@ function M.set_thread(thread, target, cb)
   target, cb = args(target, cb)
   require('ctxd.config').options.thread = thread
   local resolved = vim.tbl_extend('force', target or {}, { thread = thread })
-  local _, workspace = client.resolve(resolved)
+  local found, workspace = client.resolve(resolved)
+  if found then
+    require('ctxd.threads').pick(workspace, thread)
+  end
   return send('ctxd/usage', {}, resolved, function(err, result)
     if not err and type(result) == 'table' and type(result.usage) == 'table' then
       status.seed(workspace, thread, result.usage)

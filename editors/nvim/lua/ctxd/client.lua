@@ -2,9 +2,7 @@
 ---
 --- Every `ctxd/*` request names a workspace folder and a thread. This module picks them: the
 --- caller's `opts.workspace` / `opts.thread` when given, otherwise the workspace folder that holds
---- the buffer and the configured thread.
-
-local config = require('ctxd.config')
+--- the buffer and that workspace's current thread (`ctxd.threads`).
 
 local M = {}
 
@@ -24,7 +22,7 @@ end
 ---@class ctxd.Target
 ---@field bufnr integer? Buffer whose workspace is meant (default: the current one).
 ---@field workspace string? Workspace folder URI; overrides the buffer's.
----@field thread string? Thread name; default `config.options.thread`.
+---@field thread string? Thread name; default the workspace's current one (`ctxd.threads`).
 ---@field client vim.lsp.Client? Send to this client (its folder holding `bufnr`, or its first).
 
 ---@alias ctxd.Callback fun(err: lsp.ResponseError?, result: any)
@@ -51,24 +49,33 @@ function M.folders(client)
   return uris
 end
 
---- The workspace folder of `client` holding buffer `bufnr`, or its first folder.
----@param client vim.lsp.Client
+--- The file path of a buffer that is a file (not a help, terminal or scratch buffer), or nil.
 ---@param bufnr integer
 ---@return string?
-local function folder_for_buffer(client, bufnr)
-  local uris = M.folders(client)
-  local name = vim.api.nvim_buf_is_valid(bufnr) and vim.api.nvim_buf_get_name(bufnr) or ''
+local function buffer_path(bufnr)
+  if not vim.api.nvim_buf_is_valid(bufnr) or vim.bo[bufnr].buftype ~= '' then
+    return nil
+  end
+  local name = vim.api.nvim_buf_get_name(bufnr)
+  if name == '' or name:match('^%a[%w+.-]*://') then
+    return nil
+  end
+  return vim.fs.normalize(vim.fn.fnamemodify(name, ':p'))
+end
+
+--- The innermost workspace folder of `client` that holds `path`, or nil.
+---@param client vim.lsp.Client
+---@param path string
+---@return string?
+local function folder_holding(client, path)
   local best ---@type string?
-  if name ~= '' then
-    local path = vim.fs.normalize(vim.fn.fnamemodify(name, ':p'))
-    for _, uri in ipairs(uris) do
-      local dir = vim.fs.normalize(vim.uri_to_fname(uri))
-      if is_inside(path, dir) and (not best or #uri > #best) then
-        best = uri
-      end
+  for _, uri in ipairs(M.folders(client)) do
+    local dir = vim.fs.normalize(vim.uri_to_fname(uri))
+    if is_inside(path, dir) and (not best or #uri > #best) then
+      best = uri
     end
   end
-  return best or uris[1]
+  return best
 end
 
 --- All running ctxd clients.
@@ -77,15 +84,21 @@ function M.clients()
   return vim.lsp.get_clients({ name = 'ctxd' })
 end
 
---- The client and workspace that `target` designates.
----@param target ctxd.Target?
+M.OUTSIDE = 'this buffer is outside every ctxd workspace folder'
+
+--- The client and workspace that `target` designates. A file outside every workspace folder
+--- designates none (its statusline must not show another workspace's numbers); a buffer that is
+--- no file (quickfix, help, a scratch buffer) designates the first workspace, unless
+--- `target.strict`.
+---@param target (ctxd.Target|{strict: boolean?})?
 ---@return vim.lsp.Client? client
 ---@return string workspace_or_error
 function M.resolve(target)
   target = target or {}
   local bufnr = target.bufnr or vim.api.nvim_get_current_buf()
   if target.client then
-    local folder = target.workspace or folder_for_buffer(target.client, bufnr)
+    local path = buffer_path(bufnr)
+    local folder = target.workspace or (path and folder_holding(target.client, path)) or M.folders(target.client)[1]
     if folder then
       return target.client, folder
     end
@@ -99,20 +112,34 @@ function M.resolve(target)
     end
     return nil, ('no ctxd client has the workspace %s'):format(target.workspace)
   end
-  local clients = vim.lsp.get_clients({ name = 'ctxd', bufnr = bufnr })
+  local clients = M.clients()
   if #clients == 0 then
-    clients = M.clients()
+    return nil, 'ctxd is not running (see :checkhealth ctxd)'
+  end
+  local path = buffer_path(bufnr)
+  if path then
+    local best_client, best ---@type vim.lsp.Client?, string?
+    for _, client in ipairs(clients) do
+      local folder = folder_holding(client, path)
+      if folder and (not best or #folder > #best) then
+        best_client, best = client, folder
+      end
+    end
+    if best_client and best then
+      return best_client, best
+    end
+    return nil, M.OUTSIDE
+  end
+  if target.strict then
+    return nil, M.OUTSIDE
   end
   for _, client in ipairs(clients) do
-    local folder = folder_for_buffer(client, bufnr)
+    local folder = M.folders(client)[1]
     if folder then
       return client, folder
     end
   end
-  if #clients > 0 then
-    return nil, 'the ctxd client has no workspace folder (is the file inside a git repository?)'
-  end
-  return nil, 'ctxd is not running (see :checkhealth ctxd)'
+  return nil, 'the ctxd client has no workspace folder (is the file inside a git repository?)'
 end
 
 --- Send `method` with `params` plus `workspace` and `thread`; `cb(err, result)` runs on the main loop.
@@ -134,7 +161,7 @@ function M.request(method, params, cb, target)
   end
   local full = vim.tbl_extend('force', { workspace = workspace }, params or {})
   if not workspace_only[method] then
-    full.thread = full.thread or target.thread or config.options.thread
+    full.thread = full.thread or target.thread or require('ctxd.threads').current(workspace)
   end
   local ok, id = client:request(method, full, function(err, result)
     cb(err, result)

@@ -44,10 +44,20 @@ end
 ---@type table<string, ctxd.Subcommand>
 M.subcommands = {}
 
+--- The current workspace and thread as an explicit target, or nil and why not.
+---@return ctxd.Target?
+---@return string? err
+local function current_target()
+  local found, workspace = client.resolve()
+  if not found then
+    return nil, workspace
+  end
+  return { workspace = workspace, thread = require('ctxd.threads').current(workspace) }, nil
+end
+
 M.subcommands.usage = {
   run = function()
-    local found, workspace = client.resolve()
-    local target = found and { workspace = workspace, thread = config.options.thread } or nil
+    local target = current_target()
     client.request('ctxd/usage', {}, handle('usage', function(result)
       require('ctxd.ui').open_breakdown(result, target)
     end), target)
@@ -61,13 +71,29 @@ M.subcommands.compact = {
       notify(('unknown strategy %q (one of %s)'):format(strategy, table.concat(M.strategies, ', ')), vim.log.levels.ERROR)
       return
     end
-    client.request('ctxd/compact', with_progress({ strategy = strategy }, 'compact'), handle('compact', function(r)
-      notify(('compacted %s -> %s tokens (%s)'):format(
+    local lsp = require('ctxd.lsp')
+    local found = client.resolve()
+    if found then
+      lsp.manual_compaction(found.id, 1)
+    end
+    local report = handle('compact', function(r)
+      local text = ('compacted %s -> %s tokens (%s)'):format(
         status.format_tokens(r.tokensBefore or 0),
         status.format_tokens(r.tokensAfter or 0),
         tostring(r.strategy)
-      ))
-    end))
+      )
+      if type(r.fallbackReason) == 'string' then
+        notify(text .. '; the model endpoint failed: ' .. r.fallbackReason, vim.log.levels.WARN)
+      else
+        notify(text)
+      end
+    end)
+    client.request('ctxd/compact', with_progress({ strategy = strategy }, 'compact'), function(err, result)
+      if found then
+        lsp.manual_compaction(found.id, -1)
+      end
+      report(err, result)
+    end)
   end,
   complete = function(arglead)
     return vim.tbl_filter(function(s)
@@ -93,49 +119,280 @@ M.subcommands.snapshot = {
   end,
 }
 
---- Ask what to restore, then restore it.
+--- The `undoId` of the last restore per workspace (`:Ctxd undo-restore`).
+---@type table<string, { id: string, of: string }>
+M.undo = {}
+
+---@param list any
+---@return integer
+local function count(list)
+  return type(list) == 'table' and #list or 0
+end
+
+--- `2 files written, 1 removed`
+---@param r table a restore result (or its dry run)
+---@return string
+local function files_text(r)
+  return ('%d file%s written, %d removed'):format(
+    count(r.restored),
+    count(r.restored) == 1 and '' or 's',
+    count(r.removed)
+  )
+end
+
+--- Restore `snapshot` with `params`, remember its `undoId` and say what changed.
+---@param target ctxd.Target
 ---@param snapshot table GhostCommit
-local function restore(snapshot)
-  local choices = { 'Files only', 'Files and conversation' }
-  vim.ui.select(choices, { prompt = 'Restore what?' }, function(_, idx)
-    if not idx then
+---@param conversation boolean
+local function do_restore(target, snapshot, conversation)
+  local params = { id = snapshot.id, conversation = conversation }
+  client.request('ctxd/ghost/restore', params, handle('restore', function(r)
+    vim.cmd.checktime()
+    local text = ('restored %s: %s'):format(tostring(r.id or snapshot.id):sub(1, 10), files_text(r))
+    if conversation then
+      text = text .. (', %s ledger items dropped'):format(tostring(r.removedItems or 0))
+    end
+    if type(r.undoId) == 'string' then
+      M.undo[target.workspace] = { id = r.undoId, of = snapshot.id }
+      text = text .. '; :Ctxd undo-restore puts the files back'
+    end
+    notify(text)
+  end), target)
+end
+
+--- Offer what can be restored of `snapshot` for the target's thread: its files when a dry run
+--- says they differ, its conversation when the snapshot is in this thread and the thread is the
+--- client's own (a followed agent session's history belongs to the agent).
+---@param target ctxd.Target
+---@param snapshot table GhostCommit
+---@param in_thread boolean
+---@param dry_run boolean the daemon can preview a restore (protocol 2)
+local function offer_restore(target, snapshot, in_thread, dry_run)
+  local threads = require('ctxd.threads')
+  local read_only = threads.source(target.workspace, target.thread) ~= 'client'
+    or (threads.info(target.workspace, target.thread) or {}).readOnly == true
+  local function choose(preview)
+    local choices = {}
+    local files_differ = not preview or count(preview.restored) + count(preview.removed) > 0
+    local files_label = preview and ('Files only (%s)'):format(files_text(preview)) or 'Files only'
+    if files_differ then
+      table.insert(choices, { label = files_label, conversation = false })
+    end
+    if in_thread and not read_only then
+      local label = 'Files and conversation (back to this snapshot)'
+      if preview then
+        label = ('Files and conversation (%s; the thread back to this snapshot)'):format(files_text(preview))
+      end
+      table.insert(choices, { label = label, conversation = true })
+    end
+    if #choices == 0 then
+      notify(('nothing to restore: the files are as at snapshot %s%s'):format(
+        tostring(snapshot.id):sub(1, 10),
+        read_only and ' (this thread is an agent session: its conversation is the agent\'s)'
+          or ' (it is not in this thread\'s conversation)'
+      ), vim.log.levels.WARN)
       return
     end
-    local params = { id = snapshot.id, conversation = idx == 2 }
-    client.request('ctxd/ghost/restore', params, handle('restore', function(r)
-      vim.cmd.checktime()
-      local text = ('restored %s: %d files restored, %d removed'):format(
-        tostring(r.id):sub(1, 10),
-        type(r.restored) == 'table' and #r.restored or 0,
-        type(r.removed) == 'table' and #r.removed or 0
-      )
-      if params.conversation then
-        text = text .. (', %s ledger items dropped'):format(tostring(r.removedItems or 0))
+    vim.ui.select(choices, {
+      prompt = 'Restore what?',
+      format_item = function(c)
+        return c.label
+      end,
+      kind = 'ctxd.restore',
+    }, function(choice)
+      if choice then
+        do_restore(target, snapshot, choice.conversation)
       end
-      notify(text)
-    end))
-  end)
+    end)
+  end
+  if not dry_run then
+    choose(nil)
+    return
+  end
+  client.request('ctxd/ghost/restore', { id = snapshot.id, dryRun = true }, handle('restore', choose), target)
 end
 
 M.subcommands.restore = {
   run = function()
+    local target, why = current_target()
+    if not target then
+      notify('restore failed: ' .. tostring(why), vim.log.levels.ERROR)
+      return
+    end
+    local lsp_client = client.resolve(target)
+    local info = lsp_client and client.server_info(lsp_client) or {}
+    local dry_run = (tonumber(info.protocolVersion) or 1) >= 2
     client.request('ctxd/ghost/list', {}, handle('restore', function(r)
       local snapshots = r.snapshots or {}
       if #snapshots == 0 then
         notify('no snapshots yet (take one with :Ctxd snapshot)', vim.log.levels.WARN)
         return
       end
-      -- Offered in the daemon's order: newest first.
-      vim.ui.select(snapshots, {
-        prompt = 'Restore snapshot',
+      -- Which snapshots this thread's conversation holds: only those can roll it back.
+      client.request('ctxd/history', {}, handle('restore', function(history)
+        local mine = {}
+        for _, item in ipairs(history.items or {}) do
+          if item.type == 'ghost_snapshot' and type(item.ghost_commit) == 'table' then
+            mine[item.ghost_commit.id] = true
+          end
+        end
+        -- Offered in the daemon's order: newest first.
+        vim.ui.select(snapshots, {
+          prompt = 'Restore snapshot',
+          format_item = function(commit)
+            return require('ctxd.ui').format_snapshot(commit) .. (mine[commit.id] and '  · this thread' or '')
+          end,
+          kind = 'ctxd.snapshot',
+        }, function(choice)
+          if choice then
+            offer_restore(target, choice, mine[choice.id] == true, dry_run)
+          end
+        end)
+      end), target)
+    end), target)
+  end,
+}
+
+M.subcommands['undo-restore'] = {
+  run = function()
+    local target, why = current_target()
+    if not target then
+      notify('undo-restore failed: ' .. tostring(why), vim.log.levels.ERROR)
+      return
+    end
+    local undo = M.undo[target.workspace]
+    if not undo then
+      notify('nothing to undo: no restore in this workspace since Neovim started', vim.log.levels.WARN)
+      return
+    end
+    client.request('ctxd/ghost/restore', { id = undo.id }, handle('undo-restore', function(r)
+      M.undo[target.workspace] = nil
+      vim.cmd.checktime()
+      notify(('undid the restore of %s: %s'):format(tostring(undo.of):sub(1, 10), files_text(r)))
+    end), target)
+  end,
+}
+
+--- Snapshot ids for completion (newest first), asked of the daemon with a short wait.
+---@param arglead string
+---@return string[]
+local function complete_snapshot(arglead)
+  local err, r = client.request_sync('ctxd/ghost/list', {}, nil, 1000)
+  if err or type(r) ~= 'table' then
+    return {}
+  end
+  local ids = {}
+  for _, commit in ipairs(r.snapshots or {}) do
+    local id = tostring(commit.id)
+    if vim.startswith(id, arglead) then
+      table.insert(ids, id)
+    end
+  end
+  return ids
+end
+
+M.subcommands.diff = {
+  run = function(args)
+    local target, why = current_target()
+    if not target then
+      notify('diff failed: ' .. tostring(why), vim.log.levels.ERROR)
+      return
+    end
+    local lsp_client = client.resolve(target)
+    if lsp_client and not client.supports(lsp_client, 'ctxd/ghost/diff') then
+      notify('this daemon cannot diff snapshots (no ctxd/ghost/diff): pip install --upgrade ctxd-daemon',
+        vim.log.levels.ERROR)
+      return
+    end
+    local function show(id)
+      client.request('ctxd/ghost/diff', { id = id }, handle('diff', function(r)
+        local ui = require('ctxd.ui')
+        ui.set_diff_quickfix(target.workspace, id, r.files or {})
+        if #(r.files or {}) == 0 then
+          notify(('no changes since snapshot %s'):format(id:sub(1, 10)))
+          return
+        end
+        vim.cmd('botright copen')
+        if args[2] then
+          ui.open_file_diff(target, id, args[2])
+        end
+      end), target)
+    end
+    if args[1] then
+      show(args[1])
+      return
+    end
+    client.request('ctxd/ghost/list', {}, handle('diff', function(r)
+      if #(r.snapshots or {}) == 0 then
+        notify('no snapshots yet (take one with :Ctxd snapshot)', vim.log.levels.WARN)
+        return
+      end
+      vim.ui.select(r.snapshots, {
+        prompt = 'Changes since snapshot',
         format_item = require('ctxd.ui').format_snapshot,
         kind = 'ctxd.snapshot',
       }, function(choice)
         if choice then
-          restore(choice)
+          show(choice.id)
         end
       end)
-    end))
+    end), target)
+  end,
+  complete = complete_snapshot,
+}
+
+M.subcommands.threads = {
+  run = function()
+    local target, why = current_target()
+    if not target then
+      notify('threads failed: ' .. tostring(why), vim.log.levels.ERROR)
+      return
+    end
+    local lsp_client = assert(client.resolve(target))
+    local threads = require('ctxd.threads')
+    threads.refresh(lsp_client, target.workspace, function(list, err)
+      if err then
+        notify('threads failed: ' .. client.format_error(err), vim.log.levels.ERROR)
+        return
+      end
+      local ui = require('ctxd.ui')
+      local format = ui.thread_formatter(target.workspace, list, threads.current(target.workspace))
+      local items = vim.list_extend({ { follow = true } }, list)
+      vim.ui.select(items, {
+        prompt = 'ctxd thread',
+        format_item = format,
+        kind = 'ctxd.thread',
+      }, function(choice)
+        if not choice then
+          return
+        end
+        if choice.follow then
+          config.options.thread = nil
+          threads.pick(target.workspace, nil)
+          if list[1] then
+            threads.activity(target.workspace, list[1].thread)
+          end
+        else
+          threads.pick(target.workspace, choice.thread)
+        end
+        local thread = threads.current(target.workspace)
+        local where = { workspace = target.workspace, thread = thread }
+        client.request('ctxd/usage', {}, function(e, result)
+          if e then
+            notify('threads failed: ' .. client.format_error(e), vim.log.levels.ERROR)
+            return
+          end
+          if type(result) == 'table' and type(result.usage) == 'table' then
+            status.seed(target.workspace, thread, result.usage)
+          end
+          vim.cmd.redrawstatus({ bang = true })
+          notify(('%s %s'):format(
+            choice.follow and 'following the most recently active thread:' or 'following',
+            ui.thread_name(target.workspace, thread)
+          ))
+        end, where)
+      end)
+    end)
   end,
 }
 
@@ -154,10 +411,14 @@ M.subcommands.rollback = {
 
 M.subcommands.log = {
   run = function()
-    local thread = config.options.thread
+    local target, why = current_target()
+    if not target then
+      notify('log failed: ' .. tostring(why), vim.log.levels.ERROR)
+      return
+    end
     client.request('ctxd/history', {}, handle('log', function(r)
-      require('ctxd.ui').open_history(r, thread)
-    end))
+      require('ctxd.ui').open_history(r, target.thread)
+    end), target)
   end,
 }
 

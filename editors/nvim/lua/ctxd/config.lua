@@ -20,7 +20,10 @@ local M = {}
 ---@field cmd_env table<string, string>? Extra environment for the daemon.
 ---@field root_markers string[] Files that mark a workspace root.
 ---@field settings table Sent as `initializationOptions.ctxd` (camelCase keys, see PROTOCOL.md).
----@field thread string Thread the gauge and the `:Ctxd` commands address.
+---@field thread string? Thread the gauge and the `:Ctxd` commands address; nil follows the
+---   workspace's most recently active thread (see `ctxd.threads`).
+---@field trusted (boolean|fun(root: string): boolean)? Whether workspaces are trusted (sent as
+---   `initializationOptions.ctxd.trusted`); nil asks Neovim's trust database (`:trust`).
 ---@field enable boolean `setup()` also calls `vim.lsp.enable('ctxd')`.
 ---@field progress boolean Ask for `$/progress` on compaction and snapshots.
 ---@field statusline ctxd.StatuslineOptions
@@ -32,7 +35,8 @@ M.defaults = {
   cmd_env = nil,
   root_markers = { '.git' },
   settings = {},
-  thread = 'default',
+  thread = nil,
+  trusted = nil,
   enable = false,
   progress = true,
   statusline = { prefix = 'ctx', highlight = true, empty = '' },
@@ -40,7 +44,14 @@ M.defaults = {
 }
 
 --- Options whose contents belong to the user or the daemon: not checked key by key.
-local opaque = { cmd = 'table', cmd_env = 'table', root_markers = 'table', settings = 'table' }
+local opaque = {
+  cmd = { 'table' },
+  cmd_env = { 'table' },
+  root_markers = { 'table' },
+  settings = { 'table' },
+  thread = { 'string' },
+  trusted = { 'boolean', 'function' },
+}
 
 ---@type ctxd.Options
 M.options = vim.deepcopy(M.defaults)
@@ -62,8 +73,11 @@ local function merge(defaults, opts, prefix, problems)
     local expected = prefix == '' and opaque[key] or nil
     local default = defaults[key]
     if expected then
-      if type(value) ~= expected then
-        table.insert(problems, ('option `%s` must be a %s, got %s'):format(name, expected, type(value)))
+      if not vim.tbl_contains(expected, type(value)) then
+        table.insert(
+          problems,
+          ('option `%s` must be a %s, got %s'):format(name, table.concat(expected, ' or '), type(value))
+        )
       else
         out[key] = vim.deepcopy(value)
       end

@@ -193,10 +193,12 @@ local function check_status(lsp_client, info)
     health.error(('ctxd/status failed: %s'):format(client.format_error(err or 'no result')))
     return nil
   end
+  local _, reason = require('ctxd.trust').verdict(lsp_client.root_dir)
   if status.trusted then
-    health.ok('workspace trusted: settings that reach outside it (llm.*, state_dir, sources.*) are used')
+    health.ok(('workspace trusted (%s): its .ctxd.toml may set llm.*, state_dir, sources.*'):format(reason))
   else
-    health.info('workspace not trusted: its .ctxd.toml may not set llm.*, state_dir, sources.* (see :help ctxd-trust)')
+    health.info(('workspace not trusted (%s): its .ctxd.toml may not set llm.*, state_dir, sources.*'):format(reason))
+    health.info('to trust it: open its .ctxd.toml, :trust, then :Ctxd restart (or setup({ trusted = true }))')
   end
   local problems = type(status.problems) == 'table' and status.problems or {}
   if #problems == 0 then
@@ -235,8 +237,8 @@ function M.problem_advice(problem)
   local source = tostring(problem.source or '')
   if message:find('trust', 1, true) then
     return {
-      'if you trust this repository: :trust .ctxd.toml (vim.secure), or setup({ trusted = true })',
-      'then :Ctxd restart',
+      'if you trust this repository: open its .ctxd.toml, :trust, then :Ctxd restart',
+      'or trust workspaces yourself: setup({ trusted = function(root) ... end })',
     }
   end
   local file = source:match('%.toml$') and source or nil

@@ -62,6 +62,7 @@ end
 ---@param snapshot ctxd.UsageSnapshot must carry `workspace` and `thread`
 function M.update(snapshot)
   snapshots[key(snapshot.workspace, snapshot.thread)] = snapshot
+  require('ctxd.threads').activity(snapshot.workspace, snapshot.thread)
   for _, fn in pairs(subscribers) do
     local ok, err = pcall(fn, snapshot)
     if not ok then
@@ -80,13 +81,15 @@ function M.on_usage_changed(_, params)
   end
 end
 
---- Seed the gauge of a freshly attached client from `ctxd/usage`, unless a notification was faster.
+--- Seed the gauge of a thread from `ctxd/usage` or `ctxd/threads`, unless a notification was
+--- faster. Not activity: it does not move the gauge to that thread.
 ---@param workspace string
 ---@param thread string
 ---@param usage ctxd.UsageSnapshot
 function M.seed(workspace, thread, usage)
   if snapshots[key(workspace, thread)] == nil then
-    M.update(vim.tbl_extend('force', usage, { workspace = workspace, thread = thread }))
+    snapshots[key(workspace, thread)] = vim.tbl_extend('force', usage, { workspace = workspace, thread = thread })
+    vim.cmd.redrawstatus({ bang = true })
   end
 end
 
@@ -98,23 +101,25 @@ function M.forget(workspace)
       snapshots[k] = nil
     end
   end
+  require('ctxd.threads').forget(workspace)
   vim.cmd.redrawstatus({ bang = true })
 end
 
---- The latest snapshot for a target (see `ctxd.client.resolve`), or nil.
+--- The latest snapshot for a target (see `ctxd.client.resolve`), or nil. A buffer outside every
+--- workspace folder has none.
 ---@param target ctxd.Target?
 ---@return ctxd.UsageSnapshot?
 function M.get(target)
   target = target or {}
   local workspace = target.workspace
   if not workspace then
-    local client, ws = require('ctxd.client').resolve(target)
+    local client, ws = require('ctxd.client').resolve(vim.tbl_extend('force', target, { strict = true }))
     if not client then
       return nil
     end
     workspace = ws
   end
-  return snapshots[key(workspace, target.thread or config.options.thread)]
+  return snapshots[key(workspace, target.thread or require('ctxd.threads').current(workspace))]
 end
 
 --- Call `fn(snapshot)` on every usage change of any thread; returns a function that unsubscribes.
@@ -154,8 +159,8 @@ function M.gauge(target)
   if not snapshot then
     return nil
   end
-  local text = ('%s %d%% %s/%s'):format(
-    config.options.statusline.prefix,
+  local text = ('%s %d%% · %s/%s'):format(
+    require('ctxd.threads').label(snapshot.workspace, snapshot.thread),
     math.floor((tonumber(snapshot.percent) or 0) + 0.5),
     M.format_tokens(snapshot.usedTokens),
     M.format_tokens(snapshot.contextWindow)
@@ -164,7 +169,7 @@ function M.gauge(target)
   return { text = text, tier = tier, group = M.tier_groups[tier], snapshot = snapshot }
 end
 
---- The statusline item: `ctx 38% 48.2k/128k`, wrapped in the tier's highlight group unless
+--- The statusline item: `ctx 38% · 48.2k/128k` (`Codex 43% · 55k/128k` for a followed Codex session), wrapped in the tier's highlight group unless
 --- `opts.highlight` (default `statusline.highlight`) is false.
 ---@param opts (ctxd.Target|{highlight: boolean?})?
 ---@return string

@@ -20,6 +20,9 @@ M.categories = {
   { name = 'autocompactBuffer', label = 'Autocompact buffer', group = 'CtxdAutocompactBuffer', link = 'Comment', glyph = '░' },
 }
 
+--- Widest name in the float's table, in cells; longer names are cut with `…`.
+M.MAX_NAME = 40
+
 local by_name = {}
 for _, category in ipairs(M.categories) do
   by_name[category.name] = category
@@ -154,20 +157,28 @@ function M.render_breakdown(breakdown, width)
     add('  (the daemon sent no breakdown by category)')
   end
 
+  -- One column of names, wide enough for every category and detail shown (a long MCP tool name
+  -- is cut with `…` at `MAX_NAME` cells), so the token counts line up.
   local label_width = 0
   for _, c in ipairs(cats) do
     local info = by_name[c.name]
-    label_width = math.max(label_width, #(info and info.label or c.name))
+    label_width = math.max(label_width, vim.fn.strdisplaywidth(info and info.label or c.name))
+    for k, d in ipairs(c.details or {}) do
+      if k <= max_details then
+        label_width = math.max(label_width, vim.fn.strdisplaywidth(tostring(d.name)) + 2)
+      end
+    end
   end
+  label_width = math.min(label_width, M.MAX_NAME)
   for _, c in ipairs(cats) do
     local info = by_name[c.name] or { label = c.name, glyph = '█', group = 'CtxdMessages' }
     -- An empty overhead category (no MCP tools, say) is noise; the space rows always show.
     if (c.tokens or 0) == 0 and info.glyph == '█' then
       goto continue
     end
-    local text = ('  %s %-' .. label_width .. 's  %7s  %6s'):format(
+    local text = ('  %s %s  %7s  %6s'):format(
       info.glyph,
-      info.label,
+      M.fit(info.label, label_width),
       status.format_tokens(c.tokens or 0),
       percent(c.tokens or 0, window)
     )
@@ -181,7 +192,7 @@ function M.render_breakdown(breakdown, width)
         add(('      … %d more'):format(#details - max_details))
         break
       end
-      add(('      %-' .. math.max(label_width - 2, 1) .. 's  %7s'):format(d.name, status.format_tokens(d.tokens or 0)))
+      add(('      %s  %7s'):format(M.fit(tostring(d.name), label_width - 2), status.format_tokens(d.tokens or 0)))
     end
     ::continue::
   end
@@ -341,7 +352,7 @@ end
 function M.render_history(history, thread)
   local lines = {
     ('ctxd thread %s · %d items · history version %s'):format(
-      thread or config.options.thread,
+      thread or '?',
       history.total or #(history.items or {}),
       tostring(history.historyVersion)
     ),
@@ -395,6 +406,212 @@ function M.format_snapshot(commit)
     message,
     tostring(commit.fileCount or '?')
   )
+end
+
+--- `text` cut to `width` display cells (with `…`) and padded to it.
+---@param text string
+---@param width integer
+---@return string
+function M.fit(text, width)
+  if vim.fn.strdisplaywidth(text) > width then
+    local chars = vim.fn.strchars(text)
+    while chars > 0 and vim.fn.strdisplaywidth(vim.fn.strcharpart(text, 0, chars)) > width - 1 do
+      chars = chars - 1
+    end
+    text = vim.fn.strcharpart(text, 0, chars) .. '…'
+  end
+  return text .. (' '):rep(width - vim.fn.strdisplaywidth(text))
+end
+
+--- `Codex "fix the flaky test"` or `ctx default`: how a thread is named to the user.
+---@param workspace string
+---@param thread string
+---@return string
+function M.thread_name(workspace, thread)
+  local threads = require('ctxd.threads')
+  local info = threads.info(workspace, thread) or {}
+  local title = type(info.title) == 'string' and info.title ~= '' and ('"%s"'):format(info.title) or thread
+  return ('%s %s'):format(threads.label(workspace, thread), title)
+end
+
+--- How long ago an ISO time or a Unix time was: `5s`, `3m`, `2h`, `4d`.
+---@param when any
+---@return string
+local function ago(when)
+  local seconds
+  if type(when) == 'number' then
+    seconds = when > 1e11 and when / 1000 or when
+  elseif type(when) == 'string' then
+    local y, mo, d, h, mi, sec = when:match('^(%d+)-(%d+)-(%d+)[T ](%d+):(%d+):(%d+)')
+    if not y then
+      return ''
+    end
+    local utc = os.time({ year = y, month = mo, day = d, hour = h, min = mi, sec = sec, isdst = false })
+    -- os.time reads the table as local time: correct by this machine's offset from UTC.
+    local offset = os.time() - os.time(os.date('!*t') --[[@as osdateparam]])
+    seconds = utc + offset
+  else
+    return ''
+  end
+  local age = math.max(0, os.time() - seconds)
+  if age < 60 then
+    return ('%ds'):format(age)
+  elseif age < 3600 then
+    return ('%dm'):format(age / 60)
+  elseif age < 86400 then
+    return ('%dh'):format(age / 3600)
+  end
+  return ('%dd'):format(age / 86400)
+end
+
+--- A `format_item` for the `:Ctxd threads` picker: one aligned row per thread (source, fill,
+--- tokens, title, age), the first item being "follow the most recently active".
+---@param workspace string
+---@param list ctxd.ThreadInfo[]
+---@param current string
+---@return fun(item: table): string
+function M.thread_formatter(workspace, list, current)
+  local threads = require('ctxd.threads')
+  local rows, widths = {}, { 0, 0, 0, 0 }
+  for _, info in ipairs(list) do
+    -- A protocol-1 daemon lists no usage: the gauge may know it.
+    local usage = type(info.usage) == 'table' and info.usage
+      or status.get({ workspace = workspace, thread = info.thread })
+      or {}
+    local title = type(info.title) == 'string' and info.title ~= '' and info.title or info.thread
+    local row = {
+      threads.label(workspace, info.thread),
+      usage.percent and ('%d%%'):format(math.floor(usage.percent + 0.5)) or '',
+      usage.usedTokens and ('%s/%s'):format(status.format_tokens(usage.usedTokens), status.format_tokens(usage.contextWindow or 0)) or '',
+      title,
+    }
+    for i = 1, 4 do
+      widths[i] = math.max(widths[i], vim.fn.strdisplaywidth(row[i]))
+    end
+    widths[4] = math.min(widths[4], M.MAX_NAME + 8)
+    rows[info.thread] = { row = row, info = info }
+  end
+  return function(item)
+    if item.follow then
+      return 'Follow the most recently active thread' .. (list[1] and (' (now ' .. M.thread_name(workspace, list[1].thread) .. ')') or '')
+    end
+    local entry = rows[item.thread]
+    local row = entry.row
+    local text = ('%s %s  %s  %s  %s'):format(
+      item.thread == current and '●' or ' ',
+      M.fit(row[1], widths[1]),
+      (' '):rep(widths[2] - vim.fn.strdisplaywidth(row[2])) .. row[2],
+      (' '):rep(widths[3] - vim.fn.strdisplaywidth(row[3])) .. row[3],
+      M.fit(row[4], widths[4])
+    )
+    local age = ago(entry.info.lastActivity or entry.info.updatedAt)
+    if age ~= '' then
+      text = text .. '  ' .. age
+    end
+    if entry.info.readOnly then
+      text = text .. '  (read-only)'
+    end
+    return (text:gsub('%s+$', ''))
+  end
+end
+
+--- Fill the quickfix list with the files changed since snapshot `id` (from `ctxd/ghost/diff`).
+--- In that list <CR> opens Neovim's diff of the entry against the snapshot.
+---@param workspace string
+---@param id string
+---@param files { path: string, status: string, binary: boolean? }[]
+function M.set_diff_quickfix(workspace, id, files)
+  local root = vim.uri_to_fname(workspace)
+  local items = {}
+  for _, f in ipairs(files) do
+    table.insert(items, {
+      filename = vim.fs.joinpath(root, f.path),
+      lnum = 1,
+      text = f.status .. (f.binary and ' (binary)' or ''),
+      type = f.status == 'deleted' and 'W' or 'I',
+      user_data = { ctxd_diff = { id = id, path = f.path, status = f.status, binary = f.binary == true } },
+    })
+  end
+  vim.fn.setqflist({}, ' ', { title = ('ctxd diff %s'):format(id:sub(1, 10)), items = items })
+  M.last_diff = { workspace = workspace, id = id, files = files }
+  vim.api.nvim_create_autocmd('FileType', {
+    group = vim.api.nvim_create_augroup('ctxd_diff_quickfix', { clear = true }),
+    pattern = 'qf',
+    callback = function(ev)
+      M.map_quickfix(ev.buf)
+    end,
+  })
+  for _, win in ipairs(vim.api.nvim_list_wins()) do
+    local buf = vim.api.nvim_win_get_buf(win)
+    if vim.bo[buf].filetype == 'qf' then
+      M.map_quickfix(buf)
+    end
+  end
+end
+
+--- <CR> in the quickfix window: on a ctxd diff entry, open the diff; otherwise what <CR> does.
+---@param buf integer
+function M.map_quickfix(buf)
+  vim.keymap.set('n', '<CR>', function()
+    local item = vim.fn.getqflist({ items = 0, idx = vim.fn.line('.') }).items[1]
+    local data = item and type(item.user_data) == 'table' and item.user_data.ctxd_diff
+    if data and M.last_diff then
+      M.open_file_diff({ workspace = M.last_diff.workspace }, data.id, data.path)
+    else
+      vim.cmd.normal({ args = { vim.keycode('<CR>') }, bang = true })
+    end
+  end, { buffer = buf, desc = 'ctxd: open the diff against the snapshot' })
+end
+
+--- Open Neovim's diff of `path` against snapshot `id` in a new tab: the snapshot's text
+--- (`before` from `ctxd/ghost/diff`) on the left, read-only; the working file on the right.
+---@param target ctxd.Target
+---@param id string
+---@param path string workspace-relative
+---@param cb fun(err: any, tab: integer?)?
+function M.open_file_diff(target, id, path, cb)
+  cb = cb or function() end
+  require('ctxd.client').request('ctxd/ghost/diff', { id = id, path = path }, function(err, r)
+    local file = not err and type(r) == 'table' and (r.files or {})[1] or nil
+    local problem = err and require('ctxd.client').format_error(err)
+      or not file and ('%s has not changed since snapshot %s'):format(path, id:sub(1, 10))
+      or file.binary and ('%s is a binary file: no diff'):format(path)
+      or nil
+    if problem then
+      vim.notify('ctxd: diff failed: ' .. problem, vim.log.levels.WARN)
+      cb(problem)
+      return
+    end
+    local root = vim.uri_to_fname(target.workspace)
+    local function text_lines(text)
+      if type(text) ~= 'string' or text == '' then
+        return {}
+      end
+      return vim.split((text:gsub('\n$', '')), '\n', { plain = true })
+    end
+    vim.cmd.tabnew()
+    local tab = vim.api.nvim_get_current_tabpage()
+    if file.status == 'deleted' then
+      local gone = vim.api.nvim_get_current_buf()
+      vim.bo[gone].buftype = 'nofile'
+      vim.bo[gone].bufhidden = 'wipe'
+      vim.api.nvim_buf_set_name(gone, ('ctxd://deleted/%s'):format(path))
+    else
+      vim.cmd.edit(vim.fn.fnameescape(vim.fs.joinpath(root, path)))
+    end
+    vim.cmd.diffthis()
+    vim.cmd('leftabove vnew')
+    local before = vim.api.nvim_get_current_buf()
+    vim.bo[before].buftype = 'nofile'
+    vim.bo[before].bufhidden = 'wipe'
+    vim.bo[before].swapfile = false
+    vim.api.nvim_buf_set_lines(before, 0, -1, false, text_lines(file.before))
+    vim.api.nvim_buf_set_name(before, ('ctxd://snapshot/%s/%s'):format(id:sub(1, 10), path))
+    vim.bo[before].filetype = vim.filetype.match({ filename = path }) or ''
+    vim.bo[before].modifiable = false
+    vim.cmd.diffthis()
+    cb(nil, tab)
+  end, target)
 end
 
 return M

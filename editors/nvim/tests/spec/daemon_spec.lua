@@ -62,9 +62,9 @@ t.describe('daemon', function()
     end, 'usageChanged for the records')
     local s = gauge.snapshot
     t.truthy(s.usedTokens > 1000, 'usedTokens ' .. s.usedTokens)
-    t.eq(('ctx %d%% %s/128k'):format(math.floor(s.percent + 0.5), require('ctxd.status').format_tokens(s.usedTokens)), gauge.text)
+    t.eq(('ctx %d%% · %s/128k'):format(math.floor(s.percent + 0.5), require('ctxd.status').format_tokens(s.usedTokens)), gauge.text)
     t.eq('ok', gauge.tier)
-    t.matches('^%%#CtxdOk#ctx %d+%%%% [%d%.]+k/128k%%%*$', require('ctxd').statusline())
+    t.matches('^%%#CtxdOk#ctx %d+%%%% · [%d%.]+k/128k%%%*$', require('ctxd').statusline())
   end)
 
   t.it('shows reported usage and the tiers', function()
@@ -76,15 +76,15 @@ t.describe('daemon', function()
       end, ('the gauge to show %d tokens'):format(total))
     end
     local gauge = report(50000)
-    t.eq('ctx 39% 50k/128k', gauge.text)
+    t.eq('ctx 39% · 50k/128k', gauge.text)
     t.eq('ok', gauge.tier)
     gauge = report(95000) -- over 80% of the auto-compact limit (0.9 of 128k)
-    t.eq('ctx 74% 95k/128k', gauge.text)
+    t.eq('ctx 74% · 95k/128k', gauge.text)
     t.eq('warn', gauge.tier)
-    t.eq('%#CtxdWarn#ctx 74%% 95k/128k%*', require('ctxd').statusline())
+    t.eq('%#CtxdWarn#ctx 74%% · 95k/128k%*', require('ctxd').statusline())
     gauge = report(120000)
     t.eq('compact', gauge.tier)
-    t.eq('%#CtxdCompact#ctx 94%% 120k/128k%*', require('ctxd').statusline())
+    t.eq('%#CtxdCompact#ctx 94%% · 120k/128k%*', require('ctxd').statusline())
   end)
 
   t.it('tells API subscribers and fires User CtxdUsageChanged', function()
@@ -355,25 +355,184 @@ t.describe('daemon', function()
     t.truthy(snap.id)
   end)
 
-  t.it(':Ctxd restore reports the daemon error cleanly', function()
-    -- A snapshot taken on another thread cannot roll this one back: -32602, nothing restored.
+  t.it(':Ctxd restore offers the conversation only for a snapshot of this thread', function()
     h.request('ctxd/ghost/snapshot', { message = 'elsewhere', thread = 'someone-else' })
     h.write('tracked.txt', 'after elsewhere\n')
+    local offered = {}
     local saved = vim.ui.select
     vim.ui.select = function(items, opts, on_choice)
       if opts.prompt == 'Restore snapshot' then
         t.eq('elsewhere', items[1].message, 'newest first')
+        t.eq(nil, opts.format_item(items[1]):find('this thread', 1, true))
         on_choice(items[1], 1)
       else
-        on_choice(items[2], 2) -- files and conversation
+        offered = vim.tbl_map(opts.format_item, items)
+        on_choice(nil, nil)
       end
     end
     vim.cmd('Ctxd restore')
-    local message = h.wait_message('restore failed', 30000)
+    t.wait_for(function()
+      return #offered > 0
+    end, 'the choices')
     vim.ui.select = saved
+    t.eq(1, #offered, vim.inspect(offered))
+    t.matches('^Files only', offered[1])
+    t.eq('after elsewhere\n', h.read('tracked.txt'), 'nothing restored when the choice is cancelled')
+  end)
+
+  t.it(':Ctxd undo-restore reports a daemon error in one line', function()
+    local commands = require('ctxd.commands')
+    commands.undo[h.uri] = { id = 'ffffffffffffffffffffffffffffffffffffffff', of = 'abc' }
+    vim.cmd('Ctxd undo-restore')
+    local message = h.wait_message('undo-restore failed', 30000)
     t.eq(vim.log.levels.ERROR, message.level)
-    t.matches('%(%-32602%)$', message.msg)
-    t.eq('after elsewhere\n', h.read('tracked.txt'))
+    t.matches('^ctxd: undo%-restore failed: [^\n]+ %(%-?%d+%)$', message.msg)
+    commands.undo[h.uri] = nil
+    vim.cmd('Ctxd undo-restore')
+    t.eq(vim.log.levels.WARN, h.wait_message('nothing to undo').level)
+  end)
+
+  t.it(':Ctxd threads picks the thread the gauge follows; activity elsewhere does not move it', function()
+    require('ctxd.config').options.thread = nil
+    require('ctxd.threads').reset()
+    h.request('ctxd/record', { items = { h.user(h.text(3000)) } }, nil)
+    h.request('ctxd/record', { items = { h.user('small') }, thread = 'small-one' })
+    -- Following: the most recent activity is small-one.
+    h.wait_usage(function(s)
+      return s.thread == 'small-one'
+    end, 'the gauge to follow small-one')
+    local big
+    local rows, follow_row
+    local saved = vim.ui.select
+    vim.ui.select = function(items, opts, on_choice)
+      t.eq('ctxd thread', opts.prompt)
+      t.eq(true, items[1].follow)
+      follow_row = opts.format_item(items[1])
+      rows = {}
+      local pick
+      for i = 2, #items do
+        rows[items[i].thread] = opts.format_item(items[i])
+        if items[i].thread ~= 'small-one' and not pick then
+          pick = items[i]
+        end
+      end
+      big = pick.thread
+      on_choice(pick, 2)
+    end
+    vim.cmd('Ctxd threads')
+    h.wait_message('following ctx ')
+    vim.ui.select = saved
+    t.contains('Follow the most recently active thread', follow_row)
+    t.truthy(rows['small-one'], vim.inspect(rows))
+    t.matches('^● ctx +%d+%% +[%d%.]+k?/128k  small%-one +%d+s$', rows['small-one'], 'the current thread, marked')
+    -- Rows are aligned: the token column ends at the same display column.
+    local ends = {}
+    for _, row in pairs(rows) do
+      local _, e = row:find('/128k')
+      table.insert(ends, vim.fn.strdisplaywidth(row:sub(1, e)))
+    end
+    t.eq(ends[1], ends[#ends], vim.inspect(rows))
+    t.eq(big, require('ctxd.threads').current(h.uri))
+    local gauge = t.wait_for(function()
+      return require('ctxd').gauge()
+    end, 'the gauge of the picked thread')
+    t.eq(big, gauge.snapshot.thread)
+    t.truthy(gauge.snapshot.usedTokens > 1000, vim.inspect(gauge.snapshot))
+    -- Picked: a record into another thread does not move the gauge.
+    local result = h.request('ctxd/record', { items = { h.user('more') }, thread = 'small-one' })
+    h.wait_usage(function()
+      local s = require('ctxd.status').get({ workspace = h.uri, thread = 'small-one' })
+      return s and s.historyVersion == result.historyVersion
+    end, 'the usage of small-one')
+    t.eq(big, require('ctxd').gauge().snapshot.thread)
+    -- Back to following: the most recent activity wins again.
+    vim.ui.select = function(items, _, on_choice)
+      on_choice(items[1], 1)
+    end
+    h.messages = {}
+    vim.cmd('Ctxd threads')
+    h.wait_message('following the most recently active thread')
+    vim.ui.select = saved
+    t.eq('small-one', require('ctxd.threads').current(h.uri))
+    h.request('ctxd/record', { items = { h.user('now here') } , thread = big })
+    h.wait_usage(function(s)
+      return s.thread == big
+    end, 'the gauge to follow the new activity')
+  end)
+
+  t.it('a file outside every workspace folder shows no numbers and gets no commands', function()
+    h.request('ctxd/record', { items = { h.user('numbers exist') } })
+    h.wait_usage(function()
+      return true
+    end, 'numbers for the workspace')
+    local outside = vim.fn.tempname() .. '.txt'
+    vim.fn.writefile({ 'x' }, outside)
+    vim.cmd.edit(outside)
+    t.eq(nil, require('ctxd').gauge())
+    t.eq('', require('ctxd').statusline())
+    vim.cmd('Ctxd usage')
+    local message = h.wait_message('outside every ctxd workspace folder')
+    t.eq(vim.log.levels.ERROR, message.level)
+    -- A scratch buffer has no numbers either.
+    vim.cmd.enew()
+    t.eq('', require('ctxd').statusline())
+    vim.cmd.buffer(vim.fn.bufnr(vim.fs.joinpath(h.workspace, 'README.md')))
+    t.truthy(require('ctxd').gauge(), 'the workspace file shows its numbers again')
+  end)
+
+  t.it('an automatic compaction gives one warning', function()
+    local items = {}
+    for i = 1, 8 do
+      table.insert(items, h.user(('question %d '):format(i) .. h.text(400, i)))
+      table.insert(items, h.assistant(('answer %d '):format(i) .. h.text(400, 50 + i)))
+    end
+    h.request('ctxd/setPromptContext', { contextWindow = 6000 })
+    h.request('ctxd/record', { items = items })
+    h.messages = {}
+    h.request('ctxd/prompt', {})
+    local message = h.wait_message('compacted', 30000)
+    t.eq(vim.log.levels.WARN, message.level)
+    t.matches('^ctxd: compacted thread', message.msg)
+    -- Let any second message arrive before counting.
+    local flushed = false
+    h.request('ctxd/history', {})
+    vim.schedule(function()
+      flushed = true
+    end)
+    t.wait_for(function()
+      return flushed
+    end)
+    local about = vim.tbl_filter(function(m)
+      return m.msg:find('compact', 1, true) ~= nil
+    end, h.messages)
+    t.eq(1, #about, vim.inspect(h.messages))
+  end)
+
+  t.it('tells the daemon whether the workspace is trusted', function()
+    local lsp = require('ctxd.lsp')
+    local params = { initializationOptions = { ctxd = { contextWindow = 1 } } }
+    lsp.before_init(params, { root_dir = h.workspace })
+    t.eq(false, params.initializationOptions.ctxd.trusted, 'no .ctxd.toml, nothing in the trust database')
+    t.eq(1, params.initializationOptions.ctxd.contextWindow)
+    h.write('.ctxd.toml', 'model = "gpt-5"\n')
+    vim.cmd.edit(vim.fs.joinpath(h.workspace, '.ctxd.toml'))
+    t.truthy(vim.secure.trust({ action = 'allow', bufnr = 0 }))
+    lsp.before_init(params, { root_dir = h.workspace })
+    t.eq(true, params.initializationOptions.ctxd.trusted, 'trusted with :trust')
+    h.write('.ctxd.toml', 'model = "gpt-4.1"\n')
+    lsp.before_init(params, { root_dir = h.workspace })
+    t.eq(false, params.initializationOptions.ctxd.trusted, 'changed since it was trusted')
+    require('ctxd.config').options.trusted = true
+    lsp.before_init(params, { root_dir = h.workspace })
+    t.eq(true, params.initializationOptions.ctxd.trusted, 'the trusted option wins')
+    require('ctxd.config').options.trusted = function(root)
+      return root == '/elsewhere'
+    end
+    lsp.before_init(params, { root_dir = h.workspace })
+    t.eq(false, params.initializationOptions.ctxd.trusted, 'the trusted function decides')
+    require('ctxd.config').options.trusted = nil
+    vim.cmd('bwipeout!')
+    os.remove(vim.fs.joinpath(h.workspace, '.ctxd.toml'))
   end)
 
   t.it(':checkhealth ctxd reports the daemon, client, protocol and state dir, offline', function()

@@ -79,10 +79,11 @@ t.describe('setup', function()
     vim.notify = function(msg)
       table.insert(notified, msg)
     end
-    require('ctxd').setup({ tread = 'x', statusline = { prefx = 'c', highlight = 'yes' }, cmd = 'ctxd' })
+    require('ctxd').setup({ tread = 'x', statusline = { prefx = 'c', highlight = 'yes' }, cmd = 'ctxd', trusted = 'yes' })
     vim.notify = saved
     local config = require('ctxd.config')
-    t.eq('default', config.options.thread)
+    t.eq(nil, config.options.thread, 'no thread option: the gauge follows the most recently active thread')
+    t.eq(nil, config.options.trusted)
     t.eq(true, config.options.statusline.highlight)
     t.eq({ 'ctxd' }, vim.lsp.config.ctxd.cmd)
     local problems = table.concat(config.problems, '\n')
@@ -90,6 +91,7 @@ t.describe('setup', function()
     t.contains('unknown option `statusline.prefx`', problems)
     t.contains('option `statusline.highlight` must be a boolean, got string', problems)
     t.contains('option `cmd` must be a table, got string', problems)
+    t.contains('option `trusted` must be a boolean or function, got string', problems)
     t.contains('see :checkhealth ctxd', notified[1])
   end)
 
@@ -125,14 +127,33 @@ t.describe('gauge', function()
 
   t.it('shows percent, used and window, highlighted by tier', function()
     status.update(fake_snapshot())
-    t.eq('ctx 38% 48.2k/128k', status.gauge(target).text)
-    t.eq('%#CtxdOk#ctx 38%% 48.2k/128k%*', status.statusline(target))
-    t.eq('ctx 38%% 48.2k/128k', status.statusline(vim.tbl_extend('force', target, { highlight = false })))
+    t.eq('ctx 38% · 48.2k/128k', status.gauge(target).text)
+    t.eq('%#CtxdOk#ctx 38%% · 48.2k/128k%*', status.statusline(target))
+    t.eq('ctx 38%% · 48.2k/128k', status.statusline(vim.tbl_extend('force', target, { highlight = false })))
     status.update(fake_snapshot({ tier = 'warn', percent = 81 }))
-    t.eq('%#CtxdWarn#ctx 81%% 48.2k/128k%*', status.statusline(target))
+    t.eq('%#CtxdWarn#ctx 81%% · 48.2k/128k%*', status.statusline(target))
     status.update(fake_snapshot({ tier = 'compact', percent = 95.5 }))
     t.eq('CtxdCompact', status.gauge(target).group)
-    t.eq('ctx 96% 48.2k/128k', status.gauge(target).text)
+    t.eq('ctx 96% · 48.2k/128k', status.gauge(target).text)
+  end)
+
+  t.it('names a followed agent session by its source', function()
+    local threads = require('ctxd.threads')
+    threads.set_list('file:///fake', {
+      threads = {
+        { thread = 'codex:019a', source = 'codex', title = 'fix the flaky test', lastActivity = '2026-01-02T00:00:00Z' },
+        { thread = 'claude:77', source = 'claude', title = 'refactor', lastActivity = '2026-01-01T00:00:00Z' },
+        { thread = 'default', source = 'client', lastActivity = '2025-12-01T00:00:00Z' },
+      },
+    })
+    t.eq('codex:019a', threads.current('file:///fake'), 'the most recently active is followed')
+    status.update(fake_snapshot({ thread = 'codex:019a', usedTokens = 55000, percent = 43 }))
+    t.eq('Codex 43% · 55k/128k', status.gauge({ workspace = 'file:///fake' }).text)
+    status.update(fake_snapshot({ thread = 'claude:77', usedTokens = 20000, percent = 15.6 }))
+    t.eq('Claude 16% · 20k/128k', status.gauge({ workspace = 'file:///fake' }).text, 'activity moves the gauge')
+    t.matches('^ctx %d+%% · ', status.gauge(target).text, 'a client thread keeps the prefix')
+    t.eq('Codex "fix the flaky test"', require('ctxd.ui').thread_name('file:///fake', 'codex:019a'))
+    threads.reset()
   end)
 
   t.it('defines the tier highlight groups as links', function()
@@ -158,7 +179,7 @@ t.describe('gauge', function()
     vim.o.statusline = "%{%v:lua.require'ctxd'.statusline({'workspace': 'file:///fake', 'highlight': v:false})%}"
     status.update(fake_snapshot({ percent = 10 }))
     local eval = vim.api.nvim_eval_statusline(vim.o.statusline, {})
-    t.eq('ctx 10% 48.2k/128k', vim.trim(eval.str))
+    t.eq('ctx 10% · 48.2k/128k', vim.trim(eval.str))
   end)
 
   t.it('feeds a lualine component', function()
@@ -237,6 +258,41 @@ t.describe('usage float', function()
     t.eq(false, vim.api.nvim_win_is_valid(win))
   end)
 
+  t.it('keeps the columns aligned for long names', function()
+    local long = vim.deepcopy(breakdown)
+    long.categories[3] = {
+      name = 'mcpTools',
+      tokens = 40,
+      percent = 4,
+      details = {
+        { name = 'mcp__github__create_pull_request_review_with_comments_and_suggestions', tokens = 25 },
+        { name = 'mcp__fs__read', tokens = 15 },
+      },
+    }
+    long.categories[7].tokens = 560
+    local lines = vim.tbl_map(function(l)
+      return l.text
+    end, ui.render_breakdown(long))
+    local ends = {}
+    for _, line in ipairs(lines) do
+      -- Rows of the table end with a token count (details) or a percentage (categories).
+      local count_end = line:match('^  .+%s([%d%.]+k?)%s+[%d%.]+%%$') and line:find('[%d%.]+k?%s+[%d%.]+%%$')
+      local detail = line:match('^      %S.-%s%s+([%d%.]+k?)$')
+      if count_end or detail then
+        local e = detail and #line or (line:find('%s+[%d%.]+%%$') - 1)
+        table.insert(ends, vim.fn.strdisplaywidth(line:sub(1, e)))
+      end
+    end
+    t.truthy(#ends >= 8, vim.inspect(lines))
+    for _, e in ipairs(ends) do
+      t.eq(ends[1], e, vim.inspect(lines))
+    end
+    local text = table.concat(lines, '\n')
+    t.contains('mcp__github__create_pull_request_revi', text)
+    t.contains('…', text, 'a name longer than the column is cut')
+    t.eq(nil, text:find('suggestions', 1, true))
+  end)
+
   t.it('says when the figures are estimated', function()
     local estimated = vim.tbl_extend('force', breakdown, { mode = 'estimated', totalTokens = vim.NIL })
     local text = table.concat(vim.tbl_map(function(l)
@@ -253,7 +309,7 @@ t.describe(':Ctxd', function()
   end
 
   t.it('completes subcommands and strategies', function()
-    t.eq({ 'compact', 'log', 'restart', 'restore', 'rollback', 'snapshot', 'usage' }, complete('Ctxd '))
+    t.eq({ 'compact', 'diff', 'log', 'restart', 'restore', 'rollback', 'snapshot', 'threads', 'undo-restore', 'usage' }, complete('Ctxd '))
     t.eq({ 'restart', 'restore', 'rollback' }, complete('Ctxd r'))
     t.eq({ 'auto', 'llm', 'remote', 'offline' }, complete('Ctxd compact '))
     t.eq({ 'llm' }, complete('Ctxd compact l'))
@@ -287,8 +343,33 @@ t.describe('help', function()
     vim.fn.writefile(vim.fn.readfile(doc), dir .. '/ctxd.txt')
     vim.cmd.helptags(dir)
     local tags = table.concat(vim.fn.readfile(dir .. '/tags'), '\n')
-    for _, tag in ipairs({ 'ctxd', ':Ctxd', 'ctxd-setup', 'ctxd-statusline', 'ctxd-api', 'ctxd-health', 'ctxd.statusline()' }) do
+    for _, tag in ipairs({ 'ctxd', ':Ctxd', 'ctxd-setup', 'ctxd-statusline', 'ctxd-api', 'ctxd-health', 'ctxd.statusline()',
+      ':Ctxd-threads', ':Ctxd-diff', ':Ctxd-undo-restore', 'ctxd-trust', 'ctxd-follow', 'CtxdThreadsChanged' }) do
       t.contains(tag .. '\tctxd.txt', tags)
     end
+  end)
+
+  t.it("the README's lazy.nvim spec makes :help ctxd and :Ctxd work", function()
+    local plugin_root = vim.fs.dirname(vim.fs.dirname(vim.api.nvim_get_runtime_file('doc/ctxd.txt', false)[1]))
+    local readme = table.concat(vim.fn.readfile(vim.fs.joinpath(plugin_root, 'README.md')), '\n')
+    local code = readme:match('With %[lazy%.nvim%].-```lua\n(.-)\n```')
+    t.truthy(code, 'a lua block after "With [lazy.nvim]"')
+    -- A copy of the repository's plugin folder, as lazy.nvim would have cloned it.
+    local clone = vim.fn.tempname()
+    vim.fn.mkdir(clone .. '/editors', 'p')
+    vim.system({ 'cp', '-R', plugin_root, clone .. '/editors/nvim' }):wait()
+    os.remove(clone .. '/editors/nvim/doc/tags')
+    local script = vim.fn.tempname() .. '.lua'
+    vim.fn.writefile(vim.split(([[
+local spec = assert(load('return ' .. %q))()
+assert(spec.dir and spec.config, 'a spec with dir and config')
+spec.config({ dir = %q, name = spec[1] }, {})
+local ok, err = pcall(vim.cmd.help, 'ctxd')
+io.stdout:write(('help=%%s file=%%s command=%%d\n'):format(tostring(ok), ok and vim.api.nvim_buf_get_name(0) or err, vim.fn.exists(':Ctxd')))
+]]):format(code, clone), '\n'), script)
+    local result = vim.system({ vim.v.progpath, '--headless', '--clean', '-l', script }, { text = true }):wait()
+    t.eq(0, result.code, result.stderr)
+    t.contains(('help=true file=%s/editors/nvim/doc/ctxd.txt command=2'):format(clone), result.stdout .. result.stderr)
+    t.eq(1, vim.fn.filereadable(clone .. '/editors/nvim/doc/tags'))
   end)
 end)

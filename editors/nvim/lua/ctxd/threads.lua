@@ -1,0 +1,157 @@
+---@mod ctxd.threads Which thread of a workspace the gauge and the commands address.
+---
+--- A thread the user picked (`:Ctxd threads`, `api.set_thread`) or set with the `thread` option
+--- stays until another is picked. Otherwise the gauge follows the workspace's most recently active
+--- thread: the first of `ctxd/threads` (newest activity first), then whichever thread the daemon
+--- reports a usage change for. Followed agent sessions (Codex, Claude Code) are threads too.
+
+local config = require('ctxd.config')
+
+local M = {}
+
+---@class ctxd.ThreadInfo
+---@field thread string
+---@field source string? `client`, `codex`, `claude`
+---@field title string?
+---@field model string?
+---@field readOnly boolean?
+---@field lastActivity any
+---@field updatedAt any
+---@field usage ctxd.UsageSnapshot?
+
+---@type table<string, string> workspace -> thread the user picked
+local picked = {}
+---@type table<string, string> workspace -> most recently active thread
+local followed = {}
+---@type table<string, table<string, ctxd.ThreadInfo>> workspace -> thread -> what ctxd/threads said
+local known = {}
+
+--- The thread that `workspace`'s gauge and commands address.
+---@param workspace string?
+---@return string
+function M.current(workspace)
+  if workspace and picked[workspace] then
+    return picked[workspace]
+  end
+  if config.options.thread then
+    return config.options.thread
+  end
+  return workspace and followed[workspace] or 'default'
+end
+
+--- Whether the user chose `workspace`'s thread (so activity elsewhere does not move the gauge).
+---@param workspace string
+---@return boolean
+function M.is_pinned(workspace)
+  return picked[workspace] ~= nil or config.options.thread ~= nil
+end
+
+--- Address `thread` in `workspace` until another is picked; `nil` goes back to following.
+---@param workspace string
+---@param thread string?
+function M.pick(workspace, thread)
+  picked[workspace] = thread
+end
+
+--- A thread of `workspace` was active (its usage changed): follow it unless one was picked.
+--- Returns true when the current thread changed.
+---@param workspace string
+---@param thread string
+---@return boolean
+function M.activity(workspace, thread)
+  local before = M.current(workspace)
+  followed[workspace] = thread
+  return M.current(workspace) ~= before
+end
+
+---@param info ctxd.ThreadInfo
+local function activity_key(info)
+  local value = info.lastActivity or info.updatedAt
+  return type(value) == 'string' and value or tostring(value or '')
+end
+
+--- Take in a `ctxd/threads` result: remember each thread's source and title, follow the newest.
+---@param workspace string
+---@param result { threads: ctxd.ThreadInfo[] }?
+---@return ctxd.ThreadInfo[] threads newest activity first
+function M.set_list(workspace, result)
+  local list = type(result) == 'table' and type(result.threads) == 'table' and vim.deepcopy(result.threads) or {}
+  list = vim.tbl_filter(function(info)
+    return type(info) == 'table' and type(info.thread) == 'string'
+  end, list)
+  -- The daemon sorts them (v2); a v1 daemon does not, and ISO times sort as text.
+  table.sort(list, function(a, b)
+    return activity_key(a) > activity_key(b)
+  end)
+  local by_name = {}
+  for _, info in ipairs(list) do
+    by_name[info.thread] = info
+  end
+  known[workspace] = by_name
+  if list[1] then
+    followed[workspace] = list[1].thread
+  end
+  return list
+end
+
+--- What `ctxd/threads` last said of a thread, if anything.
+---@param workspace string?
+---@param thread string
+---@return ctxd.ThreadInfo?
+function M.info(workspace, thread)
+  return workspace and known[workspace] and known[workspace][thread] or nil
+end
+
+--- Where a thread comes from: `codex`, `claude` or `client`.
+---@param workspace string?
+---@param thread string
+---@return string
+function M.source(workspace, thread)
+  local info = M.info(workspace, thread)
+  if info and type(info.source) == 'string' then
+    return info.source
+  end
+  return 'client'
+end
+
+--- Display names of the sources; a client thread shows the statusline prefix.
+M.source_labels = { codex = 'Codex', claude = 'Claude' }
+
+--- The label the gauge starts with: `Codex`, `Claude`, or the `statusline.prefix` (`ctx`).
+---@param workspace string?
+---@param thread string
+---@return string
+function M.label(workspace, thread)
+  return M.source_labels[M.source(workspace, thread)] or config.options.statusline.prefix
+end
+
+--- Fetch `ctxd/threads` for `workspace` with `lsp_client`, then call `cb(threads)` (newest first;
+--- empty on error).
+---@param lsp_client vim.lsp.Client
+---@param workspace string
+---@param cb fun(threads: ctxd.ThreadInfo[], err: any)?
+function M.refresh(lsp_client, workspace, cb)
+  lsp_client:request('ctxd/threads', { workspace = workspace }, function(err, result)
+    local list = {}
+    if not err then
+      list = M.set_list(workspace, result)
+    end
+    if cb then
+      cb(list, err)
+    end
+  end)
+end
+
+--- Forget everything about a workspace (its client stopped).
+---@param workspace string
+function M.forget(workspace)
+  followed[workspace] = nil
+  known[workspace] = nil
+end
+
+--- Forget every pick (tests; a new session).
+function M.reset()
+  picked, followed, known = {}, {}, {}
+end
+
+return M
