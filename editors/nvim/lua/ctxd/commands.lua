@@ -220,8 +220,11 @@ M.subcommands.restore = {
       return
     end
     local lsp_client = client.resolve(target)
-    local info = lsp_client and client.server_info(lsp_client) or {}
-    local dry_run = (tonumber(info.protocolVersion) or 1) >= 2
+    -- A preview (`dryRun`) came with the rest of protocol 2's snapshot methods. A daemon that
+    -- does not know it would restore for real, so ask for one only when those are there.
+    local dry_run = lsp_client ~= nil
+      and client.supports(lsp_client, 'ctxd/ghost/diff')
+      and client.supports(lsp_client, 'ctxd/ghost/delete')
     client.request('ctxd/ghost/list', {}, handle('restore', function(r)
       local snapshots = r.snapshots or {}
       if #snapshots == 0 then

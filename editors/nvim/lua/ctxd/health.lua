@@ -235,7 +235,7 @@ end
 function M.problem_advice(problem)
   local message = tostring(problem.message or '')
   local source = tostring(problem.source or '')
-  if message:find('trust', 1, true) then
+  if message:find('not trusted', 1, true) or message:find('untrusted', 1, true) then
     return {
       'if you trust this repository: open its .ctxd.toml, :trust, then :Ctxd restart',
       'or trust workspaces yourself: setup({ trusted = function(root) ... end })',

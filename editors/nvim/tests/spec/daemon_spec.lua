@@ -551,7 +551,19 @@ t.describe('daemon', function()
     t.eq(nil, text:find('tiktoken', 1, true), text)
     if require('ctxd.client').supports(client, 'ctxd/status') then
       t.matches('tokenizer %S+: %a+', text)
-      t.contains('no settings problems', text)
+      t.contains('workspace not trusted', text)
+      -- Every settings problem the daemon reports comes with the fix to type.
+      local section = text:match('ctxd: daemon status ~\n(.-)\n\n') or ''
+      local warnings = 0
+      for block in (section .. '\n- '):gmatch('(.-)\n%- ') do
+        if block:find('WARNING', 1, true) then
+          warnings = warnings + 1
+          t.contains('ADVICE:', block, 'a problem without its fix')
+        end
+      end
+      if warnings == 0 then
+        t.contains('no settings problems', section)
+      end
     else
       t.note('this daemon has no ctxd/status')
       t.contains('the daemon does not answer ctxd/status (protocol 1)', text)
