@@ -17,7 +17,7 @@ import {
   snapshotItems,
 } from '../src/commands';
 import type { GhostCommit } from '../src/protocol';
-import { type Daemon, assistantMessage, daemonUnavailable, startDaemon, userMessage } from './daemon';
+import { type Daemon, assistantMessage, startDaemon, userMessage } from './daemon';
 
 /** A Ui that answers from a script and records what it was shown. */
 class ScriptedUi implements Ui {
@@ -89,7 +89,7 @@ describe('pure helpers', () => {
   });
 });
 
-describe('command flows (real daemon)', { skip: daemonUnavailable() }, () => {
+describe('command flows (real daemon)', () => {
   let d: Daemon;
   let service: CtxdService;
   let methods: string[];
@@ -114,6 +114,12 @@ describe('command flows (real daemon)', { skip: daemonUnavailable() }, () => {
     }
   }
 
+  test('the daemon serves every method the flows use', () => {
+    for (const m of ['ctxd/compact', 'ctxd/rollback', 'ctxd/history', 'ctxd/ghost/snapshot', 'ctxd/ghost/list', 'ctxd/ghost/restore']) {
+      assert.ok(methods.includes(m), `${m} in ${JSON.stringify(methods)}`);
+    }
+  });
+
   test('cancelled pick: nothing is sent, nothing is shown', async () => {
     const ui = new ScriptedUi();
     assert.equal(await compactFlow(ui, service), undefined);
@@ -135,8 +141,7 @@ describe('command flows (real daemon)', { skip: daemonUnavailable() }, () => {
     assert.match(yes.messages[0].message, /^Rolled back the last turn: 2 items removed/);
   });
 
-  test('Compact Conversation (offline) shrinks the thread and reports it', async (t) => {
-    if (!methods.includes('ctxd/compact')) return t.skip('ctxd/compact is not served by this daemon yet');
+  test('Compact Conversation (offline) shrinks the thread and reports it', async () => {
     await converse(6);
     const ui = new ScriptedUi({ pick: [byValue('offline')] });
     const r = await compactFlow(ui, service);
@@ -147,8 +152,7 @@ describe('command flows (real daemon)', { skip: daemonUnavailable() }, () => {
     assert.match(ui.messages.at(-1)!.message, /^Compacted .* → .* tokens \(offline\)\.$/);
   });
 
-  test('a failing compaction is shown as an error and leaves the ledger as it was', async (t) => {
-    if (!methods.includes('ctxd/compact')) return t.skip('ctxd/compact is not served by this daemon yet');
+  test('a failing compaction is shown as an error and leaves the ledger as it was', async () => {
     const before = await service.getHistory();
     // No LLM endpoint is configured in this daemon: the llm strategy must fail cleanly.
     const ui = new ScriptedUi({ pick: [byValue('llm')] });
@@ -161,8 +165,7 @@ describe('command flows (real daemon)', { skip: daemonUnavailable() }, () => {
     assert.equal(after.total, before.total);
   });
 
-  test('Take Snapshot, then Restore Snapshot (files only) brings a file back', async (t) => {
-    if (!methods.includes('ctxd/ghost/snapshot')) return t.skip('ghost snapshots are not served by this daemon yet');
+  test('Take Snapshot, then Restore Snapshot (files only) brings a file back', async () => {
     const file = path.join(d.folder, 'notes.txt');
     fs.writeFileSync(file, 'version 1\n');
     const snapUi = new ScriptedUi({ input: ['before the edit'] });
@@ -181,8 +184,7 @@ describe('command flows (real daemon)', { skip: daemonUnavailable() }, () => {
     assert.match(ui.messages.at(-1)!.message, /^Restored [0-9a-f]{7}: /);
   });
 
-  test('Restore Snapshot (files and conversation) also rolls the thread back', async (t) => {
-    if (!methods.includes('ctxd/ghost/restore')) return t.skip('ghost snapshots are not served by this daemon yet');
+  test('Restore Snapshot (files and conversation) also rolls the thread back', async () => {
     const snap = await snapshotFlow(new ScriptedUi({ input: ['checkpoint'] }), service);
     assert.ok(snap);
     const atSnapshot = (await service.getHistory()).total;
@@ -197,8 +199,7 @@ describe('command flows (real daemon)', { skip: daemonUnavailable() }, () => {
     assert.match(ui.messages.at(-1)!.message, /conversation items dropped\.$/);
   });
 
-  test('Restore Snapshot declined at the confirmation changes nothing', async (t) => {
-    if (!methods.includes('ctxd/ghost/restore')) return t.skip('ghost snapshots are not served by this daemon yet');
+  test('Restore Snapshot declined at the confirmation changes nothing', async () => {
     const before = await service.getHistory();
     const ui = new ScriptedUi({ pick: [first, byValue('conversation')], confirm: [false] });
     assert.equal(await restoreFlow(ui, service), undefined);

@@ -1,8 +1,7 @@
 /**
  * Starts the real ctxd daemon (`python -m ctxd --stdio`, as VS Code's client would) with its state in
  * a temporary folder, and speaks to it through vscode-jsonrpc, the library under
- * vscode-languageclient. Tests that need it are skipped, with the reason, when `python -m ctxd`
- * cannot run.
+ * vscode-languageclient. A daemon that cannot start fails the tests that need it, with its stderr.
  */
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
@@ -19,7 +18,6 @@ import type { Rpc } from '../src/protocol';
 
 /** The repository root (this file runs from editors/vscode/out/test/). */
 export const REPO = path.resolve(__dirname, '..', '..', '..', '..');
-const TIKTOKEN_DIR = path.resolve(REPO, '..', 'shared', 'tiktoken');
 export const PYTHON = process.env.CTXD_TEST_PYTHON ?? (process.platform === 'win32' ? 'python' : 'python3');
 
 function daemonEnv(stateDir: string): NodeJS.ProcessEnv {
@@ -29,21 +27,21 @@ function daemonEnv(stateDir: string): NodeJS.ProcessEnv {
   env.XDG_CONFIG_HOME = path.join(stateDir, 'config');
   env.PYTHONPATH = [REPO, process.env.PYTHONPATH].filter(Boolean).join(path.delimiter);
   env.PYTHONUNBUFFERED = '1';
-  if (!env.TIKTOKEN_CACHE_DIR && fs.existsSync(TIKTOKEN_DIR)) env.TIKTOKEN_CACHE_DIR = TIKTOKEN_DIR;
   return env;
 }
 
-let availability: string | undefined | null = null;
+let probed = false;
 
-/** undefined when the daemon can run here, else why not (for `skip`). */
-export function daemonUnavailable(): string | undefined {
-  if (availability === null) {
-    const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'ctxd-probe-'));
-    const r = spawnSync(PYTHON, ['-m', 'ctxd', '--version'], { env: daemonEnv(tmp), encoding: 'utf8', timeout: 30_000 });
-    fs.rmSync(tmp, { recursive: true, force: true });
-    availability = r.status === 0 ? undefined : `\`${PYTHON} -m ctxd --version\` failed: ${(r.stderr || String(r.error)).trim().split('\n').pop()}`;
+/** Throws, with the interpreter's own error, when `python -m ctxd` cannot run here. */
+function requireDaemon(): void {
+  if (probed) return;
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'ctxd-probe-'));
+  const r = spawnSync(PYTHON, ['-m', 'ctxd', '--version'], { env: daemonEnv(tmp), encoding: 'utf8', timeout: 30_000 });
+  fs.rmSync(tmp, { recursive: true, force: true });
+  if (r.status !== 0) {
+    throw new Error(`\`${PYTHON} -m ctxd --version\` failed (set CTXD_TEST_PYTHON to the venv's python): ${(r.stderr || String(r.error)).trim()}`);
   }
-  return availability;
+  probed = true;
 }
 
 export interface Daemon {
@@ -71,6 +69,7 @@ function git(cwd: string, ...args: string[]): void {
 }
 
 export async function startDaemon(opts: StartOptions = {}): Promise<Daemon> {
+  requireDaemon();
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'ctxd-vscode-'));
   const stateDir = path.join(tmp, 'state');
   const folder = path.join(tmp, 'ws');

@@ -19,9 +19,19 @@ PUPPETEER_VERSION=24.10.0
 RIPGREP_PKG_VERSION=1.15.11     # @vscode/ripgrep in code-server 4.100.3
 RIPGREP_RELEASE=v13.0.0-10      # the prebuilt it would download
 ARTIFACTS="$EXT/test-artifacts"
-PYTHON="${CTXD_TEST_PYTHON:-python3}"
 
 log() { echo "[e2e] $*"; }
+
+# --- the daemon's interpreter, as an absolute path ---------------------------------------------
+# code-server rebuilds the extension host's PATH from a login shell (pyenv shims first, an
+# activated venv gone), so a bare `python3` in the setting may have no ctxd. Take the interpreter
+# that runs this script's environment (the venv .ci/run activated) and check it can run ctxd.
+PYTHON="$("${CTXD_TEST_PYTHON:-python3}" -c 'import sys; print(sys.executable)')"
+if ! PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m ctxd --version >/dev/null; then
+  echo "[e2e] $PYTHON cannot run ctxd: activate the venv that has it installed, or set CTXD_TEST_PYTHON" >&2
+  exit 1
+fi
+log "daemon: $PYTHON -m ctxd"
 
 # --- system packages --------------------------------------------------------------------------
 need=()
@@ -54,11 +64,25 @@ if ! "$CODE_SERVER" --version 2>/dev/null | grep -q "^$CODE_SERVER_VERSION " ||
   cp "$(command -v rg)" "$rg_stage/rg"
   tar czf "$rg_cache/ripgrep-$RIPGREP_RELEASE-$rg_target.tar.gz" -C "$rg_stage" rg
   rm -rf "$rg_stage"
-  log "npm install code-server@$CODE_SERVER_VERSION puppeteer-core@$PUPPETEER_VERSION into $CACHE"
-  mkdir -p "$CACHE"
-  npm_config_unsafe_perm=true npm_config_yes=true \
-    npm install --no-save --no-audit --no-fund --loglevel=error --prefix "$CACHE" \
-    "code-server@$CODE_SERVER_VERSION" "puppeteer-core@$PUPPETEER_VERSION" >/dev/null
+  # A postinstall (node-gyp) has been seen to fail once and pass on the next try: three tries,
+  # each from an empty folder so a half-built module is never reused.
+  for try in 1 2 3; do
+    log "npm install code-server@$CODE_SERVER_VERSION puppeteer-core@$PUPPETEER_VERSION into $CACHE (try $try)"
+    rm -rf "$CACHE/node_modules" "$CACHE/package.json" "$CACHE/package-lock.json"
+    mkdir -p "$CACHE"
+    if npm_config_unsafe_perm=true npm_config_yes=true \
+      npm install --no-save --no-audit --no-fund --loglevel=error --prefix "$CACHE" \
+      "code-server@$CODE_SERVER_VERSION" "puppeteer-core@$PUPPETEER_VERSION" >"$CACHE/npm-install.log" 2>&1 &&
+      "$CODE_SERVER" --version >/dev/null 2>&1; then
+      break
+    fi
+    tail -30 "$CACHE/npm-install.log" >&2
+    if ((try == 3)); then
+      echo "[e2e] npm install of code-server failed three times" >&2
+      exit 1
+    fi
+    sleep $((try * 5))
+  done
 fi
 "$CODE_SERVER" --version | head -1
 
@@ -99,10 +123,8 @@ cs --install-extension "$AGENT_VSIX" >/dev/null
 cs --list-extensions --show-versions
 
 PORT="$(node -e 'const s=require("net").createServer().listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})')"
-TIKTOKEN_DIR="$REPO/../shared/tiktoken"
 export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 export XDG_STATE_HOME="$STATE" XDG_CONFIG_HOME="$WORK/xdg-config"
-[[ -d "$TIKTOKEN_DIR" && -z "${TIKTOKEN_CACHE_DIR:-}" ]] && export TIKTOKEN_CACHE_DIR="$TIKTOKEN_DIR"
 
 # Its own process group (setsid), so the cleanup stops code-server, the extension host and the
 # daemon together.
