@@ -48,6 +48,7 @@ def daemon_factory(state_dir: Path, tmp_path: Path, transport: str, request: pyt
         return client
 
     yield start
+    shape_errors = [problem for client in clients for problem in client.shape_errors]
     for client in clients:
         if client.proc.poll() is None:
             client.shutdown(timeout=5)
@@ -56,6 +57,7 @@ def daemon_factory(state_dir: Path, tmp_path: Path, transport: str, request: pyt
         for log_file in logs:
             if log_file.exists():
                 print(f"--- {log_file.name} ---\n{log_file.read_text(errors='replace')[-5000:]}")
+    assert not shape_errors, f"notifications that do not match ctxd/protocol/shapes.py: {shape_errors[:3]}"
 
 
 @pytest.fixture

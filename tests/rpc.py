@@ -13,7 +13,26 @@ import time
 from pathlib import Path
 from typing import Any, BinaryIO, Callable
 
+from pydantic import TypeAdapter, ValidationError
+
+from ctxd.protocol import shapes
+
 REPO = Path(__file__).resolve().parents[1]
+
+
+_ADAPTERS = {name: TypeAdapter(shape) for name, shape in {**shapes.RESULTS, **shapes.NOTIFICATIONS}.items()}
+
+
+def check_shape(method: str, value: Any) -> str | None:
+    """What is wrong with `value` as the result or params of `method` (ctxd/protocol/shapes.py)."""
+    adapter = _ADAPTERS.get(method)
+    if adapter is None:
+        return None
+    try:
+        adapter.validate_python(value, strict=True)
+    except ValidationError as error:
+        return f"{method}: {error}"
+    return None
 
 
 def _not_json(token: str) -> Any:
@@ -46,6 +65,8 @@ class Client:
         self.stdin = stdin or proc.stdin
         self.stdout = stdout or proc.stdout
         self.initialize_result: dict[str, Any] = {}
+        self.methods: dict[int, str] = {}  # request id -> method, to check each reply's shape
+        self.shape_errors: list[str] = []  # notifications that did not match their shape
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._cond = threading.Condition()
@@ -87,6 +108,9 @@ class Client:
             message = json.loads(body, parse_constant=_not_json)  # strictly: no NaN or Infinity
             with self._cond:
                 if "method" in message:
+                    problem = check_shape(message["method"], message.get("params"))
+                    if problem:
+                        self.shape_errors.append(problem)
                     self.notifications.append(message)
                 elif message.get("id") is None:
                     self.stray.append(message)
@@ -98,6 +122,7 @@ class Client:
 
     def request_async(self, method: str, params: Any = None) -> int:
         msg_id = next(self._ids)
+        self.methods[msg_id] = method
         message: dict[str, Any] = {"jsonrpc": "2.0", "id": msg_id, "method": method}
         if params is not None:
             message["params"] = params
@@ -119,6 +144,8 @@ class Client:
         if "error" in message:
             error = message["error"]
             raise RpcError(error["code"], error["message"], error.get("data"))
+        problem = check_shape(self.methods.get(msg_id, ""), message["result"])
+        assert problem is None, problem  # every reply has the shape the protocol declares
         return message["result"]
 
     def request(self, method: str, params: Any = None, timeout: float = 30.0) -> Any:

@@ -24,3 +24,12 @@ def test_status_reports_trust_problems_and_tokenizers(daemon_factory: Callable[.
     trusting = daemon_factory([workspace], {"trusted": True})
     assert trusting.request("ctxd/status", {"workspace": workspace.as_uri()})["trusted"] is True
     assert "ctxd/status" in trusting.initialize_result["capabilities"]["experimental"]["ctxd"]["methods"]
+
+
+def test_the_checked_in_schema_is_generated_from_the_shapes() -> None:
+    """docs/protocol.schema.json is what the editors' types are generated from: never stale."""
+    from ctxd.protocol.shapes import schema_text
+    from tests.rpc import REPO
+
+    checked_in = (REPO / "docs" / "protocol.schema.json").read_text()
+    assert checked_in == schema_text(), "stale: run `python -m ctxd.protocol.shapes > docs/protocol.schema.json`"

@@ -1,4 +1,5 @@
-"""One thin handler per `ctxd/*` method: params in (already parsed), a plain JSON dict out.
+"""One thin handler per `ctxd/*` method: params in (already parsed), a plain JSON dict out, of the
+shape `ctxd/protocol/shapes.py` declares for the method.
 
 A handler calls the domain and decides nothing itself. Each runs on a worker thread (never on the
 event loop) with a `Call` that carries what it may need besides its params.
@@ -16,7 +17,7 @@ from ctxd.compact import run as compaction
 from ctxd.errors import Cancelled
 from ctxd.ghost import snapshots as ghost
 from ctxd.ledger.workspace import Workspace
-from ctxd.protocol import methods, params as p
+from ctxd.protocol import methods, params as p, shapes
 from ctxd.server.events import Outbox, SlowWarning, Throttle
 from ctxd.status import status as daemon_status
 
@@ -67,59 +68,59 @@ def handler(method: str, params_model: type[BaseModel]) -> Callable[[Handler], H
 
 
 @handler(methods.RECORD, p.RecordParams)
-def record(call: Call, params: p.RecordParams) -> dict[str, Any]:
+def record(call: Call, params: p.RecordParams) -> shapes.RecordResult:
     return call.workspace.record(params.thread, params.items)
 
 
 @handler(methods.REPORT_TOKEN_USAGE, p.ReportTokenUsageParams)
-def report_token_usage(call: Call, params: p.ReportTokenUsageParams) -> dict[str, Any]:
+def report_token_usage(call: Call, params: p.ReportTokenUsageParams) -> shapes.UsageSnapshot:
     return call.workspace.report_usage(params.thread, params.usage.total_tokens)
 
 
 @handler(methods.SET_PROMPT_CONTEXT, p.SetPromptContextParams)
-def set_prompt_context(call: Call, params: p.SetPromptContextParams) -> dict[str, Any]:
+def set_prompt_context(call: Call, params: p.SetPromptContextParams) -> shapes.UsageSnapshot:
     context = params.model_dump(by_alias=True, exclude_none=True, exclude={"workspace", "thread", "work_done_token"})
     return call.workspace.set_prompt_context(params.thread, context)
 
 
 @handler(methods.USAGE, p.Params)
-def usage(call: Call, params: p.Params) -> dict[str, Any]:
+def usage(call: Call, params: p.Params) -> shapes.Breakdown:
     return call.workspace.breakdown(params.thread)
 
 
 @handler(methods.PROMPT, p.PromptParams)
-def prompt(call: Call, params: p.PromptParams) -> dict[str, Any]:
+def prompt(call: Call, params: p.PromptParams) -> shapes.PromptResult:
     return call.workspace.prompt(params.thread, list(params.input_modalities))
 
 
 @handler(methods.ROLLBACK, p.RollbackParams)
-def rollback(call: Call, params: p.RollbackParams) -> dict[str, Any]:
+def rollback(call: Call, params: p.RollbackParams) -> shapes.RollbackResult:
     return call.workspace.rollback(params.thread, params.turns)
 
 
 @handler(methods.HISTORY, p.HistoryParams)
-def history(call: Call, params: p.HistoryParams) -> dict[str, Any]:
+def history(call: Call, params: p.HistoryParams) -> shapes.HistoryResult:
     return call.workspace.history(params.thread, params.offset, params.limit, params.include_archived)
 
 
 @handler(methods.THREADS, p.ThreadsParams)
-def threads(call: Call, params: p.ThreadsParams) -> dict[str, Any]:
+def threads(call: Call, params: p.ThreadsParams) -> shapes.ThreadsResult:
     return call.workspace.threads()
 
 
 @handler(methods.STATUS, p.StatusParams)
-def status(call: Call, params: p.StatusParams) -> dict[str, Any]:
+def status(call: Call, params: p.StatusParams) -> shapes.Status:
     return daemon_status(call.workspace, sources=[])
 
 
 @handler(methods.COMPACT, p.CompactParams)
-def compact(call: Call, params: p.CompactParams) -> dict[str, Any]:
+def compact(call: Call, params: p.CompactParams) -> shapes.CompactResult:
     return compaction.compact_thread(call.workspace, params.thread, strategy=params.strategy, cancel=call.cancel,
                                      events=call.events, progress_token=params.work_done_token)
 
 
 @handler(methods.GHOST_SNAPSHOT, p.GhostSnapshotParams)
-def ghost_snapshot(call: Call, params: p.GhostSnapshotParams) -> dict[str, Any]:
+def ghost_snapshot(call: Call, params: p.GhostSnapshotParams) -> shapes.GhostCommit:
     workspace, token = call.workspace, params.work_done_token
     settings = workspace.settings.ghost
     call.outbox.progress(token, {"kind": "begin", "title": "Snapshotting the working tree"})
@@ -136,12 +137,12 @@ def ghost_snapshot(call: Call, params: p.GhostSnapshotParams) -> dict[str, Any]:
 
 
 @handler(methods.GHOST_LIST, p.GhostListParams)
-def ghost_list(call: Call, params: p.GhostListParams) -> dict[str, Any]:
+def ghost_list(call: Call, params: p.GhostListParams) -> shapes.GhostListResult:
     return {"snapshots": ghost.list_snapshots(call.workspace.root)}
 
 
 @handler(methods.GHOST_RESTORE, p.GhostRestoreParams)
-def ghost_restore(call: Call, params: p.GhostRestoreParams) -> dict[str, Any]:
+def ghost_restore(call: Call, params: p.GhostRestoreParams) -> shapes.RestoreResult:
     workspace = call.workspace
     # Found first: an id the thread never recorded changes nothing.
     point = workspace.snapshot_point(params.thread, params.id) if params.conversation else None

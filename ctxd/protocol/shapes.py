@@ -1,0 +1,296 @@
+"""The shapes of what ctxd sends: every result and notification of protocol v2, defined once.
+
+TypedDicts, so that the domain builds plain dicts at no cost and a type checker holds it to these
+shapes. `schema()` turns them into JSON Schema (`docs/protocol.schema.json`), the exchange format
+from which the VS Code extension's TypeScript types are generated; a test fails when the checked-in
+schema is stale. Request params are the pydantic models of `params.py`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal, Optional
+
+from pydantic import ConfigDict, TypeAdapter
+from typing_extensions import NotRequired, TypedDict
+
+# A reply with a key its shape does not declare fails validation: the shapes stay complete.
+STRICT = ConfigDict(extra="forbid")
+
+Tier = Literal["ok", "warn", "compact"]
+UsageSource = Literal["api", "estimate", "api+estimate"]
+TokenizerStatus = Literal["exact", "loading", "unavailable", "estimate", "idle"]
+
+
+class UsageSnapshot(TypedDict):
+    """How full a thread's context window is: the gauge's numbers."""
+
+    __pydantic_config__ = STRICT  # type: ignore[misc]
+    usedTokens: int
+    contextWindow: int
+    percent: float
+    autoCompactLimit: int
+    tier: Tier
+    source: UsageSource
+    historyVersion: int
+    tokenizer: NotRequired[str]
+    tokenizerStatus: NotRequired[TokenizerStatus]
+
+
+class UsageChanged(UsageSnapshot):
+    """`ctxd/usageChanged`."""
+
+    __pydantic_config__ = STRICT  # type: ignore[misc]
+    workspace: str
+    thread: str
+
+
+class Detail(TypedDict):
+    __pydantic_config__ = STRICT  # type: ignore[misc]
+    name: str
+    tokens: int
+
+
+class Category(TypedDict):
+    __pydantic_config__ = STRICT  # type: ignore[misc]
+    name: Literal["systemPrompt", "builtinTools", "mcpTools", "skills", "memoryFiles", "messages",
+                  "freeSpace", "autocompactBuffer"]
+    tokens: int
+    percent: float
+    details: list[Detail]
+
+
+class Cost(TypedDict):
+    __pydantic_config__ = STRICT  # type: ignore[misc]
+    currency: Literal["USD"]
+    input: float
+    cachedInput: float
+    output: float
+    total: float
+    priced: bool
+
+
+class Breakdown(TypedDict):
+    """`ctxd/usage`: where the window's tokens go."""
+
+    __pydantic_config__ = STRICT  # type: ignore[misc]
+    model: Optional[str]
+    contextWindow: int
+    mode: Literal["estimated", "actual"]
+    totalTokens: Optional[int]
+    usage: UsageSnapshot
+    categories: list[Category]
+    overheadTokens: int
+    idleCost: int
+    overflowTokens: NotRequired[int]
+    cost: NotRequired[Cost]
+
+
+class RecordResult(TypedDict):
+    __pydantic_config__ = STRICT  # type: ignore[misc]
+    historyVersion: int
+    itemCount: int
+    usage: UsageSnapshot
+
+
+class PromptResult(TypedDict):
+    __pydantic_config__ = STRICT  # type: ignore[misc]
+    items: list[dict[str, Any]]
+    historyVersion: int
+    estimatedTokens: int
+    reinjectContext: bool
+
+
+class CompactResult(TypedDict):
+    __pydantic_config__ = STRICT  # type: ignore[misc]
+    historyVersion: int
+    tokensBefore: int
+    tokensAfter: int
+    strategy: Literal["llm", "remote", "offline"]
+    summary: str
+    trimmedItems: int
+    fallbackReason: NotRequired[Optional[str]]
+
+
+class Compacted(TypedDict):
+    """`ctxd/compacted`."""
+
+    __pydantic_config__ = STRICT  # type: ignore[misc]
+    workspace: str
+    thread: str
+    tokensBefore: int
+    tokensAfter: int
+    strategy: str
+
+
+class RollbackResult(TypedDict):
+    __pydantic_config__ = STRICT  # type: ignore[misc]
+    historyVersion: int
+    removedItems: int
+    usage: UsageSnapshot
+
+
+class HistoryResult(TypedDict):
+    __pydantic_config__ = STRICT  # type: ignore[misc]
+    items: list[dict[str, Any]]
+    historyVersion: int
+    total: int
+
+
+class ThreadInfo(TypedDict):
+    __pydantic_config__ = STRICT  # type: ignore[misc]
+    thread: str
+    itemCount: int
+    historyVersion: int
+    updatedAt: str
+    source: NotRequired[Literal["client", "codex", "claude"]]
+    title: NotRequired[Optional[str]]
+    model: NotRequired[Optional[str]]
+    lastActivity: NotRequired[Optional[str]]
+    readOnly: NotRequired[bool]
+    usage: NotRequired[UsageSnapshot]
+
+
+class ThreadsResult(TypedDict):
+    __pydantic_config__ = STRICT  # type: ignore[misc]
+    threads: list[ThreadInfo]
+
+
+class Problem(TypedDict):
+    __pydantic_config__ = STRICT  # type: ignore[misc]
+    source: str
+    key: NotRequired[str]
+    message: str
+
+
+class TokenizerState(TypedDict):
+    __pydantic_config__ = STRICT  # type: ignore[misc]
+    name: str
+    status: TokenizerStatus
+
+
+class SourceState(TypedDict):
+    __pydantic_config__ = STRICT  # type: ignore[misc]
+    agent: str
+    root: str
+    enabled: bool
+    sessions: int
+
+
+class Status(TypedDict):
+    """`ctxd/status`."""
+
+    __pydantic_config__ = STRICT  # type: ignore[misc]
+    version: str
+    protocolVersion: int
+    stateDir: str
+    trusted: bool
+    problems: list[Problem]
+    tokenizers: list[TokenizerState]
+    sources: list[SourceState]
+
+
+class Skipped(TypedDict):
+    __pydantic_config__ = STRICT  # type: ignore[misc]
+    path: str
+    reason: str
+
+
+class GhostCommit(TypedDict):
+    __pydantic_config__ = STRICT  # type: ignore[misc]
+    id: str
+    parent: Optional[str]
+    createdAt: Optional[str]
+    message: str
+    fileCount: int
+    skipped: list[Skipped]
+    durationMs: int
+
+
+class GhostListResult(TypedDict):
+    __pydantic_config__ = STRICT  # type: ignore[misc]
+    snapshots: list[GhostCommit]
+
+
+class RestoreResult(TypedDict):
+    __pydantic_config__ = STRICT  # type: ignore[misc]
+    id: str
+    restored: list[str]
+    removed: list[str]
+    removedItems: NotRequired[int]
+    undoId: NotRequired[Optional[str]]
+    dryRun: NotRequired[bool]
+    pathEncoding: NotRequired[Literal["escaped"]]
+
+
+class FileChange(TypedDict):
+    __pydantic_config__ = STRICT  # type: ignore[misc]
+    path: str
+    status: Literal["modified", "added", "deleted"]
+    binary: bool
+    before: NotRequired[Optional[str]]
+    after: NotRequired[Optional[str]]
+    pathEncoding: NotRequired[Literal["escaped"]]
+
+
+class DiffResult(TypedDict):
+    __pydantic_config__ = STRICT  # type: ignore[misc]
+    id: str
+    files: list[FileChange]
+
+
+class DeleteResult(TypedDict):
+    __pydantic_config__ = STRICT  # type: ignore[misc]
+    deleted: bool
+
+
+class ThreadsChanged(TypedDict):
+    """`ctxd/threadsChanged`."""
+
+    __pydantic_config__ = STRICT  # type: ignore[misc]
+    workspace: str
+
+
+# What each method answers and each notification carries; the schema's top level lists them.
+RESULTS: dict[str, Any] = {
+    "ctxd/record": RecordResult,
+    "ctxd/reportTokenUsage": UsageSnapshot,
+    "ctxd/setPromptContext": UsageSnapshot,
+    "ctxd/usage": Breakdown,
+    "ctxd/prompt": PromptResult,
+    "ctxd/compact": CompactResult,
+    "ctxd/rollback": RollbackResult,
+    "ctxd/history": HistoryResult,
+    "ctxd/threads": ThreadsResult,
+    "ctxd/status": Status,
+    "ctxd/ghost/snapshot": GhostCommit,
+    "ctxd/ghost/list": GhostListResult,
+    "ctxd/ghost/restore": RestoreResult,
+    "ctxd/ghost/diff": DiffResult,
+    "ctxd/ghost/delete": DeleteResult,
+}
+NOTIFICATIONS: dict[str, Any] = {
+    "ctxd/usageChanged": UsageChanged,
+    "ctxd/compacted": Compacted,
+    "ctxd/threadsChanged": ThreadsChanged,
+}
+
+
+def schema() -> dict[str, Any]:
+    """JSON Schema of every shape, with one property per method and notification naming its shape."""
+    fields = {name.replace("/", "_"): shape for name, shape in {**RESULTS, **NOTIFICATIONS}.items()}
+    protocol = TypedDict("CtxdProtocol", fields)  # type: ignore[misc, operator]
+    result = TypeAdapter(protocol).json_schema(ref_template="#/$defs/{model}")
+    result["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    result["title"] = "CtxdProtocol"
+    result["description"] = ("Results and notifications of the ctxd wire protocol, version 2 "
+                             "(generated from ctxd/protocol/shapes.py by `python -m ctxd.protocol.shapes`).")
+    return result
+
+
+def schema_text() -> str:
+    return json.dumps(schema(), indent=2, sort_keys=True) + "\n"
+
+
+if __name__ == "__main__":
+    print(schema_text(), end="")
