@@ -65,6 +65,22 @@ def client(daemon_factory: Callable[..., Client], workspace: Path) -> Client:
     return daemon_factory([workspace])
 
 
+_ran: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "call" and report.passed:
+        _ran.append(report.nodeid)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A run in which no test passed proves nothing: all skipped or deselected is exit 5, like "no
+    tests collected", so `.ci/run` (set -e) fails instead of passing silently."""
+    if exitstatus == pytest.ExitCode.OK and not _ran and not session.config.option.collectonly:
+        print("\nno test ran (every collected test was skipped or deselected)")
+        session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Any:
     report = yield

@@ -129,12 +129,20 @@ def test_remote_malformed_answers_fail(fake, step: Step) -> None:
         run("remote", settings_for(fake, api="responses"))
 
 
-@pytest.mark.parametrize("strategy, api", [("llm", "chat"), ("llm", "responses"), ("remote", "responses")])
-def test_context_overflow_trims_oldest_items_and_retries(fake, strategy: str, api: str) -> None:
-    fake.max_input_items = 3 if api == "chat" else 2  # chat merges runs of a role; +1 for the instruction
+# The history sent is ITEMS without the ghost item: user, call, output, assistant, user. Each retry drops
+# the oldest item; dropping the call drops its output with it. llm adds the instruction as one more
+# message (chat) or input item (responses); remote sends the history alone.
+@pytest.mark.parametrize("strategy, api, sizes, trimmed", [
+    ("llm", "chat", [6, 5, 3], 3),              # user; call + output -> assistant, user, instruction
+    ("llm", "responses", [6, 5, 3, 2], 4),      # user; call + output; assistant -> user, instruction
+    ("remote", "responses", [5, 4, 2], 3),      # user; call + output -> assistant, user
+])
+def test_context_overflow_trims_oldest_items_and_retries(fake, strategy: str, api: str, sizes: list[int],
+                                                         trimmed: int) -> None:
+    fake.max_input_items = 3 if api == "chat" else 2
     outcome = run(strategy, settings_for(fake, api=api))
-    assert outcome.trimmed_items >= 2
-    assert len(fake.requests) >= 2
+    assert outcome.trimmed_items == trimmed
+    assert [len(r.body.get("messages") or r.body.get("input")) for r in fake.requests] == sizes
     assert {r.body.get("model") for r in fake.requests} == {"fake-model"}
 
 

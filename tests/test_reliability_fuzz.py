@@ -286,14 +286,24 @@ def test_framing_faults_are_survived(fuzzed: Fuzzed, name: str, data: bytes) -> 
     fuzzed.alive()
 
 
-def test_lone_surrogates_and_huge_numbers_are_invalid_params(fuzzed: Fuzzed) -> None:
-    for params in ({"items": [user("a\ud800b")]}, {"usage": {"inputTokens": 2**64, "totalTokens": 2**64}},
-                   {"turns": 10**30}):
-        method = "ctxd/record" if "items" in params else "ctxd/reportTokenUsage" if "usage" in params else "ctxd/rollback"
-        try:
-            fuzzed.client.request(method, {"workspace": fuzzed.uri, "thread": "numbers", **params})
-        except RpcError as error:
-            assert error.code == -32602, error
+@pytest.mark.parametrize("method, params, named", [
+    ("ctxd/record", {"items": [user("a\ud800b")]}, "surrogate"),
+    ("ctxd/reportTokenUsage", {"usage": {"inputTokens": 2**64, "totalTokens": 2**64}}, "usage.inputTokens"),
+    ("ctxd/rollback", {"turns": 10**30}, "turns"),
+    ("ctxd/history", {"offset": 10**30}, "offset"),
+    ("ctxd/history", {"limit": 10**30}, "limit"),
+])
+def test_lone_surrogates_and_huge_numbers_are_invalid_params(fuzzed: Fuzzed, method: str, params: dict,
+                                                             named: str) -> None:
+    """A count no client can mean (over 2**53 - 1, what JavaScript sends exactly) is -32602 naming the
+    field, and nothing changes: `turns: 10**30` must not quietly roll the whole thread back."""
+    where = {"workspace": fuzzed.uri, "thread": f"numbers-{method}-{named}"}
+    fuzzed.client.request("ctxd/record", {**where, "items": [user("keep me"), user("and me")]})
+    before = fuzzed.client.request("ctxd/history", where)
+    with pytest.raises(RpcError) as error:
+        fuzzed.client.request(method, {**where, **params})
+    assert error.value.code == -32602 and named in error.value.message, error.value
+    assert fuzzed.client.request("ctxd/history", where) == before
     fuzzed.alive()
 
 
