@@ -30,8 +30,8 @@ class RecordParams(Params):
     items: list[Any]
 
 
-# Counts are stored in SQLite INTEGER columns (8 bytes); any real count is far below this, and
-# JavaScript clients cannot send a larger integer exactly anyway.
+# Counts (tokens, turns, offsets) are stored in or compared with SQLite INTEGER columns (8 bytes); any
+# real count is far below this, and JavaScript clients cannot send a larger integer exactly anyway.
 MAX_COUNT = 2**53 - 1
 
 
@@ -86,12 +86,12 @@ class PromptParams(Params):
 
 
 class RollbackParams(Params):
-    turns: int = Field(ge=1)
+    turns: int = Field(ge=1, le=MAX_COUNT)
 
 
 class HistoryParams(Params):
-    offset: int = Field(default=0, ge=0)
-    limit: int | None = Field(default=None, ge=0)
+    offset: int = Field(default=0, ge=0, le=MAX_COUNT)
+    limit: int | None = Field(default=None, ge=0, le=MAX_COUNT)
     include_archived: bool = False
 
 
