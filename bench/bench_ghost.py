@@ -6,7 +6,8 @@ Generates a repository in a temporary folder (20,000 committed files); each roun
 them new content and writes 500 new untracked files, times `git stash create` (git's own snapshot
 of tracked changes only) on that, then does the same edit again with other content and times the
 first ghost snapshot of it (nothing cached), then both again with nothing changed. Prints medians
-and the ratios against the baseline. Goals: first <= 1.2x, second <= 1.0x.
+and the ratios against the baseline. Goals: first <= 1.2x, second <= 1.0x; the exit status is 1
+when one is missed.
 
 The temporary folder is on $TMPDIR: set TMPDIR=/dev/shm to take the disk out of the comparison
 (loose objects, which git writes one file each, are slow to create on some disks).
@@ -23,7 +24,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
+
+from table import Row, ms, report  # noqa: E402
 
 from ctxd.ghost import snapshots as ghost  # noqa: E402  (after the path tweak above)
 
@@ -71,13 +74,13 @@ def timed(fn) -> float:
     return time.perf_counter() - start
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--files", type=int, default=20_000)
     parser.add_argument("--modified", type=int, default=1_000)
     parser.add_argument("--untracked", type=int, default=500)
     parser.add_argument("--rounds", type=int, default=5)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     base_first, base_again, firsts, agains = [], [], [], []
     info: dict = {}
     with tempfile.TemporaryDirectory(prefix="ctxd-bench-ghost-") as tmp:
@@ -100,21 +103,19 @@ def main() -> int:
                 agains.append(timed(lambda: ghost.snapshot(repo, "again")))
     median = statistics.median
     print(f"snapshot holds {info['fileCount']} files, skipped {len(info['skipped'])}")
-    rows = [
-        ("first: git stash create", median(base_first), None),
-        ("first: ghost snapshot", median(firsts), (median(firsts) / median(base_first), 1.2)),
-        ("again: git stash create", median(base_again), None),
-        ("again: ghost snapshot", median(agains), (median(agains) / median(base_again), 1.0)),
-    ]
-    for name, seconds, ratio in rows:
-        extra = f"   ratio {ratio[0]:5.2f}x  (goal <= {ratio[1]}x)" if ratio else ""
-        print(f"{name:26} median {seconds * 1000:8.1f} ms{extra}")
+    first, again = median(firsts), median(agains)
     # The first `git stash create` of new content writes 1,000 loose objects, slow on some file
     # systems (snapshots write theirs into one pack); a stricter line: against a stash create
     # that has nothing left to write.
-    print(f"first ghost snapshot against an again stash create: {median(firsts) / median(base_again):5.2f}x")
-    return 0
+    print(f"first ghost snapshot against an again stash create: {first / median(base_again):5.2f}x")
+    return report([
+        Row(f"first ghost snapshot, {args.files} files, {args.modified} modified", ms(first),
+            f"{ms(median(base_first))} (git stash create)", f"{first / median(base_first):.2f}x", "<= 1.2x",
+            first / median(base_first) <= 1.2),
+        Row("ghost snapshot again, nothing changed", ms(again), f"{ms(median(base_again))} (git stash create)",
+            f"{again / median(base_again):.2f}x", "<= 1.0x", again / median(base_again) <= 1.0),
+    ])
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,29 +1,59 @@
-"""Run every benchmark in this folder, one after another, and print their tables.
+"""Run every benchmark in this folder and print ONE table: figure, measured, floor, ratio, goal, met.
 
-Each benchmark measures its own baseline in the same run and prints ratios, so the figures hold
-on a noisy machine. Run: python bench/run.py [name ...]   (e.g. `python bench/run.py spine tokens`)
+Each benchmark measures its floor in the same run and exits non-zero when it misses a goal; this
+runs them one after another (each in its own process, with settings that keep the whole run to a
+few minutes), collects their rows, and exits 1 if any goal was missed or any benchmark failed.
+The long runs stay in stress.py.
+
+    python bench/run.py                 # everything
+    python bench/run.py speed tokens    # some of them
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from table import ROWS_FILE, Row, print_table, read_rows  # noqa: E402
+
+# The arguments that keep each benchmark short enough for a usable run.
+QUICK: dict[str, list[str]] = {
+    "speed": ["--quick"],
+    "tokens": ["--rounds", "10"],
+    "compact": ["--sessions", "5"],
+    "ghost": ["--rounds", "3"],
+}
 
 
 def main(argv: list[str]) -> int:
     names = argv or sorted(p.stem.removeprefix("bench_") for p in HERE.glob("bench_*.py"))
-    missed = []
-    for name in names:
-        script = HERE / f"bench_{name}.py"
-        print(f"\n=== {name} ({script.name}) ===", flush=True)
-        if subprocess.run([sys.executable, str(script)]).returncode != 0:
-            missed.append(name)
-    if missed:
-        print(f"\nmissed a goal or failed: {', '.join(missed)}")
-    return 1 if missed else 0
+    rows: list[Row] = []
+    failed = []
+    with tempfile.TemporaryDirectory(prefix="ctxd-bench-") as tmp:
+        for name in names:
+            script = HERE / f"bench_{name}.py"
+            path = Path(tmp) / f"{name}.jsonl"
+            print(f"\n=== {name}: {script.name} {' '.join(QUICK.get(name, []))} ===", flush=True)
+            status = subprocess.run([sys.executable, str(script), *QUICK.get(name, [])],
+                                    env={**os.environ, ROWS_FILE: str(path)}).returncode
+            got = read_rows(str(path)) if path.exists() else []
+            if status != 0 and all(row.met for row in got):  # it failed without saying which goal
+                failed.append(f"{name} (exit {status})")
+            rows += got
+    print("\n=== all benchmarks ===")
+    print_table(rows)
+    missed = [row.figure for row in rows if not row.met]
+    if missed or failed:
+        print(f"\nmissed: {len(missed)} of {len(rows)} goals" + (f"; failed: {', '.join(failed)}" if failed else ""))
+        return 1
+    print(f"\nall {len(rows)} goals met")
+    return 0
 
 
 if __name__ == "__main__":

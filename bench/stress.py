@@ -5,7 +5,12 @@
 2. crash storm: 100 cycles of recording and `kill -9` at a random moment: items lost/duplicated.
 3. size: 1,000,000 items across 100 threads: peak RSS while recording and after loading every
    thread again, and the ledger's load time after a restart (vs an empty thread's, same run).
-4. a 200 MB tool output: peak RSS growth (vs the output's size) and time.
+   Bound: after loading every thread, the peak RSS is at most the RSS before loading plus
+   MAX_LOADED_ITEMS items at the per-item cost measured on the first thread, plus half again.
+4. a 200 MB tool output: peak RSS growth and time. Bound: the peak grows by at most
+   BIG_OUTPUT_MIB (the frame reader keeps 8 MiB of any string, whatever its size).
+
+The exit status is 1 when any goal or bound is missed.
 
 Run: python bench/stress.py            (everything; about 5-10 minutes on 2 cores)
      python bench/stress.py --quick    (a tenth of each)
@@ -30,6 +35,10 @@ from hypothesis import strategies as st
 from tests import test_reliability_fuzz as fuzz  # noqa: E402
 from tests.rpc import Client, start_daemon  # noqa: E402
 from tests.test_reliability_faults import crash_storm, peak_rss_kib  # noqa: E402
+
+from ctxd.ledger.workspace import MAX_LOADED_ITEMS  # noqa: E402
+
+BIG_OUTPUT_MIB = 64  # at most this much peak RSS growth for a huge tool output
 
 
 def rss_kib(pid: int) -> int:
@@ -143,9 +152,12 @@ def run_size(root: Path, total: int, threads: int) -> dict[str, Any]:
     t0 = time.perf_counter()
     client.request("ctxd/usage", {"workspace": uri, "thread": "empty"})
     empty_seconds = time.perf_counter() - t0
+    before_loading = rss_kib(client.proc.pid)
     t0 = time.perf_counter()
     usage = client.request("ctxd/usage", {"workspace": uri, "thread": "t0"}, timeout=120)
     load_seconds = time.perf_counter() - t0
+    per_item_kib = max(rss_kib(client.proc.pid) - before_loading, 0) / per_thread
+    bound = before_loading + 1.5 * MAX_LOADED_ITEMS * per_item_kib
     t0 = time.perf_counter()
     for t in range(threads):
         client.request("ctxd/usage", {"workspace": uri, "thread": f"t{t}"}, timeout=120)
@@ -163,6 +175,8 @@ def run_size(root: Path, total: int, threads: int) -> dict[str, Any]:
         "load_one_thread_ms": round(load_seconds * 1000, 1), "first_request_on_empty_thread_ms": round(empty_seconds * 1000, 1),
         "load_ratio": round(load_seconds / max(empty_seconds, 1e-6), 1),
         "load_every_thread_seconds": round(all_seconds, 2), "tokens_in_t0": usage["usage"]["usedTokens"],
+        "loaded_item_kib": round(per_item_kib, 3), "rss_bound_mib": round(bound / 1024, 1),
+        "within_bound": load_peak <= bound,
     }
 
 
@@ -223,6 +237,10 @@ def main() -> int:
         failed.append("fuzz")
     if "storm" in report and (report["storm"]["lost"] or report["storm"]["duplicated"]):
         failed.append("storm")
+    if "size" in report and not report["size"]["within_bound"]:
+        failed.append("size (memory over its bound)")
+    if "big" in report and report["big"]["peak_growth_mib"] > BIG_OUTPUT_MIB:
+        failed.append(f"big (peak grew over {BIG_OUTPUT_MIB} MiB)")
     print("FAILED: " + ", ".join(failed) if failed else "all goals met")
     return 1 if failed else 0
 

@@ -1,0 +1,237 @@
+"""ctxd's request speed against a floor that does not share its costs (issue #12, "Speed").
+
+The floor is bench/floor_daemon.py: a minimal Python JSON-RPC daemon (LSP framing over stdio,
+`json`, a SQLite WAL commit for a record). Both run as subprocesses, get the same requests from the
+same client in the same run, interleaved round by round so machine noise falls on both. The client
+times a call from writing the request to having read the whole answer; it parses answers only
+after the clock stops (the client's parsing is not the daemon's cost).
+
+| figure | floor | goal |
+|---|---|---|
+| one-item durable `ctxd/record` | the floor's durable record | <= 2x |
+| `ctxd/usage` on a 100k-item thread | the floor's usage round trip | <= 1.3x |
+| `ctxd/prompt` of 100k items | the floor sending the same items back | <= 1.5x |
+| `ctxd/prompt` growth, 25k to 100k items | ctxd's own 25k-item prompt | <= 4.4x |
+| cold start to `initialize` answered | importing pygls' language server alone | <= 2x |
+
+The cold-start floor is `python -c 'from pygls.lsp.server import LanguageServer'` (what any pygls
+server imports; about 0.7 s, most of it lsprotocol.types). A bare `import pygls` loads only its
+`__init__` (as fast as `python -c pass`), so it would measure Python's start, not pygls'; it is
+printed beside it for reference.
+
+    python bench/bench_speed.py [--items 100000] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path[:0] = [str(REPO), str(HERE)]
+
+from table import Row, ms, report  # noqa: E402
+
+from tests.rpc import daemon_env  # noqa: E402
+
+NOTIFICATION_MAX = 64 * 1024  # answers larger than this are never notifications
+
+
+class Wire:
+    """A synchronous LSP-framed client: one request at a time, no reader thread in between."""
+
+    def __init__(self, cmd: list[str], env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, env=env, cwd=str(REPO))
+        self._ids = itertools.count(1)
+
+    def send(self, message: dict[str, Any]) -> None:
+        body = json.dumps(message).encode()
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        self.proc.stdin.flush()
+
+    def _read(self) -> bytes:
+        stream = self.proc.stdout
+        assert stream is not None
+        length = 0
+        while True:
+            line = stream.readline()
+            if not line:
+                raise RuntimeError(f"{self.proc.args} closed its output (exit {self.proc.poll()})")
+            if line in (b"\r\n", b"\n"):
+                break
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        return stream.read(length)
+
+    def call(self, method: str, params: Any) -> tuple[float, bytes]:
+        """(seconds from sending to having read the answer, the answer's bytes)."""
+        msg_id = next(self._ids)
+        message = {"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params}
+        start = time.perf_counter()
+        self.send(message)
+        while True:
+            body = self._read()
+            if len(body) > NOTIFICATION_MAX:
+                break
+            parsed = json.loads(body)
+            if "method" not in parsed:
+                break
+            if "id" in parsed:  # a request from the daemon: answer it, as an editor would
+                self.send({"jsonrpc": "2.0", "id": parsed["id"], "result": None})
+        return time.perf_counter() - start, body
+
+    def request(self, method: str, params: Any) -> Any:
+        _, body = self.call(method, params)
+        return result_of(body, method)
+
+    def close(self) -> None:
+        try:
+            self.request("shutdown", None)
+            self.send({"jsonrpc": "2.0", "method": "exit"})
+            self.proc.wait(10)
+        except (OSError, RuntimeError, subprocess.TimeoutExpired):
+            self.proc.kill()
+            self.proc.wait()
+
+
+def result_of(body: bytes, method: str) -> Any:
+    answer = json.loads(body)
+    if "error" in answer:
+        raise RuntimeError(f"{method}: {answer['error']}")
+    return answer["result"]
+
+
+def turn(i: int) -> list[dict[str, Any]]:
+    return [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": f"please look at file_{i}.py"}]},
+        {"type": "function_call", "call_id": f"c{i}", "name": "shell", "arguments": f'{{"cmd": "cat file_{i}.py"}}'},
+        {"type": "function_call_output", "call_id": f"c{i}", "output": f"def f{i}():\n    return {i}\n" * 3},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": f"file_{i}.py looks fine"}]},
+    ]
+
+
+def thread_items(count: int) -> list[dict[str, Any]]:
+    return list(itertools.islice(itertools.chain.from_iterable(turn(i) for i in itertools.count()), count))
+
+
+ONE_ITEM = {"type": "message", "role": "assistant",
+            "content": [{"type": "output_text", "text": "I read src/app/config.py; the loader ignores the "
+                         "TENANT variable, so tests/test_config.py fails on line 42. Next I will pass the "
+                         "tenant through load_settings() and rerun the tests."}]}
+
+
+def interleaved(wires: dict[str, Wire], method: str, params: dict[str, Any], rounds: int, per_round: int) -> dict[str, float]:
+    """Median seconds per call for each daemon, their calls interleaved in blocks of `per_round`."""
+    samples: dict[str, list[float]] = {name: [] for name in wires}
+    last: dict[str, bytes] = {}
+    for _ in range(rounds):
+        for name, wire in wires.items():
+            for _ in range(per_round):
+                seconds, last[name] = wire.call(method, params)
+                samples[name].append(seconds)
+    for body in last.values():  # an error would be fast and wrong: the answers must be results
+        result_of(body, method)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+PYGLS_IMPORT = "from pygls.lsp.server import LanguageServer"
+
+
+def cold_start(env: dict[str, str], workspace: Path, repeat: int) -> tuple[float, float, float]:
+    """Median seconds from spawning `python -m ctxd` to its `initialize` answer, from spawning
+    `python -c PYGLS_IMPORT` to its exit, and from spawning `python -c 'import pygls'`; interleaved."""
+    ctxd, pygls, bare = [], [], []
+    init = {"processId": None, "rootUri": workspace.as_uri(), "capabilities": {},
+            "workspaceFolders": [{"uri": workspace.as_uri(), "name": workspace.name}]}
+    for _ in range(repeat):
+        start = time.perf_counter()
+        wire = Wire([sys.executable, "-m", "ctxd"], env)
+        seconds = time.perf_counter() - start
+        seconds += wire.call("initialize", init)[0]
+        ctxd.append(seconds)
+        wire.close()
+        for code, samples in ((PYGLS_IMPORT, pygls), ("import pygls", bare)):
+            start = time.perf_counter()
+            subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=str(REPO))
+            samples.append(time.perf_counter() - start)
+    return statistics.median(ctxd), statistics.median(pygls), statistics.median(bare)
+
+
+def fill(wire: Wire, params: dict[str, Any], items: list[dict[str, Any]]) -> None:
+    for start in range(0, len(items), 2000):
+        wire.request("ctxd/record", {**params, "items": items[start:start + 2000]})
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--items", type=int, default=100_000)
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions (run.py's default)")
+    args = parser.parse_args(argv)
+    calls, prompts, starts = (100, 3, 5) if args.quick else (300, 5, 9)
+    big, quarter = thread_items(args.items), thread_items(args.items // 4)
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory(prefix="ctxd-bench-speed-") as tmp:
+        root = Path(tmp)
+        workspace = root / "ws"
+        workspace.mkdir()
+        env = daemon_env(root / "state")
+        ctxd = Wire([sys.executable, "-m", "ctxd"], env)
+        floor = Wire([sys.executable, str(HERE / "floor_daemon.py"), str(root / "floor")], env)
+        wires = {"ctxd": ctxd, "floor": floor}
+        try:
+            ctxd.request("initialize", {"processId": None, "rootUri": workspace.as_uri(), "capabilities": {},
+                                        "workspaceFolders": [{"uri": workspace.as_uri(), "name": "ws"}],
+                                        "initializationOptions": {"ctxd": {"autoCompactTokenLimit": 0}}})
+            ctxd.send({"jsonrpc": "2.0", "method": "initialized", "params": {}})
+            floor.request("initialize", {})
+            where = {"workspace": workspace.as_uri()}
+            for wire in wires.values():
+                fill(wire, {**where, "thread": "big"}, big)
+                fill(wire, {**where, "thread": "quarter"}, quarter)
+
+            record = interleaved(wires, "ctxd/record", {**where, "thread": "records", "items": [ONE_ITEM]}, 10, calls // 10)
+            rows.append(ratio_row("one-item durable ctxd/record", record["ctxd"], record["floor"], 2.0))
+
+            usage = interleaved(wires, "ctxd/usage", {**where, "thread": "big"}, 10, calls // 10)
+            rows.append(ratio_row(f"ctxd/usage, {args.items // 1000}k-item thread", usage["ctxd"], usage["floor"], 1.3))
+
+            for wire in wires.values():  # both must send every item back
+                count = len(wire.request("ctxd/prompt", {**where, "thread": "big"})["items"])
+                if count != len(big):
+                    raise RuntimeError(f"{wire.proc.args[1]}: ctxd/prompt sent {count} items, not {len(big)}")
+            prompt = interleaved(wires, "ctxd/prompt", {**where, "thread": "big"}, prompts, 1)
+            rows.append(ratio_row(f"ctxd/prompt, {args.items // 1000}k items", prompt["ctxd"], prompt["floor"], 1.5))
+            small = interleaved(wires, "ctxd/prompt", {**where, "thread": "quarter"}, prompts, 1)
+            rows.append(Row(f"ctxd/prompt growth, {args.items // 4000}k to {args.items // 1000}k items",
+                            ms(prompt["ctxd"]), f"{ms(small['ctxd'])} (ctxd, {args.items // 4000}k)",
+                            f"{prompt['ctxd'] / small['ctxd']:.2f}x", "<= 4.4x", prompt["ctxd"] / small["ctxd"] <= 4.4))
+            print(f"(the floor's own growth: {prompt['floor'] / small['floor']:.2f}x)")
+        finally:
+            for wire in wires.values():
+                wire.close()
+        started, imported, bare = cold_start(daemon_env(root / "cold"), workspace, starts)
+        print(f"(a bare `import pygls`: {ms(bare)}; ctxd's start is {started / bare:.1f}x that)")
+        rows.append(Row("cold start to initialize answered", ms(started), f"{ms(imported)} (pygls server import)",
+                        f"{started / imported:.2f}x", "<= 2x", started / imported <= 2.0))
+    return report(rows)
+
+
+def ratio_row(figure: str, measured: float, floor: float, goal: float) -> Row:
+    ratio = measured / floor
+    return Row(figure, ms(measured), f"{ms(floor)} (floor daemon)", f"{ratio:.2f}x", f"<= {goal:g}x", ratio <= goal)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
