@@ -214,6 +214,8 @@ local function check_status(lsp_client, info)
       health.ok(line .. ' (token counts are exact)')
     elseif tok.status == 'unavailable' then
       health.warn(line, tokenizer_advice.unavailable)
+    elseif tok.status == 'idle' then
+      health.info(line .. ' (no thread has needed it yet)')
     else
       health.info(line)
     end

@@ -20,6 +20,33 @@ M.categories = {
   { name = 'autocompactBuffer', label = 'Autocompact buffer', group = 'CtxdAutocompactBuffer', link = 'Comment', glyph = '░' },
 }
 
+--- Human names for the daemon's own detail rows (tool, file and skill names are shown as they are).
+M.detail_names = {
+  baseInstructions = 'Base instructions',
+  toolResults = 'Tool results',
+  toolCalls = 'Tool calls',
+  userMessages = 'Your messages',
+  assistantMessages = 'Assistant messages',
+  reasoning = 'Reasoning',
+  images = 'Images',
+  compactedHistory = 'Compacted history',
+  otherMessages = 'Other messages',
+  other = 'Other items',
+  ['(unattributed)'] = 'Not attributed',
+}
+
+--- A detail row's name: the daemon's own rows (of the system prompt and messages) in words; tool,
+--- file and skill names as they are.
+---@param name any
+---@param category string?
+---@return string
+function M.detail_name(name, category)
+  if category == 'systemPrompt' or category == 'messages' then
+    return M.detail_names[name] or tostring(name)
+  end
+  return tostring(name)
+end
+
 --- Widest name in the float's table, in cells; longer names are cut with `…`.
 M.MAX_NAME = 40
 
@@ -165,7 +192,7 @@ function M.render_breakdown(breakdown, width)
     label_width = math.max(label_width, vim.fn.strdisplaywidth(info and info.label or c.name))
     for k, d in ipairs(c.details or {}) do
       if k <= max_details then
-        label_width = math.max(label_width, vim.fn.strdisplaywidth(tostring(d.name)) + 2)
+        label_width = math.max(label_width, vim.fn.strdisplaywidth(M.detail_name(d.name, c.name)) + 2)
       end
     end
   end
@@ -192,7 +219,7 @@ function M.render_breakdown(breakdown, width)
         add(('      … %d more'):format(#details - max_details))
         break
       end
-      add(('      %s  %7s'):format(M.fit(tostring(d.name), label_width - 2), status.format_tokens(d.tokens or 0)))
+      add(('      %s  %7s'):format(M.fit(M.detail_name(d.name, c.name), label_width - 2), status.format_tokens(d.tokens or 0)))
     end
     ::continue::
   end
@@ -301,7 +328,9 @@ function M.open_breakdown(breakdown, target)
   local opts = vim.tbl_extend('force', float_geometry(lines), {
     style = 'minimal',
     border = config.options.float.border,
-    title = ' ctxd ',
+    title = target and target.workspace and target.thread
+        and (' ctxd · %s '):format(M.fit(M.thread_name(target.workspace, target.thread), 60):gsub('%s+$', ''))
+      or ' ctxd ',
     title_pos = 'center',
   })
   local win = vim.api.nvim_open_win(buf, true, opts)

@@ -20,9 +20,9 @@ t.describe('daemon', function()
     h.fresh_thread()
   end)
 
-  t.it('attaches and initializes with a protocol version the plugin speaks', function()
+  t.it('attaches and initializes with protocol version 2', function()
     local info = require('ctxd.client').server_info(client)
-    t.truthy(require('ctxd.client').speaks(info.protocolVersion), vim.inspect(info))
+    t.eq(2, info.protocolVersion, vim.inspect(info))
     t.truthy(vim.tbl_contains(info.methods, 'ctxd/record'))
     t.eq({ h.uri }, require('ctxd.client').folders(client))
     t.eq('ctxd', client.server_info.name)
@@ -171,6 +171,7 @@ t.describe('daemon', function()
     end, 'the float')
     local buf = vim.api.nvim_win_get_buf(win)
     local lines = h.lines(buf)
+    t.eq({ { (' ctxd · ctx %s '):format(require('ctxd.config').options.thread) } }, vim.api.nvim_win_get_config(win).title)
     t.eq('Context usage', lines[1])
     t.eq(50, vim.fn.strchars(vim.trim(lines[2])), 'bar width')
     t.contains('/128k tokens', lines[3])
@@ -536,6 +537,16 @@ t.describe('daemon', function()
   end)
 
   t.it(':checkhealth ctxd reports the daemon, client, protocol and state dir, offline', function()
+    -- A model with a known encoding makes the daemon load it (from the default install: no network).
+    h.request('ctxd/setPromptContext', { model = 'gpt-5' })
+    h.request('ctxd/record', { items = { h.user(h.text(200)) } })
+    t.wait_for(function()
+      for _, tok in ipairs(h.request('ctxd/status', {}).tokenizers) do
+        if tok.name == 'o200k_base' and tok.status == 'exact' then
+          return true
+        end
+      end
+    end, 'o200k_base to load', 30000)
     vim.cmd.buffer(vim.fn.bufnr(vim.fs.joinpath(h.workspace, 'README.md')))
     vim.cmd('silent checkhealth ctxd')
     local text = table.concat(h.lines(0), '\n')
@@ -543,31 +554,26 @@ t.describe('daemon', function()
     t.matches('executable: %S+', text)
     t.contains('version: ctxd ', text)
     t.matches('attached to 1 buffer, including %S*README%.md', text)
-    t.matches('protocol version [12], %d+ methods', text)
+    t.matches('protocol version 2, %d+ methods', text)
     t.contains(vim.fs.joinpath(vim.env.XDG_STATE_HOME, 'ctxd'), text)
     t.eq(nil, text:find('ERROR', 1, true), text)
     -- The plugin never loads tiktoken itself (that would download the encoding): the tokenizer
     -- state is the daemon's own, from ctxd/status.
     t.eq(nil, text:find('tiktoken', 1, true), text)
-    if require('ctxd.client').supports(client, 'ctxd/status') then
-      t.matches('tokenizer %S+: %a+', text)
-      t.contains('workspace not trusted', text)
-      -- Every settings problem the daemon reports comes with the fix to type.
-      local section = text:match('ctxd: daemon status ~\n(.-)\n\n') or ''
-      local warnings = 0
-      for block in (section .. '\n- '):gmatch('(.-)\n%- ') do
-        if block:find('WARNING', 1, true) then
-          warnings = warnings + 1
-          t.contains('ADVICE:', block, 'a problem without its fix')
-        end
+    t.truthy(require('ctxd.client').supports(client, 'ctxd/status'))
+    t.contains('workspace not trusted', text)
+    t.contains('tokenizer o200k_base: exact (token counts are exact)', text)
+    -- Every settings problem the daemon reports comes with the fix to type.
+    local section = text:match('ctxd: daemon status ~\n(.-)\n\n') or ''
+    local warnings = 0
+    for block in (section .. '\n- '):gmatch('(.-)\n%- ') do
+      if block:find('WARNING', 1, true) then
+        warnings = warnings + 1
+        t.contains('ADVICE:', block, 'a problem without its fix')
       end
-      if warnings == 0 then
-        t.contains('no settings problems', section)
-      end
-    else
-      t.note('this daemon has no ctxd/status')
-      t.contains('the daemon does not answer ctxd/status (protocol 1)', text)
-      t.contains('pip install --upgrade ctxd-daemon', text)
+    end
+    if warnings == 0 then
+      t.contains('no settings problems', section)
     end
   end)
 

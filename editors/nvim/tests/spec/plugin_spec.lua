@@ -214,7 +214,7 @@ t.describe('usage float', function()
     totalTokens = 300,
     usage = { usedTokens = 300, contextWindow = 1000, percent = 30, autoCompactLimit = 900, tier = 'ok' },
     categories = {
-      { name = 'systemPrompt', tokens = 100, percent = 10, details = {} },
+      { name = 'systemPrompt', tokens = 100, percent = 10, details = { { name = 'baseInstructions', tokens = 100 } } },
       { name = 'builtinTools', tokens = 50, percent = 5, details = { { name = 'shell', tokens = 30 }, { name = 'read', tokens = 20 } } },
       { name = 'mcpTools', tokens = 0, percent = 0, details = {} },
       { name = 'skills', tokens = 0, percent = 0, details = {} },
@@ -249,6 +249,8 @@ t.describe('usage float', function()
     t.matches('Free space%s+600%s+60.0%%', text)
     t.eq(nil, text:find('MCP tools', 1, true), 'an empty overhead category is left out')
     t.matches('shell%s+30', text)
+    t.matches('Base instructions%s+100', text, 'the daemon\'s own rows in words')
+    t.eq(nil, text:find('baseInstructions', 1, true))
     local groups = {}
     for _, mark in ipairs(vim.api.nvim_buf_get_extmarks(buf, -1, 0, -1, { details = true })) do
       groups[mark[4].hl_group] = true
