@@ -321,7 +321,13 @@ t.describe('daemon', function()
         offered = vim.tbl_map(opts.format_item, items)
         on_choice(items[2], 2)
       else
-        on_choice(items[1], 1) -- files only
+        -- files only
+        for i, item in ipairs(items) do
+          if item.conversation == false then
+            return on_choice(item, i)
+          end
+        end
+        on_choice(nil, nil)
       end
     end
     h.messages = {}
@@ -344,7 +350,13 @@ t.describe('daemon', function()
       if opts.prompt == 'Restore snapshot' then
         on_choice(items[1], 1)
       else
-        on_choice(items[2], 2) -- files and conversation
+        -- files and conversation (the only choice when a preview says the files already match)
+        for i, item in ipairs(items) do
+          if item.conversation == true then
+            return on_choice(item, i)
+          end
+        end
+        on_choice(nil, nil)
       end
     end
     vim.cmd('Ctxd restore')
