@@ -74,12 +74,19 @@ function M.load_threads(lsp_client, workspace, cb)
     return
   end
   threads.refresh(lsp_client, workspace, function(list)
+    local listed = false
     for _, info in ipairs(list) do
       if type(info.usage) == 'table' then
         status.seed(workspace, info.thread, info.usage)
       end
+      listed = listed or info.thread == threads.current(workspace)
     end
-    seed_current()
+    -- A thread that does not exist yet has no numbers to show (and asking would create nothing).
+    if listed then
+      seed_current()
+    elseif cb then
+      cb()
+    end
   end)
 end
 

@@ -79,17 +79,27 @@ function M.set_list(workspace, result)
   list = vim.tbl_filter(function(info)
     return type(info) == 'table' and type(info.thread) == 'string'
   end, list)
-  -- The daemon sorts them (v2); a v1 daemon does not, and ISO times sort as text.
-  table.sort(list, function(a, b)
-    return activity_key(a) > activity_key(b)
+  -- A protocol-2 daemon sorts them by lastActivity, newest first; a protocol-1 daemon lists
+  -- updatedAt only, in no order (ISO times of one format sort as text).
+  local sorted_by_daemon = #list > 0 and vim.iter(list):all(function(info)
+    return info.lastActivity ~= nil
   end)
+  if not sorted_by_daemon then
+    table.sort(list, function(a, b)
+      return activity_key(a) > activity_key(b)
+    end)
+  end
   local by_name = {}
   for _, info in ipairs(list) do
     by_name[info.thread] = info
   end
   known[workspace] = by_name
-  if list[1] then
-    followed[workspace] = list[1].thread
+  -- Follow the newest thread that holds something: an empty one (just read, say) is no activity.
+  for _, info in ipairs(list) do
+    if info.itemCount == nil or info.itemCount > 0 then
+      followed[workspace] = info.thread
+      break
+    end
   end
   return list
 end

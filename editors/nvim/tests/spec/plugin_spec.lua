@@ -156,6 +156,34 @@ t.describe('gauge', function()
     threads.reset()
   end)
 
+  t.it('follows the newest thread that holds something, in the daemon\'s order', function()
+    local threads = require('ctxd.threads')
+    threads.reset()
+    local list = threads.set_list('file:///fake', {
+      threads = {
+        { thread = 'just-read', itemCount = 0, lastActivity = '2026-01-03T00:00:00.5+00:00' },
+        { thread = 'codex:1', itemCount = 4, lastActivity = '2026-01-03T00:00:00Z' },
+        { thread = 'old', itemCount = 9, lastActivity = '2026-01-01T00:00:00Z' },
+      },
+    })
+    t.eq({ 'just-read', 'codex:1', 'old' }, vim.tbl_map(function(i)
+      return i.thread
+    end, list))
+    t.eq('codex:1', threads.current('file:///fake'))
+    -- A protocol-1 listing (updatedAt, no order) is sorted here.
+    list = threads.set_list('file:///v1', {
+      threads = { { thread = 'a', itemCount = 1, updatedAt = '2026-01-01T00:00:00Z' },
+        { thread = 'b', itemCount = 1, updatedAt = '2026-01-02T00:00:00Z' } },
+    })
+    t.eq('b', list[1].thread)
+    t.eq('b', threads.current('file:///v1'))
+    threads.pick('file:///v1', 'a')
+    t.eq('a', threads.current('file:///v1'), 'a pick wins')
+    threads.activity('file:///v1', 'b')
+    t.eq('a', threads.current('file:///v1'), 'activity elsewhere does not move a pick')
+    threads.reset()
+  end)
+
   t.it('defines the tier highlight groups as links', function()
     status.define_highlights()
     t.eq('DiagnosticWarn', vim.api.nvim_get_hl(0, { name = 'CtxdWarn' }).link)
