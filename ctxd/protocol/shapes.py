@@ -281,6 +281,9 @@ def schema() -> dict[str, Any]:
     fields = {name.replace("/", "_"): shape for name, shape in {**RESULTS, **NOTIFICATIONS}.items()}
     protocol = TypedDict("CtxdProtocol", fields)  # type: ignore[misc, operator]
     result = TypeAdapter(protocol).json_schema(ref_template="#/$defs/{model}")
+    for definition in [result, *result["$defs"].values()]:
+        for prop in definition.get("properties", {}).values():
+            prop.pop("title", None)  # a title per field would become a type alias per field in TypeScript
     result["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     result["title"] = "CtxdProtocol"
     result["description"] = ("Results and notifications of the ctxd wire protocol, version 2 "
