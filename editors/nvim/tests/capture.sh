@@ -83,6 +83,25 @@ keys ':Ctxd threads' Enter
 capture 04-threads-picker 'Follow the most recently active'
 keys '2' Enter
 capture 05-picked-thread 'ctxd: following'
+# A Codex CLI session starts in the workspace (a rollout file as codex-rs writes it).
+ts="$(date -u +%Y-%m-%dT%H:%M:%S.000Z)"
+day="$(date -u +%Y/%m/%d)"
+sid=0199a213-81c0-7800-8aa1-bbab2a035a53
+mkdir -p "$tmp/home/.codex/sessions/$day"
+cat >"$tmp/home/.codex/sessions/$day/rollout-$(date -u +%Y-%m-%dT%H-%M-%S)-$sid.jsonl" <<JSONL
+{"timestamp":"$ts","type":"session_meta","payload":{"id":"$sid","timestamp":"$ts","cwd":"$ws","originator":"codex_cli_rs","cli_version":"0.46.0","source":"cli","model_provider":"openai"}}
+{"timestamp":"$ts","type":"turn_context","payload":{"cwd":"$ws","approval_policy":"on-request","sandbox_policy":{"type":"workspace-write"},"model":"gpt-5-codex","effort":"medium","summary":"auto"}}
+{"timestamp":"$ts","type":"response_item","payload":{"type":"message","role":"user","content":[{"type":"input_text","text":"Make add() handle None and add a test for it"}]}}
+{"timestamp":"$ts","type":"event_msg","payload":{"type":"user_message","message":"Make add() handle None and add a test for it","images":[]}}
+{"timestamp":"$ts","type":"event_msg","payload":{"type":"task_started","model_context_window":128000}}
+{"timestamp":"$ts","type":"response_item","payload":{"type":"message","role":"assistant","content":[{"type":"output_text","text":"Looking at calc.py."}]}}
+{"timestamp":"$ts","type":"event_msg","payload":{"type":"token_count","info":{"total_token_usage":{"input_tokens":54700,"cached_input_tokens":0,"output_tokens":300,"reasoning_output_tokens":0,"total_tokens":55000},"last_token_usage":{"input_tokens":54700,"cached_input_tokens":0,"output_tokens":300,"reasoning_output_tokens":0,"total_tokens":55000},"model_context_window":128000}}}
+JSONL
+sleep 3 # the daemon follows a new session within a second; the picker below is a static prompt
+keys ':Ctxd threads' Enter
+capture 06a-threads-with-codex 'Codex'
+keys '1' Enter
+capture 06b-statusline-follows-codex 'Codex [0-9]+% · '
 keys ':Ctxd snapshot before the edit' Enter
 capture 06-snapshot 'ctxd: snapshot '
 keys ":!printf 'def add(a, b):\\n    return a + b + 0\\n' > $ws/src/calc.py" Enter

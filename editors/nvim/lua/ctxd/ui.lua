@@ -557,7 +557,6 @@ function M.set_diff_quickfix(workspace, id, files)
       filename = vim.fs.joinpath(root, f.path),
       lnum = 1,
       text = f.status .. (f.binary and ' (binary)' or ''),
-      type = f.status == 'deleted' and 'W' or 'I',
       user_data = { ctxd_diff = { id = id, path = f.path, status = f.status, binary = f.binary == true } },
     })
   end
