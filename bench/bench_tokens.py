@@ -11,7 +11,7 @@ for reference only. Goals: held-out mean of the class means <= 3%, worst class <
 Speed: the estimator with its shipped weights against tiktoken's encode_ordinary, same samples,
 one call per sample, best of N rounds, same run. Goal: >= 20x faster.
 
-tiktoken's encoding is loaded as the daemon loads it (ctxd.tokens.counter.load_encoding).
+tiktoken's encoding is built as the daemon builds it (ctxd.tokens.encodings: the shipped files).
 """
 
 from __future__ import annotations
@@ -27,10 +27,9 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE)]
 
 from corpus_samples import load_samples  # noqa: E402
-from fit_estimator import fit, pair_counts  # noqa: E402
+from fit_estimator import fit, get_encoding, pair_counts  # noqa: E402
 from table import Row, ms, report  # noqa: E402
 
-from ctxd.tokens.counter import load_encoding  # noqa: E402
 from ctxd.tokens.estimator import SCALE, bytes_over_four, estimate_tokens, qwen_heuristic  # noqa: E402
 
 PROFILE = {"o200k_base": "o200k", "cl100k_base": "cl100k"}
@@ -72,7 +71,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--rounds", type=int, default=20)
     args = parser.parse_args(argv)
 
-    enc = load_encoding(args.encoding)
+    enc = get_encoding(args.encoding)
     profile = PROFILE[args.encoding]
     samples = load_samples()
     truth = [len(enc.encode_ordinary(text)) for _, text in samples]

@@ -13,19 +13,21 @@ and nudged by one unit at a time, most frequent pairs first, while that lowers t
 from __future__ import annotations
 
 import argparse
-import os
+import functools
 import sys
 from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
-os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(ROOT.parent / "shared" / "tiktoken"))
 
-import tiktoken
 from corpus_samples import load_samples
 
+from ctxd.tokens import encodings
 from ctxd.tokens.estimator import CLASS_TABLE, DIGIT, LOWER, N_CLASSES, SCALE, UPPER
+
+# tiktoken's encodings, built from the files the install ships (as the daemon builds them), once each.
+get_encoding = functools.lru_cache(encodings.load)
 
 ENCODINGS = {"o200k": "o200k_base", "cl100k": "cl100k_base"}
 LOWEST = -8  # lowest weight, in 1/SCALE tokens
@@ -62,7 +64,7 @@ def solve(a: list[list[float]], b: list[float]) -> list[float]:
 
 
 def fit(samples: list[tuple[str, str]], encoding: str, ridge: float) -> list[list[int]]:
-    enc = tiktoken.get_encoding(encoding)
+    enc = get_encoding(encoding)
     per_class = Counter(cls for cls, _ in samples)
     counts = [pair_counts(text) for _, text in samples]
     ys = [float(len(enc.encode_ordinary(text))) for _, text in samples]
@@ -132,7 +134,7 @@ def fit(samples: list[tuple[str, str]], encoding: str, ridge: float) -> list[lis
 def cross_validate(samples: list[tuple[str, str]], ridge: float, folds: int) -> None:
     """Fit on all folds but one, measure on that one: the error to expect on unseen text."""
     for profile, encoding in ENCODINGS.items():
-        enc = tiktoken.get_encoding(encoding)
+        enc = get_encoding(encoding)
         errors: dict[str, list[float]] = {}
         for k in range(folds):
             train = [s for i, s in enumerate(samples) if i % folds != k]
