@@ -9,7 +9,7 @@ import re
 import sys
 from pathlib import Path
 
-from ctxd import __version__
+from ctxd import __version__, redact
 
 SECRET_PATTERN = re.compile(r"(sk-[A-Za-z0-9_\-]{8,}|Bearer\s+[A-Za-z0-9_\-\.]{8,})")
 
@@ -22,6 +22,7 @@ class RedactSecrets(logging.Filter):
         self.values = [v for k, v in os.environ.items() if k.endswith(("_API_KEY", "_TOKEN")) and len(v) >= 8]
 
     def redact(self, text: str) -> str:
+        text = redact.redact(text)  # the configured key's actual value, whatever its shape
         text = SECRET_PATTERN.sub("[redacted]", text)
         for value in self.values:
             text = text.replace(value, "[redacted]")

@@ -4,6 +4,12 @@ Built-in defaults; `~/.config/ctxd/config.toml`; the workspace's `.ctxd.toml`;
 `initializationOptions.ctxd`; and, for model and window, `ctxd/setPromptContext`. TOML keys are
 snake_case, JSON keys camelCase; both are accepted everywhere. A bad value is reported and its
 default kept: a typo in a config file must not stop the daemon.
+
+Trust (protocol v2): a workspace's `.ctxd.toml` is written by whoever wrote the repository, so the
+settings that send data off the machine or read outside the workspace (`llm.*`, `state_dir`,
+`sources.*`, a `compact_prompt_file` outside the workspace) are taken from it only when the editor
+says the workspace is trusted (`initializationOptions.ctxd.trusted`); otherwise each is ignored
+and reported. Every problem is a `Problem` that `ctxd/status` lists and the server shows once.
 """
 
 from __future__ import annotations
@@ -11,12 +17,41 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import stat
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ctxd import redact
+
 DEFAULT_CONTEXT_WINDOW = 128_000
+MAX_PROMPT_FILE_BYTES = 64 * 1024
+MAX_CONFIG_BYTES = 1024 * 1024
+WORKSPACE_FILE = ".ctxd.toml"
+INIT_OPTIONS = "initializationOptions"
+# Settings a workspace file may set only in a trusted workspace (dotted; a prefix ending in "."
+# covers a whole table). `compact_prompt_file` is checked apart: inside the workspace it is fine.
+TRUSTED_ONLY = ("llm.", "state_dir", "sources.")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+# Prefixes of well-known key formats (OpenAI, GitHub, GitLab, Slack, AWS, Google, Hugging Face).
+_KEY_PREFIXES = ("sk-", "sk_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "xox",
+                 "AKIA", "ASIA", "AIza", "hf_")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A settings problem: where (a file, or `initializationOptions`), which key, what is wrong."""
+
+    source: str
+    message: str
+    key: str | None = None
+
+    def as_dict(self) -> dict[str, str]:
+        return {"source": self.source, **({"key": self.key} if self.key else {}), "message": self.message}
+
+    def __str__(self) -> str:
+        return f"{self.source}: {self.message}"
 
 
 @dataclass
@@ -77,23 +112,24 @@ def _normalize_keys(raw: dict[str, Any]) -> dict[str, Any]:
     return {snake_case(k): _normalize_keys(v) if isinstance(v, dict) else v for k, v in raw.items()}
 
 
-def _apply(target: Any, raw: dict[str, Any], prefix: str, problems: list[str]) -> None:
+def _apply(target: Any, raw: dict[str, Any], prefix: str, problems: list[Problem], source: str) -> None:
     """Set the known fields of a dataclass from `raw`, checking each value's type."""
     fields = {f.name: f for f in dataclasses.fields(target)}
     for key, value in raw.items():
         name = f"{prefix}{key}"
         if key not in fields:
-            problems.append(f"unknown setting '{name}'")
+            problems.append(Problem(source, f"unknown setting '{name}'", name))
             continue
         current = getattr(target, key)
         if dataclasses.is_dataclass(current):
             if isinstance(value, dict):
-                _apply(current, value, f"{name}.", problems)
+                _apply(current, value, f"{name}.", problems, source)
             else:
-                problems.append(f"setting '{name}' must be a table")
+                problems.append(Problem(source, f"setting '{name}' must be a table", name))
             continue
         if not _type_ok(target, key, value):
-            problems.append(f"setting '{name}' has a bad value {value!r}; keeping {current!r}")
+            shown = "" if name == "llm.api_key_env" else f" {value!r}"  # it may be a key: never echoed
+            problems.append(Problem(source, f"setting '{name}' has a bad value{shown}; keeping {current!r}", name))
             continue
         setattr(target, key, value)
 
@@ -113,14 +149,23 @@ def _type_ok(target: Any, key: str, value: Any) -> bool:
     return False
 
 
-def load_toml(path: Path, problems: list[str]) -> dict[str, Any]:
+def load_toml(path: Path, problems: list[Problem]) -> dict[str, Any]:
+    """A config file's table; {} when it is missing, and a problem when it is not a small file."""
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        return {}
+    except OSError as error:
+        problems.append(Problem(str(path), f"cannot read it: {error.strerror or error}"))
+        return {}
+    if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_CONFIG_BYTES:
+        problems.append(Problem(str(path), f"ignored: not a regular file of at most {MAX_CONFIG_BYTES} bytes"))
+        return {}
     try:
         with path.open("rb") as handle:
             return tomllib.load(handle)
-    except FileNotFoundError:
-        return {}
-    except (OSError, tomllib.TOMLDecodeError) as error:
-        problems.append(f"{path}: {error}")
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        problems.append(Problem(str(path), str(error)))
         return {}
 
 
@@ -134,25 +179,149 @@ def default_state_dir() -> Path:
     return Path(base) / "ctxd"
 
 
+def is_trusted(init_options: dict[str, Any] | None) -> bool:
+    """The editor's verdict on the workspace (`initializationOptions.ctxd.trusted`); false unless true."""
+    return isinstance(init_options, dict) and init_options.get("trusted") is True
+
+
 def load_settings(
     workspace: Path | None = None,
     init_options: dict[str, Any] | None = None,
-    problems: list[str] | None = None,
+    problems: list[Problem] | None = None,
 ) -> Settings:
     """Merge every layer into a fresh Settings; problems found are appended to `problems`."""
     problems = problems if problems is not None else []
     settings = Settings()
-    layers = [load_toml(user_config_path(), problems)]
+    user_file = user_config_path()
+    layers: list[tuple[str, Any]] = [(str(user_file), load_toml(user_file, problems))]
     if workspace is not None:
-        layers.append(load_toml(workspace / ".ctxd.toml", problems))
-    layers.append(init_options or {})
-    for layer in layers:
+        workspace_file = workspace / WORKSPACE_FILE
+        raw = load_toml(workspace_file, problems)
+        if isinstance(raw, dict):
+            raw = _untrusted_removed(_normalize_keys(raw), workspace, is_trusted(init_options),
+                                     str(workspace_file), problems)
+        layers.append((str(workspace_file), raw))
+    options = {k: v for k, v in (init_options or {}).items() if k != "trusted"} if isinstance(init_options, dict) else {}
+    layers.append((INIT_OPTIONS, options))
+    for source, layer in layers:
         if isinstance(layer, dict):
-            _apply(settings, _normalize_keys(layer), "", problems)
+            _apply(settings, _normalize_keys(layer), "", problems, source)
     if settings.llm.api not in ("chat", "responses"):
-        problems.append("setting 'llm.api' must be 'chat' or 'responses'; keeping 'chat'")
+        problems.append(Problem("settings", "setting 'llm.api' must be 'chat' or 'responses'; keeping 'chat'", "llm.api"))
         settings.llm.api = "chat"
     if not 0 < settings.auto_compact_ratio <= 1:
-        problems.append("setting 'auto_compact_ratio' must be in (0, 1]; keeping 0.9")
+        problems.append(Problem("settings", "setting 'auto_compact_ratio' must be in (0, 1]; keeping 0.9",
+                                "auto_compact_ratio"))
         settings.auto_compact_ratio = 0.9
+    _check_key_env(settings, problems)
+    _check_prompt_file(settings, workspace, problems)
+    redact.register(os.environ.get(settings.llm.api_key_env))
     return settings
+
+
+def _flatten(raw: dict[str, Any], prefix: str = "") -> list[str]:
+    names: list[str] = []
+    for key, value in raw.items():
+        if isinstance(value, dict) and value:
+            names += _flatten(value, f"{prefix}{key}.")
+        else:
+            names.append(f"{prefix}{key}")
+    return names
+
+
+def _untrusted_removed(raw: dict[str, Any], workspace: Path, trusted: bool, source: str,
+                       problems: list[Problem]) -> dict[str, Any]:
+    """The workspace file's table without the settings it may not set unless trusted."""
+    if trusted:
+        return raw
+    kept = dict(raw)
+    for key in list(kept):
+        value = kept[key]
+        guarded = any(key == prefix.rstrip(".") for prefix in TRUSTED_ONLY)
+        if key == "compact_prompt_file" and isinstance(value, str) and not _inside(workspace, value):
+            guarded = True
+        if not guarded:
+            continue
+        del kept[key]
+        names = _flatten({key: value}) if isinstance(value, dict) else [key]
+        for name in names:
+            what = ("it reads outside the workspace" if key == "compact_prompt_file"
+                    else "it could send data off the machine or read outside the workspace")
+            problems.append(Problem(source, f"setting '{name}' ignored: the workspace is not trusted and {what}. "
+                                            "Trust the workspace in the editor to use it.", name))
+    return kept
+
+
+def _inside(workspace: Path, name: str) -> bool:
+    """Whether `name` (relative to the workspace, or absolute) resolves to a path inside it."""
+    try:
+        root = workspace.resolve()
+        target = (workspace / Path(name).expanduser()).resolve()
+    except (OSError, RuntimeError):
+        return False
+    return target == root or root in target.parents
+
+
+def looks_like_key(value: str) -> bool:
+    """A value that is a credential rather than the name of an environment variable."""
+    if not _ENV_NAME.fullmatch(value) or value.startswith(_KEY_PREFIXES):
+        return True
+    if len(value) >= 8 and any(value == v for v in os.environ.values()):
+        return True  # the value of some variable: a key pasted where its name belongs
+    mixed = any(c.islower() for c in value) and any(c.isupper() for c in value) and any(c.isdigit() for c in value)
+    return len(value) >= 20 and mixed
+
+
+def _check_key_env(settings: Settings, problems: list[Problem]) -> None:
+    name = settings.llm.api_key_env
+    if looks_like_key(name):
+        redact.register(name)
+        problems.append(Problem("settings", "setting 'llm.api_key_env' must be the name of an environment variable "
+                                            "(like OPENAI_API_KEY); its value looks like a key itself, so it is not "
+                                            "used and not shown. Put the key in an environment variable and name "
+                                            "that variable here.", "llm.api_key_env"))
+        settings.llm.api_key_env = LlmSettings.api_key_env
+
+
+def _check_prompt_file(settings: Settings, workspace: Path | None, problems: list[Problem]) -> None:
+    """Keep `compact_prompt_file` only when it is a regular file of at most 64 KiB; resolve it."""
+    name = settings.compact_prompt_file
+    if not name:
+        return
+    path = Path(name).expanduser()
+    if not path.is_absolute() and workspace is not None:
+        path = workspace / path
+    problem = prompt_file_problem(path)
+    if problem is not None:
+        problems.append(Problem("settings", f"setting 'compact_prompt_file': {problem}; using the built-in prompt",
+                                "compact_prompt_file"))
+        settings.compact_prompt_file = None
+        return
+    settings.compact_prompt_file = str(path.resolve())
+
+
+def prompt_file_problem(path: Path) -> str | None:
+    """Why `path` cannot be a compaction prompt, or None. Never opens it (a FIFO would block)."""
+    try:
+        info = path.stat()
+    except OSError as error:
+        return f"cannot read {path}: {error.strerror or error}"
+    if not stat.S_ISREG(info.st_mode):
+        return f"{path} is not a regular file"
+    if info.st_size > MAX_PROMPT_FILE_BYTES:
+        return f"{path} is {info.st_size} bytes, over the limit of {MAX_PROMPT_FILE_BYTES}"
+    return None
+
+
+def read_prompt_file(path: Path) -> str:
+    """The prompt file's text, checked again as it is opened (it may have changed since the
+    settings were read): a regular file, at most 64 KiB read whatever it claims. Raises OSError."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(f"{path} is not a regular file")
+        data = handle.read(MAX_PROMPT_FILE_BYTES + 1)
+    if len(data) > MAX_PROMPT_FILE_BYTES:
+        raise OSError(f"{path} is over the limit of {MAX_PROMPT_FILE_BYTES} bytes")
+    return data.decode("utf-8")

@@ -104,9 +104,10 @@ def test_settings_layers_and_bad_values(tmp_path: Path, monkeypatch) -> None:
     (tmp_path / "cfg" / "ctxd").mkdir(parents=True)
     (tmp_path / "cfg" / "ctxd" / "config.toml").write_text('model = "gpt-4o"\ntool_output_token_limit = 500\n')
     (tmp_path / ".ctxd.toml").write_text('tool_output_token_limit = 700\nauto_compact_ratio = "lots"\n[llm]\nmodel = "m"\n')
-    problems: list[str] = []
-    settings = load_settings(tmp_path, {"contextWindow": 1000, "llm": {"baseUrl": "http://127.0.0.1:1/v1"}}, problems)
+    problems: list = []
+    settings = load_settings(tmp_path, {"trusted": True, "contextWindow": 1000, "llm": {"baseUrl": "http://127.0.0.1:1/v1"}},
+                             problems)
     assert settings.model == "gpt-4o" and settings.tool_output_token_limit == 700
     assert settings.context_window == 1000 and settings.auto_compact_limit() == 900
     assert settings.llm.base_url == "http://127.0.0.1:1/v1" and settings.llm.model == "m"
-    assert any("auto_compact_ratio" in p for p in problems)
+    assert any("auto_compact_ratio" in p.message for p in problems)

@@ -117,8 +117,9 @@ def _model_compact(items: list[dict[str, Any]], strategy: str, settings: Any, ca
     endpoint = resolve_endpoint(settings)
     try:
         prompt = compact_prompt(settings.compact_prompt_file)
-    except OSError as error:
-        raise CompactionFailed(f"cannot read compact_prompt_file: {error.strerror or error}") from None
+    except (OSError, ValueError) as error:  # ValueError: not UTF-8
+        raise CompactionFailed(f"cannot read compact_prompt_file: {error.strerror or error}"
+                               if isinstance(error, OSError) else "compact_prompt_file is not UTF-8 text") from None
     projected = project(items)
     if not projected:
         raise CompactionFailed("nothing to send: the thread has no items a model can read")

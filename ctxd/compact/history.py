@@ -18,6 +18,7 @@ from typing import Any
 
 from ctxd.ledger.rules import SUMMARY_PREFIX, is_real_user_message, message_text
 from ctxd.ledger.truncation import truncate_text
+from ctxd.settings import read_prompt_file
 from ctxd.tokens.approx import approx_text_tokens
 
 
@@ -27,7 +28,7 @@ DEFAULT_COMPACT_PROMPT = resources.files("ctxd").joinpath("templates", "compact_
 def compact_prompt(prompt_file: str | None) -> str:
     """The handoff instruction: the user's `compact_prompt_file` when set, else ours."""
     if prompt_file:
-        text = Path(prompt_file).expanduser().read_text(encoding="utf-8").strip()
+        text = read_prompt_file(Path(prompt_file).expanduser()).strip()
         if text:
             return text
     return DEFAULT_COMPACT_PROMPT

@@ -18,6 +18,7 @@ import threading
 from pathlib import Path
 from typing import Any, Protocol
 
+from ctxd import redact
 from ctxd.compact import compact
 from ctxd.errors import Cancelled, CompactionFailed
 from ctxd.ledger.workspace import Service, Workspace
@@ -56,6 +57,8 @@ def compact_thread(workspace: Workspace, thread: str, *, strategy: str, cancel: 
         with workspace.thread_lock(thread):
             result = _compact_locked(workspace, thread, strategy, cancel, report, automatic)
     except (CompactionFailed, Cancelled) as error:
+        error.message = redact.redact(error.message)
+        error.args = (error.message,)
         events.progress(progress_token, {"kind": "end", "message": f"compaction failed: {error.message}"})
         raise
     except BaseException:
@@ -67,15 +70,16 @@ def compact_thread(workspace: Workspace, thread: str, *, strategy: str, cancel: 
     warning = ACCURACY_WARNING.format(thread=thread, before=result["tokensBefore"], after=result["tokensAfter"],
                                       strategy=result["strategy"])
     if result.get("fallbackReason"):
+        result["fallbackReason"] = redact.redact(result["fallbackReason"])
         warning += f" (The model endpoint failed, so it compacted offline instead: {result['fallbackReason']})"
-    events.warn(warning)
+    events.warn(redact.redact(warning))
     events.progress(progress_token, {"kind": "end", "message": f"{result['tokensBefore']} → {result['tokensAfter']} tokens"})
     return result
 
 
 def _compact_locked(workspace: Workspace, thread: str, strategy: str, cancel: threading.Event,
                     report: Any, automatic: bool) -> dict[str, Any]:
-    entries = workspace.entries(thread)
+    entries, version = workspace.snapshot(thread)
     if not entries:
         raise CompactionFailed(f"thread '{thread}' is empty: nothing to compact")
     upto_seq = entries[-1].seq
@@ -91,7 +95,9 @@ def _compact_locked(workspace: Workspace, thread: str, strategy: str, cancel: th
         raise Cancelled("the compaction was cancelled")
     info = {"strategy": outcome.strategy, "requested": strategy, "automatic": automatic, "tokensBefore": before,
             "trimmedItems": outcome.trimmed_items, "fallbackReason": outcome.fallback_reason}
-    swapped = workspace.replace_history(thread, outcome.items, upto_seq=upto_seq, info=info)
+    # Committed only if the history is still the version read above (another daemon's compaction,
+    # a rollback or a restore meanwhile would otherwise be undone): else 1001, ledger unchanged.
+    swapped = workspace.replace_history(thread, outcome.items, upto_seq=upto_seq, info=info, expected_version=version)
     usage = swapped["usage"]
     if usage["autoCompactLimit"] and usage["usedTokens"] < usage["autoCompactLimit"]:
         _rearm(workspace, thread)
@@ -135,6 +141,7 @@ def auto_compact(workspace: Workspace, thread: str, events: Events) -> None:
 
 def _trip(workspace: Workspace, thread: str, events: Events, reason: str) -> None:
     """Count a failed or useless automatic compaction; at BREAKER_LIMIT in a row, stop trying."""
+    reason = redact.redact(reason)
     breaker = dict(workspace.state(thread).get(BREAKER_KEY) or {})
     failures = int(breaker.get("failures", 0)) + 1
     disabled = failures >= BREAKER_LIMIT

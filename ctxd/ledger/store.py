@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -17,6 +18,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
+from urllib.parse import quote
+
+from ctxd.errors import CtxdError
 
 SCHEMA_VERSION = 1
 
@@ -86,63 +90,228 @@ def database_path(state_dir: Path, workspace: Path) -> Path:
     return state_dir / "workspaces" / f"{safe}-{digest}.sqlite3"
 
 
+class StoreUnavailable(CtxdError):
+    """The workspace's store cannot be used (read-only, corrupt, another workspace's, locked past
+    the bound, disk full, deleted). The message names the file and what to do; nothing
+    acknowledged is lost and other workspaces are unaffected."""
+
+    code = 1003
+
+    def __init__(self, message: str, kind: str = "other") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class HistoryChanged(Exception):
+    """A compaction's swap found the thread's history version moved since the compaction read it."""
+
+
+# How long a write waits for another process's transaction before giving up (1003).
+BUSY_TIMEOUT_SECONDS = 2.0
+
+
 class Store:
-    """All SQL lives here. Safe to call from several threads: one lock serialises the connection."""
+    """All SQL lives here. Safe to call from several threads: one lock serialises the connection.
+
+    Opening refuses a database that belongs to another workspace (a leftover `-wal` replayed over
+    this one's file), falls back to read-only when the file cannot be written (reads keep
+    working), and every SQLite failure becomes StoreUnavailable naming the file and the fix.
+    After every commit the file is checked to still be the one opened: a write into a file that
+    was deleted meanwhile is not durable, so it is refused (and a new file started)."""
 
     def __init__(self, path: Path, workspace: Path | None = None, readonly: bool = False) -> None:
         self.path = path
+        self.workspace = workspace
         self._lock = threading.RLock()
+        self.readonly_reason: str | None = None
+        self.generation = 0  # bumps when the file is reopened (after it was deleted)
+        self._identity: tuple[int, int] | None = None
+        self._db: sqlite3.Connection | None = None
         if readonly:
-            self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False, isolation_level=None)
-            self._db.execute("PRAGMA busy_timeout = 10000")
+            with self._guard():
+                self._db = self._connect_readonly()
             return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
-        self._db.execute("PRAGMA busy_timeout = 30000")
-        self._db.execute("PRAGMA journal_mode = WAL")
-        # NORMAL in WAL mode: a committed transaction survives the process being killed; only a
-        # power loss can take the last ones back. FULL would add an fsync to every record.
-        self._db.execute("PRAGMA synchronous = NORMAL")
-        self._migrate(workspace)
+        self._open()
+
+    # --- opening ---------------------------------------------------------------------------------
+
+    def _connect_readonly(self) -> sqlite3.Connection:
+        """A read-only connection. In a folder where not even the `-shm` file can be created, the
+        file is read as immutable, which is right only when no `-wal` holds newer pages."""
+        uri = f"file:{quote(str(self.path))}?mode=ro"
+        for attempt in (uri, uri + "&immutable=1"):
+            db = sqlite3.connect(attempt, uri=True, check_same_thread=False, isolation_level=None,
+                                 timeout=BUSY_TIMEOUT_SECONDS)
+            try:
+                db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_SECONDS * 1000)}")
+                db.execute("PRAGMA schema_version").fetchone()  # opens the file (and its -wal) now
+                return db
+            except sqlite3.Error as error:
+                db.close()
+                wal = Path(f"{self.path}-wal")
+                if (_kind(error) not in ("cantopen", "ioerr") or (wal.exists() and wal.stat().st_size > 0)
+                        or "immutable" in attempt):
+                    raise
+        raise AssertionError("unreachable")
+
+    def _open(self) -> None:
+        with self._guard():
+            if self.path.exists():
+                self._check_owner()
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as error:
+                raise StoreUnavailable(f"cannot create the state folder {self.path.parent}: "
+                                       f"{error.strerror or error}. Make it writable, or set state_dir to a "
+                                       "writable folder, then retry.", kind="cantopen") from None
+            try:
+                db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None,
+                                     timeout=BUSY_TIMEOUT_SECONDS)
+                self._db = db
+                db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_SECONDS * 1000)}")
+                if db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                    db.execute("PRAGMA journal_mode = WAL")
+                # NORMAL in WAL mode: a committed transaction survives the process being killed;
+                # only a power loss can take the last ones back. FULL would fsync every record.
+                db.execute("PRAGMA synchronous = NORMAL")
+                self._migrate(self.workspace)
+            except (sqlite3.Error, StoreUnavailable) as error:
+                self.close()
+                kind = error.kind if isinstance(error, StoreUnavailable) else _kind(error)
+                if kind not in ("readonly", "full", "ioerr", "cantopen") or not self.path.exists():
+                    raise
+                # Writing is impossible: open read-only, so that the history can still be read.
+                self.readonly_reason = (error if isinstance(error, StoreUnavailable)
+                                        else _unavailable(self.path, error)).message
+                self._db = self._connect_readonly()
+                self._check_owner(self._db)
+            self._identity = _identity(self.path)
+
+    def _check_owner(self, db: sqlite3.Connection | None = None) -> None:
+        """Refuse a database written for another workspace. Read through a read-only connection
+        first, so that a foreign `-wal` is never checkpointed into this workspace's file."""
+        if self.workspace is None:
+            return
+        own = db is None
+        if own:
+            try:
+                db = self._connect_readonly()
+            except sqlite3.Error:
+                return  # cannot even read it: the read-write open reports why
+        assert db is not None
+        try:
+            row = db.execute("SELECT value FROM meta WHERE key = 'workspace'").fetchone()
+        except sqlite3.OperationalError as error:
+            if "no such table" in str(error):
+                return  # a new, empty database
+            raise
+        finally:
+            if own:
+                db.close()
+        if row is not None and row[0] != str(self.workspace):
+            wal = Path(f"{self.path}-wal")
+            hint = (f" A leftover {wal} from another database may have been replayed over it: move {wal} "
+                    f"(and {self.path}-shm) aside, then retry." if wal.exists() else
+                    f" Move {self.path} aside (ctxd then starts a new ledger for this workspace).")
+            raise StoreUnavailable(f"{self.path} holds the ledger of another workspace ({row[0]}), not of "
+                                   f"{self.workspace}; ctxd will not use it.{hint}")
+
+    @contextmanager
+    def _guard(self) -> Iterator[None]:
+        """SQLite failures as StoreUnavailable, naming the file and what to do."""
+        try:
+            yield
+        except sqlite3.IntegrityError:
+            raise  # a bug of ours, not the store's state
+        except sqlite3.Error as error:
+            raise _unavailable(self.path, error) from None
+
+    def _connection(self) -> sqlite3.Connection:
+        """The open connection, reopening a file that could not be opened before (fixed since?)."""
+        if self._db is None:
+            self._open()
+        assert self._db is not None
+        return self._db
 
     def close(self) -> None:
         with self._lock:
-            self._db.close()
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        with self._lock, self._guard():
+            yield self._connection()
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction, acknowledged only once it is durable in the file we opened."""
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
+            with self._guard():
+                db = self._connection()
+                if self.readonly_reason is not None:
+                    raise StoreUnavailable(self.readonly_reason)
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    yield db
+                    db.execute("COMMIT")
+                except BaseException:
+                    if db.in_transaction:
+                        try:
+                            db.execute("ROLLBACK")
+                        except sqlite3.Error:
+                            pass  # the connection gives the transaction up when it closes
+                    raise
+            self._check_durable()
+
+    def _check_durable(self) -> None:
+        """The file we wrote must still be the one at `path` (not deleted or replaced): a commit
+        into an unlinked file is lost at the next start. Start a new file and refuse the write."""
+        if self._identity is None or _identity(self.path) == self._identity:
+            return
+        self.close()
+        self.generation += 1
+        message = (f"{self.path} was deleted or replaced while ctxd was running (was the state folder "
+                   f"{self.path.parent.parent} removed?), so this change was not saved.")
+        try:
+            self._open()
+        except StoreUnavailable as error:
+            raise StoreUnavailable(f"{message} A new ledger could not be started: {error.message}") from None
+        raise StoreUnavailable(f"{message} A new, empty ledger was started in its place: send the change again.")
 
     def _migrate(self, workspace: Path | None) -> None:
+        """Create or upgrade the schema, and write the owner (meta.workspace) again: every
+        session's `-wal` then carries it, so a leftover `-wal` beside another workspace's file is
+        recognised. When this write fails (read-only, disk full), the store opens read-only."""
         with self._write() as db:
             _run_script(db, _SCHEMA_V1)
             row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
             version = int(row[0]) if row else SCHEMA_VERSION
             if version > SCHEMA_VERSION:
-                raise RuntimeError(f"{self.path} has schema version {version}; this ctxd reads up to {SCHEMA_VERSION}")
+                raise StoreUnavailable(f"{self.path} has schema version {version}; this ctxd reads up to "
+                                       f"{SCHEMA_VERSION}: upgrade ctxd.")
             for target in range(version + 1, SCHEMA_VERSION + 1):
                 _run_script(db, _MIGRATIONS[target])
             db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
             if workspace is not None:
+                owner = db.execute("SELECT value FROM meta WHERE key = 'workspace'").fetchone()
+                if owner is not None and owner[0] != str(workspace):
+                    raise StoreUnavailable(f"{self.path} holds the ledger of another workspace ({owner[0]}), "
+                                           f"not of {workspace}; move it aside, then retry.")
                 db.execute("INSERT OR REPLACE INTO meta VALUES ('workspace', ?)", (str(workspace),))
 
-    def data_version(self) -> int:
-        """Changes whenever another connection (another daemon) commits to this database."""
-        with self._lock:
-            return int(self._db.execute("PRAGMA data_version").fetchone()[0])
+    def data_version(self) -> tuple[int, int]:
+        """Changes whenever another connection (another daemon) commits to this database, or the
+        file was reopened."""
+        with self._read() as db:
+            return self.generation, int(db.execute("PRAGMA data_version").fetchone()[0])
 
     # --- reads -----------------------------------------------------------------------------------
 
     def thread(self, thread: str) -> ThreadRow | None:
-        with self._lock:
-            row = self._db.execute(
+        with self._read() as db:
+            row = db.execute(
                 "SELECT thread, history_version, api_total, api_seq, reference, prompt_context, state, updated_at"
                 " FROM threads WHERE thread = ?",
                 (thread,),
@@ -152,8 +321,8 @@ class Store:
         return ThreadRow(row[0], row[1], row[2], row[3], _loads(row[4]), _loads(row[5]), _loads(row[6]), row[7])
 
     def active_rows(self, thread: str) -> list[Row]:
-        with self._lock:
-            rows = self._db.execute(
+        with self._read() as db:
+            rows = db.execute(
                 "SELECT seq, body, tokens, origin FROM items WHERE thread = ? AND archived IS NULL ORDER BY seq",
                 (thread,),
             ).fetchall()
@@ -161,16 +330,16 @@ class Store:
 
     def all_rows(self, thread: str) -> list[Row]:
         """Active and archived items, in the order they were first recorded."""
-        with self._lock:
-            rows = self._db.execute(
+        with self._read() as db:
+            rows = db.execute(
                 "SELECT seq, body, tokens, origin, archived FROM items WHERE thread = ? ORDER BY seq", (thread,)
             ).fetchall()
         return [Row(*row) for row in rows]
 
     def threads(self) -> list[tuple[ThreadRow, int]]:
         """Every thread with its count of active items."""
-        with self._lock:
-            rows = self._db.execute(
+        with self._read() as db:
+            rows = db.execute(
                 "SELECT t.thread, t.history_version, t.updated_at,"
                 " (SELECT count(*) FROM items i WHERE i.thread = t.thread AND i.archived IS NULL)"
                 " FROM threads t ORDER BY t.updated_at DESC"
@@ -178,8 +347,8 @@ class Store:
         return [(ThreadRow(name, version, updated_at=updated), count) for name, version, updated, count in rows]
 
     def compaction_ids(self, thread: str) -> list[int]:
-        with self._lock:
-            return [r[0] for r in self._db.execute("SELECT id FROM compactions WHERE thread = ? ORDER BY id", (thread,))]
+        with self._read() as db:
+            return [r[0] for r in db.execute("SELECT id FROM compactions WHERE thread = ? ORDER BY id", (thread,))]
 
     # --- writes ----------------------------------------------------------------------------------
 
@@ -221,10 +390,18 @@ class Store:
             self._touch(db, thread, **fields)
         return removed
 
-    def replace(self, thread: str, upto_seq: int, rows: list[tuple[str, int]], info: dict[str, Any], **fields: Any) -> int:
+    def replace(self, thread: str, upto_seq: int, rows: list[tuple[str, int]], info: dict[str, Any],
+                expected_version: int | None = None, **fields: Any) -> int:
         """Compaction swap: archive active items up to `upto_seq`, write `rows` in their place, and
-        move the items recorded since (seq > upto_seq) after them. One transaction."""
+        move the items recorded since (seq > upto_seq) after them. One transaction, and only if the
+        thread's history version is still `expected_version` (else HistoryChanged, nothing written):
+        another daemon's compaction, a rollback or a restore in between would otherwise be undone."""
         with self._write() as db:
+            if expected_version is not None:
+                row = db.execute("SELECT history_version FROM threads WHERE thread = ?", (thread,)).fetchone()
+                current = row[0] if row else 0
+                if current != expected_version:
+                    raise HistoryChanged(f"history version {current}, expected {expected_version}")
             cid = db.execute(
                 "INSERT INTO compactions (thread, created_at, info) VALUES (?, ?, ?)", (thread, time.time(), json.dumps(info))
             ).lastrowid
@@ -263,3 +440,60 @@ def _run_script(db: sqlite3.Connection, script: str) -> None:
 
 def _loads(text: str | None) -> Any:
     return None if text is None else json.loads(text)
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
+
+
+def _kind(error: sqlite3.Error) -> str:
+    """What went wrong, from SQLite's error name (Python 3.11+) or, failing that, its message."""
+    name = (getattr(error, "sqlite_errorname", "") or "").upper()
+    text = str(error).lower()
+    if "BUSY" in name or "LOCKED" in name or "locked" in text:
+        return "locked"
+    if "READONLY" in name or "readonly" in text or "read-only" in text:
+        return "readonly"
+    if "FULL" in name or "is full" in text:
+        return "full"
+    if "CORRUPT" in name or "NOTADB" in name or "malformed" in text or "not a database" in text:
+        return "corrupt"
+    if "CANTOPEN" in name or "unable to open" in text:
+        return "cantopen"
+    if "IOERR" in name or "disk i/o" in text:
+        return "ioerr"
+    return "other"
+
+
+def _disk_full(folder: Path) -> bool:
+    try:
+        info = os.statvfs(folder)
+    except OSError:
+        return False
+    return info.f_bavail * info.f_frsize < 64 * 1024
+
+
+def _unavailable(path: Path, error: sqlite3.Error) -> StoreUnavailable:
+    """A StoreUnavailable that names the file and says what to do about `error`."""
+    folder = path.parent
+    advice = {
+        "locked": f"{path} is locked by another process for more than {BUSY_TIMEOUT_SECONDS:g} s (another "
+                  "ctxd, or a program holding a transaction open): close it or wait, then retry.",
+        "readonly": f"{path} cannot be written (read-only): make {folder} and the file writable, or set "
+                    "state_dir to a writable folder, then retry. The history can still be read.",
+        "full": f"{path} cannot be written: the disk is full. Free space on that disk, then retry. The "
+                "history can still be read.",
+        "corrupt": f"{path} is damaged (not a readable SQLite database, or truncated): move it aside (for "
+                   f"example `mv {path} {path}.broken`) and ctxd starts a new, empty ledger for this workspace.",
+        "cantopen": f"cannot open {path}: check that {folder} exists and is writable, or set state_dir to a "
+                    "writable folder, then retry.",
+        "ioerr": f"{path} could not be read or written (I/O error: {error}): check the disk, then retry.",
+    }
+    kind = _kind(error)
+    if kind in ("ioerr", "cantopen", "other") and _disk_full(folder):
+        kind = "full"  # a full disk often shows as an I/O error on the -shm or -wal file
+    return StoreUnavailable(advice.get(kind, f"{path}: {error}: check the file and its folder, then retry."), kind)

@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import unquote, urlparse
 
+from ctxd import PROTOCOL_VERSION, __version__, redact
 from ctxd import settings as settings_mod
-from ctxd.errors import InvalidParams
+from ctxd.errors import CompactionFailed, CtxdError, InvalidParams
 from ctxd.ledger import projection as normalize
-from ctxd.ledger.store import Store, ThreadRow, database_path
 from ctxd.ledger.rules import snapshot_commit_id
+from ctxd.ledger.store import HistoryChanged, Store, ThreadRow, database_path
 from ctxd.ledger.thread import (
     Entry,
     ThreadLedger,
@@ -31,7 +32,7 @@ from ctxd.ledger.thread import (
 )
 from ctxd.ledger.truncation import truncate_tool_output
 from ctxd.protocol.items import validate_items
-from ctxd.settings import Settings, load_settings
+from ctxd.settings import Problem, Settings, is_trusted, load_settings
 from ctxd.tokens.approx import approx_text_tokens
 from ctxd.tokens.counter import TOKENIZERS, Counter, count_item
 from ctxd.usage import breakdown as usage_mod
@@ -90,16 +91,16 @@ class Workspace:
         self.uri = uri
         self.root = root
         self.state_dir = state_dir
-        # The editor's verdict (initializationOptions.ctxd.trusted); only `true` trusts.
-        self.trusted = (init_options or {}).get("trusted") is True
-        self.problems: list[str] = []
+        self.trusted = is_trusted(init_options)
+        self.problems: list[Problem] = []
         self.settings = load_settings(root, init_options, self.problems)
         TOKENIZERS.preload(self.settings.model, self.settings.tokenizer)  # in the background
-        self.store = Store(database_path(state_dir, root), workspace=root)
+        self.db_path = database_path(state_dir, root)
+        self._store: Store | None = None  # opened by the first request, on a worker (see `store`)
         self.listener = listener
         self.lock = threading.RLock()
         self._threads: OrderedDict[str, ThreadLedger] = OrderedDict()
-        self._data_version = self.store.data_version()
+        self._data_version: tuple[int, int] | None = None
         self._thread_locks: dict[str, threading.Lock] = {}
         # Per thread: (prompt context object, counter name, its counts): counted once per context.
         self._overhead: dict[str, tuple[Any, str, usage_mod.OverheadCounts]] = {}
@@ -107,8 +108,24 @@ class Workspace:
         # Set by the server: compacts a thread before a prompt when it is over the limit.
         self.auto_compactor: Callable[["Workspace", str], None] | None = None
 
+    @property
+    def store(self) -> Store:
+        """The workspace's store, opened on first use. Opening can wait (a database locked by
+        another process, up to the store's bound) or fail (StoreUnavailable, 1003): it happens in
+        the request that needs it, never while a folder is being added on the event loop. A failed
+        open is tried again by the next request (the user may have fixed it)."""
+        store = self._store
+        if store is None:
+            with self.lock:
+                if self._store is None:
+                    self._store = Store(self.db_path, workspace=self.root)
+                store = self._store
+        return store
+
     def close(self) -> None:
-        self.store.close()
+        with self.lock:
+            if self._store is not None:
+                self._store.close()
 
     def breakdown_now(self, thread: str) -> dict[str, Any] | None:
         """The breakdown if it can be had without waiting (the workspace is free and the thread is
@@ -128,7 +145,8 @@ class Workspace:
     # --- loading ---------------------------------------------------------------------------------
 
     def _ledger(self, thread: str) -> ThreadLedger:
-        """The thread's in-memory ledger, reloaded when another daemon has written meanwhile."""
+        """The thread's in-memory ledger, reloaded when another daemon has written meanwhile (or
+        the file was started anew after it was deleted)."""
         version = self.store.data_version()
         if version != self._data_version:
             self._threads.clear()
@@ -244,6 +262,8 @@ class Workspace:
         limit = self.settings.tool_output_token_limit
         kept = [truncate_tool_output(item, limit) for item in items
                 if not (item.get("type") == "message" and item.get("role") == "system")]
+        if redact.secrets():  # the configured API key is never stored, wherever it appears
+            kept = [redact.redact_json(item) for item in kept]
         count = self.counter(self.settings_for(thread)).count
         rows = [(_dump(item), count_item(item, count)) for item in kept]
         with self.lock:
@@ -361,16 +381,32 @@ class Workspace:
         self._changed(ledger)
         return removed
 
-    def replace_history(self, thread: str, new_items: list[dict[str, Any]], *, upto_seq: int,
-                        info: dict[str, Any]) -> dict[str, Any]:
-        """Swap the items up to `upto_seq` for `new_items` (a compaction). One transaction; the old
-        items are archived; the API and reference baselines are cleared; the version bumps."""
-        count = self.counter(self.settings_for(thread)).count
-        rows = [(_dump(item), count_item(item, count)) for item in new_items]
+    def snapshot(self, thread: str) -> tuple[list[Entry], int]:
+        """The thread's active entries and the history version they belong to, read together."""
         with self.lock:
             ledger = self._ledger(thread)
-            version = ledger.history_version + 1
-            self.store.replace(thread, upto_seq, rows, info, history_version=version, api_total=None, reference=None)
+            return list(ledger.entries), ledger.history_version
+
+    def replace_history(self, thread: str, new_items: list[dict[str, Any]], *, upto_seq: int,
+                        info: dict[str, Any], expected_version: int | None = None) -> dict[str, Any]:
+        """Swap the items up to `upto_seq` for `new_items` (a compaction). One transaction; the old
+        items are archived; the API and reference baselines are cleared; the version bumps. With
+        `expected_version`, the swap happens only if the history is still that version (checked
+        in the same transaction); otherwise CompactionFailed and the ledger is unchanged."""
+        count = self.counter(self.settings_for(thread)).count
+        rows = [(_dump(redact.redact_json(item)), count_item(item, count)) for item in new_items]
+        info = redact.redact_json(info)
+        with self.lock:
+            ledger = self._ledger(thread)
+            base = ledger.history_version if expected_version is None else expected_version
+            try:
+                self.store.replace(thread, upto_seq, rows, info, expected_version=expected_version,
+                                   history_version=base + 1, api_total=None, reference=None)
+            except HistoryChanged:
+                self._reload(thread)
+                raise CompactionFailed(f"the history changed while the compaction ran (thread '{thread}' was "
+                                       "compacted, rolled back or restored meanwhile); nothing was changed: "
+                                       "compact again if it is still needed") from None
             ledger = self._reload(thread)
             usage = self._changed(ledger)
             return {"historyVersion": ledger.history_version, "itemCount": len(ledger.entries), "usage": usage}
@@ -381,6 +417,7 @@ class Workspace:
 
     def update_state(self, thread: str, **values: Any) -> dict[str, Any]:
         """Small per-thread facts the daemon keeps (e.g. the auto-compaction circuit breaker)."""
+        values = redact.redact_json(values)
         with self.lock:
             ledger = self._ledger(thread)
             state = {**(ledger.state or {}), **values}
@@ -407,6 +444,29 @@ class Workspace:
              "updatedAt": datetime.fromtimestamp(row.updated_at, timezone.utc).isoformat()}
             for row, count in rows
         ]}
+
+
+    def status(self, sources: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """`ctxd/status` (v2): what `:checkhealth` and "Show status" print. Answers even when the
+        store cannot be opened: that is then one of the problems. `sources` comes from the session
+        follower (issue #16) when it runs."""
+        problems = [problem.as_dict() for problem in self.problems]
+        try:
+            store = self.store
+            if store.readonly_reason is not None:
+                problems.append({"source": str(self.db_path), "message": store.readonly_reason})
+        except CtxdError as error:
+            problems.append({"source": str(self.db_path), "message": error.message})
+        counter = self.counter(self.settings)
+        return {
+            "version": __version__,
+            "protocolVersion": PROTOCOL_VERSION,
+            "stateDir": str(self.state_dir),
+            "trusted": self.trusted,
+            "problems": redact.redact_json(problems),
+            "tokenizers": [{"name": counter.encoding or counter.name, "status": counter.status}],
+            "sources": list(sources or []),
+        }
 
 
 class Service:

@@ -1,0 +1,54 @@
+"""The values that must never leave the daemon: the configured API key, whatever its shape.
+
+Settings register the key's actual value when they are loaded (`register`); every way out (the
+log, error messages, notifications, what is stored) passes text through `redact`. A value shorter
+than MIN_LENGTH is not registered: replacing it would mangle ordinary text and it is no real key.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+MIN_LENGTH = 8
+MARK = "[redacted]"
+
+_lock = threading.Lock()
+_values: tuple[str, ...] = ()
+
+
+def register(value: str | None) -> None:
+    """Remember `value` (and its JSON-escaped spelling) as a secret."""
+    global _values
+    if not isinstance(value, str) or len(value.strip()) < MIN_LENGTH:
+        return
+    forms = {value, json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]}
+    with _lock:
+        # Longest first: a secret that contains another is replaced whole.
+        _values = tuple(sorted(set(_values) | forms, key=len, reverse=True))
+
+
+def secrets() -> tuple[str, ...]:
+    return _values
+
+
+def redact(text: str) -> str:
+    """`text` with every registered secret replaced by MARK."""
+    for value in _values:
+        if value in text:
+            text = text.replace(value, MARK)
+    return text
+
+
+def redact_json(value: Any) -> Any:
+    """A JSON value with every registered secret in its strings (and keys) replaced."""
+    if not _values:
+        return value
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, list):
+        return [redact_json(v) for v in value]
+    if isinstance(value, dict):
+        return {redact(k) if isinstance(k, str) else k: redact_json(v) for k, v in value.items()}
+    return value
