@@ -19,7 +19,6 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from ctxd.errors import CompactionFailed
 from ctxd.ledger.store import database_path
 from tests.helpers import assistant, user
 from tests.rpc import REPO, Client, RpcError, daemon_env
@@ -144,7 +143,15 @@ def test_a_locked_database_fails_that_workspace_only_and_briefly(daemon_factory,
     error = unavailable(lambda: record(client, a, "while locked"))
     assert str(db_of(state_dir, a)) in error.message and "locked by another process" in error.message
     assert texts(client, a) == ["before the lock"]  # reads go on (WAL), nothing half-written
-    assert record(client, b, "b goes on")["itemCount"] == 1
+    # Ten requests queued on the locked workspace do not make another workspace wait for them.
+    queued = [client.request_async("ctxd/record", {"workspace": a.as_uri(), "thread": f"t{i}",
+                                                   "items": [user(f"queued {i}")]}) for i in range(10)]
+    healthy = client.request_async("ctxd/record", {"workspace": b.as_uri(), "items": [user("b goes on")]})
+    assert client.result(healthy, timeout=60)["itemCount"] == 1
+    answered_first = [msg_id for msg_id in queued if msg_id in client._responses]
+    assert answered_first == [], "the other workspace waited behind the locked one"
+    for msg_id in queued:
+        assert client.response(msg_id, timeout=120)["error"]["code"] == STORE_UNAVAILABLE
     lock.execute("ROLLBACK")
     assert record(client, a, "after the lock")["itemCount"] == 2
 
@@ -258,7 +265,7 @@ def test_rollback_while_an_llm_compaction_runs(daemon_factory, workspace: Path) 
         rolled = client.request("ctxd/rollback", {"workspace": uri, "turns": 1})
         assert rolled["removedItems"] == 2
         answer = client.response(compacting, timeout=60)
-        assert answer["error"]["code"] == CompactionFailed.code and "history changed" in answer["error"]["message"]
+        assert answer["error"]["code"] == 1001 and "history changed" in answer["error"]["message"]
         history = client.request("ctxd/history", {"workspace": uri})
         shown = [item["content"][0]["text"] for item in history["items"]]
         assert shown == ["ask 0", "answer 0", "ask 1", "answer 1", "ask 2", "answer 2"]  # "ask 3" stays gone
@@ -283,7 +290,7 @@ def test_two_daemons_compacting_one_thread(daemon_factory, workspace: Path) -> N
         ok = [a for a in answers if "result" in a]
         failed = [a for a in answers if "error" in a]
         assert len(ok) == 1 and len(failed) == 1, answers
-        assert failed[0]["error"]["code"] == CompactionFailed.code and "history changed" in failed[0]["error"]["message"]
+        assert failed[0]["error"]["code"] == 1001 and "history changed" in failed[0]["error"]["message"]
         history = one.request("ctxd/history", {"workspace": uri})["items"]
         kept_users = [i["content"][0]["text"] for i in history if i.get("role") == "user"]
         assert len(kept_users) == len(set(kept_users)), "a kept user message is there twice"

@@ -20,6 +20,7 @@ from tests.rpc import Client
 GITHUB_TOKEN = "ghp_16C7e42F292c6912E7710c838347Ae178B4a"
 OPENAI_KEY = "sk-proj-userskey-0123456789abcdef"
 PRIVATE_KEY = "-----BEGIN OPENSSH PRIVATE KEY----- b3BlbnNzaC1rZXktdjEAAAAABG5vbmU"
+IGNORED = ("compact_prompt_file", "state_dir", "llm.base_url", "llm.api_key_env", "llm.model")
 
 
 @pytest.fixture
@@ -58,6 +59,15 @@ def test_untrusted_repository_cannot_send_secrets_away(daemon_factory, workspace
     assert fake.requests == [], "the repository's endpoint was called"
     assert client.notes("ctxd/compacted")[-1]["strategy"] == "offline"  # the limit itself is harmless
     assert not (tmp_path / "elsewhere").exists()
+    # Each ignored key is named in a visible message, once; and ctxd/status lists them.
+    messages = [note["message"] for note in client.notes("window/showMessage") if "not trusted" in note["message"]]
+    for key in IGNORED:
+        assert sum(f"'{key}'" in message for message in messages) == 1, (key, messages)
+    status = client.request("ctxd/status", {"workspace": workspace.as_uri()})
+    assert status["trusted"] is False and status["protocolVersion"] == 2
+    assert {p["key"] for p in status["problems"] if "not trusted" in p["message"]} == set(IGNORED)
+    assert all(p["source"].endswith(".ctxd.toml") for p in status["problems"] if p.get("key") in IGNORED)
+    assert status["tokenizers"] and status["sources"] == [] and status["stateDir"]
 
 
 def test_trusted_workspace_uses_its_settings(daemon_factory, workspace: Path, tmp_path: Path,
@@ -70,6 +80,8 @@ def test_trusted_workspace_uses_its_settings(daemon_factory, workspace: Path, tm
     client.request("ctxd/prompt", {"workspace": workspace.as_uri()})
     assert fake.requests and fake.requests[0].headers["authorization"] == f"Bearer {GITHUB_TOKEN}"
     assert PRIVATE_KEY in json.dumps(fake.requests[0].body)
+    assert client.request("ctxd/status", {"workspace": workspace.as_uri()})["trusted"] is True
+    assert not any("not trusted" in note["message"] for note in client.notes("window/showMessage"))
 
 
 def test_only_base_url_does_not_send_the_users_key(daemon_factory, workspace: Path, fake: FakeOpenAI) -> None:
@@ -144,6 +156,10 @@ def test_a_key_put_where_its_variable_name_belongs_is_never_echoed(daemon_factor
     assert result["strategy"] == "offline" and "OPENAI_API_KEY" in result["fallbackReason"]
     seen = json.dumps(result) + json.dumps(client.notifications)
     seen += json.dumps(client.request("ctxd/history", {"workspace": workspace.as_uri(), "includeArchived": True}))
+    status = client.request("ctxd/status", {"workspace": workspace.as_uri()})
+    assert any(p.get("key") == "llm.api_key_env" and "looks like a key" in p["message"] for p in status["problems"])
+    assert any("llm.api_key_env" in n["message"] for n in client.notes("window/showMessage"))
+    seen += json.dumps(status)
     client.shutdown()
     logs = "".join(p.read_text(errors="replace") for p in tmp_path.glob("daemon-*.log"))
     assert key[8:] not in seen and key[8:] not in logs

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Iterator
 from urllib.parse import quote
 
-from ctxd.errors import CtxdError
+from ctxd import errors
 
 SCHEMA_VERSION = 1
 
@@ -90,12 +90,9 @@ def database_path(state_dir: Path, workspace: Path) -> Path:
     return state_dir / "workspaces" / f"{safe}-{digest}.sqlite3"
 
 
-class StoreUnavailable(CtxdError):
-    """The workspace's store cannot be used (read-only, corrupt, another workspace's, locked past
-    the bound, disk full, deleted). The message names the file and what to do; nothing
-    acknowledged is lost and other workspaces are unaffected."""
-
-    code = 1003
+class StoreUnavailable(errors.StoreUnavailable):
+    """1003, with what went wrong (`kind`: locked, readonly, full, corrupt, cantopen, ioerr, other)
+    so that opening can tell "cannot write" (fall back to read-only) from the rest."""
 
     def __init__(self, message: str, kind: str = "other") -> None:
         super().__init__(message)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import unquote, urlparse
 
-from ctxd import PROTOCOL_VERSION, __version__, redact
+from ctxd import __version__, redact
 from ctxd import settings as settings_mod
 from ctxd.errors import CompactionFailed, CtxdError, InvalidParams
 from ctxd.ledger import projection as normalize
@@ -32,6 +32,7 @@ from ctxd.ledger.thread import (
 )
 from ctxd.ledger.truncation import truncate_tool_output
 from ctxd.protocol.items import validate_items
+from ctxd.protocol.methods import PROTOCOL_VERSION
 from ctxd.settings import Problem, Settings, is_trusted, load_settings
 from ctxd.tokens.approx import approx_text_tokens
 from ctxd.tokens.counter import TOKENIZERS, Counter, count_item
@@ -107,6 +108,8 @@ class Workspace:
         self._breakdowns: dict[str, tuple[Any, Any, dict[str, Any]]] = {}
         # Set by the server: compacts a thread before a prompt when it is over the limit.
         self.auto_compactor: Callable[["Workspace", str], None] | None = None
+        # Set by the session follower (issue #16): `ctxd/status`'s `sources` for this workspace.
+        self.sources_status: Callable[[], list[dict[str, Any]]] | None = None
 
     @property
     def store(self) -> Store:
@@ -446,10 +449,11 @@ class Workspace:
         ]}
 
 
-    def status(self, sources: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    def status(self) -> dict[str, Any]:
         """`ctxd/status` (v2): what `:checkhealth` and "Show status" print. Answers even when the
         store cannot be opened: that is then one of the problems. `sources` comes from the session
-        follower (issue #16) when it runs."""
+        follower (issue #16, `sources_status`) when it runs."""
+        sources = self.sources_status() if self.sources_status is not None else []
         problems = [problem.as_dict() for problem in self.problems]
         try:
             store = self.store

@@ -194,6 +194,7 @@ class Skipped(TypedDict):
     __pydantic_config__ = STRICT  # type: ignore[misc]
     path: str
     reason: str
+    pathEncoding: NotRequired[Literal["escaped"]]
 
 
 class GhostCommit(TypedDict):

@@ -20,13 +20,14 @@ memory: the gauge's hot path, read-only.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, AsyncIterator, BinaryIO
 
 from ctxd import __version__
 from ctxd.compact import run as compaction
@@ -50,6 +51,10 @@ log = logging.getLogger(__name__)
 
 USAGE_INTERVAL_SECONDS = 0.1
 WORKER_THREADS = 8
+# Short requests of one workspace that may hold workers at once. They serialise on the workspace's
+# lock anyway; the cap keeps a workspace whose database is locked by another process (each request
+# waits up to the store's bound) from taking every worker while other workspaces wait.
+WORKSPACE_WORKERS = 2
 
 # Long operations run beside a thread's other requests.
 UNORDERED = frozenset({methods.COMPACT, methods.GHOST_SNAPSHOT, methods.GHOST_LIST, methods.GHOST_RESTORE,
@@ -69,6 +74,28 @@ def _ordering_key(method: str, raw_params: Any) -> tuple[str, str] | None:
     return (workspace, thread)
 
 
+class KeyedLimit:
+    """At most `limit` holders per key at once (event loop only); idle keys are forgotten."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._slots: dict[str, tuple[asyncio.Semaphore, int]] = {}
+
+    @contextlib.asynccontextmanager
+    async def hold(self, key: str) -> AsyncIterator[None]:
+        semaphore, users = self._slots.get(key) or (asyncio.Semaphore(self.limit), 0)
+        self._slots[key] = (semaphore, users + 1)
+        try:
+            async with semaphore:
+                yield
+        finally:
+            semaphore, users = self._slots[key]
+            if users == 1:
+                del self._slots[key]
+            else:
+                self._slots[key] = (semaphore, users - 1)
+
+
 class CtxdServer:
     """One client's session: the open workspaces, the workers, and the lifecycle state."""
 
@@ -84,6 +111,8 @@ class CtxdServer:
         self.shutting_down = False
         self._tails: dict[tuple[str, str], asyncio.Future[None]] = {}
         self._cancels: dict[Any, threading.Event] = {}
+        self._slots = KeyedLimit(WORKSPACE_WORKERS)
+        self._shown: set[str] = set()  # settings problems already shown (each once per session)
 
     # --- outgoing --------------------------------------------------------------------------------
 
@@ -178,7 +207,11 @@ class CtxdServer:
             await asyncio.shield(self.initialized)  # type: ignore[arg-type]
             if previous is not None:
                 await asyncio.shield(previous)
-            await loop.run_in_executor(self.executor, self._run, method, msg_id, raw_params, cancel)
+            if key is None:  # long operations (and unaddressed requests) are not capped
+                await loop.run_in_executor(self.executor, self._run, method, msg_id, raw_params, cancel)
+            else:
+                async with self._slots.hold(key[0]):
+                    await loop.run_in_executor(self.executor, self._run, method, msg_id, raw_params, cancel)
         finally:
             self._cancels.pop(msg_id, None)
             mine.set_result(None)
@@ -247,10 +280,16 @@ class CtxdServer:
         if not isinstance(uri, str):
             return
         try:
-            self.service.open_folder(uri)
+            workspace = self.service.open_folder(uri)
         except CtxdError as error:
             log.warning("not opening workspace folder: %s", error.message)
             self.outbox.show_message(f"ctxd: not opening workspace folder: {error.message}")  # type: ignore[union-attr]
+            return
+        for problem in workspace.problems:  # bad values, unknown keys, settings ignored (trust)
+            text = f"ctxd: {problem}"
+            if text not in self._shown:
+                self._shown.add(text)
+                self.outbox.show_message(text)  # type: ignore[union-attr]
 
     def _change_folders(self, params: Any) -> None:
         event = params.get("event") if isinstance(params, dict) else None

@@ -12,6 +12,7 @@ import threading
 import time
 from typing import Any, Callable, Hashable
 
+from ctxd import redact
 from ctxd.protocol import methods
 from ctxd.server.framing import LockedWriter, encode, error_response, frame
 
@@ -74,6 +75,10 @@ class Outbox:
     def send(self, message: dict[str, Any]) -> None:
         try:
             body = encode(message)
+            if "result" not in message and redact.secrets():
+                # Errors and notifications carry text made of other text (an endpoint's error, a
+                # fallback reason): the configured API key never goes out in them, whatever its shape.
+                body = redact.redact(body.decode("utf-8")).encode("utf-8")
         except (TypeError, ValueError):
             log.exception("could not encode a message to the client")
             if "id" not in message:

@@ -18,6 +18,7 @@ from ctxd.errors import Cancelled
 from ctxd.ghost import snapshots as ghost
 from ctxd.ledger.workspace import Workspace
 from ctxd.protocol import methods, params as p, shapes
+from ctxd.protocol.paths import escape_paths
 from ctxd.server.events import Outbox, SlowWarning, Throttle
 from ctxd.status import status as daemon_status
 
@@ -133,7 +134,7 @@ def ghost_snapshot(call: Call, params: p.GhostSnapshotParams) -> shapes.GhostCom
         slow.finish()
         call.outbox.progress(token, {"kind": "end"})
     workspace.record(params.thread, [ghost.ledger_item(commit)])
-    return commit
+    return escape_paths(commit)
 
 
 @handler(methods.GHOST_LIST, p.GhostListParams)
@@ -150,4 +151,4 @@ def ghost_restore(call: Call, params: p.GhostRestoreParams) -> shapes.RestoreRes
     result = ghost.restore(workspace.root, params.id, settings=workspace.settings.ghost)
     if point is not None:
         result["removedItems"] = workspace.rollback_to(params.thread, point)
-    return result
+    return escape_paths(result)  # file names that are not UTF-8 (protocol v2: pathEncoding)
