@@ -9,12 +9,15 @@
    MAX_LOADED_ITEMS items at the per-item cost measured on the second thread loaded, plus half again.
 4. a 200 MB tool output: peak RSS growth and time. Bound: the peak grows by at most
    BIG_OUTPUT_MIB (the frame reader keeps 8 MiB of any string, whatever its size).
+5. storage: 50 cycles of one storage fault on a workspace while another records (bench/storms.py).
+6. concurrency: 20 rounds of two daemons compacting one thread at once, with rollbacks (bench/storms.py).
+   Goal for both: every bad count is 0.
 
 The exit status is 1 when any goal or bound is missed.
 
 Run: python bench/stress.py            (everything; about 5-10 minutes on 2 cores)
      python bench/stress.py --quick    (a tenth of each)
-     python bench/stress.py --only fuzz,storm
+     python bench/stress.py --only fuzz,storm,storage,concurrency
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from hypothesis import strategies as st
 from tests import test_reliability_fuzz as fuzz  # noqa: E402
 from tests.rpc import Client, start_daemon  # noqa: E402
 from tests.test_reliability_faults import crash_storm, peak_rss_kib  # noqa: E402
+from bench.storms import concurrency_storm, storage_storm, storms_failed  # noqa: E402
 
 from ctxd.ledger.workspace import MAX_LOADED_ITEMS  # noqa: E402
 
@@ -212,7 +216,8 @@ def run_big_output(root: Path, mib: int) -> dict[str, Any]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a tenth of every run")
-    parser.add_argument("--only", default="fuzz,storm,size,big", help="comma-separated: fuzz,storm,size,big")
+    parser.add_argument("--only", default="fuzz,storm,size,big,storage,concurrency",
+                        help="comma-separated: fuzz,storm,size,big,storage,concurrency")
     args = parser.parse_args()
     scale = 10 if args.quick else 1
     only = set(args.only.split(","))
@@ -224,6 +229,8 @@ def main() -> int:
             ("storm", lambda d: crash_storm(d / "state", d / "ws", 100 // scale, seed=1)),
             ("size", lambda d: run_size(d, 1_000_000 // scale, 100)),
             ("big", lambda d: run_big_output(d, 200 // scale)),
+            ("storage", lambda d: storage_storm(d, 50 // scale)),
+            ("concurrency", lambda d: concurrency_storm(d, 20 // scale)),
         ]:
             if name not in only:
                 continue
@@ -244,6 +251,7 @@ def main() -> int:
         failed.append("size (memory over its bound)")
     if "big" in report and report["big"]["peak_growth_mib"] > BIG_OUTPUT_MIB:
         failed.append(f"big (peak grew over {BIG_OUTPUT_MIB} MiB)")
+    failed += storms_failed(report)
     print("FAILED: " + ", ".join(failed) if failed else "all goals met")
     return 1 if failed else 0
 

@@ -268,6 +268,7 @@ class Store:
         if self._identity is None or _identity(self.path) == self._identity:
             return
         self.close()
+        self._identity = None  # the new file's, once it is open
         self.generation += 1
         message = (f"{self.path} was deleted or replaced while ctxd was running (was the state folder "
                    f"{self.path.parent.parent} removed?), so this change was not saved.")

@@ -1,0 +1,187 @@
+"""Storage and concurrency storms for bench/stress.py (issue #13), against real daemons over stdio.
+
+storage: cycles of one storage fault (each in turn) on workspace A (random bytes, truncation, another workspace's
+  `-wal`, another process's exclusive lock, the state folder deleted) while workspace B records.
+  Counts: faults, answers with 1003 naming the file, wrong answers, B's failures, acknowledged
+  items lost (in A before the fault and in B), daemon crashes.
+concurrency: rounds of two daemons compacting one thread at once (an LLM compaction against the
+  fake endpoint, so that the two overlap); every other round the thread is also rolled back while
+  both wait on the model. Counts: compactions committed, refused with 1001 "the history changed",
+  other failures, rounds with the wrong outcome, user messages stored twice, rolled-back messages
+  that came back.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+from ctxd.ledger.store import database_path
+from tests.fake_openai import FakeOpenAI, Step
+from tests.rpc import Client, RpcError, start_daemon
+
+FAULTS = ("random", "truncate", "foreign_wal", "lock", "delete")
+
+
+def _user(text: str) -> dict[str, Any]:
+    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+
+
+def _assistant(text: str) -> dict[str, Any]:
+    return {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}
+
+
+def _texts(client: Client, folder: Path, thread: str = "default") -> list[str]:
+    items = client.request("ctxd/history", {"workspace": folder.as_uri(), "thread": thread})["items"]
+    return [item["content"][0]["text"] for item in items]
+
+
+def _record(client: Client, folder: Path, text: str, thread: str = "default") -> bool:
+    try:
+        client.request("ctxd/record", {"workspace": folder.as_uri(), "thread": thread, "items": [_user(text)]})
+        return True
+    except RpcError:
+        return False
+
+
+def storage_storm(root: Path, cycles: int) -> dict[str, Any]:
+    figures: dict[str, Any] = {"cycles": 0, "faults": {f: 0 for f in FAULTS}, "answered_1003": 0,
+                               "wrong_answers": 0, "healthy_failures": 0, "acknowledged_lost": 0, "crashes": 0}
+    for cycle in range(cycles):
+        base = root / f"c{cycle}"
+        a, b, c, state = base / "a", base / "b", base / "c", base / "state"
+        for folder in (a, b, c, state):
+            folder.mkdir(parents=True)
+        fault = FAULTS[cycle % len(FAULTS)]  # every fault equally often
+        figures["faults"][fault] += 1
+        db_a = database_path(state / "ctxd", a)
+        first = start_daemon(state)
+        first.initialize([a, b, c])
+        acked_a = [f"a{i}" for i in range(5) if _record(first, a, f"a{i}")]
+        _record(first, c, "c0")
+        if fault == "foreign_wal":
+            first.shutdown()
+            other = start_daemon(state)
+            other.initialize([c])
+            _record(other, c, "c1")
+            other.kill()  # leaves c's -wal behind
+            shutil.copy(f"{database_path(state / 'ctxd', c)}-wal", f"{db_a}-wal")
+        else:
+            first.shutdown()
+        if fault == "random":
+            db_a.write_bytes(os.urandom(32 * 1024))
+        elif fault == "truncate":
+            with db_a.open("r+b") as handle:
+                handle.truncate(db_a.stat().st_size // 2)
+        client = start_daemon(state)
+        lock: sqlite3.Connection | None = None
+        try:
+            client.initialize([a, b])
+            if fault == "lock":
+                lock = sqlite3.connect(db_a, timeout=0, isolation_level=None)
+                lock.execute("BEGIN EXCLUSIVE")
+            if fault == "delete":
+                _record(client, a, "a-before-delete")
+                shutil.rmtree(state / "ctxd")
+            acked_b = [f"b{i}" for i in range(5) if _record(client, b, f"b{i}")]
+            figures["healthy_failures"] += 5 - len(acked_b)
+            try:
+                client.request("ctxd/record", {"workspace": a.as_uri(), "items": [_user("during the fault")]})
+                if fault != "truncate":  # a truncated file may still take a write at its end
+                    figures["wrong_answers"] += 1
+                    figures.setdefault("examples", []).append(f"{fault}: acknowledged")
+            except RpcError as error:
+                if error.code == 1003 and str(db_a) in error.message:
+                    figures["answered_1003"] += 1
+                elif fault == "truncate" and error.code == 1003:
+                    figures["answered_1003"] += 1
+                else:
+                    figures["wrong_answers"] += 1
+                    figures.setdefault("examples", []).append(f"{fault}: {error.code} {error.message[:200]}")
+            stored_b = set(_texts(client, b))
+            figures["acknowledged_lost"] += len(set(acked_b) - stored_b)
+            if lock is not None:
+                lock.execute("ROLLBACK")
+                stored_a = set(_texts(client, a))
+                figures["acknowledged_lost"] += len(set(acked_a) - stored_a)
+        except (RpcError, TimeoutError) as error:
+            figures["wrong_answers"] += 1
+            figures.setdefault("examples", []).append(f"{fault}: {error!s:.200}")
+        finally:
+            if lock is not None:
+                lock.close()
+            if client.proc.poll() is not None:
+                figures["crashes"] += 1
+            client.shutdown()
+        figures["cycles"] += 1
+        shutil.rmtree(base, ignore_errors=True)
+    return figures
+
+
+def concurrency_storm(root: Path, rounds: int) -> dict[str, Any]:
+    """Even rounds: two daemons compact one thread at once (exactly one may commit). Odd rounds: both
+    compactions are waiting on the model when the thread is rolled back (neither may commit, and
+    the rolled-back turn must stay gone)."""
+    figures = {"rounds": 0, "committed": 0, "refused_1001": 0, "other_failures": 0, "wrong_outcomes": 0,
+               "duplicated_user_messages": 0, "rolled_back_returned": 0}
+    with FakeOpenAI() as fake:
+        options = {"llm": {"baseUrl": fake.base_url, "model": "m", "maxRetries": 0, "timeoutSeconds": 20}}
+        for n in range(rounds):
+            folder, state = root / f"r{n}" / "ws", root / f"r{n}" / "state"
+            folder.mkdir(parents=True)
+            state.mkdir()
+            one, two = start_daemon(state), start_daemon(state)
+            for client in (one, two):
+                client.initialize([folder], options)
+            uri = folder.as_uri()
+            items: list[dict[str, Any]] = []
+            for turn in range(8):
+                items += [_user(f"ask {n}-{turn}"), _assistant(f"answer {n}-{turn}")]
+            one.request("ctxd/record", {"workspace": uri, "items": items})
+            two.request("ctxd/history", {"workspace": uri})
+            rollback_round = n % 2 == 1
+            asked = len(fake.requests)
+            fake.script(Step(delay=1.0 if rollback_round else 0.3), Step(delay=1.0 if rollback_round else 0.3))
+            ids = [(c, c.request_async("ctxd/compact", {"workspace": uri, "strategy": "llm"})) for c in (one, two)]
+            if rollback_round:
+                while len(fake.requests) < asked + 2:  # both compactions have read the history
+                    threading.Event().wait(0.01)
+                one.request("ctxd/rollback", {"workspace": uri, "turns": 1})
+            committed = 0
+            for client, msg_id in ids:
+                answer = client.response(msg_id, timeout=60)
+                if "result" in answer:
+                    committed += 1
+                elif answer["error"]["code"] == 1001 and "history changed" in answer["error"]["message"]:
+                    figures["refused_1001"] += 1
+                else:
+                    figures["other_failures"] += 1
+            figures["committed"] += committed
+            if committed != (0 if rollback_round else 1):
+                figures["wrong_outcomes"] += 1
+            history = one.request("ctxd/history", {"workspace": uri})["items"]
+            users = [i["content"][0]["text"] for i in history if i.get("role") == "user"]
+            figures["duplicated_user_messages"] += len(users) - len(set(users))
+            if rollback_round and any(f"ask {n}-7" in text for text in users):
+                figures["rolled_back_returned"] += 1
+            one.shutdown()
+            two.shutdown()
+            figures["rounds"] += 1
+    return figures
+
+
+def storms_failed(report: dict[str, Any]) -> list[str]:
+    """The storms whose counts miss their goal (every bad count must be 0)."""
+    failed = []
+    storage = report.get("storage")
+    if storage and any(storage[k] for k in ("wrong_answers", "healthy_failures", "acknowledged_lost", "crashes")):
+        failed.append("storage")
+    concurrency = report.get("concurrency")
+    if concurrency and any(concurrency[k] for k in ("other_failures", "wrong_outcomes", "duplicated_user_messages",
+                                                    "rolled_back_returned")):
+        failed.append("concurrency")
+    return failed
