@@ -18,7 +18,7 @@ def status(workspace: Workspace, sources: list[dict[str, Any]]) -> dict[str, Any
         "protocolVersion": PROTOCOL_VERSION,
         "stateDir": str(workspace.state_dir),
         "trusted": workspace.trusted,
-        "problems": [{"source": "settings", "message": problem} for problem in workspace.problems],
+        "problems": workspace.status_problems(),
         "tokenizers": TOKENIZERS.statuses(),
         "sources": sources,
     }

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import unquote, urlparse
 
-from ctxd import __version__, redact
+from ctxd import redact
 from ctxd import settings as settings_mod
 from ctxd.errors import CompactionFailed, CtxdError, InvalidParams
 from ctxd.ledger import projection as normalize
@@ -32,7 +32,6 @@ from ctxd.ledger.thread import (
 )
 from ctxd.ledger.truncation import truncate_tool_output
 from ctxd.protocol.items import validate_items
-from ctxd.protocol.methods import PROTOCOL_VERSION
 from ctxd.settings import Problem, Settings, is_trusted, load_settings
 from ctxd.tokens.approx import approx_text_tokens
 from ctxd.tokens.counter import TOKENIZERS, Counter, count_item
@@ -108,8 +107,6 @@ class Workspace:
         self._breakdowns: dict[str, tuple[Any, Any, dict[str, Any]]] = {}
         # Set by the server: compacts a thread before a prompt when it is over the limit.
         self.auto_compactor: Callable[["Workspace", str], None] | None = None
-        # Set by the session follower (issue #16): `ctxd/status`'s `sources` for this workspace.
-        self.sources_status: Callable[[], list[dict[str, Any]]] | None = None
 
     @property
     def store(self) -> Store:
@@ -449,11 +446,9 @@ class Workspace:
         ]}
 
 
-    def status(self) -> dict[str, Any]:
-        """`ctxd/status` (v2): what `:checkhealth` and "Show status" print. Answers even when the
-        store cannot be opened: that is then one of the problems. `sources` comes from the session
-        follower (issue #16, `sources_status`) when it runs."""
-        sources = self.sources_status() if self.sources_status is not None else []
+    def status_problems(self) -> list[dict[str, str]]:
+        """Settings problems and the store's state, as `ctxd/status` lists them. Opens the store
+        if needed (a worker's job): a store that cannot be opened, or only read, is a problem."""
         problems = [problem.as_dict() for problem in self.problems]
         try:
             store = self.store
@@ -461,16 +456,7 @@ class Workspace:
                 problems.append({"source": str(self.db_path), "message": store.readonly_reason})
         except CtxdError as error:
             problems.append({"source": str(self.db_path), "message": error.message})
-        counter = self.counter(self.settings)
-        return {
-            "version": __version__,
-            "protocolVersion": PROTOCOL_VERSION,
-            "stateDir": str(self.state_dir),
-            "trusted": self.trusted,
-            "problems": redact.redact_json(problems),
-            "tokenizers": [{"name": counter.encoding or counter.name, "status": counter.status}],
-            "sources": list(sources or []),
-        }
+        return redact.redact_json(problems)
 
 
 class Service:
