@@ -88,3 +88,20 @@ def test_restore_reply_escapes_file_names_that_are_not_utf8(daemon_factory, tmp_
     assert [unescape_path(p) for p in result["restored"]] == [name]
     with open(path, "rb") as handle:
         assert handle.read() == b"before\n"
+
+
+def test_an_endpoint_answering_nan_cannot_poison_the_thread(daemon_factory, workspace: Path) -> None:
+    from tests.fake_openai import FakeOpenAI, Step
+
+    with FakeOpenAI() as fake:
+        fake.script(Step(path="/v1/responses/compact", body={"output": [
+            {"type": "compaction", "encrypted_content": "abc", "score": float("nan")}]}))
+        client = daemon_factory([workspace], {"llm": {"baseUrl": fake.base_url, "model": "m", "api": "responses",
+                                                      "maxRetries": 0}})
+        uri = workspace.as_uri()
+        client.request("ctxd/record", {"workspace": uri, "items": [user("one"), user("two")]})
+        reply = client.response(client.request_async("ctxd/compact", {"workspace": uri, "strategy": "remote"}))
+        assert reply["error"]["code"] == 1001 and "did not parse" in reply["error"]["message"]
+        assert fake.requests[-1].path == "/v1/responses/compact"
+        history = client.request("ctxd/history", {"workspace": uri, "includeArchived": True})  # parses strictly
+        assert history["total"] == 2

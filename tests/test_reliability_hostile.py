@@ -59,12 +59,13 @@ def test_workspace_uris_that_leave_the_workspace_are_refused(daemon_factory: Cal
     # adding the malformed ones as folders opens nothing (a real folder the editor adds, even one
     # reached through a symlink, is the user's choice and opens normally)
     malformed = [bad for bad in hostile if bad not in (f"{uri}/escape", outside.as_uri())]
+    client.request("ctxd/record", {"workspace": uri, "items": [user("opened")]})  # stores open on first use
     before = {p.name for p in tmp_path.rglob("*.sqlite3")}
     client.notify("workspace/didChangeWorkspaceFolders", {"event": {
         "added": [{"uri": bad, "name": "x"} for bad in malformed], "removed": []}})
     for bad in (f"{uri}/../outside", outside.as_uri() + "/../ws/../outside"):
         refused(client, "ctxd/usage", {"workspace": bad})
-    assert client.request("ctxd/record", {"workspace": uri, "items": [user("still here")]})["itemCount"] == 1
+    assert client.request("ctxd/record", {"workspace": uri, "items": [user("still here")]})["itemCount"] == 2
     assert {p.name for p in tmp_path.rglob("*.sqlite3")} == before
     assert sorted(p.name for p in outside.iterdir()) == []
 

@@ -295,3 +295,30 @@ def test_two_daemons_compacting_one_thread(daemon_factory, workspace: Path) -> N
         kept_users = [i["content"][0]["text"] for i in history if i.get("role") == "user"]
         assert len(kept_users) == len(set(kept_users)), "a kept user message is there twice"
         assert len(history) < 20
+
+
+def test_restore_with_the_conversation_while_an_llm_compaction_runs(daemon_factory, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.fake_openai import FakeOpenAI, Step
+    from tests.ghost_repo import isolated_git_env, make_repo
+
+    for key, value in isolated_git_env(tmp_path / "home").items():
+        monkeypatch.setenv(key, value)
+    repo = make_repo(tmp_path / "repo")
+    with FakeOpenAI() as fake:
+        fake.script(Step(delay=1.5))
+        options = {"llm": {"baseUrl": fake.base_url, "model": "m", "maxRetries": 0, "timeoutSeconds": 20}}
+        client = daemon_factory([repo.root], options)
+        uri = repo.root.as_uri()
+        client.request("ctxd/record", {"workspace": uri, "items": [user("ask 0"), assistant("answer 0")]})
+        snap = client.request("ctxd/ghost/snapshot", {"workspace": uri})
+        client.request("ctxd/record", {"workspace": uri, "items": [user("ask 1"), assistant("answer 1")]})
+        compacting = client.request_async("ctxd/compact", {"workspace": uri, "strategy": "llm"})
+        while not fake.requests:
+            threading.Event().wait(0.01)
+        restored = client.request("ctxd/ghost/restore", {"workspace": uri, "id": snap["id"], "conversation": True})
+        assert restored["removedItems"] == 2
+        answer = client.response(compacting, timeout=60)
+        assert answer["error"]["code"] == 1001 and "history changed" in answer["error"]["message"]
+        items = client.request("ctxd/history", {"workspace": uri})["items"]
+        assert [i.get("content", [{}])[0].get("text") for i in items if i["type"] == "message"] == ["ask 0", "answer 0"]

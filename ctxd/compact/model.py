@@ -219,7 +219,7 @@ def compact_remote(endpoint: Endpoint, history: list[dict[str, Any]], instructio
     def send(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         def call() -> list[dict[str, Any]]:
             raw = client.responses.with_raw_response.compact(model=endpoint.model, input=items, instructions=instructions)
-            return _compacted_items(json.loads(raw.text))
+            return _compacted_items(strict_loads(raw.text))
 
         return _guarded(call, endpoint, cancel, progress, client)
 
@@ -229,6 +229,23 @@ def compact_remote(endpoint: Endpoint, history: list[dict[str, Any]], instructio
         return with_trimming(history, send, progress)
     finally:
         client.close()
+
+
+def _not_strict(text: str) -> Any:
+    raise json.JSONDecodeError(f"{text} is not strict JSON", text, 0)
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        _not_strict(text)
+    return value
+
+
+def strict_loads(text: str) -> Any:
+    """An endpoint's JSON, refusing NaN, Infinity and numbers that overflow: stored, they would
+    poison the thread (every later reply carrying them could not be sent as strict JSON)."""
+    return json.loads(text, parse_constant=_not_strict, parse_float=_finite)
 
 
 def _compacted_items(body: Any) -> list[dict[str, Any]]:

@@ -69,7 +69,8 @@ def path_to_uri(path: Path) -> str:
 
 
 def _dump(item: dict[str, Any]) -> str:
-    return json.dumps(item, ensure_ascii=False, separators=(",", ":"))
+    """An item as stored: strict JSON (what cannot be sent back is never stored)."""
+    return json.dumps(item, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
 def overhead_tokens(context: dict[str, Any] | None) -> int:
