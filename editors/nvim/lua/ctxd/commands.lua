@@ -371,10 +371,7 @@ M.subcommands.threads = {
         end
         if choice.follow then
           config.options.thread = nil
-          threads.pick(target.workspace, nil)
-          if list[1] then
-            threads.activity(target.workspace, list[1].thread)
-          end
+          threads.pick(target.workspace, nil) -- the listing just read set the most recent
         else
           threads.pick(target.workspace, choice.thread)
         end

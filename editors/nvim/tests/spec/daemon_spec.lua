@@ -575,18 +575,8 @@ t.describe('daemon', function()
     t.truthy(require('ctxd.client').supports(client, 'ctxd/status'))
     t.contains('workspace not trusted', text)
     t.contains('tokenizer o200k_base: exact (token counts are exact)', text)
-    -- Every settings problem the daemon reports comes with the fix to type.
-    local section = text:match('ctxd: daemon status ~\n(.-)\n\n') or ''
-    local warnings = 0
-    for block in (section .. '\n- '):gmatch('(.-)\n%- ') do
-      if block:find('WARNING', 1, true) then
-        warnings = warnings + 1
-        t.contains('ADVICE:', block, 'a problem without its fix')
-      end
-    end
-    if warnings == 0 then
-      t.contains('no settings problems', section)
-    end
+    -- No .ctxd.toml, no bad option: nothing to fix (trust_spec.lua shows a problem and its fix).
+    t.contains('no settings problems', text)
   end)
 
   t.it(':Ctxd restart starts a new daemon on the same buffers', function()
