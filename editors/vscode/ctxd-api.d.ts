@@ -9,8 +9,9 @@
  * Every call addresses a workspace folder (its `uri.toString()`) and a thread; both are optional and
  * default to the active workspace folder and its active thread ("default" unless changed with
  * `setActiveThread`). Calls wait while the daemon starts or restarts. A failed call rejects with the
- * daemon's JSON-RPC error: `code` -32602 (bad params; nothing recorded), -32001 (compaction failed;
- * ledger unchanged), -32002 (git failed; working tree unchanged), -32800 (cancelled).
+ * daemon's JSON-RPC error: `code` -32602 (bad params; nothing recorded), 1001 (compaction failed;
+ * ledger unchanged), 1002 (git failed; working tree unchanged), 1003 (the workspace's store cannot be
+ * used), -32800 (cancelled). Version 1 daemons used -32001 and -32002 for the first two.
  *
  * Items are OpenAI Responses API items, spelled as that API spells them; see the ctxd protocol.
  */

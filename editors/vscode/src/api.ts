@@ -9,6 +9,7 @@ import {
   type CompactStrategy,
   type CompactedParams,
   DEFAULT_THREAD,
+  type DiffResult,
   type Disposable,
   type GhostCommit,
   type HistoryResult,
@@ -22,6 +23,7 @@ import {
   type RestoreResult,
   type RollbackResult,
   type Rpc,
+  type StatusResult,
   type Target,
   type ThreadInfo,
   type TokenUsage,
@@ -111,7 +113,14 @@ export class CtxdService implements CtxdApi {
   private readonly activeThreads = new Map<string, string>();
   private readonly lastChanged = new Map<string, string>();
   private readonly usageEmitter = new Emitter<UsageChangedParams>();
-  private readonly compactEmitter = new Emitter<CompactedParams>();
+  private readonly compactEmitter = new Emitter<CompactedParams & { manual: boolean }>();
+  private readonly threadsEmitter = new Emitter<{ workspace: string }>();
+  /** Targets of compactions this extension asked for and has not heard back about. */
+  private readonly manualCompactions = new Map<string, number>();
+  /** Manual compactions still waiting for their answer (the daemon's own message about them is not shown). */
+  private compactionsInFlight = 0;
+  /** The `ctxd/*` methods the running daemon announced; undefined before the first start. */
+  private methods: ReadonlySet<string> | undefined;
 
   /**
    * @param getRpc resolves to the running connection (waits while the daemon (re)starts).
@@ -122,17 +131,40 @@ export class CtxdService implements CtxdApi {
     private readonly defaultWorkspace: () => string | undefined,
   ) {}
 
-  /** Listens to a (new) connection's notifications; call after every daemon start. */
-  attach(rpc: Rpc): Disposable {
+  /**
+   * Listens to a (new) connection's notifications; call after every daemon start. `methods` is
+   * the initialize result's `capabilities.experimental.ctxd.methods`: what the daemon serves.
+   */
+  attach(rpc: Rpc, methods?: readonly string[]): Disposable {
     this.usages.clear();
     this.lastChanged.clear();
+    this.manualCompactions.clear();
+    this.methods = methods ? new Set(methods) : undefined;
     const subs = [
       rpc.onNotification(Notification.usageChanged, (p: UsageChangedParams) => {
         if (p && typeof p.workspace === 'string') this.update({ workspace: p.workspace, thread: p.thread ?? DEFAULT_THREAD }, p);
       }),
-      rpc.onNotification(Notification.compacted, (p: CompactedParams) => this.compactEmitter.fire(p)),
+      rpc.onNotification(Notification.compacted, (p: CompactedParams) => {
+        const k = key({ workspace: p.workspace, thread: p.thread ?? DEFAULT_THREAD });
+        const pending = this.manualCompactions.get(k) ?? 0;
+        if (pending > 0) this.manualCompactions.set(k, pending - 1);
+        this.compactEmitter.fire({ ...p, manual: pending > 0 });
+      }),
+      rpc.onNotification(Notification.threadsChanged, (p: { workspace: string }) => this.threadsEmitter.fire(p)),
     ];
+    this.threadsEmitter.fire({ workspace: '' });
     return { dispose: () => subs.forEach((s) => s.dispose()) };
+  }
+
+  /** The daemon stopped: nothing is served until the next attach. */
+  detach(): void {
+    this.methods = undefined;
+    this.threadsEmitter.fire({ workspace: '' });
+  }
+
+  /** Whether the running daemon announced `method` at initialize (false before it started). */
+  supports(method: string): boolean {
+    return this.methods?.has(method) ?? false;
   }
 
   /** Resolves the target of a call; throws when no workspace folder is open. */
@@ -178,7 +210,10 @@ export class CtxdService implements CtxdApi {
   }
 
   onDidChangeUsage = (listener: Listener<UsageChangedParams>): Disposable => this.usageEmitter.event(listener);
-  onDidCompact = (listener: Listener<CompactedParams>): Disposable => this.compactEmitter.event(listener);
+  /** Every compaction; `manual` is true for the ones this extension asked for (they report themselves). */
+  onDidCompact = (listener: Listener<CompactedParams & { manual: boolean }>): Disposable => this.compactEmitter.event(listener);
+  /** A thread appeared, ended or changed (`workspace` is '' after a daemon (re)start: everything may have). */
+  onDidChangeThreads = (listener: Listener<{ workspace: string }>): Disposable => this.threadsEmitter.event(listener);
 
   private async call<R>(method: string, t: Target | { workspace: string }, params: object = {}): Promise<R> {
     const rpc = await this.getRpc();
@@ -235,7 +270,24 @@ export class CtxdService implements CtxdApi {
 
   async compact(opts?: TargetOptions & { strategy?: CompactStrategy }): Promise<CompactResult> {
     const t = this.target(opts);
-    return this.call<CompactResult>(Method.compact, t, { strategy: opts?.strategy ?? 'auto' });
+    const k = key(t);
+    // The daemon's ctxd/compacted arrives before the answer; mark it as ours first.
+    this.manualCompactions.set(k, (this.manualCompactions.get(k) ?? 0) + 1);
+    this.compactionsInFlight++;
+    try {
+      return await this.call<CompactResult>(Method.compact, t, { strategy: opts?.strategy ?? 'auto' });
+    } catch (err) {
+      const pending = this.manualCompactions.get(k) ?? 0;
+      if (pending > 0) this.manualCompactions.set(k, pending - 1);
+      throw err;
+    } finally {
+      this.compactionsInFlight--;
+    }
+  }
+
+  /** True while a compaction this extension asked for runs: its result message is the only one shown. */
+  compactingNow(): boolean {
+    return this.compactionsInFlight > 0;
   }
 
   async rollback(turns: number, opts?: TargetOptions): Promise<RollbackResult> {
@@ -256,9 +308,28 @@ export class CtxdService implements CtxdApi {
     return result.snapshots;
   }
 
-  async restore(id: string, opts?: TargetOptions & { conversation?: boolean }): Promise<RestoreResult> {
+  async restore(id: string, opts?: TargetOptions & { conversation?: boolean; dryRun?: boolean }): Promise<RestoreResult> {
     const t = this.target(opts);
-    return this.call<RestoreResult>(Method.ghostRestore, t, { id, conversation: opts?.conversation ?? false });
+    const params: Record<string, unknown> = { id, conversation: opts?.conversation ?? false };
+    if (opts?.dryRun) params.dryRun = true;
+    return this.call<RestoreResult>(Method.ghostRestore, t, params);
+  }
+
+  /** How the working tree differs from a snapshot (v2); with `path`, that file's text before and after. */
+  async snapshotDiff(id: string, opts?: TargetOptions & { path?: string }): Promise<DiffResult> {
+    const t = this.target(opts);
+    return this.call<DiffResult>(Method.ghostDiff, t, opts?.path ? { id, path: opts.path } : { id });
+  }
+
+  async deleteSnapshot(id: string, opts?: TargetOptions): Promise<void> {
+    const t = this.target(opts);
+    await this.call(Method.ghostDelete, t, { id });
+  }
+
+  /** The daemon's own view of its health (v2): settings problems, tokenizers, session sources. */
+  async status(workspace?: string): Promise<StatusResult> {
+    const ws = this.target({ workspace }).workspace;
+    return this.call<StatusResult>(Method.status, { workspace: ws });
   }
 
   /** The object handed to other extensions: the API's methods only, bound. */
@@ -289,5 +360,6 @@ export class CtxdService implements CtxdApi {
   dispose(): void {
     this.usageEmitter.dispose();
     this.compactEmitter.dispose();
+    this.threadsEmitter.dispose();
   }
 }

@@ -1,12 +1,14 @@
 /**
  * Feeds the breakdown webview: renders the current Breakdown of the gauge's folder and thread, and
- * re-renders (debounced) on every usage change of that thread. Free of `vscode`: the panel is a
- * `PanelSink`.
+ * re-renders (debounced) on every usage change of that thread; says so when the daemon is not
+ * running. Free of `vscode`: the panel is a `PanelSink`.
  */
 import type { CtxdService } from './api';
 import { renderBreakdownHtml, renderMessageHtml } from './breakdownView';
+import type { StopReason } from './daemon';
 import { Debouncer, type FolderInfo } from './gauge';
-import { type Disposable, errorMessage } from './protocol';
+import { type Disposable, Method } from './protocol';
+import { friendlyError } from './errors';
 
 export interface PanelSink {
   readonly cspSource: string;
@@ -25,6 +27,7 @@ export class BreakdownController implements Disposable {
     private readonly where: () => (FolderInfo & { thread: string }) | undefined,
     private readonly nonce: () => string,
     debounceMs = 150,
+    private readonly stopped: () => StopReason | undefined = () => undefined,
   ) {
     this.refresher = new Debouncer(debounceMs, () => void this.refresh());
     this.sub = service.onDidChangeUsage((e) => {
@@ -40,6 +43,12 @@ export class BreakdownController implements Disposable {
 
   private async draw(): Promise<void> {
     const csp = { cspSource: this.sink.cspSource, nonce: this.nonce() };
+    const down = this.stopped();
+    if (down) {
+      const links = down.kind === 'notInstalled' ? [] : [{ label: 'Restart', command: 'ctxd.restart' as const }];
+      this.sink.setHtml(renderMessageHtml(down.message, csp, [...links, { label: 'Show log', command: 'ctxd.showLog' }]));
+      return;
+    }
     const w = this.where();
     if (!w) {
       this.sink.setHtml(renderMessageHtml('Open a folder to see its context usage.', csp));
@@ -47,9 +56,17 @@ export class BreakdownController implements Disposable {
     }
     try {
       const breakdown = await this.service.getUsage({ workspace: w.uri, thread: w.thread });
-      this.sink.setHtml(renderBreakdownHtml(breakdown, { ...csp, folderName: w.name, thread: w.thread }));
+      this.sink.setHtml(
+        renderBreakdownHtml(breakdown, {
+          ...csp,
+          folderName: w.name,
+          thread: w.thread,
+          canCompact: this.service.supports(Method.compact),
+          canSnapshot: this.service.supports(Method.ghostSnapshot),
+        }),
+      );
     } catch (err) {
-      this.sink.setHtml(renderMessageHtml(`Could not read the usage from ctxd: ${errorMessage(err)}`, csp));
+      this.sink.setHtml(renderMessageHtml(friendlyError('Reading the usage', err), csp, [{ label: 'Show log', command: 'ctxd.showLog' }]));
     }
   }
 

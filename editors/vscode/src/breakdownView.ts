@@ -1,11 +1,12 @@
 /**
- * The context breakdown as a web page: a grid of coloured cells (one per 1% of the window, as in
- * Claude Code's `/context`), a stacked bar, and the table of categories with their details.
- * Pure: a Breakdown in, an HTML string out. The page has no script; the panel re-renders it on
- * every `ctxd/usageChanged`.
+ * The context breakdown as a web page, laid out as Claude Code's `/context`: a grid of coloured
+ * cells (one per 1% of the window) with its legend beside it, then how many tokens are left before
+ * auto-compact, whether the counts are exact or estimated (and why), the cost, and the categories
+ * with collapsible details. Pure: a Breakdown in, an HTML string out. The page has no script; its
+ * Compact and Snapshot buttons are command links the panel allows.
  */
-import type { Breakdown, Category } from './protocol';
-import { SPARE_CATEGORIES, categoryLabel, formatTokens, usagePercent } from './status';
+import type { Breakdown, Category, Cost, UsageSnapshot } from './protocol';
+import { SPARE_CATEGORIES, categoryLabel, detailLabel, formatTokens, usagePercent } from './status';
 
 export interface RenderOptions {
   /** The webview's `cspSource`, allowed as a style source. */
@@ -15,19 +16,31 @@ export interface RenderOptions {
   /** Workspace folder name shown in the heading. */
   folderName: string;
   thread: string;
+  /** Whether the daemon can compact / snapshot this thread (buttons are left out otherwise). */
+  canCompact?: boolean;
+  canSnapshot?: boolean;
 }
 
 export const GRID_CELLS = 100;
 
+/** Commands the page links to; the panel allows exactly these. */
+export const PAGE_COMMANDS = ['ctxd.compactNow', 'ctxd.snapshot', 'ctxd.restart', 'ctxd.showLog'] as const;
+
+/**
+ * Swatches: theme chart colours with fallbacks. Built-in and MCP tools differ in hue and in
+ * pattern (MCP is striped), so they stay apart in light, dark and high-contrast themes alike.
+ */
 const COLORS: Record<string, string> = {
-  systemPrompt: 'var(--vscode-charts-purple, #b180d7)',
-  builtinTools: 'var(--vscode-charts-orange, #d18616)',
-  mcpTools: 'var(--vscode-charts-yellow, #cca700)',
-  skills: 'var(--vscode-charts-green, #89d185)',
-  memoryFiles: 'var(--vscode-charts-red, #f14c4c)',
-  messages: 'var(--vscode-charts-blue, #3794ff)',
+  systemPrompt: 'background-color: var(--vscode-charts-purple, #b180d7);',
+  builtinTools: 'background-color: var(--vscode-charts-orange, #d18616);',
+  mcpTools:
+    'background-color: var(--vscode-terminal-ansiCyan, #11a8cd); ' +
+    'background-image: repeating-linear-gradient(135deg, transparent 0 3px, rgba(255, 255, 255, 0.55) 3px 5px);',
+  skills: 'background-color: var(--vscode-charts-green, #89d185);',
+  memoryFiles: 'background-color: var(--vscode-charts-red, #f14c4c);',
+  messages: 'background-color: var(--vscode-charts-blue, #3794ff);',
 };
-const FALLBACK_COLOR = 'var(--vscode-charts-foreground, #cccccc)';
+const FALLBACK_COLOR = 'background-color: var(--vscode-charts-foreground, #cccccc);';
 
 /** CSS class suffix for a category (names are camelCase identifiers; anything else is cleaned). */
 function slug(name: string): string {
@@ -72,35 +85,84 @@ function pct(tokens: number, window: number): string {
   return window > 0 ? `${((100 * tokens) / window).toFixed(1)}%` : '0.0%';
 }
 
+/** Whether the counts are exact or estimated, and why, in one sentence. */
+export function accuracyText(usage: UsageSnapshot): string {
+  const counter =
+    usage.tokenizerStatus === 'exact'
+      ? `counted exactly with the model's tokenizer${usage.tokenizer ? ` (${usage.tokenizer})` : ''}`
+      : usage.tokenizerStatus === 'loading'
+        ? 'estimated while the exact tokenizer loads'
+        : usage.tokenizer || usage.tokenizerStatus
+          ? "estimated: the model's own tokenizer is not available here"
+          : 'counted by ctxd';
+  if (usage.source === 'api') return "Exact: the model API's own count of the last request.";
+  if (usage.source === 'api+estimate') {
+    return `The model API's count of the last request, plus what was added since, ${counter}.`;
+  }
+  return `Estimated: no model API count since the thread began or was last compacted, so the whole context is ${counter}.`;
+}
+
+/** "N tokens left before auto-compact", or how far past it the thread is. */
+export function headroomText(usage: UsageSnapshot): string {
+  if (!(usage.autoCompactLimit > 0)) return 'Auto-compact is off.';
+  const left = usage.autoCompactLimit - usage.usedTokens;
+  if (left > 0) return `${formatTokens(left)} tokens left before auto-compact (at ${formatTokens(usage.autoCompactLimit)}).`;
+  return `${formatTokens(-left)} tokens past the auto-compact limit (${formatTokens(usage.autoCompactLimit)}): ctxd compacts before the next request.`;
+}
+
+function money(n: number, currency: string): string {
+  const symbol = currency === 'USD' ? '$' : `${currency} `;
+  return `${symbol}${n < 0.01 && n > 0 ? n.toFixed(4) : n.toFixed(2)}`;
+}
+
+export function costText(cost: Cost | undefined, model: string): string | undefined {
+  if (!cost) return undefined;
+  if (!cost.priced) return `Cost: no price is known for ${model ? `model ${model}` : 'this model'}.`;
+  const c = cost.currency;
+  return (
+    `Cost so far: ${money(cost.total, c)} (input ${money(cost.input, c)}, cached input ${money(cost.cachedInput, c)}, ` +
+    `output ${money(cost.output, c)}).`
+  );
+}
+
 function styles(categories: Category[]): string {
   const rules = categories
     .filter((c) => !SPARE_CATEGORIES.has(c.name))
-    .map((c) => `.c-${slug(c.name)} { background: ${COLORS[c.name] ?? FALLBACK_COLOR}; }`);
+    .map((c) => `.c-${slug(c.name)} { ${COLORS[c.name] ?? FALLBACK_COLOR} }`);
   return `
 body { font-family: var(--vscode-font-family); color: var(--vscode-foreground); padding: 0 16px 16px; }
 h1 { font-size: 1.3em; margin: 12px 0 4px; }
-.sub { color: var(--vscode-descriptionForeground); margin: 0 0 12px; }
-.note { color: var(--vscode-descriptionForeground); font-style: italic; }
-.total { font-size: 1.1em; margin: 8px 0; }
-.grid { display: grid; grid-template-columns: repeat(20, 14px); gap: 3px; margin: 12px 0; }
-.cell { width: 14px; height: 14px; border-radius: 2px; box-sizing: border-box; }
-.bar { display: flex; height: 12px; width: 100%; max-width: 640px; border-radius: 3px; overflow: hidden;
-  border: 1px solid var(--vscode-panel-border, #80808060); margin: 8px 0 16px; }
-.bar > span { display: block; height: 100%; }
+.sub, .note { color: var(--vscode-descriptionForeground); margin: 4px 0; }
+.total { font-size: 1.15em; margin: 10px 0 2px; }
+.over { color: var(--vscode-errorForeground, #f14c4c); font-weight: 600; }
+.layout { display: flex; flex-wrap: wrap; gap: 24px; align-items: flex-start; margin: 12px 0; }
+.grid { display: grid; grid-template-columns: repeat(10, 16px); gap: 3px; }
+.grid.overflow { outline: 2px solid var(--vscode-errorForeground, #f14c4c); outline-offset: 3px; }
+.cell { width: 16px; height: 16px; border-radius: 2px; box-sizing: border-box; }
+.legend { border-collapse: collapse; }
+.legend td { padding: 2px 14px 2px 0; }
+.num { text-align: right; font-variant-numeric: tabular-nums; }
 .c-freeSpace { background: transparent; border: 1px solid var(--vscode-descriptionForeground, #888); }
-.bar .c-freeSpace { border: none; }
 .c-autocompactBuffer { background: repeating-linear-gradient(45deg, var(--vscode-descriptionForeground, #888) 0 2px, transparent 2px 5px); }
 ${rules.join('\n')}
-table { border-collapse: collapse; min-width: 420px; }
-th, td { text-align: left; padding: 3px 12px 3px 0; }
-td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
-tr.detail td { color: var(--vscode-descriptionForeground); font-size: 0.92em; }
-tr.detail td:first-child { padding-left: 22px; }
-.swatch { display: inline-block; width: 10px; height: 10px; margin-right: 6px; border-radius: 2px; vertical-align: baseline; box-sizing: border-box; }
+.swatch { display: inline-block; width: 11px; height: 11px; margin-right: 7px; border-radius: 2px; vertical-align: -1px; box-sizing: border-box; }
+.actions { margin: 14px 0; display: flex; gap: 8px; }
+.button { display: inline-block; padding: 4px 12px; border-radius: 2px; text-decoration: none;
+  color: var(--vscode-button-foreground); background: var(--vscode-button-background); }
+.button:hover { background: var(--vscode-button-hoverBackground); }
+.button.secondary { color: var(--vscode-button-secondaryForeground); background: var(--vscode-button-secondaryBackground); }
+details { margin: 2px 0; max-width: 560px; }
+summary { cursor: pointer; display: flex; gap: 8px; padding: 2px 0; }
+summary .name { flex: 1; }
+summary .num { min-width: 64px; }
+details ul { list-style: none; margin: 2px 0 6px 22px; padding: 0; color: var(--vscode-descriptionForeground); }
+details li { display: flex; gap: 8px; }
+details li .name { flex: 1; }
+details li .num { min-width: 64px; }
 `;
 }
 
-function page(opts: RenderOptions, css: string, body: string): string {
+function page(opts: Pick<RenderOptions, 'cspSource' | 'nonce'>, css: string, body: string): string {
   const csp = `default-src 'none'; style-src ${opts.cspSource} 'nonce-${opts.nonce}'; img-src ${opts.cspSource} data:;`;
   return `<!DOCTYPE html>
 <html lang="en">
@@ -117,10 +179,32 @@ ${body}
 </html>`;
 }
 
+function legendRow(c: Category, window: number): string {
+  return (
+    `<tr data-category="${escapeHtml(c.name)}"><td><span class="swatch c-${slug(c.name)}"></span>${escapeHtml(categoryLabel(c.name))}</td>` +
+    `<td class="num">${formatTokens(c.tokens)}</td><td class="num">${pct(c.tokens, window)}</td></tr>`
+  );
+}
+
+function categoryDetails(c: Category, window: number): string {
+  const summary =
+    `<summary><span class="name"><span class="swatch c-${slug(c.name)}"></span>${escapeHtml(categoryLabel(c.name))}</span>` +
+    `<span class="num">${formatTokens(c.tokens)}</span><span class="num">${pct(c.tokens, window)}</span></summary>`;
+  const details = [...(c.details ?? [])].sort((a, b) => b.tokens - a.tokens);
+  const items = details.map(
+    (d) =>
+      `<li><span class="name">${escapeHtml(detailLabel(d.name))}</span><span class="num">${formatTokens(d.tokens)}</span>` +
+      `<span class="num">${pct(d.tokens, window)}</span></li>`,
+  );
+  return `<details class="category" data-category="${escapeHtml(c.name)}">${summary}${items.length ? `<ul>${items.join('')}</ul>` : '<ul><li>No details.</li></ul>'}</details>`;
+}
+
 /** The breakdown page. */
 export function renderBreakdownHtml(breakdown: Breakdown, opts: RenderOptions): string {
   const window = breakdown.contextWindow;
   const cats = breakdown.categories;
+  const u = breakdown.usage;
+  const overflow = breakdown.overflowTokens ?? Math.max(0, u.usedTokens - window);
   const parts: string[] = [];
   parts.push('<h1>Context Usage</h1>');
   parts.push(
@@ -128,72 +212,54 @@ export function renderBreakdownHtml(breakdown: Breakdown, opts: RenderOptions): 
       (breakdown.model ? `model <code>${escapeHtml(breakdown.model)}</code> · ` : '') +
       `window ${formatTokens(window)} tokens</p>`,
   );
-  if (breakdown.mode === 'estimated' || breakdown.totalTokens === null) {
-    parts.push(
-      '<p class="note">No API response yet: these are estimates of the fixed overhead before the conversation.</p>',
-    );
-  } else {
-    const used = breakdown.totalTokens;
-    parts.push(
-      `<p class="total" id="total">${formatTokens(used)}/${formatTokens(window)} tokens ` +
-        `(${usagePercent({ usedTokens: used, contextWindow: window })}%)</p>`,
-    );
-  }
+  parts.push(
+    `<p class="total" id="total">${formatTokens(u.usedTokens)}/${formatTokens(window)} tokens ` +
+      `(${usagePercent({ usedTokens: u.usedTokens, contextWindow: window })}%)` +
+      (overflow > 0 ? ` <span class="over" id="overflow">${formatTokens(overflow)} tokens over the window</span>` : '') +
+      '</p>',
+  );
+  parts.push(`<p class="sub" id="headroom">${escapeHtml(headroomText(u))}</p>`);
+  parts.push(`<p class="note" id="accuracy">${escapeHtml(accuracyText(u))}</p>`);
+  const cost = costText(breakdown.cost, breakdown.model);
+  if (cost) parts.push(`<p class="sub" id="cost">${escapeHtml(cost)}</p>`);
+  const buttons = [
+    opts.canCompact ? '<a class="button" id="compact" href="command:ctxd.compactNow">Compact now</a>' : '',
+    opts.canSnapshot ? '<a class="button secondary" id="snapshot" href="command:ctxd.snapshot">Snapshot now</a>' : '',
+  ].filter(Boolean);
+  if (buttons.length) parts.push(`<div class="actions">${buttons.join('')}</div>`);
+
   if (cats.length === 0) {
     parts.push('<p class="note">This daemon does not report a breakdown by category yet.</p>');
+  } else {
+    const cells = allocateCells(cats, window);
+    const grid =
+      `<div class="grid${overflow > 0 ? ' overflow' : ''}" role="img" aria-label="Context window, one cell per 1%">` +
+      cells.map((name) => `<span class="cell c-${slug(name)}" title="${escapeHtml(categoryLabel(name))}"></span>`).join('') +
+      '</div>';
+    const legend = `<table class="legend"><tbody>${cats.map((c) => legendRow(c, window)).join('')}</tbody></table>`;
+    parts.push(`<div class="layout">${grid}${legend}</div>`);
+    parts.push('<h2 class="sub">Details</h2>');
+    parts.push(cats.filter((c) => !SPARE_CATEGORIES.has(c.name)).map((c) => categoryDetails(c, window)).join('\n'));
   }
-  const cells = allocateCells(cats, window);
-  parts.push(
-    `<div class="grid" role="img" aria-label="Context window, one cell per 1%">` +
-      cells
-        .map((name) => `<span class="cell c-${slug(name)}" title="${escapeHtml(categoryLabel(name))}"></span>`)
-        .join('') +
-      '</div>',
-  );
-  // Widths go in the stylesheet: the CSP forbids style attributes.
-  const segments = cats.filter((c) => c.tokens > 0);
-  const widths = segments.map(
-    (c, i) => `.seg-${i} { width: ${window > 0 ? ((100 * c.tokens) / window).toFixed(3) : 0}%; }`,
-  );
-  parts.push(
-    '<div class="bar">' +
-      segments
-        .map((c, i) => `<span class="seg-${i} c-${slug(c.name)}" title="${escapeHtml(categoryLabel(c.name))}"></span>`)
-        .join('') +
-      '</div>',
-  );
-  const rows: string[] = [];
-  for (const c of cats) {
-    rows.push(
-      `<tr class="category" data-category="${escapeHtml(c.name)}"><td><span class="swatch c-${slug(c.name)}"></span>` +
-        `${escapeHtml(categoryLabel(c.name))}</td><td class="num">${formatTokens(c.tokens)}</td>` +
-        `<td class="num">${pct(c.tokens, window)}</td></tr>`,
-    );
-    const details = [...(c.details ?? [])].sort((a, b) => b.tokens - a.tokens);
-    for (const d of details) {
-      rows.push(
-        `<tr class="detail"><td>${escapeHtml(d.name)}</td><td class="num">${formatTokens(d.tokens)}</td>` +
-          `<td class="num">${pct(d.tokens, window)}</td></tr>`,
-      );
-    }
-  }
-  parts.push(
-    '<table><thead><tr><th>Category</th><th class="num">Tokens</th><th class="num">Share</th></tr></thead>' +
-      `<tbody>${rows.join('')}</tbody></table>`,
-  );
-  const u = breakdown.usage;
-  parts.push(
-    `<p class="sub">Auto-compact at ${formatTokens(u.autoCompactLimit)} tokens · tier ${escapeHtml(u.tier)} · ` +
-      `source ${escapeHtml(u.source)} · history version ${u.historyVersion}</p>`,
-  );
-  return page(opts, styles(cats) + widths.join('\n'), parts.join('\n'));
+  parts.push(`<p class="sub">Tier ${escapeHtml(u.tier)} · history version ${u.historyVersion}</p>`);
+  return page(opts, styles(cats), parts.join('\n'));
 }
 
-/** A page with a single message, for "no folder" and error states. */
-export function renderMessageHtml(message: string, opts: Pick<RenderOptions, 'cspSource' | 'nonce'>): string {
+/** A page with a message and, optionally, command links (daemon down, no folder, errors). */
+export function renderMessageHtml(
+  message: string,
+  opts: Pick<RenderOptions, 'cspSource' | 'nonce'>,
+  links: { label: string; command: (typeof PAGE_COMMANDS)[number] }[] = [],
+): string {
+  const actions = links.length
+    ? `<div class="actions">${links.map((l) => `<a class="button" href="command:${l.command}">${escapeHtml(l.label)}</a>`).join('')}</div>`
+    : '';
   return page(
-    { ...opts, folderName: '', thread: '' },
-    'body { font-family: var(--vscode-font-family); color: var(--vscode-foreground); padding: 16px; }',
-    `<h1>Context Usage</h1><p>${escapeHtml(message)}</p>`,
+    opts,
+    `body { font-family: var(--vscode-font-family); color: var(--vscode-foreground); padding: 16px; }
+.actions { margin: 14px 0; display: flex; gap: 8px; }
+.button { display: inline-block; padding: 4px 12px; border-radius: 2px; text-decoration: none;
+  color: var(--vscode-button-foreground); background: var(--vscode-button-background); }`,
+    `<h1>Context Usage</h1><p id="message">${escapeHtml(message)}</p>${actions}`,
   );
 }

@@ -3,17 +3,10 @@
  * progress, report) is tested against the real daemon with a scripted Ui. Every flow returns what
  * it did, or undefined when the user cancelled or it failed (the failure is shown, not thrown).
  */
-import type { CtxdApi, TargetOptions } from './api';
-import {
-  type CompactResult,
-  type CompactStrategy,
-  ErrorCode,
-  type GhostCommit,
-  type RestoreResult,
-  type RollbackResult,
-  errorCode,
-  errorMessage,
-} from './protocol';
+import type { CtxdApi, CtxdService, TargetOptions } from './api';
+import { friendlyError } from './errors';
+import type { CompactResult, CompactStrategy, GhostCommit, RestoreResult, RollbackResult } from './protocol';
+import { restoreSnapshotFlow } from './snapshots';
 import { formatTokens } from './status';
 
 export interface PickItem<T> {
@@ -32,15 +25,32 @@ export interface Ui {
   confirm(message: string, detail: string, action: string): Promise<boolean>;
   progress<T>(title: string, task: () => Promise<T>): Promise<T>;
   notify(severity: Severity, message: string): void;
+  /** A notification with buttons; resolves to the chosen one (undefined when dismissed). */
+  ask(severity: Severity, message: string, actions: string[]): Promise<string | undefined>;
 }
 
+/** Every command the extension registers (package.json declares exactly these). */
 export const COMMANDS = {
+  menu: 'ctxd.menu',
   showUsage: 'ctxd.showUsage',
   compact: 'ctxd.compact',
+  compactNow: 'ctxd.compactNow',
   snapshot: 'ctxd.snapshot',
   restore: 'ctxd.restore',
   rollback: 'ctxd.rollback',
+  switchThread: 'ctxd.switchThread',
   restart: 'ctxd.restart',
+  showLog: 'ctxd.showLog',
+  install: 'ctxd.install',
+  setDaemonPath: 'ctxd.setDaemonPath',
+  refreshViews: 'ctxd.refreshViews',
+  showThread: 'ctxd.showThread',
+  showSnapshotChanges: 'ctxd.showSnapshotChanges',
+  restoreFiles: 'ctxd.restoreFiles',
+  restoreFilesAndConversation: 'ctxd.restoreFilesAndConversation',
+  deleteSnapshot: 'ctxd.deleteSnapshot',
+  undoRestore: 'ctxd.undoRestore',
+  openArchived: 'ctxd.openArchived',
 } as const;
 
 export const STRATEGY_ITEMS: PickItem<CompactStrategy>[] = [
@@ -50,26 +60,19 @@ export const STRATEGY_ITEMS: PickItem<CompactStrategy>[] = [
   { label: 'Offline', description: 'offline', detail: 'Keep recent turns and trim the rest, without a model', value: 'offline' },
 ];
 
-function describeError(what: string, err: unknown): string {
-  const code = errorCode(err);
-  const msg = errorMessage(err);
-  if (code === ErrorCode.compactionFailed) return `${what} failed: ${msg}. The conversation is unchanged.`;
-  if (code === ErrorCode.gitFailed) return `${what} failed: ${msg}. The working tree is unchanged.`;
-  if (code === ErrorCode.cancelled) return `${what} was cancelled; nothing was changed.`;
-  return `${what} failed: ${msg}`;
-}
-
-async function attempt<T>(ui: Ui, what: string, run: () => Promise<T>): Promise<T | undefined> {
+/** Runs `run`; a failure is shown as one sentence (see errors.ts) and gives undefined. */
+export async function attempt<T>(ui: Ui, what: string, run: () => Promise<T>): Promise<T | undefined> {
   try {
     return await run();
   } catch (err) {
-    ui.notify('error', describeError(what, err));
+    ui.notify('error', friendlyError(what, err));
     return undefined;
   }
 }
 
-export async function compactFlow(ui: Ui, api: CtxdApi, target?: TargetOptions): Promise<CompactResult | undefined> {
-  const strategy = await ui.pick(STRATEGY_ITEMS, { title: 'ctxd: Compact Conversation', placeHolder: 'How to compact' });
+/** Compacts the thread; without `chosen`, the user picks the strategy first. One message either way. */
+export async function compactFlow(ui: Ui, api: CtxdApi, target?: TargetOptions, chosen?: CompactStrategy): Promise<CompactResult | undefined> {
+  const strategy = chosen ?? (await ui.pick(STRATEGY_ITEMS, { title: 'ctxd: Compact Conversation', placeHolder: 'How to compact' }));
   if (!strategy) return undefined;
   const result = await attempt(ui, 'Compaction', () =>
     ui.progress('ctxd: compacting the conversation…', () => api.compact({ ...target, strategy })),
@@ -77,7 +80,8 @@ export async function compactFlow(ui: Ui, api: CtxdApi, target?: TargetOptions):
   if (result) {
     ui.notify(
       'info',
-      `Compacted ${formatTokens(result.tokensBefore)} → ${formatTokens(result.tokensAfter)} tokens (${result.strategy}).`,
+      `Compacted ${formatTokens(result.tokensBefore)} → ${formatTokens(result.tokensAfter)} tokens (${result.strategy}). ` +
+        'Every compaction drops detail: start a new thread when the task allows.',
     );
   }
   return result;
@@ -123,8 +127,8 @@ export function snapshotItems(snapshots: GhostCommit[], now: number): PickItem<G
     }));
 }
 
-export async function restoreFlow(ui: Ui, api: CtxdApi, target?: TargetOptions, now: () => number = Date.now): Promise<RestoreResult | undefined> {
-  const snapshots = await attempt(ui, 'Listing snapshots', () => api.listSnapshots(target));
+export async function restoreFlow(ui: Ui, service: CtxdService, target?: TargetOptions, now: () => number = Date.now): Promise<RestoreResult | undefined> {
+  const snapshots = await attempt(ui, 'Listing snapshots', () => service.listSnapshots(target));
   if (!snapshots) return undefined;
   if (snapshots.length === 0) {
     ui.notify('info', 'No snapshots yet. Run "ctxd: Take Snapshot" first.');
@@ -137,24 +141,7 @@ export async function restoreFlow(ui: Ui, api: CtxdApi, target?: TargetOptions, 
   if (!snap) return undefined;
   const mode = await ui.pick(RESTORE_MODE_ITEMS, { title: `ctxd: Restore ${shortId(snap.id)}`, placeHolder: 'What to restore' });
   if (!mode) return undefined;
-  const conversation = mode === 'conversation';
-  const ok = await ui.confirm(
-    `Restore snapshot ${shortId(snap.id)}?`,
-    conversation
-      ? 'Files in the working tree and the conversation go back to this snapshot.'
-      : 'Files in the working tree go back to this snapshot; the conversation is kept.',
-    'Restore',
-  );
-  if (!ok) return undefined;
-  const result = await attempt(ui, 'Restore', () =>
-    ui.progress(`ctxd: restoring ${shortId(snap.id)}…`, () => api.restore(snap.id, { ...target, conversation })),
-  );
-  if (result) {
-    let text = `Restored ${shortId(result.id)}: ${result.restored.length} files restored, ${result.removed.length} removed`;
-    if (conversation) text += `, ${result.removedItems ?? 0} conversation items dropped`;
-    ui.notify('info', `${text}.`);
-  }
-  return result;
+  return restoreSnapshotFlow(ui, service, snap.id, mode === 'conversation', target);
 }
 
 export async function rollbackFlow(ui: Ui, api: CtxdApi, target?: TargetOptions): Promise<RollbackResult | undefined> {

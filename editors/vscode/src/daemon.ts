@@ -4,9 +4,30 @@
  * for it instead of failing. Free of `vscode` (the client is made by a factory) so it is tested.
  */
 import type { Disposable, Rpc } from './protocol';
+import type { DaemonCommand } from './settings';
 
 /** vscode-languageclient's `State` values. */
 export const ClientState = { Stopped: 1, Running: 2, Starting: 3 } as const;
+
+/** Why the daemon is not running, in a form the UI can act on; `message` is for people. */
+export type StopReason =
+  | { kind: 'notInstalled'; message: string; command: DaemonCommand }
+  | { kind: 'crashed'; message: string; crashes: number }
+  | { kind: 'failed'; message: string; detail?: string };
+
+/** A failed start in words: the transport's own text ("Pending response rejected…") is for the log. */
+export function startFailure(err: unknown): string {
+  const text = err instanceof Error ? err.message : String(err);
+  if (/connection|disposed|Pending response|stream/i.test(text)) return 'The ctxd daemon exited while starting; see the "ctxd" output.';
+  return `The ctxd daemon could not start: ${text}`;
+}
+
+/** Thrown by a client factory that knows why the daemon cannot start. */
+export class DaemonStartError extends Error {
+  constructor(readonly reason: StopReason) {
+    super(reason.message);
+  }
+}
 
 /** What the lifecycle needs of a LanguageClient. */
 export interface ManagedClient {
@@ -17,15 +38,21 @@ export interface ManagedClient {
   onDidChangeState(listener: (e: { oldState: number; newState: number }) => void): Disposable;
   /** Called once after each start with the connection the extension's logic uses. */
   rpc(): Rpc;
+  /** The `ctxd/*` methods the daemon announced at initialize. */
+  methods(): string[] | undefined;
+  /** Set when the client gave up restarting a crashing daemon. */
+  stopReason(): StopReason | undefined;
+  /** True between a crash and the client's own restart of the daemon (a stop that is not the end). */
+  willRestart(): boolean;
   /** Describes the command for messages ("python3 -m ctxd --stdio"). */
   readonly description: string;
 }
 
 export interface DaemonEvents {
   /** After every successful start (and every automatic restart by the client). */
-  started(rpc: Rpc): void;
-  /** The daemon is not running (start failed, or it stopped); `reason` is for people. */
-  stopped(reason: string): void;
+  started(rpc: Rpc, methods: string[] | undefined): void;
+  /** The daemon is not running (start failed, or it stopped). */
+  stopped(reason: StopReason): void;
 }
 
 export class Daemon implements Disposable {
@@ -81,17 +108,22 @@ export class Daemon implements Disposable {
       await client.start();
       const current = client;
       this.stateSub = client.onDidChangeState((e) => {
-        if (e.newState === ClientState.Stopped) this.events.stopped('The daemon stopped; see the "ctxd" output.');
-        else if (e.newState === ClientState.Running && e.oldState !== ClientState.Running) {
-          this.events.started(current.rpc());
+        if (e.newState === ClientState.Stopped) {
+          if (current.willRestart()) return;
+          this.events.stopped(current.stopReason() ?? { kind: 'failed', message: 'The ctxd daemon stopped; see the "ctxd" output.' });
+        } else if (e.newState === ClientState.Running && e.oldState !== ClientState.Running) {
+          this.events.started(current.rpc(), current.methods());
         }
       });
-      this.events.started(client.rpc());
+      this.events.started(client.rpc(), client.methods());
     } catch (err) {
       this.client = undefined;
       if (client) await client.dispose().catch(() => undefined);
-      const what = client ? client.description : 'ctxd';
-      this.events.stopped(`Could not start \`${what}\`: ${err instanceof Error ? err.message : String(err)}`);
+      if (err instanceof DaemonStartError) {
+        this.events.stopped(err.reason);
+      } else {
+        this.events.stopped({ kind: 'failed', message: startFailure(err), detail: `${client?.description ?? 'ctxd'}: ${String(err)}` });
+      }
     }
   }
 

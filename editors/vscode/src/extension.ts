@@ -1,17 +1,20 @@
 /**
- * Wires the pieces together; no logic of its own. Starts the daemon, the gauge, the commands and
- * the breakdown panel, restarts the daemon (debounced) when a start-up setting changes, and
- * returns the API for agent extensions.
+ * Wires the pieces together; no logic of its own. Starts the daemon (after a probe that turns a
+ * missing daemon into one helpful notification), the gauge and its quick menu, the activity-bar
+ * trees, the commands and the breakdown panel; restarts the daemon (debounced) when a start-up
+ * setting or the workspace trust changes; returns the API for agent extensions.
  */
 import { randomBytes } from 'node:crypto';
 import { CtxdService, type CtxdApi } from './api';
 import { BreakdownController } from './breakdownPanel';
 import { COMMANDS, compactFlow, restoreFlow, rollbackFlow, snapshotFlow } from './commands';
 import { createClient } from './client';
-import { Daemon } from './daemon';
+import { Daemon, DaemonStartError } from './daemon';
+import { ACTIONS, FailureNotices } from './failures';
 import { Debouncer, GaugeController } from './gauge';
-import type { Disposable } from './protocol';
-import { formatTokens } from './status';
+import { describe, installCommandLine, interpreterOf, notInstalledMessage, probeDaemon } from './probe';
+import { type GhostCommit } from './protocol';
+import { menuItems } from './quickMenu';
 import {
   RESTART_SETTINGS,
   SECTION,
@@ -21,6 +24,9 @@ import {
   resolveDaemonCommand,
   shouldNotify,
 } from './settings';
+import { deleteSnapshotFlow, restoreSnapshotFlow, showChangesFlow, undoRestoreFlow } from './snapshots';
+import { TIER_ACTIONS, TierWatcher, tierMessage } from './tierNotices';
+import { CompactionsModel, SnapshotsModel, ThreadsModel, threadNode, type TreeNode } from './trees';
 import * as vsc from './vscodeapi';
 
 const MESSAGE_SEVERITY: Record<number, 'error' | 'warning' | 'info'> = { 1: 'error', 2: 'warning', 3: 'info', 4: 'info' };
@@ -29,15 +35,24 @@ function nonce(): string {
   return randomBytes(16).toString('hex');
 }
 
+/** A snapshot from a Snapshots tree node (context menus pass the node) or the snapshot itself. */
+function snapshotOf(arg: unknown): GhostCommit | undefined {
+  const a = arg as (GhostCommit & TreeNode) | undefined;
+  if (a && typeof a.fileCount === 'number') return a;
+  return a?.command?.arguments?.[0] as GhostCommit | undefined;
+}
+
 let running: Daemon | undefined;
 
 export async function activate(context: vsc.ExtensionContext): Promise<CtxdApi> {
   const output = vsc.createOutputChannel('ctxd');
-  const track = (d: Disposable) => context.subscriptions.push(d);
+  const track = (d: { dispose(): unknown }) => context.subscriptions.push(d as never);
   track(output);
+  const ui = vsc.createUi();
+  const settings = () => readSettings(vsc.getConfiguration(SECTION));
+  const notify = (severity: 'info' | 'warning' | 'error') => shouldNotify(severity, settings().notifications);
 
-  let attached: Disposable | undefined;
-  // The service and the daemon refer to each other through these closures only.
+  let attached: { dispose(): void } | undefined;
   let daemon: Daemon | undefined;
   const service = new CtxdService(
     () => (daemon ? daemon.rpc() : Promise.reject(new Error('ctxd is not started'))),
@@ -45,53 +60,85 @@ export async function activate(context: vsc.ExtensionContext): Promise<CtxdApi> 
   );
   track(service);
 
-  const item = vsc.createGaugeItem(COMMANDS.showUsage);
+  const item = vsc.createGaugeItem(COMMANDS.menu);
   track(item);
   const gauge = new GaugeController(service, item, vsc.activeFolder);
   track(gauge);
   track(vsc.onDidChangeActiveFolder(() => gauge.refresh()));
+  const where = () => {
+    const w = gauge.where();
+    return w ? { workspace: w.uri, thread: w.thread } : undefined;
+  };
 
-  const notifyLevel = () => readSettings(vsc.getConfiguration(SECTION)).notifications;
+  // One notification per crossing into warn or compact, for the thread the gauge shows.
+  const tiers = new TierWatcher();
   track(
-    service.onDidCompact((e) => {
-      if (shouldNotify('info', notifyLevel())) {
-        vsc.showMessage(
-          'info',
-          `ctxd compacted the conversation (${e.strategy}): ${formatTokens(e.tokensBefore)} → ${formatTokens(e.tokensAfter)} tokens.`,
-        );
-      }
+    service.onDidChangeUsage((e) => {
+      const w = gauge.where();
+      if (!w || e.workspace !== w.uri || e.thread !== w.thread) return;
+      const crossed = tiers.observe(`${e.workspace}\u0000${e.thread}`, e.tier);
+      if (!crossed || !notify('warning')) return;
+      void ui.ask('warning', tierMessage(crossed, e.thread, e), [TIER_ACTIONS.compact, TIER_ACTIONS.breakdown]).then((choice) => {
+        if (choice === TIER_ACTIONS.compact) void vsc.executeCommand(COMMANDS.compactNow);
+        if (choice === TIER_ACTIONS.breakdown) void vsc.executeCommand(COMMANDS.showUsage);
+      });
     }),
   );
 
+  const failures = new FailureNotices();
+  let panel: { controller: BreakdownController; reveal(): void } | undefined;
   daemon = new Daemon(
     async () => {
-      const settings = readSettings(vsc.getConfiguration(SECTION));
-      const command = resolveDaemonCommand(settings, {
-        ctxdOnPath: settings.daemonCommand.length ? undefined : findOnPath('ctxd', process.env.PATH),
-        interpreter: settings.daemonCommand.length ? undefined : await vsc.pythonInterpreter(),
+      const s = settings();
+      const command = resolveDaemonCommand(s, {
+        ctxdOnPath: s.daemonCommand.length ? undefined : findOnPath('ctxd', process.env.PATH),
+        interpreter: s.daemonCommand.length ? undefined : await vsc.pythonInterpreter(),
       });
-      output.info(`starting ${[command.command, ...command.args].join(' ')} --stdio`);
+      const probe = await probeDaemon(command);
+      if (!probe.ok) {
+        output.error(`\`${describe(command)} --version\` failed: ${probe.detail}`);
+        throw new DaemonStartError(
+          probe.notInstalled
+            ? { kind: 'notInstalled', message: notInstalledMessage(command), command }
+            : { kind: 'failed', message: `ctxd could not start (${describe(command)}): ${probe.detail}` },
+        );
+      }
+      output.info(`starting ${describe(command)} --stdio (${probe.version}); workspace trusted: ${vsc.isTrusted()}`);
       return createClient({
         command,
-        initializationOptions: initializationOptions(settings),
+        initializationOptions: initializationOptions(s, vsc.isTrusted()),
         outputChannel: output,
         cwd: vsc.workspaceFolderPaths()[0],
         onShowMessage: (type, message) => {
           const severity = MESSAGE_SEVERITY[type] ?? 'info';
-          output.appendLine(`[${severity}] ${message}`);
-          if (shouldNotify(severity, notifyLevel())) vsc.showMessage(severity, message);
+          output[severity === 'warning' ? 'warn' : severity](`daemon: ${message}`);
+          // A manual compaction reports itself once, in its own words.
+          if (service.compactingNow()) return;
+          if (notify(severity)) vsc.showMessage(severity, message);
         },
       });
     },
     {
-      started: (rpc) => {
+      started: (rpc, methods) => {
         attached?.dispose();
-        attached = service.attach(rpc);
+        attached = service.attach(rpc, methods);
+        failures.started();
         gauge.setDown(undefined);
+        void panel?.controller.refresh();
       },
       stopped: (reason) => {
-        output.error(reason);
+        output.error(reason.kind === 'failed' && reason.detail ? `${reason.message} (${reason.detail})` : reason.message);
+        service.detach();
         gauge.setDown(reason);
+        void panel?.controller.refresh();
+        const notice = failures.stopped(reason);
+        if (!notice) return;
+        void ui.ask('error', notice.message, notice.actions).then((choice) => {
+          if (choice === ACTIONS.install) void vsc.executeCommand(COMMANDS.install);
+          if (choice === ACTIONS.setPath) void vsc.executeCommand(COMMANDS.setDaemonPath);
+          if (choice === ACTIONS.showLog) output.show();
+          if (choice === ACTIONS.restart) void daemon?.restart();
+        });
       },
     },
   );
@@ -106,8 +153,9 @@ export async function activate(context: vsc.ExtensionContext): Promise<CtxdApi> 
       if (RESTART_SETTINGS.some((s) => affects(s))) restarts.schedule();
     }),
   );
+  // The daemon takes a repository's risky settings only from a trusted workspace: tell it.
+  track(vsc.onDidGrantTrust(() => restarts.schedule()));
 
-  let panel: { controller: BreakdownController; reveal(): void } | undefined;
   const showUsage = async () => {
     if (panel) {
       panel.reveal();
@@ -115,7 +163,7 @@ export async function activate(context: vsc.ExtensionContext): Promise<CtxdApi> 
       return;
     }
     const handle = vsc.createBreakdownPanel();
-    const controller = new BreakdownController(service, handle, () => gauge.where(), nonce);
+    const controller = new BreakdownController(service, handle, () => gauge.where(), nonce, 150, () => gauge.stopped());
     const current = { controller, reveal: () => handle.reveal() };
     panel = current;
     handle.onDidDispose(() => {
@@ -125,17 +173,87 @@ export async function activate(context: vsc.ExtensionContext): Promise<CtxdApi> 
     await controller.refresh();
   };
 
-  const ui = vsc.createUi();
-  const where = () => {
-    const w = gauge.where();
-    return w ? { workspace: w.uri, thread: w.thread } : undefined;
+  // The activity-bar view.
+  const threads = new ThreadsModel(service, () => gauge.where());
+  const snapshots = new SnapshotsModel(service, () => gauge.where());
+  const compactions = new CompactionsModel(service, () => gauge.where());
+  for (const [id, model] of [['ctxd.threads', threads], ['ctxd.snapshots', snapshots], ['ctxd.compactions', compactions]] as const) {
+    track(model);
+    track(vsc.registerTree(id, model));
+  }
+  track(vsc.registerVirtualDocuments());
+  const showThread = (workspace: string, thread: string) => {
+    service.setActiveThread(thread, workspace);
+    gauge.refresh();
+    threads.refresh();
+    void panel?.controller.refresh();
   };
-  track(vsc.registerCommand(COMMANDS.showUsage, showUsage));
-  track(vsc.registerCommand(COMMANDS.compact, () => compactFlow(ui, service, where())));
-  track(vsc.registerCommand(COMMANDS.snapshot, () => snapshotFlow(ui, service, where())));
-  track(vsc.registerCommand(COMMANDS.restore, () => restoreFlow(ui, service, where())));
-  track(vsc.registerCommand(COMMANDS.rollback, () => rollbackFlow(ui, service, where())));
-  track(vsc.registerCommand(COMMANDS.restart, () => daemon?.restart()));
+  const restoreFromTree = (arg: unknown, conversation: boolean) => {
+    const snap = snapshotOf(arg);
+    if (snap) void restoreSnapshotFlow(ui, service, snap.id, conversation, where(), (undoId) => snapshots.setUndo(undoId));
+  };
+
+  const commands: Record<string, (...args: any[]) => unknown> = {
+    [COMMANDS.menu]: async () => {
+      const w = gauge.where();
+      const choice = await ui.pick(menuItems({ down: gauge.stopped(), supports: (m) => service.supports(m), thread: w?.thread }), {
+        title: 'ctxd',
+        placeHolder: w ? `${w.name} · thread ${w.thread}` : 'ctxd',
+      });
+      if (choice) await vsc.executeCommand(choice);
+    },
+    [COMMANDS.showUsage]: showUsage,
+    [COMMANDS.compact]: () => compactFlow(ui, service, where()),
+    [COMMANDS.compactNow]: () => compactFlow(ui, service, where(), 'auto'),
+    [COMMANDS.snapshot]: () => snapshotFlow(ui, service, where()),
+    [COMMANDS.restore]: () => restoreFlow(ui, service, where()),
+    [COMMANDS.rollback]: () => rollbackFlow(ui, service, where()),
+    [COMMANDS.restart]: () => daemon?.restart(),
+    [COMMANDS.showLog]: () => output.show(),
+    [COMMANDS.setDaemonPath]: () => vsc.openSettings('ctxd.daemon.command'),
+    [COMMANDS.install]: async () => {
+      const down = gauge.stopped();
+      const python =
+        (down?.kind === 'notInstalled' ? interpreterOf(down.command) : undefined) ?? (await vsc.pythonInterpreter())?.[0] ?? 'python3';
+      const code = await vsc.runTask('Install ctxd', installCommandLine(python));
+      if (code === 0) await daemon?.restart();
+      else ui.notify('error', `Installing ctxd into ${python} failed (exit code ${code ?? 'unknown'}); see the terminal.`);
+    },
+    [COMMANDS.switchThread]: async () => {
+      const w = gauge.where();
+      if (!w) return;
+      const list = await service.listThreads(w.uri).catch(() => []);
+      const nodes = list.map((t) => threadNode(t, w.uri, w.thread, Date.now()));
+      const thread = await ui.pick(
+        nodes.map((n, i) => ({ label: n.label, description: n.description, detail: list[i].thread, value: list[i].thread })),
+        { title: 'ctxd: Switch Thread', placeHolder: 'Thread to show in the status bar' },
+      );
+      if (thread) showThread(w.uri, thread);
+    },
+    [COMMANDS.showThread]: (workspace: string, thread: string) => showThread(workspace, thread),
+    [COMMANDS.showSnapshotChanges]: (arg: unknown) => {
+      const snap = snapshotOf(arg);
+      const w = where();
+      if (snap && w) void showChangesFlow(ui, service, snap.id, (file, id) => vsc.openSnapshotDiff(file, id, w.workspace), w);
+    },
+    [COMMANDS.restoreFiles]: (arg: unknown) => restoreFromTree(arg, false),
+    [COMMANDS.restoreFilesAndConversation]: (arg: unknown) => restoreFromTree(arg, true),
+    [COMMANDS.deleteSnapshot]: async (arg: unknown) => {
+      const snap = snapshotOf(arg);
+      if (snap && (await deleteSnapshotFlow(ui, service, snap, where()))) snapshots.refresh();
+    },
+    [COMMANDS.undoRestore]: async (arg: unknown) => {
+      const id = typeof arg === 'string' ? arg : ((arg as TreeNode)?.command?.arguments?.[0] as string | undefined);
+      if (id && (await undoRestoreFlow(ui, service, id, where()))) snapshots.setUndo(undefined);
+    },
+    [COMMANDS.openArchived]: async (workspace: string, thread: string) => {
+      const history = await service.getHistory({ workspace, thread, includeArchived: true });
+      const archived = history.items.filter((i) => (i as { archived?: boolean }).archived);
+      await vsc.openReadOnly(`archived/${thread}.json`, JSON.stringify(archived, null, 2), 'json');
+    },
+    [COMMANDS.refreshViews]: () => [threads, snapshots, compactions].forEach((m) => m.refresh()),
+  };
+  for (const [id, run] of Object.entries(commands)) track(vsc.registerCommand(id, run));
 
   gauge.refresh();
   // Not awaited: activation must not wait for the daemon; API calls wait for it instead.

@@ -4,6 +4,7 @@
  * `vscode`: the item is a `GaugeSink`, so the tests drive it against the real daemon.
  */
 import type { CtxdService } from './api';
+import type { StopReason } from './daemon';
 import type { Breakdown, Disposable, UsageChangedParams } from './protocol';
 import { type GaugeView, downView, gaugeView, idleView } from './status';
 
@@ -36,7 +37,7 @@ export class Debouncer implements Disposable {
 
 export class GaugeController implements Disposable {
   private breakdown: { key: string; value: Breakdown } | undefined;
-  private down: string | undefined;
+  private down: StopReason | undefined;
   private fetching = false;
   private readonly fetcher: Debouncer;
   private readonly sub: Disposable;
@@ -51,6 +52,11 @@ export class GaugeController implements Disposable {
     this.sub = service.onDidChangeUsage((e) => this.onUsage(e));
   }
 
+  /** Why the daemon is not running, or undefined while it runs. */
+  stopped(): StopReason | undefined {
+    return this.down;
+  }
+
   /** The folder and thread the gauge shows. */
   where(): (FolderInfo & { thread: string }) | undefined {
     const folder = this.activeFolder();
@@ -63,7 +69,7 @@ export class GaugeController implements Disposable {
     if (!this.down) this.fetcher.schedule();
   }
 
-  setDown(reason: string | undefined): void {
+  setDown(reason: StopReason | undefined): void {
     this.down = reason;
     if (!reason) this.breakdown = undefined;
     this.refresh();

@@ -1,11 +1,11 @@
 /**
  * The ctxd wire contract as the extension sees it: method names and payload types, mirroring
- * PROTOCOL.md (version 1). Ledger items keep the model API's snake_case spelling; the protocol's
+ * PROTOCOL.md (version 2). Ledger items keep the model API's snake_case spelling; the protocol's
  * own fields are camelCase. This module has no runtime dependencies so every other module,
  * and the tests, can share it.
  */
 
-export const PROTOCOL_VERSION = 1;
+export const PROTOCOL_VERSION = 2;
 
 export const Method = {
   record: 'ctxd/record',
@@ -20,18 +20,24 @@ export const Method = {
   ghostSnapshot: 'ctxd/ghost/snapshot',
   ghostList: 'ctxd/ghost/list',
   ghostRestore: 'ctxd/ghost/restore',
+  status: 'ctxd/status',
+  ghostDiff: 'ctxd/ghost/diff',
+  ghostDelete: 'ctxd/ghost/delete',
 } as const;
 
 export const Notification = {
   usageChanged: 'ctxd/usageChanged',
   compacted: 'ctxd/compacted',
+  threadsChanged: 'ctxd/threadsChanged',
 } as const;
 
-/** JSON-RPC error codes the daemon uses (PROTOCOL.md, "Errors"). */
+/** JSON-RPC error codes the daemon uses (PROTOCOL.md, "Errors"; ctxd's own moved in version 2). */
 export const ErrorCode = {
   invalidParams: -32602,
-  compactionFailed: -32001,
-  gitFailed: -32002,
+  methodNotFound: -32601,
+  compactionFailed: 1001,
+  gitFailed: 1002,
+  storeFailed: 1003,
   cancelled: -32800,
 } as const;
 
@@ -59,6 +65,10 @@ export interface UsageSnapshot {
   tier: Tier;
   source: 'api' | 'estimate' | 'api+estimate';
   historyVersion: number;
+  /** The counter in use, e.g. `o200k_base` or `estimate:o200k` (added by the daemon, optional). */
+  tokenizer?: string;
+  /** `exact`, `estimate`, `loading`…: whether counts come from the model's own tokenizer. */
+  tokenizerStatus?: string;
 }
 
 export interface UsageChangedParams extends UsageSnapshot {
@@ -91,6 +101,15 @@ export interface Category {
   details: { name: string; tokens: number }[];
 }
 
+export interface Cost {
+  currency: string;
+  input: number;
+  cachedInput: number;
+  output: number;
+  total: number;
+  priced: boolean;
+}
+
 export interface Breakdown {
   model: string;
   contextWindow: number;
@@ -98,6 +117,9 @@ export interface Breakdown {
   totalTokens: number | null;
   usage: UsageSnapshot;
   categories: Category[];
+  /** How far the used tokens exceed the window (v2; 0 or absent when they fit). */
+  overflowTokens?: number;
+  cost?: Cost;
 }
 
 /**
@@ -117,6 +139,8 @@ export function normalizeBreakdown(raw: Partial<Breakdown> & { usage: UsageSnaps
     totalTokens: raw.totalTokens === undefined ? (mode === 'actual' ? usage.usedTokens : null) : raw.totalTokens,
     usage,
     categories,
+    overflowTokens: typeof raw.overflowTokens === 'number' ? raw.overflowTokens : Math.max(0, usage.usedTokens - usage.contextWindow),
+    ...(raw.cost ? { cost: raw.cost } : {}),
   };
 }
 
@@ -184,6 +208,37 @@ export interface ThreadInfo {
   itemCount: number;
   historyVersion: number;
   updatedAt: string | number;
+  /** v2 fields; a version 1 daemon leaves them out. */
+  source?: 'client' | 'codex' | 'claude' | string;
+  title?: string;
+  model?: string;
+  lastActivity?: string | number;
+  readOnly?: boolean;
+  usage?: UsageSnapshot;
+  cost?: Cost;
+}
+
+export interface StatusResult {
+  version: string;
+  protocolVersion: number;
+  stateDir: string;
+  trusted: boolean;
+  problems: { source: string; key?: string; message: string }[];
+  tokenizers: { name: string; status: string }[];
+  sources: { agent: string; root: string; enabled: boolean; sessions: number }[];
+}
+
+export interface DiffFile {
+  path: string;
+  status: 'modified' | 'added' | 'deleted';
+  binary: boolean;
+  before?: string;
+  after?: string;
+}
+
+export interface DiffResult {
+  id: string;
+  files: DiffFile[];
 }
 
 export interface GhostCommit {
@@ -201,6 +256,8 @@ export interface RestoreResult {
   restored: string[];
   removed: string[];
   removedItems?: number;
+  /** v2: the snapshot taken just before the restore; restoring it undoes the restore. */
+  undoId?: string;
 }
 
 export interface Disposable {

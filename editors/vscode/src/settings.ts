@@ -62,9 +62,12 @@ export function readSettings(cfg: ConfigReader): ExtensionSettings {
   };
 }
 
-/** `initializationOptions` for the daemon: only what the user set, in the protocol's camelCase. */
-export function initializationOptions(s: ExtensionSettings): { ctxd: Record<string, unknown> } {
-  const ctxd: Record<string, unknown> = {};
+/**
+ * `initializationOptions` for the daemon: only what the user set, in the protocol's camelCase, and
+ * VS Code's workspace-trust verdict (the daemon ignores a repository's risky settings without it).
+ */
+export function initializationOptions(s: ExtensionSettings, trusted = false): { ctxd: Record<string, unknown> } {
+  const ctxd: Record<string, unknown> = { trusted };
   if (s.model) ctxd.model = s.model;
   if (s.contextWindow !== null) ctxd.contextWindow = s.contextWindow;
   if (s.autoCompactRatio !== null) ctxd.autoCompactRatio = s.autoCompactRatio;

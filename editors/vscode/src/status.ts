@@ -2,6 +2,7 @@
  * The status-bar gauge as pure functions: from a UsageSnapshot (and, when known, a Breakdown) to
  * the item's text, tooltip and colour. Kept free of `vscode` so the exact strings are unit-tested.
  */
+import type { StopReason } from './daemon';
 import type { Breakdown, Category, UsageSnapshot } from './protocol';
 
 /** Theme colour ids of the status bar's warning and error backgrounds. */
@@ -33,8 +34,39 @@ const LABELS: Record<string, string> = {
 /** Categories that are room left rather than tokens spent. */
 export const SPARE_CATEGORIES: ReadonlySet<string> = new Set(['freeSpace', 'autocompactBuffer']);
 
+/** The daemon's detail rows (ledger kinds, prompt parts) as people say them. */
+const DETAIL_LABELS: Record<string, string> = {
+  baseInstructions: 'Base instructions',
+  userMessages: 'Your messages',
+  assistantMessages: 'Assistant replies',
+  toolCalls: 'Tool calls',
+  toolResults: 'Tool results',
+  reasoning: 'Reasoning',
+  images: 'Images',
+  compactionSummaries: 'Compaction summaries',
+  compaction: 'Compacted history',
+  developerMessages: 'Developer messages',
+  systemMessages: 'System messages',
+  '(unattributed)': 'Not attributed to an item (the API counted more)',
+};
+
 export function categoryLabel(name: string): string {
-  return LABELS[name] ?? name;
+  return LABELS[name] ?? detailLabel(name);
+}
+
+/**
+ * A detail row's name for people: known camelCase keys are translated, other camelCase
+ * identifiers are split into words ("mcpServerTools" → "Mcp server tools"); names that are
+ * already the user's own (tool names, file paths) are kept as they are.
+ */
+export function detailLabel(name: string): string {
+  if (DETAIL_LABELS[name]) return DETAIL_LABELS[name];
+  if (/^[a-z]+(?:[A-Z][a-z0-9]*)+$/.test(name)) {
+    const words = name.replace(/([A-Z])/g, ' $1').toLowerCase();
+    return words.charAt(0).toUpperCase() + words.slice(1);
+  }
+  if (/^\(.*\)$/.test(name)) return 'Other';
+  return name;
 }
 
 /** Compact token count as people read it: 950, 48.2k, 128k, 1.2M. */
@@ -109,7 +141,7 @@ export function gaugeTooltip(
       }
     }
   }
-  lines.push('', 'Click to open the context breakdown.');
+  lines.push('', 'Click for the ctxd menu (breakdown, compact, snapshot, threads).');
   return lines.join('\n');
 }
 
@@ -139,11 +171,14 @@ export function idleView(folderName: string | undefined): GaugeView {
   };
 }
 
-/** When the daemon is not running. */
-export function downView(reason: string): GaugeView {
+/** When the daemon is not running; a click opens the menu with the way out. */
+export function downView(reason: StopReason): GaugeView {
+  const text =
+    reason.kind === 'notInstalled' ? '$(debug-disconnect) ctxd not installed' : reason.kind === 'crashed' ? '$(error) ctxd stopped' : '$(debug-disconnect) ctxd';
+  const next = reason.kind === 'notInstalled' ? 'Click to install it or set its path.' : 'Click to restart it or see the log.';
   return {
-    text: '$(debug-disconnect) ctxd',
-    tooltip: `**ctxd** is not running.\n\n${escapeMarkdown(reason)}\n\nRun "ctxd: Restart Daemon" to try again.`,
+    text,
+    tooltip: `**ctxd** is not running.\n\n${escapeMarkdown(reason.message)}\n\n${next}`,
     level: 'error',
     backgroundColor: ERROR_BACKGROUND,
   };

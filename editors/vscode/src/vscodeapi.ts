@@ -7,8 +7,10 @@ import * as vscode from 'vscode';
 import type { Ui, PickItem, Severity } from './commands';
 import type { FolderInfo, GaugeSink } from './gauge';
 import type { PanelSink } from './breakdownPanel';
+import { PAGE_COMMANDS } from './breakdownView';
 import type { ConfigReader } from './settings';
-import type { Disposable } from './protocol';
+import type { DiffFile, Disposable } from './protocol';
+import type { TreeModel, TreeNode } from './trees';
 
 export type ExtensionContext = vscode.ExtensionContext;
 export type LogOutputChannel = vscode.LogOutputChannel;
@@ -78,7 +80,7 @@ export function createBreakdownPanel(): BreakdownPanelHandle {
     'ctxd.breakdown',
     'Context Usage',
     { viewColumn: vscode.ViewColumn.Active, preserveFocus: false },
-    { enableScripts: false, retainContextWhenHidden: false, localResourceRoots: [] },
+    { enableScripts: false, enableCommandUris: [...PAGE_COMMANDS], retainContextWhenHidden: false, localResourceRoots: [] },
   );
   return {
     cspSource: panel.webview.cspSource,
@@ -90,10 +92,10 @@ export function createBreakdownPanel(): BreakdownPanelHandle {
   };
 }
 
-export function showMessage(severity: Severity, message: string): void {
-  if (severity === 'error') void vscode.window.showErrorMessage(message);
-  else if (severity === 'warning') void vscode.window.showWarningMessage(message);
-  else void vscode.window.showInformationMessage(message);
+export function showMessage(severity: Severity, message: string, ...actions: string[]): Thenable<string | undefined> {
+  if (severity === 'error') return vscode.window.showErrorMessage(message, ...actions);
+  if (severity === 'warning') return vscode.window.showWarningMessage(message, ...actions);
+  return vscode.window.showInformationMessage(message, ...actions);
 }
 
 /** The palette flows' Ui on top of VS Code's quick picks, input boxes, modals and progress. */
@@ -120,8 +122,94 @@ export function createUi(): Ui {
           task(),
         ),
       ),
-    notify: showMessage,
+    notify: (severity, message) => void showMessage(severity, message),
+    ask: (severity, message, actions) => Promise.resolve(showMessage(severity, message, ...actions)),
   };
+}
+
+export function executeCommand(command: string, ...args: unknown[]): Thenable<unknown> {
+  return vscode.commands.executeCommand(command, ...args);
+}
+
+/** Shows a TreeModel in the view `viewId` (declared in package.json). */
+export function registerTree(viewId: string, model: TreeModel): Disposable {
+  const changed = new vscode.EventEmitter<void>();
+  const sub = model.onDidChange(() => changed.fire());
+  const provider: vscode.TreeDataProvider<TreeNode> = {
+    onDidChangeTreeData: changed.event,
+    getChildren: (node) => (node ? [] : model.nodes().catch((err) => [{ id: 'error', label: String(err?.message ?? err), icon: 'warning' }])),
+    getTreeItem: (node) => {
+      const item = new vscode.TreeItem(node.label, vscode.TreeItemCollapsibleState.None);
+      item.id = node.id;
+      item.description = node.description;
+      item.tooltip = node.tooltip;
+      item.contextValue = node.contextValue;
+      if (node.icon) item.iconPath = new vscode.ThemeIcon(node.icon);
+      if (node.command) item.command = node.command;
+      return item;
+    },
+  };
+  const view = vscode.window.createTreeView(viewId, { treeDataProvider: provider });
+  return { dispose: () => [view, sub, changed].forEach((d) => d.dispose()) };
+}
+
+/** In-memory read-only documents: snapshot sides of diffs, archived items. */
+const VIRTUAL_SCHEME = 'ctxd-readonly';
+const virtualDocs = new Map<string, string>();
+
+export function registerVirtualDocuments(): Disposable {
+  return vscode.workspace.registerTextDocumentContentProvider(VIRTUAL_SCHEME, {
+    provideTextDocumentContent: (uri) => virtualDocs.get(uri.toString()) ?? '',
+  });
+}
+
+function virtualUri(pathPart: string, content: string): vscode.Uri {
+  const uri = vscode.Uri.from({ scheme: VIRTUAL_SCHEME, path: `/${pathPart}` });
+  virtualDocs.set(uri.toString(), content);
+  return uri;
+}
+
+/** VS Code's diff editor: the file at the snapshot (left) against the working tree (right). */
+export async function openSnapshotDiff(file: DiffFile, snapshotId: string, workspace: string): Promise<void> {
+  const short = snapshotId.slice(0, 7);
+  const left = virtualUri(`${short}/${file.path}`, file.before ?? '');
+  const right =
+    file.status === 'deleted'
+      ? virtualUri(`deleted/${file.path}`, '')
+      : vscode.Uri.joinPath(vscode.Uri.parse(workspace), ...file.path.split('/'));
+  await vscode.commands.executeCommand('vscode.diff', left, right, `${file.path} (snapshot ${short} ↔ working tree)`);
+}
+
+export async function openReadOnly(name: string, content: string, language: string): Promise<void> {
+  const doc = await vscode.workspace.openTextDocument(virtualUri(name, content));
+  await vscode.languages.setTextDocumentLanguage(doc, language);
+  await vscode.window.showTextDocument(doc, { preview: true });
+}
+
+/** Runs a shell command as a visible task; resolves to its exit code. */
+export async function runTask(name: string, commandLine: string): Promise<number | undefined> {
+  const task = new vscode.Task({ type: 'shell' }, vscode.TaskScope.Workspace, name, 'ctxd', new vscode.ShellExecution(commandLine));
+  const execution = await vscode.tasks.executeTask(task);
+  return new Promise((resolve) => {
+    const sub = vscode.tasks.onDidEndTaskProcess((e) => {
+      if (e.execution === execution) {
+        sub.dispose();
+        resolve(e.exitCode);
+      }
+    });
+  });
+}
+
+export function openSettings(query: string): Thenable<unknown> {
+  return vscode.commands.executeCommand('workbench.action.openSettings', query);
+}
+
+export function isTrusted(): boolean {
+  return vscode.workspace.isTrusted;
+}
+
+export function onDidGrantTrust(listener: () => void): Disposable {
+  return vscode.workspace.onDidGrantWorkspaceTrust(listener);
 }
 
 /** The interpreter chosen in the Python extension, else `python.defaultInterpreterPath`. */

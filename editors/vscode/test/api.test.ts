@@ -30,9 +30,10 @@ describe('exported API (real daemon)', () => {
     await d?.stop();
   });
 
-  test('initialize advertises a protocol version and the methods the API uses', () => {
+  test('initialize advertises a protocol the extension speaks and the methods the API uses', () => {
     const caps = d.initializeResult.capabilities.experimental.ctxd;
-    // Version 2 changed error codes and added methods; every call the API makes is in both.
+    // The extension speaks version 2 and degrades, method by method, on a version 1 daemon.
+    assert.equal(api.protocolVersion, 2);
     assert.ok([1, 2].includes(caps.protocolVersion), `protocolVersion ${caps.protocolVersion}`);
     for (const m of ['ctxd/record', 'ctxd/usage', 'ctxd/prompt', 'ctxd/rollback', 'ctxd/reportTokenUsage', 'ctxd/setPromptContext']) {
       assert.ok(caps.methods.includes(m), m);

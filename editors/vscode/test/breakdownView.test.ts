@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { GRID_CELLS, allocateCells, escapeHtml, renderBreakdownHtml, renderMessageHtml } from '../src/breakdownView';
+import { GRID_CELLS, PAGE_COMMANDS, allocateCells, escapeHtml, renderBreakdownHtml, renderMessageHtml } from '../src/breakdownView';
+import { detailLabel } from '../src/status';
 import { normalizeBreakdown } from '../src/protocol';
 import { breakdown, usage } from './fixtures';
 
@@ -31,19 +32,86 @@ describe('allocateCells', () => {
 });
 
 describe('renderBreakdownHtml', () => {
-  test('draws the grid, the bar and the table with details, largest detail first', () => {
-    const html = renderBreakdownHtml(breakdown(), opts);
+  const full = { ...opts, canCompact: true, canSnapshot: true };
+
+  test('grid with its legend beside it, every row with a human name', () => {
+    const html = renderBreakdownHtml(breakdown(), full);
     assert.equal((html.match(/class="cell /g) ?? []).length, GRID_CELLS);
-    assert.match(html, /<p class="total" id="total">48\.2k\/128k tokens \(38%\)<\/p>/);
+    assert.match(html, /<div class="layout"><div class="grid"[^>]*>.*<\/div><table class="legend">/s);
     for (const label of ['System prompt', 'Built-in tools', 'MCP tools', 'Skills', 'Memory files', 'Messages', 'Free space', 'Autocompact buffer']) {
       assert.ok(html.includes(`</span>${label}</td>`), label);
     }
-    assert.ok(html.indexOf('<td>shell</td>') < html.indexOf('<td>read_file</td>'));
-    assert.match(html, /<td>Messages<\/td>|Messages<\/td><td class="num">36\.3k<\/td><td class="num">28\.3%<\/td>/);
+    assert.match(html, /<p class="total" id="total">48\.2k\/128k tokens \(38%\)<\/p>/);
+    assert.doesNotMatch(html, /id="overflow"/);
+  });
+
+  test('tokens left before auto-compact, and how exact the count is', () => {
+    const html = renderBreakdownHtml(breakdown(), full);
+    assert.match(html, /<p class="sub" id="headroom">67k tokens left before auto-compact \(at 115\.2k\)\.<\/p>/);
+    assert.match(html, /id="accuracy">The model API&#39;s count of the last request, plus what was added since, counted by ctxd\./);
+    const exact = renderBreakdownHtml(breakdown({ usage: usage({ source: 'estimate', tokenizer: 'o200k_base', tokenizerStatus: 'exact' }) }), full);
+    assert.match(exact, /Estimated: no model API count since the thread began or was last compacted, so the whole context is counted exactly with the model&#39;s tokenizer \(o200k_base\)\./);
+    const approx = renderBreakdownHtml(breakdown({ usage: usage({ source: 'api+estimate', tokenizer: 'estimate:o200k', tokenizerStatus: 'estimate' }) }), full);
+    assert.match(approx, /estimated: the model&#39;s own tokenizer is not available here/);
+    assert.match(renderBreakdownHtml(breakdown({ usage: usage({ source: 'api' }) }), full), /Exact: the model API&#39;s own count/);
+  });
+
+  test('past the limit and over the window: the overflow is shown above 100%', () => {
+    const b = breakdown({ usage: usage({ usedTokens: 140_000, tier: 'compact' }), overflowTokens: 12_000 });
+    const html = renderBreakdownHtml(b, full);
+    assert.match(html, /140k\/128k tokens \(109%\) <span class="over" id="overflow">12k tokens over the window<\/span>/);
+    assert.match(html, /24\.8k tokens past the auto-compact limit/);
+    assert.match(html, /class="grid overflow"/);
+  });
+
+  test('collapsible details with human names, largest first', () => {
+    const b = breakdown();
+    b.categories[5].details = [
+      { name: 'toolResults', tokens: 20_000 },
+      { name: 'userMessages', tokens: 9_000 },
+      { name: '(unattributed)', tokens: 45 },
+    ];
+    b.categories[0].details = [{ name: 'baseInstructions', tokens: 4_800 }];
+    const html = renderBreakdownHtml(b, full);
+    assert.match(html, /<details class="category" data-category="messages"><summary>/);
+    for (const raw of ['toolResults', 'userMessages', '(unattributed)', 'baseInstructions']) {
+      assert.ok(!html.includes(`>${raw}<`), `raw name ${raw} shown`);
+    }
+    assert.ok(html.indexOf('Tool results') < html.indexOf('Your messages'));
+    assert.ok(html.includes('Not attributed to an item (the API counted more)'));
+    assert.ok(html.includes('Base instructions'));
+    // Tool names and file paths are the user's own and stay as they are.
+    assert.ok(html.indexOf('>shell<') < html.indexOf('>read_file<'));
+    assert.ok(html.includes('>AGENTS.md<'));
+  });
+
+  test('Compact and Snapshot buttons are command links, only when the daemon serves them', () => {
+    const html = renderBreakdownHtml(breakdown(), full);
+    assert.match(html, /<a class="button" id="compact" href="command:ctxd\.compactNow">Compact now<\/a>/);
+    assert.match(html, /<a class="button secondary" id="snapshot" href="command:ctxd\.snapshot">Snapshot now<\/a>/);
+    assert.doesNotMatch(renderBreakdownHtml(breakdown(), opts), /class="actions"/);
+    for (const cmd of html.match(/command:[\w.]+/g) ?? []) assert.ok((PAGE_COMMANDS as readonly string[]).includes(cmd.slice(8)), cmd);
+  });
+
+  test('cost, priced or not', () => {
+    const priced = renderBreakdownHtml(breakdown({ cost: { currency: 'USD', input: 0.12, cachedInput: 0.01, output: 0.3, total: 0.43, priced: true } }), full);
+    assert.match(priced, /id="cost">Cost so far: \$0\.43 \(input \$0\.12, cached input \$0\.01, output \$0\.30\)\./);
+    const unpriced = renderBreakdownHtml(breakdown({ cost: { currency: 'USD', input: 0, cachedInput: 0, output: 0, total: 0, priced: false } }), full);
+    assert.match(unpriced, /no price is known for model gpt-5/);
+    assert.doesNotMatch(renderBreakdownHtml(breakdown(), full), /id="cost"/);
+  });
+
+  test('built-in and MCP swatches differ in colour and in pattern', () => {
+    const html = renderBreakdownHtml(breakdown(), full);
+    const rule = (name: string) => html.match(new RegExp(`\\.c-${name} \\{([^}]*)\\}`))?.[1] ?? '';
+    assert.match(rule('builtinTools'), /charts-orange/);
+    assert.match(rule('mcpTools'), /ansiCyan/);
+    assert.match(rule('mcpTools'), /repeating-linear-gradient/);
+    assert.doesNotMatch(rule('builtinTools'), /gradient/);
   });
 
   test('is safe: escaped text, a CSP with the nonce, no script, no style attributes', () => {
-    const html = renderBreakdownHtml(breakdown({ model: '<img src=x onerror=alert(1)>' }), opts);
+    const html = renderBreakdownHtml(breakdown({ model: '<img src=x onerror=alert(1)>' }), full);
     assert.ok(!html.includes('<img'));
     assert.ok(html.includes('&lt;img src=x onerror=alert(1)&gt;'));
     assert.ok(html.includes('pdf &lt;x&gt;'));
@@ -54,25 +122,31 @@ describe('renderBreakdownHtml', () => {
     assert.doesNotMatch(html, /\sstyle="/);
   });
 
-  test('estimated mode says so and shows no total', () => {
-    const b = breakdown({ mode: 'estimated', totalTokens: null });
-    b.categories = b.categories.filter((c) => c.name !== 'messages');
-    const html = renderBreakdownHtml(b, opts);
-    assert.match(html, /No API response yet/);
-    assert.doesNotMatch(html, /id="total"/);
-  });
-
-  test('a daemon that sends only the usage still renders', () => {
+  test('a daemon that sends only the usage still renders its total', () => {
     const b = normalizeBreakdown({ usage: usage() });
     assert.equal(b.contextWindow, 128_000);
-    assert.equal(b.totalTokens, 48_200);
+    assert.equal(b.overflowTokens, 0);
     const html = renderBreakdownHtml(b, opts);
     assert.match(html, /does not report a breakdown/);
     assert.match(html, /48\.2k\/128k/);
   });
 
-  test('message page', () => {
-    assert.match(renderMessageHtml('a < b', { cspSource: 's', nonce: 'n' }), /<p>a &lt; b<\/p>/);
+  test('message page, with command links', () => {
+    const html = renderMessageHtml('ctxd stopped after 5 crashes in 3 minutes.', { cspSource: 's', nonce: 'n' }, [{ label: 'Restart', command: 'ctxd.restart' }]);
+    assert.match(html, /<p id="message">ctxd stopped after 5 crashes in 3 minutes\.<\/p>/);
+    assert.match(html, /<a class="button" href="command:ctxd\.restart">Restart<\/a>/);
+    assert.match(renderMessageHtml('a < b', { cspSource: 's', nonce: 'n' }), /<p id="message">a &lt; b<\/p>/);
     assert.equal(escapeHtml(`"'&`), '&quot;&#39;&amp;');
+  });
+});
+
+describe('human names', () => {
+  test('known keys, camelCase split, the user own names kept', () => {
+    assert.equal(detailLabel('assistantMessages'), 'Assistant replies');
+    assert.equal(detailLabel('toolCalls'), 'Tool calls');
+    assert.equal(detailLabel('mcpServerInstructions'), 'Mcp server instructions');
+    assert.equal(detailLabel('(something)'), 'Other');
+    assert.equal(detailLabel('read_file'), 'read_file');
+    assert.equal(detailLabel('docs/AGENTS.md'), 'docs/AGENTS.md');
   });
 });

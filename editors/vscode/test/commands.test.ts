@@ -30,6 +30,7 @@ class ScriptedUi implements Ui {
       pick?: ((items: PickItem<unknown>[]) => unknown)[];
       input?: (string | undefined)[];
       confirm?: boolean[];
+      ask?: (string | undefined)[];
     } = {},
   ) {}
   async pick<T>(items: PickItem<T>[]): Promise<T | undefined> {
@@ -50,6 +51,12 @@ class ScriptedUi implements Ui {
   }
   notify(severity: Severity, message: string): void {
     this.messages.push({ severity, message });
+  }
+  asked: { message: string; actions: string[] }[] = [];
+  async ask(severity: Severity, message: string, actions: string[]): Promise<string | undefined> {
+    this.messages.push({ severity, message });
+    this.asked.push({ message, actions });
+    return this.answers.ask?.shift();
   }
 }
 
@@ -149,7 +156,7 @@ describe('command flows (real daemon)', () => {
     assert.equal(r.strategy, 'offline');
     assert.ok(r.tokensAfter < r.tokensBefore, `${r.tokensAfter} < ${r.tokensBefore}`);
     assert.equal(ui.progressTitles.length, 1);
-    assert.match(ui.messages.at(-1)!.message, /^Compacted .* → .* tokens \(offline\)\.$/);
+    assert.match(ui.messages.at(-1)!.message, /^Compacted .* → .* tokens \(offline\)\. Every compaction drops detail/);
   });
 
   test('a failing compaction is shown as an error and leaves the ledger as it was', async () => {

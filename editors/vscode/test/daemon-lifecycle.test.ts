@@ -1,7 +1,7 @@
 /** Restarts are serialised: a stop always finishes before the next start, requests wait for starts. */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { ClientState, Daemon, type ManagedClient } from '../src/daemon';
+import { ClientState, Daemon, DaemonStartError, startFailure, type ManagedClient, type StopReason } from '../src/daemon';
 import { Emitter } from '../src/api';
 import { Debouncer } from '../src/gauge';
 import type { Rpc } from '../src/protocol';
@@ -35,6 +35,17 @@ class FakeClient implements ManagedClient {
   onDidChangeState(l: (e: { oldState: number; newState: number }) => void) {
     return this.stateChanged.event(l);
   }
+  methods() {
+    return ['ctxd/usage'];
+  }
+  reason: StopReason | undefined;
+  restarting = false;
+  willRestart() {
+    return this.restarting;
+  }
+  stopReason() {
+    return this.reason;
+  }
   rpc(): Rpc {
     return {
       sendRequest: async <R>() => `answer from ${this.n}` as R,
@@ -53,7 +64,7 @@ function harness(failing: number[] = []) {
       clients.push(c);
       return c;
     },
-    { started: () => events.push('started'), stopped: (r) => events.push(`stopped: ${r}`) },
+    { started: () => events.push('started'), stopped: (r) => events.push(`stopped: ${r.kind}: ${r.message}`) },
   );
   return { log, clients, events, daemon };
 }
@@ -81,7 +92,7 @@ describe('Daemon lifecycle', () => {
   test('a failed start is reported, requests fail, and the next restart works', async () => {
     const { daemon, events } = harness([1]);
     await daemon.restart();
-    assert.match(events[0], /^stopped: Could not start `fake-1 --stdio`: spawn fake ENOENT/);
+    assert.match(events[0], /^stopped: failed: The ctxd daemon could not start: spawn fake ENOENT$/);
     await assert.rejects(daemon.rpc(), /not running/);
     await daemon.restart();
     assert.equal(events.at(-1), 'started');
@@ -92,11 +103,43 @@ describe('Daemon lifecycle', () => {
     const { daemon, clients, events } = harness();
     await daemon.restart();
     clients[0].stateChanged.fire({ oldState: ClientState.Running, newState: ClientState.Stopped });
-    assert.match(events.at(-1)!, /^stopped: The daemon stopped/);
+    assert.match(events.at(-1)!, /^stopped: failed: The ctxd daemon stopped/);
     clients[0].stateChanged.fire({ oldState: ClientState.Starting, newState: ClientState.Running });
     assert.equal(events.at(-1), 'started');
     await daemon.stop();
     assert.equal(clients[0].running, false);
+    await assert.rejects(daemon.rpc(), /not running/);
+  });
+
+  test('a start that dies on the wire is told in words, not in the transport\'s', () => {
+    assert.equal(startFailure(new Error('Pending response rejected since connection got disposed')), 'The ctxd daemon exited while starting; see the "ctxd" output.');
+    assert.equal(startFailure(new Error('spawn python9 ENOENT')), 'The ctxd daemon could not start: spawn python9 ENOENT');
+  });
+
+  test('a crash the client restarts from is not reported; the storm that ends it is, with the count', async () => {
+    const { daemon, clients, events } = harness();
+    await daemon.restart();
+    const before = events.length;
+    clients[0].restarting = true;
+    clients[0].stateChanged.fire({ oldState: ClientState.Running, newState: ClientState.Stopped });
+    assert.equal(events.length, before);
+    clients[0].restarting = false;
+    clients[0].reason = { kind: 'crashed', message: 'ctxd stopped after 5 crashes in 3 minutes.', crashes: 5 };
+    clients[0].stateChanged.fire({ oldState: ClientState.Running, newState: ClientState.Stopped });
+    assert.equal(events.at(-1), 'stopped: crashed: ctxd stopped after 5 crashes in 3 minutes.');
+  });
+
+  test('a factory that knows why the daemon cannot start says so', async () => {
+    const events: StopReason[] = [];
+    const command = { command: '/nowhere/python3', args: ['-m', 'ctxd'] };
+    const daemon = new Daemon(
+      async () => {
+        throw new DaemonStartError({ kind: 'notInstalled', message: 'not installed', command });
+      },
+      { started: () => undefined, stopped: (r) => events.push(r) },
+    );
+    await daemon.restart();
+    assert.deepEqual(events, [{ kind: 'notInstalled', message: 'not installed', command }]);
     await assert.rejects(daemon.rpc(), /not running/);
   });
 

@@ -133,7 +133,7 @@ describe('gauge and breakdown (real daemon)', () => {
   });
 
   test('a daemon that went away shows as down, and recovers', () => {
-    gauge.setDown('spawn ctxd ENOENT');
+    gauge.setDown({ kind: 'failed', message: 'spawn ctxd ENOENT' });
     assert.match(sink.last!.text, /debug-disconnect/);
     gauge.setDown(undefined);
     assert.match(sink.last!.text, /^\$\(pulse\) \d+%/);

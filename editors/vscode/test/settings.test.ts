@@ -43,13 +43,14 @@ describe('readSettings', () => {
     assert.equal(s.model, '');
   });
 
-  test('initializationOptions carries only what the user set, camelCase', () => {
-    assert.deepEqual(initializationOptions(readSettings(reader({}))), { ctxd: {} });
+  test('initializationOptions carries only what the user set, camelCase, and the trust verdict', () => {
+    assert.deepEqual(initializationOptions(readSettings(reader({}))), { ctxd: { trusted: false } });
+    assert.deepEqual(initializationOptions(readSettings(reader({})), true), { ctxd: { trusted: true } });
     const s = readSettings(
       reader({ model: ' gpt-5 ', contextWindow: 200000.7, autoCompactRatio: 0.8, 'llm.baseUrl': 'http://127.0.0.1:9/v1', 'llm.model': 'small' }),
     );
     assert.deepEqual(initializationOptions(s), {
-      ctxd: { model: 'gpt-5', contextWindow: 200000, autoCompactRatio: 0.8, llm: { baseUrl: 'http://127.0.0.1:9/v1', model: 'small' } },
+      ctxd: { trusted: false, model: 'gpt-5', contextWindow: 200000, autoCompactRatio: 0.8, llm: { baseUrl: 'http://127.0.0.1:9/v1', model: 'small' } },
     });
   });
 });

@@ -80,8 +80,13 @@ describe('gauge', () => {
   test('idle and down states', () => {
     assert.equal(idleView('w').text, '$(pulse) ctxd');
     assert.match(idleView(undefined).tooltip, /Open a folder/);
-    const down = downView('spawn ctxd ENOENT');
-    assert.equal(down.backgroundColor, ERROR_BACKGROUND);
-    assert.match(down.tooltip, /Restart Daemon/);
+    const missing = downView({ kind: 'notInstalled', message: 'The ctxd daemon was not found (ctxd).', command: { command: 'ctxd', args: [] } });
+    assert.equal(missing.text, '$(debug-disconnect) ctxd not installed');
+    assert.equal(missing.backgroundColor, ERROR_BACKGROUND);
+    assert.match(missing.tooltip, /install it or set its path/);
+    const storm = downView({ kind: 'crashed', message: 'ctxd stopped after 5 crashes in 3 minutes.', crashes: 5 });
+    assert.equal(storm.text, '$(error) ctxd stopped');
+    assert.match(storm.tooltip, /stopped after 5 crashes/);
+    assert.match(storm.tooltip, /restart it/);
   });
 });

@@ -96,16 +96,48 @@ WORK="$(mktemp -d -t ctxd-e2e-XXXXXX)"
 AGENT_VSIX="$WORK/ctxd-e2e-agent.vsix"
 (cd "$HERE/agent" && npx --prefix "$EXT" vsce package --skip-license --allow-missing-repository -o "$AGENT_VSIX" >/dev/null)
 
-# --- a clean profile, a workspace, the daemon's state -----------------------------------------
-USER_DATA="$WORK/user-data"; EXTENSIONS="$WORK/extensions"; WS="$WORK/workspace"; STATE="$WORK/state"
-mkdir -p "$USER_DATA/User" "$EXTENSIONS" "$WS" "$STATE"
+# --- one workspace, the daemon's state, one code-server session per scenario ----------------------
+WS="$WORK/workspace"; STATE="$WORK/state"; EXTENSIONS="$WORK/extensions"
+mkdir -p "$WS" "$STATE" "$EXTENSIONS"
 git -C "$WS" init -q
 printf 'print("hello")\n' > "$WS/main.py"
-cat > "$USER_DATA/User/settings.json" <<JSON
+git -C "$WS" add main.py
+git -C "$WS" -c user.name=e2e -c user.email=e2e@example.invalid commit -q -m init
+printf 'bind-addr: 127.0.0.1:0\nauth: none\ncert: false\n' > "$WORK/config.yaml"
+"$CODE_SERVER" --config "$WORK/config.yaml" --user-data-dir "$WORK/install" --extensions-dir "$EXTENSIONS" --install-extension "$VSIX" >/dev/null
+"$CODE_SERVER" --config "$WORK/config.yaml" --user-data-dir "$WORK/install" --extensions-dir "$EXTENSIONS" --install-extension "$AGENT_VSIX" >/dev/null
+"$CODE_SERVER" --config "$WORK/config.yaml" --user-data-dir "$WORK/install" --extensions-dir "$EXTENSIONS" --list-extensions --show-versions
+
+export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
+export XDG_STATE_HOME="$STATE" XDG_CONFIG_HOME="$WORK/xdg-config"
+CS_PID=""
+stop_session() {
+  [[ -n "$CS_PID" ]] || return 0
+  kill -TERM -- "-$CS_PID" 2>/dev/null || true
+  for _ in $(seq 1 20); do kill -0 -- "-$CS_PID" 2>/dev/null || break; sleep 0.25; done
+  kill -KILL -- "-$CS_PID" 2>/dev/null || true
+  CS_PID=""
+}
+cleanup() {
+  stop_session
+  if [[ "${KEEP:-0}" != 1 ]]; then rm -rf "$WORK"; fi
+}
+trap cleanup EXIT
+
+# session MODE DAEMON_COMMAND_JSON: a fresh profile whose ctxd.daemon.command is the given JSON
+# array, code-server in its own process group (so stopping it stops the extension host and the
+# daemon too), and check.js in that MODE.
+session() {
+  local mode="$1" command="$2" user_data="$WORK/user-data-$1" port status=0
+  mkdir -p "$user_data/User"
+  cat > "$user_data/User/settings.json" <<JSON
 {
-  "ctxd.daemon.command": ["$PYTHON", "-m", "ctxd"],
+  "ctxd.daemon.command": $command,
   "ctxd.contextWindow": 128000,
   "workbench.startupEditor": "none",
+  "window.autoDetectColorScheme": true,
+  "workbench.preferredLightColorTheme": "Default Light Modern",
+  "workbench.preferredDarkColorTheme": "Default Dark Modern",
   "workbench.tips.enabled": false,
   "workbench.enableExperiments": false,
   "security.workspace.trust.enabled": false,
@@ -115,44 +147,34 @@ cat > "$USER_DATA/User/settings.json" <<JSON
   "extensions.autoCheckUpdates": false
 }
 JSON
-printf 'bind-addr: 127.0.0.1:0\nauth: none\ncert: false\n' > "$WORK/config.yaml"
-
-cs() { "$CODE_SERVER" --config "$WORK/config.yaml" --user-data-dir "$USER_DATA" --extensions-dir "$EXTENSIONS" "$@"; }
-cs --install-extension "$VSIX" >/dev/null
-cs --install-extension "$AGENT_VSIX" >/dev/null
-cs --list-extensions --show-versions
-
-PORT="$(node -e 'const s=require("net").createServer().listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})')"
-export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
-export XDG_STATE_HOME="$STATE" XDG_CONFIG_HOME="$WORK/xdg-config"
-
-# Its own process group (setsid), so the cleanup stops code-server, the extension host and the
-# daemon together.
-setsid "$CODE_SERVER" --config "$WORK/config.yaml" --user-data-dir "$USER_DATA" --extensions-dir "$EXTENSIONS" \
-  --bind-addr "127.0.0.1:$PORT" --auth none --disable-telemetry --disable-update-check \
-  --disable-workspace-trust --disable-getting-started-override "$WS" >"$WORK/code-server.log" 2>&1 &
-CS_PID=$!
-cleanup() {
-  kill -TERM -- "-$CS_PID" 2>/dev/null || true
-  for _ in $(seq 1 20); do kill -0 -- "-$CS_PID" 2>/dev/null || break; sleep 0.25; done
-  kill -KILL -- "-$CS_PID" 2>/dev/null || true
-  if [[ "${KEEP:-0}" != 1 ]]; then rm -rf "$WORK"; fi
+  port="$(node -e 'const s=require("net").createServer().listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})')"
+  rm -rf "$WS/.ctxd-e2e"
+  setsid "$CODE_SERVER" --config "$WORK/config.yaml" --user-data-dir "$user_data" --extensions-dir "$EXTENSIONS" \
+    --bind-addr "127.0.0.1:$port" --auth none --disable-telemetry --disable-update-check \
+    --disable-workspace-trust --disable-getting-started-override "$WS" >"$WORK/code-server-$mode.log" 2>&1 &
+  CS_PID=$!
+  for _ in $(seq 1 120); do
+    curl -fsS -o /dev/null "http://127.0.0.1:$port/healthz" 2>/dev/null && break
+    kill -0 "$CS_PID" 2>/dev/null || { cat "$WORK/code-server-$mode.log"; return 1; }
+    sleep 0.5
+  done
+  log "[$mode] code-server on 127.0.0.1:$port"
+  CTXD_E2E_MODE="$mode" CTXD_E2E_URL="http://127.0.0.1:$port/?folder=$WS" CTXD_E2E_WORKSPACE="$WS" \
+    CTXD_E2E_ARTIFACTS="$ARTIFACTS" CHROMIUM="$(command -v chromium)" NODE_PATH="$CACHE/node_modules" \
+    node "$HERE/check.js" || status=$?
+  if ((status)); then
+    log "code-server log:"; tail -50 "$WORK/code-server-$mode.log"
+    log "extension host logs:"; find "$user_data/logs" -name '*.log' \( -path '*exthost*' -o -name '*ctxd*' \) -exec tail -30 {} + 2>/dev/null || true
+  fi
+  stop_session
+  return $status
 }
-trap cleanup EXIT
 
-for _ in $(seq 1 120); do
-  curl -fsS -o /dev/null "http://127.0.0.1:$PORT/healthz" 2>/dev/null && break
-  kill -0 "$CS_PID" 2>/dev/null || { cat "$WORK/code-server.log"; exit 1; }
-  sleep 0.5
-done
-log "code-server on 127.0.0.1:$PORT"
-
-status=0
-CTXD_E2E_URL="http://127.0.0.1:$PORT/?folder=$WS" CTXD_E2E_WORKSPACE="$WS" CTXD_E2E_ARTIFACTS="$ARTIFACTS" \
-  CHROMIUM="$(command -v chromium)" NODE_PATH="$CACHE/node_modules" \
-  node "$HERE/check.js" || status=$?
-if ((status)); then
-  log "code-server log:"; tail -50 "$WORK/code-server.log"
-  log "extension host logs:"; find "$USER_DATA/logs" -name '*.log' \( -path '*exthost*' -o -name '*ctxd*' \) -exec tail -30 {} + 2>/dev/null || true
-fi
-exit $status
+# The real daemon, killed five seconds after it starts (it is serving by then): the client restarts
+# it four times, then stops.
+CRASHING="import os, runpy, sys, threading; ('--stdio' in sys.argv) and threading.Timer(5.0, lambda: os._exit(1)).start(); sys.argv = ['ctxd'] + sys.argv[1:]; runpy.run_module('ctxd', run_name='__main__')"
+session main "[\"$PYTHON\", \"-m\", \"ctxd\"]"
+session crash "[\"$PYTHON\", \"-c\", \"$CRASHING\"]"
+# -I -S: this Python cannot import ctxd (no site-packages, no PYTHONPATH).
+session missing "[\"$PYTHON\", \"-I\", \"-S\", \"-m\", \"ctxd\"]"
+log "all sessions passed; screenshots in $ARTIFACTS"

@@ -1,6 +1,7 @@
 // A stand-in agent extension: records a short conversation through ctxd's exported API (the way a
-// real agent extension would, instead of starting its own daemon) and writes what the daemon
-// answered to <workspace>/.ctxd-e2e/result.json for the check to compare with the status bar.
+// real agent extension would, instead of starting its own daemon), takes a snapshot, reports a
+// model API usage in the warn tier, and writes what the daemon answered to
+// <workspace>/.ctxd-e2e/result.json for the check to compare with what the window shows.
 const fs = require('fs');
 const path = require('path');
 const vscode = require('vscode');
@@ -35,7 +36,13 @@ async function activate() {
         await ctxd.reportTokenUsage({ inputTokens: used, outputTokens: 0, totalTokens: used });
       }
     }
-    write({ ok: true, thread: 'e2e', workspace: folder.uri.toString(), usage: last.usage });
+    // A snapshot for the Snapshots tree.
+    const snapshot = await ctxd.snapshot({ message: 'e2e checkpoint' });
+    // Then the model API reports 85% of the auto-compact limit: the gauge crosses into the warn tier.
+    const limit = last.usage.autoCompactLimit;
+    const warn = Math.ceil(0.85 * limit);
+    const usage = await ctxd.reportTokenUsage({ inputTokens: warn, outputTokens: 0, totalTokens: warn });
+    write({ ok: true, thread: 'e2e', workspace: folder.uri.toString(), usage, snapshot });
   } catch (err) {
     write({ ok: false, error: String((err && err.stack) || err) });
   }

@@ -1,0 +1,40 @@
+/**
+ * What the status item's quick menu offers (Copilot-style): the actions on the shown thread when
+ * the daemon runs, ways out when it does not. Pure: the extension runs the chosen command.
+ */
+import { COMMANDS, type PickItem } from './commands';
+import type { StopReason } from './daemon';
+import { Method } from './protocol';
+
+
+export interface MenuState {
+  down: StopReason | undefined;
+  supports: (method: string) => boolean;
+  thread: string | undefined;
+}
+
+export function menuItems(state: MenuState): PickItem<string>[] {
+  if (state.down) {
+    const items: PickItem<string>[] = [];
+    if (state.down.kind === 'notInstalled') {
+      items.push(
+        { label: '$(cloud-download) Install ctxd', detail: 'pip install ctxd-daemon into the selected Python environment', value: COMMANDS.install },
+        { label: '$(gear) Set path to ctxd', value: COMMANDS.setDaemonPath },
+      );
+    }
+    items.push(
+      { label: '$(debug-restart) Restart daemon', detail: state.down.message, value: COMMANDS.restart },
+      { label: '$(output) Show log', value: COMMANDS.showLog },
+      { label: '$(graph) Open breakdown', description: 'says why ctxd is not running', value: COMMANDS.showUsage },
+    );
+    return items;
+  }
+  const on = state.thread ? `thread "${state.thread}"` : 'the active thread';
+  const items: PickItem<string>[] = [{ label: '$(graph) Open breakdown', description: on, value: COMMANDS.showUsage }];
+  if (state.supports(Method.compact)) items.push({ label: '$(fold) Compact now', description: on, value: COMMANDS.compactNow });
+  if (state.supports(Method.ghostSnapshot)) items.push({ label: '$(device-camera) Snapshot now', description: 'the working tree', value: COMMANDS.snapshot });
+  if (state.supports(Method.threads)) items.push({ label: '$(list-unordered) Switch thread…', value: COMMANDS.switchThread });
+  if (state.supports(Method.ghostRestore)) items.push({ label: '$(history) Restore…', description: 'a snapshot', value: COMMANDS.restore });
+  items.push({ label: '$(output) Show log', value: COMMANDS.showLog });
+  return items;
+}

@@ -1,0 +1,181 @@
+/**
+ * The ctxd activity-bar view's three trees (Threads, Snapshots, Compactions) as plain node lists.
+ * Each model knows how to fetch its nodes and when they change; vscodeapi.ts turns a model into a
+ * TreeDataProvider. Free of `vscode`, tested against the real daemon.
+ */
+import { Emitter, type CtxdService } from './api';
+import { COMMANDS, formatAge, shortId, toMillis } from './commands';
+import { Debouncer, type FolderInfo } from './gauge';
+import { type CompactedParams, type Disposable, type GhostCommit, Method, type ThreadInfo } from './protocol';
+import { formatTokens, usagePercent } from './status';
+
+export interface TreeNode {
+  id: string;
+  label: string;
+  description?: string;
+  tooltip?: string;
+  /** A codicon id. */
+  icon?: string;
+  /** For the view's context menus (package.json `view/item/context`). */
+  contextValue?: string;
+  command?: { command: string; title: string; arguments: unknown[] };
+}
+
+export interface TreeModel extends Disposable {
+  nodes(): Promise<TreeNode[]>;
+  readonly onDidChange: (listener: () => void) => Disposable;
+}
+
+type Where = () => (FolderInfo & { thread: string }) | undefined;
+
+/** Fires (debounced) on the service events that can change a tree. */
+abstract class BaseModel implements TreeModel {
+  protected readonly changed = new Emitter<void>();
+  private readonly debounce: Debouncer;
+  protected readonly subs: Disposable[] = [];
+  readonly onDidChange = (listener: () => void) => this.changed.event(listener);
+
+  constructor(protected readonly service: CtxdService, protected readonly where: Where, debounceMs: number) {
+    this.debounce = new Debouncer(debounceMs, () => this.changed.fire());
+  }
+
+  refresh(): void {
+    this.debounce.schedule();
+  }
+
+  abstract nodes(): Promise<TreeNode[]>;
+
+  dispose(): void {
+    this.debounce.dispose();
+    this.subs.forEach((s) => s.dispose());
+    this.changed.dispose();
+  }
+}
+
+function message(text: string, id: string): TreeNode {
+  return { id, label: text, icon: 'info' };
+}
+
+const SOURCE_ICONS: Record<string, string> = { codex: 'terminal', claude: 'sparkle', client: 'comment-discussion' };
+const SOURCE_NAMES: Record<string, string> = { codex: 'Codex', claude: 'Claude Code', client: 'ctxd' };
+
+export function threadNode(t: ThreadInfo, workspace: string, shown: string, now: number): TreeNode {
+  const source = t.source ?? 'client';
+  const parts = [SOURCE_NAMES[source] ?? source];
+  if (t.usage) parts.push(`${usagePercent(t.usage)}% · ${formatTokens(t.usage.usedTokens)}`);
+  if (t.cost?.priced) parts.push(`$${t.cost.total.toFixed(2)}`);
+  const when = t.lastActivity ?? t.updatedAt;
+  if (when !== undefined) parts.push(formatAge(when, now));
+  const isShown = t.thread === shown;
+  return {
+    id: `thread:${t.thread}`,
+    label: t.title?.trim() || t.thread,
+    description: parts.join(' · '),
+    tooltip:
+      `${t.thread}${t.model ? ` · ${t.model}` : ''}\n${t.itemCount} items${t.readOnly ? ' · read-only (the agent owns it)' : ''}` +
+      (isShown ? '\nShown in the status bar' : '\nClick to show it in the status bar'),
+    icon: isShown ? 'pass-filled' : (SOURCE_ICONS[source] ?? 'comment'),
+    contextValue: t.readOnly ? 'thread.readOnly' : 'thread',
+    command: { command: COMMANDS.showThread, title: 'Show in the status bar', arguments: [workspace, t.thread] },
+  };
+}
+
+export class ThreadsModel extends BaseModel {
+  constructor(service: CtxdService, where: Where, debounceMs = 300, private readonly now: () => number = Date.now) {
+    super(service, where, debounceMs);
+    this.subs.push(service.onDidChangeThreads(() => this.refresh()), service.onDidChangeUsage(() => this.refresh()));
+  }
+
+  async nodes(): Promise<TreeNode[]> {
+    const w = this.where();
+    if (!w) return [message('Open a folder to see its threads.', 'none')];
+    if (!this.service.supports(Method.threads)) return [message('The ctxd daemon is not running.', 'down')];
+    const threads = await this.service.listThreads(w.uri);
+    if (threads.length === 0) return [message('No threads yet.', 'empty')];
+    const sorted = [...threads].sort((a, b) => toMillis(b.lastActivity ?? b.updatedAt) - toMillis(a.lastActivity ?? a.updatedAt));
+    return sorted.map((t) => threadNode(t, w.uri, w.thread, this.now()));
+  }
+}
+
+export class SnapshotsModel extends BaseModel {
+  private undo: { id: string; workspace: string } | undefined;
+
+  constructor(service: CtxdService, where: Where, debounceMs = 300, private readonly now: () => number = Date.now) {
+    super(service, where, debounceMs);
+    this.subs.push(service.onDidChangeThreads(() => this.refresh()), service.onDidChangeUsage(() => this.refresh()));
+  }
+
+  /** After a restore: offer its undo at the top of the tree. */
+  setUndo(id: string | undefined): void {
+    const w = this.where();
+    this.undo = id && w ? { id, workspace: w.uri } : undefined;
+    this.changed.fire();
+  }
+
+  async nodes(): Promise<TreeNode[]> {
+    const w = this.where();
+    if (!w) return [message('Open a folder to see its snapshots.', 'none')];
+    if (!this.service.supports(Method.ghostList)) return [message('The ctxd daemon is not running.', 'down')];
+    const snapshots = await this.service.listSnapshots({ workspace: w.uri, thread: w.thread });
+    const nodes: TreeNode[] = [];
+    if (this.undo && this.undo.workspace === w.uri) {
+      nodes.push({
+        id: `undo:${this.undo.id}`,
+        label: 'Undo restore',
+        description: `back to ${shortId(this.undo.id)}`,
+        icon: 'discard',
+        contextValue: 'undoRestore',
+        command: { command: COMMANDS.undoRestore, title: 'Undo restore', arguments: [this.undo.id] },
+      });
+    }
+    if (snapshots.length === 0) return [...nodes, message('No snapshots yet.', 'empty')];
+    return [...nodes, ...snapshots.map((s) => snapshotNode(s, this.now()))];
+  }
+}
+
+export function snapshotNode(s: GhostCommit, now: number): TreeNode {
+  return {
+    id: `snapshot:${s.id}`,
+    label: s.message?.trim() || formatAge(s.createdAt, now),
+    description: `${formatAge(s.createdAt, now)} · ${s.fileCount} files · ${shortId(s.id)}`,
+    tooltip: `${new Date(toMillis(s.createdAt)).toLocaleString()}\n${s.fileCount} files${s.skipped?.length ? `, ${s.skipped.length} skipped` : ''}`,
+    icon: 'device-camera',
+    contextValue: 'snapshot',
+    command: { command: COMMANDS.showSnapshotChanges, title: 'Show changes', arguments: [s] },
+  };
+}
+
+export interface CompactionRecord extends CompactedParams {
+  at: number;
+}
+
+/** Compactions seen while this window is open, newest first; each opens its thread's archived items. */
+export class CompactionsModel extends BaseModel {
+  private readonly seen: CompactionRecord[] = [];
+
+  constructor(service: CtxdService, where: Where, debounceMs = 100, private readonly now: () => number = Date.now) {
+    super(service, where, debounceMs);
+    this.subs.push(
+      service.onDidCompact((e) => {
+        this.seen.unshift({ ...e, at: this.now() });
+        this.refresh();
+      }),
+    );
+  }
+
+  async nodes(): Promise<TreeNode[]> {
+    const w = this.where();
+    if (!w) return [message('Open a folder to see its compactions.', 'none')];
+    const mine = this.seen.filter((c) => c.workspace === w.uri);
+    if (mine.length === 0) return [message('No compaction since this window opened.', 'empty')];
+    return mine.map((c, i) => ({
+      id: `compaction:${i}:${c.at}`,
+      label: `${formatTokens(c.tokensBefore)} → ${formatTokens(c.tokensAfter)} tokens`,
+      description: `${c.thread} · ${c.strategy} · ${formatAge(c.at, this.now())}`,
+      tooltip: 'Click to open the items this compaction replaced (read-only).',
+      icon: 'fold',
+      contextValue: 'compaction',
+      command: { command: COMMANDS.openArchived, title: 'Open archived items', arguments: [c.workspace, c.thread] },
+    }));
+  }
+}

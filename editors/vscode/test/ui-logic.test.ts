@@ -1,0 +1,114 @@
+/** The pure UI decisions: the status item's menu, tier notifications, failure notices, error sentences. */
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { COMMANDS } from '../src/commands';
+import { friendlyError } from '../src/errors';
+import { ACTIONS, FailureNotices } from '../src/failures';
+import { Method } from '../src/protocol';
+import { menuItems } from '../src/quickMenu';
+import { TIER_ACTIONS, TierWatcher, tierMessage } from '../src/tierNotices';
+import { usage } from './fixtures';
+
+const all = () => true;
+
+describe('status item menu', () => {
+  test('a running daemon: breakdown, compact, snapshot, switch thread, restore, log', () => {
+    const items = menuItems({ down: undefined, supports: all, thread: 'e2e' });
+    assert.deepEqual(
+      items.map((i) => i.value),
+      [COMMANDS.showUsage, COMMANDS.compactNow, COMMANDS.snapshot, COMMANDS.switchThread, COMMANDS.restore, COMMANDS.showLog],
+    );
+    assert.equal(items[0].label, '$(graph) Open breakdown');
+    assert.equal(items[1].description, 'thread "e2e"');
+  });
+
+  test('what the daemon does not serve is left out', () => {
+    const items = menuItems({ down: undefined, supports: (m) => m !== Method.ghostSnapshot && m !== Method.ghostRestore, thread: 'x' });
+    assert.deepEqual(items.map((i) => i.value), [COMMANDS.showUsage, COMMANDS.compactNow, COMMANDS.switchThread, COMMANDS.showLog]);
+  });
+
+  test('not installed: install, set path, restart, log', () => {
+    const items = menuItems({
+      down: { kind: 'notInstalled', message: 'not installed', command: { command: 'python3', args: ['-m', 'ctxd'] } },
+      supports: all,
+      thread: undefined,
+    });
+    assert.deepEqual(items.map((i) => i.value), [COMMANDS.install, COMMANDS.setDaemonPath, COMMANDS.restart, COMMANDS.showLog, COMMANDS.showUsage]);
+    assert.match(items[0].detail ?? '', /pip install ctxd-daemon/);
+  });
+
+  test('a crash storm: restart (saying why) and log', () => {
+    const items = menuItems({ down: { kind: 'crashed', message: 'ctxd stopped after 5 crashes in 3 minutes.', crashes: 5 }, supports: all, thread: 'a' });
+    assert.deepEqual(items.map((i) => i.value), [COMMANDS.restart, COMMANDS.showLog, COMMANDS.showUsage]);
+    assert.equal(items[0].detail, 'ctxd stopped after 5 crashes in 3 minutes.');
+  });
+});
+
+describe('tier notifications', () => {
+  test('one per crossing upwards, none while the tier holds or drops', () => {
+    const w = new TierWatcher();
+    assert.deepEqual(
+      ['ok', 'warn', 'warn', 'compact', 'compact', 'ok', 'warn', 'ok'].map((t) => w.observe('a', t as never)),
+      [undefined, 'warn', undefined, 'compact', undefined, undefined, 'warn', undefined],
+    );
+    assert.equal(w.observe('b', 'compact'), 'compact');
+  });
+
+  test('the message says how much is left, or that the limit is reached', () => {
+    assert.equal(
+      tierMessage('warn', 'e2e', usage({ usedTokens: 100_000, autoCompactLimit: 115_200 })),
+      'ctxd: thread "e2e" is at 100k tokens, 15.2k left before auto-compact.',
+    );
+    assert.equal(
+      tierMessage('compact', 'e2e', usage({ usedTokens: 120_000, autoCompactLimit: 115_200 })),
+      'ctxd: thread "e2e" reached the auto-compact limit (120k of 115.2k tokens).',
+    );
+    assert.deepEqual(Object.values(TIER_ACTIONS), ['Compact now', 'Open breakdown']);
+  });
+});
+
+describe('failure notices', () => {
+  const missing = { kind: 'notInstalled' as const, message: 'The ctxd daemon is not installed in /v/python.', command: { command: '/v/python', args: ['-m', 'ctxd'] } };
+
+  test('not installed: one notice with Install, Set path, Show log; not repeated by restarts', () => {
+    const n = new FailureNotices();
+    assert.deepEqual(n.stopped(missing), { message: missing.message, actions: [ACTIONS.install, ACTIONS.setPath, ACTIONS.showLog] });
+    assert.equal(n.stopped(missing), undefined);
+    n.started();
+    assert.ok(n.stopped(missing));
+  });
+
+  test('a crash storm offers Restart', () => {
+    const n = new FailureNotices();
+    assert.deepEqual(n.stopped({ kind: 'crashed', message: 'ctxd stopped after 5 crashes in 3 minutes.', crashes: 5 })?.actions, [
+      ACTIONS.restart,
+      ACTIONS.showLog,
+    ]);
+  });
+});
+
+describe('error sentences', () => {
+  const err = (code: number, message: string) => Object.assign(new Error(message), { code });
+
+  test('the protocol codes say what is unchanged (v2 and v1 codes)', () => {
+    assert.equal(friendlyError('Compaction', err(1001, 'nothing worth compacting')), 'Compaction failed: nothing worth compacting. The conversation is unchanged.');
+    assert.equal(friendlyError('Compaction', err(-32001, 'model unreachable.')), 'Compaction failed: model unreachable. The conversation is unchanged.');
+    assert.equal(friendlyError('Restore', err(1002, 'git failed')), 'Restore failed: git failed. The working tree is unchanged.');
+    assert.equal(friendlyError('Restore', err(-32800, 'cancelled')), 'Restore was cancelled; nothing was changed.');
+  });
+
+  test('never the raw JSON-RPC text', () => {
+    assert.equal(
+      friendlyError('Comparing with the snapshot', err(-32601, 'Unhandled method ctxd/ghost/diff')),
+      'Comparing with the snapshot needs a newer ctxd daemon: run `pip install --upgrade ctxd-daemon`.',
+    );
+    assert.equal(
+      friendlyError('Reading the usage', err(-32097, 'Pending response rejected since connection got disposed')),
+      'Reading the usage failed: the ctxd daemon is not running. Restart it from the ctxd menu in the status bar.',
+    );
+    assert.equal(
+      friendlyError('Snapshot', err(-32602, 'Request ctxd/ghost/snapshot failed with message: ctxd: workspace file:///x is not open')),
+      'Snapshot failed: workspace file:///x is not open.',
+    );
+  });
+});

@@ -1,0 +1,200 @@
+/** The activity-bar trees, manual-compaction messages and snapshot actions, against the real daemon. */
+import assert from 'node:assert/strict';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { CtxdService } from '../src/api';
+import { COMMANDS, type PickItem, type Severity, type Ui } from '../src/commands';
+import { type DiffFile, Method } from '../src/protocol';
+import { UNDO_RESTORE, deleteSnapshotFlow, restoreSnapshotFlow, showChangesFlow } from '../src/snapshots';
+import { CompactionsModel, SnapshotsModel, ThreadsModel, threadNode } from '../src/trees';
+import { type Daemon, assistantMessage, startDaemon, userMessage, waitFor } from './daemon';
+
+class ScriptedUi implements Ui {
+  messages: { severity: Severity; message: string }[] = [];
+  asked: { message: string; actions: string[] }[] = [];
+  confirms: { message: string; detail: string }[] = [];
+  constructor(private readonly answers: { confirm?: boolean[]; pick?: ((items: PickItem<unknown>[]) => unknown)[]; ask?: (string | undefined)[] } = {}) {}
+  async pick<T>(items: PickItem<T>[]): Promise<T | undefined> {
+    const next = this.answers.pick?.shift();
+    return next ? (next(items as PickItem<unknown>[]) as T) : undefined;
+  }
+  async input(): Promise<string | undefined> {
+    return undefined;
+  }
+  async confirm(message: string, detail: string): Promise<boolean> {
+    this.confirms.push({ message, detail });
+    return this.answers.confirm?.shift() ?? false;
+  }
+  progress<T>(_title: string, task: () => Promise<T>): Promise<T> {
+    return task();
+  }
+  notify(severity: Severity, message: string): void {
+    this.messages.push({ severity, message });
+  }
+  async ask(severity: Severity, message: string, actions: string[]): Promise<string | undefined> {
+    this.messages.push({ severity, message });
+    this.asked.push({ message, actions });
+    return this.answers.ask?.shift();
+  }
+}
+
+describe('views and snapshot actions (real daemon)', () => {
+  let d: Daemon;
+  let service: CtxdService;
+  const where = () => ({ uri: d.uri, name: 'ws', thread: service.shownThread(d.uri) });
+
+  before(async () => {
+    d = await startDaemon({ git: true });
+    service = new CtxdService(async () => d.rpc, () => d.uri);
+    service.attach(d.rpc, d.initializeResult.capabilities.experimental.ctxd.methods);
+  });
+  after(async () => {
+    service?.dispose();
+    await d?.stop();
+  });
+
+  test('Threads lists every thread, marks the shown one, and a click shows it', async () => {
+    await service.record([userMessage('Fix the flaky deploy test, please.'), assistantMessage('On it.')]);
+    await service.record([userMessage('side question')], { thread: 'side' });
+    service.setActiveThread('default');
+    const threads = new ThreadsModel(service, where, 5, () => Date.now());
+    try {
+      const nodes = await threads.nodes();
+      assert.deepEqual(nodes.map((n) => n.id).sort(), ['thread:default', 'thread:side']);
+      const shown = nodes.find((n) => n.id === 'thread:default')!;
+      assert.equal(shown.icon, 'pass-filled');
+      assert.deepEqual(shown.command, { command: COMMANDS.showThread, title: 'Show in the status bar', arguments: [d.uri, 'default'] });
+      assert.notEqual(nodes.find((n) => n.id === 'thread:side')!.icon, 'pass-filled');
+      // A usage change refreshes the tree (debounced).
+      let changed = 0;
+      threads.onDidChange(() => changed++);
+      await service.record([userMessage('one more')], { thread: 'side' });
+      await waitFor(() => changed > 0, (wake) => threads.onDidChange(wake), 5000, 'threads refresh');
+    } finally {
+      threads.dispose();
+    }
+  });
+
+  test('a thread node says its source, fill and cost (protocol v2 fields)', () => {
+    const node = threadNode(
+      {
+        thread: 'claude:abc',
+        itemCount: 12,
+        historyVersion: 3,
+        updatedAt: 0,
+        source: 'claude',
+        title: 'Refactor the parser',
+        readOnly: true,
+        usage: { usedTokens: 64_000, contextWindow: 200_000, percent: 32, autoCompactLimit: 180_000, tier: 'ok', source: 'api', historyVersion: 3 },
+        cost: { currency: 'USD', input: 1, cachedInput: 0.2, output: 0.5, total: 1.7, priced: true },
+        lastActivity: 1_700_000_000_000,
+      },
+      'file:///w',
+      'default',
+      1_700_000_000_000 + 5 * 60_000,
+    );
+    assert.equal(node.label, 'Refactor the parser');
+    assert.equal(node.description, 'Claude Code · 32% · 64k · $1.70 · 5 min ago');
+    assert.equal(node.contextValue, 'thread.readOnly');
+    assert.equal(node.icon, 'sparkle');
+  });
+
+  test('a manual compaction is marked as such, and the daemon speaks during it only', async () => {
+    for (let i = 0; i < 6; i++) {
+      await service.record([userMessage(`Turn ${i}: look at module ${i}. `.repeat(30)), assistantMessage(`Module ${i} parses. `.repeat(30))]);
+    }
+    const compactions = new CompactionsModel(service, where, 5, () => Date.now());
+    const seen: boolean[] = [];
+    const sub = service.onDidCompact((e) => seen.push(e.manual));
+    const duringCompaction: boolean[] = [];
+    const msgSub = d.rpc.onNotification('window/showMessage', () => duringCompaction.push(service.compactingNow()));
+    try {
+      const r = await service.compact({ strategy: 'offline' });
+      assert.ok(r.tokensAfter < r.tokensBefore);
+      await waitFor(() => seen.length === 1, (wake) => service.onDidCompact(wake), 5000, 'ctxd/compacted');
+      assert.deepEqual(seen, [true]);
+      // Every message the daemon sent about it arrived while it ran: the extension shows none of them.
+      assert.ok(duringCompaction.every(Boolean), JSON.stringify(duringCompaction));
+      assert.equal(service.compactingNow(), false);
+      const nodes = await compactions.nodes();
+      assert.equal(nodes.length, 1);
+      assert.match(nodes[0].label, /^[\d.]+k? → [\d.]+k? tokens$/);
+      assert.deepEqual(nodes[0].command?.arguments, [d.uri, 'default']);
+      // Another client's compaction (straight on the wire) is not ours.
+      await service.record([userMessage('more '.repeat(400)), assistantMessage('ok '.repeat(400))]);
+      await d.rpc.sendRequest(Method.compact, { workspace: d.uri, thread: 'default', strategy: 'offline' });
+      await waitFor(() => seen.length === 2, (wake) => service.onDidCompact(wake), 5000, 'second ctxd/compacted');
+      assert.deepEqual(seen, [true, false]);
+    } finally {
+      sub.dispose();
+      msgSub.dispose();
+      compactions.dispose();
+    }
+  });
+
+  test('Snapshots lists snapshots; restore asks, restores, and offers Undo when the daemon gives one', async () => {
+    const file = path.join(d.folder, 'notes.txt');
+    fs.writeFileSync(file, 'version 1\n');
+    const snap = await service.snapshot({ message: 'before the edit' });
+    const snapshots = new SnapshotsModel(service, where, 5, () => Date.now());
+    try {
+      const nodes = await snapshots.nodes();
+      const node = nodes.find((n) => n.id === `snapshot:${snap.id}`);
+      assert.ok(node, JSON.stringify(nodes));
+      assert.equal(node.label, 'before the edit');
+      assert.equal(node.contextValue, 'snapshot');
+
+      fs.writeFileSync(file, 'version 2\n');
+      const declined = new ScriptedUi({ confirm: [false] });
+      assert.equal(await restoreSnapshotFlow(declined, service, snap.id, false), undefined);
+      assert.equal(fs.readFileSync(file, 'utf8'), 'version 2\n');
+
+      let undoable: string | undefined;
+      const ui = new ScriptedUi({ confirm: [true] });
+      const r = await restoreSnapshotFlow(ui, service, snap.id, false, undefined, (id) => (undoable = id));
+      assert.ok(r, JSON.stringify(ui.messages));
+      assert.equal(fs.readFileSync(file, 'utf8'), 'version 1\n');
+      assert.match(ui.messages.at(-1)!.message, /^Restored [0-9a-f]{7}: 1 file restored, 0 removed\.$/);
+      if (service.supports(Method.ghostDiff)) {
+        // Protocol v2: a preview in the confirmation, and an undo.
+        assert.match(ui.confirms[0].detail, /1 file will be written and 0 files removed; you can undo it\./);
+        assert.ok(r.undoId && undoable === r.undoId);
+        assert.deepEqual(ui.asked.at(-1)!.actions, [UNDO_RESTORE]);
+        snapshots.setUndo(undoable);
+        assert.equal((await snapshots.nodes())[0].label, 'Undo restore');
+      } else {
+        assert.equal(r.undoId, undefined);
+        assert.equal(undoable, undefined);
+      }
+    } finally {
+      snapshots.dispose();
+    }
+  });
+
+  test('Show changes opens the diff of the one changed file (protocol v2)', async (t) => {
+    if (!service.supports(Method.ghostDiff)) return t.skip('this daemon does not serve ctxd/ghost/diff yet (protocol v2)');
+    const file = path.join(d.folder, 'diffme.txt');
+    fs.writeFileSync(file, 'before\n');
+    const snap = await service.snapshot({ message: 'diff base' });
+    fs.writeFileSync(file, 'after\n');
+    const opened: DiffFile[] = [];
+    const ui = new ScriptedUi({ pick: [(items) => items.find((i) => (i.value as DiffFile).path === 'diffme.txt')?.value] });
+    const chosen = await showChangesFlow(ui, service, snap.id, async (f) => {
+      opened.push(f);
+    });
+    assert.equal(chosen?.path, 'diffme.txt');
+    assert.equal(opened.length, 1);
+    assert.equal(opened[0].before, 'before\n');
+    assert.equal(opened[0].status, 'modified');
+  });
+
+  test('Delete asks first, then the snapshot is gone (protocol v2)', async (t) => {
+    if (!service.supports(Method.ghostDelete)) return t.skip('this daemon does not serve ctxd/ghost/delete yet (protocol v2)');
+    const snap = await service.snapshot({ message: 'to delete' });
+    assert.equal(await deleteSnapshotFlow(new ScriptedUi({ confirm: [false] }), service, snap), false);
+    assert.ok((await service.listSnapshots()).some((s) => s.id === snap.id));
+    assert.equal(await deleteSnapshotFlow(new ScriptedUi({ confirm: [true] }), service, snap), true);
+    assert.ok(!(await service.listSnapshots()).some((s) => s.id === snap.id));
+  });
+});
