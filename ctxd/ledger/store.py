@@ -351,15 +351,17 @@ class Store:
     # --- writes ----------------------------------------------------------------------------------
 
     def _touch(self, db: sqlite3.Connection, thread: str, **fields: Any) -> None:
-        db.execute("INSERT OR IGNORE INTO threads (thread, updated_at) VALUES (?, ?)", (thread, time.time()))
-        sets = ["updated_at = ?"]
+        """Create the thread's row if needed and set `fields` and `updated_at`: one statement."""
+        names = ["updated_at"]
         values: list[Any] = [time.time()]
         for name, value in fields.items():
             if name not in THREAD_FIELDS:
                 raise KeyError(name)
-            sets.append(f"{name} = ?")
+            names.append(name)
             values.append(json.dumps(value) if name in ("reference", "prompt_context", "state") and value is not None else value)
-        db.execute(f"UPDATE threads SET {', '.join(sets)} WHERE thread = ?", (*values, thread))
+        updates = ", ".join(f"{name} = excluded.{name}" for name in names)
+        db.execute(f"INSERT INTO threads (thread, {', '.join(names)}) VALUES (?{', ?' * len(names)}) "
+                   f"ON CONFLICT (thread) DO UPDATE SET {updates}", (thread, *values))
 
     def _next_seq(self, db: sqlite3.Connection, thread: str) -> int:
         return int(db.execute("SELECT coalesce(max(seq), 0) FROM items WHERE thread = ?", (thread,)).fetchone()[0]) + 1
