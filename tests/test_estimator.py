@@ -1,5 +1,6 @@
 """The fast token estimator: its C-level fast path against the obvious reference, and its accuracy
-against tiktoken on the corpus it was fitted on (bench/corpus/)."""
+against tiktoken on held-out real text (bench/corpus/real_heldout.jsonl: a few samples of the
+held-out part of bench/real_corpus.py's corpus, from sources the fit never saw)."""
 
 from __future__ import annotations
 
@@ -13,47 +14,39 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctxd.tokens import encodings, estimator
-from ctxd.tokens.estimator import (
-    SCALE,
-    WEIGHTS,
-    bytes_over_four,
-    estimate_tokens,
-    qwen_heuristic,
-)
+from ctxd.tokens.estimator import WEIGHTS, bytes_over_four, estimate_tokens, qwen_heuristic
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
 from corpus_samples import load_samples
-from fit_estimator import pair_counts
+from fit_estimator import reference_estimate
+from real_corpus import TEST_SAMPLES, load
 
-
-
-def reference(text: str, profile: str) -> int:
-    """The estimate computed the slow way: count every class pair, weigh, round."""
-    if not text:
-        return 0
-    weights = WEIGHTS[profile]
-    total = sum(n * weights[code >> 4][code & 0xF] for code, n in pair_counts(text).items())
-    return max(1, (total + SCALE // 2) // SCALE)  # half up, as the fast path rounds
+REAL = load(path=TEST_SAMPLES)
+TEXTS = [r["text"] for r in REAL] + [text for _, text in load_samples()]
 
 
 @pytest.mark.parametrize("profile", sorted(WEIGHTS))
-def test_fast_path_matches_the_reference_on_the_corpus(profile: str) -> None:
-    for _, text in load_samples():
-        assert estimate_tokens(text, profile) == reference(text, profile)
+def test_fast_path_matches_the_reference_on_real_text(profile: str) -> None:
+    assert {r["class"] for r in REAL} >= {"chinese", "japanese", "korean", "russian", "arabic", "python", "log"}
+    for text in TEXTS:
+        assert estimate_tokens(text, profile) == reference_estimate(text, WEIGHTS[profile]), text[:80]
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=3000))
+@given(st.text(alphabet=st.characters(exclude_categories=()), max_size=3000))
 def test_fast_path_matches_the_reference_on_any_text(text: str) -> None:
-    assert estimate_tokens(text) == reference(text, "o200k")
+    # Any code point, lone surrogates included (st.text draws them).
+    assert estimate_tokens(text) == reference_estimate(text, WEIGHTS["o200k"])
+    assert estimate_tokens(text, "cl100k") == reference_estimate(text, WEIGHTS["cl100k"])
 
 
-def test_long_texts_are_summed_in_chunks_without_wrapping() -> None:
-    text = "".join(load_samples()[i][1] for i in range(0, 40, 3)) * 20  # ~300 KB, far over one chunk
-    assert len(text.encode()) > 50 * estimator._PROFILES["o200k"].chunk
-    assert estimate_tokens(text) == reference(text, "o200k")
+@pytest.mark.parametrize("script", ["latin", "中文", "한국어"])
+def test_long_texts_are_summed_in_chunks_without_wrapping(script: str) -> None:
+    text = ("".join(TEXTS[::5]) + script) * 8  # ~300 KB, far over one adler32 chunk
+    assert len(text.encode()) > 50 * estimator._PROFILES["o200k"].pairs.chunk
+    assert estimate_tokens(text) == reference_estimate(text, WEIGHTS["o200k"])
 
 
 def test_small_cases() -> None:
@@ -65,30 +58,45 @@ def test_small_cases() -> None:
     assert bytes_over_four("abcde") == 2 and qwen_heuristic("ab你") == 2
 
 
-@pytest.mark.parametrize("encoding", ["o200k_base", "cl100k_base"])
-def test_accuracy_against_tiktoken(encoding: str) -> None:
+def class_means(encoding: str) -> tuple[dict[str, float], dict[str, float]]:
+    """Mean relative error per class on the committed held-out samples: ctxd's, and bytes/4's."""
     enc = encodings.load(encoding)
     profile = encoding.split("_")[0]
-    errors: dict[str, list[float]] = defaultdict(list)
-    baseline: dict[str, list[float]] = defaultdict(list)
-    for cls, text in load_samples():
-        true = len(enc.encode_ordinary(text))
-        errors[cls].append(abs(estimate_tokens(text, profile) - true) / true)
-        baseline[cls].append(abs(bytes_over_four(text) - true) / true)
-    means = {cls: sum(e) / len(e) for cls, e in errors.items()}
-    # The goals (<= 3% mean, <= 8% worst class) with a margin for refits on a changed corpus.
-    assert sum(means.values()) / len(means) <= 0.035, means
-    assert max(means.values()) <= 0.08, means
-    for cls in errors:  # and never worse than bytes/4 by more than noise
-        assert means[cls] <= sum(baseline[cls]) / len(baseline[cls]) + 0.01, cls
+    ours: dict[str, list[float]] = defaultdict(list)
+    theirs: dict[str, list[float]] = defaultdict(list)
+    for row in REAL:
+        true = len(enc.encode_ordinary(row["text"]))
+        ours[row["class"]].append(abs(estimate_tokens(row["text"], profile) - true) / true)
+        theirs[row["class"]].append(abs(bytes_over_four(row["text"]) - true) / true)
+    mean = lambda errors: {cls: sum(e) / len(e) for cls, e in errors.items()}  # noqa: E731
+    return mean(ours), mean(theirs)
 
 
-def test_chinese_is_not_undercounted_like_bytes_over_four() -> None:
-    enc = encodings.load("cl100k_base")
-    text = next(t for cls, t in load_samples() if cls == "chinese")
-    true = len(enc.encode_ordinary(text))
-    assert bytes_over_four(text) < 0.75 * true  # seed 002: bytes/4 undercounts Chinese badly
-    assert abs(estimate_tokens(text, "cl100k") - true) < 0.1 * true
+@pytest.mark.parametrize("encoding", ["o200k_base", "cl100k_base"])
+def test_accuracy_on_held_out_real_text(encoding: str) -> None:
+    ours, bytes4 = class_means(encoding)
+    # bench/bench_tokens.py on the whole held-out part measures about 5.5% mean and 10-12% on
+    # the worst class; on these three samples per class, 6.6% and 22% (Korean: one of them is
+    # Python's rare-syllable codec test file). The bounds leave a margin for noise only.
+    assert sum(ours.values()) / len(ours) <= 0.075, ours
+    assert max(ours.values()) <= 0.25, ours
+    for cls in ours:  # and never worse than bytes/4 by more than noise
+        assert ours[cls] <= bytes4[cls] + 0.02, cls
+
+
+def test_scripts_are_counted_by_their_own_weights() -> None:
+    """bytes/4 undercounts Chinese for cl100k by a third; ascii/4 + 1.5 per character doubles o200k's
+    count of Chinese and Russian. Per script, the estimate beats them, within 20%."""
+    for encoding in ("o200k_base", "cl100k_base"):
+        tokenizer = encodings.load(encoding)
+        for cls in ("chinese", "japanese", "korean", "russian", "arabic"):
+            text = "\n".join(r["text"] for r in REAL if r["class"] == cls)
+            true = len(tokenizer.encode_ordinary(text))
+            error = abs(estimate_tokens(text, encoding.split("_")[0]) - true)
+            assert error < 0.2 * true, (cls, encoding, error, true)
+            assert error < abs(bytes_over_four(text) - true), (cls, encoding)
+            if cls != "korean":  # rare Hangul syllables are where the estimate is weakest
+                assert error < abs(qwen_heuristic(text) - true), (cls, encoding)
 
 
 def test_estimator_imports_no_tokenizer() -> None:

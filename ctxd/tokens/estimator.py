@@ -6,22 +6,31 @@ Chinese. A BPE tokenizer first cuts text into chunks (a word with its leading sp
 punctuation, up to three digits, a run of whitespace) and most chunks are one token, so the count
 follows the character classes and the boundaries between them.
 
-The estimate is a weighted sum over every pair (previous character class, character class), with
-integer weights fitted against tiktoken. It is computed without a per-character Python loop, in a
-fixed number of C-level passes, because it must stay at least 20 times cheaper than tiktoken:
+The estimate is a weighted sum over every pair (previous byte's class, byte's class) of the text's
+UTF-8 bytes, with integer weights fitted against tiktoken. There are 16 classes: blank, newline,
+consonant, vowel, capital, digit, bracket or quote, other punctuation, UTF-8 continuation byte, and
+lead bytes by script (Latin and Greek, Cyrillic, Hebrew and Arabic, CJK ideographs, Hangul, other
+three-byte characters, four-byte characters), so a word costs its start plus a little per letter,
+and a Chinese, Russian or Korean character costs what its script costs.
 
-1. `bytes.translate` maps each UTF-8 byte to its class, a number below 16 (continuation bytes
-   are a class of their own, so a CJK character is a lead byte plus two continuation bytes);
-2. as one big integer, `x | x << 12` (computed as `x * 4097`: the bits do not overlap) puts the
-   previous byte's class in the high nibble of every byte, so each byte becomes a pair code;
+How many tokens a Chinese or Korean character takes depends on how common it is, which its UTF-8
+bytes do not tell; their legacy encodings do: GBK puts the 3,755 commonest Chinese characters
+under lead bytes B0-D7 and the rarer ones after them, CP949 the 2,350 common Hangul syllables
+under B0-C8. A text with ideographs (or Hangul) adds a weight per byte of its GBK (CP949) encoding.
+
+Everything runs without a per-character Python loop, in a fixed number of C-level passes, because
+it must stay at least 20 times cheaper than tiktoken:
+
+1. `bytes.translate` maps each UTF-8 byte to its class, a number below 16;
+2. as one big integer, `x * 4097` (`x | x << 12`: the bits do not overlap) puts the previous
+   byte's class in the high nibble of every byte, so each byte becomes a pair code;
 3. a second `bytes.translate` maps each pair code to its weight;
 4. `zlib.adler32` sums the weights (its low half is 1 + the byte sum modulo 65521, so the text
    is summed in chunks small enough never to wrap).
 
-The weights are fitted on `bench/corpus/` by `bench/fit_estimator.py`: a weight per class, plus a
-ridge-penalised correction per pair seen in the corpus (least squares on relative error, every
-text class weighted equally), then rounded to 1/SCALE. `bench/bench_tokens.py` reports the error
-per text class and the speed.
+The weights are fitted by `bench/fit_estimator.py` on the training part of a corpus of real text
+from registry packages (`bench/real_corpus.py`); `bench/bench_tokens.py` reports the error on the
+held-out part, per text class, and the speed.
 """
 
 from __future__ import annotations
@@ -31,108 +40,169 @@ import zlib
 from typing import Final, NamedTuple
 
 # Character classes, one per UTF-8 byte.
-BLANK, LOWER, DIGIT, PUNCT, NEWLINE, CONT, CJK_SYMBOL, LEAD, UPPER = range(9)
-CLASS_NAMES: Final = ("blank", "lower", "digit", "punct", "newline", "cont", "cjk_symbol", "lead", "upper")
+(BLANK, CONSONANT, VOWEL, BRACKET, CAPITAL, DIGIT, PUNCT, NEWLINE, CONT, LATIN, CYRILLIC, RTL, CJK, HANGUL,
+ OTHER3, LEAD4) = range(16)
+CLASS_NAMES: Final = ("blank", "consonant", "vowel", "bracket", "capital", "digit", "punct", "newline", "cont",
+                      "latin", "cyrillic", "rtl", "cjk", "hangul", "other3", "lead4")
 N_CLASSES: Final = len(CLASS_NAMES)
 
 
 def _class_table() -> bytes:
     table = bytearray(256)  # BLANK: space, tab, control characters
-    for byte in range(33, 127):
-        table[byte] = PUNCT
-    for byte in b"abcdefghijklmnopqrstuvwxyz":
-        table[byte] = LOWER
-    for byte in b"ABCDEFGHIJKLMNOPQRSTUVWXYZ":
-        table[byte] = UPPER
-    for byte in b"0123456789":
-        table[byte] = DIGIT
-    table[ord("\n")] = table[ord("\r")] = NEWLINE
-    for byte in range(0x80, 0xC0):
-        table[byte] = CONT
-    for byte in range(0xC0, 0x100):
-        table[byte] = LEAD
-    table[0xE3] = CJK_SYMBOL  # U+3000..U+3FFF: kana and CJK punctuation
+    spans = [
+        (PUNCT, range(33, 127)), (BRACKET, b"\"'()[]{}"), (CONSONANT, b"abcdefghijklmnopqrstuvwxyz"),
+        (VOWEL, b"aeiouy"), (CAPITAL, b"ABCDEFGHIJKLMNOPQRSTUVWXYZ"), (DIGIT, b"0123456789"), (NEWLINE, b"\n\r"),
+        (CONT, range(0x80, 0xC0)), (LATIN, range(0xC0, 0xD0)), (CYRILLIC, range(0xD0, 0xD5)),
+        (RTL, range(0xD5, 0xE0)), (OTHER3, range(0xE0, 0xF0)), (CJK, range(0xE4, 0xEA)),
+        (HANGUL, range(0xEA, 0xEE)), (LEAD4, range(0xF0, 0x100)),
+    ]
+    for cls, span in spans:
+        for byte in span:
+            table[byte] = cls
+    return bytes(table)
+
+
+def _range_table(bounds: tuple[int, ...]) -> bytes:
+    """Byte -> 1 + index of the range [bounds[i], bounds[i+1]) it falls in, 0 outside them all."""
+    table = bytearray(256)
+    for i, (low, high) in enumerate(zip(bounds, bounds[1:])):
+        table[low:high] = bytes([i + 1]) * (high - low)
     return bytes(table)
 
 
 CLASS_TABLE: Final = _class_table()
+# Byte ranges of the legacy encodings: GBK (extension, symbols and kana, common hanzi, rarer
+# hanzi, user area) and CP949 (extension, symbols, common Hangul, hanja and the rest).
+GBK_BOUNDS: Final = (0x81, 0xA1, 0xB0, 0xD8, 0xF8, 0xFF)
+CP949_BOUNDS: Final = (0x81, 0xA1, 0xB0, 0xC9, 0xFF)
+GBK_TABLE: Final = _range_table(GBK_BOUNDS)
+CP949_TABLE: Final = _range_table(CP949_BOUNDS)
 SCALE: Final = 32  # weights are multiples of 1/SCALE token
 
-# Fitted by bench/fit_estimator.py: WEIGHTS[profile][previous class][class] is the cost, in
-# 1/SCALE tokens, of a byte of `class` that follows a byte of `previous class`.
-WEIGHTS: Final[dict[str, tuple[tuple[int, ...], ...]]] = {
-    "o200k": (
-        (4, 19, 52, 13, 23, 7, -3, -8, 6),
-        (8, 2, 30, 5, 42, 7, 2, -2, 28),
-        (23, 33, 10, 25, 6, 7, 2, 2, 33),
-        (21, 36, 36, 1, 14, 7, 2, 1, 5),
-        (27, 11, 0, 34, 38, 7, 6, 13, 6),
-        (5, 14, 26, 12, 24, 11, 4, 5, 13),
-        (11, 18, 26, 13, 22, 9, 2, 2, 13),
-        (11, 18, 26, 13, 22, 8, 2, 2, 13),
-        (-7, 17, 52, 8, 26, 7, 2, 6, 14),
-    ),
-    "cl100k": (
-        (4, 19, 51, 16, 24, 9, -5, -7, 5),
-        (8, 2, 30, 3, 44, 9, 3, -2, 26),
-        (23, 32, 11, 24, 3, 9, 3, 1, 38),
-        (21, 38, 34, 0, 11, 9, 3, 0, 8),
-        (25, 16, -2, 33, 33, 9, 10, -2, 5),
-        (-4, 16, 26, 12, 26, 14, 7, 11, 14),
-        (9, 19, 26, 13, 21, 12, 3, 1, 14),
-        (9, 19, 26, 13, 21, 11, 3, 1, 14),
-        (-8, 21, 58, 9, 26, 9, 3, -3, 14),
-    ),
+# BEGIN FITTED WEIGHTS (bench/fit_estimator.py --write)
+# WEIGHTS[profile]["pairs"][previous class][class] is the cost, in 1/SCALE tokens, of a byte of
+# `class` after a byte of `previous class`; "gbk" and "cp949" the cost of a byte in each range.
+WEIGHTS: Final[dict[str, dict[str, tuple]]] = {
+    "o200k": {
+        "pairs": (
+            (1, 15, 7, 22, 17, 53, 23, 45, 8, 92, -13, -1, 25, 16, 4, -16),
+            (9, 4, 2, 10, 31, 51, 16, 59, 8, 10, 6, 1, -16, -16, -8, -16),
+            (14, 2, 5, 9, 4, 28, 24, 64, 8, 9, 6, 0, 14, 37, -16, -16),
+            (11, 5, 14, 4, 36, 43, 28, 25, 8, 15, 40, -15, 17, 33, -16, -16),
+            (1, 4, -1, 26, 2, 43, 32, 72, 8, 75, 7, 0, -16, -16, 0, -16),
+            (9, 19, 20, 21, 70, 13, 17, 64, 8, 27, 6, 0, -5, 43, -16, -16),
+            (18, 21, 12, 24, 15, 41, 0, 14, 8, -16, 50, 1, 31, 50, 13, -16),
+            (23, 11, 16, 7, 24, 1, 19, 5, 8, 6, 18, -3, 9, 32, 13, -16),
+            (2, 25, -14, 36, 45, 45, 26, 57, 8, -10, 1, 4, 12, 25, -2, -16),
+            (11, 11, 4, 16, 22, 39, 21, 43, 9, 27, 6, 0, 14, 25, 3, -16),
+            (11, 11, 4, 16, 22, 39, 21, 43, 8, 27, 6, 0, 14, 25, 3, -16),
+            (11, 11, 4, 16, 22, 39, 21, 43, 8, 27, 6, 0, 14, 25, 3, -16),
+            (11, 11, 4, 16, 22, 39, 21, 43, 8, 27, 6, 0, 14, 25, 3, -16),
+            (11, 11, 4, 16, 22, 39, 21, 43, 8, 27, 6, 0, 14, 25, 3, -16),
+            (11, 11, 4, 16, 22, 39, 21, 43, 8, 27, 6, 0, 14, 25, 3, -16),
+            (11, 11, 4, 16, 22, 39, 21, 43, 8, 27, 6, 0, 14, 25, 3, -16),
+        ),
+        "gbk": (23, 5, -3, 0, -15),
+        "cp949": (0, 4, -7, -16),
+    },
+    "cl100k": {
+        "pairs": (
+            (1, 10, 6, 18, 13, 52, 20, 60, 21, 89, -16, 23, 28, 15, 6, -16),
+            (12, 4, 2, 8, 32, 52, 15, 58, 21, 25, -4, 8, -16, 10, -16, -16),
+            (18, 2, 7, 7, 1, 36, 22, 69, 21, 30, -4, 7, 12, 86, -16, -16),
+            (11, 11, 20, 3, 35, 42, 29, 28, 21, -13, 58, 23, 8, 14, -16, -16),
+            (4, 4, 0, 25, 2, 38, 30, 72, 21, 104, -4, 8, -2, -16, -16, -16),
+            (14, 19, 15, 12, 71, 11, 17, 68, 21, 38, -4, 7, -4, 43, -16, -16),
+            (22, 20, 9, 25, 12, 42, 1, 15, 21, -16, 61, 8, 20, 71, 15, -16),
+            (25, 8, 19, 4, 28, 7, 23, 4, 21, 48, 19, -7, 9, 48, -4, -16),
+            (7, 29, -13, 23, 68, 12, 23, 65, 21, 3, -7, 0, 10, 29, -9, -16),
+            (13, 11, 6, 13, 21, 39, 20, 45, 21, 38, -4, 7, 12, 29, -4, -16),
+            (13, 11, 6, 13, 21, 39, 20, 45, 20, 38, -4, 7, 12, 29, -4, -16),
+            (13, 11, 6, 13, 21, 39, 20, 45, 21, 38, -4, 7, 12, 29, -4, -16),
+            (13, 11, 6, 13, 21, 39, 20, 45, 21, 38, -4, 7, 12, 29, -4, -16),
+            (13, 11, 6, 13, 21, 39, 20, 45, 21, 38, -4, 7, 12, 29, -4, -16),
+            (13, 11, 6, 13, 21, 39, 20, 45, 21, 38, -4, 7, 12, 29, -4, -16),
+            (13, 11, 6, 13, 21, 39, 20, 45, 21, 38, -4, 7, 12, 29, -4, -16),
+        ),
+        "gbk": (40, 2, -14, -7, -9),
+        "cp949": (0, -6, -16, -25),
+    },
 }
+# END FITTED WEIGHTS
 DEFAULT_PROFILE: Final = "o200k"
 
 
-class _Profile(NamedTuple):
-    table: bytes  # pair code (previous class << 4 | class) -> weight + offset, every byte >= 0
-    offset: int
+class _Sum(NamedTuple):
+    """A weight table with every entry made non-negative, and how to undo that."""
+
+    table: bytes
+    offset: int  # added to every weight
     chunk: int  # bytes per adler32 call so that the sum stays below 65521
 
     @classmethod
-    def build(cls, matrix: tuple[tuple[int, ...], ...]) -> "_Profile":
-        raw = [0] * 256
-        for prev, row in enumerate(matrix):
-            for klass, weight in enumerate(row):
-                raw[prev << 4 | klass] = weight
-        offset = max(0, -min(raw))
-        table = [w + offset for w in raw]
+    def build(cls, weights: list[int]) -> "_Sum":
+        offset = max(0, -min(weights))
+        table = [w + offset for w in weights]
         if max(table) > 255:
             raise ValueError("estimator weights do not fit in a byte")
         return cls(bytes(table), offset, 65520 // max(1, max(table)))
 
+    def total(self, codes: bytes) -> int:
+        """Sum of the weights of `codes` (bytes already translated through `table`)."""
+        n = len(codes)
+        if n < self.chunk:
+            return (_adler32(codes) & 0xFFFF) - 1 - self.offset * n
+        view = memoryview(codes)
+        total = -self.offset * n
+        for start in range(0, n, self.chunk):
+            total += (_adler32(view[start : start + self.chunk]) & 0xFFFF) - 1
+        return total
 
-_PROFILES: Final = {name: _Profile.build(w) for name, w in WEIGHTS.items()}
-_DEFAULT: Final = _PROFILES[DEFAULT_PROFILE]
-_from_bytes = int.from_bytes
+
+class _Profile(NamedTuple):
+    pairs: _Sum  # indexed by pair code (previous class << 4 | class)
+    gbk: _Sum  # indexed by a byte of the GBK encoding
+    cp949: _Sum  # indexed by a byte of the CP949 encoding
+
+    @classmethod
+    def build(cls, weights: dict[str, tuple]) -> "_Profile":
+        pairs = [weights["pairs"][code >> 4][code & 0xF] for code in range(256)]
+        gbk = [(0, *weights["gbk"])[i] for i in GBK_TABLE]
+        cp949 = [(0, *weights["cp949"])[i] for i in CP949_TABLE]
+        return cls(_Sum.build(pairs), _Sum.build(gbk), _Sum.build(cp949))
+
+
 _adler32 = zlib.adler32
+_from_bytes = int.from_bytes
+_PROFILES: Final = {name: _Profile.build(w) for name, w in WEIGHTS.items()}
+_DEFAULT: Final = _PROFILES.get(DEFAULT_PROFILE)
+_CJK_BYTE: Final = bytes([CJK])
+_HANGUL_BYTE: Final = bytes([HANGUL])
 
 
 def estimate_tokens(text: str, profile: str = DEFAULT_PROFILE) -> int:
     """Estimated token count of `text` for the encoding family `profile` (o200k or cl100k)."""
     if not text:
         return 0
-    table, offset, chunk = _PROFILES.get(profile, _DEFAULT)
+    weights = _PROFILES.get(profile, _DEFAULT)
     try:
         raw = text.encode()
     except UnicodeEncodeError:  # lone surrogates: count them as the bytes they would be
         raw = text.encode("utf-8", "surrogatepass")
     n = len(raw)
-    x = _from_bytes(raw.translate(CLASS_TABLE), "little")
-    # Byte i of `codes` is the pair (class of byte i-1, class of byte i); byte 0 pairs with a
-    # blank, so a leading word counts as a word after a space. Byte n holds (last class, blank).
-    codes = (x * 4097).to_bytes(n + 1, "little").translate(table)  # x * 4097 == x | x << 12
-    if n < chunk:
-        total = (_adler32(codes) & 0xFFFF) - 1
+    classes = raw.translate(CLASS_TABLE)
+    # Byte i of the pair codes is (class of byte i-1, class of byte i); byte 0 pairs with a blank,
+    # so a leading word counts as a word after a space. Byte n, (last class, blank), is dropped.
+    table, offset, chunk = weights.pairs
+    costs = (_from_bytes(classes, "little") * 4097).to_bytes(n + 1, "little").translate(table)
+    if n < chunk:  # the common case, inlined: one adler32 call
+        total = (_adler32(costs) & 0xFFFF) - 1 - costs[n] - offset * n
     else:
-        view = memoryview(codes)
-        total = 0
-        for start in range(0, n + 1, chunk):
-            total += (_adler32(view[start : start + chunk]) & 0xFFFF) - 1
-    total -= codes[n] + offset * n
+        total = weights.pairs.total(costs) - costs[n] + offset
+    if _CJK_BYTE in classes:
+        total += weights.gbk.total(text.encode("gbk", "replace").translate(weights.gbk.table))
+    if _HANGUL_BYTE in classes:
+        total += weights.cp949.total(text.encode("cp949", "replace").translate(weights.cp949.table))
     return max(1, (total + SCALE // 2) // SCALE)
 
 
