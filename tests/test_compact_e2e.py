@@ -117,9 +117,10 @@ def test_remote_compaction_with_context_overflow_trimming(daemon_factory, worksp
     client.request("ctxd/record", {"workspace": ws, "items": thread_items()})
     fake.script(Step.context_exceeded(), Step.context_exceeded())
     result = client.request("ctxd/compact", {"workspace": ws, "strategy": "remote"})
-    assert result["strategy"] == "remote" and result["trimmedItems"] >= 2
+    # Two overflows: the oldest item goes (the first user message), then the oldest call with its output.
+    assert result["strategy"] == "remote" and result["trimmedItems"] == 3
     sent = [len(r.body["input"]) for r in fake.requests]
-    assert sent[0] > sent[1] > sent[2]
+    assert sent == [sent[0], sent[0] - 1, sent[0] - 3]
     items = client.request("ctxd/history", {"workspace": ws})["items"]
     assert [i["type"] for i in items[-2:]] == ["compaction", "ghost_snapshot"]
 
