@@ -5,8 +5,9 @@
 2. crash storm: 100 cycles of recording and `kill -9` at a random moment: items lost/duplicated.
 3. size: 1,000,000 items across 100 threads: peak RSS while recording and after loading every
    thread again, and the ledger's load time after a restart (vs an empty thread's, same run).
-   Bound: after loading every thread, the peak RSS is at most the RSS before loading plus
-   MAX_LOADED_ITEMS items at the per-item cost measured on the second thread loaded, plus half again.
+   Bound: while recording, and after loading every thread again, the peak RSS is at most the RSS
+   before loading plus MAX_LOADED_ITEMS items at the per-item cost measured on the second thread
+   loaded, plus half again.
 4. a 200 MB tool output: peak RSS growth and time. Bound: the peak grows by at most
    BIG_OUTPUT_MIB (the frame reader keeps 8 MiB of any string, whatever its size).
 5. storage: 50 cycles of one storage fault on a workspace while another records (bench/storms.py).
@@ -183,7 +184,7 @@ def run_size(root: Path, total: int, threads: int) -> dict[str, Any]:
         "load_ratio": round(load_seconds / max(empty_seconds, 1e-6), 1),
         "load_every_thread_seconds": round(all_seconds, 2), "tokens_in_t0": usage["usage"]["usedTokens"],
         "loaded_item_kib": round(per_item_kib, 3), "rss_bound_mib": round(bound / 1024, 1),
-        "within_bound": load_peak <= bound,
+        "within_bound": max(record_peak, load_peak) <= bound,
     }
 
 
