@@ -1,0 +1,207 @@
+"""Codex CLI rollouts: `$CODEX_HOME/sessions/YYYY/MM/DD/rollout-*.jsonl`.
+
+The format, as openai/codex writes it (codex-rs/protocol/src/protocol.rs): every line is a
+`RolloutLine` `{timestamp, type, payload}` where `type`/`payload` is a `RolloutItem`:
+`session_meta` (`SessionMetaLine`: id, timestamp, cwd, originator, cli_version, instructions,
+source, model_provider, git), `response_item` (a Responses API item, which is already ctxd's item
+shape), `compacted` (`CompactedItem` {message, replacement_history?}: the history is replaced),
+`turn_context` (`TurnContextItem`: cwd, model, policies, ...), `event_msg` (`EventMsg`, tagged by
+`type`). The events used here: `token_count` (`TokenCountEvent` {info: `TokenUsageInfo`
+{total_token_usage, last_token_usage, model_context_window} | null, rate_limits}),
+`task_started` {model_context_window} and `user_message` {message, images} (what the user typed:
+a new turn, and the title). Other event types are normal and ignored; other record types are
+skipped and counted.
+
+Gauge rule (Codex's own status line, codex-rs/tui chatwidget `context_remaining_percent`): the
+tokens in the window are `info.last_token_usage.total_tokens` of the latest `token_count`, out of
+`info.model_context_window`. Codex then shows "% left" after setting aside a 12,000-token
+baseline (`BASELINE_TOKENS`) from both; ctxd's percent is the plain ratio (docs/sessions.md).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ctxd.sessions.model import Change, Turn, Usage, shorten
+from ctxd.sessions.reader import Reader
+
+# Response items Codex records that ctxd's ledger takes as they are.
+PASS_THROUGH = {"message", "function_call", "function_call_output", "custom_tool_call",
+                "custom_tool_call_output", "reasoning", "compaction"}
+# Tool calls ctxd's item set has no type for: mirrored as function calls of that name.
+AS_FUNCTION_CALL = {"local_shell_call": "local_shell", "web_search_call": "web_search"}
+# Recorded but never sent to the model (Codex's own undo commits).
+NOT_MODEL_VISIBLE = {"ghost_snapshot"}
+# User messages Codex injects itself (instructions, environment): model-visible, but not a title.
+INJECTED_PREFIXES = ("<environment_context>", "<user_instructions>", "# AGENTS.md instructions",
+                     "<user_shell_command>", "<turn_aborted>", "<INSTRUCTIONS>")
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and value > 0 else 0
+
+
+class CodexReader(Reader):
+    agent = "codex"
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self._total: dict[str, int] = {}  # the latest total_token_usage (for per-model deltas)
+
+    def reset(self) -> None:
+        super().reset()
+        self._total = {}
+
+    def record(self, rec: dict[str, Any], change: Change) -> None:
+        session = self.session
+        kind = rec.get("type")
+        payload = rec.get("payload")
+        timestamp = rec.get("timestamp")
+        if isinstance(timestamp, str):
+            session.last_activity = timestamp
+        if not isinstance(payload, dict):
+            session.count_unknown(str(kind))
+            return
+        if kind == "response_item":
+            item = self._item(payload)
+            if item is not None:
+                session.items.append(item)
+                if not change.replaced:
+                    change.appended.append(item)
+        elif kind == "event_msg":
+            self._event(payload, timestamp, change)
+        elif kind == "turn_context":
+            model = payload.get("model")
+            if isinstance(model, str) and model != session.model:
+                session.model = model
+                change.meta = True
+        elif kind == "compacted":
+            self._compacted(payload, change)
+        elif kind == "session_meta":
+            self._meta(payload, timestamp, change)
+        else:
+            session.count_unknown(str(kind))
+
+    # --- records ---
+
+    def _meta(self, meta: dict[str, Any], timestamp: Any, change: Change) -> None:
+        session = self.session
+        meta_id = meta.get("id")
+        if session.id is None:
+            session.id = meta_id if isinstance(meta_id, str) else None
+            session.cwd = meta.get("cwd") if isinstance(meta.get("cwd"), str) else None
+            session.started = meta.get("timestamp") or timestamp
+            forked = meta.get("forked_from_id")
+            session.forked_from = forked if isinstance(forked, str) else None
+            instructions = meta.get("base_instructions") or meta.get("instructions")
+            if isinstance(instructions, dict):
+                instructions = instructions.get("text")
+            if isinstance(instructions, str):
+                session.base_instructions = instructions
+            change.meta = True
+        elif meta_id != session.id and session.forked_from is None and isinstance(meta_id, str):
+            # A fork copies its source's history, source meta line included.
+            session.forked_from = meta_id
+
+    def _item(self, payload: dict[str, Any]) -> dict[str, Any] | None:
+        kind = payload.get("type")
+        if kind in PASS_THROUGH:
+            if kind == "function_call_output" and isinstance(payload.get("output"), dict):
+                payload = {**payload, "output": str(payload["output"].get("content", ""))}
+            return payload
+        if kind == "compaction_summary":
+            return {**payload, "type": "compaction"}
+        name = AS_FUNCTION_CALL.get(str(kind))
+        if name is not None:
+            call_id = payload.get("call_id") or payload.get("id") or ""
+            arguments = {k: v for k, v in payload.items() if k not in ("type", "id", "call_id", "status")}
+            return {"type": "function_call", "call_id": str(call_id), "name": name,
+                    "arguments": json.dumps(arguments, ensure_ascii=False)}
+        if kind not in NOT_MODEL_VISIBLE:
+            self.session.count_unknown(f"response_item.{kind}")
+        return None
+
+    def _event(self, event: dict[str, Any], timestamp: Any, change: Change) -> None:
+        session = self.session
+        kind = event.get("type")
+        if kind == "token_count":
+            info = event.get("info")
+            if isinstance(info, dict):
+                self._usage(info, change)
+        elif kind == "user_message":
+            text = event.get("message")
+            if not isinstance(text, str):
+                return
+            if session.title is None and text.strip():
+                session.title = shorten(text)
+                change.meta = True
+            turn = Turn(len(session.items), shorten(text, 60), timestamp if isinstance(timestamp, str) else None,
+                        session.generation)
+            session.turns.append(turn)
+            change.turns.append(turn)
+        elif kind == "task_started":
+            window = event.get("model_context_window")
+            if isinstance(window, int) and window > 0 and window != session.context_window:
+                session.context_window = window
+                change.meta = True
+
+    def _usage(self, info: dict[str, Any], change: Change) -> None:
+        session = self.session
+        last = info.get("last_token_usage")
+        total = info.get("total_token_usage")
+        window = info.get("model_context_window")
+        if isinstance(window, int) and window > 0 and window != session.context_window:
+            session.context_window = window
+            change.meta = True
+        if isinstance(last, dict):
+            used = _int(last.get("total_tokens"))
+            if used != session.baseline or session.last_usage != last:
+                session.baseline = used
+                session.last_usage = {k: _int(v) for k, v in last.items()}
+                change.usage = True
+        if isinstance(total, dict):
+            # Cost from the running total; a total that went down is a new process (a resume)
+            # whose count starts again, so it is added on top rather than subtracted.
+            previous = self._total if _int(total.get("total_tokens")) >= _int(self._total.get("total_tokens")) else {}
+            cached = _int(total.get("cached_input_tokens")) - _int(previous.get("cached_input_tokens"))
+            delta = Usage(
+                input=(_int(total.get("input_tokens")) - _int(previous.get("input_tokens"))) - cached,
+                cached_input=cached,
+                output=_int(total.get("output_tokens")) - _int(previous.get("output_tokens")),
+                reasoning=_int(total.get("reasoning_output_tokens")) - _int(previous.get("reasoning_output_tokens")),
+            )
+            if delta.input or delta.cached_input or delta.output:
+                session.cumulative.setdefault(session.model or "", Usage()).add(delta)
+                change.usage = True
+            self._total = total
+
+    def _compacted(self, payload: dict[str, Any], change: Change) -> None:
+        """The history is replaced: by `replacement_history` when the line has it, else as Codex
+        rebuilds it (codex-rs/core compact.rs): the earlier user messages, then the summary."""
+        session = self.session
+        replacement = payload.get("replacement_history")
+        if isinstance(replacement, list):
+            items = [item for item in (self._item(i) for i in replacement if isinstance(i, dict)) if item is not None]
+        else:
+            items = [i for i in session.items if _real_user_message(i)]
+            message = payload.get("message")
+            if isinstance(message, str) and message:
+                items.append({"type": "message", "role": "user",
+                              "content": [{"type": "input_text", "text": message}]})
+        session.items = items
+        session.compactions += 1
+        session.generation += 1
+        session.baseline = None  # until the next token_count reports the smaller window
+        change.replaced = True
+        change.appended = []
+        change.usage = True
+
+
+def _real_user_message(item: dict[str, Any]) -> bool:
+    if item.get("type") != "message" or item.get("role") != "user":
+        return False
+    content = item.get("content")
+    text = content if isinstance(content, str) else "".join(
+        part.get("text", "") for part in content or [] if isinstance(part, dict))
+    return not text.lstrip().startswith(INJECTED_PREFIXES)

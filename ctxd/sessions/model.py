@@ -1,0 +1,113 @@
+"""What a reader knows about one agent session, and what changed in the last read.
+
+Plain data: no I/O, no wire code. The readers (`codex.py`, `claude.py`) fill a `Session` as bytes
+arrive; a `Change` says what one read added so a consumer can mirror it without diffing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+TITLE_CHARS = 80
+
+
+@dataclass
+class Usage:
+    """Tokens billed, split the way prices are quoted.
+
+    `input` is input billed at the full rate (cache reads and cache writes excluded); `output`
+    includes reasoning, which is billed as output; `reasoning` is the part of `output` that was
+    reasoning, kept for display only.
+    """
+
+    input: int = 0
+    cached_input: int = 0
+    cache_write: int = 0
+    output: int = 0
+    reasoning: int = 0
+
+    def add(self, other: Usage, sign: int = 1) -> None:
+        self.input += sign * other.input
+        self.cached_input += sign * other.cached_input
+        self.cache_write += sign * other.cache_write
+        self.output += sign * other.output
+        self.reasoning += sign * other.reasoning
+
+    def as_dict(self) -> dict[str, int]:
+        return {"input": self.input, "cachedInput": self.cached_input, "cacheWrite": self.cache_write,
+                "output": self.output, "reasoning": self.reasoning}
+
+
+@dataclass
+class Turn:
+    """A user turn: where it starts in `Session.items`, its text, and when it was written."""
+
+    index: int
+    text: str
+    timestamp: str | None
+    generation: int  # Session.generation when it started (a compaction starts a new one)
+
+
+@dataclass
+class Session:
+    agent: str  # "codex" or "claude"
+    path: str
+    id: str | None = None
+    cwd: str | None = None
+    model: str | None = None
+    context_window: int | None = None  # only where the file states it
+    title: str | None = None
+    started: str | None = None
+    last_activity: str | None = None
+    base_instructions: str | None = None
+    forked_from: str | None = None
+    items: list[dict[str, Any]] = field(default_factory=list)
+    # The API baseline: tokens of the latest request as the agent's model API reported them
+    # (docs/sessions.md has the rule per agent); None when unknown (new session, after a compaction).
+    baseline: int | None = None
+    last_usage: dict[str, int] | None = None  # the raw latest report, for display
+    cumulative: dict[str, Usage] = field(default_factory=dict)  # per model, for cost
+    turns: list[Turn] = field(default_factory=list)
+    compactions: int = 0
+    generation: int = 0  # bumped whenever `items` is replaced rather than appended to
+    unknown: dict[str, int] = field(default_factory=dict)  # record types skipped, by type
+    bad_lines: int = 0  # lines that are not JSON objects
+    sidechain_lines: int = 0
+    rewinds: int = 0  # Claude: a prompt edited and resent (the branch after it is dropped)
+
+    @property
+    def thread(self) -> str:
+        return f"{self.agent}:{self.id}"
+
+    def total_usage(self) -> Usage:
+        total = Usage()
+        for usage in self.cumulative.values():
+            total.add(usage)
+        return total
+
+    def count_unknown(self, kind: str) -> None:
+        self.unknown[kind] = self.unknown.get(kind, 0) + 1
+
+
+@dataclass
+class Change:
+    """What one read changed. `replaced`: `Session.items` must be taken whole (a compaction or a
+    rewind happened); otherwise `appended` are the new items, in order."""
+
+    appended: list[dict[str, Any]] = field(default_factory=list)
+    replaced: bool = False
+    turns: list[Turn] = field(default_factory=list)
+    usage: bool = False
+    meta: bool = False  # id, cwd, model, window or title changed
+    lines: int = 0
+
+    @property
+    def empty(self) -> bool:
+        return not (self.appended or self.replaced or self.turns or self.usage or self.meta)
+
+
+def shorten(text: str, limit: int = TITLE_CHARS) -> str:
+    """One line, at most `limit` characters: a title or a checkpoint label."""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"

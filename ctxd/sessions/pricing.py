@@ -1,0 +1,119 @@
+"""Cost of a session from the usage its model API reported and a price table.
+
+The table ships as package data (`prices.json`, with its sources and date) and the user's config
+overrides or extends it (`[prices."model"]` in `~/.config/ctxd/config.toml`). A model is found by
+its exact name, or that name without a provider prefix, a `[1m]` tag, a release date or a
+`-latest`/`-vN:M` suffix; nothing else. A model that is not found has no price: the cost says
+`priced: false` and never guesses from a similar name.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from typing import Any, Mapping
+
+from ctxd.sessions.model import Usage
+
+MILLION = 1_000_000
+_DATE = re.compile(r"-(\d{8}|\d{4}-\d{2}-\d{2})$")
+_SUFFIX = re.compile(r"(-latest|-v\d+(:\d+)?|\[1m\])$")
+
+
+@dataclass(frozen=True)
+class Price:
+    """USD per million tokens; None where the vendor has no such rate."""
+
+    input: float
+    cached_input: float | None
+    cache_write: float | None
+    output: float
+
+
+def _price(raw: Mapping[str, Any]) -> Price | None:
+    def number(*keys: str) -> float | None:
+        for key in keys:
+            value = raw.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+                return float(value)
+        return None
+
+    input_price = number("input")
+    output_price = number("output")
+    if input_price is None or output_price is None:
+        return None
+    return Price(input_price, number("cachedInput", "cached_input"), number("cacheWrite", "cache_write"), output_price)
+
+
+@lru_cache(maxsize=1)
+def builtin_prices() -> dict[str, Price]:
+    raw = json.loads(resources.files("ctxd.sessions").joinpath("prices.json").read_text(encoding="utf-8"))
+    return {name: price for name, entry in raw["models"].items() if (price := _price(entry)) is not None}
+
+
+def price_table(overrides: Mapping[str, Any] | None = None, problems: list[str] | None = None) -> dict[str, Price]:
+    """The built-in table with the user's `prices` table on top; bad entries are reported."""
+    table = dict(builtin_prices())
+    for name, entry in (overrides or {}).items():
+        price = _price(entry) if isinstance(entry, Mapping) else None
+        if price is None:
+            if problems is not None:
+                problems.append(f"setting 'prices.{name}' needs non-negative numbers 'input' and 'output'")
+            continue
+        table[name.lower()] = price
+    return table
+
+
+def candidates(model: str) -> list[str]:
+    """The names a model may be listed under, most specific first."""
+    name = model.strip().lower()
+    names = [name]
+    for prefix in ("openai/", "anthropic/", "anthropic.", "us.anthropic.", "eu.anthropic.", "apac.anthropic."):
+        if name.startswith(prefix):
+            name = name[len(prefix):]
+            names.append(name)
+    for _ in range(3):
+        stripped = _DATE.sub("", _SUFFIX.sub("", name))
+        if stripped == name:
+            break
+        name = stripped
+        names.append(name)
+    return names
+
+
+def lookup(model: str | None, table: Mapping[str, Price] | None = None) -> Price | None:
+    if not model:
+        return None
+    table = table if table is not None else builtin_prices()
+    for name in candidates(model):
+        if name in table:
+            return table[name]
+    return None
+
+
+def cost(per_model: Mapping[str, Usage], table: Mapping[str, Price] | None = None) -> dict[str, Any]:
+    """`Breakdown.cost` (protocol v2) for usage split by model: what is priced is added up; a model
+    without a price (or a token kind its price lacks) makes `priced` false and is named."""
+    amounts = {"input": 0.0, "cachedInput": 0.0, "cacheWrite": 0.0, "output": 0.0}
+    unpriced: list[str] = []
+    for model, usage in per_model.items():
+        if not (usage.input or usage.cached_input or usage.cache_write or usage.output):
+            continue
+        price = lookup(model, table)
+        if price is None or (usage.cached_input and price.cached_input is None) or (
+                usage.cache_write and price.cache_write is None):
+            unpriced.append(model or "(unknown model)")
+            continue
+        amounts["input"] += usage.input * price.input / MILLION
+        amounts["cachedInput"] += usage.cached_input * (price.cached_input or 0.0) / MILLION
+        amounts["cacheWrite"] += usage.cache_write * (price.cache_write or 0.0) / MILLION
+        amounts["output"] += usage.output * price.output / MILLION
+    result: dict[str, Any] = {"currency": "USD", **{k: round(v, 6) for k, v in amounts.items()}}
+    result["total"] = round(sum(amounts.values()), 6)
+    result["priced"] = not unpriced
+    if unpriced:
+        result["unpricedModels"] = sorted(unpriced)
+    return result

@@ -1,0 +1,263 @@
+"""The session readers (issue #16): Codex rollouts and Claude Code transcripts, read incrementally.
+
+Fixtures: tests/session_fixtures.py (each record's provenance is there).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ctxd.models import validate_items
+from ctxd.sessions import pricing
+from ctxd.sessions.claude import ClaudeReader
+from ctxd.sessions.codex import CodexReader
+from ctxd.sessions.model import Usage
+from tests import session_fixtures as fx
+
+
+def test_codex_session_items_usage_title_and_turns(tmp_path: Path) -> None:
+    path = fx.write_jsonl(fx.codex_path(tmp_path), fx.codex_session("/work/app"))
+    reader = CodexReader(str(path))
+    change = reader.read()
+    s = reader.session
+    assert (s.id, s.cwd, s.model, s.context_window) == (fx.CODEX_ID, "/work/app", "gpt-5-codex", 272000)
+    assert s.title == "Fix the failing test in parser.py please"
+    # The gauge: last_token_usage.total_tokens of the latest token_count (Codex's status line).
+    assert s.baseline == 12_000
+    # Items: injected context + user message + reasoning + call + output + answer, in ctxd's shapes.
+    assert [i["type"] for i in s.items] == ["message", "message", "reasoning", "function_call",
+                                            "function_call_output", "message"]
+    validate_items(s.items)
+    assert change.appended == s.items and not change.replaced
+    assert [(t.index, t.text) for t in s.turns] == [(2, "Fix the failing test in parser.py please")]
+    # Cost from total_token_usage: input excludes cached; output includes reasoning.
+    assert s.cumulative["gpt-5-codex"] == Usage(input=10_200, cached_input=10_200, output=600, reasoning=256)
+    assert s.unknown == {} and s.bad_lines == 0
+
+
+def test_codex_growth_and_a_last_line_still_being_written(tmp_path: Path) -> None:
+    records = fx.codex_session("/w")
+    path = fx.write_jsonl(fx.codex_path(tmp_path), records[:4])
+    reader = CodexReader(str(path))
+    assert len(reader.read().appended) == 2
+    # The agent writes one whole line (the user_message event) and half of the next.
+    rest = b"".join(json.dumps(r).encode() + b"\n" for r in records[4:])
+    first_end = rest.index(b"\n") + 1
+    with path.open("ab") as f:
+        f.write(rest[:first_end + 10])
+    change = reader.read()
+    assert reader.offset == path.stat().st_size - 10  # the half line waits for its newline
+    assert [t.text for t in change.turns] == ["Fix the failing test in parser.py please"]
+    with path.open("ab") as f:
+        f.write(rest[first_end + 10:])
+    change = reader.read()
+    assert reader.offset == path.stat().st_size
+    assert len(reader.session.items) == 6 and reader.session.baseline == 12_000 and change.usage
+    assert change.turns == [] and len(reader.session.turns) == 1
+    assert reader.session.bad_lines == 0
+
+
+def test_codex_compaction_replaces_the_history(tmp_path: Path) -> None:
+    records = fx.codex_session("/w")
+    path = fx.write_jsonl(fx.codex_path(tmp_path), records)
+    reader = CodexReader(str(path))
+    reader.read()
+    # Local compaction (no replacement_history): Codex keeps the user messages and adds the summary.
+    fx.append_jsonl(path, fx.codex_compacted("Summary: parser fixed, tests green.", "2025-10-03T10:01:00.000Z"))
+    change = reader.read()
+    s = reader.session
+    assert change.replaced and change.usage and s.compactions == 1
+    texts = [i["content"][0]["text"] for i in s.items]
+    assert texts == ["Fix the failing test in parser.py please", "Summary: parser fixed, tests green."]
+    assert s.baseline is None  # until the next token_count reports the smaller window
+    # Remote compaction: the replacement history is taken as it is.
+    replacement = [records[3]["payload"], {"type": "compaction", "encrypted_content": "gAAAA-compacted"}]
+    fx.append_jsonl(path, fx.codex_compacted("", "2025-10-03T10:02:00.000Z", replacement)
+                    + [fx.codex_token_count(3_000, {"input_tokens": 30_000, "cached_input_tokens": 15_000,
+                                                    "output_tokens": 900, "reasoning_output_tokens": 300,
+                                                    "total_tokens": 30_900}, "2025-10-03T10:02:01.000Z")])
+    change = reader.read()
+    assert change.replaced and s is reader.session and reader.session.compactions == 2
+    assert [i["type"] for i in reader.session.items] == ["message", "compaction"]
+    assert reader.session.baseline == 3_000
+    validate_items(reader.session.items)
+
+
+def test_codex_unknown_records_are_skipped_and_counted(tmp_path: Path) -> None:
+    records = fx.codex_session("/w")
+    records.insert(3, {"timestamp": "2025-10-03T10:00:02.500Z", "type": "future_thing", "payload": {"x": 1}})
+    records.insert(4, {"timestamp": "2025-10-03T10:00:02.600Z", "type": "response_item",
+                       "payload": {"type": "ghost_snapshot", "ghost_commit": {"id": "abc"}}})
+    records.insert(5, {"timestamp": "2025-10-03T10:00:02.700Z", "type": "response_item",
+                       "payload": {"type": "brand_new_item", "x": 1}})
+    path = fx.write_jsonl(fx.codex_path(tmp_path), records, tail=b"[1, 2]\n{not json\n")
+    reader = CodexReader(str(path))
+    reader.read()
+    s = reader.session
+    assert s.unknown == {"future_thing": 1, "response_item.brand_new_item": 1}
+    assert s.bad_lines == 2
+    assert len(s.items) == 6  # Codex's own ghost snapshots are not model-visible: not mirrored
+
+
+def test_codex_fork_and_resume(tmp_path: Path) -> None:
+    # A fork: a new meta line, then the source's history copied, its meta line included.
+    source = fx.codex_session("/w")
+    fork_id = "0199a213-ffff-7800-8aa1-bbab2a035a53"
+    path = fx.write_jsonl(fx.codex_path(tmp_path, fork_id), [fx.codex_meta("/w", fork_id)] + source)
+    reader = CodexReader(str(path))
+    reader.read()
+    assert reader.session.id == fork_id and reader.session.forked_from == fx.CODEX_ID
+    # A resume appends to the file from a new process whose running total starts again: cost adds up.
+    fx.append_jsonl(path, fx.codex_turn("and the docs", "2025-10-03T12:00:00.000Z") + [
+        fx.codex_token_count(15_000, {"input_tokens": 14_700, "cached_input_tokens": 14_000, "output_tokens": 300,
+                                      "reasoning_output_tokens": 0, "total_tokens": 15_000},
+                             "2025-10-03T12:00:05.000Z")])
+    reader.read()
+    usage = reader.session.cumulative["gpt-5-codex"]
+    assert (usage.input, usage.cached_input, usage.output) == (10_200 + 700, 10_200 + 14_000, 900)
+    assert [t.text for t in reader.session.turns] == ["Fix the failing test in parser.py please", "and the docs"]
+
+
+def test_claude_session_items_usage_and_dedup(tmp_path: Path) -> None:
+    path = fx.write_jsonl(fx.claude_path(tmp_path, "/work/app"), fx.claude_session("/work/app"))
+    reader = ClaudeReader(str(path), fx.CLAUDE_ID)
+    reader.read()
+    s = reader.session
+    assert (s.id, s.cwd, s.model, s.title) == (fx.CLAUDE_ID, "/work/app", "claude-sonnet-4-5-20250929",
+                                               "Add a --verbose flag to the CLI")
+    assert s.context_window is None  # the transcript does not state it
+    # thinking / text / tool_use / tool_result / text
+    assert [i["type"] for i in s.items] == ["message", "reasoning", "message", "function_call",
+                                            "function_call_output", "message"]
+    validate_items(s.items)
+    call = s.items[3]
+    assert call["call_id"] == "toolu_01" and json.loads(call["arguments"]) == {"file_path": "/work/app/cli.py"}
+    assert s.items[4] == {"type": "function_call_output", "call_id": "toolu_01", "output": "import argparse\n"}
+    # Baseline: the latest main-chain assistant usage, input + cache creation + cache read.
+    assert s.baseline == 6 + 500 + 15_000
+    # Cost: msg_01 was streamed as three lines with one usage: counted once.
+    assert s.cumulative["claude-sonnet-4-5-20250929"] == Usage(input=10, cached_input=27_000, cache_write=3_500,
+                                                               output=160)
+    assert [t.index for t in s.turns] == [0] and s.unknown == {}
+
+
+def test_claude_streamed_duplicate_blocks_are_mirrored_once(tmp_path: Path) -> None:
+    records = fx.claude_session("/w")
+    records.insert(4, dict(records[3]))  # Claude Code repeats a block line as it streams
+    path = fx.write_jsonl(fx.claude_path(tmp_path, "/w"), records)
+    reader = ClaudeReader(str(path), fx.CLAUDE_ID)
+    reader.read()
+    assert [i["type"] for i in reader.session.items].count("message") == 3
+    assert reader.session.cumulative["claude-sonnet-4-5-20250929"].output == 160
+
+
+def test_claude_sidechains_are_not_the_main_window(tmp_path: Path) -> None:
+    records = fx.claude_session("/w")
+    side = fx.claude_assistant([{"type": "text", "text": "subagent says hi"}], "msg_side", "s1", "a1-2", "/w",
+                               "2025-10-03T11:00:03.500Z", fx.claude_usage(10, 0, 90_000, 50),
+                               model="claude-haiku-4-5-20251001", isSidechain=True, agentId="a7")
+    side_user = fx.claude_user("Search the repo for argparse", "s0", None, "/w", "2025-10-03T11:00:03.400Z",
+                               isSidechain=True)
+    path = fx.write_jsonl(fx.claude_path(tmp_path, "/w"), records[:5] + [side_user] + side + records[5:])
+    reader = ClaudeReader(str(path), fx.CLAUDE_ID)
+    reader.read()
+    s = reader.session
+    assert s.sidechain_lines == 2
+    assert not any("subagent" in json.dumps(i) or "Search the repo" in json.dumps(i) for i in s.items)
+    assert s.baseline == 15_506 and s.model == "claude-sonnet-4-5-20250929" and len(s.turns) == 1
+    # The subagent's tokens are billed: they are in the cost, under its own model.
+    assert s.cumulative["claude-haiku-4-5-20251001"].cached_input == 90_000
+
+
+def test_claude_compaction_starts_a_new_window(tmp_path: Path) -> None:
+    path = fx.write_jsonl(fx.claude_path(tmp_path, "/w"), fx.claude_session("/w"))
+    reader = ClaudeReader(str(path), fx.CLAUDE_ID)
+    reader.read()
+    fx.append_jsonl(path, fx.claude_compact("c1", "a2", "/w", "2025-10-03T11:05:00.000Z", "We added --verbose."))
+    change = reader.read()
+    s = reader.session
+    assert change.replaced and s.compactions == 1 and s.baseline is None
+    assert len(s.items) == 1 and "We added --verbose." in s.items[0]["content"][0]["text"]
+    assert change.turns == []  # the summary is not a user turn
+    fx.append_jsonl(path, [fx.claude_user("now add tests", "u9", "c1-s", "/w", "2025-10-03T11:06:00.000Z"),
+                           *fx.claude_assistant([{"type": "text", "text": "ok"}], "msg_09", "a9", "u9", "/w",
+                                                "2025-10-03T11:06:02.000Z", fx.claude_usage(3, 2_000, 4_000, 9))])
+    change = reader.read()
+    assert not change.replaced and len(change.appended) == 2 and [t.text for t in change.turns] == ["now add tests"]
+    assert reader.session.baseline == 6_003
+
+
+def test_claude_truncated_line_unknown_type_and_meta_lines(tmp_path: Path) -> None:
+    records = fx.claude_session("/w")
+    records.insert(1, {"type": "file-history-snapshot", "messageId": "u1", "snapshot": {}, "isSnapshotUpdate": False})
+    records.insert(2, {"type": "hologram", "uuid": "h1"})
+    records.append(fx.claude_user("Caveat: The messages below were generated by the user while running local "
+                                  "commands.", "m1", "a2", "/w", "2025-10-03T11:00:05.000Z", isMeta=True))
+    partial = json.dumps(fx.claude_user("half", "u5", "m1", "/w", "2025-10-03T11:00:06.000Z")).encode()[:40]
+    path = fx.write_jsonl(fx.claude_path(tmp_path, "/w"), records, tail=partial)
+    reader = ClaudeReader(str(path), fx.CLAUDE_ID)
+    reader.read()
+    s = reader.session
+    assert s.unknown == {"hologram": 1} and s.bad_lines == 0
+    assert len(s.turns) == 1  # a meta message is model-visible but not a turn
+    assert reader.offset == path.stat().st_size - len(partial)
+
+
+def test_claude_rewind_drops_the_abandoned_branch(tmp_path: Path) -> None:
+    path = fx.write_jsonl(fx.claude_path(tmp_path, "/w"), fx.claude_session("/w"))
+    reader = ClaudeReader(str(path), fx.CLAUDE_ID)
+    reader.read()
+    # The user went back and re-asked the first question: the new prompt's parent is the root.
+    fx.append_jsonl(path, [fx.claude_user("Add a --quiet flag instead", "u1b", None, "/w", "2025-10-03T11:09:00.000Z")])
+    change = reader.read()
+    assert not change.replaced  # a prompt with no parent appends (a new chain root is not a rewind)
+    fx.append_jsonl(path, [fx.claude_user("No: a --debug flag", "u1c", "a1-2", "/w", "2025-10-03T11:10:00.000Z")])
+    change = reader.read()
+    s = reader.session
+    assert change.replaced and s.rewinds == 1
+    assert [i["type"] for i in s.items] == ["message", "reasoning", "message", "function_call", "message"]
+    assert s.items[-1]["content"][0]["text"] == "No: a --debug flag"
+
+
+def test_a_rewritten_file_is_read_again(tmp_path: Path) -> None:
+    path = fx.write_jsonl(fx.claude_path(tmp_path, "/w"), fx.claude_session("/w"))
+    reader = ClaudeReader(str(path), fx.CLAUDE_ID)
+    reader.read()
+    fx.write_jsonl(path, fx.claude_session("/w")[:2])
+    reader.read()
+    assert len(reader.session.items) == 1 and reader.offset == path.stat().st_size
+
+
+# --- pricing -----------------------------------------------------------------------------------
+
+
+def test_cost_from_reported_usage() -> None:
+    usage = {"claude-sonnet-4-5-20250929": Usage(input=1_000_000, cached_input=2_000_000, cache_write=1_000_000,
+                                                 output=100_000)}
+    cost = pricing.cost(usage)
+    assert cost == {"currency": "USD", "input": 3.0, "cachedInput": 0.6, "cacheWrite": 3.75, "output": 1.5,
+                    "total": 8.85, "priced": True}
+    codex = pricing.cost({"gpt-5-codex": Usage(input=10_200, cached_input=10_200, output=600, reasoning=256)})
+    assert codex["priced"] and codex["total"] == pytest.approx(10_200 * 1.25e-6 + 10_200 * 0.125e-6 + 600 * 10e-6)
+
+
+def test_unknown_models_are_never_guessed() -> None:
+    assert pricing.lookup("gpt-5.9-codex-ultra") is None  # no prefix matching
+    assert pricing.lookup("claude-sonnet-4-5-20250929[1m]") == pricing.lookup("claude-sonnet-4-5")
+    assert pricing.lookup("anthropic/claude-opus-4-1-20250805") == pricing.lookup("claude-opus-4-1")
+    cost = pricing.cost({"gpt-5-codex": Usage(input=1_000), "my-local-llm": Usage(input=5, output=5)})
+    assert cost["priced"] is False and cost["unpricedModels"] == ["my-local-llm"]
+    assert cost["input"] == pytest.approx(1_000 * 1.25e-6)
+
+
+def test_user_prices_override_and_extend_the_table() -> None:
+    problems: list[str] = []
+    table = pricing.price_table({"my-local-llm": {"input": 0, "output": 0},
+                                 "gpt-5-codex": {"input": 2.0, "cached_input": 0.2, "output": 20},
+                                 "broken": {"input": "cheap"}}, problems)
+    assert pricing.cost({"my-local-llm": Usage(input=5, output=5)}, table)["priced"] is True
+    assert pricing.cost({"gpt-5-codex": Usage(input=1_000_000)}, table)["input"] == 2.0
+    assert problems == ["setting 'prices.broken' needs non-negative numbers 'input' and 'output'"]
