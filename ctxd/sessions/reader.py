@@ -43,7 +43,9 @@ class Reader:
             return change, 0
         loads = json.loads
         session = self.session
-        for line in data[:end].split(b"\n"):
+        # One decode for the whole chunk (json.loads on bytes would detect the encoding per line);
+        # bytes that are not UTF-8 become U+FFFD rather than losing the line.
+        for line in data[:end].decode("utf-8", "replace").split("\n"):
             if not line.strip():
                 continue
             try:

@@ -1,0 +1,209 @@
+"""Followed sessions (issue #16); every figure is measured against a floor from the same run.
+
+1. Importing a 50 MB Codex rollout (CodexReader, from the file) vs `json.loads` over its lines
+   (the bytes already in memory). Goal ≤ 2×.
+2. From a line appended to a followed rollout to `ctxd/usageChanged` on the wire of the real
+   daemon, with 50 other sessions on disk. Goal: median ≤ 150 ms, p95 ≤ 400 ms. Floor printed
+   for scale: a no-op round trip to the same daemon.
+3. An idle daemon following 200 session files: its CPU time over a quiet interval, as a share of
+   one core. Goal < 1%.
+
+Run: python bench/bench_sessions.py [--mb 50] [--appends 40] [--idle-seconds 10]
+Exits non-zero when a goal is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ctxd.sessions.codex import CodexReader  # noqa: E402
+from tests import session_fixtures as fx  # noqa: E402
+from tests.rpc import Client, RpcError, start_daemon  # noqa: E402
+
+
+def big_rollout(path: Path, megabytes: int, cwd: Path) -> int:
+    """A realistic rollout: turns of user message, reasoning, shell calls with outputs, answers,
+    token counts; about `megabytes` MB."""
+    target = megabytes * 1024 * 1024
+    records = fx.codex_session(cwd)
+    size = 0
+    n = 0
+    with path.open("wb") as f:
+        for r in records:
+            f.write(json.dumps(r).encode() + b"\n")
+        while size < target:
+            ts = f"2025-10-03T11:{(n // 60) % 60:02d}:{n % 60:02d}.000Z"
+            batch = fx.codex_turn(f"step {n}: refactor module_{n}.py", ts)
+            for k in range(4):
+                batch += fx.codex_tool_round(f"call_{n}_{k}", f"sed -n 1,200p module_{n}.py",
+                                             f"def f_{n}_{k}(x):\n    return x + {k}\n" * 60, ts)
+            batch.append(fx.codex_answer(f"Refactored module_{n}.py.", ts))
+            batch.append(fx.codex_token_count(20_000 + n, {"input_tokens": 100 * n, "cached_input_tokens": 50 * n,
+                                                           "output_tokens": 10 * n, "reasoning_output_tokens": n,
+                                                           "total_tokens": 110 * n}, ts))
+            data = b"".join(json.dumps(r).encode() + b"\n" for r in batch)
+            f.write(data)
+            size += len(data)
+            n += 1
+    return path.stat().st_size
+
+
+def bench_import(tmp: Path, megabytes: int) -> bool:
+    path = tmp / "rollout-big.jsonl"
+    size = big_rollout(path, megabytes, tmp)
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    floor = []
+    ours = []
+    for _ in range(3):
+        start = time.perf_counter()
+        for line in lines:
+            if line:
+                json.loads(line)
+        floor.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        reader = CodexReader(str(path))
+        reader.read()
+        ours.append(time.perf_counter() - start)
+        assert reader.offset == size and reader.session.baseline
+    ratio = min(ours) / min(floor)
+    ok = ratio <= 2.0
+    print(f"1. import {size / 1e6:.1f} MB rollout ({len(reader.session.items)} items): {min(ours):.3f} s; "
+          f"json.loads over its lines {min(floor):.3f} s; ratio {ratio:.2f} (goal <= 2) {'ok' if ok else 'MISS'}")
+    return ok
+
+
+def _daemon(tmp: Path, ws: Path) -> tuple[Client, Path, Path]:
+    codex_home, claude_home = tmp / "codex", tmp / "claude"
+    state = tmp / "state"
+    state.mkdir(exist_ok=True)
+    client = start_daemon(state, env={"CODEX_HOME": str(codex_home), "CLAUDE_CONFIG_DIR": str(claude_home),
+                                      "HOME": str(tmp)}, log_file=tmp / "daemon.log")
+    client.initialize([ws], {"ghost": {"auto": "off"}})
+    return client, codex_home, claude_home
+
+
+def _wait_threads(client: Client, ws: Path, count: int, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        threads = client.request("ctxd/threads", {"workspace": ws.as_uri()})["threads"]
+        if sum(1 for t in threads if t.get("source") in ("codex", "claude")) >= count:
+            return
+        time.sleep(0.2)
+    raise SystemExit(f"the daemon did not follow {count} sessions in {timeout} s")
+
+
+def bench_latency(tmp: Path, appends: int) -> bool:
+    ws = tmp / "ws-latency"
+    ws.mkdir()
+    codex_home = tmp / "codex"
+    others = []
+    for i in range(50):  # 50 other sessions on disk: 25 in the workspace, 25 elsewhere
+        sid = f"0199a213-0000-7800-8aa1-{i:012d}"
+        cwd = ws if i % 2 else tmp / "elsewhere"
+        others.append(fx.write_jsonl(fx.codex_path(codex_home, sid), fx.codex_session(cwd, sid)))
+    target = fx.write_jsonl(fx.codex_path(codex_home), fx.codex_session(ws))
+    client, _, _ = _daemon(tmp, ws)
+    try:
+        _wait_threads(client, ws, 26)
+        thread = f"codex:{fx.CODEX_ID}"
+        floor = []
+        for _ in range(20):
+            start = time.perf_counter()
+            try:
+                client.request("ctxd/noSuchMethod", {})
+            except RpcError:
+                pass
+            floor.append(time.perf_counter() - start)
+        samples = []
+        for n in range(appends):
+            used = 30_000 + n * 7
+            seen = len(client.notifications)
+            line = json.dumps(fx.codex_token_count(used, {"input_tokens": used, "cached_input_tokens": 0,
+                                                          "output_tokens": 300, "reasoning_output_tokens": 0,
+                                                          "total_tokens": used + n},
+                                                   "2025-10-03T12:00:00.000Z")).encode() + b"\n"
+            start = time.perf_counter()
+            with target.open("ab") as f:
+                f.write(line)
+            got = client.wait_notification(
+                lambda m: m.get("method") == "ctxd/usageChanged" and m["params"].get("thread") == thread
+                and m["params"].get("usedTokens") == used, timeout=10, start=seen)
+            samples.append(time.perf_counter() - start)
+            assert got
+            time.sleep(0.15)  # past the 100 ms per-thread throttle, so each append is its own push
+        samples.sort()
+        median = statistics.median(samples)
+        p95 = samples[int(0.95 * (len(samples) - 1))]
+        ok = median <= 0.150 and p95 <= 0.400
+        print(f"2. append -> ctxd/usageChanged ({appends} appends, 50 other sessions on disk): median "
+              f"{median * 1000:.0f} ms, p95 {p95 * 1000:.0f} ms (goal <= 150 / <= 400 ms) {'ok' if ok else 'MISS'}; "
+              f"no-op round trip {statistics.median(floor) * 1000:.2f} ms; ratio median/no-op "
+              f"{median / statistics.median(floor):.0f}x")
+        return ok
+    finally:
+        client.shutdown(timeout=10)
+
+
+def bench_idle(tmp: Path, seconds: float) -> bool:
+    ws = tmp / "ws-idle"
+    ws.mkdir()
+    codex_home = tmp / "codex-idle"
+    for i in range(200):
+        sid = f"0199a213-1111-7800-8aa1-{i:012d}"
+        fx.write_jsonl(fx.codex_path(codex_home, sid), fx.codex_session(ws, sid))
+    state = tmp / "state-idle"
+    state.mkdir()
+    client = start_daemon(state, env={"CODEX_HOME": str(codex_home), "CLAUDE_CONFIG_DIR": str(tmp / "claude-idle"),
+                                      "HOME": str(tmp)}, log_file=tmp / "daemon-idle.log")
+    try:
+        client.initialize([ws], {"ghost": {"auto": "off"}})
+        _wait_threads(client, ws, 200)
+        time.sleep(2)
+        pid = client.proc.pid
+
+        def cpu() -> float:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+        before, start = cpu(), time.monotonic()
+        time.sleep(seconds)
+        share = (cpu() - before) / (time.monotonic() - start)
+        ok = share < 0.01
+        print(f"3. idle daemon following 200 session files: {share * 100:.2f}% of a core over {seconds:.0f} s "
+              f"(goal < 1%) {'ok' if ok else 'MISS'}")
+        return ok
+    finally:
+        client.shutdown(timeout=10)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--mb", type=int, default=50)
+    parser.add_argument("--appends", type=int, default=40)
+    parser.add_argument("--idle-seconds", type=float, default=10.0)
+    parser.add_argument("--only", choices=("import", "latency", "idle"))
+    args = parser.parse_args()
+    results = []
+    with tempfile.TemporaryDirectory() as folder:
+        tmp = Path(folder)
+        if args.only in (None, "import"):
+            results.append(bench_import(tmp, args.mb))
+        if args.only in (None, "latency"):
+            results.append(bench_latency(tmp, args.appends))
+        if args.only in (None, "idle"):
+            results.append(bench_idle(tmp, args.idle_seconds))
+    return 0 if all(results) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

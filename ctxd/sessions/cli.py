@@ -1,0 +1,107 @@
+"""`ctxd sessions`: the workspace's Codex and Claude Code sessions, newest first.
+
+Reads the agents' folders once (read-only, the same readers and privacy rule as the daemon) and
+prints agent, title, model, fill, cost and last activity; `--format json` prints the same as a
+JSON list.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ctxd.sessions import discovery, pricing
+from ctxd.sessions.follower import Follower
+from ctxd.sessions.model import Session
+
+
+def context_window(session: Session) -> int | None:
+    """The window the file states, else the model catalogue's (Claude's files never state it)."""
+    if session.context_window:
+        return session.context_window
+    try:
+        from ctxd.tokens.catalog import context_window_for
+    except ImportError:  # before the package restructure
+        from ctxd.catalog import context_window_for  # type: ignore[no-redef]
+    return context_window_for(session.model)
+
+
+def summary(session: Session, prices: dict[str, pricing.Price] | None = None) -> dict[str, Any]:
+    """One session as `ctxd sessions --format json` prints it."""
+    window = context_window(session)
+    used = session.baseline
+    return {
+        "thread": session.thread, "agent": session.agent, "id": session.id, "title": session.title,
+        "cwd": session.cwd, "model": session.model, "contextWindow": window, "usedTokens": used,
+        "percent": round(100 * used / window, 1) if used is not None and window else None,
+        "cost": pricing.cost(session.cumulative, prices), "usage": session.total_usage().as_dict(),
+        "lastActivity": session.last_activity, "started": session.started, "turns": len(session.turns),
+        "compactions": session.compactions, "path": session.path,
+    }
+
+
+def collect(folder: Path, sources: list[discovery.Source]) -> list[Session]:
+    """Read the sessions of `folder` once, without watching."""
+    follower = Follower(lambda _update: None, sources, poll=True)
+    follower.set_folders([folder])
+    follower._scan()  # one pass, on this thread
+    sessions = follower.sessions(folder)
+    return sorted(sessions, key=lambda s: s.last_activity or "", reverse=True)
+
+
+def _money(cost: dict[str, Any]) -> str:
+    return f"${cost['total']:.2f}" if cost["priced"] else "n/a"
+
+
+def _fill(row: dict[str, Any]) -> str:
+    if row["percent"] is None:
+        return "-"
+    return f"{row['percent']:.0f}% {row['usedTokens'] // 1000}k/{row['contextWindow'] // 1000}k"
+
+
+def render(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "no Codex or Claude Code sessions in this workspace\n"
+    table = [("AGENT", "TITLE", "MODEL", "FILL", "COST", "LAST ACTIVITY")]
+    for row in rows:
+        table.append((row["agent"], (row["title"] or "(no prompt yet)")[:48], row["model"] or "-", _fill(row),
+                      _money(row["cost"]), (row["lastActivity"] or "-")[:19].replace("T", " ")))
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    return "".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() + "\n" for r in table)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="ctxd sessions", description=__doc__.splitlines()[0])
+    parser.add_argument("--workspace", default=".", help="the workspace folder (default: the current directory)")
+    parser.add_argument("--format", choices=("table", "json"), default="table")
+    parser.add_argument("--codex-home", help="default $CODEX_HOME or ~/.codex")
+    parser.add_argument("--claude-home", help="default $CLAUDE_CONFIG_DIR or ~/.claude")
+    args = parser.parse_args(argv)
+    folder = Path(args.workspace).expanduser().resolve()
+    if not folder.is_dir():
+        print(f"ctxd sessions: {folder} is not a folder", file=sys.stderr)
+        return 2
+    problems: list[str] = []
+    prices = pricing.price_table(_user_prices(problems), problems)
+    for problem in problems:
+        print(f"ctxd sessions: {problem}", file=sys.stderr)
+    rows = [summary(s, prices) for s in collect(folder, discovery.sources(args.codex_home, args.claude_home))]
+    if args.format == "json":
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+    else:
+        sys.stdout.write(render(rows))
+    return 0
+
+
+def _user_prices(problems: list[str]) -> dict[str, Any]:
+    from ctxd.settings import load_toml, user_config_path
+
+    prices = load_toml(user_config_path(), problems).get("prices")
+    return prices if isinstance(prices, dict) else {}
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

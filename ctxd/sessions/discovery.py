@@ -1,0 +1,150 @@
+"""Where the agents keep their sessions, and which workspace folder a session belongs to.
+
+Codex: `$CODEX_HOME/sessions/YYYY/MM/DD/rollout-*.jsonl` (`CODEX_HOME` default `~/.codex`); the
+first line is the session's meta, with its `cwd`. Claude Code: `<config>/projects/<project>/
+<session>.jsonl` (`CLAUDE_CONFIG_DIR` default `~/.claude`), where `<project>` is the starting
+directory with every character other than a letter or digit replaced by `-`; subagents' own files
+(`agent-*.jsonl`, or under a session's folder) are not sessions.
+
+Privacy rule: a session outside every open workspace folder is never read beyond its first line.
+For Codex that line is the meta line. For Claude, whose project folder names the directory, a
+file is not opened at all unless its folder's name could be a directory inside an open workspace;
+then its head is read up to the first line that states a `cwd` (a `summary` or snapshot record
+may come first), and no further unless that cwd is inside the workspace.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from ctxd.sessions.reader import head
+
+CODEX = "codex"
+CLAUDE = "claude"
+CLAUDE_HEAD_LINES = 8  # a transcript states its cwd on its first message line
+
+
+@dataclass(frozen=True)
+class Source:
+    agent: str
+    root: Path  # the folder the agent writes session files under
+    enabled: bool = True
+
+
+def sources(codex_home: str | None = None, claude_home: str | None = None, *, codex: bool = True,
+            claude: bool = True, env: Mapping[str, str] | None = None) -> list[Source]:
+    env = os.environ if env is None else env
+    home = Path(env.get("HOME") or Path.home())
+    codex_dir = Path(codex_home or env.get("CODEX_HOME") or home / ".codex").expanduser()
+    claude_dir = Path(claude_home or env.get("CLAUDE_CONFIG_DIR") or home / ".claude").expanduser()
+    return [Source(CODEX, codex_dir / "sessions", codex), Source(CLAUDE, claude_dir / "projects", claude)]
+
+
+def agent_of(path: str, roots: Mapping[str, Path]) -> str | None:
+    """Which agent's session file `path` is, or None when it is not one."""
+    if not path.endswith(".jsonl"):
+        return None
+    p = Path(path)
+    codex_root = roots.get(CODEX)
+    if codex_root is not None and p.name.startswith("rollout-") and _under(p, codex_root):
+        return CODEX
+    claude_root = roots.get(CLAUDE)
+    if claude_root is not None and p.parent.parent == claude_root and not p.name.startswith("agent-"):
+        return CLAUDE
+    return None
+
+
+def _under(path: Path, root: Path) -> bool:
+    try:
+        path.relative_to(root)
+        return True
+    except ValueError:
+        return False
+
+
+def encode_project(directory: str | Path) -> str:
+    """Claude Code's project folder name for a directory."""
+    return re.sub(r"[^A-Za-z0-9]", "-", str(directory))
+
+
+def _forms(folder: Path) -> set[str]:
+    forms = {str(folder)}
+    try:
+        forms.add(str(folder.resolve()))
+    except OSError:
+        pass
+    return forms
+
+
+def folder_of(cwd: str | None, folders: list[Path]) -> Path | None:
+    """The open workspace folder that contains `cwd` (the innermost one), or None."""
+    if not cwd:
+        return None
+    best: Path | None = None
+    best_len = -1
+    for folder in folders:
+        for form in _forms(folder):
+            if (cwd == form or cwd.startswith(form.rstrip(os.sep) + os.sep)) and len(form) > best_len:
+                best, best_len = folder, len(form)
+    return best
+
+
+def claude_dir_may_match(project_dir: str, folders: list[Path]) -> bool:
+    """Could the Claude project folder `project_dir` be a directory inside one of `folders`?"""
+    for folder in folders:
+        for form in _forms(folder):
+            encoded = encode_project(form.rstrip(os.sep))
+            if project_dir == encoded or project_dir.startswith(encoded + "-"):
+                return True
+    return False
+
+
+def peek_cwd(agent: str, path: str, folders: list[Path]) -> tuple[str | None, bool, int]:
+    """(cwd, complete, bytes read): the session's working directory from its head only.
+
+    `complete` is False when the head is not written yet (try again later). For Claude, a file
+    whose project folder cannot be inside an open folder is not opened (cwd None, complete).
+    """
+    if agent == CODEX:
+        records, read = head(path, 1)
+        if not records:
+            return None, False, read
+        payload = records[0].get("payload") if records[0].get("type") == "session_meta" else None
+        cwd = payload.get("cwd") if isinstance(payload, dict) else None
+        return (cwd if isinstance(cwd, str) else None), True, read
+    if not claude_dir_may_match(Path(path).parent.name, folders):
+        return None, True, 0
+    records, read = head(path, CLAUDE_HEAD_LINES)
+    for rec in records:
+        if isinstance(rec.get("cwd"), str):
+            return rec["cwd"], True, read
+    return None, len(records) >= CLAUDE_HEAD_LINES, read
+
+
+def session_files(source: Source) -> list[str]:
+    """Every session file under a source's root, as they are now."""
+    found: list[str] = []
+    if not source.enabled or not source.root.is_dir():
+        return found
+    if source.agent == CLAUDE:
+        try:
+            projects = list(os.scandir(source.root))
+        except OSError:
+            return found
+        for project in projects:
+            if not project.is_dir(follow_symlinks=False):
+                continue
+            try:
+                entries = list(os.scandir(project.path))
+            except OSError:
+                continue
+            found.extend(e.path for e in entries if e.name.endswith(".jsonl") and not e.name.startswith("agent-")
+                         and e.is_file())
+        return found
+    for directory, _dirs, files in os.walk(source.root):
+        found.extend(os.path.join(directory, f) for f in files if f.startswith("rollout-") and f.endswith(".jsonl"))
+    return found

@@ -1,0 +1,316 @@
+"""Live following: one watcher over every session root, one worker that reads what changed.
+
+The watcher is watchdog's native observer (inotify on Linux). When it cannot start (no inotify,
+watches exhausted) or `CTXD_SESSIONS_POLL=1`, a polling loop takes its place. Either way a slow
+tick re-checks the followed files' sizes and notices roots that appear later, so a lost event
+costs a delay, never a line.
+
+Events go to a single worker thread, which reads each changed file from where it stopped and
+calls `on_update` with the session and what changed. `on_update` runs on that thread: a consumer
+with slow work (a snapshot) hands it off. Nothing here writes into the agents' folders.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ctxd.sessions import discovery
+from ctxd.sessions.claude import ClaudeReader
+from ctxd.sessions.codex import CodexReader
+from ctxd.sessions.discovery import CLAUDE, CODEX, Source
+from ctxd.sessions.model import Change, Session
+from ctxd.sessions.reader import Reader
+
+log = logging.getLogger(__name__)
+
+TICK_SECONDS = 2.0  # the safety net: sizes of followed files, roots that appeared
+POLL_SECONDS = 0.25  # the fallback's period when there are no file events
+
+
+@dataclass
+class Update:
+    """A followed session changed (or was found: `new`). `change` says what the read added."""
+
+    folder: Path
+    session: Session
+    change: Change
+    new: bool = False
+
+
+@dataclass
+class _File:
+    agent: str
+    cwd: str | None = None
+    decided: bool = False  # the head was read (cwd known, or known to be absent)
+    peeked: int = 0  # bytes read to decide
+    folder: Path | None = None
+    reader: Reader | None = None
+    size: int = -1
+    announced: bool = False
+
+
+@dataclass
+class SourceStatus:
+    agent: str
+    root: str
+    enabled: bool
+    sessions: int = 0
+    watching: str = "off"  # "inotify", "polling" or "off"
+    extra: dict[str, int] = field(default_factory=dict)
+
+
+class Follower:
+    def __init__(self, on_update: Callable[[Update], None], sources: list[Source], *,
+                 poll: bool | None = None) -> None:
+        self.on_update = on_update
+        self.sources = sources
+        self.roots = {s.agent: s.root for s in sources if s.enabled}
+        self._poll = poll if poll is not None else os.environ.get("CTXD_SESSIONS_POLL") == "1"
+        self._folders: list[Path] = []
+        self._files: dict[str, _File] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._dirty: dict[str, None] = {}  # paths to read, in arrival order, each once
+        self._rescan = True
+        self._stop = False
+        self._observer = None
+        self._scheduled: set[Path] = set()
+        self._mode = "off"
+        self._worker: threading.Thread | None = None
+
+    # --- lifecycle ---
+
+    def start(self) -> None:
+        if not self.roots:
+            return
+        self._start_observer()
+        self._worker = threading.Thread(target=self._run, name="ctxd-sessions", daemon=True)
+        self._worker.start()
+
+    def stop(self) -> None:
+        with self._wake:
+            self._stop = True
+            self._wake.notify_all()
+        if self._observer is not None:
+            try:
+                self._observer.stop()
+                self._observer.join(timeout=2)
+            except Exception:  # noqa: BLE001 - stopping must not fail the daemon's shutdown
+                pass
+        if self._worker is not None:
+            self._worker.join(timeout=5)
+
+    def set_folders(self, folders: list[Path]) -> None:
+        """The open workspace folders changed: sessions are matched again (from the cwd already
+        known; nothing is read again)."""
+        with self._wake:
+            self._folders = list(folders)
+            for path, state in self._files.items():
+                if state.agent == CLAUDE and not state.decided:
+                    continue
+                folder = discovery.folder_of(state.cwd, self._folders)
+                if folder != state.folder:
+                    state.folder = folder
+                    state.announced = False
+                    self._dirty[path] = None
+            # Claude files never opened (their folder name did not match) may match now.
+            for path, state in self._files.items():
+                if state.agent == CLAUDE and state.decided and state.cwd is None and state.peeked == 0:
+                    state.decided = False
+                    self._dirty[path] = None
+            self._rescan = True
+            self._wake.notify_all()
+
+    def touch(self, path: str) -> None:
+        """A file event: `path` may have changed."""
+        with self._wake:
+            self._dirty[path] = None
+            self._wake.notify_all()
+
+    # --- what is known ---
+
+    def sessions(self, folder: Path | None = None) -> list[Session]:
+        with self._lock:
+            return [s.reader.session for s in self._files.values()
+                    if s.reader is not None and s.folder is not None and (folder is None or s.folder == folder)]
+
+    def bytes_read(self, path: str) -> int:
+        with self._lock:
+            state = self._files.get(path)
+            if state is None:
+                return 0
+            return state.peeked + (state.reader.bytes_read if state.reader else 0)
+
+    def status(self) -> list[SourceStatus]:
+        with self._lock:
+            out = []
+            for source in self.sources:
+                count = sum(1 for s in self._files.values() if s.agent == source.agent and s.folder is not None)
+                out.append(SourceStatus(source.agent, str(source.root), source.enabled, count,
+                                        self._mode if source.enabled else "off"))
+            return out
+
+    def wait_idle(self, timeout: float = 10.0) -> bool:
+        """Block until every pending path was read (tests and the CLI)."""
+        deadline = time.monotonic() + timeout
+        with self._wake:
+            while (self._dirty or self._rescan or self._busy) and time.monotonic() < deadline:
+                self._wake.wait(0.02)
+            return not (self._dirty or self._rescan or self._busy)
+
+    _busy = False
+
+    # --- the watcher ---
+
+    def _start_observer(self) -> None:
+        if self._poll:
+            self._mode = "polling"
+            return
+        try:
+            from watchdog.events import FileSystemEventHandler
+            from watchdog.observers import Observer
+
+            follower = self
+
+            class Handler(FileSystemEventHandler):
+                def on_any_event(self, event):  # type: ignore[no-untyped-def]
+                    if event.is_directory:
+                        if event.event_type in ("created", "moved"):
+                            follower._request_rescan()
+                        return
+                    path = getattr(event, "dest_path", "") or event.src_path
+                    if isinstance(path, bytes):
+                        path = os.fsdecode(path)
+                    if path.endswith(".jsonl"):
+                        follower.touch(path)
+
+            self._handler = Handler()
+            self._observer = Observer()
+            self._observer.start()
+            self._mode = "inotify"
+            self._schedule_roots()
+        except Exception as error:  # noqa: BLE001 - any failure of the native watcher means: poll
+            log.warning("session watcher unavailable (%s); polling instead", error)
+            self._observer = None
+            self._mode = "polling"
+
+    def _schedule_roots(self) -> None:
+        if self._observer is None:
+            return
+        for root in self.roots.values():
+            if root in self._scheduled or not root.is_dir():
+                continue
+            try:
+                self._observer.schedule(self._handler, str(root), recursive=True)
+                self._scheduled.add(root)
+                self._request_rescan()
+            except Exception as error:  # noqa: BLE001 - e.g. inotify watch limit reached
+                log.warning("cannot watch %s (%s); polling instead", root, error)
+                self._mode = "polling"
+
+    def _request_rescan(self) -> None:
+        with self._wake:
+            self._rescan = True
+            self._wake.notify_all()
+
+    # --- the worker ---
+
+    def _run(self) -> None:
+        last_tick = 0.0
+        while True:
+            with self._wake:
+                period = POLL_SECONDS if self._mode == "polling" else TICK_SECONDS
+                timeout = max(0.0, last_tick + period - time.monotonic())
+                if not (self._dirty or self._rescan or self._stop):
+                    self._wake.wait(timeout)
+                if self._stop:
+                    return
+                rescan, self._rescan = self._rescan, False
+                paths = list(self._dirty)
+                self._dirty.clear()
+                self._busy = True
+            try:
+                now = time.monotonic()
+                if now - last_tick >= period:
+                    last_tick = now
+                    self._tick()
+                if rescan:
+                    self._scan()
+                for path in paths:
+                    self._read(path)
+            except Exception:  # noqa: BLE001 - one bad file must not stop following the others
+                log.exception("following sessions failed")
+            finally:
+                with self._wake:
+                    self._busy = False
+                    self._wake.notify_all()
+
+    def _tick(self) -> None:
+        """Roots that appeared; followed files whose size changed without an event; in polling
+        mode, new files too."""
+        if self._observer is not None and len(self._scheduled) < len(self.roots):
+            self._schedule_roots()
+        if self._mode == "polling":
+            self._scan()
+        with self._lock:
+            followed = [(p, s.size) for p, s in self._files.items() if s.folder is not None or not s.decided]
+        for path, size in followed:
+            try:
+                if os.stat(path).st_size != size:
+                    self._read(path)
+            except OSError:
+                continue
+
+    def _scan(self) -> None:
+        for source in self.sources:
+            if not source.enabled:
+                continue
+            for path in discovery.session_files(source):
+                with self._lock:
+                    known = path in self._files
+                if not known:
+                    self._read(path)
+
+    def _read(self, path: str) -> None:
+        with self._lock:
+            state = self._files.get(path)
+            folders = list(self._folders)
+        if state is None:
+            agent = discovery.agent_of(path, self.roots)
+            if agent is None:
+                return
+            state = _File(agent)
+            with self._lock:
+                self._files[path] = state
+        if not state.decided:
+            cwd, complete, read = discovery.peek_cwd(state.agent, path, folders)
+            state.peeked += read
+            if not complete:
+                return
+            state.cwd, state.decided = cwd, True
+            state.folder = discovery.folder_of(cwd, folders)
+        if state.folder is None:
+            return  # outside every open workspace folder: never read further
+        if state.reader is None:
+            if state.agent == CODEX:
+                state.reader = CodexReader(path)
+            else:
+                state.reader = ClaudeReader(path, Path(path).stem)
+        try:
+            state.size = os.stat(path).st_size
+        except OSError:
+            return
+        change = state.reader.read()
+        session = state.reader.session
+        if session.id is None:
+            return
+        new = not state.announced
+        if new or not change.empty:
+            state.announced = True
+            self.on_update(Update(state.folder, session, change, new))

@@ -1,0 +1,162 @@
+"""Discovery and live following of agent sessions (issue #16), with the real watcher.
+
+Both watcher modes run: watchdog's native observer (inotify) and the polling fallback.
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+from pathlib import Path
+
+import pytest
+
+from ctxd.sessions import discovery
+from ctxd.sessions.follower import Follower, Update
+from tests import session_fixtures as fx
+
+
+@pytest.fixture(params=["native", "polling"])
+def follow(request: pytest.FixtureRequest, tmp_path: Path):
+    """Start a follower over temporary CODEX_HOME / CLAUDE_CONFIG_DIR; yields (follower, updates, homes)."""
+    codex_home, claude_home = tmp_path / "codex", tmp_path / "claude"
+    updates: queue.Queue[Update] = queue.Queue()
+    followers: list[Follower] = []
+
+    def start(folders: list[Path]) -> Follower:
+        sources = discovery.sources(str(codex_home), str(claude_home), env={"HOME": str(tmp_path)})
+        follower = Follower(updates.put, sources, poll=request.param == "polling")
+        follower.set_folders(folders)
+        follower.start()
+        followers.append(follower)
+        return follower
+
+    yield start, updates, codex_home, claude_home
+    for follower in followers:
+        follower.stop()
+
+
+def next_update(updates: queue.Queue[Update], thread: str, timeout: float = 10.0) -> Update:
+    deadline = time.monotonic() + timeout
+    while True:
+        update = updates.get(timeout=max(0.01, deadline - time.monotonic()))
+        if update.session.thread == thread:
+            return update
+
+
+def test_growth_while_following(follow, tmp_path: Path) -> None:
+    start, updates, codex_home, claude_home = follow
+    ws = tmp_path / "ws"
+    (ws / "pkg").mkdir(parents=True)
+    codex_file = fx.write_jsonl(fx.codex_path(codex_home), fx.codex_session(ws / "pkg")[:6])
+    follower = start([ws])
+    first = next_update(updates, f"codex:{fx.CODEX_ID}")
+    assert first.new and first.folder == ws and len(first.session.items) == 2
+    # The agent goes on writing: each append arrives as a change with just the new items.
+    fx.append_jsonl(codex_file, fx.codex_session(ws / "pkg")[6:])
+    seen = []
+    while sum(len(u.change.appended) for u in seen) < 4 or first.session.baseline != 12_000:
+        seen.append(next_update(updates, f"codex:{fx.CODEX_ID}"))
+    assert not any(u.new for u in seen)
+    # A Claude session that starts while following is found too (its project folder is new).
+    claude_file = fx.write_jsonl(fx.claude_path(claude_home, ws), fx.claude_session(ws)[:2])
+    update = next_update(updates, f"claude:{fx.CLAUDE_ID}")
+    assert update.new and update.session.title == "Add a --verbose flag to the CLI"
+    fx.append_jsonl(claude_file, fx.claude_session(ws)[2:])
+    while update.session.baseline != 15_506:
+        update = next_update(updates, f"claude:{fx.CLAUDE_ID}")
+    assert {s.thread for s in follower.sessions(ws)} == {f"codex:{fx.CODEX_ID}", f"claude:{fx.CLAUDE_ID}"}
+    assert {s.agent: s.sessions for s in follower.status()} == {"codex": 1, "claude": 1}
+
+
+def test_a_session_in_another_folder_is_read_no_further_than_its_first_line(follow, tmp_path: Path) -> None:
+    start, updates, codex_home, claude_home = follow
+    ws, elsewhere = tmp_path / "ws", tmp_path / "elsewhere"
+    ws.mkdir()
+    elsewhere.mkdir()
+    big_tail = [fx.codex_answer("x" * 100_000, f"2025-10-03T10:00:{n:02d}.000Z") for n in range(10)]
+    outside = fx.write_jsonl(fx.codex_path(codex_home, "0199a213-0000-7800-8aa1-000000000001"),
+                             fx.codex_session(elsewhere, "0199a213-0000-7800-8aa1-000000000001") + big_tail)
+    # A Claude project whose folder name shows it is not inside the workspace: never opened.
+    claude_outside = fx.write_jsonl(fx.claude_path(claude_home, elsewhere), fx.claude_session(elsewhere))
+    # A sibling whose name starts like the workspace's ("ws-old"): opened only to its cwd line.
+    sibling = tmp_path / "ws-old"
+    claude_sibling = fx.write_jsonl(fx.claude_path(claude_home, sibling, "11111111-2222-4333-8444-555555555555"),
+                                    fx.claude_session(sibling, "11111111-2222-4333-8444-555555555555"))
+    inside = fx.write_jsonl(fx.codex_path(codex_home), fx.codex_session(ws))
+    follower = start([ws])
+    next_update(updates, f"codex:{fx.CODEX_ID}")
+    assert follower.wait_idle()
+    fx.append_jsonl(outside, big_tail)
+    time.sleep(0.5)
+    assert follower.wait_idle()
+    first_line = len(outside.read_bytes().split(b"\n", 1)[0]) + 1
+    assert 0 < follower.bytes_read(str(outside)) <= first_line + 4096  # one read chunk past it, never parsed
+    assert follower.bytes_read(str(claude_outside)) == 0
+    head = claude_sibling.read_bytes().split(b"\n")
+    assert 0 < follower.bytes_read(str(claude_sibling)) <= len(head[0]) + len(head[1]) + 2 + 4096
+    assert follower.bytes_read(str(inside)) >= inside.stat().st_size
+    assert [s.thread for s in follower.sessions()] == [f"codex:{fx.CODEX_ID}"]
+    # Opening the other folder later follows its sessions from what is already known.
+    follower.set_folders([ws, elsewhere])
+    next_update(updates, "codex:0199a213-0000-7800-8aa1-000000000001")
+    next_update(updates, f"claude:{fx.CLAUDE_ID}")
+
+
+def test_roots_that_appear_later_are_watched(follow, tmp_path: Path) -> None:
+    start, updates, codex_home, _ = follow
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    start([ws])  # neither agent has ever run: no roots yet
+    fx.write_jsonl(fx.codex_path(codex_home), fx.codex_session(ws))
+    update = next_update(updates, f"codex:{fx.CODEX_ID}", timeout=15)
+    assert update.session.title == "Fix the failing test in parser.py please"
+
+
+def test_discovery_rules(tmp_path: Path) -> None:
+    roots = {"codex": tmp_path / "c" / "sessions", "claude": tmp_path / "h" / "projects"}
+    assert discovery.agent_of(str(roots["codex"] / "2025/10/03/rollout-x.jsonl"), roots) == "codex"
+    assert discovery.agent_of(str(roots["codex"] / "2025/10/03/other.jsonl"), roots) is None
+    assert discovery.agent_of(str(roots["claude"] / "-w/abc.jsonl"), roots) == "claude"
+    assert discovery.agent_of(str(roots["claude"] / "-w/agent-1.jsonl"), roots) is None  # a subagent's file
+    assert discovery.agent_of(str(roots["claude"] / "-w/abc/subagents/x.jsonl"), roots) is None
+    assert discovery.folder_of("/a/b/c", [Path("/a/b"), Path("/a/b/c")]) == Path("/a/b/c")
+    assert discovery.folder_of("/a/bc", [Path("/a/b")]) is None
+    assert discovery.encode_project("/home/u/my.proj") == "-home-u-my-proj"
+    env = {"HOME": "/home/u", "CODEX_HOME": "/x/codex", "CLAUDE_CONFIG_DIR": "/y/claude"}
+    assert [s.root for s in discovery.sources(env=env)] == [Path("/x/codex/sessions"), Path("/y/claude/projects")]
+    assert [s.root for s in discovery.sources(env={"HOME": "/home/u"})] == [Path("/home/u/.codex/sessions"),
+                                                                          Path("/home/u/.claude/projects")]
+
+
+def test_sessions_cli_lists_the_workspace_sessions_newest_first(tmp_path: Path) -> None:
+    import json as _json
+    import subprocess
+    import sys
+
+    from tests.rpc import REPO
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    codex_home, claude_home = tmp_path / "codex", tmp_path / "claude"
+    fx.write_jsonl(fx.codex_path(codex_home), fx.codex_session(ws))
+    fx.write_jsonl(fx.claude_path(claude_home, ws), fx.claude_session(ws))
+    fx.write_jsonl(fx.codex_path(codex_home, "0199a213-0000-7800-8aa1-000000000009"),
+                   fx.codex_session(tmp_path / "other", "0199a213-0000-7800-8aa1-000000000009"))
+    env = {"HOME": str(tmp_path), "CODEX_HOME": str(codex_home), "CLAUDE_CONFIG_DIR": str(claude_home),
+           "XDG_CONFIG_HOME": str(tmp_path / "config"), "PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
+    run = subprocess.run([sys.executable, "-m", "ctxd.sessions.cli", "--workspace", str(ws), "--format", "json"],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    rows = _json.loads(run.stdout)
+    assert [r["thread"] for r in rows] == [f"claude:{fx.CLAUDE_ID}", f"codex:{fx.CODEX_ID}"]  # newest first
+    claude, codex = rows
+    assert (codex["model"], codex["usedTokens"], codex["contextWindow"], codex["percent"]) == (
+        "gpt-5-codex", 12_000, 272_000, 4.4)
+    assert codex["cost"]["priced"] and codex["cost"]["total"] > 0
+    assert claude["contextWindow"] == 200_000 and claude["usedTokens"] == 15_506  # window from the catalogue
+    table = subprocess.run([sys.executable, "-m", "ctxd.sessions.cli", "--workspace", str(ws)], cwd=REPO, env=env,
+                           capture_output=True, text=True, timeout=60)
+    lines = table.stdout.splitlines()
+    assert lines[0].split() == ["AGENT", "TITLE", "MODEL", "FILL", "COST", "LAST", "ACTIVITY"]
+    assert lines[1].startswith("claude") and "8% 15k/200k" in lines[1] and lines[2].startswith("codex")
