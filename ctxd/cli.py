@@ -57,7 +57,8 @@ def setup_logging(verbose: bool, log_file: str | None) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ctxd", description="Context-window manager for AI coding agents.",
-        epilog="`ctxd usage --help`: the context breakdown of a workspace's thread, in a terminal.")
+        epilog="`ctxd usage --help`: the context breakdown of a workspace's thread, in a terminal. "
+               "`ctxd sessions --help`: the workspace's Codex and Claude Code sessions.")
     parser.add_argument("--version", action="version", version=f"ctxd {__version__}")
     parser.add_argument("--stdio", action="store_true", help="serve on stdin/stdout (the default)")
     parser.add_argument("--tcp", action="store_true", help="serve one client over TCP")
@@ -91,6 +92,10 @@ def main(argv: list[str] | None = None) -> int:
         from ctxd.usage.cli import main as usage_main
 
         return usage_main(argv[1:])
+    if argv[:1] == ["sessions"]:  # `ctxd sessions ...`: the workspace's agent sessions (ctxd/sessions/cli.py)
+        from ctxd.sessions.cli import main as sessions_main
+
+        return sessions_main(argv[1:])
     args = build_parser().parse_args(argv)
     return run_daemon(args)
 

@@ -145,7 +145,7 @@ def test_sessions_cli_lists_the_workspace_sessions_newest_first(tmp_path: Path) 
                    fx.codex_session(tmp_path / "other", "0199a213-0000-7800-8aa1-000000000009"))
     env = {"HOME": str(tmp_path), "CODEX_HOME": str(codex_home), "CLAUDE_CONFIG_DIR": str(claude_home),
            "XDG_CONFIG_HOME": str(tmp_path / "config"), "PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
-    run = subprocess.run([sys.executable, "-m", "ctxd.sessions.cli", "--workspace", str(ws), "--format", "json"],
+    run = subprocess.run([sys.executable, "-m", "ctxd", "sessions", "--workspace", str(ws), "--format", "json"],
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     rows = _json.loads(run.stdout)
@@ -155,7 +155,7 @@ def test_sessions_cli_lists_the_workspace_sessions_newest_first(tmp_path: Path) 
         "gpt-5-codex", 12_000, 272_000, 4.4)
     assert codex["cost"]["priced"] and codex["cost"]["total"] > 0
     assert claude["contextWindow"] == 200_000 and claude["usedTokens"] == 15_506  # window from the catalogue
-    table = subprocess.run([sys.executable, "-m", "ctxd.sessions.cli", "--workspace", str(ws)], cwd=REPO, env=env,
+    table = subprocess.run([sys.executable, "-m", "ctxd", "sessions", "--workspace", str(ws)], cwd=REPO, env=env,
                            capture_output=True, text=True, timeout=60)
     lines = table.stdout.splitlines()
     assert lines[0].split() == ["AGENT", "TITLE", "MODEL", "FILL", "COST", "LAST", "ACTIVITY"]

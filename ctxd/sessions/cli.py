@@ -22,10 +22,8 @@ def context_window(session: Session) -> int | None:
     """The window the file states, else the model catalogue's (Claude's files never state it)."""
     if session.context_window:
         return session.context_window
-    try:
-        from ctxd.tokens.catalog import context_window_for
-    except ImportError:  # before the package restructure
-        from ctxd.catalog import context_window_for  # type: ignore[no-redef]
+    from ctxd.tokens.catalog import context_window_for
+
     return context_window_for(session.model)
 
 
