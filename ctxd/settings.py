@@ -70,6 +70,18 @@ class GhostSettings:
     max_untracked_file_bytes: int = 10 * 1024 * 1024
     max_untracked_dir_files: int = 200
     warn_after_seconds: float = 240.0
+    auto: str = "turn"  # "turn": a snapshot when a followed session starts a user turn; or "off"
+
+
+@dataclass
+class SourcesSettings:
+    """Followed agent sessions (docs/sessions.md); the homes default to $CODEX_HOME / ~/.codex and
+    $CLAUDE_CONFIG_DIR / ~/.claude."""
+
+    codex: bool = True
+    claude: bool = True
+    codex_home: str | None = None
+    claude_home: str | None = None
 
 
 @dataclass
@@ -87,6 +99,10 @@ class Settings:
     tokenizer: str | None = None
     llm: LlmSettings = field(default_factory=LlmSettings)
     ghost: GhostSettings = field(default_factory=GhostSettings)
+    sources: SourcesSettings = field(default_factory=SourcesSettings)
+    # Prices by model, USD per million tokens: {"model": {"input", "cached_input", "cache_write",
+    # "output"}}; over the built-in table (ctxd/sessions/prices.json).
+    prices: dict[str, Any] = field(default_factory=dict)
 
     def effective_context_window(self) -> int:
         if self.context_window:
@@ -146,6 +162,8 @@ def _type_ok(target: Any, key: str, value: Any) -> bool:
         return "float" in annotation and value >= 0
     if isinstance(value, str):
         return "str" in annotation
+    if isinstance(value, dict):
+        return "dict" in annotation
     return False
 
 
@@ -209,6 +227,9 @@ def load_settings(
     if settings.llm.api not in ("chat", "responses"):
         problems.append(Problem("settings", "setting 'llm.api' must be 'chat' or 'responses'; keeping 'chat'", "llm.api"))
         settings.llm.api = "chat"
+    if settings.ghost.auto not in ("turn", "off"):
+        problems.append("setting 'ghost.auto' must be 'turn' or 'off'; keeping 'turn'")
+        settings.ghost.auto = "turn"
     if not 0 < settings.auto_compact_ratio <= 1:
         problems.append(Problem("settings", "setting 'auto_compact_ratio' must be in (0, 1]; keeping 0.9",
                                 "auto_compact_ratio"))

@@ -40,6 +40,9 @@ from ctxd.usage import breakdown as usage_mod
 log = logging.getLogger("ctxd")
 
 UsageListener = Callable[[str, str, dict[str, Any]], None]
+# Threads named `codex:<id>` / `claude:<id>` mirror an agent's session file (ctxd/sessions): the
+# agent owns that history, so no client may write to them.
+FOLLOWED_AGENTS = {"codex": "Codex", "claude": "Claude Code"}
 MAX_LOADED_THREADS = 64
 # Loaded items cost about 1 KB each in memory: past this many, the least recently used threads
 # are dropped (and reloaded from the store when asked for), whatever their number.
@@ -62,6 +65,12 @@ def uri_to_path(uri: str) -> Path:
     if not path.is_absolute():
         raise InvalidParams(f"workspace: {uri!r} is not an absolute path")
     return path
+
+
+def followed_agent(thread: str) -> str | None:
+    """`codex` or `claude` for a followed session's thread, else None."""
+    agent, sep, rest = thread.partition(":")
+    return agent if sep and rest and agent in FOLLOWED_AGENTS else None
 
 
 def path_to_uri(path: Path) -> str:
@@ -240,7 +249,7 @@ class Workspace:
             key = (tuple(usage.values()), ledger.item_tokens, counter.name, settings.model)
             cached = self._breakdowns.get(thread)
             if cached is not None and cached[0] == key and cached[1] is ledger.prompt_context:
-                return cached[2]
+                return _with_cost(cached[2], ledger)
             overhead = self._overhead_counts(ledger, counter)
             groups = dict(ledger.group_tokens) if usage["source"] != "estimate" else {}
             result = usage_mod.breakdown(model=settings.model, context_window=usage["contextWindow"],
@@ -248,7 +257,7 @@ class Workspace:
                                          overhead=overhead, message_groups=groups)
             # The context object is kept with the entry so that its identity cannot be reused.
             self._breakdowns[thread] = (key, ledger.prompt_context, result)
-            return result
+            return _with_cost(result, ledger)
 
     def _changed(self, ledger: ThreadLedger) -> dict[str, Any]:
         usage = self._usage(ledger)
@@ -258,15 +267,28 @@ class Workspace:
 
     # --- requests --------------------------------------------------------------------------------
 
-    def record(self, thread: str, raw_items: Any) -> dict[str, Any]:
-        items = validate_items(raw_items)
+    def check_writable(self, thread: str) -> None:
+        """Refuse a client's write to a followed session's thread (-32602)."""
+        agent = followed_agent(thread)
+        if agent is not None:
+            raise InvalidParams(f"thread '{thread}' follows a {FOLLOWED_AGENTS[agent]} session: the agent owns "
+                                "that history (read-only)")
+
+    def _rows(self, thread: str, items: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[tuple[str, int]]]:
+        """What is stored of valid items: system messages dropped, long tool outputs truncated,
+        every item counted."""
         limit = self.settings.tool_output_token_limit
         kept = [truncate_tool_output(item, limit) for item in items
                 if not (item.get("type") == "message" and item.get("role") == "system")]
         if redact.secrets():  # the configured API key is never stored, wherever it appears
             kept = [redact.redact_json(item) for item in kept]
         count = self.counter(self.settings_for(thread)).count
-        rows = [(_dump(item), count_item(item, count)) for item in kept]
+        return kept, [(_dump(item), count_item(item, count)) for item in kept]
+
+    def record(self, thread: str, raw_items: Any) -> dict[str, Any]:
+        self.check_writable(thread)
+        items = validate_items(raw_items)
+        kept, rows = self._rows(thread, items)
         with self.lock:
             ledger = self._ledger(thread)
             first = self.store.append(thread, rows) if rows else ledger.next_seq
@@ -315,7 +337,8 @@ class Workspace:
             return list(self._ledger(thread).entries)
 
     def prompt(self, thread: str, input_modalities: list[str]) -> dict[str, Any]:
-        if self.auto_compactor is not None and self.usage(thread)["tier"] == "compact":
+        if (self.auto_compactor is not None and followed_agent(thread) is None
+                and self.usage(thread)["tier"] == "compact"):
             self.auto_compactor(self, thread)
         with self.lock:
             ledger = self._ledger(thread)
@@ -329,6 +352,7 @@ class Workspace:
 
     def rollback(self, thread: str, turns: int) -> dict[str, Any]:
         """Drop the last `turns` user turns; crosses compactions when the active history is short."""
+        self.check_writable(thread)
         with self.lock:
             ledger = self._ledger(thread)
             crossed = False
@@ -412,6 +436,39 @@ class Workspace:
             usage = self._changed(ledger)
             return {"historyVersion": ledger.history_version, "itemCount": len(ledger.entries), "usage": usage}
 
+    def mirror(self, thread: str, items: list[dict[str, Any]], *, replace: bool, baseline: int | None,
+               after_baseline: int, context: dict[str, Any], info: dict[str, Any]) -> None:
+        """Mirror a followed session (ctxd/sessions/bridge.py): append `items`, or with `replace`
+        make them the whole history (a compaction or rewind in the agent; the old items are
+        archived, as a compaction here archives them). `baseline` is the usage the agent's API
+        reported, covering all but the last `after_baseline` items; `context` the model, window
+        and instructions the file states; `info` what `ctxd/threads` shows."""
+        valid = [item for item in items if _valid(item)]
+        kept, rows = self._rows(thread, valid)
+        with self.lock:
+            ledger = self._ledger(thread)
+            if replace:
+                if [e.item for e in ledger.entries] != kept:  # unchanged after a daemon restart: keep
+                    self.store.replace(thread, ledger.last_seq, rows, {"followed": info.get("source"), "strategy": "agent"},
+                                       history_version=ledger.history_version + 1)
+                    ledger = self._reload(thread)
+            elif rows:
+                first = self.store.append(thread, rows)
+                if first != ledger.next_seq:
+                    ledger = self._reload(thread)
+                else:
+                    ledger.append([Entry(first + i, item, tokens) for i, (item, (_, tokens)) in enumerate(zip(kept, rows))])
+            entries = ledger.entries
+            api_seq = entries[max(0, len(entries) - 1 - after_baseline)].seq if entries and baseline is not None else 0
+            state = {**(ledger.state or {}), "followed": info}
+            self.store.update_thread(thread, api_total=baseline, api_seq=api_seq, prompt_context=context, state=state)
+            ledger.api_total, ledger.api_seq, ledger.state = baseline, api_seq, state
+            ledger.tokens_after_api = sum(e.tokens for e in entries if e.seq > api_seq)
+            if ledger.prompt_context != context:
+                ledger.prompt_context = context
+                ledger.overhead_tokens = overhead_tokens(context)
+            self._changed(ledger)
+
     def state(self, thread: str) -> dict[str, Any]:
         with self.lock:
             return dict(self._ledger(thread).state or {})
@@ -438,13 +495,54 @@ class Workspace:
             return {"items": items[offset:end], "historyVersion": ledger.history_version, "total": len(items)}
 
     def threads(self) -> dict[str, Any]:
+        """Every thread, newest activity first; followed sessions say so (protocol v2)."""
         with self.lock:
             rows = self.store.threads()
-        return {"threads": [
-            {"thread": row.thread, "itemCount": count, "historyVersion": row.history_version,
-             "updatedAt": datetime.fromtimestamp(row.updated_at, timezone.utc).isoformat()}
-            for row, count in rows
-        ]}
+            listed = []
+            for row, count in rows:
+                ledger = self._threads.get(row.thread)
+                state = (ledger.state if ledger is not None else (self.store.thread(row.thread) or row).state) or {}
+                followed = state.get("followed") if isinstance(state, dict) else None
+                updated = datetime.fromtimestamp(row.updated_at, timezone.utc).isoformat()
+                entry: dict[str, Any] = {"thread": row.thread, "itemCount": count,
+                                         "historyVersion": row.history_version, "updatedAt": updated}
+                if isinstance(followed, dict):
+                    entry.update(source=followed.get("source"), title=followed.get("title"),
+                                 model=followed.get("model"), lastActivity=followed.get("lastActivity") or updated,
+                                 readOnly=True)
+                else:
+                    usage_settings = state.get("usageSettings") if isinstance(state, dict) else None
+                    entry.update(source="client", title=state.get("title") if isinstance(state, dict) else None,
+                                 model=(usage_settings or {}).get("model"), lastActivity=updated,
+                                 readOnly=followed_agent(row.thread) is not None)
+                entry["usage"] = self._usage(self._ledger(row.thread))
+                listed.append(entry)
+        listed.sort(key=lambda t: _instant(t["lastActivity"]), reverse=True)
+        return {"threads": listed}
+
+
+def _with_cost(result: dict[str, Any], ledger: ThreadLedger) -> dict[str, Any]:
+    """`Breakdown.cost` of a followed session, priced when it was mirrored (ctxd/sessions)."""
+    followed = (ledger.state or {}).get("followed")
+    if isinstance(followed, dict) and isinstance(followed.get("cost"), dict):
+        return {**result, "cost": followed["cost"]}
+    return result
+
+
+def _valid(item: dict[str, Any]) -> bool:
+    try:
+        validate_items([item])
+        return True
+    except InvalidParams:
+        return False
+
+
+def _instant(stamp: str | None) -> float:
+    """An ISO timestamp (agents write `Z`) as seconds, for sorting; unknown sorts last."""
+    try:
+        return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
 
 
     def status_problems(self) -> list[dict[str, str]]:

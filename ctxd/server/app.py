@@ -113,6 +113,7 @@ class CtxdServer:
         self._cancels: dict[Any, threading.Event] = {}
         self._slots = KeyedLimit(WORKSPACE_WORKERS)
         self._shown: set[str] = set()  # settings problems already shown (each once per session)
+        self.sessions: Any = None  # ctxd.sessions.bridge.SessionBridge, from `initialize` on
 
     # --- outgoing --------------------------------------------------------------------------------
 
@@ -229,7 +230,7 @@ class CtxdServer:
                 raise Cancelled("request cancelled")
             params = parse_params(params_model, raw_params)
             workspace = self.service.workspace(params.workspace)
-            result = fn(Call(workspace, cancel, self.outbox, self.events), params)
+            result = fn(Call(workspace, cancel, self.outbox, self.events, self.sessions), params)
         except CtxdError as error:
             self.outbox.error(msg_id, error.code, error.message, error.data)
             return
@@ -275,6 +276,19 @@ class CtxdServer:
             uris = [params["rootUri"]]
         for uri in uris:
             self._open(uri)
+        self._follow_sessions()
+
+    def _follow_sessions(self) -> None:
+        """Follow the agents' sessions (ctxd/sessions). `sources.*` come from the user's config and
+        the editor's options, never from a workspace's own file."""
+        from ctxd.sessions.bridge import SessionBridge
+
+        if self.sessions is not None:
+            return
+        settings = load_settings(None, self.service.init_options, [])
+        self.sessions = SessionBridge(
+            self.service, settings, lambda uri: self.outbox.notify(methods.THREADS_CHANGED, {"workspace": uri}))  # type: ignore[union-attr]
+        self.sessions.start([w.root for w in self.service.folders()])
 
     def _open(self, uri: Any) -> None:
         if not isinstance(uri, str):
@@ -301,6 +315,8 @@ class CtxdServer:
         for folder in event.get("added") or []:
             if isinstance(folder, dict):
                 self._open(folder.get("uri"))
+        if self.sessions is not None:
+            self.sessions.set_folders([w.root for w in self.service.folders()])
 
     def _exit(self, code: int) -> None:
         # Leave at once: the reader thread is blocked on stdin, and an interpreter shutdown with a
@@ -337,6 +353,8 @@ class CtxdServer:
         try:
             asyncio.run(main())
         finally:
+            if self.sessions is not None:
+                self.sessions.stop()
             self.executor.shutdown(wait=True, cancel_futures=True)
             self.service.close()
 

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from ctxd.compact import run as compaction
 from ctxd.errors import Cancelled
 from ctxd.ghost import snapshots as ghost
-from ctxd.ledger.workspace import Workspace
+from ctxd.ledger.workspace import Workspace, followed_agent
 from ctxd.protocol import methods, params as p, shapes
 from ctxd.protocol.paths import escape_paths
 from ctxd.server.events import Outbox, SlowWarning, Throttle
@@ -50,6 +50,7 @@ class Call:
     cancel: threading.Event
     outbox: Outbox
     events: CompactionEvents
+    sessions: Any = None  # the followed sessions (ctxd.sessions.bridge.SessionBridge), if any
 
     def check_cancelled(self) -> None:
         if self.cancel.is_set():
@@ -111,11 +112,12 @@ def threads(call: Call, params: p.ThreadsParams) -> shapes.ThreadsResult:
 
 @handler(methods.STATUS, p.StatusParams)
 def status(call: Call, params: p.StatusParams) -> shapes.Status:
-    return daemon_status(call.workspace, sources=[])
+    return daemon_status(call.workspace, sources=call.sessions.status() if call.sessions is not None else [])
 
 
 @handler(methods.COMPACT, p.CompactParams)
 def compact(call: Call, params: p.CompactParams) -> shapes.CompactResult:
+    call.workspace.check_writable(params.thread)
     return compaction.compact_thread(call.workspace, params.thread, strategy=params.strategy, cancel=call.cancel,
                                      events=call.events, progress_token=params.work_done_token)
 
@@ -133,7 +135,8 @@ def ghost_snapshot(call: Call, params: p.GhostSnapshotParams) -> shapes.GhostCom
     finally:
         slow.finish()
         call.outbox.progress(token, {"kind": "end"})
-    workspace.record(params.thread, [ghost.ledger_item(commit)])
+    if followed_agent(params.thread) is None:  # a followed session's ledger is the agent's own
+        workspace.record(params.thread, [ghost.ledger_item(commit)])
     return escape_paths(commit)
 
 
@@ -145,6 +148,8 @@ def ghost_list(call: Call, params: p.GhostListParams) -> shapes.GhostListResult:
 @handler(methods.GHOST_RESTORE, p.GhostRestoreParams)
 def ghost_restore(call: Call, params: p.GhostRestoreParams) -> shapes.RestoreResult:
     workspace = call.workspace
+    if params.conversation:
+        workspace.check_writable(params.thread)
     # Found first: an id the thread never recorded changes nothing.
     point = workspace.snapshot_point(params.thread, params.id) if params.conversation else None
     call.check_cancelled()

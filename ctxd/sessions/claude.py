@@ -190,6 +190,7 @@ class ClaudeReader(Reader):
             last = {k: v for k, v in raw.items() if isinstance(v, int)}
             if used and (used != session.baseline or last != session.last_usage):
                 session.baseline = used
+                session.baseline_items = len(session.items)  # the request's input: what came before
                 session.last_usage = last
                 change.usage = True
             if model and model != session.model:

@@ -158,6 +158,7 @@ class CodexReader(Reader):
             used = _int(last.get("total_tokens"))
             if used != session.baseline or session.last_usage != last:
                 session.baseline = used
+                session.baseline_items = len(session.items)
                 session.last_usage = {k: _int(v) for k, v in last.items()}
                 change.usage = True
         if isinstance(total, dict):

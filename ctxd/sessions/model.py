@@ -66,6 +66,7 @@ class Session:
     # The API baseline: tokens of the latest request as the agent's model API reported them
     # (docs/sessions.md has the rule per agent); None when unknown (new session, after a compaction).
     baseline: int | None = None
+    baseline_items: int = 0  # how many of `items` the baseline covers (the rest came after it)
     last_usage: dict[str, int] | None = None  # the raw latest report, for display
     cumulative: dict[str, Usage] = field(default_factory=dict)  # per model, for cost
     turns: list[Turn] = field(default_factory=list)

@@ -1,0 +1,109 @@
+"""Followed sessions into the open workspaces: the one consumer of the follower's updates.
+
+For every update it mirrors the session into its workspace's thread (`Workspace.mirror`: items,
+the API baseline, model, window, title, cost), and when the session started a new user turn and
+`ghost.auto` is `"turn"`, it snapshots the workspace at once, on a thread of its own, labelled with
+the turn's first words. The server only starts it, tells it the open folders, and forwards
+`threads_changed` as `ctxd/threadsChanged`. No wire code here.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Callable
+
+from ctxd.errors import CtxdError
+from ctxd.ledger.workspace import Service, Workspace, path_to_uri
+from ctxd.sessions import discovery, pricing
+from ctxd.sessions.follower import Follower, Update
+from ctxd.sessions.model import Session, Turn
+from ctxd.settings import Settings
+
+log = logging.getLogger("ctxd")
+
+
+class SessionBridge:
+    def __init__(self, service: Service, settings: Settings, threads_changed: Callable[[str], None],
+                 problems: list[str] | None = None) -> None:
+        self.service = service
+        self.threads_changed = threads_changed
+        self.prices = pricing.price_table(settings.prices, problems)
+        sources = discovery.sources(settings.sources.codex_home, settings.sources.claude_home,
+                                    codex=settings.sources.codex, claude=settings.sources.claude)
+        self.follower = Follower(self._update, sources)
+        self._checkpoints = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ctxd-checkpoint")
+        self.checkpoints_taken = 0
+
+    def start(self, folders: list[Path]) -> None:
+        self.follower.set_folders(folders)
+        self.follower.start()
+
+    def set_folders(self, folders: list[Path]) -> None:
+        self.follower.set_folders(folders)
+
+    def stop(self) -> None:
+        self.follower.stop()
+        self._checkpoints.shutdown(wait=False, cancel_futures=True)
+
+    def status(self) -> list[dict[str, Any]]:
+        """`ctxd/status` `sources`: agent, root, enabled, sessions followed (and how)."""
+        return [{"agent": s.agent, "root": s.root, "enabled": s.enabled, "sessions": s.sessions, "watching": s.watching}
+                for s in self.follower.status()]
+
+    # --- on the follower's thread ---
+
+    def _update(self, update: Update) -> None:
+        uri = path_to_uri(update.folder)
+        try:
+            workspace = self.service.workspace(uri)
+        except CtxdError:
+            return  # closed meanwhile
+        session, change = update.session, update.change
+        if not update.new and change.turns and workspace.settings.ghost.auto == "turn":
+            for turn in change.turns:  # first: the agent is about to act on this turn
+                self._checkpoints.submit(self._checkpoint, workspace, session.thread, turn)
+        replace = update.new or change.replaced
+        items = session.items if replace else change.appended
+        try:
+            workspace.mirror(session.thread, list(items), replace=replace, baseline=session.baseline,
+                             after_baseline=max(0, len(session.items) - session.baseline_items),
+                             context=_context(session), info=self._info(session))
+        except CtxdError as error:
+            log.warning("%s: cannot mirror %s: %s", uri, session.thread, error.message)
+            return
+        if update.new:
+            self.threads_changed(uri)
+
+    def _info(self, session: Session) -> dict[str, Any]:
+        return {"source": session.agent, "title": session.title, "model": session.model,
+                "lastActivity": session.last_activity, "path": session.path, "cwd": session.cwd,
+                "turns": len(session.turns), "compactions": session.compactions,
+                "usage": {model or "": usage.as_dict() for model, usage in session.cumulative.items()},
+                "cost": pricing.cost(session.cumulative, self.prices)}
+
+    def _checkpoint(self, workspace: Workspace, thread: str, turn: Turn) -> None:
+        from ctxd.ghost import snapshots as ghost
+
+        started = time.monotonic()
+        try:
+            commit = ghost.snapshot(workspace.root, turn.text or f"{thread} turn", settings=workspace.settings.ghost)
+        except CtxdError as error:
+            log.info("%s: no checkpoint for %s: %s", workspace.uri, thread, error.message)
+            return
+        self.checkpoints_taken += 1
+        log.info("%s: checkpoint %s for %s in %.0f ms", workspace.uri, commit.get("id"), thread,
+                 (time.monotonic() - started) * 1000)
+
+
+def _context(session: Session) -> dict[str, Any]:
+    context: dict[str, Any] = {}
+    if session.model:
+        context["model"] = session.model
+    if session.context_window:
+        context["contextWindow"] = session.context_window
+    if session.base_instructions:
+        context["baseInstructions"] = session.base_instructions
+    return context

@@ -1,0 +1,170 @@
+"""Followed Codex / Claude Code sessions through the real daemon (issue #16, protocol v2).
+
+The daemon runs as a subprocess with CODEX_HOME and CLAUDE_CONFIG_DIR in temporary folders; the
+session files are written as the agents write them (tests/session_fixtures.py, with provenance).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from tests import session_fixtures as fx
+from tests.ghost_repo import make_repo
+from tests.rpc import Client, RpcError
+
+CODEX_THREAD = f"codex:{fx.CODEX_ID}"
+CLAUDE_THREAD = f"claude:{fx.CLAUDE_ID}"
+
+
+def homes(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
+    codex_home, claude_home = tmp_path / "codex-home", tmp_path / "claude-home"
+    return codex_home, claude_home, {"CODEX_HOME": str(codex_home), "CLAUDE_CONFIG_DIR": str(claude_home)}
+
+
+def wait_thread(client: Client, ws: Path, thread: str, check: Callable[[dict[str, Any]], bool] = lambda t: True,
+                timeout: float = 15.0) -> dict[str, Any]:
+    """Poll ctxd/threads until `thread` is listed and satisfies `check`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        listed = {t["thread"]: t for t in client.request("ctxd/threads", {"workspace": ws.as_uri()})["threads"]}
+        if thread in listed and check(listed[thread]):
+            return listed[thread]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{thread} not as expected in {sorted(listed)}: {listed.get(thread)}")
+        time.sleep(0.05)
+
+
+def test_followed_threads_are_listed_mirrored_priced_and_live(daemon_factory, workspace: Path, tmp_path: Path) -> None:
+    codex_home, claude_home, env = homes(tmp_path)
+    fx.write_jsonl(fx.codex_path(codex_home), fx.codex_session(workspace)[:10])
+    claude_file = fx.write_jsonl(fx.claude_path(claude_home, workspace), fx.claude_session(workspace))
+    client = daemon_factory([workspace], env=env)
+    uri = workspace.as_uri()
+    client.wait_for_notification("ctxd/threadsChanged", lambda p: p["workspace"] == uri, timeout=15)
+    codex = wait_thread(client, workspace, CODEX_THREAD, lambda t: t["usage"]["usedTokens"] == 9_000)
+    claude = wait_thread(client, workspace, CLAUDE_THREAD)
+    assert {k: codex[k] for k in ("source", "title", "model", "readOnly")} == {
+        "source": "codex", "title": "Fix the failing test in parser.py please", "model": "gpt-5-codex",
+        "readOnly": True}
+    assert codex["usage"]["contextWindow"] == 272_000 and codex["usage"]["source"] == "api"
+    assert claude["source"] == "claude" and claude["usage"]["usedTokens"] >= 15_506
+    assert claude["usage"]["contextWindow"] == 200_000
+    listed = client.request("ctxd/threads", {"workspace": uri})["threads"]
+    assert [t["thread"] for t in listed] == [CLAUDE_THREAD, CODEX_THREAD]  # newest activity first
+    history = client.request("ctxd/history", {"workspace": uri, "thread": CLAUDE_THREAD})
+    assert [i["type"] for i in history["items"]] == ["message", "reasoning", "message", "function_call",
+                                                     "function_call_output", "message"]
+    # Cost in the breakdown, from the reported usage and the built-in prices.
+    breakdown = client.request("ctxd/usage", {"workspace": uri, "thread": CLAUDE_THREAD})
+    assert breakdown["cost"]["priced"] is True and breakdown["cost"]["currency"] == "USD"
+    assert breakdown["cost"]["total"] == pytest.approx(10 * 3e-6 + 27_000 * 0.3e-6 + 3_500 * 3.75e-6 + 160 * 15e-6,
+                                                       abs=1e-6)
+    assert breakdown["usage"]["usedTokens"] == claude["usage"]["usedTokens"]
+    # Growth: the agent reports a new usage; it arrives as ctxd/usageChanged with the agent's figure.
+    seen = len(client.notifications)
+    fx.append_jsonl(fx.codex_path(codex_home), fx.codex_session(workspace)[10:])
+    pushed = client.wait_for_notification(
+        "ctxd/usageChanged", lambda p: p["thread"] == CODEX_THREAD and p["usedTokens"] == 12_000 and p["source"] == "api",
+        timeout=10, after=seen)
+    assert pushed["workspace"] == uri and pushed["contextWindow"] == 272_000
+    # A compaction in Claude Code: the mirrored history is replaced, the old items archived.
+    fx.append_jsonl(claude_file, fx.claude_compact("c1", "a2", workspace, "2025-10-03T11:05:00.000Z", "We added it."))
+    wait_thread(client, workspace, CLAUDE_THREAD, lambda t: t["itemCount"] == 1)
+    after = client.request("ctxd/history", {"workspace": uri, "thread": CLAUDE_THREAD, "includeArchived": True})
+    assert after["total"] == 7 and sum(1 for i in after["items"] if i.get("archived")) == 6
+    assert client.request("ctxd/usage", {"workspace": uri, "thread": CLAUDE_THREAD})["usage"]["source"] == "estimate"
+
+
+def test_a_followed_thread_is_read_only(daemon_factory, workspace: Path, tmp_path: Path) -> None:
+    codex_home, _, env = homes(tmp_path)
+    fx.write_jsonl(fx.codex_path(codex_home), fx.codex_session(workspace))
+    client = daemon_factory([workspace], env=env)
+    uri = workspace.as_uri()
+    before = wait_thread(client, workspace, CODEX_THREAD, lambda t: t["itemCount"] == 6)
+    writes = [
+        ("ctxd/record", {"items": [{"type": "message", "role": "user", "content": "hi"}]}),
+        ("ctxd/compact", {"strategy": "offline"}),
+        ("ctxd/rollback", {"turns": 1}),
+        ("ctxd/ghost/restore", {"id": "0" * 40, "conversation": True}),
+    ]
+    for method, params in writes:
+        with pytest.raises(RpcError) as refused:
+            client.request(method, {"workspace": uri, "thread": CODEX_THREAD, **params})
+        assert refused.value.code == -32602, method
+        assert "the agent owns that history" in refused.value.message and CODEX_THREAD in refused.value.message
+    after = client.request("ctxd/history", {"workspace": uri, "thread": CODEX_THREAD})
+    assert after["total"] == before["itemCount"] and after["historyVersion"] == before["historyVersion"]
+    # The agent's file was not touched.
+    assert fx.codex_path(codex_home).read_bytes() == b"".join(
+        __import__("json").dumps(r).encode() + b"\n" for r in fx.codex_session(workspace))
+
+
+def test_a_session_in_another_folder_is_not_a_thread(daemon_factory, workspace: Path, tmp_path: Path) -> None:
+    codex_home, claude_home, env = homes(tmp_path)
+    other = tmp_path / "other"
+    other.mkdir()
+    fx.write_jsonl(fx.codex_path(codex_home, "0199a213-0000-7800-8aa1-000000000002"),
+                   fx.codex_session(other, "0199a213-0000-7800-8aa1-000000000002"))
+    fx.write_jsonl(fx.claude_path(claude_home, other), fx.claude_session(other))
+    fx.write_jsonl(fx.codex_path(codex_home), fx.codex_session(workspace))
+    client = daemon_factory([workspace], env=env)
+    wait_thread(client, workspace, CODEX_THREAD)
+    threads = [t["thread"] for t in client.request("ctxd/threads", {"workspace": workspace.as_uri()})["threads"]]
+    assert threads == [CODEX_THREAD]
+    # Opening the other folder makes its sessions threads of it.
+    client.notify("workspace/didChangeWorkspaceFolders", {"event": {
+        "added": [{"uri": other.as_uri(), "name": "other"}], "removed": []}})
+    wait_thread(client, other, CLAUDE_THREAD)
+    wait_thread(client, other, "codex:0199a213-0000-7800-8aa1-000000000002")
+
+
+def test_sources_can_be_turned_off(daemon_factory, workspace: Path, tmp_path: Path) -> None:
+    codex_home, claude_home, env = homes(tmp_path)
+    fx.write_jsonl(fx.codex_path(codex_home), fx.codex_session(workspace))
+    fx.write_jsonl(fx.claude_path(claude_home, workspace), fx.claude_session(workspace))
+    client = daemon_factory([workspace], {"sources": {"codex": False}}, env=env)
+    wait_thread(client, workspace, CLAUDE_THREAD)
+    time.sleep(0.5)
+    threads = [t["thread"] for t in client.request("ctxd/threads", {"workspace": workspace.as_uri()})["threads"]]
+    assert threads == [CLAUDE_THREAD]
+
+
+def test_automatic_checkpoint_restores_what_a_shell_command_changed(daemon_factory, tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    repo.write("src/app.py", "print('v1')\n")
+    repo.write("notes.txt", "keep me\n")
+    repo.commit_all("base")
+    repo.write("src/app.py", "print('v2, not committed')\n")  # the user's uncommitted work
+    ws = repo.root
+    codex_home, _, env = homes(tmp_path)
+    rollout = fx.write_jsonl(fx.codex_path(codex_home), fx.codex_session(ws))
+    client = daemon_factory([ws], env=env)
+    uri = ws.as_uri()
+    wait_thread(client, ws, CODEX_THREAD)
+    before = repo.files()
+    # The user starts a new turn; the checkpoint is taken before the agent runs anything.
+    fx.append_jsonl(rollout, fx.codex_turn("Delete the notes and rewrite app.py", "2025-10-03T10:05:00.000Z",
+                                           cwd=str(ws)))
+    deadline = time.monotonic() + 15
+    snapshots: list[dict[str, Any]] = []
+    while not snapshots and time.monotonic() < deadline:
+        snapshots = [s for s in client.request("ctxd/ghost/list", {"workspace": uri})["snapshots"]
+                     if s["message"] == "Delete the notes and rewrite app.py"]
+        time.sleep(0.05)
+    assert snapshots, "no automatic checkpoint for the new turn"
+    # The agent acts through a shell command (not an edit tool): files change, one is deleted, one added.
+    subprocess.run(["sh", "-c", "rm notes.txt && echo \"print('v3')\" > src/app.py && echo tmp > new.txt"],
+                   cwd=ws, check=True)
+    fx.append_jsonl(rollout, fx.codex_tool_round("call_9", "rm notes.txt ...", "", "2025-10-03T10:05:02.000Z"))
+    assert repo.files() != before
+    result = client.request("ctxd/ghost/restore", {"workspace": uri, "thread": CODEX_THREAD, "id": snapshots[0]["id"]})
+    assert repo.files() == before
+    assert "notes.txt" in result["restored"] and "new.txt" in result["removed"]
+    # Historical turns found at start-up are not checkpointed: only the one new turn was.
+    assert len([s for s in client.request("ctxd/ghost/list", {"workspace": uri})["snapshots"]
+                if "parser.py" in s["message"]]) == 0
