@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 
 TICK_SECONDS = 2.0  # the safety net: sizes of followed files, roots that appeared
 POLL_SECONDS = 0.25  # the fallback's period when there are no file events
+WRITE_EVENTS = frozenset({"created", "modified", "moved", "closed"})
 
 
 @dataclass
@@ -83,6 +84,7 @@ class Follower:
         self._scheduled: set[Path] = set()
         self._mode = "off"
         self._worker: threading.Thread | None = None
+        self._last_scan = 0.0
 
     # --- lifecycle ---
 
@@ -180,6 +182,10 @@ class Follower:
 
             class Handler(FileSystemEventHandler):
                 def on_any_event(self, event):  # type: ignore[no-untyped-def]
+                    # Only writes: our own reads raise "opened" / "closed_no_write" events, and
+                    # reacting to those would read again, forever.
+                    if event.event_type not in WRITE_EVENTS:
+                        return
                     if event.is_directory:
                         if event.event_type in ("created", "moved"):
                             follower._request_rescan()
@@ -256,8 +262,8 @@ class Follower:
         mode, new files too."""
         if self._observer is not None and len(self._scheduled) < len(self.roots):
             self._schedule_roots()
-        if self._mode == "polling":
-            self._scan()
+        if self._mode == "polling" and time.monotonic() - self._last_scan >= TICK_SECONDS:
+            self._scan()  # new files: every tick; the followed files' sizes: every poll
         with self._lock:
             followed = [(p, s.size) for p, s in self._files.items() if s.folder is not None or not s.decided]
         for path, size in followed:
@@ -268,6 +274,7 @@ class Follower:
                 continue
 
     def _scan(self) -> None:
+        self._last_scan = time.monotonic()
         for source in self.sources:
             if not source.enabled:
                 continue
