@@ -132,6 +132,9 @@ def test_sources_can_be_turned_off(daemon_factory, workspace: Path, tmp_path: Pa
     time.sleep(0.5)
     threads = [t["thread"] for t in client.request("ctxd/threads", {"workspace": workspace.as_uri()})["threads"]]
     assert threads == [CLAUDE_THREAD]
+    sources = client.request("ctxd/status", {"workspace": workspace.as_uri()})["sources"]
+    assert [(s["agent"], s["root"], s["enabled"], s["sessions"]) for s in sources] == [
+        ("codex", str(codex_home / "sessions"), False, 0), ("claude", str(claude_home / "projects"), True, 1)]
 
 
 def test_automatic_checkpoint_restores_what_a_shell_command_changed(daemon_factory, tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ctxd.protocol.params import validate_items
+from ctxd.protocol.items import validate_items
 from ctxd.sessions import pricing
 from ctxd.sessions.claude import ClaudeReader
 from ctxd.sessions.codex import CodexReader
