@@ -45,7 +45,7 @@ def collect(folder: Path, sources: list[discovery.Source]) -> list[Session]:
     """Read the sessions of `folder` once, without watching."""
     follower = Follower(lambda _update: None, sources, poll=True)
     follower.set_folders([folder])
-    follower._scan()  # one pass, on this thread
+    follower.scan_once()
     sessions = follower.sessions(folder)
     return sorted(sessions, key=lambda s: s.last_activity or "", reverse=True)
 

@@ -16,7 +16,7 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -63,7 +63,6 @@ class SourceStatus:
     enabled: bool
     sessions: int = 0
     watching: str = "off"  # "inotify", "polling" or "off"
-    extra: dict[str, int] = field(default_factory=dict)
 
 
 class Follower:
@@ -85,6 +84,7 @@ class Follower:
         self._mode = "off"
         self._worker: threading.Thread | None = None
         self._last_scan = 0.0
+        self._busy = False  # the worker is reading
 
     # --- lifecycle ---
 
@@ -166,7 +166,9 @@ class Follower:
                 self._wake.wait(0.02)
             return not (self._dirty or self._rescan or self._busy)
 
-    _busy = False
+    def scan_once(self) -> None:
+        """Find and read every session now, on the caller's thread, without watching (the CLI)."""
+        self._scan()
 
     # --- the watcher ---
 
