@@ -1,7 +1,7 @@
 """Followed sessions (issue #16); every figure is measured against a floor from the same run.
 
 1. Importing a 50 MB Codex rollout (CodexReader, from the file) vs `json.loads` over its lines
-   (the bytes already in memory). Goal ≤ 2×.
+   (the bytes already in memory), in CPU time, best of 5. Goal ≤ 2×.
 2. From a line appended to a followed rollout to `ctxd/usageChanged` on the wire of the real
    daemon, with 50 other sessions on disk. Goal: median ≤ 150 ms, p95 ≤ 400 ms. Floor printed
    for scale: a no-op round trip to the same daemon.
@@ -69,21 +69,22 @@ def bench_import(tmp: Path, megabytes: int) -> bool:
     lines = data.split(b"\n")
     floor = []
     ours = []
-    for _ in range(3):
-        start = time.perf_counter()
+    clock = time.process_time  # CPU time of this one-threaded process: fair on a busy machine
+    for _ in range(5):
+        start = clock()
         for line in lines:
             if line:
                 json.loads(line)
-        floor.append(time.perf_counter() - start)
-        start = time.perf_counter()
+        floor.append(clock() - start)
+        start = clock()
         reader = CodexReader(str(path))
         reader.read()
-        ours.append(time.perf_counter() - start)
+        ours.append(clock() - start)
         assert reader.offset == size and reader.session.baseline
     ratio = min(ours) / min(floor)
     ok = ratio <= 2.0
-    print(f"1. import {size / 1e6:.1f} MB rollout ({len(reader.session.items)} items): {min(ours):.3f} s; "
-          f"json.loads over its lines {min(floor):.3f} s; ratio {ratio:.2f} (goal <= 2) {'ok' if ok else 'MISS'}")
+    print(f"1. import {size / 1e6:.1f} MB rollout ({len(reader.session.items)} items): {min(ours):.3f} s CPU; "
+          f"json.loads over its lines {min(floor):.3f} s CPU; ratio {ratio:.2f} (goal <= 2) {'ok' if ok else 'MISS'}")
     return ok
 
 

@@ -65,6 +65,9 @@ class CodexReader(Reader):
             return
         if kind == "response_item":
             item = self._item(payload)
+            if item is not None and session.title is None and _real_user_message(item):
+                session.title = shorten(_text(item))  # rollouts without user_message events
+                change.meta = True
             if item is not None:
                 session.items.append(item)
                 if not change.replaced:
@@ -199,10 +202,15 @@ class CodexReader(Reader):
         change.usage = True
 
 
+def _text(item: dict[str, Any]) -> str:
+    content = item.get("content")
+    if isinstance(content, str):
+        return content
+    return "".join(str(part.get("text", "")) for part in content or [] if isinstance(part, dict))
+
+
 def _real_user_message(item: dict[str, Any]) -> bool:
+    """A user message the user wrote (not one of the contexts Codex injects as a user message)."""
     if item.get("type") != "message" or item.get("role") != "user":
         return False
-    content = item.get("content")
-    text = content if isinstance(content, str) else "".join(
-        part.get("text", "") for part in content or [] if isinstance(part, dict))
-    return not text.lstrip().startswith(INJECTED_PREFIXES)
+    return not _text(item).lstrip().startswith(INJECTED_PREFIXES)
