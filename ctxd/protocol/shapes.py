@@ -68,6 +68,8 @@ class Cost(TypedDict):
     output: float
     total: float
     priced: bool
+    cacheWrite: NotRequired[float]  # Anthropic's cache writes, at their own rate (docs/sessions.md)
+    unpricedModels: NotRequired[list[str]]  # with priced false: the models the table has no price for
 
 
 class Breakdown(TypedDict):
@@ -175,6 +177,7 @@ class SourceState(TypedDict):
     root: str
     enabled: bool
     sessions: int
+    watching: NotRequired[Literal["inotify", "polling", "off"]]  # how the session files are watched
 
 
 class Status(TypedDict):
