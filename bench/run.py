@@ -28,6 +28,7 @@ QUICK: dict[str, list[str]] = {
     "tokens": ["--rounds", "10"],
     "compact": ["--sessions", "5"],
     "ghost": ["--rounds", "3"],
+    "sessions": ["--mb", "20", "--appends", "20", "--idle-seconds", "5", "--turns", "5"],
 }
 
 
