@@ -228,7 +228,7 @@ def load_settings(
         problems.append(Problem("settings", "setting 'llm.api' must be 'chat' or 'responses'; keeping 'chat'", "llm.api"))
         settings.llm.api = "chat"
     if settings.ghost.auto not in ("turn", "off"):
-        problems.append("setting 'ghost.auto' must be 'turn' or 'off'; keeping 'turn'")
+        problems.append(Problem("settings", "setting 'ghost.auto' must be 'turn' or 'off'; keeping 'turn'", "ghost.auto"))
         settings.ghost.auto = "turn"
     if not 0 < settings.auto_compact_ratio <= 1:
         problems.append(Problem("settings", "setting 'auto_compact_ratio' must be in (0, 1]; keeping 0.9",

@@ -254,10 +254,11 @@ def test_unknown_models_are_never_guessed() -> None:
 
 
 def test_user_prices_override_and_extend_the_table() -> None:
-    problems: list[str] = []
+    problems: list = []
     table = pricing.price_table({"my-local-llm": {"input": 0, "output": 0},
                                  "gpt-5-codex": {"input": 2.0, "cached_input": 0.2, "output": 20},
                                  "broken": {"input": "cheap"}}, problems)
     assert pricing.cost({"my-local-llm": Usage(input=5, output=5)}, table)["priced"] is True
     assert pricing.cost({"gpt-5-codex": Usage(input=1_000_000)}, table)["input"] == 2.0
-    assert problems == ["setting 'prices.broken' needs non-negative numbers 'input' and 'output'"]
+    assert [(p.key, p.message) for p in problems] == [
+        ("prices.broken", "setting 'prices.broken' needs non-negative numbers 'input' and 'output'")]

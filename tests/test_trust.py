@@ -67,7 +67,8 @@ def test_untrusted_repository_cannot_send_secrets_away(daemon_factory, workspace
     assert status["trusted"] is False and status["protocolVersion"] == 2
     assert {p["key"] for p in status["problems"] if "not trusted" in p["message"]} == set(IGNORED)
     assert all(p["source"].endswith(".ctxd.toml") for p in status["problems"] if p.get("key") in IGNORED)
-    assert status["tokenizers"] and status["sources"] == [] and status["stateDir"]
+    assert status["tokenizers"] and status["stateDir"]
+    assert [(s["agent"], s["enabled"]) for s in status["sources"]] == [("codex", True), ("claude", True)]
 
 
 def test_trusted_workspace_uses_its_settings(daemon_factory, workspace: Path, tmp_path: Path,

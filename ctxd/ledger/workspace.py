@@ -520,6 +520,18 @@ class Workspace:
         listed.sort(key=lambda t: _instant(t["lastActivity"]), reverse=True)
         return {"threads": listed}
 
+    def status_problems(self) -> list[dict[str, str]]:
+        """Settings problems and the store's state, as `ctxd/status` lists them. Opens the store
+        if needed (a worker's job): a store that cannot be opened, or only read, is a problem."""
+        problems = [problem.as_dict() for problem in self.problems]
+        try:
+            store = self.store
+            if store.readonly_reason is not None:
+                problems.append({"source": str(self.db_path), "message": store.readonly_reason})
+        except CtxdError as error:
+            problems.append({"source": str(self.db_path), "message": error.message})
+        return redact.redact_json(problems)
+
 
 def _with_cost(result: dict[str, Any], ledger: ThreadLedger) -> dict[str, Any]:
     """`Breakdown.cost` of a followed session, priced when it was mirrored (ctxd/sessions)."""
@@ -543,19 +555,6 @@ def _instant(stamp: str | None) -> float:
         return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
     except ValueError:
         return 0.0
-
-
-    def status_problems(self) -> list[dict[str, str]]:
-        """Settings problems and the store's state, as `ctxd/status` lists them. Opens the store
-        if needed (a worker's job): a store that cannot be opened, or only read, is a problem."""
-        problems = [problem.as_dict() for problem in self.problems]
-        try:
-            store = self.store
-            if store.readonly_reason is not None:
-                problems.append({"source": str(self.db_path), "message": store.readonly_reason})
-        except CtxdError as error:
-            problems.append({"source": str(self.db_path), "message": error.message})
-        return redact.redact_json(problems)
 
 
 class Service:

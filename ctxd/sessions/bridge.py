@@ -20,17 +20,20 @@ from ctxd.ledger.workspace import Service, Workspace, path_to_uri
 from ctxd.sessions import discovery, pricing
 from ctxd.sessions.follower import Follower, Update
 from ctxd.sessions.model import Session, Turn
-from ctxd.settings import Settings
+from ctxd.settings import Problem, Settings
 
 log = logging.getLogger("ctxd")
 
 
 class SessionBridge:
     def __init__(self, service: Service, settings: Settings, threads_changed: Callable[[str], None],
-                 problems: list[str] | None = None) -> None:
+                 problems: list[Problem] | None = None) -> None:
         self.service = service
         self.threads_changed = threads_changed
+        problems = problems if problems is not None else []
         self.prices = pricing.price_table(settings.prices, problems)
+        for problem in problems:
+            log.warning("%s: %s", problem.source, problem.message)
         sources = discovery.sources(settings.sources.codex_home, settings.sources.claude_home,
                                     codex=settings.sources.codex, claude=settings.sources.claude)
         self.follower = Follower(self._update, sources)

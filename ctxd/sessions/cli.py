@@ -16,6 +16,7 @@ from typing import Any
 from ctxd.sessions import discovery, pricing
 from ctxd.sessions.follower import Follower
 from ctxd.sessions.model import Session
+from ctxd.settings import Problem
 
 
 def context_window(session: Session) -> int | None:
@@ -82,10 +83,10 @@ def main(argv: list[str]) -> int:
     if not folder.is_dir():
         print(f"ctxd sessions: {folder} is not a folder", file=sys.stderr)
         return 2
-    problems: list[str] = []
+    problems: list[Problem] = []
     prices = pricing.price_table(_user_prices(problems), problems)
     for problem in problems:
-        print(f"ctxd sessions: {problem}", file=sys.stderr)
+        print(f"ctxd sessions: {problem.source}: {problem.message}", file=sys.stderr)
     rows = [summary(s, prices) for s in collect(folder, discovery.sources(args.codex_home, args.claude_home))]
     if args.format == "json":
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
@@ -94,7 +95,7 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _user_prices(problems: list[str]) -> dict[str, Any]:
+def _user_prices(problems: list[Problem]) -> dict[str, Any]:
     from ctxd.settings import load_toml, user_config_path
 
     prices = load_toml(user_config_path(), problems).get("prices")

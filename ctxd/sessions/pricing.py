@@ -17,6 +17,7 @@ from importlib import resources
 from typing import Any, Mapping
 
 from ctxd.sessions.model import Usage
+from ctxd.settings import Problem
 
 MILLION = 1_000_000
 _DATE = re.compile(r"-(\d{8}|\d{4}-\d{2}-\d{2})$")
@@ -54,14 +55,15 @@ def builtin_prices() -> dict[str, Price]:
     return {name: price for name, entry in raw["models"].items() if (price := _price(entry)) is not None}
 
 
-def price_table(overrides: Mapping[str, Any] | None = None, problems: list[str] | None = None) -> dict[str, Price]:
+def price_table(overrides: Mapping[str, Any] | None = None, problems: list[Problem] | None = None) -> dict[str, Price]:
     """The built-in table with the user's `prices` table on top; bad entries are reported."""
     table = dict(builtin_prices())
     for name, entry in (overrides or {}).items():
         price = _price(entry) if isinstance(entry, Mapping) else None
         if price is None:
             if problems is not None:
-                problems.append(f"setting 'prices.{name}' needs non-negative numbers 'input' and 'output'")
+                problems.append(Problem("settings", f"setting 'prices.{name}' needs non-negative numbers 'input' and "
+                                        "'output'", f"prices.{name}"))
             continue
         table[name.lower()] = price
     return table
