@@ -33,3 +33,16 @@ def test_the_checked_in_schema_is_generated_from_the_shapes() -> None:
 
     checked_in = (REPO / "docs" / "protocol.schema.json").read_text()
     assert checked_in == schema_text(), "stale: run `python -m ctxd.protocol.shapes > docs/protocol.schema.json`"
+
+
+def test_the_vscode_types_are_generated_from_the_current_schema() -> None:
+    """editors/vscode/ctxd-protocol.d.ts records the SHA-256 of the schema it was generated from;
+    when the shapes change, regenerate it: `cd editors/vscode && npm run gen:protocol`."""
+    import hashlib
+
+    from tests.rpc import REPO
+
+    schema = (REPO / "docs" / "protocol.schema.json").read_bytes()
+    generated = (REPO / "editors" / "vscode" / "ctxd-protocol.d.ts").read_text()
+    assert f"schema sha256: {hashlib.sha256(schema).hexdigest()}" in generated, (
+        "editors/vscode/ctxd-protocol.d.ts is stale: cd editors/vscode && npm run gen:protocol")

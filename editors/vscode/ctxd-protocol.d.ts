@@ -1,0 +1,332 @@
+/* eslint-disable */
+/**
+ * The ctxd wire protocol (version 2): results and notifications. GENERATED, do not edit:
+ * `npm run gen:protocol` from docs/protocol.schema.json (from ctxd/protocol/shapes.py).
+ * schema sha256: 9230e6832a0aac765295c5c5e1316b25024b15c13a602cad44aaf36379d6741b
+ */
+
+/**
+ * Results and notifications of the ctxd wire protocol, version 2 (generated from ctxd/protocol/shapes.py by `python -m ctxd.protocol.shapes`).
+ */
+export interface CtxdProtocol {
+  ctxd_compact: CompactResult;
+  ctxd_compacted: Compacted;
+  ctxd_ghost_delete: DeleteResult;
+  ctxd_ghost_diff: DiffResult;
+  ctxd_ghost_list: GhostListResult;
+  ctxd_ghost_restore: RestoreResult;
+  ctxd_ghost_snapshot: GhostCommit;
+  ctxd_history: HistoryResult;
+  ctxd_prompt: PromptResult;
+  ctxd_record: RecordResult;
+  ctxd_reportTokenUsage: UsageSnapshot;
+  ctxd_rollback: RollbackResult;
+  ctxd_setPromptContext: UsageSnapshot;
+  ctxd_status: Status;
+  ctxd_threads: ThreadsResult;
+  ctxd_threadsChanged: ThreadsChanged;
+  ctxd_usage: Breakdown;
+  ctxd_usageChanged: UsageChanged;
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "CompactResult".
+ */
+export interface CompactResult {
+  fallbackReason?: string | null;
+  historyVersion: number;
+  strategy: "llm" | "remote" | "offline";
+  summary: string;
+  tokensAfter: number;
+  tokensBefore: number;
+  trimmedItems: number;
+}
+/**
+ * `ctxd/compacted`.
+ *
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "Compacted".
+ */
+export interface Compacted {
+  strategy: string;
+  thread: string;
+  tokensAfter: number;
+  tokensBefore: number;
+  workspace: string;
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "DeleteResult".
+ */
+export interface DeleteResult {
+  deleted: boolean;
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "DiffResult".
+ */
+export interface DiffResult {
+  files: FileChange[];
+  id: string;
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "FileChange".
+ */
+export interface FileChange {
+  after?: string | null;
+  before?: string | null;
+  binary: boolean;
+  path: string;
+  pathEncoding?: "escaped";
+  status: "modified" | "added" | "deleted";
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "GhostListResult".
+ */
+export interface GhostListResult {
+  snapshots: GhostCommit[];
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "GhostCommit".
+ */
+export interface GhostCommit {
+  createdAt: string | null;
+  durationMs: number;
+  fileCount: number;
+  id: string;
+  message: string;
+  parent: string | null;
+  skipped: Skipped[];
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "Skipped".
+ */
+export interface Skipped {
+  path: string;
+  pathEncoding?: "escaped";
+  reason: string;
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "RestoreResult".
+ */
+export interface RestoreResult {
+  dryRun?: boolean;
+  id: string;
+  pathEncoding?: "escaped";
+  removed: string[];
+  removedItems?: number;
+  restored: string[];
+  undoId?: string | null;
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "HistoryResult".
+ */
+export interface HistoryResult {
+  historyVersion: number;
+  items: {
+    [k: string]: unknown;
+  }[];
+  total: number;
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "PromptResult".
+ */
+export interface PromptResult {
+  estimatedTokens: number;
+  historyVersion: number;
+  items: {
+    [k: string]: unknown;
+  }[];
+  reinjectContext: boolean;
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "RecordResult".
+ */
+export interface RecordResult {
+  historyVersion: number;
+  itemCount: number;
+  usage: UsageSnapshot;
+}
+/**
+ * How full a thread's context window is: the gauge's numbers.
+ *
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "UsageSnapshot".
+ */
+export interface UsageSnapshot {
+  autoCompactLimit: number;
+  contextWindow: number;
+  historyVersion: number;
+  percent: number;
+  source: "api" | "estimate" | "api+estimate";
+  tier: "ok" | "warn" | "compact";
+  tokenizer?: string;
+  tokenizerStatus?: "exact" | "loading" | "unavailable" | "estimate" | "idle";
+  usedTokens: number;
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "RollbackResult".
+ */
+export interface RollbackResult {
+  historyVersion: number;
+  removedItems: number;
+  usage: UsageSnapshot;
+}
+/**
+ * `ctxd/status`.
+ *
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "Status".
+ */
+export interface Status {
+  problems: Problem[];
+  protocolVersion: number;
+  sources: SourceState[];
+  stateDir: string;
+  tokenizers: TokenizerState[];
+  trusted: boolean;
+  version: string;
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "Problem".
+ */
+export interface Problem {
+  key?: string;
+  message: string;
+  source: string;
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "SourceState".
+ */
+export interface SourceState {
+  agent: string;
+  enabled: boolean;
+  root: string;
+  sessions: number;
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "TokenizerState".
+ */
+export interface TokenizerState {
+  name: string;
+  status: "exact" | "loading" | "unavailable" | "estimate" | "idle";
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "ThreadsResult".
+ */
+export interface ThreadsResult {
+  threads: ThreadInfo[];
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "ThreadInfo".
+ */
+export interface ThreadInfo {
+  historyVersion: number;
+  itemCount: number;
+  lastActivity?: string | null;
+  model?: string | null;
+  readOnly?: boolean;
+  source?: "client" | "codex" | "claude";
+  thread: string;
+  title?: string | null;
+  updatedAt: string;
+  usage?: UsageSnapshot;
+}
+/**
+ * `ctxd/threadsChanged`.
+ *
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "ThreadsChanged".
+ */
+export interface ThreadsChanged {
+  workspace: string;
+}
+/**
+ * `ctxd/usage`: where the window's tokens go.
+ *
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "Breakdown".
+ */
+export interface Breakdown {
+  categories: Category[];
+  contextWindow: number;
+  cost?: Cost;
+  idleCost: number;
+  mode: "estimated" | "actual";
+  model: string | null;
+  overflowTokens?: number;
+  overheadTokens: number;
+  totalTokens: number | null;
+  usage: UsageSnapshot;
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "Category".
+ */
+export interface Category {
+  details: Detail[];
+  name:
+    | "systemPrompt"
+    | "builtinTools"
+    | "mcpTools"
+    | "skills"
+    | "memoryFiles"
+    | "messages"
+    | "freeSpace"
+    | "autocompactBuffer";
+  percent: number;
+  tokens: number;
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "Detail".
+ */
+export interface Detail {
+  name: string;
+  tokens: number;
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "Cost".
+ */
+export interface Cost {
+  cachedInput: number;
+  currency: "USD";
+  input: number;
+  output: number;
+  priced: boolean;
+  total: number;
+}
+/**
+ * `ctxd/usageChanged`.
+ *
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "UsageChanged".
+ */
+export interface UsageChanged {
+  autoCompactLimit: number;
+  contextWindow: number;
+  historyVersion: number;
+  percent: number;
+  source: "api" | "estimate" | "api+estimate";
+  thread: string;
+  tier: "ok" | "warn" | "compact";
+  tokenizer?: string;
+  tokenizerStatus?: "exact" | "loading" | "unavailable" | "estimate" | "idle";
+  usedTokens: number;
+  workspace: string;
+}
