@@ -2,7 +2,7 @@
 /**
  * The ctxd wire protocol (version 2): results and notifications. GENERATED, do not edit:
  * `npm run gen:protocol` from docs/protocol.schema.json (from ctxd/protocol/shapes.py).
- * schema sha256: 9230e6832a0aac765295c5c5e1316b25024b15c13a602cad44aaf36379d6741b
+ * schema sha256: c6396e76fd08f71e504b62917b286f8e9cdc64a392c5f351e947b97b5dfab058
  */
 
 /**
@@ -214,6 +214,7 @@ export interface SourceState {
   enabled: boolean;
   root: string;
   sessions: number;
+  watching?: "inotify" | "polling" | "off";
 }
 /**
  * This interface was referenced by `CtxdProtocol`'s JSON-Schema
@@ -304,12 +305,14 @@ export interface Detail {
  * via the `definition` "Cost".
  */
 export interface Cost {
+  cacheWrite?: number;
   cachedInput: number;
   currency: "USD";
   input: number;
   output: number;
   priced: boolean;
   total: number;
+  unpricedModels?: string[];
 }
 /**
  * `ctxd/usageChanged`.
