@@ -1,0 +1,136 @@
+-- Followed agent sessions against the real daemon (protocol 2): a Codex CLI session that starts
+-- in the workspace becomes a thread; the gauge follows it with the source's label; the picker shows
+-- its title; its conversation is the agent's, so :Ctxd restore offers its files only.
+-- The session file is written as Codex CLI writes it (codex-rs/protocol: RolloutLine), under
+-- $HOME/.codex (run.sh points HOME into the spec's temp folder).
+local t = require('harness')
+local h = require('helpers')
+
+local client ---@type vim.lsp.Client
+local SESSION = '0199a213-81c0-7800-8aa1-bbab2a035a53'
+
+local function now()
+  return os.date('!%Y-%m-%dT%H:%M:%S.000Z')
+end
+
+--- Write (or extend) a Codex rollout file for a session working in the workspace.
+local function write_codex_session(records)
+  local day = os.date('!%Y/%m/%d')
+  local dir = vim.fs.joinpath(vim.env.HOME, '.codex', 'sessions', day)
+  vim.fn.mkdir(dir, 'p')
+  local path = vim.fs.joinpath(dir, ('rollout-%s-%s.jsonl'):format(os.date('!%Y-%m-%dT%H-%M-%S'), SESSION))
+  local lines = vim.tbl_map(vim.json.encode, records)
+  vim.fn.writefile(lines, path)
+  return path
+end
+
+local function codex_records(text, used, window)
+  local ts = now()
+  return {
+    { timestamp = ts, type = 'session_meta', payload = {
+      id = SESSION, timestamp = ts, cwd = h.workspace, originator = 'codex_cli_rs', cli_version = '0.46.0',
+      source = 'cli', model_provider = 'openai' } },
+    { timestamp = ts, type = 'turn_context', payload = {
+      cwd = h.workspace, approval_policy = 'on-request', sandbox_policy = { type = 'workspace-write' },
+      model = 'gpt-5-codex', effort = 'medium', summary = 'auto' } },
+    { timestamp = ts, type = 'response_item', payload = {
+      type = 'message', role = 'user', content = { { type = 'input_text', text = text } } } },
+    { timestamp = ts, type = 'event_msg', payload = { type = 'user_message', message = text, images = {} } },
+    { timestamp = ts, type = 'event_msg', payload = { type = 'task_started', model_context_window = window } },
+    { timestamp = ts, type = 'response_item', payload = {
+      type = 'message', role = 'assistant', content = { { type = 'output_text', text = 'Looking at it.' } } } },
+    { timestamp = ts, type = 'event_msg', payload = { type = 'token_count', info = {
+      total_token_usage = { input_tokens = used - 300, cached_input_tokens = 0, output_tokens = 300,
+        reasoning_output_tokens = 0, total_tokens = used },
+      last_token_usage = { input_tokens = used - 300, cached_input_tokens = 0, output_tokens = 300,
+        reasoning_output_tokens = 0, total_tokens = used },
+      model_context_window = window } } },
+  }
+end
+
+t.describe('followed sessions (protocol 2)', function()
+  t.before_each(function()
+    h.capture_notify()
+    if not client or client:is_stopped() then
+      client = h.start()
+    end
+  end)
+
+  t.it('the gauge follows a Codex session that starts in the workspace, labelled Codex', function()
+    require('ctxd.config').options.thread = nil
+    require('ctxd.threads').reset()
+    local changed = false
+    vim.api.nvim_create_autocmd('User', {
+      pattern = 'CtxdThreadsChanged',
+      once = true,
+      callback = function()
+        changed = true
+      end,
+    })
+    write_codex_session(codex_records('Fix the flaky test in calc.py', 55000, 128000))
+    t.wait_for(function()
+      return changed
+    end, 'ctxd/threadsChanged', 20000)
+    local gauge = t.wait_for(function()
+      local g = require('ctxd').gauge()
+      return g and g.text:match('^Codex ') and g or nil
+    end, 'the gauge to show the Codex session', 20000)
+    t.eq('codex:' .. SESSION, gauge.snapshot.thread)
+    local info = require('ctxd.threads').info(h.uri, gauge.snapshot.thread)
+    t.eq('codex', info.source)
+    t.eq(true, info.readOnly)
+    -- The figures are the ones the daemon lists for the thread.
+    local listed = info.usage
+    t.eq(('Codex %d%% · %s/%s'):format(
+      math.floor(listed.percent + 0.5),
+      require('ctxd.status').format_tokens(listed.usedTokens),
+      require('ctxd.status').format_tokens(listed.contextWindow)
+    ), gauge.text)
+    t.eq(128000, listed.contextWindow)
+  end)
+
+  t.it(':Ctxd threads shows the session with its source and title', function()
+    local rows
+    local saved = vim.ui.select
+    vim.ui.select = function(items, opts, on_choice)
+      rows = vim.tbl_map(opts.format_item, items)
+      vim.ui.select = saved
+      on_choice(nil, nil)
+    end
+    vim.cmd('Ctxd threads')
+    t.wait_for(function()
+      return rows
+    end, 'the picker')
+    t.contains('(now Codex "Fix the flaky test in calc.py")', rows[1])
+    t.matches('^● Codex +%d+%% +[%d%.]+k/128k  Fix the flaky test in calc%.py +%d+[smhd]  %(read%-only%)$', rows[2])
+  end)
+
+  t.it(':Ctxd restore never offers a followed session\'s conversation', function()
+    local codex = 'codex:' .. SESSION
+    require('ctxd.threads').pick(h.uri, codex)
+    h.write('calc.py', 'v1\n')
+    local snap = h.request('ctxd/ghost/snapshot', { message = 'before', thread = codex })
+    h.write('calc.py', 'v2\n')
+    local offered
+    local saved = vim.ui.select
+    vim.ui.select = function(items, opts, on_choice)
+      if opts.prompt == 'Restore snapshot' then
+        for i, item in ipairs(items) do
+          if item.id == snap.id then
+            return on_choice(item, i)
+          end
+        end
+      end
+      offered = vim.tbl_map(opts.format_item, items)
+      vim.ui.select = saved
+      on_choice(nil, nil)
+    end
+    vim.cmd('Ctxd restore')
+    t.wait_for(function()
+      return offered
+    end, 'the choices', 20000)
+    t.eq(1, #offered, vim.inspect(offered))
+    t.matches('^Files only', offered[1])
+    t.eq('v2\n', h.read('calc.py'))
+  end)
+end)
