@@ -51,6 +51,7 @@ export const COMMANDS = {
   deleteSnapshot: 'ctxd.deleteSnapshot',
   undoRestore: 'ctxd.undoRestore',
   openArchived: 'ctxd.openArchived',
+  showStatus: 'ctxd.showStatus',
 } as const;
 
 export const STRATEGY_ITEMS: PickItem<CompactStrategy>[] = [

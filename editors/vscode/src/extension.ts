@@ -7,7 +7,7 @@
 import { randomBytes } from 'node:crypto';
 import { CtxdService, type CtxdApi } from './api';
 import { BreakdownController } from './breakdownPanel';
-import { COMMANDS, compactFlow, restoreFlow, rollbackFlow, snapshotFlow } from './commands';
+import { COMMANDS, attempt, compactFlow, restoreFlow, rollbackFlow, snapshotFlow } from './commands';
 import { createClient } from './client';
 import { Daemon, DaemonStartError } from './daemon';
 import { ACTIONS, FailureNotices } from './failures';
@@ -24,6 +24,7 @@ import {
   resolveDaemonCommand,
   shouldNotify,
 } from './settings';
+import { statusMarkdown } from './statusReport';
 import { deleteSnapshotFlow, restoreSnapshotFlow, showChangesFlow, undoRestoreFlow } from './snapshots';
 import { TIER_ACTIONS, TierWatcher, tierMessage } from './tierNotices';
 import { CompactionsModel, SnapshotsModel, ThreadsModel, threadNode, type TreeNode } from './trees';
@@ -250,6 +251,10 @@ export async function activate(context: vsc.ExtensionContext): Promise<CtxdApi> 
       const history = await service.getHistory({ workspace, thread, includeArchived: true });
       const archived = history.items.filter((i) => (i as { archived?: boolean }).archived);
       await vsc.openReadOnly(`archived/${thread}.json`, JSON.stringify(archived, null, 2), 'json');
+    },
+    [COMMANDS.showStatus]: async () => {
+      const status = await attempt(ui, 'Reading the status', () => service.status());
+      if (status) await vsc.openReadOnly('ctxd-status.md', statusMarkdown(status), 'markdown');
     },
     [COMMANDS.refreshViews]: () => [threads, snapshots, compactions].forEach((m) => m.refresh()),
   };

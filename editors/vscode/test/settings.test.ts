@@ -111,6 +111,23 @@ describe('package.json', () => {
     }
     assert.deepEqual(props['ctxd.notifications'].enum, ['all', 'warnings', 'errors', 'none']);
   });
+  test('settings are shown daemon command first, in a fixed order', () => {
+    const ordered = Object.entries(props).sort((a, b) => a[1].order - b[1].order).map(([k]) => k);
+    assert.equal(ordered[0], 'ctxd.daemon.command');
+    assert.deepEqual(new Set(Object.values(props).map((p) => p.order)).size, ordered.length);
+    assert.match(props['ctxd.daemon.command'].markdownDescription, /pip install ctxd-daemon/);
+  });
+  test('runs where the files are; trust limits what a workspace may set', () => {
+    assert.deepEqual(manifest.extensionKind, ['workspace']);
+    assert.deepEqual(manifest.capabilities.untrustedWorkspaces.restrictedConfigurations, ['ctxd.daemon.command', 'ctxd.llm.baseUrl']);
+  });
+  test('the ctxd view has the three trees, and every menu entry names a declared command', () => {
+    assert.deepEqual(manifest.contributes.views.ctxd.map((v: { name: string }) => v.name), ['Threads', 'Snapshots', 'Compactions']);
+    const declared = new Set(manifest.contributes.commands.map((c: { command: string }) => c.command));
+    for (const entries of Object.values(manifest.contributes.menus) as { command: string }[][]) {
+      for (const e of entries) assert.ok(declared.has(e.command), e.command);
+    }
+  });
   test('contributes exactly the commands the extension registers', () => {
     const declared = manifest.contributes.commands.map((c: { command: string }) => c.command).sort();
     assert.deepEqual(declared, Object.values(COMMANDS).sort());

@@ -6,6 +6,7 @@ import { friendlyError } from '../src/errors';
 import { ACTIONS, FailureNotices } from '../src/failures';
 import { Method } from '../src/protocol';
 import { menuItems } from '../src/quickMenu';
+import { statusMarkdown } from '../src/statusReport';
 import { TIER_ACTIONS, TierWatcher, tierMessage } from '../src/tierNotices';
 import { usage } from './fixtures';
 
@@ -16,14 +17,14 @@ describe('status item menu', () => {
     const items = menuItems({ down: undefined, supports: all, thread: 'e2e' });
     assert.deepEqual(
       items.map((i) => i.value),
-      [COMMANDS.showUsage, COMMANDS.compactNow, COMMANDS.snapshot, COMMANDS.switchThread, COMMANDS.restore, COMMANDS.showLog],
+      [COMMANDS.showUsage, COMMANDS.compactNow, COMMANDS.snapshot, COMMANDS.switchThread, COMMANDS.restore, COMMANDS.showStatus, COMMANDS.showLog],
     );
     assert.equal(items[0].label, '$(graph) Open breakdown');
     assert.equal(items[1].description, 'thread "e2e"');
   });
 
   test('what the daemon does not serve is left out', () => {
-    const items = menuItems({ down: undefined, supports: (m) => m !== Method.ghostSnapshot && m !== Method.ghostRestore, thread: 'x' });
+    const items = menuItems({ down: undefined, supports: (m) => m !== Method.ghostSnapshot && m !== Method.ghostRestore && m !== Method.status, thread: 'x' });
     assert.deepEqual(items.map((i) => i.value), [COMMANDS.showUsage, COMMANDS.compactNow, COMMANDS.switchThread, COMMANDS.showLog]);
   });
 
@@ -84,6 +85,26 @@ describe('failure notices', () => {
       ACTIONS.restart,
       ACTIONS.showLog,
     ]);
+  });
+});
+
+describe('status page', () => {
+  test('problems first with their source and key, then tokenizers, agents, trust', () => {
+    const md = statusMarkdown({
+      version: '0.2.0',
+      protocolVersion: 2,
+      stateDir: '/s',
+      trusted: false,
+      problems: [{ source: '.ctxd.toml', key: 'llm.base_url', message: 'ignored: the workspace is not trusted' }],
+      tokenizers: [{ name: 'o200k_base', status: 'exact' }],
+      sources: [{ agent: 'codex', root: '/h/.codex', enabled: true, sessions: 2 }],
+    });
+    assert.ok(md.startsWith('# ctxd 0.2.0 (protocol 2)\n'));
+    assert.match(md, /- \*\*\.ctxd\.toml `llm\.base_url`\*\*: ignored: the workspace is not trusted/);
+    assert.match(md, /- o200k_base: exact/);
+    assert.match(md, /- codex: 2 sessions \(\/h\/\.codex\)/);
+    assert.match(md, /Trusted: no \(settings that reach off the machine are ignored\)/);
+    assert.ok(md.indexOf('## Problems') < md.indexOf('## Token counting'));
   });
 });
 

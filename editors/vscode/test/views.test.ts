@@ -6,6 +6,7 @@ import { after, before, describe, test } from 'node:test';
 import { CtxdService } from '../src/api';
 import { COMMANDS, type PickItem, type Severity, type Ui } from '../src/commands';
 import { type DiffFile, Method } from '../src/protocol';
+import { statusMarkdown } from '../src/statusReport';
 import { UNDO_RESTORE, deleteSnapshotFlow, restoreSnapshotFlow, showChangesFlow } from '../src/snapshots';
 import { CompactionsModel, SnapshotsModel, ThreadsModel, threadNode } from '../src/trees';
 import { type Daemon, assistantMessage, startDaemon, userMessage, waitFor } from './daemon';
@@ -187,6 +188,16 @@ describe('views and snapshot actions (real daemon)', () => {
     assert.equal(opened.length, 1);
     assert.equal(opened[0].before, 'before\n');
     assert.equal(opened[0].status, 'modified');
+  });
+
+  test('Show status renders what ctxd/status says (protocol v2)', async (t) => {
+    if (!service.supports(Method.status)) return t.skip('this daemon does not serve ctxd/status yet (protocol v2)');
+    const status = await service.status();
+    assert.equal(status.protocolVersion, 2);
+    assert.equal(status.trusted, false);
+    const md = statusMarkdown(status);
+    assert.ok(md.startsWith(`# ctxd ${status.version} (protocol 2)`), md);
+    assert.match(md, /Trusted: no/);
   });
 
   test('Delete asks first, then the snapshot is gone (protocol v2)', async (t) => {

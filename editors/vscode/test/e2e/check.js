@@ -9,6 +9,7 @@
 //   vscode-breakdown-dark.png  the same page in the dark theme
 //   vscode-compacted.png    Compact now from the page: exactly one message about it
 //   vscode-views.png        the ctxd activity-bar view: Threads, Snapshots, Compactions
+//   vscode-status.png       "Show status" from the menu: ctxd/status as a page (trust passed = yes)
 //   vscode-crash-storm.png  a daemon that keeps crashing: "stopped after 5 crashes" with Restart, also on the page
 //   vscode-not-installed.png  a Python without ctxd: one notification with Install / Set path / Show log
 // CTXD_E2E_MODE picks the session: `main` (a working daemon; everything up to the views), `crash`
@@ -119,202 +120,223 @@ async function shot(page, name) {
 }
 
 async function checkMain(page) {
-    // --- the gauge, in the warn tier after the agent's report --------------------------------
-    const resultFile = path.join(workspace, '.ctxd-e2e', 'result.json');
-    const result = await until('the agent extension to record', () =>
-      fs.existsSync(resultFile) ? JSON.parse(fs.readFileSync(resultFile, 'utf8')) : undefined,
-    );
-    if (!result.ok) throw new Error(`the agent extension failed: ${result.error}`);
-    if (result.usage.tier !== 'warn') throw new Error(`the agent's report should be in the warn tier: ${JSON.stringify(result.usage)}`);
-    const expected = gaugeText(result.usage);
-    const visible = expected.replace(/^\$\([^)]*\)\s*/, '');
-    log(`daemon reported ${JSON.stringify(result.usage)}; expecting the gauge "${expected}"`);
-    await gaugeShows(page, visible);
-    const item = (await statusItems(page)).find((i) => i.text.includes(visible));
-    log(`status bar shows "${item.text}" (id ${item.id})`);
-    const gaugeLook = await page.evaluate((want) => {
-      const el = [...document.querySelectorAll('.statusbar-item')].find((e) => (e.textContent || '').includes(want));
-      return { icon: !!el.querySelector('.codicon-pulse'), warning: el.classList.contains('warning-kind') || getComputedStyle(el).backgroundColor };
-    }, visible);
-    if (!gaugeLook.icon) throw new Error('the gauge has no $(pulse) icon');
-    log(`gauge background: ${JSON.stringify(gaugeLook.warning)}`);
-    await shot(page, 'vscode-gauge.png');
+  // --- the gauge, in the warn tier after the agent's report --------------------------------
+  const resultFile = path.join(workspace, '.ctxd-e2e', 'result.json');
+  const result = await until('the agent extension to record', () =>
+    fs.existsSync(resultFile) ? JSON.parse(fs.readFileSync(resultFile, 'utf8')) : undefined,
+  );
+  if (!result.ok) throw new Error(`the agent extension failed: ${result.error}`);
+  if (result.usage.tier !== 'warn') throw new Error(`the agent's report should be in the warn tier: ${JSON.stringify(result.usage)}`);
+  const expected = gaugeText(result.usage);
+  const visible = expected.replace(/^\$\([^)]*\)\s*/, '');
+  log(`daemon reported ${JSON.stringify(result.usage)}; expecting the gauge "${expected}"`);
+  await gaugeShows(page, visible);
+  const item = (await statusItems(page)).find((i) => i.text.includes(visible));
+  log(`status bar shows "${item.text}" (id ${item.id})`);
+  const gaugeLook = await page.evaluate((want) => {
+    const el = [...document.querySelectorAll('.statusbar-item')].find((e) => (e.textContent || '').includes(want));
+    return { icon: !!el.querySelector('.codicon-pulse'), warning: el.classList.contains('warning-kind') || getComputedStyle(el).backgroundColor };
+  }, visible);
+  if (!gaugeLook.icon) throw new Error('the gauge has no $(pulse) icon');
+  log(`gauge background: ${JSON.stringify(gaugeLook.warning)}`);
+  await shot(page, 'vscode-gauge.png');
 
-    // --- one notification for the crossing into warn ------------------------------------------
-    const left = formatTokens(result.usage.autoCompactLimit - result.usage.usedTokens);
-    const tier = await waitToast(page, /ctxd: thread "e2e" is at .* left before auto-compact/, 'the warn-tier notification');
-    if (!tier.text.includes(`${left} left before auto-compact`)) throw new Error(`the warn notification: ${tier.text}`);
-    if (JSON.stringify(tier.buttons) !== JSON.stringify(['Compact now', 'Open breakdown'])) {
-      throw new Error(`the warn notification's actions: ${JSON.stringify(tier.buttons)}`);
-    }
-    const tierCount = (await toasts(page)).filter((t) => /left before auto-compact/.test(t.text)).length;
-    if (tierCount !== 1) throw new Error(`${tierCount} warn notifications, want 1`);
-    log(`warn notification: "${tier.text}" ${JSON.stringify(tier.buttons)}`);
-    await shot(page, 'vscode-tier-warning.png');
-    await clearToasts(page);
+  // --- one notification for the crossing into warn ------------------------------------------
+  const left = formatTokens(result.usage.autoCompactLimit - result.usage.usedTokens);
+  const tier = await waitToast(page, /ctxd: thread "e2e" is at .* left before auto-compact/, 'the warn-tier notification');
+  if (!tier.text.includes(`${left} left before auto-compact`)) throw new Error(`the warn notification: ${tier.text}`);
+  if (JSON.stringify(tier.buttons) !== JSON.stringify(['Compact now', 'Open breakdown'])) {
+    throw new Error(`the warn notification's actions: ${JSON.stringify(tier.buttons)}`);
+  }
+  const tierCount = (await toasts(page)).filter((t) => /left before auto-compact/.test(t.text)).length;
+  if (tierCount !== 1) throw new Error(`${tierCount} warn notifications, want 1`);
+  log(`warn notification: "${tier.text}" ${JSON.stringify(tier.buttons)}`);
+  await shot(page, 'vscode-tier-warning.png');
+  await clearToasts(page);
 
-    // --- tooltip ---------------------------------------------------------------------------------
-    const box = await page.evaluate((want) => {
-      const el = [...document.querySelectorAll('.statusbar-item')].find((e) => (e.textContent || '').includes(want));
-      const r = el.getBoundingClientRect();
-      return { x: r.x + r.width / 2, y: r.y + r.height / 2 };
-    }, visible);
-    await page.mouse.move(box.x, box.y);
-    const hover = await page
-      .waitForFunction(
-        () => {
-          const h = [...document.querySelectorAll('.workbench-hover, .monaco-hover')].find((e) =>
-            (e.textContent || '').includes('Top categories'),
-          );
-          return h ? h.textContent : false;
-        },
-        { timeout: 15_000, polling: 'mutation' },
-      )
-      .then((h) => h.jsonValue());
-    if (!/Messages: /.test(hover)) throw new Error(`the tooltip lacks the Messages category: ${hover}`);
-    log('tooltip lists the top categories');
-    await shot(page, 'vscode-tooltip.png');
-    await page.mouse.move(10, 10);
+  // --- tooltip ---------------------------------------------------------------------------------
+  const box = await page.evaluate((want) => {
+    const el = [...document.querySelectorAll('.statusbar-item')].find((e) => (e.textContent || '').includes(want));
+    const r = el.getBoundingClientRect();
+    return { x: r.x + r.width / 2, y: r.y + r.height / 2 };
+  }, visible);
+  await page.mouse.move(box.x, box.y);
+  const hover = await page
+    .waitForFunction(
+      () => {
+        const h = [...document.querySelectorAll('.workbench-hover, .monaco-hover')].find((e) =>
+          (e.textContent || '').includes('Top categories'),
+        );
+        return h ? h.textContent : false;
+      },
+      { timeout: 15_000, polling: 'mutation' },
+    )
+    .then((h) => h.jsonValue());
+  if (!/Messages: /.test(hover)) throw new Error(`the tooltip lacks the Messages category: ${hover}`);
+  log('tooltip lists the top categories');
+  await shot(page, 'vscode-tooltip.png');
+  await page.mouse.move(10, 10);
 
-    // --- the quick menu ---------------------------------------------------------------------------
-    await clickGauge(page, visible);
-    await page.waitForSelector('.quick-input-widget .monaco-list-row', { visible: true, timeout: TIMEOUT });
-    const menu = await page.$$eval('.quick-input-widget .monaco-list-row', (rows) => rows.map((r) => r.getAttribute('aria-label') || r.textContent || ''));
-    for (const want of ['Open breakdown', 'Compact now', 'Snapshot now', 'Switch thread', 'Restore']) {
-      if (!menu.some((m) => m.includes(want))) throw new Error(`the menu lacks "${want}": ${JSON.stringify(menu)}`);
-    }
-    log(`menu: ${JSON.stringify(menu)}`);
-    await shot(page, 'vscode-menu.png');
-    await page.evaluate(() => {
-      const row = [...document.querySelectorAll('.quick-input-widget .monaco-list-row')].find((r) => (r.getAttribute('aria-label') || r.textContent || '').includes('Open breakdown'));
-      row.click();
+  // --- the quick menu ---------------------------------------------------------------------------
+  await clickGauge(page, visible);
+  await page.waitForSelector('.quick-input-widget .monaco-list-row', { visible: true, timeout: TIMEOUT });
+  const menu = await page.$$eval('.quick-input-widget .monaco-list-row', (rows) => rows.map((r) => r.getAttribute('aria-label') || r.textContent || ''));
+  for (const want of ['Open breakdown', 'Compact now', 'Snapshot now', 'Switch thread', 'Restore']) {
+    if (!menu.some((m) => m.includes(want))) throw new Error(`the menu lacks "${want}": ${JSON.stringify(menu)}`);
+  }
+  log(`menu: ${JSON.stringify(menu)}`);
+  await shot(page, 'vscode-menu.png');
+  await page.evaluate(() => {
+    const row = [...document.querySelectorAll('.quick-input-widget .monaco-list-row')].find((r) => (r.getAttribute('aria-label') || r.textContent || '').includes('Open breakdown'));
+    row.click();
+  });
+
+  // --- the breakdown page -----------------------------------------------------------------------
+  await page.waitForFunction(
+    () => [...document.querySelectorAll('.tab')].some((t) => (t.getAttribute('aria-label') || t.textContent || '').includes('Context Usage')),
+    { timeout: TIMEOUT, polling: 'mutation' },
+  );
+  const total = `${formatTokens(result.usage.usedTokens)}/${formatTokens(result.usage.contextWindow)} tokens`;
+  const { frame, text: body } = await breakdownFrame(page, /Tier /);
+  const checks = [
+    [total, 'the total'],
+    [headroomText(result.usage), 'the tokens left before auto-compact'],
+    [accuracyText(result.usage), 'whether the count is exact, and why'],
+    ['Compact now', 'the Compact button'],
+    ['Snapshot now', 'the Snapshot button'],
+    ['Built-in tools', 'the legend'],
+    ['Messages', 'the messages row'],
+  ];
+  for (const [want, what] of checks) if (!body.includes(want)) throw new Error(`the breakdown lacks ${what} ("${want}"):\n${body}`);
+  for (const raw of ['toolResults', 'userMessages', 'assistantMessages', 'baseInstructions', '(unattributed)']) {
+    if (body.includes(raw)) throw new Error(`the breakdown shows the raw name ${raw}`);
+  }
+  const layout = await frame.evaluate(() => {
+    const grid = document.querySelector('.grid').getBoundingClientRect();
+    const legend = document.querySelector('.legend').getBoundingClientRect();
+    return { gridRight: grid.right, legendLeft: legend.left, gridTop: grid.top, legendTop: legend.top };
+  });
+  if (!(layout.legendLeft >= layout.gridRight && Math.abs(layout.legendTop - layout.gridTop) < 40)) {
+    throw new Error(`the legend is not beside the grid: ${JSON.stringify(layout)}`);
+  }
+  // Open the Messages details: human names inside.
+  await frame.evaluate(() => document.querySelector('details[data-category="messages"]').setAttribute('open', ''));
+  const details = await frame.evaluate(() => document.querySelector('details[data-category="messages"]').innerText);
+  if (!/Tool results/.test(details)) throw new Error(`the Messages details lack "Tool results": ${details}`);
+  log('breakdown: total, tokens left, accuracy, buttons, legend beside the grid, human names');
+  await shot(page, 'vscode-breakdown.png');
+
+  // The same page in the dark theme (VS Code applies an edited settings.json live).
+  const swatch = (f) => f.evaluate(() => getComputedStyle(document.querySelector('.legend .c-builtinTools')).backgroundColor + ' | ' + getComputedStyle(document.querySelector('.legend .c-mcpTools')).backgroundColor);
+  const lightSwatches = await swatch(frame);
+  await page.emulateMediaFeatures([{ name: 'prefers-color-scheme', value: 'dark' }]);
+  await page.waitForFunction(() => document.querySelector('.monaco-workbench.vs-dark'), { timeout: TIMEOUT });
+  const dark = await breakdownFrame(page, /Tier /);
+  await dark.frame.evaluate(() => document.querySelector('details[data-category="messages"]').setAttribute('open', ''));
+  const darkSwatches = await swatch(dark.frame);
+  const [b, m] = darkSwatches.split(' | ');
+  if (b === m) throw new Error(`built-in and MCP swatches are the same colour in the dark theme: ${darkSwatches}`);
+  log(`swatches built-in | MCP: light ${lightSwatches}; dark ${darkSwatches}`);
+  await shot(page, 'vscode-breakdown-dark.png');
+
+  // --- Compact now, from the page: one message --------------------------------------------------
+  await dark.frame.evaluate(() => document.querySelector('#compact').click());
+  const compacted = await waitToast(page, /Compacted .* → .* tokens/, 'the compaction message');
+  await new Promise((r) => setTimeout(r, 1500)); // a second message would have arrived by now
+  const about = (await toasts(page)).filter((t) => /compact/i.test(t.text) && !/left before auto-compact/.test(t.text));
+  if (about.length !== 1) throw new Error(`${about.length} messages about the compaction, want 1: ${JSON.stringify(about)}`);
+  log(`one compaction message: "${compacted.text}"`);
+  await shot(page, 'vscode-compacted.png');
+  await clearToasts(page);
+
+  // --- the activity-bar view --------------------------------------------------------------------
+  await page.evaluate(() => {
+    const a = [...document.querySelectorAll('.activitybar .action-item a, .activitybar .action-item')].find((e) => (e.getAttribute('aria-label') || '').startsWith('ctxd'));
+    a.click();
+  });
+  const views = await until('the ctxd view with its three trees and their rows', async () => {
+    const v = await page.evaluate(() => {
+      const panes = [...document.querySelectorAll('.pane')].map((p) => ({
+        title: (p.querySelector('.pane-header .title')?.textContent || '').trim(),
+        rows: [...p.querySelectorAll('.monaco-list-row')].map((r) => (r.textContent || '').trim()),
+      }));
+      return panes.filter((p) => ['Threads', 'Snapshots', 'Compactions'].includes(p.title));
     });
+    const by = Object.fromEntries(v.map((p) => [p.title, p.rows]));
+    const ok =
+      by.Threads?.some((r) => r.includes('e2e') || r.includes('Step 0')) &&
+      by.Snapshots?.some((r) => r.includes('e2e checkpoint')) &&
+      by.Compactions?.some((r) => /→ .* tokens/.test(r));
+    return ok ? by : false;
+  });
+  log(`views: ${JSON.stringify(views)}`);
+  await shot(page, 'vscode-views.png');
 
-    // --- the breakdown page -----------------------------------------------------------------------
-    await page.waitForFunction(
-      () => [...document.querySelectorAll('.tab')].some((t) => (t.getAttribute('aria-label') || t.textContent || '').includes('Context Usage')),
-      { timeout: TIMEOUT, polling: 'mutation' },
-    );
-    const total = `${formatTokens(result.usage.usedTokens)}/${formatTokens(result.usage.contextWindow)} tokens`;
-    const { frame, text: body } = await breakdownFrame(page, /Tier /);
-    const checks = [
-      [total, 'the total'],
-      [headroomText(result.usage), 'the tokens left before auto-compact'],
-      [accuracyText(result.usage), 'whether the count is exact, and why'],
-      ['Compact now', 'the Compact button'],
-      ['Snapshot now', 'the Snapshot button'],
-      ['Built-in tools', 'the legend'],
-      ['Messages', 'the messages row'],
-    ];
-    for (const [want, what] of checks) if (!body.includes(want)) throw new Error(`the breakdown lacks ${what} ("${want}"):\n${body}`);
-    for (const raw of ['toolResults', 'userMessages', 'assistantMessages', 'baseInstructions', '(unattributed)']) {
-      if (body.includes(raw)) throw new Error(`the breakdown shows the raw name ${raw}`);
-    }
-    const layout = await frame.evaluate(() => {
-      const grid = document.querySelector('.grid').getBoundingClientRect();
-      const legend = document.querySelector('.legend').getBoundingClientRect();
-      return { gridRight: grid.right, legendLeft: legend.left, gridTop: grid.top, legendTop: legend.top };
-    });
-    if (!(layout.legendLeft >= layout.gridRight && Math.abs(layout.legendTop - layout.gridTop) < 40)) {
-      throw new Error(`the legend is not beside the grid: ${JSON.stringify(layout)}`);
-    }
-    // Open the Messages details: human names inside.
-    await frame.evaluate(() => document.querySelector('details[data-category="messages"]').setAttribute('open', ''));
-    const details = await frame.evaluate(() => document.querySelector('details[data-category="messages"]').innerText);
-    if (!/Tool results/.test(details)) throw new Error(`the Messages details lack "Tool results": ${details}`);
-    log('breakdown: total, tokens left, accuracy, buttons, legend beside the grid, human names');
-    await shot(page, 'vscode-breakdown.png');
-
-    // The same page in the dark theme (VS Code applies an edited settings.json live).
-    const swatch = (f) => f.evaluate(() => getComputedStyle(document.querySelector('.legend .c-builtinTools')).backgroundColor + ' | ' + getComputedStyle(document.querySelector('.legend .c-mcpTools')).backgroundColor);
-    const lightSwatches = await swatch(frame);
-    await page.emulateMediaFeatures([{ name: 'prefers-color-scheme', value: 'dark' }]);
-    await page.waitForFunction(() => document.querySelector('.monaco-workbench.vs-dark'), { timeout: TIMEOUT });
-    const dark = await breakdownFrame(page, /Tier /);
-    await dark.frame.evaluate(() => document.querySelector('details[data-category="messages"]').setAttribute('open', ''));
-    const darkSwatches = await swatch(dark.frame);
-    const [b, m] = darkSwatches.split(' | ');
-    if (b === m) throw new Error(`built-in and MCP swatches are the same colour in the dark theme: ${darkSwatches}`);
-    log(`swatches built-in | MCP: light ${lightSwatches}; dark ${darkSwatches}`);
-    await shot(page, 'vscode-breakdown-dark.png');
-
-    // --- Compact now, from the page: one message --------------------------------------------------
-    await dark.frame.evaluate(() => document.querySelector('#compact').click());
-    const compacted = await waitToast(page, /Compacted .* → .* tokens/, 'the compaction message');
-    await new Promise((r) => setTimeout(r, 1500)); // a second message would have arrived by now
-    const about = (await toasts(page)).filter((t) => /compact/i.test(t.text) && !/left before auto-compact/.test(t.text));
-    if (about.length !== 1) throw new Error(`${about.length} messages about the compaction, want 1: ${JSON.stringify(about)}`);
-    log(`one compaction message: "${compacted.text}"`);
-    await shot(page, 'vscode-compacted.png');
-    await clearToasts(page);
-
-    // --- the activity-bar view --------------------------------------------------------------------
-    await page.evaluate(() => {
-      const a = [...document.querySelectorAll('.activitybar .action-item a, .activitybar .action-item')].find((e) => (e.getAttribute('aria-label') || '').startsWith('ctxd'));
-      a.click();
-    });
-    const views = await until('the ctxd view with its three trees and their rows', async () => {
-      const v = await page.evaluate(() => {
-        const panes = [...document.querySelectorAll('.pane')].map((p) => ({
-          title: (p.querySelector('.pane-header .title')?.textContent || '').trim(),
-          rows: [...p.querySelectorAll('.monaco-list-row')].map((r) => (r.textContent || '').trim()),
-        }));
-        return panes.filter((p) => ['Threads', 'Snapshots', 'Compactions'].includes(p.title));
-      });
-      const by = Object.fromEntries(v.map((p) => [p.title, p.rows]));
-      const ok =
-        by.Threads?.some((r) => r.includes('e2e') || r.includes('Step 0')) &&
-        by.Snapshots?.some((r) => r.includes('e2e checkpoint')) &&
-        by.Compactions?.some((r) => /→ .* tokens/.test(r));
-      return ok ? by : false;
-    });
-    log(`views: ${JSON.stringify(views)}`);
-    await shot(page, 'vscode-views.png');
+  // --- Show status, from the menu: the daemon's own view of its health ----------------------------
+  await page.evaluate(() => {
+    const el = document.getElementById('ctxd.ctxd.ctxd.gauge');
+    (el.querySelector('a') || el).click();
+  });
+  await page.waitForSelector('.quick-input-widget .monaco-list-row', { visible: true, timeout: TIMEOUT });
+  await page.evaluate(() => {
+    const row = [...document.querySelectorAll('.quick-input-widget .monaco-list-row')].find((r) => (r.getAttribute('aria-label') || '').includes('Show status'));
+    row.click();
+  });
+  const statusText = await until('the status page', () =>
+    page.evaluate(() => {
+      // Monaco draws spaces as no-break spaces.
+      const text = [...document.querySelectorAll('.editor-instance .view-lines')].map((e) => e.innerText).join('\n').replace(/\u00a0/g, ' ');
+      return /## Problems/.test(text) && /## Token counting/.test(text) ? text : false;
+    }),
+  );
+  if (!/Trusted: yes/.test(statusText)) throw new Error(`the status page does not say the workspace is trusted:\n${statusText}`);
+  log('status page: problems, token counting, agents, trust');
+  await shot(page, 'vscode-status.png');
 
 }
 
 async function checkCrashStorm(page) {
-    // --- a crash storm -----------------------------------------------------------------------------
-    // The daemon dies five seconds after each start: the client restarts it four times, then stops.
-    await gaugeShows(page, 'ctxd stopped', 150_000);
-    const storm = await waitToast(page, /ctxd stopped after 5 crashes in 3 minutes/, 'the crash-storm notification');
-    if (!storm.buttons.includes('Restart')) throw new Error(`the crash-storm notification lacks Restart: ${JSON.stringify(storm)}`);
-    const stops = (await toasts(page)).filter((t) => /stopped|not running|exited/i.test(t.text));
-    if (stops.length !== 1) throw new Error(`${stops.length} notifications about the stop, want 1: ${JSON.stringify(stops)}`);
-    // The menu still opens the breakdown, which says why nothing is shown.
-    await clickGauge(page, 'ctxd stopped');
-    await page.waitForSelector('.quick-input-widget .monaco-list-row', { visible: true, timeout: TIMEOUT });
-    const menu = await page.$$eval('.quick-input-widget .monaco-list-row', (rows) => rows.map((r) => r.getAttribute('aria-label') || ''));
-    if (!menu[0].includes('Restart daemon')) throw new Error(`the menu of a stopped daemon: ${JSON.stringify(menu)}`);
-    await page.evaluate(() => {
-      const row = [...document.querySelectorAll('.quick-input-widget .monaco-list-row')].find((r) => (r.getAttribute('aria-label') || '').includes('Open breakdown'));
-      row.click();
-    });
-    const down = await breakdownFrame(page, /stopped after 5 crashes in 3 minutes/);
-    if (!/Restart/.test(down.text)) throw new Error(`the breakdown of a stopped daemon lacks Restart: ${down.text}`);
-    const allToasts = await toasts(page);
-    if (allToasts.some((t) => RAW_RPC.test(t.text))) throw new Error(`a raw JSON-RPC message was shown: ${JSON.stringify(allToasts)}`);
-    log(`crash storm: "${storm.text}" ${JSON.stringify(storm.buttons)}; the breakdown says so`);
-    await shot(page, 'vscode-crash-storm.png');
-    await clearToasts(page);
+  // --- a crash storm -----------------------------------------------------------------------------
+  // The daemon dies five seconds after each start: the client restarts it four times, then stops.
+  await gaugeShows(page, 'ctxd stopped', 150_000);
+  const storm = await waitToast(page, /ctxd stopped after 5 crashes in 3 minutes/, 'the crash-storm notification');
+  if (!storm.buttons.includes('Restart')) throw new Error(`the crash-storm notification lacks Restart: ${JSON.stringify(storm)}`);
+  const stops = (await toasts(page)).filter((t) => /stopped|not running|exited/i.test(t.text));
+  if (stops.length !== 1) throw new Error(`${stops.length} notifications about the stop, want 1: ${JSON.stringify(stops)}`);
+  // The menu still opens the breakdown, which says why nothing is shown.
+  await clickGauge(page, 'ctxd stopped');
+  await page.waitForSelector('.quick-input-widget .monaco-list-row', { visible: true, timeout: TIMEOUT });
+  const menu = await page.$$eval('.quick-input-widget .monaco-list-row', (rows) => rows.map((r) => r.getAttribute('aria-label') || ''));
+  if (!menu[0].includes('Restart daemon')) throw new Error(`the menu of a stopped daemon: ${JSON.stringify(menu)}`);
+  await page.evaluate(() => {
+    const row = [...document.querySelectorAll('.quick-input-widget .monaco-list-row')].find((r) => (r.getAttribute('aria-label') || '').includes('Open breakdown'));
+    row.click();
+  });
+  const down = await breakdownFrame(page, /stopped after 5 crashes in 3 minutes/);
+  if (!/Restart/.test(down.text)) throw new Error(`the breakdown of a stopped daemon lacks Restart: ${down.text}`);
+  const allToasts = await toasts(page);
+  if (allToasts.some((t) => RAW_RPC.test(t.text))) throw new Error(`a raw JSON-RPC message was shown: ${JSON.stringify(allToasts)}`);
+  log(`crash storm: "${storm.text}" ${JSON.stringify(storm.buttons)}; the breakdown says so`);
+  await shot(page, 'vscode-crash-storm.png');
+  await clearToasts(page);
 
 }
 
 async function checkNotInstalled(page) {
-    // --- not installed -----------------------------------------------------------------------------
-    // The daemon command is a Python that cannot import ctxd.
-    await gaugeShows(page, 'ctxd not installed');
-    const missing = await waitToast(page, /ctxd daemon is not installed/, 'the not-installed notification');
-    if (!missing.text.includes('pip install ctxd-daemon')) throw new Error(`the notification does not name ctxd-daemon: ${missing.text}`);
-    if (JSON.stringify(missing.buttons) !== JSON.stringify(['Install', 'Set path', 'Show log'])) {
-      throw new Error(`the not-installed actions: ${JSON.stringify(missing.buttons)}`);
-    }
-    const missingCount = (await toasts(page)).filter((t) => /not installed/.test(t.text)).length;
-    if (missingCount !== 1) throw new Error(`${missingCount} not-installed notifications, want 1`);
-    const after = await toasts(page);
-    if (after.some((t) => RAW_RPC.test(t.text))) throw new Error(`a raw JSON-RPC message was shown: ${JSON.stringify(after)}`);
-    log(`not installed: "${missing.text}" ${JSON.stringify(missing.buttons)}`);
-    await shot(page, 'vscode-not-installed.png');
+  // --- not installed -----------------------------------------------------------------------------
+  // The daemon command is a Python that cannot import ctxd.
+  await gaugeShows(page, 'ctxd not installed');
+  const missing = await waitToast(page, /ctxd daemon is not installed/, 'the not-installed notification');
+  if (!missing.text.includes('pip install ctxd-daemon')) throw new Error(`the notification does not name ctxd-daemon: ${missing.text}`);
+  if (JSON.stringify(missing.buttons) !== JSON.stringify(['Install', 'Set path', 'Show log'])) {
+    throw new Error(`the not-installed actions: ${JSON.stringify(missing.buttons)}`);
+  }
+  const missingCount = (await toasts(page)).filter((t) => /not installed/.test(t.text)).length;
+  if (missingCount !== 1) throw new Error(`${missingCount} not-installed notifications, want 1`);
+  const after = await toasts(page);
+  if (after.some((t) => RAW_RPC.test(t.text))) throw new Error(`a raw JSON-RPC message was shown: ${JSON.stringify(after)}`);
+  log(`not installed: "${missing.text}" ${JSON.stringify(missing.buttons)}`);
+  await shot(page, 'vscode-not-installed.png');
 }
 
 async function main() {

@@ -1,0 +1,33 @@
+/**
+ * `ctxd/status` as a short Markdown page ("ctxd: Show Status"): settings problems first, each with
+ * where it comes from, then the tokenizers, the followed agents and the trust verdict. Pure.
+ */
+import type { StatusResult } from './protocol';
+
+function line(s: string): string {
+  return s.replace(/\r?\n/g, ' ');
+}
+
+export function statusMarkdown(s: StatusResult): string {
+  const out = [`# ctxd ${line(s.version)} (protocol ${s.protocolVersion})`, ''];
+  out.push('## Problems', '');
+  if (s.problems.length === 0) out.push('None.');
+  for (const p of s.problems) out.push(`- **${line(p.source)}${p.key ? ` \`${line(p.key)}\`` : ''}**: ${line(p.message)}`);
+  out.push('', '## Token counting', '');
+  if (s.tokenizers.length === 0) out.push('No tokenizer loaded yet.');
+  for (const t of s.tokenizers) out.push(`- ${line(t.name)}: ${line(t.status)}`);
+  out.push('', '## Followed agents', '');
+  if (s.sources.length === 0) out.push('None.');
+  for (const src of s.sources) {
+    out.push(`- ${line(src.agent)}: ${src.enabled ? `${src.sessions} sessions` : 'off'} (${line(src.root)})`);
+  }
+  out.push(
+    '',
+    '## Workspace',
+    '',
+    `- Trusted: ${s.trusted ? 'yes' : 'no (settings that reach off the machine are ignored)'}`,
+    `- State folder: ${line(s.stateDir)}`,
+    '',
+  );
+  return out.join('\n');
+}
