@@ -191,7 +191,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--items", type=int, default=100_000)
     parser.add_argument("--quick", action="store_true", help="fewer repetitions (run.py's default)")
     args = parser.parse_args(argv)
-    calls, prompts, cold_repeats = (100, 3, 5) if args.quick else (300, 5, 9)
+    calls, prompts, cold_repeats = (100, 5, 5) if args.quick else (300, 7, 9)
     big, quarter = thread_items(args.items), thread_items(args.items // 4)
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="ctxd-bench-speed-") as tmp:
