@@ -145,7 +145,7 @@ export interface ThreadInfo {
 export interface GhostCommit {
   id: string;
   parent: string | null;
-  createdAt: string | number;
+  createdAt: string | number | null;
   message: string | null;
   fileCount: number;
   skipped: { path: string; reason: string }[];

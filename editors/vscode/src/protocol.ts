@@ -210,9 +210,9 @@ export interface ThreadInfo {
   updatedAt: string | number;
   /** v2 fields; a version 1 daemon leaves them out. */
   source?: 'client' | 'codex' | 'claude' | string;
-  title?: string;
-  model?: string;
-  lastActivity?: string | number;
+  title?: string | null;
+  model?: string | null;
+  lastActivity?: string | number | null;
   readOnly?: boolean;
   usage?: UsageSnapshot;
   cost?: Cost;
@@ -244,7 +244,7 @@ export interface DiffResult {
 export interface GhostCommit {
   id: string;
   parent: string | null;
-  createdAt: string | number;
+  createdAt: string | number | null;
   message: string | null;
   fileCount: number;
   skipped: { path: string; reason: string }[];

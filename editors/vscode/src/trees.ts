@@ -138,7 +138,7 @@ export function snapshotNode(s: GhostCommit, now: number): TreeNode {
     id: `snapshot:${s.id}`,
     label: s.message?.trim() || formatAge(s.createdAt, now),
     description: `${formatAge(s.createdAt, now)} · ${s.fileCount} files · ${shortId(s.id)}`,
-    tooltip: `${new Date(toMillis(s.createdAt)).toLocaleString()}\n${s.fileCount} files${s.skipped?.length ? `, ${s.skipped.length} skipped` : ''}`,
+    tooltip: `${s.createdAt ? new Date(toMillis(s.createdAt)).toLocaleString() : 'time unknown'}\n${s.fileCount} files${s.skipped?.length ? `, ${s.skipped.length} skipped` : ''}`,
     icon: 'device-camera',
     contextValue: 'snapshot',
     command: { command: COMMANDS.showSnapshotChanges, title: 'Show changes', arguments: [s] },

@@ -93,6 +93,7 @@ describe('pure helpers', () => {
     assert.equal(formatAge(now - 5 * 60_000, now), '5 min ago');
     assert.equal(formatAge(now - 26 * 3_600_000, now), '1 day ago');
     assert.equal(formatAge(now + 10_000, now), 'just now');
+    assert.equal(formatAge(null, now), 'time unknown');
   });
 });
 
