@@ -21,12 +21,13 @@ under B0-C8. A text with ideographs (or Hangul) adds a weight per byte of its GB
 Everything runs without a per-character Python loop, in a fixed number of C-level passes, because
 it must stay at least 20 times cheaper than tiktoken:
 
-1. `bytes.translate` maps each UTF-8 byte to its class, a number below 16;
-2. as one big integer, `x * 4097` (`x | x << 12`: the bits do not overlap) puts the previous
-   byte's class in the high nibble of every byte, so each byte becomes a pair code;
+1. `bytes.translate` maps each UTF-8 byte to its class, written as a hex digit;
+2. `binascii.unhexlify` turns each two digits into one byte, a pair code (previous class << 4 |
+   class): once from the first digit and once from the second, so that both halves together hold
+   every pair of neighbours;
 3. a second `bytes.translate` maps each pair code to its weight;
-4. `zlib.adler32` sums the weights (its low half is 1 + the byte sum modulo 65521, so the text
-   is summed in chunks small enough never to wrap).
+4. `zlib.adler32` sums the weights (its low half is 1 + the byte sum modulo 65521, so long texts
+   are summed in chunks small enough never to wrap).
 
 The weights are fitted by `bench/fit_estimator.py` on the training part of a corpus of real text
 from registry packages (`bench/real_corpus.py`); `bench/bench_tokens.py` reports the error on the
@@ -35,6 +36,7 @@ held-out part, per text class, and the speed.
 
 from __future__ import annotations
 
+import binascii
 import math
 import zlib
 from typing import Final, NamedTuple
@@ -71,6 +73,7 @@ def _range_table(bounds: tuple[int, ...]) -> bytes:
 
 
 CLASS_TABLE: Final = _class_table()
+HEX_TABLE: Final = bytes(b"0123456789abcdef"[cls] for cls in CLASS_TABLE)  # the class as a hex digit
 # Byte ranges of the legacy encodings: GBK (extension, symbols and kana, common hanzi, rarer
 # hanzi, user area) and CP949 (extension, symbols, common Hangul, hanja and the rest).
 GBK_BOUNDS: Final = (0x81, 0xA1, 0xB0, 0xD8, 0xF8, 0xFF)
@@ -173,11 +176,11 @@ class _Profile(NamedTuple):
 
 
 _adler32 = zlib.adler32
-_from_bytes = int.from_bytes
+_unhexlify = binascii.unhexlify
 _PROFILES: Final = {name: _Profile.build(w) for name, w in WEIGHTS.items()}
 _DEFAULT: Final = _PROFILES.get(DEFAULT_PROFILE)
-_CJK_BYTE: Final = bytes([CJK])
-_HANGUL_BYTE: Final = bytes([HANGUL])
+_CJK_DIGIT: Final = b"0123456789abcdef"[CJK : CJK + 1]
+_HANGUL_DIGIT: Final = b"0123456789abcdef"[HANGUL : HANGUL + 1]
 
 
 def estimate_tokens(text: str, profile: str = DEFAULT_PROFILE) -> int:
@@ -190,18 +193,25 @@ def estimate_tokens(text: str, profile: str = DEFAULT_PROFILE) -> int:
     except UnicodeEncodeError:  # lone surrogates: count them as the bytes they would be
         raw = text.encode("utf-8", "surrogatepass")
     n = len(raw)
-    classes = raw.translate(CLASS_TABLE)
-    # Byte i of the pair codes is (class of byte i-1, class of byte i); byte 0 pairs with a blank,
-    # so a leading word counts as a word after a space. Byte n, (last class, blank), is dropped.
-    table, offset, chunk = weights.pairs
-    costs = (_from_bytes(classes, "little") * 4097).to_bytes(n + 1, "little").translate(table)
-    if n < chunk:  # the common case, inlined: one adler32 call
-        total = (_adler32(costs) & 0xFFFF) - 1 - costs[n] - offset * n
+    digits = raw.translate(HEX_TABLE)
+    # A blank before the first byte (a leading word counts as a word after a space) and one after
+    # the last: the pairs (blank, c0), (c1, c2), ... and (c0, c1), (c2, c3), ..., one of the two
+    # ending with the padding pair (last class, blank), which is taken off below.
+    padded = b"0" + digits + b"0"
+    if n & 1:
+        first, second = _unhexlify(padded[:-1]), _unhexlify(padded[1:])
     else:
-        total = weights.pairs.total(costs) - costs[n] + offset
-    if _CJK_BYTE in classes:
+        first, second = _unhexlify(padded), _unhexlify(padded[1:-1])
+    table, offset, chunk = weights.pairs
+    first, second = first.translate(table), second.translate(table)
+    padding = table[CLASS_TABLE[raw[-1]] << 4]
+    if len(first) < chunk:  # the common case, inlined: one adler32 call per half
+        total = (_adler32(first) & 0xFFFF) + (_adler32(second) & 0xFFFF) - 2 - offset * n - padding
+    else:
+        total = weights.pairs.total(first) + weights.pairs.total(second) + offset - padding
+    if _CJK_DIGIT in digits:
         total += weights.gbk.total(text.encode("gbk", "replace").translate(weights.gbk.table))
-    if _HANGUL_BYTE in classes:
+    if _HANGUL_DIGIT in digits:
         total += weights.cp949.total(text.encode("cp949", "replace").translate(weights.cp949.table))
     return max(1, (total + SCALE // 2) // SCALE)
 
