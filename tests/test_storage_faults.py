@@ -116,6 +116,31 @@ def test_leftover_wal_of_another_database_is_refused(daemon_factory, state_dir: 
     assert texts(again, a) == ["a's own message"]
 
 
+def test_leftover_wal_after_a_checkpoint_still_names_its_owner(daemon_factory, state_dir: Path, two) -> None:
+    """A long session: the `-wal` was checkpointed and restarted, so the pages written at open are
+    no longer in it. The generation left behind must still say whose it is."""
+    a, b = two
+    first = daemon_factory([a, b])
+    record(first, a, "a's own message")
+    record(first, b, "b starts")
+    first.shutdown()
+    second = daemon_factory([b])
+    record(second, b, "b again")
+    path_a, path_b = db_of(state_dir, a), db_of(state_dir, b)
+    salt = Path(f"{path_b}-wal").read_bytes()[12:24]  # the header's salts change when the log restarts
+    big = "line of build output\n" * 1800  # ~37 KB per item: 150 items pass SQLite's 1000-page checkpoint
+    for n in range(15):
+        second.request("ctxd/record", {"workspace": b.as_uri(), "items": [
+            {"type": "function_call_output", "call_id": f"c{n}-{i}", "output": big} for i in range(10)]})
+    record(second, b, "after the restart")
+    assert Path(f"{path_b}-wal").read_bytes()[12:24] != salt, "the -wal did not restart: write more"
+    second.kill()
+    shutil.copy(f"{path_b}-wal", f"{path_a}-wal")
+    client = daemon_factory([a])
+    error = unavailable(lambda: texts(client, a))
+    assert str(path_a) in error.message and "-wal" in error.message
+
+
 @pytest.fixture
 def exclusive() -> Iterator[Callable[[Path], sqlite3.Connection]]:
     """Another process's exclusive transaction on a database (a sqlite3 connection of ours)."""

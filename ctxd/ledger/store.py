@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import sqlite3
 import threading
@@ -21,6 +22,8 @@ from typing import Any, Iterator
 from urllib.parse import quote
 
 from ctxd import errors
+
+log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 
@@ -123,6 +126,8 @@ class Store:
         self.readonly_reason: str | None = None
         self.generation = 0  # bumps when the file is reopened (after it was deleted)
         self._identity: tuple[int, int] | None = None
+        self._wal_generation: bytes | None = None  # the `-wal` header's salt last marked with the owner
+        self._marking = False
         self._db: sqlite3.Connection | None = None
         if readonly:
             with self._guard():
@@ -261,6 +266,35 @@ class Store:
                             pass  # the connection gives the transaction up when it closes
                     raise
             self._check_durable()
+            self._mark_wal_generation()
+
+    def _mark_wal_generation(self) -> None:
+        """Write the owner row into every `-wal` generation this store writes to: when the log
+        restarts after a checkpoint (its header's salt changes), the pages written before are gone
+        from it, and a leftover `-wal` must still say whose it is (see `_check_owner`)."""
+        if self.workspace is None or self._marking:
+            return
+        generation = self._read_wal_generation()
+        if generation is None or generation == self._wal_generation:
+            return
+        self._wal_generation = generation
+        self._marking = True
+        try:
+            with self._write() as db:
+                db.execute("INSERT OR REPLACE INTO meta VALUES ('workspace', ?)", (str(self.workspace),))
+        except StoreUnavailable as error:  # the caller's own write is committed: do not fail it
+            log.warning("could not mark %s-wal with its owner: %s", self.path, error.message)
+        finally:
+            self._marking = False
+        self._wal_generation = self._read_wal_generation()  # our own write may have restarted it
+
+    def _read_wal_generation(self) -> bytes | None:
+        try:
+            with open(f"{self.path}-wal", "rb") as handle:
+                header = handle.read(24)
+        except OSError:
+            return None
+        return header[12:24] if len(header) == 24 else None
 
     def _check_durable(self) -> None:
         """The file we wrote must still be the one at `path` (not deleted or replaced): a commit
@@ -282,6 +316,14 @@ class Store:
         """Create or upgrade the schema, and write the owner (meta.workspace) again: every
         session's `-wal` then carries it, so a leftover `-wal` beside another workspace's file is
         recognised. When this write fails (read-only, disk full), the store opens read-only."""
+        self._marking = True  # this write is the mark
+        try:
+            self._migrate_locked(workspace)
+        finally:
+            self._marking = False
+        self._wal_generation = self._read_wal_generation()
+
+    def _migrate_locked(self, workspace: Path | None) -> None:
         with self._write() as db:
             _run_script(db, _SCHEMA_V1)
             row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
