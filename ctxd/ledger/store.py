@@ -127,6 +127,7 @@ class Store:
         self.generation = 0  # bumps when the file is reopened (after it was deleted)
         self._identity: tuple[int, int] | None = None
         self._wal_generation: bytes | None = None  # the `-wal` header's salt last marked with the owner
+        self._wal_path = f"{path}-wal"
         self._marking = False
         self._db: sqlite3.Connection | None = None
         if readonly:
@@ -289,12 +290,19 @@ class Store:
         self._wal_generation = self._read_wal_generation()  # our own write may have restarted it
 
     def _read_wal_generation(self) -> bytes | None:
+        """The `-wal` header's checkpoint sequence and salts (bytes 12-24); raw calls, as this runs
+        after every commit."""
         try:
-            with open(f"{self.path}-wal", "rb") as handle:
-                header = handle.read(24)
+            fd = os.open(self._wal_path, os.O_RDONLY)
         except OSError:
             return None
-        return header[12:24] if len(header) == 24 else None
+        try:
+            header = os.pread(fd, 12, 12)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        return header if len(header) == 12 else None
 
     def _check_durable(self) -> None:
         """The file we wrote must still be the one at `path` (not deleted or replaced): a commit
