@@ -424,6 +424,8 @@ function M.format_snapshot(commit)
   elseif type(when) == 'string' then
     local date, time = when:match('^(%d+%-%d+%-%d+)T(%d+:%d+:%d+)')
     when = date and (date .. ' ' .. time) or when
+  else
+    when = '(time unknown)' -- createdAt may be null (protocol 2)
   end
   local message = commit.message
   if message == nil or message == vim.NIL or message == '' then

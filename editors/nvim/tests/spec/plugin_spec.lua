@@ -365,6 +365,16 @@ t.describe(':Ctxd', function()
   end)
 end)
 
+t.describe('snapshot rows', function()
+  t.it('name a snapshot with no time as such', function()
+    local ui = require('ctxd.ui')
+    t.eq('abcdef0123  2026-01-02 03:04:05  first  (3 files)',
+      ui.format_snapshot({ id = 'abcdef0123456', createdAt = '2026-01-02T03:04:05Z', message = 'first', fileCount = 3 }))
+    t.eq('abcdef0123  (time unknown)  (no message)  (3 files)',
+      ui.format_snapshot({ id = 'abcdef0123456', createdAt = vim.NIL, message = vim.NIL, fileCount = 3 }))
+  end)
+end)
+
 t.describe('help', function()
   t.it('doc/ctxd.txt has its tags, without duplicates', function()
     local doc = vim.api.nvim_get_runtime_file('doc/ctxd.txt', false)[1]
