@@ -8,6 +8,7 @@ with a message that names where the problem is.
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
@@ -18,7 +19,7 @@ from ctxd.errors import InvalidParams
 
 
 class _Item(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True)
+    model_config = ConfigDict(defer_build=True, extra="allow", strict=True)
 
 
 class InputText(_Item):
@@ -120,7 +121,12 @@ Item = Annotated[
 ]
 ITEM_TYPES = ("message", "function_call", "function_call_output", "custom_tool_call",
               "custom_tool_call_output", "reasoning", "ghost_snapshot", "compaction")
-_item_adapter: TypeAdapter[Any] = TypeAdapter(Item)
+
+
+@functools.cache
+def _item_adapter() -> TypeAdapter[Any]:
+    """Built on first use: pydantic's schema building is most of the daemon's start-up time."""
+    return TypeAdapter(Item)
 _TAGS = frozenset(ITEM_TYPES) | {"input_text", "output_text", "input_image", "refusal", "reasoning_text"}
 
 
@@ -157,7 +163,7 @@ def validate_items(raw: Any) -> list[dict[str, Any]]:
         if kind not in ITEM_TYPES:
             raise InvalidParams(f"items[{index}]: unknown item type {kind!r}; expected one of {', '.join(ITEM_TYPES)}")
         try:
-            _item_adapter.validate_python(item)
+            _item_adapter().validate_python(item)
         except ValidationError as error:
             raise InvalidParams(f"items[{index}] ({kind}): {describe_error(error)}") from None
     return raw

@@ -19,7 +19,7 @@ from ctxd.protocol.items import describe_error
 class Params(BaseModel):
     """Fields every `ctxd/*` request carries. Unknown fields are ignored, as LSP servers do."""
 
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, strict=True, extra="ignore")
+    model_config = ConfigDict(defer_build=True, alias_generator=to_camel, populate_by_name=True, strict=True, extra="ignore")
 
     workspace: str
     thread: str = Field(default="default", min_length=1, max_length=256)
@@ -36,7 +36,7 @@ MAX_COUNT = 2**53 - 1
 
 
 class TokenUsage(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, strict=True, extra="ignore")
+    model_config = ConfigDict(defer_build=True, alias_generator=to_camel, populate_by_name=True, strict=True, extra="ignore")
 
     input_tokens: int = Field(ge=0, le=MAX_COUNT)
     cached_input_tokens: int | None = Field(default=None, ge=0, le=MAX_COUNT)
@@ -50,7 +50,7 @@ class ReportTokenUsageParams(Params):
 
 
 class ToolDeclaration(BaseModel):
-    model_config = ConfigDict(strict=True, extra="allow")
+    model_config = ConfigDict(defer_build=True, strict=True, extra="allow")
 
     name: str
     kind: Literal["builtin", "mcp", "skill"] = "builtin"
@@ -59,14 +59,14 @@ class ToolDeclaration(BaseModel):
 
 
 class MemoryFile(BaseModel):
-    model_config = ConfigDict(strict=True, extra="allow")
+    model_config = ConfigDict(defer_build=True, strict=True, extra="allow")
 
     path: str
     content: str
 
 
 class Skill(BaseModel):
-    model_config = ConfigDict(strict=True, extra="allow")
+    model_config = ConfigDict(defer_build=True, strict=True, extra="allow")
 
     name: str
     description: str = ""
@@ -96,7 +96,7 @@ class HistoryParams(Params):
 
 
 class ThreadsParams(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, strict=True, extra="ignore")
+    model_config = ConfigDict(defer_build=True, alias_generator=to_camel, populate_by_name=True, strict=True, extra="ignore")
 
     workspace: str
 
