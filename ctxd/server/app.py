@@ -41,7 +41,7 @@ from ctxd.errors import (
 )
 from ctxd.ledger.workspace import Service
 from ctxd.protocol import methods
-from ctxd.protocol.params import Params, parse_params
+from ctxd.protocol.params import parse_params
 from ctxd.server.events import Outbox, Throttle
 from ctxd.server.framing import LockedWriter, reader_loop
 from ctxd.server.handlers import HANDLERS, Call, CompactionEvents
@@ -72,6 +72,14 @@ def _ordering_key(method: str, raw_params: Any) -> tuple[str, str] | None:
     if not isinstance(workspace, str) or not isinstance(thread, str):
         return None
     return (workspace, thread)
+
+
+def _pending_key(message: dict[str, Any]) -> tuple[str, str] | None:
+    """The (workspace, thread) a `ctxd/*` request is ordered on, if it is one (with an id)."""
+    method = message.get("method")
+    if "id" not in message or method not in HANDLERS:
+        return None
+    return _ordering_key(method, message.get("params"))
 
 
 class KeyedLimit:
@@ -111,6 +119,10 @@ class CtxdServer:
         self.shutting_down = False
         self._tails: dict[tuple[str, str], asyncio.Future[None]] = {}
         self._cancels: dict[Any, threading.Event] = {}
+        # Requests read but not yet answered, per (workspace, thread); read by the reader thread.
+        self._pending: dict[tuple[str, str], int] = {}
+        self._pending_lock = threading.Lock()
+        self._ready = threading.Event()  # `initialize` answered and no `shutdown` yet
         self._slots = KeyedLimit(WORKSPACE_WORKERS)
         self._shown: set[str] = set()  # settings problems already shown (each once per session)
         self.sessions: Any = None  # ctxd.sessions.bridge.SessionBridge, from `initialize` on
@@ -128,36 +140,42 @@ class CtxdServer:
 
     def dispatch(self, message: dict[str, Any]) -> None:
         """Check a message's envelope and the lifecycle, then answer it or start its handler."""
+        if not self._dispatch(message):
+            self._release(_pending_key(message))
+
+    def _dispatch(self, message: dict[str, Any]) -> bool:
+        """True when a `_request` task took the message (and releases its pending count)."""
         assert self.outbox is not None
         method, has_id, msg_id = message.get("method"), "id" in message, message.get("id")
         if (message.get("jsonrpc") != "2.0" or (method is not None and not isinstance(method, str))
                 or (has_id and msg_id is not None and not _valid_id(msg_id))):
             if has_id:
                 self.outbox.error(msg_id if _valid_id(msg_id) else None, -32600, "Invalid Request")
-            return
+            return False
         if method is None:
-            return  # a response to something we never ask: nothing to do
+            return False  # a response to something we never ask: nothing to do
         params = message.get("params")
         if not has_id:
             self._notification(method, params)
-            return
+            return False
         try:
             self._check_lifecycle(method)
         except CtxdError as error:
             self.outbox.error(msg_id, error.code, error.message)
-            return
+            return False
         if method == methods.INITIALIZE:
             self.initialized = self.loop.create_future()  # type: ignore[union-attr]
             self.loop.create_task(self._initialize(msg_id, params))  # type: ignore[union-attr]
         elif method == methods.SHUTDOWN:
             self.shutting_down = True
+            self._ready.clear()
             self.outbox.reply(msg_id, None)
         elif method not in HANDLERS:
             self.outbox.error(msg_id, -32601, f"Method not found: {method}")
-        elif method == methods.USAGE and self._usage_now(msg_id, params):
-            return
         else:
             self.loop.create_task(self._request(method, msg_id, params))  # type: ignore[union-attr]
+            return True
+        return False
 
     def _check_lifecycle(self, method: str) -> None:
         if method == methods.INITIALIZE:
@@ -179,21 +197,44 @@ class CtxdServer:
             self.loop.run_in_executor(self.executor, self._change_folders, params)  # type: ignore[union-attr]
         # `initialized`, `$/setTrace` and any other notification: nothing to do.
 
-    def _usage_now(self, msg_id: Any, raw_params: Any) -> bool:
-        """Answer `ctxd/usage` on the loop when that cannot wait on anything; False sends it to the
-        workers like every other request (which also reports any error)."""
-        if (self.initialized is None or not self.initialized.done()
-                or _ordering_key(methods.USAGE, raw_params) in self._tails):
+    def _usage_now(self, message: dict[str, Any]) -> bool:
+        """On the reader thread: answer the gauge's `ctxd/usage` at once when nothing of its thread
+        is pending and the answer needs no waiting (the thread in memory, the workspace free);
+        False hands it to the loop like every other request (which also reports any error)."""
+        key = _pending_key(message)
+        if message.get("method") != methods.USAGE or key is None or not self._ready.is_set():
             return False
+        with self._pending_lock:
+            if self._pending.get(key):
+                return False
         try:
-            params = parse_params(Params, raw_params)
-            answer = self.service.workspace(params.workspace).breakdown_now(params.thread)
+            workspace = self.service.workspace(key[0])
+            answer = workspace.breakdown_now(key[1])
         except CtxdError:
             return False
         if answer is None:
             return False
-        self.outbox.reply(msg_id, answer)  # type: ignore[union-attr]
+        self.outbox.reply(message["id"], answer)  # type: ignore[union-attr]
         return True
+
+    def _accept(self, message: dict[str, Any]) -> None:
+        """On the reader thread: count the request as pending on its thread until it is answered
+        (so an answer given here never overtakes it), then hand it to the loop."""
+        key = _pending_key(message)
+        if key is not None:
+            with self._pending_lock:
+                self._pending[key] = self._pending.get(key, 0) + 1
+        self.loop.call_soon_threadsafe(self.dispatch, message)  # type: ignore[union-attr]
+
+    def _release(self, key: tuple[str, str] | None) -> None:
+        if key is None:
+            return
+        with self._pending_lock:
+            left = self._pending.get(key, 0) - 1
+            if left > 0:
+                self._pending[key] = left
+            else:
+                self._pending.pop(key, None)
 
     async def _request(self, method: str, msg_id: Any, raw_params: Any) -> None:
         """Run one `ctxd/*` request on a worker, after the thread's earlier requests."""
@@ -218,6 +259,7 @@ class CtxdServer:
             mine.set_result(None)
             if key and self._tails.get(key) is mine:
                 del self._tails[key]
+            self._release(key if method in HANDLERS else None)
 
     def _run(self, method: str, msg_id: Any, raw_params: Any, cancel: threading.Event) -> None:
         """On a worker: parse, call the handler, send the reply (encoded here, off the loop)."""
@@ -258,6 +300,7 @@ class CtxdServer:
             "serverInfo": {"name": "ctxd", "version": __version__},
         })
         self.initialized.set_result(None)
+        self._ready.set()
 
     def _open_initial_folders(self, params: Any) -> None:
         if params is not None and not isinstance(params, dict):
@@ -339,7 +382,8 @@ class CtxdServer:
             finished = asyncio.Event()
 
             def deliver(message: dict[str, Any]) -> None:
-                loop.call_soon_threadsafe(self.dispatch, message)
+                if not self._usage_now(message):
+                    self._accept(message)
 
             def read() -> None:
                 try:
