@@ -83,7 +83,9 @@ keys ':Ctxd threads' Enter
 capture 04-threads-picker 'Follow the most recently active'
 keys '2' Enter
 capture 05-picked-thread 'ctxd: following'
-# A Codex CLI session starts in the workspace (a rollout file as codex-rs writes it).
+# A Codex CLI session starts in the workspace (a rollout file as codex-rs writes it). Its times
+# have whole seconds: start it in a later second than the client threads' activity.
+sleep 1.2
 ts="$(date -u +%Y-%m-%dT%H:%M:%S.000Z)"
 day="$(date -u +%Y/%m/%d)"
 sid=0199a213-81c0-7800-8aa1-bbab2a035a53
