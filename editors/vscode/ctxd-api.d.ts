@@ -33,53 +33,39 @@ export interface Item {
   [field: string]: unknown;
 }
 
-export type Tier = 'ok' | 'warn' | 'compact';
+// Results and notifications: the types generated from the daemon's schema (ctxd-protocol.d.ts).
+export type {
+  Breakdown,
+  Category,
+  CompactResult,
+  Compacted as CompactedParams,
+  Cost,
+  GhostCommit,
+  RecordResult,
+  RestoreResult,
+  RollbackResult,
+  ThreadInfo,
+  UsageChanged as UsageChangedParams,
+  UsageSnapshot,
+} from './ctxd-protocol';
+import type {
+  Breakdown,
+  CompactResult,
+  Compacted as CompactedParams,
+  GhostCommit,
+  HistoryResult as WireHistoryResult,
+  PromptResult as WirePromptResult,
+  RecordResult,
+  RestoreResult,
+  RollbackResult,
+  ThreadInfo,
+  UsageChanged as UsageChangedParams,
+  UsageSnapshot,
+} from './ctxd-protocol';
 
-export interface UsageSnapshot {
-  usedTokens: number;
-  contextWindow: number;
-  percent: number;
-  autoCompactLimit: number;
-  tier: Tier;
-  source: 'api' | 'estimate' | 'api+estimate';
-  historyVersion: number;
-}
-
-export interface UsageChangedParams extends UsageSnapshot {
-  workspace: string;
-  thread: string;
-}
-
-export interface CompactedParams {
-  workspace: string;
-  thread: string;
-  tokensBefore: number;
-  tokensAfter: number;
-  strategy: string;
-}
-
-export interface Category {
-  name: string;
-  tokens: number;
-  percent: number;
-  details: { name: string; tokens: number }[];
-}
-
-export interface Breakdown {
-  model: string;
-  contextWindow: number;
-  mode: 'estimated' | 'actual';
-  totalTokens: number | null;
-  usage: UsageSnapshot;
-  /** systemPrompt, builtinTools, mcpTools, skills, memoryFiles, messages, freeSpace, autocompactBuffer. */
-  categories: Category[];
-}
-
-export interface RecordResult {
-  historyVersion: number;
-  itemCount: number;
-  usage: UsageSnapshot;
-}
+export type Tier = UsageSnapshot['tier'];
+/** systemPrompt, builtinTools, mcpTools, skills, memoryFiles, messages, freeSpace, autocompactBuffer. */
+export type CategoryName = Breakdown['categories'][number]['name'];
 
 export interface TokenUsage {
   inputTokens: number;
@@ -104,59 +90,19 @@ export interface PromptContext {
   skills?: { name: string; description: string }[];
 }
 
-export interface PromptResult {
+/**
+ * The generated PromptResult (`reinjectContext`: send the full initial context with this turn, then
+ * call setPromptContext), with its items typed: every item the daemon sends has a `type`.
+ */
+export interface PromptResult extends Omit<WirePromptResult, 'items'> {
   items: Item[];
-  historyVersion: number;
-  estimatedTokens: number;
-  /** Send the full initial context with this turn, then call setPromptContext. */
-  reinjectContext: boolean;
 }
 
 export type CompactStrategy = 'auto' | 'llm' | 'remote' | 'offline';
 
-export interface CompactResult {
-  historyVersion: number;
-  tokensBefore: number;
-  tokensAfter: number;
-  strategy: string;
-  summary: string;
-  trimmedItems: number;
-}
-
-export interface RollbackResult {
-  historyVersion: number;
-  removedItems: number;
-  usage: UsageSnapshot;
-}
-
-export interface HistoryResult {
+/** The generated HistoryResult, with its items typed as PromptResult's are. */
+export interface HistoryResult extends Omit<WireHistoryResult, 'items'> {
   items: Item[];
-  historyVersion: number;
-  total: number;
-}
-
-export interface ThreadInfo {
-  thread: string;
-  itemCount: number;
-  historyVersion: number;
-  updatedAt: string | number;
-}
-
-export interface GhostCommit {
-  id: string;
-  parent: string | null;
-  createdAt: string | number | null;
-  message: string | null;
-  fileCount: number;
-  skipped: { path: string; reason: string }[];
-  durationMs: number;
-}
-
-export interface RestoreResult {
-  id: string;
-  restored: string[];
-  removed: string[];
-  removedItems?: number;
 }
 
 export interface CtxdApi {

@@ -115,7 +115,7 @@ function money(n: number, currency: string): string {
   return `${symbol}${n < 0.01 && n > 0 ? n.toFixed(4) : n.toFixed(2)}`;
 }
 
-export function costText(cost: Cost | undefined, model: string): string | undefined {
+export function costText(cost: Cost | undefined, model: string | null): string | undefined {
   if (!cost) return undefined;
   if (!cost.priced) return `Cost: no price is known for ${model ? `model ${model}` : 'this model'}.`;
   const c = cost.currency;

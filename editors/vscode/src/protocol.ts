@@ -41,6 +41,30 @@ export const ErrorCode = {
   cancelled: -32800,
 } as const;
 
+// Results and notifications: generated from the daemon's JSON Schema (ctxd-protocol.d.ts).
+export type {
+  Breakdown,
+  Category,
+  CompactResult,
+  Compacted as CompactedParams,
+  Cost,
+  DiffResult,
+  FileChange as DiffFile,
+  GhostCommit,
+  RecordResult,
+  RestoreResult,
+  RollbackResult,
+  Status as StatusResult,
+  ThreadInfo,
+  UsageChanged as UsageChangedParams,
+  UsageSnapshot,
+} from '../ctxd-protocol';
+import type { Breakdown, HistoryResult as WireHistoryResult, PromptResult as WirePromptResult, UsageSnapshot } from '../ctxd-protocol';
+export type Tier = UsageSnapshot['tier'];
+export type CategoryName = Breakdown['categories'][number]['name'];
+/** The categories that are overhead: paid by every request before any message (`Breakdown.overheadTokens`). */
+const OVERHEAD_CATEGORIES: readonly CategoryName[] = ['systemPrompt', 'builtinTools', 'mcpTools', 'skills', 'memoryFiles'];
+
 export const DEFAULT_THREAD = 'default';
 
 /** Which ledger a request addresses: a workspace folder URI and a thread name. */
@@ -55,76 +79,19 @@ export interface Item {
   [field: string]: unknown;
 }
 
-export type Tier = 'ok' | 'warn' | 'compact';
-
-export interface UsageSnapshot {
-  usedTokens: number;
-  contextWindow: number;
-  percent: number;
-  autoCompactLimit: number;
-  tier: Tier;
-  source: 'api' | 'estimate' | 'api+estimate';
-  historyVersion: number;
-  /** The counter in use, e.g. `o200k_base` or `estimate:o200k` (added by the daemon, optional). */
-  tokenizer?: string;
-  /** `exact`, `estimate`, `loading`…: whether counts come from the model's own tokenizer. */
-  tokenizerStatus?: string;
+/* The schema types items as bare objects (shapes.py: `list[dict[str, Any]]`), but every item the
+ * daemon sends has passed its item validation and has a `type`: these two say so. */
+export interface PromptResult extends Omit<WirePromptResult, 'items'> {
+  items: Item[];
 }
 
-export interface UsageChangedParams extends UsageSnapshot {
-  workspace: string;
-  thread: string;
-}
-
-export interface CompactedParams {
-  workspace: string;
-  thread: string;
-  tokensBefore: number;
-  tokensAfter: number;
-  strategy: string;
-}
-
-export type CategoryName =
-  | 'systemPrompt'
-  | 'builtinTools'
-  | 'mcpTools'
-  | 'skills'
-  | 'memoryFiles'
-  | 'messages'
-  | 'freeSpace'
-  | 'autocompactBuffer';
-
-export interface Category {
-  name: CategoryName | string;
-  tokens: number;
-  percent: number;
-  details: { name: string; tokens: number }[];
-}
-
-export interface Cost {
-  currency: string;
-  input: number;
-  cachedInput: number;
-  output: number;
-  total: number;
-  priced: boolean;
-}
-
-export interface Breakdown {
-  model: string;
-  contextWindow: number;
-  mode: 'estimated' | 'actual';
-  totalTokens: number | null;
-  usage: UsageSnapshot;
-  categories: Category[];
-  /** How far the used tokens exceed the window (v2; 0 or absent when they fit). */
-  overflowTokens?: number;
-  cost?: Cost;
+export interface HistoryResult extends Omit<WireHistoryResult, 'items'> {
+  items: Item[];
 }
 
 /**
  * Fills what an older or partial daemon leaves out of `ctxd/usage`'s answer (categories, model,
- * mode), from its UsageSnapshot, so the views handle one shape only.
+ * mode, overhead figures), from its UsageSnapshot, so the views handle one shape only.
  */
 export function normalizeBreakdown(raw: Partial<Breakdown> & { usage: UsageSnapshot }): Breakdown {
   const usage = raw.usage;
@@ -132,6 +99,9 @@ export function normalizeBreakdown(raw: Partial<Breakdown> & { usage: UsageSnaps
     ? raw.categories.map((c) => ({ ...c, details: Array.isArray(c.details) ? c.details : [] }))
     : [];
   const mode = raw.mode === 'estimated' || raw.mode === 'actual' ? raw.mode : 'actual';
+  // An older daemon sends no overhead figures: the overhead categories' sum (without the short
+  // message a one-message conversation adds, which only the daemon counts).
+  const overhead = categories.filter((c) => OVERHEAD_CATEGORIES.includes(c.name)).reduce((sum, c) => sum + c.tokens, 0);
   return {
     model: typeof raw.model === 'string' ? raw.model : '',
     contextWindow: typeof raw.contextWindow === 'number' ? raw.contextWindow : usage.contextWindow,
@@ -140,14 +110,10 @@ export function normalizeBreakdown(raw: Partial<Breakdown> & { usage: UsageSnaps
     usage,
     categories,
     overflowTokens: typeof raw.overflowTokens === 'number' ? raw.overflowTokens : Math.max(0, usage.usedTokens - usage.contextWindow),
+    overheadTokens: typeof raw.overheadTokens === 'number' ? raw.overheadTokens : overhead,
+    idleCost: typeof raw.idleCost === 'number' ? raw.idleCost : overhead,
     ...(raw.cost ? { cost: raw.cost } : {}),
   };
-}
-
-export interface RecordResult {
-  historyVersion: number;
-  itemCount: number;
-  usage: UsageSnapshot;
 }
 
 export interface TokenUsage {
@@ -173,92 +139,7 @@ export interface PromptContext {
   skills?: { name: string; description: string }[];
 }
 
-export interface PromptResult {
-  items: Item[];
-  historyVersion: number;
-  estimatedTokens: number;
-  reinjectContext: boolean;
-}
-
 export type CompactStrategy = 'auto' | 'llm' | 'remote' | 'offline';
-
-export interface CompactResult {
-  historyVersion: number;
-  tokensBefore: number;
-  tokensAfter: number;
-  strategy: string;
-  summary: string;
-  trimmedItems: number;
-}
-
-export interface RollbackResult {
-  historyVersion: number;
-  removedItems: number;
-  usage: UsageSnapshot;
-}
-
-export interface HistoryResult {
-  items: Item[];
-  historyVersion: number;
-  total: number;
-}
-
-export interface ThreadInfo {
-  thread: string;
-  itemCount: number;
-  historyVersion: number;
-  updatedAt: string | number;
-  /** v2 fields; a version 1 daemon leaves them out. */
-  source?: 'client' | 'codex' | 'claude' | string;
-  title?: string | null;
-  model?: string | null;
-  lastActivity?: string | number | null;
-  readOnly?: boolean;
-  usage?: UsageSnapshot;
-  cost?: Cost;
-}
-
-export interface StatusResult {
-  version: string;
-  protocolVersion: number;
-  stateDir: string;
-  trusted: boolean;
-  problems: { source: string; key?: string; message: string }[];
-  tokenizers: { name: string; status: string }[];
-  sources: { agent: string; root: string; enabled: boolean; sessions: number }[];
-}
-
-export interface DiffFile {
-  path: string;
-  status: 'modified' | 'added' | 'deleted';
-  binary: boolean;
-  before?: string;
-  after?: string;
-}
-
-export interface DiffResult {
-  id: string;
-  files: DiffFile[];
-}
-
-export interface GhostCommit {
-  id: string;
-  parent: string | null;
-  createdAt: string | number | null;
-  message: string | null;
-  fileCount: number;
-  skipped: { path: string; reason: string }[];
-  durationMs: number;
-}
-
-export interface RestoreResult {
-  id: string;
-  restored: string[];
-  removed: string[];
-  removedItems?: number;
-  /** v2: the snapshot taken just before the restore; restoring it undoes the restore. */
-  undoId?: string;
-}
 
 export interface Disposable {
   dispose(): void;

@@ -63,7 +63,6 @@ export function threadNode(t: ThreadInfo, workspace: string, shown: string, now:
   const source = t.source ?? 'client';
   const parts = [SOURCE_NAMES[source] ?? source];
   if (t.usage) parts.push(`${usagePercent(t.usage)}% · ${formatTokens(t.usage.usedTokens)}`);
-  if (t.cost?.priced) parts.push(`$${t.cost.total.toFixed(2)}`);
   const when = t.lastActivity ?? t.updatedAt;
   if (when !== undefined) parts.push(formatAge(when, now));
   const isShown = t.thread === shown;

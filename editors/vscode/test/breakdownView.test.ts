@@ -24,7 +24,8 @@ describe('allocateCells', () => {
   });
 
   test('largest remainder keeps the sum exact for awkward splits', () => {
-    const cats = [1, 1, 1].map((t, i) => ({ name: `c${i}`, tokens: t, percent: 0, details: [] }));
+    const names = ['systemPrompt', 'messages', 'freeSpace'] as const;
+    const cats = [1, 1, 1].map((t, i) => ({ name: names[i], tokens: t, percent: 0, details: [] }));
     assert.equal(allocateCells(cats, 3).length, GRID_CELLS);
     assert.deepEqual(allocateCells([], 100), []);
     assert.deepEqual(allocateCells(cats, 0).length, GRID_CELLS);

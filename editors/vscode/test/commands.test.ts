@@ -63,7 +63,7 @@ class ScriptedUi implements Ui {
 const byValue = (v: unknown) => (items: PickItem<unknown>[]) => items.find((i) => i.value === v)?.value;
 const first = (items: PickItem<unknown>[]) => items[0]?.value;
 
-function commit(id: string, createdAt: string | number, message: string | null): GhostCommit {
+function commit(id: string, createdAt: string, message: string): GhostCommit {
   return { id, parent: null, createdAt, message, fileCount: 3, skipped: [], durationMs: 5 };
 }
 
@@ -73,8 +73,8 @@ describe('pure helpers', () => {
     const items = snapshotItems(
       [
         commit('aaaaaaaaaa', '2026-01-02T11:00:00Z', 'before refactor'),
-        commit('bbbbbbbbbb', '2026-01-02T11:59:50Z', null),
-        commit('cccccccccc', now / 1000 - 3 * 86400, 'old'),
+        commit('bbbbbbbbbb', '2026-01-02T11:59:50Z', '  '),
+        commit('cccccccccc', new Date(now - 3 * 86_400_000).toISOString(), 'old'),
       ],
       now,
     );

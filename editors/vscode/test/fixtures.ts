@@ -1,5 +1,5 @@
 /** Hand-made protocol values for the pure tests. */
-import type { Breakdown, UsageSnapshot } from '../src/protocol';
+import type { Breakdown, Category, UsageSnapshot } from '../src/protocol';
 
 export function usage(over: Partial<UsageSnapshot> = {}): UsageSnapshot {
   return {
@@ -17,7 +17,7 @@ export function usage(over: Partial<UsageSnapshot> = {}): UsageSnapshot {
 /** A breakdown whose categories add up to the window, as the daemon guarantees. */
 export function breakdown(over: Partial<Breakdown> = {}): Breakdown {
   const window = 128_000;
-  const cats = [
+  const cats: Omit<Category, 'percent'>[] = [
     { name: 'systemPrompt', tokens: 4_800, details: [] },
     { name: 'builtinTools', tokens: 5_200, details: [{ name: 'read_file', tokens: 900 }, { name: 'shell', tokens: 1_400 }] },
     { name: 'mcpTools', tokens: 0, details: [] },
@@ -34,6 +34,8 @@ export function breakdown(over: Partial<Breakdown> = {}): Breakdown {
     totalTokens: 48_200,
     usage: usage(),
     categories: cats.map((c) => ({ ...c, percent: Math.round((1000 * c.tokens) / window) / 10 })),
+    overheadTokens: 11_945, // systemPrompt + builtinTools + mcpTools + skills + memoryFiles
+    idleCost: 11_953,
     ...over,
   };
 }
