@@ -10,6 +10,12 @@ local spec = assert(_G.arg[1], 'usage: nvim --headless --clean -l tests/init.lua
 vim.cmd.runtime('plugin/ctxd.lua')
 
 local t = require('harness')
+
+-- A headless Neovim has no one to answer a prompt: a picker a test did not expect fails the test
+-- (a test that expects one replaces vim.ui.select for its duration).
+vim.ui.select = function(_, opts)
+  error(('unexpected vim.ui.select: %s'):format(opts and opts.prompt or '?'), 2)
+end
 local ok, err = xpcall(dofile, debug.traceback, spec)
 if not ok then
   io.stdout:write(('  FAIL  loading %s\n%s\n0 passed, 1 failed\n'):format(spec, err))

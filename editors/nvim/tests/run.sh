@@ -40,7 +40,7 @@ for spec in "${specs[@]}"; do
     XDG_CACHE_HOME="$dir/cache" XDG_RUNTIME_DIR="$dir/runtime" \
     GIT_CONFIG_NOSYSTEM=1 TIKTOKEN_CACHE_DIR="$dir/cache/tiktoken" \
     CTXD_REPO="$repo" CTXD_PYTHON="$python" CTXD_WORKSPACE="$ws" \
-    timeout 300 "$nvim" --headless --clean -l "$here/init.lua" "$spec" >"$out" 2>&1
+    timeout 300 "$nvim" --headless --clean -l "$here/init.lua" "$spec" >"$out" 2>&1 </dev/null
   rc=$?
   cat "$out"
   line="$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$out" | tail -n 1)"
@@ -51,7 +51,12 @@ for spec in "${specs[@]}"; do
     passed=$((passed + p))
     failed=$((failed + f))
   fi
-  if [ "$rc" -ne 0 ] && { [ -z "$line" ] || [ "${f:-0}" -eq 0 ]; }; then
+  # A spec file that stops before its summary (Neovim exiting at a prompt, say) failed,
+  # whatever its exit code.
+  if [ -z "$line" ]; then
+    echo "  FAIL  $(basename "$spec") stopped before its summary (exit $rc)"
+    failed=$((failed + 1))
+  elif [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
     echo "  FAIL  $(basename "$spec") exited with $rc"
     failed=$((failed + 1))
   fi
