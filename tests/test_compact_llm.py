@@ -19,7 +19,10 @@ KEY = "sk-test-secret-1234567890"
 ITEMS = [
     user("Port the CLI to click. Keep Python 3.11 support."),
     call("c1", "pytest -q"),
-    output("c1", "exit code: 1\nE   ImportError: cannot import name 'group'"),
+    # A long output, so that every compaction here makes the thread smaller (a compaction that would
+    # not is refused).
+    output("c1", "".join(f"tests/test_cli.py::test_{n} PASSED\n" for n in range(120))
+           + "exit code: 1\nE   ImportError: cannot import name 'group'"),
     assistant("The import is wrong; I'll fix cli/main.py."),
     GHOST,
     user("go ahead"),

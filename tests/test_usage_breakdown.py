@@ -73,11 +73,16 @@ def cats(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c["name"]: c for c in result["categories"]}
 
 
+def idle() -> dict[str, Any]:
+    """A new thread's snapshot: no messages, so the gauge is the overhead alone."""
+    return snapshot(overhead_counts(CONTEXT, estimate_tokens).tokens, "estimate")
+
+
 # --- the pure function ---------------------------------------------------------------------------
 
 
 def test_estimated_mode() -> None:
-    result = make(snapshot(0, "estimate"))
+    result = make(idle())
     assert result["mode"] == "estimated" and result["totalTokens"] is None
     names = [c["name"] for c in result["categories"]]
     assert names == [n for n in CATEGORY_ORDER if n != "messages"]
@@ -89,7 +94,7 @@ def test_estimated_mode() -> None:
 
 
 def test_details_are_named_and_sorted() -> None:
-    by = cats(make(snapshot(0, "estimate")))
+    by = cats(make(idle()))
     assert [d["name"] for d in by["builtinTools"]["details"]] == ["shell", "read_file", "edit"]
     assert {d["name"] for d in by["mcpTools"]["details"]} == {"github__search_issues", "jira__create"}
     skills = by["skills"]["details"]
@@ -103,7 +108,7 @@ def test_details_are_named_and_sorted() -> None:
 
 
 def test_actual_mode_messages_are_what_the_overhead_leaves() -> None:
-    estimated = cats(make(snapshot(0, "estimate")))
+    estimated = cats(make(idle()))
     overhead = sum(estimated[n]["tokens"] for n in OVERHEAD)
     result = make(snapshot(overhead + 5000, "api"), groups={"userMessages": 1200, "toolResults": 3000})
     by = cats(result)
@@ -118,7 +123,7 @@ def test_actual_mode_messages_are_what_the_overhead_leaves() -> None:
 
 
 def test_overhead_is_scaled_down_when_it_exceeds_the_api_total() -> None:
-    estimated = cats(make(snapshot(0, "estimate")))
+    estimated = cats(make(idle()))
     overhead = sum(estimated[n]["tokens"] for n in OVERHEAD)
     total = overhead * 2 // 3
     result = make(snapshot(total, "api"), groups={"userMessages": 500})
@@ -134,15 +139,19 @@ def test_overhead_is_scaled_down_when_it_exceeds_the_api_total() -> None:
 def test_over_the_limit_and_over_the_window() -> None:
     by = cats(make(snapshot(120_000, "api+estimate")))
     assert by["freeSpace"]["tokens"] == 0 and by["autocompactBuffer"]["tokens"] == 8000
+    # Over the window the breakdown still explains the gauge, and says by how much it overflows.
     result = make(snapshot(500_000, "api"))
-    assert sum(c["tokens"] for c in result["categories"]) == 128_000
+    assert sum(c["tokens"] for c in result["categories"]) == 500_000 == result["totalTokens"]
     assert cats(result)["freeSpace"]["tokens"] == cats(result)["autocompactBuffer"]["tokens"] == 0
+    assert result["overflowTokens"] == 372_000
+    assert make(snapshot(1000, "api"))["overflowTokens"] == 0
     disabled = cats(make(snapshot(1000, "api"), limit=0))
     assert disabled["autocompactBuffer"]["tokens"] == 0 and disabled["freeSpace"]["tokens"] == 127_000
 
 
 def test_empty_context() -> None:
     result = make(snapshot(0, "estimate"), context={})
+    assert result["mode"] == "estimated"
     assert all(cats(result)[n]["tokens"] == 0 for n in OVERHEAD)
     assert cats(result)["freeSpace"]["tokens"] == 115_200
 
@@ -162,10 +171,13 @@ def test_apportion() -> None:
     limit_off=st.booleans(),
     used=st.integers(0, 3_000_000),
     source=st.sampled_from(["estimate", "api", "api+estimate"]),
+    has_messages=st.booleans(),
     groups=st.dictionaries(st.sampled_from(["userMessages", "toolResults", "reasoning"]), st.integers(0, 100_000)),
 )
-def test_categories_always_add_up_to_the_window(sizes: list[int], window: int, ratio: float, limit_off: bool,
-                                                 used: int, source: str, groups: dict[str, int]) -> None:
+def test_the_breakdown_never_contradicts_the_gauge(sizes: list[int], window: int, ratio: float, limit_off: bool,
+                                                    used: int, source: str, has_messages: bool,
+                                                    groups: dict[str, int]) -> None:
+    """Protocol v2's invariants, for any context, window, limit and total."""
     kinds = ["builtin", "mcp", "skill"]
     context = {
         "baseInstructions": "x " * (sizes[0] if sizes else 0),
@@ -175,17 +187,29 @@ def test_categories_always_add_up_to_the_window(sizes: list[int], window: int, r
         "skills": [{"name": f"k{i}", "description": "w " * n} for i, n in enumerate(sizes[9:])],
     }
     limit = 0 if limit_off else int(window * ratio)
-    result = make(snapshot(used, source, window), window=window, limit=limit, context=context, groups=groups)
+    overhead = overhead_counts(context, estimate_tokens)
+    result = breakdown(model="m", context_window=window, auto_compact_limit=limit,
+                       usage=snapshot(used, source, window), overhead=overhead, message_groups=groups,
+                       has_messages=has_messages)
+    by = cats(result)
     tokens = [c["tokens"] for c in result["categories"]]
-    assert sum(tokens) == window and all(t >= 0 for t in tokens)
-    assert [c["name"] for c in result["categories"]] == [
-        n for n in CATEGORY_ORDER if n != "messages" or source != "estimate"]
+    assert all(t >= 0 for t in tokens)
+    # (1) Everything but free space and the buffer is the gauge's number, exactly.
+    assert sum(c["tokens"] for c in result["categories"] if c["name"] not in ("freeSpace", "autocompactBuffer")) == used
+    if used <= window:
+        assert sum(tokens) == window and result["overflowTokens"] == 0
+    else:
+        assert by["freeSpace"]["tokens"] == by["autocompactBuffer"]["tokens"] == 0
+        assert result["overflowTokens"] == used - window
+    # (2) Estimated mode only for a thread with no messages.
+    estimated = source == "estimate" and not has_messages
+    assert result["mode"] == ("estimated" if estimated else "actual")
+    assert [c["name"] for c in result["categories"]] == [n for n in CATEGORY_ORDER if n != "messages" or not estimated]
+    assert result["totalTokens"] == (None if estimated else used)
     for category in result["categories"]:
         details = [d["tokens"] for d in category["details"]]
         assert details == sorted(details, reverse=True) and all(d > 0 for d in details)
         assert not details or sum(details) == category["tokens"]
-    if source != "estimate" and used <= window:
-        assert sum(c["tokens"] for c in result["categories"][:6]) == used
 
 
 # --- the catalogue and the counters ---------------------------------------------------------------
@@ -381,11 +405,13 @@ def run_cli(state_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def test_ctxd_usage_command(client: Client, workspace: Path, state_dir: Path) -> None:
     ws = workspace.as_uri()
     client.request("ctxd/setPromptContext", {"workspace": ws, **CONTEXT})
-    client.request("ctxd/record", {"workspace": ws, "items": [user("hello")]})
     text = run_cli(state_dir, "--workspace", str(workspace))
     assert text.returncode == 0, text.stderr
     assert "No API response yet" in text.stdout and "Messages" not in text.stdout
     assert "\x1b[" not in text.stdout  # not a terminal: no colour
+    client.request("ctxd/record", {"workspace": ws, "items": [user("hello")]})
+    text = run_cli(state_dir, "--workspace", str(workspace))
+    assert "Messages" in text.stdout and "estimated" in text.stdout and "No API response yet" not in text.stdout
     gauge = usage(client, workspace)["usage"]  # `short` shows the daemon's gauge, estimate or not
     expected = f"{round(100 * gauge['usedTokens'] / 128_000)}% {format_tokens(gauge['usedTokens'])}/128k\n"
     assert run_cli(state_dir, "--workspace", str(workspace), "--format", "short").stdout == expected

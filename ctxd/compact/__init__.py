@@ -20,6 +20,7 @@ from ctxd.compact.history import (
     build_compacted_history,
     compact_prompt,
     ghost_snapshots,
+    keep_remote_item,
 )
 from ctxd.compact.model import (
     compact_remote,
@@ -90,7 +91,7 @@ def compact(
     chosen = choose_strategy(strategy, settings)
     if chosen != "offline":
         try:
-            return _model_compact(items, chosen, settings, cancel, progress, instructions)
+            return _worth_it(items, _model_compact(items, chosen, settings, cancel, progress, instructions))
         except Cancelled:
             raise
         except CompactionFailed as error:
@@ -98,10 +99,19 @@ def compact(
                 raise
             if progress is not None:
                 progress(f"{chosen} compaction failed ({error.message}); compacting offline instead")
-            outcome = _offline(items, settings, progress)
+            outcome = _worth_it(items, _offline(items, settings, progress))
             outcome.fallback_reason = error.message
             return outcome
-    return _offline(items, settings, progress)
+    return _worth_it(items, _offline(items, settings, progress))
+
+
+def _worth_it(items: list[dict[str, Any]], outcome: CompactOutcome) -> CompactOutcome:
+    """Refuse a compaction that would not make the thread smaller: it would only lose detail."""
+    before, after = history_tokens(items), history_tokens(outcome.items)
+    if after >= before:
+        raise CompactionFailed(f"nothing worth compacting: the {outcome.strategy} compaction would leave "
+                               f"{after} tokens of a {before}-token history")
+    return outcome
 
 
 def _offline(items: list[dict[str, Any]], settings: Any, progress: Callable[[str], None] | None) -> CompactOutcome:
@@ -125,8 +135,11 @@ def _model_compact(items: list[dict[str, Any]], strategy: str, settings: Any, ca
         raise CompactionFailed("nothing to send: the thread has no items a model can read")
     if strategy == "remote":
         output, trimmed = compact_remote(endpoint, projected, instructions or prompt, cancel=cancel, progress=progress)
-        note = f"remote compaction by {endpoint.model}: {len(output)} items"
-        return CompactOutcome(output + ghost_snapshots(items), "remote", note, trimmed)
+        kept = [item for item in output if keep_remote_item(item)]
+        if not kept:
+            raise CompactionFailed("the compact endpoint's answer held nothing to keep")
+        note = f"remote compaction by {endpoint.model}: {len(kept)} items"
+        return CompactOutcome(kept + ghost_snapshots(items), "remote", note, trimmed)
     summary, trimmed = summarize(endpoint, projected, prompt, cancel=cancel, progress=progress)
     new_items = build_compacted_history(items, summary, settings.compact_user_message_max_tokens)
     return CompactOutcome(new_items, "llm", summary, trimmed)

@@ -16,11 +16,15 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ctxd.ledger.rules import SUMMARY_PREFIX, is_real_user_message, message_text
+from ctxd.ledger.rules import (
+    SUMMARY_PREFIX,
+    is_real_user_message,
+    is_summary_message,
+    message_text,
+)
 from ctxd.ledger.truncation import truncate_text
 from ctxd.settings import read_prompt_file
 from ctxd.tokens.approx import approx_text_tokens
-
 
 DEFAULT_COMPACT_PROMPT = resources.files("ctxd").joinpath("templates", "compact_prompt.md").read_text(encoding="utf-8").strip()
 
@@ -72,3 +76,20 @@ def build_compacted_history(items: list[dict[str, Any]], summary: str,
     history.append(summary_message(summary))
     history.extend(ghost_snapshots(items))
     return history
+
+
+def keep_remote_item(item: dict[str, Any]) -> bool:
+    """Whether an item a remote compaction returned stays in the new history (Codex's
+    `should_keep_compacted_history_item`): real user messages, handoff summaries, assistant
+    messages and the opaque compaction do; developer and system messages (stale instructions),
+    injected user context (instruction files, environment, aborted-turn markers, warnings) and
+    anything else do not. The client re-sends fresh context with the next turn (`reinjectContext`)."""
+    kind = item.get("type")
+    if kind == "compaction":
+        return True
+    if kind != "message":
+        return False
+    role = item.get("role")
+    if role == "assistant":
+        return True
+    return role == "user" and (is_real_user_message(item) or is_summary_message(item))

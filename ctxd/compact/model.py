@@ -2,8 +2,11 @@
 
 Both go through the real `openai` client, with its own retries off so that ours (bounded,
 cancellable) are the only ones. When the compaction request itself overflows the model's window,
-the oldest item (with its call/output partner) is dropped from what is sent and the request tried
-again, in both strategies; the caller learns how many items were dropped. The API key is read from
+the request goes down a ladder, in both strategies (as OpenCode does): the full history, then the
+history with its tool outputs stripped, then only the last turns (halving their number), then the
+oldest items dropped one at a time (with their call/output partner, as Codex's `remove_first_item`),
+then the one item left cut in half until it fits; the caller learns how many items were not sent
+whole. The API key is read from
 the environment at call time and never leaves this module except inside the client.
 """
 
@@ -19,7 +22,13 @@ from urllib.parse import urlparse
 
 from ctxd.compact.retry import ContextTooLong, RetryPolicy, call_with_retries
 from ctxd.errors import CompactionFailed, InvalidParams
-from ctxd.ledger.rules import CALL_TO_OUTPUT, TOOL_OUTPUT_TYPES, message_text
+from ctxd.ledger.rules import (
+    CALL_TO_OUTPUT,
+    TOOL_OUTPUT_TYPES,
+    is_real_user_message,
+    message_text,
+)
+from ctxd.ledger.truncation import truncate_text
 from ctxd.protocol.items import validate_items
 
 if TYPE_CHECKING:
@@ -79,33 +88,94 @@ def make_client(endpoint: Endpoint) -> openai.OpenAI:
 # --- trimming ------------------------------------------------------------------------------------
 
 
+OUTPUT_TO_CALL = {output: call for call, output in CALL_TO_OUTPUT.items()}
+MAX_HALVINGS = 12
+
+
 def drop_oldest(items: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
-    """Drop the first item and, when it is a tool call, its output(s). Returns (rest, dropped)."""
+    """Drop the first item and its call/output partner, whichever of the two came first (a strict
+    endpoint rejects a call without its output and an output without its call). Returns (rest, dropped)."""
     if not items:
         return items, 0
     first, rest = items[0], items[1:]
-    output_type = CALL_TO_OUTPUT.get(str(first.get("type")))
-    if output_type is None:
+    kind = str(first.get("type"))
+    partner = CALL_TO_OUTPUT.get(kind) or OUTPUT_TO_CALL.get(kind)
+    if partner is None:
         return rest, 1
-    kept = [item for item in rest if not (item.get("type") == output_type and item.get("call_id") == first.get("call_id"))]
+    kept = [item for item in rest if not (item.get("type") == partner and item.get("call_id") == first.get("call_id"))]
     return kept, 1 + len(rest) - len(kept)
+
+
+def _stripped(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    from ctxd.compact.offline import (
+        mask_tool_outputs,  # offline imports nothing from here
+    )
+
+    return mask_tool_outputs(items, keep_recent=0)[0]
+
+
+def _halved(item: dict[str, Any]) -> dict[str, Any] | None:
+    """The item with its longest text cut in half (middle truncation), or None if nothing is left to cut."""
+    from ctxd.tokens.approx import approx_text_tokens
+
+    def shorter(text: str) -> str:
+        return truncate_text(text, approx_text_tokens(text) // 2)
+
+    for field in ("output", "arguments", "input"):
+        value = item.get(field)
+        if isinstance(value, str) and len(value) > 16:
+            return {**item, field: shorter(value)}
+    content = item.get("content")
+    if isinstance(content, list):
+        texts = [i for i, part in enumerate(content) if isinstance(part, dict) and len(str(part.get("text", ""))) > 16]
+        if texts:
+            longest = max(texts, key=lambda i: len(content[i]["text"]))
+            parts = list(content)
+            parts[longest] = {**parts[longest], "text": shorter(parts[longest]["text"])}
+            return {**item, "content": parts}
+    return None
+
+
+def request_ladder(history: list[dict[str, Any]]) -> Any:
+    """What to send, from most to least complete: yields (items, what was left out)."""
+    yield history, None
+    stripped = _stripped(history)
+    if stripped != history:
+        yield stripped, "tool outputs stripped"
+    starts = [i for i, item in enumerate(stripped) if is_real_user_message(item)]
+    turns = len(starts) // 2
+    rest = stripped
+    while turns >= 1:
+        rest = stripped[starts[-turns]:]
+        yield rest, f"only the last {turns} turn{'s' if turns > 1 else ''}"
+        turns //= 2
+    while len(rest) > 1:
+        rest, _ = drop_oldest(rest)
+        if rest:
+            yield rest, f"only the last {len(rest)} items"
+    for _ in range(MAX_HALVINGS):
+        if not rest or (halved := _halved(rest[0])) is None:
+            return
+        rest = [halved]
+        yield rest, "the last item shortened"
 
 
 def with_trimming(history: list[dict[str, Any]], send: Callable[[list[dict[str, Any]]], Any],
                   progress: Progress | None) -> tuple[Any, int]:
-    """Send, dropping the oldest items while the endpoint says the request is too long."""
-    trimmed = 0
-    while True:
+    """Send, going down the request ladder while the endpoint says the request is too long.
+    Returns (answer, items of `history` not sent whole)."""
+    last_error = ""
+    for items, left_out in request_ladder(history):
+        if left_out is not None and progress is not None:
+            progress(f"request too long for the model ({last_error}); retrying with {left_out}")
         try:
-            return send(history), trimmed
+            answer = send(items)
         except ContextTooLong as error:
-            if len(history) <= 1:
-                raise CompactionFailed(f"the compaction request does not fit the model's window even after "
-                                       f"dropping {trimmed} items: {error}") from None
-            history, dropped = drop_oldest(history)
-            trimmed += dropped
-            if progress is not None:
-                progress(f"request too long for the model; dropped the {trimmed} oldest items")
+            last_error = str(error)
+            continue
+        sent = {id(item) for item in items}
+        return answer, sum(1 for item in history if id(item) not in sent)
+    raise CompactionFailed(f"the compaction request does not fit the model's window even with one item: {last_error}")
 
 
 # --- chat completions ----------------------------------------------------------------------------

@@ -398,16 +398,31 @@ def render_summary(sections: list[Section], budget: int) -> str:
     return "\n".join(out).strip()
 
 
+TRAIL_TOKENS = 1_000
+TRAIL_TITLES = (ERRORS, FAILED, PATHS, COMMANDS)
+
+
+def artifact_trail(items: list[dict[str, Any]], budget: int = TRAIL_TOKENS) -> str:
+    """The files touched, commands run and errors seen, rendered like a summary's sections."""
+    sections = [section for section in extract_sections(items) if section.title in TRAIL_TITLES]
+    return render_summary(sections, budget)
+
+
 def offline_compact(items: list[dict[str, Any]], *, target_tokens: int, user_message_max_tokens: int,
                     try_masking: bool = True) -> OfflineResult:
-    """Compact `items` to at most `target_tokens` (estimated), without a model.
+    """Compact `items` towards `target_tokens` (estimated), without a model.
 
+    The newest real user messages are kept verbatim up to `user_message_max_tokens` (Codex's
+    `COMPACT_USER_MESSAGE_MAX_TOKENS`), whatever the target: the user's own words are what a
+    handoff must not lose. The summary gets what the target leaves, and at least half the target.
     `try_masking=False` goes straight to the summary (the benchmark measures both steps)."""
     masked_items, masked = mask_tool_outputs(items) if try_masking else (items, 0)
     if masked and history_tokens(masked_items) <= target_tokens:
-        return OfflineResult(masked_items, f"Removed the bodies of {masked} old tool outputs; the conversation is otherwise intact.", masked)
+        note = f"Removed the bodies of {masked} old tool outputs; the conversation is otherwise intact."
+        trail = artifact_trail(items)
+        return OfflineResult(masked_items, f"{note}\n\n{trail}" if trail else note, masked)
 
-    user_budget = min(user_message_max_tokens, target_tokens // 3)
+    user_budget = max(0, user_message_max_tokens)
     recent = recent_user_messages(items, user_budget)
     # An opaque remote compaction cannot be summarized here; the newest one is kept as it is.
     opaque = [item for item in items if item.get("type") == "compaction"][-1:]
@@ -416,11 +431,11 @@ def offline_compact(items: list[dict[str, Any]], *, target_tokens: int, user_mes
         messages.pop(0)
     head = opaque + messages
     prefix_cost = history_tokens([summary_message("")])
-    summary_budget = max(0, target_tokens - history_tokens(head) - prefix_cost)
-    sections = extract_sections(items, skip_requests=len(recent))
+    summary_budget = max(target_tokens - history_tokens(head) - prefix_cost, target_tokens // 2)
+    sections = extract_sections(items, skip_requests=len(messages))
     summary = render_summary(sections, summary_budget)
     # The token estimate of a rendered item is its JSON size, which escaping can inflate: shrink until it fits.
-    while summary and history_tokens(head + [summary_message(summary)]) > target_tokens and summary_budget > 0:
+    while summary and history_tokens([summary_message(summary)]) > summary_budget + prefix_cost and summary_budget > 0:
         summary_budget = summary_budget * 9 // 10
         summary = render_summary(sections, summary_budget)
     if not summary:

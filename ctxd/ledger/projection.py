@@ -12,7 +12,8 @@ from typing import Any, Iterable
 
 from ctxd.ledger.rules import CALL_TO_OUTPUT, TOOL_OUTPUT_TYPES
 
-IMAGE_PLACEHOLDER = "[image omitted: this model takes text only]"
+# Codex's words, so that a model sees the same text through either.
+IMAGE_PLACEHOLDER = "image content omitted because you do not support image input"
 
 
 def _without_images(value: Any) -> Any:

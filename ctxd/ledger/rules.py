@@ -17,8 +17,28 @@ CALL_TO_OUTPUT = {"function_call": "function_call_output", "custom_tool_call": "
 TOOL_CALL_TYPES = frozenset(CALL_TO_OUTPUT)
 TOOL_OUTPUT_TYPES = frozenset(CALL_TO_OUTPUT.values())
 
-# Openings (compared case-insensitively, after leading white space) of user messages that a client
-# injects: Codex's markers and ctxd's own.
+# Injected user messages, as Codex recognises them (`is_contextual_user_fragment`): a text part that
+# opens with the start marker and ends with the end marker, both compared case-insensitively after
+# trimming white space.
+CONTEXTUAL_USER_MARKERS = (
+    ("# agents.md instructions for ", "</instructions>"),
+    ("<agents_instructions>", "</agents_instructions>"),
+    ("<environment_context>", "</environment_context>"),
+    ("<multiagent_context>", "</multiagent_context>"),
+    ("<skill>", "</skill>"),
+    ("<user_shell_command>", "</user_shell_command>"),
+    ("<turn_aborted>", "</turn_aborted>"),
+    ("<subagent_notification>", "</subagent_notification>"),
+    ("<goal_context>", "</goal_context>"),
+)
+# Codex's own warnings, which it injects as user messages (its legacy `Warning: ...` fragments).
+CONTEXTUAL_USER_WARNINGS = (
+    "Warning: The maximum number of unified exec processes",
+    "Warning: apply_patch was requested via ",
+    "Warning: Your account was flagged for potentially high-risk cyber activity",
+)
+# Openings (case-insensitive, after leading white space) that mark a user message as injected
+# whatever its ending: older Codex spellings and ctxd's own markers.
 INJECTED_PREFIXES = (
     "<environment_context",
     "<user_instructions",
@@ -27,6 +47,17 @@ INJECTED_PREFIXES = (
     "<instructions",
     "# agents.md",
     "<ctxd:",
+)
+# Developer messages that carry per-turn context updates (Codex's CONTEXTUAL_DEVELOPER_PREFIXES):
+# a rollback removes them with the turn they preceded.
+CONTEXTUAL_DEVELOPER_PREFIXES = (
+    "<permissions instructions>",
+    "<model_switch>",
+    "<collaboration_mode>",
+    "<realtime_conversation>",
+    "<personality_spec>",
+    "<skills_instructions>",
+    "<token_budget>",
 )
 
 SUMMARY_PREFIX = resources.files("ctxd").joinpath("templates", "summary_prefix.md").read_text(encoding="utf-8").strip()
@@ -49,14 +80,61 @@ def is_summary_message(item: dict[str, Any]) -> bool:
             and message_text(item).startswith(SUMMARY_PREFIX))
 
 
+def _text_parts(item: dict[str, Any]) -> list[str]:
+    content = item.get("content")
+    if isinstance(content, str):
+        return [content]
+    if not isinstance(content, list):
+        return []
+    return [part["text"] for part in content if isinstance(part, dict) and isinstance(part.get("text"), str)]
+
+
+def is_contextual_user_text(text: str) -> bool:
+    """Text a client injected into a user message rather than one a person typed."""
+    stripped = text.strip()
+    lowered = stripped.lower()
+    if lowered.startswith(INJECTED_PREFIXES):
+        return True
+    if any(lowered.startswith(start) and lowered.endswith(end) for start, end in CONTEXTUAL_USER_MARKERS):
+        return True
+    return stripped.startswith(CONTEXTUAL_USER_WARNINGS)
+
+
+def is_contextual_user_message(item: dict[str, Any]) -> bool:
+    """A user message holding injected context (any of its text parts is), as Codex decides."""
+    if item.get("type") != "message" or item.get("role") != "user":
+        return False
+    return any(is_contextual_user_text(text) for text in _text_parts(item))
+
+
+def _is_contextual_developer_text(text: str) -> bool:
+    return text.lstrip().lower().startswith(CONTEXTUAL_DEVELOPER_PREFIXES)
+
+
+def is_contextual_developer_message(item: dict[str, Any]) -> bool:
+    """A developer message carrying a per-turn context update (any part is one)."""
+    if item.get("type") != "message" or item.get("role") != "developer":
+        return False
+    return any(_is_contextual_developer_text(text) for text in _text_parts(item))
+
+
+def has_persistent_developer_text(item: dict[str, Any]) -> bool:
+    """A developer message that also carries text that is not a context update (a mixed bundle)."""
+    content = item.get("content")
+    parts = content if isinstance(content, list) else [{"type": "input_text", "text": content}]
+    return any(not (isinstance(part, dict) and isinstance(part.get("text"), str)
+                    and _is_contextual_developer_text(part["text"])) for part in parts)
+
+
 def is_real_user_message(item: dict[str, Any]) -> bool:
-    """A user message a person wrote: not a handoff summary, not injected context, not empty."""
+    """A user message a person wrote: not a handoff summary, not injected context, not empty.
+    These start user turns (rollback) and are what a compaction carries forward."""
     if item.get("type") != "message" or item.get("role") != "user":
         return False
     text = message_text(item)
     if not text.strip() or text.startswith(SUMMARY_PREFIX):
         return False
-    return not text.lstrip().lower().startswith(INJECTED_PREFIXES)
+    return not is_contextual_user_message(item)
 
 
 def item_group(item: dict[str, Any]) -> str:

@@ -9,7 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ctxd.ledger.rules import is_real_user_message, item_group
+from ctxd.ledger.rules import (
+    has_persistent_developer_text,
+    is_contextual_developer_message,
+    is_contextual_user_message,
+    is_real_user_message,
+    item_group,
+)
 from ctxd.settings import Settings
 
 WARN_FRACTION = 0.8
@@ -70,13 +76,35 @@ def is_user_turn_start(entry: Entry) -> bool:
     return entry.origin is None and is_real_user_message(entry.item)
 
 
-def rollback_start(entries: list[Entry], turns: int) -> int | None:
-    """Index of the first item to drop so that the last `turns` user turns go, or None if the
-    ledger has no user turn. With fewer turns than asked, every user turn goes."""
+@dataclass
+class RollbackCut:
+    index: int
+    """The first item to drop."""
+    clears_reference: bool
+    """A dropped developer message mixed context updates with persistent text, so the surviving
+    history no longer holds what the reference baseline was set from (Codex clears it too)."""
+
+
+def rollback_start(entries: list[Entry], turns: int) -> RollbackCut | None:
+    """Where to cut so that the last `turns` user turns go, or None if the ledger has no user turn.
+    With fewer turns than asked, every user turn goes; items before the first turn stay.
+
+    As in Codex (`drop_last_n_user_turns`), the context updates that sat just above the first
+    dropped turn (contextual developer messages, injected user context) go with it: they were
+    written for that turn, and the next turn re-sends what it needs."""
     starts = [i for i, entry in enumerate(entries) if is_user_turn_start(entry)]
     if not starts:
         return None
-    return starts[max(0, len(starts) - turns)]
+    cut = starts[max(0, len(starts) - turns)]
+    clears = False
+    while cut > starts[0]:
+        item = entries[cut - 1].item
+        if is_contextual_developer_message(item):
+            clears = clears or has_persistent_developer_text(item)
+        elif not is_contextual_user_message(item):
+            break
+        cut -= 1
+    return RollbackCut(cut, clears)
 
 
 def usage_snapshot(ledger: ThreadLedger, settings: Settings) -> dict[str, Any]:

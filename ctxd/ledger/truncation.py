@@ -4,6 +4,9 @@ The head of a tool's output usually says what ran and the tail says how it ended
 the cheapest part to lose. A token budget becomes a byte budget (4 bytes a token), split in half
 between head and tail, both cut on UTF-8 character boundaries, joined by `…N tokens truncated…`
 where N is the text's estimate (bytes / 4, rounded up) less the budget, as Codex reports it.
+
+Recording allows 1.2x the configured limit (Codex's `with_serialization_allowance`), so that an
+output a client already truncated to the limit, with its own marker and framing, is not cut again.
 """
 
 from __future__ import annotations
@@ -14,6 +17,12 @@ from ctxd.ledger.rules import TOOL_OUTPUT_TYPES
 from ctxd.tokens.approx import approx_tokens_from_bytes
 
 BYTES_PER_TOKEN = 4
+SERIALIZATION_ALLOWANCE = 1.2
+
+
+def with_serialization_allowance(max_tokens: int) -> int:
+    """The budget a recorded tool output gets for a configured limit: 1.2x, rounded up (Codex)."""
+    return -(-max(0, max_tokens) * 12 // 10)
 
 
 def _head(data: bytes, budget: int) -> bytes:
@@ -49,10 +58,12 @@ def truncate_text(text: str, max_tokens: int) -> str:
 
 
 def truncate_tool_output(item: dict[str, Any], max_tokens: int) -> dict[str, Any]:
-    """Bound a tool output's text; other items, and images, pass through unchanged.
+    """Bound a tool output's text to `max_tokens`; other items, and images, pass through unchanged.
 
-    A list output shares one budget across its text parts in order, so that many small parts
-    cannot add up past the limit.
+    A list output shares one budget across its text parts in order (Codex's
+    `truncate_function_output_items_with_policy`): parts that fit are kept, the first that does
+    not is middle-truncated to what is left, and the text parts after it are replaced by one
+    `[omitted N text items ...]` note. Empty text parts are dropped, as Codex drops them.
     """
     if item.get("type") not in TOOL_OUTPUT_TYPES:
         return item
@@ -62,20 +73,34 @@ def truncate_tool_output(item: dict[str, Any], max_tokens: int) -> dict[str, Any
         return item if truncated is output else {**item, "output": truncated}
     if not isinstance(output, list):
         return item
-    remaining = max_tokens
+    remaining = max(0, max_tokens)
     parts: list[Any] = []
+    omitted = 0
     changed = False
     for part in output:
         text = part.get("text") if isinstance(part, dict) else None
         if not isinstance(text, str):
             parts.append(part)
             continue
+        if not text:
+            changed = True
+            continue
+        if remaining == 0:
+            omitted += 1
+            continue
         cost = approx_tokens_from_bytes(len(text.encode("utf-8", "surrogatepass")))
         if cost <= remaining:
             remaining -= cost
             parts.append(part)
             continue
-        parts.append({**part, "text": truncate_text(text, remaining)})
+        snippet = truncate_text(text, remaining)
+        if snippet:
+            parts.append({**part, "text": snippet})
+        else:
+            omitted += 1
         remaining = 0
+        changed = True
+    if omitted:
+        parts.append({"type": "input_text", "text": f"[omitted {omitted} text items ...]"})
         changed = True
     return {**item, "output": parts} if changed else item

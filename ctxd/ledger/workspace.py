@@ -30,10 +30,9 @@ from ctxd.ledger.thread import (
     rollback_start,
     usage_snapshot,
 )
-from ctxd.ledger.truncation import truncate_tool_output
+from ctxd.ledger.truncation import truncate_tool_output, with_serialization_allowance
 from ctxd.protocol.items import validate_items
 from ctxd.settings import Problem, Settings, is_trusted, load_settings
-from ctxd.tokens.approx import approx_text_tokens
 from ctxd.tokens.counter import TOKENIZERS, Counter, count_item
 from ctxd.usage import breakdown as usage_mod
 
@@ -80,17 +79,6 @@ def path_to_uri(path: Path) -> str:
 def _dump(item: dict[str, Any]) -> str:
     """An item as stored: strict JSON (what cannot be sent back is never stored)."""
     return json.dumps(item, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-
-
-def overhead_tokens(context: dict[str, Any] | None) -> int:
-    """A cheap estimate of the fixed overhead sent with every request."""
-    if not context:
-        return 0
-    total = approx_text_tokens(context.get("baseInstructions") or "")
-    for key in ("tools", "memoryFiles", "skills"):
-        for entry in context.get(key) or []:
-            total += approx_text_tokens(_dump(entry))
-    return total
 
 
 class Workspace:
@@ -191,7 +179,6 @@ class Workspace:
             state=row.state,
             next_seq=(rows[-1].seq + 1) if rows else 1,
         )
-        ledger.overhead_tokens = overhead_tokens(ledger.prompt_context)
         ledger.recount()
         return ledger
 
@@ -219,7 +206,10 @@ class Workspace:
 
     def _usage(self, ledger: ThreadLedger) -> dict[str, Any]:
         settings = self._settings(ledger)
-        return {**usage_snapshot(ledger, settings), **self.counter(settings).describe()}
+        counter = self.counter(settings)
+        # The gauge counts the overhead as the breakdown does, so that the two always agree.
+        ledger.overhead_tokens = self._overhead_counts(ledger, counter).tokens
+        return {**usage_snapshot(ledger, settings), **counter.describe()}
 
     def _overhead_counts(self, ledger: ThreadLedger, counter: Counter) -> usage_mod.OverheadCounts:
         cached = self._overhead.get(ledger.thread)
@@ -233,7 +223,8 @@ class Workspace:
         """Keep in the thread's state what `ctxd usage` (a separate process) cannot know: the model,
         window and limit that the editor's initialization options set. Written only on change."""
         facts = {"model": settings.model, "contextWindow": settings.effective_context_window(),
-                 "autoCompactLimit": settings.auto_compact_limit(), "tokenizer": settings.tokenizer}
+                 "autoCompactLimit": settings.auto_compact_limit(), "tokenizer": settings.tokenizer,
+                 "overheadTokens": self._overhead_counts(ledger, self.counter(settings)).tokens}
         if (ledger.state or {}).get("usageSettings") != facts:
             self.update_state(ledger.thread, usageSettings=facts)
 
@@ -244,17 +235,18 @@ class Workspace:
             ledger = self._ledger(thread)
             settings = self._settings(ledger)
             counter = self.counter(settings)
+            overhead = self._overhead_counts(ledger, counter)
+            ledger.overhead_tokens = overhead.tokens
             usage = {**usage_snapshot(ledger, settings), **counter.describe()}
             self._remember_usage_settings(ledger, settings)
             key = (tuple(usage.values()), ledger.item_tokens, counter.name, settings.model)
             cached = self._breakdowns.get(thread)
             if cached is not None and cached[0] == key and cached[1] is ledger.prompt_context:
                 return _with_cost(cached[2], ledger)
-            overhead = self._overhead_counts(ledger, counter)
-            groups = dict(ledger.group_tokens) if usage["source"] != "estimate" else {}
             result = usage_mod.breakdown(model=settings.model, context_window=usage["contextWindow"],
                                          auto_compact_limit=usage["autoCompactLimit"], usage=usage,
-                                         overhead=overhead, message_groups=groups)
+                                         overhead=overhead, message_groups=dict(ledger.group_tokens),
+                                         has_messages=ledger.item_tokens > 0)
             # The context object is kept with the entry so that its identity cannot be reused.
             self._breakdowns[thread] = (key, ledger.prompt_context, result)
             return _with_cost(result, ledger)
@@ -277,7 +269,7 @@ class Workspace:
     def _rows(self, thread: str, items: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[tuple[str, int]]]:
         """What is stored of valid items: system messages dropped, long tool outputs truncated,
         every item counted."""
-        limit = self.settings.tool_output_token_limit
+        limit = with_serialization_allowance(self.settings.tool_output_token_limit)
         kept = [truncate_tool_output(item, limit) for item in items
                 if not (item.get("type") == "message" and item.get("role") == "system")]
         if redact.secrets():  # the configured API key is never stored, wherever it appears
@@ -314,7 +306,6 @@ class Workspace:
             reference = {"seq": ledger.last_seq, "historyVersion": ledger.history_version, "setAt": time.time()}
             self.store.update_thread(thread, prompt_context=merged, reference=reference)
             ledger.prompt_context, ledger.reference = merged, reference
-            ledger.overhead_tokens = overhead_tokens(merged)
             settings = self._settings(ledger)
             TOKENIZERS.preload(settings.model, settings.tokenizer)  # in the background
             self._remember_usage_settings(ledger, settings)
@@ -362,10 +353,10 @@ class Workspace:
                                      history_version=ledger.history_version + 1)
                 ledger = self._reload(thread)
                 crossed = True
-            start = rollback_start(ledger.entries, turns)
+            cut = rollback_start(ledger.entries, turns)
             removed = 0
-            if start is not None:
-                removed = self._drop_from(ledger, ledger.entries[start].seq)
+            if cut is not None:
+                removed = self._drop_from(ledger, ledger.entries[cut.index].seq, clear_reference=cut.clears_reference)
             elif crossed:
                 self._changed(ledger)
             return {"historyVersion": ledger.history_version, "removedItems": removed, "usage": self._usage(ledger)}
@@ -385,15 +376,16 @@ class Workspace:
             ledger = self._ledger(thread)
             return self._drop_from(ledger, seq)
 
-    def _drop_from(self, ledger: ThreadLedger, seq: int) -> int:
-        """Delete from `seq` on; the API baseline and the reference baseline go when their source does."""
+    def _drop_from(self, ledger: ThreadLedger, seq: int, clear_reference: bool = False) -> int:
+        """Delete from `seq` on; the API baseline and the reference baseline go when their source
+        does (or, with `clear_reference`, whenever the caller says the reference is stale)."""
         keep = [e for e in ledger.entries if e.seq < seq]
         if len(keep) == len(ledger.entries):
             return 0
         fields: dict[str, Any] = {"history_version": ledger.history_version + 1}
         if ledger.api_total is not None and seq <= ledger.api_seq:
             fields["api_total"] = None
-        if ledger.reference is not None and seq <= ledger.reference.get("seq", 0):
+        if ledger.reference is not None and (clear_reference or seq <= ledger.reference.get("seq", 0)):
             fields["reference"] = None
         removed = self.store.delete_from(ledger.thread, seq, **fields)
         ledger.entries = keep
@@ -465,8 +457,7 @@ class Workspace:
             ledger.api_total, ledger.api_seq, ledger.state = baseline, api_seq, state
             ledger.tokens_after_api = sum(e.tokens for e in entries if e.seq > api_seq)
             if ledger.prompt_context != context:
-                ledger.prompt_context = context
-                ledger.overhead_tokens = overhead_tokens(context)
+                ledger.prompt_context = context  # the overhead is counted again by `_usage`
             self._changed(ledger)
 
     def state(self, thread: str) -> dict[str, Any]:

@@ -1,15 +1,19 @@
 """The context window's breakdown: where the tokens of a request go (`ctxd/usage`).
 
 A pure function of the thread's prompt context (the fixed overhead every request carries), its
-usage snapshot and the window settings, like qwen-code's `/context`:
+usage snapshot and the window settings, like qwen-code's `/context`. Two invariants (protocol v2):
 
-- before the model API has reported any usage (`mode: "estimated"`) the overhead categories are
-  local counts, there is no `messages` row and `totalTokens` is null;
-- afterwards (`mode: "actual"`) the API's total (plus the estimate of what was recorded since) is
-  the truth: `messages` is what the overhead leaves of it, and when the overhead's local count
-  exceeds the total, the overhead categories are scaled down to fit it exactly;
-- `autocompactBuffer` is the window minus the auto-compact limit and `freeSpace` the rest, so the
-  categories add up to the window exactly, in integers, always (largest-remainder rounding).
+- the breakdown never contradicts the gauge: the categories other than `freeSpace` and
+  `autocompactBuffer` add up to the snapshot's `usedTokens` exactly, in every mode. `messages` is
+  what the overhead leaves of it; when the overhead's count exceeds it, the overhead categories
+  are scaled down to fit (largest-remainder rounding, so the sums are exact in integers);
+- `estimated` mode (`totalTokens` null, no `messages` row) is only for a thread with no messages
+  yet; once items are recorded, `messages` is there, estimated from the ledger until the model API
+  reports a total.
+
+`autocompactBuffer` is the window minus the auto-compact limit and `freeSpace` the rest, so the
+categories add up to the window exactly while the thread fits. When `usedTokens` exceeds the window,
+both are 0 and `overflowTokens` says by how much.
 
 Token counts of the context's parts come from `overhead_counts`, computed once per prompt
 context and counter and cached by the caller; a usage answer never re-tokenizes anything.
@@ -141,34 +145,32 @@ def breakdown(
     usage: dict[str, Any],
     overhead: OverheadCounts,
     message_groups: dict[str, int] | None = None,
+    has_messages: bool | None = None,
 ) -> dict[str, Any]:
-    """The `Breakdown` of PROTOCOL.md. `usage` is the thread's UsageSnapshot; its `source` tells
-    the mode ("estimate": no API usage yet) and its `usedTokens` is the total in actual mode."""
+    """The `Breakdown` of PROTOCOL.md. `usage` is the thread's UsageSnapshot: its `usedTokens` is
+    the total the categories explain. `has_messages` says whether the thread has recorded items
+    (default: whether the API has reported a total)."""
     window = max(0, int(context_window))
-    actual = usage.get("source") != "estimate"
+    total = max(0, int(usage.get("usedTokens") or 0))
+    if has_messages is None:
+        has_messages = usage.get("source") != "estimate"
+    estimated = usage.get("source") == "estimate" and not has_messages
     raw = {c: overhead.total(c) for c in OVERHEAD_CATEGORIES}
     raw_overhead = sum(raw.values())
-    total = max(0, int(usage.get("usedTokens") or 0)) if actual else None
-
-    if total is not None and raw_overhead > total:
+    # Without messages the overhead is the whole total; with them, at most the whole total.
+    if raw_overhead > total or (estimated and raw_overhead != total):
         scaled = dict(zip(OVERHEAD_CATEGORIES, apportion(total, list(raw.values()))))
     else:
         scaled = dict(raw)
-    messages = total - sum(scaled.values()) if total is not None else 0
-    used = {**scaled, **({"messages": messages} if actual else {})}
+    used = {**scaled, **({} if estimated else {"messages": total - sum(scaled.values())})}
 
-    # Everything must fit in the window: a total over it (a wrong window setting, an overhead
-    # bigger than the window) is shown as a full window, each part in proportion.
-    if sum(used.values()) > window:
-        used = dict(zip(used, apportion(window, list(used.values()))))
-    in_use = sum(used.values())
     limit = auto_compact_limit if 0 < auto_compact_limit < window else window
-    buffer = min(window - limit, window - in_use)
-    free = window - in_use - buffer
+    buffer = max(0, min(window - limit, window - total))
+    free = max(0, window - total - buffer)
 
     categories: list[dict[str, Any]] = []
     for name in CATEGORY_ORDER:
-        if name == "messages" and not actual:
+        if name == "messages" and estimated:
             continue
         if name in OVERHEAD_CATEGORIES:
             tokens = used[name]
@@ -190,10 +192,11 @@ def breakdown(
     return {
         "model": model,
         "contextWindow": window,
-        "mode": "actual" if actual else "estimated",
-        "totalTokens": total,
+        "mode": "estimated" if estimated else "actual",
+        "totalTokens": None if estimated else total,
         "usage": usage,
         "categories": categories,
+        "overflowTokens": max(0, total - window),
         "overheadTokens": overhead_now,
         "idleCost": overhead_now + IDLE_MESSAGE_TOKENS,
     }

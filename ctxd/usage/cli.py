@@ -22,7 +22,6 @@ from typing import Any, TextIO
 from ctxd.ledger.rules import item_group
 from ctxd.ledger.store import Store, database_path
 from ctxd.ledger.thread import Entry, ThreadLedger, usage_snapshot
-from ctxd.ledger.workspace import overhead_tokens
 from ctxd.settings import Settings, default_state_dir, load_settings
 from ctxd.tokens import catalog
 from ctxd.tokens import encodings
@@ -112,7 +111,8 @@ def load_breakdown(workspace: Path, thread: str, state_dir: Path | None = None, 
     ledger = ThreadLedger(thread=thread, entries=[Entry(r.seq, json.loads(r.body), r.tokens, r.origin) for r in rows],
                           history_version=row.history_version, api_total=row.api_total, api_seq=row.api_seq,
                           prompt_context=context)
-    ledger.overhead_tokens = overhead_tokens(context)  # as the daemon counts it for the gauge
+    # The gauge's overhead as the daemon last counted it (its counter may be better than ours).
+    ledger.overhead_tokens = facts.get("overheadTokens", overhead.tokens)
     ledger.recount()
     usage = {**usage_snapshot(ledger, settings), **describe}
     groups: dict[str, int] = {}
@@ -121,7 +121,7 @@ def load_breakdown(workspace: Path, thread: str, state_dir: Path | None = None, 
         groups[group] = groups.get(group, 0) + entry.tokens
     return usage_mod.breakdown(model=settings.model, context_window=settings.effective_context_window(),
                                auto_compact_limit=settings.auto_compact_limit(), usage=usage,
-                               overhead=overhead, message_groups=groups)
+                               overhead=overhead, message_groups=groups, has_messages=ledger.item_tokens > 0)
 
 
 def render_short(breakdown: dict[str, Any]) -> str:
@@ -162,7 +162,9 @@ def render_text(breakdown: dict[str, Any], detail: bool = False, colour: bool = 
         percent = 100 * total / window if window else 0.0
         lines += [
             f"  {render_bar(categories, BAR_WIDTH, colour)}  {model}",
-            f"  {format_tokens(total)}/{format_tokens(window)} tokens ({percent:.1f}%)",
+            f"  {format_tokens(total)}/{format_tokens(window)} tokens ({percent:.1f}%)"
+            + (" estimated: no API response yet" if breakdown["usage"].get("source") == "estimate" else "")
+            + (f", {format_tokens(breakdown['overflowTokens'])} over the window" if breakdown.get("overflowTokens") else ""),
             "",
             "  Usage by category",
         ]

@@ -135,7 +135,8 @@ function M.render_breakdown(breakdown, width)
   local max_details = config.options.float.max_details
   local usage = breakdown.usage or {}
   local window = breakdown.contextWindow or usage.contextWindow or 0
-  local estimated = breakdown.mode == 'estimated'
+  -- Estimated: no total from the model API yet (with messages, the breakdown is then 'actual' but estimated).
+  local estimated = breakdown.mode == 'estimated' or usage.source == 'estimate'
   local lines = {} ---@type ctxd.Line[]
   local function add(text, marks)
     table.insert(lines, { text = text, marks = marks or {} })
