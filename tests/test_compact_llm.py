@@ -132,13 +132,14 @@ def test_remote_malformed_answers_fail(fake, step: Step) -> None:
         run("remote", settings_for(fake, api="responses"))
 
 
-# The history sent is ITEMS without the ghost item: user, call, output, assistant, user. Each retry drops
-# the oldest item; dropping the call drops its output with it. llm adds the instruction as one more
-# message (chat) or input item (responses); remote sends the history alone.
+# The history sent is ITEMS without the ghost item: user, call, output, assistant, user. It goes down the
+# ladder: the full history, then the same items with the tool output stripped, then only the last turn
+# (the last user message), which fits. llm adds the instruction as one more message (chat) or input
+# item (responses); remote sends the history alone.
 @pytest.mark.parametrize("strategy, api, sizes, trimmed", [
-    ("llm", "chat", [6, 5, 3], 3),              # user; call + output -> assistant, user, instruction
-    ("llm", "responses", [6, 5, 3, 2], 4),      # user; call + output; assistant -> user, instruction
-    ("remote", "responses", [5, 4, 2], 3),      # user; call + output -> assistant, user
+    ("llm", "chat", [6, 6, 2], 4),
+    ("llm", "responses", [6, 6, 2], 4),
+    ("remote", "responses", [5, 5, 1], 4),
 ])
 def test_context_overflow_trims_oldest_items_and_retries(fake, strategy: str, api: str, sizes: list[int],
                                                          trimmed: int) -> None:
