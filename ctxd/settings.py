@@ -70,7 +70,12 @@ class GhostSettings:
     max_untracked_file_bytes: int = 10 * 1024 * 1024
     max_untracked_dir_files: int = 200
     warn_after_seconds: float = 240.0
+    keep: int = 100  # snapshots kept per workspace folder; older ones are dropped
+    max_age_days: float = 30.0  # and none older than this
     auto: str = "turn"  # "turn": a snapshot when a followed session starts a user turn; or "off"
+    # Patterns (gitignore syntax) never captured, beside the built-in .env, .env.*, env/, .env/,
+    # an untracked .ctxd.toml and dependency folders.
+    exclude: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -165,7 +170,9 @@ def _type_ok(target: Any, key: str, value: Any) -> bool:
     if isinstance(value, float):
         return "float" in annotation and value >= 0
     if isinstance(value, str):
-        return "str" in annotation
+        return "str" in annotation and "list" not in annotation
+    if isinstance(value, list):
+        return "list[str]" in annotation and all(isinstance(v, str) for v in value)
     if isinstance(value, dict):
         return "dict" in annotation
     return False
@@ -234,6 +241,9 @@ def load_settings(
     if settings.ghost.auto not in ("turn", "off"):
         problems.append(Problem("settings", "setting 'ghost.auto' must be 'turn' or 'off'; keeping 'turn'", "ghost.auto"))
         settings.ghost.auto = "turn"
+    if settings.ghost.keep < 1:
+        problems.append(Problem("settings", "setting 'ghost.keep' must be at least 1; keeping 100", "ghost.keep"))
+        settings.ghost.keep = 100
     if not 0 < settings.auto_compact_ratio <= 1:
         problems.append(Problem("settings", "setting 'auto_compact_ratio' must be in (0, 1]; keeping 0.9",
                                 "auto_compact_ratio"))

@@ -34,6 +34,11 @@ class Repo:
             raise AssertionError(f"git {' '.join(args)} failed: {done.stderr.decode(errors='replace')}")
         return done.stdout.decode("utf-8", "surrogateescape")
 
+    def store(self, *args: str, check: bool = True) -> str:
+        """git on ctxd's own snapshot store of this repository (where snapshots live)."""
+        common = Path(self.git("rev-parse", "--path-format=absolute", "--git-common-dir").strip())
+        return self.git(f"--git-dir={common / 'ctxd' / 'store'}", *args, check=check)
+
     @property
     def git_dir(self) -> Path:
         return Path(self.git("rev-parse", "--absolute-git-dir").strip())

@@ -186,7 +186,8 @@ def test_every_repository_kind(daemon: Client, tmp_path: Path) -> None:
         assert "agent.txt" in result["removed"] and "agent_dir/x.py" in result["removed"], name
         assert repo.state() == before, name
         assert repo.files() == files, name
-        assert [g["id"] for g in _request(daemon, "ctxd/ghost/list", folder)["snapshots"]] == [snap["id"]], name
+        listed = [g["id"] for g in _request(daemon, "ctxd/ghost/list", folder)["snapshots"]]
+        assert listed == [result["undoId"], snap["id"]], name
 
 
 def test_snapshot_is_a_zero_token_item_kept_out_of_the_prompt(daemon: Client, tmp_path: Path) -> None:
@@ -257,16 +258,69 @@ def test_bad_ids_change_nothing(daemon: Client, tmp_path: Path) -> None:
     assert _request(daemon, "ctxd/history", folder) == history
 
 
-def test_not_a_git_repository(daemon: Client, tmp_path: Path) -> None:
+def test_a_folder_that_is_not_a_repository(daemon: Client, tmp_path: Path) -> None:
     folder = tmp_path / "plain"
-    folder.mkdir()
+    (folder / "src").mkdir(parents=True)
+    (folder / "src" / "main.c").write_text("int main;\n")
+    (folder / ".env").write_text("KEY=1\n")
     open_folders(daemon, folder)
-    for method, params in (("ctxd/ghost/snapshot", {}), ("ctxd/ghost/list", {}),
-                           ("ctxd/ghost/restore", {"id": "a" * 40})):
+    snap = _request(daemon, "ctxd/ghost/snapshot", folder)
+    assert snap["fileCount"] == 1 and snap["parent"] is None and snap["skipped"][0]["path"] == ".env"
+    (folder / "src" / "main.c").write_text("agent\n")
+    (folder / "agent.txt").write_text("new\n")
+    result = _request(daemon, "ctxd/ghost/restore", folder, id=snap["id"])
+    assert (result["restored"], result["removed"]) == (["src/main.c"], ["agent.txt"])
+    assert (folder / "src" / "main.c").read_text() == "int main;\n" and (folder / ".env").exists()
+    assert not (folder / ".git").exists()
+    listed = _request(daemon, "ctxd/ghost/list", folder)["snapshots"]
+    assert [g["id"] for g in listed] == [result["undoId"], snap["id"]]
+
+
+def test_preview_undo_diff_and_delete(daemon: Client, tmp_path: Path) -> None:
+    repo, folder = _plain(tmp_path / "repo")
+    open_folders(daemon, folder)
+    snap = _request(daemon, "ctxd/ghost/snapshot", folder)
+    repo.write("src/app.py", "the agent's version\n")
+    repo.write("agent.txt", "new\n")
+    files = repo.files()
+
+    diff = _request(daemon, "ctxd/ghost/diff", folder, id=snap["id"])
+    assert diff == {"id": snap["id"], "files": [
+        {"path": "agent.txt", "status": "added", "binary": False},
+        {"path": "src/app.py", "status": "modified", "binary": False}]}
+    one = _request(daemon, "ctxd/ghost/diff", folder, id=snap["id"], path="src/app.py")["files"][0]
+    assert (one["before"], one["after"]) == ("edited, not staged\n", "the agent's version\n")
+
+    dry = _request(daemon, "ctxd/ghost/restore", folder, id=snap["id"], dryRun=True)
+    assert dry == {"id": snap["id"], "restored": ["src/app.py"], "removed": ["agent.txt"], "dryRun": True}
+    assert repo.files() == files
+
+    done = _request(daemon, "ctxd/ghost/restore", folder, id=snap["id"])
+    assert (done["restored"], done["removed"]) == (dry["restored"], dry["removed"])
+    _request(daemon, "ctxd/ghost/restore", folder, id=done["undoId"])
+    assert repo.files() == files  # undone exactly
+
+    assert _request(daemon, "ctxd/ghost/delete", folder, id=snap["id"]) == {"deleted": True}
+    assert snap["id"] not in [g["id"] for g in _request(daemon, "ctxd/ghost/list", folder)["snapshots"]]
+    for method in ("ctxd/ghost/delete", "ctxd/ghost/diff", "ctxd/ghost/restore"):
         with pytest.raises(RpcError) as caught:
-            _request(daemon, method, folder, **params)
-        assert caught.value.code == 1002, method
-    assert _request(daemon, "ctxd/history", folder)["items"] == []
+            _request(daemon, method, folder, id=snap["id"])
+        assert caught.value.code == -32602 and snap["id"] in caught.value.message, method
+    assert repo.files() == files
+
+
+def test_a_restore_that_would_lose_data_is_refused_with_1002(daemon: Client, tmp_path: Path) -> None:
+    repo, folder = _plain(tmp_path / "repo")
+    repo.write("out", "a file at snapshot time\n")
+    open_folders(daemon, folder)
+    snap = _request(daemon, "ctxd/ghost/snapshot", folder)
+    (repo.root / "out").unlink()
+    repo.write("out/run.log", "ignored, would be lost\n")
+    files = repo.files()
+    with pytest.raises(RpcError) as caught:
+        _request(daemon, "ctxd/ghost/restore", folder, id=snap["id"])
+    assert caught.value.code == 1002 and "out/run.log" in caught.value.message
+    assert repo.files() == files
 
 
 def test_progress_and_slow_warning(daemon: Client, tmp_path: Path) -> None:
@@ -321,3 +375,82 @@ def test_listed_after_a_restart_and_gc(daemon_factory: Callable[..., Client], tm
     _request(second, "ctxd/ghost/restore", folder, id=one["id"])
     assert (repo.root / "notes.txt").read_text() == "untracked\n"
     assert repo.state()["index"] == before["index"]
+    assert "ctxd" not in repo.git("log", "--all", "--oneline") + repo.git("for-each-ref")
+    assert "error" not in repo.git("fsck", "--no-progress").lower()
+
+
+def test_daemon_environment_and_hooks_never_reach_git(daemon_factory: Callable[..., Client], tmp_path: Path,
+                                                     git_env: dict[str, str]) -> None:
+    repo, folder = _plain(tmp_path / "repo")
+    other = make_repo(tmp_path / "other")
+    other_before = other.state()
+    marker = tmp_path / "hook-ran"
+    hooks = repo.git_dir / "hooks"
+    hooks.mkdir(exist_ok=True)
+    for name in ("reference-transaction", "post-index-change", "post-checkout"):
+        (hooks / name).write_text(f"#!/bin/sh\nenv >> '{marker}'\n")
+        (hooks / name).chmod(0o755)
+    repo.git("config", "core.autocrlf", "true")
+    client = daemon_factory([folder], env={**git_env, "OPENAI_API_KEY": "sk-never-for-git",
+                                           "GIT_DIR": str(other.git_dir), "GIT_WORK_TREE": str(other.root),
+                                           "GIT_INDEX_FILE": str(other.git_dir / "index"),
+                                           "GIT_OBJECT_DIRECTORY": str(other.git_dir / "objects")})
+    (repo.root / "crlf.txt").write_bytes(b"a\r\nb\n")
+    snap = _request(client, "ctxd/ghost/snapshot", folder)
+    files = repo.files()
+    repo.write("src/app.py", "agent\n")
+    (repo.root / "crlf.txt").write_bytes(b"agent\n")
+    _request(client, "ctxd/ghost/diff", folder, id=snap["id"])
+    undo = _request(client, "ctxd/ghost/restore", folder, id=snap["id"])["undoId"]
+    assert repo.files() == files and (repo.root / "crlf.txt").read_bytes() == b"a\r\nb\n"
+    _request(client, "ctxd/ghost/delete", folder, id=undo)
+    assert not marker.exists()
+    assert other.state() == other_before
+
+
+def test_a_restore_killed_midway_is_reported_at_the_next_start(daemon_factory: Callable[..., Client],
+                                                                tmp_path: Path, git_env: dict[str, str]) -> None:
+    repo, folder = _plain(tmp_path / "repo")
+    for i in range(3000):
+        repo.write(f"gen/d{i // 100}/f{i}.txt", f"{i}\n" * 200)
+    repo.commit_all("many files")
+    first = daemon_factory([folder], env=git_env)
+    snap = _request(first, "ctxd/ghost/snapshot", folder)
+    for i in range(3000):
+        repo.write(f"gen/d{i // 100}/f{i}.txt", "agent\n")
+    before = repo.files()
+    store = repo.git_dir / "ctxd" / "store"
+    first.request_async("ctxd/ghost/restore", {"workspace": folder.as_uri(), "id": snap["id"]})
+    deadline = time.monotonic() + 60
+    while not list(store.glob("journal-*.json")):
+        assert time.monotonic() < deadline and first.proc.poll() is None, "the restore never began writing"
+        time.sleep(0.001)
+    first.kill()
+    time.sleep(0.5)
+    settled = repo.files()
+    time.sleep(0.5)
+    assert repo.files() == settled  # no orphaned git child is still rewriting the tree
+
+    second = daemon_factory([folder], env=git_env)
+    note = second.wait_for_notification("window/showMessage", lambda p: "interrupted" in p["message"])
+    listed = _request(second, "ctxd/ghost/list", folder)
+    report = listed["interruptedRestore"]
+    assert report["id"] == snap["id"] and report["undoId"][:12] in note["message"]
+    assert not list((store / "ctxd-tmp").iterdir())  # leftovers (temporary index, .lock) are gone
+    _request(second, "ctxd/ghost/restore", folder, id=report["undoId"])
+    assert repo.files() == before
+    assert "interruptedRestore" not in _request(second, "ctxd/ghost/list", folder)
+
+
+def test_names_that_are_not_utf8_are_sent_escaped(daemon: Client, tmp_path: Path) -> None:
+    repo, folder = _plain(tmp_path / "repo")
+    name = os.fsdecode(b"caf\xe9.txt")
+    (repo.root / name).write_bytes(b"latin-1 name\n")
+    open_folders(daemon, folder)
+    snap = _request(daemon, "ctxd/ghost/snapshot", folder)
+    (repo.root / name).write_bytes(b"agent\n")
+    files = _request(daemon, "ctxd/ghost/diff", folder, id=snap["id"])["files"]
+    assert {"path": "caf\\xe9.txt", "status": "modified", "binary": False, "pathEncoding": "escaped"} in files
+    result = _request(daemon, "ctxd/ghost/restore", folder, id=snap["id"])
+    assert result["restored"] == ["caf\\xe9.txt"] and result["pathEncoding"] == "escaped"
+    assert (repo.root / name).read_bytes() == b"latin-1 name\n"

@@ -194,8 +194,8 @@ def test_symlink_pointing_outside_is_never_followed(daemon_factory: Callable[...
     os.symlink(outside, repo.root / "leakdir", target_is_directory=True)
     client = daemon_factory([repo.root], env=git_env)
     snap = ghost(client, repo, "snapshot")
-    files = repo.git("ls-tree", "-r", "--full-tree", snap["id"])
-    assert "precious" not in files and "keep me" not in repo.git("show", f"{snap['id']}:leak")
+    files = repo.store("ls-tree", "-r", "--full-tree", snap["id"])
+    assert "precious" not in files and "keep me" not in repo.store("show", f"{snap['id']}:leak")
     (repo.root / "src" / "app.py").write_text("changed\n")
     ghost(client, repo, "restore", id=snap["id"])
     assert sorted(p.name for p in outside.iterdir()) == ["precious.txt"]

@@ -211,9 +211,20 @@ class GhostCommit(TypedDict):
     durationMs: int
 
 
+class InterruptedRestore(TypedDict):
+    """A restore a crash cut short: restoring `undoId` goes back to the state before it."""
+
+    __pydantic_config__ = STRICT  # type: ignore[misc]
+    id: Optional[str]
+    undoId: Optional[str]
+    startedAt: Optional[str]
+    message: str
+
+
 class GhostListResult(TypedDict):
     __pydantic_config__ = STRICT  # type: ignore[misc]
     snapshots: list[GhostCommit]
+    interruptedRestore: NotRequired[InterruptedRestore]
 
 
 class RestoreResult(TypedDict):

@@ -44,6 +44,7 @@ from ctxd.protocol import methods
 from ctxd.protocol.params import parse_params
 from ctxd.server.events import Outbox, Throttle
 from ctxd.server.framing import LockedWriter, reader_loop
+from ctxd.ghost import snapshots as ghost
 from ctxd.server.handlers import HANDLERS, Call, CompactionEvents
 from ctxd.settings import load_settings
 
@@ -347,6 +348,16 @@ class CtxdServer:
             if text not in self._shown:
                 self._shown.add(text)
                 self.outbox.show_message(text)  # type: ignore[union-attr]
+        self.executor.submit(self._report_interrupted_restore, workspace)
+
+    def _report_interrupted_restore(self, workspace: Any) -> None:
+        """A snapshot restore a crash cut short is told at once, with the snapshot to go back to."""
+        try:
+            found = ghost.interrupted_restore(workspace.root, state_dir=workspace.state_dir, create=False)
+        except CtxdError:
+            return
+        if found is not None:
+            self.outbox.show_message(f"ctxd: {workspace.root}: {found['message']}")  # type: ignore[union-attr]
 
     def _change_folders(self, params: Any) -> None:
         event = params.get("event") if isinstance(params, dict) else None

@@ -131,7 +131,8 @@ def ghost_snapshot(call: Call, params: p.GhostSnapshotParams) -> shapes.GhostCom
                        lambda: call.outbox.show_message(ghost.slow_warning(workspace.root, settings.warn_after_seconds)))
     try:
         commit = ghost.snapshot(workspace.root, params.message, settings=settings, cancel=call.cancel,
-                                progress=lambda message: call.outbox.progress(token, {"kind": "report", "message": message}))
+                                progress=lambda message: call.outbox.progress(token, {"kind": "report", "message": message}),
+                                state_dir=workspace.state_dir)
     finally:
         slow.finish()
         call.outbox.progress(token, {"kind": "end"})
@@ -142,7 +143,12 @@ def ghost_snapshot(call: Call, params: p.GhostSnapshotParams) -> shapes.GhostCom
 
 @handler(methods.GHOST_LIST, p.GhostListParams)
 def ghost_list(call: Call, params: p.GhostListParams) -> shapes.GhostListResult:
-    return {"snapshots": ghost.list_snapshots(call.workspace.root)}
+    workspace = call.workspace
+    result: shapes.GhostListResult = {"snapshots": ghost.list_snapshots(workspace.root, state_dir=workspace.state_dir)}
+    interrupted = ghost.interrupted_restore(workspace.root, state_dir=workspace.state_dir)
+    if interrupted is not None:
+        result["interruptedRestore"] = interrupted
+    return escape_paths(result)
 
 
 @handler(methods.GHOST_RESTORE, p.GhostRestoreParams)
@@ -153,7 +159,20 @@ def ghost_restore(call: Call, params: p.GhostRestoreParams) -> shapes.RestoreRes
     # Found first: an id the thread never recorded changes nothing.
     point = workspace.snapshot_point(params.thread, params.id) if params.conversation else None
     call.check_cancelled()
-    result = ghost.restore(workspace.root, params.id, settings=workspace.settings.ghost)
-    if point is not None:
+    result = ghost.restore(workspace.root, params.id, settings=workspace.settings.ghost, dry_run=params.dry_run,
+                           state_dir=workspace.state_dir)
+    if point is not None and not params.dry_run:
         result["removedItems"] = workspace.rollback_to(params.thread, point)
     return escape_paths(result)  # file names that are not UTF-8 (protocol v2: pathEncoding)
+
+
+@handler(methods.GHOST_DIFF, p.GhostDiffParams)
+def ghost_diff(call: Call, params: p.GhostDiffParams) -> shapes.DiffResult:
+    workspace = call.workspace
+    return escape_paths(ghost.diff(workspace.root, params.id, params.path, settings=workspace.settings.ghost,
+                                   state_dir=workspace.state_dir))
+
+
+@handler(methods.GHOST_DELETE, p.GhostDeleteParams)
+def ghost_delete(call: Call, params: p.GhostDeleteParams) -> shapes.DeleteResult:
+    return ghost.delete(call.workspace.root, params.id, state_dir=call.workspace.state_dir)

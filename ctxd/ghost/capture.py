@@ -1,0 +1,518 @@
+"""Capturing a working tree into a temporary index of ctxd's store, and what is left out.
+
+Tracked files are taken as they are on disk, untracked files that are not ignored are added,
+and these are left out and reported (`skipped`): dependency and build folders, nested
+repositories, untracked files over `ghost.max_untracked_file_bytes`, untracked folders of
+`ghost.max_untracked_dir_files` files or more, and secrets (`.env`, `.env.*`, `env/`, `.env/`,
+an untracked `.ctxd.toml`). `ghost.exclude` patterns (gitignore syntax) are treated as ignored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import struct
+import threading
+import uuid
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ctxd.errors import Cancelled, GitFailed
+from ctxd.ghost.store import Site, now_ns
+from ctxd.settings import GhostSettings
+
+DEPENDENCY_DIRS = frozenset({
+    "node_modules", "bower_components", ".venv", "venv", "dist", "build", "__pycache__", ".tox",
+    ".nox", ".cache", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".hypothesis",
+    ".parcel-cache", ".gradle", ".eggs",
+})
+"""Untracked directories with these names are dependencies, build output or caches: never snapshotted."""
+
+SECRET_DIRS = frozenset({"env", ".env"})
+SECRET_REASON = "secret (never captured)"
+UNTRACKED_SECRETS = frozenset({".ctxd.toml"})
+"""A workspace's `.ctxd.toml` may hold settings a user keeps to themselves: when it is untracked it
+is never captured (when tracked, it is already in the user's own history and is captured)."""
+
+_PACKED = ("-c", "core.bigFileThreshold=1")
+"""Blobs go into one pack per command (git's bulk check-in) instead of one loose file each."""
+
+
+def check_cancel(cancel: threading.Event | None) -> None:
+    if cancel is not None and cancel.is_set():
+        raise Cancelled("snapshot cancelled")
+
+
+def nul(paths: Iterable[str]) -> bytes:
+    return b"".join(os.fsencode(p) + b"\0" for p in paths)
+
+
+def _mib(size: float) -> str:
+    return f"{size / (1024 * 1024):.1f} MiB"
+
+
+def secret(path: str, tracked: bool = False) -> str | None:
+    """The secret part of `path` (a file, or a folder ending in `/`), if any."""
+    parts = path.rstrip("/").split("/")
+    for i, part in enumerate(parts):
+        is_dir = i < len(parts) - 1 or path.endswith("/")
+        if is_dir and part in SECRET_DIRS:
+            return "/".join(parts[: i + 1]) + "/"
+    name = parts[-1]
+    if name == ".env" or name.startswith(".env.") or (not tracked and name in UNTRACKED_SECRETS):
+        return path
+    return None
+
+
+def _dependency_dir(path: str, start: int) -> str | None:
+    """The first component of `path` (from component `start` on) that names a dependency dir."""
+    parts = path.rstrip("/").split("/")
+    for i in range(start, len(parts)):
+        if parts[i] in DEPENDENCY_DIRS and (i < len(parts) - 1 or path.endswith("/")):
+            return "/".join(parts[: i + 1]) + "/"
+    return None
+
+
+def _excludes(settings: GhostSettings) -> list[str]:
+    return [f"--exclude={pattern}" for pattern in settings.exclude if pattern.strip()]
+
+
+def _untracked(site: Site, settings: GhostSettings, cancel: threading.Event | None,
+               known: dict[str, Any] | None) -> tuple[list[str], dict[str, str], dict[str, Any]]:
+    """Untracked files in scope to snapshot, what was skipped (with why), and what it takes to
+    reuse the listing: when no directory changed since the last one (no entry was created,
+    removed or renamed) and no ignore file changed, the last listing is still right, as with git's
+    own untracked cache. Sizes are checked every time."""
+    if (known is not None and known.get("limits") == [settings.max_untracked_dir_files]
+            and _stamps_hold(site, known.get("dirs"))):
+        dirs = known["dirs"]
+        candidates, skipped = list(known["candidates"]), dict(known["skipped"])
+    else:
+        dirs = _directory_stamps(site)
+        candidates, skipped = _list_untracked(site, settings, cancel)
+    check_cancel(cancel)
+    kept: list[str] = []
+    for path in candidates:
+        try:
+            size = os.lstat(site.top / path).st_size
+        except OSError:
+            continue  # gone since it was listed
+        if size > settings.max_untracked_file_bytes:
+            skipped[path] = (f"untracked file of {_mib(size)} "
+                             f"(limit {_mib(settings.max_untracked_file_bytes)})")
+        else:
+            kept.append(path)
+    listing = {"dirs": dirs, "candidates": candidates,
+               "skipped": {k: v for k, v in skipped.items() if not v.startswith("untracked file of")}}
+    return kept, skipped, listing
+
+
+_RACY_NS = 100_000_000
+MAX_STAMPED_DIRS = 5000
+
+
+def _stamps_hold(site: Site, stamps: Any) -> bool:
+    """Every recorded directory and ignore file still has the change time recorded (a new
+    directory changes its parent's)."""
+    if not isinstance(stamps, dict):
+        return False
+    for path, stamp in stamps.items():
+        try:
+            if stamp == -1 or os.stat(site.top / path).st_mtime_ns != stamp:
+                return False
+        except OSError:
+            if stamp != 0:
+                return False
+    return True
+
+
+def _directory_stamps(site: Site) -> dict[str, int] | None:
+    """The change time of every directory a listing looks at, and of every ignore file; None
+    when there are too many to be worth it. A directory changed a moment ago is recorded as -1,
+    so the next capture lists again (a change in the same clock tick would not show)."""
+    started = now_ns()
+    stamps: dict[str, int] = {}
+    extra = [site.user_git_dir / "info" / "exclude"] if site.user_git_dir is not None else []
+    parts = site.prefix.rstrip("/").split("/") if site.prefix else []
+    extra += [site.top.joinpath(*parts[:i], ".gitignore") for i in range(len(parts))]
+    for path in extra:
+        try:
+            stamps[str(path)] = os.stat(path).st_mtime_ns
+        except OSError:
+            stamps[str(path)] = 0
+    pending = [site.prefix.rstrip("/")]
+    while pending:
+        rel = pending.pop()
+        here = site.top / rel if rel else site.top
+        try:
+            stamps[f"{rel}/" if rel else "./"] = os.stat(here).st_mtime_ns
+            with os.scandir(here) as entries:
+                for entry in entries:
+                    child = f"{rel}/{entry.name}" if rel else entry.name
+                    if entry.is_dir(follow_symlinks=False):
+                        if entry.name != ".git" and entry.name not in DEPENDENCY_DIRS:
+                            pending.append(child)
+                    elif entry.name == ".gitignore":
+                        stamps[child] = entry.stat(follow_symlinks=False).st_mtime_ns
+        except OSError:
+            stamps[f"{rel}/" if rel else "./"] = -1
+        if len(stamps) > MAX_STAMPED_DIRS:
+            return None
+    return {k: (-1 if v >= started - _RACY_NS else v) for k, v in stamps.items()}
+
+
+def _list_untracked(site: Site, settings: GhostSettings,
+                    cancel: threading.Event | None) -> tuple[list[str], dict[str, str]]:
+    """Untracked directories are first listed collapsed, so dependency directories and nested
+    repositories are never walked; only the remaining untracked directories are expanded."""
+    scope_depth = site.prefix.count("/")
+    user_excludes = _excludes(settings)
+    dir_limit = settings.max_untracked_dir_files if not site.plain else 1 << 62  # all is untracked there
+    skipped: dict[str, str] = {}
+    files: list[str] = []
+    expand: list[str] = []
+    for entry in site.paths("ls-files", "-z", "--others", "--exclude-standard", *user_excludes, "--directory",
+                            "--no-empty-directory", "--", site.scope, user=True):
+        dep = _dependency_dir(entry, scope_depth)
+        hidden = secret(entry)
+        if hidden is not None:
+            skipped.setdefault(hidden, SECRET_REASON)
+        elif dep is not None:
+            skipped.setdefault(dep, "dependency or build directory")
+        elif entry.endswith("/"):
+            if (site.top / entry / ".git").exists():
+                skipped[entry] = "nested git repository"
+            else:
+                expand.append(entry)
+        else:
+            files.append(entry)
+    check_cancel(cancel)
+    if expand:
+        excludes = [f"--exclude={name}/" for name in sorted(DEPENDENCY_DIRS | SECRET_DIRS)] + user_excludes
+        # An untracked directory holding the workspace folder is expanded only as far as the folder.
+        specs = [site.scope if site.prefix.startswith(d) else f":(literal){d}" for d in expand]
+        inner = site.paths("ls-files", "-z", "--others", "--exclude-standard", *excludes, "--", *specs, user=True)
+        for dep in site.paths("ls-files", "-z", "--others", "--ignored", "--directory",
+                              *(f"--exclude={name}/" for name in sorted(DEPENDENCY_DIRS | SECRET_DIRS)),
+                              "--", *specs, user=True):
+            hidden = secret(dep)
+            if hidden is not None:
+                skipped.setdefault(hidden, SECRET_REASON)
+            elif _dependency_dir(dep, scope_depth) is not None:
+                skipped.setdefault(_dependency_dir(dep, scope_depth) or dep, "dependency or build directory")
+        groups: dict[str, list[str]] = {}
+        expanded = set(expand)
+        for path in inner:
+            if path.endswith("/"):
+                skipped[path] = "nested git repository"
+                continue
+            hidden = secret(path)
+            if hidden is not None:
+                skipped.setdefault(hidden, SECRET_REASON)
+                continue
+            groups.setdefault(_group_of(path, expanded, site.prefix), []).append(path)
+        for group, members in groups.items():
+            if group and len(members) >= dir_limit:
+                skipped[group] = f"untracked directory with {len(members)} files (limit {dir_limit})"
+            else:
+                files.extend(members)
+    return files, skipped
+
+
+def _group_of(path: str, expanded: set[str], prefix: str) -> str:
+    """The untracked directory a file counts towards for the directory-size limit.
+
+    That is the collapsed directory git listed, except when the workspace folder itself is
+    untracked: then each of its subdirectories counts on its own and its loose files not at all.
+    """
+    parts = path.split("/")
+    for depth in range(1, len(parts)):
+        directory = "/".join(parts[:depth]) + "/"
+        if directory in expanded:
+            if prefix.startswith(directory):  # the workspace folder lies inside this directory
+                rest = path[len(prefix):]
+                return prefix + rest.split("/", 1)[0] + "/" if "/" in rest else ""
+            return directory
+    return ""
+
+
+def index_entry_count(index: Path) -> int:
+    """Entries in an index file, read from its header ("DIRC", version, count)."""
+    with index.open("rb") as handle:
+        header = handle.read(12)
+    if len(header) < 12 or header[:4] != b"DIRC":
+        return 0
+    return struct.unpack(">I", header[8:12])[0]
+
+
+@dataclass
+class State:
+    """The working tree captured into a temporary index."""
+
+    index: Path
+    tree: str
+    skipped: dict[str, str]  # repository path (folders end in "/") -> reason
+    started_ns: int  # wall clock when the capture began: files changed before it existed then
+
+
+_STAGED = re.compile(rb"(?:^|\0)[0-7]{6} [0-9a-f]{40,64} ([0-3])\t([^\0]*)")
+
+
+class _UserIndex:
+    """What a capture needs to know of the user's index, read with `ls-files --stage` when needed.
+
+    When the index file's bytes are unchanged since the last capture, the listing is not read.
+    A plain folder has no index: its listing is empty.
+    """
+
+    def __init__(self, site: Site) -> None:
+        self.site = site
+        index = site.user_index
+        try:  # a few milliseconds, against a git process for the listing
+            self.digest: str | None = hashlib.sha1(index.read_bytes()).hexdigest() if index else "plain"
+        except FileNotFoundError:
+            self.digest = None
+        self._listing: bytes | None = b"" if index is None else None
+        self._pending: Future[tuple[int, bytes]] | None = None
+
+    def prefetch(self, pool: ThreadPoolExecutor) -> None:
+        if self._listing is None:
+            self._pending = pool.submit(self.site.user, "ls-files", "--stage", "-z")
+
+    @property
+    def listing(self) -> bytes:
+        if self._listing is None:
+            pending = self._pending
+            self._listing = (pending.result() if pending else self.site.user("ls-files", "--stage", "-z"))[1]
+        return self._listing
+
+    @property
+    def signature(self) -> str:
+        return hashlib.sha1(self.listing).hexdigest()
+
+    @property
+    def count(self) -> int:
+        return self.listing.count(b"\0")
+
+    def unmerged(self) -> set[str]:
+        if not any(marker in self.listing for marker in (b" 1\t", b" 2\t", b" 3\t")):
+            return set()  # the common case, found at memchr speed
+        return {os.fsdecode(m.group(2)) for m in _STAGED.finditer(self.listing) if m.group(1) != b"0"}
+
+    def paths(self) -> set[str]:
+        return {os.fsdecode(m.group(2)) for m in _STAGED.finditer(self.listing)}
+
+
+@dataclass
+class _Cache:
+    """The last capture's index, kept so an unchanged file is never hashed twice.
+
+    It is only a seed: it is used while the user's index still lists the same paths and contents
+    (its signature), and the untracked files it holds that are no longer wanted are taken out.
+    `deleted` are files the user's index tracks that were missing from the working tree, so the
+    next capture checks whether they came back.
+    """
+
+    index: Path
+    meta: Path
+
+    @classmethod
+    def for_site(cls, site: Site) -> _Cache:
+        base = site.store / f"cache-{site.key}"
+        return cls(index=base.with_suffix(".index"), meta=base.with_suffix(".json"))
+
+    def read(self) -> dict[str, Any] | None:
+        try:
+            meta = json.loads(self.meta.read_text("utf-8"))
+            st = self.index.stat()
+        except (OSError, ValueError):
+            return None
+        if not isinstance(meta, dict) or meta.get("stat") != [st.st_ino, st.st_size, st.st_mtime_ns]:
+            return None
+        return meta
+
+    def drop(self) -> None:
+        self.meta.unlink(missing_ok=True)
+        self.index.unlink(missing_ok=True)
+
+    @staticmethod
+    def same_user_index(meta: dict[str, Any] | None, user: _UserIndex, settings: GhostSettings) -> bool:
+        return (meta is not None and user.digest is not None and meta.get("userDigest") == user.digest
+                and "userCount" in meta and meta.get("exclude") == list(settings.exclude))
+
+    @classmethod
+    def usable(cls, meta: dict[str, Any] | None, user: _UserIndex, settings: GhostSettings) -> bool:
+        """The kept index may seed a capture: the user's index lists the same entries, no conflicts."""
+        if meta is None or meta.get("exclude") != list(settings.exclude):
+            return False
+        if cls.same_user_index(meta, user, settings):
+            return True
+        return not user.unmerged() and meta.get("signature") == user.signature
+
+    def save(self, index: Path, known: dict[str, Any], untracked: list[str], deleted: list[str]) -> None:
+        st = index.stat()
+        meta = {**known, "stat": [st.st_ino, st.st_size, st.st_mtime_ns], "untracked": untracked,
+                "deleted": deleted}
+        pending = self.index.with_suffix(f".{uuid.uuid4().hex}.tmp")
+        try:
+            os.link(index, pending)  # the same inode, so the recorded stat matches
+            self.meta.with_suffix(".tmp").write_text(json.dumps(meta), "utf-8")
+            os.replace(pending, self.index)
+            os.replace(self.meta.with_suffix(".tmp"), self.meta)
+        except OSError:
+            pending.unlink(missing_ok=True)
+            self.meta.unlink(missing_ok=True)
+
+
+def _hidden_tracked(site: Site, user: _UserIndex, settings: GhostSettings,
+                    meta: dict[str, Any] | None) -> list[str]:
+    """Tracked files in scope that must not be captured: secrets and `ghost.exclude` matches."""
+    if _Cache.same_user_index(meta, user, settings) and isinstance(meta, dict) and "hidden" in meta:
+        return list(meta["hidden"])
+    hidden = {p for p in user.paths() if site.in_scope(p) and secret(p, tracked=True)}
+    if settings.exclude and not site.plain:
+        hidden |= set(site.paths("ls-files", "-z", "--cached", "--ignored", *_excludes(settings), "--",
+                                 site.scope, user=True))
+    return sorted(hidden)
+
+
+def capture(site: Site, settings: GhostSettings, progress: Callable[[str], None] | None,
+            cancel: threading.Event | None, *, force: Iterable[str] = (), cold: bool = False,
+            light: bool = False) -> State:
+    """Write the working tree (in scope) into a new temporary index of the store; return its tree.
+
+    The index is seeded from the last capture when the user's index has not changed since, else
+    by copying the user's: either way files whose stat data still match are not hashed again.
+    Outside the scope the user's index is kept as it is. `force` paths are added whatever the
+    limits and ignore rules say (a restore's safety snapshot must hold what the restore replaces).
+    A `light` capture hashes and stores nothing: files changed since the seed are left for a
+    `git diff` against the index to read, new untracked files are entered as intent-to-add, and
+    no tree is written (its `tree` is "").
+    """
+    say = progress or (lambda _message: None)
+    started = now_ns()
+    user = _UserIndex(site)  # read before anything else
+    cache = _Cache.for_site(site)
+    index = site.temp_index()
+    try:
+        try:
+            if cold:
+                raise GitFailed("asked for a capture from scratch")
+            return _capture(site, settings, say, cancel, user, cache, index, started, list(force), light=light)
+        except GitFailed:
+            # A kept or copied index git cannot use (a split index, objects gone after the user's
+            # gc): start again from nothing but the user's listing.
+            cache.drop()
+            index.unlink(missing_ok=True)
+            return _capture(site, settings, say, cancel, user, cache, index, started, list(force), cold=True,
+                            light=light)
+    except BaseException:
+        index.unlink(missing_ok=True)
+        raise
+
+
+def _capture(site: Site, settings: GhostSettings, say: Callable[[str], None], cancel: threading.Event | None,
+             user: _UserIndex, cache: _Cache, index: Path, started: int, force: list[str],
+             cold: bool = False, light: bool = False) -> State:
+    meta = None if cold else cache.read()
+    known = meta.get("listing") if meta is not None and _Cache.same_user_index(meta, user, settings) else None
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="ctxd-ghost") as pool:
+        listing = pool.submit(_untracked, site, settings, cancel, known)
+        if not _Cache.same_user_index(meta, user, settings):
+            user.prefetch(pool)
+        say("looking for changes and untracked files")
+        meta = meta if _Cache.usable(meta, user, settings) else None
+        if meta is not None:
+            shutil.copy2(cache.index, index)  # copy2 keeps the mtime git uses to spot racy entries
+        elif cold and site.head:
+            site.git("read-tree", site.head, index=index)
+        elif not cold and site.user_index is not None and site.user_index.exists():
+            shutil.copy2(site.user_index, index)
+        seeded = _stamp(index)
+        if index.exists() and not light:
+            site.git(*_PACKED, "add", "--update", "--", site.scope, index=index)
+        unchanged = meta is not None and seeded is not None and seeded == _stamp(index)
+        unmerged = set() if meta is not None else user.unmerged()
+        files, skipped, listed = listing.result()
+    check_cancel(cancel)
+    hidden = _hidden_tracked(site, user, settings, meta)
+    for path in hidden:
+        skipped.setdefault(secret(path, tracked=True) or path, SECRET_REASON if secret(path, tracked=True)
+                           else "matches ghost.exclude")
+    recheck: list[str] = []
+    new_files = files
+    if meta is not None:
+        before = set(meta["untracked"])
+        gone = sorted(before - set(files))
+        if gone:  # no longer wanted: deleted, ignored now, or over a limit now
+            site.git("update-index", "--force-remove", "-z", "--stdin", index=index, stdin=nul(gone))
+        # the ones already in the kept index were refreshed by `add --update`
+        new_files = [p for p in files if p not in before]
+        recheck = [p for p in meta["deleted"] if os.path.islink(site.top / p) or os.path.isfile(site.top / p)]
+        unchanged = unchanged and not gone
+    if hidden and (meta is None or set(hidden) != set(meta.get("hidden", []))):
+        site.git("update-index", "--force-remove", "-z", "--stdin", index=index, stdin=nul(hidden))
+    say(f"adding {len(new_files)} untracked files")
+    if light and (new_files or recheck):
+        site.git("--literal-pathspecs", "add", "--force", "--intent-to-add", "--pathspec-from-file=-",
+                 "--pathspec-file-nul", index=index, stdin=nul(new_files + recheck))
+    elif new_files or recheck:  # --remove: a file deleted since it was listed is simply left out
+        site.git(*_PACKED, "update-index", "--add", "--remove", "-z", "--stdin", index=index,
+                 stdin=nul(new_files + recheck))
+        unchanged = False
+    outside = sorted(p for p in unmerged if not site.in_scope(p))
+    if outside:  # a merge in progress: take those files as they are on disk, so the tree can be written
+        site.git(*_PACKED, "update-index", "--add", "--remove", "-z", "--stdin", index=index, stdin=nul(outside))
+    if force:
+        site.git(*_PACKED, "update-index", "--add", "--remove", "-z", "--stdin", index=index, stdin=nul(force))
+    check_cancel(cancel)
+    if light:
+        return State(index=index, tree="", skipped=skipped, started_ns=started)
+    say("writing tree")
+    if unchanged and not outside and not force and isinstance(meta, dict) and meta.get("tree"):
+        tree = str(meta["tree"])  # the kept index, untouched: its tree is the one written last time
+    else:
+        tree = site.out("write-tree", index=index)
+    if not unmerged and not force and index.exists():
+        _remember(site, cache, index, user, meta, files, hidden, settings, tree, listed)
+    return State(index=index, tree=tree, skipped=skipped, started_ns=started)
+
+
+def _stamp(index: Path) -> tuple[int, int, int] | None:
+    try:
+        st = index.stat()
+    except FileNotFoundError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _remember(site: Site, cache: _Cache, index: Path, user: _UserIndex, meta: dict[str, Any] | None,
+              files: list[str], hidden: list[str], settings: GhostSettings, tree: str,
+              listed: dict[str, Any]) -> None:
+    """Keep a capture's index as the next one's seed, with what it takes to reuse it safely."""
+    if meta is not None and _Cache.same_user_index(meta, user, settings):
+        known = {"signature": meta["signature"], "userDigest": user.digest, "userCount": meta["userCount"]}
+    else:
+        known = {"signature": user.signature, "userDigest": user.digest, "userCount": user.count}
+    known["exclude"] = list(settings.exclude)
+    known["hidden"] = hidden
+    known["tree"] = tree
+    known["listing"] = {**listed, "limits": [settings.max_untracked_dir_files]}
+    deleted: list[str] = []
+    # The index holds the user's entries, less the tracked files missing from disk, plus `files`.
+    if known["userCount"] - len(hidden) + len(files) != index_entry_count(index):
+        kept = set(site.paths("ls-files", "-z", index=index))
+        deleted = sorted(p for p in user.paths() - kept - set(hidden) if site.in_scope(p))
+    cache.save(index, known, files, deleted)
+
+
+def file_count(site: Site, state: State) -> int:
+    if not site.prefix:
+        return index_entry_count(state.index) if state.index.exists() else 0
+    return len(site.paths("ls-files", "-z", "--", site.scope, index=state.index))

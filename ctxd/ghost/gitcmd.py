@@ -1,0 +1,103 @@
+"""Running git for ghost snapshots without side effects.
+
+Every git child ctxd starts for snapshots goes through `run`:
+- it gets a small, explicit environment: nothing of the daemon's own (no API keys), and none of the
+  variables `git rev-parse --local-env-vars` lists (`GIT_DIR`, `GIT_INDEX_FILE`, ...) unless ctxd
+  sets them itself for that one call;
+- no hook can run (`core.hooksPath` points at an empty directory), no `core.fsmonitor` command, no
+  replace refs, no optional locks on the user's index;
+- on Linux it dies with the daemon (`PR_SET_PDEATHSIG`), so a `kill -9` of the daemon never leaves
+  a `read-tree -u` rewriting the working tree on its own.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from ctxd.errors import GitFailed
+
+GIT = os.environ.get("GIT_PYTHON_GIT_EXECUTABLE") or "git"
+
+KEPT_ENV = ("PATH", "HOME", "XDG_CONFIG_HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "TZ",
+            "SYSTEMROOT", "GIT_CONFIG_GLOBAL", "GIT_CONFIG_NOSYSTEM", "GIT_CONFIG_SYSTEM",
+            "GIT_EXEC_PATH")
+"""What a git child may inherit from the daemon: enough to find git, the user's global git config
+(for `core.excludesFile`) and the locale. Everything else (API keys, `GIT_DIR`, ...) stays behind."""
+
+EMPTY_HOOKS = Path(os.devnull)
+"""`core.hooksPath` for every call: git finds no hook under /dev/null, so none ever runs."""
+
+SAFE_CONFIG = (
+    "-c", f"core.hooksPath={EMPTY_HOOKS}",
+    "-c", "core.fsmonitor=false",
+    "-c", "core.autocrlf=false",
+    "-c", "core.safecrlf=false",
+    "-c", "core.untrackedCache=false",
+    "-c", "core.splitIndex=false",
+    "-c", "commit.gpgSign=false",
+    "-c", "gc.auto=0",
+    "-c", "maintenance.auto=false",
+    "-c", "advice.detachedHead=false",
+    "--no-replace-objects",
+)
+"""Options before the subcommand of every call: settings from any config layer that would run a
+command or change bytes are switched off."""
+
+FIXED_ENV = {
+    "GIT_OPTIONAL_LOCKS": "0",  # never refresh the user's index behind their back
+    "GIT_TERMINAL_PROMPT": "0",
+    "GIT_NO_REPLACE_OBJECTS": "1",
+    "LC_ALL": "C",  # messages and quoting that do not depend on the user's locale
+    "GIT_AUTHOR_NAME": "ctxd", "GIT_AUTHOR_EMAIL": "ctxd@localhost",
+    "GIT_COMMITTER_NAME": "ctxd", "GIT_COMMITTER_EMAIL": "ctxd@localhost",
+}
+
+_PR_SET_PDEATHSIG = 1
+_libc: Any = None
+if sys.platform.startswith("linux"):
+    try:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:  # pragma: no cover - every Linux libc has prctl
+        _libc = None
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Ask the kernel to SIGKILL this child when the daemon dies; if it already died, exit now."""
+    if _libc is not None:
+        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() == 1:
+        os._exit(1)
+
+
+def base_env(user_config: bool = True) -> dict[str, str]:
+    """The environment of a git child. Without `user_config`, no global or system config is read:
+    ctxd's own store is then configured by its own config file and the `-c` options alone."""
+    env = {key: os.environ[key] for key in KEPT_ENV if key in os.environ}
+    env.update(FIXED_ENV)
+    if not user_config:
+        env["GIT_CONFIG_NOSYSTEM"] = "1"
+        env["GIT_CONFIG_GLOBAL"] = os.devnull
+        env.pop("GIT_CONFIG_SYSTEM", None)
+    return env
+
+
+def run(args: list[str], *, cwd: Path, env: dict[str, str], stdin: bytes | None = None,
+        ok: tuple[int, ...] = (0,)) -> tuple[int, bytes]:
+    """Run `git <SAFE_CONFIG> <args>`; raise GitFailed (naming the subcommand) unless the status is in `ok`."""
+    try:
+        done = subprocess.run([GIT, *SAFE_CONFIG, *args], cwd=cwd, env=env, input=stdin if stdin is not None else b"",
+                              capture_output=True, preexec_fn=_die_with_parent if _libc is not None else None,
+                              close_fds=True)
+    except OSError as error:
+        raise GitFailed(f"git could not be started: {error}") from None
+    if done.returncode not in ok:
+        name = next((a for a in args if not a.startswith("-") and "=" not in a), "")
+        message = done.stderr.decode("utf-8", "replace").strip()
+        raise GitFailed(f"git {name} failed: {message or f'exit status {done.returncode}'}")
+    return done.returncode, done.stdout

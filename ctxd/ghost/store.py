@@ -1,0 +1,379 @@
+"""Where snapshots live: a private git object store per repository (or per plain folder).
+
+A workspace inside a git repository gets `<common git dir>/ctxd/store`; a folder that is not a
+git repository gets `<state dir>/ghost/<hash of its path>/store`. Either is a bare repository of
+ctxd's own, so the user's refs, reflogs, index, config and hooks are never involved: nothing shows
+in `git log --all` or `git for-each-ref`, and `git gc`/`git fsck` in the user's repository neither
+see nor break it. Its refs `refs/ctxd/<scope key>/<id>` keep the snapshots alive.
+
+Borrowing: while ctxd's own git commands run, the user's object directory is an alternate
+(`GIT_ALTERNATE_OBJECT_DIRECTORIES`, never written to disk), so unchanged files are not hashed or
+stored twice during a capture. After each snapshot, every object it needs that lives only in the
+user's store is copied into this one ("pinning"): a snapshot stays restorable after the user
+rewrites history and runs `git gc --prune=now`, and this store is complete on its own.
+
+The store is initialised with `info/attributes` unsetting `text`, `eol`, `filter`, `ident` and
+`working-tree-encoding` for every path (that file overrides every `.gitattributes`), and git runs
+with no global or system config, so bytes are stored and written back exactly as they are.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ctxd.errors import GitFailed
+from ctxd.ghost import gitcmd
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: the in-process lock alone
+    fcntl = None  # type: ignore[assignment]
+
+ID = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
+"""A full SHA-1 or SHA-256 object name, nothing else."""
+
+REF_ROOT = "refs/ctxd"
+ATTRIBUTES = "* -text -eol -crlf -filter -ident -working-tree-encoding\n"
+MAX_PACKS = 24
+"""More packs than this (every capture writes one) and the store is repacked after a snapshot."""
+
+_locks_guard = threading.Lock()
+_locks: dict[str, threading.Lock] = {}
+
+
+def _thread_lock(path: Path) -> threading.Lock:
+    with _locks_guard:
+        return _locks.setdefault(str(path), threading.Lock())
+
+
+@dataclass
+class Site:
+    """A workspace folder resolved to its work tree, its scope and its snapshot store."""
+
+    folder: Path
+    top: Path  # the work tree's root
+    prefix: str  # the folder relative to `top`: "" or "sub/dir/"
+    worktree: str  # "" for a main worktree or a plain folder, else the linked worktree's name
+    head: str | None  # HEAD's commit when opened; None before the first commit or in a plain folder
+    store: Path
+    user_git_dir: Path | None = None  # None: a plain folder (not a git repository)
+    user_objects: Path | None = None
+    _excludes: list[str] | None = field(default=None, repr=False)
+
+    @property
+    def plain(self) -> bool:
+        return self.user_git_dir is None
+
+    @property
+    def key(self) -> str:
+        """Names this folder's snapshots among those of the store (worktrees and scopes share it)."""
+        raw = f"{self.worktree}\0{self.prefix}".encode("utf-8", "surrogateescape")
+        return hashlib.sha1(raw).hexdigest()[:16]
+
+    @property
+    def user_index(self) -> Path | None:
+        return None if self.user_git_dir is None else self.user_git_dir / "index"
+
+    @property
+    def scope(self) -> str:
+        """Pathspec for the workspace folder, taken literally (names may hold `*` or `:`)."""
+        return f":(literal){self.prefix.rstrip('/')}" if self.prefix else "."
+
+    def in_scope(self, path: str) -> bool:
+        return path.startswith(self.prefix)
+
+    def rel(self, path: str) -> str:
+        """A repository path as the client sees it: relative to the workspace folder."""
+        return path[len(self.prefix):]
+
+    # --- running git ---
+
+    def git(self, *args: str, index: Path | None = None, stdin: bytes | None = None,
+            ok: tuple[int, ...] = (0,), borrow: bool = True) -> tuple[int, bytes]:
+        """A git command on ctxd's store with the folder's work tree (the only one that writes)."""
+        env = gitcmd.base_env(user_config=False)
+        env["GIT_INDEX_FILE"] = str(index) if index is not None else str(self.tmp_dir() / "none.index")
+        if borrow and self.user_objects is not None:
+            env["GIT_ALTERNATE_OBJECT_DIRECTORIES"] = str(self.user_objects)
+        return gitcmd.run([f"--git-dir={self.store}", f"--work-tree={self.top}", *args], cwd=self.top,
+                          env=env, stdin=stdin, ok=ok)
+
+    def user(self, *args: str, stdin: bytes | None = None, ok: tuple[int, ...] = (0,)) -> tuple[int, bytes]:
+        """A read-only git command in the user's repository, as git itself would see it (their
+        ignore rules), but with the safe options and environment."""
+        if self.plain:
+            return self.git(*args, stdin=stdin, ok=ok)
+        return gitcmd.run(list(args), cwd=self.top, env=gitcmd.base_env(), stdin=stdin, ok=ok)
+
+    def out(self, *args: str, **kwargs: Any) -> str:
+        return os.fsdecode(self.git(*args, **kwargs)[1]).strip()
+
+    def paths(self, *args: str, user: bool = False, **kwargs: Any) -> list[str]:
+        """Run a command with NUL-separated path output (`-z`) and split it."""
+        raw = (self.user(*args, **kwargs) if user else self.git(*args, **kwargs))[1]
+        return [os.fsdecode(p) for p in raw.split(b"\0") if p]
+
+    # --- files of the store ---
+
+    def tmp_dir(self) -> Path:
+        path = self.store / "ctxd-tmp"
+        path.mkdir(exist_ok=True)
+        return path
+
+    def temp_index(self) -> Path:
+        """A fresh path for a temporary index. It must not exist until git writes it."""
+        return self.tmp_dir() / f"tmp-{uuid.uuid4().hex}.index"
+
+    def ref_dir(self, key: str | None = None) -> Path:
+        return self.store / REF_ROOT / (key or self.key)
+
+    def journal(self) -> Path:
+        return self.store / f"journal-{self.key}.json"
+
+    def interrupted_record(self) -> Path:
+        return self.store / f"interrupted-{self.key}.json"
+
+    @contextlib.contextmanager
+    def locked(self, wait: bool = True) -> Iterator[bool]:
+        """One writer per store, across threads and processes (two editors on one repository).
+        Without `wait`, yields False at once when another holds it."""
+        thread_lock = _thread_lock(self.store)
+        if not thread_lock.acquire(blocking=wait):
+            yield False
+            return
+        try:
+            if fcntl is None:
+                yield True
+                return
+            with open(self.store / "ctxd.lock", "a+b") as handle:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    yield False
+                    return
+                try:
+                    yield True
+                finally:
+                    fcntl.flock(handle, fcntl.LOCK_UN)
+        finally:
+            thread_lock.release()
+
+
+def open_site(folder: Path, state_dir: Path, create: bool = True) -> Site | None:
+    """Resolve a workspace folder; create its store on first use (or, without `create`, return
+    None when it has none)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise GitFailed(f"{folder}: no such folder")
+    status, out = gitcmd.run(
+        ["rev-parse", "--show-toplevel", "--absolute-git-dir", "--git-common-dir", "--show-prefix",
+         "--show-object-format", "--revs-only", "HEAD^{commit}"],
+        cwd=folder, env=gitcmd.base_env(), ok=(0, 128))
+    lines = os.fsdecode(out).split("\n")
+    if status != 0 or len(lines) < 5 or not lines[0]:
+        return _plain_site(folder.resolve(), state_dir, create)
+    top, git_dir, common, prefix, object_format = Path(lines[0]), Path(lines[1]), lines[2], lines[3], lines[4]
+    head = lines[5].strip() if len(lines) > 5 and ID.fullmatch(lines[5].strip()) else None
+    common_dir = Path(common) if os.path.isabs(common) else (folder / common).resolve()
+    worktree = "" if git_dir.resolve() == common_dir.resolve() else git_dir.name
+    store = common_dir / "ctxd" / "store"
+    if not create and not (store / "HEAD").exists():
+        return None
+    _ensure_store(store, object_format or "sha1")
+    return Site(folder=folder, top=top, prefix=prefix, worktree=worktree, head=head, store=store,
+                user_git_dir=git_dir, user_objects=common_dir / "objects")
+
+
+def _plain_site(folder: Path, state_dir: Path, create: bool = True) -> Site | None:
+    """A folder that is not a git repository: a private store in ctxd's state directory, never a
+    `.git` inside the user's folder. It is keyed by the folder's real path, and says whose it is."""
+    digest = hashlib.sha256(os.fsencode(folder)).hexdigest()[:24]
+    home = Path(state_dir) / "ghost" / f"{folder.name[:40] or 'root'}-{digest}"
+    store = home / "store"
+    if not create and not (store / "HEAD").exists():
+        return None
+    _ensure_store(store, "sha1")
+    owner = home / "folder"
+    try:
+        recorded = owner.read_text("utf-8")
+    except FileNotFoundError:
+        owner.write_text(os.fsdecode(folder), "utf-8")
+        recorded = os.fsdecode(folder)
+    if recorded != os.fsdecode(folder):
+        raise GitFailed(f"{store} belongs to {recorded}, not {folder}; remove it to start afresh")
+    return Site(folder=folder, top=folder, prefix="", worktree="", head=None, store=store)
+
+
+def _ensure_store(store: Path, object_format: str) -> None:
+    """Create ctxd's bare repository atomically (two daemons may race to create it)."""
+    if (store / "HEAD").exists():
+        return
+    store.parent.mkdir(parents=True, exist_ok=True)
+    pending = Path(tempfile.mkdtemp(prefix="store-", dir=store.parent))
+    try:
+        gitcmd.run(["init", "-q", "--bare", "--template=", f"--object-format={object_format}", str(pending)],
+                   cwd=store.parent, env=gitcmd.base_env(user_config=False))
+        (pending / "info").mkdir(exist_ok=True)
+        (pending / "info" / "attributes").write_text(ATTRIBUTES, "utf-8")
+        (pending / "config").write_text(
+            (pending / "config").read_text("utf-8")
+            + "[core]\n\tlogAllRefUpdates = false\n[gc]\n\tauto = 0\n", "utf-8")
+        os.rename(pending, store)
+    except OSError:
+        if not (store / "HEAD").exists():
+            raise GitFailed(f"could not create the snapshot store {store}") from None
+    finally:
+        shutil.rmtree(pending, ignore_errors=True)
+
+
+# --- refs ----------------------------------------------------------------------------------------
+
+
+def ref_ids(site: Site, key: str | None = None) -> list[tuple[float, str]]:
+    """(creation time, id) of a folder's snapshots, newest first, from the ref files themselves."""
+    found = []
+    directory = site.ref_dir(key)
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    for name in names:
+        if ID.fullmatch(name):
+            with contextlib.suppress(OSError):
+                found.append((os.stat(directory / name).st_mtime, name))
+    found.sort(reverse=True)
+    return found
+
+
+def all_ids(site: Site) -> list[tuple[float, str]]:
+    """Every snapshot in the store (all folders and worktrees that share it), newest first."""
+    root = site.store / REF_ROOT
+    found: list[tuple[float, str]] = []
+    with contextlib.suppress(FileNotFoundError):
+        for key in os.listdir(root):
+            found.extend(ref_ids(site, key))
+    found.sort(reverse=True)
+    return found
+
+
+def write_ref(site: Site, commit: str) -> None:
+    """Written directly: a private ref with no reflog and no hook to honour."""
+    directory = site.ref_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    pending = directory / f".{commit}.tmp"
+    pending.write_text(commit + "\n", "ascii")
+    os.replace(pending, directory / commit)
+
+
+def owner_key(site: Site, commit: str) -> str | None:
+    """The folder key a snapshot id belongs to, if any folder of this store has it."""
+    root = site.store / REF_ROOT
+    with contextlib.suppress(FileNotFoundError):
+        for key in os.listdir(root):
+            if (root / key / commit).is_file():
+                return key
+    return None
+
+
+def delete_ref(site: Site, commit: str) -> None:
+    (site.ref_dir() / commit).unlink(missing_ok=True)
+
+
+# --- objects ---------------------------------------------------------------------------------------
+
+
+def pin(site: Site, commit: str, tree: str) -> None:
+    """Copy into the store every object of `commit` that exists only in the user's repository.
+
+    The objects of the trees pinned last are already here, so only what differs from those is
+    looked at; of that, what is local (written by this capture) is skipped.
+    """
+    if site.user_objects is None:
+        return  # a plain folder's store borrows nothing
+    pinned = site.store / "pinned-trees"
+    try:
+        recent = pinned.read_text("ascii").split()
+    except FileNotFoundError:
+        recent = []
+    if tree in recent:
+        return  # the same tree as a recent snapshot: all its objects are here already
+    # The trees pinned last: their objects are all here, and the new tree shares most of them.
+    others = recent[:2]
+    revs = [commit] + [f"^{other}" for other in others]
+    listed = site.git("rev-list", "--objects", "--no-object-names", "--stdin",
+                      stdin="\n".join(revs).encode() + b"\n")[1].split()
+    if not listed:
+        return
+    if others:
+        checked = site.git("cat-file", "--batch-check=%(objectname)", stdin=b"\n".join(listed) + b"\n",
+                           borrow=False)[1]
+        missing = [line.split()[0] for line in checked.splitlines() if line.endswith(b" missing")]
+    else:
+        missing = listed  # nothing pinned yet (or after a gc): copy all; what is local is packed twice, once
+    if missing:
+        site.git("pack-objects", "-q", "--window=0", str(site.store / "objects" / "pack" / "pack"),
+                 stdin=b"\n".join(missing) + b"\n")
+    pending = pinned.with_name(f".pinned-{uuid.uuid4().hex}.tmp")
+    pending.write_text("\n".join([tree, *recent[:31]]) + "\n", "ascii")
+    os.replace(pending, pinned)
+
+
+def pack_count(site: Site) -> int:
+    with contextlib.suppress(FileNotFoundError):
+        return sum(1 for name in os.listdir(site.store / "objects" / "pack") if name.endswith(".pack"))
+    return 0
+
+
+def gc(site: Site) -> None:
+    """git's own gc for the store: what the snapshots reference is packed, everything else is
+    dropped. Safe because the store has no alternates on disk (nothing it needs is elsewhere) and
+    the store is locked (no capture is half-way). Refs stay loose files (`ref_ids` reads them)."""
+    (site.store / "pinned-trees").unlink(missing_ok=True)
+    for cached in site.store.glob("cache-*.json"):  # they may name objects gc is about to drop
+        cached.unlink(missing_ok=True)
+    site.git("-c", "gc.packRefs=false", "gc", "--quiet", "--prune=now", borrow=False)
+    trees = site.out("for-each-ref", "--format=%(tree)", REF_ROOT, borrow=False).split()
+    if trees:  # every tree a snapshot still has is complete here: later pins start from them
+        (site.store / "pinned-trees").write_text("\n".join(dict.fromkeys(trees)) + "\n", "ascii")
+
+
+def clean_leftovers(site: Site) -> None:
+    """Temporary indexes and their `.lock` files left by a process that died (the store is locked:
+    no one else is using any of them)."""
+    for stale in site.tmp_dir().iterdir():
+        with contextlib.suppress(OSError):
+            stale.unlink()
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        value = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def write_json(path: Path, value: dict[str, Any]) -> None:
+    pending = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    with open(pending, "w", encoding="utf-8") as handle:
+        json.dump(value, handle)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(pending, path)
+
+
+def now_ns() -> int:
+    return time.time_ns()

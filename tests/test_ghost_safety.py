@@ -1,0 +1,483 @@
+"""Issue #14: snapshots you can trust with your files, against real git repositories.
+
+No loss on restore (skipped paths, newer edits, undo, dry run), diff and delete, no side effects
+(hooks, filters, fsmonitor, end-of-line conversion, the daemon's environment), secrets, staying out
+of the user's history views while surviving their gc, retention, folders that are not
+repositories, and a restore cut short by `kill -9`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ctxd.errors import GitFailed, InvalidParams
+from ctxd.ghost import snapshots as ghost
+from ctxd.settings import GhostSettings
+from tests.ghost_repo import Repo, isolated_git_env, make_repo
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for key, value in isolated_git_env(tmp_path / "home").items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Repo:
+    return make_repo(tmp_path / "repo")
+
+
+def store_dir(repo: Repo) -> Path:
+    return Path(repo.git("rev-parse", "--path-format=absolute", "--git-common-dir").strip()) / "ctxd" / "store"
+
+
+def raw_files(root: Path) -> dict[str, bytes]:
+    """Every file and link under `root` but .git, byte for byte (links as their target, modes kept)."""
+    found: dict[str, bytes] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d != ".git"]
+        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+            path = Path(dirpath, name)
+            rel = path.relative_to(root).as_posix()
+            if path.is_symlink():
+                found[rel] = b"-> " + os.fsencode(os.readlink(path))
+            else:
+                found[rel] = (b"x:" if os.access(path, os.X_OK) else b"") + path.read_bytes()
+    return found
+
+
+# --- no data loss on restore --------------------------------------------------------------------
+
+
+def test_paths_the_snapshot_skipped_are_never_deleted_or_changed(repo: Repo) -> None:
+    settings = GhostSettings(max_untracked_file_bytes=2 * 1024 * 1024, max_untracked_dir_files=200)
+    for i in range(201):
+        repo.write(f"models/m{i:03d}.bin", f"weights {i}\n")
+    (repo.root / "big.bin").write_bytes(b"b" * (2 * 1024 * 1024 + 1))
+    repo.write("src/app.py", "before the agent\n")
+    snap = ghost.snapshot(repo.root, settings=settings)
+    assert {s["path"] for s in snap["skipped"]} == {"models/", "big.bin"}
+
+    for i in range(11):  # the agent deletes a few: the folder is now under the limit
+        (repo.root / f"models/m{i:03d}.bin").unlink()
+    (repo.root / "big.bin").write_bytes(b"small now")  # and the big file shrank under it
+    repo.write("src/app.py", "agent\n")
+    result = ghost.restore(repo.root, snap["id"], settings=settings)
+    assert result["restored"] == ["src/app.py"] and result["removed"] == []
+    assert len(list((repo.root / "models").iterdir())) == 190
+    assert (repo.root / "big.bin").read_bytes() == b"small now"
+    assert (repo.root / "src/app.py").read_text() == "before the agent\n"
+
+
+def test_ignored_files_that_existed_at_snapshot_time_survive_a_gitignore_change(repo: Repo) -> None:
+    repo.write("debug.log", "ignored when the snapshot was taken\n")
+    snap = ghost.snapshot(repo.root)
+    repo.write(".gitignore", "secret/\n")  # no longer ignored: the current state now holds it
+    result = ghost.restore(repo.root, snap["id"])
+    assert "debug.log" not in result["removed"]
+    assert (repo.root / "debug.log").read_text() == "ignored when the snapshot was taken\n"
+
+
+def test_undo_puts_the_tree_back_exactly(repo: Repo) -> None:
+    repo.write("notes.txt", "mine\n")
+    snap = ghost.snapshot(repo.root)
+    # Newer edits by the user: a change, a new untracked file, a deletion, a file now ignored.
+    repo.write("src/app.py", "the user's newer edit\n")
+    repo.write("new/idea.md", "not in any snapshot yet\n")
+    (repo.root / "src/util.py").unlink()
+    repo.write(".gitignore", "*.log\nsecret/\nnotes.txt\n")
+    repo.write("notes.txt", "edited after it became ignored\n")
+    before, files = repo.state(), raw_files(repo.root)
+
+    result = ghost.restore(repo.root, snap["id"])
+    assert sorted(result["removed"]) == ["new/idea.md"]
+    assert (repo.root / "notes.txt").read_text() == "mine\n"
+    assert [g["id"] for g in ghost.list_snapshots(repo.root)][0] == result["undoId"]
+
+    undo = ghost.restore(repo.root, result["undoId"])
+    assert raw_files(repo.root) == files
+    assert repo.state() == before
+    assert ghost.restore(repo.root, undo["undoId"])["id"] == undo["undoId"]  # and redo
+    assert (repo.root / "notes.txt").read_text() == "mine\n" and not (repo.root / "new").exists()
+
+
+def test_dry_run_changes_nothing_and_tells_what_a_restore_does(repo: Repo) -> None:
+    snap = ghost.snapshot(repo.root)
+    repo.write("src/app.py", "agent\n")
+    repo.write("agent.txt", "new\n")
+    (repo.root / "README.md").unlink()
+    before, files, listed = repo.state(), raw_files(repo.root), ghost.list_snapshots(repo.root)
+    dry = ghost.restore(repo.root, snap["id"], dry_run=True)
+    assert raw_files(repo.root) == files and repo.state() == before
+    assert ghost.list_snapshots(repo.root) == listed  # not even a safety snapshot
+    assert dry == {"id": snap["id"], "restored": ["README.md", "src/app.py"], "removed": ["agent.txt"],
+                   "dryRun": True}
+    real = ghost.restore(repo.root, snap["id"])
+    assert (real["restored"], real["removed"]) == (dry["restored"], dry["removed"])
+
+
+def test_diff_lists_changes_and_gives_one_file_text(repo: Repo) -> None:
+    (repo.root / "blob.bin").write_bytes(b"\0\1\2binary")
+    snap = ghost.snapshot(repo.root)
+    repo.write("src/app.py", "print('agent')\n")
+    repo.write("added.txt", "new\n")
+    (repo.root / "src/util.py").unlink()
+    (repo.root / "blob.bin").write_bytes(b"\0\3changed")
+    files = ghost.diff(repo.root, snap["id"])["files"]
+    assert files == [
+        {"path": "added.txt", "status": "added", "binary": False},
+        {"path": "blob.bin", "status": "modified", "binary": True},
+        {"path": "src/app.py", "status": "modified", "binary": False},
+        {"path": "src/util.py", "status": "deleted", "binary": False},
+    ]
+    one = ghost.diff(repo.root, snap["id"], "src/app.py")
+    assert one["files"] == [{"path": "src/app.py", "status": "modified", "binary": False,
+                             "before": "print('app')\n", "after": "print('agent')\n"}]
+    assert "before" not in ghost.diff(repo.root, snap["id"], "blob.bin")["files"][0]
+    assert ghost.diff(repo.root, snap["id"], "src/util.py")["files"][0]["before"] == "def util():\n    return 1\n"
+    with pytest.raises(InvalidParams):
+        ghost.diff(repo.root, snap["id"], "../outside")
+
+
+def test_delete_forgets_a_snapshot_and_gc_frees_it(repo: Repo) -> None:
+    repo.write("only-here.txt", "unique content 8f3a\n")
+    snap = ghost.snapshot(repo.root)
+    blob = repo.store("rev-parse", f"{snap['id']}:only-here.txt").strip()
+    (repo.root / "only-here.txt").unlink()
+    assert ghost.delete(repo.root, snap["id"]) == {"deleted": True}
+    assert ghost.list_snapshots(repo.root) == []
+    with pytest.raises(InvalidParams, match="unknown snapshot"):
+        ghost.restore(repo.root, snap["id"])
+    with pytest.raises(InvalidParams):
+        ghost.delete(repo.root, snap["id"])
+    assert repo.store("cat-file", "-e", snap["id"], check=False) == ""
+    missing = subprocess.run(["git", f"--git-dir={store_dir(repo)}", "cat-file", "-e", blob], capture_output=True)
+    assert missing.returncode != 0  # its objects are gone from the store
+
+
+# --- no side effects ---------------------------------------------------------------------------------
+
+
+def _marker_hooks(directory: Path, marker: Path) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in ("reference-transaction", "post-index-change", "pre-commit", "post-checkout", "pre-auto-gc"):
+        hook = directory / name
+        hook.write_text(f"#!/bin/sh\necho {name} >> '{marker}'\nenv >> '{marker}'\n")
+        hook.chmod(0o755)
+
+
+@pytest.mark.parametrize("where", ["git-dir", "hooks-path", "global"])
+def test_no_hook_ever_runs(repo: Repo, tmp_path: Path, where: str) -> None:
+    marker = tmp_path / "hook-ran"
+    if where == "git-dir":
+        _marker_hooks(repo.git_dir / "hooks", marker)
+    elif where == "hooks-path":
+        _marker_hooks(tmp_path / "hooks", marker)
+        repo.git("config", "core.hooksPath", str(tmp_path / "hooks"))
+    else:
+        _marker_hooks(tmp_path / "global-hooks", marker)
+        Path(os.environ["GIT_CONFIG_GLOBAL"]).write_text(f"[core]\n\thooksPath = {tmp_path / 'global-hooks'}\n")
+    repo.git("update-ref", "refs/heads/probe", "HEAD")  # the hooks work for git itself
+    assert marker.exists()
+    repo.git("update-ref", "-d", "refs/heads/probe")
+    marker.unlink()
+    repo.write("src/app.py", "edited\n")
+    repo.write("new.txt", "untracked\n")
+    snap = ghost.snapshot(repo.root)
+    repo.write("src/app.py", "agent\n")
+    ghost.diff(repo.root, snap["id"])
+    result = ghost.restore(repo.root, snap["id"])
+    ghost.restore(repo.root, result["undoId"])
+    ghost.delete(repo.root, snap["id"])
+    assert not marker.exists()
+
+
+def test_bytes_are_kept_exactly_no_filter_no_fsmonitor_no_eol_conversion(repo: Repo, tmp_path: Path) -> None:
+    marker = tmp_path / "command-ran"
+    repo.write(".gitattributes", "*.txt text eol=crlf\n*.dat filter=shout\n* text=auto\n")
+    repo.commit_all("attributes")
+    repo.git("config", "core.autocrlf", "true")
+    repo.git("config", "filter.shout.clean", f"sh -c 'echo clean >> {marker}; tr a-z A-Z'")
+    repo.git("config", "filter.shout.smudge", f"sh -c 'echo smudge >> {marker}; tr A-Z a-z'")
+    repo.git("config", "filter.shout.required", "true")
+    fsmonitor = tmp_path / "fsmonitor.sh"
+    fsmonitor.write_text(f"#!/bin/sh\necho fsmonitor >> '{marker}'\n")
+    fsmonitor.chmod(0o755)
+    repo.git("config", "core.fsmonitor", str(fsmonitor))
+    contents = {
+        "lf.txt": b"one\ntwo\n",
+        "crlf.txt": b"one\r\ntwo\r\n",
+        "mixed.py": b"a\r\nb\nc\r",
+        "data.dat": b"lower case data\n",
+        "ident.c": b"$Id$\n",
+        "latin1.txt": "caf\xe9\n".encode("latin-1"),
+    }
+    for name, data in contents.items():
+        (repo.root / name).write_bytes(data)
+    snap = ghost.snapshot(repo.root)
+    for name, data in contents.items():
+        stored = subprocess.run(["git", f"--git-dir={store_dir(repo)}", "cat-file", "blob", f"{snap['id']}:{name}"],
+                                capture_output=True, check=True).stdout
+        assert stored == data, name
+    expected = raw_files(repo.root)
+    for name in contents:
+        (repo.root / name).write_bytes(b"agent\n")
+    (repo.root / "README.md").unlink()
+    ghost.restore(repo.root, snap["id"])
+    assert raw_files(repo.root) == expected  # every file, byte for byte
+    assert not marker.exists()
+
+
+def test_git_children_get_only_what_git_needs(repo: Repo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    other = make_repo(tmp_path / "other")
+    other_before = other.state()
+    shim_dir = tmp_path / "bin"
+    shim_dir.mkdir()
+    log = tmp_path / "git-env.log"
+    real_git = subprocess.run(["sh", "-c", "command -v git"], capture_output=True, text=True).stdout.strip()
+    shim = shim_dir / "git"
+    shim.write_text(f"#!/bin/sh\nenv -0 >> '{log}'\nprintf '\\n---\\n' >> '{log}'\nexec '{real_git}' \"$@\"\n")
+    shim.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shim_dir}{os.pathsep}{os.environ['PATH']}")
+    poison = {
+        "OPENAI_API_KEY": "sk-test-not-for-git", "GIT_DIR": str(other.git_dir), "GIT_WORK_TREE": str(other.root),
+        "GIT_COMMON_DIR": str(other.git_dir), "GIT_OBJECT_DIRECTORY": str(other.git_dir / "objects"),
+        "GIT_INDEX_FILE": str(other.git_dir / "index"), "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(tmp_path),
+        "GIT_CONFIG_PARAMETERS": "'core.hooksPath'='/nowhere'", "GIT_NAMESPACE": "elsewhere",
+    }
+    local_vars = set(subprocess.run([real_git, "rev-parse", "--local-env-vars"], capture_output=True, text=True,
+                                    check=True).stdout.split())
+    for key, value in poison.items():
+        monkeypatch.setenv(key, value)
+    repo.write("src/app.py", "edited\n")
+    snap = ghost.snapshot(repo.root)
+    repo.write("src/app.py", "agent\n")
+    ghost.restore(repo.root, snap["id"])
+    for key in poison:
+        monkeypatch.delenv(key)
+    assert (repo.root / "src/app.py").read_text() == "edited\n"
+    assert other.state() == other_before
+    entries = [e for e in log.read_bytes().split(b"\n---\n") if e.strip()]
+    assert len(entries) >= 5
+    for entry in entries:
+        env = dict(item.decode().split("=", 1) for item in entry.split(b"\0") if b"=" in item)
+        assert "OPENAI_API_KEY" not in env and "GIT_NAMESPACE" not in env
+        for key in local_vars & set(env):
+            assert env[key] != poison.get(key), key  # only what ctxd sets itself, never inherited
+    assert repo.store("fsck", "--no-progress", check=False) is not None
+
+
+# --- secrets ----------------------------------------------------------------------------------------
+
+
+def test_secrets_are_never_captured_nor_touched(repo: Repo) -> None:
+    repo.write("config/.env", "TRACKED_SECRET=1\n")
+    repo.commit_all("a tracked .env")
+    secrets = {".env": "KEY=1\n", ".env.local": "KEY=2\n", "env/bin/activate": "venv\n",
+               "sub/.env/credentials": "KEY=3\n", "keys/id.pem": "PRIVATE\n", ".ctxd.toml": "[llm]\nkey='sk'\n",
+               "config/.env": "TRACKED_SECRET=changed\n"}
+    for path, text in secrets.items():
+        repo.write(path, text)
+    settings = GhostSettings(exclude=["*.pem"])
+    snap = ghost.snapshot(repo.root, settings=settings)
+    tree = repo.store("ls-tree", "-r", "--name-only", "--full-tree", snap["id"]).splitlines()
+    assert not set(secrets) & set(tree), set(secrets) & set(tree)
+    skipped = {s["path"] for s in snap["skipped"]}
+    assert {".env", ".env.local", "env/", "sub/.env/", ".ctxd.toml", "config/.env"} <= skipped
+    for path in secrets:
+        (repo.root / path).write_text("changed after the snapshot\n")
+    repo.write("src/app.py", "agent\n")
+    ghost.restore(repo.root, snap["id"], settings=settings)
+    for path in secrets:
+        assert (repo.root / path).read_text() == "changed after the snapshot\n", path
+
+
+# --- out of history views, yet surviving gc ---------------------------------------------------------
+
+
+def test_snapshots_stay_out_of_history_views_and_survive_gc_and_rewrites(repo: Repo) -> None:
+    repo.write("src/app.py", "work in progress\n")
+    repo.write("draft.md", "untracked draft\n")
+    repo.git("add", "src/app.py")
+    snap = ghost.snapshot(repo.root)
+    assert snap["id"] not in repo.git("log", "--all", "--format=%H %P")
+    assert "ctxd" not in repo.git("for-each-ref") and "ctxd" not in repo.git("log", "--all", "--oneline")
+    expected = raw_files(repo.root)
+
+    # The user rewrites history: every commit the snapshot borrowed objects from goes away.
+    repo.git("checkout", "-q", "--orphan", "rewritten")
+    repo.git("rm", "-rq", "--cached", ".")
+    for path in ("README.md", "src/app.py", "src/util.py", "draft.md"):
+        (repo.root / path).unlink()
+    repo.write("fresh.txt", "a new start\n")
+    repo.git("add", "fresh.txt")
+    repo.git("commit", "-qm", "fresh")
+    repo.git("branch", "-D", "main")
+    repo.git("reflog", "expire", "--expire=now", "--all")
+    repo.git("gc", "-q", "--prune=now")
+    assert repo.git("cat-file", "-e", "HEAD:fresh.txt", check=False) == ""
+    assert "error" not in repo.git("fsck", "--no-progress", "--strict").lower()
+    assert repo.store("fsck", "--no-progress", "--strict") == ""  # complete on its own
+
+    ghost.restore(repo.root, snap["id"])
+    assert raw_files(repo.root) == expected
+
+
+# --- retention -------------------------------------------------------------------------------------
+
+
+def test_keep_and_max_age_prune_old_snapshots(repo: Repo) -> None:
+    settings = GhostSettings(keep=3, max_age_days=30)
+    ids = []
+    for i in range(5):
+        repo.write("a.txt", f"{i}\n")
+        ids.append(ghost.snapshot(repo.root, f"s{i}", settings=settings)["id"])
+        refs = store_dir(repo) / "refs" / "ctxd"
+        for ref in refs.rglob(ids[-1]):  # each one second older than the next, as in real use
+            os.utime(ref, (time.time() - 10 + i, time.time() - 10 + i))
+    assert [g["id"] for g in ghost.list_snapshots(repo.root)] == ids[:1:-1]
+    old = next((store_dir(repo) / "refs" / "ctxd").rglob(ids[2]))
+    os.utime(old, (time.time() - 31 * 86400,) * 2)
+    repo.write("a.txt", "last\n")
+    newest = ghost.snapshot(repo.root, settings=settings)["id"]
+    assert [g["id"] for g in ghost.list_snapshots(repo.root)] == [newest, ids[4], ids[3]]
+
+
+# --- folders that are not git repositories -----------------------------------------------------------
+
+
+def test_a_plain_folder_gets_snapshots_in_the_state_dir(tmp_path: Path) -> None:
+    folder = tmp_path / "plain"
+    for i in range(600):  # a large tree: far over the untracked-folder limit of a repository
+        (folder / f"lib/m{i // 100}").mkdir(parents=True, exist_ok=True)
+        (folder / f"lib/m{i // 100}/f{i}.py").write_text(f"{i}\n")
+    (folder / "node_modules/dep").mkdir(parents=True)
+    (folder / "node_modules/dep/index.js").write_text("dep\n")
+    (folder / ".env").write_text("KEY=1\n")
+    nested = make_repo(folder / "nested")
+    expected = raw_files(folder)
+    snap = ghost.snapshot(folder)
+    assert snap["fileCount"] == 600 and snap["parent"] is None
+    assert {s["path"] for s in snap["skipped"]} == {"node_modules/", ".env", "nested/"}
+    assert not (folder / ".git").exists()
+    assert list((tmp_path / "state" / "ctxd" / "ghost").iterdir())
+
+    for i in range(550):  # the agent deletes most of the tree, and edits the rest
+        (folder / f"lib/m{i // 100}/f{i}.py").unlink()
+    (folder / "lib/m5/f599.py").write_text("agent\n")
+    (folder / "agent.txt").write_text("new\n")
+    (folder / "node_modules/dep/index.js").write_text("changed dependency\n")
+    result = ghost.restore(folder, snap["id"])
+    assert len(result["restored"]) == 551 and result["removed"] == ["agent.txt"]
+    expected["node_modules/dep/index.js"] = b"changed dependency\n"
+    assert raw_files(folder) == expected
+    assert (nested.root / ".git").is_dir() and nested.git("status", "--porcelain") == ""
+    assert [g["id"] for g in ghost.list_snapshots(folder)] == [result["undoId"], snap["id"]]
+
+
+def test_not_a_folder(tmp_path: Path) -> None:
+    with pytest.raises(GitFailed) as caught:
+        ghost.snapshot(tmp_path / "missing")
+    assert caught.value.code == GitFailed.code
+
+
+# --- kill -9 during a restore -------------------------------------------------------------------------
+
+_RESTORER = """
+import sys
+from pathlib import Path
+from ctxd.ghost import snapshots as ghost
+ghost.restore(Path(sys.argv[1]), sys.argv[2])
+"""
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG and /proc are Linux's")
+def test_kill_during_a_restore_leaves_no_git_running_and_is_reported(repo: Repo) -> None:
+    for i in range(3000):
+        repo.write(f"gen/d{i // 100}/f{i}.txt", f"{i}\n" * 200)
+    repo.commit_all("many files")
+    snap = ghost.snapshot(repo.root)
+    for i in range(3000):
+        repo.write(f"gen/d{i // 100}/f{i}.txt", "agent\n")
+    before_restore = raw_files(repo.root)
+    site = ghost.open_site(repo.root, Path())
+    assert site is not None
+    journal = store_dir(repo) / f"journal-{site.key}.json"
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    proc = subprocess.Popen([sys.executable, "-c", _RESTORER, str(repo.root), snap["id"]], env=env)
+    children: list[int] = []
+    deadline = time.monotonic() + 60
+    while not journal.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "the restore never started writing"
+        time.sleep(0.001)
+    children = _children(proc.pid)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    time.sleep(0.3)
+    assert not [c for c in children if _alive(c)], "a git child outlived the daemon"
+    settled = raw_files(repo.root)
+    time.sleep(0.5)
+    assert raw_files(repo.root) == settled  # nothing is still writing
+
+    report = ghost.interrupted_restore(repo.root)
+    assert report is not None and report["id"] == snap["id"] and report["undoId"]
+    assert not list((store_dir(repo) / "ctxd-tmp").iterdir())  # leftovers cleaned
+    assert not journal.exists()
+    ghost.restore(repo.root, report["undoId"])
+    assert raw_files(repo.root) == before_restore
+    assert ghost.interrupted_restore(repo.root) is None
+
+
+def test_the_store_is_private_to_ctxd(repo: Repo) -> None:
+    ghost.snapshot(repo.root)
+    store = store_dir(repo)
+    assert (store / "info" / "attributes").read_text().startswith("* -text")
+    assert not (store / "objects" / "info" / "alternates").exists()  # borrowing is never written down
+    mode = stat.S_IMODE(store.stat().st_mode)
+    assert mode & 0o700 == 0o700
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="macOS file systems refuse names that are not UTF-8")
+def test_names_that_are_not_utf8_are_kept_exactly(repo: Repo) -> None:
+    """The domain hands names over as `os.fsdecode` reads them; the wire escapes them (handlers)."""
+    raw = b"caf\xe9.txt"
+    name = os.fsdecode(raw)
+    (repo.root / name).write_bytes(b"latin-1 name\n")
+    snap = ghost.snapshot(repo.root)
+    (repo.root / name).write_bytes(b"agent\n")
+    assert {"path": name, "status": "modified", "binary": False} in ghost.diff(repo.root, snap["id"])["files"]
+    result = ghost.restore(repo.root, snap["id"])
+    assert result["restored"] == [name] and os.fsencode(result["restored"][0]) == raw
+    assert (repo.root / name).read_bytes() == b"latin-1 name\n"
