@@ -2,7 +2,7 @@
 /**
  * The ctxd wire protocol (version 2): results and notifications. GENERATED, do not edit:
  * `npm run gen:protocol` from docs/protocol.schema.json (from ctxd/protocol/shapes.py).
- * schema sha256: c6396e76fd08f71e504b62917b286f8e9cdc64a392c5f351e947b97b5dfab058
+ * schema sha256: 8ccba7ccb0f31ea0fcae0f1dc46e00153946f7d057d6cc604e53970b947d8911
  */
 
 /**
@@ -86,7 +86,20 @@ export interface FileChange {
  * via the `definition` "GhostListResult".
  */
 export interface GhostListResult {
+  interruptedRestore?: InterruptedRestore;
   snapshots: GhostCommit[];
+}
+/**
+ * A restore a crash cut short: restoring `undoId` goes back to the state before it.
+ *
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "InterruptedRestore".
+ */
+export interface InterruptedRestore {
+  id: string | null;
+  message: string;
+  startedAt: string | null;
+  undoId: string | null;
 }
 /**
  * This interface was referenced by `CtxdProtocol`'s JSON-Schema
