@@ -387,6 +387,11 @@ def test_trimming_an_overflowing_request_drops_a_tool_pair_whole(daemon_factory,
     assert result["strategy"] == "llm" and result["trimmedItems"] == 2
     accepted = fake.requests[-1].body["input"]
     assert [item["type"] for item in accepted] == ["message", "message", "message"]
+    for request in fake.requests:  # a strict endpoint rejects a call without its output, or the reverse
+        sent = request.body["input"]
+        calls = {i["call_id"] for i in sent if i["type"] in ("function_call", "custom_tool_call")}
+        outputs = {i["call_id"] for i in sent if i["type"] in ("function_call_output", "custom_tool_call_output")}
+        assert calls == outputs
 
 
 # --- compact_tests.rs: what a compaction keeps -----------------------------------------------------
