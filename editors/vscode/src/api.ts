@@ -106,12 +106,32 @@ function pickUsage(u: UsageSnapshot): UsageSnapshot {
   return snapshot;
 }
 
+/** When a thread was last active, in ms (-Infinity when the daemon gave no parsable time). */
+function activity(t: ThreadInfo): number {
+  const ms = Date.parse(t.lastActivity ?? t.updatedAt);
+  return Number.isNaN(ms) ? -Infinity : ms;
+}
+
+/** The thread to follow: the most recently active one with items (on a tie, the daemon's order wins). */
+export function latestThread(threads: readonly ThreadInfo[]): ThreadInfo | undefined {
+  let best: ThreadInfo | undefined;
+  for (const t of threads) if (t.itemCount > 0 && (!best || activity(t) > activity(best))) best = t;
+  return best;
+}
+
 export class CtxdService implements CtxdApi {
   readonly apiVersion = 1 as const;
   readonly protocolVersion = PROTOCOL_VERSION;
   private readonly usages = new Map<string, UsageSnapshot>();
   private readonly activeThreads = new Map<string, string>();
   private readonly lastChanged = new Map<string, string>();
+  /** Per workspace, the most recently active thread from the last `ctxd/threads` answer. */
+  private readonly followed = new Map<string, string>();
+  /** Per thread (key), its `source` from the last `ctxd/threads` answer. */
+  private readonly sources = new Map<string, string>();
+  /** Workspaces whose threads are being read, and those to read again once that answer is in. */
+  private readonly following = new Map<string, Promise<void>>();
+  private readonly followAgain = new Set<string>();
   private readonly usageEmitter = new Emitter<UsageChangedParams>();
   private readonly compactEmitter = new Emitter<CompactedParams & { manual: boolean }>();
   private readonly threadsEmitter = new Emitter<{ workspace: string }>();
@@ -150,9 +170,15 @@ export class CtxdService implements CtxdApi {
         if (pending > 0) this.manualCompactions.set(k, pending - 1);
         this.compactEmitter.fire({ ...p, manual: pending > 0 });
       }),
-      rpc.onNotification(Notification.threadsChanged, (p: { workspace: string }) => this.threadsEmitter.fire(p)),
+      rpc.onNotification(Notification.threadsChanged, (p: { workspace: string }) => {
+        this.threadsEmitter.fire(p);
+        const ws = p?.workspace || this.defaultWorkspace();
+        if (ws) void this.followLatest(ws);
+      }),
     ];
     this.threadsEmitter.fire({ workspace: '' });
+    const ws = this.defaultWorkspace();
+    if (ws) void this.followLatest(ws);
     return { dispose: () => subs.forEach((s) => s.dispose()) };
   }
 
@@ -179,17 +205,91 @@ export class CtxdService implements CtxdApi {
     return this.activeThreads.get(workspace) ?? DEFAULT_THREAD;
   }
 
-  /** The thread the gauge shows: the one set with setActiveThread, else the last one that changed. */
+  /**
+   * The thread the gauge shows: the one the user picked (setActiveThread), else the workspace's
+   * most recently active thread, else the last one that changed.
+   */
   shownThread(workspace: string): string {
-    return this.activeThreads.get(workspace) ?? this.lastChanged.get(workspace) ?? DEFAULT_THREAD;
+    return this.activeThreads.get(workspace) ?? this.followed.get(workspace) ?? this.lastChanged.get(workspace) ?? DEFAULT_THREAD;
   }
 
+  /** Whether the user picked the shown thread (it is not replaced by a newer one). */
+  isPinned(workspace: string): boolean {
+    return this.activeThreads.has(workspace);
+  }
+
+  /** The thread's `source` as `ctxd/threads` gave it ("client", "codex", "claude"), if known. */
+  threadSource(workspace: string, thread: string): string | undefined {
+    return this.sources.get(key({ workspace, thread }));
+  }
+
+  /** Pins `thread`: the gauge shows it until clearActiveThread. */
   setActiveThread(thread: string, workspace?: string): void {
     const ws = workspace ?? this.defaultWorkspace();
     if (!ws) return;
     this.activeThreads.set(ws, thread);
-    const known = this.usages.get(key({ workspace: ws, thread }));
-    if (known) this.usageEmitter.fire({ workspace: ws, thread, ...known });
+    this.fireShown(ws);
+  }
+
+  /** Unpins: the gauge follows the workspace's most recently active thread again. */
+  async clearActiveThread(workspace?: string): Promise<void> {
+    const ws = workspace ?? this.defaultWorkspace();
+    if (!ws) return;
+    this.activeThreads.delete(ws);
+    this.fireShown(ws);
+    await this.followLatest(ws);
+  }
+
+  /**
+   * Reads the workspace's threads and follows the most recently active one; never throws. A call
+   * while a read is under way reads again after it and resolves when that read is in.
+   */
+  followLatest(workspace: string): Promise<void> {
+    this.followAgain.add(workspace);
+    let running = this.following.get(workspace);
+    if (!running) {
+      running = this.readThreads(workspace).finally(() => {
+        this.following.delete(workspace);
+        if (this.followAgain.has(workspace)) void this.followLatest(workspace); // asked for after the last read
+      });
+      this.following.set(workspace, running);
+    }
+    return running;
+  }
+
+  private async readThreads(workspace: string): Promise<void> {
+    while (this.followAgain.delete(workspace)) {
+      try {
+        this.noteThreads(workspace, await this.listThreads(workspace));
+      } catch {
+        return; // The daemon is (re)starting or too old; the next threadsChanged reads again.
+      }
+    }
+  }
+
+  /** Remembers sources and usages from a `ctxd/threads` answer and moves the followed thread. */
+  private noteThreads(workspace: string, threads: readonly ThreadInfo[]): void {
+    const sourceBefore = this.threadSource(workspace, this.shownThread(workspace));
+    for (const t of threads) {
+      const k = key({ workspace, thread: t.thread });
+      this.sources.set(k, t.source ?? 'client');
+      const prev = this.usages.get(k);
+      if (t.usage && (!prev || t.usage.historyVersion > prev.historyVersion)) this.usages.set(k, pickUsage(t.usage));
+    }
+    const latest = latestThread(threads);
+    if (latest && this.followed.get(workspace) !== latest.thread) {
+      this.followed.set(workspace, latest.thread);
+      if (!this.isPinned(workspace)) return this.fireShown(workspace);
+    }
+    // The gauge's label names the source: redraw when it was learnt only now.
+    if (this.threadSource(workspace, this.shownThread(workspace)) !== sourceBefore) this.fireShown(workspace);
+  }
+
+  /** Tells listeners the shown thread's known usage (the gauge redraws on it). */
+  private fireShown(workspace: string): void {
+    const thread = this.shownThread(workspace);
+    const known = this.usages.get(key({ workspace, thread }));
+    if (known) this.usageEmitter.fire({ workspace, thread, ...known });
   }
 
   latestUsage(opts?: TargetOptions): UsageSnapshot | undefined {
@@ -207,6 +307,8 @@ export class CtxdService implements CtxdApi {
     this.usages.set(k, snap);
     this.lastChanged.set(t.workspace, t.thread);
     this.usageEmitter.fire({ workspace: t.workspace, thread: t.thread, ...snap });
+    // Another thread moved: it may now be the most recently active one.
+    if (!this.isPinned(t.workspace) && this.followed.get(t.workspace) !== t.thread) void this.followLatest(t.workspace);
   }
 
   onDidChangeUsage = (listener: Listener<UsageChangedParams>): Disposable => this.usageEmitter.event(listener);

@@ -30,6 +30,9 @@ import { TIER_ACTIONS, TierWatcher, tierMessage } from './tierNotices';
 import { CompactionsModel, SnapshotsModel, ThreadsModel, threadNode, type TreeNode } from './trees';
 import * as vsc from './vscodeapi';
 
+/** The Switch Thread pick that unpins (no thread is named this: it is not a valid name). */
+const FOLLOW_LATEST = '\u0000follow';
+
 const MESSAGE_SEVERITY: Record<number, 'error' | 'warning' | 'info'> = { 1: 'error', 2: 'warning', 3: 'info', 4: 'info' };
 
 function nonce(): string {
@@ -183,8 +186,9 @@ export async function activate(context: vsc.ExtensionContext): Promise<CtxdApi> 
     track(vsc.registerTree(id, model));
   }
   track(vsc.registerVirtualDocuments());
-  const showThread = (workspace: string, thread: string) => {
-    service.setActiveThread(thread, workspace);
+  /** Pins `thread` (a pick in the Threads tree or Switch Thread); undefined only redraws. */
+  const showThread = (workspace: string, thread: string | undefined) => {
+    if (thread !== undefined) service.setActiveThread(thread, workspace);
     gauge.refresh();
     threads.refresh();
     void panel?.controller.refresh();
@@ -226,10 +230,16 @@ export async function activate(context: vsc.ExtensionContext): Promise<CtxdApi> 
       const list = await service.listThreads(w.uri).catch(() => []);
       const nodes = list.map((t) => threadNode(t, w.uri, w.thread, Date.now()));
       const thread = await ui.pick(
-        nodes.map((n, i) => ({ label: n.label, description: n.description, detail: list[i].thread, value: list[i].thread })),
+        [
+          { label: '$(sync) Follow the latest thread', description: service.isPinned(w.uri) ? '' : 'current', value: FOLLOW_LATEST },
+          ...nodes.map((n, i) => ({ label: n.label, description: n.description, detail: list[i].thread, value: list[i].thread })),
+        ],
         { title: 'ctxd: Switch Thread', placeHolder: 'Thread to show in the status bar' },
       );
-      if (thread) showThread(w.uri, thread);
+      if (thread === FOLLOW_LATEST) {
+        await service.clearActiveThread(w.uri);
+        showThread(w.uri, undefined);
+      } else if (thread) showThread(w.uri, thread);
     },
     [COMMANDS.showThread]: (workspace: string, thread: string) => showThread(workspace, thread),
     [COMMANDS.showSnapshotChanges]: (arg: unknown) => {

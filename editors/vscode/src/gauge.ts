@@ -99,7 +99,8 @@ export class GaugeController implements Disposable {
     }
     const k = `${w.uri}\u0000${w.thread}`;
     const breakdown = this.breakdown?.key === k ? this.breakdown.value : undefined;
-    this.sink.show(gaugeView(usage, { folderName: w.name, thread: w.thread }, breakdown));
+    const source = this.service.threadSource(w.uri, w.thread);
+    this.sink.show(gaugeView(usage, { folderName: w.name, thread: w.thread, source }, breakdown));
   }
 
   private async fetchBreakdown(): Promise<void> {

@@ -87,9 +87,13 @@ export function usagePercent(usage: Pick<UsageSnapshot, 'usedTokens' | 'contextW
   return Math.round((100 * usage.usedTokens) / usage.contextWindow);
 }
 
-/** `$(pulse) 38% · 48.2k/128k` */
-export function gaugeText(usage: UsageSnapshot): string {
-  return `$(pulse) ${usagePercent(usage)}% · ${formatTokens(usage.usedTokens)}/${formatTokens(usage.contextWindow)}`;
+/** How the status item names an agent's thread; client threads get no label. */
+const AGENT_LABELS: Record<string, string> = { codex: 'Codex', claude: 'Claude' };
+
+/** `$(pulse) 38% · 48.2k/128k`, or `$(pulse) Codex 43% · 55k/128k` for an agent's thread. */
+export function gaugeText(usage: UsageSnapshot, source?: string): string {
+  const label = source ? AGENT_LABELS[source] : undefined;
+  return `$(pulse) ${label ? `${label} ` : ''}${usagePercent(usage)}% · ${formatTokens(usage.usedTokens)}/${formatTokens(usage.contextWindow)}`;
 }
 
 export function gaugeLevel(usage: UsageSnapshot): GaugeLevel {
@@ -147,12 +151,12 @@ export function gaugeTooltip(
 
 export function gaugeView(
   usage: UsageSnapshot,
-  where: { folderName: string; thread: string },
+  where: { folderName: string; thread: string; source?: string },
   breakdown?: Breakdown,
 ): GaugeView {
   const level = gaugeLevel(usage);
   return {
-    text: gaugeText(usage),
+    text: gaugeText(usage, where.source),
     tooltip: gaugeTooltip(usage, where, breakdown),
     level,
     backgroundColor: levelBackground(level),

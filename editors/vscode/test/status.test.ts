@@ -36,6 +36,13 @@ describe('gauge', () => {
     assert.equal(gaugeText(usage({ usedTokens: 0 })), '$(pulse) 0% · 0/128k');
   });
 
+  test('an agent thread is labelled with its source; a client thread is not', () => {
+    assert.equal(gaugeText(usage(), 'codex'), '$(pulse) Codex 38% · 48.2k/128k');
+    assert.equal(gaugeText(usage(), 'claude'), '$(pulse) Claude 38% · 48.2k/128k');
+    assert.equal(gaugeText(usage(), 'client'), '$(pulse) 38% · 48.2k/128k');
+    assert.equal(gaugeView(usage(), { folderName: 'w', thread: 't', source: 'codex' }).text, '$(pulse) Codex 38% · 48.2k/128k');
+  });
+
   test('percent comes from the counts, so text and numbers agree', () => {
     assert.equal(usagePercent({ usedTokens: 64_000, contextWindow: 128_000 }), 50);
     assert.equal(usagePercent({ usedTokens: 5, contextWindow: 0 }), 0);
