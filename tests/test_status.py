@@ -46,3 +46,14 @@ def test_the_vscode_types_are_generated_from_the_current_schema() -> None:
     generated = (REPO / "editors" / "vscode" / "ctxd-protocol.d.ts").read_text()
     assert f"schema sha256: {hashlib.sha256(schema).hexdigest()}" in generated, (
         "editors/vscode/ctxd-protocol.d.ts is stale: cd editors/vscode && npm run gen:protocol")
+
+
+def test_reading_a_thread_that_does_not_exist_creates_nothing(client: Client, workspace: Path) -> None:
+    """PROTOCOL.md, ctxd/threads: reading a thread that does not exist creates nothing."""
+    ws = workspace.as_uri()
+    client.request("ctxd/record", {"workspace": ws, "thread": "real", "items": [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}]})
+    for method in ("ctxd/usage", "ctxd/history", "ctxd/prompt"):
+        client.request(method, {"workspace": ws, "thread": "ghost-town"})
+    threads = [t["thread"] for t in client.request("ctxd/threads", {"workspace": ws})["threads"]]
+    assert "ghost-town" not in threads and "real" in threads, threads

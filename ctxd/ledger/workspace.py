@@ -238,7 +238,9 @@ class Workspace:
             overhead = self._overhead_counts(ledger, counter)
             ledger.overhead_tokens = overhead.tokens
             usage = {**usage_snapshot(ledger, settings), **counter.describe()}
-            self._remember_usage_settings(ledger, settings)
+            if ledger.entries or ledger.state is not None or ledger.prompt_context is not None:
+                # Never for a thread that does not exist: reading one creates nothing.
+                self._remember_usage_settings(ledger, settings)
             key = (tuple(usage.values()), ledger.item_tokens, counter.name, settings.model)
             cached = self._breakdowns.get(thread)
             if cached is not None and cached[0] == key and cached[1] is ledger.prompt_context:
