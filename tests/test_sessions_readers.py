@@ -19,11 +19,11 @@ from tests import session_fixtures as fx
 
 
 def test_codex_session_items_usage_title_and_turns(tmp_path: Path) -> None:
-    path = fx.write_jsonl(fx.codex_path(tmp_path), fx.codex_session("/work/app"))
+    path = fx.write_jsonl(fx.codex_path(tmp_path), fx.codex_session("/home/user/app"))
     reader = CodexReader(str(path))
     change = reader.read()
     s = reader.session
-    assert (s.id, s.cwd, s.model, s.context_window) == (fx.CODEX_ID, "/work/app", "gpt-5-codex", 272000)
+    assert (s.id, s.cwd, s.model, s.context_window) == (fx.CODEX_ID, "/home/user/app", "gpt-5-codex", 272000)
     assert s.title == "Fix the failing test in parser.py please"
     # The gauge: last_token_usage.total_tokens of the latest token_count (Codex's status line).
     assert s.baseline == 12_000
@@ -122,11 +122,11 @@ def test_codex_fork_and_resume(tmp_path: Path) -> None:
 
 
 def test_claude_session_items_usage_and_dedup(tmp_path: Path) -> None:
-    path = fx.write_jsonl(fx.claude_path(tmp_path, "/work/app"), fx.claude_session("/work/app"))
+    path = fx.write_jsonl(fx.claude_path(tmp_path, "/home/user/app"), fx.claude_session("/home/user/app"))
     reader = ClaudeReader(str(path), fx.CLAUDE_ID)
     reader.read()
     s = reader.session
-    assert (s.id, s.cwd, s.model, s.title) == (fx.CLAUDE_ID, "/work/app", "claude-sonnet-4-5-20250929",
+    assert (s.id, s.cwd, s.model, s.title) == (fx.CLAUDE_ID, "/home/user/app", "claude-sonnet-4-5-20250929",
                                                "Add a --verbose flag to the CLI")
     assert s.context_window is None  # the transcript does not state it
     # thinking / text / tool_use / tool_result / text
@@ -134,7 +134,7 @@ def test_claude_session_items_usage_and_dedup(tmp_path: Path) -> None:
                                             "function_call_output", "message"]
     validate_items(s.items)
     call = s.items[3]
-    assert call["call_id"] == "toolu_01" and json.loads(call["arguments"]) == {"file_path": "/work/app/cli.py"}
+    assert call["call_id"] == "toolu_01" and json.loads(call["arguments"]) == {"file_path": "/home/user/app/cli.py"}
     assert s.items[4] == {"type": "function_call_output", "call_id": "toolu_01", "output": "import argparse\n"}
     # Baseline: the latest main-chain assistant usage, input + cache creation + cache read.
     assert s.baseline == 6 + 500 + 15_000
