@@ -96,6 +96,34 @@ def test_offline_compaction_swaps_archives_and_notifies(daemon_factory, workspac
     assert all(item["type"] != "ghost_snapshot" for item in prompt["items"])
 
 
+def test_history_lists_past_compactions_with_their_tokens(daemon_factory, workspace) -> None:
+    """What the editors' Compactions tree shows after a reload: every compaction of the thread,
+    its tokens before and after, and which archived items it replaced."""
+    client = start(daemon_factory, workspace)
+    ws = workspace.as_uri()
+    assert client.request("ctxd/history", {"workspace": ws, "includeArchived": True})["compactions"] == []
+    client.request("ctxd/record", {"workspace": ws, "items": thread_items()})
+    first = client.request("ctxd/compact", {"workspace": ws, "strategy": "offline"})
+    client.request("ctxd/record", {"workspace": ws, "items": turn(7) + turn(8)})
+    second = client.request("ctxd/compact", {"workspace": ws, "strategy": "offline"})
+    full = client.request("ctxd/history", {"workspace": ws, "includeArchived": True})
+    assert "compactions" not in client.request("ctxd/history", {"workspace": ws})
+    records = full["compactions"]
+    assert [(c["tokensBefore"], c["tokensAfter"], c["strategy"], c["automatic"]) for c in records] == [
+        (first["tokensBefore"], first["tokensAfter"], "offline", False),
+        (second["tokensBefore"], second["tokensAfter"], "offline", False)]
+    assert records[0]["id"] < records[1]["id"] and records[0]["createdAt"] <= records[1]["createdAt"]
+    archived = [item for item in full["items"] if item.get("archived")]
+    assert records[0]["archivedItems"] == len(thread_items())
+    # The second compaction replaced what the first wrote and the two turns recorded after it.
+    assert records[1]["archivedItems"] == records[0]["writtenItems"] + len(turn(7) + turn(8))
+    assert len(archived) == records[0]["archivedItems"] + records[1]["archivedItems"]
+    assert [i for i in archived[:records[0]["archivedItems"]] if i["type"] != "ghost_snapshot"] == [
+        i | {"archived": True} for i in thread_items() if i["type"] != "ghost_snapshot"]
+    active = client.request("ctxd/history", {"workspace": ws})
+    assert records[1]["writtenItems"] <= active["total"]
+
+
 def test_llm_compaction_through_the_openai_client(daemon_factory, workspace, fake) -> None:
     client = start(daemon_factory, workspace, llm_options(fake))
     ws = workspace.as_uri()

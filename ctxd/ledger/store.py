@@ -398,6 +398,20 @@ class Store:
         with self._read() as db:
             return [r[0] for r in db.execute("SELECT id FROM compactions WHERE thread = ? ORDER BY id", (thread,))]
 
+    def compactions(self, thread: str) -> list[tuple[int, float, dict[str, Any]]]:
+        """The thread's compactions, oldest first: (id, created_at, info)."""
+        with self._read() as db:
+            rows = db.execute("SELECT id, created_at, info FROM compactions WHERE thread = ? ORDER BY id", (thread,))
+            return [(cid, created, json.loads(info)) for cid, created, info in rows]
+
+    def annotate_compaction(self, compaction_id: int, **info: Any) -> None:
+        """Add what is known only after the swap (the tokens after it) to a compaction's info."""
+        with self._write() as db:
+            row = db.execute("SELECT info FROM compactions WHERE id = ?", (compaction_id,)).fetchone()
+            if row is not None:
+                merged = json.loads(row[0]) | info
+                db.execute("UPDATE compactions SET info = ? WHERE id = ?", (json.dumps(merged), compaction_id))
+
     # --- writes ----------------------------------------------------------------------------------
 
     def _touch(self, db: sqlite3.Connection, thread: str, **fields: Any) -> None:

@@ -22,7 +22,7 @@ from ctxd import settings as settings_mod
 from ctxd.errors import CompactionFailed, CtxdError, InvalidParams
 from ctxd.ledger import projection as normalize
 from ctxd.ledger.rules import snapshot_commit_id
-from ctxd.ledger.store import HistoryChanged, Store, ThreadRow, database_path
+from ctxd.ledger.store import HistoryChanged, Row, Store, ThreadRow, database_path
 from ctxd.ledger.thread import (
     Entry,
     ThreadLedger,
@@ -419,8 +419,8 @@ class Workspace:
             ledger = self._ledger(thread)
             base = ledger.history_version if expected_version is None else expected_version
             try:
-                self.store.replace(thread, upto_seq, rows, info, expected_version=expected_version,
-                                   history_version=base + 1, api_total=None, reference=None)
+                compaction = self.store.replace(thread, upto_seq, rows, info, expected_version=expected_version,
+                                                history_version=base + 1, api_total=None, reference=None)
             except HistoryChanged:
                 self._reload(thread)
                 raise CompactionFailed(f"the history changed while the compaction ran (thread '{thread}' was "
@@ -428,6 +428,7 @@ class Workspace:
                                        "compact again if it is still needed") from None
             ledger = self._reload(thread)
             usage = self._changed(ledger)
+            self.store.annotate_compaction(compaction, tokensAfter=usage["usedTokens"])
             return {"historyVersion": ledger.history_version, "itemCount": len(ledger.entries), "usage": usage}
 
     def mirror(self, thread: str, items: list[dict[str, Any]], *, replace: bool, baseline: int | None,
@@ -479,13 +480,15 @@ class Workspace:
     def history(self, thread: str, offset: int, limit: int | None, include_archived: bool) -> dict[str, Any]:
         with self.lock:
             ledger = self._ledger(thread)
+            extra: dict[str, Any] = {}
             if include_archived:
                 rows = self.store.all_rows(thread)
                 items = [json.loads(r.body) | ({"archived": True} if r.archived is not None else {}) for r in rows]
+                extra["compactions"] = _compactions(self.store.compactions(thread), rows)
             else:
                 items = [e.item for e in ledger.entries]
             end = None if limit is None else offset + limit
-            return {"items": items[offset:end], "historyVersion": ledger.history_version, "total": len(items)}
+            return {"items": items[offset:end], "historyVersion": ledger.history_version, "total": len(items), **extra}
 
     def threads(self) -> dict[str, Any]:
         """Every thread, newest activity first; followed sessions say so (protocol v2)."""
@@ -540,6 +543,23 @@ def _valid(item: dict[str, Any]) -> bool:
         return True
     except InvalidParams:
         return False
+
+
+def _compactions(compactions: list[tuple[int, float, dict[str, Any]]], rows: list[Row]) -> list[dict[str, Any]]:
+    """`ctxd/history`'s compactions, oldest first: what each replaced and wrote, and its tokens."""
+    listed = []
+    for cid, created, info in compactions:
+        listed.append({
+            "id": cid,
+            "createdAt": datetime.fromtimestamp(created, timezone.utc).isoformat(),
+            "strategy": info.get("strategy"),
+            "automatic": bool(info.get("automatic")),
+            "tokensBefore": info.get("tokensBefore"),
+            "tokensAfter": info.get("tokensAfter"),
+            "archivedItems": sum(1 for r in rows if r.archived == cid),
+            "writtenItems": sum(1 for r in rows if r.origin == cid),
+        })
+    return listed
 
 
 def _instant(stamp: str | None) -> float:

@@ -132,11 +132,27 @@ class RollbackResult(TypedDict):
     usage: UsageSnapshot
 
 
+class CompactionRecord(TypedDict):
+    """One past compaction of a thread (`ctxd/history` with `includeArchived`). The archived items,
+    in order, are each compaction's `archivedItems` in turn, oldest compaction first."""
+
+    __pydantic_config__ = STRICT  # type: ignore[misc]
+    id: int
+    createdAt: str
+    strategy: Optional[str]
+    automatic: bool
+    tokensBefore: Optional[int]
+    tokensAfter: Optional[int]
+    archivedItems: int
+    writtenItems: int
+
+
 class HistoryResult(TypedDict):
     __pydantic_config__ = STRICT  # type: ignore[misc]
     items: list[dict[str, Any]]
     historyVersion: int
     total: int
+    compactions: NotRequired[list[CompactionRecord]]
 
 
 class ThreadInfo(TypedDict):

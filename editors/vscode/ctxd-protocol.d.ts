@@ -2,7 +2,7 @@
 /**
  * The ctxd wire protocol (version 2): results and notifications. GENERATED, do not edit:
  * `npm run gen:protocol` from docs/protocol.schema.json (from ctxd/protocol/shapes.py).
- * schema sha256: 8ccba7ccb0f31ea0fcae0f1dc46e00153946f7d057d6cc604e53970b947d8911
+ * schema sha256: 1d280d44bf3027f1f816d236e36e8f02e41567d6ca96bfd103447f8384a2071a
  */
 
 /**
@@ -141,11 +141,29 @@ export interface RestoreResult {
  * via the `definition` "HistoryResult".
  */
 export interface HistoryResult {
+  compactions?: CompactionRecord[];
   historyVersion: number;
   items: {
     [k: string]: unknown;
   }[];
   total: number;
+}
+/**
+ * One past compaction of a thread (`ctxd/history` with `includeArchived`). The archived items,
+ * in order, are each compaction's `archivedItems` in turn, oldest compaction first.
+ *
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "CompactionRecord".
+ */
+export interface CompactionRecord {
+  archivedItems: number;
+  automatic: boolean;
+  createdAt: string;
+  id: number;
+  strategy: string | null;
+  tokensAfter: number | null;
+  tokensBefore: number | null;
+  writtenItems: number;
 }
 /**
  * This interface was referenced by `CtxdProtocol`'s JSON-Schema

@@ -27,7 +27,7 @@ import {
 import { statusMarkdown } from './statusReport';
 import { deleteSnapshotFlow, restoreSnapshotFlow, showChangesFlow, undoRestoreFlow } from './snapshots';
 import { TIER_ACTIONS, TierWatcher, tierMessage } from './tierNotices';
-import { CompactionsModel, SnapshotsModel, ThreadsModel, threadNode, type TreeNode } from './trees';
+import { CompactionsModel, SnapshotsModel, ThreadsModel, archivedBy, threadNode, type TreeNode } from './trees';
 import * as vsc from './vscodeapi';
 
 /** The Switch Thread pick that unpins (no thread is named this: it is not a valid name). */
@@ -190,7 +190,7 @@ export async function activate(context: vsc.ExtensionContext): Promise<CtxdApi> 
   const showThread = (workspace: string, thread: string | undefined) => {
     if (thread !== undefined) service.setActiveThread(thread, workspace);
     gauge.refresh();
-    threads.refresh();
+    [threads, snapshots, compactions].forEach((m) => m.refresh());
     void panel?.controller.refresh();
   };
   const restoreFromTree = (arg: unknown, conversation: boolean) => {
@@ -257,10 +257,12 @@ export async function activate(context: vsc.ExtensionContext): Promise<CtxdApi> 
       const id = typeof arg === 'string' ? arg : ((arg as TreeNode)?.command?.arguments?.[0] as string | undefined);
       if (id && (await undoRestoreFlow(ui, service, id, where()))) snapshots.setUndo(undefined);
     },
-    [COMMANDS.openArchived]: async (workspace: string, thread: string) => {
-      const history = await service.getHistory({ workspace, thread, includeArchived: true });
-      const archived = history.items.filter((i) => (i as { archived?: boolean }).archived);
-      await vsc.openReadOnly(`archived/${thread}.json`, JSON.stringify(archived, null, 2), 'json');
+    [COMMANDS.openArchived]: async (workspace: string, thread: string, compaction?: number) => {
+      const history = await attempt(ui, 'Reading the archived items', () => service.getHistory({ workspace, thread, includeArchived: true }));
+      if (!history) return;
+      const archived = compaction === undefined ? history.items.filter((i) => i.archived === true) : archivedBy(history, compaction);
+      const name = compaction === undefined ? thread : `${thread}-compaction-${compaction}`;
+      await vsc.openReadOnly(`archived/${name}.json`, JSON.stringify(archived, null, 2), 'json');
     },
     [COMMANDS.showStatus]: async () => {
       const status = await attempt(ui, 'Reading the status', () => service.status());

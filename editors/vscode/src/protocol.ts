@@ -47,6 +47,7 @@ export type {
   Category,
   CompactResult,
   Compacted as CompactedParams,
+  CompactionRecord,
   Cost,
   DiffResult,
   FileChange as DiffFile,

@@ -6,7 +6,16 @@
 import { Emitter, type CtxdService } from './api';
 import { COMMANDS, formatAge, shortId, toMillis } from './commands';
 import { Debouncer, type FolderInfo } from './gauge';
-import { type CompactedParams, type Disposable, type GhostCommit, Method, type ThreadInfo } from './protocol';
+import {
+  type CompactedParams,
+  type CompactionRecord,
+  type Disposable,
+  type GhostCommit,
+  type HistoryResult,
+  type Item,
+  Method,
+  type ThreadInfo,
+} from './protocol';
 import { formatTokens, usagePercent } from './status';
 
 export interface TreeNode {
@@ -144,13 +153,35 @@ export function snapshotNode(s: GhostCommit, now: number): TreeNode {
   };
 }
 
-export interface CompactionRecord extends CompactedParams {
+/** A compaction seen on the wire while this window is open (what an older daemon leaves us). */
+export interface SeenCompaction extends CompactedParams {
   at: number;
 }
 
-/** Compactions seen while this window is open, newest first; each opens its thread's archived items. */
+/** `before → after tokens`, or what is known of a compaction when its figures were not recorded. */
+export function compactionLabel(c: Pick<CompactionRecord, 'tokensBefore' | 'tokensAfter' | 'archivedItems'>): string {
+  if (c.tokensBefore !== null && c.tokensAfter !== null) return `${formatTokens(c.tokensBefore)} → ${formatTokens(c.tokensAfter)} tokens`;
+  return `${c.archivedItems} items replaced`;
+}
+
+/** The items compaction `id` replaced: the archived items come in order, each compaction's `archivedItems` in turn. */
+export function archivedBy(history: HistoryResult, id: number): Item[] {
+  const archived = history.items.filter((i) => i.archived === true);
+  let start = 0;
+  for (const c of history.compactions ?? []) {
+    if (c.id === id) return archived.slice(start, start + c.archivedItems);
+    start += c.archivedItems;
+  }
+  return [];
+}
+
+/**
+ * The shown thread's compactions, newest first: every past one from `ctxd/history`'s
+ * `compactions` (protocol v2), else those seen while this window is open. Each opens the items it
+ * replaced, read-only.
+ */
 export class CompactionsModel extends BaseModel {
-  private readonly seen: CompactionRecord[] = [];
+  private readonly seen: SeenCompaction[] = [];
 
   constructor(service: CtxdService, where: Where, debounceMs = 100, private readonly now: () => number = Date.now) {
     super(service, where, debounceMs);
@@ -159,12 +190,28 @@ export class CompactionsModel extends BaseModel {
         this.seen.unshift({ ...e, at: this.now() });
         this.refresh();
       }),
+      service.onDidChangeThreads(() => this.refresh()),
     );
   }
 
   async nodes(): Promise<TreeNode[]> {
     const w = this.where();
     if (!w) return [message('Open a folder to see its compactions.', 'none')];
+    if (!this.service.supports(Method.history)) return [message('The ctxd daemon is not running.', 'down')];
+    // limit 0: the compactions only, not the items.
+    const history = await this.service.getHistory({ workspace: w.uri, thread: w.thread, includeArchived: true, limit: 0 });
+    if (history.compactions) {
+      if (history.compactions.length === 0) return [message(`No compactions of ${w.thread} yet.`, 'empty')];
+      return [...history.compactions].reverse().map((c) => ({
+        id: `compaction:${w.uri}:${w.thread}:${c.id}`,
+        label: compactionLabel(c),
+        description: [c.strategy ?? 'agent', c.automatic ? 'automatic' : '', formatAge(c.createdAt, this.now())].filter(Boolean).join(' · '),
+        tooltip: `${c.archivedItems} items replaced by ${c.writtenItems}.\nClick to open the items this compaction replaced (read-only).`,
+        icon: 'fold',
+        contextValue: 'compaction',
+        command: { command: COMMANDS.openArchived, title: 'Open archived items', arguments: [w.uri, w.thread, c.id] },
+      }));
+    }
     const mine = this.seen.filter((c) => c.workspace === w.uri);
     if (mine.length === 0) return [message('No compaction since this window opened.', 'empty')];
     return mine.map((c, i) => ({

@@ -5,10 +5,11 @@ import * as path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { CtxdService } from '../src/api';
 import { COMMANDS, type PickItem, type Severity, type Ui } from '../src/commands';
-import { type DiffFile, Method } from '../src/protocol';
+import { type CompactResult, type DiffFile, Method } from '../src/protocol';
 import { statusMarkdown } from '../src/statusReport';
 import { UNDO_RESTORE, deleteSnapshotFlow, restoreSnapshotFlow, showChangesFlow } from '../src/snapshots';
-import { CompactionsModel, SnapshotsModel, ThreadsModel, threadNode } from '../src/trees';
+import { CompactionsModel, SnapshotsModel, ThreadsModel, archivedBy, threadNode } from '../src/trees';
+import { formatTokens } from '../src/status';
 import { type Daemon, assistantMessage, startDaemon, userMessage, waitFor } from './daemon';
 
 class ScriptedUi implements Ui {
@@ -119,13 +120,36 @@ describe('views and snapshot actions (real daemon)', () => {
       assert.equal(service.compactingNow(), false);
       const nodes = await compactions.nodes();
       assert.equal(nodes.length, 1);
-      assert.match(nodes[0].label, /^[\d.]+k? → [\d.]+k? tokens$/);
-      assert.deepEqual(nodes[0].command?.arguments, [d.uri, 'default']);
+      assert.equal(nodes[0].label, `${formatTokens(r.tokensBefore)} → ${formatTokens(r.tokensAfter)} tokens`);
+      assert.equal(nodes[0].command?.arguments.slice(0, 2).join(' '), `${d.uri} default`);
       // Another client's compaction (straight on the wire) is not ours.
       await service.record([userMessage('more '.repeat(400)), assistantMessage('ok '.repeat(400))]);
-      await d.rpc.sendRequest(Method.compact, { workspace: d.uri, thread: 'default', strategy: 'offline' });
+      const other = await d.rpc.sendRequest<CompactResult>(Method.compact, { workspace: d.uri, thread: 'default', strategy: 'offline' });
       await waitFor(() => seen.length === 2, (wake) => service.onDidCompact(wake), 5000, 'second ctxd/compacted');
       assert.deepEqual(seen, [true, false]);
+
+      // A window opened afterwards (a fresh model that saw neither on the wire) lists both, newest
+      // first, from ctxd/history; each opens the items it replaced.
+      const reloaded = new CompactionsModel(service, where, 5, () => Date.now());
+      try {
+        const past = await reloaded.nodes();
+        assert.deepEqual(
+          past.map((n) => n.label),
+          [other, r].map((c) => `${formatTokens(c.tokensBefore)} → ${formatTokens(c.tokensAfter)} tokens`),
+        );
+        assert.match(past[1].description ?? '', /^offline · /);
+        const history = await service.getHistory({ includeArchived: true });
+        const [newest, oldest] = past.map((n) => n.command?.arguments[2] as number);
+        assert.ok(oldest < newest);
+        const first = archivedBy(history, oldest);
+        assert.ok(first.some((i) => JSON.stringify(i).includes('Turn 0: look at module 0.')), JSON.stringify(first).slice(0, 300));
+        assert.ok(!first.some((i) => JSON.stringify(i).includes('more more')));
+        const second = archivedBy(history, newest);
+        assert.ok(second.some((i) => JSON.stringify(i).includes('more more')));
+        assert.equal(first.length + second.length, history.items.filter((i) => i.archived === true).length);
+      } finally {
+        reloaded.dispose();
+      }
     } finally {
       sub.dispose();
       msgSub.dispose();
