@@ -12,12 +12,15 @@ after the clock stops (the client's parsing is not the daemon's cost).
 | `ctxd/usage` on a 100k-item thread | the floor's usage round trip | <= 1.3x |
 | `ctxd/prompt` of 100k items | the floor sending the same items back | <= 1.5x |
 | `ctxd/prompt` growth, 25k to 100k items | ctxd's own 25k-item prompt | <= 4.4x |
-| cold start to `initialize` answered | `python -c 'import pygls'` | <= 2x |
+| cold start to `initialize` answered | importing pygls' server (`from pygls.lsp.server import LanguageServer`) | <= 2x |
+| cold start to `initialize` answered | the floor daemon's own cold start | <= 2x |
 
-`import pygls` loads only pygls' `__init__`: it is about a bare Python start. Printed beside it, for
-reference: the floor daemon's own cold start to `initialize` answered, and importing pygls' language
-server (`from pygls.lsp.server import LanguageServer`, mostly lsprotocol.types), which a daemon
-built on pygls pays at every start (the issue's "now 1.3x" was against that import).
+The issue's reference for the cold start is "importing pygls alone", with ctxd then at 1.3x: a
+daemon that imported pygls' server could only be 1.3x of that import, not of `import pygls`
+(pygls 2's `__init__`, about a bare Python start), so the first row compares with the server
+import. The second row is the strict one: a daemon that does nothing but answer (the floor) against
+ctxd. Printed beside them: `import pygls`, and how long after spawning ctxd its first `ctxd/usage`
+is answered (it waits for the imports the warm-up after `initialize` does).
 
     python bench/bench_speed.py [--items 100000] [--quick]
 """
@@ -149,14 +152,19 @@ def interleaved(wires: dict[str, Wire], method: str, params: dict[str, Any], rou
 PYGLS_SERVER = "from pygls.lsp.server import LanguageServer"
 
 
-def spawn_to_initialize(cmd: list[str], env: dict[str, str], init: dict[str, Any]) -> float:
-    """Seconds from spawning a daemon to having read its `initialize` answer."""
+def spawn_to_initialize(cmd: list[str], env: dict[str, str], init: dict[str, Any],
+                        then: tuple[str, dict[str, Any]] | None = None) -> tuple[float, float]:
+    """Seconds from spawning a daemon to having read its `initialize` answer, and (with `then`)
+    to having read the answer to one more request."""
     start = time.perf_counter()
     wire = Wire(cmd, env)
-    seconds = time.perf_counter() - start
-    seconds += wire.call("initialize", init)[0]
+    initialized = time.perf_counter() - start + wire.call("initialize", init)[0]
+    answered = initialized
+    if then is not None:
+        wire.send({"jsonrpc": "2.0", "method": "initialized", "params": {}})
+        answered = initialized + wire.call(*then)[0]
     wire.close()
-    return seconds
+    return initialized, answered
 
 
 def spawn_to_exit(code: str, env: dict[str, str]) -> float:
@@ -166,16 +174,21 @@ def spawn_to_exit(code: str, env: dict[str, str]) -> float:
 
 
 def cold_start(env: dict[str, str], root: Path, repeat: int) -> dict[str, float]:
-    """Median seconds to start each of: ctxd and the floor daemon (to `initialize` answered), and
-    `python -c 'import pygls'` and `python -c PYGLS_SERVER` (to exit); interleaved."""
+    """Median seconds to start each of: ctxd and the floor daemon (to `initialize` answered, and
+    ctxd to its first `ctxd/usage` answered), `python -c 'import pygls'` and `python -c
+    PYGLS_SERVER` (to exit); interleaved."""
     workspace = root / "ws"
     init = {"processId": None, "rootUri": workspace.as_uri(), "capabilities": {},
             "workspaceFolders": [{"uri": workspace.as_uri(), "name": workspace.name}]}
-    samples: dict[str, list[float]] = {"ctxd": [], "floor": [], "import pygls": [], "pygls server": []}
+    first_usage = ("ctxd/usage", {"workspace": workspace.as_uri(), "thread": "cold"})
+    samples: dict[str, list[float]] = {"ctxd": [], "ctxd usage": [], "floor": [], "import pygls": [],
+                                       "pygls server": []}
     for n in range(repeat):
-        samples["ctxd"].append(spawn_to_initialize([sys.executable, "-m", "ctxd"], env, init))
+        initialized, answered = spawn_to_initialize([sys.executable, "-m", "ctxd"], env, init, first_usage)
+        samples["ctxd"].append(initialized)
+        samples["ctxd usage"].append(answered)
         samples["floor"].append(spawn_to_initialize([sys.executable, str(HERE / "floor_daemon.py"),
-                                                     str(root / f"floor-cold-{n}")], env, init))
+                                                     str(root / f"floor-cold-{n}")], env, init)[0])
         samples["import pygls"].append(spawn_to_exit("import pygls", env))
         samples["pygls server"].append(spawn_to_exit(PYGLS_SERVER, env))
     return {name: statistics.median(values) for name, values in samples.items()}
@@ -234,11 +247,13 @@ def main(argv: list[str]) -> int:
             for wire in wires.values():
                 wire.close()
         cold = cold_start(daemon_env(root / "cold"), root, cold_repeats)
-        started, bare = cold["ctxd"], cold["import pygls"]
-        print(f"(cold starts: the floor daemon {ms(cold['floor'])}, `{PYGLS_SERVER}` "
-              f"{ms(cold['pygls server'])}; ctxd is {started / cold['pygls server']:.2f}x the latter)")
-        rows.append(Row("cold start to initialize answered", ms(started), f"{ms(bare)} (import pygls)",
-                        f"{started / bare:.2f}x", "<= 2x", started / bare <= 2.0))
+        started = cold["ctxd"]
+        print(f"(cold starts: `import pygls` {ms(cold['import pygls'])}; ctxd's first ctxd/usage answered "
+              f"{ms(cold['ctxd usage'])} after spawning it)")
+        rows.append(Row("cold start to initialize answered", ms(started), f"{ms(cold['pygls server'])} (pygls server import)",
+                        f"{started / cold['pygls server']:.2f}x", "<= 2x", started / cold["pygls server"] <= 2.0))
+        rows.append(Row("cold start to initialize answered", ms(started), f"{ms(cold['floor'])} (floor daemon)",
+                        f"{started / cold['floor']:.2f}x", "<= 2x", started / cold["floor"] <= 2.0))
     return report(rows)
 
 

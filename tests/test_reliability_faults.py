@@ -247,19 +247,24 @@ def test_image_data_urls_are_not_cut(daemon_factory: Callable[..., Client], work
 def test_loaded_threads_are_bounded_by_their_items(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Memory follows loaded items, not threads: past MAX_LOADED_ITEMS the least recently used
     threads are dropped from memory, the one in use stays, and nothing is lost (they reload)."""
-    from ctxd.ledger import workspace as service
-    monkeypatch.setattr(service, "MAX_LOADED_ITEMS", 50)
+    from ctxd.ledger import cache
+    from ctxd.ledger.workspace import Workspace
+    monkeypatch.setattr(cache, "MAX_LOADED_ITEMS", 50)
     root = tmp_path / "ws"
     root.mkdir()
-    ws = service.Workspace(root.as_uri(), root, tmp_path / "state", None)
+    ws = Workspace(root.as_uri(), root, tmp_path / "state", None)
+
+    def items(thread: str) -> list[dict]:
+        return [entry.item for entry in ws.snapshot(thread)[0]]
+
     try:
         for n in range(6):
             ws.record(f"t{n}", [user(f"t{n}-{i}") for i in range(20)])
-        loaded = sum(len(ledger.entries) for ledger in ws._threads.values())
-        assert loaded <= 50 + 20 and "t5" in ws._threads and "t0" not in ws._threads
+        loaded = sum(len(ledger.entries) for ledger in ws.cache._threads.values())
+        assert loaded <= 50 + 20 and ws.cache.peek("t5") is not None and ws.cache.peek("t0") is None
         ws.record("big", [user(f"big-{i}") for i in range(80)])  # one thread over the bound stays
-        assert len(ws.items("big")) == 80
+        assert len(items("big")) == 80
         for n in range(6):
-            assert [text_of(item) for item in ws.items(f"t{n}")] == [f"t{n}-{i}" for i in range(20)]
+            assert [text_of(item) for item in items(f"t{n}")] == [f"t{n}-{i}" for i in range(20)]
     finally:
         ws.close()

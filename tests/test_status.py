@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 from pathlib import Path
 from typing import Callable
 
@@ -57,3 +59,39 @@ def test_reading_a_thread_that_does_not_exist_creates_nothing(client: Client, wo
         client.request(method, {"workspace": ws, "thread": "ghost-town"})
     threads = [t["thread"] for t in client.request("ctxd/threads", {"workspace": ws})["threads"]]
     assert "ghost-town" not in threads and "real" in threads, threads
+
+
+def test_reading_usage_writes_nothing_and_threads_sum_unloaded_threads(daemon_factory, workspace: Path,
+                                                                       state_dir: Path) -> None:
+    """The gauge's read path never writes (every stored row stays as it was), and
+    `ctxd/threads` of a freshly started daemon reports every thread's usage as `ctxd/usage` does
+    without loading the threads' items."""
+    ws = workspace.as_uri()
+    first = daemon_factory([workspace], {"model": "gpt-4o"})
+    for thread, text in (("a", "short"), ("b", "a longer request " * 50)):
+        first.request("ctxd/setPromptContext", {"workspace": ws, "thread": thread, "baseInstructions": "be brief"})
+        first.request("ctxd/record", {"workspace": ws, "thread": thread, "items": [
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}]})
+    first.request("ctxd/reportTokenUsage", {"workspace": ws, "thread": "b", "usage": {"inputTokens": 900, "totalTokens": 900}})
+    first.request("ctxd/record", {"workspace": ws, "thread": "b", "items": [
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "done"}]}]})
+    first.shutdown()
+
+    [database] = (state_dir / "ctxd" / "workspaces").glob("*.sqlite3")
+
+    def stored() -> tuple[list, list]:
+        with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as db:
+            return (db.execute("SELECT * FROM threads ORDER BY thread").fetchall(),
+                    db.execute("SELECT * FROM items ORDER BY thread, seq").fetchall())
+
+    before = stored()
+    # Other settings than the first daemon's: the read path still writes nothing (the facts
+    # `ctxd usage` reads are updated by the next write, not by a read).
+    second = daemon_factory([workspace], {"model": "gpt-4o", "contextWindow": 100_000})
+    listed = {t["thread"]: t["usage"] for t in second.request("ctxd/threads", {"workspace": ws})["threads"]}
+    for thread in ("a", "b"):
+        usage = second.request("ctxd/usage", {"workspace": ws, "thread": thread})["usage"]
+        assert listed[thread]["usedTokens"] == usage["usedTokens"] and listed[thread]["source"] == usage["source"], (thread, listed[thread], usage)
+    assert listed["b"]["source"] == "api+estimate" and listed["b"]["usedTokens"] > 900
+    assert listed["a"]["contextWindow"] == 100_000
+    assert stored() == before, "reading usage changed a thread's stored facts"

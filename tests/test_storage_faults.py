@@ -308,8 +308,8 @@ def test_two_daemons_compacting_one_thread(daemon_factory, workspace: Path) -> N
         one, two_ = daemon_factory([workspace], options), daemon_factory([workspace], options)
         uri = workspace.as_uri()
         items = []
-        for n in range(10):
-            items += [user(f"ask {n}"), assistant(f"answer {n}")]
+        for n in range(10):  # answers long enough that a summary makes the thread smaller
+            items += [user(f"ask {n}"), assistant(f"answer {n}: " + "some detail " * 20)]
         one.request("ctxd/record", {"workspace": uri, "items": items})
         assert two_.request("ctxd/history", {"workspace": uri})["total"] == 20
         ids = [(c, c.request_async("ctxd/compact", {"workspace": uri, "strategy": "llm"})) for c in (one, two_)]

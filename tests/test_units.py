@@ -111,3 +111,47 @@ def test_settings_layers_and_bad_values(tmp_path: Path, monkeypatch) -> None:
     assert settings.context_window == 1000 and settings.auto_compact_limit() == 900
     assert settings.llm.base_url == "http://127.0.0.1:1/v1" and settings.llm.model == "m"
     assert any("auto_compact_ratio" in p.message for p in problems)
+
+
+def test_lanes_keep_each_threads_order_and_cap_a_workspace() -> None:
+    """Requests of one (workspace, thread) run one at a time in arrival order; at most
+    `per_group` threads of one workspace hold a worker at once; other workspaces are not held up;
+    a waiting thread gets its turn while a busy one still has work queued."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ctxd.server.lanes import Lanes
+
+    executor = ThreadPoolExecutor(max_workers=8)
+    lanes = Lanes(executor, per_group=2)
+    lock = threading.Lock()
+    ran: list[tuple[str, str, int]] = []
+    running: dict[str, int] = {}
+    peak: dict[str, int] = {}
+    gate = threading.Event()
+
+    def job(group: str, lane: str, n: int) -> None:
+        with lock:
+            running[group] = running.get(group, 0) + 1
+            peak[group] = max(peak.get(group, 0), running[group])
+        if group == "ws1":
+            gate.wait(5)  # ws1's lanes stay busy until ws2 has run
+        with lock:
+            ran.append((group, lane, n))
+            running[group] -= 1
+
+    for n in range(20):
+        for lane in ("a", "b", "c"):
+            lanes.submit(("ws1", lane), lambda lane=lane, n=n: job("ws1", lane, n))
+    done = threading.Event()
+    lanes.submit(("ws2", "x"), lambda: (job("ws2", "x", 0), done.set()))
+    assert done.wait(5), "another workspace waited for a busy one"
+    assert lanes.busy(("ws1", "c"))  # queued behind the two busy lanes of its workspace
+    gate.set()
+    executor.shutdown(wait=True)
+    assert peak["ws1"] == 2, peak
+    for lane in ("a", "b", "c"):
+        assert [n for g, l, n in ran if l == lane] == list(range(20)), lane
+    first_c = next(i for i, (_, l, _) in enumerate(ran) if l == "c")
+    assert first_c < len(ran) - 20, "thread c waited until a and b had run everything"
+    assert not any(lanes.busy(("ws1", lane)) for lane in "abc")

@@ -28,7 +28,7 @@ from ctxd.compact.model import (
     resolve_endpoint,
     summarize,
 )
-from ctxd.compact.offline import history_tokens, offline_compact
+from ctxd.compact.offline import Count, history_tokens, offline_compact
 from ctxd.errors import Cancelled, CompactionFailed, InvalidParams
 from ctxd.ledger.projection import project
 
@@ -64,9 +64,10 @@ def choose_strategy(requested: str, settings: Any) -> str:
     return "llm"
 
 
-def offline_target(items: list[dict[str, Any]], settings: Any) -> int:
-    """Tokens the offline strategy aims for: a 4x reduction, and at most half the auto-compact limit."""
-    target = history_tokens(items) // 4
+def offline_target(items: list[dict[str, Any]], settings: Any, count: Count | None = None) -> int:
+    """Tokens the offline strategy aims for: a 4x reduction, and at most half the auto-compact
+    limit (counted as the gauge counts, with the thread's counter)."""
+    target = history_tokens(items, count) // 4
     limit = settings.auto_compact_limit()
     return min(target, limit // 2) if limit else target
 
@@ -79,11 +80,13 @@ def compact(
     cancel: threading.Event | None = None,
     progress: Callable[[str], None] | None = None,
     instructions: str | None = None,
+    count: Count | None = None,
 ) -> CompactOutcome:
     """Compute the compacted history of `items` (a thread's active items, oldest first).
 
     `instructions` are the agent's base instructions, sent with a remote compaction; the handoff
-    instruction is used when there are none.
+    instruction is used when there are none. `count` is the thread's token counter, the one its
+    gauge uses: targets and the "did it shrink" check are in its tokens.
     """
     if strategy not in STRATEGIES:
         raise InvalidParams(f"strategy: must be one of {', '.join(STRATEGIES)}")
@@ -91,7 +94,7 @@ def compact(
     chosen = choose_strategy(strategy, settings)
     if chosen != "offline":
         try:
-            return _worth_it(items, _model_compact(items, chosen, settings, cancel, progress, instructions))
+            return _worth_it(items, _model_compact(items, chosen, settings, cancel, progress, instructions), count)
         except Cancelled:
             raise
         except CompactionFailed as error:
@@ -99,26 +102,27 @@ def compact(
                 raise
             if progress is not None:
                 progress(f"{chosen} compaction failed ({error.message}); compacting offline instead")
-            outcome = _worth_it(items, _offline(items, settings, progress))
+            outcome = _worth_it(items, _offline(items, settings, progress, count), count)
             outcome.fallback_reason = error.message
             return outcome
-    return _worth_it(items, _offline(items, settings, progress))
+    return _worth_it(items, _offline(items, settings, progress, count), count)
 
 
-def _worth_it(items: list[dict[str, Any]], outcome: CompactOutcome) -> CompactOutcome:
+def _worth_it(items: list[dict[str, Any]], outcome: CompactOutcome, count: Count | None) -> CompactOutcome:
     """Refuse a compaction that would not make the thread smaller: it would only lose detail."""
-    before, after = history_tokens(items), history_tokens(outcome.items)
+    before, after = history_tokens(items, count), history_tokens(outcome.items, count)
     if after >= before:
         raise CompactionFailed(f"nothing worth compacting: the {outcome.strategy} compaction would leave "
                                f"{after} tokens of a {before}-token history")
     return outcome
 
 
-def _offline(items: list[dict[str, Any]], settings: Any, progress: Callable[[str], None] | None) -> CompactOutcome:
+def _offline(items: list[dict[str, Any]], settings: Any, progress: Callable[[str], None] | None,
+             count: Count | None) -> CompactOutcome:
     if progress is not None:
         progress("compacting offline")
-    result = offline_compact(items, target_tokens=offline_target(items, settings),
-                             user_message_max_tokens=settings.compact_user_message_max_tokens)
+    result = offline_compact(items, target_tokens=offline_target(items, settings, count),
+                             user_message_max_tokens=settings.compact_user_message_max_tokens, count=count)
     return CompactOutcome(result.items, "offline", result.summary)
 
 

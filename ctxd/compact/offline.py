@@ -17,7 +17,7 @@ import json
 import re
 import shlex
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from ctxd.compact.history import (
     ghost_snapshots,
@@ -35,6 +35,7 @@ from ctxd.ledger.rules import (
 )
 from ctxd.ledger.truncation import truncate_text
 from ctxd.tokens.approx import approx_text_tokens, item_tokens
+from ctxd.tokens.counter import count_item
 
 KEEP_RECENT_OUTPUTS = 3
 PLACEHOLDER_ERRORS = 3
@@ -83,8 +84,15 @@ class OfflineResult:
     masked: int
 
 
-def history_tokens(items: list[dict[str, Any]]) -> int:
-    return sum(item_tokens(item) for item in items)
+Count = Callable[[str], int]
+
+
+def history_tokens(items: list[dict[str, Any]], count: Count | None = None) -> int:
+    """Tokens of `items`: with the thread's counter (what the gauge and targets use), or without
+    one in Codex's approximate units (bytes / 4 of each item's JSON)."""
+    if count is None:
+        return sum(item_tokens(item) for item in items)
+    return sum(count_item(item, count) for item in items)
 
 
 # --- step 1: masking ----------------------------------------------------------------------------
@@ -340,21 +348,20 @@ def parse_summary(text: str) -> dict[str, list[str]] | None:
     return sections or None
 
 
-def _line_cost(line: str) -> int:
-    return approx_text_tokens(line) + 1
-
-
-def render_summary(sections: list[Section], budget: int) -> str:
+def render_summary(sections: list[Section], budget: int, count: Count = approx_text_tokens) -> str:
     """Fit the sections into `budget` tokens, sharing it fairly, and render them as markdown.
 
     Water-filling: every section gets an equal share of what is left; sections needing less
     return the difference to the others. A line that does not fit is dropped whole, except the
     one line of a single-line section, which is middle-truncated.
     """
+    def line_cost(line: str) -> int:
+        return count(line) + 1
+
     sections = [section for section in sections if section.lines]
-    header_cost = sum(approx_text_tokens(f"## {section.title}\n") + 1 for section in sections)
+    header_cost = sum(line_cost(f"## {section.title}\n") for section in sections)
     available = max(0, budget - header_cost - 8)
-    demand = {id(section): sum(_line_cost(line) for line in section.lines) for section in sections}
+    demand = {id(section): sum(line_cost(line) for line in section.lines) for section in sections}
     share: dict[int, int] = {}
     pending = list(sections)
     while pending:
@@ -380,7 +387,7 @@ def render_summary(sections: list[Section], budget: int) -> str:
                 order = list(reversed(lines)) if section.keep_newest else list(lines)
                 chosen: list[str] = []
                 for line in order:
-                    cost = _line_cost(line)
+                    cost = line_cost(line)
                     if cost > allowance:
                         break
                     chosen.append(line)
@@ -388,7 +395,7 @@ def render_summary(sections: list[Section], budget: int) -> str:
                 keep = set(chosen)
                 lines = [line for line in section.lines if line in keep]
                 omitted = len(section.lines) - len(lines)
-                if omitted and lines and _line_cost(f"(+{omitted} more not shown)") <= allowance:
+                if omitted and lines and line_cost(f"(+{omitted} more not shown)") <= allowance:
                     lines.append(f"(+{omitted} more not shown)")
         if not lines:
             continue
@@ -402,24 +409,26 @@ TRAIL_TOKENS = 1_000
 TRAIL_TITLES = (ERRORS, FAILED, PATHS, COMMANDS)
 
 
-def artifact_trail(items: list[dict[str, Any]], budget: int = TRAIL_TOKENS) -> str:
+def artifact_trail(items: list[dict[str, Any]], budget: int = TRAIL_TOKENS, count: Count = approx_text_tokens) -> str:
     """The files touched, commands run and errors seen, rendered like a summary's sections."""
     sections = [section for section in extract_sections(items) if section.title in TRAIL_TITLES]
-    return render_summary(sections, budget)
+    return render_summary(sections, budget, count)
 
 
 def offline_compact(items: list[dict[str, Any]], *, target_tokens: int, user_message_max_tokens: int,
-                    try_masking: bool = True) -> OfflineResult:
-    """Compact `items` towards `target_tokens` (estimated), without a model.
+                    try_masking: bool = True, count: Count | None = None) -> OfflineResult:
+    """Compact `items` towards `target_tokens` of `count` (the thread's counter), without a model.
 
     The newest real user messages are kept verbatim up to `user_message_max_tokens` (Codex's
-    `COMPACT_USER_MESSAGE_MAX_TOKENS`), whatever the target: the user's own words are what a
-    handoff must not lose. The summary gets what the target leaves, and at least half the target.
-    `try_masking=False` goes straight to the summary (the benchmark measures both steps)."""
+    `COMPACT_USER_MESSAGE_MAX_TOKENS`, in Codex's approximate units as Codex counts that budget),
+    whatever the target: the user's own words are what a handoff must not lose. The summary gets
+    what the target leaves, and at least half the target. `try_masking=False` goes straight to the
+    summary (the benchmark measures both steps)."""
+    counter = count or approx_text_tokens
     masked_items, masked = mask_tool_outputs(items) if try_masking else (items, 0)
-    if masked and history_tokens(masked_items) <= target_tokens:
+    if masked and history_tokens(masked_items, count) <= target_tokens:
         note = f"Removed the bodies of {masked} old tool outputs; the conversation is otherwise intact."
-        trail = artifact_trail(items)
+        trail = artifact_trail(items, count=counter)
         return OfflineResult(masked_items, f"{note}\n\n{trail}" if trail else note, masked)
 
     user_budget = max(0, user_message_max_tokens)
@@ -430,14 +439,14 @@ def offline_compact(items: list[dict[str, Any]], *, target_tokens: int, user_mes
     while messages and history_tokens(messages) > user_budget:  # each message costs its JSON too
         messages.pop(0)
     head = opaque + messages
-    prefix_cost = history_tokens([summary_message("")])
-    summary_budget = max(target_tokens - history_tokens(head) - prefix_cost, target_tokens // 2)
+    prefix_cost = history_tokens([summary_message("")], count)
+    summary_budget = max(target_tokens - history_tokens(head, count) - prefix_cost, target_tokens // 2)
     sections = extract_sections(items, skip_requests=len(messages))
-    summary = render_summary(sections, summary_budget)
-    # The token estimate of a rendered item is its JSON size, which escaping can inflate: shrink until it fits.
-    while summary and history_tokens([summary_message(summary)]) > summary_budget + prefix_cost and summary_budget > 0:
+    summary = render_summary(sections, summary_budget, counter)
+    # A rendered item can count more than its lines did (JSON escaping, joins): shrink until it fits.
+    while summary and history_tokens([summary_message(summary)], count) > summary_budget + prefix_cost and summary_budget > 0:
         summary_budget = summary_budget * 9 // 10
-        summary = render_summary(sections, summary_budget)
+        summary = render_summary(sections, summary_budget, counter)
     if not summary:
         summary = "(nothing to carry over)"
     return OfflineResult(head + [summary_message(summary)] + ghost_snapshots(items), summary, 0)

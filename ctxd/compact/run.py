@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from ctxd import redact
 from ctxd.compact import compact
 from ctxd.errors import Cancelled, CompactionFailed
-from ctxd.ledger.workspace import Service, Workspace
+from ctxd.ledger.workspace import Workspace
 
 log = logging.getLogger("ctxd")
 
@@ -90,7 +90,8 @@ def _compact_locked(workspace: Workspace, thread: str, strategy: str, cancel: th
     before = workspace.usage(thread)["usedTokens"]
     instructions = workspace.prompt_context(thread).get("baseInstructions")
     outcome = compact([entry.item for entry in entries], strategy=strategy, settings=settings, cancel=cancel,
-                      progress=report, instructions=instructions if isinstance(instructions, str) else None)
+                      progress=report, instructions=instructions if isinstance(instructions, str) else None,
+                      count=workspace.counter(thread).count)
     if cancel.is_set():
         raise Cancelled("the compaction was cancelled")
     info = {"strategy": outcome.strategy, "requested": strategy, "automatic": automatic, "tokensBefore": before,
@@ -152,15 +153,3 @@ def _trip(workspace: Workspace, thread: str, events: Events, reason: str) -> Non
                     f"roll back, or start a new thread; a compaction that gets under the limit turns it back on.")
     else:
         events.warn(f"ctxd: {reason} (attempt {failures} of {BREAKER_LIMIT} before automatic compaction stops).")
-
-
-def install(service: Service, events: Events) -> None:
-    """Give every workspace the service opens an automatic compactor (keeping any other hook)."""
-    previous = service.on_open
-
-    def on_open(workspace: Workspace) -> None:
-        workspace.auto_compactor = lambda ws, thread: auto_compact(ws, thread, events)
-        if previous is not None:
-            previous(workspace)
-
-    service.on_open = on_open

@@ -10,7 +10,7 @@ projection, compaction and the usage breakdown alike.
 
 from __future__ import annotations
 
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
 CALL_TO_OUTPUT = {"function_call": "function_call_output", "custom_tool_call": "custom_tool_call_output"}
@@ -60,7 +60,8 @@ CONTEXTUAL_DEVELOPER_PREFIXES = (
     "<token_budget>",
 )
 
-SUMMARY_PREFIX = resources.files("ctxd").joinpath("templates", "summary_prefix.md").read_text(encoding="utf-8").strip()
+# Read beside the package (plain files of an installed package; importlib.resources costs the start-up more).
+SUMMARY_PREFIX = (Path(__file__).resolve().parent.parent / "templates" / "summary_prefix.md").read_text(encoding="utf-8").strip()
 
 
 def message_text(item: dict[str, Any]) -> str:

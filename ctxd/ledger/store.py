@@ -351,9 +351,12 @@ class Store:
 
     def data_version(self) -> tuple[int, int]:
         """Changes whenever another connection (another daemon) commits to this database, or the
-        file was reopened."""
+        file was reopened. Asked before most requests: one statement, no more."""
         with self._read() as db:
-            return self.generation, int(db.execute("PRAGMA data_version").fetchone()[0])
+            return self._data_version(db)
+
+    def _data_version(self, db: sqlite3.Connection) -> tuple[int, int]:
+        return self.generation, int(db.execute("PRAGMA data_version").fetchone()[0])
 
     # --- reads -----------------------------------------------------------------------------------
 
@@ -394,6 +397,14 @@ class Store:
             ).fetchall()
         return [(ThreadRow(name, version, updated_at=updated), count) for name, version, updated, count in rows]
 
+    def token_sums(self, thread: str, after_seq: int) -> tuple[int, int]:
+        """Tokens of the thread's active items: all of them, and those after `after_seq`."""
+        with self._read() as db:
+            total, after = db.execute(
+                "SELECT coalesce(sum(tokens), 0), coalesce(sum(CASE WHEN seq > ? THEN tokens END), 0)"
+                " FROM items WHERE thread = ? AND archived IS NULL", (after_seq, thread)).fetchone()
+        return int(total), int(after)
+
     def compaction_ids(self, thread: str) -> list[int]:
         with self._read() as db:
             return [r[0] for r in db.execute("SELECT id FROM compactions WHERE thread = ? ORDER BY id", (thread,))]
@@ -430,16 +441,24 @@ class Store:
     def _next_seq(self, db: sqlite3.Connection, thread: str) -> int:
         return int(db.execute("SELECT coalesce(max(seq), 0) FROM items WHERE thread = ?", (thread,)).fetchone()[0]) + 1
 
-    def append(self, thread: str, rows: list[tuple[str, int]]) -> int:
-        """Store `(body, tokens)` rows after every existing item; return the first new seq."""
+    def append(self, thread: str, rows: list[tuple[str, int]],
+               known: tuple[tuple[int, int], int] | None = None) -> tuple[int, tuple[int, int]]:
+        """Store `(body, tokens)` rows after every existing item; return the first new seq and the
+        data version seen in the transaction. `known` is (data version, next seq) as the caller
+        last saw them: when no other connection wrote since, the next seq is taken from it instead
+        of being looked up (a record's hot path)."""
         with self._write() as db:
-            first = self._next_seq(db, thread)
+            version = self._data_version(db)
+            if known is not None and known[0] == version:
+                first = known[1]
+            else:
+                first = self._next_seq(db, thread)
             db.executemany(
                 "INSERT INTO items (thread, seq, body, tokens) VALUES (?, ?, ?, ?)",
                 [(thread, first + i, body, tokens) for i, (body, tokens) in enumerate(rows)],
             )
             self._touch(db, thread)
-        return first
+        return first, version
 
     def update_thread(self, thread: str, **fields: Any) -> None:
         with self._write() as db:

@@ -16,7 +16,6 @@ from ctxd.ledger.rules import (
     is_real_user_message,
     item_group,
 )
-from ctxd.settings import Settings
 
 WARN_FRACTION = 0.8
 
@@ -42,7 +41,6 @@ class ThreadLedger:
     next_seq: int = 1
     item_tokens: int = 0
     tokens_after_api: int = 0
-    overhead_tokens: int = 0
     group_tokens: dict[str, int] = field(default_factory=dict)  # by kind of item, for the breakdown
 
     def recount(self) -> None:
@@ -107,15 +105,15 @@ def rollback_start(entries: list[Entry], turns: int) -> RollbackCut | None:
     return RollbackCut(cut, clears)
 
 
-def usage_snapshot(ledger: ThreadLedger, settings: Settings) -> dict[str, Any]:
-    """The gauge's numbers: the last API total plus estimates of what came after it."""
-    window = settings.effective_context_window()
-    limit = settings.auto_compact_limit()
+def usage_snapshot(ledger: ThreadLedger, window: int, limit: int, overhead_tokens: int) -> dict[str, Any]:
+    """The gauge's numbers in a window of `window` tokens compacted at `limit`: the last API total
+    plus the counts of what came after it; before any API total, the overhead (instructions,
+    tools) plus every item."""
     if ledger.api_total is not None:
         used = ledger.api_total + ledger.tokens_after_api
         source = "api" if ledger.tokens_after_api == 0 else "api+estimate"
     else:
-        used = ledger.overhead_tokens + ledger.item_tokens
+        used = overhead_tokens + ledger.item_tokens
         source = "estimate"
     return {
         "usedTokens": used,

@@ -11,7 +11,6 @@ import json
 import logging
 import threading
 import time
-from collections import OrderedDict
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
@@ -22,19 +21,13 @@ from ctxd import settings as settings_mod
 from ctxd.errors import CompactionFailed, CtxdError, InvalidParams
 from ctxd.ledger import projection as normalize
 from ctxd.ledger.rules import snapshot_commit_id
-from ctxd.ledger.store import HistoryChanged, Row, Store, ThreadRow, database_path
-from ctxd.ledger.thread import (
-    Entry,
-    ThreadLedger,
-    is_user_turn_start,
-    rollback_start,
-    usage_snapshot,
-)
+from ctxd.ledger.cache import ThreadCache, summary_ledger
+from ctxd.ledger.store import HistoryChanged, Row, Store, database_path
+from ctxd.ledger.thread import Entry, ThreadLedger, is_user_turn_start, rollback_start
 from ctxd.ledger.truncation import truncate_tool_output, with_serialization_allowance
-from ctxd.protocol.items import validate_items
 from ctxd.settings import Problem, Settings, is_trusted, load_settings
 from ctxd.tokens.counter import TOKENIZERS, Counter, count_item
-from ctxd.usage import breakdown as usage_mod
+from ctxd.usage.view import UsageView
 
 log = logging.getLogger("ctxd")
 
@@ -42,10 +35,6 @@ UsageListener = Callable[[str, str, dict[str, Any]], None]
 # Threads named `codex:<id>` / `claude:<id>` mirror an agent's session file (ctxd/sessions): the
 # agent owns that history, so no client may write to them.
 FOLLOWED_AGENTS = {"codex": "Codex", "claude": "Claude Code"}
-MAX_LOADED_THREADS = 64
-# Loaded items cost about 1 KB each in memory: past this many, the least recently used threads
-# are dropped (and reloaded from the store when asked for), whatever their number.
-MAX_LOADED_ITEMS = 200_000
 
 
 def uri_to_path(uri: str) -> Path:
@@ -82,7 +71,9 @@ def _dump(item: dict[str, Any]) -> str:
 
 
 class Workspace:
-    """One open workspace folder: its settings, its database, its loaded threads."""
+    """One open workspace folder: its settings, its database, its loaded threads (`ThreadCache`),
+    and the ledger operations; the gauge and breakdown are read through `UsageView`, which never
+    writes. One lock keeps the store and the loaded threads in step."""
 
     def __init__(self, uri: str, root: Path, state_dir: Path, init_options: dict[str, Any] | None,
                  listener: UsageListener | None = None) -> None:
@@ -97,12 +88,9 @@ class Workspace:
         self._store: Store | None = None  # opened by the first request, on a worker (see `store`)
         self.listener = listener
         self.lock = threading.RLock()
-        self._threads: OrderedDict[str, ThreadLedger] = OrderedDict()
-        self._data_version: tuple[int, int] | None = None
+        self.cache = ThreadCache()
+        self.view = UsageView(self.settings, lambda settings: TOKENIZERS.counter(settings.model, settings.tokenizer))
         self._thread_locks: dict[str, threading.Lock] = {}
-        # Per thread: (prompt context object, counter name, its counts): counted once per context.
-        self._overhead: dict[str, tuple[Any, str, usage_mod.OverheadCounts]] = {}
-        self._breakdowns: dict[str, tuple[Any, Any, dict[str, Any]]] = {}
         # Set by the server: compacts a thread before a prompt when it is over the limit.
         self.auto_compactor: Callable[["Workspace", str], None] | None = None
 
@@ -110,8 +98,8 @@ class Workspace:
     def store(self) -> Store:
         """The workspace's store, opened on first use. Opening can wait (a database locked by
         another process, up to the store's bound) or fail (StoreUnavailable, 1003): it happens in
-        the request that needs it, never while a folder is being added on the event loop. A failed
-        open is tried again by the next request (the user may have fixed it)."""
+        the request that needs it, never while a folder is being added. A failed open is tried
+        again by the next request (the user may have fixed it)."""
         store = self._store
         if store is None:
             with self.lock:
@@ -125,141 +113,140 @@ class Workspace:
             if self._store is not None:
                 self._store.close()
 
-    def breakdown_now(self, thread: str) -> dict[str, Any] | None:
-        """The breakdown if it can be had without waiting (the workspace is free and the thread is
-        in memory), else None. Lets the server answer the gauge without leaving the event loop."""
-        if thread not in self._threads or not self.lock.acquire(blocking=False):
-            return None
-        try:
-            return self.breakdown(thread)
-        finally:
-            self.lock.release()
-
     def thread_lock(self, thread: str) -> threading.Lock:
         """Held for a whole long operation on a thread (a compaction), so two never overlap."""
         with self.lock:
             return self._thread_locks.setdefault(thread, threading.Lock())
 
-    # --- loading ---------------------------------------------------------------------------------
-
     def _ledger(self, thread: str) -> ThreadLedger:
-        """The thread's in-memory ledger, reloaded when another daemon has written meanwhile (or
-        the file was started anew after it was deleted)."""
-        version = self.store.data_version()
-        if version != self._data_version:
-            self._threads.clear()
-            self._data_version = version
-        ledger = self._threads.get(thread)
-        if ledger is None:
-            ledger = self._load(thread)
-            self._threads[thread] = ledger
-            self._evict()
-        else:
-            self._threads.move_to_end(thread)
-        return ledger
+        return self.cache.get(self.store, thread)
 
-    def _evict(self) -> None:
-        """Drop least recently used threads past either bound; the newest one always stays."""
-        loaded = sum(len(ledger.entries) for ledger in self._threads.values())
-        while len(self._threads) > 1 and (len(self._threads) > MAX_LOADED_THREADS or loaded > MAX_LOADED_ITEMS):
-            _, ledger = self._threads.popitem(last=False)
-            loaded -= len(ledger.entries)
+    # --- reads -----------------------------------------------------------------------------------
 
-    def _load(self, thread: str) -> ThreadLedger:
-        row = self.store.thread(thread) or ThreadRow(thread)
-        rows = self.store.all_rows(thread)
-        ledger = ThreadLedger(
-            thread=thread,
-            entries=[Entry(r.seq, json.loads(r.body), r.tokens, r.origin) for r in rows if r.archived is None],
-            history_version=row.history_version,
-            api_total=row.api_total,
-            api_seq=row.api_seq,
-            reference=row.reference,
-            prompt_context=row.prompt_context,
-            state=row.state,
-            next_seq=(rows[-1].seq + 1) if rows else 1,
-        )
-        ledger.recount()
-        return ledger
+    def breakdown_now(self, thread: str) -> dict[str, Any] | None:
+        """The breakdown if it can be had without waiting (the workspace free, the thread in memory
+        and unchanged by any other process), else None. Lets the server answer the gauge on the
+        thread that reads requests."""
+        if self.cache.peek(thread) is None or not self.lock.acquire(blocking=False):
+            return None
+        try:
+            if self._store is None or not self.cache.check(self._store.data_version()):
+                return None
+            ledger = self.cache.peek(thread)
+            return None if ledger is None else self.view.breakdown(ledger)
+        finally:
+            self.lock.release()
 
-    def _reload(self, thread: str) -> ThreadLedger:
-        self._threads.pop(thread, None)
-        return self._ledger(thread)
+    def breakdown(self, thread: str) -> dict[str, Any]:
+        """`ctxd/usage` (see ctxd/usage/view.py)."""
+        with self.lock:
+            return self.view.breakdown(self._ledger(thread))
+
+    def usage(self, thread: str) -> dict[str, Any]:
+        with self.lock:
+            return self.view.usage(self._ledger(thread))
 
     def settings_for(self, thread: str) -> Settings:
         """Workspace settings, with the model and window the thread's prompt context names."""
         with self.lock:
-            return self._settings(self._ledger(thread))
+            return self.view.settings(self._ledger(thread))
 
-    def _settings(self, ledger: ThreadLedger) -> Settings:
-        context = ledger.prompt_context or {}
-        if not context.get("model") and not context.get("contextWindow"):
-            return self.settings
-        merged = Settings(**{**self.settings.__dict__})
-        merged.model = context.get("model") or merged.model
-        merged.context_window = context.get("contextWindow") or merged.context_window
-        return merged
+    def counter(self, thread: str) -> Counter:
+        """The thread's token counter: the one its items, overhead and compaction targets use."""
+        with self.lock:
+            return self.view.counter(self._ledger(thread))
 
-    def counter(self, settings: Settings) -> Counter:
-        """The best token counter for the thread's model right now (see ctxd/tokenizer.py)."""
-        return TOKENIZERS.counter(settings.model, settings.tokenizer)
+    def prompt_context(self, thread: str) -> dict[str, Any]:
+        with self.lock:
+            return dict(self._ledger(thread).prompt_context or {})
 
-    def _usage(self, ledger: ThreadLedger) -> dict[str, Any]:
-        settings = self._settings(ledger)
-        counter = self.counter(settings)
-        # The gauge counts the overhead as the breakdown does, so that the two always agree.
-        ledger.overhead_tokens = self._overhead_counts(ledger, counter).tokens
-        return {**usage_snapshot(ledger, settings), **counter.describe()}
+    def state(self, thread: str) -> dict[str, Any]:
+        with self.lock:
+            return dict(self._ledger(thread).state or {})
 
-    def _overhead_counts(self, ledger: ThreadLedger, counter: Counter) -> usage_mod.OverheadCounts:
-        cached = self._overhead.get(ledger.thread)
-        if cached is not None and cached[0] is ledger.prompt_context and cached[1] == counter.name:
-            return cached[2]
-        counts = usage_mod.overhead_counts(ledger.prompt_context, counter.count)
-        self._overhead[ledger.thread] = (ledger.prompt_context, counter.name, counts)
-        return counts
-
-    def _remember_usage_settings(self, ledger: ThreadLedger, settings: Settings) -> None:
-        """Keep in the thread's state what `ctxd usage` (a separate process) cannot know: the model,
-        window and limit that the editor's initialization options set. Written only on change."""
-        facts = {"model": settings.model, "contextWindow": settings.effective_context_window(),
-                 "autoCompactLimit": settings.auto_compact_limit(), "tokenizer": settings.tokenizer,
-                 "overheadTokens": self._overhead_counts(ledger, self.counter(settings)).tokens}
-        if (ledger.state or {}).get("usageSettings") != facts:
-            self.update_state(ledger.thread, usageSettings=facts)
-
-    def breakdown(self, thread: str) -> dict[str, Any]:
-        """`ctxd/usage`: where the window's tokens go (ctxd/usage.py). O(1) in the ledger's length:
-        it reads running sums, and is rebuilt only when one of its inputs changed."""
+    def snapshot(self, thread: str) -> tuple[list[Entry], int]:
+        """The thread's active entries and the history version they belong to, read together."""
         with self.lock:
             ledger = self._ledger(thread)
-            settings = self._settings(ledger)
-            counter = self.counter(settings)
-            overhead = self._overhead_counts(ledger, counter)
-            ledger.overhead_tokens = overhead.tokens
-            usage = {**usage_snapshot(ledger, settings), **counter.describe()}
-            if ledger.entries or ledger.state is not None or ledger.prompt_context is not None:
-                # Never for a thread that does not exist: reading one creates nothing.
-                self._remember_usage_settings(ledger, settings)
-            key = (tuple(usage.values()), ledger.item_tokens, counter.name, settings.model)
-            cached = self._breakdowns.get(thread)
-            if cached is not None and cached[0] == key and cached[1] is ledger.prompt_context:
-                return _with_cost(cached[2], ledger)
-            result = usage_mod.breakdown(model=settings.model, context_window=usage["contextWindow"],
-                                         auto_compact_limit=usage["autoCompactLimit"], usage=usage,
-                                         overhead=overhead, message_groups=dict(ledger.group_tokens),
-                                         has_messages=ledger.item_tokens > 0)
-            # The context object is kept with the entry so that its identity cannot be reused.
-            self._breakdowns[thread] = (key, ledger.prompt_context, result)
-            return _with_cost(result, ledger)
+            return list(ledger.entries), ledger.history_version
+
+    def prompt(self, thread: str, input_modalities: list[str]) -> dict[str, Any]:
+        if (self.auto_compactor is not None and followed_agent(thread) is None
+                and self.usage(thread)["tier"] == "compact"):
+            self.auto_compactor(self, thread)
+        with self.lock:
+            ledger = self._ledger(thread)
+            items = normalize.project((e.item for e in ledger.entries), input_modalities)
+            return {
+                "items": items,
+                "historyVersion": ledger.history_version,
+                "estimatedTokens": self.view.usage(ledger)["usedTokens"],
+                "reinjectContext": ledger.reference is None,
+            }
+
+    def history(self, thread: str, offset: int, limit: int | None, include_archived: bool) -> dict[str, Any]:
+        with self.lock:
+            ledger = self._ledger(thread)
+            extra: dict[str, Any] = {}
+            if include_archived:
+                rows = self.store.all_rows(thread)
+                items = [json.loads(r.body) | ({"archived": True} if r.archived is not None else {}) for r in rows]
+                extra["compactions"] = _compactions(self.store.compactions(thread), rows)
+            else:
+                items = [e.item for e in ledger.entries]
+            end = None if limit is None else offset + limit
+            return {"items": items[offset:end], "historyVersion": ledger.history_version, "total": len(items), **extra}
+
+    def threads(self) -> dict[str, Any]:
+        """Every thread, newest activity first; followed sessions say so (protocol v2). A thread
+        not in memory is summed in SQL, never loaded."""
+        with self.lock:
+            self.cache.check(self.store.data_version())
+            listed = []
+            for row, count in self.store.threads():
+                ledger = self.cache.peek(row.thread) or summary_ledger(self.store, row.thread)
+                state = ledger.state if isinstance(ledger.state, dict) else {}
+                followed = state.get("followed")
+                updated = datetime.fromtimestamp(row.updated_at, timezone.utc).isoformat()
+                entry: dict[str, Any] = {"thread": row.thread, "itemCount": count,
+                                         "historyVersion": row.history_version, "updatedAt": updated}
+                if isinstance(followed, dict):
+                    entry.update(source=followed.get("source"), title=followed.get("title"),
+                                 model=followed.get("model"), lastActivity=followed.get("lastActivity") or updated,
+                                 readOnly=True)
+                else:
+                    entry.update(source="client", title=state.get("title"),
+                                 model=(state.get("usageSettings") or {}).get("model"), lastActivity=updated,
+                                 readOnly=followed_agent(row.thread) is not None)
+                entry["usage"] = self.view.usage(ledger)
+                listed.append(entry)
+        listed.sort(key=lambda t: _instant(t["lastActivity"]), reverse=True)
+        return {"threads": listed}
+
+    def status_problems(self) -> list[dict[str, str]]:
+        """Settings problems and the store's state, as `ctxd/status` lists them. Opens the store
+        if needed (a worker's job): a store that cannot be opened, or only read, is a problem."""
+        problems = [problem.as_dict() for problem in self.problems]
+        try:
+            store = self.store
+            if store.readonly_reason is not None:
+                problems.append({"source": str(self.db_path), "message": store.readonly_reason})
+        except CtxdError as error:
+            problems.append({"source": str(self.db_path), "message": error.message})
+        return redact.redact_json(problems)
+
+    # --- writes ----------------------------------------------------------------------------------
 
     def _changed(self, ledger: ThreadLedger) -> dict[str, Any]:
-        usage = self._usage(ledger)
+        """After a write: keep the facts `ctxd usage` needs (written only when they changed), tell
+        the listener (the status-bar push), and return the new usage."""
+        facts = self.view.facts(ledger)
+        if (ledger.state or {}).get("usageSettings") != facts:
+            self._update_state(ledger, usageSettings=facts)
+        usage = self.view.usage(ledger)
         if self.listener is not None:
             self.listener(self.uri, ledger.thread, usage)
         return usage
-
-    # --- requests --------------------------------------------------------------------------------
 
     def check_writable(self, thread: str) -> None:
         """Refuse a client's write to a followed session's thread (-32602)."""
@@ -270,26 +257,34 @@ class Workspace:
 
     def _rows(self, thread: str, items: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[tuple[str, int]]]:
         """What is stored of valid items: system messages dropped, long tool outputs truncated,
-        every item counted."""
+        every item counted. Done outside the lock: counting a long output takes a while."""
         limit = with_serialization_allowance(self.settings.tool_output_token_limit)
         kept = [truncate_tool_output(item, limit) for item in items
                 if not (item.get("type") == "message" and item.get("role") == "system")]
         if redact.secrets():  # the configured API key is never stored, wherever it appears
             kept = [redact.redact_json(item) for item in kept]
-        count = self.counter(self.settings_for(thread)).count
+        with self.lock:
+            count = self.view.counter(self.cache.loaded(self.store, thread)).count
         return kept, [(_dump(item), count_item(item, count)) for item in kept]
+
+    def _append(self, ledger: ThreadLedger, kept: list[dict[str, Any]], rows: list[tuple[str, int]]) -> ThreadLedger:
+        """Store rows after the thread's items and add them to its ledger. Whether another process
+        wrote meanwhile is asked inside the append's transaction; if one did, the thread is read again."""
+        first, version = self.store.append(ledger.thread, rows, known=(self.cache.version, ledger.next_seq))
+        if not self.cache.check(version) or first != ledger.next_seq:
+            return self.cache.reload(self.store, ledger.thread)
+        ledger.append([Entry(first + i, item, tokens) for i, (item, (_, tokens)) in enumerate(zip(kept, rows))])
+        return ledger
 
     def record(self, thread: str, raw_items: Any) -> dict[str, Any]:
         self.check_writable(thread)
-        items = validate_items(raw_items)
-        kept, rows = self._rows(thread, items)
+        from ctxd.protocol.items import validate_items  # pydantic: imported by the first write, not at start
+
+        kept, rows = self._rows(thread, validate_items(raw_items))
         with self.lock:
-            ledger = self._ledger(thread)
-            first = self.store.append(thread, rows) if rows else ledger.next_seq
-            if first != ledger.next_seq:
-                ledger = self._reload(thread)  # another daemon appended in between
-            else:
-                ledger.append([Entry(first + i, item, tokens) for i, (item, (_, tokens)) in enumerate(zip(kept, rows))])
+            ledger = self.cache.loaded(self.store, thread)  # checked for other writers in `_append`
+            if rows:
+                ledger = self._append(ledger, kept, rows)
             usage = self._changed(ledger)
             return {"historyVersion": ledger.history_version, "itemCount": len(ledger.entries), "usage": usage}
 
@@ -308,40 +303,9 @@ class Workspace:
             reference = {"seq": ledger.last_seq, "historyVersion": ledger.history_version, "setAt": time.time()}
             self.store.update_thread(thread, prompt_context=merged, reference=reference)
             ledger.prompt_context, ledger.reference = merged, reference
-            settings = self._settings(ledger)
+            settings = self.view.settings(ledger)
             TOKENIZERS.preload(settings.model, settings.tokenizer)  # in the background
-            self._remember_usage_settings(ledger, settings)
             return self._changed(ledger)
-
-    def prompt_context(self, thread: str) -> dict[str, Any]:
-        with self.lock:
-            return dict(self._ledger(thread).prompt_context or {})
-
-    def usage(self, thread: str) -> dict[str, Any]:
-        with self.lock:
-            return self._usage(self._ledger(thread))
-
-    def items(self, thread: str) -> list[dict[str, Any]]:
-        with self.lock:
-            return [e.item for e in self._ledger(thread).entries]
-
-    def entries(self, thread: str) -> list[Entry]:
-        with self.lock:
-            return list(self._ledger(thread).entries)
-
-    def prompt(self, thread: str, input_modalities: list[str]) -> dict[str, Any]:
-        if (self.auto_compactor is not None and followed_agent(thread) is None
-                and self.usage(thread)["tier"] == "compact"):
-            self.auto_compactor(self, thread)
-        with self.lock:
-            ledger = self._ledger(thread)
-            items = normalize.project((e.item for e in ledger.entries), input_modalities)
-            return {
-                "items": items,
-                "historyVersion": ledger.history_version,
-                "estimatedTokens": self._usage(ledger)["usedTokens"],
-                "reinjectContext": ledger.reference is None,
-            }
 
     def rollback(self, thread: str, turns: int) -> dict[str, Any]:
         """Drop the last `turns` user turns; crosses compactions when the active history is short."""
@@ -353,7 +317,7 @@ class Workspace:
             while compactions and sum(map(is_user_turn_start, ledger.entries)) < turns:
                 self.store.uncompact(thread, compactions.pop(), api_total=None, reference=None,
                                      history_version=ledger.history_version + 1)
-                ledger = self._reload(thread)
+                ledger = self.cache.reload(self.store, thread)
                 crossed = True
             cut = rollback_start(ledger.entries, turns)
             removed = 0
@@ -361,7 +325,7 @@ class Workspace:
                 removed = self._drop_from(ledger, ledger.entries[cut.index].seq, clear_reference=cut.clears_reference)
             elif crossed:
                 self._changed(ledger)
-            return {"historyVersion": ledger.history_version, "removedItems": removed, "usage": self._usage(ledger)}
+            return {"historyVersion": ledger.history_version, "removedItems": removed, "usage": self.view.usage(ledger)}
 
     def snapshot_point(self, thread: str, commit_id: str) -> int:
         """Where a restore with the conversation rolls `thread` back to: just after the item that
@@ -375,8 +339,7 @@ class Workspace:
     def rollback_to(self, thread: str, seq: int) -> int:
         """Drop every active item from `seq` on (used by ghost restore with the conversation)."""
         with self.lock:
-            ledger = self._ledger(thread)
-            return self._drop_from(ledger, seq)
+            return self._drop_from(self._ledger(thread), seq)
 
     def _drop_from(self, ledger: ThreadLedger, seq: int, clear_reference: bool = False) -> int:
         """Delete from `seq` on; the API baseline and the reference baseline go when their source
@@ -400,19 +363,13 @@ class Workspace:
         self._changed(ledger)
         return removed
 
-    def snapshot(self, thread: str) -> tuple[list[Entry], int]:
-        """The thread's active entries and the history version they belong to, read together."""
-        with self.lock:
-            ledger = self._ledger(thread)
-            return list(ledger.entries), ledger.history_version
-
     def replace_history(self, thread: str, new_items: list[dict[str, Any]], *, upto_seq: int,
                         info: dict[str, Any], expected_version: int | None = None) -> dict[str, Any]:
         """Swap the items up to `upto_seq` for `new_items` (a compaction). One transaction; the old
         items are archived; the API and reference baselines are cleared; the version bumps. With
         `expected_version`, the swap happens only if the history is still that version (checked
         in the same transaction); otherwise CompactionFailed and the ledger is unchanged."""
-        count = self.counter(self.settings_for(thread)).count
+        count = self.counter(thread).count
         rows = [(_dump(redact.redact_json(item)), count_item(item, count)) for item in new_items]
         info = redact.redact_json(info)
         with self.lock:
@@ -422,11 +379,11 @@ class Workspace:
                 compaction = self.store.replace(thread, upto_seq, rows, info, expected_version=expected_version,
                                                 history_version=base + 1, api_total=None, reference=None)
             except HistoryChanged:
-                self._reload(thread)
+                self.cache.reload(self.store, thread)
                 raise CompactionFailed(f"the history changed while the compaction ran (thread '{thread}' was "
                                        "compacted, rolled back or restored meanwhile); nothing was changed: "
                                        "compact again if it is still needed") from None
-            ledger = self._reload(thread)
+            ledger = self.cache.reload(self.store, thread)
             usage = self._changed(ledger)
             self.store.annotate_compaction(compaction, tokensAfter=usage["usedTokens"])
             return {"historyVersion": ledger.history_version, "itemCount": len(ledger.entries), "usage": usage}
@@ -446,13 +403,9 @@ class Workspace:
                 if [e.item for e in ledger.entries] != kept:  # unchanged after a daemon restart: keep
                     self.store.replace(thread, ledger.last_seq, rows, {"followed": info.get("source"), "strategy": "agent"},
                                        history_version=ledger.history_version + 1)
-                    ledger = self._reload(thread)
+                    ledger = self.cache.reload(self.store, thread)
             elif rows:
-                first = self.store.append(thread, rows)
-                if first != ledger.next_seq:
-                    ledger = self._reload(thread)
-                else:
-                    ledger.append([Entry(first + i, item, tokens) for i, (item, (_, tokens)) in enumerate(zip(kept, rows))])
+                ledger = self._append(ledger, kept, rows)
             entries = ledger.entries
             api_seq = entries[max(0, len(entries) - 1 - after_baseline)].seq if entries and baseline is not None else 0
             state = {**(ledger.state or {}), "followed": info}
@@ -460,85 +413,25 @@ class Workspace:
             ledger.api_total, ledger.api_seq, ledger.state = baseline, api_seq, state
             ledger.tokens_after_api = sum(e.tokens for e in entries if e.seq > api_seq)
             if ledger.prompt_context != context:
-                ledger.prompt_context = context  # the overhead is counted again by `_usage`
+                ledger.prompt_context = context  # the overhead is counted again by the view
             self._changed(ledger)
-
-    def state(self, thread: str) -> dict[str, Any]:
-        with self.lock:
-            return dict(self._ledger(thread).state or {})
 
     def update_state(self, thread: str, **values: Any) -> dict[str, Any]:
         """Small per-thread facts the daemon keeps (e.g. the auto-compaction circuit breaker)."""
-        values = redact.redact_json(values)
         with self.lock:
-            ledger = self._ledger(thread)
-            state = {**(ledger.state or {}), **values}
-            self.store.update_thread(thread, state=state)
-            ledger.state = state
-            return state
+            return self._update_state(self._ledger(thread), **values)
 
-    def history(self, thread: str, offset: int, limit: int | None, include_archived: bool) -> dict[str, Any]:
-        with self.lock:
-            ledger = self._ledger(thread)
-            extra: dict[str, Any] = {}
-            if include_archived:
-                rows = self.store.all_rows(thread)
-                items = [json.loads(r.body) | ({"archived": True} if r.archived is not None else {}) for r in rows]
-                extra["compactions"] = _compactions(self.store.compactions(thread), rows)
-            else:
-                items = [e.item for e in ledger.entries]
-            end = None if limit is None else offset + limit
-            return {"items": items[offset:end], "historyVersion": ledger.history_version, "total": len(items), **extra}
-
-    def threads(self) -> dict[str, Any]:
-        """Every thread, newest activity first; followed sessions say so (protocol v2)."""
-        with self.lock:
-            rows = self.store.threads()
-            listed = []
-            for row, count in rows:
-                ledger = self._threads.get(row.thread)
-                state = (ledger.state if ledger is not None else (self.store.thread(row.thread) or row).state) or {}
-                followed = state.get("followed") if isinstance(state, dict) else None
-                updated = datetime.fromtimestamp(row.updated_at, timezone.utc).isoformat()
-                entry: dict[str, Any] = {"thread": row.thread, "itemCount": count,
-                                         "historyVersion": row.history_version, "updatedAt": updated}
-                if isinstance(followed, dict):
-                    entry.update(source=followed.get("source"), title=followed.get("title"),
-                                 model=followed.get("model"), lastActivity=followed.get("lastActivity") or updated,
-                                 readOnly=True)
-                else:
-                    usage_settings = state.get("usageSettings") if isinstance(state, dict) else None
-                    entry.update(source="client", title=state.get("title") if isinstance(state, dict) else None,
-                                 model=(usage_settings or {}).get("model"), lastActivity=updated,
-                                 readOnly=followed_agent(row.thread) is not None)
-                entry["usage"] = self._usage(self._ledger(row.thread))
-                listed.append(entry)
-        listed.sort(key=lambda t: _instant(t["lastActivity"]), reverse=True)
-        return {"threads": listed}
-
-    def status_problems(self) -> list[dict[str, str]]:
-        """Settings problems and the store's state, as `ctxd/status` lists them. Opens the store
-        if needed (a worker's job): a store that cannot be opened, or only read, is a problem."""
-        problems = [problem.as_dict() for problem in self.problems]
-        try:
-            store = self.store
-            if store.readonly_reason is not None:
-                problems.append({"source": str(self.db_path), "message": store.readonly_reason})
-        except CtxdError as error:
-            problems.append({"source": str(self.db_path), "message": error.message})
-        return redact.redact_json(problems)
-
-
-def _with_cost(result: dict[str, Any], ledger: ThreadLedger) -> dict[str, Any]:
-    """`Breakdown.cost` of a followed session, priced when it was mirrored (ctxd/sessions)."""
-    followed = (ledger.state or {}).get("followed")
-    if isinstance(followed, dict) and isinstance(followed.get("cost"), dict):
-        return {**result, "cost": followed["cost"]}
-    return result
+    def _update_state(self, ledger: ThreadLedger, **values: Any) -> dict[str, Any]:
+        state = {**(ledger.state or {}), **redact.redact_json(values)}
+        self.store.update_thread(ledger.thread, state=state)
+        ledger.state = state
+        return state
 
 
 def _valid(item: dict[str, Any]) -> bool:
     try:
+        from ctxd.protocol.items import validate_items
+
         validate_items([item])
         return True
     except InvalidParams:

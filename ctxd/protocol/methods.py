@@ -29,6 +29,9 @@ GHOST_RESTORE = "ctxd/ghost/restore"
 GHOST_DIFF = "ctxd/ghost/diff"
 GHOST_DELETE = "ctxd/ghost/delete"
 
+REQUESTS = frozenset({RECORD, REPORT_TOKEN_USAGE, SET_PROMPT_CONTEXT, USAGE, PROMPT, COMPACT, ROLLBACK, HISTORY,
+                      THREADS, STATUS, GHOST_SNAPSHOT, GHOST_LIST, GHOST_RESTORE, GHOST_DIFF, GHOST_DELETE})
+
 # notifications ctxd sends
 USAGE_CHANGED = "ctxd/usageChanged"
 COMPACTED = "ctxd/compacted"

@@ -1,36 +1,36 @@
 """Where every message enters: the JSON-RPC server, its lifecycle, and the order requests run in.
 
-One stack, ctxd's own. The hardened reader (`framing.py`) reads frames on a thread of its own and
-hands each parsed message to the event loop; `dispatch` checks the envelope and the LSP lifecycle,
-answers lifecycle messages itself, and runs each `ctxd/*` handler (`handlers.py`) on a worker
-thread. Replies are encoded on the worker, as strict JSON, and written under a lock.
+One stack, ctxd's own, without an event loop. The hardened reader (`framing.py`) reads frames on
+one thread and calls `dispatch` for each: it checks the envelope and the LSP lifecycle, answers
+lifecycle messages itself, and hands each `ctxd/*` request to a worker (`lanes.py`: in order per
+(workspace, thread); compactions, snapshots and restores run beside them). The worker parses the
+params, calls its handler (`handlers.py`) and writes the reply, encoded there as strict JSON.
 
 Why not pygls: measured on the landed daemon, pygls' per-message structuring (cattrs building
 lsprotocol objects, then thrown away for the raw params ctxd's pydantic models parse) was ~1.7 ms
 of a 2.4 ms `ctxd/record`; its notify could not send plain dicts, its stdio loop read on the
-handlers' pool, and ctxd had to reach into private attributes for the lifecycle. What pygls gave
-ctxd besides was a method table and cancellation, a few dozen lines here.
+handlers' pool, and ctxd had to reach into private attributes for the lifecycle. Why no asyncio
+either: every request crossed from the reader to the loop and from the loop to a worker; going
+from the reader straight to the worker halves the thread switches on the hot path
+(`bench/bench_speed.py`). What pygls gave besides was a method table and cancellation, a few
+dozen lines here.
 
-Ordering: requests on one (workspace, thread) run in the order they arrived, so a client may
-pipeline record, record, usage; long operations (compaction, snapshots, restores) run beside them.
-`ctxd/usage` is answered on the loop itself when nothing is queued before it and the thread is in
-memory: the gauge's hot path, read-only.
+`ctxd/usage` is answered on the reader thread itself when nothing of its thread is queued and the
+thread is in memory: the gauge's hot path, read-only.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
+import functools
 import logging
 import os
 import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, AsyncIterator, BinaryIO
+from typing import Any, BinaryIO
 
 from ctxd import __version__
-from ctxd.compact import run as compaction
 from ctxd.errors import (
     Cancelled,
     CtxdError,
@@ -39,23 +39,20 @@ from ctxd.errors import (
     InvalidRequest,
     ServerNotInitialized,
 )
-from ctxd.ledger.workspace import Service
+from ctxd.ledger.workspace import Service, Workspace
 from ctxd.protocol import methods
-from ctxd.protocol.params import parse_params
-from ctxd.server.events import Outbox, Throttle
+from ctxd.server.events import CompactionEvents, Outbox, Throttle
 from ctxd.server.framing import LockedWriter, reader_loop
-from ctxd.ghost import snapshots as ghost
-from ctxd.server.handlers import HANDLERS, Call, CompactionEvents
+from ctxd.server.lanes import Lanes
 from ctxd.settings import load_settings
 
 log = logging.getLogger(__name__)
 
 USAGE_INTERVAL_SECONDS = 0.1
 WORKER_THREADS = 8
-# Short requests of one workspace that may hold workers at once. They serialise on the workspace's
-# lock anyway; the cap keeps a workspace whose database is locked by another process (each request
-# waits up to the store's bound) from taking every worker while other workspaces wait.
+# Threads of one workspace that may hold workers at once (see lanes.py).
 WORKSPACE_WORKERS = 2
+WARM_UP_WAIT_SECONDS = 30.0
 
 # Long operations run beside a thread's other requests.
 UNORDERED = frozenset({methods.COMPACT, methods.GHOST_SNAPSHOT, methods.GHOST_LIST, methods.GHOST_RESTORE,
@@ -75,36 +72,6 @@ def _ordering_key(method: str, raw_params: Any) -> tuple[str, str] | None:
     return (workspace, thread)
 
 
-def _pending_key(message: dict[str, Any]) -> tuple[str, str] | None:
-    """The (workspace, thread) a `ctxd/*` request is ordered on, if it is one (with an id)."""
-    method = message.get("method")
-    if "id" not in message or method not in HANDLERS:
-        return None
-    return _ordering_key(method, message.get("params"))
-
-
-class KeyedLimit:
-    """At most `limit` holders per key at once (event loop only); idle keys are forgotten."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._slots: dict[str, tuple[asyncio.Semaphore, int]] = {}
-
-    @contextlib.asynccontextmanager
-    async def hold(self, key: str) -> AsyncIterator[None]:
-        semaphore, users = self._slots.get(key) or (asyncio.Semaphore(self.limit), 0)
-        self._slots[key] = (semaphore, users + 1)
-        try:
-            async with semaphore:
-                yield
-        finally:
-            semaphore, users = self._slots[key]
-            if users == 1:
-                del self._slots[key]
-            else:
-                self._slots[key] = (semaphore, users - 1)
-
-
 class CtxdServer:
     """One client's session: the open workspaces, the workers, and the lifecycle state."""
 
@@ -112,21 +79,16 @@ class CtxdServer:
         self.state_dir_override = state_dir
         self.service = Service(state_dir, listener=self._usage_changed)
         self.executor = ThreadPoolExecutor(max_workers=WORKER_THREADS, thread_name_prefix="ctxd-worker")
+        self.lanes = Lanes(self.executor, WORKSPACE_WORKERS)
         self.throttle = Throttle(self._send_usage, USAGE_INTERVAL_SECONDS)
         self.outbox: Outbox | None = None
         self.events: CompactionEvents | None = None
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.initialized: asyncio.Future[None] | None = None  # set when `initialize` arrives
+        self.initialized = False  # `initialize` answered
         self.shutting_down = False
-        self._tails: dict[tuple[str, str], asyncio.Future[None]] = {}
         self._cancels: dict[Any, threading.Event] = {}
-        # Requests read but not yet answered, per (workspace, thread); read by the reader thread.
-        self._pending: dict[tuple[str, str], int] = {}
-        self._pending_lock = threading.Lock()
-        self._ready = threading.Event()  # `initialize` answered and no `shutdown` yet
-        self._slots = KeyedLimit(WORKSPACE_WORKERS)
         self._shown: set[str] = set()  # settings problems already shown (each once per session)
-        self.sessions: Any = None  # ctxd.sessions.bridge.SessionBridge, from `initialize` on
+        self.sessions: Any = None  # ctxd.sessions.bridge.SessionBridge, once warmed up
+        self._warmed = threading.Event()  # set when `_warm_up` is done
 
     # --- outgoing --------------------------------------------------------------------------------
 
@@ -137,52 +99,43 @@ class CtxdServer:
         if self.outbox is not None:
             self.outbox.notify(methods.USAGE_CHANGED, params)
 
-    # --- dispatch (event loop) -------------------------------------------------------------------
+    # --- dispatch (the reader thread) ------------------------------------------------------------
 
     def dispatch(self, message: dict[str, Any]) -> None:
-        """Check a message's envelope and the lifecycle, then answer it or start its handler."""
-        if not self._dispatch(message):
-            self._release(_pending_key(message))
-
-    def _dispatch(self, message: dict[str, Any]) -> bool:
-        """True when a `_request` task took the message (and releases its pending count)."""
+        """Check a message's envelope and the lifecycle, then answer it or hand it to a worker."""
         assert self.outbox is not None
         method, has_id, msg_id = message.get("method"), "id" in message, message.get("id")
         if (message.get("jsonrpc") != "2.0" or (method is not None and not isinstance(method, str))
                 or (has_id and msg_id is not None and not _valid_id(msg_id))):
             if has_id:
                 self.outbox.error(msg_id if _valid_id(msg_id) else None, -32600, "Invalid Request")
-            return False
+            return
         if method is None:
-            return False  # a response to something we never ask: nothing to do
+            return  # a response to something we never ask: nothing to do
         params = message.get("params")
         if not has_id:
             self._notification(method, params)
-            return False
+            return
         try:
             self._check_lifecycle(method)
         except CtxdError as error:
             self.outbox.error(msg_id, error.code, error.message)
-            return False
+            return
         if method == methods.INITIALIZE:
-            self.initialized = self.loop.create_future()  # type: ignore[union-attr]
-            self.loop.create_task(self._initialize(msg_id, params))  # type: ignore[union-attr]
+            self._initialize(msg_id, params)
         elif method == methods.SHUTDOWN:
             self.shutting_down = True
-            self._ready.clear()
             self.outbox.reply(msg_id, None)
-        elif method not in HANDLERS:
+        elif method not in methods.REQUESTS:
             self.outbox.error(msg_id, -32601, f"Method not found: {method}")
-        else:
-            self.loop.create_task(self._request(method, msg_id, params))  # type: ignore[union-attr]
-            return True
-        return False
+        elif not (method == methods.USAGE and self._usage_now(msg_id, params)):
+            self._submit(method, msg_id, params)
 
     def _check_lifecycle(self, method: str) -> None:
         if method == methods.INITIALIZE:
-            if self.initialized is not None:
+            if self.initialized:
                 raise InvalidRequest("Invalid Request: already initialized")
-        elif self.initialized is None:
+        elif not self.initialized:
             raise ServerNotInitialized("Server not initialized: send 'initialize' first")
         elif self.shutting_down:
             raise InvalidRequest("Invalid Request: the server is shutting down")
@@ -194,80 +147,46 @@ class CtxdServer:
             cancel = self._cancels.get(params.get("id")) if isinstance(params, dict) else None
             if cancel is not None:
                 cancel.set()
-        elif method == methods.DID_CHANGE_WORKSPACE_FOLDERS and self.initialized is not None:
-            self.loop.run_in_executor(self.executor, self._change_folders, params)  # type: ignore[union-attr]
+        elif method == methods.DID_CHANGE_WORKSPACE_FOLDERS and self.initialized:
+            self.executor.submit(self._change_folders, params)
         # `initialized`, `$/setTrace` and any other notification: nothing to do.
 
-    def _usage_now(self, message: dict[str, Any]) -> bool:
-        """On the reader thread: answer the gauge's `ctxd/usage` at once when nothing of its thread
-        is pending and the answer needs no waiting (the thread in memory, the workspace free);
-        False hands it to the loop like every other request (which also reports any error)."""
-        key = _pending_key(message)
-        if message.get("method") != methods.USAGE or key is None or not self._ready.is_set():
+    def _usage_now(self, msg_id: Any, params: Any) -> bool:
+        """Answer the gauge's `ctxd/usage` at once when nothing of its thread is queued and the
+        answer needs no waiting (the thread in memory, the workspace free); False hands it to a
+        worker like every other request (which also reports any error)."""
+        key = _ordering_key(methods.USAGE, params)
+        if key is None or self.lanes.busy(key):
             return False
-        with self._pending_lock:
-            if self._pending.get(key):
-                return False
         try:
-            workspace = self.service.workspace(key[0])
-            answer = workspace.breakdown_now(key[1])
+            answer = self.service.workspace(key[0]).breakdown_now(key[1])
         except CtxdError:
             return False
         if answer is None:
             return False
-        self.outbox.reply(message["id"], answer)  # type: ignore[union-attr]
+        self.outbox.reply_repeated(msg_id, answer)  # type: ignore[union-attr]
         return True
 
-    def _accept(self, message: dict[str, Any]) -> None:
-        """On the reader thread: count the request as pending on its thread until it is answered
-        (so an answer given here never overtakes it), then hand it to the loop."""
-        key = _pending_key(message)
-        if key is not None:
-            with self._pending_lock:
-                self._pending[key] = self._pending.get(key, 0) + 1
-        self.loop.call_soon_threadsafe(self.dispatch, message)  # type: ignore[union-attr]
-
-    def _release(self, key: tuple[str, str] | None) -> None:
-        if key is None:
-            return
-        with self._pending_lock:
-            left = self._pending.get(key, 0) - 1
-            if left > 0:
-                self._pending[key] = left
-            else:
-                self._pending.pop(key, None)
-
-    async def _request(self, method: str, msg_id: Any, raw_params: Any) -> None:
-        """Run one `ctxd/*` request on a worker, after the thread's earlier requests."""
-        loop = asyncio.get_running_loop()
-        key = _ordering_key(method, raw_params)
-        previous = self._tails.get(key) if key else None
-        mine: asyncio.Future[None] = loop.create_future()
-        if key:
-            self._tails[key] = mine
+    def _submit(self, method: str, msg_id: Any, raw_params: Any) -> None:
         cancel = self._cancels[msg_id] = threading.Event()
-        try:
-            await asyncio.shield(self.initialized)  # type: ignore[arg-type]
-            if previous is not None:
-                await asyncio.shield(previous)
-            if key is None:  # long operations (and unaddressed requests) are not capped
-                await loop.run_in_executor(self.executor, self._run, method, msg_id, raw_params, cancel)
-            else:
-                async with self._slots.hold(key[0]):
-                    await loop.run_in_executor(self.executor, self._run, method, msg_id, raw_params, cancel)
-        finally:
-            self._cancels.pop(msg_id, None)
-            mine.set_result(None)
-            if key and self._tails.get(key) is mine:
-                del self._tails[key]
-            self._release(key if method in HANDLERS else None)
+        job = functools.partial(self._run, method, msg_id, raw_params, cancel)
+        key = _ordering_key(method, raw_params)
+        if key is None:  # long operations (and unaddressed requests) run beside the rest
+            self.executor.submit(job)
+        else:
+            self.lanes.submit(key, job)
 
     def _run(self, method: str, msg_id: Any, raw_params: Any, cancel: threading.Event) -> None:
-        """On a worker: parse, call the handler, send the reply (encoded here, off the loop)."""
+        """On a worker: parse, call the handler, send the reply (encoded here)."""
+        from ctxd.protocol.params import parse_params
+        from ctxd.server.handlers import HANDLERS, Call
+
         assert self.outbox is not None and self.events is not None
         params_model, fn = HANDLERS[method]
         if log.isEnabledFor(logging.DEBUG):  # -v; RedactSecrets (ctxd/cli.py) takes keys out
             log.debug("request %s %.2000r", method, raw_params)
+        if method == methods.STATUS:
+            self._warmed.wait(WARM_UP_WAIT_SECONDS)  # it lists the session sources
         try:
             if cancel.is_set():  # cancelled while it waited for the thread's earlier requests
                 raise Cancelled("request cancelled")
@@ -281,27 +200,40 @@ class CtxdServer:
             log.exception("%s failed", method)
             self.outbox.error(msg_id, InternalError.code, f"{method} failed inside ctxd; see the daemon's log")
             return
+        finally:
+            if self._cancels.get(msg_id) is cancel:
+                del self._cancels[msg_id]
         self.outbox.reply(msg_id, result)
 
     # --- lifecycle -------------------------------------------------------------------------------
 
-    async def _initialize(self, msg_id: Any, params: Any) -> None:
-        assert self.outbox is not None and self.initialized is not None
+    def _initialize(self, msg_id: Any, params: Any) -> None:
+        """On the reader thread: nothing else is read until the folders are open."""
+        assert self.outbox is not None
         try:
-            await asyncio.get_running_loop().run_in_executor(self.executor, self._open_initial_folders, params)
+            self._open_initial_folders(params)
         except CtxdError as error:
             self.outbox.error(msg_id, error.code, error.message)
-            self.initialized = None  # the client may try again
-            return
+            return  # the client may try again
         self.outbox.reply(msg_id, {
             "capabilities": {
                 "workspace": {"workspaceFolders": {"supported": True, "changeNotifications": True}},
-                "experimental": {"ctxd": {"protocolVersion": methods.PROTOCOL_VERSION, "methods": sorted(HANDLERS)}},
+                "experimental": {"ctxd": {"protocolVersion": methods.PROTOCOL_VERSION, "methods": sorted(methods.REQUESTS)}},
             },
             "serverInfo": {"name": "ctxd", "version": __version__},
         })
-        self.initialized.set_result(None)
-        self._ready.set()
+        self.initialized = True
+        self.executor.submit(self._warm_up)
+
+    def _warm_up(self) -> None:
+        """After `initialize` is answered, while the editor is still starting: follow the agents'
+        sessions, and import what requests need (pydantic's models, the handlers) instead of in
+        the first request."""
+        try:
+            self._follow_sessions()
+            import ctxd.server.handlers  # noqa: F401
+        finally:
+            self._warmed.set()
 
     def _open_initial_folders(self, params: Any) -> None:
         if params is not None and not isinstance(params, dict):
@@ -320,7 +252,6 @@ class CtxdServer:
             uris = [params["rootUri"]]
         for uri in uris:
             self._open(uri)
-        self._follow_sessions()
 
     def _follow_sessions(self) -> None:
         """Follow the agents' sessions (ctxd/sessions). `sources.*` come from the user's config and
@@ -352,12 +283,23 @@ class CtxdServer:
 
     def _report_interrupted_restore(self, workspace: Any) -> None:
         """A snapshot restore a crash cut short is told at once, with the snapshot to go back to."""
+        from ctxd.ghost import snapshots as ghost
+
         try:
             found = ghost.interrupted_restore(workspace.root, state_dir=workspace.state_dir, create=False)
         except CtxdError:
             return
         if found is not None:
             self.outbox.show_message(f"ctxd: {workspace.root}: {found['message']}")  # type: ignore[union-attr]
+
+    def _on_open(self, workspace: Workspace) -> None:
+        workspace.auto_compactor = self._auto_compact  # compacts before a prompt over the limit
+
+    def _auto_compact(self, workspace: Workspace, thread: str) -> None:
+        from ctxd.compact import run as compaction
+
+        assert self.events is not None
+        compaction.auto_compact(workspace, thread, self.events)
 
     def _change_folders(self, params: Any) -> None:
         event = params.get("event") if isinstance(params, dict) else None
@@ -386,27 +328,9 @@ class CtxdServer:
         writer = LockedWriter(stdout)
         self.outbox = Outbox(writer)
         self.events = CompactionEvents(self.outbox, self.throttle)
-        compaction.install(self.service, self.events)  # auto-compaction before prompts
-
-        async def main() -> None:
-            self.loop = loop = asyncio.get_running_loop()
-            finished = asyncio.Event()
-
-            def deliver(message: dict[str, Any]) -> None:
-                if not self._usage_now(message):
-                    self._accept(message)
-
-            def read() -> None:
-                try:
-                    reader_loop(stdin, writer, deliver)
-                finally:
-                    loop.call_soon_threadsafe(finished.set)
-
-            threading.Thread(target=read, name="ctxd-reader", daemon=True).start()
-            await finished.wait()
-
+        self.service.on_open = self._on_open
         try:
-            asyncio.run(main())
+            reader_loop(stdin, writer, self.dispatch)
         finally:
             if self.sessions is not None:
                 self.sessions.stop()

@@ -71,6 +71,7 @@ class Outbox:
 
     def __init__(self, writer: LockedWriter) -> None:
         self.writer = writer
+        self._last_result: tuple[Any, bytes] | None = None  # see `reply_repeated`
 
     def send(self, message: dict[str, Any]) -> None:
         try:
@@ -88,6 +89,18 @@ class Outbox:
 
     def reply(self, msg_id: Any, result: Any) -> None:
         self.send({"jsonrpc": "2.0", "id": msg_id, "result": result})
+
+    def reply_repeated(self, msg_id: Any, result: dict[str, Any]) -> None:
+        """A reply whose result is often the very object sent last time (the gauge's breakdown,
+        polled while nothing changed): its JSON is encoded once. Only the reader thread calls this."""
+        last = self._last_result
+        if last is None or last[0] is not result:
+            try:
+                last = self._last_result = (result, encode(result))
+            except (TypeError, ValueError):
+                self.reply(msg_id, result)  # reports the failure as `reply` does
+                return
+        self.writer.write(frame(b'{"jsonrpc":"2.0","id":%s,"result":%s}' % (encode(msg_id), last[1])))
 
     def error(self, msg_id: Any, code: int, message: str, data: Any = None) -> None:
         error: dict[str, Any] = {"code": code, "message": message}
@@ -130,3 +143,22 @@ class SlowWarning:
         self.timer.cancel()
         if time.monotonic() - self.started >= self.seconds:
             self.fire()
+
+
+class CompactionEvents:
+    """What a compaction tells the client (ctxd.compact.run.Events), sent through the outbox."""
+
+    def __init__(self, outbox: Outbox, throttle: Throttle) -> None:
+        self.outbox, self.throttle = outbox, throttle
+
+    def usage_now(self, uri: str, thread: str) -> None:
+        self.throttle.flush((uri, thread))
+
+    def compacted(self, params: dict[str, Any]) -> None:
+        self.outbox.notify(methods.COMPACTED, params)
+
+    def warn(self, message: str) -> None:
+        self.outbox.show_message(message, methods.MESSAGE_WARNING)
+
+    def progress(self, token: int | str | None, value: dict[str, Any]) -> None:
+        self.outbox.progress(token, value)

@@ -375,14 +375,20 @@ def _parse_float(text: str) -> float | NotJson:
     return value if value not in (float("inf"), float("-inf")) else NotJson(text)
 
 
+# Built once: `json.loads` and `json.dumps` with options build a new decoder or encoder per call.
+_DECODER = json.JSONDecoder(parse_int=_parse_int, parse_float=_parse_float, parse_constant=NotJson)
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
 def decode(body: bytes) -> object:
-    """Parse one message body; numbers strict JSON cannot carry become `NotJson`."""
-    return json.loads(body, parse_int=_parse_int, parse_float=_parse_float, parse_constant=NotJson)
+    """Parse one message body (UTF-8, as LSP frames are); numbers strict JSON cannot carry become
+    `NotJson`."""
+    return _DECODER.decode(body.decode("utf-8"))
 
 
 def encode(message: object) -> bytes:
     """Serialize for the wire: strict JSON (no NaN or Infinity), UTF-8."""
-    return json.dumps(message, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
+    return _ENCODER.encode(message).encode("utf-8")
 
 
 MAX_JSON_DEPTH = 128

@@ -1,8 +1,9 @@
 """One thin handler per `ctxd/*` method: params in (already parsed), a plain JSON dict out, of the
 shape `ctxd/protocol/shapes.py` declares for the method.
 
-A handler calls the domain and decides nothing itself. Each runs on a worker thread (never on the
-event loop) with a `Call` that carries what it may need besides its params.
+A handler calls the domain and decides nothing itself. Each runs on a worker thread with a `Call`
+that carries what it may need besides its params. The server imports this module (and with it
+pydantic, the compactor and the snapshots) on the first request, not at start.
 """
 
 from __future__ import annotations
@@ -19,27 +20,8 @@ from ctxd.ghost import snapshots as ghost
 from ctxd.ledger.workspace import Workspace, followed_agent
 from ctxd.protocol import methods, params as p, shapes
 from ctxd.protocol.paths import escape_paths
-from ctxd.server.events import Outbox, SlowWarning, Throttle
+from ctxd.server.events import CompactionEvents, Outbox, SlowWarning
 from ctxd.status import status as daemon_status
-
-
-class CompactionEvents:
-    """What a compaction tells the client (ctxd.compact.run.Events), sent through the outbox."""
-
-    def __init__(self, outbox: Outbox, throttle: Throttle) -> None:
-        self.outbox, self.throttle = outbox, throttle
-
-    def usage_now(self, uri: str, thread: str) -> None:
-        self.throttle.flush((uri, thread))
-
-    def compacted(self, params: dict[str, Any]) -> None:
-        self.outbox.notify(methods.COMPACTED, params)
-
-    def warn(self, message: str) -> None:
-        self.outbox.show_message(message, methods.MESSAGE_WARNING)
-
-    def progress(self, token: int | str | None, value: dict[str, Any]) -> None:
-        self.outbox.progress(token, value)
 
 
 @dataclass

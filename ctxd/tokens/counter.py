@@ -54,7 +54,7 @@ class _Slot:
         return None
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Block until the load has finished (tests and benches only); True if it succeeded."""
+        """Block until the load has finished (`ctxd usage`, tests, benches); True if it succeeded."""
         self.get()
         assert self._thread is not None
         self._thread.join(timeout)
@@ -109,6 +109,7 @@ class Tokenizers:
     def __init__(self, loader: Callable[[str], Any] = encodings.load) -> None:
         self._loader = loader
         self._slots: dict[str, _Slot] = {}
+        self._counters: dict[tuple[str | None, str | None], Counter] = {}
         self._lock = threading.Lock()
 
     def slot(self, encoding: str) -> _Slot:
@@ -127,8 +128,13 @@ class Tokenizers:
                 for name in sorted(encodings.SPECS)]
 
     def counter(self, model: str | None, override: str | None = None) -> Counter:
-        encoding, profile = catalog.counter_spec(model, override)
-        return Counter(encoding, profile, self.slot(encoding) if encoding else None)
+        """The counter for a model (asked on every request: remembered per model and override)."""
+        counter = self._counters.get((model, override))
+        if counter is None:
+            encoding, profile = catalog.counter_spec(model, override)
+            counter = self._counters[(model, override)] = Counter(encoding, profile,
+                                                                  self.slot(encoding) if encoding else None)
+        return counter
 
     def preload(self, model: str | None, override: str | None = None) -> None:
         """Start loading the model's encoding in the background (returns at once)."""

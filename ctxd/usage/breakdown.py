@@ -21,6 +21,8 @@ context and counter and cached by the caller; a usage answer never re-tokenizes 
 
 from __future__ import annotations
 
+import functools
+
 import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -51,8 +53,9 @@ class OverheadCounts:
     def total(self, category: str) -> int:
         return sum(p.tokens for p in self.categories[category])
 
-    @property
+    @functools.cached_property
     def tokens(self) -> int:
+        """All parts (asked on every usage answer; the parts never change once counted)."""
         return sum(self.total(c) for c in OVERHEAD_CATEGORIES)
 
 

@@ -12,24 +12,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from ctxd.ledger.rules import item_group
+from ctxd.ledger.cache import load_ledger
 from ctxd.ledger.store import Store, database_path
-from ctxd.ledger.thread import Entry, ThreadLedger, usage_snapshot
 from ctxd.settings import Settings, default_state_dir, load_settings
-from ctxd.tokens import catalog
-from ctxd.tokens import encodings
-from ctxd.tokens.counter import ESTIMATE, EXACT, UNAVAILABLE
-from ctxd.tokens.estimator import estimate_tokens
+from ctxd.tokens.counter import TOKENIZERS, Counter
 from ctxd.usage import breakdown as usage_mod
+from ctxd.usage.view import CounterFor, UsageView, with_facts
 
-log = logging.getLogger(__name__)
 
 LABELS = {
     "systemPrompt": "System prompt",
@@ -63,24 +57,25 @@ def format_tokens(n: int) -> str:
     return f"{n / 1_000_000:.2f}".rstrip("0").removesuffix(".") + "M"
 
 
-def _counter(settings: Settings, exact: bool) -> tuple[Callable[[str], int], dict[str, str]]:
+def _counter_for(exact: bool) -> CounterFor:
     """The CLI loads the encoding in the foreground (it has nothing else to do), from the files the
-    install ships; when it cannot, it estimates, like the daemon."""
-    encoding, profile = catalog.counter_spec(settings.model, settings.tokenizer)
-    if encoding and exact:
-        try:
-            enc = encodings.load(encoding)
-        except encodings.EncodingUnavailable as error:
-            log.warning("tiktoken encoding %s: %s; estimating", encoding, error)
-        else:
-            return (lambda text: len(enc.encode_ordinary(text)) if text else 0,
-                    {"tokenizer": encoding, "tokenizerStatus": EXACT})
-    status = UNAVAILABLE if encoding and exact else ESTIMATE
-    return (lambda text: estimate_tokens(text, profile)), {"tokenizer": f"estimate:{profile}", "tokenizerStatus": status}
+    install ships; when it cannot, or for `short` (polled by status bars), it estimates."""
+
+    def counter_for(settings: Settings) -> Counter:
+        counter = TOKENIZERS.counter(settings.model, settings.tokenizer)
+        if counter.slot is None:
+            return counter
+        if not exact:
+            return Counter(None, counter.profile, None)
+        counter.slot.wait()
+        return counter
+
+    return counter_for
 
 
 def load_breakdown(workspace: Path, thread: str, state_dir: Path | None = None, exact: bool = True) -> dict[str, Any]:
-    """The Breakdown of a thread from the persisted state, without writing anything."""
+    """The Breakdown of a thread from the persisted state, through the daemon's own read-only
+    view (ctxd/usage/view.py), without writing anything."""
     problems: list[str] = []
     settings = load_settings(workspace, None, problems)
     state = state_dir or (Path(settings.state_dir).expanduser() if settings.state_dir else default_state_dir())
@@ -89,39 +84,16 @@ def load_breakdown(workspace: Path, thread: str, state_dir: Path | None = None, 
         raise UsageError(f"no ctxd state for {workspace} (looked for {path})")
     store = Store(path, readonly=True)
     try:
-        row = store.thread(thread)
-        if row is None:
+        if store.thread(thread) is None:
             raise UsageError(f"no thread {thread!r} in {workspace}")
-        rows = store.active_rows(thread)
+        ledger = load_ledger(store, thread)
     finally:
         store.close()
     # What the daemon last used (it includes the editor's initialization options), else the
-    # config files; the thread's prompt context wins over both.
-    facts = (row.state or {}).get("usageSettings") or {}
-    settings.model = facts.get("model") or settings.model
-    settings.context_window = facts.get("contextWindow") or settings.context_window
-    if facts.get("autoCompactLimit") is not None:
-        settings.auto_compact_token_limit = facts["autoCompactLimit"]
-    settings.tokenizer = facts.get("tokenizer") or settings.tokenizer
-    context = row.prompt_context or {}
-    settings.model = context.get("model") or settings.model
-    settings.context_window = context.get("contextWindow") or settings.context_window
-    count, describe = _counter(settings, exact)
-    overhead = usage_mod.overhead_counts(context, count)
-    ledger = ThreadLedger(thread=thread, entries=[Entry(r.seq, json.loads(r.body), r.tokens, r.origin) for r in rows],
-                          history_version=row.history_version, api_total=row.api_total, api_seq=row.api_seq,
-                          prompt_context=context)
-    # The gauge's overhead as the daemon last counted it (its counter may be better than ours).
-    ledger.overhead_tokens = facts.get("overheadTokens", overhead.tokens)
-    ledger.recount()
-    usage = {**usage_snapshot(ledger, settings), **describe}
-    groups: dict[str, int] = {}
-    for entry in ledger.entries:
-        group = item_group(entry.item)
-        groups[group] = groups.get(group, 0) + entry.tokens
-    return usage_mod.breakdown(model=settings.model, context_window=settings.effective_context_window(),
-                               auto_compact_limit=settings.auto_compact_limit(), usage=usage,
-                               overhead=overhead, message_groups=groups, has_messages=ledger.item_tokens > 0)
+    # config files; the thread's prompt context wins over both (in the view).
+    facts = (ledger.state or {}).get("usageSettings") or {}
+    view = UsageView(with_facts(settings, facts), _counter_for(exact), counted_overhead=facts.get("overheadTokens"))
+    return view.breakdown(ledger)
 
 
 def render_short(breakdown: dict[str, Any]) -> str:

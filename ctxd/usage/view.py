@@ -1,0 +1,122 @@
+"""The gauge and the breakdown of a loaded thread: read-only, shared by the daemon and `ctxd usage`.
+
+Nothing here writes, to the store or to the ledger: reading a thread creates nothing, and the gauge's
+hot path (`ctxd/usage`, answered on the reader thread) must never wait for SQLite. The usage numbers
+and the breakdown count the overhead (instructions, tools, memory files) with the same counter as
+the items, so the categories always add up to the gauge.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Callable
+
+from ctxd.ledger.thread import ThreadLedger, usage_snapshot
+from ctxd.settings import Settings
+from ctxd.tokens.counter import Counter
+from ctxd.usage import breakdown as usage_mod
+
+CounterFor = Callable[[Settings], Counter]
+
+
+class UsageView:
+    """Per thread, the settings its prompt context implies, its overhead counts and its last
+    breakdown, each rebuilt only when what it depends on changed. Callers hold the workspace's lock."""
+
+    def __init__(self, settings: Settings, counter_for: CounterFor, counted_overhead: int | None = None) -> None:
+        self.base = settings
+        self.counter_for = counter_for
+        # `ctxd usage`: the overhead as the daemon last counted it, for the gauge's total (the
+        # daemon's counter may have been better than the one at hand).
+        self.counted_overhead = counted_overhead
+        # Per thread: (prompt context object, its settings, their window, their auto-compact limit).
+        self._settings: dict[str, tuple[Any, Settings, int, int]] = {}
+        self._overhead: dict[str, tuple[Any, str, usage_mod.OverheadCounts]] = {}
+        self._breakdowns: dict[str, tuple[Any, Any, dict[str, Any]]] = {}
+
+    def settings(self, ledger: ThreadLedger) -> Settings:
+        """The workspace's settings, with the model and window the thread's prompt context names."""
+        return self._thread_settings(ledger)[1]
+
+    def _thread_settings(self, ledger: ThreadLedger) -> tuple[Any, Settings, int, int]:
+        context = ledger.prompt_context
+        cached = self._settings.get(ledger.thread)
+        if cached is not None and cached[0] is context:
+            return cached
+        merged = self.base
+        if context and (context.get("model") or context.get("contextWindow")):
+            merged = replace(self.base, model=context.get("model") or self.base.model,
+                             context_window=context.get("contextWindow") or self.base.context_window)
+        cached = self._settings[ledger.thread] = (context, merged, merged.effective_context_window(),
+                                                 merged.auto_compact_limit())
+        return cached
+
+    def counter(self, ledger: ThreadLedger) -> Counter:
+        """The best counter for the thread's model right now (exact once its encoding is loaded)."""
+        return self.counter_for(self.settings(ledger))
+
+    def overhead(self, ledger: ThreadLedger, counter: Counter) -> usage_mod.OverheadCounts:
+        cached = self._overhead.get(ledger.thread)
+        if cached is not None and cached[0] is ledger.prompt_context and cached[1] == counter.name:
+            return cached[2]
+        counts = usage_mod.overhead_counts(ledger.prompt_context, counter.count)
+        self._overhead[ledger.thread] = (ledger.prompt_context, counter.name, counts)
+        return counts
+
+    def _overhead_tokens(self, ledger: ThreadLedger, counter: Counter) -> int:
+        return self.counted_overhead if self.counted_overhead is not None else self.overhead(ledger, counter).tokens
+
+    def usage(self, ledger: ThreadLedger) -> dict[str, Any]:
+        """The gauge: `UsageSnapshot` with the counter that produced it."""
+        _, settings, window, limit = self._thread_settings(ledger)
+        counter = self.counter_for(settings)
+        return {**usage_snapshot(ledger, window, limit, self._overhead_tokens(ledger, counter)), **counter.describe()}
+
+    def breakdown(self, ledger: ThreadLedger) -> dict[str, Any]:
+        """`ctxd/usage`: where the window's tokens go. O(1) in the ledger's length: it reads the
+        ledger's running sums, and is rebuilt only when one of its inputs changed."""
+        _, settings, window, limit = self._thread_settings(ledger)
+        counter = self.counter_for(settings)
+        overhead = self.overhead(ledger, counter)
+        usage = {**usage_snapshot(ledger, window, limit, self._overhead_tokens(ledger, counter)), **counter.describe()}
+        key = (tuple(usage.values()), ledger.item_tokens, settings.model)
+        cached = self._breakdowns.get(ledger.thread)
+        if cached is not None and cached[0] == key and cached[1] is ledger.prompt_context:
+            return _with_cost(cached[2], ledger)
+        result = usage_mod.breakdown(model=settings.model, context_window=usage["contextWindow"],
+                                     auto_compact_limit=usage["autoCompactLimit"], usage=usage,
+                                     overhead=overhead, message_groups=dict(ledger.group_tokens),
+                                     has_messages=ledger.item_tokens > 0)
+        # The context object is kept with the entry so that its identity cannot be reused.
+        self._breakdowns[ledger.thread] = (key, ledger.prompt_context, result)
+        return _with_cost(result, ledger)
+
+    def facts(self, ledger: ThreadLedger) -> dict[str, Any]:
+        """What `ctxd usage` (another process) cannot know by itself: the model, window, limit and
+        counter the editor's options set, and the overhead as counted here. Writers keep it in
+        the thread's state (`usageSettings`)."""
+        _, settings, window, limit = self._thread_settings(ledger)
+        return {"model": settings.model, "contextWindow": window, "autoCompactLimit": limit, "tokenizer": settings.tokenizer,
+                "overheadTokens": self.overhead(ledger, self.counter_for(settings)).tokens}
+
+
+def with_facts(settings: Settings, facts: dict[str, Any]) -> Settings:
+    """`settings` (from the config files) with what the daemon last used for the thread."""
+    changes: dict[str, Any] = {}
+    if facts.get("model"):
+        changes["model"] = facts["model"]
+    if facts.get("contextWindow"):
+        changes["context_window"] = facts["contextWindow"]
+    if facts.get("autoCompactLimit") is not None:
+        changes["auto_compact_token_limit"] = facts["autoCompactLimit"]
+    if facts.get("tokenizer"):
+        changes["tokenizer"] = facts["tokenizer"]
+    return replace(settings, **changes)
+
+
+def _with_cost(result: dict[str, Any], ledger: ThreadLedger) -> dict[str, Any]:
+    """`Breakdown.cost` of a followed session, priced when it was mirrored (ctxd/sessions)."""
+    followed = (ledger.state or {}).get("followed")
+    if isinstance(followed, dict) and isinstance(followed.get("cost"), dict):
+        return {**result, "cost": followed["cost"]}
+    return result
