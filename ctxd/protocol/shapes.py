@@ -95,9 +95,23 @@ class RecordResult(TypedDict):
     usage: UsageSnapshot
 
 
+class Item(TypedDict):
+    """A ledger item as the model API spells it (snake_case, every field it came with): only its
+    `type` is declared here; `ctxd/protocol/items.py` validates each type's fields when recorded."""
+
+    __pydantic_config__ = ConfigDict(extra="allow")  # type: ignore[misc]
+    type: str
+
+
+class HistoryItem(Item):
+    """An item of `ctxd/history`; with `includeArchived`, the ones a compaction replaced say so."""
+
+    archived: NotRequired[bool]
+
+
 class PromptResult(TypedDict):
     __pydantic_config__ = STRICT  # type: ignore[misc]
-    items: list[dict[str, Any]]
+    items: list[Item]
     historyVersion: int
     estimatedTokens: int
     reinjectContext: bool
@@ -149,7 +163,7 @@ class CompactionRecord(TypedDict):
 
 class HistoryResult(TypedDict):
     __pydantic_config__ = STRICT  # type: ignore[misc]
-    items: list[dict[str, Any]]
+    items: list[HistoryItem]
     historyVersion: int
     total: int
     compactions: NotRequired[list[CompactionRecord]]

@@ -16,8 +16,8 @@ from pydantic import BaseModel
 
 from ctxd.compact import run as compaction
 from ctxd.errors import Cancelled
-from ctxd.ghost import snapshots as ghost
-from ctxd.ledger.workspace import Workspace, followed_agent
+from ctxd.ghost import checkpoints, snapshots as ghost
+from ctxd.ledger.workspace import Workspace
 from ctxd.protocol import methods, params as p, shapes
 from ctxd.protocol.paths import escape_paths
 from ctxd.server.events import CompactionEvents, Outbox, SlowWarning
@@ -112,14 +112,11 @@ def ghost_snapshot(call: Call, params: p.GhostSnapshotParams) -> shapes.GhostCom
     slow = SlowWarning(settings.warn_after_seconds,
                        lambda: call.outbox.show_message(ghost.slow_warning(workspace.root, settings.warn_after_seconds)))
     try:
-        commit = ghost.snapshot(workspace.root, params.message, settings=settings, cancel=call.cancel,
-                                progress=lambda message: call.outbox.progress(token, {"kind": "report", "message": message}),
-                                state_dir=workspace.state_dir)
+        commit = checkpoints.snapshot(workspace, params.thread, params.message, cancel=call.cancel,
+                                      progress=lambda message: call.outbox.progress(token, {"kind": "report", "message": message}))
     finally:
         slow.finish()
         call.outbox.progress(token, {"kind": "end"})
-    if followed_agent(params.thread) is None:  # a followed session's ledger is the agent's own
-        workspace.record(params.thread, [ghost.ledger_item(commit)])
     return escape_paths(commit)
 
 
@@ -135,16 +132,8 @@ def ghost_list(call: Call, params: p.GhostListParams) -> shapes.GhostListResult:
 
 @handler(methods.GHOST_RESTORE, p.GhostRestoreParams)
 def ghost_restore(call: Call, params: p.GhostRestoreParams) -> shapes.RestoreResult:
-    workspace = call.workspace
-    if params.conversation:
-        workspace.check_writable(params.thread)
-    # Found first: an id the thread never recorded changes nothing.
-    point = workspace.snapshot_point(params.thread, params.id) if params.conversation else None
-    call.check_cancelled()
-    result = ghost.restore(workspace.root, params.id, settings=workspace.settings.ghost, dry_run=params.dry_run,
-                           state_dir=workspace.state_dir)
-    if point is not None and not params.dry_run:
-        result["removedItems"] = workspace.rollback_to(params.thread, point)
+    result = checkpoints.restore(call.workspace, params.thread, params.id, conversation=params.conversation,
+                                 dry_run=params.dry_run, cancel=call.cancel)
     return escape_paths(result)  # file names that are not UTF-8 (protocol v2: pathEncoding)
 
 

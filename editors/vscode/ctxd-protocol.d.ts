@@ -2,7 +2,7 @@
 /**
  * The ctxd wire protocol (version 2): results and notifications. GENERATED, do not edit:
  * `npm run gen:protocol` from docs/protocol.schema.json (from ctxd/protocol/shapes.py).
- * schema sha256: 1d280d44bf3027f1f816d236e36e8f02e41567d6ca96bfd103447f8384a2071a
+ * schema sha256: 4cc75dbbef690d8836834b9eac58aefe50564b37e6861b1b5a2de0a4ae02f644
  */
 
 /**
@@ -143,9 +143,7 @@ export interface RestoreResult {
 export interface HistoryResult {
   compactions?: CompactionRecord[];
   historyVersion: number;
-  items: {
-    [k: string]: unknown;
-  }[];
+  items: HistoryItem[];
   total: number;
 }
 /**
@@ -166,16 +164,36 @@ export interface CompactionRecord {
   writtenItems: number;
 }
 /**
+ * An item of `ctxd/history`; with `includeArchived`, the ones a compaction replaced say so.
+ *
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "HistoryItem".
+ */
+export interface HistoryItem {
+  archived?: boolean;
+  type: string;
+  [k: string]: unknown;
+}
+/**
  * This interface was referenced by `CtxdProtocol`'s JSON-Schema
  * via the `definition` "PromptResult".
  */
 export interface PromptResult {
   estimatedTokens: number;
   historyVersion: number;
-  items: {
-    [k: string]: unknown;
-  }[];
+  items: Item[];
   reinjectContext: boolean;
+}
+/**
+ * A ledger item as the model API spells it (snake_case, every field it came with): only its
+ * `type` is declared here; `ctxd/protocol/items.py` validates each type's fields when recorded.
+ *
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "Item".
+ */
+export interface Item {
+  type: string;
+  [k: string]: unknown;
 }
 /**
  * This interface was referenced by `CtxdProtocol`'s JSON-Schema

@@ -52,6 +52,9 @@ export type {
   DiffResult,
   FileChange as DiffFile,
   GhostCommit,
+  HistoryResult,
+  Item,
+  PromptResult,
   RecordResult,
   RestoreResult,
   RollbackResult,
@@ -60,7 +63,7 @@ export type {
   UsageChanged as UsageChangedParams,
   UsageSnapshot,
 } from '../ctxd-protocol';
-import type { Breakdown, HistoryResult as WireHistoryResult, PromptResult as WirePromptResult, UsageSnapshot } from '../ctxd-protocol';
+import type { Breakdown, UsageSnapshot } from '../ctxd-protocol';
 export type Tier = UsageSnapshot['tier'];
 export type CategoryName = Breakdown['categories'][number]['name'];
 /** The categories that are overhead: paid by every request before any message (`Breakdown.overheadTokens`). */
@@ -72,22 +75,6 @@ export const DEFAULT_THREAD = 'default';
 export interface Target {
   workspace: string;
   thread: string;
-}
-
-/** A Responses API item, kept exactly as the model API spells it. */
-export interface Item {
-  type: string;
-  [field: string]: unknown;
-}
-
-/* The schema types items as bare objects (shapes.py: `list[dict[str, Any]]`), but every item the
- * daemon sends has passed its item validation and has a `type`: these two say so. */
-export interface PromptResult extends Omit<WirePromptResult, 'items'> {
-  items: Item[];
-}
-
-export interface HistoryResult extends Omit<WireHistoryResult, 'items'> {
-  items: Item[];
 }
 
 /**

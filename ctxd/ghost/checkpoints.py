@@ -1,0 +1,43 @@
+"""Snapshots as a thread's checkpoints: what ties a snapshot to the conversation it was taken in.
+
+A snapshot taken for a thread is recorded in the thread's ledger (a `ghost_snapshot` item, never
+sent to a model), so that restoring it "with the conversation" knows where to roll the thread
+back to. A followed agent session's ledger is the agent's own: nothing is recorded there.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from ctxd.errors import Cancelled
+from ctxd.ghost import snapshots as ghost
+from ctxd.ledger.workspace import Workspace, followed_agent
+
+
+def snapshot(workspace: Workspace, thread: str, message: str | None, *, cancel: threading.Event,
+             progress: Callable[[str], None]) -> dict[str, Any]:
+    """Snapshot the workspace's tree and record it in `thread` (unless an agent owns the thread)."""
+    commit = ghost.snapshot(workspace.root, message, settings=workspace.settings.ghost, cancel=cancel,
+                            progress=progress, state_dir=workspace.state_dir)
+    if followed_agent(thread) is None:
+        workspace.record(thread, [ghost.ledger_item(commit)])
+    return commit
+
+
+def restore(workspace: Workspace, thread: str, commit_id: str, *, conversation: bool, dry_run: bool,
+            cancel: threading.Event) -> dict[str, Any]:
+    """Restore a snapshot's files; with `conversation`, also roll `thread` back to just after the
+    snapshot's own item. The snapshot is looked up in the thread first: an id the thread never
+    recorded changes nothing (-32602)."""
+    if conversation:
+        workspace.check_writable(thread)
+    point = workspace.snapshot_point(thread, commit_id) if conversation else None
+    if cancel.is_set():
+        raise Cancelled("request cancelled")
+    result = ghost.restore(workspace.root, commit_id, settings=workspace.settings.ghost, dry_run=dry_run,
+                           state_dir=workspace.state_dir)
+    if point is not None and not dry_run:
+        result["removedItems"] = workspace.rollback_to(thread, point)
+    return result
