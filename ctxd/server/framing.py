@@ -332,6 +332,7 @@ def reader_loop(stream: BinaryIO, writer: LockedWriter, deliver: Callable[[dict]
         if capper.shortened:
             _report_shortened(writer, capper.shortened)
             capper.shortened = []
+        made = NotJson.made
         try:
             message = decode(body)
         except (ValueError, RecursionError) as error:  # JSONDecodeError and UnicodeDecodeError included
@@ -340,7 +341,7 @@ def reader_loop(stream: BinaryIO, writer: LockedWriter, deliver: Callable[[dict]
         if not isinstance(message, dict):
             writer.write(frame(error_response(None, -32600, "Invalid Request: a message must be a JSON object")))
             continue
-        problem = unsafe_content(message, body)
+        problem = unsafe_content(message, body, numbers=NotJson.made != made)
         del body
         if problem is not None:
             msg_id = message.get("id")
@@ -357,9 +358,12 @@ class NotJson(float):
     more than 4,300 digits), so that the request gets -32602 with its own id instead of breaking
     the decoder (Python's int conversion limit raises; NaN would be stored and sent back)."""
 
+    made = 0  # how many were ever made: a message whose decoding made none holds none
+
     def __new__(cls, text: str) -> "NotJson":
         value = super().__new__(cls, "nan")
         value.text = text[:40]
+        NotJson.made += 1
         return value
 
 
@@ -395,17 +399,21 @@ MAX_JSON_DEPTH = 128
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
-def unsafe_content(message: dict, body: bytes) -> str | None:
+def unsafe_content(message: dict, body: bytes, numbers: bool = True) -> str | None:
     """What in a parsed message would break the code behind the reader, if anything.
 
     Deep nesting: the JSON decoder copes (up to ~990 levels), but validation, the store's encoder
     and token counting recurse too, and would fail with RecursionError deep inside a handler.
     Unpaired surrogates (`\\ud800`): valid JSON, but not Unicode; SQLite cannot store them.
     A number strict JSON cannot carry (`NotJson`): refused rather than stored.
-    All are checked without recursion; the surrogate walk runs only when the body has escapes.
+    All are checked without recursion, and only where they can be: the surrogate walk when the
+    body has such escapes, the depth when it has enough brackets, the numbers when decoding made a
+    `NotJson` (`numbers`). Most requests need no walk at all.
     """
-    stack: list[tuple[object, int]] = [(message, 1)]
     strings = _SURROGATE_ESCAPE.search(body) is not None
+    if not strings and not numbers and body.count(b"{") + body.count(b"[") <= MAX_JSON_DEPTH:
+        return None
+    stack: list[tuple[object, int]] = [(message, 1)]
     while stack:
         value, depth = stack.pop()
         if depth > MAX_JSON_DEPTH:
