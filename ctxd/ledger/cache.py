@@ -27,7 +27,7 @@ def load_ledger(store: Store, thread: str) -> ThreadLedger:
     rows = store.all_rows(thread)
     ledger = ThreadLedger(
         thread=thread,
-        entries=[Entry(r.seq, json.loads(r.body), r.tokens, r.origin) for r in rows if r.archived is None],
+        entries=[Entry(r.seq, json.loads(r.body), r.tokens, r.origin, r.body) for r in rows if r.archived is None],
         history_version=row.history_version,
         api_total=row.api_total,
         api_seq=row.api_seq,

@@ -8,7 +8,7 @@ a short text when the model takes no images. Two passes over the list, so linear
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from ctxd.ledger.rules import CALL_TO_OUTPUT, TOOL_OUTPUT_TYPES
 
@@ -34,7 +34,15 @@ def _strip_images(item: dict[str, Any]) -> dict[str, Any]:
 
 def project(items: Iterable[dict[str, Any]], input_modalities: Iterable[str] = ("text", "image")) -> list[dict[str, Any]]:
     """Return a new list; the items themselves are shared, never mutated."""
-    items = [item for item in items if item.get("type") != "ghost_snapshot"]
+    items = list(items)
+    return [items[part] if isinstance(part, int) else part for part in project_indexed(items, input_modalities)]
+
+
+def project_indexed(items: Sequence[dict[str, Any]], input_modalities: Iterable[str] = ("text", "image")
+                    ) -> list[int | dict[str, Any]]:
+    """The projection, as the index in `items` of each item it passes through unchanged and the
+    item itself where it made or changed one (a synthesized output, images replaced). Indices,
+    not pairs: a prompt of 100k items then allocates nothing the garbage collector must walk."""
     calls: set[tuple[str, Any]] = set()
     answered: set[tuple[str, Any]] = set()
     for item in items:
@@ -45,12 +53,13 @@ def project(items: Iterable[dict[str, Any]], input_modalities: Iterable[str] = (
             answered.add((kind, item.get("call_id")))
 
     keep_images = "image" in input_modalities
-    out: list[dict[str, Any]] = []
-    for item in items:
+    out: list[int | dict[str, Any]] = []
+    for index, item in enumerate(items):
         kind = item.get("type")
-        if kind in TOOL_OUTPUT_TYPES and (kind, item.get("call_id")) not in calls:
+        if kind == "ghost_snapshot" or (kind in TOOL_OUTPUT_TYPES and (kind, item.get("call_id")) not in calls):
             continue
-        out.append(item if keep_images else _strip_images(item))
+        shown = item if keep_images else _strip_images(item)
+        out.append(index if shown is item else shown)
         if kind in CALL_TO_OUTPUT:
             key = (CALL_TO_OUTPUT[kind], item.get("call_id"))
             if key not in answered:

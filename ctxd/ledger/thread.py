@@ -26,6 +26,7 @@ class Entry:
     item: dict[str, Any]
     tokens: int
     origin: int | None = None  # the compaction that wrote this item, if any
+    body: str | None = None  # the item's JSON as stored: a prompt sends it without encoding it again
 
 
 @dataclass

@@ -25,6 +25,7 @@ from ctxd.ledger.cache import ThreadCache, summary_ledger
 from ctxd.ledger.store import HistoryChanged, Row, Store, database_path
 from ctxd.ledger.thread import Entry, ThreadLedger, is_user_turn_start, rollback_start
 from ctxd.ledger.truncation import truncate_tool_output, with_serialization_allowance
+from ctxd.protocol.rawjson import RawJsonList
 from ctxd.settings import Problem, Settings, is_trusted, load_settings
 from ctxd.tokens.counter import TOKENIZERS, Counter, count_item
 from ctxd.usage.view import UsageView
@@ -176,9 +177,13 @@ class Workspace:
             self.auto_compactor(self, thread)
         with self.lock:
             ledger = self._ledger(thread)
-            items = normalize.project((e.item for e in ledger.entries), input_modalities)
+            entries = ledger.entries
+            projected = normalize.project_indexed([e.item for e in entries], input_modalities)
+            # Items the projection passed through unchanged go out as the JSON they are stored as.
+            texts = [(entries[part].body or _dump(entries[part].item)) if isinstance(part, int) else _dump(part)
+                     for part in projected]
             return {
-                "items": items,
+                "items": RawJsonList(texts),
                 "historyVersion": ledger.history_version,
                 "estimatedTokens": self.view.usage(ledger)["usedTokens"],
                 "reinjectContext": ledger.reference is None,
@@ -273,7 +278,7 @@ class Workspace:
         first, version = self.store.append(ledger.thread, rows, known=(self.cache.version, ledger.next_seq))
         if not self.cache.check(version) or first != ledger.next_seq:
             return self.cache.reload(self.store, ledger.thread)
-        ledger.append([Entry(first + i, item, tokens) for i, (item, (_, tokens)) in enumerate(zip(kept, rows))])
+        ledger.append([Entry(first + i, item, tokens, body=body) for i, (item, (body, tokens)) in enumerate(zip(kept, rows))])
         return ledger
 
     def record(self, thread: str, raw_items: Any) -> dict[str, Any]:

@@ -13,7 +13,10 @@ import json
 import logging
 import re
 import threading
+import uuid
 from typing import BinaryIO, Callable
+
+from ctxd.protocol.rawjson import RawJsonList
 
 log = logging.getLogger(__name__)
 
@@ -379,9 +382,21 @@ def _parse_float(text: str) -> float | NotJson:
     return value if value not in (float("inf"), float("-inf")) else NotJson(text)
 
 
+_RAW_MARK = f"ctxd-raw-json-{uuid.uuid4().hex}-"
+_raw = threading.local()  # the raw JSON texts of the message being encoded, on this thread
+
+
+def _raw_placeholder(value: object) -> str:
+    """`default` of the encoder: a `RawJsonList` becomes a marker string, swapped for its text after."""
+    if isinstance(value, RawJsonList):
+        _raw.parts.append(value.json())
+        return f"{_RAW_MARK}{len(_raw.parts) - 1}"
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
 # Built once: `json.loads` and `json.dumps` with options build a new decoder or encoder per call.
 _DECODER = json.JSONDecoder(parse_int=_parse_int, parse_float=_parse_float, parse_constant=NotJson)
-_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=_raw_placeholder)
 
 
 def decode(body: bytes) -> object:
@@ -391,8 +406,14 @@ def decode(body: bytes) -> object:
 
 
 def encode(message: object) -> bytes:
-    """Serialize for the wire: strict JSON (no NaN or Infinity), UTF-8."""
-    return _ENCODER.encode(message).encode("utf-8")
+    """Serialize for the wire: strict JSON (no NaN or Infinity), UTF-8; a `RawJsonList` is written
+    as the JSON it already is."""
+    _raw.parts = []
+    text = _ENCODER.encode(message)
+    for n, part in enumerate(_raw.parts):
+        text = text.replace(f'"{_RAW_MARK}{n}"', part, 1)
+    _raw.parts = []
+    return text.encode("utf-8")
 
 
 MAX_JSON_DEPTH = 128
