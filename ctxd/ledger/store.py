@@ -351,9 +351,12 @@ class Store:
 
     def data_version(self) -> tuple[int, int]:
         """Changes whenever another connection (another daemon) commits to this database, or the
-        file was reopened. Asked before most requests: one statement, no more."""
-        with self._read() as db:
-            return self._data_version(db)
+        file was reopened. Asked before most requests (the gauge's too): one statement, no more."""
+        with self._lock:
+            try:
+                return self._data_version(self._connection())
+            except sqlite3.Error as error:
+                raise _unavailable(self.path, error) from None
 
     def _data_version(self, db: sqlite3.Connection) -> tuple[int, int]:
         return self.generation, int(db.execute("PRAGMA data_version").fetchone()[0])

@@ -100,7 +100,8 @@ class Outbox:
             except (TypeError, ValueError):
                 self.reply(msg_id, result)  # reports the failure as `reply` does
                 return
-        self.writer.write(frame(b'{"jsonrpc":"2.0","id":%s,"result":%s}' % (encode(msg_id), last[1])))
+        msg_id_json = b"%d" % msg_id if isinstance(msg_id, int) else encode(msg_id)
+        self.writer.write(frame(b'{"jsonrpc":"2.0","id":%s,"result":%s}' % (msg_id_json, last[1])))
 
     def error(self, msg_id: Any, code: int, message: str, data: Any = None) -> None:
         error: dict[str, Any] = {"code": code, "message": message}
