@@ -95,3 +95,14 @@ def test_reading_usage_writes_nothing_and_threads_sum_unloaded_threads(daemon_fa
     assert listed["b"]["source"] == "api+estimate" and listed["b"]["usedTokens"] > 900
     assert listed["a"]["contextWindow"] == 100_000
     assert stored() == before, "reading usage changed a thread's stored facts"
+
+
+def test_the_neovim_plugins_luacats_annotations_are_generated_from_the_shapes() -> None:
+    """editors/nvim/lua/ctxd/protocol.lua is generated from ctxd/protocol/shapes.py; when the shapes
+    change, regenerate it: `python -m ctxd.protocol.luacats > editors/nvim/lua/ctxd/protocol.lua`."""
+    from ctxd.protocol.luacats import luacats
+    from tests.rpc import REPO
+
+    checked_in = (REPO / "editors" / "nvim" / "lua" / "ctxd" / "protocol.lua").read_text()
+    assert checked_in == luacats(), "editors/nvim/lua/ctxd/protocol.lua is stale: python -m ctxd.protocol.luacats"
+    assert "---@class ctxd.UsageSnapshot" in checked_in and '---@field tier "ok"|"warn"|"compact"' in checked_in

@@ -66,9 +66,14 @@ def path_to_uri(path: Path) -> str:
     return path.as_uri()
 
 
+# Built once (`json.dumps` with options builds an encoder per call). The same format as the wire's,
+# so that a prompt can send an item as it is stored.
+_STORED_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
 def _dump(item: dict[str, Any]) -> str:
     """An item as stored: strict JSON (what cannot be sent back is never stored)."""
-    return json.dumps(item, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    return _STORED_JSON.encode(item)
 
 
 class Workspace:

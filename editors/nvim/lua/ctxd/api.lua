@@ -4,6 +4,8 @@
 --- optional `ctxd.Target` (`bufnr`, `workspace`, `thread`) and a callback `cb(err, result)` run on
 --- the main loop; `err` is a JSON-RPC error `{code, message, data?}` (see PROTOCOL.md). Params and
 --- results are exactly the wire's: camelCase protocol fields, items in the Responses API spelling.
+--- The results' shapes are `ctxd.<Shape>` classes (`ctxd.Breakdown`, `ctxd.UsageSnapshot`, ...) in
+--- `lua/ctxd/protocol.lua`, generated from the daemon's own definitions for lua_ls.
 ---
 --- ```lua
 --- local ctxd = require('ctxd.api')
