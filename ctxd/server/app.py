@@ -226,12 +226,15 @@ class CtxdServer:
         self.executor.submit(self._warm_up)
 
     def _warm_up(self) -> None:
-        """After `initialize` is answered, while the editor is still starting: follow the agents'
-        sessions, and import what requests need (pydantic's models, the handlers) instead of in
-        the first request."""
+        """After `initialize` is answered, while the editor is still starting: import what requests
+        need (pydantic, the handlers), follow the agents' sessions, then import what compactions and
+        snapshots need, instead of in the first request that does."""
         try:
+            import ctxd.server.handlers  # noqa: F401  (the first request needs it: first)
+
             self._follow_sessions()
-            import ctxd.server.handlers  # noqa: F401
+            import ctxd.compact.run  # noqa: F401
+            import ctxd.ghost.checkpoints  # noqa: F401
         finally:
             self._warmed.set()
 

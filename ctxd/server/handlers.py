@@ -3,25 +3,26 @@ shape `ctxd/protocol/shapes.py` declares for the method.
 
 A handler calls the domain and decides nothing itself. Each runs on a worker thread with a `Call`
 that carries what it may need besides its params. The server imports this module (and with it
-pydantic, the compactor and the snapshots) on the first request, not at start.
+pydantic) on the first request, not at start; the compactor, the snapshots and `ctxd/status` are
+imported by the first handler that needs them, so that the first gauge does not wait for them.
 """
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from pydantic import BaseModel
 
-from ctxd.compact import run as compaction
 from ctxd.errors import Cancelled
-from ctxd.ghost import checkpoints, snapshots as ghost
 from ctxd.ledger.workspace import Workspace
-from ctxd.protocol import methods, params as p, shapes
+from ctxd.protocol import methods, params as p
 from ctxd.protocol.paths import escape_paths
 from ctxd.server.events import CompactionEvents, Outbox, SlowWarning
-from ctxd.status import status as daemon_status
+
+if TYPE_CHECKING:
+    from ctxd.protocol import shapes
 
 
 @dataclass
@@ -94,11 +95,15 @@ def threads(call: Call, params: p.ThreadsParams) -> shapes.ThreadsResult:
 
 @handler(methods.STATUS, p.StatusParams)
 def status(call: Call, params: p.StatusParams) -> shapes.Status:
+    from ctxd.status import status as daemon_status
+
     return daemon_status(call.workspace, sources=call.sessions.status() if call.sessions is not None else [])
 
 
 @handler(methods.COMPACT, p.CompactParams)
 def compact(call: Call, params: p.CompactParams) -> shapes.CompactResult:
+    from ctxd.compact import run as compaction
+
     call.workspace.check_writable(params.thread)
     return compaction.compact_thread(call.workspace, params.thread, strategy=params.strategy, cancel=call.cancel,
                                      events=call.events, progress_token=params.work_done_token)
@@ -106,6 +111,8 @@ def compact(call: Call, params: p.CompactParams) -> shapes.CompactResult:
 
 @handler(methods.GHOST_SNAPSHOT, p.GhostSnapshotParams)
 def ghost_snapshot(call: Call, params: p.GhostSnapshotParams) -> shapes.GhostCommit:
+    from ctxd.ghost import checkpoints, snapshots as ghost
+
     workspace, token = call.workspace, params.work_done_token
     settings = workspace.settings.ghost
     call.outbox.progress(token, {"kind": "begin", "title": "Snapshotting the working tree"})
@@ -122,6 +129,8 @@ def ghost_snapshot(call: Call, params: p.GhostSnapshotParams) -> shapes.GhostCom
 
 @handler(methods.GHOST_LIST, p.GhostListParams)
 def ghost_list(call: Call, params: p.GhostListParams) -> shapes.GhostListResult:
+    from ctxd.ghost import snapshots as ghost
+
     workspace = call.workspace
     result: shapes.GhostListResult = {"snapshots": ghost.list_snapshots(workspace.root, state_dir=workspace.state_dir)}
     interrupted = ghost.interrupted_restore(workspace.root, state_dir=workspace.state_dir)
@@ -132,6 +141,8 @@ def ghost_list(call: Call, params: p.GhostListParams) -> shapes.GhostListResult:
 
 @handler(methods.GHOST_RESTORE, p.GhostRestoreParams)
 def ghost_restore(call: Call, params: p.GhostRestoreParams) -> shapes.RestoreResult:
+    from ctxd.ghost import checkpoints
+
     result = checkpoints.restore(call.workspace, params.thread, params.id, conversation=params.conversation,
                                  dry_run=params.dry_run, cancel=call.cancel)
     return escape_paths(result)  # file names that are not UTF-8 (protocol v2: pathEncoding)
@@ -139,6 +150,8 @@ def ghost_restore(call: Call, params: p.GhostRestoreParams) -> shapes.RestoreRes
 
 @handler(methods.GHOST_DIFF, p.GhostDiffParams)
 def ghost_diff(call: Call, params: p.GhostDiffParams) -> shapes.DiffResult:
+    from ctxd.ghost import snapshots as ghost
+
     workspace = call.workspace
     return escape_paths(ghost.diff(workspace.root, params.id, params.path, settings=workspace.settings.ghost,
                                    state_dir=workspace.state_dir))
@@ -146,4 +159,6 @@ def ghost_diff(call: Call, params: p.GhostDiffParams) -> shapes.DiffResult:
 
 @handler(methods.GHOST_DELETE, p.GhostDeleteParams)
 def ghost_delete(call: Call, params: p.GhostDeleteParams) -> shapes.DeleteResult:
+    from ctxd.ghost import snapshots as ghost
+
     return ghost.delete(call.workspace.root, params.id, state_dir=call.workspace.state_dir)
