@@ -155,3 +155,24 @@ def test_lanes_keep_each_threads_order_and_cap_a_workspace() -> None:
     first_c = next(i for i, (_, l, _) in enumerate(ran) if l == "c")
     assert first_c < len(ran) - 20, "thread c waited until a and b had run everything"
     assert not any(lanes.busy(("ws1", lane)) for lane in "abc")
+
+
+def test_closed_lanes_start_nothing_more() -> None:
+    """When the client leaves, the job running finishes and the ones queued behind it never start."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ctxd.server.lanes import Lanes
+
+    executor = ThreadPoolExecutor(max_workers=2)
+    lanes = Lanes(executor, per_group=1)
+    started, release, ran = threading.Event(), threading.Event(), []
+    lanes.submit(("ws", "a"), lambda: (started.set(), release.wait(5), ran.append("first")))
+    for n in range(5):
+        lanes.submit(("ws", "a" if n % 2 else "b"), lambda n=n: ran.append(n))
+    assert started.wait(5)
+    lanes.close()
+    lanes.submit(("ws", "c"), lambda: ran.append("after close"))
+    release.set()
+    executor.shutdown(wait=True)
+    assert ran == ["first"]

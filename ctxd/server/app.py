@@ -319,7 +319,8 @@ class CtxdServer:
 
     def _exit(self, code: int) -> None:
         # Leave at once: the reader thread is blocked on stdin, and an interpreter shutdown with a
-        # thread inside a buffered read aborts the process.
+        # thread inside a buffered read aborts the process. Requests already running finish.
+        self.lanes.close()
         self.executor.shutdown(wait=True, cancel_futures=True)
         self.service.close()
         os._exit(code)
@@ -337,6 +338,7 @@ class CtxdServer:
         finally:
             if self.sessions is not None:
                 self.sessions.stop()
+            self.lanes.close()
             self.executor.shutdown(wait=True, cancel_futures=True)
             self.service.close()
 

@@ -35,6 +35,16 @@ class Lanes:
         self._queues: dict[Key, deque[Job]] = {}  # a key is here while it has jobs queued or running
         self._running: dict[Hashable, int] = {}  # per group: keys holding a worker
         self._waiting: dict[Hashable, deque[Key]] = {}  # per group: keys with jobs but no worker
+        self._closed = False
+
+    def close(self) -> None:
+        """Drop every job not yet started (the client left): running ones finish, no more start."""
+        with self._lock:
+            self._closed = True
+            for queue in self._queues.values():
+                while len(queue) > 1:  # the first one may be running: it leaves when done
+                    queue.pop()
+            self._waiting.clear()
 
     def busy(self, key: Key) -> bool:
         """Whether a job of `key` is queued or running (so an answer given elsewhere would overtake it)."""
@@ -43,6 +53,8 @@ class Lanes:
     def submit(self, key: Key, job: Job) -> None:
         group = key[0]
         with self._lock:
+            if self._closed:
+                return
             queue = self._queues.get(key)
             if queue is not None:
                 queue.append(job)  # its worker (or its turn) takes it after the ones before
