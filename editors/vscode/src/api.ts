@@ -135,6 +135,8 @@ export class CtxdService implements CtxdApi {
   private readonly usageEmitter = new Emitter<UsageChangedParams>();
   private readonly compactEmitter = new Emitter<CompactedParams & { manual: boolean }>();
   private readonly threadsEmitter = new Emitter<{ workspace: string }>();
+  /** Snapshots taken, restored (a restore takes one for its undo) or deleted through this service. */
+  private readonly snapshotsEmitter = new Emitter<{ workspace: string }>();
   /** Targets of compactions this extension asked for and has not heard back about. */
   private readonly manualCompactions = new Map<string, number>();
   /** Manual compactions still waiting for their answer (the daemon's own message about them is not shown). */
@@ -317,6 +319,8 @@ export class CtxdService implements CtxdApi {
   /** A thread appeared, ended or changed (`workspace` is '' after a daemon (re)start: everything may have). */
   onDidChangeThreads = (listener: Listener<{ workspace: string }>): Disposable => this.threadsEmitter.event(listener);
 
+  onDidChangeSnapshots = (listener: Listener<{ workspace: string }>): Disposable => this.snapshotsEmitter.event(listener);
+
   private async call<R>(method: string, t: Target | { workspace: string }, params: object = {}): Promise<R> {
     const rpc = await this.getRpc();
     return rpc.sendRequest<R>(method, { ...t, ...params });
@@ -401,7 +405,9 @@ export class CtxdService implements CtxdApi {
 
   async snapshot(opts?: TargetOptions & { message?: string }): Promise<GhostCommit> {
     const t = this.target(opts);
-    return this.call<GhostCommit>(Method.ghostSnapshot, t, opts?.message ? { message: opts.message } : {});
+    const commit = await this.call<GhostCommit>(Method.ghostSnapshot, t, opts?.message ? { message: opts.message } : {});
+    this.snapshotsEmitter.fire({ workspace: t.workspace });
+    return commit;
   }
 
   async listSnapshots(opts?: TargetOptions): Promise<GhostCommit[]> {
@@ -414,7 +420,9 @@ export class CtxdService implements CtxdApi {
     const t = this.target(opts);
     const params: Record<string, unknown> = { id, conversation: opts?.conversation ?? false };
     if (opts?.dryRun) params.dryRun = true;
-    return this.call<RestoreResult>(Method.ghostRestore, t, params);
+    const result = await this.call<RestoreResult>(Method.ghostRestore, t, params);
+    if (!opts?.dryRun) this.snapshotsEmitter.fire({ workspace: t.workspace });
+    return result;
   }
 
   /** How the working tree differs from a snapshot (v2); with `path`, that file's text before and after. */
@@ -426,6 +434,7 @@ export class CtxdService implements CtxdApi {
   async deleteSnapshot(id: string, opts?: TargetOptions): Promise<void> {
     const t = this.target(opts);
     await this.call(Method.ghostDelete, t, { id });
+    this.snapshotsEmitter.fire({ workspace: t.workspace });
   }
 
   /** The daemon's own view of its health (v2): settings problems, tokenizers, session sources. */
@@ -463,5 +472,6 @@ export class CtxdService implements CtxdApi {
     this.usageEmitter.dispose();
     this.compactEmitter.dispose();
     this.threadsEmitter.dispose();
+    this.snapshotsEmitter.dispose();
   }
 }

@@ -251,7 +251,7 @@ export async function activate(context: vsc.ExtensionContext): Promise<CtxdApi> 
     [COMMANDS.restoreFilesAndConversation]: (arg: unknown) => restoreFromTree(arg, true),
     [COMMANDS.deleteSnapshot]: async (arg: unknown) => {
       const snap = snapshotOf(arg);
-      if (snap && (await deleteSnapshotFlow(ui, service, snap, where()))) snapshots.refresh();
+      if (snap) await deleteSnapshotFlow(ui, service, snap, where());
     },
     [COMMANDS.undoRestore]: async (arg: unknown) => {
       const id = typeof arg === 'string' ? arg : ((arg as TreeNode)?.command?.arguments?.[0] as string | undefined);

@@ -110,7 +110,11 @@ export class SnapshotsModel extends BaseModel {
 
   constructor(service: CtxdService, where: Where, debounceMs = 300, private readonly now: () => number = Date.now) {
     super(service, where, debounceMs);
-    this.subs.push(service.onDidChangeThreads(() => this.refresh()), service.onDidChangeUsage(() => this.refresh()));
+    this.subs.push(
+      service.onDidChangeThreads(() => this.refresh()),
+      service.onDidChangeUsage(() => this.refresh()),
+      service.onDidChangeSnapshots(() => this.refresh()),
+    );
   }
 
   /** After a restore: offer its undo at the top of the tree. */
@@ -182,6 +186,8 @@ export function archivedBy(history: HistoryResult, id: number): Item[] {
  */
 export class CompactionsModel extends BaseModel {
   private readonly seen: SeenCompaction[] = [];
+  /** The workspace and thread last listed: a usage change redraws only when the shown thread is another. */
+  private listed: string | undefined;
 
   constructor(service: CtxdService, where: Where, debounceMs = 100, private readonly now: () => number = Date.now) {
     super(service, where, debounceMs);
@@ -191,17 +197,26 @@ export class CompactionsModel extends BaseModel {
         this.refresh();
       }),
       service.onDidChangeThreads(() => this.refresh()),
+      service.onDidChangeUsage(() => {
+        if (this.shown() !== this.listed) this.refresh();
+      }),
     );
+  }
+
+  private shown(): string | undefined {
+    const w = this.where();
+    return w && `${w.uri}\n${w.thread}`;
   }
 
   async nodes(): Promise<TreeNode[]> {
     const w = this.where();
+    this.listed = this.shown();
     if (!w) return [message('Open a folder to see its compactions.', 'none')];
     if (!this.service.supports(Method.history)) return [message('The ctxd daemon is not running.', 'down')];
     // limit 0: the compactions only, not the items.
     const history = await this.service.getHistory({ workspace: w.uri, thread: w.thread, includeArchived: true, limit: 0 });
     if (history.compactions) {
-      if (history.compactions.length === 0) return [message(`No compactions of ${w.thread} yet.`, 'empty')];
+      if (history.compactions.length === 0) return [message(`No compactions of thread "${w.thread}" yet.`, 'empty')];
       return [...history.compactions].reverse().map((c) => ({
         id: `compaction:${w.uri}:${w.thread}:${c.id}`,
         label: compactionLabel(c),

@@ -147,6 +147,22 @@ describe('views and snapshot actions (real daemon)', () => {
         const second = archivedBy(history, newest);
         assert.ok(second.some((i) => JSON.stringify(i).includes('more more')));
         assert.equal(first.length + second.length, history.items.filter((i) => i.archived === true).length);
+
+        // The shown thread changes (the gauge follows another thread): the next usage change redraws.
+        let thread = 'elsewhere';
+        const switching = new CompactionsModel(service, () => ({ uri: d.uri, name: 'ws', thread }), 5, () => Date.now());
+        let redraws = 0;
+        const redrawSub = switching.onDidChange(() => redraws++);
+        try {
+          assert.deepEqual((await switching.nodes()).map((n) => n.label), ['No compactions of thread "elsewhere" yet.']);
+          thread = 'default';
+          await service.record([userMessage('after both compactions')]);
+          await waitFor(() => redraws > 0, (wake) => switching.onDidChange(wake), 5000, 'the Compactions tree to redraw');
+          assert.deepEqual((await switching.nodes()).map((n) => n.label), past.map((n) => n.label));
+        } finally {
+          redrawSub.dispose();
+          switching.dispose();
+        }
       } finally {
         reloaded.dispose();
       }
@@ -225,10 +241,25 @@ describe('views and snapshot actions (real daemon)', () => {
 
   test('Delete asks first, then the snapshot is gone (protocol v2)', async (t) => {
     if (!service.supports(Method.ghostDelete)) return t.skip('this daemon does not serve ctxd/ghost/delete yet (protocol v2)');
-    const snap = await service.snapshot({ message: 'to delete' });
-    assert.equal(await deleteSnapshotFlow(new ScriptedUi({ confirm: [false] }), service, snap), false);
-    assert.ok((await service.listSnapshots()).some((s) => s.id === snap.id));
-    assert.equal(await deleteSnapshotFlow(new ScriptedUi({ confirm: [true] }), service, snap), true);
-    assert.ok(!(await service.listSnapshots()).some((s) => s.id === snap.id));
+    const snapshots = new SnapshotsModel(service, where, 5, () => Date.now());
+    let changes = 0;
+    const sub = snapshots.onDidChange(() => changes++);
+    const shown = async () => (await snapshots.nodes()).map((n) => n.id);
+    try {
+      // The tree redraws on a snapshot taken or deleted through the service (no ctxd/threadsChanged for it).
+      const snap = await service.snapshot({ message: 'to delete' });
+      await waitFor(() => changes > 0, (wake) => snapshots.onDidChange(wake), 5000, 'the tree to redraw after the snapshot');
+      assert.ok((await shown()).includes(`snapshot:${snap.id}`));
+      assert.equal(await deleteSnapshotFlow(new ScriptedUi({ confirm: [false] }), service, snap), false);
+      assert.ok((await service.listSnapshots()).some((s) => s.id === snap.id));
+      const seen = changes;
+      assert.equal(await deleteSnapshotFlow(new ScriptedUi({ confirm: [true] }), service, snap), true);
+      await waitFor(() => changes > seen, (wake) => snapshots.onDidChange(wake), 5000, 'the tree to redraw after the delete');
+      assert.ok(!(await service.listSnapshots()).some((s) => s.id === snap.id));
+      assert.ok(!(await shown()).includes(`snapshot:${snap.id}`));
+    } finally {
+      sub.dispose();
+      snapshots.dispose();
+    }
   });
 });

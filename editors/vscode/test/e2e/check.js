@@ -10,18 +10,26 @@
 //   vscode-compacted.png    Compact now from the page: exactly one message about it
 //   vscode-views.png        the ctxd activity-bar view: Threads, Snapshots, Compactions
 //   vscode-status.png       "Show status" from the menu: ctxd/status as a page (trust passed = yes)
+//   vscode-snapshot-diff.png  a snapshot taken from the Snapshots view, main.py edited, then the row's
+//                           Show Changes: VS Code's diff editor, snapshot ↔ working tree, the edit highlighted
+//   vscode-restored.png     the row's Restore Files: main.py is back on disk, the message, Undo restore on top of the tree
+//   vscode-undo-restore.png Undo Restore from the tree: main.py has the edit again, the Undo row is gone
+//   vscode-snapshot-deleted.png  Delete Snapshot from the row's context menu: gone from the tree and from ctxd/ghost/list
+//   vscode-compactions-reload.png  after a window reload, the Compactions tree still lists the compaction (from ctxd/history)
 //   vscode-crash-storm.png  a daemon that keeps crashing: "stopped after 5 crashes" with Restart, also on the page
 //   vscode-not-installed.png  a Python without ctxd: one notification with Install / Set path / Show log
 // CTXD_E2E_MODE picks the session: `main` (a working daemon; everything up to the views), `crash`
 // (a daemon that dies a second after each start), `missing` (a Python without ctxd).
-// Environment: CTXD_E2E_MODE, CTXD_E2E_URL, CTXD_E2E_WORKSPACE, CTXD_E2E_ARTIFACTS, CHROMIUM, and
-// NODE_PATH reaching puppeteer-core.
+// Environment: CTXD_E2E_MODE, CTXD_E2E_URL, CTXD_E2E_WORKSPACE, CTXD_E2E_ARTIFACTS, CHROMIUM,
+// CTXD_E2E_PYTHON (runs `-m ctxd` to read ctxd/ghost/list), and NODE_PATH reaching puppeteer-core.
+const { spawn } = require('child_process');
 const fs = require('fs');
 const os = require('os');
 const path = require('path');
 const puppeteer = require('puppeteer-core');
 const { gaugeText, formatTokens } = require('../../out/src/status.js');
 const { accuracyText, headroomText } = require('../../out/src/breakdownView.js');
+const { StreamMessageReader, StreamMessageWriter, createMessageConnection } = require('vscode-jsonrpc/node');
 
 const url = process.env.CTXD_E2E_URL;
 const workspace = process.env.CTXD_E2E_WORKSPACE;
@@ -112,6 +120,91 @@ async function breakdownFrame(page, must) {
     return false;
   });
   return found;
+}
+
+/** What another ctxd client sees: `ctxd/ghost/list` from a daemon of its own on the same state. */
+async function ghostList(thread) {
+  const proc = spawn(process.env.CTXD_E2E_PYTHON || 'python3', ['-m', 'ctxd', '--stdio'], { cwd: workspace, stdio: ['pipe', 'pipe', 'inherit'] });
+  const conn = createMessageConnection(new StreamMessageReader(proc.stdout), new StreamMessageWriter(proc.stdin));
+  conn.listen();
+  try {
+    const uri = require('url').pathToFileURL(workspace).href;
+    await conn.sendRequest('initialize', { processId: process.pid, rootUri: null, capabilities: {}, workspaceFolders: [{ uri, name: 'workspace' }] });
+    await conn.sendNotification('initialized', {});
+    const list = await conn.sendRequest('ctxd/ghost/list', { workspace: uri, thread });
+    await conn.sendRequest('shutdown');
+    await conn.sendNotification('exit');
+    return list.snapshots;
+  } finally {
+    conn.dispose();
+    setTimeout(() => proc.kill('SIGKILL'), 5000).unref();
+  }
+}
+
+/** The rows of the ctxd view's pane `title`. */
+async function paneRows(page, title) {
+  return page.evaluate((t) => {
+    const pane = [...document.querySelectorAll('.pane')].find((p) => (p.querySelector('.pane-header .title')?.textContent || '').trim() === t);
+    return pane ? [...pane.querySelectorAll('.monaco-list-row')].map((r) => (r.textContent || '').trim()) : [];
+  }, title);
+}
+
+/** Clicks the inline action `action` (its title) of the row of pane `title` whose text includes `row`. */
+async function clickRowAction(page, title, row, action) {
+  const clicked = await page.evaluate(
+    (t, r, a) => {
+      const pane = [...document.querySelectorAll('.pane')].find((p) => (p.querySelector('.pane-header .title')?.textContent || '').trim() === t);
+      const el = pane && [...pane.querySelectorAll('.monaco-list-row')].find((x) => (x.textContent || '').includes(r));
+      const button = el && [...el.querySelectorAll('.action-label')].find((b) => (b.getAttribute('aria-label') || '').startsWith(a));
+      if (button) button.click();
+      return !!button;
+    },
+    title,
+    row,
+    action,
+  );
+  if (!clicked) throw new Error(`no "${action}" action on the ${title} row "${row}": ${JSON.stringify(await paneRows(page, title))}`);
+}
+
+/** Presses `button` in VS Code's modal dialog whose message matches `pattern`; returns the message. */
+async function answerDialog(page, pattern, button) {
+  const text = await until(`the dialog ${pattern}`, () =>
+    page.evaluate((src) => {
+      const box = document.querySelector('.monaco-dialog-box');
+      const t = box ? (box.textContent || '').trim() : '';
+      return new RegExp(src).test(t) ? t : false;
+    }, pattern.source),
+  );
+  await page.evaluate((label) => {
+    const b = [...document.querySelectorAll('.monaco-dialog-box .dialog-buttons .monaco-button')].find((x) => (x.textContent || '').trim() === label);
+    b.click();
+  }, button);
+  return text;
+}
+
+/** The text of the active editor's diff editor, each side on its own (Monaco draws spaces as no-break spaces). */
+async function diffEditorText(page) {
+  return page.evaluate(() => {
+    const diff = document.querySelector('.editor-instance .monaco-diff-editor');
+    if (!diff) return undefined;
+    const side = (cls) => [...diff.querySelectorAll(`.editor.${cls} .view-lines`)].map((e) => e.innerText).join('\n').replace(/\u00a0/g, ' ');
+    return {
+      original: side('original'),
+      modified: side('modified'),
+      inserted: diff.querySelectorAll('.editor.modified .line-insert, .editor.modified .char-insert').length,
+    };
+  });
+}
+
+function readFile(p) {
+  return fs.existsSync(p) ? fs.readFileSync(p, 'utf8') : undefined;
+}
+
+async function openCtxdView(page) {
+  await page.evaluate(() => {
+    const a = [...document.querySelectorAll('.activitybar .action-item a, .activitybar .action-item')].find((e) => (e.getAttribute('aria-label') || '').startsWith('ctxd'));
+    if (!a.closest('.action-item').classList.contains('checked')) a.click();
+  });
 }
 
 async function shot(page, name) {
@@ -293,6 +386,119 @@ async function checkMain(page) {
   log('status page: problems, token counting, agents, trust');
   await shot(page, 'vscode-status.png');
 
+  await checkSnapshotActions(page);
+  await checkCompactionsAfterReload(page, compacted.text);
+}
+
+/** Snapshot, Show Changes, Restore Files, Undo Restore and Delete, each from the Snapshots tree. */
+async function checkSnapshotActions(page) {
+  const file = path.join(workspace, 'main.py');
+  const original = fs.readFileSync(file, 'utf8');
+  const edited = 'print("edited by e2e")\n';
+  if (original === edited) throw new Error('main.py already has the edit');
+  await openCtxdView(page);
+
+  // --- a snapshot from the Snapshots view's title button -------------------------------------------
+  const before = new Set((await ghostList('e2e')).map((s) => s.id));
+  await page.evaluate(() => {
+    const pane = [...document.querySelectorAll('.pane')].find((p) => (p.querySelector('.pane-header .title')?.textContent || '').trim() === 'Snapshots');
+    pane.querySelector('.pane-header .action-label[aria-label^="Take Snapshot"]').click();
+  });
+  await page.waitForSelector('.quick-input-widget input', { visible: true, timeout: TIMEOUT });
+  await page.type('.quick-input-widget input', 'e2e actions');
+  await page.keyboard.press('Enter');
+  const taken = await until('the new snapshot in ctxd/ghost/list', async () => (await ghostList('e2e')).find((s) => !before.has(s.id)));
+  if (taken.message !== 'e2e actions') throw new Error(`the snapshot's message: ${JSON.stringify(taken)}`);
+  const short = taken.id.slice(0, 7);
+  await until('the snapshot in the Snapshots tree', async () => (await paneRows(page, 'Snapshots')).some((r) => r.includes('e2e actions') && r.includes(short)));
+  await clearToasts(page);
+
+  // Rows are found by the snapshot's message: a restore's own snapshot ("before restoring <id>") names the id.
+  // --- Show Changes: VS Code's diff editor, snapshot ↔ working tree ---------------------------------
+  fs.writeFileSync(file, edited);
+  await clickRowAction(page, 'Snapshots', 'e2e actions', 'Show Changes');
+  const title = `main.py (snapshot ${short} ↔ working tree)`;
+  await page.waitForFunction(
+    (t) => [...document.querySelectorAll('.tab.active')].some((e) => (e.getAttribute('aria-label') || e.textContent || '').includes(t)),
+    { timeout: TIMEOUT, polling: 'mutation' },
+    title,
+  );
+  const diff = await until('the diff editor to show both sides', async () => {
+    const d = await diffEditorText(page);
+    return d && d.original.includes(original.trim()) && d.modified.includes(edited.trim()) && d.inserted > 0 ? d : false;
+  });
+  log(`diff editor "${title}": snapshot side ${JSON.stringify(diff.original)}, working tree ${JSON.stringify(diff.modified)}, ${diff.inserted} insert marks`);
+  await shot(page, 'vscode-snapshot-diff.png');
+
+  // --- Restore Files: the file on disk comes back ----------------------------------------------------
+  await clickRowAction(page, 'Snapshots', 'e2e actions', 'Restore Files');
+  const asked = await answerDialog(page, new RegExp(`Restore snapshot ${short}\\?`), 'Restore');
+  if (!/1 file will be written and 0 files removed/.test(asked)) throw new Error(`the restore's preview: ${asked}`);
+  await until('main.py restored on disk', () => readFile(file) === original);
+  // The open diff editor's working-tree side follows the file: no difference left on screen.
+  await until('the diff editor to show the restored file', async () => {
+    const d = await diffEditorText(page);
+    return d && d.modified.includes(original.trim()) && !d.modified.includes(edited.trim());
+  });
+  const restored = await waitToast(page, new RegExp(`Restored ${short}: 1 file restored, 0 removed`), 'the restore message');
+  if (!restored.buttons.includes('Undo restore')) throw new Error(`the restore message lacks Undo restore: ${JSON.stringify(restored)}`);
+  const undoRows = await until('Undo restore on top of the Snapshots tree', async () => {
+    const rows = await paneRows(page, 'Snapshots');
+    return rows[0] && rows[0].startsWith('Undo restore') ? rows : false;
+  });
+  log(`restored: main.py is ${JSON.stringify(readFile(file))}; "${restored.text}"; tree ${JSON.stringify(undoRows)}`);
+  await shot(page, 'vscode-restored.png');
+  await clearToasts(page);
+
+  // --- Undo Restore, from the tree: the edit is back -------------------------------------------------
+  await clickRowAction(page, 'Snapshots', 'Undo restore', 'Undo Restore');
+  await until('main.py back to the edit on disk', () => readFile(file) === edited);
+  const undone = await waitToast(page, /Restore undone: 1 file put back, 0 removed/, 'the undo message');
+  await until('the Undo restore row to go', async () => !(await paneRows(page, 'Snapshots')).some((r) => r.startsWith('Undo restore')));
+  await until('the diff editor to show the edit again', async () => {
+    const d = await diffEditorText(page);
+    return d && d.modified.includes(edited.trim()) && d.inserted > 0;
+  });
+  await until('the progress message to close', async () => !(await toasts(page)).some((t) => /undoing the restore/.test(t.text)), 10_000).catch(() => undefined);
+  log(`undone: main.py is ${JSON.stringify(readFile(file))}; "${undone.text}"`);
+  await shot(page, 'vscode-undo-restore.png');
+  await clearToasts(page);
+
+  // --- Delete Snapshot, from the row's context menu ----------------------------------------------------
+  const row = await page.evaluateHandle((r) => {
+    const pane = [...document.querySelectorAll('.pane')].find((p) => (p.querySelector('.pane-header .title')?.textContent || '').trim() === 'Snapshots');
+    return [...pane.querySelectorAll('.monaco-list-row')].find((x) => (x.textContent || '').includes(r));
+  }, 'e2e actions');
+  await row.click({ button: 'right' });
+  const item = await page.waitForSelector('::-p-text(Delete Snapshot)', { visible: true, timeout: TIMEOUT });
+  await item.click();
+  await answerDialog(page, new RegExp(`Delete snapshot ${short}\\?`), 'Delete');
+  await until('the snapshot to leave the tree', async () => {
+    const rows = await paneRows(page, 'Snapshots');
+    return rows.length > 0 && !rows.some((r) => r.includes('e2e actions'));
+  });
+  const left = await ghostList('e2e');
+  if (left.some((s) => s.id === taken.id)) throw new Error(`ctxd/ghost/list still has ${taken.id}`);
+  if (!left.some((s) => s.message === 'e2e checkpoint')) throw new Error(`the other snapshots went too: ${JSON.stringify(left)}`);
+  log(`deleted ${short}: tree ${JSON.stringify(await paneRows(page, 'Snapshots'))}; ctxd/ghost/list has ${left.length}`);
+  await shot(page, 'vscode-snapshot-deleted.png');
+}
+
+/** A reloaded window has seen no ctxd/compacted: the Compactions tree lists it from ctxd/history. */
+async function checkCompactionsAfterReload(page, compactedText) {
+  const label = /Compacted (\S+ → \S+ tokens)/.exec(compactedText)[1];
+  await page.reload({ waitUntil: 'domcontentloaded', timeout: TIMEOUT });
+  await page.waitForSelector('.statusbar', { timeout: TIMEOUT });
+  await until('the ctxd view after the reload', async () => {
+    await openCtxdView(page);
+    return (await paneRows(page, 'Compactions')).length > 0;
+  });
+  const rows = await until(`the Compactions tree to list "${label}"`, async () => {
+    const r = await paneRows(page, 'Compactions');
+    return r.some((x) => x.startsWith(label)) ? r : false;
+  });
+  log(`after a reload, Compactions: ${JSON.stringify(rows)}`);
+  await shot(page, 'vscode-compactions-reload.png');
 }
 
 async function checkCrashStorm(page) {

@@ -2,7 +2,9 @@
 # End-to-end check of the VS Code extension in a real VS Code (code-server 4.100.3 = VS Code
 # 1.100.3, the last release for Node 20), driven by Debian's headless Chromium through
 # puppeteer-core: the status-bar gauge must show the usage the daemon reported after a stand-in
-# agent extension recorded a conversation through ctxd's API, and a click must open the breakdown.
+# agent extension recorded a conversation through ctxd's API, and a click must open the breakdown;
+# then the Snapshots tree's actions (Show Changes, Restore Files, Undo Restore, Delete) on a real file,
+# and the Compactions tree after a window reload (see check.js for every screen).
 # Screenshots go to editors/vscode/test-artifacts/ (gitignored).
 #
 # Installs what it needs: apt (chromium, ripgrep, libkrb5-dev; as root) and npm (code-server and
@@ -129,6 +131,8 @@ trap cleanup EXIT
 # daemon too), and check.js in that MODE.
 session() {
   local mode="$1" command="$2" user_data="$WORK/user-data-$1" port status=0
+  # CTXD_E2E_ONLY=main (or crash, missing): run that session only, while working on it.
+  [[ -z "${CTXD_E2E_ONLY:-}" || "$CTXD_E2E_ONLY" == "$mode" ]] || { log "[$mode] skipped (CTXD_E2E_ONLY=$CTXD_E2E_ONLY)"; return 0; }
   mkdir -p "$user_data/User"
   cat > "$user_data/User/settings.json" <<JSON
 {
@@ -159,7 +163,7 @@ JSON
     sleep 0.5
   done
   log "[$mode] code-server on 127.0.0.1:$port"
-  CTXD_E2E_MODE="$mode" CTXD_E2E_URL="http://127.0.0.1:$port/?folder=$WS" CTXD_E2E_WORKSPACE="$WS" \
+  CTXD_E2E_MODE="$mode" CTXD_E2E_URL="http://127.0.0.1:$port/?folder=$WS" CTXD_E2E_WORKSPACE="$WS" CTXD_E2E_PYTHON="$PYTHON" \
     CTXD_E2E_ARTIFACTS="$ARTIFACTS" CHROMIUM="$(command -v chromium)" NODE_PATH="$CACHE/node_modules" \
     node "$HERE/check.js" || status=$?
   if ((status)); then

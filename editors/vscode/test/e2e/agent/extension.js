@@ -14,6 +14,8 @@ async function activate() {
   const folder = vscode.workspace.workspaceFolders && vscode.workspace.workspaceFolders[0];
   if (!folder) return;
   const out = path.join(folder.uri.fsPath, '.ctxd-e2e');
+  // Once per session: a reloaded window finds the conversation already recorded.
+  if (fs.existsSync(path.join(out, 'result.json'))) return;
   fs.mkdirSync(out, { recursive: true });
   const write = (data) => fs.writeFileSync(path.join(out, 'result.json'), JSON.stringify(data, null, 2));
   try {
