@@ -4,12 +4,17 @@
     python bench/fit_estimator.py [--write]     # fit on its training part; --write edits the module
 
 The model (see the estimator's docstring): a weight per (previous class, class) byte pair, plus,
-for texts with ideographs or Hangul, a weight per byte range of their GBK or CP949 encoding.
+for texts with ideographs or Hangul, a weight per byte range of their GBK or CP949 encoding, and
+for texts in a script model (mostly Latin letters with diacritics, or Cyrillic), a weight per pair
+of its letter classes (and for Latin, pair weights of its own).
 Fitting: least squares on the relative error (each sample weighted by 1/true count, every text
 class weighted equally), reweighted a few times towards the mean absolute relative error (IRLS),
-with a small ridge; then the weights are rounded to multiples of 1/SCALE and nudged one unit at
-a time while that lowers the mean over classes of the mean absolute error. Only the "train"
-samples are used; bench/bench_tokens.py reports the held-out ones. Needs numpy (bench only).
+with a small ridge on the corrections (a pair's correction to its class's weight, a script's
+correction to the common pair weight, a letter pair); then the weights are rounded to multiples
+of 1/SCALE within bounds that keep each table narrow (see the estimator's step 4) and nudged one
+unit at a time while that lowers the mean over classes of the mean absolute error. Only the
+"train" samples are used; bench/bench_tokens.py reports the held-out ones. Needs numpy (bench
+only).
 """
 
 from __future__ import annotations
@@ -25,25 +30,51 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 from ctxd.tokens import encodings, estimator
 from ctxd.tokens.estimator import (
     CAPITAL, CJK, CLASS_TABLE, CONSONANT, CP949_BOUNDS, CP949_TABLE, DIGIT, GBK_BOUNDS, GBK_TABLE, HANGUL, SCALE,
-    VOWEL,
+    SCRIPT_MIN, SCRIPTS, VOWEL,
 )
 
 ENCODINGS = {"o200k": "o200k_base", "cl100k": "cl100k_base"}
 N_GBK, N_CP949 = len(GBK_BOUNDS) - 1, len(CP949_BOUNDS) - 1
-N_FEATURES = 256 + N_GBK + N_CP949
-LOWEST = -16  # lowest pair weight, in 1/SCALE tokens (the table spans 256 units from here)
-RUN_FLOOR = 2  # lowest weight of a letter or digit after another: BPE cuts long runs
+N_BASE = 256 + N_GBK + N_CP949  # the class pairs of a text in no script model, then the GBK and CP949 ranges
+
+
+# Where each script model's features start after the base ones: its class pairs, its letter pairs.
+BLOCKS = {name: (N_BASE + 512 * i, N_BASE + 512 * i + 256) for i, name in enumerate(SCRIPTS)}
+N_FEATURES = N_BASE + 512 * len(SCRIPTS)
+LOWEST, SPAN = -8, 63  # lowest pair weight and the most above it, in 1/SCALE tokens: a pair table's
+# bytes then stay below 64, so that adler32 sums up to 1040 of them (a 2 KB text's half) in one call
+LETTERS = 24  # a letter pair's weight is within +-LETTERS
+RUN_FLOOR = 1  # lowest weight of a letter or digit after another: BPE cuts long runs
 MIN_SUPPORT = 30  # samples a weight must appear in to be nudged after rounding
 RUNS = {(a, b) for a in (CONSONANT, VOWEL) for b in (CONSONANT, VOWEL)} | {(CAPITAL, CAPITAL), (DIGIT, DIGIT)}
 
 
+def script_of(text: str, raw: bytes, classes: bytes) -> str | None:
+    """The script model that counts `text`, if any: the first whose lead bytes number at least
+    SCRIPT_MIN and half the bytes that the text's non-ASCII characters add."""
+    extra = len(raw) - len(text)
+    for name, (lead, _) in SCRIPTS.items():
+        count = sum(1 for cls in classes if cls == lead)
+        if extra and count >= SCRIPT_MIN and 2 * count >= extra:
+            return name
+    return None
+
+
 def features(text: str) -> list[int]:
     """The estimator's features of `text`, the slow and obvious way (the reference the fast path
-    is tested against): pair-code counts, then GBK and CP949 byte-range counts."""
-    classes = text.encode("utf-8", "surrogatepass").translate(CLASS_TABLE)
+    is tested against): class-pair counts (in the block of the text's script model, if any), GBK
+    and CP949 byte-range counts, the script model's letter-pair counts."""
+    raw = text.encode("utf-8", "surrogatepass")
+    classes = raw.translate(CLASS_TABLE)
     out = [0] * N_FEATURES
+    script = script_of(text, raw, classes)
+    block = 0 if script is None else BLOCKS[script][0]
     for prev, cls in zip(bytes([0]) + classes, classes):
-        out[prev << 4 | cls] += 1
+        out[block + (prev << 4 | cls)] += 1
+    if script is not None:
+        letters = raw.translate(SCRIPTS[script][1])
+        for prev, cls in zip(bytes([0]) + letters, letters):
+            out[BLOCKS[script][1] + (prev << 4 | cls)] += 1
     if CJK in classes:
         for byte in text.encode("gbk", "replace"):
             if GBK_TABLE[byte]:
@@ -55,7 +86,7 @@ def features(text: str) -> list[int]:
     return out
 
 
-def reference_estimate(text: str, weights: dict[str, tuple]) -> int:
+def reference_estimate(text: str, weights: dict) -> int:
     """The estimate from `features`, rounded as the fast path rounds."""
     if not text:
         return 0
@@ -63,13 +94,25 @@ def reference_estimate(text: str, weights: dict[str, tuple]) -> int:
     return max(1, (total + SCALE // 2) // SCALE)
 
 
-def flat(weights: dict[str, tuple]) -> list[int]:
-    return [w for row in weights["pairs"] for w in row] + list(weights["gbk"]) + list(weights["cp949"])
+def flat(weights: dict) -> list[int]:
+    def rows(table: tuple) -> list[int]:
+        return [w for row in table for w in row]
+
+    vector = rows(weights["pairs"]) + list(weights["gbk"]) + list(weights["cp949"])
+    for name in BLOCKS:
+        vector += rows(weights[name]["pairs"]) + rows(weights[name]["letters"])
+    return vector
 
 
-def unflat(vector: list[int]) -> dict[str, tuple]:
-    return {"pairs": tuple(tuple(vector[r * 16 : r * 16 + 16]) for r in range(16)),
-            "gbk": tuple(vector[256 : 256 + N_GBK]), "cp949": tuple(vector[256 + N_GBK :])}
+def unflat(vector: list[int]) -> dict:
+    def rows(start: int) -> tuple:
+        return tuple(tuple(vector[start + r * 16 : start + r * 16 + 16]) for r in range(16))
+
+    weights = {"pairs": rows(0), "gbk": tuple(vector[256 : 256 + N_GBK]),
+               "cp949": tuple(vector[256 + N_GBK : N_BASE])}
+    for name, (pairs, letters) in BLOCKS.items():
+        weights[name] = {"pairs": rows(pairs), "letters": rows(letters)}
+    return weights
 
 
 def feature_matrix(texts: list[str]):  # -> numpy array
@@ -79,16 +122,32 @@ def feature_matrix(texts: list[str]):  # -> numpy array
     gbk_index = np.frombuffer(GBK_TABLE, np.uint8).astype(np.int64)
     cp_index = np.frombuffer(CP949_TABLE, np.uint8).astype(np.int64)
     matrix = np.zeros((len(texts), N_FEATURES))
+
+    def pair_counts(codes: bytes):
+        c = np.frombuffer(codes, np.uint8).astype(np.int64)
+        return np.bincount(np.concatenate(([0], c[:-1])) << 4 | c, minlength=256)
+
     for i, text in enumerate(texts):
-        c = np.frombuffer(text.encode("utf-8", "surrogatepass").translate(CLASS_TABLE), np.uint8).astype(np.int64)
-        prev = np.concatenate(([0], c[:-1]))
-        matrix[i, :256] = np.bincount(prev << 4 | c, minlength=256)
-        if CJK in c:
+        raw = text.encode("utf-8", "surrogatepass")
+        classes = raw.translate(CLASS_TABLE)
+        extra = len(raw) - len(text)
+        script = None
+        for name, (lead, _) in SCRIPTS.items():
+            count = classes.count(lead)
+            if extra and count >= SCRIPT_MIN and 2 * count >= extra:
+                script = name
+                break
+        block = 0 if script is None else BLOCKS[script][0]
+        matrix[i, block : block + 256] = pair_counts(classes)
+        if script is not None:
+            start = BLOCKS[script][1]
+            matrix[i, start : start + 256] = pair_counts(raw.translate(SCRIPTS[script][1]))
+        if CJK in classes:
             idx = gbk_index[np.frombuffer(text.encode("gbk", "replace"), np.uint8)]
             matrix[i, 256 : 256 + N_GBK] = np.bincount(idx, minlength=N_GBK + 1)[1:]
-        if HANGUL in c:
+        if HANGUL in classes:
             idx = cp_index[np.frombuffer(text.encode("cp949", "replace"), np.uint8)]
-            matrix[i, 256 + N_GBK :] = np.bincount(idx, minlength=N_CP949 + 1)[1:]
+            matrix[i, 256 + N_GBK : N_BASE] = np.bincount(idx, minlength=N_CP949 + 1)[1:]
     return matrix
 
 
@@ -107,12 +166,15 @@ def fit(matrix, truth, classes, ridge: float = 1e-3, irls: int = 6) -> list[int]
     balance = np.zeros(len(truth))
     for k in np.unique(classes):
         balance[classes == k] = 1.0 / (classes == k).sum()
-    # Unknowns: a weight per class (the byte count of each class: the sum of its pair columns),
-    # then a ridge-penalised correction per pair, so that a rare or unseen pair costs about what
-    # its class costs; the range features stand alone.
-    per_class = np.stack([matrix[:, [p << 4 | k for p in range(16)]].sum(1) for k in range(16)], 1)
-    a = np.hstack([per_class, matrix])
-    penalty = np.r_[np.zeros(16), np.ones(256), np.zeros(N_FEATURES - 256)]
+    # Unknowns: a weight per class (the byte count of each class: the sum of its pair columns, in
+    # every text), then a ridge-penalised correction per pair, so that a rare or unseen pair costs
+    # about what its class costs; the range features stand alone; per script model, a penalised
+    # correction per class pair (for its texts only) and a penalised weight per letter pair.
+    blocks = [0] + [start for start, _ in BLOCKS.values()]
+    pairs = sum(matrix[:, b : b + 256] for b in blocks)
+    per_class = np.stack([pairs[:, [p << 4 | k for p in range(16)]].sum(1) for k in range(16)], 1)
+    a = np.hstack([per_class, pairs, matrix[:, 256:]])
+    penalty = np.r_[np.zeros(16), np.ones(256), np.zeros(N_BASE - 256), np.ones(N_FEATURES - N_BASE)]
     w = balance / truth**2
     for _ in range(irls + 1):
         ata = (a * w[:, None]).T @ a
@@ -122,11 +184,17 @@ def fit(matrix, truth, classes, ridge: float = 1e-3, irls: int = 6) -> list[int]
         w = balance / (truth**2 * np.maximum(rel, 0.005))
     coef = beta[16:].copy()
     coef[:256] += np.tile(beta[:16], 16)  # pair (prev, cls) = class weight of cls + correction
+    for b in blocks[1:]:
+        coef[b : b + 256] += coef[:256]  # a script's pair = the pair's weight + its correction
 
     def bounds(j: int) -> tuple[int, int]:
-        if j < 256 and (j >> 4, j & 0xF) in RUNS:
-            return RUN_FLOOR, LOWEST + 255
-        return (LOWEST, LOWEST + 255) if j < 256 else (-64, 191)
+        if any(start <= j < start + 256 for _, start in BLOCKS.values()):
+            return -LETTERS, LETTERS  # a letter pair
+        start = next((b for b in blocks if b <= j < b + 256), None)
+        if start is None:
+            return -32, 95  # a GBK or CP949 range
+        pair = j - start
+        return (RUN_FLOOR if (pair >> 4, pair & 0xF) in RUNS else LOWEST), LOWEST + SPAN
 
     vector = np.array([min(max(round(c * SCALE), bounds(j)[0]), bounds(j)[1]) for j, c in enumerate(coef)])
     names = np.unique(classes)
@@ -160,22 +228,30 @@ def fit(matrix, truth, classes, ridge: float = 1e-3, irls: int = 6) -> list[int]
     return [int(v) for v in vector]
 
 
-def write(weights: dict[str, dict[str, tuple]]) -> None:
+def write(weights: dict[str, dict]) -> None:
     """Replace the fitted block of ctxd/tokens/estimator.py."""
     path = Path(estimator.__file__)
-    lines = ["WEIGHTS: Final[dict[str, dict[str, tuple]]] = {"]
+
+    def table(key: str, rows: tuple, indent: str) -> list[str]:
+        return [f'{indent}"{key}": (', *(f"{indent}    ({', '.join(str(v) for v in row)})," for row in rows),
+                f"{indent}),"]
+
+    lines = ["WEIGHTS: Final[dict[str, dict]] = {"]
     for profile, w in weights.items():
         lines.append(f'    "{profile}": {{')
-        lines.append('        "pairs": (')
-        lines += [f"            ({', '.join(str(v) for v in row)})," for row in w["pairs"]]
-        lines.append("        ),")
+        lines += table("pairs", w["pairs"], " " * 8)
         lines.append(f'        "gbk": ({", ".join(str(v) for v in w["gbk"])}),')
         lines.append(f'        "cp949": ({", ".join(str(v) for v in w["cp949"])}),')
+        for name in SCRIPTS:
+            lines.append(f'        "{name}": {{')
+            for key, rows in w[name].items():
+                lines += table(key, rows, " " * 12)
+            lines.append("        },")
         lines.append("    },")
     lines.append("}")
     source = path.read_text()
     pattern = re.compile(r"^WEIGHTS: Final.*?^}\n|^WEIGHTS: Final.*?= \{\}\n", re.S | re.M)
-    path.write_text(pattern.sub("\n".join(lines) + "\n", source, count=1))
+    path.write_text(pattern.sub(lambda _: "\n".join(lines) + "\n", source, count=1))
 
 
 def main() -> None:
@@ -185,6 +261,7 @@ def main() -> None:
     
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help="write the weights into ctxd/tokens/estimator.py")
+    parser.add_argument("--ridge", type=float, default=1e-3, help="ridge penalty, relative to the mean feature")
     args = parser.parse_args()
     rows = load("train")
     names = sorted({r["class"] for r in rows})
@@ -195,7 +272,7 @@ def main() -> None:
     for profile, encoding in ENCODINGS.items():
         enc = encodings.load(encoding)
         truth = np.array([len(enc.encode_ordinary(t)) for t in texts], float)
-        vector = fit(matrix, truth, classes)
+        vector = fit(matrix, truth, classes, ridge=args.ridge)
         errors = class_errors(matrix @ np.array(vector) / SCALE, truth, classes, names)
         print(f"{profile}: train mean {100 * np.mean(list(errors.values())):.2f}%, worst class "
               f"{100 * max(errors.values()):.2f}% ({max(errors, key=errors.get)}); {len(rows)} samples")

@@ -42,11 +42,26 @@ def test_fast_path_matches_the_reference_on_any_text(text: str) -> None:
     assert estimate_tokens(text, "cl100k") == reference_estimate(text, WEIGHTS["cl100k"])
 
 
-@pytest.mark.parametrize("script", ["latin", "中文", "한국어"])
+# Texts in a script model: ASCII with Latin letters with diacritics, or with Cyrillic (some mixed).
+SCRIPT_TEXT = st.text(alphabet=st.sampled_from(list("abcdeéèüöäßñç ÀÉ,.\n1-") + list("абвгдеёжнтсрЖЯ")), max_size=3000)
+
+
+@settings(max_examples=300, deadline=None)
+@given(SCRIPT_TEXT)
+def test_fast_path_matches_the_reference_in_the_script_models(text: str) -> None:
+    for profile in WEIGHTS:
+        assert estimate_tokens(text, profile) == reference_estimate(text, WEIGHTS[profile])
+
+
+@pytest.mark.parametrize("script", ["latin", "中文", "한국어", "european", "russian"])
 def test_long_texts_are_summed_in_chunks_without_wrapping(script: str) -> None:
-    text = ("".join(TEXTS[::5]) + script) * 8  # ~300 KB, far over one adler32 chunk
+    if script in ("european", "russian"):  # a long text in a script model
+        text = "".join(r["text"] for r in REAL if r["class"] == script) * 30
+    else:
+        text = ("".join(TEXTS[::5]) + script) * 8  # ~300 KB, far over one adler32 chunk
     assert len(text.encode()) > 50 * estimator._PROFILES["o200k"].pairs.chunk
-    assert estimate_tokens(text) == reference_estimate(text, WEIGHTS["o200k"])
+    for profile in WEIGHTS:
+        assert estimate_tokens(text, profile) == reference_estimate(text, WEIGHTS[profile])
 
 
 def test_small_cases() -> None:
@@ -75,9 +90,9 @@ def class_means(encoding: str) -> tuple[dict[str, float], dict[str, float]]:
 @pytest.mark.parametrize("encoding", ["o200k_base", "cl100k_base"])
 def test_accuracy_on_held_out_real_text(encoding: str) -> None:
     ours, bytes4 = class_means(encoding)
-    # bench/bench_tokens.py on the whole held-out part measures about 5.5% mean and 10-12% on
-    # the worst class; on these three samples per class, 6.6% and 22% (Korean: one of them is
-    # Python's rare-syllable codec test file). The bounds leave a margin for noise only.
+    # bench/bench_tokens.py on the whole held-out part measures about 5.2% mean and 8% on the
+    # worst class (European languages); on these three samples per class, 6.6% and 22% (Korean:
+    # one of them is Python's rare-syllable codec test file). The bounds leave a margin for noise.
     assert sum(ours.values()) / len(ours) <= 0.075, ours
     assert max(ours.values()) <= 0.25, ours
     for cls in ours:  # and never worse than bytes/4 by more than noise

@@ -18,16 +18,25 @@ bytes do not tell; their legacy encodings do: GBK puts the 3,755 commonest Chine
 under lead bytes B0-D7 and the rarer ones after them, CP949 the 2,350 common Hangul syllables
 under B0-C8. A text with ideographs (or Hangul) adds a weight per byte of its GBK (CP949) encoding.
 
+Byte classes cannot tell a German or French word from an English one, and BPE cuts the former into
+more pieces: a text whose non-ASCII characters are mostly Latin letters with diacritics (or
+Cyrillic letters) is counted by a script model: a weighted sum over pairs of letter classes that
+tell which letter a byte is (e, a, i, ...; for Russian its vowels and consonant groups, by their
+UTF-8 continuation byte), added to the class pairs, which have weights of their own in the model.
+
 Everything runs without a per-character Python loop, in a fixed number of C-level passes, because
-it must stay at least 20 times cheaper than tiktoken:
+it must stay far cheaper than tiktoken:
 
 1. `bytes.translate` maps each UTF-8 byte to its class, written as a hex digit;
 2. `binascii.unhexlify` turns each two digits into one byte, a pair code (previous class << 4 |
    class): once from the first digit and once from the second, so that both halves together hold
    every pair of neighbours;
 3. a second `bytes.translate` maps each pair code to its weight;
-4. `zlib.adler32` sums the weights (its low half is 1 + the byte sum modulo 65521, so long texts
-   are summed in chunks small enough never to wrap).
+4. `zlib.adler32` sums the weights (its low half is 1 + the byte sum modulo 65521; the weights
+   are fitted within a narrow span, so that a text of a kilobyte or two is summed in one call per
+   half, and a longer one in chunks small enough never to wrap);
+5. only for a text that is not ASCII: `bytes.count` of the script's lead bytes picks the script
+   model, whose letter pairs take steps 1-4 once more.
 
 The weights are fitted by `bench/fit_estimator.py` on the training part of a corpus of real text
 from registry packages (`bench/real_corpus.py`); `bench/bench_tokens.py` reports the error on the
@@ -72,63 +81,251 @@ def _range_table(bounds: tuple[int, ...]) -> bytes:
     return bytes(table)
 
 
+def _letters(groups: list[bytes | range]) -> bytes:
+    """Byte -> 1 + index of the first group holding it (ASCII letters of either case), 0 in none."""
+    table = bytearray(256)
+    for i, group in reversed(list(enumerate(groups))):
+        for byte in group:
+            table[byte] = i + 1
+            if 97 <= byte <= 122:
+                table[byte - 32] = i + 1
+    return bytes(table)
+
+
+def _cyrillic(letters: str) -> bytes:
+    """The continuation bytes of Cyrillic letters (each is a lead byte D0 or D1 and one of these)."""
+    return bytes(ch.encode()[1] for ch in letters)
+
+
+def _hex(table: bytes) -> bytes:
+    return bytes(b"0123456789abcdef"[cls] for cls in table)
+
+
 CLASS_TABLE: Final = _class_table()
-HEX_TABLE: Final = bytes(b"0123456789abcdef"[cls] for cls in CLASS_TABLE)  # the class as a hex digit
+HEX_TABLE: Final = _hex(CLASS_TABLE)  # the class as a hex digit
+HEX_VALUE: Final = bytes(int(chr(b), 16) if chr(b) in "0123456789abcdef" else 0 for b in range(256))
 # Byte ranges of the legacy encodings: GBK (extension, symbols and kana, common hanzi, rarer
 # hanzi, user area) and CP949 (extension, symbols, common Hangul, hanja and the rest).
 GBK_BOUNDS: Final = (0x81, 0xA1, 0xB0, 0xD8, 0xF8, 0xFF)
 CP949_BOUNDS: Final = (0x81, 0xA1, 0xB0, 0xC9, 0xFF)
 GBK_TABLE: Final = _range_table(GBK_BOUNDS)
 CP949_TABLE: Final = _range_table(CP949_BOUNDS)
-SCALE: Final = 32  # weights are multiples of 1/SCALE token
+# The script models: {name: (lead-byte class, byte -> letter class)}. The letter classes tell which
+# letter a byte is, as far as 16 classes can: German or French is told apart from English by its
+# letters, and a Russian letter by its UTF-8 continuation byte.
+SCRIPTS: Final = {
+    "latin": (LATIN, _letters([b"e", b"a", b"i", b"o", b"u", b"n", b"r", b"s", b"t", b"l", b"dc", b"m",
+                               b"hgpbfvwkjxqzy", range(0x80, 0xC0), range(0xC0, 0x100)])),
+    "cyrillic": (CYRILLIC, _letters([b"\n\r", b"0123456789", b"abcdefghijklmnopqrstuvwxyz", range(33, 127), b"\xd0",
+                                     b"\xd1", _cyrillic("аеиоуыэюя"), _cyrillic("нтср"), _cyrillic("влкм"),
+                                     _cyrillic("дп"), _cyrillic("бгзй"), _cyrillic("жфхцчшщъь"), range(0x90, 0xB0),
+                                     range(0x80, 0xC0), range(0xC0, 0x100)])),
+}
+SCRIPT_MIN = 2  # a text is in a script when it has this many of its lead bytes, and they make at
+# least half of the bytes its non-ASCII characters add (2 for every 3-byte character, ...)
+SCALE: Final = 16  # weights are multiples of 1/SCALE token
 
 # BEGIN FITTED WEIGHTS (bench/fit_estimator.py --write)
 # WEIGHTS[profile]["pairs"][previous class][class] is the cost, in 1/SCALE tokens, of a byte of
-# `class` after a byte of `previous class`; "gbk" and "cp949" the cost of a byte in each range.
-WEIGHTS: Final[dict[str, dict[str, tuple]]] = {
+# `class` after a byte of `previous class`; "gbk" and "cp949" the cost of a byte in each range;
+# [script]["pairs"] the same as "pairs" for a text in the script, [script]["letters"] the cost
+# of a byte of one letter class after one of another.
+WEIGHTS: Final[dict[str, dict]] = {
     "o200k": {
         "pairs": (
-            (1, 15, 7, 22, 17, 53, 23, 45, 8, 92, -13, -1, 25, 16, 4, -16),
-            (9, 4, 2, 10, 31, 51, 16, 59, 8, 10, 6, 1, -16, -16, -8, -16),
-            (14, 2, 5, 9, 4, 28, 24, 64, 8, 9, 6, 0, 14, 37, -16, -16),
-            (11, 5, 14, 4, 36, 43, 28, 25, 8, 15, 40, -15, 17, 33, -16, -16),
-            (1, 4, -1, 26, 2, 43, 32, 72, 8, 75, 7, 0, -16, -16, 0, -16),
-            (9, 19, 20, 21, 70, 13, 17, 64, 8, 27, 6, 0, -5, 43, -16, -16),
-            (18, 21, 12, 24, 15, 41, 0, 14, 8, -16, 50, 1, 31, 50, 13, -16),
-            (23, 11, 16, 7, 24, 1, 19, 5, 8, 6, 18, -3, 9, 32, 13, -16),
-            (2, 25, -14, 36, 45, 45, 26, 57, 8, -10, 1, 4, 12, 25, -2, -16),
-            (11, 11, 4, 16, 22, 39, 21, 43, 9, 27, 6, 0, 14, 25, 3, -16),
-            (11, 11, 4, 16, 22, 39, 21, 43, 8, 27, 6, 0, 14, 25, 3, -16),
-            (11, 11, 4, 16, 22, 39, 21, 43, 8, 27, 6, 0, 14, 25, 3, -16),
-            (11, 11, 4, 16, 22, 39, 21, 43, 8, 27, 6, 0, 14, 25, 3, -16),
-            (11, 11, 4, 16, 22, 39, 21, 43, 8, 27, 6, 0, 14, 25, 3, -16),
-            (11, 11, 4, 16, 22, 39, 21, 43, 8, 27, 6, 0, 14, 25, 3, -16),
-            (11, 11, 4, 16, 22, 39, 21, 43, 8, 27, 6, 0, 14, 25, 3, -16),
+            (0, 8, 4, 11, 7, 29, 13, 28, 4, 55, 3, -4, 13, 9, 3, -8),
+            (5, 2, 1, 5, 16, 26, 9, 29, 4, 15, 6, 1, -8, -8, 0, -8),
+            (6, 1, 1, 5, 9, 18, 12, 33, 4, 9, 6, -1, 7, 26, -6, -8),
+            (4, 3, 8, 4, 19, 21, 15, 10, 4, 9, 7, -2, 9, 19, -3, -8),
+            (2, 0, -3, 12, 1, 25, 16, 36, 4, 10, 6, 0, -8, -8, 10, -8),
+            (5, 9, 8, 9, 31, 5, 6, 33, 4, 9, 6, -1, 0, 21, -8, -8),
+            (9, 10, 6, 11, 7, 23, 1, 5, 4, 9, 9, 2, 19, 30, 8, -8),
+            (14, 5, 13, 6, 14, 4, 9, 1, 4, 9, 7, -5, 7, 21, 9, -8),
+            (1, 45, -8, 14, 10, 18, 12, 26, 4, 7, 3, 3, 5, 12, -2, -8),
+            (5, 5, 4, 8, 12, 20, 11, 21, 0, 9, 6, -1, 7, 15, 2, -8),
+            (5, 5, 4, 8, 12, 20, 11, 21, 4, 9, 6, -1, 7, 15, 2, -8),
+            (5, 5, 4, 8, 12, 20, 11, 21, 4, 9, 6, -1, 7, 15, 2, -8),
+            (5, 5, 4, 8, 12, 20, 11, 21, 4, 9, 6, -1, 7, 15, 2, -8),
+            (5, 5, 4, 8, 12, 20, 11, 21, 4, 9, 6, -1, 7, 15, 2, -8),
+            (5, 5, 4, 8, 12, 20, 11, 21, 4, 9, 6, -1, 7, 15, 2, -8),
+            (5, 5, 4, 8, 12, 20, 11, 21, 4, 9, 6, -1, 7, 15, 2, -8),
         ),
-        "gbk": (23, 5, -3, 0, -15),
-        "cp949": (0, 4, -7, -16),
+        "gbk": (12, 3, -1, 0, -8),
+        "cp949": (0, 1, -3, -9),
+        "latin": {
+            "pairs": (
+                (2, 2, 3, 12, 8, 29, 14, 22, 4, 14, 3, -3, 12, 7, 19, -8),
+                (4, 3, 1, 7, 13, 24, 11, 23, 4, 6, 6, 1, 6, 12, 2, -8),
+                (9, 4, 4, 4, 9, 14, 12, 27, 4, 10, 6, -1, 7, 15, 2, -8),
+                (6, 5, 8, 1, 20, 21, 13, 12, 4, 9, 7, -1, 9, 19, -1, -8),
+                (1, -1, -2, 13, 3, 23, 15, 27, 4, 12, 6, 0, 7, 14, 3, -8),
+                (3, 11, 20, 9, 18, 6, 4, 31, 4, 9, 6, -1, 3, 15, 1, -8),
+                (7, 10, 5, 8, 13, 22, 2, 7, 4, 6, 9, 2, 10, 20, 4, -8),
+                (11, 7, 3, 5, 11, 13, 9, 5, 4, 6, 7, -4, 7, 19, 8, -8),
+                (6, 5, 0, 3, 21, 20, 17, 18, 4, 5, 3, 2, 5, 13, -1, -8),
+                (5, 5, 4, 8, 12, 20, 11, 21, 3, 9, 6, -1, 7, 15, 2, -8),
+                (5, 5, 4, 8, 12, 20, 11, 21, 4, 9, 6, -1, 7, 15, 2, -8),
+                (5, 5, 4, 8, 12, 20, 11, 21, 4, 9, 6, -1, 7, 15, 2, -8),
+                (5, 5, 4, 8, 12, 20, 11, 21, 4, 9, 6, -1, 7, 15, 2, -8),
+                (5, 5, 4, 8, 12, 20, 11, 21, 4, 9, 6, -1, 7, 15, 2, -8),
+                (5, 5, 4, 8, 12, 20, 11, 21, 4, 9, 6, -1, 7, 15, 2, -8),
+                (5, 5, 4, 8, 12, 20, 11, 21, 4, 9, 6, -1, 7, 15, 2, -8),
+            ),
+            "letters": (
+                (-1, 0, -2, 2, 0, -1, 2, -2, 2, -2, -4, 1, -5, 1, 0, 2),
+                (-3, -10, 3, 3, 0, -2, -3, 0, -1, 2, 0, -3, 1, 7, 0, 1),
+                (-1, -2, 0, 1, 4, 2, 0, -3, 2, 1, 1, -1, -1, 5, 0, -8),
+                (3, 0, -3, -1, -7, 24, -1, 1, 1, 3, 2, -4, 1, 3, 0, 0),
+                (-1, 24, 23, 2, 1, -2, -2, -2, -4, 1, 5, 0, 0, -2, 0, 5),
+                (0, 1, 0, -6, 24, 11, 3, 1, 0, 0, -1, -9, 0, 1, 0, 10),
+                (0, 2, -2, 0, 1, 0, 4, -6, 2, -2, 8, -1, 0, 1, 0, -1),
+                (-2, 0, 0, 0, 0, 2, -3, 0, -5, -1, 3, 1, -6, 2, 0, 2),
+                (-1, -3, 1, -1, 2, -2, 0, 4, -3, 2, -2, -2, 22, 1, 0, -7),
+                (-2, 2, 2, -1, 3, 9, 24, -2, 1, 0, -23, -1, 11, -5, 0, 1),
+                (1, 1, 0, -1, -2, 7, -24, 0, -2, 1, 5, -1, -10, -1, 0, -5),
+                (-1, 0, 1, -2, -2, -2, 0, 4, 8, 0, 3, -1, -7, 0, 0, 4),
+                (0, -1, -1, 2, -2, 3, 23, 0, -24, 5, -19, 24, -5, 2, 0, 0),
+                (2, 0, 3, 2, 1, -3, -2, -1, 2, -3, -1, 4, 4, 4, 0, 1),
+                (3, 4, -4, 3, -2, 22, 0, 5, 0, -1, -4, 9, 6, -3, -1, -5),
+                (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, -1, 0),
+            ),
+        },
+        "cyrillic": {
+            "pairs": (
+                (0, 9, -8, 11, 12, 29, 14, 19, 4, 17, 0, -3, 12, 7, -3, -8),
+                (4, 3, 1, 6, 15, 26, 8, 27, 4, 13, 6, 1, 6, 12, 2, -8),
+                (4, 1, 1, 7, 3, 19, 15, 30, 4, 9, 6, -1, 7, 15, 2, -8),
+                (12, 4, -8, 4, 9, 22, 16, 11, 4, 9, 6, -1, 9, 19, -1, -8),
+                (1, -3, -4, 20, 1, 23, 11, 37, 4, 10, 6, 0, 7, 14, 2, -8),
+                (5, 8, 7, 5, 18, 4, 7, 30, 4, 9, 6, -1, 3, 15, 1, -8),
+                (7, 11, 23, 5, 13, 23, 3, 1, 4, 9, 13, 2, 10, 20, 4, -8),
+                (11, 7, 9, 8, 3, 13, 10, 3, 4, 9, 10, -4, 7, 19, 8, -8),
+                (2, 7, 2, 18, 13, 20, 12, 29, 2, 6, 0, 2, 5, 13, -1, -8),
+                (5, 5, 4, 8, 12, 20, 11, 21, 2, 9, 6, -1, 7, 15, 2, -8),
+                (5, 5, 4, 8, 12, 20, 11, 21, 5, 9, 6, -1, 7, 15, 2, -8),
+                (5, 5, 4, 8, 12, 20, 11, 21, 4, 9, 6, -1, 7, 15, 2, -8),
+                (5, 5, 4, 8, 12, 20, 11, 21, 4, 9, 6, -1, 7, 15, 2, -8),
+                (5, 5, 4, 8, 12, 20, 11, 21, 4, 9, 6, -1, 7, 15, 2, -8),
+                (5, 5, 4, 8, 12, 20, 11, 21, 4, 9, 6, -1, 7, 15, 2, -8),
+                (5, 5, 4, 8, 12, 20, 11, 21, 4, 9, 6, -1, 7, 15, 2, -8),
+            ),
+            "letters": (
+                (0, -6, 8, 0, 1, -1, -3, 0, 0, 0, 0, 0, 0, 0, 0, -5),
+                (-1, -1, 0, -2, 0, -1, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+                (3, -3, -1, -4, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+                (0, -2, 3, 1, -2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1),
+                (-1, -2, -4, -1, 0, 2, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+                (0, 0, 0, 0, 0, 0, 0, -1, -1, -1, -1, 0, -2, 3, 0, 0),
+                (0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, -3, 16, 0, 0),
+                (-2, 1, 0, 0, 3, -1, -2, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+                (0, 0, 0, 0, -1, 1, -2, 0, 0, 0, 0, 0, 0, 1, 0, 0),
+                (3, -12, 0, 0, -2, 1, -1, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+                (9, 24, 0, 0, 0, -2, -2, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+                (4, -5, 0, 0, -5, -1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+                (-5, -4, 0, 0, -2, 0, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+                (-1, -17, 0, -24, 6, 2, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+                (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+                (0, 0, 0, 0, 0, 0, 0, 0, -1, -1, 0, 0, 0, -1, 0, 0),
+            ),
+        },
     },
     "cl100k": {
         "pairs": (
-            (1, 10, 6, 18, 13, 52, 20, 60, 21, 89, -16, 23, 28, 15, 6, -16),
-            (12, 4, 2, 8, 32, 52, 15, 58, 21, 25, -4, 8, -16, 10, -16, -16),
-            (18, 2, 7, 7, 1, 36, 22, 69, 21, 30, -4, 7, 12, 86, -16, -16),
-            (11, 11, 20, 3, 35, 42, 29, 28, 21, -13, 58, 23, 8, 14, -16, -16),
-            (4, 4, 0, 25, 2, 38, 30, 72, 21, 104, -4, 8, -2, -16, -16, -16),
-            (14, 19, 15, 12, 71, 11, 17, 68, 21, 38, -4, 7, -4, 43, -16, -16),
-            (22, 20, 9, 25, 12, 42, 1, 15, 21, -16, 61, 8, 20, 71, 15, -16),
-            (25, 8, 19, 4, 28, 7, 23, 4, 21, 48, 19, -7, 9, 48, -4, -16),
-            (7, 29, -13, 23, 68, 12, 23, 65, 21, 3, -7, 0, 10, 29, -9, -16),
-            (13, 11, 6, 13, 21, 39, 20, 45, 21, 38, -4, 7, 12, 29, -4, -16),
-            (13, 11, 6, 13, 21, 39, 20, 45, 20, 38, -4, 7, 12, 29, -4, -16),
-            (13, 11, 6, 13, 21, 39, 20, 45, 21, 38, -4, 7, 12, 29, -4, -16),
-            (13, 11, 6, 13, 21, 39, 20, 45, 21, 38, -4, 7, 12, 29, -4, -16),
-            (13, 11, 6, 13, 21, 39, 20, 45, 21, 38, -4, 7, 12, 29, -4, -16),
-            (13, 11, 6, 13, 21, 39, 20, 45, 21, 38, -4, 7, 12, 29, -4, -16),
-            (13, 11, 6, 13, 21, 39, 20, 45, 21, 38, -4, 7, 12, 29, -4, -16),
+            (0, 5, 3, 9, 4, 27, 11, 25, 10, 55, -3, 10, 11, 9, 5, -8),
+            (7, 2, 1, 4, 17, 26, 10, 28, 10, 19, 0, 3, -8, 8, -8, -8),
+            (8, 1, 3, 4, 6, 20, 12, 38, 10, 8, 0, 3, 5, 55, -8, -8),
+            (5, 6, 10, 2, 19, 23, 16, 12, 10, 8, 1, 8, 1, 12, -8, -8),
+            (5, 0, -3, 11, 1, 24, 17, 35, 10, 9, 1, 3, 0, -8, -8, -8),
+            (8, 9, 8, 3, 34, 5, 6, 35, 10, 8, 0, 3, -1, 22, -8, -8),
+            (11, 9, 2, 12, 5, 22, 1, 5, 10, 8, 3, 3, 12, 37, 15, -8),
+            (15, 1, 14, 5, 13, 13, 11, 2, 10, 8, 1, -4, 6, 28, 1, -8),
+            (4, 52, 3, 9, -4, 11, 12, 31, 11, 7, -1, 1, 4, 18, -5, -8),
+            (7, 5, 4, 7, 11, 20, 11, 22, 6, 8, 0, 3, 5, 19, -1, -8),
+            (7, 5, 4, 7, 11, 20, 11, 22, 10, 8, 0, 3, 5, 19, -1, -8),
+            (7, 5, 4, 7, 11, 20, 11, 22, 10, 8, 0, 3, 5, 19, -1, -8),
+            (7, 5, 4, 7, 11, 20, 11, 22, 10, 8, 0, 3, 5, 19, -1, -8),
+            (7, 5, 4, 7, 11, 20, 11, 22, 10, 8, 0, 3, 5, 19, -1, -8),
+            (7, 5, 4, 7, 11, 20, 11, 22, 10, 8, 0, 3, 5, 19, -1, -8),
+            (7, 5, 4, 7, 11, 20, 11, 22, 10, 8, 0, 3, 5, 19, -1, -8),
         ),
-        "gbk": (40, 2, -14, -7, -9),
-        "cp949": (0, -6, -16, -25),
+        "gbk": (20, 1, -6, -4, -6),
+        "cp949": (0, -5, -9, -15),
+        "latin": {
+            "pairs": (
+                (2, -1, 2, 11, 5, 34, 13, 18, 10, 9, -3, 10, 9, 8, 7, -8),
+                (7, 3, 3, 4, 15, 23, 9, 24, 10, 4, 0, 3, 5, 18, -6, -8),
+                (10, 4, 5, 5, 2, 19, 12, 27, 10, 7, 0, 3, 5, 19, -2, -8),
+                (6, 5, 9, 3, 21, 19, 14, 14, 10, 13, 1, 3, 4, 16, -3, -8),
+                (6, -2, -1, 8, 3, 21, 15, 29, 10, 9, 1, 3, 5, 19, -1, -8),
+                (2, 2, 3, 4, 20, 4, 5, 30, 10, 9, 0, 3, 0, 20, -2, -8),
+                (9, 9, 4, 8, 11, 23, 2, 7, 10, 2, 3, 3, 7, 28, 0, -8),
+                (11, 7, 0, 0, 11, 16, 10, 7, 10, 12, 1, -2, 5, 26, 1, -8),
+                (8, 6, 1, -1, 30, 20, 14, 15, 10, 6, -1, 0, 4, 18, -5, -8),
+                (7, 5, 4, 7, 11, 20, 11, 22, 10, 8, 0, 3, 5, 19, -1, -8),
+                (7, 5, 4, 7, 11, 20, 11, 22, 10, 8, 0, 3, 5, 19, -1, -8),
+                (7, 5, 4, 7, 11, 20, 11, 22, 10, 8, 0, 3, 5, 19, -1, -8),
+                (7, 5, 4, 7, 11, 20, 11, 22, 10, 8, 0, 3, 5, 19, -1, -8),
+                (7, 5, 4, 7, 11, 20, 11, 22, 10, 8, 0, 3, 5, 19, -1, -8),
+                (7, 5, 4, 7, 11, 20, 11, 22, 10, 8, 0, 3, 5, 19, -1, -8),
+                (7, 5, 4, 7, 11, 20, 11, 22, 10, 8, 0, 3, 5, 19, -1, -8),
+            ),
+            "letters": (
+                (-1, 1, -1, 3, 0, -1, 0, -1, 1, -4, -3, 2, -4, 2, 0, 1),
+                (-5, -17, 0, 4, -3, 0, 1, 1, 1, 1, 0, -5, 3, 5, 0, -2),
+                (0, -7, 0, -1, 4, 5, -1, -2, 2, -1, 2, 0, 0, 4, 0, -1),
+                (6, 2, -1, 24, -6, 24, -2, 4, -2, 2, 1, -4, -1, 2, 0, -1),
+                (-2, 24, 24, 1, 2, -3, -2, -3, -2, 1, 5, 1, 2, -4, 0, 24),
+                (2, -1, -4, -2, 24, 3, 3, 1, -1, 1, -2, 1, -1, 3, 0, 7),
+                (0, 3, -3, 1, 1, 1, -2, 24, -1, -3, 14, -2, 0, 1, 0, -2),
+                (-1, 0, -3, 0, 0, 6, 0, 4, -5, -2, 2, 1, -6, 2, 0, 4),
+                (-2, 0, 5, -1, 5, -2, 0, 0, -1, 4, 0, -1, 24, 0, 0, -12),
+                (-4, 4, 2, -2, 1, 12, -24, -4, 2, 5, 0, 3, 7, -5, 0, -2),
+                (0, 0, 1, -1, -2, 4, -11, 0, -13, -2, 1, -12, -13, 0, 0, 0),
+                (-1, 0, 2, -3, -6, 1, 0, 1, 7, -1, 3, -3, -13, 1, 0, -1),
+                (2, -3, -2, 0, 2, 3, 24, 0, -24, 7, -24, 5, -2, 0, 0, 3),
+                (2, 1, 3, -2, 0, -4, 0, 0, 0, -1, -1, 4, -1, 3, 0, 0),
+                (2, 7, -5, 7, -3, 24, 0, 7, 1, -3, -8, 13, 1, -7, 4, -2),
+                (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, -1, 0),
+            ),
+        },
+        "cyrillic": {
+            "pairs": (
+                (0, 8, -8, 9, 5, 26, 10, 22, 10, 11, -6, 10, 9, 8, 6, -8),
+                (7, 3, 1, 6, 16, 26, 8, 26, 10, 11, 0, 3, 5, 18, -4, -8),
+                (5, 1, 4, -8, 24, 20, 14, 40, 10, 9, 0, 3, 5, 19, -2, -8),
+                (11, 5, -8, 0, 13, 19, 14, 14, 10, 9, 0, 3, 4, 16, -3, -8),
+                (9, 2, -7, 5, 1, 21, 18, 28, 10, 9, 1, 3, 5, 19, -2, -8),
+                (8, 9, 7, 4, 20, 4, 5, 33, 10, 8, 0, 3, 0, 20, -2, -8),
+                (10, 10, 29, 11, 8, 25, 2, 5, 10, 8, 11, 3, 7, 28, -1, -8),
+                (17, 4, 10, 6, 10, 16, 11, 1, 10, 8, 1, -2, 5, 26, 1, -8),
+                (2, 6, 3, 14, 12, 19, 15, 33, 0, 6, -2, 0, 4, 18, -6, -8),
+                (7, 5, 4, 7, 11, 20, 11, 22, 10, 8, 0, 3, 5, 19, -1, -8),
+                (7, 5, 4, 7, 11, 20, 11, 22, 11, 8, 0, 3, 5, 19, -1, -8),
+                (7, 5, 4, 7, 11, 20, 11, 22, 10, 8, 0, 3, 5, 19, -1, -8),
+                (7, 5, 4, 7, 11, 20, 11, 22, 10, 8, 0, 3, 5, 19, -1, -8),
+                (7, 5, 4, 7, 11, 20, 11, 22, 10, 8, 0, 3, 5, 19, -1, -8),
+                (7, 5, 4, 7, 11, 20, 11, 22, 10, 8, 0, 3, 5, 19, -1, -8),
+                (7, 5, 4, 7, 11, 20, 11, 22, 10, 8, 0, 3, 5, 19, -1, -8),
+            ),
+            "letters": (
+                (0, -7, -5, 1, 1, 0, -3, 0, 0, 0, 0, 0, 0, 0, 0, 2),
+                (1, -5, 0, -2, 0, -1, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+                (22, -3, -1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+                (2, 0, 5, 0, -3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3),
+                (-1, 0, 2, 1, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+                (0, 0, 0, 0, 0, 0, 0, -3, 0, 0, -3, 2, 0, 3, 0, 0),
+                (0, 0, 0, 0, 0, 0, 0, 2, -2, 0, 0, 0, -4, 18, 0, 0),
+                (-2, 3, 0, 0, -2, -1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+                (-2, 0, 0, 0, 5, 0, -3, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+                (2, -11, 0, 0, -2, 3, -4, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+                (-5, 24, 0, 0, 2, -5, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+                (4, -6, 0, 0, 9, -1, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+                (-6, -8, 0, 0, 1, -2, 6, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+                (3, -24, 0, -24, -1, 5, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+                (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+                (0, 0, 0, 0, 0, 0, 0, 0, 1, -2, 0, 0, 0, -2, 0, 0),
+            ),
+        },
     },
 }
 # END FITTED WEIGHTS
@@ -148,7 +345,7 @@ class _Sum(NamedTuple):
         table = [w + offset for w in weights]
         if max(table) > 255:
             raise ValueError("estimator weights do not fit in a byte")
-        return cls(bytes(table), offset, 65520 // max(1, max(table)))
+        return cls(bytes(table), offset, 65519 // max(1, max(table)))  # 1 + the sum < 65521
 
     def total(self, codes: bytes) -> int:
         """Sum of the weights of `codes` (bytes already translated through `table`)."""
@@ -161,18 +358,47 @@ class _Sum(NamedTuple):
             total += (_adler32(view[start : start + self.chunk]) & 0xFFFF) - 1
         return total
 
+    def pairs(self, digits: bytes) -> int:
+        """Sum of the weights of every pair of neighbours in `digits` (classes as hex digits), the
+        first one after a blank (class 0): `unhexlify` makes a pair code of every two digits, once
+        from the first digit and once from the second."""
+        table, offset, chunk = self
+        if len(digits) & 1:
+            first, second = _unhexlify(digits[:-1]), _unhexlify(digits[1:])
+        else:
+            first, second = _unhexlify(digits), _unhexlify(digits[1:-1])
+        start = table[HEX_VALUE[digits[0]]] - offset  # the pair (blank, first class)
+        first, second = first.translate(table), second.translate(table)
+        if len(first) < chunk:  # the common case, inlined: one adler32 call per half
+            n = len(first) + len(second)
+            return (_adler32(first) & 0xFFFF) + (_adler32(second) & 0xFFFF) - 2 - offset * n + start
+        return self.total(first) + self.total(second) + start
+
+
+class _Script(NamedTuple):
+    digit: bytes  # the script's lead-byte class as a hex digit
+    letters_hex: bytes  # byte -> the script's letter class as a hex digit
+    pairs: _Sum  # the class pairs' weights for a text in this script
+    letters: _Sum  # and its letter pairs' weights
+
 
 class _Profile(NamedTuple):
     pairs: _Sum  # indexed by pair code (previous class << 4 | class)
     gbk: _Sum  # indexed by a byte of the GBK encoding
     cp949: _Sum  # indexed by a byte of the CP949 encoding
+    scripts: tuple[_Script, ...]
 
     @classmethod
-    def build(cls, weights: dict[str, tuple]) -> "_Profile":
-        pairs = [weights["pairs"][code >> 4][code & 0xF] for code in range(256)]
+    def build(cls, weights: dict) -> "_Profile":
+        def pairs(rows: tuple) -> _Sum:
+            return _Sum.build([rows[code >> 4][code & 0xF] for code in range(256)])
+
         gbk = [(0, *weights["gbk"])[i] for i in GBK_TABLE]
         cp949 = [(0, *weights["cp949"])[i] for i in CP949_TABLE]
-        return cls(_Sum.build(pairs), _Sum.build(gbk), _Sum.build(cp949))
+        scripts = tuple(_Script(_hex(bytes([lead])), _hex(table), pairs(weights[name]["pairs"]),
+                                pairs(weights[name]["letters"]))
+                        for name, (lead, table) in SCRIPTS.items() if name in weights)
+        return cls(pairs(weights["pairs"]), _Sum.build(gbk), _Sum.build(cp949), scripts)
 
 
 _adler32 = zlib.adler32
@@ -192,27 +418,19 @@ def estimate_tokens(text: str, profile: str = DEFAULT_PROFILE) -> int:
         raw = text.encode()
     except UnicodeEncodeError:  # lone surrogates: count them as the bytes they would be
         raw = text.encode("utf-8", "surrogatepass")
-    n = len(raw)
     digits = raw.translate(HEX_TABLE)
-    # A blank before the first byte (a leading word counts as a word after a space) and one after
-    # the last: the pairs (blank, c0), (c1, c2), ... and (c0, c1), (c2, c3), ..., one of the two
-    # ending with the padding pair (last class, blank), which is taken off below.
-    padded = b"0" + digits + b"0"
-    if n & 1:
-        first, second = _unhexlify(padded[:-1]), _unhexlify(padded[1:])
-    else:
-        first, second = _unhexlify(padded), _unhexlify(padded[1:-1])
-    table, offset, chunk = weights.pairs
-    first, second = first.translate(table), second.translate(table)
-    padding = table[CLASS_TABLE[raw[-1]] << 4]
-    if len(first) < chunk:  # the common case, inlined: one adler32 call per half
-        total = (_adler32(first) & 0xFFFF) + (_adler32(second) & 0xFFFF) - 2 - offset * n - padding
-    else:
-        total = weights.pairs.total(first) + weights.pairs.total(second) + offset - padding
-    if _CJK_DIGIT in digits:
-        total += weights.gbk.total(text.encode("gbk", "replace").translate(weights.gbk.table))
-    if _HANGUL_DIGIT in digits:
-        total += weights.cp949.total(text.encode("cp949", "replace").translate(weights.cp949.table))
+    pairs, total = weights.pairs, 0
+    if extra := len(raw) - len(text):  # not ASCII: the script models and the legacy encodings
+        for script in weights.scripts:
+            leads = digits.count(script.digit)
+            if leads >= SCRIPT_MIN and 2 * leads >= extra:
+                pairs, total = script.pairs, script.letters.pairs(raw.translate(script.letters_hex))
+                break
+        if _CJK_DIGIT in digits:
+            total += weights.gbk.total(text.encode("gbk", "replace").translate(weights.gbk.table))
+        if _HANGUL_DIGIT in digits:
+            total += weights.cp949.total(text.encode("cp949", "replace").translate(weights.cp949.table))
+    total += pairs.pairs(digits)
     return max(1, (total + SCALE // 2) // SCALE)
 
 
