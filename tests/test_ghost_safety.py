@@ -392,6 +392,45 @@ def test_not_a_folder(tmp_path: Path) -> None:
     assert caught.value.code == GitFailed.code
 
 
+def test_restore_writes_only_changed_paths_never_through_a_link(repo: Repo, tmp_path: Path) -> None:
+    """A restore rewrites just the changed paths (`checkout-index` of those alone): folders it
+    empties go, a file and a folder swap places, and a folder the agent replaced by a link to
+    somewhere else is put back without writing or deleting anything where the link pointed."""
+    repo.write("docs/guide.md", "guide\n")
+    repo.write("tool", "a file\n")
+    snap = ghost.snapshot(repo.root)
+    untouched = repo.root / "README.md"
+    inode = untouched.stat().st_ino, untouched.stat().st_mtime_ns
+    before = raw_files(repo.root)
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "app.py").write_text("not the repository's\n")
+    for name in ("app.py", "util.py"):
+        (repo.root / "src" / name).unlink()
+    (repo.root / "src").rmdir()
+    (repo.root / "src").symlink_to(outside)  # the folder is now a link out of the repository
+    (repo.root / "tool").unlink()
+    repo.write("tool/inner.txt", "a folder now\n")  # a file became a folder
+    repo.write("deep/new/dirs/x.txt", "created\n")  # folders that only the restore's deletions empty
+    (repo.root / "docs/guide.md").unlink()
+    (repo.root / "docs").rmdir()
+    repo.write("docs", "a file where a folder was\n")
+    after_agent = raw_files(repo.root)
+
+    result = ghost.restore(repo.root, snap["id"])
+    assert raw_files(repo.root) == before
+    assert not (repo.root / "deep").exists()  # emptied folders are removed, as `read-tree -u` does
+    assert (outside / "app.py").read_text() == "not the repository's\n" and len(list(outside.iterdir())) == 1
+    assert (untouched.stat().st_ino, untouched.stat().st_mtime_ns) == inode  # unchanged files are not rewritten
+    assert sorted(result["restored"]) == ["docs/guide.md", "src/app.py", "src/util.py", "tool"]
+    assert sorted(result["removed"]) == ["deep/new/dirs/x.txt", "docs", "src", "tool/inner.txt"]
+
+    ghost.restore(repo.root, result["undoId"])
+    assert raw_files(repo.root) == after_agent
+    assert (repo.root / "src").is_symlink() and (outside / "app.py").read_text() == "not the repository's\n"
+
+
 # --- kill -9 during a restore -------------------------------------------------------------------------
 
 _RESTORER = """

@@ -361,9 +361,11 @@ class _Cache:
                 "deleted": deleted}
         pending = self.index.with_suffix(f".{uuid.uuid4().hex}.tmp")
         try:
-            os.link(index, pending)  # the same inode, so the recorded stat matches
+            if _stamp(self.index) != _stamp(index):  # else git left the seed as it was: it is kept already
+                os.link(index, pending)  # the same inode, so the recorded stat matches
             self.meta.with_suffix(".tmp").write_text(json.dumps(meta), "utf-8")
-            os.replace(pending, self.index)
+            if pending.exists():
+                os.replace(pending, self.index)
             os.replace(self.meta.with_suffix(".tmp"), self.meta)
         except OSError:
             pending.unlink(missing_ok=True)
@@ -429,7 +431,7 @@ def _capture(site: Site, settings: GhostSettings, say: Callable[[str], None], ca
         say("looking for changes and untracked files")
         meta = meta if _Cache.usable(meta, user, settings) else None
         if meta is not None:
-            shutil.copy2(cache.index, index)  # copy2 keeps the mtime git uses to spot racy entries
+            _seed(cache.index, index)
         elif cold and site.head:
             site.git("read-tree", site.head, index=index)
         elif not cold and site.user_index is not None and site.user_index.exists():
@@ -482,6 +484,16 @@ def _capture(site: Site, settings: GhostSettings, say: Callable[[str], None], ca
     if not unmerged and not force and index.exists():
         _remember(site, cache, index, user, meta, files, hidden, settings, tree, listed)
     return State(index=index, tree=tree, skipped=skipped, started_ns=started)
+
+
+def _seed(kept: Path, index: Path) -> None:
+    """Start a temporary index from the kept one: a second name for the same file, since git never
+    writes an index in place (it writes `<index>.lock` and renames it over), so the kept one stays
+    as it is. Same bytes and mtime (git uses it to spot racy entries), and nothing copied."""
+    try:
+        os.link(kept, index)
+    except OSError:  # a file system without hard links
+        shutil.copy2(kept, index)
 
 
 def _stamp(index: Path) -> tuple[int, int, int] | None:

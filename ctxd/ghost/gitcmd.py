@@ -54,6 +54,10 @@ FIXED_ENV = {
     "GIT_TERMINAL_PROMPT": "0",
     "GIT_NO_REPLACE_OBJECTS": "1",
     "LC_ALL": "C",  # messages and quoting that do not depend on the user's locale
+    # glibc gives freed memory back to the system once 128 KiB are free at the top of the heap, and
+    # zlib's deflate state is about 270 KiB: git would map, zero and unmap it again for every object
+    # it writes (half the time of a capture that stores 1,000 changed files).
+    "GLIBC_TUNABLES": "glibc.malloc.trim_threshold=268435456:glibc.malloc.top_pad=1048576",
     "GIT_AUTHOR_NAME": "ctxd", "GIT_AUTHOR_EMAIL": "ctxd@localhost",
     "GIT_COMMITTER_NAME": "ctxd", "GIT_COMMITTER_EMAIL": "ctxd@localhost",
 }

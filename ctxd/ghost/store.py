@@ -298,8 +298,9 @@ def delete_ref(site: Site, commit: str) -> None:
 def pin(site: Site, commit: str, tree: str) -> None:
     """Copy into the store every object of `commit` that exists only in the user's repository.
 
-    The objects of the trees pinned last are already here, so only what differs from those is
-    looked at; of that, what is local (written by this capture) is skipped.
+    The objects of the tree pinned last are all here already, and the new tree shares most of
+    them: only what `diff-tree` finds different from it is looked at (a walk that skips every
+    subtree the two share); of that, what is local (written by this capture) is skipped.
     """
     if site.user_objects is None:
         return  # a plain folder's store borrows nothing
@@ -310,25 +311,34 @@ def pin(site: Site, commit: str, tree: str) -> None:
         recent = []
     if tree in recent:
         return  # the same tree as a recent snapshot: all its objects are here already
-    # The trees pinned last: their objects are all here, and the new tree shares most of them.
-    others = recent[:2]
-    revs = [commit] + [f"^{other}" for other in others]
-    listed = site.git("rev-list", "--objects", "--no-object-names", "--stdin",
-                      stdin="\n".join(revs).encode() + b"\n")[1].split()
-    if not listed:
-        return
-    if others:
+    if recent:
+        listed = [commit.encode(), tree.encode()] + _new_objects(site, recent[0], tree)
         checked = site.git("cat-file", "--batch-check=%(objectname)", stdin=b"\n".join(listed) + b"\n",
                            borrow=False)[1]
         missing = [line.split()[0] for line in checked.splitlines() if line.endswith(b" missing")]
-    else:
-        missing = listed  # nothing pinned yet (or after a gc): copy all; what is local is packed twice, once
+    else:  # nothing pinned yet (or after a gc): copy all; what is local is packed twice, once
+        missing = site.git("rev-list", "--objects", "--no-object-names", commit)[1].split()
     if missing:
         site.git("pack-objects", "-q", "--window=0", str(site.store / "objects" / "pack" / "pack"),
                  stdin=b"\n".join(missing) + b"\n")
     pending = pinned.with_name(f".pinned-{uuid.uuid4().hex}.tmp")
     pending.write_text("\n".join([tree, *recent[:31]]) + "\n", "ascii")
     os.replace(pending, pinned)
+
+
+_NO_OBJECT = re.compile(rb"0+")
+
+
+def _new_objects(site: Site, old_tree: str, new_tree: str) -> list[bytes]:
+    """Every tree and blob of `new_tree` that `old_tree` does not have at the same path (gitlinks
+    name commits of other repositories: not objects of this one)."""
+    raw = site.git("diff-tree", "-r", "-t", "-z", "--no-renames", "--raw", old_tree, new_tree)[1]
+    found = []
+    for record in raw.split(b"\0")[0::2]:
+        fields = record[1:].split()
+        if len(fields) == 5 and fields[1] != b"160000" and not _NO_OBJECT.fullmatch(fields[3]):
+            found.append(fields[3])
+    return found
 
 
 def pack_count(site: Site) -> int:
