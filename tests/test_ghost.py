@@ -515,6 +515,51 @@ def test_the_cached_index_gives_the_same_trees(repo: Repo, scope: str, monkeypat
     assert used.count(True) == len(edits) - 2
 
 
+def test_split_index(repo: Repo, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With `core.splitIndex` the user's index keeps most entries in `.git/sharedindex.<id>`: a
+    capture still starts from it (staged new files included, unchanged files not hashed again),
+    and leaves the user's index, its shared part and the store as they were."""
+    repo.git("config", "core.splitIndex", "true")
+    repo.git("update-index", "--split-index")
+    repo.write("staged.txt", "staged, never committed\n")
+    repo.git("add", "staged.txt")  # lives in the split index, not in HEAD
+    repo.write("src/app.py", "edited\n")
+    shared = sorted(repo.git_dir.glob("sharedindex.*"))
+    assert shared and b"link" in (repo.git_dir / "index").read_bytes()
+    before = repo.state()
+    # (Reading a split index, as `git status` or `git ls-files` does, refreshes its shared part's
+    # mtime, so that git's own expiry keeps it: only its bytes are compared.)
+    shared_before = {p.name: p.read_bytes() for p in shared}
+    colds: list[bool] = []
+    real_capture = capture._capture
+    monkeypatch.setattr(capture, "_capture", lambda *a, **k: colds.append(k.get("cold", False)) or real_capture(*a, **k))
+
+    snap = ghost.snapshot(repo.root)
+    tree = snapshot_tree(repo, snap["id"])
+    assert "staged.txt" in tree and snap["fileCount"] == 5
+    assert colds == [False]  # the user's index was used as it is, not rebuilt from HEAD
+    assert repo.state() == before
+    assert {p.name: p.read_bytes() for p in repo.git_dir.glob("sharedindex.*")} == shared_before
+    assert not list(store_dir(repo).glob("sharedindex.*"))
+
+    repo.write("second.txt", "staged later\n")
+    repo.git("add", "second.txt")  # the user's git writes a new split index
+    (repo.root / "staged.txt").write_text("agent\n")
+    again = ghost.snapshot(repo.root)
+    assert "second.txt" in snapshot_tree(repo, again["id"]) and colds == [False, False]
+    result = ghost.restore(repo.root, snap["id"])
+    assert result["restored"] == ["staged.txt"] and result["removed"] == ["second.txt"]
+    assert (repo.root / "staged.txt").read_text() == "staged, never committed\n"
+    # A capture from scratch (the kept index unusable) starts from the user's entries, not HEAD's.
+    site = ghost.open_site(repo.root, Path())
+    assert site is not None
+    state = capture.capture(site, GhostSettings(), None, None, cold=True)
+    try:
+        assert "staged.txt" in site.paths("ls-files", "-z", index=state.index)
+    finally:
+        state.index.unlink()
+
+
 def test_temporary_files_stay_inside_the_git_dir(repo: Repo) -> None:
     repo.write("notes.txt")
     snap = ghost.snapshot(repo.root)

@@ -8,6 +8,7 @@ repositories, and a restore cut short by `kill -9`.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import stat
@@ -21,7 +22,7 @@ import pytest
 from ctxd.errors import GitFailed, InvalidParams
 from ctxd.ghost import snapshots as ghost
 from ctxd.settings import GhostSettings
-from tests.ghost_repo import Repo, isolated_git_env, make_repo
+from tests.ghost_repo import IDENTITY, Repo, isolated_git_env, make_repo
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -354,6 +355,72 @@ def test_keep_and_max_age_prune_old_snapshots(repo: Repo) -> None:
     assert [g["id"] for g in ghost.list_snapshots(repo.root)] == [newest, ids[4], ids[3]]
 
 
+def _legacy_snapshot(repo: Repo, message: str, scope: str = "") -> str:
+    """A snapshot as ctxd's first version took it: a commit of the user's repository whose parent is
+    HEAD, its tree the working tree, its metadata in the message, kept by `refs/ctxd/ghost/<id>`."""
+    index = repo.git_dir / "legacy.index"
+    env = {**os.environ, **IDENTITY, "GIT_INDEX_FILE": str(index)}
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=repo.root, env=env, check=True, capture_output=True,
+                              text=True).stdout.strip()
+
+    git("read-tree", "HEAD")
+    git("add", "-A")
+    tree = git("write-tree")
+    index.unlink()
+    meta = {"v": 1, "message": message, "createdAt": "2025-01-02T03:04:05.000Z", "scope": scope,
+            "worktree": "", "fileCount": 4, "skipped": [], "durationMs": 7}
+    commit = git("commit-tree", "--no-gpg-sign", tree, "-p", "HEAD", "-m",
+                 f"{message}\n\nctxd-ghost: {json.dumps(meta)}\n")
+    git("update-ref", "-m", "ctxd ghost snapshot", f"refs/ctxd/ghost/{commit}", commit)
+    return commit
+
+
+def test_snapshots_of_the_first_version_move_out_of_the_users_refs(repo: Repo) -> None:
+    """The first version kept snapshots as refs of the user's repository (`git log --all` showed
+    them). The first list moves them into the store: listed, restorable, under the same ids, and
+    gone from the user's refs; no other ref changes and no hook runs."""
+    repo.write("src/app.py", "print('legacy state')\n")
+    legacy = _legacy_snapshot(repo, "from the first version")
+    repo.git("pack-refs", "--all")  # one packed (after the user's gc), one loose
+    scoped = _legacy_snapshot(repo, "of the src folder", scope="src/")
+    repo.write("src/app.py", "print('app')\n")
+    repo.git("tag", "v1")
+    repo.git("update-ref", "refs/ctxd/ghost/not-a-snapshot", "HEAD")  # no ctxd metadata: not ours to move
+    assert legacy in repo.git("log", "--all", "--format=%H")
+    other_refs = [line for line in repo.git("for-each-ref").splitlines()
+                  if "refs/ctxd/ghost/" not in line or "not-a-snapshot" in line]
+    assert len(other_refs) == 3
+    hook = repo.git_dir / "hooks" / "reference-transaction"
+    marker = repo.root.parent / "hook-ran"
+    hook.write_text(f"#!/bin/sh\necho ran >> {marker}\n")
+    hook.chmod(0o755)
+
+    listed = ghost.list_snapshots(repo.root)
+    assert [(g["id"], g["message"], g["createdAt"]) for g in listed] == [
+        (legacy, "from the first version", "2025-01-02T03:04:05.000Z")]
+    assert listed[0]["parent"] == repo.git("rev-parse", "HEAD").strip()
+    assert repo.git("for-each-ref").splitlines() == other_refs
+    assert legacy not in repo.git("log", "--all", "--format=%H") and not marker.exists()
+    assert [g["id"] for g in ghost.list_snapshots(repo.root / "src")] == [scoped]
+
+    # Restorable, also once the user's repository forgets them and the store runs its own gc.
+    hook.unlink()  # the user's own gc would run it
+    repo.git("reflog", "expire", "--expire=now", "--all")
+    repo.git("gc", "-q", "--prune=now")
+    assert repo.git("cat-file", "-t", legacy, check=False) == ""
+    (repo.root / "src/app.py").write_text("agent\n")
+    undo = ghost.restore(repo.root, legacy)["undoId"]
+    assert (repo.root / "src/app.py").read_text() == "print('legacy state')\n"
+    ghost.delete(repo.root, undo)  # runs the store's gc
+    (repo.root / "src/app.py").write_text("agent again\n")
+    ghost.restore(repo.root, legacy)
+    assert (repo.root / "src/app.py").read_text() == "print('legacy state')\n"
+    assert legacy in [g["id"] for g in ghost.list_snapshots(repo.root)]
+    repo.git("fsck", "--no-progress", "--strict")  # fails on a dangling ref or a missing object
+
+
 # --- folders that are not git repositories -----------------------------------------------------------
 
 
@@ -384,6 +451,31 @@ def test_a_plain_folder_gets_snapshots_in_the_state_dir(tmp_path: Path) -> None:
     assert raw_files(folder) == expected
     assert (nested.root / ".git").is_dir() and nested.git("status", "--porcelain") == ""
     assert [g["id"] for g in ghost.list_snapshots(folder)] == [result["undoId"], snap["id"]]
+
+
+@pytest.mark.parametrize("where", ["core.excludesFile", "XDG_CONFIG_HOME"])
+def test_a_plain_folder_respects_the_users_global_excludes(tmp_path: Path, where: str) -> None:
+    """What the user's git ignores everywhere (core.excludesFile, else $XDG_CONFIG_HOME/git/ignore)
+    is left out of a plain folder's snapshots too, as it is in a repository's."""
+    home = tmp_path / "home"
+    if where == "core.excludesFile":
+        (home / "my-ignores").write_text("*.tmp\nscratch/\n")
+        subprocess.run(["git", "config", "--file", str(home / "gitconfig"), "core.excludesFile", "~/my-ignores"],
+                       check=True)
+    else:
+        (home / ".config/git").mkdir(parents=True)
+        (home / ".config/git/ignore").write_text("*.tmp\nscratch/\n")
+    folder = tmp_path / "plain"
+    (folder / "scratch").mkdir(parents=True)
+    (folder / "scratch/notes.txt").write_text("scratch\n")
+    (folder / "build.tmp").write_text("temporary\n")
+    (folder / "kept.txt").write_text("kept\n")
+    snap = ghost.snapshot(folder)
+    assert snap["fileCount"] == 1
+    (folder / "kept.txt").write_text("agent\n")
+    result = ghost.restore(folder, snap["id"])
+    assert result["restored"] == ["kept.txt"] and result["removed"] == []
+    assert (folder / "build.tmp").read_text() == "temporary\n" and (folder / "scratch/notes.txt").exists()
 
 
 def test_not_a_folder(tmp_path: Path) -> None:

@@ -432,10 +432,13 @@ def _capture(site: Site, settings: GhostSettings, say: Callable[[str], None], ca
         meta = meta if _Cache.usable(meta, user, settings) else None
         if meta is not None:
             _seed(cache.index, index)
-        elif cold and site.head:
-            site.git("read-tree", site.head, index=index)
         elif not cold and site.user_index is not None and site.user_index.exists():
-            shutil.copy2(site.user_index, index)
+            _copy_user_index(site, index)
+        elif user.listing:  # the user's entries (`ls-files --stage` writes what `--index-info` reads);
+            # with no stat data every file is hashed, but staged new files are not lost (HEAD lacks them)
+            site.git("update-index", "-z", "--index-info", index=index, stdin=user.listing)
+        elif site.head:
+            site.git("read-tree", site.head, index=index)
         seeded = _stamp(index)
         if index.exists() and not light:
             site.git(*_PACKED, "add", "--update", "--", site.scope, index=index)
@@ -484,6 +487,43 @@ def _capture(site: Site, settings: GhostSettings, say: Callable[[str], None], ca
     if not unmerged and not force and index.exists():
         _remember(site, cache, index, user, meta, files, hidden, settings, tree, listed)
     return State(index=index, tree=tree, skipped=skipped, started_ns=started)
+
+
+def _copy_user_index(site: Site, index: Path) -> None:
+    """Start a temporary index from a copy of the user's (same bytes and mtime, so its stat data
+    still spares unchanged files from being hashed).
+
+    A split index (`core.splitIndex`) holds only recent changes and names a `sharedindex.<id>`
+    with the rest, which git looks for in the git directory of the command that reads it: that
+    file is copied into the store for as long as it takes to write the copy as a whole index."""
+    assert site.user_git_dir is not None and site.user_index is not None
+    shutil.copy2(site.user_index, index)
+    shared = _shared_index(site.user_git_dir, index.read_bytes())
+    if shared is None:
+        return
+    copy = site.store / shared.name
+    try:
+        shutil.copy2(shared, copy)
+        site.git("update-index", "--no-split-index", index=index)
+    except FileNotFoundError:  # the user's git replaced it meanwhile
+        raise GitFailed("the user's split index changed while it was copied") from None
+    finally:
+        copy.unlink(missing_ok=True)
+
+
+def _shared_index(git_dir: Path, data: bytes) -> Path | None:
+    """The `sharedindex.<id>` that an index's `link` extension (the split index's) names, if any."""
+    if b"link" not in data:
+        return None
+    for shared in git_dir.glob("sharedindex.*"):
+        try:
+            oid = bytes.fromhex(shared.name.split(".", 1)[1])
+        except ValueError:
+            continue
+        at = data.find(oid)
+        if at >= 8 and data[at - 8:at - 4] == b"link":  # "link", its size, then the shared index's id
+            return shared
+    return None
 
 
 def _seed(kept: Path, index: Path) -> None:

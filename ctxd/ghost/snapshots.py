@@ -22,6 +22,7 @@ snapshotted and restored. Pure module: no pygls; errors are `ctxd.errors` classe
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -165,14 +166,21 @@ def _parse_meta(body: str) -> dict[str, Any] | None:
 def list_snapshots(folder: Path, *, state_dir: Path | None = None) -> list[dict[str, Any]]:
     """This folder's snapshots, newest first (read back from the store, so they outlive the daemon)."""
     site = _site(folder, state_dir)
+    if not site.plain and not _legacy_marker(site).exists():
+        with site.locked(), contextlib.suppress(GitFailed):
+            _migrate_legacy(site)
     raw = site.git("for-each-ref", "--format=%(objectname)%00%(contents)%00",
                    f"{st.REF_ROOT}/{site.key}/", borrow=False)[1]
     fields = raw.split(b"\0")
     found = []
+    legacy_parents: dict[str, Any] | None = None
     for i in range(0, len(fields) - 1, 2):
         commit = os.fsdecode(fields[i]).strip()
         meta = _parse_meta(fields[i + 1].decode("utf-8", "replace"))
         if ID.fullmatch(commit) and meta is not None:
+            if "parent" not in meta:  # moved from the first version: its parent was the commit's
+                legacy_parents = legacy_parents or (st.read_json(_legacy_marker(site)) or {}).get("parents") or {}
+                meta["parent"] = legacy_parents.get(commit)
             found.append(_wire(commit, meta))
     found.sort(key=lambda g: (g["createdAt"] or "", g["id"]), reverse=True)
     return found
@@ -511,11 +519,66 @@ def delete(folder: Path, commit_id: str, *, state_dir: Path | None = None) -> di
 
 def _recover(site: Site) -> dict[str, Any] | None:
     """With the store locked (so no restore is running): a journal left behind means a restore was
-    cut short. Keep it as the record of an interrupted restore, and remove temporary files."""
+    cut short. Keep it as the record of an interrupted restore, and remove temporary files.
+    Snapshots the first version left in the user's refs are moved into the store."""
     st.clean_leftovers(site)
+    with contextlib.suppress(GitFailed):  # a snapshot of that version git cannot read: left where it is
+        _migrate_legacy(site)
     if site.journal().exists():
         os.replace(site.journal(), site.interrupted_record())
     return st.read_json(site.interrupted_record())
+
+
+LEGACY_REFS = "refs/ctxd/ghost/"
+"""Where ctxd's first version kept snapshots: refs of the user's own repository."""
+
+
+def _legacy_marker(site: Site) -> Path:
+    return site.store / "legacy-refs-moved"
+
+
+def _migrate_legacy(site: Site) -> None:
+    """Move the first version's snapshots out of the user's repository, once per store (locked).
+
+    That version made each snapshot a commit of the user's repository (its parent the user's HEAD)
+    with a ref `refs/ctxd/ghost/<id>`, so `git log --all` and every history view showed them. Each
+    one that carries ctxd's metadata keeps its id (ledger items name it): its commit, tree and blobs
+    are copied into the store and it gets a store ref under its folder's key, dated when it was
+    taken. Its parent, the user's commit, is not copied; the store's `shallow` file tells git there
+    not to look for it. Then the user's refs are deleted in one `update-ref` transaction (no hook
+    runs, no other ref is touched). A crash before that leaves both, and the next call moves them
+    again; refs there without ctxd's metadata are left alone.
+    """
+    marker = _legacy_marker(site)
+    if site.plain or marker.exists():
+        return
+    fields = site.user("for-each-ref", "--format=%(objectname)%00%(refname)%00%(objecttype)%00%(parent)%00"
+                       "%(contents)%00", LEGACY_REFS)[1].split(b"\0")
+    moved: list[tuple[str, str, dict[str, Any]]] = []
+    for i in range(0, len(fields) - 4, 5):
+        commit, ref, kind, parents = (os.fsdecode(f).strip() for f in fields[i:i + 4])
+        meta = _parse_meta(fields[i + 4].decode("utf-8", "replace")) if kind == "commit" else None
+        if ID.fullmatch(commit) and meta is not None:
+            meta["parent"] = parents.split()[0] if parents else None
+            moved.append((commit, ref, meta))
+    if moved:
+        commits = "".join(f"{commit}\n" for commit, _ref, _meta in moved).encode()
+        objects = site.git("rev-list", "--objects", "--no-object-names", "--no-walk", "--stdin", stdin=commits)[1]
+        site.git("pack-objects", "-q", "--window=0", str(site.store / "objects" / "pack" / "pack"), stdin=objects)
+        st.add_shallow(site, [commit for commit, _ref, _meta in moved])
+        for commit, _ref, meta in moved:
+            key = st.folder_key(str(meta.get("worktree") or ""), str(meta.get("scope") or ""))
+            when = _started_ns(meta) / 1e9
+            st.write_ref(site, commit, key, when=when if 0 < when < time.time() else None)
+        # (When one of them changed meanwhile, none is deleted: the next call moves them again.)
+        site.user("update-ref", "--stdin",
+                  stdin="".join(f"delete {ref} {commit}\n" for commit, ref, _meta in moved).encode())
+    assert site.user_git_dir is not None
+    for stale in (site.user_git_dir / "ctxd").glob("tmp-*"):  # that version's temporary indexes
+        with contextlib.suppress(OSError):
+            if stale.stat().st_mtime < time.time() - 3600:
+                stale.unlink()
+    st.write_json(marker, {"parents": {commit: meta["parent"] for commit, _ref, meta in moved}})
 
 
 def interrupted_restore(folder: Path, *, state_dir: Path | None = None, create: bool = True) -> dict[str, Any] | None:

@@ -80,8 +80,7 @@ class Site:
     @property
     def key(self) -> str:
         """Names this folder's snapshots among those of the store (worktrees and scopes share it)."""
-        raw = f"{self.worktree}\0{self.prefix}".encode("utf-8", "surrogateescape")
-        return hashlib.sha1(raw).hexdigest()[:16]
+        return folder_key(self.worktree, self.prefix)
 
     @property
     def user_index(self) -> Path | None:
@@ -115,8 +114,19 @@ class Site:
         """A read-only git command in the user's repository, as git itself would see it (their
         ignore rules), but with the safe options and environment."""
         if self.plain:
-            return self.git(*args, stdin=stdin, ok=ok)
+            return self.git(*self._global_excludes(), *args, stdin=stdin, ok=ok)
         return gitcmd.run(list(args), cwd=self.top, env=gitcmd.base_env(), stdin=stdin, ok=ok)
+
+    def _global_excludes(self) -> list[str]:
+        """A plain folder's git reads no user config (the store has its own), but what the user
+        ignores everywhere holds there too: their `core.excludesFile` (when it is not set, git
+        reads `$XDG_CONFIG_HOME/git/ignore` by itself)."""
+        if self._excludes is None:
+            status, out = gitcmd.run(["config", "--get", "--path", "core.excludesFile"], cwd=self.top,
+                                     env=gitcmd.base_env(), ok=(0, 1))
+            path = os.fsdecode(out).strip()
+            self._excludes = ["-c", f"core.excludesFile={path}"] if status == 0 and path else []
+        return self._excludes
 
     def out(self, *args: str, **kwargs: Any) -> str:
         return os.fsdecode(self.git(*args, **kwargs)[1]).strip()
@@ -170,6 +180,11 @@ class Site:
                     fcntl.flock(handle, fcntl.LOCK_UN)
         finally:
             thread_lock.release()
+
+
+def folder_key(worktree: str, prefix: str) -> str:
+    raw = f"{worktree}\0{prefix}".encode("utf-8", "surrogateescape")
+    return hashlib.sha1(raw).hexdigest()[:16]
 
 
 def open_site(folder: Path, state_dir: Path, create: bool = True) -> Site | None:
@@ -269,13 +284,29 @@ def all_ids(site: Site) -> list[tuple[float, str]]:
     return found
 
 
-def write_ref(site: Site, commit: str) -> None:
-    """Written directly: a private ref with no reflog and no hook to honour."""
-    directory = site.ref_dir()
+def write_ref(site: Site, commit: str, key: str | None = None, when: float | None = None) -> None:
+    """Written directly: a private ref with no reflog and no hook to honour. Its mtime is the
+    snapshot's age (`ref_ids`): now, or `when`."""
+    directory = site.ref_dir(key)
     directory.mkdir(parents=True, exist_ok=True)
     pending = directory / f".{commit}.tmp"
     pending.write_text(commit + "\n", "ascii")
+    if when is not None:
+        os.utime(pending, (when, when))
     os.replace(pending, directory / commit)
+
+
+def add_shallow(site: Site, commits: list[str]) -> None:
+    """Tell git that these commits' parents are not in the store (and never to look for them):
+    the `shallow` file of a shallow clone, so gc, rev-list and pack-objects stop at them."""
+    path = site.store / "shallow"
+    try:
+        known = path.read_text("ascii").split()
+    except FileNotFoundError:
+        known = []
+    pending = path.with_name(f".shallow-{uuid.uuid4().hex}.tmp")
+    pending.write_text("".join(f"{c}\n" for c in sorted(set(known) | set(commits))), "ascii")
+    os.replace(pending, path)
 
 
 def owner_key(site: Site, commit: str) -> str | None:
