@@ -11,7 +11,9 @@ edit again, by a ghost restore (which also takes its undo snapshot); and `git di
 is timed against `ctxd/ghost/diff`. Prints medians and the ratios against the baseline. Goals
 (issue #14): first <= 1.0x, again <= 0.5x, restore <= 1.2x, diff <= 1.2x; the exit status is 1
 when one is missed. The very first snapshot of a repository (which copies the objects it borrows
-into ctxd's store once) is printed on its own.
+into ctxd's store once) is printed on its own. Every timed step starts after a `sync`, so none
+pays for writing back what the steps before it wrote. (`git restore` also rewrites the 1,000 files
+of the round's own edit, which its index does not know match the commit: what a user's would do.)
 
 The temporary folder is on $TMPDIR: set TMPDIR=/dev/shm to take the disk out of the comparison
 (loose objects, which git writes one file each, are slow to create on some disks).
@@ -73,6 +75,11 @@ def edit(repo: Path, files: int, modified: int, untracked: int, round_: int) -> 
 
 
 def timed(fn) -> float:
+    """Seconds `fn` takes, starting with nothing of the steps before it left to write back: else
+    whichever side runs after the other's thousands of writes pays for their write-back (the first
+    `fsync` waits for it), and the ratio measures the order of the steps, not the two commands."""
+    if hasattr(os, "sync"):
+        os.sync()
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
