@@ -322,19 +322,28 @@ def _check_in_the_way(site: Site, changes: list[_Change]) -> None:
     snapshot needs a file where a directory now is, or a directory where a file now is."""
     going = {c.path for c in changes if c.status == "D"}
     gitlinks = {c.path for c in changes if c.new_mode == "160000"}
+    top = os.fspath(site.top)
+    modes: dict[str, int] = {}  # each folder is looked at once, however many changed files it holds
+
+    def mode(path: str) -> int:
+        if path not in modes:
+            try:
+                modes[path] = os.lstat(os.path.join(top, path)).st_mode
+            except OSError:
+                modes[path] = 0
+        return modes[path]
+
     blocked: list[str] = []
     for change in changes:
-        if change.status == "D":
-            continue
+        if change.status != "A":
+            continue  # the current state has a file there: its folders were folders when it was captured
         parts = change.path.split("/")
         for i in range(1, len(parts)):
             ancestor = "/".join(parts[:i])
-            where = site.top / ancestor
-            if (where.is_symlink() or where.exists() and not where.is_dir()) and ancestor not in going:
-                blocked.append(ancestor)
-        target = site.top / change.path
-        if target.is_dir() and not target.is_symlink() and change.path not in gitlinks:
-            for root, _dirs, names in os.walk(target):
+            if mode(ancestor) and not stat.S_ISDIR(mode(ancestor)) and ancestor not in going:
+                blocked.append(ancestor)  # a file or a link where the snapshot has a folder
+        if stat.S_ISDIR(mode(change.path)) and change.path not in gitlinks:
+            for root, _dirs, names in os.walk(os.path.join(top, change.path)):
                 for name in names:
                     inner = Path(root, name).relative_to(site.top).as_posix()
                     if inner not in going:

@@ -123,7 +123,7 @@ class Site:
         reads `$XDG_CONFIG_HOME/git/ignore` by itself)."""
         if self._excludes is None:
             status, out = gitcmd.run(["config", "--get", "--path", "core.excludesFile"], cwd=self.top,
-                                     env=gitcmd.base_env(), ok=(0, 1))
+                                     env=gitcmd.base_env(), ok=tuple(range(256)))  # unset (1), unreadable: none
             path = os.fsdecode(out).strip()
             self._excludes = ["-c", f"core.excludesFile={path}"] if status == 0 and path else []
         return self._excludes
