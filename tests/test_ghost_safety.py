@@ -15,6 +15,7 @@ import stat
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -355,7 +356,7 @@ def test_keep_and_max_age_prune_old_snapshots(repo: Repo) -> None:
     assert [g["id"] for g in ghost.list_snapshots(repo.root)] == [newest, ids[4], ids[3]]
 
 
-def _legacy_snapshot(repo: Repo, message: str, scope: str = "") -> str:
+def _legacy_snapshot(repo: Repo, message: str, scope: str = "", created: str = "") -> str:
     """A snapshot as ctxd's first version took it: a commit of the user's repository whose parent is
     HEAD, its tree the working tree, its metadata in the message, kept by `refs/ctxd/ghost/<id>`."""
     index = repo.git_dir / "legacy.index"
@@ -369,7 +370,8 @@ def _legacy_snapshot(repo: Repo, message: str, scope: str = "") -> str:
     git("add", "-A")
     tree = git("write-tree")
     index.unlink()
-    meta = {"v": 1, "message": message, "createdAt": "2025-01-02T03:04:05.000Z", "scope": scope,
+    created = created or datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    meta = {"v": 1, "message": message, "createdAt": created, "scope": scope,
             "worktree": "", "fileCount": 4, "skipped": [], "durationMs": 7}
     commit = git("commit-tree", "--no-gpg-sign", tree, "-p", "HEAD", "-m",
                  f"{message}\n\nctxd-ghost: {json.dumps(meta)}\n")
@@ -382,7 +384,8 @@ def test_snapshots_of_the_first_version_move_out_of_the_users_refs(repo: Repo) -
     them). The first list moves them into the store: listed, restorable, under the same ids, and
     gone from the user's refs; no other ref changes and no hook runs."""
     repo.write("src/app.py", "print('legacy state')\n")
-    legacy = _legacy_snapshot(repo, "from the first version")
+    created = (datetime.now(UTC) - timedelta(days=1)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    legacy = _legacy_snapshot(repo, "from the first version", created=created)
     repo.git("pack-refs", "--all")  # one packed (after the user's gc), one loose
     scoped = _legacy_snapshot(repo, "of the src folder", scope="src/")
     repo.write("src/app.py", "print('app')\n")
@@ -399,7 +402,7 @@ def test_snapshots_of_the_first_version_move_out_of_the_users_refs(repo: Repo) -
 
     listed = ghost.list_snapshots(repo.root)
     assert [(g["id"], g["message"], g["createdAt"]) for g in listed] == [
-        (legacy, "from the first version", "2025-01-02T03:04:05.000Z")]
+        (legacy, "from the first version", created)]
     assert listed[0]["parent"] == repo.git("rev-parse", "HEAD").strip()
     assert repo.git("for-each-ref").splitlines() == other_refs
     assert legacy not in repo.git("log", "--all", "--format=%H") and not marker.exists()
@@ -419,6 +422,26 @@ def test_snapshots_of_the_first_version_move_out_of_the_users_refs(repo: Repo) -
     assert (repo.root / "src/app.py").read_text() == "print('legacy state')\n"
     assert legacy in [g["id"] for g in ghost.list_snapshots(repo.root)]
     repo.git("fsck", "--no-progress", "--strict")  # fails on a dangling ref or a missing object
+
+
+def test_moving_first_version_snapshots_survives_a_crash_midway(repo: Repo, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cut short after the store has them but before the user's refs are deleted (a crash, or the
+    ref moved meanwhile): both places hold them, and the next call finishes the move."""
+    legacy = _legacy_snapshot(repo, "first version")
+    real_user = ghost.Site.user
+
+    def crash_on_delete(site: ghost.Site, *args: str, **kwargs: object) -> tuple[int, bytes]:
+        if args and args[0] == "update-ref":
+            raise GitFailed("git update-ref failed: cut short")
+        return real_user(site, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ghost.Site, "user", crash_on_delete)
+    assert [g["id"] for g in ghost.list_snapshots(repo.root)] == [legacy]
+    assert f"refs/ctxd/ghost/{legacy}" in repo.git("for-each-ref")
+    monkeypatch.setattr(ghost.Site, "user", real_user)
+    snap = ghost.snapshot(repo.root)
+    assert "refs/ctxd/ghost/" not in repo.git("for-each-ref")
+    assert [g["id"] for g in ghost.list_snapshots(repo.root)] == [snap["id"], legacy]
 
 
 # --- folders that are not git repositories -----------------------------------------------------------
