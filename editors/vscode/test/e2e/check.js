@@ -16,6 +16,7 @@
 //   vscode-undo-restore.png Undo Restore from the tree: main.py has the edit again, the Undo row is gone
 //   vscode-snapshot-deleted.png  Delete Snapshot from the row's context menu: gone from the tree and from ctxd/ghost/list
 //   vscode-compactions-reload.png  after a window reload, the Compactions tree still lists the compaction (from ctxd/history)
+//   vscode-compaction-archived.png  a click on it opens the items it replaced, read-only
 //   vscode-crash-storm.png  a daemon that keeps crashing: "stopped after 5 crashes" with Restart, also on the page
 //   vscode-not-installed.png  a Python without ctxd: one notification with Install / Set path / Show log
 // CTXD_E2E_MODE picks the session: `main` (a working daemon; everything up to the views), `crash`
@@ -470,8 +471,14 @@ async function checkSnapshotActions(page) {
     return [...pane.querySelectorAll('.monaco-list-row')].find((x) => (x.textContent || '').includes(r));
   }, 'e2e actions');
   await row.click({ button: 'right' });
-  const item = await page.waitForSelector('::-p-text(Delete Snapshot)', { visible: true, timeout: TIMEOUT });
-  await item.click();
+  await page.waitForSelector('::-p-text(Delete Snapshot)', { visible: true, timeout: TIMEOUT });
+  // A menu ignores a click that comes right after it opened: click until the dialog shows.
+  await until('Delete Snapshot to be chosen', async () => {
+    if (await page.$('.monaco-dialog-box')) return true;
+    const item = await page.$('::-p-text(Delete Snapshot)');
+    if (item) await item.click().catch(() => undefined);
+    return false;
+  });
   await answerDialog(page, new RegExp(`Delete snapshot ${short}\\?`), 'Delete');
   await until('the snapshot to leave the tree', async () => {
     const rows = await paneRows(page, 'Snapshots');
@@ -499,6 +506,32 @@ async function checkCompactionsAfterReload(page, compactedText) {
   });
   log(`after a reload, Compactions: ${JSON.stringify(rows)}`);
   await shot(page, 'vscode-compactions-reload.png');
+
+  // --- a click opens the items that compaction replaced, read-only ------------------------------------
+  await page.evaluate((l) => {
+    const pane = [...document.querySelectorAll('.pane')].find((p) => (p.querySelector('.pane-header .title')?.textContent || '').trim() === 'Compactions');
+    [...pane.querySelectorAll('.monaco-list-row')].find((x) => (x.textContent || '').startsWith(l)).click();
+  }, label);
+  const archivedText = () =>
+    page.evaluate(() => {
+      const tab = document.querySelector('.tab.active');
+      const name = tab ? tab.getAttribute('aria-label') || tab.textContent || '' : '';
+      const lines = document.querySelector('.editor-instance .monaco-editor .view-lines');
+      return { name, text: lines ? lines.innerText.replace(/\u00a0/g, ' ') : '' };
+    });
+  const archived = await until('the archived items of the compaction', async () => {
+    const a = await archivedText();
+    return /e2e-compaction-\d+\.json/.test(a.name) && a.text.includes('"archived": true') && a.text.includes('Step 0: read src/module_0.py') ? a : false;
+  });
+  // Typing changes nothing: the document is read-only.
+  await page.click('.editor-instance .monaco-editor .view-lines');
+  await page.keyboard.type('zzz');
+  await until('VS Code to say the editor is read-only', () =>
+    page.evaluate(() => [...document.querySelectorAll('.monaco-editor-overlaymessage')].some((e) => /Cannot edit in read-only editor/.test(e.textContent || ''))),
+  );
+  if ((await archivedText()).text.includes('zzz')) throw new Error('the archived items could be edited');
+  log(`archived items open read-only in "${archived.name.split(',')[0]}"`);
+  await shot(page, 'vscode-compaction-archived.png');
 }
 
 async function checkCrashStorm(page) {
