@@ -11,9 +11,9 @@ edit again, by a ghost restore (which also takes its undo snapshot); and `git di
 is timed against `ctxd/ghost/diff`. Prints medians and the ratios against the baseline. Goals
 (issue #14): first <= 1.0x, again <= 0.5x, restore <= 1.2x, diff <= 1.2x; the exit status is 1
 when one is missed. The very first snapshot of a repository (which copies the objects it borrows
-into ctxd's store once) is printed on its own. Every timed step starts after a `sync`, so none
-pays for writing back what the steps before it wrote. (`git restore` also rewrites the 1,000 files
-of the round's own edit, which its index does not know match the commit: what a user's would do.)
+into ctxd's store once) is printed on its own. Each edit starts after a `sync`: a timed step runs
+after its edit's writes, not after the other side's too. (`git restore` also rewrites the 1,000
+files of the round's own edit, which its index does not know match the commit: a user's would.)
 
 The temporary folder is on $TMPDIR: set TMPDIR=/dev/shm to take the disk out of the comparison
 (loose objects, which git writes one file each, are slow to create on some disks).
@@ -61,6 +61,7 @@ def generate(repo: Path, files: int) -> None:
 
 def edit(repo: Path, files: int, modified: int, untracked: int, round_: int) -> None:
     """New content for `modified` committed files and `untracked` new files (never seen before)."""
+    settle()
     step = max(1, files // modified)
     for n in range(modified):
         i = n * step
@@ -74,12 +75,16 @@ def edit(repo: Path, files: int, modified: int, untracked: int, round_: int) -> 
     git(repo, "update-index", "-q", "--refresh")  # as `git status` leaves the index
 
 
-def timed(fn) -> float:
-    """Seconds `fn` takes, starting with nothing of the steps before it left to write back: else
-    whichever side runs after the other's thousands of writes pays for their write-back (the first
-    `fsync` waits for it), and the ratio measures the order of the steps, not the two commands."""
+def settle() -> None:
+    """Write back what the steps before wrote, before the next edit: each timed step then runs
+    after that edit's writes alone, as it would for a user, and not after the other side's
+    thousands of rewritten files too (the first `fsync`, the undo snapshot's pack, would wait for
+    their write-back, and the ratio would measure the order of the steps)."""
     if hasattr(os, "sync"):
         os.sync()
+
+
+def timed(fn) -> float:
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
@@ -87,6 +92,7 @@ def timed(fn) -> float:
 
 def agent_edit(repo: Path, files: int, modified: int, round_: int) -> None:
     """An agent rewrites `modified` committed files (other ones than `edit` touches)."""
+    settle()
     step = max(1, files // modified)
     for n in range(modified):
         i = n * step + step // 2
