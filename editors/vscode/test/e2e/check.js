@@ -15,6 +15,11 @@
 //   vscode-restored.png     the row's Restore Files: main.py is back on disk, the message, Undo restore on top of the tree
 //   vscode-undo-restore.png Undo Restore from the tree: main.py has the edit again, the Undo row is gone
 //   vscode-snapshot-deleted.png  Delete Snapshot from the row's context menu: gone from the tree and from ctxd/ghost/list
+//   vscode-restored-conversation.png  a snapshot the thread recorded, main.py changed and a later turn recorded by the agent,
+//                           then the row's Restore Files and Conversation: main.py is back (the agent's later.json,
+//                           new since the snapshot, removed), ctxd/history is back to
+//                           just after the snapshot's item, the message says how many items were dropped, the gauge and
+//                           the Threads tree are back to the snapshot's fill, Undo restore on top of the Snapshots tree
 //   vscode-compactions-reload.png  after a window reload, the Compactions tree still lists the compaction (from ctxd/history)
 //   vscode-compaction-archived.png  a click on it opens the items it replaced, read-only
 //   vscode-crash-storm.png  a daemon that keeps crashing: "stopped after 5 crashes" with Restart, also on the page
@@ -22,7 +27,7 @@
 // CTXD_E2E_MODE picks the session: `main` (a working daemon; everything up to the views), `crash`
 // (a daemon that dies a second after each start), `missing` (a Python without ctxd).
 // Environment: CTXD_E2E_MODE, CTXD_E2E_URL, CTXD_E2E_WORKSPACE, CTXD_E2E_ARTIFACTS, CHROMIUM,
-// CTXD_E2E_PYTHON (runs `-m ctxd` to read ctxd/ghost/list), and NODE_PATH reaching puppeteer-core.
+// CTXD_E2E_PYTHON (runs `-m ctxd` to read ctxd/ghost/list and ctxd/history), and NODE_PATH reaching puppeteer-core.
 const { spawn } = require('child_process');
 const fs = require('fs');
 const os = require('os');
@@ -123,8 +128,11 @@ async function breakdownFrame(page, must) {
   return found;
 }
 
-/** What another ctxd client sees: `ctxd/ghost/list` from a daemon of its own on the same state. */
-async function ghostList(thread) {
+/**
+ * What another ctxd client sees: `fn` gets a `request(method, params)` to a daemon of its own on the
+ * same state, each request addressed to the workspace.
+ */
+async function otherDaemon(fn) {
   const proc = spawn(process.env.CTXD_E2E_PYTHON || 'python3', ['-m', 'ctxd', '--stdio'], { cwd: workspace, stdio: ['pipe', 'pipe', 'inherit'] });
   const conn = createMessageConnection(new StreamMessageReader(proc.stdout), new StreamMessageWriter(proc.stdin));
   conn.listen();
@@ -132,14 +140,24 @@ async function ghostList(thread) {
     const uri = require('url').pathToFileURL(workspace).href;
     await conn.sendRequest('initialize', { processId: process.pid, rootUri: null, capabilities: {}, workspaceFolders: [{ uri, name: 'workspace' }] });
     await conn.sendNotification('initialized', {});
-    const list = await conn.sendRequest('ctxd/ghost/list', { workspace: uri, thread });
+    const value = await fn((method, params) => conn.sendRequest(method, { workspace: uri, ...params }));
     await conn.sendRequest('shutdown');
     await conn.sendNotification('exit');
-    return list.snapshots;
+    return value;
   } finally {
     conn.dispose();
     setTimeout(() => proc.kill('SIGKILL'), 5000).unref();
   }
+}
+
+/** `ctxd/ghost/list`, from another client. */
+async function ghostList(thread) {
+  return otherDaemon(async (request) => (await request('ctxd/ghost/list', { thread })).snapshots);
+}
+
+/** `ctxd/history` of `thread` (its stored items, without the archived ones), from another client. */
+async function history(thread) {
+  return otherDaemon((request) => request('ctxd/history', { thread }));
 }
 
 /** The rows of the ctxd view's pane `title`. */
@@ -195,6 +213,63 @@ async function diffEditorText(page) {
       inserted: diff.querySelectorAll('.editor.modified .line-insert, .editor.modified .char-insert').length,
     };
   });
+}
+
+/** Takes a snapshot with `message` from the Snapshots view's title button; returns it as ctxd/ghost/list has it. */
+async function snapshotFromTree(page, thread, message) {
+  const before = new Set((await ghostList(thread)).map((s) => s.id));
+  await page.evaluate(() => {
+    const pane = [...document.querySelectorAll('.pane')].find((p) => (p.querySelector('.pane-header .title')?.textContent || '').trim() === 'Snapshots');
+    pane.querySelector('.pane-header .action-label[aria-label^="Take Snapshot"]').click();
+  });
+  await page.waitForSelector('.quick-input-widget input', { visible: true, timeout: TIMEOUT });
+  await page.type('.quick-input-widget input', message);
+  await page.keyboard.press('Enter');
+  const taken = await until('the new snapshot in ctxd/ghost/list', async () => (await ghostList(thread)).find((s) => !before.has(s.id)));
+  if (taken.message !== message) throw new Error(`the snapshot's message: ${JSON.stringify(taken)}`);
+  const short = taken.id.slice(0, 7);
+  await until('the snapshot in the Snapshots tree', async () => (await paneRows(page, 'Snapshots')).some((r) => r.includes(message) && r.includes(short)));
+  return { taken, short };
+}
+
+/** Chooses `item` in the context menu of the row of pane `title` whose text includes `row`; it opens a dialog. */
+async function chooseFromRowMenu(page, title, row, item) {
+  const el = await page.evaluateHandle(
+    (t, r) => {
+      const pane = [...document.querySelectorAll('.pane')].find((p) => (p.querySelector('.pane-header .title')?.textContent || '').trim() === t);
+      return [...pane.querySelectorAll('.monaco-list-row')].find((x) => (x.textContent || '').includes(r));
+    },
+    title,
+    row,
+  );
+  await el.click({ button: 'right' });
+  await page.waitForSelector(`::-p-text(${item})`, { visible: true, timeout: TIMEOUT });
+  // A menu ignores a click that comes right after it opened: click until the dialog shows.
+  await until(`${item} to be chosen`, async () => {
+    if (await page.$('.monaco-dialog-box')) return true;
+    const entry = await page.$(`::-p-text(${item})`);
+    if (entry) await entry.click().catch(() => undefined);
+    return false;
+  });
+}
+
+/** Runs the command titled `title` from the command palette (F1). */
+async function runCommand(page, title) {
+  await page.keyboard.press('F1');
+  await page.waitForSelector('.quick-input-widget input', { visible: true, timeout: TIMEOUT });
+  await page.type('.quick-input-widget input', title);
+  await until(`"${title}" in the command palette`, () =>
+    page.evaluate((t) => {
+      const row = [...document.querySelectorAll('.quick-input-widget .monaco-list-row')].find((r) => (r.getAttribute('aria-label') || '').includes(t));
+      if (row) row.click();
+      return !!row;
+    }, title),
+  );
+}
+
+/** What the status-bar gauge shows now. */
+async function gaugeNow(page) {
+  return page.evaluate(() => (document.getElementById('ctxd.ctxd.ctxd.gauge')?.textContent || '').trim());
 }
 
 function readFile(p) {
@@ -388,6 +463,7 @@ async function checkMain(page) {
   await shot(page, 'vscode-status.png');
 
   await checkSnapshotActions(page);
+  await checkRestoreConversation(page);
   await checkCompactionsAfterReload(page, compacted.text);
 }
 
@@ -400,18 +476,7 @@ async function checkSnapshotActions(page) {
   await openCtxdView(page);
 
   // --- a snapshot from the Snapshots view's title button -------------------------------------------
-  const before = new Set((await ghostList('e2e')).map((s) => s.id));
-  await page.evaluate(() => {
-    const pane = [...document.querySelectorAll('.pane')].find((p) => (p.querySelector('.pane-header .title')?.textContent || '').trim() === 'Snapshots');
-    pane.querySelector('.pane-header .action-label[aria-label^="Take Snapshot"]').click();
-  });
-  await page.waitForSelector('.quick-input-widget input', { visible: true, timeout: TIMEOUT });
-  await page.type('.quick-input-widget input', 'e2e actions');
-  await page.keyboard.press('Enter');
-  const taken = await until('the new snapshot in ctxd/ghost/list', async () => (await ghostList('e2e')).find((s) => !before.has(s.id)));
-  if (taken.message !== 'e2e actions') throw new Error(`the snapshot's message: ${JSON.stringify(taken)}`);
-  const short = taken.id.slice(0, 7);
-  await until('the snapshot in the Snapshots tree', async () => (await paneRows(page, 'Snapshots')).some((r) => r.includes('e2e actions') && r.includes(short)));
+  const { taken, short } = await snapshotFromTree(page, 'e2e', 'e2e actions');
   await clearToasts(page);
 
   // Rows are found by the snapshot's message: a restore's own snapshot ("before restoring <id>") names the id.
@@ -466,19 +531,7 @@ async function checkSnapshotActions(page) {
   await clearToasts(page);
 
   // --- Delete Snapshot, from the row's context menu ----------------------------------------------------
-  const row = await page.evaluateHandle((r) => {
-    const pane = [...document.querySelectorAll('.pane')].find((p) => (p.querySelector('.pane-header .title')?.textContent || '').trim() === 'Snapshots');
-    return [...pane.querySelectorAll('.monaco-list-row')].find((x) => (x.textContent || '').includes(r));
-  }, 'e2e actions');
-  await row.click({ button: 'right' });
-  await page.waitForSelector('::-p-text(Delete Snapshot)', { visible: true, timeout: TIMEOUT });
-  // A menu ignores a click that comes right after it opened: click until the dialog shows.
-  await until('Delete Snapshot to be chosen', async () => {
-    if (await page.$('.monaco-dialog-box')) return true;
-    const item = await page.$('::-p-text(Delete Snapshot)');
-    if (item) await item.click().catch(() => undefined);
-    return false;
-  });
+  await chooseFromRowMenu(page, 'Snapshots', 'e2e actions', 'Delete Snapshot');
   await answerDialog(page, new RegExp(`Delete snapshot ${short}\\?`), 'Delete');
   await until('the snapshot to leave the tree', async () => {
     const rows = await paneRows(page, 'Snapshots');
@@ -489,6 +542,87 @@ async function checkSnapshotActions(page) {
   if (!left.some((s) => s.message === 'e2e checkpoint')) throw new Error(`the other snapshots went too: ${JSON.stringify(left)}`);
   log(`deleted ${short}: tree ${JSON.stringify(await paneRows(page, 'Snapshots'))}; ctxd/ghost/list has ${left.length}`);
   await shot(page, 'vscode-snapshot-deleted.png');
+}
+
+/** The `ghost_snapshot` items of a `ctxd/history` answer: [index, snapshot id]. */
+function snapshotItems(items) {
+  return items.flatMap((item, i) => (item.type === 'ghost_snapshot' ? [[i, item.ghost_commit && item.ghost_commit.id]] : []));
+}
+
+/**
+ * Restore Files and Conversation, from the row's context menu: a snapshot the thread recorded, a
+ * later turn the agent recorded, then the restore puts the file back and rolls the thread back to
+ * just after the snapshot's item (ctxd/history from another client), and the gauge shows it.
+ */
+async function checkRestoreConversation(page) {
+  const file = path.join(workspace, 'main.py');
+  const later = path.join(workspace, '.ctxd-e2e', 'later.json');
+  await openCtxdView(page);
+
+  // --- a snapshot taken from the tree is recorded in the shown thread, as its last item -------------
+  const content = readFile(file);
+  const { taken, short } = await snapshotFromTree(page, 'e2e', 'e2e conversation');
+  const atSnapshot = await history('e2e');
+  const marks = snapshotItems(atSnapshot.items);
+  const mark = marks.find(([, id]) => id === taken.id);
+  if (!mark || mark[0] !== atSnapshot.items.length - 1 || atSnapshot.total !== atSnapshot.items.length) {
+    throw new Error(`thread e2e should end with the snapshot ${taken.id}: ${atSnapshot.total} items, snapshots at ${JSON.stringify(marks)}`);
+  }
+  const kept = atSnapshot.total;
+  const gaugeAtSnapshot = await until('the gauge', () => gaugeNow(page));
+  await clearToasts(page);
+
+  // --- then the file changes and the agent records a later turn ----------------------------------------
+  const changed = 'print("changed after the conversation snapshot")\n';
+  if (content === changed) throw new Error('main.py already has the later change');
+  fs.writeFileSync(file, changed);
+  if (fs.existsSync(later)) throw new Error(`${later} exists before the agent's later turn`);
+  await runCommand(page, 'ctxd e2e: Record a Later Turn');
+  const turn = await until('the agent to record a later turn', () => (fs.existsSync(later) ? JSON.parse(fs.readFileSync(later, 'utf8')) : undefined));
+  if (!turn.ok) throw new Error(`the agent's later turn failed: ${turn.error}`);
+  const afterTurn = await history('e2e');
+  if (afterTurn.total !== kept + turn.items.length || !JSON.stringify(afterTurn.items.slice(kept)).includes('Later step 9')) {
+    throw new Error(`ctxd/history after the later turn: ${afterTurn.total} items, want ${kept} + ${turn.items.length}`);
+  }
+  const gaugeAfterTurn = gaugeText(turn.recorded.usage).replace(/^\$\([^)]*\)\s*/, '');
+  if (gaugeAfterTurn.split('/')[0] === gaugeAtSnapshot.split('/')[0]) throw new Error(`the later turn left the gauge at "${gaugeAtSnapshot}"`);
+  await gaugeShows(page, gaugeAfterTurn);
+  log(`thread e2e: ${kept} items up to the snapshot ${short}, ${afterTurn.total} after the later turn; gauge "${gaugeAtSnapshot}" → "${gaugeAfterTurn}"`);
+
+  // --- Restore Files and Conversation, from the row's context menu --------------------------------------
+  await chooseFromRowMenu(page, 'Snapshots', 'e2e conversation', 'Restore Files and Conversation');
+  const asked = await answerDialog(page, new RegExp(`Restore snapshot ${short}\\?`), 'Restore');
+  // main.py is written back; the agent's later.json, new since the snapshot, is removed.
+  if (!/the conversation go back to this snapshot/.test(asked) || !/1 file will be written and 1 file removed/.test(asked)) {
+    throw new Error(`the restore's preview: ${asked}`);
+  }
+  await until('main.py restored on disk', () => readFile(file) === content);
+  if (fs.existsSync(later)) throw new Error(`the restore left ${later}, which the snapshot did not have`);
+  const dropped = turn.items.length;
+  const restored = await waitToast(page, new RegExp(`Restored ${short}: 1 file restored, 1 removed, ${dropped} conversation items dropped`), 'the restore message');
+  if (!restored.buttons.includes('Undo restore')) throw new Error(`the restore message lacks Undo restore: ${JSON.stringify(restored)}`);
+
+  // The thread is back to just after the snapshot's item: the later turn is gone, nothing else.
+  const rolled = await history('e2e');
+  const last = rolled.items[rolled.items.length - 1];
+  if (rolled.total !== kept || last.type !== 'ghost_snapshot' || last.ghost_commit.id !== taken.id) {
+    throw new Error(`ctxd/history after the restore: ${rolled.total} items (want ${kept}), last ${JSON.stringify(last).slice(0, 200)}`);
+  }
+  if (JSON.stringify(rolled.items).includes('Later step 9')) throw new Error('ctxd/history still holds the later turn');
+  if (JSON.stringify(rolled.items) !== JSON.stringify(atSnapshot.items)) throw new Error('ctxd/history differs from what it was at the snapshot');
+  // The gauge and the Threads tree follow: back to what they showed at the snapshot; Undo restore on top.
+  await gaugeShows(page, gaugeAtSnapshot);
+  const fill = gaugeAtSnapshot.split('/')[0]; // "2% · 2.9k"
+  const trees = await until(`the Threads tree to show "${fill}" and Undo restore on top of the Snapshots tree`, async () => {
+    const t = { threads: await paneRows(page, 'Threads'), snapshots: await paneRows(page, 'Snapshots') };
+    return t.threads.some((r) => r.startsWith('e2e') && r.includes(fill)) && t.snapshots[0] && t.snapshots[0].startsWith('Undo restore') ? t : false;
+  });
+  const shown = { gauge: await gaugeNow(page), toasts: await toasts(page) };
+  if (shown.gauge.includes(gaugeAfterTurn) || !shown.gauge.includes(gaugeAtSnapshot)) throw new Error(`the gauge after the restore: "${shown.gauge}"`);
+  if (!shown.toasts.some((t) => t.text === restored.text)) throw new Error(`the restore message is gone before the screenshot: ${JSON.stringify(shown.toasts)}`);
+  log(`restored ${short} with the conversation: main.py is ${JSON.stringify(readFile(file))}; "${restored.text}"; ctxd/history ${afterTurn.total} → ${rolled.total} items; gauge "${shown.gauge}"; trees ${JSON.stringify(trees)}`);
+  await shot(page, 'vscode-restored-conversation.png');
+  await clearToasts(page);
 }
 
 /** A reloaded window has seen no ctxd/compacted: the Compactions tree lists it from ctxd/history. */

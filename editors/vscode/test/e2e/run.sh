@@ -3,7 +3,8 @@
 # 1.100.3, the last release for Node 20), driven by Debian's headless Chromium through
 # puppeteer-core: the status-bar gauge must show the usage the daemon reported after a stand-in
 # agent extension recorded a conversation through ctxd's API, and a click must open the breakdown;
-# then the Snapshots tree's actions (Show Changes, Restore Files, Undo Restore, Delete) on a real file,
+# then the Snapshots tree's actions (Show Changes, Restore Files, Undo Restore, Delete, and Restore Files
+# and Conversation after a later turn the agent records) on a real file and the thread's history,
 # and the Compactions tree after a window reload (see check.js for every screen).
 # Screenshots go to editors/vscode/test-artifacts/ (gitignored).
 #
