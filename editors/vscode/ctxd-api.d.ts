@@ -28,11 +28,6 @@ export interface TargetOptions {
   thread?: string;
 }
 
-export interface Item {
-  type: string;
-  [field: string]: unknown;
-}
-
 // Results and notifications: the types generated from the daemon's schema (ctxd-protocol.d.ts).
 export type {
   Breakdown,
@@ -41,6 +36,9 @@ export type {
   Compacted as CompactedParams,
   Cost,
   GhostCommit,
+  HistoryResult,
+  Item,
+  PromptResult,
   RecordResult,
   RestoreResult,
   RollbackResult,
@@ -53,8 +51,9 @@ import type {
   CompactResult,
   Compacted as CompactedParams,
   GhostCommit,
-  HistoryResult as WireHistoryResult,
-  PromptResult as WirePromptResult,
+  HistoryResult,
+  Item,
+  PromptResult,
   RecordResult,
   RestoreResult,
   RollbackResult,
@@ -90,20 +89,7 @@ export interface PromptContext {
   skills?: { name: string; description: string }[];
 }
 
-/**
- * The generated PromptResult (`reinjectContext`: send the full initial context with this turn, then
- * call setPromptContext), with its items typed: every item the daemon sends has a `type`.
- */
-export interface PromptResult extends Omit<WirePromptResult, 'items'> {
-  items: Item[];
-}
-
 export type CompactStrategy = 'auto' | 'llm' | 'remote' | 'offline';
-
-/** The generated HistoryResult, with its items typed as PromptResult's are. */
-export interface HistoryResult extends Omit<WireHistoryResult, 'items'> {
-  items: Item[];
-}
 
 export interface CtxdApi {
   readonly apiVersion: 1;
@@ -115,7 +101,8 @@ export interface CtxdApi {
   reportTokenUsage(usage: TokenUsage, target?: TargetOptions): Promise<UsageSnapshot>;
   /** The fixed overhead of every request: instructions, tools, memory files, skills. */
   setPromptContext(context: PromptContext, target?: TargetOptions): Promise<UsageSnapshot>;
-  /** The model-ready projection of the thread (may run an automatic compaction first). */
+  /** The model-ready projection of the thread (may run an automatic compaction first). When
+   * `reinjectContext` is true, send the full initial context with this turn, then call setPromptContext. */
   getPrompt(options?: TargetOptions & { inputModalities?: string[] }): Promise<PromptResult>;
   /** The breakdown of the context window by category. */
   getUsage(target?: TargetOptions): Promise<Breakdown>;
