@@ -14,16 +14,18 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
 
-from ctxd.ledger.store import database_path
+from ctxd.ledger.store import Store, WouldWait, database_path
 from tests.helpers import assistant, user
 from tests.rpc import REPO, Client, RpcError, daemon_env
 
 STORE_UNAVAILABLE = 1003
+INVALID_PARAMS = -32602
 
 
 @pytest.fixture
@@ -181,6 +183,39 @@ def test_a_locked_database_fails_that_workspace_only_and_briefly(daemon_factory,
     assert record(client, a, "after the lock")["itemCount"] == 2
 
 
+def test_a_small_record_into_a_locked_database_never_holds_up_reading(daemon_factory, state_dir: Path, two,
+                                                                       exclusive) -> None:
+    """A small record into a thread in memory is stored on the thread that reads requests (see
+    ctxd/server/app.py), but only when nothing would wait: into a locked database it goes to a
+    worker, and the next request is read and answered meanwhile."""
+    a, b = two
+    client = daemon_factory([a, b])
+    record(client, a, "a is loaded")
+    record(client, b, "b is loaded")
+    lock = exclusive(db_of(state_dir, a))
+    blocked = client.request_async("ctxd/record", {"workspace": a.as_uri(), "items": [user("while locked")]})
+    other = client.request_async("ctxd/record", {"workspace": b.as_uri(), "items": [user("b goes on")]})
+    assert client.result(other, timeout=60)["itemCount"] == 2
+    assert blocked not in client._responses, "the reader waited for the locked database"
+    assert client.response(blocked, timeout=60)["error"]["code"] == STORE_UNAVAILABLE
+    lock.execute("ROLLBACK")
+    assert texts(client, a) == ["a is loaded"]
+    assert record(client, a, "after the lock")["itemCount"] == 2
+
+
+def test_a_write_that_may_not_wait_writes_nothing_into_a_locked_database(tmp_path: Path, exclusive) -> None:
+    store = Store(tmp_path / "ledger.sqlite3", workspace=tmp_path)
+    store.append("t", [('"first"', 1)])
+    lock = exclusive(store.path)
+    with pytest.raises(WouldWait):
+        store.append("t", [('"second"', 1)], wait=False)
+    lock.execute("ROLLBACK")
+    assert [row.body for row in store.all_rows("t")] == ['"first"']
+    store.append("t", [('"second"', 1)], wait=False)  # nothing holds it now: written at once
+    assert [row.body for row in store.all_rows("t")] == ['"first"', '"second"']
+    store.close()
+
+
 def test_adding_a_locked_workspace_never_blocks_the_event_loop(daemon_factory, state_dir: Path, two,
                                                                 exclusive) -> None:
     a, b = two
@@ -196,7 +231,14 @@ def test_adding_a_locked_workspace_never_blocks_the_event_loop(daemon_factory, s
     usage = client.request("ctxd/usage", {"workspace": a.as_uri()}, timeout=20)
     assert usage["usage"]["usedTokens"] > 0
     assert lock.in_transaction
-    unavailable(lambda: record(client, b, "blocked"))
+    deadline = time.monotonic() + 30
+    while True:  # the folder is added on a worker, after the notification: wait until it is open
+        with pytest.raises(RpcError) as caught:
+            record(client, b, "blocked")
+        if caught.value.code != INVALID_PARAMS or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert caught.value.code == STORE_UNAVAILABLE, caught.value
     lock.execute("ROLLBACK")
     assert texts(client, b) == ["b exists"]
 

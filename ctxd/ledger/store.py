@@ -102,6 +102,12 @@ class StoreUnavailable(errors.StoreUnavailable):
         self.kind = kind
 
 
+class WouldWait(Exception):
+    """A write asked not to wait (`wait=False`) found the store busy (the connection in use, the
+    database locked by another process) or, for an append, written by another process since the
+    caller looked (its view must be read again first). Nothing was written."""
+
+
 class HistoryChanged(Exception):
     """A compaction's swap found the thread's history version moved since the compaction read it."""
 
@@ -128,6 +134,7 @@ class Store:
         self._identity: tuple[int, int] | None = None
         self._wal_generation: bytes | None = None  # the `-wal` header's salt last marked with the owner
         self._wal_path = f"{path}-wal"
+        self._busy_ms = 0  # the connection's busy timeout (see `_set_busy_timeout`)
         self._marking = False
         self._db: sqlite3.Connection | None = None
         if readonly:
@@ -141,6 +148,7 @@ class Store:
     def _connect_readonly(self) -> sqlite3.Connection:
         """A read-only connection. In a folder where not even the `-shm` file can be created, the
         file is read as immutable, which is right only when no `-wal` holds newer pages."""
+        self._busy_ms = int(BUSY_TIMEOUT_SECONDS * 1000)
         uri = f"file:{quote(str(self.path))}?mode=ro"
         for attempt in (uri, uri + "&immutable=1"):
             db = sqlite3.connect(attempt, uri=True, check_same_thread=False, isolation_level=None,
@@ -172,6 +180,7 @@ class Store:
                                      timeout=BUSY_TIMEOUT_SECONDS)
                 self._db = db
                 db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_SECONDS * 1000)}")
+                self._busy_ms = int(BUSY_TIMEOUT_SECONDS * 1000)
                 if db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
                     db.execute("PRAGMA journal_mode = WAL")
                 # NORMAL in WAL mode: a committed transaction survives the process being killed;
@@ -245,17 +254,28 @@ class Store:
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
         with self._lock, self._guard():
-            yield self._connection()
+            db = self._connection()
+            self._set_busy_timeout(db, True)
+            yield db
 
     @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction, acknowledged only once it is durable in the file we opened."""
-        with self._lock:
+    def _write(self, wait: bool = True) -> Iterator[sqlite3.Connection]:
+        """One write transaction, acknowledged only once it is durable in the file we opened.
+        With `wait=False`, raises WouldWait instead of waiting for the store."""
+        if not self._lock.acquire(blocking=wait):
+            raise WouldWait
+        try:
             with self._guard():
                 db = self._connection()
                 if self.readonly_reason is not None:
                     raise StoreUnavailable(self.readonly_reason)
-                db.execute("BEGIN IMMEDIATE")
+                self._set_busy_timeout(db, wait)
+                try:
+                    db.execute("BEGIN IMMEDIATE")
+                except sqlite3.OperationalError as error:
+                    if not wait and _kind(error) == "locked":
+                        raise WouldWait from None
+                    raise
                 try:
                     yield db
                     db.execute("COMMIT")
@@ -267,9 +287,19 @@ class Store:
                             pass  # the connection gives the transaction up when it closes
                     raise
             self._check_durable()
-            self._mark_wal_generation()
+            self._mark_wal_generation(wait)
+        finally:
+            self._lock.release()
 
-    def _mark_wal_generation(self) -> None:
+    def _set_busy_timeout(self, db: sqlite3.Connection, wait: bool) -> None:
+        """SQLite's wait for another process's lock: BUSY_TIMEOUT_SECONDS, or none for a write
+        that may not wait. Set only when it changes (a run of such writes sets it once)."""
+        busy_ms = int(BUSY_TIMEOUT_SECONDS * 1000) if wait else 0
+        if busy_ms != self._busy_ms:
+            db.execute(f"PRAGMA busy_timeout = {busy_ms}")
+            self._busy_ms = busy_ms
+
+    def _mark_wal_generation(self, wait: bool = True) -> None:
         """Write the owner row into every `-wal` generation this store writes to: when the log
         restarts after a checkpoint (its header's salt changes), the pages written before are gone
         from it, and a leftover `-wal` must still say whose it is (see `_check_owner`)."""
@@ -281,8 +311,11 @@ class Store:
         self._wal_generation = generation
         self._marking = True
         try:
-            with self._write() as db:
+            with self._write(wait) as db:
                 db.execute("INSERT OR REPLACE INTO meta VALUES ('workspace', ?)", (str(self.workspace),))
+        except WouldWait:  # the caller's own write is committed: the next write marks it
+            self._wal_generation = None
+            return
         except StoreUnavailable as error:  # the caller's own write is committed: do not fail it
             log.warning("could not mark %s-wal with its owner: %s", self.path, error.message)
         finally:
@@ -444,16 +477,18 @@ class Store:
     def _next_seq(self, db: sqlite3.Connection, thread: str) -> int:
         return int(db.execute("SELECT coalesce(max(seq), 0) FROM items WHERE thread = ?", (thread,)).fetchone()[0]) + 1
 
-    def append(self, thread: str, rows: list[tuple[str, int]],
-               known: tuple[tuple[int, int], int] | None = None) -> tuple[int, tuple[int, int]]:
+    def append(self, thread: str, rows: list[tuple[str, int]], known: tuple[tuple[int, int], int] | None = None,
+               wait: bool = True) -> tuple[int, tuple[int, int]]:
         """Store `(body, tokens)` rows after every existing item; return the first new seq and the
         data version seen in the transaction. `known` is (data version, next seq) as the caller
         last saw them: when no other connection wrote since, the next seq is taken from it instead
-        of being looked up (a record's hot path)."""
-        with self._write() as db:
+        of being looked up (a record's hot path). `wait=False`: see WouldWait."""
+        with self._write(wait) as db:
             version = self._data_version(db)
             if known is not None and known[0] == version:
                 first = known[1]
+            elif known is not None and not wait:
+                raise WouldWait  # another process wrote: the caller's view of the thread is stale
             else:
                 first = self._next_seq(db, thread)
             db.executemany(

@@ -22,7 +22,7 @@ from ctxd.errors import CompactionFailed, CtxdError, InvalidParams
 from ctxd.ledger import projection as normalize
 from ctxd.ledger.rules import snapshot_commit_id
 from ctxd.ledger.cache import ThreadCache, summary_ledger
-from ctxd.ledger.store import HistoryChanged, Row, Store, database_path
+from ctxd.ledger.store import HistoryChanged, Row, Store, WouldWait, database_path
 from ctxd.ledger.thread import Entry, ThreadLedger, is_user_turn_start, rollback_start
 from ctxd.ledger.truncation import truncate_tool_output, with_serialization_allowance
 from ctxd.protocol.rawjson import RawJsonList
@@ -277,16 +277,17 @@ class Workspace:
             count = self.view.counter(self.cache.loaded(self.store, thread)).count
         return kept, [(_dump(item), count_item(item, count)) for item in kept]
 
-    def _append(self, ledger: ThreadLedger, kept: list[dict[str, Any]], rows: list[tuple[str, int]]) -> ThreadLedger:
+    def _append(self, ledger: ThreadLedger, kept: list[dict[str, Any]], rows: list[tuple[str, int]],
+                wait: bool = True) -> ThreadLedger:
         """Store rows after the thread's items and add them to its ledger. Whether another process
         wrote meanwhile is asked inside the append's transaction; if one did, the thread is read again."""
-        first, version = self.store.append(ledger.thread, rows, known=(self.cache.version, ledger.next_seq))
+        first, version = self.store.append(ledger.thread, rows, known=(self.cache.version, ledger.next_seq), wait=wait)
         if not self.cache.check(version) or first != ledger.next_seq:
             return self.cache.reload(self.store, ledger.thread)
         ledger.append([Entry(first + i, item, tokens, body=body) for i, (item, (body, tokens)) in enumerate(zip(kept, rows))])
         return ledger
 
-    def record(self, thread: str, raw_items: Any) -> dict[str, Any]:
+    def record(self, thread: str, raw_items: Any, wait: bool = True) -> dict[str, Any]:
         self.check_writable(thread)
         from ctxd.protocol.items import validate_items  # pydantic: imported by the first write, not at start
 
@@ -294,9 +295,27 @@ class Workspace:
         with self.lock:
             ledger = self.cache.loaded(self.store, thread)  # checked for other writers in `_append`
             if rows:
-                ledger = self._append(ledger, kept, rows)
+                ledger = self._append(ledger, kept, rows, wait)
             usage = self._changed(ledger)
             return {"historyVersion": ledger.history_version, "itemCount": len(ledger.entries), "usage": usage}
+
+    def record_now(self, thread: str, raw_items: Any) -> dict[str, Any] | None:
+        """`record` if it needs no waiting: the thread in memory and unchanged by other processes
+        (asked in the append's transaction), the workspace free, the database not locked, and no
+        second write to follow. Otherwise None, having written nothing (the server then hands the
+        request to a worker, which waits). Lets a small record be stored on the thread that read it,
+        without a thread switch. Bad items raise as in `record`."""
+        ledger = self.cache.peek(thread)
+        if ledger is None or self._store is None or not self.lock.acquire(blocking=False):
+            return None
+        try:
+            if (ledger.state or {}).get("usageSettings") != self.view.facts(ledger):
+                return None  # `_changed` would write the new facts, waiting for the store
+            return self.record(thread, raw_items, wait=False)
+        except WouldWait:
+            return None
+        finally:
+            self.lock.release()
 
     def report_usage(self, thread: str, total_tokens: int) -> dict[str, Any]:
         with self.lock:

@@ -15,8 +15,12 @@ from the reader straight to the worker halves the thread switches on the hot pat
 (`bench/bench_speed.py`). What pygls gave besides was a method table and cancellation, a few
 dozen lines here.
 
-`ctxd/usage` is answered on the reader thread itself when nothing of its thread is queued and the
-thread is in memory: the gauge's hot path, read-only.
+Two requests are answered on the reader thread itself when nothing of their thread is queued and
+they need no waiting: `ctxd/usage` of a thread in memory (the gauge's hot path, read-only), and a
+small `ctxd/record` into a thread in memory while the workspace and its database are free (an
+agent's hot path). Handing a request to a worker costs more CPU than storing a small record
+(`bench/bench_speed.py`); anything that would wait still goes to a worker, so one locked database
+never stalls reading.
 """
 
 from __future__ import annotations
@@ -53,6 +57,8 @@ WORKER_THREADS = 8
 # Threads of one workspace that may hold workers at once (see lanes.py).
 WORKSPACE_WORKERS = 2
 WARM_UP_WAIT_SECONDS = 30.0
+# A `ctxd/record` request at most this large may be stored on the reader thread (see above).
+RECORD_NOW_MAX_BYTES = 64 * 1024
 
 # Long operations run beside a thread's other requests.
 UNORDERED = frozenset({methods.COMPACT, methods.GHOST_SNAPSHOT, methods.GHOST_LIST, methods.GHOST_RESTORE,
@@ -101,8 +107,9 @@ class CtxdServer:
 
     # --- dispatch (the reader thread) ------------------------------------------------------------
 
-    def dispatch(self, message: dict[str, Any]) -> None:
-        """Check a message's envelope and the lifecycle, then answer it or hand it to a worker."""
+    def dispatch(self, message: dict[str, Any], size: int = 0) -> None:
+        """Check a message's envelope and the lifecycle, then answer it or hand it to a worker.
+        `size`: the message's length in bytes."""
         assert self.outbox is not None
         method, has_id, msg_id = message.get("method"), "id" in message, message.get("id")
         if (message.get("jsonrpc") != "2.0" or (method is not None and not isinstance(method, str))
@@ -113,6 +120,8 @@ class CtxdServer:
         if method is None:
             return  # a response to something we never ask: nothing to do
         params = message.get("params")
+        if log.isEnabledFor(logging.DEBUG):  # -v; RedactSecrets (ctxd/cli.py) takes keys out
+            log.debug("%s %s %.2000r", "request" if has_id else "notification", method, params)
         if not has_id:
             self._notification(method, params)
             return
@@ -128,7 +137,7 @@ class CtxdServer:
             self.outbox.reply(msg_id, None)
         elif method not in methods.REQUESTS:
             self.outbox.error(msg_id, -32601, f"Method not found: {method}")
-        elif not (method == methods.USAGE and self._usage_now(msg_id, params)):
+        elif not self._answer_now(method, msg_id, params, size):
             self._submit(method, msg_id, params)
 
     def _check_lifecycle(self, method: str) -> None:
@@ -151,21 +160,34 @@ class CtxdServer:
             self.executor.submit(self._change_folders, params)
         # `initialized`, `$/setTrace` and any other notification: nothing to do.
 
-    def _usage_now(self, msg_id: Any, params: Any) -> bool:
-        """Answer the gauge's `ctxd/usage` at once when nothing of its thread is queued and the
-        answer needs no waiting (the thread in memory, the workspace free); False hands it to a
-        worker like every other request (which also reports any error)."""
-        key = _ordering_key(methods.USAGE, params)
-        if key is None or self.lanes.busy(key):
+    def _answer_now(self, method: str, msg_id: Any, params: Any, size: int) -> bool:
+        """Answer `ctxd/usage` or a small `ctxd/record` at once when nothing of its thread is queued
+        and the answer needs no waiting; False hands it to a worker like every other request
+        (which also reports any error of the usage)."""
+        if method not in (methods.USAGE, methods.RECORD) or (method == methods.RECORD and size > RECORD_NOW_MAX_BYTES):
             return False
+        key = _ordering_key(method, params)
+        if key is None or self.lanes.busy(key) or (method == methods.RECORD and not self._warmed.is_set()):
+            return False  # (a record before the warm-up: its imports are still loading)
         try:
-            answer = self.service.workspace(key[0]).breakdown_now(key[1])
-        except CtxdError:
-            return False
-        if answer is None:
-            return False
-        self.outbox.reply_repeated(msg_id, answer)  # type: ignore[union-attr]
-        return True
+            workspace = self.service.workspace(key[0])
+            if method == methods.USAGE:
+                answer = workspace.breakdown_now(key[1])
+                if answer is not None:
+                    self.outbox.reply_repeated(msg_id, answer)  # type: ignore[union-attr]
+                return answer is not None
+            from ctxd.protocol.params import RecordParams, parse_params
+
+            parsed = parse_params(RecordParams, params)
+            answer = workspace.record_now(parsed.thread, parsed.items)
+        except Exception as error:  # noqa: BLE001 - reported to the client
+            if method == methods.USAGE:
+                return False
+            self._report(method, msg_id, error)
+            return True
+        if answer is not None:
+            self.outbox.reply(msg_id, answer)  # type: ignore[union-attr]
+        return answer is not None
 
     def _submit(self, method: str, msg_id: Any, raw_params: Any) -> None:
         cancel = self._cancels[msg_id] = threading.Event()
@@ -183,8 +205,6 @@ class CtxdServer:
 
         assert self.outbox is not None and self.events is not None
         params_model, fn = HANDLERS[method]
-        if log.isEnabledFor(logging.DEBUG):  # -v; RedactSecrets (ctxd/cli.py) takes keys out
-            log.debug("request %s %.2000r", method, raw_params)
         if method == methods.STATUS:
             self._warmed.wait(WARM_UP_WAIT_SECONDS)  # it lists the session sources
         try:
@@ -193,17 +213,23 @@ class CtxdServer:
             params = parse_params(params_model, raw_params)
             workspace = self.service.workspace(params.workspace)
             result = fn(Call(workspace, cancel, self.outbox, self.events, self.sessions), params)
-        except CtxdError as error:
-            self.outbox.error(msg_id, error.code, error.message, error.data)
-            return
-        except Exception:
-            log.exception("%s failed", method)
-            self.outbox.error(msg_id, InternalError.code, f"{method} failed inside ctxd; see the daemon's log")
+        except Exception as error:  # noqa: BLE001 - reported to the client
+            self._report(method, msg_id, error)
             return
         finally:
             if self._cancels.get(msg_id) is cancel:
                 del self._cancels[msg_id]
         self.outbox.reply(msg_id, result)
+
+    def _report(self, method: str, msg_id: Any, error: Exception) -> None:
+        """The error reply of a request that raised `error`; anything but a CtxdError is a bug of
+        ours, logged with its traceback."""
+        assert self.outbox is not None
+        if isinstance(error, CtxdError):
+            self.outbox.error(msg_id, error.code, error.message, error.data)
+        else:
+            log.error("%s failed", method, exc_info=error)
+            self.outbox.error(msg_id, InternalError.code, f"{method} failed inside ctxd; see the daemon's log")
 
     # --- lifecycle -------------------------------------------------------------------------------
 

@@ -312,8 +312,9 @@ def error_response(msg_id: object, code: int, message: str) -> bytes:
     return encode({"jsonrpc": "2.0", "id": msg_id, "error": {"code": code, "message": message}})
 
 
-def reader_loop(stream: BinaryIO, writer: LockedWriter, deliver: Callable[[dict], None]) -> None:
-    """Read frames until end of stream; hand each well-formed JSON object to `deliver`.
+def reader_loop(stream: BinaryIO, writer: LockedWriter, deliver: Callable[[dict, int], None]) -> None:
+    """Read frames until end of stream; hand each well-formed JSON object to `deliver`, with
+    its body's length.
 
     Nothing a client sends ends the session but the end of the stream: a broken frame is
     answered with -32700 (id null) and reading resumes at the next good frame.
@@ -345,6 +346,7 @@ def reader_loop(stream: BinaryIO, writer: LockedWriter, deliver: Callable[[dict]
             writer.write(frame(error_response(None, -32600, "Invalid Request: a message must be a JSON object")))
             continue
         problem = unsafe_content(message, body, numbers=NotJson.made != made)
+        size = len(body)
         del body
         if problem is not None:
             msg_id = message.get("id")
@@ -353,7 +355,7 @@ def reader_loop(stream: BinaryIO, writer: LockedWriter, deliver: Callable[[dict]
             elif "id" in message and isinstance(msg_id, (int, str)) and not isinstance(msg_id, bool):
                 writer.write(frame(error_response(msg_id, -32602, f"Invalid params: {problem}")))
             continue
-        deliver(message)
+        deliver(message, size)
 
 
 class NotJson(float):
