@@ -120,8 +120,6 @@ class CtxdServer:
         if method is None:
             return  # a response to something we never ask: nothing to do
         params = message.get("params")
-        if log.isEnabledFor(logging.DEBUG):  # -v; RedactSecrets (ctxd/cli.py) takes keys out
-            log.debug("%s %s %.2000r", "request" if has_id else "notification", method, params)
         if not has_id:
             self._notification(method, params)
             return
@@ -137,8 +135,11 @@ class CtxdServer:
             self.outbox.reply(msg_id, None)
         elif method not in methods.REQUESTS:
             self.outbox.error(msg_id, -32601, f"Method not found: {method}")
-        elif not self._answer_now(method, msg_id, params, size):
-            self._submit(method, msg_id, params)
+        else:
+            if log.isEnabledFor(logging.DEBUG):  # -v; RedactSecrets (ctxd/cli.py) takes keys out
+                log.debug("request %s %.2000r", method, params)
+            if not self._answer_now(method, msg_id, params, size):
+                self._submit(method, msg_id, params)
 
     def _check_lifecycle(self, method: str) -> None:
         if method == methods.INITIALIZE:
