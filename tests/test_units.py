@@ -5,7 +5,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ctxd.ledger.projection import project
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ctxd.ledger.projection import Repairs, project, project_indexed
 from ctxd.ledger.truncation import truncate_text, truncate_tool_output
 from ctxd.server.events import Throttle
 from ctxd.settings import load_settings
@@ -59,6 +62,30 @@ def test_projection_strips_images_for_text_only_models() -> None:
     text_only = project([message], ["text"])[0]
     assert all(part["type"] == "input_text" for part in text_only["content"])
     assert project([message])[0] is message
+
+
+_IMAGE = {"type": "input_image", "image_url": "data:image/png;base64,AAAA"}
+_ITEMS = st.one_of(
+    st.builds(user, st.sampled_from(["go", "more"])),
+    st.just({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "see"}, _IMAGE]}),
+    st.builds(lambda kind, cid: {"type": kind, "call_id": cid, "name": "t", "arguments": "{}", "input": "x"},
+              st.sampled_from(["function_call", "custom_tool_call"]), st.sampled_from(["a", "b", "c"])),
+    st.builds(lambda kind, cid, image: {"type": kind, "call_id": cid, "output": [_IMAGE] if image else "ok"},
+              st.sampled_from(["function_call_output", "custom_tool_call_output"]), st.sampled_from(["a", "b", "c"]),
+              st.booleans()),
+    st.just({"type": "ghost_snapshot", "ghost_commit": {"id": "abc"}}),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_ITEMS, max_size=12), st.sampled_from([("text", "image"), ("text",)]))
+def test_repairs_say_exactly_when_the_projection_changes_nothing(items, modalities) -> None:
+    repairs = Repairs()
+    for item in items:
+        repairs.add(item)
+    changes_nothing = project_indexed(items, modalities) == list(range(len(items)))
+    assert repairs.needed(len(items), modalities) is not changes_nothing
+    assert repairs.needed(len(items) + 1, modalities), "counts of another list are never trusted"
 
 
 def test_projection_is_linear() -> None:

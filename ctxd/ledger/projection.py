@@ -4,10 +4,14 @@ The stored ledger keeps everything as recorded; the projection repairs what a mo
 reject. Every call gets an output (an `aborted` one is synthesized right after a call that has
 none), outputs without a call are dropped, ghost snapshots are removed, and images are replaced by
 a short text when the model takes no images. Two passes over the list, so linear in its length.
+
+Most ledgers need no repair at all. `Repairs` counts, as items are added, what a projection would
+change; when it counts nothing, the prompt is the ledger as it is, without the two passes.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any, Iterable, Sequence
 
 from ctxd.ledger.rules import CALL_TO_OUTPUT, TOOL_OUTPUT_TYPES
@@ -24,10 +28,14 @@ def _without_images(value: Any) -> Any:
     return value
 
 
+def _has_image(value: Any) -> bool:
+    return isinstance(value, list) and any(isinstance(p, dict) and p.get("type") == "input_image" for p in value)
+
+
 def _strip_images(item: dict[str, Any]) -> dict[str, Any]:
     for field in ("content", "output"):
         value = item.get(field)
-        if isinstance(value, list) and any(isinstance(p, dict) and p.get("type") == "input_image" for p in value):
+        if _has_image(value):
             item = {**item, field: _without_images(value)}
     return item
 
@@ -65,3 +73,47 @@ def project_indexed(items: Sequence[dict[str, Any]], input_modalities: Iterable[
             if key not in answered:
                 out.append({"type": key[0], "call_id": key[1], "output": "aborted"})
     return out
+
+
+class Repairs:
+    """What the projection of a list of items would repair, counted as items are added (in order),
+    so that a ledger knows when its prompt is itself: `needed` is False exactly when
+    `project_indexed` would pass every item through unchanged."""
+
+    def __init__(self) -> None:
+        self.items = 0  # items counted: a ledger whose list has another length must not trust the counts
+        self.calls: set[tuple[str, Any]] = set()  # (output type, call id) of every call
+        self.outputs: Counter[tuple[str, Any]] = Counter()  # outputs per (type, call id)
+        self.unanswered = 0  # calls with no output: the projection adds one
+        self.orphans = 0  # outputs with no call: the projection drops them
+        self.ghosts = 0  # ghost snapshots: dropped
+        self.images = 0  # items with image parts: changed for a model without image input
+
+    def add(self, item: dict[str, Any]) -> None:
+        self.items += 1
+        kind = item.get("type")
+        if kind == "ghost_snapshot":
+            self.ghosts += 1
+        elif kind in CALL_TO_OUTPUT:
+            key = (CALL_TO_OUTPUT[kind], item.get("call_id"))
+            if key not in self.calls:
+                self.calls.add(key)
+                waiting = self.outputs[key]
+                if waiting:
+                    self.orphans -= waiting  # its outputs came first: no longer orphans
+                else:
+                    self.unanswered += 1
+        elif kind in TOOL_OUTPUT_TYPES:
+            key = (kind, item.get("call_id"))
+            self.outputs[key] += 1
+            if key not in self.calls:
+                self.orphans += 1
+            elif self.outputs[key] == 1:
+                self.unanswered -= 1
+        if _has_image(item.get("content")) or _has_image(item.get("output")):
+            self.images += 1
+
+    def needed(self, count: int, input_modalities: Iterable[str]) -> bool:
+        """Whether a list of `count` items (the ones added) needs the full projection."""
+        return (count != self.items or self.unanswered > 0 or self.orphans > 0 or self.ghosts > 0
+                or (self.images > 0 and "image" not in input_modalities))

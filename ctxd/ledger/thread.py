@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ctxd.ledger.projection import Repairs
 from ctxd.ledger.rules import (
     has_persistent_developer_text,
     is_contextual_developer_message,
@@ -43,11 +44,13 @@ class ThreadLedger:
     item_tokens: int = 0
     tokens_after_api: int = 0
     group_tokens: dict[str, int] = field(default_factory=dict)  # by kind of item, for the breakdown
+    repairs: Repairs = field(default_factory=Repairs)  # what a prompt of the entries must repair
 
     def recount(self) -> None:
         """Recompute the running sums (after a load or a rewrite)."""
         self.item_tokens = self.tokens_after_api = 0
         self.group_tokens = {}
+        self.repairs = Repairs()
         self._add(self.entries)
         self.tokens_after_api = sum(e.tokens for e in self.entries if e.seq > self.api_seq)
 
@@ -63,6 +66,7 @@ class ThreadLedger:
             added += entry.tokens
             group = item_group(entry.item)
             self.group_tokens[group] = self.group_tokens.get(group, 0) + entry.tokens
+            self.repairs.add(entry.item)
         self.item_tokens += added
         return added
 

@@ -183,10 +183,13 @@ class Workspace:
         with self.lock:
             ledger = self._ledger(thread)
             entries = ledger.entries
-            projected = normalize.project_indexed([e.item for e in entries], input_modalities)
-            # Items the projection passed through unchanged go out as the JSON they are stored as.
-            texts = [(entries[part].body or _dump(entries[part].item)) if isinstance(part, int) else _dump(part)
-                     for part in projected]
+            # Items the projection passes through unchanged go out as the JSON they are stored as.
+            if not ledger.repairs.needed(len(entries), input_modalities):
+                texts = [entry.body or _dump(entry.item) for entry in entries]
+            else:
+                projected = normalize.project_indexed([e.item for e in entries], input_modalities)
+                texts = [(entries[part].body or _dump(entries[part].item)) if isinstance(part, int) else _dump(part)
+                         for part in projected]
             return {
                 "items": RawJsonList(texts),
                 "historyVersion": ledger.history_version,
