@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import ctypes
 import logging
 import os
 import re
@@ -71,10 +72,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# glibc's mallopt parameters.
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+KEEP_FREED_BYTES = 64 * 1024 * 1024
+
+
+def keep_freed_memory() -> None:
+    """Let the daemon reuse the memory of its large strings. By default glibc maps every block
+    over a few megabytes afresh and unmaps it when freed, so the JSON of a 100k-item prompt (about
+    25 MB, built twice) is paid in page faults each time: three times the cost of copying it on
+    this project's machines. Blocks up to 32 MB now come from the heap, which keeps up to 64 MB
+    free for the next prompt instead of returning it at once. Elsewhere than glibc: nothing."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024)
+    mallopt(M_TRIM_THRESHOLD, KEEP_FREED_BYTES)
+
+
 def run_daemon(args: argparse.Namespace) -> int:
     from ctxd.server.app import CtxdServer
 
     setup_logging(args.verbose, args.log_file)
+    keep_freed_memory()
     state_dir = Path(args.state_dir).expanduser() if args.state_dir else None
     server = CtxdServer(state_dir)
     if args.tcp:

@@ -15,6 +15,3 @@ class RawJsonList:
 
     def __init__(self, texts: list[str]) -> None:
         self.texts = texts
-
-    def json(self) -> str:
-        return "[" + ",".join(self.texts) + "]"

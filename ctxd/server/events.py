@@ -14,7 +14,7 @@ from typing import Any, Callable, Hashable
 
 from ctxd import redact
 from ctxd.protocol import methods
-from ctxd.server.framing import LockedWriter, encode, error_response, frame
+from ctxd.server.framing import LockedWriter, encode, encode_parts, error_response, frame
 
 log = logging.getLogger(__name__)
 
@@ -75,17 +75,17 @@ class Outbox:
 
     def send(self, message: dict[str, Any]) -> None:
         try:
-            body = encode(message)
+            body = encode_parts(message)
             if "result" not in message and redact.secrets():
                 # Errors and notifications carry text made of other text (an endpoint's error, a
                 # fallback reason): the configured API key never goes out in them, whatever its shape.
-                body = redact.redact(body.decode("utf-8")).encode("utf-8")
+                body = [redact.redact(b"".join(body).decode("utf-8")).encode("utf-8")]
         except (TypeError, ValueError):
             log.exception("could not encode a message to the client")
             if "id" not in message:
                 return
-            body = error_response(message["id"], -32603, "Internal error: the reply could not be encoded")
-        self.writer.write(frame(body))
+            body = [error_response(message["id"], -32603, "Internal error: the reply could not be encoded")]
+        self.writer.write_message(body)
 
     def reply(self, msg_id: Any, result: Any) -> None:
         self.send({"jsonrpc": "2.0", "id": msg_id, "result": result})

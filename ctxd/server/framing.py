@@ -40,6 +40,15 @@ class LockedWriter:
             self._stream.write(data)
             self._stream.flush()
 
+    def write_message(self, body: list[bytes]) -> None:
+        """One frame whose body is the concatenation of `body`, without concatenating it (a
+        prompt's body can be tens of megabytes)."""
+        with self._lock:
+            self._stream.write(b"Content-Length: %d\r\n\r\n" % sum(map(len, body)))
+            for part in body:
+                self._stream.write(part)
+            self._stream.flush()
+
     def close(self) -> None:
         with self._lock:
             try:
@@ -389,9 +398,9 @@ _raw = threading.local()  # the raw JSON texts of the message being encoded, on 
 
 
 def _raw_placeholder(value: object) -> str:
-    """`default` of the encoder: a `RawJsonList` becomes a marker string, swapped for its text after."""
+    """`default` of the encoder: a `RawJsonList` becomes a marker string, replaced by its texts after."""
     if isinstance(value, RawJsonList):
-        _raw.parts.append(value.json())
+        _raw.parts.append(value)
         return f"{_RAW_MARK}{len(_raw.parts) - 1}"
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
@@ -407,15 +416,28 @@ def decode(body: bytes) -> object:
     return _DECODER.decode(body.decode("utf-8"))
 
 
+def encode_parts(message: object) -> list[bytes]:
+    """Serialize for the wire: strict JSON (no NaN or Infinity), UTF-8, in parts whose
+    concatenation is the message; a `RawJsonList` is written as the JSON texts it holds, joined
+    once, in a part of its own."""
+    _raw.parts = []
+    try:
+        text = _ENCODER.encode(message)
+        raws: list[RawJsonList] = _raw.parts
+    finally:
+        _raw.parts = []
+    parts: list[bytes] = []
+    for n, raw in enumerate(raws):
+        before, _, text = text.partition(f'"{_RAW_MARK}{n}"')
+        parts += [before.encode("utf-8") + b"[", ",".join(raw.texts).encode("utf-8"), b"]"]
+    parts.append(text.encode("utf-8"))
+    return parts
+
+
 def encode(message: object) -> bytes:
-    """Serialize for the wire: strict JSON (no NaN or Infinity), UTF-8; a `RawJsonList` is written
-    as the JSON it already is."""
-    _raw.parts = []
-    text = _ENCODER.encode(message)
-    for n, part in enumerate(_raw.parts):
-        text = text.replace(f'"{_RAW_MARK}{n}"', part, 1)
-    _raw.parts = []
-    return text.encode("utf-8")
+    """`encode_parts`, concatenated."""
+    parts = encode_parts(message)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 MAX_JSON_DEPTH = 128
