@@ -108,6 +108,10 @@ class Client:
                 if name.lower() == "content-length":
                     length = int(value)
             body = stream.read(length or 0)
+            if len(body) < (length or 0):  # the stream ended inside a frame: the daemon was killed
+                with self._cond:
+                    self._cond.notify_all()
+                return
             message = json.loads(body, parse_constant=_not_json)  # strictly: no NaN or Infinity
             with self._cond:
                 if "method" in message:
