@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import ctypes
 import logging
 import os
 import re
@@ -83,6 +82,8 @@ def keep_freed_memory() -> None:
     25 MB, built twice) is paid in page faults each time: three times the cost of copying it on
     this project's machines. Blocks up to 32 MB now come from the heap, which keeps up to 64 MB
     free for the next prompt instead of returning it at once. Elsewhere than glibc: nothing."""
+    import ctypes  # the daemon's alone: `ctxd usage` and `ctxd --version` start without it
+
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):

@@ -114,6 +114,7 @@ class HistoryChanged(Exception):
 
 # How long a write waits for another process's transaction before giving up (1003).
 BUSY_TIMEOUT_SECONDS = 2.0
+BUSY_TIMEOUT_MS = int(BUSY_TIMEOUT_SECONDS * 1000)
 
 
 class Store:
@@ -148,13 +149,13 @@ class Store:
     def _connect_readonly(self) -> sqlite3.Connection:
         """A read-only connection. In a folder where not even the `-shm` file can be created, the
         file is read as immutable, which is right only when no `-wal` holds newer pages."""
-        self._busy_ms = int(BUSY_TIMEOUT_SECONDS * 1000)
+        self._busy_ms = BUSY_TIMEOUT_MS
         uri = f"file:{quote(str(self.path))}?mode=ro"
         for attempt in (uri, uri + "&immutable=1"):
             db = sqlite3.connect(attempt, uri=True, check_same_thread=False, isolation_level=None,
                                  timeout=BUSY_TIMEOUT_SECONDS)
             try:
-                db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_SECONDS * 1000)}")
+                db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
                 db.execute("PRAGMA schema_version").fetchone()  # opens the file (and its -wal) now
                 return db
             except sqlite3.Error as error:
@@ -179,8 +180,8 @@ class Store:
                 db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None,
                                      timeout=BUSY_TIMEOUT_SECONDS)
                 self._db = db
-                db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_SECONDS * 1000)}")
-                self._busy_ms = int(BUSY_TIMEOUT_SECONDS * 1000)
+                db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+                self._busy_ms = BUSY_TIMEOUT_MS
                 if db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
                     db.execute("PRAGMA journal_mode = WAL")
                 # NORMAL in WAL mode: a committed transaction survives the process being killed;
@@ -294,7 +295,7 @@ class Store:
     def _set_busy_timeout(self, db: sqlite3.Connection, wait: bool) -> None:
         """SQLite's wait for another process's lock: BUSY_TIMEOUT_SECONDS, or none for a write
         that may not wait. Set only when it changes (a run of such writes sets it once)."""
-        busy_ms = int(BUSY_TIMEOUT_SECONDS * 1000) if wait else 0
+        busy_ms = BUSY_TIMEOUT_MS if wait else 0
         if busy_ms != self._busy_ms:
             db.execute(f"PRAGMA busy_timeout = {busy_ms}")
             self._busy_ms = busy_ms

@@ -308,10 +308,12 @@ class Workspace:
         second write to follow. Otherwise None, having written nothing (the server then hands the
         request to a worker, which waits). Lets a small record be stored on the thread that read it,
         without a thread switch. Bad items raise as in `record`."""
-        ledger = self.cache.peek(thread)
-        if ledger is None or self._store is None or not self.lock.acquire(blocking=False):
+        if self._store is None or not self.lock.acquire(blocking=False):
             return None
         try:
+            ledger = self.cache.peek(thread)
+            if ledger is None:
+                return None  # reading it from the store is a worker's job
             if (ledger.state or {}).get("usageSettings") != self.view.facts(ledger):
                 return None  # `_changed` would write the new facts, waiting for the store
             return self.record(thread, raw_items, wait=False)

@@ -163,28 +163,35 @@ class CtxdServer:
 
     def _answer_now(self, method: str, msg_id: Any, params: Any, size: int) -> bool:
         """Answer `ctxd/usage` or a small `ctxd/record` at once when nothing of its thread is queued
-        and the answer needs no waiting; False hands it to a worker like every other request
-        (which also reports any error of the usage)."""
-        if method not in (methods.USAGE, methods.RECORD) or (method == methods.RECORD and size > RECORD_NOW_MAX_BYTES):
-            return False
+        and the answer needs no waiting; False hands it to a worker like every other request."""
         key = _ordering_key(method, params)
-        if key is None or self.lanes.busy(key) or (method == methods.RECORD and not self._warmed.is_set()):
-            return False  # (a record before the warm-up: its imports are still loading)
-        try:
-            workspace = self.service.workspace(key[0])
-            if method == methods.USAGE:
-                answer = workspace.breakdown_now(key[1])
-                if answer is not None:
-                    self.outbox.reply_repeated(msg_id, answer)  # type: ignore[union-attr]
-                return answer is not None
-            from ctxd.protocol.params import RecordParams, parse_params
+        if key is None or self.lanes.busy(key):
+            return False
+        if method == methods.USAGE:
+            return self._usage_now(key, msg_id)
+        if method == methods.RECORD and size <= RECORD_NOW_MAX_BYTES and self._warmed.is_set():
+            return self._record_now(msg_id, params)  # (before the warm-up, its imports are still loading)
+        return False
 
+    def _usage_now(self, key: tuple[str, str], msg_id: Any) -> bool:
+        """The gauge's breakdown from memory; a worker reports any error."""
+        try:
+            answer = self.service.workspace(key[0]).breakdown_now(key[1])
+        except Exception:  # noqa: BLE001 - the worker's attempt reports it
+            return False
+        if answer is not None:
+            self.outbox.reply_repeated(msg_id, answer)  # type: ignore[union-attr]
+        return answer is not None
+
+    def _record_now(self, msg_id: Any, params: Any) -> bool:
+        """A small record stored here, or False having written nothing; errors are answered here."""
+        from ctxd.protocol.params import RecordParams, parse_params
+
+        try:
             parsed = parse_params(RecordParams, params)
-            answer = workspace.record_now(parsed.thread, parsed.items)
+            answer = self.service.workspace(parsed.workspace).record_now(parsed.thread, parsed.items)
         except Exception as error:  # noqa: BLE001 - reported to the client
-            if method == methods.USAGE:
-                return False
-            self._report(method, msg_id, error)
+            self._report(methods.RECORD, msg_id, error)
             return True
         if answer is not None:
             self.outbox.reply(msg_id, answer)  # type: ignore[union-attr]
