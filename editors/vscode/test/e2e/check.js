@@ -642,10 +642,17 @@ async function checkCompactionsAfterReload(page, compactedText) {
   await shot(page, 'vscode-compactions-reload.png');
 
   // --- a click opens the items that compaction replaced, read-only ------------------------------------
-  await page.evaluate((l) => {
-    const pane = [...document.querySelectorAll('.pane')].find((p) => (p.querySelector('.pane-header .title')?.textContent || '').trim() === 'Compactions');
-    [...pane.querySelectorAll('.monaco-list-row')].find((x) => (x.textContent || '').startsWith(l)).click();
-  }, label);
+  // The tree may re-render under the click as the reloaded window catches up: a click that opened
+  // nothing is repeated every few seconds, and a timeout says what was on screen.
+  const clickRow = () =>
+    page.evaluate((l) => {
+      const pane = [...document.querySelectorAll('.pane')].find((p) => (p.querySelector('.pane-header .title')?.textContent || '').trim() === 'Compactions');
+      const row = pane && [...pane.querySelectorAll('.monaco-list-row')].find((x) => (x.textContent || '').startsWith(l));
+      if (row) row.click();
+    }, label);
+  await clickRow();
+  let clickedAt = Date.now();
+  let seen;
   const archivedText = () =>
     page.evaluate(() => {
       const tab = document.querySelector('.tab.active');
@@ -655,7 +662,15 @@ async function checkCompactionsAfterReload(page, compactedText) {
     });
   const archived = await until('the archived items of the compaction', async () => {
     const a = await archivedText();
-    return /e2e-compaction-\d+\.json/.test(a.name) && a.text.includes('"archived": true') && a.text.includes('Step 0: read src/module_0.py') ? a : false;
+    seen = { ...a, text: a.text.slice(0, 300), toasts: await toasts(page) };
+    if (/e2e-compaction-\d+\.json/.test(a.name)) return a.text.includes('"archived": true') && a.text.includes('Step 0: read src/module_0.py') ? a : false;
+    if (Date.now() - clickedAt > 5_000) {
+      await clickRow();
+      clickedAt = Date.now();
+    }
+    return false;
+  }).catch((e) => {
+    throw new Error(`${e.message}; on screen: ${JSON.stringify(seen)}`);
   });
   // Typing changes nothing: the document is read-only.
   await page.click('.editor-instance .monaco-editor .view-lines');
