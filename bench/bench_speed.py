@@ -2,7 +2,7 @@
 
 The floor is bench/floor_daemon.py: a minimal Python JSON-RPC daemon (LSP framing over stdio,
 `json`, a SQLite WAL commit for a record). Both run as subprocesses, get the same requests from the
-same client in the same run, interleaved round by round so machine noise falls on both. The client
+same client in the same run, taking turns call by call so machine noise falls on both. The client
 times a call from writing the request to having read the whole answer; it parses answers only
 after the clock stops (the client's parsing is not the daemon's cost).
 
@@ -13,6 +13,12 @@ after the clock stops (the client's parsing is not the daemon's cost).
 | `ctxd/prompt` of 100k items | the floor sending the same items back | <= 1.5x |
 | `ctxd/prompt` growth, 25k to 100k items | ctxd's own 25k-item prompt | <= 4.4x |
 | cold start to `initialize` answered | importing pygls' server (`from pygls.lsp.server import LanguageServer`) | <= 2x |
+
+The client and both daemons run on one CPU (the client pins itself before spawning them; children
+inherit it). A round trip is far shorter than a wake-up on another CPU of a virtual machine (0.1 to
+0.2 ms here), and the scheduler places the two daemons as it likes: whichever sat beside the client
+looked two to five times faster, and kept that place for the rest of the run. On one CPU both pay
+the same.
 
 The issue's reference for the cold start is "importing pygls alone", with ctxd then at 1.3x: a
 daemon that imported pygls' server could only be 1.3x of that import, not of `import pygls`
@@ -29,6 +35,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -85,6 +92,7 @@ class Wire:
         self.send(message)
         while True:
             body = self._read()
+            end = time.perf_counter()  # the answer's own parsing is the client's cost, not the daemon's
             if len(body) > NOTIFICATION_MAX:
                 break
             parsed = json.loads(body)
@@ -92,7 +100,7 @@ class Wire:
                 break
             if "id" in parsed:  # a request from the daemon: answer it, as an editor would
                 self.send({"jsonrpc": "2.0", "id": parsed["id"], "result": None})
-        return time.perf_counter() - start, body
+        return end - start, body
 
     def request(self, method: str, params: Any) -> Any:
         _, body = self.call(method, params)
@@ -134,15 +142,16 @@ ONE_ITEM = {"type": "message", "role": "assistant",
                          "tenant through load_settings() and rerun the tests."}]}
 
 
-def interleaved(wires: dict[str, Wire], method: str, params: dict[str, Any], rounds: int, per_round: int) -> dict[str, float]:
-    """Median seconds per call for each daemon, their calls interleaved in blocks of `per_round`."""
+def interleaved(wires: dict[str, Wire], method: str, params: dict[str, Any], calls: int) -> dict[str, float]:
+    """Median seconds per call for each daemon, taking turns call by call (who goes first
+    alternates): noise on this machine comes in phases longer than a call, and so falls on both."""
     samples: dict[str, list[float]] = {name: [] for name in wires}
     last: dict[str, bytes] = {}
-    for _ in range(rounds):
-        for name, wire in wires.items():
-            for _ in range(per_round):
-                seconds, last[name] = wire.call(method, params)
-                samples[name].append(seconds)
+    names = list(wires)
+    for n in range(calls):
+        for name in names[n % 2:] + names[:n % 2]:
+            seconds, last[name] = wires[name].call(method, params)
+            samples[name].append(seconds)
     for body in last.values():  # an error would be fast and wrong: the answers must be results
         result_of(body, method)
     return {name: statistics.median(values) for name, values in samples.items()}
@@ -203,7 +212,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--items", type=int, default=100_000)
     parser.add_argument("--quick", action="store_true", help="fewer repetitions (run.py's default)")
     args = parser.parse_args(argv)
-    calls, prompts, cold_repeats = (100, 5, 5) if args.quick else (300, 7, 9)
+    pin_to_one_cpu()
+    calls, prompts, cold_repeats = (500, 5, 5) if args.quick else (3000, 7, 9)
     big, quarter = thread_items(args.items), thread_items(args.items // 4)
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="ctxd-bench-speed-") as tmp:
@@ -225,19 +235,19 @@ def main(argv: list[str]) -> int:
                 fill(wire, {**where, "thread": "big"}, big)
                 fill(wire, {**where, "thread": "quarter"}, quarter)
 
-            record = interleaved(wires, "ctxd/record", {**where, "thread": "records", "items": [ONE_ITEM]}, 10, calls // 10)
+            record = interleaved(wires, "ctxd/record", {**where, "thread": "records", "items": [ONE_ITEM]}, calls)
             rows.append(ratio_row("one-item durable ctxd/record", record["ctxd"], record["floor"], 2.0))
 
-            usage = interleaved(wires, "ctxd/usage", {**where, "thread": "big"}, 10, calls // 10)
+            usage = interleaved(wires, "ctxd/usage", {**where, "thread": "big"}, calls)
             rows.append(ratio_row(f"ctxd/usage, {args.items // 1000}k-item thread", usage["ctxd"], usage["floor"], 1.3))
 
             for wire in wires.values():  # both must send every item back
                 count = len(wire.request("ctxd/prompt", {**where, "thread": "big"})["items"])
                 if count != len(big):
                     raise RuntimeError(f"{wire.proc.args[1]}: ctxd/prompt sent {count} items, not {len(big)}")
-            prompt = interleaved(wires, "ctxd/prompt", {**where, "thread": "big"}, prompts, 1)
+            prompt = interleaved(wires, "ctxd/prompt", {**where, "thread": "big"}, prompts)
             rows.append(ratio_row(f"ctxd/prompt, {args.items // 1000}k items", prompt["ctxd"], prompt["floor"], 1.5))
-            small = interleaved(wires, "ctxd/prompt", {**where, "thread": "quarter"}, prompts, 1)
+            small = interleaved(wires, "ctxd/prompt", {**where, "thread": "quarter"}, prompts)
             rows.append(Row(f"ctxd/prompt growth, {args.items // 4000}k to {args.items // 1000}k items",
                             ms(prompt["ctxd"]), f"{ms(small['ctxd'])} (ctxd, {args.items // 4000}k)",
                             f"{prompt['ctxd'] / small['ctxd']:.2f}x", "<= 4.4x", prompt["ctxd"] / small["ctxd"] <= 4.4))
@@ -253,6 +263,12 @@ def main(argv: list[str]) -> int:
         rows.append(Row("cold start to initialize answered", ms(started), f"{ms(cold['pygls server'])} (pygls server import)",
                         f"{started / cold['pygls server']:.2f}x", "<= 2x", started / cold["pygls server"] <= 2.0))
     return report(rows)
+
+
+def pin_to_one_cpu() -> None:
+    """Run this process, and every process it spawns, on one CPU (see the module's docstring)."""
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 
 
 def ratio_row(figure: str, measured: float, floor: float, goal: float) -> Row:

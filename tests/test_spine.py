@@ -54,6 +54,19 @@ def test_record_prompt_history_threads(client: Client, workspace: Path) -> None:
     assert [(t["thread"], t["itemCount"]) for t in threads] == [("default", 4)]
 
 
+def test_threads_are_listed_most_recently_written_first(client: Client, workspace: Path) -> None:
+    """A run of records to one thread may leave its `updatedAt` a moment old (Store.append), but
+    never out of order: a record to another thread in between always counts."""
+    order = ["a", "b", "a", "c", "a", "a", "b"]
+    for thread in order:
+        rec(client, workspace, [assistant(f"to {thread}")], thread=thread)
+    threads = client.request("ctxd/threads", {"workspace": workspace.as_uri()})["threads"]
+    assert [t["thread"] for t in threads] == ["b", "a", "c"]
+    assert {t["thread"]: t["itemCount"] for t in threads} == {"a": 4, "b": 2, "c": 1}
+    times = [t["updatedAt"] for t in threads]
+    assert times == sorted(times, reverse=True)
+
+
 def test_extra_fields_are_kept_and_system_messages_are_not_recorded(client: Client, workspace: Path) -> None:
     item = {**assistant("hi"), "id": "msg_123", "status": "completed", "x_vendor": {"nested": [1, 2]}}
     system = {"type": "message", "role": "system", "content": [{"type": "input_text", "text": "be nice"}]}
