@@ -138,6 +138,7 @@ class Store:
         self._identity: tuple[int, int] | None = None
         self._wal_generation: bytes | None = None  # the `-wal` header's salt last marked with the owner
         self._wal_path = f"{path}-wal"
+        self._wal_fd: int | None = None  # the `-wal`, open while the connection is (see `_read_wal_generation`)
         self._busy_ms = 0  # the connection's busy timeout (see `_set_busy_timeout`)
         # The thread an append last touched, the data version it saw, and when (see `append`).
         self._last_touch: tuple[str, tuple[int, int], float] | None = None
@@ -256,6 +257,12 @@ class Store:
             if self._db is not None:
                 self._db.close()
                 self._db = None
+            self._close_wal_fd()
+
+    def _close_wal_fd(self) -> None:
+        if self._wal_fd is not None:
+            os.close(self._wal_fd)
+            self._wal_fd = None
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
@@ -329,18 +336,16 @@ class Store:
         self._wal_generation = self._read_wal_generation()  # our own write may have restarted it
 
     def _read_wal_generation(self) -> bytes | None:
-        """The `-wal` header's checkpoint sequence and salts (bytes 12-24); raw calls, as this runs
-        after every commit."""
+        """The `-wal` header's checkpoint sequence and salts (bytes 12-24); one `pread`, as this
+        runs after every commit. The file stays open while the connection is: SQLite removes a
+        `-wal` only when its last connection closes, and ours is open."""
         try:
-            fd = os.open(self._wal_path, os.O_RDONLY)
+            if self._wal_fd is None:
+                self._wal_fd = os.open(self._wal_path, os.O_RDONLY)
+            header = os.pread(self._wal_fd, 12, 12)
         except OSError:
+            self._close_wal_fd()
             return None
-        try:
-            header = os.pread(fd, 12, 12)
-        except OSError:
-            return None
-        finally:
-            os.close(fd)
         return header if len(header) == 12 else None
 
     def _check_durable(self) -> None:

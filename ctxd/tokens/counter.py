@@ -157,13 +157,17 @@ def _text_tokens(value: Any, count: Callable[[str], int]) -> int:
     lists of content parts, and images at Codex's fixed price."""
     if isinstance(value, str):
         return count(value)
+    total = 0  # loops, not sum() over generators: this runs for every recorded item
     if isinstance(value, list):
-        return sum(_text_tokens(part, count) for part in value)
-    if isinstance(value, dict):
+        for part in value:
+            total += _text_tokens(part, count)
+    elif isinstance(value, dict):
         if value.get("type") == "input_image":
             return approx_tokens_from_bytes(IMAGE_BYTES)
-        return sum(_text_tokens(value[key], count) for key in _TEXT_KEYS if key in value)
-    return 0
+        for key in _TEXT_KEYS:
+            if key in value:
+                total += _text_tokens(value[key], count)
+    return total
 
 
 def count_item(item: dict[str, Any], count: Callable[[str], int]) -> int:

@@ -33,6 +33,7 @@ class UsageView:
         self._settings: dict[str, tuple[Any, Settings, int, int]] = {}
         self._overhead: dict[str, tuple[Any, str, usage_mod.OverheadCounts]] = {}
         self._breakdowns: dict[str, tuple[Any, Any, dict[str, Any]]] = {}
+        self._facts: dict[str, tuple[Any, str, dict[str, Any]]] = {}
 
     def settings(self, ledger: ThreadLedger) -> Settings:
         """The workspace's settings, with the model and window the thread's prompt context names."""
@@ -95,9 +96,15 @@ class UsageView:
         """What `ctxd usage` (another process) cannot know by itself: the model, window, limit and
         counter the editor's options set, and the overhead as counted here. Writers keep it in
         the thread's state (`usageSettings`)."""
-        _, settings, window, limit = self._thread_settings(ledger)
-        return {"model": settings.model, "contextWindow": window, "autoCompactLimit": limit, "tokenizer": settings.tokenizer,
-                "overheadTokens": self.overhead(ledger, self.counter_for(settings)).tokens}
+        context, settings, window, limit = self._thread_settings(ledger)
+        counter = self.counter_for(settings)
+        cached = self._facts.get(ledger.thread)
+        if cached is not None and cached[0] is context and cached[1] == counter.name:
+            return cached[2]
+        facts = {"model": settings.model, "contextWindow": window, "autoCompactLimit": limit, "tokenizer": settings.tokenizer,
+                 "overheadTokens": self.overhead(ledger, counter).tokens}
+        self._facts[ledger.thread] = (context, counter.name, facts)
+        return facts
 
 
 def with_facts(settings: Settings, facts: dict[str, Any]) -> Settings:
