@@ -28,6 +28,10 @@ class FrameError(Exception):
     """The byte stream cannot be read as LSP frames any more (bad header): the session ends."""
 
 
+# Frames up to this size are joined and written at once (see `LockedWriter.write_message`).
+SMALL_FRAME_BYTES = 256 * 1024
+
+
 class LockedWriter:
     """`write` gets a whole frame and sends it in one piece, whichever thread calls it."""
 
@@ -37,17 +41,29 @@ class LockedWriter:
 
     def write(self, data: bytes) -> None:
         with self._lock:
-            self._stream.write(data)
+            self._write_all(data)
             self._stream.flush()
 
     def write_message(self, body: list[bytes]) -> None:
-        """One frame whose body is the concatenation of `body`, without concatenating it (a
-        prompt's body can be tens of megabytes)."""
+        """One frame whose body is the concatenation of `body`. A small frame goes out in one
+        write (stdout may be unbuffered, `python -u`: a header written on its own would wake the
+        client for nothing); a large one part by part, without concatenating (a prompt's body can
+        be tens of megabytes)."""
+        size = sum(map(len, body))
+        header = b"Content-Length: %d\r\n\r\n" % size
         with self._lock:
-            self._stream.write(b"Content-Length: %d\r\n\r\n" % sum(map(len, body)))
-            for part in body:
-                self._stream.write(part)
+            if size <= SMALL_FRAME_BYTES:
+                self._write_all(b"".join([header, *body]))
+            else:
+                for part in (header, *body):
+                    self._write_all(part)
             self._stream.flush()
+
+    def _write_all(self, data: bytes) -> None:
+        """An unbuffered stream may take only part of a write (a signal in between)."""
+        view = memoryview(data)
+        while view:
+            view = view[self._stream.write(view) or 0:]
 
     def close(self) -> None:
         with self._lock:
