@@ -76,20 +76,22 @@ class UsageView:
     def breakdown(self, ledger: ThreadLedger) -> dict[str, Any]:
         """`ctxd/usage`: where the window's tokens go. O(1) in the ledger's length: it reads the
         ledger's running sums, and is rebuilt only when one of its inputs changed."""
-        _, settings, window, limit = self._thread_settings(ledger)
+        context, settings, window, limit = self._thread_settings(ledger)
         counter = self.counter_for(settings)
+        # Everything the result is made of: the settings and overhead follow from the context.
+        key = (ledger.api_total, ledger.tokens_after_api, ledger.item_tokens, ledger.history_version, counter.name,
+               counter.status)
+        cached = self._breakdowns.get(ledger.thread)
+        if cached is not None and cached[0] == key and cached[1] is context:
+            return _with_cost(cached[2], ledger)
         overhead = self.overhead(ledger, counter)
         usage = {**usage_snapshot(ledger, window, limit, self._overhead_tokens(ledger, counter)), **counter.describe()}
-        key = (tuple(usage.values()), ledger.item_tokens, settings.model)
-        cached = self._breakdowns.get(ledger.thread)
-        if cached is not None and cached[0] == key and cached[1] is ledger.prompt_context:
-            return _with_cost(cached[2], ledger)
         result = usage_mod.breakdown(model=settings.model, context_window=usage["contextWindow"],
                                      auto_compact_limit=usage["autoCompactLimit"], usage=usage,
                                      overhead=overhead, message_groups=dict(ledger.group_tokens),
                                      has_messages=ledger.item_tokens > 0)
         # The context object is kept with the entry so that its identity cannot be reused.
-        self._breakdowns[ledger.thread] = (key, ledger.prompt_context, result)
+        self._breakdowns[ledger.thread] = (key, context, result)
         return _with_cost(result, ledger)
 
     def facts(self, ledger: ThreadLedger) -> dict[str, Any]:
