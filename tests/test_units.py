@@ -1,7 +1,8 @@
-"""Pure-module tests: truncation vectors, projection, throttle, settings."""
+"""Pure-module tests: truncation vectors, projection, throttle, settings, frames."""
 
 from __future__ import annotations
 
+import io
 import time
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 from ctxd.ledger.projection import Repairs, project, project_indexed
 from ctxd.ledger.truncation import truncate_text, truncate_tool_output
 from ctxd.server.events import Throttle
+from ctxd.server.framing import SMALL_FRAME_BYTES, Input, LockedWriter, encode_parts, read_frame
 from ctxd.settings import load_settings
 from ctxd.tokens.approx import IMAGE_BYTES, item_tokens
 from tests.helpers import call, output, user
@@ -203,3 +205,31 @@ def test_closed_lanes_start_nothing_more() -> None:
     release.set()
     executor.shutdown(wait=True)
     assert ran == ["first"]
+
+
+class _Pipe:
+    """A raw, unbuffered stream (stdout under `python -u`) that takes at most `most` bytes a write."""
+
+    def __init__(self, most: int) -> None:
+        self.most, self.writes = most, []  # type: ignore[var-annotated]
+
+    def write(self, data: memoryview) -> int:
+        self.writes.append(bytes(data[:self.most]))
+        return len(self.writes[-1])
+
+    def flush(self) -> None:
+        pass
+
+
+def test_a_small_frame_is_one_write_and_a_short_write_loses_nothing() -> None:
+    message = {"jsonrpc": "2.0", "id": 7, "result": {"usage": {"usedTokens": 12, "note": "é" * 40}}}
+    whole = _Pipe(most=1 << 30)
+    LockedWriter(whole).write_message(encode_parts(message))  # type: ignore[arg-type]
+    assert len(whole.writes) == 1  # a header alone would wake the client for nothing
+    short = _Pipe(most=7)
+    LockedWriter(short).write_message(encode_parts(message))  # type: ignore[arg-type]
+    assert b"".join(short.writes) == whole.writes[0]
+    big = _Pipe(most=1 << 30)
+    LockedWriter(big).write_message([b"[", b"1" * SMALL_FRAME_BYTES, b"]"])  # type: ignore[arg-type]
+    assert len(big.writes) == 4  # the header and each part: a large body is never copied whole
+    assert read_frame(Input(io.BytesIO(whole.writes[0] + b"".join(big.writes)))) == b"".join(encode_parts(message))
