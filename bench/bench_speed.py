@@ -212,7 +212,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--items", type=int, default=100_000)
     parser.add_argument("--quick", action="store_true", help="fewer repetitions (run.py's default)")
     args = parser.parse_args(argv)
-    pin_to_one_cpu()
+    spare_cpus = pin_to_one_cpu()
     calls, prompts, cold_repeats = (500, 5, 5) if args.quick else (3000, 7, 9)
     big, quarter = thread_items(args.items), thread_items(args.items // 4)
     rows: list[Row] = []
@@ -252,6 +252,10 @@ def main(argv: list[str]) -> int:
                             ms(prompt["ctxd"]), f"{ms(small['ctxd'])} (ctxd, {args.items // 4000}k)",
                             f"{prompt['ctxd'] / small['ctxd']:.2f}x", "<= 4.4x", prompt["ctxd"] / small["ctxd"] <= 4.4))
             print(f"(the floor's own growth: {prompt['floor'] / small['floor']:.2f}x)")
+            if spare_cpus:
+                across, plain = across_cpus(ctxd, {**where, "thread": "big"}, spare_cpus, prompts)
+                print(f"(the client on another CPU: ctxd's {args.items // 1000}k-item prompt {ms(across)}; the same "
+                      f"bytes through a default 64 KB pipe {ms(plain)}, {across / plain:.2f}x)")
         finally:
             for wire in wires.values():
                 wire.close()
@@ -265,10 +269,52 @@ def main(argv: list[str]) -> int:
     return report(rows)
 
 
-def pin_to_one_cpu() -> None:
-    """Run this process, and every process it spawns, on one CPU (see the module's docstring)."""
-    if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+def pin_to_one_cpu() -> set[int]:
+    """Run this process, and every process it spawns, on one CPU (see the module's docstring);
+    return the other CPUs it could have used."""
+    if not hasattr(os, "sched_setaffinity"):
+        return set()
+    cpus = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(cpus)})
+    return cpus - {min(cpus)}
+
+
+PIPE_WRITER = """
+import sys
+out, bodies = sys.stdout.buffer, {}
+for line in sys.stdin.buffer:
+    size = int(line)
+    out.write(b"Content-Length: %d\\r\\n\\r\\n" % size)
+    out.write(bodies.setdefault(size, b"x" * size))
+    out.flush()
+"""
+
+
+def across_cpus(ctxd: Wire, params: dict[str, Any], spare_cpus: set[int], calls: int) -> tuple[float, float]:
+    """Median seconds of `ctxd/prompt` with this client on another CPU than the daemon (where a
+    scheduler with idle CPUs puts it), and of a plain process sending as many bytes through a pipe
+    of the default size, also across CPUs: what ctxd's wider pipes (`cli.widen_pipes`) buy."""
+    home = os.sched_getaffinity(0)
+    writer = subprocess.Popen([sys.executable, "-c", PIPE_WRITER], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    os.sched_setaffinity(0, {min(spare_cpus)})
+    try:
+        prompt = [ctxd.call("ctxd/prompt", params) for _ in range(calls)]
+        size = len(prompt[-1][1])
+        plain = []
+        for _ in range(calls):
+            start = time.perf_counter()
+            assert writer.stdin is not None and writer.stdout is not None
+            writer.stdin.write(b"%d\n" % size)
+            writer.stdin.flush()
+            writer.stdout.readline()
+            writer.stdout.readline()
+            writer.stdout.read(size)
+            plain.append(time.perf_counter() - start)
+    finally:
+        os.sched_setaffinity(0, home)
+        writer.kill()
+        writer.wait()
+    return statistics.median(seconds for seconds, _ in prompt), statistics.median(plain)
 
 
 def ratio_row(figure: str, measured: float, floor: float, goal: float) -> Row:

@@ -7,6 +7,7 @@ these use the same checks at a size that fits CI. Every recorded item carries a 
 
 from __future__ import annotations
 
+import fcntl
 import random
 import threading
 from collections import Counter
@@ -15,7 +16,7 @@ from typing import Any, Callable
 
 import pytest
 
-from tests.helpers import assistant, output, user
+from tests.helpers import assistant, call, output, user
 from tests.rpc import Client, start_daemon
 
 CRASH_CYCLES = 10
@@ -211,6 +212,22 @@ def peak_rss_kib(pid: int) -> int:
 
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc for peak RSS")
+def test_a_large_prompt_leaves_through_widened_pipes(daemon_factory: Callable[..., Client], workspace: Path) -> None:
+    """The daemon asks for 1 MB stdio pipes (ctxd/cli.py, widen_pipes); a prompt of several
+    megabytes then comes back whole, in the order recorded."""
+    client = daemon_factory([workspace], {"autoCompactTokenLimit": 0})
+    items = [part for i in range(800) for part in (call(f"c{i}"), output(f"c{i}", f"line {i} " + "x" * 4000))]
+    for start in range(0, len(items), 200):
+        client.request("ctxd/record", {"workspace": workspace.as_uri(), "items": items[start:start + 200]})
+    prompt = client.request("ctxd/prompt", {"workspace": workspace.as_uri()})["items"]
+    assert prompt == items  # about 3.3 MB
+    get_size = getattr(fcntl, "F_GETPIPE_SZ", None)
+    if get_size is not None:  # Linux: the pipes' own size, as the kernel reports it
+        assert client.proc.stdout is not None and client.proc.stdin is not None
+        assert fcntl.fcntl(client.proc.stdout.fileno(), get_size) == 1 << 20
+        assert fcntl.fcntl(client.proc.stdin.fileno(), get_size) == 1 << 20
+
+
 def test_large_tool_output_is_capped_while_reading(daemon_factory: Callable[..., Client], workspace: Path) -> None:
     """Tool outputs of 12 and 48 MB: stored middle-truncated to the token limit, the shortening
     reported, and the daemon's peak memory does not grow with the output's size (the second,
