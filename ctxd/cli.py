@@ -99,8 +99,8 @@ def widen_pipes() -> None:
     """When stdin and stdout are pipes (a client started with Python's subprocess, Go's os/exec,
     a shell), let a large reply leave in 1 MB pieces instead of Linux's default 64 KB: a 100k-item
     prompt (about 25 MB) then wakes the client 25 times instead of 400. With the client on another
-    CPU, that took ctxd's prompt from 94 to 52 ms on this project's machine (`bench/bench_speed.py`
-    prints it beside a plain pipe). Requests get the same room. Editors built on libuv (VS Code,
+    CPU, that about halved ctxd's prompt on this project's machine (`bench/bench_speed.py` prints
+    it beside a plain pipe). Requests get the same room. Editors built on libuv (VS Code,
     Neovim) pass socket pairs, whose buffers are already about 200 KB: nothing to do there, nor
     where pipes cannot be resized (another OS, a lower `/proc/sys/fs/pipe-max-size`)."""
     try:
