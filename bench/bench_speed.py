@@ -18,7 +18,8 @@ The client and both daemons run on one CPU (the client pins itself before spawni
 inherit it). A round trip is far shorter than a wake-up on another CPU of a virtual machine (0.1 to
 0.2 ms here), and the scheduler places the two daemons as it likes: whichever sat beside the client
 looked two to five times faster, and kept that place for the rest of the run. On one CPU both pay
-the same.
+the same. Printed without a goal: the 100k-item prompt with the client moved to another CPU,
+beside a plain process that only moves as many bytes through a default pipe across CPUs.
 
 The issue's reference for the cold start is "importing pygls alone", with ctxd then at 1.3x: a
 daemon that imported pygls' server could only be 1.3x of that import, not of `import pygls`
