@@ -14,7 +14,7 @@ from typing import Any, Callable, Hashable
 
 from ctxd import redact
 from ctxd.protocol import methods
-from ctxd.server.framing import LockedWriter, encode, encode_parts, error_response, frame
+from ctxd.server.framing import LockedWriter, encode, encode_parts, error_response
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ class Outbox:
                 self.reply(msg_id, result)  # reports the failure as `reply` does
                 return
         msg_id_json = b"%d" % msg_id if isinstance(msg_id, int) else encode(msg_id)
-        self.writer.write(frame(b'{"jsonrpc":"2.0","id":%s,"result":%s}' % (msg_id_json, last[1])))
+        self.writer.write_message([b'{"jsonrpc":"2.0","id":%s,"result":%s}' % (msg_id_json, last[1])])
 
     def error(self, msg_id: Any, code: int, message: str, data: Any = None) -> None:
         error: dict[str, Any] = {"code": code, "message": message}

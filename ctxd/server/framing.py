@@ -33,16 +33,11 @@ SMALL_FRAME_BYTES = 256 * 1024
 
 
 class LockedWriter:
-    """`write` gets a whole frame and sends it in one piece, whichever thread calls it."""
+    """`write_message` sends a whole frame in one piece, whichever thread calls it."""
 
     def __init__(self, stream: BinaryIO) -> None:
         self._stream = stream
         self._lock = threading.Lock()
-
-    def write(self, data: bytes) -> None:
-        with self._lock:
-            self._write_all(data)
-            self._stream.flush()
 
     def write_message(self, body: list[bytes]) -> None:
         """One frame whose body is the concatenation of `body`. A small frame goes out in one
@@ -71,10 +66,6 @@ class LockedWriter:
                 self._stream.close()
             except OSError:
                 pass
-
-
-def frame(body: bytes) -> bytes:
-    return b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
 
 
 READ_CHUNK = 1 << 20
@@ -378,7 +369,7 @@ def reader_loop(stream: BinaryIO, writer: LockedWriter, deliver: Callable[[dict,
             resync = False
         except (FrameError, LyingLength) as error:
             log.warning("bad frame: %s", error)
-            writer.write(frame(error_response(None, -32700, f"Parse error: {error}")))
+            writer.write_message([error_response(None, -32700, f"Parse error: {error}")])
             resync = isinstance(error, FrameError)
             continue
         if body is None:
@@ -390,10 +381,10 @@ def reader_loop(stream: BinaryIO, writer: LockedWriter, deliver: Callable[[dict,
         try:
             message = decode(body)
         except (ValueError, RecursionError) as error:  # JSONDecodeError and UnicodeDecodeError included
-            writer.write(frame(error_response(None, -32700, f"Parse error: {error}")))
+            writer.write_message([error_response(None, -32700, f"Parse error: {error}")])
             continue
         if not isinstance(message, dict):
-            writer.write(frame(error_response(None, -32600, "Invalid Request: a message must be a JSON object")))
+            writer.write_message([error_response(None, -32600, "Invalid Request: a message must be a JSON object")])
             continue
         problem = unsafe_content(message, body, numbers=NotJson.made != made)
         size = len(body)
@@ -401,9 +392,9 @@ def reader_loop(stream: BinaryIO, writer: LockedWriter, deliver: Callable[[dict,
         if problem is not None:
             msg_id = message.get("id")
             if isinstance(msg_id, NotJson):
-                writer.write(frame(error_response(None, -32600, f"Invalid Request: {problem} (the id)")))
+                writer.write_message([error_response(None, -32600, f"Invalid Request: {problem} (the id)")])
             elif "id" in message and isinstance(msg_id, (int, str)) and not isinstance(msg_id, bool):
-                writer.write(frame(error_response(msg_id, -32602, f"Invalid params: {problem}")))
+                writer.write_message([error_response(msg_id, -32602, f"Invalid params: {problem}")])
             continue
         deliver(message, size)
 
@@ -530,5 +521,5 @@ def _report_shortened(writer: LockedWriter, shortened: list[tuple[int, int]]) ->
     log.warning("shortened %d over-long string value(s) while reading a request (bytes: %s)", len(shortened), sizes)
     message = (f"ctxd: a request carried {len(shortened)} string value(s) over {MAX_STRING_BYTES} bytes; "
                f"their middles were dropped before parsing (bytes: {sizes}).")
-    writer.write(frame(encode({"jsonrpc": "2.0", "method": "window/showMessage",
-                               "params": {"type": 2, "message": message}})))
+    writer.write_message(encode_parts({"jsonrpc": "2.0", "method": "window/showMessage",
+                                       "params": {"type": 2, "message": message}}))
