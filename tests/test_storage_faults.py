@@ -143,6 +143,27 @@ def test_leftover_wal_after_a_checkpoint_still_names_its_owner(daemon_factory, s
     assert str(path_a) in error.message and "-wal" in error.message
 
 
+def test_a_ledger_made_with_the_full_archived_index_is_upgraded_at_open(daemon_factory, state_dir: Path,
+                                                                        workspace: Path) -> None:
+    """Ledgers written before kept every item in `items_archived`; the index now holds archived
+    items only (one page less per record). An old file gets the new index at open, items intact."""
+    first = daemon_factory([workspace])
+    record(first, workspace, "one", "two")
+    first.shutdown()
+    path = db_of(state_dir, workspace)
+    with sqlite3.connect(path) as db:
+        db.execute("DROP INDEX items_archived")
+        db.execute("CREATE INDEX items_archived ON items (thread, archived)")
+    second = daemon_factory([workspace])
+    assert texts(second, workspace) == ["one", "two"]
+    record(second, workspace, "three")
+    second.shutdown()
+    with sqlite3.connect(path) as db:
+        (sql,) = db.execute("SELECT sql FROM sqlite_master WHERE name = 'items_archived'").fetchone()
+        indexed = db.execute("SELECT count(*) FROM items INDEXED BY items_archived WHERE archived IS NOT NULL").fetchone()
+    assert sql.endswith("WHERE archived IS NOT NULL") and indexed == (0,)
+
+
 @pytest.fixture
 def exclusive() -> Iterator[Callable[[Path], sqlite3.Connection]]:
     """Another process's exclusive transaction on a database (a sqlite3 connection of ours)."""
@@ -243,10 +264,27 @@ def test_adding_a_locked_workspace_never_blocks_the_event_loop(daemon_factory, s
     assert texts(client, b) == ["b exists"]
 
 
-def test_state_directory_deleted_while_running(daemon_factory, state_dir: Path, workspace: Path) -> None:
+def _delete_state_folder(state_dir: Path, workspace: Path) -> None:
+    shutil.rmtree(state_dir / "ctxd")
+
+
+def _delete_the_database_alone(state_dir: Path, workspace: Path) -> None:
+    db_of(state_dir, workspace).unlink()  # its -wal and -shm stay
+
+
+def _move_another_file_onto_it(state_dir: Path, workspace: Path) -> None:
+    path = db_of(state_dir, workspace)
+    other = path.with_name("other.sqlite3")
+    sqlite3.connect(other).close()
+    other.replace(path)
+
+
+@pytest.mark.parametrize("lose_the_file", [_delete_state_folder, _delete_the_database_alone, _move_another_file_onto_it])
+def test_state_directory_deleted_while_running(daemon_factory, state_dir: Path, workspace: Path,
+                                               lose_the_file: Callable[[Path, Path], None]) -> None:
     client = daemon_factory([workspace])
     record(client, workspace, "before")
-    shutil.rmtree(state_dir / "ctxd")
+    lose_the_file(state_dir, workspace)
     error = unavailable(lambda: record(client, workspace, "into the void"))
     assert "deleted" in error.message and "send the change again" in error.message
     assert record(client, workspace, "after")["itemCount"] == 1  # a new ledger, in a new file

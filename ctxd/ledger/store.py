@@ -48,7 +48,7 @@ CREATE TABLE IF NOT EXISTS items (
     archived INTEGER,
     PRIMARY KEY (thread, seq)
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS items_archived ON items (thread, archived);
+CREATE INDEX IF NOT EXISTS items_archived ON items (thread, archived) WHERE archived IS NOT NULL;
 CREATE TABLE IF NOT EXISTS compactions (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     thread TEXT NOT NULL,
@@ -59,6 +59,15 @@ CREATE TABLE IF NOT EXISTS compactions (
 
 # Migrations from version N-1 to N, in order. Version 1 is created by _SCHEMA_V1.
 _MIGRATIONS: dict[int, str] = {}
+
+# `items_archived` indexes archived items only: every query on active items reads the primary key
+# anyway, and a record then writes one B-tree page instead of two (`bench/bench_speed.py`). Files
+# made before hold an index of every item; it is rebuilt at open. Either index serves either
+# version of the code, so the schema version stays 1.
+_PARTIAL_ARCHIVED_INDEX = """
+DROP INDEX items_archived;
+CREATE INDEX items_archived ON items (thread, archived) WHERE archived IS NOT NULL;
+"""
 
 # How stale a thread's `updated_at` may be left by a run of appends to it (see `Store.append`).
 TOUCH_INTERVAL_SECONDS = 1.0
@@ -135,7 +144,10 @@ class Store:
         self._lock = threading.RLock()
         self.readonly_reason: str | None = None
         self.generation = 0  # bumps when the file is reopened (after it was deleted)
-        self._identity: tuple[int, int] | None = None
+        # The database file, opened by us to see it unlinked (`_check_durable`). Closed only after
+        # the connection: closing a descriptor drops every POSIX lock this process holds on the
+        # file, SQLite's included.
+        self._file_fd: int | None = None
         self._wal_generation: bytes | None = None  # the `-wal` header's salt last marked with the owner
         self._wal_path = f"{path}-wal"
         self._wal_fd: int | None = None  # the `-wal`, open while the connection is (see `_read_wal_generation`)
@@ -204,7 +216,7 @@ class Store:
                                         else _unavailable(self.path, error)).message
                 self._db = self._connect_readonly()
                 self._check_owner(self._db)
-            self._identity = _identity(self.path)
+            self._file_fd = _open_fd(self.path)
 
     def _check_owner(self, db: sqlite3.Connection | None = None) -> None:
         """Refuse a database written for another workspace. Read through a read-only connection
@@ -258,6 +270,9 @@ class Store:
                 self._db.close()
                 self._db = None
             self._close_wal_fd()
+            if self._file_fd is not None:
+                os.close(self._file_fd)
+                self._file_fd = None
 
     def _close_wal_fd(self) -> None:
         if self._wal_fd is not None:
@@ -349,12 +364,14 @@ class Store:
         return header if len(header) == 12 else None
 
     def _check_durable(self) -> None:
-        """The file we wrote must still be the one at `path` (not deleted or replaced): a commit
-        into an unlinked file is lost at the next start. Start a new file and refuse the write."""
-        if self._identity is None or _identity(self.path) == self._identity:
+        """The file we wrote must still be linked (not deleted, with its folder or alone, nor
+        replaced by another file moved onto its name): a commit into an unlinked file is lost at
+        the next start. Start a new file and refuse the write. One `fstat` of a descriptor we hold,
+        not a `stat` of the path: this runs after every commit. (A file moved elsewhere, folder and
+        all, is still linked: what was written is still on disk, where it was moved to.)"""
+        if self._file_fd is None or os.fstat(self._file_fd).st_nlink > 0:
             return
         self.close()
-        self._identity = None  # the new file's, once it is open
         self.generation += 1
         message = (f"{self.path} was deleted or replaced while ctxd was running (was the state folder "
                    f"{self.path.parent.parent} removed?), so this change was not saved.")
@@ -385,6 +402,9 @@ class Store:
                                        f"{SCHEMA_VERSION}: upgrade ctxd.")
             for target in range(version + 1, SCHEMA_VERSION + 1):
                 _run_script(db, _MIGRATIONS[target])
+            index = db.execute("SELECT sql FROM sqlite_master WHERE type = 'index' AND name = 'items_archived'").fetchone()
+            if index is not None and "WHERE" not in index[0]:
+                _run_script(db, _PARTIAL_ARCHIVED_INDEX)
             db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
             if workspace is not None:
                 owner = db.execute("SELECT value FROM meta WHERE key = 'workspace'").fetchone()
@@ -585,12 +605,11 @@ def _loads(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
 
-def _identity(path: Path) -> tuple[int, int] | None:
+def _open_fd(path: Path) -> int | None:
     try:
-        info = os.stat(path)
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
-    return info.st_dev, info.st_ino
 
 
 def _kind(error: sqlite3.Error) -> str:

@@ -25,6 +25,7 @@ from ctxd.ledger.cache import ThreadCache, summary_ledger
 from ctxd.ledger.store import HistoryChanged, Row, Store, WouldWait, database_path
 from ctxd.ledger.thread import Entry, ThreadLedger, is_user_turn_start, rollback_start
 from ctxd.ledger.truncation import truncate_tool_output, with_serialization_allowance
+from ctxd.protocol import jsontext
 from ctxd.protocol.rawjson import RawJsonList
 from ctxd.settings import Problem, Settings, is_trusted, load_settings
 from ctxd.tokens.counter import TOKENIZERS, Counter, count_item
@@ -66,14 +67,10 @@ def path_to_uri(path: Path) -> str:
     return path.as_uri()
 
 
-# Built once (`json.dumps` with options builds an encoder per call). The same format as the wire's,
-# so that a prompt can send an item as it is stored.
-_STORED_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-
-
 def _dump(item: dict[str, Any]) -> str:
-    """An item as stored: strict JSON (what cannot be sent back is never stored)."""
-    return _STORED_JSON.encode(item)
+    """An item as stored: strict JSON (what cannot be sent back is never stored), in the wire's
+    format, so that a prompt can send an item as it is stored."""
+    return jsontext.dumps(item).decode("utf-8")
 
 
 class Workspace:
@@ -290,11 +287,10 @@ class Workspace:
         ledger.append([Entry(first + i, item, tokens, body=body) for i, (item, (body, tokens)) in enumerate(zip(kept, rows))])
         return ledger
 
-    def record(self, thread: str, raw_items: Any, wait: bool = True) -> dict[str, Any]:
+    def record(self, thread: str, items: list[dict[str, Any]], wait: bool = True) -> dict[str, Any]:
+        """Store valid items (the handler checked them: `ctxd.protocol.items.validate_items`)."""
         self.check_writable(thread)
-        from ctxd.protocol.items import validate_items  # pydantic: imported by the first write, not at start
-
-        kept, rows = self._rows(thread, validate_items(raw_items))
+        kept, rows = self._rows(thread, items)
         with self.lock:
             ledger = self.cache.loaded(self.store, thread)  # checked for other writers in `_append`
             if rows:
@@ -302,12 +298,12 @@ class Workspace:
             usage = self._changed(ledger)
             return {"historyVersion": ledger.history_version, "itemCount": len(ledger.entries), "usage": usage}
 
-    def record_now(self, thread: str, raw_items: Any) -> dict[str, Any] | None:
+    def record_now(self, thread: str, items: list[dict[str, Any]]) -> dict[str, Any] | None:
         """`record` if it needs no waiting: the thread in memory and unchanged by other processes
         (asked in the append's transaction), the workspace free, the database not locked, and no
         second write to follow. Otherwise None, having written nothing (the server then hands the
         request to a worker, which waits). Lets a small record be stored on the thread that read it,
-        without a thread switch. Bad items raise as in `record`."""
+        without a thread switch."""
         if self._store is None or not self.lock.acquire(blocking=False):
             return None
         try:
@@ -316,7 +312,7 @@ class Workspace:
                 return None  # reading it from the store is a worker's job
             if (ledger.state or {}).get("usageSettings") != self.view.facts(ledger):
                 return None  # `_changed` would write the new facts, waiting for the store
-            return self.record(thread, raw_items, wait=False)
+            return self.record(thread, items, wait=False)
         except WouldWait:
             return None
         finally:

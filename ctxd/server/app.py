@@ -32,7 +32,7 @@ import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Callable
 
 from ctxd import __version__
 from ctxd.errors import (
@@ -95,15 +95,17 @@ class CtxdServer:
         self._shown: set[str] = set()  # settings problems already shown (each once per session)
         self.sessions: Any = None  # ctxd.sessions.bridge.SessionBridge, once warmed up
         self._warmed = threading.Event()  # set when `_warm_up` is done
+        # `handlers.record_now`, once the warm-up imported it (it imports pydantic: not at start).
+        self._record_handler: Callable[[Callable[[str], Workspace], Any], dict[str, Any] | None] | None = None
 
     # --- outgoing --------------------------------------------------------------------------------
 
     def _usage_changed(self, uri: str, thread: str, usage: dict[str, Any]) -> None:
-        self.throttle.offer((uri, thread), {"workspace": uri, "thread": thread, **usage})
+        self.throttle.offer((uri, thread), usage)  # most are replaced before they go: built in `_send_usage`
 
-    def _send_usage(self, _key: Any, params: dict[str, Any]) -> None:
+    def _send_usage(self, key: tuple[str, str], usage: dict[str, Any]) -> None:
         if self.outbox is not None:
-            self.outbox.notify(methods.USAGE_CHANGED, params)
+            self.outbox.notify(methods.USAGE_CHANGED, {"workspace": key[0], "thread": key[1], **usage})
 
     # --- dispatch (the reader thread) ------------------------------------------------------------
 
@@ -169,8 +171,8 @@ class CtxdServer:
             return False
         if method == methods.USAGE:
             return self._usage_now(key, msg_id)
-        if method == methods.RECORD and size <= RECORD_NOW_MAX_BYTES and self._warmed.is_set():
-            return self._record_now(msg_id, params)  # (before the warm-up, its imports are still loading)
+        if method == methods.RECORD and size <= RECORD_NOW_MAX_BYTES and self._record_handler is not None:
+            return self._record_now(msg_id, params)
         return False
 
     def _usage_now(self, key: tuple[str, str], msg_id: Any) -> bool:
@@ -185,11 +187,9 @@ class CtxdServer:
 
     def _record_now(self, msg_id: Any, params: Any) -> bool:
         """A small record stored here, or False having written nothing; errors are answered here."""
-        from ctxd.protocol.params import RecordParams, parse_params
-
+        assert self._record_handler is not None
         try:
-            parsed = parse_params(RecordParams, params)
-            answer = self.service.workspace(parsed.workspace).record_now(parsed.thread, parsed.items)
+            answer = self._record_handler(self.service.workspace, params)
         except Exception as error:  # noqa: BLE001 - reported to the client
             self._report(methods.RECORD, msg_id, error)
             return True
@@ -264,8 +264,9 @@ class CtxdServer:
         need (pydantic, the handlers), follow the agents' sessions, then import what compactions and
         snapshots need, instead of in the first request that does."""
         try:
-            import ctxd.server.handlers  # noqa: F401  (the first request needs it: first)
+            from ctxd.server import handlers  # the first request needs it: first
 
+            self._record_handler = handlers.record_now
             self._follow_sessions()
             import ctxd.compact.run  # noqa: F401
             import ctxd.ghost.checkpoints  # noqa: F401

@@ -16,6 +16,7 @@ import threading
 import uuid
 from typing import BinaryIO, Callable
 
+from ctxd.protocol import jsontext
 from ctxd.protocol.rawjson import RawJsonList
 
 log = logging.getLogger(__name__)
@@ -430,16 +431,15 @@ _raw = threading.local()  # the raw JSON texts of the message being encoded, on 
 
 
 def _raw_placeholder(value: object) -> str:
-    """`default` of the encoder: a `RawJsonList` becomes a marker string, replaced by its texts after."""
+    """The encoder's `fallback`: a `RawJsonList` becomes a marker string, replaced by its texts after."""
     if isinstance(value, RawJsonList):
         _raw.parts.append(value)
         return f"{_RAW_MARK}{len(_raw.parts) - 1}"
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
-# Built once: `json.loads` and `json.dumps` with options build a new decoder or encoder per call.
+# Built once: `json.loads` with options builds a new decoder per call.
 _DECODER = json.JSONDecoder(parse_int=_parse_int, parse_float=_parse_float, parse_constant=NotJson)
-_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=_raw_placeholder)
 
 
 def decode(body: bytes) -> object:
@@ -454,15 +454,15 @@ def encode_parts(message: object) -> list[bytes]:
     once, in a part of its own."""
     _raw.parts = []
     try:
-        text = _ENCODER.encode(message)
+        text = jsontext.dumps(message, fallback=_raw_placeholder)
         raws: list[RawJsonList] = _raw.parts
     finally:
         _raw.parts = []
     parts: list[bytes] = []
     for n, raw in enumerate(raws):
-        before, _, text = text.partition(f'"{_RAW_MARK}{n}"')
-        parts += [before.encode("utf-8") + b"[", ",".join(raw.texts).encode("utf-8"), b"]"]
-    parts.append(text.encode("utf-8"))
+        before, _, text = text.partition(f'"{_RAW_MARK}{n}"'.encode())
+        parts += [before + b"[", ",".join(raw.texts).encode("utf-8"), b"]"]
+    parts.append(text)
     return parts
 
 

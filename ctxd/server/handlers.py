@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from ctxd.errors import Cancelled
 from ctxd.ledger.workspace import Workspace
 from ctxd.protocol import methods, params as p
+from ctxd.protocol.items import validate_items
 from ctxd.protocol.paths import escape_paths
 from ctxd.server.events import CompactionEvents, Outbox, SlowWarning
 
@@ -54,7 +55,13 @@ def handler(method: str, params_model: type[BaseModel]) -> Callable[[Handler], H
 
 @handler(methods.RECORD, p.RecordParams)
 def record(call: Call, params: p.RecordParams) -> shapes.RecordResult:
-    return call.workspace.record(params.thread, params.items)
+    return call.workspace.record(params.thread, validate_items(params.items))
+
+
+def record_now(workspace_of: Callable[[str], Workspace], raw_params: Any) -> shapes.RecordResult | None:
+    """`ctxd/record` on the reader thread (see app.py): stored now, or None having written nothing."""
+    params = p.parse_params(p.RecordParams, raw_params)
+    return workspace_of(params.workspace).record_now(params.thread, validate_items(params.items))
 
 
 @handler(methods.REPORT_TOKEN_USAGE, p.ReportTokenUsageParams)

@@ -29,8 +29,9 @@ class UsageView:
         # `ctxd usage`: the overhead as the daemon last counted it, for the gauge's total (the
         # daemon's counter may have been better than the one at hand).
         self.counted_overhead = counted_overhead
-        # Per thread: (prompt context object, its settings, their window, their auto-compact limit).
-        self._settings: dict[str, tuple[Any, Settings, int, int]] = {}
+        # Per thread: (prompt context object, its settings, their window, their auto-compact limit,
+        # their counter).
+        self._settings: dict[str, tuple[Any, Settings, int, int, Counter]] = {}
         self._overhead: dict[str, tuple[Any, str, usage_mod.OverheadCounts]] = {}
         self._breakdowns: dict[str, tuple[Any, Any, dict[str, Any]]] = {}
         self._facts: dict[str, tuple[Any, str, dict[str, Any]]] = {}
@@ -39,7 +40,7 @@ class UsageView:
         """The workspace's settings, with the model and window the thread's prompt context names."""
         return self._thread_settings(ledger)[1]
 
-    def _thread_settings(self, ledger: ThreadLedger) -> tuple[Any, Settings, int, int]:
+    def _thread_settings(self, ledger: ThreadLedger) -> tuple[Any, Settings, int, int, Counter]:
         context = ledger.prompt_context
         cached = self._settings.get(ledger.thread)
         if cached is not None and cached[0] is context:
@@ -49,12 +50,12 @@ class UsageView:
             merged = replace(self.base, model=context.get("model") or self.base.model,
                              context_window=context.get("contextWindow") or self.base.context_window)
         cached = self._settings[ledger.thread] = (context, merged, merged.effective_context_window(),
-                                                 merged.auto_compact_limit())
+                                                 merged.auto_compact_limit(), self.counter_for(merged))
         return cached
 
     def counter(self, ledger: ThreadLedger) -> Counter:
         """The best counter for the thread's model right now (exact once its encoding is loaded)."""
-        return self.counter_for(self.settings(ledger))
+        return self._thread_settings(ledger)[4]
 
     def overhead(self, ledger: ThreadLedger, counter: Counter) -> usage_mod.OverheadCounts:
         cached = self._overhead.get(ledger.thread)
@@ -69,15 +70,13 @@ class UsageView:
 
     def usage(self, ledger: ThreadLedger) -> dict[str, Any]:
         """The gauge: `UsageSnapshot` with the counter that produced it."""
-        _, settings, window, limit = self._thread_settings(ledger)
-        counter = self.counter_for(settings)
+        _, _, window, limit, counter = self._thread_settings(ledger)
         return {**usage_snapshot(ledger, window, limit, self._overhead_tokens(ledger, counter)), **counter.describe()}
 
     def breakdown(self, ledger: ThreadLedger) -> dict[str, Any]:
         """`ctxd/usage`: where the window's tokens go. O(1) in the ledger's length: it reads the
         ledger's running sums, and is rebuilt only when one of its inputs changed."""
-        context, settings, window, limit = self._thread_settings(ledger)
-        counter = self.counter_for(settings)
+        context, settings, window, limit, counter = self._thread_settings(ledger)
         # Everything the result is made of: the settings and overhead follow from the context.
         key = (ledger.api_total, ledger.tokens_after_api, ledger.item_tokens, ledger.history_version, counter.name,
                counter.status)
@@ -98,8 +97,7 @@ class UsageView:
         """What `ctxd usage` (another process) cannot know by itself: the model, window, limit and
         counter the editor's options set, and the overhead as counted here. Writers keep it in
         the thread's state (`usageSettings`)."""
-        context, settings, window, limit = self._thread_settings(ledger)
-        counter = self.counter_for(settings)
+        context, settings, window, limit, counter = self._thread_settings(ledger)
         cached = self._facts.get(ledger.thread)
         if cached is not None and cached[0] is context and cached[1] == counter.name:
             return cached[2]
