@@ -2,7 +2,8 @@
 
 The floor is bench/floor_daemon.py: a minimal Python JSON-RPC daemon (LSP framing over stdio,
 `json`, a SQLite WAL commit for a record). Both run as subprocesses, get the same requests from the
-same client in the same run, taking turns call by call so machine noise falls on both. The client
+same client in the same run, taking turns call by call so machine noise falls on both (the growth's
+two prompt sizes take turns in the same way, beside the floor's). The client
 times a call from writing the request to having read the whole answer; it parses answers only
 after the clock stops (the client's parsing is not the daemon's cost).
 
@@ -143,15 +144,20 @@ ONE_ITEM = {"type": "message", "role": "assistant",
                          "tenant through load_settings() and rerun the tests."}]}
 
 
-def interleaved(wires: dict[str, Wire], method: str, params: dict[str, Any], calls: int) -> dict[str, float]:
-    """Median seconds per call for each daemon, taking turns call by call (who goes first
-    alternates): noise on this machine comes in phases longer than a call, and so falls on both."""
-    samples: dict[str, list[float]] = {name: [] for name in wires}
+Contender = tuple[Wire, dict[str, Any]]  # a daemon, and the params it is sent
+
+
+def interleaved(contenders: dict[str, Contender], method: str, calls: int) -> dict[str, float]:
+    """Median seconds per call for each contender, taking turns call by call (who goes first
+    rotates): noise on this machine comes in phases longer than a call, and so falls on all."""
+    samples: dict[str, list[float]] = {name: [] for name in contenders}
     last: dict[str, bytes] = {}
-    names = list(wires)
+    names = list(contenders)
     for n in range(calls):
-        for name in names[n % 2:] + names[:n % 2]:
-            seconds, last[name] = wires[name].call(method, params)
+        shift = n % len(names)
+        for name in names[shift:] + names[:shift]:
+            wire, params = contenders[name]
+            seconds, last[name] = wire.call(method, params)
             samples[name].append(seconds)
     for body in last.values():  # an error would be fast and wrong: the answers must be results
         result_of(body, method)
@@ -214,7 +220,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer repetitions (run.py's default)")
     args = parser.parse_args(argv)
     spare_cpus = pin_to_one_cpu()
-    calls, prompts, cold_repeats = (500, 5, 5) if args.quick else (3000, 7, 9)
+    calls, prompts, cold_repeats = (500, 5, 5) if args.quick else (3000, 15, 9)
     big, quarter = thread_items(args.items), thread_items(args.items // 4)
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="ctxd-bench-speed-") as tmp:
@@ -236,23 +242,29 @@ def main(argv: list[str]) -> int:
                 fill(wire, {**where, "thread": "big"}, big)
                 fill(wire, {**where, "thread": "quarter"}, quarter)
 
-            record = interleaved(wires, "ctxd/record", {**where, "thread": "records", "items": [ONE_ITEM]}, calls)
+            def each(params: dict[str, Any]) -> dict[str, Contender]:
+                return {name: (wire, params) for name, wire in wires.items()}
+
+            record = interleaved(each({**where, "thread": "records", "items": [ONE_ITEM]}), "ctxd/record", calls)
             rows.append(ratio_row("one-item durable ctxd/record", record["ctxd"], record["floor"], 2.0))
 
-            usage = interleaved(wires, "ctxd/usage", {**where, "thread": "big"}, calls)
+            usage = interleaved(each({**where, "thread": "big"}), "ctxd/usage", calls)
             rows.append(ratio_row(f"ctxd/usage, {args.items // 1000}k-item thread", usage["ctxd"], usage["floor"], 1.3))
 
             for wire in wires.values():  # both must send every item back
                 count = len(wire.request("ctxd/prompt", {**where, "thread": "big"})["items"])
                 if count != len(big):
                     raise RuntimeError(f"{wire.proc.args[1]}: ctxd/prompt sent {count} items, not {len(big)}")
-            prompt = interleaved(wires, "ctxd/prompt", {**where, "thread": "big"}, prompts)
+            # Both sizes in one run, taking turns: the growth compares two medians of one phase.
+            prompt = interleaved({**each({**where, "thread": "big"}),
+                                  **{f"{name} quarter": (wire, {**where, "thread": "quarter"})
+                                     for name, wire in wires.items()}}, "ctxd/prompt", prompts)
             rows.append(ratio_row(f"ctxd/prompt, {args.items // 1000}k items", prompt["ctxd"], prompt["floor"], 1.5))
-            small = interleaved(wires, "ctxd/prompt", {**where, "thread": "quarter"}, prompts)
+            growth = prompt["ctxd"] / prompt["ctxd quarter"]
             rows.append(Row(f"ctxd/prompt growth, {args.items // 4000}k to {args.items // 1000}k items",
-                            ms(prompt["ctxd"]), f"{ms(small['ctxd'])} (ctxd, {args.items // 4000}k)",
-                            f"{prompt['ctxd'] / small['ctxd']:.2f}x", "<= 4.4x", prompt["ctxd"] / small["ctxd"] <= 4.4))
-            print(f"(the floor's own growth: {prompt['floor'] / small['floor']:.2f}x)")
+                            ms(prompt["ctxd"]), f"{ms(prompt['ctxd quarter'])} (ctxd, {args.items // 4000}k)",
+                            f"{growth:.2f}x", "<= 4.4x", growth <= 4.4))
+            print(f"(the floor's own growth: {prompt['floor'] / prompt['floor quarter']:.2f}x)")
             if spare_cpus:
                 across, plain = across_cpus(ctxd, {**where, "thread": "big"}, spare_cpus, prompts)
                 print(f"(the client on another CPU: ctxd's {args.items // 1000}k-item prompt {ms(across)}; the same "

@@ -274,6 +274,25 @@ def test_two_daemons_on_one_workspace_lose_nothing(daemon_factory: Callable[...,
     assert history(b, workspace)["total"] == 100 and history(a, workspace, thread="b")["total"] == 50
 
 
+def test_a_gauge_sees_another_daemons_record_at_once(daemon_factory: Callable[..., Client], workspace: Path) -> None:
+    """The gauge (answered from memory) asks whether another process wrote; it skips asking
+    SQLite while the -shm header is unchanged, so every write of the other daemon must show."""
+    a, b = daemon_factory([workspace]), daemon_factory([workspace])
+    uri = workspace.as_uri()
+
+    def used(client: Client) -> int:
+        return client.request("ctxd/usage", {"workspace": uri})["usage"]["usedTokens"]
+
+    a.request("ctxd/record", {"workspace": uri, "items": [user("start")]})
+    before = used(a)
+    for i in range(20):
+        writer = b if i % 3 else a  # the other daemon's writes, and a few of a's own among them
+        writer.request("ctxd/record", {"workspace": uri, "items": [user(f"item {i} " + "word " * i)]})
+        assert used(a) == used(b) > before, i
+        assert used(a) == used(a)  # asked again with nothing written: the same answer
+        before = used(a)
+
+
 def test_stdio_flag(state_dir: Path, workspace: Path) -> None:
     client = start_daemon(state_dir, "--stdio")
     try:

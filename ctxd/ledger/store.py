@@ -69,6 +69,9 @@ DROP INDEX items_archived;
 CREATE INDEX items_archived ON items (thread, archived) WHERE archived IS NOT NULL;
 """
 
+# The WAL-index header in the `-shm` file: written twice in a row, 48 bytes each.
+SHM_HEADER_BYTES = 48
+
 # How stale a thread's `updated_at` may be left by a run of appends to it (see `Store.append`).
 TOUCH_INTERVAL_SECONDS = 1.0
 
@@ -148,6 +151,11 @@ class Store:
         # the connection: closing a descriptor drops every POSIX lock this process holds on the
         # file, SQLite's included.
         self._file_fd: int | None = None
+        # The `-shm`, read to skip asking SQLite for the data version while nobody wrote (see
+        # `data_version`); closed only after the connection, as SQLite locks it too.
+        self._shm_path = f"{path}-shm"
+        self._shm_fd: int | None = None
+        self._seen: tuple[bytes, tuple[int, int]] | None = None  # a -shm header, and the version then
         self._wal_generation: bytes | None = None  # the `-wal` header's salt last marked with the owner
         self._wal_path = f"{path}-wal"
         self._wal_fd: int | None = None  # the `-wal`, open while the connection is (see `_read_wal_generation`)
@@ -270,9 +278,10 @@ class Store:
                 self._db.close()
                 self._db = None
             self._close_wal_fd()
-            if self._file_fd is not None:
-                os.close(self._file_fd)
-                self._file_fd = None
+            for fd in (self._file_fd, self._shm_fd):
+                if fd is not None:
+                    os.close(fd)
+            self._file_fd = self._shm_fd = self._seen = None
 
     def _close_wal_fd(self) -> None:
         if self._wal_fd is not None:
@@ -415,12 +424,33 @@ class Store:
 
     def data_version(self) -> tuple[int, int]:
         """Changes whenever another connection (another daemon) commits to this database, or the
-        file was reopened. Asked before most requests (the gauge's too): one statement, no more."""
+        file was reopened. Asked before most requests (the gauge's too), so it is answered without
+        SQLite while the `-shm` header is as it was when SQLite last answered: every commit, by any
+        connection, rewrites that header (https://www.sqlite.org/walformat.html, "WAL-Index
+        Header"). The header is read before SQLite is asked, so a commit in between is seen next
+        time; its two copies differ while a writer is updating it, and SQLite is asked then."""
         with self._lock:
             try:
-                return self._data_version(self._connection())
+                db = self._connection()
+                header = self._read_shm_header()
+                if header is not None and self._seen is not None and self._seen[0] == header:
+                    return self._seen[1]
+                version = self._data_version(db)
+                self._seen = (header, version) if header is not None else None
+                return version
             except sqlite3.Error as error:
                 raise _unavailable(self.path, error) from None
+
+    def _read_shm_header(self) -> bytes | None:
+        """The `-shm` header's first copy when both copies agree (one `pread`), else None."""
+        try:
+            if self._shm_fd is None:
+                self._shm_fd = os.open(self._shm_path, os.O_RDONLY | os.O_CLOEXEC)
+            copies = os.pread(self._shm_fd, 2 * SHM_HEADER_BYTES, 0)
+        except OSError:
+            return None  # (never closed here: see `_shm_fd`)
+        first = copies[:SHM_HEADER_BYTES]
+        return first if len(copies) == 2 * SHM_HEADER_BYTES and first == copies[SHM_HEADER_BYTES:] else None
 
     def _data_version(self, db: sqlite3.Connection) -> tuple[int, int]:
         return self.generation, int(db.execute("PRAGMA data_version").fetchone()[0])
