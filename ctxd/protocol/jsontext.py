@@ -31,6 +31,8 @@ def dumps(value: Any, fallback: Callable[[Any], Any] | None = None) -> bytes:
     """`value` as strict JSON. `fallback` turns what JSON has no type for into something it has
     (the server's `RawJsonList` marker); anything else left raises ValueError, as NaN does."""
     text = to_json(value, fallback=fallback)
-    if b"NaN" in text or b"Infinity" in text:
+    # (`find`, not `in`: `bytes in bytes` first tries the needle as an integer, raising and
+    # swallowing a TypeError each time.)
+    if text.find(b"NaN") >= 0 or text.find(b"Infinity") >= 0:
         _STRICT.encode(value)
     return text
