@@ -246,13 +246,12 @@ def test_counter_estimates_until_the_encoding_is_loaded() -> None:
     counter = Tokenizers(loader).counter("gpt-4o")
     text = "hello wonderful world"
     assert counter.count(text) == estimate_tokens(text) and counter.status == "loading"
-    assert counter.describe() == {"tokenizer": "estimate:o200k", "tokenizerStatus": "loading"}
+    assert (counter.name, counter.status) == ("estimate:o200k", "loading")
     gate.set()
     assert counter.slot is not None and counter.slot.wait(10)
-    assert counter.count(text) == len(text) and counter.describe() == {"tokenizer": "o200k_base",
-                                                                       "tokenizerStatus": "exact"}
-    assert Tokenizers(loader).counter("claude-3-7-sonnet").describe() == {"tokenizer": "estimate:cl100k",
-                                                                          "tokenizerStatus": "estimate"}
+    assert counter.count(text) == len(text) and (counter.name, counter.status) == ("o200k_base", "exact")
+    claude = Tokenizers(loader).counter("claude-3-7-sonnet")
+    assert (claude.name, claude.status) == ("estimate:cl100k", "estimate")
 
 
 def test_counter_falls_back_and_says_so_once(caplog: pytest.LogCaptureFixture) -> None:

@@ -110,10 +110,11 @@ def rollback_start(entries: list[Entry], turns: int) -> RollbackCut | None:
     return RollbackCut(cut, clears)
 
 
-def usage_snapshot(ledger: ThreadLedger, window: int, limit: int, overhead_tokens: int) -> dict[str, Any]:
+def usage_snapshot(ledger: ThreadLedger, window: int, limit: int, overhead_tokens: int, tokenizer: str,
+                   tokenizer_status: str) -> dict[str, Any]:
     """The gauge's numbers in a window of `window` tokens compacted at `limit`: the last API total
     plus the counts of what came after it; before any API total, the overhead (instructions,
-    tools) plus every item."""
+    tools) plus every item. `tokenizer` and its status: the counter's (`Counter.name`, `.status`)."""
     if ledger.api_total is not None:
         used = ledger.api_total + ledger.tokens_after_api
         source = "api" if ledger.tokens_after_api == 0 else "api+estimate"
@@ -128,6 +129,8 @@ def usage_snapshot(ledger: ThreadLedger, window: int, limit: int, overhead_token
         "tier": tier_for(used, limit, window),
         "source": source,
         "historyVersion": ledger.history_version,
+        "tokenizer": tokenizer,
+        "tokenizerStatus": tokenizer_status,
     }
 
 

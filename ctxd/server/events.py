@@ -40,11 +40,11 @@ class Throttle:
 
     def offer(self, key: Hashable, value: Any) -> None:
         with self._lock:
-            now = self._clock()
-            wait = self._last_sent.get(key, float("-inf")) + self._interval - now
             if key in self._pending:
                 self._pending[key] = value  # a trailing send is already scheduled: it takes this value
                 return
+            now = self._clock()
+            wait = self._last_sent.get(key, float("-inf")) + self._interval - now
             if wait > 0:
                 self._pending[key] = value
                 self._schedule(wait, lambda: self._flush(key))

@@ -98,10 +98,6 @@ class Counter:
         """What counts right now: the encoding's name, or `estimate:<profile>`."""
         return self.encoding if self.status == EXACT and self.encoding else f"estimate:{self.profile}"
 
-    def describe(self) -> dict[str, str]:
-        """The fields added to a usage snapshot."""
-        return {"tokenizer": self.name, "tokenizerStatus": self.status}
-
 
 class Tokenizers:
     """The process's counters; each encoding is loaded at most once."""

@@ -71,7 +71,7 @@ class UsageView:
     def usage(self, ledger: ThreadLedger) -> dict[str, Any]:
         """The gauge: `UsageSnapshot` with the counter that produced it."""
         _, _, window, limit, counter = self._thread_settings(ledger)
-        return {**usage_snapshot(ledger, window, limit, self._overhead_tokens(ledger, counter)), **counter.describe()}
+        return usage_snapshot(ledger, window, limit, self._overhead_tokens(ledger, counter), counter.name, counter.status)
 
     def breakdown(self, ledger: ThreadLedger) -> dict[str, Any]:
         """`ctxd/usage`: where the window's tokens go. O(1) in the ledger's length: it reads the
@@ -84,7 +84,7 @@ class UsageView:
         if cached is not None and cached[0] == key and cached[1] is context:
             return _with_cost(cached[2], ledger)
         overhead = self.overhead(ledger, counter)
-        usage = {**usage_snapshot(ledger, window, limit, self._overhead_tokens(ledger, counter)), **counter.describe()}
+        usage = self.usage(ledger)
         result = usage_mod.breakdown(model=settings.model, context_window=usage["contextWindow"],
                                      auto_compact_limit=usage["autoCompactLimit"], usage=usage,
                                      overhead=overhead, message_groups=dict(ledger.group_tokens),
