@@ -151,6 +151,7 @@ class Store:
         # the connection: closing a descriptor drops every POSIX lock this process holds on the
         # file, SQLite's included.
         self._file_fd: int | None = None
+        self._counts_links = True  # False on a file system that says 0 links for a file that is there
         # The `-shm`, read to skip asking SQLite for the data version while nobody wrote (see
         # `data_version`); closed only after the connection, as SQLite locks it too.
         self._shm_path = f"{path}-shm"
@@ -225,6 +226,7 @@ class Store:
                 self._db = self._connect_readonly()
                 self._check_owner(self._db)
             self._file_fd = _open_fd(self.path)
+            self._counts_links = self._file_fd is not None and os.fstat(self._file_fd).st_nlink > 0
 
     def _check_owner(self, db: sqlite3.Connection | None = None) -> None:
         """Refuse a database written for another workspace. Read through a read-only connection
@@ -381,8 +383,9 @@ class Store:
         replaced by another file moved onto its name): a commit into an unlinked file is lost at
         the next start. Start a new file and refuse the write. One `fstat` of a descriptor we hold,
         not a `stat` of the path: this runs after every commit. (A file moved elsewhere, folder and
-        all, is still linked: what was written is still on disk, where it was moved to.)"""
-        if self._file_fd is None or os.fstat(self._file_fd).st_nlink > 0:
+        all, is still linked: what was written is still on disk, where it was moved to. A file
+        system that reports no links for a file that is there gets no check.)"""
+        if self._file_fd is None or not self._counts_links or os.fstat(self._file_fd).st_nlink > 0:
             return
         self.close()
         self.generation += 1
