@@ -454,3 +454,23 @@ def test_names_that_are_not_utf8_are_sent_escaped(daemon: Client, tmp_path: Path
     result = _request(daemon, "ctxd/ghost/restore", folder, id=snap["id"])
     assert result["restored"] == ["caf\\xe9.txt"] and result["pathEncoding"] == "escaped"
     assert (repo.root / name).read_bytes() == b"latin-1 name\n"
+
+
+def test_a_folder_replaced_after_it_was_opened_is_refused(daemon: Client, tmp_path: Path) -> None:
+    """The opened folder swapped for a link to another folder: snapshots and restores must not
+    follow it there (they would copy its files into the store, and write them back)."""
+    repo, _ = _plain(tmp_path / "repo")
+    folder = repo.root / "src"
+    open_folders(daemon, folder)
+    snap = _request(daemon, "ctxd/ghost/snapshot", folder)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "id_rsa").write_text("private key\n")
+    folder.rename(repo.root / "src.real")
+    folder.symlink_to(outside)
+    for method, params in (("ctxd/ghost/snapshot", {}), ("ctxd/ghost/restore", {"id": snap["id"]}),
+                           ("ctxd/ghost/list", {})):
+        with pytest.raises(RpcError, match="no longer the folder that was opened") as caught:
+            _request(daemon, method, folder, **params)
+        assert caught.value.code == 1002, method
+    assert sorted(os.listdir(outside)) == ["id_rsa"] and (outside / "id_rsa").read_text() == "private key\n"

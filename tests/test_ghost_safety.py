@@ -8,13 +8,17 @@ repositories, and a restore cut short by `kill -9`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import resource
 import signal
 import stat
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -635,3 +639,127 @@ def test_names_that_are_not_utf8_are_kept_exactly(repo: Repo) -> None:
     result = ghost.restore(repo.root, snap["id"])
     assert result["restored"] == [name] and os.fsencode(result["restored"][0]) == raw
     assert (repo.root / name).read_bytes() == b"latin-1 name\n"
+
+
+# --- hand-made repositories, failures part-way, races -------------------------------------------
+
+
+def test_a_work_tree_that_is_not_the_folder_is_refused(repo: Repo, tmp_path: Path) -> None:
+    """`core.worktree` naming another repository, or a `.git` file naming another folder's `.git`:
+    a snapshot would read that folder and a restore write it."""
+    victim = make_repo(tmp_path / "victim")
+    victim_files, victim_state = victim.files(), victim.state()
+    repo.git("config", "core.worktree", str(victim.root))
+    with pytest.raises(GitFailed, match="does not hold this folder"):
+        ghost.snapshot(repo.root)
+    repo.git("config", "--unset", "core.worktree")
+    pointing = tmp_path / "pointing"
+    pointing.mkdir()
+    (pointing / ".git").write_text(f"gitdir: {victim.root / '.git'}\n")
+    (pointing / "mine.txt").write_text("mine\n")
+    with pytest.raises(GitFailed, match="repository of another folder"):
+        ghost.snapshot(pointing)
+    assert victim.files() == victim_files and victim.state() == victim_state
+    assert not (victim.root / ".git" / "ctxd").exists()
+
+
+@contextlib.contextmanager
+def file_size_limit(limit: int) -> Iterator[None]:
+    """git, started meanwhile, can write no file past `limit` bytes, as on a disk that fills up:
+    its write fails with EFBIG (SIGXFSZ is ignored here, and git inherits that)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+
+
+def test_a_restore_that_fails_part_way_puts_the_tree_back(repo: Repo) -> None:
+    (repo.root / "big.bin").write_bytes(b"\0" * (2 * 1024 * 1024))
+    repo.commit_all("big")
+    snap = ghost.snapshot(repo.root)
+    repo.write("README.md", "agent\n")  # written before big.bin, which then fails
+    (repo.root / "big.bin").write_bytes(b"small now\n")
+    repo.write("zz_new.txt", "the agent's, deleted first\n")
+    before, state = raw_files(repo.root), repo.state()
+    with file_size_limit(1024 * 1024), pytest.raises(GitFailed, match="put back as it was"):
+        ghost.restore(repo.root, snap["id"])
+    assert raw_files(repo.root) == before and repo.state() == state
+    assert ghost.interrupted_restore(repo.root) is None
+    ghost.restore(repo.root, snap["id"])  # with room, it goes through
+    assert (repo.root / "big.bin").stat().st_size == 2 * 1024 * 1024
+
+
+def test_a_restore_that_cannot_be_put_back_names_its_undo(repo: Repo) -> None:
+    (repo.root / "big.bin").write_bytes(b"\0" * (2 * 1024 * 1024))
+    repo.commit_all("big")
+    snap = ghost.snapshot(repo.root)
+    (repo.root / "big.bin").unlink()
+    (repo.root / "mine.bin").write_bytes(b"\1" * (2 * 1024 * 1024))  # deleted first, too big to write back
+    before = raw_files(repo.root)
+    with file_size_limit(1024 * 1024), pytest.raises(GitFailed, match="could not be put back") as caught:
+        ghost.restore(repo.root, snap["id"])
+    undo = caught.value.data["undoId"]
+    assert undo in caught.value.message and ghost.interrupted_restore(repo.root)["undoId"] == undo
+    ghost.restore(repo.root, undo)
+    assert raw_files(repo.root) == before and ghost.interrupted_restore(repo.root) is None
+
+
+@pytest.mark.parametrize("flag", ["--assume-unchanged", "--skip-worktree"])
+def test_local_edits_hidden_from_git_are_snapshotted_as_they_are(repo: Repo, flag: str) -> None:
+    """Marking a tracked file keeps local edits out of `git add`; a snapshot must still hold them,
+    or a restore overwrites them with nothing to undo to."""
+    repo.git("update-index", flag, "src/app.py")
+    repo.write("src/app.py", "my local settings\n")
+    repo.write("src/util.py", "staged\n")
+    repo.git("add", "src/util.py")  # the user's index changed since any snapshot
+    snap = ghost.snapshot(repo.root)
+    assert repo.store("show", f"{snap['id']}:src/app.py") == "my local settings\n"
+    repo.write("src/app.py", "the agent's\n")
+    ghost.restore(repo.root, snap["id"])
+    assert (repo.root / "src/app.py").read_text() == "my local settings\n"
+
+
+def test_deletions_never_follow_a_folder_swapped_for_a_link(repo: Repo, tmp_path: Path) -> None:
+    """Another process flips a folder between itself and a link to a folder outside, with files of
+    the same names, from the moment a restore starts writing (its journal appears) until it ends."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    names = [f"f{i}" for i in range(3000)]
+    for name in names:
+        (outside / name).write_text("not the workspace's\n")
+    repo.write("d/keep", "tracked\n")
+    repo.commit_all("d")
+    snap = ghost.snapshot(repo.root)
+    for name in names:
+        repo.write(f"d/{name}", "agent\n")
+    folder, aside, stop = repo.root / "d", repo.root / "d.real", tmp_path / "stop"
+    flipper = subprocess.Popen([sys.executable, "-c", FLIPPER, str(store_dir(repo)), str(folder), str(aside),
+                                str(outside), str(stop)])
+    try:
+        with contextlib.suppress(GitFailed):
+            ghost.restore(repo.root, snap["id"])
+    finally:
+        stop.touch()
+        flipper.wait(timeout=30)
+    assert sorted(p.name for p in outside.iterdir()) == sorted(names)
+
+
+FLIPPER = """
+import os, sys, time
+from pathlib import Path
+store, folder, aside, outside, stop = map(Path, sys.argv[1:])
+while not any(store.glob("journal-*.json")) and not stop.exists():
+    time.sleep(0.0002)
+while not stop.exists():
+    try:
+        os.rename(folder, aside)
+        os.symlink(outside, folder)
+        os.unlink(folder)
+        os.rename(aside, folder)
+    except OSError:
+        pass
+"""

@@ -499,16 +499,35 @@ def _copy_user_index(site: Site, index: Path) -> None:
     assert site.user_git_dir is not None and site.user_index is not None
     shutil.copy2(site.user_index, index)
     shared = _shared_index(site.user_git_dir, index.read_bytes())
-    if shared is None:
-        return
-    copy = site.store / shared.name
-    try:
-        shutil.copy2(shared, copy)
-        site.git("update-index", "--no-split-index", index=index)
-    except FileNotFoundError:  # the user's git replaced it meanwhile
-        raise GitFailed("the user's split index changed while it was copied") from None
-    finally:
-        copy.unlink(missing_ok=True)
+    if shared is not None:
+        copy = site.store / shared.name
+        try:
+            shutil.copy2(shared, copy)
+            site.git("update-index", "--no-split-index", index=index)
+        except FileNotFoundError:  # the user's git replaced it meanwhile
+            raise GitFailed("the user's split index changed while it was copied") from None
+        finally:
+            copy.unlink(missing_ok=True)
+    _unmark_local_edits(site, index)
+
+
+def _unmark_local_edits(site: Site, index: Path) -> None:
+    """Unmark, in the copy, the entries the user marked `--assume-unchanged`, or `--skip-worktree`
+    while the file is on disk (ways to keep local edits out of commits). `add --update` passes
+    marked entries by, so the snapshot would hold the index's bytes instead of the file's, and a
+    restore would overwrite the edits with no snapshot holding them. A sparse checkout's
+    skip-worktree entries (not on disk) keep their mark."""
+    assumed: list[bytes] = []
+    skipped: list[bytes] = []
+    for entry in site.git("ls-files", "-v", "-z", index=index)[1].split(b"\0"):
+        tag, path = entry[:1], entry[2:]
+        if tag.islower():
+            assumed.append(path)
+        if tag in (b"S", b"s") and os.path.lexists(site.top / os.fsdecode(path)):
+            skipped.append(path)
+    for flag, paths in (("--no-assume-unchanged", assumed), ("--no-skip-worktree", skipped)):
+        if paths:  # one flag per call: git applies only the last one given to every path
+            site.git("update-index", flag, "-z", "--stdin", index=index, stdin=b"".join(p + b"\0" for p in paths))
 
 
 def _shared_index(git_dir: Path, data: bytes) -> Path | None:

@@ -19,7 +19,7 @@ from ctxd.ledger.workspace import Workspace, followed_agent
 def snapshot(workspace: Workspace, thread: str, message: str | None, *, cancel: threading.Event,
              progress: Callable[[str], None]) -> dict[str, Any]:
     """Snapshot the workspace's tree and record it in `thread` (unless an agent owns the thread)."""
-    commit = ghost.snapshot(workspace.root, message, settings=workspace.settings.ghost, cancel=cancel,
+    commit = ghost.snapshot(workspace.opened_root(), message, settings=workspace.settings.ghost, cancel=cancel,
                             progress=progress, state_dir=workspace.state_dir)
     if followed_agent(thread) is None:
         workspace.record(thread, [ghost.ledger_item(commit)])
@@ -36,7 +36,7 @@ def restore(workspace: Workspace, thread: str, commit_id: str, *, conversation: 
     point = workspace.snapshot_point(thread, commit_id) if conversation else None
     if cancel.is_set():
         raise Cancelled("request cancelled")
-    result = ghost.restore(workspace.root, commit_id, settings=workspace.settings.ghost, dry_run=dry_run,
+    result = ghost.restore(workspace.opened_root(), commit_id, settings=workspace.settings.ghost, dry_run=dry_run,
                            state_dir=workspace.state_dir)
     if point is not None and not dry_run:
         result["removedItems"] = workspace.rollback_to(thread, point)

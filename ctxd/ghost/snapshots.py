@@ -23,6 +23,7 @@ snapshotted and restored. Pure module: no pygls; errors are `ctxd.errors` classe
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import stat
@@ -376,28 +377,51 @@ def _write_changes(site: Site, changes: list[_Change]) -> None:
 
 def _remove(site: Site, change: _Change) -> None:
     """Delete a path the target does not have, and the folders that leaves empty (as `read-tree -u`
-    does), never through a symbolic link or above the workspace folder."""
-    if not _reachable(site, change.path):
+    does), never through a symbolic link or above the workspace folder: each step is taken from a
+    descriptor of the folder above it (see `_open_folders`)."""
+    folders = _open_folders(site, change.path)
+    if folders is None:
         return  # not there (or behind a link): nothing of the snapshot's to delete
-    path = site.top / change.path
+    parts = change.path.split("/")
     try:
-        if change.old_mode == "160000":
-            path.rmdir()  # a submodule's folder, only when empty
-        else:
-            path.unlink()
-    except FileNotFoundError:
-        pass
-    except OSError as error:
-        if change.old_mode != "160000":
-            raise GitFailed(f"could not delete {change.path}: {error.strerror}") from None
-    floor = site.top / site.prefix if site.prefix else site.top
-    parent = path.parent
-    while parent != floor and floor in parent.parents:
         try:
-            parent.rmdir()
+            if change.old_mode == "160000":
+                os.rmdir(parts[-1], dir_fd=folders[-1])  # a submodule's folder, only when empty
+            else:
+                os.unlink(parts[-1], dir_fd=folders[-1])
+        except FileNotFoundError:
+            pass
+        except OSError as error:
+            if change.old_mode != "160000":
+                raise GitFailed(f"could not delete {change.path}: {error.strerror}") from None
+        floor = len(site.prefix.rstrip("/").split("/")) if site.prefix else 0  # the workspace folder's depth
+        for depth in range(len(parts) - 1, floor, -1):  # `folders[depth]` is the folder `parts[:depth]`
+            try:
+                os.rmdir(parts[depth - 1], dir_fd=folders[depth - 1])
+            except OSError:
+                break
+    finally:
+        for fd in folders:
+            os.close(fd)
+
+
+_FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _open_folders(site: Site, path: str) -> list[int] | None:
+    """Descriptors of the work tree's top and of each folder on the way to `path`, each opened from
+    the one before without following a link: a folder swapped for a link meanwhile (to somewhere
+    outside) fails the open instead of leading there. None when a folder on the way is missing, a
+    file or a link. The caller closes them."""
+    folders = [os.open(site.top, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)]
+    for part in path.split("/")[:-1]:
+        try:
+            folders.append(os.open(part, _FOLDER_FLAGS, dir_fd=folders[-1]))
         except OSError:
-            break
-        parent = parent.parent
+            for fd in folders:
+                os.close(fd)
+            return None
+    return folders
 
 
 def _reachable(site: Site, path: str) -> bool:
@@ -433,7 +457,7 @@ def restore(folder: Path, commit_id: str, *, settings: GhostSettings | None = No
             raise GitFailed("another git process is running (index.lock exists); nothing was restored")
         current = capture(site, settings, None, None)
         try:
-            changes = _plan(site, meta, current)[1]
+            target, changes = _plan(site, meta, current)
             _check_in_the_way(site, changes)
             gitlinks = {c.path for c in changes if c.new_mode == "160000"}
             result: dict[str, Any] = {
@@ -450,12 +474,30 @@ def restore(folder: Path, commit_id: str, *, settings: GhostSettings | None = No
             if changes:
                 st.write_json(site.journal(), {"id": commit_id, "undoId": undo["id"], "startedAt": _now(),
                                                "pid": os.getpid()})
-                _write_changes(site, changes)
+                try:
+                    _write_changes(site, changes)
+                except (GitFailed, OSError) as error:
+                    raise _put_back(site, target, current.tree, undo["id"], error) from None
                 site.journal().unlink(missing_ok=True)
             site.interrupted_record().unlink(missing_ok=True)
         finally:
             current.index.unlink(missing_ok=True)
     return result
+
+
+def _put_back(site: Site, target: str, before: str, undo_id: str, error: GitFailed | OSError) -> GitFailed:
+    """A restore that failed part-way (a full disk, a file in use) writes every path it was
+    changing back from the tree `target` to `before` (what the undo snapshot holds), so that the
+    failure changes nothing. If even that fails, the journal stays (`interruptedRestore`) and the
+    error names the undo snapshot."""
+    reason = error.message if isinstance(error, GitFailed) else f"{error.strerror}: {error.filename}"
+    try:
+        _write_changes(site, _diff(site, target, before))
+    except (GitFailed, OSError):
+        return GitFailed(f"the restore stopped part-way ({reason}) and the working tree could not be put back: "
+                         f"restore {undo_id} to bring back what was there", {"undoId": undo_id})
+    site.journal().unlink(missing_ok=True)
+    return GitFailed(f"the restore failed ({reason}); the working tree was put back as it was")
 
 
 def diff(folder: Path, commit_id: str, path: str | None = None, *, settings: GhostSettings | None = None,
@@ -489,20 +531,34 @@ def diff(folder: Path, commit_id: str, path: str | None = None, *, settings: Gho
             change = changes[0]
             if change.status != "A" and (text := _blob_text(site, change.old_sha)) is not None:
                 files[0]["before"] = text
-            if change.status != "D" and (text := _file_text(site.top / change.path)) is not None:
+            if change.status != "D" and (text := _file_text(site, change.path)) is not None:
                 files[0]["after"] = text
     return {"id": commit_id, "files": files}
 
 
-def _file_text(path: Path) -> str | None:
+def _file_text(site: Site, path: str) -> str | None:
+    """A working-tree file's text (a link's target), read through `_open_folders` so that a folder
+    swapped for a link meanwhile never makes it read a file outside; None for anything else or
+    anything over MAX_DIFF_TEXT."""
+    folders = _open_folders(site, path)
+    if folders is None:
+        return None
+    name = path.rsplit("/", 1)[-1]
     try:
-        if path.is_symlink():
-            return os.readlink(path)
-        if path.stat().st_size > MAX_DIFF_TEXT:
-            return None
-        return path.read_bytes().decode("utf-8", "replace")
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=folders[-1])
+        except OSError as error:
+            return os.readlink(name, dir_fd=folders[-1]) if error.errno == errno.ELOOP else None
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            data = handle.read(MAX_DIFF_TEXT + 1)
+        return None if len(data) > MAX_DIFF_TEXT else data.decode("utf-8", "replace")
     except OSError:
         return None
+    finally:
+        for fd in folders:
+            os.close(fd)
 
 
 def _blob_text(site: Site, sha: str) -> str | None:

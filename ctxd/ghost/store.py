@@ -204,12 +204,26 @@ def open_site(folder: Path, state_dir: Path, create: bool = True) -> Site | None
     head = lines[5].strip() if len(lines) > 5 and ID.fullmatch(lines[5].strip()) else None
     common_dir = Path(common) if os.path.isabs(common) else (folder / common).resolve()
     worktree = "" if git_dir.resolve() == common_dir.resolve() else git_dir.name
+    _check_layout(folder, top, prefix, worktree, common_dir)
     store = common_dir / "ctxd" / "store"
     if not create and not (store / "HEAD").exists():
         return None
     _ensure_store(store, object_format or "sha1")
     return Site(folder=folder, top=top, prefix=prefix, worktree=worktree, head=head, store=store,
                 user_git_dir=git_dir, user_objects=common_dir / "objects")
+
+
+def _check_layout(folder: Path, top: Path, prefix: str, worktree: str, common_dir: Path) -> None:
+    """Refuse a repository whose work tree is not where the folder is, which only a hand-made
+    `.git` can arrange: `core.worktree` naming another folder (the snapshot would read it and a
+    restore write it), or a `.git` file naming another folder's own `.git` (its snapshots would be
+    that folder's). A name with a newline, which git's answer cannot carry, ends here too."""
+    if (top / prefix).resolve() != folder.resolve():
+        raise GitFailed(f"{folder}: git places its work tree at {top}, which does not hold this folder "
+                        "(core.worktree, or a newline in a folder's name); no snapshot is taken or restored")
+    if worktree == "" and common_dir.name == ".git" and common_dir.resolve().parent != top.resolve():
+        raise GitFailed(f"{folder}: its .git points at {common_dir}, the repository of another folder; "
+                        "no snapshot is taken or restored")
 
 
 def _plain_site(folder: Path, state_dir: Path, create: bool = True) -> Site | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 from datetime import datetime, timezone
@@ -18,7 +19,7 @@ from urllib.parse import unquote, urlparse
 
 from ctxd import redact
 from ctxd import settings as settings_mod
-from ctxd.errors import CompactionFailed, CtxdError, InvalidParams
+from ctxd.errors import CompactionFailed, CtxdError, GitFailed, InvalidParams
 from ctxd.ledger import projection as normalize
 from ctxd.ledger.rules import snapshot_commit_id
 from ctxd.ledger.cache import ThreadCache, summary_ledger
@@ -63,6 +64,14 @@ def followed_agent(thread: str) -> str | None:
     return agent if sep and rest and agent in FOLLOWED_AGENTS else None
 
 
+def _folder_identity(path: Path) -> tuple[int, int] | None:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
+
+
 def path_to_uri(path: Path) -> str:
     return path.as_uri()
 
@@ -82,6 +91,7 @@ class Workspace:
                  listener: UsageListener | None = None) -> None:
         self.uri = uri
         self.root = root
+        self._root_identity = _folder_identity(root)
         self.state_dir = state_dir
         self.trusted = is_trusted(init_options)
         self.problems: list[Problem] = []
@@ -96,6 +106,15 @@ class Workspace:
         self._thread_locks: dict[str, threading.Lock] = {}
         # Set by the server: compacts a thread before a prompt when it is over the limit.
         self.auto_compactor: Callable[["Workspace", str], None] | None = None
+
+    def opened_root(self) -> Path:
+        """The folder, if it is still the one that was opened. Snapshots and restores go through
+        this: a folder replaced since (by a link to somewhere else, or another folder moved onto
+        its name) is refused, so that they never read or write a folder the user did not open."""
+        if _folder_identity(self.root) != self._root_identity:
+            raise GitFailed(f"{self.root} is no longer the folder that was opened (it was replaced or "
+                            "moved); reopen it to take or restore snapshots")
+        return self.root
 
     @property
     def store(self) -> Store:

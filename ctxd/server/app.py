@@ -324,7 +324,7 @@ class CtxdServer:
         from ctxd.ghost import snapshots as ghost
 
         try:
-            found = ghost.interrupted_restore(workspace.root, state_dir=workspace.state_dir, create=False)
+            found = ghost.interrupted_restore(workspace.opened_root(), state_dir=workspace.state_dir, create=False)
         except CtxdError:
             return
         if found is not None:

@@ -139,8 +139,8 @@ def ghost_list(call: Call, params: p.GhostListParams) -> shapes.GhostListResult:
     from ctxd.ghost import snapshots as ghost
 
     workspace = call.workspace
-    result: shapes.GhostListResult = {"snapshots": ghost.list_snapshots(workspace.root, state_dir=workspace.state_dir)}
-    interrupted = ghost.interrupted_restore(workspace.root, state_dir=workspace.state_dir)
+    result: shapes.GhostListResult = {"snapshots": ghost.list_snapshots(workspace.opened_root(), state_dir=workspace.state_dir)}
+    interrupted = ghost.interrupted_restore(workspace.opened_root(), state_dir=workspace.state_dir)
     if interrupted is not None:
         result["interruptedRestore"] = interrupted
     return escape_paths(result)
@@ -160,7 +160,7 @@ def ghost_diff(call: Call, params: p.GhostDiffParams) -> shapes.DiffResult:
     from ctxd.ghost import snapshots as ghost
 
     workspace = call.workspace
-    return escape_paths(ghost.diff(workspace.root, params.id, params.path, settings=workspace.settings.ghost,
+    return escape_paths(ghost.diff(workspace.opened_root(), params.id, params.path, settings=workspace.settings.ghost,
                                    state_dir=workspace.state_dir))
 
 
@@ -168,4 +168,4 @@ def ghost_diff(call: Call, params: p.GhostDiffParams) -> shapes.DiffResult:
 def ghost_delete(call: Call, params: p.GhostDeleteParams) -> shapes.DeleteResult:
     from ctxd.ghost import snapshots as ghost
 
-    return ghost.delete(call.workspace.root, params.id, state_dir=call.workspace.state_dir)
+    return ghost.delete(call.workspace.opened_root(), params.id, state_dir=call.workspace.state_dir)

@@ -92,7 +92,7 @@ class SessionBridge:
 
         started = time.monotonic()
         try:
-            commit = ghost.snapshot(workspace.root, turn.text or f"{thread} turn", settings=workspace.settings.ghost,
+            commit = ghost.snapshot(workspace.opened_root(), turn.text or f"{thread} turn", settings=workspace.settings.ghost,
                                     state_dir=workspace.state_dir)
         except CtxdError as error:
             log.info("%s: no checkpoint for %s: %s", workspace.uri, thread, error.message)
