@@ -9,7 +9,8 @@ Trust (protocol v2): a workspace's `.ctxd.toml` is written by whoever wrote the 
 settings that send data off the machine or read outside the workspace (`llm.*`, `state_dir`,
 `sources.*`, a `compact_prompt_file` outside the workspace) are taken from it only when the editor
 says the workspace is trusted (`initializationOptions.ctxd.trusted`); otherwise each is ignored
-and reported. Every problem is a `Problem` that `ctxd/status` lists and the server shows once.
+and reported. A `.ctxd.toml` that is a symbolic link is not read at all: it could lead outside the
+workspace. Every problem is a `Problem` that `ctxd/status` lists and the server shows once.
 """
 
 from __future__ import annotations
@@ -28,6 +29,12 @@ from ctxd import redact
 DEFAULT_CONTEXT_WINDOW = 128_000
 MAX_PROMPT_FILE_BYTES = 64 * 1024
 MAX_CONFIG_BYTES = 1024 * 1024
+# Tables and arrays nested deeper than this are refused before anything walks them recursively.
+MAX_CONFIG_DEPTH = 32
+# What a path from a config file can raise besides OSError: RuntimeError for "~nosuchuser",
+# ValueError for a NUL.
+_PATH_ERRORS = (OSError, RuntimeError, ValueError)
+_TOO_DEEP = f"ignored: tables or arrays nested more than {MAX_CONFIG_DEPTH} deep"
 WORKSPACE_FILE = ".ctxd.toml"
 INIT_OPTIONS = "initializationOptions"
 # Settings a workspace file may set only in a trusted workspace (dotted; a prefix ending in "."
@@ -178,24 +185,46 @@ def _type_ok(target: Any, key: str, value: Any) -> bool:
     return False
 
 
-def load_toml(path: Path, problems: list[Problem]) -> dict[str, Any]:
-    """A config file's table; {} when it is missing, and a problem when it is not a small file."""
+def _too_deep(value: Any, depth: int = MAX_CONFIG_DEPTH) -> bool:
+    """Whether tables or arrays in `value` nest more than `depth` deep. Looks no deeper than that,
+    so it cannot itself exhaust the stack the way a 3,000-deep table would elsewhere."""
+    if depth < 0:
+        return True
+    children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+    return any(_too_deep(child, depth - 1) for child in children)
+
+
+def load_toml(path: Path, problems: list[Problem], follow_links: bool = True) -> dict[str, Any]:
+    """A config file's table; {} when it is missing, and a problem when it is not a small file, not
+    TOML, nested too deep, or (unless `follow_links`) a symbolic link: a workspace's file must not
+    lead outside the workspace."""
     try:
-        info = path.stat()
+        info = path.stat() if follow_links else path.lstat()
     except FileNotFoundError:
         return {}
     except OSError as error:
         problems.append(Problem(str(path), f"cannot read it: {error.strerror or error}"))
         return {}
+    if stat.S_ISLNK(info.st_mode):
+        problems.append(Problem(str(path), "ignored: it is a symbolic link, which could lead outside the workspace"))
+        return {}
     if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_CONFIG_BYTES:
         problems.append(Problem(str(path), f"ignored: not a regular file of at most {MAX_CONFIG_BYTES} bytes"))
         return {}
     try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
+        # O_NOFOLLOW: a link swapped in since the lstat is refused too (ELOOP).
+        with os.fdopen(os.open(path, os.O_RDONLY | (0 if follow_links else os.O_NOFOLLOW)), "rb") as handle:
+            raw = tomllib.load(handle)
+        deep = _too_deep(raw)
     except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
         problems.append(Problem(str(path), str(error)))
         return {}
+    except RecursionError:  # tomllib parses nested arrays and inline tables recursively
+        deep = True
+    if deep:
+        problems.append(Problem(str(path), _TOO_DEEP))
+        return {}
+    return raw
 
 
 def user_config_path() -> Path:
@@ -225,12 +254,15 @@ def load_settings(
     layers: list[tuple[str, Any]] = [(str(user_file), load_toml(user_file, problems))]
     if workspace is not None:
         workspace_file = workspace / WORKSPACE_FILE
-        raw = load_toml(workspace_file, problems)
+        raw = load_toml(workspace_file, problems, follow_links=False)
         if isinstance(raw, dict):
             raw = _untrusted_removed(_normalize_keys(raw), workspace, is_trusted(init_options),
                                      str(workspace_file), problems)
         layers.append((str(workspace_file), raw))
     options = {k: v for k, v in (init_options or {}).items() if k != "trusted"} if isinstance(init_options, dict) else {}
+    if _too_deep(options):
+        problems.append(Problem(INIT_OPTIONS, _TOO_DEEP))
+        options = {}
     layers.append((INIT_OPTIONS, options))
     for source, layer in layers:
         if isinstance(layer, dict):
@@ -291,10 +323,16 @@ def _inside(workspace: Path, name: str) -> bool:
     """Whether `name` (relative to the workspace, or absolute) resolves to a path inside it."""
     try:
         root = workspace.resolve()
-        target = (workspace / Path(name).expanduser()).resolve()
-    except (OSError, RuntimeError):
+        target = _resolve(name, workspace)
+    except _PATH_ERRORS:
         return False
     return target == root or root in target.parents
+
+
+def _resolve(name: str, workspace: Path | None) -> Path:
+    """`name` with `~` expanded, relative to the workspace, symlinks followed. Raises _PATH_ERRORS."""
+    path = Path(name).expanduser()
+    return (path if workspace is None else workspace / path).resolve()
 
 
 def looks_like_key(value: str) -> bool:
@@ -323,16 +361,17 @@ def _check_prompt_file(settings: Settings, workspace: Path | None, problems: lis
     name = settings.compact_prompt_file
     if not name:
         return
-    path = Path(name).expanduser()
-    if not path.is_absolute() and workspace is not None:
-        path = workspace / path
-    problem = prompt_file_problem(path)
+    try:
+        path = _resolve(name, workspace)
+        problem = prompt_file_problem(path)
+    except _PATH_ERRORS as error:  # "~nosuchuser/p.md", a NUL: a typo, not a reason to stop
+        problem = f"cannot use {name!r}: {error}"
     if problem is not None:
         problems.append(Problem("settings", f"setting 'compact_prompt_file': {problem}; using the built-in prompt",
                                 "compact_prompt_file"))
         settings.compact_prompt_file = None
         return
-    settings.compact_prompt_file = str(path.resolve())
+    settings.compact_prompt_file = str(path)
 
 
 def prompt_file_problem(path: Path) -> str | None:
@@ -348,12 +387,24 @@ def prompt_file_problem(path: Path) -> str | None:
     return None
 
 
+class PromptFileMoved(OSError):
+    """The prompt file no longer is the file checked when the settings were read."""
+
+
 def read_prompt_file(path: Path) -> str:
-    """The prompt file's text, checked again as it is opened (it may have changed since the
-    settings were read): a regular file, at most 64 KiB read whatever it claims. Raises OSError."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    """The prompt file's text, checked again as it is opened: it may have changed since the settings
+    were read (a `git pull` can turn it into a link to `~/.ssh/id_rsa`). `path` was resolved then
+    and, from an untrusted workspace, found inside it; so it must still resolve to itself, be
+    opened without following a link, and be the file the path names now (fstat against stat),
+    or PromptFileMoved is raised and nothing is read. Then: a regular file, at most 64 KiB read
+    whatever it claims. Raises OSError."""
+    if path.resolve() != path:
+        raise PromptFileMoved(f"{path} leads elsewhere since the settings were read; not read")
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_NOCTTY", 0))
     with os.fdopen(fd, "rb") as handle:
         info = os.fstat(handle.fileno())
+        if not os.path.samestat(info, os.stat(path)):
+            raise PromptFileMoved(f"{path} was replaced while it was opened; not read")
         if not stat.S_ISREG(info.st_mode):
             raise OSError(f"{path} is not a regular file")
         data = handle.read(MAX_PROMPT_FILE_BYTES + 1)

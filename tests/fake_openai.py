@@ -102,6 +102,11 @@ class FakeOpenAI:
         with self._lock:
             self._script.extend(steps)
 
+    def clear(self) -> None:
+        """Forget the scripted steps not used yet: answer normally from now on."""
+        with self._lock:
+            self._script.clear()
+
     def pending(self) -> int:
         """Scripted steps not used yet."""
         with self._lock:

@@ -76,6 +76,8 @@ class Client:
         self._responses: dict[Any, dict[str, Any]] = {}
         self.notifications: list[dict[str, Any]] = []
         self.stray: list[dict[str, Any]] = []  # responses with no id we asked for (e.g. parse errors)
+        self._reading = threading.Event()  # cleared: the daemon's output is left unread (`pause_reading`)
+        self._reading.set()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -95,6 +97,7 @@ class Client:
         stream = self.stdout
         assert stream is not None
         while True:
+            self._reading.wait()
             length = None
             while True:
                 line = stream.readline()
@@ -124,6 +127,12 @@ class Client:
                 else:
                     self._responses[message["id"]] = message
                 self._cond.notify_all()
+
+    def pause_reading(self) -> threading.Event:
+        """Leave the daemon's output unread (a client that does not keep up) until the returned
+        event is set."""
+        self._reading.clear()
+        return self._reading
 
     # --- calls ---
 

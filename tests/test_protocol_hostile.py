@@ -6,6 +6,7 @@ strict JSON cannot carry are refused with -32602, everything the daemon sends pa
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -105,3 +106,48 @@ def test_an_endpoint_answering_nan_cannot_poison_the_thread(daemon_factory, work
         assert fake.requests[-1].path == "/v1/responses/compact"
         history = client.request("ctxd/history", {"workspace": uri, "includeArchived": True})  # parses strictly
         assert history["total"] == 2
+
+
+@pytest.mark.parametrize("bad_id", [[1, 2], {"a": 1}, 1.5, None])
+def test_a_cancel_naming_no_valid_id_is_ignored(client: Client, workspace: Path, bad_id: Any) -> None:
+    client.notify("$/cancelRequest", {"id": bad_id})
+    still_alive(client, workspace)
+
+
+def test_a_client_that_does_not_read_its_answers_cannot_fill_the_daemons_memory(client: Client, workspace: Path) -> None:
+    """Requests keep coming while no answer is read: the daemon stops reading once its backlog is
+    full (app.BACKLOG_BYTES), so the sender blocks, and every answer arrives once it reads again."""
+    uri = workspace.as_uri()
+    client.request("ctxd/record", {"workspace": uri, "items": [user("x" * 100_000)]})
+    before = rss_kib(client.proc.pid)
+    padding = "p" * (1024 * 1024)  # an ignored field: each request is 1 MiB
+    body = b'{"jsonrpc":"2.0","id":"h%%d","method":"ctxd/history","params":{"workspace":"%s","pad":"%s"}}' % (
+        uri.encode(), padding.encode())
+    total, sent = 200, []
+    stop_reading = client.pause_reading()
+    sender = threading.Thread(target=lambda: [client.send_raw(frame((body % i).decode())) or sent.append(i)
+                                              for i in range(total)], daemon=True)
+    sender.start()
+    wait_until_stalled(sent)
+    grown = rss_kib(client.proc.pid) - before
+    assert len(sent) < total / 2, f"{len(sent)} requests of 1 MiB were taken in while no answer was read"
+    assert grown < 150 * 1024, f"the daemon grew by {grown // 1024} MiB"
+    stop_reading.set()
+    sender.join(timeout=120)
+    assert len(sent) == total
+    for i in range(total):
+        assert "items" in client.result(f"h{i}", timeout=60)
+
+
+def rss_kib(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line for line in status.splitlines() if line.startswith("VmRSS:")).split()[1])
+
+
+def wait_until_stalled(sent: list[int]) -> None:
+    """Until the sender has made no progress for a while (it is blocked on a full pipe)."""
+    seen, still = -1, 0
+    while still < 20:
+        time.sleep(0.1)
+        still = still + 1 if len(sent) == seen else 0
+        seen = len(sent)

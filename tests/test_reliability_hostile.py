@@ -78,12 +78,23 @@ def test_initialize_with_hostile_folders_opens_only_the_good_one(daemon_factory:
     client.request("initialize", {"processId": None, "rootUri": None, "capabilities": {},
                                   "workspaceFolders": [{"uri": f"{good.as_uri()}/../ws", "name": "dots"},
                                                        {"uri": "https://example.com/x", "name": "web"},
+                                                       {"uri": "file://[::1/tmp/x", "name": "broken host"},
+                                                       {"uri": good.as_uri() + "/x" * 3000, "name": "too long"},
                                                        {"uri": good.as_uri(), "name": "good"}]})
     client.notify("initialized", {})
     assert client.request("ctxd/threads", {"workspace": good.as_uri()}) == {"threads": []}
     refused(client, "ctxd/threads", {"workspace": f"{good.as_uri()}/../ws"})
+    refused(client, "ctxd/threads", {"workspace": "file://[::1/tmp/x"})
     warnings = [n["message"] for n in client.notes("window/showMessage")]
-    assert sum("not opening" in w for w in warnings) == 2, warnings
+    assert sum("not opening" in w for w in warnings) == 4, warnings
+
+
+def test_a_state_dir_of_an_unknown_user_is_reported_not_fatal(daemon_factory: Callable[..., Client],
+                                                             workspace: Path) -> None:
+    client = daemon_factory([workspace], {"stateDir": "~nosuchuser-ctxd/state"})
+    assert client.request("ctxd/threads", {"workspace": workspace.as_uri()}) == {"threads": []}
+    warnings = [n["message"] for n in client.notes("window/showMessage")]
+    assert any("stateDir '~nosuchuser-ctxd/state' cannot be used" in w for w in warnings), warnings
 
 
 # --- secrets --------------------------------------------------------------------------------------
@@ -122,7 +133,18 @@ def test_api_key_never_leaks(daemon_factory: Callable[..., Client], workspace: P
             seen.append(f"{error.message} {json.dumps(error.data)}")
     assert echoing_server.requests, "the daemon never called the model server"
     assert echoing_server.requests[0].headers["authorization"] == f"Bearer {KEY}"
+    # an endpoint that repeats the key in a summary it returns, in a thread worth compacting, with
+    # the key in the prompt context too
+    echoing_server.clear()
+    echoing_server.summary = f"Handoff: the login uses {KEY}."
+    client.request("ctxd/record", {"workspace": uri, "items": [output("c1", "log line\n" * 3000), assistant("ok")]})
+    client.request("ctxd/setPromptContext", {"workspace": uri, "baseInstructions": f"env: OPENAI_API_KEY={KEY}"})
+    result = client.request("ctxd/compact", {"workspace": uri, "strategy": "llm"}, timeout=60)
+    assert "Handoff: the login uses" in result["summary"]
+    seen.append(json.dumps(result))
+    client.send_raw(f"Authorization {KEY}\r\n\r\n".encode())  # a broken frame: its error names the line
     seen.append(json.dumps(client.request("ctxd/history", {"workspace": uri, "includeArchived": True})))
+    seen.append(json.dumps(client.stray))
     seen.append(json.dumps(client.request("ctxd/threads", {"workspace": uri})))
     seen.append(json.dumps(client.request("ctxd/usage", {"workspace": uri})))
     seen.append(json.dumps(client.notifications))

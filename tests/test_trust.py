@@ -183,3 +183,85 @@ def test_a_key_of_any_shape_is_redacted_everywhere(daemon_factory, workspace: Pa
     logs = "".join(p.read_text(errors="replace") for p in tmp_path.glob("daemon-*.log"))
     assert "request ctxd/record" in logs and key not in logs
     assert key.encode() not in state_bytes(state_dir)
+
+
+DEEP = 3000
+BROKEN_WORKSPACE_FILES = {
+    "nul in the prompt file": ('compact_prompt_file = "handoff\\u0000.md"\n', False),
+    "nested arrays": ("x = " + "[" * DEEP + "]" * DEEP + "\n", False),
+    "nested inline tables": ("x = " + "{a = " * DEEP + "1" + "}" * DEEP + "\n", False),
+    "dotted key": (".".join(["a"] * DEEP) + " = 1\n", False),
+    "table header": ("[" + ".".join(["t"] * DEEP) + "]\nk = 1\n", False),
+    "unknown user's home, trusted": ('compact_prompt_file = "~nosuchuser_zz/p.md"\n', True),
+}
+
+
+def status_problems(client: Client, folder: Path) -> list[dict[str, str]]:
+    return client.request("ctxd/status", {"workspace": folder.as_uri()})["problems"]
+
+
+@pytest.mark.parametrize("case", BROKEN_WORKSPACE_FILES)
+def test_a_broken_workspace_file_is_reported_not_fatal(daemon_factory, workspace: Path, case: str) -> None:
+    """What a repository can write that fails other than as bad TOML (a NUL, 3,000-deep nesting, a
+    `~user` that does not exist): initialize is answered, the file is reported, the daemon goes on."""
+    text, trusted = BROKEN_WORKSPACE_FILES[case]
+    (workspace / ".ctxd.toml").write_text(text)
+    client = daemon_factory([workspace], {"trusted": trusted})
+    problems = status_problems(client, workspace)
+    assert any(p["source"].endswith(".ctxd.toml") or p.get("key") == "compact_prompt_file" for p in problems)
+    conversation(client, workspace, turns=1)
+    assert client.proc.poll() is None
+
+
+def test_a_folder_added_with_a_broken_workspace_file_opens(client: Client, tmp_path: Path) -> None:
+    second = tmp_path / "second"
+    second.mkdir()
+    (second / ".ctxd.toml").write_text(BROKEN_WORKSPACE_FILES["nested arrays"][0])
+    client.notify("workspace/didChangeWorkspaceFolders", {"event": {
+        "added": [{"uri": second.as_uri(), "name": "second"}], "removed": []}})
+    conversation(client, second, turns=1)
+    assert any(p["source"].endswith(".ctxd.toml") and "nested" in p["message"]
+               for p in status_problems(client, second))
+
+
+@pytest.mark.parametrize("name", ["~nosuchuser_zz/p.md", "p\u0000.md"])
+def test_a_typo_in_the_editors_prompt_file_is_reported_not_fatal(daemon_factory, workspace: Path, name: str) -> None:
+    client = daemon_factory([workspace], {"compactPromptFile": name})
+    assert any(p.get("key") == "compact_prompt_file" for p in status_problems(client, workspace))
+
+
+def test_a_workspace_file_that_is_a_link_is_not_read(daemon_factory, workspace: Path, tmp_path: Path) -> None:
+    """ctxd reads nothing outside the workspace but the user's own config: not through a link either."""
+    outside = tmp_path / "outside.toml"
+    outside.write_text("context_window = 4242\n")
+    (workspace / ".ctxd.toml").symlink_to(outside)
+    client = daemon_factory([workspace])
+    conversation(client, workspace, turns=1)
+    assert client.request("ctxd/usage", {"workspace": workspace.as_uri()})["contextWindow"] != 4242
+    assert any(p["source"].endswith(".ctxd.toml") and "symbolic link" in p["message"]
+               for p in status_problems(client, workspace))
+
+
+@pytest.mark.parametrize("swapped", ["prompts/handoff.md", "prompts"])
+def test_prompt_file_swapped_for_a_link_after_load_is_not_read(daemon_factory, workspace: Path, tmp_path: Path,
+                                                               fake: FakeOpenAI, swapped: str) -> None:
+    """Inside the workspace when the settings load; a link to a secret, or under a folder that is now
+    a link, when the compaction reads it (a `git pull` can do that): the built-in prompt is sent."""
+    secrets = tmp_path / "ssh"
+    secrets.mkdir()
+    (secrets / "handoff.md").write_text(PRIVATE_KEY)
+    (workspace / "prompts").mkdir()
+    (workspace / "prompts" / "handoff.md").write_text("Three bullet points, please.\n")
+    (workspace / ".ctxd.toml").write_text('compact_prompt_file = "prompts/handoff.md"\n')
+    client = daemon_factory([workspace], {"llm": {"baseUrl": fake.base_url, "model": "m"}})
+    conversation(client, workspace)
+    (workspace / "prompts" / "handoff.md").unlink()
+    if swapped == "prompts":
+        (workspace / "prompts").rmdir()
+        (workspace / "prompts").symlink_to(secrets)
+    else:
+        (workspace / "prompts" / "handoff.md").symlink_to(secrets / "handoff.md")
+    result = client.request("ctxd/compact", {"workspace": workspace.as_uri(), "strategy": "llm"})
+    assert result["strategy"] == "llm"
+    assert PRIVATE_KEY not in json.dumps(fake.requests[0].body)
+    assert "handoff" in fake.requests[0].body["messages"][-1]["content"].lower()  # the built-in prompt

@@ -12,6 +12,7 @@ would duplicate what the next turn re-injects or what the new summary already sa
 
 from __future__ import annotations
 
+import logging
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -23,16 +24,23 @@ from ctxd.ledger.rules import (
     message_text,
 )
 from ctxd.ledger.truncation import truncate_text
-from ctxd.settings import read_prompt_file
+from ctxd.settings import PromptFileMoved, read_prompt_file
 from ctxd.tokens.approx import approx_text_tokens
+
+log = logging.getLogger(__name__)
 
 DEFAULT_COMPACT_PROMPT = resources.files("ctxd").joinpath("templates", "compact_prompt.md").read_text(encoding="utf-8").strip()
 
 
 def compact_prompt(prompt_file: str | None) -> str:
-    """The handoff instruction: the user's `compact_prompt_file` when set, else ours."""
+    """The handoff instruction: the user's `compact_prompt_file` when set, else ours; ours too when
+    the file now leads elsewhere than when the settings were read (a repository's link swap)."""
     if prompt_file:
-        text = read_prompt_file(Path(prompt_file).expanduser()).strip()
+        try:
+            text = read_prompt_file(Path(prompt_file).expanduser()).strip()
+        except PromptFileMoved as error:
+            log.warning("compact_prompt_file: %s; using the built-in prompt", error)
+            return DEFAULT_COMPACT_PROMPT
         if text:
             return text
     return DEFAULT_COMPACT_PROMPT

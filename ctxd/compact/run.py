@@ -103,7 +103,7 @@ def _compact_locked(workspace: Workspace, thread: str, strategy: str, cancel: th
     if usage["autoCompactLimit"] and usage["usedTokens"] < usage["autoCompactLimit"]:
         _rearm(workspace, thread)
     return {"historyVersion": swapped["historyVersion"], "tokensBefore": before, "tokensAfter": usage["usedTokens"],
-            "strategy": outcome.strategy, "summary": outcome.summary, "trimmedItems": outcome.trimmed_items,
+            "strategy": outcome.strategy, "summary": redact.redact(outcome.summary), "trimmedItems": outcome.trimmed_items,
             **({"fallbackReason": outcome.fallback_reason} if outcome.fallback_reason else {})}
 
 

@@ -44,7 +44,10 @@ def uri_to_path(uri: str) -> Path:
     """A workspace folder URI as an absolute path; anything but a plain file URI is refused."""
     if not isinstance(uri, str) or not uri:
         raise InvalidParams("workspace: must be a file URI")
-    parsed = urlparse(uri)
+    try:
+        parsed = urlparse(uri)
+    except ValueError as error:  # a broken host part, such as `file://[::1/x`
+        raise InvalidParams(f"workspace: {uri!r} is not a valid URI ({error})") from None
     if parsed.scheme != "file":
         raise InvalidParams(f"workspace: {uri!r} is not a file URI")
     if parsed.netloc not in ("", "localhost"):
@@ -62,6 +65,13 @@ def followed_agent(thread: str) -> str | None:
     """`codex` or `claude` for a followed session's thread, else None."""
     agent, sep, rest = thread.partition(":")
     return agent if sep and rest and agent in FOLLOWED_AGENTS else None
+
+
+def _is_folder(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except (OSError, ValueError):  # a name too long for the file system
+        return False
 
 
 def _folder_identity(path: Path) -> tuple[int, int] | None:
@@ -348,7 +358,7 @@ class Workspace:
         """Store the fixed overhead, and mark the current ledger as the reference baseline."""
         with self.lock:
             ledger = self._ledger(thread)
-            merged = {**(ledger.prompt_context or {}), **context}
+            merged = redact.redact_json({**(ledger.prompt_context or {}), **context})  # never store the key
             reference = {"seq": ledger.last_seq, "historyVersion": ledger.history_version, "setAt": time.time()}
             self.store.update_thread(thread, prompt_context=merged, reference=reference)
             ledger.prompt_context, ledger.reference = merged, reference
@@ -533,7 +543,7 @@ class Service:
         with self._lock:
             workspace = self._workspaces.get(key)
             if workspace is None:
-                if not root.is_dir():
+                if not _is_folder(root):
                     raise InvalidParams(f"workspace: {uri} is not a folder")
                 workspace = Workspace(key, root, self.state_dir, self.init_options, self.listener)
                 self._workspaces[key] = workspace

@@ -47,7 +47,7 @@ from ctxd.ledger.workspace import Service, Workspace
 from ctxd.protocol import methods
 from ctxd.server.events import CompactionEvents, Outbox, Throttle
 from ctxd.server.framing import LockedWriter, reader_loop
-from ctxd.server.lanes import Lanes
+from ctxd.server.lanes import Backlog, Lanes
 from ctxd.settings import load_settings
 
 log = logging.getLogger(__name__)
@@ -59,6 +59,9 @@ WORKSPACE_WORKERS = 2
 WARM_UP_WAIT_SECONDS = 30.0
 # A `ctxd/record` request at most this large may be stored on the reader thread (see above).
 RECORD_NOW_MAX_BYTES = 64 * 1024
+# Requests handed to workers and not answered yet, at most (see lanes.Backlog).
+BACKLOG_REQUESTS = 1024
+BACKLOG_BYTES = 32 * 1024 * 1024
 
 # Long operations run beside a thread's other requests.
 UNORDERED = frozenset({methods.COMPACT, methods.GHOST_SNAPSHOT, methods.GHOST_LIST, methods.GHOST_RESTORE,
@@ -86,6 +89,7 @@ class CtxdServer:
         self.service = Service(state_dir, listener=self._usage_changed)
         self.executor = ThreadPoolExecutor(max_workers=WORKER_THREADS, thread_name_prefix="ctxd-worker")
         self.lanes = Lanes(self.executor, WORKSPACE_WORKERS)
+        self.backlog = Backlog(BACKLOG_REQUESTS, BACKLOG_BYTES)
         self.throttle = Throttle(self._send_usage, USAGE_INTERVAL_SECONDS)
         self.outbox: Outbox | None = None
         self.events: CompactionEvents | None = None
@@ -141,7 +145,7 @@ class CtxdServer:
             if log.isEnabledFor(logging.DEBUG):  # -v; RedactSecrets (ctxd/cli.py) takes keys out
                 log.debug("request %s %.2000r", method, params)
             if not self._answer_now(method, msg_id, params, size):
-                self._submit(method, msg_id, params)
+                self._submit(method, msg_id, params, size)
 
     def _check_lifecycle(self, method: str) -> None:
         if method == methods.INITIALIZE:
@@ -156,7 +160,8 @@ class CtxdServer:
         if method == methods.EXIT:
             self._exit(0 if self.shutting_down else 1)
         elif method == methods.CANCEL_REQUEST:
-            cancel = self._cancels.get(params.get("id")) if isinstance(params, dict) else None
+            msg_id = params.get("id") if isinstance(params, dict) else None
+            cancel = self._cancels.get(msg_id) if _valid_id(msg_id) else None
             if cancel is not None:
                 cancel.set()
         elif method == methods.DID_CHANGE_WORKSPACE_FOLDERS and self.initialized:
@@ -197,17 +202,24 @@ class CtxdServer:
             self.outbox.reply(msg_id, answer)  # type: ignore[union-attr]
         return answer is not None
 
-    def _submit(self, method: str, msg_id: Any, raw_params: Any) -> None:
+    def _submit(self, method: str, msg_id: Any, raw_params: Any, size: int) -> None:
+        self.backlog.admit(size)  # waits while too many answers are still to be sent
         cancel = self._cancels[msg_id] = threading.Event()
-        job = functools.partial(self._run, method, msg_id, raw_params, cancel)
+        job = functools.partial(self._run, method, msg_id, raw_params, cancel, size)
         key = _ordering_key(method, raw_params)
         if key is None:  # long operations (and unaddressed requests) run beside the rest
             self.executor.submit(job)
         else:
             self.lanes.submit(key, job)
 
-    def _run(self, method: str, msg_id: Any, raw_params: Any, cancel: threading.Event) -> None:
+    def _run(self, method: str, msg_id: Any, raw_params: Any, cancel: threading.Event, size: int) -> None:
         """On a worker: parse, call the handler, send the reply (encoded here)."""
+        try:
+            self._answer(method, msg_id, raw_params, cancel)
+        finally:
+            self.backlog.done(size)
+
+    def _answer(self, method: str, msg_id: Any, raw_params: Any, cancel: threading.Event) -> None:
         from ctxd.protocol.params import parse_params
         from ctxd.server.handlers import HANDLERS, Call
 
@@ -249,6 +261,9 @@ class CtxdServer:
         except CtxdError as error:
             self.outbox.error(msg_id, error.code, error.message)
             return  # the client may try again
+        except Exception as error:  # noqa: BLE001 - a bug of ours must not end the session
+            self._report(methods.INITIALIZE, msg_id, error)
+            return
         self.outbox.reply(msg_id, {
             "capabilities": {
                 "workspace": {"workspaceFolders": {"supported": True, "changeNotifications": True}},
@@ -283,7 +298,11 @@ class CtxdServer:
         if self.state_dir_override is None:
             state_dir = load_settings(None, self.service.init_options, []).state_dir
             if state_dir:
-                self.service.state_dir = Path(state_dir).expanduser()
+                try:
+                    self.service.state_dir = Path(state_dir).expanduser()
+                except RuntimeError as error:  # `~someone` who is not a user here
+                    self.outbox.show_message(f"ctxd: stateDir {state_dir!r} cannot be used ({error}); "  # type: ignore[union-attr]
+                                             f"ledgers stay in {self.service.state_dir}")
         folders = params.get("workspaceFolders")
         uris = [f.get("uri") for f in folders if isinstance(f, dict)] if isinstance(folders, list) else []
         if not uris and isinstance(params.get("rootUri"), str):
@@ -308,9 +327,10 @@ class CtxdServer:
             return
         try:
             workspace = self.service.open_folder(uri)
-        except CtxdError as error:
-            log.warning("not opening workspace folder: %s", error.message)
-            self.outbox.show_message(f"ctxd: not opening workspace folder: {error.message}")  # type: ignore[union-attr]
+        except Exception as error:  # noqa: BLE001 - one folder that cannot open never ends the session
+            message = error.message if isinstance(error, CtxdError) else f"{uri!r}: {type(error).__name__}: {error}"
+            log.warning("not opening workspace folder: %s", message, exc_info=not isinstance(error, CtxdError))
+            self.outbox.show_message(f"ctxd: not opening workspace folder: {message}")  # type: ignore[union-attr]
             return
         for problem in workspace.problems:  # bad values, unknown keys, settings ignored (trust)
             text = f"ctxd: {problem}"

@@ -16,6 +16,7 @@ import threading
 import uuid
 from typing import BinaryIO, Callable
 
+from ctxd import redact
 from ctxd.protocol import jsontext
 from ctxd.protocol.rawjson import RawJsonList
 
@@ -369,8 +370,8 @@ def reader_loop(stream: BinaryIO, writer: LockedWriter, deliver: Callable[[dict,
             body = read_frame(source, capper, resync)
             resync = False
         except (FrameError, LyingLength) as error:
-            log.warning("bad frame: %s", error)
-            writer.write_message([error_response(None, -32700, f"Parse error: {error}")])
+            log.warning("bad frame: %s", error)  # (the log's own filter takes keys out)
+            writer.write_message([error_response(None, -32700, f"Parse error: {redact.redact(str(error))}")])
             resync = isinstance(error, FrameError)
             continue
         if body is None:

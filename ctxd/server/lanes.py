@@ -95,3 +95,29 @@ class Lanes:
                     else:
                         del self._running[group]
                     return
+
+
+class Backlog:
+    """Requests read but not answered yet, bounded in count and bytes: past the bound the reading
+    thread waits for answers to go out, so a client that sends faster than it reads its answers
+    fills its own pipe, not the daemon's memory. One request is always let in, however large."""
+
+    def __init__(self, max_requests: int, max_bytes: int) -> None:
+        self.max_requests = max_requests
+        self.max_bytes = max_bytes
+        self._changed = threading.Condition()
+        self._count = 0
+        self._bytes = 0
+
+    def admit(self, size: int) -> None:
+        with self._changed:
+            while self._count and (self._count >= self.max_requests or self._bytes + size > self.max_bytes):
+                self._changed.wait()
+            self._count += 1
+            self._bytes += size
+
+    def done(self, size: int) -> None:
+        with self._changed:
+            self._count -= 1
+            self._bytes -= size
+            self._changed.notify()
