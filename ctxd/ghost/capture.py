@@ -520,6 +520,8 @@ def _unmark_local_edits(site: Site, index: Path) -> None:
     assumed: list[bytes] = []
     skipped: list[bytes] = []
     for entry in site.git("ls-files", "-v", "-z", index=index)[1].split(b"\0"):
+        if entry.startswith(b"H "):  # nearly every entry: cached, unmarked
+            continue
         tag, path = entry[:1], entry[2:]
         if tag.islower():
             assumed.append(path)
