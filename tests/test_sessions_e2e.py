@@ -171,3 +171,25 @@ def test_automatic_checkpoint_restores_what_a_shell_command_changed(daemon_facto
     # Historical turns found at start-up are not checkpointed: only the one new turn was.
     assert len([s for s in client.request("ctxd/ghost/list", {"workspace": uri})["snapshots"]
                 if "parser.py" in s["message"]]) == 0
+
+
+def test_turns_written_at_once_take_one_checkpoint(daemon_factory, tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    repo.write("a.txt", "a\n")
+    repo.commit_all("base")
+    ws = repo.root
+    codex_home, _, env = homes(tmp_path)
+    rollout = fx.write_jsonl(fx.codex_path(codex_home), fx.codex_session(ws))
+    client = daemon_factory([ws], env=env)
+    uri = ws.as_uri()
+    wait_thread(client, ws, CODEX_THREAD)
+    labels = [f"batch turn {n}" for n in range(5)]
+    fx.append_jsonl(rollout, [r for n, text in enumerate(labels)
+                              for r in fx.codex_turn(text, f"2025-10-03T10:05:0{n}.000Z", cwd=str(ws))])
+    deadline = time.monotonic() + 15
+    taken: list[str] = []
+    while labels[-1] not in taken and time.monotonic() < deadline:
+        taken = [s["message"] for s in client.request("ctxd/ghost/list", {"workspace": uri})["snapshots"]]
+        time.sleep(0.05)
+    # Checkpoints run one at a time in the order asked: had the earlier turns been asked, they would be done.
+    assert [m for m in taken if m.startswith("batch turn")] == [labels[-1]]

@@ -5,7 +5,10 @@ Both watcher modes run: watchdog's native observer (inotify) and the polling fal
 
 from __future__ import annotations
 
+import json
+import os
 import queue
+import threading
 import time
 from pathlib import Path
 
@@ -160,3 +163,121 @@ def test_sessions_cli_lists_the_workspace_sessions_newest_first(tmp_path: Path) 
     lines = table.stdout.splitlines()
     assert lines[0].split() == ["AGENT", "TITLE", "MODEL", "FILL", "COST", "LAST", "ACTIVITY"]
     assert lines[1].startswith("claude") and "8% 15k/200k" in lines[1] and lines[2].startswith("codex")
+
+
+# --- hostile files (the worker must never block, read outside the roots, or stop on one file) ---
+
+
+def idle_follower(folders: list[Path], tmp_path: Path, on_update=None) -> tuple[Follower, list[Update]]:
+    """A follower that is not started: the test drives it (scan_once, or _read as an event would)."""
+    updates: list[Update] = []
+    sources = discovery.sources(str(tmp_path / "codex"), str(tmp_path / "claude"), env={"HOME": str(tmp_path)})
+    follower = Follower(on_update or updates.append, sources, poll=True)
+    follower.set_folders(folders)
+    return follower, updates
+
+
+def test_fifos_and_symlinks_in_the_roots_neither_block_nor_are_read(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    secret = tmp_path / "id_rsa"
+    fx.write_jsonl(secret, fx.codex_session(ws, "0199a213-0000-7800-8aa1-00000000000f"))  # would be a thread
+    codex_dir = fx.codex_path(tmp_path / "codex").parent
+    claude_dir = fx.claude_project_dir(tmp_path / "claude", ws)
+    codex_dir.mkdir(parents=True)
+    claude_dir.mkdir(parents=True)
+    fifos = [codex_dir / "rollout-fifo.jsonl", claude_dir / "fifo.jsonl"]
+    links = [codex_dir / "rollout-link.jsonl", claude_dir / "link.jsonl"]
+    for fifo, link in zip(fifos, links):
+        os.mkfifo(fifo)
+        link.symlink_to(secret)
+    fx.write_jsonl(fx.codex_path(tmp_path / "codex"), fx.codex_session(ws))
+    follower, updates = idle_follower([ws], tmp_path)
+    worker = threading.Thread(target=lambda: [follower.scan_once(), *map(follower._read, map(str, fifos + links))],
+                              daemon=True)
+    worker.start()
+    worker.join(10)
+    for fifo in fifos:  # release the worker if it blocked opening one
+        try:
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError:
+            pass
+    assert not worker.is_alive()
+    assert [u.session.thread for u in updates] == [f"codex:{fx.CODEX_ID}"]
+    assert all(follower.bytes_read(str(p)) == 0 for p in fifos + links)
+
+
+def test_one_bad_file_does_not_stop_the_others(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    ids = [f"0199a213-0000-7800-8aa1-00000000000{n}" for n in range(3)]
+    for session_id in ids:
+        fx.write_jsonl(fx.codex_path(tmp_path / "codex", session_id), fx.codex_session(ws, session_id))
+    # A Claude file whose name is not UTF-8: its id comes from the lines, not the name.
+    project = fx.claude_project_dir(tmp_path / "claude", ws)
+    project.mkdir(parents=True)
+    with open(os.path.join(os.fsencode(project), b"7f2c1d9e-\xff\xfe.jsonl"), "wb") as f:
+        f.write(b"".join(json.dumps(r).encode() + b"\n" for r in fx.claude_session(ws)))
+    delivered: list[Update] = []
+
+    def on_update(update: Update) -> None:
+        if not delivered:
+            delivered.append(update)
+            raise UnicodeEncodeError("utf-8", "x", 0, 1, "the first one fails")  # as a store would
+        delivered.append(update)
+
+    follower, _ = idle_follower([ws], tmp_path, on_update)
+    follower.scan_once()
+    threads = {u.session.thread for u in delivered}
+    assert len(delivered) == 4 and threads >= {f"claude:{fx.CLAUDE_ID}"}
+    assert all(u.session.path.encode("utf-8") for u in delivered)  # every reply can carry it
+
+
+def test_an_undecided_file_is_peeked_again_only_when_it_changes(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    meta = json.dumps(fx.codex_meta(ws)).encode()
+    path = fx.codex_path(tmp_path / "codex")
+    path.parent.mkdir(parents=True)
+    path.write_bytes(meta[:100])  # the agent is still writing its first line
+    follower, updates = idle_follower([ws], tmp_path)
+    follower.scan_once()
+    follower._mode = "polling"  # every tick looks at undecided files
+    for _ in range(5):
+        follower._tick()
+        follower._read(str(path))  # an event without a write
+    assert follower.bytes_read(str(path)) == 100
+    path.write_bytes(meta + b"\n")
+    follower._tick()
+    assert [u.session.thread for u in updates] == [f"codex:{fx.CODEX_ID}"]
+
+
+def test_a_replaced_file_is_decided_again(tmp_path: Path) -> None:
+    ws, other = tmp_path / "ws", tmp_path / "other"
+    ws.mkdir()
+    other.mkdir()
+    records = fx.codex_session(ws) + [fx.codex_answer("padding " * 500, "2025-10-03T10:00:09.000Z")]
+    path = fx.write_jsonl(fx.codex_path(tmp_path / "codex"), records)
+    follower, updates = idle_follower([ws], tmp_path)
+    follower.scan_once()
+    # Truncated and written again: found anew (so its turns are not new turns to checkpoint).
+    path.write_bytes(b"")
+    follower._read(str(path))
+    fx.write_jsonl(path, records)
+    follower._read(str(path))
+    assert [u.new for u in updates] == [True, True] and len(updates[-1].session.items) == 7
+    # Replaced by a smaller session of another folder: not a session of ws, read no further than its head.
+    stranger = [fx.codex_meta(other, "0199a213-ffff-7800-8aa1-0000000000bb"),
+                *fx.codex_turn("SECRET of the other project", "2025-10-03T11:00:00.000Z", cwd=str(other))]
+    os.replace(fx.write_jsonl(tmp_path / "tmp.json", stranger), path)
+    follower._read(str(path))
+    assert len(updates) == 2 and follower.sessions(ws) == []
+    assert follower.bytes_read(str(path)) <= len(json.dumps(stranger[0])) + 1 + 4096
+
+
+def test_folder_of_normalises_the_cwd() -> None:
+    folders = [Path("/a/w")]
+    for cwd in ("/a/w/../other", "/a/w/./../other", "/a/w/sub/../../other", "/a/wx", "w/sub", "/A/W"):
+        assert discovery.folder_of(cwd, folders) is None, cwd
+    for cwd in ("/a/w", "/a/w/", "/a/w/sub", "/a/w//sub/./x", "/a/other/../w"):
+        assert discovery.folder_of(cwd, folders) == Path("/a/w"), cwd

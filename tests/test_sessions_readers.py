@@ -6,15 +6,17 @@ Fixtures: tests/session_fixtures.py (each record's provenance is there).
 from __future__ import annotations
 
 import json
+import os
+import threading
 from pathlib import Path
 
 import pytest
 
 from ctxd.protocol.items import validate_items
-from ctxd.sessions import pricing
+from ctxd.sessions import discovery, pricing, reader
 from ctxd.sessions.claude import ClaudeReader
 from ctxd.sessions.codex import CodexReader
-from ctxd.sessions.model import Usage
+from ctxd.sessions.model import MAX_TOKENS, Usage
 from tests import session_fixtures as fx
 
 
@@ -229,6 +231,120 @@ def test_a_rewritten_file_is_read_again(tmp_path: Path) -> None:
     fx.write_jsonl(path, fx.claude_session("/w")[:2])
     reader.read()
     assert len(reader.session.items) == 1 and reader.offset == path.stat().st_size
+
+
+# --- hostile files -----------------------------------------------------------------------------
+
+
+def test_bad_lines_are_skipped_and_nothing_unencodable_leaves_a_reader(tmp_path: Path) -> None:
+    records = fx.codex_session("/w")
+    lines = [json.dumps(r).encode() for r in records]
+    lines[3:3] = [b"[" * 100_000 + b"]" * 100_000,  # too deeply nested: RecursionError, not ValueError
+                  b'{"type": "response_item", "payload": {"type": "message", "score": NaN}}',
+                  b'{"type": "response_item", "payload": {"type": "message", "t": Infinity}}',
+                  b'{"type": "response_item", "payload": {"type": "message", "t": 1e999}}']
+    lines += [json.dumps(r).encode() for r in fx.codex_turn("undo \ud800 that", "2025-10-03T10:09:00.000Z")]
+    path = tmp_path / "rollout-x.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    reader_ = CodexReader(str(path))
+    change = reader_.read()
+    s = reader_.session
+    assert s.bad_lines == 4 and len(s.items) == 7 and s.turns[-1].text == "undo \ufffd that"
+    json.dumps([s.items, s.title, [t.text for t in s.turns]], allow_nan=False).encode("utf-8")  # strict, encodable
+    assert change.appended == s.items
+    nested = tmp_path / "rollout-nested.jsonl"
+    nested.write_bytes(b"[" * 100_000 + b"\n")
+    assert reader.head(str(nested)) == ([{}], 100_001)
+
+
+def test_token_counts_are_clamped_and_the_cost_is_finite(tmp_path: Path) -> None:
+    total = {"input_tokens": 10**400, "cached_input_tokens": 10**500, "output_tokens": 10**308,
+             "reasoning_output_tokens": -5, "total_tokens": 10**400}
+    path = fx.write_jsonl(tmp_path / "rollout-x.jsonl",
+                          fx.codex_session("/w") + [fx.codex_token_count(1000, total, "2025-10-03T10:09:00.000Z")])
+    codex = CodexReader(str(path))
+    codex.read()
+    usage = codex.session.cumulative["gpt-5-codex"]
+    assert min(usage.as_dict().values()) >= 0 and max(usage.as_dict().values()) <= MAX_TOKENS
+    claude_file = fx.write_jsonl(fx.claude_path(tmp_path, "/w"), fx.claude_session("/w") + fx.claude_assistant(
+        [{"type": "text", "text": "done"}], "msg_99", "a99", "a2", "/w", "2025-10-03T11:00:09.000Z",
+        fx.claude_usage(10, 0, 0, 10**308)))
+    claude = ClaudeReader(str(claude_file), fx.CLAUDE_ID)
+    claude.read()
+    for session in (codex.session, claude.session):
+        cost = pricing.cost(session.cumulative)
+        assert cost["priced"] and all(0 <= cost[k] < 1e6 for k in ("input", "cachedInput", "output", "total"))
+    # An absurd price from the user's config cannot make it Infinity either.
+    table = pricing.price_table({"big": {"input": 1e308, "output": 1e308}})
+    cost = pricing.cost({"big": Usage(input=MAX_TOKENS, output=MAX_TOKENS)}, table)
+    assert cost["total"] == 0 and cost["priced"] is False
+
+
+def test_only_regular_files_are_read(tmp_path: Path) -> None:
+    secret = tmp_path / "id_rsa"
+    fx.write_jsonl(secret, fx.codex_session("/w"))
+    link = tmp_path / "rollout-link.jsonl"
+    link.symlink_to(secret)
+    fifo = tmp_path / "rollout-fifo.jsonl"
+    os.mkfifo(fifo)
+    results: list[tuple] = []
+
+    def read_all() -> None:
+        for path in (link, fifo):
+            codex = CodexReader(str(path))
+            results.append((reader.head(str(path)), codex.read().empty, codex.bytes_read))
+
+    worker = threading.Thread(target=read_all, daemon=True)  # a plain open() of a FIFO blocks for good
+    worker.start()
+    worker.join(10)
+    unblock(fifo)
+    assert results == [(([], 0), True, 0)] * 2
+
+
+def unblock(fifo: Path) -> None:
+    """Release a reader left waiting on `fifo` (when the code under test blocks on it)."""
+    try:
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    except OSError:
+        pass  # nobody waiting
+
+
+def test_a_first_line_longer_than_the_head_limit_is_no_session(tmp_path: Path) -> None:
+    path = tmp_path / "rollout-big.jsonl"
+    path.write_bytes(b'{"type":"session_meta","payload":{"cwd":"/w","x":"' + b"a" * reader.HEAD_LIMIT)
+    assert discovery.peek_cwd("codex", str(path), [Path("/w")]) == (None, True, reader.HEAD_LIMIT)
+    path.write_bytes(b'{"type":"session_meta","payload":{"cwd":"/w","x":"' + b"a" * 1000)
+    assert discovery.peek_cwd("codex", str(path), [Path("/w")])[1] is False  # not written yet: ask again
+
+
+def test_a_line_over_the_limit_is_skipped_not_held(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(reader, "READ_CHUNK", 4096)
+    records = fx.codex_session("/w")
+    path = fx.write_jsonl(tmp_path / "rollout-x.jsonl", records[:3])
+    codex = CodexReader(str(path))
+    codex.read()
+    huge = json.dumps(fx.codex_answer("Q" * 20_000, "2025-10-03T10:00:09.000Z")).encode()
+    with open(path, "ab") as f:  # streamed: the line grows past the limit before its newline comes
+        f.write(huge[:10_000])
+    codex.read()
+    with open(path, "ab") as f:
+        f.write(huge[10_000:] + b"\n" + b"".join(json.dumps(r).encode() + b"\n" for r in records[3:]))
+    change = codex.read()
+    assert codex.session.bad_lines == 1 and codex.offset == path.stat().st_size
+    assert not any("QQQQ" in json.dumps(i) for i in codex.session.items)
+    assert len(change.appended) == len(CodexReader(str(fx.write_jsonl(tmp_path / "rollout-y.jsonl", records)))
+                                       .read().appended) - 1
+
+
+def test_another_file_under_the_same_name_is_read_from_the_start(tmp_path: Path) -> None:
+    path = fx.write_jsonl(tmp_path / "rollout-x.jsonl", fx.codex_session("/w"))
+    codex = CodexReader(str(path))
+    codex.read()
+    new = [fx.codex_meta("/w")] + fx.codex_turn("A brand new conversation " + "z" * 3000, "2025-10-03T11:00:00.000Z")
+    os.replace(fx.write_jsonl(tmp_path / "tmp.json", new), path)  # larger, and a new inode
+    codex.read()
+    assert [t.text[:24] for t in codex.session.turns] == ["A brand new conversation"]
+    assert codex.read(ident=(0, 0)).empty  # not the file the caller looked at: not read
 
 
 # --- pricing -----------------------------------------------------------------------------------

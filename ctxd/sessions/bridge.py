@@ -66,8 +66,10 @@ class SessionBridge:
             return  # closed meanwhile
         session, change = update.session, update.change
         if not update.new and change.turns and workspace.settings.ghost.auto == "turn":
-            for turn in change.turns:  # first: the agent is about to act on this turn
-                self._checkpoints.submit(self._checkpoint, workspace, session.thread, turn)
+            # First: the agent is about to act on this turn. One per batch, the latest: turns
+            # written at once were not acted on one by one, and a flood must not evict the
+            # user's snapshots. A session found anew (also a file rewritten) has no new turns.
+            self._checkpoints.submit(self._checkpoint, workspace, session.thread, change.turns[-1])
         replace = update.new or change.replaced
         items = session.items if replace else change.appended
         try:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ctxd.sessions.model import Change, Turn, Usage, shorten
+from ctxd.sessions.model import Change, Turn, Usage, shorten, tokens
 from ctxd.sessions.reader import Reader
 
 # Bookkeeping line types that carry nothing the model sees.
@@ -30,13 +30,9 @@ NOT_A_PROMPT = ("<local-command-stdout>", "<local-command-stderr>", "<command-na
                 "[Request interrupted", "<bash-stdout>", "<bash-stderr>", "Caveat:")
 
 
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and value > 0 else 0
-
-
 def _usage(raw: dict[str, Any]) -> Usage:
-    return Usage(input=_int(raw.get("input_tokens")), cached_input=_int(raw.get("cache_read_input_tokens")),
-                 cache_write=_int(raw.get("cache_creation_input_tokens")), output=_int(raw.get("output_tokens")))
+    return Usage(input=tokens(raw.get("input_tokens")), cached_input=tokens(raw.get("cache_read_input_tokens")),
+                 cache_write=tokens(raw.get("cache_creation_input_tokens")), output=tokens(raw.get("output_tokens")))
 
 
 def _text_part(text: str, role: str) -> dict[str, Any]:
@@ -185,9 +181,9 @@ class ClaudeReader(Reader):
         reported = self._cost(rec)
         if reported is not None:
             raw, model = reported
-            used = _int(raw.get("input_tokens")) + _int(raw.get("cache_creation_input_tokens")) + _int(
+            used = tokens(raw.get("input_tokens")) + tokens(raw.get("cache_creation_input_tokens")) + tokens(
                 raw.get("cache_read_input_tokens"))
-            last = {k: v for k, v in raw.items() if isinstance(v, int)}
+            last = {k: tokens(v) for k, v in raw.items() if type(v) is int}
             if used and (used != session.baseline or last != session.last_usage):
                 session.baseline = used
                 session.baseline_items = len(session.items)  # the request's input: what came before

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ctxd.sessions.model import Change, Turn, Usage, shorten
+from ctxd.sessions.model import Change, Turn, Usage, shorten, tokens
 from ctxd.sessions.reader import Reader
 
 # Response items Codex records that ctxd's ledger takes as they are.
@@ -36,10 +36,6 @@ NOT_MODEL_VISIBLE = {"ghost_snapshot"}
 # User messages Codex injects itself (instructions, environment): model-visible, but not a title.
 INJECTED_PREFIXES = ("<environment_context>", "<user_instructions>", "# AGENTS.md instructions",
                      "<user_shell_command>", "<turn_aborted>", "<INSTRUCTIONS>")
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and value > 0 else 0
 
 
 class CodexReader(Reader):
@@ -158,23 +154,24 @@ class CodexReader(Reader):
             session.context_window = window
             change.meta = True
         if isinstance(last, dict):
-            used = _int(last.get("total_tokens"))
+            used = tokens(last.get("total_tokens"))
             if used != session.baseline or session.last_usage != last:
                 session.baseline = used
                 session.baseline_items = len(session.items)
-                session.last_usage = {k: _int(v) for k, v in last.items()}
+                session.last_usage = {k: tokens(v) for k, v in last.items()}
                 change.usage = True
         if isinstance(total, dict):
             # Cost from the running total; a total that went down is a new process (a resume)
             # whose count starts again, so it is added on top rather than subtracted.
-            previous = self._total if _int(total.get("total_tokens")) >= _int(self._total.get("total_tokens")) else {}
-            cached = _int(total.get("cached_input_tokens")) - _int(previous.get("cached_input_tokens"))
-            delta = Usage(
-                input=(_int(total.get("input_tokens")) - _int(previous.get("input_tokens"))) - cached,
-                cached_input=cached,
-                output=_int(total.get("output_tokens")) - _int(previous.get("output_tokens")),
-                reasoning=_int(total.get("reasoning_output_tokens")) - _int(previous.get("reasoning_output_tokens")),
-            )
+            previous = self._total if tokens(total.get("total_tokens")) >= tokens(self._total.get("total_tokens")) else {}
+
+            def grew(key: str) -> int:  # never negative, whatever the file says
+                return max(0, tokens(total.get(key)) - tokens(previous.get(key)))
+
+            billed = grew("input_tokens")
+            cached = min(grew("cached_input_tokens"), billed)  # cached input is part of the input
+            delta = Usage(input=billed - cached, cached_input=cached, output=grew("output_tokens"),
+                          reasoning=grew("reasoning_output_tokens"))
             if delta.input or delta.cached_input or delta.output:
                 session.cumulative.setdefault(session.model or "", Usage()).add(delta)
                 change.usage = True

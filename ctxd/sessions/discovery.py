@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from ctxd.sessions.reader import head
+from ctxd.sessions.reader import HEAD_LIMIT, head
 
 CODEX = "codex"
 CLAUDE = "claude"
@@ -58,6 +58,17 @@ def agent_of(path: str, roots: Mapping[str, Path]) -> str | None:
     return None
 
 
+def claude_id(path: str) -> str | None:
+    """A Claude session's id is its file name. A name that is not UTF-8 cannot be an id a reply
+    can carry: None, and the id comes from the lines' `sessionId`."""
+    stem = Path(path).stem
+    try:
+        stem.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    return stem
+
+
 def _under(path: Path, root: Path) -> bool:
     try:
         path.relative_to(root)
@@ -82,12 +93,14 @@ def _forms(folder: Path) -> set[str]:
 
 def folder_of(cwd: str | None, folders: list[Path]) -> Path | None:
     """The open workspace folder that contains `cwd` (the innermost one), or None."""
-    if not cwd:
+    if not cwd or not os.path.isabs(cwd):
         return None
+    cwd = os.path.normpath(cwd)  # `W/../other` is not inside W
     best: Path | None = None
     best_len = -1
     for folder in folders:
         for form in _forms(folder):
+            form = os.path.normpath(form)
             if (cwd == form or cwd.startswith(form.rstrip(os.sep) + os.sep)) and len(form) > best_len:
                 best, best_len = folder, len(form)
     return best
@@ -112,7 +125,7 @@ def peek_cwd(agent: str, path: str, folders: list[Path]) -> tuple[str | None, bo
     if agent == CODEX:
         records, read = head(path, 1)
         if not records:
-            return None, False, read
+            return None, read >= HEAD_LIMIT, read  # a first line over the limit: not a session
         payload = records[0].get("payload") if records[0].get("type") == "session_meta" else None
         cwd = payload.get("cwd") if isinstance(payload, dict) else None
         return (cwd if isinstance(cwd, str) else None), True, read
@@ -122,29 +135,32 @@ def peek_cwd(agent: str, path: str, folders: list[Path]) -> tuple[str | None, bo
     for rec in records:
         if isinstance(rec.get("cwd"), str):
             return rec["cwd"], True, read
-    return None, len(records) >= CLAUDE_HEAD_LINES, read
+    return None, len(records) >= CLAUDE_HEAD_LINES or read >= HEAD_LIMIT, read
 
 
 def session_files(source: Source) -> list[str]:
-    """Every session file under a source's root, as they are now."""
-    found: list[str] = []
+    """Every session file under a source's root, as they are now. Only regular files: a symlink
+    (it may point anywhere, ~/.ssh included), a FIFO or a device is never a session."""
     if not source.enabled or not source.root.is_dir():
-        return found
+        return []
     if source.agent == CLAUDE:
-        try:
-            projects = list(os.scandir(source.root))
-        except OSError:
-            return found
-        for project in projects:
-            if not project.is_dir(follow_symlinks=False):
-                continue
-            try:
-                entries = list(os.scandir(project.path))
-            except OSError:
-                continue
-            found.extend(e.path for e in entries if e.name.endswith(".jsonl") and not e.name.startswith("agent-")
-                         and e.is_file())
-        return found
-    for directory, _dirs, files in os.walk(source.root):
-        found.extend(os.path.join(directory, f) for f in files if f.startswith("rollout-") and f.endswith(".jsonl"))
+        projects = [e.path for e in _entries(str(source.root)) if e.is_dir(follow_symlinks=False)]
+        return [e.path for project in projects for e in _entries(project)
+                if e.name.endswith(".jsonl") and not e.name.startswith("agent-") and e.is_file(follow_symlinks=False)]
+    found: list[str] = []
+    pending = [str(source.root)]
+    while pending:
+        for entry in _entries(pending.pop()):
+            if entry.is_dir(follow_symlinks=False):
+                pending.append(entry.path)
+            elif entry.name.startswith("rollout-") and entry.name.endswith(".jsonl") and entry.is_file(
+                    follow_symlinks=False):
+                found.append(entry.path)
     return found
+
+
+def _entries(directory: str) -> list[os.DirEntry[str]]:
+    try:
+        return list(os.scandir(directory))
+    except OSError:
+        return []

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import threading
 import time
 from dataclasses import dataclass
@@ -25,12 +26,15 @@ from ctxd.sessions.claude import ClaudeReader
 from ctxd.sessions.codex import CodexReader
 from ctxd.sessions.discovery import CLAUDE, CODEX, Source
 from ctxd.sessions.model import Change, Session
-from ctxd.sessions.reader import Reader
+from ctxd.sessions.reader import Reader, printable
 
 log = logging.getLogger(__name__)
 
 TICK_SECONDS = 2.0  # the safety net: sizes of followed files, roots that appeared
 POLL_SECONDS = 0.25  # the fallback's period when there are no file events
+# With file events, files whose head is not written yet (there can be thousands, left empty by
+# agents that never started) are re-checked by the safety net only this often.
+UNDECIDED_SECONDS = 30.0
 WRITE_EVENTS = frozenset({"created", "modified", "moved", "closed"})
 
 
@@ -54,6 +58,12 @@ class _File:
     reader: Reader | None = None
     size: int = -1
     announced: bool = False
+    ident: tuple[int, int] | None = None  # (st_dev, st_ino): another file under this name starts over
+    stamp: tuple[int, ...] | None = None  # the file as last looked at: nothing to do while it is the same
+
+
+def _stamp(st: os.stat_result) -> tuple[int, ...]:
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
 @dataclass
@@ -84,7 +94,9 @@ class Follower:
         self._mode = "off"
         self._worker: threading.Thread | None = None
         self._last_scan = 0.0
+        self._last_undecided = 0.0
         self._busy = False  # the worker is reading
+        self._failed: set[str] = set()  # files whose reading raised (logged once each)
 
     # --- lifecycle ---
 
@@ -124,7 +136,7 @@ class Follower:
             # Claude files never opened (their folder name did not match) may match now.
             for path, state in self._files.items():
                 if state.agent == CLAUDE and state.decided and state.cwd is None and state.peeked == 0:
-                    state.decided = False
+                    state.decided, state.stamp = False, None
                     self._dirty[path] = None
             self._rescan = True
             self._wake.notify_all()
@@ -252,7 +264,7 @@ class Follower:
                     self._scan()
                 for path in paths:
                     self._read(path)
-            except Exception:  # noqa: BLE001 - one bad file must not stop following the others
+            except Exception:  # noqa: BLE001 - the worker must outlive any bug (files fail one by one)
                 log.exception("following sessions failed")
             finally:
                 with self._wake:
@@ -266,11 +278,16 @@ class Follower:
             self._schedule_roots()
         if self._mode == "polling" and time.monotonic() - self._last_scan >= TICK_SECONDS:
             self._scan()  # new files: every tick; the followed files' sizes: every poll
+        now = time.monotonic()
+        undecided = self._mode == "polling" or now - self._last_undecided >= UNDECIDED_SECONDS
+        if undecided:
+            self._last_undecided = now
         with self._lock:
-            followed = [(p, s.size) for p, s in self._files.items() if s.folder is not None or not s.decided]
-        for path, size in followed:
+            followed = [(p, s.stamp) for p, s in self._files.items()
+                        if s.folder is not None or (undecided and not s.decided)]
+        for path, stamp in followed:
             try:
-                if os.stat(path).st_size != size:
+                if _stamp(os.lstat(path)) != stamp:
                     self._read(path)
             except OSError:
                 continue
@@ -287,17 +304,39 @@ class Follower:
                     self._read(path)
 
     def _read(self, path: str) -> None:
+        """Read one file; a file that fails is logged once and does not stop the others."""
+        try:
+            self._follow(path)
+        except Exception:  # one bad file must not stop following the others
+            if path not in self._failed:
+                self._failed.add(path)
+                log.exception("cannot follow session file %s", printable(path))
+
+    def _follow(self, path: str) -> None:
         with self._lock:
             state = self._files.get(path)
             folders = list(self._folders)
-        if state is None:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return
+        if state is None or (state.ident is not None and (
+                state.ident != (st.st_dev, st.st_ino) or st.st_size < state.size)):
+            # New, or another file now (replaced, or rewritten shorter): decided and read afresh.
             agent = discovery.agent_of(path, self.roots)
             if agent is None:
                 return
             state = _File(agent)
             with self._lock:
                 self._files[path] = state
+        state.ident = (st.st_dev, st.st_ino)
+        if not stat.S_ISREG(st.st_mode):
+            state.decided, state.cwd, state.folder = True, None, None  # a link, FIFO or device: never read
+            return
         if not state.decided:
+            if state.stamp == _stamp(st):
+                return  # peeked at as it is now: undecided until it changes
+            state.stamp, state.size = _stamp(st), st.st_size
             cwd, complete, read = discovery.peek_cwd(state.agent, path, folders)
             state.peeked += read
             if not complete:
@@ -310,12 +349,9 @@ class Follower:
             if state.agent == CODEX:
                 state.reader = CodexReader(path)
             else:
-                state.reader = ClaudeReader(path, Path(path).stem)
-        try:
-            state.size = os.stat(path).st_size
-        except OSError:
-            return
-        change = state.reader.read()
+                state.reader = ClaudeReader(path, discovery.claude_id(path))
+        state.size, state.stamp = st.st_size, _stamp(st)
+        change = state.reader.read(state.ident)
         session = state.reader.session
         if session.id is None:
             return

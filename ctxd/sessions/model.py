@@ -10,6 +10,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 TITLE_CHARS = 80
+# A token count above this is clamped to it: no real session comes near, and a hostile count
+# (10**308, 10**400) must not make a cost of Infinity or an integer too large for a float.
+MAX_TOKENS = 10**10
+
+
+def tokens(value: Any) -> int:
+    """A token count as the file reports it: a positive int, clamped to MAX_TOKENS; else 0."""
+    if type(value) is not int or value <= 0:
+        return 0
+    return min(value, MAX_TOKENS)
 
 
 @dataclass

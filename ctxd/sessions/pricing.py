@@ -10,6 +10,7 @@ its exact name, or that name without a provider prefix, a `[1m]` tag, a release 
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -38,7 +39,7 @@ def _price(raw: Mapping[str, Any]) -> Price | None:
     def number(*keys: str) -> float | None:
         for key in keys:
             value = raw.get(key)
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < math.inf:
                 return float(value)
         return None
 
@@ -98,7 +99,8 @@ def lookup(model: str | None, table: Mapping[str, Price] | None = None) -> Price
 
 def cost(per_model: Mapping[str, Usage], table: Mapping[str, Price] | None = None) -> dict[str, Any]:
     """`Breakdown.cost` (protocol v2) for usage split by model: what is priced is added up; a model
-    without a price (or a token kind its price lacks) makes `priced` false and is named."""
+    without a price (or a token kind its price lacks) makes `priced` false and is named. Always
+    finite and >= 0: a model whose cost is not (absurd counts or prices) counts as unpriced."""
     amounts = {"input": 0.0, "cachedInput": 0.0, "cacheWrite": 0.0, "output": 0.0}
     unpriced: list[str] = []
     for model, usage in per_model.items():
@@ -109,10 +111,18 @@ def cost(per_model: Mapping[str, Usage], table: Mapping[str, Price] | None = Non
                 usage.cache_write and price.cache_write is None):
             unpriced.append(model or "(unknown model)")
             continue
-        amounts["input"] += usage.input * price.input / MILLION
-        amounts["cachedInput"] += usage.cached_input * (price.cached_input or 0.0) / MILLION
-        amounts["cacheWrite"] += usage.cache_write * (price.cache_write or 0.0) / MILLION
-        amounts["output"] += usage.output * price.output / MILLION
+        try:
+            part = {"input": usage.input * price.input / MILLION,
+                    "cachedInput": usage.cached_input * (price.cached_input or 0.0) / MILLION,
+                    "cacheWrite": usage.cache_write * (price.cache_write or 0.0) / MILLION,
+                    "output": usage.output * price.output / MILLION}
+        except OverflowError:  # a count too large for a float
+            part = {"input": math.inf}
+        if min(part.values()) < 0 or not math.isfinite(sum(amounts.values()) + sum(part.values())):
+            unpriced.append(model or "(unknown model)")
+            continue
+        for kind, value in part.items():
+            amounts[kind] += value
     result: dict[str, Any] = {"currency": "USD", **{k: round(v, 6) for k, v in amounts.items()}}
     result["total"] = round(sum(amounts.values()), 6)
     result["priced"] = not unpriced

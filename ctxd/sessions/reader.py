@@ -9,13 +9,83 @@ from __future__ import annotations
 
 import gc
 import json
+import math
 import os
+import re
+import stat
 from typing import Any
 
 from ctxd.sessions.model import Change, Session
 
 READ_CHUNK = 8 * 1024 * 1024
+MAX_LINE = READ_CHUNK  # a longer line (newline included) is skipped, never held whole in memory
 HEAD_CHUNK = 4096  # how far past a first line a peek may read (never parsed)
+HEAD_LIMIT = 4 * 1024 * 1024  # a file without its first lines in this many bytes is not a session
+# Never block on a FIFO or a device, never follow a link out of the agents' folders.
+OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+
+_ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _reject(value: str) -> float:
+    raise ValueError(f"{value} is not JSON a ledger can store")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        _reject(text)
+    return value
+
+
+# NaN, Infinity and 1e999 make a line bad: the ledger's strict JSON cannot hold them.
+_DECODER = json.JSONDecoder(parse_constant=_reject, parse_float=_finite)
+
+
+def _clean(value: Any) -> Any:
+    """`value` with every lone surrogate (only a JSON `\\udXXX` escape makes one) replaced by U+FFFD:
+    such a string cannot be encoded, so it would break every reply that holds it."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    if isinstance(value, dict):
+        return {_clean(k): _clean(v) for k, v in value.items()}
+    return value
+
+
+def parse(line: str) -> dict[str, Any] | None:
+    """One line as a JSON object, or None when it is not one a ledger can store (bad JSON, too
+    deeply nested, NaN/Infinity). Lone surrogates are replaced, so nothing unencodable leaves."""
+    try:
+        rec = _DECODER.decode(line)
+        if type(rec) is not dict:
+            return None
+        return _clean(rec) if _ESCAPED_SURROGATE.search(line) else rec
+    except (ValueError, RecursionError):
+        return None
+
+
+def open_regular(path: str) -> tuple[int, os.stat_result] | None:
+    """An fd and its stat when `path` is a regular file (not a link, FIFO or device), else None."""
+    try:
+        fd = os.open(path, OPEN_FLAGS)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        st = None
+    if st is None or not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        return None
+    return fd, st
+
+
+def printable(path: str) -> str:
+    """`path` as UTF-8 text (a name that is not UTF-8 gets U+FFFD), for what a reply shows."""
+    return os.fsencode(path).decode("utf-8", "replace")
 
 
 class Reader:
@@ -27,7 +97,9 @@ class Reader:
         self.path = path
         self.offset = 0
         self.bytes_read = 0  # every byte this reader ever read from the file (the privacy check)
-        self.session = Session(agent=self.agent, path=path)
+        self.ident: tuple[int, int] | None = None  # (st_dev, st_ino) of the file read
+        self.skipping = False  # inside a line longer than MAX_LINE: read past it up to its newline
+        self.session = Session(agent=self.agent, path=printable(path))
 
     # --- subclasses ---
 
@@ -54,53 +126,53 @@ class Reader:
         return change, end + 1
 
     def _feed_lines(self, data: bytes, end: int, change: Change) -> None:
-        loads = json.loads
         session = self.session
         # One decode for the whole chunk (json.loads on bytes would detect the encoding per line);
         # bytes that are not UTF-8 become U+FFFD rather than losing the line.
         for line in data[:end].decode("utf-8", "replace").split("\n"):
             if not line.strip():
                 continue
-            try:
-                rec = loads(line)
-            except ValueError:
-                session.bad_lines += 1
-                continue
-            if type(rec) is not dict:
+            rec = parse(line)
+            if rec is None:
                 session.bad_lines += 1
                 continue
             change.lines += 1
             self.record(rec, change)
 
-    def read(self) -> Change:
-        """Read what the file gained since the last read."""
-        try:
-            fd = os.open(self.path, os.O_RDONLY)
-        except OSError:
+    def read(self, ident: tuple[int, int] | None = None) -> Change:
+        """Read what the file gained since the last read. Another file under the same name (a new
+        inode) or a shorter one is read from the start; with `ident`, a file that is not that one
+        is not read at all (it was replaced after the caller looked)."""
+        opened = open_regular(self.path)
+        if opened is None:
             return Change()
+        fd, st = opened
         try:
-            size = os.fstat(fd).st_size
-            if size < self.offset:
+            found = (st.st_dev, st.st_ino)
+            if ident is not None and found != ident:
+                return Change()
+            if (self.ident is not None and found != self.ident) or st.st_size < self.offset:
                 self.reset()
+            self.ident = found
             total = Change()
-            while self.offset < size:
-                os.lseek(fd, self.offset, os.SEEK_SET)
-                data = os.read(fd, max(READ_CHUNK, 0))
+            while self.offset < st.st_size:
+                data = os.pread(fd, READ_CHUNK, self.offset)
                 if not data:
                     break
                 self.bytes_read += len(data)
+                if self.skipping:
+                    cut = data.find(b"\n")
+                    self.skipping = cut < 0
+                    self.offset += len(data) if cut < 0 else cut + 1
+                    continue
                 change, used = self.feed(data)
                 merge(total, change)
                 if used == 0:
                     if len(data) < READ_CHUNK:
                         break  # an unfinished last line: wait for its newline
-                    # A single line longer than a chunk: read it whole.
-                    data = _read_line(fd, self.offset, size)
-                    self.bytes_read += len(data)
-                    change, used = self.feed(data)
-                    merge(total, change)
-                    if used == 0:
-                        break
+                    self.session.bad_lines += 1  # a line over MAX_LINE: skipped, never held whole
+                    self.skipping = True
+                    used = len(data)
                 self.offset += used
             if total.replaced:
                 total.appended = []
@@ -110,7 +182,8 @@ class Reader:
 
     def reset(self) -> None:
         self.offset = 0
-        self.session = Session(agent=self.agent, path=self.path)
+        self.skipping = False
+        self.session = Session(agent=self.agent, path=printable(self.path))
 
 
 def merge(total: Change, change: Change) -> None:
@@ -125,48 +198,37 @@ def merge(total: Change, change: Change) -> None:
     total.lines += change.lines
 
 
-def _read_line(fd: int, offset: int, size: int) -> bytes:
-    parts = []
-    pos = offset
-    while pos < size:
-        os.lseek(fd, pos, os.SEEK_SET)
-        chunk = os.read(fd, READ_CHUNK)
-        if not chunk:
-            break
-        parts.append(chunk)
-        pos += len(chunk)
-        if b"\n" in chunk:
-            break
-    return b"".join(parts)
-
-
-def head(path: str, lines: int = 1, limit: int = 4 * 1024 * 1024) -> tuple[list[dict[str, Any]], int]:
+def head(path: str, lines: int = 1, limit: int = HEAD_LIMIT) -> tuple[list[dict[str, Any]], int]:
     """The file's first complete `lines` lines, parsed, and the bytes read to get them.
 
     A session outside every open workspace is never read further than this (one line for Codex,
-    whose first line is the session's meta; see discovery.py for Claude). At most `limit` bytes.
+    whose first line is the session's meta; see discovery.py for Claude). At most `limit` bytes:
+    `read == limit` with fewer records means the file has no such head.
     """
     records: list[dict[str, Any]] = []
     read = 0
+    opened = open_regular(path)
+    if opened is None:
+        return records, read
+    fd = opened[0]
     try:
-        with open(path, "rb") as f:
-            buf = b""
-            while len(records) < lines and read < limit:
-                chunk = f.read(min(HEAD_CHUNK, limit - read))
-                if not chunk:
+        buf = bytearray()  # appended to in place: no copy of what came before per chunk
+        start = 0  # where the line being read starts in buf
+        while len(records) < lines and read < limit:
+            chunk = os.read(fd, min(HEAD_CHUNK, limit - read))
+            if not chunk:
+                break
+            read += len(chunk)
+            search = len(buf)
+            buf += chunk
+            while len(records) < lines:
+                cut = buf.find(b"\n", search)
+                if cut < 0:
                     break
-                read += len(chunk)
-                buf += chunk
-                while len(records) < lines:
-                    cut = buf.find(b"\n")
-                    if cut < 0:
-                        break
-                    line, buf = buf[:cut], buf[cut + 1:]
-                    try:
-                        rec = json.loads(line)
-                    except ValueError:
-                        rec = None
-                    records.append(rec if isinstance(rec, dict) else {})
+                records.append(parse(buf[start:cut].decode("utf-8", "replace")) or {})
+                start = search = cut + 1
     except OSError:
         pass
+    finally:
+        os.close(fd)
     return records, read
