@@ -1,0 +1,78 @@
+"""What each package of `ctxd` may import, checked from the source (the README's "How the code is
+organised" says the same in words). A new import across packages fails here until this table says
+it is meant: the wire (`server`) sits on top, the domain never reaches up to it."""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "ctxd"
+
+# package -> the other ctxd packages (or top-level modules) it may import. `ctxd` is the package's
+# own `__init__` (the version).
+ALLOWED: dict[str, set[str]] = {
+    "errors": set(),
+    "redact": set(),
+    "tokens": set(),
+    "protocol": {"errors"},
+    "settings": {"redact", "tokens"},
+    "ledger": {"errors", "protocol", "redact", "settings", "tokens", "usage"},  # usage: a workspace's gauge
+    "usage": {"ledger", "settings", "tokens"},
+    "compact": {"errors", "ledger", "protocol", "redact", "settings", "tokens"},
+    "ghost": {"errors", "ledger", "settings"},
+    "sessions": {"errors", "ghost", "ledger", "settings", "tokens"},
+    "status": {"ctxd", "ledger", "protocol", "tokens"},
+    "server": {"ctxd", "compact", "errors", "ghost", "ledger", "protocol", "redact", "sessions", "settings",
+               "status"},
+    "cli": {"ctxd", "redact", "server", "sessions", "usage"},
+    "__main__": {"cli"},
+}
+FOREIGN_WIRE = {"pygls", "lsprotocol", "cattrs"}  # the stack issue #12 replaced: nothing may come back to it
+
+
+def _imports() -> dict[str, dict[str, set[str]]]:
+    """package -> imported ctxd package -> the files that import it; plus `<wire>` for pygls & co."""
+    found: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE)
+        package = relative.parts[0].removesuffix(".py")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module] if node.module != "ctxd" else [f"ctxd.{a.name}" for a in node.names]
+            else:
+                continue  # relative imports stay inside their package
+            for name in names:
+                top, _, rest = name.partition(".")
+                if top in FOREIGN_WIRE:
+                    found[package]["<wire>"].add(str(relative))
+                elif top == "ctxd":
+                    target = rest.partition(".")[0] or "ctxd"
+                    if target == "__version__":
+                        target = "ctxd"
+                    if target != package:
+                        found[package][target].add(str(relative))
+    return found
+
+
+def test_every_package_imports_only_what_its_layer_allows() -> None:
+    wrong = {f"{package} -> {target} ({', '.join(sorted(files))})"
+             for package, targets in _imports().items() for target, files in targets.items()
+             if target not in ALLOWED.get(package, set())}
+    assert not wrong, "imports across layers that ALLOWED does not list:\n" + "\n".join(sorted(wrong))
+
+
+def test_the_table_names_every_package() -> None:
+    packages = {p.name.removesuffix(".py") for p in PACKAGE.iterdir()
+                if (p.is_dir() and (p / "__init__.py").exists()) or (p.suffix == ".py" and p.name != "__init__.py")}
+    assert packages == set(ALLOWED), f"packages without a row, or rows without a package: {packages ^ set(ALLOWED)}"
+
+
+def test_the_domain_never_imports_the_wire() -> None:
+    imports = _imports()
+    for package in ALLOWED:
+        if package not in {"server", "cli", "__main__"}:
+            assert "server" not in imports.get(package, {}), f"{package} imports ctxd.server"
