@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ctxd.ledger.rules import is_real_user_message, message_text
 from ctxd.sessions.model import Change, Turn, Usage, shorten, tokens
 from ctxd.sessions.reader import Reader
 
@@ -33,9 +34,6 @@ PASS_THROUGH = {"message", "function_call", "function_call_output", "custom_tool
 AS_FUNCTION_CALL = {"local_shell_call": "local_shell", "web_search_call": "web_search"}
 # Recorded but never sent to the model (Codex's own undo commits).
 NOT_MODEL_VISIBLE = {"ghost_snapshot"}
-# User messages Codex injects itself (instructions, environment): model-visible, but not a title.
-INJECTED_PREFIXES = ("<environment_context>", "<user_instructions>", "# AGENTS.md instructions",
-                     "<user_shell_command>", "<turn_aborted>", "<INSTRUCTIONS>")
 
 
 class CodexReader(Reader):
@@ -61,8 +59,8 @@ class CodexReader(Reader):
             return
         if kind == "response_item":
             item = self._item(payload)
-            if item is not None and session.title is None and _real_user_message(item):
-                session.title = shorten(_text(item))  # rollouts without user_message events
+            if item is not None and session.title is None and is_real_user_message(item):
+                session.title = shorten(message_text(item))  # rollouts without user_message events
                 change.meta = True
             if item is not None:
                 session.items.append(item)
@@ -185,7 +183,7 @@ class CodexReader(Reader):
         if isinstance(replacement, list):
             items = [item for item in (self._item(i) for i in replacement if isinstance(i, dict)) if item is not None]
         else:
-            items = [i for i in session.items if _real_user_message(i)]
+            items = [i for i in session.items if is_real_user_message(i)]
             message = payload.get("message")
             if isinstance(message, str) and message:
                 items.append({"type": "message", "role": "user",
@@ -197,17 +195,3 @@ class CodexReader(Reader):
         change.replaced = True
         change.appended = []
         change.usage = True
-
-
-def _text(item: dict[str, Any]) -> str:
-    content = item.get("content")
-    if isinstance(content, str):
-        return content
-    return "".join(str(part.get("text", "")) for part in content or [] if isinstance(part, dict))
-
-
-def _real_user_message(item: dict[str, Any]) -> bool:
-    """A user message the user wrote (not one of the contexts Codex injects as a user message)."""
-    if item.get("type") != "message" or item.get("role") != "user":
-        return False
-    return not _text(item).lstrip().startswith(INJECTED_PREFIXES)
