@@ -37,6 +37,20 @@ def test_the_checked_in_schema_is_generated_from_the_shapes() -> None:
     assert checked_in == schema_text(), "stale: run `python -m ctxd.protocol.shapes > docs/protocol.schema.json`"
 
 
+def test_every_request_has_one_handler_one_params_shape_and_one_result_shape() -> None:
+    """The wire is declared once: each request method of `methods.py` has params (`params.PARAMS`,
+    in the schema too), a result shape (`shapes.RESULTS`) and a handler, and nothing else has."""
+    from ctxd.protocol import methods
+    from ctxd.protocol.params import PARAMS
+    from ctxd.protocol.shapes import RESULTS, schema
+    from ctxd.server.handlers import HANDLERS
+
+    assert set(PARAMS) == set(RESULTS) == set(HANDLERS) == methods.REQUESTS
+    assert all(HANDLERS[m][0] is PARAMS[m] for m in methods.REQUESTS)
+    declared = schema()["properties"]
+    assert all(f"{m.replace('/', '_')}_params" in declared for m in methods.REQUESTS)
+
+
 def test_the_vscode_types_are_generated_from_the_current_schema() -> None:
     """editors/vscode/ctxd-protocol.d.ts records the SHA-256 of the schema it was generated from;
     when the shapes change, regenerate it: `cd editors/vscode && npm run gen:protocol`."""

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 from ctxd.errors import InvalidParams
+from ctxd.protocol import methods
 from ctxd.protocol.items import describe_error
 
 # --- params --------------------------------------------------------------------------------------
@@ -26,8 +27,12 @@ class Params(BaseModel):
     work_done_token: int | str | None = None
 
 
+class UsageParams(Params):
+    pass
+
+
 class RecordParams(Params):
-    items: list[Any]
+    items: list[Any]  # validated one by one by `items.validate_items`, whose errors name the item
 
 
 # Counts (tokens, turns, offsets) are stored in or compared with SQLite INTEGER columns (8 bytes); any
@@ -130,6 +135,27 @@ class GhostDeleteParams(Params):
 
 class StatusParams(ThreadsParams):
     pass
+
+
+# What each method takes (`shapes.RESULTS` says what it answers): the handlers parse with these, and
+# the schema the editors' types come from declares them.
+PARAMS: dict[str, type[BaseModel]] = {
+    methods.RECORD: RecordParams,
+    methods.REPORT_TOKEN_USAGE: ReportTokenUsageParams,
+    methods.SET_PROMPT_CONTEXT: SetPromptContextParams,
+    methods.USAGE: UsageParams,
+    methods.PROMPT: PromptParams,
+    methods.COMPACT: CompactParams,
+    methods.ROLLBACK: RollbackParams,
+    methods.HISTORY: HistoryParams,
+    methods.THREADS: ThreadsParams,
+    methods.STATUS: StatusParams,
+    methods.GHOST_SNAPSHOT: GhostSnapshotParams,
+    methods.GHOST_LIST: GhostListParams,
+    methods.GHOST_RESTORE: GhostRestoreParams,
+    methods.GHOST_DIFF: GhostDiffParams,
+    methods.GHOST_DELETE: GhostDeleteParams,
+}
 
 
 def parse_params(model: type[BaseModel], raw: Any) -> Any:

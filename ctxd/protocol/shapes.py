@@ -3,7 +3,8 @@
 TypedDicts, so that the domain builds plain dicts at no cost and a type checker holds it to these
 shapes. `schema()` turns them into JSON Schema (`docs/protocol.schema.json`), the exchange format
 from which the VS Code extension's TypeScript types are generated; a test fails when the checked-in
-schema is stale. Request params are the pydantic models of `params.py`.
+schema is stale. Request params are the pydantic models of `params.py` (`PARAMS`); the schema declares
+them too, so that the editors' types of what they send come from the same place.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from typing import Any, Literal, Optional
 
 from pydantic import ConfigDict, TypeAdapter
 from typing_extensions import NotRequired, TypedDict
+
+from ctxd.protocol.params import PARAMS
 
 # A reply with a key its shape does not declare fails validation: the shapes stay complete.
 STRICT = ConfigDict(extra="forbid")
@@ -324,14 +327,17 @@ NOTIFICATIONS: dict[str, Any] = {
 def schema() -> dict[str, Any]:
     """JSON Schema of every shape, with one property per method and notification naming its shape."""
     fields = {name.replace("/", "_"): shape for name, shape in {**RESULTS, **NOTIFICATIONS}.items()}
+    fields |= {name.replace("/", "_") + "_params": model for name, model in PARAMS.items()}
     protocol = TypedDict("CtxdProtocol", fields)  # type: ignore[misc, operator]
     result = TypeAdapter(protocol).json_schema(ref_template="#/$defs/{model}")
+    # Record's items are parsed as plain JSON and validated one by one (`items.validate_items`).
+    result["$defs"]["RecordParams"]["properties"]["items"]["items"] = {"$ref": "#/$defs/Item"}
     for definition in [result, *result["$defs"].values()]:
         for prop in definition.get("properties", {}).values():
             prop.pop("title", None)  # a title per field would become a type alias per field in TypeScript
     result["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     result["title"] = "CtxdProtocol"
-    result["description"] = ("Results and notifications of the ctxd wire protocol, version 2 "
+    result["description"] = ("Results, notifications and request params of the ctxd wire protocol, version 2 "
                              "(generated from ctxd/protocol/shapes.py by `python -m ctxd.protocol.shapes`).")
     return result
 

@@ -45,15 +45,17 @@ Handler = Callable[[Call, Any], Any]
 HANDLERS: dict[str, tuple[type[BaseModel], Handler]] = {}
 
 
-def handler(method: str, params_model: type[BaseModel]) -> Callable[[Handler], Handler]:
+def handler(method: str) -> Callable[[Handler], Handler]:
+    """Register `fn` as the method's handler, taking the params `params.PARAMS` declares for it."""
+
     def register(fn: Handler) -> Handler:
-        HANDLERS[method] = (params_model, fn)
+        HANDLERS[method] = (p.PARAMS[method], fn)
         return fn
 
     return register
 
 
-@handler(methods.RECORD, p.RecordParams)
+@handler(methods.RECORD)
 def record(call: Call, params: p.RecordParams) -> shapes.RecordResult:
     return call.workspace.record(params.thread, validate_items(params.items))
 
@@ -64,50 +66,50 @@ def record_now(workspace_of: Callable[[str], Workspace], raw_params: Any) -> sha
     return workspace_of(params.workspace).record_now(params.thread, validate_items(params.items))
 
 
-@handler(methods.REPORT_TOKEN_USAGE, p.ReportTokenUsageParams)
+@handler(methods.REPORT_TOKEN_USAGE)
 def report_token_usage(call: Call, params: p.ReportTokenUsageParams) -> shapes.UsageSnapshot:
     return call.workspace.report_usage(params.thread, params.usage.total_tokens)
 
 
-@handler(methods.SET_PROMPT_CONTEXT, p.SetPromptContextParams)
+@handler(methods.SET_PROMPT_CONTEXT)
 def set_prompt_context(call: Call, params: p.SetPromptContextParams) -> shapes.UsageSnapshot:
     context = params.model_dump(by_alias=True, exclude_none=True, exclude={"workspace", "thread", "work_done_token"})
     return call.workspace.set_prompt_context(params.thread, context)
 
 
-@handler(methods.USAGE, p.Params)
-def usage(call: Call, params: p.Params) -> shapes.Breakdown:
+@handler(methods.USAGE)
+def usage(call: Call, params: p.UsageParams) -> shapes.Breakdown:
     return call.workspace.breakdown(params.thread)
 
 
-@handler(methods.PROMPT, p.PromptParams)
+@handler(methods.PROMPT)
 def prompt(call: Call, params: p.PromptParams) -> shapes.PromptResult:
     return call.workspace.prompt(params.thread, list(params.input_modalities))
 
 
-@handler(methods.ROLLBACK, p.RollbackParams)
+@handler(methods.ROLLBACK)
 def rollback(call: Call, params: p.RollbackParams) -> shapes.RollbackResult:
     return call.workspace.rollback(params.thread, params.turns)
 
 
-@handler(methods.HISTORY, p.HistoryParams)
+@handler(methods.HISTORY)
 def history(call: Call, params: p.HistoryParams) -> shapes.HistoryResult:
     return call.workspace.history(params.thread, params.offset, params.limit, params.include_archived)
 
 
-@handler(methods.THREADS, p.ThreadsParams)
+@handler(methods.THREADS)
 def threads(call: Call, params: p.ThreadsParams) -> shapes.ThreadsResult:
     return call.workspace.threads()
 
 
-@handler(methods.STATUS, p.StatusParams)
+@handler(methods.STATUS)
 def status(call: Call, params: p.StatusParams) -> shapes.Status:
     from ctxd.status import status as daemon_status
 
     return daemon_status(call.workspace, sources=call.sessions.status() if call.sessions is not None else [])
 
 
-@handler(methods.COMPACT, p.CompactParams)
+@handler(methods.COMPACT)
 def compact(call: Call, params: p.CompactParams) -> shapes.CompactResult:
     from ctxd.compact import run as compaction
 
@@ -116,7 +118,7 @@ def compact(call: Call, params: p.CompactParams) -> shapes.CompactResult:
                                      events=call.events, progress_token=params.work_done_token)
 
 
-@handler(methods.GHOST_SNAPSHOT, p.GhostSnapshotParams)
+@handler(methods.GHOST_SNAPSHOT)
 def ghost_snapshot(call: Call, params: p.GhostSnapshotParams) -> shapes.GhostCommit:
     from ctxd.ghost import checkpoints, snapshots as ghost
 
@@ -134,7 +136,7 @@ def ghost_snapshot(call: Call, params: p.GhostSnapshotParams) -> shapes.GhostCom
     return escape_paths(commit)
 
 
-@handler(methods.GHOST_LIST, p.GhostListParams)
+@handler(methods.GHOST_LIST)
 def ghost_list(call: Call, params: p.GhostListParams) -> shapes.GhostListResult:
     from ctxd.ghost import snapshots as ghost
 
@@ -146,7 +148,7 @@ def ghost_list(call: Call, params: p.GhostListParams) -> shapes.GhostListResult:
     return escape_paths(result)
 
 
-@handler(methods.GHOST_RESTORE, p.GhostRestoreParams)
+@handler(methods.GHOST_RESTORE)
 def ghost_restore(call: Call, params: p.GhostRestoreParams) -> shapes.RestoreResult:
     from ctxd.ghost import checkpoints
 
@@ -155,7 +157,7 @@ def ghost_restore(call: Call, params: p.GhostRestoreParams) -> shapes.RestoreRes
     return escape_paths(result)  # file names that are not UTF-8 (protocol v2: pathEncoding)
 
 
-@handler(methods.GHOST_DIFF, p.GhostDiffParams)
+@handler(methods.GHOST_DIFF)
 def ghost_diff(call: Call, params: p.GhostDiffParams) -> shapes.DiffResult:
     from ctxd.ghost import snapshots as ghost
 
@@ -164,7 +166,7 @@ def ghost_diff(call: Call, params: p.GhostDiffParams) -> shapes.DiffResult:
                                    state_dir=workspace.state_dir))
 
 
-@handler(methods.GHOST_DELETE, p.GhostDeleteParams)
+@handler(methods.GHOST_DELETE)
 def ghost_delete(call: Call, params: p.GhostDeleteParams) -> shapes.DeleteResult:
     from ctxd.ghost import snapshots as ghost
 

@@ -28,7 +28,7 @@ export interface TargetOptions {
   thread?: string;
 }
 
-// Results and notifications: the types generated from the daemon's schema (ctxd-protocol.d.ts).
+// Results, notifications and request params: the types generated from the daemon's schema (ctxd-protocol.d.ts).
 export type {
   Breakdown,
   Category,
@@ -43,11 +43,14 @@ export type {
   RestoreResult,
   RollbackResult,
   ThreadInfo,
+  TokenUsage,
+  ToolDeclaration,
   UsageChanged as UsageChangedParams,
   UsageSnapshot,
 } from './ctxd-protocol';
 import type {
   Breakdown,
+  CompactParams,
   CompactResult,
   Compacted as CompactedParams,
   GhostCommit,
@@ -57,7 +60,9 @@ import type {
   RecordResult,
   RestoreResult,
   RollbackResult,
+  SetPromptContextParams,
   ThreadInfo,
+  TokenUsage,
   UsageChanged as UsageChangedParams,
   UsageSnapshot,
 } from './ctxd-protocol';
@@ -66,30 +71,9 @@ export type Tier = UsageSnapshot['tier'];
 /** systemPrompt, builtinTools, mcpTools, skills, memoryFiles, messages, freeSpace, autocompactBuffer. */
 export type CategoryName = Breakdown['categories'][number]['name'];
 
-export interface TokenUsage {
-  inputTokens: number;
-  cachedInputTokens?: number;
-  outputTokens: number;
-  reasoningOutputTokens?: number;
-  totalTokens: number;
-}
-
-export interface ToolDeclaration {
-  name: string;
-  kind: 'builtin' | 'mcp' | 'skill';
-  schema: unknown;
-}
-
-export interface PromptContext {
-  model?: string;
-  contextWindow?: number;
-  baseInstructions?: string;
-  tools?: ToolDeclaration[];
-  memoryFiles?: { path: string; content: string }[];
-  skills?: { name: string; description: string }[];
-}
-
-export type CompactStrategy = 'auto' | 'llm' | 'remote' | 'offline';
+/** What a prompt context carries: `ctxd/setPromptContext`'s params without the target. */
+export type PromptContext = Omit<SetPromptContextParams, 'workspace' | 'thread' | 'workDoneToken'>;
+export type CompactStrategy = NonNullable<CompactParams['strategy']>;
 
 export interface CtxdApi {
   readonly apiVersion: 1;

@@ -1,32 +1,47 @@
 /* eslint-disable */
 /**
- * The ctxd wire protocol (version 2): results and notifications. GENERATED, do not edit:
+ * The ctxd wire protocol (version 2): results, notifications and request params. GENERATED, do not edit:
  * `npm run gen:protocol` from docs/protocol.schema.json (from ctxd/protocol/shapes.py).
- * schema sha256: 4cc75dbbef690d8836834b9eac58aefe50564b37e6861b1b5a2de0a4ae02f644
+ * schema sha256: 08c299484e481b9ae09a0ffe1af982a453eb13eff8463e46f6ea52025203364c
  */
 
 /**
- * Results and notifications of the ctxd wire protocol, version 2 (generated from ctxd/protocol/shapes.py by `python -m ctxd.protocol.shapes`).
+ * Results, notifications and request params of the ctxd wire protocol, version 2 (generated from ctxd/protocol/shapes.py by `python -m ctxd.protocol.shapes`).
  */
 export interface CtxdProtocol {
   ctxd_compact: CompactResult;
+  ctxd_compact_params: CompactParams;
   ctxd_compacted: Compacted;
   ctxd_ghost_delete: DeleteResult;
+  ctxd_ghost_delete_params: GhostDeleteParams;
   ctxd_ghost_diff: DiffResult;
+  ctxd_ghost_diff_params: GhostDiffParams;
   ctxd_ghost_list: GhostListResult;
+  ctxd_ghost_list_params: GhostListParams;
   ctxd_ghost_restore: RestoreResult;
+  ctxd_ghost_restore_params: GhostRestoreParams;
   ctxd_ghost_snapshot: GhostCommit;
+  ctxd_ghost_snapshot_params: GhostSnapshotParams;
   ctxd_history: HistoryResult;
+  ctxd_history_params: HistoryParams;
   ctxd_prompt: PromptResult;
+  ctxd_prompt_params: PromptParams;
   ctxd_record: RecordResult;
+  ctxd_record_params: RecordParams;
   ctxd_reportTokenUsage: UsageSnapshot;
+  ctxd_reportTokenUsage_params: ReportTokenUsageParams;
   ctxd_rollback: RollbackResult;
+  ctxd_rollback_params: RollbackParams;
   ctxd_setPromptContext: UsageSnapshot;
+  ctxd_setPromptContext_params: SetPromptContextParams;
   ctxd_status: Status;
+  ctxd_status_params: StatusParams;
   ctxd_threads: ThreadsResult;
   ctxd_threadsChanged: ThreadsChanged;
+  ctxd_threads_params: ThreadsParams;
   ctxd_usage: Breakdown;
   ctxd_usageChanged: UsageChanged;
+  ctxd_usage_params: UsageParams;
 }
 /**
  * This interface was referenced by `CtxdProtocol`'s JSON-Schema
@@ -40,6 +55,16 @@ export interface CompactResult {
   tokensAfter: number;
   tokensBefore: number;
   trimmedItems: number;
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "CompactParams".
+ */
+export interface CompactParams {
+  strategy?: "auto" | "llm" | "remote" | "offline";
+  thread?: string;
+  workDoneToken?: number | string | null;
+  workspace: string;
 }
 /**
  * `ctxd/compacted`.
@@ -63,6 +88,16 @@ export interface DeleteResult {
 }
 /**
  * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "GhostDeleteParams".
+ */
+export interface GhostDeleteParams {
+  id: string;
+  thread?: string;
+  workDoneToken?: number | string | null;
+  workspace: string;
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
  * via the `definition` "DiffResult".
  */
 export interface DiffResult {
@@ -80,6 +115,17 @@ export interface FileChange {
   path: string;
   pathEncoding?: "escaped";
   status: "modified" | "added" | "deleted";
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "GhostDiffParams".
+ */
+export interface GhostDiffParams {
+  id: string;
+  path?: string | null;
+  thread?: string;
+  workDoneToken?: number | string | null;
+  workspace: string;
 }
 /**
  * This interface was referenced by `CtxdProtocol`'s JSON-Schema
@@ -125,6 +171,13 @@ export interface Skipped {
 }
 /**
  * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "GhostListParams".
+ */
+export interface GhostListParams {
+  workspace: string;
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
  * via the `definition` "RestoreResult".
  */
 export interface RestoreResult {
@@ -135,6 +188,28 @@ export interface RestoreResult {
   removedItems?: number;
   restored: string[];
   undoId?: string | null;
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "GhostRestoreParams".
+ */
+export interface GhostRestoreParams {
+  conversation?: boolean;
+  dryRun?: boolean;
+  id: string;
+  thread?: string;
+  workDoneToken?: number | string | null;
+  workspace: string;
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "GhostSnapshotParams".
+ */
+export interface GhostSnapshotParams {
+  message?: string | null;
+  thread?: string;
+  workDoneToken?: number | string | null;
+  workspace: string;
 }
 /**
  * This interface was referenced by `CtxdProtocol`'s JSON-Schema
@@ -176,6 +251,18 @@ export interface HistoryItem {
 }
 /**
  * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "HistoryParams".
+ */
+export interface HistoryParams {
+  includeArchived?: boolean;
+  limit?: number | null;
+  offset?: number;
+  thread?: string;
+  workDoneToken?: number | string | null;
+  workspace: string;
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
  * via the `definition` "PromptResult".
  */
 export interface PromptResult {
@@ -194,6 +281,16 @@ export interface PromptResult {
 export interface Item {
   type: string;
   [k: string]: unknown;
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "PromptParams".
+ */
+export interface PromptParams {
+  inputModalities?: ("text" | "image" | "audio")[];
+  thread?: string;
+  workDoneToken?: number | string | null;
+  workspace: string;
 }
 /**
  * This interface was referenced by `CtxdProtocol`'s JSON-Schema
@@ -223,12 +320,99 @@ export interface UsageSnapshot {
 }
 /**
  * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "RecordParams".
+ */
+export interface RecordParams {
+  items: Item[];
+  thread?: string;
+  workDoneToken?: number | string | null;
+  workspace: string;
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "ReportTokenUsageParams".
+ */
+export interface ReportTokenUsageParams {
+  thread?: string;
+  usage: TokenUsage;
+  workDoneToken?: number | string | null;
+  workspace: string;
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "TokenUsage".
+ */
+export interface TokenUsage {
+  cachedInputTokens?: number | null;
+  inputTokens: number;
+  outputTokens?: number;
+  reasoningOutputTokens?: number | null;
+  totalTokens: number;
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
  * via the `definition` "RollbackResult".
  */
 export interface RollbackResult {
   historyVersion: number;
   removedItems: number;
   usage: UsageSnapshot;
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "RollbackParams".
+ */
+export interface RollbackParams {
+  thread?: string;
+  turns: number;
+  workDoneToken?: number | string | null;
+  workspace: string;
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "SetPromptContextParams".
+ */
+export interface SetPromptContextParams {
+  baseInstructions?: string | null;
+  contextWindow?: number | null;
+  memoryFiles?: MemoryFile[] | null;
+  model?: string | null;
+  skills?: Skill[] | null;
+  thread?: string;
+  tools?: ToolDeclaration[] | null;
+  workDoneToken?: number | string | null;
+  workspace: string;
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "MemoryFile".
+ */
+export interface MemoryFile {
+  content: string;
+  path: string;
+  [k: string]: unknown;
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "Skill".
+ */
+export interface Skill {
+  description?: string;
+  name: string;
+  [k: string]: unknown;
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "ToolDeclaration".
+ */
+export interface ToolDeclaration {
+  kind?: "builtin" | "mcp" | "skill";
+  name: string;
+  schema?: {
+    [k: string]: unknown;
+  };
+  server?: string | null;
+  [k: string]: unknown;
 }
 /**
  * `ctxd/status`.
@@ -275,6 +459,13 @@ export interface TokenizerState {
 }
 /**
  * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "StatusParams".
+ */
+export interface StatusParams {
+  workspace: string;
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
  * via the `definition` "ThreadsResult".
  */
 export interface ThreadsResult {
@@ -303,6 +494,13 @@ export interface ThreadInfo {
  * via the `definition` "ThreadsChanged".
  */
 export interface ThreadsChanged {
+  workspace: string;
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "ThreadsParams".
+ */
+export interface ThreadsParams {
   workspace: string;
 }
 /**
@@ -380,5 +578,14 @@ export interface UsageChanged {
   tokenizer?: string;
   tokenizerStatus?: "exact" | "loading" | "unavailable" | "estimate" | "idle";
   usedTokens: number;
+  workspace: string;
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "UsageParams".
+ */
+export interface UsageParams {
+  thread?: string;
+  workDoneToken?: number | string | null;
   workspace: string;
 }

@@ -1,4 +1,4 @@
-// Generates ctxd-protocol.d.ts, the TypeScript types of every ctxd result and notification, from the
+// Generates ctxd-protocol.d.ts, the TypeScript types of every ctxd result, notification and request params, from the
 // daemon's JSON Schema (docs/protocol.schema.json, itself generated from ctxd/protocol/shapes.py).
 // The banner records the schema's SHA-256, so a stale file is caught (CI regenerates and diffs; a
 // Python test compares the hash). Run: npm run gen:protocol
@@ -17,7 +17,7 @@ const digest = createHash('sha256').update(text).digest('hex');
 const banner = [
   '/* eslint-disable */',
   '/**',
-  ' * The ctxd wire protocol (version 2): results and notifications. GENERATED, do not edit:',
+  ' * The ctxd wire protocol (version 2): results, notifications and request params. GENERATED, do not edit:',
   ' * `npm run gen:protocol` from docs/protocol.schema.json (from ctxd/protocol/shapes.py).',
   ` * schema sha256: ${digest}`,
   ' */',

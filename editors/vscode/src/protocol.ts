@@ -41,7 +41,7 @@ export const ErrorCode = {
   cancelled: -32800,
 } as const;
 
-// Results and notifications: generated from the daemon's JSON Schema (ctxd-protocol.d.ts).
+// Results, notifications and request params: generated from the daemon's JSON Schema (ctxd-protocol.d.ts).
 export type {
   Breakdown,
   Category,
@@ -60,10 +60,12 @@ export type {
   RollbackResult,
   Status as StatusResult,
   ThreadInfo,
+  TokenUsage,
+  ToolDeclaration,
   UsageChanged as UsageChangedParams,
   UsageSnapshot,
 } from '../ctxd-protocol';
-import type { Breakdown, UsageSnapshot } from '../ctxd-protocol';
+import type { Breakdown, CompactParams, SetPromptContextParams, UsageSnapshot } from '../ctxd-protocol';
 export type Tier = UsageSnapshot['tier'];
 export type CategoryName = Breakdown['categories'][number]['name'];
 /** The categories that are overhead: paid by every request before any message (`Breakdown.overheadTokens`). */
@@ -104,30 +106,9 @@ export function normalizeBreakdown(raw: Partial<Breakdown> & { usage: UsageSnaps
   };
 }
 
-export interface TokenUsage {
-  inputTokens: number;
-  cachedInputTokens?: number;
-  outputTokens: number;
-  reasoningOutputTokens?: number;
-  totalTokens: number;
-}
-
-export interface ToolDeclaration {
-  name: string;
-  kind: 'builtin' | 'mcp' | 'skill';
-  schema: unknown;
-}
-
-export interface PromptContext {
-  model?: string;
-  contextWindow?: number;
-  baseInstructions?: string;
-  tools?: ToolDeclaration[];
-  memoryFiles?: { path: string; content: string }[];
-  skills?: { name: string; description: string }[];
-}
-
-export type CompactStrategy = 'auto' | 'llm' | 'remote' | 'offline';
+/** What a prompt context carries: `ctxd/setPromptContext`'s params without the target. */
+export type PromptContext = Omit<SetPromptContextParams, 'workspace' | 'thread' | 'workDoneToken'>;
+export type CompactStrategy = NonNullable<CompactParams['strategy']>;
 
 export interface Disposable {
   dispose(): void;

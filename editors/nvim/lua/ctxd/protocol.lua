@@ -21,6 +21,12 @@
 ---@field percent number
 ---@field tokens integer
 
+---@class ctxd.CompactParams
+---@field strategy? "auto"|"llm"|"remote"|"offline"
+---@field thread? string
+---@field workDoneToken? integer|string|nil
+---@field workspace string
+
 ---@class ctxd.CompactResult
 ---@field fallbackReason? string|nil
 ---@field historyVersion integer
@@ -88,15 +94,53 @@
 ---@field parent string|nil
 ---@field skipped ctxd.Skipped[]
 
+---@class ctxd.GhostDeleteParams
+---@field id string
+---@field thread? string
+---@field workDoneToken? integer|string|nil
+---@field workspace string
+
+---@class ctxd.GhostDiffParams
+---@field id string
+---@field path? string|nil
+---@field thread? string
+---@field workDoneToken? integer|string|nil
+---@field workspace string
+
+---@class ctxd.GhostListParams
+---@field workspace string
+
 ---@class ctxd.GhostListResult
 ---@field interruptedRestore? ctxd.InterruptedRestore
 ---@field snapshots ctxd.GhostCommit[]
+
+---@class ctxd.GhostRestoreParams
+---@field conversation? boolean
+---@field dryRun? boolean
+---@field id string
+---@field thread? string
+---@field workDoneToken? integer|string|nil
+---@field workspace string
+
+---@class ctxd.GhostSnapshotParams
+---@field message? string|nil
+---@field thread? string
+---@field workDoneToken? integer|string|nil
+---@field workspace string
 
 --- An item of `ctxd/history`; with `includeArchived`, the ones a compaction replaced say so.
 ---@class ctxd.HistoryItem
 ---@field archived? boolean
 ---@field type string
 ---@field [string] any
+
+---@class ctxd.HistoryParams
+---@field includeArchived? boolean
+---@field limit? integer|nil
+---@field offset? integer
+---@field thread? string
+---@field workDoneToken? integer|string|nil
+---@field workspace string
 
 ---@class ctxd.HistoryResult
 ---@field compactions? ctxd.CompactionRecord[]
@@ -117,10 +161,21 @@
 ---@field type string
 ---@field [string] any
 
+---@class ctxd.MemoryFile
+---@field content string
+---@field path string
+---@field [string] any
+
 ---@class ctxd.Problem
 ---@field key? string
 ---@field message string
 ---@field source string
+
+---@class ctxd.PromptParams
+---@field inputModalities? ("text"|"image"|"audio")[]
+---@field thread? string
+---@field workDoneToken? integer|string|nil
+---@field workspace string
 
 ---@class ctxd.PromptResult
 ---@field estimatedTokens integer
@@ -128,10 +183,22 @@
 ---@field items ctxd.Item[]
 ---@field reinjectContext boolean
 
+---@class ctxd.RecordParams
+---@field items ctxd.Item[]
+---@field thread? string
+---@field workDoneToken? integer|string|nil
+---@field workspace string
+
 ---@class ctxd.RecordResult
 ---@field historyVersion integer
 ---@field itemCount integer
 ---@field usage ctxd.UsageSnapshot
+
+---@class ctxd.ReportTokenUsageParams
+---@field thread? string
+---@field usage ctxd.TokenUsage
+---@field workDoneToken? integer|string|nil
+---@field workspace string
 
 ---@class ctxd.RestoreResult
 ---@field dryRun? boolean
@@ -142,10 +209,32 @@
 ---@field restored string[]
 ---@field undoId? string|nil
 
+---@class ctxd.RollbackParams
+---@field thread? string
+---@field turns integer
+---@field workDoneToken? integer|string|nil
+---@field workspace string
+
 ---@class ctxd.RollbackResult
 ---@field historyVersion integer
 ---@field removedItems integer
 ---@field usage ctxd.UsageSnapshot
+
+---@class ctxd.SetPromptContextParams
+---@field baseInstructions? string|nil
+---@field contextWindow? integer|nil
+---@field memoryFiles? ctxd.MemoryFile[]|nil
+---@field model? string|nil
+---@field skills? ctxd.Skill[]|nil
+---@field thread? string
+---@field tools? ctxd.ToolDeclaration[]|nil
+---@field workDoneToken? integer|string|nil
+---@field workspace string
+
+---@class ctxd.Skill
+---@field description? string
+---@field name string
+---@field [string] any
 
 ---@class ctxd.Skipped
 ---@field path string
@@ -169,6 +258,9 @@
 ---@field trusted boolean
 ---@field version string
 
+---@class ctxd.StatusParams
+---@field workspace string
+
 ---@class ctxd.ThreadInfo
 ---@field historyVersion integer
 ---@field itemCount integer
@@ -185,12 +277,29 @@
 ---@class ctxd.ThreadsChanged
 ---@field workspace string
 
+---@class ctxd.ThreadsParams
+---@field workspace string
+
 ---@class ctxd.ThreadsResult
 ---@field threads ctxd.ThreadInfo[]
+
+---@class ctxd.TokenUsage
+---@field cachedInputTokens? integer|nil
+---@field inputTokens integer
+---@field outputTokens? integer
+---@field reasoningOutputTokens? integer|nil
+---@field totalTokens integer
 
 ---@class ctxd.TokenizerState
 ---@field name string
 ---@field status "exact"|"loading"|"unavailable"|"estimate"|"idle"
+
+---@class ctxd.ToolDeclaration
+---@field kind? "builtin"|"mcp"|"skill"
+---@field name string
+---@field schema? any
+---@field server? string|nil
+---@field [string] any
 
 --- `ctxd/usageChanged`.
 ---@class ctxd.UsageChanged
@@ -204,6 +313,11 @@
 ---@field tokenizer? string
 ---@field tokenizerStatus? "exact"|"loading"|"unavailable"|"estimate"|"idle"
 ---@field usedTokens integer
+---@field workspace string
+
+---@class ctxd.UsageParams
+---@field thread? string
+---@field workDoneToken? integer|string|nil
 ---@field workspace string
 
 --- How full a thread's context window is: the gauge's numbers.
