@@ -413,6 +413,30 @@ def test_items_after_the_api_total_are_added_to_it(daemon_factory, workspace) ->
     assert snapshot["source"] == "api+estimate"
 
 
+def test_a_tool_output_after_the_api_total_is_added_to_it(daemon_factory, workspace) -> None:
+    # Codex: history_tests.rs::total_token_usage_keeps_server_snapshot_plus_same_group_tool_tail_in_both_modes
+    client = daemon_factory([workspace])
+    with_api, alone, tail = (Thread(client, workspace, name) for name in ("api", "alone", "tail"))
+    added = custom_output("tool-tail", "new tool output")
+    with_api.record(assistant("already counted by API"))
+    with_api.call("ctxd/reportTokenUsage", usage={"inputTokens": 80, "outputTokens": 20, "totalTokens": 100})
+    snapshot = with_api.record(added)["usage"]
+    alone.record(assistant("already counted by API"))
+    tail.record(assistant("already counted by API"), added)
+    assert snapshot["usedTokens"] == 100 + tail.used() - alone.used()
+
+
+def test_a_new_api_total_replaces_the_estimate(daemon_factory, workspace) -> None:
+    # Codex: history_tests.rs::total_token_usage_refreshes_from_server_after_next_model_response
+    t = thread_of(daemon_factory, workspace)
+    t.record({"type": "reasoning", "summary": [], "encrypted_content": "a" * 2000}, assistant("old response"),
+             user("new instruction"))
+    t.call("ctxd/reportTokenUsage", usage={"inputTokens": 49_000, "outputTokens": 1000, "totalTokens": 50_000})
+    t.record(assistant("fresh response"))
+    snapshot = t.call("ctxd/reportTokenUsage", usage={"inputTokens": 200, "outputTokens": 22, "totalTokens": 222})
+    assert snapshot["usedTokens"] == 222 and snapshot["source"] == "api"
+
+
 def test_inline_images_cost_a_fixed_amount_not_their_payload(daemon_factory, workspace) -> None:
     # Codex: history_tests.rs::image_data_url_payload_does_not_dominate_message_estimate
     # Codex: history_tests.rs::image_data_url_payload_does_not_dominate_function_call_output_estimate
