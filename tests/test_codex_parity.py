@@ -171,6 +171,13 @@ def test_an_output_a_client_already_truncated_is_not_cut_again(daemon_factory, w
     (6, "😀😀😀😀😀😀😀😀😀😀\nsecond line with text\n", "😀😀😀😀…8 tokens truncated… line with text\n"),
     # Codex: output-truncation/src/truncate_tests.rs::truncate_tokens_under_limit_returns_original
     (10, "example output", "example output"),
+    # Codex: output-truncation/src/truncate_tests.rs::truncate_tokens_over_limit_returns_truncated (Tokens(5) = 1.2 x 4;
+    # the "Total output lines" header is the tool layer's: docs/protocol.md, "Where ctxd differs from Codex")
+    (4, "this is an example of a long output that should be truncated", "this is an…10 tokens truncated… truncated"),
+    # Codex: output-truncation/src/truncate_tests.rs::truncate_tokens_reports_original_line_count_when_truncated
+    # (Tokens(10) = 1.2 x 8; the header likewise)
+    (8, "this is an example of a long output that should be truncated\nalso some other line",
+     "this is an example o…11 tokens truncated…also some other line"),
 ])
 def test_middle_truncation_vectors(daemon_factory, workspace, limit, text, expected) -> None:
     t = thread_of(daemon_factory, workspace, {"toolOutputTokenLimit": limit})
@@ -212,6 +219,7 @@ def test_prompt_adds_missing_outputs_and_drops_orphans(daemon_factory, workspace
     # Codex: history_tests.rs::normalize_removes_orphan_function_call_output
     # Codex: history_tests.rs::normalize_removes_orphan_custom_tool_call_output
     # Codex: history_tests.rs::normalize_mixed_inserts_and_removals
+    # Codex: history_tests.rs::normalize_adds_missing_output_for_function_call_inserts_output
     t = thread_of(daemon_factory, workspace)
     f1 = {"type": "function_call", "call_id": "c1", "name": "f1", "arguments": "{}"}
     t1 = custom_call("t1", "tool")
@@ -286,7 +294,10 @@ def test_rollback_trims_the_context_updates_above_the_rolled_back_turn(daemon_fa
     t.record(*first)
     t.call("ctxd/setPromptContext", baseInstructions="You are a coding agent.")  # the reference baseline
     images = developer("Generated images are saved to /tmp as /tmp/image-1.png by default.")
-    t.record(images, developer("<collaboration_mode>ROLLED_BACK_DEV_INSTRUCTIONS</collaboration_mode>"),
+    t.record(images, developer("<apps_instructions>\nROLLED_BACK_APPS_INSTRUCTIONS"),
+             developer("<plugins_instructions>\nROLLED_BACK_PLUGIN_INSTRUCTIONS"),
+             developer("<collaboration_mode>ROLLED_BACK_DEV_INSTRUCTIONS</collaboration_mode>"),
+             developer("<multi_agent_mode>ROLLED_BACK_MULTI_AGENT_MODE</multi_agent_mode>"),
              user("<environment_context><cwd>PRETURN_CONTEXT_DIFF_CWD</cwd></environment_context>"),
              user("turn 2 user"), assistant("turn 2 assistant"))
     t.call("ctxd/rollback", turns=1)
@@ -312,6 +323,78 @@ def test_rollback_of_a_mixed_developer_bundle_clears_the_reference(daemon_factor
     assert prompt["reinjectContext"] is True
 
 
+def test_rollback_without_user_turns_changes_nothing(daemon_factory, workspace) -> None:
+    # Codex: history_tests.rs::drop_last_n_user_turns_without_user_turns_is_a_true_noop
+    t = thread_of(daemon_factory, workspace)
+    version = t.record(assistant("session prefix item"))["historyVersion"]
+    result = t.call("ctxd/rollback", turns=1)
+    assert result["removedItems"] == 0 and result["historyVersion"] == version
+    assert t.items() == [assistant("session prefix item")]
+
+
+def test_a_legacy_inter_agent_assistant_message_does_not_start_a_turn(daemon_factory, workspace) -> None:
+    # Codex: history_tests.rs::legacy_inter_agent_assistant_messages_are_not_turn_boundaries
+    t = thread_of(daemon_factory, workspace)
+    legacy = assistant("author: /root\nrecipient: /root/worker\nother_recipients: []\nContent: continue")
+    t.record(user("first"), assistant("done"), user("second"), legacy, assistant("worker reply"))
+    t.call("ctxd/rollback", turns=1)
+    assert t.items() == [user("first"), assistant("done")]
+
+
+def test_prompt_keeps_inter_agent_assistant_messages(daemon_factory, workspace) -> None:
+    # Codex: history_tests.rs::for_prompt_preserves_inter_agent_assistant_messages
+    t = thread_of(daemon_factory, workspace)
+    message = assistant(json.dumps({"author": "/root", "recipient": "/root/worker", "other_recipients": [],
+                                    "content": "continue", "trigger_turn": True}))
+    t.record(message)
+    assert t.items() == [message] and t.prompt()["items"] == [message]
+
+
+# --- history_tests.rs (newest): reasoning before the latest user message is not sent -------------
+
+
+def reasoning(text: str, encrypted: str | None = None) -> dict[str, Any]:
+    item: dict[str, Any] = {"type": "reasoning", "summary": [{"type": "summary_text", "text": f"summary: {text}"}],
+                            "content": [{"type": "reasoning_text", "text": text}]}
+    if encrypted is not None:
+        item.update(id="rs_all_fields", encrypted_content=encrypted)
+    return item
+
+
+RESOLVED = reasoning("private reasoning", "ZW5jcnlwdGVkIHJlYXNvbmluZw==")
+AGENTS_FRAGMENT = user("# AGENTS.md instructions\n\n<INSTRUCTIONS>\ncontext only\n</INSTRUCTIONS>")
+LEGACY_INTER_AGENT = assistant("author: /root\nrecipient: /root/worker\nother_recipients: []\nContent: continue")
+
+
+@pytest.mark.parametrize("items, sent", [
+    # Codex: history_tests.rs::for_prompt_preserves_reasoning_when_no_instruction_boundary_exists
+    ([RESOLVED, assistant("done")], [0, 1]),
+    # Codex: history_tests.rs::for_prompt_evicts_entire_reasoning_item_before_latest_boundary_without_mutating_raw_history
+    ([RESOLVED, user("next instruction")], [1]),
+    # Codex: history_tests.rs::for_prompt_keeps_current_group_reasoning_through_tool_output_until_next_boundary
+    ([custom_call("call-current", "test_tool"), reasoning("current reasoning"),
+      custom_output("call-current", "tool result")], [0, 1, 2]),
+    ([custom_call("call-current", "test_tool"), reasoning("current reasoning"),
+      custom_output("call-current", "tool result"), user("new instruction")], [0, 2, 3]),
+    # Codex: history_tests.rs::for_prompt_uses_all_instruction_boundary_kinds (the user message kind)
+    ([reasoning("resolved"), user("user instruction")], [1]),
+    # Codex: history_tests.rs::for_prompt_does_not_treat_contextual_user_or_legacy_assistant_text_as_boundaries
+    ([reasoning("still active"), AGENTS_FRAGMENT, LEGACY_INTER_AGENT], [0, 1, 2]),
+    # Codex: history_tests.rs::for_prompt_evicts_multiple_completed_groups_and_keeps_current_reasoning
+    ([reasoning("before first"), user("first"), reasoning("before second"), user("second"), reasoning("current")],
+     [1, 3, 4]),
+    # Codex: history_tests.rs::for_prompt_projects_before_normalizing_retained_call_output_pairs
+    ([reasoning("resolved"), custom_call("call-paired", "test_tool"), user("next instruction"),
+      custom_output("call-paired", "tool result")], [1, 2, 3]),
+], ids=["no-boundary", "evicted", "current-group", "next-boundary", "user-boundary", "not-boundaries",
+        "several-groups", "pairs-kept"])
+def test_prompt_leaves_out_reasoning_before_the_latest_user_message(daemon_factory, workspace, items, sent) -> None:
+    t = thread_of(daemon_factory, workspace)
+    t.record(*items)
+    assert t.prompt()["items"] == [items[i] for i in sent]
+    assert t.items() == items  # the stored ledger keeps every item
+
+
 # --- history_tests.rs: token estimates -------------------------------------------------------------
 
 
@@ -328,6 +411,30 @@ def test_items_after_the_api_total_are_added_to_it(daemon_factory, workspace) ->
     tail.record(assistant("already counted by API"), *added)
     assert snapshot["usedTokens"] == 100 + tail.used() - alone.used()
     assert snapshot["source"] == "api+estimate"
+
+
+def test_a_tool_output_after_the_api_total_is_added_to_it(daemon_factory, workspace) -> None:
+    # Codex: history_tests.rs::total_token_usage_keeps_server_snapshot_plus_same_group_tool_tail_in_both_modes
+    client = daemon_factory([workspace])
+    with_api, alone, tail = (Thread(client, workspace, name) for name in ("api", "alone", "tail"))
+    added = custom_output("tool-tail", "new tool output")
+    with_api.record(assistant("already counted by API"))
+    with_api.call("ctxd/reportTokenUsage", usage={"inputTokens": 80, "outputTokens": 20, "totalTokens": 100})
+    snapshot = with_api.record(added)["usage"]
+    alone.record(assistant("already counted by API"))
+    tail.record(assistant("already counted by API"), added)
+    assert snapshot["usedTokens"] == 100 + tail.used() - alone.used()
+
+
+def test_a_new_api_total_replaces_the_estimate(daemon_factory, workspace) -> None:
+    # Codex: history_tests.rs::total_token_usage_refreshes_from_server_after_next_model_response
+    t = thread_of(daemon_factory, workspace)
+    t.record({"type": "reasoning", "summary": [], "encrypted_content": "a" * 2000}, assistant("old response"),
+             user("new instruction"))
+    t.call("ctxd/reportTokenUsage", usage={"inputTokens": 49_000, "outputTokens": 1000, "totalTokens": 50_000})
+    t.record(assistant("fresh response"))
+    snapshot = t.call("ctxd/reportTokenUsage", usage={"inputTokens": 200, "outputTokens": 22, "totalTokens": 222})
+    assert snapshot["usedTokens"] == 222 and snapshot["source"] == "api"
 
 
 def test_inline_images_cost_a_fixed_amount_not_their_payload(daemon_factory, workspace) -> None:
@@ -366,6 +473,14 @@ def test_encrypted_reasoning_costs_its_decoded_size(daemon_factory, workspace) -
     reasoning = {"type": "reasoning", "summary": [{"type": "summary_text", "text": "summary"}],
                  "encrypted_content": "a" * 1000}
     assert t.record(reasoning)["usage"]["usedTokens"] == 25
+
+
+def test_short_encrypted_reasoning_costs_nothing(daemon_factory, workspace) -> None:
+    # Codex: history_tests.rs::non_last_reasoning_tokens_return_zero_when_no_user_messages
+    # (800 base64 characters decode to 600 bytes, under the 650-byte overhead: 0 tokens, never fewer)
+    t = thread_of(daemon_factory, workspace)
+    item = {"type": "reasoning", "summary": [{"type": "summary_text", "text": "summary"}], "encrypted_content": "a" * 800}
+    assert t.record(item)["usage"]["usedTokens"] == 0
 
 
 # --- history_tests.rs / compaction requests: remove_first_item ------------------------------------
@@ -425,6 +540,33 @@ def test_compaction_keeps_only_what_the_user_typed(daemon_factory, workspace, fa
         user("real user message"), call("c"), output("c", LONG_OUTPUT), assistant("done"))
     t.call("ctxd/compact", strategy=strategy)
     assert kept_user_texts(t.items()) == ["real user message"]
+
+
+@pytest.mark.parametrize("strategy", ["llm", "offline"])
+def test_compaction_keeps_a_message_s_non_empty_text_parts_and_skips_image_only_ones(daemon_factory, workspace, fake,
+                                                                                    strategy) -> None:
+    # Codex: compact_tests.rs::content_items_to_text_joins_non_empty_segments
+    # Codex: compact_tests.rs::content_items_to_text_ignores_image_only_content
+    t = thread_of(daemon_factory, workspace, llm_options(fake, api="chat"))
+    parts = {"type": "message", "role": "user", "content": [
+        {"type": "input_text", "text": "hello"}, {"type": "output_text", "text": ""},
+        {"type": "output_text", "text": "world"}]}
+    only_image = {"type": "message", "role": "user", "content": [image("file://image.png")]}
+    t.record(parts, only_image, call("c"), output("c", LONG_OUTPUT), assistant("done"))
+    t.call("ctxd/compact", strategy=strategy)
+    assert kept_user_texts(t.items()) == ["hello\nworld"]
+
+
+def test_compaction_keeps_a_user_message_s_turn_metadata(daemon_factory, workspace, fake) -> None:
+    # Codex: compact_tests.rs::build_compacted_history_preserves_user_message_passthrough_metadata
+    t = thread_of(daemon_factory, workspace, llm_options(fake, api="chat"))
+    metadata = {"turn_id": "turn-1"}
+    first = {**user("first user message"), "internal_chat_message_metadata_passthrough": metadata}
+    t.record(first, call("c"), output("c", LONG_OUTPUT), assistant("done"))
+    t.call("ctxd/compact", strategy="llm")
+    kept, summary = t.items()
+    assert kept == first
+    assert "internal_chat_message_metadata_passthrough" not in summary
 
 
 def test_an_overlong_kept_user_message_is_truncated_and_the_summary_comes_last(daemon_factory, workspace,

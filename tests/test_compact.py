@@ -24,7 +24,12 @@ from ctxd.compact.offline import (
 )
 from ctxd.compact.retry import RetryPolicy
 from ctxd.errors import InvalidParams
-from ctxd.ledger.rules import SUMMARY_PREFIX, is_real_user_message, is_summary_message
+from ctxd.ledger.rules import (
+    SUMMARY_PREFIX,
+    is_real_user_message,
+    is_summary_message,
+    message_text,
+)
 from ctxd.settings import LlmSettings, Settings
 from ctxd.tokens.approx import approx_text_tokens
 
@@ -68,10 +73,10 @@ def test_real_user_messages_exclude_summaries_and_injected_context() -> None:
 def test_recent_user_messages_newest_first_then_truncated_then_chronological() -> None:
     items = [user("a" * 400), assistant("x"), user("b" * 40), user("c" * 40)]
     # 10 + 10 tokens for the newest two, then 5 tokens left for the 100-token oldest one.
-    selected = recent_user_messages(items, 25)
+    selected = [message_text(m) for m in recent_user_messages(items, 25)]
     assert selected[1:] == ["b" * 40, "c" * 40]
     assert selected[0].startswith("a") and "truncated" in selected[0] and len(selected[0]) < 100
-    assert recent_user_messages(items, 20) == ["b" * 40, "c" * 40]
+    assert recent_user_messages(items, 20) == [user("b" * 40), user("c" * 40)]
     assert recent_user_messages(items, 0) == []
 
 

@@ -46,6 +46,12 @@ def compact_prompt(prompt_file: str | None) -> str:
     return DEFAULT_COMPACT_PROMPT
 
 
+# Fields of a user message that a compaction carries over to the message it writes in its place:
+# Codex's per-message metadata (the turn a message belongs to). Its `id` is not carried: the
+# written message is a new item.
+PASSTHROUGH_FIELDS = ("internal_chat_message_metadata_passthrough",)
+
+
 def user_message(text: str) -> dict[str, Any]:
     return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
 
@@ -54,21 +60,24 @@ def summary_message(summary: str) -> dict[str, Any]:
     return user_message(f"{SUMMARY_PREFIX}\n{summary.strip()}")
 
 
-def recent_user_messages(items: list[dict[str, Any]], max_tokens: int) -> list[str]:
-    """Texts of the newest real user messages within `max_tokens`, oldest first."""
-    texts = [message_text(item) for item in items if is_real_user_message(item)]
-    selected: list[str] = []
+def recent_user_messages(items: list[dict[str, Any]], max_tokens: int) -> list[dict[str, Any]]:
+    """The newest real user messages within `max_tokens`, oldest first, written afresh as text
+    (the one that overflows middle-truncated). Each keeps its source's `PASSTHROUGH_FIELDS`, as
+    Codex's kept user messages keep their metadata, so that a client's turn ids survive a compaction."""
+    sources = [item for item in items if is_real_user_message(item)]
+    selected: list[dict[str, Any]] = []
     remaining = max(0, max_tokens)
-    for text in reversed(texts):
+    for source in reversed(sources):
         if remaining <= 0:
             break
+        text = message_text(source)
         cost = approx_text_tokens(text)
-        if cost <= remaining:
-            selected.append(text)
-            remaining -= cost
-        else:
-            selected.append(truncate_text(text, remaining))
-            break
+        if cost > remaining:
+            text = truncate_text(text, remaining)
+        remaining -= cost
+        message = user_message(text)
+        message.update({name: source[name] for name in PASSTHROUGH_FIELDS if name in source})
+        selected.append(message)
     selected.reverse()
     return selected
 
@@ -80,7 +89,7 @@ def ghost_snapshots(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def build_compacted_history(items: list[dict[str, Any]], summary: str,
                             user_message_max_tokens: int) -> list[dict[str, Any]]:
     """Recent real user messages, then the summary as a user message, then the ghost snapshots."""
-    history = [user_message(text) for text in recent_user_messages(items, user_message_max_tokens)]
+    history = recent_user_messages(items, user_message_max_tokens)
     history.append(summary_message(summary))
     history.extend(ghost_snapshots(items))
     return history

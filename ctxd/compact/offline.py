@@ -23,7 +23,6 @@ from ctxd.compact.history import (
     ghost_snapshots,
     recent_user_messages,
     summary_message,
-    user_message,
 )
 from ctxd.ledger.rules import (
     SUMMARY_PREFIX,
@@ -432,10 +431,9 @@ def offline_compact(items: list[dict[str, Any]], *, target_tokens: int, user_mes
         return OfflineResult(masked_items, f"{note}\n\n{trail}" if trail else note, masked)
 
     user_budget = max(0, user_message_max_tokens)
-    recent = recent_user_messages(items, user_budget)
     # An opaque remote compaction cannot be summarized here; the newest one is kept as it is.
     opaque = [item for item in items if item.get("type") == "compaction"][-1:]
-    messages = [user_message(text) for text in recent]
+    messages = recent_user_messages(items, user_budget)
     while messages and history_tokens(messages) > user_budget:  # each message costs its JSON too
         messages.pop(0)
     head = opaque + messages

@@ -3,7 +3,10 @@
 The stored ledger keeps everything as recorded; the projection repairs what a model API would
 reject. Every call gets an output (an `aborted` one is synthesized right after a call that has
 none), outputs without a call are dropped, ghost snapshots are removed, and images are replaced by
-a short text when the model takes no images. Two passes over the list, so linear in its length.
+a short text when the model takes no images. Reasoning items that came before the latest real user
+message are left out (Codex's prompt does the same: reasoning belongs to the turn it was made for,
+and the Responses API discards a finished turn's reasoning anyway). Two passes over the list, so
+linear in its length.
 
 Most ledgers need no repair at all. `Repairs` counts, as items are added, what a projection would
 change; when it counts nothing, the prompt is the ledger as it is, without the two passes.
@@ -14,7 +17,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Iterable, Sequence
 
-from ctxd.ledger.rules import CALL_TO_OUTPUT, TOOL_OUTPUT_TYPES
+from ctxd.ledger.rules import CALL_TO_OUTPUT, TOOL_OUTPUT_TYPES, is_real_user_message
 
 # Codex's words, so that a model sees the same text through either.
 IMAGE_PLACEHOLDER = "image content omitted because you do not support image input"
@@ -53,9 +56,12 @@ def project_indexed(items: Sequence[dict[str, Any]], input_modalities: Iterable[
     not pairs: a prompt of 100k items then allocates nothing the garbage collector must walk."""
     calls: set[tuple[str, Any]] = set()
     answered: set[tuple[str, Any]] = set()
-    for item in items:
+    boundary = -1  # the latest real user message: reasoning before it is resolved
+    for index, item in enumerate(items):
         kind = item.get("type")
-        if kind in CALL_TO_OUTPUT:
+        if is_real_user_message(item):
+            boundary = index
+        elif kind in CALL_TO_OUTPUT:
             calls.add((CALL_TO_OUTPUT[kind], item.get("call_id")))
         elif kind in TOOL_OUTPUT_TYPES:
             answered.add((kind, item.get("call_id")))
@@ -64,7 +70,8 @@ def project_indexed(items: Sequence[dict[str, Any]], input_modalities: Iterable[
     out: list[int | dict[str, Any]] = []
     for index, item in enumerate(items):
         kind = item.get("type")
-        if kind == "ghost_snapshot" or (kind in TOOL_OUTPUT_TYPES and (kind, item.get("call_id")) not in calls):
+        if (kind == "ghost_snapshot" or (kind == "reasoning" and index < boundary)
+                or (kind in TOOL_OUTPUT_TYPES and (kind, item.get("call_id")) not in calls)):
             continue
         shown = item if keep_images else _strip_images(item)
         out.append(index if shown is item else shown)
@@ -88,12 +95,19 @@ class Repairs:
         self.orphans = 0  # outputs with no call: the projection drops them
         self.ghosts = 0  # ghost snapshots: dropped
         self.images = 0  # items with image parts: changed for a model without image input
+        self.open_reasoning = 0  # reasoning items since the latest real user message: kept
+        self.resolved_reasoning = 0  # reasoning items before it: left out
 
     def add(self, item: dict[str, Any]) -> None:
         self.items += 1
         kind = item.get("type")
         if kind == "ghost_snapshot":
             self.ghosts += 1
+        elif kind == "reasoning":
+            self.open_reasoning += 1
+        elif is_real_user_message(item):
+            self.resolved_reasoning += self.open_reasoning
+            self.open_reasoning = 0
         elif kind in CALL_TO_OUTPUT:
             key = (CALL_TO_OUTPUT[kind], item.get("call_id"))
             if key not in self.calls:
@@ -116,4 +130,4 @@ class Repairs:
     def needed(self, count: int, input_modalities: Iterable[str]) -> bool:
         """Whether a list of `count` items (the ones added) needs the full projection."""
         return (count != self.items or self.unanswered > 0 or self.orphans > 0 or self.ghosts > 0
-                or (self.images > 0 and "image" not in input_modalities))
+                or self.resolved_reasoning > 0 or (self.images > 0 and "image" not in input_modalities))

@@ -58,6 +58,9 @@ CONTEXTUAL_DEVELOPER_PREFIXES = (
     "<personality_spec>",
     "<skills_instructions>",
     "<token_budget>",
+    "<apps_instructions>",
+    "<plugins_instructions>",
+    "<multi_agent_mode>",
 )
 
 # Read beside the package (plain files of an installed package; importlib.resources costs the start-up more).
@@ -65,7 +68,8 @@ SUMMARY_PREFIX = (Path(__file__).resolve().parent.parent / "templates" / "summar
 
 
 def message_text(item: dict[str, Any]) -> str:
-    """The text parts of a message, joined by newlines; images and refusals are left out."""
+    """The non-empty text parts of a message, joined by newlines; images and refusals are left out
+    (Codex's `content_items_to_text`: an empty part adds no blank line to what a compaction keeps)."""
     content = item.get("content")
     if isinstance(content, str):
         return content
@@ -73,7 +77,7 @@ def message_text(item: dict[str, Any]) -> str:
         return ""
     parts = [part.get("text", "") for part in content
              if isinstance(part, dict) and part.get("type") in ("input_text", "output_text", "text")]
-    return "\n".join(text for text in parts if isinstance(text, str))
+    return "\n".join(text for text in parts if isinstance(text, str) and text)
 
 
 def is_summary_message(item: dict[str, Any]) -> bool:
