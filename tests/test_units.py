@@ -9,7 +9,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxd.ledger.projection import Repairs, project, project_indexed
+from ctxd.ledger.projection import Repairs, project, project_indexed, without
 from ctxd.ledger.truncation import truncate_text, truncate_tool_output
 from ctxd.server.events import Throttle
 from ctxd.server.framing import SMALL_FRAME_BYTES, Input, LockedWriter, encode_parts, read_frame
@@ -76,17 +76,23 @@ _ITEMS = st.one_of(
               st.sampled_from(["function_call_output", "custom_tool_call_output"]), st.sampled_from(["a", "b", "c"]),
               st.booleans()),
     st.just({"type": "ghost_snapshot", "ghost_commit": {"id": "abc"}}),
+    st.just({"type": "reasoning", "summary": [], "encrypted_content": "e"}),
+    st.builds(user, st.just("<environment_context>cwd</environment_context>")),  # not a turn boundary
 )
 
 
 @settings(max_examples=400, deadline=None)
 @given(st.lists(_ITEMS, max_size=12), st.sampled_from([("text", "image"), ("text",)]))
-def test_repairs_say_exactly_when_the_projection_changes_nothing(items, modalities) -> None:
+def test_repairs_say_when_the_projection_only_drops_items_and_which(items, modalities) -> None:
     repairs = Repairs()
     for item in items:
         repairs.add(item)
-    changes_nothing = project_indexed(items, modalities) == list(range(len(items)))
-    assert repairs.needed(len(items), modalities) is not changes_nothing
+    projected = project_indexed(items, modalities)
+    only_drops = all(isinstance(part, int) for part in projected)
+    if repairs.needed(len(items), modalities):
+        assert not only_drops or repairs.orphans > 0, "the full projection only when it changes or adds an item"
+    else:
+        assert without(list(range(len(items))), repairs.dropped()) == projected
     assert repairs.needed(len(items) + 1, modalities), "counts of another list are never trusted"
 
 

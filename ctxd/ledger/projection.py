@@ -8,8 +8,10 @@ message are left out (Codex's prompt does the same: reasoning belongs to the tur
 and the Responses API discards a finished turn's reasoning anyway). Two passes over the list, so
 linear in its length.
 
-Most ledgers need no repair at all. `Repairs` counts, as items are added, what a projection would
-change; when it counts nothing, the prompt is the ledger as it is, without the two passes.
+Most ledgers need no repair but dropping items (ghost snapshots, finished turns' reasoning).
+`Repairs` follows, as items are added, what a projection would change: when it is only drops, the
+prompt is the ledger less the items at `Repairs.dropped()`, taken by slices without the two passes
+(which read every item and, on a long ledger, cost several times as much).
 """
 
 from __future__ import annotations
@@ -49,6 +51,14 @@ def project(items: Iterable[dict[str, Any]], input_modalities: Iterable[str] = (
     return [items[part] if isinstance(part, int) else part for part in project_indexed(items, input_modalities)]
 
 
+def latest_user_message(items: Sequence[dict[str, Any]]) -> int:
+    """The index of the latest real user message, or -1. Searched from the end: it is near it."""
+    for index in range(len(items) - 1, -1, -1):
+        if is_real_user_message(items[index]):
+            return index
+    return -1
+
+
 def project_indexed(items: Sequence[dict[str, Any]], input_modalities: Iterable[str] = ("text", "image")
                     ) -> list[int | dict[str, Any]]:
     """The projection, as the index in `items` of each item it passes through unchanged and the
@@ -56,12 +66,10 @@ def project_indexed(items: Sequence[dict[str, Any]], input_modalities: Iterable[
     not pairs: a prompt of 100k items then allocates nothing the garbage collector must walk."""
     calls: set[tuple[str, Any]] = set()
     answered: set[tuple[str, Any]] = set()
-    boundary = -1  # the latest real user message: reasoning before it is resolved
-    for index, item in enumerate(items):
+    boundary = latest_user_message(items)  # reasoning before it is resolved
+    for item in items:
         kind = item.get("type")
-        if is_real_user_message(item):
-            boundary = index
-        elif kind in CALL_TO_OUTPUT:
+        if kind in CALL_TO_OUTPUT:
             calls.add((CALL_TO_OUTPUT[kind], item.get("call_id")))
         elif kind in TOOL_OUTPUT_TYPES:
             answered.add((kind, item.get("call_id")))
@@ -93,21 +101,20 @@ class Repairs:
         self.outputs: Counter[tuple[str, Any]] = Counter()  # outputs per (type, call id)
         self.unanswered = 0  # calls with no output: the projection adds one
         self.orphans = 0  # outputs with no call: the projection drops them
-        self.ghosts = 0  # ghost snapshots: dropped
         self.images = 0  # items with image parts: changed for a model without image input
-        self.open_reasoning = 0  # reasoning items since the latest real user message: kept
-        self.resolved_reasoning = 0  # reasoning items before it: left out
+        self.drops: list[int] = []  # positions of ghost snapshots and of resolved reasoning: dropped
+        self.open_reasoning: list[int] = []  # positions of reasoning since the latest real user message
 
     def add(self, item: dict[str, Any]) -> None:
         self.items += 1
         kind = item.get("type")
         if kind == "ghost_snapshot":
-            self.ghosts += 1
+            self.drops.append(self.items - 1)
         elif kind == "reasoning":
-            self.open_reasoning += 1
+            self.open_reasoning.append(self.items - 1)
         elif is_real_user_message(item):
-            self.resolved_reasoning += self.open_reasoning
-            self.open_reasoning = 0
+            self.drops += self.open_reasoning
+            self.open_reasoning = []
         elif kind in CALL_TO_OUTPUT:
             key = (CALL_TO_OUTPUT[kind], item.get("call_id"))
             if key not in self.calls:
@@ -128,6 +135,22 @@ class Repairs:
             self.images += 1
 
     def needed(self, count: int, input_modalities: Iterable[str]) -> bool:
-        """Whether a list of `count` items (the ones added) needs the full projection."""
-        return (count != self.items or self.unanswered > 0 or self.orphans > 0 or self.ghosts > 0
-                or self.resolved_reasoning > 0 or (self.images > 0 and "image" not in input_modalities))
+        """Whether a list of `count` items (the ones added) needs the full projection: when not,
+        the projection is the list less the items at `dropped()`."""
+        return (count != self.items or self.unanswered > 0 or self.orphans > 0
+                or (self.images > 0 and "image" not in input_modalities))
+
+    def dropped(self) -> list[int]:
+        """The positions the projection drops, in order (when it is not `needed`)."""
+        return sorted(self.drops)
+
+
+def without(items: Sequence[Any], positions: list[int]) -> list[Any]:
+    """`items` less those at `positions` (sorted), taken by slices."""
+    kept: list[Any] = []
+    start = 0
+    for position in positions:
+        kept += items[start:position]
+        start = position + 1
+    kept += items[start:]
+    return kept

@@ -211,7 +211,8 @@ class Workspace:
             entries = ledger.entries
             # Items the projection passes through unchanged go out as the JSON they are stored as.
             if not ledger.repairs.needed(len(entries), input_modalities):
-                texts = [entry.body or _dump(entry.item) for entry in entries]
+                kept = normalize.without(entries, ledger.repairs.dropped())
+                texts = [entry.body or _dump(entry.item) for entry in kept]
             else:
                 projected = normalize.project_indexed([e.item for e in entries], input_modalities)
                 texts = [(entries[part].body or _dump(entries[part].item)) if isinstance(part, int) else _dump(part)
