@@ -14,6 +14,9 @@
  *
  * No global state: the table is an immutable bytes object that the caller owns.
  */
+#ifndef MODE
+#define MODE 0
+#endif
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
@@ -22,10 +25,14 @@
 /* Character classes of the pre-tokenizer. */
 enum { END, SPACE, NL, UPPER, LOWER, BOTH, DIGIT, PUNCT };
 #define IS_LETTER(c) ((c) == UPPER || (c) == LOWER || (c) == BOTH)
+/* Bytes of the UTF-8 character whose first byte is b (1 for a stray continuation byte). */
+#define CHAR_LEN(b) ((b) < 0xC0 ? 1 : (b) < 0xE0 ? 2 : (b) < 0xF0 ? 3 : 4)
 
-#define PIECE_CHARS 96   /* a longer piece is cut: bounds the buffer and the scans */
-#define PIECE_BYTES (4 * PIECE_CHARS)
-#define PROBE_MAX 24     /* longest prefix (bytes) the greedy cut tries inside a piece */
+#define TOKEN_MAX 128    /* longest token of either encoding, in bytes */
+#ifndef PROBE_MAX
+#define PROBE_MAX 24
+#endif
+#define PROBE_MAX_UNUSED     /* longest prefix (bytes) the greedy cut tries inside a piece */
 #define MULT 0x9E3779B97F4A7C15ULL
 
 
@@ -68,30 +75,22 @@ static int class_of(Py_UCS4 c, int o200k)
     return PUNCT;
 }
 
-/* The text being cut: a str's code points, read by index. */
+/* The text being cut: its UTF-8 bytes u[0..n) and the class of each byte's character c[0..n),
+ * both followed by SLACK bytes (zeros in u, END in c) so that scans and hashes need no bounds
+ * checks. */
+#define SLACK 16
 typedef struct {
-    int kind;
-    const void *data;
+    const unsigned char *u, *c;
     Py_ssize_t n;
     int o200k;
 } Text;
 
-static inline Py_UCS4 at(const Text *s, Py_ssize_t i) { return i < s->n ? PyUnicode_READ(s->kind, s->data, i) : 0; }
-static inline int cls(const Text *s, Py_ssize_t i)
-{
-    Py_UCS4 c;
-    if (i >= s->n)
-        return END;
-    c = PyUnicode_READ(s->kind, s->data, i);
-    return c < 128 ? ASCII[c] : class_of(c, s->o200k);
-}
-
 /* Length of a contraction ('s 't 're 've 'm 'll 'd, any case) at i, or 0. */
-static Py_ssize_t contraction(const Text *s, Py_ssize_t i)
+static inline Py_ssize_t contraction(const Text *s, Py_ssize_t i)
 {
-    if (at(s, i) != '\'')
+    unsigned char a = s->u[i + 1] | 0x20, b = s->u[i + 2] | 0x20;
+    if (s->u[i] != '\'')
         return 0;
-    Py_UCS4 a = at(s, i + 1) | 0x20, b = at(s, i + 2) | 0x20;
     if (a == 's' || a == 't' || a == 'm' || a == 'd')
         return 2;
     if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l'))
@@ -99,74 +98,79 @@ static Py_ssize_t contraction(const Text *s, Py_ssize_t i)
     return 0;
 }
 
-/* End of the piece that starts at i (i < n), following the encoding's regex alternatives in
- * order. Every scan stops at `lim`, so a piece has at most PIECE_CHARS characters. */
+/* End of the piece that starts at byte i (i < n), following the encoding's regex alternatives
+ * in order. Every loop stops at the END sentinel, and every piece is at least one byte long. */
 static Py_ssize_t piece_end(const Text *s, Py_ssize_t i)
 {
-    Py_ssize_t lim = s->n - i > PIECE_CHARS ? i + PIECE_CHARS : s->n;
-    Py_ssize_t j, k;
-    int c = cls(s, i), next = i + 1 < lim ? cls(s, i + 1) : END;
+    const unsigned char *c = s->c;
+    Py_ssize_t j, k, last_nl;
+    int first = c[i];
 
-    if (!s->o200k && (k = contraction(s, i)) > 0) /* cl100k: '(?i:[sdmt]|ll|ve|re) first */
-        return i + k < lim ? i + k : lim;
-    if (IS_LETTER(c) || ((c == SPACE || c == PUNCT) && IS_LETTER(next))) {
-        j = IS_LETTER(c) ? i : i + 1; /* one leading blank or punctuation character */
-        if (s->o200k) {                /* [upper]*[lower]+ or [upper]+[lower]*, then 's ... */
-            while (j < lim && ((c = cls(s, j)) == UPPER || c == BOTH))
+    if (IS_LETTER(first) || ((first == SPACE || first == PUNCT) && IS_LETTER(c[i + CHAR_LEN(s->u[i])]))) {
+        if (!s->o200k && (j = contraction(s, i)) > 0) /* cl100k: '(?i:[sdmt]|ll|ve|re) first */
+            return i + j;
+        j = IS_LETTER(first) ? i : i + CHAR_LEN(s->u[i]); /* one leading blank or punctuation */
+        if (!s->o200k) {
+            while (IS_LETTER(c[j]))
                 j++;
-            while (j < lim && ((c = cls(s, j)) == LOWER || c == BOTH))
-                j++;
-            j += contraction(s, j);
-        } else {
-            while (j < lim && IS_LETTER(cls(s, j)))
-                j++;
+            return j;
         }
-        return j < lim ? j : lim;
+        while (c[j] == UPPER || c[j] == BOTH) /* o200k: [upper]*[lower]+ or [upper]+[lower]*, 's */
+            j++;
+        while (c[j] == LOWER || c[j] == BOTH)
+            j++;
+        return j + contraction(s, j);
     }
-    if (c == DIGIT) { /* \p{N}{1,3} */
-        for (j = i + 1; j < lim && j < i + 3 && cls(s, j) == DIGIT; j++)
-            ;
-        return j;
+    if (first == DIGIT) { /* \p{N}{1,3} (counted in bytes: a rare non-ASCII digit is cut sooner) */
+        j = i + 1;
+        j += c[j] == DIGIT;
+        return j + (c[j] == DIGIT && j == i + 2);
     }
-    if (c == PUNCT || (at(s, i) == ' ' && next == PUNCT)) { /* ' ?[^\s\p{L}\p{N}]+[\r\n/]*' */
-        for (j = c == PUNCT ? i + 1 : i + 2; j < lim && cls(s, j) == PUNCT; j++)
+    if (first == PUNCT || (s->u[i] == ' ' && c[i + 1] == PUNCT)) { /* ' ?[^\s\p{L}\p{N}]+[\r\n/]*' */
+        for (j = i + 1; c[j] == PUNCT; j++)
             ;
-        while (j < lim && (at(s, j) == '\r' || at(s, j) == '\n' || (s->o200k && at(s, j) == '/')))
+        while (c[j] == NL || (s->o200k && s->u[j] == '/'))
             j++;
         return j;
     }
     /* Whitespace: up to its last newline; else all of it, less the last blank when a
      * non-blank follows (that blank starts the next piece). */
-    Py_ssize_t last_nl = -1;
-    for (j = i; j < lim && ((c = cls(s, j)) == SPACE || c == NL); j++)
-        if (c == NL)
+    for (last_nl = -1, j = i; c[j] == SPACE || c[j] == NL; j++)
+        if (c[j] == NL)
             last_nl = j;
     if (last_nl >= 0)
         return last_nl + 1;
-    if (j == lim || j - i == 1)
-        return j;
-    return j - 1;
+    for (k = j - 1; (s->u[k] & 0xC0) == 0x80; k--) /* the run's last character */
+        ;
+    return (c[j] == END || k == i) ? j : k;
 }
 
-/* Hash of the byte string b[0..n), 8 bytes at a time. Reads up to 7 bytes past b + n (the
- * callers' buffers have that slack) and masks them off. */
-static inline uint64_t hash_bytes(const unsigned char *b, int n)
+/* Hash of the byte string b[0..n), 8 bytes at a time, with no branch up to 16 bytes. Reads up
+ * to 16 bytes past b + n (the callers' buffers have that slack) and masks them off. */
+static const uint64_t LOW_BYTES[9] = {0, 0xFF, 0xFFFF, 0xFFFFFF, 0xFFFFFFFF, 0xFFFFFFFFFFULL, 0xFFFFFFFFFFFFULL,
+                                      0xFFFFFFFFFFFFFFULL, ~0ULL};
+
+static inline uint64_t word_at(const unsigned char *b, Py_ssize_t n) /* b[0..n) of 8 bytes, n <= 8 */
 {
-    uint64_t h = (uint64_t)n * 0xD6E8FEB86659FD93ULL, w;
-    for (; n >= 8; b += 8, n -= 8) {
-        memcpy(&w, b, 8);
-        h = (h ^ w) * MULT;
+    uint64_t w;
+    memcpy(&w, b, 8);
+#if PY_BIG_ENDIAN
+    return n ? w & ~(~0ULL >> (8 * n)) : 0;
+#else
+    return w & LOW_BYTES[n];
+#endif
+}
+
+static inline uint64_t hash_bytes(const unsigned char *b, Py_ssize_t n)
+{
+    uint64_t h = (uint64_t)n * 0xD6E8FEB86659FD93ULL;
+    for (; n > 16; b += 8, n -= 8) {
+        h = (h ^ word_at(b, 8)) * MULT;
         h ^= h >> 32;
     }
-    if (n > 0) {
-        memcpy(&w, b, 8);
-#if PY_BIG_ENDIAN
-        w &= ~0ULL << (64 - 8 * n);
-#else
-        w &= ~0ULL >> (64 - 8 * n);
-#endif
-        h = (h ^ w) * MULT;
-    }
+    h = (h ^ word_at(b, n < 8 ? n : 8)) * MULT;
+    h ^= h >> 32;
+    h = (h ^ word_at(b + 8, n < 8 ? 0 : n - 8)) * MULT;
     h ^= h >> 31;
     h *= 0xBF58476D1CE4E5B9ULL;
     return h ^ (h >> 29);
@@ -182,7 +186,7 @@ static inline uint64_t word_of(uint64_t h, uint64_t mask) { return 8 * ((h >> 12
 static inline uint64_t bits_of(uint64_t h) { return (1ULL << (h & 63)) | (1ULL << ((h >> 6) & 63)); }
 
 /* Whether b[0..n) is (probably) a token. */
-static inline int probe(const Table *t, const unsigned char *b, int n)
+static inline int probe(const Table *t, const unsigned char *b, Py_ssize_t n)
 {
     uint64_t w, h = hash_bytes(b, n), bits = bits_of(h);
     memcpy(&w, t->words + word_of(h, t->mask), 8);
@@ -191,14 +195,13 @@ static inline int probe(const Table *t, const unsigned char *b, int n)
 
 /* Tokens of one piece b[0..n): 1 if it is a token, else a greedy cut into the longest prefixes
  * that are tokens, tried at character ends (inside a character only when no whole one is). */
-static Py_ssize_t count_piece(const Table *t, const unsigned char *b, int n)
+static Py_ssize_t count_piece(const Table *t, const unsigned char *b, Py_ssize_t n)
 {
-    Py_ssize_t count = 0;
-    int i = 0, len, clen;
+    Py_ssize_t count = 0, i = 0, len, clen;
     if (probe(t, b, n))
         return 1;
     while (i < n) {
-        clen = b[i] < 0xC0 ? 1 : b[i] < 0xE0 ? 2 : b[i] < 0xF0 ? 3 : 4;
+        clen = CHAR_LEN(b[i]);
         for (len = n - i < PROBE_MAX ? n - i : PROBE_MAX; len > 1; len--)
             if ((len < clen || i + len == n || (b[i + len] & 0xC0) != 0x80) && probe(t, b + i, len))
                 break;
@@ -209,7 +212,7 @@ static Py_ssize_t count_piece(const Table *t, const unsigned char *b, int n)
 }
 
 /* UTF-8 of c (lone surrogates as their 3-byte form, like surrogatepass) at b; returns its size. */
-static int put_utf8(unsigned char *b, Py_UCS4 c)
+static inline int put_utf8(unsigned char *b, Py_UCS4 c)
 {
     if (c < 0x80) {
         b[0] = (unsigned char)c;
@@ -251,13 +254,34 @@ static int get_table(PyObject *obj, Table *t)
     return 0;
 }
 
+/* Fills u (UTF-8, lone surrogates as surrogatepass writes them) and c (each byte's class) from
+ * the str; u and c hold at least 4 * length bytes. Returns the number of bytes. */
+static Py_ssize_t to_utf8(PyObject *text, unsigned char *u, unsigned char *c, int o200k)
+{
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    Py_ssize_t length = PyUnicode_GET_LENGTH(text), n = 0, i;
+    if (PyUnicode_IS_ASCII(text)) {
+        memcpy(u, data, (size_t)length);
+        for (i = 0; i < length; i++)
+            c[i] = ASCII[u[i]];
+        return length;
+    }
+    for (i = 0; i < length; i++) {
+        Py_UCS4 ch = PyUnicode_READ(kind, data, i);
+        int size = put_utf8(u + n, ch), cls = ch < 128 ? ASCII[ch] : class_of(ch, o200k);
+        memset(c + n, cls, (size_t)size);
+        n += size;
+    }
+    return n;
+}
+
 static PyObject *count(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     Text s;
     Table t;
-    unsigned char buf[PIECE_BYTES + 8] = {0}; /* + 8: hash_bytes reads whole words */
-    Py_ssize_t i = 0, j, k, total = 0;
-    int n;
+    unsigned char local[2 * (4096 + SLACK) + 2048], *u = local, *c;
+    Py_ssize_t length, i, j, total = 0;
 
     if (nargs != 3 || !PyUnicode_Check(args[0])) {
         PyErr_SetString(PyExc_TypeError, "count(text: str, table: bytes, o200k: bool)");
@@ -269,16 +293,29 @@ static PyObject *count(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     if (PyUnicode_READY(args[0]) < 0)
         return NULL;
 #endif
-    s.kind = PyUnicode_KIND(args[0]);
-    s.data = PyUnicode_DATA(args[0]);
-    s.n = PyUnicode_GET_LENGTH(args[0]);
-    while (i < s.n) {
-        j = piece_end(&s, i); /* i < j <= i + PIECE_CHARS */
-        for (n = 0, k = i; k < j; k++)
-            n += put_utf8(buf + n, at(&s, k)); /* at most 4 * PIECE_CHARS bytes in all */
-        total += count_piece(&t, buf, n);
-        i = j;
+    length = PyUnicode_GET_LENGTH(args[0]);
+    if (length > (PY_SSIZE_T_MAX - 2 * SLACK) / 8)
+        return PyErr_NoMemory();
+    if (4 * length > 4096 && (u = PyMem_Malloc((size_t)(2 * (4 * length + SLACK) + 2048))) == NULL)
+        return PyErr_NoMemory();
+    c = u + 4 * (length > 1024 ? length : 1024) + SLACK + 2048; /* u, slack, then c half a page on */
+    s.n = to_utf8(args[0], u, c, s.o200k);
+    memset(u + s.n, 0, SLACK);
+    memset(c + s.n, END, SLACK);
+    s.u = u;
+    s.c = c;
+    for (i = 0; i < s.n; i = j) {
+        j = piece_end(&s, i); /* i < j <= n */
+#if MODE == 1
+        total += 1;
+#elif MODE == 2
+        total += probe(&t, u + i, j - i);
+#else
+        total += count_piece(&t, u + i, j - i);
+#endif
     }
+    if (u != local)
+        PyMem_Free(u);
     return PyLong_FromSsize_t(total);
 }
 
@@ -298,7 +335,7 @@ static PyObject *build(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     Py_buffer data;
     long log2_words;
     PyObject *table;
-    unsigned char *words, token[PIECE_BYTES + 8] = {0};
+    unsigned char *words, token[TOKEN_MAX + SLACK] = {0};
     const unsigned char *pos, *end;
 
     if (nargs != 2 || PyObject_GetBuffer(args[0], &data, PyBUF_SIMPLE) < 0) {
@@ -331,7 +368,7 @@ static PyObject *build(PyObject *module, PyObject *const *args, Py_ssize_t nargs
             nbits += 6;
             if (nbits >= 8) {
                 nbits -= 8;
-                if (n < PIECE_BYTES)
+                if (n < TOKEN_MAX)
                     token[n] = (unsigned char)(acc >> nbits);
                 n++;
             }
@@ -339,7 +376,7 @@ static PyObject *build(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         while (pos < end && *pos != '\n')
             pos++;
         pos++;
-        if (n == 0 || n > PIECE_BYTES) /* a blank line, or a token longer than any piece */
+        if (n == 0 || n > TOKEN_MAX) /* a blank line, or not a .tiktoken file */
             continue;
         h = hash_bytes(token, n);
         word = words + word_of(h, ((uint64_t)1 << log2_words) - 1);
