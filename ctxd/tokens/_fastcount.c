@@ -1,53 +1,54 @@
-/* _fastcount: a fast estimate of tiktoken's token count (o200k_base, cl100k_base), in one pass.
+/* _fastcount: a fast estimate of tiktoken's token count (o200k_base, cl100k_base).
  *
- * Why: the byte-class estimator in estimator.py cannot tell which words are in the vocabulary,
- * and tiktoken itself is too slow for the daemon's hot path. Here a text is cut into the pieces
- * the encoding's regex would cut it into (approximated by character class, exact for ASCII in
- * the common cases), and each piece counts 1 when the vocabulary holds it, else the number of
- * tokens of a greedy longest-prefix cut. The vocabulary is a Bloom filter of 64-bit words, two
- * bits per token in one word (one cache line per probe; 512 KB for o200k stays in L2), built by
- * build() from the encoding's .tiktoken file. A false positive (about 1 in 100 probes of a
- * non-token) only makes a piece count a little low.
+ * Why: the byte-class estimator in estimator.py cannot tell which words are in the vocabulary
+ * (its error is about 5%), and tiktoken itself is too slow for the daemon's hot path. Here a text
+ * is cut into about the pieces the encoding's regex would cut it into, and each piece counts 1
+ * when the vocabulary holds it, else the tokens of a greedy cut into the longest prefixes that
+ * are tokens. The vocabulary is a Bloom filter: two bits per token in one 64-bit word (512 KB for
+ * o200k, 256 KB for cl100k: they stay in L2). A false positive (about 1 probe of a non-token in
+ * 100) makes a piece count a little low.
  *
- * count(text: str, table: bytes, o200k: bool) -> int
- * build(data: bytes, log2_words: int) -> bytes       (data: the decompressed .tiktoken file)
+ * Speed comes from having almost no unpredictable branch per piece: the pieces' starts are found
+ * by a branch-free pass that looks each byte's class pair up in a table (split_table), and the
+ * pieces are then walked from that bitmap.
  *
- * No global state: the table is an immutable bytes object that the caller owns.
+ * build(data: bytes, log2_words: int, o200k: bool) -> bytes   (data: a decompressed .tiktoken file)
+ * count(text: str, table: bytes) -> int
+ *
+ * No global state: everything per encoding is in the table, an immutable bytes object that the
+ * caller owns.
  */
-#ifndef MODE
-#define MODE 0
-#endif
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
 
-/* Character classes of the pre-tokenizer. */
-enum { END, SPACE, NL, UPPER, LOWER, BOTH, DIGIT, PUNCT };
+/* Character classes of the pre-tokenizer (3 bits). NL doubles as the end of the text. */
+enum { NL, BLANK, SPACE, UPPER, LOWER, BOTH, DIGIT, PUNCT };
 #define IS_LETTER(c) ((c) == UPPER || (c) == LOWER || (c) == BOTH)
-/* Bytes of the UTF-8 character whose first byte is b (1 for a stray continuation byte). */
-#define CHAR_LEN(b) ((b) < 0xC0 ? 1 : (b) < 0xE0 ? 2 : (b) < 0xF0 ? 3 : 4)
+#define IS_BLANK(c) ((c) == BLANK || (c) == SPACE)
 
-#define TOKEN_MAX 128    /* longest token of either encoding, in bytes */
-#ifndef PROBE_MAX
-#define PROBE_MAX 24
-#endif
-#define PROBE_MAX_UNUSED     /* longest prefix (bytes) the greedy cut tries inside a piece */
+#define TOKEN_MAX 128   /* longest token of either encoding, in bytes */
+#define PROBE_MAX 16    /* longest prefix, in bytes, that the greedy cut tries */
+#define SLACK 16        /* bytes after a text that hashes and scans may read */
+#define SPLITS 4096     /* the table's header: split_before by (w << 9 | x << 6 | y << 3 | z) */
+#define HEADER (SPLITS + 8) /* then one byte: 1 for o200k; then the Bloom filter's words */
 #define MULT 0x9E3779B97F4A7C15ULL
 
-
-/* ASCII classes: \t \v \f and space are blanks; \r \n newlines; other control characters
- * count as punctuation, as in the regex (its \s is Unicode White_Space). */
+/* ASCII classes: ' ' is BLANK, \t \v \f are SPACE, \r \n NL; other control characters are
+ * punctuation, as in the regex (its \s is Unicode White_Space). */
 static const unsigned char ASCII[128] = {
     PUNCT, PUNCT, PUNCT, PUNCT, PUNCT, PUNCT, PUNCT, PUNCT, PUNCT, SPACE, NL, SPACE, SPACE, NL, PUNCT, PUNCT,
     PUNCT, PUNCT, PUNCT, PUNCT, PUNCT, PUNCT, PUNCT, PUNCT, PUNCT, PUNCT, PUNCT, PUNCT, PUNCT, PUNCT, PUNCT, PUNCT,
-    SPACE, PUNCT, PUNCT, PUNCT, PUNCT, PUNCT, PUNCT, PUNCT, PUNCT, PUNCT, PUNCT, PUNCT, PUNCT, PUNCT, PUNCT, PUNCT,
+    BLANK, PUNCT, PUNCT, PUNCT, PUNCT, PUNCT, PUNCT, PUNCT, PUNCT, PUNCT, PUNCT, PUNCT, PUNCT, PUNCT, PUNCT, PUNCT,
     DIGIT, DIGIT, DIGIT, DIGIT, DIGIT, DIGIT, DIGIT, DIGIT, DIGIT, DIGIT, PUNCT, PUNCT, PUNCT, PUNCT, PUNCT, PUNCT,
     PUNCT, UPPER, UPPER, UPPER, UPPER, UPPER, UPPER, UPPER, UPPER, UPPER, UPPER, UPPER, UPPER, UPPER, UPPER, UPPER,
     UPPER, UPPER, UPPER, UPPER, UPPER, UPPER, UPPER, UPPER, UPPER, UPPER, UPPER, PUNCT, PUNCT, PUNCT, PUNCT, PUNCT,
     PUNCT, LOWER, LOWER, LOWER, LOWER, LOWER, LOWER, LOWER, LOWER, LOWER, LOWER, LOWER, LOWER, LOWER, LOWER, LOWER,
     LOWER, LOWER, LOWER, LOWER, LOWER, LOWER, LOWER, LOWER, LOWER, LOWER, LOWER, PUNCT, PUNCT, PUNCT, PUNCT, PUNCT,
 };
+/* Bytes of the UTF-8 character by its first byte's high nibble (1 for a continuation byte). */
+static const unsigned char CHAR_LEN[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
 
 /* Combining marks of the common scripts: letters for o200k (its letter sets hold \p{M}). */
 static int is_mark(Py_UCS4 c)
@@ -62,8 +63,11 @@ static int class_of(Py_UCS4 c, int o200k)
 {
     if (c < 128)
         return ASCII[c];
-    if ((c >= 0x4E00 && c <= 0x9FFF) || (c >= 0xAC00 && c <= 0xD7A3) || (c >= 0x3041 && c <= 0x30FA))
-        return BOTH; /* CJK ideographs, Hangul syllables, kana: \p{Lo} (the common case, first) */
+    if ((c >= 0x4E00 && c <= 0x9FFF) || (c >= 0xAC00 && c <= 0xD7A3) || (c >= 0x3041 && c <= 0x30FA) ||
+        (c >= 0x0621 && c <= 0x064A))
+        return BOTH; /* CJK ideographs, Hangul syllables, kana, Arabic letters: \p{Lo}, the common cases */
+    if (c >= 0x0410 && c <= 0x044F)
+        return c < 0x0430 ? UPPER : LOWER; /* basic Cyrillic */
     if (Py_UNICODE_ISALPHA(c))
         return Py_UNICODE_ISUPPER(c) ? UPPER : Py_UNICODE_ISLOWER(c) ? LOWER : BOTH;
     if (Py_UNICODE_ISSPACE(c))
@@ -75,74 +79,38 @@ static int class_of(Py_UCS4 c, int o200k)
     return PUNCT;
 }
 
-/* The text being cut: its UTF-8 bytes u[0..n) and the class of each byte's character c[0..n),
- * both followed by SLACK bytes (zeros in u, END in c) so that scans and hashes need no bounds
- * checks. */
-#define SLACK 16
-typedef struct {
-    const unsigned char *u, *c;
-    Py_ssize_t n;
-    int o200k;
-} Text;
-
-/* Length of a contraction ('s 't 're 've 'm 'll 'd, any case) at i, or 0. */
-static inline Py_ssize_t contraction(const Text *s, Py_ssize_t i)
+/* Whether a piece starts at a character of class y, after characters of classes w then x, and
+ * before one of class z: the encoding's regex, alternative by alternative, as far as these
+ * classes tell (digit groups and o200k's contractions are handled in find_starts). */
+static int split_before(int w, int x, int y, int z, int o200k)
 {
-    unsigned char a = s->u[i + 1] | 0x20, b = s->u[i + 2] | 0x20;
-    if (s->u[i] != '\'')
-        return 0;
+    if (IS_LETTER(y)) {
+        if (IS_LETTER(x)) /* one run of letters; o200k cuts before an upper case after lower case */
+            return o200k && x == LOWER && y == UPPER;
+        if (IS_BLANK(x)) /* [^\r\n\p{L}\p{N}]? joins the word: a blank before a word begins a piece */
+            return 0;
+        if (x == PUNCT) /* and so does punctuation that began a piece (' ?[^\s\p{L}\p{N}]+' did not) */
+            return w == PUNCT || w == BLANK;
+        return 1;
+    }
+    if (y == PUNCT) /* ' ?[^\s\p{L}\p{N}]+' */
+        return !(x == PUNCT || x == BLANK);
+    if (y == NL) /* '\s*[\r\n]+' and the [\r\n]* after punctuation */
+        return !(IS_BLANK(x) || x == NL || x == PUNCT);
+    if (IS_BLANK(y)) /* '\s+(?!\S)': the last blank before a non-blank starts the next piece */
+        return !(IS_BLANK(x) && (IS_BLANK(z) || z == NL));
+    return x != DIGIT; /* y == DIGIT: '\p{N}{1,3}' (groups of three in find_starts) */
+}
+
+/* Length of a contraction ('s 't 're 've 'm 'll 'd, any case) at u, or 0. */
+static Py_ssize_t contraction(const unsigned char *u)
+{
+    unsigned char a = u[1] | 0x20, b = u[2] | 0x20;
     if (a == 's' || a == 't' || a == 'm' || a == 'd')
         return 2;
     if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l'))
         return 3;
     return 0;
-}
-
-/* End of the piece that starts at byte i (i < n), following the encoding's regex alternatives
- * in order. Every loop stops at the END sentinel, and every piece is at least one byte long. */
-static Py_ssize_t piece_end(const Text *s, Py_ssize_t i)
-{
-    const unsigned char *c = s->c;
-    Py_ssize_t j, k, last_nl;
-    int first = c[i];
-
-    if (IS_LETTER(first) || ((first == SPACE || first == PUNCT) && IS_LETTER(c[i + CHAR_LEN(s->u[i])]))) {
-        if (!s->o200k && (j = contraction(s, i)) > 0) /* cl100k: '(?i:[sdmt]|ll|ve|re) first */
-            return i + j;
-        j = IS_LETTER(first) ? i : i + CHAR_LEN(s->u[i]); /* one leading blank or punctuation */
-        if (!s->o200k) {
-            while (IS_LETTER(c[j]))
-                j++;
-            return j;
-        }
-        while (c[j] == UPPER || c[j] == BOTH) /* o200k: [upper]*[lower]+ or [upper]+[lower]*, 's */
-            j++;
-        while (c[j] == LOWER || c[j] == BOTH)
-            j++;
-        return j + contraction(s, j);
-    }
-    if (first == DIGIT) { /* \p{N}{1,3} (counted in bytes: a rare non-ASCII digit is cut sooner) */
-        j = i + 1;
-        j += c[j] == DIGIT;
-        return j + (c[j] == DIGIT && j == i + 2);
-    }
-    if (first == PUNCT || (s->u[i] == ' ' && c[i + 1] == PUNCT)) { /* ' ?[^\s\p{L}\p{N}]+[\r\n/]*' */
-        for (j = i + 1; c[j] == PUNCT; j++)
-            ;
-        while (c[j] == NL || (s->o200k && s->u[j] == '/'))
-            j++;
-        return j;
-    }
-    /* Whitespace: up to its last newline; else all of it, less the last blank when a
-     * non-blank follows (that blank starts the next piece). */
-    for (last_nl = -1, j = i; c[j] == SPACE || c[j] == NL; j++)
-        if (c[j] == NL)
-            last_nl = j;
-    if (last_nl >= 0)
-        return last_nl + 1;
-    for (k = j - 1; (s->u[k] & 0xC0) == 0x80; k--) /* the run's last character */
-        ;
-    return (c[j] == END || k == i) ? j : k;
 }
 
 /* Hash of the byte string b[0..n), 8 bytes at a time, with no branch up to 16 bytes. Reads up
@@ -177,8 +145,10 @@ static inline uint64_t hash_bytes(const unsigned char *b, Py_ssize_t n)
 }
 
 typedef struct {
-    const unsigned char *words; /* the Bloom filter, 8 bytes a word */
-    uint64_t mask;              /* words - 1 (a power of two) */
+    const unsigned char *splits; /* split_table's entries, 0 or 1 */
+    int o200k;
+    const unsigned char *words;  /* the Bloom filter, 8 bytes a word */
+    uint64_t mask;               /* words - 1 (a power of two) */
 } Table;
 
 /* Where hash h sets its two bits: the word's offset, and the bits. */
@@ -193,16 +163,17 @@ static inline int probe(const Table *t, const unsigned char *b, Py_ssize_t n)
     return (w & bits) == bits;
 }
 
-/* Tokens of one piece b[0..n): 1 if it is a token, else a greedy cut into the longest prefixes
- * that are tokens, tried at character ends (inside a character only when no whole one is). */
-static Py_ssize_t count_piece(const Table *t, const unsigned char *b, Py_ssize_t n)
+/* Tokens of a piece b[0..n) that is not a token: a greedy cut into the longest prefixes that are
+ * tokens, tried at character ends (inside a character only when no whole one is). */
+static Py_ssize_t greedy(const Table *t, const unsigned char *b, Py_ssize_t n)
 {
     Py_ssize_t count = 0, i = 0, len, clen;
-    if (probe(t, b, n))
-        return 1;
     while (i < n) {
-        clen = CHAR_LEN(b[i]);
-        for (len = n - i < PROBE_MAX ? n - i : PROBE_MAX; len > 1; len--)
+        clen = CHAR_LEN[b[i] >> 4];
+        len = n - i < PROBE_MAX ? n - i : PROBE_MAX;
+        if (len == n && len > 1) /* the whole piece is known not to be a token */
+            len--;
+        for (; len > 1; len--)
             if ((len < clen || i + len == n || (b[i + len] & 0xC0) != 0x80) && probe(t, b + i, len))
                 break;
         i += len;
@@ -236,7 +207,7 @@ static inline int put_utf8(unsigned char *b, Py_UCS4 c)
     return 4;
 }
 
-/* The table's words, or NULL with an exception set when `obj` is not a usable table. */
+/* Reads a table made by build(); -1 with an exception set when `obj` is not one. */
 static int get_table(PyObject *obj, Table *t)
 {
     Py_ssize_t size;
@@ -244,18 +215,20 @@ static int get_table(PyObject *obj, Table *t)
         PyErr_SetString(PyExc_TypeError, "table must be bytes");
         return -1;
     }
-    size = PyBytes_GET_SIZE(obj);
+    size = PyBytes_GET_SIZE(obj) - HEADER;
     if (size < 8 || (size & (size - 1)) != 0) {
-        PyErr_SetString(PyExc_ValueError, "table size must be a power of two, at least 8");
+        PyErr_SetString(PyExc_ValueError, "not a table made by build()");
         return -1;
     }
-    t->words = (const unsigned char *)PyBytes_AS_STRING(obj);
+    t->splits = (const unsigned char *)PyBytes_AS_STRING(obj);
+    t->o200k = t->splits[SPLITS] & 1;
+    t->words = t->splits + HEADER;
     t->mask = (uint64_t)(size / 8 - 1);
     return 0;
 }
 
-/* Fills u (UTF-8, lone surrogates as surrogatepass writes them) and c (each byte's class) from
- * the str; u and c hold at least 4 * length bytes. Returns the number of bytes. */
+/* Fills u (UTF-8, lone surrogates as surrogatepass writes them) and c (each byte's class, that of
+ * its character) from the str; each holds 4 * length + 4 bytes. Returns the number of bytes. */
 static Py_ssize_t to_utf8(PyObject *text, unsigned char *u, unsigned char *c, int o200k)
 {
     int kind = PyUnicode_KIND(text);
@@ -269,52 +242,82 @@ static Py_ssize_t to_utf8(PyObject *text, unsigned char *u, unsigned char *c, in
     }
     for (i = 0; i < length; i++) {
         Py_UCS4 ch = PyUnicode_READ(kind, data, i);
-        int size = put_utf8(u + n, ch), cls = ch < 128 ? ASCII[ch] : class_of(ch, o200k);
-        memset(c + n, cls, (size_t)size);
-        n += size;
+        uint32_t cls = ch < 128 ? ASCII[ch] : (uint32_t)class_of(ch, o200k);
+        cls *= 0x01010101u; /* the class in all 4 bytes: written whole, the extra ones overwritten */
+        memcpy(c + n, &cls, 4);
+        n += put_utf8(u + n, ch);
     }
     return n;
 }
 
+/* Marks in `starts` (a bitmap, bit i of word i / 64) the bytes where pieces start: a byte's bit
+ * is looked up from the classes of its character, of the two before it and of the one after.
+ * No branch but for apostrophes, and no chain of dependent loads from one byte to the next. */
+static void find_starts(const Table *t, const unsigned char *u, const unsigned char *c, Py_ssize_t n,
+                        uint64_t *starts)
+{
+    uint64_t word = 1; /* a piece starts at byte 0 */
+    Py_ssize_t i, digits_from = 0, no_split_before = 0;
+    unsigned w = NL; /* the class of the character before x (NL: none) */
+    for (i = 1; i < n; i++) {
+        unsigned x = c[i - 1], y = c[i], z = c[i + CHAR_LEN[u[i] >> 4]], is_char = (u[i] & 0xC0) != 0x80;
+        unsigned in_digits = (x == DIGIT) & (y == DIGIT), split = t->splits[w << 9 | x << 6 | y << 3 | z] & 1;
+        digits_from = in_digits ? digits_from : i; /* '\p{N}{1,3}': a piece every three digits */
+        split |= in_digits & ((i - digits_from) % 3 == 0);
+        if (u[i] == '\'' && t->o200k && IS_LETTER(x)) /* o200k: a word keeps its 's, 't, 're ... */
+            no_split_before = i + contraction(u + i);
+        split &= is_char & (i >= no_split_before);
+        w = is_char ? x : w;
+        word |= (uint64_t)split << (i & 63);
+        if ((i & 63) == 63) {
+            starts[i >> 6] = word;
+            word = 0;
+        }
+    }
+    starts[i >> 6] = word;
+}
+
 static PyObject *count(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    Text s;
     Table t;
-    unsigned char local[2 * (4096 + SLACK) + 2048], *u = local, *c;
-    Py_ssize_t length, i, j, total = 0;
+    uint64_t local[(2 * (4096 + SLACK) + 8 * (4096 / 64 + 1)) / 8]; /* for short texts */
+    unsigned char *u = (unsigned char *)local, *c;
+    uint64_t *starts, word;
+    Py_ssize_t length, cap, n, w, start = 0, end, total = 0;
 
-    if (nargs != 3 || !PyUnicode_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "count(text: str, table: bytes, o200k: bool)");
+    if (nargs != 2 || !PyUnicode_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "count(text: str, table: bytes)");
         return NULL;
     }
-    if (get_table(args[1], &t) < 0 || (s.o200k = PyObject_IsTrue(args[2])) < 0)
+    if (get_table(args[1], &t) < 0)
         return NULL;
 #if PY_VERSION_HEX < 0x030C0000
     if (PyUnicode_READY(args[0]) < 0)
         return NULL;
 #endif
     length = PyUnicode_GET_LENGTH(args[0]);
-    if (length > (PY_SSIZE_T_MAX - 2 * SLACK) / 8)
+    if (length == 0)
+        return PyLong_FromLong(0);
+    if (length > PY_SSIZE_T_MAX / 16 - 4096)
         return PyErr_NoMemory();
-    if (4 * length > 4096 && (u = PyMem_Malloc((size_t)(2 * (4 * length + SLACK) + 2048))) == NULL)
+    cap = (4 * (length > 1024 ? length : 1024) + 63) & ~(Py_ssize_t)63; /* UTF-8 bytes at most */
+    if (cap > 4096 && (u = PyMem_Malloc((size_t)(2 * (cap + SLACK) + 8 * (cap / 64 + 1)))) == NULL)
         return PyErr_NoMemory();
-    c = u + 4 * (length > 1024 ? length : 1024) + SLACK + 2048; /* u, slack, then c half a page on */
-    s.n = to_utf8(args[0], u, c, s.o200k);
-    memset(u + s.n, 0, SLACK);
-    memset(c + s.n, END, SLACK);
-    s.u = u;
-    s.c = c;
-    for (i = 0; i < s.n; i = j) {
-        j = piece_end(&s, i); /* i < j <= n */
-#if MODE == 1
-        total += 1;
-#elif MODE == 2
-        total += probe(&t, u + i, j - i);
-#else
-        total += count_piece(&t, u + i, j - i);
-#endif
+    c = u + cap + SLACK;
+    starts = (uint64_t *)(void *)(c + cap + SLACK); /* cap + SLACK is a multiple of 8 */
+    n = to_utf8(args[0], u, c, t.o200k);
+    memset(u + n, 0, SLACK);
+    memset(c + n, NL, SLACK); /* the end of the text, as far as the scan can tell */
+    find_starts(&t, u, c, n, starts);
+    for (w = 0; w <= (n - 1) >> 6; w++) { /* each piece [start, end): 1 if a token, else greedy */
+        for (word = starts[w] & (w ? ~0ULL : ~1ULL); word; word &= word - 1) {
+            end = (w << 6) + __builtin_ctzll(word);
+            total += probe(&t, u + start, end - start) ? 1 : greedy(&t, u + start, end - start);
+            start = end;
+        }
     }
-    if (u != local)
+    total += probe(&t, u + start, n - start) ? 1 : greedy(&t, u + start, n - start);
+    if (u != (unsigned char *)local)
         PyMem_Free(u);
     return PyLong_FromSsize_t(total);
 }
@@ -330,39 +333,48 @@ static int b64_value(unsigned char c)
     return c == '+' ? 62 : c == '/' ? 63 : -1;
 }
 
+/* build(data, log2_words, o200k): the table for one encoding, from its decompressed .tiktoken
+ * file (a line per token: its bytes in base64, a space, its rank). */
 static PyObject *build(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     Py_buffer data;
     long log2_words;
+    int o200k;
     PyObject *table;
-    unsigned char *words, token[TOKEN_MAX + SLACK] = {0};
+    unsigned char *splits, *words, token[TOKEN_MAX + SLACK] = {0};
     const unsigned char *pos, *end;
 
-    if (nargs != 2 || PyObject_GetBuffer(args[0], &data, PyBUF_SIMPLE) < 0) {
+    if (nargs != 3 || PyObject_GetBuffer(args[0], &data, PyBUF_SIMPLE) < 0) {
         if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_TypeError, "build(data: bytes, log2_words: int)");
+            PyErr_SetString(PyExc_TypeError, "build(data: bytes, log2_words: int, o200k: bool)");
         return NULL;
     }
     log2_words = PyLong_AsLong(args[1]);
-    if (log2_words < 0 || log2_words > 24) {
+    o200k = PyObject_IsTrue(args[2]);
+    if (log2_words < 0 || log2_words > 24 || o200k < 0) {
         PyBuffer_Release(&data);
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_ValueError, "log2_words must be within 0..24");
         return NULL;
     }
-    table = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)8 << log2_words);
+    table = PyBytes_FromStringAndSize(NULL, HEADER + ((Py_ssize_t)8 << log2_words));
     if (table == NULL) {
         PyBuffer_Release(&data);
         return NULL;
     }
-    words = (unsigned char *)PyBytes_AS_STRING(table);
-    memset(words, 0, (size_t)8 << log2_words);
+    splits = (unsigned char *)PyBytes_AS_STRING(table);
+    memset(splits, 0, HEADER + ((size_t)8 << log2_words));
+    for (int k = 0; k < SPLITS; k++)
+        splits[k] = (unsigned char)split_before(k >> 9, (k >> 6) & 7, (k >> 3) & 7, k & 7, o200k);
+    splits[SPLITS] = (unsigned char)o200k;
+    words = splits + HEADER;
     pos = (const unsigned char *)data.buf;
     end = pos + data.len;
-    while (pos < end) { /* each line: base64 of a token, a space, its rank */
+    while (pos < end) {
         uint64_t h, w, acc = 0;
         unsigned char *word;
-        int n = 0, nbits = 0, v;
+        Py_ssize_t n = 0;
+        int nbits = 0, v;
         for (; pos < end && (v = b64_value(*pos)) >= 0; pos++) {
             acc = (acc << 6) | (uint64_t)v;
             nbits += 6;
@@ -390,9 +402,9 @@ static PyObject *build(PyObject *module, PyObject *const *args, Py_ssize_t nargs
 
 static PyMethodDef methods[] = {
     {"count", (PyCFunction)(void (*)(void))count, METH_FASTCALL,
-     "count(text, table, o200k) -> estimated tiktoken count of text"},
+     "count(text, table) -> estimated tiktoken count of text"},
     {"build", (PyCFunction)(void (*)(void))build, METH_FASTCALL,
-     "build(data, log2_words) -> the vocabulary table of a decompressed .tiktoken file"},
+     "build(data, log2_words, o200k) -> the table of a decompressed .tiktoken file"},
     {NULL, NULL, 0, NULL},
 };
 
