@@ -31,7 +31,7 @@ enum { NL, BLANK, SPACE, UPPER, LOWER, BOTH, DIGIT, PUNCT };
 #define TOKEN_MAX 128   /* longest token of either encoding, in bytes */
 #define PROBE_MAX 16    /* longest prefix, in bytes, that the greedy cut tries */
 #define SLACK 16        /* bytes after a text that hashes and scans may read */
-#define SPLITS 4096     /* the table's header: split_before by (w << 9 | x << 6 | y << 3 | z) */
+#define SPLITS 4096     /* the table's header: split_before by (w | x << 3 | y << 6 | z << 9) */
 #define HEADER (SPLITS + 8) /* then one byte: 1 for o200k; then the Bloom filter's words */
 #define MULT 0x9E3779B97F4A7C15ULL
 
@@ -81,7 +81,7 @@ static int class_of(Py_UCS4 c, int o200k)
 
 /* Whether a piece starts at a character of class y, after characters of classes w then x, and
  * before one of class z: the encoding's regex, alternative by alternative, as far as these
- * classes tell (digit groups and o200k's contractions are handled in find_starts). */
+ * classes tell (digit groups are counted by count_piece, o200k's contractions classed by lay_out). */
 static int split_before(int w, int x, int y, int z, int o200k)
 {
     if (IS_LETTER(y)) {
@@ -99,7 +99,7 @@ static int split_before(int w, int x, int y, int z, int o200k)
         return !(IS_BLANK(x) || x == NL || x == PUNCT);
     if (IS_BLANK(y)) /* '\s+(?!\S)': the last blank before a non-blank starts the next piece */
         return !(IS_BLANK(x) && (IS_BLANK(z) || z == NL));
-    return x != DIGIT; /* y == DIGIT: '\p{N}{1,3}' (groups of three in find_starts) */
+    return x != DIGIT; /* y == DIGIT: '\p{N}{1,3}' (a run of digits is cut in threes by count_piece) */
 }
 
 /* Length of a contraction ('s 't 're 've 'm 'll 'd, any case) at u, or 0. */
@@ -227,63 +227,98 @@ static int get_table(PyObject *obj, Table *t)
     return 0;
 }
 
-/* Fills u (UTF-8, lone surrogates as surrogatepass writes them) and c (each byte's class, that of
- * its character) from the str; each holds 4 * length + 4 bytes. Returns the number of bytes. */
-static Py_ssize_t to_utf8(PyObject *text, unsigned char *u, unsigned char *c, int o200k)
+/* A text laid out for counting: per character its class c[i], its byte a[i] (0x80 if not
+ * ASCII) and its offset in the UTF-8 bytes u (offs[i]; NULL when all are ASCII: then i). c has 2
+ * NL before it and 64 after it, a and u SLACK zeros after them, so that scans and hashes read
+ * no bound. */
+typedef struct {
+    const unsigned char *c, *a, *u;
+    const Py_ssize_t *offs;
+    Py_ssize_t length; /* characters */
+} Text;
+
+#define OFFSET(s, i) ((s)->offs ? (s)->offs[i] : (i))
+
+/* Bytes a Text of `length` characters needs (besides its bitmap); see lay_out. */
+static Py_ssize_t text_bytes(Py_ssize_t length) { return 8 * (length + 1) + 6 * length + 3 * SLACK + 2 + 64; }
+
+/* Lays the str out in `mem` (text_bytes(length) bytes, 8-aligned). */
+static void lay_out(PyObject *text, unsigned char *mem, int o200k, Text *s)
 {
     int kind = PyUnicode_KIND(text);
     const void *data = PyUnicode_DATA(text);
-    Py_ssize_t length = PyUnicode_GET_LENGTH(text), n = 0, i;
+    Py_ssize_t length = PyUnicode_GET_LENGTH(text), i, n = 0;
+    Py_ssize_t *offs = (Py_ssize_t *)(void *)mem;   /* length + 1 offsets */
+    unsigned char *c = mem + 8 * (length + 1) + 2; /* then 2 + length + 64 classes */
+    unsigned char *a = c + length + 64;             /* length + SLACK bytes */
+    unsigned char *u = a + length + SLACK;          /* 4 * length + SLACK bytes */
+
+    c[-2] = c[-1] = NL; /* the text starts as after a newline */
     if (PyUnicode_IS_ASCII(text)) {
         memcpy(u, data, (size_t)length);
         for (i = 0; i < length; i++)
             c[i] = ASCII[u[i]];
-        return length;
+        a = u;
+        offs = NULL;
+        n = length;
+    } else {
+        for (i = 0; i < length; i++) {
+            Py_UCS4 ch = PyUnicode_READ(kind, data, i);
+            offs[i] = n;
+            a[i] = ch < 128 ? (unsigned char)ch : 0x80;
+            c[i] = ch < 128 ? ASCII[ch] : (unsigned char)class_of(ch, o200k);
+            n += put_utf8(u + n, ch);
+        }
+        offs[length] = n;
+        memset(a + length, 0, SLACK);
     }
-    for (i = 0; i < length; i++) {
-        Py_UCS4 ch = PyUnicode_READ(kind, data, i);
-        uint32_t cls = ch < 128 ? ASCII[ch] : (uint32_t)class_of(ch, o200k);
-        cls *= 0x01010101u; /* the class in all 4 bytes: written whole, the extra ones overwritten */
-        memcpy(c + n, &cls, 4);
-        n += put_utf8(u + n, ch);
-    }
-    return n;
+    memset(c + length, NL, 64); /* the end of the text, as far as the scan can tell */
+    memset(u + n, 0, SLACK);
+    if (o200k) /* o200k: a word keeps its 's, 't, 're ...: the apostrophe is then a letter */
+        for (const unsigned char *p = memchr(a, '\'', (size_t)length); p; p = memchr(p + 1, '\'', (size_t)(a + length - p - 1)))
+            if (p > a && IS_LETTER(c[p - a - 1]) && contraction(p))
+                c[p - a] = BOTH;
+    s->c = c;
+    s->a = a;
+    s->u = u;
+    s->offs = offs;
+    s->length = length;
 }
 
-/* Marks in `starts` (a bitmap, bit i of word i / 64) the bytes where pieces start: a byte's bit
- * is looked up from the classes of its character, of the two before it and of the one after.
- * No branch but for apostrophes, and no chain of dependent loads from one byte to the next. */
-static void find_starts(const Table *t, const unsigned char *u, const unsigned char *c, Py_ssize_t n,
-                        uint64_t *starts)
+/* Marks in `starts` (a bitmap, bit i of word i / 64) the characters where pieces start: each
+ * one's bit is looked up from its class, the two before it and the one after. No branch, and no
+ * chain of loads from one character to the next. Bits past the text's end are left for the
+ * caller to ignore (c has 64 NL there). */
+static void find_starts(const Table *t, const Text *s, uint64_t *starts)
 {
-    uint64_t word = 1; /* a piece starts at byte 0 */
-    Py_ssize_t i, digits_from = 0, no_split_before = 0;
-    unsigned w = NL; /* the class of the character before x (NL: none) */
-    for (i = 1; i < n; i++) {
-        unsigned x = c[i - 1], y = c[i], z = c[i + CHAR_LEN[u[i] >> 4]], is_char = (u[i] & 0xC0) != 0x80;
-        unsigned in_digits = (x == DIGIT) & (y == DIGIT), split = t->splits[w << 9 | x << 6 | y << 3 | z] & 1;
-        digits_from = in_digits ? digits_from : i; /* '\p{N}{1,3}': a piece every three digits */
-        split |= in_digits & ((i - digits_from) % 3 == 0);
-        if (u[i] == '\'' && t->o200k && IS_LETTER(x)) /* o200k: a word keeps its 's, 't, 're ... */
-            no_split_before = i + contraction(u + i);
-        split &= is_char & (i >= no_split_before);
-        w = is_char ? x : w;
-        word |= (uint64_t)split << (i & 63);
-        if ((i & 63) == 63) {
-            starts[i >> 6] = word;
-            word = 0;
+    const unsigned char *c = s->c, *splits = t->splits;
+    for (Py_ssize_t block = 0; block < s->length; block += 64) {
+        uint64_t word = 0;
+        for (int k = 0; k < 64; k++) {
+            Py_ssize_t i = block + k;
+            word |= (uint64_t)(splits[c[i - 2] | c[i - 1] << 3 | c[i] << 6 | c[i + 1] << 9] & 1) << k;
         }
+        starts[block >> 6] = word;
     }
-    starts[i >> 6] = word;
+}
+
+/* Tokens of the piece of characters [start, end): 1 if it is a token, else its greedy cut. */
+static inline Py_ssize_t count_piece(const Table *t, const Text *s, Py_ssize_t start, Py_ssize_t end)
+{
+    Py_ssize_t from = OFFSET(s, start), n = OFFSET(s, end) - from;
+    if (s->c[start] == DIGIT) /* a run of digits: '\p{N}{1,3}', and every such group is a token */
+        return (end - start + 2) / 3;
+    return probe(t, s->u + from, n) ? 1 : greedy(t, s->u + from, n);
 }
 
 static PyObject *count(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     Table t;
-    uint64_t local[(2 * (4096 + SLACK) + 8 * (4096 / 64 + 1)) / 8]; /* for short texts */
-    unsigned char *u = (unsigned char *)local, *c;
+    Text s;
+    uint64_t local[2048]; /* 16 KB: enough for a text of about 1,500 characters */
+    unsigned char *mem = (unsigned char *)local;
     uint64_t *starts, word;
-    Py_ssize_t length, cap, n, w, start = 0, end, total = 0;
+    Py_ssize_t length, size, w, start = 0, total = 0;
 
     if (nargs != 2 || !PyUnicode_Check(args[0])) {
         PyErr_SetString(PyExc_TypeError, "count(text: str, table: bytes)");
@@ -298,27 +333,27 @@ static PyObject *count(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     length = PyUnicode_GET_LENGTH(args[0]);
     if (length == 0)
         return PyLong_FromLong(0);
-    if (length > PY_SSIZE_T_MAX / 16 - 4096)
+    if (length > PY_SSIZE_T_MAX / 32)
         return PyErr_NoMemory();
-    cap = (4 * (length > 1024 ? length : 1024) + 63) & ~(Py_ssize_t)63; /* UTF-8 bytes at most */
-    if (cap > 4096 && (u = PyMem_Malloc((size_t)(2 * (cap + SLACK) + 8 * (cap / 64 + 1)))) == NULL)
+    size = 8 * (length / 64 + 1) + text_bytes(length);
+    if (size > (Py_ssize_t)sizeof(local) && (mem = PyMem_Malloc((size_t)size)) == NULL)
         return PyErr_NoMemory();
-    c = u + cap + SLACK;
-    starts = (uint64_t *)(void *)(c + cap + SLACK); /* cap + SLACK is a multiple of 8 */
-    n = to_utf8(args[0], u, c, t.o200k);
-    memset(u + n, 0, SLACK);
-    memset(c + n, NL, SLACK); /* the end of the text, as far as the scan can tell */
-    find_starts(&t, u, c, n, starts);
-    for (w = 0; w <= (n - 1) >> 6; w++) { /* each piece [start, end): 1 if a token, else greedy */
-        for (word = starts[w] & (w ? ~0ULL : ~1ULL); word; word &= word - 1) {
-            end = (w << 6) + __builtin_ctzll(word);
-            total += probe(&t, u + start, end - start) ? 1 : greedy(&t, u + start, end - start);
+    starts = (uint64_t *)(void *)mem;
+    lay_out(args[0], mem + 8 * (length / 64 + 1), t.o200k, &s);
+    find_starts(&t, &s, starts);
+    starts[0] &= ~1ULL; /* the first piece starts at 0: walk the ends */
+    if (length & 63)
+        starts[length >> 6] &= (1ULL << (length & 63)) - 1;
+    for (w = 0; w <= (length - 1) >> 6; w++) { /* each piece [start, end) */
+        for (word = starts[w]; word; word &= word - 1) {
+            Py_ssize_t end = (w << 6) + __builtin_ctzll(word);
+            total += count_piece(&t, &s, start, end);
             start = end;
         }
     }
-    total += probe(&t, u + start, n - start) ? 1 : greedy(&t, u + start, n - start);
-    if (u != (unsigned char *)local)
-        PyMem_Free(u);
+    total += count_piece(&t, &s, start, length);
+    if (mem != (unsigned char *)local)
+        PyMem_Free(mem);
     return PyLong_FromSsize_t(total);
 }
 
@@ -365,7 +400,7 @@ static PyObject *build(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     splits = (unsigned char *)PyBytes_AS_STRING(table);
     memset(splits, 0, HEADER + ((size_t)8 << log2_words));
     for (int k = 0; k < SPLITS; k++)
-        splits[k] = (unsigned char)split_before(k >> 9, (k >> 6) & 7, (k >> 3) & 7, k & 7, o200k);
+        splits[k] = (unsigned char)split_before(k & 7, (k >> 3) & 7, (k >> 6) & 7, k >> 9, o200k);
     splits[SPLITS] = (unsigned char)o200k;
     words = splits + HEADER;
     pos = (const unsigned char *)data.buf;
