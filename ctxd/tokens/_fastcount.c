@@ -31,8 +31,7 @@ enum { NL, BLANK, SPACE, UPPER, LOWER, BOTH, DIGIT, PUNCT };
 #define TOKEN_MAX 128   /* longest token of either encoding, in bytes */
 #define PROBE_MAX 16    /* longest prefix, in bytes, that the greedy cut tries */
 #define SLACK 16        /* bytes after a text that hashes and scans may read */
-#define SPLITS 4096     /* the table's header: split_before by (w | x << 3 | y << 6 | z << 9) */
-#define HEADER (SPLITS + 8) /* then one byte: 1 for o200k; then the Bloom filter's words */
+#define HEADER 8        /* the table's header: 1 for o200k; then the Bloom filter's words */
 #define MULT 0x9E3779B97F4A7C15ULL
 
 /* ASCII classes: ' ' is BLANK, \t \v \f are SPACE, \r \n NL; other control characters are
@@ -79,29 +78,6 @@ static int class_of(Py_UCS4 c, int o200k)
     return PUNCT;
 }
 
-/* Whether a piece starts at a character of class y, after characters of classes w then x, and
- * before one of class z: the encoding's regex, alternative by alternative, as far as these
- * classes tell (digit groups are counted by count_piece, o200k's contractions classed by lay_out). */
-static int split_before(int w, int x, int y, int z, int o200k)
-{
-    if (IS_LETTER(y)) {
-        if (IS_LETTER(x)) /* one run of letters; o200k cuts before an upper case after lower case */
-            return o200k && x == LOWER && y == UPPER;
-        if (IS_BLANK(x)) /* [^\r\n\p{L}\p{N}]? joins the word: a blank before a word begins a piece */
-            return 0;
-        if (x == PUNCT) /* and so does punctuation that began a piece (' ?[^\s\p{L}\p{N}]+' did not) */
-            return w == PUNCT || w == BLANK;
-        return 1;
-    }
-    if (y == PUNCT) /* ' ?[^\s\p{L}\p{N}]+' */
-        return !(x == PUNCT || x == BLANK);
-    if (y == NL) /* '\s*[\r\n]+' and the [\r\n]* after punctuation */
-        return !(IS_BLANK(x) || x == NL || x == PUNCT);
-    if (IS_BLANK(y)) /* '\s+(?!\S)': the last blank before a non-blank starts the next piece */
-        return !(IS_BLANK(x) && (IS_BLANK(z) || z == NL));
-    return x != DIGIT; /* y == DIGIT: '\p{N}{1,3}' (a run of digits is cut in threes by count_piece) */
-}
-
 /* Length of a contraction ('s 't 're 've 'm 'll 'd, any case) at u, or 0. */
 static Py_ssize_t contraction(const unsigned char *u)
 {
@@ -145,7 +121,6 @@ static inline uint64_t hash_bytes(const unsigned char *b, Py_ssize_t n)
 }
 
 typedef struct {
-    const unsigned char *splits; /* split_table's entries, 0 or 1 */
     int o200k;
     const unsigned char *words;  /* the Bloom filter, 8 bytes a word */
     uint64_t mask;               /* words - 1 (a power of two) */
@@ -220,17 +195,16 @@ static int get_table(PyObject *obj, Table *t)
         PyErr_SetString(PyExc_ValueError, "not a table made by build()");
         return -1;
     }
-    t->splits = (const unsigned char *)PyBytes_AS_STRING(obj);
-    t->o200k = t->splits[SPLITS] & 1;
-    t->words = t->splits + HEADER;
+    t->o200k = PyBytes_AS_STRING(obj)[0] & 1;
+    t->words = (const unsigned char *)PyBytes_AS_STRING(obj) + HEADER;
     t->mask = (uint64_t)(size / 8 - 1);
     return 0;
 }
 
 /* A text laid out for counting: per character its class c[i], its byte a[i] (0x80 if not
  * ASCII) and its offset in the UTF-8 bytes u (offs[i]; NULL when all are ASCII: then i). c has 2
- * NL before it and 64 after it, a and u SLACK zeros after them, so that scans and hashes read
- * no bound. */
+ * NL before it and 128 after it (find_starts reads whole blocks of 64, and the next one), a and
+ * u SLACK zeros after them, so that scans and hashes read no bound. */
 typedef struct {
     const unsigned char *c, *a, *u;
     const Py_ssize_t *offs;
@@ -240,7 +214,7 @@ typedef struct {
 #define OFFSET(s, i) ((s)->offs ? (s)->offs[i] : (i))
 
 /* Bytes a Text of `length` characters needs (besides its bitmap); see lay_out. */
-static Py_ssize_t text_bytes(Py_ssize_t length) { return 8 * (length + 1) + 6 * length + 3 * SLACK + 2 + 64; }
+static Py_ssize_t text_bytes(Py_ssize_t length) { return 8 * (length + 1) + 6 * length + 3 * SLACK + 2 + 128; }
 
 /* Lays the str out in `mem` (text_bytes(length) bytes, 8-aligned). */
 static void lay_out(PyObject *text, unsigned char *mem, int o200k, Text *s)
@@ -249,8 +223,8 @@ static void lay_out(PyObject *text, unsigned char *mem, int o200k, Text *s)
     const void *data = PyUnicode_DATA(text);
     Py_ssize_t length = PyUnicode_GET_LENGTH(text), i, n = 0;
     Py_ssize_t *offs = (Py_ssize_t *)(void *)mem;   /* length + 1 offsets */
-    unsigned char *c = mem + 8 * (length + 1) + 2; /* then 2 + length + 64 classes */
-    unsigned char *a = c + length + 64;             /* length + SLACK bytes */
+    unsigned char *c = mem + 8 * (length + 1) + 2; /* then 2 + length + 128 classes */
+    unsigned char *a = c + length + 128;            /* length + SLACK bytes */
     unsigned char *u = a + length + SLACK;          /* 4 * length + SLACK bytes */
 
     c[-2] = c[-1] = NL; /* the text starts as after a newline */
@@ -272,7 +246,7 @@ static void lay_out(PyObject *text, unsigned char *mem, int o200k, Text *s)
         offs[length] = n;
         memset(a + length, 0, SLACK);
     }
-    memset(c + length, NL, 64); /* the end of the text, as far as the scan can tell */
+    memset(c + length, NL, 128); /* the end of the text, as far as the scan can tell */
     memset(u + n, 0, SLACK);
     if (o200k) /* o200k: a word keeps its 's, 't, 're ...: the apostrophe is then a letter */
         for (const unsigned char *p = memchr(a, '\'', (size_t)length); p; p = memchr(p + 1, '\'', (size_t)(a + length - p - 1)))
@@ -285,20 +259,85 @@ static void lay_out(PyObject *text, unsigned char *mem, int o200k, Text *s)
     s->length = length;
 }
 
-/* Marks in `starts` (a bitmap, bit i of word i / 64) the characters where pieces start: each
- * one's bit is looked up from its class, the two before it and the one after. No branch, and no
- * chain of loads from one character to the next. Bits past the text's end are left for the
- * caller to ignore (c has 64 NL there). */
+/* Which of 64 characters (bit k: character k) are of each class. */
+typedef struct {
+    uint64_t nl, blank, space, upper, lower, letter, digit, punct;
+} Masks;
+
+#ifdef __SSE2__
+#include <emmintrin.h>
+/* Bit k set when c[k] == cls, for k < 64. */
+static inline uint64_t mask_of(const __m128i v[4], int cls)
+{
+    __m128i want = _mm_set1_epi8((char)cls);
+    uint64_t m = 0;
+    for (int q = 0; q < 4; q++)
+        m |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(v[q], want)) << (16 * q);
+    return m;
+}
+#endif
+
+static void masks_of(const unsigned char *c, Masks *m)
+{
+#ifdef __SSE2__
+    __m128i v[4];
+    for (int q = 0; q < 4; q++)
+        v[q] = _mm_loadu_si128((const __m128i *)(const void *)(c + 16 * q));
+    m->nl = mask_of(v, NL);
+    m->blank = mask_of(v, BLANK);
+    m->space = mask_of(v, SPACE);
+    m->upper = mask_of(v, UPPER);
+    m->lower = mask_of(v, LOWER);
+    m->letter = m->upper | m->lower | mask_of(v, BOTH);
+    m->digit = mask_of(v, DIGIT);
+    m->punct = mask_of(v, PUNCT);
+#else
+    uint64_t by_class[8] = {0};
+    for (int k = 0; k < 64; k++)
+        by_class[c[k] & 7] |= 1ULL << k;
+    m->nl = by_class[NL];
+    m->blank = by_class[BLANK];
+    m->space = by_class[SPACE];
+    m->upper = by_class[UPPER];
+    m->lower = by_class[LOWER];
+    m->letter = by_class[UPPER] | by_class[LOWER] | by_class[BOTH];
+    m->digit = by_class[DIGIT];
+    m->punct = by_class[PUNCT];
+#endif
+}
+
+/* Sets in `starts` (a bitmap, bit i of word i / 64) the characters where pieces start: the
+ * encoding's regex, alternative by alternative, as far as the classes of a character (y), the
+ * two before it (w, x) and the one after it (z) tell; 64 characters at a time, with bit
+ * operations on class masks and no branch. Digit runs are cut in threes by count_piece, and
+ * o200k's contractions were made letters by lay_out. Bits past the text's end are for the caller
+ * to ignore. */
 static void find_starts(const Table *t, const Text *s, uint64_t *starts)
 {
-    const unsigned char *c = s->c, *splits = t->splits;
+    Masks prev = {~0ULL, 0, 0, 0, 0, 0, 0, 0}, y, next; /* the text starts as after newlines */
+    uint64_t case_split = t->o200k ? ~0ULL : 0;
+    masks_of(s->c, &y);
     for (Py_ssize_t block = 0; block < s->length; block += 64) {
-        uint64_t word = 0;
-        for (int k = 0; k < 64; k++) {
-            Py_ssize_t i = block + k;
-            word |= (uint64_t)(splits[c[i - 2] | c[i - 1] << 3 | c[i] << 6 | c[i + 1] << 9] & 1) << k;
-        }
-        starts[block >> 6] = word;
+        masks_of(s->c + block + 64, &next); /* c has 64 NL after the text */
+#define X(m) ((y.m << 1) | (prev.m >> 63)) /* the class masks of the character before */
+#define W(m) ((y.m << 2) | (prev.m >> 62)) /* and of the one before that */
+#define Z(m) ((y.m >> 1) | (next.m << 63)) /* and of the one after */
+        uint64_t x_blanks = X(blank) | X(space), x_punct = X(punct);
+        starts[block >> 6] =
+            /* [^\r\n\p{L}\p{N}]?\p{L}+ (o200k: [upper]*[lower]+ ...): a letter after a letter
+             * continues the word (o200k: not upper after lower); after a blank or after
+             * punctuation that began a piece (' ?[^\s\p{L}\p{N}]+' took no other) it too */
+            (y.letter & ((case_split & X(lower) & y.upper) | (x_punct & (W(punct) | W(blank))) |
+                         ~(X(letter) | x_blanks | x_punct))) |
+            (y.punct & ~(x_punct | X(blank))) |              /* ' ?[^\s\p{L}\p{N}]+' */
+            (y.nl & ~(x_blanks | X(nl) | x_punct)) |          /* '\s*[\r\n]+', punctuation's [\r\n]* */
+            ((y.blank | y.space) & ~(x_blanks & (Z(blank) | Z(space) | Z(nl)))) | /* '\s+(?!\S)' */
+            (y.digit & ~X(digit));                            /* '\p{N}{1,3}' */
+#undef X
+#undef W
+#undef Z
+        prev = y;
+        y = next;
     }
 }
 
@@ -376,7 +415,7 @@ static PyObject *build(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     long log2_words;
     int o200k;
     PyObject *table;
-    unsigned char *splits, *words, token[TOKEN_MAX + SLACK] = {0};
+    unsigned char *words, token[TOKEN_MAX + SLACK] = {0};
     const unsigned char *pos, *end;
 
     if (nargs != 3 || PyObject_GetBuffer(args[0], &data, PyBUF_SIMPLE) < 0) {
@@ -397,12 +436,10 @@ static PyObject *build(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         PyBuffer_Release(&data);
         return NULL;
     }
-    splits = (unsigned char *)PyBytes_AS_STRING(table);
-    memset(splits, 0, HEADER + ((size_t)8 << log2_words));
-    for (int k = 0; k < SPLITS; k++)
-        splits[k] = (unsigned char)split_before(k & 7, (k >> 3) & 7, (k >> 6) & 7, k >> 9, o200k);
-    splits[SPLITS] = (unsigned char)o200k;
-    words = splits + HEADER;
+    words = (unsigned char *)PyBytes_AS_STRING(table);
+    memset(words, 0, HEADER + ((size_t)8 << log2_words));
+    words[0] = (unsigned char)o200k;
+    words += HEADER;
     pos = (const unsigned char *)data.buf;
     end = pos + data.len;
     while (pos < end) {
