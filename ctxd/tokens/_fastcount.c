@@ -22,6 +22,9 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 /* Character classes of the pre-tokenizer (3 bits). NL doubles as the end of the text. */
 enum { NL, BLANK, SPACE, UPPER, LOWER, BOTH, DIGIT, PUNCT };
@@ -201,6 +204,41 @@ static int get_table(PyObject *obj, Table *t)
     return 0;
 }
 
+#ifdef __SSE2__
+/* 0xFF in each byte of b within [low, high] (bytes below 128). */
+static inline __m128i in_range(__m128i b, char low, char high)
+{
+    return _mm_and_si128(_mm_cmpgt_epi8(b, _mm_set1_epi8((char)(low - 1))),
+                         _mm_cmplt_epi8(b, _mm_set1_epi8((char)(high + 1))));
+}
+#endif
+
+/* c[i] = ASCII[u[i]] for i < n, all u[i] below 128 (16 at a time with SSE2). */
+static void classify_ascii(const unsigned char *u, unsigned char *c, Py_ssize_t n)
+{
+    Py_ssize_t i = 0;
+#ifdef __SSE2__
+    for (; i + 16 <= n; i += 16) {
+        __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(u + i));
+        __m128i lower = in_range(b, 'a', 'z'), upper = in_range(b, 'A', 'Z'), digits = in_range(b, '0', '9');
+        __m128i blank = _mm_cmpeq_epi8(b, _mm_set1_epi8(' '));
+        __m128i space = _mm_or_si128(_mm_cmpeq_epi8(b, _mm_set1_epi8('\t')), in_range(b, '\v', '\f'));
+        __m128i nl = _mm_or_si128(_mm_cmpeq_epi8(b, _mm_set1_epi8('\n')), _mm_cmpeq_epi8(b, _mm_set1_epi8('\r')));
+        __m128i other = _mm_or_si128(_mm_or_si128(_mm_or_si128(lower, upper), _mm_or_si128(digits, blank)),
+                                     _mm_or_si128(space, nl));
+        __m128i cls = _mm_or_si128(
+            _mm_or_si128(_mm_and_si128(lower, _mm_set1_epi8(LOWER)), _mm_and_si128(upper, _mm_set1_epi8(UPPER))),
+            _mm_or_si128(_mm_or_si128(_mm_and_si128(digits, _mm_set1_epi8(DIGIT)),
+                                      _mm_and_si128(blank, _mm_set1_epi8(BLANK))),
+                         _mm_or_si128(_mm_and_si128(space, _mm_set1_epi8(SPACE)),
+                                      _mm_andnot_si128(other, _mm_set1_epi8(PUNCT))))); /* NL is 0 */
+        _mm_storeu_si128((__m128i *)(void *)(c + i), cls);
+    }
+#endif
+    for (; i < n; i++)
+        c[i] = ASCII[u[i]];
+}
+
 /* A text laid out for counting: per character its class c[i], its byte a[i] (0x80 if not
  * ASCII) and its offset in the UTF-8 bytes u (offs[i]; NULL when all are ASCII: then i). c has 2
  * NL before it and 128 after it (find_starts reads whole blocks of 64, and the next one), a and
@@ -230,8 +268,7 @@ static void lay_out(PyObject *text, unsigned char *mem, int o200k, Text *s)
     c[-2] = c[-1] = NL; /* the text starts as after a newline */
     if (PyUnicode_IS_ASCII(text)) {
         memcpy(u, data, (size_t)length);
-        for (i = 0; i < length; i++)
-            c[i] = ASCII[u[i]];
+        classify_ascii(u, c, length);
         a = u;
         offs = NULL;
         n = length;
@@ -265,7 +302,6 @@ typedef struct {
 } Masks;
 
 #ifdef __SSE2__
-#include <emmintrin.h>
 /* Bit k set when c[k] == cls, for k < 64. */
 static inline uint64_t mask_of(const __m128i v[4], int cls)
 {
