@@ -61,7 +61,7 @@ static int is_mark(Py_UCS4 c)
            (c >= 0x1DC0 && c <= 0x1DFF) || (c >= 0x20D0 && c <= 0x20FF) || (c >= 0xFE20 && c <= 0xFE2F);
 }
 
-static int class_of(Py_UCS4 c, int o200k)
+static inline int class_of(Py_UCS4 c, int o200k)
 {
     if (c < 128)
         return ASCII[c];
@@ -275,14 +275,22 @@ static void lay_out(PyObject *text, unsigned char *mem, int o200k, Text *s)
         a = u;
         offs = NULL;
         n = length;
-    } else {
-        for (i = 0; i < length; i++) {
-            Py_UCS4 ch = PyUnicode_READ(kind, data, i);
-            offs[i] = n;
-            a[i] = ch < 128 ? (unsigned char)ch : 0x80;
-            c[i] = ch < 128 ? ASCII[ch] : (unsigned char)class_of(ch, o200k);
-            n += put_utf8(u + n, ch);
+    } else { /* one loop per kind, so that the compiler reads each without a switch */
+#define LAY_OUT(type)                                                                  \
+        for (i = 0; i < length; i++) {                                                 \
+            Py_UCS4 ch = ((const type *)data)[i];                                      \
+            offs[i] = n;                                                               \
+            a[i] = ch < 128 ? (unsigned char)ch : 0x80;                                \
+            c[i] = ch < 128 ? ASCII[ch] : (unsigned char)class_of(ch, o200k);          \
+            n += put_utf8(u + n, ch);                                                  \
         }
+        if (kind == PyUnicode_1BYTE_KIND)
+            LAY_OUT(Py_UCS1)
+        else if (kind == PyUnicode_2BYTE_KIND)
+            LAY_OUT(Py_UCS2)
+        else
+            LAY_OUT(Py_UCS4)
+#undef LAY_OUT
         offs[length] = n;
         memset(a + length, 0, SLACK);
     }
