@@ -70,6 +70,8 @@ static inline int class_of(Py_UCS4 c, int o200k)
         return BOTH; /* CJK ideographs, Hangul syllables, kana, Arabic letters: \p{Lo}, the common cases */
     if (c >= 0x0410 && c <= 0x044F)
         return c < 0x0430 ? UPPER : LOWER; /* basic Cyrillic */
+    if (c >= 0xC0 && c <= 0xFF) /* Latin-1 letters, but for the signs x and / */
+        return c == 0xD7 || c == 0xF7 ? PUNCT : c < 0xDF ? UPPER : LOWER;
     if (Py_UNICODE_ISALPHA(c))
         return Py_UNICODE_ISUPPER(c) ? UPPER : Py_UNICODE_ISLOWER(c) ? LOWER : BOTH;
     if (Py_UNICODE_ISSPACE(c))
