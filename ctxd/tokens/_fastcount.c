@@ -12,7 +12,7 @@
  * by a branch-free pass that looks each byte's class pair up in a table (split_table), and the
  * pieces are then walked from that bitmap.
  *
- * build(data: bytes, log2_words: int, o200k: bool) -> bytes   (data: a decompressed .tiktoken file)
+ * build(data, log2_words, o200k, ascii_base, ascii_per_byte, scale) -> bytes  (see build)
  * count(text: str, table: bytes) -> int
  *
  * No global state: everything per encoding is in the table, an immutable bytes object that the
@@ -34,7 +34,7 @@ enum { NL, BLANK, SPACE, UPPER, LOWER, BOTH, DIGIT, PUNCT };
 #define TOKEN_MAX 128   /* longest token of either encoding, in bytes */
 #define PROBE_MAX 16    /* longest prefix, in bytes, that the greedy cut tries */
 #define SLACK 16        /* bytes after a text that hashes and scans may read */
-#define HEADER 8        /* the table's header: 1 for o200k; then the Bloom filter's words */
+#define HEADER 16       /* the table's header (Header); then the Bloom filter's words */
 #define MULT 0x9E3779B97F4A7C15ULL
 
 /* ASCII classes: ' ' is BLANK, \t \v \f are SPACE, \r \n NL; other control characters are
@@ -125,7 +125,16 @@ static inline uint64_t hash_bytes(const unsigned char *b, Py_ssize_t n)
     return h ^ (h >> 29);
 }
 
+/* What build() was given besides the vocabulary: in the table's first bytes. */
 typedef struct {
+    int32_t o200k;          /* 1 for o200k's pre-tokenizer, 0 for cl100k's */
+    int32_t ascii_base;     /* an ASCII piece that is not a token: ascii_base + ascii_per_byte */
+    int32_t ascii_per_byte; /*   per byte tokens, in 1/1024 */
+    int32_t scale;          /* the count is scaled by scale / 1024 */
+} Header;
+
+typedef struct {
+    Header h;
     int o200k;
     const unsigned char *words;  /* the Bloom filter, 8 bytes a word */
     uint64_t mask;               /* words - 1 (a power of two) */
@@ -192,6 +201,13 @@ static inline int put_utf8(unsigned char *b, Py_UCS4 c)
     return 4;
 }
 
+/* Whether the constants are within the bounds that keep the arithmetic in range. */
+static int header_ok(const Header *h)
+{
+    return (h->o200k == 0 || h->o200k == 1) && h->ascii_base >= 0 && h->ascii_base <= 8192 &&
+           h->ascii_per_byte >= 0 && h->ascii_per_byte <= 1024 && h->scale >= 512 && h->scale <= 2048;
+}
+
 /* Reads a table made by build(); -1 with an exception set when `obj` is not one. */
 static int get_table(PyObject *obj, Table *t)
 {
@@ -205,7 +221,12 @@ static int get_table(PyObject *obj, Table *t)
         PyErr_SetString(PyExc_ValueError, "not a table made by build()");
         return -1;
     }
-    t->o200k = PyBytes_AS_STRING(obj)[0] & 1;
+    memcpy(&t->h, PyBytes_AS_STRING(obj), sizeof(Header));
+    if (!header_ok(&t->h)) {
+        PyErr_SetString(PyExc_ValueError, "not a table made by build()");
+        return -1;
+    }
+    t->o200k = t->h.o200k;
     t->words = (const unsigned char *)PyBytes_AS_STRING(obj) + HEADER;
     t->mask = (uint64_t)(size / 8 - 1);
     return 0;
@@ -394,16 +415,14 @@ static void find_starts(const Table *t, const Text *s, uint64_t *starts)
 
 /* Tokens of the piece of characters [start, end) that is not a token: a run of digits is cut in
  * threes ('\p{N}{1,3}', and every group is a token); an ASCII piece is estimated from its length
- * (ASCII_MISS, fitted by bench/fit_fastcount.py on the corpus's training part: greedy cutting
- * costs more than it gains there); any other piece is cut greedily. */
+ * (greedy cutting costs more than it gains there); any other piece is cut greedily. */
 static Py_ssize_t count_miss(const Table *t, const Text *s, Py_ssize_t start, Py_ssize_t end)
 {
-    static const int ASCII_MISS[2][2] = {{1851, 79}, {2015, 46}}; /* cl100k, o200k: 1/1024 tokens + per byte */
     Py_ssize_t from = OFFSET(s, start), n = OFFSET(s, end) - from;
     if (s->c[start] == DIGIT)
         return (end - start + 2) / 3;
     if (n == end - start)
-        return (ASCII_MISS[t->o200k][0] + ASCII_MISS[t->o200k][1] * n + 512) >> 10;
+        return (t->h.ascii_base + t->h.ascii_per_byte * n + 512) >> 10;
     return greedy(t, s->u + from, n);
 }
 
@@ -465,7 +484,7 @@ static PyObject *count(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         total += count_miss(&t, &s, pieces[misses[k]], pieces[misses[k] + 1]);
     if (mem != (unsigned char *)local)
         PyMem_Free(mem);
-    return PyLong_FromSsize_t(total);
+    return PyLong_FromSsize_t((total * t.h.scale + 512) >> 10);
 }
 
 static int b64_value(unsigned char c)
@@ -479,28 +498,32 @@ static int b64_value(unsigned char c)
     return c == '+' ? 62 : c == '/' ? 63 : -1;
 }
 
-/* build(data, log2_words, o200k): the table for one encoding, from its decompressed .tiktoken
- * file (a line per token: its bytes in base64, a space, its rank). */
+/* build(data, log2_words, o200k, ascii_base, ascii_per_byte, scale): the table for one encoding,
+ * from its decompressed .tiktoken file (a line per token: its bytes in base64, a space, its
+ * rank), with 8 << log2_words bytes of Bloom filter, and the constants of Header. */
 static PyObject *build(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     Py_buffer data;
     long log2_words;
-    int o200k;
+    Header h;
     PyObject *table;
     unsigned char *words, token[TOKEN_MAX + SLACK] = {0};
     const unsigned char *pos, *end;
 
-    if (nargs != 3 || PyObject_GetBuffer(args[0], &data, PyBUF_SIMPLE) < 0) {
+    if (nargs != 6 || PyObject_GetBuffer(args[0], &data, PyBUF_SIMPLE) < 0) {
         if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_TypeError, "build(data: bytes, log2_words: int, o200k: bool)");
+            PyErr_SetString(PyExc_TypeError, "build(data, log2_words, o200k, ascii_base, ascii_per_byte, scale)");
         return NULL;
     }
     log2_words = PyLong_AsLong(args[1]);
-    o200k = PyObject_IsTrue(args[2]);
-    if (log2_words < 0 || log2_words > 24 || o200k < 0) {
+    h.o200k = PyObject_IsTrue(args[2]);
+    h.ascii_base = (int32_t)PyLong_AsLong(args[3]);
+    h.ascii_per_byte = (int32_t)PyLong_AsLong(args[4]);
+    h.scale = (int32_t)PyLong_AsLong(args[5]);
+    if (PyErr_Occurred() || log2_words < 0 || log2_words > 24 || !header_ok(&h)) {
         PyBuffer_Release(&data);
         if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_ValueError, "log2_words must be within 0..24");
+            PyErr_SetString(PyExc_ValueError, "build: an argument is out of its range");
         return NULL;
     }
     table = PyBytes_FromStringAndSize(NULL, HEADER + ((Py_ssize_t)8 << log2_words));
@@ -510,7 +533,7 @@ static PyObject *build(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     }
     words = (unsigned char *)PyBytes_AS_STRING(table);
     memset(words, 0, HEADER + ((size_t)8 << log2_words));
-    words[0] = (unsigned char)o200k;
+    memcpy(words, &h, sizeof h);
     words += HEADER;
     pos = (const unsigned char *)data.buf;
     end = pos + data.len;
@@ -548,7 +571,7 @@ static PyMethodDef methods[] = {
     {"count", (PyCFunction)(void (*)(void))count, METH_FASTCALL,
      "count(text, table) -> estimated tiktoken count of text"},
     {"build", (PyCFunction)(void (*)(void))build, METH_FASTCALL,
-     "build(data, log2_words, o200k) -> the table of a decompressed .tiktoken file"},
+     "build(data, log2_words, o200k, ascii_base, ascii_per_byte, scale) -> the table of a .tiktoken file"},
     {NULL, NULL, 0, NULL},
 };
 
