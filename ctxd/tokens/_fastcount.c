@@ -164,6 +164,23 @@ static Py_ssize_t greedy(const Table *t, const unsigned char *b, Py_ssize_t n)
     Py_ssize_t probe_max = b[0] >= 0xE0 && b[0] < 0xF0 ? 12 : PROBE_MAX;
     while (i < n) {
         clen = CHAR_LEN[b[i] >> 4];
+        if (clen == 3) { /* CJK: the prefix of 1 to 4 characters, extended while it is a token */
+            Py_ssize_t best = 0, e = i, most = i == 0 ? n - 1 : n; /* the whole piece is not a token */
+            for (int k = 0; k < 4; k++) {
+                e += CHAR_LEN[b[e] >> 4];
+                if (e - i > 12 || e > most)
+                    break;
+                if (probe(t, b + i, e - i))
+                    best = e - i;
+                else if (k > 0)
+                    break;
+            }
+            if (best) {
+                i += best;
+                count++;
+                continue;
+            }
+        }
         len = n - i < probe_max ? n - i : probe_max;
         if (len == n && len > 1) /* the whole piece is known not to be a token */
             len--;
