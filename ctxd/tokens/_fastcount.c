@@ -12,7 +12,7 @@
  * by a branch-free pass that looks each byte's class pair up in a table (split_table), and the
  * pieces are then walked from that bitmap.
  *
- * build(data, log2_words, o200k, ascii_base, ascii_per_byte, scale) -> bytes  (see build)
+ * build(data, log2_words, o200k, ascii_base, ascii_per_byte, ascii_max, scale) -> bytes (see build)
  * count(text: str, table: bytes) -> int
  *
  * No global state: everything per encoding is in the table, an immutable bytes object that the
@@ -34,7 +34,7 @@ enum { NL, BLANK, SPACE, UPPER, LOWER, BOTH, DIGIT, PUNCT };
 #define TOKEN_MAX 128   /* longest token of either encoding, in bytes */
 #define PROBE_MAX 16    /* longest prefix, in bytes, that the greedy cut tries */
 #define SLACK 16        /* bytes after a text that hashes and scans may read */
-#define HEADER 16       /* the table's header (Header); then the Bloom filter's words */
+#define HEADER 24       /* the table's header (Header); then the Bloom filter's words */
 #define MULT 0x9E3779B97F4A7C15ULL
 
 /* ASCII classes: ' ' is BLANK, \t \v \f are SPACE, \r \n NL; other control characters are
@@ -128,9 +128,11 @@ static inline uint64_t hash_bytes(const unsigned char *b, Py_ssize_t n)
 /* What build() was given besides the vocabulary: in the table's first bytes. */
 typedef struct {
     int32_t o200k;          /* 1 for o200k's pre-tokenizer, 0 for cl100k's */
-    int32_t ascii_base;     /* an ASCII piece that is not a token: ascii_base + ascii_per_byte */
-    int32_t ascii_per_byte; /*   per byte tokens, in 1/1024 */
+    int32_t ascii_base;     /* an ASCII piece that is not a token, of at most ascii_max bytes: */
+    int32_t ascii_per_byte; /*   ascii_base + ascii_per_byte per byte tokens, in 1/1024 */
+    int32_t ascii_max;
     int32_t scale;          /* the count is scaled by scale / 1024 */
+    int32_t unused;
 } Header;
 
 typedef struct {
@@ -156,7 +158,8 @@ static inline int in_table(const Table *t, uint64_t h)
 static inline int probe(const Table *t, const unsigned char *b, Py_ssize_t n) { return in_table(t, hash_bytes(b, n)); }
 
 /* Tokens of a piece b[0..n) that is not a token: a greedy cut into the longest prefixes that are
- * tokens, tried at character ends (inside a character only when no whole one is). */
+ * tokens. For o200k, tried at character ends only (inside a character only when no whole one
+ * is): its vocabulary holds whole characters; cl100k's cuts many of them, so every length. */
 static Py_ssize_t greedy(const Table *t, const unsigned char *b, Py_ssize_t n)
 {
     Py_ssize_t count = 0, i = 0, len, clen;
@@ -185,7 +188,7 @@ static Py_ssize_t greedy(const Table *t, const unsigned char *b, Py_ssize_t n)
         if (len == n && len > 1) /* the whole piece is known not to be a token */
             len--;
         for (; len > 1; len--)
-            if ((len < clen || i + len == n || (b[i + len] & 0xC0) != 0x80) && probe(t, b + i, len))
+            if ((!t->o200k || len < clen || i + len == n || (b[i + len] & 0xC0) != 0x80) && probe(t, b + i, len))
                 break;
         i += len;
         count++;
@@ -222,7 +225,8 @@ static inline int put_utf8(unsigned char *b, Py_UCS4 c)
 static int header_ok(const Header *h)
 {
     return (h->o200k == 0 || h->o200k == 1) && h->ascii_base >= 0 && h->ascii_base <= 8192 &&
-           h->ascii_per_byte >= 0 && h->ascii_per_byte <= 1024 && h->scale >= 512 && h->scale <= 2048;
+           h->ascii_per_byte >= 0 && h->ascii_per_byte <= 1024 && h->ascii_max >= 0 && h->ascii_max <= 1024 &&
+           h->scale >= 512 && h->scale <= 2048;
 }
 
 /* Reads a table made by build(); -1 with an exception set when `obj` is not one. */
@@ -431,14 +435,14 @@ static void find_starts(const Table *t, const Text *s, uint64_t *starts)
 }
 
 /* Tokens of the piece of characters [start, end) that is not a token: a run of digits is cut in
- * threes ('\p{N}{1,3}', and every group is a token); an ASCII piece is estimated from its length
- * (greedy cutting costs more than it gains there); any other piece is cut greedily. */
+ * threes ('\p{N}{1,3}', and every group is a token); a short ASCII piece is estimated from its
+ * length (cutting it greedily costs more than it gains); any other piece is cut greedily. */
 static Py_ssize_t count_miss(const Table *t, const Text *s, Py_ssize_t start, Py_ssize_t end)
 {
     Py_ssize_t from = OFFSET(s, start), n = OFFSET(s, end) - from;
     if (s->c[start] == DIGIT)
         return (end - start + 2) / 3;
-    if (n == end - start)
+    if (n == end - start && n <= t->h.ascii_max)
         return (t->h.ascii_base + t->h.ascii_per_byte * n + 512) >> 10;
     return greedy(t, s->u + from, n);
 }
@@ -515,7 +519,7 @@ static int b64_value(unsigned char c)
     return c == '+' ? 62 : c == '/' ? 63 : -1;
 }
 
-/* build(data, log2_words, o200k, ascii_base, ascii_per_byte, scale): the table for one encoding,
+/* build(data, log2_words, o200k, ascii_base, ascii_per_byte, ascii_max, scale): the table for one encoding,
  * from its decompressed .tiktoken file (a line per token: its bytes in base64, a space, its
  * rank), with 8 << log2_words bytes of Bloom filter, and the constants of Header. */
 static PyObject *build(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -527,16 +531,18 @@ static PyObject *build(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     unsigned char *words, token[TOKEN_MAX + SLACK] = {0};
     const unsigned char *pos, *end;
 
-    if (nargs != 6 || PyObject_GetBuffer(args[0], &data, PyBUF_SIMPLE) < 0) {
+    if (nargs != 7 || PyObject_GetBuffer(args[0], &data, PyBUF_SIMPLE) < 0) {
         if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_TypeError, "build(data, log2_words, o200k, ascii_base, ascii_per_byte, scale)");
+            PyErr_SetString(PyExc_TypeError, "build(data, log2_words, o200k, ascii_base, ascii_per_byte, ascii_max, scale)");
         return NULL;
     }
     log2_words = PyLong_AsLong(args[1]);
     h.o200k = PyObject_IsTrue(args[2]);
     h.ascii_base = (int32_t)PyLong_AsLong(args[3]);
     h.ascii_per_byte = (int32_t)PyLong_AsLong(args[4]);
-    h.scale = (int32_t)PyLong_AsLong(args[5]);
+    h.ascii_max = (int32_t)PyLong_AsLong(args[5]);
+    h.scale = (int32_t)PyLong_AsLong(args[6]);
+    h.unused = 0;
     if (PyErr_Occurred() || log2_words < 0 || log2_words > 24 || !header_ok(&h)) {
         PyBuffer_Release(&data);
         if (!PyErr_Occurred())
@@ -588,7 +594,7 @@ static PyMethodDef methods[] = {
     {"count", (PyCFunction)(void (*)(void))count, METH_FASTCALL,
      "count(text, table) -> estimated tiktoken count of text"},
     {"build", (PyCFunction)(void (*)(void))build, METH_FASTCALL,
-     "build(data, log2_words, o200k, ascii_base, ascii_per_byte, scale) -> the table of a .tiktoken file"},
+     "build(data, log2_words, o200k, ascii_base, ascii_per_byte, ascii_max, scale) -> a .tiktoken file's table"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -432,15 +432,16 @@ class FastSpec(NamedTuple):
 
     encoding: str  # whose vocabulary and pre-tokenizer
     log2_words: int  # the Bloom filter has 2**log2_words words of 64 bits: about 3 tokens a word
-    ascii_base: int  # an ASCII piece that is not a token counts (ascii_base + ascii_per_byte *
-    ascii_per_byte: int  # its bytes) / 1024 tokens
+    ascii_base: int  # an ASCII piece that is not a token, of at most ascii_max bytes, counts
+    ascii_per_byte: int  # (ascii_base + ascii_per_byte * its bytes) / 1024 tokens
+    ascii_max: int
     scale: int  # the count is scaled by scale / 1024
 
 
 # BEGIN FITTED FAST CONSTANTS (bench/fit_fastcount.py, on the corpus's training part)
 FAST: Final[dict[str, FastSpec]] = {
-    "o200k": FastSpec("o200k_base", 16, 2021, 46, 1032),
-    "cl100k": FastSpec("cl100k_base", 16, 1860, 77, 1026),
+    "o200k": FastSpec("o200k_base", 16, 1935, 56, 10, 1032),
+    "cl100k": FastSpec("cl100k_base", 16, 1910, 66, 10, 1029),
 }
 # END FITTED FAST CONSTANTS
 _UNBUILT: Final = object()
@@ -466,7 +467,8 @@ def _build_table(spec: FastSpec, o200k: bool) -> bytes | None:
         data = encodings.shipped_file(spec.encoding)
     except encodings.EncodingUnavailable:
         return None
-    return _fastcount.build(data, spec.log2_words, o200k, spec.ascii_base, spec.ascii_per_byte, spec.scale)
+    return _fastcount.build(data, spec.log2_words, o200k, spec.ascii_base, spec.ascii_per_byte, spec.ascii_max,
+                            spec.scale)
 
 
 def implementation(profile: str = DEFAULT_PROFILE) -> str:
