@@ -358,45 +358,31 @@ typedef struct {
     uint64_t nl, blank, space, upper, lower, letter, digit, punct;
 } Masks;
 
-#ifdef __SSE2__
-/* Bit k set when c[k] == cls, for k < 64. */
-static inline uint64_t mask_of(const __m128i v[4], int cls)
-{
-    __m128i want = _mm_set1_epi8((char)cls);
-    uint64_t m = 0;
-    for (int q = 0; q < 4; q++)
-        m |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(v[q], want)) << (16 * q);
-    return m;
-}
-#endif
-
 static void masks_of(const unsigned char *c, Masks *m)
 {
+    uint64_t p0 = 0, p1 = 0, p2 = 0; /* bit k: bit 0, 1, 2 of c[k]'s class */
 #ifdef __SSE2__
-    __m128i v[4];
-    for (int q = 0; q < 4; q++)
-        v[q] = _mm_loadu_si128((const __m128i *)(const void *)(c + 16 * q));
-    m->nl = mask_of(v, NL);
-    m->blank = mask_of(v, BLANK);
-    m->space = mask_of(v, SPACE);
-    m->upper = mask_of(v, UPPER);
-    m->lower = mask_of(v, LOWER);
-    m->letter = m->upper | m->lower | mask_of(v, BOTH);
-    m->digit = mask_of(v, DIGIT);
-    m->punct = mask_of(v, PUNCT);
+    for (int q = 0; q < 4; q++) { /* shifted left, a class's bit is its byte's top bit */
+        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(c + 16 * q));
+        p0 |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_slli_epi16(v, 7)) << (16 * q);
+        p1 |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_slli_epi16(v, 6)) << (16 * q);
+        p2 |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_slli_epi16(v, 5)) << (16 * q);
+    }
 #else
-    uint64_t by_class[8] = {0};
-    for (int k = 0; k < 64; k++)
-        by_class[c[k] & 7] |= 1ULL << k;
-    m->nl = by_class[NL];
-    m->blank = by_class[BLANK];
-    m->space = by_class[SPACE];
-    m->upper = by_class[UPPER];
-    m->lower = by_class[LOWER];
-    m->letter = by_class[UPPER] | by_class[LOWER] | by_class[BOTH];
-    m->digit = by_class[DIGIT];
-    m->punct = by_class[PUNCT];
+    for (int k = 0; k < 64; k++) {
+        p0 |= (uint64_t)(c[k] & 1) << k;
+        p1 |= (uint64_t)(c[k] >> 1 & 1) << k;
+        p2 |= (uint64_t)(c[k] >> 2 & 1) << k;
+    }
 #endif
+    m->nl = ~p2 & ~p1 & ~p0;    /* 0 */
+    m->blank = ~p2 & ~p1 & p0;  /* 1 */
+    m->space = ~p2 & p1 & ~p0;  /* 2 */
+    m->upper = ~p2 & p1 & p0;   /* 3 */
+    m->lower = p2 & ~p1 & ~p0;  /* 4 */
+    m->letter = m->upper | (p2 & ~p1); /* 3, 4, 5 */
+    m->digit = p2 & p1 & ~p0;   /* 6 */
+    m->punct = p2 & p1 & p0;    /* 7 */
 }
 
 /* Sets in `starts` (a bitmap, bit i of word i / 64) the characters where pieces start: the
@@ -526,7 +512,7 @@ static PyObject *build(PyObject *module, PyObject *const *args, Py_ssize_t nargs
 {
     Py_buffer data;
     long log2_words;
-    Header h;
+    Header head;
     PyObject *table;
     unsigned char *words, token[TOKEN_MAX + SLACK] = {0};
     const unsigned char *pos, *end;
@@ -537,13 +523,13 @@ static PyObject *build(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         return NULL;
     }
     log2_words = PyLong_AsLong(args[1]);
-    h.o200k = PyObject_IsTrue(args[2]);
-    h.ascii_base = (int32_t)PyLong_AsLong(args[3]);
-    h.ascii_per_byte = (int32_t)PyLong_AsLong(args[4]);
-    h.ascii_max = (int32_t)PyLong_AsLong(args[5]);
-    h.scale = (int32_t)PyLong_AsLong(args[6]);
-    h.unused = 0;
-    if (PyErr_Occurred() || log2_words < 0 || log2_words > 24 || !header_ok(&h)) {
+    head.o200k = PyObject_IsTrue(args[2]);
+    head.ascii_base = (int32_t)PyLong_AsLong(args[3]);
+    head.ascii_per_byte = (int32_t)PyLong_AsLong(args[4]);
+    head.ascii_max = (int32_t)PyLong_AsLong(args[5]);
+    head.scale = (int32_t)PyLong_AsLong(args[6]);
+    head.unused = 0;
+    if (PyErr_Occurred() || log2_words < 0 || log2_words > 24 || !header_ok(&head)) {
         PyBuffer_Release(&data);
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_ValueError, "build: an argument is out of its range");
@@ -556,7 +542,7 @@ static PyObject *build(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     }
     words = (unsigned char *)PyBytes_AS_STRING(table);
     memset(words, 0, HEADER + ((size_t)8 << log2_words));
-    memcpy(words, &h, sizeof h);
+    memcpy(words, &head, sizeof head);
     words += HEADER;
     pos = (const unsigned char *)data.buf;
     end = pos + data.len;
