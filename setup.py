@@ -7,5 +7,4 @@ path (ctxd/tokens/estimator.py).
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("ctxd.tokens._fastcount", ["ctxd/tokens/_fastcount.c"], optional=True,
-                             extra_compile_args=["-O2"])])
+setup(ext_modules=[Extension("ctxd.tokens._fastcount", ["ctxd/tokens/_fastcount.c"], optional=True)])
