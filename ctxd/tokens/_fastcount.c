@@ -112,20 +112,13 @@ static inline uint64_t word_at(const unsigned char *b, Py_ssize_t n) /* b[0..n) 
 
 static inline uint64_t hash_bytes(const unsigned char *b, Py_ssize_t n)
 {
-    uint64_t h = (uint64_t)n * 0xD6E8FEB86659FD93ULL;
-    for (; n > 16; b += 8, n -= 8) {
-        h = (h ^ word_at(b, 8)) * MULT;
-        h ^= h >> 32;
-    }
+    uint64_t h = (uint64_t)n;
+    for (; n > 16; b += 8, n -= 8)
+        h = (h ^ (h >> 32) ^ word_at(b, 8)) * MULT;
     h = (h ^ word_at(b, n < 8 ? n : 8)) * MULT;
-    h ^= h >> 32;
-    h = (h ^ word_at(b + 8, n < 8 ? 0 : n - 8)) * MULT;
-    h ^= h >> 31;
-    h *= 0xBF58476D1CE4E5B9ULL;
-    return h ^ (h >> 29);
+    return (h ^ (h >> 32) ^ word_at(b + 8, n < 8 ? 0 : n - 8)) * 0xBF58476D1CE4E5B9ULL; /* use its top bits */
 }
 
-/* What build() was given besides the vocabulary: in the table's first bytes. */
 typedef struct {
     int32_t o200k;          /* 1 for o200k's pre-tokenizer, 0 for cl100k's */
     int32_t ascii_base;     /* an ASCII piece that is not a token, of at most ascii_max bytes: */
@@ -139,18 +132,19 @@ typedef struct {
     Header h;
     int o200k;
     const unsigned char *words;  /* the Bloom filter, 8 bytes a word */
-    uint64_t mask;               /* words - 1 (a power of two) */
+    int shift;                   /* 64 - log2(its words) */
 } Table;
 
-/* Where hash h sets its two bits: the word's offset, and the bits. */
-static inline uint64_t word_of(uint64_t h, uint64_t mask) { return 8 * ((h >> 12) & mask); }
-static inline uint64_t bits_of(uint64_t h) { return (1ULL << (h & 63)) | (1ULL << ((h >> 6) & 63)); }
+/* Where hash h sets its two bits: the word (its top log2_words bits), and the bits (two 6-bit
+ * fields below them; log2_words <= 24). */
+static inline uint64_t word_of(uint64_t h, int shift) { return 8 * (h >> shift); }
+static inline uint64_t bits_of(uint64_t h) { return (1ULL << (h >> 28 & 63)) | (1ULL << (h >> 34 & 63)); }
 
 /* Whether the byte string of hash h is (probably) a token. */
 static inline int in_table(const Table *t, uint64_t h)
 {
     uint64_t w, bits = bits_of(h);
-    memcpy(&w, t->words + word_of(h, t->mask), 8);
+    memcpy(&w, t->words + word_of(h, t->shift), 8);
     return (w & bits) == bits;
 }
 
@@ -238,7 +232,7 @@ static int get_table(PyObject *obj, Table *t)
         return -1;
     }
     size = PyBytes_GET_SIZE(obj) - HEADER;
-    if (size < 8 || (size & (size - 1)) != 0) {
+    if (size < 8 || size > ((Py_ssize_t)8 << 24) || (size & (size - 1)) != 0) {
         PyErr_SetString(PyExc_ValueError, "not a table made by build()");
         return -1;
     }
@@ -249,7 +243,7 @@ static int get_table(PyObject *obj, Table *t)
     }
     t->o200k = t->h.o200k;
     t->words = (const unsigned char *)PyBytes_AS_STRING(obj) + HEADER;
-    t->mask = (uint64_t)(size / 8 - 1);
+    t->shift = 64 - __builtin_ctzll((uint64_t)size / 8);
     return 0;
 }
 
@@ -437,9 +431,9 @@ static PyObject *count(PyObject *module, PyObject *const *args, Py_ssize_t nargs
 {
     Table t;
     Text s;
-    uint64_t local[6144]; /* 48 KB: enough for a text of about 1,200 characters */
+    uint64_t local[4096]; /* 32 KB: enough for a text of about 1,000 characters */
     unsigned char *mem = (unsigned char *)local;
-    uint64_t *starts, *hashes, word;
+    uint64_t *starts, word;
     Py_ssize_t *pieces, *misses, length, size, words, w, k, pieces_n = 0, misses_n = 0, total = 0;
 
     if (nargs != 2 || !PyUnicode_Check(args[0])) {
@@ -458,13 +452,12 @@ static PyObject *count(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     if (length > PY_SSIZE_T_MAX / 64)
         return PyErr_NoMemory();
     words = (length + 63) / 64; /* of the bitmap */
-    size = 8 * words + 3 * 8 * (length + 1) + text_bytes(length);
+    size = 8 * words + 2 * 8 * (length + 1) + text_bytes(length);
     if (size > (Py_ssize_t)sizeof(local) && (mem = PyMem_Malloc((size_t)size)) == NULL)
         return PyErr_NoMemory();
     starts = (uint64_t *)(void *)mem;
     pieces = (Py_ssize_t *)(starts + words); /* where each piece starts, then `length` */
-    hashes = (uint64_t *)(pieces + length + 1);
-    misses = (Py_ssize_t *)(hashes + length + 1); /* the pieces that are not tokens */
+    misses = pieces + length + 1; /* the pieces that are not tokens */
     lay_out(args[0], (unsigned char *)(misses + length + 1), t.o200k, &s);
     find_starts(&t, &s, starts);
     starts[0] |= 1; /* the first piece starts at 0 */
@@ -474,15 +467,11 @@ static PyObject *count(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         for (word = starts[w]; word; word &= word - 1)
             pieces[pieces_n++] = (w << 6) + __builtin_ctzll(word);
     pieces[pieces_n] = length;
-    /* Three passes with no branch that the text decides, so that the processor can look many
-     * pieces up in the vocabulary at once: hash each piece, then count those that are tokens
-     * and list the others; then count those. */
+    /* Each piece counts 1 if it is a token; the others are listed, and counted after: this loop
+     * has no branch that the text decides, so the processor looks many pieces up at once. */
     for (k = 0; k < pieces_n; k++) {
         Py_ssize_t from = OFFSET(&s, pieces[k]);
-        hashes[k] = hash_bytes(s.u + from, OFFSET(&s, pieces[k + 1]) - from);
-    }
-    for (k = 0; k < pieces_n; k++) {
-        int hit = in_table(&t, hashes[k]);
+        int hit = probe(&t, s.u + from, OFFSET(&s, pieces[k + 1]) - from);
         total += hit;
         misses[misses_n] = k;
         misses_n += !hit;
@@ -567,7 +556,7 @@ static PyObject *build(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         if (n == 0 || n > TOKEN_MAX) /* a blank line, or not a .tiktoken file */
             continue;
         h = hash_bytes(token, n);
-        word = words + word_of(h, ((uint64_t)1 << log2_words) - 1);
+        word = words + word_of(h, 64 - (int)log2_words);
         memcpy(&w, word, 8);
         w |= bits_of(h);
         memcpy(word, &w, 8);
