@@ -282,20 +282,36 @@ static void classify_ascii(const unsigned char *u, unsigned char *c, Py_ssize_t 
         c[i] = ASCII[u[i]];
 }
 
-/* A text laid out for counting: per character its class c[i], its byte a[i] (0x80 if not
- * ASCII) and its offset in the UTF-8 bytes u (offs[i]; NULL when all are ASCII: then i). c has 2
- * NL before it and 128 after it (find_starts reads whole blocks of 64, and the next one), a and
- * u SLACK zeros after them, so that scans and hashes read no bound. */
+/* A text laid out for counting: per character its class c[i] and its offset in the UTF-8 bytes
+ * u (offs[i]; NULL when all are ASCII: then i). c has 2 NL before it and 128 after it
+ * (find_starts reads whole blocks of 64, and the next one), u SLACK zeros after it, so that
+ * scans and hashes read no bound. */
 typedef struct {
-    const unsigned char *c, *a, *u;
+    const unsigned char *c, *u;
     const Py_ssize_t *offs;
     Py_ssize_t length; /* characters */
 } Text;
 
 #define OFFSET(s, i) ((s)->offs ? (s)->offs[i] : (i))
 
+/* The character at byte `at` (binary search of offs). */
+static Py_ssize_t char_at(const Text *s, Py_ssize_t at)
+{
+    Py_ssize_t low = 0, high = s->length;
+    if (s->offs == NULL)
+        return at;
+    while (low < high) { /* the first character whose offset is >= at */
+        Py_ssize_t middle = low + (high - low) / 2;
+        if (s->offs[middle] < at)
+            low = middle + 1;
+        else
+            high = middle;
+    }
+    return low;
+}
+
 /* Bytes a Text of `length` characters needs (besides its bitmap); see lay_out. */
-static Py_ssize_t text_bytes(Py_ssize_t length) { return 8 * (length + 1) + 6 * length + 3 * SLACK + 2 + 128; }
+static Py_ssize_t text_bytes(Py_ssize_t length) { return 8 * (length + 1) + 2 + length + 128 + 4 * length + SLACK; }
 
 /* Lays the str out in `mem` (text_bytes(length) bytes, 8-aligned). */
 static void lay_out(PyObject *text, unsigned char *mem, int o200k, Text *s)
@@ -305,14 +321,12 @@ static void lay_out(PyObject *text, unsigned char *mem, int o200k, Text *s)
     Py_ssize_t length = PyUnicode_GET_LENGTH(text), i, n = 0;
     Py_ssize_t *offs = (Py_ssize_t *)(void *)mem;   /* length + 1 offsets */
     unsigned char *c = mem + 8 * (length + 1) + 2; /* then 2 + length + 128 classes */
-    unsigned char *a = c + length + 128;            /* length + SLACK bytes */
-    unsigned char *u = a + length + SLACK;          /* 4 * length + SLACK bytes */
+    unsigned char *u = c + length + 128;            /* 4 * length + SLACK bytes */
 
     c[-2] = c[-1] = NL; /* the text starts as after a newline */
     if (PyUnicode_IS_ASCII(text)) {
         memcpy(u, data, (size_t)length);
         classify_ascii(u, c, length);
-        a = u;
         offs = NULL;
         n = length;
     } else { /* one loop per kind, so that the compiler reads each without a switch */
@@ -320,7 +334,6 @@ static void lay_out(PyObject *text, unsigned char *mem, int o200k, Text *s)
         for (i = 0; i < length; i++) {                                                 \
             Py_UCS4 ch = ((const type *)data)[i];                                      \
             offs[i] = n;                                                               \
-            a[i] = ch < 128 ? (unsigned char)ch : 0x80;                                \
             c[i] = ch < 128 ? ASCII[ch] : (unsigned char)class_of(ch, o200k);          \
             n += put_utf8(u + n, ch);                                                  \
         }
@@ -332,19 +345,19 @@ static void lay_out(PyObject *text, unsigned char *mem, int o200k, Text *s)
             LAY_OUT(Py_UCS4)
 #undef LAY_OUT
         offs[length] = n;
-        memset(a + length, 0, SLACK);
     }
     memset(c + length, NL, 128); /* the end of the text, as far as the scan can tell */
     memset(u + n, 0, SLACK);
-    if (o200k) /* o200k: a word keeps its 's, 't, 're ...: the apostrophe is then a letter */
-        for (const unsigned char *p = memchr(a, '\'', (size_t)length); p; p = memchr(p + 1, '\'', (size_t)(a + length - p - 1)))
-            if (p > a && IS_LETTER(c[p - a - 1]) && contraction(p))
-                c[p - a] = BOTH;
     s->c = c;
-    s->a = a;
     s->u = u;
     s->offs = offs;
     s->length = length;
+    if (o200k) /* o200k: a word keeps its 's, 't, 're ...: the apostrophe is then a letter */
+        for (const unsigned char *p = memchr(u, '\'', (size_t)n); p; p = memchr(p + 1, '\'', (size_t)(u + n - p - 1))) {
+            Py_ssize_t at = char_at(s, p - u);
+            if (at > 0 && IS_LETTER(c[at - 1]) && contraction(p))
+                c[at] = BOTH;
+        }
 }
 
 /* Which of 64 characters (bit k: character k) are of each class. */
