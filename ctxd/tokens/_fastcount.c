@@ -440,6 +440,19 @@ static Py_ssize_t count_miss(const Table *t, const Text *s, Py_ssize_t start, Py
     return greedy(t, s->u + from, n);
 }
 
+/* 1 if the piece of characters [start, end) is a token; else 0, and the piece is added to
+ * `misses` (its start and end) without a branch. */
+static inline int look_up(const Table *t, const Text *s, Py_ssize_t start, Py_ssize_t end, Py_ssize_t *misses,
+                          Py_ssize_t *misses_n)
+{
+    Py_ssize_t from = OFFSET(s, start);
+    int hit = probe(t, s->u + from, OFFSET(s, end) - from);
+    misses[*misses_n] = start;
+    misses[*misses_n + 1] = end;
+    *misses_n += 2 * !hit;
+    return hit;
+}
+
 static PyObject *count(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     Table t;
@@ -447,7 +460,7 @@ static PyObject *count(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     uint64_t local[4096]; /* 32 KB: enough for a text of about 1,000 characters */
     unsigned char *mem = (unsigned char *)local;
     uint64_t *starts, word;
-    Py_ssize_t *pieces, *misses, length, size, words, w, k, pieces_n = 0, misses_n = 0, total = 0;
+    Py_ssize_t *misses, length, size, words, w, k, start = 0, misses_n = 0, total = 0;
 
     if (nargs != 2 || !PyUnicode_Check(args[0])) {
         PyErr_SetString(PyExc_TypeError, "count(text: str, table: bytes)");
@@ -465,32 +478,28 @@ static PyObject *count(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     if (length > PY_SSIZE_T_MAX / 64)
         return PyErr_NoMemory();
     words = (length + 63) / 64; /* of the bitmap */
-    size = 8 * words + 2 * 8 * (length + 1) + text_bytes(length);
+    size = 8 * words + 8 * 2 * (length + 1) + text_bytes(length);
     if (size > (Py_ssize_t)sizeof(local) && (mem = PyMem_Malloc((size_t)size)) == NULL)
         return PyErr_NoMemory();
     starts = (uint64_t *)(void *)mem;
-    pieces = (Py_ssize_t *)(starts + words); /* where each piece starts, then `length` */
-    misses = pieces + length + 1; /* the pieces that are not tokens */
-    lay_out(args[0], (unsigned char *)(misses + length + 1), t.o200k, &s);
+    misses = (Py_ssize_t *)(starts + words); /* start and end of the pieces that are not tokens */
+    lay_out(args[0], (unsigned char *)(misses + 2 * (length + 1)), t.o200k, &s);
     find_starts(&t, &s, starts);
     starts[0] |= 1; /* the first piece starts at 0 */
     if (length & 63) /* and none past the end */
         starts[length >> 6] &= (1ULL << (length & 63)) - 1;
+    /* Each piece [start, end) counts 1 if it is a token; the others are listed, and counted
+     * after: this loop has no branch that the text decides, so the processor looks many pieces
+     * up at once. */
     for (w = 0; w < words; w++)
-        for (word = starts[w]; word; word &= word - 1)
-            pieces[pieces_n++] = (w << 6) + __builtin_ctzll(word);
-    pieces[pieces_n] = length;
-    /* Each piece counts 1 if it is a token; the others are listed, and counted after: this loop
-     * has no branch that the text decides, so the processor looks many pieces up at once. */
-    for (k = 0; k < pieces_n; k++) {
-        Py_ssize_t from = OFFSET(&s, pieces[k]);
-        int hit = probe(&t, s.u + from, OFFSET(&s, pieces[k + 1]) - from);
-        total += hit;
-        misses[misses_n] = k;
-        misses_n += !hit;
-    }
-    for (k = 0; k < misses_n; k++)
-        total += count_miss(&t, &s, pieces[misses[k]], pieces[misses[k] + 1]);
+        for (word = w ? starts[w] : starts[0] & ~1ULL; word; word &= word - 1) {
+            Py_ssize_t end = (w << 6) + __builtin_ctzll(word);
+            total += look_up(&t, &s, start, end, misses, &misses_n);
+            start = end;
+        }
+    total += look_up(&t, &s, start, length, misses, &misses_n);
+    for (k = 0; k < misses_n; k += 2)
+        total += count_miss(&t, &s, misses[k], misses[k + 1]);
     if (mem != (unsigned char *)local)
         PyMem_Free(mem);
     return PyLong_FromSsize_t((total * t.h.scale + 512) >> 10);
