@@ -444,8 +444,9 @@ FAST: Final[dict[str, FastSpec]] = {
     "cl100k": FastSpec("cl100k_base", 16, 1910, 66, 10, 1029),
 }
 # END FITTED FAST CONSTANTS
-_UNBUILT: Final = object()
-_tables: dict[str, bytes | None] = {}  # profile -> its C table, or None: estimate by byte classes
+_count: Final = _fastcount.count if _fastcount is not None else None  # bound once: the hot path's call
+_tables: dict[str, bytes] = {}  # profile -> its C table, once built (only with the extension)
+_no_table: set[str] = set()  # profiles whose table cannot be built: estimated by byte classes
 _tables_lock = threading.Lock()
 
 
@@ -455,9 +456,13 @@ def _table(profile: str) -> bytes | None:
     if profile not in FAST:
         profile = DEFAULT_PROFILE
     with _tables_lock:  # built once even when threads ask at the same time
-        if profile not in _tables:
-            _tables[profile] = _build_table(FAST[profile], profile == "o200k")
-        return _tables[profile]
+        if profile not in _tables and profile not in _no_table:
+            table = _build_table(FAST[profile], profile == "o200k")
+            if table is None:
+                _no_table.add(profile)
+            else:
+                _tables[profile] = table
+        return _tables.get(profile)
 
 
 def _build_table(spec: FastSpec, o200k: bool) -> bytes | None:
@@ -479,12 +484,11 @@ def implementation(profile: str = DEFAULT_PROFILE) -> str:
 def estimate_tokens(text: str, profile: str = DEFAULT_PROFILE) -> int:
     """Estimated token count of `text` for the encoding family `profile` (o200k or cl100k): by the
     vocabulary when the C extension is built, else by byte classes (see the module's docstring)."""
-    table = _tables.get(profile, _UNBUILT)
-    if table is _UNBUILT:
-        table = _table(profile)
-    if table is None:
-        return estimate_by_classes(text, profile)
-    return _fastcount.count(text, table)
+    table = _tables.get(profile)
+    if table is not None:  # the hot path: one lookup, one call
+        return _count(text, table)
+    table = _table(profile)
+    return _count(text, table) if table is not None else estimate_by_classes(text, profile)
 
 
 def estimate_by_classes(text: str, profile: str = DEFAULT_PROFILE) -> int:
