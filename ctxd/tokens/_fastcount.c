@@ -138,7 +138,19 @@ typedef struct {
 /* Where hash h sets its two bits: the word (its top log2_words bits), and the bits (two 6-bit
  * fields below them; log2_words <= 24). */
 static inline uint64_t word_of(uint64_t h, int shift) { return 8 * (h >> shift); }
-static inline uint64_t bits_of(uint64_t h) { return (1ULL << (h >> 28 & 63)) | (1ULL << (h >> 34 & 63)); }
+#define B(k) (1ULL << (k))
+static const uint64_t BIT[64] = { /* 1 << k: a load is cheaper than a shift by a variable */
+    B(0), B(1), B(2), B(3), B(4), B(5), B(6), B(7),
+    B(8), B(9), B(10), B(11), B(12), B(13), B(14), B(15),
+    B(16), B(17), B(18), B(19), B(20), B(21), B(22), B(23),
+    B(24), B(25), B(26), B(27), B(28), B(29), B(30), B(31),
+    B(32), B(33), B(34), B(35), B(36), B(37), B(38), B(39),
+    B(40), B(41), B(42), B(43), B(44), B(45), B(46), B(47),
+    B(48), B(49), B(50), B(51), B(52), B(53), B(54), B(55),
+    B(56), B(57), B(58), B(59), B(60), B(61), B(62), B(63),
+};
+#undef B
+static inline uint64_t bits_of(uint64_t h) { return BIT[h >> 28 & 63] | BIT[h >> 34 & 63]; }
 
 /* Whether the byte string of hash h is (probably) a token. */
 static inline int in_table(const Table *t, uint64_t h)
