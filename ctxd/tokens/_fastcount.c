@@ -34,7 +34,8 @@ enum { NL, BLANK, SPACE, UPPER, LOWER, BOTH, DIGIT, PUNCT };
 #define TOKEN_MAX 128   /* longest token of either encoding, in bytes */
 #define PROBE_MAX 16    /* longest prefix, in bytes, that the greedy cut tries */
 #define SLACK 16        /* bytes after a text that hashes and scans may read */
-#define HEADER 24       /* the table's header (Header); then the Bloom filter's words */
+#define LOW_CHARS 2048  /* characters whose class the table holds: ASCII, Latin, Greek, Cyrillic, Arabic ... */
+#define HEADER (24 + LOW_CHARS) /* the table's header (Header, then the classes); then the Bloom filter */
 #define MULT 0x9E3779B97F4A7C15ULL
 
 /* ASCII classes: ' ' is BLANK, \t \v \f are SPACE, \r \n NL; other control characters are
@@ -130,6 +131,7 @@ typedef struct {
 
 typedef struct {
     Header h;
+    const unsigned char *classes; /* class_of(c) for c < LOW_CHARS */
     int o200k;
     const unsigned char *words;  /* the Bloom filter, 8 bytes a word */
     int shift;                   /* 64 - log2(its words) */
@@ -254,6 +256,7 @@ static int get_table(PyObject *obj, Table *t)
         return -1;
     }
     t->o200k = t->h.o200k;
+    t->classes = (const unsigned char *)PyBytes_AS_STRING(obj) + sizeof(Header);
     t->words = (const unsigned char *)PyBytes_AS_STRING(obj) + HEADER;
     t->shift = 64 - __builtin_ctzll((uint64_t)size / 8);
     return 0;
@@ -326,7 +329,7 @@ static Py_ssize_t char_at(const Text *s, Py_ssize_t at)
 static Py_ssize_t text_bytes(Py_ssize_t length) { return 8 * (length + 1) + 2 + length + 128 + 4 * length + SLACK; }
 
 /* Lays the str out in `mem` (text_bytes(length) bytes, 8-aligned). */
-static void lay_out(PyObject *text, unsigned char *mem, int o200k, Text *s)
+static void lay_out(PyObject *text, unsigned char *mem, const Table *t, Text *s)
 {
     int kind = PyUnicode_KIND(text);
     const void *data = PyUnicode_DATA(text);
@@ -341,13 +344,22 @@ static void lay_out(PyObject *text, unsigned char *mem, int o200k, Text *s)
         classify_ascii(u, c, length);
         offs = NULL;
         n = length;
-    } else { /* one loop per kind, so that the compiler reads each without a switch */
+    } else { /* one loop per kind, so that the compiler reads each without a switch; characters
+              * below U+0800 (1 or 2 bytes) without a branch, so mixing them costs nothing */
 #define LAY_OUT(type)                                                                  \
         for (i = 0; i < length; i++) {                                                 \
             Py_UCS4 ch = ((const type *)data)[i];                                      \
             offs[i] = n;                                                               \
-            c[i] = ch < 128 ? ASCII[ch] : (unsigned char)class_of(ch, o200k);          \
-            n += put_utf8(u + n, ch);                                                  \
+            if (ch < LOW_CHARS) {                                                      \
+                int two = ch >= 0x80;                                                  \
+                c[i] = t->classes[ch];                                                 \
+                u[n] = (unsigned char)(two ? 0xC0 | ch >> 6 : ch);                     \
+                u[n + 1] = (unsigned char)(0x80 | (ch & 0x3F)); /* kept if two */      \
+                n += 1 + two;                                                          \
+            } else {                                                                   \
+                c[i] = (unsigned char)class_of(ch, t->o200k);                          \
+                n += put_utf8(u + n, ch);                                              \
+            }                                                                          \
         }
         if (kind == PyUnicode_1BYTE_KIND)
             LAY_OUT(Py_UCS1)
@@ -364,7 +376,7 @@ static void lay_out(PyObject *text, unsigned char *mem, int o200k, Text *s)
     s->u = u;
     s->offs = offs;
     s->length = length;
-    if (o200k) /* o200k: a word keeps its 's, 't, 're ...: the apostrophe is then a letter */
+    if (t->o200k) /* o200k: a word keeps its 's, 't, 're ...: the apostrophe is then a letter */
         for (const unsigned char *p = memchr(u, '\'', (size_t)n); p; p = memchr(p + 1, '\'', (size_t)(u + n - p - 1))) {
             Py_ssize_t at = char_at(s, p - u);
             if (at > 0 && IS_LETTER(c[at - 1]) && contraction(p))
@@ -495,7 +507,7 @@ static PyObject *count(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         return PyErr_NoMemory();
     starts = (uint64_t *)(void *)mem;
     misses = (Py_ssize_t *)(starts + words); /* start and end of the pieces that are not tokens */
-    lay_out(args[0], (unsigned char *)(misses + 2 * (length + 1)), t.o200k, &s);
+    lay_out(args[0], (unsigned char *)(misses + 2 * (length + 1)), &t, &s);
     find_starts(&t, &s, starts);
     starts[0] |= 1; /* the first piece starts at 0 */
     if (length & 63) /* and none past the end */
@@ -566,6 +578,8 @@ static PyObject *build(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     words = (unsigned char *)PyBytes_AS_STRING(table);
     memset(words, 0, HEADER + ((size_t)8 << log2_words));
     memcpy(words, &head, sizeof head);
+    for (Py_UCS4 ch = 0; ch < LOW_CHARS; ch++)
+        words[sizeof head + ch] = (unsigned char)class_of(ch, head.o200k);
     words += HEADER;
     pos = (const unsigned char *)data.buf;
     end = pos + data.len;
