@@ -271,39 +271,15 @@ static inline __m128i in_range(__m128i b, char low, char high)
 }
 #endif
 
-/* c[i] = ASCII[u[i]] for i < n, all u[i] below 128 (16 at a time with SSE2). */
-static void classify_ascii(const unsigned char *u, unsigned char *c, Py_ssize_t n)
-{
-    Py_ssize_t i = 0;
-#ifdef __SSE2__
-    for (; i + 16 <= n; i += 16) {
-        __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(u + i));
-        __m128i lower = in_range(b, 'a', 'z'), upper = in_range(b, 'A', 'Z'), digits = in_range(b, '0', '9');
-        __m128i blank = _mm_cmpeq_epi8(b, _mm_set1_epi8(' '));
-        __m128i space = _mm_or_si128(_mm_cmpeq_epi8(b, _mm_set1_epi8('\t')), in_range(b, '\v', '\f'));
-        __m128i nl = _mm_or_si128(_mm_cmpeq_epi8(b, _mm_set1_epi8('\n')), _mm_cmpeq_epi8(b, _mm_set1_epi8('\r')));
-        __m128i other = _mm_or_si128(_mm_or_si128(_mm_or_si128(lower, upper), _mm_or_si128(digits, blank)),
-                                     _mm_or_si128(space, nl));
-        __m128i cls = _mm_or_si128(
-            _mm_or_si128(_mm_and_si128(lower, _mm_set1_epi8(LOWER)), _mm_and_si128(upper, _mm_set1_epi8(UPPER))),
-            _mm_or_si128(_mm_or_si128(_mm_and_si128(digits, _mm_set1_epi8(DIGIT)),
-                                      _mm_and_si128(blank, _mm_set1_epi8(BLANK))),
-                         _mm_or_si128(_mm_and_si128(space, _mm_set1_epi8(SPACE)),
-                                      _mm_andnot_si128(other, _mm_set1_epi8(PUNCT))))); /* NL is 0 */
-        _mm_storeu_si128((__m128i *)(void *)(c + i), cls);
-    }
-#endif
-    for (; i < n; i++)
-        c[i] = ASCII[u[i]];
-}
-
-/* A text laid out for counting: per character its class c[i] and its offset in the UTF-8 bytes
- * u (offs[i]; NULL when all are ASCII: then i). c has 2 NL before it and 128 after it
- * (find_starts reads whole blocks of 64, and the next one), u SLACK zeros after it, so that
- * scans and hashes read no bound. */
+/* A text laid out for counting: its UTF-8 bytes u, and unless it is all ASCII the class c[i] of
+ * each character and its offset in u, offs[i] (an ASCII text's classes are read from u, and
+ * offs[i] is i). c has 128 NL after the text, u 128 '\n' (ASCII) or SLACK zeros after it, so
+ * that scans (find_starts reads whole blocks of 64, and the next one) and hashes read no bound.
+ * apos marks the apostrophes that o200k keeps in a word ('s, 't, 're ...). */
 typedef struct {
     const unsigned char *c, *u;
     const Py_ssize_t *offs;
+    uint64_t *apos;
     Py_ssize_t length; /* characters */
 } Text;
 
@@ -326,7 +302,7 @@ static Py_ssize_t char_at(const Text *s, Py_ssize_t at)
 }
 
 /* Bytes a Text of `length` characters needs (besides its bitmap); see lay_out. */
-static Py_ssize_t text_bytes(Py_ssize_t length) { return 8 * (length + 1) + 2 + length + 128 + 4 * length + SLACK; }
+static Py_ssize_t text_bytes(Py_ssize_t length) { return 8 * (length + 1) + length + 128 + 4 * length + 128; }
 
 /* Lays the str out in `mem` (text_bytes(length) bytes, 8-aligned). */
 static void lay_out(PyObject *text, unsigned char *mem, const Table *t, Text *s)
@@ -334,14 +310,14 @@ static void lay_out(PyObject *text, unsigned char *mem, const Table *t, Text *s)
     int kind = PyUnicode_KIND(text);
     const void *data = PyUnicode_DATA(text);
     Py_ssize_t length = PyUnicode_GET_LENGTH(text), i, n = 0;
-    Py_ssize_t *offs = (Py_ssize_t *)(void *)mem;   /* length + 1 offsets */
-    unsigned char *c = mem + 8 * (length + 1) + 2; /* then 2 + length + 128 classes */
-    unsigned char *u = c + length + 128;            /* 4 * length + SLACK bytes */
+    Py_ssize_t *offs = (Py_ssize_t *)(void *)mem; /* length + 1 offsets */
+    unsigned char *c = mem + 8 * (length + 1);    /* then length + 128 classes */
+    unsigned char *u = c + length + 128;          /* then 4 * length + 128 bytes */
 
-    c[-2] = c[-1] = NL; /* the text starts as after a newline */
     if (PyUnicode_IS_ASCII(text)) {
         memcpy(u, data, (size_t)length);
-        classify_ascii(u, c, length);
+        memset(u + length, '\n', 128); /* the end of the text, as far as the scan can tell */
+        c = NULL;
         offs = NULL;
         n = length;
     } else { /* one loop per kind, so that the compiler reads each without a switch; characters
@@ -369,18 +345,20 @@ static void lay_out(PyObject *text, unsigned char *mem, const Table *t, Text *s)
             LAY_OUT(Py_UCS4)
 #undef LAY_OUT
         offs[length] = n;
+        memset(c + length, NL, 128); /* the end of the text, as far as the scan can tell */
+        memset(u + n, 0, SLACK);
     }
-    memset(c + length, NL, 128); /* the end of the text, as far as the scan can tell */
-    memset(u + n, 0, SLACK);
     s->c = c;
     s->u = u;
     s->offs = offs;
     s->length = length;
+    memset(s->apos, 0, 8 * (size_t)((length + 63) / 64));
     if (t->o200k) /* o200k: a word keeps its 's, 't, 're ...: the apostrophe is then a letter */
         for (const unsigned char *p = memchr(u, '\'', (size_t)n); p; p = memchr(p + 1, '\'', (size_t)(u + n - p - 1))) {
             Py_ssize_t at = char_at(s, p - u);
-            if (at > 0 && IS_LETTER(c[at - 1]) && contraction(p))
-                c[at] = BOTH;
+            int after_letter = at > 0 && (c ? IS_LETTER(c[at - 1]) : IS_LETTER(ASCII[u[at - 1]]));
+            if (after_letter && contraction(p))
+                s->apos[at >> 6] |= 1ULL << (at & 63);
         }
 }
 
@@ -416,19 +394,63 @@ static void masks_of(const unsigned char *c, Masks *m)
     m->punct = p2 & p1 & p0;    /* 7 */
 }
 
+/* The same from 64 ASCII bytes. */
+static void masks_ascii(const unsigned char *u, Masks *m)
+{
+#ifdef __SSE2__
+    uint64_t nl = 0, blank = 0, space = 0, upper = 0, lower = 0, digits = 0;
+    for (int q = 0; q < 4; q++) {
+        __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(u + 16 * q));
+#define MASK(v) ((uint64_t)(uint16_t)_mm_movemask_epi8(v) << (16 * q))
+        nl |= MASK(_mm_or_si128(_mm_cmpeq_epi8(b, _mm_set1_epi8('\n')), _mm_cmpeq_epi8(b, _mm_set1_epi8('\r'))));
+        blank |= MASK(_mm_cmpeq_epi8(b, _mm_set1_epi8(' ')));
+        space |= MASK(_mm_or_si128(_mm_cmpeq_epi8(b, _mm_set1_epi8('\t')), in_range(b, '\v', '\f')));
+        upper |= MASK(in_range(b, 'A', 'Z'));
+        lower |= MASK(in_range(b, 'a', 'z'));
+        digits |= MASK(in_range(b, '0', '9'));
+#undef MASK
+    }
+    m->nl = nl;
+    m->blank = blank;
+    m->space = space;
+    m->upper = upper;
+    m->lower = lower;
+    m->letter = upper | lower;
+    m->digit = digits;
+    m->punct = ~(nl | blank | space | upper | lower | digits);
+#else
+    unsigned char c[64];
+    for (int k = 0; k < 64; k++)
+        c[k] = ASCII[u[k] & 127];
+    masks_of(c, m);
+#endif
+}
+
+/* The class masks of the 64 characters from `block` on (o200k's kept apostrophes as letters). */
+static void masks_at(const Text *s, Py_ssize_t block, Masks *m)
+{
+    uint64_t apos = block < s->length ? s->apos[block >> 6] : 0;
+    if (s->c)
+        masks_of(s->c + block, m);
+    else
+        masks_ascii(s->u + block, m);
+    m->letter |= apos;
+    m->punct &= ~apos;
+}
+
 /* Sets in `starts` (a bitmap, bit i of word i / 64) the characters where pieces start: the
  * encoding's regex, alternative by alternative, as far as the classes of a character (y), the
  * two before it (w, x) and the one after it (z) tell; 64 characters at a time, with bit
- * operations on class masks and no branch. Digit runs are cut in threes by count_piece, and
- * o200k's contractions were made letters by lay_out. Bits past the text's end are for the caller
- * to ignore. */
+ * operations on class masks and no branch. Digit runs are cut in threes by count_miss, and
+ * o200k's contractions are letters (apos). Bits past the text's end are for the caller to
+ * ignore. */
 static void find_starts(const Table *t, const Text *s, uint64_t *starts)
 {
     Masks prev = {~0ULL, 0, 0, 0, 0, 0, 0, 0}, y, next; /* the text starts as after newlines */
     uint64_t case_split = t->o200k ? ~0ULL : 0;
-    masks_of(s->c, &y);
+    masks_at(s, 0, &y);
     for (Py_ssize_t block = 0; block < s->length; block += 64) {
-        masks_of(s->c + block + 64, &next); /* c has 64 NL after the text */
+        masks_at(s, block + 64, &next); /* past the end: NL, from the padding */
 #define X(m) ((y.m << 1) | (prev.m >> 63)) /* the class masks of the character before */
 #define W(m) ((y.m << 2) | (prev.m >> 62)) /* and of the one before that */
 #define Z(m) ((y.m >> 1) | (next.m << 63)) /* and of the one after */
@@ -457,7 +479,7 @@ static void find_starts(const Table *t, const Text *s, uint64_t *starts)
 static Py_ssize_t count_miss(const Table *t, const Text *s, Py_ssize_t start, Py_ssize_t end)
 {
     Py_ssize_t from = OFFSET(s, start), n = OFFSET(s, end) - from;
-    if (s->c[start] == DIGIT)
+    if (s->c ? s->c[start] == DIGIT : (unsigned)(s->u[start] - '0') < 10)
         return (end - start + 2) / 3;
     if (n == end - start && n <= t->h.ascii_max)
         return (t->h.ascii_base + t->h.ascii_per_byte * n + 512) >> 10;
@@ -502,11 +524,12 @@ static PyObject *count(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     if (length > PY_SSIZE_T_MAX / 64)
         return PyErr_NoMemory();
     words = (length + 63) / 64; /* of the bitmap */
-    size = 8 * words + 8 * 2 * (length + 1) + text_bytes(length);
+    size = 2 * 8 * words + 8 * 2 * (length + 1) + text_bytes(length);
     if (size > (Py_ssize_t)sizeof(local) && (mem = PyMem_Malloc((size_t)size)) == NULL)
         return PyErr_NoMemory();
     starts = (uint64_t *)(void *)mem;
-    misses = (Py_ssize_t *)(starts + words); /* start and end of the pieces that are not tokens */
+    s.apos = starts + words;
+    misses = (Py_ssize_t *)(s.apos + words); /* start and end of the pieces that are not tokens */
     lay_out(args[0], (unsigned char *)(misses + 2 * (length + 1)), &t, &s);
     find_starts(&t, &s, starts);
     starts[0] |= 1; /* the first piece starts at 0 */
