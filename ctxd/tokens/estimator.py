@@ -431,7 +431,7 @@ class FastSpec(NamedTuple):
     """The C estimator's table for one profile: see _fastcount.c's build()."""
 
     encoding: str  # whose vocabulary and pre-tokenizer
-    log2_words: int  # the Bloom filter has 2**log2_words words of 64 bits: about 3 tokens a word
+    log2_words: int  # the Bloom filter has 2**log2_words words of 64 bits (3 bits per token)
     ascii_base: int  # an ASCII piece that is not a token, of at most ascii_max bytes, counts
     ascii_per_byte: int  # (ascii_base + ascii_per_byte * its bytes) / 1024 tokens
     ascii_max: int
@@ -440,8 +440,8 @@ class FastSpec(NamedTuple):
 
 # BEGIN FITTED FAST CONSTANTS (bench/fit_fastcount.py, on the corpus's training part)
 FAST: Final[dict[str, FastSpec]] = {
-    "o200k": FastSpec("o200k_base", 16, 1935, 56, 10, 1032),
-    "cl100k": FastSpec("cl100k_base", 16, 1910, 66, 10, 1029),
+    "o200k": FastSpec("o200k_base", 15, 1935, 56, 10, 1036),
+    "cl100k": FastSpec("cl100k_base", 15, 1910, 66, 10, 1030),
 }
 # END FITTED FAST CONSTANTS
 _count: Final = _fastcount.count if _fastcount is not None else None  # bound once: the hot path's call
