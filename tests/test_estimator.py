@@ -184,6 +184,7 @@ HOSTILE = [
     " " * 100_000, "\n" * 70_000, "\r\n\t\v\f" * 1000, "1" * 10_000, "x" * 200_000, "中" * 50_000,
     "\U0001f600" * 3000, "é" * 3000, "\u3000" * 500 + "a", "A" * 63 + "b", "ab" * 32 + "\n",
     "".join(chr(c) for c in range(0, 0x3000)), "\ufeff\u200b\u0301\u0670" * 100,
+    "строка текста, 中文\n" * 10_000, "\n" + "y" * 70_000 + "\n" + "z" * 70_000,  # over one window of 65,536
 ]
 
 
@@ -197,6 +198,17 @@ def test_hostile_texts(profile: str, estimate) -> None:
         count = estimate(text, profile)
         size = len(text.encode("utf-8", "surrogatepass"))
         assert (count == 0) if not text else (1 <= count <= size * 1.05 + 1), (text[:20], count)
+
+
+@needs_c
+def test_a_long_text_is_counted_in_windows_as_its_parts() -> None:
+    """A text over 65,536 characters is counted a window at a time (memory stays bounded), each
+    cut after a newline: about the sum of its lines' counts."""
+    texts = [r["text"] for r in REAL]
+    whole = "\n".join(texts) * 5
+    assert len(whole) > 3 * 65_536
+    parts = 5 * sum(estimate_tokens(text) for text in texts)
+    assert abs(estimate_tokens(whole) - parts) <= 0.002 * parts
 
 
 @settings(max_examples=300, deadline=None)

@@ -310,17 +310,17 @@ static Py_ssize_t char_at(const Text *s, Py_ssize_t at)
 /* Bytes a Text of `length` characters needs (besides its bitmap); see lay_out. */
 static Py_ssize_t text_bytes(Py_ssize_t length) { return 8 * (length + 1) + length + 128 + 4 * length + 128; }
 
-/* Lays the str out in `mem` (text_bytes(length) bytes, 8-aligned). */
-static void lay_out(PyObject *text, unsigned char *mem, const Table *t, Text *s)
+/* Lays out `length` characters of a str's data (of `kind`; `ascii` when all are) in `mem`
+ * (text_bytes(length) bytes, 8-aligned). */
+static void lay_out(int kind, const void *data, Py_ssize_t length, int ascii, unsigned char *mem, const Table *t,
+                    Text *s)
 {
-    int kind = PyUnicode_KIND(text);
-    const void *data = PyUnicode_DATA(text);
-    Py_ssize_t length = PyUnicode_GET_LENGTH(text), i, n = 0;
+    Py_ssize_t i, n = 0;
     Py_ssize_t *offs = (Py_ssize_t *)(void *)mem; /* length + 1 offsets */
     unsigned char *c = mem + 8 * (length + 1);    /* then length + 128 classes */
     unsigned char *u = c + length + 128;          /* then 4 * length + 128 bytes */
 
-    if (PyUnicode_IS_ASCII(text)) {
+    if (ascii) {
         memcpy(u, data, (size_t)length);
         memset(u + length, '\n', 128); /* the end of the text, as far as the scan can tell */
         c = NULL;
@@ -505,14 +505,52 @@ static inline int look_up(const Table *t, const Text *s, Py_ssize_t start, Py_ss
     return hit;
 }
 
+/* Tokens (before scaling) of `length` characters of a str's data; `mem` holds
+ * window_bytes(length) bytes, 8-aligned. */
+static Py_ssize_t count_window(const Table *t, int kind, const void *data, Py_ssize_t length, int ascii,
+                               unsigned char *mem)
+{
+    Text s;
+    Py_ssize_t words = (length + 63) / 64, w, k, start = 0, misses_n = 0, total = 0;
+    uint64_t *starts = (uint64_t *)(void *)mem, word; /* a bitmap of words words */
+    Py_ssize_t *misses = (Py_ssize_t *)(void *)(starts + 2 * words); /* after apos */
+    s.apos = starts + words;
+    lay_out(kind, data, length, ascii, (unsigned char *)(misses + 2 * (length + 1)), t, &s);
+    find_starts(t, &s, starts);
+    starts[0] |= 1; /* the first piece starts at 0 */
+    if (length & 63) /* and none past the end */
+        starts[length >> 6] &= (1ULL << (length & 63)) - 1;
+    /* Each piece [start, end) counts 1 if it is a token; the others are listed (their starts and
+     * ends), and counted after: this loop has no branch that the text decides, so the processor
+     * looks many pieces up at once. */
+    for (w = 0; w < words; w++)
+        for (word = w ? starts[w] : starts[0] & ~1ULL; word; word &= word - 1) {
+            Py_ssize_t end = (w << 6) + __builtin_ctzll(word);
+            total += look_up(t, &s, start, end, misses, &misses_n);
+            start = end;
+        }
+    total += look_up(t, &s, start, length, misses, &misses_n);
+    for (k = 0; k < misses_n; k += 2)
+        total += count_miss(t, &s, misses[k], misses[k + 1]);
+    return total;
+}
+
+/* Bytes count_window needs for `length` characters: two bitmaps, the misses, the Text. */
+static Py_ssize_t window_bytes(Py_ssize_t length)
+{
+    return 2 * 8 * ((length + 63) / 64) + 8 * 2 * (length + 1) + text_bytes(length);
+}
+
+#define WINDOW 65536 /* characters counted at once: bounds the memory a huge text takes */
+
 static PyObject *count(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     Table t;
-    Text s;
     uint64_t local[4096]; /* 32 KB: enough for a text of about 1,000 characters */
     unsigned char *mem = (unsigned char *)local;
-    uint64_t *starts, word;
-    Py_ssize_t *misses, length, size, words, w, k, start = 0, misses_n = 0, total = 0;
+    Py_ssize_t length, at, end, total = 0;
+    int kind, ascii;
+    const char *data;
 
     if (nargs != 2 || !PyUnicode_Check(args[0])) {
         PyErr_SetString(PyExc_TypeError, "count(text: str, table: bytes)");
@@ -525,34 +563,25 @@ static PyObject *count(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         return NULL;
 #endif
     length = PyUnicode_GET_LENGTH(args[0]);
-    if (length == 0)
-        return PyLong_FromLong(0);
-    if (length > PY_SSIZE_T_MAX / 64)
+    kind = PyUnicode_KIND(args[0]);
+    data = (const char *)PyUnicode_DATA(args[0]);
+    ascii = PyUnicode_IS_ASCII(args[0]);
+    if (window_bytes(length < WINDOW ? length : WINDOW) > (Py_ssize_t)sizeof(local) &&
+        (mem = PyMem_Malloc((size_t)window_bytes(length < WINDOW ? length : WINDOW))) == NULL)
         return PyErr_NoMemory();
-    words = (length + 63) / 64; /* of the bitmap */
-    size = 2 * 8 * words + 8 * 2 * (length + 1) + text_bytes(length);
-    if (size > (Py_ssize_t)sizeof(local) && (mem = PyMem_Malloc((size_t)size)) == NULL)
-        return PyErr_NoMemory();
-    starts = (uint64_t *)(void *)mem;
-    s.apos = starts + words;
-    misses = (Py_ssize_t *)(s.apos + words); /* start and end of the pieces that are not tokens */
-    lay_out(args[0], (unsigned char *)(misses + 2 * (length + 1)), &t, &s);
-    find_starts(&t, &s, starts);
-    starts[0] |= 1; /* the first piece starts at 0 */
-    if (length & 63) /* and none past the end */
-        starts[length >> 6] &= (1ULL << (length & 63)) - 1;
-    /* Each piece [start, end) counts 1 if it is a token; the others are listed, and counted
-     * after: this loop has no branch that the text decides, so the processor looks many pieces
-     * up at once. */
-    for (w = 0; w < words; w++)
-        for (word = w ? starts[w] : starts[0] & ~1ULL; word; word &= word - 1) {
-            Py_ssize_t end = (w << 6) + __builtin_ctzll(word);
-            total += look_up(&t, &s, start, end, misses, &misses_n);
-            start = end;
+    /* A text longer than WINDOW is counted a window at a time, each cut after a newline when
+     * there is one in its second half (a piece seldom runs over one). */
+    for (at = 0; at < length; at = end) {
+        end = length - at > WINDOW ? at + WINDOW : length;
+        if (end < length) {
+            Py_ssize_t cut = end;
+            while (cut > at + WINDOW / 2 && PyUnicode_READ(kind, data, cut - 1) != '\n')
+                cut--;
+            if (cut > at + WINDOW / 2)
+                end = cut;
         }
-    total += look_up(&t, &s, start, length, misses, &misses_n);
-    for (k = 0; k < misses_n; k += 2)
-        total += count_miss(&t, &s, misses[k], misses[k + 1]);
+        total += count_window(&t, kind, data + at * kind, end - at, ascii, mem);
+    }
     if (mem != (unsigned char *)local)
         PyMem_Free(mem);
     return PyLong_FromSsize_t((total * t.h.scale + 512) >> 10);
