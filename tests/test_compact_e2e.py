@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from ctxd.tokens.counter import count_item
+from ctxd.tokens.estimator import estimate_tokens
 from tests.fake_openai import FakeOpenAI, Step
 from tests.rpc import Client, RpcError
 from tests.test_compact import GHOST, assistant, call, output, user
@@ -22,6 +24,11 @@ def turn(n: int, size: int = 2000) -> list[dict[str, Any]]:
     body = "\n".join(f"{n}:{i} collecting tests from module_{i}.py" for i in range(size // 40))
     return [user(f"turn {n}: please fix bug {n} in src/mod_{n}.py"), call(f"c{n}", f"pytest tests/test_{n}.py"),
             output(f"c{n}", body + f"\nE   RuntimeError: bug-{n}\nexit code: 1"), assistant(f"Fixed bug {n}.")]
+
+
+def estimated(items: list[dict[str, Any]]) -> int:
+    """The items' tokens as the daemon estimates them (no model: the estimator's default profile)."""
+    return sum(count_item(item, estimate_tokens) for item in items)
 
 
 def thread_items(turns: int = 6) -> list[dict[str, Any]]:
@@ -228,9 +235,11 @@ def test_prompt_compacts_automatically_and_warns_first(daemon_factory, workspace
     ws = workspace.as_uri()
     usage = client.request("ctxd/record", {"workspace": ws, "items": turn(0, 8000)})["usage"]
     assert usage["tier"] == "ok"
-    # About 3,600 estimated tokens: the middle of the warn band (3,200 to 4,000), so that a refit
-    # of the estimator (which is ~18% high on this synthetic log) does not move it out.
-    usage = client.request("ctxd/record", {"workspace": ws, "items": turn(1, 2600)})["usage"]
+    # Turn 1 brings the thread to about 3,600 estimated tokens, the middle of the warn band (3,200
+    # to 4,000), sized with the estimator the daemon uses: the C extension's or, without it, the
+    # byte classes', ~18% higher on this synthetic log.
+    size = next(s for s in range(1000, 8000, 40) if estimated(turn(0, 8000) + turn(1, s)) >= 3600)
+    usage = client.request("ctxd/record", {"workspace": ws, "items": turn(1, size)})["usage"]
     assert usage["tier"] == "warn" and usage["usedTokens"] < 4000
     client.wait_for_notification("ctxd/usageChanged", lambda p: p["tier"] == "warn")
     client.request("ctxd/record", {"workspace": ws, "items": turn(2, 4000)})

