@@ -25,7 +25,7 @@ from table import ROWS_FILE, Row, print_table, read_rows  # noqa: E402
 # The arguments that keep each benchmark short enough for a usable run.
 QUICK: dict[str, list[str]] = {
     "speed": ["--quick"],
-    "tokens": ["--rounds", "10"],
+    "tokens": ["--rounds", "15"],
     "compact": ["--sessions", "5"],
     "ghost": ["--rounds", "3"],
     "sessions": ["--mb", "20", "--appends", "20", "--idle-seconds", "5", "--turns", "5"],
