@@ -137,18 +137,25 @@ def test_sources_can_be_turned_off(daemon_factory, workspace: Path, tmp_path: Pa
         ("codex", str(codex_home / "sessions"), False, 0), ("claude", str(claude_home / "projects"), True, 1)]
 
 
-def test_automatic_checkpoint_restores_what_a_shell_command_changed(daemon_factory, tmp_path: Path) -> None:
+def followed_codex_repo(daemon_factory, tmp_path: Path, files: dict[str, str]) -> tuple[Any, Path, Client]:
+    """A git repository with `files` committed, a Codex session in it, and a daemon following it."""
     repo = make_repo(tmp_path / "repo")
-    repo.write("src/app.py", "print('v1')\n")
-    repo.write("notes.txt", "keep me\n")
+    for name, text in files.items():
+        repo.write(name, text)
     repo.commit_all("base")
+    codex_home, _, env = homes(tmp_path)
+    rollout = fx.write_jsonl(fx.codex_path(codex_home), fx.codex_session(repo.root))
+    client = daemon_factory([repo.root], env=env)
+    wait_thread(client, repo.root, CODEX_THREAD)
+    return repo, rollout, client
+
+
+def test_automatic_checkpoint_restores_what_a_shell_command_changed(daemon_factory, tmp_path: Path) -> None:
+    repo, rollout, client = followed_codex_repo(daemon_factory, tmp_path, {"src/app.py": "print('v1')\n",
+                                                                           "notes.txt": "keep me\n"})
     repo.write("src/app.py", "print('v2, not committed')\n")  # the user's uncommitted work
     ws = repo.root
-    codex_home, _, env = homes(tmp_path)
-    rollout = fx.write_jsonl(fx.codex_path(codex_home), fx.codex_session(ws))
-    client = daemon_factory([ws], env=env)
     uri = ws.as_uri()
-    wait_thread(client, ws, CODEX_THREAD)
     before = repo.files()
     # The user starts a new turn; the checkpoint is taken before the agent runs anything.
     fx.append_jsonl(rollout, fx.codex_turn("Delete the notes and rewrite app.py", "2025-10-03T10:05:00.000Z",
@@ -174,15 +181,9 @@ def test_automatic_checkpoint_restores_what_a_shell_command_changed(daemon_facto
 
 
 def test_turns_written_at_once_take_one_checkpoint(daemon_factory, tmp_path: Path) -> None:
-    repo = make_repo(tmp_path / "repo")
-    repo.write("a.txt", "a\n")
-    repo.commit_all("base")
+    repo, rollout, client = followed_codex_repo(daemon_factory, tmp_path, {"a.txt": "a\n"})
     ws = repo.root
-    codex_home, _, env = homes(tmp_path)
-    rollout = fx.write_jsonl(fx.codex_path(codex_home), fx.codex_session(ws))
-    client = daemon_factory([ws], env=env)
     uri = ws.as_uri()
-    wait_thread(client, ws, CODEX_THREAD)
     labels = [f"batch turn {n}" for n in range(5)]
     fx.append_jsonl(rollout, [r for n, text in enumerate(labels)
                               for r in fx.codex_turn(text, f"2025-10-03T10:05:0{n}.000Z", cwd=str(ws))])
