@@ -1,14 +1,14 @@
 """A fast token estimate for text whose tokenizer is not loaded (or not known).
 
-There are two estimators. When the optional C extension `_fastcount` is built (setup.py; a
-compiler at install time) and the encoding's file ships (encodings.py), `estimate_tokens` cuts
-the text into about the pieces the encoding's regex would and counts a piece the vocabulary holds
-as one token, any other by a greedy cut into the longest prefixes that are tokens (a short ASCII
-one by its length): about 2% off tiktoken on held-out real text, about 18 times faster than
-tiktoken for o200k and 20 for cl100k (bench/bench_tokens.py; see _fastcount.c). Its table, a
-Bloom filter of the vocabulary, is built in memory at the first estimate for each encoding, from the encoding's file (30-40 ms for o200k, 15 for
-cl100k; no tiktoken import). Without the extension, or when that file is missing,
-`estimate_by_classes` below answers (about 5% off), with nothing but this module.
+There are two estimators. When the optional C extension `_fastcount` is built (setup.py; a compiler
+at install time) and the encoding's file ships (encodings.py), `estimate_tokens` cuts the text into
+about the pieces the encoding's regex would and counts a piece the vocabulary holds as one token,
+any other by a greedy cut into the longest prefixes that are tokens (a short ASCII one by its
+length): about 2% off tiktoken on held-out real text, about 18 times faster than tiktoken for o200k
+and 20 for cl100k (bench/bench_tokens.py; see _fastcount.c). Its table, a Bloom filter of the
+vocabulary, is built in memory at the first estimate for each encoding, from the encoding's file
+(30-40 ms for o200k, 15 for cl100k; no tiktoken import). Without the extension, or when that file is
+missing, `estimate_by_classes` below answers (about 5% off), with nothing but this module.
 
 The rest of this docstring is about `estimate_by_classes`.
 
