@@ -25,7 +25,7 @@ ALLOWED: dict[str, set[str]] = {
     "sessions": {"errors", "ghost", "ledger", "settings", "tokens"},
     "status": {"ctxd", "ledger", "protocol", "tokens"},
     "server": {"ctxd", "compact", "errors", "ghost", "ledger", "protocol", "redact", "sessions", "settings",
-               "status"},
+               "status", "tokens"},
     "cli": {"ctxd", "redact", "server", "sessions", "usage"},
     "__main__": {"cli"},
 }

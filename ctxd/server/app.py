@@ -276,12 +276,14 @@ class CtxdServer:
 
     def _warm_up(self) -> None:
         """After `initialize` is answered, while the editor is still starting: import what requests
-        need (pydantic, the handlers), follow the agents' sessions, then import what compactions and
-        snapshots need, instead of in the first request that does."""
+        need (pydantic, the handlers), build the estimator's tables, follow the agents' sessions,
+        then import what compactions and snapshots need, instead of in the first request that does."""
         try:
             from ctxd.server import handlers  # the first request needs it: first
+            from ctxd.tokens import estimator
 
             self._record_handler = handlers.record_now
+            estimator.prepare()  # counts before tiktoken is loaded are estimates: its tables now
             self._follow_sessions()
             import ctxd.compact.run  # noqa: F401
             import ctxd.ghost.checkpoints  # noqa: F401
