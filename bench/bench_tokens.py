@@ -6,7 +6,8 @@
 For each text class of the held-out part of the real-text corpus (sources the fit never saw, about
 1 KB per sample) prints the mean and worst relative error of ctxd's estimator, of bytes/4 (Codex)
 and of qwen-code's ascii/4 + 1.5 per non-ASCII character, then the estimator's speed relative to
-tiktoken measured in the same run, for each encoding (same samples, one call per sample, after a
+tiktoken measured in the same run, for each encoding (same samples, one call per sample:
+`encode_ordinary(text)` against `estimate_tokens(text, profile)`, after a
 warm-up pass, best of N rounds of CPU time of this process taken in turns with tiktoken, so that
 other processes on a shared machine count as little as possible), and which implementation of
 `estimate_tokens` it measured: the C extension or the pure-Python fallback. Goals: mean of the
@@ -35,19 +36,19 @@ PROFILE = {"o200k_base": "o200k", "cl100k_base": "cl100k"}
 GOAL_MEAN, GOAL_WORST, GOAL_SPEEDUP = 0.03, 0.06, 20.0
 
 
-def best_times(funcs: list[Callable[[str], int]], texts: list[str], rounds: int) -> list[float]:
-    """Least CPU time of this process over `rounds` passes over `texts`, per function, after one
-    untimed pass each; the functions take turns round by round, so that a change of load on a
-    shared machine falls on both sides of the ratio."""
-    best = [float("inf")] * len(funcs)
-    for func in funcs:
+def best_times(calls: list[tuple[Callable[..., int], tuple]], texts: list[str], rounds: int) -> list[float]:
+    """Least CPU time of this process over `rounds` passes over `texts`, per call `func(text, *args)`
+    (the call a user makes, no wrapper), after one untimed pass each; the calls take turns round by
+    round, so that a change of load on a shared machine falls on both sides of the ratio."""
+    best = [float("inf")] * len(calls)
+    for func, args in calls:
         for text in texts:
-            func(text)
+            func(text, *args)
     for _ in range(rounds):
-        for i, func in enumerate(funcs):
+        for i, (func, args) in enumerate(calls):
             start = time.process_time()
             for text in texts:
-                func(text)
+                func(text, *args)
             best[i] = min(best[i], time.process_time() - start)
     return best
 
@@ -116,8 +117,8 @@ def main(argv: list[str]) -> int:
     print(f"\nspeed on the held-out samples (best of {args.rounds} interleaved rounds of CPU time, one call per sample):")
     for encoding in names:
         profile = PROFILE[encoding]
-        t_tik, t_est = best_times([load_encoding(encoding).encode_ordinary,
-                                   lambda text: estimate_tokens(text, profile)], texts, args.rounds)
+        t_tik, t_est = best_times([(load_encoding(encoding).encode_ordinary, ()), (estimate_tokens, (profile,))],
+                                  texts, args.rounds)
         for name, t in [(f"tiktoken {encoding}", t_tik), (f"ctxd {profile}", t_est)]:
             print(f"  {name:<22}{t * 1e3:8.1f} ms  {total / t / 1e6:8.1f} MB/s")
         used = implementation(profile)

@@ -211,6 +211,54 @@ def test_a_long_text_is_counted_in_windows_as_its_parts() -> None:
     assert abs(estimate_tokens(whole) - parts) <= 0.002 * parts
 
 
+def unscaled_table(profile: str) -> bytes:
+    """A table like the estimator's but with scale 1: a text's count is then the sum of its
+    pieces' counts, exactly."""
+    spec = FAST[profile]
+    return fastcount.build(encodings.shipped_file(spec.encoding), spec.log2_words, profile == "o200k",
+                           spec.ascii_base, spec.ascii_per_byte, spec.ascii_max, 1024)
+
+
+# ASCII text heavy in what the layouts treat differently: apostrophes (o200k keeps 's, 're ... in
+# a word), runs of 16 ASCII characters and shorter ones, digits, blanks before newlines.
+ASCII_TEXT = st.lists(st.sampled_from(["it's", "they're", "we'll", "O'Neil", "'s", "'", "don't", " ", "  ",
+                                       "\n", "\t", "abc", "Word", "x", "12345", ".", "(", "'quoted'", "a" * 20]),
+                      max_size=120).map("".join)
+
+
+@needs_c
+@settings(max_examples=200, deadline=None)
+@given(ASCII_TEXT, st.integers(0, 70))
+def test_an_ascii_text_counts_the_same_in_every_layout(text: str, shift: int) -> None:
+    """The C estimator lays an ASCII text out one way, and a text with any other character
+    another: 16 ASCII characters at a time while it can, with a class and an offset per
+    character, for a text stored with 1 or 2 bytes a character. An ASCII text followed by
+    a newline and a Latin or Cyrillic letter must count as it does alone, plus that tail.
+    `shift` moves the apostrophes across the 64-character blocks the pre-tokenizer works in."""
+    text = "z" * shift + text + "z"  # ends in a letter, so that the newline starts the tail's pieces
+    for profile in FAST:
+        unscaled = unscaled_table(profile)
+        alone = fastcount.count(text, unscaled)
+        for tail in ["\n\u00e9", "\n\u0436"]:  # stored with 1 and with 2 bytes a character
+            assert fastcount.count(text + tail, unscaled) == alone + fastcount.count(tail, unscaled), (profile, tail)
+
+
+@needs_c
+@pytest.mark.parametrize("before", ["", "\u00e9\n", "\u0436\n"])  # an ASCII text, or stored with 1 or 2 bytes a character
+def test_o200k_keeps_a_contraction_in_its_word_at_every_position(before: str) -> None:
+    """o200k's regex keeps 's, 't, 're ... in the word before them, and " don't" is one token of
+    its vocabulary (cl100k cuts it in two). The pre-tokenizer works 64 characters at a time, so
+    the apostrophe must be kept wherever it falls, first or last of a block included."""
+    words = [" don't", " it's", " we're", " I'm", " you'll"]
+    exact = encodings.load("o200k_base")
+    assert all(len(exact.encode_ordinary(word)) == 1 for word in words)
+    unscaled = unscaled_table("o200k")
+    for newlines in range(40, 140):
+        prefix = before + "\n" * newlines  # a piece of its own before the word, whatever its count
+        for word in words:
+            assert fastcount.count(prefix + word, unscaled) == fastcount.count(prefix, unscaled) + 1, (newlines, word)
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.text(alphabet=st.characters(exclude_categories=()), max_size=3000))
 def test_any_text(text: str) -> None:

@@ -6,20 +6,22 @@
  * when the vocabulary holds it; else a run of digits counts a token per three, a short ASCII
  * piece a fitted estimate from its length, and any other the tokens of a greedy cut into the
  * longest prefixes that are tokens. The vocabulary is a Bloom filter: three bits per token in one
- * 64-bit word (256 KB: it stays in L2). A false positive (for o200k about 1 probe of a non-token
- * in 60) makes a piece count a little low; the fitted scale makes up for it on average.
+ * 64-bit word (256 KB: it stays in L2), after the class of every character of the Basic
+ * Multilingual Plane (64 KB) and the patterns of three bits that a token's hash picks from
+ * (16 KB). A false positive (for o200k about 1 probe of a non-token in 60) makes a piece count
+ * a little low; the fitted scale makes up for it on average.
  *
  * Speed comes from few instructions and few unpredictable branches per byte: the text is laid out
- * once (UTF-8 bytes, and for non-ASCII text a class and offset per character), the pieces' starts
- * are found 64 characters at a time by bit operations on class masks (find_starts), and every
- * piece is looked up in a loop with no branch that the text decides; only the pieces that are not
- * tokens (about 1 in 6) are counted in a branchy loop.
+ * once (UTF-8 bytes, and for non-ASCII text a class and offset per character, 16 at a time while
+ * they are ASCII), the pieces' starts are found 64 characters at a time by bit operations on
+ * class masks (find_starts), and every piece is looked up in a loop with no branch that the text
+ * decides; only the pieces that are not tokens (about 1 in 6) are counted in a branchy loop.
  *
  * build(data, log2_words, o200k, ascii_base, ascii_per_byte, ascii_max, scale) -> bytes (see build)
  * count(text: str, table: bytes) -> int
  *
  * No global mutable state: everything per encoding is in the table, an immutable bytes object
- * that the caller owns; count() allocates nothing for a text of up to about 1,000 characters
+ * that the caller owns; count() allocates nothing for a text of up to about 1,800 characters
  * (a stack buffer), else one buffer that it frees.
  */
 #define PY_SSIZE_T_CLEAN
@@ -32,14 +34,14 @@
 
 /* Character classes of the pre-tokenizer (3 bits). NL doubles as the end of the text. */
 enum { NL, BLANK, SPACE, UPPER, LOWER, BOTH, DIGIT, PUNCT };
-#define IS_LETTER(c) ((c) == UPPER || (c) == LOWER || (c) == BOTH)
-#define IS_BLANK(c) ((c) == BLANK || (c) == SPACE)
+#define APOS 8 /* or'ed into the class of an apostrophe, which o200k may keep in a word */
 
 #define TOKEN_MAX 128   /* longest token of either encoding, in bytes */
 #define PROBE_MAX 16    /* longest prefix, in bytes, that the greedy cut tries */
 #define SLACK 16        /* bytes after a text that hashes and scans may read */
-#define LOW_CHARS 2048  /* characters whose class the table holds: ASCII, Latin, Greek, Cyrillic, Arabic ... */
-#define HEADER (24 + LOW_CHARS) /* the table's header (Header, then the classes); then the Bloom filter */
+#define LOW_CHARS 0x10000 /* characters whose class the table holds: the whole Basic Multilingual Plane */
+#define PATTERNS 2048   /* the bits a token sets in its word of the Bloom filter: one of these */
+#define HEADER (24 + 8 * PATTERNS + LOW_CHARS) /* a table: Header, the patterns, the classes; then the Bloom filter */
 #define MULT 0x9E3779B97F4A7C15ULL
 
 /* ASCII classes: ' ' is BLANK, \t \v \f are SPACE, \r \n NL; other control characters are
@@ -137,33 +139,23 @@ typedef struct {
 
 typedef struct {
     Header h;
+    const uint64_t *patterns;     /* PATTERNS words of three bits */
     const unsigned char *classes; /* class_of(c) for c < LOW_CHARS */
     int o200k;
     const unsigned char *words;  /* the Bloom filter, 8 bytes a word */
     int shift;                   /* 64 - log2(its words) */
 } Table;
 
-/* Where hash h sets its three bits: the word (its top log2_words bits), and the bits (three
- * 6-bit fields below them; log2_words <= 24). */
+/* Where hash h sets its three bits: the word (its top log2_words bits), and the bits (the
+ * pattern that bits 22 to 32 pick; log2_words <= 24). A pattern is one load where three bits at
+ * three positions of the hash would be three shifts by a variable, many instructions each. */
 static inline uint64_t word_of(uint64_t h, int shift) { return 8 * (h >> shift); }
-#define B(k) (1ULL << (k))
-static const uint64_t BIT[64] = { /* 1 << k: a load is cheaper than a shift by a variable */
-    B(0), B(1), B(2), B(3), B(4), B(5), B(6), B(7),
-    B(8), B(9), B(10), B(11), B(12), B(13), B(14), B(15),
-    B(16), B(17), B(18), B(19), B(20), B(21), B(22), B(23),
-    B(24), B(25), B(26), B(27), B(28), B(29), B(30), B(31),
-    B(32), B(33), B(34), B(35), B(36), B(37), B(38), B(39),
-    B(40), B(41), B(42), B(43), B(44), B(45), B(46), B(47),
-    B(48), B(49), B(50), B(51), B(52), B(53), B(54), B(55),
-    B(56), B(57), B(58), B(59), B(60), B(61), B(62), B(63),
-};
-#undef B
-static inline uint64_t bits_of(uint64_t h) { return BIT[h >> 22 & 63] | BIT[h >> 28 & 63] | BIT[h >> 34 & 63]; }
+static inline uint64_t bits_of(const uint64_t *patterns, uint64_t h) { return patterns[h >> 22 & (PATTERNS - 1)]; }
 
 /* Whether the byte string of hash h is (probably) a token. */
 static inline int in_table(const Table *t, uint64_t h)
 {
-    uint64_t w, bits = bits_of(h);
+    uint64_t w, bits = bits_of(t->patterns, h);
     memcpy(&w, t->words + word_of(h, t->shift), 8);
     return (w & bits) == bits;
 }
@@ -182,16 +174,19 @@ static Py_ssize_t greedy(const Table *t, const unsigned char *b, Py_ssize_t n)
     while (i < n) {
         clen = CHAR_LEN[b[i] >> 4];
         if (clen == 3) { /* CJK: the prefix of 1 to 4 characters, extended while it is a token */
-            Py_ssize_t best = 0, e = i, most = i == 0 ? n - 1 : n; /* the whole piece is not a token */
-            for (int k = 0; k < 4; k++) {
-                e += CHAR_LEN[b[e] >> 4];
-                if (e - i > 12 || e > most)
-                    break;
-                if (probe(t, b + i, e - i))
+            Py_ssize_t best = 0, most = i == 0 ? n - 1 : n; /* the whole piece is not a token */
+            Py_ssize_t e = i + 3 + CHAR_LEN[b[i + 3] >> 4]; /* two characters first: when they are
+                                                            * a token, one need not be tried */
+            if (e - i <= 12 && e <= most && probe(t, b + i, e - i)) {
+                best = e - i;
+                for (int k = 2; k < 4; k++) {
+                    e += CHAR_LEN[b[e] >> 4];
+                    if (e - i > 12 || e > most || !probe(t, b + i, e - i))
+                        break;
                     best = e - i;
-                else if (k > 0)
-                    break;
-            }
+                }
+            } else if (i + 3 <= most && probe(t, b + i, 3))
+                best = 3;
             if (best) {
                 i += best;
                 count++;
@@ -262,7 +257,8 @@ static int get_table(PyObject *obj, Table *t)
         return -1;
     }
     t->o200k = t->h.o200k;
-    t->classes = (const unsigned char *)PyBytes_AS_STRING(obj) + sizeof(Header);
+    t->patterns = (const uint64_t *)(const void *)(PyBytes_AS_STRING(obj) + sizeof(Header));
+    t->classes = (const unsigned char *)PyBytes_AS_STRING(obj) + sizeof(Header) + 8 * PATTERNS;
     t->words = (const unsigned char *)PyBytes_AS_STRING(obj) + HEADER;
     t->shift = 64 - __builtin_ctzll((uint64_t)size / 8);
     return 0;
@@ -275,50 +271,97 @@ static inline __m128i in_range(__m128i b, char low, char high)
     return _mm_and_si128(_mm_cmpgt_epi8(b, _mm_set1_epi8((char)(low - 1))),
                          _mm_cmplt_epi8(b, _mm_set1_epi8((char)(high + 1))));
 }
+
+/* The classes of 16 ASCII bytes, as the ASCII table and APOS say. */
+static inline __m128i ascii_classes(__m128i b)
+{
+#define SET(mask, class) _mm_and_si128(mask, _mm_set1_epi8((char)(class - PUNCT)))
+    __m128i nl = _mm_or_si128(_mm_cmpeq_epi8(b, _mm_set1_epi8('\n')), _mm_cmpeq_epi8(b, _mm_set1_epi8('\r')));
+    __m128i space = _mm_or_si128(_mm_cmpeq_epi8(b, _mm_set1_epi8('\t')), in_range(b, '\v', '\f'));
+    __m128i classes = _mm_add_epi8(_mm_set1_epi8(PUNCT), SET(nl, NL)); /* the masks do not overlap */
+    classes = _mm_add_epi8(classes, SET(_mm_cmpeq_epi8(b, _mm_set1_epi8(' ')), BLANK));
+    classes = _mm_add_epi8(classes, SET(space, SPACE));
+    classes = _mm_add_epi8(classes, SET(in_range(b, 'A', 'Z'), UPPER));
+    classes = _mm_add_epi8(classes, SET(in_range(b, 'a', 'z'), LOWER));
+    classes = _mm_add_epi8(classes, SET(in_range(b, '0', '9'), DIGIT));
+    return _mm_add_epi8(classes, SET(_mm_cmpeq_epi8(b, _mm_set1_epi8('\'')), PUNCT + APOS));
+#undef SET
+}
 #endif
 
+/* Lays out the 16 characters from character i of a str's data when they are all ASCII (most of
+ * a text in a European language): their bytes at u, their classes at c, the offsets n, n + 1 ...
+ * at offs. Returns whether they were. */
+static inline int lay_out_ascii16(int kind, const void *data, Py_ssize_t i, unsigned char *u, unsigned char *c,
+                                  int32_t *offs, int32_t n)
+{
+#ifdef __SSE2__
+    __m128i b;
+    if (kind == PyUnicode_1BYTE_KIND) {
+        b = _mm_loadu_si128((const __m128i *)(const void *)((const Py_UCS1 *)data + i));
+        if (_mm_movemask_epi8(b) != 0)
+            return 0;
+    } else {
+        __m128i low = _mm_loadu_si128((const __m128i *)(const void *)((const Py_UCS2 *)data + i));
+        __m128i high = _mm_loadu_si128((const __m128i *)(const void *)((const Py_UCS2 *)data + i + 8));
+        __m128i wide = _mm_and_si128(_mm_or_si128(low, high), _mm_set1_epi16((short)0xFF80));
+        if (_mm_movemask_epi8(_mm_cmpeq_epi16(wide, _mm_setzero_si128())) != 0xFFFF)
+            return 0;
+        b = _mm_packus_epi16(low, high);
+    }
+    _mm_storeu_si128((__m128i *)(void *)u, b);
+    _mm_storeu_si128((__m128i *)(void *)c, ascii_classes(b));
+    for (int q = 0; q < 4; q++)
+        _mm_storeu_si128((__m128i *)(void *)(offs + 4 * q),
+                         _mm_add_epi32(_mm_set1_epi32(n + 4 * q), _mm_setr_epi32(0, 1, 2, 3)));
+    return 1;
+#else
+    (void)kind, (void)data, (void)i, (void)u, (void)c, (void)offs, (void)n;
+    return 0;
+#endif
+}
+
+/* Lays out character i, ch, of the Basic Multilingual Plane at byte n: its class, its offset,
+ * its UTF-8 (1 to 3 bytes; a lone surrogate as its 3-byte form), written without a branch that
+ * the text decides, so that mixing scripts and ASCII costs no mispredictions. Returns the next
+ * character's offset. */
+static inline Py_ssize_t put_bmp(Py_UCS4 ch, Py_ssize_t i, Py_ssize_t n, const unsigned char *classes,
+                                 unsigned char *c, int32_t *offs, unsigned char *u)
+{
+    unsigned two = ch >= 0x80, three = ch >= 0x800;
+    offs[i] = (int32_t)n;
+    c[i] = classes[ch];
+    u[n] = (unsigned char)(three ? 0xE0 | ch >> 12 : two ? 0xC0 | ch >> 6 : ch);
+    u[n + 1] = (unsigned char)(0x80 | ((three ? ch >> 6 : ch) & 0x3F)); /* kept if two or three */
+    u[n + 2] = (unsigned char)(0x80 | (ch & 0x3F));                     /* kept if three */
+    return n + 1 + two + three;
+}
+
 /* A text laid out for counting: its UTF-8 bytes u, and unless it is all ASCII the class c[i] of
- * each character and its offset in u, offs[i] (an ASCII text's classes are read from u, and
- * offs[i] is i). c has 128 NL after the text, u 128 '\n' (ASCII) or SLACK zeros after it, so
- * that scans (find_starts reads whole blocks of 64, and the next one) and hashes read no bound.
- * apos marks the apostrophes that o200k keeps in a word ('s, 't, 're ...). */
+ * each character (with APOS on an apostrophe) and its offset in u, offs[i] (an ASCII text's
+ * classes are read from u, and offs[i] is i). c has 128 NL after the text, u 128 '\n' (ASCII) or
+ * SLACK zeros after it, so that scans (find_starts reads whole blocks of 64, and the next one)
+ * and hashes read no bound. */
 typedef struct {
     const unsigned char *c, *u;
-    const Py_ssize_t *offs;
-    uint64_t *apos;
+    const int32_t *offs;
     Py_ssize_t length; /* characters */
 } Text;
 
 #define OFFSET(s, i) ((s)->offs ? (s)->offs[i] : (i))
 
-/* The character at byte `at` (binary search of offs). */
-static Py_ssize_t char_at(const Text *s, Py_ssize_t at)
-{
-    Py_ssize_t low = 0, high = s->length;
-    if (s->offs == NULL)
-        return at;
-    while (low < high) { /* the first character whose offset is >= at */
-        Py_ssize_t middle = low + (high - low) / 2;
-        if (s->offs[middle] < at)
-            low = middle + 1;
-        else
-            high = middle;
-    }
-    return low;
-}
-
-/* Bytes a Text of `length` characters needs (besides its bitmap); see lay_out. */
-static Py_ssize_t text_bytes(Py_ssize_t length) { return 8 * (length + 1) + length + 128 + 4 * length + 128; }
+/* Bytes a Text of `length` characters needs; see lay_out. */
+static Py_ssize_t text_bytes(Py_ssize_t length) { return 4 * (length + 1) + length + 128 + 4 * length + 128; }
 
 /* Lays out `length` characters of a str's data (of `kind`; `ascii` when all are) in `mem`
- * (text_bytes(length) bytes, 8-aligned). */
+ * (text_bytes(length) bytes, 4-aligned). */
 static void lay_out(int kind, const void *data, Py_ssize_t length, int ascii, unsigned char *mem, const Table *t,
                     Text *s)
 {
     Py_ssize_t i, n = 0;
-    Py_ssize_t *offs = (Py_ssize_t *)(void *)mem; /* length + 1 offsets */
-    unsigned char *c = mem + 8 * (length + 1);    /* then length + 128 classes */
-    unsigned char *u = c + length + 128;          /* then 4 * length + 128 bytes */
+    int32_t *offs = (int32_t *)(void *)mem;    /* length + 1 offsets */
+    unsigned char *c = mem + 4 * (length + 1); /* then length + 128 classes */
+    unsigned char *u = c + length + 128;       /* then 4 * length + 128 bytes */
 
     if (ascii) {
         memcpy(u, data, (size_t)length);
@@ -326,31 +369,33 @@ static void lay_out(int kind, const void *data, Py_ssize_t length, int ascii, un
         c = NULL;
         offs = NULL;
         n = length;
-    } else { /* one loop per kind, so that the compiler reads each without a switch; characters
-              * below U+0800 (1 or 2 bytes) without a branch, so mixing them costs nothing */
-#define LAY_OUT(type)                                                                  \
-        for (i = 0; i < length; i++) {                                                 \
-            Py_UCS4 ch = ((const type *)data)[i];                                      \
-            offs[i] = n;                                                               \
-            if (ch < LOW_CHARS) {                                                      \
-                int two = ch >= 0x80;                                                  \
-                c[i] = t->classes[ch];                                                 \
-                u[n] = (unsigned char)(two ? 0xC0 | ch >> 6 : ch);                     \
-                u[n + 1] = (unsigned char)(0x80 | (ch & 0x3F)); /* kept if two */      \
-                n += 1 + two;                                                          \
-            } else {                                                                   \
-                c[i] = (unsigned char)class_of(ch, t->o200k);                          \
-                n += put_utf8(u + n, ch);                                              \
-            }                                                                          \
+    } else if (kind == PyUnicode_4BYTE_KIND) { /* seldom: a text with a character past the BMP */
+        for (i = 0; i < length; i++) {
+            Py_UCS4 ch = ((const Py_UCS4 *)data)[i];
+            offs[i] = (int32_t)n;
+            c[i] = ch < LOW_CHARS ? t->classes[ch] : (unsigned char)class_of(ch, t->o200k);
+            n += put_utf8(u + n, ch);
+        }
+    } else { /* 16 characters at a time while they are ASCII, else one by one; a loop per kind */
+#define LAY_OUT(type, kind)                                                                          \
+        for (i = 0; i < length;) {                                                                   \
+            Py_ssize_t end = length - i < 16 ? length : i + 16;                                      \
+            if (end == i + 16 && lay_out_ascii16(kind, data, i, u + n, c + i, offs + i, (int32_t)n)) { \
+                i = end;                                                                             \
+                n += 16;                                                                             \
+                continue;                                                                            \
+            }                                                                                        \
+            for (; i < end; i++)                                                                     \
+                n = put_bmp(((const type *)data)[i], i, n, t->classes, c, offs, u);                  \
         }
         if (kind == PyUnicode_1BYTE_KIND)
-            LAY_OUT(Py_UCS1)
-        else if (kind == PyUnicode_2BYTE_KIND)
-            LAY_OUT(Py_UCS2)
+            LAY_OUT(Py_UCS1, PyUnicode_1BYTE_KIND)
         else
-            LAY_OUT(Py_UCS4)
+            LAY_OUT(Py_UCS2, PyUnicode_2BYTE_KIND)
 #undef LAY_OUT
-        offs[length] = n;
+    }
+    if (!ascii) {
+        offs[length] = (int32_t)n;
         memset(c + length, NL, 128); /* the end of the text, as far as the scan can tell */
         memset(u + n, 0, SLACK);
     }
@@ -358,36 +403,30 @@ static void lay_out(int kind, const void *data, Py_ssize_t length, int ascii, un
     s->u = u;
     s->offs = offs;
     s->length = length;
-    memset(s->apos, 0, 8 * (size_t)((length + 63) / 64));
-    if (t->o200k) /* o200k: a word keeps its 's, 't, 're ...: the apostrophe is then a letter */
-        for (const unsigned char *p = memchr(u, '\'', (size_t)n); p; p = memchr(p + 1, '\'', (size_t)(u + n - p - 1))) {
-            Py_ssize_t at = char_at(s, p - u);
-            int after_letter = at > 0 && (c ? IS_LETTER(c[at - 1]) : IS_LETTER(ASCII[u[at - 1]]));
-            if (after_letter && contraction(p))
-                s->apos[at >> 6] |= 1ULL << (at & 63);
-        }
 }
 
 /* Which of 64 characters (bit k: character k) are of each class. */
 typedef struct {
-    uint64_t nl, blank, space, upper, lower, letter, digit, punct;
+    uint64_t nl, blank, space, upper, lower, letter, digit, punct, apos; /* apos: the apostrophes */
 } Masks;
 
 static void masks_of(const unsigned char *c, Masks *m)
 {
-    uint64_t p0 = 0, p1 = 0, p2 = 0; /* bit k: bit 0, 1, 2 of c[k]'s class */
+    uint64_t p0 = 0, p1 = 0, p2 = 0, p3 = 0; /* bit k: bit 0, 1, 2, 3 of c[k] */
 #ifdef __SSE2__
     for (int q = 0; q < 4; q++) { /* shifted left, a class's bit is its byte's top bit */
         __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(c + 16 * q));
         p0 |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_slli_epi16(v, 7)) << (16 * q);
         p1 |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_slli_epi16(v, 6)) << (16 * q);
         p2 |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_slli_epi16(v, 5)) << (16 * q);
+        p3 |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_slli_epi16(v, 4)) << (16 * q);
     }
 #else
     for (int k = 0; k < 64; k++) {
         p0 |= (uint64_t)(c[k] & 1) << k;
         p1 |= (uint64_t)(c[k] >> 1 & 1) << k;
         p2 |= (uint64_t)(c[k] >> 2 & 1) << k;
+        p3 |= (uint64_t)(c[k] >> 3 & 1) << k;
     }
 #endif
     m->nl = ~p2 & ~p1 & ~p0;    /* 0 */
@@ -398,13 +437,14 @@ static void masks_of(const unsigned char *c, Masks *m)
     m->letter = m->upper | (p2 & ~p1); /* 3, 4, 5 */
     m->digit = p2 & p1 & ~p0;   /* 6 */
     m->punct = p2 & p1 & p0;    /* 7 */
+    m->apos = p3;              /* APOS */
 }
 
 /* The same from 64 ASCII bytes. */
 static void masks_ascii(const unsigned char *u, Masks *m)
 {
 #ifdef __SSE2__
-    uint64_t nl = 0, blank = 0, space = 0, upper = 0, lower = 0, digits = 0;
+    uint64_t nl = 0, blank = 0, space = 0, upper = 0, lower = 0, digits = 0, apos = 0;
     for (int q = 0; q < 4; q++) {
         __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(u + 16 * q));
 #define MASK(v) ((uint64_t)(uint16_t)_mm_movemask_epi8(v) << (16 * q))
@@ -414,6 +454,7 @@ static void masks_ascii(const unsigned char *u, Masks *m)
         upper |= MASK(in_range(b, 'A', 'Z'));
         lower |= MASK(in_range(b, 'a', 'z'));
         digits |= MASK(in_range(b, '0', '9'));
+        apos |= MASK(_mm_cmpeq_epi8(b, _mm_set1_epi8('\'')));
 #undef MASK
     }
     m->nl = nl;
@@ -424,24 +465,35 @@ static void masks_ascii(const unsigned char *u, Masks *m)
     m->letter = upper | lower;
     m->digit = digits;
     m->punct = ~(nl | blank | space | upper | lower | digits);
+    m->apos = apos;
 #else
     unsigned char c[64];
     for (int k = 0; k < 64; k++)
-        c[k] = ASCII[u[k] & 127];
+        c[k] = (unsigned char)(ASCII[u[k] & 127] | (u[k] == '\'' ? APOS : 0));
     masks_of(c, m);
 #endif
 }
 
-/* The class masks of the 64 characters from `block` on (o200k's kept apostrophes as letters). */
+/* The class masks of the 64 characters from `block` on. */
 static void masks_at(const Text *s, Py_ssize_t block, Masks *m)
 {
-    uint64_t apos = block < s->length ? s->apos[block >> 6] : 0;
     if (s->c)
         masks_of(s->c + block, m);
     else
         masks_ascii(s->u + block, m);
-    m->letter |= apos;
-    m->punct &= ~apos;
+}
+
+/* o200k keeps 's, 't, 're, 've, 'm, 'll, 'd in the word before them: such an apostrophe after a
+ * letter is a letter. `letter_before`: bit 0 set when the character before the block is one. */
+static void keep_contractions(const Text *s, Py_ssize_t block, Masks *m, uint64_t letter_before)
+{
+    for (uint64_t after = m->apos & ((m->letter << 1) | letter_before); after; after &= after - 1) {
+        Py_ssize_t at = block + __builtin_ctzll(after);
+        if (contraction(s->u + OFFSET(s, at))) {
+            m->letter |= after & -after;
+            m->punct &= ~(after & -after);
+        }
+    }
 }
 
 /* Sets in `starts` (a bitmap, bit i of word i / 64) the characters where pieces start: the
@@ -452,11 +504,20 @@ static void masks_at(const Text *s, Py_ssize_t block, Masks *m)
  * ignore. */
 static void find_starts(const Table *t, const Text *s, uint64_t *starts)
 {
-    Masks prev = {~0ULL, 0, 0, 0, 0, 0, 0, 0}, y, next; /* the text starts as after newlines */
+    Masks prev = {~0ULL, 0, 0, 0, 0, 0, 0, 0, 0}, y, next; /* the text starts as after newlines */
+    uint64_t letter_top; /* the top bit of y's letters before keep_contractions */
     uint64_t case_split = t->o200k ? ~0ULL : 0;
     masks_at(s, 0, &y);
+    letter_top = y.letter >> 63;
+    if (t->o200k)
+        keep_contractions(s, 0, &y, 0);
     for (Py_ssize_t block = 0; block < s->length; block += 64) {
         masks_at(s, block + 64, &next); /* past the end: NL, from the padding */
+        if (t->o200k) {
+            uint64_t top = next.letter >> 63;
+            keep_contractions(s, block + 64, &next, letter_top);
+            letter_top = top;
+        }
 #define X(m) ((y.m << 1) | (prev.m >> 63)) /* the class masks of the character before */
 #define W(m) ((y.m << 2) | (prev.m >> 62)) /* and of the one before that */
 #define Z(m) ((y.m >> 1) | (next.m << 63)) /* and of the one after */
@@ -494,13 +555,13 @@ static Py_ssize_t count_miss(const Table *t, const Text *s, Py_ssize_t start, Py
 
 /* 1 if the piece of characters [start, end) is a token; else 0, and the piece is added to
  * `misses` (its start and end) without a branch. */
-static inline int look_up(const Table *t, const Text *s, Py_ssize_t start, Py_ssize_t end, Py_ssize_t *misses,
+static inline int look_up(const Table *t, const Text *s, Py_ssize_t start, Py_ssize_t end, int32_t *misses,
                           Py_ssize_t *misses_n)
 {
     Py_ssize_t from = OFFSET(s, start);
     int hit = probe(t, s->u + from, OFFSET(s, end) - from);
-    misses[*misses_n] = start;
-    misses[*misses_n + 1] = end;
+    misses[*misses_n] = (int32_t)start;
+    misses[*misses_n + 1] = (int32_t)end;
     *misses_n += 2 * !hit;
     return hit;
 }
@@ -513,9 +574,8 @@ static Py_ssize_t count_window(const Table *t, int kind, const void *data, Py_ss
     Text s;
     Py_ssize_t words = (length + 63) / 64, w, k, start = 0, misses_n = 0, total = 0;
     uint64_t *starts = (uint64_t *)(void *)mem, word; /* a bitmap of words words */
-    Py_ssize_t *misses = (Py_ssize_t *)(void *)(starts + 2 * words); /* after apos */
-    s.apos = starts + words;
-    lay_out(kind, data, length, ascii, (unsigned char *)(misses + 2 * (length + 1)), t, &s);
+    int32_t *misses = (int32_t *)(void *)(starts + words); /* at most 2 * (length + 1) */
+    lay_out(kind, data, length, ascii, (unsigned char *)(void *)(misses + 2 * (length + 1)), t, &s);
     find_starts(t, &s, starts);
     starts[0] |= 1; /* the first piece starts at 0 */
     if (length & 63) /* and none past the end */
@@ -535,10 +595,10 @@ static Py_ssize_t count_window(const Table *t, int kind, const void *data, Py_ss
     return total;
 }
 
-/* Bytes count_window needs for `length` characters: two bitmaps, the misses, the Text. */
+/* Bytes count_window needs for `length` characters: the bitmap, the misses, the Text. */
 static Py_ssize_t window_bytes(Py_ssize_t length)
 {
-    return 2 * 8 * ((length + 63) / 64) + 8 * 2 * (length + 1) + text_bytes(length);
+    return 8 * ((length + 63) / 64) + 4 * 2 * (length + 1) + text_bytes(length);
 }
 
 #define WINDOW 65536 /* characters counted at once: bounds the memory a huge text takes */
@@ -546,7 +606,7 @@ static Py_ssize_t window_bytes(Py_ssize_t length)
 static PyObject *count(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     Table t;
-    uint64_t local[4096]; /* 32 KB: enough for a text of about 1,000 characters */
+    uint64_t local[4096]; /* 32 KB: enough for a text of about 1,800 characters */
     unsigned char *mem = (unsigned char *)local;
     Py_ssize_t length, at, end, total = 0;
     int kind, ascii;
@@ -598,6 +658,22 @@ static int b64_value(unsigned char c)
     return c == '+' ? 62 : c == '/' ? 63 : -1;
 }
 
+/* The patterns: three distinct bits each, from a fixed sequence of splitmix64, so that a table
+ * built anywhere is the same. */
+static void make_patterns(uint64_t *patterns)
+{
+    uint64_t state = 0;
+    for (int p = 0; p < PATTERNS; p++) {
+        patterns[p] = 0;
+        while (__builtin_popcountll(patterns[p]) < 3) {
+            uint64_t z = state += 0x9E3779B97F4A7C15ULL;
+            z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+            z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+            patterns[p] |= 1ULL << ((z ^ (z >> 31)) & 63);
+        }
+    }
+}
+
 /* build(data, log2_words, o200k, ascii_base, ascii_per_byte, ascii_max, scale): the table for one encoding,
  * from its decompressed .tiktoken file (a line per token: its bytes in base64, a space, its
  * rank), with 8 << log2_words bytes of Bloom filter, and the constants of Header. */
@@ -608,6 +684,7 @@ static PyObject *build(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     Header head;
     PyObject *table;
     unsigned char *words, token[TOKEN_MAX + SLACK] = {0};
+    uint64_t *patterns;
     const unsigned char *pos, *end;
 
     if (nargs != 7 || PyObject_GetBuffer(args[0], &data, PyBUF_SIMPLE) < 0) {
@@ -636,8 +713,10 @@ static PyObject *build(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     words = (unsigned char *)PyBytes_AS_STRING(table);
     memset(words, 0, HEADER + ((size_t)8 << log2_words));
     memcpy(words, &head, sizeof head);
+    patterns = (uint64_t *)(void *)(words + sizeof head);
+    make_patterns(patterns);
     for (Py_UCS4 ch = 0; ch < LOW_CHARS; ch++)
-        words[sizeof head + ch] = (unsigned char)class_of(ch, head.o200k);
+        words[sizeof head + 8 * PATTERNS + ch] = (unsigned char)(class_of(ch, head.o200k) | (ch == '\'' ? APOS : 0));
     words += HEADER;
     pos = (const unsigned char *)data.buf;
     end = pos + data.len;
@@ -664,7 +743,7 @@ static PyObject *build(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         h = hash_bytes(token, n);
         word = words + word_of(h, 64 - (int)log2_words);
         memcpy(&w, word, 8);
-        w |= bits_of(h);
+        w |= bits_of(patterns, h);
         memcpy(word, &w, 8);
     }
     PyBuffer_Release(&data);
