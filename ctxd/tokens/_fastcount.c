@@ -120,11 +120,24 @@ static inline uint64_t word_at(const unsigned char *b, Py_ssize_t n) /* b[0..n) 
 /* Its top bits index the Bloom filter; the bits below them pick the bits to set. */
 static inline uint64_t hash_bytes(const unsigned char *b, Py_ssize_t n)
 {
-    uint64_t h = (uint64_t)n;
+    uint64_t h = (uint64_t)n, low, high;
     for (; n > 16; b += 8, n -= 8)
         h = (h ^ (h >> 32) ^ word_at(b, 8)) * MULT;
-    h = (h ^ word_at(b, n < 8 ? n : 8)) * MULT;
-    return (h ^ (h >> 32) ^ word_at(b + 8, n < 8 ? 0 : n - 8)) * 0xBF58476D1CE4E5B9ULL;
+#if defined(__SSE2__) && defined(__x86_64__)
+    { /* the same words, with one mask for both */
+        static const unsigned char KEEP[32] = {255, 255, 255, 255, 255, 255, 255, 255,
+                                               255, 255, 255, 255, 255, 255, 255, 255}; /* then 16 zeros */
+        __m128i v = _mm_and_si128(_mm_loadu_si128((const __m128i *)(const void *)b),
+                                  _mm_loadu_si128((const __m128i *)(const void *)(KEEP + 16 - n)));
+        low = (uint64_t)_mm_cvtsi128_si64(v);
+        high = (uint64_t)_mm_cvtsi128_si64(_mm_unpackhi_epi64(v, v));
+    }
+#else
+    low = word_at(b, n < 8 ? n : 8);
+    high = word_at(b + 8, n < 8 ? 0 : n - 8);
+#endif
+    h = (h ^ low) * MULT;
+    return (h ^ (h >> 32) ^ high) * 0xBF58476D1CE4E5B9ULL;
 }
 
 /* What build() was given besides the vocabulary: the table's first bytes. */
