@@ -55,8 +55,7 @@ def ascii_model(name: str, ascii_max: int, rows: list[dict[str, str]]) -> tuple[
 def fit_scale(name: str, spec: FastSpec, rows: list[dict[str, str]]) -> int:
     """The scale (in 1/1024) that gives the least mean over classes of the mean relative error."""
     enc = encodings.load(name)
-    table = _fastcount.build(encodings.shipped_file(name), spec.log2_words, name.startswith("o200k"),
-                             spec.ascii_base, spec.ascii_per_byte, spec.ascii_max, 1024)
+    table = estimator._build_table(spec._replace(scale=1024), name.startswith("o200k"))
     by_class: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for row in rows:
         by_class[row["class"]].append((_fastcount.count(row["text"], table), len(enc.encode_ordinary(row["text"]))))
