@@ -104,7 +104,7 @@ def _compact_locked(workspace: Workspace, thread: str, strategy: str, cancel: th
         _rearm(workspace, thread)
     return {"historyVersion": swapped["historyVersion"], "tokensBefore": before, "tokensAfter": usage["usedTokens"],
             "strategy": outcome.strategy, "summary": redact.redact(outcome.summary), "trimmedItems": outcome.trimmed_items,
-            **({"fallbackReason": outcome.fallback_reason} if outcome.fallback_reason else {})}
+            "undoId": swapped["operationId"], **({"fallbackReason": outcome.fallback_reason} if outcome.fallback_reason else {})}
 
 
 def _rearm(workspace: Workspace, thread: str) -> None:

@@ -28,16 +28,17 @@ def snapshot(workspace: Workspace, thread: str, message: str | None, *, cancel: 
 
 def restore(workspace: Workspace, thread: str, commit_id: str, *, conversation: bool, dry_run: bool,
             cancel: threading.Event) -> dict[str, Any]:
-    """Restore a snapshot's files; with `conversation`, also roll `thread` back to just after the
-    snapshot's own item. The snapshot is looked up in the thread first: an id the thread never
-    recorded changes nothing (-32602)."""
+    """Restore a snapshot's files; with `conversation`, also put `thread` back as it was when the
+    snapshot was recorded (one undoable operation, `operationId`). Restoring the `undoId` of such
+    a restore with the conversation undoes both. The conversation is looked up first: an id the
+    thread never recorded changes nothing (-32602)."""
     if conversation:
         workspace.check_writable(thread)
-    point = workspace.snapshot_point(thread, commit_id) if conversation else None
+    plan = workspace.conversation_plan(thread, commit_id) if conversation else None
     if cancel.is_set():
         raise Cancelled("request cancelled")
     result = ghost.restore(workspace.opened_root(), commit_id, settings=workspace.settings.ghost, dry_run=dry_run,
                            state_dir=workspace.state_dir)
-    if point is not None and not dry_run:
-        result["removedItems"] = workspace.rollback_to(thread, point)
+    if plan is not None and not dry_run:
+        result.update(workspace.restore_conversation(thread, commit_id, plan, result.get("undoId")))
     return result

@@ -3,7 +3,8 @@
 An item is acknowledged only after its transaction commits, so a `kill -9` after the response
 loses nothing. Writers take SQLite's write lock up front (`BEGIN IMMEDIATE`) and compute sequence
 numbers inside the transaction, so two daemons on one workspace interleave without losing or
-duplicating items. Items replaced by a compaction are archived, not deleted.
+duplicating items. Items a history operation (a compaction, a rollback, a restore, an undo) takes
+out of the active history are archived under its id, never deleted.
 """
 
 from __future__ import annotations
@@ -74,6 +75,9 @@ SHM_HEADER_BYTES = 48
 
 # How stale a thread's `updated_at` may be left by a run of appends to it (see `Store.append`).
 TOUCH_INTERVAL_SECONDS = 1.0
+
+# In `Store.operate`'s marks: the operation being written, whose id is not known yet.
+THIS_OPERATION = 0
 
 THREAD_FIELDS = ("history_version", "api_total", "api_seq", "reference", "prompt_context", "state")
 
@@ -509,23 +513,22 @@ class Store:
                 " FROM items WHERE thread = ? AND archived IS NULL", (after_seq, thread)).fetchone()
         return int(total), int(after)
 
-    def compaction_ids(self, thread: str) -> list[int]:
-        with self._read() as db:
-            return [r[0] for r in db.execute("SELECT id FROM compactions WHERE thread = ? ORDER BY id", (thread,))]
-
-    def compactions(self, thread: str) -> list[tuple[int, float, dict[str, Any]]]:
-        """The thread's compactions, oldest first: (id, created_at, info)."""
+    def operations(self, thread: str) -> list[tuple[int, float, dict[str, Any]]]:
+        """The thread's history operations, oldest first: (id, created_at, info). They share the
+        `compactions` table (and its ids) with compactions: an info without `kind` is a compaction
+        of ctxd's first versions."""
         with self._read() as db:
             rows = db.execute("SELECT id, created_at, info FROM compactions WHERE thread = ? ORDER BY id", (thread,))
             return [(cid, created, json.loads(info)) for cid, created, info in rows]
 
+    def compactions(self, thread: str) -> list[tuple[int, float, dict[str, Any]]]:
+        """The thread's compactions, oldest first: (id, created_at, info)."""
+        return [op for op in self.operations(thread) if op[2].get("kind", "compaction") == "compaction"]
+
     def annotate_compaction(self, compaction_id: int, **info: Any) -> None:
         """Add what is known only after the swap (the tokens after it) to a compaction's info."""
         with self._write() as db:
-            row = db.execute("SELECT info FROM compactions WHERE id = ?", (compaction_id,)).fetchone()
-            if row is not None:
-                merged = json.loads(row[0]) | info
-                db.execute("UPDATE compactions SET info = ? WHERE id = ?", (json.dumps(merged), compaction_id))
+            self._merge_info(db, compaction_id, info)
 
     # --- writes ----------------------------------------------------------------------------------
 
@@ -581,15 +584,6 @@ class Store:
         with self._write() as db:
             self._touch(db, thread, **fields)
 
-    def delete_from(self, thread: str, seq: int, **fields: Any) -> int:
-        """Rollback: delete active items from `seq` on, and update the thread, in one transaction."""
-        with self._write() as db:
-            removed = db.execute(
-                "DELETE FROM items WHERE thread = ? AND seq >= ? AND archived IS NULL", (thread, seq)
-            ).rowcount
-            self._touch(db, thread, **fields)
-        return removed
-
     def replace(self, thread: str, upto_seq: int, rows: list[tuple[str, int]], info: dict[str, Any],
                 expected_version: int | None = None, **fields: Any) -> int:
         """Compaction swap: archive active items up to `upto_seq`, write `rows` in their place, and
@@ -602,6 +596,8 @@ class Store:
                 current = row[0] if row else 0
                 if current != expected_version:
                     raise HistoryChanged(f"history version {current}, expected {expected_version}")
+            removed = self._active_seqs(db, thread, upto_seq)
+            mark = self._next_seq(db, thread) - 1
             cid = db.execute(
                 "INSERT INTO compactions (thread, created_at, info) VALUES (?, ?, ?)", (thread, time.time(), json.dumps(info))
             ).lastrowid
@@ -616,19 +612,61 @@ class Store:
                 "INSERT INTO items (thread, seq, body, tokens, origin) VALUES (?, ?, ?, ?, ?)",
                 [(thread, seq + i, body, tokens, cid) for i, (body, tokens) in enumerate(rows)],
             )
+            added = list(range(seq, seq + len(rows)))
             seq += len(rows)
             for i, (old,) in enumerate(later):
                 db.execute("UPDATE items SET seq = ? WHERE thread = ? AND seq = ?", (seq + i, thread, old))
+            moved = list(range(seq, seq + len(later)))
+            # What undoing it needs (see `operate`); the items recorded meanwhile stay where they are.
+            self._merge_info(db, cid, {"kind": "compaction", "before": removed + moved, "removed": removed,
+                                       "added": added, "seqMark": mark})
             self._touch(db, thread, **fields)
         return int(cid)
 
-    def uncompact(self, thread: str, compaction_id: int, **fields: Any) -> None:
-        """Undo a compaction: drop what it wrote, bring back what it archived (rollback across it)."""
+    # --- history operations (protocol v3: every one can be undone, nothing is deleted) -----------
+
+    def operate(self, thread: str, info: dict[str, Any], *, active: list[int], expected_version: int,
+                marks: dict[int, int | None] | None = None, **fields: Any) -> int:
+        """A history operation other than a compaction (a rollback, a restore of the conversation,
+        an undo): make the items `active` names (seqs, active or archived) the thread's active
+        history, archiving the others under the operation's id. Its info records the history
+        before it and what it removed and brought back, so that it can be undone exactly; `marks`
+        sets other operations' `undoneBy` (None clears it, THIS_OPERATION names this one). One transaction, and only if the
+        thread's history version is still `expected_version` (else HistoryChanged)."""
         with self._write() as db:
-            db.execute("DELETE FROM items WHERE thread = ? AND origin = ? AND archived IS NULL", (thread, compaction_id))
-            db.execute("UPDATE items SET archived = NULL WHERE thread = ? AND archived = ?", (thread, compaction_id))
-            db.execute("DELETE FROM compactions WHERE id = ?", (compaction_id,))
+            row = db.execute("SELECT history_version FROM threads WHERE thread = ?", (thread,)).fetchone()
+            current_version = row[0] if row else 0
+            if current_version != expected_version:
+                raise HistoryChanged(f"history version {current_version}, expected {expected_version}")
+            current = self._active_seqs(db, thread)
+            wanted = set(active)
+            removed = [seq for seq in current if seq not in wanted]
+            added = sorted(wanted.difference(current))
+            info = {**info, "before": current, "removed": removed, "added": added,
+                    "seqMark": self._next_seq(db, thread) - 1}
+            oid = int(db.execute("INSERT INTO compactions (thread, created_at, info) VALUES (?, ?, ?)",
+                                 (thread, time.time(), json.dumps(info))).lastrowid)
+            db.executemany("UPDATE items SET archived = ? WHERE thread = ? AND seq = ?",
+                           [(oid, thread, seq) for seq in removed])
+            db.executemany("UPDATE items SET archived = NULL WHERE thread = ? AND seq = ?",
+                           [(thread, seq) for seq in added])
+            for other, by in (marks or {}).items():
+                self._merge_info(db, other, {"undoneBy": oid if by == THIS_OPERATION else by})
             self._touch(db, thread, **fields)
+        return oid
+
+    def _active_seqs(self, db: sqlite3.Connection, thread: str, upto_seq: int | None = None) -> list[int]:
+        query = "SELECT seq FROM items WHERE thread = ? AND archived IS NULL"
+        args: tuple[Any, ...] = (thread,)
+        if upto_seq is not None:
+            query, args = query + " AND seq <= ?", (thread, upto_seq)
+        return [seq for (seq,) in db.execute(query + " ORDER BY seq", args)]
+
+    def _merge_info(self, db: sqlite3.Connection, operation: int, info: dict[str, Any]) -> None:
+        row = db.execute("SELECT info FROM compactions WHERE id = ?", (operation,)).fetchone()
+        if row is not None:
+            merged = {key: value for key, value in (json.loads(row[0]) | info).items() if value is not None}
+            db.execute("UPDATE compactions SET info = ? WHERE id = ?", (json.dumps(merged), operation))
 
 
 def _run_script(db: sqlite3.Connection, script: str) -> None:

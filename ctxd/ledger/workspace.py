@@ -20,10 +20,11 @@ from urllib.parse import unquote, urlparse
 from ctxd import redact
 from ctxd import settings as settings_mod
 from ctxd.errors import CompactionFailed, CtxdError, GitFailed, InvalidParams
+from ctxd.ledger import operations
 from ctxd.ledger import projection as normalize
 from ctxd.ledger.rules import snapshot_commit_id
 from ctxd.ledger.cache import ThreadCache, summary_ledger
-from ctxd.ledger.store import HistoryChanged, Row, Store, WouldWait, database_path
+from ctxd.ledger.store import THIS_OPERATION, HistoryChanged, Row, Store, WouldWait, database_path
 from ctxd.ledger.thread import Entry, ThreadLedger, is_user_turn_start, rollback_start
 from ctxd.ledger.truncation import truncate_tool_output, with_serialization_allowance
 from ctxd.protocol import jsontext
@@ -231,7 +232,9 @@ class Workspace:
             if include_archived:
                 rows = self.store.all_rows(thread)
                 items = [json.loads(r.body) | ({"archived": True} if r.archived is not None else {}) for r in rows]
-                extra["compactions"] = _compactions(self.store.compactions(thread), rows)
+                ops = operations.load(self.store.operations(thread))
+                extra["compactions"] = operations.compactions_wire(ops, rows)
+                extra["operations"] = operations.wire(ops, rows)
             else:
                 items = [e.item for e in ledger.entries]
             end = None if limit is None else offset + limit
@@ -367,61 +370,155 @@ class Workspace:
             TOKENIZERS.preload(settings.model, settings.tokenizer)  # in the background
             return self._changed(ledger)
 
-    def rollback(self, thread: str, turns: int) -> dict[str, Any]:
-        """Drop the last `turns` user turns; crosses compactions when the active history is short."""
+    def rollback(self, thread: str, turns: int, dry_run: bool = False) -> dict[str, Any]:
+        """Drop the last `turns` user turns. When the active history has fewer, the compactions in
+        effect are crossed, newest first (what they replaced comes back) before turns are dropped.
+        One undoable operation; with `dry_run`, only what it would do."""
         self.check_writable(thread)
         with self.lock:
             ledger = self._ledger(thread)
-            crossed = False
-            compactions = self.store.compaction_ids(thread)
-            while compactions and sum(map(is_user_turn_start, ledger.entries)) < turns:
-                self.store.uncompact(thread, compactions.pop(), api_total=None, reference=None,
-                                     history_version=ledger.history_version + 1)
-                ledger = self.cache.reload(self.store, thread)
-                crossed = True
-            cut = rollback_start(ledger.entries, turns)
-            removed = 0
-            if cut is not None:
-                removed = self._drop_from(ledger, ledger.entries[cut.index].seq, clear_reference=cut.clears_reference)
-            elif crossed:
-                self._changed(ledger)
-            return {"historyVersion": ledger.history_version, "removedItems": removed, "usage": self.view.usage(ledger)}
+            entries, crossed = list(ledger.entries), []
+            if sum(map(is_user_turn_start, entries)) < turns:
+                rows = self.store.all_rows(thread)
+                by_seq = {row.seq: row for row in rows}
+                for op in reversed(operations.load(self.store.operations(thread))):
+                    if sum(map(is_user_turn_start, entries)) >= turns:
+                        break
+                    removed, added = operations.changes(op, rows)
+                    seqs = {entry.seq for entry in entries}
+                    if op.kind != "compaction" or op.undone_by is not None or not added & seqs:
+                        continue
+                    entries = [_entry(by_seq[seq]) for seq in sorted((seqs - added) | removed) if seq in by_seq]
+                    crossed.append(op.id)
+            cut = rollback_start(entries, turns)
+            kept = entries[:cut.index] if cut is not None else entries
+            clears = cut is not None and cut.clears_reference
+            result: dict[str, Any] = {"historyVersion": ledger.history_version, "removedItems": len(entries) - len(kept),
+                                      "crossesCompaction": bool(crossed)}
+            if [e.seq for e in kept] == [e.seq for e in ledger.entries]:
+                usage = self.view.usage(ledger)
+                return {**result, "removedItems": 0, "crossesCompaction": False, "usage": usage,
+                        "tokensAfter": usage["usedTokens"], **({"dryRun": True} if dry_run else {})}
+            if dry_run:
+                after = self.view.usage(self._preview(ledger, kept, clears))["usedTokens"]
+                return {**result, "usage": self.view.usage(ledger), "tokensAfter": after, "dryRun": True}
+            info = {"turns": turns, "cancels": crossed}
+            op_id, ledger, _ = self._operate(ledger, "rollback", kept, info, {c: THIS_OPERATION for c in crossed}, clears)
+            usage = self.view.usage(ledger)
+            return {**result, "historyVersion": ledger.history_version, "usage": usage, "tokensAfter": usage["usedTokens"],
+                    "undoId": op_id}
 
-    def snapshot_point(self, thread: str, commit_id: str) -> int:
-        """Where a restore with the conversation rolls `thread` back to: just after the item that
-        recorded snapshot `commit_id` (the snapshot's own item stays)."""
+    def undo(self, thread: str, op_id: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        """`ctxd/undo`: put back the active history operation `op_id` replaced (items recorded since
+        stay). Itself an operation: undoing it redoes `op_id`."""
+        self.check_writable(thread)
         with self.lock:
-            seqs = [e.seq for e in self._ledger(thread).entries if snapshot_commit_id(e.item) == commit_id]
-        if not seqs:
-            raise InvalidParams(f"id: snapshot {commit_id} is not recorded in thread '{thread}'")
-        return seqs[-1] + 1
+            ledger = self._ledger(thread)
+            ops = operations.load(self.store.operations(thread))
+            by_id = {op.id: op for op in ops}
+            op = by_id.get(op_id)
+            if op is None:
+                raise InvalidParams(f"id: thread '{thread}' has no history operation {op_id}")
+            if op.undone_by is not None:
+                raise InvalidParams(f"id: operation {op_id} of thread '{thread}' is already undone (by operation "
+                                    f"{op.undone_by}; undo that one to redo it)")
+            rows = self.store.all_rows(thread)
+            by_seq = {row.seq: row for row in rows}
+            target = operations.undo_target(op, [e.seq for e in ledger.entries], rows)
+            kept = [_entry(by_seq[seq]) for seq in target if seq in by_seq]
+            info = {"undoes": op_id, "cancels": [op_id], **(extra or {})}
+            new_id, ledger, removed = self._operate(ledger, "undo", kept, info, operations.undo_marks(op, by_id))
+            return {"historyVersion": ledger.history_version, "usage": self.view.usage(ledger), "undoId": new_id,
+                    "removedItems": removed}
 
-    def rollback_to(self, thread: str, seq: int) -> int:
-        """Drop every active item from `seq` on (used by ghost restore with the conversation)."""
+    def conversation_plan(self, thread: str, commit_id: str) -> tuple[str, Any]:
+        """What restoring snapshot `commit_id` with the conversation does to `thread`:
+        `("undo", op)` when the snapshot is the safety snapshot (`undoId`) of an earlier restore
+        with the conversation (or of its undo): that operation is undone; `("none", None)` when it
+        already is; else `("history", seqs)`: the thread's active history as it was just after
+        the snapshot was recorded, compactions and rollbacks since included."""
         with self.lock:
-            return self._drop_from(self._ledger(thread), seq)
+            ledger = self._ledger(thread)
+            ops = operations.load(self.store.operations(thread))
+            for op in reversed(ops):
+                if op.info.get("undoSnapshot") == commit_id:
+                    return ("undo", op.id) if op.undone_by is None else ("none", None)
+            rows = self.store.all_rows(thread)
+            points = [r.seq for r in rows if r.origin is None and snapshot_commit_id(json.loads(r.body)) == commit_id]
+            seqs = operations.history_as_of(points[-1], ops, [e.seq for e in ledger.entries]) if points else None
+            if seqs is None:  # not recorded as such, or an old compaction in the way: its active copy
+                active = [e.seq for e in ledger.entries if snapshot_commit_id(e.item) == commit_id]
+                if not active:
+                    raise InvalidParams(f"id: snapshot {commit_id} is not recorded in thread '{thread}'")
+                seqs = [e.seq for e in ledger.entries if e.seq <= active[-1]]
+            return "history", seqs
 
-    def _drop_from(self, ledger: ThreadLedger, seq: int, clear_reference: bool = False) -> int:
-        """Delete from `seq` on; the API baseline and the reference baseline go when their source
-        does (or, with `clear_reference`, whenever the caller says the reference is stale)."""
-        keep = [e for e in ledger.entries if e.seq < seq]
-        if len(keep) == len(ledger.entries):
-            return 0
-        fields: dict[str, Any] = {"history_version": ledger.history_version + 1}
-        if ledger.api_total is not None and seq <= ledger.api_seq:
+    def restore_conversation(self, thread: str, commit_id: str, plan: tuple[str, Any],
+                             undo_snapshot: str | None) -> dict[str, Any]:
+        """Apply a `conversation_plan` after the files were restored; `undo_snapshot` is that
+        restore's `undoId`, so that restoring it with the conversation undoes this too."""
+        kind, value = plan
+        if kind == "none":
+            return {"removedItems": 0}
+        if kind == "undo":
+            done = self.undo(thread, value, {"undoSnapshot": undo_snapshot})
+            return {"removedItems": done["removedItems"], "operationId": done["undoId"]}
+        with self.lock:
+            ledger = self._ledger(thread)
+            rows = {row.seq: row for row in self.store.all_rows(thread)}
+            kept = [_entry(rows[seq]) for seq in value if seq in rows]
+            info = {"snapshot": commit_id, "undoSnapshot": undo_snapshot}
+            op_id, _, removed = self._operate(ledger, "restore", kept, info, {})
+            return {"removedItems": removed, "operationId": op_id}
+
+    def operations_list(self, thread: str) -> list[dict[str, Any]]:
+        with self.lock:
+            return operations.wire(operations.load(self.store.operations(thread)), self.store.all_rows(thread))
+
+    def _preview(self, ledger: ThreadLedger, kept: list[Entry], clear_reference: bool = False) -> ThreadLedger:
+        """The ledger as it would be with only `kept` active (for a dry run's tokens)."""
+        fields = self._baselines(ledger, kept, clear_reference)
+        preview = ThreadLedger(ledger.thread, entries=list(kept), history_version=ledger.history_version,
+                               api_total=None if "api_total" in fields else ledger.api_total, api_seq=ledger.api_seq,
+                               reference=None if "reference" in fields else ledger.reference,
+                               prompt_context=ledger.prompt_context, state=ledger.state)
+        preview.recount()
+        return preview
+
+    @staticmethod
+    def _baselines(ledger: ThreadLedger, kept: list[Entry], clear_reference: bool) -> dict[str, Any]:
+        """The API and reference baselines that go when the active history becomes `kept`: each
+        goes when anything at or before its point changes (or the caller says the reference is stale)."""
+        before, after = {e.seq for e in ledger.entries}, {e.seq for e in kept}
+        changed = before ^ after
+        first = min(changed) if changed else None
+        fields: dict[str, Any] = {}
+        if ledger.api_total is not None and first is not None and first <= ledger.api_seq:
             fields["api_total"] = None
-        if ledger.reference is not None and (clear_reference or seq <= ledger.reference.get("seq", 0)):
+        if ledger.reference is not None and (clear_reference or (first is not None and first <= ledger.reference.get("seq", 0))):
             fields["reference"] = None
-        removed = self.store.delete_from(ledger.thread, seq, **fields)
-        ledger.entries = keep
-        ledger.history_version = fields["history_version"]
-        if "api_total" in fields:
-            ledger.api_total = None
-        if "reference" in fields:
-            ledger.reference = None
-        ledger.recount()
-        self._changed(ledger)
-        return removed
+        return fields
+
+    def _operate(self, ledger: ThreadLedger, kind: str, kept: list[Entry], info: dict[str, Any],
+                 marks: dict[int, int | None], clear_reference: bool = False) -> tuple[int, ThreadLedger, int]:
+        """Make `kept` the thread's active history as one undoable operation (nothing deleted).
+        Returns its id, the new ledger and how many items it took out of the active history."""
+        fields = self._baselines(ledger, kept, clear_reference)
+        before = self.view.usage(ledger)["usedTokens"]
+        info = {"kind": kind, **info, "itemsBefore": len(ledger.entries), "itemsAfter": len(kept), "tokensBefore": before}
+        try:
+            op_id = self.store.operate(ledger.thread, redact.redact_json(info), active=[e.seq for e in kept],
+                                       expected_version=ledger.history_version, marks=marks,
+                                       history_version=ledger.history_version + 1, **fields)
+        except HistoryChanged:
+            self.cache.reload(self.store, ledger.thread)
+            raise InvalidParams(f"thread '{ledger.thread}' changed meanwhile (another ctxd wrote to it); nothing was "
+                                "changed: try again") from None
+        removed = len({e.seq for e in ledger.entries} - {e.seq for e in kept})
+        ledger = self.cache.reload(self.store, ledger.thread)
+        usage = self._changed(ledger)
+        self.store.annotate_compaction(op_id, tokensAfter=usage["usedTokens"])
+        return op_id, ledger, removed
 
     def replace_history(self, thread: str, new_items: list[dict[str, Any]], *, upto_seq: int,
                         info: dict[str, Any], expected_version: int | None = None) -> dict[str, Any]:
@@ -443,10 +540,13 @@ class Workspace:
                 raise CompactionFailed(f"the history changed while the compaction ran (thread '{thread}' was "
                                        "compacted, rolled back or restored meanwhile); nothing was changed: "
                                        "compact again if it is still needed") from None
+            items_before = len(ledger.entries)
             ledger = self.cache.reload(self.store, thread)
             usage = self._changed(ledger)
-            self.store.annotate_compaction(compaction, tokensAfter=usage["usedTokens"])
-            return {"historyVersion": ledger.history_version, "itemCount": len(ledger.entries), "usage": usage}
+            self.store.annotate_compaction(compaction, tokensAfter=usage["usedTokens"], itemsBefore=items_before,
+                                           itemsAfter=len(ledger.entries))
+            return {"historyVersion": ledger.history_version, "itemCount": len(ledger.entries), "usage": usage,
+                    "operationId": compaction}
 
     def mirror(self, thread: str, items: list[dict[str, Any]], *, replace: bool, baseline: int | None,
                after_baseline: int, context: dict[str, Any], info: dict[str, Any]) -> None:
@@ -488,6 +588,10 @@ class Workspace:
         return state
 
 
+def _entry(row: Row) -> Entry:
+    return Entry(row.seq, json.loads(row.body), row.tokens, row.origin, row.body)
+
+
 def _valid(item: dict[str, Any]) -> bool:
     try:
         from ctxd.protocol.items import validate_items
@@ -496,23 +600,6 @@ def _valid(item: dict[str, Any]) -> bool:
         return True
     except InvalidParams:
         return False
-
-
-def _compactions(compactions: list[tuple[int, float, dict[str, Any]]], rows: list[Row]) -> list[dict[str, Any]]:
-    """`ctxd/history`'s compactions, oldest first: what each replaced and wrote, and its tokens."""
-    listed = []
-    for cid, created, info in compactions:
-        listed.append({
-            "id": cid,
-            "createdAt": datetime.fromtimestamp(created, timezone.utc).isoformat(),
-            "strategy": info.get("strategy"),
-            "automatic": bool(info.get("automatic")),
-            "tokensBefore": info.get("tokensBefore"),
-            "tokensAfter": info.get("tokensAfter"),
-            "archivedItems": sum(1 for r in rows if r.archived == cid),
-            "writtenItems": sum(1 for r in rows if r.origin == cid),
-        })
-    return listed
 
 
 def _instant(stamp: str | None) -> float:

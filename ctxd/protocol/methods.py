@@ -1,8 +1,8 @@
-"""The names on the wire: every method and notification ctxd answers or sends (protocol v2)."""
+"""The names on the wire: every method and notification ctxd answers or sends (protocol v3)."""
 
 from __future__ import annotations
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 
 # LSP lifecycle and the notifications ctxd takes from the client
 INITIALIZE = "initialize"
@@ -28,9 +28,10 @@ GHOST_LIST = "ctxd/ghost/list"
 GHOST_RESTORE = "ctxd/ghost/restore"
 GHOST_DIFF = "ctxd/ghost/diff"
 GHOST_DELETE = "ctxd/ghost/delete"
+UNDO = "ctxd/undo"
 
 REQUESTS = frozenset({RECORD, REPORT_TOKEN_USAGE, SET_PROMPT_CONTEXT, USAGE, PROMPT, COMPACT, ROLLBACK, HISTORY,
-                      THREADS, STATUS, GHOST_SNAPSHOT, GHOST_LIST, GHOST_RESTORE, GHOST_DIFF, GHOST_DELETE})
+                      THREADS, STATUS, GHOST_SNAPSHOT, GHOST_LIST, GHOST_RESTORE, GHOST_DIFF, GHOST_DELETE, UNDO})
 
 # notifications ctxd sends
 USAGE_CHANGED = "ctxd/usageChanged"

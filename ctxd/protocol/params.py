@@ -92,6 +92,11 @@ class PromptParams(Params):
 
 class RollbackParams(Params):
     turns: int = Field(ge=1, le=MAX_COUNT)
+    dry_run: bool = False
+
+
+class UndoParams(Params):
+    id: int = Field(ge=1, le=MAX_COUNT)  # an operation id: a compaction's, rollback's or undo's `undoId`
 
 
 class HistoryParams(Params):
@@ -155,6 +160,7 @@ PARAMS: dict[str, type[BaseModel]] = {
     methods.GHOST_RESTORE: GhostRestoreParams,
     methods.GHOST_DIFF: GhostDiffParams,
     methods.GHOST_DELETE: GhostDeleteParams,
+    methods.UNDO: UndoParams,
 }
 
 

@@ -1,4 +1,4 @@
-"""The shapes of what ctxd sends: every result and notification of protocol v2, defined once.
+"""The shapes of what ctxd sends: every result and notification of protocol v3, defined once.
 
 TypedDicts, so that the domain builds plain dicts at no cost and a type checker holds it to these
 shapes. `schema()` turns them into JSON Schema (`docs/protocol.schema.json`), the exchange format
@@ -129,6 +129,7 @@ class CompactResult(TypedDict):
     summary: str
     trimmedItems: int
     fallbackReason: NotRequired[Optional[str]]
+    undoId: NotRequired[int]  # (v3) the compaction, as an operation `ctxd/undo` takes
 
 
 class Compacted(TypedDict):
@@ -143,10 +144,40 @@ class Compacted(TypedDict):
 
 
 class RollbackResult(TypedDict):
+    """(v3) With `dryRun`, what the rollback would do, and nothing changed (`usage` is as it is)."""
+
     __pydantic_config__ = STRICT  # type: ignore[misc]
     historyVersion: int
     removedItems: int
     usage: UsageSnapshot
+    crossesCompaction: NotRequired[bool]
+    tokensAfter: NotRequired[int]
+    undoId: NotRequired[int]
+    dryRun: NotRequired[bool]
+
+
+class UndoResult(TypedDict):
+    """(v3) `ctxd/undo`: the history the operation replaced is back; `undoId` redoes it."""
+
+    __pydantic_config__ = STRICT  # type: ignore[misc]
+    historyVersion: int
+    usage: UsageSnapshot
+    undoId: int
+    removedItems: NotRequired[int]
+
+
+class OperationRecord(TypedDict):
+    """(v3) One history operation of a thread (`ctxd/history` with `includeArchived`)."""
+
+    __pydantic_config__ = STRICT  # type: ignore[misc]
+    id: int
+    kind: Literal["compaction", "rollback", "restore", "undo"]
+    createdAt: str
+    itemsBefore: int
+    itemsAfter: int
+    tokensBefore: Optional[int]
+    tokensAfter: Optional[int]
+    undoneBy: NotRequired[int]
 
 
 class CompactionRecord(TypedDict):
@@ -162,6 +193,7 @@ class CompactionRecord(TypedDict):
     tokensAfter: Optional[int]
     archivedItems: int
     writtenItems: int
+    undoneBy: NotRequired[int]  # (v3) the undo, or the rollback that crossed it
 
 
 class HistoryResult(TypedDict):
@@ -170,6 +202,7 @@ class HistoryResult(TypedDict):
     historyVersion: int
     total: int
     compactions: NotRequired[list[CompactionRecord]]
+    operations: NotRequired[list[OperationRecord]]
 
 
 class ThreadInfo(TypedDict):
@@ -267,6 +300,7 @@ class RestoreResult(TypedDict):
     removed: list[str]
     removedItems: NotRequired[int]
     undoId: NotRequired[Optional[str]]
+    operationId: NotRequired[int]  # (v3) with the conversation: the history operation, for `ctxd/undo`
     dryRun: NotRequired[bool]
     pathEncoding: NotRequired[Literal["escaped"]]
 
@@ -316,6 +350,7 @@ RESULTS: dict[str, Any] = {
     "ctxd/ghost/restore": RestoreResult,
     "ctxd/ghost/diff": DiffResult,
     "ctxd/ghost/delete": DeleteResult,
+    "ctxd/undo": UndoResult,
 }
 NOTIFICATIONS: dict[str, Any] = {
     "ctxd/usageChanged": UsageChanged,
@@ -337,7 +372,7 @@ def schema() -> dict[str, Any]:
             prop.pop("title", None)  # a title per field would become a type alias per field in TypeScript
     result["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     result["title"] = "CtxdProtocol"
-    result["description"] = ("Results, notifications and request params of the ctxd wire protocol, version 2 "
+    result["description"] = ("Results, notifications and request params of the ctxd wire protocol, version 3 "
                              "(generated from ctxd/protocol/shapes.py by `python -m ctxd.protocol.shapes`).")
     return result
 

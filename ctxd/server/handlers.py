@@ -89,7 +89,12 @@ def prompt(call: Call, params: p.PromptParams) -> shapes.PromptResult:
 
 @handler(methods.ROLLBACK)
 def rollback(call: Call, params: p.RollbackParams) -> shapes.RollbackResult:
-    return call.workspace.rollback(params.thread, params.turns)
+    return call.workspace.rollback(params.thread, params.turns, dry_run=params.dry_run)
+
+
+@handler(methods.UNDO)
+def undo(call: Call, params: p.UndoParams) -> shapes.UndoResult:
+    return call.workspace.undo(params.thread, params.id)
 
 
 @handler(methods.HISTORY)
