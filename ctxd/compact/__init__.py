@@ -5,7 +5,9 @@ OpenAI's `/responses/compact`; `offline` needs no model (masked tool outputs, th
 summary); `auto` picks `remote` for OpenAI's own endpoint with the Responses API (as Codex does),
 else `llm` when an endpoint is configured, else `offline`, and falls back to `offline` when the
 model path fails, so that a full thread is never stuck. An explicit `llm` or `remote` that fails
-raises CompactionFailed. This package is pure: it computes the new history and never touches the
+raises CompactionFailed; one that succeeds always replaces the history (as Codex does), while
+`auto` and `offline` refuse, before anything runs, a history no compaction could make smaller.
+Every summary carries the earlier ones forward. This package is pure: it computes the new history and never touches the
 ledger; the caller swaps it in.
 """
 
@@ -21,6 +23,7 @@ from ctxd.compact.history import (
     compact_prompt,
     ghost_snapshots,
     keep_remote_item,
+    least_kept,
 )
 from ctxd.compact.model import (
     compact_remote,
@@ -31,6 +34,7 @@ from ctxd.compact.model import (
 from ctxd.compact.offline import Count, history_tokens, offline_compact
 from ctxd.errors import Cancelled, CompactionFailed, InvalidParams
 from ctxd.ledger.projection import project
+from ctxd.ledger.rules import is_summary_message
 
 STRATEGIES = ("auto", "llm", "remote", "offline")
 
@@ -92,9 +96,12 @@ def compact(
         raise InvalidParams(f"strategy: must be one of {', '.join(STRATEGIES)}")
     cancel = cancel or threading.Event()
     chosen = choose_strategy(strategy, settings)
+    if strategy not in NAMED:
+        _refuse_if_not_smaller(items, settings, count)
     if chosen != "offline":
         try:
-            return _worth_it(items, _model_compact(items, chosen, settings, cancel, progress, instructions), count)
+            # Named or not, a model's answer is kept: a summary is never paid for and thrown away.
+            return _model_compact(items, chosen, settings, cancel, progress, instructions)
         except Cancelled:
             raise
         except CompactionFailed as error:
@@ -108,8 +115,22 @@ def compact(
     return _worth_it(items, _offline(items, settings, progress, count), count)
 
 
+# Strategies a client names: they always replace the history, as Codex's compaction does.
+NAMED = ("llm", "remote")
+
+
+def _refuse_if_not_smaller(items: list[dict[str, Any]], settings: Any, count: Count | None) -> None:
+    """Before anything runs (no request sent): refuse a history that no compaction can make
+    smaller, because what every compaction keeps is already as big."""
+    before = history_tokens(items, count)
+    least = history_tokens(least_kept(items, settings.compact_user_message_max_tokens), count)
+    if least >= before:
+        raise CompactionFailed(f"nothing worth compacting: a compaction would keep at least {least} tokens of "
+                               f"this {before}-token history")
+
+
 def _worth_it(items: list[dict[str, Any]], outcome: CompactOutcome, count: Count | None) -> CompactOutcome:
-    """Refuse a compaction that would not make the thread smaller: it would only lose detail."""
+    """Refuse an offline compaction that would not make the thread smaller: it would only lose detail."""
     before, after = history_tokens(items, count), history_tokens(outcome.items, count)
     if after >= before:
         raise CompactionFailed(f"nothing worth compacting: the {outcome.strategy} compaction would leave "
@@ -142,6 +163,8 @@ def _model_compact(items: list[dict[str, Any]], strategy: str, settings: Any, ca
         kept = [item for item in output if keep_remote_item(item)]
         if not kept:
             raise CompactionFailed("the compact endpoint's answer held nothing to keep")
+        # Earlier handoff summaries the endpoint left out are carried forward as they were.
+        kept = [item for item in items if is_summary_message(item) and item not in kept] + kept
         note = f"remote compaction by {endpoint.model}: {len(kept)} items"
         return CompactOutcome(kept + ghost_snapshots(items), "remote", note, trimmed)
     summary, trimmed = summarize(endpoint, projected, prompt, cancel=cancel, progress=progress)

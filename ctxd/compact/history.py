@@ -86,13 +86,36 @@ def ghost_snapshots(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [item for item in items if item.get("type") == "ghost_snapshot"]
 
 
+EARLIER_HEADING = "## Earlier summary"
+
+
+def earlier_summaries(items: list[dict[str, Any]]) -> list[str]:
+    """The texts (behind the prefix) of the handoff summaries earlier compactions wrote."""
+    return [message_text(item)[len(SUMMARY_PREFIX):].strip() for item in items if is_summary_message(item)]
+
+
+def carry_forward(summary: str, items: list[dict[str, Any]]) -> str:
+    """`summary` with the earlier summaries of `items` after it, word for word: a model may leave
+    out what an earlier summary said, and a later compaction must never drop it."""
+    earlier = [text for text in earlier_summaries(items) if text and text not in summary]
+    return "\n\n".join([summary.strip(), *(f"{EARLIER_HEADING}\n{text}" for text in earlier)])
+
+
 def build_compacted_history(items: list[dict[str, Any]], summary: str,
                             user_message_max_tokens: int) -> list[dict[str, Any]]:
-    """Recent real user messages, then the summary as a user message, then the ghost snapshots."""
+    """Recent real user messages, then the summary (earlier ones carried forward) as a user
+    message, then the ghost snapshots."""
     history = recent_user_messages(items, user_message_max_tokens)
-    history.append(summary_message(summary))
+    history.append(summary_message(carry_forward(summary, items)))
     history.extend(ghost_snapshots(items))
     return history
+
+
+def least_kept(items: list[dict[str, Any]], user_message_max_tokens: int) -> list[dict[str, Any]]:
+    """What every compaction of `items` keeps at the least: the recent user messages, a summary
+    holding the earlier summaries, the ghost snapshots. A history not bigger than this cannot be
+    made smaller."""
+    return build_compacted_history(items, "", user_message_max_tokens)
 
 
 def keep_remote_item(item: dict[str, Any]) -> bool:

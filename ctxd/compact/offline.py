@@ -7,7 +7,8 @@ enough, the thread is replaced like an LLM compaction would replace it (recent u
 handoff summary, the ghost snapshots), except that the summary is extracted rather than written:
 constraints the user stated, decisions and the latest conclusion, errors seen, commands run and
 their failures, files and paths touched, earlier requests, any earlier summary (merged section by
-section), and with what budget is left, the assistant's earlier messages. Everything here is a pure
+section, every line of it kept whatever the budget: a summary carries the earlier ones forward),
+and with what budget is left, the assistant's earlier messages. Everything here is a pure
 function of the items, so the same thread always compacts to the same history.
 """
 
@@ -216,6 +217,7 @@ class Section:
     title: str
     lines: list[str]          # chronological
     keep_newest: bool = True  # under pressure, keep the newest lines (else the oldest)
+    pinned: frozenset[str] = frozenset()  # lines an earlier summary said: kept whatever the budget
 
 
 def extract_sections(items: list[dict[str, Any]], skip_requests: int = 0) -> list[Section]:
@@ -278,7 +280,10 @@ def extract_sections(items: list[dict[str, Any]], skip_requests: int = 0) -> lis
                 carried.setdefault(CARRY_INTO.get(title, title), []).extend(lines)
 
     def merged(title: str, lines: list[str], keep_last: bool = False, counted: bool = False) -> Section:
-        return Section(title, unique(carried.get(title, []) + lines, keep_last, counted))
+        earlier = {COUNT_RE.sub("", line) if counted else line for line in carried.get(title, [])}
+        kept = unique(carried.get(title, []) + lines, keep_last, counted)
+        return Section(title, kept, pinned=frozenset(line for line in kept
+                                                     if (COUNT_RE.sub("", line) if counted else line) in earlier))
 
     return [
         merged(CONSTRAINTS, constraints),
@@ -287,7 +292,7 @@ def extract_sections(items: list[dict[str, Any]], skip_requests: int = 0) -> lis
         merged(ERRORS, errors),
         merged(FAILED, failed),
         merged(PATHS, paths, keep_last=True),
-        Section(EARLIER, blocks[-1:] + carried.get(EARLIER, [])[-1:]),
+        Section(EARLIER, carried.get(EARLIER, []) + blocks, pinned=frozenset(carried.get(EARLIER, []) + blocks)),
         merged(REQUESTS, [_clip(text, 600) for text in requests]),
         merged(COMMANDS, commands, keep_last=True, counted=True),
         # What is left of the budget goes to the assistant's own words, newest first.
@@ -359,8 +364,11 @@ def render_summary(sections: list[Section], budget: int, count: Count = approx_t
 
     sections = [section for section in sections if section.lines]
     header_cost = sum(line_cost(f"## {section.title}\n") for section in sections)
-    available = max(0, budget - header_cost - 8)
-    demand = {id(section): sum(line_cost(line) for line in section.lines) for section in sections}
+    # What earlier summaries said is kept first, whatever it costs; the rest shares what is left.
+    pinned_cost = sum(line_cost(line) for section in sections for line in section.lines if line in section.pinned)
+    available = max(0, budget - header_cost - 8 - pinned_cost)
+    demand = {id(section): sum(line_cost(line) for line in section.lines if line not in section.pinned)
+              for section in sections}
     share: dict[int, int] = {}
     pending = list(sections)
     while pending:
@@ -380,12 +388,14 @@ def render_summary(sections: list[Section], budget: int, count: Count = approx_t
         allowance = share.get(id(section), 0)
         lines = section.lines
         if demand[id(section)] > allowance:
-            if len(lines) == 1:
+            if len(lines) == 1 and not section.pinned:
                 lines = [truncate_text(lines[0], max(0, allowance - 2))] if allowance > 8 else []
             else:
                 order = list(reversed(lines)) if section.keep_newest else list(lines)
-                chosen: list[str] = []
+                chosen: list[str] = [line for line in lines if line in section.pinned]
                 for line in order:
+                    if line in section.pinned:
+                        continue
                     cost = line_cost(line)
                     if cost > allowance:
                         break

@@ -22,7 +22,7 @@ from ctxd import settings as settings_mod
 from ctxd.errors import CompactionFailed, CtxdError, GitFailed, InvalidParams
 from ctxd.ledger import operations
 from ctxd.ledger import projection as normalize
-from ctxd.ledger.rules import snapshot_commit_id
+from ctxd.ledger.rules import is_real_user_message, message_text, snapshot_commit_id
 from ctxd.ledger.cache import ThreadCache, summary_ledger
 from ctxd.ledger.store import THIS_OPERATION, HistoryChanged, Row, Store, WouldWait, database_path
 from ctxd.ledger.thread import Entry, ThreadLedger, is_user_turn_start, rollback_start
@@ -117,6 +117,8 @@ class Workspace:
         self._thread_locks: dict[str, threading.Lock] = {}
         # Set by the server: compacts a thread before a prompt when it is over the limit.
         self.auto_compactor: Callable[["Workspace", str], None] | None = None
+        # Set by the server: `Breakdown.cost` of a client thread's spend ({model: {input, cachedInput, output}}).
+        self.pricer: Callable[[dict[str, dict[str, int]]], dict[str, Any]] | None = None
 
     def opened_root(self) -> Path:
         """The folder, if it is still the one that was opened. Snapshots and restores go through
@@ -328,6 +330,9 @@ class Workspace:
             ledger = self.cache.loaded(self.store, thread)  # checked for other writers in `_append`
             if rows:
                 ledger = self._append(ledger, kept, rows, wait)
+            title = _untitled(ledger, kept)
+            if title is not None:
+                self._update_state(ledger, title=title)
             usage = self._changed(ledger)
             return {"historyVersion": ledger.history_version, "itemCount": len(ledger.entries), "usage": usage}
 
@@ -345,17 +350,28 @@ class Workspace:
                 return None  # reading it from the store is a worker's job
             if (ledger.state or {}).get("usageSettings") != self.view.facts(ledger):
                 return None  # `_changed` would write the new facts, waiting for the store
+            if (ledger.state or {}).get("title") is None and any(map(is_real_user_message, items)):
+                return None  # the thread's title would be written too
             return self.record(thread, items, wait=False)
         except WouldWait:
             return None
         finally:
             self.lock.release()
 
-    def report_usage(self, thread: str, total_tokens: int) -> dict[str, Any]:
+    def report_usage(self, thread: str, total_tokens: int, billed: dict[str, int] | None = None) -> dict[str, Any]:
+        """The API's total for the latest request; `billed` (`input` at the full rate, `cachedInput`,
+        `output`) is added to what the thread has cost, priced by `pricer` when one is set."""
         with self.lock:
             ledger = self._ledger(thread)
             self.store.update_thread(thread, api_total=total_tokens, api_seq=ledger.last_seq)
             ledger.api_total, ledger.api_seq, ledger.tokens_after_api = total_tokens, ledger.last_seq, 0
+            if billed and self.pricer is not None:
+                model = self.view.settings(ledger).model or ""
+                spend = {name: dict(parts) for name, parts in ((ledger.state or {}).get("spend") or {}).items()}
+                parts = spend.setdefault(model, {})
+                for kind, tokens in billed.items():
+                    parts[kind] = int(parts.get(kind, 0)) + tokens
+                self._update_state(ledger, spend=spend, cost=self.pricer(spend))
             return self._changed(ledger)
 
     def set_prompt_context(self, thread: str, context: dict[str, Any]) -> dict[str, Any]:
@@ -586,6 +602,20 @@ class Workspace:
         self.store.update_thread(ledger.thread, state=state)
         ledger.state = state
         return state
+
+
+TITLE_CHARS = 80
+
+
+def _untitled(ledger: ThreadLedger, kept: list[dict[str, Any]]) -> str | None:
+    """A client thread's title, when it has none yet: its first user message, on one short line."""
+    if (ledger.state or {}).get("title") is not None:
+        return None
+    for item in kept:
+        if is_real_user_message(item):
+            line = " ".join(message_text(item).split())
+            return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1].rstrip() + "…"
+    return None
 
 
 def _entry(row: Row) -> Entry:

@@ -354,6 +354,13 @@ class CtxdServer:
 
     def _on_open(self, workspace: Workspace) -> None:
         workspace.auto_compactor = self._auto_compact  # compacts before a prompt over the limit
+        workspace.pricer = functools.partial(self._price, workspace)  # a client thread's cost
+
+    @staticmethod
+    def _price(workspace: Workspace, spend: dict[str, dict[str, int]]) -> dict[str, Any]:
+        from ctxd.sessions.pricing import client_cost
+
+        return client_cost(spend, workspace.settings.prices)
 
     def _auto_compact(self, workspace: Workspace, thread: str) -> None:
         from ctxd.compact import run as compaction

@@ -68,7 +68,10 @@ def record_now(workspace_of: Callable[[str], Workspace], raw_params: Any) -> sha
 
 @handler(methods.REPORT_TOKEN_USAGE)
 def report_token_usage(call: Call, params: p.ReportTokenUsageParams) -> shapes.UsageSnapshot:
-    return call.workspace.report_usage(params.thread, params.usage.total_tokens)
+    usage = params.usage
+    cached = min(usage.cached_input_tokens or 0, usage.input_tokens)
+    billed = {"input": usage.input_tokens - cached, "cachedInput": cached, "output": usage.output_tokens}
+    return call.workspace.report_usage(params.thread, usage.total_tokens, billed)
 
 
 @handler(methods.SET_PROMPT_CONTEXT)

@@ -129,3 +129,11 @@ def cost(per_model: Mapping[str, Usage], table: Mapping[str, Price] | None = Non
     if unpriced:
         result["unpricedModels"] = sorted(unpriced)
     return result
+
+
+def client_cost(spend: Mapping[str, Mapping[str, int]], overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """`Breakdown.cost` of a client's thread from the usage its client reported, per model
+    (`{model: {input, cachedInput, output}}`, input at the full rate)."""
+    per_model = {model: Usage(input=int(parts.get("input", 0)), cached_input=int(parts.get("cachedInput", 0)),
+                              output=int(parts.get("output", 0))) for model, parts in spend.items()}
+    return cost(per_model, price_table(overrides))

@@ -122,8 +122,12 @@ def with_facts(settings: Settings, facts: dict[str, Any]) -> Settings:
 
 
 def _with_cost(result: dict[str, Any], ledger: ThreadLedger) -> dict[str, Any]:
-    """`Breakdown.cost` of a followed session, priced when it was mirrored (ctxd/sessions)."""
-    followed = (ledger.state or {}).get("followed")
+    """`Breakdown.cost` of a followed session, priced when it was mirrored (ctxd/sessions), or of a
+    client thread, priced when its client reported usage (`Workspace.report_usage`)."""
+    state = ledger.state or {}
+    followed = state.get("followed")
     if isinstance(followed, dict) and isinstance(followed.get("cost"), dict):
         return {**result, "cost": followed["cost"]}
+    if followed is None and isinstance(state.get("cost"), dict):
+        return {**result, "cost": state["cost"]}
     return result
