@@ -1,0 +1,220 @@
+"""Issue #27, security: what a second attack run found, against the real daemon and real git.
+
+A snapshot store that came with the folder, commands in a repository's git config, `.git` layouts
+that are not a work tree, unauthenticated TCP connections, the API key in followed sessions, and
+escape sequences printed by the command line.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from ctxd.errors import GitFailed
+from ctxd.ghost import snapshots as ghost
+from tests import session_fixtures as fx
+from tests.ghost_repo import Repo, isolated_git_env, make_repo
+from tests.rpc import RpcError
+from tests.test_sessions_e2e import CODEX_THREAD, homes, wait_thread
+
+
+@pytest.fixture
+def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for key, value in isolated_git_env(tmp_path / "home").items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+
+
+def _marking_script(tmp_path: Path, marker: Path) -> Path:
+    """A command that records that it ran (and passes its input through, as a filter would)."""
+    script = tmp_path / "ran.sh"
+    script.write_text(f"#!/bin/sh\necho \"$0 $*\" >> '{marker}'\ncat\n")
+    script.chmod(0o755)
+    return script
+
+
+def _commands_config(script: Path) -> str:
+    """Every git setting we know of that names a command, each pointing at `script`."""
+    return (f"[filter \"evil\"]\n\tclean = {script} clean\n\tsmudge = {script} smudge\n"
+            f"\tprocess = {script} process\n\trequired = true\n"
+            f"[diff \"evil\"]\n\ttextconv = {script} textconv\n\tcommand = {script} diffdriver\n"
+            f"[diff]\n\texternal = {script} external\n"
+            f"[core]\n\tfsmonitor = {script}\n\tpager = {script} pager\n\tsshCommand = {script} ssh\n"
+            f"\taskPass = {script} askpass\n\teditor = {script} editor\n\talternateRefsCommand = {script} alt\n"
+            f"[credential]\n\thelper = !{script} credential\n"
+            f"[gpg]\n\tprogram = {script}\n[commit]\n\tgpgSign = true\n[user]\n\tsigningKey = ABCDEF\n"
+            f"[merge \"evil\"]\n\tdriver = {script} merge\n")
+
+
+def _plant_store(repo: Repo, script: Path) -> Path:
+    """A `.git/ctxd/store` as an archive could bring it: a bare repository whose config runs `script`."""
+    store = repo.git_dir / "ctxd" / "store"
+    store.parent.mkdir()
+    subprocess.run(["git", "init", "-q", "--bare", str(store)], check=True, capture_output=True)
+    with open(store / "config", "a") as handle:
+        handle.write(_commands_config(script))
+    (store / "info").mkdir(exist_ok=True)
+    (store / "info" / "attributes").write_text("* filter=evil diff=evil merge=evil\n")
+    return store
+
+
+def _attributes(repo: Repo) -> None:
+    repo.write(".gitattributes", "* filter=evil diff=evil merge=evil\n")
+    repo.write("src/app.py", "edited\n")
+    repo.write("new.txt", "untracked\n")
+
+
+def _every_operation(root: Path) -> None:
+    snap = ghost.snapshot(root)
+    (root / "src" / "app.py").write_text("agent\n")
+    ghost.diff(root, snap["id"])
+    ghost.diff(root, snap["id"], "src/app.py")
+    done = ghost.restore(root, snap["id"])
+    ghost.restore(root, done["undoId"])
+    ghost.list_snapshots(root)
+
+
+def test_a_store_that_came_with_the_folder_is_refused_and_runs_nothing(isolated: None, tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    marker = tmp_path / "command-ran"
+    store = _plant_store(repo, _marking_script(tmp_path, marker))
+    _attributes(repo)
+    for operation in (lambda: ghost.snapshot(repo.root), lambda: ghost.list_snapshots(repo.root),
+                      lambda: ghost.restore(repo.root, "0" * 40)):
+        with pytest.raises(GitFailed) as refused:
+            operation()
+        assert refused.value.code == 1002 and str(store) in refused.value.message
+        assert "not made by ctxd" in refused.value.message
+    assert not marker.exists()
+    # Moved aside, ctxd makes its own and works.
+    store.rename(store.with_name("came-with-it"))
+    snap = ghost.snapshot(repo.root)
+    assert [s["id"] for s in ghost.list_snapshots(repo.root)] == [snap["id"]]
+    assert not marker.exists()
+
+
+def test_a_store_whose_config_was_changed_afterwards_is_refused(isolated: None, tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    marker = tmp_path / "command-ran"
+    script = _marking_script(tmp_path, marker)
+    ghost.snapshot(repo.root)
+    store = repo.git_dir / "ctxd" / "store"
+    with open(store / "config", "a") as handle:
+        handle.write(_commands_config(script))
+    _attributes(repo)
+    with pytest.raises(GitFailed, match="ownership mark does not match") as refused:
+        ghost.snapshot(repo.root)
+    assert str(store) in refused.value.message
+    # The same with the config put back but the attributes that switch filters off removed.
+    subprocess.run(["git", "config", "--file", str(store / "config"), "--remove-section", "filter.evil"], check=True)
+    (store / "info" / "attributes").write_text("")
+    with pytest.raises(GitFailed, match="ownership mark does not match"):
+        ghost.snapshot(repo.root)
+    assert not marker.exists()
+
+
+def test_a_store_reached_through_a_link_or_with_alternates_is_refused(isolated: None, tmp_path: Path) -> None:
+    mine = make_repo(tmp_path / "mine")
+    ghost.snapshot(mine.root)
+    repo = make_repo(tmp_path / "repo")
+    (repo.git_dir / "ctxd").mkdir()
+    (repo.git_dir / "ctxd" / "store").symlink_to(mine.git_dir / "ctxd" / "store")
+    with pytest.raises(GitFailed, match="symbolic link") as refused:
+        ghost.snapshot(repo.root)
+    assert str(repo.git_dir / "ctxd" / "store") in refused.value.message
+    alternates = mine.git_dir / "ctxd" / "store" / "objects" / "info" / "alternates"
+    alternates.write_text(str(repo.git_dir / "objects") + "\n")
+    with pytest.raises(GitFailed, match="objects/info/alternates"):
+        ghost.snapshot(mine.root)
+
+
+def test_commands_in_the_repositorys_own_config_never_run(isolated: None, tmp_path: Path) -> None:
+    """A folder that came with its whole `.git` (an archive): its config is the author's."""
+    repo = make_repo(tmp_path / "repo")
+    marker = tmp_path / "command-ran"
+    script = _marking_script(tmp_path, marker)
+    included = tmp_path / "included.gitconfig"
+    included.write_text(_commands_config(script).replace("evil", "evil2"))
+    with open(repo.git_dir / "config", "a") as handle:
+        handle.write(_commands_config(script) + f"[include]\n\tpath = {included}\n")
+    (repo.git_dir / "info").mkdir(exist_ok=True)
+    (repo.git_dir / "info" / "attributes").write_text("* filter=evil diff=evil merge=evil\n*.txt filter=evil2\n")
+    _attributes(repo)
+    subprocess.run(["git", "add", "-A"], cwd=repo.root, capture_output=True, env={**os.environ, "GIT_CONFIG_NOSYSTEM": "1"})
+    assert marker.exists()  # git itself runs them
+    marker.unlink()
+    _every_operation(repo.root)
+    assert not marker.exists()
+
+
+def test_an_automatic_checkpoint_never_runs_a_planted_stores_filter(daemon_factory, tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    marker = tmp_path / "command-ran"
+    store = _plant_store(repo, _marking_script(tmp_path, marker))
+    _attributes(repo)
+    codex_home, _, env = homes(tmp_path)
+    rollout = fx.write_jsonl(fx.codex_path(codex_home), fx.codex_session(repo.root))
+    client = daemon_factory([repo.root], env=env)
+    wait_thread(client, repo.root, CODEX_THREAD)
+    fx.append_jsonl(rollout, fx.codex_turn("Rewrite app.py", "2025-10-03T10:05:00.000Z", cwd=str(repo.root)))
+    log = tmp_path / "daemon-0.log"
+    deadline = time.monotonic() + 20
+    while "no checkpoint for" not in log.read_text(errors="replace"):
+        assert time.monotonic() < deadline, "the checkpoint was never attempted"
+        time.sleep(0.05)
+    assert str(store) in log.read_text(errors="replace")
+    with pytest.raises(RpcError) as refused:
+        client.request("ctxd/ghost/list", {"workspace": repo.root.as_uri()})
+    assert refused.value.code == 1002 and str(store) in refused.value.message
+    assert not marker.exists()
+
+
+# --- .git layouts that are not this folder's work tree ----------------------------------------------
+
+
+def test_git_internals_opened_as_a_folder_are_refused(isolated: None, tmp_path: Path) -> None:
+    other = make_repo(tmp_path / "other")
+    bare = tmp_path / "bare.git"
+    subprocess.run(["git", "clone", "-q", "--bare", str(other.root), str(bare)], check=True, capture_output=True)
+    pointing = tmp_path / "pointing"
+    pointing.mkdir()
+    (pointing / ".git").write_text(f"gitdir: {bare}\n")
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / ".git").write_text("not a gitdir line\n")
+    for folder, named in ((bare, bare), (other.git_dir, other.git_dir), (other.git_dir / "refs", other.git_dir),
+                          (pointing, bare), (broken, broken / ".git")):
+        before = sorted(p.name for p in folder.iterdir())
+        with pytest.raises(GitFailed) as refused:
+            ghost.snapshot(folder)
+        assert refused.value.code == 1002 and str(named) in refused.value.message, folder
+        assert sorted(p.name for p in folder.iterdir()) == before
+    assert not (tmp_path / "state" / "ctxd" / "ghost").exists() or not [
+        p for p in (tmp_path / "state" / "ctxd" / "ghost").iterdir() if p.name != "owner.key"]
+
+
+def test_a_git_file_naming_another_folders_worktree_is_refused(isolated: None, tmp_path: Path) -> None:
+    other = make_repo(tmp_path / "other")
+    other.git("worktree", "add", "-q", str(tmp_path / "linked"))
+    assert ghost.snapshot(tmp_path / "linked")["id"]  # the real worktree works
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    shutil.copy(tmp_path / "linked" / ".git", copy / ".git")
+    (copy / "mine.txt").write_text("mine\n")
+    with pytest.raises(GitFailed, match="worktree of another folder") as refused:
+        ghost.snapshot(copy)
+    assert str(tmp_path / "linked") in refused.value.message
+
+
+def test_a_ctxd_path_that_is_a_file_is_named(isolated: None, tmp_path: Path, daemon_factory) -> None:
+    repo = make_repo(tmp_path / "repo")
+    (repo.git_dir / "ctxd").write_text("a file\n")
+    client = daemon_factory([repo.root])
+    with pytest.raises(RpcError) as refused:
+        client.request("ctxd/ghost/snapshot", {"workspace": repo.root.as_uri(), "thread": "t"})
+    assert refused.value.code == 1002 and str(repo.git_dir / "ctxd") in refused.value.message
