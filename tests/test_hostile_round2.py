@@ -7,9 +7,13 @@ escape sequences printed by the command line.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import socket
+import stat
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -19,7 +23,8 @@ from ctxd.errors import GitFailed
 from ctxd.ghost import snapshots as ghost
 from tests import session_fixtures as fx
 from tests.ghost_repo import Repo, isolated_git_env, make_repo
-from tests.rpc import RpcError
+from tests.helpers import user
+from tests.rpc import Client, RpcError, daemon_env
 from tests.test_sessions_e2e import CODEX_THREAD, homes, wait_thread
 
 
@@ -218,3 +223,87 @@ def test_a_ctxd_path_that_is_a_file_is_named(isolated: None, tmp_path: Path, dae
     with pytest.raises(RpcError) as refused:
         client.request("ctxd/ghost/snapshot", {"workspace": repo.root.as_uri(), "thread": "t"})
     assert refused.value.code == 1002 and str(repo.git_dir / "ctxd") in refused.value.message
+
+
+# --- TCP: authentication, more than one connection ---------------------------------------------------
+
+
+def _frame(message: dict) -> bytes:
+    body = json.dumps(message).encode()
+    return b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+
+def _read_reply(connection: socket.socket) -> dict | None:
+    """The daemon's first message on a raw connection, or None when it closed without one."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = connection.recv(4096)
+        if not chunk:
+            return None
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(head.split(b":")[1])
+    while len(body) < length:
+        body += connection.recv(4096)
+    return json.loads(body[:length])
+
+
+def _initialize(token: str | None, msg_id: int = 1) -> dict:
+    params: dict = {"processId": None, "rootUri": None, "capabilities": {}}
+    if token is not None:
+        params["authToken"] = token
+    return {"jsonrpc": "2.0", "id": msg_id, "method": "initialize", "params": params}
+
+
+def test_tcp_needs_the_owners_token_and_a_stalled_prober_blocks_no_one(state_dir: Path, workspace: Path,
+                                                                       tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    token_file = tmp_path / "run" / "ctxd.token"
+    proc = subprocess.Popen([sys.executable, "-m", "ctxd", "--tcp", "--port", str(port), "--token-file", str(token_file),
+                             "--log-file", str(tmp_path / "daemon.log")], env=daemon_env(state_dir),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            cwd=str(Path(__file__).resolve().parents[1]))
+    try:
+        deadline = time.monotonic() + 20
+        while not token_file.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "no token file"
+            time.sleep(0.05)
+        assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+        assert stat.S_IMODE(token_file.parent.stat().st_mode) == 0o700
+        token = token_file.read_text().strip()
+        stalled = socket.create_connection(("127.0.0.1", port))  # connects first and sends nothing
+        for offered in (None, "wrong-token", token + "x"):
+            with socket.create_connection(("127.0.0.1", port), timeout=30) as prober:
+                prober.sendall(_frame(_initialize(offered)))
+                reply = _read_reply(prober)
+                assert reply is not None and reply["error"]["code"] == -32600 and reply["id"] == 1
+                assert "authToken" in reply["error"]["message"] and token not in json.dumps(reply)
+                assert _read_reply(prober) is None  # then closed: no session
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as prober:  # not initialize first
+            prober.sendall(_frame({"jsonrpc": "2.0", "id": 7, "method": "ctxd/threads",
+                                   "params": {"workspace": workspace.as_uri(), "authToken": token}}))
+            reply = _read_reply(prober)
+            assert reply is not None and reply["error"]["code"] == -32600 and reply["id"] == 7
+        connection = socket.create_connection(("127.0.0.1", port))
+        client = Client(proc, connection.makefile("wb"), connection.makefile("rb"))
+        client.auth_token = token
+        client.initialize([workspace])
+        client.request("ctxd/record", {"workspace": workspace.as_uri(), "items": [user("hello")]})
+        # A second client with the right token while the first is served: told, not served.
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as second:
+            second.sendall(_frame(_initialize(token)))
+            reply = _read_reply(second)
+            assert reply is not None and "already serves a client" in reply["error"]["message"]
+        # The stalled prober is closed by the daemon, and its leaving ends nothing.
+        stalled.settimeout(60)
+        assert stalled.recv(1) == b""
+        stalled.close()
+        assert client.request("ctxd/history", {"workspace": workspace.as_uri()})["total"] == 1
+        assert proc.poll() is None
+        assert client.shutdown() == 0
+        assert not token_file.exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
