@@ -307,3 +307,48 @@ def test_tcp_needs_the_owners_token_and_a_stalled_prober_blocks_no_one(state_dir
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+# --- the API key in followed sessions -------------------------------------------------------------------
+
+
+KEY = "sk-proj-round2-" + "Zq8" * 12
+
+
+def _files_holding(root: Path, needle: bytes) -> list[str]:
+    found = []
+    for path in root.rglob("*"):
+        if path.is_file() and needle in path.read_bytes():
+            found.append(str(path))
+    return found
+
+
+def test_the_api_key_is_redacted_in_followed_titles_instructions_and_checkpoint_labels(
+        daemon_factory, state_dir: Path, tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    codex_home, _, env = homes(tmp_path)
+    meta = fx.codex_meta(repo.root)
+    meta["payload"]["instructions"] = f"You are Codex. The deploy key is {KEY}; never print it."
+    prompt = f"Use the key {KEY} to call the staging API and fix the failing test"  # the key past TITLE_CHARS' cut
+    records = [meta, *fx.codex_turn(prompt, "2025-10-03T10:00:02.000Z", cwd=str(repo.root))]
+    rollout = fx.write_jsonl(fx.codex_path(codex_home), records)
+    client = daemon_factory([repo.root], env={**env, "OPENAI_API_KEY": KEY})
+    uri = repo.root.as_uri()
+    listed = wait_thread(client, repo.root, CODEX_THREAD)
+    assert "[redacted]" in listed["title"] and KEY[:12] not in listed["title"]
+    fx.append_jsonl(rollout, fx.codex_turn(f"now rotate {KEY} please", "2025-10-03T10:05:00.000Z", cwd=str(repo.root)))
+    deadline = time.monotonic() + 20
+    labels: list[str] = []
+    while not labels:
+        assert time.monotonic() < deadline, "no automatic checkpoint"
+        labels = [s["message"] for s in client.request("ctxd/ghost/list", {"workspace": uri})["snapshots"]]
+        time.sleep(0.05)
+    assert labels == ["now rotate [redacted] please"]
+    context = client.request("ctxd/prompt", {"workspace": uri, "thread": CODEX_THREAD})
+    assert KEY not in json.dumps(context) and KEY not in json.dumps(client.request("ctxd/threads", {"workspace": uri}))
+    client.shutdown()
+    assert _files_holding(state_dir, KEY.encode()) == []
+    store = repo.git_dir / "ctxd" / "store"
+    messages = subprocess.run(["git", f"--git-dir={store}", "log", "--format=%B", "--all"], capture_output=True,
+                              text=True, check=True).stdout
+    assert "now rotate [redacted] please" in messages and KEY not in messages

@@ -21,8 +21,8 @@ ALLOWED: dict[str, set[str]] = {
     "ledger": {"errors", "protocol", "redact", "settings", "tokens", "usage"},  # usage: a workspace's gauge
     "usage": {"ledger", "settings", "tokens"},
     "compact": {"errors", "ledger", "protocol", "redact", "settings", "tokens"},
-    "ghost": {"errors", "ledger", "settings"},
-    "sessions": {"errors", "ghost", "ledger", "settings", "tokens"},
+    "ghost": {"errors", "ledger", "redact", "settings"},
+    "sessions": {"errors", "ghost", "ledger", "redact", "settings", "tokens"},
     "status": {"ctxd", "ledger", "protocol", "tokens"},
     "server": {"ctxd", "compact", "errors", "ghost", "ledger", "protocol", "redact", "sessions", "settings",
                "status", "tokens"},
