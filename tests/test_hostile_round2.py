@@ -352,3 +352,47 @@ def test_the_api_key_is_redacted_in_followed_titles_instructions_and_checkpoint_
     messages = subprocess.run(["git", f"--git-dir={store}", "log", "--format=%B", "--all"], capture_output=True,
                               text=True, check=True).stdout
     assert "now rotate [redacted] please" in messages and KEY not in messages
+
+
+# --- escape sequences on the terminal ---------------------------------------------------------------
+
+
+CLIPBOARD = "\x1b]52;c;cm0gLXJmIH4K\x07"  # OSC 52: set the clipboard
+CLEAR = "\x1b[2J\x1b[H"
+BIDI = "\u202e"
+
+
+def test_the_command_line_shows_escape_sequences_escaped(daemon_factory, state_dir: Path, workspace: Path,
+                                                         tmp_path: Path) -> None:
+    codex_home, claude_home, env = homes(tmp_path)
+    records = [fx.codex_meta(workspace),
+               *fx.codex_turn(f"Title{CLIPBOARD}{CLEAR}{BIDI}end", "2025-10-03T10:00:02.000Z",
+                              model=f"gpt-5{CLEAR}", cwd=str(workspace))]
+    fx.write_jsonl(fx.codex_path(codex_home), records)
+    cli_env = {**daemon_env(state_dir), **env}
+    repo_root = str(Path(__file__).resolve().parents[1])
+    sessions = subprocess.run([sys.executable, "-m", "ctxd", "sessions", "--workspace", str(workspace)],
+                              capture_output=True, text=True, env=cli_env, cwd=repo_root, timeout=60)
+    assert sessions.returncode == 0, sessions.stderr
+    assert "Title" in sessions.stdout
+    assert "\x1b" not in sessions.stdout and "\x07" not in sessions.stdout and BIDI not in sessions.stdout
+    assert "\\x1b]52;c;" in sessions.stdout and "gpt-5\\x1b[2J" in sessions.stdout
+
+    client = daemon_factory([workspace])
+    uri = workspace.as_uri()
+    client.request("ctxd/setPromptContext", {"workspace": uri, "model": f"gpt-4o{CLEAR}", "tools": [
+        {"name": f"tool{CLIPBOARD}", "description": "d", "schema": {"type": "object"}}]})
+    client.request("ctxd/record", {"workspace": uri, "items": [user("hello")]})
+    client.request("ctxd/reportTokenUsage", {"workspace": uri, "usage": {"inputTokens": 1_000, "totalTokens": 1_000}})
+    detail = subprocess.run([sys.executable, "-m", "ctxd", "usage", "--workspace", str(workspace), "--detail"],
+                            capture_output=True, text=True, env=cli_env, cwd=repo_root, timeout=60)
+    assert detail.returncode == 0, detail.stderr
+    assert "\x1b" not in detail.stdout and "\x07" not in detail.stdout
+    assert "tool\\x1b]52;c;" in detail.stdout and "gpt-4o\\x1b[2J" in detail.stdout
+
+
+def test_terminal_safe_text_keeps_ordinary_text() -> None:
+    from ctxd.terminal import safe
+
+    assert safe("Fix the bug in café.py — now 日本語 ✓") == "Fix the bug in café.py — now 日本語 ✓"
+    assert safe("a\x1b[31mb\x9bc\u202ed\ud800\n") == "a\\x1b[31mb\\x9bc\\u202ed\\ud800\\x0a"
