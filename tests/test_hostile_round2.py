@@ -396,3 +396,46 @@ def test_terminal_safe_text_keeps_ordinary_text() -> None:
 
     assert safe("Fix the bug in café.py — now 日本語 ✓") == "Fix the bug in café.py — now 日本語 ✓"
     assert safe("a\x1b[31mb\x9bc\u202ed\ud800\n") == "a\\x1b[31mb\\x9bc\\u202ed\\ud800\\x0a"
+
+
+# --- numbers in settings ------------------------------------------------------------------------------
+
+
+HUGE = int("9" * 401)
+
+
+def test_huge_numbers_in_an_untrusted_workspace_file_are_reported_and_defaults_kept(daemon_factory,
+                                                                                   workspace: Path) -> None:
+    (workspace / ".ctxd.toml").write_text(
+        f"context_window = {HUGE}\nauto_compact_token_limit = {HUGE}\ntool_output_token_limit = {HUGE}\n"
+        f"auto_compact_ratio = nan\n[ghost]\nwarn_after_seconds = inf\nmax_age_days = {HUGE}\nkeep = {HUGE}\n")
+    client = daemon_factory([workspace])
+    uri = workspace.as_uri()
+    recorded = client.request("ctxd/record", {"workspace": uri, "items": [user("hello")]})
+    assert recorded["usage"]["contextWindow"] == 128_000 and recorded["usage"]["usedTokens"] > 0
+    assert client.request("ctxd/usage", {"workspace": uri})["contextWindow"] == 128_000
+    client.request("ctxd/ghost/snapshot", {"workspace": uri})
+    problems = client.request("ctxd/status", {"workspace": uri})["problems"]
+    keys = {p.get("key") for p in problems}
+    assert {"context_window", "auto_compact_token_limit", "tool_output_token_limit", "auto_compact_ratio",
+            "ghost.warn_after_seconds", "ghost.max_age_days", "ghost.keep"} <= keys
+    assert all(len(p["message"]) < 300 for p in problems)
+    assert any("401 digits" in p["message"] for p in problems)
+
+
+def test_a_number_past_pythons_conversion_limit_is_reported(daemon_factory, workspace: Path) -> None:
+    (workspace / ".ctxd.toml").write_text(f"context_window = {'9' * 5000}\n")
+    client = daemon_factory([workspace])
+    uri = workspace.as_uri()
+    assert client.request("ctxd/record", {"workspace": uri, "items": [user("hi")]})["usage"]["contextWindow"] == 128_000
+    problems = client.request("ctxd/status", {"workspace": uri})["problems"]
+    assert any(p["source"].endswith(".ctxd.toml") and "4300" in p["message"] for p in problems)
+
+
+def test_a_huge_price_is_reported_not_raised() -> None:
+    from ctxd.sessions import pricing
+    from ctxd.settings import Problem
+
+    problems: list[Problem] = []
+    table = pricing.price_table({"my-model": {"input": HUGE, "output": 1.0}}, problems)
+    assert "my-model" not in table and [p.key for p in problems] == ["prices.my-model"]
