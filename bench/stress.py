@@ -13,6 +13,8 @@
 5. storage: 50 cycles of one storage fault on a workspace while another records (bench/storms.py).
 6. concurrency: 20 rounds of two daemons compacting one thread at once, with rollbacks (bench/storms.py).
    Goal for both: every bad count is 0.
+7. planted, tcp, numbers: issue #27's attacks (bench/hostile_storms.py): hostile snapshot stores
+   and git config, unauthenticated TCP probers, huge numbers in settings. Every bad count is 0.
 
 The exit status is 1 when any goal or bound is missed.
 
@@ -40,8 +42,9 @@ from tests import test_reliability_fuzz as fuzz  # noqa: E402
 from tests.rpc import Client, start_daemon  # noqa: E402
 from tests.test_reliability_faults import crash_storm, peak_rss_kib  # noqa: E402
 from bench.storms import concurrency_storm, storage_storm, storms_failed  # noqa: E402
+from bench.hostile_storms import hostile_failed, numbers_storm, planted_storm, tcp_storm  # noqa: E402
 
-from ctxd.ledger.workspace import MAX_LOADED_ITEMS  # noqa: E402
+from ctxd.ledger.cache import MAX_LOADED_ITEMS  # noqa: E402
 
 BIG_OUTPUT_MIB = 64  # at most this much peak RSS growth for a huge tool output
 
@@ -217,8 +220,8 @@ def run_big_output(root: Path, mib: int) -> dict[str, Any]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a tenth of every run")
-    parser.add_argument("--only", default="fuzz,storm,size,big,storage,concurrency",
-                        help="comma-separated: fuzz,storm,size,big,storage,concurrency")
+    parser.add_argument("--only", default="fuzz,storm,size,big,storage,concurrency,planted,tcp,numbers",
+                        help="comma-separated: fuzz,storm,size,big,storage,concurrency,planted,tcp,numbers")
     args = parser.parse_args()
     scale = 10 if args.quick else 1
     only = set(args.only.split(","))
@@ -232,6 +235,9 @@ def main() -> int:
             ("big", lambda d: run_big_output(d, 200 // scale)),
             ("storage", lambda d: storage_storm(d, 50 // scale)),
             ("concurrency", lambda d: concurrency_storm(d, 20 // scale)),
+            ("planted", lambda d: planted_storm(d, 60 // scale)),
+            ("tcp", lambda d: tcp_storm(d, 10 // scale)),
+            ("numbers", lambda d: numbers_storm(d, 30 // scale)),
         ]:
             if name not in only:
                 continue
@@ -253,6 +259,7 @@ def main() -> int:
     if "big" in report and report["big"]["peak_growth_mib"] > BIG_OUTPUT_MIB:
         failed.append(f"big (peak grew over {BIG_OUTPUT_MIB} MiB)")
     failed += storms_failed(report)
+    failed += hostile_failed(report)
     print("FAILED: " + ", ".join(failed) if failed else "all goals met")
     return 1 if failed else 0
 

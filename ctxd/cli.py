@@ -62,9 +62,12 @@ def build_parser() -> argparse.ArgumentParser:
                "`ctxd sessions --help`: the workspace's Codex and Claude Code sessions.")
     parser.add_argument("--version", action="version", version=f"ctxd {__version__}")
     parser.add_argument("--stdio", action="store_true", help="serve on stdin/stdout (the default)")
-    parser.add_argument("--tcp", action="store_true", help="serve one client over TCP")
+    parser.add_argument("--tcp", action="store_true",
+                        help="serve one client over TCP; it must send the token written to --token-file")
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=2087)
+    parser.add_argument("--port", type=int, default=2087, help="0: any free port (named in the token file's name)")
+    parser.add_argument("--token-file", help="where --tcp writes its token, mode 0600 (default "
+                                             "<state dir>/tcp/<port>.token)")
     parser.add_argument("--state-dir", help="where ledgers are stored (default $XDG_STATE_HOME/ctxd)")
     parser.add_argument("--log-file", help="log here instead of stderr")
     parser.add_argument("-v", "--verbose", action="store_true", help="log requests (API keys redacted)")
@@ -126,7 +129,7 @@ def run_daemon(args: argparse.Namespace) -> int:
     state_dir = Path(args.state_dir).expanduser() if args.state_dir else None
     server = CtxdServer(state_dir)
     if args.tcp:
-        server.serve_tcp(args.host, args.port)
+        server.serve_tcp(args.host, args.port, Path(args.token_file).expanduser() if args.token_file else None)
     else:
         widen_pipes()
         stdin, stdout = sys.stdin.buffer, sys.stdout.buffer

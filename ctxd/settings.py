@@ -16,6 +16,7 @@ workspace. Every problem is a `Problem` that `ctxd/status` lists and the server 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import stat
@@ -31,6 +32,11 @@ MAX_PROMPT_FILE_BYTES = 64 * 1024
 MAX_CONFIG_BYTES = 1024 * 1024
 # Tables and arrays nested deeper than this are refused before anything walks them recursively.
 MAX_CONFIG_DEPTH = 32
+# The largest numbers a setting may hold: an int JSON and floats carry exactly (the protocol's own
+# bound), and seconds or days a timer and the clock can take. A larger one (a 401-digit window, `inf`)
+# is reported and its default kept: it would break every request that computes with it.
+MAX_SETTING_INT = 2**53 - 1
+MAX_SETTING_FLOAT = 1e9
 # What a path from a config file can raise besides OSError: RuntimeError for "~nosuchuser",
 # ValueError for a NUL.
 _PATH_ERRORS = (OSError, RuntimeError, ValueError)
@@ -160,10 +166,18 @@ def _apply(target: Any, raw: dict[str, Any], prefix: str, problems: list[Problem
                 problems.append(Problem(source, f"setting '{name}' must be a table", name))
             continue
         if not _type_ok(target, key, value):
-            shown = "" if name == "llm.api_key_env" else f" {value!r}"  # it may be a key: never echoed
+            shown = "" if name == "llm.api_key_env" else f" {_shown(value)}"  # it may be a key: never echoed
             problems.append(Problem(source, f"setting '{name}' has a bad value{shown}; keeping {current!r}", name))
             continue
         setattr(target, key, value)
+
+
+def _shown(value: Any) -> str:
+    """A bad value as a problem names it: at most 60 characters (a 401-digit number is not echoed whole)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > MAX_SETTING_INT:
+        return f"(a number of {len(str(value))} digits)"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _type_ok(target: Any, key: str, value: Any) -> bool:
@@ -173,9 +187,10 @@ def _type_ok(target: Any, key: str, value: Any) -> bool:
     if isinstance(value, bool):
         return "bool" in annotation
     if isinstance(value, int):
-        return ("int" in annotation or "float" in annotation) and value >= 0
+        return ("int" in annotation or "float" in annotation) and 0 <= value <= (
+            MAX_SETTING_INT if "int" in annotation else MAX_SETTING_FLOAT)
     if isinstance(value, float):
-        return "float" in annotation and value >= 0
+        return "float" in annotation and math.isfinite(value) and 0 <= value <= MAX_SETTING_FLOAT
     if isinstance(value, str):
         return "str" in annotation and "list" not in annotation
     if isinstance(value, list):
@@ -218,6 +233,9 @@ def load_toml(path: Path, problems: list[Problem], follow_links: bool = True) ->
         deep = _too_deep(raw)
     except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
         problems.append(Problem(str(path), str(error)))
+        return {}
+    except ValueError as error:  # an integer over Python's 4,300-digit conversion limit
+        problems.append(Problem(str(path), f"ignored: {str(error)[:120]}"))
         return {}
     except RecursionError:  # tomllib parses nested arrays and inline tables recursively
         deep = True

@@ -68,6 +68,7 @@ class Client:
         self.stdin = stdin or proc.stdin
         self.stdout = stdout or proc.stdout
         self.initialize_result: dict[str, Any] = {}
+        self.auth_token: str | None = None  # over TCP: sent in initialize (docs/protocol.md, "Over TCP")
         self.methods: dict[int, str] = {}  # request id -> method, to check each reply's shape
         self.shape_errors: list[str] = []  # notifications that did not match their shape
         self._ids = itertools.count(1)
@@ -203,6 +204,7 @@ class Client:
             "capabilities": {"window": {"workDoneProgress": True}},
             "workspaceFolders": [{"uri": f.as_uri(), "name": f.name} for f in folders],
             "initializationOptions": {"ctxd": options or {}},
+            **({"authToken": self.auth_token} if self.auth_token is not None else {}),
         })
         self.notify("initialized", {})
         self.initialize_result = result
@@ -238,18 +240,18 @@ def start_daemon(state_dir: Path, *args: str, env: dict[str, str] | None = None,
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    proc = subprocess.Popen([*cmd, "--tcp", "--host", "127.0.0.1", "--port", str(port)], stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=daemon_env(state_dir, env),
-                            cwd=str(REPO))
+    token_file = state_dir / f"tcp-{port}.token"
+    proc = subprocess.Popen([*cmd, "--tcp", "--host", "127.0.0.1", "--port", str(port), "--token-file", str(token_file)],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=daemon_env(state_dir, env), cwd=str(REPO))
     deadline = time.monotonic() + 20
-    while True:
-        try:
-            connection = socket.create_connection(("127.0.0.1", port), timeout=5)
-            break
-        except OSError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                proc.kill()
-                raise
-            time.sleep(0.05)
+    while not token_file.exists():  # written once the daemon listens
+        if time.monotonic() > deadline or proc.poll() is not None:
+            proc.kill()
+            raise TimeoutError(f"the daemon wrote no token file {token_file}")
+        time.sleep(0.05)
+    connection = socket.create_connection(("127.0.0.1", port), timeout=5)
     connection.settimeout(None)
-    return Client(proc, connection.makefile("wb"), connection.makefile("rb"))
+    client = Client(proc, connection.makefile("wb"), connection.makefile("rb"))
+    client.auth_token = token_file.read_text().strip()
+    return client

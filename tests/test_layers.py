@@ -15,14 +15,15 @@ PACKAGE = Path(__file__).resolve().parent.parent / "ctxd"
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "redact": set(),
+    "terminal": set(),
     "tokens": set(),
     "protocol": {"errors"},
     "settings": {"redact", "tokens"},
     "ledger": {"errors", "protocol", "redact", "settings", "tokens", "usage"},  # usage: a workspace's gauge
-    "usage": {"ledger", "settings", "tokens"},
+    "usage": {"ledger", "settings", "terminal", "tokens"},
     "compact": {"errors", "ledger", "protocol", "redact", "settings", "tokens"},
-    "ghost": {"errors", "ledger", "settings"},
-    "sessions": {"errors", "ghost", "ledger", "settings", "tokens"},
+    "ghost": {"errors", "ledger", "redact", "settings"},
+    "sessions": {"errors", "ghost", "ledger", "redact", "settings", "terminal", "tokens"},
     "status": {"ctxd", "ledger", "protocol", "tokens"},
     "server": {"ctxd", "compact", "errors", "ghost", "ledger", "protocol", "redact", "sessions", "settings",
                "status", "tokens"},

@@ -8,6 +8,15 @@ Every git child ctxd starts for snapshots goes through `run`:
   replace refs, no optional locks on the user's index;
 - on Linux it dies with the daemon (`PR_SET_PDEATHSIG`), so a `kill -9` of the daemon never leaves
   a `read-tree -u` rewriting the working tree on its own.
+
+No command named in any git config runs. Calls on ctxd's store read no global, system or repository
+config but the store's own, which ctxd wrote and sealed (`store.check_owned`); its `info/attributes`
+unsets `filter` for every path, over any `.gitattributes`, so no `clean`, `smudge` or `process`
+command applies, and `diff` runs with `--no-ext-diff --no-textconv`.
+Calls in the user's repository (`Site.user`) read its config (ignore rules, object format) but
+are only `rev-parse`, `ls-files`, `config --get`, `for-each-ref` and `update-ref`: none of them
+converts content, pages, signs, asks for credentials or opens a connection, and the hooks and
+fsmonitor are switched off below.
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ EMPTY_HOOKS = Path(os.devnull)
 SAFE_CONFIG = (
     "-c", f"core.hooksPath={EMPTY_HOOKS}",
     "-c", "core.fsmonitor=false",
+    "-c", f"core.attributesFile={os.devnull}",
     "-c", "core.autocrlf=false",
     "-c", "core.safecrlf=false",
     "-c", "core.untrackedCache=false",
@@ -53,6 +63,7 @@ FIXED_ENV = {
     "GIT_OPTIONAL_LOCKS": "0",  # never refresh the user's index behind their back
     "GIT_TERMINAL_PROMPT": "0",
     "GIT_NO_REPLACE_OBJECTS": "1",
+    "GIT_ATTR_NOSYSTEM": "1",  # no system-wide attributes file
     "LC_ALL": "C",  # messages and quoting that do not depend on the user's locale
     # glibc gives freed memory back to the system once 128 KiB are free at the top of the heap, and
     # zlib's deflate state is about 270 KiB: git would map, zero and unmap it again for every object

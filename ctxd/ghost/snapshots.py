@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxd.errors import GitFailed, InvalidParams
+from ctxd.redact import redact
 from ctxd.ghost import store as st
 from ctxd.ghost.capture import State, capture, check_cancel, file_count, nul
 from ctxd.ghost.store import ID, Site, open_site
@@ -52,7 +53,8 @@ def _now() -> str:
 
 
 def _clean_message(message: str | None) -> str:
-    text = (message or "").replace("\0", "")
+    """What a commit's message may hold: no NUL, never the API key (a prompt may quote it)."""
+    text = redact((message or "").replace("\0", ""))
     return text if text.strip() else DEFAULT_MESSAGE
 
 

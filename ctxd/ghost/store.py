@@ -15,16 +15,26 @@ rewrites history and runs `git gc --prune=now`, and this store is complete on it
 The store is initialised with `info/attributes` unsetting `text`, `eol`, `filter`, `ident` and
 `working-tree-encoding` for every path (that file overrides every `.gitattributes`), and git runs
 with no global or system config, so bytes are stored and written back exactly as they are.
+
+Ownership: a store inside the user's `.git` may have come with the folder (an archive, a copied
+disk), with a config that names a filter command. ctxd uses only a store it made: at creation it
+writes `ctxd-owner`, a random nonce and an HMAC (key `$XDG_STATE_HOME/ctxd/ghost/owner.key`, 0600,
+never leaves the machine) over the nonce and the store's `config` and `info/attributes`. A store whose
+mark is missing or wrong, whose config or attributes changed, that has `commondir` or on-disk
+alternates, or that is reached through a symbolic link, is refused (1002) before git runs in it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import hmac
 import json
 import os
 import re
+import secrets
 import shutil
+import stat
 import tempfile
 import threading
 import time
@@ -36,6 +46,7 @@ from typing import Any
 
 from ctxd.errors import GitFailed
 from ctxd.ghost import gitcmd
+from ctxd.settings import default_state_dir
 
 try:
     import fcntl
@@ -199,31 +210,143 @@ def open_site(folder: Path, state_dir: Path, create: bool = True) -> Site | None
         cwd=folder, env=gitcmd.base_env(), ok=(0, 128))
     lines = os.fsdecode(out).split("\n")
     if status != 0 or len(lines) < 5 or not lines[0]:
+        refuse_git_internals(folder)
         return _plain_site(folder.resolve(), state_dir, create)
     top, git_dir, common, prefix, object_format = Path(lines[0]), Path(lines[1]), lines[2], lines[3], lines[4]
     head = lines[5].strip() if len(lines) > 5 and ID.fullmatch(lines[5].strip()) else None
     common_dir = Path(common) if os.path.isabs(common) else (folder / common).resolve()
     worktree = "" if git_dir.resolve() == common_dir.resolve() else git_dir.name
-    _check_layout(folder, top, prefix, worktree, common_dir)
+    _check_layout(folder, top, prefix, worktree, common_dir, git_dir)
     store = common_dir / "ctxd" / "store"
+    _check_real_dirs(store)
     if not create and not (store / "HEAD").exists():
         return None
-    _ensure_store(store, object_format or "sha1")
+    key = account_key()
+    _ensure_store(store, object_format or "sha1", key)
+    check_owned(store, key)
     return Site(folder=folder, top=top, prefix=prefix, worktree=worktree, head=head, store=store,
                 user_git_dir=git_dir, user_objects=common_dir / "objects")
 
 
-def _check_layout(folder: Path, top: Path, prefix: str, worktree: str, common_dir: Path) -> None:
+def _check_layout(folder: Path, top: Path, prefix: str, worktree: str, common_dir: Path, git_dir: Path) -> None:
     """Refuse a repository whose work tree is not where the folder is, which only a hand-made
     `.git` can arrange: `core.worktree` naming another folder (the snapshot would read it and a
-    restore write it), or a `.git` file naming another folder's own `.git` (its snapshots would be
-    that folder's). A name with a newline, which git's answer cannot carry, ends here too."""
+    restore write it), or a `.git` file naming another folder's own `.git` or linked worktree (its
+    snapshots would be that folder's). A name with a newline, which git's answer cannot carry, ends here too."""
     if (top / prefix).resolve() != folder.resolve():
         raise GitFailed(f"{folder}: git places its work tree at {top}, which does not hold this folder "
                         "(core.worktree, or a newline in a folder's name); no snapshot is taken or restored")
     if worktree == "" and common_dir.name == ".git" and common_dir.resolve().parent != top.resolve():
         raise GitFailed(f"{folder}: its .git points at {common_dir}, the repository of another folder; "
                         "no snapshot is taken or restored")
+    if worktree:  # a linked worktree's admin folder names the `.git` file of the one worktree it serves
+        try:
+            served = Path((git_dir / "gitdir").read_text("utf-8").strip())
+        except (OSError, UnicodeDecodeError):
+            served = None
+        if served is None or served.parent.resolve() != top.resolve():
+            raise GitFailed(f"{folder}: its .git points at {git_dir}, the worktree of another folder "
+                            f"({served.parent if served else 'unknown'}; `git worktree repair` fixes a moved one); "
+                            "no snapshot is taken or restored")
+
+
+def refuse_git_internals(folder: Path) -> None:
+    """A folder git cannot use as a work tree: a bare repository, a `.git` folder itself (or a
+    folder inside one), or a `.git` file naming a bare repository. Snapshotted as a plain folder,
+    a restore would rewrite that repository's refs and objects as if they were files."""
+    status, out = gitcmd.run(["rev-parse", "--is-bare-repository", "--is-inside-git-dir", "--absolute-git-dir"],
+                             cwd=folder, env=gitcmd.base_env(), ok=tuple(range(256)))
+    fields = os.fsdecode(out).split("\n")
+    if status == 0 and len(fields) >= 3 and "true" in fields[:2]:
+        raise GitFailed(f"{folder}: this folder is inside the git repository data at {fields[2]} "
+                        "(a bare repository or a .git folder), not a work tree; open the project folder "
+                        "instead; no snapshot is taken or restored")
+    if os.path.lexists(folder / ".git"):
+        raise GitFailed(f"{folder / '.git'}: git cannot use this .git (it names no repository with a work "
+                        "tree here); no snapshot is taken or restored")
+
+
+def _check_real_dirs(store: Path) -> None:
+    """`.git/ctxd` and its store must be folders of their own, never links (which could lead to
+    another folder's store) nor files."""
+    for path in (store.parent, store):
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISDIR(mode):
+            kind = "a symbolic link" if stat.S_ISLNK(mode) else "not a folder"
+            raise GitFailed(f"{path} is {kind}; ctxd keeps its snapshots there only in a folder it made. "
+                            "Move it aside to take snapshots here; no snapshot is taken or restored")
+
+
+OWNER_MARK = "ctxd-owner"
+SEALED = ("config", "info/attributes")
+"""The store files git reads that could name a command or switch attributes back on."""
+NEVER = ("commondir", "objects/info/alternates")
+"""Files ctxd never writes into a store: each would make git read another repository's files."""
+_keys: dict[str, bytes] = {}
+
+
+def account_key() -> bytes:
+    """This account's secret for marking stores: created once, readable by the owner only. It is
+    the account's, not a state dir's (kept in the default one), so daemons with different state
+    dirs on one repository accept each other's store."""
+    path = default_state_dir() / "ghost" / "owner.key"
+    cached = _keys.get(str(path))
+    if cached is not None:
+        return cached
+    try:
+        text = path.read_text("ascii").strip()
+    except FileNotFoundError:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        pending = path.with_name(f".owner-{uuid.uuid4().hex}.tmp")
+        handle = os.open(pending, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(handle, secrets.token_hex(32).encode("ascii"))
+            os.fsync(handle)
+        finally:
+            os.close(handle)
+        try:
+            os.link(pending, path)  # never replaces a key another daemon wrote first
+        except FileExistsError:
+            pass
+        finally:
+            pending.unlink(missing_ok=True)
+        text = path.read_text("ascii").strip()
+    except (OSError, UnicodeDecodeError) as error:
+        raise GitFailed(f"{path}: cannot read ctxd's store key ({error})") from None
+    if not re.fullmatch(r"[0-9a-f]{64}", text):
+        raise GitFailed(f"{path} is damaged; remove it (snapshot stores it marked are then refused and must be "
+                        "moved aside)")
+    _keys[str(path)] = bytes.fromhex(text)
+    return _keys[str(path)]
+
+
+def _seal(store: Path, key: bytes, nonce: str) -> str:
+    mac = hmac.new(key, b"ctxd store\0" + nonce.encode("ascii"), hashlib.sha256)
+    for name in SEALED:
+        try:
+            data = (store / name).read_bytes()
+        except FileNotFoundError:
+            data = b"\0missing"
+        mac.update(b"\0" + name.encode() + b"\0" + hashlib.sha256(data).digest())
+    return mac.hexdigest()
+
+
+def check_owned(store: Path, key: bytes) -> None:
+    """Refuse a store this account's ctxd did not make, or whose sealed files changed since."""
+    problem = next((f"it has {name}" for name in NEVER if os.path.lexists(store / name)), None)
+    if problem is None:
+        mark = read_json(store / OWNER_MARK)
+        nonce = mark.get("nonce") if mark else None
+        if not isinstance(nonce, str) or not re.fullmatch(r"[0-9a-f]{32}", nonce):
+            problem = "it has no ctxd ownership mark (it may have come with the folder)"
+        elif not hmac.compare_digest(str(mark.get("seal", "")) if mark else "", _seal(store, key, nonce)):
+            problem = "its ownership mark does not match (made elsewhere, or its config was changed)"
+    if problem is not None:
+        raise GitFailed(f"{store} was not made by ctxd for this account: {problem}. No git command runs with "
+                        "it; move it aside (its snapshots stay in it) and ctxd makes a new one")
 
 
 def _plain_site(folder: Path, state_dir: Path, create: bool = True) -> Site | None:
@@ -234,7 +357,7 @@ def _plain_site(folder: Path, state_dir: Path, create: bool = True) -> Site | No
     store = home / "store"
     if not create and not (store / "HEAD").exists():
         return None
-    _ensure_store(store, "sha1")
+    _ensure_store(store, "sha1", account_key())
     owner = home / "folder"
     try:
         recorded = owner.read_text("utf-8")
@@ -246,8 +369,9 @@ def _plain_site(folder: Path, state_dir: Path, create: bool = True) -> Site | No
     return Site(folder=folder, top=folder, prefix="", worktree="", head=None, store=store)
 
 
-def _ensure_store(store: Path, object_format: str) -> None:
-    """Create ctxd's bare repository atomically (two daemons may race to create it)."""
+def _ensure_store(store: Path, object_format: str, key: bytes) -> None:
+    """Create ctxd's bare repository atomically (two daemons may race to create it), marked as
+    this account's (`check_owned`)."""
     if (store / "HEAD").exists():
         return
     store.parent.mkdir(parents=True, exist_ok=True)
@@ -260,6 +384,8 @@ def _ensure_store(store: Path, object_format: str) -> None:
         (pending / "config").write_text(
             (pending / "config").read_text("utf-8")
             + "[core]\n\tlogAllRefUpdates = false\n[gc]\n\tauto = 0\n", "utf-8")
+        nonce = secrets.token_hex(16)
+        write_json(pending / OWNER_MARK, {"nonce": nonce, "seal": _seal(pending, key, nonce)})
         os.rename(pending, store)
     except OSError:
         if not (store / "HEAD").exists():

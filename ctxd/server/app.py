@@ -28,7 +28,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -406,9 +405,8 @@ class CtxdServer:
             self.executor.shutdown(wait=True, cancel_futures=True)
             self.service.close()
 
-    def serve_tcp(self, host: str, port: int) -> None:
-        with socket.create_server((host, port)) as listener:
-            log.warning("listening on %s:%d", host, listener.getsockname()[1])
-            connection, _ = listener.accept()
-        with connection, connection.makefile("rb") as reader, connection.makefile("wb") as writer:
-            self.serve(reader, writer)
+    def serve_tcp(self, host: str, port: int, token_file: Path | None = None) -> None:
+        """Serve the first client that authenticates over TCP (ctxd/server/tcp.py)."""
+        from ctxd.server import tcp
+
+        tcp.serve(host, port, self.service.state_dir, token_file, self.serve)

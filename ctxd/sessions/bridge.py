@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ctxd.errors import CtxdError
+from ctxd.redact import redact, redact_json
 from ctxd.ledger.workspace import Service, Workspace, path_to_uri
 from ctxd.sessions import discovery, pricing
 from ctxd.sessions.follower import Follower, Update
@@ -83,11 +84,11 @@ class SessionBridge:
             self.threads_changed(uri)
 
     def _info(self, session: Session) -> dict[str, Any]:
-        return {"source": session.agent, "title": session.title, "model": session.model,
+        return redact_json({"source": session.agent, "title": session.title, "model": session.model,
                 "lastActivity": session.last_activity, "path": session.path, "cwd": session.cwd,
                 "turns": len(session.turns), "compactions": session.compactions,
                 "usage": {model or "": usage.as_dict() for model, usage in session.cumulative.items()},
-                "cost": pricing.cost(session.cumulative, self.prices)}
+                "cost": pricing.cost(session.cumulative, self.prices)})
 
     def _checkpoint(self, workspace: Workspace, thread: str, turn: Turn) -> None:
         from ctxd.ghost import snapshots as ghost
@@ -111,5 +112,5 @@ def _context(session: Session) -> dict[str, Any]:
     if session.context_window:
         context["contextWindow"] = session.context_window
     if session.base_instructions:
-        context["baseInstructions"] = session.base_instructions
+        context["baseInstructions"] = redact(session.base_instructions)
     return context

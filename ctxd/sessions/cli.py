@@ -17,6 +17,7 @@ from ctxd.sessions import discovery, pricing
 from ctxd.sessions.follower import Follower
 from ctxd.sessions.model import Session
 from ctxd.settings import Problem
+from ctxd.terminal import safe
 
 
 def context_window(session: Session) -> int | None:
@@ -66,8 +67,8 @@ def render(rows: list[dict[str, Any]]) -> str:
         return "no Codex or Claude Code sessions in this workspace\n"
     table = [("AGENT", "TITLE", "MODEL", "FILL", "COST", "LAST ACTIVITY")]
     for row in rows:
-        table.append((row["agent"], (row["title"] or "(no prompt yet)")[:48], row["model"] or "-", _fill(row),
-                      _money(row["cost"]), (row["lastActivity"] or "-")[:19].replace("T", " ")))
+        table.append((row["agent"], safe(row["title"] or "(no prompt yet)")[:48], safe(row["model"] or "-"), _fill(row),
+                      _money(row["cost"]), safe(row["lastActivity"] or "-")[:19].replace("T", " ")))
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     return "".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() + "\n" for r in table)
 
@@ -86,7 +87,7 @@ def main(argv: list[str]) -> int:
     problems: list[Problem] = []
     prices = pricing.price_table(_user_prices(problems), problems)
     for problem in problems:
-        print(f"ctxd sessions: {problem.source}: {problem.message}", file=sys.stderr)
+        print(safe(f"ctxd sessions: {problem.source}: {problem.message}"), file=sys.stderr)
     rows = [summary(s, prices) for s in collect(folder, discovery.sources(args.codex_home, args.claude_home))]
     if args.format == "json":
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ctxd.redact import redact
+
 TITLE_CHARS = 80
 # A token count above this is clamped to it: no real session comes near, and a hostile count
 # (10**308, 10**400) must not make a cost of Infinity or an integer too large for a float.
@@ -119,6 +121,7 @@ class Change:
 
 
 def shorten(text: str, limit: int = TITLE_CHARS) -> str:
-    """One line, at most `limit` characters: a title or a checkpoint label."""
-    line = " ".join(text.split())
+    """One line, at most `limit` characters: a title or a checkpoint label. The API key is taken out
+    first (a key cut in half by the limit would no longer be recognised)."""
+    line = " ".join(redact(text).split())
     return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"

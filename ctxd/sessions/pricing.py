@@ -39,7 +39,8 @@ def _price(raw: Mapping[str, Any]) -> Price | None:
     def number(*keys: str) -> float | None:
         for key in keys:
             value = raw.get(key)
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < math.inf:
+            # at most 1e9 per million: a 401-digit price would overflow float() and fail every cost
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1e9:
                 return float(value)
         return None
 

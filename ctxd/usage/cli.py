@@ -20,6 +20,7 @@ from typing import Any, TextIO
 from ctxd.ledger.cache import load_ledger
 from ctxd.ledger.store import Store, database_path
 from ctxd.settings import Settings, default_state_dir, load_settings
+from ctxd.terminal import safe
 from ctxd.tokens.counter import TOKENIZERS, Counter
 from ctxd.usage import breakdown as usage_mod
 from ctxd.usage.view import CounterFor, UsageView, with_facts
@@ -119,7 +120,7 @@ def render_bar(categories: list[dict[str, Any]], width: int, colour: bool) -> st
 
 def render_text(breakdown: dict[str, Any], detail: bool = False, colour: bool = False) -> str:
     window = breakdown["contextWindow"]
-    model = breakdown["model"] or "(model not set)"
+    model = safe(breakdown["model"] or "(model not set)")
     categories = breakdown["categories"]
     lines = ["Context Usage", ""]
     if breakdown["mode"] == "estimated":
@@ -148,10 +149,10 @@ def render_text(breakdown: dict[str, Any], detail: bool = False, colour: bool = 
                      f"({category['percent']:.1f}%)")
         if detail:
             for item in category["details"]:
-                lines.append(f"      {item['name'][:40]:<40}{format_tokens(item['tokens']):>7}")
+                lines.append(f"      {safe(item['name'])[:40]:<40}{format_tokens(item['tokens']):>7}")
     usage = breakdown["usage"]
     footer = (f"  Idle cost: {format_tokens(breakdown['idleCost'])} tokens per request"
-              f"  ·  tokenizer: {usage.get('tokenizer')} ({usage.get('tokenizerStatus')})")
+              f"  ·  tokenizer: {safe(str(usage.get('tokenizer')))} ({usage.get('tokenizerStatus')})")
     lines += ["", footer]
     return "\n".join(lines)
 
@@ -176,7 +177,7 @@ def main(argv: list[str] | None = None, stdout: TextIO | None = None) -> int:
         # A status bar polls `short` often: the estimator answers it without loading tiktoken.
         result = load_breakdown(workspace, args.thread, state_dir, exact=args.format != "short")
     except UsageError as error:
-        print(f"ctxd usage: {error}", file=sys.stderr)
+        print(f"ctxd usage: {safe(str(error))}", file=sys.stderr)
         return 1
     if args.format == "json":
         out.write(json.dumps(result, indent=2, ensure_ascii=False) + "\n")

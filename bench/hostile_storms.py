@@ -1,0 +1,207 @@
+"""Storms of issue #27's attacks for bench/stress.py, against real git and the real daemon.
+
+planted: cycles of a repository that came with a hostile `.git/ctxd/store` (no mark, a forged
+  mark, a changed config, a link to another store, on-disk alternates, `.git/ctxd` a file) and
+  commands in its own `.git/config`, each with a `.gitattributes` applying them; every cycle
+  snapshots, lists and restores. Counts: commands that ran, refusals (1002 naming the path), wrong
+  answers.
+tcp: rounds of probers (stalled, no token, a wrong token, a request before initialize, garbage)
+  connecting before and while an editor authenticates and records over `ctxd --tcp`. Counts:
+  probers given a session, editor failures, daemon exits.
+numbers: rounds of a `.ctxd.toml` with random huge numbers (401 digits, inf, nan) in random
+  settings; each records and asks the gauge. Counts: failed requests, unreported bad values.
+Goal for all: every bad count is 0.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ctxd.errors import GitFailed
+from ctxd.ghost import snapshots as ghost
+from tests.ghost_repo import make_repo
+from tests.rpc import Client, RpcError, daemon_env, start_daemon
+from tests.test_hostile_round2 import _attributes, _commands_config, _frame, _initialize, _marking_script, \
+    _plant_store, _read_reply
+
+REPO = Path(__file__).resolve().parents[1]
+PLANTS = ("unmarked", "forged", "config_changed", "link", "alternates", "ctxd_file")
+
+
+def _plant(kind: str, repo: Any, script: Path, other: Any) -> Path:
+    store = repo.git_dir / "ctxd" / "store"
+    if kind == "unmarked":
+        return _plant_store(repo, script)
+    if kind == "forged":
+        _plant_store(repo, script)
+        (store / "ctxd-owner").write_text(json.dumps({"nonce": "0" * 32, "seal": "f" * 64}))
+        return store
+    if kind in ("config_changed", "alternates"):
+        ghost.snapshot(repo.root)
+        if kind == "alternates":
+            (store / "objects" / "info" / "alternates").write_text(str(other.git_dir / "objects") + "\n")
+        else:
+            with open(store / "config", "a") as handle:
+                handle.write(_commands_config(script))
+            (store / "info" / "attributes").write_text("* filter=evil\n")
+        return store
+    if kind == "link":
+        ghost.snapshot(other.root)
+        store.parent.mkdir()
+        store.symlink_to(other.git_dir / "ctxd" / "store")
+        return store
+    store.parent.write_text("a file\n")  # ctxd_file
+    return store.parent
+
+
+def planted_storm(root: Path, cycles: int) -> dict[str, Any]:
+    figures: dict[str, Any] = {"cycles": 0, "commands_ran": 0, "refused_1002": 0, "wrong_answers": 0}
+    for cycle in range(cycles):
+        base = root / f"p{cycle}"
+        marker = base / "ran"
+        base.mkdir(parents=True)
+        script = _marking_script(base, marker)
+        repo, other = make_repo(base / "repo"), make_repo(base / "other")
+        kind = PLANTS[cycle % len(PLANTS)]
+        named = _plant(kind, repo, script, other)
+        with open(repo.git_dir / "config", "a") as handle:
+            handle.write(_commands_config(script))
+        _attributes(repo)
+        for operation in (lambda: ghost.snapshot(repo.root), lambda: ghost.list_snapshots(repo.root),
+                          lambda: ghost.restore(repo.root, "0" * 40)):
+            try:
+                operation()
+                figures["wrong_answers"] += 1
+            except GitFailed as error:
+                if str(named) in error.message:
+                    figures["refused_1002"] += 1
+                else:
+                    figures["wrong_answers"] += 1
+        figures["commands_ran"] += marker.exists()
+        figures["cycles"] += 1
+        shutil.rmtree(base, ignore_errors=True)
+    return figures
+
+
+def _probe(port: int, kind: str, token: str) -> bool:
+    """One prober; True when it was given a session (an answer that is not an error)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as probe:
+        if kind == "stalled":
+            probe.settimeout(30)
+            return bool(probe.recv(1))  # closed by the daemon: b""
+        if kind == "garbage":
+            probe.sendall(b"Content-Length: 5\r\n\r\nnope!")
+        elif kind == "before_initialize":
+            probe.sendall(_frame({"jsonrpc": "2.0", "id": 1, "method": "ctxd/threads", "params": {}}))
+        else:
+            probe.sendall(_frame(_initialize(None if kind == "no_token" else token[::-1])))
+        reply = _read_reply(probe)
+        return reply is not None and "result" in reply
+
+
+def tcp_storm(root: Path, rounds: int, probers: int = 8) -> dict[str, Any]:
+    import threading
+
+    figures: dict[str, Any] = {"rounds": 0, "probers": 0, "probers_served": 0, "editor_failures": 0,
+                               "daemon_exits": 0}
+    kinds = ("stalled", "no_token", "wrong_token", "before_initialize", "garbage")
+    for n in range(rounds):
+        state, ws = root / f"t{n}" / "state", root / f"t{n}" / "ws"
+        state.mkdir(parents=True)
+        ws.mkdir()
+        with socket.socket() as free:
+            free.bind(("127.0.0.1", 0))
+            port = free.getsockname()[1]
+        token_file = state / "tcp.token"
+        proc = subprocess.Popen([sys.executable, "-m", "ctxd", "--tcp", "--port", str(port), "--token-file",
+                                 str(token_file)], env=daemon_env(state), cwd=str(REPO),
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 20
+        while not token_file.exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.02)
+        token = token_file.read_text().strip()
+        served: list[bool] = []
+        threads = [threading.Thread(target=lambda k=kinds[i % len(kinds)]: served.append(_probe(port, k, token)))
+                   for i in range(probers)]
+        for thread in threads[: probers // 2]:
+            thread.start()
+        try:
+            connection = socket.create_connection(("127.0.0.1", port), timeout=30)
+            connection.settimeout(None)
+            client = Client(proc, connection.makefile("wb"), connection.makefile("rb"))
+            client.auth_token = token
+            client.initialize([ws])
+            for thread in threads[probers // 2:]:
+                thread.start()
+            for i in range(20):
+                client.request("ctxd/record", {"workspace": ws.as_uri(), "items": [
+                    {"type": "message", "role": "user", "content": [{"type": "input_text", "text": f"m{i}"}]}]})
+            for thread in threads:
+                thread.join(60)
+            if client.request("ctxd/history", {"workspace": ws.as_uri()})["total"] != 20:
+                figures["editor_failures"] += 1
+            figures["daemon_exits"] += proc.poll() is not None
+            client.shutdown()
+        except (OSError, RpcError, TimeoutError):
+            figures["editor_failures"] += 1
+            proc.kill()
+        figures["probers"] += len(served)
+        figures["probers_served"] += sum(served)
+        figures["rounds"] += 1
+    return figures
+
+
+NUMBER_KEYS = ("context_window", "auto_compact_token_limit", "tool_output_token_limit", "auto_compact_ratio",
+               "compact_user_message_max_tokens", "ghost.keep", "ghost.max_age_days", "ghost.warn_after_seconds",
+               "ghost.max_untracked_file_bytes", "ghost.max_untracked_dir_files")
+BAD_NUMBERS = (str(int("9" * 401)), "inf", "nan", "-inf", "1e308", str(2**64))
+
+
+def numbers_storm(root: Path, rounds: int, seed: int = 27) -> dict[str, Any]:
+    rng = random.Random(seed)
+    figures: dict[str, Any] = {"rounds": 0, "failed_requests": 0, "unreported": 0}
+    for n in range(rounds):
+        ws, state = root / f"n{n}" / "ws", root / f"n{n}" / "state"
+        ws.mkdir(parents=True)
+        state.mkdir()
+        chosen = rng.sample(NUMBER_KEYS, 3)
+        top = [f"{k} = {rng.choice(BAD_NUMBERS)}" for k in chosen if "." not in k]
+        nested = [f"{k.split('.')[1]} = {rng.choice(BAD_NUMBERS)}" for k in chosen if "." in k]
+        (ws / ".ctxd.toml").write_text("\n".join(top) + "\n[ghost]\n" + "\n".join(nested) + "\n")
+        client = start_daemon(state)
+        client.initialize([ws])
+        uri = ws.as_uri()
+        try:
+            client.request("ctxd/record", {"workspace": uri, "items": [
+                {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}]})
+            client.request("ctxd/usage", {"workspace": uri})
+            keys = {p.get("key") for p in client.request("ctxd/status", {"workspace": uri})["problems"]}
+            # 1e308 is a finite float: refused only where it is over the bound (all of them here).
+            figures["unreported"] += len(set(chosen) - keys)
+        except (RpcError, TimeoutError):
+            figures["failed_requests"] += 1
+        client.shutdown()
+        figures["rounds"] += 1
+    return figures
+
+
+def hostile_failed(report: dict[str, Any]) -> list[str]:
+    failed = []
+    planted = report.get("planted")
+    if planted and (planted["commands_ran"] or planted["wrong_answers"]):
+        failed.append("planted")
+    tcp = report.get("tcp")
+    if tcp and (tcp["probers_served"] or tcp["editor_failures"] or tcp["daemon_exits"]):
+        failed.append("tcp")
+    numbers = report.get("numbers")
+    if numbers and (numbers["failed_requests"] or numbers["unreported"]):
+        failed.append("numbers")
+    return failed

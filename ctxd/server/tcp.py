@@ -1,0 +1,197 @@
+"""Serving over TCP: only a client that proves it can read the owner's token gets a session.
+
+Any local user can connect to a TCP port. So, as Jupyter does, the daemon makes a random token at
+start and writes it to a file only its owner can read (`<state dir>/tcp/<port>.token`, 0600 in a
+0700 folder, or `--token-file`). A connection's first message must be `initialize` carrying that
+token (`params.authToken`) and must arrive within `AUTH_SECONDS`; otherwise the connection is
+closed and never reaches the server. Connections are accepted and checked in parallel, so one
+that stalls delays no one; the first that authenticates gets the session (the daemon leaves when
+it ends, as over stdio) and the token file is removed; one that authenticates while it runs is
+told so and closed.
+"""
+
+from __future__ import annotations
+
+import hmac
+import io
+import json
+import logging
+import os
+import secrets
+import socket
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, BinaryIO
+
+log = logging.getLogger(__name__)
+
+AUTH_SECONDS = 5.0
+"""How long a new connection has to send its authenticated `initialize`."""
+MAX_HEADER_BYTES = 8 * 1024
+MAX_FIRST_BYTES = 4 * 1024 * 1024
+"""The largest first message read before the client is known."""
+
+
+class Refused(Exception):
+    """The connection did not authenticate; the text says why (it never holds the token)."""
+
+
+def token_path(state_dir: Path, port: int) -> Path:
+    return Path(state_dir) / "tcp" / f"{port}.token"
+
+
+def write_token(path: Path, token: str) -> None:
+    """Written under a fresh name with mode 0600 and moved into place: never readable by others."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(path.parent, 0o700)
+    pending = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    handle = os.open(pending, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    try:
+        os.write(handle, token.encode("ascii") + b"\n")
+    finally:
+        os.close(handle)
+    os.replace(pending, path)
+
+
+class _Replay(io.RawIOBase):
+    """The bytes already read for the check, then the rest of the connection."""
+
+    def __init__(self, head: bytes, rest: BinaryIO) -> None:
+        self.head, self.rest = head, rest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self.head:
+            count = min(len(buffer), len(self.head))
+            buffer[:count] = self.head[:count]
+            self.head = self.head[count:]
+            return count
+        return self.rest.readinto1(buffer)  # type: ignore[attr-defined]  # what has arrived, not a full buffer
+
+
+def read_first(reader: BinaryIO) -> tuple[bytes, dict[str, Any]]:
+    """The first frame: its raw bytes and its JSON object (bounded sizes)."""
+    head = b""
+    length = None
+    while True:
+        line = reader.readline(MAX_HEADER_BYTES)
+        if not line:
+            raise Refused("the connection closed before initialize")
+        head += line
+        if len(head) > MAX_HEADER_BYTES:
+            raise Refused("header too long")
+        if line in (b"\r\n", b"\n"):
+            break
+        name, _, value = line.decode("ascii", "replace").partition(":")
+        if name.strip().lower() == "content-length":
+            length = int(value.strip()) if value.strip().isdigit() else -1
+    if length is None or not 0 <= length <= MAX_FIRST_BYTES:
+        raise Refused("no valid Content-Length in the first message")
+    body = reader.read(length)
+    if len(body) != length:
+        raise Refused("the connection closed before initialize")
+    try:
+        message = json.loads(body)
+    except ValueError:
+        raise Refused("the first message is not JSON") from None
+    if not isinstance(message, dict):
+        raise Refused("the first message is not a JSON object")
+    return head + body, message
+
+
+def check_token(message: dict[str, Any], token: str) -> None:
+    params = message.get("params")
+    offered = params.get("authToken") if isinstance(params, dict) else None
+    if message.get("method") != "initialize":
+        raise Refused("the first message must be initialize with params.authToken")
+    if not isinstance(offered, str) or not hmac.compare_digest(offered.encode("utf-8", "replace"),
+                                                             token.encode("ascii")):
+        raise Refused("authentication failed: params.authToken is missing or wrong (read it from the token file)")
+
+
+def _reply_error(connection: socket.socket, message: dict[str, Any] | None, text: str) -> None:
+    msg_id = message.get("id") if message else None
+    if not (isinstance(msg_id, int) and not isinstance(msg_id, bool)) and not (
+            isinstance(msg_id, str) and len(msg_id) <= 200):
+        msg_id = None
+    body = json.dumps({"jsonrpc": "2.0", "id": msg_id, "error": {"code": -32600, "message": f"Invalid Request: {text}"}},
+                      ensure_ascii=True).encode()
+    try:
+        connection.sendall(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    except OSError:
+        pass
+
+
+def serve(host: str, port: int, state_dir: Path, token_file: Path | None,
+          session: Callable[[BinaryIO, BinaryIO], None]) -> None:
+    """Listen, check connections in parallel, and run `session(reader, writer)` for the first that
+    authenticates, on this thread; return when it ends."""
+    token = secrets.token_urlsafe(32)
+    claimed = threading.Lock()
+    ready: list[tuple[socket.socket, BinaryIO]] = []
+    chosen = threading.Event()
+
+    def check(connection: socket.socket) -> None:
+        late = threading.Lock()  # held by whichever comes first: the check's end or the deadline
+
+        def deadline() -> None:
+            if late.acquire(blocking=False):
+                _shut(connection)
+
+        closer = threading.Timer(AUTH_SECONDS, deadline)
+        closer.daemon = True
+        closer.start()
+        reader = connection.makefile("rb")
+        message = None
+        try:
+            head, message = read_first(reader)
+            check_token(message, token)
+            if not late.acquire(blocking=False):
+                raise Refused("no authenticated initialize in time")
+        except (Refused, OSError, ValueError) as error:
+            closer.cancel()
+            text = str(error) if isinstance(error, Refused) else "no authenticated initialize in time"
+            log.warning("tcp: connection refused: %s", text)
+            _reply_error(connection, message, text)
+            _shut(connection)
+            return
+        closer.cancel()
+        if not claimed.acquire(blocking=False):
+            _reply_error(connection, message, "this ctxd already serves a client; start another daemon")
+            _shut(connection)
+            return
+        connection.settimeout(None)
+        ready.append((connection, io.BufferedReader(_Replay(head, reader))))  # type: ignore[arg-type]
+        chosen.set()
+
+    with socket.create_server((host, port)) as listener:
+        bound = listener.getsockname()[1]
+        path = token_file or token_path(state_dir, bound)
+        write_token(path, token)
+        log.warning("listening on %s:%d; the token clients must send is in %s", host, bound, path)
+
+        def accept() -> None:
+            while True:
+                try:
+                    connection, _ = listener.accept()
+                except OSError:
+                    return
+                threading.Thread(target=check, args=(connection,), daemon=True, name="ctxd-tcp-auth").start()
+
+        threading.Thread(target=accept, daemon=True, name="ctxd-tcp-accept").start()
+        chosen.wait()
+        path.unlink(missing_ok=True)  # served: no later connection gets a session (the daemon exits with it)
+        connection, reader = ready[0]
+        with connection, reader, connection.makefile("wb") as writer:
+            session(reader, writer)  # type: ignore[arg-type]
+
+
+def _shut(connection: socket.socket) -> None:
+    try:
+        connection.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    connection.close()
