@@ -43,9 +43,9 @@ RECALL_HINT = ("ctxd keeps this conversation's full history, including what the 
 
 
 def _state_dir() -> Path:
-    from ctxd.settings import default_state_dir
-
-    return default_state_dir()
+    """`ctxd.settings.default_state_dir`, without importing the settings module for it."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "ctxd"
 
 
 def log(message: str) -> None:

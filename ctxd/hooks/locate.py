@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class Located:
+class Located(NamedTuple):
     folder: Path
     known: bool  # ctxd has a store for it (an editor opened it, or a snapshot was taken of it)
 

@@ -144,9 +144,9 @@ def main(argv: list[str]) -> int:
 
         data = read_input(timeout=1.0) or {}
         raw = json.dumps(data).encode()
-        from ctxd.settings import default_state_dir
+        from ctxd.hooks.hook import _state_dir
 
-        state_dir = default_state_dir()
+        state_dir = _state_dir()
         usage = usage_of(data)
         cwd = data.get("cwd") or (data.get("workspace") or {}).get("current_dir")
         checkpoint_at = last_checkpoint(Path(cwd), state_dir) if isinstance(cwd, str) and os.path.isabs(cwd) else None
