@@ -1,3 +1,3 @@
-from ctxd.cli import main
+from ctxd.entry import main
 
 raise SystemExit(main())

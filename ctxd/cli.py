@@ -148,6 +148,18 @@ def main(argv: list[str] | None = None) -> int:
         from ctxd.sessions.cli import main as sessions_main
 
         return sessions_main(argv[1:])
+    if argv[:1] == ["hook"]:  # `ctxd hook <agent> <event>`: what the agents' hooks run (ctxd/hooks/hook.py)
+        from ctxd.hooks.hook import main as hook_main
+
+        return hook_main(argv[1:])
+    if argv[:1] == ["hooks"]:  # `ctxd hooks install|uninstall|status` (ctxd/hooks/install.py)
+        from ctxd.hooks.install import main as hooks_main
+
+        return hooks_main(argv[1:])
+    if argv[:1] == ["statusline"]:  # Claude Code's status line (ctxd/hooks/statusline.py)
+        from ctxd.hooks.statusline import main as statusline_main
+
+        return statusline_main(argv[1:])
     args = build_parser().parse_args(argv)
     return run_daemon(args)
 

@@ -84,6 +84,7 @@ class GhostSettings:
     max_untracked_dir_files: int = 200
     warn_after_seconds: float = 240.0
     keep: int = 100  # snapshots kept per workspace folder; older ones are dropped
+    keep_auto: int = 300  # automatic checkpoints (a turn's, a tool's) kept apart: they never evict the others
     max_age_days: float = 30.0  # and none older than this
     auto: str = "turn"  # "turn": a snapshot when a followed session starts a user turn; or "off"
     # Patterns (gitignore syntax) never captured, beside the built-in .env, .env.*, env/, .env/,
@@ -294,6 +295,10 @@ def load_settings(
     if settings.ghost.keep < 1:
         problems.append(Problem("settings", "setting 'ghost.keep' must be at least 1; keeping 100", "ghost.keep"))
         settings.ghost.keep = 100
+    if settings.ghost.keep_auto < 1:
+        problems.append(Problem("settings", "setting 'ghost.keep_auto' must be at least 1; keeping 300",
+                                "ghost.keep_auto"))
+        settings.ghost.keep_auto = 300
     if not 0 < settings.auto_compact_ratio <= 1:
         problems.append(Problem("settings", "setting 'auto_compact_ratio' must be in (0, 1]; keeping 0.9",
                                 "auto_compact_ratio"))

@@ -20,7 +20,7 @@ def snapshot(workspace: Workspace, thread: str, message: str | None, *, cancel: 
              progress: Callable[[str], None]) -> dict[str, Any]:
     """Snapshot the workspace's tree and record it in `thread` (unless an agent owns the thread)."""
     commit = ghost.snapshot(workspace.opened_root(), message, settings=workspace.settings.ghost, cancel=cancel,
-                            progress=progress, state_dir=workspace.state_dir)
+                            progress=progress, state_dir=workspace.state_dir, thread=thread)
     if followed_agent(thread) is None:
         workspace.record(thread, [ghost.ledger_item(commit)])
     return commit

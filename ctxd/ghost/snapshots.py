@@ -71,7 +71,8 @@ def _commit(site: Site, state: State, message: str, started: float, extra: dict[
             ) -> dict[str, Any]:
     """Commit a captured state to the store, copy what it borrows, and give it its ref."""
     meta: dict[str, Any] = {
-        "v": 2,
+        "v": 3,
+        "trigger": "manual",
         "message": message,
         "createdAt": _now(),
         "scope": site.prefix,
@@ -89,26 +90,75 @@ def _commit(site: Site, state: State, message: str, started: float, extra: dict[
     commit = site.out("commit-tree", "--no-gpg-sign", state.tree, "-m", body)
     st.pin(site, commit, state.tree)
     st.write_ref(site, commit)
+    st.write_json(_last_path(site), {"id": commit, "tree": state.tree})
     return _wire(commit, meta)
+
+
+TRIGGERS = ("manual", "turn", "tool", "restore")
+AUTOMATIC = ("turn", "tool")
+"""Checkpoints taken without the user asking: kept apart (`ghost.keep_auto`), never evicting the
+user's own snapshots, and not repeated for an unchanged tree."""
+
+
+def _last_path(site: Site) -> Path:
+    """The folder's newest snapshot and its tree: what an automatic checkpoint compares with."""
+    return site.store / f"last-{site.key}.json"
+
+
+def _unchanged(site: Site, tree: str) -> dict[str, Any] | None:
+    """The folder's newest snapshot when its tree is `tree` (and it still exists), else None."""
+    last = st.read_json(_last_path(site))
+    if not last or last.get("tree") != tree or not ID.fullmatch(str(last.get("id"))):
+        return None
+    if not (site.ref_dir() / last["id"]).is_file():
+        return None
+    status, body = site.git("cat-file", "commit", last["id"], ok=(0, 128), borrow=False)
+    meta = _parse_meta(body.decode("utf-8", "replace")) if status == 0 else None
+    return _wire(last["id"], meta) if meta is not None else None
+
+
+def checkpoint_meta(trigger: str, thread: str | None = None, turn: dict[str, Any] | None = None,
+                    tool: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The v3 fields a snapshot's metadata carries: what took it, for which thread, before what."""
+    if trigger not in TRIGGERS:
+        raise InvalidParams(f"trigger: must be one of {', '.join(TRIGGERS)}")
+    meta: dict[str, Any] = {"trigger": trigger, "thread": thread}
+    if turn is not None:
+        meta["turn"] = {"index": int(turn.get("index") or 0), "text": str(turn.get("text") or "")[:200]}
+    if tool is not None:
+        entry: dict[str, Any] = {"name": str(tool.get("name") or "")}
+        if tool.get("callId"):
+            entry["callId"] = str(tool["callId"])
+        if tool.get("paths"):
+            entry["paths"] = [str(p) for p in tool["paths"]][:50]
+        meta["tool"] = entry
+    return meta
 
 
 def snapshot(folder: Path, message: str | None = None, *, settings: GhostSettings | None = None,
              progress: Callable[[str], None] | None = None, cancel: threading.Event | None = None,
-             state_dir: Path | None = None) -> dict[str, Any]:
+             state_dir: Path | None = None, trigger: str = "manual", thread: str | None = None,
+             turn: dict[str, Any] | None = None, tool: dict[str, Any] | None = None,
+             site: Site | None = None) -> dict[str, Any]:
     """Snapshot the workspace folder's working tree; returns a GhostCommit. Old snapshots beyond
-    `ghost.keep` or `ghost.max_age_days` are dropped."""
+    `ghost.keep` (the user's and restores') or `ghost.keep_auto` (turns' and tools') or
+    `ghost.max_age_days` are dropped. An automatic checkpoint (`trigger` "turn" or "tool") of a
+    tree identical to the newest snapshot's adds nothing: that snapshot is the result."""
     settings = settings or GhostSettings()
+    extra = checkpoint_meta(trigger, thread, turn, tool)
     started = time.monotonic()
-    site = _site(folder, state_dir)
+    site = site or _site(folder, state_dir)
     with site.locked():
         _recover(site)
         for attempt in (1, 2):
             state = capture(site, settings, progress, cancel, cold=attempt == 2)
             try:
                 check_cancel(cancel)
+                if trigger in AUTOMATIC and (same := _unchanged(site, state.tree)) is not None:
+                    return same
                 if progress:
                     progress("committing")
-                commit = _commit(site, state, _clean_message(message), started)
+                commit = _commit(site, state, _clean_message(message), started, extra)
                 break
             except GitFailed:
                 if attempt == 2:
@@ -130,7 +180,11 @@ def _retain(site: Site, settings: GhostSettings, keep_id: str) -> None:
             held |= {data.get("id"), data.get("undoId")}
     ids = st.ref_ids(site)
     oldest = time.time() - settings.max_age_days * 86400
-    victims = [i for n, (when, i) in enumerate(ids) if (n >= settings.keep or when < oldest) and i not in held]
+    victims = [i for when, i in ids if when < oldest and i not in held]
+    if len(ids) > min(settings.keep, settings.keep_auto):  # only then does the kind of each matter
+        automatic = _automatic_ids(site)
+        for kept, mine in ((settings.keep, lambda i: i not in automatic), (settings.keep_auto, automatic.__contains__)):
+            victims += [i for i in [i for _when, i in ids if mine(i)][kept:] if i not in held]
     for commit_id in victims:
         st.delete_ref(site, commit_id)
     if st.pack_count(site) > st.MAX_PACKS:
@@ -140,11 +194,27 @@ def _retain(site: Site, settings: GhostSettings, keep_id: str) -> None:
             pass  # space is freed at the next one; the snapshot itself is complete
 
 
+def _automatic_ids(site: Site) -> set[str]:
+    """The folder's snapshots that a turn or a tool took (one git call over the folder's refs)."""
+    raw = site.git("for-each-ref", "--format=%(objectname)%00%(contents)%00",
+                   f"{st.REF_ROOT}/{site.key}/", borrow=False)[1]
+    fields = raw.split(b"\0")
+    found = set()
+    for i in range(0, len(fields) - 1, 2):
+        meta = _parse_meta(fields[i + 1].decode("utf-8", "replace"))
+        if meta is not None and meta.get("trigger") in AUTOMATIC:
+            found.add(os.fsdecode(fields[i]).strip())
+    return found
+
+
 # --- reading them back ------------------------------------------------------------------------------
 
 
 def _wire(commit: str, meta: dict[str, Any]) -> dict[str, Any]:
-    return {
+    trigger = meta.get("trigger")
+    if trigger not in TRIGGERS:  # taken before version 3: a restore's safety snapshot says what it undoes
+        trigger = "restore" if meta.get("undoOf") else "manual"
+    wire = {
         "id": commit,
         "parent": meta.get("parent"),
         "createdAt": meta.get("createdAt"),
@@ -152,7 +222,13 @@ def _wire(commit: str, meta: dict[str, Any]) -> dict[str, Any]:
         "fileCount": meta.get("fileCount", 0),
         "skipped": meta.get("skipped", []),
         "durationMs": meta.get("durationMs", 0),
+        "trigger": trigger,
+        "thread": meta.get("thread") if isinstance(meta.get("thread"), str) else None,
     }
+    for key in ("turn", "tool"):
+        if isinstance(meta.get(key), dict):
+            wire[key] = meta[key]
+    return wire
 
 
 def _parse_meta(body: str) -> dict[str, Any] | None:
@@ -471,7 +547,7 @@ def restore(folder: Path, commit_id: str, *, settings: GhostSettings | None = No
                 result["dryRun"] = True
                 return result
             undo = _commit(site, current, f"before restoring {commit_id[:12]}", started,
-                           {"undoOf": commit_id})
+                           {"undoOf": commit_id, "trigger": "restore"})
             result["undoId"] = undo["id"]
             if changes:
                 st.write_json(site.journal(), {"id": commit_id, "undoId": undo["id"], "startedAt": _now(),

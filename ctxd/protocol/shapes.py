@@ -266,6 +266,23 @@ class Skipped(TypedDict):
     pathEncoding: NotRequired[Literal["escaped"]]
 
 
+class CheckpointTurn(TypedDict):
+    """(v3) The user turn a checkpoint precedes, counted from 1; its text shortened."""
+
+    __pydantic_config__ = STRICT  # type: ignore[misc]
+    index: int
+    text: str
+
+
+class CheckpointTool(TypedDict):
+    """(v3) The tool a checkpoint was taken before, and the paths it names."""
+
+    __pydantic_config__ = STRICT  # type: ignore[misc]
+    name: str
+    callId: NotRequired[str]
+    paths: NotRequired[list[str]]
+
+
 class GhostCommit(TypedDict):
     __pydantic_config__ = STRICT  # type: ignore[misc]
     id: str
@@ -275,6 +292,10 @@ class GhostCommit(TypedDict):
     fileCount: int
     skipped: list[Skipped]
     durationMs: int
+    trigger: Literal["manual", "turn", "tool", "restore"]
+    thread: Optional[str]
+    turn: NotRequired[CheckpointTurn]
+    tool: NotRequired[CheckpointTool]
 
 
 class InterruptedRestore(TypedDict):

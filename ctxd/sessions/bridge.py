@@ -70,7 +70,8 @@ class SessionBridge:
             # First: the agent is about to act on this turn. One per batch, the latest: turns
             # written at once were not acted on one by one, and a flood must not evict the
             # user's snapshots. A session found anew (also a file rewritten) has no new turns.
-            self._checkpoints.submit(self._checkpoint, workspace, session.thread, change.turns[-1])
+            self._checkpoints.submit(self._checkpoint, workspace, session.thread, change.turns[-1],
+                                     len(session.turns))
         replace = update.new or change.replaced
         items = session.items if replace else change.appended
         try:
@@ -90,13 +91,17 @@ class SessionBridge:
                 "usage": {model or "": usage.as_dict() for model, usage in session.cumulative.items()},
                 "cost": pricing.cost(session.cumulative, self.prices)})
 
-    def _checkpoint(self, workspace: Workspace, thread: str, turn: Turn) -> None:
+    def _checkpoint(self, workspace: Workspace, thread: str, turn: Turn, number: int) -> None:
         from ctxd.ghost import snapshots as ghost
+        from ctxd.hooks.marks import hooked
 
+        if hooked(workspace.state_dir, thread):
+            return  # the agent's own hooks take this session's checkpoints (before each turn and tool)
         started = time.monotonic()
         try:
             commit = ghost.snapshot(workspace.opened_root(), turn.text or f"{thread} turn", settings=workspace.settings.ghost,
-                                    state_dir=workspace.state_dir)
+                                    state_dir=workspace.state_dir, trigger="turn", thread=thread,
+                                    turn={"index": number, "text": turn.text})
         except CtxdError as error:
             log.info("%s: no checkpoint for %s: %s", workspace.uri, thread, error.message)
             return

@@ -75,12 +75,18 @@ def render(rows: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="ctxd sessions", description=__doc__.splitlines()[0])
-    parser.add_argument("--workspace", default=".", help="the workspace folder (default: the current directory)")
+    parser.add_argument("--workspace", help="the workspace folder (default: the one enclosing the current directory)")
     parser.add_argument("--format", choices=("table", "json"), default="table")
     parser.add_argument("--codex-home", help="default $CODEX_HOME or ~/.codex")
     parser.add_argument("--claude-home", help="default $CLAUDE_CONFIG_DIR or ~/.claude")
     args = parser.parse_args(argv)
-    folder = Path(args.workspace).expanduser().resolve()
+    if args.workspace is None:  # from any folder inside a workspace
+        from ctxd.hooks.locate import find_workspace
+        from ctxd.settings import default_state_dir
+
+        folder = find_workspace(Path.cwd(), default_state_dir()).folder
+    else:
+        folder = Path(args.workspace).expanduser().resolve()
     if not folder.is_dir():
         print(f"ctxd sessions: {folder} is not a folder", file=sys.stderr)
         return 2

@@ -159,7 +159,7 @@ def render_text(breakdown: dict[str, Any], detail: bool = False, colour: bool = 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ctxd usage", description="Show where a thread's context window goes.")
-    parser.add_argument("--workspace", default=".", help="workspace folder (default: the current directory)")
+    parser.add_argument("--workspace", help="workspace folder (default: the one enclosing the current directory)")
     parser.add_argument("--thread", default="default")
     parser.add_argument("--detail", action="store_true", help="list each tool, MCP tool, skill and memory file")
     parser.add_argument("--format", choices=("text", "short", "json"), default="text")
@@ -171,8 +171,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None, stdout: TextIO | None = None) -> int:
     args = build_parser().parse_args(argv)
     out = stdout or sys.stdout
-    workspace = Path(args.workspace).expanduser().resolve()
     state_dir = Path(args.state_dir).expanduser() if args.state_dir else None
+    if args.workspace is None:  # from any folder inside a workspace
+        from ctxd.hooks.locate import find_workspace
+
+        workspace = find_workspace(Path.cwd(), state_dir or default_state_dir()).folder
+    else:
+        workspace = Path(args.workspace).expanduser().resolve()
     try:
         # A status bar polls `short` often: the estimator answers it without loading tiktoken.
         result = load_breakdown(workspace, args.thread, state_dir, exact=args.format != "short")

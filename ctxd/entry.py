@@ -1,0 +1,22 @@
+"""The `ctxd` command's first step: the commands an agent runs often (`ctxd hook`, `ctxd statusline`)
+start without importing the daemon's command line (argparse, logging); everything else goes to
+`ctxd.cli`."""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["hook"]:
+        from ctxd.hooks.hook import main as hook_main
+
+        return hook_main(argv[1:])
+    if argv[:1] == ["statusline"]:
+        from ctxd.hooks.statusline import main as statusline_main
+
+        return statusline_main(argv[1:])
+    from ctxd.cli import main as cli_main
+
+    return cli_main(argv)

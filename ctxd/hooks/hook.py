@@ -1,0 +1,267 @@
+"""`ctxd hook <agent> <event>`: what the agents' hooks run. It never blocks or fails the agent.
+
+It reads the hook's JSON on standard input and, in a workspace ctxd knows (`ctxd.hooks.locate`):
+- `UserPromptSubmit`: a checkpoint (trigger "turn") labelled with the turn's first words;
+- `PreToolUse` of a tool that can change files (by name; a shell command always): a checkpoint
+  (trigger "tool") labelled with the tool and the paths it names;
+- `PostCompact`: notes the compaction for the session's usage;
+- `SessionStart` with source "compact": one line of additional context telling the model that
+  what was compacted can be recalled (only when ctxd's MCP server is installed for the agent).
+
+Whatever happens it exits 0, within 2 s: the checkpoint runs in a child process that the hook
+waits for until its deadline; past it, the hook returns and the child finishes alone. What went
+wrong goes to ctxd's log (`<state dir>/hooks.log`), never to the agent. Imports are lazy: the
+agent pays for this process at every tool call.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+DEADLINE_SECONDS = 1.7
+"""The hook returns by then (the agent's bound is 2 s, and starting Python takes some of it)."""
+CHILD_SECONDS = 120
+"""A checkpoint still running after this (a store locked for that long) gives up."""
+MAX_INPUT_BYTES = 4 * 1024 * 1024
+AGENTS = ("claude", "codex")
+CHANGES_FILES = {
+    "claude": {"Write", "Edit", "MultiEdit", "NotebookEdit", "Bash"},
+    "codex": {"Bash", "apply_patch", "shell", "local_shell", "exec_command", "unified_exec", "write_stdin",
+              "shell_command"},
+}
+"""Tools that can change the working tree. A shell command can change anything: always one."""
+SHELLS = {"Bash", "shell", "local_shell", "exec_command", "unified_exec", "write_stdin", "shell_command"}
+_PATCH_PATH = re.compile(r"^\*\*\* (?:Add File|Update File|Delete File|Move to): (.+?)\s*$", re.M)
+RECALL_HINT = ("ctxd keeps this conversation's full history, including what the compaction summarised: "
+               "call the `recall` tool of the `ctxd` MCP server to find earlier details.")
+
+
+def _state_dir() -> Path:
+    """`ctxd.settings.default_state_dir`, without importing the settings module for it."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "ctxd"
+
+
+def log(message: str) -> None:
+    """One line in ctxd's hook log; a log that cannot be written is not the agent's problem."""
+    try:
+        path = _state_dir() / "hooks.log"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(f"{stamp} [{os.getpid()}] {message}\n")
+    except OSError:
+        pass
+
+
+def read_input(stream: Any = None, timeout: float = 1.0) -> dict[str, Any] | None:
+    """The hook's JSON object, or None (nothing within `timeout`, too large, not a JSON object)."""
+    import select
+
+    stream = stream or sys.stdin.buffer
+    chunks: list[bytes] = []
+    size = 0
+    end = time.monotonic() + timeout
+    try:
+        fd = stream.fileno()
+        while size <= MAX_INPUT_BYTES:
+            left = end - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                break
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except (OSError, ValueError):
+        return None
+    if size > MAX_INPUT_BYTES:
+        log(f"hook input over {MAX_INPUT_BYTES} bytes: ignored")
+        return None
+    try:
+        value = json.loads(b"".join(chunks))
+    except ValueError:
+        log("hook input is not JSON: ignored")
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def tool_paths(agent: str, name: str, tool_input: Any, cwd: Path, folder: Path) -> list[str]:
+    """The paths a tool names, relative to the workspace folder where they are inside it."""
+    if not isinstance(tool_input, dict):
+        return []
+    found: list[str] = []
+    if name == "apply_patch":
+        text = tool_input.get("command") or tool_input.get("input") or tool_input.get("patch")
+        if isinstance(text, list):
+            text = "\n".join(str(t) for t in text)
+        if isinstance(text, str):
+            found = _PATCH_PATH.findall(text)
+    else:
+        for key in ("file_path", "notebook_path", "path"):
+            if isinstance(tool_input.get(key), str):
+                found.append(tool_input[key])
+    shown = []
+    for raw in dict.fromkeys(found):
+        path = Path(raw) if os.path.isabs(raw) else cwd / raw
+        try:
+            shown.append(os.path.relpath(os.path.normpath(path), folder) if _inside(path, folder) else raw)
+        except ValueError:
+            shown.append(raw)
+    return shown
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    normal = os.path.normpath(path)
+    return normal == str(folder) or normal.startswith(str(folder).rstrip(os.sep) + os.sep)
+
+
+def _short(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def plan(agent: str, event: str, data: dict[str, Any], state_dir: Path) -> dict[str, Any] | None:
+    """What to do for this hook: a checkpoint's arguments, or None (nothing to do)."""
+    from ctxd.hooks import marks
+    from ctxd.hooks.locate import find_workspace
+
+    session = data.get("session_id")
+    cwd = data.get("cwd")
+    if not isinstance(session, str) or not session or not isinstance(cwd, str) or not os.path.isabs(cwd):
+        log(f"{agent} {event}: no session_id or absolute cwd in the hook input: nothing done")
+        return None
+    located = find_workspace(Path(cwd), state_dir)
+    if not located.known:
+        log(f"{agent} {event}: {cwd} is in no workspace ctxd knows: nothing done")
+        return None
+    thread = f"{agent}:{session}"
+    mark = marks.read(state_dir, thread)
+    if event == "UserPromptSubmit":
+        prompt = data.get("prompt") if isinstance(data.get("prompt"), str) else ""
+        turn = {"index": int(mark.get("turn") or 0) + 1, "text": _short(prompt, 200)}
+        marks.write(state_dir, thread, {**mark, "turn": turn["index"], "text": turn["text"]})
+        return {"folder": located.folder, "thread": thread, "trigger": "turn", "turn": turn, "tool": None,
+                "message": _short(prompt, 72) or f"turn {turn['index']}"}
+    if event == "PreToolUse":
+        name = data.get("tool_name")
+        if not isinstance(name, str) or name not in CHANGES_FILES[agent]:
+            if not mark:
+                marks.write(state_dir, thread, {"turn": 0})
+            return None
+        tool: dict[str, Any] = {"name": name}
+        if isinstance(data.get("tool_use_id"), str):
+            tool["callId"] = data["tool_use_id"]
+        tool_input = data.get("tool_input")
+        paths = tool_paths(agent, name, tool_input, Path(cwd), located.folder)
+        if paths:
+            tool["paths"] = paths
+        if name in SHELLS:
+            command = tool_input.get("command") if isinstance(tool_input, dict) else None
+            if isinstance(command, list):
+                command = " ".join(str(c) for c in command)
+            label = f"before {name}: {_short(command, 60)}" if isinstance(command, str) and command else f"before {name}"
+        else:
+            label = f"before {name} {', '.join(paths)}".rstrip()
+        turn = {"index": int(mark["turn"]), "text": str(mark.get("text") or "")} if mark.get("turn") else None
+        if not mark:
+            marks.write(state_dir, thread, {"turn": 0})
+        return {"folder": located.folder, "thread": thread, "trigger": "tool", "turn": turn, "tool": tool,
+                "message": label}
+    if event == "PostCompact":
+        marks.write(state_dir, thread, {**mark, "compactedAt": time.time()})
+    return None
+
+
+def take_checkpoint(job: dict[str, Any]) -> None:
+    from ctxd.ghost import snapshots as ghost
+    from ctxd.settings import load_settings
+
+    settings = load_settings(job["folder"])
+    if settings.ghost.auto == "off":
+        log(f"{job['thread']}: ghost.auto is off: no checkpoint")
+        return
+    started = time.monotonic()
+    commit = ghost.snapshot(job["folder"], job["message"], settings=settings.ghost, trigger=job["trigger"],
+                            thread=job["thread"], turn=job["turn"], tool=job["tool"], state_dir=_state_dir())
+    log(f"{job['thread']}: checkpoint {commit['id'][:12]} ({job['trigger']}) in "
+        f"{(time.monotonic() - started) * 1000:.0f} ms: {job['message']}")
+
+
+def run_bounded(job: dict[str, Any], deadline: float) -> None:
+    """The checkpoint in a child process; wait for it until `deadline`, then leave it to finish."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: no stdio of the agent's, a session of its own, a bound of its own
+        try:
+            os.close(read_end)
+            os.setsid()
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
+            import signal
+
+            signal.alarm(CHILD_SECONDS)
+            take_checkpoint(job)
+        except BaseException as error:  # noqa: BLE001 - everything is logged, nothing reaches the agent
+            log(f"{job.get('thread')}: no checkpoint: {_describe(error)}")
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    import select
+
+    try:
+        left = max(0.0, deadline - time.monotonic())
+        if select.select([read_end], [], [], left)[0]:
+            os.waitpid(pid, 0)
+        else:
+            log(f"{job['thread']}: the checkpoint goes on after the hook returned (over {DEADLINE_SECONDS:g} s)")
+    finally:
+        os.close(read_end)
+
+
+def _describe(error: BaseException) -> str:
+    message = getattr(error, "message", None) or str(error) or type(error).__name__
+    return f"{type(error).__name__}: {message}"
+
+
+def compaction_context(agent: str, data: dict[str, Any]) -> str | None:
+    """The hook output after a compaction: additional context naming `recall`, when ctxd's MCP
+    server is installed for this agent."""
+    from ctxd.hooks.install import mcp_installed
+
+    cwd = data.get("cwd")
+    if not isinstance(cwd, str) or not mcp_installed(agent, Path(cwd)):
+        return None
+    return json.dumps({"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": RECALL_HINT}})
+
+
+def main(argv: list[str]) -> int:
+    started = time.monotonic()
+    try:
+        if len(argv) < 2 or argv[0] not in AGENTS:
+            log(f"usage: ctxd hook claude|codex <event> (got {argv[:2]!r})")
+            return 0
+        agent, event = argv[0], argv[1]
+        if agent == "codex" and event == "notify":
+            return 0  # Codex's after-turn program: the turn's checkpoints are taken before it
+        data = read_input()
+        if data is None:
+            return 0
+        if event == "SessionStart":
+            if data.get("source") == "compact" and (line := compaction_context(agent, data)):
+                sys.stdout.write(line + "\n")
+                sys.stdout.flush()
+            return 0
+        job = plan(agent, event, data, _state_dir())
+        if job is not None:
+            run_bounded(job, started + DEADLINE_SECONDS)
+    except BaseException as error:  # noqa: BLE001 - a hook of ctxd's never fails the agent
+        log(f"hook {argv[:2]!r}: {_describe(error)}")
+    return 0

@@ -1,0 +1,168 @@
+"""`ctxd statusline`: Claude Code's status line, from the JSON Claude Code gives it on stdin.
+
+One line: the agent, how full the context is against Claude Code's own compaction point, the
+session's cost, the age of the workspace's last checkpoint, coloured as the editors colour their
+gauges (warn from 80% of the compaction point, compact at it). The exact usage it was handed is
+written for ctxd (`<state dir>/hooks/usage/<thread>.json`). A user's own status-line command
+(carried by `--user`, see `ctxd.hooks.install`) runs after it, its output printed after ctxd's.
+Claude Code runs this after every message: it starts no git and imports little.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+SUMMARY_OUTPUT_TOKENS = 20_000
+"""Claude Code keeps room for the compaction's summary (at most the model's output limit)..."""
+COMPACT_BUFFER_TOKENS = 13_000
+"""...and a buffer below that: it compacts at window - 20,000 - 13,000 (167,000 of 200,000)."""
+WARN_RATIO = 0.8
+COLOURS = {"ok": "\033[32m", "warn": "\033[33m", "compact": "\033[31m"}
+RESET = "\033[0m"
+USER_COMMAND_SECONDS = 2.0
+
+
+def compaction_point(window: int) -> int:
+    """Where Claude Code compacts a window of `window` tokens (CLAUDE_AUTOCOMPACT_PCT_OVERRIDE
+    lowers it, as it does in Claude Code)."""
+    effective = window - min(SUMMARY_OUTPUT_TOKENS, window // 2)
+    point = effective - COMPACT_BUFFER_TOKENS
+    try:
+        override = float(os.environ.get("CLAUDE_AUTOCOMPACT_PCT_OVERRIDE") or "")
+    except ValueError:
+        override = 0.0
+    if 0 < override <= 100:
+        point = min(int(effective * override / 100), point)
+    return max(1, point)
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def usage_of(data: dict[str, Any]) -> dict[str, Any]:
+    """The session's usage as Claude Code states it: input + cache writes + cache reads of the
+    latest request, against its window and compaction point."""
+    context = data.get("context_window") if isinstance(data.get("context_window"), dict) else {}
+    current = context.get("current_usage") if isinstance(context.get("current_usage"), dict) else None
+    used = (_int(current.get("input_tokens")) + _int(current.get("cache_creation_input_tokens"))
+            + _int(current.get("cache_read_input_tokens"))) if current else 0
+    window = _int(context.get("context_window_size")) or 200_000
+    point = compaction_point(window)
+    tier = "compact" if used >= point else "warn" if used >= WARN_RATIO * point else "ok"
+    cost = data.get("cost") if isinstance(data.get("cost"), dict) else {}
+    total = cost.get("total_cost_usd")
+    model = data.get("model") if isinstance(data.get("model"), dict) else {}
+    return {"usedTokens": used, "contextWindow": window, "compactAt": point, "tier": tier, "known": current is not None,
+            "percent": round(100 * used / point, 1), "costUsd": total if isinstance(total, (int, float)) else None,
+            "model": model.get("id") if isinstance(model.get("id"), str) else None}
+
+
+def _age(seconds: float) -> str:
+    if seconds < 60:
+        return f"{int(seconds)}s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)}m"
+    if seconds < 86400:
+        return f"{int(seconds // 3600)}h"
+    return f"{int(seconds // 86400)}d"
+
+
+def last_checkpoint(cwd: Path, state_dir: Path) -> float | None:
+    """When the workspace's newest snapshot was taken (from the store's files: no git)."""
+    from ctxd.hooks.locate import find_workspace, git_common_dir, plain_store
+
+    folder = find_workspace(cwd, state_dir).folder
+    common = git_common_dir(folder)
+    store = common / "ctxd" / "store" if common is not None else plain_store(state_dir, folder)
+    newest = None
+    try:
+        for entry in os.scandir(store):
+            if entry.name.startswith("last-") and entry.name.endswith(".json"):
+                when = entry.stat().st_mtime
+                newest = when if newest is None or when > newest else newest
+    except OSError:
+        return None
+    return newest
+
+
+def render(data: dict[str, Any], usage: dict[str, Any], checkpoint_at: float | None, colour: bool) -> str:
+    parts = ["claude"]
+    if usage["known"]:
+        parts.append(f"{usage['percent']:.0f}% of {usage['compactAt'] // 1000}k")
+    else:
+        parts.append(f"0% of {usage['compactAt'] // 1000}k")
+    if usage["costUsd"] is not None:
+        parts.append(f"${usage['costUsd']:.2f}")
+    parts.append(f"checkpoint {_age(max(0.0, time.time() - checkpoint_at))} ago" if checkpoint_at else "no checkpoint")
+    line = " · ".join(parts)
+    return f"{COLOURS[usage['tier']]}{line}{RESET}" if colour else line
+
+
+def hand_over(state_dir: Path, data: dict[str, Any], usage: dict[str, Any]) -> None:
+    """The exact usage for ctxd: one small file per session, replaced atomically."""
+    session = data.get("session_id")
+    if not isinstance(session, str) or not session or not usage["known"]:
+        return
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in session)[:120]
+    path = state_dir / "hooks" / "usage" / f"claude-{safe}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pending = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    record = {"thread": f"claude:{session}", "cwd": data.get("cwd"), "at": time.time(),
+              **{k: usage[k] for k in ("usedTokens", "contextWindow", "compactAt", "costUsd", "model")}}
+    pending.write_text(json.dumps(record), "utf-8")
+    os.replace(pending, path)
+
+
+def run_user_command(encoded: str, raw: bytes) -> str:
+    """The user's own status line, given the same JSON; its output, or nothing on failure."""
+    import subprocess
+
+    from ctxd.hooks.install import user_status_line
+
+    entry = user_status_line(encoded)
+    command = entry.get("command") if isinstance(entry, dict) else None
+    if not isinstance(command, str) or not command:
+        return ""
+    try:
+        done = subprocess.run(command, shell=True, input=raw, capture_output=True, timeout=USER_COMMAND_SECONDS)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return done.stdout.decode("utf-8", "replace").rstrip("\n")
+
+
+def main(argv: list[str]) -> int:
+    raw = b""
+    user = argv[argv.index("--user") + 1] if "--user" in argv[:-1] else None
+    try:
+        from ctxd.hooks.hook import read_input  # reads with a bound: a silent stdin does not hang us
+
+        data = read_input(timeout=1.0) or {}
+        raw = json.dumps(data).encode()
+        from ctxd.hooks.hook import _state_dir
+
+        state_dir = _state_dir()
+        usage = usage_of(data)
+        cwd = data.get("cwd") or (data.get("workspace") or {}).get("current_dir")
+        checkpoint_at = last_checkpoint(Path(cwd), state_dir) if isinstance(cwd, str) and os.path.isabs(cwd) else None
+        sys.stdout.write(render(data, usage, checkpoint_at, colour="--no-colour" not in argv) + "\n")
+        sys.stdout.flush()
+        try:
+            hand_over(state_dir, data, usage)
+        except OSError:
+            pass
+    except Exception as error:  # noqa: BLE001 - a status line never fails
+        sys.stdout.write(f"ctxd: {type(error).__name__}\n")
+    if user:
+        try:
+            output = run_user_command(user, raw)
+        except Exception:  # noqa: BLE001
+            output = ""
+        if output:
+            sys.stdout.write(output + "\n")
+    return 0

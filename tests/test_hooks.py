@@ -1,0 +1,441 @@
+"""`ctxd hooks install|uninstall|status`, `ctxd hook`, `ctxd statusline`, and checkpoints that say
+what took them: the real `ctxd` command in real git repositories, the real daemon for the wire."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.ghost_repo import IDENTITY
+from tests.rpc import REPO, check_shape, start_daemon
+
+CLAUDE_SETTINGS = """{
+    "$schema": "https://json.schemastore.org/claude-code-settings.json",
+    "permissions": {
+        "allow": ["Bash(npm run test:*)", "Read(~/.zshrc)"],
+        "deny": []
+    },
+    "hooks": {
+        "PreToolUse": [
+            {
+                "matcher": "Bash",
+                "hooks": [{"type": "command", "command": "~/bin/audit.sh", "timeout": 3}]
+            }
+        ],
+        "Stop": [{"hooks": [{"type": "command", "command": "notify-send done"}]}]
+    },
+    "statusLine": {"type": "command", "command": "echo user-line; cat >/dev/null", "padding": 1},
+    "someFutureKey": {"nested": [1, 2.5, null, "\u00e9"]}
+}
+"""
+
+CODEX_CONFIG = """# my Codex settings
+model = "gpt-5.4"  # the default model
+approval_policy = "on-request"
+
+[features]
+# hooks are on by default; keep them
+hooks = true
+
+[[hooks.PreToolUse]]
+matcher = "Bash"
+[[hooks.PreToolUse.hooks]]
+type = "command"
+command = "~/bin/guard.sh"
+
+[mcp_servers.docs]
+command = "docs-mcp"
+args = ["--stdio"]
+
+[projects."/home/me/work"]
+trust_level = "trusted"
+"""
+
+
+def ctxd_bin(tmp_path: Path) -> Path:
+    """A `ctxd` executable on PATH that runs this worktree's code (what install must name)."""
+    folder = tmp_path / "bin"
+    folder.mkdir(exist_ok=True)
+    script = folder / "ctxd"
+    script.write_text(f"#!/bin/sh\nPYTHONPATH={REPO} exec {sys.executable} -m ctxd \"$@\"\n")
+    script.chmod(0o755)
+    return script
+
+
+def env_for(tmp_path: Path) -> dict[str, str]:
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CTXD_", "CODEX_", "CLAUDE_"))}
+    ctxd_bin(tmp_path)
+    env.update({"HOME": str(home), "XDG_STATE_HOME": str(tmp_path / "state"), "XDG_CONFIG_HOME": str(home / ".config"),
+                "PATH": f"{tmp_path / 'bin'}{os.pathsep}{env.get('PATH', '')}", "GIT_CONFIG_GLOBAL": os.devnull,
+                "GIT_CONFIG_NOSYSTEM": "1", **IDENTITY})
+    return env
+
+
+def ctxd(tmp_path: Path, *args: str, cwd: Path, stdin: bytes = b"", env: dict[str, str] | None = None
+         ) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([str(ctxd_bin(tmp_path)), *args], cwd=cwd, input=stdin, capture_output=True,
+                          env=env or env_for(tmp_path), timeout=60)  # a guard against a hang, not a speed check
+
+
+def make_repo(path: Path) -> Path:
+    path.mkdir(parents=True)
+    for args in (["init", "-q"], ["add", "-A"]):
+        subprocess.run(["git", *args], cwd=path, check=True)
+    (path / "app.py").write_text("print('v1')\n")
+    subprocess.run(["git", "add", "-A"], cwd=path, check=True)
+    subprocess.run(["git", "commit", "-qm", "init"], cwd=path, check=True, env={**os.environ, **IDENTITY})
+    return path
+
+
+# --- install / uninstall ------------------------------------------------------------------------------
+
+
+def test_claude_project_install_keeps_every_byte_and_uninstall_puts_them_back(tmp_path: Path) -> None:
+    project = make_repo(tmp_path / "proj")
+    settings = project / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    settings.write_text(CLAUDE_SETTINGS)
+    mcp = project / ".mcp.json"
+    mcp.write_text('{\n  "mcpServers": {\n    "docs": {"command": "docs-mcp"}\n  }\n}\n')
+    original_mcp = mcp.read_bytes()
+
+    done = ctxd(tmp_path, "hooks", "install", "--agent", "claude", "--scope", "project", cwd=project / ".claude")
+    assert done.returncode == 0, done.stderr
+    value = json.loads(settings.read_text())
+    exe = str(ctxd_bin(tmp_path))
+    assert value["permissions"]["allow"] == ["Bash(npm run test:*)", "Read(~/.zshrc)"]
+    assert value["someFutureKey"] == {"nested": [1, 2.5, None, "é"]}
+    assert value["hooks"]["Stop"] == [{"hooks": [{"type": "command", "command": "notify-send done"}]}]
+    pre = value["hooks"]["PreToolUse"]
+    assert pre[0]["hooks"][0]["command"] == "~/bin/audit.sh"  # the user's own hook first, as it was
+    assert pre[1]["matcher"] == "Write|Edit|MultiEdit|NotebookEdit|Bash"
+    assert pre[1]["hooks"][0]["command"] == f"{exe} hook claude PreToolUse"
+    for event in ("UserPromptSubmit", "PostCompact", "SessionStart"):
+        assert value["hooks"][event][-1]["hooks"][0]["command"] == f"{exe} hook claude {event}"
+    assert value["hooks"]["SessionStart"][-1]["matcher"] == "compact"
+    assert value["statusLine"]["command"].startswith(f"{exe} statusline --user ")
+    servers = json.loads(mcp.read_text())["mcpServers"]
+    assert servers["docs"] == {"command": "docs-mcp"}
+    assert servers["ctxd"] == {"type": "stdio", "command": exe, "args": ["mcp"]}
+    assert "approve `ctxd`" in done.stdout.decode()
+
+    installed = settings.read_bytes(), mcp.read_bytes()
+    again = ctxd(tmp_path, "hooks", "install", "--agent", "claude", "--scope", "project", cwd=project)
+    assert again.returncode == 0 and (settings.read_bytes(), mcp.read_bytes()) == installed
+
+    done = ctxd(tmp_path, "hooks", "uninstall", "--agent", "claude", "--scope", "project", cwd=project)
+    assert done.returncode == 0, done.stderr
+    assert settings.read_text() == CLAUDE_SETTINGS
+    assert mcp.read_bytes() == original_mcp
+
+
+def test_claude_uninstall_after_the_user_changed_the_file_removes_only_ctxds_entries(tmp_path: Path) -> None:
+    project = make_repo(tmp_path / "proj")
+    settings = project / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    settings.write_text(CLAUDE_SETTINGS)
+    assert ctxd(tmp_path, "hooks", "install", "--agent", "claude", "--scope", "project", cwd=project).returncode == 0
+    value = json.loads(settings.read_text())
+    value["model"] = "opus"  # Claude Code or the user wrote to it since
+    settings.write_text(json.dumps(value, indent=2) + "\n")
+
+    assert ctxd(tmp_path, "hooks", "uninstall", "--agent", "claude", "--scope", "project", cwd=project).returncode == 0
+    expected = json.loads(CLAUDE_SETTINGS)
+    expected["model"] = "opus"
+    assert json.loads(settings.read_text()) == expected
+    assert json.loads(settings.read_text())["statusLine"] == json.loads(CLAUDE_SETTINGS)["statusLine"]
+
+
+def test_codex_install_edits_the_toml_as_text_and_uninstall_restores_it_byte_for_byte(tmp_path: Path) -> None:
+    project = make_repo(tmp_path / "proj")
+    config = project / ".codex" / "config.toml"
+    config.parent.mkdir()
+    config.write_text(CODEX_CONFIG)
+
+    dry = ctxd(tmp_path, "hooks", "install", "--agent", "codex", "--scope", "project", "--dry-run", cwd=project)
+    assert dry.returncode == 0 and config.read_text() == CODEX_CONFIG
+    assert "+[[hooks.PreToolUse]]" in dry.stdout.decode() and "+[mcp_servers.ctxd]" in dry.stdout.decode()
+
+    done = ctxd(tmp_path, "hooks", "install", "--agent", "codex", "--scope", "project", cwd=project)
+    assert done.returncode == 0, done.stderr
+    text = config.read_text()
+    assert CODEX_CONFIG in text  # every byte of the user's, in order
+    parsed = tomllib.loads(text)
+    exe = str(ctxd_bin(tmp_path))
+    assert parsed["notify"] == [exe, "hook", "codex", "notify"]
+    assert parsed["model"] == "gpt-5.4" and parsed["mcp_servers"]["docs"]["command"] == "docs-mcp"
+    pre = parsed["hooks"]["PreToolUse"]
+    assert pre[0]["hooks"][0]["command"] == "~/bin/guard.sh"
+    assert pre[1]["hooks"][0]["command"] == f"{exe} hook codex PreToolUse"
+    assert "apply_patch" in pre[1]["matcher"] and "Bash" in pre[1]["matcher"]
+    assert parsed["hooks"]["UserPromptSubmit"][0]["hooks"][0]["command"] == f"{exe} hook codex UserPromptSubmit"
+    assert parsed["mcp_servers"]["ctxd"] == {"command": exe, "args": ["mcp"]}
+    out = done.stdout.decode()
+    assert "/hooks" in out and "trust_level" in out  # says what the user must do, trusts nothing itself
+    assert "[hooks.state" not in text and str(project) not in (tmp_path / "home").joinpath(".codex").as_posix()
+
+    assert ctxd(tmp_path, "hooks", "install", "--agent", "codex", "--scope", "project", cwd=project).returncode == 0
+    assert config.read_text() == text
+    assert ctxd(tmp_path, "hooks", "uninstall", "--agent", "codex", "--scope", "project", cwd=project).returncode == 0
+    assert config.read_bytes() == CODEX_CONFIG.encode()
+
+
+def test_user_scope_files_created_by_install_are_removed_by_uninstall(tmp_path: Path) -> None:
+    folder = make_repo(tmp_path / "proj")
+    home = tmp_path / "home"
+    assert ctxd(tmp_path, "hooks", "install", cwd=folder).returncode == 0
+    created = [home / ".claude" / "settings.json", home / ".claude.json", home / ".codex" / "config.toml"]
+    assert all(p.exists() for p in created)
+    status = ctxd(tmp_path, "hooks", "status", cwd=folder).stdout.decode()
+    assert "claude user: hooks UserPromptSubmit, PreToolUse, PostCompact, SessionStart; status line yes; MCP server yes" in status
+    assert "codex user: hooks and MCP server yes" in status
+    assert ctxd(tmp_path, "hooks", "uninstall", cwd=folder).returncode == 0
+    assert not any(p.exists() for p in created)
+
+
+def test_a_file_that_cannot_be_parsed_is_left_alone_with_a_clear_error(tmp_path: Path) -> None:
+    project = make_repo(tmp_path / "proj")
+    settings = project / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    settings.write_text('{"hooks": {,}\n')
+    config = project / ".codex" / "config.toml"
+    config.parent.mkdir()
+    config.write_text('[hooks]\nPreToolUse = [ { matcher = "x" } ]\n')  # valid, but ctxd's tables cannot join it
+    for agent, path in (("claude", settings), ("codex", config)):
+        before = path.read_bytes()
+        done = ctxd(tmp_path, "hooks", "install", "--agent", agent, "--scope", "project", cwd=project)
+        assert done.returncode == 1
+        assert str(path) in done.stderr.decode() and "left unchanged" in done.stderr.decode()
+        assert path.read_bytes() == before
+    assert not (project / ".mcp.json").exists()
+
+
+def test_codex_users_own_notify_is_kept(tmp_path: Path) -> None:
+    project = make_repo(tmp_path / "proj")
+    config = project / ".codex" / "config.toml"
+    config.parent.mkdir()
+    config.write_text('notify = ["my-notifier"]\n')
+    done = ctxd(tmp_path, "hooks", "install", "--agent", "codex", "--scope", "project", cwd=project)
+    assert done.returncode == 0 and "`notify` program of your own" in done.stdout.decode()
+    assert tomllib.loads(config.read_text())["notify"] == ["my-notifier"]
+
+
+# --- ctxd hook -------------------------------------------------------------------------------------
+
+
+def hook(tmp_path: Path, agent: str, event: str, data: Any, cwd: Path) -> subprocess.CompletedProcess[bytes]:
+    raw = data if isinstance(data, bytes) else json.dumps(data).encode()
+    return ctxd(tmp_path, "hook", agent, event, cwd=cwd, stdin=raw)
+
+
+def snapshots(tmp_path: Path, folder: Path) -> list[dict[str, Any]]:
+    """The folder's checkpoints as the daemon lists them (`ctxd/ghost/list`), checked against the shapes."""
+    client = start_daemon(tmp_path / "state", env={"HOME": str(tmp_path / "home")})
+    try:
+        client.initialize([folder])
+        listed = client.request("ctxd/ghost/list", {"workspace": folder.as_uri()})
+        assert check_shape("ctxd/ghost/list", listed) is None
+        return listed["snapshots"]
+    finally:
+        client.shutdown()
+
+
+def known_project(tmp_path: Path) -> Path:
+    project = make_repo(tmp_path / "proj")
+    assert ctxd(tmp_path, "hooks", "install", "--agent", "claude", "--scope", "project", cwd=project).returncode == 0
+    return project
+
+
+def test_a_checkpoint_before_each_tool_that_changes_files_and_at_each_turn(tmp_path: Path) -> None:
+    project = known_project(tmp_path)
+    base = {"session_id": "s-1", "cwd": str(project / ".claude"), "transcript_path": "/nowhere"}
+    assert hook(tmp_path, "claude", "UserPromptSubmit", {**base, "prompt": "Make  app.py print v2"}, project).returncode == 0
+    write = {**base, "tool_name": "Write", "tool_use_id": "toolu_1",
+             "tool_input": {"file_path": str(project / "src" / "new.py"), "content": "x"}}
+    assert hook(tmp_path, "claude", "PreToolUse", write, project).returncode == 0
+    (project / "src").mkdir()
+    (project / "src" / "new.py").write_text("x\n")
+    read = {**base, "tool_name": "Read", "tool_input": {"file_path": str(project / "app.py")}}
+    assert hook(tmp_path, "claude", "PreToolUse", read, project).returncode == 0
+    bash = {**base, "tool_name": "Bash", "tool_use_id": "toolu_2", "tool_input": {"command": "sed -i s/v1/v2/ app.py"}}
+    assert hook(tmp_path, "claude", "PreToolUse", bash, project).returncode == 0
+    patch = {"session_id": "c-9", "cwd": str(project), "tool_name": "apply_patch", "tool_use_id": "call_7",
+             "tool_input": {"command": "*** Begin Patch\n*** Update File: app.py\n@@\n-a\n+b\n*** Add File: b.txt\n+b\n*** End Patch\n"}}
+    (project / "app.py").write_text("print('v2')\n")
+    assert hook(tmp_path, "codex", "PreToolUse", patch, project).returncode == 0
+
+    listed = snapshots(tmp_path, project)
+    by_message = {s["message"]: s for s in listed}
+    turn = by_message["Make app.py print v2"]
+    assert turn["trigger"] == "turn" and turn["thread"] == "claude:s-1"
+    assert turn["turn"] == {"index": 1, "text": "Make app.py print v2"}
+    # Before Write the tree was the turn's: no second commit, the turn's checkpoint is listed once.
+    assert "before Write src/new.py" not in by_message
+    sed = by_message["before Bash: sed -i s/v1/v2/ app.py"]
+    assert sed["trigger"] == "tool" and sed["tool"] == {"name": "Bash", "callId": "toolu_2"}
+    assert sed["turn"] == {"index": 1, "text": "Make app.py print v2"}
+    codex = by_message["before apply_patch app.py, b.txt"]
+    assert codex["thread"] == "codex:c-9" and codex["tool"] == {"name": "apply_patch", "callId": "call_7",
+                                                               "paths": ["app.py", "b.txt"]}
+    assert "turn" not in codex
+    assert len(listed) == 3 and not any("Read" in s["message"] for s in listed)
+
+
+def test_the_hook_never_fails_the_agent(tmp_path: Path) -> None:
+    project = known_project(tmp_path)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    log = tmp_path / "state" / "ctxd" / "hooks.log"
+    cases = [
+        (b"\x00\xff not json", project),
+        (b"[1, 2]", project),
+        (json.dumps({"session_id": "s", "cwd": "relative/path", "prompt": "x"}).encode(), project),
+        (json.dumps({"session_id": "s", "cwd": str(outside), "prompt": "x"}).encode(), outside),
+    ]
+    for raw, cwd in cases:
+        done = hook(tmp_path, "claude", "UserPromptSubmit", raw, cwd)
+        assert done.returncode == 0 and done.stdout == b"" and done.stderr == b""
+    assert ctxd(tmp_path, "hook", "nobody", "x", cwd=project).returncode == 0
+    text = log.read_text()
+    assert "not JSON" in text and f"{outside} is in no workspace ctxd knows" in text
+    assert not (outside / ".git").exists() and not (tmp_path / "state" / "ctxd" / "ghost").exists()
+
+    # A repository it must not touch: its .git names another folder's work tree.
+    other = make_repo(tmp_path / "other")
+    (other / ".git" / "ctxd" / "store").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", "--bare", str(other / ".git" / "ctxd" / "store")], check=True)
+    subprocess.run(["git", "config", "core.worktree", str(project)], cwd=other, check=True)
+    done = hook(tmp_path, "claude", "UserPromptSubmit", {"session_id": "s", "cwd": str(other), "prompt": "x"}, other)
+    assert done.returncode == 0
+    assert "no checkpoint" in log.read_text()
+
+
+def test_a_locked_store_does_not_block_the_agent_and_the_checkpoint_follows(tmp_path: Path) -> None:
+    project = known_project(tmp_path)
+    lock = project / ".git" / "ctxd" / "store" / "ctxd.lock"
+    with open(lock, "a+b") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        done = hook(tmp_path, "claude", "UserPromptSubmit", {"session_id": "s", "cwd": str(project), "prompt": "go"},
+                    project)
+        assert done.returncode == 0
+        refs = project / ".git" / "ctxd" / "store" / "refs" / "ctxd"
+        assert not refs.exists() or not any(refs.rglob("*"))
+    deadline = time.monotonic() + 30
+    while not any(p.is_file() for p in refs.rglob("*")) if refs.exists() else True:
+        assert time.monotonic() < deadline, "the checkpoint never followed the lock's release"
+        time.sleep(0.1)
+    assert "goes on after the hook returned" in (tmp_path / "state" / "ctxd" / "hooks.log").read_text()
+
+
+def test_after_a_compaction_the_model_is_told_about_recall_only_with_the_mcp_server(tmp_path: Path) -> None:
+    project = make_repo(tmp_path / "proj")
+    start = {"session_id": "s", "cwd": str(project), "hook_event_name": "SessionStart", "source": "compact"}
+    assert hook(tmp_path, "claude", "SessionStart", start, project).stdout == b""
+    assert ctxd(tmp_path, "hooks", "install", "--scope", "project", cwd=project).returncode == 0
+    for agent in ("claude", "codex"):
+        out = json.loads(hook(tmp_path, agent, "SessionStart", start, project).stdout)
+        assert out["hookSpecificOutput"]["hookEventName"] == "SessionStart"
+        assert "recall" in out["hookSpecificOutput"]["additionalContext"]
+    assert hook(tmp_path, "claude", "SessionStart", {**start, "source": "startup"}, project).stdout == b""
+
+
+# --- statusline --------------------------------------------------------------------------------------
+
+
+STATUS = {"session_id": "abc", "cwd": "", "model": {"id": "claude-sonnet-4-5", "display_name": "Sonnet"},
+          "cost": {"total_cost_usd": 1.234},
+          "context_window": {"context_window_size": 200000, "total_input_tokens": 150000,
+                             "current_usage": {"input_tokens": 10, "output_tokens": 5,
+                                               "cache_creation_input_tokens": 2000,
+                                               "cache_read_input_tokens": 148000}}}
+
+
+def test_statusline_prints_fill_against_the_compaction_point_and_runs_the_users_command(tmp_path: Path) -> None:
+    project = known_project(tmp_path)  # its status line now carries the user's (none here)
+    data = {**STATUS, "cwd": str(project)}
+    done = ctxd(tmp_path, "statusline", "--no-colour", cwd=project, stdin=json.dumps(data).encode())
+    line = done.stdout.decode().strip()
+    # 150,010 of Claude Code's compaction point (200,000 - 20,000 - 13,000 = 167,000): 90%.
+    assert line.startswith("claude · 90% of 167k · $1.23 · "), line
+    handed = json.loads((tmp_path / "state" / "ctxd" / "hooks" / "usage" / "claude-abc.json").read_text())
+    assert handed["usedTokens"] == 150010 and handed["thread"] == "claude:abc" and handed["compactAt"] == 167000
+    coloured = ctxd(tmp_path, "statusline", cwd=project, stdin=json.dumps(data).encode()).stdout.decode()
+    assert coloured.startswith("\033[33m")  # warn: from 80% of the compaction point
+
+    settings = project / ".claude" / "settings.json"
+    settings.write_text(json.dumps({"statusLine": {"type": "command", "command": "printf 'mine:'; head -c 12"}}))
+    assert ctxd(tmp_path, "hooks", "install", "--agent", "claude", "--scope", "project", cwd=project).returncode == 0
+    command = json.loads(settings.read_text())["statusLine"]["command"]
+    done = subprocess.run(command, shell=True, input=json.dumps(data).encode(), capture_output=True, cwd=project,
+                          env=env_for(tmp_path), timeout=60)
+    lines = done.stdout.decode().splitlines()
+    assert len(lines) == 2 and "90% of 167k" in lines[0] and lines[1] == 'mine:{"session_id'
+
+
+# --- the store: retention, unchanged trees, the workspace from a subfolder --------------------------------
+
+
+def test_automatic_checkpoints_have_their_own_retention(tmp_path: Path) -> None:
+    from ctxd.ghost import snapshots as ghost
+    from ctxd.settings import GhostSettings
+
+    project = make_repo(tmp_path / "proj")
+    settings = GhostSettings(keep=2, keep_auto=3)
+    state = tmp_path / "state"
+    manual = []
+    for n in range(2):
+        (project / "app.py").write_text(f"manual {n}\n")
+        manual.append(ghost.snapshot(project, f"mine {n}", settings=settings, state_dir=state)["id"])
+    auto = []
+    for n in range(6):
+        (project / "app.py").write_text(f"auto {n}\n")
+        auto.append(ghost.snapshot(project, f"tool {n}", settings=settings, state_dir=state, trigger="tool",
+                                   tool={"name": "Edit", "paths": ["app.py"]})["id"])
+    again = ghost.snapshot(project, "no change", settings=settings, state_dir=state, trigger="tool",
+                           tool={"name": "Bash"})
+    assert again["id"] == auto[-1] and again["trigger"] == "tool"
+    kept = [s["id"] for s in ghost.list_snapshots(project, state_dir=state)]
+    assert set(kept) == set(manual) | set(auto[-3:])  # six tools evicted three of theirs, none of the user's
+    (project / "app.py").write_text("manual 2\n")
+    ghost.snapshot(project, "mine 2", settings=settings, state_dir=state)
+    kept = [s["id"] for s in ghost.list_snapshots(project, state_dir=state)]
+    assert manual[0] not in kept and manual[1] in kept and set(auto[-3:]) <= set(kept)
+    # A manual snapshot of an unchanged tree is still taken (the user asked for it).
+    assert ghost.snapshot(project, "mine 3", settings=settings, state_dir=state)["id"] not in kept
+
+
+def test_usage_and_sessions_find_the_enclosing_workspace_from_a_subfolder(tmp_path: Path) -> None:
+    from ctxd.hooks.locate import find_workspace
+
+    project = make_repo(tmp_path / "proj")
+    deep = project / "src" / "pkg"
+    deep.mkdir(parents=True)
+    state = tmp_path / "state" / "ctxd"
+    assert find_workspace(deep, state) == (project, False)  # the git root, not known yet
+    plain = tmp_path / "plain" / "sub"
+    plain.mkdir(parents=True)
+    assert find_workspace(plain, state) == (plain, False)
+    client = start_daemon(tmp_path / "state", env={"HOME": str(tmp_path / "home")})
+    try:
+        client.initialize([project / "src"])  # an editor opened the subfolder: its database makes it known
+        client.request("ctxd/record", {"workspace": (project / "src").as_uri(), "items": [
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hello"}]}]})
+    finally:
+        client.shutdown()
+    assert find_workspace(deep, state) == (project / "src", True)
+    done = ctxd(tmp_path, "usage", "--format", "json", cwd=deep)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["usage"]["usedTokens"] > 0
+    sessions = ctxd(tmp_path, "sessions", "--format", "json", cwd=deep)
+    assert sessions.returncode == 0 and json.loads(sessions.stdout) == []
