@@ -256,7 +256,7 @@ end
 
 --- The daemon's messages, whole (the command line shows each burst as one short line).
 local function check_messages()
-  health.start('ctxd: recent messages from the daemon')
+  health.start('ctxd: recent messages (whole)')
   local recent = require('ctxd.notify').recent
   if #recent == 0 then
     health.ok('none')

@@ -45,6 +45,8 @@ function M.on_init(lsp_client)
   end
   local folders = client.folders(lsp_client)
   folders_of[lsp_client.id] = folders
+  -- :checkhealth shows what the daemon said since it (re)started.
+  require('ctxd.notify').recent = {}
   for _, workspace in ipairs(folders) do
     require('ctxd.status').set_down(workspace, nil)
     M.load_threads(lsp_client, workspace)

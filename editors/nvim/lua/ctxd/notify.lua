@@ -8,7 +8,7 @@
 
 local M = {}
 
---- The daemon's recent messages, whole, newest last (shown by `:checkhealth ctxd`).
+--- The daemon's recent messages and the plugin's cut ones, whole, newest last (`:checkhealth ctxd`).
 ---@type { msg: string, level: integer }[]
 M.recent = {}
 local KEEP = 50
@@ -41,11 +41,34 @@ function M.one_line(text, width)
   return vim.fn.strcharpart(line, 0, cut) .. '…'
 end
 
---- Say `msg` (prefixed `ctxd: `) in one line that fits.
+--- The whole text of the message being said (what `:checkhealth ctxd` and `:messages` callers
+--- may want when the line had to be cut).
+---@type string?
+M.last_full = nil
+
+--- Say `msg` (prefixed `ctxd: `) in one line that fits; a line that had to be cut is kept
+--- whole in `recent` (`:checkhealth ctxd`).
 ---@param msg string
 ---@param level integer?
 function M.say(msg, level)
-  vim.notify(M.one_line('ctxd: ' .. msg), level or vim.log.levels.INFO)
+  local full = 'ctxd: ' .. tostring(msg)
+  local line = M.one_line(full)
+  if line ~= full then
+    M.keep(tostring(msg), level or vim.log.levels.INFO)
+  end
+  M.last_full = full
+  vim.notify(line, level or vim.log.levels.INFO)
+  M.last_full = nil
+end
+
+--- Keep a message whole for `:checkhealth ctxd`.
+---@param msg string
+---@param level integer
+function M.keep(msg, level)
+  table.insert(M.recent, { msg = msg, level = level })
+  if #M.recent > KEEP then
+    table.remove(M.recent, 1)
+  end
 end
 
 local burst = {} ---@type { msg: string, level: integer }[]
@@ -57,10 +80,7 @@ M.BURST_MS = 150
 ---@param msg string without the `ctxd: ` prefix
 ---@param level integer
 function M.daemon(msg, level)
-  table.insert(M.recent, { msg = msg, level = level })
-  if #M.recent > KEEP then
-    table.remove(M.recent, 1)
-  end
+  M.keep(msg, level)
   table.insert(burst, { msg = msg, level = level })
   if scheduled then
     return
