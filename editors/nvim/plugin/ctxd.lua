@@ -13,3 +13,13 @@ end, {
     return require('ctxd.commands').complete(arglead, cmdline)
   end,
 })
+
+-- A daemon command that is not executable: Neovim only logs it; say it once (loads nothing until then).
+vim.api.nvim_create_autocmd('FileType', {
+  group = vim.api.nvim_create_augroup('ctxd_start_check', { clear = true }),
+  callback = function(ev)
+    if vim.lsp.is_enabled and vim.lsp.is_enabled('ctxd') and vim.bo[ev.buf].buftype == '' then
+      require('ctxd.supervisor').check_command(ev.buf)
+    end
+  end,
+})

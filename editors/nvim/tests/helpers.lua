@@ -11,21 +11,24 @@ M.workspace = vim.env.CTXD_WORKSPACE
 M.python = vim.env.CTXD_PYTHON or 'python3'
 M.uri = M.workspace and vim.uri_from_fname(M.workspace) or nil
 
---- Messages given to vim.notify since `capture_notify()`: `{msg, level}`.
+--- Messages given to vim.notify since `capture_notify()`: `{msg, level, full}`: `msg` as shown,
+--- `full` the whole text when the plugin had to cut the line to fit (`ctxd.notify`).
 M.messages = {}
 
 function M.capture_notify()
   M.messages = {}
   vim.notify = function(msg, level)
-    table.insert(M.messages, { msg = msg, level = level or vim.log.levels.INFO })
+    local said = package.loaded['ctxd.notify']
+    local full = said and said.last_full or msg
+    table.insert(M.messages, { msg = msg, level = level or vim.log.levels.INFO, full = full })
   end
 end
 
---- Wait for a vim.notify message containing `needle`; returns it.
+--- Wait for a vim.notify message whose whole text contains `needle`; returns it.
 function M.wait_message(needle, timeout_ms)
   return t.wait_for(function()
     for _, m in ipairs(M.messages) do
-      if m.msg:find(needle, 1, true) then
+      if m.full:find(needle, 1, true) then
         return m
       end
     end

@@ -96,7 +96,9 @@ function sameUsage(a: UsageSnapshot, b: UsageSnapshot): boolean {
     a.autoCompactLimit === b.autoCompactLimit &&
     a.tier === b.tier &&
     a.source === b.source &&
-    a.historyVersion === b.historyVersion
+    a.historyVersion === b.historyVersion &&
+    a.tokenizer === b.tokenizer &&
+    a.tokenizerStatus === b.tokenizerStatus
   );
 }
 

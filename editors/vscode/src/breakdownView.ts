@@ -102,6 +102,13 @@ export function accuracyText(usage: UsageSnapshot): string {
   return `Estimated: no model API count since the thread began or was last compacted, so the whole context is ${counter}.`;
 }
 
+/** The tier as the gauge's colour says it, in words. */
+export function tierText(usage: UsageSnapshot): string {
+  if (usage.tier === 'compact') return 'Red in the status bar: the thread reached the auto-compact limit.';
+  if (usage.tier === 'warn') return 'Yellow in the status bar: the thread is close to the auto-compact limit.';
+  return 'Plenty of room before the auto-compact limit.';
+}
+
 /** "N tokens left before auto-compact", or how far past it the thread is. */
 export function headroomText(usage: UsageSnapshot): string {
   if (!(usage.autoCompactLimit > 0)) return 'Auto-compact is off.';
@@ -241,7 +248,7 @@ export function renderBreakdownHtml(breakdown: Breakdown, opts: RenderOptions): 
     parts.push('<h2 class="sub">Details</h2>');
     parts.push(cats.filter((c) => !SPARE_CATEGORIES.has(c.name)).map((c) => categoryDetails(c, window)).join('\n'));
   }
-  parts.push(`<p class="sub">Tier ${escapeHtml(u.tier)} · history version ${u.historyVersion}</p>`);
+  parts.push(`<p class="sub" id="state">${escapeHtml(tierText(u))}</p>`);
   return page(opts, styles(cats), parts.join('\n'));
 }
 

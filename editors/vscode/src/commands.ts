@@ -7,7 +7,7 @@ import type { CtxdApi, CtxdService, TargetOptions } from './api';
 import { friendlyError } from './errors';
 import type { CompactResult, CompactStrategy, GhostCommit, RestoreResult, RollbackResult } from './protocol';
 import { restoreSnapshotFlow } from './snapshots';
-import { formatTokens } from './status';
+import { formatTokens, strategyText } from './status';
 
 export interface PickItem<T> {
   label: string;
@@ -20,7 +20,7 @@ export type Severity = 'info' | 'warning' | 'error';
 
 export interface Ui {
   pick<T>(items: PickItem<T>[], options: { title: string; placeHolder?: string }): Promise<T | undefined>;
-  input(options: { title: string; prompt: string; placeHolder?: string }): Promise<string | undefined>;
+  input(options: { title: string; prompt: string; placeHolder?: string; value?: string }): Promise<string | undefined>;
   /** A modal confirmation; true when the user chose `action`. */
   confirm(message: string, detail: string, action: string): Promise<boolean>;
   progress<T>(title: string, task: () => Promise<T>): Promise<T>;
@@ -81,7 +81,7 @@ export async function compactFlow(ui: Ui, api: CtxdApi, target?: TargetOptions, 
   if (result) {
     ui.notify(
       'info',
-      `Compacted ${formatTokens(result.tokensBefore)} → ${formatTokens(result.tokensAfter)} tokens (${result.strategy}). ` +
+      `Compacted ${formatTokens(result.tokensBefore)} → ${formatTokens(result.tokensAfter)} tokens (${strategyText(result.strategy)}). ` +
         'Every compaction drops detail: start a new thread when the task allows.',
     );
   }

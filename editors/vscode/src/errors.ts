@@ -30,7 +30,7 @@ export function friendlyError(what: string, err: unknown): string {
   if (code !== undefined && GIT_FAILED.has(code)) return `${what} failed: ${msg}. The working tree is unchanged.`;
   if (code === STORE_FAILED) return `${what} failed: ${msg}.`;
   if (code === CANCELLED) return `${what} was cancelled; nothing was changed.`;
-  if (code === METHOD_NOT_FOUND) return `${what} needs a newer ctxd daemon: run \`pip install --upgrade ctxd-daemon\`.`;
+  if (code === METHOD_NOT_FOUND) return `${what} needs a newer ctxd daemon: update your clone (git pull) and run ctxd: Install Daemon again.`;
   if ((code !== undefined && CONNECTION_GONE.has(code)) || /connection (got |is )?(closed|disposed)|not running/i.test(msg)) {
     return `${what} failed: the ctxd daemon is not running. Restart it from the ctxd menu in the status bar.`;
   }

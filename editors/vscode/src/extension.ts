@@ -12,7 +12,9 @@ import { createClient } from './client';
 import { Daemon, DaemonStartError } from './daemon';
 import { ACTIONS, FailureNotices } from './failures';
 import { Debouncer, GaugeController } from './gauge';
-import { describe, installCommandLine, interpreterOf, notInstalledMessage, probeDaemon } from './probe';
+import { describe, interpreterOf, notInstalledMessage, probeDaemon } from './probe';
+import { INSTRUCTIONS } from './install';
+import { type WaysOutHost, installFlow, setPathFlow } from './waysOut';
 import { type GhostCommit } from './protocol';
 import { menuItems } from './quickMenu';
 import {
@@ -75,14 +77,22 @@ export async function activate(context: vsc.ExtensionContext): Promise<CtxdApi> 
   };
 
   // One notification per crossing into warn or compact, for the thread the gauge shows.
+  // A notice that no longer holds (the tier changed again) is hidden before anything else shows.
   const tiers = new TierWatcher();
+  let tierNoticeOpen = false;
   track(
     service.onDidChangeUsage((e) => {
       const w = gauge.where();
       if (!w || e.workspace !== w.uri || e.thread !== w.thread) return;
-      const crossed = tiers.observe(`${e.workspace}\u0000${e.thread}`, e.tier);
-      if (!crossed || !notify('warning')) return;
-      void ui.ask('warning', tierMessage(crossed, e.thread, e), [TIER_ACTIONS.compact, TIER_ACTIONS.breakdown]).then((choice) => {
+      const change = tiers.observe(`${e.workspace}\u0000${e.thread}`, e.tier);
+      if (change.changed && tierNoticeOpen) {
+        tierNoticeOpen = false;
+        void vsc.hideToasts();
+      }
+      if (!change.up || !notify('warning')) return;
+      tierNoticeOpen = true;
+      void ui.ask('warning', tierMessage(change.up, e.thread, e), [TIER_ACTIONS.compact, TIER_ACTIONS.breakdown]).then((choice) => {
+        tierNoticeOpen = false;
         if (choice === TIER_ACTIONS.compact) void vsc.executeCommand(COMMANDS.compactNow);
         if (choice === TIER_ACTIONS.breakdown) void vsc.executeCommand(COMMANDS.showUsage);
       });
@@ -160,13 +170,13 @@ export async function activate(context: vsc.ExtensionContext): Promise<CtxdApi> 
   // The daemon takes a repository's risky settings only from a trusted workspace: tell it.
   track(vsc.onDidGrantTrust(() => restarts.schedule()));
 
-  const showUsage = async () => {
-    if (panel) {
+  const openPanel = async (restored?: vsc.WebviewPanel) => {
+    if (panel && !restored) {
       panel.reveal();
       await panel.controller.refresh();
       return;
     }
-    const handle = vsc.createBreakdownPanel();
+    const handle = vsc.createBreakdownPanel(restored);
     const controller = new BreakdownController(service, handle, () => gauge.where(), nonce, 150, () => gauge.stopped());
     const current = { controller, reveal: () => handle.reveal() };
     panel = current;
@@ -176,6 +186,9 @@ export async function activate(context: vsc.ExtensionContext): Promise<CtxdApi> 
     });
     await controller.refresh();
   };
+  const showUsage = () => openPanel();
+  // After a window reload VS Code gives the tab back to draw again.
+  track(vsc.registerBreakdownSerializer((restored) => openPanel(restored)));
 
   // The activity-bar view.
   const threads = new ThreadsModel(service, () => gauge.where());
@@ -186,6 +199,8 @@ export async function activate(context: vsc.ExtensionContext): Promise<CtxdApi> 
     track(vsc.registerTree(id, model));
   }
   track(vsc.registerVirtualDocuments());
+  // Another client's threads and snapshots (a terminal agent, another editor): read again on return.
+  track(vsc.onDidFocusWindow(() => [threads, snapshots, compactions].forEach((m) => m.refresh())));
   /** Pins `thread` (a pick in the Threads tree or Switch Thread); undefined only redraws. */
   const showThread = (workspace: string, thread: string | undefined) => {
     if (thread !== undefined) service.setActiveThread(thread, workspace);
@@ -196,6 +211,24 @@ export async function activate(context: vsc.ExtensionContext): Promise<CtxdApi> 
   const restoreFromTree = (arg: unknown, conversation: boolean) => {
     const snap = snapshotOf(arg);
     if (snap) void restoreSnapshotFlow(ui, service, snap.id, conversation, where(), (undoId) => snapshots.setUndo(undoId));
+  };
+
+  const waysOut: WaysOutHost = {
+    ui,
+    pickPath: async (o) => vsc.pickPath(o),
+    setDaemonCommand: async (c) => vsc.setDaemonCommand(c),
+    currentCommand: () => settings().daemonCommand,
+    storage: vsc.storagePath(context),
+    basePython: async () => {
+      const down = gauge.stopped();
+      return (down?.kind === 'notInstalled' ? interpreterOf(down.command) : undefined) ?? (await vsc.pythonInterpreter())?.[0] ?? 'python3';
+    },
+    log: (line) => output.info(line),
+    progress: async (title, task) => vsc.withProgress(title, task),
+    openInstructions: () => void vsc.openInstructions(context.extensionUri, INSTRUCTIONS),
+    openSettings: () => void vsc.openSettings('ctxd.daemon.command'),
+    showLog: () => output.show(),
+    restart: async () => daemon?.restart(),
   };
 
   const commands: Record<string, (...args: any[]) => unknown> = {
@@ -215,15 +248,8 @@ export async function activate(context: vsc.ExtensionContext): Promise<CtxdApi> 
     [COMMANDS.rollback]: () => rollbackFlow(ui, service, where()),
     [COMMANDS.restart]: () => daemon?.restart(),
     [COMMANDS.showLog]: () => output.show(),
-    [COMMANDS.setDaemonPath]: () => vsc.openSettings('ctxd.daemon.command'),
-    [COMMANDS.install]: async () => {
-      const down = gauge.stopped();
-      const python =
-        (down?.kind === 'notInstalled' ? interpreterOf(down.command) : undefined) ?? (await vsc.pythonInterpreter())?.[0] ?? 'python3';
-      const code = await vsc.runTask('Install ctxd', installCommandLine(python));
-      if (code === 0) await daemon?.restart();
-      else ui.notify('error', `Installing ctxd into ${python} failed (exit code ${code ?? 'unknown'}); see the terminal.`);
-    },
+    [COMMANDS.setDaemonPath]: () => setPathFlow(waysOut),
+    [COMMANDS.install]: () => installFlow(waysOut),
     [COMMANDS.switchThread]: async () => {
       const w = gauge.where();
       if (!w) return;

@@ -39,6 +39,8 @@ export class GaugeController implements Disposable {
   private breakdown: { key: string; value: Breakdown } | undefined;
   private down: StopReason | undefined;
   private fetching = false;
+  /** A usage change came while a breakdown was being read: read it again after. */
+  private stale = false;
   private readonly fetcher: Debouncer;
   private readonly sub: Disposable;
 
@@ -79,7 +81,8 @@ export class GaugeController implements Disposable {
     const w = this.where();
     if (!w || e.workspace !== w.uri || e.thread !== w.thread) return;
     this.render();
-    if (!this.fetching) this.fetcher.schedule();
+    if (this.fetching) this.stale = true;
+    else this.fetcher.schedule();
   }
 
   private render(): void {
@@ -98,7 +101,9 @@ export class GaugeController implements Disposable {
       return;
     }
     const k = `${w.uri}\u0000${w.thread}`;
-    const breakdown = this.breakdown?.key === k ? this.breakdown.value : undefined;
+    // Categories counted for other figures (before the exact tokenizer loaded, say) are not shown.
+    const held = this.breakdown?.key === k ? this.breakdown.value : undefined;
+    const breakdown = held && held.usage.usedTokens === usage.usedTokens && held.usage.tokenizerStatus === usage.tokenizerStatus ? held : undefined;
     const source = this.service.threadSource(w.uri, w.thread);
     this.sink.show(gaugeView(usage, { folderName: w.name, thread: w.thread, source }, breakdown));
   }
@@ -116,6 +121,10 @@ export class GaugeController implements Disposable {
       this.fetching = false;
     }
     this.render();
+    if (this.stale) {
+      this.stale = false;
+      this.fetcher.schedule();
+    }
   }
 
   dispose(): void {

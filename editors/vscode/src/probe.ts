@@ -4,10 +4,20 @@
  * raw "couldn't create connection" error. Uses node only; tested with real processes.
  */
 import { spawn } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
 import type { DaemonCommand } from './settings';
 
-/** The daemon's name on PyPI (the import package and the command are `ctxd`). */
-export const DISTRIBUTION = 'ctxd-daemon';
+/**
+ * An empty folder to run the probe in: `python -m ctxd` puts its current folder first on
+ * `sys.path`, so a `ctxd` folder in the extension host's folder would answer instead of the daemon.
+ */
+function neutralFolder(): string {
+  const dir = path.join(os.tmpdir(), `ctxd-probe-${process.pid}`);
+  fs.mkdirSync(dir, { recursive: true });
+  return dir;
+}
 
 export type ProbeResult =
   | { ok: true; version: string }
@@ -26,7 +36,12 @@ export function probeDaemon(command: DaemonCommand, timeoutMs = 20_000, env: Nod
         resolve(r);
       }
     };
-    const child = spawn(command.command, [...command.args, '--version'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    // PYTHONSAFEPATH (3.11+) also keeps the current folder off sys.path.
+    const child = spawn(command.command, [...command.args, '--version'], {
+      cwd: neutralFolder(),
+      env: { ...env, PYTHONSAFEPATH: '1' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     const timer = setTimeout(() => {
       child.kill('SIGKILL');
       done({ ok: false, notInstalled: false, detail: `\`${describe(command)} --version\` did not answer within ${timeoutMs / 1000} s` });
@@ -55,15 +70,8 @@ export function interpreterOf(command: DaemonCommand): string | undefined {
   return m >= 0 && command.args[m + 1] === 'ctxd' ? command.command : undefined;
 }
 
-/** The install command line for a Python interpreter (quoted for a POSIX shell or PowerShell). */
-export function installCommandLine(python: string): string {
-  const quoted = /^[\w./:\\-]+$/.test(python) ? python : `"${python.replace(/"/g, '\\"')}"`;
-  return `${quoted} -m pip install --upgrade ${DISTRIBUTION}`;
-}
-
 export function notInstalledMessage(command: DaemonCommand): string {
   const python = interpreterOf(command);
-  return python
-    ? `The ctxd daemon is not installed in ${python}. Install it with \`pip install ${DISTRIBUTION}\`, or set the path to ctxd.`
-    : `The ctxd daemon was not found (${command.command}). Install it with \`pip install ${DISTRIBUTION}\`, or set the path to ctxd.`;
+  const where = python ? `is not installed in ${python}` : `was not found (${command.command})`;
+  return `The ctxd daemon ${where}. Install puts it in a Python environment of the extension's own, from a ctxd clone or wheel; or set the path to a ctxd you installed.`;
 }

@@ -18,7 +18,7 @@ export function menuItems(state: MenuState): PickItem<string>[] {
     const items: PickItem<string>[] = [];
     if (state.down.kind === 'notInstalled') {
       items.push(
-        { label: '$(cloud-download) Install ctxd', detail: 'pip install ctxd-daemon into the selected Python environment', value: COMMANDS.install },
+        { label: '$(cloud-download) Install ctxd', detail: "from a ctxd clone or wheel, into a Python environment of the extension's own", value: COMMANDS.install },
         { label: '$(gear) Set path to ctxd', value: COMMANDS.setDaemonPath },
       );
     }

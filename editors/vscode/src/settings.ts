@@ -4,6 +4,7 @@
  * passed in as a reader.
  */
 import * as fs from 'node:fs';
+import * as os from 'node:os';
 import * as path from 'node:path';
 
 export type NotificationLevel = 'all' | 'warnings' | 'errors' | 'none';
@@ -115,14 +116,38 @@ function defaultIsExecutable(file: string): boolean {
  */
 export function resolveDaemonCommand(
   s: ExtensionSettings,
-  env: { ctxdOnPath: string | undefined; interpreter: string[] | undefined },
+  env: { ctxdOnPath: string | undefined; interpreter: string[] | undefined; home?: string },
 ): DaemonCommand {
   if (s.daemonCommand.length > 0) {
-    return { command: s.daemonCommand[0], args: s.daemonCommand.slice(1) };
+    const [command, ...args] = s.daemonCommand.map((part) => expandHome(part, env.home ?? os.homedir()));
+    return { command, args };
   }
   if (env.ctxdOnPath) return { command: env.ctxdOnPath, args: [] };
   const python = env.interpreter && env.interpreter.length > 0 ? env.interpreter : [defaultPython()];
   return { command: python[0], args: [...python.slice(1), '-m', 'ctxd'] };
+}
+
+/** `~` or `~/…` as a shell reads it (no shell runs the command, so nobody else would). */
+export function expandHome(part: string, home: string): string {
+  if (part === '~') return home;
+  if (part.startsWith('~/') || (process.platform === 'win32' && part.startsWith('~\\'))) return path.join(home, part.slice(2));
+  return part;
+}
+
+/**
+ * A command line typed by a person, as the setting's array: words split on spaces, with
+ * "double" or 'single' quotes keeping spaces inside one word.
+ */
+export function splitCommandLine(line: string): string[] {
+  const words: string[] = [];
+  const re = /"([^"]*)"|'([^']*)'|(\S+)/g;
+  for (let m = re.exec(line); m; m = re.exec(line)) words.push(m[1] ?? m[2] ?? m[3]);
+  return words;
+}
+
+/** The setting for a program the user picked: a Python runs `-m ctxd`, anything else is ctxd itself. */
+export function commandForProgram(file: string): string[] {
+  return /^python[\d.]*(\.exe)?$/i.test(path.basename(file)) ? [file, '-m', 'ctxd'] : [file];
 }
 
 function defaultPython(): string {

@@ -5,6 +5,16 @@
 import type { StopReason } from './daemon';
 import type { Breakdown, Category, UsageSnapshot } from './protocol';
 
+/** How the counts were made, in words (the daemon's `source` and `tokenizerStatus`). */
+export function countedText(usage: Pick<UsageSnapshot, 'source' | 'tokenizerStatus'>): string {
+  const exact = usage.tokenizerStatus === 'exact';
+  const loading = usage.tokenizerStatus === 'loading';
+  const rest = exact ? 'counted exactly' : loading ? 'estimated while the exact counter loads' : 'estimated';
+  if (usage.source === 'api') return "Counted by the model's API on the last request.";
+  if (usage.source === 'api+estimate') return `The model API's count of the last request, plus what was added since (${rest}).`;
+  return exact ? 'Counted exactly by ctxd (the model has not reported a count yet).' : `Estimated by ctxd (${rest}; the model has not reported a count yet).`;
+}
+
 /** Theme colour ids of the status bar's warning and error backgrounds. */
 export const WARNING_BACKGROUND = 'statusBarItem.warningBackground';
 export const ERROR_BACKGROUND = 'statusBarItem.errorBackground';
@@ -132,7 +142,7 @@ export function gaugeTooltip(
     `${formatTokens(usage.usedTokens)} of ${formatTokens(usage.contextWindow)} tokens ` +
       `(${usagePercent(usage)}%) · auto-compact at ${formatTokens(usage.autoCompactLimit)}`,
     '',
-    `Source: ${usage.source}`,
+    countedText(usage),
   ];
   if (breakdown) {
     const top = topCategories(breakdown);
@@ -190,4 +200,15 @@ export function downView(reason: StopReason): GaugeView {
 
 function escapeMarkdown(s: string): string {
   return s.replace(/[\\`*_{}[\]()#+!<>|]/g, (c) => `\\${c}`);
+}
+
+/** How a compaction was done, in words; one with no strategy was the agent's own (Codex, Claude Code). */
+export function strategyText(strategy: string | null | undefined): string {
+  const words: Record<string, string> = {
+    llm: 'summarised by the model',
+    remote: "summarised by the model provider's endpoint",
+    offline: 'shortened without a model',
+    auto: 'compacted',
+  };
+  return strategy ? (words[strategy] ?? strategy) : 'compacted by the agent itself';
 }

@@ -8,6 +8,15 @@ function line(s: string): string {
   return s.replace(/\r?\n/g, ' ');
 }
 
+/** A tokenizer's state in words. */
+const TOKENIZER_STATES: Record<string, string> = {
+  exact: 'loaded; counts are exact',
+  loading: 'loading; counts are estimated until it is ready',
+  unavailable: 'could not be loaded; counts are estimated',
+  estimate: 'counts are estimated (no exact counter for this model)',
+  idle: 'not needed yet (no thread uses it)',
+};
+
 export function statusMarkdown(s: StatusResult): string {
   const out = [`# ctxd ${line(s.version)} (protocol ${s.protocolVersion})`, ''];
   out.push('## Problems', '');
@@ -15,7 +24,7 @@ export function statusMarkdown(s: StatusResult): string {
   for (const p of s.problems) out.push(`- **${line(p.source)}${p.key ? ` \`${line(p.key)}\`` : ''}**: ${line(p.message)}`);
   out.push('', '## Token counting', '');
   if (s.tokenizers.length === 0) out.push('No tokenizer loaded yet.');
-  for (const t of s.tokenizers) out.push(`- ${line(t.name)}: ${line(t.status)}`);
+  for (const t of s.tokenizers) out.push(`- ${line(t.name)}: ${TOKENIZER_STATES[t.status] ?? line(t.status)}`);
   out.push('', '## Followed agents', '');
   if (s.sources.length === 0) out.push('None.');
   for (const src of s.sources) {

@@ -1,29 +1,40 @@
 /**
  * One notification per crossing into the warn or compact tier of the thread the gauge shows: a
- * thread that stays in a tier, or drops back and is compacted, says nothing more. Pure.
+ * thread that stays in a tier, or drops back and is compacted, says nothing more. The notice says
+ * what the gauge says (the same percent and counts), and a notice that no longer holds (the tier
+ * changed since) is to be closed. Pure.
  */
 import type { Tier, UsageSnapshot } from './protocol';
-import { formatTokens } from './status';
+import { formatTokens, gaugeText } from './status';
 
 const RANK: Record<Tier, number> = { ok: 0, warn: 1, compact: 2 };
+
+export interface TierChange {
+  /** The tier crossed into, upwards: show a notice. */
+  up: Tier | undefined;
+  /** The tier is not the one it was: an open notice about the old one no longer holds. */
+  changed: boolean;
+}
 
 export class TierWatcher {
   private readonly last = new Map<string, Tier>();
 
-  /** Records the tier of `key` and returns it when it is a crossing upwards. */
-  observe(key: string, tier: Tier): Tier | undefined {
+  /** Records the tier of `key` and says whether it changed, and whether upwards. */
+  observe(key: string, tier: Tier): TierChange {
     const before = this.last.get(key) ?? 'ok';
     this.last.set(key, tier);
-    return RANK[tier] > RANK[before] ? tier : undefined;
+    return { up: RANK[tier] > RANK[before] ? tier : undefined, changed: tier !== before };
   }
 }
 
 export const TIER_ACTIONS = { compact: 'Compact now', breakdown: 'Open breakdown' } as const;
 
+/** The notice for `tier`, with the gauge's own figures ("83% · 106k/128k"). */
 export function tierMessage(tier: Tier, thread: string, usage: UsageSnapshot): string {
+  const figures = gaugeText(usage).replace(/^\$\([^)]*\)\s*/, '');
   const left = Math.max(0, usage.autoCompactLimit - usage.usedTokens);
   if (tier === 'compact') {
-    return `ctxd: thread "${thread}" reached the auto-compact limit (${formatTokens(usage.usedTokens)} of ${formatTokens(usage.autoCompactLimit)} tokens).`;
+    return `ctxd: thread "${thread}" is at ${figures}: it reached the auto-compact limit (${formatTokens(usage.autoCompactLimit)}).`;
   }
-  return `ctxd: thread "${thread}" is at ${formatTokens(usage.usedTokens)} tokens, ${formatTokens(left)} left before auto-compact.`;
+  return `ctxd: thread "${thread}" is at ${figures}: ${formatTokens(left)} tokens left before auto-compact (at ${formatTokens(usage.autoCompactLimit)}).`;
 }

@@ -16,7 +16,7 @@ import {
   Method,
   type ThreadInfo,
 } from './protocol';
-import { formatTokens, usagePercent } from './status';
+import { formatTokens, strategyText, usagePercent } from './status';
 
 export interface TreeNode {
   id: string;
@@ -220,7 +220,7 @@ export class CompactionsModel extends BaseModel {
       return [...history.compactions].reverse().map((c) => ({
         id: `compaction:${w.uri}:${w.thread}:${c.id}`,
         label: compactionLabel(c),
-        description: [c.strategy ?? 'agent', c.automatic ? 'automatic' : '', formatAge(c.createdAt, this.now())].filter(Boolean).join(' · '),
+        description: [strategyText(c.strategy), c.automatic ? 'automatic' : '', formatAge(c.createdAt, this.now())].filter(Boolean).join(' · '),
         tooltip: `${c.archivedItems} items replaced by ${c.writtenItems}.\nClick to open the items this compaction replaced (read-only).`,
         icon: 'fold',
         contextValue: 'compaction',
@@ -232,7 +232,7 @@ export class CompactionsModel extends BaseModel {
     return mine.map((c, i) => ({
       id: `compaction:${i}:${c.at}`,
       label: `${formatTokens(c.tokensBefore)} → ${formatTokens(c.tokensAfter)} tokens`,
-      description: `${c.thread} · ${c.strategy} · ${formatAge(c.at, this.now())}`,
+      description: `${c.thread} · ${strategyText(c.strategy)} · ${formatAge(c.at, this.now())}`,
       tooltip: 'Click to open the items this compaction replaced (read-only).',
       icon: 'fold',
       contextValue: 'compaction',

@@ -11,6 +11,7 @@ import { PAGE_COMMANDS } from './breakdownView';
 import type { ConfigReader } from './settings';
 import type { DiffFile, Disposable } from './protocol';
 import type { TreeModel, TreeNode } from './trees';
+import { plainText } from './text';
 
 export type ExtensionContext = vscode.ExtensionContext;
 export type LogOutputChannel = vscode.LogOutputChannel;
@@ -75,13 +76,15 @@ export interface BreakdownPanelHandle extends PanelSink {
   onDidDispose(listener: () => void): Disposable;
 }
 
-export function createBreakdownPanel(): BreakdownPanelHandle {
-  const panel = vscode.window.createWebviewPanel(
-    'ctxd.breakdown',
-    'Context Usage',
-    { viewColumn: vscode.ViewColumn.Active, preserveFocus: false },
-    { enableScripts: false, enableCommandUris: [...PAGE_COMMANDS], retainContextWhenHidden: false, localResourceRoots: [] },
-  );
+const BREAKDOWN_VIEW = 'ctxd.breakdown';
+const BREAKDOWN_OPTIONS = { enableScripts: false, enableCommandUris: [...PAGE_COMMANDS], retainContextWhenHidden: false, localResourceRoots: [] };
+
+/** A new breakdown tab, or the one VS Code kept across a window reload (`restored`). */
+export function createBreakdownPanel(restored?: vscode.WebviewPanel): BreakdownPanelHandle {
+  const panel =
+    restored ??
+    vscode.window.createWebviewPanel(BREAKDOWN_VIEW, 'Context Usage', { viewColumn: vscode.ViewColumn.Active, preserveFocus: false }, BREAKDOWN_OPTIONS);
+  panel.webview.options = BREAKDOWN_OPTIONS;
   return {
     cspSource: panel.webview.cspSource,
     setHtml: (html) => {
@@ -92,7 +95,23 @@ export function createBreakdownPanel(): BreakdownPanelHandle {
   };
 }
 
-export function showMessage(severity: Severity, message: string, ...actions: string[]): Thenable<string | undefined> {
+/** Brings the breakdown tab back after a window reload (package.json: `onWebviewPanel:ctxd.breakdown`). */
+export function registerBreakdownSerializer(revive: (panel: vscode.WebviewPanel) => Promise<void>): Disposable {
+  return vscode.window.registerWebviewPanelSerializer(BREAKDOWN_VIEW, { deserializeWebviewPanel: (panel) => revive(panel) });
+}
+
+export type WebviewPanel = vscode.WebviewPanel;
+
+/**
+ * Hides the notification toasts (they stay in the notification centre): VS Code offers no way to
+ * close one notification, and a tier notice that no longer holds must not stay on screen.
+ */
+export function hideToasts(): Thenable<unknown> {
+  return vscode.commands.executeCommand('notifications.hideToasts');
+}
+
+export function showMessage(severity: Severity, rawMessage: string, ...actions: string[]): Thenable<string | undefined> {
+  const message = plainText(rawMessage);
   if (severity === 'error') return vscode.window.showErrorMessage(message, ...actions);
   if (severity === 'warning') return vscode.window.showWarningMessage(message, ...actions);
   return vscode.window.showInformationMessage(message, ...actions);
@@ -110,7 +129,13 @@ export function createUi(): Ui {
     },
     input: (options) =>
       Promise.resolve(
-        vscode.window.showInputBox({ title: options.title, prompt: options.prompt, placeHolder: options.placeHolder }),
+        vscode.window.showInputBox({
+          title: options.title,
+          prompt: options.prompt,
+          placeHolder: options.placeHolder,
+          value: options.value,
+          ignoreFocusOut: true,
+        }),
       ),
     async confirm(message, detail, action) {
       const chosen = await vscode.window.showWarningMessage(message, { modal: true, detail }, action);
@@ -150,7 +175,11 @@ export function registerTree(viewId: string, model: TreeModel): Disposable {
     },
   };
   const view = vscode.window.createTreeView(viewId, { treeDataProvider: provider });
-  return { dispose: () => [view, sub, changed].forEach((d) => d.dispose()) };
+  // What another client changed (its threads, its snapshots) is read again when the view shows.
+  const shown = view.onDidChangeVisibility((e) => {
+    if (e.visible) changed.fire();
+  });
+  return { dispose: () => [view, sub, changed, shown].forEach((d) => d.dispose()) };
 }
 
 /** In-memory read-only documents: snapshot sides of diffs, archived items. */
@@ -186,22 +215,58 @@ export async function openReadOnly(name: string, content: string, language: stri
   await vscode.window.showTextDocument(doc, { preview: true });
 }
 
-/** Runs a shell command as a visible task; resolves to its exit code. */
-export async function runTask(name: string, commandLine: string): Promise<number | undefined> {
-  const task = new vscode.Task({ type: 'shell' }, vscode.TaskScope.Workspace, name, 'ctxd', new vscode.ShellExecution(commandLine));
-  const execution = await vscode.tasks.executeTask(task);
-  return new Promise((resolve) => {
-    const sub = vscode.tasks.onDidEndTaskProcess((e) => {
-      if (e.execution === execution) {
-        sub.dispose();
-        resolve(e.exitCode);
-      }
-    });
+/** Fires when the window gets the focus back (another client may have changed things meanwhile). */
+export function onDidFocusWindow(listener: () => void): Disposable {
+  return vscode.window.onDidChangeWindowState((e) => {
+    if (e.focused) listener();
   });
 }
 
-export function openSettings(query: string): Thenable<unknown> {
-  return vscode.commands.executeCommand('workbench.action.openSettings', query);
+/** A file or folder the user picks in VS Code's open dialog (the remote's files in a remote window). */
+export async function pickPath(options: { title: string; folders: boolean; filters?: Record<string, string[]> }): Promise<string | undefined> {
+  const chosen = await vscode.window.showOpenDialog({
+    title: options.title,
+    openLabel: 'Choose',
+    canSelectFiles: !options.folders,
+    canSelectFolders: options.folders,
+    canSelectMany: false,
+    filters: options.filters,
+  });
+  return chosen?.[0]?.fsPath;
+}
+
+/**
+ * Writes `ctxd.daemon.command` in the user's settings; in a remote window VS Code keeps this
+ * machine-overridable setting in the remote's settings, where the daemon runs.
+ */
+export function setDaemonCommand(command: string[]): Thenable<void> {
+  return vscode.workspace.getConfiguration('ctxd').update('daemon.command', command, vscode.ConfigurationTarget.Global);
+}
+
+/** The settings editor at `ctxd.daemon.command`, on the tab that can show it (Remote in a remote window). */
+export async function openSettings(id: string): Promise<void> {
+  if (vscode.env.remoteName) {
+    await vscode.commands.executeCommand('workbench.action.openRemoteSettings', `@id:${id}`);
+  } else {
+    await vscode.commands.executeCommand('workbench.action.openSettings', `@id:${id}`);
+  }
+}
+
+/** The extension's README (how to install ctxd by hand), rendered. */
+export function openInstructions(extensionUri: vscode.Uri, file: string): Thenable<unknown> {
+  return vscode.commands.executeCommand('markdown.showPreview', vscode.Uri.joinPath(extensionUri, file));
+}
+
+/** A folder of the extension's own on the machine where it runs (the daemon's venv goes there). */
+export function storagePath(context: vscode.ExtensionContext): string {
+  return context.globalStorageUri.fsPath;
+}
+
+/** Runs `task` under a progress notification that shows each line `task` reports. */
+export function withProgress<T>(title: string, task: (report: (line: string) => void) => Promise<T>): Thenable<T> {
+  return vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title, cancellable: false }, (progress) =>
+    task((line) => progress.report({ message: line.slice(0, 120) })),
+  );
 }
 
 export function isTrusted(): boolean {

@@ -157,7 +157,7 @@ describe('command flows (real daemon)', () => {
     assert.equal(r.strategy, 'offline');
     assert.ok(r.tokensAfter < r.tokensBefore, `${r.tokensAfter} < ${r.tokensBefore}`);
     assert.equal(ui.progressTitles.length, 1);
-    assert.match(ui.messages.at(-1)!.message, /^Compacted .* → .* tokens \(offline\)\. Every compaction drops detail/);
+    assert.match(ui.messages.at(-1)!.message, /^Compacted .* → .* tokens \(shortened without a model\)\. Every compaction drops detail/);
   });
 
   test('a failing compaction is shown as an error and leaves the ledger as it was', async () => {

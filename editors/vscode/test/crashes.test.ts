@@ -2,7 +2,10 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { CrashPolicy, crashStormMessage } from '../src/crashes';
-import { installCommandLine, interpreterOf, notInstalledMessage, probeDaemon } from '../src/probe';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { interpreterOf, notInstalledMessage, probeDaemon } from '../src/probe';
 import { PYTHON } from './daemon';
 
 describe('crash policy', () => {
@@ -49,11 +52,34 @@ describe('daemon probe', () => {
     assert.equal(r.ok, true, JSON.stringify(r));
   });
 
-  test('Install targets the interpreter of a `python -m ctxd` command, with the free name', () => {
+  test('Install starts from the interpreter of a `python -m ctxd` command; the message names no unpublished package', () => {
     assert.equal(interpreterOf({ command: '/venv/bin/python', args: ['-m', 'ctxd'] }), '/venv/bin/python');
     assert.equal(interpreterOf({ command: '/usr/local/bin/ctxd', args: [] }), undefined);
-    assert.equal(installCommandLine('/venv/bin/python'), '/venv/bin/python -m pip install --upgrade ctxd-daemon');
-    assert.equal(installCommandLine('/my env/python'), '"/my env/python" -m pip install --upgrade ctxd-daemon');
-    assert.match(notInstalledMessage({ command: '/venv/bin/python', args: ['-m', 'ctxd'] }), /not installed in \/venv\/bin\/python.*pip install ctxd-daemon/);
+    const message = notInstalledMessage({ command: '/venv/bin/python', args: ['-m', 'ctxd'] });
+    assert.match(message, /not installed in \/venv\/bin\/python\. Install puts it in a Python environment of the extension's own, from a ctxd clone or wheel/);
+    assert.doesNotMatch(message, /ctxd-daemon|pip install|`/);
+  });
+
+  test('a `ctxd` folder in the current folder does not answer for the daemon', async () => {
+    // The extension host's folder may hold a folder named ctxd (a project, a checkout): `python -m
+    // ctxd` there would run it instead of the installed daemon.
+    const here = fs.mkdtempSync(path.join(os.tmpdir(), 'ctxd-shadow-'));
+    fs.mkdirSync(path.join(here, 'ctxd'));
+    fs.writeFileSync(path.join(here, 'ctxd', '__init__.py'), '');
+    fs.writeFileSync(path.join(here, 'ctxd', '__main__.py'), 'print("shadow 9.9")\n');
+    const before = process.cwd();
+    process.chdir(here);
+    try {
+      const r = await probeDaemon({ command: PYTHON, args: ['-m', 'ctxd'] }, 30_000, {
+        ...process.env,
+        PYTHONPATH: path.resolve(__dirname, '..', '..', '..', '..'),
+      });
+      assert.equal(r.ok, true, JSON.stringify(r));
+      assert.doesNotMatch(r.ok ? r.version : '', /shadow/);
+      assert.match(r.ok ? r.version : '', /^ctxd \d/);
+    } finally {
+      process.chdir(before);
+      fs.rmSync(here, { recursive: true, force: true });
+    }
   });
 });

@@ -5,7 +5,7 @@ import { CtxdService } from '../src/api';
 import { BreakdownController } from '../src/breakdownPanel';
 import { Emitter } from '../src/api';
 import { GaugeController } from '../src/gauge';
-import { ERROR_BACKGROUND, type GaugeView, WARNING_BACKGROUND, gaugeText } from '../src/status';
+import { ERROR_BACKGROUND, type GaugeView, WARNING_BACKGROUND, formatTokens, gaugeText } from '../src/status';
 import { type Daemon, startDaemon, userMessage, waitFor } from './daemon';
 
 class RecordingSink {
@@ -126,7 +126,8 @@ describe('gauge and breakdown (real daemon)', () => {
       await waitFor(() => html !== before, (wake) => changed.event(wake), 10_000, 'panel refresh');
       const used = service.latestUsage()!;
       assert.ok(html.includes(`nonce-N0NCE`));
-      assert.ok(html.includes(`history version ${used.historyVersion}`));
+      assert.ok(html.includes(`${formatTokens(used.usedTokens)}/${formatTokens(used.contextWindow)} tokens`));
+      assert.doesNotMatch(html, /history version|Tier (ok|warn|compact)/);
     } finally {
       panel.dispose();
     }

@@ -11,6 +11,8 @@ import {
   readSettings,
   resolveDaemonCommand,
   shouldNotify,
+  commandForProgram,
+  splitCommandLine,
 } from '../src/settings';
 
 const manifest = JSON.parse(fs.readFileSync(path.resolve(__dirname, '..', '..', 'package.json'), 'utf8'));
@@ -115,7 +117,8 @@ describe('package.json', () => {
     const ordered = Object.entries(props).sort((a, b) => a[1].order - b[1].order).map(([k]) => k);
     assert.equal(ordered[0], 'ctxd.daemon.command');
     assert.deepEqual(new Set(Object.values(props).map((p) => p.order)).size, ordered.length);
-    assert.match(props['ctxd.daemon.command'].markdownDescription, /pip install ctxd-daemon/);
+    assert.doesNotMatch(props['ctxd.daemon.command'].markdownDescription, /ctxd-daemon/);
+    assert.match(props['ctxd.daemon.command'].markdownDescription, /Install Daemon…\* installs ctxd from a clone or a wheel/);
   });
   test('runs where the files are; trust limits what a workspace may set', () => {
     assert.deepEqual(manifest.extensionKind, ['workspace']);
@@ -135,5 +138,36 @@ describe('package.json', () => {
   test('ships the API typings', () => {
     assert.equal(manifest.types, './ctxd-api.d.ts');
     assert.ok(fs.existsSync(path.resolve(__dirname, '..', '..', 'ctxd-api.d.ts')));
+  });
+});
+
+describe('the daemon command as people write it', () => {
+  const withCommand = (daemonCommand: string[]) => readSettings(reader({ 'daemon.command': daemonCommand }));
+  test('~ stands for the home folder, in the program and in its arguments', () => {
+    const c = resolveDaemonCommand(withCommand(['~/venvs/ctxd/bin/python', '-m', 'ctxd', '--config', '~/c.toml']), {
+      ctxdOnPath: undefined,
+      interpreter: undefined,
+      home: '/home/ann',
+    });
+    assert.deepEqual(c, { command: '/home/ann/venvs/ctxd/bin/python', args: ['-m', 'ctxd', '--config', '/home/ann/c.toml'] });
+    assert.equal(resolveDaemonCommand(withCommand(['~']), { ctxdOnPath: undefined, interpreter: undefined, home: '/h' }).command, '/h');
+    assert.equal(resolveDaemonCommand(withCommand(['a~/b']), { ctxdOnPath: undefined, interpreter: undefined, home: '/h' }).command, 'a~/b');
+  });
+  test('a typed command line keeps quoted spaces; a picked Python runs -m ctxd', () => {
+    assert.deepEqual(splitCommandLine(' "/my env/bin/python"  -m ctxd '), ['/my env/bin/python', '-m', 'ctxd']);
+    assert.deepEqual(splitCommandLine("~/bin/ctxd '--x y'"), ['~/bin/ctxd', '--x y']);
+    assert.deepEqual(commandForProgram('/v/bin/python3.12'), ['/v/bin/python3.12', '-m', 'ctxd']);
+    assert.deepEqual(commandForProgram('/usr/local/bin/ctxd'), ['/usr/local/bin/ctxd']);
+  });
+});
+
+describe('the extension\'s face', () => {
+  test('the breakdown tab comes back after a window reload', () => {
+    assert.ok(manifest.activationEvents.includes('onWebviewPanel:ctxd.breakdown'));
+  });
+  test('the activity-bar icon is a gauge, not the Extensions icon\'s four squares', () => {
+    const svg = fs.readFileSync(path.resolve(__dirname, '..', '..', manifest.contributes.viewsContainers.activitybar[0].icon), 'utf8');
+    assert.equal((svg.match(/<rect/g) ?? []).length, 0, svg);
+    assert.match(svg, /<path d="M[\d.]+ [\d.]+a[\d.]+ [\d.]+ 0 1 1/, 'a dial: an arc');
   });
 });

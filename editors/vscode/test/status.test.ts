@@ -73,6 +73,13 @@ describe('gauge', () => {
     assert.doesNotMatch(view.tooltip, /Free space|Autocompact/);
   });
 
+  test('the tooltip says how the counts were made in words, not the wire value', () => {
+    const view = gaugeView(usage({ source: 'api+estimate', tokenizerStatus: 'loading' }), { folderName: 'w', thread: 't' });
+    assert.match(view.tooltip, /The model API's count of the last request, plus what was added since \(estimated while the exact counter loads\)\./);
+    assert.doesNotMatch(view.tooltip, /api\+estimate|Source:/);
+    assert.match(gaugeView(usage({ source: 'estimate', tokenizerStatus: 'exact' }), { folderName: 'w', thread: 't' }).tooltip, /Counted exactly by ctxd/);
+  });
+
   test('tooltip without a breakdown still has the totals', () => {
     const view = gaugeView(usage(), { folderName: 'w', thread: 'default' });
     assert.match(view.tooltip, /48\.2k of 128k/);

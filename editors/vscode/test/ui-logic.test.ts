@@ -8,6 +8,8 @@ import { Method } from '../src/protocol';
 import { menuItems } from '../src/quickMenu';
 import { statusMarkdown } from '../src/statusReport';
 import { TIER_ACTIONS, TierWatcher, tierMessage } from '../src/tierNotices';
+import { gaugeText, strategyText } from '../src/status';
+import { plainText } from '../src/text';
 import { usage } from './fixtures';
 
 const all = () => true;
@@ -35,7 +37,8 @@ describe('status item menu', () => {
       thread: undefined,
     });
     assert.deepEqual(items.map((i) => i.value), [COMMANDS.install, COMMANDS.setDaemonPath, COMMANDS.restart, COMMANDS.showLog, COMMANDS.showUsage]);
-    assert.match(items[0].detail ?? '', /pip install ctxd-daemon/);
+    assert.match(items[0].detail ?? '', /from a ctxd clone or wheel, into a Python environment of the extension's own/);
+    assert.doesNotMatch(items[0].detail ?? '', /ctxd-daemon/);
   });
 
   test('a crash storm: restart (saying why) and log', () => {
@@ -49,20 +52,30 @@ describe('tier notifications', () => {
   test('one per crossing upwards, none while the tier holds or drops', () => {
     const w = new TierWatcher();
     assert.deepEqual(
-      ['ok', 'warn', 'warn', 'compact', 'compact', 'ok', 'warn', 'ok'].map((t) => w.observe('a', t as never)),
+      ['ok', 'warn', 'warn', 'compact', 'compact', 'ok', 'warn', 'ok'].map((t) => w.observe('a', t as never).up),
       [undefined, 'warn', undefined, 'compact', undefined, undefined, 'warn', undefined],
     );
-    assert.equal(w.observe('b', 'compact'), 'compact');
+    assert.equal(w.observe('b', 'compact').up, 'compact');
   });
 
-  test('the message says how much is left, or that the limit is reached', () => {
-    assert.equal(
-      tierMessage('warn', 'e2e', usage({ usedTokens: 100_000, autoCompactLimit: 115_200 })),
-      'ctxd: thread "e2e" is at 100k tokens, 15.2k left before auto-compact.',
+  test('every change of tier, down as well as up, makes an open notice stale', () => {
+    const w = new TierWatcher();
+    assert.deepEqual(
+      ['warn', 'warn', 'compact', 'ok', 'ok'].map((t) => w.observe('a', t as never).changed),
+      [true, false, true, true, false],
     );
+  });
+
+  test('the message has the gauge\'s own figures, and how much is left or that the limit is reached', () => {
+    const warn = usage({ usedTokens: 100_000, contextWindow: 128_000, autoCompactLimit: 115_200, tier: 'warn' });
     assert.equal(
-      tierMessage('compact', 'e2e', usage({ usedTokens: 120_000, autoCompactLimit: 115_200 })),
-      'ctxd: thread "e2e" reached the auto-compact limit (120k of 115.2k tokens).',
+      tierMessage('warn', 'e2e', warn),
+      'ctxd: thread "e2e" is at 78% · 100k/128k: 15.2k tokens left before auto-compact (at 115.2k).',
+    );
+    assert.ok(tierMessage('warn', 'e2e', warn).includes(gaugeText(warn).replace('$(pulse) ', '')));
+    assert.equal(
+      tierMessage('compact', 'e2e', usage({ usedTokens: 120_000, autoCompactLimit: 115_200, tier: 'compact' })),
+      'ctxd: thread "e2e" is at 94% · 120k/128k: it reached the auto-compact limit (115.2k).',
     );
     assert.deepEqual(Object.values(TIER_ACTIONS), ['Compact now', 'Open breakdown']);
   });
@@ -101,7 +114,7 @@ describe('status page', () => {
     });
     assert.ok(md.startsWith('# ctxd 0.2.0 (protocol 2)\n'));
     assert.match(md, /- \*\*\.ctxd\.toml `llm\.base_url`\*\*: ignored: the workspace is not trusted/);
-    assert.match(md, /- o200k_base: exact/);
+    assert.match(md, /- o200k_base: loaded; counts are exact/);
     assert.match(md, /- codex: 2 sessions \(\/h\/\.codex\)/);
     assert.match(md, /Trusted: no \(settings that reach off the machine are ignored\)/);
     assert.ok(md.indexOf('## Problems') < md.indexOf('## Token counting'));
@@ -121,7 +134,7 @@ describe('error sentences', () => {
   test('never the raw JSON-RPC text', () => {
     assert.equal(
       friendlyError('Comparing with the snapshot', err(-32601, 'Unhandled method ctxd/ghost/diff')),
-      'Comparing with the snapshot needs a newer ctxd daemon: run `pip install --upgrade ctxd-daemon`.',
+      'Comparing with the snapshot needs a newer ctxd daemon: update your clone (git pull) and run ctxd: Install Daemon again.',
     );
     assert.equal(
       friendlyError('Reading the usage', err(-32097, 'Pending response rejected since connection got disposed')),
@@ -131,5 +144,28 @@ describe('error sentences', () => {
       friendlyError('Snapshot', err(-32602, 'Request ctxd/ghost/snapshot failed with message: ctxd: workspace file:///x is not open')),
       'Snapshot failed: workspace file:///x is not open.',
     );
+  });
+});
+
+describe('words people read', () => {
+  test('toasts show no Markdown backticks, on one line', () => {
+    assert.equal(plainText('Install it with `pip install x`, or set ``ctxd.daemon.command``.'), 'Install it with "pip install x", or set "ctxd.daemon.command".');
+    assert.equal(plainText('a ` lone\nline'), "a ' lone line");
+  });
+
+  test('the status page says what each tokenizer state means', () => {
+    const page = statusMarkdown({
+      version: '1', protocolVersion: 3, problems: [], trusted: true, stateDir: '/s', sources: [],
+      tokenizers: [{ name: 'cl100k_base', status: 'idle' }, { name: 'o200k_base', status: 'exact' }],
+    } as never);
+    assert.match(page, /- cl100k_base: not needed yet \(no thread uses it\)/);
+    assert.match(page, /- o200k_base: loaded; counts are exact/);
+    assert.doesNotMatch(page, /: idle|: exact$/m);
+  });
+
+  test('a compaction says how it was done, not its strategy code', () => {
+    assert.equal(strategyText(undefined), 'compacted by the agent itself');
+    assert.equal(strategyText('offline'), 'shortened without a model');
+    assert.equal(strategyText('llm'), 'summarised by the model');
   });
 });

@@ -137,7 +137,7 @@ describe('views and snapshot actions (real daemon)', () => {
           past.map((n) => n.label),
           [other, r].map((c) => `${formatTokens(c.tokensBefore)} → ${formatTokens(c.tokensAfter)} tokens`),
         );
-        assert.match(past[1].description ?? '', /^offline · /);
+        assert.match(past[1].description ?? '', /^shortened without a model · /);
         const history = await service.getHistory({ includeArchived: true });
         const [newest, oldest] = past.map((n) => n.command?.arguments[2] as number);
         assert.ok(oldest < newest);

@@ -6,6 +6,8 @@
 
 local M = {}
 
+local pending
+
 --- The protocol versions this plugin speaks (PROTOCOL.md); the newest is preferred.
 M.PROTOCOL_VERSIONS = { 1, 2 }
 
@@ -142,6 +144,23 @@ function M.resolve(target)
   return nil, 'the ctxd client has no workspace folder (is the file inside a git repository?)'
 end
 
+--- Requests of each client still waiting for their answer.
+---@type table<integer, table<fun(err: any, result: any), boolean>>
+pending = {}
+
+--- The client stopped: answer its waiting requests with an error (Neovim drops them).
+---@param client_id integer
+---@param message string
+function M.fail_pending(client_id, message)
+  local waiting = pending[client_id] or {}
+  pending[client_id] = nil
+  for answer in pairs(waiting) do
+    vim.schedule(function()
+      answer({ code = -32603, message = message }, nil)
+    end)
+  end
+end
+
 --- Send `method` with `params` plus `workspace` and `thread`; `cb(err, result)` runs on the main loop.
 --- Errors that happen before sending are given to `cb` in the JSON-RPC shape too.
 ---@param method string
@@ -163,10 +182,22 @@ function M.request(method, params, cb, target)
   if not workspace_only[method] then
     full.thread = full.thread or target.thread or require('ctxd.threads').current(workspace)
   end
-  local ok, id = client:request(method, full, function(err, result)
+  -- Answered once: by the daemon, or by fail_pending when the daemon stops first.
+  local answered = false
+  local waiting = pending[client.id] or {}
+  pending[client.id] = waiting
+  local function answer(err, result)
+    if answered then
+      return
+    end
+    answered = true
+    waiting[answer] = nil
     cb(err, result)
-  end, target.bufnr)
+  end
+  waiting[answer] = true
+  local ok, id = client:request(method, full, answer, target.bufnr)
   if not ok then
+    waiting[answer] = nil
     vim.schedule(function()
       cb({ code = -32603, message = 'the ctxd client is not running' })
     end)

@@ -8,10 +8,11 @@ local M = {}
 
 M.strategies = { 'auto', 'llm', 'remote', 'offline' }
 
+--- One line that fits the command line (`ctxd.notify`).
 ---@param msg string
 ---@param level integer?
 local function notify(msg, level)
-  vim.notify('ctxd: ' .. msg, level or vim.log.levels.INFO)
+  require('ctxd.notify').say(msg, level)
 end
 
 --- A callback that reports errors as `ctxd <what> failed: ...` and hands results to `on_result`.
@@ -294,6 +295,31 @@ local function complete_snapshot(arglead)
   return ids
 end
 
+--- The snapshot whose id is `given` or starts with it, or nil and why not.
+---@param snapshots table[] GhostCommits
+---@param given string
+---@return string? id
+---@return string? problem
+function M.resolve_snapshot(snapshots, given)
+  local found = {}
+  for _, commit in ipairs(snapshots) do
+    local id = tostring(commit.id)
+    if id == given then
+      return id, nil
+    end
+    if #given >= 4 and vim.startswith(id, given) then
+      table.insert(found, id)
+    end
+  end
+  if #found == 1 then
+    return found[1], nil
+  end
+  if #found > 1 then
+    return nil, ('%d snapshots start with %s: give more of the id'):format(#found, given)
+  end
+  return nil, ('no snapshot %s (:Ctxd diff without an id lists them)'):format(given)
+end
+
 M.subcommands.diff = {
   run = function(args)
     local target, why = current_target()
@@ -303,7 +329,7 @@ M.subcommands.diff = {
     end
     local lsp_client = client.resolve(target)
     if lsp_client and not client.supports(lsp_client, 'ctxd/ghost/diff') then
-      notify('this daemon cannot diff snapshots (no ctxd/ghost/diff): pip install --upgrade ctxd-daemon',
+      notify('this daemon cannot diff snapshots: update it (see :checkhealth ctxd)',
         vim.log.levels.ERROR)
       return
     end
@@ -322,7 +348,15 @@ M.subcommands.diff = {
       end), target)
     end
     if args[1] then
-      show(args[1])
+      -- The ids printed everywhere are short: take any unique prefix.
+      client.request('ctxd/ghost/list', {}, handle('diff', function(r)
+        local id, problem = M.resolve_snapshot(r.snapshots or {}, args[1])
+        if not id then
+          notify('diff failed: ' .. problem, vim.log.levels.ERROR)
+          return
+        end
+        show(id)
+      end), target)
       return
     end
     client.request('ctxd/ghost/list', {}, handle('diff', function(r)
@@ -426,11 +460,18 @@ M.subcommands.log = {
 M.subcommands.restart = {
   run = function()
     local clients = client.clients()
+    local supervisor = require('ctxd.supervisor')
+    supervisor.reset()
     if #clients == 0 then
       if vim.lsp.is_enabled('ctxd') then
+        local cmd = (vim.lsp.config.ctxd or {}).cmd
+        if type(cmd) == 'table' and cmd[1] and vim.fn.executable(cmd[1]) == 0 then
+          notify(('the daemon is not installed (%s not found); see :checkhealth ctxd'):format(cmd[1]), vim.log.levels.ERROR)
+          return
+        end
         vim.lsp.enable('ctxd', false)
         vim.lsp.enable('ctxd')
-        notify('starting')
+        notify('starting the daemon (a failure is said here)')
       else
         notify('not running, and not enabled (vim.lsp.enable("ctxd"))', vim.log.levels.WARN)
       end
@@ -442,6 +483,7 @@ M.subcommands.restart = {
       for _, folder in ipairs(client.folders(c)) do
         status.forget(folder)
       end
+      supervisor.stopping(c.id)
       c:stop()
       local timer = assert(vim.uv.new_timer())
       local waited = 0

@@ -4,6 +4,13 @@ local M = {}
 
 local health = vim.health
 
+--- How to install the daemon from what exists: a clone of the repository (it is not on PyPI).
+M.install_advice = {
+  'install it from a clone: git clone <ctxd repository> ~/src/ctxd, then pipx install ~/src/ctxd',
+  'or into a venv: python3 -m venv ~/.local/share/ctxd && ~/.local/share/ctxd/bin/pip install ~/src/ctxd',
+  "then setup({ cmd = { vim.fn.expand('~/.local/share/ctxd/bin/ctxd') } }) if it is not on PATH; :Ctxd restart",
+}
+
 --- The daemon command and environment the client would use.
 ---@return string[]? cmd
 ---@return table<string, string>? env
@@ -47,10 +54,7 @@ local function check_executable()
   end
   local exe = vim.fn.exepath(cmd[1])
   if exe == '' then
-    health.error(('`%s` is not executable'):format(cmd[1]), {
-      'pip install ctxd-daemon (the distribution that installs the `ctxd` command)',
-      "or set `cmd` in require('ctxd').setup({ cmd = { 'python3', '-m', 'ctxd' } })",
-    })
+    health.error(('`%s` is not executable'):format(cmd[1]), M.install_advice)
     return
   end
   health.ok(('executable: %s'):format(exe))
@@ -160,7 +164,7 @@ end
 --- Advice for a tokenizer that does not count exactly.
 local tokenizer_advice = {
   unavailable = {
-    'the daemon could not load the encoding: reinstall it with its dependencies (pip install ctxd-daemon)',
+    'the daemon could not load the encoding: reinstall it with its dependencies (pip install --upgrade ~/src/ctxd into its venv)',
     'until then token counts are estimates',
   },
 }
@@ -183,7 +187,7 @@ local function check_status(lsp_client, info)
       ('the daemon does not answer ctxd/status (protocol %s): its settings problems and tokenizers are not shown'):format(
         tostring(info and info.protocolVersion)
       ),
-      { 'update the daemon: pip install --upgrade ctxd-daemon' }
+      { 'update the daemon: git pull in your clone, then pipx install --force ~/src/ctxd (or pip install --upgrade it into its venv)' }
     )
     return nil
   end
@@ -250,11 +254,30 @@ function M.problem_advice(problem)
   return { ("fix it in require('ctxd').setup({ settings = { ... } }), then :Ctxd restart") }
 end
 
+--- The daemon's messages, whole (the command line shows each burst as one short line).
+local function check_messages()
+  health.start('ctxd: recent messages (whole)')
+  local recent = require('ctxd.notify').recent
+  if #recent == 0 then
+    health.ok('none')
+  end
+  for _, m in ipairs(recent) do
+    if m.level >= vim.log.levels.ERROR then
+      health.error(m.msg)
+    elseif m.level >= vim.log.levels.WARN then
+      health.warn(m.msg)
+    else
+      health.info(m.msg)
+    end
+  end
+end
+
 function M.check()
   check_executable()
   check_options()
   local lsp_client, info = check_clients()
   local status = check_status(lsp_client, info)
+  check_messages()
   check_state_dir(status or info)
 end
 

@@ -35,8 +35,8 @@ function M.on_init(lsp_client)
   local client = require('ctxd.client')
   local info = client.server_info(lsp_client)
   if info and not client.speaks(info.protocolVersion) then
-    vim.notify(
-      ('ctxd: the daemon speaks protocol %s, this plugin %s; see :checkhealth ctxd'):format(
+    require('ctxd.notify').say(
+      ('the daemon speaks protocol %s, this plugin %s; see :checkhealth ctxd'):format(
         tostring(info.protocolVersion),
         table.concat(client.PROTOCOL_VERSIONS, ' and ')
       ),
@@ -45,9 +45,13 @@ function M.on_init(lsp_client)
   end
   local folders = client.folders(lsp_client)
   folders_of[lsp_client.id] = folders
+  -- :checkhealth shows what the daemon said since it (re)started.
+  require('ctxd.notify').recent = {}
   for _, workspace in ipairs(folders) do
+    require('ctxd.status').set_down(workspace, nil)
     M.load_threads(lsp_client, workspace)
   end
+  M.progress_fallback()
 end
 
 --- Learn the workspace's threads (source, title, usage) and follow the most recently active,
@@ -90,6 +94,32 @@ function M.load_threads(lsp_client, workspace, cb)
   end)
 end
 
+local following = {} ---@type table<string, boolean>
+--- Read `workspace`'s threads again (once per burst of notifications) and follow the most
+--- recently active one.
+---@param workspace string
+---@param thread string the thread that changed (followed at once by a daemon without `ctxd/threads`)
+function M.follow_latest(workspace, thread)
+  local found = require('ctxd.client').resolve({ workspace = workspace })
+  if not (found and require('ctxd.client').supports(found, 'ctxd/threads')) then
+    require('ctxd.threads').activity(workspace, thread)
+    return
+  end
+  if following[workspace] then
+    return
+  end
+  following[workspace] = true
+  vim.defer_fn(function()
+    following[workspace] = nil
+    local now = require('ctxd.client').resolve({ workspace = workspace })
+    if now then
+      M.load_threads(now, workspace, function()
+        vim.cmd.redrawstatus({ bang = true })
+      end)
+    end
+  end, 50)
+end
+
 --- Before `initialize`: tell the daemon whether the workspace is trusted
 --- (`initializationOptions.ctxd.trusted`, PROTOCOL.md "Trust").
 ---@param params lsp.InitializeParams
@@ -105,16 +135,69 @@ function M.before_init(params, lsp_config)
   params.initializationOptions = options
 end
 
+--- The client stopped: requests still waiting are answered with an error (so `:Ctxd compact`
+--- says it failed), the gauge forgets its numbers, and a stop nobody asked for goes to the
+--- supervisor (restart, or say why not).
+---@param code integer
+---@param signal integer
 ---@param client_id integer
-function M.on_exit(_, _, client_id)
-  local folders = folders_of[client_id] or {}
+function M.on_exit(code, signal, client_id)
+  local initialized = folders_of[client_id] ~= nil
+  local lsp_client = vim.lsp.get_client_by_id(client_id)
+  local info = {
+    config = lsp_client and lsp_client.config or nil,
+    buffers = lsp_client and vim.tbl_keys(lsp_client.attached_buffers) or {},
+    folders = folders_of[client_id]
+      or (lsp_client and lsp_client.root_dir and { vim.uri_from_fname(lsp_client.root_dir) })
+      or {},
+    initialized = initialized,
+  }
   folders_of[client_id] = nil
+  require('ctxd.client').fail_pending(client_id, 'the ctxd daemon stopped')
   vim.schedule(function()
-    for _, workspace in ipairs(folders) do
+    for _, workspace in ipairs(info.folders) do
       require('ctxd.status').forget(workspace)
     end
+    require('ctxd.supervisor').exited(code, signal, client_id, info)
   end)
   manual_compactions[client_id] = nil
+end
+
+local progress_group ---@type integer?
+--- Without a progress UI (fidget.nvim and the like listen to `LspProgress`), ctxd's own
+--- `$/progress` is echoed in the command line, without history and within one line.
+function M.progress_fallback()
+  if progress_group then
+    return
+  end
+  progress_group = vim.api.nvim_create_augroup('ctxd_progress', { clear = true })
+  vim.api.nvim_create_autocmd('LspProgress', {
+    group = progress_group,
+    callback = function(ev)
+      local params = ev.data and ev.data.params or {}
+      local value = type(params.value) == 'table' and params.value or {}
+      if type(params.token) ~= 'string' or not params.token:match('^ctxd%-') then
+        return
+      end
+      for _, au in ipairs(vim.api.nvim_get_autocmds({ event = 'LspProgress' })) do
+        if au.group ~= progress_group then
+          return -- another plugin shows progress
+        end
+      end
+      local notify = require('ctxd.notify')
+      if value.kind == 'end' then
+        vim.api.nvim_echo({ { '' } }, false, {})
+        return
+      end
+      M.progress_title = value.title or M.progress_title
+      local text = ('ctxd: %s%s%s'):format(
+        M.progress_title or 'working',
+        value.message and (' · ' .. value.message) or '',
+        value.percentage and (' %d%%'):format(value.percentage) or ''
+      )
+      vim.api.nvim_echo({ { notify.one_line(text) } }, false, {})
+    end,
+  })
 end
 
 --- Attach only to a file inside a workspace root: a file outside any repository, or a buffer
@@ -161,7 +244,7 @@ M.handlers = {
     if params.message:match(M.COMPACTED_WARNING) and (manual_compactions[ctx.client_id] or 0) > 0 then
       return vim.NIL
     end
-    vim.notify('ctxd: ' .. text, M.levels[params.type] or vim.log.levels.INFO)
+    require('ctxd.notify').daemon(text, M.levels[params.type] or vim.log.levels.INFO)
     return vim.NIL
   end,
 }

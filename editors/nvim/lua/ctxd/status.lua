@@ -58,15 +58,20 @@ function M.define_highlights()
   end
 end
 
---- Store a snapshot and tell everyone who cares.
+--- Store a snapshot and tell everyone who cares. Another thread's change does not move the gauge
+--- by itself: the daemon also reports threads it re-reads from disk (sessions a year old), so the
+--- workspace's threads are read again and the most recently active one is followed.
 ---@param snapshot ctxd.UsageSnapshot must carry `workspace` and `thread`
 function M.update(snapshot)
   snapshots[key(snapshot.workspace, snapshot.thread)] = snapshot
-  require('ctxd.threads').activity(snapshot.workspace, snapshot.thread)
+  local threads = require('ctxd.threads')
+  if snapshot.thread ~= threads.current(snapshot.workspace) and not threads.is_pinned(snapshot.workspace) then
+    require('ctxd.lsp').follow_latest(snapshot.workspace, snapshot.thread)
+  end
   for _, fn in pairs(subscribers) do
     local ok, err = pcall(fn, snapshot)
     if not ok then
-      vim.notify(('ctxd: a usage subscriber failed: %s'):format(err), vim.log.levels.WARN)
+      require('ctxd.notify').say(('a usage subscriber failed: %s'):format(err), vim.log.levels.WARN)
     end
   end
   vim.api.nvim_exec_autocmds('User', { pattern = 'CtxdUsageChanged', modeline = false, data = snapshot })
@@ -90,6 +95,42 @@ function M.seed(workspace, thread, usage)
   if snapshots[key(workspace, thread)] == nil then
     snapshots[key(workspace, thread)] = vim.tbl_extend('force', usage, { workspace = workspace, thread = thread })
     vim.cmd.redrawstatus({ bang = true })
+  end
+end
+
+--- Workspaces whose daemon is not running, and the word the gauge shows for it.
+---@type table<string, string>
+local down = {}
+
+--- Mark `workspace`'s daemon as not running (`why`: `stopped`, `not running`), or running (nil).
+---@param workspace string
+---@param why string?
+function M.set_down(workspace, why)
+  down[workspace] = why
+  vim.cmd.redrawstatus({ bang = true })
+end
+
+--- Why the daemon of the buffer's workspace is not running, if it is marked so.
+---@param target ctxd.Target?
+---@return string?
+local function down_for(target)
+  if next(down) == nil then
+    return nil
+  end
+  if target and target.workspace then
+    return down[target.workspace]
+  end
+  local bufnr = target and target.bufnr or vim.api.nvim_get_current_buf()
+  local name = vim.api.nvim_buf_get_name(bufnr)
+  if name == '' then
+    return nil
+  end
+  local path = vim.fs.normalize(vim.fn.fnamemodify(name, ':p'))
+  for workspace, why in pairs(down) do
+    local dir = vim.fs.normalize(vim.uri_to_fname(workspace))
+    if path == dir or vim.startswith(path, dir .. '/') then
+      return why
+    end
   end
 end
 
@@ -157,6 +198,10 @@ end
 function M.gauge(target)
   local snapshot = M.get(target)
   if not snapshot then
+    local why = down_for(target)
+    if why then
+      return { text = ('%s %s'):format(config.options.statusline.prefix, why), tier = 'compact', group = M.tier_groups.compact, down = true }
+    end
     return nil
   end
   local text = ('%s %d%% · %s/%s'):format(

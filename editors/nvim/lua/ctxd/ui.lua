@@ -180,6 +180,10 @@ function M.render_breakdown(breakdown, width)
     estimated and 'estimated (no usage reported by the model yet)' or 'actual'
   )
   add(state, { { col = 2, end_col = 2 + #('tier ' .. tier), group = status.tier_groups[tier] } })
+  local cost = M.cost_text(breakdown.cost, breakdown.model)
+  if cost then
+    add('  ' .. cost)
+  end
   add('')
   if #cats == 0 then
     add('  (the daemon sent no breakdown by category)')
@@ -225,6 +229,33 @@ function M.render_breakdown(breakdown, width)
     ::continue::
   end
   return lines
+end
+
+---@param n number
+---@param currency string?
+local function money(n, currency)
+  local symbol = currency == 'USD' and '$' or ((currency or '') .. ' ')
+  return symbol .. ((n > 0 and n < 0.01) and ('%.4f'):format(n) or ('%.2f'):format(n))
+end
+
+--- The cost the daemon reports (`Breakdown.cost`), in one line, or nil when it reports none.
+---@param cost table?
+---@param model string?
+---@return string?
+function M.cost_text(cost, model)
+  if type(cost) ~= 'table' or type(cost.total) ~= 'number' then
+    return nil
+  end
+  if cost.priced == false then
+    local unpriced = type(cost.unpricedModels) == 'table' and table.concat(cost.unpricedModels, ', ') or nil
+    return ('cost %s so far; no price known for %s'):format(money(cost.total, cost.currency), unpriced or model or 'this model')
+  end
+  return ('cost %s so far (input %s, cached %s, output %s)'):format(
+    money(cost.total, cost.currency),
+    money(cost.input or 0, cost.currency),
+    money(cost.cachedInput or 0, cost.currency),
+    money(cost.output or 0, cost.currency)
+  )
 end
 
 --- Write rendered lines into a scratch buffer and apply their highlights.
@@ -609,7 +640,7 @@ function M.open_file_diff(target, id, path, cb)
       or file.binary and ('%s is a binary file: no diff'):format(path)
       or nil
     if problem then
-      vim.notify('ctxd: diff failed: ' .. problem, vim.log.levels.WARN)
+      require('ctxd.notify').say('diff failed: ' .. problem, vim.log.levels.WARN)
       cb(problem)
       return
     end

@@ -228,8 +228,34 @@ t.describe('gauge', function()
     status.update(fake_snapshot({ workspace = 'file:///other', tier = 'warn', percent = 85 }))
     -- No client: the gauge falls back to nothing.
     t.eq('', component:update_status())
-    t.eq('CtxdOk', component.options.color())
+    -- The tier group's foreground only: lualine keeps the section's own background.
+    vim.api.nvim_set_hl(0, 'DiagnosticOk', { fg = '#00ff00', bg = '#123456' })
+    local color = component.options.color()
+    t.eq({ fg = '#00ff00' }, color)
     package.loaded['lualine.component'] = nil
+  end)
+
+  t.it('the lualine component loads and draws before setup(), in a fresh Neovim', function()
+    local plugin_root = vim.fs.dirname(vim.fs.dirname(vim.api.nvim_get_runtime_file('doc/ctxd.txt', false)[1]))
+    local script = vim.fn.tempname() .. '.lua'
+    vim.fn.writefile(vim.split(([[
+vim.opt.runtimepath:append(%q)
+local base = {}
+function base:extend() local cls = setmetatable({}, { __index = self }); cls.super = self; return cls end
+function base:init(options) self.options = options end
+package.loaded['lualine.component'] = base
+local cls = require('lualine.components.ctxd')
+local c = setmetatable({}, { __index = cls })
+c:init({})
+local color = c.options.color()
+io.stdout:write(('status=[%%s] color=%%s groups=%%s\\n'):format(c:update_status(), vim.inspect(color),
+  tostring(vim.fn.hlexists('CtxdOk') == 1 and vim.fn.hlexists('CtxdWarn') == 1)))
+]]):format(plugin_root), '\n'), script)
+    local result = vim.system({ vim.v.progpath, '--headless', '--clean', '-l', script }, { text = true }):wait()
+    t.eq(0, result.code, result.stderr)
+    t.contains('status=[] ', result.stdout)
+    t.contains('groups=true', result.stdout)
+    t.matches('color={%s*fg = "#%x+"%s*}', result.stdout)
   end)
 end)
 
@@ -389,27 +415,37 @@ t.describe('help', function()
     end
   end)
 
-  t.it("the README's lazy.nvim spec makes :help ctxd and :Ctxd work", function()
+  t.it("the README's lazy.nvim spec makes :help ctxd and :Ctxd work, loaded before lualine", function()
     local plugin_root = vim.fs.dirname(vim.fs.dirname(vim.api.nvim_get_runtime_file('doc/ctxd.txt', false)[1]))
     local readme = table.concat(vim.fn.readfile(vim.fs.joinpath(plugin_root, 'README.md')), '\n')
     local code = readme:match('With %[lazy%.nvim%].-```lua\n(.-)\n```')
     t.truthy(code, 'a lua block after "With [lazy.nvim]"')
-    -- A copy of the repository's plugin folder, as lazy.nvim would have cloned it.
+    local spec = assert(load('return ' .. code))()
+    -- lazy.nvim loads start plugins by priority (default 50), highest first: ctxd before lualine,
+    -- so lualine's `lualine_x = { 'ctxd' }` finds the component whatever the order of the specs.
+    t.truthy((spec.priority or 50) > 50, 'priority above the default: ' .. tostring(spec.priority))
+    t.eq(false, spec.lazy)
+    t.matches('/editors/nvim$', spec.dir)
+    -- A copy of the repository's plugin folder, loaded as lazy.nvim loads a local plugin: on the
+    -- runtimepath, its plugin/ sourced, help tags made for its doc/, then config.
     local clone = vim.fn.tempname()
     vim.fn.mkdir(clone .. '/editors', 'p')
     vim.system({ 'cp', '-R', plugin_root, clone .. '/editors/nvim' }):wait()
     os.remove(clone .. '/editors/nvim/doc/tags')
+    local dir = clone .. '/editors/nvim'
     local script = vim.fn.tempname() .. '.lua'
     vim.fn.writefile(vim.split(([[
 local spec = assert(load('return ' .. %q))()
-assert(spec.dir and spec.config, 'a spec with dir and config')
-spec.config({ dir = %q, name = spec[1] }, {})
+vim.opt.runtimepath:append(%q)
+for _, file in ipairs(vim.fn.glob(%q .. '/plugin/**/*.lua', false, true)) do vim.cmd.source(file) end
+vim.cmd.helptags(%q)
+spec.config({ dir = %q, name = spec.name }, {})
 local ok, err = pcall(vim.cmd.help, 'ctxd')
-io.stdout:write(('help=%%s file=%%s command=%%d\n'):format(tostring(ok), ok and vim.api.nvim_buf_get_name(0) or err, vim.fn.exists(':Ctxd')))
-]]):format(code, clone), '\n'), script)
+io.stdout:write(('help=%%s file=%%s command=%%d lualine=%%s\n'):format(tostring(ok), ok and vim.api.nvim_buf_get_name(0) or err,
+  vim.fn.exists(':Ctxd'), tostring(#vim.api.nvim_get_runtime_file('lua/lualine/components/ctxd.lua', false) == 1)))
+]]):format(code, dir, dir, dir .. '/doc', dir), '\n'), script)
     local result = vim.system({ vim.v.progpath, '--headless', '--clean', '-l', script }, { text = true }):wait()
     t.eq(0, result.code, result.stderr)
-    t.contains(('help=true file=%s/editors/nvim/doc/ctxd.txt command=2'):format(clone), result.stdout .. result.stderr)
-    t.eq(1, vim.fn.filereadable(clone .. '/editors/nvim/doc/tags'))
+    t.contains(('help=true file=%s/editors/nvim/doc/ctxd.txt command=2 lualine=true'):format(clone), result.stdout .. result.stderr)
   end)
 end)

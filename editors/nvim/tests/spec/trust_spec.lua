@@ -32,7 +32,7 @@ t.describe('workspace trust', function()
     local warning = h.wait_message("setting 'llm.base_url' ignored", 20000)
     t.eq(vim.log.levels.WARN, warning.level)
     t.eq(1, #vim.tbl_filter(function(m)
-      return m.msg:find('llm.base_url', 1, true) ~= nil
+      return m.full:find('llm.base_url', 1, true) ~= nil
     end, h.messages), vim.inspect(h.messages))
     t.eq(false, h.request('ctxd/status', {}).trusted)
     local text = health()

@@ -1,0 +1,105 @@
+---@mod ctxd.notify Messages: one short line per action, never a "Press ENTER" prompt.
+---
+--- A message wider than the command line, or several in one go, makes Neovim stop and ask for
+--- ENTER (and the keys typed meanwhile are lost). Every message of the plugin goes through `say`,
+--- which keeps it to one line that fits; the daemon's own messages, which come in bursts (an
+--- untrusted repository's settings, one per key), are gathered into one line, and kept whole
+--- for `:checkhealth ctxd`.
+
+local M = {}
+
+--- The daemon's recent messages and the plugin's cut ones, whole, newest last (`:checkhealth ctxd`).
+---@type { msg: string, level: integer }[]
+M.recent = {}
+local KEEP = 50
+
+--- How many cells a message may take without a prompt.
+---@return integer
+function M.width()
+  local space = tonumber(vim.v.echospace) or 0
+  if space <= 0 then
+    space = vim.o.columns - 12
+  end
+  return math.max(20, space)
+end
+
+--- `text` on one line, cut with `…` to fit `width` cells.
+---@param text string
+---@param width integer?
+---@return string
+function M.one_line(text, width)
+  width = width or M.width()
+  local line = vim.trim(tostring(text):gsub('%s*[\r\n]+%s*', ' '))
+  if vim.fn.strdisplaywidth(line) <= width then
+    return line
+  end
+  local chars = vim.fn.strchars(line)
+  local cut = chars
+  while cut > 0 and vim.fn.strdisplaywidth(vim.fn.strcharpart(line, 0, cut)) > width - 1 do
+    cut = cut - 1
+  end
+  return vim.fn.strcharpart(line, 0, cut) .. '…'
+end
+
+--- The whole text of the message being said (what `:checkhealth ctxd` and `:messages` callers
+--- may want when the line had to be cut).
+---@type string?
+M.last_full = nil
+
+--- Say `msg` (prefixed `ctxd: `) in one line that fits; a line that had to be cut is kept
+--- whole in `recent` (`:checkhealth ctxd`).
+---@param msg string
+---@param level integer?
+function M.say(msg, level)
+  local full = 'ctxd: ' .. tostring(msg)
+  local line = M.one_line(full)
+  if line ~= full then
+    M.keep(tostring(msg), level or vim.log.levels.INFO)
+  end
+  M.last_full = full
+  vim.notify(line, level or vim.log.levels.INFO)
+  M.last_full = nil
+end
+
+--- Keep a message whole for `:checkhealth ctxd`.
+---@param msg string
+---@param level integer
+function M.keep(msg, level)
+  table.insert(M.recent, { msg = msg, level = level })
+  if #M.recent > KEEP then
+    table.remove(M.recent, 1)
+  end
+end
+
+local burst = {} ---@type { msg: string, level: integer }[]
+local scheduled = false
+--- Messages that arrive within this many milliseconds are one burst.
+M.BURST_MS = 150
+
+--- A `window/showMessage` from the daemon: kept whole in `recent`, said as part of its burst.
+---@param msg string without the `ctxd: ` prefix
+---@param level integer
+function M.daemon(msg, level)
+  M.keep(msg, level)
+  table.insert(burst, { msg = msg, level = level })
+  if scheduled then
+    return
+  end
+  scheduled = true
+  vim.defer_fn(function()
+    scheduled = false
+    local got = burst
+    burst = {}
+    if #got == 1 then
+      M.say(got[1].msg, got[1].level)
+      return
+    end
+    local worst = vim.log.levels.DEBUG
+    for _, m in ipairs(got) do
+      worst = math.max(worst, m.level)
+    end
+    M.say(('%d messages from the daemon; :checkhealth ctxd shows them'):format(#got), worst)
+  end, M.BURST_MS)
+end
+
+return M

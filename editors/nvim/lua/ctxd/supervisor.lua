@@ -1,0 +1,116 @@
+---@mod ctxd.supervisor What happens when the daemon stops without being asked to.
+---
+--- Like the VS Code client: a daemon that exits on its own is restarted on the buffers it served,
+--- with one line saying so, up to `LIMIT` times within `WINDOW_S` seconds; the next exit stops
+--- it, the gauge says "stopped", and `:Ctxd restart` starts it again. A daemon that could not start
+--- at all (missing, or exiting before it answered) is said once, pointing at `:checkhealth ctxd`.
+
+local say = require('ctxd.notify').say
+
+local M = {}
+
+M.LIMIT = 4
+M.WINDOW_S = 180
+
+---@type number[] times of the recent crashes (seconds, monotonic)
+local crashes = {}
+--- Clients stopped on purpose (`:Ctxd restart`, Neovim exiting): their exit is no crash.
+---@type table<integer, boolean>
+local stopping = {}
+--- Start failures already said, by command, so a missing daemon is said once per session.
+---@type table<string, boolean>
+local said = {}
+
+--- Mark a client as stopped on purpose.
+---@param client_id integer
+function M.stopping(client_id)
+  stopping[client_id] = true
+end
+
+--- Forget the crash count and what was said (a start by the user begins again).
+function M.reset()
+  crashes = {}
+  said = {}
+end
+
+---@param code integer
+---@param signal integer
+---@return string
+local function how(code, signal)
+  if signal ~= 0 then
+    return ('signal %d'):format(signal)
+  end
+  return ('exit code %d'):format(code)
+end
+
+--- Say once that the daemon could not start with `cmd`.
+---@param cmd string[]|string
+---@param why string
+function M.start_failed(cmd, why)
+  local key = type(cmd) == 'table' and table.concat(cmd, ' ') or tostring(cmd)
+  if said[key] then
+    return
+  end
+  said[key] = true
+  say(('%s; see :checkhealth ctxd'):format(why), vim.log.levels.ERROR)
+end
+
+--- The `on_exit` of a ctxd client. `initialized`: it had answered `initialize`.
+---@param code integer
+---@param signal integer
+---@param client_id integer
+---@param info { config: table?, buffers: integer[], folders: string[], initialized: boolean }
+function M.exited(code, signal, client_id, info)
+  local planned = stopping[client_id]
+  stopping[client_id] = nil
+  if planned or vim.v.exiting ~= vim.NIL or (code == 0 and signal == 0) then
+    return
+  end
+  local status = require('ctxd.status')
+  if not info.initialized then
+    for _, folder in ipairs(info.folders) do
+      status.set_down(folder, 'not running')
+    end
+    M.start_failed(info.config and info.config.cmd or 'ctxd', ('the daemon did not start (%s)'):format(how(code, signal)))
+    return
+  end
+  local now = vim.uv.hrtime() / 1e9
+  crashes = vim.tbl_filter(function(t)
+    return now - t < M.WINDOW_S
+  end, crashes)
+  table.insert(crashes, now)
+  if #crashes > M.LIMIT or not info.config then
+    for _, folder in ipairs(info.folders) do
+      status.set_down(folder, 'stopped')
+    end
+    say(('the daemon stopped after %d crashes in %d minutes; :Ctxd restart starts it again'):format(#crashes, M.WINDOW_S / 60),
+      vim.log.levels.ERROR)
+    return
+  end
+  say(('the daemon stopped (%s); restarting it (%d of %d)'):format(how(code, signal), #crashes, M.LIMIT), vim.log.levels.WARN)
+  for _, buf in ipairs(info.buffers) do
+    if vim.api.nvim_buf_is_valid(buf) then
+      vim.lsp.start(info.config, { bufnr = buf })
+    end
+  end
+end
+
+--- Before any client starts: a daemon command that is not executable is said once, instead of
+--- Neovim's silent refusal (it only logs it).
+---@param bufnr integer
+function M.check_command(bufnr)
+  local ok, lsp_config = pcall(function()
+    return vim.lsp.config.ctxd
+  end)
+  local cmd = ok and lsp_config and lsp_config.cmd
+  if type(cmd) ~= 'table' or not cmd[1] or vim.fn.executable(cmd[1]) == 1 then
+    return
+  end
+  local markers = lsp_config.root_markers or { '.git' }
+  if vim.api.nvim_buf_get_name(bufnr) == '' or not vim.fs.root(bufnr, markers) then
+    return
+  end
+  M.start_failed(cmd, ('the daemon is not installed (%s not found)'):format(cmd[1]))
+end
+
+return M
