@@ -2,11 +2,11 @@
 /**
  * The ctxd wire protocol (version 2): results, notifications and request params. GENERATED, do not edit:
  * `npm run gen:protocol` from docs/protocol.schema.json (from ctxd/protocol/shapes.py).
- * schema sha256: 08c299484e481b9ae09a0ffe1af982a453eb13eff8463e46f6ea52025203364c
+ * schema sha256: ef0bb0612450a34e68d70ce2dc3e0a80d094fcb06dcbe609c8b9bfc1186da66c
  */
 
 /**
- * Results, notifications and request params of the ctxd wire protocol, version 2 (generated from ctxd/protocol/shapes.py by `python -m ctxd.protocol.shapes`).
+ * Results, notifications and request params of the ctxd wire protocol, version 3 (generated from ctxd/protocol/shapes.py by `python -m ctxd.protocol.shapes`).
  */
 export interface CtxdProtocol {
   ctxd_compact: CompactResult;
@@ -39,6 +39,8 @@ export interface CtxdProtocol {
   ctxd_threads: ThreadsResult;
   ctxd_threadsChanged: ThreadsChanged;
   ctxd_threads_params: ThreadsParams;
+  ctxd_undo: UndoResult;
+  ctxd_undo_params: UndoParams;
   ctxd_usage: Breakdown;
   ctxd_usageChanged: UsageChanged;
   ctxd_usage_params: UsageParams;
@@ -55,6 +57,7 @@ export interface CompactResult {
   tokensAfter: number;
   tokensBefore: number;
   trimmedItems: number;
+  undoId?: number;
 }
 /**
  * This interface was referenced by `CtxdProtocol`'s JSON-Schema
@@ -183,6 +186,7 @@ export interface GhostListParams {
 export interface RestoreResult {
   dryRun?: boolean;
   id: string;
+  operationId?: number;
   pathEncoding?: "escaped";
   removed: string[];
   removedItems?: number;
@@ -219,6 +223,7 @@ export interface HistoryResult {
   compactions?: CompactionRecord[];
   historyVersion: number;
   items: HistoryItem[];
+  operations?: OperationRecord[];
   total: number;
 }
 /**
@@ -236,6 +241,7 @@ export interface CompactionRecord {
   strategy: string | null;
   tokensAfter: number | null;
   tokensBefore: number | null;
+  undoneBy?: number;
   writtenItems: number;
 }
 /**
@@ -248,6 +254,22 @@ export interface HistoryItem {
   archived?: boolean;
   type: string;
   [k: string]: unknown;
+}
+/**
+ * (v3) One history operation of a thread (`ctxd/history` with `includeArchived`).
+ *
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "OperationRecord".
+ */
+export interface OperationRecord {
+  createdAt: string;
+  id: number;
+  itemsAfter: number;
+  itemsBefore: number;
+  kind: "compaction" | "rollback" | "restore" | "undo";
+  tokensAfter: number | null;
+  tokensBefore: number | null;
+  undoneBy?: number;
 }
 /**
  * This interface was referenced by `CtxdProtocol`'s JSON-Schema
@@ -350,12 +372,18 @@ export interface TokenUsage {
   totalTokens: number;
 }
 /**
+ * (v3) With `dryRun`, what the rollback would do, and nothing changed (`usage` is as it is).
+ *
  * This interface was referenced by `CtxdProtocol`'s JSON-Schema
  * via the `definition` "RollbackResult".
  */
 export interface RollbackResult {
+  crossesCompaction?: boolean;
+  dryRun?: boolean;
   historyVersion: number;
   removedItems: number;
+  tokensAfter?: number;
+  undoId?: number;
   usage: UsageSnapshot;
 }
 /**
@@ -363,6 +391,7 @@ export interface RollbackResult {
  * via the `definition` "RollbackParams".
  */
 export interface RollbackParams {
+  dryRun?: boolean;
   thread?: string;
   turns: number;
   workDoneToken?: number | string | null;
@@ -501,6 +530,28 @@ export interface ThreadsChanged {
  * via the `definition` "ThreadsParams".
  */
 export interface ThreadsParams {
+  workspace: string;
+}
+/**
+ * (v3) `ctxd/undo`: the history the operation replaced is back; `undoId` redoes it.
+ *
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "UndoResult".
+ */
+export interface UndoResult {
+  historyVersion: number;
+  removedItems?: number;
+  undoId: number;
+  usage: UsageSnapshot;
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "UndoParams".
+ */
+export interface UndoParams {
+  id: number;
+  thread?: string;
+  workDoneToken?: number | string | null;
   workspace: string;
 }
 /**
