@@ -78,7 +78,7 @@ def test_a_compaction_is_undone_exactly_and_redone(thread: Thread) -> None:
     assert ops[0]["itemsBefore"] == len(before) and ops[0]["itemsAfter"] == len(compacted)
     assert "undoneBy" not in ops[0] and ops[1]["undoneBy"] == ops[2]["id"]
     # Nothing was deleted: every item recorded is still there, active or archived.
-    stored = [{k: v for k, v in item.items() if k != "archived"} for item in history["items"]]
+    stored = [{k: v for k, v in item.items() if k not in ("archived", "archivedBy")} for item in history["items"]]
     assert all(item in stored for item in before + compacted)
     # An operation already undone, or one the thread does not have, is refused.
     with pytest.raises(RpcError) as caught:
@@ -209,7 +209,7 @@ def test_restore_with_the_conversation_is_undone_by_its_undo_id_files_and_all(th
     assert restored["removedItems"] == 2 and isinstance(restored["operationId"], int)
     assert thread.items() == before[:2] and not (workspace / "feature.py").exists()
     archived = [item for item in thread.everything()["items"] if item.get("archived")]
-    assert [{k: v for k, v in item.items() if k != "archived"} for item in archived] == before[2:]  # kept, not deleted
+    assert [{k: v for k, v in item.items() if k not in ("archived", "archivedBy")} for item in archived] == before[2:]  # kept, not deleted
     # Restoring the restore's undoId with the conversation puts back both.
     back = thread.call("ctxd/ghost/restore", id=restored["undoId"], conversation=True)
     assert (workspace / "feature.py").read_text() == "work\n" and thread.items() == before

@@ -233,7 +233,8 @@ class Workspace:
             extra: dict[str, Any] = {}
             if include_archived:
                 rows = self.store.all_rows(thread)
-                items = [json.loads(r.body) | ({"archived": True} if r.archived is not None else {}) for r in rows]
+                items = [json.loads(r.body) | ({"archived": True, "archivedBy": r.archived} if r.archived is not None else {})
+                         for r in rows]
                 ops = operations.load(self.store.operations(thread))
                 extra["compactions"] = operations.compactions_wire(ops, rows)
                 extra["operations"] = operations.wire(ops, rows)

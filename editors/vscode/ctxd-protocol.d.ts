@@ -2,7 +2,7 @@
 /**
  * The ctxd wire protocol (version 2): results, notifications and request params. GENERATED, do not edit:
  * `npm run gen:protocol` from docs/protocol.schema.json (from ctxd/protocol/shapes.py).
- * schema sha256: ef0bb0612450a34e68d70ce2dc3e0a80d094fcb06dcbe609c8b9bfc1186da66c
+ * schema sha256: 578eaa541ac0dad1408686994b094f4089bd9a7e161ec81e8808514849268da6
  */
 
 /**
@@ -227,8 +227,9 @@ export interface HistoryResult {
   total: number;
 }
 /**
- * One past compaction of a thread (`ctxd/history` with `includeArchived`). The archived items,
- * in order, are each compaction's `archivedItems` in turn, oldest compaction first.
+ * One past compaction of a thread (`ctxd/history` with `includeArchived`). The items it
+ * replaced are the archived items whose `archivedBy` is its id (v3: rollbacks, restores and
+ * undos archive items too, so archived items no longer follow the compactions in turn).
  *
  * This interface was referenced by `CtxdProtocol`'s JSON-Schema
  * via the `definition` "CompactionRecord".
@@ -252,6 +253,7 @@ export interface CompactionRecord {
  */
 export interface HistoryItem {
   archived?: boolean;
+  archivedBy?: number;
   type: string;
   [k: string]: unknown;
 }

@@ -45,8 +45,9 @@
 ---@field tokensBefore integer
 ---@field workspace string
 
---- One past compaction of a thread (`ctxd/history` with `includeArchived`). The archived items,
---- in order, are each compaction's `archivedItems` in turn, oldest compaction first.
+--- One past compaction of a thread (`ctxd/history` with `includeArchived`). The items it
+--- replaced are the archived items whose `archivedBy` is its id (v3: rollbacks, restores and
+--- undos archive items too, so archived items no longer follow the compactions in turn).
 ---@class ctxd.CompactionRecord
 ---@field archivedItems integer
 ---@field automatic boolean
@@ -133,6 +134,7 @@
 --- An item of `ctxd/history`; with `includeArchived`, the ones a compaction replaced say so.
 ---@class ctxd.HistoryItem
 ---@field archived? boolean
+---@field archivedBy? integer
 ---@field type string
 ---@field [string] any
 
