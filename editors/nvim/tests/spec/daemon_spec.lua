@@ -487,7 +487,8 @@ t.describe('daemon', function()
     vim.ui.select = saved
     t.contains('Follow the most recently active thread', follow_row)
     t.truthy(rows['small-one'], vim.inspect(rows))
-    t.matches('^● ctx +%d+%% +[%d%.]+k?/128k  small%-one +%d+s$', rows['small-one'], 'the current thread, marked')
+    -- A client thread's title is its first user message (protocol 3).
+    t.matches('^● ctx +%d+%% +[%d%.]+k?/128k  small +%d+s$', rows['small-one'], 'the current thread, marked')
     -- Rows are aligned: the token column ends at the same display column.
     local ends = {}
     for _, row in pairs(rows) do
@@ -619,7 +620,7 @@ t.describe('daemon', function()
     t.matches('executable: %S+', text)
     t.contains('version: ctxd ', text)
     t.matches('attached to 1 buffer, including %S*README%.md', text)
-    t.matches('protocol version 2, %d+ methods', text)
+    t.matches('protocol version 3, %d+ methods', text)
     t.contains(vim.fs.joinpath(vim.env.XDG_STATE_HOME, 'ctxd'), text)
     t.eq(nil, text:find('ERROR', 1, true), text)
     -- The plugin never loads tiktoken itself (that would download the encoding): the tokenizer
