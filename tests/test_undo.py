@@ -180,14 +180,21 @@ def test_an_unnamed_compaction_of_a_short_thread_is_refused_before_any_request(d
     assert thread.items() == [user("hi"), assistant("hello")]
 
 
-def test_client_threads_get_a_title_and_a_cost(daemon_factory, workspace: Path) -> None:
+def test_client_threads_get_a_title(daemon_factory, workspace: Path) -> None:
+    thread = Thread(daemon_factory([workspace]), workspace)
+    thread.call("ctxd/record", items=[user("<environment_context>cwd</environment_context>"), assistant("hi")])
+    assert {t["thread"]: t for t in thread.call("ctxd/threads")["threads"]}["t"]["title"] is None
+    thread.call("ctxd/record", items=[user("Please   make the CSV importer skip blank lines " + "x" * 100)])
+    thread.call("ctxd/record", items=[user("and then the tests")])
+    title = {t["thread"]: t for t in thread.call("ctxd/threads")["threads"]}["t"]["title"]
+    assert title.startswith("Please make the CSV importer skip blank lines x") and len(title) == 80
+    assert title.endswith("…")
+
+
+def test_client_threads_get_a_cost(daemon_factory, workspace: Path) -> None:
     thread = Thread(daemon_factory([workspace]), workspace)
     thread.call("ctxd/setPromptContext", model="gpt-5")
-    thread.call("ctxd/record", items=[user("<environment_context>cwd</environment_context>"),
-                                      user("Please   make the CSV importer skip blank lines " + "x" * 100)])
-    listed = {t["thread"]: t for t in thread.call("ctxd/threads")["threads"]}
-    title = listed["t"]["title"]
-    assert title.startswith("Please make the CSV importer skip blank lines") and len(title) <= 80
+    thread.call("ctxd/record", items=[user("hi")])
     assert "cost" not in thread.call("ctxd/usage")  # no usage reported yet
     usage = {"inputTokens": 1_000_000, "cachedInputTokens": 400_000, "outputTokens": 100_000, "totalTokens": 1_100_000}
     thread.call("ctxd/reportTokenUsage", usage=usage)
