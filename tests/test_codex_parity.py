@@ -520,6 +520,21 @@ def kept_user_texts(items: list[dict[str, Any]]) -> list[str]:
 LONG_OUTPUT = "".join(f"tests/test_cli.py::test_{n} PASSED\n" for n in range(200))
 
 
+def test_a_compaction_asked_for_replaces_even_a_short_thread(daemon_factory, workspace, fake) -> None:
+    # Codex: suite/compact.rs::summarize_context_three_requests_and_instructions (a manual compaction of
+    # a one-turn thread: the next request holds the user's message and the summary, no assistant reply)
+    fake.summary = "SUMMARY_ONLY_CONTEXT"
+    t = thread_of(daemon_factory, workspace, llm_options(fake, api="chat"))
+    t.record(user("hello world"), assistant("FIRST_REPLY"))
+    t.call("ctxd/compact", strategy="llm")
+    t.record(user("next turn"))
+    sent = t.prompt()["items"]
+    assert [item["role"] for item in sent] == ["user", "user", "user"]
+    assert sent[0] == user("hello world") and sent[2] == user("next turn")
+    assert sent[1]["content"][0]["text"].endswith("\nSUMMARY_ONLY_CONTEXT")
+    assert fake.requests[0].body["messages"][-1]["content"] not in json.dumps(sent)  # not the instruction
+
+
 @pytest.mark.parametrize("strategy", ["llm", "offline"])
 def test_compaction_keeps_only_what_the_user_typed(daemon_factory, workspace, fake, strategy) -> None:
     # Codex: compact_tests.rs::collect_user_messages_extracts_user_text_only

@@ -88,7 +88,8 @@ def test_build_compacted_history_layout() -> None:
     assert history[0]["content"][0]["text"] == "first"
     assert history[1]["content"][0]["text"] == "second"
     summary = history[2]["content"][0]["text"]
-    assert summary.startswith(SUMMARY_PREFIX) and summary.endswith("the new summary")
+    # The earlier summary is carried forward after the new one, word for word (protocol v3).
+    assert summary.startswith(SUMMARY_PREFIX) and summary.endswith("the new summary\n\n## Earlier summary\nold summary")
     assert history[3] == GHOST
 
 

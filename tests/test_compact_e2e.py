@@ -126,7 +126,7 @@ def test_history_lists_past_compactions_with_their_tokens(daemon_factory, worksp
     assert records[1]["archivedItems"] == records[0]["writtenItems"] + len(turn(7) + turn(8))
     assert len(archived) == records[0]["archivedItems"] + records[1]["archivedItems"]
     assert [i for i in archived[:records[0]["archivedItems"]] if i["type"] != "ghost_snapshot"] == [
-        i | {"archived": True} for i in thread_items() if i["type"] != "ghost_snapshot"]
+        i | {"archived": True, "archivedBy": records[0]["id"]} for i in thread_items() if i["type"] != "ghost_snapshot"]
     active = client.request("ctxd/history", {"workspace": ws})
     assert records[1]["writtenItems"] <= active["total"]
 

@@ -71,7 +71,7 @@ def summaries(items: list[dict[str, Any]]) -> str:
 
 
 def plain(item: dict[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in item.items() if key != "archived"}
+    return {key: value for key, value in item.items() if key not in ("archived", "archivedBy")}
 
 
 class TimeMachine(RuleBasedStateMachine):

@@ -15,7 +15,7 @@ from tests.helpers import assistant, call, output, user
 from tests.rpc import Client, RpcError, daemon_env, start_daemon
 
 METHODS = {"ctxd/record", "ctxd/reportTokenUsage", "ctxd/setPromptContext", "ctxd/usage", "ctxd/prompt",
-           "ctxd/rollback", "ctxd/history", "ctxd/threads"}
+           "ctxd/rollback", "ctxd/history", "ctxd/threads", "ctxd/undo"}
 
 
 def rec(client: Client, ws: Path, items: list[dict[str, Any]], thread: str = "default") -> dict[str, Any]:

@@ -78,7 +78,7 @@ def test_a_compaction_is_undone_exactly_and_redone(thread: Thread) -> None:
     assert ops[0]["itemsBefore"] == len(before) and ops[0]["itemsAfter"] == len(compacted)
     assert "undoneBy" not in ops[0] and ops[1]["undoneBy"] == ops[2]["id"]
     # Nothing was deleted: every item recorded is still there, active or archived.
-    stored = [{k: v for k, v in item.items() if k != "archived"} for item in history["items"]]
+    stored = [{k: v for k, v in item.items() if k not in ("archived", "archivedBy")} for item in history["items"]]
     assert all(item in stored for item in before + compacted)
     # An operation already undone, or one the thread does not have, is refused.
     with pytest.raises(RpcError) as caught:
@@ -180,14 +180,21 @@ def test_an_unnamed_compaction_of_a_short_thread_is_refused_before_any_request(d
     assert thread.items() == [user("hi"), assistant("hello")]
 
 
-def test_client_threads_get_a_title_and_a_cost(daemon_factory, workspace: Path) -> None:
+def test_client_threads_get_a_title(daemon_factory, workspace: Path) -> None:
+    thread = Thread(daemon_factory([workspace]), workspace)
+    thread.call("ctxd/record", items=[user("<environment_context>cwd</environment_context>"), assistant("hi")])
+    assert {t["thread"]: t for t in thread.call("ctxd/threads")["threads"]}["t"]["title"] is None
+    thread.call("ctxd/record", items=[user("Please   make the CSV importer skip blank lines " + "x" * 100)])
+    thread.call("ctxd/record", items=[user("and then the tests")])
+    title = {t["thread"]: t for t in thread.call("ctxd/threads")["threads"]}["t"]["title"]
+    assert title.startswith("Please make the CSV importer skip blank lines x") and len(title) == 80
+    assert title.endswith("…")
+
+
+def test_client_threads_get_a_cost(daemon_factory, workspace: Path) -> None:
     thread = Thread(daemon_factory([workspace]), workspace)
     thread.call("ctxd/setPromptContext", model="gpt-5")
-    thread.call("ctxd/record", items=[user("<environment_context>cwd</environment_context>"),
-                                      user("Please   make the CSV importer skip blank lines " + "x" * 100)])
-    listed = {t["thread"]: t for t in thread.call("ctxd/threads")["threads"]}
-    title = listed["t"]["title"]
-    assert title.startswith("Please make the CSV importer skip blank lines") and len(title) <= 80
+    thread.call("ctxd/record", items=[user("hi")])
     assert "cost" not in thread.call("ctxd/usage")  # no usage reported yet
     usage = {"inputTokens": 1_000_000, "cachedInputTokens": 400_000, "outputTokens": 100_000, "totalTokens": 1_100_000}
     thread.call("ctxd/reportTokenUsage", usage=usage)
@@ -209,7 +216,7 @@ def test_restore_with_the_conversation_is_undone_by_its_undo_id_files_and_all(th
     assert restored["removedItems"] == 2 and isinstance(restored["operationId"], int)
     assert thread.items() == before[:2] and not (workspace / "feature.py").exists()
     archived = [item for item in thread.everything()["items"] if item.get("archived")]
-    assert [{k: v for k, v in item.items() if k != "archived"} for item in archived] == before[2:]  # kept, not deleted
+    assert [{k: v for k, v in item.items() if k not in ("archived", "archivedBy")} for item in archived] == before[2:]  # kept, not deleted
     # Restoring the restore's undoId with the conversation puts back both.
     back = thread.call("ctxd/ghost/restore", id=restored["undoId"], conversation=True)
     assert (workspace / "feature.py").read_text() == "work\n" and thread.items() == before

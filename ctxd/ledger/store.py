@@ -526,7 +526,7 @@ class Store:
         return [op for op in self.operations(thread) if op[2].get("kind", "compaction") == "compaction"]
 
     def annotate_compaction(self, compaction_id: int, **info: Any) -> None:
-        """Add what is known only after the swap (the tokens after it) to a compaction's info."""
+        """Add what is known only after it is written (the tokens after it) to an operation's info."""
         with self._write() as db:
             self._merge_info(db, compaction_id, info)
 

@@ -233,7 +233,8 @@ class Workspace:
             extra: dict[str, Any] = {}
             if include_archived:
                 rows = self.store.all_rows(thread)
-                items = [json.loads(r.body) | ({"archived": True} if r.archived is not None else {}) for r in rows]
+                items = [json.loads(r.body) | ({"archived": True, "archivedBy": r.archived} if r.archived is not None else {})
+                         for r in rows]
                 ops = operations.load(self.store.operations(thread))
                 extra["compactions"] = operations.compactions_wire(ops, rows)
                 extra["operations"] = operations.wire(ops, rows)
@@ -608,14 +609,15 @@ TITLE_CHARS = 80
 
 
 def _untitled(ledger: ThreadLedger, kept: list[dict[str, Any]]) -> str | None:
-    """A client thread's title, when it has none yet: its first user message, on one short line."""
-    if (ledger.state or {}).get("title") is not None:
+    """A client thread's title, when it has none yet and a user message was just recorded: its
+    first user message (recorded now or before), on one short line."""
+    if (ledger.state or {}).get("title") is not None or not any(map(is_real_user_message, kept)):
         return None
-    for item in kept:
-        if is_real_user_message(item):
-            line = " ".join(message_text(item).split())
-            return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1].rstrip() + "…"
-    return None
+    first = next((entry.item for entry in ledger.entries if is_real_user_message(entry.item)), None)
+    if first is None:
+        return None
+    line = " ".join(message_text(first).split())
+    return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1].rstrip() + "…"
 
 
 def _entry(row: Row) -> Entry:

@@ -110,6 +110,7 @@ class HistoryItem(Item):
     """An item of `ctxd/history`; with `includeArchived`, the ones a compaction replaced say so."""
 
     archived: NotRequired[bool]
+    archivedBy: NotRequired[int]  # (v3) the history operation that took it out of the active history
 
 
 class PromptResult(TypedDict):
@@ -181,8 +182,9 @@ class OperationRecord(TypedDict):
 
 
 class CompactionRecord(TypedDict):
-    """One past compaction of a thread (`ctxd/history` with `includeArchived`). The archived items,
-    in order, are each compaction's `archivedItems` in turn, oldest compaction first."""
+    """One past compaction of a thread (`ctxd/history` with `includeArchived`). The items it
+    replaced are the archived items whose `archivedBy` is its id (v3: rollbacks, restores and
+    undos archive items too, so archived items no longer follow the compactions in turn)."""
 
     __pydantic_config__ = STRICT  # type: ignore[misc]
     id: int

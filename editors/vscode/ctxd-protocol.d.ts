@@ -2,11 +2,11 @@
 /**
  * The ctxd wire protocol (version 2): results, notifications and request params. GENERATED, do not edit:
  * `npm run gen:protocol` from docs/protocol.schema.json (from ctxd/protocol/shapes.py).
- * schema sha256: 08c299484e481b9ae09a0ffe1af982a453eb13eff8463e46f6ea52025203364c
+ * schema sha256: 578eaa541ac0dad1408686994b094f4089bd9a7e161ec81e8808514849268da6
  */
 
 /**
- * Results, notifications and request params of the ctxd wire protocol, version 2 (generated from ctxd/protocol/shapes.py by `python -m ctxd.protocol.shapes`).
+ * Results, notifications and request params of the ctxd wire protocol, version 3 (generated from ctxd/protocol/shapes.py by `python -m ctxd.protocol.shapes`).
  */
 export interface CtxdProtocol {
   ctxd_compact: CompactResult;
@@ -39,6 +39,8 @@ export interface CtxdProtocol {
   ctxd_threads: ThreadsResult;
   ctxd_threadsChanged: ThreadsChanged;
   ctxd_threads_params: ThreadsParams;
+  ctxd_undo: UndoResult;
+  ctxd_undo_params: UndoParams;
   ctxd_usage: Breakdown;
   ctxd_usageChanged: UsageChanged;
   ctxd_usage_params: UsageParams;
@@ -55,6 +57,7 @@ export interface CompactResult {
   tokensAfter: number;
   tokensBefore: number;
   trimmedItems: number;
+  undoId?: number;
 }
 /**
  * This interface was referenced by `CtxdProtocol`'s JSON-Schema
@@ -183,6 +186,7 @@ export interface GhostListParams {
 export interface RestoreResult {
   dryRun?: boolean;
   id: string;
+  operationId?: number;
   pathEncoding?: "escaped";
   removed: string[];
   removedItems?: number;
@@ -219,11 +223,13 @@ export interface HistoryResult {
   compactions?: CompactionRecord[];
   historyVersion: number;
   items: HistoryItem[];
+  operations?: OperationRecord[];
   total: number;
 }
 /**
- * One past compaction of a thread (`ctxd/history` with `includeArchived`). The archived items,
- * in order, are each compaction's `archivedItems` in turn, oldest compaction first.
+ * One past compaction of a thread (`ctxd/history` with `includeArchived`). The items it
+ * replaced are the archived items whose `archivedBy` is its id (v3: rollbacks, restores and
+ * undos archive items too, so archived items no longer follow the compactions in turn).
  *
  * This interface was referenced by `CtxdProtocol`'s JSON-Schema
  * via the `definition` "CompactionRecord".
@@ -236,6 +242,7 @@ export interface CompactionRecord {
   strategy: string | null;
   tokensAfter: number | null;
   tokensBefore: number | null;
+  undoneBy?: number;
   writtenItems: number;
 }
 /**
@@ -246,8 +253,25 @@ export interface CompactionRecord {
  */
 export interface HistoryItem {
   archived?: boolean;
+  archivedBy?: number;
   type: string;
   [k: string]: unknown;
+}
+/**
+ * (v3) One history operation of a thread (`ctxd/history` with `includeArchived`).
+ *
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "OperationRecord".
+ */
+export interface OperationRecord {
+  createdAt: string;
+  id: number;
+  itemsAfter: number;
+  itemsBefore: number;
+  kind: "compaction" | "rollback" | "restore" | "undo";
+  tokensAfter: number | null;
+  tokensBefore: number | null;
+  undoneBy?: number;
 }
 /**
  * This interface was referenced by `CtxdProtocol`'s JSON-Schema
@@ -350,12 +374,18 @@ export interface TokenUsage {
   totalTokens: number;
 }
 /**
+ * (v3) With `dryRun`, what the rollback would do, and nothing changed (`usage` is as it is).
+ *
  * This interface was referenced by `CtxdProtocol`'s JSON-Schema
  * via the `definition` "RollbackResult".
  */
 export interface RollbackResult {
+  crossesCompaction?: boolean;
+  dryRun?: boolean;
   historyVersion: number;
   removedItems: number;
+  tokensAfter?: number;
+  undoId?: number;
   usage: UsageSnapshot;
 }
 /**
@@ -363,6 +393,7 @@ export interface RollbackResult {
  * via the `definition` "RollbackParams".
  */
 export interface RollbackParams {
+  dryRun?: boolean;
   thread?: string;
   turns: number;
   workDoneToken?: number | string | null;
@@ -501,6 +532,28 @@ export interface ThreadsChanged {
  * via the `definition` "ThreadsParams".
  */
 export interface ThreadsParams {
+  workspace: string;
+}
+/**
+ * (v3) `ctxd/undo`: the history the operation replaced is back; `undoId` redoes it.
+ *
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "UndoResult".
+ */
+export interface UndoResult {
+  historyVersion: number;
+  removedItems?: number;
+  undoId: number;
+  usage: UsageSnapshot;
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "UndoParams".
+ */
+export interface UndoParams {
+  id: number;
+  thread?: string;
+  workDoneToken?: number | string | null;
   workspace: string;
 }
 /**

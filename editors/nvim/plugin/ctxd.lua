@@ -8,7 +8,7 @@ vim.api.nvim_create_user_command('Ctxd', function(opts)
   require('ctxd.commands').run(opts.fargs)
 end, {
   nargs = '*',
-  desc = 'ctxd: usage, threads, compact, snapshot, diff, restore, undo-restore, rollback, log, restart',
+  desc = 'ctxd: usage, threads, compact, snapshot, diff, restore, undo-restore, rollback, undo, log, restart',
   complete = function(arglead, cmdline)
     return require('ctxd.commands').complete(arglead, cmdline)
   end,

@@ -9,7 +9,7 @@ local M = {}
 local pending
 
 --- The protocol versions this plugin speaks (PROTOCOL.md); the newest is preferred.
-M.PROTOCOL_VERSIONS = { 1, 2 }
+M.PROTOCOL_VERSIONS = { 1, 2, 3 }
 
 --- Methods that address a workspace but no thread.
 local workspace_only = { ['ctxd/threads'] = true, ['ctxd/status'] = true }

@@ -430,6 +430,15 @@ M.subcommands.threads = {
   end,
 }
 
+--- `2 turns (5 items) · 1.2k tokens after`
+---@param turns integer
+---@param r table a rollback result or its dry run
+---@return string
+local function rollback_text(turns, r)
+  return ('%d turn%s (%s items removed, %s tokens after)'):format(
+    turns, turns == 1 and '' or 's', tostring(r.removedItems), tostring(r.tokensAfter or '?'))
+end
+
 M.subcommands.rollback = {
   run = function(args)
     local turns = tonumber(args[1] or '1')
@@ -437,9 +446,75 @@ M.subcommands.rollback = {
       notify(('rollback takes a positive number of turns, got %q'):format(args[1]), vim.log.levels.ERROR)
       return
     end
-    client.request('ctxd/rollback', { turns = turns }, handle('rollback', function(r)
-      notify(('rolled back %d turn%s (%s items removed)'):format(turns, turns == 1 and '' or 's', tostring(r.removedItems)))
-    end))
+    local target, why = current_target()
+    if not target then
+      notify('rollback failed: ' .. tostring(why), vim.log.levels.ERROR)
+      return
+    end
+    local function run()
+      client.request('ctxd/rollback', { turns = turns }, handle('rollback', function(r)
+        local text = 'rolled back ' .. rollback_text(turns, r)
+        if r.undoId then
+          text = text .. '; :Ctxd undo puts it back'
+        end
+        notify(text)
+      end), target)
+    end
+    local lsp_client = client.resolve(target)
+    if not (lsp_client and client.supports(lsp_client, 'ctxd/undo')) then
+      run() -- a daemon before protocol 3 has no preview (and no undo) to offer
+      return
+    end
+    -- Ask first, saying what it drops, and whether it goes back past a compaction.
+    client.request('ctxd/rollback', { turns = turns, dryRun = true }, handle('rollback', function(preview)
+      if preview.removedItems == 0 then
+        notify('nothing to roll back: the thread has no user turn', vim.log.levels.WARN)
+        return
+      end
+      local label = 'Roll back ' .. rollback_text(turns, preview)
+      if preview.crossesCompaction then
+        label = label .. ', back past a compaction (what it replaced comes back)'
+      end
+      vim.ui.select({ { label = label, go = true }, { label = 'Cancel', go = false } }, {
+        prompt = preview.crossesCompaction and 'Roll back past a compaction?' or 'Roll back?',
+        format_item = function(c)
+          return c.label
+        end,
+        kind = 'ctxd.rollback',
+      }, function(choice)
+        if choice and choice.go then
+          run()
+        end
+      end)
+    end), target)
+  end,
+}
+
+--- Undo the thread's latest history operation (a compaction, a rollback, a restore with the
+--- conversation, or an undo: undoing an undo redoes).
+M.subcommands.undo = {
+  run = function()
+    local target, why = current_target()
+    if not target then
+      notify('undo failed: ' .. tostring(why), vim.log.levels.ERROR)
+      return
+    end
+    client.request('ctxd/history', { includeArchived = true, limit = 0 }, handle('undo', function(history)
+      local ops = history.operations or {}
+      local last = ops[#ops]
+      if not last then
+        notify('nothing to undo: this thread has no compaction, rollback or restore', vim.log.levels.WARN)
+        return
+      end
+      client.request('ctxd/undo', { id = last.id }, handle('undo', function(r)
+        notify(('undid the %s (%d -> %d items); :Ctxd undo again redoes it'):format(
+          last.kind, last.itemsAfter or 0, last.itemsBefore or 0))
+        if type(r.usage) == 'table' then
+          status.seed(target.workspace, target.thread, r.usage)
+          vim.cmd.redrawstatus({ bang = true })
+        end
+      end), target)
+    end), target)
   end,
 }
 

@@ -35,6 +35,7 @@
 ---@field tokensAfter integer
 ---@field tokensBefore integer
 ---@field trimmedItems integer
+---@field undoId? integer
 
 --- `ctxd/compacted`.
 ---@class ctxd.Compacted
@@ -44,8 +45,9 @@
 ---@field tokensBefore integer
 ---@field workspace string
 
---- One past compaction of a thread (`ctxd/history` with `includeArchived`). The archived items,
---- in order, are each compaction's `archivedItems` in turn, oldest compaction first.
+--- One past compaction of a thread (`ctxd/history` with `includeArchived`). The items it
+--- replaced are the archived items whose `archivedBy` is its id (v3: rollbacks, restores and
+--- undos archive items too, so archived items no longer follow the compactions in turn).
 ---@class ctxd.CompactionRecord
 ---@field archivedItems integer
 ---@field automatic boolean
@@ -54,6 +56,7 @@
 ---@field strategy string|nil
 ---@field tokensAfter integer|nil
 ---@field tokensBefore integer|nil
+---@field undoneBy? integer
 ---@field writtenItems integer
 
 ---@class ctxd.Cost
@@ -131,6 +134,7 @@
 --- An item of `ctxd/history`; with `includeArchived`, the ones a compaction replaced say so.
 ---@class ctxd.HistoryItem
 ---@field archived? boolean
+---@field archivedBy? integer
 ---@field type string
 ---@field [string] any
 
@@ -146,6 +150,7 @@
 ---@field compactions? ctxd.CompactionRecord[]
 ---@field historyVersion integer
 ---@field items ctxd.HistoryItem[]
+---@field operations? ctxd.OperationRecord[]
 ---@field total integer
 
 --- A restore a crash cut short: restoring `undoId` goes back to the state before it.
@@ -165,6 +170,17 @@
 ---@field content string
 ---@field path string
 ---@field [string] any
+
+--- (v3) One history operation of a thread (`ctxd/history` with `includeArchived`).
+---@class ctxd.OperationRecord
+---@field createdAt string
+---@field id integer
+---@field itemsAfter integer
+---@field itemsBefore integer
+---@field kind "compaction"|"rollback"|"restore"|"undo"
+---@field tokensAfter integer|nil
+---@field tokensBefore integer|nil
+---@field undoneBy? integer
 
 ---@class ctxd.Problem
 ---@field key? string
@@ -203,6 +219,7 @@
 ---@class ctxd.RestoreResult
 ---@field dryRun? boolean
 ---@field id string
+---@field operationId? integer
 ---@field pathEncoding? "escaped"
 ---@field removed string[]
 ---@field removedItems? integer
@@ -210,14 +227,20 @@
 ---@field undoId? string|nil
 
 ---@class ctxd.RollbackParams
+---@field dryRun? boolean
 ---@field thread? string
 ---@field turns integer
 ---@field workDoneToken? integer|string|nil
 ---@field workspace string
 
+--- (v3) With `dryRun`, what the rollback would do, and nothing changed (`usage` is as it is).
 ---@class ctxd.RollbackResult
+---@field crossesCompaction? boolean
+---@field dryRun? boolean
 ---@field historyVersion integer
 ---@field removedItems integer
+---@field tokensAfter? integer
+---@field undoId? integer
 ---@field usage ctxd.UsageSnapshot
 
 ---@class ctxd.SetPromptContextParams
@@ -300,6 +323,19 @@
 ---@field schema? any
 ---@field server? string|nil
 ---@field [string] any
+
+---@class ctxd.UndoParams
+---@field id integer
+---@field thread? string
+---@field workDoneToken? integer|string|nil
+---@field workspace string
+
+--- (v3) `ctxd/undo`: the history the operation replaced is back; `undoId` redoes it.
+---@class ctxd.UndoResult
+---@field historyVersion integer
+---@field removedItems? integer
+---@field undoId integer
+---@field usage ctxd.UsageSnapshot
 
 --- `ctxd/usageChanged`.
 ---@class ctxd.UsageChanged

@@ -11,6 +11,20 @@ local function gauge_after(pred, what)
   return require('ctxd').gauge()
 end
 
+--- Answer the next vim.ui.select with the choice `pick` returns the index of; what was asked is kept.
+---@param pick fun(items: table[]): integer?
+local function answer_select(pick)
+  local saved, asked = vim.ui.select, {}
+  vim.ui.select = function(items, opts, on_choice)
+    vim.ui.select = saved
+    asked.prompt = opts.prompt
+    asked.rows = vim.tbl_map(opts.format_item, items)
+    local index = pick(items)
+    on_choice(index and items[index] or nil, index)
+  end
+  return asked
+end
+
 t.describe('daemon', function()
   t.before_each(function()
     h.capture_notify()
@@ -20,9 +34,9 @@ t.describe('daemon', function()
     h.fresh_thread()
   end)
 
-  t.it('attaches and initializes with protocol version 2', function()
+  t.it('attaches and initializes with protocol version 3', function()
     local info = require('ctxd.client').server_info(client)
-    t.eq(2, info.protocolVersion, vim.inspect(info))
+    t.eq(3, info.protocolVersion, vim.inspect(info))
     t.truthy(vim.tbl_contains(info.methods, 'ctxd/record'))
     t.eq({ h.uri }, require('ctxd.client').folders(client))
     t.eq('ctxd', client.server_info.name)
@@ -190,15 +204,51 @@ t.describe('daemon', function()
     t.eq(false, vim.api.nvim_win_is_valid(win))
   end)
 
-  t.it(':Ctxd rollback drops turns', function()
+  t.it(':Ctxd rollback asks first, drops turns, and :Ctxd undo puts them back', function()
     h.request('ctxd/record', { items = { h.user('one'), h.assistant('1'), h.user('two'), h.assistant('2') } })
+    local asked = answer_select(function()
+      return 2 -- Cancel
+    end)
+    vim.cmd('Ctxd rollback')
+    t.wait_for(function()
+      return asked.prompt
+    end, 'the question')
+    t.eq('Roll back?', asked.prompt)
+    t.contains('2 items removed', asked.rows[1])
+    t.eq(4, h.request('ctxd/history', {}).total) -- cancelled: nothing changed
+    answer_select(function()
+      return 1
+    end)
     vim.cmd('Ctxd rollback')
     h.wait_message('rolled back 1 turn')
     local history = h.request('ctxd/history', {})
     t.eq(2, history.total)
     t.eq('one', history.items[1].content[1].text)
+    vim.cmd('Ctxd undo')
+    h.wait_message('undid the rollback')
+    t.eq(4, h.request('ctxd/history', {}).total)
     vim.cmd('Ctxd rollback 0')
     h.wait_message('positive number of turns')
+  end)
+
+  t.it(':Ctxd rollback says when it goes back past a compaction', function()
+    local items = {}
+    for n = 1, 4 do
+      vim.list_extend(items, { h.user('turn ' .. n), h.assistant(h.text(3000, n)) })
+    end
+    h.request('ctxd/record', { items = items })
+    h.request('ctxd/compact', { strategy = 'offline' })
+    local asked = answer_select(function()
+      return 1
+    end)
+    vim.cmd('Ctxd rollback')
+    h.wait_message('rolled back 1 turn')
+    t.eq('Roll back past a compaction?', asked.prompt)
+    t.contains('back past a compaction', asked.rows[1])
+    t.eq(6, h.request('ctxd/history', {}).total) -- the three turns before the compaction's last
+    vim.cmd('Ctxd undo')
+    h.wait_message('undid the rollback')
+    t.eq('compaction', h.request('ctxd/history', { includeArchived = true }).operations[1].kind)
   end)
 
   t.it(':Ctxd log lists the ledger', function()
@@ -437,7 +487,8 @@ t.describe('daemon', function()
     vim.ui.select = saved
     t.contains('Follow the most recently active thread', follow_row)
     t.truthy(rows['small-one'], vim.inspect(rows))
-    t.matches('^● ctx +%d+%% +[%d%.]+k?/128k  small%-one +%d+s$', rows['small-one'], 'the current thread, marked')
+    -- A client thread's title is its first user message (protocol 3).
+    t.matches('^● ctx +%d+%% +[%d%.]+k?/128k  small +%d+s$', rows['small-one'], 'the current thread, marked')
     -- Rows are aligned: the token column ends at the same display column.
     local ends = {}
     for _, row in pairs(rows) do
@@ -569,7 +620,7 @@ t.describe('daemon', function()
     t.matches('executable: %S+', text)
     t.contains('version: ctxd ', text)
     t.matches('attached to 1 buffer, including %S*README%.md', text)
-    t.matches('protocol version 2, %d+ methods', text)
+    t.matches('protocol version 3, %d+ methods', text)
     t.contains(vim.fs.joinpath(vim.env.XDG_STATE_HOME, 'ctxd'), text)
     t.eq(nil, text:find('ERROR', 1, true), text)
     -- The plugin never loads tiktoken itself (that would download the encoding): the tokenizer

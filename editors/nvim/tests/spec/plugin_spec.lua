@@ -365,7 +365,7 @@ t.describe(':Ctxd', function()
   end
 
   t.it('completes subcommands and strategies', function()
-    t.eq({ 'compact', 'diff', 'log', 'restart', 'restore', 'rollback', 'snapshot', 'threads', 'undo-restore', 'usage' }, complete('Ctxd '))
+    t.eq({ 'compact', 'diff', 'log', 'restart', 'restore', 'rollback', 'snapshot', 'threads', 'undo', 'undo-restore', 'usage' }, complete('Ctxd '))
     t.eq({ 'restart', 'restore', 'rollback' }, complete('Ctxd r'))
     t.eq({ 'auto', 'llm', 'remote', 'offline' }, complete('Ctxd compact '))
     t.eq({ 'llm' }, complete('Ctxd compact l'))
