@@ -439,3 +439,38 @@ def test_a_huge_price_is_reported_not_raised() -> None:
     problems: list[Problem] = []
     table = pricing.price_table({"my-model": {"input": HUGE, "output": 1.0}}, problems)
     assert "my-model" not in table and [p.key for p in problems] == ["prices.my-model"]
+
+
+# --- memory: bounded caches ------------------------------------------------------------------------------
+
+
+def test_the_usage_view_keeps_a_bounded_number_of_threads() -> None:
+    """Every thread ever asked about used to stay cached (about 4 KB each). Now only the recent
+    ones are kept, whatever the number touched."""
+    import gc
+    import tracemalloc
+
+    from ctxd.ledger.thread import ThreadLedger
+    from ctxd.settings import Settings
+    from ctxd.tokens.counter import TOKENIZERS
+    from ctxd.usage.view import UsageView
+
+    view = UsageView(Settings(tokenizer="estimate:o200k"), lambda s: TOKENIZERS.counter(s.model, s.tokenizer))
+
+    def touch(first: int, last: int) -> None:
+        for n in range(first, last):
+            ledger = ThreadLedger(thread=f"t{n}", prompt_context={"model": "gpt-4o", "tools": [{"name": f"x{n}"}]})
+            view.breakdown(ledger)
+            view.facts(ledger)
+
+    touch(0, 400)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        touch(400, 2400)
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 2000 * 800, f"{grown} bytes kept for 2,000 threads"  # about 5 KB each before
