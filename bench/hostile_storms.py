@@ -10,6 +10,10 @@ tcp: rounds of probers (stalled, no token, a wrong token, a request before initi
   probers given a session, editor failures, daemon exits.
 numbers: rounds of a `.ctxd.toml` with random huge numbers (401 digits, inf, nan) in random
   settings; each records and asks the gauge. Counts: failed requests, unreported bad values.
+threads: memory as a client touches 20,000 threads: RSS growth after the 1,000th, at most
+  THREADS_GROWTH_MIB.
+folders: 2,000 folders added at once while the first workspace is asked for its history: the
+  time until the last is usable, and the first one's slowest answer against its median before.
 Goal for all: every bad count is 0.
 """
 
@@ -204,4 +208,91 @@ def hostile_failed(report: dict[str, Any]) -> list[str]:
     numbers = report.get("numbers")
     if numbers and (numbers["failed_requests"] or numbers["unreported"]):
         failed.append("numbers")
+    folders = report.get("folders")
+    if folders and not folders["within_bound"]:
+        failed.append(f"folders (the first workspace stalled over {FOLDERS_STALL_RATIO}x its idle answer)")
+    threads = report.get("threads")
+    if threads and not threads["within_bound"]:
+        failed.append(f"threads (RSS grew over {THREADS_GROWTH_MIB} MiB)")
     return failed
+
+
+THREADS_GROWTH_MIB = 8
+"""Bound for `threads_memory`: the daemon's RSS may grow at most this much from the 1,000th thread
+touched to the last (every thread used to keep about 5 KB for good)."""
+
+
+def threads_memory(root: Path, threads: int) -> dict[str, Any]:
+    """Record into and ask the gauge of `threads` threads, one after another; the daemon's RSS
+    after the 1,000th and after the last."""
+    ws, state = root / "ws", root / "state"
+    ws.mkdir(exist_ok=True)
+    state.mkdir(exist_ok=True)
+    client = start_daemon(state)
+    client.initialize([ws])
+    uri = ws.as_uri()
+
+    def rss_mib() -> float:
+        for line in Path(f"/proc/{client.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return 0.0
+
+    item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hello"}]}
+    marks: dict[int, float] = {}
+    for n in range(threads):
+        last = client.request_async("ctxd/record", {"workspace": uri, "thread": f"t{n}", "items": [item]})
+        client.request_async("ctxd/usage", {"workspace": uri, "thread": f"t{n}"})
+        if n % 500 == 499 or n + 1 == threads:
+            client.result(last, timeout=120)
+        if n + 1 in (1000, threads):
+            marks[n + 1] = rss_mib()
+    client.shutdown()
+    growth = marks[threads] - marks[1000]
+    return {"threads": threads, "rss_at_1000_mib": round(marks[1000], 1),
+            f"rss_at_{threads}_mib": round(marks[threads], 1), "growth_mib": round(growth, 1),
+            "within_bound": growth <= THREADS_GROWTH_MIB}
+
+
+FOLDERS_STALL_RATIO = 100
+"""Bound for `folders_storm`: the first workspace's slowest answer while the folders open, at most
+this many times its median answer before (the same request, same run)."""
+
+
+def folders_storm(root: Path, count: int) -> dict[str, Any]:
+    """`count` folders added in one notification while the client keeps asking the first workspace
+    for its history: how long until the last is usable, and the first workspace's slowest answer."""
+    ws, state = root / "ws", root / "state"
+    ws.mkdir(exist_ok=True)
+    state.mkdir(exist_ok=True)
+    folders = [root / "many" / f"f{n}" for n in range(count)]
+    for folder in folders:
+        folder.mkdir(parents=True)
+    client = start_daemon(state)
+    client.initialize([ws])
+    uri = ws.as_uri()
+    client.request("ctxd/record", {"workspace": uri, "items": [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}]})
+
+    def history_seconds() -> float:
+        started = time.perf_counter()
+        client.request("ctxd/history", {"workspace": uri})
+        return time.perf_counter() - started
+
+    idle = sorted(history_seconds() for _ in range(21))[10]
+    started = time.perf_counter()
+    client.notify("workspace/didChangeWorkspaceFolders", {"event": {
+        "added": [{"uri": f.as_uri(), "name": f.name} for f in folders], "removed": []}})
+    slowest = 0.0
+    while True:
+        slowest = max(slowest, history_seconds())
+        try:
+            client.request("ctxd/usage", {"workspace": folders[-1].as_uri()})
+            break
+        except RpcError:
+            time.sleep(0.02)
+    opened = time.perf_counter() - started
+    client.shutdown()
+    return {"folders": count, "all_usable_seconds": round(opened, 2), "idle_median_ms": round(idle * 1000, 2),
+            "slowest_during_ms": round(slowest * 1000, 2), "stall_ratio": round(slowest / idle, 1),
+            "within_bound": slowest / idle <= FOLDERS_STALL_RATIO}

@@ -15,6 +15,9 @@
    Goal for both: every bad count is 0.
 7. planted, tcp, numbers: issue #27's attacks (bench/hostile_storms.py): hostile snapshot stores
    and git config, unauthenticated TCP probers, huge numbers in settings. Every bad count is 0.
+8. threads: RSS as a client touches 20,000 threads (bench/hostile_storms.py): bounded growth.
+9. folders: 2,000 folders added at once (bench/hostile_storms.py): the first workspace's slowest
+   answer meanwhile against its median before.
 
 The exit status is 1 when any goal or bound is missed.
 
@@ -42,7 +45,8 @@ from tests import test_reliability_fuzz as fuzz  # noqa: E402
 from tests.rpc import Client, start_daemon  # noqa: E402
 from tests.test_reliability_faults import crash_storm, peak_rss_kib  # noqa: E402
 from bench.storms import concurrency_storm, storage_storm, storms_failed  # noqa: E402
-from bench.hostile_storms import hostile_failed, numbers_storm, planted_storm, tcp_storm  # noqa: E402
+from bench.hostile_storms import (folders_storm, hostile_failed, numbers_storm, planted_storm,  # noqa: E402
+                                  tcp_storm, threads_memory)
 
 from ctxd.ledger.cache import MAX_LOADED_ITEMS  # noqa: E402
 
@@ -220,8 +224,9 @@ def run_big_output(root: Path, mib: int) -> dict[str, Any]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a tenth of every run")
-    parser.add_argument("--only", default="fuzz,storm,size,big,storage,concurrency,planted,tcp,numbers",
-                        help="comma-separated: fuzz,storm,size,big,storage,concurrency,planted,tcp,numbers")
+    parser.add_argument("--only", default="fuzz,storm,size,big,storage,concurrency,planted,tcp,numbers,threads,folders",
+                        help="comma-separated: fuzz,storm,size,big,storage,concurrency,planted,tcp,numbers,"
+                             "threads,folders")
     args = parser.parse_args()
     scale = 10 if args.quick else 1
     only = set(args.only.split(","))
@@ -238,6 +243,8 @@ def main() -> int:
             ("planted", lambda d: planted_storm(d, 60 // scale)),
             ("tcp", lambda d: tcp_storm(d, 10 // scale)),
             ("numbers", lambda d: numbers_storm(d, 30 // scale)),
+            ("threads", lambda d: threads_memory(d, max(2000, 20_000 // scale))),
+            ("folders", lambda d: folders_storm(d, 2000 // scale)),
         ]:
             if name not in only:
                 continue

@@ -439,3 +439,58 @@ def test_a_huge_price_is_reported_not_raised() -> None:
     problems: list[Problem] = []
     table = pricing.price_table({"my-model": {"input": HUGE, "output": 1.0}}, problems)
     assert "my-model" not in table and [p.key for p in problems] == ["prices.my-model"]
+
+
+# --- memory: bounded caches ------------------------------------------------------------------------------
+
+
+def test_the_usage_view_keeps_a_bounded_number_of_threads() -> None:
+    """Every thread ever asked about used to stay cached (about 4 KB each). Now only the recent
+    ones are kept, whatever the number touched."""
+    import gc
+    import tracemalloc
+
+    from ctxd.ledger.thread import ThreadLedger
+    from ctxd.settings import Settings
+    from ctxd.tokens.counter import TOKENIZERS
+    from ctxd.usage.view import UsageView
+
+    view = UsageView(Settings(tokenizer="estimate:o200k"), lambda s: TOKENIZERS.counter(s.model, s.tokenizer))
+
+    def touch(first: int, last: int) -> None:
+        for n in range(first, last):
+            ledger = ThreadLedger(thread=f"t{n}", prompt_context={"model": "gpt-4o", "tools": [{"name": f"x{n}"}]})
+            view.breakdown(ledger)
+            view.facts(ledger)
+
+    touch(0, 400)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        touch(400, 2400)
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 2000 * 800, f"{grown} bytes kept for 2,000 threads"  # about 5 KB each before
+
+
+def test_checking_a_plain_folder_for_an_interrupted_restore_starts_no_git(isolated: None, tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run for every folder opened: 2,000 folders added at once started 4,000 git processes on the
+    workers that answer requests, and the first workspace waited for them."""
+    log = tmp_path / "git-ran"
+    shim_dir = tmp_path / "bin"
+    shim_dir.mkdir()
+    real_git = shutil.which("git")
+    (shim_dir / "git").write_text(f"#!/bin/sh\necho \"$@\" >> '{log}'\nexec '{real_git}' \"$@\"\n")
+    (shim_dir / "git").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shim_dir}{os.pathsep}{os.environ['PATH']}")
+    plain = tmp_path / "plain" / "folder"
+    plain.mkdir(parents=True)
+    assert ghost.interrupted_restore(plain, create=False) is None
+    assert not log.exists()
+    repo = make_repo(tmp_path / "repo")
+    assert ghost.interrupted_restore(repo.root, create=False) is None
+    assert log.exists()  # the shim sees git when a repository is there

@@ -204,6 +204,10 @@ def open_site(folder: Path, state_dir: Path, create: bool = True) -> Site | None
     folder = Path(folder)
     if not folder.is_dir():
         raise GitFailed(f"{folder}: no such folder")
+    if not create and not any(os.path.lexists(p / ".git") for p in (folder, *folder.parents)):
+        # No repository around it (git would find none): only a plain folder's store can exist,
+        # found without starting git (thousands of folders may be opened at once).
+        return _plain_site(folder.resolve(), state_dir, create)
     status, out = gitcmd.run(
         ["rev-parse", "--show-toplevel", "--absolute-git-dir", "--git-common-dir", "--show-prefix",
          "--show-object-format", "--revs-only", "HEAD^{commit}"],

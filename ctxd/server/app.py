@@ -88,6 +88,9 @@ class CtxdServer:
         self.service = Service(state_dir, listener=self._usage_changed)
         self.executor = ThreadPoolExecutor(max_workers=WORKER_THREADS, thread_name_prefix="ctxd-worker")
         self.lanes = Lanes(self.executor, WORKSPACE_WORKERS)
+        # Checks run for every folder opened (an interrupted restore), one at a time: thousands of
+        # folders added at once never hold the workers that answer requests.
+        self.background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ctxd-background")
         self.backlog = Backlog(BACKLOG_REQUESTS, BACKLOG_BYTES)
         self.throttle = Throttle(self._send_usage, USAGE_INTERVAL_SECONDS)
         self.outbox: Outbox | None = None
@@ -338,7 +341,7 @@ class CtxdServer:
             if text not in self._shown:
                 self._shown.add(text)
                 self.outbox.show_message(text)  # type: ignore[union-attr]
-        self.executor.submit(self._report_interrupted_restore, workspace)
+        self.background.submit(self._report_interrupted_restore, workspace)
 
     def _report_interrupted_restore(self, workspace: Any) -> None:
         """A snapshot restore a crash cut short is told at once, with the snapshot to go back to."""
@@ -384,6 +387,7 @@ class CtxdServer:
         # Leave at once: the reader thread is blocked on stdin, and an interpreter shutdown with a
         # thread inside a buffered read aborts the process. Requests already running finish.
         self.lanes.close()
+        self.background.shutdown(wait=False, cancel_futures=True)
         self.executor.shutdown(wait=True, cancel_futures=True)
         self.service.close()
         os._exit(code)
@@ -402,6 +406,7 @@ class CtxdServer:
             if self.sessions is not None:
                 self.sessions.stop()
             self.lanes.close()
+            self.background.shutdown(wait=False, cancel_futures=True)
             self.executor.shutdown(wait=True, cancel_futures=True)
             self.service.close()
 

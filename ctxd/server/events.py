@@ -50,6 +50,8 @@ class Throttle:
                 self._schedule(wait, lambda: self._flush(key))
                 return
             self._last_sent[key] = now
+            if len(self._last_sent) > 1024:  # a send older than the interval delays nothing
+                self._last_sent = {k: t for k, t in self._last_sent.items() if t + self._interval > now}
         self._send(key, value)
 
     def flush(self, key: Hashable) -> None:

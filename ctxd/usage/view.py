@@ -8,6 +8,7 @@ the items, so the categories always add up to the gauge.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import replace
 from typing import Any, Callable
 
@@ -17,6 +18,18 @@ from ctxd.tokens.counter import Counter
 from ctxd.usage import breakdown as usage_mod
 
 CounterFor = Callable[[Settings], Counter]
+RECENT_THREADS = 256
+"""How many threads' cached settings, overheads and breakdowns a view keeps."""
+
+
+class Recent(OrderedDict[str, Any]):
+    """A dict of the RECENT_THREADS entries stored last."""
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        super().__setitem__(key, value)
+        self.move_to_end(key)
+        if len(self) > RECENT_THREADS:
+            self.popitem(last=False)
 
 
 class UsageView:
@@ -31,10 +44,12 @@ class UsageView:
         self.counted_overhead = counted_overhead
         # Per thread: (prompt context object, its settings, their window, their auto-compact limit,
         # their counter).
-        self._settings: dict[str, tuple[Any, Settings, int, int, Counter]] = {}
-        self._overhead: dict[str, tuple[Any, str, usage_mod.OverheadCounts]] = {}
-        self._breakdowns: dict[str, tuple[Any, Any, dict[str, Any]]] = {}
-        self._facts: dict[str, tuple[Any, str, dict[str, Any]]] = {}
+        # Each keeps the threads used last (a client may touch thousands): past the bound, the least
+        # recently stored entry goes and is computed again when asked.
+        self._settings: Recent = Recent()  # (context, settings, window, auto-compact limit, counter)
+        self._overhead: Recent = Recent()  # (context, counter name, OverheadCounts)
+        self._breakdowns: Recent = Recent()  # (inputs, context, breakdown)
+        self._facts: Recent = Recent()  # (context, counter name, facts)
 
     def settings(self, ledger: ThreadLedger) -> Settings:
         """The workspace's settings, with the model and window the thread's prompt context names."""
