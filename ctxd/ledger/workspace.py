@@ -459,7 +459,7 @@ class Workspace:
         kept, rows = self._rows(thread, valid)
         with self.lock:
             ledger = self._ledger(thread)
-            if replace:
+            if replace and ledger.entries:  # (a thread seen for the first time has nothing to archive)
                 if [e.item for e in ledger.entries] != kept:  # unchanged after a daemon restart: keep
                     self.store.replace(thread, ledger.last_seq, rows, {"followed": info.get("source"), "strategy": "agent"},
                                        history_version=ledger.history_version + 1)
