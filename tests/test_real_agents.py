@@ -104,7 +104,8 @@ def usage_gate(s: Setup, agent: str, at_least: int) -> Gate:
 
 
 def checkpoint_gate(s: Setup, label: str) -> Gate:
-    return Gate(lambda: snapshot_labelled(s, label) is not None)
+    """A checkpoint takes a second or so: a third of WAIT is still far beyond it."""
+    return Gate(lambda: snapshot_labelled(s, label, timeout=WAIT / 3) is not None)
 
 
 def restore(s: Setup, label: str, thread: str) -> dict[str, Any]:

@@ -456,6 +456,10 @@ class Workspace:
         reported, covering all but the last `after_baseline` items; `context` the model, window
         and instructions the file states; `info` what `ctxd/threads` shows."""
         valid = [item for item in items if _valid(item)]
+        with self.lock:  # items are counted for the session's model, also the first time it is seen
+            ledger = self._ledger(thread)
+            if ledger.prompt_context != context:
+                ledger.prompt_context = context
         kept, rows = self._rows(thread, valid)
         with self.lock:
             ledger = self._ledger(thread)
