@@ -126,6 +126,12 @@ def history(s: Setup, thread: str, archived: bool = False) -> dict[str, Any]:
     return s.client.request("ctxd/history", {"workspace": s.uri, "thread": thread, "includeArchived": archived})
 
 
+def unread(s: Setup, agent: str) -> list[dict[str, Any]]:
+    """`ctxd/status`'s kinds of record the agent wrote that ctxd does not read."""
+    [source] = [src for src in s.client.request("ctxd/status", {"workspace": s.uri})["sources"] if src["agent"] == agent]
+    return source["unread"]
+
+
 def user_texts(items: list[dict[str, Any]]) -> list[str]:
     return [part.get("text", "") for item in items if item.get("type") == "message" and item.get("role") == "user"
             for part in (item["content"] if isinstance(item["content"], list) else [{"text": item["content"]}])]
@@ -203,6 +209,9 @@ def test_codex_turns_usage_checkpoints_and_sessions(daemon_factory, tmp_path: Pa
     table = ctxd_sessions(s, "table").splitlines()
     assert table[0].split()[:2] == ["AGENT", "TITLE"]
     assert table[1].startswith("codex") and "Add new.txt and bump app.py" in table[1] and "12k/258k" in table[1]
+
+    # Every kind of record this Codex wrote is one ctxd reads (a new version's new kinds show here).
+    assert unread(s, "codex") == []
 
     # Restoring the second turn's checkpoint gives back the files as the first turn left them.
     result = restore(s, second, thread)
@@ -326,6 +335,8 @@ def test_claude_turns_subagent_usage_checkpoints_and_sessions(daemon_factory, tm
     assert row["cost"]["total"] == pytest.approx(final["total_cost_usd"], abs=1e-9)
     table = ctxd_sessions(s, "table").splitlines()
     assert table[1].startswith("claude") and "Add hello.txt and docs" in table[1] and "5k/200k" in table[1]
+
+    assert unread(s, "claude") == []
 
     result = restore(s, second, thread)
     assert s.repo.files() == after_turn1 and "app.py" in result["restored"]

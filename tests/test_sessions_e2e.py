@@ -218,3 +218,20 @@ def test_claude_fill_is_one_rule_in_the_gauge_the_breakdown_and_ctxd_sessions(da
     reported = 6 + 500 + 15_000 + 40
     assert gauge["usedTokens"] > reported + 250  # the 300 words of output are counted on top
     assert breakdown["usedTokens"] == gauge["usedTokens"] == row["usedTokens"]
+
+
+def test_status_names_the_kinds_of_record_each_agent_version_wrote_that_ctxd_does_not_read(
+        daemon_factory, workspace: Path, tmp_path: Path) -> None:
+    codex_home, claude_home, env = homes(tmp_path)
+    rollout = fx.codex_session(workspace)
+    rollout[3:3] = [{"timestamp": "2025-10-03T10:00:01.500Z", "type": "hologram", "payload": {"x": 1}},
+                    {"timestamp": "2025-10-03T10:00:01.600Z", "type": "hologram", "payload": {"x": 2}},
+                    {"timestamp": "2025-10-03T10:00:01.700Z", "type": "teleport", "payload": {}}]
+    fx.write_jsonl(fx.codex_path(codex_home), rollout)
+    fx.write_jsonl(fx.claude_path(claude_home, workspace), fx.claude_session(workspace))
+    client = daemon_factory([workspace], env=env)
+    wait_thread(client, workspace, CODEX_THREAD)
+    wait_thread(client, workspace, CLAUDE_THREAD)
+    sources = {s["agent"]: s for s in client.request("ctxd/status", {"workspace": workspace.as_uri()})["sources"]}
+    assert sources["codex"]["unread"] == [{"version": "0.46.0", "kinds": ["hologram", "teleport"], "records": 3}]
+    assert sources["claude"]["unread"] == []
