@@ -392,3 +392,8 @@ def test_claude_compaction_shows_in_the_thread_and_keeps_the_history(daemon_fact
     current = history(s, thread)["items"]
     assert any("Summary: one.txt was written." in u for u in user_texts(current))
     assert "Now say done" in user_texts(current)
+    # The /compact command and the notes Claude Code writes around it are not user turns.
+    [row] = json.loads(ctxd_sessions(s, "json"))
+    assert row["turns"] == 2 and row["compactions"] == 1
+    labels = [snap["message"] for snap in s.client.request("ctxd/ghost/list", {"workspace": s.uri})["snapshots"]]
+    assert not [label for label in labels if label.startswith("<")], labels

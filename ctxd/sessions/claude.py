@@ -40,7 +40,7 @@ KNOWN_OTHER = {"summary", "file-history-snapshot", "queue-operation", "progress"
 SYNTHETIC_MODEL = "<synthetic>"  # Claude Code's own stand-in replies (errors, interruptions)
 # User texts that are not a prompt the model acts on.
 NOT_A_PROMPT = ("<local-command-stdout>", "<local-command-stderr>", "<command-name>", "<command-message>",
-                "[Request interrupted", "<bash-stdout>", "<bash-stderr>", "Caveat:", "<local-command-caveat>")
+                "[Request interrupted", "<bash-stdout>", "<bash-stderr>", "Caveat:")
 
 
 def _usage(raw: dict[str, Any]) -> Usage:
