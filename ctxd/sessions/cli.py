@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ctxd.sessions import discovery, pricing
+from ctxd.sessions import discovery, drift, pricing
 from ctxd.sessions.follower import Follower
 from ctxd.sessions.model import Session
 from ctxd.settings import Problem
@@ -107,7 +107,11 @@ def main(argv: list[str]) -> int:
     prices = pricing.price_table(_user_prices(problems), problems)
     for problem in problems:
         print(f"ctxd sessions: {problem.source}: {problem.message}", file=sys.stderr)
-    rows = [summary(s, prices) for s in collect(folder, discovery.sources(args.codex_home, args.claude_home))]
+    sessions = collect(folder, discovery.sources(args.codex_home, args.claude_home))
+    rows = [summary(s, prices) for s in sessions]
+    for agent in ("codex", "claude"):  # format drift, on stderr: the output stays the table or JSON
+        for entry in drift.unread(sessions, agent):
+            print(f"ctxd sessions: {drift.sentence(agent, entry)}: {', '.join(entry['kinds'])}", file=sys.stderr)
     if args.format == "json":
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
     else:
