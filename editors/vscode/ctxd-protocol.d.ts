@@ -2,7 +2,7 @@
 /**
  * The ctxd wire protocol (version 2): results, notifications and request params. GENERATED, do not edit:
  * `npm run gen:protocol` from docs/protocol.schema.json (from ctxd/protocol/shapes.py).
- * schema sha256: 578eaa541ac0dad1408686994b094f4089bd9a7e161ec81e8808514849268da6
+ * schema sha256: 59ccb964324f23a5bbc6410c32a165942ffc56c3fe92bc3b82a8d043349484b5
  */
 
 /**
@@ -162,6 +162,10 @@ export interface GhostCommit {
   message: string;
   parent: string | null;
   skipped: Skipped[];
+  thread: string | null;
+  tool?: CheckpointTool;
+  trigger: "manual" | "turn" | "tool" | "restore";
+  turn?: CheckpointTurn;
 }
 /**
  * This interface was referenced by `CtxdProtocol`'s JSON-Schema
@@ -171,6 +175,27 @@ export interface Skipped {
   path: string;
   pathEncoding?: "escaped";
   reason: string;
+}
+/**
+ * (v3) The tool a checkpoint was taken before, and the paths it names.
+ *
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "CheckpointTool".
+ */
+export interface CheckpointTool {
+  callId?: string;
+  name: string;
+  paths?: string[];
+}
+/**
+ * (v3) The user turn a checkpoint precedes, counted from 1; its text shortened.
+ *
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "CheckpointTurn".
+ */
+export interface CheckpointTurn {
+  index: number;
+  text: string;
 }
 /**
  * This interface was referenced by `CtxdProtocol`'s JSON-Schema
@@ -478,7 +503,19 @@ export interface SourceState {
   enabled: boolean;
   root: string;
   sessions: number;
+  unread?: UnreadRecords[];
   watching?: "inotify" | "polling" | "off";
+}
+/**
+ * Kinds of record an agent's version wrote that ctxd's reader skipped (format drift).
+ *
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "UnreadRecords".
+ */
+export interface UnreadRecords {
+  kinds: string[];
+  records: number;
+  version: string | null;
 }
 /**
  * This interface was referenced by `CtxdProtocol`'s JSON-Schema

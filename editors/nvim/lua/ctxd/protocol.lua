@@ -21,6 +21,17 @@
 ---@field percent number
 ---@field tokens integer
 
+--- (v3) The tool a checkpoint was taken before, and the paths it names.
+---@class ctxd.CheckpointTool
+---@field callId? string
+---@field name string
+---@field paths? string[]
+
+--- (v3) The user turn a checkpoint precedes, counted from 1; its text shortened.
+---@class ctxd.CheckpointTurn
+---@field index integer
+---@field text string
+
 ---@class ctxd.CompactParams
 ---@field strategy? "auto"|"llm"|"remote"|"offline"
 ---@field thread? string
@@ -96,6 +107,10 @@
 ---@field message string
 ---@field parent string|nil
 ---@field skipped ctxd.Skipped[]
+---@field thread string|nil
+---@field tool? ctxd.CheckpointTool
+---@field trigger "manual"|"turn"|"tool"|"restore"
+---@field turn? ctxd.CheckpointTurn
 
 ---@class ctxd.GhostDeleteParams
 ---@field id string
@@ -269,6 +284,7 @@
 ---@field enabled boolean
 ---@field root string
 ---@field sessions integer
+---@field unread? ctxd.UnreadRecords[]
 ---@field watching? "inotify"|"polling"|"off"
 
 --- `ctxd/status`.
@@ -336,6 +352,12 @@
 ---@field removedItems? integer
 ---@field undoId integer
 ---@field usage ctxd.UsageSnapshot
+
+--- Kinds of record an agent's version wrote that ctxd's reader skipped (format drift).
+---@class ctxd.UnreadRecords
+---@field kinds string[]
+---@field records integer
+---@field version string|nil
 
 --- `ctxd/usageChanged`.
 ---@class ctxd.UsageChanged
