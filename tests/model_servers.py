@@ -46,6 +46,7 @@ class _Server:
     def __init__(self) -> None:
         self.requests: list[Request] = []
         self._script: list[Reply] = []
+        self.fallback = Reply(text="Done.")  # the answer to a request the script does not cover
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         server = self
@@ -163,8 +164,8 @@ class ResponsesServer(_Server):
     def _handle(self, handler: BaseHTTPRequestHandler, body: Any) -> None:
         path = handler.path.split("?")[0]
         if path.rstrip("/").endswith("/responses/compact"):
-            reply = self._take(path, body)
-            summary = reply.text if reply and reply.text else "Summary of the earlier conversation."
+            reply = self._take(path, body) or self.fallback
+            summary = reply.text or "Summary of the earlier conversation."
             output = [{"type": "compaction_summary", "encrypted_content": summary}]
             _send(handler, 200, json.dumps({"output": output}).encode(), "application/json")
             return
@@ -173,7 +174,7 @@ class ResponsesServer(_Server):
             _send(handler, 404, b'{"error":{"message":"not found","type":"invalid_request_error"}}',
                   "application/json")
             return
-        reply = self._take(path, body) or Reply(text="Done.")
+        reply = self._take(path, body) or self.fallback
         if reply.before is not None:
             reply.before()
         rid = f"resp_{next(self._ids)}"
@@ -229,7 +230,7 @@ class MessagesServer(_Server):
             _send(handler, 404, b'{"type":"error","error":{"type":"not_found_error","message":"not found"}}',
                   "application/json")
             return
-        reply = self._take(path, body) or Reply(text="Done.")
+        reply = self._take(path, body) or self.fallback
         if reply.before is not None:
             reply.before()
         model = body.get("model", "claude-sonnet-4-5") if isinstance(body, dict) else "claude-sonnet-4-5"

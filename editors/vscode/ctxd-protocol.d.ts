@@ -2,7 +2,7 @@
 /**
  * The ctxd wire protocol (version 2): results, notifications and request params. GENERATED, do not edit:
  * `npm run gen:protocol` from docs/protocol.schema.json (from ctxd/protocol/shapes.py).
- * schema sha256: 08c299484e481b9ae09a0ffe1af982a453eb13eff8463e46f6ea52025203364c
+ * schema sha256: 311bc1067ac4ca6d4005a147806faf679974b4b24d17b296cbc836d745867e3d
  */
 
 /**
@@ -447,7 +447,19 @@ export interface SourceState {
   enabled: boolean;
   root: string;
   sessions: number;
+  unread?: UnreadRecords[];
   watching?: "inotify" | "polling" | "off";
+}
+/**
+ * Kinds of record an agent's version wrote that ctxd's reader skipped (format drift).
+ *
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "UnreadRecords".
+ */
+export interface UnreadRecords {
+  kinds: string[];
+  records: number;
+  version: string | null;
 }
 /**
  * This interface was referenced by `CtxdProtocol`'s JSON-Schema
