@@ -2,7 +2,7 @@
 /**
  * The ctxd wire protocol (version 2): results, notifications and request params. GENERATED, do not edit:
  * `npm run gen:protocol` from docs/protocol.schema.json (from ctxd/protocol/shapes.py).
- * schema sha256: 311bc1067ac4ca6d4005a147806faf679974b4b24d17b296cbc836d745867e3d
+ * schema sha256: a80e26c1b37095f6935c1d54775335ca65b7373b3fc7f4fafe518df61ccbba5b
  */
 
 /**
@@ -159,6 +159,10 @@ export interface GhostCommit {
   message: string;
   parent: string | null;
   skipped: Skipped[];
+  thread: string | null;
+  tool?: CheckpointTool;
+  trigger: "manual" | "turn" | "tool" | "restore";
+  turn?: CheckpointTurn;
 }
 /**
  * This interface was referenced by `CtxdProtocol`'s JSON-Schema
@@ -168,6 +172,27 @@ export interface Skipped {
   path: string;
   pathEncoding?: "escaped";
   reason: string;
+}
+/**
+ * (v3) The tool a checkpoint was taken before, and the paths it names.
+ *
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "CheckpointTool".
+ */
+export interface CheckpointTool {
+  callId?: string;
+  name: string;
+  paths?: string[];
+}
+/**
+ * (v3) The user turn a checkpoint precedes, counted from 1; its text shortened.
+ *
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "CheckpointTurn".
+ */
+export interface CheckpointTurn {
+  index: number;
+  text: string;
 }
 /**
  * This interface was referenced by `CtxdProtocol`'s JSON-Schema

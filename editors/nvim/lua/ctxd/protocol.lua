@@ -21,6 +21,17 @@
 ---@field percent number
 ---@field tokens integer
 
+--- (v3) The tool a checkpoint was taken before, and the paths it names.
+---@class ctxd.CheckpointTool
+---@field callId? string
+---@field name string
+---@field paths? string[]
+
+--- (v3) The user turn a checkpoint precedes, counted from 1; its text shortened.
+---@class ctxd.CheckpointTurn
+---@field index integer
+---@field text string
+
 ---@class ctxd.CompactParams
 ---@field strategy? "auto"|"llm"|"remote"|"offline"
 ---@field thread? string
@@ -93,6 +104,10 @@
 ---@field message string
 ---@field parent string|nil
 ---@field skipped ctxd.Skipped[]
+---@field thread string|nil
+---@field tool? ctxd.CheckpointTool
+---@field trigger "manual"|"turn"|"tool"|"restore"
+---@field turn? ctxd.CheckpointTurn
 
 ---@class ctxd.GhostDeleteParams
 ---@field id string
