@@ -28,6 +28,7 @@ QUICK: dict[str, list[str]] = {
     "tokens": ["--rounds", "15"],
     "compact": ["--sessions", "5"],
     "ghost": ["--rounds", "3"],
+    "hooks": ["--rounds", "15"],
     "sessions": ["--mb", "20", "--appends", "20", "--idle-seconds", "5", "--turns", "5"],
 }
 

@@ -569,7 +569,9 @@ def test_temporary_files_stay_inside_the_git_dir(repo: Repo) -> None:
 
 def test_wire_shape(repo: Repo) -> None:
     snap = ghost.snapshot(repo.root, "multi\nline\0message")
-    assert set(snap) == {"id", "parent", "createdAt", "message", "fileCount", "skipped", "durationMs"}
+    assert set(snap) == {"id", "parent", "createdAt", "message", "fileCount", "skipped", "durationMs", "trigger",
+                         "thread"}
+    assert snap["trigger"] == "manual" and snap["thread"] is None
     assert snap["message"] == "multi\nlinemessage"
     assert snap["createdAt"].endswith("Z") and isinstance(snap["durationMs"], int)
     assert ghost.list_snapshots(repo.root) == [snap]

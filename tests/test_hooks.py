@@ -439,3 +439,39 @@ def test_usage_and_sessions_find_the_enclosing_workspace_from_a_subfolder(tmp_pa
     assert json.loads(done.stdout)["usage"]["usedTokens"] > 0
     sessions = ctxd(tmp_path, "sessions", "--format", "json", cwd=deep)
     assert sessions.returncode == 0 and json.loads(sessions.stdout) == []
+
+
+def test_the_file_watching_checkpoint_steps_aside_for_a_hooked_session(daemon_factory, tmp_path: Path,
+                                                                        state_dir: Path) -> None:
+    from tests import session_fixtures as fx
+    from tests.test_sessions_e2e import CODEX_THREAD, followed_codex_repo
+
+    repo, rollout, client = followed_codex_repo(daemon_factory, tmp_path, {"a.txt": "a\n"})
+    uri = repo.root.as_uri()
+
+    def labels() -> list[str]:
+        return [s["message"] for s in client.request("ctxd/ghost/list", {"workspace": uri})["snapshots"]]
+
+    fx.append_jsonl(rollout, fx.codex_turn("not hooked yet", "2025-10-03T10:05:00.000Z", cwd=str(repo.root)))
+    deadline = time.monotonic() + 30
+    while "not hooked yet" not in labels():
+        assert time.monotonic() < deadline, "no file-watching checkpoint for a session without hooks"
+        time.sleep(0.05)
+    turn = next(s for s in client.request("ctxd/ghost/list", {"workspace": uri})["snapshots"])
+    assert turn["trigger"] == "turn" and turn["thread"] == CODEX_THREAD and turn["turn"]["text"] == "not hooked yet"
+
+    # The session's hooks run (a tool that changes nothing: no checkpoint of their own).
+    env = {**env_for(tmp_path), "XDG_STATE_HOME": str(state_dir)}
+    read = {"session_id": CODEX_THREAD.split(":", 1)[1], "cwd": str(repo.root), "tool_name": "view_image",
+            "tool_input": {"path": "a.txt"}}
+    assert ctxd(tmp_path, "hook", "codex", "PreToolUse", cwd=repo.root, stdin=json.dumps(read).encode(),
+                env=env).returncode == 0
+    (repo.root / "a.txt").write_text("changed, so that a checkpoint would commit\n")
+    fx.append_jsonl(rollout, fx.codex_turn("hooked now", "2025-10-03T10:06:00.000Z", cwd=str(repo.root)))
+    deadline = time.monotonic() + 30
+    while not any("hooked now" in json.dumps(i) for i in client.request(
+            "ctxd/history", {"workspace": uri, "thread": CODEX_THREAD})["items"]):
+        assert time.monotonic() < deadline, "the daemon never read the second turn"
+        time.sleep(0.05)
+    time.sleep(1.0)  # the checkpoint, had it been asked for, is queued before the mirror: give it time
+    assert "hooked now" not in labels()

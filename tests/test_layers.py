@@ -20,15 +20,17 @@ ALLOWED: dict[str, set[str]] = {
     "protocol": {"errors"},
     "settings": {"redact", "tokens"},
     "ledger": {"errors", "protocol", "redact", "settings", "tokens", "usage"},  # usage: a workspace's gauge
-    "usage": {"ledger", "settings", "terminal", "tokens"},
+    "usage": {"hooks", "ledger", "settings", "terminal", "tokens"},  # hooks: the enclosing workspace (hooks.locate)
     "compact": {"errors", "ledger", "protocol", "redact", "settings", "tokens"},
     "ghost": {"errors", "ledger", "redact", "settings"},
-    "sessions": {"errors", "ghost", "ledger", "redact", "settings", "terminal", "tokens"},
+    "sessions": {"errors", "ghost", "hooks", "ledger", "redact", "settings", "terminal", "tokens"},  # hooks: a hooked session's marks
+    "hooks": {"errors", "ghost", "settings"},
     "status": {"ctxd", "ledger", "protocol", "tokens"},
     "server": {"ctxd", "compact", "errors", "ghost", "ledger", "protocol", "redact", "sessions", "settings",
                "status", "tokens"},
-    "cli": {"ctxd", "redact", "server", "sessions", "usage"},
-    "__main__": {"cli"},
+    "cli": {"ctxd", "hooks", "redact", "server", "sessions", "usage"},
+    "entry": {"cli", "hooks"},
+    "__main__": {"entry"},
 }
 FOREIGN_WIRE = {"pygls", "lsprotocol", "cattrs"}  # the stack issue #12 replaced: nothing may come back to it
 

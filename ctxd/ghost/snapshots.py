@@ -90,8 +90,12 @@ def _commit(site: Site, state: State, message: str, started: float, extra: dict[
     commit = site.out("commit-tree", "--no-gpg-sign", state.tree, "-m", body)
     st.pin(site, commit, state.tree)
     st.write_ref(site, commit)
-    st.write_json(_last_path(site), {"id": commit, "tree": state.tree})
-    return _wire(commit, meta)
+    wire = _wire(commit, meta)
+    # Not synced to disk: after a crash a lost or stale file only means the next checkpoint commits.
+    pending = _last_path(site).with_name(f".last-{site.key}.{os.getpid()}.tmp")
+    pending.write_text(json.dumps({"id": commit, "tree": state.tree, "commit": wire}), "utf-8")
+    os.replace(pending, _last_path(site))
+    return wire
 
 
 TRIGGERS = ("manual", "turn", "tool", "restore")
@@ -112,9 +116,8 @@ def _unchanged(site: Site, tree: str) -> dict[str, Any] | None:
         return None
     if not (site.ref_dir() / last["id"]).is_file():
         return None
-    status, body = site.git("cat-file", "commit", last["id"], ok=(0, 128), borrow=False)
-    meta = _parse_meta(body.decode("utf-8", "replace")) if status == 0 else None
-    return _wire(last["id"], meta) if meta is not None else None
+    commit = last.get("commit")
+    return commit if isinstance(commit, dict) and commit.get("id") == last["id"] else None
 
 
 def checkpoint_meta(trigger: str, thread: str | None = None, turn: dict[str, Any] | None = None,

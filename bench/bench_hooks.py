@@ -1,0 +1,128 @@
+"""`ctxd hook` and `ctxd statusline` as an agent runs them: a whole process each time.
+
+    python bench/bench_hooks.py [--files 20000] [--changed 10] [--rounds 30]
+
+Generates a repository of 20,000 committed files (as bench_ghost.py does), makes ctxd know it
+(`ctxd hooks install --scope project`, which creates its snapshot store), takes the very first
+snapshot, then each round changes 10 files and times `ctxd hook claude PreToolUse` for a Bash
+command from process start to exit (the checkpoint is committed by then: the hook waits for it),
+then the same hook again with nothing changed (no commit: one quick check). In the same run it
+times the floors: `python -c pass` (the interpreter's start, which every hook pays) and
+`git stash create` after the same kind of change (git's own snapshot of tracked changes). Then
+`ctxd statusline` with Claude Code's status-line JSON.
+
+Goals (issue #30), on a machine where `python -c pass` takes 20 ms: hook with 10 changed files
+p50 <= 150 ms, p95 <= 300 ms; unchanged p50 <= 60 ms; statusline p50 <= 50 ms. Each is checked
+as a ratio: the goal over 20 ms, times this run's `python -c pass` p50 (a slower machine, or one
+busy with other work, gets proportionally more time). The exit status is 1 on a miss.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path[:0] = [str(ROOT), str(HERE)]
+
+from bench_ghost import ENV, generate, git  # noqa: E402
+from table import Row, ms, report  # noqa: E402
+
+from ctxd.ghost import snapshots as ghost  # noqa: E402  (after the path tweak above)
+
+REFERENCE_PYTHON_START = 0.020
+"""`python -c pass` on the machine the goals were set for (seconds)."""
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(share * (len(ordered) - 1))))]
+
+
+def timed_run(cmd: list[str], cwd: Path, env: dict[str, str], stdin: bytes = b"") -> float:
+    start = time.perf_counter()
+    subprocess.run(cmd, cwd=cwd, env=env, input=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   check=True)
+    return time.perf_counter() - start
+
+
+def change(repo: Path, files: int, changed: int, round_: int) -> None:
+    step = max(1, files // changed)
+    for n in range(changed):
+        i = n * step + round_ % step
+        path = repo / f"src/d{i // 1000:02d}/m{i // 100 % 10}/f{i:05d}.py"
+        path.write_text(path.read_text() + f"# round {round_}\n")
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--files", type=int, default=20_000)
+    parser.add_argument("--changed", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=30)
+    args = parser.parse_args(argv)
+    python = [sys.executable]
+    ctxd = [sys.executable, "-m", "ctxd"]
+    floor_python, floor_stash, changed, unchanged, status = [], [], [], [], []
+    with tempfile.TemporaryDirectory(prefix="ctxd-bench-hooks-") as tmp:
+        repo = Path(tmp) / "repo"
+        repo.mkdir()
+        generate(repo, args.files)
+        # Bytecode cached, as an installed package has it (pip compiles it), even where the
+        # environment says not to write it: in the temporary folder.
+        env = {**{k: v for k, v in ENV.items() if k != "PYTHONDONTWRITEBYTECODE"}, "PYTHONPATH": str(ROOT),
+               "PYTHONPYCACHEPREFIX": str(Path(tmp) / "pycache"), "HOME": str(Path(tmp) / "home"),
+               "XDG_STATE_HOME": str(Path(tmp) / "state")}
+        subprocess.run([*ctxd, "hooks", "install", "--agent", "claude", "--scope", "project"], cwd=repo, env=env,
+                       check=True, stdout=subprocess.DEVNULL)
+        hook_input = json.dumps({"session_id": "bench", "cwd": str(repo), "hook_event_name": "PreToolUse",
+                                 "tool_name": "Bash", "tool_input": {"command": "make"}}).encode()
+        hook = [*ctxd, "hook", "claude", "PreToolUse"]
+        start = time.perf_counter()
+        ghost.snapshot(repo, "the very first", state_dir=Path(tmp) / "state" / "ctxd")
+        print(f"{args.files} files; the very first snapshot (copies what it borrows): {ms(time.perf_counter() - start)}")
+        status_input = json.dumps({
+            "session_id": "bench", "cwd": str(repo), "model": {"id": "claude-sonnet-4-5"},
+            "cost": {"total_cost_usd": 0.5}, "context_window": {"context_window_size": 200_000, "current_usage": {
+                "input_tokens": 10, "output_tokens": 5, "cache_creation_input_tokens": 100,
+                "cache_read_input_tokens": 50_000}}}).encode()
+        timed_run(hook, repo, env, hook_input)  # compiles and caches the bytecode; no change: no checkpoint
+        for round_ in range(args.rounds):
+            floor_python.append(timed_run([*python, "-c", "pass"], repo, env))
+            change(repo, args.files, args.changed, 2 * round_)
+            floor_stash.append(timed_run(["git", "stash", "create"], repo, env))
+            change(repo, args.files, args.changed, 2 * round_ + 1)
+            changed.append(timed_run(hook, repo, env, hook_input))
+            unchanged.append(timed_run(hook, repo, env, hook_input))
+            status.append(timed_run([*ctxd, "statusline"], repo, env, status_input))
+        refs = list((repo / ".git" / "ctxd" / "store" / "refs" / "ctxd").rglob("*"))
+        taken = sum(1 for r in refs if r.is_file())
+        assert taken == args.rounds + 1, f"{taken} checkpoints for {args.rounds} changed rounds and the first"
+    median = statistics.median
+    py = median(floor_python)
+    scale = py / REFERENCE_PYTHON_START
+    print(f"python -c pass p50 {ms(py)}: goals scaled by {scale:.2f}")
+
+    def row(figure: str, value: float, floor: str, goal_ms: float) -> Row:
+        goal = goal_ms / 1000 * scale
+        return Row(figure, ms(value), floor, f"{value / py:.2f}x", f"<= {goal_ms / 1000 / REFERENCE_PYTHON_START:.1f}x "
+                   f"({ms(goal)})", value <= goal)
+
+    floors = f"{ms(py)} (python -c pass); {ms(median(floor_stash))} (git stash create)"
+    return report([
+        row(f"ctxd hook, {args.changed} changed of {args.files} files, p50", median(changed), floors, 150),
+        row(f"ctxd hook, {args.changed} changed of {args.files} files, p95", percentile(changed, 0.95), floors, 300),
+        row("ctxd hook, nothing changed, p50", median(unchanged), floors, 60),
+        row("ctxd statusline, p50", median(status), f"{ms(py)} (python -c pass)", 50),
+    ])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
