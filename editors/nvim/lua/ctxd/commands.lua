@@ -21,6 +21,11 @@ end
 ---@return ctxd.Callback
 local function handle(what, on_result)
   return function(err, result)
+    if type(err) == 'table' and err.stopped then
+      -- The daemon stopped under it: the supervisor's one line names it.
+      require('ctxd.supervisor').interrupted(what)
+      return
+    end
     if err then
       notify(('%s failed: %s'):format(what, client.format_error(err)), vim.log.levels.ERROR)
       return
