@@ -80,15 +80,17 @@ export async function activate(context: vsc.ExtensionContext): Promise<CtxdApi> 
   // A notice that no longer holds (the tier changed again) is hidden before anything else shows.
   const tiers = new TierWatcher();
   let tierNoticeOpen = false;
+  const closeTierNotice = () => {
+    if (!tierNoticeOpen) return;
+    tierNoticeOpen = false;
+    void vsc.hideToasts();
+  };
   track(
     service.onDidChangeUsage((e) => {
       const w = gauge.where();
       if (!w || e.workspace !== w.uri || e.thread !== w.thread) return;
       const change = tiers.observe(`${e.workspace}\u0000${e.thread}`, e.tier);
-      if (change.changed && tierNoticeOpen) {
-        tierNoticeOpen = false;
-        void vsc.hideToasts();
-      }
+      if (change.changed) closeTierNotice();
       if (!change.up || !notify('warning')) return;
       tierNoticeOpen = true;
       void ui.ask('warning', tierMessage(change.up, e.thread, e), [TIER_ACTIONS.compact, TIER_ACTIONS.breakdown]).then((choice) => {
@@ -241,8 +243,9 @@ export async function activate(context: vsc.ExtensionContext): Promise<CtxdApi> 
       if (choice) await vsc.executeCommand(choice);
     },
     [COMMANDS.showUsage]: showUsage,
-    [COMMANDS.compact]: () => compactFlow(ui, service, where()),
-    [COMMANDS.compactNow]: () => compactFlow(ui, service, where(), 'auto'),
+    // The tier notice asked for this: it goes before the compaction's own message comes.
+    [COMMANDS.compact]: () => (closeTierNotice(), compactFlow(ui, service, where())),
+    [COMMANDS.compactNow]: () => (closeTierNotice(), compactFlow(ui, service, where(), 'auto')),
     [COMMANDS.snapshot]: () => snapshotFlow(ui, service, where()),
     [COMMANDS.restore]: () => restoreFlow(ui, service, where()),
     [COMMANDS.rollback]: () => rollbackFlow(ui, service, where()),
