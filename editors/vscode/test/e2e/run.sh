@@ -166,7 +166,7 @@ JSON
     sleep 0.5
   done
   log "[$mode] code-server on 127.0.0.1:$port"
-  CTXD_E2E_MODE="$mode" CTXD_E2E_URL="http://127.0.0.1:$port/?folder=$WS" CTXD_E2E_WORKSPACE="$WS" CTXD_E2E_PYTHON="$PYTHON" \
+  CTXD_E2E_MODE="$mode" CTXD_E2E_URL="http://127.0.0.1:$port/?folder=$WS" CTXD_E2E_WORKSPACE="$WS" CTXD_E2E_PYTHON="$PYTHON" CTXD_E2E_USER_DATA="$user_data" \
     CTXD_E2E_ARTIFACTS="$ARTIFACTS" CHROMIUM="$(command -v chromium)" NODE_PATH="$CACHE/node_modules" \
     node "$HERE/check.js" || status=$?
   if ((status)); then
