@@ -802,10 +802,13 @@ async function checkNotInstalled(page) {
     page.evaluate(() => [...document.querySelectorAll('.quick-input-widget .monaco-list-row')].some((r) => /pyproject\.toml/.test(r.textContent || ''))),
   );
   await shot(page, 'vscode-install-pick.png');
-  await page.evaluate(() => {
-    const ok = [...document.querySelectorAll('.quick-input-widget .monaco-button')].find((b) => /^OK$/i.test((b.textContent || '').trim()));
+  // The dialog's accept button carries the flow's openLabel ("Choose"); Enter accepts the folder too.
+  const accepted = await page.evaluate(() => {
+    const ok = [...document.querySelectorAll('.quick-input-widget .monaco-button')].find((b) => /^(Choose|OK)$/i.test((b.textContent || '').trim()));
     if (ok) ok.click();
+    return !!ok;
   });
+  if (!accepted) await page.keyboard.press('Enter');
   await waitToast(page, /installing the daemon/, 'the install progress');
   await shot(page, 'vscode-installing.png');
   const installed = await waitToast(page, /is installed in .*venv; the daemon is starting/, 'the install message', 600_000);
