@@ -799,8 +799,12 @@ async function checkNotInstalled(page) {
   // VS Code's own open dialog in a browser: a path box; the clone's folder, then OK.
   const repo = path.resolve(__dirname, '..', '..', '..', '..');
   await typeInput(page, `${repo}/`);
+  // A folder dialog lists folders only: the clone's own (ctxd, editors) say it is inside.
   await until('the dialog to show the clone', () =>
-    page.evaluate(() => [...document.querySelectorAll('.quick-input-widget .monaco-list-row')].some((r) => /pyproject\.toml/.test(r.textContent || ''))),
+    page.evaluate(() => {
+      const rows = [...document.querySelectorAll('.quick-input-widget .monaco-list-row')].map((r) => (r.textContent || '').trim());
+      return rows.includes('ctxd') && rows.includes('editors');
+    }),
   );
   await shot(page, 'vscode-install-pick.png');
   // The dialog's accept button carries the flow's openLabel ("Choose"); Enter accepts the folder too.
