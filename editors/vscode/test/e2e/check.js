@@ -800,12 +800,21 @@ async function checkNotInstalled(page) {
   const repo = path.resolve(__dirname, '..', '..', '..', '..');
   await typeInput(page, `${repo}/`);
   // A folder dialog lists folders only: the clone's own (ctxd, editors) say it is inside.
-  await until('the dialog to show the clone', () =>
-    page.evaluate(() => {
+  // The dialog lists a folder a moment after its path is typed, and may miss a fast typist's last
+  // "/": typed again every few seconds until the listing is the clone's.
+  let retyped = Date.now();
+  await until('the dialog to show the clone', async () => {
+    const inside = await page.evaluate(() => {
       const rows = [...document.querySelectorAll('.quick-input-widget .monaco-list-row')].map((r) => (r.textContent || '').trim());
       return rows.includes('ctxd') && rows.includes('editors');
-    }),
-  );
+    });
+    if (!inside && Date.now() - retyped > 3000) {
+      await page.keyboard.press('Backspace');
+      await page.keyboard.type('/');
+      retyped = Date.now();
+    }
+    return inside;
+  });
   await shot(page, 'vscode-install-pick.png');
   // The dialog's accept button carries the flow's openLabel ("Choose"); Enter accepts the folder too.
   const accepted = await page.evaluate(() => {
