@@ -80,18 +80,24 @@ export async function activate(context: vsc.ExtensionContext): Promise<CtxdApi> 
   // A notice that no longer holds (the tier changed again) is hidden before anything else shows.
   const tiers = new TierWatcher();
   let tierNoticeOpen = false;
+  const closeTierNotice = async () => {
+    if (!tierNoticeOpen) return;
+    tierNoticeOpen = false;
+    await vsc.hideToasts();
+  };
   track(
     service.onDidChangeUsage((e) => {
       const w = gauge.where();
       if (!w || e.workspace !== w.uri || e.thread !== w.thread) return;
       const change = tiers.observe(`${e.workspace}\u0000${e.thread}`, e.tier);
-      if (change.changed && tierNoticeOpen) {
-        tierNoticeOpen = false;
-        void vsc.hideToasts();
-      }
-      if (!change.up || !notify('warning')) return;
-      tierNoticeOpen = true;
-      void ui.ask('warning', tierMessage(change.up, e.thread, e), [TIER_ACTIONS.compact, TIER_ACTIONS.breakdown]).then((choice) => {
+      // The stale notice is hidden before the new one shows (hiding is not instant).
+      const hidden = change.changed ? closeTierNotice() : Promise.resolve();
+      const up = change.up;
+      if (!up || !notify('warning')) return;
+      void hidden.then(() => {
+        tierNoticeOpen = true;
+        return ui.ask('warning', tierMessage(up, e.thread, e), [TIER_ACTIONS.compact, TIER_ACTIONS.breakdown]);
+      }).then((choice) => {
         tierNoticeOpen = false;
         if (choice === TIER_ACTIONS.compact) void vsc.executeCommand(COMMANDS.compactNow);
         if (choice === TIER_ACTIONS.breakdown) void vsc.executeCommand(COMMANDS.showUsage);
@@ -241,8 +247,9 @@ export async function activate(context: vsc.ExtensionContext): Promise<CtxdApi> 
       if (choice) await vsc.executeCommand(choice);
     },
     [COMMANDS.showUsage]: showUsage,
-    [COMMANDS.compact]: () => compactFlow(ui, service, where()),
-    [COMMANDS.compactNow]: () => compactFlow(ui, service, where(), 'auto'),
+    // The tier notice asked for this: it goes before the compaction's own message comes.
+    [COMMANDS.compact]: async () => (await closeTierNotice(), compactFlow(ui, service, where())),
+    [COMMANDS.compactNow]: async () => (await closeTierNotice(), compactFlow(ui, service, where(), 'auto')),
     [COMMANDS.snapshot]: () => snapshotFlow(ui, service, where()),
     [COMMANDS.restore]: () => restoreFlow(ui, service, where()),
     [COMMANDS.rollback]: () => rollbackFlow(ui, service, where()),

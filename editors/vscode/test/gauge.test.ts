@@ -76,6 +76,32 @@ describe('gauge and breakdown (real daemon)', () => {
     assert.match(sink.last!.tooltip, /- Messages: /);
   });
 
+  test('counts that change (the exact tokenizer loaded) drop the old categories at once and fetch new ones', async () => {
+    await sink.until((v) => v.tooltip.includes('Top categories'), 'tooltip categories');
+    const now = service.latestUsage()!;
+    // What a ctxd/usageChanged says when the exact tokenizer has loaded: other counts, same history.
+    const recounted = { ...now, usedTokens: now.usedTokens + 7, tokenizerStatus: 'exact' as const };
+    let fired = 0;
+    const sub = service.onDidChangeUsage(() => fired++);
+    service.update({ workspace: d.uri, thread: 'default' }, recounted);
+    sub.dispose();
+    assert.equal(fired, 1, 'the new counts are news');
+    // The categories fetched for the old counts are not shown beside the new ones...
+    assert.match(sink.last!.tooltip, new RegExp(`${formatTokens(recounted.usedTokens).replace('.', '\\.')} of `));
+    assert.doesNotMatch(sink.last!.tooltip, /Top categories/);
+    // ...and the breakdown is read again.
+    await sink.until((v) => v.tooltip.includes('Top categories'), 'the categories of the new counts');
+  });
+
+  test('a change of tokenizer state alone is news too', () => {
+    const now = service.latestUsage()!;
+    let fired = 0;
+    const sub = service.onDidChangeUsage(() => fired++);
+    service.update({ workspace: d.uri, thread: 'default' }, { ...now, tokenizerStatus: now.tokenizerStatus === 'exact' ? 'loading' : 'exact' });
+    sub.dispose();
+    assert.equal(fired, 1);
+  });
+
   test('warn and compact tiers colour the gauge', async () => {
     const limit = service.latestUsage()!.autoCompactLimit;
     assert.ok(limit > 0);

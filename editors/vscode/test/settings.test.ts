@@ -171,3 +171,16 @@ describe('the extension\'s face', () => {
     assert.match(svg, /<path d="M[\d.]+ [\d.]+a[\d.]+ [\d.]+ 0 1 1/, 'a dial: an arc');
   });
 });
+
+describe('install instructions', () => {
+  test('the READMEs say how to install from a clone or a wheel, never an unpublished package', () => {
+    const repoReadme = fs.readFileSync(path.resolve(__dirname, '..', '..', '..', '..', 'README.md'), 'utf8');
+    const extReadme = fs.readFileSync(path.resolve(__dirname, '..', '..', 'README.md'), 'utf8');
+    for (const text of [repoReadme, extReadme]) {
+      assert.doesNotMatch(text, /pip install ctxd-daemon/);
+      assert.match(text, /pipx install ~\/src\/ctxd/);
+      assert.match(text, /python3 -m venv ~\/\.local\/share\/ctxd/);
+      assert.match(text, /pip wheel --no-deps -w dist ~\/src\/ctxd/);
+    }
+  });
+});

@@ -156,7 +156,7 @@ function M.fail_pending(client_id, message)
   pending[client_id] = nil
   for answer in pairs(waiting) do
     vim.schedule(function()
-      answer({ code = -32603, message = message }, nil)
+      answer({ code = -32603, message = message, stopped = true }, nil)
     end)
   end
 end

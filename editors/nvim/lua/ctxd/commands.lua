@@ -21,6 +21,11 @@ end
 ---@return ctxd.Callback
 local function handle(what, on_result)
   return function(err, result)
+    if type(err) == 'table' and err.stopped then
+      -- The daemon stopped under it: the supervisor's one line names it.
+      require('ctxd.supervisor').interrupted(what)
+      return
+    end
     if err then
       notify(('%s failed: %s'):format(what, client.format_error(err)), vim.log.levels.ERROR)
       return
@@ -546,7 +551,22 @@ M.subcommands.restart = {
         end
         vim.lsp.enable('ctxd', false)
         vim.lsp.enable('ctxd')
-        notify('starting the daemon (a failure is said here)')
+        -- Said when it answers; a daemon that exits first is said by the supervisor instead.
+        local timer = assert(vim.uv.new_timer())
+        local waited = 0
+        timer:start(50, 50, vim.schedule_wrap(function()
+          waited = waited + 50
+          local started = vim.iter(client.clients()):any(function(c)
+            return c.initialized
+          end)
+          if started or waited >= 30000 then
+            timer:stop()
+            timer:close()
+            if started then
+              notify('started')
+            end
+          end
+        end))
       else
         notify('not running, and not enabled (vim.lsp.enable("ctxd"))', vim.log.levels.WARN)
       end

@@ -280,14 +280,10 @@ local function check_messages()
   if #recent == 0 then
     health.ok('none')
   end
+  -- Past messages, not problems of now (those are checked above): listed, not judged again.
+  local names = { [vim.log.levels.ERROR] = 'error', [vim.log.levels.WARN] = 'warning' }
   for _, m in ipairs(recent) do
-    if m.level >= vim.log.levels.ERROR then
-      health.error(m.msg)
-    elseif m.level >= vim.log.levels.WARN then
-      health.warn(m.msg)
-    else
-      health.info(m.msg)
-    end
+    health.info(('%s%s'):format(names[m.level] and (names[m.level] .. ': ') or '', m.msg))
   end
 end
 

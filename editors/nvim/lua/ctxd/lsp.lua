@@ -45,8 +45,6 @@ function M.on_init(lsp_client)
   end
   local folders = client.folders(lsp_client)
   folders_of[lsp_client.id] = folders
-  -- :checkhealth shows what the daemon said since it (re)started.
-  require('ctxd.notify').recent = {}
   for _, workspace in ipairs(folders) do
     require('ctxd.status').set_down(workspace, nil)
     M.load_threads(lsp_client, workspace)
@@ -125,6 +123,8 @@ end
 ---@param params lsp.InitializeParams
 ---@param lsp_config vim.lsp.ClientConfig
 function M.before_init(params, lsp_config)
+  -- :checkhealth shows what the daemon said since it (re)started.
+  require('ctxd.notify').recent = {}
   local options = type(params.initializationOptions) == 'table' and params.initializationOptions or {}
   local ctxd = type(options.ctxd) == 'table' and vim.deepcopy(options.ctxd) or {}
   if vim.tbl_isempty(ctxd) then
@@ -153,6 +153,10 @@ function M.on_exit(code, signal, client_id)
     initialized = initialized,
   }
   folders_of[client_id] = nil
+  local supervisor = require('ctxd.supervisor')
+  if supervisor.is_crash(code, signal, client_id) then
+    supervisor.quiet_neovim_exit_message(lsp_client and lsp_client.name or 'ctxd')
+  end
   require('ctxd.client').fail_pending(client_id, 'the ctxd daemon stopped')
   vim.schedule(function()
     for _, workspace in ipairs(info.folders) do

@@ -33,8 +33,8 @@ function M.one_line(text, width)
   if vim.fn.strdisplaywidth(line) <= width then
     return line
   end
-  local chars = vim.fn.strchars(line)
-  local cut = chars
+  -- A character takes at least one cell: start at `width` characters and take off until it fits.
+  local cut = math.min(vim.fn.strchars(line), width - 1)
   while cut > 0 and vim.fn.strdisplaywidth(vim.fn.strcharpart(line, 0, cut)) > width - 1 do
     cut = cut - 1
   end

@@ -21,6 +21,51 @@ local stopping = {}
 ---@type table<string, boolean>
 local said = {}
 
+--- Commands whose request the daemon's stop cut short, said in the supervisor's line.
+---@type string[]
+local cut = {}
+
+--- A command's request was answered "the daemon stopped".
+---@param what string
+function M.interrupted(what)
+  table.insert(cut, what)
+end
+
+--- Whether this exit is one the supervisor speaks about.
+---@param code integer
+---@param signal integer
+---@param client_id integer
+---@return boolean
+function M.is_crash(code, signal, client_id)
+  return not stopping[client_id] and vim.v.exiting == vim.NIL and (code ~= 0 or signal ~= 0)
+end
+
+--- Neovim follows a crash with its own "Client ctxd quit with exit code … Check log for errors:
+--- <path>" line, wider than the command line: it is replaced by the supervisor's, for this one
+--- exit only (every other message passes through to whatever `vim.notify` is).
+---@param name string
+function M.quiet_neovim_exit_message(name)
+  local inner = vim.notify
+  local prefix = ('Client %s quit with exit code'):format(name)
+  local function filter(msg, ...)
+    if type(msg) == 'string' and vim.startswith(msg, prefix) then
+      return
+    end
+    return inner(msg, ...)
+  end
+  vim.notify = filter
+  -- Neovim says it two scheduled callbacks after the exit; put vim.notify back after that.
+  vim.schedule(function()
+    vim.schedule(function()
+      vim.schedule(function()
+        if vim.notify == filter then
+          vim.notify = inner
+        end
+      end)
+    end)
+  end)
+end
+
 --- Mark a client as stopped on purpose.
 ---@param client_id integer
 function M.stopping(client_id)
@@ -61,9 +106,11 @@ end
 ---@param client_id integer
 ---@param info { config: table?, buffers: integer[], folders: string[], initialized: boolean }
 function M.exited(code, signal, client_id, info)
-  local planned = stopping[client_id]
+  local crash = M.is_crash(code, signal, client_id)
   stopping[client_id] = nil
-  if planned or vim.v.exiting ~= vim.NIL or (code == 0 and signal == 0) then
+  local during = #cut > 0 and (' during %s'):format(table.concat(cut, ', ')) or ''
+  cut = {}
+  if not crash then
     return
   end
   local status = require('ctxd.status')
@@ -83,11 +130,11 @@ function M.exited(code, signal, client_id, info)
     for _, folder in ipairs(info.folders) do
       status.set_down(folder, 'stopped')
     end
-    say(('the daemon stopped after %d crashes in %d minutes; :Ctxd restart starts it again'):format(#crashes, M.WINDOW_S / 60),
+    say(('the daemon stopped after %d crashes in %d minutes%s; :Ctxd restart starts it again'):format(#crashes, M.WINDOW_S / 60, during),
       vim.log.levels.ERROR)
     return
   end
-  say(('the daemon stopped (%s); restarting it (%d of %d)'):format(how(code, signal), #crashes, M.LIMIT), vim.log.levels.WARN)
+  say(('the daemon stopped (%s)%s; restarting it (%d of %d)'):format(how(code, signal), during, #crashes, M.LIMIT), vim.log.levels.WARN)
   for _, buf in ipairs(info.buffers) do
     if vim.api.nvim_buf_is_valid(buf) then
       vim.lsp.start(info.config, { bufnr = buf })

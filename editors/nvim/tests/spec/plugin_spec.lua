@@ -357,6 +357,23 @@ t.describe('usage float', function()
     t.contains('~300/1k tokens', text)
     t.contains('estimated', text)
   end)
+
+  t.it('shows the cost the daemon reports', function()
+    local function text_of(b)
+      return table.concat(vim.tbl_map(function(l)
+        return l.text
+      end, ui.render_breakdown(b)), '\n')
+    end
+    local priced = vim.tbl_extend('force', breakdown, {
+      cost = { currency = 'USD', input = 0.1, cachedInput = 0.02, output = 0.3, total = 0.42, priced = true },
+    })
+    t.contains('cost $0.42 so far (input $0.10, cached $0.02, output $0.30)', text_of(priced))
+    local unpriced = vim.tbl_extend('force', breakdown, {
+      cost = { currency = 'USD', input = 0, cachedInput = 0, output = 0, total = 0, priced = false, unpricedModels = { 'my-model' } },
+    })
+    t.contains('cost $0.00 so far; no price known for my-model', text_of(unpriced))
+    t.eq(nil, text_of(breakdown):find('cost', 1, true))
+  end)
 end)
 
 t.describe(':Ctxd', function()
@@ -412,6 +429,16 @@ t.describe('help', function()
     for _, tag in ipairs({ 'ctxd', ':Ctxd', 'ctxd-setup', 'ctxd-statusline', 'ctxd-api', 'ctxd-health', 'ctxd.statusline()',
       ':Ctxd-threads', ':Ctxd-diff', ':Ctxd-undo-restore', 'ctxd-trust', 'ctxd-follow', 'CtxdThreadsChanged' }) do
       t.contains(tag .. '\tctxd.txt', tags)
+    end
+  end)
+
+  t.it('the install instructions name what exists: a clone, pipx or a venv, not an unpublished package', function()
+    local plugin_root = vim.fs.dirname(vim.fs.dirname(vim.api.nvim_get_runtime_file('doc/ctxd.txt', false)[1]))
+    for _, file in ipairs({ 'README.md', 'doc/ctxd.txt' }) do
+      local text = table.concat(vim.fn.readfile(vim.fs.joinpath(plugin_root, file)), '\n')
+      t.eq(nil, text:find('pip install ctxd-daemon', 1, true), file)
+      t.contains('pipx install ~/src/ctxd', text)
+      t.contains('python3 -m venv ~/.local/share/ctxd', text)
     end
   end)
 

@@ -150,4 +150,56 @@ t.describe('followed sessions (protocol 2)', function()
     vim.cmd('bwipeout!')
     t.contains('Codex 0.46.0 wrote 1 kind of record ctxd does not read: hologram_record', text)
   end)
+
+  t.it('a year-old session the daemon reads again does not take the gauge from the thread in use', function()
+    local threads = require('ctxd.threads')
+    require('ctxd.config').options.thread = nil
+    threads.reset()
+    threads.pick(h.uri, nil)
+    -- The user's own thread is the one in use: it follows it.
+    h.request('ctxd/record', { thread = 'mine', items = { h.user('the work of today ' .. h.text(50)) } })
+    t.wait_for(function()
+      return threads.current(h.uri) == 'mine'
+    end, 'the gauge to follow the thread in use', 20000)
+    -- Every thread the gauge shows from here on, as each usage change arrives.
+    local shown = {}
+    local unsubscribe = require('ctxd.status').subscribe(function()
+      shown[threads.current(h.uri)] = true
+    end)
+    -- A session from a year ago appears on disk (a restored backup, a synced folder).
+    local old = '0188b2c4-1111-7000-8000-00000000a0a0'
+    local when = os.time() - 366 * 86400
+    local ts = os.date('!%Y-%m-%dT%H:%M:%S.000Z', when)
+    local records = codex_records('An old question from last year', 90000, 128000)
+    for _, r in ipairs(records) do
+      r.timestamp = ts
+      if r.payload.timestamp then
+        r.payload.timestamp = ts
+      end
+      if r.payload.id then
+        r.payload.id = old
+      end
+    end
+    local dir = vim.fs.joinpath(vim.env.HOME, '.codex', 'sessions', os.date('!%Y/%m/%d', when))
+    vim.fn.mkdir(dir, 'p')
+    vim.fn.writefile(vim.tbl_map(vim.json.encode, records),
+      vim.fs.joinpath(dir, ('rollout-%s-%s.jsonl'):format(os.date('!%Y-%m-%dT%H-%M-%S', when), old)))
+    -- The daemon reads it and reports its usage...
+    t.wait_for(function()
+      return require('ctxd.status').get({ workspace = h.uri, thread = 'codex:' .. old })
+    end, 'the usage of the old session', 20000)
+    -- ...and the gauge never leaves the thread in use, before or after the threads are read again.
+    local listed = false
+    require('ctxd.lsp').load_threads(client, h.uri, function()
+      listed = true
+    end)
+    t.wait_for(function()
+      return listed
+    end, 'ctxd/threads')
+    vim.wait(300)
+    unsubscribe()
+    t.eq({ mine = true }, shown)
+    t.eq('mine', threads.current(h.uri))
+    t.eq('mine', require('ctxd').gauge().snapshot.thread)
+  end)
 end)

@@ -9,6 +9,7 @@
 //   vscode-breakdown-dark.png  the same page in the dark theme
 //   vscode-compacted.png    Compact now from the page: exactly one message about it
 //   vscode-views.png        the ctxd activity-bar view: Threads, Snapshots, Compactions
+//   (no screenshot) a snapshot another client takes appears in the Snapshots tree when the view shows again
 //   vscode-status.png       "Show status" from the menu: ctxd/status as a page (trust passed = yes)
 //   vscode-snapshot-diff.png  a snapshot taken from the Snapshots view, main.py edited, then the row's
 //                           Show Changes: VS Code's diff editor, snapshot ↔ working tree, the edit highlighted
@@ -23,7 +24,14 @@
 //   vscode-compactions-reload.png  after a window reload, the Compactions tree still lists the compaction (from ctxd/history)
 //   vscode-compaction-archived.png  a click on it opens the items it replaced, read-only
 //   vscode-crash-storm.png  a daemon that keeps crashing: "stopped after 5 crashes" with Restart, also on the page
-//   vscode-not-installed.png  a Python without ctxd: one notification with Install / Set path / Show log
+//   vscode-not-installed.png  a Python without ctxd: one notification with Install / Set path / Show log, no Markdown,
+//                           no unpublished package name
+//   vscode-install-pick.png / vscode-installing.png / vscode-installed.png  Install from that notification: the clone's
+//                           folder picked in VS Code's open dialog, pip's progress, then the venv in the extension's storage
+//                           named by ctxd.daemon.command and the daemon running
+//   vscode-set-path-refused.png / vscode-set-path.png  Set path: a command that cannot run ctxd is refused with
+//                           Python's own reason and the setting unchanged; a working one is saved and the daemon runs
+//   vscode-breakdown-reload.png  after a window reload the breakdown tab is back and draws
 // CTXD_E2E_MODE picks the session: `main` (a working daemon; everything up to the views), `crash`
 // (a daemon that dies a second after each start), `missing` (a Python without ctxd).
 // Environment: CTXD_E2E_MODE, CTXD_E2E_URL, CTXD_E2E_WORKSPACE, CTXD_E2E_ARTIFACTS, CHROMIUM,
@@ -97,8 +105,8 @@ async function toasts(page) {
   );
 }
 
-async function waitToast(page, pattern, what) {
-  return until(what, async () => (await toasts(page)).find((t) => pattern.test(t.text)), TIMEOUT);
+async function waitToast(page, pattern, what, timeout = TIMEOUT) {
+  return until(what, async () => (await toasts(page)).find((t) => pattern.test(t.text)), timeout);
 }
 
 async function clearToasts(page) {
@@ -112,7 +120,8 @@ async function clearToasts(page) {
 async function breakdownFrame(page, must) {
   let found;
   await until(`the breakdown page to show ${must}`, async () => {
-    for (const frame of page.frames()) {
+    // Not the workbench itself: its notifications may say the same words.
+    for (const frame of page.frames().filter((f) => f !== page.mainFrame())) {
       try {
         const text = await frame.evaluate(() => (document.body ? document.body.innerText : ''));
         if (text.includes('Context Usage') && must.test(text)) {
@@ -313,7 +322,9 @@ async function checkMain(page) {
   // --- one notification for the crossing into warn ------------------------------------------
   const left = formatTokens(result.usage.autoCompactLimit - result.usage.usedTokens);
   const tier = await waitToast(page, /ctxd: thread "e2e" is at .* left before auto-compact/, 'the warn-tier notification');
-  if (!tier.text.includes(`${left} left before auto-compact`)) throw new Error(`the warn notification: ${tier.text}`);
+  if (!tier.text.includes(`${left} tokens left before auto-compact`)) throw new Error(`the warn notification: ${tier.text}`);
+  // The notice says what the gauge says: the same percent and counts.
+  if (!tier.text.includes(`is at ${visible}:`)) throw new Error(`the warn notification disagrees with the gauge "${visible}": ${tier.text}`);
   if (JSON.stringify(tier.buttons) !== JSON.stringify(['Compact now', 'Open breakdown'])) {
     throw new Error(`the warn notification's actions: ${JSON.stringify(tier.buttons)}`);
   }
@@ -366,7 +377,7 @@ async function checkMain(page) {
     { timeout: TIMEOUT, polling: 'mutation' },
   );
   const total = `${formatTokens(result.usage.usedTokens)}/${formatTokens(result.usage.contextWindow)} tokens`;
-  const { frame, text: body } = await breakdownFrame(page, /Tier /);
+  const { frame, text: body } = await breakdownFrame(page, /in the status bar: the thread|Plenty of room before the auto-compact limit/);
   const checks = [
     [total, 'the total'],
     [headroomText(result.usage), 'the tokens left before auto-compact'],
@@ -400,7 +411,7 @@ async function checkMain(page) {
   const lightSwatches = await swatch(frame);
   await page.emulateMediaFeatures([{ name: 'prefers-color-scheme', value: 'dark' }]);
   await page.waitForFunction(() => document.querySelector('.monaco-workbench.vs-dark'), { timeout: TIMEOUT });
-  const dark = await breakdownFrame(page, /Tier /);
+  const dark = await breakdownFrame(page, /in the status bar: the thread|Plenty of room before the auto-compact limit/);
   await dark.frame.evaluate(() => document.querySelector('details[data-category="messages"]').setAttribute('open', ''));
   const darkSwatches = await swatch(dark.frame);
   const [b, m] = darkSwatches.split(' | ');
@@ -440,6 +451,17 @@ async function checkMain(page) {
   });
   log(`views: ${JSON.stringify(views)}`);
   await shot(page, 'vscode-views.png');
+
+  // --- a snapshot another client takes shows once the view is shown again, without Refresh -----------
+  await otherDaemon((request) => request('ctxd/ghost/snapshot', { thread: 'e2e', message: 'from another client' }));
+  await page.evaluate(() => {
+    const a = [...document.querySelectorAll('.activitybar .action-item a, .activitybar .action-item')].find((e) => (e.getAttribute('aria-label') || '').startsWith('Explorer'));
+    a.click();
+  });
+  await until('the Explorer to show', () => page.evaluate(() => !!document.querySelector('.explorer-folders-view, .explorer-viewlet')), 20_000).catch(() => undefined);
+  await openCtxdView(page);
+  await until("the other client's snapshot in the Snapshots tree", async () => (await paneRows(page, 'Snapshots')).some((r) => r.includes('from another client')), 20_000);
+  log('a snapshot from another client shows when the view shows again');
 
   // --- Show status, from the menu: the daemon's own view of its health ----------------------------
   await page.evaluate(() => {
@@ -641,6 +663,17 @@ async function checkCompactionsAfterReload(page, compactedText) {
   log(`after a reload, Compactions: ${JSON.stringify(rows)}`);
   await shot(page, 'vscode-compactions-reload.png');
 
+  // --- the breakdown tab came back with the window, and draws ------------------------------------------
+  const tabs = await page.evaluate(() => [...document.querySelectorAll('.tab')].map((t) => t.getAttribute('aria-label') || t.textContent || ''));
+  if (!tabs.some((t) => t.includes('Context Usage'))) throw new Error(`the breakdown tab is gone after the reload: ${JSON.stringify(tabs)}`);
+  await page.evaluate(() => {
+    const tab = [...document.querySelectorAll('.tab')].find((t) => (t.getAttribute('aria-label') || t.textContent || '').includes('Context Usage'));
+    tab.click();
+  });
+  const revived = await breakdownFrame(page, /in the status bar: the thread|Plenty of room before the auto-compact limit/);
+  log(`after a reload, the breakdown tab draws: ${revived.text.split('\n').slice(0, 3).join(' | ')}`);
+  await shot(page, 'vscode-breakdown-reload.png');
+
   // --- a click opens the items that compaction replaced, read-only ------------------------------------
   // The tree may re-render under the click as the reloaded window catches up: a click that opened
   // nothing is repeated every few seconds, and a timeout says what was on screen.
@@ -710,12 +743,43 @@ async function checkCrashStorm(page) {
 
 }
 
+/** Picks the quick-pick row whose label starts with `label`. */
+async function pickRow(page, label) {
+  await until(`"${label}" in the quick pick`, () =>
+    page.evaluate((l) => {
+      const row = [...document.querySelectorAll('.quick-input-widget .monaco-list-row')].find((r) => (r.getAttribute('aria-label') || r.textContent || '').startsWith(l));
+      if (row) row.click();
+      return !!row;
+    }, label),
+  );
+}
+
+/** Types `text` into the open input box (replacing what it holds) and presses Enter. */
+async function typeInput(page, text) {
+  await page.waitForSelector('.quick-input-widget input', { visible: true, timeout: TIMEOUT });
+  await page.click('.quick-input-widget input', { clickCount: 3 });
+  await page.keyboard.down('Control');
+  await page.keyboard.press('KeyA');
+  await page.keyboard.up('Control');
+  await page.keyboard.press('Backspace');
+  await page.type('.quick-input-widget input', text);
+}
+
+/** `ctxd.daemon.command` as the user's settings.json has it now. */
+function daemonCommandSetting() {
+  const file = path.join(process.env.CTXD_E2E_USER_DATA, 'User', 'settings.json');
+  return JSON.parse(fs.readFileSync(file, 'utf8'))['ctxd.daemon.command'];
+}
+
 async function checkNotInstalled(page) {
   // --- not installed -----------------------------------------------------------------------------
   // The daemon command is a Python that cannot import ctxd.
   await gaugeShows(page, 'ctxd not installed');
   const missing = await waitToast(page, /ctxd daemon is not installed/, 'the not-installed notification');
-  if (!missing.text.includes('pip install ctxd-daemon')) throw new Error(`the notification does not name ctxd-daemon: ${missing.text}`);
+  if (/ctxd-daemon|pip install|`/.test(missing.text)) throw new Error(`the notification advertises an unpublished package or shows Markdown: ${missing.text}`);
+  if (!/Install puts it in a Python environment of the extension's own, from a ctxd clone or wheel/.test(missing.text)) {
+    throw new Error(`the notification does not say what Install does: ${missing.text}`);
+  }
   if (JSON.stringify(missing.buttons) !== JSON.stringify(['Install', 'Set path', 'Show log'])) {
     throw new Error(`the not-installed actions: ${JSON.stringify(missing.buttons)}`);
   }
@@ -725,6 +789,74 @@ async function checkNotInstalled(page) {
   if (after.some((t) => RAW_RPC.test(t.text))) throw new Error(`a raw JSON-RPC message was shown: ${JSON.stringify(after)}`);
   log(`not installed: "${missing.text}" ${JSON.stringify(missing.buttons)}`);
   await shot(page, 'vscode-not-installed.png');
+
+  // --- Install, from the notification: a venv of the extension's own, filled from the clone -------------
+  await page.evaluate(() => {
+    const toast = [...document.querySelectorAll('.notifications-toasts .notification-toast')].find((e) => /not installed/.test(e.textContent || ''));
+    [...toast.querySelectorAll('.monaco-button')].find((b) => (b.textContent || '').trim() === 'Install').click();
+  });
+  await pickRow(page, 'From a folder: a clone of the ctxd repository');
+  // VS Code's own open dialog in a browser: a path box; the clone's folder, then OK.
+  const repo = path.resolve(__dirname, '..', '..', '..', '..');
+  await typeInput(page, `${repo}/`);
+  // A folder dialog lists folders only: the clone's own (ctxd, editors) say it is inside.
+  // The dialog lists a folder a moment after its path is typed, and may miss a fast typist's last
+  // "/": typed again every few seconds until the listing is the clone's.
+  let retyped = Date.now();
+  await until('the dialog to show the clone', async () => {
+    const inside = await page.evaluate(() => {
+      const rows = [...document.querySelectorAll('.quick-input-widget .monaco-list-row')].map((r) => (r.textContent || '').trim());
+      return rows.includes('ctxd') && rows.includes('editors');
+    });
+    if (!inside && Date.now() - retyped > 3000) {
+      await page.keyboard.press('Backspace');
+      await page.keyboard.type('/');
+      retyped = Date.now();
+    }
+    return inside;
+  });
+  await shot(page, 'vscode-install-pick.png');
+  // The dialog's accept button carries the flow's openLabel ("Choose"); Enter accepts the folder too.
+  const accepted = await page.evaluate(() => {
+    const ok = [...document.querySelectorAll('.quick-input-widget .monaco-button')].find((b) => /^(Choose|OK)$/i.test((b.textContent || '').trim()));
+    if (ok) ok.click();
+    return !!ok;
+  });
+  if (!accepted) await page.keyboard.press('Enter');
+  await waitToast(page, /installing the daemon/, 'the install progress');
+  await shot(page, 'vscode-installing.png');
+  const installed = await waitToast(page, /is installed in .*venv; the daemon is starting/, 'the install message', 600_000);
+  const command = daemonCommandSetting();
+  if (!Array.isArray(command) || !/ctxd\.ctxd[\\/]venv[\\/]bin[\\/]python$/.test(command[0]) || command.slice(1).join(' ') !== '-m ctxd') {
+    throw new Error(`ctxd.daemon.command after Install: ${JSON.stringify(command)}`);
+  }
+  await until('the gauge to stop saying not installed', async () => !/not installed/.test(await gaugeNow(page)), 60_000);
+  log(`installed: "${installed.text}"; ctxd.daemon.command ${JSON.stringify(command)}; gauge "${await gaugeNow(page)}"`);
+  await shot(page, 'vscode-installed.png');
+  await clearToasts(page);
+
+  // --- Set path: a command that cannot run ctxd is refused with why; a working one is saved -------------
+  const python = process.env.CTXD_E2E_PYTHON;
+  await runCommand(page, 'ctxd: Set Daemon Path');
+  await pickRow(page, 'Type the command');
+  await typeInput(page, `${python} -I -S -m ctxd`);
+  await page.keyboard.press('Enter');
+  const refused = await waitToast(page, /cannot run ctxd: .*No module named ctxd\. The setting is unchanged\./, 'the refusal of a command that cannot run ctxd');
+  if (JSON.stringify(refused.buttons) !== JSON.stringify(['Set path', 'Show log'])) throw new Error(`the refusal's actions: ${JSON.stringify(refused.buttons)}`);
+  if (JSON.stringify(daemonCommandSetting()) !== JSON.stringify(command)) throw new Error('a refused command was saved');
+  await shot(page, 'vscode-set-path-refused.png');
+  await page.evaluate(() => {
+    const toast = [...document.querySelectorAll('.notifications-toasts .notification-toast')].find((e) => /cannot run ctxd/.test(e.textContent || ''));
+    [...toast.querySelectorAll('.monaco-button')].find((b) => (b.textContent || '').trim() === 'Set path').click();
+  });
+  await pickRow(page, 'Type the command');
+  await typeInput(page, `${python} -m ctxd`);
+  await page.keyboard.press('Enter');
+  const found = await waitToast(page, /found; the daemon starts with /, 'the Set path message');
+  await until('the setting to name the typed command', () => JSON.stringify(daemonCommandSetting()) === JSON.stringify([python, '-m', 'ctxd']));
+  await until('the gauge to run', async () => !/not installed|stopped/.test(await gaugeNow(page)), 60_000);
+  log(`set path: refused "${refused.text}"; then "${found.text}"; gauge "${await gaugeNow(page)}"`);
+  await shot(page, 'vscode-set-path.png');
 }
 
 async function main() {

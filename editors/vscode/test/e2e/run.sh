@@ -25,6 +25,9 @@ ARTIFACTS="$EXT/test-artifacts"
 
 log() { echo "[e2e] $*"; }
 
+# shellcheck source=sandbox.sh
+. "$HERE/sandbox.sh"
+
 # --- the daemon's interpreter, as an absolute path ---------------------------------------------
 # code-server rebuilds the extension host's PATH from a login shell (pyenv shims first, an
 # activated venv gone), so a bare `python3` in the setting may have no ctxd. Take the interpreter
@@ -35,6 +38,8 @@ if ! PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m ctxd --version >
   exit 1
 fi
 log "daemon: $PYTHON -m ctxd"
+
+trap '[[ "${KEEP:-0}" == 1 ]] || rm -rf "$WORK"' EXIT
 
 # --- system packages --------------------------------------------------------------------------
 need=()
@@ -95,24 +100,22 @@ cd "$EXT"
 VSIX="$EXT/ctxd-0.1.0.vsix"
 [[ -f "$VSIX" ]] || npx @vscode/vsce package >/dev/null
 npx tsc -p tsconfig.test.json
-WORK="$(mktemp -d -t ctxd-e2e-XXXXXX)"
 AGENT_VSIX="$WORK/ctxd-e2e-agent.vsix"
 (cd "$HERE/agent" && npx --prefix "$EXT" vsce package --skip-license --allow-missing-repository -o "$AGENT_VSIX" >/dev/null)
 
 # --- one workspace, the daemon's state, one code-server session per scenario ----------------------
-WS="$WORK/workspace"; STATE="$WORK/state"; EXTENSIONS="$WORK/extensions"
+WS="$WORK/workspace"; STATE="$XDG_STATE_HOME"; EXTENSIONS="$WORK/extensions"
 mkdir -p "$WS" "$STATE" "$EXTENSIONS"
 git -C "$WS" init -q
 printf 'print("hello")\n' > "$WS/main.py"
 git -C "$WS" add main.py
 git -C "$WS" -c user.name=e2e -c user.email=e2e@example.invalid commit -q -m init
-printf 'bind-addr: 127.0.0.1:0\nauth: none\ncert: false\n' > "$WORK/config.yaml"
 "$CODE_SERVER" --config "$WORK/config.yaml" --user-data-dir "$WORK/install" --extensions-dir "$EXTENSIONS" --install-extension "$VSIX" >/dev/null
 "$CODE_SERVER" --config "$WORK/config.yaml" --user-data-dir "$WORK/install" --extensions-dir "$EXTENSIONS" --install-extension "$AGENT_VSIX" >/dev/null
 "$CODE_SERVER" --config "$WORK/config.yaml" --user-data-dir "$WORK/install" --extensions-dir "$EXTENSIONS" --list-extensions --show-versions
 
 export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
-export XDG_STATE_HOME="$STATE" XDG_CONFIG_HOME="$WORK/xdg-config"
+trap cleanup EXIT
 CS_PID=""
 stop_session() {
   [[ -n "$CS_PID" ]] || return 0
@@ -125,7 +128,6 @@ cleanup() {
   stop_session
   if [[ "${KEEP:-0}" != 1 ]]; then rm -rf "$WORK"; fi
 }
-trap cleanup EXIT
 
 # session MODE DAEMON_COMMAND_JSON: a fresh profile whose ctxd.daemon.command is the given JSON
 # array, code-server in its own process group (so stopping it stops the extension host and the
@@ -164,7 +166,7 @@ JSON
     sleep 0.5
   done
   log "[$mode] code-server on 127.0.0.1:$port"
-  CTXD_E2E_MODE="$mode" CTXD_E2E_URL="http://127.0.0.1:$port/?folder=$WS" CTXD_E2E_WORKSPACE="$WS" CTXD_E2E_PYTHON="$PYTHON" \
+  CTXD_E2E_MODE="$mode" CTXD_E2E_URL="http://127.0.0.1:$port/?folder=$WS" CTXD_E2E_WORKSPACE="$WS" CTXD_E2E_PYTHON="$PYTHON" CTXD_E2E_USER_DATA="$user_data" \
     CTXD_E2E_ARTIFACTS="$ARTIFACTS" CHROMIUM="$(command -v chromium)" NODE_PATH="$CACHE/node_modules" \
     node "$HERE/check.js" || status=$?
   if ((status)); then
