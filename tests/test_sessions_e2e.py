@@ -194,3 +194,74 @@ def test_turns_written_at_once_take_one_checkpoint(daemon_factory, tmp_path: Pat
         time.sleep(0.05)
     # Checkpoints run one at a time in the order asked: had the earlier turns been asked, they would be done.
     assert [m for m in taken if m.startswith("batch turn")] == [labels[-1]]
+
+
+# --- sessions that start while the daemon runs (issue 25) ---
+
+
+def wait_checkpoint(client: Client, ws: Path, label: str, timeout: float = 15.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = [s for s in client.request("ctxd/ghost/list", {"workspace": ws.as_uri()})["snapshots"]
+                 if s["message"] == label]
+        if found:
+            return found[0]
+        time.sleep(0.05)
+    raise AssertionError(f"no checkpoint labelled {label!r}")
+
+
+def new_session_files(agent: str, codex_home: Path, claude_home: Path, ws: Path, label: str) -> tuple[Path, list]:
+    """A session's first lines as the agent writes them when it starts: Codex's meta and first turn,
+    Claude Code's first user line."""
+    if agent == "codex":
+        sid = "0199a213-5555-7800-8aa1-000000000001"
+        return fx.codex_path(codex_home, sid, day="2025/10/04"), [
+            fx.codex_meta(ws, sid), *fx.codex_turn(label, "2025-10-04T10:00:01.000Z", cwd=str(ws))]
+    sid = "5555aaaa-3b4a-4c5d-8e6f-0a1b2c3d4e5f"
+    return fx.claude_path(claude_home, ws, sid), [fx.claude_user(label, "n1", None, ws, "2025-10-04T10:00:01.000Z", sid)]
+
+
+@pytest.mark.parametrize("agent", ["codex", "claude"])
+def test_the_first_turn_of_a_session_started_while_following_is_checkpointed(daemon_factory, tmp_path: Path,
+                                                                             agent: str) -> None:
+    repo = make_repo(tmp_path / "repo")
+    repo.write("app.py", "print('v1')\n")
+    repo.commit_all("base")
+    repo.write("app.py", "print('v2, not committed')\n")
+    codex_home, claude_home, env = homes(tmp_path)
+    ws = repo.root
+    # A session from before the daemon started: caught up, its turns are history (no checkpoint).
+    fx.write_jsonl(fx.codex_path(codex_home), fx.codex_session(ws))
+    client = daemon_factory([ws], env=env)
+    wait_thread(client, ws, CODEX_THREAD)
+    before = repo.files()
+    label = f"{agent}: rename app.py"
+    path, lines = new_session_files(agent, codex_home, claude_home, ws, label)
+    fx.write_jsonl(path, lines)  # the user starts the agent now
+    snapshot = wait_checkpoint(client, ws, label)
+    (ws / "app.py").unlink()  # the agent's first change
+    repo.write("main.py", "print('v3')\n")
+    client.request("ctxd/ghost/restore", {"workspace": ws.as_uri(), "thread": "t", "id": snapshot["id"]})
+    assert repo.files() == before
+    assert not [s for s in client.request("ctxd/ghost/list", {"workspace": ws.as_uri()})["snapshots"]
+                if "parser.py" in s["message"]]
+
+
+def test_the_first_session_of_an_agent_never_run_before_is_followed_and_checkpointed(daemon_factory,
+                                                                                    tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    repo.write("a.txt", "a\n")
+    repo.commit_all("base")
+    codex_home, claude_home, env = homes(tmp_path)
+    ws = repo.root
+    fx.write_jsonl(fx.claude_path(claude_home, ws), fx.claude_session(ws))  # Claude was used before; Codex never
+    client = daemon_factory([ws], env=env)
+    wait_thread(client, ws, CLAUDE_THREAD)
+    assert not codex_home.exists()
+    seen = len(client.notifications)
+    label = "first codex turn ever"
+    path, lines = new_session_files("codex", codex_home, claude_home, ws, label)
+    fx.write_jsonl(path, lines)  # makes CODEX_HOME/sessions/2025/10/04 at once, as Codex does
+    client.wait_for_notification("ctxd/threadsChanged", lambda p: p["workspace"] == ws.as_uri(), after=seen, timeout=15)
+    wait_thread(client, ws, "codex:0199a213-5555-7800-8aa1-000000000001")
+    wait_checkpoint(client, ws, label)
