@@ -403,9 +403,15 @@ class Follower:
                 state.reader = CodexReader(path)
             else:
                 state.reader = ClaudeReader(path, discovery.claude_id(path))
+            state.reader.stop_when_rewritten = True  # its head is checked again first (privacy rule)
         state.size, state.stamp = st.st_size, _stamp(st)
         reader = state.reader
         change = reader.read(state.ident, budget=READ_BUDGET)
+        if reader.rewritten:  # another file under the same inode: decided and read afresh
+            with self._lock:
+                self._files[path] = _File(state.agent, ident=state.ident)
+            self._follow(path)
+            return
         if not reader.caught_up:
             self.touch(path)  # the rest after the other files' turn
         session = reader.session

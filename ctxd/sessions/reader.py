@@ -122,6 +122,8 @@ class Reader:
         self.ident: tuple[int, int] | None = None  # (st_dev, st_ino) of the file read
         self.skipping = False  # inside a line longer than MAX_LINE: read past it up to its newline
         self.caught_up = True  # the last read reached the end of the file (not stopped by its budget)
+        self.stop_when_rewritten = False  # set: a file rewritten in place is not read but `rewritten`
+        self.rewritten = False
         self._head = b""  # the file's first bytes, as read
         self._tail = b""  # the bytes just before `offset`, as read
         self.session = Session(agent=self.agent, path=printable(path))
@@ -177,7 +179,12 @@ class Reader:
             found = (st.st_dev, st.st_ino)
             if ident is not None and found != ident:
                 return Change()
-            if (self.ident is not None and found != self.ident) or st.st_size < self.offset or self._rewritten(fd):
+            if (self.ident is not None and found != self.ident) or st.st_size < self.offset:
+                self.reset()
+            elif self._rewritten(fd):
+                if self.stop_when_rewritten:
+                    self.rewritten = True  # the caller decides the file again, as a new one
+                    return Change()
                 self.reset()
             self.ident = found
             total = Change()
