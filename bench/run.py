@@ -29,6 +29,7 @@ QUICK: dict[str, list[str]] = {
     "compact": ["--sessions", "5"],
     "ghost": ["--rounds", "3"],
     "sessions": ["--mb", "20", "--appends", "20", "--idle-seconds", "5", "--turns", "5"],
+    "follow": ["--appends", "15", "--starts", "4", "--turns", "10"],
 }
 
 
