@@ -160,7 +160,9 @@ def bench_checkpoint(tmp: Path, turns: int, files: int) -> list[Row]:
     generate(repo, files)
     # Packed, as a cloned repository is (`generate` leaves 20,000 loose objects, which a user's git
     # would have packed long ago: its automatic gc packs past 6,700).
-    subprocess.run(["git", "gc", "-q"], cwd=repo, env=ENV, check=True, capture_output=True)
+    packed = subprocess.run(["git", "repack", "-a", "-d", "-q"], cwd=repo, env=ENV, capture_output=True, text=True)
+    if packed.returncode != 0:
+        raise SystemExit(f"git repack failed: {packed.stderr}")
     codex_home = tmp / "codex-cp"
     fx.write_jsonl(fx.codex_path(codex_home), fx.codex_session(repo))  # an earlier session: caught up
     client = daemon(tmp, "checkpoint", repo, codex_home, tmp / "claude-cp")

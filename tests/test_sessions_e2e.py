@@ -265,3 +265,25 @@ def test_the_first_session_of_an_agent_never_run_before_is_followed_and_checkpoi
     client.wait_for_notification("ctxd/threadsChanged", lambda p: p["workspace"] == ws.as_uri(), after=seen, timeout=15)
     wait_thread(client, ws, "codex:0199a213-5555-7800-8aa1-000000000001")
     wait_checkpoint(client, ws, label)
+
+
+def test_a_session_found_again_after_a_restart_is_kept_or_appended_to(daemon_factory, workspace: Path,
+                                                                      tmp_path: Path) -> None:
+    codex_home, _, env = homes(tmp_path)
+    rollout = fx.write_jsonl(fx.codex_path(codex_home), fx.codex_session(workspace)[:10])
+    client = daemon_factory([workspace], env=env)
+    uri = workspace.as_uri()
+    before = wait_thread(client, workspace, CODEX_THREAD, lambda t: t["usage"]["usedTokens"] == 9_000)
+    client.shutdown()
+    client = daemon_factory([workspace], env=env)  # the file as it was: nothing rewritten
+    wait_thread(client, workspace, CODEX_THREAD)
+    client.request("ctxd/ghost/list", {"workspace": uri})  # a round trip after the daemon's first read
+    same = wait_thread(client, workspace, CODEX_THREAD)
+    assert (same["historyVersion"], same["itemCount"]) == (before["historyVersion"], before["itemCount"])
+    client.shutdown()
+    fx.append_jsonl(rollout, fx.codex_session(workspace)[10:])  # the agent went on while ctxd was not running
+    client = daemon_factory([workspace], env=env)
+    grown = wait_thread(client, workspace, CODEX_THREAD, lambda t: t["usage"]["usedTokens"] == 12_000)
+    history = client.request("ctxd/history", {"workspace": uri, "thread": CODEX_THREAD, "includeArchived": True})
+    assert grown["historyVersion"] == before["historyVersion"] and grown["itemCount"] == 6
+    assert not [i for i in history["items"] if i.get("archived")]

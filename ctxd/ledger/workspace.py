@@ -489,9 +489,19 @@ class Workspace:
         it holds something else. Lets a session found again after a restart be appended to, and a
         large one be mirrored in slices (`mirror` with `replace` only for the first)."""
         kept = self._kept([item for item in items if _valid(item)])
-        with self.lock:
-            stored = [e.item for e in self._ledger(thread).entries]
-        return kept, (len(stored) if kept[: len(stored)] == stored else -1)
+        # Only the bridge's mirroring thread writes a followed thread, so its rows are compared
+        # outside the workspace's lock (as stored text, nothing loaded): a client waits for none of it.
+        rows = self.store.active_rows(thread)
+        if len(rows) > len(kept) or any(row.body != _dump(item) for row, item in zip(rows, kept)):
+            return kept, -1
+        return kept, len(rows)
+
+    def mirror_current(self, thread: str, baseline: int | None, context: dict[str, Any], info: dict[str, Any]) -> bool:
+        """The followed thread stores these facts already (a restart, and nothing new in the file)."""
+        row = self.store.thread(thread)
+        state = row.state if row is not None and isinstance(row.state, dict) else {}
+        return (row is not None and row.api_total == baseline and (row.prompt_context or {}) == context
+                and state.get("followed") == info)
 
     def followed_path(self, thread: str) -> str | None:
         """The session file a followed thread was last mirrored from, without loading its items."""

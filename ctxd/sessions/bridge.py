@@ -269,6 +269,11 @@ class _Mirrors:
             kept, held = job.workspace.mirror_start(job.thread, job.items)
             job.items = kept[held:] if held >= 0 else kept
             job.replace = held < 0  # the thread holds its start already (a restart): append the rest
+            if not job.items and not job.replace and job.workspace.mirror_current(job.thread, job.baseline,
+                                                                                  job.context, job.info):
+                job.announce = False
+                self.threads_changed(job.workspace.uri)
+                return True  # as stored: nothing to write, and its items are not loaded
         part = job.items[job.done: job.done + SLICE_ITEMS]
         last = job.done + len(part) >= len(job.items)
         job.workspace.mirror(job.thread, part, replace=job.replace and job.done == 0,
