@@ -167,17 +167,23 @@ def bench_checkpoint(tmp: Path, turns: int, files: int) -> list[Row]:
     fx.write_jsonl(fx.codex_path(codex_home), fx.codex_session(repo))  # an earlier session: caught up
     client = daemon(tmp, "checkpoint", repo, codex_home, tmp / "claude-cp")
     uri = repo.as_uri()
-    ref_dir: Path | None = None
     ours, floor, lag = [], [], []
+    observer, seen = Observer(), Seen()
     try:
         wait_thread(client, repo, f"codex:{fx.CODEX_ID}")
-        client.request("ctxd/ghost/snapshot", {"workspace": uri, "thread": "bench", "message": "warm"})  # store made
+        warm = client.request("ctxd/ghost/snapshot", {"workspace": uri, "thread": "bench", "message": "warm"})
+        ref_dir = next(Path(p) for p, _, names in os.walk(repo / ".git" / "ctxd") if warm["id"] in names)
+        observer.schedule(seen, str(ref_dir))  # a snapshot's ref is moved into place when it is committed
+        observer.start()
         for n in range(turns):
             for k in range(10):  # the user's edits since the last turn
                 (repo / f"src/d{k:02d}/m{n % 10}/f{k * 1000 + (n % 10) * 100:05d}.py").write_text(f"edit {n} {k}\n")
             subprocess.run(["sync"], check=False)
             start = time.perf_counter()
-            subprocess.run(["git", "stash", "create"], cwd=repo, env=ENV, check=True, capture_output=True)
+            # GIT_OPTIONAL_LOCKS=0: the floor must not rewrite the user's index (a refresh), which
+            # would make ctxd's next capture start from a copy of it instead of its kept index.
+            subprocess.run(["git", "stash", "create"], cwd=repo, env={**ENV, "GIT_OPTIONAL_LOCKS": "0"}, check=True,
+                           capture_output=True)
             floor.append(time.perf_counter() - start)
             sid = f"0199a213-cccc-7800-8aa1-{n:012d}"
             label = f"turn {n} of the follow bench"
@@ -185,23 +191,21 @@ def bench_checkpoint(tmp: Path, turns: int, files: int) -> list[Row]:
             lines = [fx.codex_meta(repo, sid), *fx.codex_turn(label, "2025-10-06T10:00:00.000Z", cwd=str(repo))]
             data = b"".join(json.dumps(r).encode() + b"\n" for r in lines)
             path.parent.mkdir(parents=True, exist_ok=True)
-            wall = time.time()
+            seen.arm("")
+            seen.want = os.sep  # any path: the next ref written
+            wall, start = time.time(), time.perf_counter()
             path.write_bytes(data)  # a session that starts now, its first turn written
-            found: list[dict] = []
-            deadline = time.monotonic() + 30
-            while not found:
-                if time.monotonic() > deadline:
-                    raise SystemExit(f"no checkpoint for {label!r} in 30 s")
-                time.sleep(0.05)  # polling the list costs the bench; the commit's own time is the ref's mtime
-                found = [s for s in client.request("ctxd/ghost/list", {"workspace": uri})["snapshots"]
-                         if s["message"] == label]
-            if ref_dir is None:
-                ref_dir = next(Path(p) for p, _, names in os.walk(repo / ".git" / "ctxd") if found[0]["id"] in names)
-            ours.append((ref_dir / found[0]["id"]).stat().st_mtime - wall)
+            if not seen.event.wait(30):
+                raise SystemExit(f"no checkpoint for {label!r} in 30 s")
+            ours.append(seen.at - start)  # type: ignore[operator]
+            found = [s for s in client.request("ctxd/ghost/list", {"workspace": uri})["snapshots"] if s["message"] == label]
+            if not found:
+                raise SystemExit(f"the ref written was not {label!r}'s checkpoint")
             created = datetime.fromisoformat(found[0]["createdAt"].replace("Z", "+00:00")).timestamp()
             lag.append(created - found[0]["durationMs"] / 1000 - wall)
             time.sleep(0.2)
     finally:
+        observer.stop()
         client.shutdown(timeout=10)
     p95, median, base = percentile(ours, 0.95), statistics.median(ours), statistics.median(floor)
     print(f"3. a new session's first turn -> its checkpoint committed ({turns} turns, {files} files, 10 changed): "
