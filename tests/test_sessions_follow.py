@@ -386,3 +386,19 @@ def test_a_session_id_that_is_none_is_not_followed(tmp_path: Path, session_id: s
     follower, updates = idle_follower([ws], tmp_path)
     follower.scan_once()
     assert updates == []
+
+
+def test_a_root_deleted_and_made_again_is_followed_again(follow, tmp_path: Path) -> None:
+    start, updates, codex_home, _ = follow
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    fx.write_jsonl(fx.codex_path(codex_home), fx.codex_session(ws))
+    follower = start([ws])
+    next_update(updates, f"codex:{fx.CODEX_ID}")
+    import shutil
+
+    shutil.rmtree(codex_home)  # the user removes ~/.codex, and runs Codex again later
+    follower._tick()  # the safety net notices the root gone (as it does every 2 s)
+    sid = "0199a213-0000-7800-8aa1-0000000000cc"
+    fx.write_jsonl(fx.codex_path(codex_home, sid), fx.codex_session(ws, sid))
+    assert next_update(updates, f"codex:{sid}", timeout=30).fresh

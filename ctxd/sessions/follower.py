@@ -103,7 +103,7 @@ class Follower:
         self._rescan = True
         self._stop = False
         self._observer = None
-        self._scheduled: set[Path] = set()
+        self._scheduled: dict[Path, object] = {}  # root -> watchdog's watch (recursive)
         self._mode = "off"
         self._worker: threading.Thread | None = None
         self._last_scan = 0.0
@@ -114,6 +114,7 @@ class Follower:
         self._parents: dict[Path, Path] = {}  # root not there yet -> the existing parent watched for it
         self._parent_watches: dict[Path, object] = {}  # parent -> watchdog's watch (non-recursive)
         self._polled: set[Path] = set()  # polling: roots seen to exist
+        self._roots_pending = False  # a folder appeared in a parent watched for a root
 
     # --- lifecycle ---
 
@@ -192,9 +193,9 @@ class Follower:
         """Block until every pending path was read (tests and the CLI)."""
         deadline = time.monotonic() + timeout
         with self._wake:
-            while (self._dirty or self._rescan or self._busy) and time.monotonic() < deadline:
+            while (self._dirty or self._rescan or self._roots_pending or self._busy) and time.monotonic() < deadline:
                 self._wake.wait(0.02)
-            return not (self._dirty or self._rescan or self._busy)
+            return not (self._dirty or self._rescan or self._roots_pending or self._busy)
 
     def scan_once(self) -> None:
         """Find and read every session now, on the caller's thread, without watching (the CLI)."""
@@ -220,7 +221,7 @@ class Follower:
                         return
                     if event.is_directory:
                         if event.event_type in ("created", "moved"):
-                            follower._request_rescan()  # a root may have appeared, or a day's folder
+                            follower._directory_made(os.fsdecode(getattr(event, "dest_path", "") or event.src_path))
                         return
                     path = getattr(event, "dest_path", "") or event.src_path
                     if isinstance(path, bytes):
@@ -243,14 +244,15 @@ class Follower:
         (not recursively) for the folder on the way to appear. True when a root became watched."""
         if self._observer is None:
             return False
+        for root in [r for r in self._scheduled if not r.is_dir()]:  # deleted: waited for again
+            self._unwatch(self._scheduled.pop(root))
         appeared = False
         for root in self.roots.values():
             if root in self._scheduled:
                 continue
             try:
                 if root.is_dir():
-                    self._observer.schedule(self._handler, str(root), recursive=True)
-                    self._scheduled.add(root)
+                    self._scheduled[root] = self._observer.schedule(self._handler, str(root), recursive=True)
                     self._parents.pop(root, None)
                     appeared = True
                     continue
@@ -272,11 +274,23 @@ class Follower:
     def _unwatch_parents(self) -> None:
         """Parents no root waits for any more are not watched any more."""
         for parent in [p for p in self._parent_watches if p not in self._parents.values()]:
-            watch = self._parent_watches.pop(parent)
-            try:
-                self._observer.unschedule(watch)  # type: ignore[union-attr]
-            except Exception:  # noqa: BLE001 - already gone with its folder
-                pass
+            self._unwatch(self._parent_watches.pop(parent))
+
+    def _unwatch(self, watch: object) -> None:
+        try:
+            self._observer.unschedule(watch)  # type: ignore[union-attr]
+        except Exception:  # noqa: BLE001 - already gone with its folder
+            pass
+
+    def _directory_made(self, path: str) -> None:
+        """A folder appeared: inside a root (a day's folder, a project), look for new files; in a
+        parent watched for a root, only see whether the root is on its way."""
+        if any(path.startswith(str(root) + os.sep) or path == str(root) for root in tuple(self._scheduled)):
+            self._request_rescan()
+        else:
+            with self._wake:
+                self._roots_pending = True
+                self._wake.notify_all()
 
     def _request_rescan(self) -> None:
         with self._wake:
@@ -291,11 +305,12 @@ class Follower:
             with self._wake:
                 period = POLL_SECONDS if self._mode == "polling" else TICK_SECONDS
                 timeout = max(0.0, last_tick + period - time.monotonic())
-                if not (self._dirty or self._rescan or self._stop):
+                if not (self._dirty or self._rescan or self._roots_pending or self._stop):
                     self._wake.wait(timeout)
                 if self._stop:
                     return
                 rescan, self._rescan = self._rescan, False
+                roots, self._roots_pending = self._roots_pending, False
                 paths = list(self._dirty)
                 self._dirty.clear()
                 self._busy = True
@@ -304,6 +319,10 @@ class Follower:
                 if now - last_tick >= period:
                     last_tick = now
                     self._tick()
+                if roots and not rescan:
+                    rescan = self._schedule_roots()  # a root that appeared is scanned at once
+                    with self._wake:
+                        self._rescan = False  # (asked for by _schedule_roots: done here)
                 if rescan:
                     self._schedule_roots()
                     self._scan()
@@ -319,8 +338,8 @@ class Follower:
     def _tick(self) -> None:
         """Roots that appeared; followed files whose size changed without an event; in polling
         mode, new files too."""
-        if self._observer is not None and len(self._scheduled) < len(self.roots):
-            self._schedule_roots()
+        if self._observer is not None:
+            self._schedule_roots()  # roots that appeared without an event seen, or were deleted
         if self._mode == "polling":
             appeared = [root for root in self.roots.values() if root not in self._polled and root.is_dir()]
             self._polled.update(appeared)
