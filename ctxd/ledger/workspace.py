@@ -504,10 +504,9 @@ class Workspace:
                 and state.get("followed") == info)
 
     def followed_path(self, thread: str) -> str | None:
-        """The session file a followed thread was last mirrored from, without loading its items."""
-        with self.lock:
-            ledger = self.cache.peek(thread)
-            state = ledger.state if ledger is not None else getattr(self.store.thread(thread), "state", None)
+        """The session file a followed thread was last mirrored from, without loading its items, and
+        without waiting for the workspace's lock (a slice of an import may hold it): the store has it."""
+        state = getattr(self.store.thread(thread), "state", None)
         followed = state.get("followed") if isinstance(state, dict) else None
         path = followed.get("path") if isinstance(followed, dict) else None
         return path if isinstance(path, str) else None
