@@ -221,9 +221,9 @@ class _Mirrors:
     def put(self, job: _Job) -> None:
         with self._wake:
             queue = self._queues.setdefault(job.key, deque())
-            if job.replace:  # the whole history: what was waiting to be appended is in it
+            if job.replace:  # the whole history: what was waiting to be mirrored is in it
                 while queue and not queue[-1].started:
-                    queue.pop()
+                    job.announce = job.announce or queue.pop().announce
             elif queue and not queue[-1].started and not queue[-1].replace:
                 last = queue.pop()  # two appends not begun: one, with the newer facts
                 job.items = last.items + job.items
