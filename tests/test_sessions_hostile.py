@@ -129,4 +129,13 @@ def test_a_client_request_during_a_big_import_is_answered_before_the_import_ends
     mirrored = client.request("ctxd/history", {"workspace": uri, "thread": CODEX_THREAD, "limit": 1})["total"]
     assert recorded["itemCount"] == 2 and gauge["usage"]["usedTokens"] > 0
     assert mirrored < total, "the client's requests waited for the whole import"
+    # A live session's new line waits for a slice of the import, not for all of it.
+    mark = len(client.notifications)
+    fx.append_jsonl(fx.claude_path(claude_home, workspace), fx.claude_assistant(
+        [{"type": "text", "text": "Still here."}], "msg_03", "a3", "a2", workspace, "2025-10-03T11:00:09.000Z",
+        fx.claude_usage(7, 100, 16_000, 20)))
+    client.wait_for_notification("ctxd/usageChanged", lambda p: p["thread"] == "claude:" + fx.CLAUDE_ID
+                                 and p["usedTokens"] >= 16_107, after=mark, timeout=60)
+    mirrored = client.request("ctxd/history", {"workspace": uri, "thread": CODEX_THREAD, "limit": 1})["total"]
+    assert mirrored < total, "the live session's line waited for the whole import"
     wait_thread(client, workspace, CODEX_THREAD, lambda t: t["itemCount"] == total, timeout=120)
