@@ -30,6 +30,7 @@ QUICK: dict[str, list[str]] = {
     "ghost": ["--rounds", "3"],
     "hooks": ["--rounds", "15"],
     "sessions": ["--mb", "20", "--appends", "20", "--idle-seconds", "5", "--turns", "5"],
+    "follow": ["--appends", "15", "--starts", "4", "--turns", "10"],
 }
 
 

@@ -184,4 +184,96 @@ def storms_failed(report: dict[str, Any]) -> list[str]:
     if concurrency and any(concurrency[k] for k in ("other_failures", "wrong_outcomes", "duplicated_user_messages",
                                                     "rolled_back_returned")):
         failed.append("concurrency")
+    sessions = report.get("sessions")
+    if sessions and any(sessions[k] for k in ("client_failures", "threads_failures", "impostor_items",
+                                              "unnamed_threads", "crashes")):
+        failed.append("sessions")
     return failed
+
+
+# --- hostile session files (issue 27) -----------------------------------------------------------------
+
+SESSION_ATTACKS = ("deep_line", "hole", "same_id", "empty_id", "huge_model", "huge_window", "rewritten", "big_import")
+
+
+def _session_attack(kind: str, n: int, ws: Path, codex_home: Path, victim: Path) -> str | None:
+    """Write one hostile session file; returns the thread it may legitimately make (or None)."""
+    from tests import session_fixtures as fx
+
+    sid = f"0199a213-dddd-7800-8aa1-{n:012d}"
+    path = fx.codex_path(codex_home, sid, day="2025/11/01")
+    records = fx.codex_session(ws, sid)
+    if kind == "deep_line":
+        deep: dict[str, Any] = {"x": 1}
+        for _ in range(300):
+            deep = {"a": deep}
+        records.insert(3, {"type": "response_item", "payload": {"type": "message", "role": "assistant",
+                                                                "content": [{"type": "output_text", "text": "x"}], "d": deep}})
+    elif kind == "huge_model":
+        records.append({"type": "turn_context", "payload": {"model": "m" * 3_000_000}})
+    elif kind == "huge_window":
+        records.append({"type": "event_msg", "payload": {"type": "task_started", "model_context_window": int("9" * 401)}})
+    elif kind == "empty_id":
+        records = fx.codex_session(ws, "")
+        sid = ""
+    elif kind == "same_id":
+        records = [fx.codex_meta(ws, fx.CODEX_ID), *fx.codex_turn("IMPOSTOR", "2025-11-01T10:00:00.000Z", cwd=str(ws))]
+        sid = ""
+    elif kind == "big_import":
+        for k in range(20_000):
+            records.append(fx.codex_answer(f"line {k}", "2025-11-01T10:00:00.000Z"))
+    fx.write_jsonl(path, records)
+    if kind == "hole":
+        os.truncate(path, 1 << 40)
+        with path.open("ab") as f:
+            f.write(b"\n")
+    elif kind == "rewritten":
+        with victim.open("r+b") as f:  # the victim file written over in place, longer
+            f.write(b"".join(__import__("json").dumps(r).encode() + b"\n" for r in fx.codex_session(ws) * 2))
+        return f"codex:{fx.CODEX_ID}"
+    return f"codex:{sid}" if sid else None
+
+
+def sessions_storm(root: Path, cycles: int) -> dict[str, Any]:
+    """Cycles of one hostile session file each (in turn) written into a followed agent folder while a
+    client records into its own thread and reads its gauge and the thread list. Counts: attacks,
+    client requests failed, `ctxd/threads` failures, impostor items in the victim's thread, threads
+    named by no session id (`codex:`), daemon crashes."""
+    from tests import session_fixtures as fx
+
+    ws, state, codex_home = root / "ws", root / "state", root / "codex-home"
+    ws.mkdir(exist_ok=True)
+    state.mkdir(exist_ok=True)
+    victim = fx.write_jsonl(fx.codex_path(codex_home), fx.codex_session(ws))
+    client = start_daemon(state, env={"CODEX_HOME": str(codex_home), "CLAUDE_CONFIG_DIR": str(root / "claude")},
+                          log_file=root / "daemon.log")
+    client.initialize([ws])
+    uri = ws.as_uri()
+    figures: dict[str, Any] = {"cycles": 0, "attacks": {k: 0 for k in SESSION_ATTACKS}, "client_failures": 0,
+                               "threads_failures": 0, "impostor_items": 0, "unnamed_threads": 0, "crashes": 0}
+    for cycle in range(cycles):
+        kind = SESSION_ATTACKS[cycle % len(SESSION_ATTACKS)]
+        figures["cycles"] += 1
+        figures["attacks"][kind] += 1
+        _session_attack(kind, cycle, ws, codex_home, victim)
+        for n in range(5):  # the client's own work while the file is followed
+            try:
+                client.request("ctxd/record", {"workspace": uri, "thread": "mine", "items": [_user(f"{cycle}.{n}")]})
+                client.request("ctxd/usage", {"workspace": uri, "thread": "mine"})
+            except (RpcError, TimeoutError):
+                figures["client_failures"] += 1
+        try:
+            listed = client.request("ctxd/threads", {"workspace": uri})["threads"]
+            figures["unnamed_threads"] += sum(1 for t in listed if t["thread"] in ("codex:", "claude:"))
+        except (RpcError, TimeoutError):
+            figures["threads_failures"] += 1
+        if client.proc.poll() is not None:
+            figures["crashes"] += 1
+            break
+    try:
+        history = client.request("ctxd/history", {"workspace": uri, "thread": f"codex:{fx.CODEX_ID}"})
+        figures["impostor_items"] = sum(1 for item in history["items"] if "IMPOSTOR" in str(item))
+    except (RpcError, TimeoutError):
+        figures["threads_failures"] += 1
+    client.shutdown(timeout=10)
+    return figures

@@ -12,18 +12,21 @@
    BIG_OUTPUT_MIB (the frame reader keeps 8 MiB of any string, whatever its size).
 5. storage: 50 cycles of one storage fault on a workspace while another records (bench/storms.py).
 6. concurrency: 20 rounds of two daemons compacting one thread at once, with rollbacks (bench/storms.py).
-   Goal for both: every bad count is 0.
 7. planted, tcp, numbers: issue #27's attacks (bench/hostile_storms.py): hostile snapshot stores
    and git config, unauthenticated TCP probers, huge numbers in settings. Every bad count is 0.
 8. threads: RSS as a client touches 20,000 threads (bench/hostile_storms.py): bounded growth.
 9. folders: 2,000 folders added at once (bench/hostile_storms.py): the first workspace's slowest
    answer meanwhile against its median before.
+10. sessions: 40 hostile session files (8 kinds in turn: a line nested 300 deep, a 1 TB hole, a second
+   file with a session's id, an empty id, a 3 MB model name, a 401-digit window, a file rewritten in
+   place, a 20,000-line import) written into a followed agent folder while a client records and
+   reads its gauge (bench/storms.py). Every bad count is 0.
 
 The exit status is 1 when any goal or bound is missed.
 
 Run: python bench/stress.py            (everything; about 5-10 minutes on 2 cores)
      python bench/stress.py --quick    (a tenth of each)
-     python bench/stress.py --only fuzz,storm,storage,concurrency
+     python bench/stress.py --only fuzz,storm,storage,concurrency,sessions
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from hypothesis import strategies as st
 from tests import test_reliability_fuzz as fuzz  # noqa: E402
 from tests.rpc import Client, start_daemon  # noqa: E402
 from tests.test_reliability_faults import crash_storm, peak_rss_kib  # noqa: E402
-from bench.storms import concurrency_storm, storage_storm, storms_failed  # noqa: E402
+from bench.storms import concurrency_storm, sessions_storm, storage_storm, storms_failed  # noqa: E402
 from bench.hostile_storms import (folders_storm, hostile_failed, numbers_storm, planted_storm,  # noqa: E402
                                   tcp_storm, threads_memory)
 
@@ -224,9 +227,10 @@ def run_big_output(root: Path, mib: int) -> dict[str, Any]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a tenth of every run")
-    parser.add_argument("--only", default="fuzz,storm,size,big,storage,concurrency,planted,tcp,numbers,threads,folders",
+    parser.add_argument("--only", default="fuzz,storm,size,big,storage,concurrency,planted,tcp,numbers,threads,"
+                        "folders,sessions",
                         help="comma-separated: fuzz,storm,size,big,storage,concurrency,planted,tcp,numbers,"
-                             "threads,folders")
+                             "threads,folders,sessions")
     args = parser.parse_args()
     scale = 10 if args.quick else 1
     only = set(args.only.split(","))
@@ -245,6 +249,7 @@ def main() -> int:
             ("numbers", lambda d: numbers_storm(d, 30 // scale)),
             ("threads", lambda d: threads_memory(d, max(2000, 20_000 // scale))),
             ("folders", lambda d: folders_storm(d, 2000 // scale)),
+            ("sessions", lambda d: sessions_storm(d, 40 // scale)),
         ]:
             if name not in only:
                 continue

@@ -241,3 +241,96 @@ def test_status_names_the_kinds_of_record_each_agent_version_wrote_that_ctxd_doe
                           capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parent.parent)
     assert done.stderr == "ctxd sessions: Codex 0.46.0 wrote 2 kinds of record ctxd does not read: hologram, teleport\n"
     assert done.stdout.startswith("AGENT")
+
+
+# --- sessions that start while the daemon runs (issue 25) ---
+
+
+def wait_checkpoint(client: Client, ws: Path, label: str, timeout: float = 15.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = [s for s in client.request("ctxd/ghost/list", {"workspace": ws.as_uri()})["snapshots"]
+                 if s["message"] == label]
+        if found:
+            return found[0]
+        time.sleep(0.05)
+    raise AssertionError(f"no checkpoint labelled {label!r}")
+
+
+def new_session_files(agent: str, codex_home: Path, claude_home: Path, ws: Path, label: str) -> tuple[Path, list]:
+    """A session's first lines as the agent writes them when it starts: Codex's meta and first turn,
+    Claude Code's first user line."""
+    if agent == "codex":
+        sid = "0199a213-5555-7800-8aa1-000000000001"
+        return fx.codex_path(codex_home, sid, day="2025/10/04"), [
+            fx.codex_meta(ws, sid), *fx.codex_turn(label, "2025-10-04T10:00:01.000Z", cwd=str(ws))]
+    sid = "5555aaaa-3b4a-4c5d-8e6f-0a1b2c3d4e5f"
+    return fx.claude_path(claude_home, ws, sid), [fx.claude_user(label, "n1", None, ws, "2025-10-04T10:00:01.000Z", sid)]
+
+
+@pytest.mark.parametrize("agent", ["codex", "claude"])
+def test_the_first_turn_of_a_session_started_while_following_is_checkpointed(daemon_factory, tmp_path: Path,
+                                                                             agent: str) -> None:
+    repo = make_repo(tmp_path / "repo")
+    repo.write("app.py", "print('v1')\n")
+    repo.commit_all("base")
+    repo.write("app.py", "print('v2, not committed')\n")
+    codex_home, claude_home, env = homes(tmp_path)
+    ws = repo.root
+    # A session from before the daemon started: caught up, its turns are history (no checkpoint).
+    fx.write_jsonl(fx.codex_path(codex_home), fx.codex_session(ws))
+    client = daemon_factory([ws], env=env)
+    wait_thread(client, ws, CODEX_THREAD)
+    before = repo.files()
+    label = f"{agent}: rename app.py"
+    path, lines = new_session_files(agent, codex_home, claude_home, ws, label)
+    fx.write_jsonl(path, lines)  # the user starts the agent now
+    snapshot = wait_checkpoint(client, ws, label)
+    (ws / "app.py").unlink()  # the agent's first change
+    repo.write("main.py", "print('v3')\n")
+    client.request("ctxd/ghost/restore", {"workspace": ws.as_uri(), "thread": "t", "id": snapshot["id"]})
+    assert repo.files() == before
+    assert not [s for s in client.request("ctxd/ghost/list", {"workspace": ws.as_uri()})["snapshots"]
+                if "parser.py" in s["message"]]
+
+
+def test_the_first_session_of_an_agent_never_run_before_is_followed_and_checkpointed(daemon_factory,
+                                                                                    tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    repo.write("a.txt", "a\n")
+    repo.commit_all("base")
+    codex_home, claude_home, env = homes(tmp_path)
+    ws = repo.root
+    fx.write_jsonl(fx.claude_path(claude_home, ws), fx.claude_session(ws))  # Claude was used before; Codex never
+    client = daemon_factory([ws], env=env)
+    wait_thread(client, ws, CLAUDE_THREAD)
+    assert not codex_home.exists()
+    seen = len(client.notifications)
+    label = "first codex turn ever"
+    path, lines = new_session_files("codex", codex_home, claude_home, ws, label)
+    fx.write_jsonl(path, lines)  # makes CODEX_HOME/sessions/2025/10/04 at once, as Codex does
+    client.wait_for_notification("ctxd/threadsChanged", lambda p: p["workspace"] == ws.as_uri(), after=seen, timeout=15)
+    wait_thread(client, ws, "codex:0199a213-5555-7800-8aa1-000000000001")
+    wait_checkpoint(client, ws, label)
+
+
+def test_a_session_found_again_after_a_restart_is_kept_or_appended_to(daemon_factory, workspace: Path,
+                                                                      tmp_path: Path) -> None:
+    codex_home, _, env = homes(tmp_path)
+    rollout = fx.write_jsonl(fx.codex_path(codex_home), fx.codex_session(workspace)[:10])
+    client = daemon_factory([workspace], env=env)
+    uri = workspace.as_uri()
+    before = wait_thread(client, workspace, CODEX_THREAD, lambda t: t["usage"]["usedTokens"] == 9_000)
+    client.shutdown()
+    client = daemon_factory([workspace], env=env)  # the file as it was: nothing rewritten
+    wait_thread(client, workspace, CODEX_THREAD)
+    client.request("ctxd/ghost/list", {"workspace": uri})  # a round trip after the daemon's first read
+    same = wait_thread(client, workspace, CODEX_THREAD)
+    assert (same["historyVersion"], same["itemCount"]) == (before["historyVersion"], before["itemCount"])
+    client.shutdown()
+    fx.append_jsonl(rollout, fx.codex_session(workspace)[10:])  # the agent went on while ctxd was not running
+    client = daemon_factory([workspace], env=env)
+    grown = wait_thread(client, workspace, CODEX_THREAD, lambda t: t["usage"]["usedTokens"] == 12_000)
+    history = client.request("ctxd/history", {"workspace": uri, "thread": CODEX_THREAD, "includeArchived": True})
+    assert grown["historyVersion"] == before["historyVersion"] and grown["itemCount"] == 6
+    assert not [i for i in history["items"] if i.get("archived")]

@@ -281,3 +281,124 @@ def test_folder_of_normalises_the_cwd() -> None:
         assert discovery.folder_of(cwd, folders) is None, cwd
     for cwd in ("/a/w", "/a/w/", "/a/w/sub", "/a/w//sub/./x", "/a/other/../w"):
         assert discovery.folder_of(cwd, folders) == Path("/a/w"), cwd
+
+
+# --- a first-time user: the agents' folders appear after the follower started (issue 25) ---
+
+
+def test_a_root_made_later_is_watched_without_the_safety_tick(follow, tmp_path: Path, monkeypatch) -> None:
+    from ctxd.sessions import follower as follower_mod
+
+    monkeypatch.setattr(follower_mod, "TICK_SECONDS", 3600.0)  # the safety net never comes in this test
+    start, updates, codex_home, claude_home = follow
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    assert start([ws]).wait_idle()  # the initial scan is done: what comes now started while following
+    assert not codex_home.exists() and not claude_home.exists()
+    fx.write_jsonl(fx.codex_path(codex_home), fx.codex_session(ws))  # CODEX_HOME, sessions, the day: all new
+    update = next_update(updates, f"codex:{fx.CODEX_ID}", timeout=30)
+    assert update.fresh and update.new  # found while following: its turns are live
+    fx.write_jsonl(fx.claude_path(claude_home, ws), fx.claude_session(ws)[:2])
+    update = next_update(updates, f"claude:{fx.CLAUDE_ID}", timeout=30)
+    assert update.fresh and [t.text for t in update.change.turns] == ["Add a --verbose flag to the CLI"]
+
+
+def test_files_found_at_start_are_history_and_files_made_later_are_fresh(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    fx.write_jsonl(fx.codex_path(tmp_path / "codex"), fx.codex_session(ws))
+    follower, updates = idle_follower([ws], tmp_path)
+    follower.scan_once()
+    later = fx.write_jsonl(fx.codex_path(tmp_path / "codex", "0199a213-0000-7800-8aa1-0000000000aa"),
+                           fx.codex_session(ws, "0199a213-0000-7800-8aa1-0000000000aa"))
+    follower._read(str(later))
+    assert [(u.session.id, u.new, u.fresh) for u in updates] == [
+        (fx.CODEX_ID, True, False), ("0199a213-0000-7800-8aa1-0000000000aa", True, True)]
+
+
+# --- hostile files, round two (issue 27) ---
+
+
+def test_a_sparse_terabyte_hole_is_skipped_not_read(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    path = fx.write_jsonl(fx.codex_path(tmp_path / "codex"), fx.codex_session(ws)[:6])
+    other = fx.write_jsonl(fx.codex_path(tmp_path / "codex", "0199a213-0000-7800-8aa1-0000000000bb"),
+                           fx.codex_session(ws, "0199a213-0000-7800-8aa1-0000000000bb")[:6])
+    follower, updates = idle_follower([ws], tmp_path)
+    follower.scan_once()
+    read_before = follower.bytes_read(str(path))
+    os.truncate(path, 1 << 40)  # 1 TB, all of it a hole
+    with path.open("ab") as f:  # and the agent goes on writing after it
+        f.write(b"\n" + json.dumps(fx.codex_answer("after the hole", "2025-10-03T10:09:00.000Z")).encode() + b"\n")
+    fx.append_jsonl(other, fx.codex_session(ws, "0199a213-0000-7800-8aa1-0000000000bb")[6:])
+    worker = threading.Thread(target=lambda: (follower._read(str(path)), follower._read(str(other))), daemon=True)
+    worker.start()
+    worker.join(60)  # a hang guard: read byte by byte, the hole takes many minutes
+    assert not worker.is_alive(), "reading through the hole"
+    assert follower.bytes_read(str(path)) - read_before < 64 * 1024 * 1024
+    assert updates[-2].session.items[-1]["content"][0]["text"] == "after the hole"
+    assert updates[-1].session.id == "0199a213-0000-7800-8aa1-0000000000bb"
+
+
+def test_a_file_rewritten_in_place_to_a_longer_one_is_read_from_its_start(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    path = fx.write_jsonl(fx.codex_path(tmp_path / "codex"), fx.codex_session(ws)[:6])
+    follower, updates = idle_follower([ws], tmp_path)
+    follower.scan_once()
+    inode, size = path.stat().st_ino, path.stat().st_size
+    rewritten = [fx.codex_meta(ws), *fx.codex_turn("A different first prompt, longer than the one before it", "2025-10-03T12:00:00.000Z",
+                                                   cwd=str(ws)),
+                 fx.codex_answer("done " * 200, "2025-10-03T12:00:01.000Z")]
+    with path.open("r+b") as f:  # the same file (inode), written over from its start
+        f.write(b"".join(json.dumps(r).encode() + b"\n" for r in rewritten))
+    assert path.stat().st_ino == inode and path.stat().st_size > size
+    follower._read(str(path))
+    last = updates[-1]
+    assert last.new and last.session.title == "A different first prompt, longer than the one before it"
+    assert [i["content"][0]["text"] for i in last.session.items] == [
+        "A different first prompt, longer than the one before it", "done " * 200]
+
+
+def test_a_line_nested_too_deeply_is_skipped_and_the_rest_read(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    deep: dict = {"x": 1}
+    for _ in range(300):
+        deep = {"a": deep}
+    records = fx.codex_session(ws)
+    records.insert(4, {"timestamp": "2025-10-03T10:00:02.000Z", "type": "response_item", "payload": {
+        "type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "NESTED-LINE"}], "extra": deep}})
+    fx.write_jsonl(fx.codex_path(tmp_path / "codex"), records)
+    follower, updates = idle_follower([ws], tmp_path)
+    follower.scan_once()
+    session = updates[-1].session
+    assert session.bad_lines == 1 and len(session.items) == 6
+    assert "NESTED-LINE" not in json.dumps(session.items)
+
+
+@pytest.mark.parametrize("session_id", ["", "x" * 201, "a b", "bell\x07"])
+def test_a_session_id_that_is_none_is_not_followed(tmp_path: Path, session_id: str) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    fx.write_jsonl(fx.codex_path(tmp_path / "codex", "bad"), fx.codex_session(ws, session_id))
+    follower, updates = idle_follower([ws], tmp_path)
+    follower.scan_once()
+    assert updates == []
+
+
+def test_a_root_deleted_and_made_again_is_followed_again(follow, tmp_path: Path) -> None:
+    start, updates, codex_home, _ = follow
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    fx.write_jsonl(fx.codex_path(codex_home), fx.codex_session(ws))
+    follower = start([ws])
+    next_update(updates, f"codex:{fx.CODEX_ID}")
+    import shutil
+
+    shutil.rmtree(codex_home)  # the user removes ~/.codex, and runs Codex again later
+    follower._tick()  # the safety net notices the root gone (as it does every 2 s)
+    sid = "0199a213-0000-7800-8aa1-0000000000cc"
+    fx.write_jsonl(fx.codex_path(codex_home, sid), fx.codex_session(ws, sid))
+    assert next_update(updates, f"codex:{sid}", timeout=30).fresh

@@ -63,9 +63,10 @@ def uri_to_path(uri: str) -> Path:
 
 
 def followed_agent(thread: str) -> str | None:
-    """`codex` or `claude` for a followed session's thread, else None."""
-    agent, sep, rest = thread.partition(":")
-    return agent if sep and rest and agent in FOLLOWED_AGENTS else None
+    """`codex` or `claude` for a followed session's thread, else None. `codex:` alone is one too:
+    no client may write under an agent's name, whatever follows it."""
+    agent, sep, _ = thread.partition(":")
+    return agent if sep and agent in FOLLOWED_AGENTS else None
 
 
 def _is_folder(path: Path) -> bool:
@@ -304,14 +305,20 @@ class Workspace:
     def _rows(self, thread: str, items: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[tuple[str, int]]]:
         """What is stored of valid items: system messages dropped, long tool outputs truncated,
         every item counted. Done outside the lock: counting a long output takes a while."""
+        kept = self._kept(items)
+        with self.lock:
+            count = self.view.counter(self.cache.loaded(self.store, thread)).count
+        return kept, [(_dump(item), count_item(item, count)) for item in kept]
+
+    def _kept(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """What is stored of valid items, before counting: system messages dropped, long tool
+        outputs truncated, the configured API key redacted."""
         limit = with_serialization_allowance(self.settings.tool_output_token_limit)
         kept = [truncate_tool_output(item, limit) for item in items
                 if not (item.get("type") == "message" and item.get("role") == "system")]
         if redact.secrets():  # the configured API key is never stored, wherever it appears
             kept = [redact.redact_json(item) for item in kept]
-        with self.lock:
-            count = self.view.counter(self.cache.loaded(self.store, thread)).count
-        return kept, [(_dump(item), count_item(item, count)) for item in kept]
+        return kept
 
     def _append(self, ledger: ThreadLedger, kept: list[dict[str, Any]], rows: list[tuple[str, int]],
                 wait: bool = True) -> ThreadLedger:
@@ -596,6 +603,34 @@ class Workspace:
             if ledger.prompt_context != context:
                 ledger.prompt_context = context  # the overhead is counted again by the view
             self._changed(ledger)
+
+    def mirror_start(self, thread: str, items: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+        """A followed session read from its start: its items as `mirror` stores them, and how many
+        of them the thread holds already (its whole active history is their first n), or -1 when
+        it holds something else. Lets a session found again after a restart be appended to, and a
+        large one be mirrored in slices (`mirror` with `replace` only for the first)."""
+        kept = self._kept([item for item in items if _valid(item)])
+        # Only the bridge's mirroring thread writes a followed thread, so its rows are compared
+        # outside the workspace's lock (as stored text, nothing loaded): a client waits for none of it.
+        rows = self.store.active_rows(thread)
+        if len(rows) > len(kept) or any(row.body != _dump(item) for row, item in zip(rows, kept)):
+            return kept, -1
+        return kept, len(rows)
+
+    def mirror_current(self, thread: str, baseline: int | None, context: dict[str, Any], info: dict[str, Any]) -> bool:
+        """The followed thread stores these facts already (a restart, and nothing new in the file)."""
+        row = self.store.thread(thread)
+        state = row.state if row is not None and isinstance(row.state, dict) else {}
+        return (row is not None and row.api_total == baseline and (row.prompt_context or {}) == context
+                and state.get("followed") == info)
+
+    def followed_path(self, thread: str) -> str | None:
+        """The session file a followed thread was last mirrored from, without loading its items, and
+        without waiting for the workspace's lock (a slice of an import may hold it): the store has it."""
+        state = getattr(self.store.thread(thread), "state", None)
+        followed = state.get("followed") if isinstance(state, dict) else None
+        path = followed.get("path") if isinstance(followed, dict) else None
+        return path if isinstance(path, str) else None
 
     def update_state(self, thread: str, **values: Any) -> dict[str, Any]:
         """Small per-thread facts the daemon keeps (e.g. the auto-compaction circuit breaker)."""

@@ -5,13 +5,27 @@ the API baseline, model, window, title, cost), and when the session started a ne
 `ghost.auto` is `"turn"`, it snapshots the workspace at once, on a thread of its own, labelled with
 the turn's first words. The server only starts it, tells it the open folders, and forwards
 `threads_changed` as `ctxd/threadsChanged`. No wire code here.
+
+Mirroring runs on a thread of its own (`_Mirrors`), in slices of `SLICE_ITEMS` items, taking the
+threads with work in turns: a 100,000-line session being imported holds the workspace's lock for
+one slice at a time, so a client's own request waits for a slice, never for the import, and a
+live session's new line waits for one slice of another session's import.
+
+What a file says is bounded before it reaches a thread: strings too long to be what they claim
+(a model name, a timestamp) and numbers out of range (a context window) are dropped and logged,
+and the defaults apply. A file claiming the session id of another file that still exists is not
+mirrored (the thread stays the first file's).
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import threading
 import time
+from collections import OrderedDict, deque
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -24,6 +38,12 @@ from ctxd.sessions.model import Session, Turn
 from ctxd.settings import Problem, Settings
 
 log = logging.getLogger("ctxd")
+
+SLICE_ITEMS = 500  # items mirrored under the workspace's lock at a time
+MAX_CONTEXT_WINDOW = 100_000_000  # a window a file states above this is not believed
+# Longest string a file may give for each field; a longer one is dropped (logged), never stored.
+MAX_CHARS = {"model": 200, "title": 400, "lastActivity": 64, "started": 64, "path": 4096, "cwd": 4096,
+             "baseInstructions": 1024 * 1024}
 
 
 class SessionBridge:
@@ -39,6 +59,9 @@ class SessionBridge:
                                     codex=settings.sources.codex, claude=settings.sources.claude)
         self.follower = Follower(self._update, sources)
         self._checkpoints = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ctxd-checkpoint")
+        self._mirrors = _Mirrors(threads_changed)
+        self._owners: dict[tuple[str, str], str] = {}  # (workspace, thread) -> the file it mirrors
+        self._warned: set[tuple[str, str]] = set()
         self.checkpoints_taken = 0
 
     def start(self, folders: list[Path]) -> None:
@@ -50,6 +73,7 @@ class SessionBridge:
 
     def stop(self) -> None:
         self.follower.stop()
+        self._mirrors.stop()
         self._checkpoints.shutdown(wait=False, cancel_futures=True)
 
     def status(self) -> list[dict[str, Any]]:
@@ -68,30 +92,88 @@ class SessionBridge:
         except CtxdError:
             return  # closed meanwhile
         session, change = update.session, update.change
-        if not update.new and change.turns and workspace.settings.ghost.auto == "turn":
+        owned = self._owns(workspace, session)
+        if owned is None:
+            return
+        live = update.fresh or not update.new  # a session found anew has only old turns, unless it started now
+        if live and update.caught_up and change.turns and workspace.settings.ghost.auto == "turn":
             # First: the agent is about to act on this turn. One per batch, the latest: turns
             # written at once were not acted on one by one, and a flood must not evict the
             # user's snapshots. A session found anew (also a file rewritten) has no new turns.
             self._checkpoints.submit(self._checkpoint, workspace, session.thread, change.turns[-1],
                                      len(session.turns))
-        replace = update.new or change.replaced
+        replace = update.new or change.replaced or not owned
         items = session.items if replace else change.appended
-        try:
-            workspace.mirror(session.thread, list(items), replace=replace, baseline=session.baseline,
-                             after_baseline=max(0, len(session.items) - session.baseline_items),
-                             context=_context(session), info=self._info(session))
-        except CtxdError as error:
-            log.warning("%s: cannot mirror %s: %s", uri, session.thread, error.message)
-            return
-        if update.new:
-            self.threads_changed(uri)
+        context, info = self._context(session), self._info(session)
+        self._mirrors.put(_Job(workspace, session.thread, list(items), replace, session.baseline,
+                               max(0, len(session.items) - session.baseline_items), context, info,
+                               announce=update.new or not owned))
+
+    def _owns(self, workspace: Workspace, session: Session) -> bool | None:
+        """Whether this session's file is the one its thread mirrors: True; False when it just took
+        the thread over (the file before it is gone); None when another existing file has it."""
+        key = (workspace.uri, session.thread)
+        owner = self._owners.get(key)
+        if owner is None:
+            try:
+                owner = workspace.followed_path(session.thread) or session.path
+            except CtxdError:
+                owner = session.path
+            self._owners[key] = owner
+        if owner == session.path:
+            return True
+        if os.path.lexists(owner):
+            self._warn(session.path, "thread", f"claims session id {session.id!r} of {owner}; not mirrored")
+            return None
+        self._owners[key] = session.path
+        return False
+
+    def _warn(self, path: str, what: str, message: str) -> None:
+        if (path, what) not in self._warned:
+            self._warned.add((path, what))
+            log.warning("%s: %s", path, message)
+
+    def _text(self, session: Session, name: str, value: Any) -> str | None:
+        """A string from the file, if it is one of a plausible length (else dropped, logged once)."""
+        if not isinstance(value, str):
+            return None
+        if len(value) > MAX_CHARS[name]:
+            self._warn(session.path, name, f"{name} of {len(value)} characters ignored")
+            return None
+        return value
+
+    def _window(self, session: Session) -> int | None:
+        window = session.context_window
+        if window is None:
+            return None
+        if type(window) is not int or not 0 < window <= MAX_CONTEXT_WINDOW:
+            self._warn(session.path, "contextWindow", f"context window {str(window)[:20]}... out of range "
+                       f"(1 to {MAX_CONTEXT_WINDOW}); the default applies")
+            return None
+        return window
+
+    def _context(self, session: Session) -> dict[str, Any]:
+        context: dict[str, Any] = {}
+        model = self._text(session, "model", session.model)
+        if model:
+            context["model"] = model
+        window = self._window(session)
+        if window:
+            context["contextWindow"] = window
+        instructions = self._text(session, "baseInstructions", session.base_instructions)
+        if instructions:
+            context["baseInstructions"] = redact(instructions)
+        return context
 
     def _info(self, session: Session) -> dict[str, Any]:
-        return redact_json({"source": session.agent, "title": session.title, "model": session.model,
-                "lastActivity": session.last_activity, "path": session.path, "cwd": session.cwd,
-                "turns": len(session.turns), "compactions": session.compactions,
-                "usage": {model or "": usage.as_dict() for model, usage in session.cumulative.items()},
-                "cost": pricing.cost(session.cumulative, self.prices)})
+        usage = {model: u.as_dict() for model, u in session.cumulative.items()
+                 if model == "" or self._text(session, "model", model)}
+        return redact_json({"source": session.agent, "title": self._text(session, "title", session.title),
+                "model": self._text(session, "model", session.model),
+                "lastActivity": self._text(session, "lastActivity", session.last_activity),
+                "path": self._text(session, "path", session.path), "cwd": self._text(session, "cwd", session.cwd),
+                "turns": len(session.turns), "compactions": session.compactions, "usage": usage,
+                "cost": pricing.cost({m: u for m, u in session.cumulative.items() if m in usage}, self.prices)})
 
     def _checkpoint(self, workspace: Workspace, thread: str, turn: Turn, number: int) -> None:
         from ctxd.ghost import snapshots as ghost
@@ -112,12 +194,101 @@ class SessionBridge:
                  (time.monotonic() - started) * 1000)
 
 
-def _context(session: Session) -> dict[str, Any]:
-    context: dict[str, Any] = {}
-    if session.model:
-        context["model"] = session.model
-    if session.context_window:
-        context["contextWindow"] = session.context_window
-    if session.base_instructions:
-        context["baseInstructions"] = redact(session.base_instructions)
-    return context
+@dataclass
+class _Job:
+    """One update to mirror: `items` appended, or with `replace` the session's whole history."""
+
+    workspace: Workspace
+    thread: str
+    items: list[dict[str, Any]]
+    replace: bool
+    baseline: int | None
+    after_baseline: int
+    context: dict[str, Any]
+    info: dict[str, Any]
+    announce: bool  # tell threads_changed after the first slice (a thread found, or taken over)
+    done: int = 0
+    started: bool = False
+    key: tuple[str, str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.key = (self.workspace.uri, self.thread)
+
+
+class _Mirrors:
+    """The mirroring thread: jobs queued per thread, one slice of each thread's first job in turn."""
+
+    def __init__(self, threads_changed: Callable[[str], None]) -> None:
+        self.threads_changed = threads_changed
+        self._queues: OrderedDict[tuple[str, str], deque[_Job]] = OrderedDict()
+        self._wake = threading.Condition()
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="ctxd-mirror", daemon=True)
+        self._thread.start()
+
+    def put(self, job: _Job) -> None:
+        with self._wake:
+            queue = self._queues.setdefault(job.key, deque())
+            if job.replace:  # the whole history: what was waiting to be mirrored is in it
+                while queue and not queue[-1].started:
+                    job.announce = job.announce or queue.pop().announce
+            elif queue and not queue[-1].started and not queue[-1].replace:
+                last = queue.pop()  # two appends not begun: one, with the newer facts
+                job.items = last.items + job.items
+                job.announce = job.announce or last.announce
+            queue.append(job)
+            self._wake.notify()
+
+    def stop(self) -> None:
+        with self._wake:
+            self._stop = True
+            self._wake.notify()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                while not self._queues and not self._stop:
+                    self._wake.wait()
+                if self._stop:
+                    return
+                key, queue = next(iter(self._queues.items()))
+                self._queues.move_to_end(key)  # the other threads' turn next
+                job = queue[0]
+                job.started = True
+            try:
+                finished = self._slice(job)
+            except CtxdError as error:
+                log.warning("%s: cannot mirror %s: %s", job.workspace.uri, job.thread, error.message)
+                finished = True
+            except Exception:  # noqa: BLE001 - the mirroring thread must outlive any one session
+                log.exception("%s: cannot mirror %s", job.workspace.uri, job.thread)
+                finished = True
+            with self._wake:
+                if finished:
+                    queue.popleft()
+                    if not queue and self._queues.get(key) is queue:
+                        del self._queues[key]
+            time.sleep(0)  # let a client's request that waits for the workspace's lock take it
+
+    def _slice(self, job: _Job) -> bool:
+        """Mirror the job's next slice; True when it was the last."""
+        if job.replace and job.done == 0:
+            kept, held = job.workspace.mirror_start(job.thread, job.items)
+            job.items = kept[held:] if held >= 0 else kept
+            job.replace = held < 0  # the thread holds its start already (a restart): append the rest
+            if not job.items and not job.replace and job.workspace.mirror_current(job.thread, job.baseline,
+                                                                                  job.context, job.info):
+                job.announce = False
+                self.threads_changed(job.workspace.uri)
+                return True  # as stored: nothing to write, and its items are not loaded
+        part = job.items[job.done: job.done + SLICE_ITEMS]
+        last = job.done + len(part) >= len(job.items)
+        job.workspace.mirror(job.thread, part, replace=job.replace and job.done == 0,
+                             baseline=job.baseline if last else None, after_baseline=job.after_baseline if last else 0,
+                             context=job.context, info=job.info)
+        job.done += len(part)
+        if job.announce:
+            job.announce = False
+            self.threads_changed(job.workspace.uri)
+        return last

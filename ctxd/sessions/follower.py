@@ -2,12 +2,19 @@
 
 The watcher is watchdog's native observer (inotify on Linux). When it cannot start (no inotify,
 watches exhausted) or `CTXD_SESSIONS_POLL=1`, a polling loop takes its place. Either way a slow
-tick re-checks the followed files' sizes and notices roots that appear later, so a lost event
-costs a delay, never a line.
+tick re-checks the followed files' sizes, so a lost event costs a delay, never a line. A root
+that does not exist yet (an agent never run) is waited for by watching its nearest existing
+parent, so a first-time user's first session is seen as soon as its folder is made.
 
 Events go to a single worker thread, which reads each changed file from where it stopped and
 calls `on_update` with the session and what changed. `on_update` runs on that thread: a consumer
-with slow work (a snapshot) hands it off. Nothing here writes into the agents' folders.
+with slow work (a snapshot, a large import) hands it off. One read takes at most `READ_BUDGET`
+bytes of a file before the other files get their turn, so a huge file delays no other session.
+Nothing here writes into the agents' folders.
+
+A file first seen after the initial scan (or whose head was not written at that scan) is `fresh`:
+a session that started while following, whose user turns are live. Files found by the initial
+scan are caught up: their turns are history.
 """
 
 from __future__ import annotations
@@ -36,6 +43,8 @@ POLL_SECONDS = 0.25  # the fallback's period when there are no file events
 # agents that never started) are re-checked by the safety net only this often.
 UNDECIDED_SECONDS = 30.0
 WRITE_EVENTS = frozenset({"created", "modified", "moved", "closed"})
+READ_BUDGET = 32 * 1024 * 1024  # bytes of one file per read before the other files get a turn
+MAX_ID_CHARS = 200  # a session id longer than this (or empty, or with control characters) is none
 
 
 @dataclass
@@ -46,6 +55,8 @@ class Update:
     session: Session
     change: Change
     new: bool = False
+    fresh: bool = False  # the session started while following: its turns are live, the first included
+    caught_up: bool = True  # the read reached the end of the file (else more follows at once)
 
 
 @dataclass
@@ -60,6 +71,8 @@ class _File:
     announced: bool = False
     ident: tuple[int, int] | None = None  # (st_dev, st_ino): another file under this name starts over
     stamp: tuple[int, ...] | None = None  # the file as last looked at: nothing to do while it is the same
+    fresh: bool = False  # first seen after the initial scan (see the module's docstring)
+    bad_id: bool = False  # its session id is not one (logged once)
 
 
 def _stamp(st: os.stat_result) -> tuple[int, ...]:
@@ -90,13 +103,18 @@ class Follower:
         self._rescan = True
         self._stop = False
         self._observer = None
-        self._scheduled: set[Path] = set()
+        self._scheduled: dict[Path, object] = {}  # root -> watchdog's watch (recursive)
         self._mode = "off"
         self._worker: threading.Thread | None = None
         self._last_scan = 0.0
         self._last_undecided = 0.0
         self._busy = False  # the worker is reading
         self._failed: set[str] = set()  # files whose reading raised (logged once each)
+        self._scanned = False  # the initial scan is done: files found from now on are fresh
+        self._parents: dict[Path, Path] = {}  # root not there yet -> the existing parent watched for it
+        self._parent_watches: dict[Path, object] = {}  # parent -> watchdog's watch (non-recursive)
+        self._polled: set[Path] = set()  # polling: roots seen to exist
+        self._roots_pending = False  # a folder appeared in a parent watched for a root
 
     # --- lifecycle ---
 
@@ -132,11 +150,12 @@ class Follower:
                 if folder != state.folder:
                     state.folder = folder
                     state.announced = False
+                    state.fresh = False  # its turns were written before the folder was opened
                     self._dirty[path] = None
             # Claude files never opened (their folder name did not match) may match now.
             for path, state in self._files.items():
                 if state.agent == CLAUDE and state.decided and state.cwd is None and state.peeked == 0:
-                    state.decided, state.stamp = False, None
+                    state.decided, state.stamp, state.fresh = False, None, False
                     self._dirty[path] = None
             self._rescan = True
             self._wake.notify_all()
@@ -174,9 +193,9 @@ class Follower:
         """Block until every pending path was read (tests and the CLI)."""
         deadline = time.monotonic() + timeout
         with self._wake:
-            while (self._dirty or self._rescan or self._busy) and time.monotonic() < deadline:
+            while (self._dirty or self._rescan or self._roots_pending or self._busy) and time.monotonic() < deadline:
                 self._wake.wait(0.02)
-            return not (self._dirty or self._rescan or self._busy)
+            return not (self._dirty or self._rescan or self._roots_pending or self._busy)
 
     def scan_once(self) -> None:
         """Find and read every session now, on the caller's thread, without watching (the CLI)."""
@@ -202,7 +221,7 @@ class Follower:
                         return
                     if event.is_directory:
                         if event.event_type in ("created", "moved"):
-                            follower._request_rescan()
+                            follower._directory_made(os.fsdecode(getattr(event, "dest_path", "") or event.src_path))
                         return
                     path = getattr(event, "dest_path", "") or event.src_path
                     if isinstance(path, bytes):
@@ -220,19 +239,58 @@ class Follower:
             self._observer = None
             self._mode = "polling"
 
-    def _schedule_roots(self) -> None:
+    def _schedule_roots(self) -> bool:
+        """Watch every root that exists; for one that does not, watch its nearest existing parent
+        (not recursively) for the folder on the way to appear. True when a root became watched."""
         if self._observer is None:
-            return
+            return False
+        for root in [r for r in self._scheduled if not r.is_dir()]:  # deleted: waited for again
+            self._unwatch(self._scheduled.pop(root))
+        appeared = False
         for root in self.roots.values():
-            if root in self._scheduled or not root.is_dir():
+            if root in self._scheduled:
                 continue
             try:
-                self._observer.schedule(self._handler, str(root), recursive=True)
-                self._scheduled.add(root)
-                self._request_rescan()
+                if root.is_dir():
+                    self._scheduled[root] = self._observer.schedule(self._handler, str(root), recursive=True)
+                    self._parents.pop(root, None)
+                    appeared = True
+                    continue
+                parent = _nearest_existing(root)
+                if parent is not None and self._parents.get(root) != parent:
+                    self._parents[root] = parent
+                    if parent not in self._parent_watches:
+                        self._parent_watches[parent] = self._observer.schedule(self._handler, str(parent))
+                    if root.is_dir():  # made while the watch was being set up: not missed
+                        return self._schedule_roots() or True
             except Exception as error:  # noqa: BLE001 - e.g. inotify watch limit reached
                 log.warning("cannot watch %s (%s); polling instead", root, error)
                 self._mode = "polling"
+        self._unwatch_parents()
+        if appeared:
+            self._request_rescan()
+        return appeared
+
+    def _unwatch_parents(self) -> None:
+        """Parents no root waits for any more are not watched any more."""
+        for parent in [p for p in self._parent_watches if p not in self._parents.values()]:
+            self._unwatch(self._parent_watches.pop(parent))
+
+    def _unwatch(self, watch: object) -> None:
+        try:
+            self._observer.unschedule(watch)  # type: ignore[union-attr]
+        except Exception:  # noqa: BLE001 - already gone with its folder
+            pass
+
+    def _directory_made(self, path: str) -> None:
+        """A folder appeared: inside a root (a day's folder, a project), look for new files; in a
+        parent watched for a root, only see whether the root is on its way."""
+        if any(path.startswith(str(root) + os.sep) or path == str(root) for root in tuple(self._scheduled)):
+            self._request_rescan()
+        else:
+            with self._wake:
+                self._roots_pending = True
+                self._wake.notify_all()
 
     def _request_rescan(self) -> None:
         with self._wake:
@@ -247,11 +305,12 @@ class Follower:
             with self._wake:
                 period = POLL_SECONDS if self._mode == "polling" else TICK_SECONDS
                 timeout = max(0.0, last_tick + period - time.monotonic())
-                if not (self._dirty or self._rescan or self._stop):
+                if not (self._dirty or self._rescan or self._roots_pending or self._stop):
                     self._wake.wait(timeout)
                 if self._stop:
                     return
                 rescan, self._rescan = self._rescan, False
+                roots, self._roots_pending = self._roots_pending, False
                 paths = list(self._dirty)
                 self._dirty.clear()
                 self._busy = True
@@ -260,7 +319,12 @@ class Follower:
                 if now - last_tick >= period:
                     last_tick = now
                     self._tick()
+                if roots and not rescan:
+                    rescan = self._schedule_roots()  # a root that appeared is scanned at once
+                    with self._wake:
+                        self._rescan = False  # (asked for by _schedule_roots: done here)
                 if rescan:
+                    self._schedule_roots()
                     self._scan()
                 for path in paths:
                     self._read(path)
@@ -274,10 +338,13 @@ class Follower:
     def _tick(self) -> None:
         """Roots that appeared; followed files whose size changed without an event; in polling
         mode, new files too."""
-        if self._observer is not None and len(self._scheduled) < len(self.roots):
-            self._schedule_roots()
-        if self._mode == "polling" and time.monotonic() - self._last_scan >= TICK_SECONDS:
-            self._scan()  # new files: every tick; the followed files' sizes: every poll
+        if self._observer is not None:
+            self._schedule_roots()  # roots that appeared without an event seen, or were deleted
+        if self._mode == "polling":
+            appeared = [root for root in self.roots.values() if root not in self._polled and root.is_dir()]
+            self._polled.update(appeared)
+            if appeared or time.monotonic() - self._last_scan >= TICK_SECONDS:
+                self._scan()  # new files: every tick (a root that appeared: at once); sizes: every poll
         now = time.monotonic()
         undecided = self._mode == "polling" or now - self._last_undecided >= UNDECIDED_SECONDS
         if undecided:
@@ -297,11 +364,14 @@ class Follower:
         for source in self.sources:
             if not source.enabled:
                 continue
+            if source.root.is_dir():
+                self._polled.add(source.root)
             for path in discovery.session_files(source):
                 with self._lock:
                     known = path in self._files
                 if not known:
                     self._read(path)
+        self._scanned = True
 
     def _read(self, path: str) -> None:
         """Read one file; a file that fails is logged once and does not stop the others."""
@@ -326,7 +396,8 @@ class Follower:
             agent = discovery.agent_of(path, self.roots)
             if agent is None:
                 return
-            state = _File(agent)
+            # A file the initial scan did not see started while following; one rewritten is not new.
+            state = _File(agent, fresh=self._scanned and state is None)
             with self._lock:
                 self._files[path] = state
         state.ident = (st.st_dev, st.st_ino)
@@ -340,6 +411,7 @@ class Follower:
             cwd, complete, read = discovery.peek_cwd(state.agent, path, folders)
             state.peeked += read
             if not complete:
+                state.fresh = True  # its head is being written: a session starting now
                 return
             state.cwd, state.decided = cwd, True
             state.folder = discovery.folder_of(cwd, folders)
@@ -350,12 +422,42 @@ class Follower:
                 state.reader = CodexReader(path)
             else:
                 state.reader = ClaudeReader(path, discovery.claude_id(path))
+            state.reader.stop_when_rewritten = True  # its head is checked again first (privacy rule)
         state.size, state.stamp = st.st_size, _stamp(st)
-        change = state.reader.read(state.ident)
-        session = state.reader.session
+        reader = state.reader
+        change = reader.read(state.ident, budget=READ_BUDGET)
+        if reader.rewritten:  # another file under the same inode: decided and read afresh
+            with self._lock:
+                self._files[path] = _File(state.agent, ident=state.ident)
+            self._follow(path)
+            return
+        if not reader.caught_up:
+            self.touch(path)  # the rest after the other files' turn
+        session = reader.session
         if session.id is None:
+            return
+        if not valid_id(session.id):
+            if not state.bad_id:
+                state.bad_id = True
+                log.warning("%s: session id %r is not one; not followed", printable(path), session.id[:40])
             return
         new = not state.announced
         if new or not change.empty:
             state.announced = True
-            self.on_update(Update(state.folder, session, change, new))
+            self.on_update(Update(state.folder, session, change, new, state.fresh, reader.caught_up))
+
+
+def valid_id(session_id: str) -> bool:
+    """A session id a thread can be named by: not empty, not too long, printable, one word."""
+    return 0 < len(session_id) <= MAX_ID_CHARS and session_id.isprintable() and not any(c.isspace() for c in session_id)
+
+
+def _nearest_existing(path: Path) -> Path | None:
+    """The deepest existing folder on the way to `path` (which does not exist)."""
+    for parent in path.parents:
+        try:
+            if parent.is_dir():
+                return parent
+        except OSError:
+            continue
+    return None

@@ -2,11 +2,14 @@
 
 A reader keeps the byte offset of the end of the last complete line it consumed. A last line the
 agent is still writing (no newline yet) is left for the next read, never lost and never parsed
-half. A file that shrank below the offset was rewritten: the reader starts over.
+half. A file that shrank below the offset, or whose bytes before the offset are not the ones
+read (rewritten in place), was rewritten: the reader starts over. A line nested too deeply for
+the ledger is skipped, as is a hole in a sparse file (never read through byte by byte).
 """
 
 from __future__ import annotations
 
+import errno
 import gc
 import json
 import math
@@ -21,6 +24,8 @@ READ_CHUNK = 8 * 1024 * 1024
 MAX_LINE = READ_CHUNK  # a longer line (newline included) is skipped, never held whole in memory
 HEAD_CHUNK = 4096  # how far past a first line a peek may read (never parsed)
 HEAD_LIMIT = 4 * 1024 * 1024  # a file without its first lines in this many bytes is not a session
+MAX_DEPTH = 100  # a record nested deeper is skipped: the ledger's JSON (and the wire's) cannot hold it
+CHECK_BYTES = 64  # bytes kept from the file's start and from just before the offset (rewrite check)
 # Never block on a FIFO or a device, never follow a link out of the agents' folders.
 OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -62,9 +67,26 @@ def parse(line: str) -> dict[str, Any] | None:
         rec = _DECODER.decode(line)
         if type(rec) is not dict:
             return None
+        if line.count("{") + line.count("[") > MAX_DEPTH and _depth(rec) > MAX_DEPTH:
+            return None
         return _clean(rec) if _ESCAPED_SURROGATE.search(line) else rec
     except (ValueError, RecursionError):
         return None
+
+
+def _depth(value: Any) -> int:
+    """How deeply `value` nests (an object or list counts one), without recursion."""
+    deepest = 0
+    pending = [(value, 1)]
+    while pending:
+        node, depth = pending.pop()
+        if depth > deepest:
+            deepest = depth
+            if deepest > MAX_DEPTH:
+                return deepest
+        children = node.values() if isinstance(node, dict) else node
+        pending.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return deepest
 
 
 def open_regular(path: str) -> tuple[int, os.stat_result] | None:
@@ -99,6 +121,11 @@ class Reader:
         self.bytes_read = 0  # every byte this reader ever read from the file (the privacy check)
         self.ident: tuple[int, int] | None = None  # (st_dev, st_ino) of the file read
         self.skipping = False  # inside a line longer than MAX_LINE: read past it up to its newline
+        self.caught_up = True  # the last read reached the end of the file (not stopped by its budget)
+        self.stop_when_rewritten = False  # set: a file rewritten in place is not read but `rewritten`
+        self.rewritten = False
+        self._head = b""  # the file's first bytes, as read
+        self._tail = b""  # the bytes just before `offset`, as read
         self.session = Session(agent=self.agent, path=printable(path))
 
     # --- subclasses ---
@@ -139,10 +166,11 @@ class Reader:
             change.lines += 1
             self.record(rec, change)
 
-    def read(self, ident: tuple[int, int] | None = None) -> Change:
+    def read(self, ident: tuple[int, int] | None = None, budget: int | None = None) -> Change:
         """Read what the file gained since the last read. Another file under the same name (a new
-        inode) or a shorter one is read from the start; with `ident`, a file that is not that one
-        is not read at all (it was replaced after the caller looked)."""
+        inode), a shorter one, or one rewritten in place is read from the start; with `ident`, a
+        file that is not that one is not read at all (it was replaced after the caller looked).
+        With `budget`, stop after about that many bytes (`caught_up` False: call again)."""
         opened = open_regular(self.path)
         if opened is None:
             return Change()
@@ -153,17 +181,30 @@ class Reader:
                 return Change()
             if (self.ident is not None and found != self.ident) or st.st_size < self.offset:
                 self.reset()
+            elif self._rewritten(fd):
+                if self.stop_when_rewritten:
+                    self.rewritten = True  # the caller decides the file again, as a new one
+                    return Change()
+                self.reset()
             self.ident = found
             total = Change()
-            while self.offset < st.st_size:
+            spent = 0
+            while self.offset < st.st_size and (budget is None or spent < budget):
+                if self.skipping:
+                    self.offset = _next_data(fd, self.offset, st.st_size)  # over a hole at once
+                    if self.offset >= st.st_size:
+                        break
                 data = os.pread(fd, READ_CHUNK, self.offset)
                 if not data:
                     break
                 self.bytes_read += len(data)
+                spent += len(data)
+                if not self._head:
+                    self._head = data[:CHECK_BYTES] if self.offset == 0 else b""
                 if self.skipping:
                     cut = data.find(b"\n")
                     self.skipping = cut < 0
-                    self.offset += len(data) if cut < 0 else cut + 1
+                    self._advance(data, len(data) if cut < 0 else cut + 1)
                     continue
                 change, used = self.feed(data)
                 merge(total, change)
@@ -173,17 +214,43 @@ class Reader:
                     self.session.bad_lines += 1  # a line over MAX_LINE: skipped, never held whole
                     self.skipping = True
                     used = len(data)
-                self.offset += used
+                self._advance(data, used)
+            self.caught_up = self.offset >= st.st_size or budget is None or spent < budget
             if total.replaced:
                 total.appended = []
             return total
         finally:
             os.close(fd)
 
+    def _advance(self, data: bytes, used: int) -> None:
+        self.offset += used
+        self._tail = data[max(0, used - CHECK_BYTES):used]
+
+    def _rewritten(self, fd: int) -> bool:
+        """The bytes at the start and just before the offset are not the ones read: the file was
+        rewritten in place (same inode, not shorter), so what follows the offset is not new."""
+        if self.offset == 0:
+            return False
+        try:
+            head = os.pread(fd, len(self._head), 0) if self._head else b""
+            tail = os.pread(fd, len(self._tail), self.offset - len(self._tail)) if self._tail else b""
+        except OSError:
+            return True
+        return head != self._head or tail != self._tail
+
     def reset(self) -> None:
         self.offset = 0
         self.skipping = False
+        self._head = self._tail = b""
         self.session = Session(agent=self.agent, path=printable(self.path))
+
+
+def _next_data(fd: int, offset: int, size: int) -> int:
+    """Where data starts again at or after `offset`: a sparse file's hole is skipped, not read."""
+    try:
+        return os.lseek(fd, offset, os.SEEK_DATA)
+    except OSError as error:
+        return size if error.errno == errno.ENXIO else offset  # ENXIO: only a hole up to the end
 
 
 def merge(total: Change, change: Change) -> None:

@@ -17,6 +17,8 @@ from ctxd.settings import Settings
 from ctxd.tokens.counter import Counter
 from ctxd.usage import breakdown as usage_mod
 
+MAX_STORED_WINDOW = 100_000_000  # a stored context window above this is ignored (the default applies)
+
 CounterFor = Callable[[Settings], Counter]
 RECENT_THREADS = 256
 """How many threads' cached settings, overheads and breakdowns a view keeps."""
@@ -61,9 +63,12 @@ class UsageView:
         if cached is not None and cached[0] is context:
             return cached
         merged = self.base
-        if context and (context.get("model") or context.get("contextWindow")):
+        window = context.get("contextWindow") if context else None
+        if type(window) is not int or not 0 < window <= MAX_STORED_WINDOW:
+            window = None  # a window stored by an older version from a hostile file: the default
+        if context and (context.get("model") or window):
             merged = replace(self.base, model=context.get("model") or self.base.model,
-                             context_window=context.get("contextWindow") or self.base.context_window)
+                             context_window=window or self.base.context_window)
         cached = self._settings[ledger.thread] = (context, merged, merged.effective_context_window(),
                                                  merged.auto_compact_limit(), self.counter_for(merged))
         return cached
