@@ -308,7 +308,8 @@ def test_the_hook_never_fails_the_agent(tmp_path: Path) -> None:
         assert done.returncode == 0 and done.stdout == b"" and done.stderr == b""
     assert ctxd(tmp_path, "hook", "nobody", "x", cwd=project).returncode == 0
     text = log.read_text()
-    assert "not JSON" in text and f"{outside} is in no workspace ctxd knows" in text
+    assert "not JSON" in text and "not a JSON object" in text and "no session_id or absolute cwd" in text
+    assert f"{outside} is in no workspace ctxd knows" in text
     assert not (outside / ".git").exists() and not (tmp_path / "state" / "ctxd" / "ghost").exists()
 
     # A repository it must not touch: its .git names another folder's work tree.

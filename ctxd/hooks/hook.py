@@ -89,7 +89,10 @@ def read_input(stream: Any = None, timeout: float = 1.0) -> dict[str, Any] | Non
     except ValueError:
         log("hook input is not JSON: ignored")
         return None
-    return value if isinstance(value, dict) else None
+    if not isinstance(value, dict):
+        log("hook input is not a JSON object: ignored")
+        return None
+    return value
 
 
 def tool_paths(agent: str, name: str, tool_input: Any, cwd: Path, folder: Path) -> list[str]:
