@@ -236,7 +236,7 @@ def main() -> int:
             ("big", lambda d: run_big_output(d, 200 // scale)),
             ("storage", lambda d: storage_storm(d, 50 // scale)),
             ("concurrency", lambda d: concurrency_storm(d, 20 // scale)),
-            ("sessions", lambda d: sessions_storm(d, 40 // scale)),
+            ("sessions", lambda d: sessions_storm(d, max(8, 40 // scale))),  # every kind at least once
         ]:
             if name not in only:
                 continue
