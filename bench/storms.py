@@ -17,6 +17,7 @@ import os
 import shutil
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -186,7 +187,7 @@ def storms_failed(report: dict[str, Any]) -> list[str]:
         failed.append("concurrency")
     sessions = report.get("sessions")
     if sessions and any(sessions[k] for k in ("client_failures", "threads_failures", "impostor_items",
-                                              "unnamed_threads", "crashes")):
+                                              "unnamed_threads", "follow_stalls", "crashes")):
         failed.append("sessions")
     return failed
 
@@ -238,19 +239,23 @@ def sessions_storm(root: Path, cycles: int) -> dict[str, Any]:
     """Cycles of one hostile session file each (in turn) written into a followed agent folder while a
     client records into its own thread and reads its gauge and the thread list. Counts: attacks,
     client requests failed, `ctxd/threads` failures, impostor items in the victim's thread, threads
-    named by no session id (`codex:`), daemon crashes."""
+    named by no session id (`codex:`), lines of a healthy session not followed (a stall), daemon
+    crashes."""
     from tests import session_fixtures as fx
 
     ws, state, codex_home = root / "ws", root / "state", root / "codex-home"
     ws.mkdir(exist_ok=True)
     state.mkdir(exist_ok=True)
     victim = fx.write_jsonl(fx.codex_path(codex_home), fx.codex_session(ws))
+    canary_id = "0199a213-eeee-7800-8aa1-000000000001"
+    canary = fx.write_jsonl(fx.codex_path(codex_home, canary_id), fx.codex_session(ws, canary_id))
     client = start_daemon(state, env={"CODEX_HOME": str(codex_home), "CLAUDE_CONFIG_DIR": str(root / "claude")},
                           log_file=root / "daemon.log")
     client.initialize([ws])
     uri = ws.as_uri()
     figures: dict[str, Any] = {"cycles": 0, "attacks": {k: 0 for k in SESSION_ATTACKS}, "client_failures": 0,
-                               "threads_failures": 0, "impostor_items": 0, "unnamed_threads": 0, "crashes": 0}
+                               "threads_failures": 0, "impostor_items": 0, "unnamed_threads": 0, "follow_stalls": 0,
+                               "crashes": 0}
     for cycle in range(cycles):
         kind = SESSION_ATTACKS[cycle % len(SESSION_ATTACKS)]
         figures["cycles"] += 1
@@ -262,11 +267,23 @@ def sessions_storm(root: Path, cycles: int) -> dict[str, Any]:
                 client.request("ctxd/usage", {"workspace": uri, "thread": "mine"})
             except (RpcError, TimeoutError):
                 figures["client_failures"] += 1
-        try:
-            listed = client.request("ctxd/threads", {"workspace": uri})["threads"]
-            figures["unnamed_threads"] += sum(1 for t in listed if t["thread"] in ("codex:", "claude:"))
-        except (RpcError, TimeoutError):
-            figures["threads_failures"] += 1
+        # A healthy session goes on meanwhile: its new line must be followed (20 s: a hang guard).
+        fx.append_jsonl(canary, [fx.codex_answer(f"canary {cycle}", "2025-11-01T10:00:00.000Z")])
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                listed = client.request("ctxd/threads", {"workspace": uri})["threads"]
+            except (RpcError, TimeoutError):
+                figures["threads_failures"] += 1
+                break
+            counts = {t["thread"]: t["itemCount"] for t in listed}
+            if counts.get(f"codex:{canary_id}") == 7 + cycle:
+                break
+            if time.monotonic() > deadline:
+                figures["follow_stalls"] += 1
+                break
+            time.sleep(0.05)
+        figures["unnamed_threads"] += sum(1 for t in listed if t["thread"] in ("codex:", "claude:"))
         if client.proc.poll() is not None:
             figures["crashes"] += 1
             break

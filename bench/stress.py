@@ -249,7 +249,7 @@ def main() -> int:
             ("numbers", lambda d: numbers_storm(d, 30 // scale)),
             ("threads", lambda d: threads_memory(d, max(2000, 20_000 // scale))),
             ("folders", lambda d: folders_storm(d, 2000 // scale)),
-            ("sessions", lambda d: sessions_storm(d, 40 // scale)),
+            ("sessions", lambda d: sessions_storm(d, max(8, 40 // scale))),  # every kind at least once
         ]:
             if name not in only:
                 continue
