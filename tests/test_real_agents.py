@@ -31,7 +31,6 @@ from tests.rpc import Client
 REPO_ROOT = Path(__file__).resolve().parent.parent
 WAIT = 60.0  # seconds: only a broken daemon comes near
 PRICES = json.loads((REPO_ROOT / "ctxd" / "sessions" / "prices.json").read_text())["models"]
-FIRST_TURN = "first-turn checkpoint: branch follow"
 
 
 @dataclass
@@ -218,7 +217,6 @@ def test_codex_turns_usage_checkpoints_and_sessions(daemon_factory, tmp_path: Pa
     assert s.repo.files() == after_turn1 and "notes.txt" in result["restored"]
 
 
-@pytest.mark.xfail(strict=True, reason=FIRST_TURN)
 def test_codex_first_turn_of_a_new_session_is_checkpointed(daemon_factory, tmp_path: Path) -> None:
     s = setup(daemon_factory, tmp_path)
     before = s.repo.files()
@@ -342,7 +340,6 @@ def test_claude_turns_subagent_usage_checkpoints_and_sessions(daemon_factory, tm
     assert s.repo.files() == after_turn1 and "app.py" in result["restored"]
 
 
-@pytest.mark.xfail(strict=True, reason=FIRST_TURN)
 def test_claude_first_turn_of_a_new_session_is_checkpointed(daemon_factory, tmp_path: Path) -> None:
     s = setup(daemon_factory, tmp_path)
     ws = s.repo.root
