@@ -104,9 +104,9 @@ class ClaudeReader(Reader):
         self.session.id = session_id
         self._init()
 
-    def read(self, ident: tuple[int, int] | None = None) -> Change:
+    def read(self, ident: tuple[int, int] | None = None, budget: int | None = None) -> Change:
         """The transcript's new lines, then its subagents' new usage (billed to this session)."""
-        change = super().read(ident)
+        change = super().read(ident, budget)
         change.usage = self._read_subagents() or change.usage
         return change
 
