@@ -168,9 +168,14 @@ export function compactionLabel(c: Pick<CompactionRecord, 'tokensBefore' | 'toke
   return `${c.archivedItems} items replaced`;
 }
 
-/** The items compaction `id` replaced: the archived items come in order, each compaction's `archivedItems` in turn. */
+/**
+ * The items compaction `id` replaced: those a protocol 3 daemon marks `archivedBy` it (rollbacks,
+ * restores and undos archive items too); from an older daemon, the archived items in order, each
+ * compaction's `archivedItems` in turn.
+ */
 export function archivedBy(history: HistoryResult, id: number): Item[] {
   const archived = history.items.filter((i) => i.archived === true);
+  if (archived.some((i) => typeof i.archivedBy === 'number')) return archived.filter((i) => i.archivedBy === id);
   let start = 0;
   for (const c of history.compactions ?? []) {
     if (c.id === id) return archived.slice(start, start + c.archivedItems);
