@@ -147,7 +147,8 @@ class SessionBridge:
         if window is None:
             return None
         if type(window) is not int or not 0 < window <= MAX_CONTEXT_WINDOW:
-            self._warn(session.path, "contextWindow", f"context window {str(window)[:20]}... out of range "
+            shown = window if type(window) is int and window.bit_length() <= 64 else "of more than 19 digits"
+            self._warn(session.path, "contextWindow", f"context window {shown} out of range "
                        f"(1 to {MAX_CONTEXT_WINDOW}); the default applies")
             return None
         return window
