@@ -492,3 +492,16 @@ def test_keep_auto_is_a_setting_of_its_own(tmp_path: Path, monkeypatch: pytest.M
     problems: list[Any] = []
     assert load_settings(folder, None, problems).ghost.keep_auto == 300
     assert any(p.key == "ghost.keep_auto" for p in problems)
+
+
+def test_a_linked_configuration_file_stays_a_link(tmp_path: Path) -> None:
+    project = make_repo(tmp_path / "proj")
+    dotfiles = tmp_path / "dotfiles" / "config.toml"
+    dotfiles.parent.mkdir()
+    dotfiles.write_text(CODEX_CONFIG)
+    (project / ".codex").mkdir()
+    (project / ".codex" / "config.toml").symlink_to(dotfiles)
+    assert ctxd(tmp_path, "hooks", "install", "--agent", "codex", "--scope", "project", cwd=project).returncode == 0
+    assert (project / ".codex" / "config.toml").is_symlink() and "# >>> ctxd" in dotfiles.read_text()
+    assert ctxd(tmp_path, "hooks", "uninstall", "--agent", "codex", "--scope", "project", cwd=project).returncode == 0
+    assert (project / ".codex" / "config.toml").is_symlink() and dotfiles.read_text() == CODEX_CONFIG
