@@ -114,6 +114,8 @@ class ClaudeReader(Reader):
         if not self.path.endswith(".jsonl"):
             return False
         folder = os.path.join(self.path[: -len(".jsonl")], "subagents")
+        if os.path.islink(os.path.dirname(folder)) or os.path.islink(folder):
+            return False  # never read through a link (docs/sessions.md, Privacy)
         try:
             with os.scandir(folder) as entries:
                 names = sorted(e.name for e in entries if e.name.endswith(".jsonl") and e.is_file(follow_symlinks=False))
