@@ -476,3 +476,32 @@ def test_the_file_watching_checkpoint_steps_aside_for_a_hooked_session(daemon_fa
         time.sleep(0.05)
     time.sleep(1.0)  # the checkpoint, had it been asked for, is queued before the mirror: give it time
     assert "hooked now" not in labels()
+
+
+def test_keep_auto_is_a_setting_of_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ctxd.settings import load_settings
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    folder = tmp_path / "ws"
+    folder.mkdir()
+    assert load_settings(folder).ghost.keep_auto == 300
+    (folder / ".ctxd.toml").write_text("[ghost]\nkeep_auto = 12\nkeep = 5\n")
+    settings = load_settings(folder)
+    assert (settings.ghost.keep_auto, settings.ghost.keep) == (12, 5)
+    (folder / ".ctxd.toml").write_text("[ghost]\nkeep_auto = 0\n")
+    problems: list[Any] = []
+    assert load_settings(folder, None, problems).ghost.keep_auto == 300
+    assert any(p.key == "ghost.keep_auto" for p in problems)
+
+
+def test_a_linked_configuration_file_stays_a_link(tmp_path: Path) -> None:
+    project = make_repo(tmp_path / "proj")
+    dotfiles = tmp_path / "dotfiles" / "config.toml"
+    dotfiles.parent.mkdir()
+    dotfiles.write_text(CODEX_CONFIG)
+    (project / ".codex").mkdir()
+    (project / ".codex" / "config.toml").symlink_to(dotfiles)
+    assert ctxd(tmp_path, "hooks", "install", "--agent", "codex", "--scope", "project", cwd=project).returncode == 0
+    assert (project / ".codex" / "config.toml").is_symlink() and "# >>> ctxd" in dotfiles.read_text()
+    assert ctxd(tmp_path, "hooks", "uninstall", "--agent", "codex", "--scope", "project", cwd=project).returncode == 0
+    assert (project / ".codex" / "config.toml").is_symlink() and dotfiles.read_text() == CODEX_CONFIG

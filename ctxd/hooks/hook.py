@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-DEADLINE_SECONDS = 1.7
+DEADLINE_SECONDS = 1.5
 """The hook returns by then (the agent's bound is 2 s, and starting Python takes some of it)."""
 CHILD_SECONDS = 120
 """A checkpoint still running after this (a store locked for that long) gives up."""

@@ -407,12 +407,13 @@ def apply(changes: list[Change], action: str, state_dir: Path) -> None:
         if change.after is None:
             change.path.unlink(missing_ok=True)
             continue
-        change.path.parent.mkdir(parents=True, exist_ok=True)
-        pending = change.path.with_name(f".{change.path.name}.ctxd-tmp")
+        target = Path(os.path.realpath(change.path))  # a linked file (dotfiles) is written where it lives
+        target.parent.mkdir(parents=True, exist_ok=True)
+        pending = target.with_name(f".{target.name}.ctxd-tmp")
         pending.write_text(change.after, "utf-8")
-        if change.path.exists():
-            os.chmod(pending, change.path.stat().st_mode & 0o7777)
-        os.replace(pending, change.path)
+        if target.exists():
+            os.chmod(pending, target.stat().st_mode & 0o7777)
+        os.replace(pending, target)
 
 
 def _holds_ours(change: Change) -> bool:
