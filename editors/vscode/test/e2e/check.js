@@ -765,10 +765,17 @@ async function typeInput(page, text) {
   await page.type('.quick-input-widget input', text);
 }
 
-/** `ctxd.daemon.command` as the user's settings.json has it now. */
+/**
+ * `ctxd.daemon.command` as it is in force now: code-server is a remote window, where VS Code keeps
+ * a machine-overridable setting written by the extension in the remote's own settings
+ * (Machine/settings.json), above the user's.
+ */
 function daemonCommandSetting() {
-  const file = path.join(process.env.CTXD_E2E_USER_DATA, 'User', 'settings.json');
-  return JSON.parse(fs.readFileSync(file, 'utf8'))['ctxd.daemon.command'];
+  const read = (scope) => {
+    const file = path.join(process.env.CTXD_E2E_USER_DATA, scope, 'settings.json');
+    return fs.existsSync(file) ? JSON.parse(fs.readFileSync(file, 'utf8'))['ctxd.daemon.command'] : undefined;
+  };
+  return read('Machine') ?? read('User');
 }
 
 async function checkNotInstalled(page) {
