@@ -101,6 +101,8 @@ def test_a_store_that_came_with_the_folder_is_refused_and_runs_nothing(isolated:
     snap = ghost.snapshot(repo.root)
     assert [s["id"] for s in ghost.list_snapshots(repo.root)] == [snap["id"]]
     assert not marker.exists()
+    key = tmp_path / "state" / "ctxd" / "ghost" / "owner.key"
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600 and (store / "ctxd-owner").exists()
 
 
 def test_a_store_whose_config_was_changed_afterwards_is_refused(isolated: None, tmp_path: Path) -> None:
