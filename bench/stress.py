@@ -17,7 +17,7 @@
    and git config, unauthenticated TCP probers, huge numbers in settings. Every bad count is 0.
 8. threads: RSS as a client touches 20,000 threads (bench/hostile_storms.py): bounded growth.
 9. folders: 2,000 folders added at once (bench/hostile_storms.py): the first workspace's slowest
-   answer meanwhile against its median before.
+   answer meanwhile, at most a tenth of the time they take to open.
 
 The exit status is 1 when any goal or bound is missed.
 
