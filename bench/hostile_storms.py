@@ -219,7 +219,7 @@ def hostile_failed(report: dict[str, Any]) -> list[str]:
 
 THREADS_GROWTH_MIB = 8
 """Bound for `threads_memory`: the daemon's RSS may grow at most this much from the 1,000th thread
-touched to the last (every thread used to keep about 5 KB for good)."""
+touched to the last (every thread used to keep its cached gauge for good)."""
 
 
 def threads_memory(root: Path, threads: int) -> dict[str, Any]:
@@ -256,8 +256,8 @@ def threads_memory(root: Path, threads: int) -> dict[str, Any]:
 
 FOLDERS_STALL_SHARE = 0.1
 """Bound for `folders_storm`: the first workspace's slowest answer while the folders open, as a
-share of the time they take to open (same run). The first workspace must never wait for the bulk:
-before, it waited 28.8 s of the 84.7 s that 2,000 folders took."""
+share of the time they take to open (same run): the first workspace must never wait for the bulk
+(bench/README.md has the figures before and after)."""
 
 
 def folders_storm(root: Path, count: int) -> dict[str, Any]:
