@@ -16,7 +16,7 @@
    and git config, unauthenticated TCP probers, huge numbers in settings. Every bad count is 0.
 8. threads: RSS as a client touches 20,000 threads (bench/hostile_storms.py): bounded growth.
 9. folders: 2,000 folders added at once (bench/hostile_storms.py): the first workspace's slowest
-   answer meanwhile against its median before.
+   answer meanwhile, at most a tenth of the time they take to open.
 10. sessions: 40 hostile session files (8 kinds in turn: a line nested 300 deep, a 1 TB hole, a second
    file with a session's id, an empty id, a 3 MB model name, a 401-digit window, a file rewritten in
    place, a 20,000-line import) written into a followed agent folder while a client records and

@@ -301,30 +301,33 @@ def account_key() -> bytes:
     if cached is not None:
         return cached
     try:
-        text = path.read_text("ascii").strip()
-    except FileNotFoundError:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        pending = path.with_name(f".owner-{uuid.uuid4().hex}.tmp")
-        handle = os.open(pending, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            os.write(handle, secrets.token_hex(32).encode("ascii"))
-            os.fsync(handle)
-        finally:
-            os.close(handle)
-        try:
-            os.link(pending, path)  # never replaces a key another daemon wrote first
-        except FileExistsError:
-            pass
-        finally:
-            pending.unlink(missing_ok=True)
+        if not path.exists():
+            _create_key(path)
         text = path.read_text("ascii").strip()
     except (OSError, UnicodeDecodeError) as error:
-        raise GitFailed(f"{path}: cannot read ctxd's store key ({error})") from None
+        raise GitFailed(f"{path}: cannot read or create ctxd's store key ({error})") from None
     if not re.fullmatch(r"[0-9a-f]{64}", text):
         raise GitFailed(f"{path} is damaged; remove it (snapshot stores it marked are then refused and must be "
                         "moved aside)")
     _keys[str(path)] = bytes.fromhex(text)
     return _keys[str(path)]
+
+
+def _create_key(path: Path) -> None:
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    pending = path.with_name(f".owner-{uuid.uuid4().hex}.tmp")
+    handle = os.open(pending, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(handle, secrets.token_hex(32).encode("ascii"))
+        os.fsync(handle)
+    finally:
+        os.close(handle)
+    try:
+        os.link(pending, path)  # never replaces a key another daemon wrote first
+    except FileExistsError:
+        pass
+    finally:
+        pending.unlink(missing_ok=True)
 
 
 def _seal(store: Path, key: bytes, nonce: str) -> str:

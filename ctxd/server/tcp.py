@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 
 AUTH_SECONDS = 5.0
 """How long a new connection has to send its authenticated `initialize`."""
+MAX_CHECKING = 256
+"""Connections checked at once (a thread each, for at most AUTH_SECONDS); more are closed at once."""
 MAX_HEADER_BYTES = 8 * 1024
 MAX_FIRST_BYTES = 4 * 1024 * 1024
 """The largest first message read before the client is known."""
@@ -131,10 +133,17 @@ def serve(host: str, port: int, state_dir: Path, token_file: Path | None,
     authenticates, on this thread; return when it ends."""
     token = secrets.token_urlsafe(32)
     claimed = threading.Lock()
+    checking = threading.BoundedSemaphore(MAX_CHECKING)
     ready: list[tuple[socket.socket, BinaryIO]] = []
     chosen = threading.Event()
 
     def check(connection: socket.socket) -> None:
+        try:
+            authenticate(connection)
+        finally:
+            checking.release()
+
+    def authenticate(connection: socket.socket) -> None:
         late = threading.Lock()  # held by whichever comes first: the check's end or the deadline
 
         def deadline() -> None:
@@ -179,6 +188,9 @@ def serve(host: str, port: int, state_dir: Path, token_file: Path | None,
                     connection, _ = listener.accept()
                 except OSError:
                     return
+                if not checking.acquire(blocking=False):
+                    _shut(connection)  # a flood of connections: no thread for this one
+                    continue
                 threading.Thread(target=check, args=(connection,), daemon=True, name="ctxd-tcp-auth").start()
 
         threading.Thread(target=accept, daemon=True, name="ctxd-tcp-accept").start()
