@@ -22,6 +22,7 @@ from typing import Any, Iterator
 from urllib.parse import quote
 
 from ctxd import errors
+from ctxd.ledger import search
 
 log = logging.getLogger(__name__)
 
@@ -428,6 +429,7 @@ class Store:
                     raise StoreUnavailable(f"{self.path} holds the ledger of another workspace ({owner[0]}), "
                                            f"not of {workspace}; move it aside, then retry.")
                 db.execute("INSERT OR REPLACE INTO meta VALUES ('workspace', ?)", (str(workspace),))
+            search.install(db)  # the recall index: this connection's triggers; built if missing
 
     def data_version(self) -> tuple[int, int]:
         """Changes whenever another connection (another daemon) commits to this database, or the
@@ -463,6 +465,11 @@ class Store:
         return self.generation, int(db.execute("PRAGMA data_version").fetchone()[0])
 
     # --- reads -----------------------------------------------------------------------------------
+
+    def reading(self) -> Iterator[sqlite3.Connection]:
+        """The connection, for one read by a module that keeps its own tables here (the recall
+        index: ctxd/ledger/search.py)."""
+        return self._read()  # type: ignore[return-value]
 
     def thread(self, thread: str) -> ThreadRow | None:
         with self._read() as db:

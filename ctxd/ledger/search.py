@@ -1,0 +1,233 @@
+"""The full-text index of every stored item, active and archived, of every thread (`ctxd/recall`).
+
+SQLite FTS5 in the workspace's own database: porter-stemmed unicode61 words ("failing" finds
+"failed"; `snake_case`, paths, dotted names and error codes are split at their punctuation by the
+tokenizer), plus a second column holding the parts of camelCase and letter-digit identifiers
+(`getUserName` is also `get user name`, `E1234` also `e 1234`). The table is contentless: the
+text is in `items` already, so the index holds only its own b-trees.
+
+It is kept in step by TEMP triggers on `items`, created on the store's connection when it opens:
+every insert, delete and change of `seq` made through that connection is indexed in the same
+transaction, whichever code path made it, so a killed process cannot leave the two apart. A
+store made before the index existed (or by another version of it) is indexed whole when opened,
+in the opening transaction.
+
+A row of the index is `(thread id << 32) | seq`: the thread's id in `recall_threads`, so that a
+thread's matches are one rowid range. `recall_turns` lists the items that start a user turn.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from typing import Any
+
+from ctxd.ledger.rules import is_real_user_message
+
+# Bump when what is indexed changes: stores indexed by another version are indexed again at open
+# (a contentless index must be told the exact text of a row it deletes).
+INDEX_VERSION = "1"
+SEQ_BITS = 32
+
+_TABLES = (
+    "CREATE VIRTUAL TABLE recall_fts USING fts5(text, parts, content='', "
+    "tokenize='porter unicode61 remove_diacritics 2')",
+    "CREATE TABLE recall_threads (id INTEGER PRIMARY KEY, thread TEXT NOT NULL UNIQUE)",
+    "CREATE TABLE recall_turns (rid INTEGER PRIMARY KEY)",
+)
+_DROP = ("DROP TABLE IF EXISTS recall_fts", "DROP TABLE IF EXISTS recall_threads", "DROP TABLE IF EXISTS recall_turns")
+
+_ADD = """
+INSERT OR IGNORE INTO recall_threads (thread) VALUES ({r}.thread);
+INSERT INTO recall_fts (rowid, text, parts)
+  SELECT (id << 32) | {r}.seq, ctxd_recall_text({r}.body), ctxd_recall_parts({r}.body)
+  FROM recall_threads WHERE thread = {r}.thread;
+INSERT INTO recall_turns (rid)
+  SELECT (id << 32) | {r}.seq FROM recall_threads
+  WHERE thread = {r}.thread AND {r}.origin IS NULL AND ctxd_recall_turn({r}.body);
+"""
+_REMOVE = """
+INSERT INTO recall_fts (recall_fts, rowid, text, parts)
+  SELECT 'delete', (id << 32) | {r}.seq, ctxd_recall_text({r}.body), ctxd_recall_parts({r}.body)
+  FROM recall_threads WHERE thread = {r}.thread;
+DELETE FROM recall_turns WHERE rid = ((SELECT id FROM recall_threads WHERE thread = {r}.thread) << 32) | {r}.seq;
+"""
+_TRIGGERS = (
+    f"CREATE TEMP TRIGGER IF NOT EXISTS recall_insert AFTER INSERT ON main.items BEGIN {_ADD.format(r='NEW')} END",
+    f"CREATE TEMP TRIGGER IF NOT EXISTS recall_delete AFTER DELETE ON main.items BEGIN {_REMOVE.format(r='OLD')} END",
+    "CREATE TEMP TRIGGER IF NOT EXISTS recall_update AFTER UPDATE OF thread, seq, body, origin ON main.items BEGIN "
+    f"{_REMOVE.format(r='OLD')} {_ADD.format(r='NEW')} END",
+)
+_REBUILD = (
+    "INSERT OR IGNORE INTO recall_threads (thread) SELECT DISTINCT thread FROM items",
+    "INSERT INTO recall_fts (rowid, text, parts) SELECT (t.id << 32) | i.seq, ctxd_recall_text(i.body), "
+    "ctxd_recall_parts(i.body) FROM items i JOIN recall_threads t ON t.thread = i.thread",
+    "INSERT INTO recall_turns (rid) SELECT (t.id << 32) | i.seq FROM items i JOIN recall_threads t "
+    "ON t.thread = i.thread WHERE i.origin IS NULL AND ctxd_recall_turn(i.body)",
+)
+
+# Fields that hold no words: kinds, ids, opaque blobs, images.
+_SKIPPED_KEYS = frozenset({"type", "role", "id", "call_id", "status", "encrypted_content", "image_url", "detail",
+                           "ghost_commit", "format"})
+# Words that change case or run from letters into digits: camelCase, PascalCase, E1234, HTTP2.
+_MIXED = re.compile(r"[A-Za-z0-9]*(?:[a-z][A-Z]|[A-Za-z][0-9]|[0-9][A-Za-z])[A-Za-z0-9]*")
+_PART = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+_MAX_PART_WORD = 64  # longer runs are hashes or blobs, not identifiers
+
+
+class Unavailable(Exception):
+    """This SQLite has no FTS5: recall cannot be answered (nothing else is affected)."""
+
+
+def item_text(item: Any) -> str:
+    """The words of an item: every string in it but ids, kinds and opaque data; a tool call's
+    arguments (JSON text) by their string values."""
+    out: list[str] = []
+    _collect(item, out, None)
+    return "\n".join(out)
+
+
+def _collect(value: Any, out: list[str], key: str | None) -> None:
+    if isinstance(value, str):
+        if key == "arguments" and value[:1] in "{[":
+            try:
+                _collect(json.loads(value), out, None)
+                return
+            except ValueError:
+                pass
+        if value:
+            out.append(value)
+    elif isinstance(value, dict):
+        for name, inner in value.items():
+            if name not in _SKIPPED_KEYS:
+                _collect(inner, out, name)
+    elif isinstance(value, list):
+        for inner in value:
+            _collect(inner, out, key)
+
+
+def identifier_parts(text: str) -> str:
+    """The parts of every camelCase or letter-digit word in `text`, each word's parts together."""
+    words = {word for word in _MIXED.findall(text) if len(word) <= _MAX_PART_WORD}
+    return "\n".join(" ".join(_PART.findall(word)) for word in sorted(words))
+
+
+class _Extractor:
+    """The SQL functions the triggers call. Text and parts come from one parse of the body: the
+    last body is kept, as each trigger asks for both in a row."""
+
+    def __init__(self) -> None:
+        self._body: str | None = None
+        self._item: Any = None
+        self._text = ""
+
+    def _load(self, body: str) -> None:
+        if body is not self._body and body != self._body:
+            try:
+                self._item = json.loads(body)
+            except (TypeError, ValueError):
+                self._item = None
+            self._text = item_text(self._item) if self._item is not None else ""
+            self._body = body
+
+    def text(self, body: str) -> str:
+        self._load(body)
+        return self._text
+
+    def parts(self, body: str) -> str:
+        self._load(body)
+        return identifier_parts(self._text)
+
+    def turn(self, body: str) -> int:
+        self._load(body)
+        return int(isinstance(self._item, dict) and is_real_user_message(self._item))
+
+
+def install(db: sqlite3.Connection) -> None:
+    """Set up the index on a read-write connection, inside its open write transaction: the SQL
+    functions and TEMP triggers of this connection, and the tables, built from every stored item
+    when missing or of another INDEX_VERSION. Without FTS5 this does nothing (recall then
+    answers that it is unavailable)."""
+    if not has_fts5(db):
+        return
+    extractor = _Extractor()
+    db.create_function("ctxd_recall_text", 1, extractor.text, deterministic=True)
+    db.create_function("ctxd_recall_parts", 1, extractor.parts, deterministic=True)
+    db.create_function("ctxd_recall_turn", 1, extractor.turn, deterministic=True)
+    row = db.execute("SELECT value FROM meta WHERE key = 'recall_index'").fetchone()
+    present = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'recall_fts'").fetchone() is not None
+    if row is None or row[0] != INDEX_VERSION or not present:
+        for statement in (*_DROP, *_TABLES, *_REBUILD):
+            db.execute(statement)
+        db.execute("INSERT OR REPLACE INTO meta VALUES ('recall_index', ?)", (INDEX_VERSION,))
+    for statement in _TRIGGERS:
+        db.execute(statement)
+
+
+def has_fts5(db: sqlite3.Connection) -> bool:
+    try:
+        return db.execute("SELECT 1 FROM pragma_module_list WHERE name = 'fts5'").fetchone() is not None
+    except sqlite3.Error:
+        return False
+
+
+# --- queries -------------------------------------------------------------------------------------
+
+_TERM = re.compile(r'"([^"]*)"?|(\S+)')
+_WORD = re.compile(r"\w+")
+
+
+def query_terms(query: str) -> list[str]:
+    """The query's words and "quoted phrases", as FTS5 strings (quoted, so that nothing the user
+    types is read as FTS5 syntax). A camelCase word also matches its parts."""
+    terms = []
+    for phrase, word in _TERM.findall(query):
+        text = phrase if phrase else word
+        words = _WORD.findall(text)
+        if not words:
+            continue
+        quoted = '"' + " ".join(words) + '"'
+        if not phrase and _MIXED.fullmatch(text) and len(text) <= _MAX_PART_WORD:
+            quoted = f'({quoted} OR "{" ".join(_PART.findall(text))}")'
+        terms.append(quoted)
+    return terms
+
+
+def thread_id(db: sqlite3.Connection, thread: str) -> int | None:
+    row = db.execute("SELECT id FROM recall_threads WHERE thread = ?", (thread,)).fetchone()
+    return None if row is None else int(row[0])
+
+
+def search(db: sqlite3.Connection, terms: list[str], thread: int | None, limit: int) -> tuple[list[int], int]:
+    """Rowids of the best matches (BM25; the identifier parts weigh half) and how many match.
+    Every term must match; when nothing does, any term may (ranked the same way)."""
+    if not present(db):
+        raise Unavailable("the recall index is not available: this SQLite has no FTS5")
+    where, args = "recall_fts MATCH ?", []
+    if thread is not None:
+        where += " AND rowid BETWEEN ? AND ?"
+        args = [thread << SEQ_BITS, (thread << SEQ_BITS) | ((1 << SEQ_BITS) - 1)]
+    for joiner in (" AND ", " OR "):
+        expression = joiner.join(terms)
+        total = db.execute(f"SELECT count(*) FROM recall_fts WHERE {where}", (expression, *args)).fetchone()[0]
+        if total:
+            rows = db.execute(f"SELECT rowid FROM recall_fts WHERE {where} ORDER BY bm25(recall_fts, 1.0, 0.5) "
+                              "LIMIT ?", (expression, *args, limit)).fetchall()
+            return [row[0] for row in rows], int(total)
+        if len(terms) == 1:
+            break
+    return [], 0
+
+
+def present(db: sqlite3.Connection) -> bool:
+    return db.execute("SELECT 1 FROM sqlite_master WHERE name = 'recall_fts'").fetchone() is not None
+
+
+def turn_of(db: sqlite3.Connection, rid: int) -> tuple[int, int] | None:
+    """The user turn an item belongs to: (its index counted from 1, the turn's rowid), or None
+    when the item comes before the thread's first user turn."""
+    low = (rid >> SEQ_BITS) << SEQ_BITS
+    count, last = db.execute("SELECT count(*), max(rid) FROM recall_turns WHERE rid BETWEEN ? AND ?",
+                             (low, rid)).fetchone()
+    return (int(count), int(last)) if count else None
