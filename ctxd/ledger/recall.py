@@ -40,6 +40,8 @@ def recall(store: Store, thread: str, query: str, limit: int = 10, scope: Scope 
             tid = search.thread_id(db, thread)
             if tid is None:
                 return {"results": [], "total": 0}
+    catch_up(store, tid)
+    with store.reading() as db:
         try:
             rids, total = search.search(db, terms, tid, limit)
         except search.Unavailable as error:
@@ -54,6 +56,22 @@ def recall(store: Store, thread: str, query: str, limit: int = 10, scope: Scope 
                 continue
             results.append(_result(db, rid, name, seq, json.loads(row[0]), row[1] is not None, words))
     return {"results": results, "total": total}
+
+
+def catch_up(store: Store, thread: int | None = None) -> None:
+    """Index what was stored since the last search (all threads, or the one with that id), a
+    batch per transaction. A store that cannot be written is searched as it is indexed."""
+    more = True
+    while more:
+        more = False
+        try:
+            with store.writing() as db:
+                for tid, name, upto in search.behind(db, thread):
+                    more = search.catch_up_batch(db, tid, name, upto) or more
+        except StoreUnavailable:
+            if store.readonly_reason is None:
+                raise
+            return
 
 
 def _result(db: Any, rid: int, thread: str, seq: int, item: Any, archived: bool, words: list[str]) -> dict[str, Any]:

@@ -6,14 +6,19 @@ tokenizer), plus a second column holding the parts of camelCase and letter-digit
 (`getUserName` is also `get user name`, `E1234` also `e 1234`). The table is contentless: the
 text is in `items` already, so the index holds only its own b-trees.
 
-It is kept in step by TEMP triggers on `items`, created on the store's connection when it opens:
-every insert, delete and change of `seq` made through that connection is indexed in the same
-transaction, whichever code path made it, so a killed process cannot leave the two apart. A
-store made before the index existed (or by another version of it) is indexed whole when opened,
-in the opening transaction.
+Each thread has a watermark (`recall_threads.upto`): its items up to that seq are indexed, those
+after it are not yet. A record appends after the watermark and so writes nothing to the index (a
+record's commit stays one page write, `bench/bench_speed.py`); `catch_up` indexes what is past
+the watermark in batches, each one transaction that moves the watermark with the rows it adds,
+before every search. Every other change to `items` is followed in its own transaction by TEMP
+triggers this connection creates when the store opens: a deleted or moved item leaves the index
+at once, and an item written at or below the watermark lowers it. So the index never holds an
+item that is not stored, whatever code path wrote, and a killed process leaves at most some
+items still to index. A store made before the index gets the tables when opened and is indexed
+by the first search.
 
-A row of the index is `(thread id << 32) | seq`: the thread's id in `recall_threads`, so that a
-thread's matches are one rowid range. `recall_turns` lists the items that start a user turn.
+A row of the index is `(thread id << 32) | seq`, so a thread's matches are one rowid range.
+`recall_turns` lists the indexed items that start a user turn.
 """
 
 from __future__ import annotations
@@ -25,46 +30,37 @@ from typing import Any
 
 from ctxd.ledger.rules import is_real_user_message
 
-# Bump when what is indexed changes: stores indexed by another version are indexed again at open
-# (a contentless index must be told the exact text of a row it deletes).
+# Bump when what is indexed changes: stores indexed by another version are indexed again (a
+# contentless index must be told the exact text of a row it deletes).
 INDEX_VERSION = "1"
 SEQ_BITS = 32
+BATCH = 2000  # items indexed per transaction: other writers wait at most one batch
 
 _TABLES = (
     "CREATE VIRTUAL TABLE recall_fts USING fts5(text, parts, content='', "
     "tokenize='porter unicode61 remove_diacritics 2')",
-    "CREATE TABLE recall_threads (id INTEGER PRIMARY KEY, thread TEXT NOT NULL UNIQUE)",
+    "CREATE TABLE recall_threads (id INTEGER PRIMARY KEY, thread TEXT NOT NULL UNIQUE, upto INTEGER NOT NULL DEFAULT 0)",
     "CREATE TABLE recall_turns (rid INTEGER PRIMARY KEY)",
+    "INSERT INTO recall_threads (thread) SELECT DISTINCT thread FROM items",
 )
 _DROP = ("DROP TABLE IF EXISTS recall_fts", "DROP TABLE IF EXISTS recall_threads", "DROP TABLE IF EXISTS recall_turns")
 
-_ADD = """
-INSERT OR IGNORE INTO recall_threads (thread) VALUES ({r}.thread);
-INSERT INTO recall_fts (rowid, text, parts)
-  SELECT (id << 32) | {r}.seq, ctxd_recall_text({r}.body), ctxd_recall_parts({r}.body)
-  FROM recall_threads WHERE thread = {r}.thread;
-INSERT INTO recall_turns (rid)
-  SELECT (id << 32) | {r}.seq FROM recall_threads
-  WHERE thread = {r}.thread AND {r}.origin IS NULL AND ctxd_recall_turn({r}.body);
-"""
-_REMOVE = """
+_RID = "(((SELECT id FROM recall_threads WHERE thread = {r}.thread) << 32) | {r}.seq)"
+_REMOVE = f"""
 INSERT INTO recall_fts (recall_fts, rowid, text, parts)
-  SELECT 'delete', (id << 32) | {r}.seq, ctxd_recall_text({r}.body), ctxd_recall_parts({r}.body)
-  FROM recall_threads WHERE thread = {r}.thread;
-DELETE FROM recall_turns WHERE rid = ((SELECT id FROM recall_threads WHERE thread = {r}.thread) << 32) | {r}.seq;
+  SELECT 'delete', {_RID}, ctxd_recall_text({{r}}.body), ctxd_recall_parts({{r}}.body)
+  WHERE EXISTS (SELECT 1 FROM recall_fts_docsize WHERE id = {_RID});
+DELETE FROM recall_turns WHERE rid = {_RID};
+"""
+_LOWER = """
+INSERT OR IGNORE INTO recall_threads (thread) VALUES ({r}.thread);
+UPDATE recall_threads SET upto = {r}.seq - 1 WHERE thread = {r}.thread AND upto >= {r}.seq;
 """
 _TRIGGERS = (
-    f"CREATE TEMP TRIGGER IF NOT EXISTS recall_insert AFTER INSERT ON main.items BEGIN {_ADD.format(r='NEW')} END",
+    f"CREATE TEMP TRIGGER IF NOT EXISTS recall_insert AFTER INSERT ON main.items BEGIN {_LOWER.format(r='NEW')} END",
     f"CREATE TEMP TRIGGER IF NOT EXISTS recall_delete AFTER DELETE ON main.items BEGIN {_REMOVE.format(r='OLD')} END",
     "CREATE TEMP TRIGGER IF NOT EXISTS recall_update AFTER UPDATE OF thread, seq, body, origin ON main.items BEGIN "
-    f"{_REMOVE.format(r='OLD')} {_ADD.format(r='NEW')} END",
-)
-_REBUILD = (
-    "INSERT OR IGNORE INTO recall_threads (thread) SELECT DISTINCT thread FROM items",
-    "INSERT INTO recall_fts (rowid, text, parts) SELECT (t.id << 32) | i.seq, ctxd_recall_text(i.body), "
-    "ctxd_recall_parts(i.body) FROM items i JOIN recall_threads t ON t.thread = i.thread",
-    "INSERT INTO recall_turns (rid) SELECT (t.id << 32) | i.seq FROM items i JOIN recall_threads t "
-    "ON t.thread = i.thread WHERE i.origin IS NULL AND ctxd_recall_turn(i.body)",
+    f"{_REMOVE.format(r='OLD')} {_LOWER.format(r='NEW')} END",
 )
 
 # Fields that hold no words: kinds, ids, opaque blobs, images.
@@ -114,55 +110,83 @@ def identifier_parts(text: str) -> str:
 
 
 class _Extractor:
-    """The SQL functions the triggers call. Text and parts come from one parse of the body: the
-    last body is kept, as each trigger asks for both in a row."""
+    """`ctxd_recall_text` and `ctxd_recall_parts`, which the delete trigger calls for one body in
+    turn: the last body's text is kept."""
 
     def __init__(self) -> None:
         self._body: str | None = None
-        self._item: Any = None
         self._text = ""
 
-    def _load(self, body: str) -> None:
-        if body is not self._body and body != self._body:
-            try:
-                self._item = json.loads(body)
-            except (TypeError, ValueError):
-                self._item = None
-            self._text = item_text(self._item) if self._item is not None else ""
-            self._body = body
-
     def text(self, body: str) -> str:
-        self._load(body)
+        if body != self._body:
+            self._text, self._body = body_text(body), body
         return self._text
 
     def parts(self, body: str) -> str:
-        self._load(body)
-        return identifier_parts(self._text)
+        return identifier_parts(self.text(body))
 
-    def turn(self, body: str) -> int:
-        self._load(body)
-        return int(isinstance(self._item, dict) and is_real_user_message(self._item))
+
+def body_text(body: str) -> str:
+    try:
+        return item_text(json.loads(body))
+    except (TypeError, ValueError):
+        return ""
 
 
 def install(db: sqlite3.Connection) -> None:
-    """Set up the index on a read-write connection, inside its open write transaction: the SQL
-    functions and TEMP triggers of this connection, and the tables, built from every stored item
-    when missing or of another INDEX_VERSION. Without FTS5 this does nothing (recall then
-    answers that it is unavailable)."""
+    """Set up the index on a read-write connection, inside its open write transaction: this
+    connection's SQL functions and TEMP triggers, and the tables when they are missing or of
+    another INDEX_VERSION (every item then waits for `catch_up`). Without FTS5 this does nothing
+    (recall then answers that it is unavailable)."""
     if not has_fts5(db):
         return
     extractor = _Extractor()
     db.create_function("ctxd_recall_text", 1, extractor.text, deterministic=True)
     db.create_function("ctxd_recall_parts", 1, extractor.parts, deterministic=True)
-    db.create_function("ctxd_recall_turn", 1, extractor.turn, deterministic=True)
     row = db.execute("SELECT value FROM meta WHERE key = 'recall_index'").fetchone()
-    present = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'recall_fts'").fetchone() is not None
-    if row is None or row[0] != INDEX_VERSION or not present:
-        for statement in (*_DROP, *_TABLES, *_REBUILD):
+    if row is None or row[0] != INDEX_VERSION or not present(db):
+        for statement in (*_DROP, *_TABLES):
             db.execute(statement)
         db.execute("INSERT OR REPLACE INTO meta VALUES ('recall_index', ?)", (INDEX_VERSION,))
     for statement in _TRIGGERS:
         db.execute(statement)
+
+
+def behind(db: sqlite3.Connection, thread: int | None = None) -> list[tuple[int, str, int]]:
+    """The threads (all, or the one with id `thread`) with items past their watermark:
+    (id, name, watermark)."""
+    rows = db.execute("SELECT id, thread, upto FROM recall_threads" + (" WHERE id = ?" if thread is not None else ""),
+                      () if thread is None else (thread,)).fetchall()
+    return [(tid, name, upto) for tid, name, upto in rows
+            if db.execute("SELECT 1 FROM items WHERE thread = ? AND seq > ? LIMIT 1", (name, upto)).fetchone()]
+
+
+def catch_up_batch(db: sqlite3.Connection, tid: int, thread: str, upto: int) -> bool:
+    """Index up to BATCH items of a thread past its watermark, inside the caller's write
+    transaction, and move the watermark past them. True when the thread has more to index."""
+    rows = db.execute("SELECT seq, body, origin FROM items WHERE thread = ? AND seq > ? ORDER BY seq LIMIT ?",
+                      (thread, upto, BATCH)).fetchall()
+    if not rows:
+        return False
+    base = tid << SEQ_BITS
+    indexed = {rid for (rid,) in db.execute("SELECT id FROM recall_fts_docsize WHERE id > ? AND id <= ?",
+                                            (base | upto, base | rows[-1][0]))}
+    fts, turns = [], []
+    for seq, body, origin in rows:
+        if base | seq in indexed:
+            continue  # indexed before the watermark was lowered below it
+        try:
+            item = json.loads(body)
+        except ValueError:
+            item = None
+        text = item_text(item)
+        fts.append((base | seq, text, identifier_parts(text)))
+        if origin is None and isinstance(item, dict) and is_real_user_message(item):
+            turns.append((base | seq,))
+    db.executemany("INSERT INTO recall_fts (rowid, text, parts) VALUES (?, ?, ?)", fts)
+    db.executemany("INSERT OR IGNORE INTO recall_turns (rid) VALUES (?)", turns)
+    db.execute("UPDATE recall_threads SET upto = ? WHERE id = ?", (rows[-1][0], tid))
+    return len(rows) == BATCH
 
 
 def has_fts5(db: sqlite3.Connection) -> bool:

@@ -471,6 +471,10 @@ class Store:
         index: ctxd/ledger/search.py)."""
         return self._read()  # type: ignore[return-value]
 
+    def writing(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction, for the same modules (the index catching up with the items)."""
+        return self._write()  # type: ignore[return-value]
+
     def thread(self, thread: str) -> ThreadRow | None:
         with self._read() as db:
             row = db.execute(
