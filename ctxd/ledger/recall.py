@@ -35,12 +35,9 @@ def recall(store: Store, thread: str, query: str, limit: int = 10, scope: Scope 
         if not search.present(db):
             raise StoreUnavailable(f"{store.path} has no recall index: this Python's SQLite has no FTS5, "
                                    "so ctxd cannot search the history")
-        tid: int | None = None
-        if scope == "thread":
-            tid = search.thread_id(db, thread)
-            if tid is None:
-                return {"results": [], "total": 0}
-    catch_up(store, tid)
+    tid = catch_up(store, thread if scope == "thread" else None)
+    if scope == "thread" and tid is None:
+        return {"results": [], "total": 0}
     with store.reading() as db:
         try:
             rids, total = search.search(db, terms, tid, limit)
@@ -58,20 +55,29 @@ def recall(store: Store, thread: str, query: str, limit: int = 10, scope: Scope 
     return {"results": results, "total": total}
 
 
-def catch_up(store: Store, thread: int | None = None) -> None:
-    """Index what was stored since the last search (all threads, or the one with that id), a
-    batch per transaction. A store that cannot be written is searched as it is indexed."""
+def catch_up(store: Store, thread: str | None = None) -> int | None:
+    """Index what was stored since the last search (in every thread, or in `thread`), a batch per
+    transaction; return `thread`'s id in the index (None if it has none). A store that cannot be
+    written is searched as it is indexed."""
+    tid: int | None = None
     more = True
     while more:
         more = False
         try:
             with store.writing() as db:
-                for tid, name, upto in search.behind(db, thread):
-                    more = search.catch_up_batch(db, tid, name, upto) or more
+                search.sync_threads(db)
+                if thread is not None:
+                    tid = search.thread_id(db, thread)
+                    if tid is None:
+                        return None
+                for pending, name, upto in search.behind(db, tid):
+                    more = search.catch_up_batch(db, pending, name, upto) or more
         except StoreUnavailable:
             if store.readonly_reason is None:
                 raise
-            return
+            with store.reading() as db:
+                return None if thread is None else search.thread_id(db, thread)
+    return tid
 
 
 def _result(db: Any, rid: int, thread: str, seq: int, item: Any, archived: bool, words: list[str]) -> dict[str, Any]:

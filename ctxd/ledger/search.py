@@ -41,7 +41,6 @@ _TABLES = (
     "tokenize='porter unicode61 remove_diacritics 2')",
     "CREATE TABLE recall_threads (id INTEGER PRIMARY KEY, thread TEXT NOT NULL UNIQUE, upto INTEGER NOT NULL DEFAULT 0)",
     "CREATE TABLE recall_turns (rid INTEGER PRIMARY KEY)",
-    "INSERT INTO recall_threads (thread) SELECT DISTINCT thread FROM items",
 )
 _DROP = ("DROP TABLE IF EXISTS recall_fts", "DROP TABLE IF EXISTS recall_threads", "DROP TABLE IF EXISTS recall_turns")
 
@@ -52,8 +51,8 @@ INSERT INTO recall_fts (recall_fts, rowid, text, parts)
   WHERE EXISTS (SELECT 1 FROM recall_fts_docsize WHERE id = {_RID});
 DELETE FROM recall_turns WHERE rid = {_RID};
 """
+# (A thread not yet in `recall_threads` has nothing indexed: `sync_threads` adds it with watermark 0.)
 _LOWER = """
-INSERT OR IGNORE INTO recall_threads (thread) VALUES ({r}.thread);
 UPDATE recall_threads SET upto = {r}.seq - 1 WHERE thread = {r}.thread AND upto >= {r}.seq;
 """
 _TRIGGERS = (
@@ -150,6 +149,11 @@ def install(db: sqlite3.Connection) -> None:
         db.execute("INSERT OR REPLACE INTO meta VALUES ('recall_index', ?)", (INDEX_VERSION,))
     for statement in _TRIGGERS:
         db.execute(statement)
+
+
+def sync_threads(db: sqlite3.Connection) -> None:
+    """Give every thread of the store (every thread with items has a `threads` row) its id."""
+    db.execute("INSERT OR IGNORE INTO recall_threads (thread) SELECT thread FROM threads")
 
 
 def behind(db: sqlite3.Connection, thread: int | None = None) -> list[tuple[int, str, int]]:
