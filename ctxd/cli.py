@@ -145,6 +145,10 @@ def main(argv: list[str] | None = None) -> int:
         from ctxd.sessions.cli import main as sessions_main
 
         return sessions_main(argv[1:])
+    if argv[:1] == ["mcp"]:  # `ctxd mcp`: the MCP server for the agent itself (ctxd/agentmcp/server.py)
+        from ctxd.agentmcp.server import main as mcp_main
+
+        return mcp_main(argv[1:])
     args = build_parser().parse_args(argv)
     return run_daemon(args)
 
