@@ -44,6 +44,7 @@ def recall(store: Store, thread: str, query: str, limit: int = 10, scope: Scope 
         except search.Unavailable as error:
             raise StoreUnavailable(str(error)) from None
         names = dict(db.execute("SELECT id, thread FROM recall_threads"))
+        turns = search.turns_of(db, rids)
         words = [word.lower() for word in _WORD.findall(query)]
         results = []
         for rid in rids:
@@ -51,7 +52,7 @@ def recall(store: Store, thread: str, query: str, limit: int = 10, scope: Scope 
             row = db.execute("SELECT body, archived FROM items WHERE thread = ? AND seq = ?", (name, seq)).fetchone()
             if name is None or row is None:
                 continue
-            results.append(_result(db, rid, name, seq, json.loads(row[0]), row[1] is not None, words))
+            results.append(_result(db, name, seq, json.loads(row[0]), row[1] is not None, words, turns.get(rid)))
     return {"results": results, "total": total}
 
 
@@ -80,14 +81,14 @@ def catch_up(store: Store, thread: str | None = None) -> int | None:
     return tid
 
 
-def _result(db: Any, rid: int, thread: str, seq: int, item: Any, archived: bool, words: list[str]) -> dict[str, Any]:
+def _result(db: Any, thread: str, seq: int, item: Any, archived: bool, words: list[str],
+            turn: tuple[int, int] | None) -> dict[str, Any]:
     kind = item.get("type") if isinstance(item, dict) else None
     entry: dict[str, Any] = {"thread": thread, "seq": seq, "type": kind if isinstance(kind, str) else "unknown"}
     if kind == "message" and isinstance(item.get("role"), str):
         entry["role"] = item["role"]
     entry["snippet"] = snippet(search.item_text(item), words)
     entry["archived"] = archived
-    turn = search.turn_of(db, rid)
     if turn is not None:
         index, turn_rid = turn
         row = db.execute("SELECT body FROM items WHERE thread = ? AND seq = ?",

@@ -65,8 +65,6 @@ _TRIGGERS = (
 # Fields that hold no words: kinds, ids, opaque blobs, images.
 _SKIPPED_KEYS = frozenset({"type", "role", "id", "call_id", "status", "encrypted_content", "image_url", "detail",
                            "ghost_commit", "format"})
-# Words that change case or run from letters into digits: camelCase, PascalCase, E1234, HTTP2.
-_MIXED = re.compile(r"[A-Za-z0-9]*(?:[a-z][A-Z]|[A-Za-z][0-9]|[0-9][A-Za-z])[A-Za-z0-9]*")
 _PART = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 _MAX_PART_WORD = 64  # longer runs are hashes or blobs, not identifiers
 
@@ -78,6 +76,14 @@ class Unavailable(Exception):
 def item_text(item: Any) -> str:
     """The words of an item: every string in it but ids, kinds and opaque data; a tool call's
     arguments (JSON text) by their string values."""
+    if isinstance(item, dict):  # the common shapes without the walk
+        kind = item.get("type")
+        if kind == "function_call_output" and isinstance(item.get("output"), str) and len(item) <= 4:
+            return item["output"]
+        if kind == "message" and isinstance(item.get("content"), list) and len(item) <= 4:
+            parts = [part.get("text") for part in item["content"] if isinstance(part, dict)]
+            if all(isinstance(text, str) for text in parts):
+                return "\n".join(text for text in parts if text)
     out: list[str] = []
     _collect(item, out, None)
     return "\n".join(out)
@@ -102,10 +108,37 @@ def _collect(value: Any, out: list[str], key: str | None) -> None:
             _collect(inner, out, key)
 
 
+def _class_table(upper: bytes) -> bytes:
+    table = bytearray(b" " * 256)
+    for start, end, mark in ((b"a", b"z", b"a"), (b"A", b"Z", upper), (b"0", b"9", b"0")):
+        for code in range(start[0], end[0] + 1):
+            table[code] = mark[0]
+    return bytes(table)
+
+
+# Every byte of a text as its class (`a` a letter, `A` upper case in the first table, `0` a
+# digit, ` ` anything else); identifiers are found by the class pairs where they break, with
+# `bytes.find` (the regular expression engine is several times slower over long tool outputs).
+_CAMEL = _class_table(b"A")
+_LETTERS = _class_table(b"a")
+
+
 def identifier_parts(text: str) -> str:
     """The parts of every camelCase or letter-digit word in `text`, each word's parts together."""
-    words = {word for word in _MIXED.findall(text) if len(word) <= _MAX_PART_WORD}
-    return "\n".join(" ".join(_PART.findall(word)) for word in sorted(words))
+    raw = text.encode("utf-8", "surrogatepass")
+    words: set[bytes] = set()
+    for table, pairs in ((_CAMEL, (b"aA",)), (_LETTERS, (b"a0", b"0a"))):
+        classes = raw.translate(table)
+        for pair in pairs:
+            at = classes.find(pair)
+            while at >= 0:
+                start = classes.rfind(b" ", 0, at) + 1
+                end = classes.find(b" ", at)
+                end = len(classes) if end < 0 else end
+                if end - start <= _MAX_PART_WORD:
+                    words.add(raw[start:end])
+                at = classes.find(pair, end)
+    return "\n".join(" ".join(_PART.findall(word.decode("ascii"))) for word in sorted(words))
 
 
 class _Extractor:
@@ -216,10 +249,33 @@ def query_terms(query: str) -> list[str]:
         if not words:
             continue
         quoted = '"' + " ".join(words) + '"'
-        if not phrase and _MIXED.fullmatch(text) and len(text) <= _MAX_PART_WORD:
-            quoted = f'({quoted} OR "{" ".join(_PART.findall(text))}")'
+        if not phrase and len(text) <= _MAX_PART_WORD and identifier_parts(text):
+            quoted = f'({quoted} OR "{identifier_parts(text)}")'
         terms.append(quoted)
     return terms
+
+
+# How close the query's words must be for an item to rank first (in tokens).
+NEAR_DISTANCE = 12
+# BM25 reads every match's positions: past this many matches a stage's newest matches come first
+# (a query that common says little; `bench/bench_recall.py` measures what this keeps the p95 at).
+RANKED_MATCHES = 1500
+
+
+def stages(terms: list[str]) -> list[tuple[str, str]]:
+    """The FTS5 queries tried in turn, each one's matches ranked after the ones before: the
+    words near one another, every word, every word but one (what the others find is still worth
+    showing when one word is not in the history), and, when these found nothing, any word."""
+    out = []
+    if len(terms) > 1:
+        firsts = [term.removeprefix("(").split(" OR ")[0] for term in terms]
+        out.append(("near", f"NEAR({' '.join(firsts)}, {NEAR_DISTANCE})"))
+    out.append(("all", " AND ".join(terms)))
+    if len(terms) > 2:
+        out += [("all but one", " AND ".join(terms[:i] + terms[i + 1:])) for i in range(len(terms))]
+    if len(terms) > 1:
+        out.append(("any", " OR ".join(terms)))
+    return out
 
 
 def thread_id(db: sqlite3.Connection, thread: str) -> int | None:
@@ -228,34 +284,52 @@ def thread_id(db: sqlite3.Connection, thread: str) -> int | None:
 
 
 def search(db: sqlite3.Connection, terms: list[str], thread: int | None, limit: int) -> tuple[list[int], int]:
-    """Rowids of the best matches (BM25; the identifier parts weigh half) and how many match.
-    Every term must match; when nothing does, any term may (ranked the same way)."""
+    """Rowids of the best matches, best first, and how many items match every term (when none
+    does, any term). Within each of `stages`, BM25 ranks (the identifier parts weigh half), or
+    recency when the stage matches more than RANKED_MATCHES items."""
     if not present(db):
         raise Unavailable("the recall index is not available: this SQLite has no FTS5")
     where, args = "recall_fts MATCH ?", []
     if thread is not None:
         where += " AND rowid BETWEEN ? AND ?"
         args = [thread << SEQ_BITS, (thread << SEQ_BITS) | ((1 << SEQ_BITS) - 1)]
-    for joiner in (" AND ", " OR "):
-        expression = joiner.join(terms)
-        total = db.execute(f"SELECT count(*) FROM recall_fts WHERE {where}", (expression, *args)).fetchone()[0]
-        if total:
-            rows = db.execute(f"SELECT rowid FROM recall_fts WHERE {where} ORDER BY bm25(recall_fts, 1.0, 0.5) "
-                              "LIMIT ?", (expression, *args, limit)).fetchall()
-            return [row[0] for row in rows], int(total)
-        if len(terms) == 1:
+    found: dict[int, None] = {}
+    total = 0
+    for kind, expression in stages(terms):
+        if kind == "any" and found:
             break
-    return [], 0
+        if len(found) >= limit and kind != "all":
+            continue
+        count = db.execute(f"SELECT count(*) FROM recall_fts WHERE {where}", (expression, *args)).fetchone()[0]
+        if kind in ("all", "any"):
+            total = count
+        if not count or len(found) >= limit:
+            continue
+        order = "bm25(recall_fts, 1.0, 0.5)" if count <= RANKED_MATCHES else "rowid DESC"
+        rows = db.execute(f"SELECT rowid FROM recall_fts WHERE {where} ORDER BY {order} LIMIT ?",
+                          (expression, *args, limit)).fetchall()
+        for (rid,) in rows:
+            found.setdefault(rid)
+    return list(found)[:limit], int(total)
 
 
 def present(db: sqlite3.Connection) -> bool:
     return db.execute("SELECT 1 FROM sqlite_master WHERE name = 'recall_fts'").fetchone() is not None
 
 
-def turn_of(db: sqlite3.Connection, rid: int) -> tuple[int, int] | None:
-    """The user turn an item belongs to: (its index counted from 1, the turn's rowid), or None
-    when the item comes before the thread's first user turn."""
-    low = (rid >> SEQ_BITS) << SEQ_BITS
-    count, last = db.execute("SELECT count(*), max(rid) FROM recall_turns WHERE rid BETWEEN ? AND ?",
-                             (low, rid)).fetchone()
-    return (int(count), int(last)) if count else None
+def turns_of(db: sqlite3.Connection, rids: list[int]) -> dict[int, tuple[int, int]]:
+    """The user turn each item belongs to: rowid -> (the turn's index counted from 1, the turn's
+    rowid); items before their thread's first user turn are left out. One pass over each
+    thread's turns up to its last item asked."""
+    out: dict[int, tuple[int, int]] = {}
+    index, last, previous, thread = 0, 0, 0, None
+    for rid in sorted(rids):
+        if rid >> SEQ_BITS != thread:
+            thread = rid >> SEQ_BITS
+            index, last, previous = 0, 0, (thread << SEQ_BITS) - 1
+        count, latest = db.execute("SELECT count(*), max(rid) FROM recall_turns WHERE rid > ? AND rid <= ?",
+                                   (previous, rid)).fetchone()
+        index, last, previous = index + count, latest or last, rid
+        if index:
+            out[rid] = (index, last)
+    return out
