@@ -77,4 +77,4 @@ def test_a_store_indexed_by_another_version_is_indexed_again(tmp_path: Path) -> 
 def test_queries_are_never_read_as_fts_syntax() -> None:
     assert search.query_terms('NEAR(a b) OR "x y" -z col:w getUserName') == [
         '"NEAR a"', '"b"', '"OR"', '"x y"', '"z"', '"col w"', '("getUserName" OR "get User Name")']
-    assert search.identifier_parts("call getUserName and HTTPServer2 at E1234") == "E 1234\nHTTP Server 2\nget User Name"
+    assert search.identifier_parts("call getUserName and parseJSONValue2 at E1234") == "get User Name\nparse JSON Value 2"

@@ -61,6 +61,11 @@ def catch_up(store: Store, thread: str | None = None) -> int | None:
     transaction; return `thread`'s id in the index (None if it has none). A store that cannot be
     written is searched as it is indexed."""
     tid: int | None = None
+    with store.reading() as db:  # most searches find nothing to index: no write transaction then
+        if thread is not None:
+            tid = search.thread_id(db, thread)
+        if tid is not None and not search.behind(db, tid):
+            return tid
     more = True
     while more:
         more = False

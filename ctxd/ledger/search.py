@@ -2,8 +2,8 @@
 
 SQLite FTS5 in the workspace's own database: porter-stemmed unicode61 words ("failing" finds
 "failed"; `snake_case`, paths, dotted names and error codes are split at their punctuation by the
-tokenizer), plus a second column holding the parts of camelCase and letter-digit identifiers
-(`getUserName` is also `get user name`, `E1234` also `e 1234`). The table is contentless: the
+tokenizer), plus a second column holding the parts of camelCase identifiers (`getUserName` is also
+`get user name`). The table is contentless: the
 text is in `items` already, so the index holds only its own b-trees.
 
 Each thread has a watermark (`recall_threads.upto`): its items up to that seq are indexed, those
@@ -32,7 +32,7 @@ from ctxd.ledger.rules import is_real_user_message
 
 # Bump when what is indexed changes: stores indexed by another version are indexed again (a
 # contentless index must be told the exact text of a row it deletes).
-INDEX_VERSION = "1"
+INDEX_VERSION = "2"
 SEQ_BITS = 32
 BATCH = 2000  # items indexed per transaction: other writers wait at most one batch
 
@@ -108,36 +108,34 @@ def _collect(value: Any, out: list[str], key: str | None) -> None:
             _collect(inner, out, key)
 
 
-def _class_table(upper: bytes) -> bytes:
+def _class_table() -> bytes:
     table = bytearray(b" " * 256)
-    for start, end, mark in ((b"a", b"z", b"a"), (b"A", b"Z", upper), (b"0", b"9", b"0")):
+    for start, end, mark in ((b"a", b"z", b"a"), (b"A", b"Z", b"A"), (b"0", b"9", b"0")):
         for code in range(start[0], end[0] + 1):
             table[code] = mark[0]
     return bytes(table)
 
 
-# Every byte of a text as its class (`a` a letter, `A` upper case in the first table, `0` a
-# digit, ` ` anything else); identifiers are found by the class pairs where they break, with
-# `bytes.find` (the regular expression engine is several times slower over long tool outputs).
-_CAMEL = _class_table(b"A")
-_LETTERS = _class_table(b"a")
+# Every byte of a text as its class (`a` lower case, `A` upper case, `0` digit, ` ` anything
+# else); a camelCase word is where `aA` occurs, found with `bytes.find` (the regular expression
+# engine is several times slower over long tool outputs).
+_CLASSES = _class_table()
 
 
 def identifier_parts(text: str) -> str:
-    """The parts of every camelCase or letter-digit word in `text`, each word's parts together."""
+    """The parts of every camelCase word in `text` (`getUserName` -> `get User Name`, `HTTPServer2`
+    -> `HTTP Server 2`), each word's parts together."""
     raw = text.encode("utf-8", "surrogatepass")
+    classes = raw.translate(_CLASSES)
     words: set[bytes] = set()
-    for table, pairs in ((_CAMEL, (b"aA",)), (_LETTERS, (b"a0", b"0a"))):
-        classes = raw.translate(table)
-        for pair in pairs:
-            at = classes.find(pair)
-            while at >= 0:
-                start = classes.rfind(b" ", 0, at) + 1
-                end = classes.find(b" ", at)
-                end = len(classes) if end < 0 else end
-                if end - start <= _MAX_PART_WORD:
-                    words.add(raw[start:end])
-                at = classes.find(pair, end)
+    at = classes.find(b"aA")
+    while at >= 0:
+        start = classes.rfind(b" ", 0, at) + 1
+        end = classes.find(b" ", at)
+        end = len(classes) if end < 0 else end
+        if end - start <= _MAX_PART_WORD:
+            words.add(raw[start:end])
+        at = classes.find(b"aA", end)
     return "\n".join(" ".join(_PART.findall(word.decode("ascii"))) for word in sorted(words))
 
 
@@ -300,9 +298,12 @@ def search(db: sqlite3.Connection, terms: list[str], thread: int | None, limit: 
             break
         if len(found) >= limit and kind != "all":
             continue
-        count = db.execute(f"SELECT count(*) FROM recall_fts WHERE {where}", (expression, *args)).fetchone()[0]
-        if kind in ("all", "any"):
-            total = count
+        if kind in ("all", "any"):  # `total`: counted whole
+            count = total = db.execute(f"SELECT count(*) FROM recall_fts WHERE {where}",
+                                       (expression, *args)).fetchone()[0]
+        else:  # only whether BM25 may rank it
+            count = db.execute(f"SELECT count(*) FROM (SELECT 1 FROM recall_fts WHERE {where} LIMIT ?)",
+                               (expression, *args, RANKED_MATCHES + 1)).fetchone()[0]
         if not count or len(found) >= limit:
             continue
         order = "bm25(recall_fts, 1.0, 0.5)" if count <= RANKED_MATCHES else "rowid DESC"
