@@ -456,10 +456,14 @@ class Workspace:
         reported, covering all but the last `after_baseline` items; `context` the model, window
         and instructions the file states; `info` what `ctxd/threads` shows."""
         valid = [item for item in items if _valid(item)]
+        with self.lock:  # items are counted for the session's model, also the first time it is seen
+            ledger = self._ledger(thread)
+            if ledger.prompt_context != context:
+                ledger.prompt_context = context
         kept, rows = self._rows(thread, valid)
         with self.lock:
             ledger = self._ledger(thread)
-            if replace:
+            if replace and ledger.entries:  # (a thread seen for the first time has nothing to archive)
                 if [e.item for e in ledger.entries] != kept:  # unchanged after a daemon restart: keep
                     self.store.replace(thread, ledger.last_seq, rows, {"followed": info.get("source"), "strategy": "agent"},
                                        history_version=ledger.history_version + 1)

@@ -2,7 +2,7 @@
 /**
  * The ctxd wire protocol (version 2): results, notifications and request params. GENERATED, do not edit:
  * `npm run gen:protocol` from docs/protocol.schema.json (from ctxd/protocol/shapes.py).
- * schema sha256: bbacb7f9e17fcac70ba41f3584af74720b427c81dee2c0b8e89a6c6cc07dbfb2
+ * schema sha256: 595de4f462a4637f6a62506f37d09703d98082ce53caf05889cab0f48b085d92
  */
 
 /**
@@ -517,7 +517,19 @@ export interface SourceState {
   enabled: boolean;
   root: string;
   sessions: number;
+  unread?: UnreadRecords[];
   watching?: "inotify" | "polling" | "off";
+}
+/**
+ * Kinds of record an agent's version wrote that ctxd's reader skipped (format drift).
+ *
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "UnreadRecords".
+ */
+export interface UnreadRecords {
+  kinds: string[];
+  records: number;
+  version: string | null;
 }
 /**
  * This interface was referenced by `CtxdProtocol`'s JSON-Schema

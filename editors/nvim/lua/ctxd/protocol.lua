@@ -281,6 +281,7 @@
 ---@field enabled boolean
 ---@field root string
 ---@field sessions integer
+---@field unread? ctxd.UnreadRecords[]
 ---@field watching? "inotify"|"polling"|"off"
 
 --- `ctxd/status`.
@@ -340,6 +341,12 @@
 ---@class ctxd.TurnRef
 ---@field index integer
 ---@field text string
+
+--- Kinds of record an agent's version wrote that ctxd's reader skipped (format drift).
+---@class ctxd.UnreadRecords
+---@field kinds string[]
+---@field records integer
+---@field version string|nil
 
 --- `ctxd/usageChanged`.
 ---@class ctxd.UsageChanged
