@@ -84,7 +84,10 @@ class Backend:
         self.bridge = bridge
 
     def close(self) -> None:
+        """Mirror what the follower has still to read (the agent may have written its last lines
+        just before closing the server), then stop."""
         if self.bridge is not None:
+            self.bridge.follower.wait_idle(FOLLOW_WAIT_SECONDS + DAEMON_GRACE_SECONDS)
             self.bridge.stop()
         self.service.close()
 

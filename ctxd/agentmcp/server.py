@@ -4,8 +4,8 @@ agent running in the current folder's workspace (protocol v3, "The agents' own w
 Six tools: the session's context usage, recall over its whole history (what its compactions
 replaced included), one stored item, and the workspace's checkpoints (list, take, restore; a
 restore previews unless `confirm` is true). Each result is JSON text and `structuredContent`;
-a bad input or a failure is a tool error (`isError`) whose text names the problem. The SDK and
-the workspace are loaded only once the client has connected, and nothing here opens a socket.
+a bad input or a failure is a tool error (`isError`) whose text names the problem. The
+workspace is opened beside the SDK's start, on a thread of its own; nothing here opens a socket.
 """
 
 from __future__ import annotations
@@ -39,22 +39,50 @@ def _error(message: str) -> Any:
     return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
 
 
+class _Opening:
+    """The backend, opened on a thread of its own as soon as the server starts (it follows the
+    session from then on) while the SDK answers the client; a tool call waits for it."""
+
+    def __init__(self, factory: Callable[[], "Backend"]) -> None:
+        import threading
+
+        self.backend: Backend | None = None
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._open, args=(factory,), name="ctxd-mcp-open", daemon=True)
+        self._thread.start()
+
+    def _open(self, factory: Callable[[], "Backend"]) -> None:
+        try:
+            self.backend = factory()
+        except BaseException as error:  # noqa: BLE001 - each tool call reports it
+            self.error = error
+
+    def get(self) -> "Backend":
+        self._thread.join()
+        if self.error is not None:
+            raise self.error
+        assert self.backend is not None
+        return self.backend
+
+    def close(self) -> None:
+        self._thread.join()
+        if self.backend is not None:
+            self.backend.close()
+
+
 def build(backend_factory: Callable[[], "Backend"]) -> Any:
-    """The MCP server with its six tools; the backend is made at the first tool call."""
+    """The MCP server with its six tools; the backend is opened at once, beside the server."""
     from mcp.server.mcpserver import MCPServer
 
     from ctxd import redact
     from ctxd.errors import CtxdError
 
     server = MCPServer("ctxd", instructions=INSTRUCTIONS)
-    holder: dict[str, Backend] = {}
+    opening = _Opening(backend_factory)
 
     def call(name: str, **arguments: Any) -> Any:
         try:
-            backend = holder.get("backend")
-            if backend is None:
-                backend = holder["backend"] = backend_factory()
-            return _result(getattr(backend, name)(**arguments))
+            return _result(getattr(opening.get(), name)(**arguments))
         except CtxdError as error:
             return _error(redact.redact(error.message))
 
@@ -86,7 +114,7 @@ def build(backend_factory: Callable[[], "Backend"]) -> Any:
     def restore_checkpoint(id: str, confirm: bool = False) -> Any:
         return call("restore_checkpoint", id=id, confirm=confirm)
 
-    server._ctxd_holder = holder  # type: ignore[attr-defined]  # closed by `main`
+    server._ctxd_opening = opening  # type: ignore[attr-defined]  # closed by `main`
     return server
 
 
@@ -103,7 +131,5 @@ def main(argv: list[str]) -> int:
     try:
         server.run("stdio")
     finally:
-        backend = server._ctxd_holder.get("backend")
-        if backend is not None:
-            backend.close()
+        server._ctxd_opening.close()
     return 0
