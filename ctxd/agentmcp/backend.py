@@ -20,6 +20,7 @@ from ctxd.ledger import recall as history
 from ctxd.ledger.store import database_path
 from ctxd.ledger.workspace import FOLLOWED_AGENTS, Service, Workspace, followed_agent, path_to_uri
 from ctxd.protocol.items import validate_items
+from ctxd.sessions import discovery
 from ctxd.settings import default_state_dir, load_settings
 
 log = logging.getLogger("ctxd")
@@ -77,7 +78,8 @@ class Backend:
 
         settings = load_settings(self.root, None, [])
         bridge = SessionBridge(self.service, settings, lambda uri: None)
-        bridge.follower.on_update = _Mirror(self.workspace, bridge._update)
+        self.mirror = _Mirror(self.workspace, bridge._update)
+        bridge.follower.on_update = self.mirror
         bridge.follower.set_folders([self.root])
         bridge.follower.scan_once()  # every session of this folder, read now, on this thread
         bridge.start([self.root])
@@ -87,7 +89,13 @@ class Backend:
         """Mirror what the follower has still to read (the agent may have written its last lines
         just before closing the server), then stop."""
         if self.bridge is not None:
-            self.bridge.follower.wait_idle(FOLLOW_WAIT_SECONDS + DAEMON_GRACE_SECONDS)
+            follower = self.bridge.follower
+            self.mirror.closing = True  # no more waiting for a daemon: mirror now
+            for source in follower.sources:  # a session file new or grown since it was last read
+                if source.enabled:
+                    for path in discovery.session_files(source):
+                        follower.touch(path)
+            follower.wait_idle(FOLLOW_WAIT_SECONDS)
             self.bridge.stop()
         self.service.close()
 
@@ -104,6 +112,9 @@ class Backend:
                                     f"(expected {' or '.join(f'{a}:<session id>' for a in FOLLOWED_AGENTS)})")
             return self.named_session
         listed = [t for t in self.workspace.threads()["threads"] if followed_agent(t["thread"]) is not None]
+        if not listed and self.bridge is not None:  # read but not stored yet
+            seen = sorted(self.bridge.follower.sessions(self.root), key=lambda s: s.last_activity or "")
+            listed = [{"thread": session.thread} for session in reversed(seen) if session.id]
         if not listed:
             raise InvalidParams(f"no Codex or Claude Code session of {self.root} is known to ctxd yet; set "
                                 f"{SESSION_ENV} to the session's thread (such as claude:<session id>)")
@@ -173,6 +184,7 @@ class _Mirror:
     def __init__(self, workspace: Workspace, mirror: Any) -> None:
         self.workspace = workspace
         self.mirror = mirror
+        self.closing = False
 
     def _active(self, thread: str) -> int:
         with self.workspace.store.reading() as db:
@@ -187,7 +199,7 @@ class _Mirror:
             replace = update.new or change.replaced
             added = 0 if replace else _kept(change.appended)
             deadline = time.monotonic() + DAEMON_GRACE_SECONDS
-            while self._active(thread) != total and time.monotonic() < deadline:
+            while self._active(thread) != total and time.monotonic() < deadline and not self.closing:
                 time.sleep(0.1)
             active = self._active(thread)
             if not replace and added:

@@ -118,6 +118,19 @@ def build(backend_factory: Callable[[], "Backend"]) -> Any:
     return server
 
 
+def _closing_on_signals() -> None:
+    """An agent ends its MCP servers with SIGINT, then SIGTERM a moment later: both end the
+    server through its `finally`, so that what the session wrote last is mirrored first."""
+    import signal
+
+    def stop(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the close below is short; let it finish
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+
+
 def main(argv: list[str]) -> int:
     """Serve on stdin/stdout until the client closes them."""
     if argv:
@@ -128,8 +141,11 @@ def main(argv: list[str]) -> int:
 
     cwd = Path.cwd()
     server = build(lambda: backend_from_environment(cwd))
+    _closing_on_signals()
     try:
         server.run("stdio")
+    except KeyboardInterrupt:
+        pass
     finally:
         server._ctxd_opening.close()
     return 0

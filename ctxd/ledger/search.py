@@ -32,7 +32,7 @@ from ctxd.ledger.rules import is_real_user_message
 
 # Bump when what is indexed changes: stores indexed by another version are indexed again (a
 # contentless index must be told the exact text of a row it deletes).
-INDEX_VERSION = "2"
+INDEX_VERSION = "3"
 SEQ_BITS = 32
 BATCH = 2000  # items indexed per transaction: other writers wait at most one batch
 
@@ -73,11 +73,24 @@ class Unavailable(Exception):
     """This SQLite has no FTS5: recall cannot be answered (nothing else is affected)."""
 
 
+# Recall's own calls and answers (`ctxd mcp`'s tools, as Claude Code and Codex name them) are not
+# indexed: a later search would find its earlier answers instead of the items they quote.
+_OWN_TOOLS = frozenset({"mcp__ctxd__recall", "mcp__ctxd__history_item", "ctxd__recall", "ctxd__history_item"})
+_OWN_ANSWERS = ('{"results": [', '{"results":[', '{"item": {', '{"item":{')
+
+
 def item_text(item: Any) -> str:
     """The words of an item: every string in it but ids, kinds and opaque data; a tool call's
-    arguments (JSON text) by their string values."""
+    arguments (JSON text) by their string values. Recall's own calls and answers: nothing."""
     if isinstance(item, dict):  # the common shapes without the walk
         kind = item.get("type")
+        if item.get("name") in _OWN_TOOLS:
+            return ""
+        output = item.get("output")
+        if isinstance(output, list) and output and isinstance(output[0], dict):
+            output = output[0].get("text")
+        if isinstance(output, str) and output.startswith(_OWN_ANSWERS) and '"seq"' in output[:2000]:
+            return ""
         if kind == "function_call_output" and isinstance(item.get("output"), str) and len(item) <= 4:
             return item["output"]
         if kind == "message" and isinstance(item.get("content"), list) and len(item) <= 4:
