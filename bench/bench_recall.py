@@ -4,7 +4,7 @@ the index costs.
 | figure | floor (same run) | goal |
 |---|---|---|
 | 60 planted facts, each queried with 2-3 words that are not its sentence, after a compaction: the fact's item in the top 3 (per place: tool outputs, user messages, assistant text) | - | >= 95% |
-| `ctxd/recall` through the daemon on a 200k-item thread, p95 | the same queries on a plain SQLite FTS5 table of the same texts, in-process, p95 | <= 50 ms; ratio printed |
+| `ctxd/recall` through the daemon on a 200k-item thread, p95 | the same queries on a plain SQLite FTS5 table of the same texts, in-process, p95 | <= 3x; and the issue's <= 50 ms |
 | indexing a 50 MB Codex rollout's items (CPU) | `json.loads` over the rollout's lines | <= 2x |
 | the index's size | the text it indexes | <= 1.5x |
 
@@ -40,6 +40,9 @@ from table import Row, ms, report  # noqa: E402
 from tests.rpc import Client, start_daemon  # noqa: E402
 
 PLACES = ("tool output", "user message", "assistant text")
+# A search is a round trip to the daemon, a count and one to five FTS5 queries (ctxd/ledger/search.py's
+# stages), and up to `limit` items read for their snippets; the floor is one FTS5 query in-process.
+RATIO_GOAL = 3.0
 
 
 def user(text: str) -> dict[str, Any]:
@@ -264,7 +267,9 @@ def bench_speed(tmp: Path, items: int, count: int) -> list[Row]:
           f"p95 {ms(p95(ours))} (median {ms(statistics.median(ours))}); a plain FTS5 query p95 {ms(p95(floor))}; "
           f"ratio {ratio:.1f}")
     return [Row(f"ctxd/recall p95, {items // 1000}k-item thread", ms(p95(ours)), f"{ms(p95(floor))} (plain FTS5)",
-                f"{ratio:.1f}x", "<= 50 ms", p95(ours) <= 0.050)]
+                f"{ratio:.1f}x", f"<= {RATIO_GOAL:g}x", ratio <= RATIO_GOAL),
+            Row(f"ctxd/recall p95, {items // 1000}k-item thread (the issue's absolute goal)", ms(p95(ours)), "-", "-",
+                "<= 50 ms", p95(ours) <= 0.050)]
 
 
 # --- indexing cost and size ----------------------------------------------------------------------
