@@ -160,6 +160,10 @@ def main(argv: list[str] | None = None) -> int:
         from ctxd.hooks.statusline import main as statusline_main
 
         return statusline_main(argv[1:])
+    if argv[:1] == ["mcp"]:  # `ctxd mcp`: the MCP server for the agent itself (ctxd/agentmcp/server.py)
+        from ctxd.agentmcp.server import main as mcp_main
+
+        return mcp_main(argv[1:])
     args = build_parser().parse_args(argv)
     return run_daemon(args)
 

@@ -23,6 +23,7 @@ from typing import Any, Iterator
 from urllib.parse import quote
 
 from ctxd import errors
+from ctxd.ledger import search
 
 log = logging.getLogger(__name__)
 
@@ -432,6 +433,7 @@ class Store:
                     raise StoreUnavailable(f"{self.path} holds the ledger of another workspace ({owner[0]}), "
                                            f"not of {workspace}; move it aside, then retry.")
                 db.execute("INSERT OR REPLACE INTO meta VALUES ('workspace', ?)", (str(workspace),))
+            search.install(db)  # the recall index: this connection's triggers; built if missing
 
     def data_version(self) -> tuple[int, int]:
         """Changes whenever another connection (another daemon) commits to this database, or the
@@ -467,6 +469,15 @@ class Store:
         return self.generation, int(db.execute("PRAGMA data_version").fetchone()[0])
 
     # --- reads -----------------------------------------------------------------------------------
+
+    def reading(self) -> Iterator[sqlite3.Connection]:
+        """The connection, for one read by a module that keeps its own tables here (the recall
+        index: ctxd/ledger/search.py)."""
+        return self._read()  # type: ignore[return-value]
+
+    def writing(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction, for the same modules (the index catching up with the items)."""
+        return self._write()  # type: ignore[return-value]
 
     def thread(self, thread: str) -> ThreadRow | None:
         with self._read() as db:

@@ -28,10 +28,13 @@ GHOST_LIST = "ctxd/ghost/list"
 GHOST_RESTORE = "ctxd/ghost/restore"
 GHOST_DIFF = "ctxd/ghost/diff"
 GHOST_DELETE = "ctxd/ghost/delete"
-UNDO = "ctxd/undo"
+UNDO = "ctxd/undo"  # v3
+RECALL = "ctxd/recall"  # v3
+ITEM = "ctxd/item"  # v3
 
 REQUESTS = frozenset({RECORD, REPORT_TOKEN_USAGE, SET_PROMPT_CONTEXT, USAGE, PROMPT, COMPACT, ROLLBACK, HISTORY,
-                      THREADS, STATUS, GHOST_SNAPSHOT, GHOST_LIST, GHOST_RESTORE, GHOST_DIFF, GHOST_DELETE, UNDO})
+                      THREADS, STATUS, GHOST_SNAPSHOT, GHOST_LIST, GHOST_RESTORE, GHOST_DIFF, GHOST_DELETE, UNDO,
+                      RECALL, ITEM})
 
 # notifications ctxd sends
 USAGE_CHANGED = "ctxd/usageChanged"

@@ -142,6 +142,16 @@ class StatusParams(ThreadsParams):
     pass
 
 
+class RecallParams(Params):
+    query: str = Field(min_length=1, max_length=10_000)
+    limit: int = Field(default=10, ge=1, le=100)
+    scope: Literal["thread", "workspace"] = "thread"
+
+
+class ItemParams(Params):
+    seq: int = Field(ge=1, le=MAX_COUNT)
+
+
 # What each method takes (`shapes.RESULTS` says what it answers): the handlers parse with these, and
 # the schema the editors' types come from declares them.
 PARAMS: dict[str, type[BaseModel]] = {
@@ -161,6 +171,8 @@ PARAMS: dict[str, type[BaseModel]] = {
     methods.GHOST_DIFF: GhostDiffParams,
     methods.GHOST_DELETE: GhostDeleteParams,
     methods.UNDO: UndoParams,
+    methods.RECALL: RecallParams,
+    methods.ITEM: ItemParams,
 }
 
 

@@ -359,6 +359,42 @@ class DeleteResult(TypedDict):
     deleted: bool
 
 
+class TurnRef(TypedDict):
+    """The user turn an item belongs to: its index counted from 1, and its text shortened."""
+
+    __pydantic_config__ = STRICT  # type: ignore[misc]
+    index: int
+    text: str
+
+
+class RecallHit(TypedDict):
+    """One match of `ctxd/recall`: where the item is (`seq` in `thread`), what it is, the part of
+    its text that matched (at most 400 characters), and whether a compaction replaced it."""
+
+    __pydantic_config__ = STRICT  # type: ignore[misc]
+    thread: str
+    seq: int
+    type: str
+    role: NotRequired[str]
+    snippet: str
+    createdAt: NotRequired[Optional[str]]
+    archived: bool
+    turn: NotRequired[TurnRef]
+
+
+class RecallResult(TypedDict):
+    __pydantic_config__ = STRICT  # type: ignore[misc]
+    results: list[RecallHit]
+    total: int
+
+
+class ItemResult(TypedDict):
+    __pydantic_config__ = STRICT  # type: ignore[misc]
+    item: Item
+    archived: bool
+    seq: int
+
+
 class ThreadsChanged(TypedDict):
     """`ctxd/threadsChanged`."""
 
@@ -384,6 +420,8 @@ RESULTS: dict[str, Any] = {
     "ctxd/ghost/diff": DiffResult,
     "ctxd/ghost/delete": DeleteResult,
     "ctxd/undo": UndoResult,
+    "ctxd/recall": RecallResult,
+    "ctxd/item": ItemResult,
 }
 NOTIFICATIONS: dict[str, Any] = {
     "ctxd/usageChanged": UsageChanged,

@@ -179,3 +179,17 @@ def ghost_delete(call: Call, params: p.GhostDeleteParams) -> shapes.DeleteResult
     from ctxd.ghost import snapshots as ghost
 
     return ghost.delete(call.workspace.opened_root(), params.id, state_dir=call.workspace.state_dir)
+
+
+@handler(methods.RECALL)
+def recall(call: Call, params: p.RecallParams) -> shapes.RecallResult:
+    from ctxd.ledger import recall as history
+
+    return history.recall(call.workspace.store, params.thread, params.query, params.limit, params.scope)  # type: ignore[return-value]
+
+
+@handler(methods.ITEM)
+def item(call: Call, params: p.ItemParams) -> shapes.ItemResult:
+    from ctxd.ledger import recall as history
+
+    return history.item(call.workspace.store, params.thread, params.seq)  # type: ignore[return-value]

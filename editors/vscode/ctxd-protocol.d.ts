@@ -2,7 +2,7 @@
 /**
  * The ctxd wire protocol (version 2): results, notifications and request params. GENERATED, do not edit:
  * `npm run gen:protocol` from docs/protocol.schema.json (from ctxd/protocol/shapes.py).
- * schema sha256: 59ccb964324f23a5bbc6410c32a165942ffc56c3fe92bc3b82a8d043349484b5
+ * schema sha256: cb69883dc727953338786e79295c39a3ff948c8b883da02cd18762a529375e68
  */
 
 /**
@@ -24,8 +24,12 @@ export interface CtxdProtocol {
   ctxd_ghost_snapshot_params: GhostSnapshotParams;
   ctxd_history: HistoryResult;
   ctxd_history_params: HistoryParams;
+  ctxd_item: ItemResult;
+  ctxd_item_params: ItemParams;
   ctxd_prompt: PromptResult;
   ctxd_prompt_params: PromptParams;
+  ctxd_recall: RecallResult;
+  ctxd_recall_params: RecallParams;
   ctxd_record: RecordResult;
   ctxd_record_params: RecordParams;
   ctxd_reportTokenUsage: UsageSnapshot;
@@ -312,13 +316,12 @@ export interface HistoryParams {
 }
 /**
  * This interface was referenced by `CtxdProtocol`'s JSON-Schema
- * via the `definition` "PromptResult".
+ * via the `definition` "ItemResult".
  */
-export interface PromptResult {
-  estimatedTokens: number;
-  historyVersion: number;
-  items: Item[];
-  reinjectContext: boolean;
+export interface ItemResult {
+  archived: boolean;
+  item: Item;
+  seq: number;
 }
 /**
  * A ledger item as the model API spells it (snake_case, every field it came with): only its
@@ -333,10 +336,77 @@ export interface Item {
 }
 /**
  * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "ItemParams".
+ */
+export interface ItemParams {
+  seq: number;
+  thread?: string;
+  workDoneToken?: number | string | null;
+  workspace: string;
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "PromptResult".
+ */
+export interface PromptResult {
+  estimatedTokens: number;
+  historyVersion: number;
+  items: Item[];
+  reinjectContext: boolean;
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
  * via the `definition` "PromptParams".
  */
 export interface PromptParams {
   inputModalities?: ("text" | "image" | "audio")[];
+  thread?: string;
+  workDoneToken?: number | string | null;
+  workspace: string;
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "RecallResult".
+ */
+export interface RecallResult {
+  results: RecallHit[];
+  total: number;
+}
+/**
+ * One match of `ctxd/recall`: where the item is (`seq` in `thread`), what it is, the part of
+ * its text that matched (at most 400 characters), and whether a compaction replaced it.
+ *
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "RecallHit".
+ */
+export interface RecallHit {
+  archived: boolean;
+  createdAt?: string | null;
+  role?: string;
+  seq: number;
+  snippet: string;
+  thread: string;
+  turn?: TurnRef;
+  type: string;
+}
+/**
+ * The user turn an item belongs to: its index counted from 1, and its text shortened.
+ *
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "TurnRef".
+ */
+export interface TurnRef {
+  index: number;
+  text: string;
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "RecallParams".
+ */
+export interface RecallParams {
+  limit?: number;
+  query: string;
+  scope?: "thread" | "workspace";
   thread?: string;
   workDoneToken?: number | string | null;
   workspace: string;

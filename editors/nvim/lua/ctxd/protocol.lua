@@ -181,6 +181,17 @@
 ---@field type string
 ---@field [string] any
 
+---@class ctxd.ItemParams
+---@field seq integer
+---@field thread? string
+---@field workDoneToken? integer|string|nil
+---@field workspace string
+
+---@class ctxd.ItemResult
+---@field archived boolean
+---@field item ctxd.Item
+---@field seq integer
+
 ---@class ctxd.MemoryFile
 ---@field content string
 ---@field path string
@@ -213,6 +224,30 @@
 ---@field historyVersion integer
 ---@field items ctxd.Item[]
 ---@field reinjectContext boolean
+
+--- One match of `ctxd/recall`: where the item is (`seq` in `thread`), what it is, the part of
+--- its text that matched (at most 400 characters), and whether a compaction replaced it.
+---@class ctxd.RecallHit
+---@field archived boolean
+---@field createdAt? string|nil
+---@field role? string
+---@field seq integer
+---@field snippet string
+---@field thread string
+---@field turn? ctxd.TurnRef
+---@field type string
+
+---@class ctxd.RecallParams
+---@field limit? integer
+---@field query string
+---@field scope? "thread"|"workspace"
+---@field thread? string
+---@field workDoneToken? integer|string|nil
+---@field workspace string
+
+---@class ctxd.RecallResult
+---@field results ctxd.RecallHit[]
+---@field total integer
 
 ---@class ctxd.RecordParams
 ---@field items ctxd.Item[]
@@ -339,6 +374,11 @@
 ---@field schema? any
 ---@field server? string|nil
 ---@field [string] any
+
+--- The user turn an item belongs to: its index counted from 1, and its text shortened.
+---@class ctxd.TurnRef
+---@field index integer
+---@field text string
 
 ---@class ctxd.UndoParams
 ---@field id integer

@@ -1,0 +1,349 @@
+"""The full-text index of every stored item, active and archived, of every thread (`ctxd/recall`).
+
+SQLite FTS5 in the workspace's own database: porter-stemmed unicode61 words ("failing" finds
+"failed"; `snake_case`, paths, dotted names and error codes are split at their punctuation by the
+tokenizer), plus a second column holding the parts of camelCase identifiers (`getUserName` is also
+`get user name`). The table is contentless: the
+text is in `items` already, so the index holds only its own b-trees.
+
+Each thread has a watermark (`recall_threads.upto`): its items up to that seq are indexed, those
+after it are not yet. A record appends after the watermark and so writes nothing to the index (a
+record's commit stays one page write, `bench/bench_speed.py`); `catch_up` indexes what is past
+the watermark in batches, each one transaction that moves the watermark with the rows it adds,
+before every search. Every other change to `items` is followed in its own transaction by TEMP
+triggers this connection creates when the store opens: a deleted or moved item leaves the index
+at once, and an item written at or below the watermark lowers it. So the index never holds an
+item that is not stored, whatever code path wrote, and a killed process leaves at most some
+items still to index. A store made before the index gets the tables when opened and is indexed
+by the first search.
+
+A row of the index is `(thread id << 32) | seq`, so a thread's matches are one rowid range.
+`recall_turns` lists the indexed items that start a user turn.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from typing import Any
+
+from ctxd.ledger.rules import is_real_user_message
+
+# Bump when what is indexed changes: stores indexed by another version are indexed again (a
+# contentless index must be told the exact text of a row it deletes).
+INDEX_VERSION = "3"
+SEQ_BITS = 32
+BATCH = 2000  # items indexed per transaction: other writers wait at most one batch
+
+_TABLES = (
+    "CREATE VIRTUAL TABLE recall_fts USING fts5(text, parts, content='', "
+    "tokenize='porter unicode61 remove_diacritics 2')",
+    "CREATE TABLE recall_threads (id INTEGER PRIMARY KEY, thread TEXT NOT NULL UNIQUE, upto INTEGER NOT NULL DEFAULT 0)",
+    "CREATE TABLE recall_turns (rid INTEGER PRIMARY KEY)",
+)
+_DROP = ("DROP TABLE IF EXISTS recall_fts", "DROP TABLE IF EXISTS recall_threads", "DROP TABLE IF EXISTS recall_turns")
+
+_RID = "(((SELECT id FROM recall_threads WHERE thread = {r}.thread) << 32) | {r}.seq)"
+_REMOVE = f"""
+INSERT INTO recall_fts (recall_fts, rowid, text, parts)
+  SELECT 'delete', {_RID}, ctxd_recall_text({{r}}.body), ctxd_recall_parts({{r}}.body)
+  WHERE EXISTS (SELECT 1 FROM recall_fts_docsize WHERE id = {_RID});
+DELETE FROM recall_turns WHERE rid = {_RID};
+"""
+# (A thread not yet in `recall_threads` has nothing indexed: `sync_threads` adds it with watermark 0.)
+_LOWER = """
+UPDATE recall_threads SET upto = {r}.seq - 1 WHERE thread = {r}.thread AND upto >= {r}.seq;
+"""
+_TRIGGERS = (
+    f"CREATE TEMP TRIGGER IF NOT EXISTS recall_insert AFTER INSERT ON main.items BEGIN {_LOWER.format(r='NEW')} END",
+    f"CREATE TEMP TRIGGER IF NOT EXISTS recall_delete AFTER DELETE ON main.items BEGIN {_REMOVE.format(r='OLD')} END",
+    "CREATE TEMP TRIGGER IF NOT EXISTS recall_update AFTER UPDATE OF thread, seq, body, origin ON main.items BEGIN "
+    f"{_REMOVE.format(r='OLD')} {_LOWER.format(r='NEW')} END",
+)
+
+# Fields that hold no words: kinds, ids, opaque blobs, images.
+_SKIPPED_KEYS = frozenset({"type", "role", "id", "call_id", "status", "encrypted_content", "image_url", "detail",
+                           "ghost_commit", "format"})
+_PART = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+_MAX_PART_WORD = 64  # longer runs are hashes or blobs, not identifiers
+
+
+class Unavailable(Exception):
+    """This SQLite has no FTS5: recall cannot be answered (nothing else is affected)."""
+
+
+# Recall's own calls and answers (`ctxd mcp`'s tools, as Claude Code and Codex name them) are not
+# indexed: a later search would find its earlier answers instead of the items they quote.
+_OWN_TOOLS = frozenset({"mcp__ctxd__recall", "mcp__ctxd__history_item", "ctxd__recall", "ctxd__history_item"})
+_OWN_ANSWERS = ('{"results": [', '{"results":[', '{"item": {', '{"item":{')
+
+
+def item_text(item: Any) -> str:
+    """The words of an item: every string in it but ids, kinds and opaque data; a tool call's
+    arguments (JSON text) by their string values. Recall's own calls and answers: nothing."""
+    if isinstance(item, dict):  # the common shapes without the walk
+        kind = item.get("type")
+        if item.get("name") in _OWN_TOOLS:
+            return ""
+        output = item.get("output")
+        if isinstance(output, list) and output and isinstance(output[0], dict):
+            output = output[0].get("text")
+        if isinstance(output, str) and output.startswith(_OWN_ANSWERS) and '"seq"' in output[:2000]:
+            return ""
+        if kind == "function_call_output" and isinstance(item.get("output"), str) and len(item) <= 4:
+            return item["output"]
+        if kind == "message" and isinstance(item.get("content"), list) and len(item) <= 4:
+            parts = [part.get("text") for part in item["content"] if isinstance(part, dict)]
+            if all(isinstance(text, str) for text in parts):
+                return "\n".join(text for text in parts if text)
+    out: list[str] = []
+    _collect(item, out, None)
+    return "\n".join(out)
+
+
+def _collect(value: Any, out: list[str], key: str | None) -> None:
+    if isinstance(value, str):
+        if key == "arguments" and value[:1] in "{[":
+            try:
+                _collect(json.loads(value), out, None)
+                return
+            except ValueError:
+                pass
+        if value:
+            out.append(value)
+    elif isinstance(value, dict):
+        for name, inner in value.items():
+            if name not in _SKIPPED_KEYS:
+                _collect(inner, out, name)
+    elif isinstance(value, list):
+        for inner in value:
+            _collect(inner, out, key)
+
+
+def _class_table() -> bytes:
+    table = bytearray(b" " * 256)
+    for start, end, mark in ((b"a", b"z", b"a"), (b"A", b"Z", b"A"), (b"0", b"9", b"0")):
+        for code in range(start[0], end[0] + 1):
+            table[code] = mark[0]
+    return bytes(table)
+
+
+# Every byte of a text as its class (`a` lower case, `A` upper case, `0` digit, ` ` anything
+# else); a camelCase word is where `aA` occurs, found with `bytes.find` (the regular expression
+# engine is several times slower over long tool outputs).
+_CLASSES = _class_table()
+
+
+def identifier_parts(text: str) -> str:
+    """The parts of every camelCase word in `text` (`getUserName` -> `get User Name`, `HTTPServer2`
+    -> `HTTP Server 2`), each word's parts together."""
+    raw = text.encode("utf-8", "surrogatepass")
+    classes = raw.translate(_CLASSES)
+    words: set[bytes] = set()
+    at = classes.find(b"aA")
+    while at >= 0:
+        start = classes.rfind(b" ", 0, at) + 1
+        end = classes.find(b" ", at)
+        end = len(classes) if end < 0 else end
+        if end - start <= _MAX_PART_WORD:
+            words.add(raw[start:end])
+        at = classes.find(b"aA", end)
+    return "\n".join(" ".join(_PART.findall(word.decode("ascii"))) for word in sorted(words))
+
+
+class _Extractor:
+    """`ctxd_recall_text` and `ctxd_recall_parts`, which the delete trigger calls for one body in
+    turn: the last body's text is kept."""
+
+    def __init__(self) -> None:
+        self._body: str | None = None
+        self._text = ""
+
+    def text(self, body: str) -> str:
+        if body != self._body:
+            self._text, self._body = body_text(body), body
+        return self._text
+
+    def parts(self, body: str) -> str:
+        return identifier_parts(self.text(body))
+
+
+def body_text(body: str) -> str:
+    try:
+        return item_text(json.loads(body))
+    except (TypeError, ValueError):
+        return ""
+
+
+def install(db: sqlite3.Connection) -> None:
+    """Set up the index on a read-write connection, inside its open write transaction: this
+    connection's SQL functions and TEMP triggers, and the tables when they are missing or of
+    another INDEX_VERSION (every item then waits for `catch_up`). Without FTS5 this does nothing
+    (recall then answers that it is unavailable)."""
+    if not has_fts5(db):
+        return
+    extractor = _Extractor()
+    db.create_function("ctxd_recall_text", 1, extractor.text, deterministic=True)
+    db.create_function("ctxd_recall_parts", 1, extractor.parts, deterministic=True)
+    row = db.execute("SELECT value FROM meta WHERE key = 'recall_index'").fetchone()
+    if row is None or row[0] != INDEX_VERSION or not present(db):
+        for statement in (*_DROP, *_TABLES):
+            db.execute(statement)
+        db.execute("INSERT OR REPLACE INTO meta VALUES ('recall_index', ?)", (INDEX_VERSION,))
+    for statement in _TRIGGERS:
+        db.execute(statement)
+
+
+def sync_threads(db: sqlite3.Connection) -> None:
+    """Give every thread of the store (every thread with items has a `threads` row) its id."""
+    db.execute("INSERT OR IGNORE INTO recall_threads (thread) SELECT thread FROM threads")
+
+
+def behind(db: sqlite3.Connection, thread: int | None = None) -> list[tuple[int, str, int]]:
+    """The threads (all, or the one with id `thread`) with items past their watermark:
+    (id, name, watermark)."""
+    rows = db.execute("SELECT id, thread, upto FROM recall_threads" + (" WHERE id = ?" if thread is not None else ""),
+                      () if thread is None else (thread,)).fetchall()
+    return [(tid, name, upto) for tid, name, upto in rows
+            if db.execute("SELECT 1 FROM items WHERE thread = ? AND seq > ? LIMIT 1", (name, upto)).fetchone()]
+
+
+def catch_up_batch(db: sqlite3.Connection, tid: int, thread: str, upto: int) -> bool:
+    """Index up to BATCH items of a thread past its watermark, inside the caller's write
+    transaction, and move the watermark past them. True when the thread has more to index."""
+    rows = db.execute("SELECT seq, body, origin FROM items WHERE thread = ? AND seq > ? ORDER BY seq LIMIT ?",
+                      (thread, upto, BATCH)).fetchall()
+    if not rows:
+        return False
+    base = tid << SEQ_BITS
+    indexed = {rid for (rid,) in db.execute("SELECT id FROM recall_fts_docsize WHERE id > ? AND id <= ?",
+                                            (base | upto, base | rows[-1][0]))}
+    fts, turns = [], []
+    for seq, body, origin in rows:
+        if base | seq in indexed:
+            continue  # indexed before the watermark was lowered below it
+        try:
+            item = json.loads(body)
+        except ValueError:
+            item = None
+        text = item_text(item)
+        fts.append((base | seq, text, identifier_parts(text)))
+        if origin is None and isinstance(item, dict) and is_real_user_message(item):
+            turns.append((base | seq,))
+    db.executemany("INSERT INTO recall_fts (rowid, text, parts) VALUES (?, ?, ?)", fts)
+    db.executemany("INSERT OR IGNORE INTO recall_turns (rid) VALUES (?)", turns)
+    db.execute("UPDATE recall_threads SET upto = ? WHERE id = ?", (rows[-1][0], tid))
+    return len(rows) == BATCH
+
+
+def has_fts5(db: sqlite3.Connection) -> bool:
+    try:
+        return db.execute("SELECT 1 FROM pragma_module_list WHERE name = 'fts5'").fetchone() is not None
+    except sqlite3.Error:
+        return False
+
+
+# --- queries -------------------------------------------------------------------------------------
+
+_TERM = re.compile(r'"([^"]*)"?|(\S+)')
+_WORD = re.compile(r"\w+")
+
+
+def query_terms(query: str) -> list[str]:
+    """The query's words and "quoted phrases", as FTS5 strings (quoted, so that nothing the user
+    types is read as FTS5 syntax). A camelCase word also matches its parts."""
+    terms = []
+    for phrase, word in _TERM.findall(query):
+        text = phrase if phrase else word
+        words = _WORD.findall(text)
+        if not words:
+            continue
+        quoted = '"' + " ".join(words) + '"'
+        if not phrase and len(text) <= _MAX_PART_WORD and identifier_parts(text):
+            quoted = f'({quoted} OR "{identifier_parts(text)}")'
+        terms.append(quoted)
+    return terms
+
+
+# How close the query's words must be for an item to rank first (in tokens).
+NEAR_DISTANCE = 12
+# BM25 reads every match's positions: past this many matches a stage's newest matches come first
+# (a query that common says little; `bench/bench_recall.py` measures what this keeps the p95 at).
+RANKED_MATCHES = 1500
+
+
+def stages(terms: list[str]) -> list[tuple[str, str]]:
+    """The FTS5 queries tried in turn, each one's matches ranked after the ones before: the
+    words near one another, every word, every word but one (what the others find is still worth
+    showing when one word is not in the history), and, when these found nothing, any word."""
+    out = []
+    if len(terms) > 1:
+        firsts = [term.removeprefix("(").split(" OR ")[0] for term in terms]
+        out.append(("near", f"NEAR({' '.join(firsts)}, {NEAR_DISTANCE})"))
+    out.append(("all", " AND ".join(terms)))
+    if len(terms) > 2:
+        out += [("all but one", " AND ".join(terms[:i] + terms[i + 1:])) for i in range(len(terms))]
+    if len(terms) > 1:
+        out.append(("any", " OR ".join(terms)))
+    return out
+
+
+def thread_id(db: sqlite3.Connection, thread: str) -> int | None:
+    row = db.execute("SELECT id FROM recall_threads WHERE thread = ?", (thread,)).fetchone()
+    return None if row is None else int(row[0])
+
+
+def search(db: sqlite3.Connection, terms: list[str], thread: int | None, limit: int) -> tuple[list[int], int]:
+    """Rowids of the best matches, best first, and how many items match every term (when none
+    does, any term). Within each of `stages`, BM25 ranks (the identifier parts weigh half), or
+    recency when the stage matches more than RANKED_MATCHES items."""
+    if not present(db):
+        raise Unavailable("the recall index is not available: this SQLite has no FTS5")
+    where, args = "recall_fts MATCH ?", []
+    if thread is not None:
+        where += " AND rowid BETWEEN ? AND ?"
+        args = [thread << SEQ_BITS, (thread << SEQ_BITS) | ((1 << SEQ_BITS) - 1)]
+    found: dict[int, None] = {}
+    total = 0
+    for kind, expression in stages(terms):
+        if kind == "any" and found:
+            break
+        if len(found) >= limit and kind != "all":
+            continue
+        if kind in ("all", "any"):  # `total`: counted whole
+            count = total = db.execute(f"SELECT count(*) FROM recall_fts WHERE {where}",
+                                       (expression, *args)).fetchone()[0]
+        else:  # only whether BM25 may rank it
+            count = db.execute(f"SELECT count(*) FROM (SELECT 1 FROM recall_fts WHERE {where} LIMIT ?)",
+                               (expression, *args, RANKED_MATCHES + 1)).fetchone()[0]
+        if not count or len(found) >= limit:
+            continue
+        order = "bm25(recall_fts, 1.0, 0.5)" if count <= RANKED_MATCHES else "rowid DESC"
+        rows = db.execute(f"SELECT rowid FROM recall_fts WHERE {where} ORDER BY {order} LIMIT ?",
+                          (expression, *args, limit)).fetchall()
+        for (rid,) in rows:
+            found.setdefault(rid)
+    return list(found)[:limit], int(total)
+
+
+def present(db: sqlite3.Connection) -> bool:
+    return db.execute("SELECT 1 FROM sqlite_master WHERE name = 'recall_fts'").fetchone() is not None
+
+
+def turns_of(db: sqlite3.Connection, rids: list[int]) -> dict[int, tuple[int, int]]:
+    """The user turn each item belongs to: rowid -> (the turn's index counted from 1, the turn's
+    rowid); items before their thread's first user turn are left out. One pass over each
+    thread's turns up to its last item asked."""
+    out: dict[int, tuple[int, int]] = {}
+    index, last, previous, thread = 0, 0, 0, None
+    for rid in sorted(rids):
+        if rid >> SEQ_BITS != thread:
+            thread = rid >> SEQ_BITS
+            index, last, previous = 0, 0, (thread << SEQ_BITS) - 1
+        count, latest = db.execute("SELECT count(*), max(rid) FROM recall_turns WHERE rid > ? AND rid <= ?",
+                                   (previous, rid)).fetchone()
+        index, last, previous = index + count, latest or last, rid
+        if index:
+            out[rid] = (index, last)
+    return out

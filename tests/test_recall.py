@@ -1,0 +1,204 @@
+"""`ctxd/recall` and `ctxd/item` through the real daemon (protocol v3, "Recall"): the whole history
+is searchable, compacted parts and followed sessions included, the index is kept in step by every
+write (kill -9 included) and rebuilt when a store has none."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ctxd.ledger.store import database_path
+from tests import session_fixtures as fx
+from tests.rpc import Client, RpcError
+
+KEY = "sk-test-0123456789abcdefTOPSECRET"
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+
+
+def assistant(text: str) -> dict[str, Any]:
+    return {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}
+
+
+def call(call_id: str, command: str) -> dict[str, Any]:
+    return {"type": "function_call", "call_id": call_id, "name": "shell", "arguments": json.dumps({"command": command})}
+
+
+def output(call_id: str, text: str) -> dict[str, Any]:
+    return {"type": "function_call_output", "call_id": call_id, "output": text}
+
+
+def filler(n: int) -> str:
+    return "\n".join(f"line {i} of build log {n}: compiling module_{i} ok" for i in range(300))
+
+
+def long_thread() -> list[dict[str, Any]]:
+    """Six turns with long tool outputs (an offline compaction masks them); one fact in each place."""
+    items: list[dict[str, Any]] = [
+        user("The staging proxy must listen on port 8443, not 8080; remember that."),
+        call("c1", "pytest tests/test_auth.py"),
+        output("c1", filler(1) + "\nFAILED tests/test_auth.py::testRefreshTokenExpiry - AssertionError\n" + filler(2)),
+        assistant("We decided to pin cryptography below 44 because the wheel breaks on musl."),
+    ]
+    for n in range(2, 7):
+        items += [user(f"Step {n}: keep going with the refactor"), call(f"c{n}", f"make step{n}"),
+                  output(f"c{n}", filler(n * 10)), assistant(f"Step {n} done.")]
+    return items
+
+
+def req(client: Client, method: str, ws: Path, **params: Any) -> Any:
+    return client.request(method, {"workspace": ws.as_uri(), **params})
+
+
+def seqs(result: dict[str, Any]) -> list[tuple[str, int]]:
+    return [(hit["thread"], hit["seq"]) for hit in result["results"]]
+
+
+def test_recall_finds_what_a_compaction_replaced_and_item_reads_it_whole(client: Client, workspace: Path) -> None:
+    items = long_thread()
+    req(client, "ctxd/record", workspace, items=items)
+    req(client, "ctxd/record", workspace, thread="other", items=[user("Unrelated: the flaky test is testRefreshTokenExpiry")])
+    before = req(client, "ctxd/recall", workspace, query="refresh token expiry")
+    assert before["results"][0]["seq"] == 3 and before["results"][0]["archived"] is False
+
+    compacted = req(client, "ctxd/compact", workspace, strategy="offline")
+    assert compacted["tokensAfter"] < compacted["tokensBefore"]
+    # Stemmed ("failing" finds "FAILED"), camelCase parts ("refresh token"), paths by their parts.
+    found = req(client, "ctxd/recall", workspace, query="failing refresh token")
+    top = next(hit for hit in found["results"] if hit["seq"] == 3)  # (the summary may quote the failure too)
+    assert (top["thread"], top["type"], top["archived"]) == ("default", "function_call_output", True)
+    assert "testRefreshTokenExpiry" in top["snippet"] and len(top["snippet"]) <= 400
+    assert top["turn"] == {"index": 1, "text": "The staging proxy must listen on port 8443, not 8080; remember that."}
+    assert found["total"] >= 1
+    whole = req(client, "ctxd/item", workspace, seq=3)
+    assert whole == {"item": items[2], "archived": True, "seq": 3}
+
+    # The compaction's summary (seq 31) may carry a fact too: the original is beside it.
+    port = {hit["seq"]: hit for hit in req(client, "ctxd/recall", workspace, query="staging port", limit=2)["results"]}
+    assert port[1]["role"] == "user" and port[1]["archived"] is True
+    decision = {h["seq"]: h for h in req(client, "ctxd/recall", workspace, query='"pin cryptography" musl', limit=2)["results"]}
+    assert decision[4]["role"] == "assistant"
+    path = req(client, "ctxd/recall", workspace, query="test_auth.py")
+    assert {s for _, s in seqs(path)} >= {2, 3}
+    # The thread's scope stays in the thread; the workspace's covers every thread.
+    assert "other" not in {t for t, _ in seqs(req(client, "ctxd/recall", workspace, query="testRefreshTokenExpiry"))}
+    wide = req(client, "ctxd/recall", workspace, query="testRefreshTokenExpiry", scope="workspace")
+    assert {t for t, _ in seqs(wide)} == {"default", "other"}
+    assert req(client, "ctxd/recall", workspace, query="zebra quokka")["results"] == []
+    limited = req(client, "ctxd/recall", workspace, query="step", limit=2)
+    assert len(limited["results"]) == 2 and limited["total"] > 2
+
+
+@pytest.mark.parametrize(("method", "params", "field"), [
+    ("ctxd/recall", {"query": ""}, "query"),
+    ("ctxd/recall", {"query": "!!! ---"}, "query"),
+    ("ctxd/recall", {"query": "x", "limit": 101}, "limit"),
+    ("ctxd/recall", {"query": "x", "limit": 0}, "limit"),
+    ("ctxd/recall", {"query": "x", "scope": "everything"}, "scope"),
+    ("ctxd/recall", {}, "query"),
+    ("ctxd/item", {"seq": 0}, "seq"),
+    ("ctxd/item", {"seq": "3"}, "seq"),
+    ("ctxd/item", {"seq": 99}, "seq"),
+])
+def test_bad_params_name_the_field(client: Client, workspace: Path, method: str, params: dict[str, Any], field: str) -> None:
+    req(client, "ctxd/record", workspace, items=[user("hello there")])
+    with pytest.raises(RpcError) as error:
+        req(client, method, workspace, **params)
+    assert error.value.code == -32602 and field in error.value.message
+
+
+def test_the_configured_key_never_shows_in_a_snippet(daemon_factory, workspace: Path) -> None:
+    """Recorded before the key was configured (so stored as it came): recall still redacts it."""
+    first = daemon_factory([workspace])
+    req(first, "ctxd/record", workspace, items=[output("c1", f"export OPENAI_API_KEY={KEY} # deploy credentials")])
+    first.shutdown()
+    second = daemon_factory([workspace], env={"OPENAI_API_KEY": KEY})
+    found = req(second, "ctxd/recall", workspace, query="deploy credentials")
+    assert found["results"], found
+    assert KEY not in json.dumps(found) and "[redacted]" in found["results"][0]["snippet"]
+    assert KEY not in json.dumps(req(second, "ctxd/item", workspace, seq=1))
+
+
+def test_a_followed_session_is_searchable_after_the_agent_compacts_it(daemon_factory, workspace: Path, tmp_path: Path) -> None:
+    claude_home = tmp_path / "claude-home"
+    path = fx.write_jsonl(fx.claude_path(claude_home, workspace), fx.claude_session(workspace))
+    client = daemon_factory([workspace], env={"CLAUDE_CONFIG_DIR": str(claude_home)})
+    thread = f"claude:{fx.CLAUDE_ID}"
+    wait_found(client, workspace, thread, "verbose flag", archived=False)
+    fx.append_jsonl(path, fx.claude_compact("c1", "a2", workspace, "2025-10-03T11:05:00.000Z", "We added it."))
+    hit = wait_found(client, workspace, thread, "verbose flag", archived=True)
+    assert (hit["thread"], hit["archived"], hit["role"]) == (thread, True, "user")
+    assert hit["snippet"] == "Add a --verbose flag to the CLI"
+    assert req(client, "ctxd/item", workspace, thread=thread, seq=hit["seq"])["item"]["role"] == "user"
+    wide = req(client, "ctxd/recall", workspace, query="argparse", scope="workspace")
+    assert [(h["thread"], h["type"]) for h in wide["results"]] == [(thread, "function_call_output")]
+
+
+def wait_found(client: Client, workspace: Path, thread: str, query: str, archived: bool) -> dict[str, Any]:
+    """The first match of `query` in a followed thread once the daemon has mirrored it."""
+    deadline = time.monotonic() + 15
+    while True:
+        found = req(client, "ctxd/recall", workspace, thread=thread, query=query)["results"]
+        if found and found[0]["archived"] is archived:
+            return found[0]
+        assert time.monotonic() < deadline, found
+        time.sleep(0.05)
+
+
+def _index_tables(db: sqlite3.Connection) -> None:
+    for table in ("recall_fts", "recall_threads", "recall_turns"):
+        db.execute(f"DROP TABLE IF EXISTS {table}")
+    db.execute("DELETE FROM meta WHERE key = 'recall_index'")
+
+
+def test_a_store_without_the_index_is_indexed_when_opened(daemon_factory, workspace: Path, state_dir: Path) -> None:
+    first = daemon_factory([workspace])
+    req(first, "ctxd/record", workspace, items=[user("the cache key uses sha256 of the lockfile")])
+    first.shutdown()
+    with sqlite3.connect(database_path(state_dir / "ctxd", workspace)) as db:  # as a store made before the index
+        _index_tables(db)
+    second = daemon_factory([workspace])
+    assert seqs(req(second, "ctxd/recall", workspace, query="lockfile sha256")) == [("default", 1)]
+    req(second, "ctxd/record", workspace, items=[user("and the lockfile is poetry.lock")])
+    assert {s for _, s in seqs(req(second, "ctxd/recall", workspace, query="lockfile"))} == {1, 2}
+
+
+def _consistent(path: Path) -> int:
+    """The index never holds an item that is not stored, and holds every item up to its thread's
+    watermark (the rest waits for the next search). Returns how many items are stored."""
+    with sqlite3.connect(path) as db:
+        stored = set(db.execute("SELECT (t.id << 32) | i.seq FROM items i JOIN recall_threads t ON t.thread = i.thread"))
+        count = db.execute("SELECT count(*) FROM items").fetchone()[0]
+        upto = dict(db.execute("SELECT id, upto FROM recall_threads"))
+        indexed = set(db.execute("SELECT id FROM recall_fts_docsize"))
+        db.execute("INSERT INTO recall_fts (recall_fts) VALUES ('integrity-check')")
+    assert len(stored) == count and indexed <= stored
+    assert {(rid,) for (rid,) in stored if rid & 0xFFFFFFFF <= upto[rid >> 32]} <= indexed
+    return count
+
+
+def test_kill_9_never_leaves_the_index_and_the_items_apart(daemon_factory, workspace: Path, state_dir: Path) -> None:
+    client = daemon_factory([workspace])
+    for n in range(20):
+        req(client, "ctxd/record", workspace, items=[user(f"acknowledged note {n}")])
+    assert req(client, "ctxd/recall", workspace, query="acknowledged note")["total"] == 20
+    for n in range(300):  # a stream of records and searches that the kill cuts into
+        client.request_async("ctxd/record", {"workspace": workspace.as_uri(), "items": [output(f"c{n}", f"burst {n} " * 50)]})
+        if n % 50 == 0:
+            client.request_async("ctxd/recall", {"workspace": workspace.as_uri(), "query": "burst"})
+    time.sleep(0.3)
+    client.kill()
+    path = database_path(state_dir / "ctxd", workspace)
+    stored = _consistent(path)
+    assert stored > 20
+    again = daemon_factory([workspace])
+    assert req(again, "ctxd/recall", workspace, query="acknowledged note", limit=100)["total"] == 20
+    assert req(again, "ctxd/recall", workspace, query="burst")["total"] == stored - 20
+    _consistent(path)

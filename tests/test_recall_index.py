@@ -1,0 +1,80 @@
+"""The recall index against the store's every kind of write (ctxd/ledger/search.py): whatever
+changes `items` (an append, a compaction's swap, its undo, a delete, a moved seq), the index
+follows, and what it finds is what is stored. The store is the real one, on a real file."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+from ctxd.ledger import recall, search
+from ctxd.ledger.store import Store
+
+
+def body(text: str, role: str = "user") -> tuple[str, int]:
+    kind = "input_text" if role == "user" else "output_text"
+    return json.dumps({"type": "message", "role": role, "content": [{"type": kind, "text": text}]}), 1
+
+
+def found(store: Store, query: str, thread: str = "t") -> list[int]:
+    return [hit["seq"] for hit in recall.recall(store, thread, query, limit=100)["results"]]
+
+
+def check(path: Path) -> None:
+    with sqlite3.connect(path) as db:
+        stored = {rid for (rid,) in db.execute(
+            "SELECT (t.id << 32) | i.seq FROM items i JOIN recall_threads t ON t.thread = i.thread")}
+        indexed = {rid for (rid,) in db.execute("SELECT id FROM recall_fts_docsize")}
+        db.execute("INSERT INTO recall_fts (recall_fts) VALUES ('integrity-check')")
+    assert indexed <= stored
+
+
+def test_every_write_to_items_is_followed(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite3"
+    store = Store(path, workspace=tmp_path)
+    store.append("t", [body("alpha falcon"), body("bravo heron", "assistant"), body("charlie falcon")])
+    assert sorted(found(store, "falcon")) == [1, 3]
+    # A compaction archives 1-2 and writes a summary after them; 3, recorded meanwhile, stays
+    # active (after the summary): each is found at the seq it is stored at now.
+    store.replace("t", 2, [body("summary: falcons and herons")], {})
+    seqs = {row.seq: json.loads(row.body)["content"][0]["text"] for row in store.all_rows("t")}
+    assert len(seqs) == 4
+    for word in ("falcon", "heron", "charlie", "summary"):
+        assert sorted(found(store, word)) == sorted(seq for seq, text in seqs.items() if word in text), word
+    check(path)
+    # Deleting rows (any code path) takes them out of the index at once.
+    with store.writing() as db:
+        db.execute("DELETE FROM items WHERE thread = 't' AND seq >= 3")
+    assert found(store, "summary") == [] and found(store, "charlie") == []
+    check(path)
+    # A seq given again below the watermark is indexed again, with its new text.
+    store.append("t", [body("delta osprey")])
+    assert found(store, "osprey") == [3] and found(store, "charlie") == []
+    # The turn an item belongs to: user turns counted from the start, archived ones included.
+    hit = recall.recall(store, "t", "osprey")["results"][0]
+    assert hit["turn"]["index"] == 2 and hit["turn"]["text"] == "delta osprey"
+    check(path)
+    store.close()
+
+
+def test_a_store_indexed_by_another_version_is_indexed_again(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite3"
+    store = Store(path, workspace=tmp_path)
+    store.append("t", [body("the cache key is sha256 of poetry.lock")])
+    assert found(store, "poetry lock") == [1]
+    store.close()
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE meta SET value = 'old' WHERE key = 'recall_index'")
+        db.execute("DELETE FROM recall_turns")
+    store = Store(path, workspace=tmp_path)
+    assert found(store, "sha256 poetry") == [1]
+    assert recall.recall(store, "t", "poetry")["results"][0]["turn"]["index"] == 1
+    check(path)
+    store.close()
+
+
+def test_queries_are_never_read_as_fts_syntax() -> None:
+    assert search.query_terms('NEAR(a b) OR "x y" -z col:w getUserName') == [
+        '"NEAR a"', '"b"', '"OR"', '"x y"', '"z"', '"col w"', '("getUserName" OR "get User Name")']
+    assert search.identifier_parts("call getUserName and parseJSONValue2 at E1234") == "get User Name\nparse JSON Value 2"
