@@ -95,7 +95,7 @@ class Backend:
                 if source.enabled:
                     for path in discovery.session_files(source):
                         follower.touch(path)
-            follower.wait_idle(FOLLOW_WAIT_SECONDS)
+            self.bridge.wait_idle(FOLLOW_WAIT_SECONDS)
             self.bridge.stop()
         self.service.close()
 
@@ -105,9 +105,9 @@ class Backend:
         """The session served: the one CTXD_SESSION names, else the newest followed session of
         the workspace (the one the follower saw last active, else the store's newest)."""
         if self.bridge is not None:
-            self.bridge.follower.wait_idle(FOLLOW_WAIT_SECONDS)
+            self.bridge.wait_idle(FOLLOW_WAIT_SECONDS)
         if self.named_session:
-            if followed_agent(self.named_session) is None:
+            if followed_agent(self.named_session) is None or not self.named_session.partition(":")[2]:
                 raise InvalidParams(f"{SESSION_ENV}={self.named_session!r} is not an agent session's thread "
                                     f"(expected {' or '.join(f'{a}:<session id>' for a in FOLLOWED_AGENTS)})")
             return self.named_session

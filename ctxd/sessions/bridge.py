@@ -76,6 +76,12 @@ class SessionBridge:
         self._mirrors.stop()
         self._checkpoints.shutdown(wait=False, cancel_futures=True)
 
+    def wait_idle(self, timeout: float = 10.0) -> bool:
+        """Block until every session file was read and what it brought is mirrored."""
+        deadline = time.monotonic() + timeout
+        read = self.follower.wait_idle(timeout)
+        return self._mirrors.wait_idle(max(0.0, deadline - time.monotonic())) and read
+
     def status(self) -> list[dict[str, Any]]:
         """`ctxd/status` `sources`: agent, root, enabled, sessions followed (and how)."""
         sessions = self.follower.sessions()
@@ -246,6 +252,14 @@ class _Mirrors:
             self._wake.notify()
         self._thread.join(timeout=5)
 
+    def wait_idle(self, timeout: float) -> bool:
+        """Block until every queued job is mirrored (or `timeout` passes); True when idle."""
+        deadline = time.monotonic() + timeout
+        with self._wake:
+            while self._queues and not self._stop and time.monotonic() < deadline:
+                self._wake.wait(0.02)
+            return not self._queues
+
     def _run(self) -> None:
         while True:
             with self._wake:
@@ -270,6 +284,7 @@ class _Mirrors:
                     queue.popleft()
                     if not queue and self._queues.get(key) is queue:
                         del self._queues[key]
+                    self._wake.notify_all()
             time.sleep(0)  # let a client's request that waits for the workspace's lock take it
 
     def _slice(self, job: _Job) -> bool:
