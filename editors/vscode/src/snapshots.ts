@@ -21,7 +21,7 @@ export async function restoreSnapshotFlow(
   id: string,
   conversation: boolean,
   target?: TargetOptions,
-  onUndoable: (undoId: string, conversation: boolean) => void = () => undefined,
+  onUndoable: (undoId: string | undefined, conversation: boolean) => void = () => undefined,
   memory?: RestoreMemory,
 ): Promise<RestoreResult | undefined> {
   let detail = conversation
@@ -47,7 +47,8 @@ export async function restoreSnapshotFlow(
     if (both) memory?.remember(service.target(target), result.operationId!, undoId);
     onUndoable(undoId, both);
     void ui.ask('info', `${text}.`, [UNDO_RESTORE]).then((choice) => {
-      if (choice === UNDO_RESTORE) void undoRestoreFlow(ui, service, undoId, target, both);
+      if (choice !== UNDO_RESTORE) return;
+      void undoRestoreFlow(ui, service, undoId, target, both).then((undone) => undone && onUndoable(undefined, false));
     });
   } else {
     ui.notify('info', `${text}.`);

@@ -147,7 +147,7 @@ describe('time machine (real daemon)', () => {
     const before = await service.getHistory(t);
 
     const memory = new RestoreMemory();
-    let undoable: [string, boolean] | undefined;
+    let undoable: [string | undefined, boolean] | undefined;
     const ui = new ScriptedUi({ confirm: [true], ask: [UNDO_RESTORE] });
     const r = await restoreSnapshotFlow(ui, service, snap.id, true, t, (id, both) => (undoable = [id, both]), memory);
     assert.ok(r?.operationId !== undefined && r.undoId, JSON.stringify(r));
