@@ -130,7 +130,10 @@ export function snapshotItems(snapshots: GhostCommit[], now: number): PickItem<G
   return [...snapshots]
     .sort((a, b) => toMillis(b.createdAt) - toMillis(a.createdAt))
     .map((s) => ({
-      label: s.message?.trim() || '(no message)',
+      // An agent's checkpoint (v3) says its turn and what took it.
+      label: s.turn
+        ? `Turn ${s.turn.index}: ${s.turn.text.replace(/\s+/g, ' ').slice(0, 40)} › ${s.trigger === 'turn' ? 'start of the turn' : s.message?.trim() || `before ${s.tool?.name ?? 'a tool'}`}`
+        : s.message?.trim() || '(no message)',
       description: `${shortId(s.id)} · ${formatAge(s.createdAt, now)}`,
       detail: `${s.fileCount} files`,
       value: s,

@@ -4,7 +4,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { CtxdService } from '../src/api';
-import { COMMANDS, type PickItem, type Severity, type Ui, compactFlow, rollbackFlow } from '../src/commands';
+import { COMMANDS, type PickItem, type Severity, type Ui, compactFlow, rollbackFlow, snapshotItems } from '../src/commands';
 import type { GhostCommit, HistoryResult, OperationRecord } from '../src/protocol';
 import { UNDO_RESTORE, restoreSnapshotFlow } from '../src/snapshots';
 import { REDO, RestoreMemory, UNDO, lastUndoable, rollbackQuestion, undoLastFlow } from '../src/timeMachine';
@@ -246,6 +246,19 @@ describe('time machine (pure)', () => {
     assert.match(turn.children![0].description!, /^when the turn began · /);
     assert.ok(turn.children!.every((c) => c.contextValue === 'snapshot'));
     assert.equal(nodes[0].description, '1 min ago · 3 files · manual0');
+  });
+
+  test('the Restore Snapshot pick names an agent checkpoint by its turn and tool', () => {
+    const now = Date.parse('2026-01-02T12:00:00Z');
+    const turn3 = { index: 3, text: 'fix the tests' };
+    const items = snapshotItems(
+      [
+        commit('edit000000', 4, { trigger: 'tool', turn: turn3, tool: { name: 'Edit', paths: ['src/app.py'] }, message: 'before Edit src/app.py' }),
+        commit('turn300000', 5, { trigger: 'turn', turn: turn3, message: 'fix the tests' }),
+      ],
+      now,
+    );
+    assert.deepEqual(items.map((i) => i.label), ['Turn 3: fix the tests › before Edit src/app.py', 'Turn 3: fix the tests › start of the turn']);
   });
 
   test('Undo Last picks the newest operation in effect that is not an undo', () => {
