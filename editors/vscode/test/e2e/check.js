@@ -644,7 +644,7 @@ async function checkRestoreConversation(page) {
   const fill = gaugeAtSnapshot.split('/')[0]; // "2% · 2.9k"
   const trees = await until(`the Threads tree to show "${fill}" and Undo restore on top of the Snapshots tree`, async () => {
     const t = { threads: await paneRows(page, 'Threads'), snapshots: await paneRows(page, 'Snapshots') };
-    return t.threads.some((r) => r.startsWith('e2e') && r.includes(fill)) && t.snapshots[0] && t.snapshots[0].startsWith('Undo restore') ? t : false;
+    return t.threads.some((r) => (r.startsWith('e2e') || r.startsWith('Step 0')) && r.includes(fill)) && t.snapshots[0] && t.snapshots[0].startsWith('Undo restore') ? t : false;
   });
   const shown = { gauge: await gaugeNow(page), toasts: await toasts(page) };
   if (shown.gauge.includes(gaugeAfterTurn) || !shown.gauge.includes(gaugeAtSnapshot)) throw new Error(`the gauge after the restore: "${shown.gauge}"`);
