@@ -176,7 +176,8 @@ function checkpointLabel(s: GhostCommit, now: number): string {
 
 export function snapshotNode(s: GhostCommit, now: number): TreeNode {
   const label = s.turn ? checkpointLabel(s, now) : s.message?.trim() || formatAge(s.createdAt, now);
-  const by = s.trigger && s.trigger !== 'manual' ? `${triggerText(s)} · ` : '';
+  // A restore's own snapshot is already named "before restoring …".
+  const by = s.trigger && s.trigger !== 'manual' && s.trigger !== 'restore' ? `${triggerText(s)} · ` : '';
   const turn = s.turn ? `\nTurn ${s.turn.index}: ${s.turn.text}` : '';
   const tool = s.tool?.paths?.length ? `\n${s.tool.name}: ${s.tool.paths.join(', ')}` : '';
   return {

@@ -654,7 +654,7 @@ async function checkRestoreConversation(page) {
 
   // --- the message's Undo restore: the files AND the conversation come back (v3) -------------------------
   await clickToastButton(page, /^Restored /, 'Undo restore');
-  const undone = await waitToast(page, /Restore undone: 1 file put back, 1 removed, and the conversation is as it was before the restore\./, 'the undo message');
+  const undone = await waitToast(page, /Restore undone: \d+ files? put back, \d+ removed, and the conversation is as it was before the restore\./, 'the undo message');
   await until('main.py changed again on disk', () => readFile(file) === changed);
   if (!fs.existsSync(later)) throw new Error(`the undo did not bring back ${later}`);
   const back = await history('e2e');
