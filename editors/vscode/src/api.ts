@@ -27,6 +27,7 @@ import {
   type Target,
   type ThreadInfo,
   type TokenUsage,
+  type UndoResult,
   type UsageChangedParams,
   type UsageSnapshot,
   normalizeBreakdown,
@@ -398,9 +399,17 @@ export class CtxdService implements CtxdApi {
     return this.compactionsInFlight > 0;
   }
 
-  async rollback(turns: number, opts?: TargetOptions): Promise<RollbackResult> {
+  async rollback(turns: number, opts?: TargetOptions & { dryRun?: boolean }): Promise<RollbackResult> {
     const t = this.target(opts);
-    const result = await this.call<RollbackResult>(Method.rollback, t, { turns });
+    const result = await this.call<RollbackResult>(Method.rollback, t, opts?.dryRun ? { turns, dryRun: true } : { turns });
+    if (result?.usage && !opts?.dryRun) this.update(t, result.usage);
+    return result;
+  }
+
+  /** (v3) Puts back the active history operation `id` replaced; the answer's `undoId` redoes it. */
+  async undo(id: number, opts?: TargetOptions): Promise<UndoResult> {
+    const t = this.target(opts);
+    const result = await this.call<UndoResult>(Method.undo, t, { id });
     if (result?.usage) this.update(t, result.usage);
     return result;
   }

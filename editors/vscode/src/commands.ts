@@ -5,9 +5,10 @@
  */
 import type { CtxdApi, CtxdService, TargetOptions } from './api';
 import { friendlyError } from './errors';
-import type { CompactResult, CompactStrategy, GhostCommit, RestoreResult, RollbackResult } from './protocol';
+import { type CompactResult, type CompactStrategy, type GhostCommit, Method, type RestoreResult, type RollbackResult } from './protocol';
 import { restoreSnapshotFlow } from './snapshots';
 import { formatTokens, strategyText } from './status';
+import { type RestoreMemory, UNDO, offer, rollbackQuestion } from './timeMachine';
 
 export interface PickItem<T> {
   label: string;
@@ -50,6 +51,8 @@ export const COMMANDS = {
   restoreFilesAndConversation: 'ctxd.restoreFilesAndConversation',
   deleteSnapshot: 'ctxd.deleteSnapshot',
   undoRestore: 'ctxd.undoRestore',
+  undoLast: 'ctxd.undoLast',
+  undoOperation: 'ctxd.undoOperation',
   openArchived: 'ctxd.openArchived',
   showStatus: 'ctxd.showStatus',
 } as const;
@@ -72,18 +75,24 @@ export async function attempt<T>(ui: Ui, what: string, run: () => Promise<T>): P
 }
 
 /** Compacts the thread; without `chosen`, the user picks the strategy first. One message either way. */
-export async function compactFlow(ui: Ui, api: CtxdApi, target?: TargetOptions, chosen?: CompactStrategy): Promise<CompactResult | undefined> {
+export async function compactFlow(
+  ui: Ui,
+  api: CtxdApi | CtxdService,
+  target?: TargetOptions,
+  chosen?: CompactStrategy,
+): Promise<CompactResult | undefined> {
   const strategy = chosen ?? (await ui.pick(STRATEGY_ITEMS, { title: 'ctxd: Compact Conversation', placeHolder: 'How to compact' }));
   if (!strategy) return undefined;
   const result = await attempt(ui, 'Compaction', () =>
     ui.progress('ctxd: compacting the conversation…', () => api.compact({ ...target, strategy })),
   );
   if (result) {
-    ui.notify(
-      'info',
+    const text =
       `Compacted ${formatTokens(result.tokensBefore)} → ${formatTokens(result.tokensAfter)} tokens (${strategyText(result.strategy)}). ` +
-        'Every compaction drops detail: start a new thread when the task allows.',
-    );
+      'Every compaction drops detail: start a new thread when the task allows.';
+    // v3: the compaction is an operation; its message offers to undo it.
+    if (result.undoId !== undefined && 'undo' in api) void offer(ui, api, text, UNDO, { kind: 'compaction', id: result.undoId }, target);
+    else ui.notify('info', text);
   }
   return result;
 }
@@ -121,7 +130,10 @@ export function snapshotItems(snapshots: GhostCommit[], now: number): PickItem<G
   return [...snapshots]
     .sort((a, b) => toMillis(b.createdAt) - toMillis(a.createdAt))
     .map((s) => ({
-      label: s.message?.trim() || '(no message)',
+      // An agent's checkpoint (v3) says its turn and what took it.
+      label: s.turn
+        ? `Turn ${s.turn.index}: ${s.turn.text.replace(/\s+/g, ' ').slice(0, 40)} › ${s.trigger === 'turn' ? 'start of the turn' : s.message?.trim() || `before ${s.tool?.name ?? 'a tool'}`}`
+        : s.message?.trim() || '(no message)',
       description: `${shortId(s.id)} · ${formatAge(s.createdAt, now)}`,
       detail: `${s.fileCount} files`,
       value: s,
@@ -145,19 +157,29 @@ export async function restoreFlow(ui: Ui, service: CtxdService, target?: TargetO
   return restoreSnapshotFlow(ui, service, snap.id, mode === 'conversation', target);
 }
 
-export async function rollbackFlow(ui: Ui, api: CtxdApi, target?: TargetOptions): Promise<RollbackResult | undefined> {
-  const ok = await ui.confirm(
-    'Roll back the last turn?',
-    'The last user turn and everything after it are removed from the conversation.',
-    'Roll Back',
-  );
-  if (!ok) return undefined;
-  const result = await attempt(ui, 'Rollback', () => api.rollback(1, target));
+/**
+ * Rolls back the last turn. A v3 daemon is asked first (`dryRun`) what it would remove and
+ * whether it goes back past a compaction, the confirmation says so, and the result offers Undo.
+ */
+export async function rollbackFlow(ui: Ui, service: CtxdService, target?: TargetOptions, memory?: RestoreMemory): Promise<RollbackResult | undefined> {
+  let question = { message: 'Roll back the last turn?', detail: 'The last user turn and everything after it are removed from the conversation.' };
+  if (service.supports(Method.undo)) {
+    const preview = await attempt(ui, 'Previewing the rollback', () => service.rollback(1, { ...target, dryRun: true }));
+    if (!preview) return undefined;
+    if (preview.removedItems === 0) {
+      ui.notify('info', 'Nothing to roll back: the conversation has no user turn.');
+      return undefined;
+    }
+    question = rollbackQuestion(preview);
+  }
+  if (!(await ui.confirm(question.message, question.detail, 'Roll Back'))) return undefined;
+  const result = await attempt(ui, 'Rollback', () => service.rollback(1, target));
   if (result) {
-    ui.notify(
-      'info',
-      `Rolled back the last turn: ${result.removedItems} items removed, ${formatTokens(result.usage.usedTokens)} tokens in use.`,
-    );
+    const text =
+      `Rolled back the last turn${result.crossesCompaction ? ' and the compaction it went past' : ''}: ` +
+      `${result.removedItems} items removed, ${formatTokens(result.usage.usedTokens)} tokens in use.`;
+    if (result.undoId !== undefined) void offer(ui, service, text, UNDO, { kind: 'rollback', id: result.undoId }, target, memory);
+    else ui.notify('info', text);
   }
   return result;
 }

@@ -29,6 +29,7 @@ import {
 import { statusMarkdown } from './statusReport';
 import { deleteSnapshotFlow, restoreSnapshotFlow, showChangesFlow, undoRestoreFlow } from './snapshots';
 import { TIER_ACTIONS, TierWatcher, tierMessage } from './tierNotices';
+import { RestoreMemory, undoFlow, undoLastFlow } from './timeMachine';
 import { CompactionsModel, SnapshotsModel, ThreadsModel, archivedBy, threadNode, type TreeNode } from './trees';
 import * as vsc from './vscodeapi';
 
@@ -214,9 +215,10 @@ export async function activate(context: vsc.ExtensionContext): Promise<CtxdApi> 
     [threads, snapshots, compactions].forEach((m) => m.refresh());
     void panel?.controller.refresh();
   };
+  const memory = new RestoreMemory();
   const restoreFromTree = (arg: unknown, conversation: boolean) => {
     const snap = snapshotOf(arg);
-    if (snap) void restoreSnapshotFlow(ui, service, snap.id, conversation, where(), (undoId) => snapshots.setUndo(undoId));
+    if (snap) void restoreSnapshotFlow(ui, service, snap.id, conversation, where(), (undoId, both) => snapshots.setUndo(undoId, both), memory);
   };
 
   const waysOut: WaysOutHost = {
@@ -252,7 +254,15 @@ export async function activate(context: vsc.ExtensionContext): Promise<CtxdApi> 
     [COMMANDS.compactNow]: async () => (await closeTierNotice(), compactFlow(ui, service, where(), 'auto')),
     [COMMANDS.snapshot]: () => snapshotFlow(ui, service, where()),
     [COMMANDS.restore]: () => restoreFlow(ui, service, where()),
-    [COMMANDS.rollback]: () => rollbackFlow(ui, service, where()),
+    [COMMANDS.rollback]: () => rollbackFlow(ui, service, where(), memory),
+    [COMMANDS.undoLast]: () => undoLastFlow(ui, service, where(), memory),
+    [COMMANDS.undoOperation]: async (arg: unknown) => {
+      const op = (arg as TreeNode | undefined)?.operation;
+      const w = where();
+      if (!op || !w) return;
+      const snapshot = op.kind === 'restore' ? memory.recall(service.target(w), op.id) : undefined;
+      await undoFlow(ui, service, { kind: op.kind, id: op.id, snapshot }, w, memory);
+    },
     [COMMANDS.restart]: () => daemon?.restart(),
     [COMMANDS.showLog]: () => output.show(),
     [COMMANDS.setDaemonPath]: () => setPathFlow(waysOut),
@@ -286,9 +296,10 @@ export async function activate(context: vsc.ExtensionContext): Promise<CtxdApi> 
       const snap = snapshotOf(arg);
       if (snap) await deleteSnapshotFlow(ui, service, snap, where());
     },
-    [COMMANDS.undoRestore]: async (arg: unknown) => {
-      const id = typeof arg === 'string' ? arg : ((arg as TreeNode)?.command?.arguments?.[0] as string | undefined);
-      if (id && (await undoRestoreFlow(ui, service, id, where()))) snapshots.setUndo(undefined);
+    [COMMANDS.undoRestore]: async (arg: unknown, withConversation?: boolean) => {
+      const args = typeof arg === 'string' ? [arg, withConversation] : ((arg as TreeNode)?.command?.arguments ?? []);
+      const id = args[0] as string | undefined;
+      if (id && (await undoRestoreFlow(ui, service, id, where(), args[1] === true))) snapshots.setUndo(undefined);
     },
     [COMMANDS.openArchived]: async (workspace: string, thread: string, compaction?: number) => {
       const history = await attempt(ui, 'Reading the archived items', () => service.getHistory({ workspace, thread, includeArchived: true }));

@@ -23,6 +23,7 @@ export const Method = {
   status: 'ctxd/status',
   ghostDiff: 'ctxd/ghost/diff',
   ghostDelete: 'ctxd/ghost/delete',
+  undo: 'ctxd/undo',
 } as const;
 
 export const Notification = {
@@ -54,6 +55,7 @@ export type {
   GhostCommit,
   HistoryResult,
   Item,
+  OperationRecord,
   PromptResult,
   RecordResult,
   RestoreResult,
@@ -63,6 +65,7 @@ export type {
   TokenUsage,
   ToolDeclaration,
   UsageChanged as UsageChangedParams,
+  UndoResult,
   UsageSnapshot,
 } from '../ctxd-protocol';
 import type { Breakdown, CompactParams, SetPromptContextParams, UsageSnapshot } from '../ctxd-protocol';

@@ -6,6 +6,7 @@
 import type { CtxdService, TargetOptions } from './api';
 import { type PickItem, type Ui, attempt, shortId } from './commands';
 import { type DiffFile, type GhostCommit, Method, type RestoreResult } from './protocol';
+import type { RestoreMemory } from './timeMachine';
 
 export const UNDO_RESTORE = 'Undo restore';
 
@@ -20,7 +21,8 @@ export async function restoreSnapshotFlow(
   id: string,
   conversation: boolean,
   target?: TargetOptions,
-  onUndoable: (undoId: string) => void = () => undefined,
+  onUndoable: (undoId: string | undefined, conversation: boolean) => void = () => undefined,
+  memory?: RestoreMemory,
 ): Promise<RestoreResult | undefined> {
   let detail = conversation
     ? 'Files in the working tree and the conversation go back to this snapshot.'
@@ -39,9 +41,14 @@ export async function restoreSnapshotFlow(
   if (conversation) text += `, ${plural(result.removedItems ?? 0, 'conversation item')} dropped`;
   if (result.undoId) {
     const undoId = result.undoId;
-    onUndoable(undoId);
+    // v3: with the conversation, the restore is a history operation; restoring its safety
+    // snapshot with the conversation undoes both (the files and the conversation).
+    const both = conversation && result.operationId !== undefined;
+    if (both) memory?.remember(service.target(target), result.operationId!, undoId);
+    onUndoable(undoId, both);
     void ui.ask('info', `${text}.`, [UNDO_RESTORE]).then((choice) => {
-      if (choice === UNDO_RESTORE) void undoRestoreFlow(ui, service, undoId, target);
+      if (choice !== UNDO_RESTORE) return;
+      void undoRestoreFlow(ui, service, undoId, target, both).then((undone) => undone && onUndoable(undefined, false));
     });
   } else {
     ui.notify('info', `${text}.`);
@@ -49,12 +56,27 @@ export async function restoreSnapshotFlow(
   return result;
 }
 
-/** Puts the working tree back as it was before a restore (the restore's own snapshot). */
-export async function undoRestoreFlow(ui: Ui, service: CtxdService, undoId: string, target?: TargetOptions): Promise<RestoreResult | undefined> {
+/**
+ * Puts the working tree back as it was before a restore (the restore's own snapshot); with
+ * `conversation`, the conversation too (a v3 restore with the conversation).
+ */
+export async function undoRestoreFlow(
+  ui: Ui,
+  service: CtxdService,
+  undoId: string,
+  target?: TargetOptions,
+  conversation = false,
+): Promise<RestoreResult | undefined> {
   const result = await attempt(ui, 'Undo restore', () =>
-    ui.progress('ctxd: undoing the restore…', () => service.restore(undoId, { ...target, conversation: false })),
+    ui.progress('ctxd: undoing the restore…', () => service.restore(undoId, { ...target, conversation })),
   );
-  if (result) ui.notify('info', `Restore undone: ${plural(result.restored.length, 'file')} put back, ${result.removed.length} removed.`);
+  if (result) {
+    ui.notify(
+      'info',
+      `Restore undone: ${plural(result.restored.length, 'file')} put back, ${result.removed.length} removed` +
+        (conversation ? ', and the conversation is as it was before the restore.' : '.'),
+    );
+  }
   return result;
 }
 

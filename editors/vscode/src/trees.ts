@@ -14,9 +14,11 @@ import {
   type HistoryResult,
   type Item,
   Method,
+  type OperationRecord,
   type ThreadInfo,
 } from './protocol';
 import { formatTokens, strategyText, usagePercent } from './status';
+import { operationDescription, operationLabel } from './timeMachine';
 
 export interface TreeNode {
   id: string;
@@ -28,6 +30,10 @@ export interface TreeNode {
   /** For the view's context menus (package.json `view/item/context`). */
   contextValue?: string;
   command?: { command: string; title: string; arguments: unknown[] };
+  /** Shown expanded under this node (the checkpoints of one turn). */
+  children?: TreeNode[];
+  /** A History row's operation (its Undo action reads it). */
+  operation?: OperationRecord;
 }
 
 export interface TreeModel extends Disposable {
@@ -106,7 +112,7 @@ export class ThreadsModel extends BaseModel {
 }
 
 export class SnapshotsModel extends BaseModel {
-  private undo: { id: string; workspace: string } | undefined;
+  private undo: { id: string; workspace: string; conversation: boolean } | undefined;
 
   constructor(service: CtxdService, where: Where, debounceMs = 300, private readonly now: () => number = Date.now) {
     super(service, where, debounceMs);
@@ -118,9 +124,9 @@ export class SnapshotsModel extends BaseModel {
   }
 
   /** After a restore: offer its undo at the top of the tree. */
-  setUndo(id: string | undefined): void {
+  setUndo(id: string | undefined, conversation = false): void {
     const w = this.where();
-    this.undo = id && w ? { id, workspace: w.uri } : undefined;
+    this.undo = id && w ? { id, workspace: w.uri, conversation } : undefined;
     this.changed.fire();
   }
 
@@ -134,27 +140,94 @@ export class SnapshotsModel extends BaseModel {
       nodes.push({
         id: `undo:${this.undo.id}`,
         label: 'Undo restore',
-        description: `back to ${shortId(this.undo.id)}`,
+        description: `back to ${shortId(this.undo.id)}${this.undo.conversation ? ', files and conversation' : ''}`,
         icon: 'discard',
         contextValue: 'undoRestore',
-        command: { command: COMMANDS.undoRestore, title: 'Undo restore', arguments: [this.undo.id] },
+        command: { command: COMMANDS.undoRestore, title: 'Undo restore', arguments: [this.undo.id, this.undo.conversation] },
       });
     }
     if (snapshots.length === 0) return [...nodes, message('No snapshots yet.', 'empty')];
-    return [...nodes, ...snapshots.map((s) => snapshotNode(s, this.now()))];
+    return [...nodes, ...snapshotTree(snapshots, this.now())];
   }
 }
 
+/** What took a snapshot, in plain words (v3 `trigger`). */
+export function triggerText(s: Pick<GhostCommit, 'trigger' | 'tool'>): string {
+  switch (s.trigger) {
+    case 'turn':
+      return 'when the turn began';
+    case 'tool':
+      return s.tool ? `before ${s.tool.name} ran` : 'before a tool ran';
+    case 'restore':
+      return 'before a restore (its undo)';
+    default:
+      return 'taken by you';
+  }
+}
+
+/** A checkpoint's own words: the hook's label, else what its tool or turn says. */
+function checkpointLabel(s: GhostCommit, now: number): string {
+  const message = s.message?.trim();
+  if (message && !(s.trigger === 'turn' && s.turn && message === s.turn.text.trim())) return message;
+  if (s.trigger === 'turn') return 'start of the turn';
+  if (s.tool) return `before ${s.tool.name}${s.tool.paths?.length ? ` ${s.tool.paths.join(', ')}` : ''}`;
+  return formatAge(s.createdAt, now);
+}
+
 export function snapshotNode(s: GhostCommit, now: number): TreeNode {
+  const label = s.turn ? checkpointLabel(s, now) : s.message?.trim() || formatAge(s.createdAt, now);
+  // A restore's own snapshot is already named "before restoring …".
+  const by = s.trigger && s.trigger !== 'manual' && s.trigger !== 'restore' ? `${triggerText(s)} · ` : '';
+  const turn = s.turn ? `\nTurn ${s.turn.index}: ${s.turn.text}` : '';
+  const tool = s.tool?.paths?.length ? `\n${s.tool.name}: ${s.tool.paths.join(', ')}` : '';
   return {
     id: `snapshot:${s.id}`,
-    label: s.message?.trim() || formatAge(s.createdAt, now),
-    description: `${formatAge(s.createdAt, now)} · ${s.fileCount} files · ${shortId(s.id)}`,
-    tooltip: `${s.createdAt ? new Date(toMillis(s.createdAt)).toLocaleString() : 'time unknown'}\n${s.fileCount} files${s.skipped?.length ? `, ${s.skipped.length} skipped` : ''}`,
-    icon: 'device-camera',
+    label,
+    description: `${by}${formatAge(s.createdAt, now)} · ${s.fileCount} files · ${shortId(s.id)}`,
+    tooltip:
+      `${s.createdAt ? new Date(toMillis(s.createdAt)).toLocaleString() : 'time unknown'} · ${triggerText(s)}${turn}${tool}\n` +
+      `${s.fileCount} files${s.skipped?.length ? `, ${s.skipped.length} skipped` : ''}${s.thread ? `\nThread ${s.thread}` : ''}`,
+    icon: s.trigger === 'tool' ? 'tools' : s.trigger === 'turn' ? 'comment' : s.trigger === 'restore' ? 'discard' : 'device-camera',
     contextValue: 'snapshot',
     command: { command: COMMANDS.showSnapshotChanges, title: 'Show changes', arguments: [s] },
   };
+}
+
+/**
+ * The Snapshots tree: snapshots newest first, except that the checkpoints of one agent turn (v3
+ * `turn`) sit under one "Turn 3: fix the tests" node, in the order they were taken, where the
+ * turn's newest checkpoint would be.
+ */
+export function snapshotTree(snapshots: readonly GhostCommit[], now: number): TreeNode[] {
+  const sorted = [...snapshots].sort((a, b) => toMillis(b.createdAt) - toMillis(a.createdAt));
+  const nodes: TreeNode[] = [];
+  const turns = new Map<string, { node: TreeNode; members: GhostCommit[] }>();
+  for (const s of sorted) {
+    if (!s.turn) {
+      nodes.push(snapshotNode(s, now));
+      continue;
+    }
+    const key = `${s.thread ?? ''}\u0000${s.turn.index}`;
+    let group = turns.get(key);
+    if (!group) {
+      const text = s.turn.text.replace(/\s+/g, ' ').trim();
+      group = {
+        node: { id: `turn:${s.thread ?? ''}:${s.turn.index}`, label: `Turn ${s.turn.index}: ${text || '(no words)'}`, icon: 'comment-discussion', children: [] },
+        members: [],
+      };
+      turns.set(key, group);
+      nodes.push(group.node);
+    }
+    group.members.push(s);
+  }
+  for (const { node, members } of turns.values()) {
+    members.reverse(); // oldest first: the turn as it happened
+    node.children = members.map((m) => snapshotNode(m, now));
+    const thread = members[0].thread;
+    node.description = `${members.length} checkpoint${members.length === 1 ? '' : 's'} · ${formatAge(members.at(-1)!.createdAt, now)}${thread ? ` · ${thread}` : ''}`;
+    node.tooltip = `${members[0].turn!.text}\nCheckpoints taken during this turn of ${thread ?? 'the agent'}; each restores the files as they were then.`;
+  }
+  return nodes;
 }
 
 /** A compaction seen on the wire while this window is open (what an older daemon leaves us). */
@@ -191,8 +264,9 @@ export function archivedBy(history: HistoryResult, id: number): Item[] {
  */
 export class CompactionsModel extends BaseModel {
   private readonly seen: SeenCompaction[] = [];
-  /** The workspace and thread last listed: a usage change redraws only when the shown thread is another. */
+  /** The workspace and thread last listed, and its history version: a usage change redraws when either moved. */
   private listed: string | undefined;
+  private listedVersion: number | undefined;
 
   constructor(service: CtxdService, where: Where, debounceMs = 100, private readonly now: () => number = Date.now) {
     super(service, where, debounceMs);
@@ -202,8 +276,9 @@ export class CompactionsModel extends BaseModel {
         this.refresh();
       }),
       service.onDidChangeThreads(() => this.refresh()),
-      service.onDidChangeUsage(() => {
-        if (this.shown() !== this.listed) this.refresh();
+      service.onDidChangeUsage((e) => {
+        const mine = this.shown() === `${e.workspace}\n${e.thread}`;
+        if (this.shown() !== this.listed || (mine && e.historyVersion !== this.listedVersion)) this.refresh();
       }),
     );
   }
@@ -220,6 +295,8 @@ export class CompactionsModel extends BaseModel {
     if (!this.service.supports(Method.history)) return [message('The ctxd daemon is not running.', 'down')];
     // limit 0: the compactions only, not the items.
     const history = await this.service.getHistory({ workspace: w.uri, thread: w.thread, includeArchived: true, limit: 0 });
+    this.listedVersion = history.historyVersion;
+    if (history.operations) return operationNodes(history, w.uri, w.thread, this.now());
     if (history.compactions) {
       if (history.compactions.length === 0) return [message(`No compactions of thread "${w.thread}" yet.`, 'empty')];
       return [...history.compactions].reverse().map((c) => ({
@@ -245,3 +322,32 @@ export class CompactionsModel extends BaseModel {
     }));
   }
 }
+
+/**
+ * (v3) The History tree: every operation of the thread, newest first (kind, items before → after,
+ * tokens, when, undone or not). One still in effect offers Undo; a click opens what it took out.
+ */
+export function operationNodes(history: HistoryResult, workspace: string, thread: string, now: number): TreeNode[] {
+  const ops = history.operations ?? [];
+  if (ops.length === 0) return [message(`No compaction, rollback or restore of thread "${thread}" yet.`, 'empty')];
+  const compactions = new Map((history.compactions ?? []).map((c) => [c.id, c]));
+  return [...ops].reverse().map((op) => {
+    const c = compactions.get(op.id);
+    const how = c ? `${strategyText(c.strategy)}${c.automatic ? ', automatic' : ''} · ` : '';
+    const undone = op.undoneBy !== undefined;
+    return {
+      id: `operation:${workspace}:${thread}:${op.id}`,
+      label: operationLabel(op),
+      description: how + operationDescription(op, now),
+      tooltip:
+        `${operationLabel(op)}${undone ? `\nUndone (by operation ${op.undoneBy}).` : op.kind === 'undo' ? '' : '\nIn effect: Undo puts back the history it replaced.'}` +
+        '\nClick to open the items it took out of the conversation (read-only).',
+      icon: undone ? 'circle-slash' : OPERATION_ICONS[op.kind],
+      contextValue: undone ? 'operation.undone' : 'operation',
+      command: { command: COMMANDS.openArchived, title: 'Open archived items', arguments: [workspace, thread, op.id] },
+      operation: op,
+    };
+  });
+}
+
+const OPERATION_ICONS: Record<string, string> = { compaction: 'fold', rollback: 'discard', restore: 'history', undo: 'redo' };

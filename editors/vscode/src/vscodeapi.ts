@@ -162,9 +162,9 @@ export function registerTree(viewId: string, model: TreeModel): Disposable {
   const sub = model.onDidChange(() => changed.fire());
   const provider: vscode.TreeDataProvider<TreeNode> = {
     onDidChangeTreeData: changed.event,
-    getChildren: (node) => (node ? [] : model.nodes().catch((err) => [{ id: 'error', label: String(err?.message ?? err), icon: 'warning' }])),
+    getChildren: (node) => (node ? (node.children ?? []) : model.nodes().catch((err) => [{ id: 'error', label: String(err?.message ?? err), icon: 'warning' }])),
     getTreeItem: (node) => {
-      const item = new vscode.TreeItem(node.label, vscode.TreeItemCollapsibleState.None);
+      const item = new vscode.TreeItem(node.label, node.children ? vscode.TreeItemCollapsibleState.Expanded : vscode.TreeItemCollapsibleState.None);
       item.id = node.id;
       item.description = node.description;
       item.tooltip = node.tooltip;

@@ -125,7 +125,7 @@ describe('package.json', () => {
     assert.deepEqual(manifest.capabilities.untrustedWorkspaces.restrictedConfigurations, ['ctxd.daemon.command', 'ctxd.llm.baseUrl']);
   });
   test('the ctxd view has the three trees, and every menu entry names a declared command', () => {
-    assert.deepEqual(manifest.contributes.views.ctxd.map((v: { name: string }) => v.name), ['Threads', 'Snapshots', 'Compactions']);
+    assert.deepEqual(manifest.contributes.views.ctxd.map((v: { name: string }) => v.name), ['Threads', 'Snapshots', 'History']);
     const declared = new Set(manifest.contributes.commands.map((c: { command: string }) => c.command));
     for (const entries of Object.values(manifest.contributes.menus) as { command: string }[][]) {
       for (const e of entries) assert.ok(declared.has(e.command), e.command);

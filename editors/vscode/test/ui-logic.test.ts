@@ -19,14 +19,14 @@ describe('status item menu', () => {
     const items = menuItems({ down: undefined, supports: all, thread: 'e2e' });
     assert.deepEqual(
       items.map((i) => i.value),
-      [COMMANDS.showUsage, COMMANDS.compactNow, COMMANDS.snapshot, COMMANDS.switchThread, COMMANDS.restore, COMMANDS.showStatus, COMMANDS.showLog],
+      [COMMANDS.showUsage, COMMANDS.compactNow, COMMANDS.snapshot, COMMANDS.switchThread, COMMANDS.restore, COMMANDS.undoLast, COMMANDS.showStatus, COMMANDS.showLog],
     );
     assert.equal(items[0].label, '$(graph) Open breakdown');
     assert.equal(items[1].description, 'thread "e2e"');
   });
 
   test('what the daemon does not serve is left out', () => {
-    const items = menuItems({ down: undefined, supports: (m) => m !== Method.ghostSnapshot && m !== Method.ghostRestore && m !== Method.status, thread: 'x' });
+    const items = menuItems({ down: undefined, supports: (m) => m !== Method.ghostSnapshot && m !== Method.ghostRestore && m !== Method.status && m !== Method.undo, thread: 'x' });
     assert.deepEqual(items.map((i) => i.value), [COMMANDS.showUsage, COMMANDS.compactNow, COMMANDS.switchThread, COMMANDS.showLog]);
   });
 

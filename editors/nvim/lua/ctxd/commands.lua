@@ -125,8 +125,9 @@ M.subcommands.snapshot = {
   end,
 }
 
---- The `undoId` of the last restore per workspace (`:Ctxd undo-restore`).
----@type table<string, { id: string, of: string }>
+--- The `undoId` of the last restore per workspace (`:Ctxd undo-restore`); for a restore with the
+--- conversation (v3) also its thread and history operation (`:Ctxd undo` restores both).
+---@type table<string, { id: string, of: string, conversation: boolean?, thread: string?, operation: integer? }>
 M.undo = {}
 
 ---@param list any
@@ -159,8 +160,12 @@ local function do_restore(target, snapshot, conversation)
       text = text .. (', %s ledger items dropped'):format(tostring(r.removedItems or 0))
     end
     if type(r.undoId) == 'string' then
-      M.undo[target.workspace] = { id = r.undoId, of = snapshot.id }
-      text = text .. '; :Ctxd undo-restore puts the files back'
+      -- v3: a restore with the conversation is undone with the conversation (files and history).
+      local both = conversation and type(r.operationId) == 'number'
+      M.undo[target.workspace] = { id = r.undoId, of = snapshot.id, conversation = both or nil,
+        thread = target.thread, operation = both and r.operationId or nil }
+      text = text .. (both and '; :Ctxd undo puts the files and the conversation back'
+        or '; :Ctxd undo-restore puts the files back')
     end
     notify(text)
   end), target)
@@ -245,8 +250,8 @@ M.subcommands.restore = {
             mine[item.ghost_commit.id] = true
           end
         end
-        -- Offered in the daemon's order: newest first.
-        vim.ui.select(snapshots, {
+        -- Newest first, an agent turn's checkpoints together under it.
+        vim.ui.select(require('ctxd.ui').order_snapshots(snapshots), {
           prompt = 'Restore snapshot',
           format_item = function(commit)
             return require('ctxd.ui').format_snapshot(commit) .. (mine[commit.id] and '  · this thread' or '')
@@ -274,11 +279,14 @@ M.subcommands['undo-restore'] = {
       notify('nothing to undo: no restore in this workspace since Neovim started', vim.log.levels.WARN)
       return
     end
-    client.request('ctxd/ghost/restore', { id = undo.id }, handle('undo-restore', function(r)
-      M.undo[target.workspace] = nil
-      vim.cmd.checktime()
-      notify(('undid the restore of %s: %s'):format(tostring(undo.of):sub(1, 10), files_text(r)))
-    end), target)
+    local where = undo.conversation and { workspace = target.workspace, thread = undo.thread } or target
+    client.request('ctxd/ghost/restore', { id = undo.id, conversation = undo.conversation == true },
+      handle('undo-restore', function(r)
+        M.undo[target.workspace] = nil
+        vim.cmd.checktime()
+        notify(('undid the restore of %s: %s%s'):format(tostring(undo.of):sub(1, 10), files_text(r),
+          undo.conversation and ', and the conversation is back' or ''))
+      end), where)
   end,
 }
 
@@ -369,7 +377,7 @@ M.subcommands.diff = {
         notify('no snapshots yet (take one with :Ctxd snapshot)', vim.log.levels.WARN)
         return
       end
-      vim.ui.select(r.snapshots, {
+      vim.ui.select(require('ctxd.ui').order_snapshots(r.snapshots), {
         prompt = 'Changes since snapshot',
         format_item = require('ctxd.ui').format_snapshot,
         kind = 'ctxd.snapshot',
@@ -495,8 +503,52 @@ M.subcommands.rollback = {
   end,
 }
 
---- Undo the thread's latest history operation (a compaction, a rollback, a restore with the
---- conversation, or an undo: undoing an undo redoes).
+--- The operation `:Ctxd undo` undoes: the newest one still in effect that is not itself an undo.
+---@param ops table[] `ctxd/history`'s operations, oldest first
+---@return table?
+function M.last_undoable(ops)
+  for i = #ops, 1, -1 do
+    if ops[i].kind ~= 'undo' and ops[i].undoneBy == nil then
+      return ops[i]
+    end
+  end
+  return nil
+end
+
+--- The undo `:Ctxd redo` undoes: the newest undo still in effect that undid a compaction, a
+--- rollback or a restore (not another undo).
+---@param ops table[]
+---@return table?
+function M.last_redoable(ops)
+  local undid = {}
+  for _, op in ipairs(ops) do
+    if op.kind ~= 'undo' and op.undoneBy ~= nil then
+      undid[op.undoneBy] = op
+    end
+  end
+  for i = #ops, 1, -1 do
+    if ops[i].kind == 'undo' and ops[i].undoneBy == nil and undid[ops[i].id] then
+      return ops[i], undid[ops[i].id]
+    end
+  end
+  return nil
+end
+
+local kind_words = { compaction = 'compaction', rollback = 'rollback', restore = 'restore of the conversation' }
+
+--- Run `ctxd/undo` on operation `op` of the target's thread and say `said`.
+local function undo_operation(target, op, said)
+  client.request('ctxd/undo', { id = op.id }, handle(said.what, function(r)
+    notify(said.text)
+    if type(r.usage) == 'table' then
+      status.seed(target.workspace, target.thread, r.usage)
+      vim.cmd.redrawstatus({ bang = true })
+    end
+  end), target)
+end
+
+--- Undo the thread's latest history operation still in effect (a compaction, a rollback, a
+--- restore with the conversation); a restore run from this Neovim gets its files back too.
 M.subcommands.undo = {
   run = function()
     local target, why = current_target()
@@ -505,20 +557,38 @@ M.subcommands.undo = {
       return
     end
     client.request('ctxd/history', { includeArchived = true, limit = 0 }, handle('undo', function(history)
-      local ops = history.operations or {}
-      local last = ops[#ops]
+      local last = M.last_undoable(history.operations or {})
       if not last then
-        notify('nothing to undo: this thread has no compaction, rollback or restore', vim.log.levels.WARN)
+        notify('nothing to undo: no compaction, rollback or restore of this thread is in effect', vim.log.levels.WARN)
         return
       end
-      client.request('ctxd/undo', { id = last.id }, handle('undo', function(r)
-        notify(('undid the %s (%d -> %d items); :Ctxd undo again redoes it'):format(
-          last.kind, last.itemsAfter or 0, last.itemsBefore or 0))
-        if type(r.usage) == 'table' then
-          status.seed(target.workspace, target.thread, r.usage)
-          vim.cmd.redrawstatus({ bang = true })
-        end
-      end), target)
+      local remembered = M.undo[target.workspace]
+      if last.kind == 'restore' and remembered and remembered.operation == last.id and remembered.thread == target.thread then
+        M.subcommands['undo-restore'].run()
+        return
+      end
+      undo_operation(target, last, { what = 'undo', text = ('undid the %s (%d -> %d items); :Ctxd redo redoes it'):format(
+        kind_words[last.kind] or last.kind, last.itemsAfter or 0, last.itemsBefore or 0) })
+    end), target)
+  end,
+}
+
+--- Redo what the last `:Ctxd undo` undid.
+M.subcommands.redo = {
+  run = function()
+    local target, why = current_target()
+    if not target then
+      notify('redo failed: ' .. tostring(why), vim.log.levels.ERROR)
+      return
+    end
+    client.request('ctxd/history', { includeArchived = true, limit = 0 }, handle('redo', function(history)
+      local undo, undid = M.last_redoable(history.operations or {})
+      if not undo then
+        notify('nothing to redo: no undo of this thread is in effect', vim.log.levels.WARN)
+        return
+      end
+      undo_operation(target, undo, { what = 'redo', text = ('redid the %s (%d -> %d items)'):format(
+        kind_words[undid.kind] or undid.kind, undid.itemsBefore or 0, undid.itemsAfter or 0) })
     end), target)
   end,
 }

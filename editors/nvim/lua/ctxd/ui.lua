@@ -463,12 +463,61 @@ function M.format_snapshot(commit)
   if message == nil or message == vim.NIL or message == '' then
     message = '(no message)'
   end
+  -- v3 checkpoints: the turn they belong to, then what took them (the tool, in plain words).
+  local turn, tool = commit.turn, commit.tool
+  if type(turn) == 'table' and turn.index then
+    local what
+    if commit.trigger == 'turn' then
+      what = 'start of the turn'
+    elseif type(tool) == 'table' and tool.name then
+      local paths = type(tool.paths) == 'table' and #tool.paths > 0 and (' ' .. table.concat(tool.paths, ', ')) or ''
+      what = message ~= '(no message)' and message or ('before ' .. tool.name .. paths)
+      if not what:find(tool.name, 1, true) then
+        what = ('%s (%s)'):format(what, tool.name)
+      end
+    else
+      what = message
+    end
+    message = ('Turn %d: %s › %s'):format(turn.index, M.fit(tostring(turn.text or ''):gsub('%s+', ' '), 40):gsub('%s+$', ''), what)
+  elseif commit.trigger == 'restore' then
+    message = message .. ' (taken before a restore)'
+  end
   return ('%s  %s  %s  (%s files)'):format(
     tostring(commit.id or '?'):sub(1, 10),
     tostring(when),
     message,
     tostring(commit.fileCount or '?')
   )
+end
+
+--- Snapshots for a picker: newest first, but the checkpoints of one agent turn (v3 `turn`)
+--- together, in the order they were taken, where the turn's newest one would be.
+---@param snapshots table[] GhostCommits, newest first (the daemon's order)
+---@return table[]
+function M.order_snapshots(snapshots)
+  local ordered, groups = {}, {}
+  for _, commit in ipairs(snapshots) do
+    local turn = commit.turn
+    if type(turn) == 'table' and turn.index then
+      local key = tostring(commit.thread) .. '\0' .. tostring(turn.index)
+      if not groups[key] then
+        groups[key] = {}
+        table.insert(ordered, { group = key })
+      end
+      table.insert(groups[key], 1, commit) -- oldest first
+    else
+      table.insert(ordered, { commit = commit })
+    end
+  end
+  local out = {}
+  for _, entry in ipairs(ordered) do
+    if entry.commit then
+      table.insert(out, entry.commit)
+    else
+      vim.list_extend(out, groups[entry.group])
+    end
+  end
+  return out
 end
 
 --- `text` cut to `width` display cells (with `…`) and padded to it.

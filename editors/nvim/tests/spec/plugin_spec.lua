@@ -382,8 +382,8 @@ t.describe(':Ctxd', function()
   end
 
   t.it('completes subcommands and strategies', function()
-    t.eq({ 'compact', 'diff', 'log', 'restart', 'restore', 'rollback', 'snapshot', 'threads', 'undo', 'undo-restore', 'usage' }, complete('Ctxd '))
-    t.eq({ 'restart', 'restore', 'rollback' }, complete('Ctxd r'))
+    t.eq({ 'compact', 'diff', 'log', 'redo', 'restart', 'restore', 'rollback', 'snapshot', 'threads', 'undo', 'undo-restore', 'usage' }, complete('Ctxd '))
+    t.eq({ 'redo', 'restart', 'restore', 'rollback' }, complete('Ctxd r'))
     t.eq({ 'auto', 'llm', 'remote', 'offline' }, complete('Ctxd compact '))
     t.eq({ 'llm' }, complete('Ctxd compact l'))
     t.eq({}, complete('Ctxd compact llm '))
@@ -415,6 +415,53 @@ t.describe('snapshot rows', function()
       ui.format_snapshot({ id = 'abcdef0123456', createdAt = '2026-01-02T03:04:05Z', message = 'first', fileCount = 3 }))
     t.eq('abcdef0123  (time unknown)  (no message)  (3 files)',
       ui.format_snapshot({ id = 'abcdef0123456', createdAt = vim.NIL, message = vim.NIL, fileCount = 3 }))
+  end)
+
+  t.it('group an agent turn\'s checkpoints under it, in the order taken, with their tool', function()
+    local ui = require('ctxd.ui')
+    local turn3 = { index = 3, text = 'fix the tests' }
+    local function c(id, extra)
+      return vim.tbl_extend('force', { id = id, createdAt = '2026-01-02T03:04:05Z', message = '', fileCount = 3,
+        thread = 'claude:s1', trigger = 'manual' }, extra)
+    end
+    -- The daemon's order: newest first.
+    local ordered = ui.order_snapshots({
+      c('manual0000', { message = 'mine', thread = vim.NIL }),
+      c('bash000000', { trigger = 'tool', turn = turn3, tool = { name = 'Bash' }, message = 'before Bash: sed -i s/a/b/ x.py' }),
+      c('edit000000', { trigger = 'tool', turn = turn3, tool = { name = 'Edit', paths = { 'src/app.py' } } }),
+      c('turn200000', { trigger = 'turn', turn = { index = 2, text = 'add a flag' }, message = 'add a flag' }),
+      c('turn300000', { trigger = 'turn', turn = turn3, message = 'fix the tests' }),
+    })
+    t.eq({ 'manual0000', 'turn300000', 'edit000000', 'bash000000', 'turn200000' }, vim.tbl_map(function(x)
+      return x.id
+    end, ordered))
+    local rows = vim.tbl_map(ui.format_snapshot, ordered)
+    t.eq('turn300000  2026-01-02 03:04:05  Turn 3: fix the tests › start of the turn  (3 files)', rows[2])
+    t.eq('edit000000  2026-01-02 03:04:05  Turn 3: fix the tests › before Edit src/app.py  (3 files)', rows[3])
+    t.eq('bash000000  2026-01-02 03:04:05  Turn 3: fix the tests › before Bash: sed -i s/a/b/ x.py  (3 files)', rows[4])
+    t.eq('abcdef0123  2026-01-02 03:04:05  before restoring 1234 (taken before a restore)  (3 files)',
+      ui.format_snapshot(c('abcdef0123456', { trigger = 'restore', message = 'before restoring 1234' })))
+  end)
+end)
+
+t.describe('undo and redo', function()
+  local function op(id, kind, undone_by)
+    return { id = id, kind = kind, itemsBefore = 4, itemsAfter = 2, undoneBy = undone_by }
+  end
+  t.it(':Ctxd undo takes the newest operation in effect that is not an undo', function()
+    local commands = require('ctxd.commands')
+    t.eq(1, commands.last_undoable({ op(1, 'compaction'), op(2, 'rollback', 3), op(3, 'undo') }).id)
+    t.eq(2, commands.last_undoable({ op(1, 'compaction', 2), op(2, 'rollback') }).id)
+    t.eq(nil, commands.last_undoable({ op(1, 'compaction', 2), op(2, 'undo') }))
+  end)
+  t.it(':Ctxd redo takes the newest undo in effect that undid an operation, not an undo', function()
+    local commands = require('ctxd.commands')
+    -- B undone by 3, A undone by 4, then 4 undone by 5 (A redone): redo redoes B.
+    local ops = { op(1, 'compaction'), op(2, 'rollback', 3), op(3, 'undo'), op(4, 'undo', 5), op(5, 'undo') }
+    local undo, undid = commands.last_redoable(ops)
+    t.eq(3, undo.id)
+    t.eq(2, undid.id)
+    t.eq(nil, commands.last_redoable({ op(1, 'compaction') }))
   end)
 end)
 

@@ -137,6 +137,44 @@ t.describe('snapshots (protocol 2)', function()
     t.eq(vim.log.levels.WARN, h.wait_message('nothing to undo').level)
   end)
 
+  t.it('Files and conversation, then :Ctxd undo: the files and the conversation come back (v3)', function()
+    h.write('calc.py', 'version 1\n')
+    h.request('ctxd/record', { items = { h.user('first'), h.assistant('one') } })
+    local snap = h.request('ctxd/ghost/snapshot', { message = 'conversation point' })
+    h.request('ctxd/record', { items = { h.user('second'), h.assistant('two') } })
+    h.write('calc.py', 'version 2\n')
+    local before = h.request('ctxd/history', {})
+    answer_selects({
+      function(items)
+        for i, item in ipairs(items) do
+          if item.id == snap.id then
+            return i
+          end
+        end
+      end,
+      function()
+        return 2 -- files and conversation
+      end,
+    })
+    vim.cmd('Ctxd restore')
+    local message = h.wait_message('restored ', 30000)
+    t.contains(':Ctxd undo puts the files and the conversation back', message.full)
+    t.eq('version 1\n', h.read('calc.py'))
+    t.eq(before.total - 2, h.request('ctxd/history', {}).total)
+    h.messages = {}
+    vim.cmd('Ctxd undo')
+    h.wait_message('undid the restore of ' .. snap.id:sub(1, 10), 30000)
+    t.eq('version 2\n', h.read('calc.py'))
+    t.eq(vim.json.encode(before.items), vim.json.encode(h.request('ctxd/history', {}).items))
+    -- Then nothing of this thread is left to undo, and redo brings the restore back.
+    h.messages = {}
+    vim.cmd('Ctxd undo')
+    t.eq(vim.log.levels.WARN, h.wait_message('nothing to undo').level)
+    vim.cmd('Ctxd redo')
+    h.wait_message('redid the restore of the conversation', 30000)
+    t.eq(before.total - 2, h.request('ctxd/history', {}).total)
+  end)
+
   t.it(':Ctxd restore offers nothing when the files match and the snapshot is not this thread\'s', function()
     local snap = h.request('ctxd/ghost/snapshot', { message = 'elsewhere', thread = 'someone-else' })
     local seen = answer_selects({

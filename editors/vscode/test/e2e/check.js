@@ -8,7 +8,7 @@
 //                           exact vs estimated, human names, Compact / Snapshot buttons
 //   vscode-breakdown-dark.png  the same page in the dark theme
 //   vscode-compacted.png    Compact now from the page: exactly one message about it
-//   vscode-views.png        the ctxd activity-bar view: Threads, Snapshots, Compactions
+//   vscode-views.png        the ctxd activity-bar view: Threads, Snapshots, History (the thread's compactions, rollbacks, restores, undos)
 //   (no screenshot) a snapshot another client takes appears in the Snapshots tree when the view shows again
 //   vscode-status.png       "Show status" from the menu: ctxd/status as a page (trust passed = yes)
 //   vscode-snapshot-diff.png  a snapshot taken from the Snapshots view, main.py edited, then the row's
@@ -21,7 +21,13 @@
 //                           new since the snapshot, removed), ctxd/history is back to
 //                           just after the snapshot's item, the message says how many items were dropped, the gauge and
 //                           the Threads tree are back to the snapshot's fill, Undo restore on top of the Snapshots tree
-//   vscode-compactions-reload.png  after a window reload, the Compactions tree still lists the compaction (from ctxd/history)
+//   vscode-undo-restore-conversation.png  the restore message's Undo restore: main.py and later.json are back, ctxd/history
+//                           is back to the later turn (every item as before the restore), the History tree lists the restore as undone
+//   vscode-compacted-undoable.png  Compact Now from the palette: the message offers Undo, the History tree lists the compaction
+//   vscode-rollback-crossing.png  Roll Back Last Turn right after it: the confirmation says "This goes back past a compaction: …"
+//   vscode-rollback-undone.png  Roll Back, then the message's Undo: ctxd/history is the compacted history again, the
+//                           compaction in effect, the rollback listed as undone in the History tree
+//   vscode-compactions-reload.png  after a window reload, the History tree still lists the compaction (from ctxd/history)
 //   vscode-compaction-archived.png  a click on it opens the items it replaced, read-only
 //   vscode-crash-storm.png  a daemon that keeps crashing: "stopped after 5 crashes" with Restart, also on the page
 //   vscode-not-installed.png  a Python without ctxd: one notification with Install / Set path / Show log, no Markdown,
@@ -440,13 +446,13 @@ async function checkMain(page) {
         title: (p.querySelector('.pane-header .title')?.textContent || '').trim(),
         rows: [...p.querySelectorAll('.monaco-list-row')].map((r) => (r.textContent || '').trim()),
       }));
-      return panes.filter((p) => ['Threads', 'Snapshots', 'Compactions'].includes(p.title));
+      return panes.filter((p) => ['Threads', 'Snapshots', 'History'].includes(p.title));
     });
     const by = Object.fromEntries(v.map((p) => [p.title, p.rows]));
     const ok =
       by.Threads?.some((r) => r.includes('e2e') || r.includes('Step 0')) &&
       by.Snapshots?.some((r) => r.includes('e2e checkpoint')) &&
-      by.Compactions?.some((r) => /→ .* tokens/.test(r));
+      by.History?.some((r) => /^Compaction: .*→ .* tokens/.test(r));
     return ok ? by : false;
   });
   log(`views: ${JSON.stringify(views)}`);
@@ -486,6 +492,7 @@ async function checkMain(page) {
 
   await checkSnapshotActions(page);
   await checkRestoreConversation(page);
+  await checkRollbackAcrossCompaction(page);
   await checkCompactionsAfterReload(page, compacted.text);
 }
 
@@ -637,30 +644,144 @@ async function checkRestoreConversation(page) {
   const fill = gaugeAtSnapshot.split('/')[0]; // "2% · 2.9k"
   const trees = await until(`the Threads tree to show "${fill}" and Undo restore on top of the Snapshots tree`, async () => {
     const t = { threads: await paneRows(page, 'Threads'), snapshots: await paneRows(page, 'Snapshots') };
-    return t.threads.some((r) => r.startsWith('e2e') && r.includes(fill)) && t.snapshots[0] && t.snapshots[0].startsWith('Undo restore') ? t : false;
+    return t.threads.some((r) => (r.startsWith('e2e') || r.startsWith('Step 0')) && r.includes(fill)) && t.snapshots[0] && t.snapshots[0].startsWith('Undo restore') ? t : false;
   });
   const shown = { gauge: await gaugeNow(page), toasts: await toasts(page) };
   if (shown.gauge.includes(gaugeAfterTurn) || !shown.gauge.includes(gaugeAtSnapshot)) throw new Error(`the gauge after the restore: "${shown.gauge}"`);
   if (!shown.toasts.some((t) => t.text === restored.text)) throw new Error(`the restore message is gone before the screenshot: ${JSON.stringify(shown.toasts)}`);
   log(`restored ${short} with the conversation: main.py is ${JSON.stringify(readFile(file))}; "${restored.text}"; ctxd/history ${afterTurn.total} → ${rolled.total} items; gauge "${shown.gauge}"; trees ${JSON.stringify(trees)}`);
   await shot(page, 'vscode-restored-conversation.png');
+
+  // --- the message's Undo restore: the files AND the conversation come back (v3) -------------------------
+  await clickToastButton(page, /^Restored /, 'Undo restore');
+  const undone = await waitToast(page, /Restore undone: \d+ files? put back, \d+ removed, and the conversation is as it was before the restore\./, 'the undo message');
+  await until('main.py changed again on disk', () => readFile(file) === changed);
+  if (!fs.existsSync(later)) throw new Error(`the undo did not bring back ${later}`);
+  const back = await history('e2e');
+  if (JSON.stringify(back.items) !== JSON.stringify(afterTurn.items)) {
+    throw new Error(`ctxd/history after the undo: ${back.total} items (want the ${afterTurn.total} before the restore)`);
+  }
+  await gaugeShows(page, gaugeAfterTurn);
+  const ops = await operations('e2e');
+  const restoreOp = ops.filter((o) => o.kind === 'restore').at(-1);
+  if (!restoreOp || restoreOp.undoneBy === undefined) throw new Error(`the restore is not undone in ctxd/history's operations: ${JSON.stringify(ops)}`);
+  const rows = await until('the History tree to list the restore as undone', async () => {
+    const r = await paneRows(page, 'History');
+    return r.some((x) => x.startsWith('Restore:') && x.includes('undone')) ? r : false;
+  });
+  log(`undid the restore: main.py is ${JSON.stringify(readFile(file))}, later.json back; "${undone.text}"; ctxd/history ${back.total} items; History ${JSON.stringify(rows)}`);
+  await shot(page, 'vscode-undo-restore-conversation.png');
   await clearToasts(page);
 }
 
-/** A reloaded window has seen no ctxd/compacted: the Compactions tree lists it from ctxd/history. */
+/** `ctxd/history`'s operations of `thread` (v3), from another client. */
+async function operations(thread) {
+  return (await otherDaemon((request) => request('ctxd/history', { thread, includeArchived: true, limit: 0 }))).operations || [];
+}
+
+/** Clicks the button `label` of the toast whose message matches `pattern`. */
+async function clickToastButton(page, pattern, label) {
+  await waitToast(page, pattern, `the message ${pattern}`);
+  const clicked = await page.evaluate(
+    (src, l) => {
+      const toast = [...document.querySelectorAll('.notifications-toasts .notification-toast')].find((e) =>
+        new RegExp(src).test((e.querySelector('.notification-list-item-message')?.textContent || '').trim()),
+      );
+      const b = toast && [...toast.querySelectorAll('.monaco-button')].find((x) => (x.textContent || '').trim() === l);
+      if (b) b.click();
+      return !!b;
+    },
+    pattern.source,
+    label,
+  );
+  if (!clicked) throw new Error(`no "${label}" button on the message ${pattern}: ${JSON.stringify(await toasts(page))}`);
+}
+
+/**
+ * Compact Now from the palette (its message offers Undo), then Roll Back Last Turn: the
+ * confirmation warns that it goes back past the compaction; the rollback runs, and the message's
+ * Undo puts the compacted history back. ctxd/history and the History tree are checked after each.
+ */
+async function checkRollbackAcrossCompaction(page) {
+  await openCtxdView(page);
+  const before = await history('e2e');
+  await runCommand(page, 'ctxd: Compact Now');
+  const compacted = await waitToast(page, /^Compacted .* → .* tokens/, 'the compaction message');
+  if (JSON.stringify(compacted.buttons) !== JSON.stringify(['Undo'])) throw new Error(`the compaction message's actions: ${JSON.stringify(compacted.buttons)}`);
+  const afterCompaction = await history('e2e');
+  if (afterCompaction.total >= before.total) throw new Error(`the compaction left ${afterCompaction.total} of ${before.total} items`);
+  const compactionOp = (await operations('e2e')).at(-1);
+  if (compactionOp.kind !== 'compaction' || compactionOp.undoneBy !== undefined) throw new Error(`the last operation: ${JSON.stringify(compactionOp)}`);
+  await until('the History tree to list the compaction on top', async () => {
+    const r = await paneRows(page, 'History');
+    return r[0] && r[0].startsWith('Compaction:') && !r[0].includes('undone');
+  });
+  await shot(page, 'vscode-compacted-undoable.png');
+  await clearToasts(page);
+
+  // --- Roll Back Last Turn: asked first, with the warning -------------------------------------------------
+  await runCommand(page, 'ctxd: Roll Back Last Turn');
+  const asked = await until('the rollback confirmation', () =>
+    page.evaluate(() => {
+      const box = document.querySelector('.monaco-dialog-box');
+      return box ? (box.textContent || '').trim() : false;
+    }),
+  );
+  if (!/Roll back past a compaction\?/.test(asked) || !/This goes back past a compaction: /.test(asked)) {
+    throw new Error(`the rollback confirmation does not warn about the compaction: ${asked}`);
+  }
+  if (JSON.stringify((await history('e2e')).items) !== JSON.stringify(afterCompaction.items)) throw new Error('asking changed the history');
+  await shot(page, 'vscode-rollback-crossing.png');
+  await answerDialog(page, /Roll back past a compaction\?/, 'Roll Back');
+  const rolled = await waitToast(page, /^Rolled back the last turn and the compaction it went past: /, 'the rollback message');
+  if (JSON.stringify(rolled.buttons) !== JSON.stringify(['Undo'])) throw new Error(`the rollback message's actions: ${JSON.stringify(rolled.buttons)}`);
+  const afterRollback = await history('e2e');
+  if (JSON.stringify(afterRollback.items).includes('Later step 9')) throw new Error('the rollback left the later turn');
+  const opsRolled = await operations('e2e');
+  const crossed = opsRolled.find((o) => o.id === compactionOp.id);
+  const rollbackOp = opsRolled.at(-1);
+  if (rollbackOp.kind !== 'rollback' || crossed.undoneBy !== rollbackOp.id) throw new Error(`after the rollback: ${JSON.stringify(opsRolled)}`);
+  await until('the History tree to list the rollback, and the compaction as undone', async () => {
+    const r = await paneRows(page, 'History');
+    return r[0] && r[0].startsWith('Rollback:') && r[1] && r[1].startsWith('Compaction:') && r[1].includes('undone');
+  });
+
+  // --- the message's Undo: the compacted history is back ---------------------------------------------------
+  await clickToastButton(page, /^Rolled back the last turn/, 'Undo');
+  const undone = await waitToast(page, /^Rollback undone: .* tokens in use\./, 'the undo message');
+  const back = await history('e2e');
+  if (JSON.stringify(back.items) !== JSON.stringify(afterCompaction.items)) {
+    throw new Error(`ctxd/history after the undo: ${back.total} items, want the ${afterCompaction.total} after the compaction`);
+  }
+  const opsBack = await operations('e2e');
+  if (opsBack.find((o) => o.id === compactionOp.id).undoneBy !== undefined || opsBack.find((o) => o.id === rollbackOp.id).undoneBy === undefined) {
+    throw new Error(`after the undo: ${JSON.stringify(opsBack)}`);
+  }
+  const rows = await until('the History tree: the undo on top, the rollback undone, the compaction in effect', async () => {
+    const r = await paneRows(page, 'History');
+    const ok =
+      r[0] && r[0].startsWith('Undo:') && r[1] && r[1].startsWith('Rollback:') && r[1].includes('undone') && r[2] && r[2].startsWith('Compaction:') && !r[2].includes('undone');
+    return ok ? r : false;
+  });
+  log(`compaction → rollback (warned: "${asked.slice(0, 160)}…") → undo: "${undone.text}"; ctxd/history ${before.total} → ${afterCompaction.total} → ${afterRollback.total} → ${back.total}; History ${JSON.stringify(rows)}`);
+  await shot(page, 'vscode-rollback-undone.png');
+  await clearToasts(page);
+}
+
+/** A reloaded window has seen no ctxd/compacted: the History tree lists it from ctxd/history. */
 async function checkCompactionsAfterReload(page, compactedText) {
   const label = /Compacted (\S+ → \S+ tokens)/.exec(compactedText)[1];
   await page.reload({ waitUntil: 'domcontentloaded', timeout: TIMEOUT });
   await page.waitForSelector('.statusbar', { timeout: TIMEOUT });
   await until('the ctxd view after the reload', async () => {
     await openCtxdView(page);
-    return (await paneRows(page, 'Compactions')).length > 0;
+    return (await paneRows(page, 'History')).length > 0;
   });
-  const rows = await until(`the Compactions tree to list "${label}"`, async () => {
-    const r = await paneRows(page, 'Compactions');
-    return r.some((x) => x.startsWith(label)) ? r : false;
+  const rows = await until(`the History tree to list the compaction "${label}"`, async () => {
+    const r = await paneRows(page, 'History');
+    return r.some((x) => x.startsWith('Compaction:') && x.includes(label)) ? r : false;
   });
-  log(`after a reload, Compactions: ${JSON.stringify(rows)}`);
+  log(`after a reload, History: ${JSON.stringify(rows)}`);
   await shot(page, 'vscode-compactions-reload.png');
 
   // --- the breakdown tab came back with the window, and draws ------------------------------------------
@@ -679,8 +800,8 @@ async function checkCompactionsAfterReload(page, compactedText) {
   // nothing is repeated every few seconds, and a timeout says what was on screen.
   const clickRow = () =>
     page.evaluate((l) => {
-      const pane = [...document.querySelectorAll('.pane')].find((p) => (p.querySelector('.pane-header .title')?.textContent || '').trim() === 'Compactions');
-      const row = pane && [...pane.querySelectorAll('.monaco-list-row')].find((x) => (x.textContent || '').startsWith(l));
+      const pane = [...document.querySelectorAll('.pane')].find((p) => (p.querySelector('.pane-header .title')?.textContent || '').trim() === 'History');
+      const row = pane && [...pane.querySelectorAll('.monaco-list-row')].find((x) => (x.textContent || '').startsWith('Compaction:') && (x.textContent || '').includes(l));
       if (row) row.click();
     }, label);
   await clickRow();
