@@ -595,6 +595,8 @@ def test_after_a_compaction_the_gauge_drops_the_fill_from_before_it_at_once(daem
     pushed = client.wait_for_notification("ctxd/usageChanged", lambda p: p["thread"] == CLAUDE_THREAD,
                                           timeout=15, after=seen)
     assert pushed["source"] == "estimate" and pushed["usedTokens"] != 15_546
+    # Claude Code's SessionStart (source "compact") follows: the same compaction, told twice.
+    assert hook(tmp_path, "claude", "SessionStart", {**compacted, "source": "compact"}, project).returncode == 0
     # The status line Claude Code runs next still carries the request from before the compaction:
     # it does not bring the stale fill back, nor does the session file's old report.
     stale = ctxd(tmp_path, "statusline", cwd=project, stdin=status_input(project, fx.CLAUDE_ID, 6, 15_500, 40))

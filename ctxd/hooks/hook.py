@@ -259,9 +259,11 @@ def main(argv: list[str]) -> int:
         if data is None:
             return 0
         if event == "SessionStart":
-            if data.get("source") == "compact" and (line := compaction_context(agent, data)):
-                sys.stdout.write(line + "\n")
-                sys.stdout.flush()
+            if data.get("source") == "compact":
+                if line := compaction_context(agent, data):
+                    sys.stdout.write(line + "\n")
+                    sys.stdout.flush()
+                plan(agent, "PostCompact", data, _state_dir())  # the compaction, should PostCompact not run
             return 0
         job = plan(agent, event, data, _state_dir())
         if job is not None:

@@ -514,7 +514,8 @@ class Workspace:
         arrives; the stale figure, were it reported again, is ignored."""
         with self.lock:
             ledger = self._ledger(thread)
-            stale = ledger.api_total
+            awaiting = (ledger.state or {}).get(AWAITING_REPORT)
+            stale = awaiting.get("stale") if isinstance(awaiting, dict) else ledger.api_total  # told twice
             state = {**(ledger.state or {}), AWAITING_REPORT: {"stale": stale, "at": time.time()}}
             self.store.update_thread(thread, api_total=None, api_seq=0, state=state)
             ledger.api_total, ledger.api_seq, ledger.state = None, 0, state
