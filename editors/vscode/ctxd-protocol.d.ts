@@ -2,7 +2,7 @@
 /**
  * The ctxd wire protocol (version 2): results, notifications and request params. GENERATED, do not edit:
  * `npm run gen:protocol` from docs/protocol.schema.json (from ctxd/protocol/shapes.py).
- * schema sha256: a80e26c1b37095f6935c1d54775335ca65b7373b3fc7f4fafe518df61ccbba5b
+ * schema sha256: 47c4f8ebca01d734b7bbafd5660262d318d1002a28b26c60124d4bd8646bd195
  */
 
 /**
@@ -12,6 +12,7 @@ export interface CtxdProtocol {
   ctxd_compact: CompactResult;
   ctxd_compact_params: CompactParams;
   ctxd_compacted: Compacted;
+  ctxd_ghostChanged: GhostChanged;
   ctxd_ghost_delete: DeleteResult;
   ctxd_ghost_delete_params: GhostDeleteParams;
   ctxd_ghost_diff: DiffResult;
@@ -77,6 +78,15 @@ export interface Compacted {
   thread: string;
   tokensAfter: number;
   tokensBefore: number;
+  workspace: string;
+}
+/**
+ * `ctxd/ghostChanged` (v3): the workspace's snapshots changed, e.g. a hook took a checkpoint.
+ *
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "GhostChanged".
+ */
+export interface GhostChanged {
   workspace: string;
 }
 /**
