@@ -186,8 +186,11 @@ class HookWatcher:
     def _check_marks(self, workspaces: list[Workspace]) -> None:
         self._watch(self.marks_dir)
         now = _stamps(self.marks_dir, "")
-        first, self._marks = self._marks is None, now
-        for path in now:
+        before, self._marks = self._marks, now
+        first = before is None
+        for path, stamp in now.items():
+            if before is not None and before.get(path) == stamp:
+                continue
             mark = _read(path)
             when = mark.get("compactedAt")
             if self._compacted.get(path) == when:
