@@ -615,3 +615,19 @@ def test_after_a_compaction_the_gauge_drops_the_fill_from_before_it_at_once(daem
     pushed = client.wait_for_notification("ctxd/usageChanged", lambda p: p["thread"] == CLAUDE_THREAD
                                           and p["source"] == "api", timeout=15, after=seen)
     assert pushed["usedTokens"] == 4_105
+
+
+def test_codexs_post_compact_hook_drops_the_fill_from_before_it_at_once(daemon_factory, tmp_path: Path,
+                                                                        state_dir: Path) -> None:
+    from tests.test_sessions_e2e import CODEX_THREAD, followed_codex_repo, wait_thread
+
+    repo, _, client = followed_codex_repo(daemon_factory, tmp_path, {"a.txt": "a\n"})
+    before = wait_thread(client, repo.root, CODEX_THREAD, lambda t: t["usage"]["source"] == "api")["usage"]
+    watching(client, repo.root)
+    seen = len(client.notifications)
+    compacted = {"session_id": CODEX_THREAD.split(":", 1)[1], "cwd": str(repo.root), "hook_event_name": "PostCompact",
+                 "trigger": "auto"}
+    assert hook(tmp_path, "codex", "PostCompact", compacted, repo.root).returncode == 0
+    pushed = client.wait_for_notification("ctxd/usageChanged", lambda p: p["thread"] == CODEX_THREAD,
+                                          timeout=15, after=seen)
+    assert pushed["source"] == "estimate" and pushed["usedTokens"] != before["usedTokens"]
