@@ -178,7 +178,7 @@ def plan(agent: str, event: str, data: dict[str, Any], state_dir: Path) -> dict[
         return {"folder": located.folder, "thread": thread, "trigger": "tool", "turn": turn, "tool": tool,
                 "message": label}
     if event == "PostCompact":
-        # A running daemon drops the thread's pre-compaction usage on seeing this (ctxd.hooks.watch).
+        # A running daemon drops the thread's pre-compaction usage on seeing this (ctxd.sessions.hook_watch).
         marks.write(state_dir, thread, {**mark, "thread": thread, "compactedAt": time.time()})
     return None
 

@@ -98,7 +98,7 @@ class CtxdServer:
         self._cancels: dict[Any, threading.Event] = {}
         self._shown: set[str] = set()  # settings problems already shown (each once per session)
         self.sessions: Any = None  # ctxd.sessions.bridge.SessionBridge, once warmed up
-        self.hook_watcher: Any = None  # ctxd.hooks.watch.HookWatcher, started with it
+        self.hook_watcher: Any = None  # ctxd.sessions.hook_watch.HookWatcher, started with it
         self._warmed = threading.Event()  # set when `_warm_up` is done
         # `handlers.record_now`, once the warm-up imported it (it imports pydantic: not at start).
         self._record_handler: Callable[[Callable[[str], Workspace], Any], dict[str, Any] | None] | None = None
@@ -320,7 +320,7 @@ class CtxdServer:
 
         if self.sessions is not None:
             return
-        from ctxd.hooks.watch import HookWatcher  # what the agents' hooks and status line wrote
+        from ctxd.sessions.hook_watch import HookWatcher  # what the agents' hooks and status line wrote
 
         self.hook_watcher = HookWatcher(
             self.service, lambda uri: self.outbox.notify(methods.GHOST_CHANGED, {"workspace": uri}))  # type: ignore[union-attr]
