@@ -1,4 +1,4 @@
-"""In the daemon (beside the session follower): what ctxd's hooks and status line (other processes) wrote, applied and told at once.
+"""In the daemon, beside the session follower: what ctxd's hooks and status line wrote, applied.
 
 - A checkpoint a hook took: the workspace's snapshot store gets a new `last-<scope>.json`; the
   clients are told with `ctxd/ghostChanged` (they list the snapshots again).
