@@ -507,3 +507,129 @@ def test_a_linked_configuration_file_stays_a_link(tmp_path: Path) -> None:
     assert (project / ".codex" / "config.toml").is_symlink() and "# >>> ctxd" in dotfiles.read_text()
     assert ctxd(tmp_path, "hooks", "uninstall", "--agent", "codex", "--scope", "project", cwd=project).returncode == 0
     assert (project / ".codex" / "config.toml").is_symlink() and dotfiles.read_text() == CODEX_CONFIG
+
+
+# --- a running daemon learns what the hooks and the status line wrote ------------------------------
+
+
+def watching(client: Any, folder: Path) -> None:
+    """Wait until the daemon follows sessions (its hook watcher starts just before)."""
+    deadline = time.monotonic() + 30
+    while not client.request("ctxd/status", {"workspace": folder.as_uri()})["sources"]:
+        assert time.monotonic() < deadline, "the daemon never started following sessions"
+        time.sleep(0.05)
+
+
+def test_a_running_daemon_tells_its_clients_when_a_hook_takes_a_checkpoint(daemon_factory, tmp_path: Path,
+                                                                           state_dir: Path) -> None:
+    project = known_project(tmp_path)
+    client = daemon_factory([project], env={"HOME": str(tmp_path / "home")})
+    uri = project.as_uri()
+    watching(client, project)
+    seen = len(client.notifications)
+    turn = {"session_id": "s-7", "cwd": str(project), "prompt": "Rename the app"}
+    assert hook(tmp_path, "claude", "UserPromptSubmit", turn, project).returncode == 0
+    pushed = client.wait_for_notification("ctxd/ghostChanged", lambda p: p["workspace"] == uri, timeout=15, after=seen)
+    assert check_shape("ctxd/ghostChanged", pushed) is None
+    listed = client.request("ctxd/ghost/list", {"workspace": uri})["snapshots"]
+    assert [(s["message"], s["trigger"], s["thread"]) for s in listed] == [("Rename the app", "turn", "claude:s-7")]
+
+
+def followed_claude(daemon_factory, tmp_path: Path) -> tuple[Path, Any]:
+    """A workspace with a Claude Code session the daemon follows (its file reports 15,546 tokens)."""
+    from tests import session_fixtures as fx
+    from tests.test_sessions_e2e import CLAUDE_THREAD, homes, wait_thread
+
+    project = make_repo(tmp_path / "proj")
+    _, claude_home, env = homes(tmp_path)
+    fx.write_jsonl(fx.claude_path(claude_home, project), fx.claude_session(project))
+    client = daemon_factory([project], env={**env, "HOME": str(tmp_path / "home")})
+    wait_thread(client, project, CLAUDE_THREAD, lambda t: t["usage"]["usedTokens"] == 15_546)
+    watching(client, project)
+    return project, client
+
+
+def status_input(project: Path, session: str, input_tokens: int, read: int, output: int) -> bytes:
+    return json.dumps({"session_id": session, "cwd": str(project), "model": {"id": "claude-sonnet-4-5"},
+                       "cost": {"total_cost_usd": 0.42},
+                       "context_window": {"context_window_size": 200_000, "current_usage": {
+                           "input_tokens": input_tokens, "cache_creation_input_tokens": 0,
+                           "cache_read_input_tokens": read, "output_tokens": output}}}).encode()
+
+
+def test_the_status_lines_exact_usage_reaches_every_clients_gauge(daemon_factory, tmp_path: Path, state_dir: Path) -> None:
+    from tests import session_fixtures as fx
+    from tests.test_sessions_e2e import CLAUDE_THREAD
+
+    project, client = followed_claude(daemon_factory, tmp_path)
+    seen = len(client.notifications)
+    done = ctxd(tmp_path, "statusline", "--no-colour", cwd=project,
+                stdin=status_input(project, fx.CLAUDE_ID, 10, 60_000, 90))
+    assert done.returncode == 0 and done.stdout.startswith(b"claude \xc2\xb7 36% of 167k")
+    pushed = client.wait_for_notification("ctxd/usageChanged", lambda p: p["thread"] == CLAUDE_THREAD,
+                                          timeout=15, after=seen)
+    assert check_shape("ctxd/usageChanged", pushed) is None
+    # Claude Code's request plus the reply, ctxd's one rule for Claude's fill (docs/sessions.md).
+    assert (pushed["usedTokens"], pushed["source"]) == (60_100, "api")
+    usage = client.request("ctxd/usage", {"workspace": project.as_uri(), "thread": CLAUDE_THREAD})["usage"]
+    assert usage["usedTokens"] == 60_100
+    # Another session's status line (a thread this workspace does not follow) changes nothing here.
+    seen = len(client.notifications)
+    assert ctxd(tmp_path, "statusline", cwd=project, stdin=status_input(project, "other", 1, 2, 3)).returncode == 0
+    assert ctxd(tmp_path, "statusline", cwd=project, stdin=status_input(project, fx.CLAUDE_ID, 7, 70_000, 3)).returncode == 0
+    pushed = client.wait_for_notification("ctxd/usageChanged", lambda p: p["thread"] == CLAUDE_THREAD,
+                                          timeout=15, after=seen)
+    assert pushed["usedTokens"] == 70_010
+    assert not any(n["method"] == "ctxd/usageChanged" and n["params"]["thread"] != CLAUDE_THREAD
+                   for n in client.notifications[seen:])
+
+
+def test_after_a_compaction_the_gauge_drops_the_fill_from_before_it_at_once(daemon_factory, tmp_path: Path,
+                                                                            state_dir: Path) -> None:
+    from tests import session_fixtures as fx
+    from tests.test_sessions_e2e import CLAUDE_THREAD
+
+    project, client = followed_claude(daemon_factory, tmp_path)
+    uri = project.as_uri()
+    seen = len(client.notifications)
+    compacted = {"session_id": fx.CLAUDE_ID, "cwd": str(project), "hook_event_name": "PostCompact", "trigger": "manual"}
+    assert hook(tmp_path, "claude", "PostCompact", compacted, project).returncode == 0
+    pushed = client.wait_for_notification("ctxd/usageChanged", lambda p: p["thread"] == CLAUDE_THREAD,
+                                          timeout=15, after=seen)
+    assert pushed["source"] == "estimate" and pushed["usedTokens"] != 15_546
+    # Claude Code's SessionStart (source "compact") follows: the same compaction, told twice.
+    assert hook(tmp_path, "claude", "SessionStart", {**compacted, "source": "compact"}, project).returncode == 0
+    # The status line Claude Code runs next still carries the request from before the compaction:
+    # it does not bring the stale fill back, nor does the session file's old report.
+    stale = ctxd(tmp_path, "statusline", cwd=project, stdin=status_input(project, fx.CLAUDE_ID, 6, 15_500, 40))
+    assert stale.returncode == 0
+    claude_file = fx.claude_path(tmp_path / "claude-home", project)
+    fx.append_jsonl(claude_file, [fx.claude_user("and now?", "u9", "a2", project, "2025-10-03T11:06:00.000Z")])
+    from tests.test_sessions_e2e import wait_thread
+
+    wait_thread(client, project, CLAUDE_THREAD, lambda t: t["itemCount"] == 7)
+    usage = client.request("ctxd/usage", {"workspace": uri, "thread": CLAUDE_THREAD})["usage"]
+    assert usage["source"] == "estimate" and usage["usedTokens"] != 15_546
+    # The first report after the compaction is the gauge again.
+    seen = len(client.notifications)
+    assert ctxd(tmp_path, "statusline", cwd=project,
+                stdin=status_input(project, fx.CLAUDE_ID, 5, 4_000, 100)).returncode == 0
+    pushed = client.wait_for_notification("ctxd/usageChanged", lambda p: p["thread"] == CLAUDE_THREAD
+                                          and p["source"] == "api", timeout=15, after=seen)
+    assert pushed["usedTokens"] == 4_105
+
+
+def test_codexs_post_compact_hook_drops_the_fill_from_before_it_at_once(daemon_factory, tmp_path: Path,
+                                                                        state_dir: Path) -> None:
+    from tests.test_sessions_e2e import CODEX_THREAD, followed_codex_repo, wait_thread
+
+    repo, _, client = followed_codex_repo(daemon_factory, tmp_path, {"a.txt": "a\n"})
+    before = wait_thread(client, repo.root, CODEX_THREAD, lambda t: t["usage"]["source"] == "api")["usage"]
+    watching(client, repo.root)
+    seen = len(client.notifications)
+    compacted = {"session_id": CODEX_THREAD.split(":", 1)[1], "cwd": str(repo.root), "hook_event_name": "PostCompact",
+                 "trigger": "auto"}
+    assert hook(tmp_path, "codex", "PostCompact", compacted, repo.root).returncode == 0
+    pushed = client.wait_for_notification("ctxd/usageChanged", lambda p: p["thread"] == CODEX_THREAD,
+                                          timeout=15, after=seen)
+    assert pushed["source"] == "estimate" and pushed["usedTokens"] != before["usedTokens"]

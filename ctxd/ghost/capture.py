@@ -16,7 +16,6 @@ import re
 import shutil
 import struct
 import threading
-import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -359,7 +358,7 @@ class _Cache:
         st = index.stat()
         meta = {**known, "stat": [st.st_ino, st.st_size, st.st_mtime_ns], "untracked": untracked,
                 "deleted": deleted}
-        pending = self.index.with_suffix(f".{uuid.uuid4().hex}.tmp")
+        pending = self.index.with_suffix(f".{os.urandom(16).hex()}.tmp")
         try:
             if _stamp(self.index) != _stamp(index):  # else git left the seed as it was: it is kept already
                 os.link(index, pending)  # the same inode, so the recorded stat matches

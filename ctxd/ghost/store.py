@@ -38,7 +38,6 @@ import stat
 import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -156,7 +155,7 @@ class Site:
 
     def temp_index(self) -> Path:
         """A fresh path for a temporary index. It must not exist until git writes it."""
-        return self.tmp_dir() / f"tmp-{uuid.uuid4().hex}.index"
+        return self.tmp_dir() / f"tmp-{os.urandom(16).hex()}.index"
 
     def ref_dir(self, key: str | None = None) -> Path:
         return self.store / REF_ROOT / (key or self.key)
@@ -451,7 +450,7 @@ def add_shallow(site: Site, commits: list[str]) -> None:
         known = path.read_text("ascii").split()
     except FileNotFoundError:
         known = []
-    pending = path.with_name(f".shallow-{uuid.uuid4().hex}.tmp")
+    pending = path.with_name(f".shallow-{os.urandom(16).hex()}.tmp")
     pending.write_text("".join(f"{c}\n" for c in sorted(set(known) | set(commits))), "ascii")
     os.replace(pending, path)
 
@@ -499,7 +498,7 @@ def pin(site: Site, commit: str, tree: str) -> None:
     if missing:
         site.git("pack-objects", "-q", "--window=0", str(site.store / "objects" / "pack" / "pack"),
                  stdin=b"\n".join(missing) + b"\n")
-    pending = pinned.with_name(f".pinned-{uuid.uuid4().hex}.tmp")
+    pending = pinned.with_name(f".pinned-{os.urandom(16).hex()}.tmp")
     pending.write_text("\n".join([tree, *recent[:31]]) + "\n", "ascii")
     os.replace(pending, pinned)
 
@@ -555,7 +554,7 @@ def read_json(path: Path) -> dict[str, Any] | None:
 
 
 def write_json(path: Path, value: dict[str, Any]) -> None:
-    pending = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    pending = path.with_name(f".{path.name}.{os.urandom(16).hex()}.tmp")
     with open(pending, "w", encoding="utf-8") as handle:
         json.dump(value, handle)
         handle.flush()

@@ -178,7 +178,8 @@ def plan(agent: str, event: str, data: dict[str, Any], state_dir: Path) -> dict[
         return {"folder": located.folder, "thread": thread, "trigger": "tool", "turn": turn, "tool": tool,
                 "message": label}
     if event == "PostCompact":
-        marks.write(state_dir, thread, {**mark, "compactedAt": time.time()})
+        # A running daemon drops the thread's pre-compaction usage on seeing this (ctxd.sessions.hook_watch).
+        marks.write(state_dir, thread, {**mark, "thread": thread, "compactedAt": time.time()})
     return None
 
 
@@ -258,9 +259,11 @@ def main(argv: list[str]) -> int:
         if data is None:
             return 0
         if event == "SessionStart":
-            if data.get("source") == "compact" and (line := compaction_context(agent, data)):
-                sys.stdout.write(line + "\n")
-                sys.stdout.flush()
+            if data.get("source") == "compact":
+                if line := compaction_context(agent, data):
+                    sys.stdout.write(line + "\n")
+                    sys.stdout.flush()
+                plan(agent, "PostCompact", data, _state_dir())  # the compaction, should PostCompact not run
             return 0
         job = plan(agent, event, data, _state_dir())
         if job is not None:

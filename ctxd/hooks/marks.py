@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +37,6 @@ def read(state_dir: Path, thread: str) -> dict[str, Any]:
 def write(state_dir: Path, thread: str, value: dict[str, Any]) -> None:
     path = _path(state_dir, thread)
     path.parent.mkdir(parents=True, exist_ok=True)
-    pending = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    pending = path.with_name(f".{path.name}.{os.urandom(16).hex()}.tmp")
     pending.write_text(json.dumps(value), "utf-8")
     os.replace(pending, path)

@@ -58,7 +58,9 @@ def usage_of(data: dict[str, Any]) -> dict[str, Any]:
     cost = data.get("cost") if isinstance(data.get("cost"), dict) else {}
     total = cost.get("total_cost_usd")
     model = data.get("model") if isinstance(data.get("model"), dict) else {}
-    return {"usedTokens": used, "contextWindow": window, "compactAt": point, "tier": tier, "known": current is not None,
+    output = _int(current.get("output_tokens")) if current else 0
+    return {"usedTokens": used, "outputTokens": output, "contextWindow": window, "compactAt": point, "tier": tier,
+            "known": current is not None,
             "percent": round(100 * used / point, 1), "costUsd": total if isinstance(total, (int, float)) else None,
             "model": model.get("id") if isinstance(model.get("id"), str) else None}
 
@@ -114,7 +116,8 @@ def hand_over(state_dir: Path, data: dict[str, Any], usage: dict[str, Any]) -> N
     path.parent.mkdir(parents=True, exist_ok=True)
     pending = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     record = {"thread": f"claude:{session}", "cwd": data.get("cwd"), "at": time.time(),
-              **{k: usage[k] for k in ("usedTokens", "contextWindow", "compactAt", "costUsd", "model")}}
+              **{k: usage[k] for k in ("usedTokens", "outputTokens", "contextWindow", "compactAt", "costUsd",
+                                       "model")}}
     pending.write_text(json.dumps(record), "utf-8")
     os.replace(pending, path)
 

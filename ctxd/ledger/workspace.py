@@ -39,6 +39,8 @@ UsageListener = Callable[[str, str, dict[str, Any]], None]
 # Threads named `codex:<id>` / `claude:<id>` mirror an agent's session file (ctxd/sessions): the
 # agent owns that history, so no client may write to them.
 FOLLOWED_AGENTS = {"codex": "Codex", "claude": "Claude Code"}
+AWAITING_REPORT = "awaitingReport"
+"""Thread state after an agent's hook announced a compaction: the stale baseline, until a new report."""
 
 
 def uri_to_path(uri: str) -> Path:
@@ -595,8 +597,14 @@ class Workspace:
             elif rows:
                 ledger = self._append(ledger, kept, rows)
             entries = ledger.entries
-            api_seq = entries[max(0, len(entries) - 1 - after_baseline)].seq if entries and baseline is not None else 0
             state = {**(ledger.state or {}), "followed": info}
+            awaiting = state.get(AWAITING_REPORT)
+            if isinstance(awaiting, dict) and baseline is not None:
+                if baseline == awaiting.get("stale"):
+                    baseline = None  # the report from before the compaction: not the window now
+                else:
+                    state.pop(AWAITING_REPORT)  # the first report after it
+            api_seq = entries[max(0, len(entries) - 1 - after_baseline)].seq if entries and baseline is not None else 0
             self.store.update_thread(thread, api_total=baseline, api_seq=api_seq, prompt_context=context, state=state)
             ledger.api_total, ledger.api_seq, ledger.state = baseline, api_seq, state
             ledger.tokens_after_api = sum(e.tokens for e in entries if e.seq > api_seq)
@@ -631,6 +639,40 @@ class Workspace:
         followed = state.get("followed") if isinstance(state, dict) else None
         path = followed.get("path") if isinstance(followed, dict) else None
         return path if isinstance(path, str) else None
+
+    def exists(self, thread: str) -> bool:
+        """Whether the store has this thread (a followed session ctxd has read)."""
+        with self.lock:
+            return self.store.thread(thread) is not None
+
+    def agent_reported(self, thread: str, used_tokens: int) -> dict[str, Any] | None:
+        """The exact usage an agent handed over outside its session file (Claude Code's status
+        line), as the thread's API baseline; ignored (None) when it is the report from before a
+        compaction the agent's hook announced."""
+        with self.lock:
+            ledger = self._ledger(thread)
+            awaiting = (ledger.state or {}).get(AWAITING_REPORT)
+            if isinstance(awaiting, dict):
+                if used_tokens == awaiting.get("stale"):
+                    return None
+                self._update_state(ledger, **{AWAITING_REPORT: None})
+            if ledger.api_total == used_tokens and ledger.api_seq == ledger.last_seq:
+                return None
+            return self.report_usage(thread, used_tokens)
+
+    def agent_compacted(self, thread: str) -> dict[str, Any]:
+        """The agent's hook says it compacted: the baseline reported before is not the window
+        any more. It is dropped (the gauge estimates from the history) until a different report
+        arrives; the stale figure, were it reported again, is ignored."""
+        with self.lock:
+            ledger = self._ledger(thread)
+            awaiting = (ledger.state or {}).get(AWAITING_REPORT)
+            stale = awaiting.get("stale") if isinstance(awaiting, dict) else ledger.api_total  # told twice
+            state = {**(ledger.state or {}), AWAITING_REPORT: {"stale": stale, "at": time.time()}}
+            self.store.update_thread(thread, api_total=None, api_seq=0, state=state)
+            ledger.api_total, ledger.api_seq, ledger.state = None, 0, state
+            ledger.tokens_after_api = sum(e.tokens for e in ledger.entries)
+            return self._changed(ledger)
 
     def update_state(self, thread: str, **values: Any) -> dict[str, Any]:
         """Small per-thread facts the daemon keeps (e.g. the auto-compaction circuit breaker)."""

@@ -40,6 +40,7 @@ REQUESTS = frozenset({RECORD, REPORT_TOKEN_USAGE, SET_PROMPT_CONTEXT, USAGE, PRO
 USAGE_CHANGED = "ctxd/usageChanged"
 COMPACTED = "ctxd/compacted"
 THREADS_CHANGED = "ctxd/threadsChanged"
+GHOST_CHANGED = "ctxd/ghostChanged"
 SHOW_MESSAGE = "window/showMessage"
 PROGRESS = "$/progress"
 

@@ -402,6 +402,13 @@ class ThreadsChanged(TypedDict):
     workspace: str
 
 
+class GhostChanged(TypedDict):
+    """`ctxd/ghostChanged` (v3): the workspace's snapshots changed, e.g. a hook took a checkpoint."""
+
+    __pydantic_config__ = STRICT  # type: ignore[misc]
+    workspace: str
+
+
 # What each method answers and each notification carries; the schema's top level lists them.
 RESULTS: dict[str, Any] = {
     "ctxd/record": RecordResult,
@@ -427,6 +434,7 @@ NOTIFICATIONS: dict[str, Any] = {
     "ctxd/usageChanged": UsageChanged,
     "ctxd/compacted": Compacted,
     "ctxd/threadsChanged": ThreadsChanged,
+    "ctxd/ghostChanged": GhostChanged,
 }
 
 

@@ -100,6 +100,7 @@ class CtxdServer:
         self._cancels: dict[Any, threading.Event] = {}
         self._shown: set[str] = set()  # settings problems already shown (each once per session)
         self.sessions: Any = None  # ctxd.sessions.bridge.SessionBridge, once warmed up
+        self.hook_watcher: Any = None  # ctxd.sessions.hook_watch.HookWatcher, started with it
         self._warmed = threading.Event()  # set when `_warm_up` is done
         # `handlers.record_now`, once the warm-up imported it (it imports pydantic: not at start).
         self._record_handler: Callable[[Callable[[str], Workspace], Any], dict[str, Any] | None] | None = None
@@ -321,6 +322,11 @@ class CtxdServer:
 
         if self.sessions is not None:
             return
+        from ctxd.sessions.hook_watch import HookWatcher  # what the agents' hooks and status line wrote
+
+        self.hook_watcher = HookWatcher(
+            self.service, lambda uri: self.outbox.notify(methods.GHOST_CHANGED, {"workspace": uri}))  # type: ignore[union-attr]
+        self.hook_watcher.start()
         settings = load_settings(None, self.service.init_options, [])
         self.sessions = SessionBridge(
             self.service, settings, lambda uri: self.outbox.notify(methods.THREADS_CHANGED, {"workspace": uri}))  # type: ignore[union-attr]
@@ -405,6 +411,8 @@ class CtxdServer:
         finally:
             if self.sessions is not None:
                 self.sessions.stop()
+            if self.hook_watcher is not None:
+                self.hook_watcher.stop()
             self.lanes.close()
             self.background.shutdown(wait=False, cancel_futures=True)
             self.executor.shutdown(wait=True, cancel_futures=True)

@@ -2,7 +2,7 @@
 /**
  * The ctxd wire protocol (version 2): results, notifications and request params. GENERATED, do not edit:
  * `npm run gen:protocol` from docs/protocol.schema.json (from ctxd/protocol/shapes.py).
- * schema sha256: cb69883dc727953338786e79295c39a3ff948c8b883da02cd18762a529375e68
+ * schema sha256: b0ab01067430c8f222c5a2e6f85d083ee6f2af3f96d73af27c37ff1bd80243f5
  */
 
 /**
@@ -12,6 +12,7 @@ export interface CtxdProtocol {
   ctxd_compact: CompactResult;
   ctxd_compact_params: CompactParams;
   ctxd_compacted: Compacted;
+  ctxd_ghostChanged: GhostChanged;
   ctxd_ghost_delete: DeleteResult;
   ctxd_ghost_delete_params: GhostDeleteParams;
   ctxd_ghost_diff: DiffResult;
@@ -84,6 +85,15 @@ export interface Compacted {
   thread: string;
   tokensAfter: number;
   tokensBefore: number;
+  workspace: string;
+}
+/**
+ * `ctxd/ghostChanged` (v3): the workspace's snapshots changed, e.g. a hook took a checkpoint.
+ *
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "GhostChanged".
+ */
+export interface GhostChanged {
   workspace: string;
 }
 /**

@@ -180,6 +180,8 @@ export class CtxdService implements CtxdApi {
         const ws = p?.workspace || this.defaultWorkspace();
         if (ws) void this.followLatest(ws);
       }),
+      // A checkpoint an agent's hook took (another process): the Snapshots view lists again.
+      rpc.onNotification(Notification.ghostChanged, (p: { workspace: string }) => this.snapshotsEmitter.fire(p)),
     ];
     this.threadsEmitter.fire({ workspace: '' });
     const ws = this.defaultWorkspace();

@@ -30,6 +30,7 @@ export const Notification = {
   usageChanged: 'ctxd/usageChanged',
   compacted: 'ctxd/compacted',
   threadsChanged: 'ctxd/threadsChanged',
+  ghostChanged: 'ctxd/ghostChanged',
 } as const;
 
 /** JSON-RPC error codes the daemon uses (PROTOCOL.md, "Errors"; ctxd's own moved in version 2). */

@@ -237,6 +237,12 @@ M.handlers = {
       end)
     end
   end,
+  --- A checkpoint an agent's hook took (another process): views of the snapshots list them again.
+  ['ctxd/ghostChanged'] = function(_, params)
+    if type(params) == 'table' then
+      vim.api.nvim_exec_autocmds('User', { pattern = 'CtxdGhostChanged', modeline = false, data = params })
+    end
+  end,
   --- The daemon's messages go through vim.notify at their level (so nvim-notify, fidget and
   --- friends show them), once each. One message per compaction: a manual one is reported by
   --- `:Ctxd compact` itself (INFO), an automatic one by the daemon's warning (WARN).

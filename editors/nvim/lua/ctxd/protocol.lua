@@ -99,6 +99,10 @@
 ---@field pathEncoding? "escaped"
 ---@field status "modified"|"added"|"deleted"
 
+--- `ctxd/ghostChanged` (v3): the workspace's snapshots changed, e.g. a hook took a checkpoint.
+---@class ctxd.GhostChanged
+---@field workspace string
+
 ---@class ctxd.GhostCommit
 ---@field createdAt string|nil
 ---@field durationMs integer

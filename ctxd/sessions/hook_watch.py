@@ -1,0 +1,228 @@
+"""In the daemon, beside the session follower: what ctxd's hooks and status line wrote, applied.
+
+- A checkpoint a hook took: the workspace's snapshot store gets a new `last-<scope>.json`; the
+  clients are told with `ctxd/ghostChanged` (they list the snapshots again).
+- The exact usage `ctxd statusline` handed over (`<state dir>/hooks/usage/claude-<id>.json`): it
+  becomes the followed thread's reported usage (`ctxd/usageChanged` follows).
+- A compaction a hook noted (`compactedAt` in `<state dir>/hooks/sessions/<thread>.json`): the
+  thread's baseline from before it is dropped at once (`Workspace.agent_compacted`).
+
+watchdog's observer wakes the worker on a write in those folders; a slow tick re-checks the
+files' stamps anyway (a folder created later, a lost event), so a missed event costs a delay.
+Files present when the daemon starts are old news: only what changes afterwards is acted on.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+from ctxd.errors import CtxdError
+from ctxd.hooks.locate import git_common_dir, plain_store
+from ctxd.ledger.workspace import Service, Workspace
+
+log = logging.getLogger("ctxd")
+
+TICK_SECONDS = 2.0
+WRITE_EVENTS = frozenset({"created", "modified", "moved", "closed", "deleted"})
+Stamps = dict[str, tuple[int, int, int]]
+
+
+def snapshot_store(root: Path, state_dir: Path) -> Path:
+    """Where a workspace folder's snapshots live (`ctxd.ghost.store`), found without git."""
+    for candidate in (root, *root.parents):
+        if (candidate / ".git").exists():
+            common = git_common_dir(candidate)
+            if common is not None:
+                return common / "ctxd" / "store"
+            break
+    return plain_store(state_dir, root)
+
+
+def _stamps(folder: Path, prefix: str) -> Stamps:
+    found: Stamps = {}
+    try:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                if entry.name.startswith(prefix) and entry.name.endswith(".json"):
+                    st = entry.stat(follow_symlinks=False)
+                    found[entry.path] = (st.st_ino, st.st_size, st.st_mtime_ns)
+    except OSError:
+        pass
+    return found
+
+
+def _read(path: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as handle:
+            value = json.loads(handle.read(65536))
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _inside(path: Any, root: Path) -> bool:
+    if not isinstance(path, str):
+        return True  # no cwd said: any workspace that follows the thread
+    normal = os.path.normpath(path)
+    return normal == str(root) or normal.startswith(str(root).rstrip(os.sep) + os.sep)
+
+
+class HookWatcher:
+    def __init__(self, service: Service, snapshots_changed: Callable[[str], None]) -> None:
+        self.service = service
+        self.snapshots_changed = snapshots_changed
+        self._wake = threading.Condition()
+        self._poked = False
+        self._stop = False
+        self._observer: Any = None
+        self._handler: Any = None
+        self._watched: set[str] = set()
+        self._stores: dict[str, Stamps] = {}  # workspace uri -> its store's last-*.json
+        self._usage: Stamps | None = None
+        self._marks: Stamps | None = None
+        self._compacted: dict[str, Any] = {}  # mark file -> its compactedAt
+        self._worker: threading.Thread | None = None
+
+    @property
+    def usage_dir(self) -> Path:
+        return self.service.state_dir / "hooks" / "usage"
+
+    @property
+    def marks_dir(self) -> Path:
+        return self.service.state_dir / "hooks" / "sessions"
+
+    def start(self) -> None:
+        for folder in (self.usage_dir, self.marks_dir):
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as error:
+                log.warning("cannot create %s: %s", folder, error)
+        try:
+            from watchdog.events import FileSystemEventHandler
+            from watchdog.observers import Observer
+
+            watcher = self
+
+            class Handler(FileSystemEventHandler):
+                def on_any_event(self, event):  # type: ignore[no-untyped-def]
+                    if event.event_type in WRITE_EVENTS:  # not our own reads ("opened", "closed_no_write")
+                        watcher.poke()
+
+            self._handler = Handler()
+            self._observer = Observer()
+            self._observer.start()
+        except Exception as error:  # noqa: BLE001 - without events the tick still checks
+            log.warning("hook watcher without file events (%s): checking every %g s", error, TICK_SECONDS)
+            self._observer = None
+        self.check()  # what is there now is the starting point
+        self._worker = threading.Thread(target=self._run, name="ctxd-hooks", daemon=True)
+        self._worker.start()
+
+    def stop(self) -> None:
+        with self._wake:
+            self._stop = True
+            self._wake.notify_all()
+        if self._observer is not None:
+            try:
+                self._observer.stop()
+                self._observer.join(timeout=2)
+            except Exception:  # noqa: BLE001 - stopping must not fail the daemon's shutdown
+                pass
+
+    def poke(self) -> None:
+        with self._wake:
+            self._poked = True
+            self._wake.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                if not (self._poked or self._stop):
+                    self._wake.wait(TICK_SECONDS)
+                if self._stop:
+                    return
+                self._poked = False
+            try:
+                self.check()
+            except Exception:  # noqa: BLE001 - the worker outlives any bug
+                log.exception("watching the hooks' files failed")
+
+    def _watch(self, folder: Path) -> None:
+        if self._observer is None or str(folder) in self._watched or not folder.is_dir():
+            return
+        try:
+            self._observer.schedule(self._handler, str(folder), recursive=False)
+            self._watched.add(str(folder))
+        except Exception as error:  # noqa: BLE001 - e.g. the inotify watch limit: the tick checks
+            log.warning("cannot watch %s (%s)", folder, error)
+
+    # --- what changed ---
+
+    def check(self) -> None:
+        workspaces = self.service.folders()
+        self._check_snapshots(workspaces)
+        self._check_marks(workspaces)  # before the usage: a compaction makes an old report stale
+        self._check_usage(workspaces)
+
+    def _check_snapshots(self, workspaces: list[Workspace]) -> None:
+        for workspace in workspaces:
+            store = snapshot_store(workspace.root, workspace.state_dir)
+            self._watch(store)
+            now = _stamps(store, "last-")
+            before = self._stores.get(workspace.uri)
+            self._stores[workspace.uri] = now
+            if before is not None and now != before:
+                self.snapshots_changed(workspace.uri)
+
+    def _check_marks(self, workspaces: list[Workspace]) -> None:
+        self._watch(self.marks_dir)
+        now = _stamps(self.marks_dir, "")
+        before, self._marks = self._marks, now
+        first = before is None
+        for path, stamp in now.items():
+            if before is not None and before.get(path) == stamp:
+                continue
+            mark = _read(path)
+            when = mark.get("compactedAt")
+            if self._compacted.get(path) == when:
+                continue
+            self._compacted[path] = when
+            if first or when is None or not isinstance(mark.get("thread"), str):
+                continue
+            for workspace in workspaces:
+                self._apply(workspace, mark["thread"], None, lambda w, t: w.agent_compacted(t))
+
+    def _check_usage(self, workspaces: list[Workspace]) -> None:
+        self._watch(self.usage_dir)
+        now = _stamps(self.usage_dir, "claude-")
+        before, self._usage = self._usage, now
+        if before is None:
+            return
+        for path, stamp in now.items():
+            if before.get(path) == stamp:
+                continue
+            record = _read(path)
+            used, output, thread = record.get("usedTokens"), record.get("outputTokens", 0), record.get("thread")
+            if not isinstance(thread, str) or not _count(used) or not _count(output):
+                continue
+            used += output  # ctxd's one rule for Claude's fill counts the reply too (docs/sessions.md)
+            for workspace in workspaces:
+                self._apply(workspace, thread, record.get("cwd"), lambda w, t: w.agent_reported(t, used))
+
+    def _apply(self, workspace: Workspace, thread: str, cwd: Any, action: Callable[[Workspace, str], Any]) -> None:
+        if not _inside(cwd, workspace.root):
+            return
+        try:
+            if workspace.exists(thread):
+                action(workspace, thread)
+        except CtxdError as error:
+            log.info("%s: %s not updated from its hooks: %s", workspace.uri, thread, error.message)
