@@ -82,9 +82,12 @@ def _fill(row: dict[str, Any]) -> str:
     return f"{row['percent']:.0f}% {row['usedTokens'] // 1000}k/{row['contextWindow'] // 1000}k"
 
 
-def render(rows: list[dict[str, Any]]) -> str:
+def render(rows: list[dict[str, Any]], folder: Path) -> str:
     if not rows:
-        return "no Codex or Claude Code sessions in this workspace\n"
+        return (f"No Codex or Claude Code sessions in {safe(str(folder))} yet.\n"
+                "Start one here (`codex` or `claude`): ctxd follows it at once, with its fill, its cost and a\n"
+                "checkpoint of your files before each turn. For a checkpoint before every edit, the status line\n"
+                "and `recall` inside the agents, run `ctxd hooks install` (docs/hooks.md).\n")
     table = [("AGENT", "TITLE", "MODEL", "FILL", "COST", "LAST ACTIVITY")]
     for row in rows:
         table.append((row["agent"], safe(row["title"] or "(no prompt yet)")[:48], safe(row["model"] or "-"), _fill(row),
@@ -122,7 +125,7 @@ def main(argv: list[str]) -> int:
     if args.format == "json":
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
     else:
-        sys.stdout.write(render(rows))
+        sys.stdout.write(render(rows, folder))
     return 0
 
 
