@@ -314,7 +314,7 @@ def account_key() -> bytes:
 
 def _create_key(path: Path) -> None:
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    pending = path.with_name(f".owner-{uuid.uuid4().hex}.tmp")
+    pending = path.with_name(f".owner-{os.urandom(16).hex()}.tmp")
     handle = os.open(pending, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         os.write(handle, secrets.token_hex(32).encode("ascii"))
