@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ctxd.tokens import families
+
 O200K = "o200k_base"
 CL100K = "cl100k_base"
 ENCODING_PROFILES = {O200K: "o200k", CL100K: "cl100k"}
@@ -100,10 +102,16 @@ def counter_spec(model: str | None, override: str | None = None) -> tuple[str | 
     if override:
         kind, _, profile = override.partition(":")
         if kind == "estimate":
-            return None, profile if profile in ENCODING_PROFILES.values() else DEFAULT_PROFILE
+            known = {*ENCODING_PROFILES.values(), *(f.profile for f in families.FAMILIES.values())}
+            return None, profile if profile in known else DEFAULT_PROFILE
         if override in ENCODING_PROFILES:
             return override, ENCODING_PROFILES[override]
+        if override in families.FAMILIES:
+            return override, families.FAMILIES[override].profile
     info = lookup(model)
-    if info is None:
-        return None, DEFAULT_PROFILE
-    return info.encoding, info.profile
+    if info is not None and info.encoding:
+        return info.encoding, info.profile
+    family = families.family_for(model)  # the exact tokenizer of Claude, Qwen, DeepSeek, Llama, Mistral
+    if family is not None:
+        return family, families.FAMILIES[family].profile
+    return None, info.profile if info is not None else DEFAULT_PROFILE

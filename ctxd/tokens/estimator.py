@@ -64,7 +64,7 @@ import threading
 import zlib
 from typing import Final, NamedTuple
 
-from ctxd.tokens import encodings
+from ctxd.tokens import encodings, families
 
 try:  # the optional C extension (setup.py); without it, the byte classes below
     from ctxd.tokens import _fastcount
@@ -445,8 +445,28 @@ class FastSpec(NamedTuple):
 FAST: Final[dict[str, FastSpec]] = {
     "o200k": FastSpec("o200k_base", 15, 1935, 56, 10, 1036),
     "cl100k": FastSpec("cl100k_base", 15, 1910, 66, 10, 1030),
+    "qwen": FastSpec("qwen2.5", 15, 1910, 66, 10, 1024),
+    "qwen3.6": FastSpec("qwen3.6", 16, 1910, 66, 10, 1024),
+    "deepseek": FastSpec("deepseek-v3", 15, 1910, 66, 10, 1024),
+    "tekken": FastSpec("tekken", 15, 1935, 56, 10, 1024),
 }
 # END FITTED FAST CONSTANTS
+# Profiles cut as o200k's pre-tokenizer cuts (case changes split words); the others as cl100k's.
+O200K_SPLIT: Final = frozenset({"o200k", "tekken"})
+# BEGIN FITTED RATIOS (bench/fit_fastcount.py): profile -> (OpenAI profile, scale / 1024). The
+# estimate of families without a table of their own (Claude, whose vocabulary is not published as
+# BPE ranks; Llama 3, whose file is quicktok's binary format), and of the others when their
+# package is not installed.
+RATIOS: Final[dict[str, tuple[str, int]]] = {
+    "claude": ("cl100k", 1024),
+    "claude-4.7": ("cl100k", 1024),
+    "llama3": ("cl100k", 1024),
+    "qwen": ("cl100k", 1024),
+    "qwen3.6": ("o200k", 1024),
+    "deepseek": ("cl100k", 1024),
+    "tekken": ("o200k", 1024),
+}
+# END FITTED RATIOS
 _count: Final = _fastcount.count if _fastcount is not None else None  # bound once: the hot path's call
 _tables: dict[str, bytes] = {}  # profile -> its C table, once built (only with the extension)
 _no_table: set[str] = set()  # profiles whose table cannot be built: estimated by byte classes
@@ -460,7 +480,7 @@ def _table(profile: str) -> bytes | None:
         profile = DEFAULT_PROFILE
     with _tables_lock:  # built once even when threads ask at the same time
         if profile not in _tables and profile not in _no_table:
-            table = _build_table(FAST[profile], profile == "o200k")
+            table = _build_table(FAST[profile], profile in O200K_SPLIT)
             if table is None:
                 _no_table.add(profile)
             else:
@@ -472,17 +492,32 @@ def _build_table(spec: FastSpec, o200k: bool) -> bytes | None:
     if _fastcount is None:
         return None
     try:
-        data = encodings.shipped_file(spec.encoding)
+        if spec.encoding in families.FAMILIES:
+            data = families.tiktoken_ranks(spec.encoding)
+        else:
+            data = encodings.shipped_file(spec.encoding)
     except encodings.EncodingUnavailable:
         return None
     return _fastcount.build(data, spec.log2_words, o200k, spec.ascii_base, spec.ascii_per_byte, spec.ascii_max,
                             spec.scale)
 
 
+_started: set[str] = set()
+
+
+def _build_in_background(profile: str) -> None:
+    """Start building a family's table (a second or more for the larger vocabularies), once."""
+    with _tables_lock:
+        if profile in _started:
+            return
+        _started.add(profile)
+    threading.Thread(target=_table, args=(profile,), name=f"ctxd-table-{profile}", daemon=True).start()
+
+
 def prepare() -> None:
     """Build every profile's table now (the daemon's warm-up), so that no estimate on a request's
-    path pays for it (30-40 ms for o200k)."""
-    for profile in FAST:
+    path pays for it (30-40 ms for o200k). The other families' tables are built at their first use."""
+    for profile in ("o200k", "cl100k"):
         _table(profile)
 
 
@@ -497,6 +532,12 @@ def estimate_tokens(text: str, profile: str = DEFAULT_PROFILE) -> int:
     table = _tables.get(profile)
     if table is not None:  # the hot path: one lookup, one call
         return _count(text, table)
+    ratio = RATIOS.get(profile)
+    if ratio is not None:  # a family: its table (if it has one) is built off the request path
+        if profile in FAST:
+            _build_in_background(profile)
+        base, scale = ratio
+        return (estimate_tokens(text, base) * scale + 512) >> 10
     table = _table(profile)
     return _count(text, table) if table is not None else estimate_by_classes(text, profile)
 
