@@ -113,5 +113,6 @@ def counter_spec(model: str | None, override: str | None = None) -> tuple[str | 
         return info.encoding, info.profile
     family = families.family_for(model)  # the exact tokenizer of Claude, Qwen, DeepSeek, Llama, Mistral
     if family is not None:
-        return family, families.FAMILIES[family].profile
+        spec = families.FAMILIES[family]
+        return (family if spec.hot_path else None), spec.profile
     return None, info.profile if info is not None else DEFAULT_PROFILE

@@ -15,8 +15,9 @@ recorded here for the package's version that was verified against the package's 
   counted by tiktoken; the file is read directly, mistral-common is not imported (extra `mistral`:
   that package pulls pydantic, numpy, pillow).
 - `claude-v3` (Claude 3 to Opus 4.6), `claude-v4.7` (Opus 4.7), `claude-v4.8` (Opus 4.8 and
-  later): `ctok`'s reconstruction of Claude's counts. ctok requires Python 3.12 or later; on an
-  older interpreter the family is `unavailable` and Claude is estimated (extra `claude`).
+  later): `ctok`'s reconstruction of Claude's counts. It is a pure-Python tiler far too slow to
+  count every ledger item, so Claude is always estimated, with weights fitted against it
+  (bench/fit_fastcount.py); ctok needs Python 3.12 or later (extra `claude`, for the benches).
 
 A file whose hash differs (another package version, a tampered install) is refused: the family is
 then estimated, and the daemon's log and `ctxd status` say why.
@@ -48,6 +49,7 @@ class Family:
     sha256: str
     distribution: str  # what to `pip install`
     profile: str  # estimator profile (estimator.FAST / RATIOS)
+    hot_path: bool = True  # fast enough to count every ledger item (ctok is not: benches only)
 
 
 QWEN_PAT = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"""
@@ -68,11 +70,11 @@ FAMILIES: dict[str, Family] = {
     "tekken": Family("mistral_common", "data/tekken_240911.json",
                      "1948e2d48b0e7377f1bb5f1210f1ae5f984934e75713fc07e2452729b8365316", "mistral-common", "tekken"),
     "claude-v3": Family("ctok", "data/pieces_v3.json",
-                        "4c6db216062ef01e70ba033ff52ad3b97f886e79877235f2c7bbbd40d09ffb9b", "ctok", "claude"),
+                        "4c6db216062ef01e70ba033ff52ad3b97f886e79877235f2c7bbbd40d09ffb9b", "ctok", "claude", False),
     "claude-v4.7": Family("ctok", "data/pieces_v4_7.json",
-                          "a785fc240010c855f3d9a498fbd422ee389752dd151f1d5eef57ca8c85c19993", "ctok", "claude-4.7"),
+                          "a785fc240010c855f3d9a498fbd422ee389752dd151f1d5eef57ca8c85c19993", "ctok", "claude-4.7", False),
     "claude-v4.8": Family("ctok", "data/pieces_v4_7.json",
-                          "a785fc240010c855f3d9a498fbd422ee389752dd151f1d5eef57ca8c85c19993", "ctok", "claude-4.7"),
+                          "a785fc240010c855f3d9a498fbd422ee389752dd151f1d5eef57ca8c85c19993", "ctok", "claude-4.7", False),
 }
 CTOK_VERSION = {"claude-v3": "3.0", "claude-v4.7": "4.7", "claude-v4.8": "4.8"}
 CTOK_MIN_PYTHON = (3, 12)
