@@ -118,12 +118,12 @@ class Tokenizers:
             return slot
 
     def statuses(self) -> list[dict[str, str]]:
-        """Each encoding ctxd ships and its state: `exact` (loaded), `loading`, `unavailable`, or
-        `idle` (no thread has needed it yet)."""
+        """Each exact tokenizer ctxd knows (tiktoken's encodings, the families') and its state:
+        `exact` (loaded), `loading`, `unavailable`, or `idle` (no thread has needed it yet)."""
         with self._lock:
             slots = dict(self._slots)
         return [{"name": name, "status": slots[name].status if name in slots else "idle"}
-                for name in sorted([*encodings.SPECS, *families.FAMILIES])]
+                for name in sorted([*encodings.SPECS, *(n for n, f in families.FAMILIES.items() if f.hot_path)])]
 
     def counter(self, model: str | None, override: str | None = None) -> Counter:
         """The counter for a model (asked on every request: remembered per model and override)."""

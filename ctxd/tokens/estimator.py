@@ -445,10 +445,10 @@ class FastSpec(NamedTuple):
 FAST: Final[dict[str, FastSpec]] = {
     "o200k": FastSpec("o200k_base", 15, 1935, 56, 10, 1036),
     "cl100k": FastSpec("cl100k_base", 15, 1910, 66, 10, 1030),
-    "qwen": FastSpec("qwen2.5", 15, 1910, 66, 10, 1024),
-    "qwen3.6": FastSpec("qwen3.6", 16, 1910, 66, 10, 1024),
-    "deepseek": FastSpec("deepseek-v3", 15, 1910, 66, 10, 1024),
-    "tekken": FastSpec("tekken", 15, 1935, 56, 10, 1024),
+    "qwen": FastSpec("qwen2.5", 15, 1910, 66, 10, 1046),
+    "qwen3.6": FastSpec("qwen3.6", 16, 1910, 66, 10, 1040),
+    "deepseek": FastSpec("deepseek-v3", 15, 1910, 66, 10, 1038),
+    "tekken": FastSpec("tekken", 15, 1935, 56, 10, 1048),
 }
 # END FITTED FAST CONSTANTS
 # Profiles cut as o200k's pre-tokenizer cuts (case changes split words); the others as cl100k's.
@@ -458,13 +458,13 @@ O200K_SPLIT: Final = frozenset({"o200k", "tekken"})
 # BPE ranks; Llama 3, whose file is quicktok's binary format), and of the others when their
 # package is not installed.
 RATIOS: Final[dict[str, tuple[str, int]]] = {
-    "claude": ("cl100k", 1024),
-    "claude-4.7": ("cl100k", 1024),
-    "llama3": ("cl100k", 1024),
-    "qwen": ("cl100k", 1024),
-    "qwen3.6": ("o200k", 1024),
-    "deepseek": ("cl100k", 1024),
-    "tekken": ("o200k", 1024),
+    "claude": ("cl100k", 1226),
+    "claude-4.7": ("o200k", 1606),
+    "llama3": ("o200k", 1028),
+    "qwen": ("o200k", 1040),
+    "qwen3.6": ("o200k", 1080),
+    "deepseek": ("o200k", 1096),
+    "tekken": ("o200k", 1086),
 }
 # END FITTED RATIOS
 _count: Final = _fastcount.count if _fastcount is not None else None  # bound once: the hot path's call
