@@ -25,6 +25,7 @@ estimator mean of classes <= 6% per family. Exit status 1 on a miss.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import subprocess
@@ -38,7 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-from real_corpus import SAMPLES, TEST_SAMPLES, load  # noqa: E402
+from real_corpus import CACHE, SAMPLES, TEST_SAMPLES, load  # noqa: E402
 from table import Row, ms, report  # noqa: E402
 
 from ctxd.tokens import estimator, families  # noqa: E402
@@ -87,15 +88,22 @@ print(json.dumps({v: [ctok.token_count(t, version=v) for t in texts] for v in ("
 
 
 def claude_counts(python: str, texts: list[str]) -> dict[str, list[int]]:
-    """ctok's counts of `texts` for each Claude family, from an interpreter that has ctok."""
+    """ctok's counts of `texts` for each Claude family, from an interpreter that has ctok (slow:
+    kept in the corpus's cache folder, by the texts' hash, for the fits and the next run)."""
+    key = hashlib.sha256(json.dumps(texts).encode()).hexdigest()[:16]
+    cached = CACHE / f"ctok-{key}.json"
+    if cached.exists():
+        return json.loads(cached.read_text())
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(texts, f)
     try:
         out = subprocess.run([python, "-c", CLAUDE_SCRIPT, f.name], capture_output=True, text=True, check=True)
     finally:
         os.unlink(f.name)
-    counts = json.loads(out.stdout)
-    return {"claude-v3": counts["3.0"], "claude-v4.7": counts["4.7"], "claude-v4.8": counts["4.8"]}
+    raw = json.loads(out.stdout)
+    counts = {"claude-v3": raw["3.0"], "claude-v4.7": raw["4.7"], "claude-v4.8": raw["4.8"]}
+    cached.write_text(json.dumps(counts))
+    return counts
 
 
 def best_times(funcs: list[Callable[[str], int]], texts: list[str], rounds: int) -> list[float]:
