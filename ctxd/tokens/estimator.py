@@ -653,9 +653,9 @@ FAST: Final[dict[str, FastSpec]] = {
 # Profiles cut as o200k's pre-tokenizer cuts (case changes split words); the others as cl100k's.
 O200K_SPLIT: Final = frozenset({"o200k", "tekken"})
 # BEGIN FITTED RATIOS (bench/fit_fastcount.py): profile -> (OpenAI profile, scale / 1024). The
-# estimate of families without a table of their own (Claude, whose vocabulary is not published as
-# BPE ranks; Llama 3, whose file is quicktok's binary format), and of the others when their
-# package is not installed.
+# estimate of families without a table of their own (Llama 3, whose file is quicktok's binary
+# format), and of the others when their package is not installed. Claude's profiles have byte-class
+# weights of their own (WEIGHTS), which are used instead; their ratios are kept for comparison.
 RATIOS: Final[dict[str, tuple[str, int]]] = {
     "claude": ("cl100k", 1226),
     "claude-4.7": ("o200k", 1606),
