@@ -18,8 +18,9 @@ Claude: the reference is `ctok`, which needs Python >= 3.12 and is slow (pure Py
 come from `--claude-python` (an interpreter with ctok installed; default $CTXD_CLAUDE_PYTHON) on
 every `--claude-every`th held-out sample. Without it the Claude rows are skipped and say why.
 
-Goals: exact counts identical on every sample; ctxd's exact counter no slower than the reference;
-estimator mean of classes <= 6% per family. Exit status 1 on a miss.
+Goals: exact counts identical on every sample; ctxd's exact counter at least 0.9x the reference's
+speed (the same engine, or a faster one); estimator mean of classes <= 6% per family. Exit status 1
+on a miss.
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ from ctxd.tokens import estimator, families  # noqa: E402
 from ctxd.tokens.encodings import EncodingUnavailable  # noqa: E402
 
 GOAL_ERROR = 0.06
+# ctxd's exact counters run the reference's own engine (tiktoken for Qwen and Tekken, quicktok for
+# Llama 3) or a faster one (tokenizers for DeepSeek): the goal is no overhead beyond run-to-run noise.
+GOAL_SPEED = 0.9
 # ctok's counts of the committed held-out samples, for tests/test_families.py (which cannot run ctok
 # on Python 3.11): written by --write-test-counts.
 TEST_CTOK = TEST_SAMPLES.with_name("real_heldout_ctok.json")
@@ -191,7 +195,7 @@ def main(argv: list[str]) -> int:
         t_ref, t_exact, t_est = best_times([ref, exact, lambda t, p=families.FAMILIES[name].profile:
                                             estimator.estimate_tokens(t, p)], texts, args.rounds)
         results.append(Row(f"{name} exact counter speed", ms(t_exact), f"{ms(t_ref)} (reference)",
-                           f"{t_ref / t_exact:.1f}x faster", ">= 1x", t_exact <= t_ref))
+                           f"{t_ref / t_exact:.2f}x faster", f">= {GOAL_SPEED}x", t_ref / t_exact >= GOAL_SPEED))
         results.append(Row(f"{name} estimator speed", ms(t_est), f"{ms(t_exact)} (exact)",
                            f"{t_exact / t_est:.1f}x faster", "-", True))
         results += error_rows(name, families.FAMILIES[name].profile, rows, ours)
