@@ -136,13 +136,20 @@ def errors(rows: list[dict[str, str]], truth: list[int], estimate: Callable[[str
     return {cls: sum(v) / len(v) for cls, v in sorted(by_class.items())}
 
 
+def how(profile: str) -> str:
+    """Which estimator answers for a family's profile."""
+    if profile in estimator._CLASSES_ONLY:
+        return "byte-class weights of its own"
+    return "its own table" if profile in estimator._tables else f"ratio over {estimator.RATIOS[profile][0]}"
+
+
 def error_rows(name: str, profile: str, rows: list[dict[str, str]], truth: list[int]) -> list[Row]:
     if profile in estimator.FAST:
         estimator._table(profile)  # built now, so that the table (not the ratio) is what is measured
     ours = errors(rows, truth, lambda text: estimator.estimate_tokens(text, profile))
     before = errors(rows, truth, lambda text: estimator.estimate_tokens(text, "cl100k"))
     print(f"\n{name}: held-out error of the estimator ({profile}: "
-          f"{'its own table' if profile in estimator._tables else 'ratio over ' + estimator.RATIOS[profile][0]}) "
+          f"{how(profile)}) "
           f"and of cl100k's (before), {len(rows)} samples")
     for cls in ours:
         print(f"  {cls:<12}{ours[cls] * 100:6.1f}%  {before[cls] * 100:6.1f}%")

@@ -8,7 +8,9 @@ or `estimate:o200k` / `estimate:cl100k` for the fast estimator with that family'
 `encoding` is the tiktoken encoding that counts the model's tokens exactly; it is known for
 OpenAI's models only. For the others `profile` picks the estimator's weights: o200k's for
 tokenizers that are frugal with Chinese and code (Qwen, GLM, DeepSeek, Kimi, Gemini), cl100k's,
-which count a little higher, for Claude's. The windows are the providers' published figures;
+which count a little higher, for Claude's. A model without a tiktoken encoding gets its family's
+exact tokenizer and estimator profile from families.py (Qwen, DeepSeek, Llama 3, Mistral; Claude's
+profile only). The windows are the providers' published figures;
 they change, which is why the settings win.
 """
 
