@@ -45,6 +45,7 @@ from table import Row, ms, report  # noqa: E402
 
 from ctxd.tokens import estimator, families  # noqa: E402
 from ctxd.tokens.encodings import EncodingUnavailable  # noqa: E402
+from ctxd.tokens.encodings import load as load_encoding  # noqa: E402
 
 GOAL_ERROR = 0.06
 # ctxd's exact counters run the reference's own engine (tiktoken for Qwen and Tekken, quicktok for
@@ -160,6 +161,22 @@ def error_rows(name: str, profile: str, rows: list[dict[str, str]], truth: list[
                 mean <= GOAL_ERROR)]
 
 
+def ratio_table(rows: list[dict[str, str]], counts: dict[str, tuple[list[int], list[int]]]) -> None:
+    """Tokens of each family per text class, as a ratio to o200k's on the same samples."""
+    o200k = load_encoding("o200k_base").encode_ordinary
+    reference = [len(o200k(row["text"])) for row in rows]
+    classes = sorted({row["class"] for row in rows})
+    print("\ntokens per text class as a ratio to o200k_base's (exact counts; Claude: ctok's, on its subset)")
+    print(f"{'class':<10}" + "".join(f"{name:>13}" for name in counts))
+    for cls in [*classes, "all"]:
+        cells = []
+        for picked, values in counts.values():
+            pairs = [(v, reference[i]) for i, v in zip(picked, values) if cls == "all" or rows[i]["class"] == cls]
+            total = sum(r for _, r in pairs)
+            cells.append(f"{sum(v for v, _ in pairs) / total:>13.2f}" if total else f"{'-':>13}")
+        print(f"{cls:<10}" + "".join(cells))
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--family", action="append", choices=sorted(families.FAMILIES))
@@ -183,6 +200,7 @@ def main(argv: list[str]) -> int:
     texts = [row["text"] for row in rows]
     names = args.family or list(families.FAMILIES)
     results: list[Row] = []
+    counted: dict[str, tuple[list[int], list[int]]] = {}  # family -> (sample indexes, exact counts)
     for name in [n for n in names if families.FAMILIES[n].hot_path]:
         ref = reference(name)
         if ref is None:
@@ -199,6 +217,7 @@ def main(argv: list[str]) -> int:
         else:
             results.append(Row(f"{name} exact counts identical to {families.FAMILIES[name].distribution}",
                                f"{same}/{len(texts)}", f"{sum(truth)} tokens", "-", "all", same == len(texts)))
+        counted[name] = (list(range(len(rows))), ours)
         t_ref, t_exact, t_est = best_times([ref, exact, lambda t, p=families.FAMILIES[name].profile:
                                             estimator.estimate_tokens(t, p)], texts, args.rounds)
         results.append(Row(f"{name} exact counter speed", ms(t_exact), f"{ms(t_ref)} (reference)",
@@ -213,7 +232,10 @@ def main(argv: list[str]) -> int:
         sub = rows[:: args.claude_every]
         counts = claude_counts(args.claude_python, [r["text"] for r in sub])
         for name in claude:
+            counted[name] = (list(range(len(rows)))[:: args.claude_every], counts[name])
             results += error_rows(f"{name} (ctok)", families.FAMILIES[name].profile, sub, counts[name])
+    if counted:
+        ratio_table(rows, counted)
     return report(results)
 
 
