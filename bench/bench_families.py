@@ -180,7 +180,7 @@ def ratio_table(rows: list[dict[str, str]], counts: dict[str, tuple[list[int], l
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--family", action="append", choices=sorted(families.FAMILIES))
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--claude-python", default=os.environ.get("CTXD_CLAUDE_PYTHON"))
     parser.add_argument("--claude-every", type=int, default=4)
     parser.add_argument("--write-test-counts", action="store_true",
