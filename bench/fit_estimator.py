@@ -262,16 +262,29 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help="write the weights into ctxd/tokens/estimator.py")
     parser.add_argument("--ridge", type=float, default=1e-3, help="ridge penalty, relative to the mean feature")
+    parser.add_argument("--claude-python", help="fit Claude's profiles only, against ctok's counts from this "
+                        "interpreter (Python >= 3.12 with ctok); the other profiles are kept")
+    parser.add_argument("--every", type=int, default=1, help="fit on every Nth training sample")
     args = parser.parse_args()
-    rows = load("train")
+    rows = load("train")[:: args.every]
     names = sorted({r["class"] for r in rows})
     classes = np.array([names.index(r["class"]) for r in rows])
     texts = [r["text"] for r in rows]
     matrix = feature_matrix(texts)
     fitted = {}
-    for profile, encoding in ENCODINGS.items():
-        enc = encodings.load(encoding)
-        truth = np.array([len(enc.encode_ordinary(t)) for t in texts], float)
+    truths = {}
+    if args.claude_python:
+        from bench_families import claude_counts
+
+        fitted = {name: w for name, w in estimator.WEIGHTS.items() if name in ENCODINGS}
+        counts = claude_counts(args.claude_python, texts)
+        truths = {"claude": counts["claude-v3"], "claude-4.7": counts["claude-v4.7"]}
+    else:
+        for profile, encoding in ENCODINGS.items():
+            enc = encodings.load(encoding)
+            truths[profile] = [len(enc.encode_ordinary(t)) for t in texts]
+    for profile, counted in truths.items():
+        truth = np.array(counted, float)
         vector = fit(matrix, truth, classes, ridge=args.ridge)
         errors = class_errors(matrix @ np.array(vector) / SCALE, truth, classes, names)
         print(f"{profile}: train mean {100 * np.mean(list(errors.values())):.2f}%, worst class "

@@ -19,7 +19,8 @@ def test_status_reports_trust_problems_and_tokenizers(daemon_factory: Callable[.
     assert status["trusted"] is False
     assert status["stateDir"].startswith(str(state_dir))
     assert any("no_such_setting" in problem["message"] for problem in status["problems"]), status["problems"]
-    assert {t["name"] for t in status["tokenizers"]} == {"o200k_base", "cl100k_base"}
+    assert {t["name"] for t in status["tokenizers"]} == {"o200k_base", "cl100k_base", "qwen2.5", "qwen3.6",
+                                                          "deepseek-v3", "llama3", "tekken"}
     assert all(t["status"] in ("idle", "loading", "exact") for t in status["tokenizers"]), status["tokenizers"]
     assert isinstance(status["sources"], list)
 

@@ -251,7 +251,7 @@ def test_counter_estimates_until_the_encoding_is_loaded() -> None:
     assert counter.slot is not None and counter.slot.wait(10)
     assert counter.count(text) == len(text) and (counter.name, counter.status) == ("o200k_base", "exact")
     claude = Tokenizers(loader).counter("claude-3-7-sonnet")
-    assert (claude.name, claude.status) == ("estimate:cl100k", "estimate")
+    assert (claude.name, claude.status) == ("estimate:claude", "estimate")
 
 
 def test_counter_falls_back_and_says_so_once(caplog: pytest.LogCaptureFixture) -> None:

@@ -8,13 +8,17 @@ or `estimate:o200k` / `estimate:cl100k` for the fast estimator with that family'
 `encoding` is the tiktoken encoding that counts the model's tokens exactly; it is known for
 OpenAI's models only. For the others `profile` picks the estimator's weights: o200k's for
 tokenizers that are frugal with Chinese and code (Qwen, GLM, DeepSeek, Kimi, Gemini), cl100k's,
-which count a little higher, for Claude's. The windows are the providers' published figures;
+which count a little higher, for Claude's. A model without a tiktoken encoding gets its family's
+exact tokenizer and estimator profile from families.py (Qwen, DeepSeek, Llama 3, Mistral; Claude's
+profile only). The windows are the providers' published figures;
 they change, which is why the settings win.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from ctxd.tokens import families
 
 O200K = "o200k_base"
 CL100K = "cl100k_base"
@@ -100,10 +104,17 @@ def counter_spec(model: str | None, override: str | None = None) -> tuple[str | 
     if override:
         kind, _, profile = override.partition(":")
         if kind == "estimate":
-            return None, profile if profile in ENCODING_PROFILES.values() else DEFAULT_PROFILE
+            known = {*ENCODING_PROFILES.values(), *(f.profile for f in families.FAMILIES.values())}
+            return None, profile if profile in known else DEFAULT_PROFILE
         if override in ENCODING_PROFILES:
             return override, ENCODING_PROFILES[override]
+        if override in families.FAMILIES:
+            return override, families.FAMILIES[override].profile
     info = lookup(model)
-    if info is None:
-        return None, DEFAULT_PROFILE
-    return info.encoding, info.profile
+    if info is not None and info.encoding:
+        return info.encoding, info.profile
+    family = families.family_for(model)  # the exact tokenizer of Claude, Qwen, DeepSeek, Llama, Mistral
+    if family is not None:
+        spec = families.FAMILIES[family]
+        return (family if spec.hot_path else None), spec.profile
+    return None, info.profile if info is not None else DEFAULT_PROFILE

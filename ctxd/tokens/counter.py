@@ -1,5 +1,6 @@
-"""Token counters: exact with tiktoken when the model's encoding is known and loaded, otherwise
-the fast estimator.
+"""Token counters: exact when the model's tokenizer is known and loaded (tiktoken for OpenAI's
+encodings, families.py for Qwen, DeepSeek, Llama 3, Mistral and Claude), otherwise the fast
+estimator with that family's profile.
 
 Loading an encoding takes about a second (from the files the install ships: see encodings.py), so
 it never happens on a request's path: the first count for an encoding starts a background thread
@@ -17,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ctxd.tokens import catalog, encodings
+from ctxd.tokens import catalog, encodings, families
 from ctxd.tokens.approx import IMAGE_BYTES, approx_tokens_from_bytes, item_tokens
 from ctxd.tokens.estimator import estimate_tokens
 
@@ -49,7 +50,7 @@ class _Slot:
             return self.encoding
         with self._lock:
             if self._thread is None:
-                self._thread = threading.Thread(target=self._load, name=f"ctxd-tiktoken-{self.name}", daemon=True)
+                self._thread = threading.Thread(target=self._load, name=f"ctxd-tokenizer-{self.name}", daemon=True)
                 self._thread.start()
         return None
 
@@ -65,11 +66,11 @@ class _Slot:
             encoding = self._loader(self.name)
         except Exception as error:  # noqa: BLE001 - any failure means: keep estimating
             self.error = f"{type(error).__name__}: {error}"
-            log.warning("tiktoken encoding %s is unavailable (%s); token counts are estimates",
+            log.warning("tokenizer %s is unavailable (%s); token counts are estimates",
                         self.name, self.error[:300])
             return
         self.encoding = encoding
-        log.info("tiktoken encoding %s loaded; token counts are exact from now on", self.name)
+        log.info("tokenizer %s loaded; token counts are exact from now on", self.name)
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,8 @@ class Counter:
         if self.slot is not None:
             encoding = self.slot.get()
             if encoding is not None:
-                return len(encoding.encode_ordinary(text))
+                exact = getattr(encoding, "count_tokens", None)
+                return exact(text) if exact is not None else len(encoding.encode_ordinary(text))
         return estimate_tokens(text, self.profile)
 
     @property
@@ -102,8 +104,8 @@ class Counter:
 class Tokenizers:
     """The process's counters; each encoding is loaded at most once."""
 
-    def __init__(self, loader: Callable[[str], Any] = encodings.load) -> None:
-        self._loader = loader
+    def __init__(self, loader: Callable[[str], Any] | None = None) -> None:
+        self._loader = loader or _load
         self._slots: dict[str, _Slot] = {}
         self._counters: dict[tuple[str | None, str | None], Counter] = {}
         self._lock = threading.Lock()
@@ -116,12 +118,12 @@ class Tokenizers:
             return slot
 
     def statuses(self) -> list[dict[str, str]]:
-        """Each encoding ctxd ships and its state: `exact` (loaded), `loading`, `unavailable`, or
-        `idle` (no thread has needed it yet)."""
+        """Each exact tokenizer ctxd knows (tiktoken's encodings, the families') and its state:
+        `exact` (loaded), `loading`, `unavailable`, or `idle` (no thread has needed it yet)."""
         with self._lock:
             slots = dict(self._slots)
         return [{"name": name, "status": slots[name].status if name in slots else "idle"}
-                for name in sorted(encodings.SPECS)]
+                for name in sorted([*encodings.SPECS, *(n for n, f in families.FAMILIES.items() if f.hot_path)])]
 
     def counter(self, model: str | None, override: str | None = None) -> Counter:
         """The counter for a model (asked on every request: remembered per model and override)."""
@@ -137,6 +139,11 @@ class Tokenizers:
         counter = self.counter(model, override)
         if counter.slot is not None:
             counter.slot.get()
+
+
+def _load(name: str) -> Any:
+    """An OpenAI encoding from the files the install ships, or another family's exact counter."""
+    return families.load(name) if name in families.FAMILIES else encodings.load(name)
 
 
 TOKENIZERS = Tokenizers()
