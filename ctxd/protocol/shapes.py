@@ -72,6 +72,7 @@ class Cost(TypedDict):
     total: float
     priced: bool
     cacheWrite: NotRequired[float]  # Anthropic's cache writes, at their own rate (docs/sessions.md)
+    cacheWrite1h: NotRequired[float]  # the part of cacheWrite that was 1-hour cache writes (2x input)
     unpricedModels: NotRequired[list[str]]  # with priced false: the models the table has no price for
 
 

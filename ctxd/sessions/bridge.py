@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from ctxd.errors import CtxdError
 from ctxd.ledger.workspace import Service, Workspace, path_to_uri
-from ctxd.sessions import discovery, pricing
+from ctxd.sessions import discovery, limits, pricing
 from ctxd.sessions.follower import Follower, Update
 from ctxd.sessions.model import Session, Turn
 from ctxd.settings import Problem, Settings
@@ -37,6 +37,10 @@ class SessionBridge:
         sources = discovery.sources(settings.sources.codex_home, settings.sources.claude_home,
                                     codex=settings.sources.codex, claude=settings.sources.claude)
         self.follower = Follower(self._update, sources)
+        roots = {s.agent: s.root for s in sources}
+        # The agents' own auto-compact settings, read once (read-only; ctxd/sessions/limits.py).
+        self.codex_limit = limits.codex_configured_limit(roots[discovery.CODEX].parent)
+        self.claude_pct = limits.claude_pct_override(roots[discovery.CLAUDE].parent)
         self._checkpoints = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ctxd-checkpoint")
         self.checkpoints_taken = 0
 
@@ -75,7 +79,7 @@ class SessionBridge:
         try:
             workspace.mirror(session.thread, list(items), replace=replace, baseline=session.baseline,
                              after_baseline=max(0, len(session.items) - session.baseline_items),
-                             context=_context(session), info=self._info(session))
+                             context=self._context(session), info=self._info(session))
         except CtxdError as error:
             log.warning("%s: cannot mirror %s: %s", uri, session.thread, error.message)
             return
@@ -104,12 +108,19 @@ class SessionBridge:
                  (time.monotonic() - started) * 1000)
 
 
-def _context(session: Session) -> dict[str, Any]:
-    context: dict[str, Any] = {}
-    if session.model:
-        context["model"] = session.model
-    if session.context_window:
-        context["contextWindow"] = session.context_window
-    if session.base_instructions:
-        context["baseInstructions"] = session.base_instructions
-    return context
+    def _context(self, session: Session) -> dict[str, Any]:
+        """The prompt context of the mirrored thread: the model, the session's window and the
+        agent's auto-compact point (`followed` marks them as the agent's, never the editor's)."""
+        if session.agent == discovery.CODEX:
+            agent = limits.codex(session.model, session.context_window, self.codex_limit)
+        else:
+            agent = limits.claude(session.model, self.claude_pct)
+        context: dict[str, Any] = {"followed": {
+            "agent": session.agent, "autoCompactLimit": agent.limit, "warnAt": agent.warn_at,
+            "windowSource": agent.window_source, "limitSource": agent.limit_source}}
+        if session.model:
+            context["model"] = session.model
+        context["contextWindow"] = agent.window
+        if session.base_instructions:
+            context["baseInstructions"] = session.base_instructions
+        return context

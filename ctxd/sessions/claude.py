@@ -31,8 +31,11 @@ NOT_A_PROMPT = ("<local-command-stdout>", "<local-command-stderr>", "<command-na
 
 
 def _usage(raw: dict[str, Any]) -> Usage:
+    written = tokens(raw.get("cache_creation_input_tokens"))
+    split = raw.get("cache_creation")
+    hour = min(written, tokens(split.get("ephemeral_1h_input_tokens"))) if isinstance(split, dict) else 0
     return Usage(input=tokens(raw.get("input_tokens")), cached_input=tokens(raw.get("cache_read_input_tokens")),
-                 cache_write=tokens(raw.get("cache_creation_input_tokens")), output=tokens(raw.get("output_tokens")))
+                 cache_write=written, output=tokens(raw.get("output_tokens")), cache_write_1h=hour)
 
 
 def _text_part(text: str, role: str) -> dict[str, Any]:

@@ -28,7 +28,8 @@ class Usage:
 
     `input` is input billed at the full rate (cache reads and cache writes excluded); `output`
     includes reasoning, which is billed as output; `reasoning` is the part of `output` that was
-    reasoning, kept for display only.
+    reasoning, kept for display only. `cache_write_1h` is the part of `cache_write` written to
+    Anthropic's 1-hour cache, billed at its own (higher) rate.
     """
 
     input: int = 0
@@ -36,6 +37,7 @@ class Usage:
     cache_write: int = 0
     output: int = 0
     reasoning: int = 0
+    cache_write_1h: int = 0
 
     def add(self, other: Usage, sign: int = 1) -> None:
         self.input += sign * other.input
@@ -43,10 +45,11 @@ class Usage:
         self.cache_write += sign * other.cache_write
         self.output += sign * other.output
         self.reasoning += sign * other.reasoning
+        self.cache_write_1h += sign * other.cache_write_1h
 
     def as_dict(self) -> dict[str, int]:
         return {"input": self.input, "cachedInput": self.cached_input, "cacheWrite": self.cache_write,
-                "output": self.output, "reasoning": self.reasoning}
+                "cacheWrite1h": self.cache_write_1h, "output": self.output, "reasoning": self.reasoning}
 
 
 @dataclass

@@ -49,8 +49,13 @@ class UsageView:
         if context and (context.get("model") or context.get("contextWindow")):
             merged = replace(self.base, model=context.get("model") or self.base.model,
                              context_window=context.get("contextWindow") or self.base.context_window)
-        cached = self._settings[ledger.thread] = (context, merged, merged.effective_context_window(),
-                                                 merged.auto_compact_limit(), self.counter_for(merged))
+        window, limit = merged.effective_context_window(), merged.auto_compact_limit()
+        agent = followed_limits(context)
+        if agent is not None:
+            # A followed session: the session's window and its agent's compaction point, never
+            # the editor's settings (ctxd/sessions/limits.py).
+            window, limit = agent
+        cached = self._settings[ledger.thread] = (context, merged, window, limit, self.counter_for(merged))
         return cached
 
     def counter(self, ledger: ThreadLedger) -> Counter:
@@ -69,9 +74,16 @@ class UsageView:
         return self.counted_overhead if self.counted_overhead is not None else self.overhead(ledger, counter).tokens
 
     def usage(self, ledger: ThreadLedger) -> dict[str, Any]:
-        """The gauge: `UsageSnapshot` with the counter that produced it."""
-        _, _, window, limit, counter = self._thread_settings(ledger)
-        return usage_snapshot(ledger, window, limit, self._overhead_tokens(ledger, counter), counter.name, counter.status)
+        """The gauge: `UsageSnapshot` with the counter that produced it; a followed session's tier
+        by its agent's rule."""
+        context, _, window, limit, counter = self._thread_settings(ledger)
+        snapshot = usage_snapshot(ledger, window, limit, self._overhead_tokens(ledger, counter), counter.name,
+                                  counter.status)
+        if followed_limits(context) is not None:
+            warn_at = int(context["followed"].get("warnAt") or 0)
+            used = snapshot["usedTokens"]
+            snapshot["tier"] = "compact" if limit and used >= limit else "warn" if warn_at and used >= warn_at else "ok"
+        return snapshot
 
     def breakdown(self, ledger: ThreadLedger) -> dict[str, Any]:
         """`ctxd/usage`: where the window's tokens go. O(1) in the ledger's length: it reads the
@@ -105,6 +117,16 @@ class UsageView:
                  "overheadTokens": self.overhead(ledger, counter).tokens}
         self._facts[ledger.thread] = (context, counter.name, facts)
         return facts
+
+
+def followed_limits(context: dict[str, Any] | None) -> tuple[int, int] | None:
+    """(window, auto-compact limit) a followed session's context states, else None."""
+    followed = (context or {}).get("followed")
+    window = (context or {}).get("contextWindow")
+    if not isinstance(followed, dict) or type(window) is not int or window <= 0:
+        return None
+    limit = followed.get("autoCompactLimit")
+    return window, limit if type(limit) is int and limit >= 0 else 0
 
 
 def with_facts(settings: Settings, facts: dict[str, Any]) -> Settings:
