@@ -90,6 +90,8 @@ class Breakdown(TypedDict):
     idleCost: int
     overflowTokens: NotRequired[int]
     cost: NotRequired[Cost]
+    inferred: NotRequired[dict[str, str]]  # category -> how its number was inferred (followed sessions)
+    limitSource: NotRequired[str]  # a followed session: where its window and auto-compact point come from
 
 
 class RecordResult(TypedDict):

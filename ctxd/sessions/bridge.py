@@ -123,4 +123,8 @@ class SessionBridge:
         context["contextWindow"] = agent.window
         if session.base_instructions:
             context["baseInstructions"] = session.base_instructions
+        if session.tools:
+            context["tools"] = session.tools
+        if session.first_request:
+            context["followed"]["firstRequest"] = session.first_request
         return context

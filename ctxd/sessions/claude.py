@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ctxd.sessions.model import Change, Turn, Usage, shorten, tokens
+from ctxd.sessions.model import Change, Turn, Usage, first_request, shorten, tokens
 from ctxd.sessions.reader import Reader
 
 # Bookkeeping line types that carry nothing the model sees.
@@ -187,6 +187,8 @@ class ClaudeReader(Reader):
             used = tokens(raw.get("input_tokens")) + tokens(raw.get("cache_creation_input_tokens")) + tokens(
                 raw.get("cache_read_input_tokens"))
             last = {k: tokens(v) for k, v in raw.items() if type(v) is int}
+            if used and session.first_request is None:
+                session.first_request = first_request(used, session.items)
             if used and (used != session.baseline or last != session.last_usage):
                 session.baseline = used
                 session.baseline_items = len(session.items)  # the request's input: what came before

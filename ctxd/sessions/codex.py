@@ -24,7 +24,7 @@ import json
 from typing import Any
 
 from ctxd.ledger.rules import is_real_user_message, message_text
-from ctxd.sessions.model import Change, Turn, Usage, shorten, tokens
+from ctxd.sessions.model import Change, Turn, Usage, first_request, shorten, tokens
 from ctxd.sessions.reader import Reader
 
 # Response items Codex records that ctxd's ledger takes as they are.
@@ -34,6 +34,13 @@ PASS_THROUGH = {"message", "function_call", "function_call_output", "custom_tool
 AS_FUNCTION_CALL = {"local_shell_call": "local_shell", "web_search_call": "web_search"}
 # Recorded but never sent to the model (Codex's own undo commits).
 NOT_MODEL_VISIBLE = {"ghost_snapshot"}
+
+
+def _is_input(item: dict[str, Any]) -> bool:
+    """An item a request sends (not one its response wrote)."""
+    kind = item.get("type")
+    return (kind == "message" and item.get("role") != "assistant") or kind in (
+        "function_call_output", "custom_tool_call_output")
 
 
 class CodexReader(Reader):
@@ -96,6 +103,10 @@ class CodexReader(Reader):
                 instructions = instructions.get("text")
             if isinstance(instructions, str):
                 session.base_instructions = instructions
+            tools = meta.get("dynamic_tools")
+            if isinstance(tools, list):  # the client's own tools, declared in the meta line
+                session.tools = [{"name": str(t.get("name") or "?"), "schema": t.get("input_schema")}
+                                 for t in tools if isinstance(t, dict)]
             change.meta = True
         elif meta_id != session.id and session.forked_from is None and isinstance(meta_id, str):
             # A fork copies its source's history, source meta line included.
@@ -153,6 +164,13 @@ class CodexReader(Reader):
             change.meta = True
         if isinstance(last, dict):
             used = tokens(last.get("total_tokens"))
+            if session.first_request is None and tokens(last.get("input_tokens")):
+                # What the request carried: the items up to the last input; the response's
+                # items were recorded before this event.
+                carried = len(session.items)
+                while carried and not _is_input(session.items[carried - 1]):
+                    carried -= 1
+                session.first_request = first_request(tokens(last.get("input_tokens")), session.items[:carried])
             if used != session.baseline or session.last_usage != last:
                 session.baseline = used
                 session.baseline_items = len(session.items)

@@ -51,7 +51,7 @@ def codex(model: str | None, stated_window: int | None, configured: int | None =
     """Codex's window (what the rollout states, else the catalogue's effective one) and its
     auto-compact limit for `model` with the user's `model_auto_compact_token_limit`."""
     info = catalog.lookup(model)
-    if info is not None:
+    if info is not None and (info.source == "codex" or not stated_window):
         model_window = info.context_window
         model_source = f"Codex {CODEX_VERSION}'s models.json ({model})" if info.source == "codex" else \
             f"ctxd's model catalogue ({model})"

@@ -81,6 +81,10 @@ class Session:
     baseline: int | None = None
     baseline_items: int = 0  # how many of `items` the baseline covers (the rest came after it)
     last_usage: dict[str, int] | None = None  # the raw latest report, for display
+    # The first request's reported input and the estimate of the messages it carried: the rest is
+    # the agent's fixed overhead (system prompt, tools), which its files do not state whole.
+    first_request: dict[str, int] | None = None
+    tools: list[dict[str, Any]] = field(default_factory=list)  # tool declarations the file states
     cumulative: dict[str, Usage] = field(default_factory=dict)  # per model, for cost
     turns: list[Turn] = field(default_factory=list)
     compactions: int = 0
@@ -119,6 +123,14 @@ class Change:
     @property
     def empty(self) -> bool:
         return not (self.appended or self.replaced or self.turns or self.usage or self.meta)
+
+
+def first_request(reported: int, items: list[dict[str, Any]]) -> dict[str, int]:
+    """The first request: the input its API reported and an estimate of the messages it carried
+    (the ledger's per-item estimate, ctxd/tokens/approx.py)."""
+    from ctxd.tokens.approx import item_tokens
+
+    return {"tokens": reported, "messages": sum(item_tokens(i) for i in items)}
 
 
 def shorten(text: str, limit: int = TITLE_CHARS) -> str:

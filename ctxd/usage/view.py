@@ -101,6 +101,9 @@ class UsageView:
                                      auto_compact_limit=usage["autoCompactLimit"], usage=usage,
                                      overhead=overhead, message_groups=dict(ledger.group_tokens),
                                      has_messages=ledger.item_tokens > 0)
+        if followed_limits(context) is not None:
+            agent = context["followed"]
+            result["limitSource"] = f"window: {agent.get('windowSource')}; auto-compact: {agent.get('limitSource')}"
         # The context object is kept with the entry so that its identity cannot be reused.
         self._breakdowns[ledger.thread] = (key, context, result)
         return _with_cost(result, ledger)
