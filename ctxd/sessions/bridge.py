@@ -43,6 +43,7 @@ class SessionBridge:
         self.claude_pct = limits.claude_pct_override(roots[discovery.CLAUDE].parent)
         self._checkpoints = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ctxd-checkpoint")
         self.checkpoints_taken = 0
+        self._annotated: dict[str, tuple[int, int]] = {}  # thread -> the compaction whose fill after was told
 
     def start(self, folders: list[Path]) -> None:
         self.follower.set_folders(folders)
@@ -76,15 +77,31 @@ class SessionBridge:
             self._checkpoints.submit(self._checkpoint, workspace, session.thread, change.turns[-1])
         replace = update.new or change.replaced
         items = session.items if replace else change.appended
+        compactions = [{"strategy": session.agent, "automatic": c["trigger"] == "auto", "trigger": c["trigger"],
+                        "tokensBefore": c["tokensBefore"], "tokensAfter": c["tokensAfter"]}
+                       for c in session.agent_compactions] if replace else None
         try:
             workspace.mirror(session.thread, list(items), replace=replace, baseline=session.baseline,
                              after_baseline=max(0, len(session.items) - session.baseline_items),
-                             context=self._context(session), info=self._info(session))
+                             context=self._context(session), info=self._info(session), compactions=compactions)
+            after = self._compaction_after(session)
+            if after is not None:
+                workspace.annotate_followed_compaction(session.thread, after)
         except CtxdError as error:
             log.warning("%s: cannot mirror %s: %s", uri, session.thread, error.message)
             return
-        if update.new:
-            self.threads_changed(uri)
+        if update.new or change.replaced or after is not None:
+            self.threads_changed(uri)  # the Compactions list shows the agent's compaction at once
+
+    def _compaction_after(self, session: Session) -> int | None:
+        """The fill after the agent's latest compaction, when it became known with this update."""
+        if not session.agent_compactions:
+            return None
+        key = (len(session.agent_compactions), session.agent_compactions[-1]["tokensAfter"])
+        if key[1] is None or self._annotated.get(session.thread) == key:
+            return None
+        self._annotated[session.thread] = key
+        return key[1]
 
     def _info(self, session: Session) -> dict[str, Any]:
         return {"source": session.agent, "title": session.title, "model": session.model,

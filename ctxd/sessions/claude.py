@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ctxd.sessions.model import Change, Turn, Usage, first_request, shorten, tokens
+from ctxd.sessions.model import Change, Turn, Usage, first_request, note_report, shorten, tokens
 from ctxd.sessions.reader import Reader
 
 # Bookkeeping line types that carry nothing the model sees.
@@ -118,7 +118,7 @@ class ClaudeReader(Reader):
             self._user(rec, change)
         elif kind == "system":
             if rec.get("subtype") == "compact_boundary":
-                self._compact(change)
+                self._compact(change, rec)
             self._link(rec)
         elif kind in KNOWN_OTHER:
             return
@@ -187,6 +187,7 @@ class ClaudeReader(Reader):
             used = tokens(raw.get("input_tokens")) + tokens(raw.get("cache_creation_input_tokens")) + tokens(
                 raw.get("cache_read_input_tokens"))
             last = {k: tokens(v) for k, v in raw.items() if type(v) is int}
+            note_report(session, used)
             if used and session.first_request is None:
                 session.first_request = first_request(used, session.items)
             if used and (used != session.baseline or last != session.last_usage):
@@ -277,10 +278,17 @@ class ClaudeReader(Reader):
             self._add({"type": "message", "role": "user", "content": parts}, change)
         self._link(rec)
 
-    def _compact(self, change: Change) -> None:
+    def _compact(self, change: Change, rec: dict[str, Any]) -> None:
         """`compact_boundary`: what came before is gone from the window; the summary follows as a
-        user message (`isCompactSummary`)."""
+        user message (`isCompactSummary`). Its `compactMetadata` says what triggered it and the
+        tokens before (and, in newer versions, after) it."""
         session = self.session
+        meta = rec.get("compactMetadata") if isinstance(rec.get("compactMetadata"), dict) else {}
+        session.agent_compactions.append({
+            "trigger": meta.get("trigger") if meta.get("trigger") in ("auto", "manual") else None,
+            "tokensBefore": tokens(meta.get("preTokens")) or session.baseline,
+            "tokensAfter": tokens(meta.get("postTokens")) or None,
+            "at": rec.get("timestamp") if isinstance(rec.get("timestamp"), str) else None})
         session.items = []
         session.compactions += 1
         session.generation += 1

@@ -24,7 +24,7 @@ import json
 from typing import Any
 
 from ctxd.ledger.rules import is_real_user_message, message_text
-from ctxd.sessions.model import Change, Turn, Usage, first_request, shorten, tokens
+from ctxd.sessions.model import Change, Turn, Usage, first_request, note_report, shorten, tokens
 from ctxd.sessions.reader import Reader
 
 # Response items Codex records that ctxd's ledger takes as they are.
@@ -49,6 +49,7 @@ class CodexReader(Reader):
     def __init__(self, path: str) -> None:
         super().__init__(path)
         self._total: dict[str, int] = {}  # the latest total_token_usage (for per-model deltas)
+        self._stamp: str | None = None  # the timestamp of the line being read
 
     def reset(self) -> None:
         super().reset()
@@ -61,6 +62,7 @@ class CodexReader(Reader):
         timestamp = rec.get("timestamp")
         if isinstance(timestamp, str):
             session.last_activity = timestamp
+        self._stamp = timestamp if isinstance(timestamp, str) else None
         if not isinstance(payload, dict):
             session.count_unknown(str(kind))
             return
@@ -164,6 +166,7 @@ class CodexReader(Reader):
             change.meta = True
         if isinstance(last, dict):
             used = tokens(last.get("total_tokens"))
+            note_report(session, used)
             if session.first_request is None and tokens(last.get("input_tokens")):
                 # What the request carried: the items up to the last input; the response's
                 # items were recorded before this event.
@@ -206,6 +209,8 @@ class CodexReader(Reader):
             if isinstance(message, str) and message:
                 items.append({"type": "message", "role": "user",
                               "content": [{"type": "input_text", "text": message}]})
+        session.agent_compactions.append({"trigger": None, "tokensBefore": session.baseline, "tokensAfter": None,
+                                          "at": self._stamp})
         session.items = items
         session.compactions += 1
         session.generation += 1

@@ -88,6 +88,9 @@ class Session:
     cumulative: dict[str, Usage] = field(default_factory=dict)  # per model, for cost
     turns: list[Turn] = field(default_factory=list)
     compactions: int = 0
+    # The agent's own compactions, oldest first: {"trigger", "tokensBefore", "tokensAfter", "at"}
+    # (tokensAfter None until the first report after it).
+    agent_compactions: list[dict[str, Any]] = field(default_factory=list)
     generation: int = 0  # bumped whenever `items` is replaced rather than appended to
     unknown: dict[str, int] = field(default_factory=dict)  # record types skipped, by type
     bad_lines: int = 0  # lines that are not JSON objects
@@ -123,6 +126,12 @@ class Change:
     @property
     def empty(self) -> bool:
         return not (self.appended or self.replaced or self.turns or self.usage or self.meta)
+
+
+def note_report(session: Session, used: int) -> None:
+    """A usage report: the fill after the agent's latest compaction, if it was not known yet."""
+    if used and session.agent_compactions and session.agent_compactions[-1]["tokensAfter"] is None:
+        session.agent_compactions[-1]["tokensAfter"] = used
 
 
 def first_request(reported: int, items: list[dict[str, Any]]) -> dict[str, int]:
