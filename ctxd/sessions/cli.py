@@ -52,7 +52,8 @@ def collect(folder: Path, sources: list[discovery.Source]) -> list[Session]:
 
 
 def _money(cost: dict[str, Any]) -> str:
-    return f"${cost['total']:.2f}" if cost["priced"] else "n/a"
+    """The total and the parts that make it, in cents that add up (pricing.cents)."""
+    return pricing.parts_text(cost)
 
 
 def _fill(row: dict[str, Any]) -> str:

@@ -25,6 +25,8 @@ from ctxd.settings import Problem
 from ctxd.tokens import catalog
 
 MILLION = 1_000_000
+PARTS = ("input", "cachedInput", "cacheWrite", "output")  # the cost's parts, in the order shown
+PART_LABELS = {"input": "in", "cachedInput": "cache read", "cacheWrite": "cache write", "output": "out"}
 
 
 @dataclass(frozen=True)
@@ -130,3 +132,24 @@ def cost(per_model: Mapping[str, Usage], table: Mapping[str, Price] | None = Non
     if unpriced:
         result["unpricedModels"] = sorted(unpriced)
     return result
+
+
+def cents(cost: Mapping[str, Any]) -> dict[str, int]:
+    """The total and its parts in whole cents, the parts rounded so that they add up to the total
+    as shown (largest remainder): what every display of a cost prints."""
+    total = round(float(cost.get("total") or 0.0) * 100)
+    exact = [max(0.0, float(cost.get(k) or 0.0) * 100) for k in PARTS]
+    shown = [math.floor(v) for v in exact]
+    left = total - sum(shown)
+    for i in sorted(range(len(PARTS)), key=lambda i: (-(exact[i] - shown[i]), i))[:max(0, left)]:
+        shown[i] += 1
+    return {"total": total, **dict(zip(PARTS, shown))}
+
+
+def parts_text(cost: Mapping[str, Any]) -> str:
+    """`$5.32 = in $0.00 + cache read $3.90 + cache write $0.78 + out $0.64`, or `n/a`."""
+    if not cost.get("priced"):
+        return "n/a"
+    shown = cents(cost)
+    parts = " + ".join(f"{PART_LABELS[k]} ${shown[k] / 100:.2f}" for k in PARTS)
+    return f"${shown['total'] / 100:.2f} = {parts}"

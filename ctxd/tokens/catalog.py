@@ -71,13 +71,11 @@ CATALOG: dict[str, ModelInfo] = {
         _claude("claude-haiku-4-5", 200_000, 32_000),
         _claude("claude-haiku-5-5", ONE_MILLION, 128_000),
         _claude("claude-sonnet-4-0", 200_000, 32_000),
-        _claude("claude-sonnet-4", 200_000, 32_000),
         _claude("claude-sonnet-4-5", 200_000, 32_000),
         _claude("claude-sonnet-4-6", 200_000, 32_000),
         _claude("claude-sonnet-5", ONE_MILLION, 64_000),
         _claude("claude-sonnet-5-5", ONE_MILLION, 128_000),
         _claude("claude-opus-4-0", 200_000, 32_000),
-        _claude("claude-opus-4", 200_000, 32_000),
         _claude("claude-opus-4-1", 200_000, 32_000),
         _claude("claude-opus-4-5", 200_000, 32_000),
         _claude("claude-opus-4-6", 200_000, 64_000),
@@ -168,6 +166,10 @@ CATALOG: dict[str, ModelInfo] = {
         _m("grok-code-fast-1", 256_000),
     )
 }
+
+# The names Anthropic's API dates without the `-0` (claude-sonnet-4-20250514) are the same models.
+CATALOG["claude-sonnet-4"] = CATALOG["claude-sonnet-4-0"]
+CATALOG["claude-opus-4"] = CATALOG["claude-opus-4-0"]
 
 _PROVIDER = re.compile(r"^(?:(?:us|eu|apac|au|jp|global)\.)?(?:anthropic|openai)\.")
 _VERSION = re.compile(r"-v\d+(?::\d+)?$")
