@@ -2,7 +2,7 @@
 /**
  * The ctxd wire protocol (version 2): results, notifications and request params. GENERATED, do not edit:
  * `npm run gen:protocol` from docs/protocol.schema.json (from ctxd/protocol/shapes.py).
- * schema sha256: 08c299484e481b9ae09a0ffe1af982a453eb13eff8463e46f6ea52025203364c
+ * schema sha256: 34c7b329917ea2d0ec8fda0404a1b1e88edf4400e0663bf293de143e2eeb8bcf
  */
 
 /**
@@ -514,6 +514,10 @@ export interface Breakdown {
   contextWindow: number;
   cost?: Cost;
   idleCost: number;
+  inferred?: {
+    [k: string]: string;
+  };
+  limitSource?: string;
   mode: "estimated" | "actual";
   model: string | null;
   overflowTokens?: number;
@@ -553,6 +557,7 @@ export interface Detail {
  */
 export interface Cost {
   cacheWrite?: number;
+  cacheWrite1h?: number;
   cachedInput: number;
   currency: "USD";
   input: number;

@@ -14,6 +14,7 @@ import { ACTIONS, FailureNotices } from './failures';
 import { Debouncer, GaugeController } from './gauge';
 import { describe, installCommandLine, interpreterOf, notInstalledMessage, probeDaemon } from './probe';
 import { type GhostCommit } from './protocol';
+import { isFollowed, readOnlyText } from './followed';
 import { menuItems } from './quickMenu';
 import {
   RESTART_SETTINGS,
@@ -26,7 +27,7 @@ import {
 } from './settings';
 import { statusMarkdown } from './statusReport';
 import { deleteSnapshotFlow, restoreSnapshotFlow, showChangesFlow, undoRestoreFlow } from './snapshots';
-import { TIER_ACTIONS, TierWatcher, tierMessage } from './tierNotices';
+import { TIER_ACTIONS, TierWatcher, tierActions, tierMessage } from './tierNotices';
 import { CompactionsModel, SnapshotsModel, ThreadsModel, archivedBy, threadNode, type TreeNode } from './trees';
 import * as vsc from './vscodeapi';
 
@@ -69,6 +70,13 @@ export async function activate(context: vsc.ExtensionContext): Promise<CtxdApi> 
   const gauge = new GaugeController(service, item, vsc.activeFolder);
   track(gauge);
   track(vsc.onDidChangeActiveFolder(() => gauge.refresh()));
+  /** A followed thread is compacted by its agent: say so rather than fail (true when refused). */
+  const refuseFollowed = (): boolean => {
+    const thread = gauge.where()?.thread;
+    if (!isFollowed(thread)) return false;
+    ui.notify('info', readOnlyText(thread as string));
+    return true;
+  };
   const where = () => {
     const w = gauge.where();
     return w ? { workspace: w.uri, thread: w.thread } : undefined;
@@ -82,7 +90,7 @@ export async function activate(context: vsc.ExtensionContext): Promise<CtxdApi> 
       if (!w || e.workspace !== w.uri || e.thread !== w.thread) return;
       const crossed = tiers.observe(`${e.workspace}\u0000${e.thread}`, e.tier);
       if (!crossed || !notify('warning')) return;
-      void ui.ask('warning', tierMessage(crossed, e.thread, e), [TIER_ACTIONS.compact, TIER_ACTIONS.breakdown]).then((choice) => {
+      void ui.ask('warning', tierMessage(crossed, e.thread, e), tierActions(e.thread)).then((choice) => {
         if (choice === TIER_ACTIONS.compact) void vsc.executeCommand(COMMANDS.compactNow);
         if (choice === TIER_ACTIONS.breakdown) void vsc.executeCommand(COMMANDS.showUsage);
       });
@@ -208,8 +216,8 @@ export async function activate(context: vsc.ExtensionContext): Promise<CtxdApi> 
       if (choice) await vsc.executeCommand(choice);
     },
     [COMMANDS.showUsage]: showUsage,
-    [COMMANDS.compact]: () => compactFlow(ui, service, where()),
-    [COMMANDS.compactNow]: () => compactFlow(ui, service, where(), 'auto'),
+    [COMMANDS.compact]: () => (refuseFollowed() ? undefined : compactFlow(ui, service, where())),
+    [COMMANDS.compactNow]: () => (refuseFollowed() ? undefined : compactFlow(ui, service, where(), 'auto')),
     [COMMANDS.snapshot]: () => snapshotFlow(ui, service, where()),
     [COMMANDS.restore]: () => restoreFlow(ui, service, where()),
     [COMMANDS.rollback]: () => rollbackFlow(ui, service, where()),

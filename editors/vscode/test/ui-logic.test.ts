@@ -7,7 +7,7 @@ import { ACTIONS, FailureNotices } from '../src/failures';
 import { Method } from '../src/protocol';
 import { menuItems } from '../src/quickMenu';
 import { statusMarkdown } from '../src/statusReport';
-import { TIER_ACTIONS, TierWatcher, tierMessage } from '../src/tierNotices';
+import { TIER_ACTIONS, TierWatcher, tierActions, tierMessage } from '../src/tierNotices';
 import { usage } from './fixtures';
 
 const all = () => true;
@@ -21,6 +21,14 @@ describe('status item menu', () => {
     );
     assert.equal(items[0].label, '$(graph) Open breakdown');
     assert.equal(items[1].description, 'thread "e2e"');
+  });
+
+  test('a followed thread is not offered Compact now: its agent compacts it', () => {
+    for (const thread of ['codex:0199a213-81c0', 'claude:7f2c1d9e']) {
+      const items = menuItems({ down: undefined, supports: all, thread });
+      assert.ok(!items.some((i) => i.value === COMMANDS.compactNow), thread);
+      assert.equal(items[0].value, COMMANDS.showUsage);
+    }
   });
 
   test('what the daemon does not serve is left out', () => {
@@ -65,6 +73,16 @@ describe('tier notifications', () => {
       'ctxd: thread "e2e" reached the auto-compact limit (120k of 115.2k tokens).',
     );
     assert.deepEqual(Object.values(TIER_ACTIONS), ['Compact now', 'Open breakdown']);
+  });
+
+  test('a followed thread is offered the breakdown only, and told its agent compacts it', () => {
+    assert.deepEqual(tierActions('e2e'), ['Compact now', 'Open breakdown']);
+    assert.deepEqual(tierActions('claude:7f2c1d9e'), ['Open breakdown']);
+    assert.deepEqual(tierActions('codex:0199a213'), ['Open breakdown']);
+    assert.equal(
+      tierMessage('compact', 'claude:7f2c', usage({ usedTokens: 170_000, autoCompactLimit: 167_000 })),
+      "ctxd: thread \"claude:7f2c\" reached its agent's auto-compact point (170k of 167k tokens): the agent compacts it next.",
+    );
   });
 });
 
