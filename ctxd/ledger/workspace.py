@@ -254,6 +254,8 @@ class Workspace:
                     entry.update(source=followed.get("source"), title=followed.get("title"),
                                  model=followed.get("model"), lastActivity=followed.get("lastActivity") or updated,
                                  readOnly=True)
+                    if isinstance(followed.get("cost"), dict):
+                        entry["cost"] = followed["cost"]  # the pickers show it (issue #26)
                 else:
                     entry.update(source="client", title=state.get("title"),
                                  model=(state.get("usageSettings") or {}).get("model"), lastActivity=updated,

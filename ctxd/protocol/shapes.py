@@ -187,6 +187,7 @@ class ThreadInfo(TypedDict):
     lastActivity: NotRequired[Optional[str]]
     readOnly: NotRequired[bool]
     usage: NotRequired[UsageSnapshot]
+    cost: NotRequired[Cost]  # a followed session's cost so far, as Breakdown.cost
 
 
 class ThreadsResult(TypedDict):

@@ -2,7 +2,7 @@
 /**
  * The ctxd wire protocol (version 2): results, notifications and request params. GENERATED, do not edit:
  * `npm run gen:protocol` from docs/protocol.schema.json (from ctxd/protocol/shapes.py).
- * schema sha256: 34c7b329917ea2d0ec8fda0404a1b1e88edf4400e0663bf293de143e2eeb8bcf
+ * schema sha256: 725faa162888879504cb4516a44f4b4fd00ebe45bb8dcc7ab3813450273efd68
  */
 
 /**
@@ -476,6 +476,7 @@ export interface ThreadsResult {
  * via the `definition` "ThreadInfo".
  */
 export interface ThreadInfo {
+  cost?: Cost;
   historyVersion: number;
   itemCount: number;
   lastActivity?: string | null;
@@ -486,6 +487,21 @@ export interface ThreadInfo {
   title?: string | null;
   updatedAt: string;
   usage?: UsageSnapshot;
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "Cost".
+ */
+export interface Cost {
+  cacheWrite?: number;
+  cacheWrite1h?: number;
+  cachedInput: number;
+  currency: "USD";
+  input: number;
+  output: number;
+  priced: boolean;
+  total: number;
+  unpricedModels?: string[];
 }
 /**
  * `ctxd/threadsChanged`.
@@ -550,21 +566,6 @@ export interface Category {
 export interface Detail {
   name: string;
   tokens: number;
-}
-/**
- * This interface was referenced by `CtxdProtocol`'s JSON-Schema
- * via the `definition` "Cost".
- */
-export interface Cost {
-  cacheWrite?: number;
-  cacheWrite1h?: number;
-  cachedInput: number;
-  currency: "USD";
-  input: number;
-  output: number;
-  priced: boolean;
-  total: number;
-  unpricedModels?: string[];
 }
 /**
  * `ctxd/usageChanged`.
