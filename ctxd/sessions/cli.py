@@ -13,28 +13,29 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ctxd.sessions import discovery, pricing
+from ctxd.sessions import discovery, limits, pricing
 from ctxd.sessions.follower import Follower
 from ctxd.sessions.model import Session
 from ctxd.settings import Problem
 
 
-def context_window(session: Session) -> int | None:
-    """The window the file states, else the model catalogue's (Claude's files never state it)."""
-    if session.context_window:
-        return session.context_window
-    from ctxd.tokens.catalog import context_window_for
-
-    return context_window_for(session.model)
+def agent_limits(session: Session, codex_limit: int | None = None) -> limits.AgentLimits:
+    """The session's window and its agent's auto-compact point (the daemon's rule)."""
+    if session.agent == discovery.CODEX:
+        return limits.codex(session.model, session.context_window, codex_limit)
+    return limits.claude(session.model)
 
 
-def summary(session: Session, prices: dict[str, pricing.Price] | None = None) -> dict[str, Any]:
+def summary(session: Session, prices: dict[str, pricing.Price] | None = None,
+            codex_limit: int | None = None) -> dict[str, Any]:
     """One session as `ctxd sessions --format json` prints it."""
-    window = context_window(session)
+    agent = agent_limits(session, codex_limit)
+    window = agent.window or None
     used = session.baseline
     return {
         "thread": session.thread, "agent": session.agent, "id": session.id, "title": session.title,
         "cwd": session.cwd, "model": session.model, "contextWindow": window, "usedTokens": used,
+        "autoCompactLimit": agent.limit,
         "percent": round(100 * used / window, 1) if used is not None and window else None,
         "cost": pricing.cost(session.cumulative, prices), "usage": session.total_usage().as_dict(),
         "lastActivity": session.last_activity, "started": session.started, "turns": len(session.turns),
@@ -88,7 +89,9 @@ def main(argv: list[str]) -> int:
     prices = pricing.price_table(_user_prices(problems), problems)
     for problem in problems:
         print(f"ctxd sessions: {problem.source}: {problem.message}", file=sys.stderr)
-    rows = [summary(s, prices) for s in collect(folder, discovery.sources(args.codex_home, args.claude_home))]
+    sources = discovery.sources(args.codex_home, args.claude_home)
+    codex_limit = limits.codex_configured_limit(next(s.root for s in sources if s.agent == discovery.CODEX).parent)
+    rows = [summary(s, prices, codex_limit) for s in collect(folder, sources)]
     if args.format == "json":
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
     else:
