@@ -2,48 +2,31 @@
 
 Claude Code ships a baked-in model catalogue (ids, windows, default output, pricing tiers) as a
 JavaScript object literal inside its binary; Codex ships `models.json` (slugs, windows) inside
-its binary. Both packages are installed with npm into a cache folder under ~/.cache (or
-$CTXD_AGENTS_CACHE) the first time; nothing is run.
+its binary. Both packages are the pinned ones tests/agents.py installs with npm into a cache
+folder under ~/.cache the first time; here they are only read.
 """
 
 from __future__ import annotations
 
 import json
 import mmap
-import os
 import re
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
-CLAUDE_CODE = ("@anthropic-ai/claude-code", "2.1.332")
-CODEX = ("@openai/codex", "0.171.0")
+from tests import agents
+
+CLAUDE_CODE = agents.CLAUDE
+CODEX = agents.CODEX
 CLAUDE_BINARY = "node_modules/@anthropic-ai/claude-code-linux-x64/claude"
 CODEX_BINARY = "node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex"
 CLAUDE_MARK = b"Hand-maintained baked-in model catalog"
 CODEX_MARK = b'{\n  "models": ['
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("CTXD_AGENTS_CACHE") or Path.home() / ".cache" / "ctxd-agents")
-
-
-def install() -> tuple[Path | None, str]:
-    """The cache folder with both packages, installing them when missing; else (None, why)."""
-    folder = cache_dir()
-    if (folder / CLAUDE_BINARY).is_file() and (folder / CODEX_BINARY).is_file():
-        return folder, ""
-    npm = shutil.which("npm")
-    if npm is None:
-        return None, "npm is not installed: it installs the agents' packages whose model lists are compared"
-    folder.mkdir(parents=True, exist_ok=True)
-    specs = [f"{name}@{version}" for name, version in (CLAUDE_CODE, CODEX)]
-    done = subprocess.run([npm, "install", "--no-audit", "--no-fund", "--ignore-scripts", "--prefix", str(folder),
-                           *specs], capture_output=True, text=True, timeout=900)
-    if done.returncode != 0 or not (folder / CLAUDE_BINARY).is_file() or not (folder / CODEX_BINARY).is_file():
-        return None, f"npm could not install {' '.join(specs)}: {done.stderr.strip()[-300:]}"
-    return folder, ""
+def install() -> tuple[Path, Path]:
+    """The install folders of Claude Code and Codex (tests/agents.py installs them once)."""
+    return (agents.install(CLAUDE_CODE).parents[2], agents.install(CODEX).parents[2])
 
 
 def _js_object(data: bytes, start: int) -> str:

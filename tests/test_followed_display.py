@@ -121,7 +121,7 @@ def test_the_compactions_list_each_agent_compaction_with_its_fill(daemon_factory
     fx.append_jsonl(claude_file, fx.claude_assistant([{"type": "text", "text": "Done."}], "msg_03", "a3", "c1-s",
                                                      workspace, "2025-10-03T11:06:00.000Z",
                                                      fx.claude_usage(5, 2_000, 1_000, 10)))
-    _wait(lambda: _history(client, workspace, CLAUDE_THREAD)["compactions"][0]["tokensAfter"] == 3_005)
+    _wait(lambda: _history(client, workspace, CLAUDE_THREAD)["compactions"][0]["tokensAfter"] == 3_015)  # the fill rule: input, cache and reply
 
     seen = len(client.notifications)
     fx.append_jsonl(codex_file, fx.codex_compacted("Summary of the work so far.", "2025-10-03T10:01:00.000Z"))

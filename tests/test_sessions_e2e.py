@@ -7,6 +7,7 @@ session files are written as the agents write them (tests/session_fixtures.py, w
 from __future__ import annotations
 
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -52,7 +53,7 @@ def test_followed_threads_are_listed_mirrored_priced_and_live(daemon_factory, wo
         "source": "codex", "title": "Fix the failing test in parser.py please", "model": "gpt-5-codex",
         "readOnly": True}
     assert codex["usage"]["contextWindow"] == 272_000 and codex["usage"]["source"] == "api"
-    assert claude["source"] == "claude" and claude["usage"]["usedTokens"] >= 15_506
+    assert claude["source"] == "claude" and claude["usage"]["usedTokens"] == 15_546 and claude["usage"]["source"] == "api"
     assert claude["usage"]["contextWindow"] == 200_000
     listed = client.request("ctxd/threads", {"workspace": uri})["threads"]
     assert [t["thread"] for t in listed] == [CLAUDE_THREAD, CODEX_THREAD]  # newest activity first
@@ -194,3 +195,43 @@ def test_turns_written_at_once_take_one_checkpoint(daemon_factory, tmp_path: Pat
         time.sleep(0.05)
     # Checkpoints run one at a time in the order asked: had the earlier turns been asked, they would be done.
     assert [m for m in taken if m.startswith("batch turn")] == [labels[-1]]
+
+
+def test_claude_fill_is_one_rule_in_the_gauge_the_breakdown_and_ctxd_sessions(daemon_factory, workspace: Path,
+                                                                                tmp_path: Path) -> None:
+    """docs/sessions.md: the latest main-chain reply's input + cache writes + cache reads + output,
+    plus ctxd's count of what was written after it. Here a tool's output came after the last
+    report, so all three show the report and the same estimate of that output."""
+    _, claude_home, env = homes(tmp_path)
+    records = fx.claude_session(workspace)
+    records.append(fx.claude_user([{"type": "tool_result", "tool_use_id": "toolu_09", "content": "word " * 300}],
+                                  "u9", "a2", workspace, "2025-10-03T11:00:09.000Z"))
+    fx.write_jsonl(fx.claude_path(claude_home, workspace), records)
+    client = daemon_factory([workspace], env=env)
+    uri = workspace.as_uri()
+    gauge = wait_thread(client, workspace, CLAUDE_THREAD, lambda t: t["usage"]["source"] == "api+estimate")["usage"]
+    breakdown = client.request("ctxd/usage", {"workspace": uri, "thread": CLAUDE_THREAD})["usage"]
+    done = subprocess.run([sys.executable, "-m", "ctxd", "sessions", "--workspace", str(workspace), "--format", "json",
+                           "--claude-home", str(claude_home)], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parent.parent)
+    [row] = __import__("json").loads(done.stdout)
+    reported = 6 + 500 + 15_000 + 40
+    assert gauge["usedTokens"] > reported + 250  # the 300 words of output are counted on top
+    assert breakdown["usedTokens"] == gauge["usedTokens"] == row["usedTokens"]
+
+
+def test_status_names_the_kinds_of_record_each_agent_version_wrote_that_ctxd_does_not_read(
+        daemon_factory, workspace: Path, tmp_path: Path) -> None:
+    codex_home, claude_home, env = homes(tmp_path)
+    rollout = fx.codex_session(workspace)
+    rollout[3:3] = [{"timestamp": "2025-10-03T10:00:01.500Z", "type": "hologram", "payload": {"x": 1}},
+                    {"timestamp": "2025-10-03T10:00:01.600Z", "type": "hologram", "payload": {"x": 2}},
+                    {"timestamp": "2025-10-03T10:00:01.700Z", "type": "teleport", "payload": {}}]
+    fx.write_jsonl(fx.codex_path(codex_home), rollout)
+    fx.write_jsonl(fx.claude_path(claude_home, workspace), fx.claude_session(workspace))
+    client = daemon_factory([workspace], env=env)
+    wait_thread(client, workspace, CODEX_THREAD)
+    wait_thread(client, workspace, CLAUDE_THREAD)
+    sources = {s["agent"]: s for s in client.request("ctxd/status", {"workspace": workspace.as_uri()})["sources"]}
+    assert sources["codex"]["unread"] == [{"version": "0.46.0", "kinds": ["hologram", "teleport"], "records": 3}]
+    assert sources["claude"]["unread"] == []

@@ -66,7 +66,7 @@ def test_growth_while_following(follow, tmp_path: Path) -> None:
     update = next_update(updates, f"claude:{fx.CLAUDE_ID}")
     assert update.new and update.session.title == "Add a --verbose flag to the CLI"
     fx.append_jsonl(claude_file, fx.claude_session(ws)[2:])
-    while update.session.baseline != 15_506:
+    while update.session.baseline != 15_546:
         update = next_update(updates, f"claude:{fx.CLAUDE_ID}")
     assert {s.thread for s in follower.sessions(ws)} == {f"codex:{fx.CODEX_ID}", f"claude:{fx.CLAUDE_ID}"}
     assert {s.agent: s.sessions for s in follower.status()} == {"codex": 1, "claude": 1}
@@ -157,7 +157,7 @@ def test_sessions_cli_lists_the_workspace_sessions_newest_first(tmp_path: Path) 
     assert (codex["model"], codex["usedTokens"], codex["contextWindow"], codex["percent"]) == (
         "gpt-5-codex", 12_000, 272_000, 4.4)
     assert codex["cost"]["priced"] and codex["cost"]["total"] > 0
-    assert claude["contextWindow"] == 200_000 and claude["usedTokens"] == 15_506  # window from the catalogue
+    assert claude["contextWindow"] == 200_000 and claude["usedTokens"] == 15_546  # window from the catalogue
     table = subprocess.run([sys.executable, "-m", "ctxd", "sessions", "--workspace", str(ws)], cwd=REPO, env=env,
                            capture_output=True, text=True, timeout=60)
     lines = table.stdout.splitlines()

@@ -138,8 +138,9 @@ def test_claude_session_items_usage_and_dedup(tmp_path: Path) -> None:
     call = s.items[3]
     assert call["call_id"] == "toolu_01" and json.loads(call["arguments"]) == {"file_path": "/home/user/app/cli.py"}
     assert s.items[4] == {"type": "function_call_output", "call_id": "toolu_01", "output": "import argparse\n"}
-    # Baseline: the latest main-chain assistant usage, input + cache creation + cache read.
-    assert s.baseline == 6 + 500 + 15_000
+    # Baseline: the latest main-chain assistant usage, input + cache creation + cache read + output
+    # (docs/sessions.md), covering every item up to that reply's last block.
+    assert s.baseline == 6 + 500 + 15_000 + 40 and s.baseline_items == len(s.items)
     # Cost: msg_01 was streamed as three lines with one usage: counted once.
     assert s.cumulative["claude-sonnet-4-5-20250929"] == Usage(input=10, cached_input=27_000, cache_write=3_500,
                                                                output=160)
@@ -169,7 +170,7 @@ def test_claude_sidechains_are_not_the_main_window(tmp_path: Path) -> None:
     s = reader.session
     assert s.sidechain_lines == 2
     assert not any("subagent" in json.dumps(i) or "Search the repo" in json.dumps(i) for i in s.items)
-    assert s.baseline == 15_506 and s.model == "claude-sonnet-4-5-20250929" and len(s.turns) == 1
+    assert s.baseline == 15_546 and s.model == "claude-sonnet-4-5-20250929" and len(s.turns) == 1
     # The subagent's tokens are billed: they are in the cost, under its own model.
     assert s.cumulative["claude-haiku-4-5-20251001"].cached_input == 90_000
 
@@ -189,7 +190,7 @@ def test_claude_compaction_starts_a_new_window(tmp_path: Path) -> None:
                                                 "2025-10-03T11:06:02.000Z", fx.claude_usage(3, 2_000, 4_000, 9))])
     change = reader.read()
     assert not change.replaced and len(change.appended) == 2 and [t.text for t in change.turns] == ["now add tests"]
-    assert reader.session.baseline == 6_003
+    assert reader.session.baseline == 6_012
 
 
 def test_claude_truncated_line_unknown_type_and_meta_lines(tmp_path: Path) -> None:

@@ -461,6 +461,10 @@ class Workspace:
         agent's compactions this replacement stands for (their infos, oldest first), each listed
         by `ctxd/history`; a first read of a session is no compaction."""
         valid = [item for item in items if _valid(item)]
+        with self.lock:  # items are counted for the session's model, also the first time it is seen
+            ledger = self._ledger(thread)
+            if ledger.prompt_context != context:
+                ledger.prompt_context = context
         kept, rows = self._rows(thread, valid)
         with self.lock:
             ledger = self._ledger(thread)

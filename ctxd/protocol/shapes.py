@@ -208,6 +208,15 @@ class TokenizerState(TypedDict):
     status: TokenizerStatus
 
 
+class UnreadRecords(TypedDict):
+    """Kinds of record an agent's version wrote that ctxd's reader skipped (format drift)."""
+
+    __pydantic_config__ = STRICT  # type: ignore[misc]
+    version: Optional[str]
+    kinds: list[str]
+    records: int
+
+
 class SourceState(TypedDict):
     __pydantic_config__ = STRICT  # type: ignore[misc]
     agent: str
@@ -215,6 +224,7 @@ class SourceState(TypedDict):
     enabled: bool
     sessions: int
     watching: NotRequired[Literal["inotify", "polling", "off"]]  # how the session files are watched
+    unread: NotRequired[list[UnreadRecords]]  # per version of the agent; absent or [] when none
 
 
 class Status(TypedDict):

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from ctxd.errors import CtxdError
 from ctxd.ledger.workspace import Service, Workspace, path_to_uri
-from ctxd.sessions import discovery, limits, pricing
+from ctxd.sessions import discovery, drift, limits, pricing
 from ctxd.sessions.follower import Follower, Update
 from ctxd.sessions.model import Session, Turn
 from ctxd.settings import Problem, Settings
@@ -58,7 +58,9 @@ class SessionBridge:
 
     def status(self) -> list[dict[str, Any]]:
         """`ctxd/status` `sources`: agent, root, enabled, sessions followed (and how)."""
-        return [{"agent": s.agent, "root": s.root, "enabled": s.enabled, "sessions": s.sessions, "watching": s.watching}
+        sessions = self.follower.sessions()
+        return [{"agent": s.agent, "root": s.root, "enabled": s.enabled, "sessions": s.sessions, "watching": s.watching,
+                 "unread": drift.unread(sessions, s.agent)}
                 for s in self.follower.status()]
 
     # --- on the follower's thread ---

@@ -8,26 +8,39 @@ Anthropic Messages API message), `system` (`subtype` e.g. `compact_boundary`), `
 An assistant message is streamed as several lines that share `message.id`, one content block each
 (sometimes repeated), each carrying the message's `usage`.
 
-Gauge rule (protocol v2): the API baseline is the latest main-chain assistant message's
-`usage.input_tokens + cache_creation_input_tokens + cache_read_input_tokens`. After a
+Gauge rule (docs/sessions.md): the API baseline is the latest main-chain assistant message's
+`usage.input_tokens + cache_creation_input_tokens + cache_read_input_tokens + output_tokens`:
+the request it answered plus the reply itself, which is what the next request carries (as
+Codex's `total_tokens`). It covers the items up to that message's last block; what comes after
+(tool results, a new prompt) is counted by ctxd until the next report. After a
 `compact_boundary` it is unknown until the next assistant message reports one.
+
+Versions from 2.1 write more bookkeeping lines (`KNOWN_OTHER`) and keep a subagent's
+conversation in `<session>/subagents/agent-*.jsonl` rather than in the main file; those
+requests are billed to the session, so their usage is read for its cost (`_SubagentCost`).
 """
 
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 from ctxd.sessions.model import Change, Turn, Usage, first_request, note_report, shorten, tokens
 from ctxd.sessions.reader import Reader
 
+MAX_SUBAGENT_FILES = 1_000  # per session: more is not a real session, and each is opened on every read
+
 # Bookkeeping line types that carry nothing the model sees.
 KNOWN_OTHER = {"summary", "file-history-snapshot", "queue-operation", "progress", "attachment",
-               "custom-title", "last-prompt", "tag"}
+               "custom-title", "last-prompt", "tag",
+               # 2.1: the request as sent (shape, blobs), cost and tool bookkeeping, the permission mode
+               "api-request", "api-request-shape", "api-request-blob", "atis-latch", "tools-used", "cost-state",
+               "mode"}
 SYNTHETIC_MODEL = "<synthetic>"  # Claude Code's own stand-in replies (errors, interruptions)
 # User texts that are not a prompt the model acts on.
 NOT_A_PROMPT = ("<local-command-stdout>", "<local-command-stderr>", "<command-name>", "<command-message>",
-                "[Request interrupted", "<bash-stdout>", "<bash-stderr>", "Caveat:")
+                "[Request interrupted", "<bash-stdout>", "<bash-stderr>", "Caveat:", "<local-command-caveat>")
 
 
 def _usage(raw: dict[str, Any]) -> Usage:
@@ -81,6 +94,7 @@ class ClaudeReader(Reader):
         self._init()
 
     def _init(self) -> None:
+        self._subagents: dict[str, _SubagentCost] = {}
         self._msg_usage: dict[str, tuple[str, Usage]] = {}  # message.id -> (model, usage), for cost
         self._blocks_of: str | None = None  # the message id whose blocks `_blocks` holds
         self._blocks: set[str] = set()
@@ -92,6 +106,29 @@ class ClaudeReader(Reader):
         super().reset()
         self.session.id = session_id
         self._init()
+
+    def read(self, ident: tuple[int, int] | None = None) -> Change:
+        """The transcript's new lines, then its subagents' new usage (billed to this session)."""
+        change = super().read(ident)
+        change.usage = self._read_subagents() or change.usage
+        return change
+
+    def _read_subagents(self) -> bool:
+        if not self.path.endswith(".jsonl"):
+            return False
+        folder = os.path.join(self.path[: -len(".jsonl")], "subagents")
+        try:
+            with os.scandir(folder) as entries:
+                names = sorted(e.name for e in entries if e.name.endswith(".jsonl") and e.is_file(follow_symlinks=False))
+        except OSError:
+            return False
+        grew = False
+        for name in names[:MAX_SUBAGENT_FILES]:
+            sub = self._subagents.get(name)
+            if sub is None:
+                sub = self._subagents[name] = _SubagentCost(os.path.join(folder, name), self)
+            grew = sub.read().lines > 0 or grew
+        return grew
 
     def record(self, rec: dict[str, Any], change: Change) -> None:
         session = self.session
@@ -107,6 +144,8 @@ class ClaudeReader(Reader):
         if session.id is None and isinstance(rec.get("sessionId"), str):
             session.id = rec["sessionId"]
             change.meta = True
+        if isinstance(rec.get("version"), str):
+            session.version = rec["version"]
         if rec.get("isSidechain"):
             session.sidechain_lines += 1
             if kind == "assistant":
@@ -182,17 +221,17 @@ class ClaudeReader(Reader):
             session.count_unknown("assistant.no_message")
             return
         reported = self._cost(rec)
+        used = 0
         if reported is not None:
             raw, model = reported
             used = tokens(raw.get("input_tokens")) + tokens(raw.get("cache_creation_input_tokens")) + tokens(
-                raw.get("cache_read_input_tokens"))
+                raw.get("cache_read_input_tokens")) + tokens(raw.get("output_tokens"))
             last = {k: tokens(v) for k, v in raw.items() if type(v) is int}
             note_report(session, used)
             if used and session.first_request is None:
                 session.first_request = first_request(used, session.items)
             if used and (used != session.baseline or last != session.last_usage):
                 session.baseline = used
-                session.baseline_items = len(session.items)  # the request's input: what came before
                 session.last_usage = last
                 change.usage = True
             if model and model != session.model:
@@ -215,6 +254,8 @@ class ClaudeReader(Reader):
             item = self._assistant_item(block)
             if item is not None:
                 self._add(item, change)
+        if used:
+            session.baseline_items = len(session.items)  # the report covers the reply's blocks too
         self._link(rec)
 
     def _assistant_item(self, block: dict[str, Any]) -> dict[str, Any] | None:
@@ -297,3 +338,18 @@ class ClaudeReader(Reader):
         change.replaced = True
         change.appended = []
         change.usage = True
+
+
+class _SubagentCost(Reader):
+    """A subagent's transcript (`<session>/subagents/agent-*.jsonl`): only its assistant messages'
+    usage is read, into the parent session's cost. Its lines are never the main window."""
+
+    agent = "claude"
+
+    def __init__(self, path: str, parent: ClaudeReader) -> None:
+        super().__init__(path)
+        self.parent = parent
+
+    def record(self, rec: dict[str, Any], change: Change) -> None:
+        if rec.get("type") == "assistant":
+            self.parent._cost(rec)

@@ -26,12 +26,32 @@ def agent_limits(session: Session, codex_limit: int | None = None) -> limits.Age
     return limits.claude(session.model)
 
 
+def used_tokens(session: Session) -> int | None:
+    """The fill by docs/sessions.md's one rule, as the gauge computes it from the mirrored ledger
+    (`ctxd.ledger.thread.usage_snapshot`): the agent's latest report plus ctxd's count of the items
+    written after it; None until the agent has reported (a new session, after a compaction)."""
+    if session.baseline is None:
+        return None
+    after = session.items[session.baseline_items:]
+    if not after:
+        return session.baseline
+    from ctxd.ledger.truncation import truncate_tool_output, with_serialization_allowance
+    from ctxd.settings import Settings
+    from ctxd.tokens.counter import TOKENIZERS, count_item
+
+    counter = TOKENIZERS.counter(session.model)
+    if counter.slot is not None:
+        counter.slot.wait(timeout=60)  # exact, as the daemon is once its encoding is loaded
+    limit = with_serialization_allowance(Settings().tool_output_token_limit)
+    return session.baseline + sum(count_item(truncate_tool_output(item, limit), counter.count) for item in after)
+
+
 def summary(session: Session, prices: dict[str, pricing.Price] | None = None,
             codex_limit: int | None = None) -> dict[str, Any]:
     """One session as `ctxd sessions --format json` prints it."""
     agent = agent_limits(session, codex_limit)
     window = agent.window or None
-    used = session.baseline
+    used = used_tokens(session)
     return {
         "thread": session.thread, "agent": session.agent, "id": session.id, "title": session.title,
         "cwd": session.cwd, "model": session.model, "contextWindow": window, "usedTokens": used,

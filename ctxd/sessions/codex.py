@@ -12,6 +12,11 @@ shape), `compacted` (`CompactedItem` {message, replacement_history?}: the histor
 a new turn, and the title). Other event types are normal and ignored; other record types are
 skipped and counted.
 
+Newer versions (0.171) write a user turn as `event_msg` `item_completed` whose `item` is
+`{type: "UserMessage", content: [{type: "text", text}]}` instead of `user_message`, and add
+bookkeeping records ctxd has no use for (`KNOWN_OTHER`); the window is still the events'
+`model_context_window` (the model's window less Codex's 5% reserve). A version that writes both forms of a turn counts it once.
+
 Gauge rule (Codex's own status line, codex-rs/tui chatwidget `context_remaining_percent`): the
 tokens in the window are `info.last_token_usage.total_tokens` of the latest `token_count`, out of
 `info.model_context_window`. Codex then shows "% left" after setting aside a 12,000-token
@@ -34,6 +39,11 @@ PASS_THROUGH = {"message", "function_call", "function_call_output", "custom_tool
 AS_FUNCTION_CALL = {"local_shell_call": "local_shell", "web_search_call": "web_search"}
 # Recorded but never sent to the model (Codex's own undo commits).
 NOT_MODEL_VISIBLE = {"ghost_snapshot"}
+# Record types read and deliberately not used: `world_state` (the context Codex assembled; its
+# text also arrives as response items), `token_usage_record` (one response's usage; the
+# `token_count` event that follows carries the same numbers and the running total),
+# `last_usage_includes_reasoning` (a flag about how the last usage was counted).
+KNOWN_OTHER = {"world_state", "token_usage_record", "last_usage_includes_reasoning"}
 
 
 def _is_input(item: dict[str, Any]) -> bool:
@@ -86,6 +96,8 @@ class CodexReader(Reader):
             self._compacted(payload, change)
         elif kind == "session_meta":
             self._meta(payload, timestamp, change)
+        elif kind in KNOWN_OTHER:
+            return
         else:
             session.count_unknown(str(kind))
 
@@ -98,6 +110,8 @@ class CodexReader(Reader):
             session.id = meta_id if isinstance(meta_id, str) else None
             session.cwd = meta.get("cwd") if isinstance(meta.get("cwd"), str) else None
             session.started = meta.get("timestamp") or timestamp
+            version = meta.get("cli_version")
+            session.version = version if isinstance(version, str) else None
             forked = meta.get("forked_from_id")
             session.forked_from = forked if isinstance(forked, str) else None
             instructions = meta.get("base_instructions") or meta.get("instructions")
@@ -113,6 +127,8 @@ class CodexReader(Reader):
         elif meta_id != session.id and session.forked_from is None and isinstance(meta_id, str):
             # A fork copies its source's history, source meta line included.
             session.forked_from = meta_id
+        elif meta_id == session.id and isinstance(meta.get("cli_version"), str):
+            session.version = meta["cli_version"]  # a resume by another version of Codex
 
     def _item(self, payload: dict[str, Any]) -> dict[str, Any] | None:
         kind = payload.get("type")
@@ -140,21 +156,36 @@ class CodexReader(Reader):
             if isinstance(info, dict):
                 self._usage(info, change)
         elif kind == "user_message":
-            text = event.get("message")
-            if not isinstance(text, str):
-                return
-            if session.title is None and text.strip():
-                session.title = shorten(text)
-                change.meta = True
-            turn = Turn(len(session.items), shorten(text, 60), timestamp if isinstance(timestamp, str) else None,
-                        session.generation)
-            session.turns.append(turn)
-            change.turns.append(turn)
+            self._turn(event.get("message"), timestamp, change)
+        elif kind == "item_completed":
+            item = event.get("item")
+            if isinstance(item, dict) and item.get("type") == "UserMessage":
+                parts = item.get("content")
+                texts = [p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str)] \
+                    if isinstance(parts, list) else []
+                self._turn("\n".join(texts), timestamp, change)
         elif kind == "task_started":
             window = event.get("model_context_window")
             if isinstance(window, int) and window > 0 and window != session.context_window:
                 session.context_window = window
                 change.meta = True
+
+    def _turn(self, text: Any, timestamp: Any, change: Change) -> None:
+        """A user turn: what the user typed, from whichever event this version writes."""
+        session = self.session
+        if not isinstance(text, str):
+            return
+        last = session.turns[-1] if session.turns else None
+        label = shorten(text, 60)
+        if last is not None and last.index == len(session.items) and last.generation == session.generation \
+                and last.text == label:
+            return  # the same turn in the other form (`user_message` and `UserMessage` both written)
+        if session.title is None and text.strip():
+            session.title = shorten(text)
+            change.meta = True
+        turn = Turn(len(session.items), label, timestamp if isinstance(timestamp, str) else None, session.generation)
+        session.turns.append(turn)
+        change.turns.append(turn)
 
     def _usage(self, info: dict[str, Any], change: Change) -> None:
         session = self.session

@@ -67,6 +67,7 @@ class Session:
     agent: str  # "codex" or "claude"
     path: str
     id: str | None = None
+    version: str | None = None  # the agent's version that wrote the file (the latest stated)
     cwd: str | None = None
     model: str | None = None
     context_window: int | None = None  # only where the file states it

@@ -2,7 +2,7 @@
 /**
  * The ctxd wire protocol (version 2): results, notifications and request params. GENERATED, do not edit:
  * `npm run gen:protocol` from docs/protocol.schema.json (from ctxd/protocol/shapes.py).
- * schema sha256: 725faa162888879504cb4516a44f4b4fd00ebe45bb8dcc7ab3813450273efd68
+ * schema sha256: b69bc08e5acf03f579c617266091d9314059e3a8d148eec48fd9fa080cde2640
  */
 
 /**
@@ -447,7 +447,19 @@ export interface SourceState {
   enabled: boolean;
   root: string;
   sessions: number;
+  unread?: UnreadRecords[];
   watching?: "inotify" | "polling" | "off";
+}
+/**
+ * Kinds of record an agent's version wrote that ctxd's reader skipped (format drift).
+ *
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "UnreadRecords".
+ */
+export interface UnreadRecords {
+  kinds: string[];
+  records: number;
+  version: string | null;
 }
 /**
  * This interface was referenced by `CtxdProtocol`'s JSON-Schema

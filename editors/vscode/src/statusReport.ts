@@ -8,6 +8,15 @@ function line(s: string): string {
   return s.replace(/\r?\n/g, ' ');
 }
 
+const AGENT_NAMES: Record<string, string> = { codex: 'Codex', claude: 'Claude Code' };
+
+/** Format drift, as ctxd/sessions/drift.py says it: "Codex 0.171.0 wrote 3 kinds of record ctxd does not read". */
+export function unreadSentence(agent: string, u: { version: string | null; kinds: string[] }): string {
+  const name = (AGENT_NAMES[agent] ?? line(agent)) + (u.version ? ` ${line(u.version)}` : '');
+  const n = u.kinds.length;
+  return `${name} wrote ${n} kind${n === 1 ? '' : 's'} of record ctxd does not read`;
+}
+
 export function statusMarkdown(s: StatusResult): string {
   const out = [`# ctxd ${line(s.version)} (protocol ${s.protocolVersion})`, ''];
   out.push('## Problems', '');
@@ -20,6 +29,7 @@ export function statusMarkdown(s: StatusResult): string {
   if (s.sources.length === 0) out.push('None.');
   for (const src of s.sources) {
     out.push(`- ${line(src.agent)}: ${src.enabled ? `${src.sessions} sessions` : 'off'} (${line(src.root)})`);
+    for (const u of src.unread ?? []) out.push(`  - ${unreadSentence(src.agent, u)}: ${u.kinds.map(line).join(', ')}`);
   }
   out.push(
     '',

@@ -124,6 +124,24 @@ describe('status page', () => {
     assert.match(md, /Trusted: no \(settings that reach off the machine are ignored\)/);
     assert.ok(md.indexOf('## Problems') < md.indexOf('## Token counting'));
   });
+
+  test('kinds of record an agent wrote that ctxd does not read are named, per version', () => {
+    const md = statusMarkdown({
+      version: '0.2.0',
+      protocolVersion: 3,
+      stateDir: '/s',
+      trusted: true,
+      problems: [],
+      tokenizers: [],
+      sources: [
+        { agent: 'codex', root: '/h/.codex', enabled: true, sessions: 1,
+          unread: [{ version: '0.171.0', kinds: ['last_usage_includes_reasoning', 'token_usage_record', 'world_state'], records: 7 }] },
+        { agent: 'claude', root: '/h/.claude', enabled: true, sessions: 1, unread: [{ version: null, kinds: ['hologram'], records: 1 }] },
+      ],
+    });
+    assert.match(md, /- codex: 1 sessions \(\/h\/\.codex\)\n {2}- Codex 0\.171\.0 wrote 3 kinds of record ctxd does not read: last_usage_includes_reasoning, token_usage_record, world_state\n/);
+    assert.match(md, /- Claude Code wrote 1 kind of record ctxd does not read: hologram/);
+  });
 });
 
 describe('error sentences', () => {

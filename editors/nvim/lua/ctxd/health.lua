@@ -227,8 +227,27 @@ local function check_status(lsp_client, info)
       tostring(src.root),
       src.enabled and 'on' or 'sources.' .. tostring(src.agent) .. ' = false'
     ))
+    for _, unread in ipairs(type(src.unread) == 'table' and src.unread or {}) do
+      health.warn(M.unread_sentence(src.agent, unread) .. ': ' .. table.concat(unread.kinds or {}, ', '),
+        { 'ctxd follows what it reads; tell ctxd\'s maintainers which version wrote these' })
+    end
   end
   return status
+end
+
+local agent_names = { codex = 'Codex', claude = 'Claude Code' }
+
+--- Format drift as ctxd/sessions/drift.py says it: "Codex 0.171.0 wrote 3 kinds of record ctxd does not read".
+---@param agent string
+---@param unread { version: string?, kinds: string[]? }
+---@return string
+function M.unread_sentence(agent, unread)
+  local name = agent_names[agent] or tostring(agent)
+  if type(unread.version) == 'string' and unread.version ~= '' then
+    name = name .. ' ' .. unread.version
+  end
+  local n = #(unread.kinds or {})
+  return ('%s wrote %d kind%s of record ctxd does not read'):format(name, n, n == 1 and '' or 's')
 end
 
 --- The fix to type for a settings problem from `ctxd/status`.

@@ -249,6 +249,7 @@
 ---@field enabled boolean
 ---@field root string
 ---@field sessions integer
+---@field unread? ctxd.UnreadRecords[]
 ---@field watching? "inotify"|"polling"|"off"
 
 --- `ctxd/status`.
@@ -304,6 +305,12 @@
 ---@field schema? any
 ---@field server? string|nil
 ---@field [string] any
+
+--- Kinds of record an agent's version wrote that ctxd's reader skipped (format drift).
+---@class ctxd.UnreadRecords
+---@field kinds string[]
+---@field records integer
+---@field version string|nil
 
 --- `ctxd/usageChanged`.
 ---@class ctxd.UsageChanged

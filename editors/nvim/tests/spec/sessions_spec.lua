@@ -7,6 +7,7 @@ local t = require('harness')
 local h = require('helpers')
 
 local client ---@type vim.lsp.Client
+local written ---@type string? the rollout file of the session
 local SESSION = '0199a213-81c0-7800-8aa1-bbab2a035a53'
 
 local function now()
@@ -21,6 +22,7 @@ local function write_codex_session(records)
   local path = vim.fs.joinpath(dir, ('rollout-%s-%s.jsonl'):format(os.date('!%Y-%m-%dT%H-%M-%S'), SESSION))
   local lines = vim.tbl_map(vim.json.encode, records)
   vim.fn.writefile(lines, path)
+  written = path
   return path
 end
 
@@ -164,5 +166,20 @@ t.describe('followed sessions (protocol 2)', function()
     t.eq(1, #offered, vim.inspect(offered))
     t.matches('^Files only', offered[1])
     t.eq('v2\n', h.read('calc.py'))
+  end)
+
+  t.it(':checkhealth ctxd names the kinds of record an agent wrote that ctxd does not read', function()
+    vim.fn.writefile({ vim.json.encode({ timestamp = now(), type = 'hologram_record', payload = {} }) }, written, 'a')
+    t.wait_for(function()
+      for _, src in ipairs(h.request('ctxd/status', {}).sources) do
+        if src.agent == 'codex' and src.unread and #src.unread > 0 then
+          return true
+        end
+      end
+    end, 'ctxd/status to count the unread record', 20000)
+    vim.cmd('silent checkhealth ctxd')
+    local text = table.concat(h.lines(0), '\n')
+    vim.cmd('bwipeout!')
+    t.contains('Codex 0.46.0 wrote 1 kind of record ctxd does not read: hologram_record', text)
   end)
 end)

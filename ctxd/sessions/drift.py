@@ -1,0 +1,35 @@
+"""Format drift made visible: the kinds of record the readers skipped, per agent and version.
+
+A new version of an agent that writes something ctxd does not read is seen here first; `ctxd/status`
+carries it (`sources[].unread`) and the editors say it ("Codex 0.171.0 wrote 3 kinds of record ctxd
+does not read"). Plain data, no I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from ctxd.sessions.model import Session
+
+NAMES = {"codex": "Codex", "claude": "Claude Code"}
+
+
+def unread(sessions: Iterable[Session], agent: str) -> list[dict[str, Any]]:
+    """`[{version, kinds, records}]` for the agent's followed sessions that skipped a kind of
+    record: `kinds` sorted, `records` how many lines of them; one entry per version, sorted."""
+    by_version: dict[str | None, dict[str, int]] = {}
+    for session in sessions:
+        if session.agent != agent or not session.unknown:
+            continue
+        counts = by_version.setdefault(session.version, {})
+        for kind, count in session.unknown.items():
+            counts[kind] = counts.get(kind, 0) + count
+    return [{"version": version, "kinds": sorted(counts), "records": sum(counts.values())}
+            for version, counts in sorted(by_version.items(), key=lambda kv: kv[0] or "")]
+
+
+def sentence(agent: str, entry: dict[str, Any]) -> str:
+    """What the editors show, e.g. "Codex 0.171.0 wrote 3 kinds of record ctxd does not read"."""
+    kinds = len(entry["kinds"])
+    name = NAMES.get(agent, agent) + (f" {entry['version']}" if entry.get("version") else "")
+    return f"{name} wrote {kinds} kind{'s' if kinds != 1 else ''} of record ctxd does not read"
