@@ -8,6 +8,7 @@ import { Method } from '../src/protocol';
 import { menuItems } from '../src/quickMenu';
 import { statusMarkdown } from '../src/statusReport';
 import { TIER_ACTIONS, TierWatcher, tierActions, tierMessage } from '../src/tierNotices';
+import { compactionLabel } from '../src/trees';
 import { usage } from './fixtures';
 
 const all = () => true;
@@ -83,6 +84,14 @@ describe('tier notifications', () => {
       tierMessage('compact', 'claude:7f2c', usage({ usedTokens: 170_000, autoCompactLimit: 167_000 })),
       "ctxd: thread \"claude:7f2c\" reached its agent's auto-compact point (170k of 167k tokens): the agent compacts it next.",
     );
+  });
+});
+
+describe('compactions list', () => {
+  test("an agent's compaction shows its fill before, and after once the agent reported it", () => {
+    assert.equal(compactionLabel({ tokensBefore: 15_546, tokensAfter: null, archivedItems: 6 }), '15.5k → … tokens');
+    assert.equal(compactionLabel({ tokensBefore: 15_546, tokensAfter: 3_015, archivedItems: 6 }), '15.5k → 3k tokens');
+    assert.equal(compactionLabel({ tokensBefore: null, tokensAfter: null, archivedItems: 6 }), '6 items replaced');
   });
 });
 
