@@ -154,3 +154,17 @@ def _wait(check, timeout: float = 10.0) -> None:
     while not check():
         assert time.monotonic() < deadline, "not reached in time"
         time.sleep(0.05)
+
+
+def test_an_unknown_model_is_said_to_be_unknown_not_guessed(daemon_factory, workspace: Path) -> None:
+    client = daemon_factory([workspace])
+    uri = workspace.as_uri()
+    # Once a 200k Claude model by the prefix "claude"; now unknown, and the breakdown says so.
+    client.request("ctxd/setPromptContext", {"workspace": uri, "model": "claude-opus-9"})
+    unknown = client.request("ctxd/usage", {"workspace": uri})
+    assert unknown["contextWindow"] == 128_000
+    assert "model 'claude-opus-9' is not in ctxd's catalogue" in unknown["limitSource"]
+    # Written as the agents write it, a known model is found, and nothing needs saying.
+    client.request("ctxd/setPromptContext", {"workspace": uri, "model": "us.anthropic.claude-opus-4-7-v1:0"})
+    known = client.request("ctxd/usage", {"workspace": uri})
+    assert known["contextWindow"] == 1_000_000 and "limitSource" not in known

@@ -91,7 +91,7 @@ class Breakdown(TypedDict):
     overflowTokens: NotRequired[int]
     cost: NotRequired[Cost]
     inferred: NotRequired[dict[str, str]]  # category -> how its number was inferred (followed sessions)
-    limitSource: NotRequired[str]  # a followed session: where its window and auto-compact point come from
+    limitSource: NotRequired[str]  # where the window and auto-compact point come from (a followed session, an unknown model)
 
 
 class RecordResult(TypedDict):

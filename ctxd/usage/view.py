@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from ctxd.ledger.thread import ThreadLedger, usage_snapshot
 from ctxd.settings import Settings
+from ctxd.tokens.catalog import context_window_for
 from ctxd.tokens.counter import Counter
 from ctxd.usage import breakdown as usage_mod
 
@@ -104,6 +105,10 @@ class UsageView:
         if followed_limits(context) is not None:
             agent = context["followed"]
             result["limitSource"] = f"window: {agent.get('windowSource')}; auto-compact: {agent.get('limitSource')}"
+        elif not settings.context_window and settings.model and context_window_for(settings.model) is None:
+            # Never a guess from a similar name: the model is unknown, and the window a default.
+            result["limitSource"] = (f"window: model {settings.model!r} is not in ctxd's catalogue, so the default "
+                                     f"{window:,} (set contextWindow for it)")
         # The context object is kept with the entry so that its identity cannot be reused.
         self._breakdowns[ledger.thread] = (key, context, result)
         return _with_cost(result, ledger)
