@@ -254,7 +254,9 @@ def test_codex_compaction_shows_in_the_thread_and_keeps_the_history(daemon_facto
     info = thread_of(s, "codex", lambda t: t["usage"]["usedTokens"] == 4_010)
     assert info["usage"]["source"] == "api"  # the gauge dropped from 30,050 to the new report
     kept = history(s, thread, archived=True)
-    assert [c["strategy"] for c in kept["compactions"]] == ["agent"] * len(summaries)  # each one Codex ran
+    # Each one Codex ran, with its name and the fill before it (issue #26).
+    assert [c["strategy"] for c in kept["compactions"]] == ["codex"] * len(summaries)
+    assert kept["compactions"][0]["tokensBefore"] == 30_050
     archived = [i for i in kept["items"] if i.get("archived")]
     assert ("function_call", "c1") in [(i["type"], i.get("call_id")) for i in archived]
     assert "Make one.txt" in user_texts(archived)
@@ -385,10 +387,17 @@ def test_claude_compaction_shows_in_the_thread_and_keeps_the_history(daemon_fact
     info = thread_of(s, "claude", lambda t: t["usage"]["usedTokens"] == claude_fill(small))
     assert info["usage"]["source"] == "api"  # dropped from 30,530 to the first report after the summary
     kept = history(s, thread, archived=True)
-    assert [c["strategy"] for c in kept["compactions"]] == ["agent"]
+    [compaction] = kept["compactions"]
+    assert compaction["strategy"] == "claude" and compaction["tokensBefore"] > 30_000
+    assert compaction["tokensAfter"] is not None and compaction["tokensAfter"] < 30_000
     archived = [i for i in kept["items"] if i.get("archived")]
     assert [i["call_id"] for i in archived if i["type"] == "function_call"] == ["t1"]
     assert "Make one.txt" in user_texts(archived)
     current = history(s, thread)["items"]
     assert any("Summary: one.txt was written." in u for u in user_texts(current))
     assert "Now say done" in user_texts(current)
+    # The /compact command and the notes Claude Code writes around it are not user turns.
+    [row] = json.loads(ctxd_sessions(s, "json"))
+    assert row["turns"] == 2 and row["compactions"] == 1
+    labels = [snap["message"] for snap in s.client.request("ctxd/ghost/list", {"workspace": s.uri})["snapshots"]]
+    assert not [label for label in labels if label.startswith("<")], labels

@@ -235,3 +235,9 @@ def test_status_names_the_kinds_of_record_each_agent_version_wrote_that_ctxd_doe
     sources = {s["agent"]: s for s in client.request("ctxd/status", {"workspace": workspace.as_uri()})["sources"]}
     assert sources["codex"]["unread"] == [{"version": "0.46.0", "kinds": ["hologram", "teleport"], "records": 3}]
     assert sources["claude"]["unread"] == []
+    # `ctxd sessions` says it too, on stderr (its output stays the table).
+    done = subprocess.run([sys.executable, "-m", "ctxd", "sessions", "--workspace", str(workspace),
+                           "--codex-home", str(codex_home), "--claude-home", str(claude_home)],
+                          capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parent.parent)
+    assert done.stderr == "ctxd sessions: Codex 0.46.0 wrote 2 kinds of record ctxd does not read: hologram, teleport\n"
+    assert done.stdout.startswith("AGENT")

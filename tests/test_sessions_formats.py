@@ -64,3 +64,17 @@ def test_claude_2_1_turns_fill_subagent_cost_and_no_unread_records(tmp_path: Pat
     # Read again with nothing new: counted once.
     reader.read()
     assert s.cumulative["claude-sonnet-4-5"].output == 280
+
+
+def test_claude_subagents_behind_a_link_are_not_read(tmp_path: Path) -> None:
+    session = "2009bcc5-85ba-431c-b4e2-481f4e482c80"
+    main = tmp_path / "projects" / f"{session}.jsonl"
+    main.parent.mkdir()
+    shutil.copy(FIXTURES / "claude-2.1.332.jsonl", main)
+    elsewhere = tmp_path / "elsewhere" / "subagents"
+    elsewhere.mkdir(parents=True)
+    shutil.copy(FIXTURES / "claude-2.1.332-subagent.jsonl", elsewhere / "agent-a.jsonl")
+    (tmp_path / "projects" / session).symlink_to(elsewhere.parent)
+    reader = ClaudeReader(str(main), session)
+    reader.read()
+    assert reader.session.cumulative["claude-sonnet-4-5"].output == 252  # the main chain's alone

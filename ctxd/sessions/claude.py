@@ -40,7 +40,7 @@ KNOWN_OTHER = {"summary", "file-history-snapshot", "queue-operation", "progress"
 SYNTHETIC_MODEL = "<synthetic>"  # Claude Code's own stand-in replies (errors, interruptions)
 # User texts that are not a prompt the model acts on.
 NOT_A_PROMPT = ("<local-command-stdout>", "<local-command-stderr>", "<command-name>", "<command-message>",
-                "[Request interrupted", "<bash-stdout>", "<bash-stderr>", "Caveat:", "<local-command-caveat>")
+                "[Request interrupted", "<bash-stdout>", "<bash-stderr>", "Caveat:")
 
 
 def _usage(raw: dict[str, Any]) -> Usage:
@@ -117,6 +117,8 @@ class ClaudeReader(Reader):
         if not self.path.endswith(".jsonl"):
             return False
         folder = os.path.join(self.path[: -len(".jsonl")], "subagents")
+        if os.path.islink(os.path.dirname(folder)) or os.path.islink(folder):
+            return False  # never read through a link (docs/sessions.md, Privacy)
         try:
             with os.scandir(folder) as entries:
                 names = sorted(e.name for e in entries if e.name.endswith(".jsonl") and e.is_file(follow_symlinks=False))

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ctxd.sessions import discovery, limits, pricing
+from ctxd.sessions import discovery, drift, limits, pricing
 from ctxd.sessions.follower import Follower
 from ctxd.sessions.model import Session
 from ctxd.settings import Problem
@@ -111,7 +111,11 @@ def main(argv: list[str]) -> int:
         print(f"ctxd sessions: {problem.source}: {problem.message}", file=sys.stderr)
     sources = discovery.sources(args.codex_home, args.claude_home)
     codex_limit = limits.codex_configured_limit(next(s.root for s in sources if s.agent == discovery.CODEX).parent)
-    rows = [summary(s, prices, codex_limit) for s in collect(folder, sources)]
+    sessions = collect(folder, sources)
+    rows = [summary(s, prices, codex_limit) for s in sessions]
+    for agent in ("codex", "claude"):  # format drift, on stderr: the output stays the table or JSON
+        for entry in drift.unread(sessions, agent):
+            print(f"ctxd sessions: {drift.sentence(agent, entry)}: {', '.join(entry['kinds'])}", file=sys.stderr)
     if args.format == "json":
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
     else:
