@@ -60,10 +60,12 @@ class CodexReader(Reader):
         super().__init__(path)
         self._total: dict[str, int] = {}  # the latest total_token_usage (for per-model deltas)
         self._stamp: str | None = None  # the timestamp of the line being read
+        self._fill = 0  # the latest non-zero fill reported (a compaction's "before")
 
     def reset(self) -> None:
         super().reset()
         self._total = {}
+        self._fill = 0
 
     def record(self, rec: dict[str, Any], change: Change) -> None:
         session = self.session
@@ -198,6 +200,7 @@ class CodexReader(Reader):
         if isinstance(last, dict):
             used = tokens(last.get("total_tokens"))
             note_report(session, used)
+            self._fill = used or self._fill  # 0.171 reports 0 for the compaction's own request
             if session.first_request is None and tokens(last.get("input_tokens")):
                 # What the request carried: the items up to the last input; the response's
                 # items were recorded before this event.
@@ -240,7 +243,7 @@ class CodexReader(Reader):
             if isinstance(message, str) and message:
                 items.append({"type": "message", "role": "user",
                               "content": [{"type": "input_text", "text": message}]})
-        session.agent_compactions.append({"trigger": None, "tokensBefore": session.baseline, "tokensAfter": None,
+        session.agent_compactions.append({"trigger": None, "tokensBefore": self._fill or None, "tokensAfter": None,
                                           "at": self._stamp})
         session.items = items
         session.compactions += 1
