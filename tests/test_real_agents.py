@@ -322,6 +322,13 @@ def test_claude_turns_subagent_usage_checkpoints_and_sessions(daemon_factory, tm
     assert breakdown["usage"]["usedTokens"] == claude_fill(last)
     # The session's cost, the subagent's requests included, is what Claude Code itself says.
     assert breakdown["cost"]["total"] == pytest.approx(final["total_cost_usd"], abs=1e-9)
+    parts = ("input", "cachedInput", "cacheWrite", "output")
+    assert sum(breakdown["cost"][k] for k in parts) == pytest.approx(breakdown["cost"]["total"], abs=1e-9)
+    # Claude Code's own overhead, inferred from its first request (4,010 tokens of input for one
+    # short prompt), and its own compaction point for the model (issue #26).
+    rows = {c["name"]: c for c in breakdown["categories"]}
+    assert "systemPrompt" in breakdown["inferred"] and 3_900 < rows["systemPrompt"]["tokens"] <= 4_010
+    assert info["usage"]["autoCompactLimit"] == 167_000 and "Claude Code 2.1.332" in breakdown["limitSource"]
 
     # Every main-chain item; the subagent's conversation is not in the main window.
     items = history(s, thread)["items"]

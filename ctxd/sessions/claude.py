@@ -230,8 +230,8 @@ class ClaudeReader(Reader):
                 raw.get("cache_read_input_tokens")) + tokens(raw.get("output_tokens"))
             last = {k: tokens(v) for k, v in raw.items() if type(v) is int}
             note_report(session, used)
-            if used and session.first_request is None:
-                session.first_request = first_request(used, session.items)
+            if used and session.first_request is None:  # what the request carried: its input, not the reply
+                session.first_request = first_request(used - tokens(raw.get("output_tokens")), session.items)
             if used and (used != session.baseline or last != session.last_usage):
                 session.baseline = used
                 session.last_usage = last
