@@ -18,14 +18,12 @@ numbers come from, so an inferred one is labelled as such.
 
 from __future__ import annotations
 
-import logging
+import json
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 from ctxd.tokens import catalog
-
-log = logging.getLogger(__name__)
 
 CODEX_VERSION = "0.171"
 CLAUDE_VERSION = "2.1.332"
@@ -112,8 +110,6 @@ def codex_configured_limit(codex_home: Path) -> int | None:
 def claude_pct_override(claude_home: Path) -> float | None:
     """`CLAUDE_AUTOCOMPACT_PCT_OVERRIDE` as Claude Code's user settings set it (`env` in
     settings.json), if any."""
-    import json
-
     try:
         settings = json.loads((claude_home / "settings.json").read_text(encoding="utf-8"))
         value = float((settings.get("env") or {}).get("CLAUDE_AUTOCOMPACT_PCT_OVERRIDE"))
