@@ -153,3 +153,13 @@ def test_ctxd_sessions_shows_the_parts_that_make_the_total() -> None:
            "contextWindow": 200_000, "cost": cost, "lastActivity": None}
     table = sessions_cli.render([row])
     assert "$5.32 = in $0.00 + cache read $3.90 + cache write $0.78 + out $0.64" in table
+
+
+def test_claude_codes_autocompact_percent_from_its_settings(tmp_path) -> None:
+    (tmp_path / "settings.json").write_text('{"env": {"CLAUDE_AUTOCOMPACT_PCT_OVERRIDE": "50"}}')
+    pct = limits.claude_pct_override(tmp_path)
+    assert pct == 50.0
+    # Half of the effective window (200,000 - 20,000), below the default 167,000.
+    assert limits.claude("claude-sonnet-4-5-20250929", pct).limit == 90_000
+    (tmp_path / "settings.json").write_text('{"env": {"CLAUDE_AUTOCOMPACT_PCT_OVERRIDE": "lots"}}')
+    assert limits.claude_pct_override(tmp_path) is None
