@@ -2,7 +2,7 @@
 /**
  * The ctxd wire protocol (version 2): results, notifications and request params. GENERATED, do not edit:
  * `npm run gen:protocol` from docs/protocol.schema.json (from ctxd/protocol/shapes.py).
- * schema sha256: 59ccb964324f23a5bbc6410c32a165942ffc56c3fe92bc3b82a8d043349484b5
+ * schema sha256: 88fa87a9d68427bb65fc7924ed078912b87fbace9fd5e8a92d1b2b6646c49bc5
  */
 
 /**
@@ -544,6 +544,7 @@ export interface ThreadsResult {
  * via the `definition` "ThreadInfo".
  */
 export interface ThreadInfo {
+  cost?: Cost;
   historyVersion: number;
   itemCount: number;
   lastActivity?: string | null;
@@ -554,6 +555,21 @@ export interface ThreadInfo {
   title?: string | null;
   updatedAt: string;
   usage?: UsageSnapshot;
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "Cost".
+ */
+export interface Cost {
+  cacheWrite?: number;
+  cacheWrite1h?: number;
+  cachedInput: number;
+  currency: "USD";
+  input: number;
+  output: number;
+  priced: boolean;
+  total: number;
+  unpricedModels?: string[];
 }
 /**
  * `ctxd/threadsChanged`.
@@ -604,6 +620,10 @@ export interface Breakdown {
   contextWindow: number;
   cost?: Cost;
   idleCost: number;
+  inferred?: {
+    [k: string]: string;
+  };
+  limitSource?: string;
   mode: "estimated" | "actual";
   model: string | null;
   overflowTokens?: number;
@@ -636,20 +656,6 @@ export interface Category {
 export interface Detail {
   name: string;
   tokens: number;
-}
-/**
- * This interface was referenced by `CtxdProtocol`'s JSON-Schema
- * via the `definition` "Cost".
- */
-export interface Cost {
-  cacheWrite?: number;
-  cachedInput: number;
-  currency: "USD";
-  input: number;
-  output: number;
-  priced: boolean;
-  total: number;
-  unpricedModels?: string[];
 }
 /**
  * `ctxd/usageChanged`.
