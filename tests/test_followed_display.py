@@ -9,7 +9,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests import session_fixtures as fx
+from tests.rpc import RpcError
 from tests.test_sessions_e2e import CLAUDE_THREAD, CODEX_THREAD, homes, wait_thread
 
 # The editor's `contextWindow` setting, which must not reach a followed session.
@@ -141,8 +144,18 @@ def test_a_session_compacted_before_ctxd_saw_it_lists_that_compaction_once(daemo
     fx.write_jsonl(fx.claude_path(claude_home, workspace), lines)
     client = daemon_factory([workspace], env=env)
     wait_thread(client, workspace, CLAUDE_THREAD)
-    [compaction] = _history(client, workspace, CLAUDE_THREAD)["compactions"]
+    history = _history(client, workspace, CLAUDE_THREAD)
+    [compaction] = history["compactions"]
     assert (compaction["strategy"], compaction["tokensBefore"]) == ("claude", 15_546)
+    # It is one of the thread's history operations (ctxd/ledger/operations.py), in effect, and the
+    # agent's: undoing it here is refused and changes nothing.
+    [operation] = history["operations"]
+    assert (operation["id"], operation["kind"]) == (compaction["id"], "compaction")
+    assert "undoneBy" not in operation and "undoneBy" not in compaction
+    with pytest.raises(RpcError) as caught:
+        client.request("ctxd/undo", {"workspace": workspace.as_uri(), "thread": CLAUDE_THREAD, "id": operation["id"]})
+    assert caught.value.code == -32602
+    assert _history(client, workspace, CLAUDE_THREAD)["historyVersion"] == history["historyVersion"]
     client.shutdown(timeout=5)
     again = daemon_factory([workspace], env=env)  # the same file read again: nothing new to list
     wait_thread(again, workspace, CLAUDE_THREAD)

@@ -64,7 +64,7 @@ const byValue = (v: unknown) => (items: PickItem<unknown>[]) => items.find((i) =
 const first = (items: PickItem<unknown>[]) => items[0]?.value;
 
 function commit(id: string, createdAt: string, message: string): GhostCommit {
-  return { id, parent: null, createdAt, message, fileCount: 3, skipped: [], durationMs: 5 };
+  return { id, parent: null, createdAt, message, fileCount: 3, skipped: [], durationMs: 5, thread: null, trigger: 'manual' };
 }
 
 describe('pure helpers', () => {
