@@ -252,7 +252,10 @@ def test_codex_compaction_shows_in_the_thread_and_keeps_the_history(daemon_facto
     info = thread_of(s, "codex", lambda t: t["usage"]["usedTokens"] == 4_010)
     assert info["usage"]["source"] == "api"  # the gauge dropped from 30,050 to the new report
     kept = history(s, thread, archived=True)
-    assert [c["strategy"] for c in kept["compactions"]] == ["agent"] * len(summaries)  # each one Codex ran
+    # Each one Codex ran, with its name and the fill before it (issue #26).
+    assert [c["strategy"] for c in kept["compactions"]] == ["codex"] * len(summaries)
+    assert kept["compactions"][0]["tokensBefore"] == 30_050  # not the 0 Codex reports for the summary request
+    assert kept["compactions"][-1]["tokensAfter"] is not None and kept["compactions"][-1]["tokensAfter"] < 30_050
     archived = [i for i in kept["items"] if i.get("archived")]
     assert ("function_call", "c1") in [(i["type"], i.get("call_id")) for i in archived]
     assert "Make one.txt" in user_texts(archived)
@@ -320,6 +323,13 @@ def test_claude_turns_subagent_usage_checkpoints_and_sessions(daemon_factory, tm
     assert breakdown["usage"]["usedTokens"] == claude_fill(last)
     # The session's cost, the subagent's requests included, is what Claude Code itself says.
     assert breakdown["cost"]["total"] == pytest.approx(final["total_cost_usd"], abs=1e-9)
+    parts = ("input", "cachedInput", "cacheWrite", "output")
+    assert sum(breakdown["cost"][k] for k in parts) == pytest.approx(breakdown["cost"]["total"], abs=1e-9)
+    # Claude Code's own overhead, inferred from its first request (4,010 tokens of input for one
+    # short prompt), and its own compaction point for the model (issue #26).
+    rows = {c["name"]: c for c in breakdown["categories"]}
+    assert "systemPrompt" in breakdown["inferred"] and 3_900 < rows["systemPrompt"]["tokens"] <= 4_010
+    assert info["usage"]["autoCompactLimit"] == 167_000 and "Claude Code 2.1.332" in breakdown["limitSource"]
 
     # Every main-chain item; the subagent's conversation is not in the main window.
     items = history(s, thread)["items"]
@@ -385,7 +395,9 @@ def test_claude_compaction_shows_in_the_thread_and_keeps_the_history(daemon_fact
     info = thread_of(s, "claude", lambda t: t["usage"]["usedTokens"] == claude_fill(small))
     assert info["usage"]["source"] == "api"  # dropped from 30,530 to the first report after the summary
     kept = history(s, thread, archived=True)
-    assert [c["strategy"] for c in kept["compactions"]] == ["agent"]
+    [compaction] = kept["compactions"]
+    assert compaction["strategy"] == "claude" and compaction["tokensBefore"] > 30_000
+    assert compaction["tokensAfter"] is not None and compaction["tokensAfter"] < 30_000
     archived = [i for i in kept["items"] if i.get("archived")]
     assert [i["call_id"] for i in archived if i["type"] == "function_call"] == ["t1"]
     assert "Make one.txt" in user_texts(archived)

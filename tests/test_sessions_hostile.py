@@ -31,16 +31,20 @@ def test_numbers_and_strings_out_of_range_are_dropped_and_the_defaults_kept(daem
     uri = workspace.as_uri()
     codex = wait_thread(client, workspace, CODEX_THREAD, lambda t: t["itemCount"] == 6)
     other = wait_thread(client, workspace, f"codex:{OTHER}")
-    assert codex["usage"]["contextWindow"] == 400_000  # not believed: the default (the catalogue's for its model)
+    # Not believed: Codex's own effective window for its model (95% of the catalogue's 400k,
+    # ctxd/sessions/limits.py), never the file's number.
+    assert codex["usage"]["contextWindow"] == 380_000
     assert other["model"] is None
     gauge = client.request("ctxd/usage", {"workspace": uri, "thread": f"codex:{OTHER}"})
     assert len(json.dumps(gauge)) < 20_000 and gauge["model"] != "m" * 3_000_000
-    # A window an earlier version stored from such a file: ignored, even with the file gone.
+    # A window an earlier version stored from such a file (marked as the agent's own figures, as
+    # followed sessions' are now): ignored, even with the file gone.
     client.shutdown()
     fx.codex_path(codex_home).unlink()
+    stored = {"model": "gpt-5-codex", "contextWindow": int("9" * 401),
+              "followed": {"agent": "codex", "autoCompactLimit": int("9" * 401)}}
     with sqlite3.connect(database_path(state_dir / "ctxd", workspace)) as db:
-        db.execute("UPDATE threads SET prompt_context = ? WHERE thread = ?",
-                   (json.dumps({"model": "gpt-5-codex", "contextWindow": int("9" * 401)}), CODEX_THREAD))
+        db.execute("UPDATE threads SET prompt_context = ? WHERE thread = ?", (json.dumps(stored), CODEX_THREAD))
     client = daemon_factory([workspace], env=env)
     listed = {t["thread"]: t for t in client.request("ctxd/threads", {"workspace": uri})["threads"]}
     assert listed[CODEX_THREAD]["usage"]["contextWindow"] == 400_000  # gpt-5-codex's, from the catalogue

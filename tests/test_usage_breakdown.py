@@ -217,7 +217,7 @@ def test_the_breakdown_never_contradicts_the_gauge(sizes: list[int], window: int
 
 
 def test_catalog() -> None:
-    assert catalog.lookup("gpt-4o-mini-2024-07-18").prefix == "gpt-4o"
+    assert catalog.lookup("gpt-4o-mini-2024-07-18").prefix == "gpt-4o-mini"
     assert catalog.lookup("openai/gpt-4.1-mini").encoding == "o200k_base"
     assert catalog.lookup("gpt-4-0613").encoding == "cl100k_base"
     assert catalog.lookup("gpt-3.5-turbo").context_window == 16_385

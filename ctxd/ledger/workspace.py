@@ -263,6 +263,8 @@ class Workspace:
                     entry.update(source=followed.get("source"), title=followed.get("title"),
                                  model=followed.get("model"), lastActivity=followed.get("lastActivity") or updated,
                                  readOnly=True)
+                    if isinstance(followed.get("cost"), dict):
+                        entry["cost"] = followed["cost"]  # the pickers show it (issue #26)
                 else:
                     entry.update(source="client", title=state.get("title"),
                                  model=(state.get("usageSettings") or {}).get("model"), lastActivity=updated,
@@ -575,12 +577,15 @@ class Workspace:
                     "operationId": compaction}
 
     def mirror(self, thread: str, items: list[dict[str, Any]], *, replace: bool, baseline: int | None,
-               after_baseline: int, context: dict[str, Any], info: dict[str, Any]) -> None:
+               after_baseline: int, context: dict[str, Any], info: dict[str, Any],
+               compactions: list[dict[str, Any]] | None = None) -> None:
         """Mirror a followed session (ctxd/sessions/bridge.py): append `items`, or with `replace`
         make them the whole history (a compaction or rewind in the agent; the old items are
         archived, as a compaction here archives them). `baseline` is the usage the agent's API
         reported, covering all but the last `after_baseline` items; `context` the model, window
-        and instructions the file states; `info` what `ctxd/threads` shows."""
+        and instructions the file states; `info` what `ctxd/threads` shows. `compactions`: the
+        agent's compactions this replacement stands for (their infos, oldest first), each listed
+        by `ctxd/history`; a first read of a session is no compaction."""
         valid = [item for item in items if _valid(item)]
         with self.lock:  # items are counted for the session's model, also the first time it is seen
             ledger = self._ledger(thread)
@@ -589,10 +594,18 @@ class Workspace:
         kept, rows = self._rows(thread, valid)
         with self.lock:
             ledger = self._ledger(thread)
-            if replace and ledger.entries:  # (a thread seen for the first time has nothing to archive)
-                if [e.item for e in ledger.entries] != kept:  # unchanged after a daemon restart: keep
-                    self.store.replace(thread, ledger.last_seq, rows, {"followed": info.get("source"), "strategy": "agent"},
-                                       history_version=ledger.history_version + 1)
+            if replace:
+                infos = [{"followed": info.get("source"), **c} for c in compactions or []]
+                if infos:  # only those not listed yet: a restart reads the whole file again
+                    infos = infos[sum(1 for _, _, i in self.store.compactions(thread) if i.get("followed") and "trigger" in i):]
+                same = [e.item for e in ledger.entries] == kept
+                if not ledger.entries and not infos:
+                    ledger = self._append(ledger, kept, rows) if rows else ledger  # found: nothing replaced
+                elif not same or infos:  # unchanged after a restart: kept as it is
+                    for n, entry in enumerate(infos or [{"followed": info.get("source"), "strategy": "agent"}]):
+                        last = n == max(0, len(infos) - 1)
+                        self.store.replace(thread, ledger.last_seq, rows if last else [], entry,
+                                           history_version=ledger.history_version + 1)
                     ledger = self.cache.reload(self.store, thread)
             elif rows:
                 ledger = self._append(ledger, kept, rows)
@@ -673,6 +686,13 @@ class Workspace:
             ledger.api_total, ledger.api_seq, ledger.state = None, 0, state
             ledger.tokens_after_api = sum(e.tokens for e in ledger.entries)
             return self._changed(ledger)
+
+    def annotate_followed_compaction(self, thread: str, tokens_after: int) -> None:
+        """The agent reported the fill after its latest compaction: the listing shows it."""
+        with self.lock:
+            listed = self.store.compactions(thread)
+            if listed and listed[-1][2].get("followed") and listed[-1][2].get("tokensAfter") is None:
+                self.store.annotate_compaction(listed[-1][0], tokensAfter=tokens_after)
 
     def update_state(self, thread: str, **values: Any) -> dict[str, Any]:
         """Small per-thread facts the daemon keeps (e.g. the auto-compaction circuit breaker)."""

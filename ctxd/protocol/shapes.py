@@ -72,6 +72,7 @@ class Cost(TypedDict):
     total: float
     priced: bool
     cacheWrite: NotRequired[float]  # Anthropic's cache writes, at their own rate (docs/sessions.md)
+    cacheWrite1h: NotRequired[float]  # the part of cacheWrite that was 1-hour cache writes (2x input)
     unpricedModels: NotRequired[list[str]]  # with priced false: the models the table has no price for
 
 
@@ -89,6 +90,8 @@ class Breakdown(TypedDict):
     idleCost: int
     overflowTokens: NotRequired[int]
     cost: NotRequired[Cost]
+    inferred: NotRequired[dict[str, str]]  # category -> how its number was inferred (followed sessions)
+    limitSource: NotRequired[str]  # where the window and auto-compact point come from (a followed session, an unknown model)
 
 
 class RecordResult(TypedDict):
@@ -219,6 +222,7 @@ class ThreadInfo(TypedDict):
     lastActivity: NotRequired[Optional[str]]
     readOnly: NotRequired[bool]
     usage: NotRequired[UsageSnapshot]
+    cost: NotRequired[Cost]  # a followed session's cost so far, as Breakdown.cost
 
 
 class ThreadsResult(TypedDict):

@@ -32,7 +32,7 @@ from typing import Any, Callable
 from ctxd.errors import CtxdError
 from ctxd.redact import redact, redact_json
 from ctxd.ledger.workspace import Service, Workspace, path_to_uri
-from ctxd.sessions import discovery, drift, pricing
+from ctxd.sessions import discovery, drift, limits, pricing
 from ctxd.sessions.follower import Follower, Update
 from ctxd.sessions.model import Session, Turn
 from ctxd.settings import Problem, Settings
@@ -58,11 +58,16 @@ class SessionBridge:
         sources = discovery.sources(settings.sources.codex_home, settings.sources.claude_home,
                                     codex=settings.sources.codex, claude=settings.sources.claude)
         self.follower = Follower(self._update, sources)
+        roots = {s.agent: s.root for s in sources}
+        # The agents' own auto-compact settings, read once (read-only; ctxd/sessions/limits.py).
+        self.codex_limit = limits.codex_configured_limit(roots[discovery.CODEX].parent)
+        self.claude_pct = limits.claude_pct_override(roots[discovery.CLAUDE].parent)
         self._checkpoints = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ctxd-checkpoint")
         self._mirrors = _Mirrors(threads_changed)
         self._owners: dict[tuple[str, str], str] = {}  # (workspace, thread) -> the file it mirrors
         self._warned: set[tuple[str, str]] = set()
         self.checkpoints_taken = 0
+        self._annotated: dict[str, tuple[int, int]] = {}  # thread -> the compaction whose fill after was told
 
     def start(self, folders: list[Path]) -> None:
         self.follower.set_folders(folders)
@@ -111,9 +116,25 @@ class SessionBridge:
         replace = update.new or change.replaced or not owned
         items = session.items if replace else change.appended
         context, info = self._context(session), self._info(session)
+        compactions = [{"strategy": session.agent, "automatic": c["trigger"] == "auto", "trigger": c["trigger"],
+                        "tokensBefore": c["tokensBefore"], "tokensAfter": c["tokensAfter"]}
+                       for c in session.agent_compactions] if replace else None
+        after = self._compaction_after(session)
+        # The Compactions list shows the agent's compaction at once (a replacement, or its fill after).
         self._mirrors.put(_Job(workspace, session.thread, list(items), replace, session.baseline,
                                max(0, len(session.items) - session.baseline_items), context, info,
-                               announce=update.new or not owned))
+                               announce=update.new or not owned or change.replaced or after is not None,
+                               compactions=compactions, tokens_after=after))
+
+    def _compaction_after(self, session: Session) -> int | None:
+        """The fill after the agent's latest compaction, when it became known with this update."""
+        if not session.agent_compactions:
+            return None
+        key = (len(session.agent_compactions), session.agent_compactions[-1]["tokensAfter"])
+        if key[1] is None or self._annotated.get(session.thread) == key:
+            return None
+        self._annotated[session.thread] = key
+        return key[1]
 
     def _owns(self, workspace: Workspace, session: Session) -> bool | None:
         """Whether this session's file is the one its thread mirrors: True; False when it just took
@@ -160,16 +181,26 @@ class SessionBridge:
         return window
 
     def _context(self, session: Session) -> dict[str, Any]:
-        context: dict[str, Any] = {}
+        """The prompt context of the mirrored thread: the model, the session's window and the
+        agent's auto-compact point (`followed` marks them as the agent's, never the editor's)."""
         model = self._text(session, "model", session.model)
+        if session.agent == discovery.CODEX:
+            agent = limits.codex(model, self._window(session), self.codex_limit)
+        else:
+            agent = limits.claude(model, self.claude_pct)
+        context: dict[str, Any] = {"followed": {
+            "agent": session.agent, "autoCompactLimit": agent.limit, "warnAt": agent.warn_at,
+            "windowSource": agent.window_source, "limitSource": agent.limit_source}}
         if model:
             context["model"] = model
-        window = self._window(session)
-        if window:
-            context["contextWindow"] = window
+        context["contextWindow"] = agent.window
         instructions = self._text(session, "baseInstructions", session.base_instructions)
         if instructions:
             context["baseInstructions"] = redact(instructions)
+        if session.tools:
+            context["tools"] = redact_json(session.tools)
+        if session.first_request:
+            context["followed"]["firstRequest"] = session.first_request
         return context
 
     def _info(self, session: Session) -> dict[str, Any]:
@@ -214,6 +245,8 @@ class _Job:
     context: dict[str, Any]
     info: dict[str, Any]
     announce: bool  # tell threads_changed after the first slice (a thread found, or taken over)
+    compactions: list[dict[str, Any]] | None = None  # the agent's, with a replacement (Workspace.mirror)
+    tokens_after: int | None = None  # the fill after the agent's latest compaction, newly known
     done: int = 0
     started: bool = False
     key: tuple[str, str] = field(init=False)
@@ -238,11 +271,14 @@ class _Mirrors:
             queue = self._queues.setdefault(job.key, deque())
             if job.replace:  # the whole history: what was waiting to be mirrored is in it
                 while queue and not queue[-1].started:
-                    job.announce = job.announce or queue.pop().announce
+                    dropped = queue.pop()
+                    job.announce = job.announce or dropped.announce
+                    job.tokens_after = job.tokens_after if job.tokens_after is not None else dropped.tokens_after
             elif queue and not queue[-1].started and not queue[-1].replace:
                 last = queue.pop()  # two appends not begun: one, with the newer facts
                 job.items = last.items + job.items
                 job.announce = job.announce or last.announce
+                job.tokens_after = job.tokens_after if job.tokens_after is not None else last.tokens_after
             queue.append(job)
             self._wake.notify()
 
@@ -292,19 +328,30 @@ class _Mirrors:
         if job.replace and job.done == 0:
             kept, held = job.workspace.mirror_start(job.thread, job.items)
             job.items = kept[held:] if held >= 0 else kept
-            job.replace = held < 0  # the thread holds its start already (a restart): append the rest
+            # The thread holds its start already (a restart): append the rest. A session found with
+            # compactions in its file still lists them (`mirror` skips those listed already).
+            job.replace = held < 0 or (held == 0 and bool(job.compactions))
             if not job.items and not job.replace and job.workspace.mirror_current(job.thread, job.baseline,
                                                                                   job.context, job.info):
+                self._annotate(job)
                 job.announce = False
                 self.threads_changed(job.workspace.uri)
                 return True  # as stored: nothing to write, and its items are not loaded
         part = job.items[job.done: job.done + SLICE_ITEMS]
         last = job.done + len(part) >= len(job.items)
-        job.workspace.mirror(job.thread, part, replace=job.replace and job.done == 0,
+        first = job.replace and job.done == 0
+        job.workspace.mirror(job.thread, part, replace=first,
                              baseline=job.baseline if last else None, after_baseline=job.after_baseline if last else 0,
-                             context=job.context, info=job.info)
+                             context=job.context, info=job.info, compactions=job.compactions if first else None)
         job.done += len(part)
+        if last:
+            self._annotate(job)
         if job.announce:
             job.announce = False
             self.threads_changed(job.workspace.uri)
         return last
+
+    @staticmethod
+    def _annotate(job: _Job) -> None:
+        if job.tokens_after is not None:
+            job.workspace.annotate_followed_compaction(job.thread, job.tokens_after)

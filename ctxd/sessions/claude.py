@@ -26,7 +26,7 @@ import json
 import os
 from typing import Any
 
-from ctxd.sessions.model import Change, Turn, Usage, shorten, tokens
+from ctxd.sessions.model import Change, Turn, Usage, first_request, note_report, shorten, tokens
 from ctxd.sessions.reader import Reader
 
 MAX_SUBAGENT_FILES = 1_000  # per session: more is not a real session, and each is opened on every read
@@ -44,8 +44,11 @@ NOT_A_PROMPT = ("<local-command-stdout>", "<local-command-stderr>", "<command-na
 
 
 def _usage(raw: dict[str, Any]) -> Usage:
+    written = tokens(raw.get("cache_creation_input_tokens"))
+    split = raw.get("cache_creation")
+    hour = min(written, tokens(split.get("ephemeral_1h_input_tokens"))) if isinstance(split, dict) else 0
     return Usage(input=tokens(raw.get("input_tokens")), cached_input=tokens(raw.get("cache_read_input_tokens")),
-                 cache_write=tokens(raw.get("cache_creation_input_tokens")), output=tokens(raw.get("output_tokens")))
+                 cache_write=written, output=tokens(raw.get("output_tokens")), cache_write_1h=hour)
 
 
 def _text_part(text: str, role: str) -> dict[str, Any]:
@@ -156,7 +159,7 @@ class ClaudeReader(Reader):
             self._user(rec, change)
         elif kind == "system":
             if rec.get("subtype") == "compact_boundary":
-                self._compact(change)
+                self._compact(change, rec)
             self._link(rec)
         elif kind in KNOWN_OTHER:
             return
@@ -226,6 +229,9 @@ class ClaudeReader(Reader):
             used = tokens(raw.get("input_tokens")) + tokens(raw.get("cache_creation_input_tokens")) + tokens(
                 raw.get("cache_read_input_tokens")) + tokens(raw.get("output_tokens"))
             last = {k: tokens(v) for k, v in raw.items() if type(v) is int}
+            note_report(session, used)
+            if used and session.first_request is None:  # what the request carried: its input, not the reply
+                session.first_request = first_request(used - tokens(raw.get("output_tokens")), session.items)
             if used and (used != session.baseline or last != session.last_usage):
                 session.baseline = used
                 session.last_usage = last
@@ -315,10 +321,17 @@ class ClaudeReader(Reader):
             self._add({"type": "message", "role": "user", "content": parts}, change)
         self._link(rec)
 
-    def _compact(self, change: Change) -> None:
+    def _compact(self, change: Change, rec: dict[str, Any]) -> None:
         """`compact_boundary`: what came before is gone from the window; the summary follows as a
-        user message (`isCompactSummary`)."""
+        user message (`isCompactSummary`). Its `compactMetadata` says what triggered it and the
+        tokens before (and, in newer versions, after) it."""
         session = self.session
+        meta = rec.get("compactMetadata") if isinstance(rec.get("compactMetadata"), dict) else {}
+        session.agent_compactions.append({
+            "trigger": meta.get("trigger") if meta.get("trigger") in ("auto", "manual") else None,
+            "tokensBefore": tokens(meta.get("preTokens")) or session.baseline,
+            "tokensAfter": tokens(meta.get("postTokens")) or None,
+            "at": rec.get("timestamp") if isinstance(rec.get("timestamp"), str) else None})
         session.items = []
         session.compactions += 1
         session.generation += 1

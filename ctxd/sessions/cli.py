@@ -13,20 +13,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ctxd.sessions import discovery, drift, pricing
+from ctxd.sessions import discovery, drift, limits, pricing
 from ctxd.sessions.follower import Follower
 from ctxd.sessions.model import Session
 from ctxd.settings import Problem
 from ctxd.terminal import safe
 
 
-def context_window(session: Session) -> int | None:
-    """The window the file states, else the model catalogue's (Claude's files never state it)."""
-    if session.context_window:
-        return session.context_window
-    from ctxd.tokens.catalog import context_window_for
-
-    return context_window_for(session.model)
+def agent_limits(session: Session, codex_limit: int | None = None) -> limits.AgentLimits:
+    """The session's window and its agent's auto-compact point (the daemon's rule)."""
+    if session.agent == discovery.CODEX:
+        return limits.codex(session.model, session.context_window, codex_limit)
+    return limits.claude(session.model)
 
 
 def used_tokens(session: Session) -> int | None:
@@ -49,13 +47,16 @@ def used_tokens(session: Session) -> int | None:
     return session.baseline + sum(count_item(truncate_tool_output(item, limit), counter.count) for item in after)
 
 
-def summary(session: Session, prices: dict[str, pricing.Price] | None = None) -> dict[str, Any]:
+def summary(session: Session, prices: dict[str, pricing.Price] | None = None,
+            codex_limit: int | None = None) -> dict[str, Any]:
     """One session as `ctxd sessions --format json` prints it."""
-    window = context_window(session)
+    agent = agent_limits(session, codex_limit)
+    window = agent.window or None
     used = used_tokens(session)
     return {
         "thread": session.thread, "agent": session.agent, "id": session.id, "title": session.title,
         "cwd": session.cwd, "model": session.model, "contextWindow": window, "usedTokens": used,
+        "autoCompactLimit": agent.limit,
         "percent": round(100 * used / window, 1) if used is not None and window else None,
         "cost": pricing.cost(session.cumulative, prices), "usage": session.total_usage().as_dict(),
         "lastActivity": session.last_activity, "started": session.started, "turns": len(session.turns),
@@ -73,7 +74,8 @@ def collect(folder: Path, sources: list[discovery.Source]) -> list[Session]:
 
 
 def _money(cost: dict[str, Any]) -> str:
-    return f"${cost['total']:.2f}" if cost["priced"] else "n/a"
+    """The total and the parts that make it, in cents that add up (pricing.cents)."""
+    return pricing.parts_text(cost)
 
 
 def _fill(row: dict[str, Any]) -> str:
@@ -117,8 +119,10 @@ def main(argv: list[str]) -> int:
     prices = pricing.price_table(_user_prices(problems), problems)
     for problem in problems:
         print(safe(f"ctxd sessions: {problem.source}: {problem.message}"), file=sys.stderr)
-    sessions = collect(folder, discovery.sources(args.codex_home, args.claude_home))
-    rows = [summary(s, prices) for s in sessions]
+    sources = discovery.sources(args.codex_home, args.claude_home)
+    codex_limit = limits.codex_configured_limit(next(s.root for s in sources if s.agent == discovery.CODEX).parent)
+    sessions = collect(folder, sources)
+    rows = [summary(s, prices, codex_limit) for s in sessions]
     for agent in ("codex", "claude"):  # format drift, on stderr: the output stays the table or JSON
         for entry in drift.unread(sessions, agent):
             print(safe(f"ctxd sessions: {drift.sentence(agent, entry)}: {', '.join(entry['kinds'])}"), file=sys.stderr)

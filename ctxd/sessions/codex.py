@@ -29,7 +29,7 @@ import json
 from typing import Any
 
 from ctxd.ledger.rules import is_real_user_message, message_text
-from ctxd.sessions.model import Change, Turn, Usage, shorten, tokens
+from ctxd.sessions.model import Change, Turn, Usage, first_request, note_report, shorten, tokens
 from ctxd.sessions.reader import Reader
 
 # Response items Codex records that ctxd's ledger takes as they are.
@@ -46,16 +46,26 @@ NOT_MODEL_VISIBLE = {"ghost_snapshot"}
 KNOWN_OTHER = {"world_state", "token_usage_record", "last_usage_includes_reasoning"}
 
 
+def _is_input(item: dict[str, Any]) -> bool:
+    """An item a request sends (not one its response wrote)."""
+    kind = item.get("type")
+    return (kind == "message" and item.get("role") != "assistant") or kind in (
+        "function_call_output", "custom_tool_call_output")
+
+
 class CodexReader(Reader):
     agent = "codex"
 
     def __init__(self, path: str) -> None:
         super().__init__(path)
         self._total: dict[str, int] = {}  # the latest total_token_usage (for per-model deltas)
+        self._stamp: str | None = None  # the timestamp of the line being read
+        self._fill = 0  # the latest non-zero fill reported (a compaction's "before")
 
     def reset(self) -> None:
         super().reset()
         self._total = {}
+        self._fill = 0
 
     def record(self, rec: dict[str, Any], change: Change) -> None:
         session = self.session
@@ -64,6 +74,7 @@ class CodexReader(Reader):
         timestamp = rec.get("timestamp")
         if isinstance(timestamp, str):
             session.last_activity = timestamp
+        self._stamp = timestamp if isinstance(timestamp, str) else None
         if not isinstance(payload, dict):
             session.count_unknown(str(kind))
             return
@@ -110,6 +121,10 @@ class CodexReader(Reader):
                 instructions = instructions.get("text")
             if isinstance(instructions, str):
                 session.base_instructions = instructions
+            tools = meta.get("dynamic_tools")
+            if isinstance(tools, list):  # the client's own tools, declared in the meta line
+                session.tools = [{"name": str(t.get("name") or "?"), "schema": t.get("input_schema")}
+                                 for t in tools if isinstance(t, dict)]
             change.meta = True
         elif meta_id != session.id and session.forked_from is None and isinstance(meta_id, str):
             # A fork copies its source's history, source meta line included.
@@ -184,6 +199,15 @@ class CodexReader(Reader):
             change.meta = True
         if isinstance(last, dict):
             used = tokens(last.get("total_tokens"))
+            note_report(session, used)
+            self._fill = used or self._fill  # 0.171 reports 0 for the compaction's own request
+            if session.first_request is None and tokens(last.get("input_tokens")):
+                # What the request carried: the items up to the last input; the response's
+                # items were recorded before this event.
+                carried = len(session.items)
+                while carried and not _is_input(session.items[carried - 1]):
+                    carried -= 1
+                session.first_request = first_request(tokens(last.get("input_tokens")), session.items[:carried])
             if used != session.baseline or session.last_usage != last:
                 session.baseline = used
                 session.baseline_items = len(session.items)
@@ -219,6 +243,8 @@ class CodexReader(Reader):
             if isinstance(message, str) and message:
                 items.append({"type": "message", "role": "user",
                               "content": [{"type": "input_text", "text": message}]})
+        session.agent_compactions.append({"trigger": None, "tokensBefore": self._fill or None, "tokensAfter": None,
+                                          "at": self._stamp})
         session.items = items
         session.compactions += 1
         session.generation += 1

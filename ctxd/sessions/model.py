@@ -30,7 +30,8 @@ class Usage:
 
     `input` is input billed at the full rate (cache reads and cache writes excluded); `output`
     includes reasoning, which is billed as output; `reasoning` is the part of `output` that was
-    reasoning, kept for display only.
+    reasoning, kept for display only. `cache_write_1h` is the part of `cache_write` written to
+    Anthropic's 1-hour cache, billed at its own (higher) rate.
     """
 
     input: int = 0
@@ -38,6 +39,7 @@ class Usage:
     cache_write: int = 0
     output: int = 0
     reasoning: int = 0
+    cache_write_1h: int = 0
 
     def add(self, other: Usage, sign: int = 1) -> None:
         self.input += sign * other.input
@@ -45,10 +47,11 @@ class Usage:
         self.cache_write += sign * other.cache_write
         self.output += sign * other.output
         self.reasoning += sign * other.reasoning
+        self.cache_write_1h += sign * other.cache_write_1h
 
     def as_dict(self) -> dict[str, int]:
         return {"input": self.input, "cachedInput": self.cached_input, "cacheWrite": self.cache_write,
-                "output": self.output, "reasoning": self.reasoning}
+                "cacheWrite1h": self.cache_write_1h, "output": self.output, "reasoning": self.reasoning}
 
 
 @dataclass
@@ -81,9 +84,16 @@ class Session:
     baseline: int | None = None
     baseline_items: int = 0  # how many of `items` the baseline covers (the rest came after it)
     last_usage: dict[str, int] | None = None  # the raw latest report, for display
+    # The first request's reported input and the estimate of the messages it carried: the rest is
+    # the agent's fixed overhead (system prompt, tools), which its files do not state whole.
+    first_request: dict[str, int] | None = None
+    tools: list[dict[str, Any]] = field(default_factory=list)  # tool declarations the file states
     cumulative: dict[str, Usage] = field(default_factory=dict)  # per model, for cost
     turns: list[Turn] = field(default_factory=list)
     compactions: int = 0
+    # The agent's own compactions, oldest first: {"trigger", "tokensBefore", "tokensAfter", "at"}
+    # (tokensAfter None until the first report after it).
+    agent_compactions: list[dict[str, Any]] = field(default_factory=list)
     generation: int = 0  # bumped whenever `items` is replaced rather than appended to
     unknown: dict[str, int] = field(default_factory=dict)  # record types skipped, by type
     bad_lines: int = 0  # lines that are not JSON objects
@@ -119,6 +129,20 @@ class Change:
     @property
     def empty(self) -> bool:
         return not (self.appended or self.replaced or self.turns or self.usage or self.meta)
+
+
+def note_report(session: Session, used: int) -> None:
+    """A usage report: the fill after the agent's latest compaction, if it was not known yet."""
+    if used and session.agent_compactions and session.agent_compactions[-1]["tokensAfter"] is None:
+        session.agent_compactions[-1]["tokensAfter"] = used
+
+
+def first_request(reported: int, items: list[dict[str, Any]]) -> dict[str, int]:
+    """The first request: the input its API reported and an estimate of the messages it carried
+    (the ledger's per-item estimate, ctxd/tokens/approx.py)."""
+    from ctxd.tokens.approx import item_tokens
+
+    return {"tokens": reported, "messages": sum(item_tokens(i) for i in items)}
 
 
 def shorten(text: str, limit: int = TITLE_CHARS) -> str:

@@ -5,13 +5,16 @@ overrides or extends it (`[prices."model"]` in `~/.config/ctxd/config.toml`). A 
 its exact name, or that name without a provider prefix, a `[1m]` tag, a release date or a
 `-latest`/`-vN:M` suffix; nothing else. A model that is not found has no price: the cost says
 `priced: false` and never guesses from a similar name.
+
+The cost's parts (`input`, `cachedInput`, `cacheWrite`, `output`) always add up to `total`:
+`cacheWrite` is every cache write, the 1-hour ones at their own rate (`cacheWrite1h` says how much
+of it they are).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -19,10 +22,11 @@ from typing import Any, Mapping
 
 from ctxd.sessions.model import Usage
 from ctxd.settings import Problem
+from ctxd.tokens import catalog
 
 MILLION = 1_000_000
-_DATE = re.compile(r"-(\d{8}|\d{4}-\d{2}-\d{2})$")
-_SUFFIX = re.compile(r"(-latest|-v\d+(:\d+)?|\[1m\])$")
+PARTS = ("input", "cachedInput", "cacheWrite", "output")  # the cost's parts, in the order shown
+PART_LABELS = {"input": "in", "cachedInput": "cache read", "cacheWrite": "cache write", "output": "out"}
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,7 @@ class Price:
     cached_input: float | None
     cache_write: float | None
     output: float
+    cache_write_1h: float | None = None  # Anthropic's 1-hour cache write (2x input)
 
 
 def _price(raw: Mapping[str, Any]) -> Price | None:
@@ -48,7 +53,8 @@ def _price(raw: Mapping[str, Any]) -> Price | None:
     output_price = number("output")
     if input_price is None or output_price is None:
         return None
-    return Price(input_price, number("cachedInput", "cached_input"), number("cacheWrite", "cache_write"), output_price)
+    return Price(input_price, number("cachedInput", "cached_input"), number("cacheWrite", "cache_write"), output_price,
+                 number("cacheWrite1h", "cache_write_1h"))
 
 
 @lru_cache(maxsize=1)
@@ -72,20 +78,8 @@ def price_table(overrides: Mapping[str, Any] | None = None, problems: list[Probl
 
 
 def candidates(model: str) -> list[str]:
-    """The names a model may be listed under, most specific first."""
-    name = model.strip().lower()
-    names = [name]
-    for prefix in ("openai/", "anthropic/", "anthropic.", "us.anthropic.", "eu.anthropic.", "apac.anthropic."):
-        if name.startswith(prefix):
-            name = name[len(prefix):]
-            names.append(name)
-    for _ in range(3):
-        stripped = _DATE.sub("", _SUFFIX.sub("", name))
-        if stripped == name:
-            break
-        name = stripped
-        names.append(name)
-    return names
+    """The names a model may be listed under, most specific first (the catalogue's rule)."""
+    return catalog.candidates(model)
 
 
 def lookup(model: str | None, table: Mapping[str, Price] | None = None) -> Price | None:
@@ -103,29 +97,38 @@ def cost(per_model: Mapping[str, Usage], table: Mapping[str, Price] | None = Non
     without a price (or a token kind its price lacks) makes `priced` false and is named. Always
     finite and >= 0: a model whose cost is not (absurd counts or prices) counts as unpriced."""
     amounts = {"input": 0.0, "cachedInput": 0.0, "cacheWrite": 0.0, "output": 0.0}
+    hour = 0.0
     unpriced: list[str] = []
     for model, usage in per_model.items():
         if not (usage.input or usage.cached_input or usage.cache_write or usage.output):
             continue
         price = lookup(model, table)
+        hour_tokens = min(usage.cache_write_1h, usage.cache_write)
         if price is None or (usage.cached_input and price.cached_input is None) or (
-                usage.cache_write and price.cache_write is None):
+                usage.cache_write > hour_tokens and price.cache_write is None) or (
+                hour_tokens and price.cache_write_1h is None):
             unpriced.append(model or "(unknown model)")
             continue
         try:
+            hour_part = hour_tokens * (price.cache_write_1h or 0.0) / MILLION
             part = {"input": usage.input * price.input / MILLION,
                     "cachedInput": usage.cached_input * (price.cached_input or 0.0) / MILLION,
-                    "cacheWrite": usage.cache_write * (price.cache_write or 0.0) / MILLION,
+                    "cacheWrite": (usage.cache_write - hour_tokens) * (price.cache_write or 0.0) / MILLION + hour_part,
                     "output": usage.output * price.output / MILLION}
         except OverflowError:  # a count too large for a float
-            part = {"input": math.inf}
+            part, hour_part = {"input": math.inf}, 0.0
         if min(part.values()) < 0 or not math.isfinite(sum(amounts.values()) + sum(part.values())):
             unpriced.append(model or "(unknown model)")
             continue
         for kind, value in part.items():
             amounts[kind] += value
-    result: dict[str, Any] = {"currency": "USD", **{k: round(v, 6) for k, v in amounts.items()}}
-    result["total"] = round(sum(amounts.values()), 6)
+        hour += hour_part
+    rounded = {k: round(v, 6) for k, v in amounts.items()}
+    result: dict[str, Any] = {"currency": "USD", **rounded}
+    # The parts as shown add up to the total as shown.
+    result["total"] = round(sum(rounded.values()), 6)
+    if hour:
+        result["cacheWrite1h"] = round(hour, 6)
     result["priced"] = not unpriced
     if unpriced:
         result["unpricedModels"] = sorted(unpriced)
@@ -138,3 +141,24 @@ def client_cost(spend: Mapping[str, Mapping[str, int]], overrides: Mapping[str, 
     per_model = {model: Usage(input=int(parts.get("input", 0)), cached_input=int(parts.get("cachedInput", 0)),
                               output=int(parts.get("output", 0))) for model, parts in spend.items()}
     return cost(per_model, price_table(overrides))
+
+
+def cents(cost: Mapping[str, Any]) -> dict[str, int]:
+    """The total and its parts in whole cents, the parts rounded so that they add up to the total
+    as shown (largest remainder): what every display of a cost prints."""
+    total = round(float(cost.get("total") or 0.0) * 100)
+    exact = [max(0.0, float(cost.get(k) or 0.0) * 100) for k in PARTS]
+    shown = [math.floor(v) for v in exact]
+    left = total - sum(shown)
+    for i in sorted(range(len(PARTS)), key=lambda i: (-(exact[i] - shown[i]), i))[:max(0, left)]:
+        shown[i] += 1
+    return {"total": total, **dict(zip(PARTS, shown))}
+
+
+def parts_text(cost: Mapping[str, Any]) -> str:
+    """`$5.32 = in $0.00 + cache read $3.90 + cache write $0.78 + out $0.64`, or `n/a`."""
+    if not cost.get("priced"):
+        return "n/a"
+    shown = cents(cost)
+    parts = " + ".join(f"{PART_LABELS[k]} ${shown[k] / 100:.2f}" for k in PARTS)
+    return f"${shown['total'] / 100:.2f} = {parts}"

@@ -49,6 +49,7 @@ class OverheadCounts:
     """Token counts of a prompt context's parts, per category (before any scaling)."""
 
     categories: dict[str, list[Part]] = field(default_factory=lambda: {c: [] for c in OVERHEAD_CATEGORIES})
+    inferred: dict[str, str] = field(default_factory=dict)  # category -> how its number was inferred
 
     def total(self, category: str) -> int:
         return sum(p.tokens for p in self.categories[category])
@@ -103,7 +104,34 @@ def overhead_counts(context: dict[str, Any] | None, count: Callable[[str], int])
     out.categories["skills"] = skills
     out.categories["memoryFiles"] = [Part(str(m.get("path") or "?"), count(m.get("content") or ""))
                                      for m in context.get("memoryFiles") or [] if isinstance(m, dict)]
+    _infer_fixed_overhead(context, out)
     return out
+
+
+# A followed session's overhead the agent's files do not state, per agent: the category it goes
+# to and the detail's name.
+AGENT_OVERHEAD = {
+    "claude": ("systemPrompt", "Claude Code's system prompt, tools and memory (inferred)"),
+    "codex": ("builtinTools", "Codex's built-in tools and instructions (inferred)"),
+}
+INFERRED_HOW = "the first request's reported input less the messages it carried{}"
+
+
+def _infer_fixed_overhead(context: dict[str, Any], out: OverheadCounts) -> None:
+    """A followed session: its first request's reported input, less the messages it carried and
+    the parts the file states, is the agent's fixed overhead (labelled as inferred)."""
+    followed = context.get("followed")
+    first = followed.get("firstRequest") if isinstance(followed, dict) else None
+    where = AGENT_OVERHEAD.get(str(followed.get("agent"))) if isinstance(followed, dict) else None
+    if not isinstance(first, dict) or where is None:
+        return
+    stated = sum(out.total(c) for c in OVERHEAD_CATEGORIES)
+    rest = int(first.get("tokens") or 0) - int(first.get("messages") or 0) - stated
+    if rest <= 0:
+        return
+    category, name = where
+    out.categories[category].append(Part(name, rest))
+    out.inferred[category] = INFERRED_HOW.format(" and the instructions and tools the file states" if stated else "")
 
 
 def apportion(total: int, weights: Sequence[int]) -> list[int]:
@@ -202,4 +230,5 @@ def breakdown(
         "overflowTokens": max(0, total - window),
         "overheadTokens": overhead_now,
         "idleCost": overhead_now + IDLE_MESSAGE_TOKENS,
+        **({"inferred": dict(overhead.inferred)} if overhead.inferred else {}),
     }

@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from ctxd.ledger.thread import ThreadLedger, usage_snapshot
 from ctxd.settings import Settings
+from ctxd.tokens.catalog import context_window_for
 from ctxd.tokens.counter import Counter
 from ctxd.usage import breakdown as usage_mod
 
@@ -69,8 +70,13 @@ class UsageView:
         if context and (context.get("model") or window):
             merged = replace(self.base, model=context.get("model") or self.base.model,
                              context_window=window or self.base.context_window)
-        cached = self._settings[ledger.thread] = (context, merged, merged.effective_context_window(),
-                                                 merged.auto_compact_limit(), self.counter_for(merged))
+        window, limit = merged.effective_context_window(), merged.auto_compact_limit()
+        agent = followed_limits(context)
+        if agent is not None:
+            # A followed session: the session's window and its agent's compaction point, never
+            # the editor's settings (ctxd/sessions/limits.py).
+            window, limit = agent
+        cached = self._settings[ledger.thread] = (context, merged, window, limit, self.counter_for(merged))
         return cached
 
     def counter(self, ledger: ThreadLedger) -> Counter:
@@ -89,9 +95,16 @@ class UsageView:
         return self.counted_overhead if self.counted_overhead is not None else self.overhead(ledger, counter).tokens
 
     def usage(self, ledger: ThreadLedger) -> dict[str, Any]:
-        """The gauge: `UsageSnapshot` with the counter that produced it."""
-        _, _, window, limit, counter = self._thread_settings(ledger)
-        return usage_snapshot(ledger, window, limit, self._overhead_tokens(ledger, counter), counter.name, counter.status)
+        """The gauge: `UsageSnapshot` with the counter that produced it; a followed session's tier
+        by its agent's rule."""
+        context, _, window, limit, counter = self._thread_settings(ledger)
+        snapshot = usage_snapshot(ledger, window, limit, self._overhead_tokens(ledger, counter), counter.name,
+                                  counter.status)
+        if followed_limits(context) is not None:
+            warn_at = int(context["followed"].get("warnAt") or 0)
+            used = snapshot["usedTokens"]
+            snapshot["tier"] = "compact" if limit and used >= limit else "warn" if warn_at and used >= warn_at else "ok"
+        return snapshot
 
     def breakdown(self, ledger: ThreadLedger) -> dict[str, Any]:
         """`ctxd/usage`: where the window's tokens go. O(1) in the ledger's length: it reads the
@@ -109,6 +122,13 @@ class UsageView:
                                      auto_compact_limit=usage["autoCompactLimit"], usage=usage,
                                      overhead=overhead, message_groups=dict(ledger.group_tokens),
                                      has_messages=ledger.item_tokens > 0)
+        if followed_limits(context) is not None:
+            agent = context["followed"]
+            result["limitSource"] = f"window: {agent.get('windowSource')}; auto-compact: {agent.get('limitSource')}"
+        elif not settings.context_window and settings.model and context_window_for(settings.model) is None:
+            # Never a guess from a similar name: the model is unknown, and the window a default.
+            result["limitSource"] = (f"window: model {settings.model!r} is not in ctxd's catalogue, so the default "
+                                     f"{window:,} (set contextWindow for it)")
         # The context object is kept with the entry so that its identity cannot be reused.
         self._breakdowns[ledger.thread] = (key, context, result)
         return _with_cost(result, ledger)
@@ -125,6 +145,16 @@ class UsageView:
                  "overheadTokens": self.overhead(ledger, counter).tokens}
         self._facts[ledger.thread] = (context, counter.name, facts)
         return facts
+
+
+def followed_limits(context: dict[str, Any] | None) -> tuple[int, int] | None:
+    """(window, auto-compact limit) a followed session's context states, else None."""
+    followed = (context or {}).get("followed")
+    window = (context or {}).get("contextWindow")
+    if not isinstance(followed, dict) or type(window) is not int or not 0 < window <= MAX_STORED_WINDOW:
+        return None  # (a window stored by an older version from a hostile file: not the agent's)
+    limit = followed.get("autoCompactLimit")
+    return window, limit if type(limit) is int and 0 <= limit <= MAX_STORED_WINDOW else 0
 
 
 def with_facts(settings: Settings, facts: dict[str, Any]) -> Settings:

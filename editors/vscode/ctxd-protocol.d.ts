@@ -2,7 +2,7 @@
 /**
  * The ctxd wire protocol (version 2): results, notifications and request params. GENERATED, do not edit:
  * `npm run gen:protocol` from docs/protocol.schema.json (from ctxd/protocol/shapes.py).
- * schema sha256: b0ab01067430c8f222c5a2e6f85d083ee6f2af3f96d73af27c37ff1bd80243f5
+ * schema sha256: a6e6623ed39f24ec86dce475d86fb566ba67bed557385683362b9092c30c18b5
  */
 
 /**
@@ -624,6 +624,7 @@ export interface ThreadsResult {
  * via the `definition` "ThreadInfo".
  */
 export interface ThreadInfo {
+  cost?: Cost;
   historyVersion: number;
   itemCount: number;
   lastActivity?: string | null;
@@ -634,6 +635,21 @@ export interface ThreadInfo {
   title?: string | null;
   updatedAt: string;
   usage?: UsageSnapshot;
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "Cost".
+ */
+export interface Cost {
+  cacheWrite?: number;
+  cacheWrite1h?: number;
+  cachedInput: number;
+  currency: "USD";
+  input: number;
+  output: number;
+  priced: boolean;
+  total: number;
+  unpricedModels?: string[];
 }
 /**
  * `ctxd/threadsChanged`.
@@ -684,6 +700,10 @@ export interface Breakdown {
   contextWindow: number;
   cost?: Cost;
   idleCost: number;
+  inferred?: {
+    [k: string]: string;
+  };
+  limitSource?: string;
   mode: "estimated" | "actual";
   model: string | null;
   overflowTokens?: number;
@@ -716,20 +736,6 @@ export interface Category {
 export interface Detail {
   name: string;
   tokens: number;
-}
-/**
- * This interface was referenced by `CtxdProtocol`'s JSON-Schema
- * via the `definition` "Cost".
- */
-export interface Cost {
-  cacheWrite?: number;
-  cachedInput: number;
-  currency: "USD";
-  input: number;
-  output: number;
-  priced: boolean;
-  total: number;
-  unpricedModels?: string[];
 }
 /**
  * `ctxd/usageChanged`.

@@ -3,6 +3,7 @@
  * re-renders (debounced) on every usage change of that thread; says so when the daemon is not
  * running. Free of `vscode`: the panel is a `PanelSink`.
  */
+import { isFollowed } from './followed';
 import type { CtxdService } from './api';
 import { renderBreakdownHtml, renderMessageHtml } from './breakdownView';
 import type { StopReason } from './daemon';
@@ -61,7 +62,7 @@ export class BreakdownController implements Disposable {
           ...csp,
           folderName: w.name,
           thread: w.thread,
-          canCompact: this.service.supports(Method.compact),
+          canCompact: this.service.supports(Method.compact) && !isFollowed(w.thread),
           canSnapshot: this.service.supports(Method.ghostSnapshot),
         }),
       );

@@ -110,26 +110,52 @@ export function tierText(usage: UsageSnapshot): string {
 }
 
 /** "N tokens left before auto-compact", or how far past it the thread is. */
-export function headroomText(usage: UsageSnapshot): string {
+export function headroomText(usage: UsageSnapshot, byAgent = false): string {
   if (!(usage.autoCompactLimit > 0)) return 'Auto-compact is off.';
   const left = usage.autoCompactLimit - usage.usedTokens;
   if (left > 0) return `${formatTokens(left)} tokens left before auto-compact (at ${formatTokens(usage.autoCompactLimit)}).`;
-  return `${formatTokens(-left)} tokens past the auto-compact limit (${formatTokens(usage.autoCompactLimit)}): ctxd compacts before the next request.`;
+  const who = byAgent ? 'the agent compacts it by itself' : 'ctxd compacts before the next request';
+  return `${formatTokens(-left)} tokens past the auto-compact limit (${formatTokens(usage.autoCompactLimit)}): ${who}.`;
 }
 
 function money(n: number, currency: string): string {
   const symbol = currency === 'USD' ? '$' : `${currency} `;
-  return `${symbol}${n < 0.01 && n > 0 ? n.toFixed(4) : n.toFixed(2)}`;
+  return `${symbol}${n.toFixed(2)}`;
+}
+
+const COST_PARTS = [
+  ['input', 'input'],
+  ['cachedInput', 'cache reads'],
+  ['cacheWrite', 'cache writes'],
+  ['output', 'output'],
+] as const;
+
+/**
+ * The total and its parts in whole cents, the parts rounded (largest remainder) so that they add
+ * up to the total as shown: the daemon's rule too (ctxd/sessions/pricing.py `cents`).
+ */
+export function costCents(cost: Cost): { total: number; parts: number[] } {
+  const total = Math.round(cost.total * 100);
+  const exact = COST_PARTS.map(([key]) => Math.max(0, (cost[key] ?? 0) * 100));
+  const parts = exact.map(Math.floor);
+  let left = total - parts.reduce((a, b) => a + b, 0);
+  const order = exact.map((_, i) => i).sort((a, b) => exact[b] - parts[b] - (exact[a] - parts[a]) || a - b);
+  for (const i of order) {
+    if (left <= 0) break;
+    parts[i] += 1;
+    left -= 1;
+  }
+  return { total, parts };
 }
 
 export function costText(cost: Cost | undefined, model: string | null): string | undefined {
   if (!cost) return undefined;
   if (!cost.priced) return `Cost: no price is known for ${model ? `model ${model}` : 'this model'}.`;
   const c = cost.currency;
-  return (
-    `Cost so far: ${money(cost.total, c)} (input ${money(cost.input, c)}, cached input ${money(cost.cachedInput, c)}, ` +
-    `output ${money(cost.output, c)}).`
-  );
+  const { total, parts } = costCents(cost);
+  const listed = COST_PARTS.map(([, label], i) => `${label} ${money(parts[i] / 100, c)}`).join(' + ');
+  const hour = cost.cacheWrite1h ? `; the cache writes include ${money(cost.cacheWrite1h, c)} of 1-hour writes` : '';
+  return `Cost so far: ${money(total / 100, c)} = ${listed}${hour}.`;
 }
 
 function styles(categories: Category[]): string {
@@ -225,8 +251,12 @@ export function renderBreakdownHtml(breakdown: Breakdown, opts: RenderOptions): 
       (overflow > 0 ? ` <span class="over" id="overflow">${formatTokens(overflow)} tokens over the window</span>` : '') +
       '</p>',
   );
-  parts.push(`<p class="sub" id="headroom">${escapeHtml(headroomText(u))}</p>`);
+  parts.push(`<p class="sub" id="headroom">${escapeHtml(headroomText(u, breakdown.limitSource !== undefined))}</p>`);
   parts.push(`<p class="note" id="accuracy">${escapeHtml(accuracyText(u))}</p>`);
+  if (breakdown.limitSource) parts.push(`<p class="note" id="limit-source">The agent's own figures: ${escapeHtml(breakdown.limitSource)}.</p>`);
+  for (const [name, how] of Object.entries(breakdown.inferred ?? {})) {
+    parts.push(`<p class="note inferred">${escapeHtml(categoryLabel(name))} is inferred: ${escapeHtml(how)}.</p>`);
+  }
   const cost = costText(breakdown.cost, breakdown.model);
   if (cost) parts.push(`<p class="sub" id="cost">${escapeHtml(cost)}</p>`);
   const buttons = [

@@ -16,6 +16,7 @@ import { describe, interpreterOf, notInstalledMessage, probeDaemon } from './pro
 import { INSTRUCTIONS } from './install';
 import { type WaysOutHost, installFlow, setPathFlow } from './waysOut';
 import { type GhostCommit } from './protocol';
+import { isFollowed, readOnlyText } from './followed';
 import { menuItems } from './quickMenu';
 import {
   RESTART_SETTINGS,
@@ -28,7 +29,7 @@ import {
 } from './settings';
 import { statusMarkdown } from './statusReport';
 import { deleteSnapshotFlow, restoreSnapshotFlow, showChangesFlow, undoRestoreFlow } from './snapshots';
-import { TIER_ACTIONS, TierWatcher, tierMessage } from './tierNotices';
+import { TIER_ACTIONS, TierWatcher, tierActions, tierMessage } from './tierNotices';
 import { RestoreMemory, undoFlow, undoLastFlow } from './timeMachine';
 import { CompactionsModel, SnapshotsModel, ThreadsModel, archivedBy, threadNode, type TreeNode } from './trees';
 import * as vsc from './vscodeapi';
@@ -72,6 +73,13 @@ export async function activate(context: vsc.ExtensionContext): Promise<CtxdApi> 
   const gauge = new GaugeController(service, item, vsc.activeFolder);
   track(gauge);
   track(vsc.onDidChangeActiveFolder(() => gauge.refresh()));
+  /** A followed thread is compacted by its agent: say so rather than fail (true when refused). */
+  const refuseFollowed = (): boolean => {
+    const thread = gauge.where()?.thread;
+    if (!isFollowed(thread)) return false;
+    ui.notify('info', readOnlyText(thread as string));
+    return true;
+  };
   const where = () => {
     const w = gauge.where();
     return w ? { workspace: w.uri, thread: w.thread } : undefined;
@@ -97,7 +105,7 @@ export async function activate(context: vsc.ExtensionContext): Promise<CtxdApi> 
       if (!up || !notify('warning')) return;
       void hidden.then(() => {
         tierNoticeOpen = true;
-        return ui.ask('warning', tierMessage(up, e.thread, e), [TIER_ACTIONS.compact, TIER_ACTIONS.breakdown]);
+        return ui.ask('warning', tierMessage(up, e.thread, e), tierActions(e.thread));
       }).then((choice) => {
         tierNoticeOpen = false;
         if (choice === TIER_ACTIONS.compact) void vsc.executeCommand(COMMANDS.compactNow);
@@ -250,8 +258,9 @@ export async function activate(context: vsc.ExtensionContext): Promise<CtxdApi> 
     },
     [COMMANDS.showUsage]: showUsage,
     // The tier notice asked for this: it goes before the compaction's own message comes.
-    [COMMANDS.compact]: async () => (await closeTierNotice(), compactFlow(ui, service, where())),
-    [COMMANDS.compactNow]: async () => (await closeTierNotice(), compactFlow(ui, service, where(), 'auto')),
+    [COMMANDS.compact]: async () => (await closeTierNotice(), refuseFollowed() ? undefined : compactFlow(ui, service, where())),
+    [COMMANDS.compactNow]: async () =>
+      (await closeTierNotice(), refuseFollowed() ? undefined : compactFlow(ui, service, where(), 'auto')),
     [COMMANDS.snapshot]: () => snapshotFlow(ui, service, where()),
     [COMMANDS.restore]: () => restoreFlow(ui, service, where()),
     [COMMANDS.rollback]: () => rollbackFlow(ui, service, where(), memory),

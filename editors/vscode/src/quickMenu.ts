@@ -4,6 +4,7 @@
  */
 import { COMMANDS, type PickItem } from './commands';
 import type { StopReason } from './daemon';
+import { isFollowed } from './followed';
 import { Method } from './protocol';
 
 
@@ -31,7 +32,7 @@ export function menuItems(state: MenuState): PickItem<string>[] {
   }
   const on = state.thread ? `thread "${state.thread}"` : 'the active thread';
   const items: PickItem<string>[] = [{ label: '$(graph) Open breakdown', description: on, value: COMMANDS.showUsage }];
-  if (state.supports(Method.compact)) items.push({ label: '$(fold) Compact now', description: on, value: COMMANDS.compactNow });
+  if (state.supports(Method.compact) && !isFollowed(state.thread)) items.push({ label: '$(fold) Compact now', description: on, value: COMMANDS.compactNow });
   if (state.supports(Method.ghostSnapshot)) items.push({ label: '$(device-camera) Snapshot now', description: 'the working tree', value: COMMANDS.snapshot });
   if (state.supports(Method.threads)) items.push({ label: '$(list-unordered) Switch thread…', value: COMMANDS.switchThread });
   if (state.supports(Method.ghostRestore)) items.push({ label: '$(history) Restore…', description: 'a snapshot', value: COMMANDS.restore });

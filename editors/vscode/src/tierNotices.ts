@@ -4,6 +4,7 @@
  * what the gauge says (the same percent and counts), and a notice that no longer holds (the tier
  * changed since) is to be closed. Pure.
  */
+import { isFollowed } from './followed';
 import type { Tier, UsageSnapshot } from './protocol';
 import { formatTokens, gaugeText } from './status';
 
@@ -29,10 +30,18 @@ export class TierWatcher {
 
 export const TIER_ACTIONS = { compact: 'Compact now', breakdown: 'Open breakdown' } as const;
 
+/** The notification's buttons: a followed thread is compacted by its agent, never from here. */
+export function tierActions(thread: string): string[] {
+  return isFollowed(thread) ? [TIER_ACTIONS.breakdown] : [TIER_ACTIONS.compact, TIER_ACTIONS.breakdown];
+}
+
 /** The notice for `tier`, with the gauge's own figures ("83% · 106k/128k"). */
 export function tierMessage(tier: Tier, thread: string, usage: UsageSnapshot): string {
   const figures = gaugeText(usage).replace(/^\$\([^)]*\)\s*/, '');
   const left = Math.max(0, usage.autoCompactLimit - usage.usedTokens);
+  if (tier === 'compact' && isFollowed(thread)) {
+    return `ctxd: thread "${thread}" reached its agent's auto-compact point (${formatTokens(usage.usedTokens)} of ${formatTokens(usage.autoCompactLimit)} tokens): the agent compacts it next.`;
+  }
   if (tier === 'compact') {
     return `ctxd: thread "${thread}" is at ${figures}: it reached the auto-compact limit (${formatTokens(usage.autoCompactLimit)}).`;
   }

@@ -238,6 +238,8 @@ export interface SeenCompaction extends CompactedParams {
 /** `before → after tokens`, or what is known of a compaction when its figures were not recorded. */
 export function compactionLabel(c: Pick<CompactionRecord, 'tokensBefore' | 'tokensAfter' | 'archivedItems'>): string {
   if (c.tokensBefore !== null && c.tokensAfter !== null) return `${formatTokens(c.tokensBefore)} → ${formatTokens(c.tokensAfter)} tokens`;
+  // An agent's compaction: the fill after it is known once the agent reports again.
+  if (c.tokensBefore !== null) return `${formatTokens(c.tokensBefore)} → … tokens`;
   return `${c.archivedItems} items replaced`;
 }
 

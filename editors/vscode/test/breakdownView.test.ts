@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { GRID_CELLS, PAGE_COMMANDS, allocateCells, escapeHtml, renderBreakdownHtml, renderMessageHtml } from '../src/breakdownView';
+import { GRID_CELLS, PAGE_COMMANDS, allocateCells, costCents, escapeHtml, renderBreakdownHtml, renderMessageHtml } from '../src/breakdownView';
 import { detailLabel } from '../src/status';
 import { normalizeBreakdown } from '../src/protocol';
 import { breakdown, usage } from './fixtures';
@@ -96,10 +96,32 @@ describe('renderBreakdownHtml', () => {
 
   test('cost, priced or not', () => {
     const priced = renderBreakdownHtml(breakdown({ cost: { currency: 'USD', input: 0.12, cachedInput: 0.01, output: 0.3, total: 0.43, priced: true } }), full);
-    assert.match(priced, /id="cost">Cost so far: \$0\.43 \(input \$0\.12, cached input \$0\.01, output \$0\.30\)\./);
+    assert.match(priced, /id="cost">Cost so far: \$0\.43 = input \$0\.12 \+ cache reads \$0\.01 \+ cache writes \$0\.00 \+ output \$0\.30\./);
     const unpriced = renderBreakdownHtml(breakdown({ cost: { currency: 'USD', input: 0, cachedInput: 0, output: 0, total: 0, priced: false } }), full);
     assert.match(unpriced, /no price is known for model gpt-5/);
     assert.doesNotMatch(renderBreakdownHtml(breakdown(), full), /id="cost"/);
+  });
+
+  test('cache writes are a part, and the parts as shown add up to the total as shown', () => {
+    // A Claude session: $0.0006 input, $3.90 cache reads, $0.7794 cache writes, $0.64 output.
+    const cost = { currency: 'USD' as const, input: 0.0006, cachedInput: 3.9, cacheWrite: 0.7794, cacheWrite1h: 0.5, output: 0.64, total: 5.32, priced: true };
+    const html = renderBreakdownHtml(breakdown({ cost }), full);
+    assert.match(html, /Cost so far: \$5\.32 = input \$0\.00 \+ cache reads \$3\.90 \+ cache writes \$0\.78 \+ output \$0\.64; the cache writes include \$0\.50 of 1-hour writes\./);
+    for (let n = 0; n < 200; n++) {
+      const parts = [n * 0.00137, n * 0.0291, n * 0.00555, n * 0.0173];
+      const total = parts.reduce((a, b) => a + b, 0);
+      const shown = costCents({ currency: 'USD', input: parts[0], cachedInput: parts[1], cacheWrite: parts[2], output: parts[3], total, priced: true });
+      assert.equal(shown.parts.reduce((a, b) => a + b, 0), shown.total);
+    }
+  });
+
+  test("a followed session: the agent's figures and what is inferred are said", () => {
+    const html = renderBreakdownHtml(
+      breakdown({ limitSource: 'window: the catalogue; auto-compact: Claude Code 2.1.332', inferred: { systemPrompt: "the first request's reported input less the messages it carried" } }),
+      full,
+    );
+    assert.match(html, /id="limit-source">The agent's own figures: window: the catalogue; auto-compact: Claude Code 2\.1\.332\./);
+    assert.match(html, /System prompt is inferred: the first request&#39;s reported input less the messages it carried\./);
   });
 
   test('built-in and MCP swatches differ in colour and in pattern', () => {

@@ -159,6 +159,23 @@ describe('gauge and breakdown (real daemon)', () => {
     }
   });
 
+  test('the breakdown page of a followed thread offers no Compact now (its agent compacts it)', async () => {
+    let html = '';
+    const where = () => {
+      const w = gauge.where();
+      return w && { ...w, thread: 'claude:7f2c1d9e-3b4a-4c5d-8e6f-0a1b2c3d4e5f' };
+    };
+    const panel = new BreakdownController(service, { cspSource: 'vscode-webview://test', setHtml: (h) => { html = h; } }, where, () => 'N0NCE', 20);
+    try {
+      await panel.refresh();
+      assert.match(html, /thread <code>claude:7f2c1d9e/);
+      assert.match(html, /<h1>Context Usage<\/h1>/);
+      assert.doesNotMatch(html, /id="compact"/);
+    } finally {
+      panel.dispose();
+    }
+  });
+
   test('a daemon that went away shows as down, and recovers', () => {
     gauge.setDown({ kind: 'failed', message: 'spawn ctxd ENOENT' });
     assert.match(sink.last!.text, /debug-disconnect/);

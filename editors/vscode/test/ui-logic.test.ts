@@ -7,9 +7,10 @@ import { ACTIONS, FailureNotices } from '../src/failures';
 import { Method } from '../src/protocol';
 import { menuItems } from '../src/quickMenu';
 import { statusMarkdown } from '../src/statusReport';
-import { TIER_ACTIONS, TierWatcher, tierMessage } from '../src/tierNotices';
+import { TIER_ACTIONS, TierWatcher, tierActions, tierMessage } from '../src/tierNotices';
 import { gaugeText, strategyText } from '../src/status';
 import { plainText } from '../src/text';
+import { compactionLabel } from '../src/trees';
 import { usage } from './fixtures';
 
 const all = () => true;
@@ -23,6 +24,14 @@ describe('status item menu', () => {
     );
     assert.equal(items[0].label, '$(graph) Open breakdown');
     assert.equal(items[1].description, 'thread "e2e"');
+  });
+
+  test('a followed thread is not offered Compact now: its agent compacts it', () => {
+    for (const thread of ['codex:0199a213-81c0', 'claude:7f2c1d9e']) {
+      const items = menuItems({ down: undefined, supports: all, thread });
+      assert.ok(!items.some((i) => i.value === COMMANDS.compactNow), thread);
+      assert.equal(items[0].value, COMMANDS.showUsage);
+    }
   });
 
   test('what the daemon does not serve is left out', () => {
@@ -78,6 +87,24 @@ describe('tier notifications', () => {
       'ctxd: thread "e2e" is at 94% · 120k/128k: it reached the auto-compact limit (115.2k).',
     );
     assert.deepEqual(Object.values(TIER_ACTIONS), ['Compact now', 'Open breakdown']);
+  });
+
+  test('a followed thread is offered the breakdown only, and told its agent compacts it', () => {
+    assert.deepEqual(tierActions('e2e'), ['Compact now', 'Open breakdown']);
+    assert.deepEqual(tierActions('claude:7f2c1d9e'), ['Open breakdown']);
+    assert.deepEqual(tierActions('codex:0199a213'), ['Open breakdown']);
+    assert.equal(
+      tierMessage('compact', 'claude:7f2c', usage({ usedTokens: 170_000, autoCompactLimit: 167_000 })),
+      "ctxd: thread \"claude:7f2c\" reached its agent's auto-compact point (170k of 167k tokens): the agent compacts it next.",
+    );
+  });
+});
+
+describe('compactions list', () => {
+  test("an agent's compaction shows its fill before, and after once the agent reported it", () => {
+    assert.equal(compactionLabel({ tokensBefore: 15_546, tokensAfter: null, archivedItems: 6 }), '15.5k → … tokens');
+    assert.equal(compactionLabel({ tokensBefore: 15_546, tokensAfter: 3_015, archivedItems: 6 }), '15.5k → 3k tokens');
+    assert.equal(compactionLabel({ tokensBefore: null, tokensAfter: null, archivedItems: 6 }), '6 items replaced');
   });
 });
 

@@ -77,6 +77,14 @@ M.subcommands.compact = {
       notify(('unknown strategy %q (one of %s)'):format(strategy, table.concat(M.strategies, ', ')), vim.log.levels.ERROR)
       return
     end
+    local target = current_target()
+    local agent = target and target.thread and target.thread:match('^(%a+):')
+    if agent == 'codex' or agent == 'claude' then
+      -- A followed session: its agent compacts it; ctxd only shows it (read-only).
+      notify(('thread %s follows a %s session: %s compacts it by itself'):format(
+        target.thread, agent == 'codex' and 'Codex' or 'Claude Code', agent == 'codex' and 'Codex' or 'Claude Code'))
+      return
+    end
     local lsp = require('ctxd.lsp')
     local found = client.resolve()
     if found then

@@ -8,6 +8,8 @@
 ---@field contextWindow integer
 ---@field cost? ctxd.Cost
 ---@field idleCost integer
+---@field inferred? table<string, string>
+---@field limitSource? string
 ---@field mode "estimated"|"actual"
 ---@field model string|nil
 ---@field overflowTokens? integer
@@ -72,6 +74,7 @@
 
 ---@class ctxd.Cost
 ---@field cacheWrite? number
+---@field cacheWrite1h? number
 ---@field cachedInput number
 ---@field currency "USD"
 ---@field input number
@@ -340,6 +343,7 @@
 ---@field workspace string
 
 ---@class ctxd.ThreadInfo
+---@field cost? ctxd.Cost
 ---@field historyVersion integer
 ---@field itemCount integer
 ---@field lastActivity? string|nil

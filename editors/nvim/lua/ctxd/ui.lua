@@ -182,7 +182,13 @@ function M.render_breakdown(breakdown, width)
   add(state, { { col = 2, end_col = 2 + #('tier ' .. tier), group = status.tier_groups[tier] } })
   local cost = M.cost_text(breakdown.cost, breakdown.model)
   if cost then
-    add('  ' .. cost)
+    add('  cost ' .. cost)
+  end
+  if type(breakdown.limitSource) == 'string' then
+    add("  the agent's own figures: " .. breakdown.limitSource)
+  end
+  for name, how in pairs(type(breakdown.inferred) == 'table' and breakdown.inferred or {}) do
+    add(('  %s is inferred: %s'):format((by_name[name] or { label = name }).label, how))
   end
   add('')
   if #cats == 0 then
@@ -229,33 +235,6 @@ function M.render_breakdown(breakdown, width)
     ::continue::
   end
   return lines
-end
-
----@param n number
----@param currency string?
-local function money(n, currency)
-  local symbol = currency == 'USD' and '$' or ((currency or '') .. ' ')
-  return symbol .. ((n > 0 and n < 0.01) and ('%.4f'):format(n) or ('%.2f'):format(n))
-end
-
---- The cost the daemon reports (`Breakdown.cost`), in one line, or nil when it reports none.
----@param cost table?
----@param model string?
----@return string?
-function M.cost_text(cost, model)
-  if type(cost) ~= 'table' or type(cost.total) ~= 'number' then
-    return nil
-  end
-  if cost.priced == false then
-    local unpriced = type(cost.unpricedModels) == 'table' and table.concat(cost.unpricedModels, ', ') or nil
-    return ('cost %s so far; no price known for %s'):format(money(cost.total, cost.currency), unpriced or model or 'this model')
-  end
-  return ('cost %s so far (input %s, cached %s, output %s)'):format(
-    money(cost.total, cost.currency),
-    money(cost.input or 0, cost.currency),
-    money(cost.cachedInput or 0, cost.currency),
-    money(cost.output or 0, cost.currency)
-  )
 end
 
 --- Write rendered lines into a scratch buffer and apply their highlights.
@@ -576,6 +555,64 @@ local function ago(when)
   return ('%dd'):format(age / 86400)
 end
 
+local COST_PARTS = {
+  { key = 'input', label = 'in' },
+  { key = 'cachedInput', label = 'cache read' },
+  { key = 'cacheWrite', label = 'cache write' },
+  { key = 'output', label = 'out' },
+}
+
+--- The cost's total and parts in whole cents, the parts rounded (largest remainder) so that they
+--- add up to the total as shown: the daemon's rule too (ctxd/sessions/pricing.py `cents`).
+---@param cost ctxd.Cost
+---@return integer total
+---@return integer[] parts in COST_PARTS order
+function M.cost_cents(cost)
+  local total = math.floor((cost.total or 0) * 100 + 0.5)
+  local exact, parts, left = {}, {}, total
+  for i, p in ipairs(COST_PARTS) do
+    exact[i] = math.max(0, (cost[p.key] or 0) * 100)
+    parts[i] = math.floor(exact[i])
+    left = left - parts[i]
+  end
+  local order = { 1, 2, 3, 4 }
+  table.sort(order, function(a, b)
+    local ra, rb = exact[a] - parts[a], exact[b] - parts[b]
+    if ra ~= rb then
+      return ra > rb
+    end
+    return a < b
+  end)
+  for _, i in ipairs(order) do
+    if left <= 0 then
+      break
+    end
+    parts[i] = parts[i] + 1
+    left = left - 1
+  end
+  return total, parts
+end
+
+--- `$5.32 = in $0.00 + cache read $3.90 + cache write $0.78 + out $0.64`, or why there is no
+--- price; nil when the daemon reports no cost.
+---@param cost ctxd.Cost?
+---@param model string? named when the cost names no unpriced model
+---@return string?
+function M.cost_text(cost, model)
+  if type(cost) ~= 'table' or type(cost.total) ~= 'number' then
+    return nil
+  end
+  if not cost.priced then
+    return 'n/a (no price for ' .. table.concat(cost.unpricedModels or { model or 'this model' }, ', ') .. ')'
+  end
+  local total, parts = M.cost_cents(cost)
+  local listed = {}
+  for i, p in ipairs(COST_PARTS) do
+    table.insert(listed, ('%s $%.2f'):format(p.label, parts[i] / 100))
+  end
+  return ('$%.2f = %s'):format(total / 100, table.concat(listed, ' + '))
+end
+
 --- A `format_item` for the `:Ctxd threads` picker: one aligned row per thread (source, fill,
 --- tokens, title, age), the first item being "follow the most recently active".
 ---@param workspace string
@@ -619,6 +656,9 @@ function M.thread_formatter(workspace, list, current)
     local age = ago(entry.info.lastActivity or entry.info.updatedAt)
     if age ~= '' then
       text = text .. '  ' .. age
+    end
+    if type(entry.info.cost) == 'table' and entry.info.cost.priced then
+      text = text .. ('  $%.2f'):format(M.cost_cents(entry.info.cost) / 100)
     end
     if entry.info.readOnly then
       text = text .. '  (read-only)'

@@ -349,6 +349,21 @@ t.describe('usage float', function()
     t.eq(nil, text:find('suggestions', 1, true))
   end)
 
+  t.it('shows the cost with cache writes, the parts adding up to the total in cents', function()
+    -- A Claude session: $0.0006 input, $3.90 cache reads, $0.7794 cache writes, $0.64 output.
+    local cost = { currency = 'USD', input = 0.0006, cachedInput = 3.9, cacheWrite = 0.7794, output = 0.64,
+      total = 5.32, priced = true }
+    local text = table.concat(vim.tbl_map(function(l)
+      return l.text
+    end, ui.render_breakdown(vim.tbl_extend('force', breakdown, { cost = cost }))), '\n')
+    t.contains('cost $5.32 = in $0.00 + cache read $3.90 + cache write $0.78 + out $0.64', text)
+    for n = 0, 200 do
+      local total, parts = ui.cost_cents({ input = n * 0.00137, cachedInput = n * 0.0291, cacheWrite = n * 0.00555,
+        output = n * 0.0173, total = n * (0.00137 + 0.0291 + 0.00555 + 0.0173), priced = true })
+      t.eq(total, parts[1] + parts[2] + parts[3] + parts[4])
+    end
+  end)
+
   t.it('says when the figures are estimated', function()
     local estimated = vim.tbl_extend('force', breakdown, { mode = 'estimated', totalTokens = vim.NIL })
     local text = table.concat(vim.tbl_map(function(l)
@@ -367,11 +382,11 @@ t.describe('usage float', function()
     local priced = vim.tbl_extend('force', breakdown, {
       cost = { currency = 'USD', input = 0.1, cachedInput = 0.02, output = 0.3, total = 0.42, priced = true },
     })
-    t.contains('cost $0.42 so far (input $0.10, cached $0.02, output $0.30)', text_of(priced))
+    t.contains('cost $0.42 = in $0.10 + cache read $0.02 + cache write $0.00 + out $0.30', text_of(priced))
     local unpriced = vim.tbl_extend('force', breakdown, {
       cost = { currency = 'USD', input = 0, cachedInput = 0, output = 0, total = 0, priced = false, unpricedModels = { 'my-model' } },
     })
-    t.contains('cost $0.00 so far; no price known for my-model', text_of(unpriced))
+    t.contains('cost n/a (no price for my-model)', text_of(unpriced))
     t.eq(nil, text_of(breakdown):find('cost', 1, true))
   end)
 end)

@@ -104,7 +104,39 @@ t.describe('followed sessions (protocol 2)', function()
       return rows
     end, 'the picker')
     t.contains('(now Codex "Fix the flaky test in calc.py")', rows[1])
-    t.matches('^● Codex +%d+%% +[%d%.]+k/128k  Fix the flaky test in calc%.py +%d+[smhd]  %(read%-only%)$', rows[2])
+    -- Its cost so far, from the usage Codex reported (gpt-5-codex is priced).
+    t.matches('^● Codex +%d+%% +[%d%.]+k/128k  Fix the flaky test in calc%.py +%d+[smhd]  %$%d+%.%d%d  %(read%-only%)$', rows[2])
+  end)
+
+  t.it(':Ctxd compact on a followed session says its agent compacts it, and sends nothing', function()
+    local codex = 'codex:' .. SESSION
+    require('ctxd.threads').pick(h.uri, codex)
+    local before = h.request('ctxd/history', { thread = codex, includeArchived = true })
+    vim.cmd('Ctxd compact')
+    h.wait_message('Codex compacts it by itself')
+    for _, m in ipairs(h.messages) do
+      t.eq(nil, m.msg:find('failed', 1, true), m.msg)
+    end
+    local after = h.request('ctxd/history', { thread = codex, includeArchived = true })
+    t.eq(before.historyVersion, after.historyVersion)
+    t.eq(0, #(after.compactions or {}))
+  end)
+
+  t.it('the float shows the cost with parts that add up, and what the agent decides', function()
+    local codex = 'codex:' .. SESSION
+    local result = h.request('ctxd/usage', { thread = codex })
+    local text = table.concat(vim.tbl_map(function(l)
+      return l.text
+    end, require('ctxd.ui').render_breakdown(result)), '\n')
+    local total, parts = text:match('cost %$(%d+%.%d%d) = (.-)\n')
+    t.truthy(total, text)
+    local sum = 0
+    for cents in parts:gmatch('%$(%d+%.%d%d)') do
+      sum = sum + math.floor(tonumber(cents) * 100 + 0.5)
+    end
+    t.eq(math.floor(tonumber(total) * 100 + 0.5), sum, text)
+    t.contains('cache write $', text)
+    t.contains("the agent's own figures: window: the rollout's model_context_window", text)
   end)
 
   t.it(':Ctxd restore never offers a followed session\'s conversation', function()
