@@ -84,9 +84,10 @@ def _fill(row: dict[str, Any]) -> str:
     return f"{row['percent']:.0f}% {row['usedTokens'] // 1000}k/{row['contextWindow'] // 1000}k"
 
 
-def render(rows: list[dict[str, Any]], folder: Path) -> str:
+def render(rows: list[dict[str, Any]], folder: Path | None = None) -> str:
     if not rows:
-        return (f"No Codex or Claude Code sessions in {safe(str(folder))} yet.\n"
+        where = safe(str(folder)) if folder is not None else "this workspace"
+        return (f"No Codex or Claude Code sessions in {where} yet.\n"
                 "Start one here (`codex` or `claude`): ctxd follows it at once, with its fill, its cost and a\n"
                 "checkpoint of your files before each turn. For a checkpoint before every edit, the status line\n"
                 "and `recall` inside the agents, run `ctxd hooks install` (docs/hooks.md).\n")
