@@ -155,13 +155,17 @@ def test_codex_turns_usage_checkpoints_and_sessions(daemon_factory, tmp_path: Pa
         live = usage_gate(s, "codex", 9_100)
         turn1 = [dict(input=9_000, cached=2_000, output=100), dict(input=9_300, cached=9_000, output=80),
                  dict(input=9_500, cached=9_300, output=20)]
-        server.script(Reply(calls=[shell("c1", "printf 'made by codex\\n' > new.txt")], usage=turn1[0]),
+        # The first turn's checkpoint before Codex acts (else it may capture the tree after the turn,
+        # which the second turn's checkpoint, the same tree, then reuses under the first turn's label).
+        first = checkpoint_gate(s, "Add new.txt and bump app.py")
+        server.script(Reply(calls=[shell("c1", "printf 'made by codex\\n' > new.txt")], usage=turn1[0], before=first),
                       Reply(calls=[apply_patch("c2", PATCH_V2)], usage=turn1[1], before=live),
                       Reply(text="Turn one done.", usage=turn1[2]))
         session = Codex.thread_id(codex.exec("Add new.txt and bump app.py", s.repo.root))
         thread = f"codex:{session}"
         s.client.wait_for_notification("ctxd/threadsChanged", lambda p: p["workspace"] == s.uri, timeout=WAIT)
         assert live.seen, "no ctxd/usageChanged with the first report while Codex was still running"
+        assert first.seen, "no checkpoint for the first turn before Codex acted"
         after_turn1 = s.repo.files()
         assert after_turn1["new.txt"] == "made by codex\n" and after_turn1["app.py"] == "print('v2')\n"
 
@@ -281,7 +285,8 @@ def test_claude_turns_subagent_usage_checkpoints_and_sessions(daemon_factory, tm
         helper = "Write docs.txt for the project"
         server.script(
             Reply(calls=[tool("t1", "Write", file_path=str(ws / "hello.txt"), content="hello\n")],
-                  usage=dict(input=10, cache_write=4_000, output=60)),
+                  usage=dict(input=10, cache_write=4_000, output=60),
+                  before=checkpoint_gate(s, "Add hello.txt and docs, drop the notes")),
             Reply(calls=[tool("t2", "Edit", file_path=str(ws / "hello.txt"), old_string="hello", new_string="hello world")],
                   usage=dict(input=10, cache_read=4_000, cache_write=200, output=50), before=live),
             Reply(calls=[tool("t3", "Agent", description="Write the docs", prompt=helper,
