@@ -26,7 +26,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from ctxd.sessions import discovery
 from ctxd.sessions.claude import ClaudeReader
@@ -129,12 +129,7 @@ class Follower:
         with self._wake:
             self._stop = True
             self._wake.notify_all()
-        if self._observer is not None:
-            try:
-                self._observer.stop()
-                self._observer.join(timeout=2)
-            except Exception:  # noqa: BLE001 - stopping must not fail the daemon's shutdown
-                pass
+        stop_observer(self._observer)
         if self._worker is not None:
             self._worker.join(timeout=5)
 
@@ -461,3 +456,14 @@ def _nearest_existing(path: Path) -> Path | None:
         except OSError:
             continue
     return None
+
+
+def stop_observer(observer: Any) -> None:
+    """Stop a watchdog observer, if there is one; stopping must not fail the daemon's shutdown."""
+    if observer is None:
+        return
+    try:
+        observer.stop()
+        observer.join(timeout=2)
+    except Exception:  # noqa: BLE001 - see the docstring
+        pass

@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 from ctxd.errors import CtxdError
 from ctxd.hooks.locate import git_common_dir, plain_store
+from ctxd.sessions.follower import stop_observer
 from ctxd.ledger.workspace import Service, Workspace
 
 log = logging.getLogger("ctxd")
@@ -131,12 +132,7 @@ class HookWatcher:
         with self._wake:
             self._stop = True
             self._wake.notify_all()
-        if self._observer is not None:
-            try:
-                self._observer.stop()
-                self._observer.join(timeout=2)
-            except Exception:  # noqa: BLE001 - stopping must not fail the daemon's shutdown
-                pass
+        stop_observer(self._observer)
 
     def poke(self) -> None:
         with self._wake:
