@@ -76,6 +76,30 @@ class Cost(TypedDict):
     unpricedModels: NotRequired[list[str]]  # with priced false: the models the table has no price for
 
 
+class CompactionCost(TypedDict):
+    """What one compaction cost in cache writes, and what it saves on each turn after it."""
+
+    __pydantic_config__ = STRICT  # type: ignore[misc]
+    at: str  # ISO time of the compaction
+    cacheWriteTokens: int  # the prompt the first request after it wrote to the cache
+    cacheWriteCost: Optional[float]  # USD; None when the model is unpriced
+    savedTokensPerTurn: int  # the prompt tokens each later request no longer reads
+    savedCostPerTurn: Optional[float]  # USD per request, at the cached-read rate
+
+
+class CacheState(TypedDict):
+    """A thread's prompt cache, from the cache reads and writes its requests recorded."""
+
+    __pydantic_config__ = STRICT  # type: ignore[misc]
+    state: Literal["warm", "cold", "unknown"]  # by the time since the last request against the lifetime
+    lastRequestAt: Optional[str]  # ISO time of the last request that reported usage
+    lifetimeSeconds: int  # the provider's documented cache lifetime applied (300, 3600, ...)
+    expiresAt: Optional[str]  # ISO time the cache likely expires (past when cold)
+    rewriteTokens: int  # what the next request writes to the cache when cold (the prompt so far)
+    rewriteCost: Optional[float]  # USD for those tokens at the cache-write rate; None when unpriced
+    compactions: NotRequired[list[CompactionCost]]
+
+
 class Breakdown(TypedDict):
     """`ctxd/usage`: where the window's tokens go."""
 
@@ -92,6 +116,7 @@ class Breakdown(TypedDict):
     cost: NotRequired[Cost]
     inferred: NotRequired[dict[str, str]]  # category -> how its number was inferred (followed sessions)
     limitSource: NotRequired[str]  # where the window and auto-compact point come from (a followed session, an unknown model)
+    cache: NotRequired[CacheState]
 
 
 class RecordResult(TypedDict):
@@ -223,6 +248,7 @@ class ThreadInfo(TypedDict):
     readOnly: NotRequired[bool]
     usage: NotRequired[UsageSnapshot]
     cost: NotRequired[Cost]  # a followed session's cost so far, as Breakdown.cost
+    cache: NotRequired[CacheState]
 
 
 class ThreadsResult(TypedDict):

@@ -2,7 +2,7 @@
 /**
  * The ctxd wire protocol (version 2): results, notifications and request params. GENERATED, do not edit:
  * `npm run gen:protocol` from docs/protocol.schema.json (from ctxd/protocol/shapes.py).
- * schema sha256: a6e6623ed39f24ec86dce475d86fb566ba67bed557385683362b9092c30c18b5
+ * schema sha256: ac50987453dfa69c0c0602edb0aea098de52f71e280cb74eefb97c1b60c056a6
  */
 
 /**
@@ -624,6 +624,7 @@ export interface ThreadsResult {
  * via the `definition` "ThreadInfo".
  */
 export interface ThreadInfo {
+  cache?: CacheState;
   cost?: Cost;
   historyVersion: number;
   itemCount: number;
@@ -635,6 +636,34 @@ export interface ThreadInfo {
   title?: string | null;
   updatedAt: string;
   usage?: UsageSnapshot;
+}
+/**
+ * A thread's prompt cache, from the cache reads and writes its requests recorded.
+ *
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "CacheState".
+ */
+export interface CacheState {
+  compactions?: CompactionCost[];
+  expiresAt: string | null;
+  lastRequestAt: string | null;
+  lifetimeSeconds: number;
+  rewriteCost: number | null;
+  rewriteTokens: number;
+  state: "warm" | "cold" | "unknown";
+}
+/**
+ * What one compaction cost in cache writes, and what it saves on each turn after it.
+ *
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "CompactionCost".
+ */
+export interface CompactionCost {
+  at: string;
+  cacheWriteCost: number | null;
+  cacheWriteTokens: number;
+  savedCostPerTurn: number | null;
+  savedTokensPerTurn: number;
 }
 /**
  * This interface was referenced by `CtxdProtocol`'s JSON-Schema
@@ -696,6 +725,7 @@ export interface UndoParams {
  * via the `definition` "Breakdown".
  */
 export interface Breakdown {
+  cache?: CacheState;
   categories: Category[];
   contextWindow: number;
   cost?: Cost;

@@ -4,6 +4,7 @@
 
 --- `ctxd/usage`: where the window's tokens go.
 ---@class ctxd.Breakdown
+---@field cache? ctxd.CacheState
 ---@field categories ctxd.Category[]
 ---@field contextWindow integer
 ---@field cost? ctxd.Cost
@@ -16,6 +17,16 @@
 ---@field overheadTokens integer
 ---@field totalTokens integer|nil
 ---@field usage ctxd.UsageSnapshot
+
+--- A thread's prompt cache, from the cache reads and writes its requests recorded.
+---@class ctxd.CacheState
+---@field compactions? ctxd.CompactionCost[]
+---@field expiresAt string|nil
+---@field lastRequestAt string|nil
+---@field lifetimeSeconds integer
+---@field rewriteCost number|nil
+---@field rewriteTokens integer
+---@field state "warm"|"cold"|"unknown"
 
 ---@class ctxd.Category
 ---@field details ctxd.Detail[]
@@ -57,6 +68,14 @@
 ---@field tokensAfter integer
 ---@field tokensBefore integer
 ---@field workspace string
+
+--- What one compaction cost in cache writes, and what it saves on each turn after it.
+---@class ctxd.CompactionCost
+---@field at string
+---@field cacheWriteCost number|nil
+---@field cacheWriteTokens integer
+---@field savedCostPerTurn number|nil
+---@field savedTokensPerTurn integer
 
 --- One past compaction of a thread (`ctxd/history` with `includeArchived`). The items it
 --- replaced are the archived items whose `archivedBy` is its id (v3: rollbacks, restores and
@@ -343,6 +362,7 @@
 ---@field workspace string
 
 ---@class ctxd.ThreadInfo
+---@field cache? ctxd.CacheState
 ---@field cost? ctxd.Cost
 ---@field historyVersion integer
 ---@field itemCount integer
