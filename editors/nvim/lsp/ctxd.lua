@@ -3,6 +3,17 @@
 -- with `vim.lsp.config('ctxd', ...)`. Every function defers to `lua/ctxd/lsp.lua`, loaded only
 -- when the client starts.
 
+local methods = require('ctxd.protocol').methods
+
+--- The notifications and requests from the daemon that `lua/ctxd/lsp.lua` handles.
+local handlers = {}
+for _, name in ipairs({ 'usage_changed', 'compacted', 'threads_changed', 'ghost_changed', 'show_message' }) do
+  local method = methods[name]
+  handlers[method] = function(...)
+    return require('ctxd.lsp').handlers[method](...)
+  end
+end
+
 ---@type vim.lsp.Config
 return {
   cmd = { 'ctxd' },
@@ -20,18 +31,5 @@ return {
   on_exit = function(code, signal, client_id)
     require('ctxd.lsp').on_exit(code, signal, client_id)
   end,
-  handlers = {
-    ['ctxd/usageChanged'] = function(...)
-      require('ctxd.lsp').handlers['ctxd/usageChanged'](...)
-    end,
-    ['ctxd/compacted'] = function(...)
-      require('ctxd.lsp').handlers['ctxd/compacted'](...)
-    end,
-    ['ctxd/threadsChanged'] = function(...)
-      require('ctxd.lsp').handlers['ctxd/threadsChanged'](...)
-    end,
-    ['window/showMessage'] = function(...)
-      return require('ctxd.lsp').handlers['window/showMessage'](...)
-    end,
-  },
+  handlers = handlers,
 }

@@ -13,6 +13,7 @@
 ---   { thread = 'chat-1' }, function(err, result) ... end)
 --- ```
 
+local methods = require('ctxd.protocol').methods
 local client = require('ctxd.client')
 local status = require('ctxd.status')
 
@@ -42,7 +43,7 @@ end
 ---@param cb ctxd.Callback?
 function M.record(items, target, cb)
   target, cb = args(target, cb)
-  return send('ctxd/record', { items = items }, target, cb)
+  return send(methods.record, { items = items }, target, cb)
 end
 
 --- Report the model API's usage for the latest request:
@@ -52,7 +53,7 @@ end
 ---@param cb ctxd.Callback?
 function M.report_token_usage(usage, target, cb)
   target, cb = args(target, cb)
-  return send('ctxd/reportTokenUsage', { usage = usage }, target, cb)
+  return send(methods.report_token_usage, { usage = usage }, target, cb)
 end
 
 --- Set the fixed overhead of every request: `{model?, contextWindow?, baseInstructions?, tools?,
@@ -62,7 +63,7 @@ end
 ---@param cb ctxd.Callback?
 function M.set_prompt_context(context, target, cb)
   target, cb = args(target, cb)
-  return send('ctxd/setPromptContext', context, target, cb)
+  return send(methods.set_prompt_context, context, target, cb)
 end
 
 --- The model-ready projection: `{items, historyVersion, estimatedTokens, reinjectContext}`.
@@ -71,7 +72,7 @@ end
 ---@param cb ctxd.Callback?
 function M.prompt(params, target, cb)
   target, cb = args(target, cb)
-  return send('ctxd/prompt', params or {}, target, cb)
+  return send(methods.prompt, params or {}, target, cb)
 end
 
 --- The usage breakdown by category (`Breakdown`).
@@ -79,7 +80,7 @@ end
 ---@param cb ctxd.Callback?
 function M.usage(target, cb)
   target, cb = args(target, cb)
-  return send('ctxd/usage', {}, target, cb)
+  return send(methods.usage, {}, target, cb)
 end
 
 --- Compact the thread. `params`: `{strategy?, workDoneToken?}`.
@@ -88,7 +89,7 @@ end
 ---@param cb ctxd.Callback?
 function M.compact(params, target, cb)
   target, cb = args(target, cb)
-  return send('ctxd/compact', params or {}, target, cb)
+  return send(methods.compact, params or {}, target, cb)
 end
 
 --- Drop the last `turns` user turns.
@@ -97,7 +98,7 @@ end
 ---@param cb ctxd.Callback?
 function M.rollback(turns, target, cb)
   target, cb = args(target, cb)
-  return send('ctxd/rollback', { turns = turns }, target, cb)
+  return send(methods.rollback, { turns = turns }, target, cb)
 end
 
 --- The stored ledger: `params` `{offset?, limit?, includeArchived?}`.
@@ -106,7 +107,7 @@ end
 ---@param cb ctxd.Callback?
 function M.history(params, target, cb)
   target, cb = args(target, cb)
-  return send('ctxd/history', params or {}, target, cb)
+  return send(methods.history, params or {}, target, cb)
 end
 
 --- The workspace's threads.
@@ -114,7 +115,7 @@ end
 ---@param cb ctxd.Callback?
 function M.threads(target, cb)
   target, cb = args(target, cb)
-  return send('ctxd/threads', {}, target, cb)
+  return send(methods.threads, {}, target, cb)
 end
 
 --- Take a ghost snapshot of the working tree. `params`: `{message?, workDoneToken?}`.
@@ -123,7 +124,7 @@ end
 ---@param cb ctxd.Callback?
 function M.snapshot(params, target, cb)
   target, cb = args(target, cb)
-  return send('ctxd/ghost/snapshot', params or {}, target, cb)
+  return send(methods.ghost_snapshot, params or {}, target, cb)
 end
 
 --- The workspace's snapshots, newest first: `{snapshots}`.
@@ -131,7 +132,7 @@ end
 ---@param cb ctxd.Callback?
 function M.snapshots(target, cb)
   target, cb = args(target, cb)
-  return send('ctxd/ghost/list', {}, target, cb)
+  return send(methods.ghost_list, {}, target, cb)
 end
 
 --- Restore the working tree to snapshot `id`; with `conversation` also roll the thread back.
@@ -141,7 +142,7 @@ end
 ---@param cb ctxd.Callback?
 function M.restore(id, conversation, target, cb)
   target, cb = args(target, cb)
-  return send('ctxd/ghost/restore', { id = id, conversation = conversation == true }, target, cb)
+  return send(methods.ghost_restore, { id = id, conversation = conversation == true }, target, cb)
 end
 
 --- How the working tree differs from snapshot `id` (protocol 2): `{id, files}`; with `path`,
@@ -152,7 +153,7 @@ end
 ---@param cb ctxd.Callback?
 function M.diff(id, path, target, cb)
   target, cb = args(target, cb)
-  return send('ctxd/ghost/diff', { id = id, path = path }, target, cb)
+  return send(methods.ghost_diff, { id = id, path = path }, target, cb)
 end
 
 --- What the daemon says of itself (protocol 2): settings problems, tokenizers, sources.
@@ -160,7 +161,7 @@ end
 ---@param cb ctxd.Callback?
 function M.status(target, cb)
   target, cb = args(target, cb)
-  return send('ctxd/status', {}, target, cb)
+  return send(methods.status, {}, target, cb)
 end
 
 --- Any other `ctxd/*` method, for what the wrappers above do not cover yet.
@@ -186,7 +187,7 @@ function M.set_thread(thread, target, cb)
   if found then
     require('ctxd.threads').pick(workspace, thread)
   end
-  return send('ctxd/usage', {}, resolved, function(err, result)
+  return send(methods.usage, {}, resolved, function(err, result)
     if not err and type(result) == 'table' and type(result.usage) == 'table' then
       status.seed(workspace, thread, result.usage)
     end

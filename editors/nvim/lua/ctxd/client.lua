@@ -4,6 +4,8 @@
 --- caller's `opts.workspace` / `opts.thread` when given, otherwise the workspace folder that holds
 --- the buffer and that workspace's current thread (`ctxd.threads`).
 
+local methods = require('ctxd.protocol').methods
+
 local M = {}
 
 local pending
@@ -12,7 +14,7 @@ local pending
 M.PROTOCOL_VERSIONS = { 1, 2, 3 }
 
 --- Methods that address a workspace but no thread.
-local workspace_only = { ['ctxd/threads'] = true, ['ctxd/status'] = true }
+local workspace_only = { [methods.threads] = true, [methods.status] = true }
 
 --- Whether this plugin speaks protocol `version`.
 ---@param version any

@@ -1,5 +1,6 @@
 ---@mod ctxd.commands The `:Ctxd` subcommands and their completion.
 
+local methods = require('ctxd.protocol').methods
 local client = require('ctxd.client')
 local config = require('ctxd.config')
 local status = require('ctxd.status')
@@ -64,7 +65,7 @@ end
 M.subcommands.usage = {
   run = function()
     local target = current_target()
-    client.request('ctxd/usage', {}, handle('usage', function(result)
+    client.request(methods.usage, {}, handle('usage', function(result)
       require('ctxd.ui').open_breakdown(result, target)
     end), target)
   end,
@@ -102,7 +103,7 @@ M.subcommands.compact = {
         notify(text)
       end
     end)
-    client.request('ctxd/compact', with_progress({ strategy = strategy }, 'compact'), function(err, result)
+    client.request(methods.compact, with_progress({ strategy = strategy }, 'compact'), function(err, result)
       if found then
         lsp.manual_compaction(found.id, -1)
       end
@@ -122,7 +123,7 @@ M.subcommands.snapshot = {
     if #args > 0 then
       params.message = table.concat(args, ' ')
     end
-    client.request('ctxd/ghost/snapshot', params, handle('snapshot', function(r)
+    client.request(methods.ghost_snapshot, params, handle('snapshot', function(r)
       local skipped = type(r.skipped) == 'table' and #r.skipped or 0
       notify(('snapshot %s: %s files%s'):format(
         tostring(r.id):sub(1, 10),
@@ -161,7 +162,7 @@ end
 ---@param conversation boolean
 local function do_restore(target, snapshot, conversation)
   local params = { id = snapshot.id, conversation = conversation }
-  client.request('ctxd/ghost/restore', params, handle('restore', function(r)
+  client.request(methods.ghost_restore, params, handle('restore', function(r)
     vim.cmd.checktime()
     local text = ('restored %s: %s'):format(tostring(r.id or snapshot.id):sub(1, 10), files_text(r))
     if conversation then
@@ -228,7 +229,7 @@ local function offer_restore(target, snapshot, in_thread, dry_run)
     choose(nil)
     return
   end
-  client.request('ctxd/ghost/restore', { id = snapshot.id, dryRun = true }, handle('restore', choose), target)
+  client.request(methods.ghost_restore, { id = snapshot.id, dryRun = true }, handle('restore', choose), target)
 end
 
 M.subcommands.restore = {
@@ -242,16 +243,16 @@ M.subcommands.restore = {
     -- A preview (`dryRun`) came with the rest of protocol 2's snapshot methods. A daemon that
     -- does not know it would restore for real, so ask for one only when those are there.
     local dry_run = lsp_client ~= nil
-      and client.supports(lsp_client, 'ctxd/ghost/diff')
-      and client.supports(lsp_client, 'ctxd/ghost/delete')
-    client.request('ctxd/ghost/list', {}, handle('restore', function(r)
+      and client.supports(lsp_client, methods.ghost_diff)
+      and client.supports(lsp_client, methods.ghost_delete)
+    client.request(methods.ghost_list, {}, handle('restore', function(r)
       local snapshots = r.snapshots or {}
       if #snapshots == 0 then
         notify('no snapshots yet (take one with :Ctxd snapshot)', vim.log.levels.WARN)
         return
       end
       -- Which snapshots this thread's conversation holds: only those can roll it back.
-      client.request('ctxd/history', {}, handle('restore', function(history)
+      client.request(methods.history, {}, handle('restore', function(history)
         local mine = {}
         for _, item in ipairs(history.items or {}) do
           if item.type == 'ghost_snapshot' and type(item.ghost_commit) == 'table' then
@@ -259,10 +260,10 @@ M.subcommands.restore = {
           end
         end
         -- Newest first, an agent turn's checkpoints together under it.
-        vim.ui.select(require('ctxd.ui').order_snapshots(snapshots), {
+        vim.ui.select(require('ctxd.ui.view').order_snapshots(snapshots), {
           prompt = 'Restore snapshot',
           format_item = function(commit)
-            return require('ctxd.ui').format_snapshot(commit) .. (mine[commit.id] and '  · this thread' or '')
+            return require('ctxd.ui.view').format_snapshot(commit) .. (mine[commit.id] and '  · this thread' or '')
           end,
           kind = 'ctxd.snapshot',
         }, function(choice)
@@ -288,7 +289,7 @@ M.subcommands['undo-restore'] = {
       return
     end
     local where = undo.conversation and { workspace = target.workspace, thread = undo.thread } or target
-    client.request('ctxd/ghost/restore', { id = undo.id, conversation = undo.conversation == true },
+    client.request(methods.ghost_restore, { id = undo.id, conversation = undo.conversation == true },
       handle('undo-restore', function(r)
         M.undo[target.workspace] = nil
         vim.cmd.checktime()
@@ -302,7 +303,7 @@ M.subcommands['undo-restore'] = {
 ---@param arglead string
 ---@return string[]
 local function complete_snapshot(arglead)
-  local err, r = client.request_sync('ctxd/ghost/list', {}, nil, 1000)
+  local err, r = client.request_sync(methods.ghost_list, {}, nil, 1000)
   if err or type(r) ~= 'table' then
     return {}
   end
@@ -349,13 +350,13 @@ M.subcommands.diff = {
       return
     end
     local lsp_client = client.resolve(target)
-    if lsp_client and not client.supports(lsp_client, 'ctxd/ghost/diff') then
+    if lsp_client and not client.supports(lsp_client, methods.ghost_diff) then
       notify('this daemon cannot diff snapshots: update it (see :checkhealth ctxd)',
         vim.log.levels.ERROR)
       return
     end
     local function show(id)
-      client.request('ctxd/ghost/diff', { id = id }, handle('diff', function(r)
+      client.request(methods.ghost_diff, { id = id }, handle('diff', function(r)
         local ui = require('ctxd.ui')
         ui.set_diff_quickfix(target.workspace, id, r.files or {})
         if #(r.files or {}) == 0 then
@@ -370,7 +371,7 @@ M.subcommands.diff = {
     end
     if args[1] then
       -- The ids printed everywhere are short: take any unique prefix.
-      client.request('ctxd/ghost/list', {}, handle('diff', function(r)
+      client.request(methods.ghost_list, {}, handle('diff', function(r)
         local id, problem = M.resolve_snapshot(r.snapshots or {}, args[1])
         if not id then
           notify('diff failed: ' .. problem, vim.log.levels.ERROR)
@@ -380,14 +381,14 @@ M.subcommands.diff = {
       end), target)
       return
     end
-    client.request('ctxd/ghost/list', {}, handle('diff', function(r)
+    client.request(methods.ghost_list, {}, handle('diff', function(r)
       if #(r.snapshots or {}) == 0 then
         notify('no snapshots yet (take one with :Ctxd snapshot)', vim.log.levels.WARN)
         return
       end
-      vim.ui.select(require('ctxd.ui').order_snapshots(r.snapshots), {
+      vim.ui.select(require('ctxd.ui.view').order_snapshots(r.snapshots), {
         prompt = 'Changes since snapshot',
-        format_item = require('ctxd.ui').format_snapshot,
+        format_item = require('ctxd.ui.view').format_snapshot,
         kind = 'ctxd.snapshot',
       }, function(choice)
         if choice then
@@ -413,8 +414,8 @@ M.subcommands.threads = {
         notify('threads failed: ' .. client.format_error(err), vim.log.levels.ERROR)
         return
       end
-      local ui = require('ctxd.ui')
-      local format = ui.thread_formatter(target.workspace, list, threads.current(target.workspace))
+      local view = require('ctxd.ui.view')
+      local format = view.thread_formatter(target.workspace, list, threads.current(target.workspace))
       local items = vim.list_extend({ { follow = true } }, list)
       vim.ui.select(items, {
         prompt = 'ctxd thread',
@@ -432,7 +433,7 @@ M.subcommands.threads = {
         end
         local thread = threads.current(target.workspace)
         local where = { workspace = target.workspace, thread = thread }
-        client.request('ctxd/usage', {}, function(e, result)
+        client.request(methods.usage, {}, function(e, result)
           if e then
             notify('threads failed: ' .. client.format_error(e), vim.log.levels.ERROR)
             return
@@ -443,7 +444,7 @@ M.subcommands.threads = {
           vim.cmd.redrawstatus({ bang = true })
           notify(('%s %s'):format(
             choice.follow and 'following the most recently active thread:' or 'following',
-            ui.thread_name(target.workspace, thread)
+            view.thread_name(target.workspace, thread)
           ))
         end, where)
       end)
@@ -473,7 +474,7 @@ M.subcommands.rollback = {
       return
     end
     local function run()
-      client.request('ctxd/rollback', { turns = turns }, handle('rollback', function(r)
+      client.request(methods.rollback, { turns = turns }, handle('rollback', function(r)
         local text = 'rolled back ' .. rollback_text(turns, r)
         if r.undoId then
           text = text .. '; :Ctxd undo puts it back'
@@ -482,12 +483,12 @@ M.subcommands.rollback = {
       end), target)
     end
     local lsp_client = client.resolve(target)
-    if not (lsp_client and client.supports(lsp_client, 'ctxd/undo')) then
+    if not (lsp_client and client.supports(lsp_client, methods.undo)) then
       run() -- a daemon before protocol 3 has no preview (and no undo) to offer
       return
     end
     -- Ask first, saying what it drops, and whether it goes back past a compaction.
-    client.request('ctxd/rollback', { turns = turns, dryRun = true }, handle('rollback', function(preview)
+    client.request(methods.rollback, { turns = turns, dryRun = true }, handle('rollback', function(preview)
       if preview.removedItems == 0 then
         notify('nothing to roll back: the thread has no user turn', vim.log.levels.WARN)
         return
@@ -546,7 +547,7 @@ local kind_words = { compaction = 'compaction', rollback = 'rollback', restore =
 
 --- Run `ctxd/undo` on operation `op` of the target's thread and say `said`.
 local function undo_operation(target, op, said)
-  client.request('ctxd/undo', { id = op.id }, handle(said.what, function(r)
+  client.request(methods.undo, { id = op.id }, handle(said.what, function(r)
     notify(said.text)
     if type(r.usage) == 'table' then
       status.seed(target.workspace, target.thread, r.usage)
@@ -564,7 +565,7 @@ M.subcommands.undo = {
       notify('undo failed: ' .. tostring(why), vim.log.levels.ERROR)
       return
     end
-    client.request('ctxd/history', { includeArchived = true, limit = 0 }, handle('undo', function(history)
+    client.request(methods.history, { includeArchived = true, limit = 0 }, handle('undo', function(history)
       local last = M.last_undoable(history.operations or {})
       if not last then
         notify('nothing to undo: no compaction, rollback or restore of this thread is in effect', vim.log.levels.WARN)
@@ -589,7 +590,7 @@ M.subcommands.redo = {
       notify('redo failed: ' .. tostring(why), vim.log.levels.ERROR)
       return
     end
-    client.request('ctxd/history', { includeArchived = true, limit = 0 }, handle('redo', function(history)
+    client.request(methods.history, { includeArchived = true, limit = 0 }, handle('redo', function(history)
       local undo, undid = M.last_redoable(history.operations or {})
       if not undo then
         notify('nothing to redo: no undo of this thread is in effect', vim.log.levels.WARN)
@@ -601,6 +602,22 @@ M.subcommands.redo = {
   end,
 }
 
+M.subcommands.recall = {
+  run = function(args)
+    local query = vim.trim(table.concat(args, ' '))
+    if query == '' then
+      notify('recall takes words to search for: :Ctxd recall {query}', vim.log.levels.ERROR)
+      return
+    end
+    local target, why = current_target()
+    if not target then
+      notify('recall failed: ' .. tostring(why), vim.log.levels.ERROR)
+      return
+    end
+    require('ctxd.ui').recall(target, query, handle('recall', function() end))
+  end,
+}
+
 M.subcommands.log = {
   run = function()
     local target, why = current_target()
@@ -608,7 +625,7 @@ M.subcommands.log = {
       notify('log failed: ' .. tostring(why), vim.log.levels.ERROR)
       return
     end
-    client.request('ctxd/history', {}, handle('log', function(r)
+    client.request(methods.history, {}, handle('log', function(r)
       require('ctxd.ui').open_history(r, target.thread)
     end), target)
   end,

@@ -15,6 +15,11 @@ local M = {}
 ---@field bar_width integer Cells of the coloured bar.
 ---@field max_details integer Detail rows shown under each category (0 hides them).
 
+---@class ctxd.RecallOptions
+---@field picker string Where `:Ctxd recall` lists its hits: `quickfix` or `select` (vim.ui.select).
+---@field scope string What it searches: the current `thread`, or every thread of the `workspace`.
+---@field limit integer How many hits it asks for (at most 100).
+
 ---@class ctxd.Options
 ---@field cmd string[]? Command that starts the daemon; nil keeps `lsp/ctxd.lua`'s `{ 'ctxd' }`.
 ---@field cmd_env table<string, string>? Extra environment for the daemon.
@@ -28,6 +33,7 @@ local M = {}
 ---@field progress boolean Ask for `$/progress` on compaction and snapshots.
 ---@field statusline ctxd.StatuslineOptions
 ---@field float ctxd.FloatOptions
+---@field recall ctxd.RecallOptions
 
 ---@type ctxd.Options
 M.defaults = {
@@ -41,6 +47,7 @@ M.defaults = {
   progress = true,
   statusline = { prefix = 'ctx', highlight = true, empty = '' },
   float = { border = 'rounded', bar_width = 50, max_details = 5 },
+  recall = { picker = 'quickfix', scope = 'thread', limit = 30 },
 }
 
 --- Options whose contents belong to the user or the daemon: not checked key by key.

@@ -1,5 +1,7 @@
 ---@mod ctxd.health `:checkhealth ctxd`
 
+local methods = require('ctxd.protocol').methods
+
 local M = {}
 
 local health = vim.health
@@ -182,7 +184,7 @@ local function check_status(lsp_client, info)
     return nil
   end
   local client = require('ctxd.client')
-  if not client.supports(lsp_client, 'ctxd/status') then
+  if not client.supports(lsp_client, methods.status) then
     health.warn(
       ('the daemon does not answer ctxd/status (protocol %s): its settings problems and tokenizers are not shown'):format(
         tostring(info and info.protocolVersion)
@@ -192,9 +194,9 @@ local function check_status(lsp_client, info)
     return nil
   end
   local bufnr = vim.fn.bufnr('#')
-  local err, status = client.request_sync('ctxd/status', {}, { client = lsp_client, bufnr = bufnr > 0 and bufnr or nil }, 10000)
+  local err, status = client.request_sync(methods.status, {}, { client = lsp_client, bufnr = bufnr > 0 and bufnr or nil }, 10000)
   if err or type(status) ~= 'table' then
-    health.error(('ctxd/status failed: %s'):format(client.format_error(err or 'no result')))
+    health.error(('%s failed: %s'):format(methods.status, client.format_error(err or 'no result')))
     return nil
   end
   local _, reason = require('ctxd.trust').verdict(lsp_client.root_dir)

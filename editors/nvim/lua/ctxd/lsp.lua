@@ -1,5 +1,7 @@
 ---@mod ctxd.lsp What the LSP client config (`lsp/ctxd.lua`) calls: handlers and lifecycle hooks.
 
+local methods = require('ctxd.protocol').methods
+
 local M = {}
 
 --- Workspace folders of each client, kept so `on_exit` can clear their gauges.
@@ -62,7 +64,7 @@ function M.load_threads(lsp_client, workspace, cb)
   local status = require('ctxd.status')
   local function seed_current()
     local thread = threads.current(workspace)
-    lsp_client:request('ctxd/usage', { workspace = workspace, thread = thread }, function(err, result)
+    lsp_client:request(methods.usage, { workspace = workspace, thread = thread }, function(err, result)
       if not err and type(result) == 'table' and type(result.usage) == 'table' then
         status.seed(workspace, thread, result.usage)
       end
@@ -71,7 +73,7 @@ function M.load_threads(lsp_client, workspace, cb)
       end
     end)
   end
-  if not require('ctxd.client').supports(lsp_client, 'ctxd/threads') then
+  if not require('ctxd.client').supports(lsp_client, methods.threads) then
     seed_current()
     return
   end
@@ -99,7 +101,7 @@ local following = {} ---@type table<string, boolean>
 ---@param thread string the thread that changed (followed at once by a daemon without `ctxd/threads`)
 function M.follow_latest(workspace, thread)
   local found = require('ctxd.client').resolve({ workspace = workspace })
-  if not (found and require('ctxd.client').supports(found, 'ctxd/threads')) then
+  if not (found and require('ctxd.client').supports(found, methods.threads)) then
     require('ctxd.threads').activity(workspace, thread)
     return
   end
@@ -220,15 +222,15 @@ function M.root_dir(bufnr, on_dir)
 end
 
 M.handlers = {
-  ['ctxd/usageChanged'] = function(err, params, ctx)
+  [methods.usage_changed] = function(err, params, ctx)
     require('ctxd.status').on_usage_changed(err, params, ctx)
   end,
-  ['ctxd/compacted'] = function(_, params)
+  [methods.compacted] = function(_, params)
     if type(params) == 'table' then
       vim.api.nvim_exec_autocmds('User', { pattern = 'CtxdCompacted', modeline = false, data = params })
     end
   end,
-  ['ctxd/threadsChanged'] = function(_, params, ctx)
+  [methods.threads_changed] = function(_, params, ctx)
     local lsp_client = vim.lsp.get_client_by_id(ctx.client_id)
     if lsp_client and type(params) == 'table' and type(params.workspace) == 'string' then
       M.load_threads(lsp_client, params.workspace, function()
@@ -238,7 +240,7 @@ M.handlers = {
     end
   end,
   --- A checkpoint an agent's hook took (another process): views of the snapshots list them again.
-  ['ctxd/ghostChanged'] = function(_, params)
+  [methods.ghost_changed] = function(_, params)
     if type(params) == 'table' then
       vim.api.nvim_exec_autocmds('User', { pattern = 'CtxdGhostChanged', modeline = false, data = params })
     end
@@ -246,7 +248,7 @@ M.handlers = {
   --- The daemon's messages go through vim.notify at their level (so nvim-notify, fidget and
   --- friends show them), once each. One message per compaction: a manual one is reported by
   --- `:Ctxd compact` itself (INFO), an automatic one by the daemon's warning (WARN).
-  ['window/showMessage'] = function(_, params, ctx)
+  [methods.show_message] = function(_, params, ctx)
     if type(params) ~= 'table' or type(params.message) ~= 'string' then
       return vim.NIL
     end

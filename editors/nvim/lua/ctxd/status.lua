@@ -52,7 +52,7 @@ function M.define_highlights()
       group = vim.api.nvim_create_augroup('ctxd_highlights', { clear = true }),
       callback = function()
         M.define_highlights()
-        require('ctxd.ui').define_highlights()
+        require('ctxd.ui.view').define_highlights()
       end,
     })
   end

@@ -5,6 +5,7 @@
 --- thread: the first of `ctxd/threads` (newest activity first), then whichever thread the daemon
 --- reports a usage change for. Followed agent sessions (Codex, Claude Code) are threads too.
 
+local methods = require('ctxd.protocol').methods
 local config = require('ctxd.config')
 
 local M = {}
@@ -141,7 +142,7 @@ end
 ---@param workspace string
 ---@param cb fun(threads: ctxd.ThreadInfo[], err: any)?
 function M.refresh(lsp_client, workspace, cb)
-  lsp_client:request('ctxd/threads', { workspace = workspace }, function(err, result)
+  lsp_client:request(methods.threads, { workspace = workspace }, function(err, result)
     local list = {}
     if not err then
       list = M.set_list(workspace, result)

@@ -35,7 +35,8 @@ t.describe('loading', function()
 
   t.it('requiring the modules defines nothing and starts nothing', function()
     local before_autocmds = #vim.api.nvim_get_autocmds({})
-    for _, m in ipairs({ 'ctxd', 'ctxd.api', 'ctxd.status', 'ctxd.ui', 'ctxd.commands', 'ctxd.health', 'ctxd.lsp' }) do
+    for _, m in ipairs({ 'ctxd', 'ctxd.api', 'ctxd.status', 'ctxd.ui', 'ctxd.ui.model', 'ctxd.ui.view', 'ctxd.ui.window',
+      'ctxd.protocol', 'ctxd.commands', 'ctxd.health', 'ctxd.lsp' }) do
       require(m)
     end
     t.eq(before_autocmds, #vim.api.nvim_get_autocmds({}))
@@ -152,7 +153,7 @@ t.describe('gauge', function()
     status.update(fake_snapshot({ thread = 'claude:77', usedTokens = 20000, percent = 15.6 }))
     t.eq('Claude 16% · 20k/128k', status.gauge({ workspace = 'file:///fake' }).text, 'activity moves the gauge')
     t.matches('^ctx %d+%% · ', status.gauge(target).text, 'a client thread keeps the prefix')
-    t.eq('Codex "fix the flaky test"', require('ctxd.ui').thread_name('file:///fake', 'codex:019a'))
+    t.eq('Codex "fix the flaky test"', require('ctxd.ui.view').thread_name('file:///fake', 'codex:019a'))
     threads.reset()
   end)
 
@@ -261,6 +262,7 @@ end)
 
 t.describe('usage float', function()
   local ui = lazy('ctxd.ui')
+  local view = lazy('ctxd.ui.view')
   local breakdown = {
     model = 'gpt-5',
     contextWindow = 1000,
@@ -280,12 +282,12 @@ t.describe('usage float', function()
   }
 
   t.it('splits the bar in proportion, adding up to its width', function()
-    local cells = ui.bar_cells(breakdown.categories, 20)
+    local cells = view.bar_cells(breakdown.categories, 20)
     t.eq({ 2, 1, 0, 0, 0, 3, 12, 2 }, cells)
-    local odd = ui.bar_cells({ { tokens = 1 }, { tokens = 1 }, { tokens = 1 } }, 10)
+    local odd = view.bar_cells({ { tokens = 1 }, { tokens = 1 }, { tokens = 1 } }, 10)
     t.eq(10, odd[1] + odd[2] + odd[3])
     -- A sliver still shows.
-    t.eq({ 1, 0, 19 }, ui.bar_cells({ { tokens = 1 }, { tokens = 0 }, { tokens = 10000 } }, 20))
+    t.eq({ 1, 0, 19 }, view.bar_cells({ { tokens = 1 }, { tokens = 0 }, { tokens = 10000 } }, 20))
   end)
 
   t.it('draws the bar and the category table, q closes it', function()
@@ -328,7 +330,7 @@ t.describe('usage float', function()
     long.categories[7].tokens = 560
     local lines = vim.tbl_map(function(l)
       return l.text
-    end, ui.render_breakdown(long))
+    end, view.render_breakdown(long))
     local ends = {}
     for _, line in ipairs(lines) do
       -- Rows of the table end with a token count (details) or a percentage (categories).
@@ -355,10 +357,10 @@ t.describe('usage float', function()
       total = 5.32, priced = true }
     local text = table.concat(vim.tbl_map(function(l)
       return l.text
-    end, ui.render_breakdown(vim.tbl_extend('force', breakdown, { cost = cost }))), '\n')
+    end, view.render_breakdown(vim.tbl_extend('force', breakdown, { cost = cost }))), '\n')
     t.contains('cost $5.32 = in $0.00 + cache read $3.90 + cache write $0.78 + out $0.64', text)
     for n = 0, 200 do
-      local total, parts = ui.cost_cents({ input = n * 0.00137, cachedInput = n * 0.0291, cacheWrite = n * 0.00555,
+      local total, parts = view.cost_cents({ input = n * 0.00137, cachedInput = n * 0.0291, cacheWrite = n * 0.00555,
         output = n * 0.0173, total = n * (0.00137 + 0.0291 + 0.00555 + 0.0173), priced = true })
       t.eq(total, parts[1] + parts[2] + parts[3] + parts[4])
     end
@@ -368,7 +370,7 @@ t.describe('usage float', function()
     local estimated = vim.tbl_extend('force', breakdown, { mode = 'estimated', totalTokens = vim.NIL })
     local text = table.concat(vim.tbl_map(function(l)
       return l.text
-    end, ui.render_breakdown(estimated)), '\n')
+    end, view.render_breakdown(estimated)), '\n')
     t.contains('~300/1k tokens', text)
     t.contains('estimated', text)
   end)
@@ -377,7 +379,7 @@ t.describe('usage float', function()
     local function text_of(b)
       return table.concat(vim.tbl_map(function(l)
         return l.text
-      end, ui.render_breakdown(b)), '\n')
+      end, view.render_breakdown(b)), '\n')
     end
     local priced = vim.tbl_extend('force', breakdown, {
       cost = { currency = 'USD', input = 0.1, cachedInput = 0.02, output = 0.3, total = 0.42, priced = true },
@@ -397,7 +399,7 @@ t.describe(':Ctxd', function()
   end
 
   t.it('completes subcommands and strategies', function()
-    t.eq({ 'compact', 'diff', 'log', 'redo', 'restart', 'restore', 'rollback', 'snapshot', 'threads', 'undo', 'undo-restore', 'usage' }, complete('Ctxd '))
+    t.eq({ 'compact', 'diff', 'log', 'recall', 'redo', 'restart', 'restore', 'rollback', 'snapshot', 'threads', 'undo', 'undo-restore', 'usage' }, complete('Ctxd '))
     t.eq({ 'redo', 'restart', 'restore', 'rollback' }, complete('Ctxd r'))
     t.eq({ 'auto', 'llm', 'remote', 'offline' }, complete('Ctxd compact '))
     t.eq({ 'llm' }, complete('Ctxd compact l'))
@@ -425,22 +427,22 @@ end)
 
 t.describe('snapshot rows', function()
   t.it('name a snapshot with no time as such', function()
-    local ui = require('ctxd.ui')
+    local view = require('ctxd.ui.view')
     t.eq('abcdef0123  2026-01-02 03:04:05  first  (3 files)',
-      ui.format_snapshot({ id = 'abcdef0123456', createdAt = '2026-01-02T03:04:05Z', message = 'first', fileCount = 3 }))
+      view.format_snapshot({ id = 'abcdef0123456', createdAt = '2026-01-02T03:04:05Z', message = 'first', fileCount = 3 }))
     t.eq('abcdef0123  (time unknown)  (no message)  (3 files)',
-      ui.format_snapshot({ id = 'abcdef0123456', createdAt = vim.NIL, message = vim.NIL, fileCount = 3 }))
+      view.format_snapshot({ id = 'abcdef0123456', createdAt = vim.NIL, message = vim.NIL, fileCount = 3 }))
   end)
 
   t.it('group an agent turn\'s checkpoints under it, in the order taken, with their tool', function()
-    local ui = require('ctxd.ui')
+    local view = require('ctxd.ui.view')
     local turn3 = { index = 3, text = 'fix the tests' }
     local function c(id, extra)
       return vim.tbl_extend('force', { id = id, createdAt = '2026-01-02T03:04:05Z', message = '', fileCount = 3,
         thread = 'claude:s1', trigger = 'manual' }, extra)
     end
     -- The daemon's order: newest first.
-    local ordered = ui.order_snapshots({
+    local ordered = view.order_snapshots({
       c('manual0000', { message = 'mine', thread = vim.NIL }),
       c('bash000000', { trigger = 'tool', turn = turn3, tool = { name = 'Bash' }, message = 'before Bash: sed -i s/a/b/ x.py' }),
       c('edit000000', { trigger = 'tool', turn = turn3, tool = { name = 'Edit', paths = { 'src/app.py' } } }),
@@ -450,12 +452,12 @@ t.describe('snapshot rows', function()
     t.eq({ 'manual0000', 'turn300000', 'edit000000', 'bash000000', 'turn200000' }, vim.tbl_map(function(x)
       return x.id
     end, ordered))
-    local rows = vim.tbl_map(ui.format_snapshot, ordered)
+    local rows = vim.tbl_map(view.format_snapshot, ordered)
     t.eq('turn300000  2026-01-02 03:04:05  Turn 3: fix the tests › start of the turn  (3 files)', rows[2])
     t.eq('edit000000  2026-01-02 03:04:05  Turn 3: fix the tests › before Edit src/app.py  (3 files)', rows[3])
     t.eq('bash000000  2026-01-02 03:04:05  Turn 3: fix the tests › before Bash: sed -i s/a/b/ x.py  (3 files)', rows[4])
     t.eq('abcdef0123  2026-01-02 03:04:05  before restoring 1234 (taken before a restore)  (3 files)',
-      ui.format_snapshot(c('abcdef0123456', { trigger = 'restore', message = 'before restoring 1234' })))
+      view.format_snapshot(c('abcdef0123456', { trigger = 'restore', message = 'before restoring 1234' })))
   end)
 end)
 

@@ -127,7 +127,7 @@ t.describe('followed sessions (protocol 2)', function()
     local result = h.request('ctxd/usage', { thread = codex })
     local text = table.concat(vim.tbl_map(function(l)
       return l.text
-    end, require('ctxd.ui').render_breakdown(result)), '\n')
+    end, require('ctxd.ui.view').render_breakdown(result)), '\n')
     local total, parts = text:match('cost %$(%d+%.%d%d) = (.-)\n')
     t.truthy(total, text)
     local sum = 0

@@ -1,0 +1,134 @@
+-- `:Ctxd recall {query}` against the real daemon: a thread whose early turns a compaction replaced
+-- is searched; the hits fill the quickfix list (or vim.ui.select); choosing one opens the stored
+-- item read-only and says whether a compaction replaced it.
+local t = require('harness')
+local h = require('helpers')
+
+local client ---@type vim.lsp.Client
+
+--- A thread of six turns, the first holding a fact, compacted offline so that turn is archived.
+--- Returns the thread's name.
+local function compacted_thread()
+  local thread = h.fresh_thread()
+  local items = {
+    h.user('which test keeps failing on the build machine? ' .. h.text(300, 1)),
+    h.assistant('The flaky one is test_payment_retry: it waits on port 8443, which the proxy holds. ' .. h.text(300, 2)),
+  }
+  for i = 2, 6 do
+    table.insert(items, h.user(('question %d '):format(i) .. h.text(300, 10 + i)))
+    table.insert(items, h.assistant(('answer %d '):format(i) .. h.text(300, 20 + i)))
+  end
+  h.request('ctxd/record', { items = items })
+  h.request('ctxd/compact', { strategy = 'offline' })
+  -- The fact's item is out of the active history now (a test of the set-up, not of the plugin).
+  local history = h.request('ctxd/history', { includeArchived = true })
+  local archived = vim.tbl_filter(function(item)
+    return item.archived and vim.json.encode(item):find('test_payment_retry', 1, true) ~= nil
+  end, history.items)
+  t.eq(1, #archived, 'the compaction archived the fact')
+  return thread
+end
+
+--- Wait for the buffer named `ctxd://item/...` of the current window to be filled.
+local function item_lines()
+  return t.wait_for(function()
+    local buf = vim.api.nvim_get_current_buf()
+    local lines = h.lines(buf)
+    return vim.startswith(vim.api.nvim_buf_get_name(buf), 'ctxd://item/') and #lines > 2 and lines or nil
+  end, 'the item buffer (messages ' .. vim.inspect(h.messages) .. ')', 20000)
+end
+
+t.describe(':Ctxd recall', function()
+  t.before_each(function()
+    h.capture_notify()
+    if not client or client:is_stopped() then
+      client = h.start()
+    end
+    require('ctxd.config').options.recall.picker = 'quickfix'
+    vim.cmd('silent! cclose')
+    vim.cmd.buffer(vim.fn.bufnr(vim.fs.joinpath(h.workspace, 'README.md')))
+    vim.cmd('silent! only')
+  end)
+
+  t.it('lists the hits of compacted turns in the quickfix list; <CR> opens the item read-only, saying a compaction replaced it', function()
+    compacted_thread()
+    vim.cmd('Ctxd recall flaky payment test')
+    local qf = t.wait_for(function()
+      local list = vim.fn.getqflist({ title = 0, items = 0 })
+      return list.title == 'ctxd recall flaky payment test' and #list.items > 0 and list
+    end, 'the quickfix list (messages ' .. vim.inspect(h.messages) .. ')')
+    local first = qf.items[1]
+    t.eq('ctx #2', first.module)
+    t.matches('^assistant message · turn 1 · no longer in context: The flaky one is test_payment_retry', first.text)
+    h.wait_message('matches for "flaky payment test"; <CR> opens one')
+    t.eq('qf', vim.bo.filetype, 'the quickfix window is open')
+    vim.api.nvim_feedkeys(vim.keycode('<CR>'), 'x', false)
+    local lines = item_lines()
+    t.eq('ctxd item ctx #2 · assistant message', lines[1])
+    t.eq('replaced by a compaction: the model no longer sees it; ctxd keeps it', lines[2])
+    t.contains('The flaky one is test_payment_retry: it waits on port 8443', table.concat(lines, '\n'))
+    t.eq(false, vim.bo.modifiable)
+    t.eq(true, vim.bo.readonly)
+    t.eq('nofile', vim.bo.buftype)
+    local said = h.wait_message('item ctx #2: replaced by a compaction')
+    t.eq(vim.log.levels.INFO, said.level)
+  end)
+
+  t.it('an item still in the active history says so', function()
+    compacted_thread()
+    vim.cmd('Ctxd recall question 6')
+    local qf = t.wait_for(function()
+      local list = vim.fn.getqflist({ title = 0, items = 0 })
+      return list.title == 'ctxd recall question 6' and #list.items > 0 and list
+    end, 'the quickfix list')
+    local active
+    for i, item in ipairs(qf.items) do
+      if not item.text:find('no longer in context', 1, true) then
+        active = active or i
+      end
+    end
+    t.truthy(active, 'an active hit: ' .. vim.inspect(qf.items))
+    vim.cmd('cc ' .. active)
+    local lines = item_lines()
+    t.eq('in the active history: the model still sees it', lines[2])
+    h.wait_message(': in the active history')
+  end)
+
+  t.it('with recall.picker = "select", the hits go to vim.ui.select and the choice opens', function()
+    compacted_thread()
+    require('ctxd.config').options.recall.picker = 'select'
+    local rows
+    local saved = vim.ui.select
+    vim.ui.select = function(items, opts, on_choice)
+      vim.ui.select = saved
+      rows = vim.tbl_map(opts.format_item, items)
+      t.eq('ctxd.recall', opts.kind)
+      on_choice(items[1], 1)
+    end
+    vim.cmd('Ctxd recall port 8443')
+    local lines = item_lines()
+    t.matches('^ctx #2  assistant message · turn 1 · no longer in context: ', rows[1])
+    t.eq('replaced by a compaction: the model no longer sees it; ctxd keeps it', lines[2])
+  end)
+
+  t.it('says when nothing matches, and what it needs when given no words', function()
+    h.fresh_thread()
+    h.request('ctxd/record', { items = { h.user('hello there') } })
+    vim.fn.setqflist({}, ' ', { title = 'before' })
+    vim.cmd('Ctxd recall zebra')
+    local said = h.wait_message('no match for "zebra"')
+    t.eq(vim.log.levels.WARN, said.level)
+    t.eq('before', vim.fn.getqflist({ title = 0 }).title, 'the quickfix list is left alone')
+    h.messages = {}
+    vim.cmd('Ctxd recall')
+    t.eq(vim.log.levels.ERROR, h.wait_message('recall takes words to search for').level)
+  end)
+
+  t.it('a daemon error is one line', function()
+    h.fresh_thread()
+    vim.cmd('Ctxd recall ' .. ('x'):rep(10001))
+    local said = h.wait_message('recall failed: ')
+    t.eq(vim.log.levels.ERROR, said.level)
+    t.contains('(-32602)', said.full)
+  end)
+end)
