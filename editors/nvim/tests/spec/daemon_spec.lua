@@ -42,6 +42,20 @@ t.describe('daemon', function()
     t.eq('ctxd', client.server_info.name)
   end)
 
+  t.it('the generated method names are the ones the daemon announces', function()
+    local info = require('ctxd.client').server_info(client)
+    local protocol = require('ctxd.protocol')
+    local known = {}
+    for _, method in pairs(protocol.methods) do
+      known[method] = true
+    end
+    local missing = vim.tbl_filter(function(method)
+      return not known[method]
+    end, info.methods)
+    t.eq({}, missing)
+    t.eq(info.protocolVersion, protocol.PROTOCOL_VERSION)
+  end)
+
   t.it('does not attach outside a git repository', function()
     local outside = vim.fn.tempname() .. '.md'
     vim.fn.writefile({ 'x' }, outside)

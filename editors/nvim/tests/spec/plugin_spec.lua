@@ -45,11 +45,53 @@ t.describe('loading', function()
     t.eq(true, vim.tbl_isempty(vim.api.nvim_get_hl(0, { name = 'CtxdOk' })))
   end)
 
+  t.it('the view and the window send nothing; only the generated table spells a method name', function()
+    local file = vim.api.nvim_get_runtime_file('lua/ctxd/ui/view.lua', false)[1]
+    local root = vim.fs.dirname(vim.fs.dirname(vim.fs.dirname(file))) -- the plugin's lua/
+    local function source(rel)
+      return table.concat(vim.fn.readfile(vim.fs.joinpath(root, rel)), '\n')
+    end
+    for _, rel in ipairs({ 'ctxd/ui/view.lua', 'ctxd/ui/window.lua' }) do
+      local text = source(rel)
+      for _, needle in ipairs({ "require('ctxd.client')", "require('ctxd.ui.model')", ':request(', '.request(' }) do
+        t.eq(nil, text:find(needle, 1, true), rel .. ' holds ' .. needle)
+      end
+    end
+    local plugin = vim.fs.dirname(root)
+    local spelled = {}
+    for name, kind in vim.fs.dir(plugin, { depth = 5 }) do
+      if kind == 'file' and name:match('%.lua$') and not name:match('^tests/') and name ~= 'lua/ctxd/protocol.lua' then
+        for n, line in ipairs(vim.fn.readfile(vim.fs.joinpath(plugin, name))) do
+          if line:match("['\"]ctxd/%a[%a/]*['\"]") or line:match("['\"]window/showMessage['\"]") then
+            table.insert(spelled, ('%s:%d: %s'):format(name, n, line))
+          end
+        end
+      end
+    end
+    t.eq({}, spelled)
+    local methods = require('ctxd.protocol').methods
+    t.eq('ctxd/recall', methods.recall)
+    t.eq('ctxd/ghost/diff', methods.ghost_diff)
+    t.eq('ctxd/usageChanged', methods.usage_changed)
+  end)
+
+  t.it('a stored item has a buffer name that gives its workspace, thread and seq back', function()
+    local model = require('ctxd.ui.model')
+    local ref = { workspace = 'file:///tmp/a b/ws%20', thread = 'codex:019a/x y', seq = 42 }
+    local name = model.item_name(ref)
+    t.matches('^ctxd://item/[^/]+/[^/]+/42$', name)
+    t.eq(ref, model.item_ref(name))
+    t.eq(nil, model.item_ref('ctxd://item/nope'))
+  end)
+
   t.it('lsp/ctxd.lua gives cmd ctxd and the .git root marker', function()
     local cfg = vim.lsp.config.ctxd
     t.eq({ 'ctxd' }, cfg.cmd)
     t.eq({ '.git' }, cfg.root_markers)
-    t.truthy(cfg.handlers['ctxd/usageChanged'])
+    local methods = require('ctxd.protocol').methods
+    for _, name in ipairs({ 'usage_changed', 'compacted', 'threads_changed', 'ghost_changed', 'show_message' }) do
+      t.truthy(cfg.handlers[methods[name]], name)
+    end
   end)
 end)
 
@@ -375,6 +417,41 @@ t.describe('usage float', function()
     t.contains('estimated', text)
   end)
 
+  t.it('says the prompt cache in plain words: warm for how long, or what the next turn re-writes', function()
+    local now = os.time()
+    local function iso(at, offset)
+      return os.date('!%Y-%m-%dT%H:%M:%S', at) .. (offset or '+00:00')
+    end
+    local warm = { state = 'warm', lastRequestAt = iso(now - 120), lifetimeSeconds = 300, expiresAt = iso(now + 180),
+      rewriteTokens = 45000, rewriteCost = 0.17 }
+    t.eq('cache warm for 3 min', view.cache_text(warm, now))
+    -- The same instant written with another UTC offset.
+    local shifted = os.date('!%Y-%m-%dT%H:%M:%S', now + 180 + 7200) .. '+02:00'
+    t.eq('cache warm for 3 min', view.cache_text(vim.tbl_extend('force', warm, { expiresAt = shifted }), now))
+    t.eq('cache warm for 1 h', view.cache_text(vim.tbl_extend('force', warm, { expiresAt = iso(now + 3600, 'Z') }), now))
+    local cold = { state = 'cold', lastRequestAt = iso(now - 900), lifetimeSeconds = 300, expiresAt = iso(now - 600),
+      rewriteTokens = 45000, rewriteCost = 0.17 }
+    t.eq('cache cold: the next turn re-writes 45k tokens ($0.17)', view.cache_text(cold, now))
+    t.eq('cache cold: the next turn re-writes 45k tokens', view.cache_text(vim.tbl_extend('force', cold, { rewriteCost = vim.NIL }), now))
+    t.eq(nil, view.cache_text({ state = 'unknown', lifetimeSeconds = 300, rewriteTokens = 0, expiresAt = vim.NIL }, now))
+    t.eq(nil, view.cache_text(nil, now))
+    -- In the float, under the cost, with what the last compaction cost the cache.
+    cold.compactions = {
+      { at = iso(now - 3000), cacheWriteTokens = 20000, cacheWriteCost = 0.08, savedTokensPerTurn = 9000, savedCostPerTurn = 0.01 },
+      { at = iso(now - 1000), cacheWriteTokens = 30000, cacheWriteCost = 0.11, savedTokensPerTurn = 12000, savedCostPerTurn = 0.04 },
+    }
+    local lines = vim.tbl_map(function(l)
+      return l.text
+    end, view.render_breakdown(vim.tbl_extend('force', breakdown, { cache = cold }), nil, now))
+    t.truthy(vim.tbl_contains(lines, '  cache cold: the next turn re-writes 45k tokens ($0.17)'), vim.inspect(lines))
+    t.truthy(vim.tbl_contains(lines,
+      '  last compaction re-wrote 30k tokens ($0.11), saves 12k tokens ($0.04) a turn (2 compactions)'), vim.inspect(lines))
+    local plain = table.concat(vim.tbl_map(function(l)
+      return l.text
+    end, view.render_breakdown(breakdown, nil, now)), '\n')
+    t.eq(nil, plain:find('cache', 1, true), 'no cache line without a CacheState')
+  end)
+
   t.it('shows the cost the daemon reports', function()
     local function text_of(b)
       return table.concat(vim.tbl_map(function(l)
@@ -400,7 +477,7 @@ t.describe(':Ctxd', function()
 
   t.it('completes subcommands and strategies', function()
     t.eq({ 'compact', 'diff', 'log', 'recall', 'redo', 'restart', 'restore', 'rollback', 'snapshot', 'threads', 'undo', 'undo-restore', 'usage' }, complete('Ctxd '))
-    t.eq({ 'redo', 'restart', 'restore', 'rollback' }, complete('Ctxd r'))
+    t.eq({ 'recall', 'redo', 'restart', 'restore', 'rollback' }, complete('Ctxd r'))
     t.eq({ 'auto', 'llm', 'remote', 'offline' }, complete('Ctxd compact '))
     t.eq({ 'llm' }, complete('Ctxd compact l'))
     t.eq({}, complete('Ctxd compact llm '))
