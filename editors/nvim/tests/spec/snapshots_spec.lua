@@ -191,4 +191,33 @@ t.describe('snapshots (protocol 2)', function()
     t.eq(vim.log.levels.WARN, message.level)
     t.eq(1, #seen, 'no second question')
   end)
+
+  t.it("a checkpoint an agent's hook takes fires User CtxdGhostChanged", function()
+    -- The daemon's hook watcher starts with its session following.
+    t.wait_for(function()
+      local err, s = require('ctxd.client').request_sync('ctxd/status', {}, nil, 5000)
+      return not err and type(s) == 'table' and type(s.sources) == 'table' and #s.sources > 0
+    end, 'the daemon to follow sessions', 30000)
+    local fired
+    local au = vim.api.nvim_create_autocmd('User', {
+      pattern = 'CtxdGhostChanged',
+      callback = function(ev)
+        fired = ev.data
+      end,
+    })
+    local env = { PYTHONPATH = h.repo }
+    local install = vim.system({ h.python, '-m', 'ctxd', 'hooks', 'install', '--agent', 'claude', '--scope', 'project' },
+      { cwd = h.workspace, env = env, text = true }):wait()
+    t.eq(0, install.code, install.stderr)
+    local turn = vim.json.encode({ session_id = 's-7', cwd = h.workspace, prompt = 'Rename the app' })
+    local hook = vim.system({ h.python, '-m', 'ctxd', 'hook', 'claude', 'UserPromptSubmit' },
+      { cwd = h.workspace, env = env, stdin = turn, text = true }):wait()
+    t.eq(0, hook.code, hook.stderr)
+    t.wait_for(function()
+      return fired
+    end, 'User CtxdGhostChanged', 20000)
+    vim.api.nvim_del_autocmd(au)
+    t.eq(h.uri, fired.workspace)
+    vim.fn.delete(vim.fs.joinpath(h.workspace, '.claude'), 'rf')
+  end)
 end)
