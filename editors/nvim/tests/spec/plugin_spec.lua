@@ -452,6 +452,28 @@ t.describe('usage float', function()
     t.eq(nil, plain:find('cache', 1, true), 'no cache line without a CacheState')
   end)
 
+  t.it('an open float counts the cache down, and says cold once it has expired', function()
+    local module = require('ctxd.ui')
+    local every = module.CACHE_REDRAW_MS
+    module.CACHE_REDRAW_MS = 50
+    local expires = os.date('!%Y-%m-%dT%H:%M:%SZ', os.time() + 2)
+    local cache = { state = 'warm', lifetimeSeconds = 300, expiresAt = expires, rewriteTokens = 45000, rewriteCost = 0.17 }
+    local win, buf = ui.open_breakdown(vim.tbl_extend('force', breakdown, { cache = cache }))
+    module.CACHE_REDRAW_MS = every
+    local function cache_line()
+      for _, line in ipairs(vim.api.nvim_buf_get_lines(buf, 0, -1, false)) do
+        if line:match('^  cache ') then
+          return line
+        end
+      end
+    end
+    t.matches('^  cache warm for [12] s$', cache_line())
+    t.wait_for(function()
+      return cache_line() == '  cache cold: the next turn re-writes 45k tokens ($0.17)'
+    end, 'the cache line to say cold (now ' .. tostring(cache_line()) .. ')', 10000)
+    vim.api.nvim_win_close(win, true)
+  end)
+
   t.it('shows the cost the daemon reports', function()
     local function text_of(b)
       return table.concat(vim.tbl_map(function(l)

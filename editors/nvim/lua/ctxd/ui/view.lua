@@ -474,8 +474,8 @@ local function dollars_text(dollars)
 end
 
 --- The prompt cache in plain words (a `CacheState`): `cache warm for 3 min`, or `cache cold: the
---- next turn re-writes 45k tokens ($0.17)`; nil when the state is unknown or absent. `now` is Unix
---- seconds (default: the clock).
+--- next turn re-writes 45k tokens ($0.17)` (also once a warm cache's `expiresAt` has passed); nil
+--- when the state is unknown or absent. `now` is Unix seconds (default: the clock).
 ---@param cache ctxd.CacheState?
 ---@param now number?
 ---@return string?
@@ -484,13 +484,14 @@ function M.cache_text(cache, now)
     return nil
   end
   now = now or os.time()
-  if cache.state == 'warm' then
-    local expires = M.unix_time(cache.expiresAt)
-    if expires and expires > now then
-      return ('cache warm for %s'):format(span(expires - now))
-    end
-    return 'cache warm'
-  elseif cache.state == 'cold' then
+  local state = cache.state
+  local expires = M.unix_time(cache.expiresAt)
+  if state == 'warm' and expires and expires <= now then
+    state = 'cold' -- it was warm when the daemon answered; it has expired since
+  end
+  if state == 'warm' then
+    return expires and ('cache warm for %s'):format(span(expires - now)) or 'cache warm'
+  elseif state == 'cold' then
     local tokens = tonumber(cache.rewriteTokens) or 0
     if tokens <= 0 then
       return 'cache cold'
