@@ -164,6 +164,27 @@ function M.status(target, cb)
   return send(methods.status, {}, target, cb)
 end
 
+--- Search the thread's whole history, compacted parts included (protocol 3): `params`
+--- `{limit?, scope?}` (`scope`: `thread` or `workspace`). Result: `{results, total}`, each hit
+--- `{thread, seq, type, role?, snippet, createdAt?, archived, turn?}`.
+---@param query string
+---@param params table?
+---@param target ctxd.Target|ctxd.Callback?
+---@param cb ctxd.Callback?
+function M.recall(query, params, target, cb)
+  target, cb = args(target, cb)
+  return send(methods.recall, vim.tbl_extend('force', params or {}, { query = query }), target, cb)
+end
+
+--- One stored item whole, archived or not (protocol 3): `{item, archived, seq}`.
+---@param seq integer
+---@param target ctxd.Target|ctxd.Callback?
+---@param cb ctxd.Callback?
+function M.item(seq, target, cb)
+  target, cb = args(target, cb)
+  return send(methods.item, { seq = seq }, target, cb)
+end
+
 --- Any other `ctxd/*` method, for what the wrappers above do not cover yet.
 ---@param method string
 ---@param params table?

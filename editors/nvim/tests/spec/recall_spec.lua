@@ -111,6 +111,31 @@ t.describe(':Ctxd recall', function()
     t.eq('replaced by a compaction: the model no longer sees it; ctxd keeps it', lines[2])
   end)
 
+  t.it('agent plugins get api.recall and api.item', function()
+    local thread = compacted_thread()
+    local api = require('ctxd.api')
+    local got
+    api.recall('flaky payment', { limit = 3 }, function(err, result)
+      got = { err = err, result = result }
+    end)
+    t.wait_for(function()
+      return got
+    end, 'the recall answer')
+    t.eq(nil, got.err)
+    local hit = got.result.results[1]
+    t.eq({ thread, 2, true }, { hit.thread, hit.seq, hit.archived })
+    got = nil
+    api.item(hit.seq, { thread = thread }, function(err, result)
+      got = { err = err, result = result }
+    end)
+    t.wait_for(function()
+      return got
+    end, 'the item answer')
+    t.eq(nil, got.err)
+    t.eq(true, got.result.archived)
+    t.contains('test_payment_retry', got.result.item.content[1].text)
+  end)
+
   t.it('says when nothing matches, and what it needs when given no words', function()
     h.fresh_thread()
     h.request('ctxd/record', { items = { h.user('hello there') } })
