@@ -87,9 +87,9 @@ M.subcommands.compact = {
       return
     end
     local lsp = require('ctxd.lsp')
-    local found = client.resolve()
+    local found = target and client.resolve(target)
     if found then
-      lsp.manual_compaction(found.id, 1)
+      lsp.manual_compaction(found.id, target.thread, 1)
     end
     local report = handle('compact', function(r)
       local text = ('compacted %s -> %s tokens (%s)'):format(
@@ -104,11 +104,11 @@ M.subcommands.compact = {
       end
     end)
     client.request(methods.compact, with_progress({ strategy = strategy }, 'compact'), function(err, result)
-      if found then
-        lsp.manual_compaction(found.id, -1)
+      if found and err then
+        lsp.manual_compaction(found.id, target.thread, -1)
       end
       report(err, result)
-    end)
+    end, target)
   end,
   complete = function(arglead)
     return vim.tbl_filter(function(s)

@@ -8,16 +8,36 @@ local M = {}
 ---@type table<integer, string[]>
 local folders_of = {}
 
---- Manual compactions in flight per client: their result is the one message the user gets, so
---- the daemon's own "compacted" warning is not shown a second time.
----@type table<integer, integer>
-local manual_compactions = {}
+--- Manual compactions whose daemon warning is still to come, per client and thread: their
+--- command's result is the one message the user gets, so the daemon's own "compacted" warning
+--- is not shown a second time. The daemon warns once per compaction that succeeds, and the
+--- warning may arrive before or after the answer, so it is counted, not timed.
+---@type table<integer, table<string, integer>>
+local expected_warnings = {}
 
---- Count a manual compaction as started (`delta` 1) or answered (-1).
+--- Count a manual compaction of `thread` as started (`delta` 1), or as failed (-1: no warning
+--- will come for it).
 ---@param client_id integer
+---@param thread string
 ---@param delta integer
-function M.manual_compaction(client_id, delta)
-  manual_compactions[client_id] = math.max(0, (manual_compactions[client_id] or 0) + delta)
+function M.manual_compaction(client_id, thread, delta)
+  local per_thread = expected_warnings[client_id] or {}
+  expected_warnings[client_id] = per_thread
+  per_thread[thread] = math.max(0, (per_thread[thread] or 0) + delta)
+end
+
+--- Whether a daemon message is the warning of a manual compaction (counted off when it is).
+---@param client_id integer
+---@param message string
+---@return boolean
+local function manual_warning(client_id, message)
+  local thread = message:match(M.COMPACTED_WARNING .. "'(.-)' %(")
+  local per_thread = expected_warnings[client_id] or {}
+  if thread and (per_thread[thread] or 0) > 0 then
+    per_thread[thread] = per_thread[thread] - 1
+    return true
+  end
+  return false
 end
 
 --- `window/showMessage` types (LSP MessageType) as vim.log.levels.
@@ -166,7 +186,7 @@ function M.on_exit(code, signal, client_id)
     end
     require('ctxd.supervisor').exited(code, signal, client_id, info)
   end)
-  manual_compactions[client_id] = nil
+  expected_warnings[client_id] = nil
 end
 
 local progress_group ---@type integer?
@@ -253,7 +273,7 @@ M.handlers = {
       return vim.NIL
     end
     local text = params.message:gsub('^ctxd:?%s*', '')
-    if params.message:match(M.COMPACTED_WARNING) and (manual_compactions[ctx.client_id] or 0) > 0 then
+    if manual_warning(ctx.client_id, params.message) then
       return vim.NIL
     end
     require('ctxd.notify').daemon(text, M.levels[params.type] or vim.log.levels.INFO)

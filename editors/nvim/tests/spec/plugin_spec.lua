@@ -524,6 +524,40 @@ t.describe(':Ctxd', function()
   end)
 end)
 
+t.describe('daemon messages', function()
+  t.it("a manual compaction's warning is not said again, whatever the order of warning and answer", function()
+    local lsp = require('ctxd.lsp')
+    local said = {}
+    local saved = vim.notify
+    vim.notify = function(msg)
+      table.insert(said, msg)
+    end
+    local function warn(thread)
+      lsp.handlers['window/showMessage'](nil, { type = 2, message = ("ctxd compacted thread '%s' (900 → 100 tokens, "
+        .. 'offline). Every compaction drops detail.'):format(thread) }, { client_id = 999 })
+    end
+    -- Started, answered, then warned: the command said it; the warning is not said.
+    lsp.manual_compaction(999, 'a', 1)
+    warn('a')
+    -- A later automatic compaction of the same thread is said.
+    warn('a')
+    -- Started and failed: no warning is counted off, so an automatic one after it is said.
+    lsp.manual_compaction(999, 'b', 1)
+    lsp.manual_compaction(999, 'b', -1)
+    warn('b')
+    t.wait_for(function()
+      return #said >= 1
+    end, 'the daemon messages')
+    vim.wait(400)
+    vim.notify = saved
+    t.eq(1, #said, vim.inspect(said))
+    t.contains('2 messages from the daemon', said[1])
+    local recent = require('ctxd.notify').recent
+    t.contains("thread 'a'", recent[#recent - 1].msg)
+    t.contains("thread 'b'", recent[#recent].msg)
+  end)
+end)
+
 t.describe('snapshot rows', function()
   t.it('name a snapshot with no time as such', function()
     local view = require('ctxd.ui.view')
