@@ -614,6 +614,11 @@ M.subcommands.recall = {
       notify('recall failed: ' .. tostring(why), vim.log.levels.ERROR)
       return
     end
+    local lsp_client = client.resolve(target)
+    if lsp_client and not client.supports(lsp_client, methods.recall) then
+      notify('this daemon cannot search the history: update it (see :checkhealth ctxd)', vim.log.levels.ERROR)
+      return
+    end
     require('ctxd.ui').recall(target, query, handle('recall', function() end))
   end,
 }
