@@ -94,6 +94,23 @@ t.describe(':Ctxd recall', function()
     h.wait_message(': in the active history')
   end)
 
+  t.it('an item a rollback dropped says so', function()
+    h.fresh_thread()
+    h.request('ctxd/record', { items = {
+      h.user('first question ' .. h.text(50, 3)), h.assistant('first answer ' .. h.text(50, 4)),
+      h.user('rename the quokka module please'), h.assistant('renamed quokka to wombat'),
+    } })
+    h.request('ctxd/rollback', { turns = 1 })
+    vim.cmd('Ctxd recall quokka wombat')
+    t.wait_for(function()
+      local list = vim.fn.getqflist({ title = 0, items = 0 })
+      return list.title == 'ctxd recall quokka wombat' and #list.items > 0
+    end, 'the quickfix list')
+    vim.cmd('cc 1')
+    local lines = item_lines()
+    t.eq('dropped by a rollback: the model no longer sees it; ctxd keeps it', lines[2])
+  end)
+
   t.it('with recall.picker = "select", the hits go to vim.ui.select and the choice opens', function()
     compacted_thread()
     require('ctxd.config').options.recall.picker = 'select'
