@@ -142,7 +142,7 @@ function M.recall(target, query, cb)
       vim.ui.select(hits, {
         prompt = ('ctxd recall %q'):format(query),
         format_item = function(hit)
-          return view.recall_place(workspace, hit) .. '  ' .. view.recall_text(hit)
+          return view.recall_place(workspace, hit, target.thread) .. '  ' .. view.recall_text(hit)
         end,
         kind = 'ctxd.recall',
       }, function(hit)
@@ -157,7 +157,7 @@ function M.recall(target, query, cb)
     for _, hit in ipairs(hits) do
       table.insert(items, {
         filename = name_of(hit),
-        module = view.recall_place(workspace, hit),
+        module = view.recall_place(workspace, hit, target.thread),
         text = view.recall_text(hit),
         user_data = { ctxd_recall = hit },
       })

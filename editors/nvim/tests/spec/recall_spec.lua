@@ -128,6 +128,26 @@ t.describe(':Ctxd recall', function()
     t.eq('replaced by a compaction: the model no longer sees it; ctxd keeps it', lines[2])
   end)
 
+  t.it('with recall.scope = "workspace", hits in other threads name their thread and open there', function()
+    compacted_thread()
+    local here = h.fresh_thread()
+    h.request('ctxd/record', { items = { h.user('nothing about that here') } })
+    require('ctxd.config').options.recall.scope = 'workspace'
+    vim.cmd('Ctxd recall flaky payment')
+    local qf = t.wait_for(function()
+      local list = vim.fn.getqflist({ title = 0, items = 0 })
+      return list.title == 'ctxd recall flaky payment' and #list.items > 0 and list
+    end, 'the quickfix list')
+    require('ctxd.config').options.recall.scope = 'thread'
+    -- Each test's thread holds the fact: the best hit is one of them, named.
+    local named = qf.items[1].module:match('^ctx (test%-%d+) #2$')
+    t.truthy(named and named ~= here, qf.items[1].module)
+    vim.cmd('cc 1')
+    local lines = item_lines()
+    t.contains('test_payment_retry', table.concat(lines, '\n'))
+    t.eq('replaced by a compaction: the model no longer sees it; ctxd keeps it', lines[2])
+  end)
+
   t.it('agent plugins get api.recall and api.item', function()
     local thread = compacted_thread()
     local api = require('ctxd.api')

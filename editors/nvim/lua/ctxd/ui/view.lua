@@ -674,12 +674,19 @@ function M.recall_text(hit)
   return ('%s: %s'):format(table.concat(parts, ' · '), snippet)
 end
 
---- Where a hit is, shown in the quickfix list's file column: `ctx #12`, `Codex #340`.
+--- Where a hit is, shown in the quickfix list's file column: `ctx #12`, `Codex #340`; a hit in
+--- another thread than `current` (a search of the workspace) also names its thread:
+--- `Codex "fix the flaky test" #340`.
 ---@param workspace string
----@param hit ctxd.RecallHit
+---@param hit { thread: string, seq: integer }
+---@param current string? the thread searched from
 ---@return string
-function M.recall_place(workspace, hit)
-  return ('%s #%d'):format(require('ctxd.threads').label(workspace, hit.thread), hit.seq or 0)
+function M.recall_place(workspace, hit, current)
+  local label = require('ctxd.threads').label(workspace, hit.thread)
+  if current and hit.thread ~= current then
+    label = vim.trim(M.fit(M.thread_name(workspace, hit.thread), 40))
+  end
+  return ('%s #%d'):format(label, hit.seq or 0)
 end
 
 --- Every text a stored item holds, whole: a message's parts, a call's arguments, an output.
