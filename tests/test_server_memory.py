@@ -214,3 +214,16 @@ def test_workspace_folders_change_and_usage_is_pushed(session: Session, workspac
         session.notifications.append(session.client.receive(WAIT))
     pushed = next(n for n in session.notifications if n["method"] == "ctxd/usageChanged")
     assert pushed["params"]["workspace"] == second.as_uri() and pushed["params"]["thread"] == "t"
+
+
+def test_error_codes_are_written_only_in_the_table() -> None:
+    """Issue #28, item 3: the server answers every protocol error through `ctxd/errors.py`'s table;
+    no module of it writes a JSON-RPC, LSP or ctxd error code as a number."""
+    import re
+
+    server = Path(__file__).resolve().parents[1] / "ctxd" / "server"
+    literal = re.compile(r"(?<![\w.])-32[0-9]{3}\b|\bcode\W{1,4}1[0-9]{3}\b")
+    found = [f"{path.name}:{n}: {line.strip()}" for path in sorted(server.glob("*.py"))
+             for n, line in enumerate(path.read_text().splitlines(), 1) if literal.search(line)]
+    assert found == []
+    assert not (server / "framing.py").exists()  # bytes in transport.py, meaning in codec.py

@@ -256,7 +256,7 @@ class Broadcast:
         for client in self.daemon.initialized_clients():
             try:
                 client.outbox.notify(method, params)
-            except OSError:  # that client is gone; the others still get it
+            except (OSError, ValueError):  # that client is gone (its socket, or its closed file); the others get it
                 log.debug("a notification to a departed client was dropped")
 
     def show_message(self, message: str, kind: int = methods.MESSAGE_WARNING) -> None:

@@ -23,7 +23,7 @@ from ctxd.protocol.rawjson import RawJsonList
 
 class NotJson(float):
     """Stands in for a number strict JSON cannot carry (`NaN`, `Infinity`, `1e999`, an integer of
-    more than 4,300 digits), so that the request gets -32602 with its own id instead of breaking
+    more than 4,300 digits), so that the request gets InvalidParams with its own id instead of breaking
     the decoder (Python's int conversion limit raises; NaN would be stored and sent back)."""
 
     made = 0  # how many were ever made: a message whose decoding made none holds none
