@@ -77,6 +77,10 @@ UNORDERED = frozenset({methods.COMPACT, methods.GHOST_SNAPSHOT, methods.GHOST_LI
                        methods.GHOST_DIFF, methods.GHOST_DELETE, methods.STATUS})
 
 
+RecordNow = Callable[[Callable[[str], Workspace], Any], "shapes.RecordResult | None"]
+"""`handlers.record_now`: a small record stored on the reading thread, or None to hand it on."""
+
+
 def _valid_id(value: Any) -> bool:
     return isinstance(value, (int, str)) and not isinstance(value, bool)
 
@@ -114,7 +118,7 @@ class Daemon:
         self._warming = False
         self._warmed = threading.Event()  # set when `_warm_up` is done
         # `handlers.record_now`, once the warm-up imported it (it imports pydantic: not at start).
-        self.record_handler: Callable[[Callable[[str], Workspace], Any], shapes.RecordResult | None] | None = None
+        self.record_handler: RecordNow | None = None
         self._lock = threading.Lock()
         self.clients: list[CtxdServer] = []
         self._holders: dict[str, int] = {}  # per open folder: how many sessions hold it
@@ -361,8 +365,9 @@ class CtxdServer:
             return False
         if method == methods.USAGE:
             return self._usage_now(key, msg_id)
-        if method == methods.RECORD and size <= RECORD_NOW_MAX_BYTES and self.daemon.record_handler is not None:
-            return self._record_now(msg_id, params)
+        record = self.daemon.record_handler
+        if method == methods.RECORD and size <= RECORD_NOW_MAX_BYTES and record is not None:
+            return self._record_now(record, msg_id, params)
         return False
 
     def _usage_now(self, key: tuple[str, str], msg_id: Any) -> bool:
@@ -375,10 +380,8 @@ class CtxdServer:
             self.outbox.reply_repeated(msg_id, answer)
         return answer is not None
 
-    def _record_now(self, msg_id: Any, params: Any) -> bool:
+    def _record_now(self, record: RecordNow, msg_id: Any, params: Any) -> bool:
         """A small record stored here, or False having written nothing; errors are answered here."""
-        record = self.daemon.record_handler
-        assert record is not None  # (checked by the caller)
         try:
             answer = record(self.service.workspace, params)
         except Exception as error:  # noqa: BLE001 - reported to the client
