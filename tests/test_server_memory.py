@@ -227,3 +227,34 @@ def test_error_codes_are_written_only_in_the_table() -> None:
              for n, line in enumerate(path.read_text().splitlines(), 1) if literal.search(line)]
     assert found == []
     assert not (server / "framing.py").exists()  # bytes in transport.py, meaning in codec.py
+
+
+def test_two_sessions_of_one_daemon_share_workspaces_not_lifecycles(session: Session, workspace: Path) -> None:
+    """What TCP gives each authenticated connection (tcp.py): a session of its own over the same
+    workspaces. A folder one session removes stays open for the other; the other's exit ends only it."""
+    initialize(session, workspace)
+    connection, client = memory()
+    other = CtxdServer(connection, daemon=session.server.daemon)
+    codes: list[int | None] = []
+    thread = threading.Thread(target=lambda: codes.append(other.serve()), daemon=True)
+    thread.start()
+    second = Session(other, client, thread, codes, [], iter(range(1, 1_000_000)))
+    uri = workspace.as_uri()
+    assert second.error_code("ctxd/threads", {"workspace": uri}) == Code.SERVER_NOT_INITIALIZED  # its own lifecycle
+    initialize(second, workspace)
+    second.result("ctxd/record", {"workspace": uri, "thread": "b", "items": [user("from the second")]})
+    while not any(n["method"] == "ctxd/usageChanged" and n["params"]["thread"] == "b" for n in session.notifications):
+        session.notifications.append(session.client.receive(WAIT))  # the first session is told too
+    session.notify("workspace/didChangeWorkspaceFolders", {"event": {"added": [], "removed": [{"uri": uri, "name": "ws"}]}})
+    for _ in range(1000):  # the removal runs on a worker: wait until it has let the folder go
+        if not session.server.folders:
+            break
+        threading.Event().wait(0.01)
+    assert not session.server.folders
+    assert second.result("ctxd/history", {"workspace": uri, "thread": "b"})["total"] == 1  # still open: held by the second
+    assert second.result("shutdown") is None
+    second.notify("exit")
+    thread.join(WAIT)
+    assert codes == [0]
+    assert session.result("ctxd/threads", {"workspace": uri})["threads"][0]["thread"] == "b"  # the first goes on
+    assert not session.server.daemon.executor._shutdown

@@ -131,12 +131,18 @@ class Daemon:
             self.clients.append(server)
 
     def leave(self, server: CtxdServer) -> None:
-        """A session ended: its folders are let go (closed when no other session holds them)."""
+        """A session ended. Its folders stay open until the daemon closes (its requests may still be
+        running in them); its holds are dropped, so another session's removal closes them."""
         with self._lock:
             if server in self.clients:
                 self.clients.remove(server)
-        for uri in list(server.folders):
-            self.release(server, uri)
+            for uri in server.folders:
+                left = self._holders.get(uri, 1) - 1
+                if left > 0:
+                    self._holders[uri] = left
+                else:
+                    self._holders.pop(uri, None)
+            server.folders.clear()
 
     def hold(self, server: CtxdServer, workspace: Workspace) -> None:
         with self._lock:
