@@ -94,8 +94,9 @@ def workspace(tmp_path: Path) -> Path:
 
 
 def initialize(session: Session, workspace: Path) -> dict[str, Any]:
+    folders = [{"uri": workspace.as_uri(), "name": "ws"}]
     result: dict[str, Any] = session.result("initialize", {"processId": None, "rootUri": None, "capabilities": {},
-                                                           "workspaceFolders": [{"uri": workspace.as_uri(), "name": "ws"}]})
+                                                           "workspaceFolders": folders})
     session.notify("initialized", {})
     return result
 
@@ -146,7 +147,8 @@ def test_protocol_errors_come_from_the_table(session: Session, workspace: Path) 
     elsewhere = (workspace.parent / "elsewhere").as_uri()
     reply = session.request("ctxd/threads", {"workspace": elsewhere})
     assert reply["error"]["code"] == Code.INVALID_PARAMS and elsewhere in reply["error"]["message"]
-    assert session.error_code("ctxd/record", {"workspace": workspace.as_uri(), "items": "not a list"}) == Code.INVALID_PARAMS
+    bad_items = {"workspace": workspace.as_uri(), "items": "not a list"}
+    assert session.error_code("ctxd/record", bad_items) == Code.INVALID_PARAMS
     session.client.send(b'{"jsonrpc": "2.0", "id": 9, "method": "ctxd/usage", "params": {"workspace": "x", "n": NaN}}')
     reply = session.answer(9)
     assert reply["error"]["code"] == Code.INVALID_PARAMS and "NaN" in reply["error"]["message"]
@@ -163,7 +165,8 @@ def test_pipelined_requests_of_a_thread_are_answered_in_order(session: Session, 
     uri = workspace.as_uri()
     sent = []
     for n in range(20):
-        sent.append(session.send("ctxd/record", {"workspace": uri, "thread": "t", "items": [user(f"q{n}"), assistant(f"a{n}")]}))
+        items = [user(f"q{n}"), assistant(f"a{n}")]
+        sent.append(session.send("ctxd/record", {"workspace": uri, "thread": "t", "items": items}))
         sent.append(session.send("ctxd/history", {"workspace": uri, "thread": "t", "offset": 0, "limit": 1000}))
     replies = {}
     while len(replies) < len(sent):
@@ -245,13 +248,15 @@ def test_two_sessions_of_one_daemon_share_workspaces_not_lifecycles(session: Ses
     second.result("ctxd/record", {"workspace": uri, "thread": "b", "items": [user("from the second")]})
     while not any(n["method"] == "ctxd/usageChanged" and n["params"]["thread"] == "b" for n in session.notifications):
         session.notifications.append(session.client.receive(WAIT))  # the first session is told too
-    session.notify("workspace/didChangeWorkspaceFolders", {"event": {"added": [], "removed": [{"uri": uri, "name": "ws"}]}})
+    removed = {"added": [], "removed": [{"uri": uri, "name": "ws"}]}
+    session.notify("workspace/didChangeWorkspaceFolders", {"event": removed})
     for _ in range(1000):  # the removal runs on a worker: wait until it has let the folder go
         if not session.server.folders:
             break
         threading.Event().wait(0.01)
     assert not session.server.folders
-    assert second.result("ctxd/history", {"workspace": uri, "thread": "b"})["total"] == 1  # still open: held by the second
+    # Still open: the second holds it.
+    assert second.result("ctxd/history", {"workspace": uri, "thread": "b"})["total"] == 1
     assert second.result("shutdown") is None
     second.notify("exit")
     thread.join(WAIT)

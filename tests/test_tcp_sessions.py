@@ -30,7 +30,8 @@ def test_two_editors_are_served_at_once_and_stalled_probers_block_neither(state_
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     token_file = tmp_path / "run" / "ctxd.token"
-    proc = subprocess.Popen([sys.executable, "-m", "ctxd", "--tcp", "--port", str(port), "--token-file", str(token_file)],
+    command = [sys.executable, "-m", "ctxd", "--tcp", "--port", str(port), "--token-file", str(token_file)]
+    proc = subprocess.Popen(command,
                             env=daemon_env(state_dir), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, cwd=str(REPO))
     stalled: list[socket.socket] = []
@@ -49,8 +50,8 @@ def test_two_editors_are_served_at_once_and_stalled_probers_block_neither(state_
         second.initialize([workspace])
         uri = workspace.as_uri()
         # Both sessions at once: a request of each is in flight before either is answered.
-        asked = [first.request_async("ctxd/record", {"workspace": uri, "thread": "a", "items": [user("from the first")]}),
-                 second.request_async("ctxd/record", {"workspace": uri, "thread": "b", "items": [user("from the second")]})]
+        asked = [first.request_async("ctxd/record", {"workspace": uri, "thread": "a", "items": [user("first")]}),
+                 second.request_async("ctxd/record", {"workspace": uri, "thread": "b", "items": [user("second")]})]
         assert first.result(asked[0])["itemCount"] == 1 and second.result(asked[1])["itemCount"] == 1
         # The same workspaces: each sees the other's thread, and its usage pushes.
         assert {t["thread"] for t in first.request("ctxd/threads", {"workspace": uri})["threads"]} == {"a", "b"}

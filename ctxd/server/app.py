@@ -2,21 +2,19 @@
 
 One stack, ctxd's own, without an event loop. The server is built with its connection
 (`connection.py`: stdio, an authenticated TCP socket, or memory): the connection reads frames on
-one thread (`transport.py`), decodes them (`codec.py`) and calls `dispatch` for each: it answers
+one thread (`transport.py`), decodes them (`codec.py`) and calls `dispatch` for each, which answers
 what could not be read and every protocol error with its code from `ctxd/errors.py`, checks the
 envelope and the LSP lifecycle, answers lifecycle messages itself, and hands each `ctxd/*` request
-to a worker (`lanes.py`: in order per
-(workspace, thread); compactions, snapshots and restores run beside them). The worker parses the
-params, calls its handler (`handlers.py`) and writes the reply, encoded there as strict JSON.
+to a worker (`lanes.py`: in order per (workspace, thread); compactions, snapshots and restores run
+beside them). The worker parses the params, calls its handler (`handlers.py`) and writes the
+reply, encoded there as strict JSON. Over TCP several sessions share one `Daemon` (the workspaces,
+the workers); over stdio and in memory a session has its own.
 
-Why not pygls: measured on the landed daemon, pygls' per-message structuring (cattrs building
-lsprotocol objects, then thrown away for the raw params ctxd's pydantic models parse) was ~1.7 ms
-of a 2.4 ms `ctxd/record`; its notify could not send plain dicts, its stdio loop read on the
-handlers' pool, and ctxd had to reach into private attributes for the lifecycle. Why no asyncio
-either: every request crossed from the reader to the loop and from the loop to a worker; going
-from the reader straight to the worker halves the thread switches on the hot path
-(`bench/bench_speed.py`). What pygls gave besides was a method table and cancellation, a few
-dozen lines here.
+Why not pygls: its per-message structuring costs several times what the rest of a small request
+does, and its stdio loop reads on the handlers' pool (the README's "Why" section, measured by
+`bench/bench_stack.py`). Why no asyncio either: every request would cross from the reader to the
+loop and from the loop to a worker; going from the reader straight to the worker halves the
+thread switches on the hot path. What pygls gave besides was a method table and cancellation.
 
 Two requests are answered on the reader thread itself when nothing of their thread is queued and
 they need no waiting: `ctxd/usage` of a thread in memory (the gauge's hot path, read-only), and a
