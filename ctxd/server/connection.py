@@ -55,7 +55,7 @@ class StreamConnection(Connection):
     def __init__(self, reader: BinaryIO, writer: BinaryIO, on_exit: Callable[[int], None] = os._exit) -> None:
         super().__init__()
         self.reader = reader
-        self.writer = self.frames = LockedWriter(writer)
+        self.writer = LockedWriter(writer)
         self.on_exit = on_exit
 
     def receive(self, deliver: Deliver) -> None:
