@@ -122,19 +122,18 @@ def widen_pipes() -> None:
 
 
 def run_daemon(args: argparse.Namespace) -> int:
-    from ctxd.server.app import CtxdServer
+    from ctxd.server.app import serve_stdio, serve_tcp
 
     setup_logging(args.verbose, args.log_file)
     keep_freed_memory()
     state_dir = Path(args.state_dir).expanduser() if args.state_dir else None
-    server = CtxdServer(state_dir)
     if args.tcp:
-        server.serve_tcp(args.host, args.port, Path(args.token_file).expanduser() if args.token_file else None)
+        serve_tcp(state_dir, args.host, args.port, Path(args.token_file).expanduser() if args.token_file else None)
     else:
         widen_pipes()
         stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
         sys.stdout = sys.stderr  # a stray print must not corrupt the protocol stream
-        server.serve(stdin, stdout)
+        serve_stdio(state_dir, stdin, stdout)
     return 0
 
 

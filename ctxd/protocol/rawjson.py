@@ -2,7 +2,7 @@
 encoding every item again (each item's JSON is what the store holds).
 
 The domain returns a `RawJsonList` where a list of items belongs; the server's encoder
-(`ctxd/server/framing.py`) writes its elements as they are.
+(`ctxd/server/codec.py`) writes its elements as they are.
 """
 
 from __future__ import annotations

@@ -1,19 +1,20 @@
 """Where every message enters: the JSON-RPC server, its lifecycle, and the order requests run in.
 
-One stack, ctxd's own, without an event loop. The hardened reader (`framing.py`) reads frames on
-one thread and calls `dispatch` for each: it checks the envelope and the LSP lifecycle, answers
-lifecycle messages itself, and hands each `ctxd/*` request to a worker (`lanes.py`: in order per
-(workspace, thread); compactions, snapshots and restores run beside them). The worker parses the
-params, calls its handler (`handlers.py`) and writes the reply, encoded there as strict JSON.
+One stack, ctxd's own, without an event loop. The server is built with its connection
+(`connection.py`: stdio, an authenticated TCP socket, or memory): the connection reads frames on
+one thread (`transport.py`), decodes them (`codec.py`) and calls `dispatch` for each, which answers
+what could not be read and every protocol error with its code from `ctxd/errors.py`, checks the
+envelope and the LSP lifecycle, answers lifecycle messages itself, and hands each `ctxd/*` request
+to a worker (`lanes.py`: in order per (workspace, thread); compactions, snapshots and restores run
+beside them). The worker parses the params, calls its handler (`handlers.py`) and writes the
+reply, encoded there as strict JSON. Over TCP several sessions share one `Daemon` (the workspaces,
+the workers); over stdio and in memory a session has its own.
 
-Why not pygls: measured on the landed daemon, pygls' per-message structuring (cattrs building
-lsprotocol objects, then thrown away for the raw params ctxd's pydantic models parse) was ~1.7 ms
-of a 2.4 ms `ctxd/record`; its notify could not send plain dicts, its stdio loop read on the
-handlers' pool, and ctxd had to reach into private attributes for the lifecycle. Why no asyncio
-either: every request crossed from the reader to the loop and from the loop to a worker; going
-from the reader straight to the worker halves the thread switches on the hot path
-(`bench/bench_speed.py`). What pygls gave besides was a method table and cancellation, a few
-dozen lines here.
+Why not pygls: its per-message structuring costs several times what the rest of a small request
+does, and its stdio loop reads on the handlers' pool (the README's "Why" section, measured by
+`bench/bench_stack.py`). Why no asyncio either: every request would cross from the reader to the
+loop and from the loop to a worker; going from the reader straight to the worker halves the
+thread switches on the hot path. What pygls gave besides was a method table and cancellation.
 
 Two requests are answered on the reader thread itself when nothing of their thread is queued and
 they need no waiting: `ctxd/usage` of a thread in memory (the gauge's hot path, read-only), and a
@@ -29,9 +30,10 @@ import functools
 import logging
 import os
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, BinaryIO, Callable
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ctxd import __version__
 from ctxd.errors import (
@@ -40,14 +42,20 @@ from ctxd.errors import (
     InternalError,
     InvalidParams,
     InvalidRequest,
+    MethodNotFound,
     ServerNotInitialized,
 )
 from ctxd.ledger.workspace import Service, Workspace
 from ctxd.protocol import methods
+from ctxd.server.codec import Incoming, Rejected, Shortened
+from ctxd.server.connection import Connection, StreamConnection
 from ctxd.server.events import CompactionEvents, Outbox, Throttle
-from ctxd.server.framing import LockedWriter, reader_loop
 from ctxd.server.lanes import Backlog, Lanes
+from ctxd.server.transport import MAX_STRING_BYTES
 from ctxd.settings import load_settings
+
+if TYPE_CHECKING:
+    from ctxd.protocol import shapes
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +75,10 @@ UNORDERED = frozenset({methods.COMPACT, methods.GHOST_SNAPSHOT, methods.GHOST_LI
                        methods.GHOST_DIFF, methods.GHOST_DELETE, methods.STATUS})
 
 
+RecordNow = Callable[[Callable[[str], Workspace], Any], "shapes.RecordResult | None"]
+"""`handlers.record_now`: a small record stored on the reading thread, or None to hand it on."""
+
+
 def _valid_id(value: Any) -> bool:
     return isinstance(value, (int, str)) and not isinstance(value, bool)
 
@@ -80,30 +92,77 @@ def _ordering_key(method: str, raw_params: Any) -> tuple[str, str] | None:
     return (workspace, thread)
 
 
-class CtxdServer:
-    """One client's session: the open workspaces, the workers, and the lifecycle state."""
+class Daemon:
+    """What every session of one daemon shares: the open workspaces, the workers and the order they
+    run requests in, the usage pushes, and the agents' sessions it follows. Over stdio there is one
+    session; over TCP, one per authenticated connection (`tcp.py`), each seeing the same workspaces
+    (a folder closes when the last session holding it lets it go)."""
 
     def __init__(self, state_dir: Path | None = None) -> None:
         self.state_dir_override = state_dir
         self.service = Service(state_dir, listener=self._usage_changed)
+        self.service.on_open = self._on_open
         self.executor = ThreadPoolExecutor(max_workers=WORKER_THREADS, thread_name_prefix="ctxd-worker")
         self.lanes = Lanes(self.executor, WORKSPACE_WORKERS)
         # Checks run for every folder opened (an interrupted restore), one at a time: thousands of
         # folders added at once never hold the workers that answer requests.
         self.background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ctxd-background")
-        self.backlog = Backlog(BACKLOG_REQUESTS, BACKLOG_BYTES)
-        self.throttle = Throttle(self._send_usage, USAGE_INTERVAL_SECONDS)
-        self.outbox: Outbox | None = None
-        self.events: CompactionEvents | None = None
-        self.initialized = False  # `initialize` answered
-        self.shutting_down = False
-        self._cancels: dict[Any, threading.Event] = {}
-        self._shown: set[str] = set()  # settings problems already shown (each once per session)
+        self.throttle: Throttle[tuple[str, str], dict[str, Any]] = Throttle(self._send_usage, USAGE_INTERVAL_SECONDS)
+        self.everyone = Broadcast(self)
+        self.events = CompactionEvents(self.everyone, self.throttle)  # automatic compactions: every client's
         self.sessions: Any = None  # ctxd.sessions.bridge.SessionBridge, once warmed up
         self.hook_watcher: Any = None  # ctxd.sessions.hook_watch.HookWatcher, started with it
+        self.configured = False  # the first `initialize` set the state dir and the options
+        self._warming = False
         self._warmed = threading.Event()  # set when `_warm_up` is done
         # `handlers.record_now`, once the warm-up imported it (it imports pydantic: not at start).
-        self._record_handler: Callable[[Callable[[str], Workspace], Any], dict[str, Any] | None] | None = None
+        self.record_handler: RecordNow | None = None
+        self._lock = threading.Lock()
+        self.clients: list[CtxdServer] = []
+        self._holders: dict[str, int] = {}  # per open folder: how many sessions hold it
+        self._closed = False
+
+    # --- sessions --------------------------------------------------------------------------------
+
+    def join(self, server: CtxdServer) -> None:
+        with self._lock:
+            self.clients.append(server)
+
+    def leave(self, server: CtxdServer) -> None:
+        """A session ended. Its folders stay open until the daemon closes (its requests may still be
+        running in them); its holds are dropped, so another session's removal closes them."""
+        with self._lock:
+            if server in self.clients:
+                self.clients.remove(server)
+            for uri in server.folders:
+                left = self._holders.get(uri, 1) - 1
+                if left > 0:
+                    self._holders[uri] = left
+                else:
+                    self._holders.pop(uri, None)
+            server.folders.clear()
+
+    def hold(self, server: CtxdServer, workspace: Workspace) -> None:
+        with self._lock:
+            if workspace.uri not in server.folders:
+                server.folders.add(workspace.uri)
+                self._holders[workspace.uri] = self._holders.get(workspace.uri, 0) + 1
+
+    def release(self, server: CtxdServer, uri: str) -> None:
+        with self._lock:
+            if uri not in server.folders:
+                return
+            server.folders.discard(uri)
+            left = self._holders.get(uri, 1) - 1
+            if left > 0:
+                self._holders[uri] = left
+                return
+            self._holders.pop(uri, None)
+        self.service.close_folder(uri)
+
+    def initialized_clients(self) -> list[CtxdServer]:
+        with self._lock:
+            return [client for client in self.clients if client.initialized]
 
     # --- outgoing --------------------------------------------------------------------------------
 
@@ -111,20 +170,151 @@ class CtxdServer:
         self.throttle.offer((uri, thread), usage)  # most are replaced before they go: built in `_send_usage`
 
     def _send_usage(self, key: tuple[str, str], usage: dict[str, Any]) -> None:
-        if self.outbox is not None:
-            self.outbox.notify(methods.USAGE_CHANGED, {"workspace": key[0], "thread": key[1], **usage})
+        self.everyone.notify(methods.USAGE_CHANGED, {"workspace": key[0], "thread": key[1], **usage})
+
+    # --- after the first `initialize` ------------------------------------------------------------
+
+    def warm_up(self) -> None:
+        with self._lock:
+            if self._warming:
+                return
+            self._warming = True
+        self.executor.submit(self._warm_up)
+
+    def _warm_up(self) -> None:
+        """After `initialize` is answered, while the editor is still starting: import what requests
+        need (pydantic, the handlers), build the estimator's tables, follow the agents' sessions,
+        then import what compactions and snapshots need, instead of in the first request that does."""
+        try:
+            from ctxd.server import handlers  # the first request needs it: first
+            from ctxd.tokens import estimator
+
+            self.record_handler = handlers.record_now
+            estimator.prepare()  # counts before tiktoken is loaded are estimates: its tables now
+            self._follow_sessions()
+            import ctxd.compact.run  # noqa: F401
+            import ctxd.ghost.checkpoints  # noqa: F401
+        finally:
+            self._warmed.set()
+
+    def wait_warmed(self) -> None:
+        self._warmed.wait(WARM_UP_WAIT_SECONDS)
+
+    def _follow_sessions(self) -> None:
+        """Follow the agents' sessions (ctxd/sessions). `sources.*` come from the user's config and
+        the editor's options, never from a workspace's own file."""
+        from ctxd.sessions.bridge import SessionBridge
+
+        if self.sessions is not None:
+            return
+        from ctxd.sessions.hook_watch import HookWatcher  # what the agents' hooks and status line wrote
+
+        everyone = self.everyone
+        self.hook_watcher = HookWatcher(
+            self.service, lambda uri: everyone.notify(methods.GHOST_CHANGED, {"workspace": uri}))
+        self.hook_watcher.start()
+        settings = load_settings(None, self.service.init_options, [])
+        self.sessions = SessionBridge(
+            self.service, settings, lambda uri: everyone.notify(methods.THREADS_CHANGED, {"workspace": uri}))
+        self.sessions.start([w.root for w in self.service.folders()])
+
+    def folders_changed(self) -> None:
+        if self.sessions is not None:
+            self.sessions.set_folders([w.root for w in self.service.folders()])
+
+    def _on_open(self, workspace: Workspace) -> None:
+        workspace.auto_compactor = self._auto_compact  # compacts before a prompt over the limit
+        workspace.pricer = functools.partial(self._price, workspace)  # a client thread's cost
+
+    @staticmethod
+    def _price(workspace: Workspace, spend: dict[str, dict[str, int]]) -> dict[str, Any]:
+        from ctxd.sessions.pricing import client_cost
+
+        return client_cost(spend, workspace.settings.prices)
+
+    def _auto_compact(self, workspace: Workspace, thread: str) -> None:
+        from ctxd.compact import run as compaction
+
+        compaction.auto_compact(workspace, thread, self.events)
+
+    def close(self) -> None:
+        """The last session ended: requests already running finish, nothing else starts."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        if self.sessions is not None:
+            self.sessions.stop()
+        if self.hook_watcher is not None:
+            self.hook_watcher.stop()
+        self.lanes.close()
+        self.background.shutdown(wait=False, cancel_futures=True)
+        self.executor.shutdown(wait=True, cancel_futures=True)
+        self.service.close()
+
+
+class Broadcast:
+    """Notifications about the workspaces (usage, threads, snapshots, automatic compactions): to
+    every session that is past `initialize`."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+
+    def notify(self, method: str, params: dict[str, Any]) -> None:
+        for client in self.daemon.initialized_clients():
+            try:
+                client.outbox.notify(method, params)
+            except (OSError, ValueError):  # that client is gone (its socket, or its closed file); the others get it
+                log.debug("a notification to a departed client was dropped")
+
+    def show_message(self, message: str, kind: int = methods.MESSAGE_WARNING) -> None:
+        self.notify(methods.SHOW_MESSAGE, {"type": kind, "message": message})
+
+    def progress(self, token: int | str | None, value: dict[str, Any]) -> None:
+        if token is not None:
+            self.notify(methods.PROGRESS, {"token": token, "value": value})
+
+
+class CtxdServer:
+    """One client's session, built with its connection: its lifecycle state, its requests in flight,
+    the folders it opened; the workspaces and workers are its daemon's."""
+
+    def __init__(self, connection: Connection, state_dir: Path | None = None, daemon: Daemon | None = None) -> None:
+        self.connection = connection
+        self.owns_daemon = daemon is None  # over stdio (and in memory) the session is the daemon
+        self.daemon = daemon if daemon is not None else Daemon(state_dir)
+        self.service = self.daemon.service
+        self.outbox = Outbox(connection.writer)
+        self.events = CompactionEvents(self.outbox, self.daemon.throttle)
+        self.backlog = Backlog(BACKLOG_REQUESTS, BACKLOG_BYTES)
+        self.initialized = False  # `initialize` answered
+        self.shutting_down = False
+        self.folders: set[str] = set()  # the workspaces this session opened (see Daemon.hold)
+        self._cancels: dict[Any, threading.Event] = {}
+        self._shown: set[str] = set()  # settings problems already shown (each once per session)
+        self.daemon.join(self)
+
+    @property
+    def sessions(self) -> Any:
+        return self.daemon.sessions
 
     # --- dispatch (the reader thread) ------------------------------------------------------------
 
-    def dispatch(self, message: dict[str, Any], size: int = 0) -> None:
-        """Check a message's envelope and the lifecycle, then answer it or hand it to a worker.
-        `size`: the message's length in bytes."""
-        assert self.outbox is not None
+    def dispatch(self, message: Incoming, size: int = 0) -> None:
+        """Answer what could not be read, check a message's envelope and the lifecycle, then answer
+        it or hand it to a worker. `size`: the message's length in bytes."""
+        if isinstance(message, Rejected):
+            if message.answer:
+                self.outbox.fail(message.msg_id, message.error)
+            return
+        if isinstance(message, Shortened):
+            self._report_shortened(message.sizes)
+            return
         method, has_id, msg_id = message.get("method"), "id" in message, message.get("id")
         if (message.get("jsonrpc") != "2.0" or (method is not None and not isinstance(method, str))
                 or (has_id and msg_id is not None and not _valid_id(msg_id))):
             if has_id:
-                self.outbox.error(msg_id if _valid_id(msg_id) else None, -32600, "Invalid Request")
+                self.outbox.fail(msg_id if _valid_id(msg_id) else None, InvalidRequest("Invalid Request"))
             return
         if method is None:
             return  # a response to something we never ask: nothing to do
@@ -134,16 +324,16 @@ class CtxdServer:
             return
         try:
             self._check_lifecycle(method)
+            if method not in methods.REQUESTS and method not in (methods.INITIALIZE, methods.SHUTDOWN):
+                raise MethodNotFound(f"Method not found: {method}")
         except CtxdError as error:
-            self.outbox.error(msg_id, error.code, error.message)
+            self.outbox.fail(msg_id, error)
             return
         if method == methods.INITIALIZE:
             self._initialize(msg_id, params)
         elif method == methods.SHUTDOWN:
             self.shutting_down = True
             self.outbox.reply(msg_id, None)
-        elif method not in methods.REQUESTS:
-            self.outbox.error(msg_id, -32601, f"Method not found: {method}")
         else:
             if log.isEnabledFor(logging.DEBUG):  # -v; RedactSecrets (ctxd/cli.py) takes keys out
                 log.debug("request %s %.2000r", method, params)
@@ -168,19 +358,20 @@ class CtxdServer:
             if cancel is not None:
                 cancel.set()
         elif method == methods.DID_CHANGE_WORKSPACE_FOLDERS and self.initialized:
-            self.executor.submit(self._change_folders, params)
+            self.daemon.executor.submit(self._change_folders, params)
         # `initialized`, `$/setTrace` and any other notification: nothing to do.
 
     def _answer_now(self, method: str, msg_id: Any, params: Any, size: int) -> bool:
         """Answer `ctxd/usage` or a small `ctxd/record` at once when nothing of its thread is queued
         and the answer needs no waiting; False hands it to a worker like every other request."""
         key = _ordering_key(method, params)
-        if key is None or self.lanes.busy(key):
+        if key is None or self.daemon.lanes.busy(key):
             return False
         if method == methods.USAGE:
             return self._usage_now(key, msg_id)
-        if method == methods.RECORD and size <= RECORD_NOW_MAX_BYTES and self._record_handler is not None:
-            return self._record_now(msg_id, params)
+        record = self.daemon.record_handler
+        if method == methods.RECORD and size <= RECORD_NOW_MAX_BYTES and record is not None:
+            return self._record_now(record, msg_id, params)
         return False
 
     def _usage_now(self, key: tuple[str, str], msg_id: Any) -> bool:
@@ -190,19 +381,18 @@ class CtxdServer:
         except Exception:  # noqa: BLE001 - the worker's attempt reports it
             return False
         if answer is not None:
-            self.outbox.reply_repeated(msg_id, answer)  # type: ignore[union-attr]
+            self.outbox.reply_repeated(msg_id, answer)
         return answer is not None
 
-    def _record_now(self, msg_id: Any, params: Any) -> bool:
+    def _record_now(self, record: RecordNow, msg_id: Any, params: Any) -> bool:
         """A small record stored here, or False having written nothing; errors are answered here."""
-        assert self._record_handler is not None
         try:
-            answer = self._record_handler(self.service.workspace, params)
+            answer = record(self.service.workspace, params)
         except Exception as error:  # noqa: BLE001 - reported to the client
             self._report(methods.RECORD, msg_id, error)
             return True
         if answer is not None:
-            self.outbox.reply(msg_id, answer)  # type: ignore[union-attr]
+            self.outbox.reply(msg_id, answer)
         return answer is not None
 
     def _submit(self, method: str, msg_id: Any, raw_params: Any, size: int) -> None:
@@ -211,9 +401,9 @@ class CtxdServer:
         job = functools.partial(self._run, method, msg_id, raw_params, cancel, size)
         key = _ordering_key(method, raw_params)
         if key is None:  # long operations (and unaddressed requests) run beside the rest
-            self.executor.submit(job)
+            self.daemon.executor.submit(job)
         else:
-            self.lanes.submit(key, job)
+            self.daemon.lanes.submit(key, job)
 
     def _run(self, method: str, msg_id: Any, raw_params: Any, cancel: threading.Event, size: int) -> None:
         """On a worker: parse, call the handler, send the reply (encoded here)."""
@@ -226,10 +416,9 @@ class CtxdServer:
         from ctxd.protocol.params import parse_params
         from ctxd.server.handlers import HANDLERS, Call
 
-        assert self.outbox is not None and self.events is not None
         params_model, fn = HANDLERS[method]
         if method == methods.STATUS:
-            self._warmed.wait(WARM_UP_WAIT_SECONDS)  # it lists the session sources
+            self.daemon.wait_warmed()  # it lists the session sources
         try:
             if cancel.is_set():  # cancelled while it waited for the thread's earlier requests
                 raise Cancelled("request cancelled")
@@ -247,67 +436,43 @@ class CtxdServer:
     def _report(self, method: str, msg_id: Any, error: Exception) -> None:
         """The error reply of a request that raised `error`; anything but a CtxdError is a bug of
         ours, logged with its traceback."""
-        assert self.outbox is not None
-        if isinstance(error, CtxdError):
-            self.outbox.error(msg_id, error.code, error.message, error.data)
-        else:
+        if not isinstance(error, CtxdError):
             log.error("%s failed", method, exc_info=error)
-            self.outbox.error(msg_id, InternalError.code, f"{method} failed inside ctxd; see the daemon's log")
+            error = InternalError(f"{method} failed inside ctxd; see the daemon's log")
+        self.outbox.fail(msg_id, error)
+
+    def _report_shortened(self, shortened: list[tuple[int, int]]) -> None:
+        sizes = ", ".join(f"{size} to {kept}" for size, kept in shortened)
+        log.warning("shortened %d over-long string value(s) while reading a request (bytes: %s)", len(shortened), sizes)
+        self.outbox.show_message(f"ctxd: a request carried {len(shortened)} string value(s) over {MAX_STRING_BYTES} "
+                                 f"bytes; their middles were dropped before parsing (bytes: {sizes}).")
 
     # --- lifecycle -------------------------------------------------------------------------------
 
     def _initialize(self, msg_id: Any, params: Any) -> None:
         """On the reader thread: nothing else is read until the folders are open."""
-        assert self.outbox is not None
         try:
             self._open_initial_folders(params)
-        except CtxdError as error:
-            self.outbox.error(msg_id, error.code, error.message)
-            return  # the client may try again
         except Exception as error:  # noqa: BLE001 - a bug of ours must not end the session
             self._report(methods.INITIALIZE, msg_id, error)
-            return
+            return  # the client may try again
         self.outbox.reply(msg_id, {
             "capabilities": {
                 "workspace": {"workspaceFolders": {"supported": True, "changeNotifications": True}},
-                "experimental": {"ctxd": {"protocolVersion": methods.PROTOCOL_VERSION, "methods": sorted(methods.REQUESTS)}},
+                "experimental": {"ctxd": {"protocolVersion": methods.PROTOCOL_VERSION,
+                                          "methods": sorted(methods.REQUESTS)}},
             },
             "serverInfo": {"name": "ctxd", "version": __version__},
         })
         self.initialized = True
-        self.executor.submit(self._warm_up)
-
-    def _warm_up(self) -> None:
-        """After `initialize` is answered, while the editor is still starting: import what requests
-        need (pydantic, the handlers), build the estimator's tables, follow the agents' sessions,
-        then import what compactions and snapshots need, instead of in the first request that does."""
-        try:
-            from ctxd.server import handlers  # the first request needs it: first
-            from ctxd.tokens import estimator
-
-            self._record_handler = handlers.record_now
-            estimator.prepare()  # counts before tiktoken is loaded are estimates: its tables now
-            self._follow_sessions()
-            import ctxd.compact.run  # noqa: F401
-            import ctxd.ghost.checkpoints  # noqa: F401
-        finally:
-            self._warmed.set()
+        self.daemon.warm_up()
 
     def _open_initial_folders(self, params: Any) -> None:
         if params is not None and not isinstance(params, dict):
             raise InvalidParams("params: must be an object")
         params = params or {}
-        options = params.get("initializationOptions")
-        ctxd_options = options.get("ctxd") if isinstance(options, dict) else None
-        self.service.init_options = ctxd_options if isinstance(ctxd_options, dict) else {}
-        if self.state_dir_override is None:
-            state_dir = load_settings(None, self.service.init_options, []).state_dir
-            if state_dir:
-                try:
-                    self.service.state_dir = Path(state_dir).expanduser()
-                except RuntimeError as error:  # `~someone` who is not a user here
-                    self.outbox.show_message(f"ctxd: stateDir {state_dir!r} cannot be used ({error}); "  # type: ignore[union-attr]
-                                             f"ledgers stay in {self.service.state_dir}")
+        if not self.daemon.configured:  # the first session's options: the others share its workspaces
+            self._configure(params)
         folders = params.get("workspaceFolders")
         uris = [f.get("uri") for f in folders if isinstance(f, dict)] if isinstance(folders, list) else []
         if not uris and isinstance(params.get("rootUri"), str):
@@ -315,22 +480,19 @@ class CtxdServer:
         for uri in uris:
             self._open(uri)
 
-    def _follow_sessions(self) -> None:
-        """Follow the agents' sessions (ctxd/sessions). `sources.*` come from the user's config and
-        the editor's options, never from a workspace's own file."""
-        from ctxd.sessions.bridge import SessionBridge
-
-        if self.sessions is not None:
-            return
-        from ctxd.sessions.hook_watch import HookWatcher  # what the agents' hooks and status line wrote
-
-        self.hook_watcher = HookWatcher(
-            self.service, lambda uri: self.outbox.notify(methods.GHOST_CHANGED, {"workspace": uri}))  # type: ignore[union-attr]
-        self.hook_watcher.start()
-        settings = load_settings(None, self.service.init_options, [])
-        self.sessions = SessionBridge(
-            self.service, settings, lambda uri: self.outbox.notify(methods.THREADS_CHANGED, {"workspace": uri}))  # type: ignore[union-attr]
-        self.sessions.start([w.root for w in self.service.folders()])
+    def _configure(self, params: dict[str, Any]) -> None:
+        options = params.get("initializationOptions")
+        ctxd_options = options.get("ctxd") if isinstance(options, dict) else None
+        self.service.init_options = ctxd_options if isinstance(ctxd_options, dict) else {}
+        if self.daemon.state_dir_override is None:
+            state_dir = load_settings(None, self.service.init_options, []).state_dir
+            if state_dir:
+                try:
+                    self.service.state_dir = Path(state_dir).expanduser()
+                except RuntimeError as error:  # `~someone` who is not a user here
+                    self.outbox.show_message(f"ctxd: stateDir {state_dir!r} cannot be used ({error}); "
+                                             f"ledgers stay in {self.service.state_dir}")
+        self.daemon.configured = True
 
     def _open(self, uri: Any) -> None:
         if not isinstance(uri, str):
@@ -340,16 +502,17 @@ class CtxdServer:
         except Exception as error:  # noqa: BLE001 - one folder that cannot open never ends the session
             message = error.message if isinstance(error, CtxdError) else f"{uri!r}: {type(error).__name__}: {error}"
             log.warning("not opening workspace folder: %s", message, exc_info=not isinstance(error, CtxdError))
-            self.outbox.show_message(f"ctxd: not opening workspace folder: {message}")  # type: ignore[union-attr]
+            self.outbox.show_message(f"ctxd: not opening workspace folder: {message}")
             return
+        self.daemon.hold(self, workspace)
         for problem in workspace.problems:  # bad values, unknown keys, settings ignored (trust)
             text = f"ctxd: {problem}"
             if text not in self._shown:
                 self._shown.add(text)
-                self.outbox.show_message(text)  # type: ignore[union-attr]
-        self.background.submit(self._report_interrupted_restore, workspace)
+                self.outbox.show_message(text)
+        self.daemon.background.submit(self._report_interrupted_restore, workspace)
 
-    def _report_interrupted_restore(self, workspace: Any) -> None:
+    def _report_interrupted_restore(self, workspace: Workspace) -> None:
         """A snapshot restore a crash cut short is told at once, with the snapshot to go back to."""
         from ctxd.ghost import snapshots as ghost
 
@@ -358,23 +521,7 @@ class CtxdServer:
         except CtxdError:
             return
         if found is not None:
-            self.outbox.show_message(f"ctxd: {workspace.root}: {found['message']}")  # type: ignore[union-attr]
-
-    def _on_open(self, workspace: Workspace) -> None:
-        workspace.auto_compactor = self._auto_compact  # compacts before a prompt over the limit
-        workspace.pricer = functools.partial(self._price, workspace)  # a client thread's cost
-
-    @staticmethod
-    def _price(workspace: Workspace, spend: dict[str, dict[str, int]]) -> dict[str, Any]:
-        from ctxd.sessions.pricing import client_cost
-
-        return client_cost(spend, workspace.settings.prices)
-
-    def _auto_compact(self, workspace: Workspace, thread: str) -> None:
-        from ctxd.compact import run as compaction
-
-        assert self.events is not None
-        compaction.auto_compact(workspace, thread, self.events)
+            self.outbox.show_message(f"ctxd: {workspace.root}: {found['message']}")
 
     def _change_folders(self, params: Any) -> None:
         event = params.get("event") if isinstance(params, dict) else None
@@ -382,44 +529,48 @@ class CtxdServer:
             return
         for folder in event.get("removed") or []:
             if isinstance(folder, dict) and isinstance(folder.get("uri"), str):
-                self.service.close_folder(folder["uri"])
+                try:
+                    uri = self.service.canonical(folder["uri"])
+                except CtxdError:
+                    continue
+                self.daemon.release(self, uri)
         for folder in event.get("added") or []:
             if isinstance(folder, dict):
                 self._open(folder.get("uri"))
-        if self.sessions is not None:
-            self.sessions.set_folders([w.root for w in self.service.folders()])
+        self.daemon.folders_changed()
 
     def _exit(self, code: int) -> None:
-        # Leave at once: the reader thread is blocked on stdin, and an interpreter shutdown with a
-        # thread inside a buffered read aborts the process. Requests already running finish.
-        self.lanes.close()
-        self.background.shutdown(wait=False, cancel_futures=True)
-        self.executor.shutdown(wait=True, cancel_futures=True)
-        self.service.close()
-        os._exit(code)
+        """`exit`: requests already running finish; then the connection decides (stdio: the
+        process ends at once; TCP: this session's socket closes; memory: `serve` returns)."""
+        if self.owns_daemon:
+            self.daemon.close()
+        self.connection.exit(code)
 
     # --- serving ---------------------------------------------------------------------------------
 
-    def serve(self, stdin: BinaryIO, stdout: BinaryIO) -> None:
-        """Serve one client over a pair of byte streams until it leaves."""
-        writer = LockedWriter(stdout)
-        self.outbox = Outbox(writer)
-        self.events = CompactionEvents(self.outbox, self.throttle)
-        self.service.on_open = self._on_open
+    def serve(self) -> int | None:
+        """Serve the client until it leaves; the code `exit` asked for, or None at the end of the
+        stream without one."""
         try:
-            reader_loop(stdin, writer, self.dispatch)
+            self.connection.receive(self.dispatch)
         finally:
-            if self.sessions is not None:
-                self.sessions.stop()
-            if self.hook_watcher is not None:
-                self.hook_watcher.stop()
-            self.lanes.close()
-            self.background.shutdown(wait=False, cancel_futures=True)
-            self.executor.shutdown(wait=True, cancel_futures=True)
-            self.service.close()
+            self.daemon.leave(self)
+            if self.owns_daemon:
+                self.daemon.close()
+        return self.connection.exit_code
 
-    def serve_tcp(self, host: str, port: int, token_file: Path | None = None) -> None:
-        """Serve the first client that authenticates over TCP (ctxd/server/tcp.py)."""
-        from ctxd.server import tcp
 
-        tcp.serve(host, port, self.service.state_dir, token_file, self.serve)
+def serve_stdio(state_dir: Path | None, stdin: BinaryIO, stdout: BinaryIO) -> None:
+    """Serve the editor that started this process over its pipes until it leaves."""
+    CtxdServer(StreamConnection(stdin, stdout), state_dir).serve()
+
+
+def serve_tcp(state_dir: Path | None, host: str, port: int, token_file: Path | None = None) -> None:
+    """Serve every client that authenticates over TCP (ctxd/server/tcp.py), until the last leaves."""
+    from ctxd.server import tcp
+
+    daemon = Daemon(state_dir)
+    code = tcp.serve(host, port, daemon.service.state_dir, token_file,
+                     lambda connection: CtxdServer(connection, daemon=daemon).serve())
+    daemon.close()
+    os._exit(code)  # the accepting thread is inside accept(): leave without an interpreter shutdown

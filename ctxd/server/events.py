@@ -10,15 +10,19 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable, Hashable
+from collections.abc import Callable, Hashable
+from typing import Any, Generic, Protocol, TypeVar
 
 from ctxd import redact
+from ctxd.errors import CtxdError, InternalError
 from ctxd.protocol import methods
-from ctxd.server.framing import LockedWriter, encode, encode_parts, error_response
+from ctxd.server.codec import encode, encode_parts, error_body
 
 log = logging.getLogger(__name__)
 
 Scheduler = Callable[[float, Callable[[], None]], None]
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
 
 
 def thread_timer(delay: float, fn: Callable[[], None]) -> None:
@@ -27,18 +31,18 @@ def thread_timer(delay: float, fn: Callable[[], None]) -> None:
     timer.start()
 
 
-class Throttle:
-    def __init__(self, send: Callable[[Hashable, Any], None], interval: float = 0.1,
+class Throttle(Generic[K, V]):
+    def __init__(self, send: Callable[[K, V], None], interval: float = 0.1,
                  schedule: Scheduler = thread_timer, clock: Callable[[], float] = time.monotonic) -> None:
         self._send = send
         self._interval = interval
         self._schedule = schedule
         self._clock = clock
         self._lock = threading.Lock()
-        self._last_sent: dict[Hashable, float] = {}
-        self._pending: dict[Hashable, Any] = {}
+        self._last_sent: dict[K, float] = {}
+        self._pending: dict[K, V] = {}
 
-    def offer(self, key: Hashable, value: Any) -> None:
+    def offer(self, key: K, value: V) -> None:
         with self._lock:
             if key in self._pending:
                 self._pending[key] = value  # a trailing send is already scheduled: it takes this value
@@ -54,11 +58,11 @@ class Throttle:
                 self._last_sent = {k: t for k, t in self._last_sent.items() if t + self._interval > now}
         self._send(key, value)
 
-    def flush(self, key: Hashable) -> None:
+    def flush(self, key: K) -> None:
         """Send a pending value now, e.g. when a notification that must follow it is about to go."""
         self._flush(key)
 
-    def _flush(self, key: Hashable) -> None:
+    def _flush(self, key: K) -> None:
         with self._lock:
             if key not in self._pending:
                 return
@@ -67,11 +71,27 @@ class Throttle:
         self._send(key, value)
 
 
+class FrameWriter(Protocol):
+    """Where a connection's frames go (`transport.LockedWriter`, or a memory connection's queue)."""
+
+    def write_message(self, body: list[bytes]) -> None: ...
+
+
+class Notifier(Protocol):
+    """What sends notifications: one client's outbox, or every client's (`app.Broadcast`)."""
+
+    def notify(self, method: str, params: dict[str, Any]) -> None: ...
+
+    def show_message(self, message: str, kind: int = methods.MESSAGE_WARNING) -> None: ...
+
+    def progress(self, token: int | str | None, value: dict[str, Any]) -> None: ...
+
+
 class Outbox:
     """Everything the server sends: replies and notifications, from any thread, one whole frame
     at a time, always strict JSON (a reply that cannot be encoded becomes an error reply)."""
 
-    def __init__(self, writer: LockedWriter) -> None:
+    def __init__(self, writer: FrameWriter) -> None:
         self.writer = writer
         self._last_result: tuple[Any, bytes] | None = None  # see `reply_repeated`
 
@@ -86,7 +106,7 @@ class Outbox:
             log.exception("could not encode a message to the client")
             if "id" not in message:
                 return
-            body = [error_response(message["id"], -32603, "Internal error: the reply could not be encoded")]
+            body = [error_body(message["id"], InternalError("Internal error: the reply could not be encoded"))]
         self.writer.write_message(body)
 
     def reply(self, msg_id: Any, result: Any) -> None:
@@ -105,11 +125,12 @@ class Outbox:
         msg_id_json = b"%d" % msg_id if isinstance(msg_id, int) else encode(msg_id)
         self.writer.write_message([b'{"jsonrpc":"2.0","id":%s,"result":%s}' % (msg_id_json, last[1])])
 
-    def error(self, msg_id: Any, code: int, message: str, data: Any = None) -> None:
-        error: dict[str, Any] = {"code": code, "message": message}
-        if data is not None:
-            error["data"] = data
-        self.send({"jsonrpc": "2.0", "id": msg_id, "error": error})
+    def fail(self, msg_id: Any, error: CtxdError) -> None:
+        """The error reply for `error`: its code from the table in `ctxd/errors.py`."""
+        fields: dict[str, Any] = {"code": int(error.code), "message": error.message}
+        if error.data is not None:
+            fields["data"] = error.data
+        self.send({"jsonrpc": "2.0", "id": msg_id, "error": fields})
 
     def notify(self, method: str, params: dict[str, Any]) -> None:
         self.send({"jsonrpc": "2.0", "method": method, "params": params})
@@ -151,7 +172,7 @@ class SlowWarning:
 class CompactionEvents:
     """What a compaction tells the client (ctxd.compact.run.Events), sent through the outbox."""
 
-    def __init__(self, outbox: Outbox, throttle: Throttle) -> None:
+    def __init__(self, outbox: Notifier, throttle: Throttle[tuple[str, str], dict[str, Any]]) -> None:
         self.outbox, self.throttle = outbox, throttle
 
     def usage_now(self, uri: str, thread: str) -> None:

@@ -15,8 +15,8 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
+from collections.abc import Callable, Hashable
 from concurrent.futures import Executor
-from typing import Callable, Hashable
 
 log = logging.getLogger(__name__)
 

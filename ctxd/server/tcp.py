@@ -5,9 +5,12 @@ start and writes it to a file only its owner can read (`<state dir>/tcp/<port>.t
 0700 folder, or `--token-file`). A connection's first message must be `initialize` carrying that
 token (`params.authToken`) and must arrive within `AUTH_SECONDS`; otherwise the connection is
 closed and never reaches the server. Connections are accepted and checked in parallel, so one
-that stalls delays no one; the first that authenticates gets the session (the daemon leaves when
-it ends, as over stdio) and the token file is removed; one that authenticates while it runs is
-told so and closed.
+that stalls delays no one; each that authenticates gets a session of its own, on its own thread,
+over the same workspaces (`app.Daemon`), so two editors (or an editor and a script) are served at
+once. The daemon leaves when its last session ends, as over stdio, and removes the token file.
+
+A Unix socket with owner-only permissions is not offered: the token file is what a client needs,
+on every platform the daemon runs on, and TCP binds 127.0.0.1 unless told otherwise.
 """
 
 from __future__ import annotations
@@ -23,6 +26,10 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
+
+from ctxd.errors import InvalidRequest
+from ctxd.server.codec import error_body
+from ctxd.server.connection import Connection, StreamConnection
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +66,7 @@ def write_token(path: Path, token: str) -> None:
 class _Replay(io.RawIOBase):
     """The bytes already read for the check, then the rest of the connection."""
 
-    def __init__(self, head: bytes, rest: BinaryIO) -> None:
+    def __init__(self, head: bytes, rest: io.BufferedReader) -> None:
         self.head, self.rest = head, rest
 
     def readable(self) -> bool:
@@ -71,7 +78,7 @@ class _Replay(io.RawIOBase):
             buffer[:count] = self.head[:count]
             self.head = self.head[count:]
             return count
-        return self.rest.readinto1(buffer)  # type: ignore[attr-defined]  # what has arrived, not a full buffer
+        return self.rest.readinto1(buffer)  # what has arrived, not a full buffer
 
 
 def read_first(reader: BinaryIO) -> tuple[bytes, dict[str, Any]]:
@@ -119,8 +126,7 @@ def _reply_error(connection: socket.socket, message: dict[str, Any] | None, text
     if not (isinstance(msg_id, int) and not isinstance(msg_id, bool)) and not (
             isinstance(msg_id, str) and len(msg_id) <= 200):
         msg_id = None
-    body = json.dumps({"jsonrpc": "2.0", "id": msg_id, "error": {"code": -32600, "message": f"Invalid Request: {text}"}},
-                      ensure_ascii=True).encode()
+    body = error_body(msg_id, InvalidRequest(f"Invalid Request: {text}"))
     try:
         connection.sendall(b"Content-Length: %d\r\n\r\n" % len(body) + body)
     except OSError:
@@ -128,14 +134,14 @@ def _reply_error(connection: socket.socket, message: dict[str, Any] | None, text
 
 
 def serve(host: str, port: int, state_dir: Path, token_file: Path | None,
-          session: Callable[[BinaryIO, BinaryIO], None]) -> None:
-    """Listen, check connections in parallel, and run `session(reader, writer)` for the first that
-    authenticates, on this thread; return when it ends."""
+          session: Callable[[Connection], int | None]) -> int:
+    """Listen, check connections in parallel, and run `session(connection)` on a thread of its own
+    for each that authenticates; return the exit code when the last session has ended."""
     token = secrets.token_urlsafe(32)
-    claimed = threading.Lock()
     checking = threading.BoundedSemaphore(MAX_CHECKING)
-    ready: list[tuple[socket.socket, BinaryIO]] = []
-    chosen = threading.Event()
+    lock = threading.Lock()
+    served = {"active": 0, "code": 0, "ended": False}
+    ended = threading.Event()
 
     def check(connection: socket.socket) -> None:
         try:
@@ -168,13 +174,30 @@ def serve(host: str, port: int, state_dir: Path, token_file: Path | None,
             _shut(connection)
             return
         closer.cancel()
-        if not claimed.acquire(blocking=False):
-            _reply_error(connection, message, "this ctxd already serves a client; start another daemon")
-            _shut(connection)
-            return
+        with lock:
+            if served["ended"]:
+                _reply_error(connection, message, "this ctxd is exiting (its last client left); start another daemon")
+                _shut(connection)
+                return
+            served["active"] += 1
         connection.settimeout(None)
-        ready.append((connection, io.BufferedReader(_Replay(head, reader))))  # type: ignore[arg-type]
-        chosen.set()
+        run(connection, io.BufferedReader(_Replay(head, reader)))
+
+    def run(connection: socket.socket, reader: BinaryIO) -> None:
+        """One authenticated client's session, on this (its own) thread."""
+        code: int | None = None
+        try:
+            with connection, reader, connection.makefile("wb") as writer:
+                code = session(StreamConnection(reader, writer, on_exit=lambda _code: _shut(connection)))
+        except Exception:  # noqa: BLE001 - one session's failure ends only that session
+            log.exception("tcp: a session failed")
+        finally:
+            with lock:
+                served["active"] -= 1
+                served["code"] = code if code is not None else 0
+                if served["active"] == 0:
+                    served["ended"] = True
+                    ended.set()
 
     with socket.create_server((host, port)) as listener:
         bound = listener.getsockname()[1]
@@ -191,14 +214,14 @@ def serve(host: str, port: int, state_dir: Path, token_file: Path | None,
                 if not checking.acquire(blocking=False):
                     _shut(connection)  # a flood of connections: no thread for this one
                     continue
-                threading.Thread(target=check, args=(connection,), daemon=True, name="ctxd-tcp-auth").start()
+                threading.Thread(target=check, args=(connection,), daemon=True, name="ctxd-tcp-session").start()
 
         threading.Thread(target=accept, daemon=True, name="ctxd-tcp-accept").start()
-        chosen.wait()
-        path.unlink(missing_ok=True)  # served: no later connection gets a session (the daemon exits with it)
-        connection, reader = ready[0]
-        with connection, reader, connection.makefile("wb") as writer:
-            session(reader, writer)  # type: ignore[arg-type]
+        try:
+            ended.wait()
+        finally:
+            path.unlink(missing_ok=True)  # the daemon leaves with its last client: no one else may come
+    return served["code"]
 
 
 def _shut(connection: socket.socket) -> None:

@@ -1,26 +1,19 @@
-"""LSP base-protocol framing over byte streams, hardened for a long-running daemon.
+"""Bytes in and out: LSP base-protocol frames over byte streams, hardened for a long-running daemon.
 
-pygls' own stdio loop reads with the same thread pool that runs handlers (a few slow compactions
-would stall reading), structures every nested JSON object that happens to carry a `jsonrpc` key,
-and answers malformed frames with nothing. This loop reads on a thread of its own, parses only
-the top-level message, answers parse errors with -32700, and writes frames under a lock so that
-worker threads can notify safely.
+Reading: `read_frame` takes the next body from a stream (at most `MAX_BODY_BYTES`, a lying
+Content-Length allocates nothing up front and is caught at the next frame's header, over-long
+string values are shortened as they stream past). Writing: `LockedWriter` sends each frame whole,
+whichever thread writes. What the bytes mean is `codec.py`'s business; who answers is `app.py`'s.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import re
 import threading
-import uuid
-from typing import BinaryIO, Callable
+from typing import BinaryIO
 
-from ctxd import redact
-from ctxd.protocol import jsontext
-from ctxd.protocol.rawjson import RawJsonList
-
-log = logging.getLogger(__name__)
+from ctxd.server.codec import encodable
 
 MAX_HEADER_BYTES = 8192
 MAX_BODY_BYTES = 512 * 1024 * 1024
@@ -152,7 +145,7 @@ class LyingLength(Exception):
     """The body held the start of the next frame: its Content-Length was larger than the body."""
 
 
-def read_frame(stream: Input, capper: "StringCapper | None" = None, resync: bool = False) -> bytes | None:
+def read_frame(stream: Input, capper: StringCapper | None = None, resync: bool = False) -> bytes | None:
     """The next message body, or None at end of stream. Raises FrameError on a broken header and
     LyingLength on a body that turned out to hold the next frame.
 
@@ -195,7 +188,7 @@ def read_frame(stream: Input, capper: "StringCapper | None" = None, resync: bool
     return _read_body(stream, length, capper or StringCapper())
 
 
-def _read_body(stream: Input, length: int, capper: "StringCapper") -> bytes | None:
+def _read_body(stream: Input, length: int, capper: StringCapper) -> bytes | None:
     """Read `length` bytes as they arrive: a lying Content-Length allocates nothing up front, a
     body that runs into the next frame is given up, and long string values are shortened as
     they stream past (bodies over MAX_STRING_BYTES only)."""
@@ -335,7 +328,7 @@ def _valid_end(data: bytearray, start: int, end: int) -> int:
             text = json.loads(b'"' + bytes(data[start:cut]) + b'"')
         except ValueError:
             continue
-        if _encodable(text):  # not between the halves of a surrogate pair
+        if encodable(text):  # not between the halves of a surrogate pair
             return cut
     return end
 
@@ -346,181 +339,7 @@ def _valid_start(tail: bytes) -> int:
             text = json.loads(b'"' + tail[skip:] + b'"')
         except ValueError:
             continue
-        if _encodable(text):  # a cut inside `\ud83d\ude00` would leave half a pair
+        if encodable(text):  # a cut inside `\ud83d\ude00` would leave half a pair
             return skip
     return 0
 
-
-def error_response(msg_id: object, code: int, message: str) -> bytes:
-    return encode({"jsonrpc": "2.0", "id": msg_id, "error": {"code": code, "message": message}})
-
-
-def reader_loop(stream: BinaryIO, writer: LockedWriter, deliver: Callable[[dict, int], None]) -> None:
-    """Read frames until end of stream; hand each well-formed JSON object to `deliver`, with
-    its body's length.
-
-    Nothing a client sends ends the session but the end of the stream: a broken frame is
-    answered with -32700 (id null) and reading resumes at the next good frame.
-    """
-    source = Input(stream)
-    capper = StringCapper()
-    resync = False
-    while True:
-        try:
-            body = read_frame(source, capper, resync)
-            resync = False
-        except (FrameError, LyingLength) as error:
-            log.warning("bad frame: %s", error)  # (the log's own filter takes keys out)
-            writer.write_message([error_response(None, -32700, f"Parse error: {redact.redact(str(error))}")])
-            resync = isinstance(error, FrameError)
-            continue
-        if body is None:
-            return
-        if capper.shortened:
-            _report_shortened(writer, capper.shortened)
-            capper.shortened = []
-        made = NotJson.made
-        try:
-            message = decode(body)
-        except (ValueError, RecursionError) as error:  # JSONDecodeError and UnicodeDecodeError included
-            writer.write_message([error_response(None, -32700, f"Parse error: {error}")])
-            continue
-        if not isinstance(message, dict):
-            writer.write_message([error_response(None, -32600, "Invalid Request: a message must be a JSON object")])
-            continue
-        problem = unsafe_content(message, body, numbers=NotJson.made != made)
-        size = len(body)
-        del body
-        if problem is not None:
-            msg_id = message.get("id")
-            if isinstance(msg_id, NotJson):
-                writer.write_message([error_response(None, -32600, f"Invalid Request: {problem} (the id)")])
-            elif "id" in message and isinstance(msg_id, (int, str)) and not isinstance(msg_id, bool):
-                writer.write_message([error_response(msg_id, -32602, f"Invalid params: {problem}")])
-            continue
-        deliver(message, size)
-
-
-class NotJson(float):
-    """Stands in for a number strict JSON cannot carry (`NaN`, `Infinity`, `1e999`, an integer of
-    more than 4,300 digits), so that the request gets -32602 with its own id instead of breaking
-    the decoder (Python's int conversion limit raises; NaN would be stored and sent back)."""
-
-    made = 0  # how many were ever made: a message whose decoding made none holds none
-
-    def __new__(cls, text: str) -> "NotJson":
-        value = super().__new__(cls, "nan")
-        value.text = text[:40]
-        NotJson.made += 1
-        return value
-
-
-MAX_INT_DIGITS = 4300
-
-
-def _parse_int(text: str) -> int | NotJson:
-    return int(text) if len(text) <= MAX_INT_DIGITS else NotJson(text)
-
-
-def _parse_float(text: str) -> float | NotJson:
-    value = float(text)
-    return value if value not in (float("inf"), float("-inf")) else NotJson(text)
-
-
-_RAW_MARK = f"ctxd-raw-json-{uuid.uuid4().hex}-"
-_raw = threading.local()  # the raw JSON texts of the message being encoded, on this thread
-
-
-def _raw_placeholder(value: object) -> str:
-    """The encoder's `fallback`: a `RawJsonList` becomes a marker string, replaced by its texts after."""
-    if isinstance(value, RawJsonList):
-        _raw.parts.append(value)
-        return f"{_RAW_MARK}{len(_raw.parts) - 1}"
-    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
-
-
-# Built once: `json.loads` with options builds a new decoder per call.
-_DECODER = json.JSONDecoder(parse_int=_parse_int, parse_float=_parse_float, parse_constant=NotJson)
-
-
-def decode(body: bytes) -> object:
-    """Parse one message body (UTF-8, as LSP frames are); numbers strict JSON cannot carry become
-    `NotJson`."""
-    return _DECODER.decode(body.decode("utf-8"))
-
-
-def encode_parts(message: object) -> list[bytes]:
-    """Serialize for the wire: strict JSON (no NaN or Infinity), UTF-8, in parts whose
-    concatenation is the message; a `RawJsonList` is written as the JSON texts it holds, joined
-    once, in a part of its own."""
-    _raw.parts = []
-    try:
-        text = jsontext.dumps(message, fallback=_raw_placeholder)
-        raws: list[RawJsonList] = _raw.parts
-    finally:
-        _raw.parts = []
-    parts: list[bytes] = []
-    for n, raw in enumerate(raws):
-        before, _, text = text.partition(f'"{_RAW_MARK}{n}"'.encode())
-        parts += [before + b"[", ",".join(raw.texts).encode("utf-8"), b"]"]
-    parts.append(text)
-    return parts
-
-
-def encode(message: object) -> bytes:
-    """`encode_parts`, concatenated."""
-    parts = encode_parts(message)
-    return parts[0] if len(parts) == 1 else b"".join(parts)
-
-
-MAX_JSON_DEPTH = 128
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
-
-
-def unsafe_content(message: dict, body: bytes, numbers: bool = True) -> str | None:
-    """What in a parsed message would break the code behind the reader, if anything.
-
-    Deep nesting: the JSON decoder copes (up to ~990 levels), but validation, the store's encoder
-    and token counting recurse too, and would fail with RecursionError deep inside a handler.
-    Unpaired surrogates (`\\ud800`): valid JSON, but not Unicode; SQLite cannot store them.
-    A number strict JSON cannot carry (`NotJson`): refused rather than stored.
-    All are checked without recursion, and only where they can be: the surrogate walk when the
-    body has such escapes, the depth when it has enough brackets, the numbers when decoding made a
-    `NotJson` (`numbers`). Most requests need no walk at all.
-    """
-    strings = _SURROGATE_ESCAPE.search(body) is not None
-    if not strings and not numbers and body.count(b"{") + body.count(b"[") <= MAX_JSON_DEPTH:
-        return None
-    stack: list[tuple[object, int]] = [(message, 1)]
-    while stack:
-        value, depth = stack.pop()
-        if depth > MAX_JSON_DEPTH:
-            return f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
-        children = value.values() if isinstance(value, dict) else value
-        for child in children:  # type: ignore[union-attr]
-            if isinstance(child, (dict, list)):
-                stack.append((child, depth + 1))
-            elif isinstance(child, NotJson):
-                return f"the number {child.text}{'...' if len(child.text) >= 40 else ''} cannot be carried in strict JSON"
-            elif strings and isinstance(child, str) and not _encodable(child):
-                return "a string holds an unpaired UTF-16 surrogate"
-        if strings and isinstance(value, dict) and not all(_encodable(key) for key in value):
-            return "a key holds an unpaired UTF-16 surrogate"
-    return None
-
-
-def _encodable(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _report_shortened(writer: LockedWriter, shortened: list[tuple[int, int]]) -> None:
-    sizes = ", ".join(f"{size} to {kept}" for size, kept in shortened)
-    log.warning("shortened %d over-long string value(s) while reading a request (bytes: %s)", len(shortened), sizes)
-    message = (f"ctxd: a request carried {len(shortened)} string value(s) over {MAX_STRING_BYTES} bytes; "
-               f"their middles were dropped before parsing (bytes: {sizes}).")
-    writer.write_message(encode_parts({"jsonrpc": "2.0", "method": "window/showMessage",
-                                       "params": {"type": 2, "message": message}}))
