@@ -30,6 +30,7 @@ from ctxd.ledger.truncation import truncate_tool_output, with_serialization_allo
 from ctxd.protocol import jsontext
 from ctxd.protocol.rawjson import RawJsonList
 from ctxd.settings import Problem, Settings, is_trusted, load_settings
+from ctxd.tokens import cache as prompt_cache
 from ctxd.tokens.counter import TOKENIZERS, Counter, count_item
 from ctxd.usage.view import UsageView
 
@@ -270,6 +271,9 @@ class Workspace:
                                  model=(state.get("usageSettings") or {}).get("model"), lastActivity=updated,
                                  readOnly=followed_agent(row.thread) is not None)
                 entry["usage"] = self.view.usage(ledger)
+                facts = followed.get("cache") if isinstance(followed, dict) else state.get("cacheFacts")
+                if isinstance(facts, dict):  # the prompt cache now (ctxd/tokens/cache.py)
+                    entry["cache"] = prompt_cache.state(facts, entry["usage"]["usedTokens"])
                 listed.append(entry)
         listed.sort(key=lambda t: _instant(t["lastActivity"]), reverse=True)
         return {"threads": listed}

@@ -52,6 +52,7 @@
 ---@field workspace string
 
 ---@class ctxd.CompactResult
+---@field cacheCost? ctxd.CompactionCost
 ---@field fallbackReason? string|nil
 ---@field historyVersion integer
 ---@field strategy "llm"|"remote"|"offline"
@@ -63,6 +64,7 @@
 
 --- `ctxd/compacted`.
 ---@class ctxd.Compacted
+---@field cacheCost? ctxd.CompactionCost
 ---@field strategy string
 ---@field thread string
 ---@field tokensAfter integer
@@ -74,6 +76,7 @@
 ---@field at string
 ---@field cacheWriteCost number|nil
 ---@field cacheWriteTokens integer
+---@field coldCache? boolean
 ---@field savedCostPerTurn number|nil
 ---@field savedTokensPerTurn integer
 
