@@ -388,7 +388,25 @@ class Workspace:
                 for kind, tokens in billed.items():
                     parts[kind] = int(parts.get(kind, 0)) + tokens
                 self._update_state(ledger, spend=spend, cost=self.pricer(spend))
+            self._note_request(ledger)
             return self._changed(ledger)
+
+    def _note_request(self, ledger: ThreadLedger) -> None:
+        """A client's request just reported: the prompt cache's clock starts again (its state and
+        re-write rate, ctxd/tokens/cache.py; the compactions ctxd ran stay listed)."""
+        model = self.view.settings(ledger).model or ""
+        kept = (ledger.state or {}).get("cacheFacts") or {}
+        facts = prompt_cache.facts(prompt_cache.provider_of(None, model), prompt_cache.iso(time.time()), False,
+                                   self.rate(model, "input"), kept.get("compactions"))
+        self._update_state(ledger, cacheFacts=facts)
+
+    def rate(self, model: str, kind: str) -> float | None:
+        """USD per million tokens of `kind` (`input`, `cachedInput`) for a client thread's model, by
+        the pricer; None when there is none or the model is unpriced."""
+        if self.pricer is None:
+            return None
+        priced = self.pricer({model: {kind: prompt_cache.MILLION}})
+        return float(priced["total"]) if priced.get("priced") else None
 
     def set_prompt_context(self, thread: str, context: dict[str, Any]) -> dict[str, Any]:
         """Store the fixed overhead, and mark the current ledger as the reference baseline."""

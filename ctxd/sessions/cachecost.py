@@ -9,7 +9,8 @@ cache, which OpenAI bills at the full input rate).
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ctxd.sessions import pricing
 from ctxd.sessions.model import Session, Usage
