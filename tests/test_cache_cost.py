@@ -276,3 +276,12 @@ def test_daemon_threads_and_usage_carry_the_cache_of_a_followed_session(daemon_f
     usage = client.request("ctxd/usage", {"workspace": uri, "thread": thread})
     assert usage["cache"]["compactions"] == info["compactions"] and usage["cache"]["state"] == "cold"
 
+
+
+def test_the_lifetimes_applied_are_the_ones_prices_json_cites() -> None:
+    from importlib import resources
+
+    listed = json.loads(resources.files("ctxd.sessions").joinpath("prices.json").read_text())["cacheLifetimes"]
+    assert {k: v["seconds"] for k, v in listed.items()} == cache.LIFETIMES
+    assert listed["anthropic"]["oneHourSeconds"] == cache.ANTHROPIC_1H
+    assert all(v["source"] and v["checked"] for v in listed.values())
