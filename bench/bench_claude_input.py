@@ -120,8 +120,8 @@ def main(argv: list[str]) -> int:
         spread = max(residuals[generation]) - min(residuals[generation])
         added = sum(a for _, a in growth[generation])
         ratio = sum(c for c, _ in growth[generation]) / added if added > 0 else float("nan")
-        print(f"{generation:<12} {n:>8} {reported:>10,} {counted:>10,} {statistics.median(residuals[generation]):>18,.0f} "
-              f"{spread:>16,} {ratio:>19.3f}")
+        median = statistics.median(residuals[generation])
+        print(f"{generation:<12} {n:>8} {reported:>10,} {counted:>10,} {median:>18,.0f} {spread:>16,} {ratio:>19.3f}")
         label = "scripted fixture" if scripted else "transcripts"
         met = scripted or (added > 0 and abs(ratio - 1) <= GOAL)
         rows.append(Row(f"Claude {generation}: growth counted / API-reported ({label}, {n} requests)",

@@ -144,6 +144,8 @@ def note_report(session: Session, used: int, usage: Usage | None = None, model: 
     latest = session.agent_compactions[-1] if session.agent_compactions else None
     if latest is not None and latest["tokensAfter"] is None:
         latest["tokensAfter"] = used
+    if usage is not None and not (usage.input or usage.cached_input or usage.cache_write):
+        usage = None  # no prompt sent (Codex reports the new fill with 0 input right after compacting)
     if latest is not None and usage is not None and "firstRequest" not in latest:
         latest["firstRequest"] = {"model": model or "", "input": usage.input, "cacheWrite": usage.cache_write,
                                   "cacheWrite1h": usage.cache_write_1h}

@@ -30,6 +30,7 @@ import hashlib
 import importlib.util
 import json
 import re
+import struct
 import sys
 import unicodedata
 from collections.abc import Callable
@@ -120,7 +121,25 @@ def tiktoken_ranks(name: str) -> bytes:
         return b"".join(b"%s %d\n" % (entry["token_bytes"].encode(), i) for i, entry in enumerate(data["vocab"][:size]))
     if name == "deepseek-v3":
         return _byte_level_ranks(json.loads(path.read_bytes())["model"]["vocab"])
+    if name == "llama3":
+        return _quicktok_ranks(path.read_bytes())
     raise EncodingUnavailable(f"{name}: its file holds no BPE ranks")
+
+
+def _quicktok_ranks(data: bytes) -> bytes:
+    """quicktok's vocabulary file (a little-endian u32 count, then per token a u16 length, its
+    bytes and a u32 rank) as `.tiktoken` text. Llama 3's first 100,256 ranks are cl100k's."""
+    (count,) = struct.unpack_from("<I", data, 0)
+    pos, lines = 4, []
+    for _ in range(count):
+        (length,) = struct.unpack_from("<H", data, pos)
+        token = data[pos + 2: pos + 2 + length]
+        (rank,) = struct.unpack_from("<I", data, pos + 2 + length)
+        pos += 6 + length
+        lines.append(b"%s %d\n" % (base64.b64encode(token), rank))
+    if pos != len(data):
+        raise EncodingUnavailable("llama3: quicktok's vocabulary file is not in the format ctxd reads")
+    return b"".join(lines)
 
 
 def _byte_level_ranks(vocab: dict[str, int]) -> bytes:
