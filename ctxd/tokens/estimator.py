@@ -648,13 +648,13 @@ FAST: Final[dict[str, FastSpec]] = {
     "qwen3.6": FastSpec("qwen3.6", 16, 1910, 66, 10, 1040),
     "deepseek": FastSpec("deepseek-v3", 15, 1910, 66, 10, 1038),
     "tekken": FastSpec("tekken", 15, 1935, 56, 10, 1048),
+    "llama3": FastSpec("llama3", 16, 1910, 66, 10, 1026),
 }
 # END FITTED FAST CONSTANTS
 # Profiles cut as o200k's pre-tokenizer cuts (case changes split words); the others as cl100k's.
 O200K_SPLIT: Final = frozenset({"o200k", "tekken"})
 # BEGIN FITTED RATIOS (bench/fit_fastcount.py): profile -> (OpenAI profile, scale / 1024). The
-# estimate of families without a table of their own (Llama 3, whose file is quicktok's binary
-# format), and of the others when their package is not installed. Claude's profiles have byte-class
+# estimate of a family while its table is built, and when its package is not installed. Claude's profiles have byte-class
 # weights of their own (WEIGHTS), which are used instead; their ratios are kept for comparison.
 RATIOS: Final[dict[str, tuple[str, int]]] = {
     "claude": ("cl100k", 1226),
