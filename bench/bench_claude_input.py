@@ -98,6 +98,7 @@ def main(argv: list[str]) -> int:
     scripted = not args.paths and not args.claude_home
     residuals: dict[str, list[int]] = defaultdict(list)
     growth: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    by_model: dict[str, list[tuple[int, int]]] = defaultdict(list)
     totals: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
     for path in transcripts(args.paths, args.claude_home):
         previous: dict[str, Any] | None = None
@@ -109,8 +110,9 @@ def main(argv: list[str]) -> int:
             total[1] += request["counted"]
             total[2] += 1
             if previous is not None and previous["model"] == request["model"] and not request["compacted"]:
-                growth[generation].append((request["counted"] - previous["counted"],
-                                           request["reported"] - previous["reported"]))
+                step = (request["counted"] - previous["counted"], request["reported"] - previous["reported"])
+                growth[generation].append(step)
+                by_model[request["model"]].append(step)
             previous = request
     print(f"{'generation':<12} {'requests':>8} {'reported':>10} {'counted':>10} {'residual (median)':>18} "
           f"{'residual spread':>16} {'growth counted/API':>19}")
@@ -127,6 +129,10 @@ def main(argv: list[str]) -> int:
         rows.append(Row(f"Claude {generation}: growth counted / API-reported ({label}, {n} requests)",
                         f"{ratio:.3f}", "API-reported growth", f"{ratio:.3f}",
                         "method check" if scripted else f"within {GOAL:.0%}", met))
+    for model, steps in sorted(by_model.items()):
+        added = sum(a for _, a in steps)
+        if added > 0:
+            print(f"  {model}: growth counted/API {sum(c for c, _ in steps) / added:.3f} over {len(steps)} steps")
     if scripted:
         print("(the fixture's usage comes from the scripted model server: these figures check the method only)")
     return report(rows)
