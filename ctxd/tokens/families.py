@@ -73,9 +73,11 @@ FAMILIES: dict[str, Family] = {
     "claude-v3": Family("ctok", "data/pieces_v3.json",
                         "4c6db216062ef01e70ba033ff52ad3b97f886e79877235f2c7bbbd40d09ffb9b", "ctok", "claude", False),
     "claude-v4.7": Family("ctok", "data/pieces_v4_7.json",
-                          "a785fc240010c855f3d9a498fbd422ee389752dd151f1d5eef57ca8c85c19993", "ctok", "claude-4.7", False),
+                          "a785fc240010c855f3d9a498fbd422ee389752dd151f1d5eef57ca8c85c19993", "ctok", "claude-4.7",
+                          False),
     "claude-v4.8": Family("ctok", "data/pieces_v4_7.json",
-                          "a785fc240010c855f3d9a498fbd422ee389752dd151f1d5eef57ca8c85c19993", "ctok", "claude-4.7", False),
+                          "a785fc240010c855f3d9a498fbd422ee389752dd151f1d5eef57ca8c85c19993", "ctok", "claude-4.7",
+                          False),
 }
 CTOK_VERSION = {"claude-v3": "3.0", "claude-v4.7": "4.7", "claude-v4.8": "4.8"}
 CTOK_MIN_PYTHON = (3, 12)
@@ -190,7 +192,7 @@ def _deepseek() -> Exact:
 
 def _llama3() -> Exact:
     package_file("llama3")  # the hash check
-    import quicktok
+    import quicktok  # type: ignore[import-untyped,unused-ignore]
 
     encoding = quicktok.get_encoding("llama3")
     return Exact("llama3", lambda text: len(encoding.encode_ordinary(text)))
@@ -201,7 +203,7 @@ def _claude(name: str) -> Exact:
         raise EncodingUnavailable(f"{name}: ctok needs Python 3.12 or later; this is "
                                   f"{sys.version_info.major}.{sys.version_info.minor}")
     package_file(name)
-    import ctok
+    import ctok  # type: ignore[import-not-found,unused-ignore]
 
     version = CTOK_VERSION[name]
     return Exact(name, lambda text: ctok.token_count(text, version=version))
@@ -227,7 +229,8 @@ def load(name: str) -> Exact:
 
 # --- which family a model is ----------------------------------------------------------------------
 
-_CLAUDE_VERSION = re.compile(r"claude-(?:(opus|sonnet|haiku)-(\d+)(?:[.-](\d))?(?!\d)|(\d+)(?:[.-](\d))?-(opus|sonnet|haiku))")
+_CLAUDE_VERSION = re.compile(r"claude-(?:(opus|sonnet|haiku)-(\d+)(?:[.-](\d))?(?!\d)"
+                             r"|(\d+)(?:[.-](\d))?-(opus|sonnet|haiku))")
 _RULES: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"qwen3\.[5-9]|qwen3\.\d\d"), "qwen3.6"),
     (re.compile(r"qwen|qwq"), "qwen2.5"),
