@@ -285,3 +285,25 @@ def test_the_lifetimes_applied_are_the_ones_prices_json_cites() -> None:
     assert {k: v["seconds"] for k, v in listed.items()} == cache.LIFETIMES
     assert listed["anthropic"]["oneHourSeconds"] == cache.ANTHROPIC_1H
     assert all(v["source"] and v["checked"] for v in listed.values())
+
+
+def test_a_compaction_through_the_daemon_reports_its_cache_cost(daemon_factory, tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    client = daemon_factory([workspace], {"model": "claude-sonnet-4-5"})
+    uri = workspace.as_uri()
+    body = "\n".join(f"line {i}: collecting tests from module_{i}.py and more words" for i in range(40))
+    items = [item for n in range(8) for item in (text_item("user", f"turn {n}: fix bug {n}"),
+                                                 text_item("assistant", body + str(n)))]
+    client.request("ctxd/record", {"workspace": uri, "items": items})
+    used = client.request("ctxd/usage", {"workspace": uri})["usage"]["usedTokens"]
+    client.request("ctxd/reportTokenUsage", {"workspace": uri, "usage": {
+        "inputTokens": used, "cachedInputTokens": used - 10, "outputTokens": 5, "totalTokens": used + 5}})
+    assert client.request("ctxd/usage", {"workspace": uri})["cache"]["state"] == "warm"
+    result = client.request("ctxd/compact", {"workspace": uri, "strategy": "offline"})
+    notice = client.wait_for_notification("ctxd/compacted")
+    spent = result["cacheCost"]
+    assert notice["cacheCost"] == spent and "coldCache" in spent and spent["coldCache"] is False
+    assert spent["cacheWriteTokens"] == result["tokensAfter"]
+    assert spent["savedTokensPerTurn"] == result["tokensBefore"] - result["tokensAfter"] > 0
+    assert spent["cacheWriteCost"] == round(result["tokensAfter"] * SONNET.input / 1e6, 6)
