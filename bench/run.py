@@ -31,6 +31,9 @@ QUICK: dict[str, list[str]] = {
     "hooks": ["--rounds", "15"],
     "sessions": ["--mb", "20", "--appends", "20", "--idle-seconds", "5", "--turns", "5"],
     "follow": ["--appends", "15", "--starts", "4", "--turns", "10"],
+    # The families on the held-out corpus when it is built (bench/real_corpus.py), else on the
+    # committed subset; Claude's rows when CTXD_CLAUDE_PYTHON names an interpreter with ctok.
+    "families": ["--rounds", "7"],
 }
 
 

@@ -24,7 +24,7 @@ ALLOWED: dict[str, set[str]] = {
     "compact": {"errors", "ledger", "protocol", "redact", "settings", "tokens"},
     "ghost": {"errors", "ledger", "redact", "settings"},
     "sessions": {"errors", "ghost", "hooks", "ledger", "redact", "settings", "terminal", "tokens"},  # hooks: a hooked session's marks
-    "hooks": {"errors", "ghost", "settings"},
+    "hooks": {"errors", "ghost", "settings", "tokens"},  # tokens: the prompt cache's lifetimes (statusline)
     "status": {"ctxd", "ledger", "protocol", "tokens"},
     "server": {"ctxd", "compact", "errors", "ghost", "ledger", "protocol", "redact", "sessions", "settings",
                "status", "tokens"},

@@ -68,6 +68,9 @@ def test_the_agent_recalls_what_its_compaction_replaced_and_restores_checkpoints
                 usage, _ = await call(session, "context_usage")
                 assert (usage["thread"], usage["agent"], usage["contextWindow"]) == (THREAD, "claude", 200_000)
                 assert usage["usedTokens"] >= 15_506 and usage["compactAt"] <= 200_000 and usage["categories"]
+                # The prompt cache of a session last active in 2025: long cold (issue #31).
+                assert usage["cache"]["state"] == "cold" and usage["cache"]["lastRequestAt"].startswith("2025-10-03")
+                assert usage["cache"]["rewriteTokens"] == usage["usedTokens"]
                 found = await until(session, "recall", lambda v: v["results"], query="staging proxy port")
                 assert found["results"][0]["archived"] is False
 

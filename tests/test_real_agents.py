@@ -121,6 +121,11 @@ def ctxd_sessions(s: Setup, fmt: str) -> str:
     return done.stdout
 
 
+def kept_after(s: Setup, thread: str, index: int) -> int:
+    """The fill after the thread's `index`th compaction, as `ctxd/history` lists it."""
+    return int(history(s, thread, archived=True)["compactions"][index]["tokensAfter"])
+
+
 def history(s: Setup, thread: str, archived: bool = False) -> dict[str, Any]:
     return s.client.request("ctxd/history", {"workspace": s.uri, "thread": thread, "includeArchived": archived})
 
@@ -255,6 +260,13 @@ def test_codex_compaction_shows_in_the_thread_and_keeps_the_history(daemon_facto
     assert full.seen, "the gauge never showed the full window before the compaction"
     info = thread_of(s, "codex", lambda t: t["usage"]["usedTokens"] == 4_010)
     assert info["usage"]["source"] == "api"  # the gauge dropped from 30,050 to the new report
+    # The prompt cache (issue #31): warm after the last request (OpenAI's 10 minutes); the
+    # compaction's cost is the first request after it, 3,000 of its 4,000 input tokens not read
+    # from the cache (not Codex's report of 0 input right after compacting), against the fill
+    # before less the fill after, read on every request after it.
+    assert info["cache"]["state"] == "warm" and info["cache"]["lifetimeSeconds"] == 600
+    assert info["cache"]["compactions"][-1]["cacheWriteTokens"] == 3_000
+    assert info["cache"]["compactions"][0]["savedTokensPerTurn"] == 30_050 - kept_after(s, thread, 0)
     kept = history(s, thread, archived=True)
     # Each one Codex ran, with its name and the fill before it (issue #26).
     assert [c["strategy"] for c in kept["compactions"]] == ["codex"] * len(summaries)
@@ -402,6 +414,13 @@ def test_claude_compaction_shows_in_the_thread_and_keeps_the_history(daemon_fact
     kept = history(s, thread, archived=True)
     [compaction] = kept["compactions"]
     assert compaction["strategy"] == "claude" and compaction["tokensBefore"] > 30_000
+    # The prompt cache (issue #31): warm (Anthropic's 5 minutes); the request after the compaction
+    # wrote nothing to the cache, and each turn after it reads the fill before it less the fill
+    # after (Claude Code's `postTokens`) fewer tokens.
+    assert info["cache"]["state"] == "warm" and info["cache"]["lifetimeSeconds"] == 300
+    [spent] = info["cache"]["compactions"]
+    assert spent["cacheWriteTokens"] == 0
+    assert spent["savedTokensPerTurn"] == compaction["tokensBefore"] - compaction["tokensAfter"] > 0
     assert compaction["tokensAfter"] is not None and compaction["tokensAfter"] < 30_000
     archived = [i for i in kept["items"] if i.get("archived")]
     assert [i["call_id"] for i in archived if i["type"] == "function_call"] == ["t1"]

@@ -161,8 +161,9 @@ def test_sessions_cli_lists_the_workspace_sessions_newest_first(tmp_path: Path) 
     table = subprocess.run([sys.executable, "-m", "ctxd", "sessions", "--workspace", str(ws)], cwd=REPO, env=env,
                            capture_output=True, text=True, timeout=60)
     lines = table.stdout.splitlines()
-    assert lines[0].split() == ["AGENT", "TITLE", "MODEL", "FILL", "COST", "LAST", "ACTIVITY"]
+    assert lines[0].split() == ["AGENT", "TITLE", "MODEL", "FILL", "COST", "CACHE", "LAST", "ACTIVITY"]
     assert lines[1].startswith("claude") and "8% 15k/200k" in lines[1] and lines[2].startswith("codex")
+    assert "cache cold: next turn re-writes 15k" in lines[1]  # a 2025 session: long expired (issue #31)
 
 
 # --- hostile files (the worker must never block, read outside the roots, or stop on one file) ---

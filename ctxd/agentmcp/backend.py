@@ -129,7 +129,7 @@ class Backend:
         return {"thread": thread, "agent": followed_agent(thread) or "client", "model": breakdown.get("model"),
                 "usedTokens": usage["usedTokens"], "contextWindow": usage["contextWindow"],
                 "percent": usage["percent"], "compactAt": usage["autoCompactLimit"], "cost": breakdown.get("cost"),
-                "categories": breakdown["categories"]}
+                "categories": breakdown["categories"], "cache": breakdown.get("cache")}
 
     def recall(self, query: str, limit: int = 5, scope: str = "thread") -> dict[str, Any]:
         if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= history.MAX_LIMIT:

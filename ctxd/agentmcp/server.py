@@ -87,7 +87,8 @@ def build(backend_factory: Callable[[], "Backend"]) -> Any:
             return _error(redact.redact(error.message))
 
     @server.tool(description="How full this session's context window is: tokens used, the window, the point "
-                             "where the agent compacts, cost so far, and what the tokens are made of.")
+                             "where the agent compacts, cost so far, what the tokens are made of, and the prompt "
+                             "cache (warm or cold, what a cold cache makes the next turn re-write).")
     def context_usage() -> Any:
         return call("context_usage")
 

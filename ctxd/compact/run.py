@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+import time
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -22,10 +23,12 @@ from ctxd import redact
 from ctxd.compact import compact
 from ctxd.errors import Cancelled, CompactionFailed
 from ctxd.ledger.workspace import Workspace
+from ctxd.tokens import cache as prompt_cache
 
 log = logging.getLogger("ctxd")
 
 BREAKER_LIMIT = 3
+MAX_LISTED = 20  # compactions whose cache cost a thread keeps
 BREAKER_KEY = "autoCompact"
 ACCURACY_WARNING = (
     "ctxd compacted thread '{thread}' ({before} → {after} tokens, {strategy}). Every compaction drops "
@@ -65,15 +68,19 @@ def compact_thread(workspace: Workspace, thread: str, *, strategy: str, cancel: 
         events.progress(progress_token, {"kind": "end", "message": "compaction failed"})
         raise
     events.usage_now(workspace.uri, thread)
+    if result.get("cacheCost") is None:
+        result.pop("cacheCost", None)
     events.compacted({"workspace": workspace.uri, "thread": thread, "tokensBefore": result["tokensBefore"],
-                      "tokensAfter": result["tokensAfter"], "strategy": result["strategy"]})
+                      "tokensAfter": result["tokensAfter"], "strategy": result["strategy"],
+                      **({"cacheCost": result["cacheCost"]} if "cacheCost" in result else {})})
     warning = ACCURACY_WARNING.format(thread=thread, before=result["tokensBefore"], after=result["tokensAfter"],
                                       strategy=result["strategy"])
     if result.get("fallbackReason"):
         result["fallbackReason"] = redact.redact(result["fallbackReason"])
         warning += f" (The model endpoint failed, so it compacted offline instead: {result['fallbackReason']})"
     events.warn(redact.redact(warning))
-    events.progress(progress_token, {"kind": "end", "message": f"{result['tokensBefore']} → {result['tokensAfter']} tokens"})
+    events.progress(progress_token, {"kind": "end",
+                                     "message": f"{result['tokensBefore']} → {result['tokensAfter']} tokens"})
     return result
 
 
@@ -88,6 +95,7 @@ def _compact_locked(workspace: Workspace, thread: str, strategy: str, cancel: th
     if prompt_file and not Path(prompt_file).expanduser().is_absolute():  # relative to the workspace
         settings = dataclasses.replace(settings, compact_prompt_file=str(workspace.root / prompt_file))
     before = workspace.usage(thread)["usedTokens"]
+    cold = cache_cold(workspace, thread)
     instructions = workspace.prompt_context(thread).get("baseInstructions")
     outcome = compact([entry.item for entry in entries], strategy=strategy, settings=settings, cancel=cancel,
                       progress=report, instructions=instructions if isinstance(instructions, str) else None,
@@ -102,9 +110,39 @@ def _compact_locked(workspace: Workspace, thread: str, strategy: str, cancel: th
     usage = swapped["usage"]
     if usage["autoCompactLimit"] and usage["usedTokens"] < usage["autoCompactLimit"]:
         _rearm(workspace, thread)
-    return {"historyVersion": swapped["historyVersion"], "tokensBefore": before, "tokensAfter": usage["usedTokens"],
-            "strategy": outcome.strategy, "summary": redact.redact(outcome.summary), "trimmedItems": outcome.trimmed_items,
-            "undoId": swapped["operationId"], **({"fallbackReason": outcome.fallback_reason} if outcome.fallback_reason else {})}
+    spent = _cache_cost(workspace, thread, before, usage["usedTokens"], cold)
+    return {"cacheCost": spent, "historyVersion": swapped["historyVersion"], "tokensBefore": before,
+            "tokensAfter": usage["usedTokens"], "strategy": outcome.strategy, "summary": redact.redact(outcome.summary),
+            "trimmedItems": outcome.trimmed_items, "undoId": swapped["operationId"],
+            **({"fallbackReason": outcome.fallback_reason} if outcome.fallback_reason else {})}
+
+
+def cache_cold(workspace: Workspace, thread: str) -> bool | None:
+    """Whether the thread's prompt cache has likely expired (its last reported request is older
+    than the provider's lifetime): the next request re-writes the whole prompt anyway, so a
+    compaction now costs no cache write it would not pay. None when ctxd cannot tell."""
+    facts = workspace.state(thread).get("cacheFacts")
+    if not isinstance(facts, dict):
+        return None
+    label = prompt_cache.state(facts, 0)["state"]
+    return None if label == "unknown" else label == "cold"
+
+
+def _cache_cost(workspace: Workspace, thread: str, before: int, after: int, cold: bool | None) -> dict[str, Any] | None:
+    """Spent against saved: the next request writes the compacted prompt (`after`) to the cache,
+    and every request after it reads `before - after` fewer cached tokens. Listed with the
+    thread's cache facts (`Breakdown.cache.compactions`)."""
+    facts = workspace.state(thread).get("cacheFacts")
+    if not isinstance(facts, dict):
+        return None
+    model = workspace.settings_for(thread).model or ""
+    write = facts.get("writeRate")
+    cost = prompt_cache.compaction_cost(prompt_cache.iso(time.time()), after,
+                                        prompt_cache.money(after, write if isinstance(write, (int, float)) else None),
+                                        before, after, workspace.rate(model, "cachedInput"), cold)
+    kept = [c for c in facts.get("compactions") or [] if isinstance(c, dict)][-(MAX_LISTED - 1):]
+    workspace.update_state(thread, cacheFacts={**facts, "compactions": [*kept, cost]})
+    return cost
 
 
 def _rearm(workspace: Workspace, thread: str) -> None:
@@ -121,8 +159,11 @@ def auto_compact(workspace: Workspace, thread: str, events: Events) -> None:
     if breaker.get("disabled"):
         return
     with workspace.thread_lock(thread):
-        # Another prompt may have compacted the thread while this one waited for the lock.
-        if workspace.usage(thread)["tier"] != "compact":
+        # Another prompt may have compacted the thread while this one waited for the lock. Past
+        # the warning point, a cold cache is a reason too: the next request re-writes the whole
+        # prompt anyway, so compacting now makes that write smaller instead of adding one.
+        tier = workspace.usage(thread)["tier"]
+        if tier != "compact" and not (tier == "warn" and cache_cold(workspace, thread)):
             return
     try:
         result = compact_thread(workspace, thread, strategy="auto", cancel=threading.Event(), events=events,

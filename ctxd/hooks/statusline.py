@@ -1,7 +1,8 @@
 """`ctxd statusline`: Claude Code's status line, from the JSON Claude Code gives it on stdin.
 
 One line: the agent, how full the context is against Claude Code's own compaction point, the
-session's cost, the age of the workspace's last checkpoint, coloured as the editors colour their
+session's cost, until when the prompt cache is likely warm (ctxd/tokens/cache.py), the age of
+the workspace's last checkpoint, coloured as the editors colour their
 gauges (warn from 80% of the compaction point, compact at it). The exact usage it was handed is
 written for ctxd (`<state dir>/hooks/usage/<thread>.json`). A user's own status-line command
 (carried by `--user`, see `ctxd.hooks.install`) runs after it, its output printed after ctxd's.
@@ -65,6 +66,57 @@ def usage_of(data: dict[str, Any]) -> dict[str, Any]:
             "model": model.get("id") if isinstance(model.get("id"), str) else None}
 
 
+TAIL_BYTES = 65_536  # the transcript's end read for the latest request (never the whole file)
+
+
+def last_request(transcript: Any) -> tuple[float, bool] | None:
+    """The latest main-chain reply in the transcript's tail: when it came, and whether its cache
+    writes went to Anthropic's 1-hour cache."""
+    from ctxd.tokens.cache import parse_time
+
+    if not isinstance(transcript, str) or not os.path.isabs(transcript):
+        return None
+    try:
+        with open(transcript, "rb") as handle:
+            handle.seek(max(0, os.fstat(handle.fileno()).st_size - TAIL_BYTES))
+            tail = handle.read(TAIL_BYTES).splitlines()
+    except OSError:
+        return None
+    for raw in reversed(tail):
+        if b'"assistant"' not in raw or b'"usage"' not in raw:
+            continue
+        try:
+            rec = json.loads(raw)
+        except ValueError:
+            continue
+        message = rec.get("message") if isinstance(rec, dict) and not rec.get("isSidechain") else None
+        usage = message.get("usage") if isinstance(message, dict) else None
+        at = parse_time(rec.get("timestamp")) if isinstance(usage, dict) else None
+        if at is not None and isinstance(usage, dict):
+            split = usage.get("cache_creation")
+            return at, isinstance(split, dict) and _int(split.get("ephemeral_1h_input_tokens")) > 0
+    return None
+
+
+def cache_of(data: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any] | None:
+    """Until when the prompt cache is likely warm (the latest request plus Anthropic's lifetime),
+    and what the next turn re-writes after it."""
+    from ctxd.tokens import cache
+
+    if not usage["known"]:
+        return None
+    found = last_request(data.get("transcript_path"))
+    at, one_hour = found if found is not None else (time.time(), False)  # the request just reported
+    return {"until": at + cache.lifetime(cache.ANTHROPIC, one_hour),
+            "rewriteTokens": usage["usedTokens"] + usage["outputTokens"]}
+
+
+def _cache_text(state: dict[str, Any]) -> str:
+    if time.time() < state["until"]:
+        return f"cache until {time.strftime('%H:%M', time.localtime(state['until']))}"
+    return f"cache cold: next turn re-writes {state['rewriteTokens'] // 1000}k"
+
+
 def _age(seconds: float) -> str:
     if seconds < 60:
         return f"{int(seconds)}s"
@@ -93,7 +145,8 @@ def last_checkpoint(cwd: Path, state_dir: Path) -> float | None:
     return newest
 
 
-def render(data: dict[str, Any], usage: dict[str, Any], checkpoint_at: float | None, colour: bool) -> str:
+def render(data: dict[str, Any], usage: dict[str, Any], checkpoint_at: float | None, colour: bool,
+           cache: dict[str, Any] | None = None) -> str:
     parts = ["claude"]
     if usage["known"]:
         parts.append(f"{usage['percent']:.0f}% of {usage['compactAt'] // 1000}k")
@@ -101,6 +154,8 @@ def render(data: dict[str, Any], usage: dict[str, Any], checkpoint_at: float | N
         parts.append(f"0% of {usage['compactAt'] // 1000}k")
     if usage["costUsd"] is not None:
         parts.append(f"${usage['costUsd']:.2f}")
+    if cache is not None:
+        parts.append(_cache_text(cache))
     parts.append(f"checkpoint {_age(max(0.0, time.time() - checkpoint_at))} ago" if checkpoint_at else "no checkpoint")
     line = " · ".join(parts)
     return f"{COLOURS[usage['tier']]}{line}{RESET}" if colour else line
@@ -153,7 +208,8 @@ def main(argv: list[str]) -> int:
         usage = usage_of(data)
         cwd = data.get("cwd") or (data.get("workspace") or {}).get("current_dir")
         checkpoint_at = last_checkpoint(Path(cwd), state_dir) if isinstance(cwd, str) and os.path.isabs(cwd) else None
-        sys.stdout.write(render(data, usage, checkpoint_at, colour="--no-colour" not in argv) + "\n")
+        sys.stdout.write(render(data, usage, checkpoint_at, colour="--no-colour" not in argv,
+                                cache=cache_of(data, usage)) + "\n")
         sys.stdout.flush()
         try:
             hand_over(state_dir, data, usage)

@@ -30,6 +30,7 @@ from ctxd.ledger.truncation import truncate_tool_output, with_serialization_allo
 from ctxd.protocol import jsontext
 from ctxd.protocol.rawjson import RawJsonList
 from ctxd.settings import Problem, Settings, is_trusted, load_settings
+from ctxd.tokens import cache as prompt_cache
 from ctxd.tokens.counter import TOKENIZERS, Counter, count_item
 from ctxd.usage.view import UsageView
 
@@ -270,6 +271,9 @@ class Workspace:
                                  model=(state.get("usageSettings") or {}).get("model"), lastActivity=updated,
                                  readOnly=followed_agent(row.thread) is not None)
                 entry["usage"] = self.view.usage(ledger)
+                facts = followed.get("cache") if isinstance(followed, dict) else state.get("cacheFacts")
+                if isinstance(facts, dict):  # the prompt cache now (ctxd/tokens/cache.py)
+                    entry["cache"] = prompt_cache.state(facts, entry["usage"]["usedTokens"])
                 listed.append(entry)
         listed.sort(key=lambda t: _instant(t["lastActivity"]), reverse=True)
         return {"threads": listed}
@@ -384,7 +388,25 @@ class Workspace:
                 for kind, tokens in billed.items():
                     parts[kind] = int(parts.get(kind, 0)) + tokens
                 self._update_state(ledger, spend=spend, cost=self.pricer(spend))
+            self._note_request(ledger)
             return self._changed(ledger)
+
+    def _note_request(self, ledger: ThreadLedger) -> None:
+        """A client's request just reported: the prompt cache's clock starts again (its state and
+        re-write rate, ctxd/tokens/cache.py; the compactions ctxd ran stay listed)."""
+        model = self.view.settings(ledger).model or ""
+        kept = (ledger.state or {}).get("cacheFacts") or {}
+        facts = prompt_cache.facts(prompt_cache.provider_of(None, model), prompt_cache.iso(time.time()), False,
+                                   self.rate(model, "input"), kept.get("compactions"))
+        self._update_state(ledger, cacheFacts=facts)
+
+    def rate(self, model: str, kind: str) -> float | None:
+        """USD per million tokens of `kind` (`input`, `cachedInput`) for a client thread's model, by
+        the pricer; None when there is none or the model is unpriced."""
+        if self.pricer is None:
+            return None
+        priced = self.pricer({model: {kind: prompt_cache.MILLION}})
+        return float(priced["total"]) if priced.get("priced") else None
 
     def set_prompt_context(self, thread: str, context: dict[str, Any]) -> dict[str, Any]:
         """Store the fixed overhead, and mark the current ledger as the reference baseline."""

@@ -85,6 +85,7 @@ class CompactionCost(TypedDict):
     cacheWriteCost: Optional[float]  # USD; None when the model is unpriced
     savedTokensPerTurn: int  # the prompt tokens each later request no longer reads
     savedCostPerTurn: Optional[float]  # USD per request, at the cached-read rate
+    coldCache: NotRequired[bool]  # ctxd's own compaction: the cache had likely expired (its write replaced a re-write)
 
 
 class CacheState(TypedDict):
@@ -159,6 +160,7 @@ class CompactResult(TypedDict):
     trimmedItems: int
     fallbackReason: NotRequired[Optional[str]]
     undoId: NotRequired[int]  # (v3) the compaction, as an operation `ctxd/undo` takes
+    cacheCost: NotRequired[CompactionCost]  # what it will write to the prompt cache, and save per turn after
 
 
 class Compacted(TypedDict):
@@ -170,6 +172,7 @@ class Compacted(TypedDict):
     tokensBefore: int
     tokensAfter: int
     strategy: str
+    cacheCost: NotRequired[CompactionCost]  # as CompactResult.cacheCost
 
 
 class RollbackResult(TypedDict):

@@ -32,7 +32,7 @@ from typing import Any, Callable
 from ctxd.errors import CtxdError
 from ctxd.redact import redact, redact_json
 from ctxd.ledger.workspace import Service, Workspace, path_to_uri
-from ctxd.sessions import discovery, drift, limits, pricing
+from ctxd.sessions import cachecost, discovery, drift, limits, pricing
 from ctxd.sessions.follower import Follower, Update
 from ctxd.sessions.model import Session, Turn
 from ctxd.settings import Problem, Settings
@@ -211,7 +211,8 @@ class SessionBridge:
                 "lastActivity": self._text(session, "lastActivity", session.last_activity),
                 "path": self._text(session, "path", session.path), "cwd": self._text(session, "cwd", session.cwd),
                 "turns": len(session.turns), "compactions": session.compactions, "usage": usage,
-                "cost": pricing.cost({m: u for m, u in session.cumulative.items() if m in usage}, self.prices)})
+                "cost": pricing.cost({m: u for m, u in session.cumulative.items() if m in usage}, self.prices),
+                "cache": cachecost.facts(session, self.prices)})
 
     def _checkpoint(self, workspace: Workspace, thread: str, turn: Turn, number: int) -> None:
         from ctxd.ghost import snapshots as ghost

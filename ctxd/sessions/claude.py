@@ -229,7 +229,7 @@ class ClaudeReader(Reader):
             used = tokens(raw.get("input_tokens")) + tokens(raw.get("cache_creation_input_tokens")) + tokens(
                 raw.get("cache_read_input_tokens")) + tokens(raw.get("output_tokens"))
             last = {k: tokens(v) for k, v in raw.items() if type(v) is int}
-            note_report(session, used)
+            note_report(session, used, _usage(raw), model, rec.get("timestamp"))
             if used and session.first_request is None:  # what the request carried: its input, not the reply
                 session.first_request = first_request(used - tokens(raw.get("output_tokens")), session.items)
             if used and (used != session.baseline or last != session.last_usage):

@@ -13,11 +13,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ctxd.sessions import discovery, drift, limits, pricing
+from ctxd.sessions import cachecost, discovery, drift, limits, pricing
 from ctxd.sessions.follower import Follower
 from ctxd.sessions.model import Session
 from ctxd.settings import Problem
 from ctxd.terminal import safe
+from ctxd.tokens import cache
 
 
 def agent_limits(session: Session, codex_limit: int | None = None) -> limits.AgentLimits:
@@ -61,6 +62,7 @@ def summary(session: Session, prices: dict[str, pricing.Price] | None = None,
         "cost": pricing.cost(session.cumulative, prices), "usage": session.total_usage().as_dict(),
         "lastActivity": session.last_activity, "started": session.started, "turns": len(session.turns),
         "compactions": session.compactions, "path": session.path,
+        "cache": cache.state(cachecost.facts(session, prices), used or 0),
     }
 
 
@@ -84,6 +86,18 @@ def _fill(row: dict[str, Any]) -> str:
     return f"{row['percent']:.0f}% {row['usedTokens'] // 1000}k/{row['contextWindow'] // 1000}k"
 
 
+def _cache(state: dict[str, Any] | None) -> str:
+    """The cache's state, and the compactions' cache writes against what they save per turn."""
+    if not state:
+        return "-"
+    shown = cache.text(state)
+    spent = [c["cacheWriteCost"] for c in state.get("compactions") or [] if c.get("cacheWriteCost") is not None]
+    saved = [c["savedCostPerTurn"] for c in state.get("compactions") or [] if c.get("savedCostPerTurn") is not None]
+    if spent:
+        shown += f"; compactions wrote ${sum(spent):.2f}, save ${sum(saved):.4f}/turn"
+    return shown
+
+
 def render(rows: list[dict[str, Any]], folder: Path | None = None) -> str:
     if not rows:
         where = safe(str(folder)) if folder is not None else "this workspace"
@@ -91,10 +105,11 @@ def render(rows: list[dict[str, Any]], folder: Path | None = None) -> str:
                 "Start one here (`codex` or `claude`): ctxd follows it at once, with its fill, its cost and a\n"
                 "checkpoint of your files before each turn. For a checkpoint before every edit, the status line\n"
                 "and `recall` inside the agents, run `ctxd hooks install` (docs/hooks.md).\n")
-    table = [("AGENT", "TITLE", "MODEL", "FILL", "COST", "LAST ACTIVITY")]
+    table = [("AGENT", "TITLE", "MODEL", "FILL", "COST", "CACHE", "LAST ACTIVITY")]
     for row in rows:
         table.append((row["agent"], safe(row["title"] or "(no prompt yet)")[:48], safe(row["model"] or "-"), _fill(row),
-                      _money(row["cost"]), safe(row["lastActivity"] or "-")[:19].replace("T", " ")))
+                      _money(row["cost"]), _cache(row.get("cache")),
+                      safe(row["lastActivity"] or "-")[:19].replace("T", " ")))
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     return "".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() + "\n" for r in table)
 

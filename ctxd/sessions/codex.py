@@ -199,7 +199,10 @@ class CodexReader(Reader):
             change.meta = True
         if isinstance(last, dict):
             used = tokens(last.get("total_tokens"))
-            note_report(session, used)
+            cached = tokens(last.get("cached_input_tokens"))
+            request = Usage(input=max(0, tokens(last.get("input_tokens")) - cached), cached_input=cached,
+                            cache_write=tokens(last.get("cache_write_input_tokens")))
+            note_report(session, used, request, session.model, self._stamp)
             self._fill = used or self._fill  # 0.171 reports 0 for the compaction's own request
             if session.first_request is None and tokens(last.get("input_tokens")):
                 # What the request carried: the items up to the last input; the response's

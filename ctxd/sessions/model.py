@@ -99,6 +99,10 @@ class Session:
     bad_lines: int = 0  # lines that are not JSON objects
     sidechain_lines: int = 0
     rewinds: int = 0  # Claude: a prompt edited and resent (the branch after it is dropped)
+    # The prompt cache (ctxd/tokens/cache.py): when the latest main-chain request was made, and
+    # whether the latest cache writes went to Anthropic's 1-hour cache.
+    last_request_at: str | None = None
+    cache_1h: bool = False
 
     @property
     def thread(self) -> str:
@@ -131,10 +135,25 @@ class Change:
         return not (self.appended or self.replaced or self.turns or self.usage or self.meta)
 
 
-def note_report(session: Session, used: int) -> None:
-    """A usage report: the fill after the agent's latest compaction, if it was not known yet."""
-    if used and session.agent_compactions and session.agent_compactions[-1]["tokensAfter"] is None:
-        session.agent_compactions[-1]["tokensAfter"] = used
+def note_report(session: Session, used: int, usage: Usage | None = None, model: str | None = None,
+                at: str | None = None) -> None:
+    """A usage report: the fill after the agent's latest compaction, if it was not known yet, with
+    what that first request wrote to the cache; and the cache's latest request."""
+    if not used:
+        return
+    latest = session.agent_compactions[-1] if session.agent_compactions else None
+    if latest is not None and latest["tokensAfter"] is None:
+        latest["tokensAfter"] = used
+    if usage is not None and not (usage.input or usage.cached_input or usage.cache_write):
+        usage = None  # no prompt sent (Codex reports the new fill with 0 input right after compacting)
+    if latest is not None and usage is not None and "firstRequest" not in latest:
+        latest["firstRequest"] = {"model": model or "", "input": usage.input, "cacheWrite": usage.cache_write,
+                                  "cacheWrite1h": usage.cache_write_1h}
+    if usage is not None:
+        if isinstance(at, str) and len(at) <= 64:
+            session.last_request_at = at
+        if usage.cache_write:
+            session.cache_1h = usage.cache_write_1h > 0
 
 
 def first_request(reported: int, items: list[dict[str, Any]]) -> dict[str, int]:

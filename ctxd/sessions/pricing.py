@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-from typing import Any, Mapping
+from typing import Any
 
 from ctxd.sessions.model import Usage
 from ctxd.settings import Problem
@@ -152,7 +153,7 @@ def cents(cost: Mapping[str, Any]) -> dict[str, int]:
     left = total - sum(shown)
     for i in sorted(range(len(PARTS)), key=lambda i: (-(exact[i] - shown[i]), i))[:max(0, left)]:
         shown[i] += 1
-    return {"total": total, **dict(zip(PARTS, shown))}
+    return {"total": total, **dict(zip(PARTS, shown, strict=True))}
 
 
 def parts_text(cost: Mapping[str, Any]) -> str:

@@ -14,7 +14,8 @@ tokenizers that are frugal with Chinese and code (Qwen, GLM, DeepSeek, Kimi, Gem
 which count a little higher, for Claude's. A model without a tiktoken encoding gets its family's
 exact tokenizer and estimator profile from families.py (Qwen, DeepSeek, Llama 3, Mistral; Claude's
 profile only). The windows are the providers' published figures; they change, which is why the
-settings win. Each entry says where its window comes from (`SOURCES`) and the table says when it was checked (`CHECKED`); the agents' own model lists are
+settings win. Each entry says where its window comes from (`SOURCES`) and the table says when it
+was checked (`CHECKED`); the agents' own model lists are
 compared with it by tests/test_models_catalog.py, so a model an agent ships shows up there.
 """
 

@@ -62,7 +62,8 @@ import binascii
 import math
 import threading
 import zlib
-from typing import Final, NamedTuple
+from collections.abc import Callable
+from typing import Any, Final, NamedTuple
 
 from ctxd.tokens import encodings, families
 
@@ -97,7 +98,7 @@ def _class_table() -> bytes:
 def _range_table(bounds: tuple[int, ...]) -> bytes:
     """Byte -> 1 + index of the range [bounds[i], bounds[i+1]) it falls in, 0 outside them all."""
     table = bytearray(256)
-    for i, (low, high) in enumerate(zip(bounds, bounds[1:])):
+    for i, (low, high) in enumerate(zip(bounds, bounds[1:], strict=False)):
         table[low:high] = bytes([i + 1]) * (high - low)
     return bytes(table)
 
@@ -151,7 +152,7 @@ SCALE: Final = 16  # weights are multiples of 1/SCALE token
 # `class` after a byte of `previous class`; "gbk" and "cp949" the cost of a byte in each range;
 # [script]["pairs"] the same as "pairs" for a text in the script, [script]["letters"] the cost
 # of a byte of one letter class after one of another.
-WEIGHTS: Final[dict[str, dict]] = {
+WEIGHTS: Final[dict[str, dict[str, Any]]] = {
     "o200k": {
         "pairs": (
             (0, 8, 4, 11, 7, 29, 13, 28, 4, 55, 3, -4, 13, 9, 3, -8),
@@ -557,7 +558,7 @@ class _Sum(NamedTuple):
     chunk: int  # bytes per adler32 call so that the sum stays below 65521
 
     @classmethod
-    def build(cls, weights: list[int]) -> "_Sum":
+    def build(cls, weights: list[int]) -> _Sum:
         offset = max(0, -min(weights))
         table = [w + offset for w in weights]
         if max(table) > 255:
@@ -606,8 +607,8 @@ class _Profile(NamedTuple):
     scripts: tuple[_Script, ...]
 
     @classmethod
-    def build(cls, weights: dict) -> "_Profile":
-        def pairs(rows: tuple) -> _Sum:
+    def build(cls, weights: dict[str, Any]) -> _Profile:
+        def pairs(rows: tuple[tuple[int, ...], ...]) -> _Sum:
             return _Sum.build([rows[code >> 4][code & 0xF] for code in range(256)])
 
         gbk = [(0, *weights["gbk"])[i] for i in GBK_TABLE]
@@ -621,7 +622,7 @@ class _Profile(NamedTuple):
 _adler32 = zlib.adler32
 _unhexlify = binascii.unhexlify
 _PROFILES: Final = {name: _Profile.build(w) for name, w in WEIGHTS.items()}
-_DEFAULT: Final = _PROFILES.get(DEFAULT_PROFILE)
+_DEFAULT: Final = _PROFILES[DEFAULT_PROFILE]
 # Profiles estimated by their byte-class weights only (Claude's: fitted against ctok, the
 # vocabulary having no BPE ranks for a table).
 _CLASSES_ONLY: Final = frozenset(_PROFILES) - {"o200k", "cl100k"}
@@ -648,14 +649,15 @@ FAST: Final[dict[str, FastSpec]] = {
     "qwen3.6": FastSpec("qwen3.6", 16, 1910, 66, 10, 1040),
     "deepseek": FastSpec("deepseek-v3", 15, 1910, 66, 10, 1038),
     "tekken": FastSpec("tekken", 15, 1935, 56, 10, 1048),
+    "llama3": FastSpec("llama3", 16, 1910, 66, 10, 1026),
 }
 # END FITTED FAST CONSTANTS
 # Profiles cut as o200k's pre-tokenizer cuts (case changes split words); the others as cl100k's.
 O200K_SPLIT: Final = frozenset({"o200k", "tekken"})
 # BEGIN FITTED RATIOS (bench/fit_fastcount.py): profile -> (OpenAI profile, scale / 1024). The
-# estimate of families without a table of their own (Llama 3, whose file is quicktok's binary
-# format), and of the others when their package is not installed. Claude's profiles have byte-class
-# weights of their own (WEIGHTS), which are used instead; their ratios are kept for comparison.
+# estimate of a family while its table is built, and when its package is not installed. Claude's
+# profiles have byte-class weights of their own (WEIGHTS), which are used instead; their ratios are
+# kept for comparison.
 RATIOS: Final[dict[str, tuple[str, int]]] = {
     "claude": ("cl100k", 1226),
     "claude-4.7": ("o200k", 1606),
@@ -666,7 +668,12 @@ RATIOS: Final[dict[str, tuple[str, int]]] = {
     "tekken": ("o200k", 1086),
 }
 # END FITTED RATIOS
-_count: Final = _fastcount.count if _fastcount is not None else None  # bound once: the hot path's call
+def _no_extension(text: str, table: bytes) -> int:
+    raise RuntimeError("the C extension is not built")  # never called: no table exists without it
+
+
+# bound once: the hot path's call
+_count: Final[Callable[[str, bytes], int]] = _fastcount.count if _fastcount is not None else _no_extension
 _tables: dict[str, bytes] = {}  # profile -> its C table, once built (only with the extension)
 _no_table: set[str] = set()  # profiles whose table cannot be built: estimated by byte classes
 _tables_lock = threading.Lock()

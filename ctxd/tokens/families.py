@@ -30,6 +30,7 @@ import hashlib
 import importlib.util
 import json
 import re
+import struct
 import sys
 import unicodedata
 from collections.abc import Callable
@@ -72,9 +73,11 @@ FAMILIES: dict[str, Family] = {
     "claude-v3": Family("ctok", "data/pieces_v3.json",
                         "4c6db216062ef01e70ba033ff52ad3b97f886e79877235f2c7bbbd40d09ffb9b", "ctok", "claude", False),
     "claude-v4.7": Family("ctok", "data/pieces_v4_7.json",
-                          "a785fc240010c855f3d9a498fbd422ee389752dd151f1d5eef57ca8c85c19993", "ctok", "claude-4.7", False),
+                          "a785fc240010c855f3d9a498fbd422ee389752dd151f1d5eef57ca8c85c19993", "ctok", "claude-4.7",
+                          False),
     "claude-v4.8": Family("ctok", "data/pieces_v4_7.json",
-                          "a785fc240010c855f3d9a498fbd422ee389752dd151f1d5eef57ca8c85c19993", "ctok", "claude-4.7", False),
+                          "a785fc240010c855f3d9a498fbd422ee389752dd151f1d5eef57ca8c85c19993", "ctok", "claude-4.7",
+                          False),
 }
 CTOK_VERSION = {"claude-v3": "3.0", "claude-v4.7": "4.7", "claude-v4.8": "4.8"}
 CTOK_MIN_PYTHON = (3, 12)
@@ -120,7 +123,25 @@ def tiktoken_ranks(name: str) -> bytes:
         return b"".join(b"%s %d\n" % (entry["token_bytes"].encode(), i) for i, entry in enumerate(data["vocab"][:size]))
     if name == "deepseek-v3":
         return _byte_level_ranks(json.loads(path.read_bytes())["model"]["vocab"])
+    if name == "llama3":
+        return _quicktok_ranks(path.read_bytes())
     raise EncodingUnavailable(f"{name}: its file holds no BPE ranks")
+
+
+def _quicktok_ranks(data: bytes) -> bytes:
+    """quicktok's vocabulary file (a little-endian u32 count, then per token a u16 length, its
+    bytes and a u32 rank) as `.tiktoken` text. Llama 3's first 100,256 ranks are cl100k's."""
+    (count,) = struct.unpack_from("<I", data, 0)
+    pos, lines = 4, []
+    for _ in range(count):
+        (length,) = struct.unpack_from("<H", data, pos)
+        token = data[pos + 2: pos + 2 + length]
+        (rank,) = struct.unpack_from("<I", data, pos + 2 + length)
+        pos += 6 + length
+        lines.append(b"%s %d\n" % (base64.b64encode(token), rank))
+    if pos != len(data):
+        raise EncodingUnavailable("llama3: quicktok's vocabulary file is not in the format ctxd reads")
+    return b"".join(lines)
 
 
 def _byte_level_ranks(vocab: dict[str, int]) -> bytes:
@@ -171,7 +192,7 @@ def _deepseek() -> Exact:
 
 def _llama3() -> Exact:
     package_file("llama3")  # the hash check
-    import quicktok
+    import quicktok  # type: ignore[import-untyped,unused-ignore]
 
     encoding = quicktok.get_encoding("llama3")
     return Exact("llama3", lambda text: len(encoding.encode_ordinary(text)))
@@ -182,7 +203,7 @@ def _claude(name: str) -> Exact:
         raise EncodingUnavailable(f"{name}: ctok needs Python 3.12 or later; this is "
                                   f"{sys.version_info.major}.{sys.version_info.minor}")
     package_file(name)
-    import ctok
+    import ctok  # type: ignore[import-not-found,unused-ignore]
 
     version = CTOK_VERSION[name]
     return Exact(name, lambda text: ctok.token_count(text, version=version))
@@ -208,7 +229,8 @@ def load(name: str) -> Exact:
 
 # --- which family a model is ----------------------------------------------------------------------
 
-_CLAUDE_VERSION = re.compile(r"claude-(?:(opus|sonnet|haiku)-(\d+)(?:[.-](\d))?(?!\d)|(\d+)(?:[.-](\d))?-(opus|sonnet|haiku))")
+_CLAUDE_VERSION = re.compile(r"claude-(?:(opus|sonnet|haiku)-(\d+)(?:[.-](\d))?(?!\d)"
+                             r"|(\d+)(?:[.-](\d))?-(opus|sonnet|haiku))")
 _RULES: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"qwen3\.[5-9]|qwen3\.\d\d"), "qwen3.6"),
     (re.compile(r"qwen|qwq"), "qwen2.5"),

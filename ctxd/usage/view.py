@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from ctxd.ledger.thread import ThreadLedger, usage_snapshot
 from ctxd.settings import Settings
+from ctxd.tokens import cache as prompt_cache
 from ctxd.tokens.catalog import context_window_for
 from ctxd.tokens.counter import Counter
 from ctxd.usage import breakdown as usage_mod
@@ -176,6 +177,9 @@ def _with_cost(result: dict[str, Any], ledger: ThreadLedger) -> dict[str, Any]:
     client thread, priced when its client reported usage (`Workspace.report_usage`)."""
     state = ledger.state or {}
     followed = state.get("followed")
+    facts = followed.get("cache") if isinstance(followed, dict) else state.get("cacheFacts")
+    if isinstance(facts, dict):  # the prompt cache now (ctxd/tokens/cache.py)
+        result = {**result, "cache": prompt_cache.state(facts, result["usage"]["usedTokens"])}
     if isinstance(followed, dict) and isinstance(followed.get("cost"), dict):
         return {**result, "cost": followed["cost"]}
     if followed is None and isinstance(state.get("cost"), dict):

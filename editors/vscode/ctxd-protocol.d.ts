@@ -2,7 +2,7 @@
 /**
  * The ctxd wire protocol (version 2): results, notifications and request params. GENERATED, do not edit:
  * `npm run gen:protocol` from docs/protocol.schema.json (from ctxd/protocol/shapes.py).
- * schema sha256: ac50987453dfa69c0c0602edb0aea098de52f71e280cb74eefb97c1b60c056a6
+ * schema sha256: 3c68a913bf4598bf2eeea14607d21e0016a330a60f4acc0a25d7f1f2965d1acc
  */
 
 /**
@@ -55,6 +55,7 @@ export interface CtxdProtocol {
  * via the `definition` "CompactResult".
  */
 export interface CompactResult {
+  cacheCost?: CompactionCost;
   fallbackReason?: string | null;
   historyVersion: number;
   strategy: "llm" | "remote" | "offline";
@@ -63,6 +64,20 @@ export interface CompactResult {
   tokensBefore: number;
   trimmedItems: number;
   undoId?: number;
+}
+/**
+ * What one compaction cost in cache writes, and what it saves on each turn after it.
+ *
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "CompactionCost".
+ */
+export interface CompactionCost {
+  at: string;
+  cacheWriteCost: number | null;
+  cacheWriteTokens: number;
+  coldCache?: boolean;
+  savedCostPerTurn: number | null;
+  savedTokensPerTurn: number;
 }
 /**
  * This interface was referenced by `CtxdProtocol`'s JSON-Schema
@@ -81,6 +96,7 @@ export interface CompactParams {
  * via the `definition` "Compacted".
  */
 export interface Compacted {
+  cacheCost?: CompactionCost;
   strategy: string;
   thread: string;
   tokensAfter: number;
@@ -651,19 +667,6 @@ export interface CacheState {
   rewriteCost: number | null;
   rewriteTokens: number;
   state: "warm" | "cold" | "unknown";
-}
-/**
- * What one compaction cost in cache writes, and what it saves on each turn after it.
- *
- * This interface was referenced by `CtxdProtocol`'s JSON-Schema
- * via the `definition` "CompactionCost".
- */
-export interface CompactionCost {
-  at: string;
-  cacheWriteCost: number | null;
-  cacheWriteTokens: number;
-  savedCostPerTurn: number | null;
-  savedTokensPerTurn: number;
 }
 /**
  * This interface was referenced by `CtxdProtocol`'s JSON-Schema

@@ -89,6 +89,7 @@ M.PROTOCOL_VERSION = 3
 ---@field workspace string
 
 ---@class ctxd.CompactResult
+---@field cacheCost? ctxd.CompactionCost
 ---@field fallbackReason? string|nil
 ---@field historyVersion integer
 ---@field strategy "llm"|"remote"|"offline"
@@ -100,6 +101,7 @@ M.PROTOCOL_VERSION = 3
 
 --- `ctxd/compacted`.
 ---@class ctxd.Compacted
+---@field cacheCost? ctxd.CompactionCost
 ---@field strategy string
 ---@field thread string
 ---@field tokensAfter integer
@@ -111,6 +113,7 @@ M.PROTOCOL_VERSION = 3
 ---@field at string
 ---@field cacheWriteCost number|nil
 ---@field cacheWriteTokens integer
+---@field coldCache? boolean
 ---@field savedCostPerTurn number|nil
 ---@field savedTokensPerTurn integer
 
