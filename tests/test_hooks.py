@@ -425,10 +425,10 @@ def test_usage_and_sessions_find_the_enclosing_workspace_from_a_subfolder(tmp_pa
     deep = project / "src" / "pkg"
     deep.mkdir(parents=True)
     state = tmp_path / "state" / "ctxd"
-    assert find_workspace(deep, state) == (project, False)  # the git root, not known yet
+    assert find_workspace(deep, state) == (project, False, state)  # the git root, not known yet
     plain = tmp_path / "plain" / "sub"
     plain.mkdir(parents=True)
-    assert find_workspace(plain, state) == (plain, False)
+    assert find_workspace(plain, state) == (plain, False, state)
     client = start_daemon(tmp_path / "state", env={"HOME": str(tmp_path / "home")})
     try:
         client.initialize([project / "src"])  # an editor opened the subfolder: its database makes it known
@@ -436,7 +436,7 @@ def test_usage_and_sessions_find_the_enclosing_workspace_from_a_subfolder(tmp_pa
             {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hello"}]}]})
     finally:
         client.shutdown()
-    assert find_workspace(deep, state) == (project / "src", True)
+    assert find_workspace(deep, state) == (project / "src", True, state)
     done = ctxd(tmp_path, "usage", "--format", "json", cwd=deep)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["usage"]["usedTokens"] > 0
@@ -633,3 +633,26 @@ def test_codexs_post_compact_hook_drops_the_fill_from_before_it_at_once(daemon_f
     pushed = client.wait_for_notification("ctxd/usageChanged", lambda p: p["thread"] == CODEX_THREAD,
                                           timeout=15, after=seen)
     assert pushed["source"] == "estimate" and pushed["usedTokens"] != before["usedTokens"]
+
+
+def test_a_daemon_with_a_state_dir_of_its_own_gets_the_hooks_checkpoints_and_marks(daemon_factory, tmp_path: Path,
+                                                                                    state_dir: Path) -> None:
+    """The hooks know only the default state dir; a daemon whose `stateDir` is elsewhere names it
+    for each workspace it opens, so a plain folder's checkpoints (whose store lives in the state
+    dir) and the session's marks land where that daemon looks."""
+    folder = tmp_path / "plain"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("first\n")
+    elsewhere = tmp_path / "elsewhere"
+    client = daemon_factory([folder], {"stateDir": str(elsewhere)}, env={"HOME": str(tmp_path / "home")})
+    uri = folder.as_uri()
+    watching(client, folder)
+    seen = len(client.notifications)
+    turn = {"session_id": "s-9", "cwd": str(folder), "prompt": "Tidy the notes"}
+    assert hook(tmp_path, "claude", "UserPromptSubmit", turn, folder).returncode == 0
+    client.wait_for_notification("ctxd/ghostChanged", lambda p: p["workspace"] == uri, timeout=15, after=seen)
+    listed = client.request("ctxd/ghost/list", {"workspace": uri})["snapshots"]
+    assert [(s["message"], s["trigger"], s["thread"]) for s in listed] == [("Tidy the notes", "turn", "claude:s-9")]
+    from ctxd.hooks import marks
+
+    assert marks.hooked(elsewhere, "claude:s-9") and not marks.hooked(state_dir / "ctxd", "claude:s-9")

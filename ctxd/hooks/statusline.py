@@ -75,11 +75,10 @@ def _age(seconds: float) -> str:
     return f"{int(seconds // 86400)}d"
 
 
-def last_checkpoint(cwd: Path, state_dir: Path) -> float | None:
+def last_checkpoint(folder: Path, state_dir: Path) -> float | None:
     """When the workspace's newest snapshot was taken (from the store's files: no git)."""
-    from ctxd.hooks.locate import find_workspace, git_common_dir, plain_store
+    from ctxd.hooks.locate import git_common_dir, plain_store
 
-    folder = find_workspace(cwd, state_dir).folder
     common = git_common_dir(folder)
     store = common / "ctxd" / "store" if common is not None else plain_store(state_dir, folder)
     newest = None
@@ -152,7 +151,13 @@ def main(argv: list[str]) -> int:
         state_dir = _state_dir()
         usage = usage_of(data)
         cwd = data.get("cwd") or (data.get("workspace") or {}).get("current_dir")
-        checkpoint_at = last_checkpoint(Path(cwd), state_dir) if isinstance(cwd, str) and os.path.isabs(cwd) else None
+        checkpoint_at = None
+        if isinstance(cwd, str) and os.path.isabs(cwd):
+            from ctxd.hooks.locate import find_workspace
+
+            located = find_workspace(Path(cwd), state_dir)
+            state_dir = located.state_dir  # the workspace's daemon may keep a state dir of its own
+            checkpoint_at = last_checkpoint(located.folder, state_dir)
         sys.stdout.write(render(data, usage, checkpoint_at, colour="--no-colour" not in argv) + "\n")
         sys.stdout.flush()
         try:

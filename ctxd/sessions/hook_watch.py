@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ctxd.errors import CtxdError
-from ctxd.hooks.locate import git_common_dir, plain_store
+from ctxd.hooks.locate import git_common_dir, note_state_dir, plain_store
 from ctxd.sessions.follower import stop_observer
 from ctxd.ledger.workspace import Service, Workspace
+from ctxd.settings import default_state_dir
 
 log = logging.getLogger("ctxd")
 
@@ -92,6 +93,7 @@ class HookWatcher:
         self._marks: Stamps | None = None
         self._compacted: dict[str, Any] = {}  # mark file -> its compactedAt
         self._worker: threading.Thread | None = None
+        self._noted: set[str] = set()  # workspace uris whose state dir the hooks can find
 
     @property
     def usage_dir(self) -> Path:
@@ -165,9 +167,23 @@ class HookWatcher:
 
     def check(self) -> None:
         workspaces = self.service.folders()
+        self._note_state_dirs(workspaces)
         self._check_snapshots(workspaces)
         self._check_marks(workspaces)  # before the usage: a compaction makes an old report stale
         self._check_usage(workspaces)
+
+    def _note_state_dirs(self, workspaces: list[Workspace]) -> None:
+        """Tell the hooks (which know only the default state dir) where this daemon keeps each workspace."""
+        for workspace in workspaces:
+            if workspace.uri in self._noted:
+                continue
+            try:
+                note_state_dir(default_state_dir(), workspace.root, workspace.state_dir)
+                self._noted.add(workspace.uri)
+            except OSError as error:
+                log.warning("%s: the hooks cannot be told of state dir %s (%s)", workspace.uri,
+                            workspace.state_dir, error)
+                self._noted.add(workspace.uri)
 
     def _check_snapshots(self, workspaces: list[Workspace]) -> None:
         for workspace in workspaces:
