@@ -30,11 +30,11 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
 
+from bench_ghost import ENV, generate  # noqa: E402
+from table import Row, ms, report  # noqa: E402
 from watchdog.events import FileSystemEventHandler  # noqa: E402
 from watchdog.observers import Observer  # noqa: E402
 
-from bench_ghost import ENV, generate  # noqa: E402
-from table import Row, ms, report  # noqa: E402
 from tests import session_fixtures as fx  # noqa: E402
 from tests.rpc import Client, start_daemon  # noqa: E402
 

@@ -13,7 +13,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import struct
 import threading
 from collections.abc import Callable, Iterable
@@ -426,13 +425,20 @@ def capture(site: Site, settings: GhostSettings, progress: Callable[[str], None]
             return _capture(site, options, user, cache, index, started)
         except GitFailed:
             # A kept or copied index git cannot use (a split index, objects gone after the user's
-            # gc): start again from nothing but the user's listing.
+            # gc, damaged bytes): start again from nothing but the user's listing, under a new
+            # name (a git that died on the damage leaves its `<index>.lock` behind).
             cache.drop()
-            index.unlink(missing_ok=True)
+            _discard(index)
+            index = site.temp_index()
             return _capture(site, options, user, cache, index, started, cold=True)
     except BaseException:
-        index.unlink(missing_ok=True)
+        _discard(index)
         raise
+
+
+def _discard(index: Path) -> None:
+    index.unlink(missing_ok=True)
+    index.with_name(index.name + ".lock").unlink(missing_ok=True)
 
 
 def _capture(site: Site, options: CaptureOptions, user: _UserIndex, cache: _Cache, index: Path, started: int,
@@ -633,6 +639,8 @@ def _copy_user_index(site: Site, index: Path) -> None:
     with the rest, which git looks for in the git directory of the command that reads it: that
     file is copied into the store for as long as it takes to write the copy as a whole index."""
     assert site.user_git_dir is not None and site.user_index is not None
+    import shutil  # here: the common capture (a kept seed) does without it
+
     shutil.copy2(site.user_index, index)
     shared = _shared_index(site.user_git_dir, index.read_bytes())
     if shared is not None:
@@ -690,6 +698,8 @@ def _seed(kept: Path, index: Path) -> None:
     try:
         os.link(kept, index)
     except OSError:  # a file system without hard links
+        import shutil
+
         shutil.copy2(kept, index)
 
 

@@ -23,8 +23,8 @@ from typing import Any, Callable
 
 from ctxd.errors import CtxdError
 from ctxd.hooks.locate import git_common_dir, note_state_dir, plain_store
-from ctxd.sessions.follower import stop_observer
 from ctxd.ledger.workspace import Service, Workspace
+from ctxd.sessions.follower import stop_observer
 from ctxd.settings import default_state_dir
 
 log = logging.getLogger("ctxd")
