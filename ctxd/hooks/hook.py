@@ -149,7 +149,8 @@ def plan(agent: str, event: str, data: dict[str, Any], state_dir: Path) -> dict[
     state_dir = located.state_dir  # a daemon's own stateDir, when it named one for this workspace
     mark = marks.read(state_dir, thread)
     if event == "UserPromptSubmit":
-        prompt = data.get("prompt") if isinstance(data.get("prompt"), str) else ""
+        raw_prompt = data.get("prompt")
+        prompt = raw_prompt if isinstance(raw_prompt, str) else ""
         turn = {"index": int(mark.get("turn") or 0) + 1, "text": _short(prompt, 200)}
         marks.write(state_dir, thread, {**mark, "turn": turn["index"], "text": turn["text"]})
         return {"folder": located.folder, "stateDir": state_dir, "thread": thread, "trigger": "turn", "turn": turn,
@@ -171,14 +172,15 @@ def plan(agent: str, event: str, data: dict[str, Any], state_dir: Path) -> dict[
             command = tool_input.get("command") if isinstance(tool_input, dict) else None
             if isinstance(command, list):
                 command = " ".join(str(c) for c in command)
-            label = f"before {name}: {_short(command, 60)}" if isinstance(command, str) and command else f"before {name}"
+            shown = _short(command, 60) if isinstance(command, str) and command else ""
+            label = f"before {name}: {shown}" if shown else f"before {name}"
         else:
             label = f"before {name} {', '.join(paths)}".rstrip()
-        turn = {"index": int(mark["turn"]), "text": str(mark.get("text") or "")} if mark.get("turn") else None
+        in_turn = {"index": int(mark["turn"]), "text": str(mark.get("text") or "")} if mark.get("turn") else None
         if not mark:
             marks.write(state_dir, thread, {"turn": 0})
-        return {"folder": located.folder, "stateDir": state_dir, "thread": thread, "trigger": "tool", "turn": turn,
-                "tool": tool, "message": label}
+        return {"folder": located.folder, "stateDir": state_dir, "thread": thread, "trigger": "tool",
+                "turn": in_turn, "tool": tool, "message": label}
     if event == "PostCompact":
         # A running daemon drops the thread's pre-compaction usage on seeing this (ctxd.sessions.hook_watch).
         marks.write(state_dir, thread, {**mark, "thread": thread, "compactedAt": time.time()})

@@ -48,16 +48,19 @@ def _int(value: Any) -> int:
 def usage_of(data: dict[str, Any]) -> dict[str, Any]:
     """The session's usage as Claude Code states it: input + cache writes + cache reads of the
     latest request, against its window and compaction point."""
-    context = data.get("context_window") if isinstance(data.get("context_window"), dict) else {}
-    current = context.get("current_usage") if isinstance(context.get("current_usage"), dict) else None
+    raw_context = data.get("context_window")
+    context: dict[str, Any] = raw_context if isinstance(raw_context, dict) else {}
+    raw_current = context.get("current_usage")
+    current: dict[str, Any] | None = raw_current if isinstance(raw_current, dict) else None
     used = (_int(current.get("input_tokens")) + _int(current.get("cache_creation_input_tokens"))
             + _int(current.get("cache_read_input_tokens"))) if current else 0
     window = _int(context.get("context_window_size")) or 200_000
     point = compaction_point(window)
     tier = "compact" if used >= point else "warn" if used >= WARN_RATIO * point else "ok"
-    cost = data.get("cost") if isinstance(data.get("cost"), dict) else {}
+    raw_cost, raw_model = data.get("cost"), data.get("model")
+    cost: dict[str, Any] = raw_cost if isinstance(raw_cost, dict) else {}
     total = cost.get("total_cost_usd")
-    model = data.get("model") if isinstance(data.get("model"), dict) else {}
+    model: dict[str, Any] = raw_model if isinstance(raw_model, dict) else {}
     output = _int(current.get("output_tokens")) if current else 0
     return {"usedTokens": used, "outputTokens": output, "contextWindow": window, "compactAt": point, "tier": tier,
             "known": current is not None,

@@ -18,8 +18,9 @@ import json
 import logging
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ctxd.errors import CtxdError
 from ctxd.hooks.locate import git_common_dir, note_state_dir, plain_store
@@ -226,9 +227,13 @@ class HookWatcher:
             used, output, thread = record.get("usedTokens"), record.get("outputTokens", 0), record.get("thread")
             if not isinstance(thread, str) or not _count(used) or not _count(output):
                 continue
-            used += output  # ctxd's one rule for Claude's fill counts the reply too (docs/sessions.md)
+            filled: int = used + output  # ctxd's one rule for Claude's fill counts the reply too (docs/sessions.md)
+
+            def reported(w: Workspace, t: str, n: int = filled) -> Any:
+                return w.agent_reported(t, n)
+
             for workspace in workspaces:
-                self._apply(workspace, thread, record.get("cwd"), lambda w, t: w.agent_reported(t, used))
+                self._apply(workspace, thread, record.get("cwd"), reported)
 
     def _apply(self, workspace: Workspace, thread: str, cwd: Any, action: Callable[[Workspace, str], Any]) -> None:
         if not _inside(cwd, workspace.root):
