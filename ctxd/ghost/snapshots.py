@@ -91,6 +91,7 @@ def _commit(site: Site, state: State, message: str, started: float, extra: dict[
     commit = site.out("commit-tree", "--no-gpg-sign", state.tree, "-m", body)
     st.pin(site, commit, state.tree)
     st.write_ref(site, commit)
+    _note_kind(site, commit, str(meta["trigger"]))
     wire = _wire(commit, meta)
     # Not synced to disk: after a crash a lost or stale file only means the next checkpoint commits.
     pending = _last_path(site).with_name(f".last-{site.key}.{os.getpid()}.tmp")
@@ -186,7 +187,7 @@ def _retain(site: Site, settings: GhostSettings, keep_id: str) -> None:
     oldest = time.time() - settings.max_age_days * 86400
     victims = [i for when, i in ids if when < oldest and i not in held]
     if len(ids) > min(settings.keep, settings.keep_auto):  # only then does the kind of each matter
-        automatic = _automatic_ids(site)
+        automatic = _automatic_ids(site, [i for _when, i in ids])
         for kept, mine in ((settings.keep, lambda i: i not in automatic), (settings.keep_auto, automatic.__contains__)):
             victims += [i for i in [i for _when, i in ids if mine(i)][kept:] if i not in held]
     for commit_id in victims:
@@ -198,17 +199,41 @@ def _retain(site: Site, settings: GhostSettings, keep_id: str) -> None:
             pass  # space is freed at the next one; the snapshot itself is complete
 
 
-def _automatic_ids(site: Site) -> set[str]:
-    """The folder's snapshots that a turn or a tool took (one git call over the folder's refs)."""
-    raw = site.git("for-each-ref", "--format=%(objectname)%00%(contents)%00",
-                   f"{st.REF_ROOT}/{site.key}/", borrow=False)[1]
-    fields = raw.split(b"\0")
-    found = set()
-    for i in range(0, len(fields) - 1, 2):
-        meta = _parse_meta(fields[i + 1].decode("utf-8", "replace"))
-        if meta is not None and meta.get("trigger") in AUTOMATIC:
-            found.add(os.fsdecode(fields[i]).strip())
-    return found
+def _kinds_path(site: Site) -> Path:
+    """Which of the folder's snapshots are automatic ({id: true|false}), so that retention, which
+    runs after every checkpoint once there are many, does not read every snapshot's message."""
+    return site.store / f"kinds-{site.key}.json"
+
+
+def _automatic_ids(site: Site, ids: list[str]) -> set[str]:
+    """Those of `ids` that a turn or a tool took. Ids not yet in the kinds file are read with one
+    git call over the folder's refs."""
+    kinds = st.read_json(_kinds_path(site)) or {}
+    if any(i not in kinds for i in ids):
+        raw = site.git("for-each-ref", "--format=%(objectname)%00%(contents)%00",
+                       f"{st.REF_ROOT}/{site.key}/", borrow=False)[1]
+        fields = raw.split(b"\0")
+        kinds = {}
+        for i in range(0, len(fields) - 1, 2):
+            meta = _parse_meta(fields[i + 1].decode("utf-8", "replace"))
+            kinds[os.fsdecode(fields[i]).strip()] = meta is not None and meta.get("trigger") in AUTOMATIC
+        _write_kinds(site, kinds)
+    return {i for i in ids if kinds.get(i) is True}
+
+
+def _note_kind(site: Site, commit: str, trigger: str) -> None:
+    """Add a new snapshot to the kinds file (when there is one: else it is built when needed)."""
+    kinds = st.read_json(_kinds_path(site))
+    if kinds is not None:
+        live = {i for _when, i in st.ref_ids(site)}
+        _write_kinds(site, {**{i: k for i, k in kinds.items() if i in live}, commit: trigger in AUTOMATIC})
+
+
+def _write_kinds(site: Site, kinds: dict[str, bool]) -> None:
+    # Not synced: a lost or stale file is rebuilt from the refs (an id it lacks sends it back to git).
+    pending = _kinds_path(site).with_name(f".kinds-{site.key}.{os.getpid()}.tmp")
+    pending.write_text(json.dumps(kinds), "utf-8")
+    os.replace(pending, _kinds_path(site))
 
 
 # --- reading them back ------------------------------------------------------------------------------
