@@ -531,7 +531,7 @@ def test_split_index(repo: Repo, monkeypatch: pytest.MonkeyPatch) -> None:
     shared_before = {p.name: p.read_bytes() for p in shared}
     colds: list[bool] = []
     real_capture = capture._capture
-    monkeypatch.setattr(capture, "_capture", lambda *a, **k: colds.append(k.get("cold", False)) or real_capture(*a, **k))
+    monkeypatch.setattr(capture, "_capture", lambda run: colds.append(run.cold) or real_capture(run))
 
     snap = ghost.snapshot(repo.root)
     tree = snapshot_tree(repo, snap["id"])
@@ -552,7 +552,7 @@ def test_split_index(repo: Repo, monkeypatch: pytest.MonkeyPatch) -> None:
     # A capture from scratch (the kept index unusable) starts from the user's entries, not HEAD's.
     site = ghost.open_site(repo.root, Path())
     assert site is not None
-    state = capture.capture(site, GhostSettings(), None, None, cold=True)
+    state = capture.capture(site, capture.CaptureOptions(GhostSettings()), cold=True)
     try:
         assert "staged.txt" in site.paths("ls-files", "-z", index=state.index)
     finally:

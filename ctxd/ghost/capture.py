@@ -403,8 +403,7 @@ class CaptureOptions:
             self.progress(message)
 
 
-def capture(site: Site, settings: GhostSettings, progress: Callable[[str], None] | None,
-            cancel: threading.Event | None, *, cold: bool = False, light: bool = False) -> State:
+def capture(site: Site, options: CaptureOptions, *, cold: bool = False) -> State:
     """Write the working tree (in scope) into a new temporary index of the store; return its tree.
 
     The index is seeded from the last capture when the user's index has not changed since, else
@@ -412,8 +411,8 @@ def capture(site: Site, settings: GhostSettings, progress: Callable[[str], None]
     Outside the scope the user's index is kept as it is. A `light` capture hashes and stores
     nothing: files changed since the seed are left for a `git diff` against the index to read,
     new untracked files are entered as intent-to-add, and no tree is written (its `tree` is "").
+    `cold` starts from the user's index whatever was kept.
     """
-    options = CaptureOptions(settings, progress, cancel, light)
     started = now_ns()
     user = _UserIndex(site)  # read before anything else
     cache = _Cache.for_site(site)
@@ -422,7 +421,7 @@ def capture(site: Site, settings: GhostSettings, progress: Callable[[str], None]
         try:
             if cold:
                 raise GitFailed("asked for a capture from scratch")
-            return _capture(site, options, user, cache, index, started)
+            return _capture(_Run(site, options, user, cache, index, started, cold=False))
         except GitFailed:
             # A kept or copied index git cannot use (a split index, objects gone after the user's
             # gc, damaged bytes): start again from nothing but the user's listing, under a new
@@ -430,7 +429,7 @@ def capture(site: Site, settings: GhostSettings, progress: Callable[[str], None]
             cache.drop()
             _discard(index)
             index = site.temp_index()
-            return _capture(site, options, user, cache, index, started, cold=True)
+            return _capture(_Run(site, options, user, cache, index, started, cold=True))
     except BaseException:
         _discard(index)
         raise
@@ -441,10 +440,8 @@ def _discard(index: Path) -> None:
     index.with_name(index.name + ".lock").unlink(missing_ok=True)
 
 
-def _capture(site: Site, options: CaptureOptions, user: _UserIndex, cache: _Cache, index: Path, started: int,
-             cold: bool = False) -> State:
-    """The steps of one capture, in order (each one a method of `_Run`)."""
-    run = _Run(site, options, user, cache, index, started, cold)
+def _capture(run: _Run) -> State:
+    """The steps of one capture, in order."""
     try:
         run.start_listing_untracked()
         run.seed_index()
@@ -453,12 +450,12 @@ def _capture(site: Site, options: CaptureOptions, user: _UserIndex, cache: _Cach
         run.drop_hidden()
         run.sync_untracked()
         run.take_unmerged_outside_scope()
-        check_cancel(options.cancel)
-        if options.light:
-            return State(index=index, tree="", skipped=run.skipped, started_ns=started)
+        check_cancel(run.options.cancel)
+        if run.options.light:
+            return run.state(tree="")
         tree = run.write_tree()
         run.remember(tree)
-        return State(index=index, tree=tree, skipped=run.skipped, started_ns=started)
+        return run.state(tree)
     finally:
         run.close()
 
@@ -513,6 +510,9 @@ class _Run:
         self.listed: dict[str, Any] = {}
         self.hidden: list[str] = []
         self._listing: _Background[tuple[list[str], dict[str, str], dict[str, Any]]] | None = None
+
+    def state(self, tree: str) -> State:
+        return State(index=self.index, tree=tree, skipped=self.skipped, started_ns=self.started)
 
     def close(self) -> None:
         """No thread of this capture outlives it."""

@@ -36,7 +36,7 @@ from typing import Any
 
 from ctxd.errors import GitFailed, InvalidParams
 from ctxd.ghost import store as st
-from ctxd.ghost.capture import State, capture, check_cancel, file_count, nul
+from ctxd.ghost.capture import CaptureOptions, State, capture, check_cancel, file_count, nul
 from ctxd.ghost.store import ID, Site, open_site
 from ctxd.redact import redact
 from ctxd.settings import GhostSettings, default_state_dir
@@ -156,7 +156,7 @@ def snapshot(folder: Path, message: str | None = None, *, settings: GhostSetting
     with site.locked():
         _recover(site)
         for attempt in (1, 2):
-            state = capture(site, settings, progress, cancel, cold=attempt == 2)
+            state = capture(site, CaptureOptions(settings, progress, cancel), cold=attempt == 2)
             try:
                 check_cancel(cancel)
                 if trigger in AUTOMATIC and (same := _unchanged(site, state.tree)) is not None:
@@ -565,7 +565,7 @@ def restore(folder: Path, commit_id: str, *, settings: GhostSettings | None = No
         meta = _resolve(site, commit_id)
         if site.user_git_dir is not None and (site.user_git_dir / "index.lock").exists():
             raise GitFailed("another git process is running (index.lock exists); nothing was restored")
-        current = capture(site, settings, None, None)
+        current = capture(site, CaptureOptions(settings))
         try:
             target, changes = _plan(site, meta, current)
             _check_in_the_way(site, changes)
@@ -625,7 +625,7 @@ def diff(folder: Path, commit_id: str, path: str | None = None, *, settings: Gho
     with site.locked():
         _recover(site)
         meta = _resolve(site, commit_id)
-        current = capture(site, settings, None, None, light=True)
+        current = capture(site, CaptureOptions(settings, light=True))
         try:
             spec = f":(literal){site.prefix}{path.rstrip('/')}" if path else site.scope
             tokens = site.git("diff", "--no-ext-diff", "--no-textconv", "--no-renames", "-z", "--raw", "--numstat",
