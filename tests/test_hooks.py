@@ -656,3 +656,8 @@ def test_a_daemon_with_a_state_dir_of_its_own_gets_the_hooks_checkpoints_and_mar
     from ctxd.hooks import marks
 
     assert marks.hooked(elsewhere, "claude:s-9") and not marks.hooked(state_dir / "ctxd", "claude:s-9")
+    # The status line hands its exact usage over where that daemon reads it, and sees the checkpoint.
+    shown = ctxd(tmp_path, "statusline", "--no-colour", cwd=folder, stdin=status_input(folder, "s-9", 1000, 0, 10))
+    assert "checkpoint" in shown.stdout.decode() and "no checkpoint" not in shown.stdout.decode()
+    assert (elsewhere / "hooks" / "usage" / "claude-s-9.json").is_file()
+    assert not (state_dir / "ctxd" / "hooks" / "usage" / "claude-s-9.json").exists()
