@@ -27,14 +27,15 @@ import threading
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
 
+from bench_ghost import ENV, generate  # noqa: E402
+from table import Row, ms, report  # noqa: E402
 from watchdog.events import FileSystemEventHandler  # noqa: E402
 from watchdog.observers import Observer  # noqa: E402
 
-from bench_ghost import ENV, generate  # noqa: E402
-from table import Row, ms, report  # noqa: E402
 from tests import session_fixtures as fx  # noqa: E402
 from tests.rpc import Client, start_daemon  # noqa: E402
 
@@ -58,7 +59,8 @@ class Seen(FileSystemEventHandler):
             self.event.set()
 
 
-def daemon(tmp: Path, name: str, ws: Path, codex_home: Path, claude_home: Path, options: dict | None = None) -> Client:
+def daemon(tmp: Path, name: str, ws: Path, codex_home: Path, claude_home: Path,
+           options: dict[str, Any] | None = None) -> Client:
     state = tmp / f"state-{name}"
     state.mkdir()
     client = start_daemon(state, env={"CODEX_HOME": str(codex_home), "CLAUDE_CONFIG_DIR": str(claude_home),
@@ -96,16 +98,18 @@ def bench_line(tmp: Path, appends: int) -> list[Row]:
         ours, floor = [], []
         for n in range(appends):
             used = 30_000 + n * 7
-            line = json.dumps(fx.codex_token_count(used, {"input_tokens": used, "cached_input_tokens": 0, "output_tokens": 300,
-                                                          "reasoning_output_tokens": 0, "total_tokens": used + n},
-                                                   "2025-10-03T12:00:00.000Z")).encode() + b"\n"
+            counts = {"input_tokens": used, "cached_input_tokens": 0, "output_tokens": 300,
+                      "reasoning_output_tokens": 0, "total_tokens": used + n}
+            line = json.dumps(fx.codex_token_count(used, counts, "2025-10-03T12:00:00.000Z")).encode() + b"\n"
             mark = len(client.notifications)
             seen.arm(rollout.name)
             start = time.perf_counter()
             with rollout.open("ab") as f:
                 f.write(line)
-            client.wait_for_notification("ctxd/usageChanged", lambda p: p.get("thread") == thread and p.get("usedTokens") == used,
-                                         timeout=10, after=mark)
+            def reached(p: dict[str, Any], used: int = used) -> bool:
+                return bool(p.get("thread") == thread and p.get("usedTokens") == used)
+
+            client.wait_for_notification("ctxd/usageChanged", reached, timeout=10, after=mark)
             ours.append(time.perf_counter() - start)
             seen.event.wait(5)
             floor.append((seen.at or time.perf_counter()) - start)
@@ -137,8 +141,8 @@ def bench_first_use(tmp: Path, starts: int) -> list[Row]:
             mark = len(client.notifications)
             seen.arm(codex_home.name)
             start = time.perf_counter()
-            fx.write_jsonl(fx.codex_path(codex_home), [fx.codex_meta(ws), *fx.codex_turn("hello", "2025-10-03T10:00:01.000Z",
-                                                                                         cwd=str(ws))])
+            first_turn = fx.codex_turn("hello", "2025-10-03T10:00:01.000Z", cwd=str(ws))
+            fx.write_jsonl(fx.codex_path(codex_home), [fx.codex_meta(ws), *first_turn])
             client.wait_for_notification("ctxd/threadsChanged", timeout=10, after=mark)
             ours.append(time.perf_counter() - start)
             seen.event.wait(5)
@@ -198,7 +202,8 @@ def bench_checkpoint(tmp: Path, turns: int, files: int) -> list[Row]:
             if not seen.event.wait(30):
                 raise SystemExit(f"no checkpoint for {label!r} in 30 s")
             ours.append(seen.at - start)  # type: ignore[operator]
-            found = [s for s in client.request("ctxd/ghost/list", {"workspace": uri})["snapshots"] if s["message"] == label]
+            listed = client.request("ctxd/ghost/list", {"workspace": uri})["snapshots"]
+            found = [s for s in listed if s["message"] == label]
             if not found:
                 raise SystemExit(f"the ref written was not {label!r}'s checkpoint")
             created = datetime.fromisoformat(found[0]["createdAt"].replace("Z", "+00:00")).timestamp()
@@ -232,6 +237,8 @@ def main() -> int:
             rows += bench_first_use(tmp, args.starts)
         if args.only in (None, "checkpoint"):
             rows += bench_checkpoint(tmp, args.turns, args.files)
+    # The machine's load as the run ends: figures from a shared machine need it beside them.
+    print("load average " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
     return report(rows)
 
 

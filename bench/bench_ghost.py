@@ -28,7 +28,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
 
@@ -36,7 +39,8 @@ from table import Row, ms, report  # noqa: E402
 
 from ctxd.ghost import snapshots as ghost  # noqa: E402  (after the path tweak above)
 
-ENV = {**{k: v for k, v in os.environ.items() if not k.startswith("GIT_")}, "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@example.com",
+ENV = {**{k: v for k, v in os.environ.items() if not k.startswith("GIT_")},
+       "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@example.com",
        "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "bench@example.com"}
 
 
@@ -84,7 +88,7 @@ def settle() -> None:
         os.sync()
 
 
-def timed(fn) -> float:
+def timed(fn: Callable[[], object]) -> float:
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
@@ -110,7 +114,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     base_first, base_again, firsts, agains = [], [], [], []
     base_restore, restores, base_diff, diffs = [], [], [], []
-    info: dict = {}
+    info: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="ctxd-bench-ghost-") as tmp:
         repo = Path(tmp) / "repo"
         repo.mkdir()
@@ -137,12 +141,12 @@ def main(argv: list[str]) -> int:
             base = git(repo, "stash", "create").strip()
             snap = ghost.snapshot(repo, "before the agent", state_dir=state)["id"]
             agent_edit(repo, args.files, args.modified, 2 * round_)
-            base_diff.append(timed(lambda: git(repo, "diff", "--stat", base)))
-            diffs.append(timed(lambda: ghost.diff(repo, snap, state_dir=state)))
-            base_restore.append(timed(lambda: git(repo, "restore", f"--source={base}", "--worktree", "--", ".")))
+            base_diff.append(timed(partial(git, repo, "diff", "--stat", base)))
+            diffs.append(timed(partial(ghost.diff, repo, snap, state_dir=state)))
+            base_restore.append(timed(partial(git, repo, "restore", f"--source={base}", "--worktree", "--", ".")))
             agent_edit(repo, args.files, args.modified, 2 * round_ + 1)
-            done: dict = {}
-            restores.append(timed(lambda: done.update(ghost.restore(repo, snap, state_dir=state))))
+            done: dict[str, Any] = {}
+            restores.append(timed(lambda: done.update(ghost.restore(repo, snap, state_dir=state))))  # noqa: B023 - called at once
             assert len(done["restored"]) == args.modified, len(done["restored"])
     median = statistics.median
     print(f"snapshot holds {info['fileCount']} files, skipped {len(info['skipped'])}")

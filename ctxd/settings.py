@@ -20,7 +20,6 @@ import math
 import os
 import re
 import stat
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -227,6 +226,8 @@ def load_toml(path: Path, problems: list[Problem], follow_links: bool = True) ->
     if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_CONFIG_BYTES:
         problems.append(Problem(str(path), f"ignored: not a regular file of at most {MAX_CONFIG_BYTES} bytes"))
         return {}
+    import tomllib  # here: most folders have no config file, and `ctxd hook` starts on every tool call
+
     try:
         # O_NOFOLLOW: a link swapped in since the lstat is refused too (ELOOP).
         with os.fdopen(os.open(path, os.O_RDONLY | (0 if follow_links else os.O_NOFOLLOW)), "rb") as handle:

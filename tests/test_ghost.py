@@ -531,7 +531,7 @@ def test_split_index(repo: Repo, monkeypatch: pytest.MonkeyPatch) -> None:
     shared_before = {p.name: p.read_bytes() for p in shared}
     colds: list[bool] = []
     real_capture = capture._capture
-    monkeypatch.setattr(capture, "_capture", lambda *a, **k: colds.append(k.get("cold", False)) or real_capture(*a, **k))
+    monkeypatch.setattr(capture, "_capture", lambda run: colds.append(run.cold) or real_capture(run))
 
     snap = ghost.snapshot(repo.root)
     tree = snapshot_tree(repo, snap["id"])
@@ -552,7 +552,7 @@ def test_split_index(repo: Repo, monkeypatch: pytest.MonkeyPatch) -> None:
     # A capture from scratch (the kept index unusable) starts from the user's entries, not HEAD's.
     site = ghost.open_site(repo.root, Path())
     assert site is not None
-    state = capture.capture(site, GhostSettings(), None, None, cold=True)
+    state = capture.capture(site, capture.CaptureOptions(GhostSettings()), cold=True)
     try:
         assert "staged.txt" in site.paths("ls-files", "-z", index=state.index)
     finally:
@@ -601,3 +601,52 @@ def test_concurrent_snapshots_of_one_repository(repo: Repo) -> None:
     trees = {repo.store("rev-parse", r["id"] + "^{tree}").strip() for r in results}
     assert len(results) == 4 and len(trees) == 1
     assert repo.state() == before
+
+
+def _cold_tree(repo: Repo) -> str:
+    """The tree a capture from nothing gives now (no kept index to seed it)."""
+    for cached in store_dir(repo).glob("cache-*"):
+        cached.unlink()
+    return repo.store("rev-parse", ghost.snapshot(repo.root)["id"] + "^{tree}").strip()
+
+
+def test_the_kept_index_follows_the_user_to_another_branch_and_captures_exactly(repo: Repo) -> None:
+    """The private index ctxd keeps between captures is only a seed: after the user checks out
+    another branch (their index and files change under it) the capture is still exactly the
+    working tree, and the user's index, HEAD and refs are as the user left them."""
+    repo.git("checkout", "-q", "-b", "other")
+    repo.write("src/app.py", "on the other branch\n")
+    repo.write("only-here.txt", "other\n")
+    repo.commit_all("other branch")
+    repo.git("checkout", "-q", "-")
+    repo.write("src/app.py", "edited on the first branch\n")
+    repo.git("stash", "-q")
+    ghost.snapshot(repo.root)  # keeps its index
+    repo.git("checkout", "-q", "other")
+    repo.write("untracked.txt", "new\n")
+    before = repo.state()
+    warm = ghost.snapshot(repo.root)
+    assert repo.state() == before
+    tree = snapshot_tree(repo, warm["id"])
+    assert "only-here.txt" in tree and "untracked.txt" in tree
+    assert repo.store("rev-parse", warm["id"] + "^{tree}").strip() == _cold_tree(repo)
+
+
+def test_a_damaged_kept_index_is_rebuilt_and_the_capture_is_exact(repo: Repo) -> None:
+    """A kept index whose bytes were damaged (same size, same stamp, so it still looks like the
+    one recorded) makes git fail: the capture starts again from the user's index and is exact."""
+    ghost.snapshot(repo.root)
+    kept = next(store_dir(repo).glob("cache-*.index"))
+    stamp = kept.stat()
+    data = bytearray(kept.read_bytes())
+    data[12:40] = b"\xff" * 28  # the first entry's stat data and more: git's checksum no longer holds
+    with open(kept, "r+b") as handle:  # in place: the same inode
+        handle.write(bytes(data))
+    os.utime(kept, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+    repo.write("src/app.py", "after the damage\n")
+    snap = ghost.snapshot(repo.root)
+    assert snapshot_tree(repo, snap["id"])["src/app.py"].split()[1] == repo.git(
+        "hash-object", "src/app.py").strip()
+    again = next(store_dir(repo).glob("cache-*.index"))
+    assert again.read_bytes() != bytes(data)  # a sound index is kept now
+    assert repo.store("rev-parse", snap["id"] + "^{tree}").strip() == _cold_tree(repo)

@@ -198,7 +198,8 @@ def test_user_scope_files_created_by_install_are_removed_by_uninstall(tmp_path: 
     created = [home / ".claude" / "settings.json", home / ".claude.json", home / ".codex" / "config.toml"]
     assert all(p.exists() for p in created)
     status = ctxd(tmp_path, "hooks", "status", cwd=folder).stdout.decode()
-    assert "claude user: hooks UserPromptSubmit, PreToolUse, PostCompact, SessionStart; status line yes; MCP server yes" in status
+    assert ("claude user: hooks UserPromptSubmit, PreToolUse, PostCompact, SessionStart; status line yes; "
+            "MCP server yes") in status
     assert "codex user: hooks and MCP server yes" in status
     assert ctxd(tmp_path, "hooks", "uninstall", cwd=folder).returncode == 0
     assert not any(p.exists() for p in created)
@@ -260,7 +261,8 @@ def known_project(tmp_path: Path) -> Path:
 def test_a_checkpoint_before_each_tool_that_changes_files_and_at_each_turn(tmp_path: Path) -> None:
     project = known_project(tmp_path)
     base = {"session_id": "s-1", "cwd": str(project / ".claude"), "transcript_path": "/nowhere"}
-    assert hook(tmp_path, "claude", "UserPromptSubmit", {**base, "prompt": "Make  app.py print v2"}, project).returncode == 0
+    prompt = {**base, "prompt": "Make  app.py print v2"}
+    assert hook(tmp_path, "claude", "UserPromptSubmit", prompt, project).returncode == 0
     write = {**base, "tool_name": "Write", "tool_use_id": "toolu_1",
              "tool_input": {"file_path": str(project / "src" / "new.py"), "content": "x"}}
     assert hook(tmp_path, "claude", "PreToolUse", write, project).returncode == 0
@@ -271,7 +273,8 @@ def test_a_checkpoint_before_each_tool_that_changes_files_and_at_each_turn(tmp_p
     bash = {**base, "tool_name": "Bash", "tool_use_id": "toolu_2", "tool_input": {"command": "sed -i s/v1/v2/ app.py"}}
     assert hook(tmp_path, "claude", "PreToolUse", bash, project).returncode == 0
     patch = {"session_id": "c-9", "cwd": str(project), "tool_name": "apply_patch", "tool_use_id": "call_7",
-             "tool_input": {"command": "*** Begin Patch\n*** Update File: app.py\n@@\n-a\n+b\n*** Add File: b.txt\n+b\n*** End Patch\n"}}
+             "tool_input": {"command": "*** Begin Patch\n*** Update File: app.py\n@@\n-a\n+b\n"
+                                       "*** Add File: b.txt\n+b\n*** End Patch\n"}}
     (project / "app.py").write_text("print('v2')\n")
     assert hook(tmp_path, "codex", "PreToolUse", patch, project).returncode == 0
 
@@ -425,10 +428,10 @@ def test_usage_and_sessions_find_the_enclosing_workspace_from_a_subfolder(tmp_pa
     deep = project / "src" / "pkg"
     deep.mkdir(parents=True)
     state = tmp_path / "state" / "ctxd"
-    assert find_workspace(deep, state) == (project, False)  # the git root, not known yet
+    assert find_workspace(deep, state) == (project, False, state)  # the git root, not known yet
     plain = tmp_path / "plain" / "sub"
     plain.mkdir(parents=True)
-    assert find_workspace(plain, state) == (plain, False)
+    assert find_workspace(plain, state) == (plain, False, state)
     client = start_daemon(tmp_path / "state", env={"HOME": str(tmp_path / "home")})
     try:
         client.initialize([project / "src"])  # an editor opened the subfolder: its database makes it known
@@ -436,7 +439,7 @@ def test_usage_and_sessions_find_the_enclosing_workspace_from_a_subfolder(tmp_pa
             {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hello"}]}]})
     finally:
         client.shutdown()
-    assert find_workspace(deep, state) == (project / "src", True)
+    assert find_workspace(deep, state) == (project / "src", True, state)
     done = ctxd(tmp_path, "usage", "--format", "json", cwd=deep)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["usage"]["usedTokens"] > 0
@@ -557,7 +560,8 @@ def status_input(project: Path, session: str, input_tokens: int, read: int, outp
                            "cache_read_input_tokens": read, "output_tokens": output}}}).encode()
 
 
-def test_the_status_lines_exact_usage_reaches_every_clients_gauge(daemon_factory, tmp_path: Path, state_dir: Path) -> None:
+def test_the_status_lines_exact_usage_reaches_every_clients_gauge(daemon_factory, tmp_path: Path,
+                                                                  state_dir: Path) -> None:
     from tests import session_fixtures as fx
     from tests.test_sessions_e2e import CLAUDE_THREAD
 
@@ -576,7 +580,8 @@ def test_the_status_lines_exact_usage_reaches_every_clients_gauge(daemon_factory
     # Another session's status line (a thread this workspace does not follow) changes nothing here.
     seen = len(client.notifications)
     assert ctxd(tmp_path, "statusline", cwd=project, stdin=status_input(project, "other", 1, 2, 3)).returncode == 0
-    assert ctxd(tmp_path, "statusline", cwd=project, stdin=status_input(project, fx.CLAUDE_ID, 7, 70_000, 3)).returncode == 0
+    handed = status_input(project, fx.CLAUDE_ID, 7, 70_000, 3)
+    assert ctxd(tmp_path, "statusline", cwd=project, stdin=handed).returncode == 0
     pushed = client.wait_for_notification("ctxd/usageChanged", lambda p: p["thread"] == CLAUDE_THREAD,
                                           timeout=15, after=seen)
     assert pushed["usedTokens"] == 70_010
@@ -633,3 +638,31 @@ def test_codexs_post_compact_hook_drops_the_fill_from_before_it_at_once(daemon_f
     pushed = client.wait_for_notification("ctxd/usageChanged", lambda p: p["thread"] == CODEX_THREAD,
                                           timeout=15, after=seen)
     assert pushed["source"] == "estimate" and pushed["usedTokens"] != before["usedTokens"]
+
+
+def test_a_daemon_with_a_state_dir_of_its_own_gets_the_hooks_checkpoints_and_marks(daemon_factory, tmp_path: Path,
+                                                                                    state_dir: Path) -> None:
+    """The hooks know only the default state dir; a daemon whose `stateDir` is elsewhere names it
+    for each workspace it opens, so a plain folder's checkpoints (whose store lives in the state
+    dir) and the session's marks land where that daemon looks."""
+    folder = tmp_path / "plain"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("first\n")
+    elsewhere = tmp_path / "elsewhere"
+    client = daemon_factory([folder], {"stateDir": str(elsewhere)}, env={"HOME": str(tmp_path / "home")})
+    uri = folder.as_uri()
+    watching(client, folder)
+    seen = len(client.notifications)
+    turn = {"session_id": "s-9", "cwd": str(folder), "prompt": "Tidy the notes"}
+    assert hook(tmp_path, "claude", "UserPromptSubmit", turn, folder).returncode == 0
+    client.wait_for_notification("ctxd/ghostChanged", lambda p: p["workspace"] == uri, timeout=15, after=seen)
+    listed = client.request("ctxd/ghost/list", {"workspace": uri})["snapshots"]
+    assert [(s["message"], s["trigger"], s["thread"]) for s in listed] == [("Tidy the notes", "turn", "claude:s-9")]
+    from ctxd.hooks import marks
+
+    assert marks.hooked(elsewhere, "claude:s-9") and not marks.hooked(state_dir / "ctxd", "claude:s-9")
+    # The status line hands its exact usage over where that daemon reads it, and sees the checkpoint.
+    shown = ctxd(tmp_path, "statusline", "--no-colour", cwd=folder, stdin=status_input(folder, "s-9", 1000, 0, 10))
+    assert "checkpoint" in shown.stdout.decode() and "no checkpoint" not in shown.stdout.decode()
+    assert (elsewhere / "hooks" / "usage" / "claude-s-9.json").is_file()
+    assert not (state_dir / "ctxd" / "hooks" / "usage" / "claude-s-9.json").exists()

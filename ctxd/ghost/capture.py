@@ -13,14 +13,12 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import struct
 import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar, cast
 
 from ctxd.errors import Cancelled, GitFailed
 from ctxd.ghost.store import Site, now_ns
@@ -247,7 +245,7 @@ def index_entry_count(index: Path) -> int:
         header = handle.read(12)
     if len(header) < 12 or header[:4] != b"DIRC":
         return 0
-    return struct.unpack(">I", header[8:12])[0]
+    return int(struct.unpack(">I", header[8:12])[0])
 
 
 @dataclass
@@ -278,11 +276,18 @@ class _UserIndex:
         except FileNotFoundError:
             self.digest = None
         self._listing: bytes | None = b"" if index is None else None
-        self._pending: Future[tuple[int, bytes]] | None = None
+        self._pending: _Background[tuple[int, bytes]] | None = None
 
-    def prefetch(self, pool: ThreadPoolExecutor) -> None:
-        if self._listing is None:
-            self._pending = pool.submit(self.site.user, "ls-files", "--stage", "-z")
+    def prefetch(self) -> None:
+        """Start reading the listing on a thread (it is read at once when asked for before)."""
+        if self._listing is None and self._pending is None:
+            site = self.site
+            self._pending = _Background(lambda: site.user("ls-files", "--stage", "-z"))
+
+    def settle(self) -> None:
+        """Wait for a listing being read (a capture leaves no thread behind)."""
+        if self._pending is not None:
+            self._pending.wait()
 
     @property
     def listing(self) -> bytes:
@@ -383,20 +388,31 @@ def _hidden_tracked(site: Site, user: _UserIndex, settings: GhostSettings,
     return sorted(hidden)
 
 
-def capture(site: Site, settings: GhostSettings, progress: Callable[[str], None] | None,
-            cancel: threading.Event | None, *, force: Iterable[str] = (), cold: bool = False,
-            light: bool = False) -> State:
+@dataclass(frozen=True)
+class CaptureOptions:
+    """What a capture is asked for: the folder's ghost settings, whom to tell how it goes, what
+    stops it, and whether it is `light` (a diff's: hashes and stores nothing, writes no tree)."""
+
+    settings: GhostSettings
+    progress: Callable[[str], None] | None = None
+    cancel: threading.Event | None = None
+    light: bool = False
+
+    def say(self, message: str) -> None:
+        if self.progress is not None:
+            self.progress(message)
+
+
+def capture(site: Site, options: CaptureOptions, *, cold: bool = False) -> State:
     """Write the working tree (in scope) into a new temporary index of the store; return its tree.
 
     The index is seeded from the last capture when the user's index has not changed since, else
     by copying the user's: either way files whose stat data still match are not hashed again.
-    Outside the scope the user's index is kept as it is. `force` paths are added whatever the
-    limits and ignore rules say (a restore's safety snapshot must hold what the restore replaces).
-    A `light` capture hashes and stores nothing: files changed since the seed are left for a
-    `git diff` against the index to read, new untracked files are entered as intent-to-add, and
-    no tree is written (its `tree` is "").
+    Outside the scope the user's index is kept as it is. A `light` capture hashes and stores
+    nothing: files changed since the seed are left for a `git diff` against the index to read,
+    new untracked files are entered as intent-to-add, and no tree is written (its `tree` is "").
+    `cold` starts from the user's index whatever was kept.
     """
-    say = progress or (lambda _message: None)
     started = now_ns()
     user = _UserIndex(site)  # read before anything else
     cache = _Cache.for_site(site)
@@ -405,87 +421,214 @@ def capture(site: Site, settings: GhostSettings, progress: Callable[[str], None]
         try:
             if cold:
                 raise GitFailed("asked for a capture from scratch")
-            return _capture(site, settings, say, cancel, user, cache, index, started, list(force), light=light)
+            return _capture(_Run(site, options, user, cache, index, started, cold=False))
         except GitFailed:
             # A kept or copied index git cannot use (a split index, objects gone after the user's
-            # gc): start again from nothing but the user's listing.
+            # gc, damaged bytes): start again from nothing but the user's listing, under a new
+            # name (a git that died on the damage leaves its `<index>.lock` behind).
             cache.drop()
-            index.unlink(missing_ok=True)
-            return _capture(site, settings, say, cancel, user, cache, index, started, list(force), cold=True,
-                            light=light)
+            _discard(index)
+            index = site.temp_index()
+            return _capture(_Run(site, options, user, cache, index, started, cold=True))
     except BaseException:
-        index.unlink(missing_ok=True)
+        _discard(index)
         raise
 
 
-def _capture(site: Site, settings: GhostSettings, say: Callable[[str], None], cancel: threading.Event | None,
-             user: _UserIndex, cache: _Cache, index: Path, started: int, force: list[str],
-             cold: bool = False, light: bool = False) -> State:
-    meta = None if cold else cache.read()
-    known = meta.get("listing") if meta is not None and _Cache.same_user_index(meta, user, settings) else None
-    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="ctxd-ghost") as pool:
-        listing = pool.submit(_untracked, site, settings, cancel, known)
-        if not _Cache.same_user_index(meta, user, settings):
-            user.prefetch(pool)
-        say("looking for changes and untracked files")
-        meta = meta if _Cache.usable(meta, user, settings) else None
-        if meta is not None:
-            _seed(cache.index, index)
-        elif not cold and site.user_index is not None and site.user_index.exists():
+def _discard(index: Path) -> None:
+    index.unlink(missing_ok=True)
+    index.with_name(index.name + ".lock").unlink(missing_ok=True)
+
+
+def _capture(run: _Run) -> State:
+    """The steps of one capture, in order."""
+    try:
+        run.start_listing_untracked()
+        run.seed_index()
+        run.refresh_tracked()
+        run.finish_listing()
+        run.drop_hidden()
+        run.sync_untracked()
+        run.take_unmerged_outside_scope()
+        check_cancel(run.options.cancel)
+        if run.options.light:
+            return run.state(tree="")
+        tree = run.write_tree()
+        run.remember(tree)
+        return run.state(tree)
+    finally:
+        run.close()
+
+
+T = TypeVar("T")
+
+
+class _Background(Generic[T]):
+    """A call on a thread of its own (a git process to wait for meanwhile); `result` waits and
+    raises what the call raised."""
+
+    def __init__(self, call: Callable[[], T]) -> None:
+        self._value: T | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(call,), name="ctxd-ghost", daemon=True)
+        self._thread.start()
+
+    def _run(self, call: Callable[[], T]) -> None:
+        try:
+            self._value = call()
+        except BaseException as error:  # noqa: BLE001 - handed to whoever asks for the result
+            self._error = error
+
+    def wait(self) -> None:
+        self._thread.join()
+
+    def result(self) -> T:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return cast(T, self._value)
+
+
+class _Run:
+    """One capture into `index`: what each step found, for the steps after it.
+
+    `meta` is what the kept index of the last capture says of itself, while it may seed this one;
+    `unchanged` stays true while the index is still exactly the kept one (its tree is then known).
+    """
+
+    def __init__(self, site: Site, options: CaptureOptions, user: _UserIndex, cache: _Cache, index: Path,
+                 started: int, cold: bool) -> None:
+        self.site, self.options, self.user, self.cache, self.index = site, options, user, cache, index
+        self.started, self.cold = started, cold
+        self.settings = options.settings
+        self.meta = None if cold else cache.read()
+        self.unchanged = False
+        self.unmerged: set[str] = set()
+        self.outside: list[str] = []
+        self.files: list[str] = []
+        self.skipped: dict[str, str] = {}
+        self.listed: dict[str, Any] = {}
+        self.hidden: list[str] = []
+        self._listing: _Background[tuple[list[str], dict[str, str], dict[str, Any]]] | None = None
+
+    def state(self, tree: str) -> State:
+        return State(index=self.index, tree=tree, skipped=self.skipped, started_ns=self.started)
+
+    def close(self) -> None:
+        """No thread of this capture outlives it."""
+        if self._listing is not None:
+            self._listing.wait()
+        self.user.settle()
+
+    def start_listing_untracked(self) -> None:
+        """The untracked files in scope, listed on a thread while the tracked ones are refreshed
+        (the last listing is reused when no directory changed, see `_untracked`)."""
+        same_user = _Cache.same_user_index(self.meta, self.user, self.settings)
+        known = self.meta.get("listing") if self.meta is not None and same_user else None
+        site, settings, cancel = self.site, self.settings, self.options.cancel
+        self._listing = _Background(lambda: _untracked(site, settings, cancel, known))
+        if not same_user:
+            self.user.prefetch()
+        self.options.say("looking for changes and untracked files")
+
+    def seed_index(self) -> None:
+        """Start the index from the kept one when it may be used, else from the user's index (a
+        copy, or its listing when the copy failed), else from HEAD."""
+        site, index = self.site, self.index
+        self.meta = self.meta if _Cache.usable(self.meta, self.user, self.settings) else None
+        if self.meta is not None:
+            _seed(self.cache.index, index)
+        elif not self.cold and site.user_index is not None and site.user_index.exists():
             _copy_user_index(site, index)
-        elif user.listing:  # the user's entries (`ls-files --stage` writes what `--index-info` reads);
+        elif self.user.listing:  # the user's entries (`ls-files --stage` writes what `--index-info` reads);
             # with no stat data every file is hashed, but staged new files are not lost (HEAD lacks them)
-            site.git("update-index", "-z", "--index-info", index=index, stdin=user.listing)
+            site.git("update-index", "-z", "--index-info", index=index, stdin=self.user.listing)
         elif site.head:
             site.git("read-tree", site.head, index=index)
-        seeded = _stamp(index)
-        if index.exists() and not light:
-            site.git(*_PACKED, "add", "--update", "--", site.scope, index=index)
-        unchanged = meta is not None and seeded is not None and seeded == _stamp(index)
-        unmerged = set() if meta is not None else user.unmerged()
-        files, skipped, listed = listing.result()
-    check_cancel(cancel)
-    hidden = _hidden_tracked(site, user, settings, meta)
-    for path in hidden:
-        skipped.setdefault(secret(path, tracked=True) or path, SECRET_REASON if secret(path, tracked=True)
-                           else "matches ghost.exclude")
-    recheck: list[str] = []
-    new_files = files
-    if meta is not None:
-        before = set(meta["untracked"])
-        gone = sorted(before - set(files))
-        if gone:  # no longer wanted: deleted, ignored now, or over a limit now
-            site.git("update-index", "--force-remove", "-z", "--stdin", index=index, stdin=nul(gone))
-        # the ones already in the kept index were refreshed by `add --update`
-        new_files = [p for p in files if p not in before]
-        recheck = [p for p in meta["deleted"] if os.path.islink(site.top / p) or os.path.isfile(site.top / p)]
-        unchanged = unchanged and not gone
-    if hidden and (meta is None or set(hidden) != set(meta.get("hidden", []))):
-        site.git("update-index", "--force-remove", "-z", "--stdin", index=index, stdin=nul(hidden))
-    say(f"adding {len(new_files)} untracked files")
-    if light and (new_files or recheck):
-        site.git("--literal-pathspecs", "add", "--force", "--intent-to-add", "--pathspec-from-file=-",
-                 "--pathspec-file-nul", index=index, stdin=nul(new_files + recheck))
-    elif new_files or recheck:  # --remove: a file deleted since it was listed is simply left out
-        site.git(*_PACKED, "update-index", "--add", "--remove", "-z", "--stdin", index=index,
-                 stdin=nul(new_files + recheck))
-        unchanged = False
-    outside = sorted(p for p in unmerged if not site.in_scope(p))
-    if outside:  # a merge in progress: take those files as they are on disk, so the tree can be written
-        site.git(*_PACKED, "update-index", "--add", "--remove", "-z", "--stdin", index=index, stdin=nul(outside))
-    if force:
-        site.git(*_PACKED, "update-index", "--add", "--remove", "-z", "--stdin", index=index, stdin=nul(force))
-    check_cancel(cancel)
-    if light:
-        return State(index=index, tree="", skipped=skipped, started_ns=started)
-    say("writing tree")
-    if unchanged and not outside and not force and isinstance(meta, dict) and meta.get("tree"):
-        tree = str(meta["tree"])  # the kept index, untouched: its tree is the one written last time
-    else:
-        tree = site.out("write-tree", index=index)
-    if not unmerged and not force and index.exists():
-        _remember(site, cache, index, user, meta, files, hidden, settings, tree, listed)
-    return State(index=index, tree=tree, skipped=skipped, started_ns=started)
+
+    def refresh_tracked(self) -> None:
+        """Tracked files as they are on disk; only those whose stat data changed are hashed."""
+        seeded = _stamp(self.index)
+        if self.index.exists() and not self.options.light:
+            self.site.git(*_PACKED, "add", "--update", "--", self.site.scope, index=self.index)
+        self.unchanged = self.meta is not None and seeded is not None and seeded == _stamp(self.index)
+        self.unmerged = set() if self.meta is not None else self.user.unmerged()
+
+    def finish_listing(self) -> None:
+        assert self._listing is not None
+        self.files, self.skipped, self.listed = self._listing.result()
+        check_cancel(self.options.cancel)
+
+    def drop_hidden(self) -> None:
+        """Tracked secrets and `ghost.exclude` matches are taken out and reported."""
+        self.hidden = _hidden_tracked(self.site, self.user, self.settings, self.meta)
+        for path in self.hidden:
+            hidden_secret = secret(path, tracked=True)
+            self.skipped.setdefault(hidden_secret or path, SECRET_REASON if hidden_secret else "matches ghost.exclude")
+        if self.hidden and (self.meta is None or set(self.hidden) != set(self.meta.get("hidden", []))):
+            self.site.git("update-index", "--force-remove", "-z", "--stdin", index=self.index, stdin=nul(self.hidden))
+            self.unchanged = False
+
+    def sync_untracked(self) -> None:
+        """Untracked files no longer wanted are taken out of a kept index; new ones (and tracked
+        files that came back) are added."""
+        site, index, meta = self.site, self.index, self.meta
+        new_files, recheck = self.files, []
+        if meta is not None:
+            before = set(meta["untracked"])
+            gone = sorted(before - set(self.files))
+            if gone:  # no longer wanted: deleted, ignored now, or over a limit now
+                site.git("update-index", "--force-remove", "-z", "--stdin", index=index, stdin=nul(gone))
+                self.unchanged = False
+            # the ones already in the kept index were refreshed by `add --update`
+            new_files = [p for p in self.files if p not in before]
+            recheck = [p for p in meta["deleted"] if os.path.islink(site.top / p) or os.path.isfile(site.top / p)]
+        self.options.say(f"adding {len(new_files)} untracked files")
+        if not (new_files or recheck):
+            return
+        if self.options.light:
+            site.git("--literal-pathspecs", "add", "--force", "--intent-to-add", "--pathspec-from-file=-",
+                     "--pathspec-file-nul", index=index, stdin=nul(new_files + recheck))
+        else:  # --remove: a file deleted since it was listed is simply left out
+            site.git(*_PACKED, "update-index", "--add", "--remove", "-z", "--stdin", index=index,
+                     stdin=nul(new_files + recheck))
+            self.unchanged = False
+
+    def take_unmerged_outside_scope(self) -> None:
+        """A merge in progress: the conflicted files outside the scope are taken as they are on
+        disk, so that the tree can be written."""
+        self.outside = sorted(p for p in self.unmerged if not self.site.in_scope(p))
+        if self.outside:
+            self.site.git(*_PACKED, "update-index", "--add", "--remove", "-z", "--stdin", index=self.index,
+                          stdin=nul(self.outside))
+            self.unchanged = False
+
+    def write_tree(self) -> str:
+        self.options.say("writing tree")
+        if self.unchanged and isinstance(self.meta, dict) and self.meta.get("tree"):
+            return str(self.meta["tree"])  # the kept index, untouched: its tree is the one written last time
+        return self.site.out("write-tree", index=self.index)
+
+    def remember(self, tree: str) -> None:
+        """Keep this index as the next capture's seed, with what it takes to reuse it safely
+        (never while a merge is in progress: the user's index is about to change anyway)."""
+        if self.unmerged or not self.index.exists():
+            return
+        site, user, meta, settings = self.site, self.user, self.meta, self.settings
+        if meta is not None and _Cache.same_user_index(meta, user, settings):
+            known = {"signature": meta["signature"], "userDigest": user.digest, "userCount": meta["userCount"]}
+        else:
+            known = {"signature": user.signature, "userDigest": user.digest, "userCount": user.count}
+        known["exclude"] = list(settings.exclude)
+        known["hidden"] = self.hidden
+        known["tree"] = tree
+        known["listing"] = {**self.listed, "limits": [settings.max_untracked_dir_files]}
+        deleted: list[str] = []
+        # The index holds the user's entries, less the tracked files missing from disk, plus `files`.
+        if known["userCount"] - len(self.hidden) + len(self.files) != index_entry_count(self.index):
+            kept = set(site.paths("ls-files", "-z", index=self.index))
+            deleted = sorted(p for p in user.paths() - kept - set(self.hidden) if site.in_scope(p))
+        self.cache.save(self.index, known, self.files, deleted)
 
 
 def _copy_user_index(site: Site, index: Path) -> None:
@@ -496,6 +639,8 @@ def _copy_user_index(site: Site, index: Path) -> None:
     with the rest, which git looks for in the git directory of the command that reads it: that
     file is copied into the store for as long as it takes to write the copy as a whole index."""
     assert site.user_git_dir is not None and site.user_index is not None
+    import shutil  # here: the common capture (a kept seed) does without it
+
     shutil.copy2(site.user_index, index)
     shared = _shared_index(site.user_git_dir, index.read_bytes())
     if shared is not None:
@@ -553,6 +698,8 @@ def _seed(kept: Path, index: Path) -> None:
     try:
         os.link(kept, index)
     except OSError:  # a file system without hard links
+        import shutil
+
         shutil.copy2(kept, index)
 
 
@@ -562,26 +709,6 @@ def _stamp(index: Path) -> tuple[int, int, int] | None:
     except FileNotFoundError:
         return None
     return (st.st_ino, st.st_size, st.st_mtime_ns)
-
-
-def _remember(site: Site, cache: _Cache, index: Path, user: _UserIndex, meta: dict[str, Any] | None,
-              files: list[str], hidden: list[str], settings: GhostSettings, tree: str,
-              listed: dict[str, Any]) -> None:
-    """Keep a capture's index as the next one's seed, with what it takes to reuse it safely."""
-    if meta is not None and _Cache.same_user_index(meta, user, settings):
-        known = {"signature": meta["signature"], "userDigest": user.digest, "userCount": meta["userCount"]}
-    else:
-        known = {"signature": user.signature, "userDigest": user.digest, "userCount": user.count}
-    known["exclude"] = list(settings.exclude)
-    known["hidden"] = hidden
-    known["tree"] = tree
-    known["listing"] = {**listed, "limits": [settings.max_untracked_dir_files]}
-    deleted: list[str] = []
-    # The index holds the user's entries, less the tracked files missing from disk, plus `files`.
-    if known["userCount"] - len(hidden) + len(files) != index_entry_count(index):
-        kept = set(site.paths("ls-files", "-z", index=index))
-        deleted = sorted(p for p in user.paths() - kept - set(hidden) if site.in_scope(p))
-    cache.save(index, known, files, deleted)
 
 
 def file_count(site: Site, state: State) -> int:

@@ -31,15 +31,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from ctxd.errors import GitFailed, InvalidParams
-from ctxd.redact import redact
 from ctxd.ghost import store as st
-from ctxd.ghost.capture import State, capture, check_cancel, file_count, nul
+from ctxd.ghost.capture import CaptureOptions, State, capture, check_cancel, file_count, nul
 from ctxd.ghost.store import ID, Site, open_site
+from ctxd.redact import redact
 from ctxd.settings import GhostSettings, default_state_dir
 
 META_PREFIX = "ctxd-ghost: "
@@ -49,7 +48,9 @@ MAX_DIFF_TEXT = 1024 * 1024
 
 
 def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    """UTC, to the millisecond, ending in "Z" (without importing datetime for it)."""
+    now = time.time_ns() // 1_000_000
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now // 1000)) + f".{now % 1000:03d}Z"
 
 
 def _clean_message(message: str | None) -> str:
@@ -90,6 +91,7 @@ def _commit(site: Site, state: State, message: str, started: float, extra: dict[
     commit = site.out("commit-tree", "--no-gpg-sign", state.tree, "-m", body)
     st.pin(site, commit, state.tree)
     st.write_ref(site, commit)
+    _note_kind(site, commit, str(meta["trigger"]))
     wire = _wire(commit, meta)
     # Not synced to disk: after a crash a lost or stale file only means the next checkpoint commits.
     pending = _last_path(site).with_name(f".last-{site.key}.{os.getpid()}.tmp")
@@ -154,7 +156,7 @@ def snapshot(folder: Path, message: str | None = None, *, settings: GhostSetting
     with site.locked():
         _recover(site)
         for attempt in (1, 2):
-            state = capture(site, settings, progress, cancel, cold=attempt == 2)
+            state = capture(site, CaptureOptions(settings, progress, cancel), cold=attempt == 2)
             try:
                 check_cancel(cancel)
                 if trigger in AUTOMATIC and (same := _unchanged(site, state.tree)) is not None:
@@ -180,12 +182,12 @@ def _retain(site: Site, settings: GhostSettings, keep_id: str) -> None:
     for record in (site.journal(), site.interrupted_record()):
         data = st.read_json(record)
         if data:
-            held |= {data.get("id"), data.get("undoId")}
+            held |= {str(data[key]) for key in ("id", "undoId") if data.get(key)}
     ids = st.ref_ids(site)
     oldest = time.time() - settings.max_age_days * 86400
     victims = [i for when, i in ids if when < oldest and i not in held]
     if len(ids) > min(settings.keep, settings.keep_auto):  # only then does the kind of each matter
-        automatic = _automatic_ids(site)
+        automatic = _automatic_ids(site, [i for _when, i in ids])
         for kept, mine in ((settings.keep, lambda i: i not in automatic), (settings.keep_auto, automatic.__contains__)):
             victims += [i for i in [i for _when, i in ids if mine(i)][kept:] if i not in held]
     for commit_id in victims:
@@ -197,17 +199,41 @@ def _retain(site: Site, settings: GhostSettings, keep_id: str) -> None:
             pass  # space is freed at the next one; the snapshot itself is complete
 
 
-def _automatic_ids(site: Site) -> set[str]:
-    """The folder's snapshots that a turn or a tool took (one git call over the folder's refs)."""
-    raw = site.git("for-each-ref", "--format=%(objectname)%00%(contents)%00",
-                   f"{st.REF_ROOT}/{site.key}/", borrow=False)[1]
-    fields = raw.split(b"\0")
-    found = set()
-    for i in range(0, len(fields) - 1, 2):
-        meta = _parse_meta(fields[i + 1].decode("utf-8", "replace"))
-        if meta is not None and meta.get("trigger") in AUTOMATIC:
-            found.add(os.fsdecode(fields[i]).strip())
-    return found
+def _kinds_path(site: Site) -> Path:
+    """Which of the folder's snapshots are automatic ({id: true|false}), so that retention, which
+    runs after every checkpoint once there are many, does not read every snapshot's message."""
+    return site.store / f"kinds-{site.key}.json"
+
+
+def _automatic_ids(site: Site, ids: list[str]) -> set[str]:
+    """Those of `ids` that a turn or a tool took. Ids not yet in the kinds file are read with one
+    git call over the folder's refs."""
+    kinds = st.read_json(_kinds_path(site)) or {}
+    if any(i not in kinds for i in ids):
+        raw = site.git("for-each-ref", "--format=%(objectname)%00%(contents)%00",
+                       f"{st.REF_ROOT}/{site.key}/", borrow=False)[1]
+        fields = raw.split(b"\0")
+        kinds = {}
+        for i in range(0, len(fields) - 1, 2):
+            meta = _parse_meta(fields[i + 1].decode("utf-8", "replace"))
+            kinds[os.fsdecode(fields[i]).strip()] = meta is not None and meta.get("trigger") in AUTOMATIC
+        _write_kinds(site, kinds)
+    return {i for i in ids if kinds.get(i) is True}
+
+
+def _note_kind(site: Site, commit: str, trigger: str) -> None:
+    """Add a new snapshot to the kinds file (when there is one: else it is built when needed)."""
+    kinds = st.read_json(_kinds_path(site))
+    if kinds is not None:
+        live = {i for _when, i in st.ref_ids(site)}
+        _write_kinds(site, {**{i: k for i, k in kinds.items() if i in live}, commit: trigger in AUTOMATIC})
+
+
+def _write_kinds(site: Site, kinds: dict[str, bool]) -> None:
+    # Not synced: a lost or stale file is rebuilt from the refs (an id it lacks sends it back to git).
+    pending = _kinds_path(site).with_name(f".kinds-{site.key}.{os.getpid()}.tmp")
+    pending.write_text(json.dumps(kinds), "utf-8")
+    os.replace(pending, _kinds_path(site))
 
 
 # --- reading them back ------------------------------------------------------------------------------
@@ -290,9 +316,12 @@ def _skipped_paths(site: Site, meta: dict[str, Any]) -> list[str]:
 
 
 def _started_ns(meta: dict[str, Any]) -> int:
-    if isinstance(meta.get("startedNs"), int):
-        return meta["startedNs"]
+    started = meta.get("startedNs")
+    if isinstance(started, int):
+        return started
     try:  # a version 1 snapshot: its creation time, a little later than the capture began
+        from datetime import datetime
+
         return int(datetime.fromisoformat(str(meta["createdAt"]).replace("Z", "+00:00")).timestamp() * 1e9)
     except (KeyError, ValueError):
         return 0
@@ -536,7 +565,7 @@ def restore(folder: Path, commit_id: str, *, settings: GhostSettings | None = No
         meta = _resolve(site, commit_id)
         if site.user_git_dir is not None and (site.user_git_dir / "index.lock").exists():
             raise GitFailed("another git process is running (index.lock exists); nothing was restored")
-        current = capture(site, settings, None, None)
+        current = capture(site, CaptureOptions(settings))
         try:
             target, changes = _plan(site, meta, current)
             _check_in_the_way(site, changes)
@@ -596,7 +625,7 @@ def diff(folder: Path, commit_id: str, path: str | None = None, *, settings: Gho
     with site.locked():
         _recover(site)
         meta = _resolve(site, commit_id)
-        current = capture(site, settings, None, None, light=True)
+        current = capture(site, CaptureOptions(settings, light=True))
         try:
             spec = f":(literal){site.prefix}{path.rstrip('/')}" if path else site.scope
             tokens = site.git("diff", "--no-ext-diff", "--no-textconv", "--no-renames", "-z", "--raw", "--numstat",

@@ -32,10 +32,7 @@ import hmac
 import json
 import os
 import re
-import secrets
-import shutil
 import stat
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -313,6 +310,8 @@ def account_key() -> bytes:
 
 
 def _create_key(path: Path) -> None:
+    import secrets  # here, as in `_ensure_store`: once per account or store, not per snapshot
+
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     pending = path.with_name(f".owner-{os.urandom(16).hex()}.tmp")
     handle = os.open(pending, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -380,6 +379,10 @@ def _ensure_store(store: Path, object_format: str, key: bytes) -> None:
     this account's (`check_owned`)."""
     if (store / "HEAD").exists():
         return
+    import secrets
+    import shutil
+    import tempfile
+
     store.parent.mkdir(parents=True, exist_ok=True)
     pending = Path(tempfile.mkdtemp(prefix="store-", dir=store.parent))
     try:

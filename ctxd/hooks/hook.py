@@ -131,7 +131,8 @@ def _short(text: str, limit: int) -> str:
 
 
 def plan(agent: str, event: str, data: dict[str, Any], state_dir: Path) -> dict[str, Any] | None:
-    """What to do for this hook: a checkpoint's arguments, or None (nothing to do)."""
+    """What to do for this hook: a checkpoint's arguments, or None (nothing to do). `state_dir`
+    is the default one; the workspace's daemon may use another (`ctxd.hooks.locate`)."""
     from ctxd.hooks import marks
     from ctxd.hooks.locate import find_workspace
 
@@ -145,13 +146,15 @@ def plan(agent: str, event: str, data: dict[str, Any], state_dir: Path) -> dict[
         log(f"{agent} {event}: {cwd} is in no workspace ctxd knows: nothing done")
         return None
     thread = f"{agent}:{session}"
+    state_dir = located.state_dir  # a daemon's own stateDir, when it named one for this workspace
     mark = marks.read(state_dir, thread)
     if event == "UserPromptSubmit":
-        prompt = data.get("prompt") if isinstance(data.get("prompt"), str) else ""
+        raw_prompt = data.get("prompt")
+        prompt = raw_prompt if isinstance(raw_prompt, str) else ""
         turn = {"index": int(mark.get("turn") or 0) + 1, "text": _short(prompt, 200)}
         marks.write(state_dir, thread, {**mark, "turn": turn["index"], "text": turn["text"]})
-        return {"folder": located.folder, "thread": thread, "trigger": "turn", "turn": turn, "tool": None,
-                "message": _short(prompt, 72) or f"turn {turn['index']}"}
+        return {"folder": located.folder, "stateDir": state_dir, "thread": thread, "trigger": "turn", "turn": turn,
+                "tool": None, "message": _short(prompt, 72) or f"turn {turn['index']}"}
     if event == "PreToolUse":
         name = data.get("tool_name")
         if not isinstance(name, str) or name not in CHANGES_FILES[agent]:
@@ -169,14 +172,15 @@ def plan(agent: str, event: str, data: dict[str, Any], state_dir: Path) -> dict[
             command = tool_input.get("command") if isinstance(tool_input, dict) else None
             if isinstance(command, list):
                 command = " ".join(str(c) for c in command)
-            label = f"before {name}: {_short(command, 60)}" if isinstance(command, str) and command else f"before {name}"
+            shown = _short(command, 60) if isinstance(command, str) and command else ""
+            label = f"before {name}: {shown}" if shown else f"before {name}"
         else:
             label = f"before {name} {', '.join(paths)}".rstrip()
-        turn = {"index": int(mark["turn"]), "text": str(mark.get("text") or "")} if mark.get("turn") else None
+        in_turn = {"index": int(mark["turn"]), "text": str(mark.get("text") or "")} if mark.get("turn") else None
         if not mark:
             marks.write(state_dir, thread, {"turn": 0})
-        return {"folder": located.folder, "thread": thread, "trigger": "tool", "turn": turn, "tool": tool,
-                "message": label}
+        return {"folder": located.folder, "stateDir": state_dir, "thread": thread, "trigger": "tool",
+                "turn": in_turn, "tool": tool, "message": label}
     if event == "PostCompact":
         # A running daemon drops the thread's pre-compaction usage on seeing this (ctxd.sessions.hook_watch).
         marks.write(state_dir, thread, {**mark, "thread": thread, "compactedAt": time.time()})
@@ -193,7 +197,7 @@ def take_checkpoint(job: dict[str, Any]) -> None:
         return
     started = time.monotonic()
     commit = ghost.snapshot(job["folder"], job["message"], settings=settings.ghost, trigger=job["trigger"],
-                            thread=job["thread"], turn=job["turn"], tool=job["tool"], state_dir=_state_dir())
+                            thread=job["thread"], turn=job["turn"], tool=job["tool"], state_dir=job["stateDir"])
     log(f"{job['thread']}: checkpoint {commit['id'][:12]} ({job['trigger']}) in "
         f"{(time.monotonic() - started) * 1000:.0f} ms: {job['message']}")
 

@@ -4,6 +4,11 @@ The nearest enclosing folder ctxd has a store for (a ledger database in the stat
 snapshot store of its git repository or of the plain folder) is the workspace, and ctxd *knows*
 it; else the git root, else the folder itself, which ctxd does not know yet. `ctxd hook` acts only
 in a folder ctxd knows; `ctxd usage` and `ctxd sessions` take any of them.
+
+A daemon may keep a workspace's ledger in a state directory of its own (`stateDir`, `--state-dir`),
+which the agents' hooks cannot be told. Such a daemon leaves a pointer in the default state
+directory (`note_state_dir`), and the workspace is found with that state directory: the hooks'
+checkpoints, marks and usage then land where that daemon looks.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from typing import NamedTuple
 class Located(NamedTuple):
     folder: Path
     known: bool  # ctxd has a store for it (an editor opened it, or a snapshot was taken of it)
+    state_dir: Path  # the state directory the daemon of this workspace uses
 
 
 def ledger_database(state_dir: Path, folder: Path) -> Path:
@@ -54,7 +60,46 @@ def git_common_dir(top: Path) -> Path | None:
     return (git_dir / common) if not os.path.isabs(common) else Path(common)
 
 
+def _knows(state_dir: Path, folder: Path) -> bool:
+    return ledger_database(state_dir, folder).exists() or (plain_store(state_dir, folder) / "HEAD").exists()
+
+
+def pointer_path(default_state_dir: Path, folder: Path) -> Path:
+    """Where a daemon with a state directory of its own names it for `folder`."""
+    return ledger_database(default_state_dir, folder).with_suffix(".state-dir")
+
+
+def note_state_dir(default_state_dir: Path, folder: Path, state_dir: Path) -> None:
+    """Called by a daemon for each workspace it opens: a non-default state directory is named in
+    the default one (a pointer file); with the default one, a pointer left earlier is removed."""
+    path = pointer_path(default_state_dir, folder)
+    if Path(state_dir) == Path(default_state_dir):
+        path.unlink(missing_ok=True)
+        return
+    text = os.fsdecode(os.path.abspath(state_dir))
+    try:
+        if path.read_text("utf-8") == text:
+            return
+    except (OSError, UnicodeDecodeError):
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pending = path.with_name(f".{path.name}.{os.urandom(8).hex()}.tmp")
+    pending.write_text(text, "utf-8")
+    os.replace(pending, path)
+
+
+def _pointed(default_state_dir: Path, folder: Path) -> Path | None:
+    """The state directory a pointer names for `folder` (a daemon opened the folder with it)."""
+    try:
+        text = pointer_path(default_state_dir, folder).read_text("utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    other = Path(text)
+    return other if other.is_absolute() and other.is_dir() else None
+
+
 def find_workspace(folder: Path, state_dir: Path) -> Located:
+    """The workspace of `folder`; `state_dir` is the default state directory (pointers are read in it)."""
     folder = Path(os.path.abspath(folder))
     try:
         folder = folder.resolve()
@@ -62,11 +107,14 @@ def find_workspace(folder: Path, state_dir: Path) -> Located:
         pass
     git_root: Path | None = None
     for candidate in (folder, *folder.parents):
-        if ledger_database(state_dir, candidate).exists() or (plain_store(state_dir, candidate) / "HEAD").exists():
-            return Located(candidate, True)
+        other = _pointed(state_dir, candidate)
+        if other is not None:
+            return Located(candidate, True, other)
+        if _knows(state_dir, candidate):
+            return Located(candidate, True, state_dir)
         if git_root is None and (candidate / ".git").exists():
             git_root = candidate
             common = git_common_dir(candidate)
             if common is not None and (common / "ctxd" / "store" / "HEAD").exists():
-                return Located(candidate, True)
-    return Located(git_root or folder, False)
+                return Located(candidate, True, state_dir)
+    return Located(git_root or folder, False, state_dir)

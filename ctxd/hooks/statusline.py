@@ -49,16 +49,19 @@ def _int(value: Any) -> int:
 def usage_of(data: dict[str, Any]) -> dict[str, Any]:
     """The session's usage as Claude Code states it: input + cache writes + cache reads of the
     latest request, against its window and compaction point."""
-    context = data.get("context_window") if isinstance(data.get("context_window"), dict) else {}
-    current = context.get("current_usage") if isinstance(context.get("current_usage"), dict) else None
+    raw_context = data.get("context_window")
+    context: dict[str, Any] = raw_context if isinstance(raw_context, dict) else {}
+    raw_current = context.get("current_usage")
+    current: dict[str, Any] | None = raw_current if isinstance(raw_current, dict) else None
     used = (_int(current.get("input_tokens")) + _int(current.get("cache_creation_input_tokens"))
             + _int(current.get("cache_read_input_tokens"))) if current else 0
     window = _int(context.get("context_window_size")) or 200_000
     point = compaction_point(window)
     tier = "compact" if used >= point else "warn" if used >= WARN_RATIO * point else "ok"
-    cost = data.get("cost") if isinstance(data.get("cost"), dict) else {}
+    raw_cost, raw_model = data.get("cost"), data.get("model")
+    cost: dict[str, Any] = raw_cost if isinstance(raw_cost, dict) else {}
     total = cost.get("total_cost_usd")
-    model = data.get("model") if isinstance(data.get("model"), dict) else {}
+    model: dict[str, Any] = raw_model if isinstance(raw_model, dict) else {}
     output = _int(current.get("output_tokens")) if current else 0
     return {"usedTokens": used, "outputTokens": output, "contextWindow": window, "compactAt": point, "tier": tier,
             "known": current is not None,
@@ -127,11 +130,10 @@ def _age(seconds: float) -> str:
     return f"{int(seconds // 86400)}d"
 
 
-def last_checkpoint(cwd: Path, state_dir: Path) -> float | None:
+def last_checkpoint(folder: Path, state_dir: Path) -> float | None:
     """When the workspace's newest snapshot was taken (from the store's files: no git)."""
-    from ctxd.hooks.locate import find_workspace, git_common_dir, plain_store
+    from ctxd.hooks.locate import git_common_dir, plain_store
 
-    folder = find_workspace(cwd, state_dir).folder
     common = git_common_dir(folder)
     store = common / "ctxd" / "store" if common is not None else plain_store(state_dir, folder)
     newest = None
@@ -207,7 +209,13 @@ def main(argv: list[str]) -> int:
         state_dir = _state_dir()
         usage = usage_of(data)
         cwd = data.get("cwd") or (data.get("workspace") or {}).get("current_dir")
-        checkpoint_at = last_checkpoint(Path(cwd), state_dir) if isinstance(cwd, str) and os.path.isabs(cwd) else None
+        checkpoint_at = None
+        if isinstance(cwd, str) and os.path.isabs(cwd):
+            from ctxd.hooks.locate import find_workspace
+
+            located = find_workspace(Path(cwd), state_dir)
+            state_dir = located.state_dir  # the workspace's daemon may keep a state dir of its own
+            checkpoint_at = last_checkpoint(located.folder, state_dir)
         sys.stdout.write(render(data, usage, checkpoint_at, colour="--no-colour" not in argv,
                                 cache=cache_of(data, usage)) + "\n")
         sys.stdout.flush()

@@ -18,13 +18,15 @@ import json
 import logging
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ctxd.errors import CtxdError
-from ctxd.hooks.locate import git_common_dir, plain_store
-from ctxd.sessions.follower import stop_observer
+from ctxd.hooks.locate import git_common_dir, note_state_dir, plain_store
 from ctxd.ledger.workspace import Service, Workspace
+from ctxd.sessions.follower import stop_observer
+from ctxd.settings import default_state_dir
 
 log = logging.getLogger("ctxd")
 
@@ -92,6 +94,7 @@ class HookWatcher:
         self._marks: Stamps | None = None
         self._compacted: dict[str, Any] = {}  # mark file -> its compactedAt
         self._worker: threading.Thread | None = None
+        self._noted: set[str] = set()  # workspace uris whose state dir the hooks can find
 
     @property
     def usage_dir(self) -> Path:
@@ -165,9 +168,23 @@ class HookWatcher:
 
     def check(self) -> None:
         workspaces = self.service.folders()
+        self._note_state_dirs(workspaces)
         self._check_snapshots(workspaces)
         self._check_marks(workspaces)  # before the usage: a compaction makes an old report stale
         self._check_usage(workspaces)
+
+    def _note_state_dirs(self, workspaces: list[Workspace]) -> None:
+        """Tell the hooks (which know only the default state dir) where this daemon keeps each workspace."""
+        for workspace in workspaces:
+            if workspace.uri in self._noted:
+                continue
+            try:
+                note_state_dir(default_state_dir(), workspace.root, workspace.state_dir)
+                self._noted.add(workspace.uri)
+            except OSError as error:
+                log.warning("%s: the hooks cannot be told of state dir %s (%s)", workspace.uri,
+                            workspace.state_dir, error)
+                self._noted.add(workspace.uri)
 
     def _check_snapshots(self, workspaces: list[Workspace]) -> None:
         for workspace in workspaces:
@@ -210,9 +227,13 @@ class HookWatcher:
             used, output, thread = record.get("usedTokens"), record.get("outputTokens", 0), record.get("thread")
             if not isinstance(thread, str) or not _count(used) or not _count(output):
                 continue
-            used += output  # ctxd's one rule for Claude's fill counts the reply too (docs/sessions.md)
+            filled: int = used + output  # ctxd's one rule for Claude's fill counts the reply too (docs/sessions.md)
+
+            def reported(w: Workspace, t: str, n: int = filled) -> Any:
+                return w.agent_reported(t, n)
+
             for workspace in workspaces:
-                self._apply(workspace, thread, record.get("cwd"), lambda w, t: w.agent_reported(t, used))
+                self._apply(workspace, thread, record.get("cwd"), reported)
 
     def _apply(self, workspace: Workspace, thread: str, cwd: Any, action: Callable[[Workspace, str], Any]) -> None:
         if not _inside(cwd, workspace.root):
