@@ -19,7 +19,13 @@ from hypothesis import strategies as st
 
 from ctxd.tokens import encodings, estimator
 from ctxd.tokens.estimator import (
-    FAST, WEIGHTS, bytes_over_four, estimate_by_classes, estimate_tokens, implementation, qwen_heuristic,
+    FAST,
+    WEIGHTS,
+    bytes_over_four,
+    estimate_by_classes,
+    estimate_tokens,
+    implementation,
+    qwen_heuristic,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -227,7 +233,7 @@ def test_a_long_text_is_counted_in_windows_as_its_parts() -> None:
     assert abs(estimate_tokens(whole) - parts) <= 0.002 * parts
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def unscaled_table(profile: str) -> bytes:
     """A table like the estimator's but with scale 1: a text's count is then the sum of its
     pieces' counts, exactly."""

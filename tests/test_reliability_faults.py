@@ -11,8 +11,9 @@ import fcntl
 import random
 import threading
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from tests.rpc import Client
 

@@ -9,9 +9,10 @@ the last seq recorded before them (`seqMark`). Pure functions of those records: 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any, Iterable
+from datetime import UTC, datetime
+from typing import Any
 
 from ctxd.ledger.store import THIS_OPERATION, Row
 
@@ -83,7 +84,7 @@ def history_as_of(point: int, ops: list[Operation], active: list[int]) -> list[i
 
 
 def _instant(stamp: float) -> str:
-    return datetime.fromtimestamp(stamp, timezone.utc).isoformat()
+    return datetime.fromtimestamp(stamp, UTC).isoformat()
 
 
 def wire(ops: list[Operation], rows: list[Row]) -> list[dict[str, Any]]:

@@ -12,9 +12,10 @@ import logging
 import os
 import threading
 import time
-from datetime import datetime, timezone
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 from ctxd import redact
@@ -22,8 +23,8 @@ from ctxd import settings as settings_mod
 from ctxd.errors import CompactionFailed, CtxdError, GitFailed, InvalidParams
 from ctxd.ledger import operations
 from ctxd.ledger import projection as normalize
-from ctxd.ledger.rules import is_real_user_message, message_text, snapshot_commit_id
 from ctxd.ledger.cache import ThreadCache, summary_ledger
+from ctxd.ledger.rules import is_real_user_message, message_text, snapshot_commit_id
 from ctxd.ledger.store import THIS_OPERATION, HistoryChanged, Row, Store, WouldWait, database_path
 from ctxd.ledger.thread import Entry, ThreadLedger, is_user_turn_start, rollback_start
 from ctxd.ledger.truncation import truncate_tool_output, with_serialization_allowance
@@ -119,7 +120,7 @@ class Workspace:
         self.view = UsageView(self.settings, lambda settings: TOKENIZERS.counter(settings.model, settings.tokenizer))
         self._thread_locks: dict[str, threading.Lock] = {}
         # Set by the server: compacts a thread before a prompt when it is over the limit.
-        self.auto_compactor: Callable[["Workspace", str], None] | None = None
+        self.auto_compactor: Callable[[Workspace, str], None] | None = None
         # Set by the server: `Breakdown.cost` of a client thread's spend ({model: {input, cachedInput, output}}).
         self.pricer: Callable[[dict[str, dict[str, int]]], dict[str, Any]] | None = None
 
@@ -256,7 +257,7 @@ class Workspace:
                 ledger = self.cache.peek(row.thread) or summary_ledger(self.store, row.thread)
                 state = ledger.state if isinstance(ledger.state, dict) else {}
                 followed = state.get("followed")
-                updated = datetime.fromtimestamp(row.updated_at, timezone.utc).isoformat()
+                updated = datetime.fromtimestamp(row.updated_at, UTC).isoformat()
                 entry: dict[str, Any] = {"thread": row.thread, "itemCount": count,
                                          "historyVersion": row.history_version, "updatedAt": updated}
                 if isinstance(followed, dict):

@@ -24,14 +24,15 @@ import os
 import threading
 import time
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ctxd.errors import CtxdError
-from ctxd.redact import redact, redact_json
 from ctxd.ledger.workspace import Service, Workspace, path_to_uri
+from ctxd.redact import redact, redact_json
 from ctxd.sessions import discovery, drift, limits, pricing
 from ctxd.sessions.follower import Follower, Update
 from ctxd.sessions.model import Session, Turn

@@ -7,7 +7,8 @@ does not read"). Plain data, no I/O.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from ctxd.sessions.model import Session
 

@@ -24,9 +24,10 @@ import os
 import stat
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ctxd.sessions import discovery
 from ctxd.sessions.claude import ClaudeReader

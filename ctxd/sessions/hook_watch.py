@@ -18,13 +18,14 @@ import json
 import logging
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ctxd.errors import CtxdError
 from ctxd.hooks.locate import git_common_dir, plain_store
-from ctxd.sessions.follower import stop_observer
 from ctxd.ledger.workspace import Service, Workspace
+from ctxd.sessions.follower import stop_observer
 
 log = logging.getLogger("ctxd")
 
@@ -212,7 +213,7 @@ class HookWatcher:
                 continue
             used += output  # ctxd's one rule for Claude's fill counts the reply too (docs/sessions.md)
             for workspace in workspaces:
-                self._apply(workspace, thread, record.get("cwd"), lambda w, t: w.agent_reported(t, used))
+                self._apply(workspace, thread, record.get("cwd"), lambda w, t, used=used: w.agent_reported(t, used))
 
     def _apply(self, workspace: Workspace, thread: str, cwd: Any, action: Callable[[Workspace, str], Any]) -> None:
         if not _inside(cwd, workspace.root):

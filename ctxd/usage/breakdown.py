@@ -22,7 +22,6 @@ context and counter and cached by the caller; a usage answer never re-tokenizes 
 from __future__ import annotations
 
 import functools
-
 import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field

@@ -25,7 +25,6 @@ from ctxd.tokens.counter import TOKENIZERS, Counter
 from ctxd.usage import breakdown as usage_mod
 from ctxd.usage.view import CounterFor, UsageView, with_facts
 
-
 LABELS = {
     "systemPrompt": "System prompt",
     "builtinTools": "Built-in tools",

@@ -9,8 +9,9 @@ the items, so the categories always add up to the gauge.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any
 
 from ctxd.ledger.thread import ThreadLedger, usage_snapshot
 from ctxd.settings import Settings
