@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from ctxd import __version__
-from ctxd.ledger.workspace import Workspace
 from ctxd.protocol.methods import PROTOCOL_VERSION
 from ctxd.tokens.counter import TOKENIZERS
+from ctxd.workspace import Workspace
 
 
 def status(workspace: Workspace, sources: list[dict[str, Any]]) -> dict[str, Any]:

@@ -266,7 +266,7 @@ def test_loaded_threads_are_bounded_by_their_items(tmp_path: Path, monkeypatch: 
     """Memory follows loaded items, not threads: past MAX_LOADED_ITEMS the least recently used
     threads are dropped from memory, the one in use stays, and nothing is lost (they reload)."""
     from ctxd.ledger import cache
-    from ctxd.ledger.workspace import Workspace
+    from ctxd.workspace import Workspace
     monkeypatch.setattr(cache, "MAX_LOADED_ITEMS", 50)
     root = tmp_path / "ws"
     root.mkdir()

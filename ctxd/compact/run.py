@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from ctxd import redact
 from ctxd.compact import compact
 from ctxd.errors import Cancelled, CompactionFailed
-from ctxd.ledger.workspace import Workspace
+from ctxd.workspace import Workspace
 
 log = logging.getLogger("ctxd")
 

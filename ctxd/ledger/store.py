@@ -561,7 +561,7 @@ class Store:
     def _next_seq(self, db: sqlite3.Connection, thread: str) -> int:
         return int(db.execute("SELECT coalesce(max(seq), 0) FROM items WHERE thread = ?", (thread,)).fetchone()[0]) + 1
 
-    def append(self, thread: str, rows: list[tuple[str, int]], known: tuple[tuple[int, int], int] | None = None,
+    def append(self, thread: str, rows: list[tuple[str, int]], known: tuple[tuple[int, int] | None, int] | None = None,
                wait: bool = True) -> tuple[int, tuple[int, int]]:
         """Store `(body, tokens)` rows after every existing item; return the first new seq and the
         data version seen in the transaction. `known` is (data version, next seq) as the caller

@@ -21,7 +21,7 @@ PREFIX = "ctxd."
 def lua_type(node: dict[str, Any]) -> str:
     """A LuaCATS type expression for one JSON Schema node."""
     if "$ref" in node:
-        return PREFIX + node["$ref"].rsplit("/", 1)[-1]
+        return PREFIX + str(node["$ref"]).rsplit("/", 1)[-1]
     if "anyOf" in node:
         return "|".join(dict.fromkeys(lua_type(option) for option in node["anyOf"]))
     if "const" in node:
@@ -36,7 +36,7 @@ def lua_type(node: dict[str, Any]) -> str:
         extra = node.get("additionalProperties")
         return f"table<string, {lua_type(extra)}>" if isinstance(extra, dict) else "table<string, any>"
     return {"string": "string", "integer": "integer", "number": "number", "boolean": "boolean",
-            "null": "nil"}.get(kind, "any")
+            "null": "nil"}.get(str(kind), "any")
 
 
 def _comment(text: str | None) -> list[str]:

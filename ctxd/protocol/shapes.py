@@ -54,10 +54,13 @@ class Detail(TypedDict):
     tokens: int
 
 
+CategoryName = Literal["systemPrompt", "builtinTools", "mcpTools", "skills", "memoryFiles", "messages",
+                       "freeSpace", "autocompactBuffer"]
+
+
 @with_config(STRICT)
 class Category(TypedDict):
-    name: Literal["systemPrompt", "builtinTools", "mcpTools", "skills", "memoryFiles", "messages",
-                  "freeSpace", "autocompactBuffer"]
+    name: CategoryName
     tokens: int
     percent: float
     details: list[Detail]
@@ -195,12 +198,15 @@ class UndoResult(TypedDict):
     removedItems: NotRequired[int]
 
 
+OperationKind = Literal["compaction", "rollback", "restore", "undo"]
+
+
 @with_config(STRICT)
 class OperationRecord(TypedDict):
     """(v3) One history operation of a thread (`ctxd/history` with `includeArchived`)."""
 
     id: int
-    kind: Literal["compaction", "rollback", "restore", "undo"]
+    kind: OperationKind
     createdAt: str
     itemsBefore: int
     itemsAfter: int

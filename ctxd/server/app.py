@@ -42,7 +42,7 @@ from ctxd.errors import (
     InvalidRequest,
     ServerNotInitialized,
 )
-from ctxd.ledger.workspace import Service, Workspace
+from ctxd.workspace import Service, Workspace
 from ctxd.protocol import methods
 from ctxd.server.events import CompactionEvents, Outbox, Throttle
 from ctxd.server.framing import LockedWriter, reader_loop
@@ -289,7 +289,7 @@ class CtxdServer:
             estimator.prepare()  # counts before tiktoken is loaded are estimates: its tables now
             self._follow_sessions()
             import ctxd.compact.run  # noqa: F401
-            import ctxd.ghost.checkpoints  # noqa: F401
+            import ctxd.workspace.checkpoints  # noqa: F401
         finally:
             self._warmed.set()
 

@@ -31,12 +31,12 @@ from pathlib import Path
 from typing import Any
 
 from ctxd.errors import CtxdError
-from ctxd.ledger.workspace import Service, Workspace, path_to_uri
 from ctxd.redact import redact, redact_json
 from ctxd.sessions import discovery, drift, limits, pricing
 from ctxd.sessions.follower import Follower, Update
 from ctxd.sessions.model import Session, Turn
 from ctxd.settings import Problem, Settings
+from ctxd.workspace import Service, Workspace, path_to_uri
 
 log = logging.getLogger("ctxd")
 
@@ -131,11 +131,14 @@ class SessionBridge:
         """The fill after the agent's latest compaction, when it became known with this update."""
         if not session.agent_compactions:
             return None
-        key = (len(session.agent_compactions), session.agent_compactions[-1]["tokensAfter"])
-        if key[1] is None or self._annotated.get(session.thread) == key:
+        after: int | None = session.agent_compactions[-1]["tokensAfter"]
+        if after is None:
+            return None
+        key = (len(session.agent_compactions), after)
+        if self._annotated.get(session.thread) == key:
             return None
         self._annotated[session.thread] = key
-        return key[1]
+        return after
 
     def _owns(self, workspace: Workspace, session: Session) -> bool | None:
         """Whether this session's file is the one its thread mirrors: True; False when it just took
@@ -207,12 +210,13 @@ class SessionBridge:
     def _info(self, session: Session) -> dict[str, Any]:
         usage = {model: u.as_dict() for model, u in session.cumulative.items()
                  if model == "" or self._text(session, "model", model)}
-        return redact_json({"source": session.agent, "title": self._text(session, "title", session.title),
+        info: dict[str, Any] = redact_json({"source": session.agent, "title": self._text(session, "title", session.title),
                 "model": self._text(session, "model", session.model),
                 "lastActivity": self._text(session, "lastActivity", session.last_activity),
                 "path": self._text(session, "path", session.path), "cwd": self._text(session, "cwd", session.cwd),
                 "turns": len(session.turns), "compactions": session.compactions, "usage": usage,
                 "cost": pricing.cost({m: u for m, u in session.cumulative.items() if m in usage}, self.prices)})
+        return info
 
     def _checkpoint(self, workspace: Workspace, thread: str, turn: Turn, number: int) -> None:
         from ctxd.ghost import snapshots as ghost

@@ -14,6 +14,7 @@ Files present when the daemon starts are old news: only what changes afterwards 
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -24,8 +25,8 @@ from typing import Any
 
 from ctxd.errors import CtxdError
 from ctxd.hooks.locate import git_common_dir, plain_store
-from ctxd.ledger.workspace import Service, Workspace
 from ctxd.sessions.follower import stop_observer
+from ctxd.workspace import Service, Workspace
 
 log = logging.getLogger("ctxd")
 
@@ -69,6 +70,11 @@ def _read(path: str) -> dict[str, Any]:
 
 def _count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _report(workspace: Workspace, thread: str, used: int) -> None:
+    """The fill the status line wrote, as the thread's usage."""
+    workspace.agent_reported(thread, used)
 
 
 def _inside(path: Any, root: Path) -> bool:
@@ -213,7 +219,7 @@ class HookWatcher:
                 continue
             used += output  # ctxd's one rule for Claude's fill counts the reply too (docs/sessions.md)
             for workspace in workspaces:
-                self._apply(workspace, thread, record.get("cwd"), lambda w, t, used=used: w.agent_reported(t, used))
+                self._apply(workspace, thread, record.get("cwd"), functools.partial(_report, used=used))
 
     def _apply(self, workspace: Workspace, thread: str, cwd: Any, action: Callable[[Workspace, str], Any]) -> None:
         if not _inside(cwd, workspace.root):
