@@ -120,3 +120,15 @@ def test_no_package_imports_back_what_imports_it() -> None:
 def test_the_loop_check_finds_a_loop() -> None:
     assert _loop({"ledger": {"usage"}, "usage": {"ledger", "settings"}, "settings": set()}) == ["ledger", "usage", "ledger"]
     assert _loop({"workspace": {"ledger", "usage"}, "usage": {"ledger"}, "ledger": set()}) is None
+
+
+def test_each_error_is_defined_once() -> None:
+    """The errors with their codes live in ctxd/errors.py alone (issue #28: StoreUnavailable had a
+    second class in the store); other modules raise those, never a class of the same name."""
+    defined = {node.name for node in ast.parse((PACKAGE / "errors.py").read_text(encoding="utf-8")).body
+               if isinstance(node, ast.ClassDef)}
+    again = sorted(f"{node.name} ({path.relative_to(PACKAGE)})" for path in PACKAGE.rglob("*.py")
+                   if path.name != "errors.py" or path.parent != PACKAGE
+                   for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+                   if isinstance(node, ast.ClassDef) and node.name in defined)
+    assert not again, "error classes defined again outside ctxd/errors.py: " + ", ".join(again)

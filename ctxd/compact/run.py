@@ -79,7 +79,7 @@ def compact_thread(workspace: Workspace, thread: str, *, strategy: str, cancel: 
 
 def _compact_locked(workspace: Workspace, thread: str, strategy: str, cancel: threading.Event,
                     report: Any, automatic: bool) -> dict[str, Any]:
-    entries, version = workspace.snapshot(thread)
+    entries, version = workspace.active_history(thread)
     if not entries:
         raise CompactionFailed(f"thread '{thread}' is empty: nothing to compact")
     upto_seq = entries[-1].seq

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from ctxd import errors
+from ctxd.errors import StoreUnavailable
 from ctxd.ledger import search
 
 log = logging.getLogger(__name__)
@@ -112,15 +112,6 @@ def database_path(state_dir: Path, workspace: Path) -> Path:
     digest = hashlib.sha256(str(workspace).encode("utf-8", "surrogatepass")).hexdigest()[:16]
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in workspace.name)[:40] or "root"
     return state_dir / "workspaces" / f"{safe}-{digest}.sqlite3"
-
-
-class StoreUnavailable(errors.StoreUnavailable):
-    """1003, with what went wrong (`kind`: locked, readonly, full, corrupt, cantopen, ioerr, other)
-    so that opening can tell "cannot write" (fall back to read-only) from the rest."""
-
-    def __init__(self, message: str, kind: str = "other") -> None:
-        super().__init__(message)
-        self.kind = kind
 
 
 class WouldWait(Exception):

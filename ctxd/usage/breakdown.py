@@ -1,10 +1,10 @@
 """The context window's breakdown: where the tokens of a request go (`ctxd/usage`).
 
 A pure function of the thread's prompt context (the fixed overhead every request carries), its
-usage snapshot and the window settings, like qwen-code's `/context`. Two invariants (protocol v2):
+gauge (`UsageSnapshot`) and the window settings, like qwen-code's `/context`. Two invariants (protocol v2):
 
 - the breakdown never contradicts the gauge: the categories other than `freeSpace` and
-  `autocompactBuffer` add up to the snapshot's `usedTokens` exactly, in every mode. `messages` is
+  `autocompactBuffer` add up to the gauge's `usedTokens` exactly, in every mode. `messages` is
   what the overhead leaves of it; when the overhead's count exceeds it, the overhead categories
   are scaled down to fit (largest-remainder rounding, so the sums are exact in integers);
 - `estimated` mode (`totalTokens` null, no `messages` row) is only for a thread with no messages

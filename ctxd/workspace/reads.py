@@ -79,7 +79,7 @@ class WorkspaceReads(WorkspaceCore):
         with self.lock:
             return dict(self._ledger(thread).state or {})
 
-    def snapshot(self, thread: str) -> tuple[list[Entry], int]:
+    def active_history(self, thread: str) -> tuple[list[Entry], int]:
         """The thread's active entries and the history version they belong to, read together."""
         with self.lock:
             ledger = self._ledger(thread)
