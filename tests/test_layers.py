@@ -18,7 +18,7 @@ ALLOWED: dict[str, set[str]] = {
     "terminal": set(),
     "tokens": set(),
     "protocol": {"errors"},
-    "settings": {"redact", "tokens"},
+    "settings": {"protocol", "redact", "tokens"},  # protocol: the shape of a problem (type only)
     "ledger": {"errors", "protocol", "redact", "settings", "tokens"},
     "usage": {"hooks", "ledger", "protocol", "settings", "terminal", "tokens"},  # hooks: the enclosing workspace (hooks.locate)
     # Above both: a workspace's threads (ledger) and their gauge (usage).

@@ -273,7 +273,7 @@ def test_loaded_threads_are_bounded_by_their_items(tmp_path: Path, monkeypatch: 
     ws = Workspace(root.as_uri(), root, tmp_path / "state", None)
 
     def items(thread: str) -> list[dict]:
-        return [entry.item for entry in ws.snapshot(thread)[0]]
+        return [entry.item for entry in ws.active_history(thread)[0]]
 
     try:
         for n in range(6):

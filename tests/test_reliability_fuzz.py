@@ -310,7 +310,7 @@ def test_lone_surrogates_and_huge_numbers_are_invalid_params(fuzzed: Fuzzed, met
 
 # --- the frame reader's string cap, in process ------------------------------------------------------
 
-from ctxd.server.framing import StringCapper  # noqa: E402
+from ctxd.server.framing import StringCapper  # noqa: E402 - imported by the in-process part it serves
 
 
 def capped(data: bytes, limit: int, chunk: int) -> bytes:

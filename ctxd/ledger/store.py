@@ -17,7 +17,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -462,14 +462,14 @@ class Store:
 
     # --- reads -----------------------------------------------------------------------------------
 
-    def reading(self) -> Iterator[sqlite3.Connection]:
+    def reading(self) -> AbstractContextManager[sqlite3.Connection]:
         """The connection, for one read by a module that keeps its own tables here (the recall
         index: ctxd/ledger/search.py)."""
-        return self._read()  # type: ignore[return-value]
+        return self._read()
 
-    def writing(self) -> Iterator[sqlite3.Connection]:
+    def writing(self) -> AbstractContextManager[sqlite3.Connection]:
         """One write transaction, for the same modules (the index catching up with the items)."""
-        return self._write()  # type: ignore[return-value]
+        return self._write()
 
     def thread(self, thread: str) -> ThreadRow | None:
         with self._read() as db:

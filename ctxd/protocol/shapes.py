@@ -284,13 +284,16 @@ class UnreadRecords(TypedDict):
     records: int
 
 
+Watching = Literal["inotify", "polling", "off"]
+
+
 @with_config(STRICT)
 class SourceState(TypedDict):
     agent: str
     root: str
     enabled: bool
     sessions: int
-    watching: NotRequired[Literal["inotify", "polling", "off"]]  # how the session files are watched
+    watching: NotRequired[Watching]  # how the session files are watched
     unread: NotRequired[list[UnreadRecords]]  # per version of the agent; absent or [] when none
 
 

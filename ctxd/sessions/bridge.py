@@ -28,7 +28,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ctxd.errors import CtxdError
 from ctxd.redact import redact, redact_json
@@ -37,6 +37,9 @@ from ctxd.sessions.follower import Follower, Update
 from ctxd.sessions.model import Session, Turn
 from ctxd.settings import Problem, Settings
 from ctxd.workspace import Service, Workspace, path_to_uri
+
+if TYPE_CHECKING:
+    from ctxd.protocol.shapes import SourceState, Watching
 
 log = logging.getLogger("ctxd")
 
@@ -88,10 +91,11 @@ class SessionBridge:
         read = self.follower.wait_idle(timeout)
         return self._mirrors.wait_idle(max(0.0, deadline - time.monotonic())) and read
 
-    def status(self) -> list[dict[str, Any]]:
+    def status(self) -> list[SourceState]:
         """`ctxd/status` `sources`: agent, root, enabled, sessions followed (and how)."""
         sessions = self.follower.sessions()
-        return [{"agent": s.agent, "root": s.root, "enabled": s.enabled, "sessions": s.sessions, "watching": s.watching,
+        return [{"agent": s.agent, "root": s.root, "enabled": s.enabled, "sessions": s.sessions,
+                 "watching": cast("Watching", s.watching),
                  "unread": drift.unread(sessions, s.agent)}
                 for s in self.follower.status()]
 

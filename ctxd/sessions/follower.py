@@ -207,13 +207,13 @@ class Follower:
             self._mode = "polling"
             return
         try:
-            from watchdog.events import FileSystemEventHandler
+            from watchdog.events import FileSystemEvent, FileSystemEventHandler
             from watchdog.observers import Observer
 
             follower = self
 
             class Handler(FileSystemEventHandler):
-                def on_any_event(self, event):  # type: ignore[no-untyped-def]
+                def on_any_event(self, event: FileSystemEvent) -> None:
                     # Only writes: our own reads raise "opened" / "closed_no_write" events, and
                     # reacting to those would read again, forever.
                     if event.event_type not in WRITE_EVENTS:

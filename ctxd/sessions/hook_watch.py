@@ -115,13 +115,13 @@ class HookWatcher:
             except OSError as error:
                 log.warning("cannot create %s: %s", folder, error)
         try:
-            from watchdog.events import FileSystemEventHandler
+            from watchdog.events import FileSystemEvent, FileSystemEventHandler
             from watchdog.observers import Observer
 
             watcher = self
 
             class Handler(FileSystemEventHandler):
-                def on_any_event(self, event):  # type: ignore[no-untyped-def]
+                def on_any_event(self, event: FileSystemEvent) -> None:
                     if event.event_type in WRITE_EVENTS:  # not our own reads ("opened", "closed_no_write")
                         watcher.poke()
 

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         HistoryResult,
         Item,
         OperationRecord,
+        Problem,
         PromptResult,
         ThreadInfo,
         ThreadsResult,
@@ -155,7 +156,7 @@ class WorkspaceReads(WorkspaceCore):
         listed.sort(key=lambda t: _instant(t["lastActivity"]), reverse=True)
         return {"threads": listed}
 
-    def status_problems(self) -> list[dict[str, str]]:
+    def status_problems(self) -> list[Problem]:
         """Settings problems and the store's state, as `ctxd/status` lists them. Opens the store
         if needed (a worker's job): a store that cannot be opened, or only read, is a problem."""
         problems = [problem.as_dict() for problem in self.problems]
@@ -165,7 +166,7 @@ class WorkspaceReads(WorkspaceCore):
                 problems.append({"source": str(self.db_path), "message": store.readonly_reason})
         except CtxdError as error:
             problems.append({"source": str(self.db_path), "message": error.message})
-        redacted: list[dict[str, str]] = redact.redact_json(problems)
+        redacted: list[Problem] = redact.redact_json(problems)
         return redacted
 
     def conversation_plan(self, thread: str, commit_id: str) -> tuple[str, Any]:
