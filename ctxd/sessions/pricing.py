@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-from typing import Any
+from typing import Any, Mapping
 
 from ctxd.sessions.model import Usage
 from ctxd.settings import Problem
