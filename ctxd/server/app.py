@@ -288,8 +288,8 @@ class CtxdServer:
             self._record_handler = handlers.record_now
             estimator.prepare()  # counts before tiktoken is loaded are estimates: its tables now
             self._follow_sessions()
-            import ctxd.compact.run  # noqa: F401
-            import ctxd.workspace.checkpoints  # noqa: F401
+            import ctxd.compact.run  # noqa: F401 - loaded now, used by later requests
+            import ctxd.workspace.checkpoints  # noqa: F401 - likewise
         finally:
             self._warmed.set()
 
