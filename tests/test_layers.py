@@ -25,7 +25,7 @@ ALLOWED: dict[str, set[str]] = {
     "workspace": {"errors", "ghost", "ledger", "protocol", "redact", "settings", "tokens", "usage"},  # ghost: checkpoints
     "compact": {"errors", "ledger", "protocol", "redact", "settings", "tokens", "workspace"},
     "ghost": {"errors", "ledger", "redact", "settings"},
-    "sessions": {"errors", "ghost", "hooks", "ledger", "redact", "settings", "terminal", "tokens",
+    "sessions": {"errors", "ghost", "hooks", "ledger", "protocol", "redact", "settings", "terminal", "tokens",
                  "workspace"},  # hooks: a hooked session's marks
     "hooks": {"errors", "ghost", "settings"},
     "status": {"ctxd", "ledger", "protocol", "tokens", "workspace"},

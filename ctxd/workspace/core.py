@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 from collections.abc import Callable
@@ -26,8 +25,6 @@ from ctxd.usage.view import UsageView
 if TYPE_CHECKING:
     from ctxd.protocol.shapes import UsageSnapshot
     from ctxd.workspace.service import Workspace
-
-log = logging.getLogger("ctxd")
 
 UsageListener = Callable[[str, str, "UsageSnapshot"], None]
 # Threads named `codex:<id>` / `claude:<id>` mirror an agent's session file (ctxd/sessions): the
