@@ -52,7 +52,7 @@ from ctxd.settings import Settings
 from ctxd.tokens.approx import item_tokens
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from table import Row, report  # noqa: E402
+from table import Row, report
 
 CONTEXT_WINDOW = 128_000
 FILL_TOKENS = 118_000  # a little over 0.9 x 128k: where auto-compaction fires

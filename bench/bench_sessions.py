@@ -30,11 +30,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ctxd.sessions.codex import CodexReader  # noqa: E402
-from table import Row, ms, report  # noqa: E402
-from tests import session_fixtures as fx  # noqa: E402
-from tests.ghost_repo import make_repo  # noqa: E402
-from tests.rpc import Client, RpcError, start_daemon  # noqa: E402
+from table import Row, ms, report
+
+from ctxd.sessions.codex import CodexReader
+from tests import session_fixtures as fx
+from tests.ghost_repo import make_repo
+from tests.rpc import Client, RpcError, start_daemon
 
 
 def big_rollout(path: Path, megabytes: int, cwd: Path) -> int:

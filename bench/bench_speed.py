@@ -50,9 +50,9 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path[:0] = [str(REPO), str(HERE)]
 
-from table import Row, ms, report  # noqa: E402
+from table import Row, ms, report
 
-from tests.rpc import daemon_env  # noqa: E402
+from tests.rpc import daemon_env
 
 NOTIFICATION_MAX = 64 * 1024  # answers larger than this are never notifications
 # Unmeasured prompts of each size first, by both daemons: the first few of a process (its heap and

@@ -29,8 +29,20 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from ctxd.tokens import encodings, estimator
 from ctxd.tokens.estimator import (
-    CAPITAL, CJK, CLASS_TABLE, CONSONANT, CP949_BOUNDS, CP949_TABLE, DIGIT, GBK_BOUNDS, GBK_TABLE, HANGUL, SCALE,
-    SCRIPT_MIN, SCRIPTS, VOWEL,
+    CAPITAL,
+    CJK,
+    CLASS_TABLE,
+    CONSONANT,
+    CP949_BOUNDS,
+    CP949_TABLE,
+    DIGIT,
+    GBK_BOUNDS,
+    GBK_TABLE,
+    HANGUL,
+    SCALE,
+    SCRIPT_MIN,
+    SCRIPTS,
+    VOWEL,
 )
 
 ENCODINGS = {"o200k": "o200k_base", "cl100k": "cl100k_base"}
@@ -256,9 +268,8 @@ def write(weights: dict[str, dict]) -> None:
 
 def main() -> None:
     import numpy as np
-
     from real_corpus import load
-    
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help="write the weights into ctxd/tokens/estimator.py")
     parser.add_argument("--ridge", type=float, default=1e-3, help="ridge penalty, relative to the mean feature")

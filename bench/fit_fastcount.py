@@ -35,13 +35,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-import numpy as np  # noqa: E402
-import regex  # noqa: E402
-from bench_families import claude_counts  # noqa: E402
-from real_corpus import load  # noqa: E402
+import numpy as np
+import regex
+from bench_families import claude_counts
+from real_corpus import load
 
-from ctxd.tokens import _fastcount, encodings, estimator  # noqa: E402
-from ctxd.tokens.estimator import FAST, FastSpec  # noqa: E402
+from ctxd.tokens import _fastcount, encodings, estimator
+from ctxd.tokens.estimator import FAST, FastSpec
 
 
 def ascii_model(name: str, ascii_max: int, rows: list[dict[str, str]]) -> tuple[int, int]:

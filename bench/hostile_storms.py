@@ -33,8 +33,15 @@ from ctxd.errors import GitFailed
 from ctxd.ghost import snapshots as ghost
 from tests.ghost_repo import make_repo
 from tests.rpc import Client, RpcError, daemon_env, start_daemon
-from tests.test_hostile_round2 import _attributes, _commands_config, _frame, _initialize, _marking_script, \
-    _plant_store, _read_reply
+from tests.test_hostile_round2 import (
+    _attributes,
+    _commands_config,
+    _frame,
+    _initialize,
+    _marking_script,
+    _plant_store,
+    _read_reply,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 PLANTS = ("unmarked", "forged", "config_changed", "link", "alternates", "ctxd_file")
@@ -111,6 +118,10 @@ def _probe(port: int, kind: str, token: str) -> bool:
         return reply is not None and "result" in reply
 
 
+def _probe_into(served: list[bool], port: int, kind: str, token: str) -> None:
+    served.append(_probe(port, kind, token))
+
+
 def tcp_storm(root: Path, rounds: int, probers: int = 8) -> dict[str, Any]:
     import threading
 
@@ -133,7 +144,7 @@ def tcp_storm(root: Path, rounds: int, probers: int = 8) -> dict[str, Any]:
             time.sleep(0.02)
         token = token_file.read_text().strip()
         served: list[bool] = []
-        threads = [threading.Thread(target=lambda k=kinds[i % len(kinds)]: served.append(_probe(port, k, token)))
+        threads = [threading.Thread(target=_probe_into, args=(served, port, kinds[i % len(kinds)], token))
                    for i in range(probers)]
         for thread in threads[: probers // 2]:
             thread.start()

@@ -20,7 +20,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from table import ROWS_FILE, Row, print_table, read_rows  # noqa: E402
+from table import ROWS_FILE, Row, print_table, read_rows
 
 # The arguments that keep each benchmark short enough for a usable run.
 QUICK: dict[str, list[str]] = {

@@ -31,10 +31,10 @@ import regex
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-from real_corpus import SAMPLES, load  # noqa: E402
+from real_corpus import SAMPLES, load
 
-from ctxd.tokens.encodings import load as load_encoding  # noqa: E402
-from ctxd.tokens.estimator import estimate_tokens  # noqa: E402
+from ctxd.tokens.encodings import load as load_encoding
+from ctxd.tokens.estimator import estimate_tokens
 
 PROFILE = {"o200k_base": "o200k", "cl100k_base": "cl100k"}
 TABLE_MIN_SEEN = 2  # a training piece goes into the table when it was seen this often

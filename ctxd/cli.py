@@ -84,10 +84,10 @@ PIPE_BYTES = 1024 * 1024
 
 def keep_freed_memory() -> None:
     """Let the daemon reuse the memory of its large strings. By default glibc maps every block
-    over a few megabytes afresh and unmaps it when freed, so the JSON of a 100k-item prompt (about
-    25 MB, built twice) is paid in page faults each time: three times the cost of copying it on
-    this project's machines. Blocks up to 32 MB now come from the heap, which keeps up to 64 MB
-    free for the next prompt instead of returning it at once. Elsewhere than glibc: nothing."""
+    over a few megabytes afresh and unmaps it when freed, so the JSON of a large prompt (built
+    twice) is paid in page faults each time, several times the cost of copying it (bench/README.md).
+    Blocks up to 32 MB now come from the heap, which keeps up to 64 MB free for the next prompt
+    instead of returning it at once. Elsewhere than glibc: nothing."""
     import ctypes  # the daemon's alone: `ctxd usage` and `ctxd --version` start without it
 
     try:
@@ -100,10 +100,10 @@ def keep_freed_memory() -> None:
 
 def widen_pipes() -> None:
     """When stdin and stdout are pipes (a client started with Python's subprocess, Go's os/exec,
-    a shell), let a large reply leave in 1 MB pieces instead of Linux's default 64 KB: a 100k-item
-    prompt (about 25 MB) then wakes the client 25 times instead of 400. With the client on another
-    CPU, that about halved ctxd's prompt on this project's machine (`bench/bench_speed.py` prints
-    it beside a plain pipe). Requests get the same room. Editors built on libuv (VS Code,
+    a shell), let a large reply leave in 1 MB pieces instead of Linux's default 64 KB: a large
+    prompt then wakes the client sixteen times less often, which matters when the client runs on
+    another CPU (`bench/bench_speed.py` prints it beside a plain pipe; bench/README.md). Requests
+    get the same room. Editors built on libuv (VS Code,
     Neovim) pass socket pairs, whose buffers are already about 200 KB: nothing to do there, nor
     where pipes cannot be resized (another OS, a lower `/proc/sys/fs/pipe-max-size`)."""
     try:

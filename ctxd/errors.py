@@ -94,6 +94,12 @@ class GitFailed(CtxdError):
 
 class StoreUnavailable(CtxdError):
     """The workspace's store cannot be used (read-only, corrupt, another workspace's, locked, disk
-    full). The message names the file and what to do; other workspaces are unaffected."""
+    full). The message names the file and what to do; other workspaces are unaffected. `kind`
+    (locked, readonly, full, corrupt, cantopen, ioerr, other) lets opening tell "cannot write"
+    (fall back to read-only) from the rest."""
 
     code = Code.STORE_UNAVAILABLE
+
+    def __init__(self, message: str, kind: str = "other") -> None:
+        super().__init__(message)
+        self.kind = kind

@@ -22,9 +22,12 @@ import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ctxd import redact
+
+if TYPE_CHECKING:
+    from ctxd.protocol import shapes
 
 DEFAULT_CONTEXT_WINDOW = 128_000
 MAX_PROMPT_FILE_BYTES = 64 * 1024
@@ -59,8 +62,10 @@ class Problem:
     message: str
     key: str | None = None
 
-    def as_dict(self) -> dict[str, str]:
-        return {"source": self.source, **({"key": self.key} if self.key else {}), "message": self.message}
+    def as_dict(self) -> shapes.Problem:
+        if self.key:
+            return {"source": self.source, "key": self.key, "message": self.message}
+        return {"source": self.source, "message": self.message}
 
     def __str__(self) -> str:
         return f"{self.source}: {self.message}"

@@ -59,7 +59,7 @@ def test_the_breakdown_follows_the_gauge_through_any_history(daemon_factory, wor
 
     check(req("ctxd/usage"), None, has_items=False)
     turns = 0
-    for step in range(30):
+    for _ in range(30):
         op = rng.choice(["record", "record", "record", "api", "context", "rollback", "compact"])
         gauge = None
         if op == "record":

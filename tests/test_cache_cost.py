@@ -219,7 +219,7 @@ def text_item(role: str, text: str) -> dict[str, Any]:
 
 def test_ctxd_compacts_early_when_the_cache_is_cold_and_reports_spent_against_saved(tmp_path: Path) -> None:
     from ctxd.compact import run
-    from ctxd.ledger.workspace import Workspace
+    from ctxd.workspace import Workspace
     from ctxd.sessions.pricing import client_cost
 
     root = tmp_path / "ws"

@@ -192,7 +192,7 @@ def test_a_list_output_shares_one_budget_and_reports_omitted_parts(daemon_factor
              "upsilon phi chi psi omega.\n")
     chunk_tokens = (len(chunk) + 3) // 4
     t = thread_of(daemon_factory, workspace, {"toolOutputTokenLimit": chunk_tokens * 3 * 10 // 12})  # x1.2 = 3 chunks
-    text = lambda s: {"type": "input_text", "text": s}  # noqa: E731
+    text = lambda s: {"type": "input_text", "text": s}  # noqa: E731 - a one-line helper, named for the reader
     img = image("img:mid")
     parts = [text(chunk), text(chunk), img, text(chunk * 10), text(chunk), text(chunk)]
     t.record(call("c"), {"type": "function_call_output", "call_id": "c", "output": parts})

@@ -15,8 +15,9 @@ from __future__ import annotations
 import itertools
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, event, settings

@@ -5,8 +5,9 @@ included, each restorable to exactly the files as they were."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from tests.agents import Claude, Codex, Run
 from tests.model_servers import MessagesServer, Reply, ResponsesServer, apply_patch, shell, tool

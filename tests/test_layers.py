@@ -18,19 +18,22 @@ ALLOWED: dict[str, set[str]] = {
     "terminal": set(),
     "tokens": set(),
     "protocol": {"errors"},
-    "settings": {"redact", "tokens"},
-    "ledger": {"errors", "protocol", "redact", "settings", "tokens", "usage"},  # usage: a workspace's gauge
-    "usage": {"hooks", "ledger", "settings", "terminal", "tokens"},  # hooks: the enclosing workspace (hooks.locate)
-    "compact": {"errors", "ledger", "protocol", "redact", "settings", "tokens"},
+    "settings": {"protocol", "redact", "tokens"},  # protocol: the shape of a problem (type only)
+    "ledger": {"errors", "protocol", "redact", "settings", "tokens"},
+    "usage": {"hooks", "ledger", "protocol", "settings", "terminal", "tokens"},  # hooks: the enclosing workspace (hooks.locate)
+    # Above both: a workspace's threads (ledger) and their gauge (usage).
+    "workspace": {"errors", "ghost", "ledger", "protocol", "redact", "settings", "tokens", "usage"},  # ghost: checkpoints
+    "compact": {"errors", "ledger", "protocol", "redact", "settings", "tokens", "workspace"},
     "ghost": {"errors", "ledger", "redact", "settings"},
-    "sessions": {"errors", "ghost", "hooks", "ledger", "redact", "settings", "terminal", "tokens"},  # hooks: a hooked session's marks
+    "sessions": {"errors", "ghost", "hooks", "ledger", "protocol", "redact", "settings", "terminal", "tokens",
+                 "workspace"},  # hooks: a hooked session's marks
     "hooks": {"errors", "ghost", "settings", "tokens"},  # tokens: the prompt cache's lifetimes (statusline)
-    "status": {"ctxd", "ledger", "protocol", "tokens"},
+    "status": {"ctxd", "ledger", "protocol", "tokens", "workspace"},
     "server": {"ctxd", "compact", "errors", "ghost", "ledger", "protocol", "redact", "sessions", "settings",
-               "status", "tokens"},
+               "status", "tokens", "workspace"},
     "cli": {"ctxd", "agentmcp", "hooks", "redact", "server", "sessions", "usage"},
     "entry": {"cli", "hooks"},
-    "agentmcp": {"errors", "ghost", "ledger", "protocol", "redact", "sessions", "settings"},
+    "agentmcp": {"errors", "ghost", "ledger", "protocol", "redact", "sessions", "settings", "workspace"},
     "__main__": {"entry"},
 }
 FOREIGN_WIRE = {"pygls", "lsprotocol", "cattrs"}  # the stack issue #12 replaced: nothing may come back to it
@@ -80,3 +83,52 @@ def test_the_domain_never_imports_the_wire() -> None:
     for package in ALLOWED:
         if package not in {"server", "cli", "__main__"}:
             assert "server" not in imports.get(package, {}), f"{package} imports ctxd.server"
+
+
+def _loop(graph: dict[str, set[str]]) -> list[str] | None:
+    """A cycle of `graph` (package -> packages it imports), as the packages along it, or None."""
+    done: set[str] = set()
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        if node in path:
+            return path[path.index(node):] + [node]
+        if node in done:
+            return None
+        for target in sorted(graph.get(node, set())):
+            found = visit(target, path + [node])
+            if found is not None:
+                return found
+        done.add(node)
+        return None
+
+    for start in sorted(graph):
+        found = visit(start, [])
+        if found is not None:
+            return found
+    return None
+
+
+def test_no_package_imports_back_what_imports_it() -> None:
+    """Layers, not a web: neither the table nor the source has a loop (issue #28: the ledger's
+    workspace imported the usage view, which imports the ledger)."""
+    table = _loop(ALLOWED)
+    assert table is None, "ALLOWED has a loop: " + " -> ".join(table)
+    actual = _loop({package: set(targets) - {"<wire>"} for package, targets in _imports().items()})
+    assert actual is None, "the packages import each other in a loop: " + " -> ".join(actual)
+
+
+def test_the_loop_check_finds_a_loop() -> None:
+    assert _loop({"ledger": {"usage"}, "usage": {"ledger", "settings"}, "settings": set()}) == ["ledger", "usage", "ledger"]
+    assert _loop({"workspace": {"ledger", "usage"}, "usage": {"ledger"}, "ledger": set()}) is None
+
+
+def test_each_error_is_defined_once() -> None:
+    """The errors with their codes live in ctxd/errors.py alone (issue #28: StoreUnavailable had a
+    second class in the store); other modules raise those, never a class of the same name."""
+    defined = {node.name for node in ast.parse((PACKAGE / "errors.py").read_text(encoding="utf-8")).body
+               if isinstance(node, ast.ClassDef)}
+    again = sorted(f"{node.name} ({path.relative_to(PACKAGE)})" for path in PACKAGE.rglob("*.py")
+                   if path.name != "errors.py" or path.parent != PACKAGE
+                   for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+                   if isinstance(node, ast.ClassDef) and node.name in defined)
+    assert not again, "error classes defined again outside ctxd/errors.py: " + ", ".join(again)

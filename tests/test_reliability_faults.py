@@ -11,8 +11,9 @@ import fcntl
 import random
 import threading
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -265,14 +266,14 @@ def test_loaded_threads_are_bounded_by_their_items(tmp_path: Path, monkeypatch: 
     """Memory follows loaded items, not threads: past MAX_LOADED_ITEMS the least recently used
     threads are dropped from memory, the one in use stays, and nothing is lost (they reload)."""
     from ctxd.ledger import cache
-    from ctxd.ledger.workspace import Workspace
+    from ctxd.workspace import Workspace
     monkeypatch.setattr(cache, "MAX_LOADED_ITEMS", 50)
     root = tmp_path / "ws"
     root.mkdir()
     ws = Workspace(root.as_uri(), root, tmp_path / "state", None)
 
     def items(thread: str) -> list[dict]:
-        return [entry.item for entry in ws.snapshot(thread)[0]]
+        return [entry.item for entry in ws.active_history(thread)[0]]
 
     try:
         for n in range(6):

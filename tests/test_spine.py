@@ -6,8 +6,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -193,7 +194,7 @@ def test_usage_baseline_from_api(client: Client, workspace: Path) -> None:
 def test_tiers(daemon_factory: Callable[..., Client], workspace: Path) -> None:
     client = daemon_factory([workspace], options={"contextWindow": 1000, "autoCompactTokenLimit": 0})
     ws = workspace.as_uri()
-    report = lambda total: client.request("ctxd/reportTokenUsage", {"workspace": ws, "thread": "t", "usage": {"inputTokens": total, "totalTokens": total}})  # noqa: E731
+    report = lambda total: client.request("ctxd/reportTokenUsage", {"workspace": ws, "thread": "t", "usage": {"inputTokens": total, "totalTokens": total}})  # noqa: E731 - a one-line helper, named for the reader
     assert report(100)["tier"] == "ok" and report(850)["tier"] == "warn"
     client.request("ctxd/setPromptContext", {"workspace": ws, "thread": "t2", "contextWindow": 1000})
     client2 = daemon_factory([workspace], options={"contextWindow": 1000})

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from tests.rpc import Client
 
@@ -66,7 +66,7 @@ def test_the_vscode_types_are_generated_from_the_current_schema() -> None:
 
 
 def test_reading_a_thread_that_does_not_exist_creates_nothing(client: Client, workspace: Path) -> None:
-    """PROTOCOL.md, ctxd/threads: reading a thread that does not exist creates nothing."""
+    """docs/protocol.md, ctxd/threads: reading a thread that does not exist creates nothing."""
     ws = workspace.as_uri()
     client.request("ctxd/record", {"workspace": ws, "thread": "real", "items": [
         {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}]})

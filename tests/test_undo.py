@@ -6,8 +6,9 @@ crosses a compaction; a compaction the client names always replaces the history.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 

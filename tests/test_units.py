@@ -187,8 +187,8 @@ def test_lanes_keep_each_threads_order_and_cap_a_workspace() -> None:
     executor.shutdown(wait=True)
     assert peak["ws1"] == 2, peak
     for lane in ("a", "b", "c"):
-        assert [n for g, l, n in ran if l == lane] == list(range(20)), lane
-    first_c = next(i for i, (_, l, _) in enumerate(ran) if l == "c")
+        assert [n for _, name, n in ran if name == lane] == list(range(20)), lane
+    first_c = next(i for i, (_, name, _) in enumerate(ran) if name == "c")
     assert first_c < len(ran) - 20, "thread c waited until a and b had run everything"
     assert not any(lanes.busy(("ws1", lane)) for lane in "abc")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import gzip
 import json
-import re
 import logging
+import re
 import subprocess
 import sys
 import time
@@ -19,9 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctxd.settings import Settings
-from ctxd.tokens import catalog
+from ctxd.tokens import catalog, encodings
 from ctxd.tokens.approx import IMAGE_BYTES
-from ctxd.tokens import encodings
 from ctxd.tokens.counter import Tokenizers, count_item
 from ctxd.tokens.estimator import estimate_tokens
 from ctxd.usage.breakdown import (
@@ -427,7 +426,7 @@ def test_ctxd_usage_command(client: Client, workspace: Path, state_dir: Path) ->
     detail = run_cli(state_dir, "--workspace", str(workspace), "--detail")
     assert "48.2k/128k tokens (37.7%)" in detail.stdout and "github__search_issues" in detail.stdout
     lines = detail.stdout.splitlines()
-    assert lines.index(next(l for l in lines if "Messages" in l)) < lines.index(next(l for l in lines if "Free space" in l))
+    assert lines.index(next(line for line in lines if "Messages" in line)) < lines.index(next(line for line in lines if "Free space" in line))
     wait_for(lambda: usage(client, workspace), lambda b: b["usage"]["tokenizerStatus"] == "exact")
     as_json = json.loads(run_cli(state_dir, "--workspace", str(workspace), "--format", "json").stdout)
     assert as_json["mode"] == "actual" and as_json["totalTokens"] == 48_200

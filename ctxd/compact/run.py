@@ -22,8 +22,8 @@ from typing import Any, Protocol
 from ctxd import redact
 from ctxd.compact import compact
 from ctxd.errors import Cancelled, CompactionFailed
-from ctxd.ledger.workspace import Workspace
 from ctxd.tokens import cache as prompt_cache
+from ctxd.workspace import Workspace
 
 log = logging.getLogger("ctxd")
 
@@ -86,7 +86,7 @@ def compact_thread(workspace: Workspace, thread: str, *, strategy: str, cancel: 
 
 def _compact_locked(workspace: Workspace, thread: str, strategy: str, cancel: threading.Event,
                     report: Any, automatic: bool) -> dict[str, Any]:
-    entries, version = workspace.snapshot(thread)
+    entries, version = workspace.active_history(thread)
     if not entries:
         raise CompactionFailed(f"thread '{thread}' is empty: nothing to compact")
     upto_seq = entries[-1].seq

@@ -373,6 +373,7 @@ def plan(action: str, agents: list[str], scope: str, project: Path, state_dir: P
         else:
             path = codex_file(scope, project)
             before = _read(path)
+            after: str | None
             if action == "install":
                 after, more = codex_add(path, before, ctxd)
                 notes += more
@@ -433,7 +434,7 @@ def _holds_ours(change: Change) -> bool:
 
 
 def diff(changes: list[Change]) -> str:
-    out = []
+    out: list[str] = []
     for change in changes:
         out += difflib.unified_diff((change.before or "").splitlines(keepends=True),
                                     (change.after or "").splitlines(keepends=True),
@@ -453,7 +454,9 @@ def status(agents: list[str], project: Path) -> list[str]:
                 settings, mcp = claude_files(scope, project)
                 try:
                     value = _load_json(settings, _read(settings))
-                    hooks = value.get("hooks") if isinstance(value.get("hooks"), dict) else {}
+                    hooks = value.get("hooks")
+                    if not isinstance(hooks, dict):
+                        hooks = {}
                     events = [e for e in CLAUDE_EVENTS if any(_is_ours(g) for g in hooks.get(e) or [])]
                     line = value.get("statusLine")
                     status_line = isinstance(line, dict) and bool(_STATUS.search(str(line.get("command"))))

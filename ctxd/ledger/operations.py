@@ -9,11 +9,15 @@ the last seq recorded before them (`seqMark`). Pure functions of those records: 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any, Iterable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, cast
 
 from ctxd.ledger.store import THIS_OPERATION, Row
+
+if TYPE_CHECKING:
+    from ctxd.protocol.shapes import CompactionRecord, OperationKind, OperationRecord
 
 
 @dataclass
@@ -23,8 +27,8 @@ class Operation:
     info: dict[str, Any]
 
     @property
-    def kind(self) -> str:
-        return str(self.info.get("kind", "compaction"))  # ctxd's first versions recorded compactions only
+    def kind(self) -> OperationKind:
+        return cast("OperationKind", str(self.info.get("kind", "compaction")))  # ctxd's first versions recorded compactions only
 
     @property
     def undone_by(self) -> int | None:
@@ -83,15 +87,15 @@ def history_as_of(point: int, ops: list[Operation], active: list[int]) -> list[i
 
 
 def _instant(stamp: float) -> str:
-    return datetime.fromtimestamp(stamp, timezone.utc).isoformat()
+    return datetime.fromtimestamp(stamp, UTC).isoformat()
 
 
-def wire(ops: list[Operation], rows: list[Row]) -> list[dict[str, Any]]:
+def wire(ops: list[Operation], rows: list[Row]) -> list[OperationRecord]:
     """`ctxd/history`'s `operations`, oldest first."""
-    listed = []
+    listed: list[OperationRecord] = []
     for op in ops:
         removed, added = changes(op, rows)
-        record: dict[str, Any] = {
+        record: OperationRecord = {
             "id": op.id, "kind": op.kind, "createdAt": _instant(op.created_at),
             "itemsBefore": op.info.get("itemsBefore", len(op.info.get("before") or removed)),
             "itemsAfter": op.info.get("itemsAfter", len(added)),
@@ -103,19 +107,19 @@ def wire(ops: list[Operation], rows: list[Row]) -> list[dict[str, Any]]:
     return listed
 
 
-def compactions_wire(ops: list[Operation], rows: list[Row]) -> list[dict[str, Any]]:
+def compactions_wire(ops: list[Operation], rows: list[Row]) -> list[CompactionRecord]:
     """`ctxd/history`'s `compactions` (protocol v2), oldest first: what each replaced and wrote."""
-    listed = []
+    listed: list[CompactionRecord] = []
     for op in ops:
         if op.kind != "compaction":
             continue
         removed, added = changes(op, rows)
-        record: dict[str, Any] = {
+        compaction: CompactionRecord = {
             "id": op.id, "createdAt": _instant(op.created_at), "strategy": op.info.get("strategy"),
             "automatic": bool(op.info.get("automatic")), "tokensBefore": op.info.get("tokensBefore"),
             "tokensAfter": op.info.get("tokensAfter"), "archivedItems": len(removed), "writtenItems": len(added),
         }
         if op.undone_by is not None:
-            record["undoneBy"] = op.undone_by
-        listed.append(record)
+            compaction["undoneBy"] = op.undone_by
+        listed.append(compaction)
     return listed

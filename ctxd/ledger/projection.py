@@ -17,7 +17,8 @@ prompt is the ledger less the items at `Repairs.dropped()`, taken by slices with
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from ctxd.ledger.rules import CALL_TO_OUTPUT, TOOL_OUTPUT_TYPES, is_real_user_message
 

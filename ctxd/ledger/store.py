@@ -16,13 +16,14 @@ import os
 import sqlite3
 import threading
 import time
-from contextlib import contextmanager
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import quote
 
-from ctxd import errors
+from ctxd.errors import StoreUnavailable
 from ctxd.ledger import search
 
 log = logging.getLogger(__name__)
@@ -111,15 +112,6 @@ def database_path(state_dir: Path, workspace: Path) -> Path:
     digest = hashlib.sha256(str(workspace).encode("utf-8", "surrogatepass")).hexdigest()[:16]
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in workspace.name)[:40] or "root"
     return state_dir / "workspaces" / f"{safe}-{digest}.sqlite3"
-
-
-class StoreUnavailable(errors.StoreUnavailable):
-    """1003, with what went wrong (`kind`: locked, readonly, full, corrupt, cantopen, ioerr, other)
-    so that opening can tell "cannot write" (fall back to read-only) from the rest."""
-
-    def __init__(self, message: str, kind: str = "other") -> None:
-        super().__init__(message)
-        self.kind = kind
 
 
 class WouldWait(Exception):
@@ -470,14 +462,14 @@ class Store:
 
     # --- reads -----------------------------------------------------------------------------------
 
-    def reading(self) -> Iterator[sqlite3.Connection]:
+    def reading(self) -> AbstractContextManager[sqlite3.Connection]:
         """The connection, for one read by a module that keeps its own tables here (the recall
         index: ctxd/ledger/search.py)."""
-        return self._read()  # type: ignore[return-value]
+        return self._read()
 
-    def writing(self) -> Iterator[sqlite3.Connection]:
+    def writing(self) -> AbstractContextManager[sqlite3.Connection]:
         """One write transaction, for the same modules (the index catching up with the items)."""
-        return self._write()  # type: ignore[return-value]
+        return self._write()
 
     def thread(self, thread: str) -> ThreadRow | None:
         with self._read() as db:
@@ -560,7 +552,7 @@ class Store:
     def _next_seq(self, db: sqlite3.Connection, thread: str) -> int:
         return int(db.execute("SELECT coalesce(max(seq), 0) FROM items WHERE thread = ?", (thread,)).fetchone()[0]) + 1
 
-    def append(self, thread: str, rows: list[tuple[str, int]], known: tuple[tuple[int, int], int] | None = None,
+    def append(self, thread: str, rows: list[tuple[str, int]], known: tuple[tuple[int, int] | None, int] | None = None,
                wait: bool = True) -> tuple[int, tuple[int, int]]:
         """Store `(body, tokens)` rows after every existing item; return the first new seq and the
         data version seen in the transaction. `known` is (data version, next seq) as the caller

@@ -1,13 +1,13 @@
 """In-memory state of one thread's ledger, and the rules that read it.
 
-Pure Python: no pygls, no SQL. The service keeps one `ThreadLedger` per loaded thread and updates
+Pure Python, no SQL. The service keeps one `ThreadLedger` per loaded thread and updates
 its running sums as items come and go, so a usage answer is O(1) in the ledger's length.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ctxd.ledger.projection import Repairs
 from ctxd.ledger.rules import (
@@ -17,6 +17,9 @@ from ctxd.ledger.rules import (
     is_real_user_message,
     item_group,
 )
+
+if TYPE_CHECKING:
+    from ctxd.protocol.shapes import Tier, TokenizerStatus, UsageSnapshot, UsageSource
 
 WARN_FRACTION = 0.8
 
@@ -110,14 +113,14 @@ def rollback_start(entries: list[Entry], turns: int) -> RollbackCut | None:
     return RollbackCut(cut, clears)
 
 
-def usage_snapshot(ledger: ThreadLedger, window: int, limit: int, overhead_tokens: int, tokenizer: str,
-                   tokenizer_status: str) -> dict[str, Any]:
+def thread_usage(ledger: ThreadLedger, window: int, limit: int, overhead_tokens: int, tokenizer: str,
+                 tokenizer_status: str) -> UsageSnapshot:
     """The gauge's numbers in a window of `window` tokens compacted at `limit`: the last API total
     plus the counts of what came after it; before any API total, the overhead (instructions,
     tools) plus every item. `tokenizer` and its status: the counter's (`Counter.name`, `.status`)."""
     if ledger.api_total is not None:
         used = ledger.api_total + ledger.tokens_after_api
-        source = "api" if ledger.tokens_after_api == 0 else "api+estimate"
+        source: UsageSource = "api" if ledger.tokens_after_api == 0 else "api+estimate"
     else:
         used = overhead_tokens + ledger.item_tokens
         source = "estimate"
@@ -130,11 +133,11 @@ def usage_snapshot(ledger: ThreadLedger, window: int, limit: int, overhead_token
         "source": source,
         "historyVersion": ledger.history_version,
         "tokenizer": tokenizer,
-        "tokenizerStatus": tokenizer_status,
+        "tokenizerStatus": cast("TokenizerStatus", tokenizer_status),  # a `Counter.status`
     }
 
 
-def tier_for(used: int, limit: int, window: int) -> str:
+def tier_for(used: int, limit: int, window: int) -> Tier:
     """`compact` at or over the auto-compact limit, `warn` from 80% of it (of the window when
     auto-compaction is off), else `ok`."""
     if limit > 0:

@@ -9,7 +9,7 @@ with a message that names where the problem is.
 from __future__ import annotations
 
 import functools
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
@@ -38,7 +38,7 @@ class Refusal(_Item):
     refusal: str
 
 
-ContentPart = Annotated[Union[InputText, InputImage, Refusal], Field(discriminator="type")]
+ContentPart = Annotated[InputText | InputImage | Refusal, Field(discriminator="type")]
 
 
 class MessageItem(_Item):
@@ -107,16 +107,7 @@ class Compaction(_Item):
 
 
 Item = Annotated[
-    Union[
-        MessageItem,
-        FunctionCall,
-        FunctionCallOutput,
-        CustomToolCall,
-        CustomToolCallOutput,
-        Reasoning,
-        GhostSnapshot,
-        Compaction,
-    ],
+    MessageItem | FunctionCall | FunctionCallOutput | CustomToolCall | CustomToolCallOutput | Reasoning | GhostSnapshot | Compaction,
     Field(discriminator="type"),
 ]
 ITEM_TYPES = ("message", "function_call", "function_call_output", "custom_tool_call",

@@ -10,7 +10,8 @@ checks the value once more; it raises ValueError on a real NaN or Infinity.
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from pydantic_core import to_json
 

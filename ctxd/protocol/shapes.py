@@ -10,10 +10,10 @@ them too, so that the editors' types of what they send come from the same place.
 from __future__ import annotations
 
 import json
-from typing import Any, Literal, Optional
+from typing import Any, Literal, NotRequired
 
-from pydantic import ConfigDict, TypeAdapter
-from typing_extensions import NotRequired, TypedDict
+from pydantic import ConfigDict, TypeAdapter, with_config
+from typing_extensions import TypedDict
 
 from ctxd.protocol.params import PARAMS
 
@@ -25,10 +25,10 @@ UsageSource = Literal["api", "estimate", "api+estimate"]
 TokenizerStatus = Literal["exact", "loading", "unavailable", "estimate", "idle"]
 
 
+@with_config(STRICT)
 class UsageSnapshot(TypedDict):
     """How full a thread's context window is: the gauge's numbers."""
 
-    __pydantic_config__ = STRICT  # type: ignore[misc]
     usedTokens: int
     contextWindow: int
     percent: float
@@ -40,31 +40,34 @@ class UsageSnapshot(TypedDict):
     tokenizerStatus: NotRequired[TokenizerStatus]
 
 
+@with_config(STRICT)
 class UsageChanged(UsageSnapshot):
     """`ctxd/usageChanged`."""
 
-    __pydantic_config__ = STRICT  # type: ignore[misc]
     workspace: str
     thread: str
 
 
+@with_config(STRICT)
 class Detail(TypedDict):
-    __pydantic_config__ = STRICT  # type: ignore[misc]
     name: str
     tokens: int
 
 
+CategoryName = Literal["systemPrompt", "builtinTools", "mcpTools", "skills", "memoryFiles", "messages",
+                       "freeSpace", "autocompactBuffer"]
+
+
+@with_config(STRICT)
 class Category(TypedDict):
-    __pydantic_config__ = STRICT  # type: ignore[misc]
-    name: Literal["systemPrompt", "builtinTools", "mcpTools", "skills", "memoryFiles", "messages",
-                  "freeSpace", "autocompactBuffer"]
+    name: CategoryName
     tokens: int
     percent: float
     details: list[Detail]
 
 
+@with_config(STRICT)
 class Cost(TypedDict):
-    __pydantic_config__ = STRICT  # type: ignore[misc]
     currency: Literal["USD"]
     input: float
     cachedInput: float
@@ -76,39 +79,39 @@ class Cost(TypedDict):
     unpricedModels: NotRequired[list[str]]  # with priced false: the models the table has no price for
 
 
+@with_config(STRICT)
 class CompactionCost(TypedDict):
     """What one compaction cost in cache writes, and what it saves on each turn after it."""
 
-    __pydantic_config__ = STRICT  # type: ignore[misc]
     at: str  # ISO time of the compaction
     cacheWriteTokens: int  # the prompt the first request after it wrote to the cache
-    cacheWriteCost: Optional[float]  # USD; None when the model is unpriced
+    cacheWriteCost: float | None  # USD; None when the model is unpriced
     savedTokensPerTurn: int  # the prompt tokens each later request no longer reads
-    savedCostPerTurn: Optional[float]  # USD per request, at the cached-read rate
+    savedCostPerTurn: float | None  # USD per request, at the cached-read rate
     coldCache: NotRequired[bool]  # ctxd's own compaction: the cache had likely expired (its write replaced a re-write)
 
 
+@with_config(STRICT)
 class CacheState(TypedDict):
     """A thread's prompt cache, from the cache reads and writes its requests recorded."""
 
-    __pydantic_config__ = STRICT  # type: ignore[misc]
     state: Literal["warm", "cold", "unknown"]  # by the time since the last request against the lifetime
-    lastRequestAt: Optional[str]  # ISO time of the last request that reported usage
+    lastRequestAt: str | None  # ISO time of the last request that reported usage
     lifetimeSeconds: int  # the provider's documented cache lifetime applied (300, 3600, ...)
-    expiresAt: Optional[str]  # ISO time the cache likely expires (past when cold)
+    expiresAt: str | None  # ISO time the cache likely expires (past when cold)
     rewriteTokens: int  # what the next request writes to the cache when cold (the prompt so far)
-    rewriteCost: Optional[float]  # USD for those tokens at the cache-write rate; None when unpriced
+    rewriteCost: float | None  # USD for those tokens at the cache-write rate; None when unpriced
     compactions: NotRequired[list[CompactionCost]]
 
 
+@with_config(STRICT)
 class Breakdown(TypedDict):
     """`ctxd/usage`: where the window's tokens go."""
 
-    __pydantic_config__ = STRICT  # type: ignore[misc]
-    model: Optional[str]
+    model: str | None
     contextWindow: int
     mode: Literal["estimated", "actual"]
-    totalTokens: Optional[int]
+    totalTokens: int | None
     usage: UsageSnapshot
     categories: list[Category]
     overheadTokens: int
@@ -120,18 +123,18 @@ class Breakdown(TypedDict):
     cache: NotRequired[CacheState]
 
 
+@with_config(STRICT)
 class RecordResult(TypedDict):
-    __pydantic_config__ = STRICT  # type: ignore[misc]
     historyVersion: int
     itemCount: int
     usage: UsageSnapshot
 
 
+@with_config(ConfigDict(extra="allow"))
 class Item(TypedDict):
     """A ledger item as the model API spells it (snake_case, every field it came with): only its
     `type` is declared here; `ctxd/protocol/items.py` validates each type's fields when recorded."""
 
-    __pydantic_config__ = ConfigDict(extra="allow")  # type: ignore[misc]
     type: str
 
 
@@ -142,31 +145,31 @@ class HistoryItem(Item):
     archivedBy: NotRequired[int]  # (v3) the history operation that took it out of the active history
 
 
+@with_config(STRICT)
 class PromptResult(TypedDict):
-    __pydantic_config__ = STRICT  # type: ignore[misc]
     items: list[Item]
     historyVersion: int
     estimatedTokens: int
     reinjectContext: bool
 
 
+@with_config(STRICT)
 class CompactResult(TypedDict):
-    __pydantic_config__ = STRICT  # type: ignore[misc]
     historyVersion: int
     tokensBefore: int
     tokensAfter: int
     strategy: Literal["llm", "remote", "offline"]
     summary: str
     trimmedItems: int
-    fallbackReason: NotRequired[Optional[str]]
+    fallbackReason: NotRequired[str | None]
     undoId: NotRequired[int]  # (v3) the compaction, as an operation `ctxd/undo` takes
     cacheCost: NotRequired[CompactionCost]  # what it will write to the prompt cache, and save per turn after
 
 
+@with_config(STRICT)
 class Compacted(TypedDict):
     """`ctxd/compacted`."""
 
-    __pydantic_config__ = STRICT  # type: ignore[misc]
     workspace: str
     thread: str
     tokensBefore: int
@@ -175,10 +178,10 @@ class Compacted(TypedDict):
     cacheCost: NotRequired[CompactionCost]  # as CompactResult.cacheCost
 
 
+@with_config(STRICT)
 class RollbackResult(TypedDict):
     """(v3) With `dryRun`, what the rollback would do, and nothing changed (`usage` is as it is)."""
 
-    __pydantic_config__ = STRICT  # type: ignore[misc]
     historyVersion: int
     removedItems: int
     usage: UsageSnapshot
@@ -188,49 +191,52 @@ class RollbackResult(TypedDict):
     dryRun: NotRequired[bool]
 
 
+@with_config(STRICT)
 class UndoResult(TypedDict):
     """(v3) `ctxd/undo`: the history the operation replaced is back; `undoId` redoes it."""
 
-    __pydantic_config__ = STRICT  # type: ignore[misc]
     historyVersion: int
     usage: UsageSnapshot
     undoId: int
     removedItems: NotRequired[int]
 
 
+OperationKind = Literal["compaction", "rollback", "restore", "undo"]
+
+
+@with_config(STRICT)
 class OperationRecord(TypedDict):
     """(v3) One history operation of a thread (`ctxd/history` with `includeArchived`)."""
 
-    __pydantic_config__ = STRICT  # type: ignore[misc]
     id: int
-    kind: Literal["compaction", "rollback", "restore", "undo"]
+    kind: OperationKind
     createdAt: str
     itemsBefore: int
     itemsAfter: int
-    tokensBefore: Optional[int]
-    tokensAfter: Optional[int]
+    tokensBefore: int | None
+    tokensAfter: int | None
     undoneBy: NotRequired[int]
 
 
+@with_config(STRICT)
 class CompactionRecord(TypedDict):
     """One past compaction of a thread (`ctxd/history` with `includeArchived`). The items it
     replaced are the archived items whose `archivedBy` is its id (v3: rollbacks, restores and
     undos archive items too, so archived items no longer follow the compactions in turn)."""
 
-    __pydantic_config__ = STRICT  # type: ignore[misc]
     id: int
     createdAt: str
-    strategy: Optional[str]
+    strategy: str | None
     automatic: bool
-    tokensBefore: Optional[int]
-    tokensAfter: Optional[int]
+    tokensBefore: int | None
+    tokensAfter: int | None
     archivedItems: int
     writtenItems: int
     undoneBy: NotRequired[int]  # (v3) the undo, or the rollback that crossed it
 
 
+@with_config(STRICT)
 class HistoryResult(TypedDict):
-    __pydantic_config__ = STRICT  # type: ignore[misc]
     items: list[HistoryItem]
     historyVersion: int
     total: int
@@ -238,63 +244,66 @@ class HistoryResult(TypedDict):
     operations: NotRequired[list[OperationRecord]]
 
 
+@with_config(STRICT)
 class ThreadInfo(TypedDict):
-    __pydantic_config__ = STRICT  # type: ignore[misc]
     thread: str
     itemCount: int
     historyVersion: int
     updatedAt: str
     source: NotRequired[Literal["client", "codex", "claude"]]
-    title: NotRequired[Optional[str]]
-    model: NotRequired[Optional[str]]
-    lastActivity: NotRequired[Optional[str]]
+    title: NotRequired[str | None]
+    model: NotRequired[str | None]
+    lastActivity: NotRequired[str | None]
     readOnly: NotRequired[bool]
     usage: NotRequired[UsageSnapshot]
     cost: NotRequired[Cost]  # a followed session's cost so far, as Breakdown.cost
     cache: NotRequired[CacheState]
 
 
+@with_config(STRICT)
 class ThreadsResult(TypedDict):
-    __pydantic_config__ = STRICT  # type: ignore[misc]
     threads: list[ThreadInfo]
 
 
+@with_config(STRICT)
 class Problem(TypedDict):
-    __pydantic_config__ = STRICT  # type: ignore[misc]
     source: str
     key: NotRequired[str]
     message: str
 
 
+@with_config(STRICT)
 class TokenizerState(TypedDict):
-    __pydantic_config__ = STRICT  # type: ignore[misc]
     name: str
     status: TokenizerStatus
 
 
+@with_config(STRICT)
 class UnreadRecords(TypedDict):
     """Kinds of record an agent's version wrote that ctxd's reader skipped (format drift)."""
 
-    __pydantic_config__ = STRICT  # type: ignore[misc]
-    version: Optional[str]
+    version: str | None
     kinds: list[str]
     records: int
 
 
+Watching = Literal["inotify", "polling", "off"]
+
+
+@with_config(STRICT)
 class SourceState(TypedDict):
-    __pydantic_config__ = STRICT  # type: ignore[misc]
     agent: str
     root: str
     enabled: bool
     sessions: int
-    watching: NotRequired[Literal["inotify", "polling", "off"]]  # how the session files are watched
+    watching: NotRequired[Watching]  # how the session files are watched
     unread: NotRequired[list[UnreadRecords]]  # per version of the agent; absent or [] when none
 
 
+@with_config(STRICT)
 class Status(TypedDict):
     """`ctxd/status`."""
 
-    __pydantic_config__ = STRICT  # type: ignore[misc]
     version: str
     protocolVersion: int
     stateDir: str
@@ -304,141 +313,141 @@ class Status(TypedDict):
     sources: list[SourceState]
 
 
+@with_config(STRICT)
 class Skipped(TypedDict):
-    __pydantic_config__ = STRICT  # type: ignore[misc]
     path: str
     reason: str
     pathEncoding: NotRequired[Literal["escaped"]]
 
 
+@with_config(STRICT)
 class CheckpointTurn(TypedDict):
     """(v3) The user turn a checkpoint precedes, counted from 1; its text shortened."""
 
-    __pydantic_config__ = STRICT  # type: ignore[misc]
     index: int
     text: str
 
 
+@with_config(STRICT)
 class CheckpointTool(TypedDict):
     """(v3) The tool a checkpoint was taken before, and the paths it names."""
 
-    __pydantic_config__ = STRICT  # type: ignore[misc]
     name: str
     callId: NotRequired[str]
     paths: NotRequired[list[str]]
 
 
+@with_config(STRICT)
 class GhostCommit(TypedDict):
-    __pydantic_config__ = STRICT  # type: ignore[misc]
     id: str
-    parent: Optional[str]
-    createdAt: Optional[str]
+    parent: str | None
+    createdAt: str | None
     message: str
     fileCount: int
     skipped: list[Skipped]
     durationMs: int
     trigger: Literal["manual", "turn", "tool", "restore"]
-    thread: Optional[str]
+    thread: str | None
     turn: NotRequired[CheckpointTurn]
     tool: NotRequired[CheckpointTool]
 
 
+@with_config(STRICT)
 class InterruptedRestore(TypedDict):
     """A restore a crash cut short: restoring `undoId` goes back to the state before it."""
 
-    __pydantic_config__ = STRICT  # type: ignore[misc]
-    id: Optional[str]
-    undoId: Optional[str]
-    startedAt: Optional[str]
+    id: str | None
+    undoId: str | None
+    startedAt: str | None
     message: str
 
 
+@with_config(STRICT)
 class GhostListResult(TypedDict):
-    __pydantic_config__ = STRICT  # type: ignore[misc]
     snapshots: list[GhostCommit]
     interruptedRestore: NotRequired[InterruptedRestore]
 
 
+@with_config(STRICT)
 class RestoreResult(TypedDict):
-    __pydantic_config__ = STRICT  # type: ignore[misc]
     id: str
     restored: list[str]
     removed: list[str]
     removedItems: NotRequired[int]
-    undoId: NotRequired[Optional[str]]
+    undoId: NotRequired[str | None]
     operationId: NotRequired[int]  # (v3) with the conversation: the history operation, for `ctxd/undo`
     dryRun: NotRequired[bool]
     pathEncoding: NotRequired[Literal["escaped"]]
 
 
+@with_config(STRICT)
 class FileChange(TypedDict):
-    __pydantic_config__ = STRICT  # type: ignore[misc]
     path: str
     status: Literal["modified", "added", "deleted"]
     binary: bool
-    before: NotRequired[Optional[str]]
-    after: NotRequired[Optional[str]]
+    before: NotRequired[str | None]
+    after: NotRequired[str | None]
     pathEncoding: NotRequired[Literal["escaped"]]
 
 
+@with_config(STRICT)
 class DiffResult(TypedDict):
-    __pydantic_config__ = STRICT  # type: ignore[misc]
     id: str
     files: list[FileChange]
 
 
+@with_config(STRICT)
 class DeleteResult(TypedDict):
-    __pydantic_config__ = STRICT  # type: ignore[misc]
     deleted: bool
 
 
+@with_config(STRICT)
 class TurnRef(TypedDict):
     """The user turn an item belongs to: its index counted from 1, and its text shortened."""
 
-    __pydantic_config__ = STRICT  # type: ignore[misc]
     index: int
     text: str
 
 
+@with_config(STRICT)
 class RecallHit(TypedDict):
     """One match of `ctxd/recall`: where the item is (`seq` in `thread`), what it is, the part of
     its text that matched (at most 400 characters), and whether a compaction replaced it."""
 
-    __pydantic_config__ = STRICT  # type: ignore[misc]
     thread: str
     seq: int
     type: str
     role: NotRequired[str]
     snippet: str
-    createdAt: NotRequired[Optional[str]]
+    createdAt: NotRequired[str | None]
     archived: bool
     turn: NotRequired[TurnRef]
 
 
+@with_config(STRICT)
 class RecallResult(TypedDict):
-    __pydantic_config__ = STRICT  # type: ignore[misc]
     results: list[RecallHit]
     total: int
 
 
+@with_config(STRICT)
 class ItemResult(TypedDict):
-    __pydantic_config__ = STRICT  # type: ignore[misc]
     item: Item
     archived: bool
     seq: int
 
 
+@with_config(STRICT)
 class ThreadsChanged(TypedDict):
     """`ctxd/threadsChanged`."""
 
-    __pydantic_config__ = STRICT  # type: ignore[misc]
     workspace: str
 
 
+@with_config(STRICT)
 class GhostChanged(TypedDict):
     """`ctxd/ghostChanged` (v3): the workspace's snapshots changed, e.g. a hook took a checkpoint."""
 
-    __pydantic_config__ = STRICT  # type: ignore[misc]
     workspace: str
 
 
@@ -475,7 +484,7 @@ def schema() -> dict[str, Any]:
     """JSON Schema of every shape, with one property per method and notification naming its shape."""
     fields = {name.replace("/", "_"): shape for name, shape in {**RESULTS, **NOTIFICATIONS}.items()}
     fields |= {name.replace("/", "_") + "_params": model for name, model in PARAMS.items()}
-    protocol = TypedDict("CtxdProtocol", fields)  # type: ignore[misc, operator]
+    protocol = TypedDict("CtxdProtocol", fields)  # type: ignore[misc]  # fields built at run time, not a literal
     result = TypeAdapter(protocol).json_schema(ref_template="#/$defs/{model}")
     # Record's items are parsed as plain JSON and validated one by one (`items.validate_items`).
     result["$defs"]["RecordParams"]["properties"]["items"]["items"] = {"$ref": "#/$defs/Item"}

@@ -45,7 +45,7 @@ from ctxd.errors import (
     MethodNotFound,
     ServerNotInitialized,
 )
-from ctxd.ledger.workspace import Service, Workspace
+from ctxd.workspace import Service, Workspace
 from ctxd.protocol import methods
 from ctxd.server.codec import Incoming, Rejected, Shortened
 from ctxd.server.connection import Connection, StreamConnection
@@ -193,7 +193,7 @@ class Daemon:
             estimator.prepare()  # counts before tiktoken is loaded are estimates: its tables now
             self._follow_sessions()
             import ctxd.compact.run  # noqa: F401
-            import ctxd.ghost.checkpoints  # noqa: F401
+            import ctxd.workspace.checkpoints  # noqa: F401
         finally:
             self._warmed.set()
 

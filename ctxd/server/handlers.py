@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from pydantic import BaseModel
 
 from ctxd.errors import Cancelled
-from ctxd.ledger.workspace import Workspace
+from ctxd.workspace import Workspace
 from ctxd.protocol import methods, params as p
 from ctxd.protocol.items import validate_items
 from ctxd.protocol.paths import escape_paths
@@ -128,7 +128,8 @@ def compact(call: Call, params: p.CompactParams) -> shapes.CompactResult:
 
 @handler(methods.GHOST_SNAPSHOT)
 def ghost_snapshot(call: Call, params: p.GhostSnapshotParams) -> shapes.GhostCommit:
-    from ctxd.ghost import checkpoints, snapshots as ghost
+    from ctxd.ghost import snapshots as ghost
+    from ctxd.workspace import checkpoints
 
     workspace, token = call.workspace, params.work_done_token
     settings = workspace.settings.ghost
@@ -158,7 +159,7 @@ def ghost_list(call: Call, params: p.GhostListParams) -> shapes.GhostListResult:
 
 @handler(methods.GHOST_RESTORE)
 def ghost_restore(call: Call, params: p.GhostRestoreParams) -> shapes.RestoreResult:
-    from ctxd.ghost import checkpoints
+    from ctxd.workspace import checkpoints
 
     result = checkpoints.restore(call.workspace, params.thread, params.id, conversation=params.conversation,
                                  dry_run=params.dry_run, cancel=call.cancel)

@@ -24,18 +24,22 @@ import os
 import threading
 import time
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, cast
 
 from ctxd.errors import CtxdError
 from ctxd.redact import redact, redact_json
-from ctxd.ledger.workspace import Service, Workspace, path_to_uri
 from ctxd.sessions import cachecost, discovery, drift, limits, pricing
 from ctxd.sessions.follower import Follower, Update
 from ctxd.sessions.model import Session, Turn
 from ctxd.settings import Problem, Settings
+from ctxd.workspace import Service, Workspace, path_to_uri
+
+if TYPE_CHECKING:
+    from ctxd.protocol.shapes import SourceState, Watching
 
 log = logging.getLogger("ctxd")
 
@@ -87,10 +91,11 @@ class SessionBridge:
         read = self.follower.wait_idle(timeout)
         return self._mirrors.wait_idle(max(0.0, deadline - time.monotonic())) and read
 
-    def status(self) -> list[dict[str, Any]]:
+    def status(self) -> list[SourceState]:
         """`ctxd/status` `sources`: agent, root, enabled, sessions followed (and how)."""
         sessions = self.follower.sessions()
-        return [{"agent": s.agent, "root": s.root, "enabled": s.enabled, "sessions": s.sessions, "watching": s.watching,
+        return [{"agent": s.agent, "root": s.root, "enabled": s.enabled, "sessions": s.sessions,
+                 "watching": cast("Watching", s.watching),
                  "unread": drift.unread(sessions, s.agent)}
                 for s in self.follower.status()]
 
@@ -130,11 +135,14 @@ class SessionBridge:
         """The fill after the agent's latest compaction, when it became known with this update."""
         if not session.agent_compactions:
             return None
-        key = (len(session.agent_compactions), session.agent_compactions[-1]["tokensAfter"])
-        if key[1] is None or self._annotated.get(session.thread) == key:
+        after: int | None = session.agent_compactions[-1]["tokensAfter"]
+        if after is None:
+            return None
+        key = (len(session.agent_compactions), after)
+        if self._annotated.get(session.thread) == key:
             return None
         self._annotated[session.thread] = key
-        return key[1]
+        return after
 
     def _owns(self, workspace: Workspace, session: Session) -> bool | None:
         """Whether this session's file is the one its thread mirrors: True; False when it just took
@@ -206,13 +214,14 @@ class SessionBridge:
     def _info(self, session: Session) -> dict[str, Any]:
         usage = {model: u.as_dict() for model, u in session.cumulative.items()
                  if model == "" or self._text(session, "model", model)}
-        return redact_json({"source": session.agent, "title": self._text(session, "title", session.title),
+        info: dict[str, Any] = redact_json({"source": session.agent, "title": self._text(session, "title", session.title),
                 "model": self._text(session, "model", session.model),
                 "lastActivity": self._text(session, "lastActivity", session.last_activity),
                 "path": self._text(session, "path", session.path), "cwd": self._text(session, "cwd", session.cwd),
                 "turns": len(session.turns), "compactions": session.compactions, "usage": usage,
                 "cost": pricing.cost({m: u for m, u in session.cumulative.items() if m in usage}, self.prices),
                 "cache": cachecost.facts(session, self.prices)})
+        return info
 
     def _checkpoint(self, workspace: Workspace, thread: str, turn: Turn, number: int) -> None:
         from ctxd.ghost import snapshots as ghost

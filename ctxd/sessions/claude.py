@@ -201,7 +201,9 @@ class ClaudeReader(Reader):
         message = rec.get("message")
         if not isinstance(message, dict):
             return None
-        model = message.get("model") if isinstance(message.get("model"), str) else ""
+        model = message.get("model")
+        if not isinstance(model, str):
+            model = ""
         raw = message.get("usage")
         if not isinstance(raw, dict) or model == SYNTHETIC_MODEL:
             return None
@@ -326,7 +328,9 @@ class ClaudeReader(Reader):
         user message (`isCompactSummary`). Its `compactMetadata` says what triggered it and the
         tokens before (and, in newer versions, after) it."""
         session = self.session
-        meta = rec.get("compactMetadata") if isinstance(rec.get("compactMetadata"), dict) else {}
+        meta = rec.get("compactMetadata")
+        if not isinstance(meta, dict):
+            meta = {}
         session.agent_compactions.append({
             "trigger": meta.get("trigger") if meta.get("trigger") in ("auto", "manual") else None,
             "tokensBefore": tokens(meta.get("preTokens")) or session.baseline,

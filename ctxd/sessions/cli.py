@@ -30,7 +30,7 @@ def agent_limits(session: Session, codex_limit: int | None = None) -> limits.Age
 
 def used_tokens(session: Session) -> int | None:
     """The fill by docs/sessions.md's one rule, as the gauge computes it from the mirrored ledger
-    (`ctxd.ledger.thread.usage_snapshot`): the agent's latest report plus ctxd's count of the items
+    (`ctxd.ledger.thread.thread_usage`): the agent's latest report plus ctxd's count of the items
     written after it; None until the agent has reported (a new session, after a compaction)."""
     if session.baseline is None:
         return None

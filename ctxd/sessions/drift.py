@@ -7,14 +7,18 @@ does not read"). Plain data, no I/O.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from ctxd.sessions.model import Session
+
+if TYPE_CHECKING:
+    from ctxd.protocol.shapes import UnreadRecords
 
 NAMES = {"codex": "Codex", "claude": "Claude Code"}
 
 
-def unread(sessions: Iterable[Session], agent: str) -> list[dict[str, Any]]:
+def unread(sessions: Iterable[Session], agent: str) -> list[UnreadRecords]:
     """`[{version, kinds, records}]` for the agent's followed sessions that skipped a kind of
     record: `kinds` sorted, `records` how many lines of them; one entry per version, sorted."""
     by_version: dict[str | None, dict[str, int]] = {}
@@ -28,7 +32,7 @@ def unread(sessions: Iterable[Session], agent: str) -> list[dict[str, Any]]:
             for version, counts in sorted(by_version.items(), key=lambda kv: kv[0] or "")]
 
 
-def sentence(agent: str, entry: dict[str, Any]) -> str:
+def sentence(agent: str, entry: UnreadRecords) -> str:
     """What the editors show, e.g. "Codex 0.171.0 wrote 3 kinds of record ctxd does not read"."""
     kinds = len(entry["kinds"])
     name = NAMES.get(agent, agent) + (f" {entry['version']}" if entry.get("version") else "")

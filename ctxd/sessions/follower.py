@@ -24,9 +24,10 @@ import os
 import stat
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from ctxd.sessions import discovery
 from ctxd.sessions.claude import ClaudeReader
@@ -34,6 +35,9 @@ from ctxd.sessions.codex import CodexReader
 from ctxd.sessions.discovery import CLAUDE, CODEX, Source
 from ctxd.sessions.model import Change, Session
 from ctxd.sessions.reader import Reader, printable
+
+if TYPE_CHECKING:
+    from watchdog.observers.api import BaseObserver, ObservedWatch
 
 log = logging.getLogger(__name__)
 
@@ -102,8 +106,8 @@ class Follower:
         self._dirty: dict[str, None] = {}  # paths to read, in arrival order, each once
         self._rescan = True
         self._stop = False
-        self._observer = None
-        self._scheduled: dict[Path, object] = {}  # root -> watchdog's watch (recursive)
+        self._observer: BaseObserver | None = None
+        self._scheduled: dict[Path, ObservedWatch] = {}  # root -> watchdog's watch (recursive)
         self._mode = "off"
         self._worker: threading.Thread | None = None
         self._last_scan = 0.0
@@ -112,7 +116,7 @@ class Follower:
         self._failed: set[str] = set()  # files whose reading raised (logged once each)
         self._scanned = False  # the initial scan is done: files found from now on are fresh
         self._parents: dict[Path, Path] = {}  # root not there yet -> the existing parent watched for it
-        self._parent_watches: dict[Path, object] = {}  # parent -> watchdog's watch (non-recursive)
+        self._parent_watches: dict[Path, ObservedWatch] = {}  # parent -> watchdog's watch (non-recursive)
         self._polled: set[Path] = set()  # polling: roots seen to exist
         self._roots_pending = False  # a folder appeared in a parent watched for a root
 
@@ -203,13 +207,13 @@ class Follower:
             self._mode = "polling"
             return
         try:
-            from watchdog.events import FileSystemEventHandler
+            from watchdog.events import FileSystemEvent, FileSystemEventHandler
             from watchdog.observers import Observer
 
             follower = self
 
             class Handler(FileSystemEventHandler):
-                def on_any_event(self, event):  # type: ignore[no-untyped-def]
+                def on_any_event(self, event: FileSystemEvent) -> None:
                     # Only writes: our own reads raise "opened" / "closed_no_write" events, and
                     # reacting to those would read again, forever.
                     if event.event_type not in WRITE_EVENTS:
@@ -271,9 +275,10 @@ class Follower:
         for parent in [p for p in self._parent_watches if p not in self._parents.values()]:
             self._unwatch(self._parent_watches.pop(parent))
 
-    def _unwatch(self, watch: object) -> None:
+    def _unwatch(self, watch: ObservedWatch) -> None:
         try:
-            self._observer.unschedule(watch)  # type: ignore[union-attr]
+            if self._observer is not None:  # (stopped: nothing is watched)
+                self._observer.unschedule(watch)
         except Exception:  # noqa: BLE001 - already gone with its folder
             pass
 

@@ -14,6 +14,7 @@ Files present when the daemon starts are old news: only what changes afterwards 
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -24,9 +25,9 @@ from typing import Any
 
 from ctxd.errors import CtxdError
 from ctxd.hooks.locate import git_common_dir, note_state_dir, plain_store
-from ctxd.ledger.workspace import Service, Workspace
 from ctxd.sessions.follower import stop_observer
 from ctxd.settings import default_state_dir
+from ctxd.workspace import Service, Workspace
 
 log = logging.getLogger("ctxd")
 
@@ -72,6 +73,11 @@ def _count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
+def _report(workspace: Workspace, thread: str, used: int) -> None:
+    """The fill the status line wrote, as the thread's usage."""
+    workspace.agent_reported(thread, used)
+
+
 def _inside(path: Any, root: Path) -> bool:
     if not isinstance(path, str):
         return True  # no cwd said: any workspace that follows the thread
@@ -111,13 +117,13 @@ class HookWatcher:
             except OSError as error:
                 log.warning("cannot create %s: %s", folder, error)
         try:
-            from watchdog.events import FileSystemEventHandler
+            from watchdog.events import FileSystemEvent, FileSystemEventHandler
             from watchdog.observers import Observer
 
             watcher = self
 
             class Handler(FileSystemEventHandler):
-                def on_any_event(self, event):  # type: ignore[no-untyped-def]
+                def on_any_event(self, event: FileSystemEvent) -> None:
                     if event.event_type in WRITE_EVENTS:  # not our own reads ("opened", "closed_no_write")
                         watcher.poke()
 
@@ -227,13 +233,9 @@ class HookWatcher:
             used, output, thread = record.get("usedTokens"), record.get("outputTokens", 0), record.get("thread")
             if not isinstance(thread, str) or not _count(used) or not _count(output):
                 continue
-            filled: int = used + output  # ctxd's one rule for Claude's fill counts the reply too (docs/sessions.md)
-
-            def reported(w: Workspace, t: str, n: int = filled) -> Any:
-                return w.agent_reported(t, n)
-
+            used += output  # ctxd's one rule for Claude's fill counts the reply too (docs/sessions.md)
             for workspace in workspaces:
-                self._apply(workspace, thread, record.get("cwd"), reported)
+                self._apply(workspace, thread, record.get("cwd"), functools.partial(_report, used=used))
 
     def _apply(self, workspace: Workspace, thread: str, cwd: Any, action: Callable[[Workspace, str], Any]) -> None:
         if not _inside(cwd, workspace.root):

@@ -22,6 +22,7 @@ import json
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ctxd.tokens import catalog
 
@@ -112,7 +113,8 @@ def claude_pct_override(claude_home: Path) -> float | None:
     settings.json), if any."""
     try:
         settings = json.loads((claude_home / "settings.json").read_text(encoding="utf-8"))
-        value = float((settings.get("env") or {}).get("CLAUDE_AUTOCOMPACT_PCT_OVERRIDE"))
+        raw: Any = (settings.get("env") or {}).get("CLAUDE_AUTOCOMPACT_PCT_OVERRIDE")
+        value = float(raw)  # None or a non-number: TypeError, ValueError
     except (OSError, ValueError, TypeError, AttributeError):
         return None
     return value if 0 < value <= 100 else None

@@ -1,10 +1,10 @@
 """The context window's breakdown: where the tokens of a request go (`ctxd/usage`).
 
 A pure function of the thread's prompt context (the fixed overhead every request carries), its
-usage snapshot and the window settings, like qwen-code's `/context`. Two invariants (protocol v2):
+gauge (`UsageSnapshot`) and the window settings, like qwen-code's `/context`. Two invariants (protocol v2):
 
 - the breakdown never contradicts the gauge: the categories other than `freeSpace` and
-  `autocompactBuffer` add up to the snapshot's `usedTokens` exactly, in every mode. `messages` is
+  `autocompactBuffer` add up to the gauge's `usedTokens` exactly, in every mode. `messages` is
   what the overhead leaves of it; when the overhead's count exceeds it, the overhead categories
   are scaled down to fit (largest-remainder rounding, so the sums are exact in integers);
 - `estimated` mode (`totalTokens` null, no `messages` row) is only for a thread with no messages
@@ -22,13 +22,15 @@ context and counter and cached by the caller; a usage answer never re-tokenizes 
 from __future__ import annotations
 
 import functools
-
 import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-CATEGORY_ORDER = ("systemPrompt", "builtinTools", "mcpTools", "skills", "memoryFiles", "messages",
+if TYPE_CHECKING:
+    from ctxd.protocol.shapes import Breakdown, Category, CategoryName, Detail, UsageSnapshot
+
+CATEGORY_ORDER: tuple[CategoryName, ...] = ("systemPrompt", "builtinTools", "mcpTools", "skills", "memoryFiles", "messages",
                   "freeSpace", "autocompactBuffer")
 OVERHEAD_CATEGORIES = ("systemPrompt", "builtinTools", "mcpTools", "skills", "memoryFiles")
 UNATTRIBUTED = "(unattributed)"
@@ -150,11 +152,11 @@ def apportion(total: int, weights: Sequence[int]) -> list[int]:
     return shares
 
 
-def _details(parts: Iterable[Part], tokens: int) -> list[dict[str, Any]]:
+def _details(parts: Iterable[Part], tokens: int) -> list[Detail]:
     """Details scaled to add up to the category's tokens, biggest first."""
     parts = [p for p in parts if p.tokens > 0]
     shares = apportion(tokens, [p.tokens for p in parts])
-    rows = [{"name": p.name, "tokens": s} for p, s in zip(parts, shares) if s > 0]
+    rows: list[Detail] = [{"name": p.name, "tokens": s} for p, s in zip(parts, shares) if s > 0]
     return sorted(rows, key=lambda d: (-d["tokens"], d["name"]))
 
 
@@ -173,12 +175,12 @@ def breakdown(
     model: str | None,
     context_window: int,
     auto_compact_limit: int,
-    usage: dict[str, Any],
+    usage: UsageSnapshot,
     overhead: OverheadCounts,
     message_groups: dict[str, int] | None = None,
     has_messages: bool | None = None,
-) -> dict[str, Any]:
-    """The `Breakdown` of PROTOCOL.md. `usage` is the thread's UsageSnapshot: its `usedTokens` is
+) -> Breakdown:
+    """The `Breakdown` of docs/protocol.md. `usage` is the thread's UsageSnapshot: its `usedTokens` is
     the total the categories explain. `has_messages` says whether the thread has recorded items
     (default: whether the API has reported a total)."""
     window = max(0, int(context_window))
@@ -199,7 +201,7 @@ def breakdown(
     buffer = max(0, min(window - limit, window - total))
     free = max(0, window - total - buffer)
 
-    categories: list[dict[str, Any]] = []
+    categories: list[Category] = []
     for name in CATEGORY_ORDER:
         if name == "messages" and estimated:
             continue
@@ -220,7 +222,7 @@ def breakdown(
         })
 
     overhead_now = sum(used[c] for c in OVERHEAD_CATEGORIES)
-    return {
+    result: Breakdown = {
         "model": model,
         "contextWindow": window,
         "mode": "estimated" if estimated else "actual",
@@ -230,5 +232,7 @@ def breakdown(
         "overflowTokens": max(0, total - window),
         "overheadTokens": overhead_now,
         "idleCost": overhead_now + IDLE_MESSAGE_TOKENS,
-        **({"inferred": dict(overhead.inferred)} if overhead.inferred else {}),
     }
+    if overhead.inferred:
+        result["inferred"] = dict(overhead.inferred)
+    return result

@@ -15,16 +15,18 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from ctxd.ledger.cache import load_ledger
 from ctxd.ledger.store import Store, database_path
-from ctxd.settings import Settings, default_state_dir, load_settings
+from ctxd.settings import Problem, Settings, default_state_dir, load_settings
 from ctxd.terminal import safe
 from ctxd.tokens.counter import TOKENIZERS, Counter
 from ctxd.usage import breakdown as usage_mod
 from ctxd.usage.view import CounterFor, UsageView, with_facts
 
+if TYPE_CHECKING:
+    from ctxd.protocol.shapes import Breakdown, Category
 
 LABELS = {
     "systemPrompt": "System prompt",
@@ -74,10 +76,10 @@ def _counter_for(exact: bool) -> CounterFor:
     return counter_for
 
 
-def load_breakdown(workspace: Path, thread: str, state_dir: Path | None = None, exact: bool = True) -> dict[str, Any]:
+def load_breakdown(workspace: Path, thread: str, state_dir: Path | None = None, exact: bool = True) -> Breakdown:
     """The Breakdown of a thread from the persisted state, through the daemon's own read-only
     view (ctxd/usage/view.py), without writing anything."""
-    problems: list[str] = []
+    problems: list[Problem] = []
     settings = load_settings(workspace, None, problems)
     state = state_dir or (Path(settings.state_dir).expanduser() if settings.state_dir else default_state_dir())
     path = database_path(state, workspace)
@@ -97,7 +99,7 @@ def load_breakdown(workspace: Path, thread: str, state_dir: Path | None = None, 
     return view.breakdown(ledger)
 
 
-def render_short(breakdown: dict[str, Any]) -> str:
+def render_short(breakdown: Breakdown) -> str:
     usage = breakdown["usage"]
     window = breakdown["contextWindow"]
     used = usage["usedTokens"]
@@ -109,7 +111,7 @@ def _paint(text: str, colour: int | None, on: bool) -> str:
     return f"\x1b[38;5;{colour}m{text}\x1b[0m" if on and colour is not None else text
 
 
-def render_bar(categories: list[dict[str, Any]], width: int, colour: bool) -> str:
+def render_bar(categories: list[Category], width: int, colour: bool) -> str:
     cells = usage_mod.apportion(width, [c["tokens"] for c in categories])
     out = []
     for category, n in zip(categories, cells):
@@ -118,7 +120,7 @@ def render_bar(categories: list[dict[str, Any]], width: int, colour: bool) -> st
     return "".join(out)
 
 
-def render_text(breakdown: dict[str, Any], detail: bool = False, colour: bool = False) -> str:
+def render_text(breakdown: Breakdown, detail: bool = False, colour: bool = False) -> str:
     window = breakdown["contextWindow"]
     model = safe(breakdown["model"] or "(model not set)")
     categories = breakdown["categories"]
@@ -131,7 +133,7 @@ def render_text(breakdown: dict[str, Any], detail: bool = False, colour: bool = 
             f"  Model: {model}  Context window: {format_tokens(window)} tokens",
         ]
     else:
-        total = breakdown["totalTokens"]
+        total = breakdown["totalTokens"] or 0  # an int in "actual" mode
         percent = 100 * total / window if window else 0.0
         lines += [
             f"  {render_bar(categories, BAR_WIDTH, colour)}  {model}",

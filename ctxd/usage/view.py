@@ -9,15 +9,19 @@ the items, so the categories always add up to the gauge.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from ctxd.ledger.thread import ThreadLedger, usage_snapshot
+from ctxd.ledger.thread import ThreadLedger, thread_usage
 from ctxd.settings import Settings
 from ctxd.tokens import cache as prompt_cache
 from ctxd.tokens.catalog import context_window_for
 from ctxd.tokens.counter import Counter
 from ctxd.usage import breakdown as usage_mod
+
+if TYPE_CHECKING:
+    from ctxd.protocol.shapes import Breakdown, UsageSnapshot
 
 MAX_STORED_WINDOW = 100_000_000  # a stored context window above this is ignored (the default applies)
 
@@ -26,10 +30,13 @@ RECENT_THREADS = 256
 """How many threads' cached settings, overheads and breakdowns a view keeps."""
 
 
-class Recent(OrderedDict[str, Any]):
+V = TypeVar("V")
+
+
+class Recent(OrderedDict[str, V]):
     """A dict of the RECENT_THREADS entries stored last."""
 
-    def __setitem__(self, key: str, value: Any) -> None:
+    def __setitem__(self, key: str, value: V) -> None:
         super().__setitem__(key, value)
         self.move_to_end(key)
         if len(self) > RECENT_THREADS:
@@ -50,10 +57,10 @@ class UsageView:
         # their counter).
         # Each keeps the threads used last (a client may touch thousands): past the bound, the least
         # recently stored entry goes and is computed again when asked.
-        self._settings: Recent = Recent()  # (context, settings, window, auto-compact limit, counter)
-        self._overhead: Recent = Recent()  # (context, counter name, OverheadCounts)
-        self._breakdowns: Recent = Recent()  # (inputs, context, breakdown)
-        self._facts: Recent = Recent()  # (context, counter name, facts)
+        self._settings: Recent[tuple[Any, Settings, int, int, Counter]] = Recent()  # (context, settings, window, auto-compact limit, counter)
+        self._overhead: Recent[tuple[Any, str, usage_mod.OverheadCounts]] = Recent()  # (context, counter name, OverheadCounts)
+        self._breakdowns: Recent[tuple[tuple[Any, ...], Any, Breakdown]] = Recent()  # (inputs, context, breakdown)
+        self._facts: Recent[tuple[Any, str, dict[str, Any]]] = Recent()  # (context, counter name, facts)
 
     def settings(self, ledger: ThreadLedger) -> Settings:
         """The workspace's settings, with the model and window the thread's prompt context names."""
@@ -95,19 +102,19 @@ class UsageView:
     def _overhead_tokens(self, ledger: ThreadLedger, counter: Counter) -> int:
         return self.counted_overhead if self.counted_overhead is not None else self.overhead(ledger, counter).tokens
 
-    def usage(self, ledger: ThreadLedger) -> dict[str, Any]:
+    def usage(self, ledger: ThreadLedger) -> UsageSnapshot:
         """The gauge: `UsageSnapshot` with the counter that produced it; a followed session's tier
         by its agent's rule."""
         context, _, window, limit, counter = self._thread_settings(ledger)
-        snapshot = usage_snapshot(ledger, window, limit, self._overhead_tokens(ledger, counter), counter.name,
-                                  counter.status)
+        gauge = thread_usage(ledger, window, limit, self._overhead_tokens(ledger, counter), counter.name,
+                             counter.status)
         if followed_limits(context) is not None:
             warn_at = int(context["followed"].get("warnAt") or 0)
-            used = snapshot["usedTokens"]
-            snapshot["tier"] = "compact" if limit and used >= limit else "warn" if warn_at and used >= warn_at else "ok"
-        return snapshot
+            used = gauge["usedTokens"]
+            gauge["tier"] = "compact" if limit and used >= limit else "warn" if warn_at and used >= warn_at else "ok"
+        return gauge
 
-    def breakdown(self, ledger: ThreadLedger) -> dict[str, Any]:
+    def breakdown(self, ledger: ThreadLedger) -> Breakdown:
         """`ctxd/usage`: where the window's tokens go. O(1) in the ledger's length: it reads the
         ledger's running sums, and is rebuilt only when one of its inputs changed."""
         context, settings, window, limit, counter = self._thread_settings(ledger)
@@ -172,7 +179,7 @@ def with_facts(settings: Settings, facts: dict[str, Any]) -> Settings:
     return replace(settings, **changes)
 
 
-def _with_cost(result: dict[str, Any], ledger: ThreadLedger) -> dict[str, Any]:
+def _with_cost(result: Breakdown, ledger: ThreadLedger) -> Breakdown:
     """`Breakdown.cost` of a followed session, priced when it was mirrored (ctxd/sessions), or of a
     client thread, priced when its client reported usage (`Workspace.report_usage`)."""
     state = ledger.state or {}

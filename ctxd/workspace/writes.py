@@ -1,298 +1,35 @@
-"""The daemon's behaviour, without the wire: open workspaces and their threads.
+"""A workspace's writes: record, report usage, set the prompt context, the history operations
+(rollback, undo, restore, compaction) and the mirroring of followed sessions.
 
-`Service` maps workspace folder URIs to `Workspace`s. A `Workspace` owns its store and the loaded
-threads' in-memory ledgers, and answers every request as plain dicts. The server calls it from
-worker threads; one lock per workspace keeps a thread's store and memory in step.
+Every write goes to the store and the loaded ledger together, under the workspace's lock, and
+tells the listener the new usage (`_changed`).
 """
 
 from __future__ import annotations
 
 import json
-import logging
-import os
-import threading
 import time
-from datetime import datetime, timezone
-from pathlib import Path
-from typing import Any, Callable
-from urllib.parse import unquote, urlparse
+from typing import TYPE_CHECKING, Any
 
 from ctxd import redact
-from ctxd import settings as settings_mod
-from ctxd.errors import CompactionFailed, CtxdError, GitFailed, InvalidParams
+from ctxd.errors import CompactionFailed, InvalidParams
 from ctxd.ledger import operations
-from ctxd.ledger import projection as normalize
-from ctxd.ledger.rules import is_real_user_message, message_text, snapshot_commit_id
-from ctxd.ledger.cache import ThreadCache, summary_ledger
-from ctxd.ledger.store import THIS_OPERATION, HistoryChanged, Row, Store, WouldWait, database_path
+from ctxd.ledger.rules import is_real_user_message, message_text
+from ctxd.ledger.store import THIS_OPERATION, HistoryChanged, Row, WouldWait
 from ctxd.ledger.thread import Entry, ThreadLedger, is_user_turn_start, rollback_start
 from ctxd.ledger.truncation import truncate_tool_output, with_serialization_allowance
-from ctxd.protocol import jsontext
-from ctxd.protocol.rawjson import RawJsonList
-from ctxd.settings import Problem, Settings, is_trusted, load_settings
 from ctxd.tokens import cache as prompt_cache
-from ctxd.tokens.counter import TOKENIZERS, Counter, count_item
-from ctxd.usage.view import UsageView
+from ctxd.tokens.counter import TOKENIZERS, count_item
+from ctxd.workspace.core import AWAITING_REPORT, FOLLOWED_AGENTS, WorkspaceCore, followed_agent, item_text
 
-log = logging.getLogger("ctxd")
-
-UsageListener = Callable[[str, str, dict[str, Any]], None]
-# Threads named `codex:<id>` / `claude:<id>` mirror an agent's session file (ctxd/sessions): the
-# agent owns that history, so no client may write to them.
-FOLLOWED_AGENTS = {"codex": "Codex", "claude": "Claude Code"}
-AWAITING_REPORT = "awaitingReport"
-"""Thread state after an agent's hook announced a compaction: the stale baseline, until a new report."""
+if TYPE_CHECKING:
+    from ctxd.protocol.shapes import RecordResult, RollbackResult, UndoResult, UsageSnapshot
 
 
-def uri_to_path(uri: str) -> Path:
-    """A workspace folder URI as an absolute path; anything but a plain file URI is refused."""
-    if not isinstance(uri, str) or not uri:
-        raise InvalidParams("workspace: must be a file URI")
-    try:
-        parsed = urlparse(uri)
-    except ValueError as error:  # a broken host part, such as `file://[::1/x`
-        raise InvalidParams(f"workspace: {uri!r} is not a valid URI ({error})") from None
-    if parsed.scheme != "file":
-        raise InvalidParams(f"workspace: {uri!r} is not a file URI")
-    if parsed.netloc not in ("", "localhost"):
-        raise InvalidParams(f"workspace: {uri!r} names a remote host")
-    raw = unquote(parsed.path)
-    if "\x00" in raw or any(part == ".." for part in raw.split("/")):
-        raise InvalidParams(f"workspace: {uri!r} has '..' or NUL in its path")
-    path = Path(raw)
-    if not path.is_absolute():
-        raise InvalidParams(f"workspace: {uri!r} is not an absolute path")
-    return path
+class WorkspaceWrites(WorkspaceCore):
+    """The requests that change a workspace's threads."""
 
-
-def followed_agent(thread: str) -> str | None:
-    """`codex` or `claude` for a followed session's thread, else None. `codex:` alone is one too:
-    no client may write under an agent's name, whatever follows it."""
-    agent, sep, _ = thread.partition(":")
-    return agent if sep and agent in FOLLOWED_AGENTS else None
-
-
-def _is_folder(path: Path) -> bool:
-    try:
-        return path.is_dir()
-    except (OSError, ValueError):  # a name too long for the file system
-        return False
-
-
-def _folder_identity(path: Path) -> tuple[int, int] | None:
-    try:
-        info = os.stat(path)
-    except OSError:
-        return None
-    return info.st_dev, info.st_ino
-
-
-def path_to_uri(path: Path) -> str:
-    return path.as_uri()
-
-
-def _dump(item: dict[str, Any]) -> str:
-    """An item as stored: strict JSON (what cannot be sent back is never stored), in the wire's
-    format, so that a prompt can send an item as it is stored."""
-    return jsontext.dumps(item).decode("utf-8")
-
-
-class Workspace:
-    """One open workspace folder: its settings, its database, its loaded threads (`ThreadCache`),
-    and the ledger operations; the gauge and breakdown are read through `UsageView`, which never
-    writes. One lock keeps the store and the loaded threads in step."""
-
-    def __init__(self, uri: str, root: Path, state_dir: Path, init_options: dict[str, Any] | None,
-                 listener: UsageListener | None = None) -> None:
-        self.uri = uri
-        self.root = root
-        self._root_identity = _folder_identity(root)
-        self.state_dir = state_dir
-        self.trusted = is_trusted(init_options)
-        self.problems: list[Problem] = []
-        self.settings = load_settings(root, init_options, self.problems)
-        TOKENIZERS.preload(self.settings.model, self.settings.tokenizer)  # in the background
-        self.db_path = database_path(state_dir, root)
-        self._store: Store | None = None  # opened by the first request, on a worker (see `store`)
-        self.listener = listener
-        self.lock = threading.RLock()
-        self.cache = ThreadCache()
-        self.view = UsageView(self.settings, lambda settings: TOKENIZERS.counter(settings.model, settings.tokenizer))
-        self._thread_locks: dict[str, threading.Lock] = {}
-        # Set by the server: compacts a thread before a prompt when it is over the limit.
-        self.auto_compactor: Callable[["Workspace", str], None] | None = None
-        # Set by the server: `Breakdown.cost` of a client thread's spend ({model: {input, cachedInput, output}}).
-        self.pricer: Callable[[dict[str, dict[str, int]]], dict[str, Any]] | None = None
-
-    def opened_root(self) -> Path:
-        """The folder, if it is still the one that was opened. Snapshots and restores go through
-        this: a folder replaced since (by a link to somewhere else, or another folder moved onto
-        its name) is refused, so that they never read or write a folder the user did not open."""
-        if _folder_identity(self.root) != self._root_identity:
-            raise GitFailed(f"{self.root} is no longer the folder that was opened (it was replaced or "
-                            "moved); reopen it to take or restore snapshots")
-        return self.root
-
-    @property
-    def store(self) -> Store:
-        """The workspace's store, opened on first use. Opening can wait (a database locked by
-        another process, up to the store's bound) or fail (StoreUnavailable, 1003): it happens in
-        the request that needs it, never while a folder is being added. A failed open is tried
-        again by the next request (the user may have fixed it)."""
-        store = self._store
-        if store is None:
-            with self.lock:
-                if self._store is None:
-                    self._store = Store(self.db_path, workspace=self.root)
-                store = self._store
-        return store
-
-    def close(self) -> None:
-        with self.lock:
-            if self._store is not None:
-                self._store.close()
-
-    def thread_lock(self, thread: str) -> threading.Lock:
-        """Held for a whole long operation on a thread (a compaction), so two never overlap."""
-        with self.lock:
-            return self._thread_locks.setdefault(thread, threading.Lock())
-
-    def _ledger(self, thread: str) -> ThreadLedger:
-        return self.cache.get(self.store, thread)
-
-    # --- reads -----------------------------------------------------------------------------------
-
-    def breakdown_now(self, thread: str) -> dict[str, Any] | None:
-        """The breakdown if it can be had without waiting (the workspace free, the thread in memory
-        and unchanged by any other process), else None. Lets the server answer the gauge on the
-        thread that reads requests."""
-        if self.cache.peek(thread) is None or not self.lock.acquire(blocking=False):
-            return None
-        try:
-            if self._store is None or not self.cache.check(self._store.data_version()):
-                return None
-            ledger = self.cache.peek(thread)
-            return None if ledger is None else self.view.breakdown(ledger)
-        finally:
-            self.lock.release()
-
-    def breakdown(self, thread: str) -> dict[str, Any]:
-        """`ctxd/usage` (see ctxd/usage/view.py)."""
-        with self.lock:
-            return self.view.breakdown(self._ledger(thread))
-
-    def usage(self, thread: str) -> dict[str, Any]:
-        with self.lock:
-            return self.view.usage(self._ledger(thread))
-
-    def settings_for(self, thread: str) -> Settings:
-        """Workspace settings, with the model and window the thread's prompt context names."""
-        with self.lock:
-            return self.view.settings(self._ledger(thread))
-
-    def counter(self, thread: str) -> Counter:
-        """The thread's token counter: the one its items, overhead and compaction targets use."""
-        with self.lock:
-            return self.view.counter(self._ledger(thread))
-
-    def prompt_context(self, thread: str) -> dict[str, Any]:
-        with self.lock:
-            return dict(self._ledger(thread).prompt_context or {})
-
-    def state(self, thread: str) -> dict[str, Any]:
-        with self.lock:
-            return dict(self._ledger(thread).state or {})
-
-    def snapshot(self, thread: str) -> tuple[list[Entry], int]:
-        """The thread's active entries and the history version they belong to, read together."""
-        with self.lock:
-            ledger = self._ledger(thread)
-            return list(ledger.entries), ledger.history_version
-
-    def prompt(self, thread: str, input_modalities: list[str]) -> dict[str, Any]:
-        if (self.auto_compactor is not None and followed_agent(thread) is None
-                and self.usage(thread)["tier"] == "compact"):
-            self.auto_compactor(self, thread)
-        with self.lock:
-            ledger = self._ledger(thread)
-            entries = ledger.entries
-            # Items the projection passes through unchanged go out as the JSON they are stored as.
-            if not ledger.repairs.needed(len(entries), input_modalities):
-                kept = normalize.without(entries, ledger.repairs.dropped())
-                texts = [entry.body or _dump(entry.item) for entry in kept]
-            else:
-                projected = normalize.project_indexed([e.item for e in entries], input_modalities)
-                texts = [(entries[part].body or _dump(entries[part].item)) if isinstance(part, int) else _dump(part)
-                         for part in projected]
-            return {
-                "items": RawJsonList(texts),
-                "historyVersion": ledger.history_version,
-                "estimatedTokens": self.view.usage(ledger)["usedTokens"],
-                "reinjectContext": ledger.reference is None,
-            }
-
-    def history(self, thread: str, offset: int, limit: int | None, include_archived: bool) -> dict[str, Any]:
-        with self.lock:
-            ledger = self._ledger(thread)
-            extra: dict[str, Any] = {}
-            if include_archived:
-                rows = self.store.all_rows(thread)
-                items = [json.loads(r.body) | ({"archived": True, "archivedBy": r.archived} if r.archived is not None else {})
-                         for r in rows]
-                ops = operations.load(self.store.operations(thread))
-                extra["compactions"] = operations.compactions_wire(ops, rows)
-                extra["operations"] = operations.wire(ops, rows)
-            else:
-                items = [e.item for e in ledger.entries]
-            end = None if limit is None else offset + limit
-            return {"items": items[offset:end], "historyVersion": ledger.history_version, "total": len(items), **extra}
-
-    def threads(self) -> dict[str, Any]:
-        """Every thread, newest activity first; followed sessions say so (protocol v2). A thread
-        not in memory is summed in SQL, never loaded."""
-        with self.lock:
-            self.cache.check(self.store.data_version())
-            listed = []
-            for row, count in self.store.threads():
-                ledger = self.cache.peek(row.thread) or summary_ledger(self.store, row.thread)
-                state = ledger.state if isinstance(ledger.state, dict) else {}
-                followed = state.get("followed")
-                updated = datetime.fromtimestamp(row.updated_at, timezone.utc).isoformat()
-                entry: dict[str, Any] = {"thread": row.thread, "itemCount": count,
-                                         "historyVersion": row.history_version, "updatedAt": updated}
-                if isinstance(followed, dict):
-                    entry.update(source=followed.get("source"), title=followed.get("title"),
-                                 model=followed.get("model"), lastActivity=followed.get("lastActivity") or updated,
-                                 readOnly=True)
-                    if isinstance(followed.get("cost"), dict):
-                        entry["cost"] = followed["cost"]  # the pickers show it (issue #26)
-                else:
-                    entry.update(source="client", title=state.get("title"),
-                                 model=(state.get("usageSettings") or {}).get("model"), lastActivity=updated,
-                                 readOnly=followed_agent(row.thread) is not None)
-                entry["usage"] = self.view.usage(ledger)
-                facts = followed.get("cache") if isinstance(followed, dict) else state.get("cacheFacts")
-                if isinstance(facts, dict):  # the prompt cache now (ctxd/tokens/cache.py)
-                    entry["cache"] = prompt_cache.state(facts, entry["usage"]["usedTokens"])
-                listed.append(entry)
-        listed.sort(key=lambda t: _instant(t["lastActivity"]), reverse=True)
-        return {"threads": listed}
-
-    def status_problems(self) -> list[dict[str, str]]:
-        """Settings problems and the store's state, as `ctxd/status` lists them. Opens the store
-        if needed (a worker's job): a store that cannot be opened, or only read, is a problem."""
-        problems = [problem.as_dict() for problem in self.problems]
-        try:
-            store = self.store
-            if store.readonly_reason is not None:
-                problems.append({"source": str(self.db_path), "message": store.readonly_reason})
-        except CtxdError as error:
-            problems.append({"source": str(self.db_path), "message": error.message})
-        return redact.redact_json(problems)
-
-    # --- writes ----------------------------------------------------------------------------------
-
-    def _changed(self, ledger: ThreadLedger) -> dict[str, Any]:
+    def _changed(self, ledger: ThreadLedger) -> UsageSnapshot:
         """After a write: keep the facts `ctxd usage` needs (written only when they changed), tell
         the listener (the status-bar push), and return the new usage."""
         facts = self.view.facts(ledger)
@@ -316,7 +53,7 @@ class Workspace:
         kept = self._kept(items)
         with self.lock:
             count = self.view.counter(self.cache.loaded(self.store, thread)).count
-        return kept, [(_dump(item), count_item(item, count)) for item in kept]
+        return kept, [(item_text(item), count_item(item, count)) for item in kept]
 
     def _kept(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """What is stored of valid items, before counting: system messages dropped, long tool
@@ -338,7 +75,7 @@ class Workspace:
         ledger.append([Entry(first + i, item, tokens, body=body) for i, (item, (body, tokens)) in enumerate(zip(kept, rows))])
         return ledger
 
-    def record(self, thread: str, items: list[dict[str, Any]], wait: bool = True) -> dict[str, Any]:
+    def record(self, thread: str, items: list[dict[str, Any]], wait: bool = True) -> RecordResult:
         """Store valid items (the handler checked them: `ctxd.protocol.items.validate_items`)."""
         self.check_writable(thread)
         kept, rows = self._rows(thread, items)
@@ -352,7 +89,7 @@ class Workspace:
             usage = self._changed(ledger)
             return {"historyVersion": ledger.history_version, "itemCount": len(ledger.entries), "usage": usage}
 
-    def record_now(self, thread: str, items: list[dict[str, Any]]) -> dict[str, Any] | None:
+    def record_now(self, thread: str, items: list[dict[str, Any]]) -> RecordResult | None:
         """`record` if it needs no waiting: the thread in memory and unchanged by other processes
         (asked in the append's transaction), the workspace free, the database not locked, and no
         second write to follow. Otherwise None, having written nothing (the server then hands the
@@ -374,7 +111,7 @@ class Workspace:
         finally:
             self.lock.release()
 
-    def report_usage(self, thread: str, total_tokens: int, billed: dict[str, int] | None = None) -> dict[str, Any]:
+    def report_usage(self, thread: str, total_tokens: int, billed: dict[str, int] | None = None) -> UsageSnapshot:
         """The API's total for the latest request; `billed` (`input` at the full rate, `cachedInput`,
         `output`) is added to what the thread has cost, priced by `pricer` when one is set."""
         with self.lock:
@@ -408,7 +145,7 @@ class Workspace:
         priced = self.pricer({model: {kind: prompt_cache.MILLION}})
         return float(priced["total"]) if priced.get("priced") else None
 
-    def set_prompt_context(self, thread: str, context: dict[str, Any]) -> dict[str, Any]:
+    def set_prompt_context(self, thread: str, context: dict[str, Any]) -> UsageSnapshot:
         """Store the fixed overhead, and mark the current ledger as the reference baseline."""
         with self.lock:
             ledger = self._ledger(thread)
@@ -420,7 +157,7 @@ class Workspace:
             TOKENIZERS.preload(settings.model, settings.tokenizer)  # in the background
             return self._changed(ledger)
 
-    def rollback(self, thread: str, turns: int, dry_run: bool = False) -> dict[str, Any]:
+    def rollback(self, thread: str, turns: int, dry_run: bool = False) -> RollbackResult:
         """Drop the last `turns` user turns. When the active history has fewer, the compactions in
         effect are crossed, newest first (what they replaced comes back) before turns are dropped.
         One undoable operation; with `dry_run`, only what it would do."""
@@ -443,22 +180,25 @@ class Workspace:
             cut = rollback_start(entries, turns)
             kept = entries[:cut.index] if cut is not None else entries
             clears = cut is not None and cut.clears_reference
-            result: dict[str, Any] = {"historyVersion": ledger.history_version, "removedItems": len(entries) - len(kept),
-                                      "crossesCompaction": bool(crossed)}
             if [e.seq for e in kept] == [e.seq for e in ledger.entries]:
                 usage = self.view.usage(ledger)
-                return {**result, "removedItems": 0, "crossesCompaction": False, "usage": usage,
-                        "tokensAfter": usage["usedTokens"], **({"dryRun": True} if dry_run else {})}
+                unchanged: RollbackResult = {"historyVersion": ledger.history_version, "removedItems": 0,
+                                             "crossesCompaction": False, "usage": usage, "tokensAfter": usage["usedTokens"]}
+                if dry_run:
+                    unchanged["dryRun"] = True
+                return unchanged
+            dropped, crosses = len(entries) - len(kept), bool(crossed)
             if dry_run:
                 after = self.view.usage(self._preview(ledger, kept, clears))["usedTokens"]
-                return {**result, "usage": self.view.usage(ledger), "tokensAfter": after, "dryRun": True}
+                return {"historyVersion": ledger.history_version, "removedItems": dropped, "crossesCompaction": crosses,
+                        "usage": self.view.usage(ledger), "tokensAfter": after, "dryRun": True}
             info = {"turns": turns, "cancels": crossed}
             op_id, ledger, _ = self._operate(ledger, "rollback", kept, info, {c: THIS_OPERATION for c in crossed}, clears)
             usage = self.view.usage(ledger)
-            return {**result, "historyVersion": ledger.history_version, "usage": usage, "tokensAfter": usage["usedTokens"],
-                    "undoId": op_id}
+            return {"historyVersion": ledger.history_version, "removedItems": dropped, "crossesCompaction": crosses,
+                    "usage": usage, "tokensAfter": usage["usedTokens"], "undoId": op_id}
 
-    def undo(self, thread: str, op_id: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    def undo(self, thread: str, op_id: int, extra: dict[str, Any] | None = None) -> UndoResult:
         """`ctxd/undo`: put back the active history operation `op_id` replaced (items recorded since
         stay). Itself an operation: undoing it redoes `op_id`."""
         self.check_writable(thread)
@@ -481,28 +221,6 @@ class Workspace:
             return {"historyVersion": ledger.history_version, "usage": self.view.usage(ledger), "undoId": new_id,
                     "removedItems": removed}
 
-    def conversation_plan(self, thread: str, commit_id: str) -> tuple[str, Any]:
-        """What restoring snapshot `commit_id` with the conversation does to `thread`:
-        `("undo", op)` when the snapshot is the safety snapshot (`undoId`) of an earlier restore
-        with the conversation (or of its undo): that operation is undone; `("none", None)` when it
-        already is; else `("history", seqs)`: the thread's active history as it was just after
-        the snapshot was recorded, compactions and rollbacks since included."""
-        with self.lock:
-            ledger = self._ledger(thread)
-            ops = operations.load(self.store.operations(thread))
-            for op in reversed(ops):
-                if op.info.get("undoSnapshot") == commit_id:
-                    return ("undo", op.id) if op.undone_by is None else ("none", None)
-            rows = self.store.all_rows(thread)
-            points = [r.seq for r in rows if r.origin is None and snapshot_commit_id(json.loads(r.body)) == commit_id]
-            seqs = operations.history_as_of(points[-1], ops, [e.seq for e in ledger.entries]) if points else None
-            if seqs is None:  # not recorded as such, or an old compaction in the way: its active copy
-                active = [e.seq for e in ledger.entries if snapshot_commit_id(e.item) == commit_id]
-                if not active:
-                    raise InvalidParams(f"id: snapshot {commit_id} is not recorded in thread '{thread}'")
-                seqs = [e.seq for e in ledger.entries if e.seq <= active[-1]]
-            return "history", seqs
-
     def restore_conversation(self, thread: str, commit_id: str, plan: tuple[str, Any],
                              undo_snapshot: str | None) -> dict[str, Any]:
         """Apply a `conversation_plan` after the files were restored; `undo_snapshot` is that
@@ -520,10 +238,6 @@ class Workspace:
             info = {"snapshot": commit_id, "undoSnapshot": undo_snapshot}
             op_id, _, removed = self._operate(ledger, "restore", kept, info, {})
             return {"removedItems": removed, "operationId": op_id}
-
-    def operations_list(self, thread: str) -> list[dict[str, Any]]:
-        with self.lock:
-            return operations.wire(operations.load(self.store.operations(thread)), self.store.all_rows(thread))
 
     def _preview(self, ledger: ThreadLedger, kept: list[Entry], clear_reference: bool = False) -> ThreadLedger:
         """The ledger as it would be with only `kept` active (for a dry run's tokens)."""
@@ -576,8 +290,9 @@ class Workspace:
         items are archived; the API and reference baselines are cleared; the version bumps. With
         `expected_version`, the swap happens only if the history is still that version (checked
         in the same transaction); otherwise CompactionFailed and the ledger is unchanged."""
-        count = self.counter(thread).count
-        rows = [(_dump(redact.redact_json(item)), count_item(item, count)) for item in new_items]
+        with self.lock:
+            count = self.view.counter(self._ledger(thread)).count
+        rows = [(item_text(redact.redact_json(item)), count_item(item, count)) for item in new_items]
         info = redact.redact_json(info)
         with self.lock:
             ledger = self._ledger(thread)
@@ -656,31 +371,11 @@ class Workspace:
         # Only the bridge's mirroring thread writes a followed thread, so its rows are compared
         # outside the workspace's lock (as stored text, nothing loaded): a client waits for none of it.
         rows = self.store.active_rows(thread)
-        if len(rows) > len(kept) or any(row.body != _dump(item) for row, item in zip(rows, kept)):
+        if len(rows) > len(kept) or any(row.body != item_text(item) for row, item in zip(rows, kept)):
             return kept, -1
         return kept, len(rows)
 
-    def mirror_current(self, thread: str, baseline: int | None, context: dict[str, Any], info: dict[str, Any]) -> bool:
-        """The followed thread stores these facts already (a restart, and nothing new in the file)."""
-        row = self.store.thread(thread)
-        state = row.state if row is not None and isinstance(row.state, dict) else {}
-        return (row is not None and row.api_total == baseline and (row.prompt_context or {}) == context
-                and state.get("followed") == info)
-
-    def followed_path(self, thread: str) -> str | None:
-        """The session file a followed thread was last mirrored from, without loading its items, and
-        without waiting for the workspace's lock (a slice of an import may hold it): the store has it."""
-        state = getattr(self.store.thread(thread), "state", None)
-        followed = state.get("followed") if isinstance(state, dict) else None
-        path = followed.get("path") if isinstance(followed, dict) else None
-        return path if isinstance(path, str) else None
-
-    def exists(self, thread: str) -> bool:
-        """Whether the store has this thread (a followed session ctxd has read)."""
-        with self.lock:
-            return self.store.thread(thread) is not None
-
-    def agent_reported(self, thread: str, used_tokens: int) -> dict[str, Any] | None:
+    def agent_reported(self, thread: str, used_tokens: int) -> UsageSnapshot | None:
         """The exact usage an agent handed over outside its session file (Claude Code's status
         line), as the thread's API baseline; ignored (None) when it is the report from before a
         compaction the agent's hook announced."""
@@ -695,7 +390,7 @@ class Workspace:
                 return None
             return self.report_usage(thread, used_tokens)
 
-    def agent_compacted(self, thread: str) -> dict[str, Any]:
+    def agent_compacted(self, thread: str) -> UsageSnapshot:
         """The agent's hook says it compacted: the baseline reported before is not the window
         any more. It is dropped (the gauge estimates from the history) until a different report
         arrives; the stale figure, were it reported again, is ignored."""
@@ -755,78 +450,3 @@ def _valid(item: dict[str, Any]) -> bool:
         return True
     except InvalidParams:
         return False
-
-
-def _instant(stamp: str | None) -> float:
-    """An ISO timestamp (agents write `Z`) as seconds, for sorting; unknown sorts last."""
-    try:
-        return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return 0.0
-
-
-class Service:
-    """The set of open workspace folders."""
-
-    def __init__(self, state_dir: Path | None = None, listener: UsageListener | None = None) -> None:
-        self.state_dir = state_dir or settings_mod.default_state_dir()
-        self.listener = listener
-        self.init_options: dict[str, Any] = {}
-        self._workspaces: dict[str, Workspace] = {}
-        self._lock = threading.Lock()
-        self.on_open: Callable[[Workspace], None] | None = None
-
-    @staticmethod
-    def canonical(uri: str) -> str:
-        return path_to_uri(uri_to_path(uri))
-
-    def open_folder(self, uri: str) -> Workspace:
-        root = uri_to_path(uri)
-        key = path_to_uri(root)
-        with self._lock:
-            workspace = self._workspaces.get(key)
-            if workspace is None:
-                if not _is_folder(root):
-                    raise InvalidParams(f"workspace: {uri} is not a folder")
-                workspace = Workspace(key, root, self.state_dir, self.init_options, self.listener)
-                self._workspaces[key] = workspace
-                for problem in workspace.problems:
-                    log.warning("%s: %s", key, problem)
-                if self.on_open is not None:
-                    self.on_open(workspace)
-            return workspace
-
-    def close_folder(self, uri: str) -> None:
-        try:
-            key = self.canonical(uri)
-        except InvalidParams:
-            return
-        with self._lock:
-            workspace = self._workspaces.pop(key, None)
-        if workspace is not None:
-            workspace.close()
-
-    def workspace(self, uri: str) -> Workspace:
-        """The open workspace named by `uri`; anything else is refused (-32602)."""
-        fast = self._workspaces.get(uri)  # clients repeat the URI they opened: skip re-parsing it
-        if fast is not None:
-            return fast
-        try:
-            key = self.canonical(uri)
-        except InvalidParams:
-            raise InvalidParams(f"workspace: {uri!r} is not an open workspace folder") from None
-        with self._lock:
-            workspace = self._workspaces.get(key)
-        if workspace is None:
-            raise InvalidParams(f"workspace: {uri} is not an open workspace folder")
-        return workspace
-
-    def folders(self) -> list[Workspace]:
-        with self._lock:
-            return list(self._workspaces.values())
-
-    def close(self) -> None:
-        with self._lock:
-            workspaces, self._workspaces = list(self._workspaces.values()), {}
-        for workspace in workspaces:
-            workspace.close()

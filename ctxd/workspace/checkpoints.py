@@ -13,7 +13,8 @@ from typing import Any
 
 from ctxd.errors import Cancelled
 from ctxd.ghost import snapshots as ghost
-from ctxd.ledger.workspace import Workspace, followed_agent
+from ctxd.workspace.core import followed_agent
+from ctxd.workspace.service import Workspace
 
 
 def snapshot(workspace: Workspace, thread: str, message: str | None, *, cancel: threading.Event,

@@ -1,0 +1,228 @@
+"""A workspace's reads: the gauge, the breakdown, the prompt, the history and the thread list.
+
+None of these changes a thread (a prompt may first have the server compact one, through
+`auto_compactor`); the writes are in writes.py.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, cast
+
+from ctxd import redact
+from ctxd.errors import CtxdError, InvalidParams
+from ctxd.ledger import operations, projection
+from ctxd.ledger.cache import summary_ledger
+from ctxd.ledger.rules import snapshot_commit_id
+from ctxd.ledger.thread import Entry
+from ctxd.protocol.rawjson import RawJsonList
+from ctxd.settings import Settings
+from ctxd.tokens import cache as prompt_cache
+from ctxd.tokens.counter import Counter
+from ctxd.workspace.core import WorkspaceCore, followed_agent, item_text
+
+if TYPE_CHECKING:
+    from ctxd.protocol.shapes import (
+        Breakdown,
+        HistoryResult,
+        Item,
+        OperationRecord,
+        Problem,
+        PromptResult,
+        ThreadInfo,
+        ThreadsResult,
+        UsageSnapshot,
+    )
+    from ctxd.workspace.service import Workspace
+
+
+class WorkspaceReads(WorkspaceCore):
+    """The requests that read a workspace's threads."""
+
+    def breakdown_now(self, thread: str) -> Breakdown | None:
+        """The breakdown if it can be had without waiting (the workspace free, the thread in memory
+        and unchanged by any other process), else None. Lets the server answer the gauge on the
+        thread that reads requests."""
+        if self.cache.peek(thread) is None or not self.lock.acquire(blocking=False):
+            return None
+        try:
+            if self._store is None or not self.cache.check(self._store.data_version()):
+                return None
+            ledger = self.cache.peek(thread)
+            return None if ledger is None else self.view.breakdown(ledger)
+        finally:
+            self.lock.release()
+
+    def breakdown(self, thread: str) -> Breakdown:
+        """`ctxd/usage` (see ctxd/usage/view.py)."""
+        with self.lock:
+            return self.view.breakdown(self._ledger(thread))
+
+    def usage(self, thread: str) -> UsageSnapshot:
+        with self.lock:
+            return self.view.usage(self._ledger(thread))
+
+    def settings_for(self, thread: str) -> Settings:
+        """Workspace settings, with the model and window the thread's prompt context names."""
+        with self.lock:
+            return self.view.settings(self._ledger(thread))
+
+    def counter(self, thread: str) -> Counter:
+        """The thread's token counter: the one its items, overhead and compaction targets use."""
+        with self.lock:
+            return self.view.counter(self._ledger(thread))
+
+    def prompt_context(self, thread: str) -> dict[str, Any]:
+        with self.lock:
+            return dict(self._ledger(thread).prompt_context or {})
+
+    def state(self, thread: str) -> dict[str, Any]:
+        with self.lock:
+            return dict(self._ledger(thread).state or {})
+
+    def active_history(self, thread: str) -> tuple[list[Entry], int]:
+        """The thread's active entries and the history version they belong to, read together."""
+        with self.lock:
+            ledger = self._ledger(thread)
+            return list(ledger.entries), ledger.history_version
+
+    def prompt(self, thread: str, input_modalities: list[str]) -> PromptResult:
+        if (self.auto_compactor is not None and followed_agent(thread) is None
+                and self.usage(thread)["tier"] == "compact"):
+            self.auto_compactor(cast("Workspace", self), thread)  # every workspace is one (service.py)
+        with self.lock:
+            ledger = self._ledger(thread)
+            entries = ledger.entries
+            # Items the projection passes through unchanged go out as the JSON they are stored as.
+            if not ledger.repairs.needed(len(entries), input_modalities):
+                kept = projection.without(entries, ledger.repairs.dropped())
+                texts = [entry.body or item_text(entry.item) for entry in kept]
+            else:
+                projected = projection.project_indexed([e.item for e in entries], input_modalities)
+                texts = [(entries[part].body or item_text(entries[part].item)) if isinstance(part, int) else item_text(part)
+                         for part in projected]
+            return {
+                # Items as the JSON text they are stored as: written out as they are.
+                "items": cast("list[Item]", RawJsonList(texts)),
+                "historyVersion": ledger.history_version,
+                "estimatedTokens": self.view.usage(ledger)["usedTokens"],
+                "reinjectContext": ledger.reference is None,
+            }
+
+    def history(self, thread: str, offset: int, limit: int | None, include_archived: bool) -> HistoryResult:
+        with self.lock:
+            ledger = self._ledger(thread)
+            if include_archived:
+                rows = self.store.all_rows(thread)
+                items = [json.loads(r.body) | ({"archived": True, "archivedBy": r.archived} if r.archived is not None else {})
+                         for r in rows]
+            else:
+                items = [e.item for e in ledger.entries]
+            end = None if limit is None else offset + limit
+            result: HistoryResult = {"items": items[offset:end], "historyVersion": ledger.history_version,
+                                     "total": len(items)}
+            if include_archived:
+                ops = operations.load(self.store.operations(thread))
+                result["compactions"] = operations.compactions_wire(ops, rows)
+                result["operations"] = operations.wire(ops, rows)
+            return result
+
+    def threads(self) -> ThreadsResult:
+        """Every thread, newest activity first; followed sessions say so (protocol v2). A thread
+        not in memory is summed in SQL, never loaded."""
+        with self.lock:
+            self.cache.check(self.store.data_version())
+            listed: list[ThreadInfo] = []
+            for row, count in self.store.threads():
+                ledger = self.cache.peek(row.thread) or summary_ledger(self.store, row.thread)
+                state = ledger.state if isinstance(ledger.state, dict) else {}
+                followed = state.get("followed")
+                updated = datetime.fromtimestamp(row.updated_at, UTC).isoformat()
+                entry: ThreadInfo = {"thread": row.thread, "itemCount": count,
+                                     "historyVersion": row.history_version, "updatedAt": updated}
+                if isinstance(followed, dict):
+                    source: Any = followed.get("source")  # the bridge writes "codex" or "claude"
+                    entry.update({"source": source, "title": followed.get("title"),
+                                  "model": followed.get("model"),
+                                  "lastActivity": followed.get("lastActivity") or updated, "readOnly": True})
+                    if isinstance(followed.get("cost"), dict):
+                        entry["cost"] = followed["cost"]  # the pickers show it (issue #26)
+                else:
+                    entry.update({"source": "client", "title": state.get("title"),
+                                  "model": (state.get("usageSettings") or {}).get("model"), "lastActivity": updated,
+                                  "readOnly": followed_agent(row.thread) is not None})
+                entry["usage"] = self.view.usage(ledger)
+                facts = followed.get("cache") if isinstance(followed, dict) else state.get("cacheFacts")
+                if isinstance(facts, dict):  # the prompt cache now (ctxd/tokens/cache.py)
+                    entry["cache"] = prompt_cache.state(facts, entry["usage"]["usedTokens"])
+                listed.append(entry)
+        listed.sort(key=lambda t: _instant(t["lastActivity"]), reverse=True)
+        return {"threads": listed}
+
+    def status_problems(self) -> list[Problem]:
+        """Settings problems and the store's state, as `ctxd/status` lists them. Opens the store
+        if needed (a worker's job): a store that cannot be opened, or only read, is a problem."""
+        problems = [problem.as_dict() for problem in self.problems]
+        try:
+            store = self.store
+            if store.readonly_reason is not None:
+                problems.append({"source": str(self.db_path), "message": store.readonly_reason})
+        except CtxdError as error:
+            problems.append({"source": str(self.db_path), "message": error.message})
+        redacted: list[Problem] = redact.redact_json(problems)
+        return redacted
+
+    def conversation_plan(self, thread: str, commit_id: str) -> tuple[str, Any]:
+        """What restoring snapshot `commit_id` with the conversation does to `thread`:
+        `("undo", op)` when the snapshot is the safety snapshot (`undoId`) of an earlier restore
+        with the conversation (or of its undo): that operation is undone; `("none", None)` when it
+        already is; else `("history", seqs)`: the thread's active history as it was just after
+        the snapshot was recorded, compactions and rollbacks since included."""
+        with self.lock:
+            ledger = self._ledger(thread)
+            ops = operations.load(self.store.operations(thread))
+            for op in reversed(ops):
+                if op.info.get("undoSnapshot") == commit_id:
+                    return ("undo", op.id) if op.undone_by is None else ("none", None)
+            rows = self.store.all_rows(thread)
+            points = [r.seq for r in rows if r.origin is None and snapshot_commit_id(json.loads(r.body)) == commit_id]
+            seqs = operations.history_as_of(points[-1], ops, [e.seq for e in ledger.entries]) if points else None
+            if seqs is None:  # not recorded as such, or an old compaction in the way: its active copy
+                active = [e.seq for e in ledger.entries if snapshot_commit_id(e.item) == commit_id]
+                if not active:
+                    raise InvalidParams(f"id: snapshot {commit_id} is not recorded in thread '{thread}'")
+                seqs = [e.seq for e in ledger.entries if e.seq <= active[-1]]
+            return "history", seqs
+
+    def operations_list(self, thread: str) -> list[OperationRecord]:
+        with self.lock:
+            return operations.wire(operations.load(self.store.operations(thread)), self.store.all_rows(thread))
+
+    def mirror_current(self, thread: str, baseline: int | None, context: dict[str, Any], info: dict[str, Any]) -> bool:
+        """The followed thread stores these facts already (a restart, and nothing new in the file)."""
+        row = self.store.thread(thread)
+        state = row.state if row is not None and isinstance(row.state, dict) else {}
+        return (row is not None and row.api_total == baseline and (row.prompt_context or {}) == context
+                and state.get("followed") == info)
+
+    def followed_path(self, thread: str) -> str | None:
+        """The session file a followed thread was last mirrored from, without loading its items, and
+        without waiting for the workspace's lock (a slice of an import may hold it): the store has it."""
+        state = getattr(self.store.thread(thread), "state", None)
+        followed = state.get("followed") if isinstance(state, dict) else None
+        path = followed.get("path") if isinstance(followed, dict) else None
+        return path if isinstance(path, str) else None
+
+    def exists(self, thread: str) -> bool:
+        """Whether the store has this thread (a followed session ctxd has read)."""
+        with self.lock:
+            return self.store.thread(thread) is not None
+
+
+def _instant(stamp: str | None) -> float:
+    """An ISO timestamp (agents write `Z`) as seconds, for sorting; unknown sorts last."""
+    try:
+        return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0

@@ -1,0 +1,89 @@
+"""The open workspace folders (`Service`) and the `Workspace` the handlers call: its reads and
+its writes over one core (core.py)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ctxd import settings as settings_mod
+from ctxd.errors import InvalidParams
+from ctxd.workspace.core import UsageListener, is_folder, path_to_uri, uri_to_path
+from ctxd.workspace.reads import WorkspaceReads
+from ctxd.workspace.writes import WorkspaceWrites
+
+log = logging.getLogger("ctxd")
+
+
+class Workspace(WorkspaceReads, WorkspaceWrites):
+    """One open workspace folder: what it reads (reads.py) and what it writes (writes.py)."""
+
+
+class Service:
+    """The set of open workspace folders."""
+
+    def __init__(self, state_dir: Path | None = None, listener: UsageListener | None = None) -> None:
+        self.state_dir = state_dir or settings_mod.default_state_dir()
+        self.listener = listener
+        self.init_options: dict[str, Any] = {}
+        self._workspaces: dict[str, Workspace] = {}
+        self._lock = threading.Lock()
+        self.on_open: Callable[[Workspace], None] | None = None
+
+    @staticmethod
+    def canonical(uri: str) -> str:
+        return path_to_uri(uri_to_path(uri))
+
+    def open_folder(self, uri: str) -> Workspace:
+        root = uri_to_path(uri)
+        key = path_to_uri(root)
+        with self._lock:
+            workspace = self._workspaces.get(key)
+            if workspace is None:
+                if not is_folder(root):
+                    raise InvalidParams(f"workspace: {uri} is not a folder")
+                workspace = Workspace(key, root, self.state_dir, self.init_options, self.listener)
+                self._workspaces[key] = workspace
+                for problem in workspace.problems:
+                    log.warning("%s: %s", key, problem)
+                if self.on_open is not None:
+                    self.on_open(workspace)
+            return workspace
+
+    def close_folder(self, uri: str) -> None:
+        try:
+            key = self.canonical(uri)
+        except InvalidParams:
+            return
+        with self._lock:
+            workspace = self._workspaces.pop(key, None)
+        if workspace is not None:
+            workspace.close()
+
+    def workspace(self, uri: str) -> Workspace:
+        """The open workspace named by `uri`; anything else is refused (-32602)."""
+        fast = self._workspaces.get(uri)  # clients repeat the URI they opened: skip re-parsing it
+        if fast is not None:
+            return fast
+        try:
+            key = self.canonical(uri)
+        except InvalidParams:
+            raise InvalidParams(f"workspace: {uri!r} is not an open workspace folder") from None
+        with self._lock:
+            workspace = self._workspaces.get(key)
+        if workspace is None:
+            raise InvalidParams(f"workspace: {uri} is not an open workspace folder")
+        return workspace
+
+    def folders(self) -> list[Workspace]:
+        with self._lock:
+            return list(self._workspaces.values())
+
+    def close(self) -> None:
+        with self._lock:
+            workspaces, self._workspaces = list(self._workspaces.values()), {}
+        for workspace in workspaces:
+            workspace.close()
