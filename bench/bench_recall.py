@@ -33,11 +33,13 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 from bench_sessions import big_rollout  # noqa: E402
-from ctxd.ledger import recall as history, search  # noqa: E402
+from table import Row, ms, report  # noqa: E402
+
+from ctxd.ledger import recall as history  # noqa: E402
+from ctxd.ledger import search
 from ctxd.ledger.store import Store, database_path  # noqa: E402
 from ctxd.sessions.codex import CodexReader  # noqa: E402
-from table import Row, ms, report  # noqa: E402
-from tests.rpc import Client, start_daemon  # noqa: E402
+from tests.rpc import start_daemon  # noqa: E402
 
 PLACES = ("tool output", "user message", "assistant text")
 # A search is a round trip to the daemon, a count and one to five FTS5 queries (ctxd/ledger/search.py's
@@ -216,7 +218,7 @@ def big_thread(store: Store, items: int) -> list[str]:
 def speed_queries(count: int) -> list[str]:
     rng = random.Random(50)
     queries = []
-    for i in range(count):
+    for _ in range(count):
         module, verb, service = rng.choice(MODULES), rng.choice(VERBS), rng.choice(SERVICES)
         queries.append(rng.choice([f"{verb} {module} {rng.randrange(40000)}", f"{module} {service} failing",
                                    f"\"{verb} the {module}\" {service}", f"{module}_{rng.randrange(40000)}.py",

@@ -36,22 +36,21 @@ import json
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st
 
+from bench.hostile_storms import folders_storm, hostile_failed, numbers_storm, planted_storm, tcp_storm, threads_memory  # noqa: E402
+from bench.storms import concurrency_storm, sessions_storm, storage_storm, storms_failed  # noqa: E402
+from ctxd.ledger.cache import MAX_LOADED_ITEMS  # noqa: E402
 from tests import test_reliability_fuzz as fuzz  # noqa: E402
 from tests.rpc import Client, start_daemon  # noqa: E402
 from tests.test_reliability_faults import crash_storm, peak_rss_kib  # noqa: E402
-from bench.storms import concurrency_storm, sessions_storm, storage_storm, storms_failed  # noqa: E402
-from bench.hostile_storms import (folders_storm, hostile_failed, numbers_storm, planted_storm,  # noqa: E402
-                                  tcp_storm, threads_memory)
-
-from ctxd.ledger.cache import MAX_LOADED_ITEMS  # noqa: E402
 
 BIG_OUTPUT_MIB = 64  # at most this much peak RSS growth for a huge tool output
 

@@ -219,8 +219,8 @@ def text_item(role: str, text: str) -> dict[str, Any]:
 
 def test_ctxd_compacts_early_when_the_cache_is_cold_and_reports_spent_against_saved(tmp_path: Path) -> None:
     from ctxd.compact import run
-    from ctxd.workspace import Workspace
     from ctxd.sessions.pricing import client_cost
+    from ctxd.workspace import Workspace
 
     root = tmp_path / "ws"
     root.mkdir()

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from ctxd.ledger.projection import Repairs, project, project_indexed, without
 from ctxd.ledger.truncation import truncate_text, truncate_tool_output
-from ctxd.server.events import Throttle
 from ctxd.server.codec import encode_parts
+from ctxd.server.events import Throttle
 from ctxd.server.transport import SMALL_FRAME_BYTES, Input, LockedWriter, read_frame
 from ctxd.settings import load_settings
 from ctxd.tokens.approx import IMAGE_BYTES, item_tokens

@@ -18,10 +18,10 @@ from typing import Any
 from ctxd.errors import CtxdError, InvalidParams
 from ctxd.ledger import recall as history
 from ctxd.ledger.store import database_path
-from ctxd.workspace import FOLLOWED_AGENTS, Service, Workspace, followed_agent, path_to_uri
 from ctxd.protocol.items import validate_items
 from ctxd.sessions import discovery
 from ctxd.settings import default_state_dir, load_settings
+from ctxd.workspace import FOLLOWED_AGENTS, Service, Workspace, followed_agent, path_to_uri
 
 log = logging.getLogger("ctxd")
 

@@ -17,7 +17,7 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 from urllib.parse import urlparse
 
 from ctxd.compact.retry import ContextTooLong, RetryPolicy, call_with_retries
@@ -33,6 +33,8 @@ from ctxd.protocol.items import validate_items
 
 if TYPE_CHECKING:
     import openai  # imported when a compaction first needs it: it takes most of a second
+
+T = TypeVar("T")
 
 OPENAI_HOSTS = ("api.openai.com",)
 PLACEHOLDER_KEY = "not-needed"  # local OpenAI-compatible servers ignore the key, the client wants one
@@ -247,7 +249,7 @@ def summarize(endpoint: Endpoint, history: list[dict[str, Any]], prompt: str, *,
 def _ask_chat(client: openai.OpenAI, model: str, items: list[dict[str, Any]], prompt: str) -> str:
     """The history as chat messages, the instruction as the last user message."""
     messages = to_chat_messages(items) + [{"role": "user", "content": prompt}]
-    response = client.chat.completions.create(model=model, messages=messages)
+    response = client.chat.completions.create(model=model, messages=cast(Any, messages))  # plain dicts of the wire shape
     try:
         content = response.choices[0].message.content
     except (AttributeError, IndexError, TypeError):
@@ -258,7 +260,7 @@ def _ask_chat(client: openai.OpenAI, model: str, items: list[dict[str, Any]], pr
 def _ask_responses(client: openai.OpenAI, model: str, items: list[dict[str, Any]], prompt: str) -> str:
     """The items as they are, the instruction as one more user message; nothing stored server-side."""
     instruction = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": prompt}]}
-    response = client.responses.create(model=model, input=items + [instruction], store=False)
+    response = client.responses.create(model=model, input=cast(Any, items + [instruction]), store=False)
     return _summary_or_fail(_response_text(response))
 
 
@@ -288,7 +290,8 @@ def compact_remote(endpoint: Endpoint, history: list[dict[str, Any]], instructio
 
     def send(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         def call() -> list[dict[str, Any]]:
-            raw = client.responses.with_raw_response.compact(model=endpoint.model, input=items, instructions=instructions)
+            raw = client.responses.with_raw_response.compact(model=endpoint.model, input=cast(Any, items),
+                                                                instructions=instructions)
             return _compacted_items(strict_loads(raw.text))
 
         return _guarded(call, endpoint, cancel, progress, client)
@@ -333,12 +336,12 @@ def _compacted_items(body: Any) -> list[dict[str, Any]]:
     return items
 
 
-def _guarded(call: Callable[[], Any], endpoint: Endpoint, cancel: threading.Event,
-             progress: Progress | None, client: openai.OpenAI) -> Any:
+def _guarded(call: Callable[[], T], endpoint: Endpoint, cancel: threading.Event,
+             progress: Progress | None, client: openai.OpenAI) -> T:
     """One request with our retries; a body that does not parse is a permanent failure."""
     import openai
 
-    def parsed() -> Any:
+    def parsed() -> T:
         try:
             return call()
         except (openai.APIResponseValidationError, json.JSONDecodeError, UnicodeDecodeError) as error:

@@ -17,8 +17,9 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ctxd.compact.history import (
     ghost_snapshots,
@@ -120,7 +121,8 @@ def _tool_result(output: Any) -> tuple[str, int | None]:
         except ValueError:
             data = None
         if isinstance(data, dict):
-            meta = data.get("metadata") if isinstance(data.get("metadata"), dict) else data
+            metadata = data.get("metadata")
+            meta = metadata if isinstance(metadata, dict) else data
             code = meta.get("exit_code") if isinstance(meta.get("exit_code"), int) else None
             if isinstance(data.get("output"), str):
                 return data["output"], code
@@ -194,7 +196,7 @@ def _command_of(item: dict[str, Any]) -> str | None:
         return raw if str(item.get("name")) in SHELL_TOOLS and isinstance(raw, str) else None
     if isinstance(command, list) and all(isinstance(part, str) for part in command):
         if len(command) == 3 and command[0] in ("bash", "sh", "zsh") and command[1] in ("-lc", "-c"):
-            return command[2]
+            return str(command[2])
         return shlex.join(command)
     return str(command)
 

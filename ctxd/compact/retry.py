@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ctxd.errors import Cancelled, CompactionFailed
 
@@ -44,7 +44,7 @@ class RetryPolicy:
         """Exponential backoff with full jitter; a server's Retry-After wins when it gives one."""
         if retry_after is not None:
             return min(max(0.0, retry_after), MAX_RETRY_AFTER)
-        ceiling = min(self.max_delay, self.base_delay * (2 ** attempt))
+        ceiling = min(self.max_delay, self.base_delay * (2.0 ** attempt))
         return ceiling / 2 + rng() * ceiling / 2
 
 
@@ -147,7 +147,7 @@ def run_cancellable(call: Callable[[], T], cancel: threading.Event, on_cancel: C
             raise Cancelled("the compaction was cancelled")
     if "error" in box:
         raise box["error"]
-    return box["value"]
+    return cast("T", box["value"])
 
 
 def call_with_retries(
@@ -182,12 +182,12 @@ def call_with_retries(
                 raise CompactionFailed(f"compaction request failed: {reason}") from None
             if attempt >= policy.max_retries:
                 raise CompactionFailed(f"compaction request failed after {attempt + 1} attempts: {reason}") from None
-            retry_after = _retry_after(error) if hasattr(error, "status_code") and hasattr(error, "response") else None
+            retry_after = _retry_after(error) if isinstance(error, openai.APIStatusError) else None
             delay = policy.delay(attempt, retry_after, rng)
             if clock() + delay > deadline:
                 raise CompactionFailed(f"compaction request failed; retry time budget spent: {reason}") from None
             if progress is not None:
                 progress(f"{reason}; retrying in {delay:.1f}s")
             if cancel.wait(delay):
-                raise Cancelled("the compaction was cancelled")
+                raise Cancelled("the compaction was cancelled") from None
             attempt += 1

@@ -45,7 +45,6 @@ from ctxd.errors import (
     MethodNotFound,
     ServerNotInitialized,
 )
-from ctxd.workspace import Service, Workspace
 from ctxd.protocol import methods
 from ctxd.server.codec import Incoming, Rejected, Shortened
 from ctxd.server.connection import Connection, StreamConnection
@@ -53,6 +52,7 @@ from ctxd.server.events import CompactionEvents, Outbox, Throttle
 from ctxd.server.lanes import Backlog, Lanes
 from ctxd.server.transport import MAX_STRING_BYTES
 from ctxd.settings import load_settings
+from ctxd.workspace import Service, Workspace
 
 if TYPE_CHECKING:
     from ctxd.protocol import shapes
@@ -166,8 +166,8 @@ class Daemon:
 
     # --- outgoing --------------------------------------------------------------------------------
 
-    def _usage_changed(self, uri: str, thread: str, usage: dict[str, Any]) -> None:
-        self.throttle.offer((uri, thread), usage)  # most are replaced before they go: built in `_send_usage`
+    def _usage_changed(self, uri: str, thread: str, usage: shapes.UsageSnapshot) -> None:
+        self.throttle.offer((uri, thread), dict(usage))  # most are replaced before they go: built in `_send_usage`
 
     def _send_usage(self, key: tuple[str, str], usage: dict[str, Any]) -> None:
         self.everyone.notify(methods.USAGE_CHANGED, {"workspace": key[0], "thread": key[1], **usage})

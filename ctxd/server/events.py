@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any, Generic, Protocol, TypeVar
 
 from ctxd import redact
@@ -112,7 +112,7 @@ class Outbox:
     def reply(self, msg_id: Any, result: Any) -> None:
         self.send({"jsonrpc": "2.0", "id": msg_id, "result": result})
 
-    def reply_repeated(self, msg_id: Any, result: dict[str, Any]) -> None:
+    def reply_repeated(self, msg_id: Any, result: Mapping[str, object]) -> None:
         """A reply whose result is often the very object sent last time (the gauge's breakdown,
         polled while nothing changed): its JSON is encoded once. Only the reader thread calls this."""
         last = self._last_result

@@ -10,17 +10,19 @@ imported by the first handler that needs them, so that the first gauge does not 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel
 
 from ctxd.errors import Cancelled
-from ctxd.workspace import Workspace
-from ctxd.protocol import methods, params as p
+from ctxd.protocol import methods
+from ctxd.protocol import params as p
 from ctxd.protocol.items import validate_items
 from ctxd.protocol.paths import escape_paths
 from ctxd.server.events import CompactionEvents, Outbox, SlowWarning
+from ctxd.workspace import Workspace
 
 if TYPE_CHECKING:
     from ctxd.protocol import shapes
@@ -122,8 +124,9 @@ def compact(call: Call, params: p.CompactParams) -> shapes.CompactResult:
     from ctxd.compact import run as compaction
 
     call.workspace.check_writable(params.thread)
-    return compaction.compact_thread(call.workspace, params.thread, strategy=params.strategy, cancel=call.cancel,
-                                     events=call.events, progress_token=params.work_done_token)
+    result = compaction.compact_thread(call.workspace, params.thread, strategy=params.strategy, cancel=call.cancel,
+                                       events=call.events, progress_token=params.work_done_token)
+    return cast("shapes.CompactResult", result)
 
 
 @handler(methods.GHOST_SNAPSHOT)
@@ -142,7 +145,7 @@ def ghost_snapshot(call: Call, params: p.GhostSnapshotParams) -> shapes.GhostCom
     finally:
         slow.finish()
         call.outbox.progress(token, {"kind": "end"})
-    return escape_paths(commit)
+    return cast("shapes.GhostCommit", escape_paths(commit))
 
 
 @handler(methods.GHOST_LIST)
@@ -150,11 +153,12 @@ def ghost_list(call: Call, params: p.GhostListParams) -> shapes.GhostListResult:
     from ctxd.ghost import snapshots as ghost
 
     workspace = call.workspace
-    result: shapes.GhostListResult = {"snapshots": ghost.list_snapshots(workspace.opened_root(), state_dir=workspace.state_dir)}
+    snapshots = ghost.list_snapshots(workspace.opened_root(), state_dir=workspace.state_dir)
+    result: shapes.GhostListResult = {"snapshots": cast("list[shapes.GhostCommit]", snapshots)}
     interrupted = ghost.interrupted_restore(workspace.opened_root(), state_dir=workspace.state_dir)
     if interrupted is not None:
-        result["interruptedRestore"] = interrupted
-    return escape_paths(result)
+        result["interruptedRestore"] = cast("shapes.InterruptedRestore", interrupted)
+    return cast("shapes.GhostListResult", escape_paths(result))
 
 
 @handler(methods.GHOST_RESTORE)
@@ -163,7 +167,7 @@ def ghost_restore(call: Call, params: p.GhostRestoreParams) -> shapes.RestoreRes
 
     result = checkpoints.restore(call.workspace, params.thread, params.id, conversation=params.conversation,
                                  dry_run=params.dry_run, cancel=call.cancel)
-    return escape_paths(result)  # file names that are not UTF-8 (protocol v2: pathEncoding)
+    return cast("shapes.RestoreResult", escape_paths(result))  # file names that are not UTF-8 (protocol v2: pathEncoding)
 
 
 @handler(methods.GHOST_DIFF)
@@ -171,15 +175,15 @@ def ghost_diff(call: Call, params: p.GhostDiffParams) -> shapes.DiffResult:
     from ctxd.ghost import snapshots as ghost
 
     workspace = call.workspace
-    return escape_paths(ghost.diff(workspace.opened_root(), params.id, params.path, settings=workspace.settings.ghost,
-                                   state_dir=workspace.state_dir))
+    return cast("shapes.DiffResult", escape_paths(ghost.diff(workspace.opened_root(), params.id, params.path, settings=workspace.settings.ghost,
+                                   state_dir=workspace.state_dir)))
 
 
 @handler(methods.GHOST_DELETE)
 def ghost_delete(call: Call, params: p.GhostDeleteParams) -> shapes.DeleteResult:
     from ctxd.ghost import snapshots as ghost
 
-    return ghost.delete(call.workspace.opened_root(), params.id, state_dir=call.workspace.state_dir)
+    return cast("shapes.DeleteResult", ghost.delete(call.workspace.opened_root(), params.id, state_dir=call.workspace.state_dir))
 
 
 @handler(methods.RECALL)

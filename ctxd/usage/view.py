@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ctxd.ledger.thread import ThreadLedger, thread_usage
 from ctxd.settings import Settings
@@ -21,7 +21,7 @@ from ctxd.tokens.counter import Counter
 from ctxd.usage import breakdown as usage_mod
 
 if TYPE_CHECKING:
-    from ctxd.protocol.shapes import Breakdown, UsageSnapshot
+    from ctxd.protocol.shapes import Breakdown, CacheState, UsageSnapshot
 
 MAX_STORED_WINDOW = 100_000_000  # a stored context window above this is ignored (the default applies)
 
@@ -186,7 +186,7 @@ def _with_cost(result: Breakdown, ledger: ThreadLedger) -> Breakdown:
     followed = state.get("followed")
     facts = followed.get("cache") if isinstance(followed, dict) else state.get("cacheFacts")
     if isinstance(facts, dict):  # the prompt cache now (ctxd/tokens/cache.py)
-        result = {**result, "cache": prompt_cache.state(facts, result["usage"]["usedTokens"])}
+        result = {**result, "cache": cast("CacheState", prompt_cache.state(facts, result["usage"]["usedTokens"]))}
     if isinstance(followed, dict) and isinstance(followed.get("cost"), dict):
         return {**result, "cost": followed["cost"]}
     if followed is None and isinstance(state.get("cost"), dict):

@@ -25,6 +25,7 @@ from ctxd.workspace.core import WorkspaceCore, followed_agent, item_text
 if TYPE_CHECKING:
     from ctxd.protocol.shapes import (
         Breakdown,
+        CacheState,
         HistoryResult,
         Item,
         OperationRecord,
@@ -155,7 +156,7 @@ class WorkspaceReads(WorkspaceCore):
                 entry["usage"] = self.view.usage(ledger)
                 facts = followed.get("cache") if isinstance(followed, dict) else state.get("cacheFacts")
                 if isinstance(facts, dict):  # the prompt cache now (ctxd/tokens/cache.py)
-                    entry["cache"] = prompt_cache.state(facts, entry["usage"]["usedTokens"])
+                    entry["cache"] = cast("CacheState", prompt_cache.state(facts, entry["usage"]["usedTokens"]))
                 listed.append(entry)
         listed.sort(key=lambda t: _instant(t["lastActivity"]), reverse=True)
         return {"threads": listed}
