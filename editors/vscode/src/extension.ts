@@ -7,7 +7,9 @@
 import { randomBytes } from 'node:crypto';
 import { CtxdService, type CtxdApi } from './api';
 import { BreakdownController } from './breakdownPanel';
-import { COMMANDS, attempt, compactFlow, restoreFlow, rollbackFlow, snapshotFlow } from './commands';
+import { COMMANDS } from './commandIds';
+import { attempt } from './ui';
+import { compactFlow, restoreFlow, rollbackFlow, snapshotFlow } from './commands';
 import { createClient } from './client';
 import { Daemon, DaemonStartError } from './daemon';
 import { ACTIONS, FailureNotices } from './failures';

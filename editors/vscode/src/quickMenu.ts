@@ -2,7 +2,8 @@
  * What the status item's quick menu offers (Copilot-style): the actions on the shown thread when
  * the daemon runs, ways out when it does not. Pure: the extension runs the chosen command.
  */
-import { COMMANDS, type PickItem } from './commands';
+import { COMMANDS } from './commandIds';
+import { type PickItem } from './ui';
 import type { StopReason } from './daemon';
 import { isFollowed } from './followed';
 import { Method } from './protocol';

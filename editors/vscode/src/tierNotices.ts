@@ -6,7 +6,8 @@
  */
 import { isFollowed } from './followed';
 import type { Tier, UsageSnapshot } from './protocol';
-import { formatTokens, gaugeText } from './status';
+import { formatTokens } from './numbers';
+import { gaugeText } from './status';
 
 const RANK: Record<Tier, number> = { ok: 0, warn: 1, compact: 2 };
 

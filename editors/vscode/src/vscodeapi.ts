@@ -4,7 +4,7 @@
  * without VS Code. Keep this file thin: adapters, no decisions.
  */
 import * as vscode from 'vscode';
-import type { Ui, PickItem, Severity } from './commands';
+import type { Ui, PickItem, Severity } from './ui';
 import type { FolderInfo, GaugeSink } from './gauge';
 import type { PanelSink } from './breakdownPanel';
 import { PAGE_COMMANDS } from './breakdownView';

@@ -1,7 +1,7 @@
 /** The pure UI decisions: the status item's menu, tier notifications, failure notices, error sentences. */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { COMMANDS } from '../src/commands';
+import { COMMANDS } from '../src/commandIds';
 import { friendlyError } from '../src/errors';
 import { ACTIONS, FailureNotices } from '../src/failures';
 import { Method } from '../src/protocol';
