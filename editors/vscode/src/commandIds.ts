@@ -24,4 +24,5 @@ export const COMMANDS = {
   undoOperation: 'ctxd.undoOperation',
   openArchived: 'ctxd.openArchived',
   showStatus: 'ctxd.showStatus',
+  searchHistory: 'ctxd.searchHistory',
 } as const;

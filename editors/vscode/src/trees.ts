@@ -3,7 +3,8 @@
  * Each model knows how to fetch its nodes and when they change; vscodeapi.ts turns a model into a
  * TreeDataProvider. Free of `vscode`, tested against the real daemon.
  */
-import { Emitter, type CtxdService } from './api';
+import type { CtxdService } from './api';
+import { Emitter } from './emitter';
 import { COMMANDS } from './commandIds';
 import { formatAge, toMillis } from './age';
 import { shortId } from './text';

@@ -12,6 +12,7 @@ import type { ConfigReader } from './settings';
 import type { DiffFile, Disposable } from './protocol';
 import type { TreeModel, TreeNode } from './trees';
 import { plainText } from './text';
+import type { LiveSearch, SearchAnswer } from './recall';
 
 export type ExtensionContext = vscode.ExtensionContext;
 export type LogOutputChannel = vscode.LogOutputChannel;
@@ -151,6 +152,50 @@ export function createUi(): Ui {
     ask: (severity, message, actions) => Promise.resolve(showMessage(severity, message, ...actions)),
   };
 }
+
+/**
+ * A quick pick that asks `answer` again as the user types (after a short pause); a slower answer to
+ * an older query is dropped. The rows are the daemon's ranking: VS Code does not filter or re-sort them.
+ */
+export const liveSearch: LiveSearch = <T>(
+  options: { title: string; placeHolder: string },
+  answer: (query: string) => Promise<SearchAnswer<T>>,
+) =>
+  new Promise<T | undefined>((resolve) => {
+    type Row = vscode.QuickPickItem & { value: T };
+    const box = vscode.window.createQuickPick<Row>();
+    box.title = options.title;
+    box.placeholder = options.placeHolder;
+    box.matchOnDescription = false;
+    box.matchOnDetail = false;
+    let asked = 0;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const ask = async (query: string) => {
+      const mine = ++asked;
+      box.busy = true;
+      const a = await answer(query);
+      if (mine !== asked) return;
+      box.busy = false;
+      box.title = `${options.title}: ${a.note}`;
+      box.items = a.items.map((i) => ({ label: i.label, description: i.description, detail: i.detail, alwaysShow: true, value: i.value }));
+    };
+    box.onDidChangeValue((query) => {
+      if (timer) clearTimeout(timer);
+      timer = setTimeout(() => void ask(query), 200);
+    });
+    let chosen: T | undefined;
+    box.onDidAccept(() => {
+      chosen = box.selectedItems[0]?.value;
+      if (chosen !== undefined) box.hide();
+    });
+    box.onDidHide(() => {
+      if (timer) clearTimeout(timer);
+      box.dispose();
+      resolve(chosen);
+    });
+    box.show();
+    void ask('');
+  });
 
 export function executeCommand(command: string, ...args: unknown[]): Thenable<unknown> {
   return vscode.commands.executeCommand(command, ...args);

@@ -45,7 +45,7 @@ class ScriptedUi implements Ui {
 describe('views and snapshot actions (real daemon)', () => {
   let d: Daemon;
   let service: CtxdService;
-  const where = () => ({ uri: d.uri, name: 'ws', thread: service.shownThread(d.uri) });
+  const where = () => ({ uri: d.uri, name: 'ws', thread: service.threads.shownThread(d.uri) });
 
   before(async () => {
     d = await startDaemon({ git: true });
