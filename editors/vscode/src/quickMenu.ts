@@ -36,6 +36,7 @@ export function menuItems(state: MenuState): PickItem<string>[] {
   if (state.supports(Method.compact) && !isFollowed(state.thread)) items.push({ label: '$(fold) Compact now', description: on, value: COMMANDS.compactNow });
   if (state.supports(Method.ghostSnapshot)) items.push({ label: '$(device-camera) Snapshot now', description: 'the working tree', value: COMMANDS.snapshot });
   if (state.supports(Method.threads)) items.push({ label: '$(list-unordered) Switch thread…', value: COMMANDS.switchThread });
+  if (state.supports(Method.recall)) items.push({ label: '$(search) Search history…', description: 'every thread, compacted parts too', value: COMMANDS.searchHistory });
   if (state.supports(Method.ghostRestore)) items.push({ label: '$(history) Restore…', description: 'a snapshot', value: COMMANDS.restore });
   if (state.supports(Method.undo)) items.push({ label: '$(discard) Undo last history operation', description: 'compaction, rollback or restore', value: COMMANDS.undoLast });
   if (state.supports(Method.status)) items.push({ label: '$(pulse) Show status', description: 'settings problems, tokenizer', value: COMMANDS.showStatus });
