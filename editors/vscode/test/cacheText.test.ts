@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { cacheLines, cacheStateText, compactionCostText } from '../src/cacheText';
 import { usd } from '../src/numbers';
-import type { CacheState } from '../src/protocol';
+import { type CacheState, normalizeBreakdown } from '../src/protocol';
 import { gaugeView } from '../src/status';
 import { breakdown, usage } from './fixtures';
 
@@ -68,5 +68,13 @@ describe('the gauge tooltip', () => {
     const tip = gaugeView(usage(), { folderName: 'w', thread: 't' }, withCache, NOW).tooltip;
     assert.match(tip, /\n\nCache cold: the next turn re-writes 45k tokens \(\$0\.17\)\.\n\n/);
     assert.doesNotMatch(gaugeView(usage(), { folderName: 'w', thread: 't' }, breakdown(), NOW).tooltip, /[Cc]ache/);
+  });
+});
+
+describe("the breakdown's cache", () => {
+  test('normalizeBreakdown keeps what the daemon sent (the gauge reads its tooltip from it)', () => {
+    const raw = { ...breakdown(), cache: cache({ state: 'cold' }) };
+    assert.deepEqual(normalizeBreakdown(raw).cache, raw.cache);
+    assert.equal('cache' in normalizeBreakdown(breakdown()), false);
   });
 });
