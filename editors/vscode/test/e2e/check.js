@@ -51,7 +51,8 @@ const fs = require('fs');
 const os = require('os');
 const path = require('path');
 const puppeteer = require('puppeteer-core');
-const { gaugeText, formatTokens } = require('../../out/src/status.js');
+const { gaugeText } = require('../../out/src/status.js');
+const { formatTokens } = require('../../out/src/numbers.js');
 const { accuracyText, headroomText } = require('../../out/src/breakdownView.js');
 const { StreamMessageReader, StreamMessageWriter, createMessageConnection } = require('vscode-jsonrpc/node');
 
