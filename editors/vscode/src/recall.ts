@@ -43,12 +43,17 @@ function kindText(hit: Pick<RecallHit, 'type' | 'role'>): string {
   return hit.type.replace(/_/g, ' ');
 }
 
-/** The search box's rows for `ctxd/recall`'s matches, in the daemon's order (best first). */
+/**
+ * The search box's rows for `ctxd/recall`'s matches, in the daemon's order (best first). Whether a
+ * compaction replaced the item leads the second line (a long label hides the description) and an
+ * archive icon marks it; `$(` in a snippet is broken so VS Code does not read it as an icon.
+ */
 export function recallItems(hits: readonly RecallHit[], now: number): PickItem<RecallHit>[] {
   return hits.map((h) => ({
-    label: oneLine(h.snippet, 120) || '(no text)',
+    label: `${h.archived ? '$(archive) ' : ''}${oneLine(h.snippet, 100).replace(/\$\(/g, '$\u200b(') || '(no text)'}`,
     description: placeText(h.archived),
     detail: [
+      placeText(h.archived),
       `thread ${h.thread}`,
       h.turn ? `turn ${h.turn.index}: ${oneLine(h.turn.text, 60)}` : undefined,
       kindText(h),

@@ -290,11 +290,9 @@ export function setDaemonCommand(command: string[]): Thenable<void> {
 
 /** The settings editor at `ctxd.daemon.command`, on the tab that can show it (Remote in a remote window). */
 export async function openSettings(id: string): Promise<void> {
-  if (vscode.env.remoteName) {
-    await vscode.commands.executeCommand('workbench.action.openRemoteSettings', `@id:${id}`);
-  } else {
-    await vscode.commands.executeCommand('workbench.action.openSettings', `@id:${id}`);
-  }
+  // An options object: openRemoteSettings drops a plain string query (the tab opened unfiltered).
+  const options = { query: `@id:${id}` };
+  await vscode.commands.executeCommand(vscode.env.remoteName ? 'workbench.action.openRemoteSettings' : 'workbench.action.openSettings', options);
 }
 
 /** The extension's README (how to install ctxd by hand), rendered. */

@@ -51,11 +51,14 @@ describe('search results in words', () => {
       [hit({ turn: { index: 2, text: 'which port?' }, createdAt: '2026-01-02T11:00:00Z' }), hit({ archived: false, type: 'function_call_output', role: undefined })],
       now,
     );
-    assert.equal(row.label, 'the port is 8123');
+    assert.equal(row.label, '$(archive) the port is 8123');
     assert.equal(row.description, 'replaced by a compaction');
-    assert.equal(row.detail, 'thread default · turn 2: which port? · your message · 1 h ago');
+    assert.equal(row.detail, 'replaced by a compaction · thread default · turn 2: which port? · your message · 1 h ago');
+    assert.equal(live.label, 'the port is 8123');
     assert.equal(live.description, 'in the conversation');
-    assert.equal(live.detail, 'thread default · tool output');
+    assert.equal(live.detail, 'in the conversation · thread default · tool output');
+    // A shell's "$(pwd)" stays text: VS Code would draw "$(name)" as an icon.
+    assert.equal(recallItems([hit({ archived: false, snippet: 'cd $(pwd)' })], now)[0].label, 'cd $\u200b(pwd)');
     assert.equal(recallNote({ results: [hit()], total: 7 }), 'The best 1 of 7 matching items.');
     assert.equal(recallNote({ results: [], total: 0 }), 'No item matches.');
   });
