@@ -1,6 +1,7 @@
 /**
- * The API the extension exports to agent extensions (`getExtension('ctxd.ctxd').exports`), and the
- * usage cache behind the gauge. Free of `vscode`: it talks to the daemon through an `Rpc` (the
+ * The API the extension exports to agent extensions (`getExtension('ctxd.ctxd').exports`): the
+ * daemon's requests, with their answers' usage kept in a `UsageCache` and the thread calls go to
+ * chosen by a `ThreadSelection`. Free of `vscode`: it talks to the daemon through an `Rpc` (the
  * LanguageClient in VS Code, a vscode-jsonrpc connection in the tests).
  */
 import {
@@ -14,11 +15,13 @@ import {
   type GhostCommit,
   type HistoryResult,
   type Item,
+  type ItemResult,
   Method,
   Notification,
   PROTOCOL_VERSION,
   type PromptContext,
   type PromptResult,
+  type RecallResult,
   type RecordResult,
   type RestoreResult,
   type RollbackResult,
@@ -32,6 +35,9 @@ import {
   type UsageSnapshot,
   normalizeBreakdown,
 } from './protocol';
+import { Emitter } from './emitter';
+import { ThreadSelection } from './threadSelection';
+import { UsageCache, usageKey as key } from './usageCache';
 
 /** Where a call goes; both default (the active workspace folder, its active thread). */
 export interface TargetOptions {
@@ -65,77 +71,13 @@ export interface CtxdApi {
 
 type Listener<T> = (e: T) => void;
 
-/** A minimal event emitter; a throwing listener does not stop the others. */
-export class Emitter<T> {
-  private listeners = new Set<Listener<T>>();
-  event = (listener: Listener<T>): Disposable => {
-    this.listeners.add(listener);
-    return { dispose: () => this.listeners.delete(listener) };
-  };
-  fire(e: T): void {
-    for (const l of [...this.listeners]) {
-      try {
-        l(e);
-      } catch (err) {
-        console.error('ctxd: listener failed', err);
-      }
-    }
-  }
-  dispose(): void {
-    this.listeners.clear();
-  }
-}
-
-function key(t: Target): string {
-  return `${t.workspace}\u0000${t.thread}`;
-}
-
-function sameUsage(a: UsageSnapshot, b: UsageSnapshot): boolean {
-  return (
-    a.usedTokens === b.usedTokens &&
-    a.contextWindow === b.contextWindow &&
-    a.autoCompactLimit === b.autoCompactLimit &&
-    a.tier === b.tier &&
-    a.source === b.source &&
-    a.historyVersion === b.historyVersion &&
-    a.tokenizer === b.tokenizer &&
-    a.tokenizerStatus === b.tokenizerStatus
-  );
-}
-
-/** The snapshot without the notification's addressing; fields the daemon adds are kept as they came. */
-function pickUsage(u: UsageSnapshot): UsageSnapshot {
-  const { workspace: _w, thread: _t, ...snapshot } = u as UsageSnapshot & { workspace?: string; thread?: string };
-  return snapshot;
-}
-
-/** When a thread was last active, in ms (-Infinity when the daemon gave no parsable time). */
-function activity(t: ThreadInfo): number {
-  const ms = Date.parse(t.lastActivity ?? t.updatedAt);
-  return Number.isNaN(ms) ? -Infinity : ms;
-}
-
-/** The thread to follow: the most recently active one with items (on a tie, the daemon's order wins). */
-export function latestThread(threads: readonly ThreadInfo[]): ThreadInfo | undefined {
-  let best: ThreadInfo | undefined;
-  for (const t of threads) if (t.itemCount > 0 && (!best || activity(t) > activity(best))) best = t;
-  return best;
-}
-
 export class CtxdService implements CtxdApi {
   readonly apiVersion = 1 as const;
   readonly protocolVersion = PROTOCOL_VERSION;
-  private readonly usages = new Map<string, UsageSnapshot>();
-  private readonly activeThreads = new Map<string, string>();
-  private readonly lastChanged = new Map<string, string>();
-  /** Per workspace, the most recently active thread from the last `ctxd/threads` answer. */
-  private readonly followed = new Map<string, string>();
-  /** Per thread (key), its `source` from the last `ctxd/threads` answer. */
-  private readonly sources = new Map<string, string>();
-  /** Workspaces whose threads are being read, and those to read again once that answer is in. */
-  private readonly following = new Map<string, Promise<void>>();
-  private readonly followAgain = new Set<string>();
-  private readonly usageEmitter = new Emitter<UsageChangedParams>();
+  /** The latest usage known per thread. */
+  readonly usage = new UsageCache();
+  /** The thread shown and addressed per workspace folder. */
+  readonly threads = new ThreadSelection((workspace) => this.listThreads(workspace), this.usage);
   private readonly compactEmitter = new Emitter<CompactedParams & { manual: boolean }>();
   private readonly threadsEmitter = new Emitter<{ workspace: string }>();
   /** Snapshots taken, restored (a restore takes one for its undo) or deleted through this service. */
@@ -161,8 +103,7 @@ export class CtxdService implements CtxdApi {
    * the initialize result's `capabilities.experimental.ctxd.methods`: what the daemon serves.
    */
   attach(rpc: Rpc, methods?: readonly string[]): Disposable {
-    this.usages.clear();
-    this.lastChanged.clear();
+    this.usage.clear();
     this.manualCompactions.clear();
     this.methods = methods ? new Set(methods) : undefined;
     const subs = [
@@ -178,14 +119,14 @@ export class CtxdService implements CtxdApi {
       rpc.onNotification(Notification.threadsChanged, (p: { workspace: string }) => {
         this.threadsEmitter.fire(p);
         const ws = p?.workspace || this.defaultWorkspace();
-        if (ws) void this.followLatest(ws);
+        if (ws) void this.threads.followLatest(ws);
       }),
       // A checkpoint an agent's hook took (another process): the Snapshots view lists again.
       rpc.onNotification(Notification.ghostChanged, (p: { workspace: string }) => this.snapshotsEmitter.fire(p)),
     ];
     this.threadsEmitter.fire({ workspace: '' });
     const ws = this.defaultWorkspace();
-    if (ws) void this.followLatest(ws);
+    if (ws) void this.threads.followLatest(ws);
     return { dispose: () => subs.forEach((s) => s.dispose()) };
   }
 
@@ -204,121 +145,27 @@ export class CtxdService implements CtxdApi {
   target(opts?: TargetOptions): Target {
     const workspace = opts?.workspace ?? this.defaultWorkspace();
     if (!workspace) throw new Error('ctxd: no workspace folder is open');
-    return { workspace, thread: opts?.thread ?? this.activeThread(workspace) };
+    return { workspace, thread: opts?.thread ?? this.threads.activeThread(workspace) };
   }
 
-  /** The thread calls go to when they name none: the one set with setActiveThread, else "default". */
-  activeThread(workspace: string): string {
-    return this.activeThreads.get(workspace) ?? DEFAULT_THREAD;
-  }
-
-  /**
-   * The thread the gauge shows: the one the user picked (setActiveThread), else the workspace's
-   * most recently active thread, else the last one that changed.
-   */
-  shownThread(workspace: string): string {
-    return this.activeThreads.get(workspace) ?? this.followed.get(workspace) ?? this.lastChanged.get(workspace) ?? DEFAULT_THREAD;
-  }
-
-  /** Whether the user picked the shown thread (it is not replaced by a newer one). */
-  isPinned(workspace: string): boolean {
-    return this.activeThreads.has(workspace);
-  }
-
-  /** The thread's `source` as `ctxd/threads` gave it ("client", "codex", "claude"), if known. */
-  threadSource(workspace: string, thread: string): string | undefined {
-    return this.sources.get(key({ workspace, thread }));
-  }
-
-  /** Pins `thread`: the gauge shows it until clearActiveThread. */
+  /** Makes `thread` the one the status-bar gauge shows (and calls go to) for its workspace folder. */
   setActiveThread(thread: string, workspace?: string): void {
     const ws = workspace ?? this.defaultWorkspace();
-    if (!ws) return;
-    this.activeThreads.set(ws, thread);
-    this.fireShown(ws);
-  }
-
-  /** Unpins: the gauge follows the workspace's most recently active thread again. */
-  async clearActiveThread(workspace?: string): Promise<void> {
-    const ws = workspace ?? this.defaultWorkspace();
-    if (!ws) return;
-    this.activeThreads.delete(ws);
-    this.fireShown(ws);
-    await this.followLatest(ws);
-  }
-
-  /**
-   * Reads the workspace's threads and follows the most recently active one; never throws. A call
-   * while a read is under way reads again after it and resolves when that read is in.
-   */
-  followLatest(workspace: string): Promise<void> {
-    this.followAgain.add(workspace);
-    let running = this.following.get(workspace);
-    if (!running) {
-      running = this.readThreads(workspace).finally(() => {
-        this.following.delete(workspace);
-        if (this.followAgain.has(workspace)) void this.followLatest(workspace); // asked for after the last read
-      });
-      this.following.set(workspace, running);
-    }
-    return running;
-  }
-
-  private async readThreads(workspace: string): Promise<void> {
-    while (this.followAgain.delete(workspace)) {
-      try {
-        this.noteThreads(workspace, await this.listThreads(workspace));
-      } catch {
-        return; // The daemon is (re)starting or too old; the next threadsChanged reads again.
-      }
-    }
-  }
-
-  /** Remembers sources and usages from a `ctxd/threads` answer and moves the followed thread. */
-  private noteThreads(workspace: string, threads: readonly ThreadInfo[]): void {
-    const sourceBefore = this.threadSource(workspace, this.shownThread(workspace));
-    for (const t of threads) {
-      const k = key({ workspace, thread: t.thread });
-      this.sources.set(k, t.source ?? 'client');
-      const prev = this.usages.get(k);
-      if (t.usage && (!prev || t.usage.historyVersion > prev.historyVersion)) this.usages.set(k, pickUsage(t.usage));
-    }
-    const latest = latestThread(threads);
-    if (latest && this.followed.get(workspace) !== latest.thread) {
-      this.followed.set(workspace, latest.thread);
-      if (!this.isPinned(workspace)) return this.fireShown(workspace);
-    }
-    // The gauge's label names the source: redraw when it was learnt only now.
-    if (this.threadSource(workspace, this.shownThread(workspace)) !== sourceBefore) this.fireShown(workspace);
-  }
-
-  /** Tells listeners the shown thread's known usage (the gauge redraws on it). */
-  private fireShown(workspace: string): void {
-    const thread = this.shownThread(workspace);
-    const known = this.usages.get(key({ workspace, thread }));
-    if (known) this.usageEmitter.fire({ workspace, thread, ...known });
+    if (ws) this.threads.pin(ws, thread);
   }
 
   latestUsage(opts?: TargetOptions): UsageSnapshot | undefined {
     const workspace = opts?.workspace ?? this.defaultWorkspace();
     if (!workspace) return undefined;
-    return this.usages.get(key({ workspace, thread: opts?.thread ?? this.activeThread(workspace) }));
+    return this.usage.get({ workspace, thread: opts?.thread ?? this.threads.activeThread(workspace) });
   }
 
-  /** Keeps the newest usage per thread; an older historyVersion never replaces a newer one. */
+  /** Keeps a usage the daemon sent; a thread that moved may now be the one to follow. */
   update(t: Target, usage: UsageSnapshot): void {
-    const k = key(t);
-    const prev = this.usages.get(k);
-    if (prev && (usage.historyVersion < prev.historyVersion || sameUsage(prev, usage))) return;
-    const snap = pickUsage(usage);
-    this.usages.set(k, snap);
-    this.lastChanged.set(t.workspace, t.thread);
-    this.usageEmitter.fire({ workspace: t.workspace, thread: t.thread, ...snap });
-    // Another thread moved: it may now be the most recently active one.
-    if (!this.isPinned(t.workspace) && this.followed.get(t.workspace) !== t.thread) void this.followLatest(t.workspace);
+    if (this.usage.update(t, usage)) this.threads.usageChanged(t.workspace, t.thread);
   }
 
-  onDidChangeUsage = (listener: Listener<UsageChangedParams>): Disposable => this.usageEmitter.event(listener);
+  onDidChangeUsage = (listener: Listener<UsageChangedParams>): Disposable => this.usage.onDidChange(listener);
   /** Every compaction; `manual` is true for the ones this extension asked for (they report themselves). */
   onDidCompact = (listener: Listener<CompactedParams & { manual: boolean }>): Disposable => this.compactEmitter.event(listener);
   /** A thread appeared, ended or changed (`workspace` is '' after a daemon (re)start: everything may have). */
@@ -450,6 +297,20 @@ export class CtxdService implements CtxdApi {
     this.snapshotsEmitter.fire({ workspace: t.workspace });
   }
 
+  /** (v3) Items of the thread's whole history (or, with scope "workspace", every thread's) that match `query`, best first. */
+  async recall(query: string, opts?: TargetOptions & { limit?: number; scope?: 'thread' | 'workspace' }): Promise<RecallResult> {
+    const t = this.target(opts);
+    const params: Record<string, unknown> = { query };
+    if (opts?.limit !== undefined) params.limit = opts.limit;
+    if (opts?.scope) params.scope = opts.scope;
+    return this.call<RecallResult>(Method.recall, t, params);
+  }
+
+  /** (v3) One stored item whole, archived or not, by its `seq` in the thread. */
+  async item(seq: number, opts?: TargetOptions): Promise<ItemResult> {
+    return this.call<ItemResult>(Method.item, this.target(opts), { seq });
+  }
+
   /** The daemon's own view of its health (v2): settings problems, tokenizers, session sources. */
   async status(workspace?: string): Promise<StatusResult> {
     const ws = this.target({ workspace }).workspace;
@@ -482,7 +343,7 @@ export class CtxdService implements CtxdApi {
   }
 
   dispose(): void {
-    this.usageEmitter.dispose();
+    this.usage.dispose();
     this.compactEmitter.dispose();
     this.threadsEmitter.dispose();
     this.snapshotsEmitter.dispose();

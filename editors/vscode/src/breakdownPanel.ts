@@ -76,3 +76,51 @@ export class BreakdownController implements Disposable {
     this.refresher.dispose();
   }
 }
+
+/** A breakdown tab: where the controller draws, and the tab's own life. */
+export interface PanelHandle extends PanelSink {
+  reveal(): void;
+  onDidDispose(listener: () => void): Disposable;
+}
+
+/**
+ * The one breakdown tab of the window: opened (or revealed and redrawn) on demand, and taken back
+ * when VS Code restores it after a window reload (`restored`, VS Code's own panel object).
+ */
+export class BreakdownTab<Restored> implements Disposable {
+  private current: { controller: BreakdownController; reveal(): void } | undefined;
+
+  constructor(
+    private readonly service: CtxdService,
+    private readonly create: (restored?: Restored) => PanelHandle,
+    private readonly where: () => (FolderInfo & { thread: string }) | undefined,
+    private readonly nonce: () => string,
+    private readonly stopped: () => StopReason | undefined,
+  ) {}
+
+  async open(restored?: Restored): Promise<void> {
+    if (this.current && restored === undefined) {
+      this.current.reveal();
+      await this.current.controller.refresh();
+      return;
+    }
+    const handle = this.create(restored);
+    const controller = new BreakdownController(this.service, handle, this.where, this.nonce, 150, this.stopped);
+    const current = { controller, reveal: () => handle.reveal() };
+    this.current = current;
+    handle.onDidDispose(() => {
+      controller.dispose();
+      if (this.current === current) this.current = undefined;
+    });
+    await controller.refresh();
+  }
+
+  /** Redraws the open tab, if any. */
+  refresh(): void {
+    void this.current?.controller.refresh();
+  }
+
+  dispose(): void {
+    this.current?.controller.dispose();
+  }
+}

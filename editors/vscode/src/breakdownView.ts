@@ -6,7 +6,8 @@
  * Compact and Snapshot buttons are command links the panel allows.
  */
 import type { Breakdown, Category, Cost, UsageSnapshot } from './protocol';
-import { SPARE_CATEGORIES, categoryLabel, detailLabel, formatTokens, usagePercent } from './status';
+import { formatTokens } from './numbers';
+import { SPARE_CATEGORIES, categoryLabel, detailLabel, usagePercent } from './status';
 
 export interface RenderOptions {
   /** The webview's `cspSource`, allowed as a style source. */

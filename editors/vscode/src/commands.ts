@@ -4,58 +4,14 @@
  * it did, or undefined when the user cancelled or it failed (the failure is shown, not thrown).
  */
 import type { CtxdApi, CtxdService, TargetOptions } from './api';
-import { friendlyError } from './errors';
+import { formatAge, toMillis } from './age';
+import { type PickItem, type Ui, attempt } from './ui';
+import { shortId } from './text';
 import { type CompactResult, type CompactStrategy, type GhostCommit, Method, type RestoreResult, type RollbackResult } from './protocol';
 import { restoreSnapshotFlow } from './snapshots';
-import { formatTokens, strategyText } from './status';
+import { formatTokens } from './numbers';
+import { strategyText } from './status';
 import { type RestoreMemory, UNDO, offer, rollbackQuestion } from './timeMachine';
-
-export interface PickItem<T> {
-  label: string;
-  description?: string;
-  detail?: string;
-  value: T;
-}
-
-export type Severity = 'info' | 'warning' | 'error';
-
-export interface Ui {
-  pick<T>(items: PickItem<T>[], options: { title: string; placeHolder?: string }): Promise<T | undefined>;
-  input(options: { title: string; prompt: string; placeHolder?: string; value?: string }): Promise<string | undefined>;
-  /** A modal confirmation; true when the user chose `action`. */
-  confirm(message: string, detail: string, action: string): Promise<boolean>;
-  progress<T>(title: string, task: () => Promise<T>): Promise<T>;
-  notify(severity: Severity, message: string): void;
-  /** A notification with buttons; resolves to the chosen one (undefined when dismissed). */
-  ask(severity: Severity, message: string, actions: string[]): Promise<string | undefined>;
-}
-
-/** Every command the extension registers (package.json declares exactly these). */
-export const COMMANDS = {
-  menu: 'ctxd.menu',
-  showUsage: 'ctxd.showUsage',
-  compact: 'ctxd.compact',
-  compactNow: 'ctxd.compactNow',
-  snapshot: 'ctxd.snapshot',
-  restore: 'ctxd.restore',
-  rollback: 'ctxd.rollback',
-  switchThread: 'ctxd.switchThread',
-  restart: 'ctxd.restart',
-  showLog: 'ctxd.showLog',
-  install: 'ctxd.install',
-  setDaemonPath: 'ctxd.setDaemonPath',
-  refreshViews: 'ctxd.refreshViews',
-  showThread: 'ctxd.showThread',
-  showSnapshotChanges: 'ctxd.showSnapshotChanges',
-  restoreFiles: 'ctxd.restoreFiles',
-  restoreFilesAndConversation: 'ctxd.restoreFilesAndConversation',
-  deleteSnapshot: 'ctxd.deleteSnapshot',
-  undoRestore: 'ctxd.undoRestore',
-  undoLast: 'ctxd.undoLast',
-  undoOperation: 'ctxd.undoOperation',
-  openArchived: 'ctxd.openArchived',
-  showStatus: 'ctxd.showStatus',
-} as const;
 
 export const STRATEGY_ITEMS: PickItem<CompactStrategy>[] = [
   { label: 'Auto', description: 'auto', detail: 'Let ctxd choose: an LLM summary when a model is configured, else offline', value: 'auto' },
@@ -63,16 +19,6 @@ export const STRATEGY_ITEMS: PickItem<CompactStrategy>[] = [
   { label: 'Remote', description: 'remote', detail: "Use the model API's own compaction endpoint", value: 'remote' },
   { label: 'Offline', description: 'offline', detail: 'Keep recent turns and trim the rest, without a model', value: 'offline' },
 ];
-
-/** Runs `run`; a failure is shown as one sentence (see errors.ts) and gives undefined. */
-export async function attempt<T>(ui: Ui, what: string, run: () => Promise<T>): Promise<T | undefined> {
-  try {
-    return await run();
-  } catch (err) {
-    ui.notify('error', friendlyError(what, err));
-    return undefined;
-  }
-}
 
 /** Compacts the thread; without `chosen`, the user picks the strategy first. One message either way. */
 export async function compactFlow(
@@ -184,28 +130,3 @@ export async function rollbackFlow(ui: Ui, service: CtxdService, target?: Target
   return result;
 }
 
-export function shortId(id: string): string {
-  return id.slice(0, 7);
-}
-
-/** Epoch milliseconds of an ISO string, epoch seconds or epoch milliseconds. */
-export function toMillis(t: string | number | null | undefined): number {
-  if (t === null || t === undefined) return 0;
-  if (typeof t === 'number') return t < 1e11 ? t * 1000 : t;
-  const parsed = Date.parse(t);
-  return Number.isNaN(parsed) ? 0 : parsed;
-}
-
-/** "just now", "5 min ago", "3 h ago", "2 days ago". */
-export function formatAge(t: string | number | null | undefined, now: number): string {
-  // The protocol allows a snapshot or thread without a time (`createdAt: null`).
-  if (t === null || t === undefined || toMillis(t) === 0) return 'time unknown';
-  const seconds = Math.max(0, Math.round((now - toMillis(t)) / 1000));
-  if (seconds < 45) return 'just now';
-  const minutes = Math.round(seconds / 60);
-  if (minutes < 60) return `${minutes} min ago`;
-  const hours = Math.round(minutes / 60);
-  if (hours < 24) return `${hours} h ago`;
-  const days = Math.round(hours / 24);
-  return days === 1 ? '1 day ago' : `${days} days ago`;
-}

@@ -62,7 +62,7 @@ export class GaugeController implements Disposable {
   /** The folder and thread the gauge shows. */
   where(): (FolderInfo & { thread: string }) | undefined {
     const folder = this.activeFolder();
-    return folder ? { ...folder, thread: this.service.shownThread(folder.uri) } : undefined;
+    return folder ? { ...folder, thread: this.service.threads.shownThread(folder.uri) } : undefined;
   }
 
   /** Redraws from what is known and asks the daemon for the current breakdown. */
@@ -104,7 +104,7 @@ export class GaugeController implements Disposable {
     // Categories counted for other figures (before the exact tokenizer loaded, say) are not shown.
     const held = this.breakdown?.key === k ? this.breakdown.value : undefined;
     const breakdown = held && held.usage.usedTokens === usage.usedTokens && held.usage.tokenizerStatus === usage.tokenizerStatus ? held : undefined;
-    const source = this.service.threadSource(w.uri, w.thread);
+    const source = this.service.threads.threadSource(w.uri, w.thread);
     this.sink.show(gaugeView(usage, { folderName: w.name, thread: w.thread, source }, breakdown));
   }
 

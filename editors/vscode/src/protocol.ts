@@ -24,6 +24,8 @@ export const Method = {
   ghostDiff: 'ctxd/ghost/diff',
   ghostDelete: 'ctxd/ghost/delete',
   undo: 'ctxd/undo',
+  recall: 'ctxd/recall',
+  item: 'ctxd/item',
 } as const;
 
 export const Notification = {
@@ -46,6 +48,7 @@ export const ErrorCode = {
 // Results, notifications and request params: generated from the daemon's JSON Schema (ctxd-protocol.d.ts).
 export type {
   Breakdown,
+  CacheState,
   Category,
   CompactResult,
   Compacted as CompactedParams,
@@ -56,8 +59,11 @@ export type {
   GhostCommit,
   HistoryResult,
   Item,
+  ItemResult,
   OperationRecord,
   PromptResult,
+  RecallHit,
+  RecallResult,
   RecordResult,
   RestoreResult,
   RollbackResult,
@@ -107,6 +113,7 @@ export function normalizeBreakdown(raw: Partial<Breakdown> & { usage: UsageSnaps
     overheadTokens: typeof raw.overheadTokens === 'number' ? raw.overheadTokens : overhead,
     idleCost: typeof raw.idleCost === 'number' ? raw.idleCost : overhead,
     ...(raw.cost ? { cost: raw.cost } : {}),
+    ...(raw.cache ? { cache: raw.cache } : {}),
   };
 }
 

@@ -4,7 +4,8 @@
  * restore, delete, and picking a changed file to diff. Opening VS Code's diff editor is passed in.
  */
 import type { CtxdService, TargetOptions } from './api';
-import { type PickItem, type Ui, attempt, shortId } from './commands';
+import { type PickItem, type Ui, attempt } from './ui';
+import { shortId } from './text';
 import { type DiffFile, type GhostCommit, Method, type RestoreResult } from './protocol';
 import type { RestoreMemory } from './timeMachine';
 

@@ -3,6 +3,8 @@
  * the item's text, tooltip and colour. Kept free of `vscode` so the exact strings are unit-tested.
  */
 import type { StopReason } from './daemon';
+import { cacheLines } from './cacheText';
+import { formatTokens } from './numbers';
 import type { Breakdown, Category, UsageSnapshot } from './protocol';
 
 /** How the counts were made, in words (the daemon's `source` and `tokenizerStatus`). */
@@ -79,18 +81,6 @@ export function detailLabel(name: string): string {
   return name;
 }
 
-/** Compact token count as people read it: 950, 48.2k, 128k, 1.2M. */
-export function formatTokens(n: number): string {
-  const value = Math.max(0, Math.round(n));
-  if (value < 1000) return String(value);
-  if (value < 999_950) return `${trimZero((value / 1000).toFixed(1))}k`;
-  return `${trimZero((value / 1_000_000).toFixed(1))}M`;
-}
-
-function trimZero(s: string): string {
-  return s.endsWith('.0') ? s.slice(0, -2) : s;
-}
-
 /** Share of the window in whole percent, computed from the counts so text and numbers agree. */
 export function usagePercent(usage: Pick<UsageSnapshot, 'usedTokens' | 'contextWindow'>): number {
   if (!(usage.contextWindow > 0)) return 0;
@@ -131,10 +121,12 @@ function percentOf(tokens: number, window: number): string {
   return `${((100 * tokens) / window).toFixed(1)}%`;
 }
 
+/** `now` (ms) dates the cache's state ("warm for 3 min"). */
 export function gaugeTooltip(
   usage: UsageSnapshot,
   where: { folderName: string; thread: string },
   breakdown?: Breakdown,
+  now: number = Date.now(),
 ): string {
   const lines = [
     `**ctxd** · ${escapeMarkdown(where.folderName)} · thread \`${where.thread.replace(/`/g, "'")}\``,
@@ -155,6 +147,7 @@ export function gaugeTooltip(
       }
     }
   }
+  for (const line of cacheLines(breakdown?.cache, now)) lines.push('', line);
   lines.push('', 'Click for the ctxd menu (breakdown, compact, snapshot, threads).');
   return lines.join('\n');
 }
@@ -163,11 +156,12 @@ export function gaugeView(
   usage: UsageSnapshot,
   where: { folderName: string; thread: string; source?: string },
   breakdown?: Breakdown,
+  now: number = Date.now(),
 ): GaugeView {
   const level = gaugeLevel(usage);
   return {
     text: gaugeText(usage, where.source),
-    tooltip: gaugeTooltip(usage, where, breakdown),
+    tooltip: gaugeTooltip(usage, where, breakdown, now),
     level,
     backgroundColor: levelBackground(level),
   };

@@ -11,3 +11,8 @@ export function plainText(text: string): string {
     .replace(/\s*\r?\n\s*/g, ' ')
     .trim();
 }
+
+/** A snapshot id as git shows it short. */
+export function shortId(id: string): string {
+  return id.slice(0, 7);
+}

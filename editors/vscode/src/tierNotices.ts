@@ -2,11 +2,14 @@
  * One notification per crossing into the warn or compact tier of the thread the gauge shows: a
  * thread that stays in a tier, or drops back and is compacted, says nothing more. The notice says
  * what the gauge says (the same percent and counts), and a notice that no longer holds (the tier
- * changed since) is to be closed. Pure.
+ * changed since) is to be closed. `TierNotices` shows them through a small host.
  */
+import { COMMANDS } from './commandIds';
 import { isFollowed } from './followed';
-import type { Tier, UsageSnapshot } from './protocol';
-import { formatTokens, gaugeText } from './status';
+import type { Tier, UsageChangedParams, UsageSnapshot } from './protocol';
+import type { Severity } from './ui';
+import { formatTokens } from './numbers';
+import { gaugeText } from './status';
 
 const RANK: Record<Tier, number> = { ok: 0, warn: 1, compact: 2 };
 
@@ -46,4 +49,50 @@ export function tierMessage(tier: Tier, thread: string, usage: UsageSnapshot): s
     return `ctxd: thread "${thread}" is at ${figures}: it reached the auto-compact limit (${formatTokens(usage.autoCompactLimit)}).`;
   }
   return `ctxd: thread "${thread}" is at ${figures}: ${formatTokens(left)} tokens left before auto-compact (at ${formatTokens(usage.autoCompactLimit)}).`;
+}
+
+export interface TierNoticeHost {
+  /** The workspace and thread the gauge shows. */
+  shown(): { uri: string; thread: string } | undefined;
+  /** Whether the notifications setting lets a warning through. */
+  warningsShown(): boolean;
+  ask(severity: Severity, message: string, actions: string[]): Promise<string | undefined>;
+  /** Hides the open toasts (VS Code cannot close one notification). */
+  hideToasts(): PromiseLike<unknown>;
+  execute(command: string): unknown;
+}
+
+/** One notice per crossing, for the thread the gauge shows; a notice that no longer holds is hidden first. */
+export class TierNotices {
+  private readonly watcher = new TierWatcher();
+  private open = false;
+
+  constructor(private readonly h: TierNoticeHost) {}
+
+  async close(): Promise<void> {
+    if (!this.open) return;
+    this.open = false;
+    await this.h.hideToasts();
+  }
+
+  /** Feed every usage change here. */
+  observe(e: UsageChangedParams): void {
+    const w = this.h.shown();
+    if (!w || e.workspace !== w.uri || e.thread !== w.thread) return;
+    const change = this.watcher.observe(`${e.workspace}\u0000${e.thread}`, e.tier);
+    // The stale notice is hidden before the new one shows (hiding is not instant).
+    const hidden = change.changed ? this.close() : Promise.resolve();
+    const up = change.up;
+    if (!up || !this.h.warningsShown()) return;
+    void hidden
+      .then(() => {
+        this.open = true;
+        return this.h.ask('warning', tierMessage(up, e.thread, e), tierActions(e.thread));
+      })
+      .then((choice) => {
+        this.open = false;
+        if (choice === TIER_ACTIONS.compact) void this.h.execute(COMMANDS.compactNow);
+        if (choice === TIER_ACTIONS.breakdown) void this.h.execute(COMMANDS.showUsage);
+      });
+  }
 }

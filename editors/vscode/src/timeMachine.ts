@@ -6,9 +6,10 @@
  * back together), which only this window knows: it remembers the snapshot per operation.
  */
 import type { CtxdService, TargetOptions } from './api';
-import { type Ui, attempt, formatAge } from './commands';
+import { type Ui, attempt } from './ui';
+import { formatAge } from './age';
 import { Method, type OperationRecord, type RestoreResult, type UndoResult } from './protocol';
-import { formatTokens } from './status';
+import { formatTokens } from './numbers';
 
 export const UNDO = 'Undo';
 export const REDO = 'Redo';

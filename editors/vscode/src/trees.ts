@@ -3,8 +3,11 @@
  * Each model knows how to fetch its nodes and when they change; vscodeapi.ts turns a model into a
  * TreeDataProvider. Free of `vscode`, tested against the real daemon.
  */
-import { Emitter, type CtxdService } from './api';
-import { COMMANDS, formatAge, shortId, toMillis } from './commands';
+import type { CtxdService } from './api';
+import { Emitter } from './emitter';
+import { COMMANDS } from './commandIds';
+import { formatAge, toMillis } from './age';
+import { shortId } from './text';
 import { Debouncer, type FolderInfo } from './gauge';
 import {
   type CompactedParams,
@@ -17,7 +20,8 @@ import {
   type OperationRecord,
   type ThreadInfo,
 } from './protocol';
-import { formatTokens, strategyText, usagePercent } from './status';
+import { formatTokens } from './numbers';
+import { strategyText, usagePercent } from './status';
 import { operationDescription, operationLabel } from './timeMachine';
 
 export interface TreeNode {

@@ -4,7 +4,7 @@
  * without VS Code. Keep this file thin: adapters, no decisions.
  */
 import * as vscode from 'vscode';
-import type { Ui, PickItem, Severity } from './commands';
+import type { Ui, PickItem, Severity } from './ui';
 import type { FolderInfo, GaugeSink } from './gauge';
 import type { PanelSink } from './breakdownPanel';
 import { PAGE_COMMANDS } from './breakdownView';
@@ -12,6 +12,7 @@ import type { ConfigReader } from './settings';
 import type { DiffFile, Disposable } from './protocol';
 import type { TreeModel, TreeNode } from './trees';
 import { plainText } from './text';
+import type { LiveSearch, SearchAnswer } from './recall';
 
 export type ExtensionContext = vscode.ExtensionContext;
 export type LogOutputChannel = vscode.LogOutputChannel;
@@ -152,6 +153,50 @@ export function createUi(): Ui {
   };
 }
 
+/**
+ * A quick pick that asks `answer` again as the user types (after a short pause); a slower answer to
+ * an older query is dropped. The rows are the daemon's ranking: VS Code does not filter or re-sort them.
+ */
+export const liveSearch: LiveSearch = <T>(
+  options: { title: string; placeHolder: string },
+  answer: (query: string) => Promise<SearchAnswer<T>>,
+) =>
+  new Promise<T | undefined>((resolve) => {
+    type Row = vscode.QuickPickItem & { value: T };
+    const box = vscode.window.createQuickPick<Row>();
+    box.title = options.title;
+    box.placeholder = options.placeHolder;
+    box.matchOnDescription = false;
+    box.matchOnDetail = false;
+    let asked = 0;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const ask = async (query: string) => {
+      const mine = ++asked;
+      box.busy = true;
+      const a = await answer(query);
+      if (mine !== asked) return;
+      box.busy = false;
+      box.title = `${options.title}: ${a.note}`;
+      box.items = a.items.map((i) => ({ label: i.label, description: i.description, detail: i.detail, alwaysShow: true, value: i.value }));
+    };
+    box.onDidChangeValue((query) => {
+      if (timer) clearTimeout(timer);
+      timer = setTimeout(() => void ask(query), 200);
+    });
+    let chosen: T | undefined;
+    box.onDidAccept(() => {
+      chosen = box.selectedItems[0]?.value;
+      if (chosen !== undefined) box.hide();
+    });
+    box.onDidHide(() => {
+      if (timer) clearTimeout(timer);
+      box.dispose();
+      resolve(chosen);
+    });
+    box.show();
+    void ask('');
+  });
+
 export function executeCommand(command: string, ...args: unknown[]): Thenable<unknown> {
   return vscode.commands.executeCommand(command, ...args);
 }
@@ -245,11 +290,9 @@ export function setDaemonCommand(command: string[]): Thenable<void> {
 
 /** The settings editor at `ctxd.daemon.command`, on the tab that can show it (Remote in a remote window). */
 export async function openSettings(id: string): Promise<void> {
-  if (vscode.env.remoteName) {
-    await vscode.commands.executeCommand('workbench.action.openRemoteSettings', `@id:${id}`);
-  } else {
-    await vscode.commands.executeCommand('workbench.action.openSettings', `@id:${id}`);
-  }
+  // An options object: openRemoteSettings drops a plain string query (the tab opened unfiltered).
+  const options = { query: `@id:${id}` };
+  await vscode.commands.executeCommand(vscode.env.remoteName ? 'workbench.action.openRemoteSettings' : 'workbench.action.openSettings', options);
 }
 
 /** The extension's README (how to install ctxd by hand), rendered. */

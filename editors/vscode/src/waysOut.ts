@@ -4,7 +4,7 @@
  * is saved). Flows over small host functions, so the tests drive them with a scripted Ui and real
  * processes; vscodeapi.ts supplies the real dialogs and settings.
  */
-import type { Ui } from './commands';
+import type { Ui } from './ui';
 import { type SourceKind, installFailedMessage, installPlan, runInstall, sourceProblem } from './install';
 import { describe, probeDaemon } from './probe';
 import { commandForProgram, resolveDaemonCommand, splitCommandLine } from './settings';

@@ -144,12 +144,12 @@ describe('usage cache (no daemon)', () => {
   test('the gauge shows the last thread that changed unless one is set', () => {
     const s = new CtxdService(() => Promise.reject(new Error('unused')), () => 'file:///w');
     const u = { usedTokens: 1, contextWindow: 1000, percent: 0, autoCompactLimit: 900, tier: 'ok' as const, source: 'estimate' as const, historyVersion: 1 };
-    assert.equal(s.shownThread('file:///w'), 'default');
+    assert.equal(s.threads.shownThread('file:///w'), 'default');
     s.update({ workspace: 'file:///w', thread: 'b' }, u);
-    assert.equal(s.shownThread('file:///w'), 'b');
-    assert.equal(s.activeThread('file:///w'), 'default');
+    assert.equal(s.threads.shownThread('file:///w'), 'b');
+    assert.equal(s.threads.activeThread('file:///w'), 'default');
     s.setActiveThread('c');
-    assert.equal(s.shownThread('file:///w'), 'c');
-    assert.equal(s.activeThread('file:///w'), 'c');
+    assert.equal(s.threads.shownThread('file:///w'), 'c');
+    assert.equal(s.threads.activeThread('file:///w'), 'c');
   });
 });

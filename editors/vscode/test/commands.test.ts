@@ -4,18 +4,9 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { CtxdService } from '../src/api';
-import {
-  type PickItem,
-  STRATEGY_ITEMS,
-  type Severity,
-  type Ui,
-  compactFlow,
-  formatAge,
-  restoreFlow,
-  rollbackFlow,
-  snapshotFlow,
-  snapshotItems,
-} from '../src/commands';
+import { type PickItem, type Severity, type Ui } from '../src/ui';
+import { STRATEGY_ITEMS, compactFlow, restoreFlow, rollbackFlow, snapshotFlow, snapshotItems } from '../src/commands';
+import { formatAge } from '../src/age';
 import type { GhostCommit } from '../src/protocol';
 import { type Daemon, assistantMessage, startDaemon, userMessage } from './daemon';
 

@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { ClientState, Daemon, DaemonStartError, startFailure, type ManagedClient, type StopReason } from '../src/daemon';
-import { Emitter } from '../src/api';
+import { Emitter } from '../src/emitter';
 import { Debouncer } from '../src/gauge';
 import type { Rpc } from '../src/protocol';
 

@@ -1,7 +1,8 @@
 /** Following the workspace's most recently active thread, and pinning one, against the real daemon. */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { CtxdService, latestThread } from '../src/api';
+import { CtxdService } from '../src/api';
+import { latestThread } from '../src/threadSelection';
 import type { ThreadInfo } from '../src/protocol';
 import { type Daemon, startDaemon, userMessage, waitFor } from './daemon';
 
@@ -38,27 +39,27 @@ describe('following the latest thread (real daemon)', () => {
   });
 
   const shownIs = (thread: string) =>
-    waitFor(() => service.shownThread(d.uri) === thread, (wake) => service.onDidChangeUsage(wake), 10_000, `shown thread ${thread}`);
+    waitFor(() => service.threads.shownThread(d.uri) === thread, (wake) => service.onDidChangeUsage(wake), 10_000, `shown thread ${thread}`);
 
   test('the gauge follows the thread that was active last, and labels its source', async () => {
     await service.record([userMessage('first thread')], { thread: 'one' });
     await new Promise((r) => setTimeout(r, 20));
     await service.record([userMessage('second thread')], { thread: 'two' });
-    await service.followLatest(d.uri);
-    assert.equal(service.shownThread(d.uri), 'two');
-    assert.equal(service.threadSource(d.uri, 'two'), 'client');
-    assert.equal(service.isPinned(d.uri), false);
+    await service.threads.followLatest(d.uri);
+    assert.equal(service.threads.shownThread(d.uri), 'two');
+    assert.equal(service.threads.threadSource(d.uri, 'two'), 'client');
+    assert.equal(service.threads.isPinned(d.uri), false);
   });
 
   test('a picked thread stays shown until the user follows the latest again', async () => {
     service.setActiveThread('one', d.uri);
-    assert.equal(service.isPinned(d.uri), true);
+    assert.equal(service.threads.isPinned(d.uri), true);
     await service.record([userMessage('more on two')], { thread: 'two' });
-    await service.followLatest(d.uri);
-    assert.equal(service.shownThread(d.uri), 'one');
-    await service.clearActiveThread(d.uri);
-    assert.equal(service.isPinned(d.uri), false);
-    assert.equal(service.shownThread(d.uri), 'two');
+    await service.threads.followLatest(d.uri);
+    assert.equal(service.threads.shownThread(d.uri), 'one');
+    await service.threads.unpin(d.uri);
+    assert.equal(service.threads.isPinned(d.uri), false);
+    assert.equal(service.threads.shownThread(d.uri), 'two');
   });
 
   test('activity on another thread moves the gauge to it without a call from the caller', async () => {

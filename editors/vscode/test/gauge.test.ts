@@ -3,9 +3,10 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { CtxdService } from '../src/api';
 import { BreakdownController } from '../src/breakdownPanel';
-import { Emitter } from '../src/api';
+import { Emitter } from '../src/emitter';
 import { GaugeController } from '../src/gauge';
-import { ERROR_BACKGROUND, type GaugeView, WARNING_BACKGROUND, formatTokens, gaugeText } from '../src/status';
+import { formatTokens } from '../src/numbers';
+import { ERROR_BACKGROUND, type GaugeView, WARNING_BACKGROUND, gaugeText } from '../src/status';
 import { type Daemon, startDaemon, userMessage, waitFor } from './daemon';
 
 class RecordingSink {

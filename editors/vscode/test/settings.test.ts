@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { describe, test } from 'node:test';
-import { COMMANDS } from '../src/commands';
+import { COMMANDS } from '../src/commandIds';
 import {
   type ConfigReader,
   RESTART_SETTINGS,

@@ -4,13 +4,13 @@ import {
   ERROR_BACKGROUND,
   WARNING_BACKGROUND,
   downView,
-  formatTokens,
   gaugeText,
   gaugeView,
   idleView,
   topCategories,
   usagePercent,
 } from '../src/status';
+import { formatTokens } from '../src/numbers';
 import { breakdown, usage } from './fixtures';
 
 describe('formatTokens', () => {

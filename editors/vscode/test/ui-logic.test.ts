@@ -1,7 +1,7 @@
 /** The pure UI decisions: the status item's menu, tier notifications, failure notices, error sentences. */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { COMMANDS } from '../src/commands';
+import { COMMANDS } from '../src/commandIds';
 import { friendlyError } from '../src/errors';
 import { ACTIONS, FailureNotices } from '../src/failures';
 import { Method } from '../src/protocol';
@@ -16,11 +16,21 @@ import { usage } from './fixtures';
 const all = () => true;
 
 describe('status item menu', () => {
-  test('a running daemon: breakdown, compact, snapshot, switch thread, restore, log', () => {
+  test('a running daemon: breakdown, compact, snapshot, switch thread, search history, restore, log', () => {
     const items = menuItems({ down: undefined, supports: all, thread: 'e2e' });
     assert.deepEqual(
       items.map((i) => i.value),
-      [COMMANDS.showUsage, COMMANDS.compactNow, COMMANDS.snapshot, COMMANDS.switchThread, COMMANDS.restore, COMMANDS.undoLast, COMMANDS.showStatus, COMMANDS.showLog],
+      [
+        COMMANDS.showUsage,
+        COMMANDS.compactNow,
+        COMMANDS.snapshot,
+        COMMANDS.switchThread,
+        COMMANDS.searchHistory,
+        COMMANDS.restore,
+        COMMANDS.undoLast,
+        COMMANDS.showStatus,
+        COMMANDS.showLog,
+      ],
     );
     assert.equal(items[0].label, '$(graph) Open breakdown');
     assert.equal(items[1].description, 'thread "e2e"');
@@ -35,7 +45,7 @@ describe('status item menu', () => {
   });
 
   test('what the daemon does not serve is left out', () => {
-    const items = menuItems({ down: undefined, supports: (m) => m !== Method.ghostSnapshot && m !== Method.ghostRestore && m !== Method.status && m !== Method.undo, thread: 'x' });
+    const items = menuItems({ down: undefined, supports: (m) => m !== Method.ghostSnapshot && m !== Method.ghostRestore && m !== Method.status && m !== Method.undo && m !== Method.recall, thread: 'x' });
     assert.deepEqual(items.map((i) => i.value), [COMMANDS.showUsage, COMMANDS.compactNow, COMMANDS.switchThread, COMMANDS.showLog]);
   });
 

@@ -4,12 +4,13 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { CtxdService } from '../src/api';
-import { COMMANDS, type PickItem, type Severity, type Ui } from '../src/commands';
+import { COMMANDS } from '../src/commandIds';
+import { type PickItem, type Severity, type Ui } from '../src/ui';
 import { type CompactResult, type DiffFile, Method } from '../src/protocol';
 import { statusMarkdown } from '../src/statusReport';
 import { UNDO_RESTORE, deleteSnapshotFlow, restoreSnapshotFlow, showChangesFlow } from '../src/snapshots';
 import { CompactionsModel, SnapshotsModel, ThreadsModel, archivedBy, threadNode } from '../src/trees';
-import { formatTokens } from '../src/status';
+import { formatTokens } from '../src/numbers';
 import { type Daemon, assistantMessage, startDaemon, userMessage, waitFor } from './daemon';
 
 class ScriptedUi implements Ui {
@@ -44,7 +45,7 @@ class ScriptedUi implements Ui {
 describe('views and snapshot actions (real daemon)', () => {
   let d: Daemon;
   let service: CtxdService;
-  const where = () => ({ uri: d.uri, name: 'ws', thread: service.shownThread(d.uri) });
+  const where = () => ({ uri: d.uri, name: 'ws', thread: service.threads.shownThread(d.uri) });
 
   before(async () => {
     d = await startDaemon({ git: true });

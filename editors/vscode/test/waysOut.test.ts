@@ -7,7 +7,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import type { PickItem, Severity, Ui } from '../src/commands';
+import type { PickItem, Severity, Ui } from '../src/ui';
 import { failureLine, installPlan, sourceProblem, venvPython } from '../src/install';
 import { FAILURE_ACTIONS, INSTALL_CHOICES, PATH_CHOICES, type WaysOutHost, installFlow, setPathFlow } from '../src/waysOut';
 import { PYTHON, REPO } from './daemon';

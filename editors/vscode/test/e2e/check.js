@@ -29,6 +29,8 @@
 //                           compaction in effect, the rollback listed as undone in the History tree
 //   vscode-compactions-reload.png  after a window reload, the History tree still lists the compaction (from ctxd/history)
 //   vscode-compaction-archived.png  a click on it opens the items it replaced, read-only
+//   vscode-search-history.png / vscode-search-history-item.png  the Threads view's Search History…: words from the
+//                           compacted turns list their items as "replaced by a compaction"; a click opens one read-only
 //   vscode-crash-storm.png  a daemon that keeps crashing: "stopped after 5 crashes" with Restart, also on the page
 //   vscode-not-installed.png  a Python without ctxd: one notification with Install / Set path / Show log, no Markdown,
 //                           no unpublished package name
@@ -37,6 +39,8 @@
 //                           named by ctxd.daemon.command and the daemon running
 //   vscode-set-path-refused.png / vscode-set-path.png  Set path: a command that cannot run ctxd is refused with
 //                           Python's own reason and the setting unchanged; a working one is saved and the daemon runs
+//   vscode-set-path-setting.png  Set path's "Open the setting": the settings editor shows ctxd.daemon.command (code-server is
+//                           a remote window, where it once said "No Settings Found")
 //   vscode-breakdown-reload.png  after a window reload the breakdown tab is back and draws
 // CTXD_E2E_MODE picks the session: `main` (a working daemon; everything up to the views), `crash`
 // (a daemon that dies a second after each start), `missing` (a Python without ctxd).
@@ -47,7 +51,8 @@ const fs = require('fs');
 const os = require('os');
 const path = require('path');
 const puppeteer = require('puppeteer-core');
-const { gaugeText, formatTokens } = require('../../out/src/status.js');
+const { gaugeText } = require('../../out/src/status.js');
+const { formatTokens } = require('../../out/src/numbers.js');
 const { accuracyText, headroomText } = require('../../out/src/breakdownView.js');
 const { StreamMessageReader, StreamMessageWriter, createMessageConnection } = require('vscode-jsonrpc/node');
 
@@ -835,6 +840,44 @@ async function checkCompactionsAfterReload(page, compactedText) {
   if ((await archivedText()).text.includes('zzz')) throw new Error('the archived items could be edited');
   log(`archived items open read-only in "${archived.name.split(',')[0]}"`);
   await shot(page, 'vscode-compaction-archived.png');
+  await checkSearchHistory(page);
+}
+
+/** The Threads view's "Search History…": words from the compacted part find it, marked, and open it read-only. */
+async function checkSearchHistory(page) {
+  await openCtxdView(page);
+  const clicked = await page.evaluate(() => {
+    const pane = [...document.querySelectorAll('.pane')].find((p) => (p.querySelector('.pane-header .title')?.textContent || '').trim() === 'Threads');
+    const action = pane && [...pane.querySelectorAll('.pane-header .action-label')].find((a) => /Search History/.test(a.getAttribute('aria-label') || a.title || ''));
+    if (action) action.click();
+    return !!action;
+  });
+  if (!clicked) throw new Error('the Threads view has no "Search History…" action');
+  await page.waitForSelector('.quick-input-widget input', { visible: true, timeout: TIMEOUT });
+  await page.type('.quick-input-widget input', 'module_0 summarise');
+  const rows = await until('the search results, one replaced by a compaction', () =>
+    page.evaluate(() => {
+      const r = [...document.querySelectorAll('.quick-input-widget .monaco-list-row')].map((x) => (x.textContent || '').replace(/\s+/g, ' '));
+      return r.some((x) => x.includes('replaced by a compaction') && x.includes('module_0')) ? r : false;
+    }),
+  );
+  const title = await page.evaluate(() => (document.querySelector('.quick-input-widget .quick-input-title')?.textContent || '').trim());
+  await shot(page, 'vscode-search-history.png');
+  await page.evaluate(() => {
+    const row = [...document.querySelectorAll('.quick-input-widget .monaco-list-row')].find((x) => /replaced by a compaction/.test(x.textContent || '') && /module_0/.test(x.textContent || ''));
+    row.click();
+  });
+  const opened = await until('the item to open read-only', () =>
+    page.evaluate(() => {
+      const tab = document.querySelector('.tab.active');
+      const name = tab ? tab.getAttribute('aria-label') || tab.textContent || '' : '';
+      const lines = document.querySelector('.editor-instance .monaco-editor .view-lines');
+      const text = lines ? lines.innerText.replace(/\u00a0/g, ' ') : '';
+      return /-item-\d+\.md/.test(name) && /A compaction replaced this item/.test(text) && /module_0/.test(text) ? { name, text } : false;
+    }),
+  );
+  log(`search history: "${title}", ${rows.length} rows; opened "${opened.name.split(',')[0]}"`);
+  await shot(page, 'vscode-search-history-item.png');
 }
 
 async function checkCrashStorm(page) {
@@ -985,6 +1028,25 @@ async function checkNotInstalled(page) {
   await until('the gauge to run', async () => !/not installed|stopped/.test(await gaugeNow(page)), 60_000);
   log(`set path: refused "${refused.text}"; then "${found.text}"; gauge "${await gaugeNow(page)}"`);
   await shot(page, 'vscode-set-path.png');
+
+  // --- Set path's "Open the setting": code-server is a remote window, where the local settings
+  // editor said "No Settings Found"; it must show ctxd.daemon.command with the command just saved.
+  await clearToasts(page);
+  await runCommand(page, 'ctxd: Set Daemon Path');
+  await pickRow(page, 'Open the setting');
+  const setting = await until('the settings editor to show ctxd.daemon.command', () =>
+    page.evaluate(() => {
+      const editor = [...document.querySelectorAll('.settings-editor')].find((e) => e.offsetParent !== null);
+      if (!editor) return undefined;
+      const none = editor.querySelector('.no-results-message');
+      if (none && none.offsetParent !== null && /No Settings Found/i.test(none.textContent || '')) return { none: true };
+      const row = [...editor.querySelectorAll('.setting-item-contents')].find((r) => /Daemon:?\s*Command/i.test(r.textContent || ''));
+      return row ? { text: (row.textContent || '').replace(/\s+/g, ' ').trim() } : undefined;
+    }),
+  );
+  if (setting.none) throw new Error('Set path\'s "Open the setting" shows "No Settings Found"');
+  log(`open the setting: "${setting.text.slice(0, 160)}"`);
+  await shot(page, 'vscode-set-path-setting.png');
 }
 
 async function main() {

@@ -1,0 +1,28 @@
+/** The ids of the commands the extension registers; package.json declares exactly these. */
+
+export const COMMANDS = {
+  menu: 'ctxd.menu',
+  showUsage: 'ctxd.showUsage',
+  compact: 'ctxd.compact',
+  compactNow: 'ctxd.compactNow',
+  snapshot: 'ctxd.snapshot',
+  restore: 'ctxd.restore',
+  rollback: 'ctxd.rollback',
+  switchThread: 'ctxd.switchThread',
+  restart: 'ctxd.restart',
+  showLog: 'ctxd.showLog',
+  install: 'ctxd.install',
+  setDaemonPath: 'ctxd.setDaemonPath',
+  refreshViews: 'ctxd.refreshViews',
+  showThread: 'ctxd.showThread',
+  showSnapshotChanges: 'ctxd.showSnapshotChanges',
+  restoreFiles: 'ctxd.restoreFiles',
+  restoreFilesAndConversation: 'ctxd.restoreFilesAndConversation',
+  deleteSnapshot: 'ctxd.deleteSnapshot',
+  undoRestore: 'ctxd.undoRestore',
+  undoLast: 'ctxd.undoLast',
+  undoOperation: 'ctxd.undoOperation',
+  openArchived: 'ctxd.openArchived',
+  showStatus: 'ctxd.showStatus',
+  searchHistory: 'ctxd.searchHistory',
+} as const;

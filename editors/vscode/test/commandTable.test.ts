@@ -1,0 +1,161 @@
+/** The registered commands' bodies (commandTable.ts) run against the real daemon, the editor's own parts recorded. */
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { CtxdService } from '../src/api';
+import { COMMANDS } from '../src/commandIds';
+import { type CommandHost, type CommandTable, FOLLOW_LATEST, commandTable, snapshotOf } from '../src/commandTable';
+import type { GhostCommit, RecallHit } from '../src/protocol';
+import type { LiveSearch, SearchAnswer } from '../src/recall';
+import { RestoreMemory } from '../src/timeMachine';
+import type { PickItem, Severity, Ui } from '../src/ui';
+import type { WaysOutHost } from '../src/waysOut';
+import { type Daemon, assistantMessage, startDaemon, userMessage } from './daemon';
+
+class ScriptedUi implements Ui {
+  picks: PickItem<unknown>[][] = [];
+  messages: { severity: Severity; message: string }[] = [];
+  constructor(private readonly answers: ((items: PickItem<unknown>[]) => unknown)[] = []) {}
+  async pick<T>(items: PickItem<T>[]): Promise<T | undefined> {
+    this.picks.push(items as PickItem<unknown>[]);
+    return this.answers.shift()?.(items as PickItem<unknown>[]) as T | undefined;
+  }
+  async input(): Promise<string | undefined> {
+    return undefined;
+  }
+  async confirm(): Promise<boolean> {
+    return false;
+  }
+  async progress<T>(_t: string, task: () => Promise<T>): Promise<T> {
+    return task();
+  }
+  notify(severity: Severity, message: string): void {
+    this.messages.push({ severity, message });
+  }
+  async ask(severity: Severity, message: string): Promise<string | undefined> {
+    this.messages.push({ severity, message });
+    return undefined;
+  }
+}
+
+/** A host whose editor parts (documents, trees, redraws) are recorded; the service talks to the real daemon. */
+function host(service: CtxdService, uri: string, ui: Ui, thread?: () => string) {
+  const seen = { opened: [] as { name: string; content: string; language: string }[], executed: [] as string[], redraws: 0, closedNotices: 0 };
+  const h: CommandHost = {
+    ui,
+    service,
+    shown: () => ({ uri, name: 'ws', thread: thread ? thread() : service.threads.shownThread(uri) }),
+    stopped: () => undefined,
+    memory: new RestoreMemory(),
+    redraw: () => void seen.redraws++,
+    refreshTrees: () => undefined,
+    setUndoRestore: () => undefined,
+    openBreakdown: async () => undefined,
+    closeTierNotice: async () => void seen.closedNotices++,
+    execute: (c) => void seen.executed.push(c),
+    restart: () => undefined,
+    showLog: () => undefined,
+    waysOut: {} as WaysOutHost,
+    liveSearch: (async () => undefined) as LiveSearch,
+    openReadOnly: async (name, content, language) => void seen.opened.push({ name, content, language }),
+    openSnapshotDiff: async () => undefined,
+    now: Date.now,
+  };
+  return { h, seen };
+}
+
+describe('command table', () => {
+  let d: Daemon;
+  let service: CtxdService;
+
+  before(async () => {
+    d = await startDaemon();
+    service = new CtxdService(async () => d.rpc, () => d.uri);
+    service.attach(d.rpc, d.initializeResult.capabilities.experimental.ctxd.methods);
+    await service.record([userMessage('The build server is ci-runner-7.'), assistantMessage('Noted: ci-runner-7.')], { thread: 'alpha' });
+    for (let i = 0; i < 8; i++) {
+      await service.record(
+        [userMessage(`Turn ${i}: explain module ${i}. `.repeat(20)), assistantMessage(`Module ${i} reads and checks files. `.repeat(20))],
+        { thread: 'alpha' },
+      );
+    }
+    await service.compact({ thread: 'alpha', strategy: 'offline' });
+    await service.record([userMessage('another thread')], { thread: 'beta' });
+  });
+  after(async () => {
+    service?.dispose();
+    await d?.stop();
+  });
+
+  test('the table has a body for every command the extension declares', () => {
+    const { h } = host(service, d.uri, new ScriptedUi());
+    assert.deepEqual(Object.keys(commandTable(h)).sort(), Object.values(COMMANDS).sort());
+  });
+
+  test('Switch Thread pins the picked thread, and "Follow the latest" unpins', async () => {
+    const ui = new ScriptedUi([(items) => items.find((i) => i.value === 'alpha')!.value, () => FOLLOW_LATEST]);
+    const { h, seen } = host(service, d.uri, ui);
+    const table: CommandTable = commandTable(h);
+    await table[COMMANDS.switchThread]();
+    assert.ok(ui.picks[0].some((i) => i.value === 'beta'), 'every thread is offered');
+    assert.equal(service.threads.isPinned(d.uri), true);
+    assert.equal(service.threads.shownThread(d.uri), 'alpha');
+    assert.equal(seen.redraws, 1);
+    await table[COMMANDS.switchThread]();
+    assert.equal(service.threads.isPinned(d.uri), false);
+    assert.equal(service.threads.shownThread(d.uri), 'beta');
+    assert.equal(seen.redraws, 2);
+  });
+
+  test('Open Archived Items opens what the compaction replaced, read-only', async () => {
+    const { h, seen } = host(service, d.uri, new ScriptedUi());
+    await commandTable(h)[COMMANDS.openArchived](d.uri, 'alpha');
+    assert.equal(seen.opened.length, 1);
+    assert.equal(seen.opened[0].name, 'archived/alpha.json');
+    assert.equal(seen.opened[0].language, 'json');
+    assert.match(seen.opened[0].content, /ci-runner-7/);
+  });
+
+  test('Show Status opens the daemon status as Markdown', async () => {
+    const { h, seen } = host(service, d.uri, new ScriptedUi());
+    await commandTable(h)[COMMANDS.showStatus]();
+    assert.equal(seen.opened[0]?.name, 'ctxd-status.md');
+    assert.match(seen.opened[0].content, /^# ctxd .* \(protocol 3\)/);
+  });
+
+  test('Search History opens the chosen item as a Markdown document', async () => {
+    const { h, seen } = host(service, d.uri, new ScriptedUi());
+    const answers: SearchAnswer<unknown>[] = [];
+    h.liveSearch = (async <T>(_o: unknown, answer: (q: string) => Promise<SearchAnswer<T>>) => {
+      const a = await answer('build server');
+      answers.push(a as SearchAnswer<unknown>);
+      return a.items.find((i) => /ci-runner-7/.test(i.label))?.value;
+    }) as LiveSearch;
+    await commandTable(h)[COMMANDS.searchHistory]();
+    assert.equal((answers[0].items[0].value as RecallHit).thread, 'alpha');
+    assert.equal(seen.opened.length, 1);
+    assert.equal(seen.opened[0].language, 'markdown');
+    assert.match(seen.opened[0].content, /^# Item \d+ of thread alpha\n\nA compaction replaced this item/);
+  });
+
+  test('Compact Now on a followed thread says the agent compacts it, after closing the tier notice', async () => {
+    const ui = new ScriptedUi();
+    const { h, seen } = host(service, d.uri, ui, () => 'codex:0199');
+    assert.equal(await commandTable(h)[COMMANDS.compactNow](), undefined);
+    assert.equal(seen.closedNotices, 1);
+    assert.match(ui.messages[0].message, /follows a Codex session: Codex compacts it by itself/);
+  });
+
+  test('the menu runs the command picked', async () => {
+    const ui = new ScriptedUi([(items) => items.find((i) => i.value === COMMANDS.showStatus)?.value]);
+    const { h, seen } = host(service, d.uri, ui);
+    await commandTable(h)[COMMANDS.menu]();
+    assert.deepEqual(seen.executed, [COMMANDS.showStatus]);
+  });
+
+  test('a snapshot is taken from a tree node or the snapshot itself', () => {
+    const snap = { id: 'abc', fileCount: 2 } as GhostCommit;
+    assert.equal(snapshotOf(snap), snap);
+    assert.equal(snapshotOf({ id: 'n', label: 'x', command: { command: 'c', title: 't', arguments: [snap] } }), snap);
+    assert.equal(snapshotOf(undefined), undefined);
+  });
+});
