@@ -182,7 +182,8 @@ def call_with_retries(
                 raise CompactionFailed(f"compaction request failed: {reason}") from None
             if attempt >= policy.max_retries:
                 raise CompactionFailed(f"compaction request failed after {attempt + 1} attempts: {reason}") from None
-            retry_after = _retry_after(error) if isinstance(error, openai.APIStatusError) else None
+            retry_after = (_retry_after(cast("openai.APIStatusError", error))
+                           if hasattr(error, "status_code") and hasattr(error, "response") else None)
             delay = policy.delay(attempt, retry_after, rng)
             if clock() + delay > deadline:
                 raise CompactionFailed(f"compaction request failed; retry time budget spent: {reason}") from None
