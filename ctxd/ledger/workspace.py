@@ -23,7 +23,7 @@ from ctxd.errors import CompactionFailed, CtxdError, GitFailed, InvalidParams
 from ctxd.ledger import operations
 from ctxd.ledger import projection as normalize
 from ctxd.ledger.rules import is_real_user_message, message_text, snapshot_commit_id
-from ctxd.ledger.cache import ThreadCache, summary_ledger
+from ctxd.ledger.cache import ThreadCache, stored_bodies, summary_ledger
 from ctxd.ledger.store import THIS_OPERATION, HistoryChanged, Row, Store, WouldWait, database_path
 from ctxd.ledger.thread import Entry, ThreadLedger, is_user_turn_start, rollback_start
 from ctxd.ledger.truncation import truncate_tool_output, with_serialization_allowance
@@ -218,11 +218,11 @@ class Workspace:
             # Items the projection passes through unchanged go out as the JSON they are stored as.
             if not ledger.repairs.needed(len(entries), input_modalities):
                 kept = normalize.without(entries, ledger.repairs.dropped())
-                texts = [entry.body or _dump(entry.item) for entry in kept]
+                texts = stored_bodies(self.store, ledger, kept)
             else:
                 projected = normalize.project_indexed([e.item for e in entries], input_modalities)
-                texts = [(entries[part].body or _dump(entries[part].item)) if isinstance(part, int) else _dump(part)
-                         for part in projected]
+                bodies = stored_bodies(self.store, ledger, entries)
+                texts = [bodies[part] if isinstance(part, int) else _dump(part) for part in projected]
             return {
                 "items": RawJsonList(texts),
                 "historyVersion": ledger.history_version,
@@ -331,7 +331,8 @@ class Workspace:
         first, version = self.store.append(ledger.thread, rows, known=(self.cache.version, ledger.next_seq), wait=wait)
         if not self.cache.check(version) or first != ledger.next_seq:
             return self.cache.reload(self.store, ledger.thread)
-        ledger.append([Entry(first + i, item, tokens, body=body) for i, (item, (body, tokens)) in enumerate(zip(kept, rows))])
+        ledger.append([Entry(first + i, None, tokens, body=body) for i, (body, tokens) in enumerate(rows)], kept)
+        self.cache.fit(self.store)
         return ledger
 
     def record(self, thread: str, items: list[dict[str, Any]], wait: bool = True) -> dict[str, Any]:
@@ -722,7 +723,7 @@ def _untitled(ledger: ThreadLedger, kept: list[dict[str, Any]]) -> str | None:
 
 
 def _entry(row: Row) -> Entry:
-    return Entry(row.seq, json.loads(row.body), row.tokens, row.origin, row.body)
+    return Entry(row.seq, None, row.tokens, row.origin, row.body)
 
 
 def _valid(item: dict[str, Any]) -> bool:

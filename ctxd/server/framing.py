@@ -399,6 +399,7 @@ def reader_loop(stream: BinaryIO, writer: LockedWriter, deliver: Callable[[dict,
                 writer.write_message([error_response(msg_id, -32602, f"Invalid params: {problem}")])
             continue
         deliver(message, size)
+        del message  # not held while the next frame is awaited: a huge request is freed once answered
 
 
 class NotJson(float):
