@@ -218,6 +218,48 @@ def test_a_git_file_naming_another_folders_worktree_is_refused(isolated: None, t
     assert str(tmp_path / "linked") in refused.value.message
 
 
+def test_a_git_file_naming_a_git_dir_that_names_no_work_tree_is_refused(isolated: None, tmp_path: Path) -> None:
+    """`git init --separate-git-dir` records no work tree: any folder's `.git` file could point at
+    another project's git dir and take its snapshots (and get its own). Only a git dir whose
+    `core.worktree` names the folder is used through a `.git` file; submodules record it."""
+    own, own_git = tmp_path / "own", tmp_path / "own.git"
+    subprocess.run(["git", "init", "-q", "-b", "main", "--separate-git-dir", str(own_git), str(own)], check=True)
+    repo = Repo(own)
+    repo.write("a.txt", "own\n")
+    repo.commit_all()
+    intruder = tmp_path / "intruder"
+    intruder.mkdir()
+    (intruder / ".git").write_text(f"gitdir: {own_git}\n")
+    (intruder / "mine.txt").write_text("mine\n")
+    before = sorted(p.name for p in own_git.iterdir())
+    for folder in (intruder, own):
+        with pytest.raises(GitFailed) as refused:
+            ghost.snapshot(folder)
+        assert refused.value.code == 1002 and str(folder / ".git") in refused.value.message, folder
+        assert "core.worktree" in refused.value.message
+    assert sorted(p.name for p in own_git.iterdir()) == before  # no store made in it
+    # The owner says the git dir is this folder's: its snapshots work, and the intruder is still refused.
+    repo.git("config", "--file", str(own_git / "config"), "core.worktree", str(own))
+    assert ghost.snapshot(own)["id"]
+    with pytest.raises(GitFailed) as refused:
+        ghost.snapshot(intruder)
+    assert refused.value.code == 1002 and str(own) in refused.value.message
+
+    # A submodule's `.git` file names the superproject's `.git/modules/<name>`, whose core.worktree
+    # names the submodule: it works. The same git dir named from elsewhere is refused.
+    sup = make_repo(tmp_path / "sup")
+    sup.git("-c", "protocol.file.allow=always", "submodule", "add", "-q", str(make_repo(tmp_path / "lib").root), "lib")
+    sup.commit_all("add lib")
+    (sup.root / "lib" / "new.txt").write_text("in the submodule\n")
+    assert ghost.snapshot(sup.root / "lib")["id"]
+    thief = tmp_path / "thief"
+    thief.mkdir()
+    (thief / ".git").write_text(f"gitdir: {sup.git_dir / 'modules' / 'lib'}\n")
+    with pytest.raises(GitFailed) as refused:
+        ghost.snapshot(thief)
+    assert refused.value.code == 1002 and str(sup.root / "lib") in refused.value.message
+
+
 def test_a_ctxd_path_that_is_a_file_is_named(isolated: None, tmp_path: Path, daemon_factory) -> None:
     repo = make_repo(tmp_path / "repo")
     (repo.git_dir / "ctxd").write_text("a file\n")

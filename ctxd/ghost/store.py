@@ -251,6 +251,22 @@ def _check_layout(folder: Path, top: Path, prefix: str, worktree: str, common_di
             raise GitFailed(f"{folder}: its .git points at {git_dir}, the worktree of another folder "
                             f"({served.parent if served else 'unknown'}; `git worktree repair` fixes a moved one); "
                             "no snapshot is taken or restored")
+    if not worktree and (top / ".git").is_file() and not _names_a_work_tree(git_dir):
+        raise GitFailed(f"{top / '.git'}: it points at {git_dir}, a git directory that does not name this folder "
+                        "as its work tree (it may be another project's, made with --separate-git-dir); no snapshot "
+                        "is taken or restored. If it is this folder's own, say so once with: git config --file "
+                        f"{git_dir / 'config'} core.worktree {top}")
+
+
+def _names_a_work_tree(git_dir: Path) -> bool:
+    """Whether a git directory reached through a `.git` file names its work tree (`core.worktree`,
+    as a submodule's does; git has already placed the work tree there, and `_check_layout` that it
+    is this folder). A directory made by `git init --separate-git-dir` records no work tree, so any
+    folder could point at it: another project's would take this folder's snapshots and give it its
+    own. Read with `--file` and no includes: nothing else of that config is looked at."""
+    status, out = gitcmd.run(["config", "--file", str(git_dir / "config"), "--no-includes", "--get", "core.worktree"],
+                             cwd=git_dir, env=gitcmd.base_env(user_config=False), ok=tuple(range(256)))
+    return status == 0 and bool(out.strip())
 
 
 def refuse_git_internals(folder: Path) -> None:
