@@ -14,12 +14,19 @@ threads: memory as a client touches 20,000 threads: RSS growth after the 1,000th
   THREADS_GROWTH_MIB.
 folders: 2,000 folders added at once while the first workspace is asked for its history: the
   time until the last is usable, and the first one's slowest answer as a share of it.
+gitfile: cycles of a folder whose `.git` file names a foreign git dir (another project's
+  `--separate-git-dir`, `.git`, linked worktree, submodule, a bare repository), snapshotted, listed
+  and restored, beside a legitimate layout (a linked worktree, a submodule, a vouched separate git
+  dir). Counts: foreign git dirs used, refusals not naming the path, legitimate layouts refused.
+frame: rounds of one 47 MB `ctxd/record`: the daemon's RSS after each answer, against its own
+  before the first, grows at most FRAME_GROWTH_MIB.
 Goal for all: every bad count is 0.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
 import socket
@@ -33,8 +40,15 @@ from ctxd.errors import GitFailed
 from ctxd.ghost import snapshots as ghost
 from tests.ghost_repo import make_repo
 from tests.rpc import Client, RpcError, daemon_env, start_daemon
-from tests.test_hostile_round2 import _attributes, _commands_config, _frame, _initialize, _marking_script, \
-    _plant_store, _read_reply
+from tests.test_hostile_round2 import (
+    _attributes,
+    _commands_config,
+    _frame,
+    _initialize,
+    _marking_script,
+    _plant_store,
+    _read_reply,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 PLANTS = ("unmarked", "forged", "config_changed", "link", "alternates", "ctxd_file")
@@ -79,8 +93,9 @@ def planted_storm(root: Path, cycles: int) -> dict[str, Any]:
         with open(repo.git_dir / "config", "a") as handle:
             handle.write(_commands_config(script))
         _attributes(repo)
-        for operation in (lambda: ghost.snapshot(repo.root), lambda: ghost.list_snapshots(repo.root),
-                          lambda: ghost.restore(repo.root, "0" * 40)):
+        root = repo.root
+        for operation in (lambda: ghost.snapshot(root), lambda: ghost.list_snapshots(root),  # noqa: B023
+                          lambda: ghost.restore(root, "0" * 40)):  # noqa: B023
             try:
                 operation()
                 figures["wrong_answers"] += 1
@@ -133,8 +148,10 @@ def tcp_storm(root: Path, rounds: int, probers: int = 8) -> dict[str, Any]:
             time.sleep(0.02)
         token = token_file.read_text().strip()
         served: list[bool] = []
-        threads = [threading.Thread(target=lambda k=kinds[i % len(kinds)]: served.append(_probe(port, k, token)))
-                   for i in range(probers)]
+        def probe(kind: str, port: int = port, token: str = token, served: list[bool] = served) -> None:
+            served.append(_probe(port, kind, token))
+
+        threads = [threading.Thread(target=probe, args=(kinds[i % len(kinds)],)) for i in range(probers)]
         for thread in threads[: probers // 2]:
             thread.start()
         try:
@@ -214,6 +231,12 @@ def hostile_failed(report: dict[str, Any]) -> list[str]:
     threads = report.get("threads")
     if threads and not threads["within_bound"]:
         failed.append(f"threads (RSS grew over {THREADS_GROWTH_MIB} MiB)")
+    gitfile = report.get("gitfile")
+    if gitfile and (gitfile["foreign_used"] or gitfile["unnamed_refusals"] or gitfile["legit_refused"]):
+        failed.append("gitfile")
+    frame = report.get("frame")
+    if frame and not frame["within_bound"]:
+        failed.append(f"frame (RSS after a huge frame's answer grew over {FRAME_GROWTH_MIB} MiB)")
     return failed
 
 
@@ -297,3 +320,158 @@ def folders_storm(root: Path, count: int) -> dict[str, Any]:
     return {"folders": count, "all_usable_seconds": round(opened, 2), "idle_median_ms": round(idle * 1000, 2),
             "slowest_during_ms": round(slowest * 1000, 2), "stall_share": round(slowest / opened, 3),
             "within_bound": slowest / opened <= FOLDERS_STALL_SHARE}
+
+
+# --- issue #27, the last two items: `.git` files into foreign git dirs, huge frames -----------------
+
+GITFILE_KINDS = ("separate", "dotgit", "worktree", "module", "bare")
+"""Foreign git dirs a `.git` file names: another project's `--separate-git-dir`, its `.git`, one of its
+linked worktrees' admin folders, one of its submodules' `.git/modules/<name>`, a bare repository."""
+GITFILE_LEGIT = ("linked", "submodule", "vouched")
+"""What must keep working: a real linked worktree, a submodule, and a `--separate-git-dir` project
+whose git dir names it (`core.worktree`)."""
+
+
+def _git(*args: str, cwd: Path) -> None:
+    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
+                   env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+                        "GIT_COMMITTER_EMAIL": "t@t"})
+
+
+def _foreign_git_dir(kind: str, base: Path) -> Path:
+    """Another project (made here) and the git dir of it that a planted `.git` file will name."""
+    other = make_repo(base / "other")
+    if kind == "separate":
+        project = base / "sep"
+        _git("init", "-q", "--separate-git-dir", str(base / "sep.git"), str(project), cwd=base)
+        (project / "a.txt").write_text("theirs\n")
+        _git("add", "-A", cwd=project)
+        _git("commit", "-qm", "c", cwd=project)
+        return base / "sep.git"
+    if kind == "dotgit":
+        return other.git_dir
+    if kind == "worktree":
+        other.git("worktree", "add", "-q", str(base / "linked"))
+        return other.git_dir / "worktrees" / "linked"
+    if kind == "module":
+        library = make_repo(base / "lib").root
+        other.git("-c", "protocol.file.allow=always", "submodule", "add", "-q", str(library), "lib")
+        return other.git_dir / "modules" / "lib"
+    bare = base / "bare.git"
+    _git("clone", "-q", "--bare", str(other.root), str(bare), cwd=base)
+    return bare
+
+
+def _legit_folder(kind: str, base: Path) -> Path:
+    other = make_repo(base / "other")
+    if kind == "linked":
+        other.git("worktree", "add", "-q", str(base / "linked"))
+        return base / "linked"
+    if kind == "submodule":
+        library = make_repo(base / "lib").root
+        other.git("-c", "protocol.file.allow=always", "submodule", "add", "-q", str(library), "lib")
+        return other.root / "lib"
+    project = base / "sep"
+    _git("init", "-q", "--separate-git-dir", str(base / "sep.git"), str(project), cwd=base)
+    _git("config", "--file", str(base / "sep.git" / "config"), "core.worktree", str(project), cwd=base)
+    return project
+
+
+def gitfile_storm(root: Path, cycles: int) -> dict[str, Any]:
+    """Cycles of a folder whose `.git` file names a foreign git dir (each kind in turn), snapshotted,
+    listed and restored, and of each legitimate layout snapshotted. Counts: foreign git dirs used
+    (an operation that did not refuse, or anything written into the foreign git dir), refusals that
+    do not name the `.git`, legitimate layouts refused."""
+    figures: dict[str, Any] = {"cycles": 0, "foreign_used": 0, "refused_1002": 0, "unnamed_refusals": 0,
+                               "legit_snapshots": 0, "legit_refused": 0}
+    state = root / "state"
+    for cycle in range(cycles):
+        base = root / f"g{cycle}"
+        base.mkdir(parents=True)
+        foreign = _foreign_git_dir(GITFILE_KINDS[cycle % len(GITFILE_KINDS)], base)
+        before = sorted(p.name for p in foreign.iterdir())
+        folder = base / "intruder"
+        folder.mkdir()
+        (folder / ".git").write_text(f"gitdir: {foreign}\n")
+        (folder / "mine.txt").write_text("mine\n")
+        for operation in (lambda: ghost.snapshot(folder, state_dir=state),  # noqa: B023 - called in this turn
+                          lambda: ghost.list_snapshots(folder, state_dir=state),  # noqa: B023
+                          lambda: ghost.restore(folder, "0" * 40, state_dir=state)):  # noqa: B023
+            try:
+                operation()
+                figures["foreign_used"] += 1
+            except GitFailed as error:
+                figures["refused_1002"] += error.code == 1002
+                figures["unnamed_refusals"] += str(folder / ".git") not in error.message and \
+                    str(foreign) not in error.message
+        figures["foreign_used"] += sorted(p.name for p in foreign.iterdir()) != before
+        legit = _legit_folder(GITFILE_LEGIT[cycle % len(GITFILE_LEGIT)], base / "legit")
+        (legit / "new.txt").write_text(f"cycle {cycle}\n")
+        try:
+            ghost.snapshot(legit, state_dir=state)
+            figures["legit_snapshots"] += 1
+        except GitFailed:
+            figures["legit_refused"] += 1
+        figures["cycles"] += 1
+        shutil.rmtree(base, ignore_errors=True)
+    return figures
+
+
+FRAME_MIB = 47
+"""The frame of the issue: 47 MB of items in one `ctxd/record`."""
+FRAME_GROWTH_MIB = 48
+"""Bound for `frame_storm`: the JSON loaded threads may hold (ctxd.ledger.cache.MAX_HELD_CHARS, 32 MiB),
+and half as much again for the loaded items' other fields and the allocator."""
+
+
+def frame_storm(root: Path, rounds: int, mib: int = FRAME_MIB) -> dict[str, Any]:
+    """Rounds of one huge `ctxd/record` frame (items of 2 KB, then of 200 bytes, then more into a
+    thread already over the bounds), each answered and followed by a gauge request on a small
+    thread. The daemon's RSS after each answer, against its own RSS before the first: the growth
+    must stay within FRAME_GROWTH_MIB, however large the frames (it was 3.5 times a 47 MB frame:
+    the thread held each item parsed and as JSON, and the reader the parsed frame)."""
+    ws, state = root / "ws", root / "state"
+    ws.mkdir(exist_ok=True)
+    state.mkdir(exist_ok=True)
+    client = start_daemon(state)
+    client.initialize([ws])
+    uri = ws.as_uri()
+
+    def rss_mib() -> float:
+        for line in Path(f"/proc/{client.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return 0.0
+
+    def items(size: int, count: int) -> list[dict[str, Any]]:
+        pad = "looked at src/module.py and found nothing to change; "
+        text = pad * (size // len(pad))
+        return [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": f"{i}: {text}"}]}
+                for i in range(count)]
+
+    small = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}]
+    client.request("ctxd/record", {"workspace": uri, "thread": "small", "items": small})
+    client.request("ctxd/usage", {"workspace": uri, "thread": "small"})
+    baseline = rss_mib()
+    growths: list[float] = []
+    frames: list[float] = []
+    failures = 0
+    for n in range(rounds):
+        size = (2000, 200, 2000)[n % 3]
+        batch = items(size, mib * 1024 * 1024 // (size + 60))
+        frames.append(len(json.dumps(batch)) / 1024 / 1024)
+        thread = "grown" if n % 3 == 2 else f"big{n}"
+        try:
+            client.request("ctxd/record", {"workspace": uri, "thread": thread, "items": batch}, timeout=900)
+            del batch
+            time.sleep(0.5)
+            growths.append(rss_mib() - baseline)
+            client.request("ctxd/usage", {"workspace": uri, "thread": "small"})
+        except (RpcError, TimeoutError):
+            failures += 1
+    client.shutdown()
+    worst = max(growths, default=0.0)
+    return {"rounds": rounds, "frame_mib": round(max(frames), 1), "baseline_rss_mib": round(baseline, 1),
+            "growth_after_answers_mib": [round(g, 1) for g in growths], "worst_growth_mib": round(worst, 1),
+            "failed_requests": failures, "bound_mib": FRAME_GROWTH_MIB,
+            "within_bound": not failures and worst <= FRAME_GROWTH_MIB}

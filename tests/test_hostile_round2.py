@@ -152,7 +152,8 @@ def test_commands_in_the_repositorys_own_config_never_run(isolated: None, tmp_pa
     (repo.git_dir / "info").mkdir(exist_ok=True)
     (repo.git_dir / "info" / "attributes").write_text("* filter=evil diff=evil merge=evil\n*.txt filter=evil2\n")
     _attributes(repo)
-    subprocess.run(["git", "add", "-A"], cwd=repo.root, capture_output=True, env={**os.environ, "GIT_CONFIG_NOSYSTEM": "1"})
+    subprocess.run(["git", "add", "-A"], cwd=repo.root, capture_output=True,
+                   env={**os.environ, "GIT_CONFIG_NOSYSTEM": "1"})
     assert marker.exists()  # git itself runs them
     marker.unlink()
     _every_operation(repo.root)
@@ -305,7 +306,8 @@ def test_tcp_needs_the_owners_token_and_a_stalled_prober_blocks_no_one(state_dir
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     token_file = tmp_path / "run" / "ctxd.token"
-    proc = subprocess.Popen([sys.executable, "-m", "ctxd", "--tcp", "--port", str(port), "--token-file", str(token_file),
+    proc = subprocess.Popen([sys.executable, "-m", "ctxd", "--tcp", "--port", str(port),
+                             "--token-file", str(token_file),
                              "--log-file", str(tmp_path / "daemon.log")], env=daemon_env(state_dir),
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             cwd=str(Path(__file__).resolve().parents[1]))

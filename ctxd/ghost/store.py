@@ -235,10 +235,12 @@ def _check_layout(folder: Path, top: Path, prefix: str, worktree: str, common_di
     """Refuse a repository whose work tree is not where the folder is, which only a hand-made
     `.git` can arrange: `core.worktree` naming another folder (the snapshot would read it and a
     restore write it), or a `.git` file naming another folder's own `.git` or linked worktree (its
-    snapshots would be that folder's). A name with a newline, which git's answer cannot carry, ends here too."""
+    snapshots would be that folder's), or a `.git` file naming a git dir that names no work tree
+    (`_names_a_work_tree`). A name with a newline, which git's answer cannot carry, ends here too."""
     if (top / prefix).resolve() != folder.resolve():
         raise GitFailed(f"{folder}: git places its work tree at {top}, which does not hold this folder "
-                        "(core.worktree, or a newline in a folder's name); no snapshot is taken or restored")
+                        f"(core.worktree of {git_dir}, or a newline in a folder's name); no snapshot is taken or "
+                        "restored")
     if worktree == "" and common_dir.name == ".git" and common_dir.resolve().parent != top.resolve():
         raise GitFailed(f"{folder}: its .git points at {common_dir}, the repository of another folder; "
                         "no snapshot is taken or restored")
