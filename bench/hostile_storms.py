@@ -18,6 +18,9 @@ gitfile: cycles of a folder whose `.git` file names a foreign git dir (another p
   `--separate-git-dir`, `.git`, linked worktree, submodule, a bare repository), snapshotted, listed
   and restored, beside a legitimate layout (a linked worktree, a submodule, a vouched separate git
   dir). Counts: foreign git dirs used, refusals not naming the path, legitimate layouts refused.
+leaks: cycles of followed sessions whose titles, instructions, model names and prompts carry the
+  configured API key and escape sequences. Counts: the key in answers, on the terminal or in files;
+  raw control characters printed by `ctxd sessions`.
 frame: rounds of one 47 MB `ctxd/record`: the daemon's RSS after each answer, against its own
   before the first, grows at most FRAME_GROWTH_MIB.
 Goal for all: every bad count is 0.
@@ -28,6 +31,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import socket
 import subprocess
@@ -38,6 +42,7 @@ from typing import Any
 
 from ctxd.errors import GitFailed
 from ctxd.ghost import snapshots as ghost
+from tests import session_fixtures as fx
 from tests.ghost_repo import make_repo
 from tests.rpc import Client, RpcError, daemon_env, start_daemon
 from tests.test_hostile_round2 import (
@@ -234,6 +239,10 @@ def hostile_failed(report: dict[str, Any]) -> list[str]:
     gitfile = report.get("gitfile")
     if gitfile and (gitfile["foreign_used"] or gitfile["unnamed_refusals"] or gitfile["legit_refused"]):
         failed.append("gitfile")
+    leaks = report.get("leaks")
+    if leaks and any(leaks[k] for k in ("key_in_answers", "key_on_terminal", "raw_controls_on_terminal", "key_in_files",
+                                        "sessions_not_followed")):
+        failed.append("leaks")
     frame = report.get("frame")
     if frame and not frame["within_bound"]:
         failed.append(f"frame (RSS after a huge frame's answer grew over {FRAME_GROWTH_MIB} MiB)")
@@ -475,3 +484,67 @@ def frame_storm(root: Path, rounds: int, mib: int = FRAME_MIB) -> dict[str, Any]
             "growth_after_answers_mib": [round(g, 1) for g in growths], "worst_growth_mib": round(worst, 1),
             "failed_requests": failures, "bound_mib": FRAME_GROWTH_MIB,
             "within_bound": not failures and worst <= FRAME_GROWTH_MIB}
+
+
+ESCAPES = ("\x1b]52;c;cm0gLXJmIH4K\x07", "\x1b[2J\x1b[H", "\u202e", "\x9b31m", "\x1b]8;;http://x.invalid\x07", "\x07")
+"""Clipboard writes (OSC 52), screen clears, a bidirectional override, a C1 CSI, a hyperlink, a bell."""
+CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def leaks_storm(root: Path, cycles: int, seed: int = 27) -> dict[str, Any]:
+    """Cycles of a followed Codex session whose title, instructions, model name and later prompts
+    carry the configured API key and escape sequences (random ones, at random places), while a
+    daemon follows them; after each, `ctxd/threads`, the session's prompt, `ctxd/ghost/list` and
+    `ctxd sessions` are read, and at the end every file of the state dir and the snapshot store.
+    Counts: key leaks (answers, terminal output, files), raw control characters on the terminal."""
+    rng = random.Random(seed)
+    key = "sk-proj-storm-" + "".join(rng.choice("abcdefghijkLMNOPQ0123456789") for _ in range(40))
+    repo = make_repo(root / "repo")
+    codex_home, state = root / "codex-home", root / "state"
+    env = {"CODEX_HOME": str(codex_home), "CLAUDE_CONFIG_DIR": str(root / "claude-home"), "OPENAI_API_KEY": key}
+    client = start_daemon(state, env=env)
+    client.initialize([repo.root])
+    uri = repo.root.as_uri()
+    figures: dict[str, Any] = {"cycles": 0, "key_in_answers": 0, "key_on_terminal": 0, "raw_controls_on_terminal": 0,
+                               "key_in_files": 0, "sessions_not_followed": 0}
+    cli_env = {**daemon_env(state), **env}
+    for cycle in range(cycles):
+        session = f"0199a213-81c0-7800-8aa1-{cycle:012d}"
+        escape = rng.choice(ESCAPES)
+        title = rng.choice([f"Use {key} to deploy{escape}", f"{escape}fix it with the key {key}",
+                            f"{'word ' * rng.randrange(20)}{key}{escape}"])
+        meta = fx.codex_meta(repo.root, session)
+        meta["payload"]["instructions"] = f"The deploy key is {key}{escape}; never print it."
+        records = [meta, *fx.codex_turn(title, "2025-10-03T10:00:02.000Z", model=f"gpt-5{escape}",
+                                        cwd=str(repo.root))]
+        rollout = fx.write_jsonl(fx.codex_path(codex_home, session), records)
+        repo.write(f"change-{cycle}.txt", f"{cycle}\n")
+        fx.append_jsonl(rollout, fx.codex_turn(f"now rotate {key}{escape}", "2025-10-03T10:05:00.000Z",
+                                               cwd=str(repo.root)))
+        thread = f"codex:{session}"
+        deadline = time.monotonic() + 30
+        while True:
+            listed = client.request("ctxd/threads", {"workspace": uri})
+            if any(t["thread"] == thread for t in listed["threads"]):
+                break
+            if time.monotonic() > deadline:
+                figures["sessions_not_followed"] += 1
+                break
+            time.sleep(0.05)
+        answers = [listed, client.request("ctxd/prompt", {"workspace": uri, "thread": thread}),
+                   client.request("ctxd/ghost/list", {"workspace": uri})]
+        figures["key_in_answers"] += key in json.dumps(answers)
+        shown = subprocess.run([sys.executable, "-m", "ctxd", "sessions", "--workspace", str(repo.root)],
+                               capture_output=True, text=True, env=cli_env, cwd=str(REPO), timeout=120)
+        figures["key_on_terminal"] += key in shown.stdout + shown.stderr
+        figures["raw_controls_on_terminal"] += bool(CONTROL.search(shown.stdout + shown.stderr))
+        figures["cycles"] += 1
+    client.shutdown()
+    needle = key.encode()
+    for folder in (state, repo.git_dir / "ctxd"):
+        figures["key_in_files"] += sum(1 for path in folder.rglob("*")
+                                       if path.is_file() and needle in path.read_bytes())
+    messages = subprocess.run(["git", f"--git-dir={repo.git_dir / 'ctxd' / 'store'}", "log", "--format=%B", "--all"],
+                              capture_output=True, text=True).stdout
+    figures["key_in_files"] += key in messages
+    return figures

@@ -23,7 +23,10 @@
    reads its gauge (bench/storms.py). Every bad count is 0.
 11. gitfile: `.git` files naming foreign git dirs, beside legitimate worktrees, submodules and separate
    git dirs (bench/hostile_storms.py). Every bad count is 0.
-12. frame: one 47 MB `ctxd/record` frame after another (bench/hostile_storms.py): the RSS after each
+12. leaks: followed sessions carrying the API key and escape sequences in titles, instructions, model
+   names and prompts (bench/hostile_storms.py): the key never answered, printed or written; no raw
+   control character printed by `ctxd sessions`.
+13. frame: one 47 MB `ctxd/record` frame after another (bench/hostile_storms.py): the RSS after each
    answer grows at most FRAME_GROWTH_MIB over the daemon's own before the first.
 
 The exit status is 1 when any goal or bound is missed.
@@ -54,6 +57,7 @@ from bench.hostile_storms import (  # noqa: E402
     frame_storm,
     gitfile_storm,
     hostile_failed,
+    leaks_storm,
     numbers_storm,
     planted_storm,
     tcp_storm,
@@ -242,9 +246,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a tenth of every run")
     parser.add_argument("--only", default="fuzz,storm,size,big,storage,concurrency,planted,tcp,numbers,threads,"
-                        "folders,sessions,gitfile,frame",
+                        "folders,sessions,gitfile,leaks,frame",
                         help="comma-separated: fuzz,storm,size,big,storage,concurrency,planted,tcp,numbers,"
-                             "threads,folders,sessions,gitfile,frame")
+                             "threads,folders,sessions,gitfile,leaks,frame")
     args = parser.parse_args()
     scale = 10 if args.quick else 1
     only = set(args.only.split(","))
@@ -265,6 +269,7 @@ def main() -> int:
             ("folders", lambda d: folders_storm(d, 2000 // scale)),
             ("sessions", lambda d: sessions_storm(d, max(8, 40 // scale))),  # every kind at least once
             ("gitfile", lambda d: gitfile_storm(d, max(15, 60 // scale))),  # every pair of kinds at least once
+            ("leaks", lambda d: leaks_storm(d, max(6, 30 // scale))),
             ("frame", lambda d: frame_storm(d, 3, 47 // (1 if scale == 1 else 5))),
         ]:
             if name not in only:
