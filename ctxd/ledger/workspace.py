@@ -241,8 +241,10 @@ class Workspace:
                 ops = operations.load(self.store.operations(thread))
                 extra["compactions"] = operations.compactions_wire(ops, rows)
                 extra["operations"] = operations.wire(ops, rows)
-            else:
-                items = [e.item for e in ledger.entries]
+            else:  # only the page is parsed (items are held as their JSON: ctxd/ledger/cache.py)
+                page = ledger.entries[offset:None if limit is None else offset + limit]
+                return {"items": [json.loads(body) for body in stored_bodies(self.store, ledger, page)],
+                        "historyVersion": ledger.history_version, "total": len(ledger.entries)}
             end = None if limit is None else offset + limit
             return {"items": items[offset:end], "historyVersion": ledger.history_version, "total": len(items), **extra}
 
