@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ctxd.errors import GitFailed
+from ctxd.errors import CtxdError, GitFailed
 from ctxd.ghost import snapshots as ghost
 from tests import session_fixtures as fx
 from tests.ghost_repo import make_repo
@@ -409,10 +409,11 @@ def gitfile_storm(root: Path, cycles: int) -> dict[str, Any]:
             try:
                 operation()
                 figures["foreign_used"] += 1
-            except GitFailed as error:
+            except CtxdError as error:  # anything but 1002 reached the foreign store (an unknown snapshot)
                 figures["refused_1002"] += error.code == 1002
-                figures["unnamed_refusals"] += str(folder / ".git") not in error.message and \
-                    str(foreign) not in error.message
+                figures["foreign_used"] += error.code != 1002
+                figures["unnamed_refusals"] += error.code == 1002 and str(folder / ".git") not in error.message \
+                    and str(foreign) not in error.message
         figures["foreign_used"] += sorted(p.name for p in foreign.iterdir()) != before
         legit = _legit_folder(GITFILE_LEGIT[cycle % len(GITFILE_LEGIT)], base / "legit")
         (legit / "new.txt").write_text(f"cycle {cycle}\n")
