@@ -91,11 +91,11 @@ def load_ledger(store: Store, thread: str, held_chars: int = MAX_HELD_CHARS) -> 
 
 def stored_bodies(store: Store, ledger: ThreadLedger, entries: list[Entry]) -> list[str]:
     """The JSON of `entries` (of `ledger`): held, or read from the store in one query."""
-    if all(entry.body is not None for entry in entries):
-        return [entry.body for entry in entries]  # type: ignore[misc]
+    held = [entry.body for entry in entries]
+    if all(held):  # (a stored item's JSON is never empty)
+        return held  # type: ignore[return-value]
     by_seq = StoredItems(store, ledger.thread).bodies()
-    return [entry.body if entry.body is not None else by_seq.get(entry.seq) or entry.stored_body()
-            for entry in entries]
+    return [body or by_seq.get(entry.seq) or entry.stored_body() for body, entry in zip(held, entries, strict=True)]
 
 
 def summary_ledger(store: Store, thread: str) -> ThreadLedger:
