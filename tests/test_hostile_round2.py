@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import stat
@@ -540,3 +541,17 @@ def test_checking_a_plain_folder_for_an_interrupted_restore_starts_no_git(isolat
     repo = make_repo(tmp_path / "repo")
     assert ghost.interrupted_restore(repo.root, create=False) is None
     assert log.exists()  # the shim sees git when a repository is there
+
+
+# --- ways out: install from what exists ------------------------------------------------------------------
+
+
+def test_no_document_says_to_install_the_unpublished_package_name() -> None:
+    """`ctxd-daemon` is not on PyPI (issue #27, Install): every install line names a clone or a path."""
+    root = Path(__file__).resolve().parents[1]
+    documents = [root / "README.md", *root.glob("docs/*.md"), *root.glob("editors/*/README.md"),
+                 *root.glob("editors/nvim/doc/*.txt")]
+    advertised = [f"{path.relative_to(root)}: {line.strip()}" for path in documents
+                  for line in path.read_text("utf-8").splitlines()
+                  if re.search(r"pipx? install\s+(-\S+\s+)*['\"]?ctxd-daemon", line)]
+    assert advertised == []
