@@ -438,8 +438,8 @@ def frame_storm(root: Path, rounds: int, mib: int = FRAME_MIB) -> dict[str, Any]
     """Rounds of one huge `ctxd/record` frame (items of 2 KB, then of 200 bytes, then more into a
     thread already over the bounds), each answered and followed by a gauge request on a small
     thread. The daemon's RSS after each answer, against its own RSS before the first: the growth
-    must stay within FRAME_GROWTH_MIB, however large the frames (it was 3.5 times a 47 MB frame:
-    the thread held each item parsed and as JSON, and the reader the parsed frame)."""
+    must stay within FRAME_GROWTH_MIB, however large the frames (bench/README.md has the figures
+    before: the thread held each item parsed and as JSON, and the reader the parsed frame)."""
     ws, state = root / "ws", root / "state"
     ws.mkdir(exist_ok=True)
     state.mkdir(exist_ok=True)

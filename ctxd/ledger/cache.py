@@ -25,7 +25,7 @@ from ctxd.ledger.store import Store, ThreadRow
 from ctxd.ledger.thread import Entry, ThreadLedger
 
 MAX_LOADED_THREADS = 64
-# A loaded item costs about 150 bytes in memory besides its JSON.
+# Loaded items: each a few numbers, plus its JSON while the JSON held is within MAX_HELD_CHARS.
 MAX_LOADED_ITEMS = 200_000
 # Characters of item JSON held in memory, over every loaded thread.
 MAX_HELD_CHARS = 32 * 1024 * 1024
