@@ -44,10 +44,10 @@ from ctxd.errors import (
 )
 from ctxd.ledger.workspace import Service, Workspace
 from ctxd.protocol import methods
+from ctxd.server import memory
 from ctxd.server.events import CompactionEvents, Outbox, Throttle
 from ctxd.server.framing import LockedWriter, reader_loop
 from ctxd.server.lanes import Backlog, Lanes
-from ctxd.server import memory
 from ctxd.settings import load_settings
 
 log = logging.getLogger(__name__)
