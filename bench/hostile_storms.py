@@ -14,13 +14,24 @@ threads: memory as a client touches 20,000 threads: RSS growth after the 1,000th
   THREADS_GROWTH_MIB.
 folders: 2,000 folders added at once while the first workspace is asked for its history: the
   time until the last is usable, and the first one's slowest answer as a share of it.
+gitfile: cycles of a folder whose `.git` file names a foreign git dir (another project's
+  `--separate-git-dir`, `.git`, linked worktree, submodule, a bare repository), snapshotted, listed
+  and restored, beside a legitimate layout (a linked worktree, a submodule, a vouched separate git
+  dir). Counts: foreign git dirs used, refusals not naming the path, legitimate layouts refused.
+leaks: cycles of followed sessions whose titles, instructions, model names and prompts carry the
+  configured API key and escape sequences. Counts: the key in answers, on the terminal or in files;
+  raw control characters printed by `ctxd sessions`.
+frame: rounds of one 47 MB `ctxd/record`: the daemon's RSS after each answer, against its own
+  before the first, grows at most FRAME_GROWTH_MIB.
 Goal for all: every bad count is 0.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
+import re
 import shutil
 import socket
 import subprocess
@@ -29,8 +40,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ctxd.errors import GitFailed
+from ctxd.errors import CtxdError, GitFailed
 from ctxd.ghost import snapshots as ghost
+from tests import session_fixtures as fx
 from tests.ghost_repo import make_repo
 from tests.rpc import Client, RpcError, daemon_env, start_daemon
 from tests.test_hostile_round2 import (
@@ -86,8 +98,9 @@ def planted_storm(root: Path, cycles: int) -> dict[str, Any]:
         with open(repo.git_dir / "config", "a") as handle:
             handle.write(_commands_config(script))
         _attributes(repo)
-        for operation in (lambda: ghost.snapshot(repo.root), lambda: ghost.list_snapshots(repo.root),
-                          lambda: ghost.restore(repo.root, "0" * 40)):
+        root = repo.root
+        for operation in (lambda: ghost.snapshot(root), lambda: ghost.list_snapshots(root),  # noqa: B023
+                          lambda: ghost.restore(root, "0" * 40)):  # noqa: B023
             try:
                 operation()
                 figures["wrong_answers"] += 1
@@ -225,6 +238,16 @@ def hostile_failed(report: dict[str, Any]) -> list[str]:
     threads = report.get("threads")
     if threads and not threads["within_bound"]:
         failed.append(f"threads (RSS grew over {THREADS_GROWTH_MIB} MiB)")
+    gitfile = report.get("gitfile")
+    if gitfile and (gitfile["foreign_used"] or gitfile["unnamed_refusals"] or gitfile["legit_refused"]):
+        failed.append("gitfile")
+    leaks = report.get("leaks")
+    if leaks and any(leaks[k] for k in ("key_in_answers", "key_on_terminal", "raw_controls_on_terminal", "key_in_files",
+                                        "sessions_not_followed")):
+        failed.append("leaks")
+    frame = report.get("frame")
+    if frame and not frame["within_bound"]:
+        failed.append(f"frame (RSS after a huge frame's answer grew over {FRAME_GROWTH_MIB} MiB)")
     return failed
 
 
@@ -308,3 +331,223 @@ def folders_storm(root: Path, count: int) -> dict[str, Any]:
     return {"folders": count, "all_usable_seconds": round(opened, 2), "idle_median_ms": round(idle * 1000, 2),
             "slowest_during_ms": round(slowest * 1000, 2), "stall_share": round(slowest / opened, 3),
             "within_bound": slowest / opened <= FOLDERS_STALL_SHARE}
+
+
+# --- issue #27, the last two items: `.git` files into foreign git dirs, huge frames -----------------
+
+GITFILE_KINDS = ("separate", "dotgit", "worktree", "module", "bare")
+"""Foreign git dirs a `.git` file names: another project's `--separate-git-dir`, its `.git`, one of its
+linked worktrees' admin folders, one of its submodules' `.git/modules/<name>`, a bare repository."""
+GITFILE_LEGIT = ("linked", "submodule", "vouched")
+"""What must keep working: a real linked worktree, a submodule, and a `--separate-git-dir` project
+whose git dir names it (`core.worktree`)."""
+
+
+def _git(*args: str, cwd: Path) -> None:
+    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
+                   env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+                        "GIT_COMMITTER_EMAIL": "t@t"})
+
+
+def _foreign_git_dir(kind: str, base: Path) -> Path:
+    """Another project (made here) and the git dir of it that a planted `.git` file will name."""
+    other = make_repo(base / "other")
+    if kind == "separate":
+        project = base / "sep"
+        _git("init", "-q", "--separate-git-dir", str(base / "sep.git"), str(project), cwd=base)
+        (project / "a.txt").write_text("theirs\n")
+        _git("add", "-A", cwd=project)
+        _git("commit", "-qm", "c", cwd=project)
+        return base / "sep.git"
+    if kind == "dotgit":
+        return other.git_dir
+    if kind == "worktree":
+        other.git("worktree", "add", "-q", str(base / "linked"))
+        return other.git_dir / "worktrees" / "linked"
+    if kind == "module":
+        library = make_repo(base / "lib").root
+        other.git("-c", "protocol.file.allow=always", "submodule", "add", "-q", str(library), "lib")
+        return other.git_dir / "modules" / "lib"
+    bare = base / "bare.git"
+    _git("clone", "-q", "--bare", str(other.root), str(bare), cwd=base)
+    return bare
+
+
+def _legit_folder(kind: str, base: Path) -> Path:
+    other = make_repo(base / "other")
+    if kind == "linked":
+        other.git("worktree", "add", "-q", str(base / "linked"))
+        return base / "linked"
+    if kind == "submodule":
+        library = make_repo(base / "lib").root
+        other.git("-c", "protocol.file.allow=always", "submodule", "add", "-q", str(library), "lib")
+        return other.root / "lib"
+    project = base / "sep"
+    _git("init", "-q", "--separate-git-dir", str(base / "sep.git"), str(project), cwd=base)
+    _git("config", "--file", str(base / "sep.git" / "config"), "core.worktree", str(project), cwd=base)
+    return project
+
+
+def gitfile_storm(root: Path, cycles: int) -> dict[str, Any]:
+    """Cycles of a folder whose `.git` file names a foreign git dir (each kind in turn), snapshotted,
+    listed and restored, and of each legitimate layout snapshotted. Counts: foreign git dirs used
+    (an operation that did not refuse, or anything written into the foreign git dir), refusals that
+    do not name the `.git`, legitimate layouts refused."""
+    figures: dict[str, Any] = {"cycles": 0, "foreign_used": 0, "refused_1002": 0, "unnamed_refusals": 0,
+                               "legit_snapshots": 0, "legit_refused": 0}
+    state = root / "state"
+    for cycle in range(cycles):
+        base = root / f"g{cycle}"
+        base.mkdir(parents=True)
+        foreign = _foreign_git_dir(GITFILE_KINDS[cycle % len(GITFILE_KINDS)], base)
+        before = sorted(p.name for p in foreign.iterdir())
+        folder = base / "intruder"
+        folder.mkdir()
+        (folder / ".git").write_text(f"gitdir: {foreign}\n")
+        (folder / "mine.txt").write_text("mine\n")
+        for operation in (lambda: ghost.snapshot(folder, state_dir=state),  # noqa: B023 - called in this turn
+                          lambda: ghost.list_snapshots(folder, state_dir=state),  # noqa: B023
+                          lambda: ghost.restore(folder, "0" * 40, state_dir=state)):  # noqa: B023
+            try:
+                operation()
+                figures["foreign_used"] += 1
+            except CtxdError as error:  # anything but 1002 reached the foreign store (an unknown snapshot)
+                figures["refused_1002"] += error.code == 1002
+                figures["foreign_used"] += error.code != 1002
+                figures["unnamed_refusals"] += error.code == 1002 and str(folder / ".git") not in error.message \
+                    and str(foreign) not in error.message
+        figures["foreign_used"] += sorted(p.name for p in foreign.iterdir()) != before
+        legit = _legit_folder(GITFILE_LEGIT[cycle % len(GITFILE_LEGIT)], base / "legit")
+        (legit / "new.txt").write_text(f"cycle {cycle}\n")
+        try:
+            ghost.snapshot(legit, state_dir=state)
+            figures["legit_snapshots"] += 1
+        except GitFailed:
+            figures["legit_refused"] += 1
+        figures["cycles"] += 1
+        shutil.rmtree(base, ignore_errors=True)
+    return figures
+
+
+FRAME_MIB = 47
+"""The frame of the issue: 47 MB of items in one `ctxd/record`."""
+FRAME_GROWTH_MIB = 48
+"""Bound for `frame_storm`: the JSON loaded threads may hold (ctxd.ledger.cache.MAX_HELD_CHARS, 32 MiB),
+and half as much again for the loaded items' other fields and the allocator."""
+
+
+def frame_storm(root: Path, rounds: int, mib: int = FRAME_MIB) -> dict[str, Any]:
+    """Rounds of one huge `ctxd/record` frame (items of 2 KB, then of 200 bytes, then more into a
+    thread already over the bounds), each answered and followed by a gauge request on a small
+    thread. The daemon's RSS after each answer, against its own RSS before the first: the growth
+    must stay within FRAME_GROWTH_MIB, however large the frames (bench/README.md has the figures
+    before: the thread held each item parsed and as JSON, and the reader the parsed frame)."""
+    ws, state = root / "ws", root / "state"
+    ws.mkdir(exist_ok=True)
+    state.mkdir(exist_ok=True)
+    client = start_daemon(state)
+    client.initialize([ws])
+    uri = ws.as_uri()
+
+    def rss_mib() -> float:
+        for line in Path(f"/proc/{client.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return 0.0
+
+    def items(size: int, count: int) -> list[dict[str, Any]]:
+        pad = "looked at src/module.py and found nothing to change; "
+        text = pad * (size // len(pad))
+        return [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": f"{i}: {text}"}]}
+                for i in range(count)]
+
+    small = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}]
+    client.request("ctxd/record", {"workspace": uri, "thread": "small", "items": small})
+    client.request("ctxd/usage", {"workspace": uri, "thread": "small"})
+    baseline = rss_mib()
+    growths: list[float] = []
+    frames: list[float] = []
+    failures = 0
+    for n in range(rounds):
+        size = (2000, 200, 2000)[n % 3]
+        batch = items(size, mib * 1024 * 1024 // (size + 60))
+        frames.append(len(json.dumps(batch)) / 1024 / 1024)
+        thread = "grown" if n % 3 == 2 else f"big{n}"
+        try:
+            client.request("ctxd/record", {"workspace": uri, "thread": thread, "items": batch}, timeout=900)
+            del batch
+            time.sleep(0.5)
+            growths.append(rss_mib() - baseline)
+            client.request("ctxd/usage", {"workspace": uri, "thread": "small"})
+        except (RpcError, TimeoutError):
+            failures += 1
+    client.shutdown()
+    worst = max(growths, default=0.0)
+    return {"rounds": rounds, "frame_mib": round(max(frames), 1), "baseline_rss_mib": round(baseline, 1),
+            "growth_after_answers_mib": [round(g, 1) for g in growths], "worst_growth_mib": round(worst, 1),
+            "failed_requests": failures, "bound_mib": FRAME_GROWTH_MIB,
+            "within_bound": not failures and worst <= FRAME_GROWTH_MIB}
+
+
+ESCAPES = ("\x1b]52;c;cm0gLXJmIH4K\x07", "\x1b[2J\x1b[H", "\u202e", "\x9b31m", "\x1b]8;;http://x.invalid\x07", "\x07")
+"""Clipboard writes (OSC 52), screen clears, a bidirectional override, a C1 CSI, a hyperlink, a bell."""
+CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def leaks_storm(root: Path, cycles: int, seed: int = 27) -> dict[str, Any]:
+    """Cycles of a followed Codex session whose title, instructions, model name and later prompts
+    carry the configured API key and escape sequences (random ones, at random places), while a
+    daemon follows them; after each, `ctxd/threads`, the session's prompt, `ctxd/ghost/list` and
+    `ctxd sessions` are read, and at the end every file of the state dir and the snapshot store.
+    Counts: key leaks (answers, terminal output, files), raw control characters on the terminal."""
+    rng = random.Random(seed)
+    key = "sk-proj-storm-" + "".join(rng.choice("abcdefghijkLMNOPQ0123456789") for _ in range(40))
+    repo = make_repo(root / "repo")
+    codex_home, state = root / "codex-home", root / "state"
+    env = {"CODEX_HOME": str(codex_home), "CLAUDE_CONFIG_DIR": str(root / "claude-home"), "OPENAI_API_KEY": key}
+    client = start_daemon(state, env=env)
+    client.initialize([repo.root])
+    uri = repo.root.as_uri()
+    figures: dict[str, Any] = {"cycles": 0, "key_in_answers": 0, "key_on_terminal": 0, "raw_controls_on_terminal": 0,
+                               "key_in_files": 0, "sessions_not_followed": 0}
+    cli_env = {**daemon_env(state), **env}
+    for cycle in range(cycles):
+        session = f"0199a213-81c0-7800-8aa1-{cycle:012d}"
+        escape = rng.choice(ESCAPES)
+        title = rng.choice([f"Use {key} to deploy{escape}", f"{escape}fix it with the key {key}",
+                            f"{'word ' * rng.randrange(20)}{key}{escape}"])
+        meta = fx.codex_meta(repo.root, session)
+        meta["payload"]["instructions"] = f"The deploy key is {key}{escape}; never print it."
+        records = [meta, *fx.codex_turn(title, "2025-10-03T10:00:02.000Z", model=f"gpt-5{escape}",
+                                        cwd=str(repo.root))]
+        rollout = fx.write_jsonl(fx.codex_path(codex_home, session), records)
+        repo.write(f"change-{cycle}.txt", f"{cycle}\n")
+        fx.append_jsonl(rollout, fx.codex_turn(f"now rotate {key}{escape}", "2025-10-03T10:05:00.000Z",
+                                               cwd=str(repo.root)))
+        thread = f"codex:{session}"
+        deadline = time.monotonic() + 30
+        while True:
+            listed = client.request("ctxd/threads", {"workspace": uri})
+            if any(t["thread"] == thread for t in listed["threads"]):
+                break
+            if time.monotonic() > deadline:
+                figures["sessions_not_followed"] += 1
+                break
+            time.sleep(0.05)
+        answers = [listed, client.request("ctxd/prompt", {"workspace": uri, "thread": thread}),
+                   client.request("ctxd/ghost/list", {"workspace": uri})]
+        figures["key_in_answers"] += key in json.dumps(answers)
+        shown = subprocess.run([sys.executable, "-m", "ctxd", "sessions", "--workspace", str(repo.root)],
+                               capture_output=True, text=True, env=cli_env, cwd=str(REPO), timeout=120)
+        figures["key_on_terminal"] += key in shown.stdout + shown.stderr
+        figures["raw_controls_on_terminal"] += bool(CONTROL.search(shown.stdout + shown.stderr))
+        figures["cycles"] += 1
+    client.shutdown()
+    needle = key.encode()
+    for folder in (state, repo.git_dir / "ctxd"):
+        figures["key_in_files"] += sum(1 for path in folder.rglob("*")
+                                       if path.is_file() and needle in path.read_bytes())
+    messages = subprocess.run(["git", f"--git-dir={repo.git_dir / 'ctxd' / 'store'}", "log", "--format=%B", "--all"],
+                              capture_output=True, text=True).stdout
+    figures["key_in_files"] += key in messages
+    return figures

@@ -21,6 +21,13 @@
    file with a session's id, an empty id, a 3 MB model name, a 401-digit window, a file rewritten in
    place, a 20,000-line import) written into a followed agent folder while a client records and
    reads its gauge (bench/storms.py). Every bad count is 0.
+11. gitfile: `.git` files naming foreign git dirs, beside legitimate worktrees, submodules and separate
+   git dirs (bench/hostile_storms.py). Every bad count is 0.
+12. leaks: followed sessions carrying the API key and escape sequences in titles, instructions, model
+   names and prompts (bench/hostile_storms.py): the key never answered, printed or written; no raw
+   control character printed by `ctxd sessions`.
+13. frame: one 47 MB `ctxd/record` frame after another (bench/hostile_storms.py): the RSS after each
+   answer grows at most FRAME_GROWTH_MIB over the daemon's own before the first.
 
 The exit status is 1 when any goal or bound is missed.
 
@@ -45,7 +52,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st
 
-from bench.hostile_storms import folders_storm, hostile_failed, numbers_storm, planted_storm, tcp_storm, threads_memory  # noqa: E402
+from bench.hostile_storms import (  # noqa: E402
+    folders_storm,
+    frame_storm,
+    gitfile_storm,
+    hostile_failed,
+    leaks_storm,
+    numbers_storm,
+    planted_storm,
+    tcp_storm,
+    threads_memory,
+)
 from bench.storms import concurrency_storm, sessions_storm, storage_storm, storms_failed  # noqa: E402
 from ctxd.ledger.cache import MAX_LOADED_ITEMS  # noqa: E402
 from tests import test_reliability_fuzz as fuzz  # noqa: E402
@@ -187,9 +204,11 @@ def run_size(root: Path, total: int, threads: int) -> dict[str, Any]:
         "items": stored, "threads": len(listed), "record_seconds": round(record_seconds, 1),
         "items_per_second": round(stored / record_seconds),
         "idle_rss_mib": round(base_rss / 1024, 1),
-        "peak_rss_recording_mib": round(record_peak / 1024, 1), "rss_after_recording_mib": round(after_record / 1024, 1),
+        "peak_rss_recording_mib": round(record_peak / 1024, 1),
+        "rss_after_recording_mib": round(after_record / 1024, 1),
         "peak_rss_after_loading_every_thread_mib": round(load_peak / 1024, 1),
-        "load_one_thread_ms": round(load_seconds * 1000, 1), "first_request_on_empty_thread_ms": round(empty_seconds * 1000, 1),
+        "load_one_thread_ms": round(load_seconds * 1000, 1),
+        "first_request_on_empty_thread_ms": round(empty_seconds * 1000, 1),
         "load_ratio": round(load_seconds / max(empty_seconds, 1e-6), 1),
         "load_every_thread_seconds": round(all_seconds, 2), "tokens_in_t0": usage["usage"]["usedTokens"],
         "loaded_item_kib": round(per_item_kib, 3), "rss_bound_mib": round(bound / 1024, 1),
@@ -227,9 +246,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a tenth of every run")
     parser.add_argument("--only", default="fuzz,storm,size,big,storage,concurrency,planted,tcp,numbers,threads,"
-                        "folders,sessions",
+                        "folders,sessions,gitfile,leaks,frame",
                         help="comma-separated: fuzz,storm,size,big,storage,concurrency,planted,tcp,numbers,"
-                             "threads,folders,sessions")
+                             "threads,folders,sessions,gitfile,leaks,frame")
     args = parser.parse_args()
     scale = 10 if args.quick else 1
     only = set(args.only.split(","))
@@ -249,6 +268,9 @@ def main() -> int:
             ("threads", lambda d: threads_memory(d, max(2000, 20_000 // scale))),
             ("folders", lambda d: folders_storm(d, 2000 // scale)),
             ("sessions", lambda d: sessions_storm(d, max(8, 40 // scale))),  # every kind at least once
+            ("gitfile", lambda d: gitfile_storm(d, max(15, 60 // scale))),  # every pair of kinds at least once
+            ("leaks", lambda d: leaks_storm(d, max(6, 30 // scale))),
+            ("frame", lambda d: frame_storm(d, 3, 47 // (1 if scale == 1 else 5))),
         ]:
             if name not in only:
                 continue

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import stat
@@ -152,7 +153,8 @@ def test_commands_in_the_repositorys_own_config_never_run(isolated: None, tmp_pa
     (repo.git_dir / "info").mkdir(exist_ok=True)
     (repo.git_dir / "info" / "attributes").write_text("* filter=evil diff=evil merge=evil\n*.txt filter=evil2\n")
     _attributes(repo)
-    subprocess.run(["git", "add", "-A"], cwd=repo.root, capture_output=True, env={**os.environ, "GIT_CONFIG_NOSYSTEM": "1"})
+    subprocess.run(["git", "add", "-A"], cwd=repo.root, capture_output=True,
+                   env={**os.environ, "GIT_CONFIG_NOSYSTEM": "1"})
     assert marker.exists()  # git itself runs them
     marker.unlink()
     _every_operation(repo.root)
@@ -218,6 +220,48 @@ def test_a_git_file_naming_another_folders_worktree_is_refused(isolated: None, t
     assert str(tmp_path / "linked") in refused.value.message
 
 
+def test_a_git_file_naming_a_git_dir_that_names_no_work_tree_is_refused(isolated: None, tmp_path: Path) -> None:
+    """`git init --separate-git-dir` records no work tree: any folder's `.git` file could point at
+    another project's git dir and take its snapshots (and get its own). Only a git dir whose
+    `core.worktree` names the folder is used through a `.git` file; submodules record it."""
+    own, own_git = tmp_path / "own", tmp_path / "own.git"
+    subprocess.run(["git", "init", "-q", "-b", "main", "--separate-git-dir", str(own_git), str(own)], check=True)
+    repo = Repo(own)
+    repo.write("a.txt", "own\n")
+    repo.commit_all()
+    intruder = tmp_path / "intruder"
+    intruder.mkdir()
+    (intruder / ".git").write_text(f"gitdir: {own_git}\n")
+    (intruder / "mine.txt").write_text("mine\n")
+    before = sorted(p.name for p in own_git.iterdir())
+    for folder in (intruder, own):
+        with pytest.raises(GitFailed) as refused:
+            ghost.snapshot(folder)
+        assert refused.value.code == 1002 and str(folder / ".git") in refused.value.message, folder
+        assert "core.worktree" in refused.value.message
+    assert sorted(p.name for p in own_git.iterdir()) == before  # no store made in it
+    # The owner says the git dir is this folder's: its snapshots work, and the intruder is still refused.
+    repo.git("config", "--file", str(own_git / "config"), "core.worktree", str(own))
+    assert ghost.snapshot(own)["id"]
+    with pytest.raises(GitFailed) as refused:
+        ghost.snapshot(intruder)
+    assert refused.value.code == 1002 and str(own) in refused.value.message
+
+    # A submodule's `.git` file names the superproject's `.git/modules/<name>`, whose core.worktree
+    # names the submodule: it works. The same git dir named from elsewhere is refused.
+    sup = make_repo(tmp_path / "sup")
+    sup.git("-c", "protocol.file.allow=always", "submodule", "add", "-q", str(make_repo(tmp_path / "lib").root), "lib")
+    sup.commit_all("add lib")
+    (sup.root / "lib" / "new.txt").write_text("in the submodule\n")
+    assert ghost.snapshot(sup.root / "lib")["id"]
+    thief = tmp_path / "thief"
+    thief.mkdir()
+    (thief / ".git").write_text(f"gitdir: {sup.git_dir / 'modules' / 'lib'}\n")
+    with pytest.raises(GitFailed) as refused:
+        ghost.snapshot(thief)
+    assert refused.value.code == 1002 and str(sup.root / "lib") in refused.value.message
+
+
 def test_a_ctxd_path_that_is_a_file_is_named(isolated: None, tmp_path: Path, daemon_factory) -> None:
     repo = make_repo(tmp_path / "repo")
     (repo.git_dir / "ctxd").write_text("a file\n")
@@ -263,7 +307,8 @@ def test_tcp_needs_the_owners_token_and_a_stalled_prober_blocks_no_one(state_dir
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     token_file = tmp_path / "run" / "ctxd.token"
-    proc = subprocess.Popen([sys.executable, "-m", "ctxd", "--tcp", "--port", str(port), "--token-file", str(token_file),
+    proc = subprocess.Popen([sys.executable, "-m", "ctxd", "--tcp", "--port", str(port),
+                             "--token-file", str(token_file),
                              "--log-file", str(tmp_path / "daemon.log")], env=daemon_env(state_dir),
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             cwd=str(Path(__file__).resolve().parents[1]))
@@ -496,3 +541,17 @@ def test_checking_a_plain_folder_for_an_interrupted_restore_starts_no_git(isolat
     repo = make_repo(tmp_path / "repo")
     assert ghost.interrupted_restore(repo.root, create=False) is None
     assert log.exists()  # the shim sees git when a repository is there
+
+
+# --- ways out: install from what exists ------------------------------------------------------------------
+
+
+def test_no_document_says_to_install_the_unpublished_package_name() -> None:
+    """`ctxd-daemon` is not on PyPI (issue #27, Install): every install line names a clone or a path."""
+    root = Path(__file__).resolve().parents[1]
+    documents = [root / "README.md", *root.glob("docs/*.md"), *root.glob("editors/*/README.md"),
+                 *root.glob("editors/nvim/doc/*.txt")]
+    advertised = [f"{path.relative_to(root)}: {line.strip()}" for path in documents
+                  for line in path.read_text("utf-8").splitlines()
+                  if re.search(r"pipx? install\s+(-\S+\s+)*['\"]?ctxd-daemon", line)]
+    assert advertised == []

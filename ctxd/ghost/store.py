@@ -232,10 +232,12 @@ def _check_layout(folder: Path, top: Path, prefix: str, worktree: str, common_di
     """Refuse a repository whose work tree is not where the folder is, which only a hand-made
     `.git` can arrange: `core.worktree` naming another folder (the snapshot would read it and a
     restore write it), or a `.git` file naming another folder's own `.git` or linked worktree (its
-    snapshots would be that folder's). A name with a newline, which git's answer cannot carry, ends here too."""
+    snapshots would be that folder's), or a `.git` file naming a git dir that names no work tree
+    (`_names_a_work_tree`). A name with a newline, which git's answer cannot carry, ends here too."""
     if (top / prefix).resolve() != folder.resolve():
         raise GitFailed(f"{folder}: git places its work tree at {top}, which does not hold this folder "
-                        "(core.worktree, or a newline in a folder's name); no snapshot is taken or restored")
+                        f"(core.worktree of {git_dir}, or a newline in a folder's name); no snapshot is taken or "
+                        "restored")
     if worktree == "" and common_dir.name == ".git" and common_dir.resolve().parent != top.resolve():
         raise GitFailed(f"{folder}: its .git points at {common_dir}, the repository of another folder; "
                         "no snapshot is taken or restored")
@@ -248,6 +250,22 @@ def _check_layout(folder: Path, top: Path, prefix: str, worktree: str, common_di
             raise GitFailed(f"{folder}: its .git points at {git_dir}, the worktree of another folder "
                             f"({served.parent if served else 'unknown'}; `git worktree repair` fixes a moved one); "
                             "no snapshot is taken or restored")
+    if not worktree and (top / ".git").is_file() and not _names_a_work_tree(git_dir):
+        raise GitFailed(f"{top / '.git'}: it points at {git_dir}, a git directory that does not name this folder "
+                        "as its work tree (it may be another project's, made with --separate-git-dir); no snapshot "
+                        "is taken or restored. If it is this folder's own, say so once with: git config --file "
+                        f"{git_dir / 'config'} core.worktree {top}")
+
+
+def _names_a_work_tree(git_dir: Path) -> bool:
+    """Whether a git directory reached through a `.git` file names its work tree (`core.worktree`,
+    as a submodule's does; git has already placed the work tree there, and `_check_layout` that it
+    is this folder). A directory made by `git init --separate-git-dir` records no work tree, so any
+    folder could point at it: another project's would take this folder's snapshots and give it its
+    own. Read with `--file` and no includes: nothing else of that config is looked at."""
+    status, out = gitcmd.run(["config", "--file", str(git_dir / "config"), "--no-includes", "--get", "core.worktree"],
+                             cwd=git_dir, env=gitcmd.base_env(user_config=False), ok=tuple(range(256)))
+    return status == 0 and bool(out.strip())
 
 
 def refuse_git_internals(folder: Path) -> None:

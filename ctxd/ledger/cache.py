@@ -4,40 +4,98 @@ A thread's ledger is read from SQLite once and then updated in place by the writ
 this daemon. Another daemon (or `ctxd` in a second editor) may write the same database: SQLite's
 `data_version` tells, and every loaded thread is then dropped and read again on its next use.
 Least recently used threads are dropped past either bound, whatever their number.
+
+A loaded item is held once, as the JSON it is stored as (the parsed item is made again when read).
+The JSON held is bounded too: past MAX_HELD_CHARS the thread in use lets go of its items' JSON and
+reads it from SQLite when asked (a prompt reads it in one query). A thread of more items than
+MAX_LOADED_ITEMS is not kept once its request is answered: the next request reads it again. So one
+huge frame (issue #27: 47 MB of small items) leaves no thread of its size in memory.
 """
 
 from __future__ import annotations
 
-import json
+import sqlite3
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, cast
 
+from ctxd.errors import StoreUnavailable
 from ctxd.ledger.store import Store, ThreadRow
 from ctxd.ledger.thread import Entry, ThreadLedger
 
 MAX_LOADED_THREADS = 64
-# Loaded items cost about 1 KB each in memory.
+# Loaded items: each a few numbers, plus its JSON while the JSON held is within MAX_HELD_CHARS.
 MAX_LOADED_ITEMS = 200_000
+# Characters of item JSON held in memory, over every loaded thread.
+MAX_HELD_CHARS = 32 * 1024 * 1024
 
 DataVersion = tuple[int, int]
 
 
-def load_ledger(store: Store, thread: str) -> ThreadLedger:
-    """A thread's active items and facts as stored (an empty ledger for a thread never written)."""
+@contextmanager
+def _reading(store: Store) -> Iterator[sqlite3.Connection]:
+    """`Store.reading`, which is annotated as a plain iterator."""
+    with cast(Any, store.reading()) as db:
+        yield db
+
+
+class StoredItems:
+    """A thread's items in the store, for the entries that let go of their JSON."""
+
+    def __init__(self, store: Store, thread: str) -> None:
+        self.store, self.thread = store, thread
+
+    def body(self, seq: int) -> str:
+        with _reading(self.store) as db:
+            row = db.execute("SELECT body FROM items WHERE thread = ? AND seq = ?", (self.thread, seq)).fetchone()
+        if row is None:
+            raise StoreUnavailable(f"item {seq} of thread '{self.thread}' is no longer in the ledger: send the "
+                                   "request again")
+        return str(row[0])
+
+    def bodies(self) -> dict[int, str]:
+        """The JSON of every active item, by sequence number (one query)."""
+        with _reading(self.store) as db:
+            return dict(db.execute("SELECT seq, body FROM items WHERE thread = ? AND archived IS NULL",
+                                   (self.thread,)))
+
+
+def load_ledger(store: Store, thread: str, held_chars: int = MAX_HELD_CHARS) -> ThreadLedger:
+    """A thread's active items and facts as stored (an empty ledger for a thread never written).
+    Items are read one at a time; once `held_chars` characters of JSON are held, the rest is left
+    in the store (and so is what was held: one rule for the whole thread)."""
     row = store.thread(thread) or ThreadRow(thread)
-    rows = store.all_rows(thread)
-    ledger = ThreadLedger(
-        thread=thread,
-        entries=[Entry(r.seq, json.loads(r.body), r.tokens, r.origin, r.body) for r in rows if r.archived is None],
-        history_version=row.history_version,
-        api_total=row.api_total,
-        api_seq=row.api_seq,
-        reference=row.reference,
-        prompt_context=row.prompt_context,
-        state=row.state,
-        next_seq=(rows[-1].seq + 1) if rows else 1,
-    )
-    ledger.recount()
+    ledger = ThreadLedger(thread=thread, history_version=row.history_version, api_total=row.api_total,
+                          api_seq=row.api_seq, reference=row.reference, prompt_context=row.prompt_context,
+                          state=row.state)
+    stored, shedding, last = StoredItems(store, thread), False, 0
+    with _reading(store) as db:
+        cursor = db.execute("SELECT seq, body, tokens, origin, archived FROM items WHERE thread = ? ORDER BY seq",
+                            (thread,))
+        for seq, body, tokens, origin, archived in cursor:
+            last = seq
+            if archived is not None:
+                continue
+            entry = Entry(seq, None, tokens, origin, body)
+            ledger.append([entry])
+            if shedding:
+                ledger.held_chars -= entry.shed(stored)
+            elif ledger.held_chars > held_chars:
+                ledger.shed(stored)
+                shedding = True
+    ledger.next_seq = last + 1
+    ledger.tokens_after_api = sum(e.tokens for e in ledger.entries if e.seq > ledger.api_seq)
     return ledger
+
+
+def stored_bodies(store: Store, ledger: ThreadLedger, entries: list[Entry]) -> list[str]:
+    """The JSON of `entries` (of `ledger`): held, or read from the store in one query."""
+    held = [entry.body for entry in entries]
+    if all(held):  # (a stored item's JSON is never empty)
+        return held  # type: ignore[return-value]
+    by_seq = StoredItems(store, ledger.thread).bodies()
+    return [body or by_seq.get(entry.seq) or entry.stored_body() for body, entry in zip(held, entries, strict=True)]
 
 
 def summary_ledger(store: Store, thread: str) -> ThreadLedger:
@@ -68,8 +126,9 @@ class ThreadCache:
             self.version = store.data_version()
         ledger = self._threads.get(thread)
         if ledger is None:
-            ledger = self._threads[thread] = load_ledger(store, thread)
-            self._evict()
+            held = MAX_HELD_CHARS - sum(other.held_chars for other in self._threads.values())
+            ledger = self._threads[thread] = load_ledger(store, thread, max(held, 0))
+            self.fit(store)
         else:
             self._threads.move_to_end(thread)
         return ledger
@@ -90,9 +149,21 @@ class ThreadCache:
         self._threads.pop(thread, None)
         return self.get(store, thread)
 
-    def _evict(self) -> None:
-        """Drop least recently used threads past either bound; the newest one always stays."""
+    def fit(self, store: Store) -> None:
+        """Keep within the bounds (after a load, or items added to a loaded thread): least recently
+        used threads go first; then the newest lets go of its JSON past MAX_HELD_CHARS, and is
+        dropped past MAX_LOADED_ITEMS (the caller keeps the ledger it holds for its request)."""
         loaded = sum(len(ledger.entries) for ledger in self._threads.values())
-        while len(self._threads) > 1 and (len(self._threads) > MAX_LOADED_THREADS or loaded > MAX_LOADED_ITEMS):
+        held = sum(ledger.held_chars for ledger in self._threads.values())
+        while len(self._threads) > 1 and (len(self._threads) > MAX_LOADED_THREADS or loaded > MAX_LOADED_ITEMS
+                                          or held > MAX_HELD_CHARS):
             _, ledger = self._threads.popitem(last=False)
             loaded -= len(ledger.entries)
+            held -= ledger.held_chars
+        if not self._threads:
+            return
+        thread, newest = next(reversed(self._threads.items()))
+        if len(newest.entries) > MAX_LOADED_ITEMS:
+            del self._threads[thread]
+        elif newest.held_chars > MAX_HELD_CHARS:
+            newest.shed(StoredItems(store, thread))

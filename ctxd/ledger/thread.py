@@ -6,8 +6,9 @@ its running sums as items come and go, so a usage answer is O(1) in the ledger's
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from ctxd.ledger.projection import Repairs
 from ctxd.ledger.rules import (
@@ -17,6 +18,7 @@ from ctxd.ledger.rules import (
     is_real_user_message,
     item_group,
 )
+from ctxd.protocol import jsontext
 
 if TYPE_CHECKING:
     from ctxd.protocol.shapes import Tier, TokenizerStatus, UsageSnapshot, UsageSource
@@ -24,13 +26,54 @@ if TYPE_CHECKING:
 WARN_FRACTION = 0.8
 
 
-@dataclass
+class StoredBodies(Protocol):
+    """Where a ledger's items are kept when their JSON is not held in memory (the store)."""
+
+    def body(self, seq: int) -> str: ...
+
+
 class Entry:
-    seq: int
-    item: dict[str, Any]
-    tokens: int
-    origin: int | None = None  # the compaction that wrote this item, if any
-    body: str | None = None  # the item's JSON as stored: a prompt sends it without encoding it again
+    """One active item of a ledger. Its JSON as stored (`body`) is what a prompt sends; the parsed
+    item is made again when read, not kept beside it (both forms held a loaded thread twice over).
+    A ledger over its memory bound lets go of `body` too (`shed`): then the store is asked."""
+
+    __slots__ = ("seq", "tokens", "origin", "body", "_item", "_stored")
+
+    def __init__(self, seq: int, item: dict[str, Any] | None, tokens: int, origin: int | None = None,
+                 body: str | None = None) -> None:
+        self.seq = seq
+        self.tokens = tokens
+        self.origin = origin  # the compaction that wrote this item, if any
+        self.body = body  # the item's JSON as stored, or None once shed
+        self._item = item if body is None else None
+        self._stored: StoredBodies | None = None
+
+    @property
+    def item(self) -> dict[str, Any]:
+        if self._item is not None:
+            return self._item
+        body = self.body if self.body is not None else self.stored_body()
+        item: dict[str, Any] = json.loads(body)
+        return item
+
+    def stored_body(self) -> str:
+        """The item's JSON: held, or read from the store it was shed to."""
+        if self.body is not None:
+            return self.body
+        if self._stored is None:
+            return jsontext.dumps(self.item).decode("utf-8")
+        return self._stored.body(self.seq)
+
+    def shed(self, stored: StoredBodies) -> int:
+        """Let go of the held JSON (the store keeps it); returns the characters let go."""
+        if self.body is None:
+            return 0
+        held = len(self.body)
+        self.body, self._stored = None, stored
+        return held
+
+    def __repr__(self) -> str:
+        return f"Entry(seq={self.seq}, tokens={self.tokens}, origin={self.origin}, held={self.body is not None})"
 
 
 @dataclass
@@ -48,30 +91,41 @@ class ThreadLedger:
     tokens_after_api: int = 0
     group_tokens: dict[str, int] = field(default_factory=dict)  # by kind of item, for the breakdown
     repairs: Repairs = field(default_factory=Repairs)  # what a prompt of the entries must repair
+    held_chars: int = 0  # characters of item JSON held in memory (`Entry.body`), for the cache's bound
 
     def recount(self) -> None:
         """Recompute the running sums (after a load or a rewrite)."""
-        self.item_tokens = self.tokens_after_api = 0
+        self.item_tokens = self.tokens_after_api = self.held_chars = 0
         self.group_tokens = {}
         self.repairs = Repairs()
         self._add(self.entries)
         self.tokens_after_api = sum(e.tokens for e in self.entries if e.seq > self.api_seq)
 
-    def append(self, entries: list[Entry]) -> None:
+    def append(self, entries: list[Entry], items: list[dict[str, Any]] | None = None) -> None:
+        """Add entries after the others; `items`, their parsed items when the caller has them."""
         self.entries.extend(entries)
-        self.tokens_after_api += self._add(entries)
+        self.tokens_after_api += self._add(entries, items)
         if entries:
             self.next_seq = entries[-1].seq + 1
 
-    def _add(self, entries: list[Entry]) -> int:
+    def _add(self, entries: list[Entry], items: list[dict[str, Any]] | None = None) -> int:
         added = 0
-        for entry in entries:
+        for n, entry in enumerate(entries):
+            item = items[n] if items is not None else entry.item
             added += entry.tokens
-            group = item_group(entry.item)
+            group = item_group(item)
             self.group_tokens[group] = self.group_tokens.get(group, 0) + entry.tokens
-            self.repairs.add(entry.item)
+            self.repairs.add(item)
+            if entry.body is not None:
+                self.held_chars += len(entry.body)
         self.item_tokens += added
         return added
+
+    def shed(self, stored: StoredBodies) -> None:
+        """Let go of every entry's held JSON: the store keeps it (see `Entry.shed`)."""
+        for entry in self.entries:
+            entry.shed(stored)
+        self.held_chars = 0
 
     @property
     def last_seq(self) -> int:

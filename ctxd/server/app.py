@@ -46,6 +46,7 @@ from ctxd.errors import (
     ServerNotInitialized,
 )
 from ctxd.protocol import methods
+from ctxd.server import memory
 from ctxd.server.codec import Incoming, Rejected, Shortened
 from ctxd.server.connection import Connection, StreamConnection
 from ctxd.server.events import CompactionEvents, Outbox, Throttle
@@ -398,19 +399,21 @@ class CtxdServer:
     def _submit(self, method: str, msg_id: Any, raw_params: Any, size: int) -> None:
         self.backlog.admit(size)  # waits while too many answers are still to be sent
         cancel = self._cancels[msg_id] = threading.Event()
-        job = functools.partial(self._run, method, msg_id, raw_params, cancel, size)
+        job = functools.partial(self._run, method, msg_id, [raw_params], cancel, size)
         key = _ordering_key(method, raw_params)
         if key is None:  # long operations (and unaddressed requests) run beside the rest
             self.daemon.executor.submit(job)
         else:
             self.daemon.lanes.submit(key, job)
 
-    def _run(self, method: str, msg_id: Any, raw_params: Any, cancel: threading.Event, size: int) -> None:
-        """On a worker: parse, call the handler, send the reply (encoded here)."""
+    def _run(self, method: str, msg_id: Any, boxed_params: list[Any], cancel: threading.Event, size: int) -> None:
+        """On a worker: parse, call the handler, send the reply (encoded here). The params come in a
+        box emptied here, so that nothing holds them once answered (memory.after_request)."""
         try:
-            self._answer(method, msg_id, raw_params, cancel)
+            self._answer(method, msg_id, boxed_params.pop(), cancel)
         finally:
             self.backlog.done(size)
+            memory.after_request(size)
 
     def _answer(self, method: str, msg_id: Any, raw_params: Any, cancel: threading.Event) -> None:
         from ctxd.protocol.params import parse_params

@@ -82,6 +82,7 @@ class StreamConnection(Connection):
             size = len(body)
             del body  # a large frame's bytes are freed before its request runs
             deliver(message, size)
+            del message  # not held while the next frame is awaited: a huge request is freed once answered
 
     def exit(self, code: int) -> None:
         super().exit(code)

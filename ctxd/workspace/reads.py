@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, cast
 from ctxd import redact
 from ctxd.errors import CtxdError, InvalidParams
 from ctxd.ledger import operations, projection
-from ctxd.ledger.cache import summary_ledger
+from ctxd.ledger.cache import stored_bodies, summary_ledger
 from ctxd.ledger.rules import snapshot_commit_id
 from ctxd.ledger.thread import Entry
 from ctxd.protocol.rawjson import RawJsonList
@@ -98,11 +98,11 @@ class WorkspaceReads(WorkspaceCore):
             # Items the projection passes through unchanged go out as the JSON they are stored as.
             if not ledger.repairs.needed(len(entries), input_modalities):
                 kept = projection.without(entries, ledger.repairs.dropped())
-                texts = [entry.body or item_text(entry.item) for entry in kept]
+                texts = stored_bodies(self.store, ledger, kept)
             else:
                 projected = projection.project_indexed([e.item for e in entries], input_modalities)
-                texts = [(entries[part].body or item_text(entries[part].item)) if isinstance(part, int) else item_text(part)
-                         for part in projected]
+                bodies = stored_bodies(self.store, ledger, entries)
+                texts = [bodies[part] if isinstance(part, int) else item_text(part) for part in projected]
             return {
                 # Items as the JSON text they are stored as: written out as they are.
                 "items": cast("list[Item]", RawJsonList(texts)),
@@ -118,8 +118,10 @@ class WorkspaceReads(WorkspaceCore):
                 rows = self.store.all_rows(thread)
                 items = [json.loads(r.body) | ({"archived": True, "archivedBy": r.archived} if r.archived is not None else {})
                          for r in rows]
-            else:
-                items = [e.item for e in ledger.entries]
+            else:  # only the page is parsed (items are held as their JSON: ctxd/ledger/cache.py)
+                page = ledger.entries[offset:None if limit is None else offset + limit]
+                return {"items": [json.loads(body) for body in stored_bodies(self.store, ledger, page)],
+                        "historyVersion": ledger.history_version, "total": len(ledger.entries)}
             end = None if limit is None else offset + limit
             result: HistoryResult = {"items": items[offset:end], "historyVersion": ledger.history_version,
                                      "total": len(items)}

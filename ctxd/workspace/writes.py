@@ -7,7 +7,6 @@ tells the listener the new usage (`_changed`).
 
 from __future__ import annotations
 
-import json
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -72,7 +71,8 @@ class WorkspaceWrites(WorkspaceCore):
         first, version = self.store.append(ledger.thread, rows, known=(self.cache.version, ledger.next_seq), wait=wait)
         if not self.cache.check(version) or first != ledger.next_seq:
             return self.cache.reload(self.store, ledger.thread)
-        ledger.append([Entry(first + i, item, tokens, body=body) for i, (item, (body, tokens)) in enumerate(zip(kept, rows))])
+        ledger.append([Entry(first + i, None, tokens, body=body) for i, (body, tokens) in enumerate(rows)], kept)
+        self.cache.fit(self.store)
         return ledger
 
     def record(self, thread: str, items: list[dict[str, Any]], wait: bool = True) -> RecordResult:
@@ -439,7 +439,7 @@ def _untitled(ledger: ThreadLedger, kept: list[dict[str, Any]]) -> str | None:
 
 
 def _entry(row: Row) -> Entry:
-    return Entry(row.seq, json.loads(row.body), row.tokens, row.origin, row.body)
+    return Entry(row.seq, None, row.tokens, row.origin, row.body)
 
 
 def _valid(item: dict[str, Any]) -> bool:

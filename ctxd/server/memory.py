@@ -1,0 +1,32 @@
+"""Freed memory given back to the system after a huge request (issue #27).
+
+The daemon keeps up to 64 MB of freed memory for its next large answer (`ctxd.cli.keep_freed_memory`),
+and glibc returns memory only from the top of its heap: after a request of tens of megabytes, the
+memory its items took stayed with the process although nothing used it. A request that large is
+rare, so after one is answered the heap is trimmed (`malloc_trim`); answers, however large, are not
+affected. Elsewhere than glibc: nothing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable
+
+BIG_REQUEST_BYTES = 8 * 1024 * 1024
+
+
+def _trimmer() -> Callable[[int], int] | None:
+    try:
+        trim: Callable[[int], int] = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    return trim
+
+
+_TRIM = _trimmer()
+
+
+def after_request(size: int) -> None:
+    """Give freed memory back after a request of `size` bytes, if it was a huge one."""
+    if size >= BIG_REQUEST_BYTES and _TRIM is not None:
+        _TRIM(0)
