@@ -32,7 +32,7 @@ from ctxd.ledger.rules import is_real_user_message
 
 # Bump when what is indexed changes: stores indexed by another version are indexed again (a
 # contentless index must be told the exact text of a row it deletes).
-INDEX_VERSION = "3"
+INDEX_VERSION = "4"
 SEQ_BITS = 32
 BATCH = 2000  # items indexed per transaction: other writers wait at most one batch
 
@@ -66,6 +66,7 @@ _TRIGGERS = (
 _SKIPPED_KEYS = frozenset({"type", "role", "id", "call_id", "status", "encrypted_content", "image_url", "detail",
                            "ghost_commit", "format"})
 _PART = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+_CAMEL = re.compile(r"[a-z][A-Z]")  # where a camelCase word may be: most texts have none
 _MAX_PART_WORD = 64  # longer runs are hashes or blobs, not identifiers
 
 
@@ -97,9 +98,28 @@ def item_text(item: Any) -> str:
             parts = [part.get("text") for part in item["content"] if isinstance(part, dict)]
             if all(isinstance(text, str) for text in parts):
                 return "\n".join(text for text in parts if text)
+        if kind == "function_call" and isinstance(item.get("arguments"), str) and isinstance(item.get("name"), str):
+            out = [item["name"]] if item["name"] else []
+            _collect(item["arguments"], out, "arguments")
+            return "\n".join(out)
+        if kind == "reasoning" and isinstance(item.get("summary"), list) and not item.get("content"):
+            parts = [part.get("text") for part in item["summary"] if isinstance(part, dict)]
+            if all(isinstance(text, str) for text in parts):
+                return "\n".join(text for text in parts if text)
     out: list[str] = []
     _collect(item, out, None)
     return "\n".join(out)
+
+
+def index_text(item: Any) -> str:
+    """What the index holds of an item: its words (`item_text`), each distinct line once. A line
+    repeated in one item (a log's progress lines, the same warning, the same code) adds no word
+    to find, and BM25 weighs repeats little; FTS5's cost is per word (`bench/bench_recall.py`).
+    Snippets and `ctxd/item` read the whole text."""
+    text = item_text(item)
+    if text.count("\n") < 8:
+        return text
+    return "\n".join(dict.fromkeys(text.split("\n")))
 
 
 def _collect(value: Any, out: list[str], key: str | None) -> None:
@@ -138,6 +158,8 @@ _CLASSES = _class_table()
 def identifier_parts(text: str) -> str:
     """The parts of every camelCase word in `text` (`getUserName` -> `get User Name`, `HTTPServer2`
     -> `HTTP Server 2`), each word's parts together."""
+    if _CAMEL.search(text) is None:
+        return ""
     raw = text.encode("utf-8", "surrogatepass")
     classes = raw.translate(_CLASSES)
     words: set[bytes] = set()
@@ -170,19 +192,20 @@ class _Extractor:
 
 
 def body_text(body: str) -> str:
+    """The indexed text of a stored body (`index_text`)."""
     try:
-        return item_text(json.loads(body))
+        return index_text(json.loads(body))
     except (TypeError, ValueError):
         return ""
 
 
-def install(db: sqlite3.Connection) -> None:
+def install(db: sqlite3.Connection) -> bool:
     """Set up the index on a read-write connection, inside its open write transaction: this
     connection's SQL functions and TEMP triggers, and the tables when they are missing or of
     another INDEX_VERSION (every item then waits for `catch_up`). Without FTS5 this does nothing
-    (recall then answers that it is unavailable)."""
+    (recall then answers that it is unavailable) and returns False."""
     if not has_fts5(db):
-        return
+        return False
     extractor = _Extractor()
     db.create_function("ctxd_recall_text", 1, extractor.text, deterministic=True)
     db.create_function("ctxd_recall_parts", 1, extractor.parts, deterministic=True)
@@ -193,6 +216,7 @@ def install(db: sqlite3.Connection) -> None:
         db.execute("INSERT OR REPLACE INTO meta VALUES ('recall_index', ?)", (INDEX_VERSION,))
     for statement in _TRIGGERS:
         db.execute(statement)
+    return True
 
 
 def sync_threads(db: sqlite3.Connection) -> None:
@@ -219,7 +243,7 @@ def catch_up_batch(db: sqlite3.Connection, tid: int, thread: str, upto: int) -> 
     base = tid << SEQ_BITS
     indexed = {rid for (rid,) in db.execute("SELECT id FROM recall_fts_docsize WHERE id > ? AND id <= ?",
                                             (base | upto, base | rows[-1][0]))}
-    fts, turns = [], []
+    parsed = []
     for seq, body, origin in rows:
         if base | seq in indexed:
             continue  # indexed before the watermark was lowered below it
@@ -227,14 +251,41 @@ def catch_up_batch(db: sqlite3.Connection, tid: int, thread: str, upto: int) -> 
             item = json.loads(body)
         except ValueError:
             item = None
-        text = item_text(item)
+        parsed.append((seq, item, origin))
+    _add(db, base, parsed)
+    db.execute("UPDATE recall_threads SET upto = ? WHERE id = ?", (rows[-1][0], tid))
+    return len(rows) == BATCH
+
+
+def index_appended(db: sqlite3.Connection, thread: str, first: int, items: list[Any]) -> None:
+    """Index items just appended at seqs `first`... (the items as parsed, in the append's own
+    transaction: the mirror has them already, so nothing is parsed again), when everything before
+    them is indexed; else they wait for `catch_up` with the rest."""
+    row = db.execute("SELECT id, upto FROM recall_threads WHERE thread = ?", (thread,)).fetchone()
+    if row is None:
+        if first != 1 and db.execute("SELECT 1 FROM items WHERE thread = ? AND seq < ? LIMIT 1",
+                                     (thread, first)).fetchone():
+            return
+        tid = int(db.execute("INSERT INTO recall_threads (thread) VALUES (?)", (thread,)).lastrowid or 0)
+        upto = 0
+    else:
+        tid, upto = row
+    if upto != first - 1 or not items:
+        return
+    _add(db, tid << SEQ_BITS, [(first + i, item, None) for i, item in enumerate(items)])
+    db.execute("UPDATE recall_threads SET upto = ? WHERE id = ?", (first + len(items) - 1, tid))
+
+
+def _add(db: sqlite3.Connection, base: int, items: list[tuple[int, Any, int | None]]) -> None:
+    """Write (seq, parsed item, origin) to the index, with the user turns they start."""
+    fts, turns = [], []
+    for seq, item, origin in items:
+        text = index_text(item)
         fts.append((base | seq, text, identifier_parts(text)))
-        if origin is None and isinstance(item, dict) and is_real_user_message(item):
+        if origin is None and isinstance(item, dict) and item.get("role") == "user" and is_real_user_message(item):
             turns.append((base | seq,))
     db.executemany("INSERT INTO recall_fts (rowid, text, parts) VALUES (?, ?, ?)", fts)
     db.executemany("INSERT OR IGNORE INTO recall_turns (rid) VALUES (?)", turns)
-    db.execute("UPDATE recall_threads SET upto = ? WHERE id = ?", (rows[-1][0], tid))
-    return len(rows) == BATCH
 
 
 def has_fts5(db: sqlite3.Connection) -> bool:
