@@ -7,21 +7,24 @@ the index costs.
 | `ctxd/recall` through the daemon on a 200k-item thread, p95 | the same queries on a plain SQLite FTS5 table of the same texts, in-process, p95 | <= 3x; and the issue's <= 50 ms |
 | indexing a 50 MB Codex rollout's items as the mirror appends them (CPU: the append with the index less the append without) | `json.loads` over the rollout's lines | <= 2x |
 | the index's size | the text it indexes | <= 1.5x |
+| `ctxd mcp` started to its `initialize` answer (median) | a python that imports the MCP SDK's server | <= 1.15x |
 
 The facts' thread is recorded and compacted (offline) through the real daemon; the 200k-item
 thread is written with the store's own append (as records write it), then searched through a
 daemon started on it, after one warm-up search that indexes it (its time is printed).
 
-    python bench/bench_recall.py [--items 200000] [--mb 50] [--queries 60]
+    python bench/bench_recall.py [--items 200000] [--mb 50] [--queries 60] [--mcp-runs 5]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sqlite3
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -33,11 +36,13 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 from bench_sessions import big_rollout  # noqa: E402
-from ctxd.ledger import recall as history, search  # noqa: E402
+from table import Row, ms, report  # noqa: E402
+
+from ctxd.ledger import recall as history  # noqa: E402
+from ctxd.ledger import search
 from ctxd.ledger.store import Store, database_path  # noqa: E402
 from ctxd.sessions.codex import CodexReader  # noqa: E402
-from table import Row, ms, report  # noqa: E402
-from tests.rpc import Client, start_daemon  # noqa: E402
+from tests.rpc import start_daemon  # noqa: E402
 
 PLACES = ("tool output", "user message", "assistant text")
 # A search is a round trip to the daemon, a count and one to five FTS5 queries (ctxd/ledger/search.py's
@@ -342,17 +347,67 @@ def _index_bytes(db: sqlite3.Connection) -> int:
         return total
 
 
+# --- ctxd mcp's start ------------------------------------------------------------------------------
+
+MCP_GOAL = 1.15  # ctxd's own part of the start: what the SDK's import leaves
+INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+              "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}}
+
+
+def bench_mcp_start(tmp: Path, runs: int) -> list[Row]:
+    """`ctxd mcp` started as an agent starts it, timed to its answer to `initialize`, against a
+    bare Python and a Python that only imports the SDK's server (medians, interleaved)."""
+    ws = tmp / "ws-mcp"
+    ws.mkdir()
+    subprocess.run(["git", "init", "-q", str(ws)], check=True)
+    env = {**os.environ, "HOME": str(tmp), "XDG_STATE_HOME": str(tmp / "state-mcp"), "PYTHONPATH": str(HERE.parent)}
+    line = (json.dumps(INITIALIZE) + "\n").encode()
+
+    def ctxd() -> float:
+        started = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, "-m", "ctxd", "mcp"], cwd=ws, env=env, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(line)
+        proc.stdin.flush()
+        answer = proc.stdout.readline()
+        took = time.perf_counter() - started
+        assert b'"result"' in answer, answer
+        proc.stdin.close()
+        proc.wait(60)
+        return took
+
+    def python(code: str) -> float:
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], env=env, check=True)
+        return time.perf_counter() - started
+
+    bare, sdk, ours = [], [], []
+    for _ in range(runs):
+        bare.append(python("pass"))
+        sdk.append(python("import mcp.server.mcpserver"))
+        ours.append(ctxd())
+    ratio = statistics.median(ours) / statistics.median(sdk)
+    print(f"4. ctxd mcp to its initialize answer: median {ms(statistics.median(ours))}; python importing the MCP "
+          f"SDK's server {ms(statistics.median(sdk))}; a bare python {ms(statistics.median(bare))} ({runs} runs each)")
+    return [Row("ctxd mcp: start to the initialize answer", ms(statistics.median(ours)),
+                f"{ms(statistics.median(sdk))} (import mcp.server.mcpserver)", f"{ratio:.2f}x", f"<= {MCP_GOAL:g}x",
+                ratio <= MCP_GOAL)]
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=200_000)
     parser.add_argument("--mb", type=int, default=50)
     parser.add_argument("--queries", type=int, default=60)
+    parser.add_argument("--mcp-runs", type=int, default=5)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="ctxd-bench-recall-") as name:
         tmp = Path(name)
         rows = bench_quality(tmp)
         rows += bench_indexing(tmp, args.mb)
         rows += bench_speed(tmp, args.items, args.queries)
+        rows += bench_mcp_start(tmp, args.mcp_runs)
     return report(rows)
 
 

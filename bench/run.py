@@ -31,6 +31,7 @@ QUICK: dict[str, list[str]] = {
     "hooks": ["--rounds", "15"],
     "sessions": ["--mb", "20", "--appends", "20", "--idle-seconds", "5", "--turns", "5"],
     "follow": ["--appends", "15", "--starts", "4", "--turns", "10"],
+    "recall": ["--items", "100000", "--mb", "20", "--mcp-runs", "3"],
 }
 
 

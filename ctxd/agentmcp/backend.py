@@ -118,7 +118,7 @@ class Backend:
         if not listed:
             raise InvalidParams(f"no Codex or Claude Code session of {self.root} is known to ctxd yet; set "
                                 f"{SESSION_ENV} to the session's thread (such as claude:<session id>)")
-        return listed[0]["thread"]  # `threads()` lists the newest activity first
+        return str(listed[0]["thread"])  # `threads()` lists the newest activity first
 
     # --- the tools -------------------------------------------------------------------------------
 

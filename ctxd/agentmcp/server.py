@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from ctxd.agentmcp.backend import Backend
@@ -43,7 +44,7 @@ class _Opening:
     """The backend, opened on a thread of its own as soon as the server starts (it follows the
     session from then on) while the SDK answers the client; a tool call waits for it."""
 
-    def __init__(self, factory: Callable[[], "Backend"]) -> None:
+    def __init__(self, factory: Callable[[], Backend]) -> None:
         import threading
 
         self.backend: Backend | None = None
@@ -51,13 +52,13 @@ class _Opening:
         self._thread = threading.Thread(target=self._open, args=(factory,), name="ctxd-mcp-open", daemon=True)
         self._thread.start()
 
-    def _open(self, factory: Callable[[], "Backend"]) -> None:
+    def _open(self, factory: Callable[[], Backend]) -> None:
         try:
             self.backend = factory()
         except BaseException as error:  # noqa: BLE001 - each tool call reports it
             self.error = error
 
-    def get(self) -> "Backend":
+    def get(self) -> Backend:
         self._thread.join()
         if self.error is not None:
             raise self.error
@@ -70,7 +71,7 @@ class _Opening:
             self.backend.close()
 
 
-def build(backend_factory: Callable[[], "Backend"]) -> Any:
+def build(backend_factory: Callable[[], Backend]) -> Any:
     """The MCP server with its six tools; the backend is opened at once, beside the server."""
     from mcp.server.mcpserver import MCPServer
 
@@ -137,10 +138,14 @@ def main(argv: list[str]) -> int:
         print(f"ctxd mcp: takes no arguments (got {' '.join(argv)}); it serves the agent session named by "
               "CTXD_SESSION, else the newest session of the current folder's workspace", file=sys.stderr)
         return 2
-    from ctxd.agentmcp.backend import backend_from_environment
-
     cwd = Path.cwd()
-    server = build(lambda: backend_from_environment(cwd))
+
+    def backend() -> Backend:  # imported on the opening's thread: the SDK starts meanwhile
+        from ctxd.agentmcp.backend import backend_from_environment
+
+        return backend_from_environment(cwd)
+
+    server = build(backend)
     _closing_on_signals()
     try:
         server.run("stdio")

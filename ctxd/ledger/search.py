@@ -39,7 +39,8 @@ BATCH = 2000  # items indexed per transaction: other writers wait at most one ba
 _TABLES = (
     "CREATE VIRTUAL TABLE recall_fts USING fts5(text, parts, content='', "
     "tokenize='porter unicode61 remove_diacritics 2')",
-    "CREATE TABLE recall_threads (id INTEGER PRIMARY KEY, thread TEXT NOT NULL UNIQUE, upto INTEGER NOT NULL DEFAULT 0)",
+    "CREATE TABLE recall_threads (id INTEGER PRIMARY KEY, thread TEXT NOT NULL UNIQUE, "
+    "upto INTEGER NOT NULL DEFAULT 0)",
     "CREATE TABLE recall_turns (rid INTEGER PRIMARY KEY)",
 )
 _DROP = ("DROP TABLE IF EXISTS recall_fts", "DROP TABLE IF EXISTS recall_threads", "DROP TABLE IF EXISTS recall_turns")
@@ -92,16 +93,17 @@ def item_text(item: Any) -> str:
             output = output[0].get("text")
         if isinstance(output, str) and output.startswith(_OWN_ANSWERS) and '"seq"' in output[:2000]:
             return ""
-        if kind == "function_call_output" and isinstance(item.get("output"), str) and len(item) <= 4:
-            return item["output"]
+        whole = item.get("output")
+        if kind == "function_call_output" and isinstance(whole, str) and len(item) <= 4:
+            return whole
         if kind == "message" and isinstance(item.get("content"), list) and len(item) <= 4:
             parts = [part.get("text") for part in item["content"] if isinstance(part, dict)]
             if all(isinstance(text, str) for text in parts):
                 return "\n".join(text for text in parts if text)
         if kind == "function_call" and isinstance(item.get("arguments"), str) and isinstance(item.get("name"), str):
-            out = [item["name"]] if item["name"] else []
-            _collect(item["arguments"], out, "arguments")
-            return "\n".join(out)
+            words = [item["name"]] if item["name"] else []
+            _collect(item["arguments"], words, "arguments")
+            return "\n".join(words)
         if kind == "reasoning" and isinstance(item.get("summary"), list) and not item.get("content"):
             parts = [part.get("text") for part in item["summary"] if isinstance(part, dict)]
             if all(isinstance(text, str) for text in parts):
@@ -321,7 +323,7 @@ def query_terms(query: str) -> list[str]:
 NEAR_DISTANCE = 12
 # BM25 reads every match's positions: past this many matches a stage's newest matches come first
 # (a query that common says little; `bench/bench_recall.py` measures what this keeps the p95 at).
-RANKED_MATCHES = 1500
+RANKED_MATCHES = 500
 
 
 def stages(terms: list[str]) -> list[tuple[str, str]]:
@@ -348,34 +350,68 @@ def thread_id(db: sqlite3.Connection, thread: str) -> int | None:
 def search(db: sqlite3.Connection, terms: list[str], thread: int | None, limit: int) -> tuple[list[int], int]:
     """Rowids of the best matches, best first, and how many items match every term (when none
     does, any term). Within each of `stages`, BM25 ranks (the identifier parts weigh half), or
-    recency when the stage matches more than RANKED_MATCHES items."""
+    recency when the stage matches more than RANKED_MATCHES items.
+
+    A query with a phrase (several words in one term) is slow to match, so each of its stages is
+    run once: its matches come with their scores, sorted here, which also counts them. Single
+    words match fast and the stages are first counted up to RANKED_MATCHES + 1, so that BM25
+    scores no more than that. The words near one another are the matches of "all" that NEAR also
+    finds, in "all"'s order."""
     if not present(db):
         raise Unavailable("the recall index is not available: this SQLite has no FTS5")
     where, args = "recall_fts MATCH ?", []
     if thread is not None:
         where += " AND rowid BETWEEN ? AND ?"
         args = [thread << SEQ_BITS, (thread << SEQ_BITS) | ((1 << SEQ_BITS) - 1)]
-    found: dict[int, None] = {}
-    total = 0
-    for kind, expression in stages(terms):
-        if kind == "any" and found:
-            break
-        if len(found) >= limit and kind != "all":
-            continue
-        if kind in ("all", "any"):  # `total`: counted whole
-            count = total = db.execute(f"SELECT count(*) FROM recall_fts WHERE {where}",
-                                       (expression, *args)).fetchone()[0]
-        else:  # only whether BM25 may rank it
-            count = db.execute(f"SELECT count(*) FROM (SELECT 1 FROM recall_fts WHERE {where} LIMIT ?)",
+
+    phrases = any(" " in term for term in terms)
+
+    def matches(expression: str, scored: bool = True) -> list[int] | None:
+        """The stage's matches, best first; None when there are more than RANKED_MATCHES."""
+        if scored and not phrases:
+            probe = db.execute(f"SELECT count(*) FROM (SELECT 1 FROM recall_fts WHERE {where} LIMIT ?)",
                                (expression, *args, RANKED_MATCHES + 1)).fetchone()[0]
-        if not count or len(found) >= limit:
-            continue
-        order = "bm25(recall_fts, 1.0, 0.5)" if count <= RANKED_MATCHES else "rowid DESC"
-        rows = db.execute(f"SELECT rowid FROM recall_fts WHERE {where} ORDER BY {order} LIMIT ?",
-                          (expression, *args, limit)).fetchall()
-        for (rid,) in rows:
-            found.setdefault(rid)
-    return list(found)[:limit], int(total)
+            if probe > RANKED_MATCHES or probe == 0:
+                return None if probe else []
+        score = "bm25(recall_fts, 1.0, 0.5)" if scored else "0"
+        rows = db.execute(f"SELECT rowid, {score} FROM recall_fts WHERE {where} LIMIT ?",
+                          (expression, *args, RANKED_MATCHES + 1)).fetchall()
+        if len(rows) > RANKED_MATCHES:
+            return None
+        return [rid for rid, _ in sorted(rows, key=lambda row: row[1])] if scored else [rid for rid, _ in rows]
+
+    def newest(expression: str) -> list[int]:
+        return [rid for (rid,) in db.execute(f"SELECT rowid FROM recall_fts WHERE {where} ORDER BY rowid DESC LIMIT ?",
+                                             (expression, *args, limit))]
+
+    def count(expression: str) -> int:
+        return int(db.execute(f"SELECT count(*) FROM recall_fts WHERE {where}", (expression, *args)).fetchone()[0])
+
+    found: dict[int, None] = {}
+    planned = dict(stages(terms))
+    every = matches(planned["all"])
+    if every is not None:
+        total = len(every)
+        if "near" in planned and every:
+            near = set(matches(planned["near"], scored=False) or ())
+            found.update((rid, None) for rid in every if rid in near)
+        found.update((rid, None) for rid in every)
+    else:
+        total = count(planned["all"])
+        if "near" in planned:
+            near_ranked = matches(planned["near"])
+            near_found = near_ranked if near_ranked is not None else newest(planned["near"])
+            found.update((rid, None) for rid in near_found[:limit])
+        found.update((rid, None) for rid in newest(planned["all"]))
+    for kind, expression in stages(terms):
+        if kind == "all but one" and len(found) < limit:
+            ranked = matches(expression)
+            found.update((rid, None) for rid in (ranked if ranked is not None else newest(expression))[:limit])
+        elif kind == "any" and not found:
+            ranked = matches(expression)
+            total = len(ranked) if ranked is not None else count(expression)
+            found.update((rid, None) for rid in (ranked if ranked is not None else newest(expression))[:limit])
+    return list(found)[:limit], total
 
 
 def present(db: sqlite3.Connection) -> bool:

@@ -16,10 +16,11 @@ import os
 import sqlite3
 import threading
 import time
-from contextlib import contextmanager
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import quote
 
 from ctxd import errors
@@ -434,7 +435,8 @@ class Store:
                                        f"{SCHEMA_VERSION}: upgrade ctxd.")
             for target in range(version + 1, SCHEMA_VERSION + 1):
                 _run_script(db, _MIGRATIONS[target])
-            index = db.execute("SELECT sql FROM sqlite_master WHERE type = 'index' AND name = 'items_archived'").fetchone()
+            index = db.execute("SELECT sql FROM sqlite_master WHERE type = 'index' AND name = 'items_archived'"
+                               ).fetchone()
             if index is not None and "WHERE" not in index[0]:
                 _run_script(db, _PARTIAL_ARCHIVED_INDEX)
             db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
@@ -481,14 +483,14 @@ class Store:
 
     # --- reads -----------------------------------------------------------------------------------
 
-    def reading(self) -> Iterator[sqlite3.Connection]:
+    def reading(self) -> AbstractContextManager[sqlite3.Connection]:
         """The connection, for one read by a module that keeps its own tables here (the recall
         index: ctxd/ledger/search.py)."""
-        return self._read()  # type: ignore[return-value]
+        return self._read()
 
-    def writing(self) -> Iterator[sqlite3.Connection]:
+    def writing(self) -> AbstractContextManager[sqlite3.Connection]:
         """One write transaction, for the same modules (the index catching up with the items)."""
-        return self._write()  # type: ignore[return-value]
+        return self._write()
 
     def thread(self, thread: str) -> ThreadRow | None:
         with self._read() as db:
@@ -572,7 +574,8 @@ class Store:
             if name not in THREAD_FIELDS:
                 raise KeyError(name)
             names.append(name)
-            values.append(json.dumps(value) if name in ("reference", "prompt_context", "state") and value is not None else value)
+            stored = name in ("reference", "prompt_context", "state") and value is not None
+            values.append(json.dumps(value) if stored else value)
         updates = ", ".join(f"{name} = excluded.{name}" for name in names)
         db.execute(f"INSERT INTO threads (thread, {', '.join(names)}) VALUES (?{', ?' * len(names)}) "
                    f"ON CONFLICT (thread) DO UPDATE SET {updates}", (thread, *values))
@@ -636,15 +639,12 @@ class Store:
                     raise HistoryChanged(f"history version {current}, expected {expected_version}")
             removed = self._active_seqs(db, thread, upto_seq)
             mark = self._next_seq(db, thread) - 1
-            cid = db.execute(
-                "INSERT INTO compactions (thread, created_at, info) VALUES (?, ?, ?)", (thread, time.time(), json.dumps(info))
-            ).lastrowid
-            db.execute(
-                "UPDATE items SET archived = ? WHERE thread = ? AND seq <= ? AND archived IS NULL", (cid, thread, upto_seq)
-            )
-            later = db.execute(
-                "SELECT seq FROM items WHERE thread = ? AND seq > ? AND archived IS NULL ORDER BY seq", (thread, upto_seq)
-            ).fetchall()
+            cid = int(db.execute("INSERT INTO compactions (thread, created_at, info) VALUES (?, ?, ?)",
+                                 (thread, time.time(), json.dumps(info))).lastrowid or 0)
+            db.execute("UPDATE items SET archived = ? WHERE thread = ? AND seq <= ? AND archived IS NULL",
+                       (cid, thread, upto_seq))
+            later = db.execute("SELECT seq FROM items WHERE thread = ? AND seq > ? AND archived IS NULL ORDER BY seq",
+                               (thread, upto_seq)).fetchall()
             seq = self._next_seq(db, thread)
             db.executemany(
                 "INSERT INTO items (thread, seq, body, tokens, origin) VALUES (?, ?, ?, ?, ?)",
@@ -663,7 +663,7 @@ class Store:
             self._merge_info(db, cid, {"kind": "compaction", "before": removed + moved, "removed": removed,
                                        "added": added, "seqMark": mark})
             self._touch(db, thread, **fields)
-        return int(cid)
+        return cid
 
     # --- history operations (protocol v3: every one can be undone, nothing is deleted) -----------
 
@@ -673,7 +673,8 @@ class Store:
         an undo): make the items `active` names (seqs, active or archived) the thread's active
         history, archiving the others under the operation's id. Its info records the history
         before it and what it removed and brought back, so that it can be undone exactly; `marks`
-        sets other operations' `undoneBy` (None clears it, THIS_OPERATION names this one). One transaction, and only if the
+        sets other operations' `undoneBy` (None clears it, THIS_OPERATION names this one). One
+        transaction, and only if the
         thread's history version is still `expected_version` (else HistoryChanged)."""
         with self._write() as db:
             row = db.execute("SELECT history_version FROM threads WHERE thread = ?", (thread,)).fetchone()
@@ -687,7 +688,7 @@ class Store:
             info = {**info, "before": current, "removed": removed, "added": added,
                     "seqMark": self._next_seq(db, thread) - 1}
             oid = int(db.execute("INSERT INTO compactions (thread, created_at, info) VALUES (?, ?, ?)",
-                                 (thread, time.time(), json.dumps(info))).lastrowid)
+                                 (thread, time.time(), json.dumps(info))).lastrowid or 0)
             db.executemany("UPDATE items SET archived = ? WHERE thread = ? AND seq = ?",
                            [(oid, thread, seq) for seq in removed])
             db.executemany("UPDATE items SET archived = NULL WHERE thread = ? AND seq = ?",
