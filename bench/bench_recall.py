@@ -1,13 +1,15 @@
 """Recall (`ctxd/recall`, issue #29): does it find what a compaction replaced, how fast, and what
 the index costs.
 
-| figure | floor (same run) | goal |
-|---|---|---|
-| 60 planted facts, each queried with 2-3 words that are not its sentence, after a compaction: the fact's item in the top 3 (per place: tool outputs, user messages, assistant text) | - | >= 95% |
-| `ctxd/recall` through the daemon on a 200k-item thread, p95 | the same queries on a plain SQLite FTS5 table of the same texts, in-process, p95 | <= 3x; and the issue's <= 50 ms |
-| indexing a 50 MB Codex rollout's items as the mirror appends them (CPU: the append with the index less the append without) | `json.loads` over the rollout's lines | <= 2x |
-| the index's size | the text it indexes | <= 1.5x |
-| `ctxd mcp` started to its `initialize` answer (median) | a python that imports the MCP SDK's server | <= 1.15x |
+- 60 planted facts, each queried with 2-3 words that are not its sentence, after a compaction: the
+  fact's item in the top 3, per place (tool outputs, user messages, assistant text); goal >= 95%.
+- `ctxd/recall` through the daemon on a 200k-item thread, p95; floor: the same queries on a plain
+  SQLite FTS5 table of the same texts, in-process, p95; goal <= 3x, and the issue's <= 50 ms.
+- Indexing a 50 MB Codex rollout's items as the mirror appends them (CPU: the append with the
+  index less the append without); floor: `json.loads` over the rollout's lines; goal <= 2x.
+- The index's size against the text it indexes; goal <= 1.5x.
+- `ctxd mcp` started to its `initialize` answer (median); floor: a python that imports the MCP
+  SDK's server; goal <= 1.15x.
 
 The facts' thread is recorded and compacted (offline) through the real daemon; the 200k-item
 thread is written with the store's own append (as records write it), then searched through a
@@ -39,7 +41,7 @@ from bench_sessions import big_rollout  # noqa: E402
 from table import Row, ms, report  # noqa: E402
 
 from ctxd.ledger import recall as history  # noqa: E402
-from ctxd.ledger import search
+from ctxd.ledger import search  # noqa: E402
 from ctxd.ledger.store import Store, database_path  # noqa: E402
 from ctxd.sessions.codex import CodexReader  # noqa: E402
 from tests.rpc import start_daemon  # noqa: E402
@@ -161,7 +163,7 @@ def bench_quality(tmp: Path) -> list[Row]:
         archived = sum(1 for item in history_["items"] if item.get("archived"))
         hits: dict[str, list[bool]] = {place: [] for place in PLACES}
         misses = []
-        for fact, seq in zip(planted, where):
+        for fact, seq in zip(planted, where, strict=True):
             found = client.request("ctxd/recall", {"workspace": uri, "query": fact["query"], "limit": 3})
             top = [hit["seq"] for hit in found["results"]]
             ok = seq in top
@@ -222,7 +224,7 @@ def big_thread(store: Store, items: int) -> list[str]:
 def speed_queries(count: int) -> list[str]:
     rng = random.Random(50)
     queries = []
-    for i in range(count):
+    for _ in range(count):
         module, verb, service = rng.choice(MODULES), rng.choice(VERBS), rng.choice(SERVICES)
         queries.append(rng.choice([f"{verb} {module} {rng.randrange(40000)}", f"{module} {service} failing",
                                    f"\"{verb} the {module}\" {service}", f"{module}_{rng.randrange(40000)}.py",
@@ -293,7 +295,10 @@ def bench_indexing(tmp: Path, megabytes: int) -> list[Row]:
     items = reader.session.items
     bodies = [(json.dumps(item), 1) for item in items]
     clock = time.process_time
-    floor, plain, ours, rebuild = [], [], [], []
+    floor: list[float] = []
+    plain: list[float] = []
+    ours: list[float] = []
+    rebuild: list[float] = []
     text_bytes = index_bytes = 0
     for round_ in range(3):
         start = clock()
@@ -305,7 +310,8 @@ def bench_indexing(tmp: Path, megabytes: int) -> list[Row]:
             store = Store(folder / "s.sqlite3", workspace=folder)
             start = clock()
             for first in range(0, len(bodies), SLICE):
-                store.append("rollout", bodies[first:first + SLICE], items=items[first:first + SLICE] if indexed else None)
+                parsed = items[first:first + SLICE] if indexed else None
+                store.append("rollout", bodies[first:first + SLICE], items=parsed)
             (ours if indexed else plain).append(clock() - start)
             if not indexed:
                 start = clock()
@@ -320,12 +326,14 @@ def bench_indexing(tmp: Path, megabytes: int) -> list[Row]:
     cost = min(ours) - min(plain)
     ratio = cost / min(floor)
     size_ratio = index_bytes / text_bytes
-    print(f"3. indexing a {size / 1e6:.1f} MB rollout's {len(bodies)} items as the mirror appends them: {cost:.2f} s CPU "
+    print(f"3. indexing a {size / 1e6:.1f} MB rollout's {len(bodies)} items as the mirror appends them: "
+          f"{cost:.2f} s CPU "
           f"({min(ours):.2f} s appending with the index, {min(plain):.2f} s without); json.loads over its lines "
           f"{min(floor):.2f} s; ratio {ratio:.2f}. Rebuilt from the store (each item parsed again): "
           f"{min(rebuild):.2f} s ({min(rebuild) / min(floor):.2f}x). Index {index_bytes / 1e6:.1f} MB for "
           f"{text_bytes / 1e6:.1f} MB of text ({size_ratio:.2f}x)")
-    return [Row(f"index a {size / 1e6:.0f} MB Codex rollout as mirrored (CPU)", ms(cost), ms(min(floor)) + " json.loads",
+    return [Row(f"index a {size / 1e6:.0f} MB Codex rollout as mirrored (CPU)", ms(cost),
+                ms(min(floor)) + " json.loads",
                 f"{ratio:.2f}x", "<= 2x", ratio <= 2.0),
             Row("recall index size", f"{index_bytes / 1e6:.1f} MB", f"{text_bytes / 1e6:.1f} MB text",
                 f"{size_ratio:.2f}x", "<= 1.5x", size_ratio <= 1.5)]
@@ -351,7 +359,8 @@ def _index_bytes(db: sqlite3.Connection) -> int:
 
 MCP_GOAL = 1.15  # ctxd's own part of the start: what the SDK's import leaves
 INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-              "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}}
+              "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                         "clientInfo": {"name": "bench", "version": "1"}}}
 
 
 def bench_mcp_start(tmp: Path, runs: int) -> list[Row]:

@@ -29,7 +29,8 @@ def tool_results(server: MessagesServer, call_id: str) -> list[str]:
         for message in body.get("messages", []):
             content = message.get("content") if isinstance(message, dict) else None
             for block in content if isinstance(content, list) else []:
-                if isinstance(block, dict) and block.get("type") == "tool_result" and block.get("tool_use_id") == call_id:
+                if (isinstance(block, dict) and block.get("type") == "tool_result"
+                        and block.get("tool_use_id") == call_id):
                     inner = block.get("content")
                     parts = inner if isinstance(inner, list) else [{"text": inner}]
                     found.append("".join(p.get("text", "") for p in parts if isinstance(p, dict)))
@@ -78,7 +79,8 @@ def test_claude_recalls_through_ctxd_mcp_what_its_own_compaction_replaced(tmp_pa
             return claude._run(args + (["--resume", resume] if resume else []), repo.root)
 
         usage = dict(input=10, cache_read=30_000, cache_write=500, output=20)
-        server.script(Reply(calls=[tool("w1", "Write", file_path=str(repo.root / "one.txt"), content="one\n")], usage=usage),
+        write = tool("w1", "Write", file_path=str(repo.root / "one.txt"), content="one\n")
+        server.script(Reply(calls=[write], usage=usage),
                       Reply(text="Noted, and one.txt is written.", usage=usage,
                             before=lambda: wait_mirrored(state, "8443")))
         session = run(f"Remember this: {FACT} Then write one.txt.").json()["session_id"]

@@ -18,7 +18,8 @@ items still to index. A store made before the index gets the tables when opened 
 by the first search.
 
 A row of the index is `(thread id << 32) | seq`, so a thread's matches are one rowid range.
-`recall_turns` lists the indexed items that start a user turn.
+`recall_turns` lists the indexed items that start a user turn, each with its index in its thread
+(`n`, counted from 1, archived turns included): a hit's turn is one lookup, not a count.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from ctxd.ledger.rules import is_real_user_message
 
 # Bump when what is indexed changes: stores indexed by another version are indexed again (a
 # contentless index must be told the exact text of a row it deletes).
-INDEX_VERSION = "4"
+INDEX_VERSION = "5"
 SEQ_BITS = 32
 BATCH = 2000  # items indexed per transaction: other writers wait at most one batch
 
@@ -41,7 +42,7 @@ _TABLES = (
     "tokenize='porter unicode61 remove_diacritics 2')",
     "CREATE TABLE recall_threads (id INTEGER PRIMARY KEY, thread TEXT NOT NULL UNIQUE, "
     "upto INTEGER NOT NULL DEFAULT 0)",
-    "CREATE TABLE recall_turns (rid INTEGER PRIMARY KEY)",
+    "CREATE TABLE recall_turns (rid INTEGER PRIMARY KEY, n INTEGER NOT NULL)",
 )
 _DROP = ("DROP TABLE IF EXISTS recall_fts", "DROP TABLE IF EXISTS recall_threads", "DROP TABLE IF EXISTS recall_turns")
 
@@ -50,6 +51,8 @@ _REMOVE = f"""
 INSERT INTO recall_fts (recall_fts, rowid, text, parts)
   SELECT 'delete', {_RID}, ctxd_recall_text({{r}}.body), ctxd_recall_parts({{r}}.body)
   WHERE EXISTS (SELECT 1 FROM recall_fts_docsize WHERE id = {_RID});
+UPDATE recall_turns SET n = n - 1 WHERE rid > {_RID} AND rid < ((({_RID} >> 32) + 1) << 32)
+  AND EXISTS (SELECT 1 FROM recall_turns WHERE rid = {_RID});
 DELETE FROM recall_turns WHERE rid = {_RID};
 """
 # (A thread not yet in `recall_threads` has nothing indexed: `sync_threads` adds it with watermark 0.)
@@ -259,10 +262,12 @@ def catch_up_batch(db: sqlite3.Connection, tid: int, thread: str, upto: int) -> 
     return len(rows) == BATCH
 
 
-def index_appended(db: sqlite3.Connection, thread: str, first: int, items: list[Any]) -> None:
+def index_appended(db: sqlite3.Connection, thread: str, first: int, items: list[Any],
+                   origin: int | None = None) -> None:
     """Index items just appended at seqs `first`... (the items as parsed, in the append's own
     transaction: the mirror has them already, so nothing is parsed again), when everything before
-    them is indexed; else they wait for `catch_up` with the rest."""
+    them is indexed; else they wait for `catch_up` with the rest. `origin`: the compaction writing
+    them (its summary starts no user turn)."""
     row = db.execute("SELECT id, upto FROM recall_threads WHERE thread = ?", (thread,)).fetchone()
     if row is None:
         if first != 1 and db.execute("SELECT 1 FROM items WHERE thread = ? AND seq < ? LIMIT 1",
@@ -274,7 +279,7 @@ def index_appended(db: sqlite3.Connection, thread: str, first: int, items: list[
         tid, upto = row
     if upto != first - 1 or not items:
         return
-    _add(db, tid << SEQ_BITS, [(first + i, item, None) for i, item in enumerate(items)])
+    _add(db, tid << SEQ_BITS, [(first + i, item, origin) for i, item in enumerate(items)])
     db.execute("UPDATE recall_threads SET upto = ? WHERE id = ?", (first + len(items) - 1, tid))
 
 
@@ -287,7 +292,20 @@ def _add(db: sqlite3.Connection, base: int, items: list[tuple[int, Any, int | No
         if origin is None and isinstance(item, dict) and item.get("role") == "user" and is_real_user_message(item):
             turns.append((base | seq,))
     db.executemany("INSERT INTO recall_fts (rowid, text, parts) VALUES (?, ?, ?)", fts)
-    db.executemany("INSERT OR IGNORE INTO recall_turns (rid) VALUES (?)", turns)
+    for (rid,) in turns:
+        _add_turn(db, rid)
+
+
+def _add_turn(db: sqlite3.Connection, rid: int) -> None:
+    """List a user turn with its index: one more than the turn before it; the turns after it (an
+    item indexed again below the watermark) move up one."""
+    base = (rid >> SEQ_BITS) << SEQ_BITS
+    if db.execute("SELECT 1 FROM recall_turns WHERE rid = ?", (rid,)).fetchone():
+        return
+    before = db.execute("SELECT n FROM recall_turns WHERE rid >= ? AND rid < ? ORDER BY rid DESC LIMIT 1",
+                        (base, rid)).fetchone()
+    db.execute("UPDATE recall_turns SET n = n + 1 WHERE rid > ? AND rid < ?", (rid, base + (1 << SEQ_BITS)))
+    db.execute("INSERT INTO recall_turns (rid, n) VALUES (?, ?)", (rid, (before[0] if before else 0) + 1))
 
 
 def has_fts5(db: sqlite3.Connection) -> bool:
@@ -420,17 +438,12 @@ def present(db: sqlite3.Connection) -> bool:
 
 def turns_of(db: sqlite3.Connection, rids: list[int]) -> dict[int, tuple[int, int]]:
     """The user turn each item belongs to: rowid -> (the turn's index counted from 1, the turn's
-    rowid); items before their thread's first user turn are left out. One pass over each
-    thread's turns up to its last item asked."""
+    rowid); items before their thread's first user turn are left out. One lookup each."""
     out: dict[int, tuple[int, int]] = {}
-    index, last, previous, thread = 0, 0, 0, None
-    for rid in sorted(rids):
-        if rid >> SEQ_BITS != thread:
-            thread = rid >> SEQ_BITS
-            index, last, previous = 0, 0, (thread << SEQ_BITS) - 1
-        count, latest = db.execute("SELECT count(*), max(rid) FROM recall_turns WHERE rid > ? AND rid <= ?",
-                                   (previous, rid)).fetchone()
-        index, last, previous = index + count, latest or last, rid
-        if index:
-            out[rid] = (index, last)
+    for rid in rids:
+        base = (rid >> SEQ_BITS) << SEQ_BITS
+        row = db.execute("SELECT n, rid FROM recall_turns WHERE rid >= ? AND rid <= ? ORDER BY rid DESC LIMIT 1",
+                         (base, rid)).fetchone()
+        if row is not None:
+            out[rid] = (int(row[0]), int(row[1]))
     return out

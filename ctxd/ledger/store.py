@@ -651,7 +651,7 @@ class Store:
                 [(thread, seq + i, body, tokens, cid) for i, (body, tokens) in enumerate(rows)],
             )
             if items is not None and self._indexing:
-                search.index_appended(db, thread, seq, items)
+                search.index_appended(db, thread, seq, items, origin=cid)
             added = list(range(seq, seq + len(rows)))
             seq += len(rows)
             for i, (old,) in enumerate(later):
