@@ -89,6 +89,9 @@ def item_text(item: Any) -> str:
     arguments (JSON text) by their string values. Recall's own calls and answers: nothing."""
     if isinstance(item, dict):  # the common shapes without the walk
         kind = item.get("type")
+        whole = item.get("output")
+        if kind == "function_call_output" and isinstance(whole, str) and len(item) <= 4 and "name" not in item:
+            return "" if whole.startswith(_OWN_ANSWERS) and '"seq"' in whole[:2000] else whole
         if item.get("name") in _OWN_TOOLS:
             return ""
         output = item.get("output")
@@ -96,7 +99,6 @@ def item_text(item: Any) -> str:
             output = output[0].get("text")
         if isinstance(output, str) and output.startswith(_OWN_ANSWERS) and '"seq"' in output[:2000]:
             return ""
-        whole = item.get("output")
         if kind == "function_call_output" and isinstance(whole, str) and len(item) <= 4:
             return whole
         if kind == "message" and isinstance(item.get("content"), list) and len(item) <= 4:
@@ -292,20 +294,30 @@ def _add(db: sqlite3.Connection, base: int, items: list[tuple[int, Any, int | No
         if origin is None and isinstance(item, dict) and item.get("role") == "user" and is_real_user_message(item):
             turns.append((base | seq,))
     db.executemany("INSERT INTO recall_fts (rowid, text, parts) VALUES (?, ?, ?)", fts)
-    for (rid,) in turns:
-        _add_turn(db, rid)
+    _add_turns(db, base, [rid for (rid,) in turns])
 
 
-def _add_turn(db: sqlite3.Connection, rid: int) -> None:
-    """List a user turn with its index: one more than the turn before it; the turns after it (an
-    item indexed again below the watermark) move up one."""
-    base = (rid >> SEQ_BITS) << SEQ_BITS
-    if db.execute("SELECT 1 FROM recall_turns WHERE rid = ?", (rid,)).fetchone():
+def _add_turns(db: sqlite3.Connection, base: int, rids: list[int]) -> None:
+    """List a thread's user turns (rowids, ascending), each with its index: one more than the turn
+    before it. Appended turns are numbered on from the last; a turn indexed again below the
+    watermark (turns listed after it) moves those up one."""
+    if not rids:
         return
-    before = db.execute("SELECT n FROM recall_turns WHERE rid >= ? AND rid < ? ORDER BY rid DESC LIMIT 1",
-                        (base, rid)).fetchone()
-    db.execute("UPDATE recall_turns SET n = n + 1 WHERE rid > ? AND rid < ?", (rid, base + (1 << SEQ_BITS)))
-    db.execute("INSERT INTO recall_turns (rid, n) VALUES (?, ?)", (rid, (before[0] if before else 0) + 1))
+    end = base + (1 << SEQ_BITS)
+    if db.execute("SELECT 1 FROM recall_turns WHERE rid >= ? AND rid < ? LIMIT 1", (rids[0], end)).fetchone() is None:
+        last = db.execute("SELECT n FROM recall_turns WHERE rid >= ? AND rid < ? ORDER BY rid DESC LIMIT 1",
+                          (base, rids[0])).fetchone()
+        first = (last[0] if last else 0) + 1
+        db.executemany("INSERT INTO recall_turns (rid, n) VALUES (?, ?)",
+                       [(rid, first + i) for i, rid in enumerate(rids)])
+        return
+    for rid in rids:
+        if db.execute("SELECT 1 FROM recall_turns WHERE rid = ?", (rid,)).fetchone():
+            continue
+        before = db.execute("SELECT n FROM recall_turns WHERE rid >= ? AND rid < ? ORDER BY rid DESC LIMIT 1",
+                            (base, rid)).fetchone()
+        db.execute("UPDATE recall_turns SET n = n + 1 WHERE rid > ? AND rid < ?", (rid, end))
+        db.execute("INSERT INTO recall_turns (rid, n) VALUES (?, ?)", (rid, (before[0] if before else 0) + 1))
 
 
 def has_fts5(db: sqlite3.Connection) -> bool:
