@@ -34,6 +34,7 @@ QUICK: dict[str, list[str]] = {
     # The families on the held-out corpus when it is built (bench/real_corpus.py), else on the
     # committed subset; Claude's rows when CTXD_CLAUDE_PYTHON names an interpreter with ctok.
     "families": ["--rounds", "7"],
+    "recall": ["--items", "100000", "--mb", "20", "--mcp-runs", "3"],
 }
 
 

@@ -17,6 +17,10 @@ def main(argv: list[str] | None = None) -> int:
         from ctxd.hooks.statusline import main as statusline_main
 
         return statusline_main(argv[1:])
+    if argv[:1] == ["mcp"]:  # agents start it with a timeout: the MCP SDK's import is slow enough
+        from ctxd.agentmcp.server import main as mcp_main
+
+        return mcp_main(argv[1:])
     from ctxd.cli import main as cli_main
 
     return cli_main(argv)

@@ -172,3 +172,20 @@ def test_a_ctxd_session_that_is_no_agent_session_is_refused(tmp_path: Path, sess
                 assert error and "CTXD_SESSION" in text and repr(session) in text
 
     anyio.run(scenario)
+
+
+def test_the_sdk_starts_before_anything_of_ctxd_is_imported(tmp_path: Path) -> None:
+    """Agents start an MCP server with a timeout, and the SDK's import is most of the start: ctxd's
+    command line, store and follower are not imported before the SDK's server is (they come on
+    the backend's own thread once the SDK serves). `-X importtime` lists modules as they finish."""
+    import subprocess
+
+    repo = make_repo(tmp_path / "repo")
+    env = daemon_env(tmp_path / "state", {"CLAUDE_CONFIG_DIR": str(tmp_path / "claude"), "PYTHONPATH": str(REPO)})
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "ctxd", "mcp"], cwd=repo.root, env=env,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    order = [line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")]
+    assert "mcp.server.mcpserver" in order, done.stderr[-2000:]
+    sdk = order.index("mcp.server.mcpserver")
+    assert "ctxd.cli" not in order[:sdk] and "ctxd.ledger.store" not in order[:sdk], order[:sdk]
+    assert "ctxd.sessions.follower" not in order[:sdk], order[:sdk]

@@ -1,20 +1,23 @@
-"""Issue #29's "done": the real Claude Code (pinned, tests/agents.py) with `ctxd mcp` as its MCP
-server compacts its own session (its /compact), then the model calls `recall` through MCP and
-the tool result it gets back holds a fact only the compacted part had. No daemon runs: the MCP
-server follows the session itself. The model is the scripted server of tests/model_servers.py."""
+"""Issue #29's "done": the real Claude Code (pinned, tests/agents.py), given ctxd by `ctxd hooks
+install --scope project` (its hooks, and `ctxd mcp` in the project's `.mcp.json`, which the user
+then approves as Claude Code asks), compacts its own session (its /compact), then the model calls
+`recall` through MCP and the tool result it gets back holds a fact only the compacted part had.
+No daemon runs: the MCP server follows the session itself. The model is the scripted server of
+tests/model_servers.py."""
 
 from __future__ import annotations
 
 import json
-import sys
+import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
 from tests.agents import CLAUDE_MODEL, Claude
 from tests.ghost_repo import make_repo
 from tests.model_servers import MessagesServer, Reply, tool
+from tests.test_hooks import ctxd, env_for
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 FACT = "The staging proxy listens on port 8443 behind the VPN."
 
 
@@ -26,31 +29,60 @@ def tool_results(server: MessagesServer, call_id: str) -> list[str]:
         for message in body.get("messages", []):
             content = message.get("content") if isinstance(message, dict) else None
             for block in content if isinstance(content, list) else []:
-                if isinstance(block, dict) and block.get("type") == "tool_result" and block.get("tool_use_id") == call_id:
+                if (isinstance(block, dict) and block.get("type") == "tool_result"
+                        and block.get("tool_use_id") == call_id):
                     inner = block.get("content")
                     parts = inner if isinstance(inner, list) else [{"text": inner}]
                     found.append("".join(p.get("text", "") for p in parts if isinstance(p, dict)))
     return found
 
 
+def mirrored(state: Path, text: str) -> bool:
+    """Whether the workspace's store holds an item with `text` (the MCP server follows the session)."""
+    for path in (state / "ctxd" / "workspaces").glob("*.sqlite3"):
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+            try:
+                if db.execute("SELECT 1 FROM items WHERE instr(body, ?) LIMIT 1", (text,)).fetchone():
+                    return True
+            except sqlite3.Error:
+                pass
+    return False
+
+
+def wait_mirrored(state: Path, text: str) -> None:
+    """Claude Code starts a project's MCP servers beside the session, not before its first turn: a
+    person's session lasts long enough for the server to follow it, a scripted one is held here
+    until it has. (A guard against a hang, not a speed check: the assertions say what failed.)"""
+    deadline = time.monotonic() + 120
+    while not mirrored(state, text) and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
 def test_claude_recalls_through_ctxd_mcp_what_its_own_compaction_replaced(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "repo")
     claude_home, state = tmp_path / "claude-home", tmp_path / "state"
-    config = tmp_path / "mcp.json"
-    config.write_text(json.dumps({"mcpServers": {"ctxd": {
-        "type": "stdio", "command": sys.executable, "args": ["-m", "ctxd", "mcp"],
-        "env": {"PYTHONPATH": str(REPO_ROOT), "XDG_STATE_HOME": str(state), "CLAUDE_CONFIG_DIR": str(claude_home)}}}}))
+    done = ctxd(tmp_path, "hooks", "install", "--agent", "claude", "--scope", "project", cwd=repo.root,
+                env={**env_for(tmp_path), "XDG_STATE_HOME": str(state)})
+    assert done.returncode == 0, done.stderr
+    assert json.loads((repo.root / ".mcp.json").read_text())["mcpServers"]["ctxd"]["args"][-1] == "mcp"
+    # Install trusts nothing on the user's behalf; the user approves the project's server, as
+    # Claude Code asks them to (its answer is kept in the project's settings.local.json).
+    written = [path.read_text() for path in (repo.root / ".claude").iterdir()]
+    assert not any("enabledMcpjsonServers" in text or "enableAllProjectMcpServers" in text for text in written)
+    (repo.root / ".claude" / "settings.local.json").write_text(json.dumps({"enabledMcpjsonServers": ["ctxd"]}))
     with MessagesServer() as server:
-        claude = Claude(tmp_path / "agent", claude_home, server, extra_env={"MCP_TIMEOUT": "120000"})
+        claude = Claude(tmp_path / "agent", claude_home, server,
+                        extra_env={"MCP_TIMEOUT": "120000", "XDG_STATE_HOME": str(state)})
 
         def run(prompt: str, resume: str | None = None) -> Any:
-            args = ["-p", prompt, "--output-format", "json", "--dangerously-skip-permissions", "--model", CLAUDE_MODEL,
-                    "--mcp-config", str(config)]
+            args = ["-p", prompt, "--output-format", "json", "--dangerously-skip-permissions", "--model", CLAUDE_MODEL]
             return claude._run(args + (["--resume", resume] if resume else []), repo.root)
 
         usage = dict(input=10, cache_read=30_000, cache_write=500, output=20)
-        server.script(Reply(calls=[tool("w1", "Write", file_path=str(repo.root / "one.txt"), content="one\n")], usage=usage),
-                      Reply(text="Noted, and one.txt is written.", usage=usage))
+        write = tool("w1", "Write", file_path=str(repo.root / "one.txt"), content="one\n")
+        server.script(Reply(calls=[write], usage=usage),
+                      Reply(text="Noted, and one.txt is written.", usage=usage,
+                            before=lambda: wait_mirrored(state, "8443")))
         session = run(f"Remember this: {FACT} Then write one.txt.").json()["session_id"]
         # Claude Code's own compaction; the summary leaves the port out.
         server.script(Reply(text="Summary: one.txt was written.", usage=dict(input=10, cache_read=30_000, output=30)))

@@ -77,4 +77,53 @@ def test_a_store_indexed_by_another_version_is_indexed_again(tmp_path: Path) -> 
 def test_queries_are_never_read_as_fts_syntax() -> None:
     assert search.query_terms('NEAR(a b) OR "x y" -z col:w getUserName') == [
         '"NEAR a"', '"b"', '"OR"', '"x y"', '"z"', '"col w"', '("getUserName" OR "get User Name")']
-    assert search.identifier_parts("call getUserName and parseJSONValue2 at E1234") == "get User Name\nparse JSON Value 2"
+    parts = search.identifier_parts("call getUserName and parseJSONValue2 at E1234")
+    assert parts == "get User Name\nparse JSON Value 2"
+
+
+def test_a_seq_once_given_keeps_naming_its_item(tmp_path: Path) -> None:
+    """An item recorded while a compaction ran is moved after its summary; the seq a search gave
+    for it before still reads it, after a second compaction and an operation putting items back."""
+    store = Store(tmp_path / "s.sqlite3", workspace=tmp_path)
+    store.append("t", [body("alpha falcon"), body("bravo heron", "assistant"), body("charlie osprey")])
+    [given] = found(store, "osprey")
+    assert given == 3
+
+    def text(seq: int) -> str:
+        return str(recall.item(store, "t", seq)["item"]["content"][0]["text"])
+
+    store.replace("t", 2, [body("summary: falcons and herons")], {})  # 3 was recorded meanwhile
+    store.replace("t", 4, [body("summary: all of it")], {})  # and again
+    assert text(given) == "charlie osprey"
+    [now] = found(store, "osprey")
+    assert now != given and text(now) == "charlie osprey"
+    assert recall.item(store, "t", given)["seq"] == now
+    row = store.thread("t")
+    store.operate("t", {"kind": "rollback"}, active=[1, 2, now], expected_version=row.history_version if row else 0)
+    assert text(given) == "charlie osprey" and recall.item(store, "t", given)["archived"] is False
+    store.close()
+
+
+def test_a_mirrored_append_is_indexed_in_its_own_transaction(tmp_path: Path) -> None:
+    """Rows appended with their parsed items are searchable with no catch-up (nothing is parsed
+    again); rows after items still to index wait for the catch-up, which indexes them all."""
+    path = tmp_path / "s.sqlite3"
+    store = Store(path, workspace=tmp_path)
+    rows = [body("alpha falcon"), body("bravo heron", "assistant")]
+    store.append("m", rows, items=[json.loads(text) for text, _ in rows])
+
+    def indexed(query: str, thread: str) -> list[int]:
+        with store.reading() as db:
+            tid = search.thread_id(db, thread)
+            assert tid is not None
+            return [rid & 0xFFFFFFFF for rid in search.search(db, search.query_terms(query), tid, 10)[0]]
+
+    assert indexed("falcon", "m") == [1] and indexed("heron", "m") == [2]
+    store.append("r", [body("charlie osprey")])  # a record: indexed by the next search
+    more = [body("delta osprey")]
+    store.append("r", more, items=[json.loads(text) for text, _ in more])
+    with store.reading() as db:
+        assert search.thread_id(db, "r") is None  # nothing indexed out of order
+    assert sorted(found(store, "osprey", "r")) == [1, 2]
+    check(path)
+    store.close()

@@ -111,14 +111,14 @@ class Backend:
                 raise InvalidParams(f"{SESSION_ENV}={self.named_session!r} is not an agent session's thread "
                                     f"(expected {' or '.join(f'{a}:<session id>' for a in FOLLOWED_AGENTS)})")
             return self.named_session
-        listed = [t for t in self.workspace.threads()["threads"] if followed_agent(t["thread"]) is not None]
+        listed = [t["thread"] for t in self.workspace.threads()["threads"] if followed_agent(t["thread"]) is not None]
         if not listed and self.bridge is not None:  # read but not stored yet
             seen = sorted(self.bridge.follower.sessions(self.root), key=lambda s: s.last_activity or "")
-            listed = [{"thread": session.thread} for session in reversed(seen) if session.id]
+            listed = [session.thread for session in reversed(seen) if session.id]
         if not listed:
             raise InvalidParams(f"no Codex or Claude Code session of {self.root} is known to ctxd yet; set "
                                 f"{SESSION_ENV} to the session's thread (such as claude:<session id>)")
-        return listed[0]["thread"]  # `threads()` lists the newest activity first
+        return listed[0]  # `threads()` lists the newest activity first
 
     # --- the tools -------------------------------------------------------------------------------
 

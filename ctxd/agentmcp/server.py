@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -41,8 +41,9 @@ def _error(message: str) -> Any:
 
 
 class _Opening:
-    """The backend, opened on a thread of its own as soon as the server starts (it follows the
-    session from then on) while the SDK answers the client; a tool call waits for it."""
+    """The backend, opened on a thread of its own once the SDK has started serving (it follows
+    the session from then on; started sooner, its imports would slow the SDK's own start, which
+    agents time); a tool call waits for it."""
 
     def __init__(self, factory: Callable[[], Backend]) -> None:
         import threading
@@ -50,7 +51,10 @@ class _Opening:
         self.backend: Backend | None = None
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._open, args=(factory,), name="ctxd-mcp-open", daemon=True)
-        self._thread.start()
+
+    def start(self) -> None:
+        if self._thread.ident is None:
+            self._thread.start()
 
     def _open(self, factory: Callable[[], Backend]) -> None:
         try:
@@ -59,6 +63,7 @@ class _Opening:
             self.error = error
 
     def get(self) -> Backend:
+        self.start()
         self._thread.join()
         if self.error is not None:
             raise self.error
@@ -66,6 +71,8 @@ class _Opening:
         return self.backend
 
     def close(self) -> None:
+        if self._thread.ident is None:
+            return
         self._thread.join()
         if self.backend is not None:
             self.backend.close()
@@ -73,13 +80,21 @@ class _Opening:
 
 def build(backend_factory: Callable[[], Backend]) -> Any:
     """The MCP server with its six tools; the backend is opened at once, beside the server."""
+    from contextlib import asynccontextmanager
+
     from mcp.server.mcpserver import MCPServer
 
     from ctxd import redact
     from ctxd.errors import CtxdError
 
-    server = MCPServer("ctxd", instructions=INSTRUCTIONS)
     opening = _Opening(backend_factory)
+
+    @asynccontextmanager
+    async def serving(_: Any) -> AsyncIterator[dict[str, Any]]:
+        opening.start()
+        yield {}
+
+    server = MCPServer("ctxd", instructions=INSTRUCTIONS, lifespan=serving)
 
     def call(name: str, **arguments: Any) -> Any:
         try:
@@ -139,10 +154,14 @@ def main(argv: list[str]) -> int:
         print(f"ctxd mcp: takes no arguments (got {' '.join(argv)}); it serves the agent session named by "
               "CTXD_SESSION, else the newest session of the current folder's workspace", file=sys.stderr)
         return 2
-    from ctxd.agentmcp.backend import backend_from_environment
-
     cwd = Path.cwd()
-    server = build(lambda: backend_from_environment(cwd))
+
+    def backend() -> Backend:  # imported on the opening's thread: the SDK starts meanwhile
+        from ctxd.agentmcp.backend import backend_from_environment
+
+        return backend_from_environment(cwd)
+
+    server = build(backend)
     _closing_on_signals()
     try:
         server.run("stdio")

@@ -142,7 +142,9 @@ def _shorten(text: str, size: int) -> str:
 
 
 def item(store: Store, thread: str, seq: int) -> dict[str, Any]:
-    """`{item, archived, seq}`: one stored item as it was recorded."""
+    """`{item, archived, seq}`: one stored item as it was recorded. A seq a compaction moved the
+    item from still names it; `seq` says where it is now."""
+    seq = store.resolve(thread, seq)
     with store.reading() as db:
         row = db.execute("SELECT body, archived FROM items WHERE thread = ? AND seq = ?", (thread, seq)).fetchone()
     if row is None:

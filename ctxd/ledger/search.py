@@ -18,7 +18,8 @@ items still to index. A store made before the index gets the tables when opened 
 by the first search.
 
 A row of the index is `(thread id << 32) | seq`, so a thread's matches are one rowid range.
-`recall_turns` lists the indexed items that start a user turn.
+`recall_turns` lists the indexed items that start a user turn, each with its index in its thread
+(`n`, counted from 1, archived turns included): a hit's turn is one lookup, not a count.
 """
 
 from __future__ import annotations
@@ -32,15 +33,16 @@ from ctxd.ledger.rules import is_real_user_message
 
 # Bump when what is indexed changes: stores indexed by another version are indexed again (a
 # contentless index must be told the exact text of a row it deletes).
-INDEX_VERSION = "3"
+INDEX_VERSION = "5"
 SEQ_BITS = 32
 BATCH = 2000  # items indexed per transaction: other writers wait at most one batch
 
 _TABLES = (
     "CREATE VIRTUAL TABLE recall_fts USING fts5(text, parts, content='', "
     "tokenize='porter unicode61 remove_diacritics 2')",
-    "CREATE TABLE recall_threads (id INTEGER PRIMARY KEY, thread TEXT NOT NULL UNIQUE, upto INTEGER NOT NULL DEFAULT 0)",
-    "CREATE TABLE recall_turns (rid INTEGER PRIMARY KEY)",
+    "CREATE TABLE recall_threads (id INTEGER PRIMARY KEY, thread TEXT NOT NULL UNIQUE, "
+    "upto INTEGER NOT NULL DEFAULT 0)",
+    "CREATE TABLE recall_turns (rid INTEGER PRIMARY KEY, n INTEGER NOT NULL)",
 )
 _DROP = ("DROP TABLE IF EXISTS recall_fts", "DROP TABLE IF EXISTS recall_threads", "DROP TABLE IF EXISTS recall_turns")
 
@@ -49,6 +51,8 @@ _REMOVE = f"""
 INSERT INTO recall_fts (recall_fts, rowid, text, parts)
   SELECT 'delete', {_RID}, ctxd_recall_text({{r}}.body), ctxd_recall_parts({{r}}.body)
   WHERE EXISTS (SELECT 1 FROM recall_fts_docsize WHERE id = {_RID});
+UPDATE recall_turns SET n = n - 1 WHERE rid > {_RID} AND rid < ((({_RID} >> 32) + 1) << 32)
+  AND EXISTS (SELECT 1 FROM recall_turns WHERE rid = {_RID});
 DELETE FROM recall_turns WHERE rid = {_RID};
 """
 # (A thread not yet in `recall_threads` has nothing indexed: `sync_threads` adds it with watermark 0.)
@@ -66,6 +70,7 @@ _TRIGGERS = (
 _SKIPPED_KEYS = frozenset({"type", "role", "id", "call_id", "status", "encrypted_content", "image_url", "detail",
                            "ghost_commit", "format"})
 _PART = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+_CAMEL = re.compile(r"[a-z][A-Z]")  # where a camelCase word may be: most texts have none
 _MAX_PART_WORD = 64  # longer runs are hashes or blobs, not identifiers
 
 
@@ -84,6 +89,9 @@ def item_text(item: Any) -> str:
     arguments (JSON text) by their string values. Recall's own calls and answers: nothing."""
     if isinstance(item, dict):  # the common shapes without the walk
         kind = item.get("type")
+        whole = item.get("output")
+        if kind == "function_call_output" and isinstance(whole, str) and len(item) <= 4 and "name" not in item:
+            return "" if whole.startswith(_OWN_ANSWERS) and '"seq"' in whole[:2000] else whole
         if item.get("name") in _OWN_TOOLS:
             return ""
         output = item.get("output")
@@ -91,15 +99,34 @@ def item_text(item: Any) -> str:
             output = output[0].get("text")
         if isinstance(output, str) and output.startswith(_OWN_ANSWERS) and '"seq"' in output[:2000]:
             return ""
-        if kind == "function_call_output" and isinstance(item.get("output"), str) and len(item) <= 4:
-            return item["output"]
+        if kind == "function_call_output" and isinstance(whole, str) and len(item) <= 4:
+            return whole
         if kind == "message" and isinstance(item.get("content"), list) and len(item) <= 4:
             parts = [part.get("text") for part in item["content"] if isinstance(part, dict)]
+            if all(isinstance(text, str) for text in parts):
+                return "\n".join(text for text in parts if text)
+        if kind == "function_call" and isinstance(item.get("arguments"), str) and isinstance(item.get("name"), str):
+            words = [item["name"]] if item["name"] else []
+            _collect(item["arguments"], words, "arguments")
+            return "\n".join(words)
+        if kind == "reasoning" and isinstance(item.get("summary"), list) and not item.get("content"):
+            parts = [part.get("text") for part in item["summary"] if isinstance(part, dict)]
             if all(isinstance(text, str) for text in parts):
                 return "\n".join(text for text in parts if text)
     out: list[str] = []
     _collect(item, out, None)
     return "\n".join(out)
+
+
+def index_text(item: Any) -> str:
+    """What the index holds of an item: its words (`item_text`), each distinct line once. A line
+    repeated in one item (a log's progress lines, the same warning, the same code) adds no word
+    to find, and BM25 weighs repeats little; FTS5's cost is per word (`bench/bench_recall.py`).
+    Snippets and `ctxd/item` read the whole text."""
+    text = item_text(item)
+    if text.count("\n") < 8:
+        return text
+    return "\n".join(dict.fromkeys(text.split("\n")))
 
 
 def _collect(value: Any, out: list[str], key: str | None) -> None:
@@ -138,6 +165,8 @@ _CLASSES = _class_table()
 def identifier_parts(text: str) -> str:
     """The parts of every camelCase word in `text` (`getUserName` -> `get User Name`, `HTTPServer2`
     -> `HTTP Server 2`), each word's parts together."""
+    if _CAMEL.search(text) is None:
+        return ""
     raw = text.encode("utf-8", "surrogatepass")
     classes = raw.translate(_CLASSES)
     words: set[bytes] = set()
@@ -170,19 +199,20 @@ class _Extractor:
 
 
 def body_text(body: str) -> str:
+    """The indexed text of a stored body (`index_text`)."""
     try:
-        return item_text(json.loads(body))
+        return index_text(json.loads(body))
     except (TypeError, ValueError):
         return ""
 
 
-def install(db: sqlite3.Connection) -> None:
+def install(db: sqlite3.Connection) -> bool:
     """Set up the index on a read-write connection, inside its open write transaction: this
     connection's SQL functions and TEMP triggers, and the tables when they are missing or of
     another INDEX_VERSION (every item then waits for `catch_up`). Without FTS5 this does nothing
-    (recall then answers that it is unavailable)."""
+    (recall then answers that it is unavailable) and returns False."""
     if not has_fts5(db):
-        return
+        return False
     extractor = _Extractor()
     db.create_function("ctxd_recall_text", 1, extractor.text, deterministic=True)
     db.create_function("ctxd_recall_parts", 1, extractor.parts, deterministic=True)
@@ -193,6 +223,7 @@ def install(db: sqlite3.Connection) -> None:
         db.execute("INSERT OR REPLACE INTO meta VALUES ('recall_index', ?)", (INDEX_VERSION,))
     for statement in _TRIGGERS:
         db.execute(statement)
+    return True
 
 
 def sync_threads(db: sqlite3.Connection) -> None:
@@ -219,7 +250,7 @@ def catch_up_batch(db: sqlite3.Connection, tid: int, thread: str, upto: int) -> 
     base = tid << SEQ_BITS
     indexed = {rid for (rid,) in db.execute("SELECT id FROM recall_fts_docsize WHERE id > ? AND id <= ?",
                                             (base | upto, base | rows[-1][0]))}
-    fts, turns = [], []
+    parsed = []
     for seq, body, origin in rows:
         if base | seq in indexed:
             continue  # indexed before the watermark was lowered below it
@@ -227,14 +258,66 @@ def catch_up_batch(db: sqlite3.Connection, tid: int, thread: str, upto: int) -> 
             item = json.loads(body)
         except ValueError:
             item = None
-        text = item_text(item)
-        fts.append((base | seq, text, identifier_parts(text)))
-        if origin is None and isinstance(item, dict) and is_real_user_message(item):
-            turns.append((base | seq,))
-    db.executemany("INSERT INTO recall_fts (rowid, text, parts) VALUES (?, ?, ?)", fts)
-    db.executemany("INSERT OR IGNORE INTO recall_turns (rid) VALUES (?)", turns)
+        parsed.append((seq, item, origin))
+    _add(db, base, parsed)
     db.execute("UPDATE recall_threads SET upto = ? WHERE id = ?", (rows[-1][0], tid))
     return len(rows) == BATCH
+
+
+def index_appended(db: sqlite3.Connection, thread: str, first: int, items: list[Any],
+                   origin: int | None = None) -> None:
+    """Index items just appended at seqs `first`... (the items as parsed, in the append's own
+    transaction: the mirror has them already, so nothing is parsed again), when everything before
+    them is indexed; else they wait for `catch_up` with the rest. `origin`: the compaction writing
+    them (its summary starts no user turn)."""
+    row = db.execute("SELECT id, upto FROM recall_threads WHERE thread = ?", (thread,)).fetchone()
+    if row is None:
+        if first != 1 and db.execute("SELECT 1 FROM items WHERE thread = ? AND seq < ? LIMIT 1",
+                                     (thread, first)).fetchone():
+            return
+        tid = int(db.execute("INSERT INTO recall_threads (thread) VALUES (?)", (thread,)).lastrowid or 0)
+        upto = 0
+    else:
+        tid, upto = row
+    if upto != first - 1 or not items:
+        return
+    _add(db, tid << SEQ_BITS, [(first + i, item, origin) for i, item in enumerate(items)])
+    db.execute("UPDATE recall_threads SET upto = ? WHERE id = ?", (first + len(items) - 1, tid))
+
+
+def _add(db: sqlite3.Connection, base: int, items: list[tuple[int, Any, int | None]]) -> None:
+    """Write (seq, parsed item, origin) to the index, with the user turns they start."""
+    fts, turns = [], []
+    for seq, item, origin in items:
+        text = index_text(item)
+        fts.append((base | seq, text, identifier_parts(text)))
+        if origin is None and isinstance(item, dict) and item.get("role") == "user" and is_real_user_message(item):
+            turns.append((base | seq,))
+    db.executemany("INSERT INTO recall_fts (rowid, text, parts) VALUES (?, ?, ?)", fts)
+    _add_turns(db, base, [rid for (rid,) in turns])
+
+
+def _add_turns(db: sqlite3.Connection, base: int, rids: list[int]) -> None:
+    """List a thread's user turns (rowids, ascending), each with its index: one more than the turn
+    before it. Appended turns are numbered on from the last; a turn indexed again below the
+    watermark (turns listed after it) moves those up one."""
+    if not rids:
+        return
+    end = base + (1 << SEQ_BITS)
+    if db.execute("SELECT 1 FROM recall_turns WHERE rid >= ? AND rid < ? LIMIT 1", (rids[0], end)).fetchone() is None:
+        last = db.execute("SELECT n FROM recall_turns WHERE rid >= ? AND rid < ? ORDER BY rid DESC LIMIT 1",
+                          (base, rids[0])).fetchone()
+        first = (last[0] if last else 0) + 1
+        db.executemany("INSERT INTO recall_turns (rid, n) VALUES (?, ?)",
+                       [(rid, first + i) for i, rid in enumerate(rids)])
+        return
+    for rid in rids:
+        if db.execute("SELECT 1 FROM recall_turns WHERE rid = ?", (rid,)).fetchone():
+            continue
+        before = db.execute("SELECT n FROM recall_turns WHERE rid >= ? AND rid < ? ORDER BY rid DESC LIMIT 1",
+                            (base, rid)).fetchone()
+        db.execute("UPDATE recall_turns SET n = n + 1 WHERE rid > ? AND rid < ?", (rid, end))
+        db.execute("INSERT INTO recall_turns (rid, n) VALUES (?, ?)", (rid, (before[0] if before else 0) + 1))
 
 
 def has_fts5(db: sqlite3.Connection) -> bool:
@@ -270,7 +353,7 @@ def query_terms(query: str) -> list[str]:
 NEAR_DISTANCE = 12
 # BM25 reads every match's positions: past this many matches a stage's newest matches come first
 # (a query that common says little; `bench/bench_recall.py` measures what this keeps the p95 at).
-RANKED_MATCHES = 1500
+RANKED_MATCHES = 500
 
 
 def stages(terms: list[str]) -> list[tuple[str, str]]:
@@ -297,34 +380,68 @@ def thread_id(db: sqlite3.Connection, thread: str) -> int | None:
 def search(db: sqlite3.Connection, terms: list[str], thread: int | None, limit: int) -> tuple[list[int], int]:
     """Rowids of the best matches, best first, and how many items match every term (when none
     does, any term). Within each of `stages`, BM25 ranks (the identifier parts weigh half), or
-    recency when the stage matches more than RANKED_MATCHES items."""
+    recency when the stage matches more than RANKED_MATCHES items.
+
+    A query with a phrase (several words in one term) is slow to match, so each of its stages is
+    run once: its matches come with their scores, sorted here, which also counts them. Single
+    words match fast and the stages are first counted up to RANKED_MATCHES + 1, so that BM25
+    scores no more than that. The words near one another are the matches of "all" that NEAR also
+    finds, in "all"'s order."""
     if not present(db):
         raise Unavailable("the recall index is not available: this SQLite has no FTS5")
     where, args = "recall_fts MATCH ?", []
     if thread is not None:
         where += " AND rowid BETWEEN ? AND ?"
         args = [thread << SEQ_BITS, (thread << SEQ_BITS) | ((1 << SEQ_BITS) - 1)]
-    found: dict[int, None] = {}
-    total = 0
-    for kind, expression in stages(terms):
-        if kind == "any" and found:
-            break
-        if len(found) >= limit and kind != "all":
-            continue
-        if kind in ("all", "any"):  # `total`: counted whole
-            count = total = db.execute(f"SELECT count(*) FROM recall_fts WHERE {where}",
-                                       (expression, *args)).fetchone()[0]
-        else:  # only whether BM25 may rank it
-            count = db.execute(f"SELECT count(*) FROM (SELECT 1 FROM recall_fts WHERE {where} LIMIT ?)",
+
+    phrases = any(" " in term for term in terms)
+
+    def matches(expression: str, scored: bool = True) -> list[int] | None:
+        """The stage's matches, best first; None when there are more than RANKED_MATCHES."""
+        if scored and not phrases:
+            probe = db.execute(f"SELECT count(*) FROM (SELECT 1 FROM recall_fts WHERE {where} LIMIT ?)",
                                (expression, *args, RANKED_MATCHES + 1)).fetchone()[0]
-        if not count or len(found) >= limit:
-            continue
-        order = "bm25(recall_fts, 1.0, 0.5)" if count <= RANKED_MATCHES else "rowid DESC"
-        rows = db.execute(f"SELECT rowid FROM recall_fts WHERE {where} ORDER BY {order} LIMIT ?",
-                          (expression, *args, limit)).fetchall()
-        for (rid,) in rows:
-            found.setdefault(rid)
-    return list(found)[:limit], int(total)
+            if probe > RANKED_MATCHES or probe == 0:
+                return None if probe else []
+        score = "bm25(recall_fts, 1.0, 0.5)" if scored else "0"
+        rows = db.execute(f"SELECT rowid, {score} FROM recall_fts WHERE {where} LIMIT ?",
+                          (expression, *args, RANKED_MATCHES + 1)).fetchall()
+        if len(rows) > RANKED_MATCHES:
+            return None
+        return [rid for rid, _ in sorted(rows, key=lambda row: row[1])] if scored else [rid for rid, _ in rows]
+
+    def newest(expression: str) -> list[int]:
+        return [rid for (rid,) in db.execute(f"SELECT rowid FROM recall_fts WHERE {where} ORDER BY rowid DESC LIMIT ?",
+                                             (expression, *args, limit))]
+
+    def count(expression: str) -> int:
+        return int(db.execute(f"SELECT count(*) FROM recall_fts WHERE {where}", (expression, *args)).fetchone()[0])
+
+    found: dict[int, None] = {}
+    planned = dict(stages(terms))
+    every = matches(planned["all"])
+    if every is not None:
+        total = len(every)
+        if "near" in planned and every:
+            near = set(matches(planned["near"], scored=False) or ())
+            found.update((rid, None) for rid in every if rid in near)
+        found.update((rid, None) for rid in every)
+    else:
+        total = count(planned["all"])
+        if "near" in planned:
+            near_ranked = matches(planned["near"])
+            near_found = near_ranked if near_ranked is not None else newest(planned["near"])
+            found.update((rid, None) for rid in near_found[:limit])
+        found.update((rid, None) for rid in newest(planned["all"]))
+    for kind, expression in stages(terms):
+        if kind == "all but one" and len(found) < limit:
+            ranked = matches(expression)
+            found.update((rid, None) for rid in (ranked if ranked is not None else newest(expression))[:limit])
+        elif kind == "any" and not found:
+            ranked = matches(expression)
+            total = len(ranked) if ranked is not None else count(expression)
+            found.update((rid, None) for rid in (ranked if ranked is not None else newest(expression))[:limit])
+    return list(found)[:limit], total
 
 
 def present(db: sqlite3.Connection) -> bool:
@@ -333,17 +450,12 @@ def present(db: sqlite3.Connection) -> bool:
 
 def turns_of(db: sqlite3.Connection, rids: list[int]) -> dict[int, tuple[int, int]]:
     """The user turn each item belongs to: rowid -> (the turn's index counted from 1, the turn's
-    rowid); items before their thread's first user turn are left out. One pass over each
-    thread's turns up to its last item asked."""
+    rowid); items before their thread's first user turn are left out. One lookup each."""
     out: dict[int, tuple[int, int]] = {}
-    index, last, previous, thread = 0, 0, 0, None
-    for rid in sorted(rids):
-        if rid >> SEQ_BITS != thread:
-            thread = rid >> SEQ_BITS
-            index, last, previous = 0, 0, (thread << SEQ_BITS) - 1
-        count, latest = db.execute("SELECT count(*), max(rid) FROM recall_turns WHERE rid > ? AND rid <= ?",
-                                   (previous, rid)).fetchone()
-        index, last, previous = index + count, latest or last, rid
-        if index:
-            out[rid] = (index, last)
+    for rid in rids:
+        base = (rid >> SEQ_BITS) << SEQ_BITS
+        row = db.execute("SELECT n, rid FROM recall_turns WHERE rid >= ? AND rid <= ? ORDER BY rid DESC LIMIT 1",
+                         (base, rid)).fetchone()
+        if row is not None:
+            out[rid] = (int(row[0]), int(row[1]))
     return out

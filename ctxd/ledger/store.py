@@ -52,6 +52,12 @@ CREATE TABLE IF NOT EXISTS items (
     PRIMARY KEY (thread, seq)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS items_archived ON items (thread, archived) WHERE archived IS NOT NULL;
+CREATE TABLE IF NOT EXISTS moved (
+    thread TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    now INTEGER NOT NULL,
+    PRIMARY KEY (thread, seq)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS compactions (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     thread TEXT NOT NULL,
@@ -59,6 +65,10 @@ CREATE TABLE IF NOT EXISTS compactions (
     info TEXT NOT NULL
 );
 """
+
+# `moved`: the seqs a compaction's swap gave up (items recorded while it ran, moved after its
+# summary) and where each item is now, so that a seq once given keeps naming its item
+# (`Store.resolve`). Added with `IF NOT EXISTS`: earlier versions ignore it, the version stays 1.
 
 # Migrations from version N-1 to N, in order. Version 1 is created by _SCHEMA_V1.
 _MIGRATIONS: dict[int, str] = {}
@@ -161,6 +171,7 @@ class Store:
         # The thread an append last touched, the data version it saw, and when (see `append`).
         self._last_touch: tuple[str, tuple[int, int], float] | None = None
         self._marking = False
+        self._indexing = False  # the recall index is set up on this connection (`search.install`)
         self._db: sqlite3.Connection | None = None
         if readonly:
             with self._guard():
@@ -415,7 +426,8 @@ class Store:
                                        f"{SCHEMA_VERSION}: upgrade ctxd.")
             for target in range(version + 1, SCHEMA_VERSION + 1):
                 _run_script(db, _MIGRATIONS[target])
-            index = db.execute("SELECT sql FROM sqlite_master WHERE type = 'index' AND name = 'items_archived'").fetchone()
+            index = db.execute("SELECT sql FROM sqlite_master WHERE type = 'index' AND name = 'items_archived'"
+                               ).fetchone()
             if index is not None and "WHERE" not in index[0]:
                 _run_script(db, _PARTIAL_ARCHIVED_INDEX)
             db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
@@ -425,7 +437,7 @@ class Store:
                     raise StoreUnavailable(f"{self.path} holds the ledger of another workspace ({owner[0]}), "
                                            f"not of {workspace}; move it aside, then retry.")
                 db.execute("INSERT OR REPLACE INTO meta VALUES ('workspace', ?)", (str(workspace),))
-            search.install(db)  # the recall index: this connection's triggers; built if missing
+            self._indexing = search.install(db)  # the recall index: this connection's triggers; built if missing
 
     def data_version(self) -> tuple[int, int]:
         """Changes whenever another connection (another daemon) commits to this database, or the
@@ -481,6 +493,15 @@ class Store:
         if row is None:
             return None
         return ThreadRow(row[0], row[1], row[2], row[3], _loads(row[4]), _loads(row[5]), _loads(row[6]), row[7])
+
+    def resolve(self, thread: str, seq: int) -> int:
+        """Where the item given `seq` is stored now: `seq` itself, unless a compaction's swap moved
+        the item (it was recorded while the compaction ran) and nothing is stored there."""
+        with self._read() as db:
+            if db.execute("SELECT 1 FROM items WHERE thread = ? AND seq = ?", (thread, seq)).fetchone():
+                return seq
+            row = db.execute("SELECT now FROM moved WHERE thread = ? AND seq = ?", (thread, seq)).fetchone()
+        return seq if row is None else int(row[0])
 
     def active_rows(self, thread: str) -> list[Row]:
         with self._read() as db:
@@ -544,7 +565,8 @@ class Store:
             if name not in THREAD_FIELDS:
                 raise KeyError(name)
             names.append(name)
-            values.append(json.dumps(value) if name in ("reference", "prompt_context", "state") and value is not None else value)
+            stored = name in ("reference", "prompt_context", "state") and value is not None
+            values.append(json.dumps(value) if stored else value)
         updates = ", ".join(f"{name} = excluded.{name}" for name in names)
         db.execute(f"INSERT INTO threads (thread, {', '.join(names)}) VALUES (?{', ?' * len(names)}) "
                    f"ON CONFLICT (thread) DO UPDATE SET {updates}", (thread, *values))
@@ -553,7 +575,7 @@ class Store:
         return int(db.execute("SELECT coalesce(max(seq), 0) FROM items WHERE thread = ?", (thread,)).fetchone()[0]) + 1
 
     def append(self, thread: str, rows: list[tuple[str, int]], known: tuple[tuple[int, int] | None, int] | None = None,
-               wait: bool = True) -> tuple[int, tuple[int, int]]:
+               wait: bool = True, items: list[Any] | None = None) -> tuple[int, tuple[int, int]]:
         """Store `(body, tokens)` rows after every existing item; return the first new seq and the
         data version seen in the transaction. `known` is (data version, next seq) as the caller
         last saw them: when no other connection wrote since, the next seq is taken from it instead
@@ -562,7 +584,11 @@ class Store:
         The thread's `updated_at` is left as it is when this connection set it, in an append to the
         same thread, less than TOUCH_INTERVAL_SECONDS ago, with no other write since (by another
         connection, or to another thread here): the order of threads by recency stays the same,
-        and a run of records saves a page write per commit (`bench/bench_speed.py`)."""
+        and a run of records saves a page write per commit (`bench/bench_speed.py`).
+
+        `items`, the rows' items as parsed, are indexed for recall in the same transaction (a
+        mirrored session's slices: nothing is parsed again). Without them (a record: one page
+        write per commit) the next search indexes the rows."""
         with self._write(wait) as db:
             version = self._data_version(db)
             if known is not None and known[0] == version:
@@ -575,6 +601,8 @@ class Store:
                 "INSERT INTO items (thread, seq, body, tokens) VALUES (?, ?, ?, ?)",
                 [(thread, first + i, body, tokens) for i, (body, tokens) in enumerate(rows)],
             )
+            if items is not None and self._indexing:
+                search.index_appended(db, thread, first, items)
             last, now = self._last_touch, time.monotonic()
             touch = last is None or last[:2] != (thread, version) or now - last[2] >= TOUCH_INTERVAL_SECONDS
             if touch:
@@ -588,11 +616,12 @@ class Store:
             self._touch(db, thread, **fields)
 
     def replace(self, thread: str, upto_seq: int, rows: list[tuple[str, int]], info: dict[str, Any],
-                expected_version: int | None = None, **fields: Any) -> int:
+                expected_version: int | None = None, items: list[Any] | None = None, **fields: Any) -> int:
         """Compaction swap: archive active items up to `upto_seq`, write `rows` in their place, and
         move the items recorded since (seq > upto_seq) after them. One transaction, and only if the
         thread's history version is still `expected_version` (else HistoryChanged, nothing written):
-        another daemon's compaction, a rollback or a restore in between would otherwise be undone."""
+        another daemon's compaction, a rollback or a restore in between would otherwise be undone.
+        A moved item's earlier seq keeps naming it (`resolve`). `items`: as in `append`."""
         with self._write() as db:
             if expected_version is not None:
                 row = db.execute("SELECT history_version FROM threads WHERE thread = ?", (thread,)).fetchone()
@@ -601,30 +630,31 @@ class Store:
                     raise HistoryChanged(f"history version {current}, expected {expected_version}")
             removed = self._active_seqs(db, thread, upto_seq)
             mark = self._next_seq(db, thread) - 1
-            cid = db.execute(
-                "INSERT INTO compactions (thread, created_at, info) VALUES (?, ?, ?)", (thread, time.time(), json.dumps(info))
-            ).lastrowid
-            db.execute(
-                "UPDATE items SET archived = ? WHERE thread = ? AND seq <= ? AND archived IS NULL", (cid, thread, upto_seq)
-            )
-            later = db.execute(
-                "SELECT seq FROM items WHERE thread = ? AND seq > ? AND archived IS NULL ORDER BY seq", (thread, upto_seq)
-            ).fetchall()
+            cid = int(db.execute("INSERT INTO compactions (thread, created_at, info) VALUES (?, ?, ?)",
+                                 (thread, time.time(), json.dumps(info))).lastrowid or 0)
+            db.execute("UPDATE items SET archived = ? WHERE thread = ? AND seq <= ? AND archived IS NULL",
+                       (cid, thread, upto_seq))
+            later = db.execute("SELECT seq FROM items WHERE thread = ? AND seq > ? AND archived IS NULL ORDER BY seq",
+                               (thread, upto_seq)).fetchall()
             seq = self._next_seq(db, thread)
             db.executemany(
                 "INSERT INTO items (thread, seq, body, tokens, origin) VALUES (?, ?, ?, ?, ?)",
                 [(thread, seq + i, body, tokens, cid) for i, (body, tokens) in enumerate(rows)],
             )
+            if items is not None and self._indexing:
+                search.index_appended(db, thread, seq, items, origin=cid)
             added = list(range(seq, seq + len(rows)))
             seq += len(rows)
             for i, (old,) in enumerate(later):
                 db.execute("UPDATE items SET seq = ? WHERE thread = ? AND seq = ?", (seq + i, thread, old))
+                db.execute("UPDATE moved SET now = ? WHERE thread = ? AND now = ?", (seq + i, thread, old))
+                db.execute("INSERT OR REPLACE INTO moved (thread, seq, now) VALUES (?, ?, ?)", (thread, old, seq + i))
             moved = list(range(seq, seq + len(later)))
             # What undoing it needs (see `operate`); the items recorded meanwhile stay where they are.
             self._merge_info(db, cid, {"kind": "compaction", "before": removed + moved, "removed": removed,
                                        "added": added, "seqMark": mark})
             self._touch(db, thread, **fields)
-        return int(cid)
+        return cid
 
     # --- history operations (protocol v3: every one can be undone, nothing is deleted) -----------
 
@@ -634,7 +664,8 @@ class Store:
         an undo): make the items `active` names (seqs, active or archived) the thread's active
         history, archiving the others under the operation's id. Its info records the history
         before it and what it removed and brought back, so that it can be undone exactly; `marks`
-        sets other operations' `undoneBy` (None clears it, THIS_OPERATION names this one). One transaction, and only if the
+        sets other operations' `undoneBy` (None clears it, THIS_OPERATION names this one). One
+        transaction, and only if the
         thread's history version is still `expected_version` (else HistoryChanged)."""
         with self._write() as db:
             row = db.execute("SELECT history_version FROM threads WHERE thread = ?", (thread,)).fetchone()
@@ -648,7 +679,7 @@ class Store:
             info = {**info, "before": current, "removed": removed, "added": added,
                     "seqMark": self._next_seq(db, thread) - 1}
             oid = int(db.execute("INSERT INTO compactions (thread, created_at, info) VALUES (?, ?, ?)",
-                                 (thread, time.time(), json.dumps(info))).lastrowid)
+                                 (thread, time.time(), json.dumps(info))).lastrowid or 0)
             db.executemany("UPDATE items SET archived = ? WHERE thread = ? AND seq = ?",
                            [(oid, thread, seq) for seq in removed])
             db.executemany("UPDATE items SET archived = NULL WHERE thread = ? AND seq = ?",

@@ -65,10 +65,12 @@ class WorkspaceWrites(WorkspaceCore):
         return kept
 
     def _append(self, ledger: ThreadLedger, kept: list[dict[str, Any]], rows: list[tuple[str, int]],
-                wait: bool = True) -> ThreadLedger:
+                wait: bool = True, index: bool = False) -> ThreadLedger:
         """Store rows after the thread's items and add them to its ledger. Whether another process
-        wrote meanwhile is asked inside the append's transaction; if one did, the thread is read again."""
-        first, version = self.store.append(ledger.thread, rows, known=(self.cache.version, ledger.next_seq), wait=wait)
+        wrote meanwhile is asked inside the append's transaction; if one did, the thread is read again.
+        `index`: index them for recall in the same transaction (a mirror's slices; see `Store.append`)."""
+        first, version = self.store.append(ledger.thread, rows, known=(self.cache.version, ledger.next_seq), wait=wait,
+                                           items=kept if index else None)
         if not self.cache.check(version) or first != ledger.next_seq:
             return self.cache.reload(self.store, ledger.thread)
         ledger.append([Entry(first + i, None, tokens, body=body) for i, (body, tokens) in enumerate(rows)], kept)
@@ -337,15 +339,15 @@ class WorkspaceWrites(WorkspaceCore):
                     infos = infos[sum(1 for _, _, i in self.store.compactions(thread) if i.get("followed") and "trigger" in i):]
                 same = [e.item for e in ledger.entries] == kept
                 if not ledger.entries and not infos:
-                    ledger = self._append(ledger, kept, rows) if rows else ledger  # found: nothing replaced
+                    ledger = self._append(ledger, kept, rows, index=True) if rows else ledger  # found: nothing replaced
                 elif not same or infos:  # unchanged after a restart: kept as it is
                     for n, entry in enumerate(infos or [{"followed": info.get("source"), "strategy": "agent"}]):
                         last = n == max(0, len(infos) - 1)
                         self.store.replace(thread, ledger.last_seq, rows if last else [], entry,
-                                           history_version=ledger.history_version + 1)
+                                           items=kept if last else [], history_version=ledger.history_version + 1)
                     ledger = self.cache.reload(self.store, thread)
             elif rows:
-                ledger = self._append(ledger, kept, rows)
+                ledger = self._append(ledger, kept, rows, index=True)
             entries = ledger.entries
             state = {**(ledger.state or {}), "followed": info}
             awaiting = state.get(AWAITING_REPORT)
