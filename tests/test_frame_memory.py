@@ -62,7 +62,7 @@ def test_a_big_frame_of_small_items_is_not_kept_once_answered(daemon_factory: Ca
 
 
 def _workspace(tmp_path: Path) -> Any:
-    from ctxd.ledger.workspace import Workspace
+    from ctxd.workspace import Workspace
     root = tmp_path / "ws"
     root.mkdir()
     return Workspace(root.as_uri(), root, tmp_path / "state", None)

@@ -32,7 +32,7 @@ ALLOWED: dict[str, set[str]] = {
     "server": {"ctxd", "compact", "errors", "ghost", "ledger", "protocol", "redact", "sessions", "settings",
                "status", "tokens", "workspace"},
     "cli": {"ctxd", "agentmcp", "hooks", "redact", "server", "sessions", "usage"},
-    "entry": {"cli", "hooks"},
+    "entry": {"agentmcp", "cli", "hooks"},  # agentmcp: `ctxd mcp` starts the SDK before anything else
     "agentmcp": {"errors", "ghost", "ledger", "protocol", "redact", "sessions", "settings", "workspace"},
     "__main__": {"entry"},
 }

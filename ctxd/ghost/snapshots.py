@@ -17,7 +17,7 @@ A restore never loses data:
   the `undoId` to go back to, and its leftovers are removed.
 
 A workspace folder below the repository's top level is a scope: only paths under it are
-snapshotted and restored. Pure module: no pygls; errors are `ctxd.errors` classes.
+snapshotted and restored. Pure module: no server code; errors are `ctxd.errors` classes.
 """
 
 from __future__ import annotations

@@ -4,10 +4,9 @@ There are two estimators. When the optional C extension `_fastcount` is built (s
 at install time) and the encoding's file ships (encodings.py), `estimate_tokens` cuts the text into
 about the pieces the encoding's regex would and counts a piece the vocabulary holds as one token,
 any other by a greedy cut into the longest prefixes that are tokens (a short ASCII one by its
-length): about 2% off tiktoken on held-out real text, 21-24 times faster than tiktoken for o200k
-and 23-28 for cl100k (bench/bench_tokens.py; tiktoken's own time varies from run to run; see
-_fastcount.c). Its table, a Bloom filter of the vocabulary, is built in memory from the encoding's
-file (30-40 ms for o200k, 15 for cl100k; no tiktoken import) by `prepare` in the daemon's warm-up,
+length): a few percent off tiktoken and many times faster (the figures: bench/README.md, measured
+by bench/bench_tokens.py; see _fastcount.c). Its table, a Bloom filter of the vocabulary, is built
+in memory from the encoding's file (no tiktoken import) by `prepare` in the daemon's warm-up,
 or else at the first estimate for each encoding. Without the extension, or when that file is
 missing, `estimate_by_classes` below answers (about 5% off), with nothing but this module.
 
@@ -722,7 +721,7 @@ def _build_in_background(profile: str) -> None:
 
 def prepare() -> None:
     """Build every profile's table now (the daemon's warm-up), so that no estimate on a request's
-    path pays for it (30-40 ms for o200k). The other families' tables are built at their first use."""
+    path pays for it. The other families' tables are built at their first use."""
     for profile in ("o200k", "cl100k"):
         _table(profile)
 
