@@ -44,6 +44,7 @@ from ctxd.ledger import recall as history  # noqa: E402
 from ctxd.ledger import search  # noqa: E402
 from ctxd.ledger.store import Store, database_path  # noqa: E402
 from ctxd.sessions.codex import CodexReader  # noqa: E402
+from tests.helpers import assistant, output, shell_call, user  # noqa: E402
 from tests.rpc import start_daemon  # noqa: E402
 
 PLACES = ("tool output", "user message", "assistant text")
@@ -53,20 +54,6 @@ RATIO_GOAL = 3.0
 SLICE = 500  # items per append, as the mirror writes a session (ctxd/sessions/bridge.py's SLICE_ITEMS)
 
 
-def user(text: str) -> dict[str, Any]:
-    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
-
-
-def assistant(text: str) -> dict[str, Any]:
-    return {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}
-
-
-def call(call_id: str, command: str) -> dict[str, Any]:
-    return {"type": "function_call", "call_id": call_id, "name": "shell", "arguments": json.dumps({"command": command})}
-
-
-def output(call_id: str, text: str) -> dict[str, Any]:
-    return {"type": "function_call_output", "call_id": call_id, "output": text}
 
 
 # --- quality ---------------------------------------------------------------------------------------
@@ -140,7 +127,7 @@ def fact_thread(planted: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], li
         else:
             cut = rng.randrange(len(log))
             log = log[:cut] + "\n" + fact["text"] + "\n" + log[cut:]
-        turn = [user(asked), call(f"c{n}", "make check"), output(f"c{n}", log), assistant(said)]
+        turn = [user(asked), shell_call(f"c{n}", "make check"), output(f"c{n}", log), assistant(said)]
         index = {"user message": 0, "tool output": 2, "assistant text": 3}[fact["place"]]
         where.append(len(items) + index + 1)  # seq: the store numbers a new thread's items from 1
         items += turn
@@ -205,7 +192,7 @@ def big_thread(store: Store, items: int) -> list[str]:
         turn = [
             user(f"{verb} the {module} code in {service} (task {n})"),
             {"type": "reasoning", "summary": [{"type": "summary_text", "text": f"Look at {module}_{n}.py first"}]},
-            call(f"c{n}", f"pytest tests/test_{module}.py -k {verb}_{n}"),
+            shell_call(f"c{n}", f"pytest tests/test_{module}.py -k {verb}_{n}"),
             output(f"c{n}", noise(rng, n)[:rng.randrange(200, 1500)]),
             assistant(f"I did {verb} {module}_{n}.py; {service} tests pass."),
         ][: items - len(texts)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 
@@ -15,6 +16,11 @@ def assistant(text: str) -> dict[str, Any]:
 
 def call(call_id: str, name: str = "shell", arguments: str = '{"cmd": "ls"}') -> dict[str, Any]:
     return {"type": "function_call", "call_id": call_id, "name": name, "arguments": arguments}
+
+
+def shell_call(call_id: str, command: str) -> dict[str, Any]:
+    """A shell tool call running `command`, as Codex records one."""
+    return call(call_id, "shell", json.dumps({"command": command}))
 
 
 def output(call_id: str, text: str = "ok") -> dict[str, Any]:

@@ -14,25 +14,12 @@ import pytest
 
 from ctxd.ledger.store import database_path
 from tests import session_fixtures as fx
+from tests.helpers import assistant, output, shell_call, user
 from tests.rpc import Client, RpcError
 
 KEY = "sk-test-0123456789abcdefTOPSECRET"
 
 
-def user(text: str) -> dict[str, Any]:
-    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
-
-
-def assistant(text: str) -> dict[str, Any]:
-    return {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}
-
-
-def call(call_id: str, command: str) -> dict[str, Any]:
-    return {"type": "function_call", "call_id": call_id, "name": "shell", "arguments": json.dumps({"command": command})}
-
-
-def output(call_id: str, text: str) -> dict[str, Any]:
-    return {"type": "function_call_output", "call_id": call_id, "output": text}
 
 
 def filler(n: int) -> str:
@@ -43,12 +30,12 @@ def long_thread() -> list[dict[str, Any]]:
     """Six turns with long tool outputs (an offline compaction masks them); one fact in each place."""
     items: list[dict[str, Any]] = [
         user("The staging proxy must listen on port 8443, not 8080; remember that."),
-        call("c1", "pytest tests/test_auth.py"),
+        shell_call("c1", "pytest tests/test_auth.py"),
         output("c1", filler(1) + "\nFAILED tests/test_auth.py::testRefreshTokenExpiry - AssertionError\n" + filler(2)),
         assistant("We decided to pin cryptography below 44 because the wheel breaks on musl."),
     ]
     for n in range(2, 7):
-        items += [user(f"Step {n}: keep going with the refactor"), call(f"c{n}", f"make step{n}"),
+        items += [user(f"Step {n}: keep going with the refactor"), shell_call(f"c{n}", f"make step{n}"),
                   output(f"c{n}", filler(n * 10)), assistant(f"Step {n} done.")]
     return items
 
