@@ -9,13 +9,17 @@ affected. Elsewhere than glibc: nothing.
 
 from __future__ import annotations
 
-import ctypes
+import functools
 from collections.abc import Callable
 
 BIG_REQUEST_BYTES = 8 * 1024 * 1024
 
 
+@functools.cache
 def _trimmer() -> Callable[[int], int] | None:
+    """glibc's `malloc_trim`, looked up at the first huge request (not at start-up)."""
+    import ctypes
+
     try:
         trim: Callable[[int], int] = ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):
@@ -23,10 +27,7 @@ def _trimmer() -> Callable[[int], int] | None:
     return trim
 
 
-_TRIM = _trimmer()
-
-
 def after_request(size: int) -> None:
     """Give freed memory back after a request of `size` bytes, if it was a huge one."""
-    if size >= BIG_REQUEST_BYTES and _TRIM is not None:
-        _TRIM(0)
+    if size >= BIG_REQUEST_BYTES and (trim := _trimmer()) is not None:
+        trim(0)
