@@ -211,7 +211,7 @@ class Client:
         self.initialize_result = result
         return result
 
-    def shutdown(self, timeout: float = 10.0) -> int:
+    def shutdown(self, timeout: float = 30.0) -> int:
         try:
             self.request("shutdown", timeout=timeout)
             self.notify("exit")

@@ -98,7 +98,8 @@ def test_leftover_wal_of_another_database_is_refused(daemon_factory, state_dir: 
     first = daemon_factory([a, b])
     record(first, a, "a's own message")
     record(first, b, "b's private message")
-    first.shutdown()
+    assert first.shutdown(timeout=60) == 0  # a clean exit (not a kill at the client's deadline) ...
+    assert not Path(f"{db_of(state_dir, a)}-wal").exists()  # ... leaves a's ledger whole in its own file
     second = daemon_factory([b])
     record(second, b, "b again")
     second.kill()  # kill -9: b's -wal stays behind, full of b's pages

@@ -173,6 +173,7 @@ class Store:
         self._marking = False
         self._indexing = False  # the recall index is set up on this connection (`search.install`)
         self._db: sqlite3.Connection | None = None
+        self._readonly = readonly
         if readonly:
             with self._guard():
                 self._db = self._connect_readonly()
@@ -283,8 +284,16 @@ class Store:
         return self._db
 
     def close(self) -> None:
+        """Close the connection. What the `-wal` holds is copied into the file first (a passive
+        checkpoint, which waits for no one): a ledger closed cleanly is whole in its own file, even
+        when another connection keeps SQLite from doing so as it closes."""
         with self._lock:
             if self._db is not None:
+                if not (self._readonly or self.readonly_reason or self._db.in_transaction):
+                    try:
+                        self._db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    except sqlite3.Error as error:
+                        log.info("%s: no checkpoint before closing (%s)", self.path, error)
                 self._db.close()
                 self._db = None
             self._close_wal_fd()

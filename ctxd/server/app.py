@@ -545,9 +545,11 @@ class CtxdServer:
     def _exit(self, code: int) -> None:
         """`exit`: requests already running finish; then the connection decides (stdio: the
         process ends at once; TCP: this session's socket closes; memory: `serve` returns)."""
-        if self.owns_daemon:
-            self.daemon.close()
-        self.connection.exit(code)
+        try:
+            if self.owns_daemon:
+                self.daemon.close()
+        finally:
+            self.connection.exit(code)  # a failure while closing never keeps the process alive
 
     # --- serving ---------------------------------------------------------------------------------
 

@@ -168,7 +168,8 @@ class HookWatcher:
             self._observer.schedule(self._handler, str(folder), recursive=False)
             self._watched.add(str(folder))
         except Exception as error:  # noqa: BLE001 - e.g. the inotify watch limit: the tick checks
-            log.warning("cannot watch %s (%s)", folder, error)
+            if not self._stop:  # (while stopping, the observer is already closed: nothing to say)
+                log.warning("cannot watch %s (%s)", folder, error)
 
     # --- what changed ---
 

@@ -86,4 +86,7 @@ class Service:
         with self._lock:
             workspaces, self._workspaces = list(self._workspaces.values()), {}
         for workspace in workspaces:
-            workspace.close()
+            try:
+                workspace.close()
+            except Exception:  # noqa: BLE001 - one store that fails to close never keeps the others open
+                log.exception("%s: closing its store failed", workspace.uri)
