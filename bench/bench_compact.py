@@ -8,10 +8,11 @@ decisions taken. Each fact has a unique marker; a fact survives when its marker 
 text of the compacted history.
 
 Two groups of facts are scored apart. Most live where masking keeps them (messages, tool calls, an
-output's first error lines, which the placeholder quotes). The others live only inside old tool
-outputs, whose bodies masking removes, so only the extractive summary can carry them: an error a
-test run reported after its first three (`output error`), and a file found by a search, named
-nowhere else (`output path`).
+output's first error lines). The others live only deep inside old tool outputs, whose bodies
+masking removes: an error a test run reported after its first three (`output error`), and a file
+found by a search, named nowhere else (`output path`, the search's definition hit). Only what a
+placeholder quotes (a few distinct error lines, the definitions a search found) and what the
+extractive summary picks out carry them.
 
 Strategies compared on the same sessions, in the same run:
 - `offline`: ctxd's offline compaction (masking, then the extractive handoff summary);

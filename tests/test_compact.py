@@ -131,6 +131,40 @@ def test_masking_keeps_name_size_and_errors() -> None:
     assert len(masked) == len(items)
 
 
+def search_and_test_run() -> list[dict]:
+    """A search whose one definition hit names a file nothing else names, and a test run whose
+    fifth and sixth failures come after four others."""
+    hits = [f"src/app/handlers_{n}.py:{n}:    dispatch(request)" for n in range(60)]
+    hits.insert(37, "src/deep/router_xq7.py:12:def dispatch(request, *args):")
+    failures = [f"FAILED tests/test_api.py::test_{n} - KeyError: 'tenant_{n}'" for n in range(4)]
+    failures += ["FAILED tests/test_api.py::test_late - ValueError: quota_zz9 exceeded",
+                 "E   TimeoutError: worker_k41 did not answer"]
+    log = "\n".join(["collected 40 items", *[f"tests/test_api.py::test_{n} PASSED" for n in range(30)], *failures])
+    return [user("find dispatch"), call("s1", "rg -n dispatch src/"), output("s1", "\n".join(hits)),
+            user("run the tests"), call("t1", "pytest -q"), output("t1", log)]
+
+
+def test_a_masked_output_quotes_its_errors_and_the_definitions_it_found() -> None:
+    items = search_and_test_run()
+    masked, count = mask_tool_outputs(items, keep_recent=0)
+    assert count == 2
+    text = text_of(masked)
+    for fact in ("src/deep/router_xq7.py:12:def dispatch", "quota_zz9", "worker_k41", "tenant_0"):
+        assert fact in text, fact
+    assert "handlers_5.py" not in text  # a plain hit is not quoted
+
+
+def test_a_second_compaction_keeps_what_the_first_ones_placeholders_quote() -> None:
+    first, _ = mask_tool_outputs(search_and_test_run(), keep_recent=0)
+    again, count = mask_tool_outputs(first, keep_recent=0)
+    assert count == 0 and again == first  # a placeholder is never masked again (its quotes would go)
+    later = [*first, *long_thread(8)]
+    summary = offline_compact(later, target_tokens=history_tokens(later) // 8, user_message_max_tokens=2_000)
+    assert summary.masked == 0  # the summary path, which reads the placeholders' quotes
+    for fact in ("src/deep/router_xq7.py:12:def dispatch", "quota_zz9", "worker_k41"):
+        assert fact in summary.summary, fact
+
+
 def test_offline_is_deterministic_reduces_4x_and_keeps_facts() -> None:
     items = long_thread()
     before = history_tokens(items)

@@ -39,7 +39,8 @@ from ctxd.tokens.approx import approx_text_tokens, item_tokens
 from ctxd.tokens.counter import count_item
 
 KEEP_RECENT_OUTPUTS = 3
-PLACEHOLDER_ERRORS = 3
+PLACEHOLDER_ERRORS = 8  # distinct error lines a masked output's placeholder quotes
+PLACEHOLDER_DEFINITIONS = 3  # search hits that define something, quoted likewise
 ERRORS_PER_OUTPUT = 5
 MAX_LINE_CHARS = 240
 SHELL_TOOLS = {"shell", "bash", "exec_command", "local_shell", "container.exec", "run_command", "terminal", "sh"}
@@ -76,6 +77,11 @@ CONSTRAINT_RE = re.compile(
     re.IGNORECASE,
 )
 SENTENCE_RE = re.compile(r"(?<=[.!?])\s+|\n+")
+# A search hit (`path:line:text`, as grep, rg and git grep print it) whose text defines a name.
+DEFINITION_RE = re.compile(
+    r"^[^\s:]+:\d+:(?:\d+:)?\s*(?:(?:export|pub(?:\([\w:]+\))?|public|private|protected|static|async|default|abstract)\s+)*"
+    r"(?:def|class|fn|func|function|struct|enum|interface|trait|type|impl|module|const|let)\s+\w"
+)
 
 
 @dataclass
@@ -158,8 +164,40 @@ def mask_placeholder(name: str, output: Any) -> str:
         note += f", exit code {code}"
     errors = _error_lines(text, PLACEHOLDER_ERRORS)
     if errors:
-        note += "; first errors: " + " | ".join(errors)
+        note += "; errors: " + QUOTE_SEPARATOR.join(errors)
+    definitions = _definition_lines(text, PLACEHOLDER_DEFINITIONS)
+    if definitions:
+        note += "; definitions: " + QUOTE_SEPARATOR.join(definitions)
     return note + "]"
+
+
+QUOTE_SEPARATOR = " | "
+PLACEHOLDER_RE = re.compile(r"\[output of `[^`]*` removed by compaction: [^;\]]*"
+                            r"(?:; errors: (?P<errors>.*?))?(?:; definitions: (?P<definitions>.*?))?\]\Z", re.DOTALL)
+
+
+def _output_facts(text: str) -> tuple[list[str], list[str]]:
+    """A tool output's error lines and definitions; of a placeholder (an earlier compaction's),
+    the ones it quotes, so that a second compaction carries them on."""
+    placeholder = PLACEHOLDER_RE.match(text)
+    if placeholder is None:
+        return _error_lines(text, ERRORS_PER_OUTPUT), _definition_lines(text, PLACEHOLDER_DEFINITIONS)
+
+    def quoted(name: str) -> list[str]:
+        return [line for line in (placeholder.group(name) or "").split(QUOTE_SEPARATOR) if line]
+
+    return quoted("errors"), quoted("definitions")
+
+
+def _is_placeholder(output: Any) -> bool:
+    return isinstance(output, str) and PLACEHOLDER_RE.match(output) is not None
+
+
+def _definition_lines(text: str, limit: int) -> list[str]:
+    """The hits of a search that define a name (`src/a.py:12:def parse(`): where a symbol lives
+    is what a search was usually run to learn."""
+    found = [_clip(line.strip()) for line in text.splitlines() if DEFINITION_RE.match(line.strip())]
+    return list(dict.fromkeys(found))[:limit]
 
 
 def mask_tool_outputs(items: list[dict[str, Any]], keep_recent: int = KEEP_RECENT_OUTPUTS) -> tuple[list[dict[str, Any]], int]:
@@ -170,7 +208,7 @@ def mask_tool_outputs(items: list[dict[str, Any]], keep_recent: int = KEEP_RECEN
     out: list[dict[str, Any]] = []
     masked = 0
     for index, item in enumerate(items):
-        if index in old:
+        if index in old and not _is_placeholder(item.get("output")):  # (masked by an earlier compaction)
             placeholder = mask_placeholder(names.get(item.get("call_id"), "tool"), item.get("output"))
             if approx_text_tokens(placeholder) < item_tokens(item):
                 item = {**item, "output": placeholder}
@@ -246,6 +284,7 @@ def extract_sections(items: list[dict[str, Any]], skip_requests: int = 0) -> lis
     commands: list[str] = []
     failed: list[str] = []
     paths: list[str] = []
+    definitions: list[str] = []
     for item in items:
         kind = item.get("type")
         if kind in TOOL_CALL_TYPES:
@@ -260,7 +299,9 @@ def extract_sections(items: list[dict[str, Any]], skip_requests: int = 0) -> lis
                     first = _error_lines(result)[:1]
                     failed.append(f"`{_clip(command, 200)}` exit code {code}" + (f": {first[0]}" if first else ""))
         elif kind in TOOL_OUTPUT_TYPES:
-            errors.extend(_error_lines(_tool_result(item.get("output"))[0], ERRORS_PER_OUTPUT))
+            found, defined = _output_facts(_tool_result(item.get("output"))[0])
+            errors.extend(found)
+            definitions.extend(defined)
         elif kind == "message" and item.get("role") in ("user", "assistant") and not is_summary_message(item):
             text = message_text(item)
             paths.extend(_paths(text))
@@ -294,6 +335,7 @@ def extract_sections(items: list[dict[str, Any]], skip_requests: int = 0) -> lis
         merged(ERRORS, errors),
         merged(FAILED, failed),
         merged(PATHS, paths, keep_last=True),
+        merged(DEFINITIONS, definitions, keep_last=True),
         Section(EARLIER, carried.get(EARLIER, []) + blocks, pinned=frozenset(carried.get(EARLIER, []) + blocks)),
         merged(REQUESTS, [_clip(text, 600) for text in requests]),
         merged(COMMANDS, commands, keep_last=True, counted=True),
@@ -308,11 +350,12 @@ DECISIONS = "Decisions and findings"
 ERRORS = "Errors seen"
 FAILED = "Failed commands"
 PATHS = "Files and paths touched"
+DEFINITIONS = "Definitions found by searches"
 EARLIER = "Earlier summary"
 REQUESTS = "Earlier user requests"
 COMMANDS = "Commands run"
 NOTES = "Earlier assistant messages"
-TITLES = (CONSTRAINTS, LATEST, DECISIONS, ERRORS, FAILED, PATHS, EARLIER, REQUESTS, COMMANDS, NOTES)
+TITLES = (CONSTRAINTS, LATEST, DECISIONS, ERRORS, FAILED, PATHS, DEFINITIONS, EARLIER, REQUESTS, COMMANDS, NOTES)
 CARRY_INTO = {LATEST: DECISIONS}  # an old "latest conclusion" is now just a finding
 MORE_RE = re.compile(r"^\(\+\d+ more not shown\)$")
 COUNT_RE = re.compile(r" ×\d+$")
