@@ -142,6 +142,8 @@ class HookWatcher:
             self._stop = True
             self._wake.notify_all()
         stop_observer(self._observer)
+        if self._worker is not None:  # a check under way ends before the stores close
+            self._worker.join(timeout=5)
 
     def poke(self) -> None:
         with self._wake:
