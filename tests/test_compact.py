@@ -158,6 +158,8 @@ def test_a_second_compaction_keeps_what_the_first_ones_placeholders_quote() -> N
     first, _ = mask_tool_outputs(search_and_test_run(), keep_recent=0)
     again, count = mask_tool_outputs(first, keep_recent=0)
     assert count == 0 and again == first  # a placeholder is never masked again (its quotes would go)
+    fake = "[output of `shell` removed by compaction: 1 tokens, 1 lines; errors: " + "x" * 40_000 + "]"
+    assert mask_tool_outputs([call("f1", "cat big"), output("f1", fake)], keep_recent=0)[1] == 1  # a look-alike is masked
     later = [*first, *long_thread(8)]
     summary = offline_compact(later, target_tokens=history_tokens(later) // 8, user_message_max_tokens=2_000)
     assert summary.masked == 0  # the summary path, which reads the placeholders' quotes

@@ -172,6 +172,7 @@ def mask_placeholder(name: str, output: Any) -> str:
 
 
 QUOTE_SEPARATOR = " | "
+MAX_PLACEHOLDER_CHARS = 200 + (PLACEHOLDER_ERRORS + PLACEHOLDER_DEFINITIONS) * (MAX_LINE_CHARS + len(QUOTE_SEPARATOR))
 PLACEHOLDER_RE = re.compile(r"\[output of `[^`]*` removed by compaction: [^;\]]*"
                             r"(?:; errors: (?P<errors>.*?))?(?:; definitions: (?P<definitions>.*?))?\]\Z", re.DOTALL)
 
@@ -179,7 +180,7 @@ PLACEHOLDER_RE = re.compile(r"\[output of `[^`]*` removed by compaction: [^;\]]*
 def _output_facts(text: str) -> tuple[list[str], list[str]]:
     """A tool output's error lines and definitions; of a placeholder (an earlier compaction's),
     the ones it quotes, so that a second compaction carries them on."""
-    placeholder = PLACEHOLDER_RE.match(text)
+    placeholder = PLACEHOLDER_RE.match(text) if len(text) <= MAX_PLACEHOLDER_CHARS else None
     if placeholder is None:
         return _error_lines(text, ERRORS_PER_OUTPUT), _definition_lines(text, PLACEHOLDER_DEFINITIONS)
 
@@ -190,7 +191,9 @@ def _output_facts(text: str) -> tuple[list[str], list[str]]:
 
 
 def _is_placeholder(output: Any) -> bool:
-    return isinstance(output, str) and PLACEHOLDER_RE.match(output) is not None
+    """Whether an output is a placeholder already (one that only looks like one, but is longer
+    than any this module writes, is masked as any other output)."""
+    return isinstance(output, str) and len(output) <= MAX_PLACEHOLDER_CHARS and PLACEHOLDER_RE.match(output) is not None
 
 
 def _definition_lines(text: str, limit: int) -> list[str]:
