@@ -126,7 +126,18 @@ def index_text(item: Any) -> str:
     text = item_text(item)
     if text.count("\n") < 8:
         return text
-    return "\n".join(dict.fromkeys(text.split("\n")))
+    return "\n".join(dict.fromkeys(_one_period(text).split("\n")))
+
+
+def _one_period(text: str) -> str:
+    """`text` without the repeats when it is one block of whole lines printed again and again (a
+    loop's output, a file printed twice): the block and what follows its last whole copy, whose
+    distinct lines are the text's. Else `text`. Two comparisons instead of a split of every line."""
+    first = text.find("\n") + 1
+    period = text.find("\n" + text[:first], first - 1) + 1
+    if period <= 0 or text[period:2 * period] != text[:period] or text[period:] != text[:-period]:
+        return text
+    return text[:period] + text[len(text) - len(text) % period:]
 
 
 def _collect(value: Any, out: list[str], key: str | None) -> None:
