@@ -92,30 +92,49 @@ def item_text(item: Any) -> str:
         whole = item.get("output")
         if kind == "function_call_output" and isinstance(whole, str) and len(item) <= 4 and "name" not in item:
             return "" if whole.startswith(_OWN_ANSWERS) and '"seq"' in whole[:2000] else whole
-        if item.get("name") in _OWN_TOOLS:
+        name = item.get("name")
+        if isinstance(name, str) and name in _OWN_TOOLS:
             return ""
-        output = item.get("output")
-        if isinstance(output, list) and output and isinstance(output[0], dict):
-            output = output[0].get("text")
-        if isinstance(output, str) and output.startswith(_OWN_ANSWERS) and '"seq"' in output[:2000]:
-            return ""
-        if kind == "function_call_output" and isinstance(whole, str) and len(item) <= 4:
-            return whole
-        if kind == "message" and isinstance(item.get("content"), list) and len(item) <= 4:
-            parts = [part.get("text") for part in item["content"] if isinstance(part, dict)]
-            if all(isinstance(text, str) for text in parts):
-                return "\n".join(text for text in parts if text)
-        if kind == "function_call" and isinstance(item.get("arguments"), str) and isinstance(item.get("name"), str):
-            words = [item["name"]] if item["name"] else []
-            _collect(item["arguments"], words, "arguments")
-            return "\n".join(words)
-        if kind == "reasoning" and isinstance(item.get("summary"), list) and not item.get("content"):
-            parts = [part.get("text") for part in item["summary"] if isinstance(part, dict)]
-            if all(isinstance(text, str) for text in parts):
-                return "\n".join(text for text in parts if text)
+        if whole is not None:
+            output = whole[0].get("text") if isinstance(whole, list) and whole and isinstance(whole[0], dict) else whole
+            if isinstance(output, str) and output.startswith(_OWN_ANSWERS) and '"seq"' in output[:2000]:
+                return ""
+            if kind == "function_call_output" and isinstance(whole, str) and len(item) <= 4:
+                return whole
+        if kind == "message" and len(item) <= 4:
+            text = _part_texts(item.get("content"))
+            if text is not None:
+                return text
+        elif kind == "function_call":
+            arguments = item.get("arguments")
+            if isinstance(arguments, str) and isinstance(name, str):
+                words = [name] if name else []
+                _collect(arguments, words, "arguments")
+                return "\n".join(words)
+        elif kind == "reasoning" and not item.get("content"):
+            text = _part_texts(item.get("summary"))
+            if text is not None:
+                return text
     out: list[str] = []
     _collect(item, out, None)
     return "\n".join(out)
+
+
+def _part_texts(parts: Any) -> str | None:
+    """The texts of a message's content or a reasoning summary, joined; None when a part that is
+    an object has no text (the walk then reads it)."""
+    if not isinstance(parts, list):
+        return None
+    if len(parts) == 1:  # most messages: one part
+        part = parts[0]
+        if not isinstance(part, dict):
+            return ""
+        text = part.get("text")
+        return text if isinstance(text, str) else None
+    texts = [part.get("text") for part in parts if isinstance(part, dict)]
+    if all(isinstance(text, str) for text in texts):
+        return "\n".join(text for text in texts if text)
+    return None
 
 
 def index_text(item: Any) -> str:
@@ -152,11 +171,20 @@ def _collect(value: Any, out: list[str], key: str | None) -> None:
             out.append(value)
     elif isinstance(value, dict):
         for name, inner in value.items():
-            if name not in _SKIPPED_KEYS:
+            if name in _SKIPPED_KEYS:
+                continue
+            if type(inner) is str and name != "arguments":  # the common leaf, without a call
+                if inner:
+                    out.append(inner)
+            else:
                 _collect(inner, out, name)
     elif isinstance(value, list):
         for inner in value:
-            _collect(inner, out, key)
+            if type(inner) is str and key != "arguments":
+                if inner:
+                    out.append(inner)
+            else:
+                _collect(inner, out, key)
 
 
 def _class_table() -> bytes:
