@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-from typing import Any
+from typing import Any, NamedTuple
 
 from ctxd.ledger.rules import is_real_user_message
 
@@ -416,7 +416,13 @@ def thread_id(db: sqlite3.Connection, thread: str) -> int | None:
     return None if row is None else int(row[0])
 
 
-def search(db: sqlite3.Connection, terms: list[str], thread: int | None, limit: int) -> tuple[list[int], int]:
+class Found(NamedTuple):
+    rids: list[int]  # the best matches, best first
+    total: int  # how many items match every term (when none does, any term)
+    counted: list[int] | None  # those items, when `total` was counted from them (else None)
+
+
+def search(db: sqlite3.Connection, terms: list[str], thread: int | None, limit: int) -> Found:
     """Rowids of the best matches, best first, and how many items match every term (when none
     does, any term). Within each of `stages`, BM25 ranks (the identifier parts weigh half), or
     recency when the stage matches more than RANKED_MATCHES items.
@@ -457,16 +463,17 @@ def search(db: sqlite3.Connection, terms: list[str], thread: int | None, limit: 
         return int(db.execute(f"SELECT count(*) FROM recall_fts WHERE {where}", (expression, *args)).fetchone()[0])
 
     found: dict[int, None] = {}
+    counted: list[int] | None
     planned = dict(stages(terms))
     every = matches(planned["all"])
     if every is not None:
-        total = len(every)
+        total, counted = len(every), every
         if "near" in planned and every:
             near = set(matches(planned["near"], scored=False) or ())
             found.update((rid, None) for rid in every if rid in near)
         found.update((rid, None) for rid in every)
     else:
-        total = count(planned["all"])
+        total, counted = count(planned["all"]), None
         if "near" in planned:
             near_ranked = matches(planned["near"])
             near_found = near_ranked if near_ranked is not None else newest(planned["near"])
@@ -479,8 +486,9 @@ def search(db: sqlite3.Connection, terms: list[str], thread: int | None, limit: 
         elif kind == "any" and not found:
             ranked = matches(expression)
             total = len(ranked) if ranked is not None else count(expression)
+            counted = ranked
             found.update((rid, None) for rid in (ranked if ranked is not None else newest(expression))[:limit])
-    return list(found)[:limit], total
+    return Found(list(found)[:limit], total, counted)
 
 
 def present(db: sqlite3.Connection) -> bool:
