@@ -6,6 +6,7 @@ The daemon's handlers and `ctxd mcp` both answer through here, from the workspac
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
 from typing import Any, Literal
@@ -75,21 +76,25 @@ def _copies(db: Any, names: dict[int, str], rids: list[int]) -> dict[int, int]:
         by_thread.setdefault(rid >> search.SEQ_BITS, set()).add(rid & _SEQ_MASK)
     out: dict[int, int] = {}
     for tid, seqs in by_thread.items():
-        name, base = names.get(tid), tid << search.SEQ_BITS
-        marks = ", ".join("?" * len(seqs))
-        written = db.execute(f"SELECT seq FROM items WHERE thread = ? AND seq IN ({marks}) AND origin IS NOT NULL",
-                             (name, *seqs)).fetchall()
-        for (seq,) in written:
-            earlier = [other for other in seqs if other < seq]
-            if not earlier:
-                continue
-            row = db.execute(
-                f"SELECT min(o.seq) FROM items c JOIN items o ON o.thread = c.thread AND o.tokens = c.tokens "
-                f"AND o.body = c.body WHERE c.thread = ? AND c.seq = ? AND o.seq IN ({', '.join('?' * len(earlier))})",
-                (name, seq, *earlier)).fetchone()
-            if row[0] is not None:
-                out[base | seq] = base | row[0]
+        name, base, ordered = names.get(tid), tid << search.SEQ_BITS, sorted(seqs)
+        written = [seq for chunk in _chunks(ordered) for (seq,) in db.execute(
+            f"SELECT seq FROM items WHERE thread = ? AND seq IN ({', '.join('?' * len(chunk))}) AND origin IS NOT NULL",
+            (name, *chunk))]
+        for seq in written:
+            for chunk in _chunks(ordered[:bisect.bisect_left(ordered, seq)]):
+                row = db.execute(
+                    f"SELECT min(o.seq) FROM items c JOIN items o ON o.thread = c.thread AND o.tokens = c.tokens "
+                    f"AND o.body = c.body WHERE c.thread = ? AND c.seq = ? AND o.seq IN ({', '.join('?' * len(chunk))})",
+                    (name, seq, *chunk)).fetchone()
+                if row[0] is not None:
+                    out[base | seq] = base | row[0]
+                    break
     return out
+
+
+def _chunks(seqs: list[int], size: int = 400) -> list[list[int]]:
+    """`seqs` in lists short enough for one statement's parameters (999 in older SQLites)."""
+    return [seqs[start:start + size] for start in range(0, len(seqs), size)]
 
 
 def _once(db: Any, names: dict[int, str], rids: list[int], more: list[int], copies: dict[int, int]) -> list[int]:
