@@ -16,7 +16,7 @@ thread is written with the store's own append (as records write it), then search
 daemon started on it, after one warm-up search that indexes it (its time is printed).
 
     python bench/bench_recall.py [--items 200000] [--mb 50] [--queries 60] [--mcp-runs 5]
-                                 [--only quality|indexing|unrepeated|speed|mcp ...]
+                                 [--only quality|indexing|unrepeated|speed|mcp ...] [--rounds 3]
 
 `--only unrepeated` indexes a rollout whose tool outputs repeat no line (printed with its ratio;
 the goal's row is the shared rollout's, `bench_sessions.big_rollout`).
@@ -303,7 +303,7 @@ def unrepeated_rollout(path: Path, megabytes: int, cwd: Path) -> int:
     return path.stat().st_size
 
 
-def bench_indexing(tmp: Path, megabytes: int, unrepeated: bool = False) -> list[Row]:
+def bench_indexing(tmp: Path, megabytes: int, unrepeated: bool = False, rounds: int = 3) -> list[Row]:
     """The mirror's path: a followed rollout's items, parsed once by its reader, appended in
     slices with the index written in the same transactions; its cost is that append's CPU less
     the same append without the index. Printed too: the part of it that is the items' text
@@ -323,7 +323,7 @@ def bench_indexing(tmp: Path, megabytes: int, unrepeated: bool = False) -> list[
     rebuild: list[float] = []
     texts: list[float] = []
     text_bytes = index_bytes = 0
-    for round_ in range(3):
+    for round_ in range(rounds):
         start = clock()
         for line in lines:
             json.loads(line)
@@ -470,6 +470,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--mb", type=int, default=50)
     parser.add_argument("--queries", type=int, default=60)
     parser.add_argument("--mcp-runs", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="indexing: rounds of each append (the best of each counts; more on a busy machine)")
     parser.add_argument("--only", action="append", choices=SECTIONS,
                         help="run this section only (repeatable); default: all but 'unrepeated'")
     args = parser.parse_args(argv)
@@ -480,10 +482,10 @@ def main(argv: list[str]) -> int:
         if "quality" in sections:
             rows += bench_quality(tmp)
         if "indexing" in sections:
-            rows += bench_indexing(tmp, args.mb)
+            rows += bench_indexing(tmp, args.mb, rounds=args.rounds)
         if "unrepeated" in sections:
             (tmp / "unrepeated").mkdir()
-            rows += bench_indexing(tmp / "unrepeated", args.mb, unrepeated=True)
+            rows += bench_indexing(tmp / "unrepeated", args.mb, unrepeated=True, rounds=args.rounds)
         if "speed" in sections:
             rows += bench_speed(tmp, args.items, args.queries)
         if "mcp" in sections:
