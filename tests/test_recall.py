@@ -67,9 +67,12 @@ def test_recall_finds_what_a_compaction_replaced_and_item_reads_it_whole(client:
     whole = req(client, "ctxd/item", workspace, seq=3)
     assert whole == {"item": items[2], "archived": True, "seq": 3}
 
-    # The compaction's summary (seq 31) may carry a fact too: the original is beside it.
-    port = {hit["seq"]: hit for hit in req(client, "ctxd/recall", workspace, query="staging port", limit=2)["results"]}
-    assert port[1]["role"] == "user" and port[1]["archived"] is True
+    # The compaction kept the user message (a copy after its summary): it is found once, as the
+    # copy the model still sees; the summary may carry the fact too.
+    port = req(client, "ctxd/recall", workspace, query="staging port", limit=2)["results"]
+    said = [hit for hit in port if hit["snippet"] == items[0]["content"][0]["text"]]
+    assert len(said) == 1 and said[0]["seq"] > 1 and said[0]["archived"] is False, port
+    assert req(client, "ctxd/item", workspace, seq=said[0]["seq"])["item"] == items[0]
     decision = {h["seq"]: h for h in req(client, "ctxd/recall", workspace, query='"pin cryptography" musl', limit=2)["results"]}
     assert decision[4]["role"] == "assistant"
     path = req(client, "ctxd/recall", workspace, query="test_auth.py")
@@ -189,3 +192,23 @@ def test_kill_9_never_leaves_the_index_and_the_items_apart(daemon_factory, works
     assert req(again, "ctxd/recall", workspace, query="acknowledged note", limit=100)["total"] == 20
     assert req(again, "ctxd/recall", workspace, query="burst")["total"] == stored - 20
     _consistent(path)
+
+
+def test_an_item_compacted_again_after_an_undo_is_found_once(client: Client, workspace: Path) -> None:
+    """A compaction writes the items it keeps again (copies, after its summary); undoing it and
+    compacting again makes more copies of the same items. A match is shown once: the copy in the
+    conversation when there is one, else the newest; `total` counts it once."""
+    req(client, "ctxd/record", workspace, items=long_thread())
+    for _ in range(2):
+        operation = req(client, "ctxd/compact", workspace, strategy="offline")["undoId"]
+        req(client, "ctxd/undo", workspace, id=operation)
+    req(client, "ctxd/compact", workspace, strategy="offline")
+    history = req(client, "ctxd/history", workspace, includeArchived=True)["items"]
+    copies = [item for item in history if item.get("content") == long_thread()[0]["content"]]
+    assert len(copies) >= 3, history  # the first user message: kept by each compaction
+    found = req(client, "ctxd/recall", workspace, query="staging proxy port 8443")
+    texts = [hit["snippet"] for hit in found["results"]]
+    assert len(texts) == len(set(texts)), texts
+    first = next(hit for hit in found["results"] if "must listen on port 8443" in hit["snippet"])
+    assert first["archived"] is False, first
+    assert found["total"] == len(found["results"]), found

@@ -5,6 +5,7 @@ follows, and what it finds is what is stored. The store is the real one, on a re
 from __future__ import annotations
 
 import json
+import random
 import sqlite3
 from pathlib import Path
 
@@ -79,6 +80,31 @@ def test_queries_are_never_read_as_fts_syntax() -> None:
         '"NEAR a"', '"b"', '"OR"', '"x y"', '"z"', '"col w"', '("getUserName" OR "get User Name")']
     parts = search.identifier_parts("call getUserName and parseJSONValue2 at E1234")
     assert parts == "get User Name\nparse JSON Value 2"
+
+
+def test_an_item_is_indexed_by_its_distinct_lines_in_their_order() -> None:
+    """A text made of one block printed again and again is read by two comparisons rather than a
+    split of every copy: what it gives is exactly the distinct lines of the whole text."""
+    rng = random.Random(29)
+    for _ in range(3000):
+        block = "\n".join(rng.choice(["def f(x):", "    return x", "", "ok", "a b"]) for _ in range(rng.randrange(1, 5)))
+        text = (block + "\n") * rng.randrange(1, 12) + rng.choice(["", "def", "ok\n", "tail line"])
+        if rng.random() < 0.3:
+            text = "".join(rng.choice("ab\n ") for _ in range(rng.randrange(40)))
+        item = {"type": "function_call_output", "call_id": "c", "output": text}
+        assert search.index_text(item) == (text if text.count("\n") < 8 else "\n".join(dict.fromkeys(text.split("\n"))))
+
+
+def test_any_shape_of_item_gives_its_words() -> None:
+    """An item's fields are whatever its source wrote: a tool name that is not a string is a word
+    like any other (one that is a list used to raise TypeError)."""
+    assert search.item_text({"type": "tool_use", "name": ["lint", "fix"], "input": {"path": "src/a.py"}}) == \
+        "lint\nfix\nsrc/a.py"
+    assert search.item_text({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "a"},
+                                                                           {"type": "input_image"}]}) == "a"
+    assert search.item_text({"type": "message", "role": "user", "content": [{"text": 3}]}) == ""
+    assert search.item_text({"type": "reasoning", "summary": [{"type": "summary_text", "text": "plan"}],
+                             "content": [{"type": "reasoning_text", "text": "think"}]}) == "plan\nthink"
 
 
 def test_a_seq_once_given_keeps_naming_its_item(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ The daemon's handlers and `ctxd mcp` both answer through here, from the workspac
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
 from typing import Any, Literal
@@ -20,6 +21,7 @@ SNIPPET_CHARS = 400
 TURN_TEXT_CHARS = 120
 MAX_LIMIT = 100
 _HITS_PER_WORD = 64
+_SEQ_MASK = (1 << search.SEQ_BITS) - 1
 _WORD = re.compile(r"\w+")
 
 Scope = Literal["thread", "workspace"]
@@ -39,21 +41,83 @@ def recall(store: Store, thread: str, query: str, limit: int = 10, scope: Scope 
     if scope == "thread" and tid is None:
         return {"results": [], "total": 0}
     with store.reading() as db:
-        try:
-            rids, total = search.search(db, terms, tid, limit)
-        except search.Unavailable as error:
-            raise StoreUnavailable(str(error)) from None
         names = dict(db.execute("SELECT id, thread FROM recall_threads"))
-        turns = search.turns_of(db, rids)
+        wanted = limit
+        while True:
+            try:
+                found = search.search(db, terms, tid, wanted + limit)
+            except search.Unavailable as error:
+                raise StoreUnavailable(str(error)) from None
+            copies = _copies(db, names, found.rids + (found.counted or []))
+            shown = _once(db, names, found.rids, found.counted or [], copies)
+            if len(shown) >= limit or len(found.rids) < wanted + limit or wanted >= MAX_LIMIT * 4:
+                break
+            wanted *= 2  # copies took the places: look further
+        total = found.total if found.counted is None else len({copies.get(rid, rid) for rid in found.counted})
+        turns = search.turns_of(db, shown[:limit])
         words = [word.lower() for word in _WORD.findall(query)]
         results = []
-        for rid in rids:
-            name, seq = names.get(rid >> search.SEQ_BITS), rid & ((1 << search.SEQ_BITS) - 1)
+        for rid in shown[:limit]:
+            name, seq = names.get(rid >> search.SEQ_BITS), rid & _SEQ_MASK
             row = db.execute("SELECT body, archived FROM items WHERE thread = ? AND seq = ?", (name, seq)).fetchone()
             if name is None or row is None:
                 continue
             results.append(_result(db, name, seq, json.loads(row[0]), row[1] is not None, words, turns.get(rid)))
     return {"results": results, "total": total}
+
+
+def _copies(db: Any, names: dict[int, str], rids: list[int]) -> dict[int, int]:
+    """The matches that copy another match (rid -> the rid of the first of them), each copy
+    pointing at the earliest match with the same stored body. A compaction writes the items it
+    keeps again after its summary (the same body, its own `origin`); undoing it and compacting
+    again writes more. Items recorded as new are never copies, even of an item with the same text."""
+    by_thread: dict[int, set[int]] = {}
+    for rid in rids:
+        by_thread.setdefault(rid >> search.SEQ_BITS, set()).add(rid & _SEQ_MASK)
+    out: dict[int, int] = {}
+    for tid, seqs in by_thread.items():
+        name, base, ordered = names.get(tid), tid << search.SEQ_BITS, sorted(seqs)
+        written = [seq for chunk in _chunks(ordered) for (seq,) in db.execute(
+            f"SELECT seq FROM items WHERE thread = ? AND seq IN ({', '.join('?' * len(chunk))}) AND origin IS NOT NULL",
+            (name, *chunk))]
+        for seq in written:
+            for chunk in _chunks(ordered[:bisect.bisect_left(ordered, seq)]):
+                row = db.execute(
+                    f"SELECT min(o.seq) FROM items c JOIN items o ON o.thread = c.thread AND o.tokens = c.tokens "
+                    f"AND o.body = c.body WHERE c.thread = ? AND c.seq = ? AND o.seq IN ({', '.join('?' * len(chunk))})",
+                    (name, seq, *chunk)).fetchone()
+                if row[0] is not None:
+                    out[base | seq] = base | row[0]
+                    break
+    return out
+
+
+def _chunks(seqs: list[int], size: int = 400) -> list[list[int]]:
+    """`seqs` in lists short enough for one statement's parameters (999 in older SQLites)."""
+    return [seqs[start:start + size] for start in range(0, len(seqs), size)]
+
+
+def _once(db: Any, names: dict[int, str], rids: list[int], more: list[int], copies: dict[int, int]) -> list[int]:
+    """The matches `rids` in rank order, an item and its copies once: at the place of the
+    best-ranked of them, shown by the copy in the conversation when there is one (in `rids` or
+    `more`, the other matches), else by the newest."""
+    groups: dict[int, list[int]] = {}
+    for rid in rids:
+        groups.setdefault(copies.get(rid, rid), []).append(rid)
+    for rid in more:
+        if copies.get(rid, rid) in groups and rid not in groups[copies.get(rid, rid)]:
+            groups[copies.get(rid, rid)].append(rid)
+    shown = []
+    for members in groups.values():
+        if len(members) > 1:
+            name, base = names.get(members[0] >> search.SEQ_BITS), (members[0] >> search.SEQ_BITS) << search.SEQ_BITS
+            seqs = [rid & _SEQ_MASK for rid in members]
+            row = db.execute(f"SELECT max(seq) FROM items WHERE thread = ? AND seq IN ({', '.join('?' * len(seqs))}) "
+                             "AND archived IS NULL", (name, *seqs)).fetchone()
+            shown.append(base | row[0] if row[0] is not None else max(members))
+        else:
+            shown.append(members[0])
+    return shown
 
 
 def catch_up(store: Store, thread: str | None = None) -> int | None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-from typing import Any
+from typing import Any, NamedTuple
 
 from ctxd.ledger.rules import is_real_user_message
 
@@ -92,30 +92,49 @@ def item_text(item: Any) -> str:
         whole = item.get("output")
         if kind == "function_call_output" and isinstance(whole, str) and len(item) <= 4 and "name" not in item:
             return "" if whole.startswith(_OWN_ANSWERS) and '"seq"' in whole[:2000] else whole
-        if item.get("name") in _OWN_TOOLS:
+        name = item.get("name")
+        if isinstance(name, str) and name in _OWN_TOOLS:
             return ""
-        output = item.get("output")
-        if isinstance(output, list) and output and isinstance(output[0], dict):
-            output = output[0].get("text")
-        if isinstance(output, str) and output.startswith(_OWN_ANSWERS) and '"seq"' in output[:2000]:
-            return ""
-        if kind == "function_call_output" and isinstance(whole, str) and len(item) <= 4:
-            return whole
-        if kind == "message" and isinstance(item.get("content"), list) and len(item) <= 4:
-            parts = [part.get("text") for part in item["content"] if isinstance(part, dict)]
-            if all(isinstance(text, str) for text in parts):
-                return "\n".join(text for text in parts if text)
-        if kind == "function_call" and isinstance(item.get("arguments"), str) and isinstance(item.get("name"), str):
-            words = [item["name"]] if item["name"] else []
-            _collect(item["arguments"], words, "arguments")
-            return "\n".join(words)
-        if kind == "reasoning" and isinstance(item.get("summary"), list) and not item.get("content"):
-            parts = [part.get("text") for part in item["summary"] if isinstance(part, dict)]
-            if all(isinstance(text, str) for text in parts):
-                return "\n".join(text for text in parts if text)
+        if whole is not None:
+            output = whole[0].get("text") if isinstance(whole, list) and whole and isinstance(whole[0], dict) else whole
+            if isinstance(output, str) and output.startswith(_OWN_ANSWERS) and '"seq"' in output[:2000]:
+                return ""
+            if kind == "function_call_output" and isinstance(whole, str) and len(item) <= 4:
+                return whole
+        if kind == "message" and len(item) <= 4:
+            text = _part_texts(item.get("content"))
+            if text is not None:
+                return text
+        elif kind == "function_call":
+            arguments = item.get("arguments")
+            if isinstance(arguments, str) and isinstance(name, str):
+                words = [name] if name else []
+                _collect(arguments, words, "arguments")
+                return "\n".join(words)
+        elif kind == "reasoning" and not item.get("content"):
+            text = _part_texts(item.get("summary"))
+            if text is not None:
+                return text
     out: list[str] = []
     _collect(item, out, None)
     return "\n".join(out)
+
+
+def _part_texts(parts: Any) -> str | None:
+    """The texts of a message's content or a reasoning summary, joined; None when a part that is
+    an object has no text (the walk then reads it)."""
+    if not isinstance(parts, list):
+        return None
+    if len(parts) == 1:  # most messages: one part
+        part = parts[0]
+        if not isinstance(part, dict):
+            return ""
+        text = part.get("text")
+        return text if isinstance(text, str) else None
+    texts = [part.get("text") for part in parts if isinstance(part, dict)]
+    if all(isinstance(text, str) for text in texts):
+        return "\n".join(text for text in texts if text)
+    return None
 
 
 def index_text(item: Any) -> str:
@@ -126,7 +145,18 @@ def index_text(item: Any) -> str:
     text = item_text(item)
     if text.count("\n") < 8:
         return text
-    return "\n".join(dict.fromkeys(text.split("\n")))
+    return "\n".join(dict.fromkeys(_one_period(text).split("\n")))
+
+
+def _one_period(text: str) -> str:
+    """`text` without the repeats when it is one block of whole lines printed again and again (a
+    loop's output, a file printed twice): the block and what follows its last whole copy, whose
+    distinct lines are the text's. Else `text`. Two comparisons instead of a split of every line."""
+    first = text.find("\n") + 1
+    period = text.find("\n" + text[:first], first - 1) + 1
+    if period <= 0 or text[period:2 * period] != text[:period] or text[period:] != text[:-period]:
+        return text
+    return text[:period] + text[len(text) - len(text) % period:]
 
 
 def _collect(value: Any, out: list[str], key: str | None) -> None:
@@ -141,11 +171,20 @@ def _collect(value: Any, out: list[str], key: str | None) -> None:
             out.append(value)
     elif isinstance(value, dict):
         for name, inner in value.items():
-            if name not in _SKIPPED_KEYS:
+            if name in _SKIPPED_KEYS:
+                continue
+            if type(inner) is str and name != "arguments":  # the common leaf, without a call
+                if inner:
+                    out.append(inner)
+            else:
                 _collect(inner, out, name)
     elif isinstance(value, list):
         for inner in value:
-            _collect(inner, out, key)
+            if type(inner) is str and key != "arguments":
+                if inner:
+                    out.append(inner)
+            else:
+                _collect(inner, out, key)
 
 
 def _class_table() -> bytes:
@@ -377,7 +416,13 @@ def thread_id(db: sqlite3.Connection, thread: str) -> int | None:
     return None if row is None else int(row[0])
 
 
-def search(db: sqlite3.Connection, terms: list[str], thread: int | None, limit: int) -> tuple[list[int], int]:
+class Found(NamedTuple):
+    rids: list[int]  # the best matches, best first
+    total: int  # how many items match every term (when none does, any term)
+    counted: list[int] | None  # those items, when `total` was counted from them (else None)
+
+
+def search(db: sqlite3.Connection, terms: list[str], thread: int | None, limit: int) -> Found:
     """Rowids of the best matches, best first, and how many items match every term (when none
     does, any term). Within each of `stages`, BM25 ranks (the identifier parts weigh half), or
     recency when the stage matches more than RANKED_MATCHES items.
@@ -418,16 +463,17 @@ def search(db: sqlite3.Connection, terms: list[str], thread: int | None, limit: 
         return int(db.execute(f"SELECT count(*) FROM recall_fts WHERE {where}", (expression, *args)).fetchone()[0])
 
     found: dict[int, None] = {}
+    counted: list[int] | None
     planned = dict(stages(terms))
     every = matches(planned["all"])
     if every is not None:
-        total = len(every)
+        total, counted = len(every), every
         if "near" in planned and every:
             near = set(matches(planned["near"], scored=False) or ())
             found.update((rid, None) for rid in every if rid in near)
         found.update((rid, None) for rid in every)
     else:
-        total = count(planned["all"])
+        total, counted = count(planned["all"]), None
         if "near" in planned:
             near_ranked = matches(planned["near"])
             near_found = near_ranked if near_ranked is not None else newest(planned["near"])
@@ -440,8 +486,9 @@ def search(db: sqlite3.Connection, terms: list[str], thread: int | None, limit: 
         elif kind == "any" and not found:
             ranked = matches(expression)
             total = len(ranked) if ranked is not None else count(expression)
+            counted = ranked
             found.update((rid, None) for rid in (ranked if ranked is not None else newest(expression))[:limit])
-    return list(found)[:limit], total
+    return Found(list(found)[:limit], total, counted)
 
 
 def present(db: sqlite3.Connection) -> bool:

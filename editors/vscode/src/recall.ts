@@ -43,15 +43,22 @@ function kindText(hit: Pick<RecallHit, 'type' | 'role'>): string {
   return hit.type.replace(/_/g, ' ');
 }
 
+/** The icons that lead a row: an archive for an item a compaction replaced, a speech bubble for one still in the conversation. */
+export const ARCHIVED_ICON = '$(archive)';
+export const LIVE_ICON = '$(comment)';
+
 /**
- * The search box's rows for `ctxd/recall`'s matches, in the daemon's order (best first). Whether a
- * compaction replaced the item leads the second line (a long label hides the description) and an
- * archive icon marks it; `$(` in a snippet is broken so VS Code does not read it as an icon.
+ * The search box's rows for `ctxd/recall`'s matches, in the daemon's order (best first). VS Code's
+ * quick pick re-sorts the rows whose label matches what was typed (the setting that stops it,
+ * `sortByLabel`, is not public API), so a row's label is only its icon, which it does not match:
+ * the snippet is the description (not matched: `liveSearch` turns that off) and whether a
+ * compaction replaced the item leads the second line. `$(` in a snippet is broken so VS Code does
+ * not read it as an icon.
  */
 export function recallItems(hits: readonly RecallHit[], now: number): PickItem<RecallHit>[] {
   return hits.map((h) => ({
-    label: `${h.archived ? '$(archive) ' : ''}${oneLine(h.snippet, 100).replace(/\$\(/g, '$\u200b(') || '(no text)'}`,
-    description: placeText(h.archived),
+    label: h.archived ? ARCHIVED_ICON : LIVE_ICON,
+    description: oneLine(h.snippet, 160).replace(/\$\(/g, '$\u200b(') || '(no text)',
     detail: [
       placeText(h.archived),
       `thread ${h.thread}`,

@@ -155,7 +155,9 @@ export function createUi(): Ui {
 
 /**
  * A quick pick that asks `answer` again as the user types (after a short pause); a slower answer to
- * an older query is dropped. The rows are the daemon's ranking: VS Code does not filter or re-sort them.
+ * an older query is dropped. The rows are the daemon's ranking: VS Code does not filter them
+ * (`alwaysShow`), and it re-sorts only rows whose label matches the query, which `recallItems`'
+ * labels (icons alone) never do; descriptions and details are not matched.
  */
 export const liveSearch: LiveSearch = <T>(
   options: { title: string; placeHolder: string },

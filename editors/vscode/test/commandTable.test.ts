@@ -126,9 +126,9 @@ describe('command table', () => {
     const { h, seen } = host(service, d.uri, new ScriptedUi());
     const answers: SearchAnswer<unknown>[] = [];
     h.liveSearch = (async <T>(_o: unknown, answer: (q: string) => Promise<SearchAnswer<T>>) => {
-      const a = await answer('build server');
+      const a = await answer('ci-runner-7');
       answers.push(a as SearchAnswer<unknown>);
-      return a.items.find((i) => /ci-runner-7/.test(i.label))?.value;
+      return a.items.find((i) => i.label === '$(archive)' && /ci-runner-7/.test(i.description ?? ''))?.value;
     }) as LiveSearch;
     await commandTable(h)[COMMANDS.searchHistory]();
     assert.equal((answers[0].items[0].value as RecallHit).thread, 'alpha');

@@ -51,14 +51,14 @@ describe('search results in words', () => {
       [hit({ turn: { index: 2, text: 'which port?' }, createdAt: '2026-01-02T11:00:00Z' }), hit({ archived: false, type: 'function_call_output', role: undefined })],
       now,
     );
-    assert.equal(row.label, '$(archive) the port is 8123');
-    assert.equal(row.description, 'replaced by a compaction');
+    assert.equal(row.label, '$(archive)');
+    assert.equal(row.description, 'the port is 8123');
     assert.equal(row.detail, 'replaced by a compaction · thread default · turn 2: which port? · your message · 1 h ago');
-    assert.equal(live.label, 'the port is 8123');
-    assert.equal(live.description, 'in the conversation');
+    assert.equal(live.label, '$(comment)');
+    assert.equal(live.description, 'the port is 8123');
     assert.equal(live.detail, 'in the conversation · thread default · tool output');
     // A shell's "$(pwd)" stays text: VS Code would draw "$(name)" as an icon.
-    assert.equal(recallItems([hit({ archived: false, snippet: 'cd $(pwd)' })], now)[0].label, 'cd $\u200b(pwd)');
+    assert.equal(recallItems([hit({ archived: false, snippet: 'cd $(pwd)' })], now)[0].description, 'cd $\u200b(pwd)');
     assert.equal(recallNote({ results: [hit()], total: 7 }), 'The best 1 of 7 matching items.');
     assert.equal(recallNote({ results: [], total: 0 }), 'No item matches.');
   });
@@ -102,7 +102,7 @@ describe('Search history (real daemon)', () => {
     const result = await searchHistoryFlow(
       ui,
       service,
-      typing(['staging port'], (items) => items.find((i) => /48213/.test(i.label)), seen),
+      typing(['staging port'], (items) => items.find((i) => /48213/.test(i.description ?? '')), seen),
       async (name, content) => void opened.push({ name, content }),
       d.uri,
     );
@@ -110,9 +110,10 @@ describe('Search history (real daemon)', () => {
     assert.equal(seen[0].items.length, 0, 'an empty box sends nothing');
     const rows = seen[1].items as PickItem<RecallHit>[];
     assert.ok(rows.length > 0, JSON.stringify(seen[1]));
-    const fact = rows.findIndex((r) => /48213/.test(r.label));
-    assert.ok(fact >= 0 && fact < 3, `the fact's item in the top 3: ${JSON.stringify(rows.map((r) => r.label))}`);
-    assert.equal(rows[fact].description, 'replaced by a compaction');
+    const fact = rows.findIndex((r) => /48213/.test(r.description ?? ''));
+    assert.ok(fact >= 0 && fact < 3, `the fact's item in the top 3: ${JSON.stringify(rows.map((r) => r.description))}`);
+    assert.equal(rows[fact].label, '$(archive)');
+    assert.match(rows[fact].detail ?? '', /^replaced by a compaction · /);
     assert.ok(result);
     assert.equal(result.archived, true);
     assert.equal(opened.length, 1);
@@ -132,9 +133,29 @@ describe('Search history (real daemon)', () => {
     );
     const rows = seen[1].items as PickItem<RecallHit>[];
     assert.equal(rows[0].value.thread, 'other');
-    assert.equal(rows[0].description, 'in the conversation');
+    assert.match(rows[0].detail ?? '', /^in the conversation · /);
     assert.equal(result?.archived, false);
     assert.match(opened[0], /^# Item \d+ of thread other\n\nThis item is in the conversation the model sees\./);
+  });
+
+  test("the rows keep the daemon's rank order: their labels give VS Code's quick pick nothing to re-sort by", async () => {
+    // VS Code re-sorts a quick pick's rows whose label matches the typed words (matched rows
+    // first, then by where the match is); only a proposed API turns that off. A row's label is an
+    // icon alone, so no row matches and the daemon's order stays.
+    const query = 'module';
+    const seen: SearchAnswer<unknown>[] = [];
+    await searchHistoryFlow(new RecordingUi(), service, typing([query], () => undefined, seen), async () => undefined, d.uri);
+    const rows = seen[1].items as PickItem<RecallHit>[];
+    const daemon = await service.recall(query, { workspace: d.uri, scope: 'workspace', limit: 50 });
+    assert.ok(daemon.results.length >= 5, JSON.stringify(daemon));
+    assert.deepEqual(
+      rows.map((r) => [r.value.thread, r.value.seq]),
+      daemon.results.map((h) => [h.thread, h.seq]),
+    );
+    for (const row of rows) {
+      assert.equal(row.label.replace(/\$\([\w-]+\)/g, '').trim(), '', `a label VS Code could match: ${row.label}`);
+      assert.match(row.description ?? '', /module/i);
+    }
   });
 
   test('a query the daemon refuses is said in the box, not thrown', async () => {
