@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar, cast
 
 from ctxd.errors import Cancelled, GitFailed
+from ctxd.ghost import treewatch
 from ctxd.ghost.store import Site, now_ns
 from ctxd.settings import GhostSettings
 
@@ -259,6 +260,7 @@ class State:
 
 
 _STAGED = re.compile(rb"(?:^|\0)[0-7]{6} [0-9a-f]{40,64} ([0-3])\t([^\0]*)")
+_GITLINK = re.compile(rb"(?:^|\0)160000 [0-9a-f]{40,64} [0-3]\t([^\0]*)")
 
 
 class _UserIndex:
@@ -312,6 +314,13 @@ class _UserIndex:
     def paths(self) -> set[str]:
         return {os.fsdecode(m.group(2)) for m in _STAGED.finditer(self.listing)}
 
+    def gitlinks(self) -> list[str]:
+        """Submodules (mode 160000): their commit is read from their own git directory, which no
+        watch of the work tree sees change."""
+        if b"160000 " not in self.listing:
+            return []
+        return sorted({os.fsdecode(m.group(1)) for m in _GITLINK.finditer(self.listing)})
+
 
 @dataclass
 class _Cache:
@@ -359,7 +368,9 @@ class _Cache:
             return True
         return not user.unmerged() and meta.get("signature") == user.signature
 
-    def save(self, index: Path, known: dict[str, Any], untracked: list[str], deleted: list[str]) -> None:
+    def save(self, index: Path, known: dict[str, Any], untracked: list[str], deleted: list[str]
+             ) -> tuple[int, int, int] | None:
+        """Keep `index` and what is known of it; returns its stamp as kept (None: not kept)."""
         st = index.stat()
         meta = {**known, "stat": [st.st_ino, st.st_size, st.st_mtime_ns], "untracked": untracked,
                 "deleted": deleted}
@@ -374,6 +385,8 @@ class _Cache:
         except OSError:
             pending.unlink(missing_ok=True)
             self.meta.unlink(missing_ok=True)
+            return None
+        return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def _hidden_tracked(site: Site, user: _UserIndex, settings: GhostSettings,
@@ -414,6 +427,8 @@ def capture(site: Site, options: CaptureOptions, *, cold: bool = False) -> State
     `cold` starts from the user's index whatever was kept.
     """
     started = now_ns()
+    # In the daemon, the paths changed since its last capture (taken first: before any file is read).
+    ticket = treewatch.NO_TICKET if options.light else treewatch.ticket(site.store, site.key, site.top, site.prefix)
     user = _UserIndex(site)  # read before anything else
     cache = _Cache.for_site(site)
     index = site.temp_index()
@@ -421,7 +436,7 @@ def capture(site: Site, options: CaptureOptions, *, cold: bool = False) -> State
         try:
             if cold:
                 raise GitFailed("asked for a capture from scratch")
-            return _capture(_Run(site, options, user, cache, index, started, cold=False))
+            return _capture(_Run(site, options, user, cache, index, started, cold=False, ticket=ticket))
         except GitFailed:
             # A kept or copied index git cannot use (a split index, objects gone after the user's
             # gc, damaged bytes): start again from nothing but the user's listing, under a new
@@ -429,8 +444,9 @@ def capture(site: Site, options: CaptureOptions, *, cold: bool = False) -> State
             cache.drop()
             _discard(index)
             index = site.temp_index()
-            return _capture(_Run(site, options, user, cache, index, started, cold=True))
+            return _capture(_Run(site, options, user, cache, index, started, cold=True, ticket=ticket))
     except BaseException:
+        ticket.done(None)
         _discard(index)
         raise
 
@@ -454,7 +470,7 @@ def _capture(run: _Run) -> State:
         if run.options.light:
             return run.state(tree="")
         tree = run.write_tree()
-        run.remember(tree)
+        run.ticket.done(run.remember(tree))
         return run.state(tree)
     finally:
         run.close()
@@ -497,9 +513,9 @@ class _Run:
     """
 
     def __init__(self, site: Site, options: CaptureOptions, user: _UserIndex, cache: _Cache, index: Path,
-                 started: int, cold: bool) -> None:
+                 started: int, cold: bool, ticket: treewatch.Ticket = treewatch.NO_TICKET) -> None:
         self.site, self.options, self.user, self.cache, self.index = site, options, user, cache, index
-        self.started, self.cold = started, cold
+        self.started, self.cold, self.ticket = started, cold, ticket
         self.settings = options.settings
         self.meta = None if cold else cache.read()
         self.unchanged = False
@@ -550,9 +566,38 @@ class _Run:
         """Tracked files as they are on disk; only those whose stat data changed are hashed."""
         seeded = _stamp(self.index)
         if self.index.exists() and not self.options.light:
-            self.site.git(*_PACKED, "add", "--update", "--", self.site.scope, index=self.index)
+            paths = self.changed_paths()
+            self.ticket.report(paths)
+            if paths is None:
+                self.site.git(*_PACKED, "add", "--update", "--", self.site.scope, index=self.index)
+            elif paths:
+                self.site.git(*_PACKED, "--literal-pathspecs", "add", "--update", "--pathspec-from-file=-",
+                              "--pathspec-file-nul", index=self.index, stdin=nul(paths))
         self.unchanged = self.meta is not None and seeded is not None and seeded == _stamp(self.index)
         self.unmerged = set() if self.meta is not None else self.user.unmerged()
+
+    def changed_paths(self) -> list[str] | None:
+        """The paths to re-check when the daemon's watch says what changed since the index kept by
+        its own last capture (see `ctxd.ghost.treewatch`), else None: every file is re-checked.
+
+        `add --update` refuses a path that matches no entry and no longer exists (a file made and
+        removed since): such a path is replaced by its nearest folder that exists."""
+        ticket, meta = self.ticket, self.meta
+        if ticket.dirty is None or ticket.kept is None or meta is None or self.cold:
+            return None
+        if meta.get("stat") != list(ticket.kept) or not isinstance(meta.get("gitlinks"), list):
+            return None
+        top, scope = self.site.top, self.site.prefix.rstrip("/")
+        found: set[str] = set(meta["gitlinks"])
+        for raw in ticket.dirty:
+            path = raw.rstrip("/")
+            while path != scope and not os.path.lexists(top / path):
+                path = path.rsplit("/", 1)[0] if "/" in path else ""
+            if path == scope:
+                return None  # as good as the whole scope
+            found.add(path)
+        self.options.say(f"re-checking {len(found)} changed paths")
+        return sorted(found)
 
     def finish_listing(self) -> None:
         assert self._listing is not None
@@ -609,16 +654,19 @@ class _Run:
             return str(self.meta["tree"])  # the kept index, untouched: its tree is the one written last time
         return self.site.out("write-tree", index=self.index)
 
-    def remember(self, tree: str) -> None:
+    def remember(self, tree: str) -> tuple[int, int, int] | None:
         """Keep this index as the next capture's seed, with what it takes to reuse it safely
-        (never while a merge is in progress: the user's index is about to change anyway)."""
+        (never while a merge is in progress: the user's index is about to change anyway).
+        Returns the kept index's stamp, or None when none was kept."""
         if self.unmerged or not self.index.exists():
-            return
+            return None
         site, user, meta, settings = self.site, self.user, self.meta, self.settings
-        if meta is not None and _Cache.same_user_index(meta, user, settings):
-            known = {"signature": meta["signature"], "userDigest": user.digest, "userCount": meta["userCount"]}
+        if meta is not None and _Cache.same_user_index(meta, user, settings) and isinstance(meta.get("gitlinks"), list):
+            known = {"signature": meta["signature"], "userDigest": user.digest, "userCount": meta["userCount"],
+                     "gitlinks": meta["gitlinks"]}
         else:
-            known = {"signature": user.signature, "userDigest": user.digest, "userCount": user.count}
+            known = {"signature": user.signature, "userDigest": user.digest, "userCount": user.count,
+                     "gitlinks": [p for p in user.gitlinks() if site.in_scope(p)]}
         known["exclude"] = list(settings.exclude)
         known["hidden"] = self.hidden
         known["tree"] = tree
@@ -628,7 +676,7 @@ class _Run:
         if known["userCount"] - len(self.hidden) + len(self.files) != index_entry_count(self.index):
             kept = set(site.paths("ls-files", "-z", index=self.index))
             deleted = sorted(p for p in user.paths() - kept - set(self.hidden) if site.in_scope(p))
-        self.cache.save(self.index, known, self.files, deleted)
+        return self.cache.save(self.index, known, self.files, deleted)
 
 
 def _copy_user_index(site: Site, index: Path) -> None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -195,6 +196,10 @@ class Daemon:
             self._follow_sessions()
             import ctxd.compact.run  # noqa: F401
             import ctxd.workspace.checkpoints  # noqa: F401
+            from ctxd.ghost import treewatch
+
+            if os.environ.get("CTXD_TREE_WATCH") != "0":  # "0": every capture reads the whole tree
+                treewatch.enable()  # this process's captures re-check only what its watches saw change
         finally:
             self._warmed.set()
 
@@ -248,6 +253,8 @@ class Daemon:
             self.sessions.stop()
         if self.hook_watcher is not None:
             self.hook_watcher.stop()
+        if (treewatch := sys.modules.get("ctxd.ghost.treewatch")) is not None:
+            treewatch.disable()
         self.lanes.close()
         self.background.shutdown(wait=False, cancel_futures=True)
         self.executor.shutdown(wait=True, cancel_futures=True)
