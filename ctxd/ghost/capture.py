@@ -519,6 +519,7 @@ class _Run:
         self.settings = options.settings
         self.meta = None if cold else cache.read()
         self.unchanged = False
+        self.short = False  # only the changed paths were re-checked (`changed_paths`)
         self.unmerged: set[str] = set()
         self.outside: list[str] = []
         self.files: list[str] = []
@@ -568,11 +569,12 @@ class _Run:
         if self.index.exists() and not self.options.light:
             paths = self.changed_paths()
             self.ticket.report(paths)
+            self.short = paths is not None
             if paths is None:
                 self.site.git(*_PACKED, "add", "--update", "--", self.site.scope, index=self.index)
-            elif paths:
+            elif paths:  # without the user's objects: what it hashes is stored here, so no pin copies it
                 self.site.git(*_PACKED, "--literal-pathspecs", "add", "--update", "--pathspec-from-file=-",
-                              "--pathspec-file-nul", index=self.index, stdin=nul(paths))
+                              "--pathspec-file-nul", index=self.index, stdin=nul(paths), borrow=False)
         self.unchanged = self.meta is not None and seeded is not None and seeded == _stamp(self.index)
         self.unmerged = set() if self.meta is not None else self.user.unmerged()
 
@@ -652,6 +654,12 @@ class _Run:
         self.options.say("writing tree")
         if self.unchanged and isinstance(self.meta, dict) and self.meta.get("tree"):
             return str(self.meta["tree"])  # the kept index, untouched: its tree is the one written last time
+        if self.short:
+            # Every entry is the kept index's (pinned with its snapshot) or was just stored by `add`:
+            # git need not look for them, nor in the user's objects (a tree it finds there would
+            # then be copied by the pin). Should one be missing after all, the pin finds it (it
+            # checks every object that differs from the last pinned tree) and fails the capture.
+            return self.site.out("write-tree", "--missing-ok", index=self.index, borrow=False)
         return self.site.out("write-tree", index=self.index)
 
     def remember(self, tree: str) -> tuple[int, int, int] | None:

@@ -553,9 +553,19 @@ def gc(site: Site) -> None:
     for cached in site.store.glob("cache-*.json"):  # they may name objects gc is about to drop
         cached.unlink(missing_ok=True)
     site.git("-c", "gc.packRefs=false", "gc", "--quiet", "--prune=now", borrow=False)
+    fan_out(site.store)
     trees = site.out("for-each-ref", "--format=%(tree)", REF_ROOT, borrow=False).split()
     if trees:  # every tree a snapshot still has is complete here: later pins start from them
         (site.store / "pinned-trees").write_text("\n".join(dict.fromkeys(trees)) + "\n", "ascii")
+
+
+def fan_out(store: Path) -> None:
+    """Make the 256 folders loose objects go to (gc removes the empty ones): a capture's
+    `write-tree` then creates no folder while it writes its trees."""
+    objects = store / "objects"
+    for n in range(256):
+        with contextlib.suppress(OSError):
+            (objects / f"{n:02x}").mkdir(exist_ok=True)
 
 
 def clean_leftovers(site: Site) -> None:

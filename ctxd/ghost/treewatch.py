@@ -247,6 +247,9 @@ class Tracker:
     def _run(self) -> None:
         try:
             self._walk("")
+            from ctxd.ghost.store import fan_out
+
+            fan_out(self.barrier_dir.parent)  # the store's
             with self._lock:
                 self._ready = True
                 self._complete = False  # what happened during the walk is unknown: a full pass first
