@@ -587,8 +587,9 @@ class _Run:
         ticket, meta = self.ticket, self.meta
         if ticket.dirty is None or ticket.kept is None or meta is None or self.cold:
             return None
-        if meta.get("stat") != list(ticket.kept) or not isinstance(meta.get("gitlinks"), list):
-            return None
+        if (meta.get("stat") != list(ticket.kept) or meta.get("watch") != ticket.kept_token
+                or not isinstance(meta.get("gitlinks"), list)):
+            return None  # kept by another capture than this watch's last one
         top, scope = self.site.top, self.site.prefix.rstrip("/")
         found: set[str] = set(meta["gitlinks"])
         for raw in ticket.dirty:
@@ -676,6 +677,7 @@ class _Run:
             known = {"signature": user.signature, "userDigest": user.digest, "userCount": user.count,
                      "gitlinks": [p for p in user.gitlinks() if site.in_scope(p)]}
         known["exclude"] = list(settings.exclude)
+        known["watch"] = self.ticket.token  # which watch's dirty set starts with this index
         known["hidden"] = self.hidden
         known["tree"] = tree
         known["listing"] = {**self.listed, "limits": [settings.max_untracked_dir_files]}

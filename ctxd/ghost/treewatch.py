@@ -44,7 +44,6 @@ from pathlib import Path
 from typing import Any
 
 
-
 def _log() -> Any:
     """The daemon's logger (imported on first use: a hook's capture never logs here)."""
     import logging
@@ -110,6 +109,8 @@ class Ticket:
     tracker: Tracker | None = None
     reason: str = ""
     serial: int = 0
+    kept_token: str = ""  # the `token` the kept index was saved with
+    token: str = ""  # saved with the index this capture keeps (`ctxd.ghost.capture`)
 
     def done(self, kept: tuple[int, int, int] | None) -> None:
         """The capture kept a new index (its stamp), or none (None): the next capture relies on it."""
@@ -144,6 +145,8 @@ class Tracker:
     _dirty: set[str] = field(default_factory=set)
     _complete: bool = False  # the set holds every change since it was last taken
     _kept: tuple[int, int, int] | None = None
+    _kept_token: str = ""
+    _id: str = field(default_factory=lambda: os.urandom(8).hex())
     _broken: str | None = None
     _ready: bool = False
     _last_full: float = 0.0
@@ -195,11 +198,11 @@ class Tracker:
         if not self._barrier_passed():
             return Ticket(None, None, self, self._broken or "barrier")
         with self._lock:
-            dirty, complete, kept = self._dirty, self._complete, self._kept
-            self._dirty, self._kept = set(), None
+            dirty, complete, kept, kept_token = self._dirty, self._complete, self._kept, self._kept_token
+            self._dirty, self._kept, self._kept_token = set(), None, ""
             self._complete = self._ready and self._broken is None
             self._issued += 1
-            ticket = Ticket(None, kept, self, "", self._issued)
+            ticket = Ticket(None, kept, self, "", self._issued, kept_token, f"{os.getpid()}-{self._id}-{self._issued}")
             if self._broken is not None:
                 ticket.reason = self._broken
             elif not complete or kept is None:
@@ -216,7 +219,7 @@ class Tracker:
         with self._lock:
             if ticket.serial != self._issued:
                 return
-            self._kept = kept
+            self._kept, self._kept_token = kept, ticket.token if kept is not None else ""
             if ticket.dirty is None and kept is not None:
                 self._last_full = time.monotonic()
 
