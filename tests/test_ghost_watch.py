@@ -259,14 +259,16 @@ def test_submodule_commit_and_hard_linked_file(tmp_path: Path, env: dict[str, st
         inner = Repo(repo.root / "vendor" / "sub")
         inner.write("README.md", "moved on in the submodule\n")
         inner.commit_all("submodule moves")
-        head = inner.git("rev-parse", "HEAD").strip()
         snap = snapshot(client, repo, "after the submodule commit")
-        assert in_snapshot(repo, snap)["vendor/sub"] == head
+        assert in_snapshot(repo, snap)["vendor/sub"] == inner.git("rev-parse", "HEAD").strip()
+        inner.git("commit", "-q", "--allow-empty", "-m", "only the submodule's .git changes")
+        snap = snapshot(client, repo, "after an empty submodule commit")
+        assert in_snapshot(repo, snap)["vendor/sub"] == inner.git("rev-parse", "HEAD").strip()
         with outside.open("a") as handle:  # the same file, written through its other name
             handle.write("written from outside\n")
         snap = snapshot(client, repo, "after the write through the other link")
         assert in_snapshot(repo, snap)["linked.txt"] == "linked, before\nwritten from outside\n"
-        assert log_count(log, SHORT) >= 3
+        assert log_count(log, SHORT) >= 4
     finally:
         client.shutdown(timeout=10)
 

@@ -591,9 +591,12 @@ class _Run:
                 or not isinstance(meta.get("gitlinks"), list)):
             return None  # kept by another capture than this watch's last one
         top, scope = self.site.top, self.site.prefix.rstrip("/")
-        found: set[str] = set(meta["gitlinks"])
+        gitlinks = [str(g) for g in meta["gitlinks"]]
+        found: set[str] = set(gitlinks)
         for raw in ticket.dirty:
             path = raw.rstrip("/")
+            if any(path.startswith(g + "/") for g in gitlinks):
+                continue  # inside a submodule: git refuses such a path; the submodule is re-checked
             while path != scope and not os.path.lexists(top / path):
                 path = path.rsplit("/", 1)[0] if "/" in path else ""
             if path == scope:
