@@ -196,7 +196,7 @@ def test_queue_overflow_means_a_full_pass_and_new_folders_are_watched(tmp_path: 
         try:
             repo.write("made-meanwhile/inner.txt", "made while the daemon was stopped\n")
             with a.open("ab") as first, b.open("ab") as second:
-                for n in range(limit // 2 + 100):  # alternating: consecutive events are not merged
+                for _ in range(limit // 2 + 100):  # alternating: consecutive events are not merged
                     first.write(b"a")
                     first.flush()
                     second.write(b"b")

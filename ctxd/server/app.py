@@ -114,6 +114,7 @@ class Daemon:
         self.events = CompactionEvents(self.everyone, self.throttle)  # automatic compactions: every client's
         self.sessions: Any = None  # ctxd.sessions.bridge.SessionBridge, once warmed up
         self.hook_watcher: Any = None  # ctxd.sessions.hook_watch.HookWatcher, started with it
+        self.hook_link: Any = None  # ctxd.hooks.link.Listener: hooks hand their checkpoints to this daemon
         self.configured = False  # the first `initialize` set the state dir and the options
         self._warming = False
         self._warmed = threading.Event()  # set when `_warm_up` is done
@@ -219,6 +220,13 @@ class Daemon:
         self.hook_watcher = HookWatcher(
             self.service, lambda uri: everyone.notify(methods.GHOST_CHANGED, {"workspace": uri}))
         self.hook_watcher.start()
+        from ctxd.hooks.link import Listener, daemon_checkpoint  # the hooks hand their checkpoints over
+
+        self.hook_link = Listener(self.service.state_dir, functools.partial(daemon_checkpoint, self.service.folders))
+        try:
+            self.hook_link.start()
+        except OSError as error:
+            log.warning("hooks take their checkpoints alone: no socket in %s (%s)", self.service.state_dir, error)
         settings = load_settings(None, self.service.init_options, [])
         self.sessions = SessionBridge(
             self.service, settings, lambda uri: everyone.notify(methods.THREADS_CHANGED, {"workspace": uri}))
@@ -253,6 +261,8 @@ class Daemon:
             self.sessions.stop()
         if self.hook_watcher is not None:
             self.hook_watcher.stop()
+        if self.hook_link is not None:
+            self.hook_link.stop()
         if (treewatch := sys.modules.get("ctxd.ghost.treewatch")) is not None:
             treewatch.disable()
         self.lanes.close()
