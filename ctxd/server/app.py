@@ -189,6 +189,10 @@ class Daemon:
         need (pydantic, the handlers), build the estimator's tables, follow the agents' sessions,
         then import what compactions and snapshots need, instead of in the first request that does."""
         try:
+            from ctxd.ghost import treewatch
+
+            if os.environ.get("CTXD_TREE_WATCH") != "0":  # "0": every capture reads the whole tree
+                treewatch.enable()  # this process's captures re-check only what its watches saw change
             from ctxd.server import handlers  # the first request needs it: first
             from ctxd.tokens import estimator
 
@@ -197,10 +201,6 @@ class Daemon:
             self._follow_sessions()
             import ctxd.compact.run  # noqa: F401
             import ctxd.workspace.checkpoints  # noqa: F401
-            from ctxd.ghost import treewatch
-
-            if os.environ.get("CTXD_TREE_WATCH") != "0":  # "0": every capture reads the whole tree
-                treewatch.enable()  # this process's captures re-check only what its watches saw change
         finally:
             self._warmed.set()
 
