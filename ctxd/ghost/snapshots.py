@@ -175,6 +175,19 @@ def snapshot(folder: Path, message: str | None = None, *, settings: GhostSetting
     return commit
 
 
+def prime(folder: Path, *, settings: GhostSettings, state_dir: Path | None = None) -> None:
+    """In the daemon, when a folder opens: one capture, committed to nothing, whose kept index starts
+    the file watch's dirty set, so that the first checkpoint already re-checks only what changed
+    (`ctxd.ghost.treewatch`). Only for a folder that has a store, and never waiting for another
+    process's capture."""
+    site = st.open_site(Path(folder), Path(state_dir) if state_dir else default_state_dir(), create=False)
+    if site is None:
+        return
+    with site.locked(wait=False) as mine:
+        if mine:
+            capture(site, CaptureOptions(settings)).index.unlink(missing_ok=True)
+
+
 def _retain(site: Site, settings: GhostSettings, keep_id: str) -> None:
     """Drop this folder's snapshots beyond `keep` and older than `max_age_days`; git's gc of the
     store frees their space (run when the store has many packs, or by `delete`)."""

@@ -431,6 +431,10 @@ _trackers: dict[tuple[str, str], Tracker] = {}
 _guard = threading.Lock()
 
 
+def enabled() -> bool:
+    return _enabled
+
+
 def enable() -> None:
     """Called by the daemon: its captures use dirty sets. Other processes never do."""
     global _enabled
@@ -466,11 +470,11 @@ def ticket(store: Path, key: str, top: Path, prefix: str) -> Ticket:
     return tracker.begin()
 
 
-def release(top: Path, prefix: str) -> None:
-    """Stop watching a folder that was closed."""
-    root = top / prefix if prefix else top
+def release(folder: Path) -> None:
+    """Stop watching a workspace folder that was closed."""
+    real = os.path.realpath(folder)
     with _guard:
-        found = [k for k, t in _trackers.items() if t.root == root]
+        found = [k for k, t in _trackers.items() if os.path.realpath(t.root) == real]
         stopped = [_trackers.pop(k) for k in found]
     for tracker in stopped:
         tracker.stop()

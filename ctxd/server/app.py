@@ -55,6 +55,7 @@ from ctxd.server.lanes import Backlog, Lanes
 from ctxd.server.transport import MAX_STRING_BYTES
 from ctxd.settings import load_settings
 from ctxd.workspace import Service, Workspace
+from ctxd.workspace.core import uri_to_path
 
 if TYPE_CHECKING:
     from ctxd.protocol import shapes
@@ -114,7 +115,6 @@ class Daemon:
         self.events = CompactionEvents(self.everyone, self.throttle)  # automatic compactions: every client's
         self.sessions: Any = None  # ctxd.sessions.bridge.SessionBridge, once warmed up
         self.hook_watcher: Any = None  # ctxd.sessions.hook_watch.HookWatcher, started with it
-        self.hook_link: Any = None  # ctxd.hooks.link.Listener: hooks hand their checkpoints to this daemon
         self.configured = False  # the first `initialize` set the state dir and the options
         self._warming = False
         self._warmed = threading.Event()  # set when `_warm_up` is done
@@ -162,6 +162,8 @@ class Daemon:
                 return
             self._holders.pop(uri, None)
         self.service.close_folder(uri)
+        if (treewatch := sys.modules.get("ctxd.ghost.treewatch")) is not None:
+            treewatch.release(uri_to_path(uri))
 
     def initialized_clients(self) -> list[CtxdServer]:
         with self._lock:
@@ -193,6 +195,8 @@ class Daemon:
 
             if os.environ.get("CTXD_TREE_WATCH") != "0":  # "0": every capture reads the whole tree
                 treewatch.enable()  # this process's captures re-check only what its watches saw change
+                for workspace in self.service.folders():
+                    self._prime(workspace)
             from ctxd.server import handlers  # the first request needs it: first
             from ctxd.tokens import estimator
 
@@ -220,13 +224,6 @@ class Daemon:
         self.hook_watcher = HookWatcher(
             self.service, lambda uri: everyone.notify(methods.GHOST_CHANGED, {"workspace": uri}))
         self.hook_watcher.start()
-        from ctxd.hooks.link import Listener, daemon_checkpoint  # the hooks hand their checkpoints over
-
-        self.hook_link = Listener(self.service.state_dir, functools.partial(daemon_checkpoint, self.service.folders))
-        try:
-            self.hook_link.start()
-        except OSError as error:
-            log.warning("hooks take their checkpoints alone: no socket in %s (%s)", self.service.state_dir, error)
         settings = load_settings(None, self.service.init_options, [])
         self.sessions = SessionBridge(
             self.service, settings, lambda uri: everyone.notify(methods.THREADS_CHANGED, {"workspace": uri}))
@@ -239,6 +236,22 @@ class Daemon:
     def _on_open(self, workspace: Workspace) -> None:
         workspace.auto_compactor = self._auto_compact  # compacts before a prompt over the limit
         workspace.pricer = functools.partial(self._price, workspace)  # a client thread's cost
+        if (treewatch := sys.modules.get("ctxd.ghost.treewatch")) is not None and treewatch.enabled():
+            self._prime(workspace)
+
+    def _prime(self, workspace: Workspace) -> None:
+        """Start watching a folder whose checkpoints are automatic, so its first one is short."""
+        if workspace.settings.ghost.auto == "turn":
+            self.background.submit(self._prime_now, workspace)
+
+    @staticmethod
+    def _prime_now(workspace: Workspace) -> None:
+        from ctxd.ghost import snapshots as ghost
+
+        try:
+            ghost.prime(workspace.opened_root(), settings=workspace.settings.ghost, state_dir=workspace.state_dir)
+        except CtxdError as error:
+            log.info("%s: no capture ahead of the first checkpoint: %s", workspace.uri, error.message)
 
     @staticmethod
     def _price(workspace: Workspace, spend: dict[str, dict[str, int]]) -> dict[str, Any]:
@@ -261,8 +274,6 @@ class Daemon:
             self.sessions.stop()
         if self.hook_watcher is not None:
             self.hook_watcher.stop()
-        if self.hook_link is not None:
-            self.hook_link.stop()
         if (treewatch := sys.modules.get("ctxd.ghost.treewatch")) is not None:
             treewatch.disable()
         self.lanes.close()
