@@ -194,20 +194,21 @@ def test_queue_overflow_means_a_full_pass_and_new_folders_are_watched(tmp_path: 
         a, b = repo.root / "src" / "app.py", repo.root / "src" / "util.py"
         os.kill(client.proc.pid, signal.SIGSTOP)
         try:
-            repo.write("made-meanwhile/inner.txt", "made while the daemon was stopped\n")
             with a.open("ab") as first, b.open("ab") as second:
                 for _ in range(limit // 2 + 100):  # alternating: consecutive events are not merged
                     first.write(b"a")
                     first.flush()
                     second.write(b"b")
                     second.flush()
+            # The queue is full: this folder's creation is lost, only a walk finds it.
+            repo.write("src/made-meanwhile/inner.txt", "made while the daemon was stopped\n")
         finally:
             os.kill(client.proc.pid, signal.SIGCONT)
         full_before = log_count(log, FULL)
         assert in_snapshot(repo, snapshot(client, repo, "after the overflow")) == on_disk(repo)
         assert log_count(log, FULL) == full_before + 1, "an overflow must mean a full pass"
         short_before = log_count(log, SHORT)
-        (repo.root / "made-meanwhile" / "inner.txt").write_text("changed, same folder\n")
+        (repo.root / "src" / "made-meanwhile" / "inner.txt").write_text("changed, same folder\n")
         assert in_snapshot(repo, snapshot(client, repo, "inside the folder")) == on_disk(repo)
         assert log_count(log, SHORT) == short_before + 1
     finally:

@@ -141,7 +141,7 @@ class Tracker:
     _fd: int = -1
     _wds: dict[int, str] = field(default_factory=dict)  # watch -> folder relative to root ("" or "a/b/")
     _dirs: dict[str, int] = field(default_factory=dict)
-    _files: dict[int, str] = field(default_factory=dict)  # watch -> a hard-linked file's path
+    _files: dict[int, set[str]] = field(default_factory=dict)  # watch -> a hard-linked file's paths
     _dirty: set[str] = field(default_factory=set)
     _complete: bool = False  # the set holds every change since it was last taken
     _kept: tuple[int, int, int] | None = None
@@ -308,7 +308,8 @@ class Tracker:
             if mask & IN_IGNORED:
                 del self._files[wd]
             else:
-                self._mark(self._files[wd])
+                for path in self._files[wd]:
+                    self._mark(path)
             return
         folder = self._wds.get(wd)
         if folder is None:
@@ -355,7 +356,8 @@ class Tracker:
         return wd
 
     def _walk(self, start: str) -> None:
-        """Watch `start` ("" is the root, else "a/b/") and every folder below it that has no watch."""
+        """Watch `start` ("" is the root, else "a/b/") and every folder below it (one watched
+        already keeps its watch: inotify gives the same one back)."""
         pending = [start]
         while pending:
             rel = pending.pop()
@@ -373,7 +375,7 @@ class Tracker:
                 with os.scandir(here) as entries:
                     for entry in entries:
                         if entry.is_dir(follow_symlinks=False):
-                            if entry.name != ".git" and f"{rel}{entry.name}/" not in self._dirs:
+                            if entry.name != ".git":
                                 pending.append(f"{rel}{entry.name}/")
                         elif entry.is_file(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_nlink > 1:
                             self._watch_file(f"{rel}{entry.name}")
@@ -393,7 +395,7 @@ class Tracker:
             raise Unwatchable(f"more than {MAX_LINKED_FILES} hard-linked files")
         wd = self._add(self.root / path, FILE_MASK)
         if wd >= 0:
-            self._files[wd] = path
+            self._files.setdefault(wd, set()).add(path)
 
     def _unwatch(self, start: str) -> None:
         """Forget the watches of `start` and below (a folder moved: its watches would name the old path)."""
@@ -402,9 +404,11 @@ class Tracker:
             wd = self._dirs.pop(rel)
             self._wds.pop(wd, None)
             _libc.inotify_rm_watch(self._fd, wd)
-        for wd in [w for w, p in self._files.items() if p.startswith(start)]:
-            del self._files[wd]
-            _libc.inotify_rm_watch(self._fd, wd)
+        for wd, paths in list(self._files.items()):
+            paths -= {p for p in paths if p.startswith(start)}
+            if not paths:
+                del self._files[wd]
+                _libc.inotify_rm_watch(self._fd, wd)
 
     def _forget(self, folder: str, wd: int) -> None:
         self._wds.pop(wd, None)
