@@ -379,9 +379,10 @@ class _Cache:
             if _stamp(self.index) != _stamp(index):  # else git left the seed as it was: it is kept already
                 os.link(index, pending)  # the same inode, so the recorded stat matches
             self.meta.with_suffix(".tmp").write_text(json.dumps(meta), "utf-8")
+            self.meta.unlink(missing_ok=True)  # first: an index without its meta is never used
             if pending.exists():
                 os.replace(pending, self.index)
-            os.replace(self.meta.with_suffix(".tmp"), self.meta)
+            os.rename(self.meta.with_suffix(".tmp"), self.meta)  # no file replaced: no flush (`replace_locked`)
         except OSError:
             pending.unlink(missing_ok=True)
             self.meta.unlink(missing_ok=True)

@@ -521,7 +521,7 @@ def pin(site: Site, commit: str, tree: str) -> None:
                  stdin=b"\n".join(missing) + b"\n")
     pending = pinned.with_name(f".pinned-{os.urandom(16).hex()}.tmp")
     pending.write_text("\n".join([tree, *recent[:31]]) + "\n", "ascii")
-    os.replace(pending, pinned)
+    replace_locked(pending, pinned)
 
 
 _NO_OBJECT = re.compile(rb"0+")
@@ -557,6 +557,15 @@ def gc(site: Site) -> None:
     trees = site.out("for-each-ref", "--format=%(tree)", REF_ROOT, borrow=False).split()
     if trees:  # every tree a snapshot still has is complete here: later pins start from them
         (site.store / "pinned-trees").write_text("\n".join(dict.fromkeys(trees)) + "\n", "ascii")
+
+
+def replace_locked(pending: Path, path: Path) -> None:
+    """`os.replace` for a file read and written only with the store locked: the old one is removed
+    first, since ext4 flushes the new file's data when a rename replaces another (`auto_da_alloc`),
+    which takes milliseconds. A crash in between leaves no file, which every reader takes as
+    nothing known (a full pass, a full pin)."""
+    path.unlink(missing_ok=True)
+    os.rename(pending, path)
 
 
 def fan_out(store: Path) -> None:
