@@ -278,13 +278,13 @@ class _UserIndex:
         except FileNotFoundError:
             self.digest = None
         self._listing: bytes | None = b"" if index is None else None
-        self._pending: _Background[tuple[int, bytes]] | None = None
+        self._pending: Background[tuple[int, bytes]] | None = None
 
     def prefetch(self) -> None:
         """Start reading the listing on a thread (it is read at once when asked for before)."""
         if self._listing is None and self._pending is None:
             site = self.site
-            self._pending = _Background(lambda: site.user("ls-files", "--stage", "-z"))
+            self._pending = Background(lambda: site.user("ls-files", "--stage", "-z"))
 
     def settle(self) -> None:
         """Wait for a listing being read (a capture leaves no thread behind)."""
@@ -480,7 +480,7 @@ def _capture(run: _Run) -> State:
 T = TypeVar("T")
 
 
-class _Background(Generic[T]):
+class Background(Generic[T]):
     """A call on a thread of its own (a git process to wait for meanwhile); `result` waits and
     raises what the call raised."""
 
@@ -527,7 +527,7 @@ class _Run:
         self.skipped: dict[str, str] = {}
         self.listed: dict[str, Any] = {}
         self.hidden: list[str] = []
-        self._listing: _Background[tuple[list[str], dict[str, str], dict[str, Any]]] | None = None
+        self._listing: Background[tuple[list[str], dict[str, str], dict[str, Any]]] | None = None
 
     def state(self, tree: str) -> State:
         return State(index=self.index, tree=tree, skipped=self.skipped, started_ns=self.started)
@@ -544,7 +544,7 @@ class _Run:
         same_user = _Cache.same_user_index(self.meta, self.user, self.settings)
         known = self.meta.get("listing") if self.meta is not None and same_user else None
         site, settings, cancel = self.site, self.settings, self.options.cancel
-        self._listing = _Background(lambda: _untracked(site, settings, cancel, known))
+        self._listing = Background(lambda: _untracked(site, settings, cancel, known))
         if not same_user:
             self.user.prefetch()
         self.options.say("looking for changes and untracked files")

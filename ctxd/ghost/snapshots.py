@@ -36,7 +36,7 @@ from typing import Any
 
 from ctxd.errors import GitFailed, InvalidParams
 from ctxd.ghost import store as st
-from ctxd.ghost.capture import CaptureOptions, State, capture, check_cancel, file_count, nul
+from ctxd.ghost.capture import Background, CaptureOptions, State, capture, check_cancel, file_count, nul
 from ctxd.ghost.store import ID, Site, open_site
 from ctxd.redact import redact
 from ctxd.settings import GhostSettings, default_state_dir
@@ -88,8 +88,13 @@ def _commit(site: Site, state: State, message: str, started: float, extra: dict[
     meta["durationMs"] = int((time.monotonic() - started) * 1000)
     subject = message.splitlines()[0][:200] if message.strip() else DEFAULT_MESSAGE
     body = f"{subject}\n\n{META_PREFIX}{json.dumps(meta, ensure_ascii=True)}\n"
-    commit = site.out("commit-tree", "--no-gpg-sign", state.tree, "-m", body)
-    st.pin(site, commit, state.tree)
+    pinning = Background(lambda: st.pin(site, None, state.tree))  # the tree's objects, while git writes the commit
+    try:
+        commit = site.out("commit-tree", "--no-gpg-sign", state.tree, "-m", body)
+    finally:
+        pinning.wait()
+    pinning.result()
+    st.pin_commit(site, commit)
     st.write_ref(site, commit)
     _note_kind(site, commit, str(meta["trigger"]))
     wire = _wire(commit, meta)

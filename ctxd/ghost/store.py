@@ -493,8 +493,9 @@ def delete_ref(site: Site, commit: str) -> None:
 # --- objects ---------------------------------------------------------------------------------------
 
 
-def pin(site: Site, commit: str, tree: str) -> None:
-    """Copy into the store every object of `commit` that exists only in the user's repository.
+def pin(site: Site, commit: str | None, tree: str) -> None:
+    """Copy into the store every object of `commit` (or, when None, of `tree`: see `pin_commit`)
+    that exists only in the user's repository.
 
     The objects of the tree pinned last are all here already, and the new tree shares most of
     them: only what `diff-tree` finds different from it is looked at (a walk that skips every
@@ -510,12 +511,12 @@ def pin(site: Site, commit: str, tree: str) -> None:
     if tree in recent:
         return  # the same tree as a recent snapshot: all its objects are here already
     if recent:
-        listed = [commit.encode(), tree.encode()] + _new_objects(site, recent[0], tree)
+        listed = ([commit.encode()] if commit else []) + [tree.encode()] + _new_objects(site, recent[0], tree)
         checked = site.git("cat-file", "--batch-check=%(objectname)", stdin=b"\n".join(listed) + b"\n",
                            borrow=False)[1]
         missing = [line.split()[0] for line in checked.splitlines() if line.endswith(b" missing")]
     else:  # nothing pinned yet (or after a gc): copy all; what is local is packed twice, once
-        missing = site.git("rev-list", "--objects", "--no-object-names", commit)[1].split()
+        missing = site.git("rev-list", "--objects", "--no-object-names", commit or tree)[1].split()
     if missing:
         site.git("pack-objects", "-q", "--window=0", str(site.store / "objects" / "pack" / "pack"),
                  stdin=b"\n".join(missing) + b"\n")
@@ -525,6 +526,17 @@ def pin(site: Site, commit: str, tree: str) -> None:
 
 
 _NO_OBJECT = re.compile(rb"0+")
+
+
+def pin_commit(site: Site, commit: str) -> None:
+    """A commit `commit-tree` just made is in the store (it writes it loose here) unless git found
+    the same object elsewhere first: then it is copied, as `pin` would."""
+    if site.user_objects is None or (site.store / "objects" / commit[:2] / commit[2:]).exists():
+        return
+    checked = site.git("cat-file", "--batch-check=%(objectname)", stdin=f"{commit}\n".encode(), borrow=False)[1]
+    if checked.strip().endswith(b" missing"):
+        site.git("pack-objects", "-q", "--window=0", str(site.store / "objects" / "pack" / "pack"),
+                 stdin=f"{commit}\n".encode())
 
 
 def _new_objects(site: Site, old_tree: str, new_tree: str) -> list[bytes]:
