@@ -323,8 +323,8 @@ class Tracker:
             self._mark(folder)
             return
         if not name or name == ".git":
-            if name == ".git":
-                self._mark(folder.rstrip("/") if folder else ".git")
+            if name == ".git" and folder:  # a nested repository or submodule came or went
+                self._mark(folder.rstrip("/"))
             return
         path = folder + name
         if mask & IN_ISDIR:
