@@ -573,8 +573,10 @@ class _Run:
             self.short = paths is not None
             if paths is None:
                 self.site.git(*_PACKED, "add", "--update", "--", self.site.scope, index=self.index)
-            elif paths:  # without the user's objects: what it hashes is stored here, so no pin copies it
-                self.site.git(*_PACKED, "--literal-pathspecs", "add", "--update", "--pathspec-from-file=-",
+            elif paths:  # without the user's objects: what it hashes is stored here, so no pin copies it;
+                # no threads to stat a few files (git's preload starts up to 20 for any pathspec)
+                self.site.git(*_PACKED, "-c", "core.preloadIndex=false", "--literal-pathspecs", "add", "--update",
+                              "--pathspec-from-file=-",
                               "--pathspec-file-nul", index=self.index, stdin=nul(paths), borrow=False)
         self.unchanged = self.meta is not None and seeded is not None and seeded == _stamp(self.index)
         self.unmerged = set() if self.meta is not None else self.user.unmerged()
