@@ -183,13 +183,13 @@ def snapshot(folder: Path, message: str | None = None, *, settings: GhostSetting
 def prime(folder: Path, *, settings: GhostSettings, state_dir: Path | None = None) -> None:
     """In the daemon, when a folder opens: one capture, committed to nothing, whose kept index starts
     the file watch's dirty set, so that the first checkpoint already re-checks only what changed
-    (`ctxd.ghost.treewatch`). Only for a folder that has a store, and never waiting for another
-    process's capture."""
+    (`ctxd.ghost.treewatch`). Only for a folder that has a store and no interrupted restore, and
+    never waiting for another process's capture."""
     site = st.open_site(Path(folder), Path(state_dir) if state_dir else default_state_dir(), create=False)
     if site is None:
         return
     with site.locked(wait=False) as mine:
-        if mine:
+        if mine and _recover(site) is None:  # a restore cut short waits for the user, untouched
             capture(site, CaptureOptions(settings)).index.unlink(missing_ok=True)
 
 

@@ -15,7 +15,8 @@ What makes the short pass as right as the full one:
   restart) was made before this set began, so the capture reads everything.
 - Anything unsure means a full pass: a queue overflow (`IN_Q_OVERFLOW`; the folders are walked
   again for watches missed meanwhile), a watch that cannot be added (the inotify limit, more than
-  `MAX_DIRS` folders), the workspace folder itself moved or deleted, a barrier not seen in time,
+  `MAX_DIRS` folders), the workspace folder itself moved or deleted, a barrier not seen in time
+  (its file is then retired: a late event of it can never release a later capture),
   more than `MAX_PATHS` changed paths, a full pass older than `FULL_PASS_SECONDS`, a capture that
   failed, and any platform without inotify.
 - A folder created or moved in is watched (walked) before it is marked dirty as a whole, so a
@@ -172,9 +173,7 @@ class Tracker:
         self._stop_r, self._stop_w = os.pipe()
         self.barrier_dir.mkdir(parents=True, exist_ok=True)
         _clean_barriers(self.barrier_dir)
-        self._barrier = self.barrier_dir / f"barrier-{os.getpid()}-{os.urandom(6).hex()}"
-        self._barrier.touch()
-        self._barrier_wd = self._add(self._barrier, IN_ATTRIB | IN_DONT_FOLLOW)
+        self._new_barrier()
         self._thread = threading.Thread(target=self._run, name="ctxd-treewatch", daemon=True)
         self._thread.start()
 
@@ -239,11 +238,31 @@ class Tracker:
                 while self._barriers_seen < target and self._broken is None:
                     left = deadline - time.monotonic()
                     if left <= 0:
-                        # A late barrier event could later release a capture too early: never trust again.
-                        self._broken = "barrier not seen in time"
-                        return False
+                        break
                     self._lock.wait(left)
-                return self._broken is None
+                else:
+                    return self._broken is None
+            # Not seen in time (the reader is walking a large tree, say). Its event, read later,
+            # must never release a later capture early: that file is retired for a new one.
+            try:
+                self._new_barrier()
+            except (OSError, Unwatchable) as error:
+                self._break(f"barrier: {error}")
+            return False
+
+    def _new_barrier(self) -> None:
+        old, old_wd = self._barrier, self._barrier_wd
+        barrier = self.barrier_dir / f"barrier-{os.getpid()}-{os.urandom(6).hex()}"
+        barrier.touch()
+        wd = self._add(barrier, IN_ATTRIB | IN_DONT_FOLLOW)
+        if wd < 0:
+            raise Unwatchable(f"cannot watch {barrier}")
+        with self._lock:
+            self._barrier, self._barrier_wd, self._barriers_seen = barrier, wd, 0
+        if old is not None:
+            assert _libc is not None
+            _libc.inotify_rm_watch(self._fd, old_wd)
+            old.unlink(missing_ok=True)
 
     # --- the reader thread ---
 
@@ -282,19 +301,22 @@ class Tracker:
             self._lock.notify_all()
 
     def _handle(self, data: bytes) -> None:
-        offset, barrier = 0, False
+        offset, barrier = 0, -1
         while offset + _EVENT.size <= len(data):
             wd, mask, _cookie, size = _EVENT.unpack_from(data, offset)
             name = data[offset + _EVENT.size:offset + _EVENT.size + size].split(b"\0", 1)[0]
             offset += _EVENT.size + size
             if wd == self._barrier_wd:
-                barrier = barrier or bool(mask & IN_ATTRIB)
+                barrier = wd if mask & IN_ATTRIB else barrier
                 continue
+            if wd not in self._wds and wd not in self._files and not mask & IN_Q_OVERFLOW:
+                continue  # a retired barrier's, or a watch removed by a move
             self._event(wd, mask, os.fsdecode(name))
-        if barrier:
+        if barrier >= 0:
             with self._lock:
-                self._barriers_seen += 1
-                self._lock.notify_all()
+                if barrier == self._barrier_wd:  # not retired meanwhile (`_new_barrier`)
+                    self._barriers_seen += 1
+                    self._lock.notify_all()
 
     def _event(self, wd: int, mask: int, name: str) -> None:
         if mask & IN_Q_OVERFLOW:
