@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar, cast
 
 from ctxd.errors import Cancelled, GitFailed
+from ctxd.ghost import treewatch
 from ctxd.ghost.store import Site, now_ns
 from ctxd.settings import GhostSettings
 
@@ -259,6 +260,7 @@ class State:
 
 
 _STAGED = re.compile(rb"(?:^|\0)[0-7]{6} [0-9a-f]{40,64} ([0-3])\t([^\0]*)")
+_GITLINK = re.compile(rb"(?:^|\0)160000 [0-9a-f]{40,64} [0-3]\t([^\0]*)")
 
 
 class _UserIndex:
@@ -276,13 +278,13 @@ class _UserIndex:
         except FileNotFoundError:
             self.digest = None
         self._listing: bytes | None = b"" if index is None else None
-        self._pending: _Background[tuple[int, bytes]] | None = None
+        self._pending: Background[tuple[int, bytes]] | None = None
 
     def prefetch(self) -> None:
         """Start reading the listing on a thread (it is read at once when asked for before)."""
         if self._listing is None and self._pending is None:
             site = self.site
-            self._pending = _Background(lambda: site.user("ls-files", "--stage", "-z"))
+            self._pending = Background(lambda: site.user("ls-files", "--stage", "-z"))
 
     def settle(self) -> None:
         """Wait for a listing being read (a capture leaves no thread behind)."""
@@ -311,6 +313,13 @@ class _UserIndex:
 
     def paths(self) -> set[str]:
         return {os.fsdecode(m.group(2)) for m in _STAGED.finditer(self.listing)}
+
+    def gitlinks(self) -> list[str]:
+        """Submodules (mode 160000): their commit is read from their own git directory, which no
+        watch of the work tree sees change."""
+        if b"160000 " not in self.listing:
+            return []
+        return sorted({os.fsdecode(m.group(1)) for m in _GITLINK.finditer(self.listing)})
 
 
 @dataclass
@@ -359,7 +368,9 @@ class _Cache:
             return True
         return not user.unmerged() and meta.get("signature") == user.signature
 
-    def save(self, index: Path, known: dict[str, Any], untracked: list[str], deleted: list[str]) -> None:
+    def save(self, index: Path, known: dict[str, Any], untracked: list[str], deleted: list[str]
+             ) -> tuple[int, int, int] | None:
+        """Keep `index` and what is known of it; returns its stamp as kept (None: not kept)."""
         st = index.stat()
         meta = {**known, "stat": [st.st_ino, st.st_size, st.st_mtime_ns], "untracked": untracked,
                 "deleted": deleted}
@@ -368,12 +379,15 @@ class _Cache:
             if _stamp(self.index) != _stamp(index):  # else git left the seed as it was: it is kept already
                 os.link(index, pending)  # the same inode, so the recorded stat matches
             self.meta.with_suffix(".tmp").write_text(json.dumps(meta), "utf-8")
+            self.meta.unlink(missing_ok=True)  # first: an index without its meta is never used
             if pending.exists():
                 os.replace(pending, self.index)
-            os.replace(self.meta.with_suffix(".tmp"), self.meta)
+            os.rename(self.meta.with_suffix(".tmp"), self.meta)  # no file replaced: no flush (`replace_locked`)
         except OSError:
             pending.unlink(missing_ok=True)
             self.meta.unlink(missing_ok=True)
+            return None
+        return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def _hidden_tracked(site: Site, user: _UserIndex, settings: GhostSettings,
@@ -414,6 +428,8 @@ def capture(site: Site, options: CaptureOptions, *, cold: bool = False) -> State
     `cold` starts from the user's index whatever was kept.
     """
     started = now_ns()
+    # In the daemon, the paths changed since its last capture (taken first: before any file is read).
+    ticket = treewatch.NO_TICKET if options.light else treewatch.ticket(site.store, site.key, site.top, site.prefix)
     user = _UserIndex(site)  # read before anything else
     cache = _Cache.for_site(site)
     index = site.temp_index()
@@ -421,7 +437,7 @@ def capture(site: Site, options: CaptureOptions, *, cold: bool = False) -> State
         try:
             if cold:
                 raise GitFailed("asked for a capture from scratch")
-            return _capture(_Run(site, options, user, cache, index, started, cold=False))
+            return _capture(_Run(site, options, user, cache, index, started, cold=False, ticket=ticket))
         except GitFailed:
             # A kept or copied index git cannot use (a split index, objects gone after the user's
             # gc, damaged bytes): start again from nothing but the user's listing, under a new
@@ -429,8 +445,9 @@ def capture(site: Site, options: CaptureOptions, *, cold: bool = False) -> State
             cache.drop()
             _discard(index)
             index = site.temp_index()
-            return _capture(_Run(site, options, user, cache, index, started, cold=True))
+            return _capture(_Run(site, options, user, cache, index, started, cold=True, ticket=ticket))
     except BaseException:
+        ticket.done(None)
         _discard(index)
         raise
 
@@ -454,7 +471,7 @@ def _capture(run: _Run) -> State:
         if run.options.light:
             return run.state(tree="")
         tree = run.write_tree()
-        run.remember(tree)
+        run.ticket.done(run.remember(tree))
         return run.state(tree)
     finally:
         run.close()
@@ -463,7 +480,7 @@ def _capture(run: _Run) -> State:
 T = TypeVar("T")
 
 
-class _Background(Generic[T]):
+class Background(Generic[T]):
     """A call on a thread of its own (a git process to wait for meanwhile); `result` waits and
     raises what the call raised."""
 
@@ -497,19 +514,20 @@ class _Run:
     """
 
     def __init__(self, site: Site, options: CaptureOptions, user: _UserIndex, cache: _Cache, index: Path,
-                 started: int, cold: bool) -> None:
+                 started: int, cold: bool, ticket: treewatch.Ticket = treewatch.NO_TICKET) -> None:
         self.site, self.options, self.user, self.cache, self.index = site, options, user, cache, index
-        self.started, self.cold = started, cold
+        self.started, self.cold, self.ticket = started, cold, ticket
         self.settings = options.settings
         self.meta = None if cold else cache.read()
         self.unchanged = False
+        self.short = False  # only the changed paths were re-checked (`changed_paths`)
         self.unmerged: set[str] = set()
         self.outside: list[str] = []
         self.files: list[str] = []
         self.skipped: dict[str, str] = {}
         self.listed: dict[str, Any] = {}
         self.hidden: list[str] = []
-        self._listing: _Background[tuple[list[str], dict[str, str], dict[str, Any]]] | None = None
+        self._listing: Background[tuple[list[str], dict[str, str], dict[str, Any]]] | None = None
 
     def state(self, tree: str) -> State:
         return State(index=self.index, tree=tree, skipped=self.skipped, started_ns=self.started)
@@ -526,7 +544,7 @@ class _Run:
         same_user = _Cache.same_user_index(self.meta, self.user, self.settings)
         known = self.meta.get("listing") if self.meta is not None and same_user else None
         site, settings, cancel = self.site, self.settings, self.options.cancel
-        self._listing = _Background(lambda: _untracked(site, settings, cancel, known))
+        self._listing = Background(lambda: _untracked(site, settings, cancel, known))
         if not same_user:
             self.user.prefetch()
         self.options.say("looking for changes and untracked files")
@@ -550,9 +568,45 @@ class _Run:
         """Tracked files as they are on disk; only those whose stat data changed are hashed."""
         seeded = _stamp(self.index)
         if self.index.exists() and not self.options.light:
-            self.site.git(*_PACKED, "add", "--update", "--", self.site.scope, index=self.index)
+            paths = self.changed_paths()
+            self.ticket.report(paths)
+            self.short = paths is not None
+            if paths is None:
+                self.site.git(*_PACKED, "add", "--update", "--", self.site.scope, index=self.index)
+            elif paths:  # without the user's objects: what it hashes is stored here, so no pin copies it;
+                # no threads to stat a few files (git's preload starts up to 20 for any pathspec)
+                self.site.git(*_PACKED, "-c", "core.preloadIndex=false", "--literal-pathspecs", "add", "--update",
+                              "--pathspec-from-file=-",
+                              "--pathspec-file-nul", index=self.index, stdin=nul(paths), borrow=False)
         self.unchanged = self.meta is not None and seeded is not None and seeded == _stamp(self.index)
         self.unmerged = set() if self.meta is not None else self.user.unmerged()
+
+    def changed_paths(self) -> list[str] | None:
+        """The paths to re-check when the daemon's watch says what changed since the index kept by
+        its own last capture (see `ctxd.ghost.treewatch`), else None: every file is re-checked.
+
+        `add --update` refuses a path that matches no entry and no longer exists (a file made and
+        removed since): such a path is replaced by its nearest folder that exists."""
+        ticket, meta = self.ticket, self.meta
+        if ticket.dirty is None or ticket.kept is None or meta is None or self.cold:
+            return None
+        if (meta.get("stat") != list(ticket.kept) or meta.get("watch") != ticket.kept_token
+                or not isinstance(meta.get("gitlinks"), list)):
+            return None  # kept by another capture than this watch's last one
+        top, scope = self.site.top, self.site.prefix.rstrip("/")
+        gitlinks = [str(g) for g in meta["gitlinks"]]
+        found: set[str] = set(gitlinks)
+        for raw in ticket.dirty:
+            path = raw.rstrip("/")
+            if any(path.startswith(g + "/") for g in gitlinks):
+                continue  # inside a submodule: git refuses such a path; the submodule is re-checked
+            while path != scope and not os.path.lexists(top / path):
+                path = path.rsplit("/", 1)[0] if "/" in path else ""
+            if path == scope:
+                return None  # as good as the whole scope
+            found.add(path)
+        self.options.say(f"re-checking {len(found)} changed paths")
+        return sorted(found)
 
     def finish_listing(self) -> None:
         assert self._listing is not None
@@ -607,19 +661,29 @@ class _Run:
         self.options.say("writing tree")
         if self.unchanged and isinstance(self.meta, dict) and self.meta.get("tree"):
             return str(self.meta["tree"])  # the kept index, untouched: its tree is the one written last time
+        if self.short:
+            # Every entry is the kept index's (pinned with its snapshot) or was just stored by `add`:
+            # git need not look for them, nor in the user's objects (a tree it finds there would
+            # then be copied by the pin). Should one be missing after all, the pin finds it (it
+            # checks every object that differs from the last pinned tree) and fails the capture.
+            return self.site.out("write-tree", "--missing-ok", index=self.index, borrow=False)
         return self.site.out("write-tree", index=self.index)
 
-    def remember(self, tree: str) -> None:
+    def remember(self, tree: str) -> tuple[int, int, int] | None:
         """Keep this index as the next capture's seed, with what it takes to reuse it safely
-        (never while a merge is in progress: the user's index is about to change anyway)."""
+        (never while a merge is in progress: the user's index is about to change anyway).
+        Returns the kept index's stamp, or None when none was kept."""
         if self.unmerged or not self.index.exists():
-            return
+            return None
         site, user, meta, settings = self.site, self.user, self.meta, self.settings
-        if meta is not None and _Cache.same_user_index(meta, user, settings):
-            known = {"signature": meta["signature"], "userDigest": user.digest, "userCount": meta["userCount"]}
+        if meta is not None and _Cache.same_user_index(meta, user, settings) and isinstance(meta.get("gitlinks"), list):
+            known = {"signature": meta["signature"], "userDigest": user.digest, "userCount": meta["userCount"],
+                     "gitlinks": meta["gitlinks"]}
         else:
-            known = {"signature": user.signature, "userDigest": user.digest, "userCount": user.count}
+            known = {"signature": user.signature, "userDigest": user.digest, "userCount": user.count,
+                     "gitlinks": [p for p in user.gitlinks() if site.in_scope(p)]}
         known["exclude"] = list(settings.exclude)
+        known["watch"] = self.ticket.token  # which watch's dirty set starts with this index
         known["hidden"] = self.hidden
         known["tree"] = tree
         known["listing"] = {**self.listed, "limits": [settings.max_untracked_dir_files]}
@@ -628,7 +692,7 @@ class _Run:
         if known["userCount"] - len(self.hidden) + len(self.files) != index_entry_count(self.index):
             kept = set(site.paths("ls-files", "-z", index=self.index))
             deleted = sorted(p for p in user.paths() - kept - set(self.hidden) if site.in_scope(p))
-        self.cache.save(self.index, known, self.files, deleted)
+        return self.cache.save(self.index, known, self.files, deleted)
 
 
 def _copy_user_index(site: Site, index: Path) -> None:

@@ -6,8 +6,10 @@ Every git child ctxd starts for snapshots goes through `run`:
   sets them itself for that one call;
 - no hook can run (`core.hooksPath` points at an empty directory), no `core.fsmonitor` command, no
   replace refs, no optional locks on the user's index;
-- on Linux it dies with the daemon (`PR_SET_PDEATHSIG`), so a `kill -9` of the daemon never leaves
-  a `read-tree -u` rewriting the working tree on its own.
+- on Linux a command that can write the working tree dies with the daemon (`PR_SET_PDEATHSIG`),
+  so a `kill -9` of the daemon never leaves a `checkout-index` rewriting it on its own. Commands
+  that only read it and write ctxd's store (`STORE_ONLY`) are started without that, which lets
+  Python start them with `vfork` instead of copying the daemon's whole memory map at each call.
 
 No command named in any git config runs. Calls on ctxd's store read no global, system or repository
 config but the store's own, which ctxd wrote and sealed (`store.check_owned`); its `info/attributes`
@@ -90,6 +92,27 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
         os._exit(1)
 
 
+STORE_ONLY = frozenset({
+    "add", "update-index", "write-tree", "commit-tree", "ls-files", "rev-parse", "diff-tree", "cat-file",
+    "pack-objects", "rev-list", "for-each-ref", "config", "init", "diff",
+})
+"""Subcommands (as ctxd calls them) that never write the working tree: a child left running by a
+killed daemon only finishes writing the store or a temporary index."""
+
+
+def _subcommand(args: list[str]) -> str:
+    """The subcommand of `args` (after global options such as `-c x=y`, `--git-dir=...`)."""
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg == "-c":
+            skip = True
+        elif not arg.startswith("-"):
+            return arg
+    return ""
+
+
 def base_env(user_config: bool = True) -> dict[str, str]:
     """The environment of a git child. Without `user_config`, no global or system config is read:
     ctxd's own store is then configured by its own config file and the `-c` options alone."""
@@ -106,9 +129,9 @@ def run(args: list[str], *, cwd: Path, env: dict[str, str], stdin: bytes | None 
         ok: tuple[int, ...] = (0,)) -> tuple[int, bytes]:
     """Run `git <SAFE_CONFIG> <args>`; raise GitFailed (naming the subcommand) unless the status is in `ok`."""
     try:
+        tied = _libc is not None and _subcommand(args) not in STORE_ONLY
         done = subprocess.run([GIT, *SAFE_CONFIG, *args], cwd=cwd, env=env, input=stdin if stdin is not None else b"",
-                              capture_output=True, preexec_fn=_die_with_parent if _libc is not None else None,
-                              close_fds=True)
+                              capture_output=True, preexec_fn=_die_with_parent if tied else None, close_fds=True)
     except OSError as error:
         raise GitFailed(f"git could not be started: {error}") from None
     if done.returncode not in ok:

@@ -36,7 +36,7 @@ from typing import Any
 
 from ctxd.errors import GitFailed, InvalidParams
 from ctxd.ghost import store as st
-from ctxd.ghost.capture import CaptureOptions, State, capture, check_cancel, file_count, nul
+from ctxd.ghost.capture import Background, CaptureOptions, State, capture, check_cancel, file_count, nul
 from ctxd.ghost.store import ID, Site, open_site
 from ctxd.redact import redact
 from ctxd.settings import GhostSettings, default_state_dir
@@ -88,8 +88,13 @@ def _commit(site: Site, state: State, message: str, started: float, extra: dict[
     meta["durationMs"] = int((time.monotonic() - started) * 1000)
     subject = message.splitlines()[0][:200] if message.strip() else DEFAULT_MESSAGE
     body = f"{subject}\n\n{META_PREFIX}{json.dumps(meta, ensure_ascii=True)}\n"
-    commit = site.out("commit-tree", "--no-gpg-sign", state.tree, "-m", body)
-    st.pin(site, commit, state.tree)
+    pinning = Background(lambda: st.pin(site, None, state.tree))  # the tree's objects, while git writes the commit
+    try:
+        commit = site.out("commit-tree", "--no-gpg-sign", state.tree, "-m", body)
+    finally:
+        pinning.wait()
+    pinning.result()
+    st.pin_commit(site, commit)
     st.write_ref(site, commit)
     _note_kind(site, commit, str(meta["trigger"]))
     wire = _wire(commit, meta)
@@ -173,6 +178,19 @@ def snapshot(folder: Path, message: str | None = None, *, settings: GhostSetting
                 state.index.unlink(missing_ok=True)
         _retain(site, settings, keep_id=commit["id"])
     return commit
+
+
+def prime(folder: Path, *, settings: GhostSettings, state_dir: Path | None = None) -> None:
+    """In the daemon, when a folder opens: one capture, committed to nothing, whose kept index starts
+    the file watch's dirty set, so that the first checkpoint already re-checks only what changed
+    (`ctxd.ghost.treewatch`). Only for a folder that has a store and no interrupted restore, and
+    never waiting for another process's capture."""
+    site = st.open_site(Path(folder), Path(state_dir) if state_dir else default_state_dir(), create=False)
+    if site is None:
+        return
+    with site.locked(wait=False) as mine:
+        if mine and _recover(site) is None:  # a restore cut short waits for the user, untouched
+            capture(site, CaptureOptions(settings)).index.unlink(missing_ok=True)
 
 
 def _retain(site: Site, settings: GhostSettings, keep_id: str) -> None:

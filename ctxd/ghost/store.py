@@ -493,8 +493,9 @@ def delete_ref(site: Site, commit: str) -> None:
 # --- objects ---------------------------------------------------------------------------------------
 
 
-def pin(site: Site, commit: str, tree: str) -> None:
-    """Copy into the store every object of `commit` that exists only in the user's repository.
+def pin(site: Site, commit: str | None, tree: str) -> None:
+    """Copy into the store every object of `commit` (or, when None, of `tree`: see `pin_commit`)
+    that exists only in the user's repository.
 
     The objects of the tree pinned last are all here already, and the new tree shares most of
     them: only what `diff-tree` finds different from it is looked at (a walk that skips every
@@ -510,21 +511,32 @@ def pin(site: Site, commit: str, tree: str) -> None:
     if tree in recent:
         return  # the same tree as a recent snapshot: all its objects are here already
     if recent:
-        listed = [commit.encode(), tree.encode()] + _new_objects(site, recent[0], tree)
+        listed = ([commit.encode()] if commit else []) + [tree.encode()] + _new_objects(site, recent[0], tree)
         checked = site.git("cat-file", "--batch-check=%(objectname)", stdin=b"\n".join(listed) + b"\n",
                            borrow=False)[1]
         missing = [line.split()[0] for line in checked.splitlines() if line.endswith(b" missing")]
     else:  # nothing pinned yet (or after a gc): copy all; what is local is packed twice, once
-        missing = site.git("rev-list", "--objects", "--no-object-names", commit)[1].split()
+        missing = site.git("rev-list", "--objects", "--no-object-names", commit or tree)[1].split()
     if missing:
         site.git("pack-objects", "-q", "--window=0", str(site.store / "objects" / "pack" / "pack"),
                  stdin=b"\n".join(missing) + b"\n")
     pending = pinned.with_name(f".pinned-{os.urandom(16).hex()}.tmp")
     pending.write_text("\n".join([tree, *recent[:31]]) + "\n", "ascii")
-    os.replace(pending, pinned)
+    replace_locked(pending, pinned)
 
 
 _NO_OBJECT = re.compile(rb"0+")
+
+
+def pin_commit(site: Site, commit: str) -> None:
+    """A commit `commit-tree` just made is in the store (it writes it loose here) unless git found
+    the same object elsewhere first: then it is copied, as `pin` would."""
+    if site.user_objects is None or (site.store / "objects" / commit[:2] / commit[2:]).exists():
+        return
+    checked = site.git("cat-file", "--batch-check=%(objectname)", stdin=f"{commit}\n".encode(), borrow=False)[1]
+    if checked.strip().endswith(b" missing"):
+        site.git("pack-objects", "-q", "--window=0", str(site.store / "objects" / "pack" / "pack"),
+                 stdin=f"{commit}\n".encode())
 
 
 def _new_objects(site: Site, old_tree: str, new_tree: str) -> list[bytes]:
@@ -553,9 +565,28 @@ def gc(site: Site) -> None:
     for cached in site.store.glob("cache-*.json"):  # they may name objects gc is about to drop
         cached.unlink(missing_ok=True)
     site.git("-c", "gc.packRefs=false", "gc", "--quiet", "--prune=now", borrow=False)
+    fan_out(site.store)
     trees = site.out("for-each-ref", "--format=%(tree)", REF_ROOT, borrow=False).split()
     if trees:  # every tree a snapshot still has is complete here: later pins start from them
         (site.store / "pinned-trees").write_text("\n".join(dict.fromkeys(trees)) + "\n", "ascii")
+
+
+def replace_locked(pending: Path, path: Path) -> None:
+    """`os.replace` for a file read and written only with the store locked: the old one is removed
+    first, since ext4 flushes the new file's data when a rename replaces another (`auto_da_alloc`),
+    which takes milliseconds. A crash in between leaves no file, which every reader takes as
+    nothing known (a full pass, a full pin)."""
+    path.unlink(missing_ok=True)
+    os.rename(pending, path)
+
+
+def fan_out(store: Path) -> None:
+    """Make the 256 folders loose objects go to (gc removes the empty ones): a capture's
+    `write-tree` then creates no folder while it writes its trees."""
+    objects = store / "objects"
+    for n in range(256):
+        with contextlib.suppress(OSError):
+            (objects / f"{n:02x}").mkdir(exist_ok=True)
 
 
 def clean_leftovers(site: Site) -> None:

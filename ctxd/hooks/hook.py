@@ -26,6 +26,9 @@ from typing import Any
 
 DEADLINE_SECONDS = 1.5
 """The hook returns by then (the agent's bound is 2 s, and starting Python takes some of it)."""
+HAND_OVER_MARGIN = 0.3
+"""A daemon that has not answered this long before the hook's deadline is not waited for: the
+hook's own checkpoint starts (it finds the tree unchanged if the daemon's lands first)."""
 CHILD_SECONDS = 120
 """A checkpoint still running after this (a store locked for that long) gives up."""
 MAX_INPUT_BYTES = 4 * 1024 * 1024
@@ -202,6 +205,23 @@ def take_checkpoint(job: dict[str, Any]) -> None:
         f"{(time.monotonic() - started) * 1000:.0f} ms: {job['message']}")
 
 
+def handed_to_daemon(job: dict[str, Any], deadline: float) -> bool:
+    """Whether a running daemon of the workspace took the checkpoint (`ctxd.hooks.link`)."""
+    from ctxd.hooks.link import ask
+
+    started = time.monotonic()
+    answer = ask(job["stateDir"], job, deadline)
+    if answer is None:
+        return False
+    if answer.get("skipped"):
+        log(f"{job['thread']}: {answer['skipped']}: no checkpoint")
+    else:
+        commit = answer.get("commit") or {}
+        log(f"{job['thread']}: checkpoint {str(commit.get('id'))[:12]} ({job['trigger']}) by the daemon in "
+            f"{(time.monotonic() - started) * 1000:.0f} ms: {job['message']}")
+    return True
+
+
 def run_bounded(job: dict[str, Any], deadline: float) -> None:
     """The checkpoint in a child process; wait for it until `deadline`, then leave it to finish."""
     read_end, write_end = os.pipe()
@@ -270,7 +290,7 @@ def main(argv: list[str]) -> int:
                 plan(agent, "PostCompact", data, _state_dir())  # the compaction, should PostCompact not run
             return 0
         job = plan(agent, event, data, _state_dir())
-        if job is not None:
+        if job is not None and not handed_to_daemon(job, started + DEADLINE_SECONDS - HAND_OVER_MARGIN):
             run_bounded(job, started + DEADLINE_SECONDS)
     except BaseException as error:  # noqa: BLE001 - a hook of ctxd's never fails the agent
         log(f"hook {argv[:2]!r}: {_describe(error)}")

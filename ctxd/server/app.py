@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -54,6 +55,7 @@ from ctxd.server.lanes import Backlog, Lanes
 from ctxd.server.transport import MAX_STRING_BYTES
 from ctxd.settings import load_settings
 from ctxd.workspace import Service, Workspace
+from ctxd.workspace.core import uri_to_path
 
 if TYPE_CHECKING:
     from ctxd.protocol import shapes
@@ -160,6 +162,8 @@ class Daemon:
                 return
             self._holders.pop(uri, None)
         self.service.close_folder(uri)
+        if (treewatch := sys.modules.get("ctxd.ghost.treewatch")) is not None:
+            treewatch.release(uri_to_path(uri))
 
     def initialized_clients(self) -> list[CtxdServer]:
         with self._lock:
@@ -187,6 +191,12 @@ class Daemon:
         need (pydantic, the handlers), build the estimator's tables, follow the agents' sessions,
         then import what compactions and snapshots need, instead of in the first request that does."""
         try:
+            from ctxd.ghost import treewatch
+
+            if os.environ.get("CTXD_TREE_WATCH") != "0":  # "0": every capture reads the whole tree
+                treewatch.enable()  # this process's captures re-check only what its watches saw change
+                for workspace in self.service.folders():
+                    self._prime(workspace)
             from ctxd.server import handlers  # the first request needs it: first
             from ctxd.tokens import estimator
 
@@ -226,6 +236,22 @@ class Daemon:
     def _on_open(self, workspace: Workspace) -> None:
         workspace.auto_compactor = self._auto_compact  # compacts before a prompt over the limit
         workspace.pricer = functools.partial(self._price, workspace)  # a client thread's cost
+        if (treewatch := sys.modules.get("ctxd.ghost.treewatch")) is not None and treewatch.enabled():
+            self._prime(workspace)
+
+    def _prime(self, workspace: Workspace) -> None:
+        """Start watching a folder whose checkpoints are automatic, so its first one is short."""
+        if workspace.settings.ghost.auto == "turn":
+            self.background.submit(self._prime_now, workspace)
+
+    @staticmethod
+    def _prime_now(workspace: Workspace) -> None:
+        from ctxd.ghost import snapshots as ghost
+
+        try:
+            ghost.prime(workspace.opened_root(), settings=workspace.settings.ghost, state_dir=workspace.state_dir)
+        except CtxdError as error:
+            log.info("%s: no capture ahead of the first checkpoint: %s", workspace.uri, error.message)
 
     @staticmethod
     def _price(workspace: Workspace, spend: dict[str, dict[str, int]]) -> dict[str, Any]:
@@ -248,6 +274,8 @@ class Daemon:
             self.sessions.stop()
         if self.hook_watcher is not None:
             self.hook_watcher.stop()
+        if (treewatch := sys.modules.get("ctxd.ghost.treewatch")) is not None:
+            treewatch.disable()
         self.lanes.close()
         self.background.shutdown(wait=False, cancel_futures=True)
         self.executor.shutdown(wait=True, cancel_futures=True)
