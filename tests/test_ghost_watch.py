@@ -315,3 +315,28 @@ def wait_for_snapshot(client: Client, repo: Repo, message: str, timeout: float =
                 return str(snap["id"])
         time.sleep(0.05)
     raise AssertionError(f"no checkpoint {message!r} in {timeout} s")
+
+
+def _inotify_watches(fd: int) -> int:
+    """The watches the kernel holds for an inotify descriptor of this process."""
+    return sum(line.startswith("inotify wd:") for line in Path(f"/proc/self/fdinfo/{fd}").read_text().splitlines())
+
+
+def test_a_tree_over_the_watch_budget_gives_its_watches_back(tmp_path: Path) -> None:
+    from ctxd.ghost import treewatch
+
+    tree = tmp_path / "tree"
+    for n in range(12):
+        (tree / f"d{n}" / "inner").mkdir(parents=True)
+    tracker = treewatch.Tracker(root=tree, prefix="", barrier_dir=tmp_path / "store" / "ctxd-watch", _max_dirs=10)
+    tracker.start()
+    try:
+        deadline = time.monotonic() + 30
+        while tracker._broken is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert tracker._broken is not None and "more than 10 folders" in tracker._broken
+        assert tracker.begin().dirty is None  # captures read the whole tree
+        assert _inotify_watches(tracker._fd) <= 1  # only the barrier's; the folders' are given back
+    finally:
+        tracker.stop()
+    assert treewatch.max_dirs() <= treewatch.MAX_DIRS

@@ -15,7 +15,8 @@ What makes the short pass as right as the full one:
   restart) was made before this set began, so the capture reads everything.
 - Anything unsure means a full pass: a queue overflow (`IN_Q_OVERFLOW`; the folders are walked
   again for watches missed meanwhile), a watch that cannot be added (the inotify limit, more than
-  `MAX_DIRS` folders), the workspace folder itself moved or deleted, a barrier not seen in time
+  `MAX_DIRS` folders or an eighth of the user's inotify watches: the watches are then given back),
+  the workspace folder itself moved or deleted, a barrier not seen in time
   (its file is then retired: a late event of it can never release a later capture),
   more than `MAX_PATHS` changed paths, a full pass older than `FULL_PASS_SECONDS`, a capture that
   failed, and any platform without inotify.
@@ -54,6 +55,9 @@ def _log() -> Any:
 
 MAX_DIRS = 20_000
 """Folders watched per workspace at most; a larger tree is always read in full."""
+WATCH_SHARE = 8
+"""And at most this fraction (1/8) of the user's inotify watches: the editor and other tools
+need theirs (VS Code's file watcher stops working when the limit is reached)."""
 MAX_PATHS = 2_000
 """More changed paths than this and a full pass (one stat pass) is cheaper than the list."""
 FULL_PASS_SECONDS = 600.0
@@ -94,6 +98,15 @@ if sys.platform.startswith("linux"):
         _libc.inotify_rm_watch.argtypes = [ctypes.c_int, ctypes.c_int]
     except (OSError, AttributeError):  # pragma: no cover - every Linux libc has inotify
         _libc = None
+
+
+def max_dirs() -> int:
+    """MAX_DIRS, or less where the user's inotify watch limit is low."""
+    try:
+        limit = int(Path("/proc/sys/fs/inotify/max_user_watches").read_text())
+    except (OSError, ValueError):
+        return MAX_DIRS
+    return min(MAX_DIRS, limit // WATCH_SHARE)
 
 
 class Unwatchable(Exception):
@@ -159,6 +172,7 @@ class Tracker:
     _barrier_lock: threading.Lock = field(default_factory=threading.Lock)
     _stop_r: int = -1
     _stop_w: int = -1
+    _max_dirs: int = field(default_factory=lambda: max_dirs())
     _thread: threading.Thread | None = None
 
     # --- life ---
@@ -289,9 +303,21 @@ class Tracker:
                 self._handle(data)
         except Unwatchable as error:
             self._break(str(error))
+            self._release()
         except Exception as error:  # noqa: BLE001 - a broken watcher only means full passes
             _log().exception("watching %s failed", self.root)
             self._break(f"watcher failed: {error}")
+            self._release()
+
+    def _release(self) -> None:
+        """A broken tracker gives its folders' and files' watches back to the user's budget at
+        once (this thread is the only one that adds them)."""
+        assert _libc is not None
+        for wd in [*self._wds, *self._files]:
+            _libc.inotify_rm_watch(self._fd, wd)
+        self._wds.clear()
+        self._dirs.clear()
+        self._files.clear()
 
     def _break(self, reason: str) -> None:
         with self._lock:
@@ -391,8 +417,8 @@ class Tracker:
                 continue  # gone meanwhile: its parent's event marks it
             self._wds[wd] = rel
             self._dirs[rel] = wd
-            if len(self._dirs) > MAX_DIRS:
-                raise Unwatchable(f"more than {MAX_DIRS} folders")
+            if len(self._dirs) > self._max_dirs:
+                raise Unwatchable(f"more than {self._max_dirs} folders")
             try:
                 with os.scandir(here) as entries:
                     for entry in entries:
