@@ -854,7 +854,9 @@ async function checkSearchHistory(page) {
   });
   if (!clicked) throw new Error('the Threads view has no "Search History…" action');
   await page.waitForSelector('.quick-input-widget input', { visible: true, timeout: TIMEOUT });
-  await page.type('.quick-input-widget input', 'module_0 summarise');
+  // The assistant's answer: a compaction replaced it (the user's request it answered is kept in the
+  // conversation, so recall shows that request as the copy still there, not as replaced).
+  await page.type('.quick-input-widget input', 'module_0 multiplies');
   const rows = await until('the search results, one replaced by a compaction', () =>
     page.evaluate(() => {
       const r = [...document.querySelectorAll('.quick-input-widget .monaco-list-row')].map((x) => (x.textContent || '').replace(/\s+/g, ' '));
