@@ -204,13 +204,19 @@ def test_queue_overflow_means_a_full_pass_and_new_folders_are_watched(tmp_path: 
             repo.write("src/made-meanwhile/inner.txt", "made while the daemon was stopped\n")
         finally:
             os.kill(client.proc.pid, signal.SIGCONT)
-        full_before = log_count(log, FULL)
-        assert in_snapshot(repo, snapshot(client, repo, "after the overflow")) == on_disk(repo)
-        assert log_count(log, FULL) == full_before + 1, "an overflow must mean a full pass"
         short_before = log_count(log, SHORT)
-        (repo.root / "src" / "made-meanwhile" / "inner.txt").write_text("changed, same folder\n")
-        assert in_snapshot(repo, snapshot(client, repo, "inside the folder")) == on_disk(repo)
-        assert log_count(log, SHORT) == short_before + 1
+        assert in_snapshot(repo, snapshot(client, repo, "after the overflow")) == on_disk(repo)
+        assert log_count(log, SHORT) == short_before, "an overflow must never mean a short pass"
+        # A change inside the folder made during the overflow is seen by a short capture (its watch
+        # was added by the walk). On a loaded machine a capture may still read everything (a
+        # barrier not seen in time): the change is made again until a short capture took one.
+        for n in range(5):
+            short_before = log_count(log, SHORT)
+            (repo.root / "src" / "made-meanwhile" / "inner.txt").write_text(f"changed, same folder {n}\n")
+            assert in_snapshot(repo, snapshot(client, repo, f"inside the folder {n}")) == on_disk(repo)
+            if log_count(log, SHORT) > short_before:
+                break
+        assert log_count(log, SHORT) == short_before + 1, "no short capture inside the folder made meanwhile"
     finally:
         client.shutdown(timeout=10)
 

@@ -267,7 +267,12 @@ def test_adding_a_locked_workspace_never_blocks_the_event_loop(daemon_factory, s
 
 
 def _delete_state_folder(state_dir: Path, workspace: Path) -> None:
-    shutil.rmtree(state_dir / "ctxd")
+    for _ in range(50):  # the running daemon may make a file in it meanwhile (its hooks' folders)
+        shutil.rmtree(state_dir / "ctxd", ignore_errors=True)
+        if not (state_dir / "ctxd").exists():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{state_dir / 'ctxd'} could not be deleted")
 
 
 def _delete_the_database_alone(state_dir: Path, workspace: Path) -> None:
