@@ -182,6 +182,18 @@ def test_folders_renamed_made_deleted_and_moved_in(tmp_path: Path, env: dict[str
         client.shutdown(timeout=10)
 
 
+def _wait_until_stopped(pid: int) -> None:
+    """Until every thread of `pid` is stopped (state T): SIGSTOP takes effect asynchronously."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        states = [(Path(f"/proc/{pid}/task/{task}/stat").read_text().rsplit(")", 1)[1].split()[0])
+                  for task in os.listdir(f"/proc/{pid}/task")]
+        if all(state == "T" for state in states):
+            return
+        time.sleep(0.001)
+    raise AssertionError(f"process {pid} did not stop")
+
+
 def test_queue_overflow_means_a_full_pass_and_new_folders_are_watched(tmp_path: Path, env: dict[str, str]) -> None:
     """The daemon is stopped while more events than the kernel queues are made (IN_Q_OVERFLOW),
     a folder among them: the next capture reads the whole tree, and a later change inside the
@@ -194,6 +206,7 @@ def test_queue_overflow_means_a_full_pass_and_new_folders_are_watched(tmp_path: 
         a, b = repo.root / "src" / "app.py", repo.root / "src" / "util.py"
         os.kill(client.proc.pid, signal.SIGSTOP)
         try:
+            _wait_until_stopped(client.proc.pid)  # else its reader may still drain events meanwhile
             with a.open("ab") as first, b.open("ab") as second:
                 for _ in range(limit // 2 + 100):  # alternating: consecutive events are not merged
                     first.write(b"a")
