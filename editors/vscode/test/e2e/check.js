@@ -116,8 +116,36 @@ async function toasts(page) {
   );
 }
 
+/**
+ * Waits for the toast whose message matches `pattern`, then rests the mouse on it, as a person
+ * reading it does: VS Code hides an info toast after 15 s unless the mouse is over it, and a
+ * slow machine can take that long between a toast showing and the check clicking its button.
+ */
 async function waitToast(page, pattern, what, timeout = TIMEOUT) {
-  return until(what, async () => (await toasts(page)).find((t) => pattern.test(t.text)), timeout);
+  let toast;
+  try {
+    toast = await until(what, async () => (await toasts(page)).find((t) => pattern.test(t.text)), timeout);
+  } catch (err) {
+    log(`toasts shown: ${JSON.stringify(await toasts(page))}`);
+    throw err;
+  }
+  const handle = await toastHandle(page, pattern);
+  if (handle) await handle.hover().catch(() => undefined); // it may close meanwhile: a click then says so
+  return toast;
+}
+
+/** The toast element whose message matches `pattern`, or undefined. */
+async function toastHandle(page, pattern) {
+  const handle = await page.evaluateHandle(
+    (src) =>
+      [...document.querySelectorAll('.notifications-toasts .notification-toast')].find((e) =>
+        new RegExp(src).test((e.querySelector('.notification-list-item-message')?.textContent || '').trim()),
+      ) || null,
+    pattern.source,
+  );
+  const element = handle.asElement();
+  if (!element) await handle.dispose();
+  return element || undefined;
 }
 
 async function clearToasts(page) {
@@ -687,19 +715,13 @@ async function operations(thread) {
 /** Clicks the button `label` of the toast whose message matches `pattern`. */
 async function clickToastButton(page, pattern, label) {
   await waitToast(page, pattern, `the message ${pattern}`);
-  const clicked = await page.evaluate(
-    (src, l) => {
-      const toast = [...document.querySelectorAll('.notifications-toasts .notification-toast')].find((e) =>
-        new RegExp(src).test((e.querySelector('.notification-list-item-message')?.textContent || '').trim()),
-      );
-      const b = toast && [...toast.querySelectorAll('.monaco-button')].find((x) => (x.textContent || '').trim() === l);
-      if (b) b.click();
-      return !!b;
-    },
-    pattern.source,
-    label,
-  );
-  if (!clicked) throw new Error(`no "${label}" button on the message ${pattern}: ${JSON.stringify(await toasts(page))}`);
+  const toast = await toastHandle(page, pattern);
+  const buttons = toast ? await toast.$$('.monaco-button') : [];
+  let target;
+  for (const b of buttons) if ((await b.evaluate((x) => (x.textContent || '').trim())) === label) target = b;
+  if (!target) throw new Error(`no "${label}" button on the message ${pattern}: ${JSON.stringify(await toasts(page))}`);
+  await target.click(); // the mouse, as a person clicks: VS Code closes the message on its action
+  await until(`the message ${pattern} to close after "${label}"`, async () => !(await toastHandle(page, pattern)), 10_000);
 }
 
 /**
