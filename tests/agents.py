@@ -116,6 +116,7 @@ class _Agent:
         env["XDG_CONFIG_HOME"] = str(self.base / "home" / ".config")
         env["XDG_CACHE_HOME"] = str(self.base / "home" / ".cache")
         env["XDG_STATE_HOME"] = str(self.base / "home" / ".local" / "state")
+        env["CTXD_HOOK_KEEPER_SECONDS"] = "20"  # the keepers the agents' hooks start end soon after their test
         return env
 
     def _run(self, args: list[str], cwd: Path) -> Run:

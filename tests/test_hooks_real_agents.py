@@ -4,7 +4,9 @@ included, each restorable to exactly the files as they were."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -68,6 +70,53 @@ def test_claude_code_write_edit_and_bash_each_have_a_checkpoint_before_them(
     restore(s, bash)
     assert s.repo.files()["hello.txt"] == "two\n"
     restore(s, edit)  # the one before the second change: exactly the files after the first
+    assert s.repo.files() == seen["after write"]
+    restore(s, turn)
+    assert "hello.txt" not in s.repo.files()
+
+
+def test_claude_code_with_no_editor_open_gets_the_same_checkpoints_from_the_hooks_and_their_keeper(
+        daemon_factory: Callable[..., Client], tmp_path: Path, state_dir: Path) -> None:
+    """An agent in a terminal, no daemon running: the first hook works alone and leaves a keeper
+    (ctxd/hooks/keeper.py), which takes the checkpoints of the hooks after it."""
+    s = setup(daemon_factory, tmp_path)
+    ws = s.repo.root
+    install(tmp_path, s, "claude")
+    assert s.client.shutdown() == 0  # no editor open
+    hooks_state = state_dir / "ctxd"  # the agent's XDG_STATE_HOME is the daemons' state dir
+    sockets = hooks_state / "hooks" / "sockets"
+    seen: dict[str, dict[str, str]] = {}
+
+    def keeper_listens() -> None:
+        deadline = time.monotonic() + 30
+        while not list(sockets.glob("keeper-*.sock")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    with MessagesServer() as server:
+        claude = Claude(s.base, s.claude_home, server, extra_env={"XDG_STATE_HOME": str(state_dir)})
+        server.script(
+            Reply(calls=[tool("t1", "Write", file_path=str(ws / "hello.txt"), content="one\n")], before=keeper_listens),
+            Reply(calls=[tool("t2", "Edit", file_path=str(ws / "hello.txt"), old_string="one", new_string="two")],
+                  before=lambda: seen.setdefault("after write", s.repo.files())),
+            Reply(calls=[tool("t3", "Bash", command="sed -i s/two/three/ hello.txt", description="sed")]),
+            Reply(text="Done."))
+        run: Run = claude.prompt("Write hello.txt, then change it twice", ws)
+        assert server.pending == 0
+    thread = f"claude:{run.json()['session_id']}"
+    assert s.repo.files()["hello.txt"] == "three\n"
+    taken = [line for line in (hooks_state / "hooks.log").read_text().splitlines() if ": checkpoint " in line]
+    assert len(taken) == 4 and "by the" not in taken[0], taken  # the turn's, alone
+    assert all("by the keeper" in line for line in taken[1:]), taken
+
+    s = dataclasses.replace(s, client=daemon_factory([ws]))  # an editor opens later: it lists and restores them
+    found = checkpoints(s, thread)
+    turn = one(found, lambda c: c["trigger"] == "turn")
+    edit = one(found, lambda c: c.get("tool", {}).get("name") == "Edit")
+    bash = one(found, lambda c: c.get("tool", {}).get("name") == "Bash")
+    assert len(found) == 3
+    restore(s, bash)
+    assert s.repo.files()["hello.txt"] == "two\n"
+    restore(s, edit)
     assert s.repo.files() == seen["after write"]
     restore(s, turn)
     assert "hello.txt" not in s.repo.files()

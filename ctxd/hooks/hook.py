@@ -190,19 +190,21 @@ def plan(agent: str, event: str, data: dict[str, Any], state_dir: Path) -> dict[
     return None
 
 
-def take_checkpoint(job: dict[str, Any]) -> None:
+def take_checkpoint(job: dict[str, Any]) -> bool:
+    """Take the job's checkpoint in this process; False when the workspace has them off."""
     from ctxd.ghost import snapshots as ghost
     from ctxd.settings import load_settings
 
     settings = load_settings(job["folder"])
     if settings.ghost.auto == "off":
         log(f"{job['thread']}: ghost.auto is off: no checkpoint")
-        return
+        return False
     started = time.monotonic()
     commit = ghost.snapshot(job["folder"], job["message"], settings=settings.ghost, trigger=job["trigger"],
                             thread=job["thread"], turn=job["turn"], tool=job["tool"], state_dir=job["stateDir"])
     log(f"{job['thread']}: checkpoint {commit['id'][:12]} ({job['trigger']}) in "
         f"{(time.monotonic() - started) * 1000:.0f} ms: {job['message']}")
+    return True
 
 
 def handed_to_daemon(job: dict[str, Any], deadline: float) -> bool:
@@ -217,13 +219,16 @@ def handed_to_daemon(job: dict[str, Any], deadline: float) -> bool:
         log(f"{job['thread']}: {answer['skipped']}: no checkpoint")
     else:
         commit = answer.get("commit") or {}
-        log(f"{job['thread']}: checkpoint {str(commit.get('id'))[:12]} ({job['trigger']}) by the daemon in "
+        log(f"{job['thread']}: checkpoint {str(commit.get('id'))[:12]} ({job['trigger']}) by the "
+            f"{'keeper' if answer.get('by') == 'keeper' else 'daemon'} in "
             f"{(time.monotonic() - started) * 1000:.0f} ms: {job['message']}")
     return True
 
 
 def run_bounded(job: dict[str, Any], deadline: float) -> None:
-    """The checkpoint in a child process; wait for it until `deadline`, then leave it to finish."""
+    """The checkpoint in a child process; wait for it until `deadline`, then leave it to finish.
+    The child, done, goes on as the workspace's keeper (`ctxd.hooks.keeper`) when one is wanted:
+    detached from the agent already, it closes its end of the pipe, which ends the wait."""
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: no stdio of the agent's, a session of its own, a bound of its own
@@ -236,9 +241,19 @@ def run_bounded(job: dict[str, Any], deadline: float) -> None:
             import signal
 
             signal.alarm(CHILD_SECONDS)
-            take_checkpoint(job)
+            if take_checkpoint(job):
+                from ctxd.hooks import keeper
+
+                if keeper.wanted():
+                    signal.alarm(0)
+                    os.closerange(3, 1 << 16)  # the pipe (the hook returns) and whatever the agent passed on
+                    args = keeper.command(job["folder"], job["stateDir"])
+                    try:
+                        os.execv(args[0], args)
+                    except OSError as error:
+                        log(f"{job.get('thread')}: no keeper: {describe(error)}")
         except BaseException as error:  # noqa: BLE001 - everything is logged, nothing reaches the agent
-            log(f"{job.get('thread')}: no checkpoint: {_describe(error)}")
+            log(f"{job.get('thread')}: no checkpoint: {describe(error)}")
         finally:
             os._exit(0)
     os.close(write_end)
@@ -247,14 +262,14 @@ def run_bounded(job: dict[str, Any], deadline: float) -> None:
     try:
         left = max(0.0, deadline - time.monotonic())
         if select.select([read_end], [], [], left)[0]:
-            os.waitpid(pid, 0)
+            os.waitpid(pid, os.WNOHANG)  # done; or the keeper now, which outlives this process
         else:
             log(f"{job['thread']}: the checkpoint goes on after the hook returned (over {DEADLINE_SECONDS:g} s)")
     finally:
         os.close(read_end)
 
 
-def _describe(error: BaseException) -> str:
+def describe(error: BaseException) -> str:
     message = getattr(error, "message", None) or str(error) or type(error).__name__
     return f"{type(error).__name__}: {message}"
 
@@ -293,5 +308,5 @@ def main(argv: list[str]) -> int:
         if job is not None and not handed_to_daemon(job, started + DEADLINE_SECONDS - HAND_OVER_MARGIN):
             run_bounded(job, started + DEADLINE_SECONDS)
     except BaseException as error:  # noqa: BLE001 - a hook of ctxd's never fails the agent
-        log(f"hook {argv[:2]!r}: {_describe(error)}")
+        log(f"hook {argv[:2]!r}: {describe(error)}")
     return 0

@@ -4,7 +4,7 @@ A daemon watches its workspaces' files (`ctxd.ghost.treewatch`), so its capture 
 what changed, and with nothing changed it answers from the index it kept without starting git
 for the files. A hook process could only read every file's stat data again. So the daemon
 listens on a Unix socket, `<state dir>/hooks/sockets/<pid>.sock` (a folder only its owner can
-enter); the hook sends its job (what `ctxd.hooks.hook.plan` made) as one JSON line and waits
+enter; a keeper, `ctxd.hooks.keeper`, listens there as `keeper-<pid>.sock`); the hook sends its job (what `ctxd.hooks.hook.plan` made) as one JSON line and waits
 for one JSON line back: the commit, or why not (not one of this daemon's folders, ghost.auto
 off, a failure). A connection from another user is closed unread (`SO_PEERCRED`).
 
@@ -102,9 +102,10 @@ def _ask_one(address: str, line: bytes, deadline: float) -> dict[str, Any] | Non
 class Listener:
     """The daemon's socket: each connection is one job, answered on a thread of its own."""
 
-    def __init__(self, state_dir: Path, take: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+    def __init__(self, state_dir: Path, take: Callable[[dict[str, Any]], dict[str, Any]], prefix: str = "") -> None:
         self.folder = _sockets(state_dir)
         self.take = take
+        self.prefix = prefix
         self.path: Path | None = None
         self._server: socket.socket | None = None
         self._closed = False
@@ -116,7 +117,7 @@ class Listener:
         os.chmod(self.folder.parent, 0o700)
         os.chmod(self.folder, 0o700)
         self._clean()
-        self.path = self.folder / f"{os.getpid()}.sock"
+        self.path = self.folder / f"{self.prefix}{os.getpid()}.sock"
         self.path.unlink(missing_ok=True)
         fd = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
@@ -138,10 +139,10 @@ class Listener:
             self.path.unlink(missing_ok=True)
 
     def _clean(self) -> None:
-        """Sockets of daemons that are gone."""
+        """Sockets of daemons (and keepers) that are gone."""
         for path in self.folder.glob("*.sock"):
             try:
-                os.kill(int(path.stem), 0)
+                os.kill(int(path.stem.rsplit("-", 1)[-1]), 0)
             except ProcessLookupError:
                 path.unlink(missing_ok=True)
             except (ValueError, OSError):
@@ -189,14 +190,15 @@ def daemon_checkpoint(folders: Callable[[], list[Any]], job: dict[str, Any]) -> 
                       if (os.path.realpath(w.root), os.path.realpath(w.state_dir)) == wanted), None)
     if workspace is None:
         return {"taken": False, "reason": "not a workspace of this daemon"}
-    if workspace.settings.ghost.auto == "off":
+    settings = workspace.settings.ghost
+    if settings.auto == "off":
         return {"taken": True, "skipped": "ghost.auto is off"}
     fields = {key: job.get(key) for key in ("thread", "trigger", "turn", "tool", "message")}
     if not isinstance(fields["thread"], str) or fields["trigger"] not in ("turn", "tool"):
         return {"taken": False, "reason": "no thread or trigger"}
     try:
         commit = ghost.snapshot(workspace.opened_root(), str(fields["message"] or ""),
-                                settings=workspace.settings.ghost, trigger=str(fields["trigger"]),
+                                settings=settings, trigger=str(fields["trigger"]),
                                 thread=fields["thread"],
                                 turn=fields["turn"] if isinstance(fields["turn"], dict) else None,
                                 tool=fields["tool"] if isinstance(fields["tool"], dict) else None,
