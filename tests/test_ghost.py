@@ -423,6 +423,33 @@ def test_snapshots_survive_gc_and_are_listed_newest_first(repo: Repo) -> None:
     assert (repo.root / "a.txt").read_text() == "one\n"
 
 
+def test_loose_objects_piling_up_make_the_store_repack(repo: Repo) -> None:
+    """Short captures write their blobs loose (no pack to sync): the store is repacked when git's own
+    estimate of loose objects (those in `objects/17`) says there are many, not only on many packs."""
+    import hashlib
+
+    repo.write("a.txt", "one\n")
+    first = ghost.snapshot(repo.root, "one")
+    store = repo.root / ".git" / "ctxd" / "store"
+    sample = store / "objects" / "17"
+    contents, n = [], 0
+    while len(contents) < 30:  # blobs whose ids start with 17, as a long session's loose objects do
+        data = f"loose {n}\n".encode()
+        if hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest().startswith("17"):
+            contents.append(data)
+        n += 1
+    for i, data in enumerate(contents):
+        (repo.root.parent / f"loose{i}").write_bytes(data)
+    repo.store("hash-object", "-w", *[str(repo.root.parent / f"loose{i}") for i in range(len(contents))])
+    assert len(os.listdir(sample)) >= 30
+    repo.write("a.txt", "two\n")
+    second = ghost.snapshot(repo.root, "two")
+    assert not sample.exists() or len(os.listdir(sample)) <= 1  # repacked: the unreferenced ones are gone
+    for snap, text in ((first, "one\n"), (second, "two\n")):
+        ghost.restore(repo.root, snap["id"])
+        assert (repo.root / "a.txt").read_text() == text
+
+
 @pytest.mark.parametrize("bad", ["--all", "-p", "HEAD", "main", "", "abc123", "a" * 40, "A" * 40,
                                  "0" * 39 + "g", "../../etc/passwd", None, 42])
 def test_bad_ids_are_refused_and_nothing_changes(repo: Repo, bad: object) -> None:

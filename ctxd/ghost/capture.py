@@ -40,6 +40,13 @@ is never captured (when tracked, it is already in the user's own history and is 
 
 _PACKED = ("-c", "core.bigFileThreshold=1")
 """Blobs go into one pack per command (git's bulk check-in) instead of one loose file each."""
+FEW_PATHS = 64
+"""Up to this many paths, blobs are written loose: a pack per capture costs more than a few files
+(it is synced to disk), and the packs would soon make the store repack (`ctxd.ghost.store.needs_gc`)."""
+
+
+def _store_flags(paths: int) -> tuple[str, ...]:
+    return () if paths <= FEW_PATHS else _PACKED
 
 
 def check_cancel(cancel: threading.Event | None) -> None:
@@ -575,7 +582,8 @@ class _Run:
                 self.site.git(*_PACKED, "add", "--update", "--", self.site.scope, index=self.index)
             elif paths:  # without the user's objects: what it hashes is stored here, so no pin copies it;
                 # no threads to stat a few files (git's preload starts up to 20 for any pathspec)
-                self.site.git(*_PACKED, "-c", "core.preloadIndex=false", "--literal-pathspecs", "add", "--update",
+                self.site.git(*_store_flags(len(paths)), "-c", "core.preloadIndex=false", "--literal-pathspecs",
+                              "add", "--update",
                               "--pathspec-from-file=-",
                               "--pathspec-file-nul", index=self.index, stdin=nul(paths), borrow=False)
         self.unchanged = self.meta is not None and seeded is not None and seeded == _stamp(self.index)
@@ -644,8 +652,8 @@ class _Run:
             site.git("--literal-pathspecs", "add", "--force", "--intent-to-add", "--pathspec-from-file=-",
                      "--pathspec-file-nul", index=index, stdin=nul(new_files + recheck))
         else:  # --remove: a file deleted since it was listed is simply left out
-            site.git(*_PACKED, "update-index", "--add", "--remove", "-z", "--stdin", index=index,
-                     stdin=nul(new_files + recheck))
+            site.git(*_store_flags(len(new_files) + len(recheck)), "update-index", "--add", "--remove", "-z",
+                     "--stdin", index=index, stdin=nul(new_files + recheck))
             self.unchanged = False
 
     def take_unmerged_outside_scope(self) -> None:

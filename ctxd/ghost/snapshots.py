@@ -210,7 +210,7 @@ def _retain(site: Site, settings: GhostSettings, keep_id: str) -> None:
             victims += [i for i in [i for _when, i in ids if mine(i)][kept:] if i not in held]
     for commit_id in victims:
         st.delete_ref(site, commit_id)
-    if st.pack_count(site) > st.MAX_PACKS:
+    if st.needs_gc(site):
         try:
             st.gc(site)
         except GitFailed:

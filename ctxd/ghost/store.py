@@ -55,7 +55,11 @@ ID = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
 REF_ROOT = "refs/ctxd"
 ATTRIBUTES = "* -text -eol -crlf -filter -ident -working-tree-encoding\n"
 MAX_PACKS = 24
-"""More packs than this (every capture writes one) and the store is repacked after a snapshot."""
+"""More packs than this (a capture that hashes many files writes one) and the store is repacked
+after a snapshot."""
+MAX_LOOSE_IN_SAMPLE = 27
+"""Or more loose objects than this in `objects/17` (about 6,900 in all: git's own `gc.auto`
+estimate; short captures write their few blobs, and every capture its trees, loose)."""
 
 _locks_guard = threading.Lock()
 _locks: dict[str, threading.Lock] = {}
@@ -555,6 +559,14 @@ def pack_count(site: Site) -> int:
     with contextlib.suppress(FileNotFoundError):
         return sum(1 for name in os.listdir(site.store / "objects" / "pack") if name.endswith(".pack"))
     return 0
+
+
+def needs_gc(site: Site) -> bool:
+    """Whether the store has gathered enough packs or loose objects to be repacked."""
+    with contextlib.suppress(FileNotFoundError):
+        if len(os.listdir(site.store / "objects" / "17")) > MAX_LOOSE_IN_SAMPLE:
+            return True
+    return pack_count(site) > MAX_PACKS
 
 
 def gc(site: Site) -> None:
