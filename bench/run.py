@@ -31,11 +31,11 @@ QUICK: dict[str, list[str]] = {
     "ghost": ["--rounds", "3"],
     "hooks": ["--rounds", "15"],
     "sessions": ["--mb", "20", "--appends", "20", "--idle-seconds", "5", "--turns", "5"],
-    "follow": ["--appends", "15", "--starts", "4", "--turns", "10"],
+    "follow": ["--appends", "15", "--starts", "4", "--turns", "20"],  # a p95 of 10 turns would be their slowest
     # The families on the held-out corpus when it is built (bench/real_corpus.py), else on the
     # committed subset; Claude's rows when CTXD_CLAUDE_PYTHON names an interpreter with ctok.
     "families": ["--rounds", "7"],
-    "recall": ["--items", "100000", "--mb", "20", "--mcp-runs", "3"],
+    "recall": ["--items", "100000", "--mb", "20", "--mcp-runs", "5"],
 }
 
 
