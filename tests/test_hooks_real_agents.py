@@ -39,25 +39,27 @@ def one(found: list[dict[str, Any]], check: Callable[[dict[str, Any]], bool]) ->
     return matching[0]
 
 
-def test_claude_code_write_edit_and_bash_each_have_a_checkpoint_before_them(
-        daemon_factory: Callable[..., Client], tmp_path: Path, state_dir: Path) -> None:
-    s = setup(daemon_factory, tmp_path)
+def claude_writes_then_changes_twice(s: Setup, state_dir: Path, first: Callable[[], None] | None = None
+                                     ) -> tuple[str, dict[str, str]]:
+    """The real Claude Code writes hello.txt with Write, changes it with Edit, then with Bash `sed -i`
+    (`first` runs before the model answers the prompt). Returns its thread and the files after the Write."""
     ws = s.repo.root
-    install(tmp_path, s, "claude")
     seen: dict[str, dict[str, str]] = {}
     with MessagesServer() as server:
         claude = Claude(s.base, s.claude_home, server, extra_env={"XDG_STATE_HOME": str(state_dir)})
         server.script(
-            Reply(calls=[tool("t1", "Write", file_path=str(ws / "hello.txt"), content="one\n")]),
+            Reply(calls=[tool("t1", "Write", file_path=str(ws / "hello.txt"), content="one\n")], before=first),
             Reply(calls=[tool("t2", "Edit", file_path=str(ws / "hello.txt"), old_string="one", new_string="two")],
                   before=lambda: seen.setdefault("after write", s.repo.files())),
             Reply(calls=[tool("t3", "Bash", command="sed -i s/two/three/ hello.txt", description="sed")]),
             Reply(text="Done."))
         run: Run = claude.prompt("Write hello.txt, then change it twice", ws)
         assert server.pending == 0
-    thread = f"claude:{run.json()['session_id']}"
     assert s.repo.files()["hello.txt"] == "three\n"
+    return f"claude:{run.json()['session_id']}", seen["after write"]
 
+
+def check_each_change_has_its_checkpoint(s: Setup, thread: str, after_write: dict[str, str]) -> None:
     found = checkpoints(s, thread)
     turn = one(found, lambda c: c["trigger"] == "turn")
     assert turn["turn"] == {"index": 1, "text": "Write hello.txt, then change it twice"}
@@ -70,9 +72,17 @@ def test_claude_code_write_edit_and_bash_each_have_a_checkpoint_before_them(
     restore(s, bash)
     assert s.repo.files()["hello.txt"] == "two\n"
     restore(s, edit)  # the one before the second change: exactly the files after the first
-    assert s.repo.files() == seen["after write"]
+    assert s.repo.files() == after_write
     restore(s, turn)
     assert "hello.txt" not in s.repo.files()
+
+
+def test_claude_code_write_edit_and_bash_each_have_a_checkpoint_before_them(
+        daemon_factory: Callable[..., Client], tmp_path: Path, state_dir: Path) -> None:
+    s = setup(daemon_factory, tmp_path)
+    install(tmp_path, s, "claude")
+    thread, after_write = claude_writes_then_changes_twice(s, state_dir)
+    check_each_change_has_its_checkpoint(s, thread, after_write)
 
 
 def test_claude_code_with_no_editor_open_gets_the_same_checkpoints_from_the_hooks_and_their_keeper(
@@ -80,46 +90,22 @@ def test_claude_code_with_no_editor_open_gets_the_same_checkpoints_from_the_hook
     """An agent in a terminal, no daemon running: the first hook works alone and leaves a keeper
     (ctxd/hooks/keeper.py), which takes the checkpoints of the hooks after it."""
     s = setup(daemon_factory, tmp_path)
-    ws = s.repo.root
     install(tmp_path, s, "claude")
     assert s.client.shutdown() == 0  # no editor open
     hooks_state = state_dir / "ctxd"  # the agent's XDG_STATE_HOME is the daemons' state dir
-    sockets = hooks_state / "hooks" / "sockets"
-    seen: dict[str, dict[str, str]] = {}
 
     def keeper_listens() -> None:
         deadline = time.monotonic() + 30
-        while not list(sockets.glob("keeper-*.sock")) and time.monotonic() < deadline:
+        while not list((hooks_state / "hooks" / "sockets").glob("keeper-*.sock")) and time.monotonic() < deadline:
             time.sleep(0.05)
 
-    with MessagesServer() as server:
-        claude = Claude(s.base, s.claude_home, server, extra_env={"XDG_STATE_HOME": str(state_dir)})
-        server.script(
-            Reply(calls=[tool("t1", "Write", file_path=str(ws / "hello.txt"), content="one\n")], before=keeper_listens),
-            Reply(calls=[tool("t2", "Edit", file_path=str(ws / "hello.txt"), old_string="one", new_string="two")],
-                  before=lambda: seen.setdefault("after write", s.repo.files())),
-            Reply(calls=[tool("t3", "Bash", command="sed -i s/two/three/ hello.txt", description="sed")]),
-            Reply(text="Done."))
-        run: Run = claude.prompt("Write hello.txt, then change it twice", ws)
-        assert server.pending == 0
-    thread = f"claude:{run.json()['session_id']}"
-    assert s.repo.files()["hello.txt"] == "three\n"
+    thread, after_write = claude_writes_then_changes_twice(s, state_dir, first=keeper_listens)
     taken = [line for line in (hooks_state / "hooks.log").read_text().splitlines() if ": checkpoint " in line]
     assert len(taken) == 4 and "by the" not in taken[0], taken  # the turn's, alone
     assert all("by the keeper" in line for line in taken[1:]), taken
-
-    s = dataclasses.replace(s, client=daemon_factory([ws]))  # an editor opens later: it lists and restores them
-    found = checkpoints(s, thread)
-    turn = one(found, lambda c: c["trigger"] == "turn")
-    edit = one(found, lambda c: c.get("tool", {}).get("name") == "Edit")
-    bash = one(found, lambda c: c.get("tool", {}).get("name") == "Bash")
-    assert len(found) == 3
-    restore(s, bash)
-    assert s.repo.files()["hello.txt"] == "two\n"
-    restore(s, edit)
-    assert s.repo.files() == seen["after write"]
-    restore(s, turn)
-    assert "hello.txt" not in s.repo.files()
+    # An editor opened later lists them and restores each.
+    check_each_change_has_its_checkpoint(dataclasses.replace(s, client=daemon_factory([s.repo.root])), thread,
+                                         after_write)
 
 
 class HookedCodex(Codex):
