@@ -450,6 +450,55 @@ def test_loose_objects_piling_up_make_the_store_repack(repo: Repo) -> None:
         assert (repo.root / "a.txt").read_text() == text
 
 
+def test_the_kept_index_is_split_and_counted_right_through_many_captures(repo: Repo) -> None:
+    """ctxd's own indexes are split (a shared index in the store, the index file what changed):
+    the entry count read from the two files (`index_entry_count`, used for `fileCount`) must be
+    git's own, whatever was added, changed and deleted; shared files no kept index names go."""
+    import random
+    import subprocess
+    import time as clock
+
+    from ctxd.ghost.store import SHARED_INDEX_GRACE_SECONDS
+
+    store = repo.root / ".git" / "ctxd" / "store"
+    rng = random.Random(7)
+    for n in range(60):
+        repo.write(f"many/f{n:03d}.txt", f"{n}\n")
+    repo.git("add", "-A")
+    repo.git("commit", "-qm", "many")
+    names = [f"many/f{n:03d}.txt" for n in range(60)]
+    for step in range(25):
+        for _ in range(rng.randint(1, 6)):
+            action = rng.choice(("add", "change", "delete"))
+            if action == "add" or not names:
+                names.append(f"new/s{step}_{rng.randint(0, 10**6)}.txt")
+                repo.write(names[-1], "new\n")
+            elif action == "change":
+                repo.write(rng.choice(names), f"changed {step}\n")
+            else:
+                victim = names.pop(rng.randrange(len(names)))
+                (repo.root / victim).unlink()
+        snap = ghost.snapshot(repo.root, f"step {step}")
+        kept = next(store.glob("cache-*.index"))
+        listed = subprocess.run(["git", f"--git-dir={store}", "ls-files", "-z"], env={**os.environ,
+                                "GIT_INDEX_FILE": str(kept)}, capture_output=True, check=True).stdout.count(b"\0")
+        assert capture.index_entry_count(kept, store) == listed
+        in_tree = repo.store("ls-tree", "-r", "--name-only", snap["id"]).splitlines()
+        assert snap["fileCount"] == len(in_tree) == listed
+    assert b"link" in kept.read_bytes()  # split: the kept index names its shared index
+    live = set(store.glob("sharedindex.*"))
+    stale = store / ("sharedindex." + "ab" * 20)
+    stale.write_bytes(b"DIRC")
+    old = clock.time() - SHARED_INDEX_GRACE_SECONDS - 10
+    for path in (*live, stale):
+        os.utime(path, (old, old))
+    repo.write("a.txt", "after\n")
+    ghost.snapshot(repo.root, "after")
+    assert not stale.exists()
+    remaining = set(store.glob("sharedindex.*"))
+    assert remaining and all(capture.index_entry_count(k, store) > 0 for k in store.glob("cache-*.index"))
+
+
 @pytest.mark.parametrize("bad", ["--all", "-p", "HEAD", "main", "", "abc123", "a" * 40, "A" * 40,
                                  "0" * 39 + "g", "../../etc/passwd", None, 42])
 def test_bad_ids_are_refused_and_nothing_changes(repo: Repo, bad: object) -> None:
@@ -566,7 +615,7 @@ def test_split_index(repo: Repo, monkeypatch: pytest.MonkeyPatch) -> None:
     assert colds == [False]  # the user's index was used as it is, not rebuilt from HEAD
     assert repo.state() == before
     assert {p.name: p.read_bytes() for p in repo.git_dir.glob("sharedindex.*")} == shared_before
-    assert not list(store_dir(repo).glob("sharedindex.*"))
+    assert not {p.name for p in store_dir(repo).glob("sharedindex.*")} & set(shared_before)  # its copy is gone
 
     repo.write("second.txt", "staged later\n")
     repo.git("add", "second.txt")  # the user's git writes a new split index

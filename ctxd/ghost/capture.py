@@ -22,7 +22,7 @@ from typing import Any, Generic, TypeVar, cast
 
 from ctxd.errors import Cancelled, GitFailed
 from ctxd.ghost import treewatch
-from ctxd.ghost.store import Site, now_ns
+from ctxd.ghost.store import Site, drop_unused_shared_indexes, now_ns, shared_index_of
 from ctxd.settings import GhostSettings
 
 DEPENDENCY_DIRS = frozenset({
@@ -247,13 +247,47 @@ def _group_of(path: str, expanded: set[str], prefix: str) -> str:
     return ""
 
 
-def index_entry_count(index: Path) -> int:
-    """Entries in an index file, read from its header ("DIRC", version, count)."""
+def index_entry_count(index: Path, git_dir: Path | None = None) -> int:
+    """Entries in an index file, read from its header ("DIRC", version, count). A split index (one
+    of ctxd's, in `git_dir`) holds the entries that replace some of its shared index's and the
+    entries it adds, and its `link` extension says which of the shared index's entries it deletes
+    and which it replaces (two EWAH bitmaps)."""
     with index.open("rb") as handle:
-        header = handle.read(12)
+        data = handle.read() if git_dir is not None else handle.read(12)
+    count = _header_count(data)
+    shared = shared_index_of(git_dir, data) if git_dir is not None else None
+    if shared is None:
+        return count
+    with shared.open("rb") as handle:
+        base = _header_count(handle.read(12))
+    at = data.find(bytes.fromhex(shared.name.split(".", 1)[1])) + 20
+    deleted, at = _ewah_set_bits(data, at)
+    replaced, _ = _ewah_set_bits(data, at)
+    return base - deleted + count - replaced
+
+
+def _header_count(header: bytes) -> int:
     if len(header) < 12 or header[:4] != b"DIRC":
         return 0
     return int(struct.unpack(">I", header[8:12])[0])
+
+
+def _ewah_set_bits(data: bytes, at: int) -> tuple[int, int]:
+    """The bits set in the EWAH bitmap at `at` (git's ewah_io.c), and where the bytes after it start:
+    its size in bits, its count of 64-bit words, the words, the position of the last marker word.
+    A marker word says whether a run of whole words is all ones (bit 0), how long the run is
+    (the next 32 bits), and how many words given as they are follow it (the top 31 bits)."""
+    _bits, words = struct.unpack_from(">II", data, at)
+    values = struct.unpack_from(f">{words}Q", data, at + 8)
+    count, i = 0, 0
+    while i < words:
+        marker = values[i]
+        if marker & 1:
+            count += ((marker >> 1) & 0xFFFFFFFF) * 64
+        literal = marker >> 33
+        count += sum(bin(word).count("1") for word in values[i + 1:i + 1 + literal])
+        i += 1 + literal
+    return count, at + 8 + 8 * words + 4
 
 
 @dataclass
@@ -697,10 +731,12 @@ class _Run:
         known["listing"] = {**self.listed, "limits": [settings.max_untracked_dir_files]}
         deleted: list[str] = []
         # The index holds the user's entries, less the tracked files missing from disk, plus `files`.
-        if known["userCount"] - len(self.hidden) + len(self.files) != index_entry_count(self.index):
+        if known["userCount"] - len(self.hidden) + len(self.files) != index_entry_count(self.index, site.store):
             kept = set(site.paths("ls-files", "-z", index=self.index))
             deleted = sorted(p for p in user.paths() - kept - set(self.hidden) if site.in_scope(p))
-        return self.cache.save(self.index, known, self.files, deleted)
+        stamp = self.cache.save(self.index, known, self.files, deleted)
+        drop_unused_shared_indexes(site.store)
+        return stamp
 
 
 def _copy_user_index(site: Site, index: Path) -> None:
@@ -714,7 +750,7 @@ def _copy_user_index(site: Site, index: Path) -> None:
     import shutil  # here: the common capture (a kept seed) does without it
 
     shutil.copy2(site.user_index, index)
-    shared = _shared_index(site.user_git_dir, index.read_bytes())
+    shared = shared_index_of(site.user_git_dir, index.read_bytes())
     if shared is not None:
         copy = site.store / shared.name
         try:
@@ -748,21 +784,6 @@ def _unmark_local_edits(site: Site, index: Path) -> None:
             site.git("update-index", flag, "-z", "--stdin", index=index, stdin=b"".join(p + b"\0" for p in paths))
 
 
-def _shared_index(git_dir: Path, data: bytes) -> Path | None:
-    """The `sharedindex.<id>` that an index's `link` extension (the split index's) names, if any."""
-    if b"link" not in data:
-        return None
-    for shared in git_dir.glob("sharedindex.*"):
-        try:
-            oid = bytes.fromhex(shared.name.split(".", 1)[1])
-        except ValueError:
-            continue
-        at = data.find(oid)
-        if at >= 8 and data[at - 8:at - 4] == b"link":  # "link", its size, then the shared index's id
-            return shared
-    return None
-
-
 def _seed(kept: Path, index: Path) -> None:
     """Start a temporary index from the kept one: a second name for the same file, since git never
     writes an index in place (it writes `<index>.lock` and renames it over), so the kept one stays
@@ -785,5 +806,5 @@ def _stamp(index: Path) -> tuple[int, int, int] | None:
 
 def file_count(site: Site, state: State) -> int:
     if not site.prefix:
-        return index_entry_count(state.index) if state.index.exists() else 0
+        return index_entry_count(state.index, site.store) if state.index.exists() else 0
     return len(site.paths("ls-files", "-z", "--", site.scope, index=state.index))

@@ -61,6 +61,15 @@ MAX_LOOSE_IN_SAMPLE = 27
 """Or more loose objects than this in `objects/17` (about 6,900 in all: git's own `gc.auto`
 estimate; short captures write their few blobs, and every capture its trees, loose)."""
 
+SPLIT_INDEX = ("-c", "core.splitIndex=true", "-c", "splitIndex.sharedIndexExpire=never")
+"""ctxd's own indexes are split: a `sharedindex.<id>` in the store holds the entries, the index
+file what changed since. A short capture of a large repository then reads its entries but writes
+a few KB (twice: `add`, then `write-tree`) instead of all of them. Shared files no kept index
+names are removed by ctxd (`drop_unused_shared_indexes`), not after git's two weeks."""
+SHARED_INDEX_GRACE_SECONDS = 3600
+"""A shared index file no kept index names is removed once it has not been used for this long
+(git marks one as used whenever it reads an index that names it)."""
+
 _locks_guard = threading.Lock()
 _locks: dict[str, threading.Lock] = {}
 
@@ -118,7 +127,7 @@ class Site:
         env["GIT_INDEX_FILE"] = str(index) if index is not None else str(self.tmp_dir() / "none.index")
         if borrow and self.user_objects is not None:
             env["GIT_ALTERNATE_OBJECT_DIRECTORIES"] = str(self.user_objects)
-        return gitcmd.run([f"--git-dir={self.store}", f"--work-tree={self.top}", *args], cwd=self.top,
+        return gitcmd.run([*SPLIT_INDEX, f"--git-dir={self.store}", f"--work-tree={self.top}", *args], cwd=self.top,
                           env=env, stdin=stdin, ok=ok)
 
     def user(self, *args: str, stdin: bytes | None = None, ok: tuple[int, ...] = (0,)) -> tuple[int, bytes]:
@@ -581,6 +590,40 @@ def gc(site: Site) -> None:
     trees = site.out("for-each-ref", "--format=%(tree)", REF_ROOT, borrow=False).split()
     if trees:  # every tree a snapshot still has is complete here: later pins start from them
         (site.store / "pinned-trees").write_text("\n".join(dict.fromkeys(trees)) + "\n", "ascii")
+
+
+def shared_index_of(git_dir: Path, data: bytes) -> Path | None:
+    """The `sharedindex.<id>` of `git_dir` that a split index's `link` extension names (`data`: the
+    index file's bytes), if any: "link", the extension's size, then the shared index's id."""
+    if b"link" not in data:
+        return None
+    for shared in git_dir.glob("sharedindex.*"):
+        try:
+            oid = bytes.fromhex(shared.name.split(".", 1)[1])
+        except ValueError:
+            continue
+        at = data.find(oid)
+        if at >= 8 and data[at - 8:at - 4] == b"link":
+            return shared
+    return None
+
+
+def drop_unused_shared_indexes(store: Path) -> None:
+    """Remove the store's shared index files that no kept index (`cache-*.index`) names and that
+    no one used for an hour. Runs with the store locked, after a capture kept its index."""
+    shared = list(store.glob("sharedindex.*"))
+    kept = list(store.glob("cache-*.index"))
+    if len(shared) <= len(kept):
+        return
+    named = set()
+    for index in kept:
+        with contextlib.suppress(OSError):
+            named.add(shared_index_of(store, index.read_bytes()))
+    old = time.time() - SHARED_INDEX_GRACE_SECONDS
+    for path in shared:
+        with contextlib.suppress(OSError):
+            if path not in named and path.stat().st_mtime < old:
+                path.unlink()
 
 
 def replace_locked(pending: Path, path: Path) -> None:
