@@ -617,9 +617,8 @@ class _Run:
             elif paths:  # without the user's objects: what it hashes is stored here, so no pin copies it;
                 # no threads to stat a few files (git's preload starts up to 20 for any pathspec)
                 self.site.git(*_store_flags(len(paths)), "-c", "core.preloadIndex=false", "--literal-pathspecs",
-                              "add", "--update",
-                              "--pathspec-from-file=-",
-                              "--pathspec-file-nul", index=self.index, stdin=nul(paths), borrow=False)
+                              "add", "--update", "--pathspec-from-file=-", "--pathspec-file-nul",
+                              index=self.index, stdin=nul(paths), borrow=False)
         self.unchanged = self.meta is not None and seeded is not None and seeded == _stamp(self.index)
         self.unmerged = set() if self.meta is not None else self.user.unmerged()
 

@@ -127,8 +127,8 @@ class Site:
         env["GIT_INDEX_FILE"] = str(index) if index is not None else str(self.tmp_dir() / "none.index")
         if borrow and self.user_objects is not None:
             env["GIT_ALTERNATE_OBJECT_DIRECTORIES"] = str(self.user_objects)
-        return gitcmd.run([*SPLIT_INDEX, f"--git-dir={self.store}", f"--work-tree={self.top}", *args], cwd=self.top,
-                          env=env, stdin=stdin, ok=ok)
+        return gitcmd.run([*SPLIT_INDEX, f"--git-dir={self.store}", f"--work-tree={self.top}", *args],
+                          cwd=self.top, env=env, stdin=stdin, ok=ok)
 
     def user(self, *args: str, stdin: bytes | None = None, ok: tuple[int, ...] = (0,)) -> tuple[int, bytes]:
         """A read-only git command in the user's repository, as git itself would see it (their

@@ -24,7 +24,10 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ctxd.settings import Settings
 
 IDLE_SECONDS = 600.0
 TICK_SECONDS = 2.0
@@ -69,7 +72,7 @@ class KeptFolder:
         self.identity = _identity(root)
 
     @property
-    def settings(self) -> Any:
+    def settings(self) -> Settings:
         from ctxd.settings import load_settings
 
         return load_settings(self.root)

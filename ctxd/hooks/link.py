@@ -4,8 +4,8 @@ A daemon watches its workspaces' files (`ctxd.ghost.treewatch`), so its capture 
 what changed, and with nothing changed it answers from the index it kept without starting git
 for the files. A hook process could only read every file's stat data again. So the daemon
 listens on a Unix socket, `<state dir>/hooks/sockets/<pid>.sock` (a folder only its owner can
-enter; a keeper, `ctxd.hooks.keeper`, listens there as `keeper-<pid>.sock`); the hook sends its job (what `ctxd.hooks.hook.plan` made) as one JSON line and waits
-for one JSON line back: the commit, or why not (not one of this daemon's folders, ghost.auto
+enter; a keeper, `ctxd.hooks.keeper`, listens there as `keeper-<pid>.sock`); the hook sends its
+job (what `ctxd.hooks.hook.plan` made) as one JSON line and waits for one JSON line back: the commit, or why not (not one of this daemon's folders, ghost.auto
 off, a failure). A connection from another user is closed unread (`SO_PEERCRED`).
 
 Nothing changes for the hook when there is no daemon, or it answers nothing usable in time: it
@@ -102,7 +102,8 @@ def _ask_one(address: str, line: bytes, deadline: float) -> dict[str, Any] | Non
 class Listener:
     """The daemon's socket: each connection is one job, answered on a thread of its own."""
 
-    def __init__(self, state_dir: Path, take: Callable[[dict[str, Any]], dict[str, Any]], prefix: str = "") -> None:
+    def __init__(self, state_dir: Path, take: Callable[[dict[str, Any]], dict[str, Any]],
+                 prefix: str = "") -> None:
         self.folder = _sockets(state_dir)
         self.take = take
         self.prefix = prefix
