@@ -75,6 +75,28 @@ def test_a_store_indexed_by_another_version_is_indexed_again(tmp_path: Path) -> 
     store.close()
 
 
+def test_the_index_merges_its_segments_sixteen_at_a_time_in_old_stores_too(tmp_path: Path) -> None:
+    """FTS5's default merges four segments at a time, copying every entry more often than 16 does
+    (bench/bench_recall.py --only source); a store whose index was made with it is set on open."""
+    path = tmp_path / "s.sqlite3"
+    store = Store(path, workspace=tmp_path)
+    store.append("t", [body("the cache key is sha256 of poetry.lock")])
+    store.close()
+
+    def automerge() -> int:
+        with sqlite3.connect(path) as db:
+            return int(db.execute("SELECT v FROM recall_fts_config WHERE k = 'automerge'").fetchone()[0])
+
+    assert automerge() == search.AUTOMERGE == 16
+    with sqlite3.connect(path) as db:
+        db.execute("INSERT INTO recall_fts (recall_fts, rank) VALUES ('automerge', 4)")
+    assert automerge() == 4
+    store = Store(path, workspace=tmp_path)
+    assert found(store, "poetry lock") == [1]
+    store.close()
+    assert automerge() == 16
+
+
 def test_queries_are_never_read_as_fts_syntax() -> None:
     assert search.query_terms('NEAR(a b) OR "x y" -z col:w getUserName') == [
         '"NEAR a"', '"b"', '"OR"', '"x y"', '"z"', '"col w"', '("getUserName" OR "get User Name")']
@@ -84,15 +106,33 @@ def test_queries_are_never_read_as_fts_syntax() -> None:
 
 def test_an_item_is_indexed_by_its_distinct_lines_in_their_order() -> None:
     """A text made of one block printed again and again is read by two comparisons rather than a
-    split of every copy: what it gives is exactly the distinct lines of the whole text."""
+    split of every copy, and a text whose middle lines repeat is split and each line kept once:
+    both give exactly the distinct lines of the whole text. Any other text gives every one of its
+    lines, in their order, and no other."""
     rng = random.Random(29)
+    lines = ["def f(x):", "    return x", "", "ok", "a b", "progress: 40% of the download", "warning: unused import"]
+    deduplicated = 0
     for _ in range(3000):
-        block = "\n".join(rng.choice(["def f(x):", "    return x", "", "ok", "a b"]) for _ in range(rng.randrange(1, 5)))
-        text = (block + "\n") * rng.randrange(1, 12) + rng.choice(["", "def", "ok\n", "tail line"])
+        block = "\n".join(rng.choice(lines) for _ in range(rng.randrange(1, 5)))
+        text = (block + "\n") * rng.randrange(1, 60) + rng.choice(["", "def", "ok\n", "tail line"])
         if rng.random() < 0.3:
             text = "".join(rng.choice("ab\n ") for _ in range(rng.randrange(40)))
+        elif rng.random() < 0.3:
+            text = "\n".join(rng.choice(lines) for _ in range(rng.randrange(120)))
         item = {"type": "function_call_output", "call_id": "c", "output": text}
-        assert search.index_text(item) == (text if text.count("\n") < 8 else "\n".join(dict.fromkeys(text.split("\n"))))
+        indexed = search.index_text(item)
+        distinct = "\n".join(dict.fromkeys(text.split("\n")))
+        if len(text) < search._SHORT_TEXT:
+            assert indexed == text
+        elif indexed == distinct:
+            deduplicated += 1
+        else:
+            assert list(dict.fromkeys(indexed.split("\n"))) == list(dict.fromkeys(text.split("\n")))
+    assert deduplicated > 500
+    progress = "".join(f"step {n}: compiled crate_{n}\nprogress: 40% of the download\n" for n in range(50))
+    assert search.index_text({"type": "function_call_output", "call_id": "c", "output": progress}).count("40%") == 1
+    source = "".join(f"def f_{n}(x):\n    return x + {n}\n" for n in range(50))
+    assert search.index_text({"type": "function_call_output", "call_id": "c", "output": source}) == source
 
 
 def test_any_shape_of_item_gives_its_words() -> None:

@@ -36,10 +36,16 @@ from ctxd.ledger.rules import is_real_user_message
 INDEX_VERSION = "5"
 SEQ_BITS = 32
 BATCH = 2000  # items indexed per transaction: other writers wait at most one batch
+# Each transaction that indexes writes one segment; FTS5 merges them this many at a time. Its
+# default, 4, copies every word's entry about twice as often as 16 does, which shows in the cost of
+# indexing text that repeats little (`bench/bench_recall.py --only source`). A search reads up to
+# this many segments per level, which `bench/bench_recall.py --only speed` times.
+AUTOMERGE = 16
 
+FTS_TABLE = ("CREATE VIRTUAL TABLE recall_fts USING fts5(text, parts, content='', "
+             "tokenize='porter unicode61 remove_diacritics 2')")
 _TABLES = (
-    "CREATE VIRTUAL TABLE recall_fts USING fts5(text, parts, content='', "
-    "tokenize='porter unicode61 remove_diacritics 2')",
+    FTS_TABLE,
     "CREATE TABLE recall_threads (id INTEGER PRIMARY KEY, thread TEXT NOT NULL UNIQUE, "
     "upto INTEGER NOT NULL DEFAULT 0)",
     "CREATE TABLE recall_turns (rid INTEGER PRIMARY KEY, n INTEGER NOT NULL)",
@@ -70,7 +76,8 @@ _TRIGGERS = (
 _SKIPPED_KEYS = frozenset({"type", "role", "id", "call_id", "status", "encrypted_content", "image_url", "detail",
                            "ghost_commit", "format"})
 _PART = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
-_CAMEL = re.compile(r"[a-z][A-Z]")  # where a camelCase word may be: most texts have none
+_SHORT_TEXT = 512  # shorter texts are indexed as they are: too short for repeats to cost much
+_SHORT_LINE = 12  # lines this long or shorter repeat in any source file ("    }", "return x")
 _MAX_PART_WORD = 64  # longer runs are hashes or blobs, not identifiers
 
 
@@ -138,14 +145,30 @@ def _part_texts(parts: Any) -> str | None:
 
 
 def index_text(item: Any) -> str:
-    """What the index holds of an item: its words (`item_text`), each distinct line once. A line
-    repeated in one item (a log's progress lines, the same warning, the same code) adds no word
-    to find, and BM25 weighs repeats little; FTS5's cost is per word (`bench/bench_recall.py`).
-    Snippets and `ctxd/item` read the whole text."""
+    """What the index holds of an item: its words (`item_text`), each distinct line once when
+    its lines repeat. A line repeated in one item (a log's progress lines, the same warning, the
+    same code) adds no word to find, and BM25 weighs repeats little; FTS5's cost is per word
+    (`bench/bench_recall.py`). Snippets and `ctxd/item` read the whole text."""
     text = item_text(item)
-    if text.count("\n") < 8:
+    if len(text) < _SHORT_TEXT or not _repeats_lines(text):
         return text
     return "\n".join(dict.fromkeys(_one_period(text).split("\n")))
+
+
+def _repeats_lines(text: str) -> bool:
+    """Whether the first line past the middle of `text` that is longer than a closing brace or a
+    short statement is there more than once: a cheap sign (one scan) that leaving out repeated
+    lines is worth a split of every line. (A text whose lines differ, as a file's source mostly
+    does, is then indexed as it is; that adds no word, only repeats.)"""
+    start = text.find("\n", len(text) // 2)
+    for _ in range(4):
+        end = text.find("\n", start + 1)
+        if end < 0:
+            return False
+        if end - start > _SHORT_LINE:
+            return text.count(text[start:end + 1]) > 1
+        start = end
+    return False
 
 
 def _one_period(text: str) -> str:
@@ -204,12 +227,12 @@ _CLASSES = _class_table()
 def identifier_parts(text: str) -> str:
     """The parts of every camelCase word in `text` (`getUserName` -> `get User Name`, `HTTPServer2`
     -> `HTTP Server 2`), each word's parts together."""
-    if _CAMEL.search(text) is None:
-        return ""
     raw = text.encode("utf-8", "surrogatepass")
     classes = raw.translate(_CLASSES)
-    words: set[bytes] = set()
     at = classes.find(b"aA")
+    if at < 0:
+        return ""
+    words: set[bytes] = set()
     while at >= 0:
         start = classes.rfind(b" ", 0, at) + 1
         end = classes.find(b" ", at)
@@ -260,6 +283,8 @@ def install(db: sqlite3.Connection) -> bool:
         for statement in (*_DROP, *_TABLES):
             db.execute(statement)
         db.execute("INSERT OR REPLACE INTO meta VALUES ('recall_index', ?)", (INDEX_VERSION,))
+    if db.execute("SELECT v FROM recall_fts_config WHERE k = 'automerge'").fetchone() != (AUTOMERGE,):
+        db.execute("INSERT INTO recall_fts (recall_fts, rank) VALUES ('automerge', ?)", (AUTOMERGE,))
     for statement in _TRIGGERS:
         db.execute(statement)
     return True
