@@ -243,14 +243,16 @@ def test_bad_lines_are_skipped_and_nothing_unencodable_leaves_a_reader(tmp_path:
     lines[3:3] = [b"[" * 100_000 + b"]" * 100_000,  # too deeply nested: RecursionError, not ValueError
                   b'{"type": "response_item", "payload": {"type": "message", "score": NaN}}',
                   b'{"type": "response_item", "payload": {"type": "message", "t": Infinity}}',
-                  b'{"type": "response_item", "payload": {"type": "message", "t": 1e999}}']
+                  b'{"type": "response_item", "payload": {"type": "message", "t": 1e999}}',
+                  b'{"type": "response_item", "payload": {"type": "message"}} {"type": "response_item"}']
+    lines[0] = b"  " + lines[0] + b" \r"  # whitespace around a record is not part of it
     lines += [json.dumps(r).encode() for r in fx.codex_turn("undo \ud800 that", "2025-10-03T10:09:00.000Z")]
     path = tmp_path / "rollout-x.jsonl"
     path.write_bytes(b"\n".join(lines) + b"\n")
     reader_ = CodexReader(str(path))
     change = reader_.read()
     s = reader_.session
-    assert s.bad_lines == 4 and len(s.items) == 7 and s.turns[-1].text == "undo \ufffd that"
+    assert s.bad_lines == 5 and len(s.items) == 7 and s.turns[-1].text == "undo \ufffd that" and s.id == fx.CODEX_ID
     json.dumps([s.items, s.title, [t.text for t in s.turns]], allow_nan=False).encode("utf-8")  # strict, encodable
     assert change.appended == s.items
     nested = tmp_path / "rollout-nested.jsonl"

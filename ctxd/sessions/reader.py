@@ -64,12 +64,15 @@ def parse(line: str) -> dict[str, Any] | None:
     """One line as a JSON object, or None when it is not one a ledger can store (bad JSON, too
     deeply nested, NaN/Infinity). Lone surrogates are replaced, so nothing unencodable leaves."""
     try:
-        rec = _DECODER.decode(line)
-        if type(rec) is not dict:
+        try:  # `decode` less its two whitespace scans, done below only when a line has any
+            rec, end = _DECODER.raw_decode(line)
+        except ValueError:
+            rec, end = _DECODER.decode(line), len(line)  # whitespace first (or bad JSON: raises)
+        if type(rec) is not dict or (end < len(line) and not line[end:].isspace()):
             return None
         if line.count("{") + line.count("[") > MAX_DEPTH and _depth(rec) > MAX_DEPTH:
             return None
-        return _clean(rec) if _ESCAPED_SURROGATE.search(line) else rec
+        return _clean(rec) if "\\u" in line and _ESCAPED_SURROGATE.search(line) else rec
     except (ValueError, RecursionError):
         return None
 
