@@ -1,10 +1,13 @@
 """Recall (`ctxd/recall`, issue #29): does it find what a compaction replaced, how fast, and what
 the index costs.
 
-- 60 planted facts, each queried with 2-3 words that are not its sentence, after a compaction: the
-  fact's item in the top 3, per place (tool outputs, user messages, assistant text); goal >= 95%.
+- 60 planted facts, each queried with 2-3 words that are not its sentence, and asked as a question
+  ("which port does the billing service listen on"), after a compaction: the fact's item in the
+  top 3, per place (tool outputs, user messages, assistant text) and way of asking; goal >= 95%.
 - `ctxd/recall` through the daemon on a 200k-item thread, p95; floor: the same queries on a plain
   SQLite FTS5 table of the same texts, in-process, p95; goal <= 3x, and the issue's <= 50 ms.
+  Questions as an agent asks them: p95, the issue's <= 50 ms (no floor: a plain FTS5 query of
+  their words finds nothing, where recall falls back to fewer words).
 - Indexing a 50 MB Codex rollout's items as the mirror appends them (CPU: the append with the
   index less the append without); floor: `json.loads` over the rollout's lines; goal <= 2x.
 - The index's size against the text it indexes; goal <= 1.5x.
@@ -57,6 +60,7 @@ from tests.helpers import assistant, output, shell_call, user  # noqa: E402
 from tests.rpc import start_daemon  # noqa: E402
 
 PLACES = ("tool output", "user message", "assistant text")
+ASKED = {"query": "keywords", "question": "questions"}  # each fact is looked for both ways
 # A search is a round trip to the daemon, a count and one to five FTS5 queries (ctxd/ledger/search.py's
 # stages), and up to `limit` items read for their snippets; the floor is one FTS5 query in-process.
 RATIO_GOAL = 3.0
@@ -77,8 +81,9 @@ LIBRARIES = [("httpx", "requests"), ("orjson", "ujson"), ("pydantic", "attrs"), 
 
 
 def facts() -> list[dict[str, Any]]:
-    """60 facts of five kinds; each with its sentence, and a query that shares two or three of
-    its words (in other forms where English has them) but is not the sentence."""
+    """60 facts of five kinds; each with its sentence, a query that shares two or three of its
+    words (in other forms where English has them) but is not the sentence, and a question of the
+    kind an agent asks `recall` ("which port does the billing service listen on")."""
     rng = random.Random(29)
     out = []
     for n in range(12):
@@ -88,17 +93,21 @@ def facts() -> list[dict[str, Any]]:
         code = f"E{rng.randrange(1000, 9999)}"
         out += [
             {"kind": "port", "text": f"The {service} service listens on port {port} in staging.",
-             "query": f"{service} ports", "needle": str(port)},
+             "query": f"{service} ports", "question": f"which port does the {service} service listen on",
+             "needle": str(port)},
             {"kind": "path", "text": f"The {module} settings live in config/{module}/{service}_settings.yaml.",
-             "query": f"{module} setting yaml", "needle": f"{service}_settings.yaml"},
+             "query": f"{module} setting yaml", "question": f"where are the {module} settings stored",
+             "needle": f"{service}_settings.yaml"},
             {"kind": "flaky test", "text": f"tests/test_{module}.py::test_{module}_{service}_roundtrip is flaky: "
                                            "it times out about one run in ten on CI.",
-             "query": f"flaky {module} roundtrip", "needle": f"test_{module}_{service}_roundtrip"},
+             "query": f"flaky {module} roundtrip", "question": f"what test for {module} roundtrip was flaky on CI",
+             "needle": f"test_{module}_{service}_roundtrip"},
             {"kind": "error code", "text": f"The {service} deploy failed with {code}: the {module} migration "
                                            "holds a lock.",
-             "query": f"{code} deploy failing", "needle": code},
+             "query": f"{code} deploy failing", "question": f"why did the deploy fail with {code}", "needle": code},
             {"kind": "decision", "text": f"We decided to use {lib} instead of {other} for the {module} code.",
-             "query": f"decide {lib} {module}", "needle": f"use {lib} instead"},
+             "query": f"decide {lib} {module}", "question": f"what library did we decide on for the {module} code",
+             "needle": f"use {lib} instead"},
         ]
     for n, fact in enumerate(out):
         fact["place"] = PLACES[n % 3]
@@ -157,37 +166,42 @@ def bench_quality(tmp: Path) -> list[Row]:
         compacted = client.request("ctxd/compact", {"workspace": uri, "strategy": "offline"})
         history_ = client.request("ctxd/history", {"workspace": uri, "includeArchived": True})
         archived = sum(1 for item in history_["items"] if item.get("archived"))
-        hits: dict[str, list[bool]] = {place: [] for place in PLACES}
+        hits: dict[tuple[str, str], list[bool]] = {(asked, place): [] for asked in ASKED for place in PLACES}
         misses = []
         as_copy = 0
-        for fact, seq in zip(planted, where, strict=True):
-            found = client.request("ctxd/recall", {"workspace": uri, "query": fact["query"], "limit": 3})
-            top = [hit["seq"] for hit in found["results"]]
-            # The compaction kept some items (written again after its summary): recall shows such
-            # an item once, by its copy in the conversation, which is the fact's item as well.
-            copy = seq not in top and any(client.request("ctxd/item", {"workspace": uri, "seq": other})["item"]
-                                          == items[seq - 1] for other in top)
-            as_copy += copy
-            ok = seq in top or copy
-            hits[fact["place"]].append(ok)
-            if not ok:
-                misses.append(f"{fact['query']!r} ({fact['place']}): wanted seq {seq}, got {top}")
+        for asked in ASKED:
+            for fact, seq in zip(planted, where, strict=True):
+                found = client.request("ctxd/recall", {"workspace": uri, "query": fact[asked], "limit": 3})
+                top = [hit["seq"] for hit in found["results"]]
+                # The compaction kept some items (written again after its summary): recall shows
+                # such an item once, by its copy in the conversation, which is the fact's item too.
+                copy = seq not in top and any(client.request("ctxd/item", {"workspace": uri, "seq": other})["item"]
+                                              == items[seq - 1] for other in top)
+                as_copy += copy
+                ok = seq in top or copy
+                hits[asked, fact["place"]].append(ok)
+                if not ok:
+                    misses.append(f"{fact[asked]!r} ({fact['place']}): wanted seq {seq}, got {top}")
     finally:
         client.shutdown()
     print(f"1. {len(planted)} facts in a {len(items)}-item thread, compacted offline ({compacted['tokensBefore']} -> "
           f"{compacted['tokensAfter']} tokens, {archived} items archived); the fact's item in the top 3:")
-    for place in PLACES:
-        print(f"   {place}: {sum(hits[place])}/{len(hits[place])}")
+    for asked in ASKED:
+        for place in PLACES:
+            print(f"   {place}, by {ASKED[asked]}: {sum(hits[asked, place])}/{len(hits[asked, place])}")
     print(f"   ({as_copy} of them found as the copy the compaction kept in the conversation)")
     for miss in misses:
         print(f"   missed: {miss}")
     rows = []
-    total = [ok for place in PLACES for ok in hits[place]]
-    for place in PLACES:
-        share = sum(hits[place]) / len(hits[place])
-        rows.append(Row(f"recall: planted facts in top 3, {place}s", f"{share:.0%}", "-", "-", ">= 95%", share >= 0.95))
-    share = sum(total) / len(total)
-    rows.append(Row("recall: planted facts in top 3, all places", f"{share:.0%}", "-", "-", ">= 95%", share >= 0.95))
+    for asked in ASKED:
+        for place in PLACES:
+            share = sum(hits[asked, place]) / len(hits[asked, place])
+            rows.append(Row(f"recall: planted facts in top 3, {place}s, by {ASKED[asked]}", f"{share:.0%}", "-", "-",
+                            ">= 95%", share >= 0.95))
+        total = [ok for place in PLACES for ok in hits[asked, place]]
+        share = sum(total) / len(total)
+        rows.append(Row(f"recall: planted facts in top 3, all places, by {ASKED[asked]}", f"{share:.0%}", "-", "-",
+                        ">= 95%", share >= 0.95))
     return rows
 
 
@@ -225,6 +239,7 @@ def big_thread(store: Store, items: int) -> list[str]:
 
 
 def speed_queries(count: int) -> list[str]:
+    """Keywords, as a person types them into a search box."""
     rng = random.Random(50)
     queries = []
     for _ in range(count):
@@ -233,6 +248,18 @@ def speed_queries(count: int) -> list[str]:
                                    f"\"{verb} the {module}\" {service}", f"{module}_{rng.randrange(40000)}.py",
                                    f"{service} timeout {module}"]))
     return queries
+
+
+def speed_questions(count: int) -> list[str]:
+    """Questions, as an agent asks `recall` through MCP: their words match far more items."""
+    rng = random.Random(51)
+    questions = []
+    for _ in range(count):
+        module, verb, service = rng.choice(MODULES), rng.choice(VERBS), rng.choice(SERVICES)
+        questions.append(rng.choice([f"which {module} test failed when we ran {service} in task {rng.randrange(40000)}",
+                                     f"what did you {verb} in {module} for {service}",
+                                     f"where is the {module} code of the {service} service"]))
+    return questions
 
 
 def p95(samples: list[float]) -> float:
@@ -247,6 +274,7 @@ def bench_speed(tmp: Path, items: int, count: int) -> list[Row]:
     texts = big_thread(store, items)
     store.close()
     queries = speed_queries(count)
+    questions = speed_questions(count // 2)
     # The floor: the same texts in a plain FTS5 table, queried in-process.
     floor_db = sqlite3.connect(tmp / "floor.sqlite3")
     floor_db.execute("CREATE VIRTUAL TABLE f USING fts5(text, tokenize='porter unicode61')")
@@ -259,7 +287,7 @@ def bench_speed(tmp: Path, items: int, count: int) -> list[Row]:
         started = time.perf_counter()
         client.request("ctxd/recall", {"workspace": uri, "thread": "big", "query": "warm up"}, timeout=600)
         warm = time.perf_counter() - started
-        ours, floor = [], []
+        ours, floor, asked = [], [], []
         for _ in range(2):
             for query in queries:
                 started = time.perf_counter()
@@ -271,16 +299,24 @@ def bench_speed(tmp: Path, items: int, count: int) -> list[Row]:
                                          (" AND ".join(terms),)).fetchall()
                 floor.append(time.perf_counter() - started)
                 assert found["results"] or not plain, query
+            for question in questions:
+                started = time.perf_counter()
+                found = client.request("ctxd/recall", {"workspace": uri, "thread": "big", "query": question})
+                asked.append(time.perf_counter() - started)
+                assert found["results"], question
     finally:
         client.shutdown()
     ratio = p95(ours) / p95(floor)
-    print(f"2. {items} items: the first search indexed them in {warm:.1f} s; {len(ours)} searches: ctxd/recall "
-          f"p95 {ms(p95(ours))} (median {ms(statistics.median(ours))}); a plain FTS5 query p95 {ms(p95(floor))}; "
-          f"ratio {ratio:.1f}")
+    print(f"2. {items} items: the first search indexed them in {warm:.1f} s; {len(ours)} searches by keywords: "
+          f"ctxd/recall p95 {ms(p95(ours))} (median {ms(statistics.median(ours))}); a plain FTS5 query p95 "
+          f"{ms(p95(floor))}; ratio {ratio:.1f}. {len(asked)} questions: p95 {ms(p95(asked))} (median "
+          f"{ms(statistics.median(asked))})")
     return [Row(f"ctxd/recall p95, {items // 1000}k-item thread", ms(p95(ours)), f"{ms(p95(floor))} (plain FTS5)",
                 f"{ratio:.1f}x", f"<= {RATIO_GOAL:g}x", ratio <= RATIO_GOAL),
             Row(f"ctxd/recall p95, {items // 1000}k-item thread (the issue's absolute goal)", ms(p95(ours)), "-", "-",
-                "<= 50 ms", p95(ours) <= 0.050)]
+                "<= 50 ms", p95(ours) <= 0.050),
+            Row(f"ctxd/recall p95, {items // 1000}k-item thread, questions (the issue's absolute goal)",
+                ms(p95(asked)), "-", "-", "<= 50 ms", p95(asked) <= 0.050)]
 
 
 # --- indexing cost and size ----------------------------------------------------------------------

@@ -97,9 +97,38 @@ def test_the_index_merges_its_segments_sixteen_at_a_time_in_old_stores_too(tmp_p
     assert automerge() == 16
 
 
+def test_a_question_finds_the_fact_in_a_long_output_among_many_items_of_common_words(tmp_path: Path) -> None:
+    """Agents ask in sentences. The question's function words are left out, the items where its
+    other words are near one another rank first (here the fact's sentence, not the logs that
+    name the service and a port apart), and when only some words match, the rare ones rank
+    rather than the newest of the hundreds of items holding "the" or "service"."""
+    store = Store(tmp_path / "s.sqlite3", workspace=tmp_path)
+    rng = random.Random(5)
+    rows = []
+    for n in range(300):
+        rows.append(body(f"Step {n}: did the service work on the {rng.choice(['cache', 'queue', 'api'])} code?"))
+        log = "\n".join(f"[billing] GET /api/{n}/{i} 200 in {i} ms; listening port {9000 + i}" if i % 7 == 0 else
+                        f"INFO service {n}: connected to 10.0.0.{i}:{rng.randrange(1024, 65000)}" for i in range(60))
+        rows.append(body(log, "assistant"))
+    fact = 2 * 150 + 2  # the 150th log
+    text = json.loads(rows[fact - 1][0])["content"][0]["text"].split("\n")
+    text.insert(31, "The billing service listens on port 4521 in staging.")
+    rows[fact - 1] = body("\n".join(text), "assistant")
+    store.append("t", rows)
+    assert search.query_terms("which port does the billing service listen on") == [
+        '"port"', '"billing"', '"service"', '"listen"']
+    assert search.query_terms("what is this") == ['"what"', '"is"', '"this"']
+    assert fact in found(store, "which port does the billing service listen on")[:3]
+    assert fact in found(store, "where is staging for billing")[:3]  # "all": staging billing
+    assert fact in found(store, "when did billing start listening in staging on 4521")[:3]  # "start": all but one
+    assert fact in found(store, "could you find the 4521 thing again")[:3]  # "any": 4521 is rare
+    store.close()
+
+
 def test_queries_are_never_read_as_fts_syntax() -> None:
     assert search.query_terms('NEAR(a b) OR "x y" -z col:w getUserName') == [
-        '"NEAR a"', '"b"', '"OR"', '"x y"', '"z"', '"col w"', '("getUserName" OR "get User Name")']
+        '"NEAR a"', '"b"', '"x y"', '"z"', '"col w"', '("getUserName" OR "get User Name")']
+    assert search.query_terms('OR AND') == ['"OR"', '"AND"']  # nothing else: kept (and quoted)
     parts = search.identifier_parts("call getUserName and parseJSONValue2 at E1234")
     assert parts == "get User Name\nparse JSON Value 2"
 

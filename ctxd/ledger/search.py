@@ -397,10 +397,22 @@ _TERM = re.compile(r'"([^"]*)"?|(\S+)')
 _WORD = re.compile(r"\w+")
 
 
+# The words of a question that say nothing of what it is about ("which port does the billing
+# service listen on"): left out of a query that has other words, since an item must otherwise
+# hold them all to rank first. Not "not" or "no": "command not found" means what it says.
+STOPWORDS = frozenset("""
+a an the and or of to in on at by for from with about into as than then so if
+is are was were be been being am do does did done have has had having
+i me my we us our you your he him his she her it its they them their this that these those there here
+what which who whom whose when where why how can could should would will shall may might must
+please any some just also too very""".split())
+
+
 def query_terms(query: str) -> list[str]:
     """The query's words and "quoted phrases", as FTS5 strings (quoted, so that nothing the user
-    types is read as FTS5 syntax). A camelCase word also matches its parts."""
-    terms = []
+    types is read as FTS5 syntax), without STOPWORDS unless the query has nothing else. A
+    camelCase word also matches its parts."""
+    terms, plain = [], []
     for phrase, word in _TERM.findall(query):
         text = phrase if phrase else word
         words = _WORD.findall(text)
@@ -410,29 +422,43 @@ def query_terms(query: str) -> list[str]:
         if not phrase and len(text) <= _MAX_PART_WORD and identifier_parts(text):
             quoted = f'({quoted} OR "{identifier_parts(text)}")'
         terms.append(quoted)
-    return terms
+        plain.append(not phrase and len(words) == 1 and words[0].lower() in STOPWORDS)
+    kept = [term for term, stop in zip(terms, plain) if not stop]
+    return kept or terms
 
 
-# How close the query's words must be for an item to rank first (in tokens).
+# How close two query words must be for an item to rank first (in tokens); each further word
+# widens the window by NEAR_PER_WORD (a fact's words sit in one sentence, not side by side).
 NEAR_DISTANCE = 12
+NEAR_PER_WORD = 5
 # BM25 reads every match's positions: past this many matches a stage's newest matches come first
 # (a query that common says little; `bench/bench_recall.py` measures what this keeps the p95 at).
 RANKED_MATCHES = 500
 
 
-def stages(terms: list[str]) -> list[tuple[str, str]]:
-    """The FTS5 queries tried in turn, each one's matches ranked after the ones before: the
-    words near one another, every word, every word but one (what the others find is still worth
-    showing when one word is not in the history), and, when these found nothing, any word."""
-    out = []
-    if len(terms) > 1:
-        firsts = [term.removeprefix("(").split(" OR ")[0] for term in terms]
-        out.append(("near", f"NEAR({' '.join(firsts)}, {NEAR_DISTANCE})"))
-    out.append(("all", " AND ".join(terms)))
+class Stage(NamedTuple):
+    kind: str  # "all", "all but one" or "any"
+    expression: str  # the FTS5 query
+    near: str | None  # the same words near one another (their matches rank first), or None
+
+
+def stages(terms: list[str]) -> list[Stage]:
+    """The FTS5 queries tried in turn, each one's matches ranked after the ones before: every
+    word, every word but one (what the others find is still worth showing when one word is not
+    in the history), and, when these found nothing, any word. In the first two, the items where
+    the words are near one another rank first."""
+    def near(subset: list[str]) -> str | None:
+        if len(subset) < 2:
+            return None
+        firsts = " ".join(term.removeprefix("(").split(" OR ")[0] for term in subset)
+        return f"NEAR({firsts}, {NEAR_DISTANCE + NEAR_PER_WORD * (len(subset) - 2)})"
+
+    out = [Stage("all", " AND ".join(terms), near(terms))]
     if len(terms) > 2:
-        out += [("all but one", " AND ".join(terms[:i] + terms[i + 1:])) for i in range(len(terms))]
+        out += [Stage("all but one", " AND ".join(subset), near(subset))
+                for subset in (terms[:i] + terms[i + 1:] for i in range(len(terms)))]
     if len(terms) > 1:
-        out.append(("any", " OR ".join(terms)))
+        out.append(Stage("any", " OR ".join(terms), None))
     return out
 
 
@@ -455,8 +481,8 @@ def search(db: sqlite3.Connection, terms: list[str], thread: int | None, limit: 
     A query with a phrase (several words in one term) is slow to match, so each of its stages is
     run once: its matches come with their scores, sorted here, which also counts them. Single
     words match fast and the stages are first counted up to RANKED_MATCHES + 1, so that BM25
-    scores no more than that. The words near one another are the matches of "all" that NEAR also
-    finds, in "all"'s order."""
+    scores no more than that. The words near one another are a stage's matches that its NEAR also
+    finds, in the stage's order. When "any" matches too many to rank, its rare words rank."""
     if not present(db):
         raise Unavailable("the recall index is not available: this SQLite has no FTS5")
     where, args = "recall_fts MATCH ?", []
@@ -487,32 +513,42 @@ def search(db: sqlite3.Connection, terms: list[str], thread: int | None, limit: 
     def count(expression: str) -> int:
         return int(db.execute(f"SELECT count(*) FROM recall_fts WHERE {where}", (expression, *args)).fetchone()[0])
 
+    def near_first(stage: Stage, ranked: list[int]) -> list[int]:
+        if stage.near is None or len(ranked) < 2:
+            return ranked
+        close = set(matches(stage.near, scored=False) or ())
+        return [rid for rid in ranked if rid in close] + [rid for rid in ranked if rid not in close]
+
     found: dict[int, None] = {}
-    counted: list[int] | None
-    planned = dict(stages(terms))
-    every = matches(planned["all"])
-    if every is not None:
-        total, counted = len(every), every
-        if "near" in planned and every:
-            near = set(matches(planned["near"], scored=False) or ())
-            found.update((rid, None) for rid in every if rid in near)
-        found.update((rid, None) for rid in every)
-    else:
-        total, counted = count(planned["all"]), None
-        if "near" in planned:
-            near_ranked = matches(planned["near"])
-            near_found = near_ranked if near_ranked is not None else newest(planned["near"])
-            found.update((rid, None) for rid in near_found[:limit])
-        found.update((rid, None) for rid in newest(planned["all"]))
-    for kind, expression in stages(terms):
-        if kind == "all but one" and len(found) < limit:
-            ranked = matches(expression)
-            found.update((rid, None) for rid in (ranked if ranked is not None else newest(expression))[:limit])
-        elif kind == "any" and not found:
-            ranked = matches(expression)
-            total = len(ranked) if ranked is not None else count(expression)
+    counted: list[int] | None = None
+    total = 0
+    for stage in stages(terms):
+        if stage.kind == "all":
+            every = matches(stage.expression)
+            if every is not None:
+                total, counted = len(every), every
+                found.update((rid, None) for rid in near_first(stage, every))
+            else:
+                total = count(stage.expression)
+                if stage.near is not None:
+                    near_ranked = matches(stage.near)
+                    near_found = near_ranked if near_ranked is not None else newest(stage.near)
+                    found.update((rid, None) for rid in near_found[:limit])
+                found.update((rid, None) for rid in newest(stage.expression))
+        elif stage.kind == "all but one" and len(found) < limit:
+            ranked = matches(stage.expression)
+            ranked = near_first(stage, ranked) if ranked is not None else newest(stage.expression)
+            found.update((rid, None) for rid in ranked[:limit])
+        elif stage.kind == "any" and not found:
+            ranked = matches(stage.expression)
+            total = len(ranked) if ranked is not None else count(stage.expression)
             counted = ranked
-            found.update((rid, None) for rid in (ranked if ranked is not None else newest(expression))[:limit])
+            if ranked is None:
+                # Too many matches to rank: the words that match few items are what the query is
+                # about (a common word weighs next to nothing in BM25), so those rank.
+                rare = [term for term in terms if matches(term, scored=False) is not None]
+                ranked = matches(" OR ".join(rare)) if rare and len(rare) < len(terms) else None
+            found.update((rid, None) for rid in (ranked if ranked is not None else newest(stage.expression))[:limit])
     return Found(list(found)[:limit], total, counted)
 
 
