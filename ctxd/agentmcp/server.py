@@ -109,8 +109,9 @@ def build(backend_factory: Callable[[], Backend]) -> Any:
         return call("context_usage")
 
     @server.tool(description="Search this session's whole history, including what compactions replaced: "
-                             "words (stemmed) or \"quoted phrases\". Results are best first, each with the "
-                             "item's seq (for history_item), a snippet, and whether a compaction replaced it.")
+                             "keywords (stemmed), a question, or \"quoted phrases\". Results are best first, "
+                             "each with the item's seq (for history_item), a snippet, and whether a compaction "
+                             "replaced it.")
     def recall(query: str, limit: int = 5, scope: Literal["thread", "workspace"] = "thread") -> Any:
         return call("recall", query=query, limit=limit, scope=scope)
 
