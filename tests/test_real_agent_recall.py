@@ -88,7 +88,9 @@ def test_claude_recalls_through_ctxd_mcp_what_its_own_compaction_replaced(tmp_pa
         server.script(Reply(text="Summary: one.txt was written.", usage=dict(input=10, cache_read=30_000, output=30)))
         run("/compact", session)
         # The model no longer has the port in its context: it asks ctxd.
-        server.script(Reply(calls=[tool("r1", "mcp__ctxd__recall", query="staging proxy port")], usage=usage),
+        # (Asked as models ask it: a question.)
+        server.script(Reply(calls=[tool("r1", "mcp__ctxd__recall", query="which port does the staging proxy use")],
+                            usage=usage),
                       Reply(text="Port 8443.", usage=usage))
         run("Which port does the staging proxy listen on?", session)
         assert server.pending == 0
