@@ -4,6 +4,7 @@ follows, and what it finds is what is stored. The store is the real one, on a re
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import sqlite3
@@ -222,3 +223,33 @@ def test_a_mirrored_append_is_indexed_in_its_own_transaction(tmp_path: Path) -> 
     assert sorted(found(store, "osprey", "r")) == [1, 2]
     check(path)
     store.close()
+
+
+def _indexed_fingerprint() -> str:
+    """What the index makes of a fixed set of items (their indexed text and camelCase parts)."""
+    rng = random.Random(6)
+    lines = ["def f(x):", "    return x", "", "}", "progress: 40% of the download", "warning: unused import os",
+             "parseJSONValue(getUserName())", "tests/test_cache.py::test_cache_roundtrip PASSED", "E1234 at 0x7f"]
+    digest = hashlib.sha256()
+    for n in range(400):
+        block = "\n".join(rng.choice(lines) for _ in range(rng.randrange(1, 6)))
+        text = (block + "\n") * rng.randrange(1, 40) + "\n".join(rng.choice(lines) for _ in range(rng.randrange(60)))
+        items = [{"type": "function_call_output", "call_id": f"c{n}", "output": text},
+                 {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text[:300]}]}]
+        for item in items:
+            indexed = search.index_text(item)
+            digest.update(indexed.encode("utf-8") + b"\0" + search.identifier_parts(indexed).encode("utf-8") + b"\0")
+    return digest.hexdigest()[:16]
+
+
+# What each INDEX_VERSION makes of `_indexed_fingerprint`'s items.
+INDEXED_BY_VERSION = {"6": "15bb3b683558fd3c"}
+
+
+def test_what_is_indexed_changes_only_with_the_index_version() -> None:
+    """The index is contentless: deleting a row tells FTS5 the row's text again, computed by the
+    running code. A store indexed by code that computed other text must be indexed again, which
+    only a new INDEX_VERSION makes happen: a change to what is indexed without one fails here."""
+    assert INDEXED_BY_VERSION.get(search.INDEX_VERSION) == _indexed_fingerprint(), (
+        "what the index holds of an item changed: give search.INDEX_VERSION a new value and record "
+        "the new fingerprint here")

@@ -33,7 +33,7 @@ from ctxd.ledger.rules import is_real_user_message
 
 # Bump when what is indexed changes: stores indexed by another version are indexed again (a
 # contentless index must be told the exact text of a row it deletes).
-INDEX_VERSION = "5"
+INDEX_VERSION = "6"
 SEQ_BITS = 32
 BATCH = 2000  # items indexed per transaction: other writers wait at most one batch
 # Each transaction that indexes writes one segment; FTS5 merges them this many at a time. Its
