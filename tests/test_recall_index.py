@@ -126,6 +126,18 @@ def test_a_question_finds_the_fact_in_a_long_output_among_many_items_of_common_w
     store.close()
 
 
+def test_when_only_some_words_match_the_items_holding_more_of_them_come_first(tmp_path: Path) -> None:
+    """No item holds all the words or all but one: the item holding two of them (a long log)
+    ranks before short items holding one, which BM25 alone would put first."""
+    store = Store(tmp_path / "s.sqlite3", workspace=tmp_path)
+    rows = [body(f"port {n} is open") for n in range(5)] + [body(f"billing run {n} done") for n in range(5)]
+    log = "\n".join(f"INFO worker {i}: step {i} took {i * 3} ms" for i in range(80))
+    rows.append(body(log.replace("step 40 ", "billing step 40 ").replace("step 60 ", "port step 60 "), "assistant"))
+    store.append("t", rows)
+    assert found(store, "billing port zebra quokka")[0] == len(rows)
+    store.close()
+
+
 def test_queries_are_never_read_as_fts_syntax() -> None:
     assert search.query_terms('NEAR(a b) OR "x y" -z col:w getUserName') == [
         '"NEAR a"', '"b"', '"x y"', '"z"', '"col w"', '("getUserName" OR "get User Name")']

@@ -398,14 +398,16 @@ _WORD = re.compile(r"\w+")
 
 
 # The words of a question that say nothing of what it is about ("which port does the billing
-# service listen on"): left out of a query that has other words, since an item must otherwise
-# hold them all to rank first. Not "not" or "no": "command not found" means what it says.
+# service listen on", "do you remember what we said earlier about ..."): left out of a query that
+# has other words, since an item must otherwise hold them all to rank first. Not "not" or "no":
+# "command not found" means what it says.
 STOPWORDS = frozenset("""
 a an the and or of to in on at by for from with about into as than then so if
 is are was were be been being am do does did done have has had having
 i me my we us our you your he him his she her it its they them their this that these those there here
 what which who whom whose when where why how can could should would will shall may might must
-please any some just also too very""".split())
+please any some just also too very
+remember remind recall say said saw seen tell told mention mentioned earlier previously again know""".split())
 
 
 def query_terms(query: str) -> list[str]:
@@ -482,7 +484,8 @@ def search(db: sqlite3.Connection, terms: list[str], thread: int | None, limit: 
     run once: its matches come with their scores, sorted here, which also counts them. Single
     words match fast and the stages are first counted up to RANKED_MATCHES + 1, so that BM25
     scores no more than that. The words near one another are a stage's matches that its NEAR also
-    finds, in the stage's order. When "any" matches too many to rank, its rare words rank."""
+    finds, in the stage's order. In "any", the items holding more of the query's rare words come
+    first."""
     if not present(db):
         raise Unavailable("the recall index is not available: this SQLite has no FTS5")
     where, args = "recall_fts MATCH ?", []
@@ -543,11 +546,14 @@ def search(db: sqlite3.Connection, terms: list[str], thread: int | None, limit: 
             ranked = matches(stage.expression)
             total = len(ranked) if ranked is not None else count(stage.expression)
             counted = ranked
-            if ranked is None:
-                # Too many matches to rank: the words that match few items are what the query is
-                # about (a common word weighs next to nothing in BM25), so those rank.
-                rare = [term for term in terms if matches(term, scored=False) is not None]
-                ranked = matches(" OR ".join(rare)) if rare and len(rare) < len(terms) else None
+            # The words that match few items are what the query is about (a common word weighs
+            # next to nothing in BM25): the items holding more of them come first, BM25 ranking
+            # those holding as many; when the query matches too many items to rank, those words'.
+            rare = {term: set(held) for term in terms if (held := matches(term, scored=False)) is not None}
+            if ranked is None and rare and len(rare) < len(terms):
+                ranked = matches(" OR ".join(rare))
+            if ranked is not None and len(rare) > 1:
+                ranked.sort(key=lambda rid: -sum(rid in held for held in rare.values()))
             found.update((rid, None) for rid in (ranked if ranked is not None else newest(stage.expression))[:limit])
     return Found(list(found)[:limit], total, counted)
 
