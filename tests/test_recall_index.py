@@ -123,6 +123,8 @@ def test_a_question_finds_the_fact_in_a_long_output_among_many_items_of_common_w
     assert fact in found(store, "where is staging for billing")[:3]  # "all": staging billing
     assert fact in found(store, "when did billing start listening in staging on 4521")[:3]  # "start": all but one
     assert fact in found(store, "could you find the 4521 thing again")[:3]  # "any": 4521 is rare
+    # Words no item holds are not rare ones: the 600 items holding "service" are shown, newest first.
+    assert found(store, "service xyzzy plugh")[:2] == [600, 599]
     store.close()
 
 

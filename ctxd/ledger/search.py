@@ -546,10 +546,10 @@ def search(db: sqlite3.Connection, terms: list[str], thread: int | None, limit: 
             ranked = matches(stage.expression)
             total = len(ranked) if ranked is not None else count(stage.expression)
             counted = ranked
-            # The words that match few items are what the query is about (a common word weighs
-            # next to nothing in BM25): the items holding more of them come first, BM25 ranking
+            # The words that match few items (but some) are what the query is about (a common word
+            # weighs next to nothing in BM25): the items holding more of them come first, BM25 ranking
             # those holding as many; when the query matches too many items to rank, those words'.
-            rare = {term: set(held) for term in terms if (held := matches(term, scored=False)) is not None}
+            rare = {term: set(held) for term in terms if (held := matches(term, scored=False))}
             if ranked is None and rare and len(rare) < len(terms):
                 ranked = matches(" OR ".join(rare))
             if ranked is not None and len(rare) > 1:
