@@ -5,8 +5,9 @@ what changed, and with nothing changed it answers from the index it kept without
 for the files. A hook process could only read every file's stat data again. So the daemon
 listens on a Unix socket, `<state dir>/hooks/sockets/<pid>.sock` (a folder only its owner can
 enter; a keeper, `ctxd.hooks.keeper`, listens there as `keeper-<pid>.sock`); the hook sends its
-job (what `ctxd.hooks.hook.plan` made) as one JSON line and waits for one JSON line back: the commit, or why not (not one of this daemon's folders, ghost.auto
-off, a failure). A connection from another user is closed unread (`SO_PEERCRED`).
+job (what `ctxd.hooks.hook.plan` made) as one JSON line and waits for one JSON line back: the
+commit, or why not (not one of this daemon's folders, ghost.auto off, a failure). A connection
+from another user is closed unread (`SO_PEERCRED`).
 
 Nothing changes for the hook when there is no daemon, or it answers nothing usable in time: it
 takes the checkpoint itself, as before. The socket is reached through `/proc/self/fd/<folder>`
