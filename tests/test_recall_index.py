@@ -144,6 +144,9 @@ def test_queries_are_never_read_as_fts_syntax() -> None:
     assert search.query_terms('NEAR(a b) OR "x y" -z col:w getUserName') == [
         '"NEAR a"', '"b"', '"x y"', '"z"', '"col w"', '("getUserName" OR "get User Name")']
     assert search.query_terms('OR AND') == ['"OR"', '"AND"']  # nothing else: kept (and quoted)
+    # A log pasted as a query: its first 16 distinct terms (a stage per term, each of them all).
+    pasted = " ".join(f"word{n % 400}" for n in range(2000))
+    assert search.query_terms(pasted) == [f'"word{n}"' for n in range(search.MAX_TERMS)]
     parts = search.identifier_parts("call getUserName and parseJSONValue2 at E1234")
     assert parts == "get User Name\nparse JSON Value 2"
 

@@ -410,10 +410,15 @@ please any some just also too very
 remember remind recall say said saw seen tell told mention mentioned earlier previously again know""".split())
 
 
+# A query's first this many distinct terms are searched: a search runs a stage per term (every
+# word but one), each an FTS5 query of them all, so a log pasted as a query would take minutes.
+MAX_TERMS = 16
+
+
 def query_terms(query: str) -> list[str]:
     """The query's words and "quoted phrases", as FTS5 strings (quoted, so that nothing the user
-    types is read as FTS5 syntax), without STOPWORDS unless the query has nothing else. A
-    camelCase word also matches its parts."""
+    types is read as FTS5 syntax), without STOPWORDS unless the query has nothing else, each
+    once, the first MAX_TERMS. A camelCase word also matches its parts."""
     terms, plain = [], []
     for phrase, word in _TERM.findall(query):
         text = phrase if phrase else word
@@ -425,8 +430,8 @@ def query_terms(query: str) -> list[str]:
             quoted = f'({quoted} OR "{identifier_parts(text)}")'
         terms.append(quoted)
         plain.append(not phrase and len(words) == 1 and words[0].lower() in STOPWORDS)
-    kept = [term for term, stop in zip(terms, plain) if not stop]
-    return kept or terms
+    kept = [term for term, stop in zip(terms, plain) if not stop] or terms
+    return list(dict.fromkeys(kept))[:MAX_TERMS]
 
 
 # How close two query words must be for an item to rank first (in tokens); each further word
