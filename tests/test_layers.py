@@ -16,24 +16,23 @@ ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "redact": set(),
     "terminal": set(),
+    "safefile": set(),  # bounded reads of planted files (hooks, settings, sessions, ghost)
     "tokens": set(),
     "protocol": {"errors"},
-    "settings": {"protocol", "redact", "tokens"},  # protocol: the shape of a problem (type only)
-    "ledger": {"errors", "protocol", "redact", "settings", "tokens"},
-    "usage": {"hooks", "ledger", "protocol", "settings", "terminal", "tokens"},  # hooks: the enclosing workspace (hooks.locate)
+    "settings": {"protocol", "redact", "safefile", "tokens"},  # protocol: the shape of a problem (type only)
+    "ledger": {"errors", "protocol", "redact", "safefile", "settings", "tokens"},
+    "usage": {"hooks", "ledger", "protocol", "safefile", "settings", "terminal", "tokens"},  # hooks: the enclosing workspace (hooks.locate)
     # Above both: a workspace's threads (ledger) and their gauge (usage).
-    "workspace": {"errors", "ghost", "ledger", "protocol", "redact", "settings", "tokens", "usage"},  # ghost: checkpoints
+    "workspace": {"errors", "ghost", "ledger", "protocol", "redact", "safefile", "settings", "tokens", "usage"},  # ghost: checkpoints
     "compact": {"errors", "ledger", "protocol", "redact", "settings", "tokens", "workspace"},
-    "ghost": {"errors", "ledger", "redact", "settings"},
-    "sessions": {"errors", "ghost", "hooks", "ledger", "protocol", "redact", "settings", "terminal", "tokens",
-                 "workspace"},  # hooks: a hooked session's marks
-    "hooks": {"errors", "ghost", "settings", "tokens"},  # tokens: the prompt cache's lifetimes (statusline)
+    "ghost": {"errors", "ledger", "redact", "safefile", "settings"},
+    "sessions": {"errors", "ghost", "hooks", "ledger", "protocol", "redact", "safefile", "settings", "terminal", "tokens", "workspace"},  # hooks: a hooked session's marks
+    "hooks": {"errors", "ghost", "safefile", "settings", "tokens"},  # tokens: the prompt cache's lifetimes (statusline)
     "status": {"ctxd", "ledger", "protocol", "tokens", "workspace"},
-    "server": {"ctxd", "compact", "errors", "ghost", "ledger", "protocol", "redact", "sessions", "settings",
-               "status", "tokens", "workspace"},
-    "cli": {"ctxd", "agentmcp", "hooks", "redact", "server", "sessions", "usage"},
+    "server": {"compact", "ctxd", "errors", "ghost", "ledger", "protocol", "redact", "safefile", "sessions", "settings", "status", "tokens", "workspace"},
+    "cli": {"agentmcp", "ctxd", "hooks", "redact", "safefile", "server", "sessions", "usage"},
     "entry": {"agentmcp", "cli", "hooks"},  # agentmcp: `ctxd mcp` starts the SDK before anything else
-    "agentmcp": {"errors", "ghost", "ledger", "protocol", "redact", "sessions", "settings", "workspace"},
+    "agentmcp": {"errors", "ghost", "ledger", "protocol", "redact", "safefile", "sessions", "settings", "workspace"},
     "__main__": {"entry"},
 }
 FOREIGN_WIRE = {"pygls", "lsprotocol", "cattrs"}  # the stack issue #12 replaced: nothing may come back to it
