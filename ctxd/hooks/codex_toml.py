@@ -178,7 +178,23 @@ def _rest_of_line(text: str, i: int) -> int:
     return _line_end(text, j)
 
 
+KEY_PART = re.compile(r"""[ \t]*(?:([A-Za-z0-9_-]+)|"([^"\\\n]*)"|'([^'\n]*)')[ \t]*""")
+
+
+def _simple_path(key: str) -> tuple[str, ...] | None:
+    """A dotted key's parts without TOML's parser, when no part has an escape; else None."""
+    parts = []
+    for piece in key.split("."):
+        match = KEY_PART.fullmatch(piece)
+        if match is None:
+            return None  # an escape, or a dot inside quotes: the parser decides
+        parts.append(next(g for g in match.groups() if g is not None))
+    return tuple(parts)
+
+
 def _key_path(key: str) -> tuple[str, ...]:
+    if (simple := _simple_path(key)) is not None:
+        return simple
     try:
         value: Any = tomllib.loads(f"{key.strip()} = 0")
     except tomllib.TOMLDecodeError:
@@ -187,6 +203,10 @@ def _key_path(key: str) -> tuple[str, ...]:
 
 
 def _header_path(header: str) -> tuple[str, ...]:
+    inner = header.strip()
+    inner = inner[2:-2] if inner.startswith("[[") else inner[1:-1]
+    if (simple := _simple_path(inner)) is not None:
+        return simple
     try:
         value: Any = tomllib.loads(header)
     except tomllib.TOMLDecodeError:
@@ -309,7 +329,8 @@ def find_ours(text: str, items: list[Item]) -> Found:
     ctxd_server: list[int] = []
     for header, statements in sections[1:]:
         item = items[header]
-        path, body = item.path, _body(text, items, statements)
+        path = item.path
+        body = _body(text, items, statements) if path[:1] == ("hooks",) or path[:2] == ("mcp_servers", "ctxd") else None
         if item.array and len(path) == 2 and path[0] == "hooks" and path[1] != "state":
             inline = body.get("hooks") if isinstance(body, dict) else None
             marks = [is_our_hook(h) for h in inline] if isinstance(inline, list) else []

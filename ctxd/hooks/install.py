@@ -331,7 +331,7 @@ def codex_add(path: Path, text: str | None, ctxd: list[str], scope: str) -> tupl
     except TomlEditError as error:
         raise InstallError(f"{path}: ctxd's hooks would not fit with what the file defines ({error}); "
                            "left unchanged") from None
-    if text is not None and codex_toml.parse(text) == wanted:
+    if text is not None and "ctxd" in text and codex_toml.parse(text) == wanted:
         result = text  # installed already, as this ctxd would write it (maybe moved by Codex's editor)
     return result, notes
 
