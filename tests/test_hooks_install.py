@@ -324,6 +324,9 @@ def planted_project(tmp_path: Path, kind: str) -> Path:
             os.mkfifo(path)
         elif kind == "zero":
             path.symlink_to("/dev/zero")
+        elif kind == "deep":  # small, but nested past what a recursive parser can read
+            path.write_text(("x = " if path.suffix == ".toml" else '{"x": ') + "[" * 50_000 + "]" * 50_000
+                            + ("" if path.suffix == ".toml" else "}"))
         else:
             path.write_text(" " * (2 << 20) + "{}")  # 2 MiB: over the bound
     if kind == "zero":  # at user scope a link is followed (the user's dotfiles), but not to a device
@@ -338,7 +341,7 @@ def run_guarded(tmp_path: Path, *args: str, cwd: Path, stdin: bytes = b"") -> su
                           capture_output=True, timeout=20, preexec_fn=bounded_memory)  # 20 s: only a hang
 
 
-@pytest.mark.parametrize("kind", ["fifo", "zero", "huge"])
+@pytest.mark.parametrize("kind", ["fifo", "zero", "huge", "deep"])
 def test_status_and_dry_run_report_a_planted_file_as_a_line(tmp_path: Path, kind: str) -> None:
     project = planted_project(tmp_path, kind)
     done = run_guarded(tmp_path, "hooks", "status", cwd=project)
@@ -350,7 +353,8 @@ def test_status_and_dry_run_report_a_planted_file_as_a_line(tmp_path: Path, kind
         assert out.count("leads out of the project (to /dev/zero)") == 2  # never opened at project scope
         assert out.count("not a regular file") == 2  # at user scope: opened, never read
     else:
-        assert out.count("not a regular file" if kind == "fifo" else "over the limit of") == 2
+        words = {"fifo": "not a regular file", "huge": "over the limit of", "deep": "nested too deep"}[kind]
+        assert out.count(words) == 2, out
     for agent in ("claude", "codex"):
         done = run_guarded(tmp_path, "hooks", "install", "--agent", agent, "--scope", "project", "--dry-run", cwd=project)
         assert done.returncode == 1 and b"Traceback" not in done.stderr

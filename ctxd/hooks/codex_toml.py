@@ -290,6 +290,8 @@ def parse(text: str) -> dict[str, Any]:
         return tomllib.loads(text.removeprefix(BOM))
     except tomllib.TOMLDecodeError as error:
         raise TomlEditError(f"not valid TOML ({error})") from None
+    except RecursionError:
+        raise TomlEditError("not a configuration: values nested too deep to read") from None
 
 
 def _body(text: str, items: list[Item], indexes: list[int]) -> Any:
@@ -297,7 +299,7 @@ def _body(text: str, items: list[Item], indexes: list[int]) -> Any:
     try:
         return tomllib.loads("".join(text[items[i].start:items[i].end] for i in indexes
                                      if items[i].kind == "keyval"))
-    except tomllib.TOMLDecodeError:
+    except (tomllib.TOMLDecodeError, RecursionError):
         return None
 
 

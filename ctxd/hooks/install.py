@@ -126,6 +126,8 @@ def _load_json(path: Path, text: str | None) -> dict[str, Any]:
         value = json.loads(text.removeprefix(BOM))
     except ValueError as error:
         raise InstallError(f"{path}: not valid JSON ({error}); left unchanged") from None
+    except RecursionError:
+        raise InstallError(f"{path}: not a configuration (values nested too deep to read); left unchanged") from None
     if not isinstance(value, dict):
         raise InstallError(f"{path}: not a JSON object; left unchanged")
     return value
@@ -252,7 +254,10 @@ def claude_settings_remove(settings: dict[str, Any]) -> dict[str, Any]:
 
 def _decode(encoded: str) -> tuple[Any, bool]:
     """The carried status line, and whether it came from the user's settings (not the file's own)."""
-    entry = json.loads(base64.urlsafe_b64decode(encoded.encode()).decode())
+    try:
+        entry = json.loads(base64.urlsafe_b64decode(encoded.encode()).decode())
+    except (ValueError, RecursionError):  # binascii.Error and UnicodeDecodeError are ValueErrors
+        raise InstallError("ctxd's status line carries an entry that cannot be read; left unchanged") from None
     if isinstance(entry, dict) and list(entry) == [INHERITED]:
         return entry[INHERITED], True
     return entry, False
@@ -271,7 +276,10 @@ def user_scope_status_line() -> Any:
         return None
     line = settings.get("statusLine")
     if ours := _our_status_line(line):
-        return _decode(ours.group(1))[0] if ours.group(1) else None
+        try:
+            return _decode(ours.group(1))[0] if ours.group(1) else None
+        except InstallError:
+            return None
     return line
 
 
@@ -381,7 +389,7 @@ def _json_uninstall(path: Path, before: str | None, edit: Any, state_dir: Path) 
         try:
             if json.loads(original.removeprefix(BOM)) == value:
                 return Change(path, before, original)  # changed since, and changed back
-        except ValueError:
+        except (ValueError, RecursionError):
             pass
     if backup and not backup.get("existed") and not value:
         return Change(path, before, None)  # install created it and only ctxd's entries were left
@@ -392,7 +400,7 @@ def _read_backup(state_dir: Path, path: Path) -> dict[str, Any] | None:
     try:
         text = read(_backup_path(state_dir, path), limit=4 * CLAUDE_STATE_LIMIT)
         value = json.loads(text) if text else None
-    except (InstallError, ValueError):
+    except (InstallError, ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) and value.get("path") == str(path.absolute()) else None
 
@@ -475,7 +483,7 @@ def _holds_ours(change: Change) -> bool:
         return codex_toml.without_ours(parsed) != codex_toml._tidy(copy.deepcopy(parsed))
     try:
         value = json.loads(text.removeprefix(BOM))
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
     if not isinstance(value, dict):
         return False
