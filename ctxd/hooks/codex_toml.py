@@ -22,7 +22,9 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
 import re
+import shlex
 import tomllib
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,7 +35,6 @@ BLOCK_END = "# <<< ctxd"
 NOTIFY_START = "# >>> ctxd notify: written by `ctxd hooks install`; `ctxd hooks uninstall` removes it"
 NOTIFY_END = "# <<< ctxd notify"
 MARKERS = {BLOCK_START, BLOCK_START_EOL, BLOCK_END, NOTIFY_START, NOTIFY_END}
-OURS = re.compile(r"ctxd\S*['\"]? hook (claude|codex) [A-Za-z]+$")
 BOM = "\ufeff"
 
 
@@ -231,20 +232,43 @@ def _only_path(value: Any) -> tuple[str, ...]:
 # --- what is ctxd's ----------------------------------------------------------------------------------
 
 
+def runs_ctxd(words: list[str]) -> bool:
+    """Whether `words` are how install names ctxd: its executable (`…/ctxd`), or a Python running
+    the package (`…/python3 -m ctxd`). A command that merely mentions ctxd is not ctxd's."""
+    if len(words) == 1:
+        return os.path.basename(words[0]) == "ctxd"
+    return len(words) == 3 and os.path.basename(words[0]).startswith("python") and words[1:] == ["-m", "ctxd"]
+
+
+def command_words(command: Any) -> list[str]:
+    """A shell command line's words (install writes them quoted with shlex), [] when it is not one."""
+    if not isinstance(command, str):
+        return []
+    try:
+        return shlex.split(command)
+    except ValueError:
+        return []
+
+
 def is_our_hook(handler: Any) -> bool:
-    return (isinstance(handler, dict) and isinstance(handler.get("command"), str)
-            and bool(OURS.search(handler["command"])))
+    """A hook entry whose whole command is `<ctxd> hook <claude|codex> <Event>`."""
+    words = command_words(handler.get("command")) if isinstance(handler, dict) else []
+    return (len(words) >= 4 and words[-3] == "hook" and words[-2] in ("claude", "codex")
+            and words[-1].isalpha() and runs_ctxd(words[:-3]))
 
 
 def is_our_mcp(entry: Any) -> bool:
-    return (isinstance(entry, dict) and isinstance(entry.get("command"), str)
-            and isinstance(entry.get("args"), list) and entry["args"][-1:] == ["mcp"]
-            and ("ctxd" in entry["command"] or "ctxd" in entry["args"]))
+    """An MCP server entry that runs `<ctxd> mcp`."""
+    if not (isinstance(entry, dict) and isinstance(entry.get("command"), str) and isinstance(entry.get("args"), list)
+            and all(isinstance(a, str) for a in entry["args"])):
+        return False
+    words = [entry["command"], *entry["args"]]
+    return words[-1:] == ["mcp"] and runs_ctxd(words[:-1])
 
 
 def is_our_notify(value: Any) -> bool:
-    return (isinstance(value, list) and all(isinstance(w, str) for w in value) and value[-3:] == ["hook", "codex", "notify"]
-            and any("ctxd" in w for w in value[:-3]))
+    return (isinstance(value, list) and all(isinstance(w, str) for w in value)
+            and value[-3:] == ["hook", "codex", "notify"] and runs_ctxd(value[:-3]))
 
 
 def without_ours(config: dict[str, Any]) -> dict[str, Any]:

@@ -103,7 +103,7 @@ def _replace(target: Path, data: bytes) -> None:
     """Write `data` to `target` whole: a temporary file beside it, renamed over it."""
     pending = target.with_name(f".{target.name}.ctxd-{os.getpid()}-{secrets.token_hex(4)}.tmp")
     try:
-        fd = os.open(pending, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        fd = os.open(pending, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
             view = memoryview(data)
             while view:
@@ -112,13 +112,20 @@ def _replace(target: Path, data: bytes) -> None:
         finally:
             os.close(fd)
         try:
-            os.chmod(pending, target.stat().st_mode & 0o7777)
+            mode = target.stat().st_mode & 0o7777  # the file's own mode, kept
         except FileNotFoundError:
-            pass
+            mode = 0o666 & ~_umask()  # a new file: as any program would create it
+        os.chmod(pending, mode)
         os.replace(pending, target)
     except BaseException:
         pending.unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _make_folders(folder: Path, made: list[Path]) -> None:

@@ -61,7 +61,6 @@ CODEX_EVENTS = {
 }
 HOOK_TIMEOUT_SECONDS = 10
 """What the agent waits at most (the hook itself returns within 2 s)."""
-_STATUS = re.compile(r"ctxd\S*['\"]? statusline(?: --user ([A-Za-z0-9_=-]+))?$")
 INHERITED = "ctxdFromUserSettings"
 """The key wrapping a carried status line that came from the user's settings, not the file's."""
 BOM = "\ufeff"
@@ -200,7 +199,7 @@ def claude_settings_add(settings: dict[str, Any], ctxd: list[str], inherited: An
     line = settings.get("statusLine")
     carried = None
     if ours := _our_status_line(line):
-        carried = ours.group(1)  # ctxd's already: the entry it carries stays
+        carried = ours.carried  # ctxd's already: the entry it carries stays
     elif line is not None:
         carried = _encode(line)
     elif inherited is not None:
@@ -210,10 +209,19 @@ def claude_settings_add(settings: dict[str, Any], ctxd: list[str], inherited: An
     return settings
 
 
-def _our_status_line(line: Any) -> re.Match[str] | None:
-    """ctxd's status line (its match: group 1 is the entry it carries), or None."""
-    if isinstance(line, dict) and isinstance(line.get("command"), str):
-        return _STATUS.search(line["command"])
+@dataclass
+class OurStatusLine:
+    carried: str | None  # the status line it carries (`--user`), encoded
+
+
+def _our_status_line(line: Any) -> OurStatusLine | None:
+    """ctxd's status line (`<ctxd> statusline [--user <entry>]`), or None."""
+    words = codex_toml.command_words(line.get("command")) if isinstance(line, dict) else []
+    if len(words) >= 2 and words[-1] == "statusline" and codex_toml.runs_ctxd(words[:-1]):
+        return OurStatusLine(None)
+    if (len(words) >= 4 and words[-3:-1] == ["statusline", "--user"] and re.fullmatch(r"[A-Za-z0-9_=-]+", words[-1])
+            and codex_toml.runs_ctxd(words[:-3])):
+        return OurStatusLine(words[-1])
     return None
 
 
@@ -243,7 +251,7 @@ def claude_settings_remove(settings: dict[str, Any]) -> dict[str, Any]:
                     if not hooks:
                         del settings["hooks"]
     if ours := _our_status_line(settings.get("statusLine")):
-        carried = ours.group(1)
+        carried = ours.carried
         entry, inherited = _decode(carried) if carried else (None, True)
         if inherited:
             del settings["statusLine"]
@@ -277,7 +285,7 @@ def user_scope_status_line() -> Any:
     line = settings.get("statusLine")
     if ours := _our_status_line(line):
         try:
-            return _decode(ours.group(1))[0] if ours.group(1) else None
+            return _decode(ours.carried)[0] if ours.carried else None
         except InstallError:
             return None
     return line
