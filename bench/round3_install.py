@@ -386,9 +386,9 @@ def cycle(base: Path, rng: random.Random, figures: dict[str, Any], read_only: bo
 
 
 def _without_ctxd_toml(data: bytes) -> Any:
-    from ctxd.hooks.codex_toml import _tidy, without_ours
+    from ctxd.hooks.codex_toml import tidy, without_ours
 
-    return _tidy(without_ours(tomllib.loads(data.decode().removeprefix("\ufeff"))))
+    return tidy(without_ours(tomllib.loads(data.decode().removeprefix("\ufeff"))))
 
 
 def _without_ctxd_json(value: Any) -> Any:

@@ -477,6 +477,16 @@ def test_a_users_hook_in_ctxds_group_stays_and_ctxds_goes(tmp_path: Path) -> Non
     assert "ctxd" not in settings.read_text()
 
 
+def test_installing_again_over_a_file_formatted_since_changes_nothing(tmp_path: Path) -> None:
+    project = make_repo(tmp_path / "proj")
+    settings = project / ".claude" / "settings.json"
+    assert ctxd(tmp_path, "hooks", "install", "--agent", "claude", "--scope", "project", cwd=project).returncode == 0
+    settings.write_text(json.dumps(json.loads(settings.read_text()), separators=(",", ":")))  # the user's style
+    compact = settings.read_bytes()
+    done = ctxd(tmp_path, "hooks", "install", "--agent", "claude", "--scope", "project", cwd=project)
+    assert done.returncode == 0 and settings.read_bytes() == compact and "nothing to change" in done.stdout.decode()
+
+
 def statusline_output(tmp_path: Path, command: str, project: Path) -> str:
     data = {"session_id": "s1", "cwd": str(project), "model": {"id": "claude-sonnet-4-5"}}
     done = subprocess.run(command, shell=True, input=json.dumps(data).encode(), capture_output=True,

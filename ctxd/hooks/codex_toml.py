@@ -297,10 +297,10 @@ def without_ours(config: dict[str, Any]) -> dict[str, Any]:
     servers = config.get("mcp_servers")
     if isinstance(servers, dict) and is_our_mcp(servers.get("ctxd")):
         del servers["ctxd"]
-    return _tidy(config)
+    return tidy(config)
 
 
-def _tidy(config: dict[str, Any]) -> dict[str, Any]:
+def tidy(config: dict[str, Any]) -> dict[str, Any]:
     """Empty `hooks` and `mcp_servers` tables are no tables (removing ctxd's last entry may leave
     an explicit `[hooks]` header of the user's)."""
     for key in ("hooks", "mcp_servers"):
@@ -434,7 +434,7 @@ def remove_ours(text: str) -> str:
         left = parse(result)
     except TomlEditError as error:
         raise TomlEditError(f"ctxd's entries cannot be removed cleanly ({error})") from None
-    if _tidy(left) != expected:
+    if tidy(left) != expected:
         raise TomlEditError("ctxd's entries are written in a form ctxd cannot remove alone "
                             "(an inline table or array of them?); remove them by hand")
     return bom + result

@@ -376,7 +376,11 @@ def _backup_path(state_dir: Path, path: Path) -> Path:
 
 
 def _json_install(path: Path, before: str | None, edit: Any) -> Change:
-    return Change(path, before, _dump_json(edit(_load_json(path, before)), before))
+    parsed = _load_json(path, before)
+    value = edit(copy.deepcopy(parsed))
+    if before is not None and value == parsed:
+        return Change(path, before, before)  # installed already: not even reformatted
+    return Change(path, before, _dump_json(value, before))
 
 
 def _json_uninstall(path: Path, before: str | None, edit: Any, state_dir: Path) -> Change:
@@ -488,7 +492,7 @@ def _holds_ours(change: Change) -> bool:
             parsed = codex_toml.parse(text)
         except TomlEditError:
             return False
-        return codex_toml.without_ours(parsed) != codex_toml._tidy(copy.deepcopy(parsed))
+        return codex_toml.without_ours(parsed) != codex_toml.tidy(copy.deepcopy(parsed))
     try:
         value = json.loads(text.removeprefix(BOM))
     except (ValueError, RecursionError):
