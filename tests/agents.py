@@ -337,8 +337,12 @@ class Gemini(_Agent):
         return self.home / ".gemini" / "tmp" / projects[str(cwd)] / "chats"
 
     def session_file(self, cwd: Path, session: str) -> Path:
-        [found] = self.chats(cwd).glob(f"session-*-{session[:8]}.jsonl")
-        return found
+        """The session's file as `--resume` finds it: of the files named for its id, the one whose
+        header started first (a run resumed in a later minute also leaves a file of two lines)."""
+        def started(path: Path) -> str:
+            header = json.loads(path.read_text().splitlines()[0])
+            return str(header["startTime"]) if header.get("sessionId") == session else "~"
+        return min(self.chats(cwd).glob(f"session-*-{session[:8]}.jsonl"), key=started)
 
 
 class OpenCode(_Agent):
@@ -361,7 +365,10 @@ class OpenCode(_Agent):
             "provider": {"fake": {
                 "npm": "@ai-sdk/openai-compatible", "name": "Fake",
                 "options": {"baseURL": f"{server.base_url}/v1", "apiKey": "sk-test-not-a-key"},
-                "models": {OPENCODE_MODEL: {"name": "Qwen3 Coder Plus", "limit": {"context": context, "output": output}}},
+                "models": {OPENCODE_MODEL: {
+                    "name": "Qwen3 Coder Plus", "limit": {"context": context, "output": output},
+                    # USD per million tokens: OpenCode prices each step with them (message.cost, session.cost)
+                    "cost": {"input": 1.0, "output": 5.0, "cache_read": 0.1, "cache_write": 1.25}}},
             }},
             "model": f"fake/{OPENCODE_MODEL}",
             "small_model": f"fake/{OPENCODE_MODEL}",
