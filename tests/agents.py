@@ -248,10 +248,11 @@ class Qwen(_Agent):
     `settings` is laid over the user settings.json this writes (hooks, ui.statusLine, model...)."""
 
     def __init__(self, base: Path, home: Path, server: ChatCompletionsServer,
-                 settings: dict[str, Any] | None = None) -> None:
+                 settings: dict[str, Any] | None = None, extra_env: dict[str, str] | None = None) -> None:
         super().__init__(install(QWEN), base)
         self.home = home
         self.server = server
+        self.extra_env = extra_env or {}
         home.mkdir(parents=True, exist_ok=True)
         own = {
             "$version": 4,  # else qwen rewrites the file on start to stamp its settings version
@@ -270,6 +271,7 @@ class Qwen(_Agent):
         env["OPENAI_API_KEY"] = "sk-test-not-a-key"
         env["OPENAI_MODEL"] = QWEN_MODEL
         env["QWEN_CODE_SUPPRESS_YOLO_WARNING"] = "1"
+        env.update(self.extra_env)
         return env
 
     def prompt(self, prompt: str, cwd: Path, resume: str | None = None) -> Run:
@@ -299,10 +301,11 @@ class Gemini(_Agent):
     `settings` is laid over the user settings.json this writes."""
 
     def __init__(self, base: Path, home: Path, server: GeminiServer, trusted: list[Path],
-                 settings: dict[str, Any] | None = None) -> None:
+                 settings: dict[str, Any] | None = None, extra_env: dict[str, str] | None = None) -> None:
         super().__init__(install(GEMINI), base)
         self.home = home
         self.server = server
+        self.extra_env = extra_env or {}
         state = home / ".gemini"
         state.mkdir(parents=True, exist_ok=True)
         own = {
@@ -321,6 +324,7 @@ class Gemini(_Agent):
         env["GEMINI_CLI_HOME"] = str(self.home)
         env["GOOGLE_GEMINI_BASE_URL"] = self.server.base_url
         env["GEMINI_API_KEY"] = "test-not-a-key"
+        env.update(self.extra_env)
         return env
 
     def prompt(self, prompt: str, cwd: Path, resume: str | None = None) -> Run:
@@ -355,9 +359,10 @@ class OpenCode(_Agent):
     over the opencode.json this writes."""
 
     def __init__(self, base: Path, server: ChatCompletionsServer, context: int = 128_000, output: int = 8_192,
-                 config: dict[str, Any] | None = None) -> None:
+                 config: dict[str, Any] | None = None, extra_env: dict[str, str] | None = None) -> None:
         super().__init__(install(OPENCODE), base)
         self.server = server
+        self.extra_env = extra_env or {}
         self.config_dir = base / "home" / ".config" / "opencode"
         self.config_dir.mkdir(parents=True, exist_ok=True)
         own = {
@@ -401,6 +406,7 @@ class OpenCode(_Agent):
             # were OpenCode to install a package after all, the request lands on the fake server
             "npm_config_registry": f"{self.server.base_url}/npm/",
         })
+        env.update(self.extra_env)
         return env
 
     def run(self, prompt: str, cwd: Path, session: str | None = None) -> Run:

@@ -20,6 +20,8 @@ from typing import Any
 from tests.agents import GEMINI_MODEL, OPENCODE_MODEL, QWEN_MODEL, Gemini, OpenCode, Qwen
 from tests.model_servers import ChatCompletionsServer, GeminiServer, Reply, tool
 
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "agents"
+
 
 def _records(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -144,9 +146,17 @@ def test_gemini_two_turns_resume_and_compress(tmp_path: Path) -> None:
 def test_opencode_two_turns_continue_and_compact(tmp_path: Path) -> None:
     work = _workspace(tmp_path)
     target = str(work / "hello.txt")
+    # the example plugin of the research note, running a command that saves each payload
+    payloads = tmp_path / "payloads"
+    payloads.mkdir()
+    saver = tmp_path / "save-payload"
+    saver.write_text(f'#!/bin/sh\ncat > "{payloads}/$1-$(date +%s%N).json"\n')
+    saver.chmod(0o755)
     with ChatCompletionsServer() as server:
         # OpenCode compacts once a step's tokens reach context - min(output, 32,000) = 16,000 here
-        opencode = OpenCode(tmp_path, server, context=20000, output=4000)
+        opencode = OpenCode(tmp_path, server, context=20000, output=4000, extra_env={"CTXD_OPENCODE_HOOK": str(saver)})
+        (opencode.config_dir / "plugins").mkdir()
+        (opencode.config_dir / "plugins" / "ctxd.js").write_text((FIXTURES / "opencode" / "ctxd-plugin.example.js").read_text())
         server.script(Reply(text="Writing.", calls=[tool("call_1", "write", filePath=target, content="hello\n")],
                             usage={"input": 12000, "cached": 10000, "output": 30}),
                       Reply(text="Wrote hello.txt.", usage={"input": 12100, "cached": 12000, "output": 10}))
@@ -191,3 +201,13 @@ def test_opencode_two_turns_continue_and_compact(tmp_path: Path) -> None:
     [summary] = [m for m in messages if m.get("summary") is True]
     assert summary["mode"] == "compaction" and summary["role"] == "assistant"
     assert messages[-1]["role"] == "assistant" and messages[-1]["finish"] == "stop"
+
+    # the plugin saw each file-changing call before it ran, each typed prompt, and the compaction
+    seen = [(p.name.split("-")[0], json.loads(p.read_text())) for p in
+            sorted(payloads.iterdir(), key=lambda p: int(p.stem.rsplit("-", 1)[1]))]
+    before = [(s["tool"], s["args"]) for name, s in seen if name == "tool.execute.before"]
+    assert before == [("write", {"filePath": target, "content": "hello\n"}), ("read", {"filePath": target}),
+                      ("edit", {"filePath": target, "oldString": "hello", "newString": "hello, world"})]
+    assert all(s["sessionID"] == session and s["directory"] == str(work) for _, s in seen)
+    assert [name for name, _ in seen].count("chat.message") == 2
+    assert ("session.compacted", {"sessionID": session, "directory": str(work)}) in seen
