@@ -298,7 +298,12 @@ class Gemini(_Agent):
 
     Each folder in `trusted` is written to trustedFolders.json, as a user who trusted it would
     (else the CLI refuses to run headless there, and ignores the folder's own settings and hooks).
-    `settings` is laid over the user settings.json this writes."""
+    `settings` is laid over the user settings.json this writes.
+
+    To compact: Gemini CLI compresses before a request once the last reply's prompt tokens reach
+    `model.compressionThreshold` (0.5) of 1,048,576, so a tool-call reply reporting 600,000 input
+    makes the same run compress before its next request. A headless `/compress` is no use: it
+    starts the compression without waiting and sends "/compress" to the model as well."""
 
     def __init__(self, base: Path, home: Path, server: GeminiServer, trusted: list[Path],
                  settings: dict[str, Any] | None = None, extra_env: dict[str, str] | None = None) -> None:
