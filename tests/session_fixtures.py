@@ -145,6 +145,20 @@ def codex_compacted(message: str, ts: str, replacement: list[dict[str, Any]] | N
             {"timestamp": ts, "type": "event_msg", "payload": {"type": "context_compacted"}}]
 
 
+def codex_marker(ts: str, total: int = 0, window: int = 258_400,
+                 running: dict[str, int] | None = None) -> dict[str, Any]:
+    """The `token_count` Codex 0.171 writes around its own compaction, no request made: before the
+    `compacted` record with a `total_tokens` of 0, after it with Codex's own figure for the new
+    history (6,877 in tests/test_real_agents.py's run; 940,500 in issue #36's) and every other
+    count 0. Written by the real Codex CLI 0.171 (`codex exec`, `model_auto_compact_token_limit`)."""
+    zero = {"input_tokens": 0, "cached_input_tokens": 0, "cache_write_input_tokens": 0, "output_tokens": 0,
+            "reasoning_output_tokens": 0}
+    return {"timestamp": ts, "type": "event_msg", "payload": {"type": "token_count", "info": {
+        "total_token_usage": running or {**zero, "total_tokens": 0},
+        "last_token_usage": {**zero, "total_tokens": total}, "last_usage_includes_reasoning": total > 0,
+        "model_context_window": window}, "rate_limits": None}}
+
+
 # --- Claude Code -------------------------------------------------------------------------------
 
 

@@ -252,13 +252,18 @@ def test_codex_compaction_shows_in_the_thread_and_keeps_the_history(daemon_facto
         # tools, answered by the fallback once the gauge has shown the full window) and carries on.
         full = usage_gate(s, "codex", 30_050)
         server.fallback = Reply(text="Summary: one.txt was made.", before=full)
+        # Before its first request after the compaction Codex writes a report of 0 input whose
+        # total is its own figure for the new history: a marker, not the fill (issue #36).
+        after: dict[str, Any] = {}
         server.script(Reply(calls=[shell("c1", "echo one > one.txt")], usage=dict(input=30_000, cached=1_000, output=50)),
-                      Reply(text="Done after compacting.", usage=dict(input=4_000, cached=1_000, output=10)))
+                      Reply(text="Done after compacting.", usage=dict(input=4_000, cached=1_000, output=10),
+                            before=Gate(lambda: after.update(compacted_gauge(s)) or True)))
         session = Codex.thread_id(codex.exec("Make one.txt", s.repo.root))
         summaries = [r for r in server.requests if not r.scripted]
     thread = f"codex:{session}"
     assert summaries, "Codex did not compact"
     assert full.seen, "the gauge never showed the full window before the compaction"
+    assert after.get("source") == "estimate" and after["percent"] < 100, after
     info = thread_of(s, "codex", lambda t: t["usage"]["usedTokens"] == 4_010)
     assert info["usage"]["source"] == "api"  # the gauge dropped from 30,050 to the new report
     # The prompt cache (issue #31): warm after the last request (OpenAI's 10 minutes); the
@@ -272,7 +277,7 @@ def test_codex_compaction_shows_in_the_thread_and_keeps_the_history(daemon_facto
     # Each one Codex ran, with its name and the fill before it (issue #26).
     assert [c["strategy"] for c in kept["compactions"]] == ["codex"] * len(summaries)
     assert kept["compactions"][0]["tokensBefore"] == 30_050  # not the 0 Codex reports for the summary request
-    assert kept["compactions"][-1]["tokensAfter"] is not None and kept["compactions"][-1]["tokensAfter"] < 30_050
+    assert kept["compactions"][-1]["tokensAfter"] == 4_010  # the first request after it, not Codex's marker
     archived = [i for i in kept["items"] if i.get("archived")]
     assert ("function_call", "c1") in [(i["type"], i.get("call_id")) for i in archived]
     assert "Make one.txt" in user_texts(archived)
@@ -280,6 +285,19 @@ def test_codex_compaction_shows_in_the_thread_and_keeps_the_history(daemon_facto
     # The active history is Codex's own replacement: its summary in, the tool call out.
     assert ("function_call", "c1") not in [(i["type"], i.get("call_id")) for i in active]
     assert any("Summary: one.txt was made." in text for text in user_texts(active))
+
+
+def compacted_gauge(s: Setup) -> dict[str, Any]:
+    """The Codex thread's gauge once the daemon lists its compaction (waited for, bounded)."""
+    deadline = time.monotonic() + WAIT / 3
+    while True:
+        [row] = [t for t in s.client.request("ctxd/threads", {"workspace": s.uri})["threads"]
+                 if t.get("source") == "codex"] or [None]
+        if row is not None and history(s, row["thread"], archived=True)["compactions"]:
+            return dict(row["usage"])
+        if time.monotonic() > deadline:
+            return {}
+        time.sleep(0.05)
 
 
 # --- Claude Code -------------------------------------------------------------------------------

@@ -145,7 +145,7 @@ def note_report(session: Session, used: int, usage: Usage | None = None, model: 
     if latest is not None and latest["tokensAfter"] is None:
         latest["tokensAfter"] = used
     if usage is not None and not (usage.input or usage.cached_input or usage.cache_write):
-        usage = None  # no prompt sent (Codex reports the new fill with 0 input right after compacting)
+        usage = None  # no prompt sent: no cache facts (Codex's markers never get here: codex.py)
     if latest is not None and usage is not None and "firstRequest" not in latest:
         latest["firstRequest"] = {"model": model or "", "input": usage.input, "cacheWrite": usage.cache_write,
                                   "cacheWrite1h": usage.cache_write_1h}
