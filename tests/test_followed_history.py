@@ -6,8 +6,10 @@ compaction, dated from the file. Real daemon; session files as the agents write 
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -103,3 +105,92 @@ def test_codex_zero_input_report_before_compacting_keeps_the_fill(daemon_factory
     client.wait_for_notification("ctxd/usageChanged", lambda p: p["thread"] == CODEX_THREAD, timeout=15, after=seen)
     usage = client.request("ctxd/usage", {"workspace": uri, "thread": CODEX_THREAD})["usage"]
     assert usage["usedTokens"] > 240_000 and usage["source"] == "api+estimate", usage
+
+
+# --- sessions first seen after their agent compacted them --------------------------------------
+
+CLAUDE_THREAD = f"claude:{fx.CLAUDE_ID}"
+WORDS = ["zanzibar", "quetzalcoatl", "marmoset", "okapi"]
+
+
+def _when(stamp: str) -> datetime:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+
+
+def _compaction_times(records: list[dict[str, Any]]) -> list[datetime]:
+    """When the agent compacted, as its file says (`compacted` / `compact_boundary` lines)."""
+    return [_when(r["timestamp"]) for r in records
+            if r.get("type") == "compacted" or r.get("subtype") == "compact_boundary"]
+
+
+def _holding(items: list[dict[str, Any]], word: str) -> list[dict[str, Any]]:
+    return [item for item in items if word in json.dumps(item)]
+
+
+def _check_kept(client: Client, ws: Path, thread: str, words: list[str], records: list[dict[str, Any]]) -> None:
+    """Every compaction listed once, dated by the file, having archived what came before it; each
+    word in one stored item, archived but for the last stretch's, and found by recall."""
+    history = _history(client, ws, thread)
+    listed = history["compactions"]
+    assert [_when(c["createdAt"]) for c in listed] == _compaction_times(records)
+    assert all(c["strategy"] == thread.split(":")[0] and c["archivedItems"] >= 3 for c in listed), listed
+    assert [o["kind"] for o in history["operations"]] == ["compaction"] * (len(words) - 1)
+    for n, word in enumerate(words):
+        [item] = _holding(history["items"], word)
+        assert bool(item.get("archived")) == (n < len(words) - 1), (word, item)
+        found = client.request("ctxd/recall", {"workspace": ws.as_uri(), "thread": thread, "query": word})["results"]
+        assert found and word in found[0]["snippet"] and found[0]["archived"] == (n < len(words) - 1), (word, found)
+    active = client.request("ctxd/history", {"workspace": ws.as_uri(), "thread": thread})["items"]
+    assert _holding(active, words[-1]) and not any(_holding(active, word) for word in words[:-1])
+
+
+def test_a_codex_session_first_seen_after_its_compactions_keeps_what_came_before_each(
+        daemon_factory, workspace: Path, tmp_path: Path) -> None:
+    codex_home, _, env = homes(tmp_path)
+    # Three compactions: without `replacement_history` (Codex rebuilds it), with it, without.
+    records = fx.codex_history(workspace, WORDS, replacement=[False, True, False])
+    fx.write_jsonl(fx.codex_path(codex_home), records)
+    client = daemon_factory([workspace], env=env)
+    wait_thread(client, workspace, CODEX_THREAD, lambda t: t["usage"]["usedTokens"] == 23_000)
+    _check_kept(client, workspace, CODEX_THREAD, WORDS, records)
+    # The fill before each compaction is the last report before it, the fill after the first after it.
+    listed = _history(client, workspace, CODEX_THREAD)["compactions"]
+    assert [(c["tokensBefore"], c["tokensAfter"]) for c in listed] == [(20_000, 21_000), (21_000, 22_000),
+                                                                       (22_000, 23_000)]
+
+
+def test_a_claude_session_first_seen_after_several_compactions_keeps_what_came_before_each(
+        daemon_factory, workspace: Path, tmp_path: Path) -> None:
+    _, claude_home, env = homes(tmp_path)
+    records = fx.claude_history(workspace, WORDS)
+    fx.write_jsonl(fx.claude_path(claude_home, workspace), records)
+    client = daemon_factory([workspace], env=env)
+    wait_thread(client, workspace, CLAUDE_THREAD, lambda t: t["usage"]["source"] == "api")
+    _check_kept(client, workspace, CLAUDE_THREAD, WORDS, records)
+    # Each compaction wrote Claude Code's summary: the first item after it.
+    history = _history(client, workspace, CLAUDE_THREAD)
+    assert all(c["writtenItems"] == 1 for c in history["compactions"])
+
+
+def test_a_daemon_restarted_over_its_store_archives_nothing_twice_and_loses_nothing(
+        daemon_factory, workspace: Path, tmp_path: Path) -> None:
+    codex_home, _, env = homes(tmp_path)
+    records = fx.codex_history(workspace, WORDS, replacement=[True, False, True])
+    cut = [n for n, r in enumerate(records) if r.get("type") == "compacted"]
+    rollout = fx.write_jsonl(fx.codex_path(codex_home), records[:cut[0] - 1])  # before the first compaction
+    client = daemon_factory([workspace], env=env)
+    wait_thread(client, workspace, CODEX_THREAD, lambda t: t["usage"]["usedTokens"] == 20_000)
+    fx.append_jsonl(rollout, records[cut[0] - 1:cut[1] + 2])  # the first compaction, seen as it happens
+    _wait(lambda: _history(client, workspace, CODEX_THREAD)["compactions"])
+    wait_thread(client, workspace, CODEX_THREAD)
+    client.shutdown()
+    fx.append_jsonl(rollout, records[cut[1] + 2:])  # two more while no ctxd ran
+    client = daemon_factory([workspace], env=env)
+    wait_thread(client, workspace, CODEX_THREAD, lambda t: t["usage"]["usedTokens"] == 23_000)
+    _check_kept(client, workspace, CODEX_THREAD, WORDS, records)
+    before = _history(client, workspace, CODEX_THREAD)
+    client.shutdown()
+    client = daemon_factory([workspace], env=env)  # and again, the file as it was
+    client.request("ctxd/ghost/list", {"workspace": workspace.as_uri()})  # a round trip after its first read
+    wait_thread(client, workspace, CODEX_THREAD, lambda t: t["usage"]["usedTokens"] == 23_000)
+    assert _history(client, workspace, CODEX_THREAD) == before

@@ -92,8 +92,7 @@ class CodexReader(Reader):
                 change.meta = True
             if item is not None:
                 session.items.append(item)
-                if not change.replaced:
-                    change.appended.append(item)
+                change.add(item, session)
         elif kind == "event_msg":
             self._event(payload, timestamp, change)
         elif kind == "turn_context":
@@ -253,12 +252,12 @@ class CodexReader(Reader):
             if isinstance(message, str) and message:
                 items.append({"type": "message", "role": "user",
                               "content": [{"type": "input_text", "text": message}]})
+        at = self._stamp or session.last_activity  # the file's time, never the time it is read
         session.agent_compactions.append({"trigger": None, "tokensBefore": self._fill or None, "tokensAfter": None,
-                                          "at": self._stamp})
+                                          "at": at})
         session.items = items
         session.compactions += 1
         session.generation += 1
         session.baseline = None  # until the next token_count reports the smaller window
-        change.replaced = True
-        change.appended = []
+        change.replace(session, session.compactions - 1, at)
         change.usage = True

@@ -18,7 +18,7 @@ import re
 import stat
 from typing import Any
 
-from ctxd.sessions.model import Change, Session
+from ctxd.sessions.model import MAX_HELD_ITEMS, Change, Session
 
 READ_CHUNK = 8 * 1024 * 1024
 MAX_LINE = READ_CHUNK  # a longer line (newline included) is skipped, never held whole in memory
@@ -149,17 +149,23 @@ class Reader:
         collecting = gc.isenabled()
         gc.disable()
         try:
-            self._feed_lines(data, end, change)
+            stopped = self._feed_lines(data, end, change)
         finally:
             if collecting:
                 gc.enable()
-        return change, end + 1
+        if stopped is None:
+            return change, end + 1
+        cut = -1
+        for _ in range(stopped + 1):  # the newline ending line number `stopped` (a newline is never
+            cut = data.find(b"\n", cut + 1)  # part of a byte sequence that is not UTF-8)
+        return change, cut + 1
 
-    def _feed_lines(self, data: bytes, end: int, change: Change) -> None:
+    def _feed_lines(self, data: bytes, end: int, change: Change) -> int | None:
+        """Read the lines; the number of the line after which it stopped (MAX_HELD_ITEMS), or None."""
         session = self.session
         # One decode for the whole chunk (json.loads on bytes would detect the encoding per line);
         # bytes that are not UTF-8 become U+FFFD rather than losing the line.
-        for line in data[:end].decode("utf-8", "replace").split("\n"):
+        for number, line in enumerate(data[:end].decode("utf-8", "replace").split("\n")):
             if not line.strip():
                 continue
             rec = parse(line)
@@ -168,6 +174,9 @@ class Reader:
                 continue
             change.lines += 1
             self.record(rec, change)
+            if change.held > MAX_HELD_ITEMS:
+                return number
+        return None
 
     def read(self, ident: tuple[int, int] | None = None, budget: int | None = None) -> Change:
         """Read what the file gained since the last read. Another file under the same name (a new
@@ -190,9 +199,9 @@ class Reader:
                     return Change()
                 self.reset()
             self.ident = found
-            total = Change()
+            total = Change(from_start=self.offset == 0)
             spent = 0
-            while self.offset < st.st_size and (budget is None or spent < budget):
+            while self.offset < st.st_size and (budget is None or spent < budget) and total.held <= MAX_HELD_ITEMS:
                 if self.skipping:
                     self.offset = _next_data(fd, self.offset, st.st_size)  # over a hole at once
                     if self.offset >= st.st_size:
@@ -210,7 +219,7 @@ class Reader:
                     self._advance(data, len(data) if cut < 0 else cut + 1)
                     continue
                 change, used = self.feed(data)
-                merge(total, change)
+                total.extend(change)
                 if used == 0:
                     if len(data) < READ_CHUNK:
                         break  # an unfinished last line: wait for its newline
@@ -218,9 +227,8 @@ class Reader:
                     self.skipping = True
                     used = len(data)
                 self._advance(data, used)
-            self.caught_up = self.offset >= st.st_size or budget is None or spent < budget
-            if total.replaced:
-                total.appended = []
+            self.caught_up = self.offset >= st.st_size or (
+                (budget is None or spent < budget) and total.held <= MAX_HELD_ITEMS)
             return total
         finally:
             os.close(fd)
@@ -254,18 +262,6 @@ def _next_data(fd: int, offset: int, size: int) -> int:
         return os.lseek(fd, offset, os.SEEK_DATA)
     except OSError as error:
         return size if error.errno == errno.ENXIO else offset  # ENXIO: only a hole up to the end
-
-
-def merge(total: Change, change: Change) -> None:
-    if change.replaced:
-        total.replaced = True
-        total.appended = []
-    elif not total.replaced:
-        total.appended.extend(change.appended)
-    total.turns.extend(change.turns)
-    total.usage = total.usage or change.usage
-    total.meta = total.meta or change.meta
-    total.lines += change.lines
 
 
 def head(path: str, lines: int = 1, limit: int = HEAD_LIMIT) -> tuple[list[dict[str, Any]], int]:
