@@ -194,3 +194,31 @@ def test_a_daemon_restarted_over_its_store_archives_nothing_twice_and_loses_noth
     client.request("ctxd/ghost/list", {"workspace": workspace.as_uri()})  # a round trip after its first read
     wait_thread(client, workspace, CODEX_THREAD, lambda t: t["usage"]["usedTokens"] == 23_000)
     assert _history(client, workspace, CODEX_THREAD) == before
+
+
+def test_ctxd_mcp_started_after_the_compactions_keeps_what_came_before_each(tmp_path: Path) -> None:
+    """`ctxd mcp` mirrors too (no daemon runs): the agent recalls what its compactions replaced
+    before ctxd ever saw the session."""
+    import anyio
+    from mcp import ClientSession
+    from mcp.client.stdio import stdio_client
+
+    from tests.test_mcp import call, server_params, until
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    state_dir, claude_home = tmp_path / "state", tmp_path / "claude-home"
+    fx.write_jsonl(fx.claude_path(claude_home, workspace), fx.claude_history(workspace, WORDS))
+
+    async def scenario() -> None:
+        async with stdio_client(server_params(state_dir, workspace, claude_home)) as streams:
+            async with ClientSession(*streams) as session:
+                await session.initialize()
+                for n, word in enumerate(WORDS):
+                    found = await until(session, "recall", lambda v: v["results"], query=word)
+                    [hit] = found["results"]
+                    assert word in hit["snippet"] and hit["archived"] == (n < len(WORDS) - 1), (word, hit)
+                    whole, _ = await call(session, "history_item", seq=hit["seq"])
+                    assert word in json.dumps(whole["item"])
+
+    anyio.run(scenario)
