@@ -138,8 +138,9 @@ class Reader:
 
     # --- feeding ---
 
-    def feed(self, data: bytes) -> tuple[Change, int]:
-        """Consume the complete lines in `data`; return the change and the bytes consumed."""
+    def feed(self, data: bytes, room: int = MAX_HELD_ITEMS) -> tuple[Change, int]:
+        """Consume the complete lines in `data`; return the change and the bytes consumed. Stops
+        after a replacement once the replacements name more than `room` items (MAX_HELD_ITEMS)."""
         change = Change()
         end = data.rfind(b"\n")
         if end < 0:
@@ -149,7 +150,7 @@ class Reader:
         collecting = gc.isenabled()
         gc.disable()
         try:
-            stopped = self._feed_lines(data, end, change)
+            stopped = self._feed_lines(data, end, change, room)
         finally:
             if collecting:
                 gc.enable()
@@ -160,8 +161,8 @@ class Reader:
             cut = data.find(b"\n", cut + 1)  # part of a byte sequence that is not UTF-8)
         return change, cut + 1
 
-    def _feed_lines(self, data: bytes, end: int, change: Change) -> int | None:
-        """Read the lines; the number of the line after which it stopped (MAX_HELD_ITEMS), or None."""
+    def _feed_lines(self, data: bytes, end: int, change: Change, room: int) -> int | None:
+        """Read the lines; the number of the line after which it stopped (`room`), or None."""
         session = self.session
         # One decode for the whole chunk (json.loads on bytes would detect the encoding per line);
         # bytes that are not UTF-8 become U+FFFD rather than losing the line.
@@ -174,7 +175,7 @@ class Reader:
                 continue
             change.lines += 1
             self.record(rec, change)
-            if change.held > MAX_HELD_ITEMS:
+            if change.held > room:
                 return number
         return None
 
@@ -218,7 +219,7 @@ class Reader:
                     self.skipping = cut < 0
                     self._advance(data, len(data) if cut < 0 else cut + 1)
                     continue
-                change, used = self.feed(data)
+                change, used = self.feed(data, MAX_HELD_ITEMS - total.held)
                 total.extend(change)
                 if used == 0:
                     if len(data) < READ_CHUNK:
