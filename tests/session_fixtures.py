@@ -27,6 +27,7 @@ thinking). The `compact_boundary` record (`{"type":"system","subtype":"compact_b
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from pathlib import Path
@@ -252,7 +253,7 @@ def codex_history(cwd: Path | str, words: list[str], replacement: list[bool] | N
     records = [codex_meta(cwd, session_id, ts=_stamp(day, 0, 0))]
     running = 0
     for n, word in enumerate(words):
-        t = lambda second: _stamp(day, n, second)  # noqa: E731 - the stretch's own minute
+        t = functools.partial(_stamp, day, n)  # the stretch's own minute
         if n:
             summary = f"Summary {n}: the work so far, without its details."
             if markers:
@@ -281,7 +282,7 @@ def claude_history(cwd: Path | str, words: list[str], session_id: str = CLAUDE_I
     records: list[dict[str, Any]] = []
     parent: str | None = None
     for n, word in enumerate(words):
-        t = lambda second: _stamp(day, n, second)  # noqa: E731 - the stretch's own minute
+        t = functools.partial(_stamp, day, n)  # the stretch's own minute
         if n:
             boundary = claude_compact(f"c{n}", parent or "", cwd, t(1), f"Summary {n}: the work so far.", session_id)
             records += boundary
