@@ -17,7 +17,8 @@ Newer versions (0.171) write a user turn as `event_msg` `item_completed` whose `
 bookkeeping records ctxd has no use for (`KNOWN_OTHER`); the window is still the events'
 `model_context_window` (the model's window less Codex's 5% reserve). A version that writes both forms of a turn counts it once.
 
-A `token_count` whose `last_token_usage` has no input is no request's report but a marker: 0.171
+A `token_count` whose `last_token_usage` has neither input nor output is no request's report but
+a marker: 0.171
 writes one before its compaction's summary (`total_tokens` 0) and one after the `compacted` record,
 before its first request there, whose `total_tokens` is its own figure for the new history (6,877
 in a test, 940,500 for a window of 258,400 in issue #36). Neither is the window's fill, nor a
@@ -203,14 +204,15 @@ class CodexReader(Reader):
         if isinstance(window, int) and window > 0 and window != session.context_window:
             session.context_window = window
             change.meta = True
-        if isinstance(last, dict) and tokens(last.get("input_tokens")):  # else a marker (module docstring)
+        if isinstance(last, dict) and (tokens(last.get("input_tokens")) or tokens(last.get("output_tokens"))):
+            # (no input and no output: a marker, module docstring)
             used = tokens(last.get("total_tokens"))
             cached = tokens(last.get("cached_input_tokens"))
             request = Usage(input=max(0, tokens(last.get("input_tokens")) - cached), cached_input=cached,
                             cache_write=tokens(last.get("cache_write_input_tokens")))
             note_report(session, used, request, session.model, self._stamp)
             self._fill = used or self._fill
-            if session.first_request is None:
+            if session.first_request is None and tokens(last.get("input_tokens")):
                 # What the request carried: the items up to the last input; the response's
                 # items were recorded before this event.
                 carried = len(session.items)
