@@ -7,12 +7,14 @@ compaction, dated from the file. Real daemon; session files as the agents write 
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from ctxd.ledger.store import database_path
 from tests import session_fixtures as fx
 from tests.rpc import Client
 from tests.test_sessions_e2e import CODEX_THREAD, homes, wait_thread
@@ -222,3 +224,33 @@ def test_ctxd_mcp_started_after_the_compactions_keeps_what_came_before_each(tmp_
                     assert word in json.dumps(whole["item"])
 
     anyio.run(scenario)
+
+
+def test_a_store_an_earlier_version_made_gets_what_its_compactions_missed(daemon_factory, workspace: Path,
+                                                                          tmp_path: Path, state_dir: Path) -> None:
+    """Issue #36 as users have it: their store lists the compactions of a session first seen after
+    them, dated when ctxd read it, having archived nothing. The daemon reads the file again at
+    its start: each gets the items the file had before it, and the file's date."""
+    codex_home, _, env = homes(tmp_path)
+    words = WORDS[:3]
+    records = fx.codex_history(workspace, words, replacement=[False, True])
+    fx.write_jsonl(fx.codex_path(codex_home), records)
+    client = daemon_factory([workspace], env=env)
+    wait_thread(client, workspace, CODEX_THREAD, lambda t: t["usage"]["usedTokens"] == 22_000)
+    client.shutdown()
+    with sqlite3.connect(database_path(state_dir / "ctxd", workspace)) as db:  # as the earlier version left it
+        db.execute("DELETE FROM items WHERE thread = ? AND archived IS NOT NULL", (CODEX_THREAD,))
+        for cid, info in db.execute("SELECT id, info FROM compactions WHERE thread = ?", (CODEX_THREAD,)).fetchall():
+            info = {**json.loads(info), "removed": [], "before": []}
+            db.execute("UPDATE compactions SET info = ?, created_at = ? WHERE id = ?", (json.dumps(info), time.time(), cid))
+        for table in ("recall_fts", "recall_threads", "recall_turns"):  # indexed again at the next search
+            db.execute(f"DROP TABLE IF EXISTS {table}")
+        db.execute("DELETE FROM meta WHERE key = 'recall_index'")
+    client = daemon_factory([workspace], env=env)
+    _wait(lambda: all(c["archivedItems"] for c in _history(client, workspace, CODEX_THREAD)["compactions"]))
+    _check_kept(client, workspace, CODEX_THREAD, words, records)
+    client.shutdown()
+    again = daemon_factory([workspace], env=env)  # repaired once
+    wait_thread(again, workspace, CODEX_THREAD)
+    again.request("ctxd/ghost/list", {"workspace": workspace.as_uri()})
+    _check_kept(again, workspace, CODEX_THREAD, words, records)

@@ -668,6 +668,29 @@ class Store:
             self._touch(db, thread, **fields)
         return cid
 
+    def archive(self, thread: str, operation: int, rows: list[tuple[str, int]], items: list[Any] | None = None,
+                created_at: float | None = None) -> None:
+        """Store `rows` after every item as archived by `operation`, which its info then lists as
+        removed: what an earlier version's operation took out without storing it (a followed
+        session's compaction that version first saw after the fact). `items`: as in `append`;
+        `created_at`: the operation's date, when it was recorded wrong."""
+        with self._write() as db:
+            row = db.execute("SELECT info FROM compactions WHERE id = ? AND thread = ?", (operation, thread)).fetchone()
+            if row is None:
+                return
+            first = self._next_seq(db, thread)
+            db.executemany("INSERT INTO items (thread, seq, body, tokens, archived) VALUES (?, ?, ?, ?, ?)",
+                           [(thread, first + i, body, tokens, operation) for i, (body, tokens) in enumerate(rows)])
+            if items is not None and self._indexing:
+                search.index_appended(db, thread, first, items)
+            info = json.loads(row[0])
+            added = list(range(first, first + len(rows)))
+            self._merge_info(db, operation, {"removed": [*(info.get("removed") or []), *added],
+                                             "before": [*(info.get("before") or []), *added]})
+            if created_at is not None:
+                db.execute("UPDATE compactions SET created_at = ? WHERE id = ?", (created_at, operation))
+            self._touch(db, thread)
+
     # --- history operations (protocol v3: every one can be undone, nothing is deleted) -----------
 
     def operate(self, thread: str, info: dict[str, Any], *, active: list[int], expected_version: int,

@@ -319,13 +319,15 @@ class _Job:
 class _Op:
     """One write of a job's plan: `items` appended; or with `replace` (the operation's info) the
     active history replaced by them, dated `at`; or with `sync` the active history brought to
-    `items` (what it lacks appended; something else there: replaced, as the agent's)."""
+    `items` (what it lacks appended; something else there: replaced, as the agent's); or with
+    `archive` archived under that compaction, dated `at`."""
 
     items: list[dict[str, Any]]
     replace: dict[str, Any] | None = None
     at: float | None = None
     sync: bool = False
     unless_same: bool = False  # a rewind: nothing to do when the history is that already
+    archive: int | None = None  # `items` archived under this listed compaction (`Workspace.mirror_archive`)
     last_sync: bool = False  # the job's final sync: a history ahead of it waits for the next job
 
 
@@ -338,6 +340,7 @@ class _Mirrors:
         # Per thread: the history a session found again was being matched against, when the thread
         # held more than the file had given so far (a long file read in parts after a restart).
         self._behind: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        self._passing: dict[tuple[str, str], list[dict[str, Any]]] = {}  # see `_plan`
         self._wake = threading.Condition()
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="ctxd-mirror", daemon=True)
@@ -406,15 +409,25 @@ class _Mirrors:
         thread has already (before one of the agent's compactions it lists: a restart reads the
         file from its start again, and `ctxd mcp` mirrors the same file) is passed over; after
         it, or from a session's start, the history is matched against the thread's (`sync`)."""
-        stored = job.workspace.followed_compactions(job.thread)
+        listed = job.workspace.followed_compactions(job.thread)
+        stored = len(listed)
         target: list[dict[str, Any]] | None = [] if job.start else self._behind.get(job.key)
         self._behind.pop(job.key, None)
+        # The session's window while its steps are passed over, from its start: a compaction an
+        # earlier version listed without archiving anything gets what the window held before it.
+        window: list[dict[str, Any]] | None = [] if job.start else self._passing.get(job.key)
+        self._passing.pop(job.key, None)
         ops: deque[_Op] = deque()
         for step in job.steps:
             if (step.compaction if step.compaction is not None else step.compactions_before) < stored:
                 if step.replace:
                     target = list(step.items)  # the window the listed compaction left
+                if window is not None:
+                    if step.compaction is not None and window and not listed[step.compaction][1].get("removed"):
+                        ops.append(_Op(window, archive=listed[step.compaction][0], at=_instant(step.at)))
+                    window = list(step.items) if step.replace else window + step.items
                 continue  # archived already by a compaction the thread lists
+            window = None
             if not step.replace:
                 if target is not None:
                     target.extend(step.items)
@@ -431,6 +444,8 @@ class _Mirrors:
                                _instant(step.at)))
         if target is not None:
             ops.append(_Op(target, sync=True, last_sync=True))
+        if window is not None and job.steps and not job.caught_up:
+            self._passing[job.key] = window  # the file's next part is passed over too
         return ops
 
     def _resolve(self, job: _Job, op: _Op) -> list[_Op]:
@@ -459,6 +474,11 @@ class _Mirrors:
                 job.announce = False
                 self.threads_changed(job.workspace.uri)
             return True  # as stored: nothing to write, and its items are not loaded
+        while ops and ops[0].archive is not None:  # a repair, whole: it is done once
+            op = ops.popleft()
+            job.workspace.mirror_archive(job.thread, cast(int, op.archive), op.items, op.at)
+            while ops and (ops[0].sync or ops[0].unless_same):
+                ops.extendleft(reversed(self._resolve(job, ops.popleft())))
         op = ops[0] if ops else _Op([])
         part = op.items[:SLICE_ITEMS]
         if ops:

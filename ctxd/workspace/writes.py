@@ -368,12 +368,21 @@ class WorkspaceWrites(WorkspaceCore):
             return kept, -1
         return kept, -2 if len(rows) > len(kept) else len(rows)
 
-    def followed_compactions(self, thread: str) -> int:
-        """How many of the agent's own compactions a followed thread lists (a restart reads the
-        session file from its start again: those are archived already)."""
+    def followed_compactions(self, thread: str) -> list[tuple[int, dict[str, Any]]]:
+        """The agent's own compactions a followed thread lists, oldest first: (id, info). A
+        restart reads the session file from its start again: these are archived already."""
         agent = followed_agent(thread)
-        return sum(1 for _, _, info in self.store.compactions(thread)
-                   if info.get("followed") and info.get("strategy") == agent)
+        return [(cid, info) for cid, _, info in self.store.compactions(thread)
+                if info.get("followed") and info.get("strategy") == agent]
+
+    def mirror_archive(self, thread: str, compaction: int, items: list[dict[str, Any]], at: float | None) -> None:
+        """A followed thread's compaction an earlier version listed having archived nothing (it
+        first saw the session after it): the items the session file had before it, archived under
+        it, and the file's date for it (issue #36)."""
+        kept, rows = self._rows(thread, [item for item in items if _valid(item)])
+        with self.lock:
+            self.store.archive(thread, compaction, rows, kept, created_at=at)
+            self.cache.reload(self.store, thread)  # the next seq moved
 
     def agent_reported(self, thread: str, used_tokens: int) -> UsageSnapshot | None:
         """The exact usage an agent handed over outside its session file (Claude Code's status
