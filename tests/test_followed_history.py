@@ -254,3 +254,26 @@ def test_a_store_an_earlier_version_made_gets_what_its_compactions_missed(daemon
     wait_thread(again, workspace, CODEX_THREAD)
     again.request("ctxd/ghost/list", {"workspace": workspace.as_uri()})
     _check_kept(again, workspace, CODEX_THREAD, words, records)
+
+
+def test_a_claude_prompt_edited_and_resent_is_mirrored_once_across_restarts(daemon_factory, workspace: Path,
+                                                                            tmp_path: Path) -> None:
+    """A rewind (Claude Code: a prompt edited and resent, its parent an earlier line) archives the
+    abandoned branch when seen live; a restart, which reads the file from its start again, leaves
+    the thread as it is."""
+    _, claude_home, env = homes(tmp_path)
+    transcript = fx.write_jsonl(fx.claude_path(claude_home, workspace), fx.claude_session(workspace))
+    client = daemon_factory([workspace], env=env)
+    wait_thread(client, workspace, CLAUDE_THREAD, lambda t: t["itemCount"] == 6)
+    fx.append_jsonl(transcript, [fx.claude_user("Actually, add --quiet instead", "u3", "a1-2", workspace,
+                                                "2025-10-03T11:07:00.000Z")])
+    wait_thread(client, workspace, CLAUDE_THREAD, lambda t: t["itemCount"] == 5)
+    before = _history(client, workspace, CLAUDE_THREAD)
+    [abandoned] = _holding([i for i in before["items"] if i.get("archived")], "Added --verbose.")
+    assert [o["kind"] for o in before["operations"]] == ["compaction"]
+    for _ in range(2):
+        client.shutdown()
+        client = daemon_factory([workspace], env=env)
+        client.request("ctxd/ghost/list", {"workspace": workspace.as_uri()})  # a round trip after its first read
+        wait_thread(client, workspace, CLAUDE_THREAD)
+        assert _history(client, workspace, CLAUDE_THREAD) == before

@@ -434,6 +434,11 @@ class _Mirrors:
                 elif step.items:
                     ops.append(_Op(step.items))
                 continue
+            if step.compaction is None and target is not None:
+                # A rewind while the history is being matched: the window after it is what is
+                # matched (the thread holds it already, or the branch it left, archived then).
+                target = list(step.items)
+                continue
             if target is not None:
                 ops.append(_Op(target, sync=True))
                 target = None
