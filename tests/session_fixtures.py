@@ -27,6 +27,7 @@ thinking). The `compact_boundary` record (`{"type":"system","subtype":"compact_b
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from pathlib import Path
@@ -145,6 +146,20 @@ def codex_compacted(message: str, ts: str, replacement: list[dict[str, Any]] | N
             {"timestamp": ts, "type": "event_msg", "payload": {"type": "context_compacted"}}]
 
 
+def codex_marker(ts: str, total: int = 0, window: int = 258_400,
+                 running: dict[str, int] | None = None) -> dict[str, Any]:
+    """The `token_count` Codex 0.171 writes around its own compaction, no request made: before the
+    `compacted` record with a `total_tokens` of 0, after it with Codex's own figure for the new
+    history (6,877 in tests/test_real_agents.py's run; 940,500 in issue #36's) and every other
+    count 0. Written by the real Codex CLI 0.171 (`codex exec`, `model_auto_compact_token_limit`)."""
+    zero = {"input_tokens": 0, "cached_input_tokens": 0, "cache_write_input_tokens": 0, "output_tokens": 0,
+            "reasoning_output_tokens": 0}
+    return {"timestamp": ts, "type": "event_msg", "payload": {"type": "token_count", "info": {
+        "total_token_usage": running or {**zero, "total_tokens": 0},
+        "last_token_usage": {**zero, "total_tokens": total}, "last_usage_includes_reasoning": total > 0,
+        "model_context_window": window}, "rate_limits": None}}
+
+
 # --- Claude Code -------------------------------------------------------------------------------
 
 
@@ -219,3 +234,67 @@ def claude_compact(uuid: str, parent: str, cwd: Path | str, ts: str, summary: st
         claude_user(f"This session is being continued from a previous conversation. {summary}", f"{uuid}-s",
                     uuid, cwd, ts, session_id, isCompactSummary=True, isVisibleInTranscriptOnly=True),
     ]
+
+
+# --- Sessions compacted by their agent (issue #36) -----------------------------------------------
+
+
+def _stamp(day: str, segment: int, second: int) -> str:
+    return f"{day}T{9 + segment // 60:02d}:{segment % 60:02d}:{second:02d}.000Z"
+
+
+def codex_history(cwd: Path | str, words: list[str], replacement: list[bool] | None = None,
+                  session_id: str = CODEX_ID, day: str = "2026-02-10", markers: bool = True) -> list[dict[str, Any]]:
+    """A Codex session of `len(words)` stretches, each with a user turn, a tool call whose output
+    says its word, an answer and a report; Codex compacted between each two (`len(words) - 1`
+    compactions), on `day`, one minute apart. `replacement[k]`: the k-th `compacted` record has a
+    `replacement_history` (the summary alone; 0.171) or not (0.46: Codex rebuilds it). `markers`:
+    the zero-input `token_count`s Codex 0.171 writes around each compaction."""
+    records = [codex_meta(cwd, session_id, ts=_stamp(day, 0, 0))]
+    running = 0
+    for n, word in enumerate(words):
+        t = functools.partial(_stamp, day, n)  # the stretch's own minute
+        if n:
+            summary = f"Summary {n}: the work so far, without its details."
+            if markers:
+                records.append(codex_marker(t(0), 0))
+            keep = (replacement or [True] * len(words))[n - 1]
+            items = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": summary}]}]
+            records += codex_compacted(summary, t(1), items if keep else None)
+            if markers:
+                records.append(codex_marker(t(1), 900_000 + n))
+        records += codex_turn(f"Stretch {n}: carry on with the work", t(2), model="gpt-5.5", cwd=str(cwd))
+        records += codex_tool_round(f"call_{n}", "cat notes.txt", f"notes of stretch {n}: the {word} setting", t(3))
+        records.append(codex_answer(f"Stretch {n} is done.", t(4)))
+        fill = 20_000 + 1_000 * n
+        running += fill
+        records.append(codex_token_count(fill, {"input_tokens": running - 300, "cached_input_tokens": 0,
+                                                "output_tokens": 300, "reasoning_output_tokens": 0,
+                                                "total_tokens": running}, t(5), window=258_400))
+    return records
+
+
+def claude_history(cwd: Path | str, words: list[str], session_id: str = CLAUDE_ID,
+                   day: str = "2026-02-10") -> list[dict[str, Any]]:
+    """A Claude Code transcript of `len(words)` stretches, each a prompt, a Read whose result says
+    its word and an answer; Claude Code compacted between each two (its `compact_boundary` and
+    the summary after it), on `day`, one minute apart."""
+    records: list[dict[str, Any]] = []
+    parent: str | None = None
+    for n, word in enumerate(words):
+        t = functools.partial(_stamp, day, n)  # the stretch's own minute
+        if n:
+            boundary = claude_compact(f"c{n}", parent or "", cwd, t(1), f"Summary {n}: the work so far.", session_id)
+            records += boundary
+            parent = f"c{n}-s"
+        records.append(claude_user(f"Stretch {n}: carry on with the work", f"u{n}", parent, cwd, t(2), session_id))
+        records += claude_assistant([{"type": "tool_use", "id": f"toolu_{n}", "name": "Read",
+                                      "input": {"file_path": f"{cwd}/notes.txt"}}], f"msg_{n}a", f"a{n}", f"u{n}",
+                                    cwd, t(3), claude_usage(5, 1_000, 20_000 + 1_000 * n, 50), session_id=session_id)
+        records.append(claude_user([{"type": "tool_result", "tool_use_id": f"toolu_{n}",
+                                      "content": f"notes of stretch {n}: the {word} setting"}],
+                                   f"r{n}", f"a{n}", cwd, t(4), session_id))
+        records += claude_assistant([{"type": "text", "text": f"Stretch {n} is done."}], f"msg_{n}b", f"b{n}", f"r{n}",
+                                    cwd, t(5), claude_usage(5, 100, 21_000 + 1_000 * n, 20), session_id=session_id)
+        parent = f"b{n}"
+    return records

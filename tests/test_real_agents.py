@@ -19,8 +19,9 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -44,14 +45,35 @@ class Setup:
     base: Path
 
 
-def setup(daemon_factory: Callable[..., Client], tmp_path: Path) -> Setup:
+def setup(daemon_factory: Callable[..., Client], tmp_path: Path, start: bool = True) -> Setup:
+    """A repository and the agents' homes, followed by a daemon (with `start`; else `start_daemon` later)."""
     repo = make_repo(tmp_path / "repo")
     repo.write("app.py", "print('v1')\n")
     repo.write("notes.txt", "keep me\n")
     repo.commit_all("base")
     codex_home, claude_home = tmp_path / "codex-home", tmp_path / "claude-home"
-    client = daemon_factory([repo.root], env={"CODEX_HOME": str(codex_home), "CLAUDE_CONFIG_DIR": str(claude_home)})
-    return Setup(repo, client, repo.root.as_uri(), codex_home, claude_home, tmp_path / "agent")
+    s = Setup(repo, cast(Client, None), repo.root.as_uri(), codex_home, claude_home, tmp_path / "agent")
+    if start:
+        start_daemon(s, daemon_factory)
+    return s
+
+
+def start_daemon(s: Setup, daemon_factory: Callable[..., Client]) -> None:
+    s.client = daemon_factory([s.repo.root], env={"CODEX_HOME": str(s.codex_home),
+                                                  "CLAUDE_CONFIG_DIR": str(s.claude_home)})
+
+
+def compacted_at(home: Path) -> list[datetime]:
+    """When the agent compacted, as its one session file says (Codex's `compacted` records,
+    Claude Code's `compact_boundary` lines)."""
+    [path] = [p for p in home.rglob("*.jsonl") if "subagents" not in p.parts]
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [datetime.fromisoformat(r["timestamp"].replace("Z", "+00:00")) for r in records
+            if r.get("type") == "compacted" or r.get("subtype") == "compact_boundary"]
+
+
+def listed_at(compactions: list[dict[str, Any]]) -> list[datetime]:
+    return [datetime.fromisoformat(c["createdAt"]) for c in compactions]
 
 
 def thread_of(s: Setup, agent: str, check: Callable[[dict[str, Any]], bool] = lambda t: True) -> dict[str, Any]:
@@ -252,13 +274,18 @@ def test_codex_compaction_shows_in_the_thread_and_keeps_the_history(daemon_facto
         # tools, answered by the fallback once the gauge has shown the full window) and carries on.
         full = usage_gate(s, "codex", 30_050)
         server.fallback = Reply(text="Summary: one.txt was made.", before=full)
+        # Before its first request after the compaction Codex writes a report of 0 input whose
+        # total is its own figure for the new history: a marker, not the fill (issue #36).
+        after: dict[str, Any] = {}
         server.script(Reply(calls=[shell("c1", "echo one > one.txt")], usage=dict(input=30_000, cached=1_000, output=50)),
-                      Reply(text="Done after compacting.", usage=dict(input=4_000, cached=1_000, output=10)))
+                      Reply(text="Done after compacting.", usage=dict(input=4_000, cached=1_000, output=10),
+                            before=Gate(lambda: after.update(compacted_gauge(s)) or True)))
         session = Codex.thread_id(codex.exec("Make one.txt", s.repo.root))
         summaries = [r for r in server.requests if not r.scripted]
     thread = f"codex:{session}"
     assert summaries, "Codex did not compact"
     assert full.seen, "the gauge never showed the full window before the compaction"
+    assert after.get("source") == "estimate" and after["percent"] < 100, after
     info = thread_of(s, "codex", lambda t: t["usage"]["usedTokens"] == 4_010)
     assert info["usage"]["source"] == "api"  # the gauge dropped from 30,050 to the new report
     # The prompt cache (issue #31): warm after the last request (OpenAI's 10 minutes); the
@@ -272,7 +299,7 @@ def test_codex_compaction_shows_in_the_thread_and_keeps_the_history(daemon_facto
     # Each one Codex ran, with its name and the fill before it (issue #26).
     assert [c["strategy"] for c in kept["compactions"]] == ["codex"] * len(summaries)
     assert kept["compactions"][0]["tokensBefore"] == 30_050  # not the 0 Codex reports for the summary request
-    assert kept["compactions"][-1]["tokensAfter"] is not None and kept["compactions"][-1]["tokensAfter"] < 30_050
+    assert kept["compactions"][-1]["tokensAfter"] == 4_010  # the first request after it, not Codex's marker
     archived = [i for i in kept["items"] if i.get("archived")]
     assert ("function_call", "c1") in [(i["type"], i.get("call_id")) for i in archived]
     assert "Make one.txt" in user_texts(archived)
@@ -280,6 +307,42 @@ def test_codex_compaction_shows_in_the_thread_and_keeps_the_history(daemon_facto
     # The active history is Codex's own replacement: its summary in, the tool call out.
     assert ("function_call", "c1") not in [(i["type"], i.get("call_id")) for i in active]
     assert any("Summary: one.txt was made." in text for text in user_texts(active))
+
+
+def compacted_gauge(s: Setup) -> dict[str, Any]:
+    """The Codex thread's gauge once the daemon lists its compaction (waited for, bounded)."""
+    deadline = time.monotonic() + WAIT / 3
+    while True:
+        [row] = [t for t in s.client.request("ctxd/threads", {"workspace": s.uri})["threads"]
+                 if t.get("source") == "codex"] or [None]
+        if row is not None and history(s, row["thread"], archived=True)["compactions"]:
+            return dict(row["usage"])
+        if time.monotonic() > deadline:
+            return {}
+        time.sleep(0.05)
+
+
+def test_codex_session_compacted_before_ctxd_ran_keeps_what_came_before(daemon_factory, tmp_path: Path) -> None:
+    """Issue #36: a session ctxd first sees after Codex compacted it (no daemon while Codex ran)."""
+    s = setup(daemon_factory, tmp_path, start=False)
+    with ResponsesServer() as server:
+        codex = Codex(s.base, s.codex_home, server, auto_compact_limit=20_000)
+        server.fallback = Reply(text="Summary: one.txt was made.")
+        server.script(Reply(calls=[shell("c1", "echo one > one.txt")], usage=dict(input=30_000, cached=1_000, output=50)),
+                      Reply(text="Done after compacting.", usage=dict(input=4_000, cached=1_000, output=10)))
+        session = Codex.thread_id(codex.exec("Make one.txt", s.repo.root))
+        assert [r for r in server.requests if not r.scripted], "Codex did not compact"
+    start_daemon(s, daemon_factory)
+    thread = f"codex:{session}"
+    thread_of(s, "codex", lambda t: t["usage"]["usedTokens"] == 4_010)
+    kept = history(s, thread, archived=True)
+    assert listed_at(kept["compactions"]) == compacted_at(s.codex_home)  # Codex's time, not ctxd's
+    assert [(c["tokensBefore"], c["tokensAfter"]) for c in kept["compactions"]] == [(30_050, 4_010)]
+    archived = [i for i in kept["items"] if i.get("archived")]
+    assert ("function_call", "c1") in [(i["type"], i.get("call_id")) for i in archived]
+    assert "Make one.txt" in user_texts(archived)
+    found = s.client.request("ctxd/recall", {"workspace": s.uri, "thread": thread, "query": "echo one.txt"})
+    assert any(hit["archived"] and hit["type"] == "function_call" for hit in found["results"]), found
 
 
 # --- Claude Code -------------------------------------------------------------------------------
@@ -388,6 +451,43 @@ def test_claude_first_turn_of_a_new_session_is_checkpointed(daemon_factory, tmp_
     assert checkpoint.seen, "no checkpoint for the first turn of a new session before Claude Code acted"
     restore(s, prompt, f"claude:{session}")
     assert s.repo.files() == before
+
+
+def test_claude_session_compacted_before_ctxd_ran_keeps_what_came_before(daemon_factory, tmp_path: Path) -> None:
+    """Issue #36: Claude Code's own /compact, twice, before any ctxd read the transcript."""
+    s = setup(daemon_factory, tmp_path, start=False)
+    ws = s.repo.root
+    with MessagesServer() as server:
+        claude = Claude(s.base, s.claude_home, server)
+        big = dict(input=10, cache_read=30_000, cache_write=500, output=20)
+        server.script(Reply(calls=[tool("t1", "Write", file_path=str(ws / "one.txt"), content="one\n")], usage=big),
+                      Reply(text="One written.", usage=big))
+        session = claude.prompt("Make one.txt", ws).json()["session_id"]
+        server.script(Reply(text="Summary: one.txt was written.", usage=dict(input=10, cache_read=30_000, output=30)))
+        claude.prompt("/compact", ws, resume=session)
+        server.script(Reply(calls=[tool("t2", "Write", file_path=str(ws / "two.txt"), content="two\n")], usage=big),
+                      Reply(text="Two written.", usage=big))
+        claude.prompt("Make two.txt", ws, resume=session)
+        server.script(Reply(text="Summary: two.txt was written too.", usage=dict(input=10, cache_read=30_000, output=30)))
+        claude.prompt("/compact", ws, resume=session)
+        small = dict(input=10, cache_read=2_000, output=10)
+        server.script(Reply(text="All done.", usage=small))
+        claude.prompt("Now say done", ws, resume=session)
+        assert server.pending == 0
+    start_daemon(s, daemon_factory)
+    thread = f"claude:{session}"
+    thread_of(s, "claude", lambda t: t["usage"]["usedTokens"] == claude_fill(small))
+    kept = history(s, thread, archived=True)
+    assert len(kept["compactions"]) == 2
+    assert listed_at(kept["compactions"]) == compacted_at(s.claude_home)  # Claude Code's time, not ctxd's
+    archived = [i for i in kept["items"] if i.get("archived")]
+    assert [i["call_id"] for i in archived if i["type"] == "function_call"] == ["t1", "t2"]
+    assert {"Make one.txt", "Make two.txt"} <= set(user_texts(archived))
+    for call in ("t1", "t2"):  # each kept once
+        assert len([i for i in kept["items"] if i.get("call_id") == call and i["type"] == "function_call"]) == 1
+    current = history(s, thread)["items"]
+    assert any("Summary: two.txt was written too." in u for u in user_texts(current))
+    assert not any("Make one.txt" in u for u in user_texts(current))
 
 
 def test_claude_compaction_shows_in_the_thread_and_keeps_the_history(daemon_factory, tmp_path: Path) -> None:

@@ -381,3 +381,31 @@ def test_user_prices_override_and_extend_the_table() -> None:
     assert pricing.cost({"gpt-5-codex": Usage(input=1_000_000)}, table)["input"] == 2.0
     assert [(p.key, p.message) for p in problems] == [
         ("prices.broken", "setting 'prices.broken' needs non-negative numbers 'input' and 'output'")]
+
+
+def test_a_read_replays_compactions_in_order_and_holds_a_bounded_number_of_replaced_items(tmp_path: Path) -> None:
+    """Issue #36: a read's steps say what each compaction replaced; a file of many compactions,
+    each replacing the window with 300 items, is read in several reads, none holding more than
+    MAX_HELD_ITEMS items in replacements (and the one that crossed it)."""
+    from ctxd.sessions.model import MAX_HELD_ITEMS
+
+    kept = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": f"kept {n}"}]}
+            for n in range(300)]
+    records = [fx.codex_meta("/w"), *fx.codex_turn("the first prompt", "2026-02-10T09:00:00.000Z")]
+    records += [fx.codex_compacted(f"summary {n}", f"2026-02-10T10:{n // 60:02d}:{n % 60:02d}.000Z", kept)[0]
+                for n in range(500)]
+    path = fx.write_jsonl(fx.codex_path(tmp_path), records)
+    reader = CodexReader(str(path))
+    changes = []
+    while True:
+        changes.append(reader.read())
+        held = sum(len(step.items) for step in changes[-1].steps if step.replace)
+        assert held <= MAX_HELD_ITEMS + len(kept), held
+        if reader.caught_up:
+            break
+        assert len(changes) < 10, "the reads do not move on"
+    assert len(changes) >= 2 and reader.session.compactions == 500
+    steps = [step for change in changes for step in change.steps]
+    assert [step.compaction for step in steps if step.replace] == list(range(500))
+    assert [len(step.items) for step in steps[:2]] == [1, 300]  # the history, then the first compaction's
+    assert steps[1].at == "2026-02-10T10:00:00.000Z" and steps[0].items[0]["content"][0]["text"] == "the first prompt"

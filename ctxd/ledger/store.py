@@ -625,12 +625,14 @@ class Store:
             self._touch(db, thread, **fields)
 
     def replace(self, thread: str, upto_seq: int, rows: list[tuple[str, int]], info: dict[str, Any],
-                expected_version: int | None = None, items: list[Any] | None = None, **fields: Any) -> int:
+                expected_version: int | None = None, items: list[Any] | None = None,
+                created_at: float | None = None, **fields: Any) -> int:
         """Compaction swap: archive active items up to `upto_seq`, write `rows` in their place, and
         move the items recorded since (seq > upto_seq) after them. One transaction, and only if the
         thread's history version is still `expected_version` (else HistoryChanged, nothing written):
         another daemon's compaction, a rollback or a restore in between would otherwise be undone.
-        A moved item's earlier seq keeps naming it (`resolve`). `items`: as in `append`."""
+        A moved item's earlier seq keeps naming it (`resolve`). `items`: as in `append`.
+        `created_at`: when it happened, if not now (an agent's compaction, dated by its file)."""
         with self._write() as db:
             if expected_version is not None:
                 row = db.execute("SELECT history_version FROM threads WHERE thread = ?", (thread,)).fetchone()
@@ -640,7 +642,8 @@ class Store:
             removed = self._active_seqs(db, thread, upto_seq)
             mark = self._next_seq(db, thread) - 1
             cid = int(db.execute("INSERT INTO compactions (thread, created_at, info) VALUES (?, ?, ?)",
-                                 (thread, time.time(), json.dumps(info))).lastrowid or 0)
+                                 (thread, time.time() if created_at is None else created_at,
+                                  json.dumps(info))).lastrowid or 0)
             db.execute("UPDATE items SET archived = ? WHERE thread = ? AND seq <= ? AND archived IS NULL",
                        (cid, thread, upto_seq))
             later = db.execute("SELECT seq FROM items WHERE thread = ? AND seq > ? AND archived IS NULL ORDER BY seq",
@@ -664,6 +667,29 @@ class Store:
                                        "added": added, "seqMark": mark})
             self._touch(db, thread, **fields)
         return cid
+
+    def archive(self, thread: str, operation: int, rows: list[tuple[str, int]], items: list[Any] | None = None,
+                created_at: float | None = None) -> None:
+        """Store `rows` after every item as archived by `operation`, which its info then lists as
+        removed: what an earlier version's operation took out without storing it (a followed
+        session's compaction that version first saw after the fact). `items`: as in `append`;
+        `created_at`: the operation's date, when it was recorded wrong."""
+        with self._write() as db:
+            row = db.execute("SELECT info FROM compactions WHERE id = ? AND thread = ?", (operation, thread)).fetchone()
+            if row is None:
+                return
+            first = self._next_seq(db, thread)
+            db.executemany("INSERT INTO items (thread, seq, body, tokens, archived) VALUES (?, ?, ?, ?, ?)",
+                           [(thread, first + i, body, tokens, operation) for i, (body, tokens) in enumerate(rows)])
+            if items is not None and self._indexing:
+                search.index_appended(db, thread, first, items)
+            info = json.loads(row[0])
+            added = list(range(first, first + len(rows)))
+            self._merge_info(db, operation, {"removed": [*(info.get("removed") or []), *added],
+                                             "before": [*(info.get("before") or []), *added]})
+            if created_at is not None:
+                db.execute("UPDATE compactions SET created_at = ? WHERE id = ?", (created_at, operation))
+            self._touch(db, thread)
 
     # --- history operations (protocol v3: every one can be undone, nothing is deleted) -----------
 

@@ -27,6 +27,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -34,7 +35,7 @@ from ctxd.errors import CtxdError
 from ctxd.redact import redact, redact_json
 from ctxd.sessions import cachecost, discovery, drift, limits, pricing
 from ctxd.sessions.follower import Follower, Update
-from ctxd.sessions.model import Session, Turn
+from ctxd.sessions.model import Session, Step, Turn
 from ctxd.settings import Problem, Settings
 from ctxd.workspace import Service, Workspace, path_to_uri
 
@@ -118,18 +119,20 @@ class SessionBridge:
             # user's snapshots. A session found anew (also a file rewritten) has no new turns.
             self._checkpoints.submit(self._checkpoint, workspace, session.thread, change.turns[-1],
                                      len(session.turns))
-        replace = update.new or change.replaced or not owned
-        items = session.items if replace else change.appended
         context, info = self._context(session), self._info(session)
-        compactions = [{"strategy": session.agent, "automatic": c["trigger"] == "auto", "trigger": c["trigger"],
-                        "tokensBefore": c["tokensBefore"], "tokensAfter": c["tokensAfter"]}
-                       for c in session.agent_compactions] if replace else None
         after = self._compaction_after(session)
+        if update.new and change.from_start and owned:
+            steps, start = change.steps, True  # the whole history, as the file has it
+        elif update.new or not owned:
+            steps, start = _whole(session), True  # a file taking the thread over: its window
+        else:
+            steps, start = change.steps, False
+        listing = {step.compaction: _listing(session, step.compaction) for step in steps if step.compaction is not None}
         # The Compactions list shows the agent's compaction at once (a replacement, or its fill after).
-        self._mirrors.put(_Job(workspace, session.thread, list(items), replace, session.baseline,
+        self._mirrors.put(_Job(workspace, session.thread, steps, start, listing, update.caught_up, session.baseline,
                                max(0, len(session.items) - session.baseline_items), context, info,
                                announce=update.new or not owned or change.replaced or after is not None,
-                               compactions=compactions, tokens_after=after))
+                               tokens_after=after))
 
     def _compaction_after(self, session: Session) -> int | None:
         """The fill after the agent's latest compaction, when it became known with this update."""
@@ -242,27 +245,90 @@ class SessionBridge:
                  (time.monotonic() - started) * 1000)
 
 
+def _listing(session: Session, number: int) -> dict[str, Any]:
+    """The agent's compaction `number` as `ctxd/history` lists it."""
+    found = session.agent_compactions[number] if 0 <= number < len(session.agent_compactions) else {}
+    return {"strategy": session.agent, "automatic": found.get("trigger") == "auto", "trigger": found.get("trigger"),
+            "tokensBefore": found.get("tokensBefore"), "tokensAfter": found.get("tokensAfter")}
+
+
+def _whole(session: Session) -> list[Step]:
+    """A session's history when only its window is known (a file that took a thread over): each
+    of its compactions, listed, the last writing the window."""
+    window = list(session.items)
+    if not session.agent_compactions:
+        return [Step(window)]
+    last = len(session.agent_compactions) - 1
+    return [Step(window if n == last else [], True, n, c.get("at"), n) for n, c in enumerate(session.agent_compactions)]
+
+
+def _instant(stamp: Any) -> float | None:
+    """A session file's ISO time as seconds (a compaction's date); None when it is not one."""
+    if not isinstance(stamp, str) or len(stamp) > MAX_CHARS["lastActivity"]:
+        return None
+    try:
+        moment = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        return moment.timestamp()
+    except (ValueError, OverflowError, OSError):
+        return None
+
+
 @dataclass
 class _Job:
-    """One update to mirror: `items` appended, or with `replace` the session's whole history."""
+    """One update to mirror: `steps` (ctxd/sessions/model.py), replayed in order. `start`: they
+    begin at the session's start (a session found, or found again after a restart, whose thread may
+    hold part of it already). `listing`: the agent's compactions they name, as listed."""
 
     workspace: Workspace
     thread: str
-    items: list[dict[str, Any]]
-    replace: bool
+    steps: list[Step]
+    start: bool
+    listing: dict[int, dict[str, Any]]
+    caught_up: bool
     baseline: int | None
     after_baseline: int
     context: dict[str, Any]
     info: dict[str, Any]
     announce: bool  # tell threads_changed after the first slice (a thread found, or taken over)
-    compactions: list[dict[str, Any]] | None = None  # the agent's, with a replacement (Workspace.mirror)
     tokens_after: int | None = None  # the fill after the agent's latest compaction, newly known
-    done: int = 0
+    ops: deque[_Op] | None = None  # what is left to write, once planned (the first slice)
     started: bool = False
     key: tuple[str, str] = field(init=False)
 
     def __post_init__(self) -> None:
         self.key = (self.workspace.uri, self.thread)
+
+    def merge(self, later: _Job) -> None:
+        """`later`, an update of the same thread not begun either, added to this one."""
+        for step in later.steps:
+            last = self.steps[-1] if self.steps else None
+            if last is not None and not last.replace and not step.replace:
+                self.steps[-1] = Step(last.items + step.items, compactions_before=last.compactions_before)
+            else:
+                self.steps.append(step)
+        self.listing.update(later.listing)
+        self.announce = self.announce or later.announce
+        self.tokens_after = later.tokens_after if later.tokens_after is not None else self.tokens_after
+        self.caught_up, self.baseline, self.after_baseline = later.caught_up, later.baseline, later.after_baseline
+        self.context, self.info = later.context, later.info
+
+
+@dataclass
+class _Op:
+    """One write of a job's plan: `items` appended; or with `replace` (the operation's info) the
+    active history replaced by them, dated `at`; or with `sync` the active history brought to
+    `items` (what it lacks appended; something else there: replaced, as the agent's); or with
+    `archive` archived under that compaction, dated `at`."""
+
+    items: list[dict[str, Any]]
+    replace: dict[str, Any] | None = None
+    at: float | None = None
+    sync: bool = False
+    unless_same: bool = False  # a rewind: nothing to do when the history is that already
+    archive: int | None = None  # `items` archived under this listed compaction (`Workspace.mirror_archive`)
+    last_sync: bool = False  # the job's final sync: a history ahead of it waits for the next job
 
 
 class _Mirrors:
@@ -271,6 +337,10 @@ class _Mirrors:
     def __init__(self, threads_changed: Callable[[str], None]) -> None:
         self.threads_changed = threads_changed
         self._queues: OrderedDict[tuple[str, str], deque[_Job]] = OrderedDict()
+        # Per thread: the history a session found again was being matched against, when the thread
+        # held more than the file had given so far (a long file read in parts after a restart).
+        self._behind: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        self._passing: dict[tuple[str, str], list[dict[str, Any]]] = {}  # see `_plan`
         self._wake = threading.Condition()
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="ctxd-mirror", daemon=True)
@@ -279,16 +349,15 @@ class _Mirrors:
     def put(self, job: _Job) -> None:
         with self._wake:
             queue = self._queues.setdefault(job.key, deque())
-            if job.replace:  # the whole history: what was waiting to be mirrored is in it
+            if job.start:  # the history from its start: what was waiting is in it
                 while queue and not queue[-1].started:
                     dropped = queue.pop()
                     job.announce = job.announce or dropped.announce
                     job.tokens_after = job.tokens_after if job.tokens_after is not None else dropped.tokens_after
-            elif queue and not queue[-1].started and not queue[-1].replace:
-                last = queue.pop()  # two appends not begun: one, with the newer facts
-                job.items = last.items + job.items
-                job.announce = job.announce or last.announce
-                job.tokens_after = job.tokens_after if job.tokens_after is not None else last.tokens_after
+            elif queue and not queue[-1].started:
+                queue[-1].merge(job)  # two updates not begun: one, with the newer facts
+                self._wake.notify()
+                return
             queue.append(job)
             self._wake.notify()
 
@@ -333,27 +402,98 @@ class _Mirrors:
                     self._wake.notify_all()
             time.sleep(0)  # let a client's request that waits for the workspace's lock take it
 
+    # --- a job's plan ---
+
+    def _plan(self, job: _Job) -> deque[_Op]:
+        """The writes that bring the thread to where the job's steps leave the session. A step the
+        thread has already (before one of the agent's compactions it lists: a restart reads the
+        file from its start again, and `ctxd mcp` mirrors the same file) is passed over; after
+        it, or from a session's start, the history is matched against the thread's (`sync`)."""
+        listed = job.workspace.followed_compactions(job.thread)
+        stored = len(listed)
+        target: list[dict[str, Any]] | None = [] if job.start else self._behind.get(job.key)
+        self._behind.pop(job.key, None)
+        # The session's window while its steps are passed over, from its start: a compaction an
+        # earlier version listed without archiving anything gets what the window held before it.
+        window: list[dict[str, Any]] | None = [] if job.start else self._passing.get(job.key)
+        self._passing.pop(job.key, None)
+        ops: deque[_Op] = deque()
+        for step in job.steps:
+            if (step.compaction if step.compaction is not None else step.compactions_before) < stored:
+                if step.replace:
+                    target = list(step.items)  # the window the listed compaction left
+                if window is not None:
+                    if step.compaction is not None and window and not listed[step.compaction][1].get("removed"):
+                        ops.append(_Op(window, archive=listed[step.compaction][0], at=_instant(step.at)))
+                    window = list(step.items) if step.replace else window + step.items
+                continue  # archived already by a compaction the thread lists
+            window = None
+            if not step.replace:
+                if target is not None:
+                    target.extend(step.items)
+                elif step.items:
+                    ops.append(_Op(step.items))
+                continue
+            if step.compaction is None and target is not None:
+                # A rewind while the history is being matched: the window after it is what is
+                # matched (the thread holds it already, or the branch it left, archived then).
+                target = list(step.items)
+                continue
+            if target is not None:
+                ops.append(_Op(target, sync=True))
+                target = None
+            if step.compaction is None:
+                ops.append(_Op(step.items, {"strategy": "agent"}, _instant(step.at), unless_same=True))
+            else:
+                ops.append(_Op(step.items, job.listing.get(step.compaction) or {"strategy": job.thread.split(":")[0]},
+                               _instant(step.at)))
+        if target is not None:
+            ops.append(_Op(target, sync=True, last_sync=True))
+        if window is not None and job.steps and not job.caught_up:
+            self._passing[job.key] = window  # the file's next part is passed over too
+        return ops
+
+    def _resolve(self, job: _Job, op: _Op) -> list[_Op]:
+        """A sync, or a rewind, turned into the writes it needs against the thread as stored."""
+        kept, held = job.workspace.mirror_start(job.thread, op.items)
+        if op.unless_same:
+            return [] if held == len(kept) else [_Op(op.items, op.replace, op.at)]
+        if held == -2:  # the thread holds more: the file's next lines (or it went on meanwhile)
+            if op.last_sync:
+                self._behind[job.key] = op.items
+            return []
+        if held == -1:  # something else: the file's history replaces it (nothing is deleted)
+            return [_Op(kept, {"strategy": "agent"})]
+        return [_Op(kept[held:])] if held < len(kept) else []
+
     def _slice(self, job: _Job) -> bool:
         """Mirror the job's next slice; True when it was the last."""
-        if job.replace and job.done == 0:
-            kept, held = job.workspace.mirror_start(job.thread, job.items)
-            job.items = kept[held:] if held >= 0 else kept
-            # The thread holds its start already (a restart): append the rest. A session found with
-            # compactions in its file still lists them (`mirror` skips those listed already).
-            job.replace = held < 0 or (held == 0 and bool(job.compactions))
-            if not job.items and not job.replace and job.workspace.mirror_current(job.thread, job.baseline,
-                                                                                  job.context, job.info):
-                self._annotate(job)
+        if job.ops is None:
+            job.ops = self._plan(job)
+        ops = job.ops
+        while ops and (ops[0].sync or ops[0].unless_same):
+            ops.extendleft(reversed(self._resolve(job, ops.popleft())))
+        if not ops and job.workspace.mirror_current(job.thread, job.baseline, job.context, job.info):
+            self._annotate(job)
+            if job.announce:
                 job.announce = False
                 self.threads_changed(job.workspace.uri)
-                return True  # as stored: nothing to write, and its items are not loaded
-        part = job.items[job.done: job.done + SLICE_ITEMS]
-        last = job.done + len(part) >= len(job.items)
-        first = job.replace and job.done == 0
-        job.workspace.mirror(job.thread, part, replace=first,
+            return True  # as stored: nothing to write, and its items are not loaded
+        while ops and ops[0].archive is not None:  # a repair, whole: it is done once
+            op = ops.popleft()
+            job.workspace.mirror_archive(job.thread, cast(int, op.archive), op.items, op.at)
+            while ops and (ops[0].sync or ops[0].unless_same):
+                ops.extendleft(reversed(self._resolve(job, ops.popleft())))
+        op = ops[0] if ops else _Op([])
+        part = op.items[:SLICE_ITEMS]
+        if ops:
+            ops.popleft()
+            if len(op.items) > SLICE_ITEMS:  # the rest is appended after it
+                ops.appendleft(_Op(op.items[SLICE_ITEMS:]))
+        last = not ops  # (a rewind next may turn out to need no write: the next slice says so)
+        job.workspace.mirror(job.thread, part, replace=op.replace, at=op.at,
                              baseline=job.baseline if last else None, after_baseline=job.after_baseline if last else 0,
-                             context=job.context, info=job.info, compactions=job.compactions if first else None)
-        job.done += len(part)
+                             context=job.context, info=job.info)
         if last:
             self._annotate(job)
         if job.announce:

@@ -187,15 +187,14 @@ class ClaudeReader(Reader):
             session.turns = [t for t in session.turns if t.generation != session.generation or t.index < keep]
             session.generation += 1
             session.rewinds += 1
-            change.replaced = True
-            change.appended = []
+            change.replace(session, None, rec.get("timestamp") if isinstance(rec.get("timestamp"), str)
+                           else session.last_activity)
 
     # --- records ---
 
     def _add(self, item: dict[str, Any], change: Change) -> None:
         self.session.items.append(item)
-        if not change.replaced:
-            change.appended.append(item)
+        change.add(item, self.session)
 
     def _cost(self, rec: dict[str, Any]) -> tuple[dict[str, Any], str] | None:
         message = rec.get("message")
@@ -320,7 +319,12 @@ class ClaudeReader(Reader):
                 if session.title is None and text.strip():
                     session.title = shorten(text)
                     change.meta = True
-            self._add({"type": "message", "role": "user", "content": parts}, change)
+            item = {"type": "message", "role": "user", "content": parts}
+            if rec.get("isCompactSummary"):  # the summary is what the compaction wrote
+                session.items.append(item)
+                change.add_to_replacement(item, session)
+            else:
+                self._add(item, change)
         self._link(rec)
 
     def _compact(self, change: Change, rec: dict[str, Any]) -> None:
@@ -331,18 +335,18 @@ class ClaudeReader(Reader):
         meta = rec.get("compactMetadata")
         if not isinstance(meta, dict):
             meta = {}
+        at = rec.get("timestamp") if isinstance(rec.get("timestamp"), str) else session.last_activity
         session.agent_compactions.append({
             "trigger": meta.get("trigger") if meta.get("trigger") in ("auto", "manual") else None,
             "tokensBefore": tokens(meta.get("preTokens")) or session.baseline,
             "tokensAfter": tokens(meta.get("postTokens")) or None,
-            "at": rec.get("timestamp") if isinstance(rec.get("timestamp"), str) else None})
+            "at": at})
         session.items = []
         session.compactions += 1
         session.generation += 1
         session.baseline = None
         self._end = {}
-        change.replaced = True
-        change.appended = []
+        change.replace(session, session.compactions - 1, at)
         change.usage = True
 
 

@@ -17,6 +17,14 @@ Newer versions (0.171) write a user turn as `event_msg` `item_completed` whose `
 bookkeeping records ctxd has no use for (`KNOWN_OTHER`); the window is still the events'
 `model_context_window` (the model's window less Codex's 5% reserve). A version that writes both forms of a turn counts it once.
 
+A `token_count` whose `last_token_usage` has neither input nor output is no request's report but
+a marker: 0.171
+writes one before its compaction's summary (`total_tokens` 0) and one after the `compacted` record,
+before its first request there, whose `total_tokens` is its own figure for the new history (6,877
+in a test, 940,500 for a window of 258,400 in issue #36). Neither is the window's fill, nor a
+compaction's fill before or after: the fill stays the last report's until the compaction, and is
+estimated from the new history after it until the first real report.
+
 Gauge rule (Codex's own status line, codex-rs/tui chatwidget `context_remaining_percent`): the
 tokens in the window are `info.last_token_usage.total_tokens` of the latest `token_count`, out of
 `info.model_context_window`. Codex then shows "% left" after setting aside a 12,000-token
@@ -85,8 +93,7 @@ class CodexReader(Reader):
                 change.meta = True
             if item is not None:
                 session.items.append(item)
-                if not change.replaced:
-                    change.appended.append(item)
+                change.add(item, session)
         elif kind == "event_msg":
             self._event(payload, timestamp, change)
         elif kind == "turn_context":
@@ -197,13 +204,14 @@ class CodexReader(Reader):
         if isinstance(window, int) and window > 0 and window != session.context_window:
             session.context_window = window
             change.meta = True
-        if isinstance(last, dict):
+        if isinstance(last, dict) and (tokens(last.get("input_tokens")) or tokens(last.get("output_tokens"))):
+            # (no input and no output: a marker, module docstring)
             used = tokens(last.get("total_tokens"))
             cached = tokens(last.get("cached_input_tokens"))
             request = Usage(input=max(0, tokens(last.get("input_tokens")) - cached), cached_input=cached,
                             cache_write=tokens(last.get("cache_write_input_tokens")))
             note_report(session, used, request, session.model, self._stamp)
-            self._fill = used or self._fill  # 0.171 reports 0 for the compaction's own request
+            self._fill = used or self._fill
             if session.first_request is None and tokens(last.get("input_tokens")):
                 # What the request carried: the items up to the last input; the response's
                 # items were recorded before this event.
@@ -246,12 +254,12 @@ class CodexReader(Reader):
             if isinstance(message, str) and message:
                 items.append({"type": "message", "role": "user",
                               "content": [{"type": "input_text", "text": message}]})
+        at = self._stamp or session.last_activity  # the file's time, never the time it is read
         session.agent_compactions.append({"trigger": None, "tokensBefore": self._fill or None, "tokensAfter": None,
-                                          "at": self._stamp})
+                                          "at": at})
         session.items = items
         session.compactions += 1
         session.generation += 1
         session.baseline = None  # until the next token_count reports the smaller window
-        change.replaced = True
-        change.appended = []
+        change.replace(session, session.compactions - 1, at)
         change.usage = True

@@ -77,6 +77,7 @@ class _File:
     stamp: tuple[int, ...] | None = None  # the file as last looked at: nothing to do while it is the same
     fresh: bool = False  # first seen after the initial scan (see the module's docstring)
     bad_id: bool = False  # its session id is not one (logged once)
+    reread: bool = False  # read from its start again (its folder changed)
 
 
 def _stamp(st: os.stat_result) -> tuple[int, ...]:
@@ -150,6 +151,7 @@ class Follower:
                     state.folder = folder
                     state.announced = False
                     state.fresh = False  # its turns were written before the folder was opened
+                    state.reread = True  # its whole history goes to the new folder's thread
                     self._dirty[path] = None
             # Claude files never opened (their folder name did not match) may match now.
             for path, state in self._files.items():
@@ -425,6 +427,9 @@ class Follower:
             state.reader.stop_when_rewritten = True  # its head is checked again first (privacy rule)
         state.size, state.stamp = st.st_size, _stamp(st)
         reader = state.reader
+        if state.reread:
+            state.reread = False
+            reader.reset()
         change = reader.read(state.ident, budget=READ_BUDGET)
         if reader.rewritten:  # another file under the same inode: decided and read afresh
             with self._lock:

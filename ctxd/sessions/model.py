@@ -118,21 +118,93 @@ class Session:
         self.unknown[kind] = self.unknown.get(kind, 0) + 1
 
 
+# A read stops after a replacement once the replacements it holds name this many items in all:
+# a hostile file of many compactions (each a copy of the window's user messages) or rewinds
+# cannot make one read hold the window again and again. The rest is read at once, in another read.
+MAX_HELD_ITEMS = 100_000
+
+
+@dataclass
+class Step:
+    """One step of a read, in the file's order: `items` appended to the window, or (`replace`) the
+    window replaced by `items`: the agent's compaction number `compaction` of the session (0 for
+    its first), or a rewind (`compaction` None). `at`: the file's time of a replacement.
+    `compactions_before`: the agent's compactions in the file before this step."""
+
+    items: list[dict[str, Any]]
+    replace: bool = False
+    compaction: int | None = None
+    at: str | None = None
+    compactions_before: int = 0
+
+
 @dataclass
 class Change:
-    """What one read changed. `replaced`: `Session.items` must be taken whole (a compaction or a
-    rewind happened); otherwise `appended` are the new items, in order."""
+    """What one read changed: `steps`, in order (the mirror replays them, so that what a
+    compaction or a rewind took out of the window is archived, never lost). `from_start`: the read
+    began at the file's first byte (its steps are the session's whole history)."""
 
-    appended: list[dict[str, Any]] = field(default_factory=list)
-    replaced: bool = False
+    steps: list[Step] = field(default_factory=list)
     turns: list[Turn] = field(default_factory=list)
     usage: bool = False
     meta: bool = False  # id, cwd, model, window or title changed
     lines: int = 0
+    from_start: bool = False
+    held: int = 0  # items named by the replacements in `steps` (MAX_HELD_ITEMS)
+
+    @property
+    def replaced(self) -> bool:
+        """The window was replaced (a compaction or a rewind): `Session.items` must be taken whole."""
+        return any(step.replace for step in self.steps)
+
+    @property
+    def appended(self) -> list[dict[str, Any]]:
+        """The items appended to the window, when it was not replaced."""
+        if self.replaced:
+            return []
+        return self.steps[0].items if len(self.steps) == 1 else [i for step in self.steps for i in step.items]
 
     @property
     def empty(self) -> bool:
-        return not (self.appended or self.replaced or self.turns or self.usage or self.meta)
+        return not (self.steps or self.turns or self.usage or self.meta)
+
+    def add(self, item: dict[str, Any], session: Session) -> None:
+        """`item` was appended to the window."""
+        last = self.steps[-1] if self.steps else None
+        if last is None or last.replace:
+            last = Step([], compactions_before=session.compactions)
+            self.steps.append(last)
+        last.items.append(item)
+
+    def add_to_replacement(self, item: dict[str, Any], session: Session) -> None:
+        """`item` belongs to the replacement just made (Claude's summary after its boundary)."""
+        last = self.steps[-1] if self.steps else None
+        if last is not None and last.replace and last.compaction is not None:
+            last.items.append(item)
+            self.held += 1
+        else:
+            self.add(item, session)
+
+    def replace(self, session: Session, compaction: int | None, at: str | None) -> None:
+        """The window was replaced by `session.items` (already set): a compaction (its number) or
+        a rewind."""
+        self.steps.append(Step(list(session.items), True, compaction, at,
+                               compaction if compaction is not None else session.compactions))
+        self.held += len(session.items)
+
+    def extend(self, other: Change) -> None:
+        """`other`, read after this one, added to it."""
+        for step in other.steps:
+            last = self.steps[-1] if self.steps else None
+            if last is not None and not last.replace and not step.replace:
+                last.items.extend(step.items)
+            else:
+                self.steps.append(step)
+        self.turns.extend(other.turns)
+        self.usage = self.usage or other.usage
+        self.meta = self.meta or other.meta
+        self.lines += other.lines
+        self.held += other.held
 
 
 def note_report(session: Session, used: int, usage: Usage | None = None, model: str | None = None,
@@ -145,7 +217,7 @@ def note_report(session: Session, used: int, usage: Usage | None = None, model: 
     if latest is not None and latest["tokensAfter"] is None:
         latest["tokensAfter"] = used
     if usage is not None and not (usage.input or usage.cached_input or usage.cache_write):
-        usage = None  # no prompt sent (Codex reports the new fill with 0 input right after compacting)
+        usage = None  # no prompt sent: no cache facts (Codex's markers never get here: codex.py)
     if latest is not None and usage is not None and "firstRequest" not in latest:
         latest["firstRequest"] = {"model": model or "", "input": usage.input, "cacheWrite": usage.cache_write,
                                   "cacheWrite1h": usage.cache_write_1h}

@@ -18,7 +18,7 @@ import re
 import stat
 from typing import Any
 
-from ctxd.sessions.model import Change, Session
+from ctxd.sessions.model import MAX_HELD_ITEMS, Change, Session
 
 READ_CHUNK = 8 * 1024 * 1024
 MAX_LINE = READ_CHUNK  # a longer line (newline included) is skipped, never held whole in memory
@@ -138,8 +138,9 @@ class Reader:
 
     # --- feeding ---
 
-    def feed(self, data: bytes) -> tuple[Change, int]:
-        """Consume the complete lines in `data`; return the change and the bytes consumed."""
+    def feed(self, data: bytes, room: int = MAX_HELD_ITEMS) -> tuple[Change, int]:
+        """Consume the complete lines in `data`; return the change and the bytes consumed. Stops
+        after a replacement once the replacements name more than `room` items (MAX_HELD_ITEMS)."""
         change = Change()
         end = data.rfind(b"\n")
         if end < 0:
@@ -149,17 +150,23 @@ class Reader:
         collecting = gc.isenabled()
         gc.disable()
         try:
-            self._feed_lines(data, end, change)
+            stopped = self._feed_lines(data, end, change, room)
         finally:
             if collecting:
                 gc.enable()
-        return change, end + 1
+        if stopped is None:
+            return change, end + 1
+        cut = -1
+        for _ in range(stopped + 1):  # the newline ending line number `stopped` (a newline is never
+            cut = data.find(b"\n", cut + 1)  # part of a byte sequence that is not UTF-8)
+        return change, cut + 1
 
-    def _feed_lines(self, data: bytes, end: int, change: Change) -> None:
+    def _feed_lines(self, data: bytes, end: int, change: Change, room: int) -> int | None:
+        """Read the lines; the number of the line after which it stopped (`room`), or None."""
         session = self.session
         # One decode for the whole chunk (json.loads on bytes would detect the encoding per line);
         # bytes that are not UTF-8 become U+FFFD rather than losing the line.
-        for line in data[:end].decode("utf-8", "replace").split("\n"):
+        for number, line in enumerate(data[:end].decode("utf-8", "replace").split("\n")):
             if not line.strip():
                 continue
             rec = parse(line)
@@ -168,6 +175,9 @@ class Reader:
                 continue
             change.lines += 1
             self.record(rec, change)
+            if change.held > room:
+                return number
+        return None
 
     def read(self, ident: tuple[int, int] | None = None, budget: int | None = None) -> Change:
         """Read what the file gained since the last read. Another file under the same name (a new
@@ -190,9 +200,9 @@ class Reader:
                     return Change()
                 self.reset()
             self.ident = found
-            total = Change()
+            total = Change(from_start=self.offset == 0)
             spent = 0
-            while self.offset < st.st_size and (budget is None or spent < budget):
+            while self.offset < st.st_size and (budget is None or spent < budget) and total.held <= MAX_HELD_ITEMS:
                 if self.skipping:
                     self.offset = _next_data(fd, self.offset, st.st_size)  # over a hole at once
                     if self.offset >= st.st_size:
@@ -209,8 +219,8 @@ class Reader:
                     self.skipping = cut < 0
                     self._advance(data, len(data) if cut < 0 else cut + 1)
                     continue
-                change, used = self.feed(data)
-                merge(total, change)
+                change, used = self.feed(data, MAX_HELD_ITEMS - total.held)
+                total.extend(change)
                 if used == 0:
                     if len(data) < READ_CHUNK:
                         break  # an unfinished last line: wait for its newline
@@ -218,9 +228,8 @@ class Reader:
                     self.skipping = True
                     used = len(data)
                 self._advance(data, used)
-            self.caught_up = self.offset >= st.st_size or budget is None or spent < budget
-            if total.replaced:
-                total.appended = []
+            self.caught_up = self.offset >= st.st_size or (
+                (budget is None or spent < budget) and total.held <= MAX_HELD_ITEMS)
             return total
         finally:
             os.close(fd)
@@ -254,18 +263,6 @@ def _next_data(fd: int, offset: int, size: int) -> int:
         return os.lseek(fd, offset, os.SEEK_DATA)
     except OSError as error:
         return size if error.errno == errno.ENXIO else offset  # ENXIO: only a hole up to the end
-
-
-def merge(total: Change, change: Change) -> None:
-    if change.replaced:
-        total.replaced = True
-        total.appended = []
-    elif not total.replaced:
-        total.appended.extend(change.appended)
-    total.turns.extend(change.turns)
-    total.usage = total.usage or change.usage
-    total.meta = total.meta or change.meta
-    total.lines += change.lines
 
 
 def head(path: str, lines: int = 1, limit: int = HEAD_LIMIT) -> tuple[list[dict[str, Any]], int]:

@@ -315,16 +315,15 @@ class WorkspaceWrites(WorkspaceCore):
             return {"historyVersion": ledger.history_version, "itemCount": len(ledger.entries), "usage": usage,
                     "operationId": compaction}
 
-    def mirror(self, thread: str, items: list[dict[str, Any]], *, replace: bool, baseline: int | None,
-               after_baseline: int, context: dict[str, Any], info: dict[str, Any],
-               compactions: list[dict[str, Any]] | None = None) -> None:
+    def mirror(self, thread: str, items: list[dict[str, Any]], *, baseline: int | None, after_baseline: int,
+               context: dict[str, Any], info: dict[str, Any], replace: dict[str, Any] | None = None,
+               at: float | None = None) -> None:
         """Mirror a followed session (ctxd/sessions/bridge.py): append `items`, or with `replace`
-        make them the whole history (a compaction or rewind in the agent; the old items are
-        archived, as a compaction here archives them). `baseline` is the usage the agent's API
+        make them the whole active history, the items it held archived under an operation whose
+        info is `replace` (the agent's compaction, or `{"strategy": "agent"}` for a rewind), dated
+        `at` (the session file's time; None: now). `baseline` is the usage the agent's API
         reported, covering all but the last `after_baseline` items; `context` the model, window
-        and instructions the file states; `info` what `ctxd/threads` shows. `compactions`: the
-        agent's compactions this replacement stands for (their infos, oldest first), each listed
-        by `ctxd/history`; a first read of a session is no compaction."""
+        and instructions the file states; `info` what `ctxd/threads` shows."""
         valid = [item for item in items if _valid(item)]
         with self.lock:  # items are counted for the session's model, also the first time it is seen
             ledger = self._ledger(thread)
@@ -333,19 +332,10 @@ class WorkspaceWrites(WorkspaceCore):
         kept, rows = self._rows(thread, valid)
         with self.lock:
             ledger = self._ledger(thread)
-            if replace:
-                infos = [{"followed": info.get("source"), **c} for c in compactions or []]
-                if infos:  # only those not listed yet: a restart reads the whole file again
-                    infos = infos[sum(1 for _, _, i in self.store.compactions(thread) if i.get("followed") and "trigger" in i):]
-                same = [e.item for e in ledger.entries] == kept
-                if not ledger.entries and not infos:
-                    ledger = self._append(ledger, kept, rows, index=True) if rows else ledger  # found: nothing replaced
-                elif not same or infos:  # unchanged after a restart: kept as it is
-                    for n, entry in enumerate(infos or [{"followed": info.get("source"), "strategy": "agent"}]):
-                        last = n == max(0, len(infos) - 1)
-                        self.store.replace(thread, ledger.last_seq, rows if last else [], entry,
-                                           items=kept if last else [], history_version=ledger.history_version + 1)
-                    ledger = self.cache.reload(self.store, thread)
+            if replace is not None:
+                self.store.replace(thread, ledger.last_seq, rows, {"followed": info.get("source"), **replace},
+                                   items=kept, created_at=at, history_version=ledger.history_version + 1)
+                ledger = self.cache.reload(self.store, thread)
             elif rows:
                 ledger = self._append(ledger, kept, rows, index=True)
             entries = ledger.entries
@@ -365,17 +355,34 @@ class WorkspaceWrites(WorkspaceCore):
             self._changed(ledger)
 
     def mirror_start(self, thread: str, items: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
-        """A followed session read from its start: its items as `mirror` stores them, and how many
-        of them the thread holds already (its whole active history is their first n), or -1 when
-        it holds something else. Lets a session found again after a restart be appended to, and a
-        large one be mirrored in slices (`mirror` with `replace` only for the first)."""
+        """How a followed thread stands against `items`, the session's window as its file has it
+        (a session found, or found again after a restart): those items as `mirror` stores them,
+        and how many of them the thread's active history holds already (it is their first n); -1
+        when it holds something else; -2 when it holds all of them and more (the file's later
+        lines, not read yet, bring the rest). Lets a restart append to what it mirrored before."""
         kept = self._kept([item for item in items if _valid(item)])
         # Only the bridge's mirroring thread writes a followed thread, so its rows are compared
         # outside the workspace's lock (as stored text, nothing loaded): a client waits for none of it.
         rows = self.store.active_rows(thread)
-        if len(rows) > len(kept) or any(row.body != item_text(item) for row, item in zip(rows, kept)):
+        if any(row.body != item_text(item) for row, item in zip(rows, kept)):
             return kept, -1
-        return kept, len(rows)
+        return kept, -2 if len(rows) > len(kept) else len(rows)
+
+    def followed_compactions(self, thread: str) -> list[tuple[int, dict[str, Any]]]:
+        """The agent's own compactions a followed thread lists, oldest first: (id, info). A
+        restart reads the session file from its start again: these are archived already."""
+        agent = followed_agent(thread)
+        return [(cid, info) for cid, _, info in self.store.compactions(thread)
+                if info.get("followed") and info.get("strategy") == agent]
+
+    def mirror_archive(self, thread: str, compaction: int, items: list[dict[str, Any]], at: float | None) -> None:
+        """A followed thread's compaction an earlier version listed having archived nothing (it
+        first saw the session after it): the items the session file had before it, archived under
+        it, and the file's date for it (issue #36)."""
+        kept, rows = self._rows(thread, [item for item in items if _valid(item)])
+        with self.lock:
+            self.store.archive(thread, compaction, rows, kept, created_at=at)
+            self.cache.reload(self.store, thread)  # the next seq moved
 
     def agent_reported(self, thread: str, used_tokens: int) -> UsageSnapshot | None:
         """The exact usage an agent handed over outside its session file (Claude Code's status
