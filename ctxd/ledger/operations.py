@@ -5,6 +5,10 @@ A compaction, a rollback, a restore of the conversation and an undo each replace
 history; the store archives what they remove under their id and records, in their info, the
 history before them (`before`), the seqs they archived (`removed`) and brought in (`added`), and
 the last seq recorded before them (`seqMark`). Pure functions of those records: no SQL.
+
+Undoing an operation is exact only while nothing after it stands in the way (`blocker`): the rule
+of docs/protocol.md ("Every history operation can be undone; nothing is deleted"), which
+tests/history_model.py models on its own.
 """
 
 from __future__ import annotations
@@ -36,6 +40,12 @@ class Operation:
         return value if isinstance(value, int) else None
 
     @property
+    def undoes(self) -> int | None:
+        """An undo's target."""
+        value = self.info.get("undoes")
+        return value if isinstance(value, int) else None
+
+    @property
     def cancels(self) -> list[int]:
         """The operations this one took out of effect (an undo's target, the compactions a rollback crossed)."""
         return [op for op in self.info.get("cancels") or [] if isinstance(op, int)]
@@ -55,22 +65,96 @@ def changes(op: Operation, rows: list[Row]) -> tuple[set[int], set[int]]:
 
 def undo_target(op: Operation, active: list[int], rows: list[Row]) -> list[int]:
     """The active history after undoing `op`: what it removed comes back, what it brought in goes,
-    and whatever happened since (items recorded after it) stays. Right after `op`, exactly the
-    history it replaced."""
+    and whatever happened since stays. Exact when nothing stands in the way (`blocker`): right
+    after `op`, exactly the history it replaced, with what was recorded since."""
     removed, added = changes(op, rows)
     return sorted((set(active) - added) | removed)
 
 
-def undo_marks(op: Operation, by_id: dict[int, Operation]) -> dict[int, int | None]:
-    """The `undoneBy` changes undoing `op` makes: `op` is undone by the new operation, the
-    operations it had undone are in effect again, and so the ones those had undone are out again."""
-    marks: dict[int, int | None] = {op.id: THIS_OPERATION}
-    for cancelled in op.cancels:
-        marks[cancelled] = None
-        other = by_id.get(cancelled)
-        for again in other.cancels if other is not None else []:
-            marks[again] = cancelled
-    return marks
+def marks(cancels: list[int], by_id: dict[int, Operation]) -> dict[int, int | None]:
+    """The `undoneBy` changes a new operation that takes `cancels` out of effect makes: each is
+    undone by it (THIS_OPERATION), so the operations each had taken out of effect are in effect
+    again (None), so the ones those had taken out are out again, and so on down the chain of undos
+    of undos."""
+    changed: dict[int, int | None] = {}
+    pending: list[tuple[int, int | None]] = [(cancelled, THIS_OPERATION) for cancelled in cancels]
+    while pending:
+        target, undone_by = pending.pop()
+        changed[target] = undone_by
+        op = by_id.get(target)
+        again = None if undone_by is not None else target  # out of effect: its own cancels are back
+        pending += [(older, again) for older in (op.cancels if op is not None else []) if older < target]
+    return changed
+
+
+def touched(op: Operation, by_id: dict[int, Operation], rows: list[Row]) -> set[int]:
+    """The seqs `op` took out or brought in, and those of the operations it took out of effect (an
+    undo's target, a rollback's crossed compactions), and so on down."""
+    found: set[int] = set()
+    pending = [op]
+    while pending:
+        current = pending.pop()
+        removed, added = changes(current, rows)
+        found |= removed | added
+        pending += [by_id[older] for older in current.cancels if older < current.id and older in by_id]
+    return found
+
+
+def blocker(op: Operation, ops: list[Operation], rows: list[Row], ignoring: Iterable[int] = ()) -> Operation | None:
+    """The newest operation after `op` that stands in the way of undoing it exactly, or None.
+
+    Every operation after `op` that is in effect does, but two kinds that leave no trace: an undo
+    of an operation that came after `op` (the pair cancel out), and a rollback that crossed no
+    compaction, took out none of the items `op` changed and cut the history after every item `op`
+    took out (they come back before its cut, what it dropped stays dropped). Anything else that
+    came since (a compaction, a restore, an undo of an earlier operation, a rollback across a
+    compaction) rewrote the history `op` left: undoing `op` under it could put an item back beside
+    the summary that stands for it, or take out what it brought back. `ignoring`: operations a
+    rollback crosses on its way (taken out of effect with it)."""
+    by_id = {other.id: other for other in ops}
+    skip = set(ignoring)
+    mine: set[int] | None = None
+    for later in reversed(ops):
+        if later.id <= op.id:
+            return None
+        if later.id in skip or later.undone_by is not None:
+            continue
+        if later.kind == "undo" and later.undoes is not None and later.undoes > op.id:
+            continue  # it undid an operation after `op`, which is out of effect: together, no trace
+        if mine is None:
+            mine = touched(op, by_id, rows)
+        if not _cuts_after(later, op, mine, by_id, rows):
+            return later
+    return None
+
+
+def _cuts_after(later: Operation, op: Operation, mine: set[int], by_id: dict[int, Operation], rows: list[Row]) -> bool:
+    """Whether `later` is a rollback that leaves undoing `op` exact (see `blocker`)."""
+    if later.kind != "rollback" or later.cancels or touched(later, by_id, rows) & mine:
+        return False
+    dropped, _ = changes(later, rows)
+    took_out, _ = changes(op, rows)
+    return min(dropped, default=0) > max(took_out, default=0)
+
+
+KIND_NAMES = {"compaction": "a compaction", "rollback": "a rollback", "restore": "a restore with the conversation",
+              "undo": "an undo"}
+
+
+def refusal(op: Operation, blocking: Operation, thread: str) -> str:
+    """What an undo of `op` that `blocking` stands in the way of answers: which operation to undo
+    first, and why, in words a user reads in an editor's error message."""
+    if blocking.kind == "rollback":
+        why = ("it reached back past a compaction" if blocking.cancels else
+               f"it dropped turns that operation {op.id} changed or would bring back")
+    else:
+        why = {"compaction": f"it summarised the history as operation {op.id} left it",
+               "restore": "it put back the conversation of a snapshot",
+               "undo": f"it undid operation {blocking.undoes}, which came before operation {op.id}",
+               }.get(blocking.kind, "it changed the history since")
+    return (f"id: operation {op.id} ({KIND_NAMES.get(op.kind, op.kind)}) of thread '{thread}' cannot be undone "
+            f"while operation {blocking.id} ({KIND_NAMES.get(blocking.kind, blocking.kind)}), which came after it, "
+            f"is in effect: {why}. Undo operation {blocking.id} first, then operation {op.id}. Nothing was changed.")
 
 
 def history_as_of(point: int, ops: list[Operation], active: list[int]) -> list[int] | None:
