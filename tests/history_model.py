@@ -16,10 +16,12 @@ rollback, a restore or an undo brought back). The rule:
   was recorded; restoring a restore's (or its undo's) safety snapshot undoes that operation;
 - undoing an operation X that is in effect: what X took out comes back, what X brought in goes,
   what came since stays. Exact only while nothing that came since stands in the way, so it is
-  refused, naming the newest operation that does, when an operation after X is still in effect
-  and is a compaction (it summarised the history X left) or took out or brought back an item X
-  took out or brought in. An operation that was undone, and the undo that undid it, leave no trace
-  and never stand in the way; undoing that blocker first always makes progress, and undoing the
+  refused, naming the newest operation that does, while an operation after X is in effect that is
+  a compaction (it summarised the history X left), or that changed items (took out or brought in,
+  itself or through the operations it took out of effect) not all after the items X changed (all
+  before them will do for an undo, which, unlike a rollback or a restore, cut nothing after what it
+  changed). An operation that was undone, and the undo that undid it, leave no trace and never
+  stand in the way; undoing the named operation first always makes progress, and undoing the
   latest operation is always allowed (that gives exactly the history before it, with what was
   recorded since). An undo is an operation: undoing it redoes.
 """
@@ -157,11 +159,15 @@ class ThreadModel:
         return None
 
     def cuts_after(self, later: Op, op: Op, touched: set[int]) -> bool:
-        """Whether `later`, in effect after `op`, leaves undoing `op` exact: a rollback that crossed
-        no compaction, took out none of the items `op` changed, and cut the history after every
-        item `op` took out (they come back before its cut)."""
-        return (later.kind == "rollback" and not later.cancels and not self.touched(later) & touched
-                and min(later.removed, default=0) > max(op.removed, default=0))
+        """Whether `later`, in effect after `op`, leaves undoing `op` exact: every item it changed
+        comes after every item `op` changed (`touched`), or it is an undo (of an operation before
+        `op`: a rollback or a restore cut the history, and what follows its cut stays out) and
+        every item it changed comes before them."""
+        theirs = self.touched(later)
+        if later.kind == "compaction":
+            return False
+        return (min(theirs, default=0) > max(touched, default=0)
+                or later.kind == "undo" and max(theirs, default=0) < min(touched, default=0))
 
     def plan_undo(self, op_id: int) -> Change:
         op = self.by_id(op_id)

@@ -103,14 +103,15 @@ def touched(op: Operation, by_id: dict[int, Operation], rows: list[Row]) -> set[
 def blocker(op: Operation, ops: list[Operation], rows: list[Row], ignoring: Iterable[int] = ()) -> Operation | None:
     """The newest operation after `op` that stands in the way of undoing it exactly, or None.
 
-    Every operation after `op` that is in effect does, but two kinds that leave no trace: an undo
-    of an operation that came after `op` (the pair cancel out), and a rollback that crossed no
-    compaction, took out none of the items `op` changed and cut the history after every item `op`
-    took out (they come back before its cut, what it dropped stays dropped). Anything else that
-    came since (a compaction, a restore, an undo of an earlier operation, a rollback across a
-    compaction) rewrote the history `op` left: undoing `op` under it could put an item back beside
-    the summary that stands for it, or take out what it brought back. `ignoring`: operations a
-    rollback crosses on its way (taken out of effect with it)."""
+    An operation after `op` that is in effect stands in the way when it is a compaction (it
+    summarised the history `op` left: undoing `op` under it would put back items beside the summary
+    that stands for them), or when the items it changed (took out or brought in, its own and those
+    of the operations it took out of effect) are not all after the items `op` changed: undoing `op`
+    would take out what it brought back, bring back what it took out (or what its summary stands
+    for), or bring items back past its cut. All before them will do for an undo (of an earlier
+    operation), which cut nothing. An undo of an operation that came after `op` never stands in the
+    way: the two leave no trace. `ignoring`: the compactions a rollback crosses on its way (taken
+    out with it)."""
     by_id = {other.id: other for other in ops}
     skip = set(ignoring)
     mine: set[int] | None = None
@@ -121,40 +122,48 @@ def blocker(op: Operation, ops: list[Operation], rows: list[Row], ignoring: Iter
             continue
         if later.kind == "undo" and later.undoes is not None and later.undoes > op.id:
             continue  # it undid an operation after `op`, which is out of effect: together, no trace
+        if later.kind == "compaction":
+            return later
         if mine is None:
             mine = touched(op, by_id, rows)
-        if not _cuts_after(later, op, mine, by_id, rows):
+        theirs = touched(later, by_id, rows)
+        after = min(theirs, default=0) > max(mine, default=0)
+        if not (after or later.kind == "undo" and max(theirs, default=0) < min(mine, default=0)):
             return later
     return None
-
-
-def _cuts_after(later: Operation, op: Operation, mine: set[int], by_id: dict[int, Operation], rows: list[Row]) -> bool:
-    """Whether `later` is a rollback that leaves undoing `op` exact (see `blocker`)."""
-    if later.kind != "rollback" or later.cancels or touched(later, by_id, rows) & mine:
-        return False
-    dropped, _ = changes(later, rows)
-    took_out, _ = changes(op, rows)
-    return min(dropped, default=0) > max(took_out, default=0)
 
 
 KIND_NAMES = {"compaction": "a compaction", "rollback": "a rollback", "restore": "a restore with the conversation",
               "undo": "an undo"}
 
 
-def refusal(op: Operation, blocking: Operation, thread: str) -> str:
+def refusal(op: Operation, blocking: Operation, thread: str, rows: list[Row]) -> str:
     """What an undo of `op` that `blocking` stands in the way of answers: which operation to undo
-    first, and why, in words a user reads in an editor's error message."""
+    first and why, in words a user reads in an editor's error message (the kinds and item counts
+    are the ones the editors' history lists show)."""
     if blocking.kind == "rollback":
         why = ("it reached back past a compaction" if blocking.cancels else
-               f"it dropped turns that operation {op.id} changed or would bring back")
+               f"it dropped turns among those operation {op.id} changed or would bring back")
     else:
         why = {"compaction": f"it summarised the history as operation {op.id} left it",
-               "restore": "it put back the conversation of a snapshot",
+               "restore": f"it put back the conversation of a snapshot, among the items operation {op.id} changed",
                "undo": f"it undid operation {blocking.undoes}, which came before operation {op.id}",
                }.get(blocking.kind, "it changed the history since")
-    return (f"id: operation {op.id} ({KIND_NAMES.get(op.kind, op.kind)}) of thread '{thread}' cannot be undone "
-            f"while operation {blocking.id} ({KIND_NAMES.get(blocking.kind, blocking.kind)}), which came after it, "
-            f"is in effect: {why}. Undo operation {blocking.id} first, then operation {op.id}. Nothing was changed.")
+    return (f"operation {op.id} ({_described(op, rows)}) of thread '{thread}' cannot be undone while a later "
+            f"operation is in effect: operation {blocking.id} ({_described(blocking, rows)}) came after it and "
+            f"{why.removeprefix('it ')}. Undo operation {blocking.id} first, then operation {op.id}. "
+            "Nothing was changed.")
+
+
+def _described(op: Operation, rows: list[Row]) -> str:
+    before, after = _counts(op, rows)
+    return f"{KIND_NAMES.get(op.kind, op.kind)}, {before} → {after} items"
+
+
+def _counts(op: Operation, rows: list[Row]) -> tuple[int, int]:
+    """The active history's length before and after `op`."""
+    removed, added = changes(op, rows)
+    return int(op.info.get("itemsBefore", len(op.info.get("before") or removed))), int(op.info.get("itemsAfter", len(added)))
 
 
 def history_as_of(point: int, ops: list[Operation], active: list[int]) -> list[int] | None:
@@ -178,11 +187,9 @@ def wire(ops: list[Operation], rows: list[Row]) -> list[OperationRecord]:
     """`ctxd/history`'s `operations`, oldest first."""
     listed: list[OperationRecord] = []
     for op in ops:
-        removed, added = changes(op, rows)
+        before, after = _counts(op, rows)
         record: OperationRecord = {
-            "id": op.id, "kind": op.kind, "createdAt": _instant(op.created_at),
-            "itemsBefore": op.info.get("itemsBefore", len(op.info.get("before") or removed)),
-            "itemsAfter": op.info.get("itemsAfter", len(added)),
+            "id": op.id, "kind": op.kind, "createdAt": _instant(op.created_at), "itemsBefore": before, "itemsAfter": after,
             "tokensBefore": op.info.get("tokensBefore"), "tokensAfter": op.info.get("tokensAfter"),
         }
         if op.undone_by is not None:

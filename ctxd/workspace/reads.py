@@ -193,7 +193,7 @@ class WorkspaceReads(WorkspaceCore):
                         return "none", None
                     blocking = operations.blocker(op, ops, rows)
                     if blocking is not None:
-                        raise InvalidParams(operations.refusal(op, blocking, thread))
+                        raise InvalidParams(operations.refusal(op, blocking, thread, rows))
                     return "undo", op.id
             points = [r.seq for r in rows if r.origin is None and snapshot_commit_id(json.loads(r.body)) == commit_id]
             seqs = operations.history_as_of(points[-1], ops, [e.seq for e in ledger.entries]) if points else None

@@ -222,7 +222,7 @@ class WorkspaceWrites(WorkspaceCore):
             rows = self.store.all_rows(thread)
             blocking = operations.blocker(op, ops, rows)
             if blocking is not None:
-                raise InvalidParams(operations.refusal(op, blocking, thread))
+                raise InvalidParams(operations.refusal(op, blocking, thread, rows))
             by_seq = {row.seq: row for row in rows}
             target = operations.undo_target(op, [e.seq for e in ledger.entries], rows)
             kept = [_entry(by_seq[seq]) for seq in target if seq in by_seq]
