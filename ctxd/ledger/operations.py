@@ -87,17 +87,27 @@ def marks(cancels: list[int], by_id: dict[int, Operation]) -> dict[int, int | No
     return changed
 
 
-def touched(op: Operation, by_id: dict[int, Operation], rows: list[Row]) -> set[int]:
+def touched(op: Operation, by_id: dict[int, Operation], rows: list[Row],
+            known: dict[int, frozenset[int]] | None = None) -> frozenset[int]:
     """The seqs `op` took out or brought in, and those of the operations it took out of effect (an
-    undo's target, a rollback's crossed compactions), and so on down."""
-    found: set[int] = set()
+    undo's target, a rollback's crossed compactions), and so on down. `known`: the answers so far,
+    for a caller that asks about many operations (a long chain of undos of undos is walked once)."""
+    known = {} if known is None else known
     pending = [op]
-    while pending:
-        current = pending.pop()
+    while pending:  # what an operation took out of effect is known before it is
+        current = pending[-1]
+        if current.id in known:
+            pending.pop()
+            continue
+        older = [by_id[other] for other in current.cancels if other < current.id and other in by_id]
+        missing = [other for other in older if other.id not in known]
+        if missing:
+            pending += missing
+            continue
         removed, added = changes(current, rows)
-        found |= removed | added
-        pending += [by_id[older] for older in current.cancels if older < current.id and older in by_id]
-    return found
+        known[current.id] = frozenset(removed | added).union(*(known[other.id] for other in older))
+        pending.pop()
+    return known[op.id]
 
 
 def blocker(op: Operation, ops: list[Operation], rows: list[Row], ignoring: Iterable[int] = ()) -> Operation | None:
@@ -114,7 +124,8 @@ def blocker(op: Operation, ops: list[Operation], rows: list[Row], ignoring: Iter
     out with it)."""
     by_id = {other.id: other for other in ops}
     skip = set(ignoring)
-    mine: set[int] | None = None
+    known: dict[int, frozenset[int]] = {}
+    mine: frozenset[int] | None = None
     for later in reversed(ops):
         if later.id <= op.id:
             return None
@@ -125,8 +136,8 @@ def blocker(op: Operation, ops: list[Operation], rows: list[Row], ignoring: Iter
         if later.kind == "compaction":
             return later
         if mine is None:
-            mine = touched(op, by_id, rows)
-        theirs = touched(later, by_id, rows)
+            mine = touched(op, by_id, rows, known)
+        theirs = touched(later, by_id, rows, known)
         after = min(theirs, default=0) > max(mine, default=0)
         if not (after or later.kind == "undo" and max(theirs, default=0) < min(mine, default=0)):
             return later
