@@ -29,15 +29,12 @@ class Operation:
     id: int
     created_at: float
     info: dict[str, Any]
+    undone_by: int | None = None
+    """The operation in effect that took this one out of effect, if any (worked out by `load`)."""
 
     @property
     def kind(self) -> OperationKind:
         return cast("OperationKind", str(self.info.get("kind", "compaction")))  # ctxd's first versions recorded compactions only
-
-    @property
-    def undone_by(self) -> int | None:
-        value = self.info.get("undoneBy")
-        return value if isinstance(value, int) else None
 
     @property
     def undoes(self) -> int | None:
@@ -52,7 +49,19 @@ class Operation:
 
 
 def load(rows: Iterable[tuple[int, float, dict[str, Any]]]) -> list[Operation]:
-    return [Operation(oid, created, info) for oid, created, info in rows]
+    """A thread's operations, oldest first, each with `undone_by` worked out from what every later
+    one took out of effect (`cancels`), newest first: the latest operation is in effect, and one
+    in effect takes what it cancels out of effect. Each toggle of an undo and its redo flips every
+    operation down their chain, so the `undoneBy` marks stored in the infos are not read (they are
+    what ctxd's versions before issue #36 read; see `stored_marks`)."""
+    ops = [Operation(oid, created, info) for oid, created, info in rows]
+    cancelled_by: dict[int, int] = {}
+    for op in reversed(ops):
+        op.undone_by = cancelled_by.get(op.id)
+        if op.undone_by is None:
+            for cancelled in op.cancels:
+                cancelled_by.setdefault(cancelled, op.id)
+    return ops
 
 
 def changes(op: Operation, rows: list[Row]) -> tuple[set[int], set[int]]:
@@ -71,20 +80,21 @@ def undo_target(op: Operation, active: list[int], rows: list[Row]) -> list[int]:
     return sorted((set(active) - added) | removed)
 
 
-def marks(cancels: list[int], by_id: dict[int, Operation]) -> dict[int, int | None]:
-    """The `undoneBy` changes a new operation that takes `cancels` out of effect makes: each is
-    undone by it (THIS_OPERATION), so the operations each had taken out of effect are in effect
-    again (None), so the ones those had taken out are out again, and so on down the chain of undos
-    of undos."""
-    changed: dict[int, int | None] = {}
-    pending: list[tuple[int, int | None]] = [(cancelled, THIS_OPERATION) for cancelled in cancels]
-    while pending:
-        target, undone_by = pending.pop()
-        changed[target] = undone_by
-        op = by_id.get(target)
-        again = None if undone_by is not None else target  # out of effect: its own cancels are back
-        pending += [(older, again) for older in (op.cancels if op is not None else []) if older < target]
-    return changed
+def stored_marks(cancels: list[int], by_id: dict[int, Operation]) -> dict[int, int | None]:
+    """The `undoneBy` marks a new operation that takes `cancels` out of effect stores, for ctxd's
+    versions before issue #36, which read them (this one works them out: `load`): each is undone
+    by it, the ones each had taken out of effect are in effect again, and theirs out again. Two
+    levels, as those versions wrote them: a chain of undos of undos is not followed further."""
+    marks: dict[int, int | None] = {}
+    for cancelled in cancels:
+        marks[cancelled] = THIS_OPERATION
+        op = by_id.get(cancelled)
+        for again in op.cancels if op is not None else []:
+            marks[again] = None
+            other = by_id.get(again)
+            for older in other.cancels if other is not None else []:
+                marks[older] = again
+    return marks
 
 
 def touched(op: Operation, by_id: dict[int, Operation], rows: list[Row],

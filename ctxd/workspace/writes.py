@@ -227,7 +227,7 @@ class WorkspaceWrites(WorkspaceCore):
             target = operations.undo_target(op, [e.seq for e in ledger.entries], rows)
             kept = [_entry(by_seq[seq]) for seq in target if seq in by_seq]
             info = {"undoes": op_id, "cancels": [op_id], **(extra or {})}
-            new_id, ledger, removed = self._operate(ledger, "undo", kept, info, operations.marks([op_id], by_id))
+            new_id, ledger, removed = self._operate(ledger, "undo", kept, info, operations.stored_marks([op_id], by_id))
             return {"historyVersion": ledger.history_version, "usage": self.view.usage(ledger), "undoId": new_id,
                     "removedItems": removed}
 
