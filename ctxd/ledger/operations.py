@@ -182,9 +182,13 @@ def _described(op: Operation, rows: list[Row]) -> str:
 
 
 def _counts(op: Operation, rows: list[Row]) -> tuple[int, int]:
-    """The active history's length before and after `op`."""
+    """The active history's length before and after `op` (worked out when its info does not say)."""
+    before, after = op.info.get("itemsBefore"), op.info.get("itemsAfter")
+    if isinstance(before, int) and isinstance(after, int):
+        return before, after
     removed, added = changes(op, rows)
-    return int(op.info.get("itemsBefore", len(op.info.get("before") or removed))), int(op.info.get("itemsAfter", len(added)))
+    return (before if isinstance(before, int) else len(op.info.get("before") or removed),
+            after if isinstance(after, int) else len(added))
 
 
 def history_as_of(point: int, ops: list[Operation], active: list[int]) -> list[int] | None:
