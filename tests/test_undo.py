@@ -240,3 +240,121 @@ def test_restore_to_a_snapshot_before_a_compaction_brings_the_conversation_back(
     assert restored["removedItems"] == len(compacted)
     thread.call("ctxd/undo", id=restored["operationId"])
     assert thread.items() == compacted
+
+
+# --- undo of an older operation (issue #36): exact, or refused naming what to undo first ------------
+
+
+def refusal(thread: Thread, method: str = "ctxd/undo", **params: Any) -> str:
+    """The message of a refused request, having checked that it changed nothing."""
+    before = thread.everything()
+    with pytest.raises(RpcError) as caught:
+        thread.call(method, **params)
+    assert caught.value.code == -32602
+    assert thread.everything() == before
+    return caught.value.message
+
+
+def test_an_older_compaction_is_not_undone_under_a_newer_one(thread: Thread) -> None:
+    # Compact, compact, undo the first: the first compaction's turns came back beside the second
+    # summary, which already stands for them (each user turn active twice).
+    thread.call("ctxd/record", items=turns(0, 3))
+    first = thread.call("ctxd/compact", strategy="offline")["undoId"]
+    thread.call("ctxd/record", items=turns(3, 3))
+    second = thread.call("ctxd/compact", strategy="offline")["undoId"]
+    message = refusal(thread, id=first)
+    assert message.startswith(f"operation {first} (a compaction, 12 → ")
+    assert f"operation {second} (a compaction, " in message and "summarised the history" in message
+    assert message.endswith(f"Undo operation {second} first, then operation {first}. Nothing was changed.")
+    thread.call("ctxd/undo", id=second)
+    thread.call("ctxd/undo", id=first)  # now it can: every turn once, no summary
+    assert thread.items() == turns(0, 6)
+
+
+def test_a_compaction_is_not_undone_under_a_restore_to_before_it(thread: Thread) -> None:
+    # Compact, restore the conversation to before it, undo the compaction: what the restore took out
+    # came back (the turns after the snapshot), the restore silently half undone.
+    thread.call("ctxd/record", items=turns(0, 2))
+    snap = thread.call("ctxd/ghost/snapshot")
+    thread.call("ctxd/record", items=turns(2, 3))
+    everything = thread.items()
+    compaction = thread.call("ctxd/compact", strategy="offline")["undoId"]
+    compacted = thread.items()
+    restore = thread.call("ctxd/ghost/restore", id=snap["id"], conversation=True)["operationId"]
+    message = refusal(thread, id=compaction)
+    assert f"operation {restore} (a restore with the conversation, " in message
+    assert message.endswith(f"Undo operation {restore} first, then operation {compaction}. Nothing was changed.")
+    thread.call("ctxd/undo", id=restore)
+    assert thread.items() == compacted
+    thread.call("ctxd/undo", id=compaction)
+    assert thread.items() == everything
+
+
+def test_a_compaction_crossed_by_a_rollback_is_undone_through_it_and_a_chain_of_redos_keeps_count(thread: Thread) -> None:
+    thread.call("ctxd/record", items=turns(0, 4))
+    compaction = thread.call("ctxd/compact", strategy="offline")["undoId"]
+    compacted = thread.items()
+    rollback = thread.call("ctxd/rollback", turns=3)
+    assert rollback["crossesCompaction"] is True
+    rolled = thread.items()
+    message = refusal(thread, id=compaction)
+    assert "already undone" in message and f"operation {rollback['undoId']}" in message
+    undo = thread.call("ctxd/undo", id=rollback["undoId"])["undoId"]
+    assert thread.items() == compacted
+    redo = thread.call("ctxd/undo", id=undo)["undoId"]
+    assert thread.items() == rolled
+    again = thread.call("ctxd/undo", id=redo)["undoId"]
+    assert thread.items() == compacted
+    # The compaction is in effect again (the redo of the rollback is undone): its record says so,
+    # and undoing it works. It said "already undone" before: only two levels of undos were followed.
+    marks = {op["id"]: op.get("undoneBy") for op in thread.everything()["operations"]}
+    assert marks == {compaction: None, rollback["undoId"]: undo, undo: None, redo: again, again: None}
+    thread.call("ctxd/undo", id=compaction)
+    assert thread.items() == turns(0, 4)
+
+
+def test_an_older_rollback_is_not_undone_under_a_later_one_that_cut_before_it(thread: Thread) -> None:
+    thread.call("ctxd/record", items=turns(0, 4))
+    last = thread.call("ctxd/rollback", turns=1)["undoId"]
+    before_last = thread.call("ctxd/rollback", turns=1)["undoId"]
+    # Undoing the first would bring turn 3 back without turn 2, after the later rollback's cut.
+    message = refusal(thread, id=last)
+    assert f"operation {before_last} (a rollback, 12 → 8 items) came after it and dropped turns" in message
+    thread.call("ctxd/undo", id=before_last)
+    thread.call("ctxd/undo", id=last)
+    assert thread.items() == turns(0, 4)
+
+
+def test_an_older_compaction_is_undone_under_a_later_rollback_of_what_came_since(thread: Thread) -> None:
+    # What the rule allows: nothing since touched what the compaction changed, and the rollback cut
+    # after it. The compacted turns come back, what the rollback dropped stays dropped.
+    thread.call("ctxd/record", items=turns(0, 3))
+    compaction = thread.call("ctxd/compact", strategy="offline")["undoId"]
+    thread.call("ctxd/record", items=turns(3, 2))
+    rollback = thread.call("ctxd/rollback", turns=1)["undoId"]
+    undo = thread.call("ctxd/undo", id=compaction)["undoId"]
+    assert thread.items() == turns(0, 4)
+    thread.call("ctxd/undo", id=rollback)
+    assert thread.items() == turns(0, 5)
+    thread.call("ctxd/undo", id=undo)  # the redo is exact too: the compaction's items and both later turns
+    assert summary_text(thread.items()) and thread.items()[-8:] == turns(3, 2)
+
+
+def test_a_refused_undo_by_restore_leaves_the_files_alone(thread: Thread, workspace: Path) -> None:
+    notes = workspace / "notes.txt"
+    notes.write_text("one\n")
+    thread.call("ctxd/record", items=turns(0, 1))
+    snap = thread.call("ctxd/ghost/snapshot")
+    notes.write_text("two\n")
+    thread.call("ctxd/record", items=turns(1, 3))
+    restored = thread.call("ctxd/ghost/restore", id=snap["id"], conversation=True)
+    assert notes.read_text() == "one\n"
+    thread.call("ctxd/record", items=turns(4, 3))
+    compaction = thread.call("ctxd/compact", strategy="offline")["undoId"]
+    notes.write_text("three\n")
+    # Restoring the restore's safety snapshot would undo it under the compaction: refused before a
+    # file is written (it wrote "two" back, then undid the conversation's restore anyway).
+    message = refusal(thread, "ctxd/ghost/restore", id=restored["undoId"], conversation=True)
+    assert message.endswith(f"Undo operation {compaction} first, then operation {restored['operationId']}. "
+                            "Nothing was changed.")
+    assert notes.read_text() == "three\n"

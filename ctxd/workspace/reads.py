@@ -179,16 +179,22 @@ class WorkspaceReads(WorkspaceCore):
     def conversation_plan(self, thread: str, commit_id: str) -> tuple[str, Any]:
         """What restoring snapshot `commit_id` with the conversation does to `thread`:
         `("undo", op)` when the snapshot is the safety snapshot (`undoId`) of an earlier restore
-        with the conversation (or of its undo): that operation is undone; `("none", None)` when it
+        with the conversation (or of its undo): that operation is undone (refused here, before any
+        file is restored, while a later operation stands in the way); `("none", None)` when it
         already is; else `("history", seqs)`: the thread's active history as it was just after
         the snapshot was recorded, compactions and rollbacks since included."""
         with self.lock:
             ledger = self._ledger(thread)
             ops = operations.load(self.store.operations(thread))
+            rows = self.store.all_rows(thread)
             for op in reversed(ops):
                 if op.info.get("undoSnapshot") == commit_id:
-                    return ("undo", op.id) if op.undone_by is None else ("none", None)
-            rows = self.store.all_rows(thread)
+                    if op.undone_by is not None:
+                        return "none", None
+                    blocking = operations.blocker(op, ops, rows)
+                    if blocking is not None:
+                        raise InvalidParams(operations.refusal(op, blocking, thread, rows))
+                    return "undo", op.id
             points = [r.seq for r in rows if r.origin is None and snapshot_commit_id(json.loads(r.body)) == commit_id]
             seqs = operations.history_as_of(points[-1], ops, [e.seq for e in ledger.entries]) if points else None
             if seqs is None:  # not recorded as such, or an old compaction in the way: its active copy

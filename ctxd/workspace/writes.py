@@ -166,17 +166,21 @@ class WorkspaceWrites(WorkspaceCore):
         self.check_writable(thread)
         with self.lock:
             ledger = self._ledger(thread)
-            entries, crossed = list(ledger.entries), []
+            entries = list(ledger.entries)
+            crossed: list[int] = []
             if sum(map(is_user_turn_start, entries)) < turns:
                 rows = self.store.all_rows(thread)
                 by_seq = {row.seq: row for row in rows}
-                for op in reversed(operations.load(self.store.operations(thread))):
+                ops = operations.load(self.store.operations(thread))
+                for op in reversed(ops):
                     if sum(map(is_user_turn_start, entries)) >= turns:
                         break
                     removed, added = operations.changes(op, rows)
                     seqs = {entry.seq for entry in entries}
                     if op.kind != "compaction" or op.undone_by is not None or not added & seqs:
                         continue
+                    if operations.blocker(op, ops, rows, ignoring=crossed) is not None:
+                        break  # crossing it is undoing it, and that is refused: the turns before it stay
                     entries = [_entry(by_seq[seq]) for seq in sorted((seqs - added) | removed) if seq in by_seq]
                     crossed.append(op.id)
             cut = rollback_start(entries, turns)
@@ -202,7 +206,8 @@ class WorkspaceWrites(WorkspaceCore):
 
     def undo(self, thread: str, op_id: int, extra: dict[str, Any] | None = None) -> UndoResult:
         """`ctxd/undo`: put back the active history operation `op_id` replaced (items recorded since
-        stay). Itself an operation: undoing it redoes `op_id`."""
+        stay). Refused while a later operation stands in the way (`operations.blocker`). Itself an
+        operation: undoing it redoes `op_id`."""
         self.check_writable(thread)
         with self.lock:
             ledger = self._ledger(thread)
@@ -210,16 +215,19 @@ class WorkspaceWrites(WorkspaceCore):
             by_id = {op.id: op for op in ops}
             op = by_id.get(op_id)
             if op is None:
-                raise InvalidParams(f"id: thread '{thread}' has no history operation {op_id}")
+                raise InvalidParams(f"id: thread '{thread}' has no history operation {op_id}.")
             if op.undone_by is not None:
                 raise InvalidParams(f"id: operation {op_id} of thread '{thread}' is already undone (by operation "
-                                    f"{op.undone_by}; undo that one to redo it)")
+                                    f"{op.undone_by}): undo operation {op.undone_by} to redo it.")
             rows = self.store.all_rows(thread)
+            blocking = operations.blocker(op, ops, rows)
+            if blocking is not None:
+                raise InvalidParams(operations.refusal(op, blocking, thread, rows))
             by_seq = {row.seq: row for row in rows}
             target = operations.undo_target(op, [e.seq for e in ledger.entries], rows)
             kept = [_entry(by_seq[seq]) for seq in target if seq in by_seq]
             info = {"undoes": op_id, "cancels": [op_id], **(extra or {})}
-            new_id, ledger, removed = self._operate(ledger, "undo", kept, info, operations.undo_marks(op, by_id))
+            new_id, ledger, removed = self._operate(ledger, "undo", kept, info, operations.stored_marks([op_id], by_id))
             return {"historyVersion": ledger.history_version, "usage": self.view.usage(ledger), "undoId": new_id,
                     "removedItems": removed}
 

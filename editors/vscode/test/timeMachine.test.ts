@@ -9,7 +9,7 @@ import { type PickItem, type Severity, type Ui } from '../src/ui';
 import { compactFlow, rollbackFlow, snapshotItems } from '../src/commands';
 import type { GhostCommit, HistoryResult, OperationRecord } from '../src/protocol';
 import { UNDO_RESTORE, restoreSnapshotFlow } from '../src/snapshots';
-import { REDO, RestoreMemory, UNDO, lastUndoable, rollbackQuestion, undoLastFlow } from '../src/timeMachine';
+import { REDO, RestoreMemory, UNDO, lastUndoable, rollbackQuestion, undoFlow, undoLastFlow } from '../src/timeMachine';
 import { CompactionsModel, snapshotTree } from '../src/trees';
 import { type Daemon, assistantMessage, startDaemon, userMessage } from './daemon';
 
@@ -125,6 +125,25 @@ describe('time machine (real daemon)', () => {
     assert.equal(active(await service.getHistory(t)), active(compacted));
     const ops = (await service.getHistory({ ...t, includeArchived: true, limit: 0 })).operations!;
     assert.deepEqual(ops.map((o) => [o.kind, o.undoneBy !== undefined]), [['compaction', false], ['rollback', true], ['undo', false]]);
+  });
+
+  test('Undo of a compaction under a newer one shows the daemon\'s sentence: which operation to undo first', async () => {
+    await converse('older', 6);
+    const t = { thread: 'older' };
+    const first = (await service.compact({ ...t, strategy: 'offline' })).undoId!;
+    await converse('older', 6);
+    const second = (await service.compact({ ...t, strategy: 'offline' })).undoId!;
+    const compacted = await service.getHistory(t);
+    const ui = new ScriptedUi();
+    assert.equal(await undoFlow(ui, service, { kind: 'compaction', id: first }, t), undefined);
+    const shown = await ui.shown(/^Undo failed: /);
+    assert.equal(shown.severity, 'error');
+    const sentence =
+      `^Undo failed: operation ${first} \\(a compaction, \\d+ → \\d+ items\\) of thread 'older' cannot be undone while a later ` +
+      `operation is in effect: operation ${second} \\(a compaction, \\d+ → \\d+ items\\) came after it and summarised the ` +
+      `history as operation ${first} left it\\. Undo operation ${second} first, then operation ${first}\\. Nothing was changed\\.$`;
+    assert.match(shown.message, new RegExp(sentence));
+    assert.equal(active(await service.getHistory(t)), active(compacted));
   });
 
   test('Roll Back without a compaction in the way asks plainly', async () => {

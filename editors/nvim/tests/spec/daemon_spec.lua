@@ -265,6 +265,28 @@ t.describe('daemon', function()
     t.eq('compaction', h.request('ctxd/history', { includeArchived = true }).operations[1].kind)
   end)
 
+  t.it(':Ctxd redo says in one line which operation to undo first when a later one stands in the way', function()
+    local items = {}
+    for n = 1, 4 do
+      vim.list_extend(items, { h.user('turn ' .. n), h.assistant(h.text(3000, n)) })
+    end
+    h.request('ctxd/record', { items = items })
+    h.request('ctxd/compact', { strategy = 'offline' })
+    vim.cmd('Ctxd undo')
+    h.wait_message('undid the compaction')
+    local undo = h.request('ctxd/history', { includeArchived = true }).operations[2].id
+    -- A turn the undo brought back is rolled back: redoing the compaction now would put back a
+    -- summary of it. The daemon refuses (issue #36) and the message says what to do.
+    local rollback = h.request('ctxd/rollback', { turns = 1 }).undoId
+    vim.cmd('Ctxd redo')
+    local message = h.wait_message('redo failed', 30000)
+    t.eq(vim.log.levels.ERROR, message.level)
+    t.matches(('^ctxd: redo failed: operation %d %%(an undo, [^\n]+%%) of thread [^\n]+ cannot be undone while a later '
+      .. 'operation is in effect: operation %d %%(a rollback, [^\n]+ Undo operation %d first, then operation %d%%. '
+      .. 'Nothing was changed%%. %%(%%-32602%%)$'):format(undo, rollback, rollback, undo), message.full)
+    t.eq(6, h.request('ctxd/history', {}).total) -- unchanged: three turns of two items
+  end)
+
   t.it(':Ctxd log lists the ledger', function()
     h.request('ctxd/record', { items = { h.user('first question'), h.assistant('first answer') } })
     vim.cmd('Ctxd log')
