@@ -122,18 +122,16 @@ def widen_pipes() -> None:
 
 
 def run_daemon(args: argparse.Namespace) -> int:
-    from ctxd.server.app import serve_stdio, serve_tcp
+    if not args.tcp:
+        from ctxd.server import forward
+
+        return forward.run(args)  # the owner serves it (ctxd/server/owner.py), or this process does
+    from ctxd.server.app import serve_tcp
 
     setup_logging(args.verbose, args.log_file)
     keep_freed_memory()
     state_dir = Path(args.state_dir).expanduser() if args.state_dir else None
-    if args.tcp:
-        serve_tcp(state_dir, args.host, args.port, Path(args.token_file).expanduser() if args.token_file else None)
-    else:
-        widen_pipes()
-        stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
-        sys.stdout = sys.stderr  # a stray print must not corrupt the protocol stream
-        serve_stdio(state_dir, stdin, stdout)
+    serve_tcp(state_dir, args.host, args.port, Path(args.token_file).expanduser() if args.token_file else None)
     return 0
 
 
@@ -159,6 +157,14 @@ def main(argv: list[str] | None = None) -> int:
         from ctxd.hooks.statusline import main as statusline_main
 
         return statusline_main(argv[1:])
+    if argv[:1] == ["owner"]:  # the owner of a state dir, started by the first client that needs one
+        from ctxd.server.owner import main as owner_main
+
+        owner = argparse.ArgumentParser(prog="ctxd owner")
+        owner.add_argument("--state-dir", required=True)
+        owner.add_argument("--detach", action="store_true")
+        known = owner.parse_args(argv[1:])
+        return owner_main(Path(known.state_dir), detached=known.detach)
     if argv[:1] == ["mcp"]:  # `ctxd mcp`: the MCP server for the agent itself (ctxd/agentmcp/server.py)
         from ctxd.agentmcp.server import main as mcp_main
 

@@ -53,6 +53,7 @@ def daemon_env(state_dir: Path, extra: dict[str, str] | None = None) -> dict[str
     env["XDG_STATE_HOME"] = str(state_dir)
     env["XDG_CONFIG_HOME"] = str(state_dir / "config")
     env["PYTHONUNBUFFERED"] = "1"
+    env["CTXD_OWNER_IDLE_SECONDS"] = "0"  # a test's owner leaves with its last session
     # The daemon follows agent sessions (ctxd/sessions): never this machine's real ones in a test.
     env["CODEX_HOME"] = str(state_dir / "codex-home")
     env["CLAUDE_CONFIG_DIR"] = str(state_dir / "claude-home")
