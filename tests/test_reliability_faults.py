@@ -214,7 +214,7 @@ def peak_rss_kib(pid: int) -> int:
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc for peak RSS")
 def test_a_large_prompt_leaves_through_widened_pipes(daemon_factory: Callable[..., Client], workspace: Path) -> None:
-    """The daemon asks for 1 MB stdio pipes (ctxd/cli.py, widen_pipes); a prompt of several
+    """The daemon asks for 1 MB stdio pipes (ctxd/server/process.py, widen_pipes); a prompt of several
     megabytes then comes back whole, in the order recorded."""
     client = daemon_factory([workspace], {"autoCompactTokenLimit": 0})
     items = [part for i in range(800) for part in (call(f"c{i}"), output(f"c{i}", f"line {i} " + "x" * 4000))]

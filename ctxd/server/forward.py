@@ -91,8 +91,10 @@ def let_go() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ctxd.cli import setup_logging
+    from ctxd.logs import setup_logging
+    from ctxd.server.process import widen_pipes
 
+    widen_pipes()  # the pipes themselves: the owner serves them wide too
     head, params = read_first_frame(0)
     state_dir = chosen_state_dir(args.state_dir, params)
     if os.environ.get("CTXD_OWNER") != "0" and ownerlink.available():
@@ -103,12 +105,11 @@ def run(args: argparse.Namespace) -> int:
             return code
     setup_logging(args.verbose, args.log_file)
     log.info("serving in this process (no owner of %s could be reached)", state_dir)
-    from ctxd.cli import keep_freed_memory, widen_pipes
     from ctxd.server.app import serve_stdio
     from ctxd.server.connection import with_head
+    from ctxd.server.process import keep_freed_memory, widen_pipes
 
     keep_freed_memory()
-    widen_pipes()
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # a stray print must not corrupt the protocol stream
     serve_stdio(Path(args.state_dir).expanduser() if args.state_dir else None, with_head(head, stdin), stdout)

@@ -67,7 +67,7 @@ class SessionLogs:
             logging.getLogger("ctxd").setLevel(logging.DEBUG)
         if not path:
             return
-        from ctxd.cli import RedactSecrets
+        from ctxd.logs import RedactSecrets
 
         with self._lock:
             handler, count = self._handlers.get(path, (None, 0))
@@ -269,7 +269,7 @@ class Owner:
 
 
 def setup_log(folder: Path) -> None:
-    from ctxd.cli import RedactSecrets
+    from ctxd.logs import RedactSecrets
 
     handler = logging.handlers.RotatingFileHandler(folder / ownerlink.LOG_NAME, maxBytes=LOG_BYTES, backupCount=1)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
@@ -295,7 +295,7 @@ def detach() -> None:
 
 
 def main(state_dir: Path, *, detached: bool) -> int:
-    from ctxd.cli import keep_freed_memory
+    from ctxd.server.process import keep_freed_memory
 
     if detached:
         detach()
