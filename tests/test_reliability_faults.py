@@ -71,8 +71,7 @@ def crash_storm(state_dir: Path, workspace: Path, cycles: int, seed: int = 8,
         for msg_id, texts in pending[:wait_for]:
             client.result(msg_id)
             acknowledged.update(texts)
-        client.proc.kill()  # kill -9 with the later records in flight
-        client.proc.wait()
+        client.kill()  # kill -9 with the later records in flight
         client._reader.join(10)  # every answer written before the kill has been read
         for msg_id, texts in pending[wait_for:]:
             if "result" in client._responses.get(msg_id, {}):
@@ -241,7 +240,7 @@ def test_large_tool_output_is_capped_while_reading(daemon_factory: Callable[...,
         big = "HEAD-MARK " + line * (mib * 1024 * 1024 // len(line)) + " TAIL-MARK"
         result = client.request("ctxd/record", {"workspace": uri, "items": [output("big", big)]}, timeout=120)
         del big
-        peaks.append(peak_rss_kib(client.proc.pid) / 1024)
+        peaks.append(peak_rss_kib(client.daemon_pid) / 1024)
         stored = stored_texts(client, uri, "default")[-1]
         assert stored.startswith("HEAD-MARK") and stored.endswith("TAIL-MARK") and len(stored) < 10_000
         assert result["itemCount"] == len(peaks)

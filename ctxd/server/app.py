@@ -522,11 +522,13 @@ class CtxdServer:
         options = params.get("initializationOptions")
         ctxd_options = options.get("ctxd") if isinstance(options, dict) else None
         self.service.init_options = ctxd_options if isinstance(ctxd_options, dict) else {}
-        if self.daemon.state_dir_override is None:
+        if self.daemon.state_dir_override is None or self.daemon.shared:
             state_dir = load_settings(None, self.service.init_options, []).state_dir
             if state_dir:
                 try:
-                    self.service.state_dir = Path(state_dir).expanduser()
+                    chosen = Path(state_dir).expanduser()
+                    if not self.daemon.shared:  # an owner's is its own: its clients chose it (server/forward.py)
+                        self.service.state_dir = chosen
                 except RuntimeError as error:  # `~someone` who is not a user here
                     self.outbox.show_message(f"ctxd: stateDir {state_dir!r} cannot be used ({error}); "
                                              f"ledgers stay in {self.service.state_dir}")

@@ -31,6 +31,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO, cast
 
@@ -42,6 +43,8 @@ log = logging.getLogger(__name__)
 
 IDLE_SECONDS = 600.0
 TICK_SECONDS = 1.0
+FIRST_CLIENT_SECONDS = 20.0
+"""A new owner waits at least this long for the client that started it, whatever `idle` says."""
 LOCK_WAIT_SECONDS = 30.0
 """A new owner waits this long for an old one that is leaving to let go of the lock."""
 LOG_BYTES = 4 * 1024 * 1024
@@ -105,9 +108,10 @@ class Owner:
         self.daemon.shared = True
         self.logs = SessionLogs()
         self.idle = idle_seconds()
-        self._lock = threading.Lock()
-        self._sessions = 0
+        self._lock = threading.Condition()
+        self._connections = 0
         self._last = time.monotonic()
+        self._served = False  # a client came: from then on `idle` alone decides
         self._stopping = threading.Event()
         self._listener: socket.socket | None = None
 
@@ -148,11 +152,13 @@ class Owner:
         return 0
 
     def _wait(self) -> str:
-        while not self._stopping.wait(TICK_SECONDS):
+        while not self._stopping.is_set():
             with self._lock:
-                idle = self._sessions == 0 and time.monotonic() - self._last >= self.idle
-            if idle:
-                return f"no session and no request for {self.idle:g} s"
+                left = (self.idle if self._served else max(self.idle, FIRST_CLIENT_SECONDS)) - (
+                    time.monotonic() - self._last)
+                if self._connections == 0 and left <= 0:
+                    return f"no session and no request for {self.idle:g} s"
+                self._lock.wait(min(TICK_SECONDS, left) if self._connections == 0 else TICK_SECONDS)
             if not (self.folder / ownerlink.SOCKET_NAME).exists():
                 return "its socket or state dir was removed"
         return "asked to stop"
@@ -166,10 +172,17 @@ class Owner:
                 self._listener.close()
         self.daemon.close()
 
-    def _touch(self, sessions: int = 0) -> None:
+    def ask_to_stop(self) -> None:
+        self._stopping.set()
         with self._lock:
-            self._sessions += sessions
+            self._lock.notify_all()
+
+    def _touch(self, connections: int = 0) -> None:
+        with self._lock:
+            self._connections += connections
             self._last = time.monotonic()
+            self._served = True
+            self._lock.notify_all()
 
     # --- connections ---
 
@@ -184,17 +197,19 @@ class Owner:
 
     def _serve(self, conn: socket.socket) -> None:
         fds: list[int] = []
+        counted = False
         try:
             if ownerlink.peer_uid(conn) != os.getuid():
                 conn.close()
                 return  # another user: never read
+            self._touch(+1)  # an open connection keeps the owner (a session's lasts as long as it)
+            counted = True
             request, fds = ownerlink.read_request(conn, time.monotonic() + 30)
             if request is None:
                 return
             if self._stopping.is_set():  # leaving: the client starts the next owner
                 ownerlink.send(conn, {"ok": False, "retry": True})
                 return
-            self._touch()
             op = request.get("op")
             if op == "session":
                 self._session(conn, request, fds)
@@ -213,6 +228,8 @@ class Owner:
                     os.close(fd)
             with contextlib.suppress(OSError):
                 conn.close()
+            if counted:
+                self._touch(-1)
 
     def _session(self, conn: socket.socket, request: dict[str, Any], fds: list[int]) -> None:
         """One LSP session on the passed descriptors (stdin, stdout), or on `conn` itself."""
@@ -252,8 +269,10 @@ class Owner:
                     stream.shutdown(socket.SHUT_RDWR)
 
         ownerlink.send(conn, {"ok": True, "pid": os.getpid()})
+        if control is not None:
+            threading.Thread(target=self._watch_client, args=(control, end), name="ctxd-owner-watch",
+                             daemon=True).start()
         self.logs.attach(log_file, request.get("verbose") is True)
-        self._touch(sessions=1)
         code: int | None = None
         try:
             server = CtxdServer(StreamConnection(with_head(head, reader), writer, on_exit=end), daemon=self.daemon)
@@ -265,7 +284,19 @@ class Owner:
             if stream is not None and stream is not conn:
                 stream.close()
             self.logs.detach(log_file)
-            self._touch(sessions=-1)
+
+
+    @staticmethod
+    def _watch_client(control: socket.socket, end: Callable[[int], None]) -> None:
+        """The waiting client died (killed by its editor, say): its session ends with it, and the
+        editor sees the session's output close, as it would have with a daemon of its own."""
+        try:
+            control.settimeout(None)
+            while control.recv(1):
+                pass
+        except OSError:
+            pass
+        end(1)
 
 
 def setup_log(folder: Path) -> None:
@@ -310,7 +341,7 @@ def main(state_dir: Path, *, detached: bool) -> int:
     lock = owner.take_lock()
     if lock is None:
         return 0  # another owner runs
-    signal.signal(signal.SIGTERM, lambda *_: owner._stopping.set())
+    signal.signal(signal.SIGTERM, lambda *_: owner.ask_to_stop())
     try:
         code = owner.run()
     except Exception:  # noqa: BLE001 - logged; the lock goes with the process, the next client starts another

@@ -40,12 +40,14 @@ class Service:
     def open_folder(self, uri: str, options: dict[str, Any] | None = None) -> Workspace:
         """The folder's workspace, opened if it is not yet. `options`: the opening editor's
         (`initializationOptions.ctxd`); None for ctxd's own tools, which take the folder as it is
-        (or as the first editor configured the daemon)."""
+        (or as the first editor configured the daemon). An editor that opens a folder already open
+        configures it again: its options, and the config files as they are now (a restart reads
+        them afresh, as when each editor had a daemon of its own)."""
         root = uri_to_path(uri)
         key = path_to_uri(root)
         with self._lock:
             workspace = self._workspaces.get(key)
-            if workspace is not None and options is not None and options != workspace.init_options:
+            if workspace is not None and options is not None:
                 workspace.configure(options)
             if workspace is None:
                 if not is_folder(root):
