@@ -278,3 +278,128 @@ def hand_over(state_dir: Path, message: dict[str, Any], fds: Sequence[int],
             end = read_line(conn, None)
         code = end.get("exit") if end is not None else None
         return code if isinstance(code, int) and not isinstance(code, bool) else 1
+
+
+class RemoteError(Exception):
+    """An error answer of the owner: its JSON-RPC code and message."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class Session:
+    """An LSP session with the owner over its socket, for ctxd's own tools (`ctxd mcp`, `ctxd
+    acp`): requests from any thread, each waiting for its answer; notifications go to `on_notify`."""
+
+    def __init__(self, conn: socket.socket, on_notify: Callable[[str, Any], None] | None = None) -> None:
+        import itertools
+        import threading
+
+        self.conn = conn
+        self.on_notify = on_notify
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._answers: dict[int, dict[str, Any]] = {}
+        self._arrived = threading.Condition()
+        self._closed = False
+        self._reader = threading.Thread(target=self._read, name="ctxd-owner-session", daemon=True)
+        self._reader.start()
+
+    @classmethod
+    def open(cls, state_dir: Path, folders: list[Path], timeout: float = START_SECONDS,
+             on_notify: Callable[[str, Any], None] | None = None) -> Session | None:
+        """A session with the owner of `state_dir` (started if needed) with `folders` open, or None."""
+        conn = reach(state_dir, timeout)
+        if conn is None:
+            return None
+        try:
+            send(conn, {"op": "session"})
+            ack = read_line(conn, time.monotonic() + ACK_SECONDS)
+        except OSError:
+            conn.close()
+            return None
+        if ack is None or not ack.get("ok"):
+            conn.close()
+            return None
+        session = cls(conn, on_notify)
+        try:
+            session.request("initialize", {"processId": os.getpid(), "capabilities": {},
+                                           "workspaceFolders": [{"uri": f.as_uri(), "name": f.name} for f in folders]},
+                            timeout)
+            session.notify("initialized", {})
+        except (OSError, RemoteError, TimeoutError):
+            session.close()
+            return None
+        return session
+
+    def _write(self, message: dict[str, Any]) -> None:
+        body = json.dumps(message, separators=(",", ":")).encode("utf-8")
+        with self._lock:
+            self.conn.sendall(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+
+    def notify(self, method: str, params: Any = None) -> None:
+        self._write({"jsonrpc": "2.0", "method": method, **({"params": params} if params is not None else {})})
+
+    def request(self, method: str, params: Any = None, timeout: float = 60.0) -> Any:
+        msg_id = next(self._ids)
+        self._write({"jsonrpc": "2.0", "id": msg_id, "method": method,
+                     **({"params": params} if params is not None else {})})
+        deadline = time.monotonic() + timeout
+        with self._arrived:
+            while msg_id not in self._answers:
+                left = deadline - time.monotonic()
+                if self._closed:
+                    raise OSError("the owner closed the session")
+                if left <= 0:
+                    raise TimeoutError(f"{method}: no answer from the owner within {timeout:g} s")
+                self._arrived.wait(left)
+            answer = self._answers.pop(msg_id)
+        if "error" in answer:
+            error = answer["error"] if isinstance(answer["error"], dict) else {}
+            raise RemoteError(int(error.get("code") or 0), str(error.get("message") or "error"))
+        return answer.get("result")
+
+    def _read(self) -> None:
+        stream = self.conn.makefile("rb")
+        try:
+            while True:
+                length = None
+                while True:
+                    line = stream.readline(65536)
+                    if not line:
+                        return
+                    if line in (b"\r\n", b"\n"):
+                        break
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value.strip())
+                body = stream.read(length or 0)
+                if length is None or len(body) < length:
+                    return
+                message = json.loads(body)
+                if not isinstance(message, dict):
+                    continue
+                if "id" in message and "method" not in message:
+                    with self._arrived:
+                        self._answers[message["id"]] = message
+                        self._arrived.notify_all()
+                elif self.on_notify is not None and isinstance(message.get("method"), str):
+                    self.on_notify(message["method"], message.get("params"))
+        except (OSError, ValueError):
+            return
+        finally:
+            with self._arrived:
+                self._closed = True
+                self._arrived.notify_all()
+
+    def close(self) -> None:
+        import contextlib
+
+        with contextlib.suppress(OSError, RemoteError, TimeoutError):
+            self.request("shutdown", None, 5.0)
+            self.notify("exit")
+        with contextlib.suppress(OSError):
+            self.conn.shutdown(socket.SHUT_RDWR)
+        self.conn.close()
