@@ -1,13 +1,16 @@
-"""The real Codex CLI and Claude Code, pinned, for end-to-end tests (tests/test_real_agents.py).
+"""The real agents, pinned, for end-to-end tests: Codex CLI and Claude Code
+(tests/test_real_agents.py), qwen-code, Gemini CLI and OpenCode (tests/test_new_agents_smoke.py).
 
 `install()` fetches an agent from the npm registry once per machine into
 `$XDG_CACHE_HOME/ctxd-tests/agents/<package>@<version>` (default `~/.cache`): npm installs into a
 temporary folder beside it, the binary is tried, and only then the folder is renamed into place,
 so an interrupted install is never reused. Without npm the tests skip, saying so.
 
-`Codex` and `Claude` run one agent non-interactively in a home of its own (CODEX_HOME,
-CLAUDE_CONFIG_DIR, HOME), pointed at a scripted model server (tests/model_servers.py) on
-127.0.0.1, with telemetry, update checks and other traffic off: nothing leaves the machine.
+`Codex`, `Claude`, `Qwen`, `Gemini` and `OpenCode` run one agent non-interactively in a home of
+its own (CODEX_HOME, CLAUDE_CONFIG_DIR, QWEN_HOME, GEMINI_CLI_HOME, XDG_*, HOME), pointed at a
+scripted model server (tests/model_servers.py) on 127.0.0.1, with telemetry, update checks and
+other traffic off: nothing leaves the machine. docs/agents-research.md says where each keeps
+its sessions and why each switch is there.
 """
 
 from __future__ import annotations
@@ -24,12 +27,18 @@ from typing import Any
 
 import pytest
 
-from tests.model_servers import MessagesServer, ResponsesServer
+from tests.model_servers import ChatCompletionsServer, GeminiServer, MessagesServer, ResponsesServer
 
 CODEX = ("@openai/codex", "0.171.0", "codex")  # package, version, executable
 CLAUDE = ("@anthropic-ai/claude-code", "2.1.332", "claude")
+QWEN = ("@qwen-code/qwen-code", "0.24.4", "qwen")
+GEMINI = ("@google/gemini-cli", "0.61.0", "gemini")
+OPENCODE = ("opencode-ai", "1.18.33", "opencode")  # the npm package carries the platform binary
 CODEX_MODEL = "gpt-5.5"  # in Codex 0.171's own model catalogue (tools: exec_command, apply_patch)
 CLAUDE_MODEL = "claude-sonnet-4-5"
+QWEN_MODEL = "qwen3-coder-plus"
+GEMINI_MODEL = "gemini-2.5-pro"  # Gemini CLI's own default model (window 1,048,576, as every model but Gemma's)
+OPENCODE_MODEL = "qwen3-coder-plus"  # served by a provider "fake" of opencode.json (OpenAI-compatible)
 RUN_TIMEOUT = 180.0  # seconds for one agent run: only a hung agent comes near
 
 
@@ -110,17 +119,21 @@ class _Agent:
 
     def _env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("OPENAI_", "ANTHROPIC_", "CODEX_", "CLAUDE_", "CTXD_"))}
+               if not k.startswith(("OPENAI_", "ANTHROPIC_", "CODEX_", "CLAUDE_", "CTXD_", "QWEN_", "GEMINI_",
+                                    "GOOGLE_", "OPENCODE_"))}
         env.update(QUIET)
         env["HOME"] = str(self.base / "home")
         env["XDG_CONFIG_HOME"] = str(self.base / "home" / ".config")
         env["XDG_CACHE_HOME"] = str(self.base / "home" / ".cache")
         env["XDG_STATE_HOME"] = str(self.base / "home" / ".local" / "state")
+        env["XDG_DATA_HOME"] = str(self.base / "home" / ".local" / "share")
         env["CTXD_HOOK_KEEPER_SECONDS"] = "20"  # the keepers the agents' hooks start end soon after their test
         return env
 
     def _run(self, args: list[str], cwd: Path) -> Run:
-        done = subprocess.run([str(self.exe), *args], cwd=str(cwd), env=self.env(), capture_output=True,
+        env = self.env()
+        env["PWD"] = str(cwd)  # as a shell sets it: OpenCode takes its folder from PWD, not from its cwd
+        done = subprocess.run([str(self.exe), *args], cwd=str(cwd), env=env, capture_output=True,
                               text=True, timeout=RUN_TIMEOUT, stdin=subprocess.DEVNULL)
         result = Run(done.returncode, done.stdout, done.stderr)
         if done.returncode != 0:
@@ -209,3 +222,212 @@ class Claude(_Agent):
         if resume:
             args += ["--resume", resume]
         return self._run(args, cwd)
+
+
+def _merged(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """`base` with `extra` laid over it, objects merged key by key."""
+    out = dict(base)
+    for key, value in extra.items():
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def _session_id(run: Run) -> str:
+    """The `session_id` of a `-o json` answer: qwen prints a list of events, Gemini CLI one object."""
+    answer = run.json()
+    for event in answer if isinstance(answer, list) else [answer]:
+        if isinstance(event, dict) and isinstance(event.get("session_id"), str):
+            return str(event["session_id"])
+    raise AssertionError(f"no session_id in the agent's output:\n{run.stdout[-2000:]}")
+
+
+class Qwen(_Agent):
+    """qwen-code headless (`qwen --yolo -o json PROMPT`) against a ChatCompletionsServer, in QWEN_HOME
+    `home` (its sessions: home/projects/<cwd, non-alphanumerics as '-'>/chats/<session>.jsonl).
+
+    `settings` is laid over the user settings.json this writes (hooks, ui.statusLine, model...)."""
+
+    def __init__(self, base: Path, home: Path, server: ChatCompletionsServer,
+                 settings: dict[str, Any] | None = None, extra_env: dict[str, str] | None = None) -> None:
+        super().__init__(install(QWEN), base)
+        self.home = home
+        self.server = server
+        self.extra_env = extra_env or {}
+        home.mkdir(parents=True, exist_ok=True)
+        own = {
+            "$version": 4,  # else qwen rewrites the file on start to stamp its settings version
+            "security": {"auth": {"selectedType": "openai"}},
+            "model": {"name": QWEN_MODEL},
+            "privacy": {"usageStatisticsEnabled": False},
+            "telemetry": {"enabled": False},
+            "general": {"enableAutoUpdate": False},
+        }
+        (home / "settings.json").write_text(json.dumps(_merged(own, settings or {}), indent=2) + "\n")
+
+    def env(self) -> dict[str, str]:
+        env = self._env()
+        env["QWEN_HOME"] = str(self.home)
+        env["OPENAI_BASE_URL"] = f"{self.server.base_url}/v1"
+        env["OPENAI_API_KEY"] = "sk-test-not-a-key"
+        env["OPENAI_MODEL"] = QWEN_MODEL
+        env["QWEN_CODE_SUPPRESS_YOLO_WARNING"] = "1"
+        env.update(self.extra_env)
+        return env
+
+    def prompt(self, prompt: str, cwd: Path, resume: str | None = None) -> Run:
+        """One headless run; `prompt` may be a slash command that works headless (`/compress`)."""
+        args = ["--yolo", "-o", "json"]
+        if resume:
+            args += ["--resume", resume]
+        return self._run([*args, prompt], cwd)
+
+    def compress(self, cwd: Path, session: str) -> Run:
+        """qwen's `/compress` (supported headless): the history is summarised by the model."""
+        return self.prompt("/compress", cwd, resume=session)
+
+    session_id = staticmethod(_session_id)
+
+    def session_file(self, cwd: Path, session: str) -> Path:
+        project = "".join(c if c.isascii() and c.isalnum() else "-" for c in str(cwd))
+        return self.home / "projects" / project / "chats" / f"{session}.jsonl"
+
+
+class Gemini(_Agent):
+    """Gemini CLI headless (`gemini -p PROMPT --yolo -o json`) against a GeminiServer, with
+    GEMINI_CLI_HOME `home` (its state: home/.gemini; sessions under .gemini/tmp/<project>/chats/).
+
+    Each folder in `trusted` is written to trustedFolders.json, as a user who trusted it would
+    (else the CLI refuses to run headless there, and ignores the folder's own settings and hooks).
+    `settings` is laid over the user settings.json this writes.
+
+    To compact: Gemini CLI compresses before a request once the last reply's prompt tokens reach
+    `model.compressionThreshold` (0.5) of 1,048,576, so a tool-call reply reporting 600,000 input
+    makes the same run compress before its next request. A headless `/compress` is no use: it
+    starts the compression without waiting and sends "/compress" to the model as well."""
+
+    def __init__(self, base: Path, home: Path, server: GeminiServer, trusted: list[Path],
+                 settings: dict[str, Any] | None = None, extra_env: dict[str, str] | None = None) -> None:
+        super().__init__(install(GEMINI), base)
+        self.home = home
+        self.server = server
+        self.extra_env = extra_env or {}
+        state = home / ".gemini"
+        state.mkdir(parents=True, exist_ok=True)
+        own = {
+            "security": {"auth": {"selectedType": "gemini-api-key"}},
+            "model": {"name": GEMINI_MODEL},
+            "privacy": {"usageStatisticsEnabled": False},
+            "telemetry": {"enabled": False},
+            "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
+        }
+        (state / "settings.json").write_text(json.dumps(_merged(own, settings or {}), indent=2) + "\n")
+        (state / "trustedFolders.json").write_text(
+            json.dumps({str(folder): "TRUST_FOLDER" for folder in trusted}, indent=2) + "\n")
+
+    def env(self) -> dict[str, str]:
+        env = self._env()
+        env["GEMINI_CLI_HOME"] = str(self.home)
+        env["GOOGLE_GEMINI_BASE_URL"] = self.server.base_url
+        env["GEMINI_API_KEY"] = "test-not-a-key"
+        env.update(self.extra_env)
+        return env
+
+    def prompt(self, prompt: str, cwd: Path, resume: str | None = None) -> Run:
+        args = ["-p", prompt, "--yolo", "-o", "json"]
+        if resume:
+            args += ["--resume", resume]  # a session id, "latest" or an index
+        return self._run(args, cwd)
+
+    session_id = staticmethod(_session_id)
+
+    def chats(self, cwd: Path) -> Path:
+        """The project's chats folder: its short id is the one projects.json gives the folder."""
+        projects = json.loads((self.home / ".gemini" / "projects.json").read_text())["projects"]
+        return self.home / ".gemini" / "tmp" / projects[str(cwd)] / "chats"
+
+    def session_file(self, cwd: Path, session: str) -> Path:
+        """The session's file as `--resume` finds it: of the files named for its id, the one whose
+        header started first (a run resumed in a later minute also leaves a file of two lines)."""
+        def started(path: Path) -> str:
+            header = json.loads(path.read_text().splitlines()[0])
+            return str(header["startTime"]) if header.get("sessionId") == session else "~"
+        return min(self.chats(cwd).glob(f"session-*-{session[:8]}.jsonl"), key=started)
+
+
+class OpenCode(_Agent):
+    """OpenCode headless (`opencode run --format json PROMPT`) against a ChatCompletionsServer, through
+    a provider "fake" (`@ai-sdk/openai-compatible`, `baseURL`) in XDG_CONFIG_HOME/opencode/opencode.json.
+    Its sessions are rows of XDG_DATA_HOME/opencode/opencode.db (`database`).
+
+    `context` and `output` are the model's limits: OpenCode compacts by itself once a step's tokens
+    reach context - min(output, 32000) (a low `context` makes a test compact). `config` is laid
+    over the opencode.json this writes."""
+
+    def __init__(self, base: Path, server: ChatCompletionsServer, context: int = 128_000, output: int = 8_192,
+                 config: dict[str, Any] | None = None, extra_env: dict[str, str] | None = None) -> None:
+        super().__init__(install(OPENCODE), base)
+        self.server = server
+        self.extra_env = extra_env or {}
+        self.config_dir = base / "home" / ".config" / "opencode"
+        self.config_dir.mkdir(parents=True, exist_ok=True)
+        own = {
+            "$schema": "https://opencode.ai/config.json",
+            "provider": {"fake": {
+                "npm": "@ai-sdk/openai-compatible", "name": "Fake",
+                "options": {"baseURL": f"{server.base_url}/v1", "apiKey": "sk-test-not-a-key"},
+                "models": {OPENCODE_MODEL: {
+                    "name": "Qwen3 Coder Plus", "limit": {"context": context, "output": output},
+                    # USD per million tokens: OpenCode prices each step with them (message.cost, session.cost)
+                    "cost": {"input": 1.0, "output": 5.0, "cache_read": 0.1, "cache_write": 1.25}}},
+            }},
+            "model": f"fake/{OPENCODE_MODEL}",
+            "small_model": f"fake/{OPENCODE_MODEL}",
+            "autoupdate": False,
+            "share": "disabled",
+            "permission": {"edit": "allow", "bash": "allow", "external_directory": "allow"},
+        }
+        (self.config_dir / "opencode.json").write_text(json.dumps(_merged(own, config or {}), indent=2) + "\n")
+        # OpenCode installs @opencode-ai/plugin with npm into every config folder that lacks a
+        # node_modules or whose package-lock does not list it: as on a machine where it already did.
+        (self.config_dir / "node_modules").mkdir(exist_ok=True)
+        lock = {"name": "opencode", "lockfileVersion": 3,
+                "packages": {"": {"dependencies": {"@opencode-ai/plugin": OPENCODE[1]}}}}
+        (self.config_dir / "package-lock.json").write_text(json.dumps(lock, indent=2) + "\n")
+
+    @property
+    def data(self) -> Path:
+        return self.base / "home" / ".local" / "share" / "opencode"
+
+    @property
+    def database(self) -> Path:
+        return self.data / "opencode.db"
+
+    def env(self) -> dict[str, str]:
+        env = self._env()
+        env.update({
+            "OPENCODE_DISABLE_AUTOUPDATE": "1", "OPENCODE_DISABLE_MODELS_FETCH": "1",
+            "OPENCODE_DISABLE_LSP_DOWNLOAD": "1", "OPENCODE_DISABLE_SHARE": "1",
+            "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
+            # were OpenCode to install a package after all, the request lands on the fake server
+            "npm_config_registry": f"{self.server.base_url}/npm/",
+        })
+        env.update(self.extra_env)
+        return env
+
+    def run(self, prompt: str, cwd: Path, session: str | None = None) -> Run:
+        args = ["run", "--format", "json"]
+        if session:
+            args += ["--session", session]
+        return self._run([*args, prompt], cwd)
+
+    @staticmethod
+    def session_id(run: Run) -> str:
+        """The `sessionID` of `--format json`'s events (one JSON object a line)."""
+        for line in run.stdout.splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(event, dict) and isinstance(event.get("sessionID"), str):
+                return str(event["sessionID"])
+        raise AssertionError(f"no sessionID in opencode's output:\n{run.stdout[-2000:]}")

@@ -1,5 +1,6 @@
-"""Scripted model servers for the real agents (tests/agents.py): the OpenAI Responses API for
-Codex CLI and the Anthropic Messages API for Claude Code, both streamed (SSE), on 127.0.0.1.
+"""Scripted model servers for the real agents (tests/agents.py), all streamed (SSE) on 127.0.0.1:
+the OpenAI Responses API for Codex CLI, the Anthropic Messages API for Claude Code, OpenAI Chat
+Completions for qwen-code and OpenCode, and the Gemini API for Gemini CLI.
 
 Each request that asks for the agent's main loop gets the next scripted reply; a request the
 script does not cover (a title, a side question, the script ran out) gets a short plain answer,
@@ -9,7 +10,9 @@ The events are the ones the agents parse: for Codex those of its own test helper
 (codex-rs/core/tests/common/responses.rs: `response.created`, `response.output_item.done`,
 `response.completed` with `usage`); for Claude Code the Messages streaming events
 (`message_start`, `content_block_start` / `_delta` / `_stop`, `message_delta` with `usage`,
-`message_stop`).
+`message_stop`); for Chat Completions the `chat.completion.chunk` deltas (`tool_calls` by index)
+and a last chunk with `usage` (`stream_options.include_usage`); for Gemini the
+`GenerateContentResponse` chunks of `streamGenerateContent?alt=sse` with `usageMetadata`.
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ class _Server:
                 pass
 
             def do_GET(self) -> None:
-                _send(self, 404, b'{"error":{"type":"not_found_error","message":"not found"}}', "application/json")
+                server._handle(self, None)
 
             def do_HEAD(self) -> None:
                 _send(self, 200, b"", "text/plain")
@@ -129,11 +132,13 @@ class _Server:
 
 
 def _first_user_text(body: Any) -> str:
-    """The text of the first user message of a Messages or Responses request."""
-    messages = body.get("messages") or body.get("input") if isinstance(body, dict) else None
+    """The text of the first user message of a Messages, Responses, Chat Completions or Gemini request."""
+    if not isinstance(body, dict):
+        return ""
+    messages = body.get("messages") or body.get("input") or body.get("contents")
     for message in messages if isinstance(messages, list) else []:
         if isinstance(message, dict) and message.get("role") == "user":
-            content = message.get("content")
+            content = message.get("content", message.get("parts"))
             if isinstance(content, str):
                 return content
             return "\n".join(str(part.get("text", "")) for part in content or [] if isinstance(part, dict))
@@ -164,6 +169,10 @@ class ResponsesServer(_Server):
 
     def _handle(self, handler: BaseHTTPRequestHandler, body: Any) -> None:
         path = handler.path.split("?")[0]
+        if handler.command == "GET":
+            self._take(path, body)
+            _send(handler, 404, b'{"error":{"message":"not found","type":"invalid_request_error"}}', "application/json")
+            return
         if path.rstrip("/").endswith("/responses/compact"):
             reply = self._take(path, body) or self.fallback
             summary = reply.text or "Summary of the earlier conversation."
@@ -222,6 +231,11 @@ class MessagesServer(_Server):
 
     def _handle(self, handler: BaseHTTPRequestHandler, body: Any) -> None:
         path = handler.path.split("?")[0]
+        if handler.command == "GET":
+            self._take(path, body)
+            _send(handler, 404, b'{"type":"error","error":{"type":"not_found_error","message":"not found"}}',
+                  "application/json")
+            return
         if path.rstrip("/").endswith("/count_tokens"):
             self._take(path, body)
             _send(handler, 200, json.dumps({"input_tokens": 100}).encode(), "application/json")
@@ -270,3 +284,152 @@ def tool(call_id: str, name: str, **arguments: Any) -> dict[str, Any]:
 def _offers_write(body: Any) -> bool:
     tools = body.get("tools") if isinstance(body, dict) else None
     return isinstance(tools, list) and any(isinstance(t, dict) and t.get("name") == "Write" for t in tools)
+
+
+class ChatCompletionsServer(_Server):
+    """OpenAI Chat Completions (`POST .../chat/completions`, streamed) as qwen-code and OpenCode call it.
+
+    A `Reply`'s `calls` are `(name, arguments)` function calls: use `tool()`. `usage` keys: input
+    (prompt_tokens, cached included), cached (prompt_tokens_details.cached_tokens), output,
+    reasoning. The main loop is a request that offers tools and does not ask for a summary; any
+    other request (a title, a side question) gets `fallback`, or `summary` when the agent asks to
+    compress its history (its `usage` counts: qwen-code keeps a compression only when the
+    summary's input - 1000 exceeds its output)."""
+
+    model = "qwen3-coder-plus"
+
+    def __init__(self) -> None:
+        self.summary = Reply(text="<state_snapshot>The user asked for hello.txt; it was written and changed.</state_snapshot>",
+                             usage={"input": 2000, "output": 200})
+        super().__init__()
+
+    def _main_loop(self, path: str, body: Any) -> bool:
+        return (path.rstrip("/").endswith("/chat/completions") and isinstance(body, dict) and bool(body.get("tools"))
+                and not _asks_summary(body))
+
+    def _handle(self, handler: BaseHTTPRequestHandler, body: Any) -> None:
+        path = handler.path.split("?")[0]
+        if handler.command == "GET" and path.rstrip("/").endswith("/models"):
+            self._take(path, body)
+            data = {"object": "list", "data": [{"id": self.model, "object": "model", "created": 0, "owned_by": "test"}]}
+            _send(handler, 200, json.dumps(data).encode(), "application/json")
+            return
+        if handler.command == "GET" or not path.rstrip("/").endswith("/chat/completions"):
+            self._take(path, body)
+            _send(handler, 404, b'{"error":{"message":"not found","type":"invalid_request_error"}}', "application/json")
+            return
+        reply = self._take(path, body)
+        if reply is None:
+            reply = self.summary if _asks_summary(body) else self.fallback
+        if reply.before is not None:
+            reply.before()
+        model = body.get("model", self.model) if isinstance(body, dict) else self.model
+        cid = f"chatcmpl-{next(self._ids)}"
+        u = reply.usage
+        usage = {"prompt_tokens": u.get("input", 0), "completion_tokens": u.get("output", 0),
+                 "total_tokens": u.get("input", 0) + u.get("output", 0),
+                 "prompt_tokens_details": {"cached_tokens": u.get("cached", 0)},
+                 "completion_tokens_details": {"reasoning_tokens": u.get("reasoning", 0)}}
+        finish = "tool_calls" if reply.calls else "stop"
+        if not (isinstance(body, dict) and body.get("stream")):
+            message: dict[str, Any] = {"role": "assistant", "content": reply.text}
+            if reply.calls:
+                message["tool_calls"] = [{"id": c["id"], "type": "function", "function": {
+                    "name": c["name"], "arguments": json.dumps(c["input"])}} for c in reply.calls]
+            data = {"id": cid, "object": "chat.completion", "created": 1700000000, "model": model,
+                    "choices": [{"index": 0, "message": message, "finish_reason": finish}], "usage": usage}
+            _send(handler, 200, json.dumps(data).encode(), "application/json")
+            return
+
+        def chunk(choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+            return {"id": cid, "object": "chat.completion.chunk", "created": 1700000000, "model": model,
+                    "choices": choices, **extra}
+        chunks = [chunk([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])]
+        if reply.text is not None:
+            chunks.append(chunk([{"index": 0, "delta": {"content": reply.text}, "finish_reason": None}]))
+        for i, call in enumerate(reply.calls):
+            arguments = json.dumps(call["input"])
+            half = len(arguments) // 2  # the arguments arrive in two pieces, as real servers stream them
+            chunks.append(chunk([{"index": 0, "delta": {"tool_calls": [{
+                "index": i, "id": call["id"], "type": "function",
+                "function": {"name": call["name"], "arguments": arguments[:half]}}]}, "finish_reason": None}]))
+            chunks.append(chunk([{"index": 0, "delta": {"tool_calls": [{
+                "index": i, "function": {"arguments": arguments[half:]}}]}, "finish_reason": None}]))
+        chunks.append(chunk([{"index": 0, "delta": {}, "finish_reason": finish}]))
+        chunks.append(chunk([], usage=usage))
+        data = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+        _send(handler, 200, data.encode(), "text/event-stream")
+
+
+def _asks_summary(body: Any) -> bool:
+    """A request to compress the history: its last message asks for a summary (qwen-code's and Gemini
+    CLI's `<state_snapshot>`, OpenCode's compaction prompt)."""
+    if not isinstance(body, dict):
+        return False
+    messages = body.get("messages") or body.get("contents")
+    last = messages[-1] if isinstance(messages, list) and messages else None
+    if not isinstance(last, dict):
+        return False
+    content = last.get("content", last.get("parts"))
+    text = content if isinstance(content, str) else " ".join(
+        str(part.get("text", "")) for part in content or [] if isinstance(part, dict))
+    return "state_snapshot" in text or "summar" in text.lower()
+
+
+class GeminiServer(_Server):
+    """The Gemini API as Gemini CLI calls it: `POST /v1beta/models/<model>:streamGenerateContent?alt=sse`,
+    `:generateContent` and `:countTokens`.
+
+    A `Reply`'s `calls` are `(name, args)` function calls: use `tool()`. `usage` keys: input
+    (promptTokenCount, cached included), cached (cachedContentTokenCount), output
+    (candidatesTokenCount), reasoning (thoughtsTokenCount). The main loop is a request that offers
+    tools and does not ask for a summary; any other request gets `fallback`, or `summary` when the
+    agent asks to compress its history."""
+
+    def __init__(self) -> None:
+        self.summary = Reply(text="<state_snapshot>The user asked for hello.txt; it was written and changed.</state_snapshot>",
+                             usage={"input": 2000, "output": 200})
+        super().__init__()
+
+    def _main_loop(self, path: str, body: Any) -> bool:
+        return (":streamGenerateContent" in path and isinstance(body, dict) and bool(body.get("tools"))
+                and not _asks_summary(body))
+
+    def _handle(self, handler: BaseHTTPRequestHandler, body: Any) -> None:
+        path = handler.path.split("?")[0]
+        model = path.rsplit("/", 1)[-1].split(":", 1)[0]
+        if handler.command == "GET" and path.rstrip("/").endswith("/models"):
+            self._take(path, body)
+            data = {"models": [{"name": "models/gemini-2.5-pro", "inputTokenLimit": 1048576}]}
+            _send(handler, 200, json.dumps(data).encode(), "application/json")
+            return
+        if path.endswith(":countTokens"):
+            self._take(path, body)
+            size = len(json.dumps(body)) // 4 if body is not None else 0
+            _send(handler, 200, json.dumps({"totalTokens": size}).encode(), "application/json")
+            return
+        if handler.command == "GET" or not path.endswith((":streamGenerateContent", ":generateContent")):
+            self._take(path, body)
+            _send(handler, 404, b'{"error":{"code":404,"message":"not found","status":"NOT_FOUND"}}',
+                  "application/json")
+            return
+        reply = self._take(path, body)
+        if reply is None:
+            reply = self.summary if _asks_summary(body) else self.fallback
+        if reply.before is not None:
+            reply.before()
+        parts: list[dict[str, Any]] = []
+        if reply.text is not None:
+            parts.append({"text": reply.text})
+        for call in reply.calls:
+            parts.append({"functionCall": {"id": call["id"], "name": call["name"], "args": call["input"]}})
+        u = reply.usage
+        usage = {"promptTokenCount": u.get("input", 0), "candidatesTokenCount": u.get("output", 0),
+                 "cachedContentTokenCount": u.get("cached", 0), "thoughtsTokenCount": u.get("reasoning", 0),
+                 "totalTokenCount": u.get("input", 0) + u.get("output", 0) + u.get("reasoning", 0)}
+        response = {"candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}],
+                    "usageMetadata": usage, "modelVersion": model, "responseId": f"resp-{next(self._ids)}"}
+        if path.endswith(":generateContent"):
+            _send(handler, 200, json.dumps(response).encode(), "application/json")
+            return
+        _send(handler, 200, f"data: {json.dumps(response)}\r\n\r\n".encode(), "text/event-stream")

@@ -1,0 +1,192 @@
+"""Reading and writing the agents' configuration files for `ctxd hooks install | uninstall | status`.
+
+A cloned repository chooses what its `.claude/settings.json`, `.mcp.json` and `.codex/config.toml`
+are: a link to a file of the user's (`~/.claude.json`), to `/dev/zero`, a FIFO, a huge file. So:
+- a file is read only when it is a regular file, at most `LIMIT` bytes (`ctxd.safefile`);
+- at project scope, a name that leads out of the project (itself a link, or a folder on its way)
+  is refused, for reading and for writing; at user scope a linked dotfile is the user's own
+  setup and is read and written where it lives;
+- a change of several files is all or nothing: every target is checked writable before the first
+  write, each file is replaced whole (a temporary file renamed over it), and when a write fails
+  midway the files already written are put back as they were;
+- a link is never removed or replaced: a file is written, or removed, where the link leads.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from ctxd.safefile import FileRefused, read_bounded
+
+LIMIT = 1 << 20
+"""A configuration file larger than this is refused (1 MiB is far beyond any real one)."""
+CLAUDE_STATE_LIMIT = 64 << 20
+"""`~/.claude.json` is Claude Code's state as well as its user MCP servers; it grows with the
+projects it remembers."""
+
+
+class InstallError(Exception):
+    """A file ctxd cannot edit safely (not parseable, a link out of the project, not writable, a
+    conflicting entry): nothing is written."""
+
+
+def outside(path: Path, project: Path) -> str | None:
+    """Where `path` really leads when that is outside `project`, else None."""
+    real = os.path.realpath(path)
+    root = os.path.realpath(project)
+    return None if real == root or real.startswith(root.rstrip(os.sep) + os.sep) else real
+
+
+def read(path: Path, project: Path | None = None, limit: int = LIMIT) -> str | None:
+    """The file's text, or None when there is none. With `project` (project scope), a name that
+    leads out of it is refused."""
+    if project is not None and (real := outside(path, project)) is not None:
+        raise InstallError(f"{path}: a link that leads out of the project (to {real}); "
+                           "ctxd neither reads nor writes through it; left unchanged")
+    try:
+        return read_bounded(path, limit).decode("utf-8")
+    except FileNotFoundError:
+        return None
+    except FileRefused as error:
+        raise InstallError(f"{error}; ctxd reads only a regular file of at most {limit >> 20} MiB; "
+                           "left unchanged") from None
+    except UnicodeDecodeError:
+        raise InstallError(f"{path}: not UTF-8 text; left unchanged") from None
+    except OSError as error:
+        raise InstallError(f"{path}: cannot be read ({error.strerror or error}); left unchanged") from None
+
+
+@dataclass
+class Write:
+    path: Path  # the name; when it is a link, the file it leads to is written
+    before: str | None  # what was read (None: no file); a file changed since is not overwritten
+    after: str | None  # None: remove the file
+    check_unchanged: bool = True
+
+
+def _unwritable(target: Path) -> str | None:
+    """Why `target` cannot be written or removed, if it cannot."""
+    if target.is_dir():
+        return f"{target} is a folder"
+    if target.exists() and not target.is_file():
+        return f"{target} is not a regular file"
+    folder = target.parent
+    while not folder.exists():
+        folder = folder.parent
+    if not folder.is_dir():
+        return f"{folder} is not a folder"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        reason = "read-only file system" if _read_only_fs(folder) else "no write permission"
+        return f"{folder} is not writable ({reason})"
+    return None
+
+
+def _read_only_fs(folder: Path) -> bool:
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def _current(target: Path, limit: int) -> bytes | None:
+    try:
+        return read_bounded(target, limit)
+    except FileNotFoundError:
+        return None
+
+
+def _replace(target: Path, data: bytes) -> None:
+    """Write `data` to `target` whole: a temporary file beside it, renamed over it."""
+    pending = target.with_name(f".{target.name}.ctxd-{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    try:
+        fd = os.open(pending, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            mode = target.stat().st_mode & 0o7777  # the file's own mode, kept
+        except FileNotFoundError:
+            mode = 0o666 & ~_umask()  # a new file: as any program would create it
+        os.chmod(pending, mode)
+        os.replace(pending, target)
+    except BaseException:
+        pending.unlink(missing_ok=True)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _make_folders(folder: Path, made: list[Path]) -> None:
+    missing = []
+    while not folder.exists():
+        missing.append(folder)
+        folder = folder.parent
+    for path in reversed(missing):
+        path.mkdir()
+        made.append(path)
+
+
+def write_all(writes: list[Write], limit: int = CLAUDE_STATE_LIMIT) -> None:
+    """Every write, or none: InstallError (naming the file and what was put back) otherwise."""
+    targets = [(w, Path(os.path.realpath(w.path))) for w in writes]
+    problems = [p for _, t in targets if (p := _unwritable(t)) is not None]
+    if problems:
+        raise InstallError("; ".join(dict.fromkeys(problems)) + "; nothing was written")
+    done: list[tuple[Path, bytes | None]] = []
+    made: list[Path] = []
+    try:
+        for write, target in targets:
+            previous = _current(target, limit)
+            if write.check_unchanged and previous != (None if write.before is None else write.before.encode()):
+                raise InstallError(f"{write.path} changed while ctxd was writing (another program wrote it); "
+                                   "run the command again")
+            if write.after is None:
+                if previous is not None:
+                    done.append((target, previous))
+                    target.unlink()
+                continue
+            _make_folders(target.parent, made)
+            done.append((target, previous))
+            _replace(target, write.after.encode())
+    except (OSError, InstallError) as error:
+        lost = _put_back(done, made)
+        what = error if isinstance(error, InstallError) else f"{error.filename or ''}: {_reason(error)}"
+        tail = (f"could not put back {', '.join(map(str, lost))}" if lost
+                else "every file is as it was before")
+        raise InstallError(f"{what}; {tail}") from None
+
+
+def _reason(error: OSError) -> str:
+    if error.errno == errno.ENOSPC:
+        return "no space left on the device"
+    return error.strerror or str(error)
+
+
+def _put_back(done: list[tuple[Path, bytes | None]], made: list[Path]) -> list[Path]:
+    lost = []
+    for target, previous in reversed(done):
+        try:
+            if previous is None:
+                target.unlink(missing_ok=True)
+            else:
+                _replace(target, previous)
+        except OSError:
+            lost.append(target)
+    for folder in reversed(made):
+        try:
+            folder.rmdir()
+        except OSError:
+            pass
+    return lost
