@@ -114,13 +114,15 @@ class Owner:
         self._served = False  # a client came: from then on `idle` alone decides
         self._stopping = threading.Event()
         self._listener: socket.socket | None = None
+        self._socket_id: tuple[int, int] | None = None
+        self._locks: list[int] = []  # a lock made again after the state dir was removed
 
     # --- start and stop ---
 
-    def take_lock(self) -> int | None:
+    def take_lock(self, wait: float = LOCK_WAIT_SECONDS) -> int | None:
         """The owner's lock, held until the process ends; None when another owner keeps it."""
         fd = os.open(self.folder / ownerlink.LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-        deadline = time.monotonic() + LOCK_WAIT_SECONDS
+        deadline = time.monotonic() + wait
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -139,6 +141,7 @@ class Owner:
             listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             listener.bind(path)
             os.chmod(path, 0o600)
+            self._socket_id = _identity(path)
         listener.listen(64)
         self._listener = listener
         threading.Thread(target=self._accept, name="ctxd-owner-accept", daemon=True).start()
@@ -160,14 +163,44 @@ class Owner:
                     return f"no session and no request for {self.idle:g} s"
                 self._lock.wait(min(TICK_SECONDS, left) if self._connections == 0 else TICK_SECONDS)
             if not (self.folder / ownerlink.SOCKET_NAME).exists():
-                return "its socket or state dir was removed"
+                with self._lock:
+                    busy = self._connections > 0
+                if not busy:
+                    return "its socket or state dir was removed"
+                if not self._listen_again():  # another owner now: this one ends with its sessions
+                    self.idle = 0.0
+                    if self._listener is not None:
+                        with contextlib.suppress(OSError):
+                            self._listener.close()
         return "asked to stop"
+
+    def _listen_again(self) -> bool:
+        """The state dir was removed under sessions that still run: the owner makes its folder
+        again and listens there, under a new lock (so no second owner starts beside it). False
+        when another process got there first: this one then takes no new client."""
+        try:
+            ownerlink.private_dir(self.folder, create=True)
+            lock = self.take_lock(wait=0)
+        except OSError as error:
+            log.warning("owner of %s: its folder is gone and cannot be made again: %s", self.state_dir, error)
+            return True  # keep serving the sessions there are; try again at the next tick
+        if lock is None:
+            return False
+        self._locks.append(lock)
+        if self._listener is not None:
+            with contextlib.suppress(OSError):
+                self._listener.close()
+        self.listen()
+        log.warning("owner of %s: its socket was removed (the state dir deleted?); listening again", self.state_dir)
+        return True
 
     def stop(self) -> None:
         self._stopping.set()
         if self._listener is not None:
-            with ownerlink.folder_fd(self.folder) as fd, contextlib.suppress(OSError):
-                os.unlink(f"/proc/self/fd/{fd}/{ownerlink.SOCKET_NAME}")  # new clients start the next owner
+            with contextlib.suppress(OSError), ownerlink.folder_fd(self.folder) as fd:
+                path = f"/proc/self/fd/{fd}/{ownerlink.SOCKET_NAME}"
+                if _identity(path) == self._socket_id:  # ours, not a later owner's
+                    os.unlink(path)  # new clients start the next owner
             with contextlib.suppress(OSError):
                 self._listener.close()
         self.daemon.close()
@@ -297,6 +330,14 @@ class Owner:
         except OSError:
             pass
         end(1)
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
 
 
 def setup_log(folder: Path) -> None:
