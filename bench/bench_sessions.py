@@ -193,7 +193,7 @@ def bench_idle(tmp: Path, seconds: float) -> list[Row]:
         client.initialize([ws], {"ghost": {"auto": "off"}})
         _wait_threads(client, ws, 200)
         time.sleep(float(os.environ.get("BENCH_IDLE_WARMUP", "2")))
-        pid = client.proc.pid
+        pid = client.daemon_pid
 
         def cpu() -> float:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()

@@ -326,7 +326,7 @@ for line in sys.stdin.buffer:
 def across_cpus(ctxd: Wire, params: dict[str, Any], spare_cpus: set[int], calls: int) -> tuple[float, float]:
     """Median seconds of `ctxd/prompt` with this client on another CPU than the daemon (where a
     scheduler with idle CPUs puts it), and of a plain process sending as many bytes through a pipe
-    of the default size, also across CPUs: what ctxd's wider pipes (`cli.widen_pipes`) buy."""
+    of the default size, also across CPUs: what ctxd's wider pipes (`ctxd.server.process.widen_pipes`) buy."""
     home = os.sched_getaffinity(0)
     writer = subprocess.Popen([sys.executable, "-c", PIPE_WRITER], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     os.sched_setaffinity(0, {min(spare_cpus)})

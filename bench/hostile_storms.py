@@ -267,7 +267,7 @@ def threads_memory(root: Path, threads: int) -> dict[str, Any]:
     uri = ws.as_uri()
 
     def rss_mib() -> float:
-        for line in Path(f"/proc/{client.proc.pid}/status").read_text().splitlines():
+        for line in Path(f"/proc/{client.daemon_pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
         return 0.0
@@ -450,7 +450,7 @@ def frame_storm(root: Path, rounds: int, mib: int = FRAME_MIB) -> dict[str, Any]
     uri = ws.as_uri()
 
     def rss_mib() -> float:
-        for line in Path(f"/proc/{client.proc.pid}/status").read_text().splitlines():
+        for line in Path(f"/proc/{client.daemon_pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
         return 0.0

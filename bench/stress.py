@@ -159,7 +159,7 @@ def item(thread: int, i: int) -> dict[str, Any]:
 def run_size(root: Path, total: int, threads: int) -> dict[str, Any]:
     client, workspace = daemon(root)
     uri = workspace.as_uri()
-    base_rss = rss_kib(client.proc.pid)
+    base_rss = rss_kib(client.daemon_pid)
     per_thread = total // threads
     batch = 1000
     started = time.perf_counter()
@@ -173,8 +173,8 @@ def run_size(root: Path, total: int, threads: int) -> dict[str, Any]:
     for msg_id in pending:
         client.result(msg_id, timeout=120)
     record_seconds = time.perf_counter() - started
-    record_peak = peak_rss_kib(client.proc.pid)
-    after_record = rss_kib(client.proc.pid)
+    record_peak = peak_rss_kib(client.daemon_pid)
+    after_record = rss_kib(client.daemon_pid)
     client.shutdown()
 
     # Restart: the first request on an empty thread (baseline), then on a full one (load time).
@@ -183,14 +183,14 @@ def run_size(root: Path, total: int, threads: int) -> dict[str, Any]:
     t0 = time.perf_counter()
     client.request("ctxd/usage", {"workspace": uri, "thread": "empty"})
     empty_seconds = time.perf_counter() - t0
-    before_loading = rss_kib(client.proc.pid)
+    before_loading = rss_kib(client.daemon_pid)
     t0 = time.perf_counter()
     usage = client.request("ctxd/usage", {"workspace": uri, "thread": "t0"}, timeout=120)
     load_seconds = time.perf_counter() - t0
     # The per-item cost, measured on a second thread: the first load also pays one-time costs.
-    before_second = rss_kib(client.proc.pid)
+    before_second = rss_kib(client.daemon_pid)
     client.request("ctxd/usage", {"workspace": uri, "thread": "t1"}, timeout=120)
-    per_item_kib = max(rss_kib(client.proc.pid) - before_second, 0) / per_thread
+    per_item_kib = max(rss_kib(client.daemon_pid) - before_second, 0) / per_thread
     bound = before_loading + 1.5 * MAX_LOADED_ITEMS * per_item_kib
     t0 = time.perf_counter()
     for t in range(threads):
@@ -198,7 +198,7 @@ def run_size(root: Path, total: int, threads: int) -> dict[str, Any]:
     all_seconds = time.perf_counter() - t0
     listed = client.request("ctxd/threads", {"workspace": uri})["threads"]
     stored = sum(t["itemCount"] for t in listed)
-    load_peak = peak_rss_kib(client.proc.pid)
+    load_peak = peak_rss_kib(client.daemon_pid)
     client.shutdown()
     return {
         "items": stored, "threads": len(listed), "record_seconds": round(record_seconds, 1),
@@ -223,7 +223,7 @@ def run_big_output(root: Path, mib: int) -> dict[str, Any]:
     client, workspace = daemon(root, {"toolOutputTokenLimit": 10000})
     uri = workspace.as_uri()
     client.request("ctxd/record", {"workspace": uri, "items": [item(0, 0)]})
-    base = peak_rss_kib(client.proc.pid)
+    base = peak_rss_kib(client.daemon_pid)
     line = "2026-11-22T14:00:00Z build step 1234: compiling src/module.rs ... \"ok\"\n"
     big = line * (mib * 1024 * 1024 // len(line))
     message = {"type": "function_call_output", "call_id": "big", "output": big}
@@ -232,7 +232,7 @@ def run_big_output(root: Path, mib: int) -> dict[str, Any]:
     result = client.request("ctxd/record", {"workspace": uri, "items": [message]}, timeout=600)
     seconds = time.perf_counter() - started
     del message
-    peak = peak_rss_kib(client.proc.pid)
+    peak = peak_rss_kib(client.daemon_pid)
     stored = client.request("ctxd/history", {"workspace": uri, "offset": 1})["items"][0]["output"]
     reported = any("string value" in n["message"] for n in client.notes("window/showMessage"))
     client.shutdown()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -53,6 +54,7 @@ def daemon_env(state_dir: Path, extra: dict[str, str] | None = None) -> dict[str
     env["XDG_STATE_HOME"] = str(state_dir)
     env["XDG_CONFIG_HOME"] = str(state_dir / "config")
     env["PYTHONUNBUFFERED"] = "1"
+    env["CTXD_OWNER_IDLE_SECONDS"] = "0"  # a test's owner leaves with its last session
     # The daemon follows agent sessions (ctxd/sessions): never this machine's real ones in a test.
     env["CODEX_HOME"] = str(state_dir / "codex-home")
     env["CLAUDE_CONFIG_DIR"] = str(state_dir / "claude-home")
@@ -209,23 +211,74 @@ class Client:
         })
         self.notify("initialized", {})
         self.initialize_result = result
+        with _ATTACHED_LOCK:
+            _ATTACHED.setdefault(self.daemon_pid, set()).add(self)
         return result
 
     def shutdown(self, timeout: float = 30.0) -> int:
+        """`shutdown` and `exit`; returns the exit code once the daemon is gone: the owner too
+        when this was the last of the test's clients it served (it leaves with its last session
+        in tests, `daemon_env`), so that what it wrote last is on disk."""
         try:
             self.request("shutdown", timeout=timeout)
             self.notify("exit")
         except (OSError, TimeoutError, RpcError):
             pass
         try:
-            return self.proc.wait(timeout)
+            code = self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            return self.proc.wait()
+            code = self.proc.wait()
+        self._detach(timeout)
+        return code
+
+    def _detach(self, timeout: float) -> None:
+        pid = self.daemon_pid
+        with _ATTACHED_LOCK:
+            clients = _ATTACHED.get(pid, set())
+            clients.discard(self)
+            last = not clients
+        if last and pid != self.proc.pid:
+            wait_gone(pid, timeout)
+
+    @property
+    def daemon_pid(self) -> int:
+        """The process that serves this client: the owner of its state dir (docs/processes.md),
+        which `initialize` names; this client's own process before that, or when it serves alone."""
+        experimental = self.initialize_result.get("capabilities", {}).get("experimental", {})
+        pid = experimental.get("ctxd", {}).get("processId")
+        return pid if isinstance(pid, int) else self.proc.pid
 
     def kill(self) -> None:
+        """kill -9 of the daemon: the owner that serves this client, and the client's own process."""
+        pid = self.daemon_pid
+        if pid != self.proc.pid:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            wait_gone(pid)
         self.proc.kill()
         self.proc.wait()
+        with _ATTACHED_LOCK:
+            _ATTACHED.get(pid, set()).discard(self)
+
+
+_ATTACHED: dict[int, set[Client]] = {}  # owner pid -> the clients it serves, in this test process
+_ATTACHED_LOCK = threading.Lock()
+
+
+def wait_gone(pid: int, timeout: float = 30.0) -> None:
+    """Until `pid` has exited (a process that is not this one's child cannot be waited for)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                if handle.read().rsplit(b")", 1)[-1].split()[0] == b"Z":
+                    return
+        except OSError:
+            return
+        time.sleep(0.01)
 
 
 def start_daemon(state_dir: Path, *args: str, env: dict[str, str] | None = None, log_file: Path | None = None,

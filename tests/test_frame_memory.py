@@ -41,7 +41,7 @@ def test_a_big_frame_of_small_items_is_not_kept_once_answered(daemon_factory: Ca
     uri = workspace.as_uri()
     client.request("ctxd/record", {"workspace": uri, "thread": "warm", "items": small_items(100)})
     client.request("ctxd/usage", {"workspace": uri, "thread": "warm"})
-    baseline = rss_kib(client.proc.pid)
+    baseline = rss_kib(client.daemon_pid)
     items = [assistant(f"item {i}: " + "looked at src/module.py and found nothing to change; " * 40)
              for i in range(COUNT)]
     frame_kib = len(json.dumps(items)) // 1024
@@ -54,7 +54,7 @@ def test_a_big_frame_of_small_items_is_not_kept_once_answered(daemon_factory: Ca
     # held, leaves its items' JSON in SQLite. The reply is written before the request's objects are
     # freed and the heap trimmed: the RSS is read until it drops, for a while.
     deadline = time.monotonic() + 20
-    while (growth := rss_kib(client.proc.pid) - baseline) > frame_kib and time.monotonic() < deadline:
+    while (growth := rss_kib(client.daemon_pid) - baseline) > frame_kib and time.monotonic() < deadline:
         time.sleep(0.1)
     assert growth <= frame_kib, f"the daemon kept {growth} KiB after a {frame_kib} KiB frame"
     tail = client.request("ctxd/history", {"workspace": uri, "thread": "big", "offset": COUNT - 1}, timeout=300)

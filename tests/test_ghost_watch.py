@@ -204,9 +204,9 @@ def test_queue_overflow_means_a_full_pass_and_new_folders_are_watched(tmp_path: 
         warmed(client, repo, log)
         limit = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
         a, b = repo.root / "src" / "app.py", repo.root / "src" / "util.py"
-        os.kill(client.proc.pid, signal.SIGSTOP)
+        os.kill(client.daemon_pid, signal.SIGSTOP)
         try:
-            _wait_until_stopped(client.proc.pid)  # else its reader may still drain events meanwhile
+            _wait_until_stopped(client.daemon_pid)  # else its reader may still drain events meanwhile
             with a.open("ab") as first, b.open("ab") as second:
                 for _ in range(limit // 2 + 100):  # alternating: consecutive events are not merged
                     first.write(b"a")
@@ -216,7 +216,7 @@ def test_queue_overflow_means_a_full_pass_and_new_folders_are_watched(tmp_path: 
             # The queue is full: this folder's creation is lost, only a walk finds it.
             repo.write("src/made-meanwhile/inner.txt", "made while the daemon was stopped\n")
         finally:
-            os.kill(client.proc.pid, signal.SIGCONT)
+            os.kill(client.daemon_pid, signal.SIGCONT)
         short_before = log_count(log, SHORT)
         assert in_snapshot(repo, snapshot(client, repo, "after the overflow")) == on_disk(repo)
         assert log_count(log, SHORT) == short_before, "an overflow must never mean a short pass"
@@ -236,7 +236,9 @@ def test_queue_overflow_means_a_full_pass_and_new_folders_are_watched(tmp_path: 
 
 def test_changes_while_no_daemon_ran_and_a_second_daemon(tmp_path: Path, env: dict[str, str]) -> None:
     """A daemon's dirty set covers only what happened while it watched: the index another
-    process kept (a daemon before a restart, a second daemon) makes the capture read everything."""
+    process kept (a daemon before a restart, a second daemon) makes the capture read everything.
+    Two processes capture one tree when each serves alone (`CTXD_OWNER=0`) or they are the
+    owners of two state dirs: the second and third daemons here serve alone."""
     repo = make_repo(tmp_path / "repo")
     first, first_log = daemon(tmp_path, env, "first")
     try:
@@ -244,8 +246,9 @@ def test_changes_while_no_daemon_ran_and_a_second_daemon(tmp_path: Path, env: di
     finally:
         first.shutdown(timeout=10)
     repo.write("src/app.py", "changed while no daemon ran\n")
-    second, second_log = daemon(tmp_path, env, "second")
-    third, third_log = daemon(tmp_path, env, "third")
+    alone = {**env, "CTXD_OWNER": "0"}
+    second, second_log = daemon(tmp_path, alone, "second")
+    third, third_log = daemon(tmp_path, alone, "third")
     try:
         second.initialize([repo.root])
         third.initialize([repo.root])

@@ -16,7 +16,9 @@ ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "redact": set(),
     "terminal": set(),
-    "safefile": set(),  # bounded reads of planted files (hooks, settings, sessions, ghost)
+    "safefile": set(),
+    "ownerlink": set(),  # the way to the owner: hooks, the status line and `ctxd mcp` import it on every call
+    "logs": {"redact"},  # bounded reads of planted files (hooks, settings, sessions, ghost)
     "tokens": set(),
     "protocol": {"errors"},
     "settings": {"protocol", "redact", "safefile", "tokens"},  # protocol: the shape of a problem (type only)
@@ -29,8 +31,8 @@ ALLOWED: dict[str, set[str]] = {
     "sessions": {"errors", "ghost", "hooks", "ledger", "protocol", "redact", "safefile", "settings", "terminal", "tokens", "workspace"},  # hooks: a hooked session's marks
     "hooks": {"errors", "ghost", "safefile", "settings", "tokens"},  # tokens: the prompt cache's lifetimes (statusline)
     "status": {"ctxd", "ledger", "protocol", "tokens", "workspace"},
-    "server": {"compact", "ctxd", "errors", "ghost", "ledger", "protocol", "redact", "safefile", "sessions", "settings", "status", "tokens", "workspace"},
-    "cli": {"agentmcp", "ctxd", "hooks", "redact", "safefile", "server", "sessions", "usage"},
+    "server": {"compact", "ctxd", "errors", "ghost", "ledger", "logs", "ownerlink", "protocol", "redact", "safefile", "sessions", "settings", "status", "tokens", "workspace"},
+    "cli": {"agentmcp", "ctxd", "hooks", "logs", "redact", "safefile", "server", "sessions", "usage"},
     "entry": {"agentmcp", "cli", "hooks"},  # agentmcp: `ctxd mcp` starts the SDK before anything else
     "agentmcp": {"errors", "ghost", "ledger", "protocol", "redact", "safefile", "sessions", "settings", "workspace"},
     "__main__": {"entry"},

@@ -119,7 +119,7 @@ def test_a_client_that_does_not_read_its_answers_cannot_fill_the_daemons_memory(
     full (app.BACKLOG_BYTES), so the sender blocks, and every answer arrives once it reads again."""
     uri = workspace.as_uri()
     client.request("ctxd/record", {"workspace": uri, "items": [user("x" * 100_000)]})
-    before = rss_kib(client.proc.pid)
+    before = rss_kib(client.daemon_pid)
     padding = "p" * (1024 * 1024)  # an ignored field: each request is 1 MiB
     body = b'{"jsonrpc":"2.0","id":"h%%d","method":"ctxd/history","params":{"workspace":"%s","pad":"%s"}}' % (
         uri.encode(), padding.encode())
@@ -129,7 +129,7 @@ def test_a_client_that_does_not_read_its_answers_cannot_fill_the_daemons_memory(
                                               for i in range(total)], daemon=True)
     sender.start()
     wait_until_stalled(sent)
-    grown = rss_kib(client.proc.pid) - before
+    grown = rss_kib(client.daemon_pid) - before
     assert len(sent) < total / 2, f"{len(sent)} requests of 1 MiB were taken in while no answer was read"
     assert grown < 150 * 1024, f"the daemon grew by {grown // 1024} MiB"
     stop_reading.set()

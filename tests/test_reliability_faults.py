@@ -71,8 +71,7 @@ def crash_storm(state_dir: Path, workspace: Path, cycles: int, seed: int = 8,
         for msg_id, texts in pending[:wait_for]:
             client.result(msg_id)
             acknowledged.update(texts)
-        client.proc.kill()  # kill -9 with the later records in flight
-        client.proc.wait()
+        client.kill()  # kill -9 with the later records in flight
         client._reader.join(10)  # every answer written before the kill has been read
         for msg_id, texts in pending[wait_for:]:
             if "result" in client._responses.get(msg_id, {}):
@@ -214,7 +213,7 @@ def peak_rss_kib(pid: int) -> int:
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc for peak RSS")
 def test_a_large_prompt_leaves_through_widened_pipes(daemon_factory: Callable[..., Client], workspace: Path) -> None:
-    """The daemon asks for 1 MB stdio pipes (ctxd/cli.py, widen_pipes); a prompt of several
+    """The daemon asks for 1 MB stdio pipes (ctxd/server/process.py, widen_pipes); a prompt of several
     megabytes then comes back whole, in the order recorded."""
     client = daemon_factory([workspace], {"autoCompactTokenLimit": 0})
     items = [part for i in range(800) for part in (call(f"c{i}"), output(f"c{i}", f"line {i} " + "x" * 4000))]
@@ -241,7 +240,7 @@ def test_large_tool_output_is_capped_while_reading(daemon_factory: Callable[...,
         big = "HEAD-MARK " + line * (mib * 1024 * 1024 // len(line)) + " TAIL-MARK"
         result = client.request("ctxd/record", {"workspace": uri, "items": [output("big", big)]}, timeout=120)
         del big
-        peaks.append(peak_rss_kib(client.proc.pid) / 1024)
+        peaks.append(peak_rss_kib(client.daemon_pid) / 1024)
         stored = stored_texts(client, uri, "default")[-1]
         assert stored.startswith("HEAD-MARK") and stored.endswith("TAIL-MARK") and len(stored) < 10_000
         assert result["itemCount"] == len(peaks)

@@ -224,8 +224,7 @@ def test_restart_and_kill_9_keep_every_acknowledged_item(daemon_factory: Callabl
     for i in range(30):
         rec(client, workspace, [user(f"more {i}")])
         acknowledged += 1
-    client.proc.send_signal(signal.SIGKILL)
-    client.proc.wait()
+    client.kill()
     client = daemon_factory([workspace])
     items = history(client, workspace)["items"]
     assert len(items) == acknowledged and items[-1] == user("more 29")

@@ -392,7 +392,8 @@ def test_two_daemons_compacting_one_thread(daemon_factory, workspace: Path) -> N
     with FakeOpenAI() as fake:
         fake.script(Step(delay=1.0), Step(delay=1.0))
         options = {"llm": {"baseUrl": fake.base_url, "model": "m", "maxRetries": 0, "timeoutSeconds": 20}}
-        one, two_ = daemon_factory([workspace], options), daemon_factory([workspace], options)
+        alone = {"CTXD_OWNER": "0"}  # two processes on one ledger: each serves alone (docs/processes.md)
+        one, two_ = daemon_factory([workspace], options, env=alone), daemon_factory([workspace], options, env=alone)
         uri = workspace.as_uri()
         items = []
         for n in range(10):  # answers long enough that a summary makes the thread smaller

@@ -124,6 +124,9 @@ class Daemon:
         self.clients: list[CtxdServer] = []
         self._holders: dict[str, int] = {}  # per open folder: how many sessions hold it
         self._closed = False
+        # The owner's daemon (ctxd/server/owner.py) serves editors and ctxd's own tools at once:
+        # only a session that brings options (an editor's) configures it.
+        self.shared = False
 
     # --- sessions --------------------------------------------------------------------------------
 
@@ -321,6 +324,7 @@ class CtxdServer:
         self.folders: set[str] = set()  # the workspaces this session opened (see Daemon.hold)
         self._cancels: dict[Any, threading.Event] = {}
         self._shown: set[str] = set()  # settings problems already shown (each once per session)
+        self.options: dict[str, Any] | None = None  # `initializationOptions.ctxd`, when the client sent them
         self.daemon.join(self)
 
     @property
@@ -491,7 +495,7 @@ class CtxdServer:
             "capabilities": {
                 "workspace": {"workspaceFolders": {"supported": True, "changeNotifications": True}},
                 "experimental": {"ctxd": {"protocolVersion": methods.PROTOCOL_VERSION,
-                                          "methods": sorted(methods.REQUESTS)}},
+                                          "methods": sorted(methods.REQUESTS), "processId": os.getpid()}},
             },
             "serverInfo": {"name": "ctxd", "version": __version__},
         })
@@ -502,8 +506,11 @@ class CtxdServer:
         if params is not None and not isinstance(params, dict):
             raise InvalidParams("params: must be an object")
         params = params or {}
-        if not self.daemon.configured:  # the first session's options: the others share its workspaces
-            self._configure(params)
+        options = params.get("initializationOptions")
+        ctxd_options = options.get("ctxd") if isinstance(options, dict) else None
+        self.options = ctxd_options if isinstance(ctxd_options, dict) else None
+        if not self.daemon.configured and (self.options is not None or not self.daemon.shared):
+            self._configure(params)  # the first session's options: the others share its workspaces
         folders = params.get("workspaceFolders")
         uris = [f.get("uri") for f in folders if isinstance(f, dict)] if isinstance(folders, list) else []
         if not uris and isinstance(params.get("rootUri"), str):
@@ -515,11 +522,13 @@ class CtxdServer:
         options = params.get("initializationOptions")
         ctxd_options = options.get("ctxd") if isinstance(options, dict) else None
         self.service.init_options = ctxd_options if isinstance(ctxd_options, dict) else {}
-        if self.daemon.state_dir_override is None:
+        if self.daemon.state_dir_override is None or self.daemon.shared:
             state_dir = load_settings(None, self.service.init_options, []).state_dir
             if state_dir:
                 try:
-                    self.service.state_dir = Path(state_dir).expanduser()
+                    chosen = Path(state_dir).expanduser()
+                    if not self.daemon.shared:  # an owner's is its own: its clients chose it (server/forward.py)
+                        self.service.state_dir = chosen
                 except RuntimeError as error:  # `~someone` who is not a user here
                     self.outbox.show_message(f"ctxd: stateDir {state_dir!r} cannot be used ({error}); "
                                              f"ledgers stay in {self.service.state_dir}")
@@ -529,7 +538,7 @@ class CtxdServer:
         if not isinstance(uri, str):
             return
         try:
-            workspace = self.service.open_folder(uri)
+            workspace = self.service.open_folder(uri, self.options if self.daemon.shared else None)
         except Exception as error:  # noqa: BLE001 - one folder that cannot open never ends the session
             message = error.message if isinstance(error, CtxdError) else f"{uri!r}: {type(error).__name__}: {error}"
             log.warning("not opening workspace folder: %s", message, exc_info=not isinstance(error, CtxdError))
@@ -603,7 +612,20 @@ def serve_tcp(state_dir: Path | None, host: str, port: int, token_file: Path | N
     from ctxd.server import tcp
 
     daemon = Daemon(state_dir)
+    hand_over = None if os.environ.get("CTXD_OWNER") == "0" else functools.partial(_hand_over_tcp,
+                                                                                   daemon.service.state_dir)
     code = tcp.serve(host, port, daemon.service.state_dir, token_file,
-                     lambda connection: CtxdServer(connection, daemon=daemon).serve())
+                     lambda connection: CtxdServer(connection, daemon=daemon).serve(), hand_over)
     daemon.close()
     os._exit(code)  # the accepting thread is inside accept(): leave without an interpreter shutdown
+
+
+def _hand_over_tcp(state_dir: Path, connection: Any, head: bytes) -> int | None:
+    """An authenticated TCP client's session, served by the owner of `state_dir` (its exit code),
+    or None when none could be reached (it is served here)."""
+    import base64
+
+    from ctxd import ownerlink
+
+    message = {"op": "session", "head": base64.b64encode(head).decode("ascii")}
+    return ownerlink.hand_over(state_dir, message, [connection.fileno()])

@@ -9,6 +9,7 @@ codec, the same server, no process and no pipe, for tests that drive `dispatch` 
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -26,6 +27,32 @@ log = logging.getLogger(__name__)
 
 Deliver = Callable[[Incoming, int], None]
 """`dispatch`: a message (or what to answer instead) and its body's length in bytes."""
+
+
+class Prefixed(io.RawIOBase):
+    """The bytes a client already read (a TCP session's `initialize`, checked for its token; an
+    editor's, read to find its state dir), then the rest of the stream."""
+
+    def __init__(self, head: bytes, rest: BinaryIO) -> None:
+        self.head, self.rest = head, rest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self.head:
+            count = min(len(buffer), len(self.head))
+            buffer[:count] = self.head[:count]
+            self.head = self.head[count:]
+            return count
+        read1 = getattr(self.rest, "read1", None)
+        data = read1(len(buffer)) if read1 is not None else self.rest.read(len(buffer))  # what has arrived
+        buffer[:len(data)] = data
+        return len(data)
+
+
+def with_head(head: bytes, stream: BinaryIO) -> BinaryIO:
+    return io.BufferedReader(Prefixed(head, stream)) if head else stream
 
 
 class Connection:

@@ -16,7 +16,6 @@ on every platform the daemon runs on, and TCP binds 127.0.0.1 unless told otherw
 from __future__ import annotations
 
 import hmac
-import io
 import json
 import logging
 import os
@@ -25,11 +24,11 @@ import socket
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 from ctxd.errors import InvalidRequest
 from ctxd.server.codec import error_body
-from ctxd.server.connection import Connection, StreamConnection
+from ctxd.server.connection import Connection, StreamConnection, with_head
 
 log = logging.getLogger(__name__)
 
@@ -63,26 +62,9 @@ def write_token(path: Path, token: str) -> None:
     os.replace(pending, path)
 
 
-class _Replay(io.RawIOBase):
-    """The bytes already read for the check, then the rest of the connection."""
-
-    def __init__(self, head: bytes, rest: io.BufferedReader) -> None:
-        self.head, self.rest = head, rest
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        if self.head:
-            count = min(len(buffer), len(self.head))
-            buffer[:count] = self.head[:count]
-            self.head = self.head[count:]
-            return count
-        return self.rest.readinto1(buffer)  # what has arrived, not a full buffer
-
-
 def read_first(reader: BinaryIO) -> tuple[bytes, dict[str, Any]]:
-    """The first frame: its raw bytes and its JSON object (bounded sizes)."""
+    """The first frame: its raw bytes and its JSON object (bounded sizes). `reader` is unbuffered:
+    nothing past the frame is taken from the socket (the session may go to the owner)."""
     head = b""
     length = None
     while True:
@@ -99,9 +81,12 @@ def read_first(reader: BinaryIO) -> tuple[bytes, dict[str, Any]]:
             length = int(value.strip()) if value.strip().isdigit() else -1
     if length is None or not 0 <= length <= MAX_FIRST_BYTES:
         raise Refused("no valid Content-Length in the first message")
-    body = reader.read(length)
-    if len(body) != length:
-        raise Refused("the connection closed before initialize")
+    body = b""
+    while len(body) < length:
+        chunk = reader.read(length - len(body))
+        if not chunk:
+            raise Refused("the connection closed before initialize")
+        body += chunk
     try:
         message = json.loads(body)
     except ValueError:
@@ -134,9 +119,12 @@ def _reply_error(connection: socket.socket, message: dict[str, Any] | None, text
 
 
 def serve(host: str, port: int, state_dir: Path, token_file: Path | None,
-          session: Callable[[Connection], int | None]) -> int:
-    """Listen, check connections in parallel, and run `session(connection)` on a thread of its own
-    for each that authenticates; return the exit code when the last session has ended."""
+          session: Callable[[Connection], int | None],
+          hand_over: Callable[[socket.socket, bytes], int | None] | None = None) -> int:
+    """Listen, check connections in parallel, and run each that authenticates on a thread of its
+    own: `hand_over(socket, first bytes)` gives it to the owner (its exit code, or None when no
+    owner took it), else `session(connection)` serves it here. Return the exit code when the last
+    session has ended."""
     token = secrets.token_urlsafe(32)
     checking = threading.BoundedSemaphore(MAX_CHECKING)
     lock = threading.Lock()
@@ -159,7 +147,7 @@ def serve(host: str, port: int, state_dir: Path, token_file: Path | None,
         closer = threading.Timer(AUTH_SECONDS, deadline)
         closer.daemon = True
         closer.start()
-        reader = connection.makefile("rb")
+        reader = cast(BinaryIO, connection.makefile("rb", buffering=0))
         message = None
         try:
             head, message = read_first(reader)
@@ -181,14 +169,18 @@ def serve(host: str, port: int, state_dir: Path, token_file: Path | None,
                 return
             served["active"] += 1
         connection.settimeout(None)
-        run(connection, io.BufferedReader(_Replay(head, reader)))
+        run(connection, head, reader)
 
-    def run(connection: socket.socket, reader: BinaryIO) -> None:
+    def run(connection: socket.socket, head: bytes, raw: BinaryIO) -> None:
         """One authenticated client's session, on this (its own) thread."""
         code: int | None = None
         try:
-            with connection, reader, connection.makefile("wb") as writer:
-                code = session(StreamConnection(reader, writer, on_exit=lambda _code: _shut(connection)))
+            code = hand_over(connection, head) if hand_over is not None else None
+            if code is None:
+                with connection, with_head(head, raw) as reader, connection.makefile("wb") as writer:
+                    code = session(StreamConnection(reader, writer, on_exit=lambda _code: _shut(connection)))
+            else:
+                _shut(connection)
         except Exception:  # noqa: BLE001 - one session's failure ends only that session
             log.exception("tcp: a session failed")
         finally:

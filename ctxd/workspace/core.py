@@ -98,21 +98,31 @@ class WorkspaceCore:
         self.root = root
         self._root_identity = _folder_identity(root)
         self.state_dir = state_dir
-        self.trusted = is_trusted(init_options)
-        self.problems: list[Problem] = []
-        self.settings = load_settings(root, init_options, self.problems)
-        TOKENIZERS.preload(self.settings.model, self.settings.tokenizer)  # in the background
         self.db_path = database_path(state_dir, root)
         self._store: Store | None = None  # opened by the first request, on a worker (see `store`)
         self.listener = listener
         self.lock = threading.RLock()
         self.cache = ThreadCache()
-        self.view = UsageView(self.settings, lambda settings: TOKENIZERS.counter(settings.model, settings.tokenizer))
+        self.configure(init_options)
         self._thread_locks: dict[str, threading.Lock] = {}
         # Set by the server: compacts a thread before a prompt when it is over the limit.
         self.auto_compactor: Callable[[Workspace, str], None] | None = None
         # Set by the server: `Breakdown.cost` of a client thread's spend ({model: {input, cachedInput, output}}).
         self.pricer: Callable[[dict[str, dict[str, int]]], dict[str, Any]] | None = None
+
+    def configure(self, init_options: dict[str, Any] | None) -> None:
+        """The settings from the editor's options (and the config files): at open, and again when
+        another editor opens the folder with options of its own (the owner serves several: the
+        latest editor's options hold)."""
+        problems: list[Problem] = []
+        settings = load_settings(self.root, init_options, problems)
+        TOKENIZERS.preload(settings.model, settings.tokenizer)  # in the background
+        with self.lock:
+            self.init_options = init_options
+            self.trusted = is_trusted(init_options)
+            self.problems = problems
+            self.settings = settings
+            self.view = UsageView(settings, lambda settings: TOKENIZERS.counter(settings.model, settings.tokenizer))
 
     def opened_root(self) -> Path:
         """The folder, if it is still the one that was opened. Snapshots and restores go through

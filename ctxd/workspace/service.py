@@ -37,15 +37,23 @@ class Service:
     def canonical(uri: str) -> str:
         return path_to_uri(uri_to_path(uri))
 
-    def open_folder(self, uri: str) -> Workspace:
+    def open_folder(self, uri: str, options: dict[str, Any] | None = None) -> Workspace:
+        """The folder's workspace, opened if it is not yet. `options`: the opening editor's
+        (`initializationOptions.ctxd`); None for ctxd's own tools, which take the folder as it is
+        (or as the first editor configured the daemon). An editor that opens a folder already open
+        configures it again: its options, and the config files as they are now (a restart reads
+        them afresh, as when each editor had a daemon of its own)."""
         root = uri_to_path(uri)
         key = path_to_uri(root)
         with self._lock:
             workspace = self._workspaces.get(key)
+            if workspace is not None and options is not None:
+                workspace.configure(options)
             if workspace is None:
                 if not is_folder(root):
                     raise InvalidParams(f"workspace: {uri} is not a folder")
-                workspace = Workspace(key, root, self.state_dir, self.init_options, self.listener)
+                workspace = Workspace(key, root, self.state_dir, self.init_options if options is None else options,
+                                      self.listener)
                 self._workspaces[key] = workspace
                 for problem in workspace.problems:
                     log.warning("%s: %s", key, problem)

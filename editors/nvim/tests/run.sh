@@ -37,7 +37,7 @@ for spec in "${specs[@]}"; do
   out="$dir/out.txt"
   HOME="$dir/home" \
     XDG_CONFIG_HOME="$dir/config" XDG_DATA_HOME="$dir/data" XDG_STATE_HOME="$dir/state" \
-    XDG_CACHE_HOME="$dir/cache" XDG_RUNTIME_DIR="$dir/runtime" \
+    XDG_CACHE_HOME="$dir/cache" XDG_RUNTIME_DIR="$dir/runtime" CTXD_OWNER_IDLE_SECONDS=0 \
     GIT_CONFIG_NOSYSTEM=1 TIKTOKEN_CACHE_DIR="$dir/cache/tiktoken" \
     CTXD_REPO="$repo" CTXD_PYTHON="$python" CTXD_WORKSPACE="$ws" \
     timeout 300 "$nvim" --headless --clean -l "$here/init.lua" "$spec" >"$out" 2>&1 </dev/null

@@ -1,0 +1,405 @@
+"""The way to the owner: the one ctxd process per user and state dir that follows the agents'
+sessions, watches working trees, writes ledgers and takes checkpoints (docs/processes.md).
+
+Every other ctxd process — the editor's `ctxd`, hooks, the status line, `ctxd mcp`, `ctxd acp`,
+the CLI — reaches it here: find it on its socket, start it when none answers (gopls's
+`-remote=auto`, watchman's per-user server), then hand it a session or a job. The layout, in the
+state dir, is a folder only this user can enter:
+
+    owner/owner.sock   where the owner listens
+    owner/owner.lock   held by the running owner (flock): at most one per state dir
+    owner/start.lock   held by whoever is starting one: at most one start at a time
+    owner/owner.log    the owner's log
+
+A folder that is a link, belongs to another user or is open to others is refused (another local
+user could listen there and read what a hook hands over); after connecting, the owner's peer
+credentials must be this user's. A message is one JSON line, with file descriptors beside it
+for a session (SCM_RIGHTS). Only the standard library: hooks import this on every tool call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import socket
+import stat
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+MAX_LINE_BYTES = 1024 * 1024
+SOCKET_NAME = "owner.sock"
+LOCK_NAME = "owner.lock"
+START_LOCK_NAME = "start.lock"
+LOG_NAME = "owner.log"
+START_SECONDS = 20.0
+"""How long a client that started the owner waits for it to listen (its imports take a moment)."""
+
+
+class Unsafe(OSError):
+    """The owner's folder cannot be trusted (a link, another user's, open to others)."""
+
+
+def available() -> bool:
+    """Unix sockets with peer credentials and descriptor passing (Linux)."""
+    return sys.platform.startswith("linux") and hasattr(socket, "SO_PEERCRED") and hasattr(socket, "send_fds")
+
+
+def owner_dir(state_dir: Path) -> Path:
+    return Path(state_dir) / "owner"
+
+
+def private_dir(path: Path, create: bool) -> Path:
+    """`path` as a folder only this user can enter; created (and its parents) when `create`.
+    Raises Unsafe when it is a link, not a folder, another user's, or open to group or others,
+    and FileNotFoundError when it is missing and not created."""
+    if create:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path, 0o700)
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        raise Unsafe(f"{path}: not a folder (a link or a file); ctxd will not use it")
+    if info.st_uid != os.getuid():
+        raise Unsafe(f"{path}: belongs to another user (uid {info.st_uid}); ctxd will not use it")
+    if info.st_mode & 0o077:
+        if not create:
+            raise Unsafe(f"{path}: open to other users (mode {info.st_mode & 0o777:o}); ctxd will not use it")
+        os.chmod(path, 0o700)
+    return path
+
+
+@contextlib.contextmanager
+def folder_fd(path: Path) -> Iterator[int]:
+    """A descriptor of the folder: sockets are reached through `/proc/self/fd/<fd>/<name>`, so a
+    long state dir never exceeds the 107 bytes a socket's path may have."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def peer_uid(conn: socket.socket) -> int:
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return int(struct.unpack("3i", creds)[1])
+
+
+def peer_pid(conn: socket.socket) -> int:
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return int(struct.unpack("3i", creds)[0])
+
+
+def connect(state_dir: Path, timeout: float = 2.0) -> socket.socket | None:
+    """A connection to the running owner of `state_dir`, or None when none answers (or its
+    folder is not safe to use: then nothing is sent)."""
+    if not available():
+        return None
+    try:
+        folder = private_dir(owner_dir(state_dir), create=False)
+        with folder_fd(folder) as fd:
+            conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                conn.settimeout(max(0.01, timeout))
+                conn.connect(f"/proc/self/fd/{fd}/{SOCKET_NAME}")
+                if peer_uid(conn) != os.getuid():
+                    raise Unsafe("the owner's socket is another user's")
+            except BaseException:
+                conn.close()
+                raise
+    except OSError:
+        return None
+    return conn
+
+
+def owner_command(state_dir: Path) -> list[str]:
+    return [sys.executable, "-m", "ctxd", "owner", "--state-dir", os.fspath(os.path.abspath(state_dir)), "--detach"]
+
+
+@contextlib.contextmanager
+def _held(path: Path, deadline: float) -> Iterator[bool]:
+    """An exclusive flock of `path` until `deadline`; yields whether it was taken."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as error:
+                if error.errno not in (errno.EAGAIN, errno.EACCES) or time.monotonic() >= deadline:
+                    yield False
+                    return
+                time.sleep(0.02)
+        yield True
+    finally:
+        os.close(fd)
+
+
+def reach(state_dir: Path, timeout: float, *, start: bool = True) -> socket.socket | None:
+    """A connection to the owner of `state_dir`; when none answers and `start`, one is started
+    (by one client at a time) and waited for until `timeout`. None: no owner within the time."""
+    deadline = time.monotonic() + timeout
+    conn = connect(state_dir, max(0.05, min(2.0, timeout)))
+    if conn is not None or not start or not available():
+        return conn
+    try:
+        folder = private_dir(owner_dir(state_dir), create=True)
+    except OSError:
+        return None
+    with _held(folder / START_LOCK_NAME, deadline) as mine:
+        conn = connect(state_dir, 0.5)
+        if conn is not None or not mine:
+            return conn
+        try:
+            subprocess.run(owner_command(state_dir), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, close_fds=True, cwd="/", timeout=max(1.0, timeout))
+        except (OSError, subprocess.SubprocessError):
+            return None
+        while time.monotonic() < deadline:  # it listens once its lock is taken and its socket bound
+            conn = connect(state_dir, 0.5)
+            if conn is not None:
+                return conn
+            time.sleep(0.02)
+    return None
+
+
+def send(conn: socket.socket, message: dict[str, Any], fds: Sequence[int] = ()) -> None:
+    data = json.dumps(message, separators=(",", ":")).encode("utf-8") + b"\n"
+    if fds:
+        socket.send_fds(conn, [data[:1]], list(fds))  # the descriptors travel with the first byte
+        data = data[1:]
+    conn.sendall(data)
+
+
+def _raw_line(conn: socket.socket, deadline: float | None, data: bytes = b"") -> bytes | None:
+    """Bytes up to the next newline (without it). Peeks first, then takes only the line: what
+    follows it may be a session's stream, which must stay in the socket."""
+    line = bytearray(data)
+    while not line.endswith(b"\n"):
+        if len(line) > MAX_LINE_BYTES:
+            return None
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            conn.settimeout(left)
+        else:
+            conn.settimeout(None)
+        try:
+            ahead = conn.recv(65536, socket.MSG_PEEK)
+            if not ahead:
+                return None
+            end = ahead.find(b"\n")
+            line += conn.recv(end + 1 if end >= 0 else len(ahead))
+        except (OSError, ValueError):
+            return None
+    return bytes(line[:-1])
+
+
+def _parse(line: bytes | None) -> dict[str, Any] | None:
+    if line is None:
+        return None
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def read_line(conn: socket.socket, deadline: float | None) -> dict[str, Any] | None:
+    """The next JSON object line from `conn` (None: closed, too long, not an object, or past
+    `deadline`)."""
+    return _parse(_raw_line(conn, deadline))
+
+
+MAX_FDS = 4
+
+
+def read_request(conn: socket.socket, deadline: float) -> tuple[dict[str, Any] | None, list[int]]:
+    """The owner's side of `send`: the first line and the descriptors that came with its first
+    byte (the caller closes them)."""
+    conn.settimeout(max(0.01, deadline - time.monotonic()))
+    try:
+        first, fds, _flags, _address = socket.recv_fds(conn, 1, MAX_FDS)
+    except (OSError, ValueError):
+        return None, []
+    return _parse(_raw_line(conn, deadline, first) if first else None), list(fds)
+
+
+def ask(state_dir: Path, message: dict[str, Any], timeout: float, *, start: bool = False) -> dict[str, Any] | None:
+    """One request and its answer (a hook's checkpoint, the status line's usage), or None: no
+    owner answered within `timeout`."""
+    deadline = time.monotonic() + timeout
+    conn = reach(state_dir, timeout, start=start)
+    if conn is None:
+        return None
+    with conn:
+        try:
+            conn.settimeout(max(0.01, deadline - time.monotonic()))
+            send(conn, message)
+        except OSError:
+            return None
+        return read_line(conn, deadline)
+
+
+ACK_SECONDS = 30.0
+
+
+def hand_over(state_dir: Path, message: dict[str, Any], fds: Sequence[int],
+              taken: Callable[[], None] = lambda: None) -> int | None:
+    """Give a session (`message`, an op `session`, with the descriptors it is served on) to the
+    owner of `state_dir`, starting one if needed, and wait for the session's end: its exit code.
+    None when no owner took it (the caller serves it itself). `taken` runs once the owner has the
+    descriptors (the caller lets go of its own copies)."""
+    deadline = time.monotonic() + START_SECONDS
+    while True:
+        conn = reach(state_dir, max(0.1, deadline - time.monotonic()))
+        if conn is None:
+            return None
+        with conn:
+            try:
+                send(conn, message, fds=fds)
+            except OSError:
+                return None
+            ack = read_line(conn, time.monotonic() + ACK_SECONDS)
+            if ack is not None and ack.get("retry") and time.monotonic() < deadline:
+                time.sleep(0.05)  # an owner on its way out did not take them: the next one starts
+                continue
+            if ack is None or not ack.get("ok"):
+                return 1  # the descriptors went over: serving them here too would answer twice
+            taken()
+            end = read_line(conn, None)
+        code = end.get("exit") if end is not None else None
+        return code if isinstance(code, int) and not isinstance(code, bool) else 1
+
+
+class RemoteError(Exception):
+    """An error answer of the owner: its JSON-RPC code and message."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class Session:
+    """An LSP session with the owner over its socket, for ctxd's own tools (`ctxd mcp`, `ctxd
+    acp`): requests from any thread, each waiting for its answer; notifications go to `on_notify`."""
+
+    def __init__(self, conn: socket.socket, on_notify: Callable[[str, Any], None] | None = None) -> None:
+        import itertools
+        import threading
+
+        self.conn = conn
+        self.on_notify = on_notify
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._answers: dict[int, dict[str, Any]] = {}
+        self._arrived = threading.Condition()
+        self._closed = False
+        self._reader = threading.Thread(target=self._read, name="ctxd-owner-session", daemon=True)
+        self._reader.start()
+
+    @classmethod
+    def open(cls, state_dir: Path, folders: list[Path], timeout: float = START_SECONDS,
+             on_notify: Callable[[str, Any], None] | None = None) -> Session | None:
+        """A session with the owner of `state_dir` (started if needed) with `folders` open, or None."""
+        conn = reach(state_dir, timeout)
+        if conn is None:
+            return None
+        try:
+            send(conn, {"op": "session"})
+            ack = read_line(conn, time.monotonic() + ACK_SECONDS)
+        except OSError:
+            conn.close()
+            return None
+        if ack is None or not ack.get("ok"):
+            conn.close()
+            return None
+        session = cls(conn, on_notify)
+        try:
+            session.request("initialize", {"processId": os.getpid(), "capabilities": {},
+                                           "workspaceFolders": [{"uri": f.as_uri(), "name": f.name} for f in folders]},
+                            timeout)
+            session.notify("initialized", {})
+        except (OSError, RemoteError, TimeoutError):
+            session.close()
+            return None
+        return session
+
+    def _write(self, message: dict[str, Any]) -> None:
+        body = json.dumps(message, separators=(",", ":")).encode("utf-8")
+        with self._lock:
+            self.conn.sendall(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+
+    def notify(self, method: str, params: Any = None) -> None:
+        self._write({"jsonrpc": "2.0", "method": method, **({"params": params} if params is not None else {})})
+
+    def request(self, method: str, params: Any = None, timeout: float = 60.0) -> Any:
+        msg_id = next(self._ids)
+        self._write({"jsonrpc": "2.0", "id": msg_id, "method": method,
+                     **({"params": params} if params is not None else {})})
+        deadline = time.monotonic() + timeout
+        with self._arrived:
+            while msg_id not in self._answers:
+                left = deadline - time.monotonic()
+                if self._closed:
+                    raise OSError("the owner closed the session")
+                if left <= 0:
+                    raise TimeoutError(f"{method}: no answer from the owner within {timeout:g} s")
+                self._arrived.wait(left)
+            answer = self._answers.pop(msg_id)
+        if "error" in answer:
+            error = answer["error"] if isinstance(answer["error"], dict) else {}
+            raise RemoteError(int(error.get("code") or 0), str(error.get("message") or "error"))
+        return answer.get("result")
+
+    def _read(self) -> None:
+        stream = self.conn.makefile("rb")
+        try:
+            while True:
+                length = None
+                while True:
+                    line = stream.readline(65536)
+                    if not line:
+                        return
+                    if line in (b"\r\n", b"\n"):
+                        break
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value.strip())
+                body = stream.read(length or 0)
+                if length is None or len(body) < length:
+                    return
+                message = json.loads(body)
+                if not isinstance(message, dict):
+                    continue
+                if "id" in message and "method" not in message:
+                    with self._arrived:
+                        self._answers[message["id"]] = message
+                        self._arrived.notify_all()
+                elif self.on_notify is not None and isinstance(message.get("method"), str):
+                    self.on_notify(message["method"], message.get("params"))
+        except (OSError, ValueError):
+            return
+        finally:
+            with self._arrived:
+                self._closed = True
+                self._arrived.notify_all()
+
+    def close(self) -> None:
+        import contextlib
+
+        with contextlib.suppress(OSError, RemoteError, TimeoutError):
+            self.request("shutdown", None, 5.0)
+            self.notify("exit")
+        with contextlib.suppress(OSError):
+            self.conn.shutdown(socket.SHUT_RDWR)
+        self.conn.close()

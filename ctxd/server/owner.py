@@ -1,0 +1,391 @@
+"""`ctxd owner`: the one process per user and state dir that writes (docs/processes.md).
+
+It is the daemon (`app.Daemon`: the open workspaces, the workers, the followed sessions, the
+tree watches, what the hooks hand over) serving every ctxd process of the user through
+`ctxd.ownerlink`'s socket. A connection's first line says what it wants:
+
+- `session`: an LSP session. An editor's `ctxd` passes its stdin and stdout along (SCM_RIGHTS)
+  and waits: the owner reads and writes the editor's own pipes, so no byte is relayed, and tells
+  the waiting process the session's exit code at its end (`{"exit": code}`). A connection that
+  passes no descriptors is itself the session's stream (`ctxd mcp`, `ctxd acp`, the CLI). `head`
+  holds what the client already read of the stream (the editor's `initialize`, read to find the
+  state dir).
+- `ping`: the owner's pid and version.
+
+It leaves when no session is attached and nothing asked for it for `idle` seconds
+(`CTXD_OWNER_IDLE_SECONDS`, default 600, counted from the last session's end or the last
+request), when its state dir is removed, or on SIGTERM. One runs per state dir (a lock held
+while it runs); a crash releases the lock, and the next client starts another.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import fcntl
+import logging
+import logging.handlers
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, BinaryIO, cast
+
+from ctxd import __version__, ownerlink
+from ctxd.server.app import CtxdServer, Daemon
+from ctxd.server.connection import StreamConnection, with_head
+
+log = logging.getLogger(__name__)
+
+IDLE_SECONDS = 600.0
+TICK_SECONDS = 1.0
+FIRST_CLIENT_SECONDS = 20.0
+"""A new owner waits at least this long for the client that started it, whatever `idle` says."""
+LOCK_WAIT_SECONDS = 30.0
+"""A new owner waits this long for an old one that is leaving to let go of the lock."""
+LOG_BYTES = 4 * 1024 * 1024
+
+
+def idle_seconds() -> float:
+    try:
+        return max(0.0, float(os.environ.get("CTXD_OWNER_IDLE_SECONDS") or IDLE_SECONDS))
+    except ValueError:
+        return IDLE_SECONDS
+
+
+class SessionLogs:
+    """A session may name a log file (`ctxd --log-file`): the owner's log goes there too while
+    that session lasts, so an editor's own log still shows what its daemon did."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._handlers: dict[str, tuple[logging.Handler, int]] = {}
+
+    def attach(self, path: str | None, verbose: bool) -> None:
+        if verbose:
+            logging.getLogger("ctxd").setLevel(logging.DEBUG)
+        if not path:
+            return
+        from ctxd.logs import RedactSecrets
+
+        with self._lock:
+            handler, count = self._handlers.get(path, (None, 0))
+            if handler is None:
+                try:
+                    handler = logging.FileHandler(path)
+                except OSError as error:
+                    log.warning("cannot log to %s: %s", path, error)
+                    return
+                handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+                handler.addFilter(RedactSecrets())
+                logging.getLogger().addHandler(handler)
+            self._handlers[path] = (handler, count + 1)
+
+    def detach(self, path: str | None) -> None:
+        if not path:
+            return
+        with self._lock:
+            handler, count = self._handlers.get(path, (None, 0))
+            if handler is None:
+                return
+            if count > 1:
+                self._handlers[path] = (handler, count - 1)
+                return
+            del self._handlers[path]
+        logging.getLogger().removeHandler(handler)
+        handler.close()
+
+
+class Owner:
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = Path(state_dir)
+        self.folder = ownerlink.owner_dir(self.state_dir)
+        self.daemon = Daemon(self.state_dir)
+        self.daemon.shared = True
+        self.logs = SessionLogs()
+        self.idle = idle_seconds()
+        self._lock = threading.Condition()
+        self._connections = 0
+        self._last = time.monotonic()
+        self._served = False  # a client came: from then on `idle` alone decides
+        self._stopping = threading.Event()
+        self._listener: socket.socket | None = None
+        self._socket_id: tuple[int, int] | None = None
+        self._locks: list[int] = []  # a lock made again after the state dir was removed
+
+    # --- start and stop ---
+
+    def take_lock(self, wait: float = LOCK_WAIT_SECONDS) -> int | None:
+        """The owner's lock, held until the process ends; None when another owner keeps it."""
+        fd = os.open(self.folder / ownerlink.LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return fd
+            except OSError:
+                if ownerlink.connect(self.state_dir, 0.5) is not None or time.monotonic() > deadline:
+                    os.close(fd)  # one answers: it is the owner
+                    return None
+                time.sleep(0.05)
+
+    def listen(self) -> None:
+        with ownerlink.folder_fd(self.folder) as fd:
+            path = f"/proc/self/fd/{fd}/{ownerlink.SOCKET_NAME}"
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)  # left by an owner that crashed (the lock is ours)
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            listener.bind(path)
+            os.chmod(path, 0o600)
+            self._socket_id = _identity(path)
+        listener.listen(64)
+        self._listener = listener
+        threading.Thread(target=self._accept, name="ctxd-owner-accept", daemon=True).start()
+
+    def run(self) -> int:
+        self.listen()
+        log.info("owner of %s: listening (pid %d, ctxd %s)", self.state_dir, os.getpid(), __version__)
+        why = self._wait()
+        log.info("owner of %s: leaving (%s)", self.state_dir, why)
+        self.stop()
+        return 0
+
+    def _wait(self) -> str:
+        while not self._stopping.is_set():
+            with self._lock:
+                left = (self.idle if self._served else max(self.idle, FIRST_CLIENT_SECONDS)) - (
+                    time.monotonic() - self._last)
+                if self._connections == 0 and left <= 0:
+                    return f"no session and no request for {self.idle:g} s"
+                self._lock.wait(min(TICK_SECONDS, left) if self._connections == 0 else TICK_SECONDS)
+            if not (self.folder / ownerlink.SOCKET_NAME).exists():
+                with self._lock:
+                    busy = self._connections > 0
+                if not busy:
+                    return "its socket or state dir was removed"
+                if not self._listen_again():  # another owner now: this one ends with its sessions
+                    self.idle = 0.0
+                    if self._listener is not None:
+                        with contextlib.suppress(OSError):
+                            self._listener.close()
+        return "asked to stop"
+
+    def _listen_again(self) -> bool:
+        """The state dir was removed under sessions that still run: the owner makes its folder
+        again and listens there, under a new lock (so no second owner starts beside it). False
+        when another process got there first: this one then takes no new client."""
+        try:
+            ownerlink.private_dir(self.folder, create=True)
+            lock = self.take_lock(wait=0)
+        except OSError as error:
+            log.warning("owner of %s: its folder is gone and cannot be made again: %s", self.state_dir, error)
+            return True  # keep serving the sessions there are; try again at the next tick
+        if lock is None:
+            return False
+        self._locks.append(lock)
+        if self._listener is not None:
+            with contextlib.suppress(OSError):
+                self._listener.close()
+        self.listen()
+        log.warning("owner of %s: its socket was removed (the state dir deleted?); listening again", self.state_dir)
+        return True
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._listener is not None:
+            with contextlib.suppress(OSError), ownerlink.folder_fd(self.folder) as fd:
+                path = f"/proc/self/fd/{fd}/{ownerlink.SOCKET_NAME}"
+                if _identity(path) == self._socket_id:  # ours, not a later owner's
+                    os.unlink(path)  # new clients start the next owner
+            with contextlib.suppress(OSError):
+                self._listener.close()
+        self.daemon.close()
+
+    def ask_to_stop(self) -> None:
+        self._stopping.set()
+        with self._lock:
+            self._lock.notify_all()
+
+    def _touch(self, connections: int = 0) -> None:
+        with self._lock:
+            self._connections += connections
+            self._last = time.monotonic()
+            self._served = True
+            self._lock.notify_all()
+
+    # --- connections ---
+
+    def _accept(self) -> None:
+        assert self._listener is not None
+        while not self._stopping.is_set():
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), name="ctxd-owner-client", daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        fds: list[int] = []
+        counted = False
+        try:
+            if ownerlink.peer_uid(conn) != os.getuid():
+                conn.close()
+                return  # another user: never read
+            self._touch(+1)  # an open connection keeps the owner (a session's lasts as long as it)
+            counted = True
+            request, fds = ownerlink.read_request(conn, time.monotonic() + 30)
+            if request is None:
+                return
+            if self._stopping.is_set():  # leaving: the client starts the next owner
+                ownerlink.send(conn, {"ok": False, "retry": True})
+                return
+            op = request.get("op")
+            if op == "session":
+                self._session(conn, request, fds)
+                fds = []  # the session's now
+            elif op == "ping":
+                ownerlink.send(conn, {"pid": os.getpid(), "version": __version__, "stateDir": str(self.state_dir)})
+            else:
+                ownerlink.send(conn, {"error": f"unknown op {op!r}"})
+        except OSError as error:
+            log.debug("owner: a client's connection failed: %s", error)
+        except Exception:  # noqa: BLE001 - one client's failure never ends the owner
+            log.exception("owner: serving a client failed")
+        finally:
+            for fd in fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            with contextlib.suppress(OSError):
+                conn.close()
+            if counted:
+                self._touch(-1)
+
+    def _session(self, conn: socket.socket, request: dict[str, Any], fds: list[int]) -> None:
+        """One LSP session on the passed descriptors (stdin, stdout), or on `conn` itself."""
+        try:
+            head = base64.b64decode(request.get("head") or "", validate=True)
+        except ValueError:
+            head = b""
+        log_file = request.get("logFile") if isinstance(request.get("logFile"), str) else None
+        stream: socket.socket | None = None  # the session's socket, when it is one (TCP, or `conn` itself)
+        control: socket.socket | None = conn  # where the waiting client is told the exit code
+        if len(fds) == 2:  # an editor's pipes
+            reader: BinaryIO = os.fdopen(fds[0], "rb", buffering=0)
+            writer: BinaryIO = os.fdopen(fds[1], "wb", buffering=0)
+        else:
+            if len(fds) == 1:  # a TCP client's socket
+                stream = socket.socket(fileno=fds[0])
+            else:
+                for fd in fds:
+                    os.close(fd)
+                stream, control = conn, None
+            reader = cast(BinaryIO, stream.makefile("rb", buffering=0))
+            writer = cast(BinaryIO, stream.makefile("wb", buffering=0))
+        ended = threading.Event()
+
+        def end(code: int) -> None:
+            """The session's end: the waiting client is told, the editor sees its stdout close."""
+            if ended.is_set():
+                return
+            ended.set()
+            if control is not None:
+                with contextlib.suppress(OSError):
+                    ownerlink.send(control, {"exit": code})
+            with contextlib.suppress(OSError, ValueError):
+                writer.close()
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.shutdown(socket.SHUT_RDWR)
+
+        ownerlink.send(conn, {"ok": True, "pid": os.getpid()})
+        if control is not None:
+            threading.Thread(target=self._watch_client, args=(control, end), name="ctxd-owner-watch",
+                             daemon=True).start()
+        self.logs.attach(log_file, request.get("verbose") is True)
+        code: int | None = None
+        try:
+            server = CtxdServer(StreamConnection(with_head(head, reader), writer, on_exit=end), daemon=self.daemon)
+            code = server.serve()
+        finally:
+            end(code if code is not None else 0)
+            with contextlib.suppress(OSError, ValueError):
+                reader.close()
+            if stream is not None and stream is not conn:
+                stream.close()
+            self.logs.detach(log_file)
+
+
+    @staticmethod
+    def _watch_client(control: socket.socket, end: Callable[[int], None]) -> None:
+        """The waiting client died (killed by its editor, say): its session ends with it, and the
+        editor sees the session's output close, as it would have with a daemon of its own."""
+        try:
+            control.settimeout(None)
+            while control.recv(1):
+                pass
+        except OSError:
+            pass
+        end(1)
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
+
+
+def setup_log(folder: Path) -> None:
+    from ctxd.logs import RedactSecrets
+
+    handler = logging.handlers.RotatingFileHandler(folder / ownerlink.LOG_NAME, maxBytes=LOG_BYTES, backupCount=1)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(RedactSecrets())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.WARNING)
+    logging.getLogger("ctxd").setLevel(logging.INFO)
+    for noisy in ("httpx", "httpcore", "openai", "git", "asyncio"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def detach() -> None:
+    """Leave the starting process at once (it waits for this): a session of its own, no
+    terminal, stdio on /dev/null; the grandchild goes on as the owner."""
+    if os.fork() > 0:
+        os._exit(0)
+    os.setsid()
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.close(null)
+
+
+def main(state_dir: Path, *, detached: bool) -> int:
+    from ctxd.server.process import keep_freed_memory
+
+    if detached:
+        detach()
+    try:
+        folder = ownerlink.private_dir(ownerlink.owner_dir(state_dir), create=True)
+    except OSError as error:
+        print(f"ctxd owner: {error}", file=sys.stderr)
+        return 1
+    setup_log(folder)
+    keep_freed_memory()
+    owner = Owner(state_dir)
+    lock = owner.take_lock()
+    if lock is None:
+        return 0  # another owner runs
+    signal.signal(signal.SIGTERM, lambda *_: owner.ask_to_stop())
+    try:
+        code = owner.run()
+    except Exception:  # noqa: BLE001 - logged; the lock goes with the process, the next client starts another
+        log.exception("owner of %s failed", state_dir)
+        code = 1
+    os._exit(code)  # threads inside accept() or blocking reads: leave without an interpreter shutdown

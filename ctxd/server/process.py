@@ -1,0 +1,51 @@
+"""What the daemon's process asks of the system: memory kept for its large strings, wide pipes."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+# glibc's mallopt parameters.
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+KEEP_FREED_BYTES = 64 * 1024 * 1024
+# The size asked for the stdio pipes (see `widen_pipes`): Linux lets any user ask up to 1 MB.
+PIPE_BYTES = 1024 * 1024
+
+
+def keep_freed_memory() -> None:
+    """Let the daemon reuse the memory of its large strings. By default glibc maps every block
+    over a few megabytes afresh and unmaps it when freed, so the JSON of a large prompt (built
+    twice) is paid in page faults each time, several times the cost of copying it (bench/README.md).
+    Blocks up to 32 MB now come from the heap, which keeps up to 64 MB free for the next prompt
+    instead of returning it at once. Elsewhere than glibc: nothing."""
+    import ctypes  # the daemon's alone: `ctxd usage` and `ctxd --version` start without it
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024)
+    mallopt(M_TRIM_THRESHOLD, KEEP_FREED_BYTES)
+
+
+def widen_pipes() -> None:
+    """When stdin and stdout are pipes (a client started with Python's subprocess, Go's os/exec,
+    a shell), let a large reply leave in 1 MB pieces instead of Linux's default 64 KB: a large
+    prompt then wakes the client sixteen times less often, which matters when the client runs on
+    another CPU (`bench/bench_speed.py` prints it beside a plain pipe; bench/README.md). Requests
+    get the same room. Editors built on libuv (VS Code,
+    Neovim) pass socket pairs, whose buffers are already about 200 KB: nothing to do there, nor
+    where pipes cannot be resized (another OS, a lower `/proc/sys/fs/pipe-max-size`)."""
+    try:
+        import fcntl
+    except ImportError:  # Windows
+        return
+    set_size = getattr(fcntl, "F_SETPIPE_SZ", None)
+    if set_size is None:
+        return
+    for fd in (0, 1):
+        try:
+            if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                fcntl.fcntl(fd, set_size, PIPE_BYTES)
+        except OSError:
+            pass
