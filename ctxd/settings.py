@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ctxd import redact
+from ctxd.safefile import read_bounded
 
 if TYPE_CHECKING:
     from ctxd.protocol import shapes
@@ -249,9 +250,9 @@ def load_toml(path: Path, problems: list[Problem], follow_links: bool = True) ->
     import tomllib  # here: most folders have no config file, and `ctxd hook` starts on every tool call
 
     try:
-        # O_NOFOLLOW: a link swapped in since the lstat is refused too (ELOOP).
-        with os.fdopen(os.open(path, os.O_RDONLY | (0 if follow_links else os.O_NOFOLLOW)), "rb") as handle:
-            raw = tomllib.load(handle)
+        # Checked again on what is opened (ctxd.safefile): a FIFO swapped in since the stat must not
+        # block the reader (a hook), and, unless `follow_links`, a link is refused too (ELOOP).
+        raw = tomllib.loads(read_bounded(path, MAX_CONFIG_BYTES, follow_links=follow_links).decode("utf-8"))
         deep = _too_deep(raw)
     except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
         problems.append(Problem(str(path), str(error)))

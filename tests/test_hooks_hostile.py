@@ -502,3 +502,44 @@ def test_hooks_exclude_is_validated_and_never_taken_from_a_workspace(tmp_path: P
     assert sorted(p.source for p in problems if p.key == "hooks.exclude") == sorted(
         [str(workspace / ".ctxd.toml"), "initializationOptions"])
 
+
+
+SWAPPER = """
+import os, sys
+from pathlib import Path
+
+folder = Path(sys.argv[1])
+name = folder / ".ctxd.toml"
+n = 0
+while not (folder / "stop").exists():
+    n += 1
+    fifo, regular = folder / f"f{n}", folder / f"r{n}"
+    os.mkfifo(fifo)
+    os.replace(fifo, name)
+    regular.write_text("model = 'x'\\n")
+    os.replace(regular, name)
+"""
+READER = """
+import sys
+from pathlib import Path
+from ctxd.settings import load_toml
+
+for _ in range(int(sys.argv[2])):
+    load_toml(Path(sys.argv[1]) / ".ctxd.toml", [], follow_links=False)
+print("done")
+"""
+
+
+def test_a_fifo_swapped_in_for_a_workspace_config_after_its_check_does_not_block_the_reader(tmp_path: Path) -> None:
+    """A hook's checkpoint and the keeper read the repository's `.ctxd.toml`: checked as a regular
+    file, then swapped for a FIFO (by another process) before it is opened, it must not block them."""
+    swapper = subprocess.Popen([sys.executable, "-c", SWAPPER, str(tmp_path)])
+    try:
+        done = subprocess.run([sys.executable, "-c", READER, str(tmp_path), "20000"], capture_output=True,
+                              timeout=HANG_SECONDS * 3)
+    except subprocess.TimeoutExpired:
+        pytest.fail("load_toml blocked on a FIFO swapped in after its check")
+    finally:
+        (tmp_path / "stop").touch()
+        swapper.wait(timeout=HANG_SECONDS)
+    assert done.stdout == b"done\n", done.stderr
