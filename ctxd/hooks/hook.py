@@ -1,6 +1,7 @@
 """`ctxd hook <agent> <event>`: what the agents' hooks run. It never blocks or fails the agent.
 
-It reads the hook's JSON on standard input and, in a workspace ctxd knows (`ctxd.hooks.locate`):
+It reads the hook's JSON on standard input and, in a git work tree or a folder ctxd knows
+(`ctxd.hooks.locate`), unless the user's `hooks.exclude` names it:
 - `UserPromptSubmit`: a checkpoint (trigger "turn") labelled with the turn's first words;
 - `PreToolUse` of a tool that can change files (by name; a shell command always): a checkpoint
   (trigger "tool") labelled with the tool and the paths it names;
@@ -10,8 +11,9 @@ It reads the hook's JSON on standard input and, in a workspace ctxd knows (`ctxd
 
 Whatever happens it exits 0, within 2 s: the checkpoint runs in a child process that the hook
 waits for until its deadline; past it, the hook returns and the child finishes alone. What went
-wrong goes to ctxd's log (`<state dir>/hooks.log`), never to the agent. Imports are lazy: the
-agent pays for this process at every tool call.
+wrong goes to ctxd's log (`<state dir>/hooks.log`), never to the agent. The configured API key
+is redacted from the input before anything is cut from it or written, and the log escapes every
+control character. Imports are lazy: the agent pays for this process at every tool call.
 """
 
 from __future__ import annotations
@@ -22,7 +24,10 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ctxd.hooks.locate import Located
 
 DEADLINE_SECONDS = 1.5
 """The hook returns by then (the agent's bound is 2 s, and starting Python takes some of it)."""
@@ -164,7 +169,7 @@ def user_settings() -> list[str]:
     return settings.hooks.exclude
 
 
-def covered(agent: str, event: str, cwd: str, located: Any, exclude: list[str]) -> bool:
+def covered(agent: str, event: str, cwd: str, located: Located, exclude: list[str]) -> bool:
     """Whether the hooks act for `cwd`: in a git work tree, or a folder ctxd knows, unless
     `hooks.exclude` names it. Why not is logged once per folder."""
     from ctxd.hooks.locate import MAX_POINTER_BYTES, excluded
