@@ -3,11 +3,11 @@
 
 hooks: first, one repository of FIRST_CAPTURE_FILES files ctxd never saw gets its first turn's
   checkpoint (the hook must return by its deadline while its child finishes the capture). Then
-  cycles of one hostile thing each, in turn: a `.git` file or its `commondir` that is a FIFO, a
-  link to /dev/zero or a 300 MB file; a transcript that is a FIFO or /dev/zero; a user status-line
-  command that floods its output, outlives its timeout, or leaves a child running; a prompt and a
-  shell command carrying the configured API key and escape sequences. Each cycle runs
-  `UserPromptSubmit`, `PreToolUse` (Bash) and the status line there.
+  cycles of one hostile thing each, in turn: a `.git` file or its `commondir` (or a `.git`
+  folder's) that is a FIFO, a link to /dev/zero or a 300 MB file; a transcript that is a FIFO or
+  /dev/zero; a user status-line command that floods its output, outlives its timeout, or leaves a
+  child running; a prompt and a shell command carrying the configured API key and escape
+  sequences. Each cycle runs `UserPromptSubmit`, `PreToolUse` (Bash) and the status line there.
   Counts: runs over 2 s (a run still going at RUN_BOUND_SECONDS is stopped and counted), runs over
   MEMORY_BOUND_MIB of peak RSS, processes the user's command left behind, first checkpoints that
   never landed, key leaks (8 characters of the key in any file of the state dir or the stores, or
@@ -16,10 +16,10 @@ hooks: first, one repository of FIRST_CAPTURE_FILES files ctxd never saw gets it
 Goal: every count is 0.
 
     from bench.round3_hooks import hooks_storm, hooks_failed
-    report["hooks"] = hooks_storm(folder, cycles)   # 24 cycles: every kind twice
+    report["hooks"] = hooks_storm(folder, cycles)   # 26 cycles: every kind twice
     failed += hooks_failed(report)                   # reads report["hooks"]
 
-Run alone: `python bench/round3_hooks.py [--cycles 24]` (exit status 1 on a miss).
+Run alone: `python bench/round3_hooks.py [--cycles 26] [--first-capture-files 20000]` (exit status 1 on a miss).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ ADDRESS_SPACE = 2 << 30
 taking the machine's memory (and is counted: its peak RSS is far over the bound)."""
 FIRST_CAPTURE_FILES = 20_000
 KINDS = ("commondir-fifo", "commondir-zero", "commondir-huge", "gitfile-fifo", "gitfile-zero", "gitfile-huge",
-         "transcript-fifo", "transcript-zero", "user-flood", "user-sleep", "user-background", "prompt")
+         "dotgit-fifo", "transcript-fifo", "transcript-zero", "user-flood", "user-sleep", "user-background", "prompt")
 ESCAPES = ("\x1b]52;c;cm0gLXJmIH4K\x07", "\x1b[2J\x1b[H", "\u202e", "\x9b31m", "\n2020-01-01T00:00:00 [1] forged")
 CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 

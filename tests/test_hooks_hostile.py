@@ -96,7 +96,12 @@ def quiet_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 def plant_git_pointer(project: Path, kind: str) -> None:
     """A folder whose `.git` is hostile: a `.git` file naming `.hostile`, whose `commondir` (or the
-    `.git` file itself) is a FIFO, a link to /dev/zero, or a 300 MB (sparse) file."""
+    `.git` file itself) is a FIFO, a link to /dev/zero, or a 300 MB (sparse) file; or a `.git`
+    folder (an archive's) whose `commondir` is a FIFO."""
+    if kind == "dotgit-fifo":
+        make_repo(project)
+        os.mkfifo(project / ".git" / "commondir")
+        return
     project.mkdir(parents=True)
     (project / "app.py").write_text("print(1)\n")
     hostile = project / ".hostile"
@@ -118,7 +123,7 @@ def plant_git_pointer(project: Path, kind: str) -> None:
 
 
 @pytest.mark.parametrize("kind", ["commondir-fifo", "commondir-zero", "commondir-huge", "gitfile-fifo",
-                                  "gitfile-zero", "gitfile-huge"])
+                                  "gitfile-zero", "gitfile-huge", "dotgit-fifo"])
 def test_a_hostile_git_pointer_neither_blocks_nor_bloats_a_hook_or_the_status_line(tmp_path: Path, kind: str) -> None:
     project = tmp_path / "proj"
     plant_git_pointer(project, kind)
@@ -136,7 +141,7 @@ def test_a_hostile_git_pointer_neither_blocks_nor_bloats_a_hook_or_the_status_li
                       quiet_env(tmp_path))
     check_bounded(result, f"ctxd statusline ({kind})")
     assert result["stdout"].startswith("claude · 0% of 167k") and "no checkpoint" in result["stdout"]
-    assert not (project / ".hostile" / "ctxd").exists()  # nothing was made there
+    assert not (project / ".hostile" / "ctxd").exists() and not (project / ".git" / "ctxd").exists()
     assert hook_log(tmp_path).count("is not followed") == 1  # said once, not at every event
 
 

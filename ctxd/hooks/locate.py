@@ -52,22 +52,21 @@ def plain_store(state_dir: Path, folder: Path) -> Path:
 
 def git_common_dir(top: Path) -> Path | None:
     """The common git directory of a work tree whose top is `top` (a `.git` folder, or a `.git`
-    file naming a linked worktree's directory), or None when `top` has no `.git`, or one that is
-    not followed: a `.git` file or `commondir` that is not a regular file of at most
-    MAX_POINTER_BYTES, or a `.git` file naming no folder."""
-    dot_git = top / ".git"
-    if dot_git.is_dir():
-        return dot_git
-    try:
-        text = read_text_bounded(dot_git, MAX_POINTER_BYTES, errors="replace")
-    except OSError:  # none, or refused (ctxd.safefile.FileRefused)
-        return None
-    if not text.startswith("gitdir:") or "\0" in text:
-        return None
-    git_dir = Path(text[len("gitdir:"):].strip())
-    git_dir = git_dir if git_dir.is_absolute() else (top / git_dir)
+    file naming a linked worktree's directory; either may name another in its `commondir`), or
+    None when `top` has no `.git`, or one that is not followed: a `.git` file or `commondir` that
+    is not a regular file of at most MAX_POINTER_BYTES, or a `.git` file naming no folder."""
+    git_dir = top / ".git"
     if not git_dir.is_dir():
-        return None
+        try:
+            text = read_text_bounded(git_dir, MAX_POINTER_BYTES, errors="replace")
+        except OSError:  # none, or refused (ctxd.safefile.FileRefused)
+            return None
+        if not text.startswith("gitdir:") or "\0" in text:
+            return None
+        named = Path(text[len("gitdir:"):].strip())
+        git_dir = named if named.is_absolute() else (top / named)
+        if not git_dir.is_dir():
+            return None
     try:
         common = read_text_bounded(git_dir / "commondir", MAX_POINTER_BYTES).strip()
     except FileNotFoundError:

@@ -33,7 +33,9 @@ COMPACT_BUFFER_TOKENS = 13_000
 WARN_RATIO = 0.8
 COLOURS = {"ok": "\033[32m", "warn": "\033[33m", "compact": "\033[31m"}
 RESET = "\033[0m"
-USER_COMMAND_SECONDS = 2.0
+USER_COMMAND_SECONDS = 1.5
+"""The user's command is waited for this long at most: the whole status line stays within the 2 s
+any agent hook is given."""
 USER_OUTPUT_BYTES = 64 * 1024
 """At most this much of the user's command's output is read; then it is stopped."""
 
