@@ -81,7 +81,7 @@ class LlmSettings:
     base_url: str | None = None
     model: str | None = None
     api: str = "chat"  # "chat" or "responses"
-    api_key_env: str = "OPENAI_API_KEY"
+    api_key_env: str = redact.DEFAULT_KEY_ENV
     timeout_seconds: float = 120.0
     max_retries: int = 4  # retries of 429 / 5xx / network errors during a compaction
     retry_budget_seconds: float = 60.0  # and the time they may take in all

@@ -234,10 +234,16 @@ def everything_written(tmp_path: Path, project: Path) -> dict[str, bytes]:
     return found
 
 
-def test_the_api_key_in_a_prompt_or_command_is_never_stored_or_logged(tmp_path: Path) -> None:
+@pytest.mark.parametrize("variable", ["OPENAI_API_KEY", "MY_LLM_KEY"])
+def test_the_api_key_in_a_prompt_or_command_is_never_stored_or_logged(tmp_path: Path, variable: str) -> None:
+    """The key is the value of OPENAI_API_KEY, or of the variable the user's config names."""
     key = "sk-" + secrets.token_hex(24)
     project = known_project(tmp_path)
-    env = {**env_for(tmp_path), "OPENAI_API_KEY": key}
+    if variable != "OPENAI_API_KEY":
+        config = tmp_path / "home" / ".config" / "ctxd" / "config.toml"
+        config.parent.mkdir(parents=True)
+        config.write_text(f'[llm]\napi_key_env = "{variable}"\n')
+    env = {**env_for(tmp_path), variable: key}
     base = {"session_id": "s-key", "cwd": str(project)}
     # Each key is placed where a cut falls: the label's 72 characters, turn.text's 200, the Bash label's 60.
     events = [

@@ -157,9 +157,22 @@ def _short(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
+def _user_config() -> Path:
+    """`ctxd.settings.user_config_path`, without importing the settings module for it."""
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "ctxd" / "config.toml"
+
+
 def user_settings() -> list[str]:
     """`hooks.exclude` from the user's own config file. Loading the settings also registers the
-    configured API key's value (`ctxd.redact`), so that nothing the hooks write holds it."""
+    configured API key's value (`ctxd.redact`), so that nothing the hooks write holds it. With no
+    config file (the usual case) the defaults apply: the settings module, which costs as much as
+    half a Python start to import, is not imported for them."""
+    from ctxd import redact
+
+    if not os.path.lexists(_user_config()):
+        redact.register(os.environ.get(redact.DEFAULT_KEY_ENV))
+        return []
     from ctxd.settings import load_settings
 
     problems: list[Any] = []

@@ -146,6 +146,8 @@ def excluded(folder: Path, patterns: list[str]) -> str | None:
     """The entry of `hooks.exclude` that `folder` is, or is below; None when there is none. An
     entry is a folder or a glob pattern (`fnmatch`, where `*` also crosses `/`), absolute once a
     leading `~` is expanded; `folder` is matched as given and with its links resolved."""
+    if not patterns:
+        return None
     from fnmatch import fnmatchcase
 
     names = {os.path.abspath(folder), os.path.realpath(folder)}
