@@ -33,9 +33,11 @@ COMPACT_BUFFER_TOKENS = 13_000
 WARN_RATIO = 0.8
 COLOURS = {"ok": "\033[32m", "warn": "\033[33m", "compact": "\033[31m"}
 RESET = "\033[0m"
-USER_COMMAND_SECONDS = 1.5
-"""The user's command is waited for this long at most: the whole status line stays within the 2 s
-any agent hook is given."""
+USER_COMMAND_DEADLINE = 1.5
+"""The user's command is waited for until this many seconds after the status line started, so
+that the whole status line stays within the 2 s any agent hook is given..."""
+USER_COMMAND_MIN_SECONDS = 0.25
+"""...though never less than this."""
 USER_OUTPUT_BYTES = 64 * 1024
 """At most this much of the user's command's output is read; then it is stopped."""
 
@@ -216,7 +218,7 @@ def hand_over(state_dir: Path, data: dict[str, Any], usage: dict[str, Any]) -> N
     os.replace(pending, path)
 
 
-def run_user_command(encoded: str, raw: bytes) -> str:
+def run_user_command(encoded: str, raw: bytes, seconds: float) -> str:
     """The user's own status line, given the same JSON; its output, or nothing on failure."""
     from ctxd.hooks.install import user_status_line
 
@@ -225,7 +227,7 @@ def run_user_command(encoded: str, raw: bytes) -> str:
     if not isinstance(command, str) or not command:
         return ""
     try:
-        output = run_capped(command, raw, USER_COMMAND_SECONDS, USER_OUTPUT_BYTES)
+        output = run_capped(command, raw, seconds, USER_OUTPUT_BYTES)
     except (OSError, ValueError):
         return ""
     return output.decode("utf-8", "replace").rstrip("\n")
@@ -280,6 +282,7 @@ def run_capped(command: str, stdin: bytes, seconds: float, limit: int) -> bytes:
 
 
 def main(argv: list[str]) -> int:
+    started = time.monotonic()
     raw = b""
     user = argv[argv.index("--user") + 1] if "--user" in argv[:-1] else None
     try:
@@ -311,7 +314,8 @@ def main(argv: list[str]) -> int:
         sys.stdout.write(f"ctxd: {type(error).__name__}\n")
     if user:
         try:
-            output = run_user_command(user, raw)
+            seconds = max(USER_COMMAND_MIN_SECONDS, started + USER_COMMAND_DEADLINE - time.monotonic())
+            output = run_user_command(user, raw, seconds)
         except Exception:  # noqa: BLE001
             output = ""
         if output:
