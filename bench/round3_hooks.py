@@ -170,7 +170,9 @@ def hooks_storm(root: Path, cycles: int, first_capture_files: int = FIRST_CAPTUR
         figures["first_capture_hook_seconds"] = round(result["seconds"], 2)
         figures["first_capture_lost"] += not _wait_for_log(state, "claude:storm-big: checkpoint ", 1, 300)
 
-    work = _repo(root / "work")
+    work = _repo(root / "work")  # known, as `ctxd hooks install --scope project` leaves a project
+    subprocess.run([sys.executable, "-m", "ctxd", "hooks", "install", "--agent", "claude", "--scope", "project"],
+                   cwd=work, env=env, check=True, capture_output=True)
     stores.append(work / ".git" / "ctxd" / "store")
     for cycle in range(cycles):
         kind = KINDS[cycle % len(KINDS)]
@@ -193,8 +195,8 @@ def hooks_storm(root: Path, cycles: int, first_capture_files: int = FIRST_CAPTUR
                     "user-sleep": f"sleep 300 >/dev/null 2>&1 & echo $! > {pid_file}; wait",
                     "user-background": f"sleep 300 >/dev/null 2>&1 & echo $! > {pid_file}; echo mine"}[kind]
         else:
-            prompt = f"{'word ' * (cycle % 15)}deploy with {key}{escape} then report"
-            command = f"curl -H 'Authorization: Bearer {key}'{escape} https://api.invalid/{cycle}"
+            prompt = f"{escape}{'word ' * (cycle % 15)}deploy with {key} then report"
+            command = f"echo{escape}; curl -H 'Authorization: Bearer {key}' https://api.invalid/{cycle}"
         (work / "app.py").write_text(f"value = {cycle}\n")  # each checkpoint of `work` a commit of its own
         base = {"session_id": session, "cwd": str(folder)}
         count(run(["hook", "claude", "UserPromptSubmit"], json.dumps({**base, "prompt": prompt}).encode(), folder, env))

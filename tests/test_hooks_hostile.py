@@ -281,6 +281,7 @@ def plant_sockets(state: Path, kind: str, elsewhere: Path) -> Path:
     """`<state>/hooks/sockets` as another local user could arrange it; returns where a listener of
     theirs would sit."""
     hooks = state / "hooks"
+    state.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(hooks, ignore_errors=True)
     elsewhere.mkdir(mode=0o755)
     os.chmod(elsewhere, 0o755)
@@ -296,6 +297,9 @@ def plant_sockets(state: Path, kind: str, elsewhere: Path) -> Path:
     (hooks / "sockets").mkdir(mode=0o700)
     if kind == "open-mode":
         os.chmod(hooks / "sockets", 0o777)
+    elif kind == "sockets-other-owner":
+        os.chown(hooks / "sockets", 65534, 65534)
+        os.chmod(hooks / "sockets", 0o755)
     elif kind == "other-owner":
         for folder in (hooks / "sockets", hooks):
             os.chown(folder, 65534, 65534)
@@ -304,6 +308,7 @@ def plant_sockets(state: Path, kind: str, elsewhere: Path) -> Path:
 
 @LINUX_LINK
 @pytest.mark.parametrize("kind", ["sockets-link", "hooks-link", "open-mode",
+                                  pytest.param("sockets-other-owner", marks=AS_ROOT),
                                   pytest.param("other-owner", marks=AS_ROOT)])
 def test_a_hook_hands_nothing_to_a_listener_in_a_folder_not_the_users_alone(tmp_path: Path, kind: str) -> None:
     project = known_project(tmp_path)
@@ -318,8 +323,12 @@ def test_a_hook_hands_nothing_to_a_listener_in_a_folder_not_the_users_alone(tmp_
             server.accept()  # nobody connected: the job never reached it
     finally:
         server.close()
-    wait_for_log(tmp_path, ": checkpoint ")  # the hook took its checkpoint itself
-    assert "no daemon is asked" in hook_log(tmp_path)
+    if kind in ("hooks-link", "other-owner"):  # `hooks/` itself is not the user's: no prompt is written there
+        wait_for_log(tmp_path, "the hooks write nothing there")
+        assert not (where.parent / "sessions").exists() and not (tmp_path / "elsewhere" / "sessions").exists()
+    else:
+        wait_for_log(tmp_path, ": checkpoint ")  # the hook took its checkpoint itself
+        assert "no daemon is asked" in hook_log(tmp_path)
 
 
 def listen_as_another_user(path: Path) -> tuple[int, int]:
@@ -371,30 +380,81 @@ def test_a_hook_sends_nothing_to_a_listener_of_another_user(tmp_path: Path) -> N
     wait_for_log(tmp_path, ": checkpoint ")
 
 
+def modes(*folders: Path) -> dict[Path, tuple[int, int]]:
+    return {folder: (os.stat(folder).st_uid, stat.S_IMODE(os.stat(folder).st_mode)) for folder in folders}
+
+
 @LINUX_LINK
-@pytest.mark.parametrize("kind", ["sockets-link", pytest.param("other-owner", marks=AS_ROOT)])
+@pytest.mark.parametrize("kind", ["sockets-link", pytest.param("sockets-other-owner", marks=AS_ROOT)])
 def test_a_keeper_never_listens_in_or_changes_a_folder_not_the_users(tmp_path: Path, kind: str) -> None:
     project = known_project(tmp_path)
-    state = tmp_path / "state" / "ctxd"
-    where = plant_sockets(state, kind, tmp_path / "elsewhere")
-    if kind == "other-owner":
-        for folder in (where, where.parent):
-            os.chmod(folder, 0o755)
-    before = {p: os.stat(p) for p in (where, where.parent)}
+    where = plant_sockets(tmp_path / "state" / "ctxd", kind, tmp_path / "elsewhere")
+    before = modes(where)
     data = {"session_id": "s-keeper", "cwd": str(project), "prompt": "go"}
     env = {**env_for(tmp_path), "CTXD_HOOK_KEEPER_SECONDS": "5"}
     assert ctxd(tmp_path, "hook", "claude", "UserPromptSubmit", cwd=project, stdin=json.dumps(data).encode(),
                 env=env).returncode == 0
     wait_for_log(tmp_path, "keeper of ")  # started
     wait_for_log(tmp_path, ": stopped (")
+    assert modes(where) == before and not list(where.glob("*.sock"))
     assert "LinkRefused" in hook_log(tmp_path)
-    for folder, was in before.items():
-        now = os.stat(folder)
-        assert (now.st_uid, stat.S_IMODE(now.st_mode)) == (was.st_uid, stat.S_IMODE(was.st_mode)), folder
-    assert not list(where.glob("*.sock"))
+
+
+@LINUX_LINK
+@AS_ROOT
+def test_a_daemon_never_listens_in_or_changes_another_users_hooks_folder(daemon_factory, tmp_path: Path,
+                                                                         state_dir: Path) -> None:
+    where = plant_sockets(state_dir / "ctxd", "other-owner", tmp_path / "elsewhere")
+    for folder in (where, where.parent):
+        os.chmod(folder, 0o755)
+    before = modes(where, where.parent)
+    daemon_factory([make_repo(tmp_path / "proj")])
+    log = tmp_path / "daemon-0.log"
+    deadline = time.monotonic() + HANG_SECONDS
+    while "hooks take their checkpoints alone" not in (log.read_text() if log.exists() else ""):
+        assert time.monotonic() < deadline, "the daemon never said why it does not listen for hooks"
+        time.sleep(0.05)
+    assert "belongs to another user" in log.read_text()
+    assert modes(where, where.parent) == before and not list(where.glob("*.sock"))
 
 
 # --- 5. the hook log ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not Path("/proc/self/cwd").exists(), reason="finds the hook's child by its folder in /proc")
+@pytest.mark.parametrize("planted", ["fifo", "link"])
+def test_a_hook_log_planted_as_a_fifo_or_a_link_neither_blocks_nor_is_written_through(tmp_path: Path,
+                                                                                        planted: str) -> None:
+    project = known_project(tmp_path)
+    log = tmp_path / "state" / "ctxd" / "hooks.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.unlink(missing_ok=True)
+    theirs = tmp_path / "theirs.log"
+    theirs.write_text("")
+    if planted == "fifo":
+        os.mkfifo(log)
+    else:
+        log.symlink_to(theirs)
+    data = {"session_id": "s-planted", "cwd": str(project), "prompt": "the secret plan"}
+    result = measured(tmp_path, ["hook", "claude", "UserPromptSubmit"], json.dumps(data).encode(), project,
+                      quiet_env(tmp_path))
+    check_bounded(result, f"ctxd hook with hooks.log a {planted}")
+    deadline = time.monotonic() + HANG_SECONDS  # the hook's child, which logs the checkpoint, ends too
+    while working_in(project):
+        assert time.monotonic() < deadline, "the hook's child never ended"
+        time.sleep(0.05)
+    assert theirs.read_text() == ""
+
+
+def working_in(folder: Path) -> bool:
+    """Whether a process (the hook's child, a git it runs) has `folder` as its working folder."""
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and os.readlink(entry / "cwd") == str(folder):
+                return True
+        except OSError:
+            continue
+    return False
 
 
 LOG_LINE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d \[\d+\] ")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import sys
 import time
 from pathlib import Path
@@ -64,12 +65,18 @@ def log(message: str) -> None:
     from ctxd.redact import redact
     from ctxd.terminal import safe
 
+    line = f"{time.strftime('%Y-%m-%dT%H:%M:%S')} [{os.getpid()}] {safe(redact(message))}\n".encode()
     try:
         path = _state_dir() / "hooks.log"
         path.parent.mkdir(parents=True, exist_ok=True)
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
-        with open(path, "a", encoding="utf-8") as handle:
-            handle.write(f"{stamp} [{os.getpid()}] {safe(redact(message))}\n")
+        # Never through a link, never blocking on a FIFO planted in its place (ENXIO), one write per line.
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                os.write(fd, line)
+        finally:
+            os.close(fd)
     except OSError:
         pass
 

@@ -9,9 +9,11 @@ daemons' sockets (`ctxd.hooks.link`).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +23,19 @@ MAX_MARK_BYTES = 64 * 1024
 
 
 def hooks_dir(state_dir: Path) -> Path:
-    """`<state dir>/hooks`, made (0700) when missing."""
+    """`<state dir>/hooks`, made (0700) when missing. Raises PermissionError when it is a link or
+    another user's folder (a state dir in a shared place, prepared by someone else): a prompt's
+    words must not be written into it."""
     folder = Path(state_dir) / "hooks"
-    if not folder.is_dir():
+    try:
+        info = os.lstat(folder)
+    except FileNotFoundError:
         folder.parent.mkdir(parents=True, exist_ok=True)
-        folder.mkdir(mode=0o700, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            folder.mkdir(mode=0o700)
+        info = os.lstat(folder)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        raise PermissionError(f"{folder} is a link, not a folder, or another user's: the hooks write nothing there")
     return folder
 
 
