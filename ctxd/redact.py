@@ -13,6 +13,8 @@ from typing import Any
 
 MIN_LENGTH = 8
 MARK = "[redacted]"
+DEFAULT_KEY_ENV = "OPENAI_API_KEY"
+"""The variable that holds the key unless the settings name another (`llm.api_key_env`)."""
 
 _lock = threading.Lock()
 _values: tuple[str, ...] = ()

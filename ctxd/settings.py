@@ -10,7 +10,9 @@ settings that send data off the machine or read outside the workspace (`llm.*`, 
 `sources.*`, a `compact_prompt_file` outside the workspace) are taken from it only when the editor
 says the workspace is trusted (`initializationOptions.ctxd.trusted`); otherwise each is ignored
 and reported. A `.ctxd.toml` that is a symbolic link is not read at all: it could lead outside the
-workspace. Every problem is a `Problem` that `ctxd/status` lists and the server shows once.
+workspace. `hooks.*` (where the agents' hooks take checkpoints) is read only from the user's own
+config file: a repository must not switch off its own checkpoints. Every problem is a `Problem`
+that `ctxd/status` lists and the server shows once.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ctxd import redact
+from ctxd.safefile import read_bounded
 
 if TYPE_CHECKING:
     from ctxd.protocol import shapes
@@ -48,6 +51,8 @@ INIT_OPTIONS = "initializationOptions"
 # Settings a workspace file may set only in a trusted workspace (dotted; a prefix ending in "."
 # covers a whole table). `compact_prompt_file` is checked apart: inside the workspace it is fine.
 TRUSTED_ONLY = ("llm.", "state_dir", "sources.")
+# Settings only the user's own config file may set: from any other layer they are ignored and reported.
+USER_ONLY = ("hooks",)
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 # Prefixes of well-known key formats (OpenAI, GitHub, GitLab, Slack, AWS, Google, Hugging Face).
 _KEY_PREFIXES = ("sk-", "sk_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "xox",
@@ -76,7 +81,7 @@ class LlmSettings:
     base_url: str | None = None
     model: str | None = None
     api: str = "chat"  # "chat" or "responses"
-    api_key_env: str = "OPENAI_API_KEY"
+    api_key_env: str = redact.DEFAULT_KEY_ENV
     timeout_seconds: float = 120.0
     max_retries: int = 4  # retries of 429 / 5xx / network errors during a compaction
     retry_budget_seconds: float = 60.0  # and the time they may take in all
@@ -108,6 +113,16 @@ class SourcesSettings:
 
 
 @dataclass
+class HooksSettings:
+    """The agents' hooks (docs/hooks.md). Read only from the user's own config file: a repository's
+    `.ctxd.toml` (or an editor's options) must not switch off its own checkpoints."""
+
+    # Folders, or glob patterns, where the hooks do nothing: a hook whose cwd is one of them or
+    # below one gets no checkpoint. Each is absolute after `~` is expanded.
+    exclude: list[str] = field(default_factory=list)
+
+
+@dataclass
 class Settings:
     model: str | None = None
     context_window: int | None = None
@@ -123,6 +138,7 @@ class Settings:
     llm: LlmSettings = field(default_factory=LlmSettings)
     ghost: GhostSettings = field(default_factory=GhostSettings)
     sources: SourcesSettings = field(default_factory=SourcesSettings)
+    hooks: HooksSettings = field(default_factory=HooksSettings)
     # Prices by model, USD per million tokens: {"model": {"input", "cached_input", "cache_write",
     # "output"}}; over the built-in table (ctxd/sessions/prices.json).
     prices: dict[str, Any] = field(default_factory=dict)
@@ -234,9 +250,9 @@ def load_toml(path: Path, problems: list[Problem], follow_links: bool = True) ->
     import tomllib  # here: most folders have no config file, and `ctxd hook` starts on every tool call
 
     try:
-        # O_NOFOLLOW: a link swapped in since the lstat is refused too (ELOOP).
-        with os.fdopen(os.open(path, os.O_RDONLY | (0 if follow_links else os.O_NOFOLLOW)), "rb") as handle:
-            raw = tomllib.load(handle)
+        # Checked again on what is opened (ctxd.safefile): a FIFO swapped in since the stat must not
+        # block the reader (a hook), and, unless `follow_links`, a link is refused too (ELOOP).
+        raw = tomllib.loads(read_bounded(path, MAX_CONFIG_BYTES, follow_links=follow_links).decode("utf-8"))
         deep = _too_deep(raw)
     except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
         problems.append(Problem(str(path), str(error)))
@@ -283,12 +299,13 @@ def load_settings(
         if isinstance(raw, dict):
             raw = _untrusted_removed(_normalize_keys(raw), workspace, is_trusted(init_options),
                                      str(workspace_file), problems)
+            raw = _user_only_removed(raw, str(workspace_file), problems)
         layers.append((str(workspace_file), raw))
     options = {k: v for k, v in (init_options or {}).items() if k != "trusted"} if isinstance(init_options, dict) else {}
     if _too_deep(options):
         problems.append(Problem(INIT_OPTIONS, _TOO_DEEP))
         options = {}
-    layers.append((INIT_OPTIONS, options))
+    layers.append((INIT_OPTIONS, _user_only_removed(_normalize_keys(options), INIT_OPTIONS, problems)))
     for source, layer in layers:
         if isinstance(layer, dict):
             _apply(settings, _normalize_keys(layer), "", problems, source)
@@ -311,6 +328,7 @@ def load_settings(
         settings.auto_compact_ratio = 0.9
     _check_key_env(settings, problems)
     _check_prompt_file(settings, workspace, problems)
+    _check_hooks_exclude(settings, problems)
     redact.register(os.environ.get(settings.llm.api_key_env))
     return settings
 
@@ -346,6 +364,29 @@ def _untrusted_removed(raw: dict[str, Any], workspace: Path, trusted: bool, sour
             problems.append(Problem(source, f"setting '{name}' ignored: the workspace is not trusted and {what}. "
                                             "Trust the workspace in the editor to use it.", name))
     return kept
+
+
+def _user_only_removed(raw: dict[str, Any], source: str, problems: list[Problem]) -> dict[str, Any]:
+    """`raw` without the settings only the user's own config file may set (USER_ONLY)."""
+    kept = dict(raw)
+    for key in USER_ONLY:
+        if key in kept:
+            value = kept.pop(key)
+            for name in _flatten({key: value}) if isinstance(value, dict) else [key]:
+                problems.append(Problem(source, f"setting '{name}' ignored: only your own config file "
+                                                f"({user_config_path()}) sets it", name))
+    return kept
+
+
+def _check_hooks_exclude(settings: Settings, problems: list[Problem]) -> None:
+    """Keep `hooks.exclude` only when every entry is a folder or pattern that is absolute once `~`
+    is expanded (a relative one would depend on where the agent runs)."""
+    for entry in settings.hooks.exclude:
+        if not entry.strip() or "\0" in entry or not os.path.isabs(os.path.expanduser(entry)):
+            problems.append(Problem("settings", f"setting 'hooks.exclude': {_shown(entry)} is not an absolute folder "
+                                                "or pattern (a leading ~ is expanded); keeping []", "hooks.exclude"))
+            settings.hooks.exclude = []
+            return
 
 
 def _inside(workspace: Path, name: str) -> bool:

@@ -314,7 +314,7 @@ def test_the_hook_never_fails_the_agent(tmp_path: Path) -> None:
     assert ctxd(tmp_path, "hook", "nobody", "x", cwd=project).returncode == 0
     text = log.read_text()
     assert "not JSON" in text and "not a JSON object" in text and "no session_id or absolute cwd" in text
-    assert f"{outside} is in no workspace ctxd knows" in text
+    assert f"{outside} is neither in a git work tree nor in a folder ctxd knows" in text
     assert not (outside / ".git").exists()
     ghost_state = tmp_path / "state" / "ctxd" / "ghost"  # only the key that proves ctxd made its stores
     assert not ghost_state.exists() or {p.name for p in ghost_state.iterdir()} == {"owner.key"}
@@ -430,10 +430,10 @@ def test_usage_and_sessions_find_the_enclosing_workspace_from_a_subfolder(tmp_pa
     deep = project / "src" / "pkg"
     deep.mkdir(parents=True)
     state = tmp_path / "state" / "ctxd"
-    assert find_workspace(deep, state) == (project, False, state)  # the git root, not known yet
+    assert find_workspace(deep, state) == (project, False, state, True)  # the git root, not known yet
     plain = tmp_path / "plain" / "sub"
     plain.mkdir(parents=True)
-    assert find_workspace(plain, state) == (plain, False, state)
+    assert find_workspace(plain, state) == (plain, False, state, False)
     client = start_daemon(tmp_path / "state", env={"HOME": str(tmp_path / "home")})
     try:
         client.initialize([project / "src"])  # an editor opened the subfolder: its database makes it known
@@ -441,7 +441,7 @@ def test_usage_and_sessions_find_the_enclosing_workspace_from_a_subfolder(tmp_pa
             {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hello"}]}]})
     finally:
         client.shutdown()
-    assert find_workspace(deep, state) == (project / "src", True, state)
+    assert find_workspace(deep, state) == (project / "src", True, state, False)
     done = ctxd(tmp_path, "usage", "--format", "json", cwd=deep)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["usage"]["usedTokens"] > 0

@@ -29,7 +29,7 @@ ALLOWED: dict[str, set[str]] = {
     "compact": {"errors", "ledger", "protocol", "redact", "settings", "tokens", "workspace"},
     "ghost": {"errors", "ledger", "redact", "safefile", "settings"},
     "sessions": {"errors", "ghost", "hooks", "ledger", "protocol", "redact", "safefile", "settings", "terminal", "tokens", "workspace"},  # hooks: a hooked session's marks
-    "hooks": {"errors", "ghost", "safefile", "settings", "tokens"},  # tokens: the prompt cache's lifetimes (statusline)
+    "hooks": {"errors", "ghost", "redact", "safefile", "settings", "terminal", "tokens"},  # tokens: the prompt cache's lifetimes (statusline); redact, terminal: what the hooks log and store
     "status": {"ctxd", "ledger", "protocol", "tokens", "workspace"},
     "server": {"compact", "ctxd", "errors", "ghost", "ledger", "logs", "ownerlink", "protocol", "redact", "safefile", "sessions", "settings", "status", "tokens", "workspace"},
     "cli": {"agentmcp", "ctxd", "hooks", "logs", "redact", "safefile", "server", "sessions", "usage"},

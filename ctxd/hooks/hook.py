@@ -1,6 +1,7 @@
 """`ctxd hook <agent> <event>`: what the agents' hooks run. It never blocks or fails the agent.
 
-It reads the hook's JSON on standard input and, in a workspace ctxd knows (`ctxd.hooks.locate`):
+It reads the hook's JSON on standard input and, in a git work tree or a folder ctxd knows
+(`ctxd.hooks.locate`), unless the user's `hooks.exclude` names it:
 - `UserPromptSubmit`: a checkpoint (trigger "turn") labelled with the turn's first words;
 - `PreToolUse` of a tool that can change files (by name; a shell command always): a checkpoint
   (trigger "tool") labelled with the tool and the paths it names;
@@ -10,8 +11,9 @@ It reads the hook's JSON on standard input and, in a workspace ctxd knows (`ctxd
 
 Whatever happens it exits 0, within 2 s: the checkpoint runs in a child process that the hook
 waits for until its deadline; past it, the hook returns and the child finishes alone. What went
-wrong goes to ctxd's log (`<state dir>/hooks.log`), never to the agent. Imports are lazy: the
-agent pays for this process at every tool call.
+wrong goes to ctxd's log (`<state dir>/hooks.log`), never to the agent. The configured API key
+is redacted from the input before anything is cut from it or written, and the log escapes every
+control character. Imports are lazy: the agent pays for this process at every tool call.
 """
 
 from __future__ import annotations
@@ -19,10 +21,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ctxd.hooks.locate import Located
 
 DEADLINE_SECONDS = 1.5
 """The hook returns by then (the agent's bound is 2 s, and starting Python takes some of it)."""
@@ -52,15 +58,40 @@ def _state_dir() -> Path:
 
 
 def log(message: str) -> None:
-    """One line in ctxd's hook log; a log that cannot be written is not the agent's problem."""
+    """One line in ctxd's hook log; a log that cannot be written is not the agent's problem. The
+    message may quote the agent's cwd, prompt or command: the configured API key is redacted and
+    every control character escaped (a newline would forge a line, an escape sequence act on the
+    terminal that shows the log)."""
+    from ctxd.redact import redact
+    from ctxd.terminal import safe
+
+    line = f"{time.strftime('%Y-%m-%dT%H:%M:%S')} [{os.getpid()}] {safe(redact(message))}\n".encode()
     try:
         path = _state_dir() / "hooks.log"
         path.parent.mkdir(parents=True, exist_ok=True)
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
-        with open(path, "a", encoding="utf-8") as handle:
-            handle.write(f"{stamp} [{os.getpid()}] {message}\n")
+        # Never through a link, never blocking on a FIFO planted in its place (ENXIO), one write per line.
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                os.write(fd, line)
+        finally:
+            os.close(fd)
     except OSError:
         pass
+
+
+def log_once(key: str, message: str) -> None:
+    """`log(message)` the first time `key` is logged (a folder the hooks skip, a settings problem):
+    an agent's every tool call must not add the same line."""
+    from ctxd.hooks.marks import first_time
+
+    try:
+        first = first_time(_state_dir(), key)
+    except OSError:
+        first = True  # no marker can be written: nor, likely, the log
+    if first:
+        log(message)
 
 
 def read_input(stream: Any = None, timeout: float = 1.0) -> dict[str, Any] | None:
@@ -133,20 +164,69 @@ def _short(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
+def _user_config() -> Path:
+    """`ctxd.settings.user_config_path`, without importing the settings module for it."""
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "ctxd" / "config.toml"
+
+
+def user_settings() -> list[str]:
+    """`hooks.exclude` from the user's own config file. Loading the settings also registers the
+    configured API key's value (`ctxd.redact`), so that nothing the hooks write holds it. With no
+    config file (the usual case) the defaults apply: the settings module, which costs as much as
+    half a Python start to import, is not imported for them."""
+    from ctxd import redact
+
+    if not os.path.lexists(_user_config()):
+        redact.register(os.environ.get(redact.DEFAULT_KEY_ENV))
+        return []
+    from ctxd.settings import load_settings
+
+    problems: list[Any] = []
+    settings = load_settings(None, problems=problems)
+    for problem in problems:
+        log_once(f"settings {problem}", f"{problem}")
+    return settings.hooks.exclude
+
+
+def covered(agent: str, event: str, cwd: str, located: Located, exclude: list[str]) -> bool:
+    """Whether the hooks act for `cwd`: in a git work tree, or a folder ctxd knows, unless
+    `hooks.exclude` names it. Why not is logged once per folder."""
+    from ctxd.hooks.locate import MAX_POINTER_BYTES, excluded
+
+    entry = excluded(Path(cwd), exclude)
+    if entry is not None:
+        kind, why = "excluded", f"{cwd} is excluded by hooks.exclude ({entry!r}): nothing done"
+    elif located.known or located.git:
+        return True
+    elif (located.folder / ".git").exists():
+        kind, why = "not followed", (f"{cwd}: the .git of {located.folder} is not followed (not a regular file of "
+                                     f"at most {MAX_POINTER_BYTES} bytes naming a folder, or its commondir is not): "
+                                     "nothing done")
+    else:
+        kind, why = "uncovered", (f"{cwd} is neither in a git work tree nor in a folder ctxd knows: nothing done "
+                                  "(docs/hooks.md, which folders get checkpoints)")
+    log_once(f"{kind} {cwd}", f"{agent} {event}: {why}")
+    return False
+
+
 def plan(agent: str, event: str, data: dict[str, Any], state_dir: Path) -> dict[str, Any] | None:
     """What to do for this hook: a checkpoint's arguments, or None (nothing to do). `state_dir`
-    is the default one; the workspace's daemon may use another (`ctxd.hooks.locate`)."""
+    is the default one; the workspace's daemon may use another (`ctxd.hooks.locate`). Every text of
+    the hook input is redacted before anything is cut from it or written."""
     from ctxd.hooks import marks
     from ctxd.hooks.locate import find_workspace
+    from ctxd.redact import redact, redact_json
 
+    exclude = user_settings()
+    data = redact_json(data)
     session = data.get("session_id")
     cwd = data.get("cwd")
     if not isinstance(session, str) or not session or not isinstance(cwd, str) or not os.path.isabs(cwd):
         log(f"{agent} {event}: no session_id or absolute cwd in the hook input: nothing done")
         return None
     located = find_workspace(Path(cwd), state_dir)
-    if not located.known:
-        log(f"{agent} {event}: {cwd} is in no workspace ctxd knows: nothing done")
+    if not covered(agent, event, cwd, located, exclude):
         return None
     thread = f"{agent}:{session}"
     state_dir = located.state_dir  # a daemon's own stateDir, when it named one for this workspace
@@ -179,7 +259,7 @@ def plan(agent: str, event: str, data: dict[str, Any], state_dir: Path) -> dict[
             label = f"before {name}: {shown}" if shown else f"before {name}"
         else:
             label = f"before {name} {', '.join(paths)}".rstrip()
-        in_turn = {"index": int(mark["turn"]), "text": str(mark.get("text") or "")} if mark.get("turn") else None
+        in_turn = {"index": int(mark["turn"]), "text": redact(str(mark.get("text") or ""))} if mark.get("turn") else None
         if not mark:
             marks.write(state_dir, thread, {"turn": 0})
         return {"folder": located.folder, "stateDir": state_dir, "thread": thread, "trigger": "tool",
@@ -209,10 +289,14 @@ def take_checkpoint(job: dict[str, Any]) -> bool:
 
 def handed_to_daemon(job: dict[str, Any], deadline: float) -> bool:
     """Whether a running daemon of the workspace took the checkpoint (`ctxd.hooks.link`)."""
-    from ctxd.hooks.link import ask
+    from ctxd.hooks.link import LinkRefused, ask
 
     started = time.monotonic()
-    answer = ask(job["stateDir"], job, deadline)
+    try:
+        answer = ask(job["stateDir"], job, deadline)
+    except LinkRefused as error:
+        log_once(f"link refused {error}", f"{job['thread']}: no daemon is asked: {error}")
+        return False
     if answer is None:
         return False
     if answer.get("skipped"):

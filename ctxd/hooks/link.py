@@ -9,6 +9,12 @@ job (what `ctxd.hooks.hook.plan` made) as one JSON line and waits for one JSON l
 commit, or why not (not one of this daemon's folders, ghost.auto off, a failure). A connection
 from another user is closed unread (`SO_PEERCRED`).
 
+The hook hands over a prompt's words and a command, so it checks both ends too: the socket folder
+and `hooks/` above it must be real folders (not links), the user's own, mode 0700 (checked on the
+descriptors it then goes through), or no daemon is asked (`LinkRefused`); and a listener whose
+peer credentials are another user's is sent nothing. A daemon or keeper uses only such folders,
+making them 0700 when they are the user's own, and never changes another user's.
+
 Nothing changes for the hook when there is no daemon, or it answers nothing usable in time: it
 takes the checkpoint itself, as before. The socket is reached through `/proc/self/fd/<folder>`
 so that a long state dir path never exceeds the 107 bytes a socket path may have (Linux; on
@@ -18,9 +24,11 @@ other systems there is no link and hooks always work alone).
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import socket
+import stat
 import struct
 import sys
 import threading
@@ -34,8 +42,68 @@ SERVE_SECONDS = 30.0
 """A connection that sends nothing for this long is closed (a checkpoint itself may take longer)."""
 
 
+class LinkRefused(OSError):
+    """The hooks' socket folder is not the user's alone: nothing is handed over through it."""
+
+
 def _sockets(state_dir: Path) -> Path:
     return Path(state_dir) / "hooks" / "sockets"
+
+
+def _open_folder(name: Path, dir_fd: int | None = None) -> int:
+    """A descriptor of the folder `name` (only its last part, relative to `dir_fd`, when one is
+    given), never through a link. Raises LinkRefused for a link or a file, OSError for none."""
+    try:
+        return os.open(name if dir_fd is None else name.name,
+                       os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError as error:
+        if error.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise LinkRefused(f"{name} is a link or not a folder") from None
+        raise
+
+
+def _check_private(fd: int, name: Path, make_private: bool) -> None:
+    """Raise LinkRefused unless the open folder is this user's and 0700 (with `make_private`, the
+    user's own folder is made 0700)."""
+    info = os.fstat(fd)
+    if info.st_uid != os.getuid():
+        raise LinkRefused(f"{name} belongs to another user (uid {info.st_uid})")
+    if stat.S_IMODE(info.st_mode) != 0o700:
+        if not make_private:
+            raise LinkRefused(f"{name} is open to other users (mode {stat.S_IMODE(info.st_mode):o})")
+        os.fchmod(fd, 0o700)
+
+
+def _open_sockets(state_dir: Path, make: bool) -> int:
+    """A descriptor of `<state dir>/hooks/sockets` once it and `hooks/` are found the user's alone
+    (with `make`, the daemon's side: created when missing, made 0700). Raises LinkRefused, or
+    OSError (FileNotFoundError: no daemon ever listened here)."""
+    sockets = _sockets(state_dir)
+    if make:
+        sockets.parent.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            sockets.parent.mkdir(mode=0o700)
+    parent = _open_folder(sockets.parent)
+    try:
+        if make:  # nothing is made in a folder that is not the user's
+            _check_private(parent, sockets.parent, True)
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(sockets.name, 0o700, dir_fd=parent)
+        fd = _open_folder(sockets, parent)
+        try:
+            _check_private(parent, sockets.parent, make)
+            _check_private(fd, sockets, make)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+    finally:
+        os.close(parent)
+
+
+def _peer_uid(conn: socket.socket) -> int:
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return int(struct.unpack("3i", creds)[1])
 
 
 def available() -> bool:
@@ -61,16 +129,18 @@ def _read_line(conn: socket.socket, deadline: float) -> bytes | None:
 
 def ask(state_dir: Path, job: dict[str, Any], deadline: float) -> dict[str, Any] | None:
     """The answer of the first daemon that takes the job ({"commit": ...} or {"skipped": why}),
-    or None: no daemon did (none runs, none has the folder open, none answered by `deadline`)."""
+    or None: no daemon did (none runs, none has the folder open, none answered by `deadline`).
+    Raises LinkRefused when the socket folder is not the user's alone."""
     if not available():
         return None
-    folder = _sockets(state_dir)
     try:
-        names = sorted(n for n in os.listdir(folder) if n.endswith(".sock"))
-        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        fd = _open_sockets(state_dir, make=False)
+    except LinkRefused:
+        raise
     except OSError:
         return None
     try:
+        names = sorted(n for n in os.listdir(fd) if n.endswith(".sock"))
         line = json.dumps({**job, "folder": str(job["folder"]), "stateDir": str(job["stateDir"])}).encode() + b"\n"
         for name in names:
             answer = _ask_one(f"/proc/self/fd/{fd}/{name}", line, deadline)
@@ -86,6 +156,8 @@ def _ask_one(address: str, line: bytes, deadline: float) -> dict[str, Any] | Non
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
             conn.settimeout(max(0.01, deadline - time.monotonic()))
             conn.connect(address)
+            if _peer_uid(conn) != os.getuid():
+                return None  # another user's listener: it is told nothing
             conn.sendall(line)
             raw = _read_line(conn, deadline)
     except OSError:
@@ -105,6 +177,7 @@ class Listener:
 
     def __init__(self, state_dir: Path, take: Callable[[dict[str, Any]], dict[str, Any]],
                  prefix: str = "") -> None:
+        self.state_dir = Path(state_dir)
         self.folder = _sockets(state_dir)
         self.take = take
         self.prefix = prefix
@@ -113,18 +186,18 @@ class Listener:
         self._closed = False
 
     def start(self) -> None:
+        """Listen; raises OSError (LinkRefused: the folder is a link or another user's) when it cannot."""
         if not available():
             return
-        self.folder.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.folder.parent, 0o700)
-        os.chmod(self.folder, 0o700)
-        self._clean()
-        self.path = self.folder / f"{self.prefix}{os.getpid()}.sock"
-        self.path.unlink(missing_ok=True)
-        fd = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        fd = _open_sockets(self.state_dir, make=True)
         try:
+            self._clean(fd)
+            name = f"{self.prefix}{os.getpid()}.sock"
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name, dir_fd=fd)
             server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            server.bind(f"/proc/self/fd/{fd}/{self.path.name}")
+            server.bind(f"/proc/self/fd/{fd}/{name}")
+            self.path = self.folder / name
         finally:
             os.close(fd)
         server.listen(16)
@@ -140,13 +213,16 @@ class Listener:
         if self.path is not None:
             self.path.unlink(missing_ok=True)
 
-    def _clean(self) -> None:
-        """Sockets of daemons (and keepers) that are gone."""
-        for path in self.folder.glob("*.sock"):
+    def _clean(self, fd: int) -> None:
+        """Sockets of daemons (and keepers) that are gone, in the folder open as `fd`."""
+        for name in os.listdir(fd):
+            if not name.endswith(".sock"):
+                continue
             try:
-                os.kill(int(path.stem.rsplit("-", 1)[-1]), 0)
+                os.kill(int(name[:-len(".sock")].rsplit("-", 1)[-1]), 0)
             except ProcessLookupError:
-                path.unlink(missing_ok=True)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(name, dir_fd=fd)
             except (ValueError, OSError):
                 continue
 
@@ -162,8 +238,7 @@ class Listener:
     def _serve(self, conn: socket.socket) -> None:
         with conn:
             try:
-                creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-                if struct.unpack("3i", creds)[1] != os.getuid():
+                if _peer_uid(conn) != os.getuid():
                     return  # another user: never read
                 raw = _read_line(conn, time.monotonic() + SERVE_SECONDS)
                 job = json.loads(raw) if raw else None

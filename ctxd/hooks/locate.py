@@ -2,8 +2,13 @@
 
 The nearest enclosing folder ctxd has a store for (a ledger database in the state directory, a
 snapshot store of its git repository or of the plain folder) is the workspace, and ctxd *knows*
-it; else the git root, else the folder itself, which ctxd does not know yet. `ctxd hook` acts only
-in a folder ctxd knows; `ctxd usage` and `ctxd sessions` take any of them.
+it; else the git root, else the folder itself, which ctxd does not know yet. `ctxd hook` acts in a
+folder ctxd knows and in any git work tree (`Located.git`); `ctxd usage` and `ctxd sessions` take
+any of them.
+
+A `.git` file and the `commondir` it leads to are written by whoever made the folder: they are
+read only as regular files of at most MAX_POINTER_BYTES (`ctxd.safefile`), so a FIFO, a device or
+a huge file there can neither block a hook nor grow its memory; such a `.git` is not followed.
 
 A daemon may keep a workspace's ledger in a state directory of its own (`stateDir`, `--state-dir`),
 which the agents' hooks cannot be told. Such a daemon leaves a pointer in the default state
@@ -18,11 +23,17 @@ import os
 from pathlib import Path
 from typing import NamedTuple
 
+from ctxd.safefile import read_text_bounded
+
+MAX_POINTER_BYTES = 4096
+"""A `.git` file or a `commondir` holds one path: anything larger is not one, and is not read."""
+
 
 class Located(NamedTuple):
     folder: Path
     known: bool  # ctxd has a store for it (an editor opened it, or a snapshot was taken of it)
     state_dir: Path  # the state directory the daemon of this workspace uses
+    git: bool = False  # the folder is the top of a git work tree whose `.git` ctxd can follow
 
 
 def ledger_database(state_dir: Path, folder: Path) -> Path:
@@ -41,22 +52,29 @@ def plain_store(state_dir: Path, folder: Path) -> Path:
 
 def git_common_dir(top: Path) -> Path | None:
     """The common git directory of a work tree whose top is `top` (a `.git` folder, or a `.git`
-    file naming a linked worktree's directory), or None when `top` has no `.git`."""
-    dot_git = top / ".git"
-    if dot_git.is_dir():
-        return dot_git
+    file naming a linked worktree's directory; either may name another in its `commondir`), or
+    None when `top` has no `.git`, or one that is not followed: a `.git` file or `commondir` that
+    is not a regular file of at most MAX_POINTER_BYTES, or a `.git` file naming no folder."""
+    git_dir = top / ".git"
+    if not git_dir.is_dir():
+        try:
+            text = read_text_bounded(git_dir, MAX_POINTER_BYTES, errors="replace")
+        except OSError:  # none, or refused (ctxd.safefile.FileRefused)
+            return None
+        if not text.startswith("gitdir:") or "\0" in text:
+            return None
+        named = Path(text[len("gitdir:"):].strip())
+        git_dir = named if named.is_absolute() else (top / named)
+        if not git_dir.is_dir():
+            return None
     try:
-        text = dot_git.read_text("utf-8", "replace") if dot_git.is_file() else ""
-    except OSError:
-        return None
-    if not text.startswith("gitdir:"):
-        return None
-    git_dir = Path(text[len("gitdir:"):].strip())
-    git_dir = git_dir if git_dir.is_absolute() else (top / git_dir)
-    try:
-        common = (git_dir / "commondir").read_text("utf-8").strip()
-    except OSError:
+        common = read_text_bounded(git_dir / "commondir", MAX_POINTER_BYTES).strip()
+    except FileNotFoundError:
         return git_dir
+    except (OSError, UnicodeDecodeError):
+        return None
+    if "\0" in common:
+        return None
     return (git_dir / common) if not os.path.isabs(common) else Path(common)
 
 
@@ -91,7 +109,7 @@ def note_state_dir(default_state_dir: Path, folder: Path, state_dir: Path) -> No
 def _pointed(default_state_dir: Path, folder: Path) -> Path | None:
     """The state directory a pointer names for `folder` (a daemon opened the folder with it)."""
     try:
-        text = pointer_path(default_state_dir, folder).read_text("utf-8").strip()
+        text = read_text_bounded(pointer_path(default_state_dir, folder), MAX_POINTER_BYTES).strip()
     except (OSError, UnicodeDecodeError):
         return None
     other = Path(text)
@@ -99,13 +117,16 @@ def _pointed(default_state_dir: Path, folder: Path) -> Path | None:
 
 
 def find_workspace(folder: Path, state_dir: Path) -> Located:
-    """The workspace of `folder`; `state_dir` is the default state directory (pointers are read in it)."""
+    """The workspace of `folder`; `state_dir` is the default state directory (pointers are read in
+    it). Not known, it is the git root (`git` says whether its `.git` can be followed), else the
+    folder itself."""
     folder = Path(os.path.abspath(folder))
     try:
         folder = folder.resolve()
     except OSError:
         pass
     git_root: Path | None = None
+    followed = False
     for candidate in (folder, *folder.parents):
         other = _pointed(state_dir, candidate)
         if other is not None:
@@ -113,8 +134,27 @@ def find_workspace(folder: Path, state_dir: Path) -> Located:
         if _knows(state_dir, candidate):
             return Located(candidate, True, state_dir)
         if git_root is None and (candidate / ".git").exists():
-            git_root = candidate
+            git_root = candidate  # the first `.git`, followable or not: no parent's repository is used
             common = git_common_dir(candidate)
+            followed = common is not None
             if common is not None and (common / "ctxd" / "store" / "HEAD").exists():
-                return Located(candidate, True, state_dir)
-    return Located(git_root or folder, False, state_dir)
+                return Located(candidate, True, state_dir, True)
+    return Located(git_root or folder, False, state_dir, followed)
+
+
+def excluded(folder: Path, patterns: list[str]) -> str | None:
+    """The entry of `hooks.exclude` that `folder` is, or is below; None when there is none. An
+    entry is a folder or a glob pattern (`fnmatch`, where `*` also crosses `/`), absolute once a
+    leading `~` is expanded; `folder` is matched as given and with its links resolved."""
+    if not patterns:
+        return None
+    from fnmatch import fnmatchcase
+
+    names = {os.path.abspath(folder), os.path.realpath(folder)}
+    candidates = {str(p) for name in names for p in (Path(name), *Path(name).parents)}
+    for entry in patterns:
+        pattern = os.path.normpath(os.path.expanduser(entry))
+        forms = {pattern} if any(c in pattern for c in "*?[") else {pattern, os.path.realpath(pattern)}
+        if any(name == form or fnmatchcase(name, form) for name in candidates for form in forms):
+            return entry
+    return None

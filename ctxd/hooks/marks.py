@@ -1,15 +1,42 @@
-"""What ctxd's hooks remember of a session between two runs: the turn it is in.
+"""What ctxd's hooks remember between two runs: the turn a session is in, and what they have
+already said in their log.
 
 One small JSON file per session in the state directory. Its presence also tells the daemon's
 file-watching checkpoint that this session's hooks take its checkpoints (so none is taken twice).
+The hooks' folder (`<state dir>/hooks`) is made the user's alone (0700): it also holds the
+daemons' sockets (`ctxd.hooks.link`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
+
+from ctxd.safefile import read_text_bounded
+
+MAX_MARK_BYTES = 64 * 1024
+
+
+def hooks_dir(state_dir: Path) -> Path:
+    """`<state dir>/hooks`, made (0700) when missing. Raises PermissionError when it is a link or
+    another user's folder (a state dir in a shared place, prepared by someone else): a prompt's
+    words must not be written into it."""
+    folder = Path(state_dir) / "hooks"
+    try:
+        info = os.lstat(folder)
+    except FileNotFoundError:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            folder.mkdir(mode=0o700)
+        info = os.lstat(folder)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        raise PermissionError(f"{folder} is a link, not a folder, or another user's: the hooks write nothing there")
+    return folder
 
 
 def _path(state_dir: Path, thread: str) -> Path:
@@ -28,7 +55,7 @@ def hooked(state_dir: Path | None, thread: str) -> bool:
 
 def read(state_dir: Path, thread: str) -> dict[str, Any]:
     try:
-        value = json.loads(_path(state_dir, thread).read_text("utf-8"))
+        value = json.loads(read_text_bounded(_path(state_dir, thread), MAX_MARK_BYTES))
     except (OSError, ValueError):
         return {}
     return value if isinstance(value, dict) else {}
@@ -36,7 +63,20 @@ def read(state_dir: Path, thread: str) -> dict[str, Any]:
 
 def write(state_dir: Path, thread: str, value: dict[str, Any]) -> None:
     path = _path(state_dir, thread)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    hooks_dir(state_dir)
+    path.parent.mkdir(exist_ok=True)
     pending = path.with_name(f".{path.name}.{os.urandom(16).hex()}.tmp")
     pending.write_text(json.dumps(value), "utf-8")
     os.replace(pending, path)
+
+
+def first_time(state_dir: Path, key: str) -> bool:
+    """True once for each `key` (a marker file in `<state dir>/hooks/told`), then False."""
+    folder = hooks_dir(state_dir) / "told"
+    folder.mkdir(exist_ok=True)
+    name = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    try:
+        os.close(os.open(folder / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+    except FileExistsError:
+        return False
+    return True

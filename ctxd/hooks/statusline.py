@@ -7,12 +7,20 @@ gauges (warn from 80% of the compaction point, compact at it). The exact usage i
 written for ctxd (`<state dir>/hooks/usage/<thread>.json`). A user's own status-line command
 (carried by `--user`, see `ctxd.hooks.install`) runs after it, its output printed after ctxd's.
 Claude Code runs this after every message: it starts no git and imports little.
+
+It never hangs and stays small whatever it is handed: the transcript is read only when it is a
+regular file (opened without blocking, only its tail), and the user's command runs in a process
+group of its own, with a bound on its time and on the output kept, then the group is killed and
+reaped (no orphan each refresh). `NO_COLOR` (any non-empty value, https://no-color.org) or
+`--no-colour` turn the colours off.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import stat
 import sys
 import time
 from pathlib import Path
@@ -25,7 +33,13 @@ COMPACT_BUFFER_TOKENS = 13_000
 WARN_RATIO = 0.8
 COLOURS = {"ok": "\033[32m", "warn": "\033[33m", "compact": "\033[31m"}
 RESET = "\033[0m"
-USER_COMMAND_SECONDS = 2.0
+USER_COMMAND_DEADLINE = 1.5
+"""The user's command is waited for until this many seconds after the status line started, so
+that the whole status line stays within the 2 s any agent hook is given..."""
+USER_COMMAND_MIN_SECONDS = 0.25
+"""...though never less than this."""
+USER_OUTPUT_BYTES = 64 * 1024
+"""At most this much of the user's command's output is read; then it is stopped."""
 
 
 def compaction_point(window: int) -> int:
@@ -72,6 +86,31 @@ def usage_of(data: dict[str, Any]) -> dict[str, Any]:
 TAIL_BYTES = 65_536  # the transcript's end read for the latest request (never the whole file)
 
 
+def read_tail(path: str, size: int) -> bytes:
+    """The last `size` bytes of the regular file at `path`. Opened without blocking and checked on
+    what was opened: a FIFO or a device raises FileRefused (`ctxd.safefile`) instead of blocking
+    or never ending."""
+    from ctxd.safefile import OPEN_FLAGS, FileRefused
+
+    fd = os.open(path, OPEN_FLAGS)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise FileRefused(f"{path}: not a regular file; not read")
+        os.lseek(fd, max(0, info.st_size - size), os.SEEK_SET)
+        chunks: list[bytes] = []
+        left = size
+        while left > 0:
+            chunk = os.read(fd, left)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
 def last_request(transcript: Any) -> tuple[float, bool] | None:
     """The latest main-chain reply in the transcript's tail: when it came, and whether its cache
     writes went to Anthropic's 1-hour cache."""
@@ -80,10 +119,8 @@ def last_request(transcript: Any) -> tuple[float, bool] | None:
     if not isinstance(transcript, str) or not os.path.isabs(transcript):
         return None
     try:
-        with open(transcript, "rb") as handle:
-            handle.seek(max(0, os.fstat(handle.fileno()).st_size - TAIL_BYTES))
-            tail = handle.read(TAIL_BYTES).splitlines()
-    except OSError:
+        tail = read_tail(transcript, TAIL_BYTES).splitlines()
+    except (OSError, ValueError):  # ValueError: a NUL in the path
         return None
     for raw in reversed(tail):
         if b'"assistant"' not in raw or b'"usage"' not in raw:
@@ -169,8 +206,10 @@ def hand_over(state_dir: Path, data: dict[str, Any], usage: dict[str, Any]) -> N
     if not isinstance(session, str) or not session or not usage["known"]:
         return
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in session)[:120]
-    path = state_dir / "hooks" / "usage" / f"claude-{safe}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    from ctxd.hooks.marks import hooks_dir
+
+    path = hooks_dir(state_dir) / "usage" / f"claude-{safe}.json"
+    path.parent.mkdir(exist_ok=True)
     pending = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     record = {"thread": f"claude:{session}", "cwd": data.get("cwd"), "at": time.time(),
               **{k: usage[k] for k in ("usedTokens", "outputTokens", "contextWindow", "compactAt", "costUsd",
@@ -179,10 +218,8 @@ def hand_over(state_dir: Path, data: dict[str, Any], usage: dict[str, Any]) -> N
     os.replace(pending, path)
 
 
-def run_user_command(encoded: str, raw: bytes) -> str:
+def run_user_command(encoded: str, raw: bytes, seconds: float) -> str:
     """The user's own status line, given the same JSON; its output, or nothing on failure."""
-    import subprocess
-
     from ctxd.hooks.install import user_status_line
 
     entry = user_status_line(encoded)
@@ -190,13 +227,62 @@ def run_user_command(encoded: str, raw: bytes) -> str:
     if not isinstance(command, str) or not command:
         return ""
     try:
-        done = subprocess.run(command, shell=True, input=raw, capture_output=True, timeout=USER_COMMAND_SECONDS)
-    except (OSError, subprocess.SubprocessError):
+        output = run_capped(command, raw, seconds, USER_OUTPUT_BYTES)
+    except (OSError, ValueError):
         return ""
-    return done.stdout.decode("utf-8", "replace").rstrip("\n")
+    return output.decode("utf-8", "replace").rstrip("\n")
+
+
+def run_capped(command: str, stdin: bytes, seconds: float, limit: int) -> bytes:
+    """Run a shell command in a process group of its own, given `stdin`; the first `limit` bytes
+    of its output, read until it closes it, `seconds` pass or `limit` is reached. Then the whole
+    group is killed (what it left running in the background too) and the shell reaped."""
+    import select
+    import signal
+    import subprocess
+
+    proc = subprocess.Popen(command, shell=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    assert proc.stdin is not None and proc.stdout is not None
+    output = bytearray()
+    pending = memoryview(stdin)
+    deadline = time.monotonic() + seconds
+    try:
+        os.set_blocking(proc.stdin.fileno(), False)
+        if not pending:
+            proc.stdin.close()
+        while len(output) < limit:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            writing = [proc.stdin] if not proc.stdin.closed else []
+            readable, writable, _ = select.select([proc.stdout], writing, [], left)
+            if writable:
+                try:
+                    pending = pending[os.write(proc.stdin.fileno(), pending[:65536]):]
+                except BlockingIOError:
+                    pass
+                except OSError:  # it stopped reading (EPIPE): what it has is all it gets
+                    pending = pending[:0]
+                if not pending:
+                    proc.stdin.close()
+            if readable:
+                chunk = os.read(proc.stdout.fileno(), min(65536, limit - len(output)))
+                if not chunk:
+                    break
+                output += chunk
+    finally:
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)  # the shell is not reaped yet: its group id is still its own
+        proc.wait()
+        proc.stdout.close()
+    return bytes(output)
 
 
 def main(argv: list[str]) -> int:
+    started = time.monotonic()
     raw = b""
     user = argv[argv.index("--user") + 1] if "--user" in argv[:-1] else None
     try:
@@ -208,7 +294,8 @@ def main(argv: list[str]) -> int:
 
         state_dir = _state_dir()
         usage = usage_of(data)
-        cwd = data.get("cwd") or (data.get("workspace") or {}).get("current_dir")
+        workspace = data.get("workspace")
+        cwd = data.get("cwd") or (workspace.get("current_dir") if isinstance(workspace, dict) else None)
         checkpoint_at = None
         if isinstance(cwd, str) and os.path.isabs(cwd):
             from ctxd.hooks.locate import find_workspace
@@ -216,8 +303,8 @@ def main(argv: list[str]) -> int:
             located = find_workspace(Path(cwd), state_dir)
             state_dir = located.state_dir  # the workspace's daemon may keep a state dir of its own
             checkpoint_at = last_checkpoint(located.folder, state_dir)
-        sys.stdout.write(render(data, usage, checkpoint_at, colour="--no-colour" not in argv,
-                                cache=cache_of(data, usage)) + "\n")
+        colour = "--no-colour" not in argv and not os.environ.get("NO_COLOR")
+        sys.stdout.write(render(data, usage, checkpoint_at, colour=colour, cache=cache_of(data, usage)) + "\n")
         sys.stdout.flush()
         try:
             hand_over(state_dir, data, usage)
@@ -227,7 +314,8 @@ def main(argv: list[str]) -> int:
         sys.stdout.write(f"ctxd: {type(error).__name__}\n")
     if user:
         try:
-            output = run_user_command(user, raw)
+            seconds = max(USER_COMMAND_MIN_SECONDS, started + USER_COMMAND_DEADLINE - time.monotonic())
+            output = run_user_command(user, raw, seconds)
         except Exception:  # noqa: BLE001
             output = ""
         if output:
