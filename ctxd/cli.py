@@ -73,8 +73,10 @@ def main(argv: list[str] | None = None) -> int:
         owner = argparse.ArgumentParser(prog="ctxd owner")
         owner.add_argument("--state-dir", required=True)
         owner.add_argument("--detach", action="store_true")
+        owner.add_argument("--keep", help="a folder to watch for the hooks from the start")
         known = owner.parse_args(argv[1:])
-        return owner_main(Path(known.state_dir), detached=known.detach)
+        return owner_main(Path(known.state_dir), detached=known.detach,
+                          keep=Path(known.keep) if known.keep else None)
     if argv[:1] == ["mcp"]:  # `ctxd mcp`: the MCP server for the agent itself (ctxd/agentmcp/server.py)
         from ctxd.agentmcp.server import main as mcp_main
 

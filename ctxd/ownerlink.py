@@ -56,31 +56,47 @@ def owner_dir(state_dir: Path) -> Path:
     return Path(state_dir) / "owner"
 
 
-def private_dir(path: Path, create: bool) -> Path:
-    """`path` as a folder only this user can enter; created (and its parents) when `create`.
-    Raises Unsafe when it is a link, not a folder, another user's, or open to group or others,
-    and FileNotFoundError when it is missing and not created."""
-    if create:
+def _open_private(path: Path, make: bool) -> int:
+    """A descriptor of `path`, checked on the descriptor itself (no race with a swap): a folder,
+    not a link, this user's, closed to others. With `make` it is created when missing and made
+    0700 when it is the user's own. Raises Unsafe, or FileNotFoundError when missing."""
+    if make:
         path.parent.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileExistsError):
             os.mkdir(path, 0o700)
-    info = os.lstat(path)
-    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
-        raise Unsafe(f"{path}: not a folder (a link or a file); ctxd will not use it")
-    if info.st_uid != os.getuid():
-        raise Unsafe(f"{path}: belongs to another user (uid {info.st_uid}); ctxd will not use it")
-    if info.st_mode & 0o077:
-        if not create:
-            raise Unsafe(f"{path}: open to other users (mode {info.st_mode & 0o777:o}); ctxd will not use it")
-        os.chmod(path, 0o700)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as error:
+        if error.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise Unsafe(f"{path}: a link or not a folder; ctxd will not use it") from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if info.st_uid != os.getuid():
+            raise Unsafe(f"{path}: belongs to another user (uid {info.st_uid}); ctxd will not use it")
+        if stat.S_IMODE(info.st_mode) & 0o077:
+            if not make:
+                raise Unsafe(f"{path}: open to other users (mode {stat.S_IMODE(info.st_mode):o}); "
+                             "ctxd will not use it")
+            os.fchmod(fd, 0o700)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def private_dir(path: Path, create: bool) -> Path:
+    """`path` once checked as `_open_private` checks it (and created with `create`)."""
+    os.close(_open_private(path, create))
     return path
 
 
 @contextlib.contextmanager
-def folder_fd(path: Path) -> Iterator[int]:
-    """A descriptor of the folder: sockets are reached through `/proc/self/fd/<fd>/<name>`, so a
-    long state dir never exceeds the 107 bytes a socket's path may have."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+def folder_fd(path: Path, make: bool = False) -> Iterator[int]:
+    """A descriptor of the checked folder: sockets are reached through `/proc/self/fd/<fd>/<name>`,
+    so the path used is the folder checked, and a long state dir never exceeds the 107 bytes a
+    socket's path may have."""
+    fd = _open_private(path, make)
     try:
         yield fd
     finally:
@@ -98,22 +114,23 @@ def peer_pid(conn: socket.socket) -> int:
 
 
 def connect(state_dir: Path, timeout: float = 2.0) -> socket.socket | None:
-    """A connection to the running owner of `state_dir`, or None when none answers (or its
-    folder is not safe to use: then nothing is sent)."""
+    """A connection to the running owner of `state_dir`, or None when none answers. Raises Unsafe
+    when its folder or its listener is not this user's alone: nothing is sent then."""
     if not available():
         return None
     try:
-        folder = private_dir(owner_dir(state_dir), create=False)
-        with folder_fd(folder) as fd:
+        with folder_fd(owner_dir(state_dir)) as fd:
             conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
                 conn.settimeout(max(0.01, timeout))
                 conn.connect(f"/proc/self/fd/{fd}/{SOCKET_NAME}")
                 if peer_uid(conn) != os.getuid():
-                    raise Unsafe("the owner's socket is another user's")
+                    raise Unsafe(f"{owner_dir(state_dir)}: its socket is another user's; nothing is sent there")
             except BaseException:
                 conn.close()
                 raise
+    except Unsafe:
+        raise
     except OSError:
         return None
     return conn
@@ -144,13 +161,16 @@ def _held(path: Path, deadline: float) -> Iterator[bool]:
 
 def reach(state_dir: Path, timeout: float, *, start: bool = True) -> socket.socket | None:
     """A connection to the owner of `state_dir`; when none answers and `start`, one is started
-    (by one client at a time) and waited for until `timeout`. None: no owner within the time."""
+    (by one client at a time) and waited for until `timeout`. None: no owner within the time.
+    Raises Unsafe as `connect` does."""
     deadline = time.monotonic() + timeout
     conn = connect(state_dir, max(0.05, min(2.0, timeout)))
     if conn is not None or not start or not available():
         return conn
     try:
         folder = private_dir(owner_dir(state_dir), create=True)
+    except Unsafe:
+        raise
     except OSError:
         return None
     with _held(folder / START_LOCK_NAME, deadline) as mine:

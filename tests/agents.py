@@ -127,7 +127,7 @@ class _Agent:
         env["XDG_CACHE_HOME"] = str(self.base / "home" / ".cache")
         env["XDG_STATE_HOME"] = str(self.base / "home" / ".local" / "state")
         env["XDG_DATA_HOME"] = str(self.base / "home" / ".local" / "share")
-        env["CTXD_HOOK_KEEPER_SECONDS"] = "20"  # the keepers the agents' hooks start end soon after their test
+        env["CTXD_OWNER_IDLE_SECONDS"] = "20"  # the owner the agents' hooks start ends soon after their test
         return env
 
     def _run(self, args: list[str], cwd: Path) -> Run:

@@ -79,7 +79,7 @@ def env_for(tmp_path: Path) -> dict[str, str]:
     env.update({"HOME": str(home), "XDG_STATE_HOME": str(tmp_path / "state"), "XDG_CONFIG_HOME": str(home / ".config"),
                 "PATH": f"{tmp_path / 'bin'}{os.pathsep}{env.get('PATH', '')}", "GIT_CONFIG_GLOBAL": os.devnull,
                 "GIT_CONFIG_NOSYSTEM": "1", **IDENTITY})
-    env["CTXD_HOOK_KEEPER_SECONDS"] = "20"  # the keepers hooks start end soon after their test
+    env["CTXD_OWNER_IDLE_SECONDS"] = "20"  # the owner hooks start ends soon after their test
     return env
 
 

@@ -1,8 +1,8 @@
-"""`ctxd hook` hands its checkpoint to a running daemon of the workspace (ctxd/hooks/link.py).
+"""`ctxd hook` hands its checkpoint to the owner of its state dir (docs/processes.md).
 
-The daemon takes it with its file watch (only what changed is re-checked), so a file written
-just before the hook runs must still be in the checkpoint; without a daemon of the folder, or
-with one that is gone, the hook takes it itself as before.
+The owner takes it with its file watch (only what changed is re-checked), so a file written just
+before the hook runs must still be in the checkpoint; without an owner, or with one that is gone,
+the hook takes it itself, and its child goes on as the owner for the hooks after it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pytest
 from tests.rpc import Client
 from tests.test_hooks import ctxd, known_project
 
-pytestmark = pytest.mark.skipif(not hasattr(socket, "SO_PEERCRED"), reason="the hook-daemon link is Linux's "
+pytestmark = pytest.mark.skipif(not hasattr(socket, "SO_PEERCRED"), reason="the owner's socket is Linux's "
                                 "(SO_PEERCRED, /proc/self/fd); elsewhere hooks always work alone")
 
 
@@ -47,12 +47,18 @@ def file_in(project: Path, commit: str, name: str) -> str:
     return done.stdout.decode() if done.returncode == 0 else "<missing>"
 
 
+def owner_socket(tmp_path: Path) -> Path:
+    return tmp_path / "state" / "ctxd" / "owner" / "owner.sock"
+
+
+def owner_log(tmp_path: Path) -> list[str]:
+    path = tmp_path / "state" / "ctxd" / "owner" / "owner.log"
+    return path.read_text("utf-8").splitlines() if path.exists() else []
+
+
 def linked(client: Client, project: Path, tmp_path: Path) -> None:
-    """Wait until the daemon listens for hooks (it starts with its session follower)."""
-    deadline = time.monotonic() + 30
-    while not list((tmp_path / "state" / "ctxd" / "hooks" / "sockets").glob("*.sock")):
-        assert time.monotonic() < deadline, "the daemon never listened for hooks"
-        time.sleep(0.05)
+    """The daemon is the owner: its socket is there once it serves."""
+    assert owner_socket(tmp_path).exists()
     listed(client, project)
 
 
@@ -72,42 +78,57 @@ def test_a_running_daemon_takes_the_hooks_checkpoints_and_misses_no_write(daemon
         if n % 3 == 0:
             assert file_in(project, newest["id"], f"new{n}.py") == f"made at {n}\n"
     taken = [line for line in hook_log(tmp_path) if ": checkpoint " in line]
-    assert len(taken) == 12 and all("by the daemon" in line for line in taken), taken
+    assert len(taken) == 12 and all("by the owner" in line for line in taken), taken
     count = len(listed(client, project))
-    tool_hook(tmp_path, project, 99)  # nothing changed: the daemon answers with the last checkpoint
+    tool_hook(tmp_path, project, 99)  # nothing changed: the owner answers with the last checkpoint
     assert len(listed(client, project)) == count
-    assert "by the daemon" in hook_log(tmp_path)[-1]
+    assert "by the owner" in hook_log(tmp_path)[-1]
 
 
-def test_without_a_daemon_of_the_folder_the_hook_works_alone(daemon_factory, tmp_path: Path, state_dir: Path) -> None:
+def test_a_folder_no_editor_opened_is_checkpointed_by_the_owner_too(daemon_factory, tmp_path: Path,
+                                                                  state_dir: Path) -> None:
     project = known_project(tmp_path)
     other = tmp_path / "other"
     other.mkdir()
-    client = daemon_factory([other], env={"HOME": str(tmp_path / "home")})  # a daemon, not of this folder
+    client = daemon_factory([other], env={"HOME": str(tmp_path / "home")})  # an editor, not of this folder
     linked(client, other, tmp_path)
-    sockets = tmp_path / "state" / "ctxd" / "hooks" / "sockets"
-    dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # what a killed daemon leaves: a socket no one serves
+    for n in range(3):
+        (project / "app.py").write_text(f"print('kept {n}')\n")
+        tool_hook(tmp_path, project, n)
+        line = [x for x in hook_log(tmp_path) if ": checkpoint " in x][-1]
+        assert "by the owner" in line, line
+
+
+def test_a_socket_left_by_a_dead_owner_means_the_hook_works_alone(tmp_path: Path) -> None:
+    project = known_project(tmp_path)
+    folder = owner_socket(tmp_path).parent
+    folder.mkdir(parents=True, mode=0o700)
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # what a killed owner leaves: a socket no one serves
     old = os.getcwd()
-    os.chdir(sockets)
+    os.chdir(folder)
     try:
-        dead.bind("1.sock")
+        dead.bind("owner.sock")
     finally:
         os.chdir(old)
     dead.close()
     (project / "app.py").write_text("print('alone')\n")
     tool_hook(tmp_path, project, 1)
     taken = [line for line in hook_log(tmp_path) if ": checkpoint " in line]
-    assert len(taken) == 1 and "by the daemon" not in taken[0]
+    assert len(taken) == 1 and "by the owner" not in taken[0]
     store = project / ".git" / "ctxd" / "store"
     refs = [p for p in (store / "refs" / "ctxd").rglob("*") if p.is_file()]
     assert len(refs) == 1 and file_in(project, refs[0].name, "app.py") == "print('alone')\n"
 
 
-# --- the keeper: a hook that worked alone keeps the workspace for the hooks after it ---------------
+# --- a hook that worked alone leaves an owner that takes the checkpoints of the hooks after it ------
 
 
-def keepers(tmp_path: Path) -> list[Path]:
-    return sorted((tmp_path / "state" / "ctxd" / "hooks" / "sockets").glob("keeper-*.sock"))
+def owner_pid(tmp_path: Path) -> int | None:
+    """The pid of the owner listening in the state dir, from its log's last start."""
+    starts = [line for line in owner_log(tmp_path) if ": listening (pid " in line]
+    if not starts or not owner_socket(tmp_path).exists():
+        return None
+    return int(starts[-1].split(": listening (pid ", 1)[1].split(",", 1)[0])
 
 
 def wait_for(what: str, probe: Any, seconds: float = 30) -> Any:
@@ -127,16 +148,15 @@ def alive(pid: int) -> bool:
     return status != "Z"
 
 
-def test_a_hook_that_worked_alone_leaves_a_keeper_that_takes_the_next_checkpoints(tmp_path: Path) -> None:
+def test_a_hook_that_worked_alone_leaves_an_owner_that_takes_the_next_checkpoints(tmp_path: Path) -> None:
     project = known_project(tmp_path)
     (project / "app.py").write_text("print('first')\n")
     started = time.monotonic()
-    tool_hook(tmp_path, project, 0)  # captured output: a keeper holding the agent's pipes would hang this
-    assert time.monotonic() - started < 20, "the hook waited for its keeper"
+    tool_hook(tmp_path, project, 0)  # captured output: an owner holding the agent's pipes would hang this
+    assert time.monotonic() - started < 20, "the hook waited for the owner it started"
     taken = [line for line in hook_log(tmp_path) if ": checkpoint " in line]
     assert len(taken) == 1 and "by the" not in taken[0]
-    socket_path = wait_for("the keeper to listen", lambda: keepers(tmp_path))[0]
-    pid = int(socket_path.stem.rsplit("-", 1)[1])
+    pid = wait_for("the owner to listen", lambda: owner_pid(tmp_path))
     assert alive(pid)
     assert os.readlink(f"/proc/{pid}/fd/0") == os.devnull and os.readlink(f"/proc/{pid}/fd/1") == os.devnull
     for n in range(1, 6):
@@ -144,7 +164,7 @@ def test_a_hook_that_worked_alone_leaves_a_keeper_that_takes_the_next_checkpoint
         (project / f"new{n}.py").write_text(f"made at {n}\n")
         tool_hook(tmp_path, project, n)
         line = [x for x in hook_log(tmp_path) if ": checkpoint " in x][-1]
-        assert "by the keeper" in line, line
+        assert "by the owner" in line, line
         commit = line.split(": checkpoint ", 1)[1].split()[0]
         full = subprocess.run(["git", f"--git-dir={project / '.git' / 'ctxd' / 'store'}", "rev-parse", commit],
                               capture_output=True, text=True).stdout.strip()
@@ -152,48 +172,54 @@ def test_a_hook_that_worked_alone_leaves_a_keeper_that_takes_the_next_checkpoint
         assert file_in(project, full, f"new{n}.py") == f"made at {n}\n"
     refs = project / ".git" / "ctxd" / "store" / "refs" / "ctxd"
     count = sum(1 for p in refs.rglob("*") if p.is_file())
-    tool_hook(tmp_path, project, 99)  # nothing changed: the keeper answers with the last checkpoint
+    tool_hook(tmp_path, project, 99)  # nothing changed: the owner answers with the last checkpoint
     assert sum(1 for p in refs.rglob("*") if p.is_file()) == count
-    assert "by the keeper" in [x for x in hook_log(tmp_path) if ": checkpoint " in x][-1]
-    # With no hook for CTXD_HOOK_KEEPER_SECONDS (20 in these tests) it leaves, and says why.
-    wait_for("the keeper to leave when idle", lambda: not alive(pid), 60)
-    assert any("stopped (no hook for 20 s)" in x for x in hook_log(tmp_path)), hook_log(tmp_path)[-3:]
-    assert not keepers(tmp_path)
+    assert "by the owner" in [x for x in hook_log(tmp_path) if ": checkpoint " in x][-1]
+    # With no request for CTXD_OWNER_IDLE_SECONDS (20 in these tests) it leaves, and says why.
+    wait_for("the owner to leave when idle", lambda: not alive(pid), 60)
+    assert any("leaving (no session and no request for 20 s)" in x for x in owner_log(tmp_path)), owner_log(tmp_path)
 
 
-def test_one_keeper_per_folder_and_it_leaves_with_its_folder(tmp_path: Path) -> None:
+def test_one_owner_per_state_dir_and_a_folder_replaced_is_watched_afresh(tmp_path: Path) -> None:
     project = known_project(tmp_path)
     (project / "app.py").write_text("print('first')\n")
     tool_hook(tmp_path, project, 0)
-    pid = int(wait_for("the keeper to listen", lambda: keepers(tmp_path))[0].stem.rsplit("-", 1)[1])
+    pid = wait_for("the owner to listen", lambda: owner_pid(tmp_path))
     from tests.rpc import REPO
     from tests.test_hooks import env_for
 
     env = {**env_for(tmp_path), "PYTHONPATH": str(REPO)}
-    second = subprocess.run([sys.executable, "-m", "ctxd.hooks.keeper", str(project), str(tmp_path / "state" / "ctxd")],
+    second = subprocess.run([sys.executable, "-m", "ctxd", "owner", "--state-dir", str(tmp_path / "state" / "ctxd")],
                             env=env, capture_output=True, timeout=60)
-    assert second.returncode == 0
-    assert "stopped (another keeper has this folder)" in hook_log(tmp_path)[-1]
-    assert len(keepers(tmp_path)) == 1 and alive(pid)
-    moved = tmp_path / "moved"
-    project.rename(moved)  # the folder is gone from its place: the keeper leaves
-    wait_for("the keeper to leave with its folder", lambda: not alive(pid), 30)
-    assert any("stopped (its folder was replaced or removed)" in x for x in hook_log(tmp_path))
+    assert second.returncode == 0  # another owner answers: it leaves at once
+    assert owner_pid(tmp_path) == pid and alive(pid)
+    assert sum(": listening (pid " in line for line in owner_log(tmp_path)) == 1
+    tool_hook(tmp_path, project, 1)
+    assert "by the owner" in [x for x in hook_log(tmp_path) if ": checkpoint " in x][-1]
+    project.rename(tmp_path / "moved")  # another folder in its place: watched afresh, never the old one's state
+    project = known_project(tmp_path)
+    (project / "app.py").write_text("print('the new folder')\n")
+    tool_hook(tmp_path, project, 2)
+    line = [x for x in hook_log(tmp_path) if ": checkpoint " in x][-1]
+    commit = line.split(": checkpoint ", 1)[1].split()[0]
+    full = subprocess.run(["git", f"--git-dir={project / '.git' / 'ctxd' / 'store'}", "rev-parse", commit],
+                          capture_output=True, text=True).stdout.strip()
+    assert file_in(project, full, "app.py") == "print('the new folder')\n"
 
 
-def test_no_keeper_when_the_environment_says_so(tmp_path: Path) -> None:
+def test_no_owner_when_the_environment_says_so(tmp_path: Path) -> None:
     project = known_project(tmp_path)
     from tests.test_hooks import env_for
 
-    env = {**env_for(tmp_path), "CTXD_HOOK_KEEPER": "0"}
-    for n in range(2):
-        (project / "app.py").write_text(f"print({n})\n")
-        data = {"session_id": "s-off", "cwd": str(project), "hook_event_name": "PreToolUse", "tool_name": "Bash",
-                "tool_input": {"command": "make"}}
-        done = ctxd(tmp_path, "hook", "claude", "PreToolUse", cwd=project, stdin=json.dumps(data).encode(), env=env)
-        assert done.returncode == 0
+    for variable in ("CTXD_OWNER", "CTXD_HOOK_KEEPER"):
+        env = {**env_for(tmp_path), variable: "0"}
+        for n in range(2):
+            (project / "app.py").write_text(f"print({variable!r}, {n})\n")
+            data = {"session_id": "s-off", "cwd": str(project), "hook_event_name": "PreToolUse", "tool_name": "Bash",
+                    "tool_input": {"command": "make"}}
+            done = ctxd(tmp_path, "hook", "claude", "PreToolUse", cwd=project, stdin=json.dumps(data).encode(), env=env)
+            assert done.returncode == 0
     time.sleep(1)
-    assert not keepers(tmp_path)
+    assert not owner_socket(tmp_path).exists()
     taken = [line for line in hook_log(tmp_path) if ": checkpoint " in line]
-    assert len(taken) == 2 and not any("by the" in line for line in taken)
-    assert not any("keeper" in line for line in hook_log(tmp_path))
+    assert len(taken) == 4 and not any("by the" in line for line in taken)

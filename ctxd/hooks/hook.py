@@ -287,32 +287,43 @@ def take_checkpoint(job: dict[str, Any]) -> bool:
     return True
 
 
-def handed_to_daemon(job: dict[str, Any], deadline: float) -> bool:
-    """Whether a running daemon of the workspace took the checkpoint (`ctxd.hooks.link`)."""
-    from ctxd.hooks.link import LinkRefused, ask
+def handed_to_owner(job: dict[str, Any], deadline: float) -> bool:
+    """Whether the owner of the workspace's state dir took the checkpoint (docs/processes.md):
+    it watches the folder, so its capture re-checks only what changed."""
+    from ctxd import ownerlink
 
     started = time.monotonic()
+    message = {"op": "checkpoint", "job": {**job, "folder": str(job["folder"]), "stateDir": str(job["stateDir"])}}
     try:
-        answer = ask(job["stateDir"], job, deadline)
-    except LinkRefused as error:
-        log_once(f"link refused {error}", f"{job['thread']}: no daemon is asked: {error}")
+        answer = ownerlink.ask(Path(job["stateDir"]), message, max(0.05, deadline - started))
+    except ownerlink.Unsafe as error:
+        log_once(f"owner refused {error}", f"{job['thread']}: the owner is not asked: {error}")
         return False
-    if answer is None:
+    if answer is None or not answer.get("taken"):
         return False
     if answer.get("skipped"):
         log(f"{job['thread']}: {answer['skipped']}: no checkpoint")
     else:
         commit = answer.get("commit") or {}
-        log(f"{job['thread']}: checkpoint {str(commit.get('id'))[:12]} ({job['trigger']}) by the "
-            f"{'keeper' if answer.get('by') == 'keeper' else 'daemon'} in "
+        log(f"{job['thread']}: checkpoint {str(commit.get('id'))[:12]} ({job['trigger']}) by the owner in "
             f"{(time.monotonic() - started) * 1000:.0f} ms: {job['message']}")
     return True
 
 
+def owner_wanted() -> bool:
+    """Whether a hook that took its checkpoint alone should start an owner for the hooks after it
+    (`CTXD_OWNER=0`, `CTXD_HOOK_KEEPER=0` or `CTXD_TREE_WATCH=0` in the agent's environment: no)."""
+    from ctxd import ownerlink
+
+    return ownerlink.available() and all(os.environ.get(name) != "0"
+                                         for name in ("CTXD_OWNER", "CTXD_HOOK_KEEPER", "CTXD_TREE_WATCH"))
+
+
 def run_bounded(job: dict[str, Any], deadline: float) -> None:
     """The checkpoint in a child process; wait for it until `deadline`, then leave it to finish.
-    The child, done, goes on as the workspace's keeper (`ctxd.hooks.keeper`) when one is wanted:
-    detached from the agent already, it closes its end of the pipe, which ends the wait."""
+    The child, done, goes on as the owner of the state dir when one is wanted (docs/processes.md),
+    watching the folder for the hooks after it: detached from the agent already, it closes its
+    end of the pipe, which ends the wait."""
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: no stdio of the agent's, a session of its own, a bound of its own
@@ -325,17 +336,15 @@ def run_bounded(job: dict[str, Any], deadline: float) -> None:
             import signal
 
             signal.alarm(CHILD_SECONDS)
-            if take_checkpoint(job):
-                from ctxd.hooks import keeper
-
-                if keeper.wanted():
-                    signal.alarm(0)
-                    os.closerange(3, 1 << 16)  # the pipe (the hook returns) and whatever the agent passed on
-                    args = keeper.command(job["folder"], job["stateDir"])
-                    try:
-                        os.execv(args[0], args)
-                    except OSError as error:
-                        log(f"{job.get('thread')}: no keeper: {describe(error)}")
+            if take_checkpoint(job) and owner_wanted():
+                signal.alarm(0)
+                os.closerange(3, 1 << 16)  # the pipe (the hook returns) and whatever the agent passed on
+                args = [sys.executable, "-m", "ctxd", "owner", "--state-dir", str(job["stateDir"]),
+                        "--keep", str(job["folder"])]
+                try:
+                    os.execv(args[0], args)  # it leaves at once when an owner already runs
+                except OSError as error:
+                    log(f"{job.get('thread')}: no owner: {describe(error)}")
         except BaseException as error:  # noqa: BLE001 - everything is logged, nothing reaches the agent
             log(f"{job.get('thread')}: no checkpoint: {describe(error)}")
         finally:
@@ -346,7 +355,7 @@ def run_bounded(job: dict[str, Any], deadline: float) -> None:
     try:
         left = max(0.0, deadline - time.monotonic())
         if select.select([read_end], [], [], left)[0]:
-            os.waitpid(pid, os.WNOHANG)  # done; or the keeper now, which outlives this process
+            os.waitpid(pid, os.WNOHANG)  # done; or the owner now, which outlives this process
         else:
             log(f"{job['thread']}: the checkpoint goes on after the hook returned (over {DEADLINE_SECONDS:g} s)")
     finally:
@@ -389,7 +398,7 @@ def main(argv: list[str]) -> int:
                 plan(agent, "PostCompact", data, _state_dir())  # the compaction, should PostCompact not run
             return 0
         job = plan(agent, event, data, _state_dir())
-        if job is not None and not handed_to_daemon(job, started + DEADLINE_SECONDS - HAND_OVER_MARGIN):
+        if job is not None and not handed_to_owner(job, started + DEADLINE_SECONDS - HAND_OVER_MARGIN):
             run_bounded(job, started + DEADLINE_SECONDS)
     except BaseException as error:  # noqa: BLE001 - a hook of ctxd's never fails the agent
         log(f"hook {argv[:2]!r}: {describe(error)}")

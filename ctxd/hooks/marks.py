@@ -3,8 +3,7 @@ already said in their log.
 
 One small JSON file per session in the state directory. Its presence also tells the daemon's
 file-watching checkpoint that this session's hooks take its checkpoints (so none is taken twice).
-The hooks' folder (`<state dir>/hooks`) is made the user's alone (0700): it also holds the
-daemons' sockets (`ctxd.hooks.link`).
+The hooks' folder (`<state dir>/hooks`) is made the user's alone (0700).
 """
 
 from __future__ import annotations

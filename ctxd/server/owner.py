@@ -10,6 +10,10 @@ tree watches, what the hooks hand over) serving every ctxd process of the user t
   passes no descriptors is itself the session's stream (`ctxd mcp`, `ctxd acp`, the CLI). `head`
   holds what the client already read of the stream (the editor's `initialize`, read to find the
   state dir).
+- `checkpoint`: a hook's job (`ctxd.hooks.hook.plan`), taken with the folder's tree watch, so
+  the capture re-checks only what changed since the last one (a hook alone would read every
+  file's stat data). A folder no editor has open is kept (watched) for the hooks until no job came
+  for `idle` seconds. The answer is the commit, or why not.
 - `ping`: the owner's pid and version.
 
 It leaves when no session is attached and nothing asked for it for `idle` seconds
@@ -33,11 +37,14 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO, cast
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 from ctxd import __version__, ownerlink
 from ctxd.server.app import CtxdServer, Daemon
 from ctxd.server.connection import StreamConnection, with_head
+
+if TYPE_CHECKING:
+    from ctxd.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +122,7 @@ class Owner:
         self._stopping = threading.Event()
         self._listener: socket.socket | None = None
         self._socket_id: tuple[int, int] | None = None
+        self._kept: dict[str, KeptFolder] = {}  # folders no editor opened, watched for the hooks
         self._locks: list[int] = []  # a lock made again after the state dir was removed
 
     # --- start and stop ---
@@ -162,6 +170,7 @@ class Owner:
                 if self._connections == 0 and left <= 0:
                     return f"no session and no request for {self.idle:g} s"
                 self._lock.wait(min(TICK_SECONDS, left) if self._connections == 0 else TICK_SECONDS)
+            self._release_idle_folders()
             if not (self.folder / ownerlink.SOCKET_NAME).exists():
                 with self._lock:
                     busy = self._connections > 0
@@ -217,6 +226,54 @@ class Owner:
             self._served = True
             self._lock.notify_all()
 
+    # --- the hooks' checkpoints ---
+
+    def keep(self, folder: Path) -> KeptFolder:
+        """The folder, watched for the hooks (a capture ahead of the first checkpoint starts the
+        watch, as a daemon does for a folder it opens)."""
+        from ctxd.ghost import snapshots as ghost
+        from ctxd.ghost import treewatch
+
+        real = os.path.realpath(folder)
+        with self._lock:
+            kept = self._kept.get(real)
+            if kept is not None and kept.identity == _identity(real):
+                kept.last = time.monotonic()
+                return kept
+            replaced = kept is not None  # another folder under that name now: its watch is the old one's
+            kept = self._kept[real] = KeptFolder(Path(real), self.state_dir)
+        if replaced:
+            treewatch.release(Path(real))
+        if treewatch.enabled():
+            try:
+                ghost.prime(kept.opened_root(), settings=kept.settings.ghost, state_dir=self.state_dir)
+            except Exception as error:  # noqa: BLE001 - the checkpoints then read the whole tree
+                log.info("%s: no capture ahead of the hooks' checkpoints: %s", real, error)
+        return kept
+
+    def checkpoint(self, job: dict[str, Any]) -> dict[str, Any]:
+        """A hook's checkpoint: in the folder's open workspace, else in a folder kept for the hooks."""
+        folder, state_dir = job.get("folder"), job.get("stateDir")
+        if not isinstance(folder, str) or not isinstance(state_dir, str):
+            return {"taken": False, "reason": "no folder"}
+        if os.path.realpath(state_dir) != os.path.realpath(self.state_dir):
+            return {"taken": False, "reason": f"not this owner's state dir ({self.state_dir})"}
+        real = os.path.realpath(folder)
+        open_ = [w for w in self.daemon.service.folders() if os.path.realpath(w.root) == real]
+        answer = take_checkpoint(open_ or [self.keep(Path(folder))], job)
+        return {**answer, "by": "owner"}
+
+    def _release_idle_folders(self) -> None:
+        from ctxd.ghost import treewatch
+
+        with self._lock:
+            idle = [real for real, kept in self._kept.items() if time.monotonic() - kept.last > self.idle]
+            for real in idle:
+                del self._kept[real]
+        for real in idle:
+            if not any(os.path.realpath(w.root) == real for w in self.daemon.service.folders()):
+                treewatch.release(Path(real))
+
     # --- connections ---
 
     def _accept(self) -> None:
@@ -247,6 +304,10 @@ class Owner:
             if op == "session":
                 self._session(conn, request, fds)
                 fds = []  # the session's now
+            elif op == "checkpoint":
+                job = request.get("job")
+                ownerlink.send(conn, self.checkpoint(job) if isinstance(job, dict) else
+                               {"taken": False, "reason": "no job"})
             elif op == "ping":
                 ownerlink.send(conn, {"pid": os.getpid(), "version": __version__, "stateDir": str(self.state_dir)})
             else:
@@ -332,6 +393,53 @@ class Owner:
         end(1)
 
 
+class KeptFolder:
+    """A folder the hooks checkpoint that no editor has open: its settings are read afresh for each
+    job (the user may change them meanwhile), and it must still be the folder first seen."""
+
+    def __init__(self, root: Path, state_dir: Path) -> None:
+        self.root = root
+        self.state_dir = state_dir
+        self.identity = _identity(str(root))
+        self.last = time.monotonic()
+
+    @property
+    def settings(self) -> Settings:
+        from ctxd.settings import load_settings
+
+        return load_settings(self.root)
+
+    def opened_root(self) -> Path:
+        from ctxd.errors import GitFailed
+
+        if _identity(str(self.root)) != self.identity:
+            raise GitFailed(f"{self.root} was replaced or moved since the hooks' checkpoints began")
+        return self.root
+
+
+def take_checkpoint(folders: list[Any], job: dict[str, Any]) -> dict[str, Any]:
+    """A hook's checkpoint in the first of `folders` (an open workspace, or a kept folder)."""
+    from ctxd.errors import CtxdError
+    from ctxd.ghost import snapshots as ghost
+
+    folder = folders[0]
+    settings = folder.settings.ghost
+    if settings.auto == "off":
+        return {"taken": True, "skipped": "ghost.auto is off"}
+    fields = {key: job.get(key) for key in ("thread", "trigger", "turn", "tool", "message")}
+    if not isinstance(fields["thread"], str) or fields["trigger"] not in ("turn", "tool"):
+        return {"taken": False, "reason": "no thread or trigger"}
+    try:
+        commit = ghost.snapshot(folder.opened_root(), str(fields["message"] or ""), settings=settings,
+                                trigger=str(fields["trigger"]), thread=fields["thread"],
+                                turn=fields["turn"] if isinstance(fields["turn"], dict) else None,
+                                tool=fields["tool"] if isinstance(fields["tool"], dict) else None,
+                                state_dir=folder.state_dir)
+    except CtxdError as error:  # the hook tries itself (and logs what it finds)
+        return {"taken": False, "reason": error.message}
+    return {"taken": True, "commit": {"id": commit["id"]}}
+
+
 def _identity(path: str) -> tuple[int, int] | None:
     try:
         info = os.lstat(path)
@@ -366,7 +474,7 @@ def detach() -> None:
     os.close(null)
 
 
-def main(state_dir: Path, *, detached: bool) -> int:
+def main(state_dir: Path, *, detached: bool, keep: Path | None = None) -> int:
     from ctxd.server.process import keep_freed_memory
 
     if detached:
@@ -383,7 +491,13 @@ def main(state_dir: Path, *, detached: bool) -> int:
     if lock is None:
         return 0  # another owner runs
     signal.signal(signal.SIGTERM, lambda *_: owner.ask_to_stop())
+    if os.environ.get("CTXD_TREE_WATCH") != "0":  # "0": every capture reads the whole tree
+        from ctxd.ghost import treewatch
+
+        treewatch.enable()
     try:
+        if keep is not None:  # started by a hook that checkpointed this folder alone: the next is short
+            threading.Thread(target=owner.keep, args=(keep,), name="ctxd-owner-keep", daemon=True).start()
         code = owner.run()
     except Exception:  # noqa: BLE001 - logged; the lock goes with the process, the next client starts another
         log.exception("owner of %s failed", state_dir)

@@ -4,8 +4,6 @@
   clients are told with `ctxd/ghostChanged` (they list the snapshots again).
 - The exact usage `ctxd statusline` handed over (`<state dir>/hooks/usage/claude-<id>.json`): it
   becomes the followed thread's reported usage (`ctxd/usageChanged` follows).
-- A checkpoint a hook hands over (`ctxd.hooks.link`): taken here, where the workspace's file
-  watch says what changed (a hook alone would read every file's stat data).
 - A compaction a hook noted (`compactedAt` in `<state dir>/hooks/sessions/<thread>.json`): the
   thread's baseline from before it is dropped at once (`Workspace.agent_compacted`).
 
@@ -26,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from ctxd.errors import CtxdError
-from ctxd.hooks.link import Listener, daemon_checkpoint
 from ctxd.hooks.locate import git_common_dir, note_state_dir, plain_store
 from ctxd.sessions.follower import stop_observer
 from ctxd.settings import default_state_dir
@@ -104,7 +101,6 @@ class HookWatcher:
         self._compacted: dict[str, Any] = {}  # mark file -> its compactedAt
         self._worker: threading.Thread | None = None
         self._noted: set[str] = set()  # workspace uris whose state dir the hooks can find
-        self._link: Listener | None = None
 
     @property
     def usage_dir(self) -> Path:
@@ -138,11 +134,6 @@ class HookWatcher:
             log.warning("hook watcher without file events (%s): checking every %g s", error, TICK_SECONDS)
             self._observer = None
         self.check()  # what is there now is the starting point
-        self._link = Listener(self.service.state_dir, functools.partial(daemon_checkpoint, self.service.folders))
-        try:
-            self._link.start()
-        except OSError as error:
-            log.warning("hooks take their checkpoints alone: no socket in %s (%s)", self.service.state_dir, error)
         self._worker = threading.Thread(target=self._run, name="ctxd-hooks", daemon=True)
         self._worker.start()
 
@@ -151,8 +142,6 @@ class HookWatcher:
             self._stop = True
             self._wake.notify_all()
         stop_observer(self._observer)
-        if self._link is not None:
-            self._link.stop()
         if self._worker is not None:  # a check under way ends before the stores close
             self._worker.join(timeout=5)
 
