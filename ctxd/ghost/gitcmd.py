@@ -139,3 +139,15 @@ def run(args: list[str], *, cwd: Path, env: dict[str, str], stdin: bytes | None 
         message = done.stderr.decode("utf-8", "replace").strip()
         raise GitFailed(f"git {name} failed: {message or f'exit status {done.returncode}'}")
     return done.returncode, done.stdout
+
+
+def start(args: list[str], *, cwd: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """Start `git <SAFE_CONFIG> <args>` with pipes to talk to it as it runs (`cat-file --batch`):
+    only for the subcommands of STORE_ONLY, which never write the working tree."""
+    if _subcommand(args) not in STORE_ONLY:
+        raise ValueError(f"git {_subcommand(args)} writes the working tree: use run()")
+    try:
+        return subprocess.Popen([GIT, *SAFE_CONFIG, *args], cwd=cwd, env=env, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True, bufsize=1 << 16)
+    except OSError as error:
+        raise GitFailed(f"git could not be started: {error}") from None

@@ -30,14 +30,15 @@ import stat
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ctxd.errors import GitFailed, InvalidParams
 from ctxd.ghost import store as st
+from ctxd.ghost import treewrite
 from ctxd.ghost.capture import Background, CaptureOptions, State, capture, check_cancel, file_count, nul
 from ctxd.ghost.store import ID, Site, open_site
+from ctxd.ghost.treewrite import Change
 from ctxd.redact import redact
 from ctxd.settings import GhostSettings, default_state_dir
 
@@ -348,34 +349,23 @@ def _started_ns(meta: dict[str, Any]) -> int:
 # --- comparing trees ---------------------------------------------------------------------------------
 
 
-@dataclass
-class _Change:
-    path: str
-    status: str  # "A" (only in the new tree), "D" (only in the old), "M" (both, different); "T" counts as M
-    old_mode: str
-    new_mode: str
-    old_sha: str
-    new_sha: str
-    binary: bool = False
-
-
-def _diff(site: Site, old: str, new: str, paths: list[str] | None = None, numstat: bool = False) -> list[_Change]:
+def _diff(site: Site, old: str, new: str, paths: list[str] | None = None, numstat: bool = False) -> list[Change]:
     args = ["diff-tree", "-r", "-z", "--no-renames", "--raw"] + (["--numstat"] if numstat else [])
     args += [old, new] + (["--", *paths] if paths else [])
     return _parse_raw(site.git(*args)[1])
 
 
-def _parse_raw(output: bytes) -> list[_Change]:
+def _parse_raw(output: bytes) -> list[Change]:
     """`--raw` records, and `--numstat` ones when asked for (they tell which files are binary)."""
     tokens = output.split(b"\0")
-    changes: dict[str, _Change] = {}
+    changes: dict[str, Change] = {}
     i = 0
     while i < len(tokens):
         token = tokens[i]
         if token.startswith(b":"):
             old_mode, new_mode, old_sha, new_sha, status = token[1:].decode().split()
             path = os.fsdecode(tokens[i + 1])
-            changes[path] = _Change(path, "M" if status[0] in "MT" else status[0], old_mode, new_mode, old_sha, new_sha)
+            changes[path] = Change(path, "M" if status[0] in "MT" else status[0], old_mode, new_mode, old_sha, new_sha)
             i += 2
         elif token:
             added, _deleted, path_bytes = token.split(b"\t", 2)
@@ -407,7 +397,7 @@ def _scoped_target(site: Site, current: State, snapshot_tree: str) -> str:
         index.unlink(missing_ok=True)
 
 
-def _protected(site: Site, meta: dict[str, Any], change: _Change) -> bool:
+def _protected(site: Site, meta: dict[str, Any], change: Change) -> bool:
     """A path the current state has and the snapshot does not, that a restore must leave alone:
     skipped by the snapshot, or unchanged since it was taken (so it existed then, left out)."""
     for skipped in _skipped_paths(site, meta):
@@ -419,7 +409,7 @@ def _protected(site: Site, meta: dict[str, Any], change: _Change) -> bool:
         return False
 
 
-def _plan(site: Site, meta: dict[str, Any], current: State) -> tuple[str, list[_Change]]:
+def _plan(site: Site, meta: dict[str, Any], current: State) -> tuple[str, list[Change]]:
     """The tree a restore switches to (the snapshot, with protected paths as they are now) and
     the changes from the current state to it. Files it would replace that the current capture
     left out are added to the current state first, so the undo snapshot holds them."""
@@ -446,7 +436,7 @@ def _plan(site: Site, meta: dict[str, Any], current: State) -> tuple[str, list[_
     return target, changes
 
 
-def _check_in_the_way(site: Site, changes: list[_Change]) -> None:
+def _check_in_the_way(site: Site, changes: list[Change]) -> None:
     """Refuse a restore that would delete files no snapshot holds: only possible where the
     snapshot needs a file where a directory now is, or a directory where a file now is."""
     going = {c.path for c in changes if c.status == "D"}
@@ -481,56 +471,6 @@ def _check_in_the_way(site: Site, changes: list[_Change]) -> None:
         shown = ", ".join(sorted(set(blocked))[:5])
         raise GitFailed(f"restore would delete files that are not in any snapshot: {shown}; "
                         "move them away and retry (nothing was changed)")
-
-
-def _write_changes(site: Site, changes: list[_Change]) -> None:
-    """Make every changed path what the target tree has: deletions first (a directory may have to
-    make way for a file), then `checkout-index` from an index that holds just the changed paths, so
-    the thousands of unchanged entries are neither read nor written again (`read-tree -u` of the
-    whole tree took a third of a restore)."""
-    for change in changes:
-        if change.status == "D":
-            _remove(site, change)
-    written = b"".join(f"{c.new_mode} {c.new_sha}\t".encode() + os.fsencode(c.path) + b"\0"
-                       for c in changes if c.status != "D")
-    if not written:
-        return
-    index = site.temp_index()
-    try:
-        site.git("update-index", "-z", "--index-info", index=index, stdin=written)
-        site.git("checkout-index", "--all", "--force", index=index)
-    finally:
-        index.unlink(missing_ok=True)
-
-
-def _remove(site: Site, change: _Change) -> None:
-    """Delete a path the target does not have, and the folders that leaves empty (as `read-tree -u`
-    does), never through a symbolic link or above the workspace folder: each step is taken from a
-    descriptor of the folder above it (see `_open_folders`)."""
-    folders = _open_folders(site, change.path)
-    if folders is None:
-        return  # not there (or behind a link): nothing of the snapshot's to delete
-    parts = change.path.split("/")
-    try:
-        try:
-            if change.old_mode == "160000":
-                os.rmdir(parts[-1], dir_fd=folders[-1])  # a submodule's folder, only when empty
-            else:
-                os.unlink(parts[-1], dir_fd=folders[-1])
-        except FileNotFoundError:
-            pass
-        except OSError as error:
-            if change.old_mode != "160000":
-                raise GitFailed(f"could not delete {change.path}: {error.strerror}") from None
-        floor = len(site.prefix.rstrip("/").split("/")) if site.prefix else 0  # the workspace folder's depth
-        for depth in range(len(parts) - 1, floor, -1):  # `folders[depth]` is the folder `parts[:depth]`
-            try:
-                os.rmdir(parts[depth - 1], dir_fd=folders[depth - 1])
-            except OSError:
-                break
-    finally:
-        for fd in folders:
-            os.close(fd)
 
 
 _FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -573,7 +513,8 @@ def restore(folder: Path, commit_id: str, *, settings: GhostSettings | None = No
     """Make the working tree (in scope) what it was at the snapshot.
 
     Returns `{id, restored, removed, undoId}`; with `dry_run`, `{id, restored, removed, dryRun: true}`
-    and nothing is written anywhere.
+    and nothing is written anywhere. Every file ends exactly as it was or exactly as the snapshot
+    has it, whatever fails (`ctxd.ghost.treewrite`); a failure is GitFailed saying which.
     """
     settings = settings or GhostSettings()
     started = time.monotonic()
@@ -596,36 +537,90 @@ def restore(folder: Path, commit_id: str, *, settings: GhostSettings | None = No
             if dry_run:
                 result["dryRun"] = True
                 return result
+            writing = treewrite.plan(site.top, changes, tag=os.urandom(6).hex(), prefix=site.prefix)
+            _check_space(site, writing, commit_id)
             undo = _commit(site, current, f"before restoring {commit_id[:12]}", started,
                            {"undoOf": commit_id, "trigger": "restore"})
             result["undoId"] = undo["id"]
             if changes:
+                _check_complete(site, changes)
                 st.write_json(site.journal(), {"id": commit_id, "undoId": undo["id"], "startedAt": _now(),
-                                               "pid": os.getpid()})
-                try:
-                    _write_changes(site, changes)
-                except (GitFailed, OSError) as error:
-                    raise _put_back(site, target, current.tree, undo["id"], error) from None
-                site.journal().unlink(missing_ok=True)
-            site.interrupted_record().unlink(missing_ok=True)
+                                               "pid": os.getpid(), "tag": writing.tag, "folders": writing.folders})
+                _write(site, writing, commit_id, undo["id"])
+        except OSError as error:  # before any file was touched (`_write` reports its own)
+            where = f" ({error.filename})" if error.filename else ""
+            raise GitFailed(f"the restore of {commit_id[:12]} could not start: {treewrite.describe(error)}{where}; "
+                            "nothing was changed") from None
         finally:
             current.index.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            site.interrupted_record().unlink(missing_ok=True)
     return result
 
 
-def _put_back(site: Site, target: str, before: str, undo_id: str, error: GitFailed | OSError) -> GitFailed:
-    """A restore that failed part-way (a full disk, a file in use) writes every path it was
-    changing back from the tree `target` to `before` (what the undo snapshot holds), so that the
-    failure changes nothing. If even that fails, the journal stays (`interruptedRestore`) and the
-    error names the undo snapshot."""
-    reason = error.message if isinstance(error, GitFailed) else f"{error.strerror}: {error.filename}"
+def _check_space(site: Site, writing: treewrite.Writing, commit_id: str) -> None:
+    """Refuse, before anything is written, a restore whose new files do not fit beside the old
+    ones (staging writes them all before the old are freed)."""
+    short = treewrite.space_needed(site.top, writing, st.object_sizes(site, writing.blobs))
+    if short:
+        where, need, free = short[0]
+        mib = 1024 * 1024
+        raise GitFailed(f"not enough free space to restore {commit_id[:12]}: it writes {need / mib:.1f} MiB of files "
+                        f"on the file system of {site.top / where}, which has {free / mib:.1f} MiB free (the old "
+                        "files are freed only once every new one is written); nothing was changed: free "
+                        f"{(need - free) / mib:.1f} MiB and retry", {"needBytes": need, "freeBytes": free})
+
+
+def _check_complete(site: Site, changes: list[Change]) -> None:
+    """The undo snapshot is complete before any file is touched: every file the restore replaces or
+    deletes is in the store on its own (borrowing nothing from the user's objects)."""
+    shas = [c.old_sha for c in changes if c.status != "A" and c.old_mode != treewrite.GITLINK]
+    missing = [sha for sha, size in st.object_sizes(site, shas, borrow=False).items() if size is None]
+    if missing:
+        raise GitFailed(f"the undo snapshot is incomplete: the store lacks {len(missing)} object(s) of the files "
+                        f"the restore would replace (first {missing[0]}); nothing was changed")
+
+
+def _write(site: Site, writing: treewrite.Writing, commit_id: str, undo_id: str) -> None:
+    """Stage, place and clean up (`ctxd.ghost.treewrite`); a failure is GitFailed saying what the
+    working tree holds now. The journal goes once nothing of this restore is left to clean."""
+    short = commit_id[:12]
+    folders = treewrite.Folders(site.top)
     try:
-        _write_changes(site, _diff(site, target, before))
-    except (GitFailed, OSError):
-        return GitFailed(f"the restore stopped part-way ({reason}) and the working tree could not be put back: "
-                         f"restore {undo_id} to bring back what was there", {"undoId": undo_id})
-    site.journal().unlink(missing_ok=True)
-    return GitFailed(f"the restore failed ({reason}); the working tree was put back as it was")
+        blobs = st.Blobs(site, writing.blobs)
+        try:
+            treewrite.stage(writing, folders, blobs, sync_also=[site.store])
+        finally:
+            blobs.close()
+        treewrite.place(writing, folders)
+        treewrite.finish(writing, folders, floor=len(site.prefix.rstrip("/").split("/")) if site.prefix else 0)
+    except treewrite.StagingFailed as failure:
+        hint = "; free some space and retry" if failure.code in (errno.ENOSPC, errno.EDQUOT) else ""
+        if failure.clean:
+            with contextlib.suppress(OSError):
+                site.journal().unlink(missing_ok=True)
+            raise GitFailed(f"the restore of {short} failed before changing any file ({failure.reason}); "
+                            f"the working tree is as it was{hint}") from None
+        raise GitFailed(f"the restore of {short} failed before changing any file ({failure.reason}); the working "
+                        f"tree is as it was, but temporary files named {treewrite.TEMP_PREFIX}{writing.tag}-* are left "
+                        "in it: they are removed when the folder is next opened", {"undoId": undo_id}) from None
+    except treewrite.PlacingFailed as failure:
+        if not failure.restored and not failure.removed:
+            with contextlib.suppress(OSError):
+                site.journal().unlink(missing_ok=True)
+            raise GitFailed(f"the restore of {short} failed part-way ({failure.reason}); every file it had changed "
+                            "was put back: the working tree is as it was") from None
+        changed = [*failure.restored, *failure.removed]
+        shown = ", ".join(writing.show(p) for p in changed[:5]) + (", ..." if len(changed) > 5 else "")
+        raise GitFailed(f"the restore of {short} stopped part-way ({failure.reason}) and the working tree could not "
+                        f"be put back: {len(changed)} path(s) are as the snapshot has them ({shown}), every other "
+                        f"file is as it was; restore {undo_id} to bring back what was there",
+                        {"undoId": undo_id, "restored": [site.rel(p) for p in failure.restored],
+                         "removed": [site.rel(p) for p in failure.removed]}) from None
+    finally:
+        folders.close()
+    with contextlib.suppress(OSError):
+        site.journal().unlink(missing_ok=True)
 
 
 def diff(folder: Path, commit_id: str, path: str | None = None, *, settings: GhostSettings | None = None,
@@ -717,8 +712,15 @@ def _recover(site: Site) -> dict[str, Any] | None:
     st.clean_leftovers(site)
     with contextlib.suppress(GitFailed):  # a snapshot of that version git cannot read: left where it is
         _migrate_legacy(site)
-    if site.journal().exists():
-        os.replace(site.journal(), site.interrupted_record())
+    journal = st.read_json(site.journal()) if site.journal().exists() else None
+    if journal is not None or site.journal().exists():
+        folders = (journal or {}).get("folders")
+        treewrite.remove_leftovers(site.top, str((journal or {}).get("tag") or ""),
+                                   folders if isinstance(folders, list) else [])
+        try:
+            os.replace(site.journal(), site.interrupted_record())
+        except OSError:  # a read-only store: the journal is the record
+            return journal
     return st.read_json(site.interrupted_record())
 
 
