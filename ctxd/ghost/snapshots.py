@@ -707,21 +707,26 @@ def delete(folder: Path, commit_id: str, *, state_dir: Path | None = None) -> di
 
 def _recover(site: Site) -> dict[str, Any] | None:
     """With the store locked (so no restore is running): a journal left behind means a restore was
-    cut short. Keep it as the record of an interrupted restore, and remove temporary files.
-    Snapshots the first version left in the user's refs are moved into the store."""
+    cut short. Keep it as the record of an interrupted restore (at once: a reader that finds the
+    store busy reads the record), then remove what that restore left in the working tree and the
+    store's temporary files. Snapshots the first version left in the user's refs are moved into
+    the store."""
+    if site.journal().exists():
+        try:
+            os.replace(site.journal(), site.interrupted_record())
+        except OSError:  # a read-only store: the journal stays the record
+            pass
     st.clean_leftovers(site)
     with contextlib.suppress(GitFailed):  # a snapshot of that version git cannot read: left where it is
         _migrate_legacy(site)
-    journal = st.read_json(site.journal()) if site.journal().exists() else None
-    if journal is not None or site.journal().exists():
-        folders = (journal or {}).get("folders")
-        treewrite.remove_leftovers(site.top, str((journal or {}).get("tag") or ""),
-                                   folders if isinstance(folders, list) else [])
-        try:
-            os.replace(site.journal(), site.interrupted_record())
-        except OSError:  # a read-only store: the journal is the record
-            return journal
-    return st.read_json(site.interrupted_record())
+    record = st.read_json(site.interrupted_record()) or st.read_json(site.journal())
+    if record is not None and "tag" in record:
+        folders = record.get("folders")
+        if treewrite.remove_leftovers(site.top, str(record.get("tag") or ""), folders if isinstance(folders, list) else []):
+            record = {k: v for k, v in record.items() if k not in ("tag", "folders")}
+            with contextlib.suppress(OSError):  # cleaned once: later snapshots do not look again
+                st.write_json(site.interrupted_record(), record)
+    return record
 
 
 LEGACY_REFS = "refs/ctxd/ghost/"
@@ -784,13 +789,29 @@ def interrupted_restore(folder: Path, *, state_dir: Path | None = None, create: 
     if site is None:
         return None  # no snapshot was ever taken of it
     with site.locked(wait=False) as mine:
-        # Busy: a snapshot or restore is running, so a journal is its own, not a crash's.
+        # Busy: a snapshot or restore is running; a journal is its own, unless the process that
+        # wrote it is gone (the store is busy recovering from that crash).
         record = _recover(site) if mine else st.read_json(site.interrupted_record())
+        if not mine and record is None and (journal := st.read_json(site.journal())) and not _alive(journal.get("pid")):
+            record = journal
     if not record:
         return None
     return {"id": record.get("id"), "undoId": record.get("undoId"), "startedAt": record.get("startedAt"),
             "message": (f"a restore of snapshot {str(record.get('id'))[:12]} was interrupted; restore "
                         f"{str(record.get('undoId'))[:12]} to go back to the state before it")}
+
+
+def _alive(pid: Any) -> bool:
+    """Whether the process `pid` runs (this one does; another user's counts as running)."""
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 # --- the ledger side ------------------------------------------------------------------------------
