@@ -137,8 +137,19 @@ def run(args: list[str], *, cwd: Path, env: dict[str, str], stdin: bytes | None 
     if done.returncode not in ok:
         name = next((a for a in args if not a.startswith("-") and "=" not in a), "")
         message = done.stderr.decode("utf-8", "replace").strip()
-        raise GitFailed(f"git {name} failed: {message or f'exit status {done.returncode}'}")
+        raise GitFailed(f"git {name} failed: {message or _status(done.returncode)}")
     return done.returncode, done.stdout
+
+
+def _status(code: int) -> str:
+    """An exit status as a person reads it: a signal by its name (SIGXFSZ: a file size limit)."""
+    if code >= 0:
+        return f"exit status {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        return f"killed by signal {-code}"
+    return f"killed by {name}" + (" (a file over the size limit, RLIMIT_FSIZE)" if name == "SIGXFSZ" else "")
 
 
 def start(args: list[str], *, cwd: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:

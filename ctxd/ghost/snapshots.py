@@ -12,7 +12,10 @@ A restore never loses data:
 - it never deletes or changes a path the snapshot skipped (too large, too many files, dependency
   folders, secrets), nor a file that has not changed since the snapshot was taken (its inode
   change time is older): such a file existed then and was left out on purpose (ignored, excluded);
-- it refuses (GitFailed) when a file it cannot protect is in the way;
+- it refuses (GitFailed) when a file it cannot protect is in the way, and when its new files do not
+  fit on the disk beside the old ones;
+- every file ends exactly as it was or exactly as the snapshot has it, whatever fails: new files
+  are written under temporary names and renamed into place (`ctxd.ghost.treewrite`);
 - it writes a journal first: a restore cut short by a crash is reported at the next start, with
   the `undoId` to go back to, and its leftovers are removed.
 
@@ -524,7 +527,11 @@ def restore(folder: Path, commit_id: str, *, settings: GhostSettings | None = No
         meta = _resolve(site, commit_id)
         if site.user_git_dir is not None and (site.user_git_dir / "index.lock").exists():
             raise GitFailed("another git process is running (index.lock exists); nothing was restored")
-        current = capture(site, CaptureOptions(settings))
+        try:
+            current = capture(site, CaptureOptions(settings))
+        except GitFailed as error:
+            raise _not_started(commit_id, error) from None
+        writing_started = False
         try:
             target, changes = _plan(site, meta, current)
             _check_in_the_way(site, changes)
@@ -546,16 +553,31 @@ def restore(folder: Path, commit_id: str, *, settings: GhostSettings | None = No
                 _check_complete(site, changes)
                 st.write_json(site.journal(), {"id": commit_id, "undoId": undo["id"], "startedAt": _now(),
                                                "pid": os.getpid(), "tag": writing.tag, "folders": writing.folders})
+                writing_started = True
                 _write(site, writing, commit_id, undo["id"])
-        except OSError as error:  # before any file was touched (`_write` reports its own)
-            where = f" ({error.filename})" if error.filename else ""
-            raise GitFailed(f"the restore of {commit_id[:12]} could not start: {treewrite.describe(error)}{where}; "
-                            "nothing was changed") from None
+        except (OSError, GitFailed) as error:
+            if writing_started or (isinstance(error, GitFailed) and "nothing was changed" in error.message):
+                raise  # `_write` says what the working tree holds; the checks say it themselves
+            raise _not_started(commit_id, error) from None
         finally:
             current.index.unlink(missing_ok=True)
         with contextlib.suppress(OSError):
             site.interrupted_record().unlink(missing_ok=True)
     return result
+
+
+def _not_started(commit_id: str, error: OSError | GitFailed) -> GitFailed:
+    """A failure before the restore touched the working tree (capturing, committing the undo
+    snapshot, writing the journal: a full disk there too)."""
+    reason = error.message if isinstance(error, GitFailed) else (
+        treewrite.describe(error) + (f" ({error.filename})" if error.filename else ""))
+    return GitFailed(f"the restore of {commit_id[:12]} could not start: {reason}; nothing was changed",
+                     error.data if isinstance(error, GitFailed) else None)
+
+
+def _depth(site: Site) -> int:
+    """The workspace folder's depth in the work tree: restores never remove a folder at or above it."""
+    return len(site.prefix.rstrip("/").split("/")) if site.prefix else 0
 
 
 def _check_space(site: Site, writing: treewrite.Writing, commit_id: str) -> None:
@@ -564,9 +586,13 @@ def _check_space(site: Site, writing: treewrite.Writing, commit_id: str) -> None
     short = treewrite.space_needed(site.top, writing, st.object_sizes(site, writing.blobs))
     if short:
         where, need, free = short[0]
+        folder = site.top / where
+        with contextlib.suppress(OSError):
+            if os.stat(folder).st_dev == os.stat(site.folder).st_dev:
+                folder = site.folder  # the usual case: the workspace's own file system
         mib = 1024 * 1024
         raise GitFailed(f"not enough free space to restore {commit_id[:12]}: it writes {need / mib:.1f} MiB of files "
-                        f"on the file system of {site.top / where}, which has {free / mib:.1f} MiB free (the old "
+                        f"on the file system of {folder}, which has {free / mib:.1f} MiB free (the old "
                         "files are freed only once every new one is written); nothing was changed: free "
                         f"{(need - free) / mib:.1f} MiB and retry", {"needBytes": need, "freeBytes": free})
 
@@ -593,7 +619,7 @@ def _write(site: Site, writing: treewrite.Writing, commit_id: str, undo_id: str)
         finally:
             blobs.close()
         treewrite.place(writing, folders)
-        treewrite.finish(writing, folders, floor=len(site.prefix.rstrip("/").split("/")) if site.prefix else 0)
+        treewrite.finish(writing, folders, floor=_depth(site))
     except treewrite.StagingFailed as failure:
         hint = "; free some space and retry" if failure.code in (errno.ENOSPC, errno.EDQUOT) else ""
         if failure.clean:
@@ -722,7 +748,8 @@ def _recover(site: Site) -> dict[str, Any] | None:
     record = st.read_json(site.interrupted_record()) or st.read_json(site.journal())
     if record is not None and "tag" in record:
         folders = record.get("folders")
-        if treewrite.remove_leftovers(site.top, str(record.get("tag") or ""), folders if isinstance(folders, list) else []):
+        if treewrite.remove_leftovers(site.top, str(record.get("tag") or ""), folders if isinstance(folders, list) else [],
+                                      floor=_depth(site)):
             record = {k: v for k, v in record.items() if k not in ("tag", "folders")}
             with contextlib.suppress(OSError):  # cleaned once: later snapshots do not look again
                 st.write_json(site.interrupted_record(), record)

@@ -40,6 +40,7 @@ GITLINK = "160000"
 LINK = "120000"
 EXECUTABLE = "100755"
 TEMP_PREFIX = ".ctxd-"
+ASIDE = ".aside"
 
 _FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -110,11 +111,14 @@ class Writing:
     placements: list[_Placement]
     removals: list[_Removal]
     devices: dict[str, int]  # folder -> its file system's st_dev, for the folders that get new content
-    count: int = 0  # temporary names made so far
+    made: list[tuple[str, str]] = field(default_factory=list)  # (folder, name) of every temporary name
 
-    def temp_name(self) -> str:
-        self.count += 1
-        return f"{TEMP_PREFIX}{self.tag}-{self.count}"
+    def temp_name(self, folder: str, aside: bool = False) -> str:
+        """A new temporary name in `folder`; `aside` for what the user had there (moved aside
+        until the end), which the leftovers of a crash tell apart (`remove_leftovers`)."""
+        name = f"{TEMP_PREFIX}{self.tag}-{len(self.made) + 1}{ASIDE if aside else ''}"
+        self.made.append((folder, name))
+        return name
 
     def show(self, path: str) -> str:
         """A repository path as a message shows it: relative to the workspace folder, bytes that
@@ -198,7 +202,7 @@ def plan(top: Path, changes: list[Change], tag: str, prefix: str = "") -> Writin
         if depth is None:  # every folder on the way is there: the file goes straight into its folder
             if change.new_mode == GITLINK and is_folder(change.path):
                 continue  # a submodule's folder is there already (its content is not the snapshot's)
-            placement = _Placement("/".join(parts[:-1]), parts[-1], writing.temp_name(),
+            placement = _Placement("/".join(parts[:-1]), parts[-1], writing.temp_name("/".join(parts[:-1])),
                                    builds_folder=change.new_mode == GITLINK)
             placement.entries.append(_Entry([], change.new_mode, change.new_sha))
             placed[change.path] = placement
@@ -206,7 +210,7 @@ def plan(top: Path, changes: list[Change], tag: str, prefix: str = "") -> Writin
         else:  # a folder the snapshot has is not there: built whole beside where it goes
             at = "/".join(parts[:depth])
             if at not in placed:
-                placed[at] = _Placement("/".join(parts[:depth - 1]), parts[depth - 1], writing.temp_name(),
+                placed[at] = _Placement("/".join(parts[:depth - 1]), parts[depth - 1], writing.temp_name("/".join(parts[:depth - 1])),
                                        builds_folder=True)
                 writing.placements.append(placed[at])
             placement = placed[at]
@@ -371,11 +375,25 @@ def _sync_fd(fd: int) -> None:
         raise OSError(code, os.strerror(code))
 
 
+@dataclass
+class _Step:
+    """One thing `place` did, for taking it back: a path the snapshot lacks moved aside
+    (`placement` None), or a placement, with what was there kept as `aside` (a hard link when
+    `linked`, else moved) and whether the new content is in place yet."""
+
+    folder: str
+    name: str
+    aside: str | None
+    placement: _Placement | None = None
+    linked: bool = False
+    placed: bool = False
+
+
 def place(writing: Writing, folders: Folders) -> None:
     """Put every staged temporary in place and move aside what the snapshot does not have: renames
     in one folder each, which need no space. On a failure, everything done is renamed back, the
     temporaries are removed, and PlacingFailed says what could not be renamed back."""
-    done: list[tuple[str, str, str, str, bool]] = []  # (kind, folder, name, aside, linked), in order
+    done: list[_Step] = []
     doing = ""
     try:
         for removal in writing.removals:
@@ -386,12 +404,12 @@ def place(writing: Writing, folders: Folders) -> None:
                 home = folders.fd(removal.folder)
             except OSError:
                 continue  # its folder is gone (or is a link now): nothing of the snapshot's there to delete
-            aside = writing.temp_name()
+            aside = writing.temp_name(removal.folder, aside=True)
             try:
                 os.rename(removal.name, aside, src_dir_fd=home, dst_dir_fd=home)
             except FileNotFoundError:
                 continue
-            done.append(("moved", removal.folder, removal.name, aside, False))
+            done.append(_Step(removal.folder, removal.name, aside))
         for placement in writing.placements:
             doing = f"putting {writing.show(placement.path)} in place"
             home = folders.fd(placement.folder)
@@ -399,25 +417,27 @@ def place(writing: Writing, folders: Folders) -> None:
                 there = os.lstat(placement.name, dir_fd=home)
             except FileNotFoundError:
                 there = None
-            if there is None:
-                done.append(("added", placement.folder, placement.name, placement.temp, False))
-                os.rename(placement.temp, placement.name, src_dir_fd=home, dst_dir_fd=home)
-                continue
-            aside = writing.temp_name()
-            linked = not placement.builds_folder and not stat.S_ISDIR(there.st_mode) and _link(home, placement.name, aside)
-            if not linked:  # a folder either side (or no hard links here): moved aside, then the new one in
-                os.rename(placement.name, aside, src_dir_fd=home, dst_dir_fd=home)
-            done.append(("replaced", placement.folder, placement.name, aside, linked))
+            step = _Step(placement.folder, placement.name, None, placement)
+            if there is not None:
+                step.aside = writing.temp_name(placement.folder, aside=True)
+                step.linked = (not placement.builds_folder and not stat.S_ISDIR(there.st_mode)
+                               and _link(home, placement.name, step.aside))
+                if not step.linked:  # a folder either side (or no hard links here): moved aside first
+                    os.rename(placement.name, step.aside, src_dir_fd=home, dst_dir_fd=home)
+            done.append(step)
             os.rename(placement.temp, placement.name, src_dir_fd=home, dst_dir_fd=home)
+            step.placed = True
     except OSError as error:
         left = _undo(writing, folders, done)
         _remove_temps(writing, folders)
-        by_path = {p.path: p for p in writing.placements}
-        restored = [path for kind, folder, name, _a, _l in left if kind != "moved"
-                    for path in by_path[f"{folder}/{name}" if folder else name].restored]
-        removed = [f"{folder}/{name}" if folder else name for kind, folder, name, _a, _l in left if kind == "moved"]
-        removed += [path for kind, folder, name, _a, _l in left if kind != "moved"
-                    for path in by_path[f"{folder}/{name}" if folder else name].removed]
+        restored, removed = [], []
+        for step in left:
+            if step.placement is None:
+                removed.append(f"{step.folder}/{step.name}" if step.folder else step.name)
+                continue
+            if step.placed:
+                restored += step.placement.restored
+            removed += step.placement.removed  # what it replaced is gone (placed, or moved aside)
         raise PlacingFailed(f"{describe(error)} {doing}", sorted(restored), sorted(removed)) from None
 
 
@@ -433,21 +453,22 @@ def _link(home: int, name: str, aside: str) -> bool:
     return True
 
 
-def _undo(writing: Writing, folders: Folders, done: list[tuple[str, str, str, str, bool]]
-          ) -> list[tuple[str, str, str, str, bool]]:
-    """Rename back what `place` did, newest first; what could not be is returned."""
+def _undo(writing: Writing, folders: Folders, done: list[_Step]) -> list[_Step]:
+    """Take back what `place` did, newest first; the steps that could not be are returned."""
     left = []
     for step in reversed(done):
-        kind, folder, name, aside, linked = step
+        if step.placement is not None and not step.placed and (step.aside is None or step.linked):
+            continue  # nothing changed at that name (a hard link beside it is a temporary like the others)
         try:
-            home = folders.fd(folder)
-            if kind == "added":
-                _rename_if_there(home, name, aside)
-            elif kind == "moved" or linked:
-                os.rename(aside, name, src_dir_fd=home, dst_dir_fd=home)  # over the new one, in one step
+            home = folders.fd(step.folder)
+            if step.aside is None:  # added where nothing was: out of the way again
+                _rename_if_there(home, step.name, writing.temp_name(step.folder))
+            elif step.placement is None or step.linked:  # over the new one, in one step
+                os.rename(step.aside, step.name, src_dir_fd=home, dst_dir_fd=home)
             else:
-                _rename_if_there(home, name, writing.temp_name())
-                os.rename(aside, name, src_dir_fd=home, dst_dir_fd=home)
+                if step.placed:
+                    _rename_if_there(home, step.name, writing.temp_name(step.folder))
+                os.rename(step.aside, step.name, src_dir_fd=home, dst_dir_fd=home)
         except OSError:
             left.append(step)
     return left
@@ -474,16 +495,14 @@ def finish(writing: Writing, folders: Folders, floor: int) -> None:
 
 
 def _remove_temps(writing: Writing, folders: Folders) -> bool:
-    """Remove every temporary name this restore may have made; False when one could not be."""
-    names = [f"{TEMP_PREFIX}{writing.tag}-{n}" for n in range(1, writing.count + 1)]
+    """Remove every temporary name this restore made; False when one could not be."""
     clean = True
-    for folder in writing.folders:
+    for folder, name in writing.made:
         try:
             home = folders.fd(folder)
         except OSError:
             continue
-        for name in names:
-            clean = _remove_name(home, name) and clean
+        clean = _remove_name(home, name) and clean
     return clean
 
 
@@ -502,13 +521,17 @@ def _remove_name(home: int, name: str) -> bool:
     return True
 
 
-def remove_leftovers(top: Path, tag: str, folders: list[str]) -> bool:
+def remove_leftovers(top: Path, tag: str, folders: list[str], floor: int = 0) -> bool:
     """What a restore cut short (a crash) left: every `.ctxd-<tag>-*` name in the journal's folders
-    (temporaries, and what was moved aside, which the undo snapshot holds). False when one stays."""
+    (temporaries, and what was moved aside, which the undo snapshot holds). A folder that only
+    what was moved aside kept from being empty is removed with the folders above it that this
+    leaves empty, down to the workspace folder (`floor`: its depth), as the restore would have
+    done. False when a name stays."""
     if not tag or not all(isinstance(f, str) for f in folders):
         return True
     prefix = f"{TEMP_PREFIX}{tag}-"
     clean = True
+    emptied: list[str] = []
     opened = Folders(top)
     try:
         for folder in folders:
@@ -519,6 +542,15 @@ def remove_leftovers(top: Path, tag: str, folders: list[str]) -> bool:
                 continue
             for name in names:
                 clean = _remove_name(home, name) and clean
+            if any(n.endswith(ASIDE) for n in names):
+                emptied.append(folder)
+        for folder in sorted((f for f in emptied if f), key=lambda f: -f.count("/")):
+            parts = folder.split("/")
+            for depth in range(len(parts), floor, -1):
+                try:
+                    os.rmdir(parts[depth - 1], dir_fd=opened.fd("/".join(parts[:depth - 1])))
+                except OSError:
+                    break
     finally:
         opened.close()
     return clean
