@@ -295,7 +295,8 @@ def test_a_disk_filled_meanwhile_leaves_every_file_whole(tmp_path: Path, daemons
 
 def agent_shapes(root: Path) -> None:
     """What an agent may do besides editing: a file made a folder and the reverse, a link
-    retargeted, an executable bit dropped, a file added and one deleted."""
+    retargeted, an executable bit dropped, files added (one in new folders, which a restore
+    removes with it) and one deleted."""
     (root / "tool").unlink()
     (root / "tool").mkdir()
     (root / "tool" / "inner.txt").write_text("a folder now\n")
@@ -307,6 +308,8 @@ def agent_shapes(root: Path) -> None:
     (root / "link").symlink_to("elsewhere")
     os.chmod(root / "run.sh", 0o644)
     (root / "added.txt").write_text("the agent's\n")
+    (root / "agent_dir" / "deeper").mkdir(parents=True)
+    (root / "agent_dir" / "deeper" / "x.txt").write_text("in folders only the agent made\n")
     (root / "gone.txt").unlink()
 
 
@@ -491,6 +494,7 @@ def test_a_daemon_killed_at_any_point_of_a_restore_leaves_every_file_whole(tmp_p
         while leftovers(repo.root) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not leftovers(repo.root), moment
+        assert_whole(tree(repo.root), old, new)  # no folder emptied by what was moved aside either
         request(after, "ctxd/ghost/restore", repo.root, id=undo)
         assert tree(repo.root) == old, moment
         assert "interruptedRestore" not in request(after, "ctxd/ghost/list", repo.root)

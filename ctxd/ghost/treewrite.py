@@ -404,6 +404,11 @@ def place(writing: Writing, folders: Folders) -> None:
                 home = folders.fd(removal.folder)
             except OSError:
                 continue  # its folder is gone (or is a link now): nothing of the snapshot's there to delete
+            try:
+                if stat.S_ISDIR(os.lstat(removal.name, dir_fd=home).st_mode):  # a folder made there meanwhile
+                    raise IsADirectoryError(errno.EISDIR, "a folder is where the snapshot's file was deleted")
+            except FileNotFoundError:
+                continue
             aside = writing.temp_name(removal.folder, aside=True)
             try:
                 os.rename(removal.name, aside, src_dir_fd=home, dst_dir_fd=home)
