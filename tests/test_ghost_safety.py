@@ -676,35 +676,41 @@ def file_size_limit(limit: int) -> Iterator[None]:
         signal.signal(signal.SIGXFSZ, previous)
 
 
-def test_a_restore_that_fails_part_way_puts_the_tree_back(repo: Repo) -> None:
+def test_a_restore_that_cannot_write_a_file_changes_nothing(repo: Repo) -> None:
+    """Every new file is written under a temporary name first: one that cannot be (here a file
+    size limit, EFBIG) stops the restore before any file the user sees changes."""
     (repo.root / "big.bin").write_bytes(b"\0" * (2 * 1024 * 1024))
     repo.commit_all("big")
     snap = ghost.snapshot(repo.root)
-    repo.write("README.md", "agent\n")  # written before big.bin, which then fails
+    repo.write("README.md", "agent\n")  # staged before big.bin, which then fails
     (repo.root / "big.bin").write_bytes(b"small now\n")
-    repo.write("zz_new.txt", "the agent's, deleted first\n")
+    repo.write("zz_new.txt", "the agent's, which the restore deletes\n")
     before, state = raw_files(repo.root), repo.state()
-    with file_size_limit(1024 * 1024), pytest.raises(GitFailed, match="put back as it was"):
+    with file_size_limit(1024 * 1024), pytest.raises(GitFailed, match="before changing any file .*File too large"
+                                                     ".* writing big.bin.*the working tree is as it was"):
         ghost.restore(repo.root, snap["id"])
-    assert raw_files(repo.root) == before and repo.state() == state
+    assert raw_files(repo.root) == before and repo.state() == state  # no temporary left either
     assert ghost.interrupted_restore(repo.root) is None
     ghost.restore(repo.root, snap["id"])  # with room, it goes through
     assert (repo.root / "big.bin").stat().st_size == 2 * 1024 * 1024
 
 
-def test_a_restore_that_cannot_be_put_back_names_its_undo(repo: Repo) -> None:
+def test_a_restore_that_cannot_write_a_file_deletes_nothing_first(repo: Repo) -> None:
+    """The file the agent added (which the restore deletes) is still there when the snapshot's
+    file cannot be written: deletions happen only once every new file is staged."""
     (repo.root / "big.bin").write_bytes(b"\0" * (2 * 1024 * 1024))
     repo.commit_all("big")
     snap = ghost.snapshot(repo.root)
     (repo.root / "big.bin").unlink()
-    (repo.root / "mine.bin").write_bytes(b"\1" * (2 * 1024 * 1024))  # deleted first, too big to write back
+    (repo.root / "mine.bin").write_bytes(b"\1" * (2 * 1024 * 1024))
     before = raw_files(repo.root)
-    with file_size_limit(1024 * 1024), pytest.raises(GitFailed, match="could not be put back") as caught:
+    with file_size_limit(1024 * 1024), pytest.raises(GitFailed, match="the working tree is as it was"):
         ghost.restore(repo.root, snap["id"])
-    undo = caught.value.data["undoId"]
-    assert undo in caught.value.message and ghost.interrupted_restore(repo.root)["undoId"] == undo
-    ghost.restore(repo.root, undo)
     assert raw_files(repo.root) == before and ghost.interrupted_restore(repo.root) is None
+    result = ghost.restore(repo.root, snap["id"])
+    assert result["removed"] == ["mine.bin"] and not (repo.root / "mine.bin").exists()
+    ghost.restore(repo.root, result["undoId"])
+    assert raw_files(repo.root) == before
 
 
 @pytest.mark.parametrize("flag", ["--assume-unchanged", "--skip-worktree"])

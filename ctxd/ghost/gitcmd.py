@@ -137,5 +137,28 @@ def run(args: list[str], *, cwd: Path, env: dict[str, str], stdin: bytes | None 
     if done.returncode not in ok:
         name = next((a for a in args if not a.startswith("-") and "=" not in a), "")
         message = done.stderr.decode("utf-8", "replace").strip()
-        raise GitFailed(f"git {name} failed: {message or f'exit status {done.returncode}'}")
+        raise GitFailed(f"git {name} failed: {message or _status(done.returncode)}")
     return done.returncode, done.stdout
+
+
+def _status(code: int) -> str:
+    """An exit status as a person reads it: a signal by its name (SIGXFSZ: a file size limit)."""
+    if code >= 0:
+        return f"exit status {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        return f"killed by signal {-code}"
+    return f"killed by {name}" + (" (a file over the size limit, RLIMIT_FSIZE)" if name == "SIGXFSZ" else "")
+
+
+def start(args: list[str], *, cwd: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """Start `git <SAFE_CONFIG> <args>` with pipes to talk to it as it runs (`cat-file --batch`):
+    only for the subcommands of STORE_ONLY, which never write the working tree."""
+    if _subcommand(args) not in STORE_ONLY:
+        raise ValueError(f"git {_subcommand(args)} writes the working tree: use run()")
+    try:
+        return subprocess.Popen([GIT, *SAFE_CONFIG, *args], cwd=cwd, env=env, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True, bufsize=1 << 16)
+    except OSError as error:
+        raise GitFailed(f"git could not be started: {error}") from None

@@ -12,7 +12,10 @@ A restore never loses data:
 - it never deletes or changes a path the snapshot skipped (too large, too many files, dependency
   folders, secrets), nor a file that has not changed since the snapshot was taken (its inode
   change time is older): such a file existed then and was left out on purpose (ignored, excluded);
-- it refuses (GitFailed) when a file it cannot protect is in the way;
+- it refuses (GitFailed) when a file it cannot protect is in the way, and when its new files do not
+  fit on the disk beside the old ones;
+- every file ends exactly as it was or exactly as the snapshot has it, whatever fails: new files
+  are written under temporary names and renamed into place (`ctxd.ghost.treewrite`);
 - it writes a journal first: a restore cut short by a crash is reported at the next start, with
   the `undoId` to go back to, and its leftovers are removed.
 
@@ -30,14 +33,15 @@ import stat
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ctxd.errors import GitFailed, InvalidParams
 from ctxd.ghost import store as st
+from ctxd.ghost import treewrite
 from ctxd.ghost.capture import Background, CaptureOptions, State, capture, check_cancel, file_count, nul
 from ctxd.ghost.store import ID, Site, open_site
+from ctxd.ghost.treewrite import Change
 from ctxd.redact import redact
 from ctxd.settings import GhostSettings, default_state_dir
 
@@ -348,34 +352,23 @@ def _started_ns(meta: dict[str, Any]) -> int:
 # --- comparing trees ---------------------------------------------------------------------------------
 
 
-@dataclass
-class _Change:
-    path: str
-    status: str  # "A" (only in the new tree), "D" (only in the old), "M" (both, different); "T" counts as M
-    old_mode: str
-    new_mode: str
-    old_sha: str
-    new_sha: str
-    binary: bool = False
-
-
-def _diff(site: Site, old: str, new: str, paths: list[str] | None = None, numstat: bool = False) -> list[_Change]:
+def _diff(site: Site, old: str, new: str, paths: list[str] | None = None, numstat: bool = False) -> list[Change]:
     args = ["diff-tree", "-r", "-z", "--no-renames", "--raw"] + (["--numstat"] if numstat else [])
     args += [old, new] + (["--", *paths] if paths else [])
     return _parse_raw(site.git(*args)[1])
 
 
-def _parse_raw(output: bytes) -> list[_Change]:
+def _parse_raw(output: bytes) -> list[Change]:
     """`--raw` records, and `--numstat` ones when asked for (they tell which files are binary)."""
     tokens = output.split(b"\0")
-    changes: dict[str, _Change] = {}
+    changes: dict[str, Change] = {}
     i = 0
     while i < len(tokens):
         token = tokens[i]
         if token.startswith(b":"):
             old_mode, new_mode, old_sha, new_sha, status = token[1:].decode().split()
             path = os.fsdecode(tokens[i + 1])
-            changes[path] = _Change(path, "M" if status[0] in "MT" else status[0], old_mode, new_mode, old_sha, new_sha)
+            changes[path] = Change(path, "M" if status[0] in "MT" else status[0], old_mode, new_mode, old_sha, new_sha)
             i += 2
         elif token:
             added, _deleted, path_bytes = token.split(b"\t", 2)
@@ -407,7 +400,7 @@ def _scoped_target(site: Site, current: State, snapshot_tree: str) -> str:
         index.unlink(missing_ok=True)
 
 
-def _protected(site: Site, meta: dict[str, Any], change: _Change) -> bool:
+def _protected(site: Site, meta: dict[str, Any], change: Change) -> bool:
     """A path the current state has and the snapshot does not, that a restore must leave alone:
     skipped by the snapshot, or unchanged since it was taken (so it existed then, left out)."""
     for skipped in _skipped_paths(site, meta):
@@ -419,7 +412,7 @@ def _protected(site: Site, meta: dict[str, Any], change: _Change) -> bool:
         return False
 
 
-def _plan(site: Site, meta: dict[str, Any], current: State) -> tuple[str, list[_Change]]:
+def _plan(site: Site, meta: dict[str, Any], current: State) -> tuple[str, list[Change]]:
     """The tree a restore switches to (the snapshot, with protected paths as they are now) and
     the changes from the current state to it. Files it would replace that the current capture
     left out are added to the current state first, so the undo snapshot holds them."""
@@ -446,7 +439,7 @@ def _plan(site: Site, meta: dict[str, Any], current: State) -> tuple[str, list[_
     return target, changes
 
 
-def _check_in_the_way(site: Site, changes: list[_Change]) -> None:
+def _check_in_the_way(site: Site, changes: list[Change]) -> None:
     """Refuse a restore that would delete files no snapshot holds: only possible where the
     snapshot needs a file where a directory now is, or a directory where a file now is."""
     going = {c.path for c in changes if c.status == "D"}
@@ -481,56 +474,6 @@ def _check_in_the_way(site: Site, changes: list[_Change]) -> None:
         shown = ", ".join(sorted(set(blocked))[:5])
         raise GitFailed(f"restore would delete files that are not in any snapshot: {shown}; "
                         "move them away and retry (nothing was changed)")
-
-
-def _write_changes(site: Site, changes: list[_Change]) -> None:
-    """Make every changed path what the target tree has: deletions first (a directory may have to
-    make way for a file), then `checkout-index` from an index that holds just the changed paths, so
-    the thousands of unchanged entries are neither read nor written again (`read-tree -u` of the
-    whole tree took a third of a restore)."""
-    for change in changes:
-        if change.status == "D":
-            _remove(site, change)
-    written = b"".join(f"{c.new_mode} {c.new_sha}\t".encode() + os.fsencode(c.path) + b"\0"
-                       for c in changes if c.status != "D")
-    if not written:
-        return
-    index = site.temp_index()
-    try:
-        site.git("update-index", "-z", "--index-info", index=index, stdin=written)
-        site.git("checkout-index", "--all", "--force", index=index)
-    finally:
-        index.unlink(missing_ok=True)
-
-
-def _remove(site: Site, change: _Change) -> None:
-    """Delete a path the target does not have, and the folders that leaves empty (as `read-tree -u`
-    does), never through a symbolic link or above the workspace folder: each step is taken from a
-    descriptor of the folder above it (see `_open_folders`)."""
-    folders = _open_folders(site, change.path)
-    if folders is None:
-        return  # not there (or behind a link): nothing of the snapshot's to delete
-    parts = change.path.split("/")
-    try:
-        try:
-            if change.old_mode == "160000":
-                os.rmdir(parts[-1], dir_fd=folders[-1])  # a submodule's folder, only when empty
-            else:
-                os.unlink(parts[-1], dir_fd=folders[-1])
-        except FileNotFoundError:
-            pass
-        except OSError as error:
-            if change.old_mode != "160000":
-                raise GitFailed(f"could not delete {change.path}: {error.strerror}") from None
-        floor = len(site.prefix.rstrip("/").split("/")) if site.prefix else 0  # the workspace folder's depth
-        for depth in range(len(parts) - 1, floor, -1):  # `folders[depth]` is the folder `parts[:depth]`
-            try:
-                os.rmdir(parts[depth - 1], dir_fd=folders[depth - 1])
-            except OSError:
-                break
-    finally:
-        for fd in folders:
-            os.close(fd)
 
 
 _FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -573,7 +516,8 @@ def restore(folder: Path, commit_id: str, *, settings: GhostSettings | None = No
     """Make the working tree (in scope) what it was at the snapshot.
 
     Returns `{id, restored, removed, undoId}`; with `dry_run`, `{id, restored, removed, dryRun: true}`
-    and nothing is written anywhere.
+    and nothing is written anywhere. Every file ends exactly as it was or exactly as the snapshot
+    has it, whatever fails (`ctxd.ghost.treewrite`); a failure is GitFailed saying which.
     """
     settings = settings or GhostSettings()
     started = time.monotonic()
@@ -583,7 +527,11 @@ def restore(folder: Path, commit_id: str, *, settings: GhostSettings | None = No
         meta = _resolve(site, commit_id)
         if site.user_git_dir is not None and (site.user_git_dir / "index.lock").exists():
             raise GitFailed("another git process is running (index.lock exists); nothing was restored")
-        current = capture(site, CaptureOptions(settings))
+        try:
+            current = capture(site, CaptureOptions(settings))
+        except GitFailed as error:
+            raise _not_started(commit_id, error) from None
+        writing_started = False
         try:
             target, changes = _plan(site, meta, current)
             _check_in_the_way(site, changes)
@@ -596,36 +544,109 @@ def restore(folder: Path, commit_id: str, *, settings: GhostSettings | None = No
             if dry_run:
                 result["dryRun"] = True
                 return result
+            writing = treewrite.plan(site.top, changes, tag=os.urandom(6).hex(), prefix=site.prefix)
+            _check_space(site, writing, commit_id)
             undo = _commit(site, current, f"before restoring {commit_id[:12]}", started,
                            {"undoOf": commit_id, "trigger": "restore"})
             result["undoId"] = undo["id"]
             if changes:
+                _check_complete(site, changes)
                 st.write_json(site.journal(), {"id": commit_id, "undoId": undo["id"], "startedAt": _now(),
-                                               "pid": os.getpid()})
-                try:
-                    _write_changes(site, changes)
-                except (GitFailed, OSError) as error:
-                    raise _put_back(site, target, current.tree, undo["id"], error) from None
-                site.journal().unlink(missing_ok=True)
-            site.interrupted_record().unlink(missing_ok=True)
+                                               "pid": os.getpid(), "tag": writing.tag, "folders": writing.folders})
+                writing_started = True
+                _write(site, writing, commit_id, undo["id"])
+        except (OSError, GitFailed) as error:
+            if writing_started or (isinstance(error, GitFailed) and "nothing was changed" in error.message):
+                raise  # `_write` says what the working tree holds; the checks say it themselves
+            raise _not_started(commit_id, error) from None
         finally:
             current.index.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            site.interrupted_record().unlink(missing_ok=True)
     return result
 
 
-def _put_back(site: Site, target: str, before: str, undo_id: str, error: GitFailed | OSError) -> GitFailed:
-    """A restore that failed part-way (a full disk, a file in use) writes every path it was
-    changing back from the tree `target` to `before` (what the undo snapshot holds), so that the
-    failure changes nothing. If even that fails, the journal stays (`interruptedRestore`) and the
-    error names the undo snapshot."""
-    reason = error.message if isinstance(error, GitFailed) else f"{error.strerror}: {error.filename}"
+def _not_started(commit_id: str, error: OSError | GitFailed) -> GitFailed:
+    """A failure before the restore touched the working tree (capturing, committing the undo
+    snapshot, writing the journal: a full disk there too)."""
+    reason = error.message if isinstance(error, GitFailed) else (
+        treewrite.describe(error) + (f" ({error.filename})" if error.filename else ""))
+    return GitFailed(f"the restore of {commit_id[:12]} could not start: {reason}; nothing was changed",
+                     error.data if isinstance(error, GitFailed) else None)
+
+
+def _depth(site: Site) -> int:
+    """The workspace folder's depth in the work tree: restores never remove a folder at or above it."""
+    return len(site.prefix.rstrip("/").split("/")) if site.prefix else 0
+
+
+def _check_space(site: Site, writing: treewrite.Writing, commit_id: str) -> None:
+    """Refuse, before anything is written, a restore whose new files do not fit beside the old
+    ones (staging writes them all before the old are freed)."""
+    short = treewrite.space_needed(site.top, writing, st.object_sizes(site, writing.blobs))
+    if short:
+        where, need, free = short[0]
+        folder = site.top / where
+        with contextlib.suppress(OSError):
+            if os.stat(folder).st_dev == os.stat(site.folder).st_dev:
+                folder = site.folder  # the usual case: the workspace's own file system
+        mib = 1024 * 1024
+        raise GitFailed(f"not enough free space to restore {commit_id[:12]}: it writes {need / mib:.1f} MiB of files "
+                        f"on the file system of {folder}, which has {free / mib:.1f} MiB free (the old "
+                        "files are freed only once every new one is written); nothing was changed: free "
+                        f"{(need - free) / mib:.1f} MiB and retry", {"needBytes": need, "freeBytes": free})
+
+
+def _check_complete(site: Site, changes: list[Change]) -> None:
+    """The undo snapshot is complete before any file is touched: every file the restore replaces or
+    deletes is in the store on its own (borrowing nothing from the user's objects)."""
+    shas = [c.old_sha for c in changes if c.status != "A" and c.old_mode != treewrite.GITLINK]
+    missing = [sha for sha, size in st.object_sizes(site, shas, borrow=False).items() if size is None]
+    if missing:
+        raise GitFailed(f"the undo snapshot is incomplete: the store lacks {len(missing)} object(s) of the files "
+                        f"the restore would replace (first {missing[0]}); nothing was changed")
+
+
+def _write(site: Site, writing: treewrite.Writing, commit_id: str, undo_id: str) -> None:
+    """Stage, place and clean up (`ctxd.ghost.treewrite`); a failure is GitFailed saying what the
+    working tree holds now. The journal goes once nothing of this restore is left to clean."""
+    short = commit_id[:12]
+    folders = treewrite.Folders(site.top)
     try:
-        _write_changes(site, _diff(site, target, before))
-    except (GitFailed, OSError):
-        return GitFailed(f"the restore stopped part-way ({reason}) and the working tree could not be put back: "
-                         f"restore {undo_id} to bring back what was there", {"undoId": undo_id})
-    site.journal().unlink(missing_ok=True)
-    return GitFailed(f"the restore failed ({reason}); the working tree was put back as it was")
+        blobs = st.Blobs(site, writing.blobs)
+        try:
+            treewrite.stage(writing, folders, blobs, sync_also=[site.store])
+        finally:
+            blobs.close()
+        treewrite.place(writing, folders)
+        treewrite.finish(writing, folders, floor=_depth(site))
+    except treewrite.StagingFailed as failure:
+        hint = "; free some space and retry" if failure.code in (errno.ENOSPC, errno.EDQUOT) else ""
+        if failure.clean:
+            with contextlib.suppress(OSError):
+                site.journal().unlink(missing_ok=True)
+            raise GitFailed(f"the restore of {short} failed before changing any file ({failure.reason}); "
+                            f"the working tree is as it was{hint}") from None
+        raise GitFailed(f"the restore of {short} failed before changing any file ({failure.reason}); the working "
+                        f"tree is as it was, but temporary files named {treewrite.TEMP_PREFIX}{writing.tag}-* are left "
+                        "in it: they are removed when the folder is next opened", {"undoId": undo_id}) from None
+    except treewrite.PlacingFailed as failure:
+        if not failure.restored and not failure.removed:
+            with contextlib.suppress(OSError):
+                site.journal().unlink(missing_ok=True)
+            raise GitFailed(f"the restore of {short} failed part-way ({failure.reason}); every file it had changed "
+                            "was put back: the working tree is as it was") from None
+        changed = [*failure.restored, *failure.removed]
+        shown = ", ".join(writing.show(p) for p in changed[:5]) + (", ..." if len(changed) > 5 else "")
+        raise GitFailed(f"the restore of {short} stopped part-way ({failure.reason}) and the working tree could not "
+                        f"be put back: {len(changed)} path(s) are as the snapshot has them ({shown}), every other "
+                        f"file is as it was; restore {undo_id} to bring back what was there",
+                        {"undoId": undo_id, "restored": [site.rel(p) for p in failure.restored],
+                         "removed": [site.rel(p) for p in failure.removed]}) from None
+    finally:
+        folders.close()
+    with contextlib.suppress(OSError):
+        site.journal().unlink(missing_ok=True)
 
 
 def diff(folder: Path, commit_id: str, path: str | None = None, *, settings: GhostSettings | None = None,
@@ -712,14 +733,27 @@ def delete(folder: Path, commit_id: str, *, state_dir: Path | None = None) -> di
 
 def _recover(site: Site) -> dict[str, Any] | None:
     """With the store locked (so no restore is running): a journal left behind means a restore was
-    cut short. Keep it as the record of an interrupted restore, and remove temporary files.
-    Snapshots the first version left in the user's refs are moved into the store."""
+    cut short. Keep it as the record of an interrupted restore (at once: a reader that finds the
+    store busy reads the record), then remove what that restore left in the working tree and the
+    store's temporary files. Snapshots the first version left in the user's refs are moved into
+    the store."""
+    if site.journal().exists():
+        try:
+            os.replace(site.journal(), site.interrupted_record())
+        except OSError:  # a read-only store: the journal stays the record
+            pass
     st.clean_leftovers(site)
     with contextlib.suppress(GitFailed):  # a snapshot of that version git cannot read: left where it is
         _migrate_legacy(site)
-    if site.journal().exists():
-        os.replace(site.journal(), site.interrupted_record())
-    return st.read_json(site.interrupted_record())
+    record = st.read_json(site.interrupted_record()) or st.read_json(site.journal())
+    if record is not None and "tag" in record:
+        folders = record.get("folders")
+        if treewrite.remove_leftovers(site.top, str(record.get("tag") or ""), folders if isinstance(folders, list) else [],
+                                      floor=_depth(site)):
+            record = {k: v for k, v in record.items() if k not in ("tag", "folders")}
+            with contextlib.suppress(OSError):  # cleaned once: later snapshots do not look again
+                st.write_json(site.interrupted_record(), record)
+    return record
 
 
 LEGACY_REFS = "refs/ctxd/ghost/"
@@ -782,13 +816,29 @@ def interrupted_restore(folder: Path, *, state_dir: Path | None = None, create: 
     if site is None:
         return None  # no snapshot was ever taken of it
     with site.locked(wait=False) as mine:
-        # Busy: a snapshot or restore is running, so a journal is its own, not a crash's.
+        # Busy: a snapshot or restore is running; a journal is its own, unless the process that
+        # wrote it is gone (the store is busy recovering from that crash).
         record = _recover(site) if mine else st.read_json(site.interrupted_record())
+        if not mine and record is None and (journal := st.read_json(site.journal())) and not _alive(journal.get("pid")):
+            record = journal
     if not record:
         return None
     return {"id": record.get("id"), "undoId": record.get("undoId"), "startedAt": record.get("startedAt"),
             "message": (f"a restore of snapshot {str(record.get('id'))[:12]} was interrupted; restore "
                         f"{str(record.get('undoId'))[:12]} to go back to the state before it")}
+
+
+def _alive(pid: Any) -> bool:
+    """Whether the process `pid` runs (this one does; another user's counts as running)."""
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 # --- the ledger side ------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ import json
 import os
 import re
 import stat
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -150,6 +151,14 @@ class Site:
 
     def out(self, *args: str, **kwargs: Any) -> str:
         return os.fsdecode(self.git(*args, **kwargs)[1]).strip()
+
+    def start(self, *args: str, borrow: bool = True) -> subprocess.Popen[bytes]:
+        """A git command on ctxd's store that runs while ctxd talks to it (`gitcmd.start`)."""
+        env = gitcmd.base_env(user_config=False)
+        env["GIT_INDEX_FILE"] = str(self.tmp_dir() / "none.index")
+        if borrow and self.user_objects is not None:
+            env["GIT_ALTERNATE_OBJECT_DIRECTORIES"] = str(self.user_objects)
+        return gitcmd.start([*SPLIT_INDEX, f"--git-dir={self.store}", *args], cwd=self.top, env=env)
 
     def paths(self, *args: str, user: bool = False, **kwargs: Any) -> list[str]:
         """Run a command with NUL-separated path output (`-z`) and split it."""
@@ -504,6 +513,75 @@ def delete_ref(site: Site, commit: str) -> None:
 
 
 # --- objects ---------------------------------------------------------------------------------------
+
+
+def object_sizes(site: Site, shas: list[str], borrow: bool = True) -> dict[str, int | None]:
+    """The size of each object, None for one git cannot find (without `borrow`: in the store alone)."""
+    if not shas:
+        return {}
+    wanted = list(dict.fromkeys(shas))
+    raw = site.git("cat-file", "--batch-check=%(objectname) %(objectsize)", borrow=borrow,
+                   stdin="".join(f"{sha}\n" for sha in wanted).encode())[1]
+    sizes: dict[str, int | None] = dict.fromkeys(wanted)
+    for line in raw.decode("ascii", "replace").splitlines():
+        name, _, size = line.partition(" ")
+        if name in sizes and size.isdigit():
+            sizes[name] = int(size)
+    return sizes
+
+
+class Blobs:
+    """The contents of blobs, read one after another from one `git cat-file --batch` in the order
+    they were asked for: a restore writes each into its file as it comes, in chunks, never holding
+    a large file in memory. `close` stops git even when not everything was read."""
+
+    CHUNK = 1 << 20
+
+    def __init__(self, site: Site, shas: list[str]) -> None:
+        self._proc = site.start("cat-file", "--batch")
+        self._left = 0
+        requests = "".join(f"{sha}\n" for sha in shas).encode()
+        self._feeder = threading.Thread(target=self._feed, args=(requests,), daemon=True)  # so git never waits on a full pipe
+        self._feeder.start()
+
+    def _feed(self, requests: bytes) -> None:
+        stdin = self._proc.stdin
+        assert stdin is not None
+        with contextlib.suppress(OSError):  # git was stopped before reading them all
+            stdin.write(requests)
+            stdin.close()
+
+    def next(self, sha: str) -> int:
+        """Start reading the next blob, which must be `sha`; its size."""
+        assert self._proc.stdout is not None and self._left == 0
+        fields = self._proc.stdout.readline().split()
+        if len(fields) != 3 or fields[0].decode("ascii", "replace") != sha or fields[1] != b"blob":
+            raise GitFailed(f"object {sha} is missing from the snapshot store (git cat-file answered "
+                            f"{b' '.join(fields).decode('ascii', 'replace')!r})")
+        self._left = int(fields[2])
+        return self._left
+
+    def chunks(self) -> Iterator[bytes]:
+        """The rest of the current blob."""
+        stdout = self._proc.stdout
+        assert stdout is not None
+        while self._left:
+            chunk = stdout.read(min(self._left, self.CHUNK))
+            if not chunk:
+                raise GitFailed("git cat-file stopped before the end of a file's content")
+            self._left -= len(chunk)
+            yield chunk
+        stdout.read(1)  # the newline after each object
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.kill()
+        self._proc.wait()
+        self._feeder.join()  # its write fails at once when git is gone
+        for stream in (self._proc.stdout, self._proc.stdin):
+            with contextlib.suppress(OSError):
+                if stream is not None:
+                    stream.close()
 
 
 def pin(site: Site, commit: str | None, tree: str) -> None:

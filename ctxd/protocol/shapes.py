@@ -381,6 +381,21 @@ class RestoreResult(TypedDict):
 
 
 @with_config(STRICT)
+class RestoreFailure(TypedDict):
+    """`data` of a restore's 1002, when it says more than its message: `needBytes` and `freeBytes`
+    when the new files would not fit (nothing was written); `undoId`, `restored` and `removed`
+    when it stopped part-way and could not put everything back (the paths are as the snapshot has
+    them, every other file as it was; restoring `undoId` goes back)."""
+
+    undoId: NotRequired[str]
+    restored: NotRequired[list[str]]
+    removed: NotRequired[list[str]]
+    needBytes: NotRequired[int]
+    freeBytes: NotRequired[int]
+    pathEncoding: NotRequired[Literal["escaped"]]
+
+
+@with_config(STRICT)
 class FileChange(TypedDict):
     path: str
     status: Literal["modified", "added", "deleted"]

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel
 
-from ctxd.errors import Cancelled
+from ctxd.errors import Cancelled, GitFailed
 from ctxd.protocol import methods
 from ctxd.protocol import params as p
 from ctxd.protocol.items import validate_items
@@ -165,8 +165,13 @@ def ghost_list(call: Call, params: p.GhostListParams) -> shapes.GhostListResult:
 def ghost_restore(call: Call, params: p.GhostRestoreParams) -> shapes.RestoreResult:
     from ctxd.workspace import checkpoints
 
-    result = checkpoints.restore(call.workspace, params.thread, params.id, conversation=params.conversation,
-                                 dry_run=params.dry_run, cancel=call.cancel)
+    try:
+        result = checkpoints.restore(call.workspace, params.thread, params.id, conversation=params.conversation,
+                                     dry_run=params.dry_run, cancel=call.cancel)
+    except GitFailed as error:  # its `data` may list paths too (`shapes.RestoreFailure`)
+        if isinstance(error.data, dict):
+            error.data = escape_paths(error.data)
+        raise
     return cast("shapes.RestoreResult", escape_paths(result))  # file names that are not UTF-8 (protocol v2: pathEncoding)
 
 
