@@ -330,7 +330,8 @@ class Session:
     @classmethod
     def open(cls, state_dir: Path, folders: list[Path], timeout: float = START_SECONDS,
              on_notify: Callable[[str, Any], None] | None = None) -> Session | None:
-        """A session with the owner of `state_dir` (started if needed) with `folders` open, or None."""
+        """A session with the owner of `state_dir` (started if needed) with `folders` open, or None.
+        Raises Unsafe when the owner's folder is not the user's alone."""
         conn = reach(state_dir, timeout)
         if conn is None:
             return None

@@ -628,4 +628,8 @@ def _hand_over_tcp(state_dir: Path, connection: Any, head: bytes) -> int | None:
     from ctxd import ownerlink
 
     message = {"op": "session", "head": base64.b64encode(head).decode("ascii")}
-    return ownerlink.hand_over(state_dir, message, [connection.fileno()])
+    try:
+        return ownerlink.hand_over(state_dir, message, [connection.fileno()])
+    except ownerlink.Unsafe as error:
+        log.warning("tcp: serving here, alone: %s", error)
+        return None

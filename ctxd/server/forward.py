@@ -97,14 +97,18 @@ def run(args: argparse.Namespace) -> int:
     widen_pipes()  # the pipes themselves: the owner serves them wide too
     head, params = read_first_frame(0)
     state_dir = chosen_state_dir(args.state_dir, params)
-    if os.environ.get("CTXD_OWNER") != "0" and ownerlink.available():
+    why = "CTXD_OWNER=0" if os.environ.get("CTXD_OWNER") == "0" else "no owner could be reached"
+    if why != "CTXD_OWNER=0" and ownerlink.available():
         message = {"op": "session", "head": base64.b64encode(head).decode("ascii"),
                    "logFile": os.path.abspath(args.log_file) if args.log_file else None, "verbose": bool(args.verbose)}
-        code = ownerlink.hand_over(state_dir, message, [0, 1], let_go)
+        try:
+            code = ownerlink.hand_over(state_dir, message, [0, 1], let_go)
+        except ownerlink.Unsafe as error:
+            code, why = None, str(error)
         if code is not None:
             return code
     setup_logging(args.verbose, args.log_file)
-    log.info("serving in this process (no owner of %s could be reached)", state_dir)
+    log.warning("serving in this process, alone (%s; state dir %s)", why, state_dir)
     from ctxd.server.app import serve_stdio
     from ctxd.server.connection import with_head
     from ctxd.server.process import keep_freed_memory, widen_pipes
