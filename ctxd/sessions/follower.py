@@ -99,7 +99,7 @@ class Follower:
         self.sources = sources
         self.roots = {s.agent: s.root for s in sources if s.enabled}
         self._poll = poll if poll is not None else os.environ.get("CTXD_SESSIONS_POLL") == "1"
-        self._folders: list[Path] = []
+        self._folders = discovery.Folders([])
         self._files: dict[str, _File] = {}
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
@@ -139,13 +139,15 @@ class Follower:
 
     def set_folders(self, folders: list[Path]) -> None:
         """The open workspace folders changed: sessions are matched again (from the cwd already
-        known; nothing is read again)."""
+        known; nothing is read again). The folders are indexed before the lock is taken: a file event
+        waits for that lock."""
+        index = discovery.Folders(folders, known=self._folders)
         with self._wake:
-            self._folders = list(folders)
+            self._folders = index
             for path, state in self._files.items():
                 if state.agent == CLAUDE and not state.decided:
                     continue
-                folder = discovery.folder_of(state.cwd, self._folders)
+                folder = index.folder_of(state.cwd)
                 if folder != state.folder:
                     state.folder = folder
                     state.announced = False
@@ -385,7 +387,7 @@ class Follower:
     def _follow(self, path: str) -> None:
         with self._lock:
             state = self._files.get(path)
-            folders = list(self._folders)
+            folders = self._folders
         try:
             st = os.lstat(path)
         except OSError:
@@ -414,7 +416,7 @@ class Follower:
                 state.fresh = True  # its head is being written: a session starting now
                 return
             state.cwd, state.decided = cwd, True
-            state.folder = discovery.folder_of(cwd, folders)
+            state.folder = folders.folder_of(cwd)
         if state.folder is None:
             return  # outside every open workspace folder: never read further
         if state.reader is None:
