@@ -116,7 +116,8 @@ def threads(call: Call, params: p.ThreadsParams) -> shapes.ThreadsResult:
 def status(call: Call, params: p.StatusParams) -> shapes.Status:
     from ctxd.status import status as daemon_status
 
-    return daemon_status(call.workspace, sources=call.sessions.status() if call.sessions is not None else [])
+    return daemon_status(call.workspace,
+                         sources=call.sessions.status(call.workspace) if call.sessions is not None else [])
 
 
 @handler(methods.COMPACT)

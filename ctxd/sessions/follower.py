@@ -24,7 +24,7 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -99,7 +99,7 @@ class Follower:
         self.sources = sources
         self.roots = {s.agent: s.root for s in sources if s.enabled}
         self._poll = poll if poll is not None else os.environ.get("CTXD_SESSIONS_POLL") == "1"
-        self._folders = discovery.Folders([])
+        self._folders: dict[str, discovery.Folders] = {}  # per agent: the open folders that follow it
         self._files: dict[str, _File] = {}
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
@@ -137,17 +137,20 @@ class Follower:
         if self._worker is not None:
             self._worker.join(timeout=5)
 
-    def set_folders(self, folders: list[Path]) -> None:
+    def set_folders(self, folders: list[Path], without: Mapping[str, Collection[Path]] | None = None) -> None:
         """The open workspace folders changed: sessions are matched again (from the cwd already
-        known; nothing is read again). The folders are indexed before the lock is taken: a file event
-        waits for that lock."""
-        index = discovery.Folders(folders, known=self._folders)
+        known; nothing is read again). `without`: per agent, the folders that do not follow its
+        sessions (their `.ctxd.toml` turned it off). The folders are indexed before the lock is
+        taken: a file event waits for that lock."""
+        skip = without or {}
+        indexes = {agent: discovery.Folders([f for f in folders if f not in skip.get(agent, ())],
+                                            known=self._folders.get(agent)) for agent in (CODEX, CLAUDE)}
         with self._wake:
-            self._folders = index
+            self._folders = indexes
             for path, state in self._files.items():
                 if state.agent == CLAUDE and not state.decided:
                     continue
-                folder = index.folder_of(state.cwd)
+                folder = indexes[state.agent].folder_of(state.cwd)
                 if folder != state.folder:
                     state.folder = folder
                     state.announced = False
@@ -387,7 +390,7 @@ class Follower:
     def _follow(self, path: str) -> None:
         with self._lock:
             state = self._files.get(path)
-            folders = self._folders
+            indexes = self._folders
         try:
             st = os.lstat(path)
         except OSError:
@@ -410,6 +413,7 @@ class Follower:
             if state.stamp == _stamp(st):
                 return  # peeked at as it is now: undecided until it changes
             state.stamp, state.size = _stamp(st), st.st_size
+            folders = indexes.get(state.agent) or discovery.Folders([])
             cwd, complete, read = discovery.peek_cwd(state.agent, path, folders)
             state.peeked += read
             if not complete:
