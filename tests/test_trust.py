@@ -271,13 +271,14 @@ def test_prompt_file_swapped_for_a_link_after_load_is_not_read(daemon_factory, w
 # --- a trusted `.ctxd.toml`'s `state_dir` and `sources.*` (issue #36: both were dropped without a word) ---
 
 
+@pytest.mark.parametrize("written", ["absolute", "../own-state"])
 def test_a_trusted_folder_keeps_its_ledger_in_its_own_state_dir(daemon_factory, workspace: Path, state_dir: Path,
-                                                                 tmp_path: Path) -> None:
+                                                                 tmp_path: Path, written: str) -> None:
     from ctxd.hooks.locate import find_workspace
     from ctxd.ledger.store import database_path
 
-    own = tmp_path / "own-state"
-    (workspace / ".ctxd.toml").write_text(f'state_dir = "{own}"\n')
+    own = tmp_path / "own-state"  # (`../own-state` is relative to the folder)
+    (workspace / ".ctxd.toml").write_text(f'state_dir = "{own if written == "absolute" else written}"\n')
     client = daemon_factory([workspace], {"trusted": True})
     conversation(client, workspace, turns=1)
     status = client.request("ctxd/status", {"workspace": workspace.as_uri()})
@@ -291,6 +292,19 @@ def test_a_trusted_folder_keeps_its_ledger_in_its_own_state_dir(daemon_factory, 
     client.shutdown()
     again = daemon_factory([workspace], {"trusted": True})
     assert again.request("ctxd/history", {"workspace": workspace.as_uri()})["total"] == 4
+
+
+def test_a_state_dir_inside_the_folder_is_refused(daemon_factory, workspace: Path, state_dir: Path) -> None:
+    """Its snapshots would capture the live database, and a restore would write it back over itself."""
+    from ctxd.ledger.store import database_path
+
+    (workspace / ".ctxd.toml").write_text('state_dir = ".ctxd-state"\n')
+    client = daemon_factory([workspace], {"trusted": True})
+    conversation(client, workspace, turns=1)
+    problems = [p for p in status_problems(client, workspace) if p.get("key") == "state_dir"]
+    assert len(problems) == 1 and "inside the folder" in problems[0]["message"]
+    assert any("'state_dir'" in note["message"] for note in client.notes("window/showMessage"))
+    assert database_path(state_dir / "ctxd", workspace).exists() and not (workspace / ".ctxd-state").exists()
 
 
 def test_a_trusted_folder_can_turn_an_agents_sessions_off(daemon_factory, tmp_path: Path) -> None:

@@ -90,11 +90,17 @@ def _own_state_dir(root: Path, settings: Settings, daemon: Settings, state_dir: 
     if not name or name == daemon.state_dir:
         return state_dir  # not the file's: the daemon's own (the editor's, the user's or --state-dir)
     try:
-        return Path(os.path.abspath(root / Path(name).expanduser()))
-    except (RuntimeError, ValueError) as error:  # `~someone` who is not a user here; a NUL
-        problems.append(Problem(str(root / WORKSPACE_FILE), f"setting 'state_dir' {name!r} cannot be used ({error}); "
-                                f"this folder's ledger stays in {state_dir}", "state_dir"))
-        return state_dir
+        own = Path(os.path.abspath(root / Path(name).expanduser()))
+        real, folder = own.resolve(), root.resolve()
+    except (OSError, RuntimeError, ValueError) as error:  # `~someone` who is not a user here; a NUL
+        why = f"cannot be used ({error})"
+    else:
+        if real != folder and folder not in real.parents:
+            return own
+        why = "is inside the folder, whose snapshots would take the ledger in and restore it over itself"
+    problems.append(Problem(str(root / WORKSPACE_FILE), f"setting 'state_dir' {name!r} {why}; this folder's "
+                            f"ledger stays in {state_dir}", "state_dir"))
+    return state_dir
 
 
 def _check_sources(root: Path, settings: Settings, daemon: Settings, problems: list[Problem]) -> None:
