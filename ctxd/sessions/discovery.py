@@ -96,15 +96,15 @@ class Folders:
     folder could be inside one, each found in time that does not grow with the number of folders.
     Every session file is matched again whenever folders are added, so 2,000 folders times a few
     hundred files compared one by one (each folder resolved each time) held the follower for tens of
-    seconds. `known`: an earlier index whose folders' resolved forms are reused."""
+    seconds. `known`: folders' forms found before (an earlier index's `forms`), reused."""
 
-    def __init__(self, folders: Iterable[Path], known: Folders | None = None) -> None:
+    def __init__(self, folders: Iterable[Path], known: Mapping[Path, set[str]] | None = None) -> None:
         self.folders = list(folders)
         self.forms: dict[Path, set[str]] = {}
         self._by_form: dict[str, Path] = {}  # a normalised form -> the first folder that has it
         self._encoded: set[str] = set()  # Claude's project folder name of each form
         for folder in self.folders:
-            forms = known.forms.get(folder) if known is not None else None
+            forms = known.get(folder) if known is not None else None
             forms = self.forms[folder] = forms if forms is not None else _forms(folder)
             for form in forms:
                 self._by_form.setdefault(os.path.normpath(form), folder)

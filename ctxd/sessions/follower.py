@@ -143,8 +143,11 @@ class Follower:
         sessions (their `.ctxd.toml` turned it off). The folders are indexed before the lock is
         taken: a file event waits for that lock."""
         skip = without or {}
-        indexes = {agent: discovery.Folders([f for f in folders if f not in skip.get(agent, ())],
-                                            known=self._folders.get(agent)) for agent in (CODEX, CLAUDE)}
+        forms = {folder: found for index in self._folders.values() for folder, found in index.forms.items()}
+        indexes: dict[str, discovery.Folders] = {}
+        for agent in (CODEX, CLAUDE):  # each folder resolved once, for both
+            indexes[agent] = discovery.Folders([f for f in folders if f not in skip.get(agent, ())], known=forms)
+            forms.update(indexes[agent].forms)
         with self._wake:
             self._folders = indexes
             for path, state in self._files.items():
