@@ -25,9 +25,11 @@ from ctxd.errors import InvalidRequest, ParseError
 from ctxd.protocol import methods
 from ctxd.protocol.rawjson import RawItem
 from ctxd.server.codec import DECODER, NotJson, Rejected, parse, refused, unsafe_content, unsafe_walk
+from ctxd.server.memory import after_reading
 
 BIG_FRAME_BYTES = 8 * 1024 * 1024
 DECODE_BYTES = 1024 * 1024  # the body is decoded this much at a time (more for a longer value)
+GIVE_BACK_BYTES = 8 * 1024 * 1024  # and the heap trimmed each time this much of it was read
 _SPACE = re.compile(r"[ \t\n\r]*")
 _ITEM_DEPTH = 3  # message, params, items: an item's own nesting starts below them
 
@@ -69,6 +71,7 @@ class _Reader:
     def __init__(self, body: bytes | bytearray) -> None:
         self.body = body
         self.offset = 0  # bytes of the body decoded (of a bytearray: deleted from it instead)
+        self.given = 0  # bytes deleted from a bytearray body since the heap was last trimmed
         self.decoder = codecs.getincrementaldecoder("utf-8")()  # strict: a bad byte is a parse error
         self.text = ""
         self.pos = 0
@@ -82,8 +85,12 @@ class _Reader:
             return False
         wanted = max(DECODE_BYTES, len(self.text) - self.pos)
         piece = self.body[self.offset:self.offset + wanted]
-        if isinstance(self.body, bytearray):
-            del self.body[:len(piece)]  # (CPython gives the memory back each time half of it is read)
+        if isinstance(self.body, bytearray):  # given back as it is read: CPython moves what is left
+            del self.body[:len(piece)]  # into a smaller buffer each time half of it was read, and the
+            self.given += len(piece)  # heap is trimmed often enough for the freed one to go back
+            if self.given >= GIVE_BACK_BYTES:
+                self.given = 0
+                after_reading(BIG_FRAME_BYTES)
         else:
             self.offset += len(piece)
         decoded = self.decoder.decode(piece, self.offset >= len(self.body))
