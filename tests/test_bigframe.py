@@ -110,6 +110,19 @@ def test_each_hard_case_reads_as_parse_reads_it(case: str) -> None:
     same_as_parse(CASES[case].encode())
 
 
+@pytest.mark.parametrize("piece", range(1, 17))
+def test_every_cut_of_every_kind_of_value_reads_the_same(piece: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Numbers (`0.0`, `1e+5`, `-12.5E-3`), words, escapes and characters of 1 to 4 bytes, the body
+    decoded `piece` bytes at a time: each is cut at every place by one of the sizes."""
+    monkeypatch.setattr(bigframe, "DECODE_BYTES", piece)
+    values = [0.0, 1e5, -12.5e-3, 123456789, -0, True, False, None, "\\\"\u00e9\u263a\U0001f600\n", "ab", [], {}]
+    for ascii_only in (False, True):  # (escaped: a surrogate pair's two escapes cut apart too)
+        text = json.dumps(record([{"type": "x", "v": value} for value in values]), ensure_ascii=ascii_only)
+        same_as_parse(text.replace("100000.0", "1e+5").replace("-0.0125", "-12.5E-3").encode())
+        for value in values:
+            same_as_parse(json.dumps(record([value]), ensure_ascii=ascii_only).encode())
+
+
 def test_a_body_that_is_not_utf8_is_a_parse_error() -> None:
     body = json.dumps(record([assistant("é")]), ensure_ascii=False).encode().replace("é".encode(), b"\xe9")
     assert taken(bigframe.parse_big(bytearray(body)))[:3] == ("rejected", "ParseError", -32700)

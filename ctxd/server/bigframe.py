@@ -135,8 +135,9 @@ class _Reader:
                 if (error.pos >= len(self.text) - 8 or error.msg.startswith("Unterminated string")) and self.more():
                     continue
                 raise
-            if end >= len(self.text) and self.more():
-                continue  # a number or a word may go on in what is not decoded yet
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if end + (2 if number else 0) >= len(self.text) and self.more():
+                continue  # a value may go on in what is not decoded yet (`1` of `1e+5` before `e+`)
             self.pos = end
             return value, start
 
