@@ -337,20 +337,23 @@ def test_a_trusted_folder_can_turn_an_agents_sessions_off(daemon_factory, tmp_pa
 def test_what_one_daemon_cannot_do_for_one_folder_is_reported(daemon_factory, workspace: Path,
                                                               tmp_path: Path) -> None:
     """Another home for an agent's sessions, or an agent the daemon does not follow: one daemon
-    watches one folder per agent for every workspace. Named in ctxd/status and shown once."""
+    watches one folder per agent for every workspace. Named in ctxd/status and shown once. Each
+    daemon here serves alone (`CTXD_OWNER=0`): they differ in the user's config, which an owner
+    reads once (docs/processes.md)."""
+    alone = {"CTXD_OWNER": "0"}
     (workspace / ".ctxd.toml").write_text(f'[sources]\ncodex_home = "{tmp_path / "elsewhere"}"\nclaude = true\n')
-    client = daemon_factory([workspace], {"trusted": True, "sources": {"claude": False}})
+    client = daemon_factory([workspace], {"trusted": True, "sources": {"claude": False}}, env=alone)
     problems = {p["key"]: p["message"] for p in status_problems(client, workspace) if p.get("key")}
     assert set(problems) == {"sources.codex_home"}  # `claude` from the editor comes after the file's
     assert "one folder of Codex sessions for every workspace" in problems["sources.codex_home"]
     shown = [note["message"] for note in client.notes("window/showMessage")]
     assert sum("'sources.codex_home'" in message for message in shown) == 1, shown
     (workspace / ".ctxd.toml").write_text("[sources]\nclaude = true\n")
-    second = daemon_factory([workspace], {"trusted": True}, env={"XDG_CONFIG_HOME": str(tmp_path / "cfg")})
+    second = daemon_factory([workspace], {"trusted": True}, env={**alone, "XDG_CONFIG_HOME": str(tmp_path / "cfg")})
     assert status_problems(second, workspace) == []
     (tmp_path / "cfg" / "ctxd").mkdir(parents=True)
     (tmp_path / "cfg" / "ctxd" / "config.toml").write_text("[sources]\nclaude = false\n")
-    third = daemon_factory([workspace], {"trusted": True}, env={"XDG_CONFIG_HOME": str(tmp_path / "cfg")})
+    third = daemon_factory([workspace], {"trusted": True}, env={**alone, "XDG_CONFIG_HOME": str(tmp_path / "cfg")})
     problems = {p["key"]: p["message"] for p in status_problems(third, workspace) if p.get("key")}
     assert set(problems) == {"sources.claude"} and "not followed at all" in problems["sources.claude"]
 
