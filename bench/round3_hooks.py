@@ -145,7 +145,7 @@ def hooks_storm(root: Path, cycles: int, first_capture_files: int = FIRST_CAPTUR
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CTXD_", "CODEX_", "CLAUDE_"))}
     env.update({"HOME": str(home), "XDG_STATE_HOME": str(state), "XDG_CONFIG_HOME": str(home / ".config"),
                 "PYTHONPATH": str(REPO), "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1",
-                "OPENAI_API_KEY": key, "CTXD_HOOK_KEEPER_SECONDS": "3"})
+                "OPENAI_API_KEY": key, "CTXD_OWNER_IDLE_SECONDS": "3"})
     figures: dict[str, Any] = {"cycles": 0, "runs": 0, "runs_over_2s": 0, "runs_stopped": 0, "runs_over_memory": 0,
                                "slowest_seconds": 0.0, "peak_mib": 0.0, "orphans_left": 0, "first_capture_lost": 0,
                                "key_leaks": 0, "log_raw_controls": 0, "log_forged_lines": 0}
@@ -214,7 +214,7 @@ def hooks_storm(root: Path, cycles: int, first_capture_files: int = FIRST_CAPTUR
                 os.kill(child, signal.SIGKILL)
         figures["cycles"] += 1
 
-    # The checkpoints' children and keepers finish (CTXD_HOOK_KEEPER_SECONDS), then everything
+    # The checkpoints' children and owners finish (CTXD_OWNER_IDLE_SECONDS), then everything
     # written is searched.
     deadline = time.monotonic() + 60
     while _log(state).count(": started") > _log(state).count(": stopped (") and time.monotonic() < deadline:

@@ -16,7 +16,8 @@
    and git config, unauthenticated TCP probers, huge numbers in settings. Every bad count is 0.
 8. threads: RSS as a client touches 20,000 threads (bench/hostile_storms.py): bounded growth.
 9. folders: 2,000 folders added at once (bench/hostile_storms.py): the first workspace's slowest
-   answer meanwhile, at most a tenth of the time they take to open.
+   answer meanwhile, at most a tenth of the time they take to open; a line a followed session
+   writes then shown within that time.
 10. sessions: 40 hostile session files (8 kinds in turn: a line nested 300 deep, a 1 TB hole, a second
    file with a session's id, an empty id, a 3 MB model name, a 401-digit window, a file rewritten in
    place, a 20,000-line import) written into a followed agent folder while a client records and
@@ -27,7 +28,8 @@
    names and prompts (bench/hostile_storms.py): the key never answered, printed or written; no raw
    control character printed by `ctxd sessions`.
 13. frame: one 47 MB `ctxd/record` frame after another (bench/hostile_storms.py): the RSS after each
-   answer grows at most FRAME_GROWTH_MIB over the daemon's own before the first.
+   answer grows at most FRAME_GROWTH_MIB over the daemon's own before the first, and its peak while
+   it takes each (VmHWM) at most FRAME_PEAK_TIMES the frame.
 
 The exit status is 1 when any goal or bound is missed.
 

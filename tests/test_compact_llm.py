@@ -163,13 +163,15 @@ def test_slow_answer_times_out_and_is_retried(fake) -> None:
 
 
 def test_cancel_interrupts_a_slow_request(fake) -> None:
-    fake.script(Step(delay=10.0))
+    """Cancelled after 0.2 s, the request ends then, not when the endpoint answers a minute later
+    (the bound is a hang's: half that minute, whatever the machine's load)."""
+    fake.script(Step(delay=60.0))
     cancel = threading.Event()
     started = time.monotonic()
     threading.Timer(0.2, cancel.set).start()
     with pytest.raises(Cancelled):
         run("llm", settings_for(fake), cancel=cancel)
-    assert time.monotonic() - started < 5.0
+    assert time.monotonic() - started < 30.0
 
 
 def test_auto_falls_back_to_offline_when_the_model_fails(fake) -> None:

@@ -85,24 +85,25 @@ def test_claude_code_write_edit_and_bash_each_have_a_checkpoint_before_them(
     check_each_change_has_its_checkpoint(s, thread, after_write)
 
 
-def test_claude_code_with_no_editor_open_gets_the_same_checkpoints_from_the_hooks_and_their_keeper(
+def test_claude_code_with_no_editor_open_gets_the_same_checkpoints_from_the_hooks_and_the_owner(
         daemon_factory: Callable[..., Client], tmp_path: Path, state_dir: Path) -> None:
-    """An agent in a terminal, no daemon running: the first hook works alone and leaves a keeper
-    (ctxd/hooks/keeper.py), which takes the checkpoints of the hooks after it."""
+    """An agent in a terminal, no daemon running: the first hook works alone and goes on as the
+    owner of the state dir (docs/processes.md), which takes the checkpoints of the hooks after it."""
     s = setup(daemon_factory, tmp_path)
     install(tmp_path, s, "claude")
-    assert s.client.shutdown() == 0  # no editor open
+    assert s.client.shutdown() == 0  # no editor open: the owner left with it
     hooks_state = state_dir / "ctxd"  # the agent's XDG_STATE_HOME is the daemons' state dir
+    assert not (hooks_state / "owner" / "owner.sock").exists()
 
-    def keeper_listens() -> None:
+    def owner_listens() -> None:
         deadline = time.monotonic() + 30
-        while not list((hooks_state / "hooks" / "sockets").glob("keeper-*.sock")) and time.monotonic() < deadline:
+        while not (hooks_state / "owner" / "owner.sock").exists() and time.monotonic() < deadline:
             time.sleep(0.05)
 
-    thread, after_write = claude_writes_then_changes_twice(s, state_dir, first=keeper_listens)
+    thread, after_write = claude_writes_then_changes_twice(s, state_dir, first=owner_listens)
     taken = [line for line in (hooks_state / "hooks.log").read_text().splitlines() if ": checkpoint " in line]
     assert len(taken) == 4 and "by the" not in taken[0], taken  # the turn's, alone
-    assert all("by the keeper" in line for line in taken[1:]), taken
+    assert all("by the owner" in line for line in taken[1:]), taken
     # An editor opened later lists them and restores each.
     check_each_change_has_its_checkpoint(dataclasses.replace(s, client=daemon_factory([s.repo.root])), thread,
                                          after_write)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -265,3 +266,122 @@ def test_prompt_file_swapped_for_a_link_after_load_is_not_read(daemon_factory, w
     assert result["strategy"] == "llm"
     assert PRIVATE_KEY not in json.dumps(fake.requests[0].body)
     assert "handoff" in fake.requests[0].body["messages"][-1]["content"].lower()  # the built-in prompt
+
+
+# --- a trusted `.ctxd.toml`'s `state_dir` and `sources.*` (issue #36: both were dropped without a word) ---
+
+
+@pytest.mark.parametrize("written", ["absolute", "../own-state"])
+def test_a_trusted_folder_keeps_its_ledger_in_its_own_state_dir(daemon_factory, workspace: Path, state_dir: Path,
+                                                                 tmp_path: Path, written: str) -> None:
+    from ctxd.hooks.locate import find_workspace
+    from ctxd.ledger.store import database_path
+
+    own = tmp_path / "own-state"  # (`../own-state` is relative to the folder)
+    (workspace / ".ctxd.toml").write_text(f'state_dir = "{own if written == "absolute" else written}"\n')
+    client = daemon_factory([workspace], {"trusted": True})
+    conversation(client, workspace, turns=1)
+    status = client.request("ctxd/status", {"workspace": workspace.as_uri()})
+    assert status["stateDir"] == str(own) and status["problems"] == []
+    assert database_path(own, workspace).exists()
+    assert not database_path(state_dir / "ctxd", workspace).exists(), "the ledger went to the daemon's state dir"
+    deadline = time.monotonic() + 30  # the hooks are told where it is (ctxd/hooks/locate.py)
+    while find_workspace(workspace, state_dir / "ctxd").state_dir != own:
+        assert time.monotonic() < deadline, "the hooks were never told of the folder's state dir"
+        time.sleep(0.05)
+    client.shutdown()
+    again = daemon_factory([workspace], {"trusted": True})
+    assert again.request("ctxd/history", {"workspace": workspace.as_uri()})["total"] == 4
+
+
+def test_a_state_dir_inside_the_folder_is_refused(daemon_factory, workspace: Path, state_dir: Path) -> None:
+    """Its snapshots would capture the live database, and a restore would write it back over itself."""
+    from ctxd.ledger.store import database_path
+
+    (workspace / ".ctxd.toml").write_text('state_dir = ".ctxd-state"\n')
+    client = daemon_factory([workspace], {"trusted": True})
+    conversation(client, workspace, turns=1)
+    problems = [p for p in status_problems(client, workspace) if p.get("key") == "state_dir"]
+    assert len(problems) == 1 and "inside the folder" in problems[0]["message"]
+    assert any("'state_dir'" in note["message"] for note in client.notes("window/showMessage"))
+    assert database_path(state_dir / "ctxd", workspace).exists() and not (workspace / ".ctxd-state").exists()
+
+
+def test_a_trusted_folder_can_turn_an_agents_sessions_off(daemon_factory, tmp_path: Path) -> None:
+    """`sources.codex = false` in one folder's file: that folder follows no Codex session, its
+    Claude sessions still; another folder of the same daemon still follows its Codex session."""
+    from tests import session_fixtures as fx
+    from tests.test_sessions_e2e import CLAUDE_THREAD, CODEX_THREAD, homes, wait_thread
+
+    codex_home, claude_home, env = homes(tmp_path)
+    quiet, other = tmp_path / "quiet", tmp_path / "other"
+    quiet.mkdir()
+    other.mkdir()
+    (quiet / ".ctxd.toml").write_text("[sources]\ncodex = false\n")
+    fx.write_jsonl(fx.codex_path(codex_home), fx.codex_session(quiet))
+    fx.write_jsonl(fx.claude_path(claude_home, quiet), fx.claude_session(quiet))
+    other_id = "0199a213-0000-7800-8aa1-000000000002"
+    fx.write_jsonl(fx.codex_path(codex_home, other_id), fx.codex_session(other, other_id))
+    client = daemon_factory([quiet, other], {"trusted": True}, env=env)
+    wait_thread(client, quiet, CLAUDE_THREAD)
+    wait_thread(client, other, f"codex:{other_id}")
+    threads = [t["thread"] for t in client.request("ctxd/threads", {"workspace": quiet.as_uri()})["threads"]]
+    assert CODEX_THREAD not in threads and threads == [CLAUDE_THREAD]
+    sources = {s["agent"]: s["enabled"] for s in client.request("ctxd/status", {"workspace": quiet.as_uri()})["sources"]}
+    assert sources == {"codex": False, "claude": True}
+    sources = {s["agent"]: s["enabled"] for s in client.request("ctxd/status", {"workspace": other.as_uri()})["sources"]}
+    assert sources == {"codex": True, "claude": True}
+    assert status_problems(client, quiet) == []
+
+
+def test_what_one_daemon_cannot_do_for_one_folder_is_reported(daemon_factory, workspace: Path,
+                                                              tmp_path: Path) -> None:
+    """Another home for an agent's sessions, or an agent the daemon does not follow: one daemon
+    watches one folder per agent for every workspace. Named in ctxd/status and shown once. Each
+    daemon here serves alone (`CTXD_OWNER=0`): they differ in the user's config, which an owner
+    reads once (docs/processes.md)."""
+    alone = {"CTXD_OWNER": "0"}
+    (workspace / ".ctxd.toml").write_text(f'[sources]\ncodex_home = "{tmp_path / "elsewhere"}"\nclaude = true\n')
+    client = daemon_factory([workspace], {"trusted": True, "sources": {"claude": False}}, env=alone)
+    problems = {p["key"]: p["message"] for p in status_problems(client, workspace) if p.get("key")}
+    assert set(problems) == {"sources.codex_home"}  # `claude` from the editor comes after the file's
+    assert "one folder of Codex sessions for every workspace" in problems["sources.codex_home"]
+    shown = [note["message"] for note in client.notes("window/showMessage")]
+    assert sum("'sources.codex_home'" in message for message in shown) == 1, shown
+    (workspace / ".ctxd.toml").write_text("[sources]\nclaude = true\n")
+    second = daemon_factory([workspace], {"trusted": True}, env={**alone, "XDG_CONFIG_HOME": str(tmp_path / "cfg")})
+    assert status_problems(second, workspace) == []
+    (tmp_path / "cfg" / "ctxd").mkdir(parents=True)
+    (tmp_path / "cfg" / "ctxd" / "config.toml").write_text("[sources]\nclaude = false\n")
+    third = daemon_factory([workspace], {"trusted": True}, env={**alone, "XDG_CONFIG_HOME": str(tmp_path / "cfg")})
+    problems = {p["key"]: p["message"] for p in status_problems(third, workspace) if p.get("key")}
+    assert set(problems) == {"sources.claude"} and "not followed at all" in problems["sources.claude"]
+
+
+def test_the_hooks_of_a_folder_with_its_own_state_dir_still_reach_the_daemon(daemon_factory, tmp_path: Path,
+                                                                            state_dir: Path) -> None:
+    """The status line writes the exact usage where the folder's ledger is (the hooks find it by
+    the daemon's pointer): the daemon watches that state dir too."""
+    from ctxd.hooks.locate import find_workspace
+    from tests import session_fixtures as fx
+    from tests.test_hooks import ctxd, make_repo, status_input, watching
+    from tests.test_sessions_e2e import CLAUDE_THREAD, homes, wait_thread
+
+    project = make_repo(tmp_path / "proj")
+    own = tmp_path / "own-state"
+    (project / ".ctxd.toml").write_text(f'state_dir = "{own}"\n')
+    _, claude_home, env = homes(tmp_path)
+    fx.write_jsonl(fx.claude_path(claude_home, project), fx.claude_session(project))
+    client = daemon_factory([project], {"trusted": True}, env={**env, "HOME": str(tmp_path / "home")})
+    wait_thread(client, project, CLAUDE_THREAD, lambda t: t["usage"]["usedTokens"] == 15_546)
+    watching(client, project)
+    deadline = time.monotonic() + 30
+    while find_workspace(project, state_dir / "ctxd").state_dir != own:
+        assert time.monotonic() < deadline, "the hooks were never told of the folder's state dir"
+        time.sleep(0.05)
+    seen = len(client.notifications)
+    done = ctxd(tmp_path, "statusline", "--no-colour", cwd=project, stdin=status_input(project, fx.CLAUDE_ID, 10, 60_000, 90))
+    assert done.returncode == 0 and list((own / "hooks" / "usage").glob("claude-*.json"))
+    pushed = client.wait_for_notification("ctxd/usageChanged", lambda p: p["thread"] == CLAUDE_THREAD,
+                                          timeout=15, after=seen)
+    assert (pushed["usedTokens"], pushed["source"]) == (60_100, "api")

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import io
-import time
 from pathlib import Path
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -97,18 +97,73 @@ def test_repairs_say_when_the_projection_only_drops_items_and_which(items, modal
     assert repairs.needed(len(items) + 1, modalities), "counts of another list are never trusted"
 
 
-def test_projection_is_linear() -> None:
-    def timed(n: int) -> float:
-        items = []
-        for i in range(n):
-            items += [call(f"c{i}"), output(f"c{i}")] if i % 2 else [call(f"c{i}")]
-        start = time.perf_counter()
-        project(items)
-        return time.perf_counter() - start
+class CountedItem(dict[str, Any]):
+    """An item that counts every read of it in `reads` (a list shared by all items of a test): the
+    projection's work per item, counted instead of timed (bench/bench_projection.py times it)."""
 
-    timed(1000)
-    small, large = min(timed(5000) for _ in range(3)), min(timed(40000) for _ in range(3))
-    assert large / small < 8 * 3  # 8x the items; quadratic would be ~64x
+    def __init__(self, item: dict[str, Any], reads: list[int]) -> None:
+        super().__init__(item)
+        self.reads = reads
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.reads[0] += 1
+        return super().get(key, default)
+
+    def __getitem__(self, key: str) -> Any:
+        self.reads[0] += 1
+        return super().__getitem__(key)
+
+    def __eq__(self, other: object) -> bool:
+        self.reads[0] += 1
+        return super().__eq__(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class CountedId(str):
+    """A call id that counts how often it is hashed or compared: a projection that matched calls to
+    outputs by searching a list of ids, not a set, would compare each with every other."""
+
+    reads: list[int]
+
+    def __eq__(self, other: object) -> bool:
+        self.reads[0] += 1
+        return str.__eq__(self, other)
+
+    def __hash__(self) -> int:
+        self.reads[0] += 1
+        return str.__hash__(self)
+
+
+def counted_id(name: str, reads: list[int]) -> CountedId:
+    value = CountedId(name)
+    value.reads = reads
+    return value
+
+
+def projection_reads(n: int) -> int:
+    """Reads of items and call ids by `project` over `n` turns, every other call without an output
+    (so the full projection runs, synthesizing outputs) and a user message and reasoning every
+    tenth turn."""
+    reads = [0]
+    items: list[dict[str, Any]] = []
+    for i in range(n):
+        if i % 10 == 0:
+            items += [user(f"turn {i}"), {"type": "reasoning", "summary": [], "encrypted_content": "x"}]
+        call_id = counted_id(f"c{i}", reads)
+        items += [call(call_id), output(call_id)] if i % 2 else [call(call_id)]
+    counted = [CountedItem(item, reads) for item in items]
+    projected = project(counted)
+    assert len(projected) == 2 * n + n // 10 + 1  # finished turns' reasoning out, the missing outputs in
+    return reads[0]
+
+
+def test_projection_is_linear() -> None:
+    """Each item and call id is read a bounded number of times, whatever their number: 8x the items,
+    8x the reads (a projection that searched a list for each call's output would read 64x)."""
+    small = projection_reads(2000)
+    assert small <= 10 * 2000
+    assert projection_reads(16000) <= 8 * small + 100
 
 
 def test_item_token_rules() -> None:

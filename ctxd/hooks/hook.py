@@ -289,16 +289,21 @@ def take_checkpoint(job: dict[str, Any]) -> bool:
 
 def handed_to_owner(job: dict[str, Any], deadline: float) -> bool:
     """Whether the owner of the workspace's state dir took the checkpoint (docs/processes.md):
-    it watches the folder, so its capture re-checks only what changed."""
+    it watches the folder, so its capture re-checks only what changed. A folder whose ledger is
+    in a state dir of its own (its `.ctxd.toml`'s) is open in the owner of the default one."""
     from ctxd import ownerlink
 
     started = time.monotonic()
     message = {"op": "checkpoint", "job": {**job, "folder": str(job["folder"]), "stateDir": str(job["stateDir"])}}
-    try:
-        answer = ownerlink.ask(Path(job["stateDir"]), message, max(0.05, deadline - started))
-    except ownerlink.Unsafe as error:
-        log_once(f"owner refused {error}", f"{job['thread']}: the owner is not asked: {error}")
-        return False
+    answer = None
+    for state_dir in dict.fromkeys([Path(job["stateDir"]), _state_dir()]):
+        try:
+            answer = ownerlink.ask(state_dir, message, max(0.05, deadline - time.monotonic()))
+        except ownerlink.Unsafe as error:
+            log_once(f"owner refused {error}", f"{job['thread']}: the owner is not asked: {error}")
+            return False
+        if answer is not None and answer.get("taken"):
+            break
     if answer is None or not answer.get("taken"):
         return False
     if answer.get("skipped"):

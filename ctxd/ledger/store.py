@@ -606,9 +606,9 @@ class Store:
                 raise WouldWait  # another process wrote: the caller's view of the thread is stale
             else:
                 first = self._next_seq(db, thread)
-            db.executemany(
+            db.executemany(  # (rows made as they are inserted: a huge record's are not held twice)
                 "INSERT INTO items (thread, seq, body, tokens) VALUES (?, ?, ?, ?)",
-                [(thread, first + i, body, tokens) for i, (body, tokens) in enumerate(rows)],
+                ((thread, first + i, body, tokens) for i, (body, tokens) in enumerate(rows)),
             )
             if items is not None and self._indexing:
                 search.index_appended(db, thread, first, items)

@@ -7,6 +7,7 @@ its running sums as items come and go, so a usage answer is O(1) in the ledger's
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -101,14 +102,14 @@ class ThreadLedger:
         self._add(self.entries)
         self.tokens_after_api = sum(e.tokens for e in self.entries if e.seq > self.api_seq)
 
-    def append(self, entries: list[Entry], items: list[dict[str, Any]] | None = None) -> None:
+    def append(self, entries: list[Entry], items: Sequence[dict[str, Any]] | None = None) -> None:
         """Add entries after the others; `items`, their parsed items when the caller has them."""
         self.entries.extend(entries)
         self.tokens_after_api += self._add(entries, items)
         if entries:
             self.next_seq = entries[-1].seq + 1
 
-    def _add(self, entries: list[Entry], items: list[dict[str, Any]] | None = None) -> int:
+    def _add(self, entries: list[Entry], items: Sequence[dict[str, Any]] | None = None) -> int:
         added = 0
         for n, entry in enumerate(entries):
             item = items[n] if items is not None else entry.item

@@ -9,11 +9,13 @@ with a message that names where the problem is.
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from ctxd.errors import InvalidParams
+from ctxd.protocol.rawjson import RawItem
 
 # --- items ---------------------------------------------------------------------------------------
 
@@ -148,13 +150,33 @@ def validate_items(raw: Any) -> list[dict[str, Any]]:
     if not isinstance(raw, list):
         raise InvalidParams("items: must be a list of items")
     for index, item in enumerate(raw):
-        if not isinstance(item, dict):
-            raise InvalidParams(f"items[{index}]: must be an object")
-        kind = item.get("type")
-        if kind not in ITEM_TYPES:
-            raise InvalidParams(f"items[{index}]: unknown item type {kind!r}; expected one of {', '.join(ITEM_TYPES)}")
-        try:
-            _item_adapter().validate_python(item)
-        except ValidationError as error:
-            raise InvalidParams(f"items[{index}] ({kind}): {describe_error(error)}") from None
+        _check(index, item)
     return raw
+
+
+def record_items(raw: Any) -> list[dict[str, Any]] | Iterator[dict[str, Any]]:
+    """`validate_items` of a `ctxd/record`'s items. Those of a huge frame, kept as texts
+    (`RawItem`, ctxd/server/bigframe.py), are parsed and checked one at a time as they are taken,
+    and never held parsed all at once: a bad one raises when it is reached, before anything is
+    stored (`Workspace.record` makes every row first)."""
+    if isinstance(raw, list) and raw and isinstance(raw[0], RawItem):
+        return _taken(raw)
+    return validate_items(raw)
+
+
+def _taken(raw: list[Any]) -> Iterator[dict[str, Any]]:
+    for index, item in enumerate(raw):
+        yield _check(index, item.take() if isinstance(item, RawItem) else item)
+
+
+def _check(index: int, item: Any) -> dict[str, Any]:
+    if not isinstance(item, dict):
+        raise InvalidParams(f"items[{index}]: must be an object")
+    kind = item.get("type")
+    if kind not in ITEM_TYPES:
+        raise InvalidParams(f"items[{index}]: unknown item type {kind!r}; expected one of {', '.join(ITEM_TYPES)}")
+    try:
+        _item_adapter().validate_python(item)
+    except ValidationError as error:
+        raise InvalidParams(f"items[{index}] ({kind}): {describe_error(error)}") from None
+    return item

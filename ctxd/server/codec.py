@@ -62,13 +62,13 @@ def _raw_placeholder(value: object) -> str:
 
 
 # Built once: `json.loads` with options builds a new decoder per call.
-_DECODER = json.JSONDecoder(parse_int=_parse_int, parse_float=_parse_float, parse_constant=NotJson)
+DECODER = json.JSONDecoder(parse_int=_parse_int, parse_float=_parse_float, parse_constant=NotJson)
 
 
-def decode(body: bytes) -> object:
+def decode(body: bytes | bytearray) -> object:
     """Parse one message body (UTF-8, as LSP frames are); numbers strict JSON cannot carry become
     `NotJson`."""
-    return _DECODER.decode(body.decode("utf-8"))
+    return DECODER.decode(body.decode("utf-8"))
 
 
 def encode_parts(message: object) -> list[bytes]:
@@ -97,9 +97,11 @@ def encode(message: object) -> bytes:
 
 MAX_JSON_DEPTH = 128
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_SURROGATE_ESCAPE_TEXT = re.compile(r"\\u[dD][89a-fA-F]")
 
 
-def unsafe_content(message: dict[str, Any], body: bytes, numbers: bool = True) -> str | None:
+def unsafe_content(message: dict[str, Any], body: bytes | bytearray | str, numbers: bool = True,
+                   depth: int = 1) -> str | None:
     """What in a parsed message would break the code behind the reader, if anything.
 
     Deep nesting: the JSON decoder copes (up to ~990 levels), but validation, the store's encoder
@@ -107,13 +109,25 @@ def unsafe_content(message: dict[str, Any], body: bytes, numbers: bool = True) -
     Unpaired surrogates (`\\ud800`): valid JSON, but not Unicode; SQLite cannot store them.
     A number strict JSON cannot carry (`NotJson`): refused rather than stored.
     All are checked without recursion, and only where they can be: the surrogate walk when the
-    body has such escapes, the depth when it has enough brackets, the numbers when decoding made a
-    `NotJson` (`numbers`). Most requests need no walk at all.
+    body (the message's JSON text) has such escapes, the depth when it has enough brackets, the
+    numbers when decoding made a `NotJson` (`numbers`). Most requests need no walk at all.
+    `depth`: how deep `message` itself sits in the message (a huge frame's items are checked one
+    by one: `bigframe.py`).
     """
-    strings = _SURROGATE_ESCAPE.search(body) is not None
-    if not strings and not numbers and body.count(b"{") + body.count(b"[") <= MAX_JSON_DEPTH:
+    if isinstance(body, str):
+        strings = _SURROGATE_ESCAPE_TEXT.search(body) is not None
+        brackets = body.count("{") + body.count("[")
+    else:
+        strings = _SURROGATE_ESCAPE.search(body) is not None
+        brackets = body.count(b"{") + body.count(b"[")
+    if not strings and not numbers and brackets <= MAX_JSON_DEPTH - depth + 1:
         return None
-    stack: list[tuple[object, int]] = [(message, 1)]
+    return unsafe_walk(message, strings, depth)
+
+
+def unsafe_walk(message: dict[str, Any], strings: bool, depth: int = 1) -> str | None:
+    """`unsafe_content`'s walk (`strings`: look at every string for unpaired surrogates)."""
+    stack: list[tuple[object, int]] = [(message, depth)]
     while stack:
         value, depth = stack.pop()
         if depth > MAX_JSON_DEPTH:
@@ -164,7 +178,7 @@ Incoming = dict[str, Any] | Rejected | Shortened
 """What a connection hands `dispatch`: a message, or what to tell the client instead."""
 
 
-def parse(body: bytes) -> dict[str, Any] | Rejected:
+def parse(body: bytes | bytearray) -> dict[str, Any] | Rejected:
     """A body as a JSON-RPC message object, or the reason it cannot be one."""
     made = NotJson.made
     try:
@@ -174,8 +188,11 @@ def parse(body: bytes) -> dict[str, Any] | Rejected:
     if not isinstance(message, dict):
         return Rejected(InvalidRequest("Invalid Request: a message must be a JSON object"))
     problem = unsafe_content(message, body, numbers=NotJson.made != made)
-    if problem is None:
-        return message
+    return message if problem is None else refused(message, problem)
+
+
+def refused(message: dict[str, Any], problem: str) -> Rejected:
+    """The answer to a message that holds what the code behind the reader cannot take."""
     msg_id = message.get("id")
     if isinstance(msg_id, NotJson):
         return Rejected(InvalidRequest(f"Invalid Request: {problem} (the id)"))

@@ -19,8 +19,10 @@ from typing import Any, BinaryIO
 
 from ctxd import redact
 from ctxd.errors import ParseError
-from ctxd.server.codec import Incoming, Rejected, Shortened, parse
+from ctxd.server.bigframe import parse_frame
+from ctxd.server.codec import Incoming, Rejected, Shortened
 from ctxd.server.events import FrameWriter
+from ctxd.server.memory import after_reading
 from ctxd.server.transport import FrameError, Input, LockedWriter, LyingLength, StringCapper, read_frame
 
 log = logging.getLogger(__name__)
@@ -105,9 +107,11 @@ class StreamConnection(Connection):
             if capper.shortened:
                 deliver(Shortened(capper.shortened), 0)
                 capper.shortened = []
-            message = parse(body)
             size = len(body)
+            after_reading(size)  # a huge frame: the reading's buffers go back before its items' texts are made
+            message = parse_frame(body)  # (a huge body is emptied as it is read: bigframe.py)
             del body  # a large frame's bytes are freed before its request runs
+            after_reading(size)  # and the decoding's, before its rows are made
             deliver(message, size)
             del message  # not held while the next frame is awaited: a huge request is freed once answered
 
@@ -147,8 +151,8 @@ class MemoryConnection(Connection):
             body = self.from_client.get()
             if body is _END:
                 return
-            message = parse(body)
-            deliver(message, len(body))
+            size = len(body)
+            deliver(parse_frame(body), size)
 
 
 class MemoryClient:

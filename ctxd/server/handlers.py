@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from ctxd.errors import Cancelled, GitFailed
 from ctxd.protocol import methods
 from ctxd.protocol import params as p
-from ctxd.protocol.items import validate_items
+from ctxd.protocol.items import record_items
 from ctxd.protocol.paths import escape_paths
 from ctxd.server.events import CompactionEvents, Outbox, SlowWarning
 from ctxd.workspace import Workspace
@@ -59,13 +59,13 @@ def handler(method: str) -> Callable[[Handler], Handler]:
 
 @handler(methods.RECORD)
 def record(call: Call, params: p.RecordParams) -> shapes.RecordResult:
-    return call.workspace.record(params.thread, validate_items(params.items))
+    return call.workspace.record(params.thread, record_items(params.items))
 
 
 def record_now(workspace_of: Callable[[str], Workspace], raw_params: Any) -> shapes.RecordResult | None:
     """`ctxd/record` on the reader thread (see app.py): stored now, or None having written nothing."""
     params = p.parse_params(p.RecordParams, raw_params)
-    return workspace_of(params.workspace).record_now(params.thread, validate_items(params.items))
+    return workspace_of(params.workspace).record_now(params.thread, record_items(params.items))
 
 
 @handler(methods.REPORT_TOKEN_USAGE)
@@ -116,7 +116,8 @@ def threads(call: Call, params: p.ThreadsParams) -> shapes.ThreadsResult:
 def status(call: Call, params: p.StatusParams) -> shapes.Status:
     from ctxd.status import status as daemon_status
 
-    return daemon_status(call.workspace, sources=call.sessions.status() if call.sessions is not None else [])
+    return daemon_status(call.workspace,
+                         sources=call.sessions.status(call.workspace) if call.sessions is not None else [])
 
 
 @handler(methods.COMPACT)

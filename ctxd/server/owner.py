@@ -256,10 +256,11 @@ class Owner:
         folder, state_dir = job.get("folder"), job.get("stateDir")
         if not isinstance(folder, str) or not isinstance(state_dir, str):
             return {"taken": False, "reason": "no folder"}
-        if os.path.realpath(state_dir) != os.path.realpath(self.state_dir):
-            return {"taken": False, "reason": f"not this owner's state dir ({self.state_dir})"}
-        real = os.path.realpath(folder)
-        open_ = [w for w in self.daemon.service.folders() if os.path.realpath(w.root) == real]
+        real, store = os.path.realpath(folder), os.path.realpath(state_dir)
+        open_ = [w for w in self.daemon.service.folders()
+                 if os.path.realpath(w.root) == real and os.path.realpath(w.state_dir) == store]
+        if not open_ and store != os.path.realpath(self.state_dir):  # a folder's own state dir (its .ctxd.toml)
+            return {"taken": False, "reason": f"not a state dir of this owner's ({self.state_dir})"}
         answer = take_checkpoint(open_ or [self.keep(Path(folder))], job)
         return {**answer, "by": "owner"}
 

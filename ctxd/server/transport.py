@@ -145,7 +145,7 @@ class LyingLength(Exception):
     """The body held the start of the next frame: its Content-Length was larger than the body."""
 
 
-def read_frame(stream: Input, capper: StringCapper | None = None, resync: bool = False) -> bytes | None:
+def read_frame(stream: Input, capper: StringCapper | None = None, resync: bool = False) -> bytes | bytearray | None:
     """The next message body, or None at end of stream. Raises FrameError on a broken header and
     LyingLength on a body that turned out to hold the next frame.
 
@@ -188,10 +188,11 @@ def read_frame(stream: Input, capper: StringCapper | None = None, resync: bool =
     return _read_body(stream, length, capper or StringCapper())
 
 
-def _read_body(stream: Input, length: int, capper: StringCapper) -> bytes | None:
+def _read_body(stream: Input, length: int, capper: StringCapper) -> bytes | bytearray | None:
     """Read `length` bytes as they arrive: a lying Content-Length allocates nothing up front, a
     body that runs into the next frame is given up, and long string values are shortened as
-    they stream past (bodies over MAX_STRING_BYTES only)."""
+    they stream past (bodies over MAX_STRING_BYTES only; such a body is the capper's own buffer,
+    not a copy of it: issue #36)."""
     small = length <= MAX_STRING_BYTES
     body = bytearray()
     capper.reset()
@@ -311,10 +312,12 @@ class StringCapper:
             self.shortened.append((self.size, kept))
         self.rest.clear()
 
-    def finish(self) -> bytes:
+    def finish(self) -> bytearray:
+        """The body, handed over (its buffer, not a copy: a copy of a frame of tens of megabytes
+        was the first of the peaks of issue #36)."""
         if self.in_string:  # an unterminated string: the JSON is broken anyway
             self.out += self.rest
-        body = bytes(self.out)
+        body = self.out
         self.out = bytearray()
         self.rest = bytearray()
         return body

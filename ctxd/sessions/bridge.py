@@ -75,11 +75,21 @@ class SessionBridge:
         self._annotated: dict[str, tuple[int, int]] = {}  # thread -> the compaction whose fill after was told
 
     def start(self, folders: list[Path]) -> None:
-        self.follower.set_folders(folders)
+        self.set_folders(folders)
         self.follower.start()
 
     def set_folders(self, folders: list[Path]) -> None:
-        self.follower.set_folders(folders)
+        self.follower.set_folders(folders, self._turned_off())
+
+    def _turned_off(self) -> dict[str, set[Path]]:
+        """Per agent, the open folders whose settings turn its sessions off (a trusted folder's
+        `.ctxd.toml` may: `sources.codex = false`)."""
+        off: dict[str, set[Path]] = {}
+        for workspace in self.service.folders():
+            for agent in (discovery.CODEX, discovery.CLAUDE):
+                if not getattr(workspace.settings.sources, agent):
+                    off.setdefault(agent, set()).add(workspace.root)
+        return off
 
     def stop(self) -> None:
         self.follower.stop()
@@ -92,10 +102,13 @@ class SessionBridge:
         read = self.follower.wait_idle(timeout)
         return self._mirrors.wait_idle(max(0.0, deadline - time.monotonic())) and read
 
-    def status(self) -> list[SourceState]:
-        """`ctxd/status` `sources`: agent, root, enabled, sessions followed (and how)."""
+    def status(self, workspace: Workspace | None = None) -> list[SourceState]:
+        """`ctxd/status` `sources`: agent, root, enabled (for `workspace`, when given: its settings
+        may turn an agent off), sessions followed (and how)."""
         sessions = self.follower.sessions()
-        return [{"agent": s.agent, "root": s.root, "enabled": s.enabled, "sessions": s.sessions,
+        own = workspace.settings.sources if workspace is not None else None
+        return [{"agent": s.agent, "root": s.root, "sessions": s.sessions,
+                 "enabled": s.enabled and (own is None or bool(getattr(own, s.agent, True))),
                  "watching": cast("Watching", s.watching),
                  "unread": drift.unread(sessions, s.agent)}
                 for s in self.follower.status()]

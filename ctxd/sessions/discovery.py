@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,32 +91,57 @@ def _forms(folder: Path) -> set[str]:
     return forms
 
 
+class Folders:
+    """The open workspace folders, indexed once: which one holds a cwd, and whether a Claude project
+    folder could be inside one, each found in time that does not grow with the number of folders.
+    Every session file is matched again whenever folders are added, so 2,000 folders times a few
+    hundred files compared one by one (each folder resolved each time) held the follower for tens of
+    seconds. `known`: folders' forms found before (an earlier index's `forms`), reused."""
+
+    def __init__(self, folders: Iterable[Path], known: Mapping[Path, set[str]] | None = None) -> None:
+        self.folders = list(folders)
+        self.forms: dict[Path, set[str]] = {}
+        self._by_form: dict[str, Path] = {}  # a normalised form -> the first folder that has it
+        self._encoded: set[str] = set()  # Claude's project folder name of each form
+        for folder in self.folders:
+            forms = known.get(folder) if known is not None else None
+            forms = self.forms[folder] = forms if forms is not None else _forms(folder)
+            for form in forms:
+                self._by_form.setdefault(os.path.normpath(form), folder)
+                self._encoded.add(encode_project(form.rstrip(os.sep)))
+
+    def folder_of(self, cwd: str | None) -> Path | None:
+        """The open folder that contains `cwd` (the innermost one), or None."""
+        if not cwd or not os.path.isabs(cwd):
+            return None
+        path = os.path.normpath(cwd)  # `W/../other` is not inside W
+        while True:
+            found = self._by_form.get(path)
+            if found is not None:
+                return found
+            parent = os.path.dirname(path)
+            if parent == path:
+                return None
+            path = parent
+
+    def claude_dir_may_match(self, project_dir: str) -> bool:
+        """Could the Claude project folder `project_dir` be a directory inside one of the folders?"""
+        if project_dir in self._encoded:
+            return True
+        return any(project_dir[:at] in self._encoded for at, char in enumerate(project_dir) if char == "-")
+
+
 def folder_of(cwd: str | None, folders: list[Path]) -> Path | None:
     """The open workspace folder that contains `cwd` (the innermost one), or None."""
-    if not cwd or not os.path.isabs(cwd):
-        return None
-    cwd = os.path.normpath(cwd)  # `W/../other` is not inside W
-    best: Path | None = None
-    best_len = -1
-    for folder in folders:
-        for form in _forms(folder):
-            form = os.path.normpath(form)
-            if (cwd == form or cwd.startswith(form.rstrip(os.sep) + os.sep)) and len(form) > best_len:
-                best, best_len = folder, len(form)
-    return best
+    return Folders(folders).folder_of(cwd)
 
 
 def claude_dir_may_match(project_dir: str, folders: list[Path]) -> bool:
     """Could the Claude project folder `project_dir` be a directory inside one of `folders`?"""
-    for folder in folders:
-        for form in _forms(folder):
-            encoded = encode_project(form.rstrip(os.sep))
-            if project_dir == encoded or project_dir.startswith(encoded + "-"):
-                return True
-    return False
+    return Folders(folders).claude_dir_may_match(project_dir)
 
 
-def peek_cwd(agent: str, path: str, folders: list[Path]) -> tuple[str | None, bool, int]:
+def peek_cwd(agent: str, path: str, folders: list[Path] | Folders) -> tuple[str | None, bool, int]:
     """(cwd, complete, bytes read): the session's working directory from its head only.
 
     `complete` is False when the head is not written yet (try again later). For Claude, a file
@@ -129,7 +154,8 @@ def peek_cwd(agent: str, path: str, folders: list[Path]) -> tuple[str | None, bo
         payload = records[0].get("payload") if records[0].get("type") == "session_meta" else None
         cwd = payload.get("cwd") if isinstance(payload, dict) else None
         return (cwd if isinstance(cwd, str) else None), True, read
-    if not claude_dir_may_match(Path(path).parent.name, folders):
+    index = folders if isinstance(folders, Folders) else Folders(folders)
+    if not index.claude_dir_may_match(Path(path).parent.name):
         return None, True, 0
     records, read = head(path, CLAUDE_HEAD_LINES)
     for rec in records:

@@ -24,7 +24,7 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -100,7 +100,7 @@ class Follower:
         self.sources = sources
         self.roots = {s.agent: s.root for s in sources if s.enabled}
         self._poll = poll if poll is not None else os.environ.get("CTXD_SESSIONS_POLL") == "1"
-        self._folders: list[Path] = []
+        self._folders: dict[str, discovery.Folders] = {}  # per agent: the open folders that follow it
         self._files: dict[str, _File] = {}
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
@@ -138,15 +138,23 @@ class Follower:
         if self._worker is not None:
             self._worker.join(timeout=5)
 
-    def set_folders(self, folders: list[Path]) -> None:
+    def set_folders(self, folders: list[Path], without: Mapping[str, Collection[Path]] | None = None) -> None:
         """The open workspace folders changed: sessions are matched again (from the cwd already
-        known; nothing is read again)."""
+        known; nothing is read again). `without`: per agent, the folders that do not follow its
+        sessions (their `.ctxd.toml` turned it off). The folders are indexed before the lock is
+        taken: a file event waits for that lock."""
+        skip = without or {}
+        forms = {folder: found for index in self._folders.values() for folder, found in index.forms.items()}
+        indexes: dict[str, discovery.Folders] = {}
+        for agent in (CODEX, CLAUDE):  # each folder resolved once, for both
+            indexes[agent] = discovery.Folders([f for f in folders if f not in skip.get(agent, ())], known=forms)
+            forms.update(indexes[agent].forms)
         with self._wake:
-            self._folders = list(folders)
+            self._folders = indexes
             for path, state in self._files.items():
                 if state.agent == CLAUDE and not state.decided:
                     continue
-                folder = discovery.folder_of(state.cwd, self._folders)
+                folder = indexes[state.agent].folder_of(state.cwd)
                 if folder != state.folder:
                     state.folder = folder
                     state.announced = False
@@ -387,7 +395,7 @@ class Follower:
     def _follow(self, path: str) -> None:
         with self._lock:
             state = self._files.get(path)
-            folders = list(self._folders)
+            indexes = self._folders
         try:
             st = os.lstat(path)
         except OSError:
@@ -410,13 +418,14 @@ class Follower:
             if state.stamp == _stamp(st):
                 return  # peeked at as it is now: undecided until it changes
             state.stamp, state.size = _stamp(st), st.st_size
+            folders = indexes.get(state.agent) or discovery.Folders([])
             cwd, complete, read = discovery.peek_cwd(state.agent, path, folders)
             state.peeked += read
             if not complete:
                 state.fresh = True  # its head is being written: a session starting now
                 return
             state.cwd, state.decided = cwd, True
-            state.folder = discovery.folder_of(cwd, folders)
+            state.folder = folders.folder_of(cwd)
         if state.folder is None:
             return  # outside every open workspace folder: never read further
         if state.reader is None:

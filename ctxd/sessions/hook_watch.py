@@ -4,6 +4,7 @@
   clients are told with `ctxd/ghostChanged` (they list the snapshots again).
 - The exact usage `ctxd statusline` handed over (`<state dir>/hooks/usage/claude-<id>.json`): it
   becomes the followed thread's reported usage (`ctxd/usageChanged` follows).
+  Every state dir an open folder uses is watched (the daemon's, and a trusted `.ctxd.toml`'s own).
 - A compaction a hook noted (`compactedAt` in `<state dir>/hooks/sessions/<thread>.json`): the
   thread's baseline from before it is dropped at once (`Workspace.agent_compacted`).
 
@@ -96,8 +97,8 @@ class HookWatcher:
         self._handler: Any = None
         self._watched: set[str] = set()
         self._stores: dict[str, Stamps] = {}  # workspace uri -> its store's last-*.json
-        self._usage: Stamps | None = None
-        self._marks: Stamps | None = None
+        self._usage: dict[Path, Stamps] = {}  # per state dir: its hooks/usage/claude-*.json
+        self._marks: dict[Path, Stamps] = {}  # per state dir: its hooks/sessions/*.json
         self._compacted: dict[str, Any] = {}  # mark file -> its compactedAt
         self._worker: threading.Thread | None = None
         self._noted: set[str] = set()  # workspace uris whose state dir the hooks can find
@@ -109,6 +110,15 @@ class HookWatcher:
     @property
     def marks_dir(self) -> Path:
         return self.service.state_dir / "hooks" / "sessions"
+
+    def state_dirs(self, workspaces: list[Workspace]) -> list[Path]:
+        """The daemon's state dir, and every other one an open folder keeps its ledger in (a
+        trusted `.ctxd.toml`'s `state_dir`): a folder's hooks write in its own (`ctxd.hooks.locate`)."""
+        found = [self.service.state_dir]
+        for workspace in workspaces:
+            if workspace.state_dir not in found:
+                found.append(workspace.state_dir)
+        return found
 
     def start(self) -> None:
         for folder in (self.usage_dir, self.marks_dir):
@@ -177,10 +187,13 @@ class HookWatcher:
 
     def check(self) -> None:
         workspaces = self.service.folders()
+        state_dirs = self.state_dirs(workspaces)
         self._note_state_dirs(workspaces)
         self._check_snapshots(workspaces)
-        self._check_marks(workspaces)  # before the usage: a compaction makes an old report stale
-        self._check_usage(workspaces)
+        for state_dir in state_dirs:
+            self._check_marks(state_dir, workspaces)  # before the usage: a compaction makes an old report stale
+        for state_dir in state_dirs:
+            self._check_usage(state_dir, workspaces)
 
     def _note_state_dirs(self, workspaces: list[Workspace]) -> None:
         """Tell the hooks (which know only the default state dir) where this daemon keeps each workspace."""
@@ -205,10 +218,12 @@ class HookWatcher:
             if before is not None and now != before:
                 self.snapshots_changed(workspace.uri)
 
-    def _check_marks(self, workspaces: list[Workspace]) -> None:
-        self._watch(self.marks_dir)
-        now = _stamps(self.marks_dir, "")
-        before, self._marks = self._marks, now
+    def _check_marks(self, state_dir: Path, workspaces: list[Workspace]) -> None:
+        marks_dir = state_dir / "hooks" / "sessions"
+        self._watch(marks_dir)
+        now = _stamps(marks_dir, "")
+        before = self._marks.get(state_dir)
+        self._marks[state_dir] = now
         first = before is None
         for path, stamp in now.items():
             if before is not None and before.get(path) == stamp:
@@ -223,10 +238,12 @@ class HookWatcher:
             for workspace in workspaces:
                 self._apply(workspace, mark["thread"], None, lambda w, t: w.agent_compacted(t))
 
-    def _check_usage(self, workspaces: list[Workspace]) -> None:
-        self._watch(self.usage_dir)
-        now = _stamps(self.usage_dir, "claude-")
-        before, self._usage = self._usage, now
+    def _check_usage(self, state_dir: Path, workspaces: list[Workspace]) -> None:
+        usage_dir = state_dir / "hooks" / "usage"
+        self._watch(usage_dir)
+        now = _stamps(usage_dir, "claude-")
+        before = self._usage.get(state_dir)
+        self._usage[state_dir] = now
         if before is None:
             return
         for path, stamp in now.items():

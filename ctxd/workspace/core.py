@@ -18,7 +18,7 @@ from ctxd.ledger.cache import ThreadCache
 from ctxd.ledger.store import Store, database_path
 from ctxd.ledger.thread import ThreadLedger
 from ctxd.protocol import jsontext
-from ctxd.settings import Problem, is_trusted, load_settings
+from ctxd.settings import WORKSPACE_FILE, Problem, Settings, is_trusted, load_settings
 from ctxd.tokens.counter import TOKENIZERS
 from ctxd.usage.view import UsageView
 
@@ -81,6 +81,48 @@ def path_to_uri(path: Path) -> str:
     return path.as_uri()
 
 
+def _own_state_dir(root: Path, settings: Settings, daemon: Settings, state_dir: Path,
+                   problems: list[Problem]) -> Path:
+    """Where this folder's ledger lives: the `state_dir` its own `.ctxd.toml` names (a trusted
+    folder's: an untrusted one's was dropped when the settings were read), relative to the folder;
+    else the daemon's. The editor's `stateDir` comes before the file, as every setting does."""
+    name = settings.state_dir
+    if not name or name == daemon.state_dir:
+        return state_dir  # not the file's: the daemon's own (the editor's, the user's or --state-dir)
+    try:
+        own = Path(os.path.abspath(root / Path(name).expanduser()))
+        real, folder = own.resolve(), root.resolve()
+    except (OSError, RuntimeError, ValueError) as error:  # `~someone` who is not a user here; a NUL
+        why = f"cannot be used ({error})"
+    else:
+        if real != folder and folder not in real.parents:
+            return own
+        why = "is inside the folder, whose snapshots would take the ledger in and restore it over itself"
+    problems.append(Problem(str(root / WORKSPACE_FILE), f"setting 'state_dir' {name!r} {why}; this folder's "
+                            f"ledger stays in {state_dir}", "state_dir"))
+    return state_dir
+
+
+def _check_sources(root: Path, settings: Settings, daemon: Settings, problems: list[Problem]) -> None:
+    """Report what a `.ctxd.toml` asks of the followed sessions that one daemon cannot do for one
+    folder: another home for an agent's sessions (one folder per agent is watched, for every
+    workspace), or an agent the daemon does not follow at all. `sources.codex = false` and
+    `sources.claude = false` are honoured: that folder's sessions of that agent are not followed."""
+    source = str(root / WORKSPACE_FILE)
+    for agent in ("codex", "claude"):
+        home = f"{agent}_home"
+        mine, theirs = getattr(settings.sources, home), getattr(daemon.sources, home)
+        if mine != theirs:
+            problems.append(Problem(source, f"setting 'sources.{home}' ignored: ctxd follows one folder of "
+                                            f"{FOLLOWED_AGENTS[agent]} sessions for every workspace, chosen in the "
+                                            "user's config.toml or the editor's settings", f"sources.{home}"))
+        if getattr(settings.sources, agent) and not getattr(daemon.sources, agent):
+            problems.append(Problem(source, f"setting 'sources.{agent} = true' ignored: {FOLLOWED_AGENTS[agent]} "
+                                            "sessions are not followed at all (sources."
+                                            f"{agent} is false in the user's config.toml or the editor's settings)",
+                                    f"sources.{agent}"))
+
+
 def item_text(item: dict[str, Any]) -> str:
     """An item as stored: strict JSON (what cannot be sent back is never stored), in the wire's
     format, so that a prompt can send an item as it is stored."""
@@ -93,31 +135,47 @@ class WorkspaceCore:
     the loaded threads in step. `WorkspaceReads` and `WorkspaceWrites` add the requests."""
 
     def __init__(self, uri: str, root: Path, state_dir: Path, init_options: dict[str, Any] | None,
-                 listener: UsageListener | None = None) -> None:
+                 listener: UsageListener | None = None, daemon: Settings | None = None) -> None:
+        """`state_dir`: the daemon's; `daemon`: the daemon's own settings (the user's config and the
+        editor's options), to tell what this folder's `.ctxd.toml` changed of them."""
         self.uri = uri
         self.root = root
         self._root_identity = _folder_identity(root)
-        self.state_dir = state_dir
-        self.db_path = database_path(state_dir, root)
+        self._daemon = daemon
+        self._daemon_state_dir = state_dir
         self._store: Store | None = None  # opened by the first request, on a worker (see `store`)
         self.listener = listener
         self.lock = threading.RLock()
         self.cache = ThreadCache()
-        self.configure(init_options)
+        self.state_dir = state_dir
+        self.configure(init_options, first=True)
+        self.db_path = database_path(self.state_dir, root)
         self._thread_locks: dict[str, threading.Lock] = {}
         # Set by the server: compacts a thread before a prompt when it is over the limit.
         self.auto_compactor: Callable[[Workspace, str], None] | None = None
         # Set by the server: `Breakdown.cost` of a client thread's spend ({model: {input, cachedInput, output}}).
         self.pricer: Callable[[dict[str, dict[str, int]]], dict[str, Any]] | None = None
 
-    def configure(self, init_options: dict[str, Any] | None) -> None:
+    def configure(self, init_options: dict[str, Any] | None, first: bool = False) -> None:
         """The settings from the editor's options (and the config files): at open, and again when
         another editor opens the folder with options of its own (the owner serves several: the
-        latest editor's options hold)."""
+        latest editor's options hold). The ledger's place is decided at open: a `state_dir`
+        changed since is reported, and takes effect when the folder is opened again."""
         problems: list[Problem] = []
         settings = load_settings(self.root, init_options, problems)
+        daemon = self._daemon
+        state_dir = self._daemon_state_dir if daemon is None else _own_state_dir(
+            self.root, settings, daemon, self._daemon_state_dir, problems)
+        if daemon is not None:
+            _check_sources(self.root, settings, daemon, problems)
+        if not first and state_dir != self.state_dir:
+            problems.append(Problem(str(self.root / WORKSPACE_FILE), f"this folder's ledger stays in {self.state_dir} "
+                                    "while it is open: a changed 'state_dir' takes effect when it is opened again",
+                                    "state_dir"))
         TOKENIZERS.preload(settings.model, settings.tokenizer)  # in the background
         with self.lock:
+            if first:
+                self.state_dir = state_dir
             self.init_options = init_options
             self.trusted = is_trusted(init_options)
             self.problems = problems

@@ -29,6 +29,7 @@ class Service:
         self.state_dir = state_dir or settings_mod.default_state_dir()
         self.listener = listener
         self.init_options: dict[str, Any] = {}
+        self._daemon_settings: tuple[dict[str, Any], settings_mod.Settings] | None = None
         self._workspaces: dict[str, Workspace] = {}
         self._lock = threading.Lock()
         self.on_open: Callable[[Workspace], None] | None = None
@@ -53,13 +54,21 @@ class Service:
                 if not is_folder(root):
                     raise InvalidParams(f"workspace: {uri} is not a folder")
                 workspace = Workspace(key, root, self.state_dir, self.init_options if options is None else options,
-                                      self.listener)
+                                      self.listener, daemon=self.daemon_settings())
                 self._workspaces[key] = workspace
                 for problem in workspace.problems:
                     log.warning("%s: %s", key, problem)
                 if self.on_open is not None:
                     self.on_open(workspace)
             return workspace
+
+    def daemon_settings(self) -> settings_mod.Settings:
+        """The daemon's own settings, without any folder's `.ctxd.toml` (the user's config and the
+        editor's options): read once for the options it was given."""
+        known = self._daemon_settings
+        if known is None or known[0] is not self.init_options:
+            known = self._daemon_settings = (self.init_options, settings_mod.load_settings(None, self.init_options, []))
+        return known[1]
 
     def close_folder(self, uri: str) -> None:
         try:

@@ -7,8 +7,10 @@ tells the listener the new usage (`_changed`).
 
 from __future__ import annotations
 
+import json
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, overload
 
 from ctxd import redact
 from ctxd.errors import CompactionFailed, InvalidParams
@@ -50,37 +52,55 @@ class WorkspaceWrites(WorkspaceCore):
         """What is stored of valid items: system messages dropped, long tool outputs truncated,
         every item counted. Done outside the lock: counting a long output takes a while."""
         kept = self._kept(items)
-        with self.lock:
-            count = self.view.counter(self.cache.loaded(self.store, thread)).count
+        count = self._counter(thread)
         return kept, [(item_text(item), count_item(item, count)) for item in kept]
+
+    def _rows_of_each(self, thread: str, items: Iterator[dict[str, Any]]) -> list[tuple[str, int]]:
+        """`_rows` of items that come one at a time (a huge frame's: `ctxd.protocol.items.record_items`),
+        none of them kept parsed once its row is made."""
+        count = self._counter(thread)
+        return [(item_text(item), count_item(item, count)) for item in map(self._kept_item, items) if item is not None]
+
+    def _counter(self, thread: str) -> Callable[[str], int]:
+        with self.lock:
+            return self.view.counter(self.cache.loaded(self.store, thread)).count
 
     def _kept(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """What is stored of valid items, before counting: system messages dropped, long tool
         outputs truncated, the configured API key redacted."""
-        limit = with_serialization_allowance(self.settings.tool_output_token_limit)
-        kept = [truncate_tool_output(item, limit) for item in items
-                if not (item.get("type") == "message" and item.get("role") == "system")]
-        if redact.secrets():  # the configured API key is never stored, wherever it appears
-            kept = [redact.redact_json(item) for item in kept]
-        return kept
+        return [kept for kept in map(self._kept_item, items) if kept is not None]
 
-    def _append(self, ledger: ThreadLedger, kept: list[dict[str, Any]], rows: list[tuple[str, int]],
+    def _kept_item(self, item: dict[str, Any]) -> dict[str, Any] | None:
+        """What is stored of one valid item (`_kept`); None for a system message."""
+        if item.get("type") == "message" and item.get("role") == "system":
+            return None
+        item = truncate_tool_output(item, with_serialization_allowance(self.settings.tool_output_token_limit))
+        return redact.redact_json(item) if redact.secrets() else item  # the configured API key is never stored
+
+    def _append(self, ledger: ThreadLedger, kept: Sequence[dict[str, Any]], rows: list[tuple[str, int]],
                 wait: bool = True, index: bool = False) -> ThreadLedger:
         """Store rows after the thread's items and add them to its ledger. Whether another process
         wrote meanwhile is asked inside the append's transaction; if one did, the thread is read again.
         `index`: index them for recall in the same transaction (a mirror's slices; see `Store.append`)."""
         first, version = self.store.append(ledger.thread, rows, known=(self.cache.version, ledger.next_seq), wait=wait,
-                                           items=kept if index else None)
+                                           items=list(kept) if index else None)
         if not self.cache.check(version) or first != ledger.next_seq:
             return self.cache.reload(self.store, ledger.thread)
         ledger.append([Entry(first + i, None, tokens, body=body) for i, (body, tokens) in enumerate(rows)], kept)
         self.cache.fit(self.store)
         return ledger
 
-    def record(self, thread: str, items: list[dict[str, Any]], wait: bool = True) -> RecordResult:
-        """Store valid items (the handler checked them: `ctxd.protocol.items.validate_items`)."""
+    def record(self, thread: str, items: list[dict[str, Any]] | Iterator[dict[str, Any]],
+               wait: bool = True) -> RecordResult:
+        """Store valid items (the handler checked them, or checks them as they come:
+        `ctxd.protocol.items.record_items`). Nothing is stored unless every item is valid."""
         self.check_writable(thread)
-        kept, rows = self._rows(thread, items)
+        kept: Sequence[dict[str, Any]]
+        if isinstance(items, list):
+            kept, rows = self._rows(thread, items)
+        else:  # what is stored of them is read back from their rows when needed
+            rows = self._rows_of_each(thread, items)
+            kept = _FromRows(rows)
         with self.lock:
             ledger = self.cache.loaded(self.store, thread)  # checked for other writers in `_append`
             if rows:
@@ -91,13 +111,13 @@ class WorkspaceWrites(WorkspaceCore):
             usage = self._changed(ledger)
             return {"historyVersion": ledger.history_version, "itemCount": len(ledger.entries), "usage": usage}
 
-    def record_now(self, thread: str, items: list[dict[str, Any]]) -> RecordResult | None:
+    def record_now(self, thread: str, items: list[dict[str, Any]] | Iterator[dict[str, Any]]) -> RecordResult | None:
         """`record` if it needs no waiting: the thread in memory and unchanged by other processes
         (asked in the append's transaction), the workspace free, the database not locked, and no
         second write to follow. Otherwise None, having written nothing (the server then hands the
         request to a worker, which waits). Lets a small record be stored on the thread that read it,
         without a thread switch."""
-        if self._store is None or not self.lock.acquire(blocking=False):
+        if not isinstance(items, list) or self._store is None or not self.lock.acquire(blocking=False):
             return None
         try:
             ledger = self.cache.peek(thread)
@@ -443,7 +463,7 @@ class WorkspaceWrites(WorkspaceCore):
 TITLE_CHARS = 80
 
 
-def _untitled(ledger: ThreadLedger, kept: list[dict[str, Any]]) -> str | None:
+def _untitled(ledger: ThreadLedger, kept: Sequence[dict[str, Any]]) -> str | None:
     """A client thread's title, when it has none yet and a user message was just recorded: its
     first user message (recorded now or before), on one short line."""
     if (ledger.state or {}).get("title") is not None or not any(map(is_real_user_message, kept)):
@@ -467,3 +487,26 @@ def _valid(item: dict[str, Any]) -> bool:
         return True
     except InvalidParams:
         return False
+
+
+class _FromRows(Sequence[dict[str, Any]]):
+    """The items stored as `rows`, each parsed from its JSON when it is read: a huge record's
+    items are never all held parsed at once (ctxd/server/bigframe.py)."""
+
+    def __init__(self, rows: list[tuple[str, int]]) -> None:
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
+
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        if isinstance(index, slice):
+            return [json.loads(body) for body, _ in self.rows[index]]
+        item: dict[str, Any] = json.loads(self.rows[index][0])
+        return item
