@@ -29,12 +29,12 @@ ALLOWED: dict[str, set[str]] = {
     "compact": {"errors", "ledger", "protocol", "redact", "settings", "tokens", "workspace"},
     "ghost": {"errors", "ledger", "redact", "safefile", "settings"},
     "sessions": {"errors", "ghost", "hooks", "ledger", "protocol", "redact", "safefile", "settings", "terminal", "tokens", "workspace"},  # hooks: a hooked session's marks
-    "hooks": {"errors", "ghost", "redact", "safefile", "settings", "terminal", "tokens"},  # tokens: the prompt cache's lifetimes (statusline); redact, terminal: what the hooks log and store
+    "hooks": {"errors", "ghost", "ownerlink", "redact", "safefile", "settings", "terminal", "tokens"},  # tokens: the prompt cache's lifetimes (statusline); redact, terminal: what the hooks log and store
     "status": {"ctxd", "ledger", "protocol", "tokens", "workspace"},
     "server": {"compact", "ctxd", "errors", "ghost", "ledger", "logs", "ownerlink", "protocol", "redact", "safefile", "sessions", "settings", "status", "tokens", "workspace"},
     "cli": {"agentmcp", "ctxd", "hooks", "logs", "redact", "safefile", "server", "sessions", "usage"},
-    "entry": {"agentmcp", "cli", "hooks"},  # agentmcp: `ctxd mcp` starts the SDK before anything else
-    "agentmcp": {"errors", "ghost", "ledger", "protocol", "redact", "safefile", "sessions", "settings", "workspace"},
+    "entry": {"agentmcp", "cli", "hooks"},  # agentmcp: `ctxd mcp` answers before anything else is imported
+    "agentmcp": {"ctxd", "hooks", "ownerlink", "settings"},  # hooks: the enclosing workspace (hooks.locate)
     "__main__": {"entry"},
 }
 FOREIGN_WIRE = {"pygls", "lsprotocol", "cattrs"}  # the stack issue #12 replaced: nothing may come back to it

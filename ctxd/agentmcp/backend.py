@@ -1,215 +1,160 @@
-"""What `ctxd mcp` answers, without the MCP SDK: the workspace it serves, the agent session it
-serves, and its six tools as functions returning plain dicts.
+"""What `ctxd mcp` answers: the workspace it serves, the agent session it serves, and its six
+tools, each a request to the owner (docs/processes.md).
 
-It works on the workspace's store and snapshots in its own process, so a daemon need not run.
-It follows the workspace's agent sessions itself (the daemon's follower, restricted to this one
-folder), so that what the agent's own compaction replaced is kept even when no daemon is running;
-a change a daemon has already mirrored is left alone (see `_Mirror`).
+The owner follows the workspace's agent sessions and writes their histories; this process only
+asks. So there is one writer of each history whatever runs beside it (an editor, the hooks, other
+agents' `ctxd mcp`), and this process imports little: the MCP server answers `initialize` while
+the owner is reached (and started, if none runs) on a thread of its own.
 """
 
 from __future__ import annotations
 
-import logging
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from ctxd.errors import CtxdError, InvalidParams
-from ctxd.ledger import recall as history
-from ctxd.ledger.store import database_path
-from ctxd.protocol.items import validate_items
-from ctxd.sessions import discovery
-from ctxd.settings import default_state_dir, load_settings
-from ctxd.workspace import FOLLOWED_AGENTS, Service, Workspace, followed_agent, path_to_uri
-
-log = logging.getLogger("ctxd")
+from ctxd import ownerlink
+from ctxd.agentmcp.protocol import ToolError
 
 SESSION_ENV = "CTXD_SESSION"
-# How long a change seen in a session file is left for a running daemon to mirror first.
-DAEMON_GRACE_SECONDS = 1.2
+FOLLOWED_PREFIXES = ("codex:", "claude:")
+OPEN_SECONDS = ownerlink.START_SECONDS + 10
 FOLLOW_WAIT_SECONDS = 3.0
-
-
-def enclosing_workspace(folder: Path, state_dir: Path) -> Path:
-    """The workspace `folder` is in: the nearest enclosing folder ctxd has a store for, else the
-    git root, else the folder itself."""
-    folder = folder.resolve()
-    chain = [folder, *folder.parents]
-    for candidate in chain:
-        if database_path(state_dir, candidate).exists():
-            return candidate
-    for candidate in chain:
-        if (candidate / ".git").exists():
-            return candidate
-    return folder
-
-
-def _kept(items: list[dict[str, Any]]) -> int:
-    """How many of a session's items a mirror stores (`Workspace.mirror`: valid, not system)."""
-    count = 0
-    for item in items:
-        if item.get("type") == "message" and item.get("role") == "system":
-            continue
-        try:
-            validate_items([item])
-        except InvalidParams:
-            continue
-        count += 1
-    return count
+MAX_LIMIT = 100
 
 
 class Backend:
-    """The served workspace and session, and the tools."""
+    """The served workspace and session, reached through the owner."""
 
-    def __init__(self, cwd: Path, state_dir: Path | None = None, session: str | None = None,
-                 follow: bool = True) -> None:
-        self.state_dir = state_dir or default_state_dir()
-        self.root = enclosing_workspace(cwd, self.state_dir)
-        self.service = Service(self.state_dir)
-        self.workspace: Workspace = self.service.open_folder(path_to_uri(self.root))
+    def __init__(self, cwd: Path, session: str | None = None) -> None:
+        from ctxd.hooks.locate import find_workspace
+        from ctxd.settings import default_state_dir
+
+        located = find_workspace(cwd, default_state_dir())
+        self.root = located.folder
+        self.state_dir = located.state_dir
+        self.uri = self.root.as_uri()
         self.named_session = session
-        self.bridge: Any = None
-        if follow:
-            self._start_following()
+        self._owner: ownerlink.Session | None = None
+        self._failure: str | None = None
+        self._opened = threading.Event()
+        threading.Thread(target=self._open, name="ctxd-mcp-owner", daemon=True).start()
 
-    def _start_following(self) -> None:
-        from ctxd.sessions.bridge import SessionBridge
-
-        settings = load_settings(self.root, None, [])
-        bridge = SessionBridge(self.service, settings, lambda uri: None)
-        self.mirror = _Mirror(self.workspace, bridge._update)
-        bridge.follower.on_update = self.mirror
-        bridge.follower.set_folders([self.root])
-        bridge.follower.scan_once()  # every session of this folder, read now, on this thread
-        bridge.start([self.root])
-        self.bridge = bridge
+    def _open(self) -> None:
+        try:
+            self._owner = ownerlink.Session.open(self.state_dir, [self.root])
+            if self._owner is None:
+                self._failure = (f"no ctxd owner of {self.state_dir} could be reached or started; "
+                                 "see its log in <state dir>/owner/owner.log")
+        except ownerlink.Unsafe as error:
+            self._failure = f"ctxd will not use {self.state_dir}: {error}"
+        except Exception as error:  # noqa: BLE001 - each tool call reports it
+            self._failure = f"the ctxd owner could not be reached: {type(error).__name__}: {error}"
+        finally:
+            self._opened.set()
 
     def close(self) -> None:
-        """Mirror what the follower has still to read (the agent may have written its last lines
-        just before closing the server), then stop."""
-        if self.bridge is not None:
-            follower = self.bridge.follower
-            self.mirror.closing = True  # no more waiting for a daemon: mirror now
-            for source in follower.sources:  # a session file new or grown since it was last read
-                if source.enabled:
-                    for path in discovery.session_files(source):
-                        follower.touch(path)
-            self.bridge.wait_idle(FOLLOW_WAIT_SECONDS)
-            self.bridge.stop()
-        self.service.close()
+        self._opened.wait(OPEN_SECONDS)
+        if self._owner is not None:
+            self._owner.close()
 
-    # --- which session ---------------------------------------------------------------------------
+    # --- asking the owner ---
+
+    def ask(self, method: str, params: dict[str, Any], timeout: float = 120.0) -> Any:
+        if not self._opened.wait(OPEN_SECONDS) or self._owner is None:
+            raise ToolError(self._failure or "the ctxd owner did not answer in time")
+        try:
+            return self._owner.request(method, {"workspace": self.uri, **params}, timeout)
+        except ownerlink.RemoteError as error:
+            raise ToolError(error.message) from None
+        except (OSError, TimeoutError) as error:
+            raise ToolError(f"the ctxd owner did not answer: {error}") from None
+
+    def synced(self) -> None:
+        """What the agent wrote until now is mirrored before a tool answers from it."""
+        self.ask("ctxd/sessions/sync", {})
+
+    # --- which session ---
 
     def thread(self) -> str:
-        """The session served: the one CTXD_SESSION names, else the newest followed session of
-        the workspace (the one the follower saw last active, else the store's newest)."""
-        if self.bridge is not None:
-            self.bridge.wait_idle(FOLLOW_WAIT_SECONDS)
+        """The session served: the one CTXD_SESSION names, else the newest followed session of the
+        workspace (waiting a little for the owner to have read them)."""
+        self.synced()
         if self.named_session:
-            if followed_agent(self.named_session) is None or not self.named_session.partition(":")[2]:
-                raise InvalidParams(f"{SESSION_ENV}={self.named_session!r} is not an agent session's thread "
-                                    f"(expected {' or '.join(f'{a}:<session id>' for a in FOLLOWED_AGENTS)})")
+            agent, _, session_id = self.named_session.partition(":")
+            if not session_id or f"{agent}:" not in FOLLOWED_PREFIXES:
+                raise ToolError(f"{SESSION_ENV}={self.named_session!r} is not an agent session's thread (expected "
+                                f"{' or '.join(f'{p}<session id>' for p in FOLLOWED_PREFIXES)})")
             return self.named_session
-        listed = [t["thread"] for t in self.workspace.threads()["threads"] if followed_agent(t["thread"]) is not None]
-        if not listed and self.bridge is not None:  # read but not stored yet
-            seen = sorted(self.bridge.follower.sessions(self.root), key=lambda s: s.last_activity or "")
-            listed = [session.thread for session in reversed(seen) if session.id]
+        deadline = time.monotonic() + FOLLOW_WAIT_SECONDS
+        while True:
+            listed = [t["thread"] for t in self.ask("ctxd/threads", {})["threads"]
+                      if str(t.get("thread", "")).startswith(FOLLOWED_PREFIXES)]
+            if listed or time.monotonic() >= deadline:
+                break
+            time.sleep(0.1)
         if not listed:
-            raise InvalidParams(f"no Codex or Claude Code session of {self.root} is known to ctxd yet; set "
-                                f"{SESSION_ENV} to the session's thread (such as claude:<session id>)")
-        return listed[0]  # `threads()` lists the newest activity first
+            raise ToolError(f"no Codex or Claude Code session of {self.root} is known to ctxd yet; set "
+                            f"{SESSION_ENV} to the session's thread (such as claude:<session id>)")
+        return str(listed[0])  # the newest activity first
 
-    # --- the tools -------------------------------------------------------------------------------
+    # --- the tools ---
 
     def context_usage(self) -> dict[str, Any]:
         thread = self.thread()
-        breakdown = self.workspace.breakdown(thread)
+        breakdown = self.ask("ctxd/usage", {"thread": thread})
         usage = breakdown["usage"]
-        return {"thread": thread, "agent": followed_agent(thread) or "client", "model": breakdown.get("model"),
+        return {"thread": thread, "agent": thread.partition(":")[0], "model": breakdown.get("model"),
                 "usedTokens": usage["usedTokens"], "contextWindow": usage["contextWindow"],
                 "percent": usage["percent"], "compactAt": usage["autoCompactLimit"], "cost": breakdown.get("cost"),
                 "categories": breakdown["categories"], "cache": breakdown.get("cache")}
 
-    def recall(self, query: str, limit: int = 5, scope: str = "thread") -> dict[str, Any]:
-        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= history.MAX_LIMIT:
-            raise InvalidParams(f"limit: must be a whole number from 1 to {history.MAX_LIMIT}, not {limit!r}")
-        if scope not in ("thread", "workspace"):
-            raise InvalidParams(f"scope: must be 'thread' or 'workspace', not {scope!r}")
-        if not isinstance(query, str) or not query.strip():
-            raise InvalidParams("query: give the words to search for")
-        return history.recall(self.workspace.store, self.thread(), query, limit, scope)  # type: ignore[arg-type]
+    def recall(self, query: str, limit: int, scope: str) -> dict[str, Any]:
+        if not 1 <= limit <= MAX_LIMIT:
+            raise ToolError(f"limit: must be a whole number from 1 to {MAX_LIMIT}, not {limit}")
+        if not query.strip():
+            raise ToolError("query: give the words to search for")
+        result: dict[str, Any] = self.ask("ctxd/recall", {"thread": self.thread(), "query": query, "limit": limit,
+                                                          "scope": scope})
+        return result
 
-    def history_item(self, seq: int, thread: str | None = None) -> dict[str, Any]:
-        if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
-            raise InvalidParams(f"seq: must be a whole number from 1, not {seq!r}")
-        return history.item(self.workspace.store, thread or self.thread(), seq)
+    def history_item(self, seq: int, thread: str | None) -> dict[str, Any]:
+        if seq < 1:
+            raise ToolError(f"seq: must be a whole number from 1, not {seq}")
+        result: dict[str, Any] = self.ask("ctxd/item", {"thread": thread or self.thread(), "seq": seq})
+        return result
 
-    def checkpoints(self, limit: int = 20) -> dict[str, Any]:
-        from ctxd.ghost import snapshots as ghost
+    def checkpoints(self, limit: int) -> dict[str, Any]:
+        if limit < 1:
+            raise ToolError(f"limit: must be a whole number from 1, not {limit}")
+        return {"checkpoints": self.ask("ctxd/ghost/list", {})["snapshots"][:limit]}
 
-        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-            raise InvalidParams(f"limit: must be a whole number from 1, not {limit!r}")
-        found = ghost.list_snapshots(self.workspace.opened_root(), state_dir=self.state_dir)
-        return {"checkpoints": found[:limit]}
-
-    def checkpoint(self, label: str | None = None) -> dict[str, Any]:
+    def checkpoint(self, label: str | None) -> dict[str, Any]:
         """A snapshot of the working tree (an agent session's own ledger records nothing of it)."""
-        from ctxd.ghost import snapshots as ghost
+        served = self._thread_or_none()
+        params: dict[str, Any] = {"thread": served} if served else {"record": False}
+        if label is not None:
+            params["message"] = label
+        result: dict[str, Any] = self.ask("ctxd/ghost/snapshot", params)
+        return result
 
-        if label is not None and not isinstance(label, str):
-            raise InvalidParams(f"label: must be text, not {label!r}")
-        return ghost.snapshot(self.workspace.opened_root(), label, settings=self.workspace.settings.ghost,
-                              state_dir=self.state_dir)
-
-    def restore_checkpoint(self, id: str, confirm: bool = False) -> dict[str, Any]:
+    def restore_checkpoint(self, id: str, confirm: bool) -> dict[str, Any]:
         """The files only: the conversation is the agent's own. Without `confirm`, a preview."""
-        from ctxd.ghost import snapshots as ghost
-
-        if not isinstance(id, str) or not id:
-            raise InvalidParams("id: give the id of a checkpoint (see the checkpoints tool)")
-        result = ghost.restore(self.workspace.opened_root(), id, settings=self.workspace.settings.ghost,
-                               dry_run=not confirm, state_dir=self.state_dir)
+        if not id:
+            raise ToolError("id: give the id of a checkpoint (see the checkpoints tool)")
+        result = self.ask("ctxd/ghost/restore", {"id": id, "dryRun": not confirm})
         if not confirm:
             return {"preview": {"restored": result["restored"], "removed": result["removed"]}}
         return {"restored": result["restored"], "removed": result["removed"], "undoId": result.get("undoId")}
 
-
-class _Mirror:
-    """The follower's updates into the store, unless a daemon (following the same session) has
-    mirrored them already. A change is left DAEMON_GRACE_SECONDS for a daemon to go first; then
-    new items are appended only where the store's active history is where this reader was before
-    them, and anything else is mirrored whole (`Workspace.mirror` leaves an equal history as it is)."""
-
-    def __init__(self, workspace: Workspace, mirror: Any) -> None:
-        self.workspace = workspace
-        self.mirror = mirror
-        self.closing = False
-
-    def _active(self, thread: str) -> int:
-        with self.workspace.store.reading() as db:
-            return int(db.execute("SELECT count(*) FROM items WHERE thread = ? AND archived IS NULL",
-                                  (thread,)).fetchone()[0])
-
-    def __call__(self, update: Any) -> None:
-        session, change = update.session, update.change
-        thread = session.thread
+    def _thread_or_none(self) -> str | None:
+        """The served session, when there is one: a checkpoint is taken without one too."""
         try:
-            total = _kept(session.items)
-            replace = update.new or change.replaced
-            added = 0 if replace else _kept(change.appended)
-            deadline = time.monotonic() + DAEMON_GRACE_SECONDS
-            while self._active(thread) != total and time.monotonic() < deadline and not self.closing:
-                time.sleep(0.1)
-            active = self._active(thread)
-            if not replace and added:
-                if active == total:
-                    return  # a daemon mirrored it (and its usage)
-                if active != total - added:
-                    update.new = True  # the store is elsewhere: take the session whole
-            self.mirror(update)
-        except CtxdError as error:
-            log.warning("%s: cannot mirror %s: %s", self.workspace.uri, thread, error.message)
+            return self.thread()
+        except ToolError:
+            return None
 
 
 def backend_from_environment(cwd: Path | None = None) -> Backend:

@@ -31,10 +31,11 @@ GHOST_DELETE = "ctxd/ghost/delete"
 UNDO = "ctxd/undo"  # v3
 RECALL = "ctxd/recall"  # v3
 ITEM = "ctxd/item"  # v3
+SESSIONS_SYNC = "ctxd/sessions/sync"  # v4: ctxd's own tools wait for what the agents just wrote
 
 REQUESTS = frozenset({RECORD, REPORT_TOKEN_USAGE, SET_PROMPT_CONTEXT, USAGE, PROMPT, COMPACT, ROLLBACK, HISTORY,
                       THREADS, STATUS, GHOST_SNAPSHOT, GHOST_LIST, GHOST_RESTORE, GHOST_DIFF, GHOST_DELETE, UNDO,
-                      RECALL, ITEM})
+                      RECALL, ITEM, SESSIONS_SYNC})
 
 # notifications ctxd sends
 USAGE_CHANGED = "ctxd/usageChanged"

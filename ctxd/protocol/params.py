@@ -117,6 +117,7 @@ class CompactParams(Params):
 
 class GhostSnapshotParams(Params):
     message: str | None = Field(default=None, max_length=10_000)
+    record: bool = True  # v4: false takes the snapshot without recording it in the thread (ctxd's own tools)
 
 
 class GhostListParams(ThreadsParams):
@@ -173,6 +174,7 @@ PARAMS: dict[str, type[BaseModel]] = {
     methods.UNDO: UndoParams,
     methods.RECALL: RecallParams,
     methods.ITEM: ItemParams,
+    methods.SESSIONS_SYNC: ThreadsParams,
 }
 
 

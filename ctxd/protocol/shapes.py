@@ -266,6 +266,11 @@ class ThreadsResult(TypedDict):
 
 
 @with_config(STRICT)
+class SyncResult(TypedDict):
+    idle: bool  # every followed session file was read and mirrored (false: still at it after the wait)
+
+
+@with_config(STRICT)
 class Problem(TypedDict):
     source: str
     key: NotRequired[str]
@@ -486,6 +491,7 @@ RESULTS: dict[str, Any] = {
     "ctxd/undo": UndoResult,
     "ctxd/recall": RecallResult,
     "ctxd/item": ItemResult,
+    "ctxd/sessions/sync": SyncResult,
 }
 NOTIFICATIONS: dict[str, Any] = {
     "ctxd/usageChanged": UsageChanged,

@@ -75,7 +75,7 @@ BACKLOG_BYTES = 32 * 1024 * 1024
 
 # Long operations run beside a thread's other requests.
 UNORDERED = frozenset({methods.COMPACT, methods.GHOST_SNAPSHOT, methods.GHOST_LIST, methods.GHOST_RESTORE,
-                       methods.GHOST_DIFF, methods.GHOST_DELETE, methods.STATUS})
+                       methods.GHOST_DIFF, methods.GHOST_DELETE, methods.STATUS, methods.SESSIONS_SYNC})
 
 
 RecordNow = Callable[[Callable[[str], Workspace], Any], "shapes.RecordResult | None"]
@@ -452,8 +452,8 @@ class CtxdServer:
         from ctxd.server.handlers import HANDLERS, Call
 
         params_model, fn = HANDLERS[method]
-        if method == methods.STATUS:
-            self.daemon.wait_warmed()  # it lists the session sources
+        if method in (methods.STATUS, methods.SESSIONS_SYNC):
+            self.daemon.wait_warmed()  # the session sources are followed by then
         try:
             if cancel.is_set():  # cancelled while it waited for the thread's earlier requests
                 raise Cancelled("request cancelled")

@@ -112,6 +112,16 @@ def threads(call: Call, params: p.ThreadsParams) -> shapes.ThreadsResult:
     return call.workspace.threads()
 
 
+SYNC_SECONDS = 3.0
+
+
+@handler(methods.SESSIONS_SYNC)
+def sessions_sync(call: Call, params: p.ThreadsParams) -> shapes.SyncResult:
+    """What the agents wrote until now is read and mirrored (bounded): `ctxd mcp` asks before it
+    answers the model, so that what the agent just did is in its recall."""
+    return {"idle": call.sessions.wait_idle(SYNC_SECONDS) if call.sessions is not None else True}
+
+
 @handler(methods.STATUS)
 def status(call: Call, params: p.StatusParams) -> shapes.Status:
     from ctxd.status import status as daemon_status
@@ -141,7 +151,7 @@ def ghost_snapshot(call: Call, params: p.GhostSnapshotParams) -> shapes.GhostCom
     slow = SlowWarning(settings.warn_after_seconds,
                        lambda: call.outbox.show_message(ghost.slow_warning(workspace.root, settings.warn_after_seconds)))
     try:
-        commit = checkpoints.snapshot(workspace, params.thread, params.message, cancel=call.cancel,
+        commit = checkpoints.snapshot(workspace, params.thread, params.message, cancel=call.cancel, record=params.record,
                                       progress=lambda message: call.outbox.progress(token, {"kind": "report", "message": message}))
     finally:
         slow.finish()

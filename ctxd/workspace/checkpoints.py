@@ -18,11 +18,12 @@ from ctxd.workspace.service import Workspace
 
 
 def snapshot(workspace: Workspace, thread: str, message: str | None, *, cancel: threading.Event,
-             progress: Callable[[str], None]) -> dict[str, Any]:
-    """Snapshot the workspace's tree and record it in `thread` (unless an agent owns the thread)."""
+             progress: Callable[[str], None], record: bool = True) -> dict[str, Any]:
+    """Snapshot the workspace's tree and record it in `thread` (unless an agent owns the thread, or
+    the client asked for no record)."""
     commit = ghost.snapshot(workspace.opened_root(), message, settings=workspace.settings.ghost, cancel=cancel,
-                            progress=progress, state_dir=workspace.state_dir, thread=thread)
-    if followed_agent(thread) is None:
+                            progress=progress, state_dir=workspace.state_dir, thread=thread if record else None)
+    if record and followed_agent(thread) is None:
         workspace.record(thread, [ghost.ledger_item(commit)])
     return commit
 

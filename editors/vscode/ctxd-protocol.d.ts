@@ -2,7 +2,7 @@
 /**
  * The ctxd wire protocol (version 2): results, notifications and request params. GENERATED, do not edit:
  * `npm run gen:protocol` from docs/protocol.schema.json (from ctxd/protocol/shapes.py).
- * schema sha256: 3c68a913bf4598bf2eeea14607d21e0016a330a60f4acc0a25d7f1f2965d1acc
+ * schema sha256: 91cc3b7fe64c74598189742331366f63a0c78fcbebca91fa8c3d88da0d6661c8
  */
 
 /**
@@ -37,6 +37,8 @@ export interface CtxdProtocol {
   ctxd_reportTokenUsage_params: ReportTokenUsageParams;
   ctxd_rollback: RollbackResult;
   ctxd_rollback_params: RollbackParams;
+  ctxd_sessions_sync: SyncResult;
+  ctxd_sessions_sync_params: ThreadsParams;
   ctxd_setPromptContext: UsageSnapshot;
   ctxd_setPromptContext_params: SetPromptContextParams;
   ctxd_status: Status;
@@ -522,6 +524,20 @@ export interface RollbackParams {
 }
 /**
  * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "SyncResult".
+ */
+export interface SyncResult {
+  idle: boolean;
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "ThreadsParams".
+ */
+export interface ThreadsParams {
+  workspace: string;
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
  * via the `definition` "SetPromptContextParams".
  */
 export interface SetPromptContextParams {
@@ -690,13 +706,6 @@ export interface Cost {
  * via the `definition` "ThreadsChanged".
  */
 export interface ThreadsChanged {
-  workspace: string;
-}
-/**
- * This interface was referenced by `CtxdProtocol`'s JSON-Schema
- * via the `definition` "ThreadsParams".
- */
-export interface ThreadsParams {
   workspace: string;
 }
 /**

@@ -29,6 +29,7 @@ M.methods = {
   undo = "ctxd/undo",
   recall = "ctxd/recall",
   item = "ctxd/item",
+  sessions_sync = "ctxd/sessions/sync",
   usage_changed = "ctxd/usageChanged",
   compacted = "ctxd/compacted",
   threads_changed = "ctxd/threadsChanged",
@@ -400,6 +401,9 @@ M.PROTOCOL_VERSION = 3
 
 ---@class ctxd.StatusParams
 ---@field workspace string
+
+---@class ctxd.SyncResult
+---@field idle boolean
 
 ---@class ctxd.ThreadInfo
 ---@field cache? ctxd.CacheState
