@@ -11,8 +11,9 @@ the index costs.
 - Indexing a 50 MB Codex rollout's items as the mirror appends them (CPU: the append with the
   index less the append without); floor: `json.loads` over the rollout's lines; goal <= 2x.
 - The index's size against the text it indexes; goal <= 1.5x.
-- `ctxd mcp` started to its `initialize` answer (median); floor: a minimal server (one tool) on
-  the same SDK, timed the same way; goal <= 1.15x. `import mcp` and a bare Python are printed.
+- `ctxd mcp` started to its `initialize` answer (median); floor: a bare `python -c pass`, timed
+  to a line it prints; goal (issue #37) <= 3x the floor + 50 ms. A minimal server on the `mcp` SDK
+  (one tool) and `import mcp` are printed beside it.
 
 The facts' thread is recorded and compacted (offline) through the real daemon; the 200k-item
 thread is written with the store's own append (as records write it), then searched through a
@@ -482,7 +483,7 @@ def _index_bytes(db: sqlite3.Connection) -> int:
 
 # --- ctxd mcp's start ------------------------------------------------------------------------------
 
-MCP_GOAL = 1.15  # ctxd's own part of the start, over a server that is only the SDK
+MCP_GOAL = (3.0, 0.050)  # <= 3x a bare Python's start + 50 ms (issue #37)
 INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
               "params": {"protocolVersion": "2025-06-18", "capabilities": {},
                          "clientInfo": {"name": "bench", "version": "1"}}}
@@ -504,10 +505,10 @@ server.run("stdio")
 
 
 def bench_mcp_start(tmp: Path, runs: int) -> list[Row]:
-    """`ctxd mcp` started as an agent starts it, timed to its answer to `initialize`, against a
-    minimal server on the same SDK (one tool) timed the same way: what is left is ctxd's own.
-    Printed beside: a bare Python, and one importing `mcp`, each timed to a line it prints (not to
-    its exit, which tears the SDK's models down). Medians, the commands taken in turns."""
+    """`ctxd mcp` started as an agent starts it, timed to its answer to `initialize`, against a bare
+    Python timed to a line it prints. Printed beside: a minimal server on the `mcp` SDK and one
+    importing `mcp` (not to its exit, which tears the SDK's models down). Medians, the commands
+    taken in turns."""
     ws = tmp / "ws-mcp"
     ws.mkdir()
     subprocess.run(["git", "init", "-q", str(ws)], check=True)
@@ -551,12 +552,14 @@ def bench_mcp_start(tmp: Path, runs: int) -> list[Row]:
         floor.append(server([sys.executable, str(minimal)]))
         ours.append(server([sys.executable, "-m", "ctxd", "mcp"]))
     median = statistics.median
-    ratio = median(ours) / median(floor)
-    print(f"4. to the initialize answer: ctxd mcp {ms(median(ours))}, a minimal server on the same SDK "
-          f"{ms(median(floor))} ({ratio:.2f}x); python -c 'import mcp' {ms(median(sdk))}; a bare python "
-          f"{ms(median(bare))} (medians of {runs})")
-    return [Row("ctxd mcp: start to the initialize answer", ms(median(ours)),
-                f"{ms(median(floor))} (minimal SDK server)", f"{ratio:.2f}x", f"<= {MCP_GOAL:g}x", ratio <= MCP_GOAL)]
+    times, plus = MCP_GOAL
+    goal = times * median(bare) + plus
+    ratio = median(ours) / median(bare)
+    print(f"4. to the initialize answer: ctxd mcp {ms(median(ours))}, a bare python {ms(median(bare))} "
+          f"({ratio:.2f}x); a minimal server on the mcp SDK {ms(median(floor))}; python -c 'import mcp' "
+          f"{ms(median(sdk))} (medians of {runs})")
+    return [Row("ctxd mcp: start to the initialize answer", ms(median(ours)), f"{ms(median(bare))} (python -c pass)",
+                f"{ratio:.2f}x", f"<= {times:g}x + {plus * 1000:.0f} ms ({ms(goal)})", median(ours) <= goal)]
 
 
 def main(argv: list[str]) -> int:
