@@ -395,6 +395,7 @@ def has_fts5(db: sqlite3.Connection) -> bool:
 
 _TERM = re.compile(r'"([^"]*)"?|(\S+)')
 _WORD = re.compile(r"\w+")
+_TOKEN = re.compile(r"[^\W_]+")  # what the tokenizer makes a word of (`test_auth` is two)
 
 
 # The words of a question that say nothing of what it is about ("which port does the billing
@@ -410,43 +411,73 @@ please any some just also too very
 remember remind recall say said saw seen tell told mention mentioned earlier previously again know""".split())
 
 
-# A query's first this many distinct terms are searched: a search runs a stage per term (every
-# word but one), each an FTS5 query of them all, so a log pasted as a query would take minutes.
+# What a query can cost is bounded whatever it holds (a log pasted as a query, a quoted page):
+# its first MAX_TERMS distinct terms are read, each phrase by its first MAX_PHRASE_WORDS words,
+# and of more than MAX_SEARCHED terms the rarest MAX_SEARCHED are searched (a stage per term,
+# each an FTS5 query of them all: 1,000 words took 47 s on 200k items, then 16 terms 0.6 s).
 MAX_TERMS = 16
+MAX_PHRASE_WORDS = 8
+MAX_SEARCHED = 6
 
 
 def query_terms(query: str) -> list[str]:
     """The query's words and "quoted phrases", as FTS5 strings (quoted, so that nothing the user
     types is read as FTS5 syntax), without STOPWORDS unless the query has nothing else, each
-    once, the first MAX_TERMS. A camelCase word also matches its parts."""
-    terms, plain = [], []
-    for phrase, word in _TERM.findall(query):
-        text = phrase if phrase else word
-        words = _WORD.findall(text)
-        if not words:
+    once, the first MAX_TERMS. A camelCase word also matches its parts. Reads the query only as
+    far as it needs."""
+    kept: dict[str, None] = {}
+    stops: dict[str, None] = {}
+    for match in _TERM.finditer(query):
+        phrase, word = match.groups()
+        text = phrase if phrase is not None else word
+        tokens = _TOKEN.findall(text)
+        if not tokens:
             continue
-        quoted = '"' + " ".join(words) + '"'
-        if not phrase and len(text) <= _MAX_PART_WORD and identifier_parts(text):
-            quoted = f'({quoted} OR "{identifier_parts(text)}")'
-        terms.append(quoted)
-        plain.append(not phrase and len(words) == 1 and words[0].lower() in STOPWORDS)
-    kept = [term for term, stop in zip(terms, plain) if not stop] or terms
-    return list(dict.fromkeys(kept))[:MAX_TERMS]
+        if len(tokens) > MAX_PHRASE_WORDS:
+            quoted = '"' + " ".join(tokens[:MAX_PHRASE_WORDS]) + '"'
+        else:
+            quoted = '"' + " ".join(_WORD.findall(text)) + '"'
+            if phrase is None and len(text) <= _MAX_PART_WORD and identifier_parts(text):
+                quoted = f'({quoted} OR "{identifier_parts(text)}")'
+        stop = phrase is None and len(tokens) == 1 and _WORD.findall(text)[0].lower() in STOPWORDS
+        if stop:
+            if len(stops) < MAX_TERMS:
+                stops[quoted] = None
+        else:
+            kept[quoted] = None
+            if len(kept) >= MAX_TERMS:
+                break
+    return list(kept or stops)
 
 
 # How close two query words must be for an item to rank first (in tokens); each further word
 # widens the window by NEAR_PER_WORD (a fact's words sit in one sentence, not side by side).
 NEAR_DISTANCE = 12
 NEAR_PER_WORD = 5
-# BM25 reads every match's positions: past this many matches a stage's newest matches come first
-# (a query that common says little; `bench/bench_recall.py` measures what this keeps the p95 at).
+# A term matching more items than this is common: BM25 would read every one of its matches (to
+# weigh it, next to nothing), so it is left out of the ranking; a stage matching more than this
+# shows its newest matches first (a query that common says little; `bench/bench_recall.py`
+# measures what this keeps the p95 at).
 RANKED_MATCHES = 500
+PROBES = 24  # words probed for how common they are, at most, per search
 
 
 class Stage(NamedTuple):
     kind: str  # "all", "all but one" or "any"
-    expression: str  # the FTS5 query
-    near: str | None  # the same words near one another (their matches rank first), or None
+    terms: list[str]  # the terms the stage asks for (all of them, or any)
+
+    @property
+    def expression(self) -> str:
+        """The FTS5 query."""
+        return (" OR " if self.kind == "any" else " AND ").join(self.terms)
+
+    @property
+    def near(self) -> str | None:
+        """The same words near one another (their matches rank first), or None."""
+        if self.kind == "any" or len(self.terms) < 2:
+            return None
+        firsts = " ".join(term.removeprefix("(").split(" OR ")[0] for term in self.terms)
+        return f"NEAR({firsts}, {NEAR_DISTANCE + NEAR_PER_WORD * (len(self.terms) - 2)})"
 
 
 def stages(terms: list[str]) -> list[Stage]:
@@ -454,18 +485,11 @@ def stages(terms: list[str]) -> list[Stage]:
     word, every word but one (what the others find is still worth showing when one word is not
     in the history), and, when these found nothing, any word. In the first two, the items where
     the words are near one another rank first."""
-    def near(subset: list[str]) -> str | None:
-        if len(subset) < 2:
-            return None
-        firsts = " ".join(term.removeprefix("(").split(" OR ")[0] for term in subset)
-        return f"NEAR({firsts}, {NEAR_DISTANCE + NEAR_PER_WORD * (len(subset) - 2)})"
-
-    out = [Stage("all", " AND ".join(terms), near(terms))]
+    out = [Stage("all", terms)]
     if len(terms) > 2:
-        out += [Stage("all but one", " AND ".join(subset), near(subset))
-                for subset in (terms[:i] + terms[i + 1:] for i in range(len(terms)))]
+        out += [Stage("all but one", terms[:i] + terms[i + 1:]) for i in range(len(terms))]
     if len(terms) > 1:
-        out.append(Stage("any", " OR ".join(terms), None))
+        out.append(Stage("any", terms))
     return out
 
 
@@ -476,91 +500,163 @@ def thread_id(db: sqlite3.Connection, thread: str) -> int | None:
 
 class Found(NamedTuple):
     rids: list[int]  # the best matches, best first
-    total: int  # how many items match every term (when none does, any term)
+    total: int  # how many items the stages that gave `rids` match (see `search`)
     counted: list[int] | None  # those items, when `total` was counted from them (else None)
 
 
-def search(db: sqlite3.Connection, terms: list[str], thread: int | None, limit: int) -> Found:
-    """Rowids of the best matches, best first, and how many items match every term (when none
-    does, any term). Within each of `stages`, BM25 ranks (the identifier parts weigh half), or
-    recency when the stage matches more than RANKED_MATCHES items.
+class _Scope:
+    """FTS5 queries over one thread's rows (or every thread's)."""
 
-    A query with a phrase (several words in one term) is slow to match, so each of its stages is
-    run once: its matches come with their scores, sorted here, which also counts them. Single
-    words match fast and the stages are first counted up to RANKED_MATCHES + 1, so that BM25
-    scores no more than that. The words near one another are a stage's matches that its NEAR also
-    finds, in the stage's order. In "any", the items holding more of the query's rare words come
-    first."""
+    def __init__(self, db: sqlite3.Connection, thread: int | None) -> None:
+        self.db = db
+        self.where, self.args = "recall_fts MATCH ?", []
+        if thread is not None:
+            self.where += " AND rowid BETWEEN ? AND ?"
+            self.args = [thread << SEQ_BITS, (thread << SEQ_BITS) | ((1 << SEQ_BITS) - 1)]
+
+    def rowids(self, expression: str, limit: int, newest: bool = False) -> list[int]:
+        order = " ORDER BY rowid DESC" if newest else ""
+        return [rid for (rid,) in self.db.execute(f"SELECT rowid FROM recall_fts WHERE {self.where}{order} LIMIT ?",
+                                                  (expression, *self.args, limit))]
+
+    def matches(self, expression: str) -> list[int] | None:
+        """The rows matching `expression`; None when there are more than RANKED_MATCHES."""
+        rows = self.rowids(expression, RANKED_MATCHES + 1)
+        return rows if len(rows) <= RANKED_MATCHES else None
+
+    def scores(self, expression: str) -> dict[int, float]:
+        return dict(self.db.execute(f"SELECT rowid, bm25(recall_fts, 1.0, 0.5) FROM recall_fts WHERE {self.where}",
+                                    (expression, *self.args)))
+
+    def count(self, expression: str) -> int:
+        return int(self.db.execute(f"SELECT count(*) FROM recall_fts WHERE {self.where}",
+                                   (expression, *self.args)).fetchone()[0])
+
+
+def _alternatives(term: str) -> list[str]:
+    """A term's phrases: one, or a camelCase word's two (`("getUserName" OR "get User Name")`)."""
+    return term.removeprefix("(").removesuffix(")").split(" OR ")
+
+
+def frequencies(scope: _Scope, terms: list[str]) -> dict[str, list[int] | None]:
+    """The items each term matches when at most RANKED_MATCHES (none: an empty list), else None.
+    Each word is probed first, reading at most RANKED_MATCHES + 1 of its matches. A phrase of
+    common words costs a read of every position of each: in a query of more than MAX_SEARCHED
+    terms, a phrase is probed only when one of its words is rare (FTS5 then reads only around
+    that word's matches), else it is taken as common."""
+    cheap_only = len(terms) > MAX_SEARCHED
+    words: dict[str, list[int] | None] = {}
+
+    def word(token: str) -> list[int] | None:
+        if token not in words:
+            if len(words) >= PROBES:
+                return None  # not probed: taken as common
+            words[token] = scope.matches(f'"{token}"')
+        return words[token]
+
+    def phrase(text: str) -> list[int] | None:
+        found = [word(token) for token in _TOKEN.findall(text)]
+        if [] in found:
+            return []
+        if len(found) == 1:
+            return found[0]
+        return None if cheap_only and all(rows is None for rows in found) else scope.matches(text)
+
+    out: dict[str, list[int] | None] = {}
+    for term in terms:
+        found = [phrase(text) for text in _alternatives(term)]
+        if len(found) == 1 or all(rows == [] for rows in found):
+            out[term] = found[0]
+        else:
+            out[term] = None if None in found else scope.matches(term)
+    return out
+
+
+def searched(terms: list[str], known: dict[str, list[int] | None]) -> list[str]:
+    """The terms a search asks for: all of them, or of more than MAX_SEARCHED, the rarest that
+    some item holds (in the query's order)."""
+    if len(terms) <= MAX_SEARCHED:
+        return terms
+
+    def rarity(term: str) -> tuple[bool, int]:
+        rows = known.get(term)
+        return rows is None, len(rows or ())
+
+    held = [term for term in terms if known.get(term) != []] or terms
+    rarest = set(sorted(held, key=rarity)[:MAX_SEARCHED])
+    return [term for term in held if term in rarest]
+
+
+def search(db: sqlite3.Connection, terms: list[str], thread: int | None, limit: int) -> Found:
+    """Rowids of the best matches, best first, and how many items the stages they came from
+    match. Stages (`stages`): every term; while that found fewer than `limit`, every term but
+    one; when nothing did, any term. A term no item holds is known from the probes
+    (`frequencies`), and a stage needing it is not run. Within a stage, the matches where the
+    words are near one another come first, then BM25 over the query's rare terms ranks (the
+    identifier parts weigh half), then the newest; a stage matching more than RANKED_MATCHES
+    items shows its newest first. In "any", the items holding more of the rare terms come first.
+
+    `total` counts the items matched by the stages that gave results: from their matches when
+    each has at most RANKED_MATCHES (then `counted` lists them), else by FTS5."""
     if not present(db):
         raise Unavailable("the recall index is not available: this SQLite has no FTS5")
-    where, args = "recall_fts MATCH ?", []
-    if thread is not None:
-        where += " AND rowid BETWEEN ? AND ?"
-        args = [thread << SEQ_BITS, (thread << SEQ_BITS) | ((1 << SEQ_BITS) - 1)]
+    scope = _Scope(db, thread)
+    known = frequencies(scope, terms)
+    long = len(terms) > MAX_SEARCHED
+    terms = searched(terms, known)
+    rare = {term: set(rows) for term in terms if (rows := known.get(term))}
+    scores = scope.scores(" OR ".join(rare)) if rare else {}
 
-    phrases = any(" " in term for term in terms)
+    def order(rid: int) -> tuple[float, int]:
+        return scores.get(rid, 0.0), -rid
 
-    def matches(expression: str, scored: bool = True) -> list[int] | None:
-        """The stage's matches, best first; None when there are more than RANKED_MATCHES."""
-        if scored and not phrases:
-            probe = db.execute(f"SELECT count(*) FROM (SELECT 1 FROM recall_fts WHERE {where} LIMIT ?)",
-                               (expression, *args, RANKED_MATCHES + 1)).fetchone()[0]
-            if probe > RANKED_MATCHES or probe == 0:
-                return None if probe else []
-        score = "bm25(recall_fts, 1.0, 0.5)" if scored else "0"
-        rows = db.execute(f"SELECT rowid, {score} FROM recall_fts WHERE {where} LIMIT ?",
-                          (expression, *args, RANKED_MATCHES + 1)).fetchall()
-        if len(rows) > RANKED_MATCHES:
-            return None
-        return [rid for rid, _ in sorted(rows, key=lambda row: row[1])] if scored else [rid for rid, _ in rows]
-
-    def newest(expression: str) -> list[int]:
-        return [rid for (rid,) in db.execute(f"SELECT rowid FROM recall_fts WHERE {where} ORDER BY rowid DESC LIMIT ?",
-                                             (expression, *args, limit))]
-
-    def count(expression: str) -> int:
-        return int(db.execute(f"SELECT count(*) FROM recall_fts WHERE {where}", (expression, *args)).fetchone()[0])
-
-    def near_first(stage: Stage, ranked: list[int]) -> list[int]:
-        if stage.near is None or len(ranked) < 2:
-            return ranked
-        close = set(matches(stage.near, scored=False) or ())
-        return [rid for rid in ranked if rid in close] + [rid for rid in ranked if rid not in close]
+    def holding(rid: int) -> int:
+        return -sum(rid in rows for rows in rare.values())
 
     found: dict[int, None] = {}
-    counted: list[int] | None = None
-    total = 0
+    matched: set[int] = set()
+    gave: list[str] = []  # the expressions of the stages that gave results
+    uncounted = False  # one of them matches too many items to list
     for stage in stages(terms):
-        if stage.kind == "all":
-            every = matches(stage.expression)
-            if every is not None:
-                total, counted = len(every), every
-                found.update((rid, None) for rid in near_first(stage, every))
+        if stage.kind == "any":
+            if found:
+                break
+            stage = Stage("any", [term for term in stage.terms if known.get(term) != []])
+            if not stage.terms:
+                break
+        elif stage.kind == "all but one" and (len(found) >= limit or long):
+            continue  # (a long query: its rarest terms, all of them, or any)
+        elif any(known.get(term) == [] for term in stage.terms):
+            continue  # a term no item holds
+        probed = known.get(stage.terms[0]) if len(stage.terms) == 1 else None
+        every = probed if probed is not None else scope.matches(stage.expression)
+        if every is not None:
+            if not every:
+                continue
+            matched.update(every)
+            gave.append(stage.expression)
+            if stage.kind == "any":
+                shown = sorted(every, key=lambda rid: (holding(rid), *order(rid)))
             else:
-                total = count(stage.expression)
-                if stage.near is not None:
-                    near_ranked = matches(stage.near)
-                    near_found = near_ranked if near_ranked is not None else newest(stage.near)
-                    found.update((rid, None) for rid in near_found[:limit])
-                found.update((rid, None) for rid in newest(stage.expression))
-        elif stage.kind == "all but one" and len(found) < limit:
-            ranked = matches(stage.expression)
-            ranked = near_first(stage, ranked) if ranked is not None else newest(stage.expression)
-            found.update((rid, None) for rid in ranked[:limit])
-        elif stage.kind == "any" and not found:
-            ranked = matches(stage.expression)
-            total = len(ranked) if ranked is not None else count(stage.expression)
-            counted = ranked
-            # The words that match few items (but some) are what the query is about (a common word
-            # weighs next to nothing in BM25): the items holding more of them come first, BM25 ranking
-            # those holding as many; when the query matches too many items to rank, those words'.
-            rare = {term: set(held) for term in terms if (held := matches(term, scored=False))}
-            if ranked is None and rare and len(rare) < len(terms):
-                ranked = matches(" OR ".join(rare))
-            if ranked is not None and len(rare) > 1:
-                ranked.sort(key=lambda rid: -sum(rid in held for held in rare.values()))
-            found.update((rid, None) for rid in (ranked if ranked is not None else newest(stage.expression))[:limit])
-    return Found(list(found)[:limit], total, counted)
+                shown = sorted(every, key=order)
+                close = set(scope.matches(stage.near) or ()) if stage.near and len(shown) > 1 else set()
+                shown = [rid for rid in shown if rid in close] + [rid for rid in shown if rid not in close]
+        else:
+            gave.append(stage.expression)
+            uncounted = True
+            if stage.kind == "any":  # the items holding the rare terms, then the newest
+                shown = sorted(set().union(*rare.values()), key=lambda rid: (holding(rid), *order(rid)))[:limit]
+            elif stage.near:
+                near = scope.matches(stage.near)
+                shown = sorted(near, key=order)[:limit] if near is not None else scope.rowids(stage.near, limit, True)
+            else:
+                shown = []
+            shown += scope.rowids(stage.expression, limit, newest=True)
+        found.update((rid, None) for rid in shown[:limit] if rid not in found)
+    if uncounted:
+        total = scope.count(" OR ".join(f"({expression})" for expression in gave))
+        return Found(list(found)[:limit], max(total, len(found)), None)
+    return Found(list(found)[:limit], len(matched), sorted(matched))
 
 
 def present(db: sqlite3.Connection) -> bool:

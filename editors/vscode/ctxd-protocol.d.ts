@@ -2,7 +2,7 @@
 /**
  * The ctxd wire protocol (version 2): results, notifications and request params. GENERATED, do not edit:
  * `npm run gen:protocol` from docs/protocol.schema.json (from ctxd/protocol/shapes.py).
- * schema sha256: 3c68a913bf4598bf2eeea14607d21e0016a330a60f4acc0a25d7f1f2965d1acc
+ * schema sha256: 325d53740692cdc539ed823d4de99d15158d03819a22ca380bb1b52e4920e10f
  */
 
 /**
@@ -341,12 +341,15 @@ export interface HistoryParams {
   workspace: string;
 }
 /**
+ * `placeholderSeq`: the seq asked for holds a compaction's placeholder for this tool output.
+ *
  * This interface was referenced by `CtxdProtocol`'s JSON-Schema
  * via the `definition` "ItemResult".
  */
 export interface ItemResult {
   archived: boolean;
   item: Item;
+  placeholderSeq?: number;
   seq: number;
 }
 /**
@@ -401,6 +404,8 @@ export interface RecallResult {
 /**
  * One match of `ctxd/recall`: where the item is (`seq` in `thread`), what it is, the part of
  * its text that matched (at most 400 characters), and whether a compaction replaced it.
+ * `placeholderSeq`: the match was the placeholder a compaction left of this tool output (its
+ * seq there); the hit is the output itself.
  *
  * This interface was referenced by `CtxdProtocol`'s JSON-Schema
  * via the `definition` "RecallHit".
@@ -408,6 +413,7 @@ export interface RecallResult {
 export interface RecallHit {
   archived: boolean;
   createdAt?: string | null;
+  placeholderSeq?: number;
   role?: string;
   seq: number;
   snippet: string;
