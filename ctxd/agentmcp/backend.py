@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ctxd.agentmcp import limits
 from ctxd.errors import CtxdError, InvalidParams
 from ctxd.ledger import recall as history
 from ctxd.ledger.store import database_path
@@ -132,24 +133,25 @@ class Backend:
                 "categories": breakdown["categories"], "cache": breakdown.get("cache")}
 
     def recall(self, query: str, limit: int = 5, scope: str = "thread") -> dict[str, Any]:
-        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= history.MAX_LIMIT:
-            raise InvalidParams(f"limit: must be a whole number from 1 to {history.MAX_LIMIT}, not {limit!r}")
+        _whole_number("limit", limit, 1, limits.MAX_LIMIT)
         if scope not in ("thread", "workspace"):
             raise InvalidParams(f"scope: must be 'thread' or 'workspace', not {scope!r}")
         if not isinstance(query, str) or not query.strip():
             raise InvalidParams("query: give the words to search for")
+        if len(query) > limits.MAX_QUERY_CHARS:
+            raise InvalidParams(f"query: at most {limits.MAX_QUERY_CHARS} characters, not {len(query)}")
         return history.recall(self.workspace.store, self.thread(), query, limit, scope)  # type: ignore[arg-type]
 
     def history_item(self, seq: int, thread: str | None = None) -> dict[str, Any]:
-        if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
-            raise InvalidParams(f"seq: must be a whole number from 1, not {seq!r}")
+        _whole_number("seq", seq, 1, limits.MAX_SEQ)
+        if thread is not None and (not isinstance(thread, str) or not 1 <= len(thread) <= limits.MAX_THREAD_CHARS):
+            raise InvalidParams(f"thread: must be a thread's name (1 to {limits.MAX_THREAD_CHARS} characters)")
         return history.item(self.workspace.store, thread or self.thread(), seq)
 
     def checkpoints(self, limit: int = 20) -> dict[str, Any]:
         from ctxd.ghost import snapshots as ghost
 
-        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-            raise InvalidParams(f"limit: must be a whole number from 1, not {limit!r}")
+        _whole_number("limit", limit, 1, limits.MAX_CHECKPOINTS)
         found = ghost.list_snapshots(self.workspace.opened_root(), state_dir=self.state_dir)
         return {"checkpoints": found[:limit]}
 
@@ -157,8 +159,8 @@ class Backend:
         """A snapshot of the working tree (an agent session's own ledger records nothing of it)."""
         from ctxd.ghost import snapshots as ghost
 
-        if label is not None and not isinstance(label, str):
-            raise InvalidParams(f"label: must be text, not {label!r}")
+        if label is not None and (not isinstance(label, str) or len(label) > limits.MAX_LABEL_CHARS):
+            raise InvalidParams(f"label: must be text of at most {limits.MAX_LABEL_CHARS} characters")
         return ghost.snapshot(self.workspace.opened_root(), label, settings=self.workspace.settings.ghost,
                               state_dir=self.state_dir)
 
@@ -166,13 +168,21 @@ class Backend:
         """The files only: the conversation is the agent's own. Without `confirm`, a preview."""
         from ctxd.ghost import snapshots as ghost
 
-        if not isinstance(id, str) or not id:
+        if not isinstance(id, str) or not 1 <= len(id) <= limits.MAX_ID_CHARS:
             raise InvalidParams("id: give the id of a checkpoint (see the checkpoints tool)")
+        if not isinstance(confirm, bool):
+            raise InvalidParams(f"confirm: must be true or false, not {confirm!r}")
         result = ghost.restore(self.workspace.opened_root(), id, settings=self.workspace.settings.ghost,
                                dry_run=not confirm, state_dir=self.state_dir)
         if not confirm:
             return {"preview": {"restored": result["restored"], "removed": result["removed"]}}
         return {"restored": result["restored"], "removed": result["removed"], "undoId": result.get("undoId")}
+
+
+def _whole_number(name: str, value: Any, low: int, high: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise InvalidParams(f"{name}: must be a whole number from {low} to {high}, not {shown}")
 
 
 class _Mirror:

@@ -14,7 +14,9 @@ import json
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
+
+from ctxd.agentmcp import limits  # the tools' arguments: their schemas (strings the SDK reads here)
 
 if TYPE_CHECKING:
     from ctxd.agentmcp.backend import Backend
@@ -78,11 +80,28 @@ class _Opening:
             self.backend.close()
 
 
+def arguments_problems(errors: list[Any]) -> list[str]:
+    """Each of pydantic's errors as `argument: what is wrong (not <value>)`, the value shortened."""
+    out = []
+    for error in errors:
+        where = ".".join(str(part) for part in error.get("loc", ())) or "arguments"
+        given = "" if error.get("type") == "missing" else f", not {_shown(error.get('input'))}"
+        out.append(f"{where}: {str(error.get('msg', 'invalid')).removeprefix('Input ').lower()}{given}")
+    return out
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False) if not isinstance(value, str | int | float | bool) else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def build(backend_factory: Callable[[], Backend]) -> Any:
     """The MCP server with its six tools; the backend is opened at once, beside the server."""
     from contextlib import asynccontextmanager
 
     from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+    from pydantic import ValidationError
 
     from ctxd import redact
     from ctxd.errors import CtxdError
@@ -94,7 +113,21 @@ def build(backend_factory: Callable[[], Backend]) -> Any:
         opening.start()
         yield {}
 
-    server = MCPServer("ctxd", instructions=INSTRUCTIONS, lifespan=serving)
+    class Server(MCPServer):
+        """The SDK's server, whose answer to arguments that do not fit a tool's input schema (a
+        wrong type, a number out of range) names each argument and what it must be, one line each
+        (the SDK's own answer is pydantic's report, with its codes and links)."""
+
+        async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+            try:
+                return await super().call_tool(name, arguments, context)
+            except ToolError as error:
+                cause = error.__cause__
+                if not isinstance(cause, ValidationError):
+                    raise
+                raise ToolError(f"{name}: " + "; ".join(arguments_problems(cause.errors()))) from cause
+
+    server = Server("ctxd", instructions=INSTRUCTIONS, lifespan=serving)
 
     def call(name: str, **arguments: Any) -> Any:
         try:
@@ -112,24 +145,25 @@ def build(backend_factory: Callable[[], Backend]) -> Any:
                              "keywords (stemmed), a question, or \"quoted phrases\". Results are best first, "
                              "each with the item's seq (for history_item), a snippet, and whether a compaction "
                              "replaced it.")
-    def recall(query: str, limit: int = 5, scope: Literal["thread", "workspace"] = "thread") -> Any:
+    def recall(query: limits.Query, limit: limits.Limit = 5, scope: limits.Scope = "thread") -> Any:
         return call("recall", query=query, limit=limit, scope=scope)
 
-    @server.tool(description="One item of the history, whole, by its seq (from recall).")
-    def history_item(seq: int, thread: str | None = None) -> Any:
+    @server.tool(description="One item of the history, whole, by its seq (from recall). The seq of a "
+                             "compaction's placeholder gives the tool output it stands for.")
+    def history_item(seq: limits.Seq, thread: limits.Thread = None) -> Any:
         return call("history_item", seq=seq, thread=thread)
 
     @server.tool(description="The workspace's checkpoints (snapshots of the working tree), newest first.")
-    def checkpoints(limit: int = 20) -> Any:
+    def checkpoints(limit: limits.Count = 20) -> Any:
         return call("checkpoints", limit=limit)
 
     @server.tool(description="Take a checkpoint of the working tree now (never touches git's own refs).")
-    def checkpoint(label: str | None = None) -> Any:
+    def checkpoint(label: limits.Label = None) -> Any:
         return call("checkpoint", label=label)
 
     @server.tool(description="Put the working tree back as it was at a checkpoint. Without confirm: true it "
                              "only previews the files it would restore and remove. Its undoId undoes it.")
-    def restore_checkpoint(id: str, confirm: bool = False) -> Any:
+    def restore_checkpoint(id: limits.SnapshotId, confirm: limits.Confirm = False) -> Any:
         return call("restore_checkpoint", id=id, confirm=confirm)
 
     server._ctxd_opening = opening  # type: ignore[attr-defined]  # closed by `main`
