@@ -304,3 +304,18 @@ def test_a_pasted_log_or_any_hostile_query_is_answered_and_finds_the_log(daemon_
         assert found["results"][0]["seq"] == 3, (name, [hit["seq"] for hit in found["results"]])
         assert len(found["results"][0]["snippet"]) <= 400
     assert req(client, "ctxd/item", workspace, seq=3)["item"]["output"] == log
+
+
+def test_total_counts_what_the_query_matches_and_never_fewer_than_the_results(client: Client, workspace: Path) -> None:
+    """No item holds every word: the results are those holding all but one, and `total` counts
+    them (it said 0 beside two results: "9 of 1 matches"), in the scope asked."""
+    req(client, "ctxd/record", workspace, items=[user("alpha bravo"), user("alpha charlie"), user("delta echo")])
+    req(client, "ctxd/record", workspace, thread="other", items=[user("bravo charlie"), user("alpha bravo")])
+    found = req(client, "ctxd/recall", workspace, query="alpha bravo charlie")
+    assert sorted(seqs(found)) == [("default", 1), ("default", 2)] and found["total"] == 2, found
+    wide = req(client, "ctxd/recall", workspace, query="alpha bravo charlie", scope="workspace")
+    assert len(wide["results"]) == 4 and wide["total"] == 4, wide
+    for query in ("alpha", "alpha bravo", "zulu alpha", "bravo charlie alpha delta"):
+        for scope in ("thread", "workspace"):
+            found = req(client, "ctxd/recall", workspace, query=query, scope=scope, limit=1)
+            assert found["total"] >= len(found["results"]), (query, scope, found)
