@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import bisect
 import json
+import logging
 import re
+import sqlite3
+import threading
+import weakref
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -28,18 +32,41 @@ _SEQ_MASK = (1 << search.SEQ_BITS) - 1
 _WORD = re.compile(r"\w+")
 
 Scope = Literal["thread", "workspace"]
+log = logging.getLogger(__name__)
 
 
 def recall(store: Store, thread: str, query: str, limit: int = 10, scope: Scope = "thread") -> dict[str, Any]:
-    """`{results, total}`: the best matches of `query`, best first (see `search.search`)."""
+    """`{results, total}`: the best matches of `query`, best first (see `search.search`). An index
+    found damaged on the way is made anew (`Store.repair_index`) and the search asked again: it
+    then indexes the ledger, or says that the index is being built."""
     terms = search.query_terms(query)
     if not terms:
         raise InvalidParams(f"query: {query[:80]!r} has no words to search for")
     limit = max(1, min(limit, MAX_LIMIT))
+    try:
+        return _recall(store, thread, query, terms, limit, scope)
+    except (StoreUnavailable, sqlite3.IntegrityError) as error:
+        if not store.repair_index(error):
+            raise
+    return _recall(store, thread, query, terms, limit, scope)
+
+
+def _recall(store: Store, thread: str, query: str, terms: list[str], limit: int, scope: Scope) -> dict[str, Any]:
     with store.reading() as db:
+        if store.index_problem is not None:
+            raise StoreUnavailable(store.index_problem)
         if not search.present(db):
             raise StoreUnavailable(f"{store.path} has no recall index: this Python's SQLite has no FTS5, "
                                    "so ctxd cannot search the history")
+        waiting = search.waiting(db, thread if scope == "thread" else None, SYNC_ITEMS + 1)
+    if waiting > SYNC_ITEMS:  # a search would wait for all of it: indexed in the background meanwhile
+        index_in_background(store)
+        with store.reading() as db:
+            stored = int(db.execute("SELECT count(*) FROM items").fetchone()[0])
+            left = search.waiting(db, None, stored)
+        raise StoreUnavailable(f"the recall index of {store.path} is being built ({stored - left} of {stored} items "
+                               "indexed): search again in a few seconds. The history itself can be read meanwhile.",
+                               kind="indexing")
     tid = catch_up(store, thread if scope == "thread" else None)
     if scope == "thread" and tid is None:
         return {"results": [], "total": 0}
@@ -200,10 +227,38 @@ def _once(db: Any, names: dict[int, str], rids: list[int], more: list[int], copi
     return shown
 
 
-def catch_up(store: Store, thread: str | None = None) -> int | None:
+# Past this many items to index (a store indexed by an older version, or its index made anew), a
+# search indexes them in the background and says so meanwhile: the first search would wait
+# seconds (200k items: 8 s).
+SYNC_ITEMS = 20_000
+_indexers: weakref.WeakKeyDictionary[Store, threading.Thread] = weakref.WeakKeyDictionary()
+_indexers_lock = threading.Lock()
+
+
+def index_in_background(store: Store) -> None:
+    """Index everything the index lacks on a thread of its own (one at a time per store), a
+    batch per transaction: other requests wait at most one batch. It stops when the store closes."""
+    with _indexers_lock:
+        running = _indexers.get(store)
+        if running is not None and running.is_alive():
+            return
+        worker = threading.Thread(target=_index_everything, args=(store,), name="ctxd-recall-index", daemon=True)
+        _indexers[store] = worker
+        worker.start()
+
+
+def _index_everything(store: Store) -> None:
+    try:
+        catch_up(store, background=True)
+    except (StoreUnavailable, sqlite3.Error) as error:
+        if not store.repair_index(error):
+            log.warning("%s: the recall index could not be built: %s", store.path, error)
+
+
+def catch_up(store: Store, thread: str | None = None, background: bool = False) -> int | None:
     """Index what was stored since the last search (in every thread, or in `thread`), a batch per
     transaction; return `thread`'s id in the index (None if it has none). A store that cannot be
-    written is searched as it is indexed."""
+    written is searched as it is indexed. `background`: stop when the store is closed."""
     tid: int | None = None
     with store.reading() as db:  # most searches find nothing to index: no write transaction then
         if thread is not None:
@@ -214,7 +269,9 @@ def catch_up(store: Store, thread: str | None = None) -> int | None:
     while more:
         more = False
         try:
-            with store.writing() as db:
+            with store.writing_while_open() if background else store.writing() as db:
+                if db is None:
+                    return None  # closed meanwhile
                 search.sync_threads(db)
                 if thread is not None:
                     tid = search.thread_id(db, thread)

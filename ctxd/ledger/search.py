@@ -25,11 +25,14 @@ A row of the index is `(thread id << 32) | seq`, so a thread's matches are one r
 from __future__ import annotations
 
 import json
+import logging
 import re
 import sqlite3
 from typing import Any, NamedTuple
 
 from ctxd.ledger.rules import is_real_user_message
+
+log = logging.getLogger(__name__)
 
 # Bump when what is indexed changes: stores indexed by another version are indexed again (a
 # contentless index must be told the exact text of a row it deletes).
@@ -50,7 +53,11 @@ _TABLES = (
     "upto INTEGER NOT NULL DEFAULT 0)",
     "CREATE TABLE recall_turns (rid INTEGER PRIMARY KEY, n INTEGER NOT NULL)",
 )
-_DROP = ("DROP TABLE IF EXISTS recall_fts", "DROP TABLE IF EXISTS recall_threads", "DROP TABLE IF EXISTS recall_turns")
+_SHADOWS = ("recall_fts_data", "recall_fts_idx", "recall_fts_docsize", "recall_fts_config")
+# (Dropping the FTS5 table drops its shadow tables; they are dropped after it too, for an index
+# whose FTS5 table was replaced by another.)
+_DROP = tuple(f"DROP TABLE IF EXISTS {name}" for name in (*_SHADOWS, "recall_threads", "recall_turns"))
+_UNTRIGGER = tuple(f"DROP TRIGGER IF EXISTS temp.{name}" for name in ("recall_insert", "recall_delete", "recall_update"))
 
 _RID = "(((SELECT id FROM recall_threads WHERE thread = {r}.thread) << 32) | {r}.seq)"
 _REMOVE = f"""
@@ -270,9 +277,10 @@ def body_text(body: str) -> str:
 
 def install(db: sqlite3.Connection) -> bool:
     """Set up the index on a read-write connection, inside its open write transaction: this
-    connection's SQL functions and TEMP triggers, and the tables when they are missing or of
-    another INDEX_VERSION (every item then waits for `catch_up`). Without FTS5 this does nothing
-    (recall then answers that it is unavailable) and returns False."""
+    connection's SQL functions and TEMP triggers, and the tables when they are missing, of
+    another INDEX_VERSION or damaged (`damage`): they are made anew, empty, and every item waits
+    for `catch_up`. Without FTS5 this does nothing (recall then answers that it is unavailable)
+    and returns False."""
     if not has_fts5(db):
         return False
     extractor = _Extractor()
@@ -280,14 +288,111 @@ def install(db: sqlite3.Connection) -> bool:
     db.create_function("ctxd_recall_parts", 1, extractor.parts, deterministic=True)
     row = db.execute("SELECT value FROM meta WHERE key = 'recall_index'").fetchone()
     if row is None or row[0] != INDEX_VERSION or not present(db):
-        for statement in (*_DROP, *_TABLES):
-            db.execute(statement)
-        db.execute("INSERT OR REPLACE INTO meta VALUES ('recall_index', ?)", (INDEX_VERSION,))
+        rebuild(db)
+        return True
+    problem = damage(db)
+    if problem is not None:
+        log.warning("the recall index is damaged (%s): it is made anew and indexed again from the ledger", problem)
+        rebuild(db)
+        return True
     if db.execute("SELECT v FROM recall_fts_config WHERE k = 'automerge'").fetchone() != (AUTOMERGE,):
         db.execute("INSERT INTO recall_fts (recall_fts, rank) VALUES ('automerge', ?)", (AUTOMERGE,))
     for statement in _TRIGGERS:
         db.execute(statement)
     return True
+
+
+def rebuild(db: sqlite3.Connection) -> None:
+    """Drop the index's tables and triggers, whatever state they are in, and make them anew,
+    inside the caller's write transaction: every item then waits for `catch_up`. The index is
+    derived from `items`, so nothing recorded is lost."""
+    for statement in _UNTRIGGER:
+        db.execute(statement)
+    _drop_fts(db)
+    for statement in (*_DROP, *_TABLES):
+        db.execute(statement)
+    db.execute("INSERT OR REPLACE INTO meta VALUES ('recall_index', ?)", (INDEX_VERSION,))
+    db.execute("INSERT INTO recall_fts (recall_fts, rank) VALUES ('automerge', ?)", (AUTOMERGE,))
+    for statement in _TRIGGERS:
+        db.execute(statement)
+
+
+def _drop_fts(db: sqlite3.Connection) -> None:
+    """Drop the FTS5 table. One FTS5 cannot open (a shadow table missing or damaged: dropping it
+    opens it first) gets the shadow tables of an empty index first, copied from one made in
+    memory."""
+    try:
+        db.execute("DROP TABLE IF EXISTS recall_fts")
+        return
+    except sqlite3.Error as error:
+        if transient(error):
+            raise
+    fresh = sqlite3.connect(":memory:")
+    try:
+        fresh.execute(FTS_TABLE)
+        for name in _SHADOWS:
+            (sql,) = fresh.execute("SELECT sql FROM sqlite_master WHERE name = ?", (name,)).fetchone()
+            rows = fresh.execute(f"SELECT * FROM {name}").fetchall()
+            db.execute(f"DROP TABLE IF EXISTS {name}")
+            db.execute(sql)
+            if rows:
+                db.executemany(f"INSERT INTO {name} VALUES ({', '.join('?' * len(rows[0]))})", rows)
+    finally:
+        fresh.close()
+    db.execute("DROP TABLE recall_fts")
+
+
+def uninstall(db: sqlite3.Connection) -> None:
+    """This connection's triggers dropped: its writes no longer touch the index (when it is
+    damaged beyond `rebuild`)."""
+    for statement in _UNTRIGGER:
+        db.execute(statement)
+
+
+def damage(db: sqlite3.Connection) -> str | None:
+    """What is wrong with the index's tables, or None: one missing, not as this version makes it,
+    unreadable, or the newest indexed item not found by its first word (a damaged structure
+    record reads as an empty index). A few lookups. Errors of the store itself (locked, I/O, a
+    full disk) are raised: they say nothing of the index."""
+    names = {*_SHADOWS, "recall_fts", "recall_threads", "recall_turns"}
+    schema = {name: sql for name, sql in db.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'")
+              if name in names}
+    for name in sorted(names):
+        if name not in schema:
+            return f"{name} is missing"
+    for name, sql in (("recall_fts", FTS_TABLE), ("recall_threads", _TABLES[1]), ("recall_turns", _TABLES[2])):
+        if " ".join(str(schema[name]).split()) != " ".join(sql.split()):
+            return f"{name} is not the table the index makes"
+    try:
+        if db.execute("SELECT v FROM recall_fts_config WHERE k = 'version'").fetchone() is None:
+            return "recall_fts_config has no version"
+        db.execute("SELECT id, thread, upto FROM recall_threads LIMIT 1").fetchall()
+        db.execute("SELECT rid, n FROM recall_turns LIMIT 1").fetchall()
+        newest = db.execute("SELECT id FROM recall_fts_docsize ORDER BY id DESC LIMIT 1").fetchone()
+        if newest is None:
+            return None
+        rid = int(newest[0])
+        row = db.execute("SELECT i.body FROM items i JOIN recall_threads t ON t.thread = i.thread "
+                         "WHERE t.id = ? AND i.seq = ?", (rid >> SEQ_BITS, rid & ((1 << SEQ_BITS) - 1))).fetchone()
+        if row is None:
+            return f"it holds row {rid}, which is no stored item"
+        word = next(iter(_TOKEN.findall(body_text(row[0])[:4096])), None)
+        if word is not None and db.execute("SELECT 1 FROM recall_fts WHERE recall_fts MATCH ? AND rowid = ?",
+                                           (f'"{word}"', rid)).fetchone() is None:
+            return f"the newest indexed item (row {rid}) is not found by its first word"
+    except sqlite3.Error as error:
+        if transient(error):
+            raise
+        return str(error)
+    return None
+
+
+def transient(error: sqlite3.Error) -> bool:
+    """Whether `error` is the store's state (busy, locked, read-only, full, I/O), not its content."""
+    name = (getattr(error, "sqlite_errorname", "") or "").upper()
+    text = str(error).lower()
+    return (any(kind in name for kind in ("BUSY", "LOCKED", "READONLY", "FULL", "IOERR", "NOMEM", "INTERRUPT"))
+            or any(kind in text for kind in ("locked", "readonly", "read-only", "is full", "disk i/o")))
 
 
 def sync_threads(db: sqlite3.Connection) -> None:
@@ -302,6 +407,21 @@ def behind(db: sqlite3.Connection, thread: int | None = None) -> list[tuple[int,
                       () if thread is None else (thread,)).fetchall()
     return [(tid, name, upto) for tid, name, upto in rows
             if db.execute("SELECT 1 FROM items WHERE thread = ? AND seq > ? LIMIT 1", (name, upto)).fetchone()]
+
+
+def waiting(db: sqlite3.Connection, thread: str | None, cap: int) -> int:
+    """How many items (of every thread, or of `thread`) are past their watermark, counted up to
+    `cap`: each thread's range, read as far as the count needs."""
+    rows = db.execute("SELECT t.thread, coalesce(r.upto, 0) FROM threads t LEFT JOIN recall_threads r "
+                      "ON r.thread = t.thread" + (" WHERE t.thread = ?" if thread is not None else ""),
+                      () if thread is None else (thread,)).fetchall()
+    count = 0
+    for name, upto in rows:
+        if count >= cap:
+            break
+        count += int(db.execute("SELECT count(*) FROM (SELECT 1 FROM items WHERE thread = ? AND seq > ? LIMIT ?)",
+                                (name, upto, cap - count)).fetchone()[0])
+    return count
 
 
 def catch_up_batch(db: sqlite3.Connection, tid: int, thread: str, upto: int) -> bool:
