@@ -326,5 +326,5 @@ def test_a_query_runs_a_bounded_number_of_fts5_statements_whatever_its_length(tm
     finally:
         with store.reading() as db:
             db.set_trace_callback(None)
-    assert max(counts.values()) <= getattr(search, "PROBES", 24) + 12, counts
+    assert max(counts.values()) <= 2 * getattr(search, "PROBES", 24) + 12, counts  # (a rare word: counted, then read)
     store.close()

@@ -26,8 +26,8 @@ SNIPPET_CHARS = 400
 TURN_TEXT_CHARS = 120
 MAX_LIMIT = 100
 MAX_SEQ = (1 << search.SEQ_BITS) - 1  # a thread's seqs fit the index's rowid (`search.SEQ_BITS`)
-_HITS_PER_WORD = 64
-SNIPPET_WORDS = 32  # distinct query words a snippet looks for
+_HITS_PER_WORD = 32
+SNIPPET_WORDS = 16  # distinct query words a snippet looks for
 _SEQ_MASK = (1 << search.SEQ_BITS) - 1
 _WORD = re.compile(r"\w+")
 

@@ -24,6 +24,7 @@ A row of the index is `(thread id << 32) | seq`, so a thread's matches are one r
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import re
@@ -532,8 +533,8 @@ remember remind recall say said saw seen tell told mention mentioned earlier pre
 
 
 # What a query can cost is bounded whatever it holds (a log pasted as a query, a quoted page):
-# its first MAX_TERMS distinct terms are read, each phrase by its first MAX_PHRASE_WORDS words,
-# and of more than MAX_SEARCHED terms the rarest MAX_SEARCHED are searched (a stage per term,
+# its first MAX_TERMS distinct terms are read, a longer phrase as its runs of MAX_PHRASE_WORDS
+# words (each a term), and of more than MAX_SEARCHED terms the rarest MAX_SEARCHED are searched (a stage per term,
 # each an FTS5 query of them all: 1,000 words took 47 s on 200k items, then 16 terms 0.6 s).
 MAX_TERMS = 16
 MAX_PHRASE_WORDS = 8
@@ -550,17 +551,19 @@ def query_terms(query: str) -> list[str]:
     for match in _TERM.finditer(query):
         phrase, word = match.groups()
         text = phrase if phrase is not None else word
-        tokens = _TOKEN.findall(text)
+        tokens = [token.group() for token in itertools.islice(_TOKEN.finditer(text), MAX_TERMS * MAX_PHRASE_WORDS)]
         if not tokens:
             continue
-        if len(tokens) > MAX_PHRASE_WORDS:
-            quoted = '"' + " ".join(tokens[:MAX_PHRASE_WORDS]) + '"'
-        else:
-            quoted = '"' + " ".join(_WORD.findall(text)) + '"'
-            if phrase is None and len(text) <= _MAX_PART_WORD and identifier_parts(text):
-                quoted = f'({quoted} OR "{identifier_parts(text)}")'
-        stop = phrase is None and len(tokens) == 1 and _WORD.findall(text)[0].lower() in STOPWORDS
-        if stop:
+        if len(tokens) > MAX_PHRASE_WORDS:  # a long phrase: its runs of MAX_PHRASE_WORDS words, each a term
+            for start in range(0, len(tokens), MAX_PHRASE_WORDS):
+                kept['"' + " ".join(tokens[start:start + MAX_PHRASE_WORDS]) + '"'] = None
+                if len(kept) >= MAX_TERMS:
+                    return list(kept)
+            continue
+        quoted = '"' + " ".join(_WORD.findall(text)) + '"'
+        if phrase is None and len(text) <= _MAX_PART_WORD and identifier_parts(text):
+            quoted = f'({quoted} OR "{identifier_parts(text)}")'
+        if phrase is None and len(tokens) == 1 and _WORD.findall(text)[0].lower() in STOPWORDS:
             if len(stops) < MAX_TERMS:
                 stops[quoted] = None
         else:
@@ -644,6 +647,12 @@ class _Scope:
         rows = self.rowids(expression, RANKED_MATCHES + 1)
         return rows if len(rows) <= RANKED_MATCHES else None
 
+    def probe(self, word: str) -> list[int] | None:
+        """`matches` of one word, counted first: a common word's rows are not read into Python."""
+        count = self.db.execute(f"SELECT count(*) FROM (SELECT 1 FROM recall_fts WHERE {self.where} LIMIT ?)",
+                                (word, *self.args, RANKED_MATCHES + 1)).fetchone()[0]
+        return None if count > RANKED_MATCHES else self.rowids(word, RANKED_MATCHES) if count else []
+
     def scores(self, expression: str) -> dict[int, float]:
         return dict(self.db.execute(f"SELECT rowid, bm25(recall_fts, 1.0, 0.5) FROM recall_fts WHERE {self.where}",
                                     (expression, *self.args)))
@@ -660,26 +669,26 @@ def _alternatives(term: str) -> list[str]:
 
 def frequencies(scope: _Scope, terms: list[str]) -> dict[str, list[int] | None]:
     """The items each term matches when at most RANKED_MATCHES (none: an empty list), else None.
-    Each word is probed first, reading at most RANKED_MATCHES + 1 of its matches. A phrase of
-    common words costs a read of every position of each: in a query of more than MAX_SEARCHED
-    terms, a phrase is probed only when one of its words is rare (FTS5 then reads only around
+    Words are probed first (`_Scope.probe`), at most PROBES, each term's likeliest rare word
+    first (numbers, long words), then each term's next. A phrase of common words costs a read
+    of every position of each: in a query of more than MAX_SEARCHED terms or of more than one
+    phrase, a phrase is probed only when one of its words is rare (FTS5 then reads only around
     that word's matches), else it is taken as common."""
-    cheap_only = len(terms) > MAX_SEARCHED
+    cheap_only = len(terms) > MAX_SEARCHED or sum(" " in text for term in terms for text in _alternatives(term)) > 1
+    phrases = [text for term in terms for text in _alternatives(term)]
+    tokens = {text: sorted(set(_TOKEN.findall(text)), key=_specific) for text in phrases}
     words: dict[str, list[int] | None] = {}
-
-    def word(token: str) -> list[int] | None:
-        if token not in words:
-            if len(words) >= PROBES:
-                return None  # not probed: taken as common
-            words[token] = scope.matches(f'"{token}"')
-        return words[token]
+    for depth in range(max((len(found) for found in tokens.values()), default=0)):
+        for text in phrases:
+            if depth < len(tokens[text]) and len(words) < PROBES and tokens[text][depth] not in words:
+                words[tokens[text][depth]] = scope.probe(f'"{tokens[text][depth]}"')
 
     def phrase(text: str) -> list[int] | None:
-        found = [word(token) for token in _TOKEN.findall(text)]
+        found = [words[token] for token in tokens[text] if token in words]
         if [] in found:
             return []
-        if len(found) == 1:
-            return found[0]
+        if len(tokens[text]) == 1:
+            return found[0] if found else None
         return None if cheap_only and all(rows is None for rows in found) else scope.matches(text)
 
     out: dict[str, list[int] | None] = {}
@@ -692,9 +701,14 @@ def frequencies(scope: _Scope, terms: list[str]) -> dict[str, list[int] | None]:
     return out
 
 
+def _specific(token: str) -> tuple[bool, int]:
+    """Words with digits, then longer words, first: the likeliest to be rare."""
+    return not any(char.isdigit() for char in token), -len(token)
+
+
 def searched(terms: list[str], known: dict[str, list[int] | None]) -> list[str]:
     """The terms a search asks for: all of them, or of more than MAX_SEARCHED, the rarest that
-    some item holds (in the query's order)."""
+    some item holds, rarest first."""
     if len(terms) <= MAX_SEARCHED:
         return terms
 
@@ -703,8 +717,7 @@ def searched(terms: list[str], known: dict[str, list[int] | None]) -> list[str]:
         return rows is None, len(rows or ())
 
     held = [term for term in terms if known.get(term) != []] or terms
-    rarest = set(sorted(held, key=rarity)[:MAX_SEARCHED])
-    return [term for term in held if term in rarest]
+    return sorted(held, key=rarity)[:MAX_SEARCHED]  # (rarest first: FTS5 reads the others only around it)
 
 
 def search(db: sqlite3.Connection, terms: list[str], thread: int | None, limit: int) -> Found:
@@ -725,7 +738,9 @@ def search(db: sqlite3.Connection, terms: list[str], thread: int | None, limit: 
     long = len(terms) > MAX_SEARCHED
     terms = searched(terms, known)
     rare = {term: set(rows) for term in terms if (rows := known.get(term))}
-    scores = scope.scores(" OR ".join(rare)) if rare else {}
+    # (Of a long query, the items holding more of the rare terms rank first, then the newest: BM25
+    # would read every position of each phrase, and a pasted log is mostly phrases.)
+    scores = scope.scores(" OR ".join(rare)) if rare and not long else {}
 
     def order(rid: int) -> tuple[float, int]:
         return scores.get(rid, 0.0), -rid
@@ -758,15 +773,15 @@ def search(db: sqlite3.Connection, terms: list[str], thread: int | None, limit: 
             if stage.kind == "any":
                 shown = sorted(every, key=lambda rid: (holding(rid), *order(rid)))
             else:
-                shown = sorted(every, key=order)
-                close = set(scope.matches(stage.near) or ()) if stage.near and len(shown) > 1 else set()
+                shown = sorted(every, key=lambda rid: (holding(rid), *order(rid)) if long else order(rid))
+                close = set(scope.matches(stage.near) or ()) if stage.near and len(shown) > 1 and not long else set()
                 shown = [rid for rid in shown if rid in close] + [rid for rid in shown if rid not in close]
         else:
             gave.append(stage.expression)
             uncounted = True
             if stage.kind == "any":  # the items holding the rare terms, then the newest
                 shown = sorted(set().union(*rare.values()), key=lambda rid: (holding(rid), *order(rid)))[:limit]
-            elif stage.near:
+            elif stage.near and not long:
                 near = scope.matches(stage.near)
                 shown = sorted(near, key=order)[:limit] if near is not None else scope.rowids(stage.near, limit, True)
             else:
