@@ -60,6 +60,9 @@ def _recall(store: Store, thread: str, query: str, terms: list[str], limit: int,
                                    "so ctxd cannot search the history")
         waiting = search.waiting(db, thread if scope == "thread" else None, SYNC_ITEMS + 1)
     if waiting > SYNC_ITEMS:  # a search would wait for all of it: indexed in the background meanwhile
+        failed = _failures.pop(store, None)
+        if failed is not None:  # the last attempt's reason (a full disk): the next search tries again
+            raise failed
         index_in_background(store)
         with store.reading() as db:
             stored = int(db.execute("SELECT count(*) FROM items").fetchone()[0])
@@ -233,6 +236,7 @@ def _once(db: Any, names: dict[int, str], rids: list[int], more: list[int], copi
 SYNC_ITEMS = 20_000
 _indexers: weakref.WeakKeyDictionary[Store, threading.Thread] = weakref.WeakKeyDictionary()
 _indexers_lock = threading.Lock()
+_failures: weakref.WeakKeyDictionary[Store, StoreUnavailable] = weakref.WeakKeyDictionary()
 
 
 def index_in_background(store: Store) -> None:
@@ -253,6 +257,8 @@ def _index_everything(store: Store) -> None:
     except (StoreUnavailable, sqlite3.Error) as error:
         if not store.repair_index(error):
             log.warning("%s: the recall index could not be built: %s", store.path, error)
+            _failures[store] = error if isinstance(error, StoreUnavailable) else StoreUnavailable(
+                f"{store.path}: the recall index could not be built: {error}")
 
 
 def catch_up(store: Store, thread: str | None = None, background: bool = False) -> int | None:

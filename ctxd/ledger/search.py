@@ -377,7 +377,7 @@ def damage(db: sqlite3.Connection) -> str | None:
                          "WHERE t.id = ? AND i.seq = ?", (rid >> SEQ_BITS, rid & ((1 << SEQ_BITS) - 1))).fetchone()
         if row is None:
             return f"it holds row {rid}, which is no stored item"
-        word = next(iter(_TOKEN.findall(body_text(row[0])[:4096])), None)
+        word = next(iter(_ASCII_WORD.findall(body_text(row[0])[:4096])), None)
         if word is not None and db.execute("SELECT 1 FROM recall_fts WHERE recall_fts MATCH ? AND rowid = ?",
                                            (f'"{word}"', rid)).fetchone() is None:
             return f"the newest indexed item (row {rid}) is not found by its first word"
@@ -517,6 +517,7 @@ def has_fts5(db: sqlite3.Connection) -> bool:
 _TERM = re.compile(r'"([^"]*)"?|(\S+)')
 _WORD = re.compile(r"\w+")
 _TOKEN = re.compile(r"[^\W_]+")  # what the tokenizer makes a word of (`test_auth` is two)
+_ASCII_WORD = re.compile(r"[A-Za-z0-9]+")  # a word every tokenizer setting reads alike
 
 
 # The words of a question that say nothing of what it is about ("which port does the billing
@@ -728,6 +729,8 @@ def search(db: sqlite3.Connection, terms: list[str], thread: int | None, limit: 
     words are near one another come first, then BM25 over the query's rare terms ranks (the
     identifier parts weigh half), then the newest; a stage matching more than RANKED_MATCHES
     items shows its newest first. In "any", the items holding more of the rare terms come first.
+    Of a query of more than MAX_SEARCHED terms (`searched`: its rarest), every term or any, ranked
+    by the rare terms an item holds, then the newest.
 
     `total` counts the items matched by the stages that gave results: from their matches when
     each has at most RANKED_MATCHES (then `counted` lists them), else by FTS5."""
