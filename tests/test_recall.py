@@ -319,3 +319,26 @@ def test_total_counts_what_the_query_matches_and_never_fewer_than_the_results(cl
         for scope in ("thread", "workspace"):
             found = req(client, "ctxd/recall", workspace, query=query, scope=scope, limit=1)
             assert found["total"] >= len(found["results"]), (query, scope, found)
+
+
+def test_a_placeholder_kept_by_a_later_compaction_still_leads_to_the_output(client: Client, workspace: Path) -> None:
+    """A second offline compaction keeps the first one's placeholders (written again, as copies):
+    a hit on the copy, and `ctxd/item` on its seq, still lead to the output archived by the first."""
+    items, tickets = planted_outputs(20)
+    req(client, "ctxd/record", workspace, items=items)
+    req(client, "ctxd/compact", workspace, strategy="offline")
+    more, _ = planted_outputs(60)
+    more = [{**item, "call_id": "m" + item["call_id"]} if "call_id" in item else item for item in more[4 * 20:]]
+    req(client, "ctxd/record", workspace, items=more)
+    req(client, "ctxd/compact", workspace, strategy="offline")
+    stored = req(client, "ctxd/history", workspace, includeArchived=True)["items"]
+    active = {item["call_id"]: seq for seq, item in enumerate(stored, 1)
+              if not item.get("archived") and "removed by compaction" in json.dumps(item)}
+    kept = [n for n in range(17) if f"d{n}" in active and active[f"d{n}"] > len(items) + 60]
+    assert len(kept) >= 10, active  # the first compaction's placeholders, written again by the second
+    for n in kept:
+        whole = req(client, "ctxd/item", workspace, seq=active[f"d{n}"])
+        assert whole == {"item": items[4 * n + 2], "archived": True, "seq": 4 * n + 3,
+                         "placeholderSeq": active[f"d{n}"]}, whole
+        found = req(client, "ctxd/recall", workspace, query=f"{tickets[n]} replica", limit=3)
+        assert found["results"][0]["seq"] == 4 * n + 3, (tickets[n], found)

@@ -19,7 +19,7 @@ from typing import Any, Literal
 from ctxd import redact
 from ctxd.errors import InvalidParams, StoreUnavailable
 from ctxd.ledger import search
-from ctxd.ledger.rules import is_placeholder, message_text
+from ctxd.ledger.rules import PLACEHOLDER_MAX_CHARS, is_placeholder, message_text
 from ctxd.ledger.store import Store
 
 SNIPPET_CHARS = 400
@@ -29,6 +29,7 @@ MAX_SEQ = (1 << search.SEQ_BITS) - 1  # a thread's seqs fit the index's rowid (`
 _HITS_PER_WORD = 32
 SNIPPET_WORDS = 16  # distinct query words a snippet looks for
 _SEQ_MASK = (1 << search.SEQ_BITS) - 1
+_PLACEHOLDER_BODY_CHARS = PLACEHOLDER_MAX_CHARS + 2048  # a placeholder's item, stored: no body is read past this
 _WORD = re.compile(r"\w+")
 
 Scope = Literal["thread", "workspace"]
@@ -126,7 +127,8 @@ def _originals(db: Any, names: dict[int, str], rids: list[int]) -> dict[int, int
         for chunk in _chunks(sorted(set(seqs))):
             rows = db.execute(
                 f"SELECT seq, body, origin FROM items WHERE thread = ? AND seq IN ({', '.join('?' * len(chunk))}) "
-                "AND origin IS NOT NULL AND instr(body, 'removed by compaction') > 0", (name, *chunk)).fetchall()
+                "AND origin IS NOT NULL AND instr(substr(body, 1, ?), 'removed by compaction') > 0",
+                (name, *chunk, _PLACEHOLDER_BODY_CHARS)).fetchall()
             for seq, body, origin in rows:
                 original = original_seq(db, name, seq, json.loads(body), origin)
                 if original is not None:
@@ -157,12 +159,16 @@ def _archived_output(db: Any, thread: str | None, seq: int, item: dict[str, Any]
     archived. A compaction that only masked outputs wrote the history again item for item: the
     one in the placeholder's place is looked at first, then the compaction's other archived items."""
     call_id = item.get("call_id")
-    row = db.execute("SELECT json_extract(info, '$.removed[' || (? - json_extract(info, '$.added[0]')) || ']') "
-                     "FROM compactions WHERE id = ? AND thread = ?", (seq, origin, thread)).fetchone()
+    first = db.execute("SELECT json_extract(info, '$.added[0]') FROM compactions WHERE id = ? AND thread = ? "
+                       "AND json_valid(info)", (origin, thread)).fetchone()
+    place = None
+    if first is not None and isinstance(first[0], int) and seq >= first[0]:
+        place = db.execute("SELECT json_extract(info, ?) FROM compactions WHERE id = ?",
+                           (f"$.removed[{seq - first[0]}]", origin)).fetchone()
     candidates = []
-    if row is not None and isinstance(row[0], int):
+    if place is not None and isinstance(place[0], int):
         candidates = db.execute("SELECT seq, body, origin FROM items WHERE thread = ? AND seq = ? AND archived = ?",
-                                (thread, row[0], origin)).fetchall()
+                                (thread, place[0], origin)).fetchall()
     for pass_ in range(2):
         for other, body, other_origin in candidates:
             other_item = json.loads(body)
