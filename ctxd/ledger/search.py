@@ -674,7 +674,8 @@ def frequencies(scope: _Scope, terms: list[str]) -> dict[str, list[int] | None]:
     first (numbers, long words), then each term's next. A phrase of common words costs a read
     of every position of each: in a query of more than MAX_SEARCHED terms or of more than one
     phrase, a phrase is probed only when one of its words is rare (FTS5 then reads only around
-    that word's matches), else it is taken as common."""
+    that word's matches), and only the MAX_SEARCHED whose rarest words are the rarest; the others
+    are taken as common."""
     cheap_only = len(terms) > MAX_SEARCHED or sum(" " in text for term in terms for text in _alternatives(term)) > 1
     phrases = [text for term in terms for text in _alternatives(term)]
     tokens = {text: sorted(set(_TOKEN.findall(text)), key=_specific) for text in phrases}
@@ -684,21 +685,34 @@ def frequencies(scope: _Scope, terms: list[str]) -> dict[str, list[int] | None]:
             if depth < len(tokens[text]) and len(words) < PROBES and tokens[text][depth] not in words:
                 words[tokens[text][depth]] = scope.probe(f'"{tokens[text][depth]}"')
 
-    def phrase(text: str) -> list[int] | None:
+    def rarest(text: str) -> list[int] | None:
+        """The matches of the phrase's rarest probed word (a bound on the phrase's), or None."""
+        found = [rows for token in tokens[text] if (rows := words.get(token)) is not None]
+        return min(found, key=len) if found else None
+
+    # Of a query too long to search whole, only the phrases that may be among its rarest terms
+    # (by their rarest word) are probed whole.
+    bounds = {term: max((len(rows) if (rows := rarest(text)) is not None else RANKED_MATCHES + 1)
+                        for text in _alternatives(term)) for term in terms}
+    probed = set(sorted(terms, key=bounds.__getitem__)[:MAX_SEARCHED]) if cheap_only else set(terms)
+
+    def phrase(term: str, text: str) -> list[int] | None:
         found = [words[token] for token in tokens[text] if token in words]
         if [] in found:
             return []
         if len(tokens[text]) == 1:
             return found[0] if found else None
-        return None if cheap_only and all(rows is None for rows in found) else scope.matches(text)
+        if term not in probed or (cheap_only and all(rows is None for rows in found)):
+            return None
+        return scope.matches(text)
 
     out: dict[str, list[int] | None] = {}
     for term in terms:
-        found = [phrase(text) for text in _alternatives(term)]
+        found = [phrase(term, text) for text in _alternatives(term)]
         if len(found) == 1 or all(rows == [] for rows in found):
             out[term] = found[0]
         else:
-            out[term] = None if None in found else scope.matches(term)
+            out[term] = None if None in found or term not in probed else scope.matches(term)
     return out
 
 
