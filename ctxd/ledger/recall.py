@@ -325,9 +325,14 @@ def snippet_words(query: str) -> list[str]:
     """The words a snippet looks for: the query's distinct words, lower case, without STOPWORDS
     unless it has nothing else, the first SNIPPET_WORDS (a log pasted as a query has thousands,
     and the search itself reads only its first `search.MAX_TERMS` terms)."""
-    words = list(dict.fromkeys(word.lower() for word in _WORD.findall(query)))
-    kept = [word for word in words if word not in search.STOPWORDS] or words
-    return kept[:SNIPPET_WORDS]
+    kept: dict[str, None] = {}
+    stops: dict[str, None] = {}
+    for match in _WORD.finditer(query):  # (only as far as it needs: a query may be 100 KB)
+        word = match.group().lower()
+        (stops if word in search.STOPWORDS else kept)[word] = None
+        if len(kept) >= SNIPPET_WORDS:
+            break
+    return list(kept or stops)[:SNIPPET_WORDS]
 
 
 def snippet(text: str, words: list[str], size: int = SNIPPET_CHARS) -> str:

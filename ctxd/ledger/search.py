@@ -540,6 +540,7 @@ remember remind recall say said saw seen tell told mention mentioned earlier pre
 MAX_TERMS = 16
 MAX_PHRASE_WORDS = 8
 MAX_SEARCHED = 6
+MAX_SEARCHED_WORDS = 16
 
 
 def query_terms(query: str) -> list[str]:
@@ -723,7 +724,8 @@ def _specific(token: str) -> tuple[bool, int]:
 
 def searched(terms: list[str], known: dict[str, list[int] | None]) -> list[str]:
     """The terms a search asks for: all of them, or of more than MAX_SEARCHED, the rarest that
-    some item holds, rarest first."""
+    some item holds, rarest first, of MAX_SEARCHED_WORDS words in all (each word of an FTS5 query
+    costs a look-up in every segment of the index, whatever the others)."""
     if len(terms) <= MAX_SEARCHED:
         return terms
 
@@ -732,7 +734,16 @@ def searched(terms: list[str], known: dict[str, list[int] | None]) -> list[str]:
         return rows is None, len(rows or ())
 
     held = [term for term in terms if known.get(term) != []] or terms
-    return sorted(held, key=rarity)[:MAX_SEARCHED]  # (rarest first: FTS5 reads the others only around it)
+    chosen: list[str] = []  # rarest first: FTS5 reads the others only around it
+    words = 0
+    for term in sorted(held, key=rarity):
+        size = len(_TOKEN.findall(_alternatives(term)[0]))
+        if not chosen or words + size <= MAX_SEARCHED_WORDS:
+            chosen.append(term)
+            words += size
+        if len(chosen) == MAX_SEARCHED:
+            break
+    return chosen
 
 
 def search(db: sqlite3.Connection, terms: list[str], thread: int | None, limit: int) -> Found:
