@@ -138,8 +138,13 @@ def _index_safe(write: Callable[P, R]) -> Callable[P, R]:
         try:
             return write(*args, **kwargs)
         except (StoreUnavailable, sqlite3.IntegrityError) as error:
-            if not cast("Store", args[0]).repair_index(error):
+            store = cast("Store", args[0])
+            problem = store.index_damage(error)
+            if problem is None:
                 raise
+            if kwargs.get("wait") is False:
+                raise WouldWait from error  # a write that may not wait: the repair waits, on the caller's worker
+            store.rebuild_index(problem)
         return write(*args, **kwargs)
     return safe
 
@@ -505,16 +510,26 @@ class Store:
         anew, empty (the next searches index the ledger again), or when even that fails, stop
         writing to it. True when the index was the cause (the caller may try again); False when
         it is whole, and for errors of the store's state (locked, read-only, a full disk)."""
-        if not self._indexing or (isinstance(error, StoreUnavailable) and error.kind not in ("corrupt", "other")):
+        problem = self.index_damage(error)
+        if problem is None:
             return False
+        self.rebuild_index(problem)
+        return True
+
+    def index_damage(self, error: Exception) -> str | None:
+        """What is wrong with the recall index after `error`, or None: it is whole, or the error is
+        the store's state (locked, read-only, a full disk), or this connection does not index."""
+        if not self._indexing or (isinstance(error, StoreUnavailable) and error.kind not in ("corrupt", "other")):
+            return None
+        try:
+            with self._read() as db:
+                return search.damage(db)
+        except StoreUnavailable:
+            return None
+
+    def rebuild_index(self, problem: str) -> None:
+        """Make the damaged index anew, empty; when even that fails, stop writing to it."""
         with self._lock:
-            try:
-                with self._read() as db:
-                    problem = search.damage(db)
-            except StoreUnavailable:
-                return False
-            if problem is None:
-                return False
             log.warning("%s: the recall index is damaged (%s): it is made anew from the ledger", self.path, problem)
             self.index_rebuilds += 1
             try:
@@ -524,7 +539,6 @@ class Store:
                 if isinstance(failure, StoreUnavailable) and failure.kind not in ("corrupt", "other"):
                     raise
                 self._give_up_index(self._connection(), failure)
-            return True
 
     def data_version(self) -> tuple[int, int]:
         """Changes whenever another connection (another daemon) commits to this database, or the
