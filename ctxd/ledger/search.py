@@ -535,8 +535,9 @@ remember remind recall say said saw seen tell told mention mentioned earlier pre
 
 # What a query can cost is bounded whatever it holds (a log pasted as a query, a quoted page):
 # its first MAX_TERMS distinct terms are read, a longer phrase as its runs of MAX_PHRASE_WORDS
-# words (each a term), and of more than MAX_SEARCHED terms the rarest MAX_SEARCHED are searched (a stage per term,
-# each an FTS5 query of them all: 1,000 words took 47 s on 200k items, then 16 terms 0.6 s).
+# words (each a term); of a query of more terms or words than MAX_SEARCHED / MAX_SEARCHED_WORDS,
+# the rarest are searched, all of them or any (a stage per term, each an FTS5 query of them all,
+# took 47 s for 1,000 words on 200k items; 16 terms, 0.6 s; now about 10 ms).
 MAX_TERMS = 16
 MAX_PHRASE_WORDS = 8
 MAX_SEARCHED = 6
@@ -673,11 +674,10 @@ def frequencies(scope: _Scope, terms: list[str]) -> dict[str, list[int] | None]:
     """The items each term matches when at most RANKED_MATCHES (none: an empty list), else None.
     Words are probed first (`_Scope.probe`), at most PROBES, each term's likeliest rare word
     first (numbers, long words), then each term's next. A phrase of common words costs a read
-    of every position of each: in a query of more than MAX_SEARCHED terms or of more than one
-    phrase, a phrase is probed only when one of its words is rare (FTS5 then reads only around
+    of every position of each: in a long query (`is_long`) or one of more than one phrase, a phrase is probed only when one of its words is rare (FTS5 then reads only around
     that word's matches), and only the MAX_SEARCHED whose rarest words are the rarest; the others
     are taken as common."""
-    cheap_only = len(terms) > MAX_SEARCHED or sum(" " in text for term in terms for text in _alternatives(term)) > 1
+    cheap_only = is_long(terms) or sum(" " in text for term in terms for text in _alternatives(term)) > 1
     phrases = [text for term in terms for text in _alternatives(term)]
     tokens = {text: sorted(set(_TOKEN.findall(text)), key=_specific) for text in phrases}
     words: dict[str, list[int] | None] = {}
@@ -722,11 +722,17 @@ def _specific(token: str) -> tuple[bool, int]:
     return not any(char.isdigit() for char in token), -len(token)
 
 
+def is_long(terms: list[str]) -> bool:
+    """Whether a query is too long to search whole: more than MAX_SEARCHED terms, or more than
+    MAX_SEARCHED_WORDS words (a quoted page is a few terms of 8 words)."""
+    return len(terms) > MAX_SEARCHED or sum(len(_TOKEN.findall(_alternatives(term)[0])) for term in terms) > MAX_SEARCHED_WORDS
+
+
 def searched(terms: list[str], known: dict[str, list[int] | None]) -> list[str]:
-    """The terms a search asks for: all of them, or of more than MAX_SEARCHED, the rarest that
-    some item holds, rarest first, of MAX_SEARCHED_WORDS words in all (each word of an FTS5 query
+    """The terms a search asks for: all of them, or of a long query (`is_long`), the rarest that
+    some item holds, rarest first, at most MAX_SEARCHED of MAX_SEARCHED_WORDS words in all (each word of an FTS5 query
     costs a look-up in every segment of the index, whatever the others)."""
-    if len(terms) <= MAX_SEARCHED:
+    if not is_long(terms):
         return terms
 
     def rarity(term: str) -> tuple[bool, int]:
@@ -754,7 +760,7 @@ def search(db: sqlite3.Connection, terms: list[str], thread: int | None, limit: 
     words are near one another come first, then BM25 over the query's rare terms ranks (the
     identifier parts weigh half), then the newest; a stage matching more than RANKED_MATCHES
     items shows its newest first. In "any", the items holding more of the rare terms come first.
-    Of a query of more than MAX_SEARCHED terms (`searched`: its rarest), every term or any, ranked
+    Of a long query (`is_long`; `searched`: its rarest terms), every term or any, ranked
     by the rare terms an item holds, then the newest.
 
     `total` counts the items matched by the stages that gave results: from their matches when
@@ -763,7 +769,7 @@ def search(db: sqlite3.Connection, terms: list[str], thread: int | None, limit: 
         raise Unavailable("the recall index is not available: this SQLite has no FTS5")
     scope = _Scope(db, thread)
     known = frequencies(scope, terms)
-    long = len(terms) > MAX_SEARCHED
+    long = is_long(terms)
     terms = searched(terms, known)
     rare = {term: set(rows) for term in terms if (rows := known.get(term))}
     # (Of a long query, the items holding more of the rare terms rank first, then the newest: BM25
