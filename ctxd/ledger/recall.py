@@ -60,7 +60,9 @@ def _recall(store: Store, thread: str, query: str, terms: list[str], limit: int,
             raise StoreUnavailable(f"{store.path} has no recall index: this Python's SQLite has no FTS5, "
                                    "so ctxd cannot search the history")
         waiting = search.waiting(db, thread if scope == "thread" else None, SYNC_ITEMS + 1)
-    if waiting > SYNC_ITEMS:  # a search would wait for all of it: indexed in the background meanwhile
+    # A search would wait for all of it: indexed in the background meanwhile (a store that cannot be
+    # written is searched as it is indexed).
+    if waiting > SYNC_ITEMS and store.readonly_reason is None:
         failed = _failures.pop(store, None)
         if failed is not None:  # the last attempt's reason (a full disk): the next search tries again
             raise failed
@@ -106,8 +108,7 @@ def _recall(store: Store, thread: str, query: str, terms: list[str], limit: int,
             row = db.execute("SELECT body, archived FROM items WHERE thread = ? AND seq = ?", (name, seq)).fetchone()
             if name is None or row is None:
                 continue
-            result = _result(db, name, seq, json.loads(row[0]), row[1] is not None, words,
-                             turns.get(placeholders.get(rid, rid)) or turns.get(rid))
+            result = _result(db, name, seq, json.loads(row[0]), row[1] is not None, words, turns.get(rid))
             if rid in placeholders:
                 result["placeholderSeq"] = placeholders[rid] & _SEQ_MASK
             results.append(result)
