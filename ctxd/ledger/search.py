@@ -635,6 +635,7 @@ class _Scope:
 
     def __init__(self, db: sqlite3.Connection, thread: int | None) -> None:
         self.db = db
+        self.weights: dict[str, dict[int, float]] = {}  # a term's BM25 in each of its rows (`scored`)
         self.where, self.args = "recall_fts MATCH ?", []
         if thread is not None:
             self.where += " AND rowid BETWEEN ? AND ?"
@@ -650,15 +651,21 @@ class _Scope:
         rows = self.rowids(expression, RANKED_MATCHES + 1)
         return rows if len(rows) <= RANKED_MATCHES else None
 
+    def scored(self, term: str) -> list[int] | None:
+        """`matches` of one term, each with the term's BM25 (the identifier parts weigh half) kept
+        in `weights`: BM25 adds up over a query's terms, so a rare term's is read once, here."""
+        rows = self.db.execute(f"SELECT rowid, bm25(recall_fts, 1.0, 0.5) FROM recall_fts WHERE {self.where} LIMIT ?",
+                               (term, *self.args, RANKED_MATCHES + 1)).fetchall()
+        if len(rows) > RANKED_MATCHES:
+            return None
+        self.weights[term] = dict(rows)
+        return [rid for rid, _ in rows]
+
     def probe(self, word: str) -> list[int] | None:
-        """`matches` of one word, counted first: a common word's rows are not read into Python."""
+        """`scored` of one word, counted first: a common word's rows are not read into Python."""
         count = self.db.execute(f"SELECT count(*) FROM (SELECT 1 FROM recall_fts WHERE {self.where} LIMIT ?)",
                                 (word, *self.args, RANKED_MATCHES + 1)).fetchone()[0]
-        return None if count > RANKED_MATCHES else self.rowids(word, RANKED_MATCHES) if count else []
-
-    def scores(self, expression: str) -> dict[int, float]:
-        return dict(self.db.execute(f"SELECT rowid, bm25(recall_fts, 1.0, 0.5) FROM recall_fts WHERE {self.where}",
-                                    (expression, *self.args)))
+        return None if count > RANKED_MATCHES else self.scored(word) if count else []
 
     def count(self, expression: str) -> int:
         return int(self.db.execute(f"SELECT count(*) FROM recall_fts WHERE {self.where}",
@@ -705,7 +712,7 @@ def frequencies(scope: _Scope, terms: list[str]) -> dict[str, list[int] | None]:
             return found[0] if found else None
         if term not in probed or (cheap_only and all(rows is None for rows in found)):
             return None
-        return scope.matches(text)
+        return scope.scored(text)
 
     out: dict[str, list[int] | None] = {}
     for term in terms:
@@ -713,7 +720,7 @@ def frequencies(scope: _Scope, terms: list[str]) -> dict[str, list[int] | None]:
         if len(found) == 1 or all(rows == [] for rows in found):
             out[term] = found[0]
         else:
-            out[term] = None if None in found or term not in probed else scope.matches(term)
+            out[term] = None if None in found or term not in probed else scope.scored(term)
     return out
 
 
@@ -774,7 +781,10 @@ def search(db: sqlite3.Connection, terms: list[str], thread: int | None, limit: 
     rare = {term: set(rows) for term in terms if (rows := known.get(term))}
     # (Of a long query, the items holding more of the rare terms rank first, then the newest: BM25
     # would read every position of each phrase, and a pasted log is mostly phrases.)
-    scores = scope.scores(" OR ".join(rare)) if rare and not long else {}
+    scores: dict[int, float] = {}
+    for term in rare if not long else ():
+        for rid, weight in scope.weights.get(term, {}).items():
+            scores[rid] = scores.get(rid, 0.0) + weight
 
     def order(rid: int) -> tuple[float, int]:
         return scores.get(rid, 0.0), -rid
@@ -797,8 +807,12 @@ def search(db: sqlite3.Connection, terms: list[str], thread: int | None, limit: 
             continue  # (a long query: its rarest terms, all of them, or any)
         elif any(known.get(term) == [] for term in stage.terms):
             continue  # a term no item holds
-        probed = known.get(stage.terms[0]) if len(stage.terms) == 1 else None
-        every = probed if probed is not None else scope.matches(stage.expression)
+        if all(known.get(term) is not None for term in stage.terms):  # every term's matches known: no FTS5
+            sets = [set(known[term] or ()) for term in stage.terms]
+            joined = set.union(*sets) if stage.kind == "any" else set.intersection(*sets)
+            every: list[int] | None = sorted(joined) if len(joined) <= RANKED_MATCHES else None
+        else:
+            every = scope.matches(stage.expression)
         if every is not None:
             if not every:
                 continue
@@ -808,16 +822,18 @@ def search(db: sqlite3.Connection, terms: list[str], thread: int | None, limit: 
                 shown = sorted(every, key=lambda rid: (holding(rid), *order(rid)))
             else:
                 shown = sorted(every, key=lambda rid: (holding(rid), *order(rid)) if long else order(rid))
-                close = set(scope.matches(stage.near) or ()) if stage.near and len(shown) > 1 and not long else set()
+                near = stage.near if _near_worth(stage, long) and len(shown) > 1 else None
+                close = set(scope.matches(near) or ()) if near else set()
                 shown = [rid for rid in shown if rid in close] + [rid for rid in shown if rid not in close]
         else:
             gave.append(stage.expression)
             uncounted = True
             if stage.kind == "any":  # the items holding the rare terms, then the newest
                 shown = sorted(set().union(*rare.values()), key=lambda rid: (holding(rid), *order(rid)))[:limit]
-            elif stage.near and not long:
-                near = scope.matches(stage.near)
-                shown = sorted(near, key=order)[:limit] if near is not None else scope.rowids(stage.near, limit, True)
+            elif stage.near and _near_worth(stage, long):
+                close_rows = scope.matches(stage.near)
+                shown = (sorted(close_rows, key=order)[:limit] if close_rows is not None
+                         else scope.rowids(stage.near, limit, True))
             else:
                 shown = []
             shown += scope.rowids(stage.expression, limit, newest=True)
@@ -826,6 +842,13 @@ def search(db: sqlite3.Connection, terms: list[str], thread: int | None, limit: 
         total = scope.count(" OR ".join(f"({expression})" for expression in gave))
         return Found(list(found)[:limit], max(total, len(found)), None)
     return Found(list(found)[:limit], len(matched), sorted(matched))
+
+
+def _near_worth(stage: Stage, long: bool) -> bool:
+    """Whether the stage's words near one another rank first: not in a long query, nor in a stage
+    with a phrase (its words are near one another already, and NEAR reads every position of each
+    again)."""
+    return stage.near is not None and not long and not any(" " in _alternatives(term)[0] for term in stage.terms)
 
 
 def present(db: sqlite3.Connection) -> bool:
