@@ -636,6 +636,7 @@ class _Scope:
     def __init__(self, db: sqlite3.Connection, thread: int | None) -> None:
         self.db = db
         self.weights: dict[str, dict[int, float]] = {}  # a term's BM25 in each of its rows (`scored`)
+        self.scoring = True  # whether `scored` reads BM25 (a long query ranks without it)
         self.where, self.args = "recall_fts MATCH ?", []
         if thread is not None:
             self.where += " AND rowid BETWEEN ? AND ?"
@@ -654,7 +655,8 @@ class _Scope:
     def scored(self, term: str) -> list[int] | None:
         """`matches` of one term, each with the term's BM25 (the identifier parts weigh half) kept
         in `weights`: BM25 adds up over a query's terms, so a rare term's is read once, here."""
-        rows = self.db.execute(f"SELECT rowid, bm25(recall_fts, 1.0, 0.5) FROM recall_fts WHERE {self.where} LIMIT ?",
+        score = "bm25(recall_fts, 1.0, 0.5)" if self.scoring else "0"
+        rows = self.db.execute(f"SELECT rowid, {score} FROM recall_fts WHERE {self.where} LIMIT ?",
                                (term, *self.args, RANKED_MATCHES + 1)).fetchall()
         if len(rows) > RANKED_MATCHES:
             return None
@@ -775,8 +777,9 @@ def search(db: sqlite3.Connection, terms: list[str], thread: int | None, limit: 
     if not present(db):
         raise Unavailable("the recall index is not available: this SQLite has no FTS5")
     scope = _Scope(db, thread)
-    known = frequencies(scope, terms)
     long = is_long(terms)
+    scope.scoring = not long
+    known = frequencies(scope, terms)
     terms = searched(terms, known)
     rare = {term: set(rows) for term in terms if (rows := known.get(term))}
     # (Of a long query, the items holding more of the rare terms rank first, then the newest: BM25
