@@ -11,8 +11,9 @@ the index costs.
   #36) over the same thread, whose last item is a 70 KB log: parts of the log pasted (200 and
   1,000 words), a long quoted part of it, one word repeated, every FTS5 operator, and 100 KB of
   it through `ctxd mcp`'s path (the daemon reads up to 10,000 characters): p95 of each kind, goal
-  <= 50 ms and <= 4x the plain FTS5 floor; the log must come first, and `total` never below the
-  results.
+  <= 50 ms and <= 4x the plain FTS5 floor (its keyword queries, one timed beside each hostile
+  query); the log must come first (for the pasted and quoted parts of it) and `total` never be
+  below the results.
 - Indexing a 50 MB Codex rollout's items as the mirror appends them (CPU: the append with the
   index less the append without); floor: `json.loads` over the rollout's lines; goal <= 2x.
 - The index's size against the text it indexes; goal <= 1.5x.
@@ -360,6 +361,7 @@ def bench_speed(tmp: Path, items: int, count: int, hostile: int) -> list[Row]:
     floor_db.commit()
     client = start_daemon(state, env={"HOME": str(tmp)})
     hostile_times: dict[str, list[float]] = {kind: [] for kind in HOSTILE_KINDS}
+    hostile_floor: list[float] = []  # the plain FTS5 queries timed in turns with the hostile ones
     misses: list[str] = []
     try:
         client.initialize([ws])
@@ -387,7 +389,13 @@ def bench_speed(tmp: Path, items: int, count: int, hostile: int) -> list[Row]:
             # Hostile queries, in turns with the rest: through the daemon, and 100 KB (over the
             # daemon's bound) as `ctxd mcp` answers it, from the store in its own process.
             for n in range(hostile):
-                for kind in HOSTILE_KINDS:
+                for k, kind in enumerate(HOSTILE_KINDS):
+                    # The floor again, beside each: a loaded machine's speed drifts between sections.
+                    plain_terms = search.query_terms(queries[(n * len(HOSTILE_KINDS) + k) % len(queries)])
+                    started = time.perf_counter()
+                    floor_db.execute("SELECT rowid FROM f WHERE f MATCH ? ORDER BY rank LIMIT 10",
+                                     (" AND ".join(plain_terms),)).fetchall()
+                    hostile_floor.append(time.perf_counter() - started)
                     query = attacks[kind][n]
                     started = time.perf_counter()
                     if kind == HOSTILE_KINDS[-1]:
@@ -397,7 +405,8 @@ def bench_speed(tmp: Path, items: int, count: int, hostile: int) -> list[Row]:
                     hostile_times[kind].append(time.perf_counter() - started)
                     if found["total"] < len(found["results"]):
                         misses.append(f"{kind}: total {found['total']} below {len(found['results'])} results")
-                    if kind != HOSTILE_KINDS[4] and (not found["results"] or found["results"][0]["seq"] != items + 1):
+                    # (A word repeated, or operators around a few words, is a short query: BM25 ranks.)
+                    if kind not in HOSTILE_KINDS[3:5] and (not found["results"] or found["results"][0]["seq"] != items + 1):
                         misses.append(f"{kind}: the log is not the first result: {query[:60]!r}")
     finally:
         client.shutdown()
@@ -418,9 +427,9 @@ def bench_speed(tmp: Path, items: int, count: int, hostile: int) -> list[Row]:
             Row(f"ctxd/recall p95, {items // 1000}k-item thread, questions (the issue's absolute goal)",
                 ms(p95(asked)), "-", "-", "<= 50 ms", p95(asked) <= 0.050)]
     for kind, times in hostile_times.items():
-        hostile_ratio = p95(times) / p95(floor)
+        hostile_ratio = p95(times) / p95(hostile_floor)
         rows.append(Row(f"ctxd/recall p95, {items // 1000}k items, hostile: {kind}", ms(p95(times)),
-                        f"{ms(p95(floor))} (plain FTS5)", f"{hostile_ratio:.1f}x",
+                        f"{ms(p95(hostile_floor))} (plain FTS5, in turns)", f"{hostile_ratio:.1f}x",
                         f"<= 50 ms, <= {HOSTILE_RATIO_GOAL:g}x", p95(times) <= 0.050 and hostile_ratio <= HOSTILE_RATIO_GOAL))
     rows.append(Row("recall, hostile queries: the log first, total never below the results",
                     f"{len(misses)} misses", "-", "-", "0", not misses))
