@@ -744,9 +744,11 @@ def searched(terms: list[str], known: dict[str, list[int] | None]) -> list[str]:
     if not is_long(terms):
         return terms
 
-    def rarity(term: str) -> tuple[bool, int]:
+    def rarity(term: str) -> tuple[bool, int, int]:
+        """Rare first, then (of common terms) the fewest words: a phrase of common words is the
+        dearest term to match."""
         rows = known.get(term)
-        return rows is None, len(rows or ())
+        return rows is None, len(rows or ()), len(_TOKEN.findall(_alternatives(term)[0]))
 
     held = [term for term in terms if known.get(term) != []] or terms
     chosen: list[str] = []  # rarest first: FTS5 reads the others only around it
@@ -769,7 +771,7 @@ def search(db: sqlite3.Connection, terms: list[str], thread: int | None, limit: 
     words are near one another come first, then BM25 over the query's rare terms ranks (the
     identifier parts weigh half), then the newest; a stage matching more than RANKED_MATCHES
     items shows its newest first. In "any", the items holding more of the rare terms come first.
-    Of a long query (`is_long`; `searched`: its rarest terms), every term or any, ranked
+    Of a long query (`is_long`; `searched`: its rarest terms), every term or any rare one, ranked
     by the rare terms an item holds, then the newest.
 
     `total` counts the items matched by the stages that gave results: from their matches when
@@ -803,7 +805,9 @@ def search(db: sqlite3.Connection, terms: list[str], thread: int | None, limit: 
         if stage.kind == "any":
             if found:
                 break
-            stage = Stage("any", [term for term in stage.terms if known.get(term) != []])
+            # (Of a long query, any of its rare terms: common words that no item holds together say
+            # nothing, and counting the items holding any of them reads every match of each.)
+            stage = Stage("any", [term for term in stage.terms if (rare.get(term) if long else known.get(term) != [])])
             if not stage.terms:
                 break
         elif stage.kind == "all but one" and (len(found) >= limit or long):
