@@ -194,3 +194,93 @@ def test_ctxd_mcp_answers_before_it_imports_anything_heavy(tmp_path: Path) -> No
     assert "ctxd.agentmcp.protocol" in imported, done.stderr[-2000:]
     heavy = {"mcp", "pydantic", "ctxd.ledger.store", "ctxd.sessions.follower", "ctxd.workspace", "sqlite3"}
     assert not heavy & imported, heavy & imported
+
+
+def test_history_item_on_a_placeholder_gives_the_output_and_recall_leads_to_it(tmp_path: Path) -> None:
+    """A thread of the workspace compacted offline by the daemon (its old tool outputs masked): the
+    agent's `recall` over the workspace finds the archived output, not the placeholder, and
+    `history_item` on the placeholder's seq reads the output whole."""
+    from tests.rpc import start_daemon
+    from tests.test_recall import planted_outputs
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    state_dir, claude_home = tmp_path / "state", tmp_path / "claude-home"
+    fx.write_jsonl(fx.claude_path(claude_home, workspace), fx.claude_session(workspace))
+    items, tickets = planted_outputs(20)
+    daemon: Client = start_daemon(state_dir, env={"CLAUDE_CONFIG_DIR": str(claude_home)})
+    try:
+        daemon.initialize([workspace])
+        uri = workspace.as_uri()
+        daemon.request("ctxd/record", {"workspace": uri, "items": items})
+        daemon.request("ctxd/compact", {"workspace": uri, "strategy": "offline"})
+        stored = daemon.request("ctxd/history", {"workspace": uri, "includeArchived": True})["items"]
+    finally:
+        daemon.shutdown()
+    placeholders = {item["call_id"]: seq for seq, item in enumerate(stored, 1)
+                    if not item.get("archived") and "removed by compaction" in json.dumps(item)}
+    assert len(placeholders) >= 15, stored
+
+    async def scenario() -> None:
+        async with stdio_client(server_params(state_dir, workspace, claude_home)) as streams:
+            async with ClientSession(*streams) as session:
+                await session.initialize()
+                for call_id, seq in placeholders.items():
+                    n = int(call_id[1:])
+                    whole, error = await call(session, "history_item", seq=seq, thread="default")
+                    assert not error and whole == {"item": items[4 * n + 2], "archived": True, "seq": 4 * n + 3,
+                                                   "placeholderSeq": seq}, whole
+                    found, error = await call(session, "recall", query=f"{tickets[n]} replica", scope="workspace")
+                    assert not error and found["results"], found
+                    top = found["results"][0]
+                    assert (top["thread"], top["seq"], top["archived"]) == ("default", 4 * n + 3, True), found
+                    assert tickets[n] in top["snippet"] and "removed by compaction" not in top["snippet"]
+
+    anyio.run(scenario)
+
+
+def test_every_tool_argument_out_of_range_or_of_the_wrong_type_is_a_tool_error_naming_it(tmp_path: Path) -> None:
+    """Through the official client: a number past its bound (a seq of 2**63 once gave only "Error
+    executing tool"), a string for a number, a number for a string, a string for a boolean:
+    each answer is a tool error whose text names the argument, and nothing is done."""
+    repo = make_repo(tmp_path / "ws")
+    claude_home = tmp_path / "claude-home"
+    fx.write_jsonl(fx.claude_path(claude_home, repo.root), fx.claude_session(repo.root))
+    cases = [
+        ("history_item", {"seq": 2**63}, "seq"), ("history_item", {"seq": 2**64 + 5}, "seq"),
+        ("history_item", {"seq": -(2**63)}, "seq"), ("history_item", {"seq": 0}, "seq"),
+        ("history_item", {"seq": "3"}, "seq"), ("history_item", {"seq": 1.5}, "seq"),
+        ("history_item", {"seq": True}, "seq"), ("history_item", {"seq": 1, "thread": 5}, "thread"),
+        ("history_item", {"seq": 1, "thread": "t" * 300}, "thread"), ("history_item", {}, "seq"),
+        ("recall", {"query": 5}, "query"), ("recall", {"query": "x" * 100_001}, "query"),
+        ("recall", {"query": "x", "limit": "many"}, "limit"), ("recall", {"query": "x", "limit": 2**70}, "limit"),
+        ("recall", {"query": "x", "limit": 101}, "limit"), ("recall", {"query": "x", "scope": 5}, "scope"),
+        ("recall", {"query": "x", "scope": "everything"}, "scope"), ("recall", {}, "query"),
+        ("checkpoints", {"limit": 2**64}, "limit"), ("checkpoints", {"limit": "x"}, "limit"),
+        ("checkpoints", {"limit": 0}, "limit"), ("checkpoint", {"label": 5}, "label"),
+        ("checkpoint", {"label": "x" * 10_001}, "label"), ("restore_checkpoint", {"id": 5}, "id"),
+        ("restore_checkpoint", {"id": "f" * 40, "confirm": "yes"}, "confirm"),
+        ("restore_checkpoint", {"id": "f" * 65}, "id"), ("restore_checkpoint", {}, "id"),
+    ]
+
+    async def scenario() -> None:
+        async with stdio_client(server_params(tmp_path / "state", repo.root, claude_home)) as streams:
+            async with ClientSession(*streams) as session:
+                await session.initialize()
+                for tool, arguments, named in cases:
+                    text, error = await call(session, tool, **arguments)
+                    assert error and isinstance(text, str), (tool, arguments, text)
+                    assert text.startswith((f"{tool}: {named}:", f"{named}:")), (tool, str(arguments)[:80], text)
+                    assert "errors.pydantic.dev" not in text and len(text) < 400, text
+                listed, error = await call(session, "checkpoints")
+                assert not error and listed == {"checkpoints": []}  # no checkpoint was taken
+
+    anyio.run(scenario)
+
+
+def test_the_tools_bounds_are_the_stores() -> None:
+    from ctxd.agentmcp import limits
+    from ctxd.ledger import recall
+
+    assert (limits.MAX_SEQ, limits.MAX_LIMIT) == (recall.MAX_SEQ, recall.MAX_LIMIT)
+

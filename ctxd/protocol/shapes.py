@@ -432,7 +432,9 @@ class TurnRef(TypedDict):
 @with_config(STRICT)
 class RecallHit(TypedDict):
     """One match of `ctxd/recall`: where the item is (`seq` in `thread`), what it is, the part of
-    its text that matched (at most 400 characters), and whether a compaction replaced it."""
+    its text that matched (at most 400 characters), and whether a compaction replaced it.
+    `placeholderSeq`: the match was the placeholder a compaction left of this tool output (its
+    seq there); the hit is the output itself."""
 
     thread: str
     seq: int
@@ -442,6 +444,7 @@ class RecallHit(TypedDict):
     createdAt: NotRequired[str | None]
     archived: bool
     turn: NotRequired[TurnRef]
+    placeholderSeq: NotRequired[int]
 
 
 @with_config(STRICT)
@@ -452,9 +455,12 @@ class RecallResult(TypedDict):
 
 @with_config(STRICT)
 class ItemResult(TypedDict):
+    """`placeholderSeq`: the seq asked for holds a compaction's placeholder for this tool output."""
+
     item: Item
     archived: bool
     seq: int
+    placeholderSeq: NotRequired[int]
 
 
 @with_config(STRICT)

@@ -2,7 +2,7 @@
 /**
  * The ctxd wire protocol (version 2): results, notifications and request params. GENERATED, do not edit:
  * `npm run gen:protocol` from docs/protocol.schema.json (from ctxd/protocol/shapes.py).
- * schema sha256: 91cc3b7fe64c74598189742331366f63a0c78fcbebca91fa8c3d88da0d6661c8
+ * schema sha256: c809122d62643931c1f5243148d2379860b0c7861b0c10f9c7e4247005f8560b
  */
 
 /**
@@ -268,6 +268,7 @@ export interface GhostRestoreParams {
  */
 export interface GhostSnapshotParams {
   message?: string | null;
+  record?: boolean;
   thread?: string;
   workDoneToken?: number | string | null;
   workspace: string;
@@ -343,12 +344,15 @@ export interface HistoryParams {
   workspace: string;
 }
 /**
+ * `placeholderSeq`: the seq asked for holds a compaction's placeholder for this tool output.
+ *
  * This interface was referenced by `CtxdProtocol`'s JSON-Schema
  * via the `definition` "ItemResult".
  */
 export interface ItemResult {
   archived: boolean;
   item: Item;
+  placeholderSeq?: number;
   seq: number;
 }
 /**
@@ -403,6 +407,8 @@ export interface RecallResult {
 /**
  * One match of `ctxd/recall`: where the item is (`seq` in `thread`), what it is, the part of
  * its text that matched (at most 400 characters), and whether a compaction replaced it.
+ * `placeholderSeq`: the match was the placeholder a compaction left of this tool output (its
+ * seq there); the hit is the output itself.
  *
  * This interface was referenced by `CtxdProtocol`'s JSON-Schema
  * via the `definition` "RecallHit".
@@ -410,6 +416,7 @@ export interface RecallResult {
 export interface RecallHit {
   archived: boolean;
   createdAt?: string | null;
+  placeholderSeq?: number;
   role?: string;
   seq: number;
   snippet: string;

@@ -209,6 +209,7 @@ M.PROTOCOL_VERSION = 3
 
 ---@class ctxd.GhostSnapshotParams
 ---@field message? string|nil
+---@field record? boolean
 ---@field thread? string
 ---@field workDoneToken? integer|string|nil
 ---@field workspace string
@@ -254,9 +255,11 @@ M.PROTOCOL_VERSION = 3
 ---@field workDoneToken? integer|string|nil
 ---@field workspace string
 
+--- `placeholderSeq`: the seq asked for holds a compaction's placeholder for this tool output.
 ---@class ctxd.ItemResult
 ---@field archived boolean
 ---@field item ctxd.Item
+---@field placeholderSeq? integer
 ---@field seq integer
 
 ---@class ctxd.MemoryFile
@@ -294,9 +297,12 @@ M.PROTOCOL_VERSION = 3
 
 --- One match of `ctxd/recall`: where the item is (`seq` in `thread`), what it is, the part of
 --- its text that matched (at most 400 characters), and whether a compaction replaced it.
+--- `placeholderSeq`: the match was the placeholder a compaction left of this tool output (its
+--- seq there); the hit is the output itself.
 ---@class ctxd.RecallHit
 ---@field archived boolean
 ---@field createdAt? string|nil
+---@field placeholderSeq? integer
 ---@field role? string
 ---@field seq integer
 ---@field snippet string
