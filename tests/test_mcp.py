@@ -284,3 +284,58 @@ def test_the_tools_bounds_are_the_stores() -> None:
 
     assert (limits.MAX_SEQ, limits.MAX_LIMIT) == (recall.MAX_SEQ, recall.MAX_LIMIT)
 
+
+
+def test_codex_reads_ctxds_gauge_as_its_status_line(tmp_path: Path) -> None:
+    """Codex 0.171's status-line providers (its `create-statusline` skill, `statusline.d.ts`): one tool
+    advertises a `statusline` entrypoint, and a read of its resource with the displayed thread's
+    snapshot in `_meta` answers a UI tree within Codex's limits: ctxd's gauge of that session, or
+    Codex's own numbers for a session ctxd does not follow."""
+    from ctxd.agentmcp import codex_statusline as footer
+
+    repo = make_repo(tmp_path / "ws")
+    codex_home = tmp_path / "codex-home"
+    fx.write_jsonl(fx.codex_path(codex_home), fx.codex_session(repo.root))
+    params = server_params(tmp_path / "state", repo.root, tmp_path / "claude-home")
+    params.env = {**(params.env or {}), "CODEX_HOME": str(codex_home)}
+
+    def snapshot(thread_id: str) -> dict[str, Any]:
+        return {footer.STATE_KEY: {"thread": {"id": thread_id, "name": None, "agent": {"state": "ready"},
+                                              "model": {"display_name": "gpt-5.5", "provider": "openai"},
+                                              "workspace": {"cwd": str(repo.root)},
+                                              "usage": {"context": {"context_window_size": 258_400,
+                                                                    "used_tokens": 12_000},
+                                                        "cost": {"total_cost_usd": 0.5}}},
+                                   "account": {"rate_limits": []}, "app": {"cli_version": "0.171.0",
+                                                                           "display_mode": "standard"},
+                                   "config": {"statusline_items": []}}}
+
+    def texts(node: Any) -> list[str]:
+        if isinstance(node, str):
+            return [node]
+        return [t for child in (node or {}).get("children", []) for t in texts(child)]
+
+    async def scenario() -> None:
+        async with stdio_client(params) as streams:
+            async with ClientSession(*streams) as session:
+                await session.initialize()
+                listed = {tool.name: tool for tool in (await session.list_tools()).tools}
+                entry = listed["statusline"].model_dump(by_alias=True)["_meta"]["openai/ui"]["entrypoints"]
+                assert entry == [{"type": "statusline", "resourceUri": footer.URI}]
+                await until(session, "context_usage", lambda v: v["thread"] == f"codex:{fx.CODEX_ID}")
+                for thread_id, ours in ((fx.CODEX_ID, True), ("0199aaaa-0000-7000-8000-000000000000", False)):
+                    started = time.monotonic()
+                    read = await session.read_resource(footer.URI, meta=snapshot(thread_id))
+                    took = time.monotonic() - started
+                    content = read.contents[0]
+                    assert content.mime_type == "application/json" and len(content.text.encode()) <= 64 * 1024
+                    ui = json.loads(content.text)
+                    assert ui["type"] == "row" and ui["props"]["gap"] == 1 and texts(ui)[0] == "ctxd"
+                    shown = " ".join(texts(ui))
+                    if ours:  # ctxd's fill against Codex's compaction point, and the cost ctxd priced
+                        assert "% of " in shown and "of 258.4k" not in shown and "$0.50" not in shown, shown
+                    else:  # Codex's own numbers
+                        assert "5% of 258.4k" in shown and "$0.50" in shown, shown
+                    assert took < 30, took  # a hang guard only: Codex's own bound is 1 s (bench_recall)
+
+    anyio.run(scenario)

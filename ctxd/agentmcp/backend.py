@@ -149,12 +149,43 @@ class Backend:
             return {"preview": {"restored": result["restored"], "removed": result["removed"]}}
         return {"restored": result["restored"], "removed": result["removed"], "undoId": result.get("undoId")}
 
+    def codex_statusline(self, meta: dict[str, Any]) -> str:
+        """Codex's footer: the gauge of the thread it displays, asked of the owner with a short
+        deadline; Codex's own numbers when the owner cannot answer in time."""
+        from ctxd.agentmcp import codex_statusline as footer
+
+        state = footer.field(meta, footer.STATE_KEY)
+        session = footer.field(state, "thread").get("id")
+        gauge = checkpoint = None
+        if isinstance(session, str) and session and self._opened.wait(footer.OWNER_SECONDS / 2) and self._owner:
+            try:
+                breakdown = self._owner.request("ctxd/usage", {"workspace": self.uri, "thread": f"codex:{session}"},
+                                                footer.OWNER_SECONDS)
+                usage, cost = breakdown["usage"], breakdown.get("cost") or {}
+                if usage.get("source") != "estimate" or usage.get("usedTokens"):
+                    gauge = {"usedTokens": usage["usedTokens"], "compactAt": usage["autoCompactLimit"],
+                             "costUsd": cost.get("total")}
+                snapshots = self._owner.request("ctxd/ghost/list", {"workspace": self.uri}, footer.OWNER_SECONDS)
+                checkpoint = _time_of(snapshots["snapshots"][0]) if snapshots.get("snapshots") else None
+            except (ownerlink.RemoteError, OSError, TimeoutError, KeyError, TypeError):
+                pass
+        return footer.resource_text(footer.tree(gauge, state, checkpoint))
+
     def _thread_or_none(self) -> str | None:
         """The served session, when there is one: a checkpoint is taken without one too."""
         try:
             return self.thread()
         except ToolError:
             return None
+
+
+def _time_of(snapshot: dict[str, Any]) -> float | None:
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(str(snapshot.get("createdAt"))).timestamp()
+    except ValueError:
+        return None
 
 
 def backend_from_environment(cwd: Path | None = None) -> Backend:

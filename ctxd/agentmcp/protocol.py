@@ -42,12 +42,15 @@ class Tool:
     run: Callable[..., dict[str, Any]]  # called with the checked arguments; raises ToolError
     required: tuple[str, ...] = ()
     meta: dict[str, Any] | None = None
+    title: str | None = None
 
     def listing(self) -> dict[str, Any]:
         schema: dict[str, Any] = {"type": "object", "properties": self.properties}
         if self.required:
             schema["required"] = list(self.required)
         entry: dict[str, Any] = {"name": self.name, "description": self.description, "inputSchema": schema}
+        if self.title:
+            entry["title"] = self.title
         if self.meta:
             entry["_meta"] = self.meta
         return entry
@@ -58,7 +61,7 @@ class Resource:
     uri: str
     name: str
     mime_type: str
-    read: Callable[[], str]
+    read: Callable[[dict[str, Any]], str]  # given the read's `params._meta` (a client may pass state there)
     meta: dict[str, Any] = field(default_factory=dict)
 
     def listing(self) -> dict[str, Any]:
@@ -239,8 +242,9 @@ class Server:
         if resource is None:
             self._error(msg_id, INVALID_PARAMS, f"Unknown resource: {uri!r}")
             return
+        meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
         try:
-            text = resource.read()
+            text = resource.read(meta)
         except Exception as error:  # noqa: BLE001 - told to the client, never the session's end
             self._error(msg_id, INTERNAL_ERROR, f"{resource.uri} could not be read: {error}")
             return

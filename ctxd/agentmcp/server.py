@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ctxd.agentmcp import limits, protocol
-from ctxd.agentmcp.protocol import Tool
+from ctxd.agentmcp import codex_statusline, limits, protocol
+from ctxd.agentmcp.protocol import Resource, Tool
 
 INSTRUCTIONS = (
     "ctxd keeps this session's whole history, the parts your compactions replaced included. Use `recall` "
@@ -56,7 +56,15 @@ def tools(backend: Any) -> list[Tool]:
              "only previews the files it would restore and remove. Its undoId undoes it.",
              {"id": {"type": "string", "minLength": 1, "maxLength": limits.MAX_ID_CHARS},
               "confirm": {"type": "boolean", "default": False}}, backend.restore_checkpoint, required=("id",)),
+        Tool("statusline", "ctxd's context gauge for Codex's footer (choose it in Codex's /statusline).", {},
+             lambda: {"resource": codex_statusline.URI}, meta=codex_statusline.ENTRYPOINT,
+             title="ctxd: context gauge"),
     ]
+
+
+def resources(backend: Any) -> list[Resource]:
+    """Codex's footer reads the gauge here (`codex_statusline`)."""
+    return [Resource(codex_statusline.URI, "statusline", "application/json", backend.codex_statusline)]
 
 
 def _closing_on_signals() -> None:
@@ -82,7 +90,7 @@ def main(argv: list[str]) -> int:
     from ctxd.agentmcp.backend import backend_from_environment
 
     backend = backend_from_environment(Path.cwd())
-    server = protocol.Server("ctxd", __version__, INSTRUCTIONS, tools(backend))
+    server = protocol.Server("ctxd", __version__, INSTRUCTIONS, tools(backend), resources(backend))
     _closing_on_signals()
     try:
         protocol.serve_stdio(server)
