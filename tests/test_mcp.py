@@ -21,7 +21,7 @@ from tests.ghost_repo import make_repo
 from tests.rpc import REPO, Client, daemon_env
 
 THREAD = f"claude:{fx.CLAUDE_ID}"
-TOOLS = {"context_usage", "recall", "history_item", "checkpoints", "checkpoint", "restore_checkpoint"}
+TOOLS = {"context_usage", "recall", "history_item", "checkpoints", "checkpoint", "restore_checkpoint", "statusline"}
 
 
 def server_params(state_dir: Path, cwd: Path, claude_home: Path, session: str | None = None) -> StdioServerParameters:
