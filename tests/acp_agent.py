@@ -12,6 +12,9 @@ What a prompt's text asks for:
 After each turn but `quiet` it reports `usage_update` when ACP_AGENT_USAGE is set (used = 1000 per
 turn, size 200000). `session/load` replays the session's turns (user and agent chunks). Every line
 it receives is appended to ACP_AGENT_LOG when set, so a test sees exactly what reached the agent.
+With ACP_AGENT_LINKS set, each prompt appends there the thread that `ctxd.acplink.served_thread`
+finds for the environment of the MCP server named "ctxd" in that session's `session/new` (what
+`ctxd mcp`, started by the agent with that environment, would serve at that moment).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ LOG = os.environ.get("ACP_AGENT_LOG")
 USAGE = bool(os.environ.get("ACP_AGENT_USAGE"))
 out = sys.stdout.buffer
 sessions: dict[str, list[tuple[str, str]]] = {}  # id -> [(user text, agent text)]
+mcp_env: dict[str, dict[str, str]] = {}  # id -> the environment of the MCP server named "ctxd"
 next_request = [0]
 pending: list[dict[str, Any]] = []  # messages read while waiting for an answer
 
@@ -121,6 +125,12 @@ def prompt(session: str, text: str) -> str:
     return "end_turn"
 
 
+def note_mcp(session: str, params: dict[str, Any]) -> None:
+    for server in params.get("mcpServers") or []:
+        if server.get("name") == "ctxd":
+            mcp_env[session] = {e["name"]: e["value"] for e in server.get("env") or []}
+
+
 def main() -> None:
     while True:
         message = read()
@@ -133,9 +143,11 @@ def main() -> None:
         elif method == "session/new":
             session = f"sess-{len(sessions) + 1}"
             sessions[session] = []
+            note_mcp(session, params)
             send({"id": msg_id, "result": {"sessionId": session}})
         elif method == "session/load":
             session = params["sessionId"]
+            note_mcp(session, params)
             for user, agent in sessions.setdefault(session, []):
                 update(session, {"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": user}})
                 if agent:
@@ -143,6 +155,12 @@ def main() -> None:
             send({"id": msg_id, "result": {}})
         elif method == "session/prompt":
             text = "".join(b.get("text", "") for b in params.get("prompt", []) if isinstance(b, dict))
+            if os.environ.get("ACP_AGENT_LINKS"):
+                from ctxd.acplink import served_thread
+
+                with open(os.environ["ACP_AGENT_LINKS"], "a") as handle:
+                    handle.write(json.dumps({"session": params["sessionId"],
+                                             "served": served_thread(mcp_env.get(params["sessionId"], {}))}) + "\n")
             send({"id": msg_id, "result": {"stopReason": prompt(params["sessionId"], text)}})
         elif method == "session/cancel":
             pass

@@ -23,6 +23,7 @@ reaches the editor and this process ends as the agent did (its exit code, or its
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -492,8 +493,10 @@ def main(argv: list[str]) -> int:
         proxy.owner.close()
     acplink.remove_own(state_dir)
     if code < 0:  # killed by a signal: end the same way
-        signal.signal(-code, signal.SIG_DFL)
+        with contextlib.suppress(OSError, ValueError):  # SIGKILL and SIGSTOP have no handler to reset
+            signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
+        return 128 - code  # a signal that does not end a process (the shell's convention otherwise)
     return code
 
 

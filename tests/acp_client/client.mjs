@@ -1,5 +1,5 @@
-// The editor side of the ACP tests: the official ACP client library (@agentclientprotocol/sdk, pinned in
-// package.json beside this file, installed by tests/agents.py) drives an agent command, directly or through
+// The editor side of the ACP tests: the official ACP client library (@agentclientprotocol/sdk, pinned and
+// installed by tests/agents.py: ACP_SDK) drives an agent command, directly or through
 // `ctxd acp`. It writes one JSON object to stdout: every message each way as it crossed the pipes, what the
 // handlers did, the results, and how the agent process ended.
 //
@@ -44,12 +44,18 @@ toAgent.readable.pipeTo(new WritableStream({
   write(chunk) { return new Promise((resolve) => child.stdin.write(chunk, () => resolve())); },
   close() { child.stdin.end(); },
 })).catch(() => {});
+const fromAgentTap = tap(record.toEditor);  // every line the agent side wrote, read or not by the library
+const tapWriter = fromAgentTap.writable.getWriter();
+fromAgentTap.readable.pipeTo(new WritableStream({})).catch(() => {});
 const fromAgent = new ReadableStream({
   start(controller) {
-    child.stdout.on('data', (chunk) => controller.enqueue(new Uint8Array(chunk)));
+    child.stdout.on('data', (chunk) => {
+      tapWriter.write(new Uint8Array(chunk)).catch(() => {});
+      try { controller.enqueue(new Uint8Array(chunk)); } catch { /* the library closed its side */ }
+    });
     child.stdout.on('end', () => { try { controller.close(); } catch {} });
   },
-}).pipeThrough(tap(record.toEditor));
+});
 
 let usageSeen = 0;
 const app = sdk.client({ name: 'ctxd-tests' })
