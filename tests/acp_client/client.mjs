@@ -5,7 +5,7 @@
 //
 // usage: node client.mjs SCENARIO.json -- COMMAND ARGS...   (ACP_SDK names the installed SDK's folder)
 // SCENARIO: {cwd, prompts: [text], allow: bool, waitUsageMs?: number, load?: bool, timeoutMs?: number,
-//            mcpServers?: [...]}
+//            mcpServers?: [...], mode?: a session mode to set first, authenticate?: a method id}
 import { spawn } from 'node:child_process';
 import { readFileSync, writeFileSync, mkdirSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -98,8 +98,7 @@ async function finish() {
   if (end.signal === 'still running') child.kill('SIGKILL');
   await Promise.race([outputClosed, new Promise((r) => setTimeout(r, 5000))]);
   record.exit = end;
-  process.stdout.write(JSON.stringify(record) + '\n');
-  process.exit(0);
+  process.stdout.write(JSON.stringify(record) + '\n', () => process.exit(0));  // a pipe is written asynchronously
 }
 
 try {
@@ -114,6 +113,9 @@ try {
     }
     const created = await ctx.request('session/new', { cwd: scenario.cwd, mcpServers: scenario.mcpServers ?? [] });
     record.results.sessionNew = created;
+    if (scenario.mode) {
+      record.results.setMode = await ctx.request('session/set_mode', { sessionId: created.sessionId, modeId: scenario.mode });
+    }
     record.results.prompts = [];
     for (const text of scenario.prompts) {
       const before = usageSeen;
