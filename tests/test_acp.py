@@ -121,7 +121,7 @@ def history(client: Client, workspace: Path, thread: str) -> list[dict[str, Any]
 
 def test_every_message_passes_unchanged_both_ways_and_only_the_mcp_entry_is_added(
         sdk: Path, repo: Path, state_dir: Path, tmp_path: Path, client: Client) -> None:
-    scenario = {"cwd": str(repo), "prompts": ["hello there", f"write {repo / 'a.txt'} after", f"run make"],
+    scenario = {"cwd": str(repo), "prompts": ["hello there", f"write {repo / 'a.txt'} after", "run make"],
                 "allow": True}
     direct = run_client(sdk, tmp_path, scenario, AGENT, agent_env(state_dir, tmp_path, "direct", ACP_AGENT_USAGE="1"))
     (repo / "a.txt").write_text("before\n")

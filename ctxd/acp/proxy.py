@@ -141,6 +141,11 @@ def _dump(message: dict[str, Any], line: bytes) -> bytes:
     return data + (b"\r\n" if line.endswith(b"\r\n") else b"\n" if line.endswith(b"\n") else b"")
 
 
+def _params(message: dict[str, Any]) -> dict[str, Any]:
+    params = message.get("params")
+    return params if isinstance(params, dict) else {}
+
+
 def _id_key(message: dict[str, Any]) -> Any:
     msg_id = message.get("id")
     return msg_id if isinstance(msg_id, (int, str)) and not isinstance(msg_id, bool) else None
@@ -193,7 +198,7 @@ class Proxy:
 
     def _editor_message(self, message: dict[str, Any], line: bytes) -> bytes:
         method, key = message.get("method"), _id_key(message)
-        params = message.get("params") if isinstance(message.get("params"), dict) else {}
+        params = _params(message)
         if isinstance(method, str):
             if key is not None:
                 self.from_editor[key] = (method, params)
@@ -298,7 +303,7 @@ class Proxy:
 
     def _agent_message(self, message: dict[str, Any], line: bytes, extra: list[dict[str, Any]]) -> bytes:
         method, key = message.get("method"), _id_key(message)
-        params = message.get("params") if isinstance(message.get("params"), dict) else {}
+        params = _params(message)
         if isinstance(method, str):
             if key is not None:
                 self.from_agent[key] = (method, params)
@@ -308,7 +313,7 @@ class Proxy:
                 self._write_file(params)
             elif method == "session/request_permission":
                 with self.lock:
-                    transcript = self.sessions.get(params.get("sessionId"))  # type: ignore[arg-type]
+                    transcript = self.sessions.get(str(params.get("sessionId")))
                     if transcript is not None:
                         transcript.tool_seen(params.get("toolCall"))
             return line

@@ -35,7 +35,8 @@ def content_text(block: Any) -> str:
     if kind == "text":
         return str(block.get("text") or "")
     if kind == "resource":
-        resource = block.get("resource") if isinstance(block.get("resource"), dict) else {}
+        resource = block.get("resource")
+        resource = resource if isinstance(resource, dict) else {}
         text = resource.get("text")
         return str(text) if isinstance(text, str) else f"[resource {resource.get('uri', '')}]"
     if kind == "resource_link":
