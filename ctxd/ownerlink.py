@@ -356,6 +356,11 @@ class Session:
             return None
         return session
 
+    @property
+    def closed(self) -> bool:
+        """The owner ended the session (it left, or died)."""
+        return self._closed
+
     def _write(self, message: dict[str, Any]) -> None:
         body = json.dumps(message, separators=(",", ":")).encode("utf-8")
         with self._lock:

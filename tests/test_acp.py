@@ -9,6 +9,7 @@ import json
 import os
 import queue
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -440,6 +441,44 @@ def test_when_ctxd_cannot_work_messages_still_pass_unchanged(sdk: Path, repo: Pa
         assert [(c["trigger"], c["thread"]) for c in taken] == [("turn", "acp:sess-1")]
         log = (state_dir / "ctxd" / "acp" / "proxy.log").read_text()
         assert "CTXD_OWNER=0" in log and "taking it here" in log
+
+
+def test_a_line_too_long_to_read_still_passes_unchanged(state_dir: Path, tmp_path: Path, repo: Path) -> None:
+    """Past 64 MiB without a newline the proxy passes the line on in pieces, unread."""
+    script = ("import sys; out = sys.stdout.buffer; out.write(b'{\"x\": \"' + b'y' * (70 << 20) + b'\"}\\n'); "
+              "out.write(b'{\"jsonrpc\": \"2.0\", \"method\": \"after\"}\\n'); out.flush()")
+    done = subprocess.run(PROXY + [sys.executable, "-c", script], capture_output=True, timeout=120,
+                          env=daemon_env(state_dir), cwd=repo, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0
+    first, second, rest = done.stdout.split(b"\n")
+    assert first == b'{"x": "' + b"y" * (70 << 20) + b'"}' and second == b'{"jsonrpc": "2.0", "method": "after"}'
+    assert rest == b""
+
+
+def test_when_the_owner_dies_the_next_turn_is_recorded_by_the_next_owner(
+        repo: Path, state_dir: Path, tmp_path: Path, daemon_factory: Callable[..., Client]) -> None:
+    from tests.rpc import wait_gone
+
+    first = daemon_factory([repo])
+    editor = RawEditor(PROXY + AGENT, agent_env(state_dir, tmp_path, "raw"), repo)
+    try:
+        session = start_session(editor, repo)
+        got = editor.request("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "one"}]})
+        editor.wait(lambda m: m.get("id") == got)
+        assert wait_until(lambda: len(history(first, repo, "acp:sess-1")) == 2)
+        owner = first.daemon_pid
+        os.kill(owner, signal.SIGKILL)
+        wait_gone(owner)
+        got = editor.request("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "two"}]})
+        answer = editor.wait(lambda m: m.get("id") == got)
+        assert answer["result"]["stopReason"] == "end_turn"
+        second = daemon_factory([repo])
+        assert second.daemon_pid != owner
+        texts = wait_until(lambda: (lambda h: h if len(h) == 4 else None)(
+            [i["content"][0]["text"] for i in history(second, repo, "acp:sess-1")]))
+        assert texts == ["one", "Echo: one", "two", "Echo: two"]
+    finally:
+        assert editor.close() == 0
 
 
 def test_bad_command_lines_say_how_to_call_it(tmp_path: Path) -> None:

@@ -33,6 +33,8 @@ RECORD_SECONDS = 30.0
 FOLDER_RETRIES = 40
 """A folder just added to the owner's session opens in the background: a record retries meanwhile."""
 LOG_BYTES = 1024 * 1024
+RECONNECT_SECONDS = 10.0
+"""After the owner's session ends (the owner died), a new one is tried at most this often."""
 
 
 def log(state_dir: Path, message: str) -> None:
@@ -66,6 +68,7 @@ class Owner:
         self._folders: set[Path] = set()
         self._ready = threading.Event()  # the attempt to open it ended (with or without a session)
         self._lock = threading.Lock()
+        self._tried = float("-inf")  # when a session was last opened again
         self._jobs: queue.Queue[tuple[Callable[[], None]] | None] = queue.Queue()
         threading.Thread(target=self._connect, name="ctxd-acp-owner", daemon=True).start()
         threading.Thread(target=self._work, name="ctxd-acp-records", daemon=True).start()
@@ -108,10 +111,21 @@ class Owner:
                 self._open(session, folder)
 
     def session(self, folder: Path, wait: float) -> ownerlink.Session | None:
-        """The owner's session with `folder` open (added when new), or None."""
+        """The owner's session with `folder` open (added when new), or None. A session the owner
+        ended (it died) is replaced by a new one, with the folders opened again."""
         self.want(folder)
         self._ready.wait(wait)
-        return self._session
+        session = self._session
+        if session is not None and session.closed and time.monotonic() - self._tried > RECONNECT_SECONDS:
+            with self._lock:
+                if self._session is session:
+                    self._session, self._tried = None, time.monotonic()
+                    self._ready.clear()
+                    log(self.state_dir, "the owner's session ended: opening another")
+                    threading.Thread(target=self._connect, name="ctxd-acp-owner", daemon=True).start()
+            self._ready.wait(wait)
+            session = self._session
+        return session
 
     # --- records: in order, never waited for ---
 
@@ -131,11 +145,23 @@ class Owner:
                 self._jobs.task_done()
 
     def request(self, folder: Path, method: str, params: dict[str, Any], timeout: float) -> Any:
-        """A request about `folder`'s workspace; retried while the folder is still opening.
+        """A request about `folder`'s workspace; retried while the folder is still opening, and
+        once on a new session when the owner ended the one it was sent on (it died).
         Raises OSError when there is no owner, ownerlink.RemoteError, TimeoutError."""
-        session = self.session(folder, CONNECT_WAIT_SECONDS)
-        if session is None:
-            raise OSError("no owner")
+        for attempt in (0, 1):
+            session = self.session(folder, CONNECT_WAIT_SECONDS)
+            if session is None:
+                raise OSError("no owner")
+            try:
+                return self._request_on(session, folder, method, params, timeout)
+            except OSError:
+                if attempt or not session.closed:
+                    raise
+        raise OSError("unreachable")
+
+    @staticmethod
+    def _request_on(session: ownerlink.Session, folder: Path, method: str, params: dict[str, Any],
+                    timeout: float) -> Any:
         for attempt in range(FOLDER_RETRIES):
             try:
                 return session.request(method, {"workspace": folder.as_uri(), **params}, timeout)

@@ -42,6 +42,8 @@ SESSION_REQUESTS = ("session/new", "session/load", "session/resume", "session/fo
 """Requests that carry `mcpServers` and open a session (load and resume name it; new and fork get it)."""
 ALLOWS = ("allow_once", "allow_always")
 READ_BYTES = 1 << 16
+MAX_LINE_BYTES = 64 * 1024 * 1024
+"""A line longer than this goes on in pieces as it arrives, unread by ctxd (memory stays bounded)."""
 
 
 def default_state_dir() -> Path:
@@ -64,7 +66,9 @@ def ctxd_command() -> list[str]:
 
 
 def lines(fd: int) -> Any:
-    """Each line read from `fd`, newline included (the last one may lack it), until its end."""
+    """Each line read from `fd`, newline included (the last one may lack it), until its end. Past
+    MAX_LINE_BYTES without a newline, what came is yielded as it is: a piece of a line is no JSON
+    message, so it passes unchanged, and so does the rest of that line."""
     pending = b""
     while True:
         try:
@@ -86,6 +90,9 @@ def lines(fd: int) -> Any:
             yield pending[start:end + 1]
             start = end + 1
         pending = pending[start:]
+        if len(pending) > MAX_LINE_BYTES:
+            yield pending
+            pending = b""
 
 
 class Out:
