@@ -481,6 +481,22 @@ def test_when_the_owner_dies_the_next_turn_is_recorded_by_the_next_owner(
         assert editor.close() == 0
 
 
+def test_no_api_key_reaches_the_proxys_log(repo: Path, state_dir: Path, tmp_path: Path) -> None:
+    """A checkpoint's label holds the prompt's first words, and a prompt may hold a key."""
+    key = "sk-test-" + "q7" * 12
+    env = agent_env(state_dir, tmp_path, "raw", CTXD_OWNER="0", SOME_API_KEY=key)
+    editor = RawEditor(PROXY + AGENT, env, repo)
+    try:
+        session = start_session(editor, repo)
+        got = editor.request("session/prompt", {"sessionId": session, "prompt": [
+            {"type": "text", "text": f"use {key} please"}]})
+        editor.wait(lambda m: m.get("id") == got)
+    finally:
+        editor.close()
+    log = (state_dir / "ctxd" / "acp" / "proxy.log").read_text()
+    assert "checkpoint" in log and "use [redacted] please" in log and key not in log
+
+
 def test_bad_command_lines_say_how_to_call_it(tmp_path: Path) -> None:
     for argv in ([], ["--workspace"], ["--"], ["--bogus", "x", "--", "true"]):
         done = subprocess.run([sys.executable, "-m", "ctxd", "acp", *argv], capture_output=True, timeout=30,

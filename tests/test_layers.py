@@ -38,8 +38,8 @@ ALLOWED: dict[str, set[str]] = {
     "agentmcp": {"ctxd", "hooks", "ownerlink", "settings"},  # hooks: the enclosing workspace (hooks.locate)
     # The ACP proxy, an entry of its own beside the server, the hooks and `ctxd mcp`: it reaches the
     # owner (ownerlink), finds a session's workspace (hooks.locate), checkpoints alone when no owner
-    # answers (ghost, settings).
-    "acp": {"acplink", "ctxd", "ghost", "hooks", "ownerlink", "settings"},
+    # answers (ghost, settings), keeps keys out of its log (logs).
+    "acp": {"acplink", "ctxd", "ghost", "hooks", "logs", "ownerlink", "settings"},
     "__main__": {"entry"},
 }
 FOREIGN_WIRE = {"pygls", "lsprotocol", "cattrs"}  # the stack issue #12 replaced: nothing may come back to it

@@ -38,9 +38,13 @@ RECONNECT_SECONDS = 10.0
 
 
 def log(state_dir: Path, message: str) -> None:
-    """One line in the proxy's log; a log that cannot be written is nobody's problem."""
+    """One line in the proxy's log, API keys taken out (a label holds a prompt's first words); a
+    log that cannot be written is nobody's problem."""
     try:
         from ctxd import acplink
+        from ctxd.logs import RedactSecrets
+
+        message = RedactSecrets().redact(message)
 
         path = acplink.folder(state_dir) / "proxy.log"
         with contextlib.suppress(OSError):

@@ -69,7 +69,7 @@ def lines(fd: int) -> Any:
     """Each line read from `fd`, newline included (the last one may lack it), until its end. Past
     MAX_LINE_BYTES without a newline, what came is yielded as it is: a piece of a line is no JSON
     message, so it passes unchanged, and so does the rest of that line."""
-    pending = b""
+    pending = bytearray()
     while True:
         try:
             chunk = os.read(fd, READ_BYTES)
@@ -79,20 +79,19 @@ def lines(fd: int) -> Any:
             chunk = b""
         if not chunk:
             if pending:
-                yield pending
+                yield bytes(pending)
             return
+        scan = len(pending)  # what came before holds no newline: only the new bytes are searched
         pending += chunk
         start = 0
-        while True:
-            end = pending.find(b"\n", start)
-            if end < 0:
-                break
-            yield pending[start:end + 1]
-            start = end + 1
-        pending = pending[start:]
+        while (end := pending.find(b"\n", scan)) >= 0:
+            yield bytes(pending[start:end + 1])
+            start = scan = end + 1
+        if start:
+            del pending[:start]
         if len(pending) > MAX_LINE_BYTES:
-            yield pending
-            pending = b""
+            yield bytes(pending)
+            pending.clear()
 
 
 class Out:
