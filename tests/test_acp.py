@@ -158,6 +158,9 @@ def test_the_session_is_a_read_only_thread_the_daemon_shows(sdk: Path, repo: Pat
     run_client(sdk, tmp_path, scenario, PROXY + AGENT, agent_env(state_dir, tmp_path, "proxied"))
     info = wait_until(lambda: thread_of(client, repo, "acp:sess-1"))
     assert info is not None, "the ACP session is not among the workspace's threads"
+    # the editor was told: a new thread, and checkpoints (as after a hook's)
+    client.wait_for_notification("ctxd/threadsChanged", lambda p: p["workspace"] == repo.as_uri())
+    client.wait_for_notification("ctxd/ghostChanged", lambda p: p["workspace"] == repo.as_uri())
     assert info["source"] == "acp" and info["readOnly"] is True and info["title"] == "hello there"
     items = wait_until(lambda: (lambda h: h if len(h) >= 6 else None)(history(client, repo, "acp:sess-1")))
     kinds = [(i["type"], i.get("role")) for i in items]

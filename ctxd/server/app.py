@@ -464,7 +464,8 @@ class CtxdServer:
                 raise Cancelled("request cancelled")
             params = parse_params(params_model, raw_params)
             workspace = self.service.workspace(params.workspace)
-            result = fn(Call(workspace, cancel, self.outbox, self.events, self.sessions, self.writes_acp), params)
+            result = fn(Call(workspace, cancel, self.outbox, self.events, self.sessions, self.writes_acp,
+                             self.daemon.everyone.notify), params)
         except Exception as error:  # noqa: BLE001 - reported to the client
             self._report(method, msg_id, error)
             return

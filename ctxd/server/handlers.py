@@ -38,6 +38,7 @@ class Call:
     events: CompactionEvents
     sessions: Any = None  # the followed sessions (ctxd.sessions.bridge.SessionBridge), if any
     writes_acp: bool = False  # the session is a `ctxd acp` proxy's (ownerlink.Session, role "acp")
+    broadcast: Callable[[str, dict[str, Any]], None] | None = None  # a notification to every session
 
     def check_cancelled(self) -> None:
         if self.cancel.is_set():
@@ -235,8 +236,12 @@ def acp_record(call: Call, params: p.AcpRecordParams) -> shapes.RecordResult:
                             "lastActivity": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     context: dict[str, Any] = {key: value for key, value in (("model", params.model), ("contextWindow", params.size))
                                if value}
-    return call.workspace.record_followed(params.thread, validate_items(params.items), info=info, context=context,
-                                          used=params.used, replay=params.replay)
+    new = not call.workspace.exists(params.thread)
+    result = call.workspace.record_followed(params.thread, validate_items(params.items), info=info, context=context,
+                                            used=params.used, replay=params.replay)
+    if new and call.broadcast is not None:  # the editors' thread lists show it at once
+        call.broadcast(methods.THREADS_CHANGED, {"workspace": call.workspace.uri})
+    return result
 
 
 @handler(methods.ACP_CHECKPOINT)
@@ -250,4 +255,6 @@ def acp_checkpoint(call: Call, params: p.AcpCheckpointParams) -> shapes.AcpCheck
     commit = ghost.snapshot(workspace.opened_root(), params.message, settings=workspace.settings.ghost,
                             trigger=params.trigger, thread=params.thread, turn=params.turn, tool=params.tool,
                             cancel=call.cancel, state_dir=workspace.state_dir)
+    if call.broadcast is not None:  # as after a hook's checkpoint: the editors' lists show it
+        call.broadcast(methods.GHOST_CHANGED, {"workspace": workspace.uri})
     return {"id": commit["id"]}
