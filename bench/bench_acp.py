@@ -155,10 +155,17 @@ def main(argv: list[str]) -> int:
                 finally:
                     editor.close()
             log = Path(env["XDG_STATE_HOME"]) / "ctxd" / "acp" / "proxy.log"
-            by_owner = sum(1 for line in log.read_text("utf-8").splitlines() if "by the owner" in line)
-            here = sum(1 for line in log.read_text("utf-8").splitlines() if ") here in" in line)
+            logged = log.read_text("utf-8").splitlines()
+            by_owner = sum(1 for line in logged if "by the owner" in line)
+            here = sum(1 for line in logged if ") here in" in line)
             print(f"{args.files} files, {args.changed} changed per write; checkpoints by the owner {by_owner}, "
                   f"in the proxy {here}; load average {load_average()}")
+            for label, what in (("before edit", "the permission's (10 changed)"),
+                                ("before fs/write_text_file", "the write's (nothing changed since)")):
+                took = [float(line.split(" in ")[-1].split(" ms")[0]) for line in logged if label in line]
+                if took:
+                    print(f"  {what}: p50 {statistics.median(took):.0f} ms, p95 {percentile(took, 0.95):.0f} ms "
+                          "(as the proxy waited for the owner's answer)")
         finally:
             daemon.shutdown(timeout=10)
     median = statistics.median
