@@ -173,6 +173,7 @@ class Proxy:
         self.from_editor: dict[Any, tuple[str, dict[str, Any]]] = {}
         self.from_agent: dict[Any, tuple[str, dict[str, Any]]] = {}
         self.lock = threading.Lock()  # the two directions share the sessions
+        self._owner_lock = threading.Lock()
 
     # --- the owner ---
 
@@ -187,9 +188,10 @@ class Proxy:
 
     def start_owner(self) -> Owner:
         """The owner's session, opened in the background the first time it is wanted."""
-        if self.owner is None:
-            self.owner = Owner(self.state_dir)
-        return self.owner
+        with self._owner_lock:  # both directions may want it first
+            if self.owner is None:
+                self.owner = Owner(self.state_dir)
+            return self.owner
 
     # --- editor -> agent ---
 
@@ -299,15 +301,14 @@ class Proxy:
 
     def from_agent_line(self, line: bytes) -> None:
         message = _parse(line) if line.strip() else None
-        extra: list[dict[str, Any]] = []
         if message is not None:
             try:
-                line = self._agent_message(message, line, extra)
+                line = self._agent_message(message, line)
             except Exception as error:  # noqa: BLE001 - fail open: the message goes on as it came
                 log(self.state_dir, f"reading an agent message failed: {describe(error)}")
         self.editor.write(line)
 
-    def _agent_message(self, message: dict[str, Any], line: bytes, extra: list[dict[str, Any]]) -> bytes:
+    def _agent_message(self, message: dict[str, Any], line: bytes) -> bytes:
         method, key = message.get("method"), _id_key(message)
         params = _params(message)
         if isinstance(method, str):
@@ -490,8 +491,7 @@ def main(argv: list[str]) -> int:
     assert agent.stdin is not None and agent.stdout is not None
     for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # the editor stops the agent through us
         signal.signal(number, lambda sig, _frame: _forward_signal(agent, sig))
-    with_link = threading.Thread(target=acplink.remove_stale, args=(state_dir,), daemon=True)
-    with_link.start()
+    threading.Thread(target=acplink.remove_stale, args=(state_dir,), name="ctxd-acp-clean", daemon=True).start()
     proxy = Proxy(state_dir, workspace, Out(1, _close_stdout), Out(agent.stdin.fileno(), agent.stdin.close))
     editor_side = threading.Thread(target=_pump_editor, args=(proxy,), name="ctxd-acp-editor", daemon=True)
     editor_side.start()
