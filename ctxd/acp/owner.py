@@ -119,17 +119,18 @@ class Owner:
         ended (it died) is replaced by a new one, with the folders opened again."""
         self.want(folder)
         self._ready.wait(wait)
-        session = self._session
-        if session is not None and session.closed and time.monotonic() - self._tried > RECONNECT_SECONDS:
-            with self._lock:
-                if self._session is session:
-                    self._session, self._tried = None, time.monotonic()
-                    self._ready.clear()
-                    log(self.state_dir, "the owner's session ended: opening another")
-                    threading.Thread(target=self._connect, name="ctxd-acp-owner", daemon=True).start()
-            self._ready.wait(wait)
+        with self._lock:
             session = self._session
-        return session
+            if session is None or not session.closed:
+                return session
+            if time.monotonic() - self._tried < RECONNECT_SECONDS:
+                return None  # a new one was tried a moment ago
+            self._session, self._tried = None, time.monotonic()
+            self._ready.clear()
+        log(self.state_dir, "the owner's session ended: opening another")
+        threading.Thread(target=self._connect, name="ctxd-acp-owner", daemon=True).start()
+        self._ready.wait(wait)
+        return self._session
 
     # --- records: in order, never waited for ---
 
@@ -158,7 +159,12 @@ class Owner:
                 raise OSError("no owner")
             try:
                 return self._request_on(session, folder, method, params, timeout)
+            except TimeoutError:
+                raise  # the owner is there, and slow: not sent again
             except OSError:
+                seen = time.monotonic() + 1.0  # a write can fail before the reader sees the end
+                while not session.closed and time.monotonic() < seen:
+                    time.sleep(0.02)
                 if attempt or not session.closed:
                     raise
         raise OSError("unreachable")
