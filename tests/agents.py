@@ -1,5 +1,6 @@
 """The real agents, pinned, for end-to-end tests: Codex CLI and Claude Code
-(tests/test_real_agents.py), qwen-code, Gemini CLI and OpenCode (tests/test_new_agents_smoke.py).
+(tests/test_real_agents.py), qwen-code, Gemini CLI and OpenCode (tests/test_new_agents_smoke.py),
+Claude Code's ACP adapter and the official ACP client library (tests/test_acp*.py).
 
 `install()` fetches an agent from the npm registry once per machine into
 `$XDG_CACHE_HOME/ctxd-tests/agents/<package>@<version>` (default `~/.cache`): npm installs into a
