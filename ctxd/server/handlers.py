@@ -237,7 +237,7 @@ def acp_record(call: Call, params: p.AcpRecordParams) -> shapes.RecordResult:
     context: dict[str, Any] = {key: value for key, value in (("model", params.model), ("contextWindow", params.size))
                                if value}
     new = not call.workspace.exists(params.thread)
-    result = call.workspace.record_followed(params.thread, validate_items(params.items), info=info, context=context,
+    result = call.workspace.record_followed(params.thread, list(record_items(params.items)), info=info, context=context,
                                             used=params.used, replay=params.replay)
     if new and call.broadcast is not None:  # the editors' thread lists show it at once
         call.broadcast(methods.THREADS_CHANGED, {"workspace": call.workspace.uri})
