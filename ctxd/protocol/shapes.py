@@ -250,7 +250,7 @@ class ThreadInfo(TypedDict):
     itemCount: int
     historyVersion: int
     updatedAt: str
-    source: NotRequired[Literal["client", "codex", "claude"]]
+    source: NotRequired[Literal["client", "codex", "claude", "acp"]]
     title: NotRequired[str | None]
     model: NotRequired[str | None]
     lastActivity: NotRequired[str | None]
@@ -477,6 +477,14 @@ class GhostChanged(TypedDict):
     workspace: str
 
 
+@with_config(STRICT)
+class AcpCheckpointResult(TypedDict):
+    """`ctxd/acp/checkpoint` (v4): the checkpoint's id, or why none was taken (`ghost.auto` off)."""
+
+    id: str | None
+    skipped: NotRequired[str]
+
+
 # What each method answers and each notification carries; the schema's top level lists them.
 RESULTS: dict[str, Any] = {
     "ctxd/record": RecordResult,
@@ -498,6 +506,8 @@ RESULTS: dict[str, Any] = {
     "ctxd/recall": RecallResult,
     "ctxd/item": ItemResult,
     "ctxd/sessions/sync": SyncResult,
+    "ctxd/acp/record": RecordResult,
+    "ctxd/acp/checkpoint": AcpCheckpointResult,
 }
 NOTIFICATIONS: dict[str, Any] = {
     "ctxd/usageChanged": UsageChanged,

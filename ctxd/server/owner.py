@@ -370,7 +370,9 @@ class Owner:
         self.logs.attach(log_file, request.get("verbose") is True)
         code: int | None = None
         try:
-            server = CtxdServer(StreamConnection(with_head(head, reader), writer, on_exit=end), daemon=self.daemon)
+            role = request.get("role") if not fds and request.get("role") == "acp" else None  # ctxd acp's own socket
+            server = CtxdServer(StreamConnection(with_head(head, reader), writer, on_exit=end), daemon=self.daemon,
+                                role=role)
             code = server.serve()
         finally:
             end(code if code is not None else 0)

@@ -30,6 +30,8 @@ M.methods = {
   recall = "ctxd/recall",
   item = "ctxd/item",
   sessions_sync = "ctxd/sessions/sync",
+  acp_record = "ctxd/acp/record",
+  acp_checkpoint = "ctxd/acp/checkpoint",
   usage_changed = "ctxd/usageChanged",
   compacted = "ctxd/compacted",
   threads_changed = "ctxd/threadsChanged",
@@ -39,6 +41,35 @@ M.methods = {
 }
 
 M.PROTOCOL_VERSION = 3
+
+--- A checkpoint the proxy takes before a turn or a change (`ctxd/acp/checkpoint`).
+---@class ctxd.AcpCheckpointParams
+---@field message? string
+---@field thread? string
+---@field tool? table<string, any>|nil
+---@field trigger "turn"|"tool"
+---@field turn? table<string, any>|nil
+---@field workDoneToken? integer|string|nil
+---@field workspace string
+
+--- `ctxd/acp/checkpoint` (v4): the checkpoint's id, or why none was taken (`ghost.auto` off).
+---@class ctxd.AcpCheckpointResult
+---@field id string|nil
+---@field skipped? string
+
+--- The proxy's view of its ACP session (`ctxd/acp/record`): items to append, what the thread
+--- listing shows, and the agent's own gauge when it sent one (`usage_update`).
+---@class ctxd.AcpRecordParams
+---@field agent? string|nil
+---@field items any[]
+---@field model? string|nil
+---@field replay? boolean
+---@field size? integer|nil
+---@field thread? string
+---@field title? string|nil
+---@field used? integer|nil
+---@field workDoneToken? integer|string|nil
+---@field workspace string
 
 --- `ctxd/usage`: where the window's tokens go.
 ---@class ctxd.Breakdown
@@ -419,7 +450,7 @@ M.PROTOCOL_VERSION = 3
 ---@field lastActivity? string|nil
 ---@field model? string|nil
 ---@field readOnly? boolean
----@field source? "client"|"codex"|"claude"
+---@field source? "client"|"codex"|"claude"|"acp"
 ---@field thread string
 ---@field title? string|nil
 ---@field updatedAt string
