@@ -35,7 +35,7 @@ ALLOWED: dict[str, set[str]] = {
     "server": {"compact", "ctxd", "errors", "ghost", "ledger", "logs", "ownerlink", "protocol", "redact", "safefile", "sessions", "settings", "status", "tokens", "workspace"},
     "cli": {"acp", "agentmcp", "ctxd", "hooks", "logs", "redact", "safefile", "server", "sessions", "usage"},
     "entry": {"acp", "agentmcp", "cli", "hooks"},  # agentmcp: `ctxd mcp` answers before anything else is imported
-    "agentmcp": {"ctxd", "hooks", "ownerlink", "settings"},  # hooks: the enclosing workspace (hooks.locate)
+    "agentmcp": {"acplink", "ctxd", "hooks", "ownerlink", "settings"},  # hooks: the enclosing workspace (hooks.locate)
     # The ACP proxy, an entry of its own beside the server, the hooks and `ctxd mcp`: it reaches the
     # owner (ownerlink), finds a session's workspace (hooks.locate), checkpoints alone when no owner
     # answers (ghost, settings), keeps keys out of its log (logs).

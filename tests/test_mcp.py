@@ -339,3 +339,37 @@ def test_codex_reads_ctxds_gauge_as_its_status_line(tmp_path: Path) -> None:
                     assert took < 30, took  # a hang guard only: Codex's own bound is 1 s (bench_recall)
 
     anyio.run(scenario)
+
+
+def test_behind_a_ctxd_acp_proxy_it_serves_the_acp_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`ctxd acp` adds ctxd's MCP server before the session has an id, and names the session in a
+    link file once it has one (ctxd/acplink.py): the server serves that `acp:` thread."""
+    from ctxd import acplink, ownerlink
+
+    repo = make_repo(tmp_path / "ws")
+    state_dir = tmp_path / "state"
+    params = server_params(state_dir, repo.root, tmp_path / "claude-home")
+    for key, value in (params.env or {}).items():  # the owner this test starts: the tests' environment
+        monkeypatch.setenv(key, value)
+    owner_state = state_dir / "ctxd"
+    proxy = ownerlink.Session.open(owner_state, [repo.root], role="acp")
+    assert proxy is not None
+    try:
+        item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "the zebra protocol"}]}
+        proxy.request("ctxd/acp/record", {"workspace": repo.root.as_uri(), "thread": "acp:sess-7", "items": [item]})
+        link = acplink.link_path(owner_state, 1)
+        acplink.write(link, "acp:sess-7", repo.root)
+        params.env = {**(params.env or {}), acplink.ENV: str(link)}
+
+        async def scenario() -> None:
+            async with stdio_client(params) as streams:
+                async with ClientSession(*streams) as session:
+                    await session.initialize()
+                    usage, error = await call(session, "context_usage")
+                    assert not error and usage["thread"] == "acp:sess-7" and usage["agent"] == "acp", usage
+                    found, error = await call(session, "recall", query="zebra protocol")
+                    assert not error and found["results"][0]["thread"] == "acp:sess-7", found
+
+        anyio.run(scenario)
+    finally:
+        proxy.close()
