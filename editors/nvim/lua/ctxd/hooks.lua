@@ -171,7 +171,7 @@ function M.summary(states)
   return table.concat(parts, '; ')
 end
 
---- Show `lines` in a read-only scratch split named `name`; returns the buffer.
+--- Show `lines` in a read-only scratch split; returns the buffer.
 ---@param lines string[]
 ---@param filetype string
 ---@return integer buf

@@ -78,6 +78,10 @@ function M.open()
   local client = require('ctxd.client')
   local threads = require('ctxd.threads')
   local lsp_client, workspace = client.resolve()
+  if not lsp_client and #client.clients() > 0 then
+    require('ctxd.notify').say(workspace, vim.log.levels.WARN) -- a file outside every workspace
+    return
+  end
   local bufnr = vim.api.nvim_get_current_buf()
   local down = not lsp_client and (require('ctxd.status').down({ bufnr = bufnr }) or 'not running') or nil
   local thread = lsp_client and threads.current(workspace) or nil

@@ -794,7 +794,8 @@ t.describe('help', function()
     vim.cmd.helptags(dir)
     local tags = table.concat(vim.fn.readfile(dir .. '/tags'), '\n')
     for _, tag in ipairs({ 'ctxd', ':Ctxd', 'ctxd-setup', 'ctxd-statusline', 'ctxd-api', 'ctxd-health', 'ctxd.statusline()',
-      ':Ctxd-threads', ':Ctxd-diff', ':Ctxd-undo-restore', 'ctxd-trust', 'ctxd-follow', 'CtxdThreadsChanged' }) do
+      ':Ctxd-threads', ':Ctxd-diff', ':Ctxd-undo-restore', 'ctxd-trust', 'ctxd-follow', 'CtxdThreadsChanged',
+      ':Ctxd-menu', ':Ctxd-hooks', 'ctxd-agents', 'CtxdStale' }) do
       t.contains(tag .. '\tctxd.txt', tags)
     end
   end)
