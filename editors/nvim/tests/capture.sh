@@ -156,6 +156,10 @@ scenario_missing() {
   ws="$(workspace missing)"
   init_lua "{ enable = true }"
   # A PATH without ctxd (nvim is named by its absolute path).
+  if PATH=/usr/bin:/bin command -v ctxd >/dev/null; then
+    fail "missing: ctxd is installed in /usr/bin or /bin; this scenario needs a PATH without it"
+    return
+  fi
   START_ENV="PATH=/usr/bin:/bin" start 100 24 "$ws/src/calc.py"
   capture missing-01-open-a-file 'not installed'
   expect missing-01-open-a-file 'ctx not installed' "the gauge says 'ctx not installed'"
