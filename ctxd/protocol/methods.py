@@ -1,8 +1,8 @@
-"""The names on the wire: every method and notification ctxd answers or sends (protocol v3)."""
+"""The names on the wire: every method and notification ctxd answers or sends (protocol v4)."""
 
 from __future__ import annotations
 
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 
 # LSP lifecycle and the notifications ctxd takes from the client
 INITIALIZE = "initialize"

@@ -11,7 +11,7 @@ local M = {}
 local pending
 
 --- The protocol versions this plugin speaks (PROTOCOL.md); the newest is preferred.
-M.PROTOCOL_VERSIONS = { 1, 2, 3 }
+M.PROTOCOL_VERSIONS = { 1, 2, 3, 4 }
 
 --- Methods that address a workspace but no thread.
 local workspace_only = { [methods.threads] = true, [methods.status] = true }
