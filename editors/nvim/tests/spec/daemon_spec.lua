@@ -674,7 +674,7 @@ t.describe('daemon', function()
     t.matches('executable: %S+', text)
     t.contains('version: ctxd ', text)
     t.matches('attached to 1 buffer, including %S*README%.md', text)
-    t.matches('protocol version 3, %d+ methods', text)
+    t.matches('protocol version 4, %d+ methods', text)
     t.contains(vim.fs.joinpath(vim.env.XDG_STATE_HOME, 'ctxd'), text)
     t.eq(nil, text:find('ERROR', 1, true), text)
     -- The plugin never loads tiktoken itself (that would download the encoding): the tokenizer
