@@ -211,7 +211,12 @@ export function registerTree(viewId: string, model: TreeModel): Disposable {
     onDidChangeTreeData: changed.event,
     getChildren: (node) => (node ? (node.children ?? []) : model.nodes().catch((err) => [{ id: 'error', label: String(err?.message ?? err), icon: 'warning' }])),
     getTreeItem: (node) => {
-      const item = new vscode.TreeItem(node.label, node.children ? vscode.TreeItemCollapsibleState.Expanded : vscode.TreeItemCollapsibleState.None);
+      const state = !node.children
+        ? vscode.TreeItemCollapsibleState.None
+        : node.collapsed
+          ? vscode.TreeItemCollapsibleState.Collapsed
+          : vscode.TreeItemCollapsibleState.Expanded;
+      const item = new vscode.TreeItem(node.label, state);
       item.id = node.id;
       item.description = node.description;
       item.tooltip = node.tooltip;
@@ -338,6 +343,18 @@ export async function pythonInterpreter(): Promise<string[] | undefined> {
   }
   const configured = vscode.workspace.getConfiguration('python').get<string>('defaultInterpreterPath');
   return configured && configured !== 'python' ? [configured] : undefined;
+}
+
+/** Sets a context key the `when` clauses of package.json read. */
+export function setContext(key: string, value: unknown): Thenable<unknown> {
+  return vscode.commands.executeCommand('setContext', key, value);
+}
+
+/** The active folder on disk (`ctxd hooks`' project scope), if it is a local one. */
+export function activeFolderPath(): string | undefined {
+  const doc = vscode.window.activeTextEditor?.document;
+  const folder = (doc ? vscode.workspace.getWorkspaceFolder(doc.uri) : undefined) ?? vscode.workspace.workspaceFolders?.[0];
+  return folder?.uri.scheme === 'file' ? folder.uri.fsPath : undefined;
 }
 
 export function workspaceFolderPaths(): string[] {
