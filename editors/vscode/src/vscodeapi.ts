@@ -237,16 +237,22 @@ export function registerTree(viewId: string, model: TreeModel): Disposable {
 /** In-memory read-only documents: snapshot sides of diffs, archived items. */
 const VIRTUAL_SCHEME = 'ctxd-readonly';
 const virtualDocs = new Map<string, string>();
+/** Tells VS Code a document it holds open (Show Status again, a tab restored by a reload) has new text. */
+const virtualChanged = new vscode.EventEmitter<vscode.Uri>();
 
 export function registerVirtualDocuments(): Disposable {
-  return vscode.workspace.registerTextDocumentContentProvider(VIRTUAL_SCHEME, {
+  const provider = vscode.workspace.registerTextDocumentContentProvider(VIRTUAL_SCHEME, {
+    onDidChange: virtualChanged.event,
     provideTextDocumentContent: (uri) => virtualDocs.get(uri.toString()) ?? '',
   });
+  return { dispose: () => provider.dispose() };
 }
 
 function virtualUri(pathPart: string, content: string): vscode.Uri {
   const uri = vscode.Uri.from({ scheme: VIRTUAL_SCHEME, path: `/${pathPart}` });
+  const changed = virtualDocs.has(uri.toString()) || vscode.workspace.textDocuments.some((d) => d.uri.toString() === uri.toString());
   virtualDocs.set(uri.toString(), content);
+  if (changed) virtualChanged.fire(uri);
   return uri;
 }
 

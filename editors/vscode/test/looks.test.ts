@@ -1,5 +1,7 @@
 /** Issue #40's pure parts: the agents table, names, Codex's own figure, the breakdown's arrows, the Snapshots grouping, tokens not items. */
 import assert from 'node:assert/strict';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
 import { describe, test } from 'node:test';
 import { AGENTS, FALLBACK_ICON, agentOf, readOnlySentence } from '../src/agents';
 import { renderBreakdownHtml } from '../src/breakdownView';
@@ -116,5 +118,39 @@ describe('conversation text', () => {
       md,
       '### Tool call: exec_command · pytest -q tests\n\n### Tool call: apply_patch · src/app.py\n\n### Tool result of exec_command · pytest -q tests\n\n```text\nline 1\nline 2\n```',
     );
+  });
+});
+
+describe('package.json: menus, welcome views and the walkthrough', () => {
+  const pkg = JSON.parse(fs.readFileSync(path.join(__dirname, '..', '..', 'package.json'), 'utf8'));
+  const c = pkg.contributes;
+
+  test('nothing that writes a followed session\'s conversation is in its menus', () => {
+    const palette = Object.fromEntries(c.menus.commandPalette.map((e: { command: string; when: string }) => [e.command, e.when]));
+    for (const id of ['ctxd.compact', 'ctxd.compactNow', 'ctxd.rollback', 'ctxd.undoLast']) assert.equal(palette[id], '!ctxd.shownReadOnly', id);
+    for (const e of c.menus['view/title'].filter((x: { command: string }) => ['ctxd.compactNow', 'ctxd.undoLast'].includes(x.command))) {
+      assert.match(e.when, /&& !ctxd\.shownReadOnly$/);
+    }
+    const items = c.menus['view/item/context'];
+    const whenOf = (id: string) => items.filter((e: { command: string }) => e.command === id).map((e: { when: string }) => e.when);
+    // snapshot.filesOnly (a followed session's rows) gets Restore Files, not Restore Files and Conversation.
+    assert.deepEqual(whenOf('ctxd.restoreFilesAndConversation'), ['view == ctxd.snapshots && viewItem == snapshot']);
+    assert.ok(whenOf('ctxd.restoreFiles').every((w: string) => /viewItem =~ \/\^snapshot\(\\\.filesOnly\)\?\$\//.test(w)));
+    // operation.readOnly (a followed session's history) has no Undo.
+    assert.ok(whenOf('ctxd.undoOperation').every((w: string) => /viewItem == operation$/.test(w)));
+  });
+
+  test('empty views offer Install (and Install Agent Hooks once ctxd runs); the walkthrough has Install, Set path and hooks', () => {
+    const welcome = c.viewsWelcome as { view: string; contents: string; when: string }[];
+    for (const view of ['ctxd.threads', 'ctxd.snapshots', 'ctxd.compactions']) {
+      const missing = welcome.find((w) => w.view === view && /ctxd\.daemonState == notInstalled/.test(w.when));
+      assert.match(missing?.contents ?? '', /\[Install ctxd\]\(command:ctxd\.install\)/, view);
+    }
+    assert.match(welcome.find((w) => w.view === 'ctxd.threads' && /== running/.test(w.when))!.contents, /\(command:ctxd\.installHooks\)/);
+    const steps = c.walkthroughs[0].steps as { description: string; media: { markdown: string } }[];
+    assert.deepEqual(steps.map((s) => /\(command:(ctxd\.\w+)\)/.exec(s.description)?.[1]), ['ctxd.install', 'ctxd.setDaemonPath', 'ctxd.installHooks', 'ctxd.showUsage']);
+    for (const s of steps) assert.ok(fs.existsSync(path.join(__dirname, '..', '..', s.media.markdown)), s.media.markdown);
+    const shipped = fs.readFileSync(path.join(__dirname, '..', '..', '.vscodeignore'), 'utf8');
+    assert.match(shipped, /^!media\/walkthrough\/\*\.md$/m);
   });
 });
