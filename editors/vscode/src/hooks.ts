@@ -104,7 +104,8 @@ export function hooksSummary(states: readonly HookState[]): string[] {
     if (scopes.length === 0) return `${name}: not installed${problems.length ? ` (${problems.join('; ')})` : ''}`;
     const untrusted = scopes.find((s) => s.trusted === false);
     const trusted = scopes.length > 0 && scopes.every((s) => s.trusted === true);
-    const trust = untrusted ? `, ${untrusted.trust}` : trusted ? ', trusted' : '';
+    // Codex's words start "installed, not trusted yet": the line has said installed already.
+    const trust = untrusted ? `, ${untrusted.trust?.replace(/^installed,\s*/, '')}` : trusted ? ', trusted' : '';
     return `${name}: installed (${scopes.map((s) => s.scope).join(', ')})${trust}${problems.length ? ` (${problems.join('; ')})` : ''}`;
   });
 }

@@ -95,9 +95,9 @@ describe('agent hooks from the editor (real ctxd hooks)', () => {
     const done = ui.messages.at(-1)!;
     assert.equal(done.severity, 'info');
     assert.match(done.message, /Claude Code: installed \(user\)/);
-    assert.match(done.message, /Codex: installed \(user\), installed, not trusted yet: review them in Codex's \/hooks/);
+    assert.match(done.message, /Codex: installed \(user\), not trusted yet: review them in Codex's \/hooks/);
     const page = hooksMarkdown(await readHooksStatus(run)).join('\n');
-    assert.match(page, /^## Agent hooks\n\n- Claude Code: installed \(user\)\n- Codex: installed \(user\), installed, not trusted yet/);
+    assert.match(page, /^## Agent hooks\n\n- Claude Code: installed \(user\)\n- Codex: installed \(user\), not trusted yet: review them in Codex's \/hooks$/m);
   });
 
   test('a second install has nothing to change and says so', async () => {

@@ -176,7 +176,7 @@ describe('status page', () => {
     assert.ok(md.startsWith('# ctxd 0.2.0 (protocol 2)\n'));
     assert.match(md, /- \*\*\.ctxd\.toml `llm\.base_url`\*\*: ignored: the workspace is not trusted/);
     assert.match(md, /- o200k_base: loaded; counts are exact/);
-    assert.match(md, /- codex: 2 sessions \(\/h\/\.codex\)/);
+    assert.match(md, /- Codex: 2 sessions \(\/h\/\.codex\)/);
     assert.match(md, /Trusted: no \(settings that reach off the machine are ignored\)/);
     assert.ok(md.indexOf('## Problems') < md.indexOf('## Token counting'));
   });
@@ -195,7 +195,7 @@ describe('status page', () => {
         { agent: 'claude', root: '/h/.claude', enabled: true, sessions: 1, unread: [{ version: null, kinds: ['hologram'], records: 1 }] },
       ],
     });
-    assert.match(md, /- codex: 1 sessions \(\/h\/\.codex\)\n {2}- Codex 0\.171\.0 wrote 3 kinds of record ctxd does not read: last_usage_includes_reasoning, token_usage_record, world_state\n/);
+    assert.match(md, /- Codex: 1 sessions \(\/h\/\.codex\)\n {2}- Codex 0\.171\.0 wrote 3 kinds of record ctxd does not read: last_usage_includes_reasoning, token_usage_record, world_state\n/);
     assert.match(md, /- Claude Code wrote 1 kind of record ctxd does not read: hologram/);
   });
 });
