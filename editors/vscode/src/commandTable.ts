@@ -18,7 +18,7 @@ import { type LiveSearch, searchHistoryFlow } from './recall';
 import { deleteSnapshotFlow, restoreSnapshotFlow, showChangesFlow, undoRestoreFlow } from './snapshots';
 import { statusMarkdown } from './statusReport';
 import { type RestoreMemory, undoFlow, undoLastFlow } from './timeMachine';
-import { shortId } from './text';
+import { noIcons, shortId } from './text';
 import { type TreeNode, archivedBy, threadNode } from './trees';
 import { type Ui, attempt } from './ui';
 import { type WaysOutHost, installFlow, setPathFlow } from './waysOut';
@@ -132,7 +132,7 @@ export function commandTable(h: CommandHost): CommandTable {
       const thread = await ui.pick(
         [
           { label: '$(sync) Follow the latest thread', description: service.threads.isPinned(w.uri) ? '' : 'current', value: FOLLOW_LATEST },
-          ...nodes.map((n, i) => ({ label: `$(${n.icon}) ${n.label}`, description: n.description, detail: list[i].model ?? undefined, value: list[i].thread })),
+          ...nodes.map((n, i) => ({ label: `$(${n.icon}) ${noIcons(n.label)}`, description: n.description, detail: list[i].model ?? undefined, value: list[i].thread })),
         ],
         { title: 'ctxd: Switch Thread', placeHolder: 'Thread to show in the status bar' },
       );

@@ -191,7 +191,9 @@ export async function installHooksFlow(h: HooksHost): Promise<HooksOutcome> {
   const done = await h.ui.progress('ctxd: installing the hooks…', () => h.run(['install', '--agent', agentArg]));
   h.log(`ctxd hooks install --agent ${agentArg}: ${done.stdout}${done.stderr}`);
   if (done.code !== 0) {
-    h.ui.notify('error', `Installing the hooks failed: ${failureText(done)}. The agents' files are as they were.`);
+    // ctxd writes every file or none when it reports a failure; a run that did not finish says nothing of them.
+    const files = done.code > 0 ? "The agents' files are as they were." : 'Show Status says what is installed.';
+    h.ui.notify('error', `Installing the hooks failed: ${failureText(done)}. ${files}`);
     return 'failed';
   }
   const after = await readHooksStatus(h.run);

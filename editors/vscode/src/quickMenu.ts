@@ -8,6 +8,7 @@ import type { StopReason } from './daemon';
 import { agentOf, ownCommands } from './agents';
 import { type ThreadFacts, isFollowed, threadPhrase } from './followed';
 import { Method } from './protocol';
+import { noIcons } from './text';
 
 export interface MenuState {
   down: StopReason | undefined;
@@ -32,7 +33,7 @@ export function menuItems(state: MenuState): PickItem<string>[] {
     );
     return items;
   }
-  const on = state.thread ? threadPhrase(state.thread, 40) : 'the active thread';
+  const on = state.thread ? noIcons(threadPhrase(state.thread, 40)) : 'the active thread';
   const followed = isFollowed(state.thread);
   const items: PickItem<string>[] = [{ label: '$(graph) Open breakdown', description: on, value: COMMANDS.showUsage }];
   // A followed session's conversation is its agent's: nothing here writes it; its files can still go back.

@@ -69,7 +69,8 @@ export function recallItems(hits: readonly RecallHit[], now: number, facts: (thr
       h.createdAt ? formatAge(h.createdAt, now) : undefined,
     ]
       .filter(Boolean)
-      .join(' · '),
+      .join(' · ')
+      .replace(/\$\(/g, '$\u200b('),
     value: h,
   }));
 }

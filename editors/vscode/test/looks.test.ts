@@ -154,3 +154,11 @@ describe('package.json: menus, welcome views and the walkthrough', () => {
     assert.match(shipped, /^!media\/walkthrough\/\*\.md$/m);
   });
 });
+
+describe('a title is text, never an icon', () => {
+  test('a session titled with "$(…)" shows it as typed in the menu', async () => {
+    const { menuItems } = await import('../src/quickMenu');
+    const items = menuItems({ down: undefined, supports: () => true, thread: threadFacts('claude:1', { title: 'run $(zap) now', source: 'claude', readOnly: true }) });
+    assert.equal(items[0].description, 'the Claude Code session "run $\u200b(zap) now"');
+  });
+});
