@@ -123,7 +123,7 @@ describe('command table', () => {
     const { h, seen } = host(service, d.uri, new ScriptedUi());
     await commandTable(h)[COMMANDS.showStatus]();
     assert.equal(seen.opened[0]?.name, 'ctxd-status.md');
-    assert.match(seen.opened[0].content, /^# ctxd .* \(protocol 3\)/);
+    assert.match(seen.opened[0].content, /^# ctxd .* \(protocol 4\)/);
   });
 
   test('Search History opens the chosen item as a Markdown document', async () => {

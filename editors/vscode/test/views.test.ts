@@ -237,10 +237,10 @@ describe('views and snapshot actions (real daemon)', () => {
   test('Show status renders what ctxd/status says (protocol v2)', async (t) => {
     if (!service.supports(Method.status)) return t.skip('this daemon does not serve ctxd/status yet (protocol v2)');
     const status = await service.status();
-    assert.equal(status.protocolVersion, 3);
+    assert.equal(status.protocolVersion, 4);
     assert.equal(status.trusted, false);
     const md = statusMarkdown(status);
-    assert.ok(md.startsWith(`# ctxd ${status.version} (protocol 3)`), md);
+    assert.ok(md.startsWith(`# ctxd ${status.version} (protocol 4)`), md);
     assert.match(md, /Trusted: no/);
   });
 
