@@ -523,6 +523,7 @@ class CtxdServer:
             uris = [params["rootUri"]]
         for uri in uris:
             self._open(uri)
+        self.daemon.folders_changed()  # an owner already following sessions: these folders too
 
     def _configure(self, params: dict[str, Any]) -> None:
         options = params.get("initializationOptions")
