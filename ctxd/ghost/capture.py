@@ -22,7 +22,7 @@ from typing import Any, Generic, TypeVar, cast
 
 from ctxd.errors import Cancelled, GitFailed
 from ctxd.ghost import treewatch
-from ctxd.ghost.store import Site, drop_unused_shared_indexes, now_ns, shared_index_of
+from ctxd.ghost.gitstore import Site, drop_unused_shared_indexes, now_ns, shared_index_of
 from ctxd.settings import GhostSettings
 
 DEPENDENCY_DIRS = frozenset({
@@ -42,7 +42,7 @@ _PACKED = ("-c", "core.bigFileThreshold=1")
 """Blobs go into one pack per command (git's bulk check-in) instead of one loose file each."""
 FEW_PATHS = 64
 """Up to this many paths, blobs are written loose: a pack per capture costs more than a few files
-(it is synced to disk), and the packs would soon make the store repack (`ctxd.ghost.store.needs_gc`)."""
+(it is synced to disk), and the packs would soon make the store repack (`ctxd.ghost.gitstore.needs_gc`)."""
 
 
 def _store_flags(paths: int) -> tuple[str, ...]:

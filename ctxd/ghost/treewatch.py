@@ -283,7 +283,7 @@ class Tracker:
     def _run(self) -> None:
         try:
             self._walk("")
-            from ctxd.ghost.store import fan_out
+            from ctxd.ghost.gitstore import fan_out
 
             fan_out(self.barrier_dir.parent)  # the store's
             with self._lock:

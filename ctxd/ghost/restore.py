@@ -1,6 +1,6 @@
 """Ghost snapshots: the working tree as it was, kept outside the user's history; restore, preview, undo.
 
-A snapshot is a commit of ctxd's own store (`ctxd.ghost.store`) whose tree is the workspace's
+A snapshot is a commit of ctxd's own store (`ctxd.ghost.gitstore`) whose tree is the workspace's
 working tree, captured through a temporary index (`ctxd.ghost.capture`): the user's index, HEAD,
 refs, config, hooks and files are never written by a snapshot. Its metadata (message, time,
 scope, the user's HEAD, what was skipped) is a JSON line in the commit message.
@@ -37,10 +37,10 @@ from pathlib import Path
 from typing import Any
 
 from ctxd.errors import GitFailed, InvalidParams
-from ctxd.ghost import store as st
+from ctxd.ghost import gitstore as st
 from ctxd.ghost import treewrite
 from ctxd.ghost.capture import Background, CaptureOptions, State, capture, check_cancel, file_count, nul
-from ctxd.ghost.store import ID, Site, open_site
+from ctxd.ghost.gitstore import ID, Site, open_site
 from ctxd.ghost.treewrite import Change
 from ctxd.redact import redact
 from ctxd.settings import GhostSettings, default_state_dir
