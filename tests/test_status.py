@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.rpc import Client
+from tests.rpc import REPO, Client
 
 
 def test_status_reports_trust_problems_and_tokenizers(daemon_factory: Callable[..., Client], workspace: Path,
@@ -63,6 +64,16 @@ def test_the_vscode_types_are_generated_from_the_current_schema() -> None:
     generated = (REPO / "editors" / "vscode" / "ctxd-protocol.d.ts").read_text()
     assert f"schema sha256: {hashlib.sha256(schema).hexdigest()}" in generated, (
         "editors/vscode/ctxd-protocol.d.ts is stale: cd editors/vscode && npm run gen:protocol")
+
+
+def test_the_vscode_api_is_declared_once() -> None:
+    """`CtxdApi` is declared in the shipped editors/vscode/ctxd-api.d.ts alone; the extension's
+    source implements that declaration (issue #37: a second copy in src/api.ts could drift)."""
+    vscode = REPO / "editors" / "vscode"
+    sources = [*vscode.glob("*.ts"), *(vscode / "src").rglob("*.ts"), *(vscode / "test").rglob("*.ts")]
+    declared = sorted(str(p.relative_to(vscode)) for p in sources
+                      if re.search(r"\binterface CtxdApi\b", p.read_text(encoding="utf-8")))
+    assert declared == ["ctxd-api.d.ts"]
 
 
 def test_reading_a_thread_that_does_not_exist_creates_nothing(client: Client, workspace: Path) -> None:
