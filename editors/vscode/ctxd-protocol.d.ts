@@ -1,6 +1,6 @@
 /* eslint-disable */
 /**
- * The ctxd wire protocol (version 2): results, notifications and request params. GENERATED, do not edit:
+ * The ctxd wire protocol: results, notifications and request params. GENERATED, do not edit:
  * `npm run gen:protocol` from docs/protocol.schema.json (from ctxd/protocol/shapes.py).
  * schema sha256: 91cc3b7fe64c74598189742331366f63a0c78fcbebca91fa8c3d88da0d6661c8
  */
