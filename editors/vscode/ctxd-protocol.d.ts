@@ -2,7 +2,7 @@
 /**
  * The ctxd wire protocol: results, notifications and request params. GENERATED, do not edit:
  * `npm run gen:protocol` from docs/protocol.schema.json (from ctxd/protocol/shapes.py).
- * schema sha256: 91cc3b7fe64c74598189742331366f63a0c78fcbebca91fa8c3d88da0d6661c8
+ * schema sha256: fa3f536c492d4933194a9e035989859a64390461872ea85f6a091c456a8804d8
  */
 
 /**
@@ -268,6 +268,7 @@ export interface GhostRestoreParams {
  */
 export interface GhostSnapshotParams {
   message?: string | null;
+  record?: boolean;
   thread?: string;
   workDoneToken?: number | string | null;
   workspace: string;

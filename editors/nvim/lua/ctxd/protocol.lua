@@ -209,6 +209,7 @@ M.PROTOCOL_VERSION = 3
 
 ---@class ctxd.GhostSnapshotParams
 ---@field message? string|nil
+---@field record? boolean
 ---@field thread? string
 ---@field workDoneToken? integer|string|nil
 ---@field workspace string
