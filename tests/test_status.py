@@ -8,6 +8,8 @@ import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from tests.rpc import REPO, Client
 
 
@@ -132,3 +134,19 @@ def test_the_neovim_plugins_luacats_annotations_are_generated_from_the_shapes() 
     checked_in = (REPO / "editors" / "nvim" / "lua" / "ctxd" / "protocol.lua").read_text()
     assert checked_in == luacats(), "editors/nvim/lua/ctxd/protocol.lua is stale: python -m ctxd.protocol.luacats"
     assert "---@class ctxd.UsageSnapshot" in checked_in and '---@field tier "ok"|"warn"|"compact"' in checked_in
+
+
+def test_the_neovim_api_wrappers_are_generated_one_per_request() -> None:
+    """editors/nvim/lua/ctxd/api.lua is generated from ctxd/protocol/luacats.py's WRAPPERS, each checked
+    against methods.py and the method's params; when they change, regenerate it:
+    `python -m ctxd.protocol.luacats api > editors/nvim/lua/ctxd/api.lua`."""
+    from ctxd.protocol import methods
+    from ctxd.protocol.luacats import WRAPPERS, Wrapper, _wrapper, api_lua
+
+    checked_in = (REPO / "editors" / "nvim" / "lua" / "ctxd" / "api.lua").read_text()
+    assert checked_in == api_lua(), "editors/nvim/lua/ctxd/api.lua is stale: python -m ctxd.protocol.luacats api"
+    assert {w.method for w in WRAPPERS} == methods.REQUESTS, "a request without a wrapper in the Lua API"
+    with pytest.raises(ValueError, match="takes no conversation"):
+        _wrapper(Wrapper("diff", methods.GHOST_DIFF, "", (("id", "string", ""),), "{ id = id, conversation = true }"))
+    with pytest.raises(ValueError, match="not a request"):
+        _wrapper(Wrapper("changed", methods.USAGE_CHANGED, ""))
