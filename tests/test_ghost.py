@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from ctxd.errors import Cancelled, GitFailed, InvalidParams
+from ctxd.ghost import api as ghost
 from ctxd.ghost import capture
-from ctxd.ghost import restore as ghost
 from ctxd.settings import GhostSettings
 from tests.ghost_repo import Repo, isolated_git_env, make_repo
 

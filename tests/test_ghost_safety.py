@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from ctxd.errors import GitFailed, InvalidParams
-from ctxd.ghost import restore as ghost
+from ctxd.ghost import api as ghost
 from ctxd.settings import GhostSettings
 from tests.ghost_repo import IDENTITY, Repo, isolated_git_env, make_repo
 
@@ -554,7 +554,7 @@ def test_restore_writes_only_changed_paths_never_through_a_link(repo: Repo, tmp_
 _RESTORER = """
 import sys
 from pathlib import Path
-from ctxd.ghost import restore as ghost
+from ctxd.ghost import api as ghost
 ghost.restore(Path(sys.argv[1]), sys.argv[2])
 """
 

@@ -272,7 +272,7 @@ def plan(agent: str, event: str, data: dict[str, Any], state_dir: Path) -> dict[
 
 def take_checkpoint(job: dict[str, Any]) -> bool:
     """Take the job's checkpoint in this process; False when the workspace has them off."""
-    from ctxd.ghost import restore as ghost
+    from ctxd.ghost import api as ghost
     from ctxd.settings import load_settings
 
     settings = load_settings(job["folder"])

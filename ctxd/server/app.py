@@ -249,7 +249,7 @@ class Daemon:
 
     @staticmethod
     def _prime_now(workspace: Workspace) -> None:
-        from ctxd.ghost import restore as ghost
+        from ctxd.ghost import api as ghost
 
         try:
             ghost.prime(workspace.opened_root(), settings=workspace.settings.ghost, state_dir=workspace.state_dir)
@@ -554,7 +554,7 @@ class CtxdServer:
 
     def _report_interrupted_restore(self, workspace: Workspace) -> None:
         """A snapshot restore a crash cut short is told at once, with the snapshot to go back to."""
-        from ctxd.ghost import restore as ghost
+        from ctxd.ghost import api as ghost
 
         try:
             found = ghost.interrupted_restore(workspace.opened_root(), state_dir=workspace.state_dir, create=False)

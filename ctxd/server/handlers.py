@@ -142,7 +142,7 @@ def compact(call: Call, params: p.CompactParams) -> shapes.CompactResult:
 
 @handler(methods.GHOST_SNAPSHOT)
 def ghost_snapshot(call: Call, params: p.GhostSnapshotParams) -> shapes.GhostCommit:
-    from ctxd.ghost import restore as ghost
+    from ctxd.ghost import api as ghost
     from ctxd.workspace import checkpoints
 
     workspace, token = call.workspace, params.work_done_token
@@ -161,7 +161,7 @@ def ghost_snapshot(call: Call, params: p.GhostSnapshotParams) -> shapes.GhostCom
 
 @handler(methods.GHOST_LIST)
 def ghost_list(call: Call, params: p.GhostListParams) -> shapes.GhostListResult:
-    from ctxd.ghost import restore as ghost
+    from ctxd.ghost import api as ghost
 
     workspace = call.workspace
     snapshots = ghost.list_snapshots(workspace.opened_root(), state_dir=workspace.state_dir)
@@ -188,7 +188,7 @@ def ghost_restore(call: Call, params: p.GhostRestoreParams) -> shapes.RestoreRes
 
 @handler(methods.GHOST_DIFF)
 def ghost_diff(call: Call, params: p.GhostDiffParams) -> shapes.DiffResult:
-    from ctxd.ghost import restore as ghost
+    from ctxd.ghost import api as ghost
 
     workspace = call.workspace
     return cast("shapes.DiffResult", escape_paths(ghost.diff(workspace.opened_root(), params.id, params.path, settings=workspace.settings.ghost,
@@ -197,7 +197,7 @@ def ghost_diff(call: Call, params: p.GhostDiffParams) -> shapes.DiffResult:
 
 @handler(methods.GHOST_DELETE)
 def ghost_delete(call: Call, params: p.GhostDeleteParams) -> shapes.DeleteResult:
-    from ctxd.ghost import restore as ghost
+    from ctxd.ghost import api as ghost
 
     return cast("shapes.DeleteResult", ghost.delete(call.workspace.opened_root(), params.id, state_dir=call.workspace.state_dir))
 

@@ -231,7 +231,7 @@ class Owner:
     def keep(self, folder: Path) -> KeptFolder:
         """The folder, watched for the hooks (a capture ahead of the first checkpoint starts the
         watch, as a daemon does for a folder it opens)."""
-        from ctxd.ghost import restore as ghost
+        from ctxd.ghost import api as ghost
         from ctxd.ghost import treewatch
 
         real = os.path.realpath(folder)
@@ -421,7 +421,7 @@ class KeptFolder:
 def take_checkpoint(folders: list[Any], job: dict[str, Any]) -> dict[str, Any]:
     """A hook's checkpoint in the first of `folders` (an open workspace, or a kept folder)."""
     from ctxd.errors import CtxdError
-    from ctxd.ghost import restore as ghost
+    from ctxd.ghost import api as ghost
 
     folder = folders[0]
     settings = folder.settings.ghost

@@ -240,7 +240,7 @@ class SessionBridge:
         return info
 
     def _checkpoint(self, workspace: Workspace, thread: str, turn: Turn, number: int) -> None:
-        from ctxd.ghost import restore as ghost
+        from ctxd.ghost import api as ghost
         from ctxd.hooks.marks import hooked
 
         if hooked(workspace.state_dir, thread):

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ctxd.errors import Cancelled
-from ctxd.ghost import restore as ghost
+from ctxd.ghost import api as ghost
 from ctxd.workspace.core import followed_agent
 from ctxd.workspace.service import Workspace
 
