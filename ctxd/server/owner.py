@@ -1,6 +1,6 @@
 """`ctxd owner`: the one process per user and state dir that writes (docs/processes.md).
 
-It is the daemon (`app.Daemon`: the open workspaces, the workers, the followed sessions, the
+It is the daemon (`daemon.Daemon`: the open workspaces, the workers, the followed sessions, the
 tree watches, what the hooks hand over) serving every ctxd process of the user through
 `ctxd.ownerlink`'s socket. A connection's first line says what it wants:
 
@@ -40,8 +40,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 from ctxd import __version__, ownerlink
-from ctxd.server.app import CtxdServer, Daemon
+from ctxd.server.app import CtxdServer
 from ctxd.server.connection import StreamConnection, with_head
+from ctxd.server.daemon import Daemon
 
 if TYPE_CHECKING:
     from ctxd.settings import Settings
