@@ -129,12 +129,14 @@ def _hidden_tracked(site: Site, user: UserIndex, settings: GhostSettings,
 @dataclass(frozen=True)
 class CaptureOptions:
     """What a capture is asked for: the folder's ghost settings, whom to tell how it goes, what
-    stops it, and whether it is `light` (a diff's: hashes and stores nothing, writes no tree)."""
+    stops it, whether it is `light` (a diff's: hashes and stores nothing, writes no tree), and the
+    daemon's file watch, when it runs in one (only what the watch saw change is re-checked)."""
 
     settings: GhostSettings
     progress: Callable[[str], None] | None = None
     cancel: threading.Event | None = None
     light: bool = False
+    watch: treewatch.TreeWatch | None = None
 
     def say(self, message: str) -> None:
         if self.progress is not None:
@@ -153,7 +155,8 @@ def capture(site: Site, options: CaptureOptions, *, cold: bool = False) -> State
     """
     started = now_ns()
     # In the daemon, the paths changed since its last capture (taken first: before any file is read).
-    ticket = treewatch.NO_TICKET if options.light else treewatch.ticket(site.store, site.key, site.top, site.prefix)
+    watch = None if options.light else options.watch
+    ticket = treewatch.NO_TICKET if watch is None else watch.ticket(site.store, site.key, site.top, site.prefix)
     user = UserIndex(site)  # read before anything else
     cache = _Cache.for_site(site)
     index = site.temp_index()

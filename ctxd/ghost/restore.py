@@ -27,7 +27,7 @@ import os
 import stat
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ctxd.errors import GitFailed
 from ctxd.ghost import commits, recovery, treewrite
@@ -37,6 +37,9 @@ from ctxd.ghost.gitcmd import nul
 from ctxd.ghost.gitstore import Site
 from ctxd.ghost.treewrite import Change
 from ctxd.settings import GhostSettings
+
+if TYPE_CHECKING:
+    from ctxd.ghost.treewatch import TreeWatch
 
 
 def _skipped_paths(site: Site, meta: dict[str, Any]) -> list[str]:
@@ -200,7 +203,7 @@ def _reachable(site: Site, path: str) -> bool:
 
 
 def restore(folder: Path, commit_id: str, *, settings: GhostSettings | None = None, dry_run: bool = False,
-            state_dir: Path | None = None) -> dict[str, Any]:
+            state_dir: Path | None = None, watch: TreeWatch | None = None) -> dict[str, Any]:
     """Make the working tree (in scope) what it was at the snapshot.
 
     Returns `{id, restored, removed, undoId}`; with `dry_run`, `{id, restored, removed, dryRun: true}`
@@ -216,7 +219,7 @@ def restore(folder: Path, commit_id: str, *, settings: GhostSettings | None = No
         if site.user_git_dir is not None and (site.user_git_dir / "index.lock").exists():
             raise GitFailed("another git process is running (index.lock exists); nothing was restored")
         try:
-            current = capture(site, CaptureOptions(settings))
+            current = capture(site, CaptureOptions(settings, watch=watch))
         except GitFailed as error:
             raise _not_started(commit_id, error) from None
         writing_started = False

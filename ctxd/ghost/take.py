@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ctxd.errors import GitFailed, InvalidParams
 from ctxd.ghost import commits, recovery
@@ -23,6 +23,9 @@ from ctxd.ghost.gitcmd import check_cancel
 from ctxd.ghost.gitstore import ID, Site
 from ctxd.redact import redact
 from ctxd.settings import GhostSettings
+
+if TYPE_CHECKING:
+    from ctxd.ghost.treewatch import TreeWatch
 
 
 def _clean_message(message: str | None) -> str:
@@ -64,19 +67,21 @@ def snapshot(folder: Path, message: str | None = None, *, settings: GhostSetting
              progress: Callable[[str], None] | None = None, cancel: threading.Event | None = None,
              state_dir: Path | None = None, trigger: str = "manual", thread: str | None = None,
              turn: dict[str, Any] | None = None, tool: dict[str, Any] | None = None,
-             site: Site | None = None) -> dict[str, Any]:
+             watch: TreeWatch | None = None) -> dict[str, Any]:
     """Snapshot the workspace folder's working tree; returns a GhostCommit. Old snapshots beyond
     `ghost.keep` (the user's and restores') or `ghost.keep_auto` (turns' and tools') or
     `ghost.max_age_days` are dropped. An automatic checkpoint (`trigger` "turn" or "tool") of a
-    tree identical to the newest snapshot's adds nothing: that snapshot is the result."""
+    tree identical to the newest snapshot's adds nothing: that snapshot is the result. `watch`:
+    the daemon's file watch. Whether a checkpoint is taken at all is `ctxd.ghost.checkpoint.take`'s
+    to decide: this is how."""
     settings = settings or GhostSettings()
     extra = checkpoint_meta(trigger, thread, turn, tool)
     started = time.monotonic()
-    site = site or recovery.open_store(folder, state_dir)
+    site = recovery.open_store(folder, state_dir)
     with site.locked():
         recovery.recover(site)
         for attempt in (1, 2):
-            state = capture(site, CaptureOptions(settings, progress, cancel), cold=attempt == 2)
+            state = capture(site, CaptureOptions(settings, progress, cancel, watch=watch), cold=attempt == 2)
             try:
                 check_cancel(cancel)
                 if trigger in AUTOMATIC and (same := _unchanged(site, state.tree)) is not None:
@@ -95,7 +100,7 @@ def snapshot(folder: Path, message: str | None = None, *, settings: GhostSetting
     return commit
 
 
-def prime(folder: Path, *, settings: GhostSettings, state_dir: Path | None = None) -> None:
+def prime(folder: Path, *, settings: GhostSettings, watch: TreeWatch, state_dir: Path | None = None) -> None:
     """In the daemon, when a folder opens: one capture, committed to nothing, whose kept index starts
     the file watch's dirty set, so that the first checkpoint already re-checks only what changed
     (`ctxd.ghost.treewatch`). Only for a folder that has a store and no interrupted restore, and
@@ -105,7 +110,7 @@ def prime(folder: Path, *, settings: GhostSettings, state_dir: Path | None = Non
         return
     with site.locked(wait=False) as mine:
         if mine and recovery.recover(site) is None:  # a restore cut short waits for the user, untouched
-            capture(site, CaptureOptions(settings)).index.unlink(missing_ok=True)
+            capture(site, CaptureOptions(settings, watch=watch)).index.unlink(missing_ok=True)
 
 
 def _retain(site: Site, settings: GhostSettings, keep_id: str) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -27,6 +26,7 @@ from ctxd.workspace import Service, Workspace
 from ctxd.workspace.core import uri_to_path
 
 if TYPE_CHECKING:
+    from ctxd.ghost.treewatch import TreeWatch
     from ctxd.protocol import shapes
     from ctxd.server.app import CtxdServer
 
@@ -63,6 +63,7 @@ class Daemon:
         self.events = CompactionEvents(self.everyone, self.throttle)  # automatic compactions: every client's
         self.sessions: Any = None  # ctxd.sessions.bridge.SessionBridge, once warmed up
         self.hook_watcher: Any = None  # ctxd.sessions.hook_watch.HookWatcher, started with it
+        self.tree_watch: TreeWatch | None = None  # this daemon's file watch, from the warm-up on (`watch_trees`)
         self.configured = False  # the first `initialize` set the state dir and the options
         self._warming = False
         self._warmed = threading.Event()  # set when `_warm_up` is done
@@ -113,8 +114,8 @@ class Daemon:
                 return
             self._holders.pop(uri, None)
         self.service.close_folder(uri)
-        if (treewatch := sys.modules.get("ctxd.ghost.treewatch")) is not None:
-            treewatch.release(uri_to_path(uri))
+        if self.tree_watch is not None:
+            self.tree_watch.release(uri_to_path(uri))
 
     def initialized_clients(self) -> list[CtxdServer]:
         with self._lock:
@@ -142,12 +143,7 @@ class Daemon:
         need (pydantic, the handlers), build the estimator's tables, follow the agents' sessions,
         then import what compactions and snapshots need, instead of in the first request that does."""
         try:
-            from ctxd.ghost import treewatch
-
-            if os.environ.get("CTXD_TREE_WATCH") != "0":  # "0": every capture reads the whole tree
-                treewatch.enable()  # this process's captures re-check only what its watches saw change
-                for workspace in self.service.folders():
-                    self._prime(workspace)
+            self.watch_trees()
             from ctxd.server import handlers  # the first request needs it: first
             from ctxd.tokens import estimator
 
@@ -187,7 +183,24 @@ class Daemon:
     def _on_open(self, workspace: Workspace) -> None:
         workspace.auto_compactor = self._auto_compact  # compacts before a prompt over the limit
         workspace.pricer = functools.partial(self._price, workspace)  # a client thread's cost
-        if (treewatch := sys.modules.get("ctxd.ghost.treewatch")) is not None and treewatch.enabled():
+        workspace.tree_watch = self.tree_watch  # None until the warm-up (`watch_trees`)
+        if self.tree_watch is not None:
+            self._prime(workspace)
+
+    def watch_trees(self) -> None:
+        """From now on this daemon's captures re-check only what its file watch saw change
+        (`ctxd.ghost.treewatch`), and the open folders are watched at once; with CTXD_TREE_WATCH=0
+        every capture reads the whole tree."""
+        if os.environ.get("CTXD_TREE_WATCH") == "0":
+            return
+        from ctxd.ghost.treewatch import TreeWatch
+
+        with self._lock:
+            if self.tree_watch is not None or self._closed:
+                return
+            self.tree_watch = TreeWatch()
+        for workspace in self.service.folders():
+            workspace.tree_watch = self.tree_watch
             self._prime(workspace)
 
     def _prime(self, workspace: Workspace) -> None:
@@ -195,12 +208,14 @@ class Daemon:
         if workspace.settings.ghost.auto == "turn":
             self.background.submit(self._prime_now, workspace)
 
-    @staticmethod
-    def _prime_now(workspace: Workspace) -> None:
-        from ctxd.ghost import api as ghost
+    def _prime_now(self, workspace: Workspace) -> None:
+        from ctxd.ghost.take import prime
 
+        watch = self.tree_watch
+        if watch is None:
+            return
         try:
-            ghost.prime(workspace.opened_root(), settings=workspace.settings.ghost, state_dir=workspace.state_dir)
+            prime(workspace.opened_root(), settings=workspace.settings.ghost, watch=watch, state_dir=workspace.state_dir)
         except CtxdError as error:
             log.info("%s: no capture ahead of the first checkpoint: %s", workspace.uri, error.message)
 
@@ -225,8 +240,8 @@ class Daemon:
             self.sessions.stop()
         if self.hook_watcher is not None:
             self.hook_watcher.stop()
-        if (treewatch := sys.modules.get("ctxd.ghost.treewatch")) is not None:
-            treewatch.disable()
+        if self.tree_watch is not None:
+            self.tree_watch.close()
         self.lanes.close()
         self.background.shutdown(wait=False, cancel_futures=True)
         self.executor.shutdown(wait=True, cancel_futures=True)

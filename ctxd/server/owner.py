@@ -45,6 +45,7 @@ from ctxd.server.connection import StreamConnection, with_head
 from ctxd.server.daemon import Daemon
 
 if TYPE_CHECKING:
+    from ctxd.ghost.treewatch import TreeWatch
     from ctxd.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -232,22 +233,22 @@ class Owner:
     def keep(self, folder: Path) -> KeptFolder:
         """The folder, watched for the hooks (a capture ahead of the first checkpoint starts the
         watch, as a daemon does for a folder it opens)."""
-        from ctxd.ghost import api as ghost
-        from ctxd.ghost import treewatch
+        from ctxd.ghost.take import prime
 
         real = os.path.realpath(folder)
+        watch = self.daemon.tree_watch
         with self._lock:
             kept = self._kept.get(real)
             if kept is not None and kept.identity == _identity(real):
                 kept.last = time.monotonic()
                 return kept
             replaced = kept is not None  # another folder under that name now: its watch is the old one's
-            kept = self._kept[real] = KeptFolder(Path(real), self.state_dir)
-        if replaced:
-            treewatch.release(Path(real))
-        if treewatch.enabled():
+            kept = self._kept[real] = KeptFolder(Path(real), self.state_dir, watch)
+        if replaced and watch is not None:
+            watch.release(Path(real))
+        if watch is not None:
             try:
-                ghost.prime(kept.opened_root(), settings=kept.settings.ghost, state_dir=self.state_dir)
+                prime(kept.opened_root(), settings=kept.settings.ghost, watch=watch, state_dir=self.state_dir)
             except Exception as error:  # noqa: BLE001 - the checkpoints then read the whole tree
                 log.info("%s: no capture ahead of the hooks' checkpoints: %s", real, error)
         return kept
@@ -266,15 +267,14 @@ class Owner:
         return {**answer, "by": "owner"}
 
     def _release_idle_folders(self) -> None:
-        from ctxd.ghost import treewatch
-
+        watch = self.daemon.tree_watch
         with self._lock:
             idle = [real for real, kept in self._kept.items() if time.monotonic() - kept.last > self.idle]
             for real in idle:
                 del self._kept[real]
         for real in idle:
-            if not any(os.path.realpath(w.root) == real for w in self.daemon.service.folders()):
-                treewatch.release(Path(real))
+            if watch is not None and not any(os.path.realpath(w.root) == real for w in self.daemon.service.folders()):
+                watch.release(Path(real))
 
     # --- connections ---
 
@@ -399,9 +399,10 @@ class KeptFolder:
     """A folder the hooks checkpoint that no editor has open: its settings are read afresh for each
     job (the user may change them meanwhile), and it must still be the folder first seen."""
 
-    def __init__(self, root: Path, state_dir: Path) -> None:
+    def __init__(self, root: Path, state_dir: Path, tree_watch: TreeWatch | None) -> None:
         self.root = root
         self.state_dir = state_dir
+        self.tree_watch = tree_watch
         self.identity = _identity(str(root))
         self.last = time.monotonic()
 
@@ -436,7 +437,7 @@ def take_checkpoint(folders: list[Any], job: dict[str, Any]) -> dict[str, Any]:
                                 trigger=str(fields["trigger"]), thread=fields["thread"],
                                 turn=fields["turn"] if isinstance(fields["turn"], dict) else None,
                                 tool=fields["tool"] if isinstance(fields["tool"], dict) else None,
-                                state_dir=folder.state_dir)
+                                state_dir=folder.state_dir, watch=folder.tree_watch)
     except CtxdError as error:  # the hook tries itself (and logs what it finds)
         return {"taken": False, "reason": error.message}
     return {"taken": True, "commit": {"id": commit["id"]}}
@@ -493,10 +494,7 @@ def main(state_dir: Path, *, detached: bool, keep: Path | None = None) -> int:
     if lock is None:
         return 0  # another owner runs
     signal.signal(signal.SIGTERM, lambda *_: owner.ask_to_stop())
-    if os.environ.get("CTXD_TREE_WATCH") != "0":  # "0": every capture reads the whole tree
-        from ctxd.ghost import treewatch
-
-        treewatch.enable()
+    owner.daemon.watch_trees()  # before any session's warm-up: the hooks' checkpoints need it first
     try:
         if keep is not None:  # started by a hook that checkpointed this folder alone: the next is short
             threading.Thread(target=owner.keep, args=(keep,), name="ctxd-owner-keep", daemon=True).start()

@@ -249,7 +249,7 @@ class SessionBridge:
         try:
             commit = ghost.snapshot(workspace.opened_root(), turn.text or f"{thread} turn", settings=workspace.settings.ghost,
                                     state_dir=workspace.state_dir, trigger="turn", thread=thread,
-                                    turn={"index": number, "text": turn.text})
+                                    turn={"index": number, "text": turn.text}, watch=workspace.tree_watch)
         except CtxdError as error:
             log.info("%s: no checkpoint for %s: %s", workspace.uri, thread, error.message)
             return

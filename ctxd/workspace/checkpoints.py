@@ -22,7 +22,8 @@ def snapshot(workspace: Workspace, thread: str, message: str | None, *, cancel: 
     """Snapshot the workspace's tree and record it in `thread` (unless an agent owns the thread, or
     the client asked for no record)."""
     commit = ghost.snapshot(workspace.opened_root(), message, settings=workspace.settings.ghost, cancel=cancel,
-                            progress=progress, state_dir=workspace.state_dir, thread=thread if record else None)
+                            progress=progress, state_dir=workspace.state_dir, thread=thread if record else None,
+                            watch=workspace.tree_watch)
     if record and followed_agent(thread) is None:
         workspace.record(thread, [ghost.ledger_item(commit)])
     return commit
@@ -40,7 +41,7 @@ def restore(workspace: Workspace, thread: str, commit_id: str, *, conversation: 
     if cancel.is_set():
         raise Cancelled("request cancelled")
     result = ghost.restore(workspace.opened_root(), commit_id, settings=workspace.settings.ghost, dry_run=dry_run,
-                           state_dir=workspace.state_dir)
+                           state_dir=workspace.state_dir, watch=workspace.tree_watch)
     if plan is not None and not dry_run:
         result.update(workspace.restore_conversation(thread, commit_id, plan, result.get("undoId")))
     return result
