@@ -20,6 +20,8 @@ from typing import Any
 from ctxd.errors import InvalidParams
 from ctxd.ghost import gitstore as st
 from ctxd.ghost.capture import State, file_count
+from ctxd.ghost.checkpoint import AUTOMATIC
+from ctxd.ghost.checkpoint import TRIGGERS as JOB_TRIGGERS
 from ctxd.ghost.gitcmd import Background
 from ctxd.ghost.gitstore import ID, Site
 
@@ -70,10 +72,8 @@ def write(site: Site, state: State, message: str, started: float, extra: dict[st
     return shown
 
 
-TRIGGERS = ("manual", "turn", "tool", "restore")
-AUTOMATIC = ("turn", "tool")
-"""Checkpoints taken without the user asking: kept apart (`ghost.keep_auto`), never evicting the
-user's own snapshots, and not repeated for an unchanged tree."""
+TRIGGERS = (*JOB_TRIGGERS, "restore")
+"""What took a snapshot: a job's trigger (`ctxd.ghost.checkpoint`), or a restore (its undo)."""
 
 
 def last_path(site: Site) -> Path:

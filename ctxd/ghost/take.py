@@ -18,7 +18,8 @@ from ctxd.errors import GitFailed, InvalidParams
 from ctxd.ghost import commits, recovery
 from ctxd.ghost import gitstore as st
 from ctxd.ghost.capture import CaptureOptions, capture
-from ctxd.ghost.commits import AUTOMATIC, DEFAULT_MESSAGE, TRIGGERS
+from ctxd.ghost.checkpoint import AUTOMATIC
+from ctxd.ghost.commits import DEFAULT_MESSAGE, TRIGGERS
 from ctxd.ghost.gitcmd import check_cancel
 from ctxd.ghost.gitstore import ID, Site
 from ctxd.redact import redact
@@ -26,6 +27,7 @@ from ctxd.settings import GhostSettings
 
 if TYPE_CHECKING:
     from ctxd.ghost.treewatch import TreeWatch
+    from ctxd.protocol.shapes import CheckpointTool, CheckpointTurn
 
 
 def _clean_message(message: str | None) -> str:
@@ -45,8 +47,8 @@ def _unchanged(site: Site, tree: str) -> dict[str, Any] | None:
     return commit if isinstance(commit, dict) and commit.get("id") == last["id"] else None
 
 
-def checkpoint_meta(trigger: str, thread: str | None = None, turn: dict[str, Any] | None = None,
-                    tool: dict[str, Any] | None = None) -> dict[str, Any]:
+def checkpoint_meta(trigger: str, thread: str | None = None, turn: CheckpointTurn | None = None,
+                    tool: CheckpointTool | None = None) -> dict[str, Any]:
     """The v3 fields a snapshot's metadata carries: what took it, for which thread, before what."""
     if trigger not in TRIGGERS:
         raise InvalidParams(f"trigger: must be one of {', '.join(TRIGGERS)}")
@@ -66,7 +68,7 @@ def checkpoint_meta(trigger: str, thread: str | None = None, turn: dict[str, Any
 def snapshot(folder: Path, message: str | None = None, *, settings: GhostSettings | None = None,
              progress: Callable[[str], None] | None = None, cancel: threading.Event | None = None,
              state_dir: Path | None = None, trigger: str = "manual", thread: str | None = None,
-             turn: dict[str, Any] | None = None, tool: dict[str, Any] | None = None,
+             turn: CheckpointTurn | None = None, tool: CheckpointTool | None = None,
              watch: TreeWatch | None = None) -> dict[str, Any]:
     """Snapshot the workspace folder's working tree; returns a GhostCommit. Old snapshots beyond
     `ghost.keep` (the user's and restores') or `ghost.keep_auto` (turns' and tools') or

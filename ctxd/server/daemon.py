@@ -205,7 +205,9 @@ class Daemon:
 
     def _prime(self, workspace: Workspace) -> None:
         """Start watching a folder whose checkpoints are automatic, so its first one is short."""
-        if workspace.settings.ghost.auto == "turn":
+        from ctxd.ghost.checkpoint import automatic_on
+
+        if automatic_on(workspace.settings.ghost):
             self.background.submit(self._prime_now, workspace)
 
     def _prime_now(self, workspace: Workspace) -> None:

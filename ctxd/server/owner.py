@@ -10,7 +10,7 @@ tree watches, what the hooks hand over) serving every ctxd process of the user t
   passes no descriptors is itself the session's stream (`ctxd mcp`, `ctxd acp`, the CLI). `head`
   holds what the client already read of the stream (the editor's `initialize`, read to find the
   state dir).
-- `checkpoint`: a hook's job (`ctxd.hooks.hook.plan`), taken with the folder's tree watch, so
+- `checkpoint`: a hook's job (`ctxd.ghost.checkpoint.Job`), taken with the folder's tree watch, so
   the capture re-checks only what changed since the last one (a hook alone would read every
   file's stat data). A folder no editor has open is kept (watched) for the hooks until no job came
   for `idle` seconds. The answer is the commit, or why not.
@@ -253,18 +253,24 @@ class Owner:
                 log.info("%s: no capture ahead of the hooks' checkpoints: %s", real, error)
         return kept
 
-    def checkpoint(self, job: dict[str, Any]) -> dict[str, Any]:
-        """A hook's checkpoint: in the folder's open workspace, else in a folder kept for the hooks."""
-        folder, state_dir = job.get("folder"), job.get("stateDir")
-        if not isinstance(folder, str) or not isinstance(state_dir, str):
-            return {"taken": False, "reason": "no folder"}
-        real, store = os.path.realpath(folder), os.path.realpath(state_dir)
+    def checkpoint(self, sent: Any) -> dict[str, Any]:
+        """A hook's checkpoint (`ctxd.ghost.checkpoint.Job`, as JSON): in the folder's open workspace,
+        else in a folder kept for the hooks. `taken` false: the hook takes it itself."""
+        from ctxd.ghost.checkpoint import Job, take
+
+        try:
+            job = Job.from_wire(sent)
+        except ValueError as error:
+            return {"taken": False, "reason": str(error)}
+        if not job.automatic or job.thread is None:
+            return {"taken": False, "reason": "not a hook's checkpoint (a turn's or a tool's, for a thread)"}
+        real, store = os.path.realpath(job.folder), os.path.realpath(job.state_dir)
         open_ = [w for w in self.daemon.service.folders()
                  if os.path.realpath(w.root) == real and os.path.realpath(w.state_dir) == store]
         if not open_ and store != os.path.realpath(self.state_dir):  # a folder's own state dir (its .ctxd.toml)
             return {"taken": False, "reason": f"not a state dir of this owner's ({self.state_dir})"}
-        answer = take_checkpoint(open_ or [self.keep(Path(folder))], job)
-        return {**answer, "by": "owner"}
+        outcome = take(job, open_[0] if open_ else self.keep(job.folder))  # the hook logs what it says
+        return {**outcome.to_answer(), "by": "owner"}
 
     def _release_idle_folders(self) -> None:
         watch = self.daemon.tree_watch
@@ -307,9 +313,7 @@ class Owner:
                 self._session(conn, request, fds)
                 fds = []  # the session's now
             elif op == "checkpoint":
-                job = request.get("job")
-                ownerlink.send(conn, self.checkpoint(job) if isinstance(job, dict) else
-                               {"taken": False, "reason": "no job"})
+                ownerlink.send(conn, self.checkpoint(request.get("job")))
             elif op == "ping":
                 ownerlink.send(conn, {"pid": os.getpid(), "version": __version__, "stateDir": str(self.state_dir)})
             else:
@@ -418,29 +422,6 @@ class KeptFolder:
         if _identity(str(self.root)) != self.identity:
             raise GitFailed(f"{self.root} was replaced or moved since the hooks' checkpoints began")
         return self.root
-
-
-def take_checkpoint(folders: list[Any], job: dict[str, Any]) -> dict[str, Any]:
-    """A hook's checkpoint in the first of `folders` (an open workspace, or a kept folder)."""
-    from ctxd.errors import CtxdError
-    from ctxd.ghost import api as ghost
-
-    folder = folders[0]
-    settings = folder.settings.ghost
-    if settings.auto == "off":
-        return {"taken": True, "skipped": "ghost.auto is off"}
-    fields = {key: job.get(key) for key in ("thread", "trigger", "turn", "tool", "message")}
-    if not isinstance(fields["thread"], str) or fields["trigger"] not in ("turn", "tool"):
-        return {"taken": False, "reason": "no thread or trigger"}
-    try:
-        commit = ghost.snapshot(folder.opened_root(), str(fields["message"] or ""), settings=settings,
-                                trigger=str(fields["trigger"]), thread=fields["thread"],
-                                turn=fields["turn"] if isinstance(fields["turn"], dict) else None,
-                                tool=fields["tool"] if isinstance(fields["tool"], dict) else None,
-                                state_dir=folder.state_dir, watch=folder.tree_watch)
-    except CtxdError as error:  # the hook tries itself (and logs what it finds)
-        return {"taken": False, "reason": error.message}
-    return {"taken": True, "commit": {"id": commit["id"]}}
 
 
 def _identity(path: str) -> tuple[int, int] | None:
