@@ -47,12 +47,12 @@ def run_daemon(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["usage"]:  # `ctxd usage ...`: the terminal view (ctxd/usage_cli.py)
-        from ctxd.usage.cli import main as usage_main
+    if argv[:1] == ["usage"]:  # `ctxd usage ...`: the terminal view (ctxd/usage/report.py)
+        from ctxd.usage.report import main as usage_main
 
         return usage_main(argv[1:])
-    if argv[:1] == ["sessions"]:  # `ctxd sessions ...`: the workspace's agent sessions (ctxd/sessions/cli.py)
-        from ctxd.sessions.cli import main as sessions_main
+    if argv[:1] == ["sessions"]:  # `ctxd sessions ...`: the workspace's agent sessions (ctxd/sessions/overview.py)
+        from ctxd.sessions.overview import main as sessions_main
 
         return sessions_main(argv[1:])
     if argv[:1] == ["hook"]:  # `ctxd hook <agent> <event>`: what the agents' hooks run (ctxd/hooks/hook.py)
