@@ -32,7 +32,7 @@ ALLOWED: dict[str, set[str]] = {
     "hooks": {"errors", "ghost", "ownerlink", "protocol", "redact", "safefile", "settings", "terminal", "tokens"},  # tokens: the prompt cache's lifetimes (statusline); redact, terminal: what the hooks log and store; protocol: a checkpoint's turn and tool (types)
     "status": {"ctxd", "ledger", "protocol", "tokens", "workspace"},
     "server": {"compact", "ctxd", "errors", "ghost", "ledger", "logs", "ownerlink", "protocol", "redact", "safefile", "sessions", "settings", "status", "tokens", "workspace"},
-    "cli": {"agentmcp", "ctxd", "hooks", "logs", "redact", "safefile", "server", "sessions", "usage"},
+    "cli": {"ctxd", "hooks", "logs", "redact", "safefile", "server", "sessions", "usage"},
     "entry": {"agentmcp", "cli", "hooks"},  # agentmcp: `ctxd mcp` answers before anything else is imported
     "agentmcp": {"ctxd", "hooks", "ownerlink", "settings"},  # hooks: the enclosing workspace (hooks.locate)
     "__main__": {"entry"},
