@@ -447,6 +447,26 @@ def test_moving_first_version_snapshots_survives_a_crash_midway(repo: Repo, monk
     assert [g["id"] for g in ghost.list_snapshots(repo.root)] == [snap["id"], legacy]
 
 
+def test_first_version_snapshots_are_looked_for_once_when_the_store_opens(repo: Repo,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Moving the first version's snapshots belongs to opening a store (issue #37): once it is done,
+    later verbs of the process do not look again (before, every snapshot's recovery checked)."""
+    from ctxd.ghost import legacy
+
+    legacy_id = _legacy_snapshot(repo, "first version")
+    looked: list[str] = []
+    real_marker = legacy._marker
+    monkeypatch.setattr(legacy, "_marker", lambda site: looked.append(site.key) or real_marker(site))
+    first = ghost.snapshot(repo.root)
+    assert [g["id"] for g in ghost.list_snapshots(repo.root)] == [first["id"], legacy_id]
+    after_first = len(looked)
+    for n in range(5):
+        repo.write("a.txt", f"step {n}\n")
+        ghost.snapshot(repo.root)
+    ghost.diff(repo.root, first["id"])
+    assert after_first >= 1 and len(looked) == after_first
+
+
 # --- folders that are not git repositories -----------------------------------------------------------
 
 
