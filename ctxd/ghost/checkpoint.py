@@ -24,14 +24,27 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # (`Place` is for the type checker alone: a class made at import costs the hooks time)
     import threading
+    from typing import Protocol
 
     from ctxd.ghost.treewatch import TreeWatch
     from ctxd.protocol.shapes import CheckpointTool, CheckpointTurn
     from ctxd.settings import GhostSettings, Settings
+
+    class Place(Protocol):
+        """Where a job is taken when the folder is open: a workspace of the daemon, or a folder the
+        owner keeps for the hooks. Both know their settings (read afresh), their file watch, and
+        whether the folder is still the one opened."""
+
+        tree_watch: TreeWatch | None
+
+        @property
+        def settings(self) -> Settings: ...
+
+        def opened_root(self) -> Path: ...
 
 AUTOMATIC = ("turn", "tool")
 """Checkpoints taken without the user asking: kept apart (`ghost.keep_auto`), never evicting the
@@ -155,19 +168,6 @@ class Outcome(NamedTuple):
         if answer.get("taken") and isinstance(commit, dict):
             return cls(commit=commit, ms=ms)
         return cls(failed=str(answer.get("reason") or "the owner did not take it"), ms=ms)
-
-
-class Place(Protocol):
-    """Where a job is taken when the folder is open: a workspace of the daemon, or a folder the
-    owner keeps for the hooks. Both know their settings (read afresh), their file watch, and
-    whether the folder is still the one opened."""
-
-    tree_watch: TreeWatch | None
-
-    @property
-    def settings(self) -> Settings: ...
-
-    def opened_root(self) -> Path: ...
 
 
 def automatic_on(settings: GhostSettings) -> bool:
