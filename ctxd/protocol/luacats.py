@@ -139,6 +139,10 @@ WRAPPERS = (
             "files is recorded (protocol 4):\n`{idle}` (false: still reading after the wait)."),
 )
 
+UNWRAPPED: frozenset[str] = frozenset()
+"""Requests the plugin's API leaves out (reachable through `request`): those only ctxd's own tools
+may send. Every other request has a wrapper (a test holds `WRAPPERS` to it)."""
+
 _API_HEAD = """---@mod ctxd.api Lua API for agent plugins.
 ---
 --- Thin wrappers over the daemon's `ctxd/*` requests. Each takes the request's own params, an
