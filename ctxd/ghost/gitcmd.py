@@ -19,6 +19,10 @@ Calls in the user's repository (`Site.user`) read its config (ignore rules, obje
 are only `rev-parse`, `ls-files`, `config --get`, `for-each-ref` and `update-ref`: none of them
 converts content, pages, signs, asks for credentials or opens a connection, and the hooks and
 fsmonitor are switched off below.
+
+Beside `run` and `start`, what every caller of git here shares: `Background` (a call waited for
+on a thread of its own while another git process runs), `nul` (paths for `-z --stdin`) and
+`check_cancel` (a cancelled request stops between two commands).
 """
 
 from __future__ import annotations
