@@ -216,7 +216,6 @@ def plan(agent: str, event: str, data: dict[str, Any], state_dir: Path) -> Job |
     """What to do for this hook: a checkpoint to take, or None (nothing to do). `state_dir` is the
     default one; the workspace's daemon may use another (`ctxd.hooks.locate`). Every text of the
     hook input is redacted before anything is cut from it or written."""
-    from ctxd.ghost.checkpoint import Job
     from ctxd.hooks import marks
     from ctxd.hooks.locate import find_workspace
     from ctxd.redact import redact, redact_json
@@ -239,6 +238,8 @@ def plan(agent: str, event: str, data: dict[str, Any], state_dir: Path) -> Job |
         prompt = raw_prompt if isinstance(raw_prompt, str) else ""
         turn: CheckpointTurn = {"index": int(mark.get("turn") or 0) + 1, "text": _short(prompt, 200)}
         marks.write(state_dir, thread, {**mark, "turn": turn["index"], "text": turn["text"]})
+        from ctxd.ghost.checkpoint import Job  # here: most hooks (a tool that reads) take no checkpoint
+
         return Job(located.folder, state_dir, thread, "turn", turn=turn, message=_short(prompt, 72) or f"turn {turn['index']}")
     if event == "PreToolUse":
         name = data.get("tool_name")
@@ -265,6 +266,8 @@ def plan(agent: str, event: str, data: dict[str, Any], state_dir: Path) -> Job |
             {"index": int(mark["turn"]), "text": redact(str(mark.get("text") or ""))} if mark.get("turn") else None)
         if not mark:
             marks.write(state_dir, thread, {"turn": 0})
+        from ctxd.ghost.checkpoint import Job
+
         return Job(located.folder, state_dir, thread, "tool", turn=in_turn, tool=tool, message=label)
     if event == "PostCompact":
         # A running daemon drops the thread's pre-compaction usage on seeing this (ctxd.sessions.hook_watch).
