@@ -37,7 +37,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).
 
 from table import Row, ms, report  # noqa: E402
 
-from ctxd.ghost import snapshots as ghost  # noqa: E402  (after the path tweak above)
+from ctxd.ghost import api as ghost  # noqa: E402  (after the path tweak above)
 
 ENV = {**{k: v for k, v in os.environ.items() if not k.startswith("GIT_")},
        "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@example.com",

@@ -43,7 +43,7 @@ sys.path[:0] = [str(ROOT), str(HERE)]
 from bench_ghost import ENV, generate  # noqa: E402
 from table import Row, ms, report  # noqa: E402
 
-from ctxd.ghost import snapshots as ghost  # noqa: E402  (after the path tweak above)
+from ctxd.ghost import api as ghost  # noqa: E402  (after the path tweak above)
 from tests.rpc import start_daemon  # noqa: E402
 
 REFERENCE_PYTHON_START = 0.020

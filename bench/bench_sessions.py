@@ -246,7 +246,7 @@ def bench_checkpoint(tmp: Path, turns: int) -> list[Row]:
                 time.sleep(0.05)  # polling the list is the bench's cost; the snapshot's own time is read below
                 found = [s for s in client.request("ctxd/ghost/list", {"workspace": uri})["snapshots"]
                          if s["message"] == label]
-            # createdAt is stamped when the working tree has been captured (ctxd/ghost/snapshots.py).
+            # createdAt is stamped when the working tree has been captured (ctxd/ghost/commits.py).
             captured = datetime.fromisoformat(found[0]["createdAt"].replace("Z", "+00:00")).timestamp()
             samples.append(captured - wall)
         median = statistics.median(samples)

@@ -1,7 +1,7 @@
 """Fit ctxd/tokens/estimator.py's weights against tiktoken on the real-text corpus.
 
     python bench/real_corpus.py                 # once: build the corpus from registry packages
-    python bench/fit_estimator.py [--write]     # fit on its training part; --write edits the module
+    python bench/fit_estimator.py [--write]     # fit on its training part; --write writes ctxd/tokens/fitted.json
 
 The model (see the estimator's docstring): a weight per (previous class, class) byte pair, plus,
 for texts with ideographs or Hangul, a weight per byte range of their GBK or CP949 encoding, and
@@ -20,12 +20,14 @@ only).
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
+
+from fitted_data import DATA
+from fitted_data import write as write_part
 
 from ctxd.tokens import encodings, estimator
 from ctxd.tokens.estimator import (
@@ -240,30 +242,9 @@ def fit(matrix, truth, classes, ridge: float = 1e-3, irls: int = 6) -> list[int]
     return [int(v) for v in vector]
 
 
-def write(weights: dict[str, dict]) -> None:
-    """Replace the fitted block of ctxd/tokens/estimator.py."""
-    path = Path(estimator.__file__)
-
-    def table(key: str, rows: tuple, indent: str) -> list[str]:
-        return [f'{indent}"{key}": (', *(f"{indent}    ({', '.join(str(v) for v in row)})," for row in rows),
-                f"{indent}),"]
-
-    lines = ["WEIGHTS: Final[dict[str, dict]] = {"]
-    for profile, w in weights.items():
-        lines.append(f'    "{profile}": {{')
-        lines += table("pairs", w["pairs"], " " * 8)
-        lines.append(f'        "gbk": ({", ".join(str(v) for v in w["gbk"])}),')
-        lines.append(f'        "cp949": ({", ".join(str(v) for v in w["cp949"])}),')
-        for name in SCRIPTS:
-            lines.append(f'        "{name}": {{')
-            for key, rows in w[name].items():
-                lines += table(key, rows, " " * 12)
-            lines.append("        },")
-        lines.append("    },")
-    lines.append("}")
-    source = path.read_text()
-    pattern = re.compile(r"^WEIGHTS: Final.*?^}\n|^WEIGHTS: Final.*?= \{\}\n", re.S | re.M)
-    path.write_text(pattern.sub(lambda _: "\n".join(lines) + "\n", source, count=1))
+def write(weights: dict[str, dict], path: Path = DATA) -> None:
+    """Replace the weights in ctxd/tokens/fitted.json (the estimator reads them when imported)."""
+    write_part("weights", weights, path)
 
 
 def main() -> None:
@@ -271,7 +252,7 @@ def main() -> None:
     from real_corpus import load
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", action="store_true", help="write the weights into ctxd/tokens/estimator.py")
+    parser.add_argument("--write", action="store_true", help="write the weights into ctxd/tokens/fitted.json")
     parser.add_argument("--ridge", type=float, default=1e-3, help="ridge penalty, relative to the mean feature")
     parser.add_argument("--claude-python", help="fit Claude's profiles only, against ctok's counts from this "
                         "interpreter (Python >= 3.12 with ctok); the other profiles are kept")
@@ -303,7 +284,7 @@ def main() -> None:
         fitted[profile] = unflat(vector)
     if args.write:
         write(fitted)
-        print(f"wrote {estimator.__file__}")
+        print(f"wrote {DATA}")
     else:
         print(fitted)
 

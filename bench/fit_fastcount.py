@@ -1,7 +1,7 @@
 """Fit the C estimator's constants (ctxd/tokens/estimator.py's FAST) on the corpus's training part.
 
     python bench/real_corpus.py                  # once: build the corpus from registry packages
-    python bench/fit_fastcount.py [--write]      # --write edits ctxd/tokens/estimator.py
+    python bench/fit_fastcount.py [--write]      # --write writes ctxd/tokens/fitted.json
     python bench/fit_fastcount.py --families [--claude-python PATH] [--write]
 
 Two kinds of constants, per encoding, both fitted on the "train" samples only (bench_tokens.py
@@ -27,7 +27,6 @@ Needs numpy and the `regex` module (installed with tiktoken).
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -38,6 +37,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 import numpy as np
 import regex
 from bench_families import claude_counts
+from fitted_data import DATA
+from fitted_data import write as write_part
 from real_corpus import load
 
 from ctxd.tokens import _fastcount, encodings, estimator
@@ -128,30 +129,19 @@ def fit_families(train: list[dict[str, str]], claude_python: str | None) -> tupl
     return fast, ratios
 
 
-def write_ratios(ratios: dict[str, tuple[str, int]]) -> None:
-    """Replace the RATIOS block of ctxd/tokens/estimator.py."""
-    path = Path(estimator.__file__)
-    lines = "".join(f'    "{profile}": ("{base}", {scale}),\n' for profile, (base, scale) in ratios.items())
-    block = f"RATIOS: Final[dict[str, tuple[str, int]]] = {{\n{lines}}}\n"
-    text = re.sub(r"RATIOS: Final\[dict\[str, tuple\[str, int\]\]\] = \{\n.*?\n\}\n", lambda _: block,
-                  path.read_text(), count=1, flags=re.S)
-    path.write_text(text)
+def write_ratios(ratios: dict[str, tuple[str, int]], path: Path = DATA) -> None:
+    """Replace the RATIOS in ctxd/tokens/fitted.json."""
+    write_part("ratios", {profile: list(ratio) for profile, ratio in ratios.items()}, path)
 
 
-def write(fast: dict[str, FastSpec]) -> None:
-    """Replace the fitted block of ctxd/tokens/estimator.py."""
-    path = Path(estimator.__file__)
-    lines = "".join(f'    "{profile}": FastSpec("{s.encoding}", {s.log2_words}, {s.ascii_base}, {s.ascii_per_byte}, '
-                    f"{s.ascii_max}, {s.scale}),\n" for profile, s in fast.items())
-    block = f"FAST: Final[dict[str, FastSpec]] = {{\n{lines}}}\n"
-    text = re.sub(r"FAST: Final\[dict\[str, FastSpec\]\] = \{\n.*?\n\}\n", lambda _: block, path.read_text(),
-                  count=1, flags=re.S)
-    path.write_text(text)
+def write(fast: dict[str, FastSpec], path: Path = DATA) -> None:
+    """Replace the FAST constants in ctxd/tokens/fitted.json."""
+    write_part("fast", {profile: list(spec) for profile, spec in fast.items()}, path)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", action="store_true", help="write the constants into ctxd/tokens/estimator.py")
+    parser.add_argument("--write", action="store_true", help="write the constants into ctxd/tokens/fitted.json")
     parser.add_argument("--families", action="store_true", help="fit the non-OpenAI families instead")
     parser.add_argument("--claude-python", help="an interpreter with ctok (Python >= 3.12) for Claude's counts")
     parser.add_argument("--every", type=int, default=1, help="fit on every Nth training sample")
@@ -165,7 +155,7 @@ def main() -> int:
         if args.write:
             write(fast)
             write_ratios(ratios)
-            print(f"wrote {estimator.__file__}")
+            print(f"wrote {DATA}")
         return 0
     fast = {}
     for profile, spec in FAST.items():
@@ -178,7 +168,7 @@ def main() -> int:
         print(f"{profile}: {fast[profile]}")
     if args.write:
         write(fast)
-        print(f"wrote {estimator.__file__}")
+        print(f"wrote {DATA}")
     return 0
 
 

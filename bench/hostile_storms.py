@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxd.errors import CtxdError, GitFailed
-from ctxd.ghost import snapshots as ghost
+from ctxd.ghost import api as ghost
 from tests import session_fixtures as fx
 from tests.ghost_repo import make_repo
 from tests.rpc import Client, RpcError, daemon_env, start_daemon

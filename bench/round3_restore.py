@@ -43,8 +43,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from ctxd.errors import GitFailed  # noqa: E402
-from ctxd.ghost import snapshots as ghost  # noqa: E402
-from ctxd.ghost.store import open_site  # noqa: E402
+from ctxd.ghost import api as ghost  # noqa: E402
+from ctxd.ghost.gitstore import open_site  # noqa: E402
 from ctxd.settings import default_state_dir  # noqa: E402
 from tests.ghost_repo import make_repo  # noqa: E402
 
@@ -55,7 +55,7 @@ SIZES = (0, 10, 300, 4 * KIB, 40 * KIB, 200 * KIB, 700 * KIB, MIB)
 _RESTORER = """
 import sys
 from pathlib import Path
-from ctxd.ghost import snapshots as ghost
+from ctxd.ghost import api as ghost
 ghost.restore(Path(sys.argv[1]), sys.argv[2])
 """
 

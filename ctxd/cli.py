@@ -47,27 +47,21 @@ def run_daemon(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Every command but `ctxd hook`, `ctxd statusline`, `ctxd mcp` and `ctxd acp`, which
+    `ctxd.entry` starts before this module is imported."""
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["usage"]:  # `ctxd usage ...`: the terminal view (ctxd/usage_cli.py)
-        from ctxd.usage.cli import main as usage_main
+    if argv[:1] == ["usage"]:  # `ctxd usage ...`: the terminal view (ctxd/usage/report.py)
+        from ctxd.usage.report import main as usage_main
 
         return usage_main(argv[1:])
-    if argv[:1] == ["sessions"]:  # `ctxd sessions ...`: the workspace's agent sessions (ctxd/sessions/cli.py)
-        from ctxd.sessions.cli import main as sessions_main
+    if argv[:1] == ["sessions"]:  # `ctxd sessions ...`: the workspace's agent sessions (ctxd/sessions/overview.py)
+        from ctxd.sessions.overview import main as sessions_main
 
         return sessions_main(argv[1:])
-    if argv[:1] == ["hook"]:  # `ctxd hook <agent> <event>`: what the agents' hooks run (ctxd/hooks/hook.py)
-        from ctxd.hooks.hook import main as hook_main
-
-        return hook_main(argv[1:])
     if argv[:1] == ["hooks"]:  # `ctxd hooks install|uninstall|status` (ctxd/hooks/install.py)
         from ctxd.hooks.install import main as hooks_main
 
         return hooks_main(argv[1:])
-    if argv[:1] == ["statusline"]:  # Claude Code's status line (ctxd/hooks/statusline.py)
-        from ctxd.hooks.statusline import main as statusline_main
-
-        return statusline_main(argv[1:])
     if argv[:1] == ["owner"]:  # the owner of a state dir, started by the first client that needs one
         from ctxd.server.owner import main as owner_main
 
@@ -78,17 +72,6 @@ def main(argv: list[str] | None = None) -> int:
         known = owner.parse_args(argv[1:])
         return owner_main(Path(known.state_dir), detached=known.detach,
                           keep=Path(known.keep) if known.keep else None)
-    if argv[:1] == ["mcp"]:  # `ctxd mcp`: the MCP server for the agent itself (ctxd/agentmcp/server.py)
-        from ctxd.agentmcp.server import main as mcp_main
-
-        return mcp_main(argv[1:])
-    if argv[:1] == ["acp"]:  # `ctxd acp -- <agent>`: the ACP proxy (ctxd/acp/proxy.py)
-        from ctxd.acp.proxy import main as acp_main
-
-        return acp_main(argv[1:])
     args = build_parser().parse_args(argv)
     return run_daemon(args)
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

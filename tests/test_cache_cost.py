@@ -19,7 +19,7 @@ from ctxd.sessions import cachecost
 from ctxd.sessions.claude import ClaudeReader
 from ctxd.sessions.codex import CodexReader
 from ctxd.sessions.pricing import builtin_prices
-from ctxd.tokens import cache
+from ctxd.tokens import prompt_cache
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "agents"
 CLAUDE_ID = "2009bcc5-85ba-431c-b4e2-481f4e482c80"
@@ -48,12 +48,12 @@ def test_claude_cache_warm_then_cold_and_what_the_next_turn_rewrites(tmp_path: P
     s = reader.session
     assert s.last_request_at == LAST_CLAUDE and not s.cache_1h
     facts = cachecost.facts(s, builtin_prices())
-    last = cache.parse_time(LAST_CLAUDE)
+    last = prompt_cache.parse_time(LAST_CLAUDE)
     assert last is not None
-    warm = cache.state(facts, s.baseline or 0, now=last + 299)
+    warm = prompt_cache.state(facts, s.baseline or 0, now=last + 299)
     assert warm["state"] == "warm" and warm["lifetimeSeconds"] == 300
-    assert warm["expiresAt"] == cache.iso(last + 300)
-    cold = cache.state(facts, s.baseline or 0, now=last + 301)
+    assert warm["expiresAt"] == prompt_cache.iso(last + 300)
+    cold = prompt_cache.state(facts, s.baseline or 0, now=last + 301)
     # The next turn writes the whole prompt so far (the fill, 5,135) at the 5-minute write rate.
     assert cold["state"] == "cold" and cold["rewriteTokens"] == 5_135
     assert cold["rewriteCost"] == round(5_135 * SONNET.cache_write / 1e6, 6)
@@ -69,9 +69,9 @@ def test_claude_one_hour_writes_keep_the_cache_an_hour_at_the_one_hour_rate(tmp_
     s = read_claude(write_lines(tmp_path / f"{CLAUDE_ID}.jsonl", lines)).session
     assert s.cache_1h
     facts = cachecost.facts(s, builtin_prices())
-    last = cache.parse_time(LAST_CLAUDE) or 0.0
-    assert cache.state(facts, 5_135, now=last + 1_800)["state"] == "warm"
-    cold = cache.state(facts, 5_135, now=last + 3_601)
+    last = prompt_cache.parse_time(LAST_CLAUDE) or 0.0
+    assert prompt_cache.state(facts, 5_135, now=last + 1_800)["state"] == "warm"
+    cold = prompt_cache.state(facts, 5_135, now=last + 3_601)
     assert cold["lifetimeSeconds"] == 3_600 and cold["rewriteCost"] == round(5_135 * SONNET.cache_write_1h / 1e6, 6)
 
 
@@ -81,9 +81,9 @@ def test_codex_cache_lifetime_is_openais_and_a_rewrite_is_billed_as_input() -> N
     s = reader.session
     assert s.last_request_at == LAST_CODEX
     facts = cachecost.facts(s, builtin_prices())
-    last = cache.parse_time(LAST_CODEX) or 0.0
-    assert cache.state(facts, 12_030, now=last + 599)["state"] == "warm"
-    cold = cache.state(facts, 12_030, now=last + 601)
+    last = prompt_cache.parse_time(LAST_CODEX) or 0.0
+    assert prompt_cache.state(facts, 12_030, now=last + 599)["state"] == "warm"
+    cold = prompt_cache.state(facts, 12_030, now=last + 601)
     price = builtin_prices()["gpt-5.5"]
     assert cold["lifetimeSeconds"] == 600 and cold["rewriteCost"] == round(12_030 * price.input / 1e6, 6)
 
@@ -165,7 +165,7 @@ def test_ctxd_sessions_shows_the_cache_and_the_compactions_cost(tmp_path: Path) 
 @pytest.mark.parametrize("one_hour", [False, True])
 def test_statusline_says_until_when_the_cache_is_warm(tmp_path: Path, one_hour: bool) -> None:
     now = time.time()
-    stamp = cache.iso(now - 30)
+    stamp = prompt_cache.iso(now - 30)
     transcript = write_lines(tmp_path / "t.jsonl", [
         {"type": "assistant", "timestamp": stamp, "message": {"id": "m1", "usage": {
             "input_tokens": 10, "cache_creation_input_tokens": 2_000, "cache_read_input_tokens": 148_000,
@@ -180,11 +180,11 @@ def test_statusline_says_until_when_the_cache_is_warm(tmp_path: Path, one_hour: 
     done = subprocess.run([sys.executable, "-m", "ctxd", "statusline", "--no-colour"], input=json.dumps(data).encode(),
                           capture_output=True, env=env, timeout=60, cwd=tmp_path)
     line = done.stdout.decode()
-    until = (cache.parse_time(stamp) or 0) + (3_600 if one_hour else 300)
+    until = (prompt_cache.parse_time(stamp) or 0) + (3_600 if one_hour else 300)
     assert f"cache until {time.strftime('%H:%M', time.localtime(until))}" in line, line
 
     old = write_lines(tmp_path / "old.jsonl", [
-        {"type": "assistant", "timestamp": cache.iso(now - 7_200), "message": {"id": "m1", "usage": {
+        {"type": "assistant", "timestamp": prompt_cache.iso(now - 7_200), "message": {"id": "m1", "usage": {
             "input_tokens": 10, "cache_creation_input_tokens": 2_000, "cache_read_input_tokens": 148_000,
             "output_tokens": 5}}}])
     done = subprocess.run([sys.executable, "-m", "ctxd", "statusline", "--no-colour"],
@@ -241,7 +241,7 @@ def test_ctxd_compacts_early_when_the_cache_is_cold_and_reports_spent_against_sa
         assert told.sent == [] and ws.usage("t")["usedTokens"] == before
         facts = ws.state("t")["cacheFacts"]
         assert facts["provider"] == "anthropic" and facts["writeRate"] == SONNET.input
-        ws.update_state("t", cacheFacts={**facts, "lastRequestAt": cache.iso(time.time() - 301)})
+        ws.update_state("t", cacheFacts={**facts, "lastRequestAt": prompt_cache.iso(time.time() - 301)})
         run.auto_compact(ws, "t", told)  # cold: the next request re-writes everything anyway
         [params] = told.sent
         after = ws.usage("t")["usedTokens"]
@@ -282,8 +282,8 @@ def test_the_lifetimes_applied_are_the_ones_prices_json_cites() -> None:
     from importlib import resources
 
     listed = json.loads(resources.files("ctxd.sessions").joinpath("prices.json").read_text())["cacheLifetimes"]
-    assert {k: v["seconds"] for k, v in listed.items()} == cache.LIFETIMES
-    assert listed["anthropic"]["oneHourSeconds"] == cache.ANTHROPIC_1H
+    assert {k: v["seconds"] for k, v in listed.items()} == prompt_cache.LIFETIMES
+    assert listed["anthropic"]["oneHourSeconds"] == prompt_cache.ANTHROPIC_1H
     assert all(v["source"] and v["checked"] for v in listed.values())
 
 

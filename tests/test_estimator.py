@@ -127,6 +127,33 @@ def test_scripts_are_counted_by_their_own_weights() -> None:
                 assert error < abs(qwen_heuristic(text) - true), (cls, encoding)
 
 
+def test_the_fitted_numbers_are_data_and_unchanged_by_becoming_data(tmp_path: Path) -> None:
+    """The fitted weights and constants live in ctxd/tokens/fitted.json (issue #37), read when the
+    estimator is imported: the same numbers the module held before (their SHA-256, as canonical
+    JSON, taken from the module then; a refit changes them on purpose, and these digests with it),
+    and what the fit scripts write is what the estimator reads."""
+    import hashlib
+    import json
+
+    from fit_estimator import write as write_weights
+    from fitted_data import DATA
+    from fitted_data import write as write_part
+
+    def digest(value: object) -> str:
+        return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+    assert digest(WEIGHTS) == "084af0a35e4966ac531acc8a0fc62a27628b59adf4958ac2d235f50b0fbfabf6"
+    assert digest({k: list(v) for k, v in FAST.items()}) == (
+        "dcf4dbed8a388befe328b58f879385cf8be7c61228cb96bd2340259893de934e")
+    assert digest({k: list(v) for k, v in estimator.RATIOS.items()}) == (
+        "c718bfebc62298f670989322a82716a57a044ae7a91e0fde421da1483e6f8f6c")
+    written = tmp_path / "fitted.json"
+    write_weights(WEIGHTS, written)
+    write_part("fast", {k: list(v) for k, v in FAST.items()}, written)
+    write_part("ratios", {k: list(v) for k, v in estimator.RATIOS.items()}, written)
+    assert written.read_text() == DATA.read_text() == (REPO / "ctxd" / "tokens" / "fitted.json").read_text()
+
+
 def test_estimator_imports_no_tokenizer() -> None:
     """The estimator must stay usable with no tiktoken at all (pure Python, no data files): importing
     it and estimating, in a fresh interpreter, loads no tokenizer module."""

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from ctxd.errors import Cancelled, GitFailed, InvalidParams
+from ctxd.ghost import api as ghost
 from ctxd.ghost import capture
-from ctxd.ghost import snapshots as ghost
 from ctxd.settings import GhostSettings
 from tests.ghost_repo import Repo, isolated_git_env, make_repo
 
@@ -458,7 +458,7 @@ def test_the_kept_index_is_split_and_counted_right_through_many_captures(repo: R
     import subprocess
     import time as clock
 
-    from ctxd.ghost.store import SHARED_INDEX_GRACE_SECONDS
+    from ctxd.ghost.gitstore import SHARED_INDEX_GRACE_SECONDS
 
     store = repo.root / ".git" / "ctxd" / "store"
     rng = random.Random(7)

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from ctxd.errors import GitFailed, InvalidParams
-from ctxd.ghost import snapshots as ghost
+from ctxd.ghost import api as ghost
 from ctxd.settings import GhostSettings
 from tests.ghost_repo import IDENTITY, Repo, isolated_git_env, make_repo
 
@@ -447,6 +447,26 @@ def test_moving_first_version_snapshots_survives_a_crash_midway(repo: Repo, monk
     assert [g["id"] for g in ghost.list_snapshots(repo.root)] == [snap["id"], legacy]
 
 
+def test_first_version_snapshots_are_looked_for_once_when_the_store_opens(repo: Repo,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Moving the first version's snapshots belongs to opening a store (issue #37): once it is done,
+    later verbs of the process do not look again (before, every snapshot's recovery checked)."""
+    from ctxd.ghost import legacy
+
+    legacy_id = _legacy_snapshot(repo, "first version")
+    looked: list[str] = []
+    real_marker = legacy._marker
+    monkeypatch.setattr(legacy, "_marker", lambda site: looked.append(site.key) or real_marker(site))
+    first = ghost.snapshot(repo.root)
+    assert [g["id"] for g in ghost.list_snapshots(repo.root)] == [first["id"], legacy_id]
+    after_first = len(looked)
+    for n in range(5):
+        repo.write("a.txt", f"step {n}\n")
+        ghost.snapshot(repo.root)
+    ghost.diff(repo.root, first["id"])
+    assert after_first >= 1 and len(looked) == after_first
+
+
 # --- folders that are not git repositories -----------------------------------------------------------
 
 
@@ -554,7 +574,7 @@ def test_restore_writes_only_changed_paths_never_through_a_link(repo: Repo, tmp_
 _RESTORER = """
 import sys
 from pathlib import Path
-from ctxd.ghost import snapshots as ghost
+from ctxd.ghost import api as ghost
 ghost.restore(Path(sys.argv[1]), sys.argv[2])
 """
 

@@ -362,3 +362,65 @@ def test_a_tree_over_the_watch_budget_gives_its_watches_back(tmp_path: Path) -> 
     finally:
         tracker.stop()
     assert treewatch.max_dirs() <= treewatch.MAX_DIRS
+
+
+def test_each_daemon_owns_its_watch(tmp_path: Path, env: dict[str, str], caplog: pytest.LogCaptureFixture,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The file watch is the daemon's own (issue #37): two daemons in one process (sessions served in
+    memory) each have theirs, and the first one closing leaves the other's captures short. When the
+    watch was module state, one daemon's close switched it off for every daemon of the process."""
+    import logging
+    import threading
+
+    from ctxd.server.app import CtxdServer
+    from ctxd.server.connection import memory
+
+    for name in ("XDG_STATE_HOME", "CODEX_HOME", "CLAUDE_CONFIG_DIR"):
+        monkeypatch.setenv(name, str(tmp_path / name.lower()))
+    caplog.set_level(logging.INFO, logger="ctxd")
+    repos = {name: make_repo(tmp_path / name) for name in ("first", "second")}
+    sessions = {}
+    for name, repo in repos.items():
+        connection, client = memory()
+        server = CtxdServer(connection, tmp_path / "state")
+        thread = threading.Thread(target=server.serve, daemon=True)
+        thread.start()
+        sessions[name] = (server, client, thread)
+        client.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "processId": None, "capabilities": {}, "workspaceFolders": [{"uri": repo.root.as_uri(), "name": name}]}})
+        assert "result" in client.receive(30)
+        client.send({"jsonrpc": "2.0", "method": "initialized", "params": {}})
+        server.daemon.wait_warmed()
+    ids = iter(range(2, 1000))
+
+    def short_captures(repo: Repo) -> int:
+        return sum(SHORT in r.getMessage() and str(repo.root) in r.getMessage() for r in caplog.records)
+
+    def checkpoint(name: str, n: int) -> None:
+        server, client, _ = sessions[name]
+        repos[name].write("src/probe.txt", f"probe {n}\n")
+        msg_id = next(ids)
+        client.send({"jsonrpc": "2.0", "id": msg_id, "method": "ctxd/ghost/snapshot",
+                     "params": {"workspace": repos[name].root.as_uri(), "message": f"probe {n}"}})
+        while True:
+            answer = client.receive(60)
+            if answer.get("id") == msg_id:
+                assert "result" in answer, answer
+                return
+
+    for n in range(10):  # the first capture starts the watch, the second completes its set
+        checkpoint("second", n)
+        if short_captures(repos["second"]):
+            break
+    assert short_captures(repos["second"]) >= 1, "the short capture was never taken"
+    _, first, thread = sessions["first"]
+    first.send({"jsonrpc": "2.0", "id": 99, "method": "shutdown"})
+    first.send({"jsonrpc": "2.0", "method": "exit"})
+    thread.join(30)
+    assert not thread.is_alive()
+    before = short_captures(repos["second"])
+    checkpoint("second", 100)
+    assert short_captures(repos["second"]) == before + 1, "the second daemon's watch stopped with the first daemon"
+    _, second, thread = sessions["second"]
+    second.close()
+    thread.join(30)

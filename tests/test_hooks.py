@@ -395,7 +395,7 @@ def test_statusline_prints_fill_against_the_compaction_point_and_runs_the_users_
 
 
 def test_automatic_checkpoints_have_their_own_retention(tmp_path: Path) -> None:
-    from ctxd.ghost import snapshots as ghost
+    from ctxd.ghost import api as ghost
     from ctxd.settings import GhostSettings
 
     project = make_repo(tmp_path / "proj")

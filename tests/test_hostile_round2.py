@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from ctxd.errors import GitFailed
-from ctxd.ghost import snapshots as ghost
+from ctxd.ghost import api as ghost
 from tests import session_fixtures as fx
 from tests.ghost_repo import Repo, isolated_git_env, make_repo
 from tests.helpers import user

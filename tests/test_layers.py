@@ -28,12 +28,12 @@ ALLOWED: dict[str, set[str]] = {
     # Above both: a workspace's threads (ledger) and their gauge (usage).
     "workspace": {"errors", "ghost", "ledger", "protocol", "redact", "safefile", "settings", "tokens", "usage"},  # ghost: checkpoints
     "compact": {"errors", "ledger", "protocol", "redact", "settings", "tokens", "workspace"},
-    "ghost": {"errors", "ledger", "redact", "safefile", "settings"},
+    "ghost": {"errors", "ledger", "protocol", "redact", "safefile", "settings"},  # protocol: a checkpoint's turn and tool (types)
     "sessions": {"errors", "ghost", "hooks", "ledger", "protocol", "redact", "safefile", "settings", "terminal", "tokens", "workspace"},  # hooks: a hooked session's marks
-    "hooks": {"errors", "ghost", "ownerlink", "redact", "safefile", "settings", "terminal", "tokens"},  # tokens: the prompt cache's lifetimes (statusline); redact, terminal: what the hooks log and store
+    "hooks": {"errors", "ghost", "ownerlink", "protocol", "redact", "safefile", "settings", "terminal", "tokens"},  # tokens: the prompt cache's lifetimes (statusline); redact, terminal: what the hooks log and store; protocol: a checkpoint's turn and tool (types)
     "status": {"ctxd", "ledger", "protocol", "tokens", "workspace"},
     "server": {"compact", "ctxd", "errors", "ghost", "ledger", "logs", "ownerlink", "protocol", "redact", "safefile", "sessions", "settings", "status", "tokens", "workspace"},
-    "cli": {"acp", "agentmcp", "ctxd", "hooks", "logs", "redact", "safefile", "server", "sessions", "usage"},
+    "cli": {"ctxd", "hooks", "logs", "redact", "safefile", "server", "sessions", "usage"},
     "entry": {"acp", "agentmcp", "cli", "hooks"},  # agentmcp: `ctxd mcp` answers before anything else is imported
     "agentmcp": {"acplink", "ctxd", "hooks", "ownerlink", "settings"},  # hooks: the enclosing workspace (hooks.locate)
     # The ACP proxy, an entry of its own beside the server, the hooks and `ctxd mcp`: it reaches the

@@ -10,8 +10,8 @@ from importlib import resources
 
 import pytest
 
-from ctxd.sessions import cli as sessions_cli
 from ctxd.sessions import limits, pricing
+from ctxd.sessions import overview as sessions_cli
 from ctxd.sessions.claude import ClaudeReader
 from ctxd.sessions.model import Usage
 from ctxd.tokens import catalog

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.rpc import Client
+import pytest
+
+from tests.rpc import REPO, Client
 
 
 def test_status_reports_trust_problems_and_tokenizers(daemon_factory: Callable[..., Client], workspace: Path,
@@ -63,6 +66,16 @@ def test_the_vscode_types_are_generated_from_the_current_schema() -> None:
     generated = (REPO / "editors" / "vscode" / "ctxd-protocol.d.ts").read_text()
     assert f"schema sha256: {hashlib.sha256(schema).hexdigest()}" in generated, (
         "editors/vscode/ctxd-protocol.d.ts is stale: cd editors/vscode && npm run gen:protocol")
+
+
+def test_the_vscode_api_is_declared_once() -> None:
+    """`CtxdApi` is declared in the shipped editors/vscode/ctxd-api.d.ts alone; the extension's
+    source implements that declaration (issue #37: a second copy in src/api.ts could drift)."""
+    vscode = REPO / "editors" / "vscode"
+    sources = [*vscode.glob("*.ts"), *(vscode / "src").rglob("*.ts"), *(vscode / "test").rglob("*.ts")]
+    declared = sorted(str(p.relative_to(vscode)) for p in sources
+                      if re.search(r"\binterface CtxdApi\b", p.read_text(encoding="utf-8")))
+    assert declared == ["ctxd-api.d.ts"]
 
 
 def test_reading_a_thread_that_does_not_exist_creates_nothing(client: Client, workspace: Path) -> None:
@@ -121,3 +134,19 @@ def test_the_neovim_plugins_luacats_annotations_are_generated_from_the_shapes() 
     checked_in = (REPO / "editors" / "nvim" / "lua" / "ctxd" / "protocol.lua").read_text()
     assert checked_in == luacats(), "editors/nvim/lua/ctxd/protocol.lua is stale: python -m ctxd.protocol.luacats"
     assert "---@class ctxd.UsageSnapshot" in checked_in and '---@field tier "ok"|"warn"|"compact"' in checked_in
+
+
+def test_the_neovim_api_wrappers_are_generated_one_per_request() -> None:
+    """editors/nvim/lua/ctxd/api.lua is generated from ctxd/protocol/luacats.py's WRAPPERS, each checked
+    against methods.py and the method's params; when they change, regenerate it:
+    `python -m ctxd.protocol.luacats api > editors/nvim/lua/ctxd/api.lua`."""
+    from ctxd.protocol import methods
+    from ctxd.protocol.luacats import UNWRAPPED, WRAPPERS, Wrapper, _wrapper, api_lua
+
+    checked_in = (REPO / "editors" / "nvim" / "lua" / "ctxd" / "api.lua").read_text()
+    assert checked_in == api_lua(), "editors/nvim/lua/ctxd/api.lua is stale: python -m ctxd.protocol.luacats api"
+    assert {w.method for w in WRAPPERS} == methods.REQUESTS - UNWRAPPED, "a request without a wrapper in the Lua API"
+    with pytest.raises(ValueError, match="takes no conversation"):
+        _wrapper(Wrapper("diff", methods.GHOST_DIFF, "", (("id", "string", ""),), "{ id = id, conversation = true }"))
+    with pytest.raises(ValueError, match="not a request"):
+        _wrapper(Wrapper("changed", methods.USAGE_CHANGED, ""))

@@ -31,7 +31,7 @@ from ctxd.usage.breakdown import (
     breakdown,
     overhead_counts,
 )
-from ctxd.usage.cli import format_tokens, render_short, render_text
+from ctxd.usage.report import format_tokens, render_short, render_text
 from tests.helpers import assistant, user
 from tests.rpc import REPO, Client, daemon_env
 

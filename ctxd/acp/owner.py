@@ -5,7 +5,7 @@ session the owner lets write an `acp:` thread) in the background as soon as it s
 first turn does not wait for an owner to start. Records go through a queue, in order, on a thread
 of their own: passing a message never waits for the owner. A checkpoint waits (it must exist
 before the change), with bounds: when no owner answers in time it is taken in this process
-(`ctxd.ghost.snapshots`, as a hook alone does), and past its bound the proxy goes on without it.
+(`ctxd.ghost.checkpoint`, as a hook alone does), and past its bound the proxy goes on without it.
 Whatever fails here is logged (`<state dir>/acp/proxy.log`) and never reaches the editor or the
 agent.
 """
@@ -217,20 +217,14 @@ class Owner:
 
         def take() -> None:
             try:
-                from ctxd.ghost import snapshots as ghost
-                from ctxd.settings import load_settings
+                from ctxd.ghost.checkpoint import Job
+                from ctxd.ghost.checkpoint import take as take_job
 
-                settings = load_settings(folder)
-                if settings.ghost.auto == "off":
-                    log(self.state_dir, f"{params['thread']}: ghost.auto is off: no checkpoint")
-                    return
-                started = time.monotonic()
-                commit = ghost.snapshot(folder, params["message"], settings=settings.ghost, trigger=params["trigger"],
-                                        thread=params["thread"], turn=params.get("turn"), tool=params.get("tool"),
-                                        state_dir=self.state_dir)
-                taken.append(str(commit["id"]))
-                log(self.state_dir, f"{params['thread']}: checkpoint {commit['id'][:12]} ({params['trigger']}) here "
-                                    f"in {(time.monotonic() - started) * 1000:.0f} ms: {params['message']}")
+                job = Job(folder, self.state_dir, params["thread"], params["trigger"], turn=params.get("turn"),
+                          tool=params.get("tool"), message=params["message"])
+                outcome = take_job(job, log=lambda line: log(self.state_dir, line))
+                if outcome.commit is not None:
+                    taken.append(str(outcome.commit["id"]))
             except Exception as error:  # noqa: BLE001 - fail open: logged
                 log(self.state_dir, f"{params['thread']}: no checkpoint: {describe(error)}")
 

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from ctxd import redact
 from ctxd.compact import compact
 from ctxd.errors import Cancelled, CompactionFailed
-from ctxd.tokens import cache as prompt_cache
+from ctxd.tokens import prompt_cache
 from ctxd.workspace import Workspace
 
 log = logging.getLogger("ctxd")

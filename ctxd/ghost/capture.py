@@ -1,293 +1,38 @@
-"""Capturing a working tree into a temporary index of ctxd's store, and what is left out.
+"""Capturing a working tree into a temporary index of ctxd's store.
 
-Tracked files are taken as they are on disk, untracked files that are not ignored are added,
-and these are left out and reported (`skipped`): dependency and build folders, nested
-repositories, untracked files over `ghost.max_untracked_file_bytes`, untracked folders of
-`ghost.max_untracked_dir_files` files or more, and secrets (`.env`, `.env.*`, `env/`, `.env/`,
-an untracked `.ctxd.toml`). `ghost.exclude` patterns (gitignore syntax) are treated as ignored.
+Tracked files are taken as they are on disk, untracked files that are not ignored are added
+(`ctxd.ghost.untracked` lists them and says what is left out), and the tree is written. The index
+starts from the last capture's, kept in the store, or from the user's (`ctxd.ghost.gitindex`), so
+that a file whose stat data did not change is not hashed again.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import re
-import struct
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, TypeVar, cast
+from typing import Any
 
-from ctxd.errors import Cancelled, GitFailed
+from ctxd.errors import GitFailed
 from ctxd.ghost import treewatch
-from ctxd.ghost.store import Site, drop_unused_shared_indexes, now_ns, shared_index_of
+from ctxd.ghost.gitcmd import Background, check_cancel, nul
+from ctxd.ghost.gitindex import UserIndex, copy_user_index, index_entry_count, seed, stamp
+from ctxd.ghost.gitstore import Site, drop_unused_shared_indexes, now_ns
+from ctxd.ghost.untracked import SECRET_REASON, excludes, secret, untracked
 from ctxd.settings import GhostSettings
-
-DEPENDENCY_DIRS = frozenset({
-    "node_modules", "bower_components", ".venv", "venv", "dist", "build", "__pycache__", ".tox",
-    ".nox", ".cache", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".hypothesis",
-    ".parcel-cache", ".gradle", ".eggs",
-})
-"""Untracked directories with these names are dependencies, build output or caches: never snapshotted."""
-
-SECRET_DIRS = frozenset({"env", ".env"})
-SECRET_REASON = "secret (never captured)"
-UNTRACKED_SECRETS = frozenset({".ctxd.toml"})
-"""A workspace's `.ctxd.toml` may hold settings a user keeps to themselves: when it is untracked it
-is never captured (when tracked, it is already in the user's own history and is captured)."""
 
 _PACKED = ("-c", "core.bigFileThreshold=1")
 """Blobs go into one pack per command (git's bulk check-in) instead of one loose file each."""
 FEW_PATHS = 64
 """Up to this many paths, blobs are written loose: a pack per capture costs more than a few files
-(it is synced to disk), and the packs would soon make the store repack (`ctxd.ghost.store.needs_gc`)."""
+(it is synced to disk), and the packs would soon make the store repack (`ctxd.ghost.gitstore.needs_gc`)."""
 
 
 def _store_flags(paths: int) -> tuple[str, ...]:
     return () if paths <= FEW_PATHS else _PACKED
-
-
-def check_cancel(cancel: threading.Event | None) -> None:
-    if cancel is not None and cancel.is_set():
-        raise Cancelled("snapshot cancelled")
-
-
-def nul(paths: Iterable[str]) -> bytes:
-    return b"".join(os.fsencode(p) + b"\0" for p in paths)
-
-
-def _mib(size: float) -> str:
-    return f"{size / (1024 * 1024):.1f} MiB"
-
-
-def secret(path: str, tracked: bool = False) -> str | None:
-    """The secret part of `path` (a file, or a folder ending in `/`), if any."""
-    parts = path.rstrip("/").split("/")
-    for i, part in enumerate(parts):
-        is_dir = i < len(parts) - 1 or path.endswith("/")
-        if is_dir and part in SECRET_DIRS:
-            return "/".join(parts[: i + 1]) + "/"
-    name = parts[-1]
-    if name == ".env" or name.startswith(".env.") or (not tracked and name in UNTRACKED_SECRETS):
-        return path
-    return None
-
-
-def _dependency_dir(path: str, start: int) -> str | None:
-    """The first component of `path` (from component `start` on) that names a dependency dir."""
-    parts = path.rstrip("/").split("/")
-    for i in range(start, len(parts)):
-        if parts[i] in DEPENDENCY_DIRS and (i < len(parts) - 1 or path.endswith("/")):
-            return "/".join(parts[: i + 1]) + "/"
-    return None
-
-
-def _excludes(settings: GhostSettings) -> list[str]:
-    return [f"--exclude={pattern}" for pattern in settings.exclude if pattern.strip()]
-
-
-def _untracked(site: Site, settings: GhostSettings, cancel: threading.Event | None,
-               known: dict[str, Any] | None) -> tuple[list[str], dict[str, str], dict[str, Any]]:
-    """Untracked files in scope to snapshot, what was skipped (with why), and what it takes to
-    reuse the listing: when no directory changed since the last one (no entry was created,
-    removed or renamed) and no ignore file changed, the last listing is still right, as with git's
-    own untracked cache. Sizes are checked every time."""
-    if (known is not None and known.get("limits") == [settings.max_untracked_dir_files]
-            and _stamps_hold(site, known.get("dirs"))):
-        dirs = known["dirs"]
-        candidates, skipped = list(known["candidates"]), dict(known["skipped"])
-    else:
-        dirs = _directory_stamps(site)
-        candidates, skipped = _list_untracked(site, settings, cancel)
-    check_cancel(cancel)
-    kept: list[str] = []
-    for path in candidates:
-        try:
-            size = os.lstat(site.top / path).st_size
-        except OSError:
-            continue  # gone since it was listed
-        if size > settings.max_untracked_file_bytes:
-            skipped[path] = (f"untracked file of {_mib(size)} "
-                             f"(limit {_mib(settings.max_untracked_file_bytes)})")
-        else:
-            kept.append(path)
-    listing = {"dirs": dirs, "candidates": candidates,
-               "skipped": {k: v for k, v in skipped.items() if not v.startswith("untracked file of")}}
-    return kept, skipped, listing
-
-
-_RACY_NS = 100_000_000
-MAX_STAMPED_DIRS = 5000
-
-
-def _stamps_hold(site: Site, stamps: Any) -> bool:
-    """Every recorded directory and ignore file still has the change time recorded (a new
-    directory changes its parent's)."""
-    if not isinstance(stamps, dict):
-        return False
-    for path, stamp in stamps.items():
-        try:
-            if stamp == -1 or os.stat(site.top / path).st_mtime_ns != stamp:
-                return False
-        except OSError:
-            if stamp != 0:
-                return False
-    return True
-
-
-def _directory_stamps(site: Site) -> dict[str, int] | None:
-    """The change time of every directory a listing looks at, and of every ignore file; None
-    when there are too many to be worth it. A directory changed a moment ago is recorded as -1,
-    so the next capture lists again (a change in the same clock tick would not show)."""
-    started = now_ns()
-    stamps: dict[str, int] = {}
-    extra = [site.user_git_dir / "info" / "exclude"] if site.user_git_dir is not None else []
-    parts = site.prefix.rstrip("/").split("/") if site.prefix else []
-    extra += [site.top.joinpath(*parts[:i], ".gitignore") for i in range(len(parts))]
-    for path in extra:
-        try:
-            stamps[str(path)] = os.stat(path).st_mtime_ns
-        except OSError:
-            stamps[str(path)] = 0
-    pending = [site.prefix.rstrip("/")]
-    while pending:
-        rel = pending.pop()
-        here = site.top / rel if rel else site.top
-        try:
-            stamps[f"{rel}/" if rel else "./"] = os.stat(here).st_mtime_ns
-            with os.scandir(here) as entries:
-                for entry in entries:
-                    child = f"{rel}/{entry.name}" if rel else entry.name
-                    if entry.is_dir(follow_symlinks=False):
-                        if entry.name != ".git" and entry.name not in DEPENDENCY_DIRS:
-                            pending.append(child)
-                    elif entry.name == ".gitignore":
-                        stamps[child] = entry.stat(follow_symlinks=False).st_mtime_ns
-        except OSError:
-            stamps[f"{rel}/" if rel else "./"] = -1
-        if len(stamps) > MAX_STAMPED_DIRS:
-            return None
-    return {k: (-1 if v >= started - _RACY_NS else v) for k, v in stamps.items()}
-
-
-def _list_untracked(site: Site, settings: GhostSettings,
-                    cancel: threading.Event | None) -> tuple[list[str], dict[str, str]]:
-    """Untracked directories are first listed collapsed, so dependency directories and nested
-    repositories are never walked; only the remaining untracked directories are expanded."""
-    scope_depth = site.prefix.count("/")
-    user_excludes = _excludes(settings)
-    dir_limit = settings.max_untracked_dir_files if not site.plain else 1 << 62  # all is untracked there
-    skipped: dict[str, str] = {}
-    files: list[str] = []
-    expand: list[str] = []
-    for entry in site.paths("ls-files", "-z", "--others", "--exclude-standard", *user_excludes, "--directory",
-                            "--no-empty-directory", "--", site.scope, user=True):
-        dep = _dependency_dir(entry, scope_depth)
-        hidden = secret(entry)
-        if hidden is not None:
-            skipped.setdefault(hidden, SECRET_REASON)
-        elif dep is not None:
-            skipped.setdefault(dep, "dependency or build directory")
-        elif entry.endswith("/"):
-            if (site.top / entry / ".git").exists():
-                skipped[entry] = "nested git repository"
-            else:
-                expand.append(entry)
-        else:
-            files.append(entry)
-    check_cancel(cancel)
-    if expand:
-        excludes = [f"--exclude={name}/" for name in sorted(DEPENDENCY_DIRS | SECRET_DIRS)] + user_excludes
-        # An untracked directory holding the workspace folder is expanded only as far as the folder.
-        specs = [site.scope if site.prefix.startswith(d) else f":(literal){d}" for d in expand]
-        inner = site.paths("ls-files", "-z", "--others", "--exclude-standard", *excludes, "--", *specs, user=True)
-        for dep in site.paths("ls-files", "-z", "--others", "--ignored", "--directory",
-                              *(f"--exclude={name}/" for name in sorted(DEPENDENCY_DIRS | SECRET_DIRS)),
-                              "--", *specs, user=True):
-            hidden = secret(dep)
-            if hidden is not None:
-                skipped.setdefault(hidden, SECRET_REASON)
-            elif _dependency_dir(dep, scope_depth) is not None:
-                skipped.setdefault(_dependency_dir(dep, scope_depth) or dep, "dependency or build directory")
-        groups: dict[str, list[str]] = {}
-        expanded = set(expand)
-        for path in inner:
-            if path.endswith("/"):
-                skipped[path] = "nested git repository"
-                continue
-            hidden = secret(path)
-            if hidden is not None:
-                skipped.setdefault(hidden, SECRET_REASON)
-                continue
-            groups.setdefault(_group_of(path, expanded, site.prefix), []).append(path)
-        for group, members in groups.items():
-            if group and len(members) >= dir_limit:
-                skipped[group] = f"untracked directory with {len(members)} files (limit {dir_limit})"
-            else:
-                files.extend(members)
-    return files, skipped
-
-
-def _group_of(path: str, expanded: set[str], prefix: str) -> str:
-    """The untracked directory a file counts towards for the directory-size limit.
-
-    That is the collapsed directory git listed, except when the workspace folder itself is
-    untracked: then each of its subdirectories counts on its own and its loose files not at all.
-    """
-    parts = path.split("/")
-    for depth in range(1, len(parts)):
-        directory = "/".join(parts[:depth]) + "/"
-        if directory in expanded:
-            if prefix.startswith(directory):  # the workspace folder lies inside this directory
-                rest = path[len(prefix):]
-                return prefix + rest.split("/", 1)[0] + "/" if "/" in rest else ""
-            return directory
-    return ""
-
-
-def index_entry_count(index: Path, git_dir: Path | None = None) -> int:
-    """Entries in an index file, read from its header ("DIRC", version, count). A split index (one
-    of ctxd's, in `git_dir`) holds the entries that replace some of its shared index's and the
-    entries it adds, and its `link` extension says which of the shared index's entries it deletes
-    and which it replaces (two EWAH bitmaps)."""
-    with index.open("rb") as handle:
-        data = handle.read() if git_dir is not None else handle.read(12)
-    count = _header_count(data)
-    shared = shared_index_of(git_dir, data) if git_dir is not None else None
-    if shared is None:
-        return count
-    with shared.open("rb") as handle:
-        base = _header_count(handle.read(12))
-    at = data.find(bytes.fromhex(shared.name.split(".", 1)[1])) + 20
-    deleted, at = _ewah_set_bits(data, at)
-    replaced, _ = _ewah_set_bits(data, at)
-    return base - deleted + count - replaced
-
-
-def _header_count(header: bytes) -> int:
-    if len(header) < 12 or header[:4] != b"DIRC":
-        return 0
-    return int(struct.unpack(">I", header[8:12])[0])
-
-
-def _ewah_set_bits(data: bytes, at: int) -> tuple[int, int]:
-    """The bits set in the EWAH bitmap at `at` (git's ewah_io.c), and where the bytes after it start:
-    its size in bits, its count of 64-bit words, the words, the position of the last marker word.
-    A marker word says whether a run of whole words is all ones (bit 0), how long the run is
-    (the next 32 bits), and how many words given as they are follow it (the top 31 bits)."""
-    _bits, words = struct.unpack_from(">II", data, at)
-    values = struct.unpack_from(f">{words}Q", data, at + 8)
-    count, i = 0, 0
-    while i < words:
-        marker = values[i]
-        if marker & 1:
-            count += ((marker >> 1) & 0xFFFFFFFF) * 64
-        literal = marker >> 33
-        count += sum(bin(word).count("1") for word in values[i + 1:i + 1 + literal])
-        i += 1 + literal
-    return count, at + 8 + 8 * words + 4
 
 
 @dataclass
@@ -298,69 +43,6 @@ class State:
     tree: str
     skipped: dict[str, str]  # repository path (folders end in "/") -> reason
     started_ns: int  # wall clock when the capture began: files changed before it existed then
-
-
-_STAGED = re.compile(rb"(?:^|\0)[0-7]{6} [0-9a-f]{40,64} ([0-3])\t([^\0]*)")
-_GITLINK = re.compile(rb"(?:^|\0)160000 [0-9a-f]{40,64} [0-3]\t([^\0]*)")
-
-
-class _UserIndex:
-    """What a capture needs to know of the user's index, read with `ls-files --stage` when needed.
-
-    When the index file's bytes are unchanged since the last capture, the listing is not read.
-    A plain folder has no index: its listing is empty.
-    """
-
-    def __init__(self, site: Site) -> None:
-        self.site = site
-        index = site.user_index
-        try:  # a few milliseconds, against a git process for the listing
-            self.digest: str | None = hashlib.sha1(index.read_bytes()).hexdigest() if index else "plain"
-        except FileNotFoundError:
-            self.digest = None
-        self._listing: bytes | None = b"" if index is None else None
-        self._pending: Background[tuple[int, bytes]] | None = None
-
-    def prefetch(self) -> None:
-        """Start reading the listing on a thread (it is read at once when asked for before)."""
-        if self._listing is None and self._pending is None:
-            site = self.site
-            self._pending = Background(lambda: site.user("ls-files", "--stage", "-z"))
-
-    def settle(self) -> None:
-        """Wait for a listing being read (a capture leaves no thread behind)."""
-        if self._pending is not None:
-            self._pending.wait()
-
-    @property
-    def listing(self) -> bytes:
-        if self._listing is None:
-            pending = self._pending
-            self._listing = (pending.result() if pending else self.site.user("ls-files", "--stage", "-z"))[1]
-        return self._listing
-
-    @property
-    def signature(self) -> str:
-        return hashlib.sha1(self.listing).hexdigest()
-
-    @property
-    def count(self) -> int:
-        return self.listing.count(b"\0")
-
-    def unmerged(self) -> set[str]:
-        if not any(marker in self.listing for marker in (b" 1\t", b" 2\t", b" 3\t")):
-            return set()  # the common case, found at memchr speed
-        return {os.fsdecode(m.group(2)) for m in _STAGED.finditer(self.listing) if m.group(1) != b"0"}
-
-    def paths(self) -> set[str]:
-        return {os.fsdecode(m.group(2)) for m in _STAGED.finditer(self.listing)}
-
-    def gitlinks(self) -> list[str]:
-        """Submodules (mode 160000): their commit is read from their own git directory, which no
-        watch of the work tree sees change."""
-        if b"160000 " not in self.listing:
-            return []
-        return sorted({os.fsdecode(m.group(1)) for m in _GITLINK.finditer(self.listing)})
 
 
 @dataclass
@@ -396,12 +78,12 @@ class _Cache:
         self.index.unlink(missing_ok=True)
 
     @staticmethod
-    def same_user_index(meta: dict[str, Any] | None, user: _UserIndex, settings: GhostSettings) -> bool:
+    def same_user_index(meta: dict[str, Any] | None, user: UserIndex, settings: GhostSettings) -> bool:
         return (meta is not None and user.digest is not None and meta.get("userDigest") == user.digest
                 and "userCount" in meta and meta.get("exclude") == list(settings.exclude))
 
     @classmethod
-    def usable(cls, meta: dict[str, Any] | None, user: _UserIndex, settings: GhostSettings) -> bool:
+    def usable(cls, meta: dict[str, Any] | None, user: UserIndex, settings: GhostSettings) -> bool:
         """The kept index may seed a capture: the user's index lists the same entries, no conflicts."""
         if meta is None or meta.get("exclude") != list(settings.exclude):
             return False
@@ -417,7 +99,7 @@ class _Cache:
                 "deleted": deleted}
         pending = self.index.with_suffix(f".{os.urandom(16).hex()}.tmp")
         try:
-            if _stamp(self.index) != _stamp(index):  # else git left the seed as it was: it is kept already
+            if stamp(self.index) != stamp(index):  # else git left the seed as it was: it is kept already
                 os.link(index, pending)  # the same inode, so the recorded stat matches
             self.meta.with_suffix(".tmp").write_text(json.dumps(meta), "utf-8")
             self.meta.unlink(missing_ok=True)  # first: an index without its meta is never used
@@ -431,27 +113,30 @@ class _Cache:
         return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def _hidden_tracked(site: Site, user: _UserIndex, settings: GhostSettings,
+def _hidden_tracked(site: Site, user: UserIndex, settings: GhostSettings,
                     meta: dict[str, Any] | None) -> list[str]:
     """Tracked files in scope that must not be captured: secrets and `ghost.exclude` matches."""
     if _Cache.same_user_index(meta, user, settings) and isinstance(meta, dict) and "hidden" in meta:
         return list(meta["hidden"])
     hidden = {p for p in user.paths() if site.in_scope(p) and secret(p, tracked=True)}
     if settings.exclude and not site.plain:
-        hidden |= set(site.paths("ls-files", "-z", "--cached", "--ignored", *_excludes(settings), "--",
+        hidden |= set(site.paths("ls-files", "-z", "--cached", "--ignored", *excludes(settings), "--",
                                  site.scope, user=True))
     return sorted(hidden)
+
 
 
 @dataclass(frozen=True)
 class CaptureOptions:
     """What a capture is asked for: the folder's ghost settings, whom to tell how it goes, what
-    stops it, and whether it is `light` (a diff's: hashes and stores nothing, writes no tree)."""
+    stops it, whether it is `light` (a diff's: hashes and stores nothing, writes no tree), and the
+    daemon's file watch, when it runs in one (only what the watch saw change is re-checked)."""
 
     settings: GhostSettings
     progress: Callable[[str], None] | None = None
     cancel: threading.Event | None = None
     light: bool = False
+    watch: treewatch.TreeWatch | None = None
 
     def say(self, message: str) -> None:
         if self.progress is not None:
@@ -470,8 +155,9 @@ def capture(site: Site, options: CaptureOptions, *, cold: bool = False) -> State
     """
     started = now_ns()
     # In the daemon, the paths changed since its last capture (taken first: before any file is read).
-    ticket = treewatch.NO_TICKET if options.light else treewatch.ticket(site.store, site.key, site.top, site.prefix)
-    user = _UserIndex(site)  # read before anything else
+    watch = None if options.light else options.watch
+    ticket = treewatch.NO_TICKET if watch is None else watch.ticket(site.store, site.key, site.top, site.prefix)
+    user = UserIndex(site)  # read before anything else
     cache = _Cache.for_site(site)
     index = site.temp_index()
     try:
@@ -518,35 +204,6 @@ def _capture(run: _Run) -> State:
         run.close()
 
 
-T = TypeVar("T")
-
-
-class Background(Generic[T]):
-    """A call on a thread of its own (a git process to wait for meanwhile); `result` waits and
-    raises what the call raised."""
-
-    def __init__(self, call: Callable[[], T]) -> None:
-        self._value: T | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(call,), name="ctxd-ghost", daemon=True)
-        self._thread.start()
-
-    def _run(self, call: Callable[[], T]) -> None:
-        try:
-            self._value = call()
-        except BaseException as error:  # noqa: BLE001 - handed to whoever asks for the result
-            self._error = error
-
-    def wait(self) -> None:
-        self._thread.join()
-
-    def result(self) -> T:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return cast(T, self._value)
-
-
 class _Run:
     """One capture into `index`: what each step found, for the steps after it.
 
@@ -554,7 +211,7 @@ class _Run:
     `unchanged` stays true while the index is still exactly the kept one (its tree is then known).
     """
 
-    def __init__(self, site: Site, options: CaptureOptions, user: _UserIndex, cache: _Cache, index: Path,
+    def __init__(self, site: Site, options: CaptureOptions, user: UserIndex, cache: _Cache, index: Path,
                  started: int, cold: bool, ticket: treewatch.Ticket = treewatch.NO_TICKET) -> None:
         self.site, self.options, self.user, self.cache, self.index = site, options, user, cache, index
         self.started, self.cold, self.ticket = started, cold, ticket
@@ -581,11 +238,11 @@ class _Run:
 
     def start_listing_untracked(self) -> None:
         """The untracked files in scope, listed on a thread while the tracked ones are refreshed
-        (the last listing is reused when no directory changed, see `_untracked`)."""
+        (the last listing is reused when no directory changed, see `ctxd.ghost.untracked.untracked`)."""
         same_user = _Cache.same_user_index(self.meta, self.user, self.settings)
         known = self.meta.get("listing") if self.meta is not None and same_user else None
         site, settings, cancel = self.site, self.settings, self.options.cancel
-        self._listing = Background(lambda: _untracked(site, settings, cancel, known))
+        self._listing = Background(lambda: untracked(site, settings, cancel, known))
         if not same_user:
             self.user.prefetch()
         self.options.say("looking for changes and untracked files")
@@ -596,9 +253,9 @@ class _Run:
         site, index = self.site, self.index
         self.meta = self.meta if _Cache.usable(self.meta, self.user, self.settings) else None
         if self.meta is not None:
-            _seed(self.cache.index, index)
+            seed(self.cache.index, index)
         elif not self.cold and site.user_index is not None and site.user_index.exists():
-            _copy_user_index(site, index)
+            copy_user_index(site, index)
         elif self.user.listing:  # the user's entries (`ls-files --stage` writes what `--index-info` reads);
             # with no stat data every file is hashed, but staged new files are not lost (HEAD lacks them)
             site.git("update-index", "-z", "--index-info", index=index, stdin=self.user.listing)
@@ -607,7 +264,7 @@ class _Run:
 
     def refresh_tracked(self) -> None:
         """Tracked files as they are on disk; only those whose stat data changed are hashed."""
-        seeded = _stamp(self.index)
+        seeded = stamp(self.index)
         if self.index.exists() and not self.options.light:
             paths = self.changed_paths()
             self.ticket.report(paths)
@@ -619,7 +276,7 @@ class _Run:
                 self.site.git(*_store_flags(len(paths)), "-c", "core.preloadIndex=false", "--literal-pathspecs",
                               "add", "--update", "--pathspec-from-file=-", "--pathspec-file-nul",
                               index=self.index, stdin=nul(paths), borrow=False)
-        self.unchanged = self.meta is not None and seeded is not None and seeded == _stamp(self.index)
+        self.unchanged = self.meta is not None and seeded is not None and seeded == stamp(self.index)
         self.unmerged = set() if self.meta is not None else self.user.unmerged()
 
     def changed_paths(self) -> list[str] | None:
@@ -733,74 +390,9 @@ class _Run:
         if known["userCount"] - len(self.hidden) + len(self.files) != index_entry_count(self.index, site.store):
             kept = set(site.paths("ls-files", "-z", index=self.index))
             deleted = sorted(p for p in user.paths() - kept - set(self.hidden) if site.in_scope(p))
-        stamp = self.cache.save(self.index, known, self.files, deleted)
+        saved = self.cache.save(self.index, known, self.files, deleted)
         drop_unused_shared_indexes(site.store)
-        return stamp
-
-
-def _copy_user_index(site: Site, index: Path) -> None:
-    """Start a temporary index from a copy of the user's (same bytes and mtime, so its stat data
-    still spares unchanged files from being hashed).
-
-    A split index (`core.splitIndex`) holds only recent changes and names a `sharedindex.<id>`
-    with the rest, which git looks for in the git directory of the command that reads it: that
-    file is copied into the store for as long as it takes to write the copy as a whole index."""
-    assert site.user_git_dir is not None and site.user_index is not None
-    import shutil  # here: the common capture (a kept seed) does without it
-
-    shutil.copy2(site.user_index, index)
-    shared = shared_index_of(site.user_git_dir, index.read_bytes())
-    if shared is not None:
-        copy = site.store / shared.name
-        try:
-            shutil.copy2(shared, copy)
-            site.git("update-index", "--no-split-index", index=index)
-        except FileNotFoundError:  # the user's git replaced it meanwhile
-            raise GitFailed("the user's split index changed while it was copied") from None
-        finally:
-            copy.unlink(missing_ok=True)
-    _unmark_local_edits(site, index)
-
-
-def _unmark_local_edits(site: Site, index: Path) -> None:
-    """Unmark, in the copy, the entries the user marked `--assume-unchanged`, or `--skip-worktree`
-    while the file is on disk (ways to keep local edits out of commits). `add --update` passes
-    marked entries by, so the snapshot would hold the index's bytes instead of the file's, and a
-    restore would overwrite the edits with no snapshot holding them. A sparse checkout's
-    skip-worktree entries (not on disk) keep their mark."""
-    assumed: list[bytes] = []
-    skipped: list[bytes] = []
-    for entry in site.git("ls-files", "-v", "-z", index=index)[1].split(b"\0"):
-        if entry.startswith(b"H "):  # nearly every entry: cached, unmarked
-            continue
-        tag, path = entry[:1], entry[2:]
-        if tag.islower():
-            assumed.append(path)
-        if tag in (b"S", b"s") and os.path.lexists(site.top / os.fsdecode(path)):
-            skipped.append(path)
-    for flag, paths in (("--no-assume-unchanged", assumed), ("--no-skip-worktree", skipped)):
-        if paths:  # one flag per call: git applies only the last one given to every path
-            site.git("update-index", flag, "-z", "--stdin", index=index, stdin=b"".join(p + b"\0" for p in paths))
-
-
-def _seed(kept: Path, index: Path) -> None:
-    """Start a temporary index from the kept one: a second name for the same file, since git never
-    writes an index in place (it writes `<index>.lock` and renames it over), so the kept one stays
-    as it is. Same bytes and mtime (git uses it to spot racy entries), and nothing copied."""
-    try:
-        os.link(kept, index)
-    except OSError:  # a file system without hard links
-        import shutil
-
-        shutil.copy2(kept, index)
-
-
-def _stamp(index: Path) -> tuple[int, int, int] | None:
-    try:
-        st = index.stat()
-    except FileNotFoundError:
-        return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
+        return saved
 
 
 def file_count(site: Site, state: State) -> int:

@@ -12,13 +12,17 @@ Every git child ctxd starts for snapshots goes through `run`:
   Python start them with `vfork` instead of copying the daemon's whole memory map at each call.
 
 No command named in any git config runs. Calls on ctxd's store read no global, system or repository
-config but the store's own, which ctxd wrote and sealed (`store.check_owned`); its `info/attributes`
+config but the store's own, which ctxd wrote and sealed (`gitstore.check_owned`); its `info/attributes`
 unsets `filter` for every path, over any `.gitattributes`, so no `clean`, `smudge` or `process`
 command applies, and `diff` runs with `--no-ext-diff --no-textconv`.
 Calls in the user's repository (`Site.user`) read its config (ignore rules, object format) but
 are only `rev-parse`, `ls-files`, `config --get`, `for-each-ref` and `update-ref`: none of them
 converts content, pages, signs, asks for credentials or opens a connection, and the hooks and
 fsmonitor are switched off below.
+
+Beside `run` and `start`, what every caller of git here shares: `Background` (a call waited for
+on a thread of its own while another git process runs), `nul` (paths for `-z --stdin`) and
+`check_cancel` (a cancelled request stops between two commands).
 """
 
 from __future__ import annotations
@@ -28,10 +32,12 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar, cast
 
-from ctxd.errors import GitFailed
+from ctxd.errors import Cancelled, GitFailed
 
 GIT = os.environ.get("GIT_PYTHON_GIT_EXECUTABLE") or "git"
 
@@ -162,3 +168,43 @@ def start(args: list[str], *, cwd: Path, env: dict[str, str]) -> subprocess.Pope
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True, bufsize=1 << 16)
     except OSError as error:
         raise GitFailed(f"git could not be started: {error}") from None
+
+
+def nul(paths: Iterable[str]) -> bytes:
+    """Paths as `-z --stdin` reads them."""
+    return b"".join(os.fsencode(p) + b"\0" for p in paths)
+
+
+def check_cancel(cancel: threading.Event | None) -> None:
+    """Between two git commands: stop when the request was cancelled."""
+    if cancel is not None and cancel.is_set():
+        raise Cancelled("snapshot cancelled")
+
+
+T = TypeVar("T")
+
+
+class Background(Generic[T]):
+    """A call on a thread of its own (a git process to wait for meanwhile); `result` waits and
+    raises what the call raised."""
+
+    def __init__(self, call: Callable[[], T]) -> None:
+        self._value: T | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(call,), name="ctxd-ghost", daemon=True)
+        self._thread.start()
+
+    def _run(self, call: Callable[[], T]) -> None:
+        try:
+            self._value = call()
+        except BaseException as error:  # noqa: BLE001 - handed to whoever asks for the result
+            self._error = error
+
+    def wait(self) -> None:
+        self._thread.join()
+
+    def result(self) -> T:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return cast(T, self._value)

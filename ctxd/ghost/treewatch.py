@@ -1,5 +1,8 @@
 """In the daemon: which paths of a workspace changed since its last capture (a dirty set).
 
+The daemon owns a `TreeWatch` (one per process that writes: the owner, or a daemon serving alone)
+and hands it to its captures; everything else captures without one.
+
 A capture normally reads the stat data of every tracked file (`git add --update`), which on a
 large repository is most of its time. The daemon instead watches the workspace's folders with
 inotify and hands a capture the paths that had an event since the capture before it, so that git
@@ -283,7 +286,7 @@ class Tracker:
     def _run(self) -> None:
         try:
             self._walk("")
-            from ctxd.ghost.store import fan_out
+            from ctxd.ghost.gitstore import fan_out
 
             fan_out(self.barrier_dir.parent)  # the store's
             with self._lock:
@@ -478,55 +481,48 @@ def _clean_barriers(folder: Path) -> None:
             continue
 
 
-_enabled = False
-_trackers: dict[tuple[str, str], Tracker] = {}
-_guard = threading.Lock()
+class TreeWatch:
+    """A daemon's file watches, one tracker per folder of a store it captures: owned by the daemon
+    (`Daemon.tree_watch`) and handed to each of its captures (`CaptureOptions.watch`). A process
+    without one (a hook alone, the command line) reads the whole tree at every capture."""
 
+    def __init__(self) -> None:
+        self._trackers: dict[tuple[str, str], Tracker] = {}
+        self._guard = threading.Lock()
+        self._closed = False
 
-def enabled() -> bool:
-    return _enabled
+    def ticket(self, store: Path, key: str, top: Path, prefix: str) -> Ticket:
+        """The ticket for a capture of the scope `prefix` of work tree `top` (store `store`, folder
+        key `key`): the first call starts watching it (that capture, and the next, read everything)."""
+        with self._guard:
+            if self._closed:
+                return NO_TICKET
+            tracker = self._trackers.get((str(store), key))
+            if tracker is None:
+                root = top / prefix if prefix else top
+                tracker = Tracker(root=root, prefix=prefix, barrier_dir=store / "ctxd-watch")
+                try:
+                    tracker.start()
+                except (Unwatchable, OSError) as error:
+                    _log().info("%s: no file watch (%s): captures read the whole tree", root, error)
+                    tracker._broken = str(error)
+                self._trackers[(str(store), key)] = tracker
+        return tracker.begin()
 
+    def release(self, folder: Path) -> None:
+        """Stop watching a workspace folder that was closed."""
+        real = os.path.realpath(folder)
+        with self._guard:
+            found = [k for k, t in self._trackers.items() if os.path.realpath(t.root) == real]
+            stopped = [self._trackers.pop(k) for k in found]
+        for tracker in stopped:
+            tracker.stop()
 
-def enable() -> None:
-    """Called by the daemon: its captures use dirty sets. Other processes never do."""
-    global _enabled
-    _enabled = True
-
-
-def disable() -> None:
-    global _enabled
-    _enabled = False
-    with _guard:
-        trackers = list(_trackers.values())
-        _trackers.clear()
-    for tracker in trackers:
-        tracker.stop()
-
-
-def ticket(store: Path, key: str, top: Path, prefix: str) -> Ticket:
-    """The ticket for a capture of the scope `prefix` of work tree `top` (store `store`, folder key
-    `key`): the first call starts watching it (that capture, and the next, read everything)."""
-    if not _enabled:
-        return NO_TICKET
-    with _guard:
-        tracker = _trackers.get((str(store), key))
-        if tracker is None:
-            root = top / prefix if prefix else top
-            tracker = Tracker(root=root, prefix=prefix, barrier_dir=store / "ctxd-watch")
-            try:
-                tracker.start()
-            except (Unwatchable, OSError) as error:
-                _log().info("%s: no file watch (%s): captures read the whole tree", root, error)
-                tracker._broken = str(error)
-            _trackers[(str(store), key)] = tracker
-    return tracker.begin()
-
-
-def release(folder: Path) -> None:
-    """Stop watching a workspace folder that was closed."""
-    real = os.path.realpath(folder)
-    with _guard:
-        found = [k for k, t in _trackers.items() if os.path.realpath(t.root) == real]
-        stopped = [_trackers.pop(k) for k in found]
-    for tracker in stopped:
-        tracker.stop()
+    def close(self) -> None:
+        """Stop every watch; later captures read the whole tree."""
+        with self._guard:
+            self._closed = True
+            trackers = list(self._trackers.values())
+            self._trackers.clear()
+        for tracker in trackers:
+            tracker.stop()

@@ -17,7 +17,7 @@ top without following a link, so a folder swapped for a link meanwhile never lea
 
 Temporary names are `.ctxd-<tag>-<n>`; the restore's journal records the tag and the folders
 that hold them, so that `remove_leftovers` finds what a crash left. Pure module: the caller
-(`ctxd.ghost.snapshots.restore`) plans, checks space, writes the journal and reports.
+(`ctxd.ghost.restore.restore`) plans, checks space, writes the journal and reports.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ctxd.errors import GitFailed
-from ctxd.ghost.store import Blobs
+from ctxd.ghost.gitstore import Blobs
 
 GITLINK = "160000"
 LINK = "120000"

@@ -28,7 +28,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ctxd.ghost.checkpoint import Job
     from ctxd.hooks.locate import Located
+    from ctxd.protocol.shapes import CheckpointTool, CheckpointTurn
 
 DEADLINE_SECONDS = 1.5
 """The hook returns by then (the agent's bound is 2 s, and starting Python takes some of it)."""
@@ -210,10 +212,10 @@ def covered(agent: str, event: str, cwd: str, located: Located, exclude: list[st
     return False
 
 
-def plan(agent: str, event: str, data: dict[str, Any], state_dir: Path) -> dict[str, Any] | None:
-    """What to do for this hook: a checkpoint's arguments, or None (nothing to do). `state_dir`
-    is the default one; the workspace's daemon may use another (`ctxd.hooks.locate`). Every text of
-    the hook input is redacted before anything is cut from it or written."""
+def plan(agent: str, event: str, data: dict[str, Any], state_dir: Path) -> Job | None:
+    """What to do for this hook: a checkpoint to take, or None (nothing to do). `state_dir` is the
+    default one; the workspace's daemon may use another (`ctxd.hooks.locate`). Every text of the
+    hook input is redacted before anything is cut from it or written."""
     from ctxd.hooks import marks
     from ctxd.hooks.locate import find_workspace
     from ctxd.redact import redact, redact_json
@@ -234,17 +236,18 @@ def plan(agent: str, event: str, data: dict[str, Any], state_dir: Path) -> dict[
     if event == "UserPromptSubmit":
         raw_prompt = data.get("prompt")
         prompt = raw_prompt if isinstance(raw_prompt, str) else ""
-        turn = {"index": int(mark.get("turn") or 0) + 1, "text": _short(prompt, 200)}
+        turn: CheckpointTurn = {"index": int(mark.get("turn") or 0) + 1, "text": _short(prompt, 200)}
         marks.write(state_dir, thread, {**mark, "turn": turn["index"], "text": turn["text"]})
-        return {"folder": located.folder, "stateDir": state_dir, "thread": thread, "trigger": "turn", "turn": turn,
-                "tool": None, "message": _short(prompt, 72) or f"turn {turn['index']}"}
+        from ctxd.ghost.checkpoint import Job  # here: most hooks (a tool that reads) take no checkpoint
+
+        return Job(located.folder, state_dir, thread, "turn", turn=turn, message=_short(prompt, 72) or f"turn {turn['index']}")
     if event == "PreToolUse":
         name = data.get("tool_name")
         if not isinstance(name, str) or name not in CHANGES_FILES[agent]:
             if not mark:
                 marks.write(state_dir, thread, {"turn": 0})
             return None
-        tool: dict[str, Any] = {"name": name}
+        tool: CheckpointTool = {"name": name}
         if isinstance(data.get("tool_use_id"), str):
             tool["callId"] = data["tool_use_id"]
         tool_input = data.get("tool_input")
@@ -259,59 +262,48 @@ def plan(agent: str, event: str, data: dict[str, Any], state_dir: Path) -> dict[
             label = f"before {name}: {shown}" if shown else f"before {name}"
         else:
             label = f"before {name} {', '.join(paths)}".rstrip()
-        in_turn = {"index": int(mark["turn"]), "text": redact(str(mark.get("text") or ""))} if mark.get("turn") else None
+        in_turn: CheckpointTurn | None = (
+            {"index": int(mark["turn"]), "text": redact(str(mark.get("text") or ""))} if mark.get("turn") else None)
         if not mark:
             marks.write(state_dir, thread, {"turn": 0})
-        return {"folder": located.folder, "stateDir": state_dir, "thread": thread, "trigger": "tool",
-                "turn": in_turn, "tool": tool, "message": label}
+        from ctxd.ghost.checkpoint import Job
+
+        return Job(located.folder, state_dir, thread, "tool", turn=in_turn, tool=tool, message=label)
     if event == "PostCompact":
         # A running daemon drops the thread's pre-compaction usage on seeing this (ctxd.sessions.hook_watch).
         marks.write(state_dir, thread, {**mark, "thread": thread, "compactedAt": time.time()})
     return None
 
 
-def take_checkpoint(job: dict[str, Any]) -> bool:
-    """Take the job's checkpoint in this process; False when the workspace has them off."""
-    from ctxd.ghost import snapshots as ghost
-    from ctxd.settings import load_settings
+def take_checkpoint(job: Job) -> bool:
+    """Take the job's checkpoint in this process (`ctxd.ghost.checkpoint.take` decides and says
+    what happened in the hooks' log); False when none was taken."""
+    from ctxd.ghost.checkpoint import take
 
-    settings = load_settings(job["folder"])
-    if settings.ghost.auto == "off":
-        log(f"{job['thread']}: ghost.auto is off: no checkpoint")
-        return False
-    started = time.monotonic()
-    commit = ghost.snapshot(job["folder"], job["message"], settings=settings.ghost, trigger=job["trigger"],
-                            thread=job["thread"], turn=job["turn"], tool=job["tool"], state_dir=job["stateDir"])
-    log(f"{job['thread']}: checkpoint {commit['id'][:12]} ({job['trigger']}) in "
-        f"{(time.monotonic() - started) * 1000:.0f} ms: {job['message']}")
-    return True
+    return take(job, log=log).commit is not None
 
 
-def handed_to_owner(job: dict[str, Any], deadline: float) -> bool:
+def handed_to_owner(job: Job, deadline: float) -> bool:
     """Whether the owner of the workspace's state dir took the checkpoint (docs/processes.md):
     it watches the folder, so its capture re-checks only what changed. A folder whose ledger is
     in a state dir of its own (its `.ctxd.toml`'s) is open in the owner of the default one."""
     from ctxd import ownerlink
+    from ctxd.ghost.checkpoint import Outcome
 
     started = time.monotonic()
-    message = {"op": "checkpoint", "job": {**job, "folder": str(job["folder"]), "stateDir": str(job["stateDir"])}}
+    message = {"op": "checkpoint", "job": job.to_wire()}
     answer = None
-    for state_dir in dict.fromkeys([Path(job["stateDir"]), _state_dir()]):
+    for state_dir in dict.fromkeys([job.state_dir, _state_dir()]):
         try:
             answer = ownerlink.ask(state_dir, message, max(0.05, deadline - time.monotonic()))
         except ownerlink.Unsafe as error:
-            log_once(f"owner refused {error}", f"{job['thread']}: the owner is not asked: {error}")
+            log_once(f"owner refused {error}", f"{job.thread}: the owner is not asked: {error}")
             return False
         if answer is not None and answer.get("taken"):
             break
     if answer is None or not answer.get("taken"):
         return False
-    if answer.get("skipped"):
-        log(f"{job['thread']}: {answer['skipped']}: no checkpoint")
-    else:
-        commit = answer.get("commit") or {}
-        log(f"{job['thread']}: checkpoint {str(commit.get('id'))[:12]} ({job['trigger']}) by the owner in "
-            f"{(time.monotonic() - started) * 1000:.0f} ms: {job['message']}")
+    log(Outcome.from_answer(answer, int((time.monotonic() - started) * 1000)).line(job, by="the owner"))
     return True
 
 
@@ -324,7 +316,7 @@ def owner_wanted() -> bool:
                                          for name in ("CTXD_OWNER", "CTXD_HOOK_KEEPER", "CTXD_TREE_WATCH"))
 
 
-def run_bounded(job: dict[str, Any], deadline: float) -> None:
+def run_bounded(job: Job, deadline: float) -> None:
     """The checkpoint in a child process; wait for it until `deadline`, then leave it to finish.
     The child, done, goes on as the owner of the state dir when one is wanted (docs/processes.md),
     watching the folder for the hooks after it: detached from the agent already, it closes its
@@ -344,14 +336,14 @@ def run_bounded(job: dict[str, Any], deadline: float) -> None:
             if take_checkpoint(job) and owner_wanted():
                 signal.alarm(0)
                 os.closerange(3, 1 << 16)  # the pipe (the hook returns) and whatever the agent passed on
-                args = [sys.executable, "-m", "ctxd", "owner", "--state-dir", str(job["stateDir"]),
-                        "--keep", str(job["folder"])]
+                args = [sys.executable, "-m", "ctxd", "owner", "--state-dir", str(job.state_dir),
+                        "--keep", str(job.folder)]
                 try:
                     os.execv(args[0], args)  # it leaves at once when an owner already runs
                 except OSError as error:
-                    log(f"{job.get('thread')}: no owner: {describe(error)}")
+                    log(f"{job.thread}: no owner: {describe(error)}")
         except BaseException as error:  # noqa: BLE001 - everything is logged, nothing reaches the agent
-            log(f"{job.get('thread')}: no checkpoint: {describe(error)}")
+            log(f"{job.thread}: no checkpoint: {describe(error)}")
         finally:
             os._exit(0)
     os.close(write_end)
@@ -362,7 +354,7 @@ def run_bounded(job: dict[str, Any], deadline: float) -> None:
         if select.select([read_end], [], [], left)[0]:
             os.waitpid(pid, os.WNOHANG)  # done; or the owner now, which outlives this process
         else:
-            log(f"{job['thread']}: the checkpoint goes on after the hook returned (over {DEADLINE_SECONDS:g} s)")
+            log(f"{job.thread}: the checkpoint goes on after the hook returned (over {DEADLINE_SECONDS:g} s)")
     finally:
         os.close(read_end)
 

@@ -654,7 +654,7 @@ def main(argv: list[str]) -> int:
 def _know(project: Path, state_dir: Path) -> None:
     """Create the project's snapshot store, so that its hooks know the workspace from the start."""
     from ctxd.errors import CtxdError
-    from ctxd.ghost.store import open_site
+    from ctxd.ghost.gitstore import open_site
 
     try:
         open_site(project, state_dir)

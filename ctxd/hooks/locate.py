@@ -45,7 +45,7 @@ def ledger_database(state_dir: Path, folder: Path) -> Path:
 
 
 def plain_store(state_dir: Path, folder: Path) -> Path:
-    """The snapshot store of a folder that is not a git repository (`ctxd.ghost.store._plain_site`)."""
+    """The snapshot store of a folder that is not a git repository (`ctxd.ghost.gitstore._plain_site`)."""
     digest = hashlib.sha256(os.fsencode(folder)).hexdigest()[:24]
     return state_dir / "ghost" / f"{folder.name[:40] or 'root'}-{digest}" / "store"
 

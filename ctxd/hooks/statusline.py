@@ -1,7 +1,7 @@
 """`ctxd statusline`: Claude Code's status line, from the JSON Claude Code gives it on stdin.
 
 One line: the agent, how full the context is against Claude Code's own compaction point, the
-session's cost, until when the prompt cache is likely warm (ctxd/tokens/cache.py), the age of
+session's cost, until when the prompt cache is likely warm (ctxd/tokens/prompt_cache.py), the age of
 the workspace's last checkpoint, coloured as the editors colour their
 gauges (warn from 80% of the compaction point, compact at it). The exact usage it was handed is
 written for ctxd (`<state dir>/hooks/usage/<thread>.json`). A user's own status-line command
@@ -114,7 +114,7 @@ def read_tail(path: str, size: int) -> bytes:
 def last_request(transcript: Any) -> tuple[float, bool] | None:
     """The latest main-chain reply in the transcript's tail: when it came, and whether its cache
     writes went to Anthropic's 1-hour cache."""
-    from ctxd.tokens.cache import parse_time
+    from ctxd.tokens.prompt_cache import parse_time
 
     if not isinstance(transcript, str) or not os.path.isabs(transcript):
         return None
@@ -141,13 +141,13 @@ def last_request(transcript: Any) -> tuple[float, bool] | None:
 def cache_of(data: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any] | None:
     """Until when the prompt cache is likely warm (the latest request plus Anthropic's lifetime),
     and what the next turn re-writes after it."""
-    from ctxd.tokens import cache
+    from ctxd.tokens import prompt_cache
 
     if not usage["known"]:
         return None
     found = last_request(data.get("transcript_path"))
     at, one_hour = found if found is not None else (time.time(), False)  # the request just reported
-    return {"until": at + cache.lifetime(cache.ANTHROPIC, one_hour),
+    return {"until": at + prompt_cache.lifetime(prompt_cache.ANTHROPIC, one_hour),
             "rewriteTokens": usage["usedTokens"] + usage["outputTokens"]}
 
 

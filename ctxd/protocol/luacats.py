@@ -1,21 +1,26 @@
-"""LuaCATS annotations of the wire shapes, for the Neovim plugin's language server (lua_ls), and
-the table of method names the plugin sends and handles (`methods.py`).
+"""LuaCATS annotations of the wire shapes, for the Neovim plugin's language server (lua_ls), the
+table of method names the plugin sends and handles (`methods.py`), and the plugin's API: one
+wrapper per request (`WRAPPERS`).
 
 Generated from the same JSON Schema as the VS Code extension's TypeScript types
 (`docs/protocol.schema.json`, from `shapes.py`), so that both clients read one definition, and
-no method name is spelled by hand in the plugin:
+no method name or params field is spelled by hand in the plugin:
 
     python -m ctxd.protocol.luacats > editors/nvim/lua/ctxd/protocol.lua
+    python -m ctxd.protocol.luacats api > editors/nvim/lua/ctxd/api.lua
 
-A test fails when the checked-in file is stale.
+A test fails when a checked-in file is stale, and when a request has no wrapper.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+import re
+import sys
+from typing import Any, NamedTuple
 
 from ctxd.protocol import methods
+from ctxd.protocol.params import PARAMS
 from ctxd.protocol.shapes import schema
 
 PREFIX = "ctxd."
@@ -77,5 +82,194 @@ def luacats() -> str:
     return "\n".join(lines) + "\n"
 
 
+class Wrapper(NamedTuple):
+    """One function of `require('ctxd.api')`: `name(<args>, target, cb)` sends `method` with the
+    params `params`, a Lua expression of the arguments (each key a field of the method's params)."""
+
+    name: str
+    method: str
+    doc: str  # its comment, one `---` line per line
+    args: tuple[tuple[str, str, str], ...] = ()  # (name, LuaCATS type, what it is: "" or a note)
+    params: str = "{}"
+
+
+WRAPPERS = (
+    Wrapper("record", methods.RECORD, "Record items (oldest first) in the thread's ledger. Result: "
+            "`{historyVersion, itemCount, usage}`.", (("items", "table[]", ""),), "{ items = items }"),
+    Wrapper("report_token_usage", methods.REPORT_TOKEN_USAGE, "Report the model API's usage for the latest request:\n"
+            "`{inputTokens, cachedInputTokens?, outputTokens, reasoningOutputTokens?, totalTokens}`.",
+            (("usage", "table", ""),), "{ usage = usage }"),
+    Wrapper("set_prompt_context", methods.SET_PROMPT_CONTEXT, "Set the fixed overhead of every request: "
+            "`{model?, contextWindow?, baseInstructions?, tools?,\nmemoryFiles?, skills?}`.",
+            (("context", "table", ""),), "context"),
+    Wrapper("prompt", methods.PROMPT, "The model-ready projection: `{items, historyVersion, estimatedTokens, "
+            "reinjectContext}`.", (("params", "table?", "`{inputModalities?}`"),), "params or {}"),
+    Wrapper("usage", methods.USAGE, "The usage breakdown by category (`Breakdown`)."),
+    Wrapper("compact", methods.COMPACT, "Compact the thread. `params`: `{strategy?, workDoneToken?}`.",
+            (("params", "table?", ""),), "params or {}"),
+    Wrapper("rollback", methods.ROLLBACK, "Drop the last `turns` user turns.", (("turns", "integer", ""),),
+            "{ turns = turns }"),
+    Wrapper("history", methods.HISTORY, "The stored ledger: `params` `{offset?, limit?, includeArchived?}`.",
+            (("params", "table?", ""),), "params or {}"),
+    Wrapper("threads", methods.THREADS, "The workspace's threads."),
+    Wrapper("snapshot", methods.GHOST_SNAPSHOT, "Take a ghost snapshot of the working tree. `params`: "
+            "`{message?, workDoneToken?}`.", (("params", "table?", ""),), "params or {}"),
+    Wrapper("snapshots", methods.GHOST_LIST, "The workspace's snapshots, newest first: `{snapshots}`."),
+    Wrapper("restore", methods.GHOST_RESTORE, "Restore the working tree to snapshot `id`; with `conversation` "
+            "also roll the thread back.", (("id", "string", ""), ("conversation", "boolean?", "")),
+            "{ id = id, conversation = conversation == true }"),
+    Wrapper("diff", methods.GHOST_DIFF, "How the working tree differs from snapshot `id` (protocol 2): "
+            "`{id, files}`; with `path`,\nthat file's `before`/`after` text.",
+            (("id", "string", ""), ("path", "string?", "")), "{ id = id, path = path }"),
+    Wrapper("delete_snapshot", methods.GHOST_DELETE, "Forget snapshot `id` (its space is freed): `{deleted}`.",
+            (("id", "string", ""),), "{ id = id }"),
+    Wrapper("status", methods.STATUS, "What the daemon says of itself (protocol 2): settings problems, "
+            "tokenizers, sources."),
+    Wrapper("undo", methods.UNDO, "Undo a history operation (protocol 3): `id` is a compaction's, rollback's "
+            "or undo's\n`undoId`. Result: `{historyVersion, usage, undoId, removedItems?}` (`undoId` redoes it).", (("id", "integer", ""),),
+            "{ id = id }"),
+    Wrapper("recall", methods.RECALL, "Search the thread's whole history, compacted parts included (protocol 3): "
+            "`params`\n`{limit?, scope?}` (`scope`: `thread` or `workspace`). Result: `{results, total}`, each "
+            "hit\n`{thread, seq, type, role?, snippet, createdAt?, archived, turn?}`.",
+            (("query", "string", ""), ("params", "table?", "")),
+            "vim.tbl_extend('force', params or {}, { query = query })"),
+    Wrapper("item", methods.ITEM, "One stored item whole, archived or not (protocol 3): `{item, archived, seq}`.",
+            (("seq", "integer", ""),), "{ seq = seq }"),
+    Wrapper("sync_sessions", methods.SESSIONS_SYNC, "Wait until what the agents just wrote to their session "
+            "files is recorded (protocol 4):\n`{idle}` (false: still reading after the wait)."),
+)
+
+UNWRAPPED: frozenset[str] = frozenset()
+"""Requests the plugin's API leaves out (reachable through `request`): those only ctxd's own tools
+may send. Every other request has a wrapper (a test holds `WRAPPERS` to it)."""
+
+_API_HEAD = """---@mod ctxd.api Lua API for agent plugins.
+---
+--- Thin wrappers over the daemon's `ctxd/*` requests. Each takes the request's own params, an
+--- optional `ctxd.Target` (`bufnr`, `workspace`, `thread`) and a callback `cb(err, result)` run on
+--- the main loop; `err` is a JSON-RPC error `{code, message, data?}` (see PROTOCOL.md). Params and
+--- results are exactly the wire's: camelCase protocol fields, items in the Responses API spelling.
+--- The results' shapes are `ctxd.<Shape>` classes (`ctxd.Breakdown`, `ctxd.UsageSnapshot`, ...) in
+--- `lua/ctxd/protocol.lua`, generated from the daemon's own definitions for lua_ls.
+---
+--- ```lua
+--- local ctxd = require('ctxd.api')
+--- ctxd.record({ { type = 'message', role = 'user', content = { { type = 'input_text', text = 'hi' } } } },
+---   { thread = 'chat-1' }, function(err, result) ... end)
+--- ```
+
+-- Generated by `python -m ctxd.protocol.luacats api` from ctxd/protocol/luacats.py (WRAPPERS), methods.py
+-- and params.py: do not edit.
+
+local methods = require('ctxd.protocol').methods
+local client = require('ctxd.client')
+local status = require('ctxd.status')
+
+local M = {}
+
+--- Accept `(params, cb)` as well as `(params, target, cb)`.
+---@return ctxd.Target?, ctxd.Callback?
+local function args(target, cb)
+  if type(target) == 'function' then
+    return nil, target
+  end
+  return target, cb
+end
+
+---@param method string
+---@param params table
+---@param target ctxd.Target?
+---@param cb ctxd.Callback?
+---@return integer? request_id
+local function send(method, params, target, cb)
+  return client.request(method, params, cb, target)
+end
+"""
+
+_API_TAIL = """--- Any other `ctxd/*` method, for what the wrappers above do not cover yet.
+---@param method string
+---@param params table?
+---@param target ctxd.Target|ctxd.Callback?
+---@param cb ctxd.Callback?
+function M.request(method, params, target, cb)
+  target, cb = args(target, cb)
+  return send(method, params or {}, target, cb)
+end
+
+--- Make `thread` the one the gauge and the `:Ctxd` commands address (an agent plugin switching
+--- conversations). The gauge is filled from `ctxd/usage` if no notification came for it yet.
+---@param thread string
+---@param target ctxd.Target|ctxd.Callback?
+---@param cb ctxd.Callback?
+function M.set_thread(thread, target, cb)
+  target, cb = args(target, cb)
+  require('ctxd.config').options.thread = thread
+  local resolved = vim.tbl_extend('force', target or {}, { thread = thread })
+  local found, workspace = client.resolve(resolved)
+  if found then
+    require('ctxd.threads').pick(workspace, thread)
+  end
+  return send(methods.usage, {}, resolved, function(err, result)
+    if not err and type(result) == 'table' and type(result.usage) == 'table' then
+      status.seed(workspace, thread, result.usage)
+    end
+    vim.cmd.redrawstatus({ bang = true })
+    if cb then
+      cb(err, result)
+    end
+  end)
+end
+
+--- Call `fn(snapshot)` after each `ctxd/usageChanged` (every workspace and thread; the snapshot
+--- carries `workspace` and `thread`). Returns a function that unsubscribes.
+---@param fn fun(snapshot: ctxd.UsageSnapshot)
+---@return fun()
+function M.subscribe(fn)
+  return status.subscribe(fn)
+end
+
+--- The latest known UsageSnapshot for a target, without asking the daemon.
+---@param target ctxd.Target?
+---@return ctxd.UsageSnapshot?
+function M.current_usage(target)
+  return status.get(target)
+end
+
+return M
+"""
+
+
+def _wire_fields(method: str) -> set[str]:
+    """The params fields a wrapper may set (the target's `workspace` and `thread` come from `target`)."""
+    model = PARAMS[method]
+    return {str(field.alias or name) for name, field in model.model_fields.items()} - {"workspace", "thread"}
+
+
+def _wrapper(wrapper: Wrapper) -> list[str]:
+    """One wrapper's annotations and body; a name that is not a request, or a params key that is not
+    a field of its params, fails the generation (the plugin must not send what the daemon refuses)."""
+    constant = next((name for name, value in vars(methods).items() if name.isupper() and value == wrapper.method), None)
+    if wrapper.method not in methods.REQUESTS or constant is None:
+        raise ValueError(f"{wrapper.name}: {wrapper.method} is not a request")
+    unknown = set(re.findall(r"(\w+) = (?!=)", wrapper.params)) - _wire_fields(wrapper.method)
+    if wrapper.params.startswith("{") and unknown:
+        raise ValueError(f"{wrapper.name}: {wrapper.method} takes no {', '.join(sorted(unknown))}")
+    lines = [f"--- {line}" for line in wrapper.doc.splitlines()]
+    lines += [f"---@param {name} {kind}" + (f" {note}" if note else "") for name, kind, note in wrapper.args]
+    lines += ["---@param target ctxd.Target|ctxd.Callback?", "---@param cb ctxd.Callback?",
+              f"function M.{wrapper.name}({', '.join([*(name for name, _kind, _note in wrapper.args), 'target', 'cb'])})",
+              "  target, cb = args(target, cb)",
+              f"  return send(methods.{constant.lower()}, {wrapper.params}, target, cb)", "end", ""]
+    return lines
+
+
+def api_lua() -> str:
+    """`editors/nvim/lua/ctxd/api.lua`: the helpers, a wrapper per request, then the API's own calls."""
+    lines = [_API_HEAD]
+    for wrapper in WRAPPERS:
+        lines += _wrapper(wrapper)
+    return "\n".join(lines) + _API_TAIL
+
+
 if __name__ == "__main__":
-    print(luacats(), end="")
+    print(api_lua() if sys.argv[1:] == ["api"] else luacats(), end="")

@@ -78,7 +78,7 @@ class FrameWriter(Protocol):
 
 
 class Notifier(Protocol):
-    """What sends notifications: one client's outbox, or every client's (`app.Broadcast`)."""
+    """What sends notifications: one client's outbox, or every client's (`daemon.Broadcast`)."""
 
     def notify(self, method: str, params: dict[str, Any]) -> None: ...
 

@@ -144,7 +144,7 @@ def compact(call: Call, params: p.CompactParams) -> shapes.CompactResult:
 
 @handler(methods.GHOST_SNAPSHOT)
 def ghost_snapshot(call: Call, params: p.GhostSnapshotParams) -> shapes.GhostCommit:
-    from ctxd.ghost import snapshots as ghost
+    from ctxd.ghost import api as ghost
     from ctxd.workspace import checkpoints
 
     workspace, token = call.workspace, params.work_done_token
@@ -163,7 +163,7 @@ def ghost_snapshot(call: Call, params: p.GhostSnapshotParams) -> shapes.GhostCom
 
 @handler(methods.GHOST_LIST)
 def ghost_list(call: Call, params: p.GhostListParams) -> shapes.GhostListResult:
-    from ctxd.ghost import snapshots as ghost
+    from ctxd.ghost import api as ghost
 
     workspace = call.workspace
     snapshots = ghost.list_snapshots(workspace.opened_root(), state_dir=workspace.state_dir)
@@ -190,7 +190,7 @@ def ghost_restore(call: Call, params: p.GhostRestoreParams) -> shapes.RestoreRes
 
 @handler(methods.GHOST_DIFF)
 def ghost_diff(call: Call, params: p.GhostDiffParams) -> shapes.DiffResult:
-    from ctxd.ghost import snapshots as ghost
+    from ctxd.ghost import api as ghost
 
     workspace = call.workspace
     return cast("shapes.DiffResult", escape_paths(ghost.diff(workspace.opened_root(), params.id, params.path, settings=workspace.settings.ghost,
@@ -199,7 +199,7 @@ def ghost_diff(call: Call, params: p.GhostDiffParams) -> shapes.DiffResult:
 
 @handler(methods.GHOST_DELETE)
 def ghost_delete(call: Call, params: p.GhostDeleteParams) -> shapes.DeleteResult:
-    from ctxd.ghost import snapshots as ghost
+    from ctxd.ghost import api as ghost
 
     return cast("shapes.DeleteResult", ghost.delete(call.workspace.opened_root(), params.id, state_dir=call.workspace.state_dir))
 
@@ -246,15 +246,18 @@ def acp_record(call: Call, params: p.AcpRecordParams) -> shapes.RecordResult:
 
 @handler(methods.ACP_CHECKPOINT)
 def acp_checkpoint(call: Call, params: p.AcpCheckpointParams) -> shapes.AcpCheckpointResult:
-    from ctxd.ghost import snapshots as ghost
+    from ctxd.ghost.checkpoint import Job, take
 
     _acp_thread(call, params.thread)
     workspace = call.workspace
-    if workspace.settings.ghost.auto == "off":
-        return {"id": None, "skipped": "ghost.auto is off"}
-    commit = ghost.snapshot(workspace.opened_root(), params.message, settings=workspace.settings.ghost,
-                            trigger=params.trigger, thread=params.thread, turn=params.turn, tool=params.tool,
-                            cancel=call.cancel, state_dir=workspace.state_dir)
+    job = Job(workspace.root, workspace.state_dir, params.thread, params.trigger,
+              turn=cast("shapes.CheckpointTurn | None", params.turn), tool=cast("shapes.CheckpointTool | None", params.tool),
+              message=params.message)
+    outcome = take(job, workspace, cancel=call.cancel)
+    if outcome.skipped is not None:
+        return {"id": None, "skipped": outcome.skipped}
+    if outcome.commit is None:  # the proxy is told, and takes it itself
+        raise GitFailed(f"no checkpoint: {outcome.failed}")
     if call.broadcast is not None:  # as after a hook's checkpoint: the editors' lists show it
         call.broadcast(methods.GHOST_CHANGED, {"workspace": workspace.uri})
-    return {"id": commit["id"]}
+    return {"id": outcome.commit["id"]}

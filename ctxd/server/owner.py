@@ -1,6 +1,6 @@
 """`ctxd owner`: the one process per user and state dir that writes (docs/processes.md).
 
-It is the daemon (`app.Daemon`: the open workspaces, the workers, the followed sessions, the
+It is the daemon (`daemon.Daemon`: the open workspaces, the workers, the followed sessions, the
 tree watches, what the hooks hand over) serving every ctxd process of the user through
 `ctxd.ownerlink`'s socket. A connection's first line says what it wants:
 
@@ -10,7 +10,7 @@ tree watches, what the hooks hand over) serving every ctxd process of the user t
   passes no descriptors is itself the session's stream (`ctxd mcp`, `ctxd acp`, the CLI). `head`
   holds what the client already read of the stream (the editor's `initialize`, read to find the
   state dir).
-- `checkpoint`: a hook's job (`ctxd.hooks.hook.plan`), taken with the folder's tree watch, so
+- `checkpoint`: a hook's job (`ctxd.ghost.checkpoint.Job`), taken with the folder's tree watch, so
   the capture re-checks only what changed since the last one (a hook alone would read every
   file's stat data). A folder no editor has open is kept (watched) for the hooks until no job came
   for `idle` seconds. The answer is the commit, or why not.
@@ -40,10 +40,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 from ctxd import __version__, ownerlink
-from ctxd.server.app import CtxdServer, Daemon
+from ctxd.server.app import CtxdServer
 from ctxd.server.connection import StreamConnection, with_head
+from ctxd.server.daemon import Daemon
 
 if TYPE_CHECKING:
+    from ctxd.ghost.treewatch import TreeWatch
     from ctxd.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -239,49 +241,54 @@ class Owner:
     def keep(self, folder: Path) -> KeptFolder:
         """The folder, watched for the hooks (a capture ahead of the first checkpoint starts the
         watch, as a daemon does for a folder it opens)."""
-        from ctxd.ghost import snapshots as ghost
-        from ctxd.ghost import treewatch
+        from ctxd.ghost.take import prime
 
         real = os.path.realpath(folder)
+        watch = self.daemon.tree_watch
         with self._lock:
             kept = self._kept.get(real)
             if kept is not None and kept.identity == _identity(real):
                 kept.last = time.monotonic()
                 return kept
             replaced = kept is not None  # another folder under that name now: its watch is the old one's
-            kept = self._kept[real] = KeptFolder(Path(real), self.state_dir)
-        if replaced:
-            treewatch.release(Path(real))
-        if treewatch.enabled():
+            kept = self._kept[real] = KeptFolder(Path(real), self.state_dir, watch)
+        if replaced and watch is not None:
+            watch.release(Path(real))
+        if watch is not None:
             try:
-                ghost.prime(kept.opened_root(), settings=kept.settings.ghost, state_dir=self.state_dir)
+                prime(kept.opened_root(), settings=kept.settings.ghost, watch=watch, state_dir=self.state_dir)
             except Exception as error:  # noqa: BLE001 - the checkpoints then read the whole tree
                 log.info("%s: no capture ahead of the hooks' checkpoints: %s", real, error)
         return kept
 
-    def checkpoint(self, job: dict[str, Any]) -> dict[str, Any]:
-        """A hook's checkpoint: in the folder's open workspace, else in a folder kept for the hooks."""
-        folder, state_dir = job.get("folder"), job.get("stateDir")
-        if not isinstance(folder, str) or not isinstance(state_dir, str):
-            return {"taken": False, "reason": "no folder"}
-        real, store = os.path.realpath(folder), os.path.realpath(state_dir)
+    def checkpoint(self, sent: Any) -> dict[str, Any]:
+        """A hook's checkpoint (`ctxd.ghost.checkpoint.Job`, as JSON): in the folder's open workspace,
+        else in a folder kept for the hooks. `taken` false: the hook takes it itself."""
+        from ctxd.ghost.checkpoint import Job, take
+
+        try:
+            job = Job.from_wire(sent)
+        except ValueError as error:
+            return {"taken": False, "reason": str(error)}
+        if not job.automatic or job.thread is None:
+            return {"taken": False, "reason": "not a hook's checkpoint (a turn's or a tool's, for a thread)"}
+        real, store = os.path.realpath(job.folder), os.path.realpath(job.state_dir)
         open_ = [w for w in self.daemon.service.folders()
                  if os.path.realpath(w.root) == real and os.path.realpath(w.state_dir) == store]
         if not open_ and store != os.path.realpath(self.state_dir):  # a folder's own state dir (its .ctxd.toml)
             return {"taken": False, "reason": f"not a state dir of this owner's ({self.state_dir})"}
-        answer = take_checkpoint(open_ or [self.keep(Path(folder))], job)
-        return {**answer, "by": "owner"}
+        outcome = take(job, open_[0] if open_ else self.keep(job.folder))  # the hook logs what it says
+        return {**outcome.to_answer(), "by": "owner"}
 
     def _release_idle_folders(self) -> None:
-        from ctxd.ghost import treewatch
-
+        watch = self.daemon.tree_watch
         with self._lock:
             idle = [real for real, kept in self._kept.items() if time.monotonic() - kept.last > self.idle]
             for real in idle:
                 del self._kept[real]
         for real in idle:
-            if not any(os.path.realpath(w.root) == real for w in self.daemon.service.folders()):
-                treewatch.release(Path(real))
+            if watch is not None and not any(os.path.realpath(w.root) == real for w in self.daemon.service.folders()):
+                watch.release(Path(real))
 
     # --- connections ---
 
@@ -314,9 +321,7 @@ class Owner:
                 self._session(conn, request, fds)
                 fds = []  # the session's now
             elif op == "checkpoint":
-                job = request.get("job")
-                ownerlink.send(conn, self.checkpoint(job) if isinstance(job, dict) else
-                               {"taken": False, "reason": "no job"})
+                ownerlink.send(conn, self.checkpoint(request.get("job")))
             elif op == "ping":
                 ownerlink.send(conn, {"pid": os.getpid(), "version": __version__, "stateDir": str(self.state_dir)})
             else:
@@ -408,9 +413,10 @@ class KeptFolder:
     """A folder the hooks checkpoint that no editor has open: its settings are read afresh for each
     job (the user may change them meanwhile), and it must still be the folder first seen."""
 
-    def __init__(self, root: Path, state_dir: Path) -> None:
+    def __init__(self, root: Path, state_dir: Path, tree_watch: TreeWatch | None) -> None:
         self.root = root
         self.state_dir = state_dir
+        self.tree_watch = tree_watch
         self.identity = _identity(str(root))
         self.last = time.monotonic()
 
@@ -426,29 +432,6 @@ class KeptFolder:
         if _identity(str(self.root)) != self.identity:
             raise GitFailed(f"{self.root} was replaced or moved since the hooks' checkpoints began")
         return self.root
-
-
-def take_checkpoint(folders: list[Any], job: dict[str, Any]) -> dict[str, Any]:
-    """A hook's checkpoint in the first of `folders` (an open workspace, or a kept folder)."""
-    from ctxd.errors import CtxdError
-    from ctxd.ghost import snapshots as ghost
-
-    folder = folders[0]
-    settings = folder.settings.ghost
-    if settings.auto == "off":
-        return {"taken": True, "skipped": "ghost.auto is off"}
-    fields = {key: job.get(key) for key in ("thread", "trigger", "turn", "tool", "message")}
-    if not isinstance(fields["thread"], str) or fields["trigger"] not in ("turn", "tool"):
-        return {"taken": False, "reason": "no thread or trigger"}
-    try:
-        commit = ghost.snapshot(folder.opened_root(), str(fields["message"] or ""), settings=settings,
-                                trigger=str(fields["trigger"]), thread=fields["thread"],
-                                turn=fields["turn"] if isinstance(fields["turn"], dict) else None,
-                                tool=fields["tool"] if isinstance(fields["tool"], dict) else None,
-                                state_dir=folder.state_dir)
-    except CtxdError as error:  # the hook tries itself (and logs what it finds)
-        return {"taken": False, "reason": error.message}
-    return {"taken": True, "commit": {"id": commit["id"]}}
 
 
 def _identity(path: str) -> tuple[int, int] | None:
@@ -503,10 +486,7 @@ def main(state_dir: Path, *, detached: bool, keep: Path | None = None) -> int:
         return 0  # another owner runs
     owner._locks.append(lock)
     signal.signal(signal.SIGTERM, lambda *_: owner.ask_to_stop())
-    if os.environ.get("CTXD_TREE_WATCH") != "0":  # "0": every capture reads the whole tree
-        from ctxd.ghost import treewatch
-
-        treewatch.enable()
+    owner.daemon.watch_trees()  # before any session's warm-up: the hooks' checkpoints need it first
     try:
         if keep is not None:  # started by a hook that checkpointed this folder alone: the next is short
             threading.Thread(target=owner.keep, args=(keep,), name="ctxd-owner-keep", daemon=True).start()

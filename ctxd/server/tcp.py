@@ -6,7 +6,7 @@ start and writes it to a file only its owner can read (`<state dir>/tcp/<port>.t
 token (`params.authToken`) and must arrive within `AUTH_SECONDS`; otherwise the connection is
 closed and never reaches the server. Connections are accepted and checked in parallel, so one
 that stalls delays no one; each that authenticates gets a session of its own, on its own thread,
-over the same workspaces (`app.Daemon`), so two editors (or an editor and a script) are served at
+over the same workspaces (`daemon.Daemon`), so two editors (or an editor and a script) are served at
 once. The daemon leaves when its last session ends, as over stdio, and removes the token file.
 
 A Unix socket with owner-only permissions is not offered: the token file is what a client needs,

@@ -1,9 +1,9 @@
 """Followed sessions into the open workspaces: the one consumer of the follower's updates.
 
 For every update it mirrors the session into its workspace's thread (`Workspace.mirror`: items,
-the API baseline, model, window, title, cost), and when the session started a new user turn and
-`ghost.auto` is `"turn"`, it snapshots the workspace at once, on a thread of its own, labelled with
-the turn's first words. The server only starts it, tells it the open folders, and forwards
+the API baseline, model, window, title, cost), and when the session started a new user turn it
+asks for a checkpoint at once (`ctxd.ghost.checkpoint`: taken unless `ghost.auto` is "off"), on a
+thread of its own, labelled with the turn's first words. The server only starts it, tells it the open folders, and forwards
 `threads_changed` as `ctxd/threadsChanged`. No wire code here.
 
 Mirroring runs on a thread of its own (`_Mirrors`), in slices of `SLICE_ITEMS` items, taking the
@@ -126,7 +126,7 @@ class SessionBridge:
         if owned is None:
             return
         live = update.fresh or not update.new  # a session found anew has only old turns, unless it started now
-        if live and update.caught_up and change.turns and workspace.settings.ghost.auto == "turn":
+        if live and update.caught_up and change.turns:  # `ghost.checkpoint.take` decides whether it is taken
             # First: the agent is about to act on this turn. One per batch, the latest: turns
             # written at once were not acted on one by one, and a flood must not evict the
             # user's snapshots. A session found anew (also a file rewritten) has no new turns.
@@ -240,22 +240,15 @@ class SessionBridge:
         return info
 
     def _checkpoint(self, workspace: Workspace, thread: str, turn: Turn, number: int) -> None:
-        from ctxd.ghost import snapshots as ghost
+        from ctxd.ghost.checkpoint import Job, take
         from ctxd.hooks.marks import hooked
 
         if hooked(workspace.state_dir, thread):
             return  # the agent's own hooks take this session's checkpoints (before each turn and tool)
-        started = time.monotonic()
-        try:
-            commit = ghost.snapshot(workspace.opened_root(), turn.text or f"{thread} turn", settings=workspace.settings.ghost,
-                                    state_dir=workspace.state_dir, trigger="turn", thread=thread,
-                                    turn={"index": number, "text": turn.text})
-        except CtxdError as error:
-            log.info("%s: no checkpoint for %s: %s", workspace.uri, thread, error.message)
-            return
-        self.checkpoints_taken += 1
-        log.info("%s: checkpoint %s for %s in %.0f ms", workspace.uri, commit.get("id"), thread,
-                 (time.monotonic() - started) * 1000)
+        job = Job(workspace.root, workspace.state_dir, thread, "turn", turn={"index": number, "text": turn.text or ""},
+                  message=turn.text or f"{thread} turn")
+        if take(job, workspace, log=lambda line: log.info("%s: %s", workspace.uri, line)).commit is not None:
+            self.checkpoints_taken += 1
 
 
 def _listing(session: Session, number: int) -> dict[str, Any]:

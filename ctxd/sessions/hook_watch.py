@@ -38,7 +38,7 @@ Stamps = dict[str, tuple[int, int, int]]
 
 
 def snapshot_store(root: Path, state_dir: Path) -> Path:
-    """Where a workspace folder's snapshots live (`ctxd.ghost.store`), found without git."""
+    """Where a workspace folder's snapshots live (`ctxd.ghost.gitstore`), found without git."""
     for candidate in (root, *root.parents):
         if (candidate / ".git").exists():
             common = git_common_dir(candidate)

@@ -99,7 +99,7 @@ class Session:
     bad_lines: int = 0  # lines that are not JSON objects
     sidechain_lines: int = 0
     rewinds: int = 0  # Claude: a prompt edited and resent (the branch after it is dropped)
-    # The prompt cache (ctxd/tokens/cache.py): when the latest main-chain request was made, and
+    # The prompt cache (ctxd/tokens/prompt_cache.py): when the latest main-chain request was made, and
     # whether the latest cache writes went to Anthropic's 1-hour cache.
     last_request_at: str | None = None
     cache_1h: bool = False

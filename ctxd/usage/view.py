@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ctxd.ledger.thread import ThreadLedger, thread_usage
 from ctxd.settings import Settings
-from ctxd.tokens import cache as prompt_cache
+from ctxd.tokens import prompt_cache
 from ctxd.tokens.catalog import context_window_for
 from ctxd.tokens.counter import Counter
 from ctxd.usage import breakdown as usage_mod
@@ -185,7 +185,7 @@ def _with_cost(result: Breakdown, ledger: ThreadLedger) -> Breakdown:
     state = ledger.state or {}
     followed = state.get("followed")
     facts = followed.get("cache") if isinstance(followed, dict) else state.get("cacheFacts")
-    if isinstance(facts, dict):  # the prompt cache now (ctxd/tokens/cache.py)
+    if isinstance(facts, dict):  # the prompt cache now (ctxd/tokens/prompt_cache.py)
         result = {**result, "cache": cast("CacheState", prompt_cache.state(facts, result["usage"]["usedTokens"]))}
     if isinstance(followed, dict) and isinstance(followed.get("cost"), dict):
         return {**result, "cost": followed["cost"]}

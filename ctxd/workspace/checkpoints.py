@@ -12,7 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ctxd.errors import Cancelled
-from ctxd.ghost import snapshots as ghost
+from ctxd.ghost import api as ghost
+from ctxd.ghost.checkpoint import Job, take
 from ctxd.workspace.core import followed_agent
 from ctxd.workspace.service import Workspace
 
@@ -21,8 +22,9 @@ def snapshot(workspace: Workspace, thread: str, message: str | None, *, cancel: 
              progress: Callable[[str], None], record: bool = True) -> dict[str, Any]:
     """Snapshot the workspace's tree and record it in `thread` (unless an agent owns the thread, or
     the client asked for no record)."""
-    commit = ghost.snapshot(workspace.opened_root(), message, settings=workspace.settings.ghost, cancel=cancel,
-                            progress=progress, state_dir=workspace.state_dir, thread=thread if record else None)
+    job = Job(workspace.root, workspace.state_dir, thread if record else None, "manual", message=message or "")
+    commit = take(job, workspace, progress=progress, cancel=cancel).commit
+    assert commit is not None  # the user's own snapshot is taken, or raises
     if record and followed_agent(thread) is None:
         workspace.record(thread, [ghost.ledger_item(commit)])
     return commit
@@ -40,7 +42,7 @@ def restore(workspace: Workspace, thread: str, commit_id: str, *, conversation: 
     if cancel.is_set():
         raise Cancelled("request cancelled")
     result = ghost.restore(workspace.opened_root(), commit_id, settings=workspace.settings.ghost, dry_run=dry_run,
-                           state_dir=workspace.state_dir)
+                           state_dir=workspace.state_dir, watch=workspace.tree_watch)
     if plan is not None and not dry_run:
         result.update(workspace.restore_conversation(thread, commit_id, plan, result.get("undoId")))
     return result

@@ -23,6 +23,7 @@ from ctxd.tokens.counter import TOKENIZERS
 from ctxd.usage.view import UsageView
 
 if TYPE_CHECKING:
+    from ctxd.ghost.treewatch import TreeWatch
     from ctxd.protocol.shapes import UsageSnapshot
     from ctxd.workspace.service import Workspace
 
@@ -156,6 +157,8 @@ class WorkspaceCore:
         self.auto_compactor: Callable[[Workspace, str], None] | None = None
         # Set by the server: `Breakdown.cost` of a client thread's spend ({model: {input, cachedInput, output}}).
         self.pricer: Callable[[dict[str, dict[str, int]]], dict[str, Any]] | None = None
+        # Set by the server: its file watch, so that this folder's captures re-check only what changed.
+        self.tree_watch: TreeWatch | None = None
 
     def configure(self, init_options: dict[str, Any] | None, first: bool = False) -> None:
         """The settings from the editor's options (and the config files): at open, and again when

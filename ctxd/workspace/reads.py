@@ -18,7 +18,7 @@ from ctxd.ledger.rules import snapshot_commit_id
 from ctxd.ledger.thread import Entry
 from ctxd.protocol.rawjson import RawJsonList
 from ctxd.settings import Settings
-from ctxd.tokens import cache as prompt_cache
+from ctxd.tokens import prompt_cache
 from ctxd.tokens.counter import Counter
 from ctxd.workspace.core import WorkspaceCore, followed_agent, item_text
 
@@ -157,7 +157,7 @@ class WorkspaceReads(WorkspaceCore):
                                   "readOnly": followed_agent(row.thread) is not None})
                 entry["usage"] = self.view.usage(ledger)
                 facts = followed.get("cache") if isinstance(followed, dict) else state.get("cacheFacts")
-                if isinstance(facts, dict):  # the prompt cache now (ctxd/tokens/cache.py)
+                if isinstance(facts, dict):  # the prompt cache now (ctxd/tokens/prompt_cache.py)
                     entry["cache"] = cast("CacheState", prompt_cache.state(facts, entry["usage"]["usedTokens"]))
                 listed.append(entry)
         listed.sort(key=lambda t: _instant(t["lastActivity"]), reverse=True)

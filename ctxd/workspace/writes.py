@@ -19,7 +19,7 @@ from ctxd.ledger.rules import is_real_user_message, message_text
 from ctxd.ledger.store import THIS_OPERATION, HistoryChanged, Row, WouldWait
 from ctxd.ledger.thread import Entry, ThreadLedger, is_user_turn_start, rollback_start
 from ctxd.ledger.truncation import truncate_tool_output, with_serialization_allowance
-from ctxd.tokens import cache as prompt_cache
+from ctxd.tokens import prompt_cache
 from ctxd.tokens.counter import TOKENIZERS, count_item
 from ctxd.workspace.core import AWAITING_REPORT, FOLLOWED_AGENTS, WorkspaceCore, followed_agent, item_text
 
@@ -152,7 +152,7 @@ class WorkspaceWrites(WorkspaceCore):
 
     def _note_request(self, ledger: ThreadLedger) -> None:
         """A client's request just reported: the prompt cache's clock starts again (its state and
-        re-write rate, ctxd/tokens/cache.py; the compactions ctxd ran stay listed)."""
+        re-write rate, ctxd/tokens/prompt_cache.py; the compactions ctxd ran stay listed)."""
         model = self.view.settings(ledger).model or ""
         kept = (ledger.state or {}).get("cacheFacts") or {}
         facts = prompt_cache.facts(prompt_cache.provider_of(None, model), prompt_cache.iso(time.time()), False,

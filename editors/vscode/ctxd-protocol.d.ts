@@ -1,6 +1,6 @@
 /* eslint-disable */
 /**
- * The ctxd wire protocol (version 2): results, notifications and request params. GENERATED, do not edit:
+ * The ctxd wire protocol: results, notifications and request params. GENERATED, do not edit:
  * `npm run gen:protocol` from docs/protocol.schema.json (from ctxd/protocol/shapes.py).
  * schema sha256: 639b48ceaaebe007fe429d83e5e5e4c8e9ba7e497790ea25103d4fa11d7d2484
  */

@@ -17,7 +17,7 @@ const digest = createHash('sha256').update(text).digest('hex');
 const banner = [
   '/* eslint-disable */',
   '/**',
-  ' * The ctxd wire protocol (version 2): results, notifications and request params. GENERATED, do not edit:',
+  ' * The ctxd wire protocol: results, notifications and request params. GENERATED, do not edit:',
   ' * `npm run gen:protocol` from docs/protocol.schema.json (from ctxd/protocol/shapes.py).',
   ` * schema sha256: ${digest}`,
   ' */',

@@ -38,36 +38,11 @@ import {
 import { Emitter } from './emitter';
 import { ThreadSelection } from './threadSelection';
 import { UsageCache, usageKey as key } from './usageCache';
+import type { CtxdApi, TargetOptions } from '../ctxd-api';
 
-/** Where a call goes; both default (the active workspace folder, its active thread). */
-export interface TargetOptions {
-  /** A workspace folder URI, as `folder.uri.toString()` gives it. */
-  workspace?: string;
-  thread?: string;
-}
-
-export interface CtxdApi {
-  readonly apiVersion: 1;
-  readonly protocolVersion: number;
-  record(items: Item[], target?: TargetOptions): Promise<RecordResult>;
-  reportTokenUsage(usage: TokenUsage, target?: TargetOptions): Promise<UsageSnapshot>;
-  setPromptContext(context: PromptContext, target?: TargetOptions): Promise<UsageSnapshot>;
-  getPrompt(options?: TargetOptions & { inputModalities?: string[] }): Promise<PromptResult>;
-  getUsage(target?: TargetOptions): Promise<Breakdown>;
-  getHistory(options?: TargetOptions & { offset?: number; limit?: number; includeArchived?: boolean }): Promise<HistoryResult>;
-  listThreads(workspace?: string): Promise<ThreadInfo[]>;
-  compact(options?: TargetOptions & { strategy?: CompactStrategy }): Promise<CompactResult>;
-  rollback(turns: number, target?: TargetOptions): Promise<RollbackResult>;
-  snapshot(options?: TargetOptions & { message?: string }): Promise<GhostCommit>;
-  listSnapshots(target?: TargetOptions): Promise<GhostCommit[]>;
-  restore(id: string, options?: TargetOptions & { conversation?: boolean }): Promise<RestoreResult>;
-  /** The latest usage the extension knows for a thread, without a request. */
-  latestUsage(target?: TargetOptions): UsageSnapshot | undefined;
-  /** Makes `thread` the one the status-bar gauge shows for its workspace folder. */
-  setActiveThread(thread: string, workspace?: string): void;
-  onDidChangeUsage(listener: (e: UsageChangedParams) => void): Disposable;
-  onDidCompact(listener: (e: CompactedParams) => void): Disposable;
-}
+// The API is declared once, in the shipped ctxd-api.d.ts (what agent extensions compile against):
+// `CtxdService` and `exports()` are checked against that declaration itself.
+export type { CtxdApi, TargetOptions };
 
 type Listener<T> = (e: T) => void;
 

@@ -1,16 +1,9 @@
 /** The exported API against the real daemon over stdio. */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import type { CtxdApi as ShippedApi } from '../ctxd-api';
 import { type CtxdApi, CtxdService } from '../src/api';
 import { ErrorCode, type UsageChangedParams, errorCode } from '../src/protocol';
 import { type Daemon, assistantMessage, startDaemon, userMessage, waitFor } from './daemon';
-
-// Compile-time check that the shipped .d.ts and the implementation agree, both ways.
-const shippedFromImpl = (api: CtxdApi): ShippedApi => api;
-const implFromShipped = (api: ShippedApi): CtxdApi => api;
-void shippedFromImpl;
-void implFromShipped;
 
 describe('exported API (real daemon)', () => {
   let d: Daemon;

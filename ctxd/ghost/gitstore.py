@@ -462,17 +462,6 @@ def ref_ids(site: Site, key: str | None = None) -> list[tuple[float, str]]:
     return found
 
 
-def all_ids(site: Site) -> list[tuple[float, str]]:
-    """Every snapshot in the store (all folders and worktrees that share it), newest first."""
-    root = site.store / REF_ROOT
-    found: list[tuple[float, str]] = []
-    with contextlib.suppress(FileNotFoundError):
-        for key in os.listdir(root):
-            found.extend(ref_ids(site, key))
-    found.sort(reverse=True)
-    return found
-
-
 def write_ref(site: Site, commit: str, key: str | None = None, when: float | None = None) -> None:
     """Written directly: a private ref with no reflog and no hook to honour. Its mtime is the
     snapshot's age (`ref_ids`): now, or `when`."""

@@ -18,7 +18,7 @@ from ctxd.sessions.follower import Follower
 from ctxd.sessions.model import Session
 from ctxd.settings import Problem
 from ctxd.terminal import safe
-from ctxd.tokens import cache
+from ctxd.tokens import prompt_cache
 
 
 def agent_limits(session: Session, codex_limit: int | None = None) -> limits.AgentLimits:
@@ -62,7 +62,7 @@ def summary(session: Session, prices: dict[str, pricing.Price] | None = None,
         "cost": pricing.cost(session.cumulative, prices), "usage": session.total_usage().as_dict(),
         "lastActivity": session.last_activity, "started": session.started, "turns": len(session.turns),
         "compactions": session.compactions, "path": session.path,
-        "cache": cache.state(cachecost.facts(session, prices), used or 0),
+        "cache": prompt_cache.state(cachecost.facts(session, prices), used or 0),
     }
 
 
@@ -90,7 +90,7 @@ def _cache(state: dict[str, Any] | None) -> str:
     """The cache's state, and the compactions' cache writes against what they save per turn."""
     if not state:
         return "-"
-    shown = cache.text(state)
+    shown = prompt_cache.text(state)
     spent = [c["cacheWriteCost"] for c in state.get("compactions") or [] if c.get("cacheWriteCost") is not None]
     saved = [c["savedCostPerTurn"] for c in state.get("compactions") or [] if c.get("savedCostPerTurn") is not None]
     if spent:

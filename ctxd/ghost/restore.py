@@ -1,0 +1,335 @@
+"""Restoring a snapshot: the working tree made what it was, with an undo.
+
+A restore never loses data:
+- it first captures the current state, including any file it is about to replace that the
+  capture would leave out (ignored now, over a limit now), and keeps it as a snapshot whose id it
+  returns as `undoId`;
+- it never deletes or changes a path the snapshot skipped (too large, too many files, dependency
+  folders, secrets), nor a file that has not changed since the snapshot was taken (its inode
+  change time is older): such a file existed then and was left out on purpose (ignored, excluded);
+- it refuses (GitFailed) when a file it cannot protect is in the way, and when its new files do not
+  fit on the disk beside the old ones;
+- every file ends exactly as it was or exactly as the snapshot has it, whatever fails: new files
+  are written under temporary names and renamed into place (`ctxd.ghost.treewrite`);
+- it writes a journal first: a restore cut short by a crash is reported at the next start, with
+  the `undoId` to go back to, and its leftovers are removed (`ctxd.ghost.recovery`).
+
+A workspace folder below the repository's top level is a scope: only paths under it are
+snapshotted and restored. Pure module: no server code; errors are `ctxd.errors` classes. The tree
+comparisons here also serve `diff` (`ctxd.ghost.listing`), which shows what a restore would change.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ctxd.errors import GitFailed
+from ctxd.ghost import commits, recovery, treewrite
+from ctxd.ghost import gitstore as st
+from ctxd.ghost.capture import CaptureOptions, State, capture
+from ctxd.ghost.gitcmd import nul
+from ctxd.ghost.gitstore import Site
+from ctxd.ghost.treewrite import Change
+from ctxd.settings import GhostSettings
+
+if TYPE_CHECKING:
+    from ctxd.ghost.treewatch import TreeWatch
+
+
+def _skipped_paths(site: Site, meta: dict[str, Any]) -> list[str]:
+    return [site.prefix + s["path"] for s in meta.get("skipped", []) if isinstance(s, dict) and "path" in s]
+
+
+def _diff_trees(site: Site, old: str, new: str, paths: list[str] | None = None, numstat: bool = False) -> list[Change]:
+    args = ["diff-tree", "-r", "-z", "--no-renames", "--raw"] + (["--numstat"] if numstat else [])
+    args += [old, new] + (["--", *paths] if paths else [])
+    return parse_raw(site.git(*args)[1])
+
+
+def parse_raw(output: bytes) -> list[Change]:
+    """`--raw` records, and `--numstat` ones when asked for (they tell which files are binary)."""
+    tokens = output.split(b"\0")
+    changes: dict[str, Change] = {}
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        if token.startswith(b":"):
+            old_mode, new_mode, old_sha, new_sha, status = token[1:].decode().split()
+            path = os.fsdecode(tokens[i + 1])
+            changes[path] = Change(path, "M" if status[0] in "MT" else status[0], old_mode, new_mode, old_sha, new_sha)
+            i += 2
+        elif token:
+            added, _deleted, path_bytes = token.split(b"\t", 2)
+            change = changes.get(os.fsdecode(path_bytes))
+            if change is not None:
+                change.binary = added == b"-"
+            i += 1
+        else:
+            i += 1
+    return list(changes.values())
+
+
+def _scoped_target(site: Site, current: State, snapshot_tree: str) -> str:
+    """The tree to switch to: the snapshot inside the scope, the current state outside it."""
+    if not site.prefix:
+        return snapshot_tree
+    index = site.temp_index()
+    try:
+        site.git("read-tree", current.tree, index=index)
+        inside = site.paths("ls-files", "-z", "--", site.scope, index=index)
+        if inside:
+            site.git("update-index", "--force-remove", "-z", "--stdin", index=index, stdin=nul(inside))
+        status, sub = site.git("rev-parse", "--verify", "--quiet",
+                               f"{snapshot_tree}:{site.prefix.rstrip('/')}", ok=(0, 1))
+        if status == 0:
+            site.git("read-tree", f"--prefix={site.prefix}", os.fsdecode(sub).strip(), index=index)
+        return site.out("write-tree", index=index)
+    finally:
+        index.unlink(missing_ok=True)
+
+
+def protected(site: Site, meta: dict[str, Any], change: Change) -> bool:
+    """A path the current state has and the snapshot does not, that a restore must leave alone:
+    skipped by the snapshot, or unchanged since it was taken (so it existed then, left out)."""
+    for skipped in _skipped_paths(site, meta):
+        if change.path == skipped or (skipped.endswith("/") and change.path.startswith(skipped)):
+            return True
+    try:
+        return os.lstat(site.top / change.path).st_ctime_ns < commits.started_ns(meta)
+    except OSError:
+        return False
+
+
+def _plan(site: Site, meta: dict[str, Any], current: State) -> tuple[str, list[Change]]:
+    """The tree a restore switches to (the snapshot, with protected paths as they are now) and
+    the changes from the current state to it. Files it would replace that the current capture
+    left out are added to the current state first, so the undo snapshot holds them."""
+    target = _scoped_target(site, current, meta["tree"])
+    changes = _diff_trees(site, current.tree, target)
+    keep = [c for c in changes if c.status == "D" and protected(site, meta, c)]
+    if keep:
+        index = site.temp_index()
+        try:
+            site.git("read-tree", target, index=index)
+            info = b"".join(f"{c.old_mode} {c.old_sha}\t".encode() + os.fsencode(c.path) + b"\0" for c in keep)
+            site.git("update-index", "-z", "--index-info", index=index, stdin=info)
+            target = site.out("write-tree", index=index)
+        finally:
+            index.unlink(missing_ok=True)
+    uncaptured = [c.path for c in changes if c.status == "A" and _reachable(site, c.path)
+                  and os.path.lexists(site.top / c.path) and not os.path.isdir(site.top / c.path)]
+    if uncaptured:
+        site.git("-c", "core.bigFileThreshold=1", "update-index", "--add", "-z", "--stdin",
+                 index=current.index, stdin=nul(uncaptured))
+        current.tree = site.out("write-tree", index=current.index)
+    if keep or uncaptured:
+        changes = _diff_trees(site, current.tree, target)
+    return target, changes
+
+
+def _check_in_the_way(site: Site, changes: list[Change]) -> None:
+    """Refuse a restore that would delete files no snapshot holds: only possible where the
+    snapshot needs a file where a directory now is, or a directory where a file now is."""
+    going = {c.path for c in changes if c.status == "D"}
+    gitlinks = {c.path for c in changes if c.new_mode == "160000"}
+    top = os.fspath(site.top)
+    modes: dict[str, int] = {}  # each folder is looked at once, however many changed files it holds
+
+    def mode(path: str) -> int:
+        if path not in modes:
+            try:
+                modes[path] = os.lstat(os.path.join(top, path)).st_mode
+            except OSError:
+                modes[path] = 0
+        return modes[path]
+
+    blocked: list[str] = []
+    for change in changes:
+        if change.status != "A":
+            continue  # the current state has a file there: its folders were folders when it was captured
+        parts = change.path.split("/")
+        for i in range(1, len(parts)):
+            ancestor = "/".join(parts[:i])
+            if mode(ancestor) and not stat.S_ISDIR(mode(ancestor)) and ancestor not in going:
+                blocked.append(ancestor)  # a file or a link where the snapshot has a folder
+        if stat.S_ISDIR(mode(change.path)) and change.path not in gitlinks:
+            for root, _dirs, names in os.walk(os.path.join(top, change.path)):
+                for name in names:
+                    inner = Path(root, name).relative_to(site.top).as_posix()
+                    if inner not in going:
+                        blocked.append(inner)
+    if blocked:
+        shown = ", ".join(sorted(set(blocked))[:5])
+        raise GitFailed(f"restore would delete files that are not in any snapshot: {shown}; "
+                        "move them away and retry (nothing was changed)")
+
+
+_FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def open_folders(site: Site, path: str) -> list[int] | None:
+    """Descriptors of the work tree's top and of each folder on the way to `path`, each opened from
+    the one before without following a link: a folder swapped for a link meanwhile (to somewhere
+    outside) fails the open instead of leading there. None when a folder on the way is missing, a
+    file or a link. The caller closes them."""
+    folders = [os.open(site.top, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)]
+    for part in path.split("/")[:-1]:
+        try:
+            folders.append(os.open(part, _FOLDER_FLAGS, dir_fd=folders[-1]))
+        except OSError:
+            for fd in folders:
+                os.close(fd)
+            return None
+    return folders
+
+
+def _reachable(site: Site, path: str) -> bool:
+    """Every folder on the way to `path` is a real folder: none is missing, a file or a link (what
+    is behind a link is somewhere else, never the working tree's to read or delete)."""
+    parts = path.split("/")
+    for depth in range(1, len(parts)):
+        try:
+            if not stat.S_ISDIR(os.lstat(site.top.joinpath(*parts[:depth])).st_mode):
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def restore(folder: Path, commit_id: str, *, settings: GhostSettings | None = None, dry_run: bool = False,
+            state_dir: Path | None = None, watch: TreeWatch | None = None) -> dict[str, Any]:
+    """Make the working tree (in scope) what it was at the snapshot.
+
+    Returns `{id, restored, removed, undoId}`; with `dry_run`, `{id, restored, removed, dryRun: true}`
+    and nothing is written anywhere. Every file ends exactly as it was or exactly as the snapshot
+    has it, whatever fails (`ctxd.ghost.treewrite`); a failure is GitFailed saying which.
+    """
+    settings = settings or GhostSettings()
+    started = time.monotonic()
+    site = recovery.open_store(folder, state_dir)
+    with site.locked():
+        recovery.recover(site)
+        meta = commits.resolve(site, commit_id)
+        if site.user_git_dir is not None and (site.user_git_dir / "index.lock").exists():
+            raise GitFailed("another git process is running (index.lock exists); nothing was restored")
+        try:
+            current = capture(site, CaptureOptions(settings, watch=watch))
+        except GitFailed as error:
+            raise _not_started(commit_id, error) from None
+        writing_started = False
+        try:
+            target, changes = _plan(site, meta, current)
+            _check_in_the_way(site, changes)
+            gitlinks = {c.path for c in changes if c.new_mode == "160000"}
+            result: dict[str, Any] = {
+                "id": commit_id,
+                "restored": [site.rel(c.path) for c in changes if c.status != "D" and c.path not in gitlinks],
+                "removed": [site.rel(c.path) for c in changes if c.status == "D"],
+            }
+            if dry_run:
+                result["dryRun"] = True
+                return result
+            writing = treewrite.plan(site.top, changes, tag=os.urandom(6).hex(), prefix=site.prefix)
+            _check_space(site, writing, commit_id)
+            undo = commits.write(site, current, f"before restoring {commit_id[:12]}", started,
+                           {"undoOf": commit_id, "trigger": "restore"})
+            result["undoId"] = undo["id"]
+            if changes:
+                _check_complete(site, changes)
+                st.write_json(site.journal(), {"id": commit_id, "undoId": undo["id"], "startedAt": commits.now(),
+                                               "pid": os.getpid(), "tag": writing.tag, "folders": writing.folders})
+                writing_started = True
+                _write(site, writing, commit_id, undo["id"])
+        except (OSError, GitFailed) as error:
+            if writing_started or (isinstance(error, GitFailed) and "nothing was changed" in error.message):
+                raise  # `_write` says what the working tree holds; the checks say it themselves
+            raise _not_started(commit_id, error) from None
+        finally:
+            current.index.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            site.interrupted_record().unlink(missing_ok=True)
+    return result
+
+
+def _not_started(commit_id: str, error: OSError | GitFailed) -> GitFailed:
+    """A failure before the restore touched the working tree (capturing, committing the undo
+    snapshot, writing the journal: a full disk there too)."""
+    reason = error.message if isinstance(error, GitFailed) else (
+        treewrite.describe(error) + (f" ({error.filename})" if error.filename else ""))
+    return GitFailed(f"the restore of {commit_id[:12]} could not start: {reason}; nothing was changed",
+                     error.data if isinstance(error, GitFailed) else None)
+
+
+def _check_space(site: Site, writing: treewrite.Writing, commit_id: str) -> None:
+    """Refuse, before anything is written, a restore whose new files do not fit beside the old
+    ones (staging writes them all before the old are freed)."""
+    short = treewrite.space_needed(site.top, writing, st.object_sizes(site, writing.blobs))
+    if short:
+        where, need, free = short[0]
+        folder = site.top / where
+        with contextlib.suppress(OSError):
+            if os.stat(folder).st_dev == os.stat(site.folder).st_dev:
+                folder = site.folder  # the usual case: the workspace's own file system
+        mib = 1024 * 1024
+        raise GitFailed(f"not enough free space to restore {commit_id[:12]}: it writes {need / mib:.1f} MiB of files "
+                        f"on the file system of {folder}, which has {free / mib:.1f} MiB free (the old "
+                        "files are freed only once every new one is written); nothing was changed: free "
+                        f"{(need - free) / mib:.1f} MiB and retry", {"needBytes": need, "freeBytes": free})
+
+
+def _check_complete(site: Site, changes: list[Change]) -> None:
+    """The undo snapshot is complete before any file is touched: every file the restore replaces or
+    deletes is in the store on its own (borrowing nothing from the user's objects)."""
+    shas = [c.old_sha for c in changes if c.status != "A" and c.old_mode != treewrite.GITLINK]
+    missing = [sha for sha, size in st.object_sizes(site, shas, borrow=False).items() if size is None]
+    if missing:
+        raise GitFailed(f"the undo snapshot is incomplete: the store lacks {len(missing)} object(s) of the files "
+                        f"the restore would replace (first {missing[0]}); nothing was changed")
+
+
+def _write(site: Site, writing: treewrite.Writing, commit_id: str, undo_id: str) -> None:
+    """Stage, place and clean up (`ctxd.ghost.treewrite`); a failure is GitFailed saying what the
+    working tree holds now. The journal goes once nothing of this restore is left to clean."""
+    short = commit_id[:12]
+    folders = treewrite.Folders(site.top)
+    try:
+        blobs = st.Blobs(site, writing.blobs)
+        try:
+            treewrite.stage(writing, folders, blobs, sync_also=[site.store])
+        finally:
+            blobs.close()
+        treewrite.place(writing, folders)
+        treewrite.finish(writing, folders, floor=recovery.depth(site))
+    except treewrite.StagingFailed as failure:
+        hint = "; free some space and retry" if failure.code in (errno.ENOSPC, errno.EDQUOT) else ""
+        if failure.clean:
+            with contextlib.suppress(OSError):
+                site.journal().unlink(missing_ok=True)
+            raise GitFailed(f"the restore of {short} failed before changing any file ({failure.reason}); "
+                            f"the working tree is as it was{hint}") from None
+        raise GitFailed(f"the restore of {short} failed before changing any file ({failure.reason}); the working "
+                        f"tree is as it was, but temporary files named {treewrite.TEMP_PREFIX}{writing.tag}-* are left "
+                        "in it: they are removed when the folder is next opened", {"undoId": undo_id}) from None
+    except treewrite.PlacingFailed as failure:
+        if not failure.restored and not failure.removed:
+            with contextlib.suppress(OSError):
+                site.journal().unlink(missing_ok=True)
+            raise GitFailed(f"the restore of {short} failed part-way ({failure.reason}); every file it had changed "
+                            "was put back: the working tree is as it was") from None
+        changed = [*failure.restored, *failure.removed]
+        shown = ", ".join(writing.show(p) for p in changed[:5]) + (", ..." if len(changed) > 5 else "")
+        raise GitFailed(f"the restore of {short} stopped part-way ({failure.reason}) and the working tree could not "
+                        f"be put back: {len(changed)} path(s) are as the snapshot has them ({shown}), every other "
+                        f"file is as it was; restore {undo_id} to bring back what was there",
+                        {"undoId": undo_id, "restored": [site.rel(p) for p in failure.restored],
+                         "removed": [site.rel(p) for p in failure.removed]}) from None
+    finally:
+        folders.close()
+    with contextlib.suppress(OSError):
+        site.journal().unlink(missing_ok=True)

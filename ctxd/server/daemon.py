@@ -1,0 +1,272 @@
+"""The composition root: what every session of one daemon shares (`Daemon`): the open workspaces,
+the workers and the order they run requests in, the usage pushes, the agents' sessions it follows,
+what the hooks wrote, and the tree watch; and `Broadcast`, its notifications to every session.
+
+Over stdio (and in memory) a session has its own daemon; over TCP, and in the owner
+(`owner.py`), every session shares one. The sessions themselves are `app.CtxdServer`.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ctxd.errors import CtxdError
+from ctxd.protocol import methods
+from ctxd.server.events import CompactionEvents, Throttle
+from ctxd.server.lanes import Lanes
+from ctxd.settings import load_settings
+from ctxd.workspace import Service, Workspace
+from ctxd.workspace.core import uri_to_path
+
+if TYPE_CHECKING:
+    from ctxd.ghost.treewatch import TreeWatch
+    from ctxd.protocol import shapes
+    from ctxd.server.app import CtxdServer
+
+log = logging.getLogger(__name__)
+
+USAGE_INTERVAL_SECONDS = 0.1
+WORKER_THREADS = 8
+# Threads of one workspace that may hold workers at once (see lanes.py).
+WORKSPACE_WORKERS = 2
+WARM_UP_WAIT_SECONDS = 30.0
+
+
+RecordNow = Callable[[Callable[[str], Workspace], Any], "shapes.RecordResult | None"]
+"""`handlers.record_now`: a small record stored on the reading thread, or None to hand it on."""
+
+
+class Daemon:
+    """What every session of one daemon shares: the open workspaces, the workers and the order they
+    run requests in, the usage pushes, and the agents' sessions it follows. Over stdio there is one
+    session; over TCP, one per authenticated connection (`tcp.py`), each seeing the same workspaces
+    (a folder closes when the last session holding it lets it go)."""
+
+    def __init__(self, state_dir: Path | None = None) -> None:
+        self.state_dir_override = state_dir
+        self.service = Service(state_dir, listener=self._usage_changed)
+        self.service.on_open = self._on_open
+        self.executor = ThreadPoolExecutor(max_workers=WORKER_THREADS, thread_name_prefix="ctxd-worker")
+        self.lanes = Lanes(self.executor, WORKSPACE_WORKERS)
+        # Checks run for every folder opened (an interrupted restore), one at a time: thousands of
+        # folders added at once never hold the workers that answer requests.
+        self.background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ctxd-background")
+        self.throttle: Throttle[tuple[str, str], dict[str, Any]] = Throttle(self._send_usage, USAGE_INTERVAL_SECONDS)
+        self.everyone = Broadcast(self)
+        self.events = CompactionEvents(self.everyone, self.throttle)  # automatic compactions: every client's
+        self.sessions: Any = None  # ctxd.sessions.bridge.SessionBridge, once warmed up
+        self.hook_watcher: Any = None  # ctxd.sessions.hook_watch.HookWatcher, started with it
+        self.tree_watch: TreeWatch | None = None  # this daemon's file watch, from the warm-up on (`watch_trees`)
+        self.configured = False  # the first `initialize` set the state dir and the options
+        self._warming = False
+        self._warmed = threading.Event()  # set when `_warm_up` is done
+        # `handlers.record_now`, once the warm-up imported it (it imports pydantic: not at start).
+        self.record_handler: RecordNow | None = None
+        self._lock = threading.Lock()
+        self.clients: list[CtxdServer] = []
+        self._holders: dict[str, int] = {}  # per open folder: how many sessions hold it
+        self._closed = False
+        # The owner's daemon (ctxd/server/owner.py) serves editors and ctxd's own tools at once:
+        # only a session that brings options (an editor's) configures it.
+        self.shared = False
+
+    # --- sessions --------------------------------------------------------------------------------
+
+    def join(self, server: CtxdServer) -> None:
+        with self._lock:
+            self.clients.append(server)
+
+    def leave(self, server: CtxdServer) -> None:
+        """A session ended. Its folders stay open until the daemon closes (its requests may still be
+        running in them); its holds are dropped, so another session's removal closes them."""
+        with self._lock:
+            if server in self.clients:
+                self.clients.remove(server)
+            for uri in server.folders:
+                left = self._holders.get(uri, 1) - 1
+                if left > 0:
+                    self._holders[uri] = left
+                else:
+                    self._holders.pop(uri, None)
+            server.folders.clear()
+
+    def hold(self, server: CtxdServer, workspace: Workspace) -> None:
+        with self._lock:
+            if workspace.uri not in server.folders:
+                server.folders.add(workspace.uri)
+                self._holders[workspace.uri] = self._holders.get(workspace.uri, 0) + 1
+
+    def release(self, server: CtxdServer, uri: str) -> None:
+        with self._lock:
+            if uri not in server.folders:
+                return
+            server.folders.discard(uri)
+            left = self._holders.get(uri, 1) - 1
+            if left > 0:
+                self._holders[uri] = left
+                return
+            self._holders.pop(uri, None)
+        self.service.close_folder(uri)
+        if self.tree_watch is not None:
+            self.tree_watch.release(uri_to_path(uri))
+
+    def initialized_clients(self) -> list[CtxdServer]:
+        with self._lock:
+            return [client for client in self.clients if client.initialized]
+
+    # --- outgoing --------------------------------------------------------------------------------
+
+    def _usage_changed(self, uri: str, thread: str, usage: shapes.UsageSnapshot) -> None:
+        self.throttle.offer((uri, thread), dict(usage))  # most are replaced before they go: built in `_send_usage`
+
+    def _send_usage(self, key: tuple[str, str], usage: dict[str, Any]) -> None:
+        self.everyone.notify(methods.USAGE_CHANGED, {"workspace": key[0], "thread": key[1], **usage})
+
+    # --- after the first `initialize` ------------------------------------------------------------
+
+    def warm_up(self) -> None:
+        with self._lock:
+            if self._warming:
+                return
+            self._warming = True
+        self.executor.submit(self._warm_up)
+
+    def _warm_up(self) -> None:
+        """After `initialize` is answered, while the editor is still starting: import what requests
+        need (pydantic, the handlers), build the estimator's tables, follow the agents' sessions,
+        then import what compactions and snapshots need, instead of in the first request that does."""
+        try:
+            self.watch_trees()
+            from ctxd.server import handlers  # the first request needs it: first
+            from ctxd.tokens import estimator
+
+            self.record_handler = handlers.record_now
+            estimator.prepare()  # counts before tiktoken is loaded are estimates: its tables now
+            self._follow_sessions()
+            import ctxd.compact.run  # noqa: F401
+            import ctxd.workspace.checkpoints  # noqa: F401
+        finally:
+            self._warmed.set()
+
+    def wait_warmed(self) -> None:
+        self._warmed.wait(WARM_UP_WAIT_SECONDS)
+
+    def _follow_sessions(self) -> None:
+        """Follow the agents' sessions (ctxd/sessions). `sources.*` come from the user's config and
+        the editor's options, never from a workspace's own file."""
+        from ctxd.sessions.bridge import SessionBridge
+
+        if self.sessions is not None:
+            return
+        from ctxd.sessions.hook_watch import HookWatcher  # what the agents' hooks and status line wrote
+
+        everyone = self.everyone
+        self.hook_watcher = HookWatcher(
+            self.service, lambda uri: everyone.notify(methods.GHOST_CHANGED, {"workspace": uri}))
+        self.hook_watcher.start()
+        settings = load_settings(None, self.service.init_options, [])
+        self.sessions = SessionBridge(
+            self.service, settings, lambda uri: everyone.notify(methods.THREADS_CHANGED, {"workspace": uri}))
+        self.sessions.start([w.root for w in self.service.folders()])
+
+    def folders_changed(self) -> None:
+        if self.sessions is not None:
+            self.sessions.set_folders([w.root for w in self.service.folders()])
+
+    def _on_open(self, workspace: Workspace) -> None:
+        workspace.auto_compactor = self._auto_compact  # compacts before a prompt over the limit
+        workspace.pricer = functools.partial(self._price, workspace)  # a client thread's cost
+        workspace.tree_watch = self.tree_watch  # None until the warm-up (`watch_trees`)
+        if self.tree_watch is not None:
+            self._prime(workspace)
+
+    def watch_trees(self) -> None:
+        """From now on this daemon's captures re-check only what its file watch saw change
+        (`ctxd.ghost.treewatch`), and the open folders are watched at once; with CTXD_TREE_WATCH=0
+        every capture reads the whole tree."""
+        if os.environ.get("CTXD_TREE_WATCH") == "0":
+            return
+        from ctxd.ghost.treewatch import TreeWatch
+
+        with self._lock:
+            if self.tree_watch is not None or self._closed:
+                return
+            self.tree_watch = TreeWatch()
+        for workspace in self.service.folders():
+            workspace.tree_watch = self.tree_watch
+            self._prime(workspace)
+
+    def _prime(self, workspace: Workspace) -> None:
+        """Start watching a folder whose checkpoints are automatic, so its first one is short."""
+        from ctxd.ghost.checkpoint import automatic_on
+
+        if automatic_on(workspace.settings.ghost):
+            self.background.submit(self._prime_now, workspace)
+
+    def _prime_now(self, workspace: Workspace) -> None:
+        from ctxd.ghost.take import prime
+
+        watch = self.tree_watch
+        if watch is None:
+            return
+        try:
+            prime(workspace.opened_root(), settings=workspace.settings.ghost, watch=watch, state_dir=workspace.state_dir)
+        except CtxdError as error:
+            log.info("%s: no capture ahead of the first checkpoint: %s", workspace.uri, error.message)
+
+    @staticmethod
+    def _price(workspace: Workspace, spend: dict[str, dict[str, int]]) -> dict[str, Any]:
+        from ctxd.sessions.pricing import client_cost
+
+        return client_cost(spend, workspace.settings.prices)
+
+    def _auto_compact(self, workspace: Workspace, thread: str) -> None:
+        from ctxd.compact import run as compaction
+
+        compaction.auto_compact(workspace, thread, self.events)
+
+    def close(self) -> None:
+        """The last session ended: requests already running finish, nothing else starts."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        if self.sessions is not None:
+            self.sessions.stop()
+        if self.hook_watcher is not None:
+            self.hook_watcher.stop()
+        if self.tree_watch is not None:
+            self.tree_watch.close()
+        self.lanes.close()
+        self.background.shutdown(wait=False, cancel_futures=True)
+        self.executor.shutdown(wait=True, cancel_futures=True)
+        self.service.close()
+
+
+class Broadcast:
+    """Notifications about the workspaces (usage, threads, snapshots, automatic compactions): to
+    every session that is past `initialize`."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+
+    def notify(self, method: str, params: dict[str, Any]) -> None:
+        for client in self.daemon.initialized_clients():
+            try:
+                client.outbox.notify(method, params)
+            except (OSError, ValueError):  # that client is gone (its socket, or its closed file); the others get it
+                log.debug("a notification to a departed client was dropped")
+
+    def show_message(self, message: str, kind: int = methods.MESSAGE_WARNING) -> None:
+        self.notify(methods.SHOW_MESSAGE, {"type": kind, "message": message})
+
+    def progress(self, token: int | str | None, value: dict[str, Any]) -> None:
+        if token is not None:
+            self.notify(methods.PROGRESS, {"token": token, "value": value})
