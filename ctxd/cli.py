@@ -14,7 +14,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ctxd", description="Context-window manager for AI coding agents.",
         epilog="`ctxd usage --help`: the context breakdown of a workspace's thread, in a terminal. "
-               "`ctxd sessions --help`: the workspace's Codex and Claude Code sessions.")
+               "`ctxd sessions --help`: the workspace's agent sessions.")
     parser.add_argument("--version", action="version", version=f"ctxd {__version__}")
     parser.add_argument("--stdio", action="store_true", help="serve on stdin/stdout (the default)")
     parser.add_argument("--tcp", action="store_true",
@@ -63,8 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         from ctxd.hooks.install import main as hooks_main
 
         return hooks_main(argv[1:])
-    if argv[:1] == ["statusline"]:  # Claude Code's status line (ctxd/hooks/statusline.py)
-        from ctxd.hooks.statusline import main as statusline_main
+    if argv[:1] == ["statusline"]:  # an agent's status line (ctxd/statusline.py)
+        from ctxd.statusline import main as statusline_main
 
         return statusline_main(argv[1:])
     if argv[:1] == ["owner"]:  # the owner of a state dir, started by the first client that needs one
@@ -77,8 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         known = owner.parse_args(argv[1:])
         return owner_main(Path(known.state_dir), detached=known.detach,
                           keep=Path(known.keep) if known.keep else None)
-    if argv[:1] == ["mcp"]:  # `ctxd mcp`: the MCP server for the agent itself (ctxd/agentmcp/server.py)
-        from ctxd.agentmcp.server import main as mcp_main
+    if argv[:1] == ["mcp"]:  # `ctxd mcp`: the MCP server for the agent itself (ctxd/mcp/server.py)
+        from ctxd.mcp.server import main as mcp_main
 
         return mcp_main(argv[1:])
     args = build_parser().parse_args(argv)

@@ -1,15 +1,16 @@
-"""`ctxd statusline`: Claude Code's status line, from the JSON Claude Code gives it on stdin.
+"""`ctxd statusline [--agent <name>]`: an agent's status line, from the JSON the agent gives it on
+stdin (Claude Code's without `--agent`; the agent's module reads its input: `statusline_usage`).
 
-One line: the agent, how full the context is against Claude Code's own compaction point, the
+One line: the agent, how full the context is against the agent's own compaction point, the
 session's cost, until when the prompt cache is likely warm (ctxd/tokens/cache.py), the age of
 the workspace's last checkpoint, coloured as the editors colour their
 gauges (warn from 80% of the compaction point, compact at it). The exact usage it was handed is
-written for ctxd (`<state dir>/hooks/usage/<thread>.json`). A user's own status-line command
-(carried by `--user`, see `ctxd.hooks.install`) runs after it, its output printed after ctxd's.
-Claude Code runs this after every message: it starts no git and imports little.
+written for ctxd (`<state dir>/hooks/usage/<agent>-<session id>.json`). A user's own status-line
+command (carried by `--user`, see `ctxd.agents.config.json_settings`) runs after it, its output
+printed after ctxd's. The agent runs this after every message: it starts no git and imports little.
 
-It never hangs and stays small whatever it is handed: the transcript is read only when it is a
-regular file (opened without blocking, only its tail), and the user's command runs in a process
+It never hangs and stays small whatever it is handed: the agent's files are read only when they are
+regular files (opened without blocking, only a tail), and the user's command runs in a process
 group of its own, with a bound on its time and on the output kept, then the group is killed and
 reaped (no orphan each refresh). `NO_COLOR` (any non-empty value, https://no-color.org) or
 `--no-colour` turn the colours off.
@@ -20,16 +21,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import stat
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-SUMMARY_OUTPUT_TOKENS = 20_000
-"""Claude Code keeps room for the compaction's summary (at most the model's output limit)..."""
-COMPACT_BUFFER_TOKENS = 13_000
-"""...and a buffer below that: it compacts at window - 20,000 - 13,000 (167,000 of 200,000)."""
+if TYPE_CHECKING:
+    from ctxd.agents.base import Agent
+
 WARN_RATIO = 0.8
 COLOURS = {"ok": "\033[32m", "warn": "\033[33m", "compact": "\033[31m"}
 RESET = "\033[0m"
@@ -42,112 +41,28 @@ USER_OUTPUT_BYTES = 64 * 1024
 """At most this much of the user's command's output is read; then it is stopped."""
 
 
-def compaction_point(window: int) -> int:
-    """Where Claude Code compacts a window of `window` tokens (CLAUDE_AUTOCOMPACT_PCT_OVERRIDE
-    lowers it, as it does in Claude Code)."""
-    effective = window - min(SUMMARY_OUTPUT_TOKENS, window // 2)
-    point = effective - COMPACT_BUFFER_TOKENS
-    try:
-        override = float(os.environ.get("CLAUDE_AUTOCOMPACT_PCT_OVERRIDE") or "")
-    except ValueError:
-        override = 0.0
-    if 0 < override <= 100:
-        point = min(int(effective * override / 100), point)
-    return max(1, point)
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
-
-
-def usage_of(data: dict[str, Any]) -> dict[str, Any]:
-    """The session's usage as Claude Code states it: input + cache writes + cache reads of the
-    latest request, against its window and compaction point."""
-    raw_context = data.get("context_window")
-    context: dict[str, Any] = raw_context if isinstance(raw_context, dict) else {}
-    raw_current = context.get("current_usage")
-    current: dict[str, Any] | None = raw_current if isinstance(raw_current, dict) else None
-    used = (_int(current.get("input_tokens")) + _int(current.get("cache_creation_input_tokens"))
-            + _int(current.get("cache_read_input_tokens"))) if current else 0
-    window = _int(context.get("context_window_size")) or 200_000
-    point = compaction_point(window)
+def usage_of(agent: Agent, data: dict[str, Any]) -> dict[str, Any] | None:
+    """The session's usage as the agent states it, against its window and compaction point."""
+    stated = agent.statusline_usage(data)
+    if stated is None:
+        return None
+    used, point = stated.used_tokens, stated.compact_at
     tier = "compact" if used >= point else "warn" if used >= WARN_RATIO * point else "ok"
-    raw_cost, raw_model = data.get("cost"), data.get("model")
-    cost: dict[str, Any] = raw_cost if isinstance(raw_cost, dict) else {}
-    total = cost.get("total_cost_usd")
-    model: dict[str, Any] = raw_model if isinstance(raw_model, dict) else {}
-    output = _int(current.get("output_tokens")) if current else 0
-    return {"usedTokens": used, "outputTokens": output, "contextWindow": window, "compactAt": point, "tier": tier,
-            "known": current is not None,
-            "percent": round(100 * used / point, 1), "costUsd": total if isinstance(total, (int, float)) else None,
-            "model": model.get("id") if isinstance(model.get("id"), str) else None}
+    return {"usedTokens": used, "outputTokens": stated.output_tokens, "contextWindow": stated.context_window,
+            "compactAt": point, "tier": tier, "known": stated.known, "percent": round(100 * used / point, 1),
+            "costUsd": stated.cost_usd, "model": stated.model, "sessionId": stated.session_id, "cwd": stated.cwd}
 
 
-TAIL_BYTES = 65_536  # the transcript's end read for the latest request (never the whole file)
-
-
-def read_tail(path: str, size: int) -> bytes:
-    """The last `size` bytes of the regular file at `path`. Opened without blocking and checked on
-    what was opened: a FIFO or a device raises FileRefused (`ctxd.safefile`) instead of blocking
-    or never ending."""
-    from ctxd.safefile import OPEN_FLAGS, FileRefused
-
-    fd = os.open(path, OPEN_FLAGS)
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise FileRefused(f"{path}: not a regular file; not read")
-        os.lseek(fd, max(0, info.st_size - size), os.SEEK_SET)
-        chunks: list[bytes] = []
-        left = size
-        while left > 0:
-            chunk = os.read(fd, left)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-    finally:
-        os.close(fd)
-    return b"".join(chunks)
-
-
-def last_request(transcript: Any) -> tuple[float, bool] | None:
-    """The latest main-chain reply in the transcript's tail: when it came, and whether its cache
-    writes went to Anthropic's 1-hour cache."""
-    from ctxd.tokens.cache import parse_time
-
-    if not isinstance(transcript, str) or not os.path.isabs(transcript):
-        return None
-    try:
-        tail = read_tail(transcript, TAIL_BYTES).splitlines()
-    except (OSError, ValueError):  # ValueError: a NUL in the path
-        return None
-    for raw in reversed(tail):
-        if b'"assistant"' not in raw or b'"usage"' not in raw:
-            continue
-        try:
-            rec = json.loads(raw)
-        except ValueError:
-            continue
-        message = rec.get("message") if isinstance(rec, dict) and not rec.get("isSidechain") else None
-        usage = message.get("usage") if isinstance(message, dict) else None
-        at = parse_time(rec.get("timestamp")) if isinstance(usage, dict) else None
-        if at is not None and isinstance(usage, dict):
-            split = usage.get("cache_creation")
-            return at, isinstance(split, dict) and _int(split.get("ephemeral_1h_input_tokens")) > 0
-    return None
-
-
-def cache_of(data: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any] | None:
-    """Until when the prompt cache is likely warm (the latest request plus Anthropic's lifetime),
-    and what the next turn re-writes after it."""
+def cache_of(agent: Agent, data: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any] | None:
+    """Until when the prompt cache is likely warm (the latest request plus its provider's
+    lifetime), and what the next turn re-writes after it."""
     from ctxd.tokens import cache
 
     if not usage["known"]:
         return None
-    found = last_request(data.get("transcript_path"))
+    found = agent.statusline_cache(data)
     at, one_hour = found if found is not None else (time.time(), False)  # the request just reported
-    return {"until": at + cache.lifetime(cache.ANTHROPIC, one_hour),
+    return {"until": at + cache.lifetime(cache.provider_of(agent.cache_provider, usage["model"]), one_hour),
             "rewriteTokens": usage["usedTokens"] + usage["outputTokens"]}
 
 
@@ -169,7 +84,7 @@ def _age(seconds: float) -> str:
 
 def last_checkpoint(folder: Path, state_dir: Path) -> float | None:
     """When the workspace's newest snapshot was taken (from the store's files: no git)."""
-    from ctxd.hooks.locate import git_common_dir, plain_store
+    from ctxd.places import git_common_dir, plain_store
 
     common = git_common_dir(folder)
     store = common / "ctxd" / "store" if common is not None else plain_store(state_dir, folder)
@@ -184,9 +99,9 @@ def last_checkpoint(folder: Path, state_dir: Path) -> float | None:
     return newest
 
 
-def render(data: dict[str, Any], usage: dict[str, Any], checkpoint_at: float | None, colour: bool,
+def render(agent: Agent, usage: dict[str, Any], checkpoint_at: float | None, colour: bool,
            cache: dict[str, Any] | None = None) -> str:
-    parts = ["claude"]
+    parts = [agent.name]
     if usage["known"]:
         parts.append(f"{usage['percent']:.0f}% of {usage['compactAt'] // 1000}k")
     else:
@@ -200,18 +115,19 @@ def render(data: dict[str, Any], usage: dict[str, Any], checkpoint_at: float | N
     return f"{COLOURS[usage['tier']]}{line}{RESET}" if colour else line
 
 
-def hand_over(state_dir: Path, data: dict[str, Any], usage: dict[str, Any]) -> None:
+def hand_over(state_dir: Path, agent: Agent, usage: dict[str, Any]) -> None:
     """The exact usage for ctxd: one small file per session, replaced atomically."""
-    session = data.get("session_id")
-    if not isinstance(session, str) or not session or not usage["known"]:
+    session = usage["sessionId"]
+    if session is None or not usage["known"]:
         return
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in session)[:120]
-    from ctxd.hooks.marks import hooks_dir
+    from ctxd.places import hooks_dir, usage_dir
 
-    path = hooks_dir(state_dir) / "usage" / f"claude-{safe}.json"
+    hooks_dir(state_dir)  # the user's alone, or nothing is written
+    path = usage_dir(state_dir) / f"{agent.name}-{safe}.json"
     path.parent.mkdir(exist_ok=True)
     pending = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    record = {"thread": f"claude:{session}", "cwd": data.get("cwd"), "at": time.time(),
+    record = {"thread": agent.thread(session), "cwd": usage["cwd"], "at": time.time(),
               **{k: usage[k] for k in ("usedTokens", "outputTokens", "contextWindow", "compactAt", "costUsd",
                                        "model")}}
     pending.write_text(json.dumps(record), "utf-8")
@@ -220,9 +136,9 @@ def hand_over(state_dir: Path, data: dict[str, Any], usage: dict[str, Any]) -> N
 
 def run_user_command(encoded: str, raw: bytes, seconds: float) -> str:
     """The user's own status line, given the same JSON; its output, or nothing on failure."""
-    from ctxd.hooks.install import user_status_line
+    from ctxd.agents.config.json_settings import carried_status_line
 
-    entry = user_status_line(encoded)
+    entry = carried_status_line(encoded)
     command = entry.get("command") if isinstance(entry, dict) else None
     if not isinstance(command, str) or not command:
         return ""
@@ -286,30 +202,18 @@ def main(argv: list[str]) -> int:
     raw = b""
     user = argv[argv.index("--user") + 1] if "--user" in argv[:-1] else None
     try:
-        from ctxd.hooks.hook import read_input  # reads with a bound: a silent stdin does not hang us
+        from ctxd import agents
+        from ctxd.hookio import read_input  # reads with a bound: a silent stdin does not hang us
 
+        name = argv[argv.index("--agent") + 1] if "--agent" in argv[:-1] else agents.STATUS_LINE_AGENT
         data = read_input(timeout=1.0) or {}
         raw = json.dumps(data).encode()
-        from ctxd.hooks.hook import _state_dir
-
-        state_dir = _state_dir()
-        usage = usage_of(data)
-        workspace = data.get("workspace")
-        cwd = data.get("cwd") or (workspace.get("current_dir") if isinstance(workspace, dict) else None)
-        checkpoint_at = None
-        if isinstance(cwd, str) and os.path.isabs(cwd):
-            from ctxd.hooks.locate import find_workspace
-
-            located = find_workspace(Path(cwd), state_dir)
-            state_dir = located.state_dir  # the workspace's daemon may keep a state dir of its own
-            checkpoint_at = last_checkpoint(located.folder, state_dir)
-        colour = "--no-colour" not in argv and not os.environ.get("NO_COLOR")
-        sys.stdout.write(render(data, usage, checkpoint_at, colour=colour, cache=cache_of(data, usage)) + "\n")
-        sys.stdout.flush()
-        try:
-            hand_over(state_dir, data, usage)
-        except OSError:
-            pass
+        agent = agents.find(name)
+        usage = usage_of(agent, data) if agent is not None else None
+        if agent is None or usage is None:
+            sys.stdout.write(f"ctxd: no status line for agent {name!r}\n")
+        else:
+            show(agent, data, usage, colour="--no-colour" not in argv and not os.environ.get("NO_COLOR"))
     except Exception as error:  # noqa: BLE001 - a status line never fails
         sys.stdout.write(f"ctxd: {type(error).__name__}\n")
     if user:
@@ -321,3 +225,24 @@ def main(argv: list[str]) -> int:
         if output:
             sys.stdout.write(output + "\n")
     return 0
+
+
+def show(agent: Agent, data: dict[str, Any], usage: dict[str, Any], colour: bool) -> None:
+    """Print the line, then hand the usage over to ctxd."""
+    from ctxd.places import default_state_dir
+
+    state_dir = default_state_dir()
+    cwd = usage["cwd"]
+    checkpoint_at = None
+    if isinstance(cwd, str) and os.path.isabs(cwd):
+        from ctxd.places import find_workspace
+
+        located = find_workspace(Path(cwd), state_dir)
+        state_dir = located.state_dir  # the workspace's daemon may keep a state dir of its own
+        checkpoint_at = last_checkpoint(located.folder, state_dir)
+    sys.stdout.write(render(agent, usage, checkpoint_at, colour=colour, cache=cache_of(agent, data, usage)) + "\n")
+    sys.stdout.flush()
+    try:
+        hand_over(state_dir, agent, usage)
+    except OSError:
+        pass

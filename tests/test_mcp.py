@@ -191,6 +191,6 @@ def test_ctxd_mcp_answers_before_it_imports_anything_heavy(tmp_path: Path) -> No
                           input=request, capture_output=True, text=True, timeout=120)
     assert json.loads(done.stdout.splitlines()[0])["result"]["serverInfo"]["name"] == "ctxd"
     imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
-    assert "ctxd.agentmcp.protocol" in imported, done.stderr[-2000:]
+    assert "ctxd.mcp.protocol" in imported, done.stderr[-2000:]
     heavy = {"mcp", "pydantic", "ctxd.ledger.store", "ctxd.sessions.follower", "ctxd.workspace", "sqlite3"}
     assert not heavy & imported, heavy & imported

@@ -1,4 +1,13 @@
-"""Claude Code transcripts: `~/.claude/projects/<project>/<session>.jsonl`.
+"""Claude Code: its transcripts, window and compaction rule, hooks, configuration and status line
+(ctxd/agents/base.py).
+
+Sessions: `<config>/projects/<project>/<session>.jsonl` (`CLAUDE_CONFIG_DIR` default `~/.claude`),
+where `<project>` is the starting directory with every character other than a letter or digit
+replaced by `-`; subagents' own files (`agent-*.jsonl`, or under a session's folder) are not
+sessions. Privacy rule: a file is not opened at all unless its folder's name could be a directory
+inside an open workspace; then its head is read up to the first line that states a `cwd` (a
+`summary` or snapshot record may come first), and no further unless that cwd is inside the
+workspace.
 
 The format, as Claude Code writes it and its well-kept readers parse it (ccusage,
 claude-code-log): one JSON object a line with `type` `user` / `assistant` (with `message`, the
@@ -24,10 +33,21 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from ctxd.sessions.model import Change, Turn, Usage, first_request, note_report, shorten, tokens
-from ctxd.sessions.reader import Reader
+from ctxd.agents import payloads
+from ctxd.agents.base import Action, Agent, AgentConfig, AgentLimits, HookAction, HookInput, Scope, StatusUsage
+from ctxd.agents.jsonl import HEAD_LIMIT, JsonlStore, Reader, entries, head, read_tail
+from ctxd.agents.session import Change, Turn, Usage, first_request, note_report, shorten, tokens
+
+if TYPE_CHECKING:
+    from ctxd.agents.config.plan import ConfigChange
+    from ctxd.agents.folders import Folders
+
+VERSION = "2.1.332"
 
 MAX_SUBAGENT_FILES = 1_000  # per session: more is not a real session, and each is opened on every read
 
@@ -363,3 +383,387 @@ class _SubagentCost(Reader):
     def record(self, rec: dict[str, Any], change: Change) -> None:
         if rec.get("type") == "assistant":
             self.parent._cost(rec)
+
+
+# --- where its sessions live ----------------------------------------------------------------------
+
+HEAD_LINES = 8  # a transcript states its cwd on its first message line
+
+
+def encode_project(directory: str | Path) -> str:
+    """Claude Code's project folder name for a directory."""
+    return re.sub(r"[^A-Za-z0-9]", "-", str(directory))
+
+
+def dir_may_match(project_dir: str, folders: Folders) -> bool:
+    """Could the project folder `project_dir` be a directory inside one of the folders?"""
+    encoded = folders.encoded(encode_project)
+    if project_dir in encoded:
+        return True
+    return any(project_dir[:at] in encoded for at, char in enumerate(project_dir) if char == "-")
+
+
+def session_id(path: str) -> str | None:
+    """A session's id is its file name. A name that is not UTF-8 cannot be an id a reply can
+    carry: None, and the id comes from the lines' `sessionId`."""
+    stem = Path(path).stem
+    try:
+        stem.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    return stem
+
+
+class ClaudeSessions(JsonlStore):
+    """`<root>/<project>/<session>.jsonl`; `agent-*.jsonl` are subagents' files."""
+
+    def session_files(self) -> list[str]:
+        projects = [e.path for e in entries(str(self.root)) if e.is_dir(follow_symlinks=False)]
+        return [e.path for project in projects for e in entries(project)
+                if e.name.endswith(".jsonl") and not e.name.startswith("agent-") and e.is_file(follow_symlinks=False)]
+
+    def is_session_file(self, path: str) -> bool:
+        p = Path(path)
+        return p.name.endswith(".jsonl") and p.parent.parent == self.root and not p.name.startswith("agent-")
+
+    def peek_cwd(self, key: str, folders: Folders) -> tuple[str | None, bool, int]:
+        """A file whose project folder cannot be inside an open folder is not opened (cwd None,
+        complete); else its head up to the first line that states a cwd."""
+        if not dir_may_match(Path(key).parent.name, folders):
+            return None, True, 0
+        records, read = head(key, HEAD_LINES)
+        for rec in records:
+            if isinstance(rec.get("cwd"), str):
+                return rec["cwd"], True, read
+        return None, len(records) >= HEAD_LINES or read >= HEAD_LIMIT, read
+
+    def reader(self, key: str) -> ClaudeReader:
+        return ClaudeReader(key, session_id(key))
+
+
+# --- how full, when it compacts -------------------------------------------------------------------
+# Claude Code 2.1.332: it compacts at its effective window (the model's window less
+# min(default output tokens, 20,000)) less a 13,000-token buffer, and warns 20,000 tokens before
+# that; `CLAUDE_AUTOCOMPACT_PCT_OVERRIDE` lowers the point to that percent of the effective
+# window. A model it does not know gets a 200,000-token window.
+
+UNKNOWN_WINDOW = 200_000  # Claude Code's window for a model it does not recognise
+OUTPUT_RESERVE = 20_000  # at most this much of the default output is set aside
+COMPACT_BUFFER = 13_000
+WARN_BEFORE = 20_000
+DEFAULT_OUTPUT = 32_000  # an unknown model's default output (reserve: 20,000 either way)
+PCT_OVERRIDE = "CLAUDE_AUTOCOMPACT_PCT_OVERRIDE"
+
+
+def compact_limits(model: str | None, pct_override: float | None = None) -> AgentLimits:
+    """Claude Code's window for `model` and where it compacts by itself."""
+    from ctxd.tokens import catalog
+
+    info = catalog.lookup(model)
+    window = catalog.context_window_for(model)
+    if info is None or window is None:
+        window, window_source = UNKNOWN_WINDOW, \
+            f"Claude Code {VERSION}'s window for a model it does not recognise ({model!r})"
+        output = DEFAULT_OUTPUT
+    else:
+        window_source = f"Claude Code {VERSION}'s model catalogue ({info.prefix}" + (
+            ", [1m])" if catalog.one_million_tag(model) else ")")
+        output = info.max_output or DEFAULT_OUTPUT
+    effective = window - min(output, OUTPUT_RESERVE)
+    limit = effective - COMPACT_BUFFER
+    source = (f"Claude Code {VERSION}: window - min(default output, {OUTPUT_RESERVE:,}) - "
+              f"{COMPACT_BUFFER:,}")
+    if pct_override and 0 < pct_override <= 100:
+        limit = min(int(effective * pct_override / 100), limit)
+        source += f", {PCT_OVERRIDE}={pct_override:g}"
+    return AgentLimits(window, window_source, limit, source, max(0, limit - WARN_BEFORE))
+
+
+def pct_override(home: Path) -> float | None:
+    """`CLAUDE_AUTOCOMPACT_PCT_OVERRIDE` as Claude Code's user settings set it (`env` in
+    settings.json), if any."""
+    try:
+        settings = json.loads((home / "settings.json").read_text(encoding="utf-8"))
+        raw: Any = (settings.get("env") or {}).get(PCT_OVERRIDE)
+        value = float(raw)  # None or a non-number: TypeError, ValueError
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
+    return value if 0 < value <= 100 else None
+
+
+# --- hooks ----------------------------------------------------------------------------------------
+
+CHANGES_FILES = {"Write", "Edit", "MultiEdit", "NotebookEdit", "Bash"}
+"""Tools that can change the working tree. A shell command can change anything: always one."""
+EVENTS = {  # the hooks install writes: event -> matcher (None: every occurrence)
+    "UserPromptSubmit": None,
+    "PreToolUse": "Write|Edit|MultiEdit|NotebookEdit|Bash",
+    "PostCompact": None,
+    "SessionStart": "compact",
+}
+HOOK_TIMEOUT_SECONDS = 10
+"""What Claude Code waits at most (the hook itself returns within 2 s)."""
+
+
+# --- ctxd's entries in its configuration ----------------------------------------------------------
+# settings.json: `hooks`, `statusLine`; the MCP server in `.mcp.json` for a project,
+# `~/.claude.json` for the user. At project scope, with no status line of the project's own, the
+# user's (from ~/.claude/settings.json, which the project's would hide) is carried, and uninstall
+# leaves the project without one.
+
+
+def config_files(scope: str, project: Path, home: Path) -> tuple[Path, Path]:
+    """(settings.json, the file holding its MCP servers) for a scope."""
+    if scope == "project":
+        return project / ".claude" / "settings.json", project / ".mcp.json"
+    state = home / ".claude.json" if os.environ.get("CLAUDE_CONFIG_DIR") else Path.home() / ".claude.json"
+    return home / "settings.json", state
+
+
+def _read(path: Path, scope: str, project: Path) -> str | None:
+    from ctxd.agents.config.files import LARGE_LIMIT, LIMIT
+    from ctxd.agents.config.plan import read_scoped
+
+    return read_scoped(path, scope, project, LARGE_LIMIT if scope == "user" and path.name == ".claude.json" else LIMIT)
+
+
+def _hooks(ctxd: list[str]) -> Any:
+    from ctxd.agents.config.json_settings import Hooks
+    from ctxd.agents.config.ours import shell
+
+    return Hooks(EVENTS, lambda event: shell([*ctxd, "hook", "claude", event]), HOOK_TIMEOUT_SECONDS)
+
+
+def settings_add(settings: dict[str, Any], ctxd: list[str], inherited: Any = None) -> dict[str, Any]:
+    """ctxd's hooks and status line in `settings`; `inherited`: the user's own status line to
+    carry when `settings` has none (project scope)."""
+    from ctxd.agents.config import json_settings
+
+    json_settings.hooks_add(settings, _hooks(ctxd))
+    return json_settings.status_line_add(settings, [*ctxd, "statusline"], inherited, extra={"padding": 0})
+
+
+def settings_remove(settings: dict[str, Any]) -> dict[str, Any]:
+    """`settings` without ctxd's hook entries and its status line (the one it carried put back)."""
+    from ctxd.agents.config import json_settings
+
+    return json_settings.status_line_remove(json_settings.hooks_remove(settings))
+
+
+def mcp_add(state: dict[str, Any], ctxd: list[str]) -> dict[str, Any]:
+    from ctxd.agents.config import json_settings
+    from ctxd.agents.config.ours import mcp_entry
+
+    return json_settings.mcp_add(state, mcp_entry(ctxd))
+
+
+def mcp_remove(state: dict[str, Any]) -> dict[str, Any]:
+    from ctxd.agents.config import json_settings
+
+    return json_settings.mcp_remove(state)
+
+
+def holds_ours(text: str) -> bool:
+    from ctxd.agents.config import json_settings
+
+    return json_settings.holds(text, lambda value: mcp_remove(settings_remove(value)))
+
+
+# --- the status line ------------------------------------------------------------------------------
+# Its JSON on stdin: `context_window {context_window_size, current_usage {input_tokens,
+# cache_creation_input_tokens, cache_read_input_tokens, output_tokens}}`, `cost.total_cost_usd`,
+# `model.id`, `session_id`, `cwd`, `workspace.current_dir`, `transcript_path`.
+
+SUMMARY_OUTPUT_TOKENS = 20_000
+"""Claude Code keeps room for the compaction's summary (at most the model's output limit)..."""
+COMPACT_BUFFER_TOKENS = 13_000
+"""...and a buffer below that: it compacts at window - 20,000 - 13,000 (167,000 of 200,000)."""
+TAIL_BYTES = 65_536  # the transcript's end read for the latest request (never the whole file)
+
+
+def compaction_point(window: int) -> int:
+    """Where Claude Code compacts a window of `window` tokens (CLAUDE_AUTOCOMPACT_PCT_OVERRIDE
+    lowers it, as it does in Claude Code)."""
+    effective = window - min(SUMMARY_OUTPUT_TOKENS, window // 2)
+    point = effective - COMPACT_BUFFER_TOKENS
+    try:
+        override = float(os.environ.get(PCT_OVERRIDE) or "")
+    except ValueError:
+        override = 0.0
+    if 0 < override <= 100:
+        point = min(int(effective * override / 100), point)
+    return max(1, point)
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def last_request(transcript: Any) -> tuple[float, bool] | None:
+    """The latest main-chain reply in the transcript's tail: when it came, and whether its cache
+    writes went to Anthropic's 1-hour cache."""
+    from ctxd.tokens.cache import parse_time
+
+    if not isinstance(transcript, str) or not os.path.isabs(transcript):
+        return None
+    try:
+        tail = read_tail(transcript, TAIL_BYTES).splitlines()
+    except (OSError, ValueError):  # ValueError: a NUL in the path
+        return None
+    for raw in reversed(tail):
+        if b'"assistant"' not in raw or b'"usage"' not in raw:
+            continue
+        try:
+            rec = json.loads(raw)
+        except ValueError:
+            continue
+        message = rec.get("message") if isinstance(rec, dict) and not rec.get("isSidechain") else None
+        usage = message.get("usage") if isinstance(message, dict) else None
+        at = parse_time(rec.get("timestamp")) if isinstance(usage, dict) else None
+        if at is not None and isinstance(usage, dict):
+            split = usage.get("cache_creation")
+            return at, isinstance(split, dict) and _count(split.get("ephemeral_1h_input_tokens")) > 0
+    return None
+
+
+class Claude(Agent):
+    name = "claude"
+    title = "Claude Code"
+    version = VERSION
+    cache_provider = "anthropic"
+    overhead_category = ("systemPrompt", "Claude Code's system prompt, tools and memory (inferred)")
+    hook_events: Mapping[str, HookAction] = {
+        "UserPromptSubmit": "turn",
+        "PreToolUse": "tool",
+        "PostCompact": "compacted",
+        "SessionStart": "after-compaction",
+    }
+
+    def home(self, env: Mapping[str, str], configured: str | None) -> Path:
+        user = Path(env.get("HOME") or Path.home())
+        return Path(configured or env.get("CLAUDE_CONFIG_DIR") or user / ".claude").expanduser()
+
+    def session_root(self, home: Path) -> Path:
+        return home / "projects"
+
+    def sessions(self, root: Path) -> ClaudeSessions:
+        return ClaudeSessions(root)
+
+    def read_config(self, home: Path) -> AgentConfig:
+        return AgentConfig(compact_percent=pct_override(home), source=str(home / "settings.json"))
+
+    def limits(self, model: str | None, stated_window: int | None, config: AgentConfig) -> AgentLimits:
+        return compact_limits(model, config.compact_percent)  # the transcript states no window
+
+    # --- hooks ---
+
+    def hook_input(self, event: str, data: dict[str, Any]) -> HookInput | None:
+        return payloads.claude_style(self.hook_events, event, data)
+
+    def changes_files(self, tool_name: str, tool_input: Any) -> bool:
+        return tool_name in CHANGES_FILES
+
+    def tool_paths(self, tool_name: str, tool_input: Any) -> list[str]:
+        return payloads.named_paths(tool_input)
+
+    def shell_command(self, tool_name: str, tool_input: Any) -> str | None:
+        return payloads.command(tool_input) if tool_name == "Bash" else None
+
+    def compaction_notice(self, text: str) -> str | None:
+        return payloads.session_start_context(text)
+
+    # --- ctxd's entries in its configuration ---
+
+    def _home(self) -> Path:
+        return self.home(os.environ, None)
+
+    def user_status_line(self) -> Any:
+        """The status line of the user's own settings (not ctxd's: the one ctxd's carries, if any)."""
+        from ctxd.agents.config import json_settings
+        from ctxd.agents.config.files import InstallError
+
+        path = self._home() / "settings.json"
+        try:
+            settings = json_settings.load(path, _read(path, "user", Path()))
+        except InstallError:
+            return None
+        return json_settings.own_status_line(settings)
+
+    def config_changes(self, action: Action, scope: Scope, project: Path, state_dir: Path,
+                       ctxd: list[str]) -> tuple[list[ConfigChange], list[str]]:
+        from ctxd.agents.config.plan import json_install, json_uninstall
+
+        settings, mcp = config_files(scope, project, self._home())
+        settings_text, mcp_text = _read(settings, scope, project), _read(mcp, scope, project)
+        notes: list[str] = []
+        if action == "install":
+            inherited = self.user_status_line() if scope == "project" else None
+            changes = [json_install(settings, settings_text, lambda v: settings_add(v, ctxd, inherited), holds_ours),
+                       json_install(mcp, mcp_text, lambda v: mcp_add(v, ctxd), holds_ours)]
+            if scope == "project":
+                notes.append("Claude Code asks once whether to use the MCP servers of this project's .mcp.json: "
+                             "approve `ctxd` (or run `claude mcp list` to see its state).")
+        else:
+            changes = [json_uninstall(settings, settings_text, settings_remove, state_dir, holds_ours),
+                       json_uninstall(mcp, mcp_text, mcp_remove, state_dir, holds_ours)]
+        return changes, notes
+
+    def config_status(self, scope: Scope, project: Path) -> str:
+        from ctxd.agents.config import json_settings
+        from ctxd.agents.config.files import InstallError
+
+        settings, mcp = config_files(scope, project, self._home())
+        try:
+            value = json_settings.load(settings, _read(settings, scope, project))
+            events = json_settings.hooks_installed(value, EVENTS)
+            has_mcp = json_settings.mcp_installed(json_settings.load(mcp, _read(mcp, scope, project)))
+        except InstallError as error:
+            return f"claude {scope}: {error}"
+        return (f"claude {scope}: hooks {', '.join(events) or 'none'}; status line "
+                f"{'yes' if json_settings.our_status_line(value.get('statusLine')) else 'no'}; MCP server "
+                f"{'yes' if has_mcp else 'no'} ({settings})")
+
+    def mcp_installed(self, project: Path) -> bool:
+        from ctxd.agents.config import json_settings
+        from ctxd.agents.config.files import InstallError
+
+        for scope in ("project", "user"):
+            try:
+                path = config_files(scope, project, self._home())[1]
+                if json_settings.mcp_installed(json_settings.load(path, _read(path, scope, project))):
+                    return True
+            except InstallError:
+                continue
+        return False
+
+    # --- status line ---
+
+    def statusline_usage(self, data: dict[str, Any]) -> StatusUsage:
+        """Input + cache writes + cache reads of the latest request, against its window and
+        compaction point."""
+        raw_context = data.get("context_window")
+        context: dict[str, Any] = raw_context if isinstance(raw_context, dict) else {}
+        raw_current = context.get("current_usage")
+        current: dict[str, Any] | None = raw_current if isinstance(raw_current, dict) else None
+        used = (_count(current.get("input_tokens")) + _count(current.get("cache_creation_input_tokens"))
+                + _count(current.get("cache_read_input_tokens"))) if current else 0
+        window = _count(context.get("context_window_size")) or UNKNOWN_WINDOW
+        raw_cost, raw_model = data.get("cost"), data.get("model")
+        cost: dict[str, Any] = raw_cost if isinstance(raw_cost, dict) else {}
+        total = cost.get("total_cost_usd")
+        model: dict[str, Any] = raw_model if isinstance(raw_model, dict) else {}
+        workspace = data.get("workspace")
+        cwd = data.get("cwd") or (workspace.get("current_dir") if isinstance(workspace, dict) else None)
+        session = data.get("session_id")
+        return StatusUsage(used, _count(current.get("output_tokens")) if current else 0, window,
+                           compaction_point(window), current is not None,
+                           total if isinstance(total, (int, float)) else None,
+                           model.get("id") if isinstance(model.get("id"), str) else None,
+                           session if isinstance(session, str) and session else None,
+                           cwd if isinstance(cwd, str) else None)
+
+    def statusline_cache(self, data: dict[str, Any]) -> tuple[float, bool] | None:
+        return last_request(data.get("transcript_path"))
+
+
+AGENT = Claude()

@@ -1,4 +1,8 @@
-"""Codex CLI rollouts: `$CODEX_HOME/sessions/YYYY/MM/DD/rollout-*.jsonl`.
+"""Codex CLI: its rollouts, window and compaction rule, hooks and configuration (ctxd/agents/base.py).
+
+Sessions: `$CODEX_HOME/sessions/YYYY/MM/DD/rollout-*.jsonl` (`CODEX_HOME` default `~/.codex`); the
+first line is the session's meta, with its `cwd`, and a session outside every open folder is never
+read beyond it.
 
 The format, as openai/codex writes it (codex-rs/protocol/src/protocol.rs): every line is a
 `RolloutLine` `{timestamp, type, payload}` where `type`/`payload` is a `RolloutItem`:
@@ -34,11 +38,23 @@ baseline (`BASELINE_TOKENS`) from both; ctxd's percent is the plain ratio (docs/
 from __future__ import annotations
 
 import json
-from typing import Any
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from ctxd.agents import payloads
+from ctxd.agents.base import Action, Agent, AgentConfig, AgentLimits, HookAction, HookInput, Scope
+from ctxd.agents.jsonl import HEAD_LIMIT, JsonlStore, Reader, entries, head, under
+from ctxd.agents.session import Change, Turn, Usage, first_request, note_report, shorten, tokens
 from ctxd.ledger.rules import is_real_user_message, message_text
-from ctxd.sessions.model import Change, Turn, Usage, first_request, note_report, shorten, tokens
-from ctxd.sessions.reader import Reader
+
+if TYPE_CHECKING:
+    from ctxd.agents.config.codex_toml import HookTrust
+    from ctxd.agents.config.plan import ConfigChange
+    from ctxd.agents.folders import Folders
+
+VERSION = "0.171"
 
 # Response items Codex records that ctxd's ledger takes as they are.
 PASS_THROUGH = {"message", "function_call", "function_call_output", "custom_tool_call",
@@ -263,3 +279,330 @@ class CodexReader(Reader):
         session.baseline = None  # until the next token_count reports the smaller window
         change.replace(session, session.compactions - 1, at)
         change.usage = True
+
+
+# --- where its sessions live ----------------------------------------------------------------------
+
+
+class CodexSessions(JsonlStore):
+    """`<root>/YYYY/MM/DD/rollout-*.jsonl`, found at any depth under the root."""
+
+    def session_files(self) -> list[str]:
+        found: list[str] = []
+        pending = [str(self.root)]
+        while pending:
+            for entry in entries(pending.pop()):
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append(entry.path)
+                elif entry.name.startswith("rollout-") and entry.name.endswith(".jsonl") and entry.is_file(
+                        follow_symlinks=False):
+                    found.append(entry.path)
+        return found
+
+    def is_session_file(self, path: str) -> bool:
+        p = Path(path)
+        return p.name.startswith("rollout-") and p.name.endswith(".jsonl") and under(p, self.root)
+
+    def peek_cwd(self, key: str, folders: Folders) -> tuple[str | None, bool, int]:
+        """The first line is the session's meta: its `cwd` is the session's."""
+        records, read = head(key, 1)
+        if not records:
+            return None, read >= HEAD_LIMIT, read  # a first line over the limit: not a session
+        payload = records[0].get("payload") if records[0].get("type") == "session_meta" else None
+        cwd = payload.get("cwd") if isinstance(payload, dict) else None
+        return (cwd if isinstance(cwd, str) else None), True, read
+
+    def reader(self, key: str) -> CodexReader:
+        return CodexReader(key)
+
+
+# --- how full, when it compacts -------------------------------------------------------------------
+# Codex 0.171 (codex-rs `ModelContextMetadata::auto_compact_token_limit_with_override`): the
+# configured `model_auto_compact_token_limit` (or the model's own `auto_compact_token_limit`),
+# never above 90% of the model's context window; without either, 90% of it. The rollout's
+# `model_context_window` is the *effective* window (95% of the model's, Codex's
+# `effective_context_window_percent`), so the model's window comes from the catalogue.
+
+COMPACT_FRACTION = (9, 10)  # context_window * 9 / 10
+EFFECTIVE_PERCENT = 95  # default effective_context_window_percent
+CATALOGUE_SOURCE = "codex"  # ctxd.tokens.catalog's entries read from Codex's bundled models.json
+
+
+def compact_limits(model: str | None, stated_window: int | None, configured: int | None = None) -> AgentLimits:
+    """Codex's window (what the rollout states, else the catalogue's effective one) and its
+    auto-compact limit for `model` with the user's `model_auto_compact_token_limit`."""
+    from ctxd.tokens import catalog
+
+    info = catalog.lookup(model)
+    if info is not None and (info.source == CATALOGUE_SOURCE or not stated_window):
+        model_window = info.context_window
+        model_source = f"Codex {VERSION}'s models.json ({model})" if info.source == CATALOGUE_SOURCE else \
+            f"ctxd's model catalogue ({model})"
+    elif stated_window:
+        model_window = stated_window * 100 // EFFECTIVE_PERCENT
+        model_source = f"inferred: the rollout's window / {EFFECTIVE_PERCENT}% (model {model!r} is unknown)"
+    else:
+        model_window = 0
+        model_source = "unknown"
+    window = stated_window or model_window * EFFECTIVE_PERCENT // 100
+    window_source = "the rollout's model_context_window" if stated_window else model_source
+    num, den = COMPACT_FRACTION
+    cap = model_window * num // den
+    if configured and configured > 0 and (not cap or configured < cap):
+        limit, source = configured, "model_auto_compact_token_limit in Codex's config.toml"
+    else:
+        limit, source = cap, f"Codex {VERSION}'s default: 90% of the model's window ({model_source})"
+    return AgentLimits(window, window_source, limit, source, limit * 4 // 5)  # no warning tier of its own: ctxd's
+
+
+def configured_limit(home: Path) -> int | None:
+    """`model_auto_compact_token_limit` from `$CODEX_HOME/config.toml` (read only), if set."""
+    import tomllib
+
+    try:
+        with open(home / "config.toml", "rb") as handle:
+            value = tomllib.load(handle).get("model_auto_compact_token_limit")
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+        return None
+    return value if type(value) is int and value > 0 else None
+
+
+# --- hooks ----------------------------------------------------------------------------------------
+
+CHANGES_FILES = {"Bash", "apply_patch", "shell", "local_shell", "exec_command", "unified_exec", "write_stdin",
+                 "shell_command"}
+"""Tools that can change the working tree. A shell command can change anything: always one."""
+SHELLS = CHANGES_FILES - {"apply_patch"}
+EVENTS = {  # the hooks install writes: event -> matcher (None: every occurrence)
+    "UserPromptSubmit": None,
+    "PreToolUse": "^(Bash|apply_patch|shell|local_shell|exec_command|unified_exec|write_stdin|shell_command)$",
+    "PostCompact": None,
+    "SessionStart": "compact",
+}
+
+
+# --- ctxd's entries in its configuration: config.toml, edited as text -------------------------------
+# `[[hooks.*]]` tables, `[mcp_servers.ctxd]` and, for the user only, `notify` (Codex refuses a
+# project's). Codex's TOML is edited as text, never re-serialised (`ctxd.agents.config.codex_toml`):
+# uninstall removes ctxd's own tables and keys wherever Codex's editor moved them, and nothing else.
+
+HOOK_TIMEOUT_SECONDS = 10
+"""What Codex waits at most (the hook itself returns within 2 s)."""
+
+
+def config_file(scope: str, project: Path, home: Path) -> Path:
+    return project / ".codex" / "config.toml" if scope == "project" else home / "config.toml"
+
+
+def _toml_str(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+def codex_add(path: Path, text: str | None, ctxd: list[str], scope: str) -> tuple[str, list[str]]:
+    """The file with ctxd's entries (replacing earlier ones), and notes for the user."""
+    from ctxd.agents.config import codex_toml
+    from ctxd.agents.config.codex_toml import TomlEditError
+    from ctxd.agents.config.files import InstallError
+    from ctxd.agents.config.ours import shell
+
+    try:
+        base = codex_toml.remove_ours(text or "")
+        parsed = codex_toml.parse(base)
+    except TomlEditError as error:
+        raise InstallError(f"{path}: {error}; left unchanged") from None
+    notes = []
+    servers = parsed.get("mcp_servers") or {}
+    with_mcp = not (isinstance(servers, dict) and "ctxd" in servers)
+    if not with_mcp:
+        notes.append(f"{path}: an [mcp_servers.ctxd] of your own is configured; ctxd's was not added")
+    notify = None
+    if scope == "user":
+        if "notify" in parsed:
+            notes.append(f"{path}: you have a `notify` program of your own; ctxd's was not added (it is optional)")
+        else:
+            notify = [*ctxd, "hook", "codex", "notify"]
+    hooks = [codex_toml.Hook(event, matcher, shell([*ctxd, "hook", "codex", event]), HOOK_TIMEOUT_SECONDS)
+             for event, matcher in EVENTS.items()]
+    result = codex_toml.add_ours(base, hooks, [*ctxd, "mcp"] if with_mcp else None, notify)
+    try:
+        wanted = codex_toml.parse(result)
+    except TomlEditError as error:
+        raise InstallError(f"{path}: ctxd's hooks would not fit with what the file defines ({error}); "
+                           "left unchanged") from None
+    if text is not None and "ctxd" in text and codex_toml.parse(text) == wanted:
+        result = text  # installed already, as this ctxd would write it (maybe moved by Codex's editor)
+    return result, notes
+
+
+def codex_remove(text: str) -> str:
+    """`text` without ctxd's entries (wherever Codex's editor put them) and nothing else."""
+    from ctxd.agents.config import codex_toml
+    from ctxd.agents.config.files import InstallError
+
+    try:
+        return codex_toml.remove_ours(text)
+    except codex_toml.TomlEditError as error:
+        raise InstallError(f"{error}; left unchanged") from None
+
+
+def holds_ours(text: str) -> bool:
+    """Whether the file holds ctxd's entries already (put there by an install this one cannot
+    undo byte for byte)."""
+    import copy
+
+    from ctxd.agents.config import codex_toml
+
+    try:
+        parsed = codex_toml.parse(text)
+    except codex_toml.TomlEditError:
+        return False
+    return codex_toml.without_ours(parsed) != codex_toml.tidy(copy.deepcopy(parsed))
+
+
+def _trust_words(trust: list[HookTrust]) -> str:
+    states = [t.state for t in trust]
+    if all(s == "trusted" for s in states):
+        return "trusted"
+    if all(s == "untrusted" for s in states):
+        return "installed, not trusted yet: review them in Codex's /hooks"
+    if "changed" in states:
+        return (f"{states.count('trusted')} of {len(states)} trusted; changed since you trusted them: "
+                "trust them again in Codex's /hooks")
+    if "disabled" in states:
+        return f"{states.count('disabled')} of {len(states)} turned off in Codex's /hooks"
+    return f"{states.count('trusted')} of {len(states)} trusted; review the others in Codex's /hooks"
+
+
+class Codex(Agent):
+    name = "codex"
+    title = "Codex"
+    version = VERSION
+    cache_provider = "openai"
+    overhead_category = ("builtinTools", "Codex's built-in tools and instructions (inferred)")
+    hook_events: Mapping[str, HookAction] = {
+        "UserPromptSubmit": "turn",
+        "PreToolUse": "tool",
+        "PostCompact": "compacted",
+        "SessionStart": "after-compaction",
+        "notify": "ignore",  # its after-turn program: the turn's checkpoints are taken before it
+    }
+
+    def home(self, env: Mapping[str, str], configured: str | None) -> Path:
+        user = Path(env.get("HOME") or Path.home())
+        return Path(configured or env.get("CODEX_HOME") or user / ".codex").expanduser()
+
+    def session_root(self, home: Path) -> Path:
+        return home / "sessions"
+
+    def sessions(self, root: Path) -> CodexSessions:
+        return CodexSessions(root)
+
+    def read_config(self, home: Path) -> AgentConfig:
+        return AgentConfig(compact_limit=configured_limit(home), source=str(home / "config.toml"))
+
+    def limits(self, model: str | None, stated_window: int | None, config: AgentConfig) -> AgentLimits:
+        return compact_limits(model, stated_window, config.compact_limit)
+
+    # --- hooks ---
+
+    def hook_input(self, event: str, data: dict[str, Any]) -> HookInput | None:
+        return payloads.claude_style(self.hook_events, event, data)
+
+    def changes_files(self, tool_name: str, tool_input: Any) -> bool:
+        return tool_name in CHANGES_FILES
+
+    def tool_paths(self, tool_name: str, tool_input: Any) -> list[str]:
+        if tool_name == "apply_patch":
+            return payloads.patch_paths(tool_input)
+        return payloads.named_paths(tool_input)
+
+    def shell_command(self, tool_name: str, tool_input: Any) -> str | None:
+        return payloads.command(tool_input) if tool_name in SHELLS else None
+
+    def compaction_notice(self, text: str) -> str | None:
+        return payloads.session_start_context(text)
+
+    # --- ctxd's entries in its configuration ---
+
+    def _file(self, scope: str, project: Path) -> Path:
+        return config_file(scope, project, self.home(os.environ, None))
+
+    def config_changes(self, action: Action, scope: Scope, project: Path, state_dir: Path,
+                       ctxd: list[str]) -> tuple[list[ConfigChange], list[str]]:
+        from ctxd.agents.config.plan import ConfigChange, read_backup, read_scoped
+
+        path = self._file(scope, project)
+        before = read_scoped(path, scope, project)
+        notes: list[str] = []
+        after: str | None
+        if action == "install":
+            after, notes = codex_add(path, before, ctxd, scope)
+            notes.append("Codex runs a hook only once you have trusted it: start `codex` here and open `/hooks` "
+                         "to review and trust ctxd's hooks (a changed hook needs trusting again); "
+                         "`ctxd hooks status` says when Codex has.")
+            if scope == "project":
+                notes.append(f"Codex reads {path} only in a trusted project: accept Codex's prompt to trust "
+                             f"{project}, or add [projects.{_toml_str(str(project))}] trust_level = \"trusted\" "
+                             f"to {self._file('user', project)} yourself.")
+        elif before is None:
+            after = None
+        else:
+            from ctxd.agents.config.files import InstallError
+
+            try:
+                after = codex_remove(before)
+            except InstallError as error:
+                raise InstallError(f"{path}: {error}") from None
+            backup = read_backup(state_dir, path)
+            if after != before and not after.strip() and backup is not None and not backup.get("existed"):
+                after = None  # install created it: nothing of the user's in it
+        return [ConfigChange(path, before, after, holds_ours)], notes
+
+    def config_status(self, scope: Scope, project: Path) -> str:
+        from ctxd.agents.config import codex_toml
+        from ctxd.agents.config.files import InstallError
+        from ctxd.agents.config.ours import is_our_mcp
+        from ctxd.agents.config.plan import read_scoped
+
+        path = self._file(scope, project)
+        user_path = self._file("user", project)
+        try:
+            config = codex_toml.parse(read_scoped(path, scope, project) or "")
+            user = config if scope == "user" else codex_toml.parse(read_scoped(user_path, "user", project) or "")
+        except (InstallError, codex_toml.TomlEditError) as error:
+            return f"codex {scope}: {error}" if isinstance(error, InstallError) else f"codex {scope}: {path}: {error}"
+        sources = list(dict.fromkeys([str(path), os.path.realpath(path)]))
+        trust = codex_toml.our_hooks_trust(config, sources, user)
+        events = list(dict.fromkeys(t.event for t in trust))
+        servers = config.get("mcp_servers")
+        has_mcp = isinstance(servers, dict) and is_our_mcp(servers.get("ctxd"))
+        line = f"codex {scope}: hooks {', '.join(events) or 'none'}"
+        if trust:
+            line += f" ({_trust_words(trust)})"
+        line += f"; MCP server {'yes' if has_mcp else 'no'}"
+        if scope == "user":
+            line += f"; notify {'yes' if codex_toml.is_our_notify(config.get('notify')) else 'no'}"
+        elif trust or has_mcp:
+            projects = user.get("projects")
+            entry = projects.get(str(project)) if isinstance(projects, dict) else None
+            if not (isinstance(entry, dict) and entry.get("trust_level") == "trusted"):
+                line += "; Codex reads the file only once you trust the project"
+        return line + f" ({path})"
+
+    def mcp_installed(self, project: Path) -> bool:
+        from ctxd.agents.config import codex_toml
+        from ctxd.agents.config.files import InstallError
+        from ctxd.agents.config.plan import read_scoped
+
+        for scope in ("project", "user"):
+            try:
+                path = self._file(scope, project)
+                servers = codex_toml.parse(read_scoped(path, scope, project) or "").get("mcp_servers") or {}
+                if isinstance(servers, dict) and "ctxd" in servers:
+                    return True
+            except (InstallError, codex_toml.TomlEditError):
+                continue
+        return False
+
+
+AGENT = Codex()

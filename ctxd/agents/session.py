@@ -1,7 +1,7 @@
 """What a reader knows about one agent session, and what changed in the last read.
 
-Plain data: no I/O, no wire code. The readers (`codex.py`, `claude.py`) fill a `Session` as bytes
-arrive; a `Change` says what one read added so a consumer can mirror it without diffing.
+Plain data: no I/O, no wire code. The agents' readers (`ctxd/agents/<name>.py`) fill a `Session` as
+bytes arrive; a `Change` says what one read added so a consumer can mirror it without diffing.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ class Turn:
 
 @dataclass
 class Session:
-    agent: str  # "codex" or "claude"
+    agent: str  # the agent's name (ctxd/agents)
     path: str
     id: str | None = None
     version: str | None = None  # the agent's version that wrote the file (the latest stated)
@@ -217,7 +217,7 @@ def note_report(session: Session, used: int, usage: Usage | None = None, model: 
     if latest is not None and latest["tokensAfter"] is None:
         latest["tokensAfter"] = used
     if usage is not None and not (usage.input or usage.cached_input or usage.cache_write):
-        usage = None  # no prompt sent: no cache facts (Codex's markers never get here: codex.py)
+        usage = None  # no prompt sent: no cache facts (Codex's markers never get here: agents/codex.py)
     if latest is not None and usage is not None and "firstRequest" not in latest:
         latest["firstRequest"] = {"model": model or "", "input": usage.input, "cacheWrite": usage.cache_write,
                                   "cacheWrite1h": usage.cache_write_1h}

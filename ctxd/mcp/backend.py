@@ -15,11 +15,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ctxd import ownerlink
-from ctxd.agentmcp.protocol import ToolError
+from ctxd import agents, ownerlink
+from ctxd.mcp.protocol import ToolError
 
 SESSION_ENV = "CTXD_SESSION"
-FOLLOWED_PREFIXES = ("codex:", "claude:")
 OPEN_SECONDS = ownerlink.START_SECONDS + 10
 FOLLOW_WAIT_SECONDS = 3.0
 MAX_LIMIT = 100
@@ -29,8 +28,7 @@ class Backend:
     """The served workspace and session, reached through the owner."""
 
     def __init__(self, cwd: Path, session: str | None = None) -> None:
-        from ctxd.hooks.locate import find_workspace
-        from ctxd.settings import default_state_dir
+        from ctxd.places import default_state_dir, find_workspace
 
         located = find_workspace(cwd, default_state_dir())
         self.root = located.folder
@@ -83,21 +81,22 @@ class Backend:
         workspace (waiting a little for the owner to have read them)."""
         self.synced()
         if self.named_session:
-            agent, _, session_id = self.named_session.partition(":")
-            if not session_id or f"{agent}:" not in FOLLOWED_PREFIXES:
+            _, _, session_id = self.named_session.partition(":")
+            if not session_id or agents.followed(self.named_session) is None:
                 raise ToolError(f"{SESSION_ENV}={self.named_session!r} is not an agent session's thread (expected "
-                                f"{' or '.join(f'{p}<session id>' for p in FOLLOWED_PREFIXES)})")
+                                f"{' or '.join(f'{name}:<session id>' for name in agents.names())})")
             return self.named_session
         deadline = time.monotonic() + FOLLOW_WAIT_SECONDS
         while True:
             listed = [t["thread"] for t in self.ask("ctxd/threads", {})["threads"]
-                      if str(t.get("thread", "")).startswith(FOLLOWED_PREFIXES)]
+                      if agents.followed(str(t.get("thread", ""))) is not None]
             if listed or time.monotonic() >= deadline:
                 break
             time.sleep(0.1)
         if not listed:
-            raise ToolError(f"no Codex or Claude Code session of {self.root} is known to ctxd yet; set "
-                            f"{SESSION_ENV} to the session's thread (such as claude:<session id>)")
+            titles = " or ".join(agent.title for agent in agents.every())
+            raise ToolError(f"no {titles} session of {self.root} is known to ctxd yet; set {SESSION_ENV} to the "
+                            f"session's thread (such as {agents.names()[0]}:<session id>)")
         return str(listed[0])  # the newest activity first
 
     # --- the tools ---

@@ -27,6 +27,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ctxd import agents
+
 if TYPE_CHECKING:
     from ctxd.protocol.shapes import Breakdown, Category, CategoryName, Detail, UsageSnapshot
 
@@ -110,12 +112,6 @@ def overhead_counts(context: dict[str, Any] | None, count: Callable[[str], int])
     return out
 
 
-# A followed session's overhead the agent's files do not state, per agent: the category it goes
-# to and the detail's name.
-AGENT_OVERHEAD = {
-    "claude": ("systemPrompt", "Claude Code's system prompt, tools and memory (inferred)"),
-    "codex": ("builtinTools", "Codex's built-in tools and instructions (inferred)"),
-}
 INFERRED_HOW = "the first request's reported input less the messages it carried{}"
 
 
@@ -124,7 +120,9 @@ def _infer_fixed_overhead(context: dict[str, Any], out: OverheadCounts) -> None:
     the parts the file states, is the agent's fixed overhead (labelled as inferred)."""
     followed = context.get("followed")
     first = followed.get("firstRequest") if isinstance(followed, dict) else None
-    where = AGENT_OVERHEAD.get(str(followed.get("agent"))) if isinstance(followed, dict) else None
+    # The category the agent's overhead goes to and the detail's name: its module's `overhead_category`.
+    agent = agents.find(str(followed.get("agent"))) if isinstance(followed, dict) else None
+    where = agent.overhead_category if agent is not None else None
     if not isinstance(first, dict) or where is None:
         return
     stated = sum(out.total(c) for c in OVERHEAD_CATEGORIES)
