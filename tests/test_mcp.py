@@ -146,6 +146,42 @@ def test_ctxd_session_names_the_session_and_a_daemon_mirrors_it_once(tmp_path: P
         daemon.shutdown()
 
 
+def test_ctxd_mcp_answers_from_the_store_of_a_daemon_with_a_state_dir_of_its_own(tmp_path: Path) -> None:
+    """Issue #37: a daemon whose `stateDir` is elsewhere names it for each folder it opens
+    (ctxd/places.py); `ctxd mcp` finds its workspace with that pointer, as the hooks do, so its
+    checkpoints are that daemon's (a plain folder's store is in the state dir), not another's."""
+    from ctxd.places import pointer_path
+    from tests.rpc import start_daemon
+
+    folder = tmp_path / "plain"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("first\n")
+    state_dir, claude_home, elsewhere = tmp_path / "state", tmp_path / "claude-home", tmp_path / "elsewhere"
+    fx.write_jsonl(fx.claude_path(claude_home, folder), fx.claude_session(folder))
+    daemon: Client = start_daemon(state_dir, env={"CLAUDE_CONFIG_DIR": str(claude_home)})
+    try:
+        daemon.initialize([folder], {"stateDir": str(elsewhere)})
+        taken = daemon.request("ctxd/ghost/snapshot", {"workspace": folder.as_uri(), "message": "the daemon's",
+                                                       "record": False})
+        pointer = pointer_path(state_dir / "ctxd", folder.resolve())
+        deadline = time.monotonic() + 30  # only a hang waits this long
+        while not pointer.exists():
+            assert time.monotonic() < deadline, "the daemon named no state dir for the folder"
+            time.sleep(0.1)
+
+        async def scenario() -> None:
+            async with stdio_client(server_params(state_dir, folder, claude_home, session=THREAD)) as streams:
+                async with ClientSession(*streams) as session:
+                    await session.initialize()
+                    listed, error = await call(session, "checkpoints")
+                    assert not error, listed
+                    assert [c["id"] for c in listed["checkpoints"]] == [taken["id"]]  # type: ignore[index]
+
+        anyio.run(scenario)
+    finally:
+        daemon.shutdown()
+
+
 def test_no_session_is_a_tool_error_that_says_what_to_do(tmp_path: Path) -> None:
     workspace = tmp_path / "ws"
     workspace.mkdir()

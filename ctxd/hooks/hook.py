@@ -116,25 +116,15 @@ def covered(agent: str, event: str, cwd: str, located: Located, exclude: list[st
     return False
 
 
-def plan(agent: Agent, event: str, data: dict[str, Any], state_dir: Path) -> dict[str, Any] | None:
-    """What to do for this hook: a checkpoint's arguments, or None (nothing to do). `state_dir`
-    is the default one; the workspace's daemon may use another (`ctxd.places.find_workspace`).
-    Every text of the hook input is redacted before anything is cut from it or written."""
-    from ctxd.redact import redact_json
-
-    exclude = user_settings()
-    hook = agent.hook_input(event, redact_json(data))
-    return plan_for(agent, event, hook, state_dir, exclude) if hook is not None else None
-
-
-def plan_for(agent: Agent, event: str, hook: HookInput, state_dir: Path, exclude: list[str],
-             action: str | None = None) -> dict[str, Any] | None:
-    """`plan` for the hook's input read by the agent's module (`action`: instead of the input's)."""
+def plan(agent: Agent, event: str, hook: HookInput, state_dir: Path, exclude: list[str]) -> dict[str, Any] | None:
+    """What to do for this hook: a checkpoint's arguments, or None (nothing to do). `hook`: its
+    input (redacted) as the agent's module read it; `state_dir` is the default one, the
+    workspace's daemon may use another (`ctxd.places.find_workspace`); `exclude`: `hooks.exclude`."""
     from ctxd import marks
     from ctxd.places import find_workspace
     from ctxd.redact import redact
 
-    action = action or hook.action
+    action = hook.action
     session, cwd = hook.session_id, hook.cwd
     if not session or cwd is None or not os.path.isabs(cwd):
         log(f"{agent.name} {event}: no session_id or absolute cwd in the hook input: nothing done")
@@ -316,9 +306,9 @@ def main(argv: list[str]) -> int:
             if line := compaction_context(agent, hook.cwd):
                 sys.stdout.write(line + "\n")
                 sys.stdout.flush()
-            plan_for(agent, event, hook, _state_dir(), exclude)  # the compaction, should PostCompact not run
+            plan(agent, event, hook, _state_dir(), exclude)  # the compaction, should PostCompact not run
             return 0
-        job = plan_for(agent, event, hook, _state_dir(), exclude)
+        job = plan(agent, event, hook, _state_dir(), exclude)
         if job is not None and not handed_to_owner(job, started + DEADLINE_SECONDS - HAND_OVER_MARGIN):
             run_bounded(job, started + DEADLINE_SECONDS)
     except BaseException as error:  # noqa: BLE001 - a hook of ctxd's never fails the agent

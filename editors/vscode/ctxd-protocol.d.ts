@@ -2,7 +2,7 @@
 /**
  * The ctxd wire protocol (version 2): results, notifications and request params. GENERATED, do not edit:
  * `npm run gen:protocol` from docs/protocol.schema.json (from ctxd/protocol/shapes.py).
- * schema sha256: 91cc3b7fe64c74598189742331366f63a0c78fcbebca91fa8c3d88da0d6661c8
+ * schema sha256: 4dee8f26ca5b843081211142cba3d5e33bc045a24e8ee1255bc7eec4cf4599f2
  */
 
 /**
@@ -268,6 +268,7 @@ export interface GhostRestoreParams {
  */
 export interface GhostSnapshotParams {
   message?: string | null;
+  record?: boolean;
   thread?: string;
   workDoneToken?: number | string | null;
   workspace: string;
@@ -616,6 +617,7 @@ export interface SourceState {
   root: string;
   sessions: number;
   unread?: UnreadRecords[];
+  version?: string;
   watching?: "inotify" | "polling" | "off";
 }
 /**
@@ -663,7 +665,7 @@ export interface ThreadInfo {
   lastActivity?: string | null;
   model?: string | null;
   readOnly?: boolean;
-  source?: "client" | "codex" | "claude";
+  source?: string;
   thread: string;
   title?: string | null;
   updatedAt: string;

@@ -211,9 +211,32 @@ def carried_status_line(encoded: str) -> Any:
     return decode_carried(encoded)[0]
 
 
+def _get(settings: dict[str, Any], key: str) -> Any:
+    """`settings[key]`, where a dotted key names a nested object (qwen-code's `ui.statusLine`)."""
+    value: Any = settings
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def _parent(settings: dict[str, Any], key: str, make: bool) -> tuple[dict[str, Any] | None, str]:
+    """The object holding a dotted key's last part (made when missing, with `make`), and that part."""
+    *parents, last = key.split(".")
+    holder: Any = settings
+    for part in parents:
+        if make and part not in holder:
+            holder[part] = {}
+        holder = holder.get(part)
+        if not isinstance(holder, dict):
+            if make:
+                raise InstallError(f"`{part}` is not an object; left unchanged")
+            return None, last
+    return holder, last
+
+
 def own_status_line(settings: dict[str, Any], key: str = "statusLine") -> Any:
     """The user's own status line in `settings`: the entry there, or the one ctxd's carries."""
-    line = settings.get(key)
+    line = _get(settings, key)
     if ours := our_status_line(line):
         try:
             return decode_carried(ours.carried)[0] if ours.carried else None
@@ -224,10 +247,12 @@ def own_status_line(settings: dict[str, Any], key: str = "statusLine") -> Any:
 
 def status_line_add(settings: dict[str, Any], command: list[str], inherited: Any = None,
                     key: str = "statusLine", extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """ctxd's status line (`command`, its words before `--user`) as `settings[key]`, carrying the
-    entry that was there; `inherited`: the user's own status line to carry when there is none
-    (at project scope, the one the project's would hide)."""
-    line = settings.get(key)
+    """ctxd's status line (`command`, its words before `--user`) as `settings[key]` (a dotted key:
+    nested), carrying the entry that was there; `inherited`: the user's own status line to carry
+    when there is none (at project scope, the one the project's would hide)."""
+    holder, last = _parent(settings, key, make=True)
+    assert holder is not None
+    line = holder.get(last)
     carried = None
     if ours := our_status_line(line):
         carried = ours.carried  # ctxd's already: the entry it carries stays
@@ -237,21 +262,22 @@ def status_line_add(settings: dict[str, Any], command: list[str], inherited: Any
         carried = _encode({INHERITED: inherited})
     from ctxd.agents.config.ours import shell
 
-    settings[key] = {"type": "command", "command": shell(command + (["--user", carried] if carried else [])),
-                     **(extra or {})}
+    holder[last] = {"type": "command", "command": shell(command + (["--user", carried] if carried else [])),
+                    **(extra or {})}
     return settings
 
 
 def status_line_remove(settings: dict[str, Any], key: str = "statusLine") -> dict[str, Any]:
     """`settings` without ctxd's status line: the one it carried put back (none, when it carried
     the user's from elsewhere)."""
-    if ours := our_status_line(settings.get(key)):
+    holder, last = _parent(settings, key, make=False)
+    if holder is not None and (ours := our_status_line(holder.get(last))):
         carried = ours.carried
         entry, inherited = decode_carried(carried) if carried else (None, True)
         if inherited:
-            del settings[key]
+            del holder[last]
         else:
-            settings[key] = entry
+            holder[last] = entry
     return settings
 
 

@@ -209,6 +209,7 @@ M.PROTOCOL_VERSION = 3
 
 ---@class ctxd.GhostSnapshotParams
 ---@field message? string|nil
+---@field record? boolean
 ---@field thread? string
 ---@field workDoneToken? integer|string|nil
 ---@field workspace string
@@ -387,6 +388,7 @@ M.PROTOCOL_VERSION = 3
 ---@field root string
 ---@field sessions integer
 ---@field unread? ctxd.UnreadRecords[]
+---@field version? string
 ---@field watching? "inotify"|"polling"|"off"
 
 --- `ctxd/status`.
@@ -413,7 +415,7 @@ M.PROTOCOL_VERSION = 3
 ---@field lastActivity? string|nil
 ---@field model? string|nil
 ---@field readOnly? boolean
----@field source? "client"|"codex"|"claude"
+---@field source? string
 ---@field thread string
 ---@field title? string|nil
 ---@field updatedAt string
