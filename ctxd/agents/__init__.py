@@ -40,7 +40,13 @@ def _from_environment() -> None:
         return
     _env_read = value
     for module in filter(None, (part.strip() for part in value.split(","))):
-        register(importlib.import_module(module).AGENT)
+        try:
+            register(importlib.import_module(module).AGENT)
+        except Exception as error:  # noqa: BLE001 - a bad name is reported, never a failed ctxd
+            import logging
+
+            logging.getLogger("ctxd").warning("%s: agent module %r not added: %s: %s", MODULES_ENV, module,
+                                              type(error).__name__, error)
 
 
 def names() -> list[str]:

@@ -8,16 +8,17 @@ its window is and when it compacts; its hooks; ctxd's entries in its configurati
 line. The groups an agent does not have (hooks, configuration, status line) keep the defaults
 here, which say "none".
 
-Stdlib only, and cheap to import: `ctxd hook` imports this on every tool call of the agent.
+Stdlib only, and cheap to import: `ctxd hook` imports this on every tool call of the agent (named
+tuples, not dataclasses, whose import alone costs a hook more than this module).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 if TYPE_CHECKING:
     from ctxd.agents.config.plan import ConfigChange
@@ -35,8 +36,7 @@ Action = Literal["install", "uninstall"]
 Scope = Literal["user", "project"]
 
 
-@dataclass(frozen=True)
-class AgentLimits:
+class AgentLimits(NamedTuple):
     """A followed session's window and where its agent compacts by itself, each with where the
     number comes from (an inferred one says so)."""
 
@@ -47,20 +47,18 @@ class AgentLimits:
     warn_at: int  # tokens from which the gauge warns
 
 
-@dataclass(frozen=True)
-class AgentConfig:
+class AgentConfig(NamedTuple):
     """What the agent's own configuration says about its compaction (read-only, once); each field
     None when the configuration does not set it."""
 
     compact_limit: int | None = None  # a token count at which it compacts (Codex's model_auto_compact_token_limit)
     compact_percent: float | None = None  # a percent of the window (Claude Code's CLAUDE_AUTOCOMPACT_PCT_OVERRIDE)
     auto_compact: bool = True  # False: the user turned its automatic compaction off
-    windows: Mapping[str, int] = field(default_factory=dict)  # model -> window, where the configuration declares one
+    windows: Mapping[str, int] = MappingProxyType({})  # model -> window, where the configuration declares one
     source: str | None = None  # the file the values come from
 
 
-@dataclass(frozen=True)
-class HookInput:
+class HookInput(NamedTuple):
     """A hook's payload in ctxd's words; the agent's module reads the agent's field names."""
 
     action: HookAction | None  # None: an event ctxd has no use for (only checked and logged)
@@ -72,8 +70,7 @@ class HookInput:
     tool_id: str | None = None
 
 
-@dataclass(frozen=True)
-class StatusUsage:
+class StatusUsage(NamedTuple):
     """What the agent's status-line input says of the session: the tokens of its latest request
     (`used_tokens`, the reply's `output_tokens` apart) against its window and the point where the
     agent compacts; `known` False before the first request."""
@@ -89,8 +86,7 @@ class StatusUsage:
     cwd: str | None = None
 
 
-@dataclass(frozen=True)
-class Stamp:
+class Stamp(NamedTuple):
     """A session as its store sees it now, without reading it: `ident` names what holds it (a
     file's device and inode: another means the session is read afresh), `size` how much it holds
     (less than was read: rewritten, read afresh), `version` what else changes with it (a file's
