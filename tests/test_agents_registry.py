@@ -22,6 +22,7 @@ import pytest
 
 from ctxd import agents
 from ctxd.agents.base import Agent, HookAction, SessionStore
+from ctxd.usage.breakdown import OVERHEAD_CATEGORIES
 from tests.ghost_repo import IDENTITY
 from tests.rpc import REPO, Client, RpcError, check_shape
 
@@ -98,7 +99,7 @@ class Toy(Agent):
     name = "toy"
     title = "Toy Agent"
     version = "9.9"
-    overhead_category = ("builtinTools", "the toy's own tools (inferred)")
+    overhead = (("builtinTools", "the toy's own tools (inferred)", 1.0),)
     hook_events: Mapping[str, HookAction] = {"BeforePrompt": "turn", "BeforeTool": "tool", "Compacted": "compacted"}
 
     def home(self, env: Mapping[str, str], configured: str | None) -> Path:
@@ -186,6 +187,8 @@ def test_every_registered_agent_implements_the_interface() -> None:
         assert isinstance(agent, Agent) and agent.name == name and agents.NAME.match(name) and name != "client"
         assert not getattr(type(agent), "__abstractmethods__", None), f"{name}: {type(agent).__abstractmethods__}"
         assert agent.title and agent.version
+        assert {c for c, *_ in agent.overhead} <= set(OVERHEAD_CATEGORIES) and (
+            not agent.overhead or abs(sum(share for *_, share in agent.overhead) - 1) < 1e-9), name
         assert set(agent.hook_events.values()) <= actions, name
         if agent.hook_events:  # an agent with hooks reads their payload and has entries to install
             assert type(agent).hook_input is not Agent.hook_input, name

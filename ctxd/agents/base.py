@@ -177,9 +177,10 @@ class Agent(ABC):
     """The agent version whose formats and rules this module follows (docs, `ctxd/status`)."""
     cache_provider: str | None = None
     """Whose prompt cache holds its prompts (`ctxd.tokens.cache`: its lifetime); None: the model's."""
-    overhead_category: tuple[str, str] | None = None
-    """The `/context` category the agent's own instructions and tools go in, and their label,
-    when its files do not state them whole (`ctxd.usage.breakdown`, inferred)."""
+    overhead: tuple[tuple[str, str, float], ...] = ()
+    """Where the agent's own instructions and tools go when its files do not state them whole
+    (`ctxd.usage.breakdown`, inferred): `/context` categories (`systemPrompt`, `builtinTools`...),
+    each with its label and its share of them (the shares add up to 1)."""
 
     # --- where its sessions live ---
 

@@ -631,7 +631,7 @@ class Claude(Agent):
     title = "Claude Code"
     version = VERSION
     cache_provider = "anthropic"
-    overhead_category = ("systemPrompt", "Claude Code's system prompt, tools and memory (inferred)")
+    overhead = (("systemPrompt", "Claude Code's system prompt, tools and memory (inferred)", 1.0),)
     hook_events: Mapping[str, HookAction] = {
         "UserPromptSubmit": "turn",
         "PreToolUse": "tool",

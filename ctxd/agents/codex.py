@@ -478,7 +478,7 @@ class Codex(Agent):
     title = "Codex"
     version = VERSION
     cache_provider = "openai"
-    overhead_category = ("builtinTools", "Codex's built-in tools and instructions (inferred)")
+    overhead = (("builtinTools", "Codex's built-in tools and instructions (inferred)", 1.0),)
     hook_events: Mapping[str, HookAction] = {
         "UserPromptSubmit": "turn",
         "PreToolUse": "tool",

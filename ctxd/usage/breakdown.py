@@ -117,21 +117,24 @@ INFERRED_HOW = "the first request's reported input less the messages it carried{
 
 def _infer_fixed_overhead(context: dict[str, Any], out: OverheadCounts) -> None:
     """A followed session: its first request's reported input, less the messages it carried and
-    the parts the file states, is the agent's fixed overhead (labelled as inferred)."""
+    the parts the file states, is the agent's fixed overhead (labelled as inferred), in the
+    categories its module's `overhead` names, by their shares."""
     followed = context.get("followed")
     first = followed.get("firstRequest") if isinstance(followed, dict) else None
-    # The category the agent's overhead goes to and the detail's name: its module's `overhead_category`.
     agent = agents.find(str(followed.get("agent"))) if isinstance(followed, dict) else None
-    where = agent.overhead_category if agent is not None else None
-    if not isinstance(first, dict) or where is None:
+    parts = agent.overhead if agent is not None else ()
+    if not isinstance(first, dict) or not parts:
         return
     stated = sum(out.total(c) for c in OVERHEAD_CATEGORIES)
     rest = int(first.get("tokens") or 0) - int(first.get("messages") or 0) - stated
     if rest <= 0:
         return
-    category, name = where
-    out.categories[category].append(Part(name, rest))
-    out.inferred[category] = INFERRED_HOW.format(" and the instructions and tools the file states" if stated else "")
+    how = INFERRED_HOW.format(" and the instructions and tools the file states" if stated else "")
+    for (category, name, _), tokens in zip(parts, apportion(rest, [round(share * 1000) for *_, share in parts]),
+                                           strict=True):
+        if tokens > 0:
+            out.categories[category].append(Part(name, tokens))
+            out.inferred[category] = how
 
 
 def apportion(total: int, weights: Sequence[int]) -> list[int]:
