@@ -4,7 +4,7 @@
 
 For every main-chain request of a followed Claude Code transcript (an assistant message with
 `usage`, counted once per `message.id`), the items the request carried are read as the daemon
-mirrors them (ctxd/sessions/claude.py) and counted with ctxd's Claude estimator for the message's
+mirrors them (ctxd/agents/claude.py) and counted with ctxd's Claude estimator for the message's
 model (ctxd/tokens/catalog.py: the family's byte-class weights fitted against ctok). The API
 reported `input_tokens + cache_creation_input_tokens + cache_read_input_tokens`.
 
@@ -37,7 +37,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from table import Row, report  # noqa: E402
 
-from ctxd.sessions.claude import ClaudeReader  # noqa: E402
+from ctxd.agents.claude import ClaudeReader  # noqa: E402
 from ctxd.tokens import families  # noqa: E402
 from ctxd.tokens.counter import TOKENIZERS, count_item  # noqa: E402
 

@@ -59,10 +59,10 @@ sys.path.insert(0, str(HERE.parent))
 from bench_sessions import big_rollout  # noqa: E402
 from table import Row, ms, report  # noqa: E402
 
+from ctxd.agents.codex import CodexReader  # noqa: E402
 from ctxd.ledger import recall as history  # noqa: E402
 from ctxd.ledger import search  # noqa: E402
 from ctxd.ledger.store import Store, database_path  # noqa: E402
-from ctxd.sessions.codex import CodexReader  # noqa: E402
 from tests import session_fixtures as fx  # noqa: E402
 from tests.helpers import assistant, output, shell_call, user  # noqa: E402
 from tests.rpc import start_daemon  # noqa: E402

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from table import Row, ms, report
 
-from ctxd.sessions.codex import CodexReader
+from ctxd.agents.codex import CodexReader
 from tests import session_fixtures as fx
 from tests.ghost_repo import make_repo
 from tests.rpc import Client, RpcError, start_daemon

@@ -41,6 +41,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from ctxd.agents import claude
 from ctxd.hooks import install as hooks_install
 
 REPO = Path(__file__).resolve().parents[1]
@@ -386,13 +387,13 @@ def cycle(base: Path, rng: random.Random, figures: dict[str, Any], read_only: bo
 
 
 def _without_ctxd_toml(data: bytes) -> Any:
-    from ctxd.hooks.codex_toml import tidy, without_ours
+    from ctxd.agents.config.codex_toml import tidy, without_ours
 
     return tidy(without_ours(tomllib.loads(data.decode().removeprefix("\ufeff"))))
 
 
 def _without_ctxd_json(value: Any) -> Any:
-    return hooks_install.claude_mcp_remove(hooks_install.claude_settings_remove(value))
+    return claude.mcp_remove(claude.settings_remove(value))
 
 
 def _check_refusal(code: int, out: str, first: dict[Path, Any], files: list[Path], figures: dict[str, Any]) -> None:

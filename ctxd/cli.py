@@ -14,7 +14,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ctxd", description="Context-window manager for AI coding agents.",
         epilog="`ctxd usage --help`: the context breakdown of a workspace's thread, in a terminal. "
-               "`ctxd sessions --help`: the workspace's Codex and Claude Code sessions. "
+               "`ctxd sessions --help`: the workspace's agent sessions. "
                "`ctxd acp -- <agent command>`: an ACP agent behind ctxd (docs/acp.md).")
     parser.add_argument("--version", action="version", version=f"ctxd {__version__}")
     parser.add_argument("--stdio", action="store_true", help="serve on stdin/stdout (the default)")

@@ -14,11 +14,11 @@ def main(argv: list[str] | None = None) -> int:
 
         return hook_main(argv[1:])
     if argv[:1] == ["statusline"]:
-        from ctxd.hooks.statusline import main as statusline_main
+        from ctxd.statusline import main as statusline_main
 
         return statusline_main(argv[1:])
-    if argv[:1] == ["mcp"]:  # agents start it with a timeout: the MCP SDK's import is slow enough
-        from ctxd.agentmcp.server import main as mcp_main
+    if argv[:1] == ["mcp"]:  # agents start it with a timeout: it answers before anything heavy is imported
+        from ctxd.mcp.server import main as mcp_main
 
         return mcp_main(argv[1:])
     if argv[:1] == ["acp"]:  # the editor waits for the agent behind it: no daemon imports first

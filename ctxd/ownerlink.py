@@ -34,6 +34,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from ctxd.places import owner_dir as owner_dir  # (its home is ctxd.places)
+
 MAX_LINE_BYTES = 1024 * 1024
 SOCKET_NAME = "owner.sock"
 LOCK_NAME = "owner.lock"
@@ -50,10 +52,6 @@ class Unsafe(OSError):
 def available() -> bool:
     """Unix sockets with peer credentials and descriptor passing (Linux)."""
     return sys.platform.startswith("linux") and hasattr(socket, "SO_PEERCRED") and hasattr(socket, "send_fds")
-
-
-def owner_dir(state_dir: Path) -> Path:
-    return Path(state_dir) / "owner"
 
 
 def _open_private(path: Path, make: bool) -> int:

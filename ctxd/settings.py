@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ctxd import redact
+from ctxd.places import default_state_dir as default_state_dir  # (ctxd.places is their home)
+from ctxd.places import user_config_path as user_config_path
 from ctxd.safefile import read_bounded
 
 if TYPE_CHECKING:
@@ -103,13 +105,19 @@ class GhostSettings:
 
 @dataclass
 class SourcesSettings:
-    """Followed agent sessions (docs/sessions.md); the homes default to $CODEX_HOME / ~/.codex and
-    $CLAUDE_CONFIG_DIR / ~/.claude."""
+    """Followed agent sessions (docs/sessions.md), for every agent ctxd knows (ctxd/agents):
+    `sources.<agent>` (default true) and `sources.<agent>_home`, the agent's home (default: its own
+    environment variable, else its folder in ~: $CODEX_HOME or ~/.codex, $CLAUDE_CONFIG_DIR or
+    ~/.claude...)."""
 
-    codex: bool = True
-    claude: bool = True
-    codex_home: str | None = None
-    claude_home: str | None = None
+    enabled: dict[str, bool] = field(default_factory=dict)  # agent -> followed; absent: true
+    homes: dict[str, str] = field(default_factory=dict)  # agent -> its home, where one is set
+
+    def follows(self, agent: str) -> bool:
+        return self.enabled.get(agent, True)
+
+    def home(self, agent: str) -> str | None:
+        return self.homes.get(agent)
 
 
 @dataclass
@@ -173,6 +181,9 @@ def _normalize_keys(raw: dict[str, Any]) -> dict[str, Any]:
 
 def _apply(target: Any, raw: dict[str, Any], prefix: str, problems: list[Problem], source: str) -> None:
     """Set the known fields of a dataclass from `raw`, checking each value's type."""
+    if isinstance(target, SourcesSettings):
+        _apply_sources(target, raw, prefix, problems, source)
+        return
     fields = {f.name: f for f in dataclasses.fields(target)}
     for key, value in raw.items():
         name = f"{prefix}{key}"
@@ -191,6 +202,30 @@ def _apply(target: Any, raw: dict[str, Any], prefix: str, problems: list[Problem
             problems.append(Problem(source, f"setting '{name}' has a bad value{shown}; keeping {current!r}", name))
             continue
         setattr(target, key, value)
+
+
+def _apply_sources(target: SourcesSettings, raw: dict[str, Any], prefix: str, problems: list[Problem],
+                   source: str) -> None:
+    """`sources.<agent>` (true or false) and `sources.<agent>_home` (a path), for the agents ctxd knows."""
+    from ctxd import agents
+
+    known = agents.names()
+    for key, value in raw.items():
+        name = f"{prefix}{key}"
+        agent, home = (key.removesuffix("_home"), True) if key.endswith("_home") else (key, False)
+        if agent not in known:
+            problems.append(Problem(source, f"unknown setting '{name}'", name))
+        elif home and (value is None or isinstance(value, str)):
+            if value is None:
+                target.homes.pop(agent, None)
+            else:
+                target.homes[agent] = value
+        elif not home and isinstance(value, bool):
+            target.enabled[agent] = value
+        else:
+            current = target.home(agent) if home else target.follows(agent)
+            problems.append(Problem(source, f"setting '{name}' has a bad value {_shown(value)}; keeping {current!r}",
+                                    name))
 
 
 def _shown(value: Any) -> str:
@@ -266,16 +301,6 @@ def load_toml(path: Path, problems: list[Problem], follow_links: bool = True) ->
         problems.append(Problem(str(path), _TOO_DEEP))
         return {}
     return raw
-
-
-def user_config_path() -> Path:
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "ctxd" / "config.toml"
-
-
-def default_state_dir() -> Path:
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "ctxd"
 
 
 def is_trusted(init_options: dict[str, Any] | None) -> bool:

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
+from ctxd.agents.claude import ClaudeReader
+from ctxd.agents.codex import CodexReader
 from ctxd.sessions import cachecost
-from ctxd.sessions.claude import ClaudeReader
-from ctxd.sessions.codex import CodexReader
 from ctxd.sessions.pricing import builtin_prices
 from ctxd.tokens import prompt_cache
 

@@ -424,7 +424,7 @@ def test_automatic_checkpoints_have_their_own_retention(tmp_path: Path) -> None:
 
 
 def test_usage_and_sessions_find_the_enclosing_workspace_from_a_subfolder(tmp_path: Path) -> None:
-    from ctxd.hooks.locate import find_workspace
+    from ctxd.places import find_workspace
 
     project = make_repo(tmp_path / "proj")
     deep = project / "src" / "pkg"
@@ -663,7 +663,7 @@ def test_a_daemon_with_a_state_dir_of_its_own_gets_the_hooks_checkpoints_and_mar
     client.wait_for_notification("ctxd/ghostChanged", lambda p: p["workspace"] == uri, timeout=15, after=seen)
     listed = client.request("ctxd/ghost/list", {"workspace": uri})["snapshots"]
     assert [(s["message"], s["trigger"], s["thread"]) for s in listed] == [("Tidy the notes", "turn", "claude:s-9")]
-    from ctxd.hooks import marks
+    from ctxd import marks
 
     assert marks.hooked(elsewhere, "claude:s-9") and not marks.hooked(state_dir / "ctxd", "claude:s-9")
     # The status line hands its exact usage over where that daemon reads it, and sees the checkpoint.

@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from ctxd.hooks.install import InstallError, codex_remove
+from ctxd.agents.codex import codex_remove
+from ctxd.agents.config.files import InstallError
 from tests.agents import CODEX, QUIET, Codex, install
 from tests.model_servers import Reply, ResponsesServer
 from tests.test_hooks import CLAUDE_SETTINGS, CODEX_CONFIG, ctxd, ctxd_bin, env_for, make_repo

@@ -1,6 +1,10 @@
 """What each package of `ctxd` may import, checked from the source (the README's "How the code is
 organised" says the same in words). A new import across packages fails here until this table says
-it is meant: the wire (`server`) sits on top, the domain never reaches up to it."""
+it is meant. The entries (`ENTRIES`: the daemon and owner, `ctxd mcp`, the hooks, the status line,
+the command line, the ACP proxy) sit at the top, side by side: none imports another (only `entry`
+and `cli` dispatch to them), and nothing below imports one. What they share sits below them: the
+on-disk layout (`places`), the way to the owner (`ownerlink`), the hooks' marks and input
+(`marks`, `hookio`), the agents (`agents`: one module each, and the registry)."""
 
 from __future__ import annotations
 
@@ -10,6 +14,9 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "ctxd"
 
+ENTRIES = {"server", "mcp", "hooks", "statusline", "cli", "acp"}
+"""The entry packages: what a process starts in (`entry` and `cli` choose which)."""
+
 # package -> the other ctxd packages (or top-level modules) it may import. `ctxd` is the package's
 # own `__init__` (the version).
 ALLOWED: dict[str, set[str]] = {
@@ -17,29 +24,39 @@ ALLOWED: dict[str, set[str]] = {
     "redact": set(),
     "terminal": set(),
     "safefile": set(),
-    "ownerlink": set(),  # the way to the owner: hooks, the status line and `ctxd mcp` import it on every call
+    "places": {"safefile"},  # the on-disk layout: every hook and status line imports it (stdlib, bounded reads)
+    "ownerlink": {"places"},  # the way to the owner: hooks, the status line and `ctxd mcp` import it on every call
     "acplink": {"ownerlink"},  # which ACP session `ctxd mcp` serves behind `ctxd acp` (its private folder)
+    "marks": {"places", "safefile"},  # what the hooks remember between runs
+    "hookio": {"marks", "places", "redact", "terminal"},  # the hooks' and the status line's input and log
     "logs": {"redact"},  # bounded reads of planted files (hooks, settings, sessions, ghost)
     "tokens": set(),
     "protocol": {"errors"},
-    "settings": {"protocol", "redact", "safefile", "tokens"},  # protocol: the shape of a problem (type only)
-    "ledger": {"errors", "protocol", "redact", "safefile", "settings", "tokens"},
-    "usage": {"hooks", "ledger", "protocol", "safefile", "settings", "terminal", "tokens"},  # hooks: the enclosing workspace (hooks.locate)
+    "ledger": {"errors", "places", "protocol", "redact", "safefile", "tokens"},  # places: the database's path
+    # One module per agent and the registry (ctxd/agents): below everything that asks about agents.
+    "agents": {"errors", "ledger", "places", "protocol", "redact", "safefile", "tokens"},  # ledger: the item rules
+    "settings": {"agents", "places", "protocol", "redact", "safefile", "tokens"},  # agents: `sources.<agent>`
+    "usage": {"agents", "ledger", "places", "protocol", "safefile", "settings", "terminal", "tokens"},
     # Above both: a workspace's threads (ledger) and their gauge (usage).
-    "workspace": {"errors", "ghost", "ledger", "protocol", "redact", "safefile", "settings", "tokens", "usage"},  # ghost: checkpoints
+    "workspace": {"agents", "errors", "ghost", "ledger", "protocol", "redact", "safefile", "settings", "tokens",
+                  "usage"},  # ghost: checkpoints
     "compact": {"errors", "ledger", "protocol", "redact", "settings", "tokens", "workspace"},
     "ghost": {"errors", "ledger", "protocol", "redact", "safefile", "settings"},  # protocol: a checkpoint's turn and tool (types)
-    "sessions": {"errors", "ghost", "hooks", "ledger", "protocol", "redact", "safefile", "settings", "terminal", "tokens", "workspace"},  # hooks: a hooked session's marks
-    "hooks": {"errors", "ghost", "ownerlink", "protocol", "redact", "safefile", "settings", "terminal", "tokens"},  # tokens: the prompt cache's lifetimes (statusline); redact, terminal: what the hooks log and store; protocol: a checkpoint's turn and tool (types)
+    "sessions": {"agents", "errors", "ghost", "ledger", "marks", "places", "protocol", "redact", "safefile",
+                 "settings", "terminal", "tokens", "workspace"},  # marks: a hooked session's checkpoints are its hooks'
     "status": {"ctxd", "ledger", "protocol", "tokens", "workspace"},
-    "server": {"compact", "ctxd", "errors", "ghost", "ledger", "logs", "ownerlink", "protocol", "redact", "safefile", "sessions", "settings", "status", "tokens", "workspace"},
+    # The entries.
+    "server": {"compact", "ctxd", "errors", "ghost", "ledger", "logs", "ownerlink", "places", "protocol", "redact",
+               "sessions", "settings", "status", "tokens", "workspace"},
+    "mcp": {"acplink", "agents", "ctxd", "ownerlink", "places"},  # `ctxd mcp` answers before anything else is imported
+    "hooks": {"agents", "errors", "ghost", "hookio", "marks", "ownerlink", "places", "protocol", "redact", "safefile",
+              "settings", "terminal"},  # protocol: a checkpoint's turn and tool (types)
+    "statusline": {"agents", "hookio", "places", "tokens"},  # tokens: the prompt cache's lifetimes
+    # The ACP proxy: it reaches the owner (ownerlink), finds a session's workspace (places),
+    # checkpoints alone when no owner answers (ghost, settings), keeps keys out of its log (logs).
+    "acp": {"acplink", "ctxd", "ghost", "logs", "ownerlink", "places", "settings"},
     "cli": {"ctxd", "hooks", "logs", "redact", "safefile", "server", "sessions", "usage"},
-    "entry": {"acp", "agentmcp", "cli", "hooks"},  # agentmcp: `ctxd mcp` answers before anything else is imported
-    "agentmcp": {"acplink", "ctxd", "hooks", "ownerlink", "settings"},  # hooks: the enclosing workspace (hooks.locate)
-    # The ACP proxy, an entry of its own beside the server, the hooks and `ctxd mcp`: it reaches the
-    # owner (ownerlink), finds a session's workspace (hooks.locate), checkpoints alone when no owner
-    # answers (ghost, settings), keeps keys out of its log (logs).
-    "acp": {"acplink", "ctxd", "ghost", "hooks", "logs", "ownerlink", "settings"},
+    "entry": {"acp", "cli", "hooks", "mcp", "statusline"},  # the commands an agent runs often start without `cli`
     "__main__": {"entry"},
 }
 FOREIGN_WIRE = {"pygls", "lsprotocol", "cattrs"}  # the stack issue #12 replaced: nothing may come back to it
@@ -82,6 +99,27 @@ def test_the_table_names_every_package() -> None:
     packages = {p.name.removesuffix(".py") for p in PACKAGE.iterdir()
                 if (p.is_dir() and (p / "__init__.py").exists()) or (p.suffix == ".py" and p.name != "__init__.py")}
     assert packages == set(ALLOWED), f"packages without a row, or rows without a package: {packages ^ set(ALLOWED)}"
+
+
+def test_no_entry_imports_another_and_nothing_below_imports_one() -> None:
+    """The entries are siblings at the top (issue #37): `entry` and `cli` dispatch to them; no
+    entry imports another, and no package below imports any of them."""
+    for package, targets in ALLOWED.items():
+        entries = targets & ENTRIES
+        if package in {"entry", "cli", "__main__"}:
+            continue
+        assert not entries, f"{package} may import the entries {sorted(entries)}"
+    for package, targets in _imports().items():
+        if package not in {"entry", "cli", "__main__"}:
+            assert not set(targets) & ENTRIES, f"{package} imports {sorted(set(targets) & ENTRIES)}"
+
+
+def test_the_agents_never_import_what_asks_about_them() -> None:
+    """An agent's module (ctxd/agents) is asked by the follower, the workspaces, the daemon and
+    the entries; it never imports them (it would not be one module a new agent adds)."""
+    above = {"sessions", "workspace", "usage", "compact", "status", "settings", *ENTRIES}
+    assert not ALLOWED["agents"] & above
+    assert not set(_imports().get("agents", {})) & above
 
 
 def test_the_domain_never_imports_the_wire() -> None:

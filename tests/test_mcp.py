@@ -146,6 +146,42 @@ def test_ctxd_session_names_the_session_and_a_daemon_mirrors_it_once(tmp_path: P
         daemon.shutdown()
 
 
+def test_ctxd_mcp_answers_from_the_store_of_a_daemon_with_a_state_dir_of_its_own(tmp_path: Path) -> None:
+    """Issue #37: a daemon whose `stateDir` is elsewhere names it for each folder it opens
+    (ctxd/places.py); `ctxd mcp` finds its workspace with that pointer, as the hooks do, so its
+    checkpoints are that daemon's (a plain folder's store is in the state dir), not another's."""
+    from ctxd.places import pointer_path
+    from tests.rpc import start_daemon
+
+    folder = tmp_path / "plain"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("first\n")
+    state_dir, claude_home, elsewhere = tmp_path / "state", tmp_path / "claude-home", tmp_path / "elsewhere"
+    fx.write_jsonl(fx.claude_path(claude_home, folder), fx.claude_session(folder))
+    daemon: Client = start_daemon(state_dir, env={"CLAUDE_CONFIG_DIR": str(claude_home)})
+    try:
+        daemon.initialize([folder], {"stateDir": str(elsewhere)})
+        taken = daemon.request("ctxd/ghost/snapshot", {"workspace": folder.as_uri(), "message": "the daemon's",
+                                                       "record": False})
+        pointer = pointer_path(state_dir / "ctxd", folder.resolve())
+        deadline = time.monotonic() + 30  # only a hang waits this long
+        while not pointer.exists():
+            assert time.monotonic() < deadline, "the daemon named no state dir for the folder"
+            time.sleep(0.1)
+
+        async def scenario() -> None:
+            async with stdio_client(server_params(state_dir, folder, claude_home, session=THREAD)) as streams:
+                async with ClientSession(*streams) as session:
+                    await session.initialize()
+                    listed, error = await call(session, "checkpoints")
+                    assert not error, listed
+                    assert [c["id"] for c in listed["checkpoints"]] == [taken["id"]]  # type: ignore[index]
+
+        anyio.run(scenario)
+    finally:
+        daemon.shutdown()
+
+
 def test_no_session_is_a_tool_error_that_says_what_to_do(tmp_path: Path) -> None:
     workspace = tmp_path / "ws"
     workspace.mkdir()
@@ -191,7 +227,7 @@ def test_ctxd_mcp_answers_before_it_imports_anything_heavy(tmp_path: Path) -> No
                           input=request, capture_output=True, text=True, timeout=120)
     assert json.loads(done.stdout.splitlines()[0])["result"]["serverInfo"]["name"] == "ctxd"
     imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
-    assert "ctxd.agentmcp.protocol" in imported, done.stderr[-2000:]
+    assert "ctxd.mcp.protocol" in imported, done.stderr[-2000:]
     heavy = {"mcp", "pydantic", "ctxd.ledger.store", "ctxd.sessions.follower", "ctxd.workspace", "sqlite3"}
     assert not heavy & imported, heavy & imported
 
@@ -279,8 +315,8 @@ def test_every_tool_argument_out_of_range_or_of_the_wrong_type_is_a_tool_error_n
 
 
 def test_the_tools_bounds_are_the_stores() -> None:
-    from ctxd.agentmcp import limits
     from ctxd.ledger import recall
+    from ctxd.mcp import limits
 
     assert (limits.MAX_SEQ, limits.MAX_LIMIT) == (recall.MAX_SEQ, recall.MAX_LIMIT)
 
@@ -291,7 +327,7 @@ def test_codex_reads_ctxds_gauge_as_its_status_line(tmp_path: Path) -> None:
     advertises a `statusline` entrypoint, and a read of its resource with the displayed thread's
     snapshot in `_meta` answers a UI tree within Codex's limits: ctxd's gauge of that session, or
     Codex's own numbers for a session ctxd does not follow."""
-    from ctxd.agentmcp import codex_statusline as footer
+    from ctxd.mcp import codex_statusline as footer
 
     repo = make_repo(tmp_path / "ws")
     codex_home = tmp_path / "codex-home"

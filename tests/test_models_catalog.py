@@ -10,10 +10,11 @@ from importlib import resources
 
 import pytest
 
-from ctxd.sessions import limits, pricing
+from ctxd.agents import claude
+from ctxd.agents.claude import ClaudeReader
+from ctxd.agents.session import Usage
 from ctxd.sessions import overview as sessions_cli
-from ctxd.sessions.claude import ClaudeReader
-from ctxd.sessions.model import Usage
+from ctxd.sessions import pricing
 from ctxd.tokens import catalog
 from tests import agent_models
 from tests import session_fixtures as fx
@@ -100,7 +101,7 @@ def test_ids_as_the_agents_write_them_and_unknown_ones() -> None:
 
 
 def test_claude_codes_window_for_a_model_it_does_not_know() -> None:
-    agent = limits.claude("claude-opus-9")
+    agent = claude.compact_limits("claude-opus-9")
     assert (agent.window, agent.limit) == (200_000, 167_000) and "does not recognise" in agent.window_source
 
 
@@ -157,9 +158,9 @@ def test_ctxd_sessions_shows_the_parts_that_make_the_total() -> None:
 
 def test_claude_codes_autocompact_percent_from_its_settings(tmp_path) -> None:
     (tmp_path / "settings.json").write_text('{"env": {"CLAUDE_AUTOCOMPACT_PCT_OVERRIDE": "50"}}')
-    pct = limits.claude_pct_override(tmp_path)
+    pct = claude.pct_override(tmp_path)
     assert pct == 50.0
     # Half of the effective window (200,000 - 20,000), below the default 167,000.
-    assert limits.claude("claude-sonnet-4-5-20250929", pct).limit == 90_000
+    assert claude.compact_limits("claude-sonnet-4-5-20250929", pct).limit == 90_000
     (tmp_path / "settings.json").write_text('{"env": {"CLAUDE_AUTOCOMPACT_PCT_OVERRIDE": "lots"}}')
-    assert limits.claude_pct_override(tmp_path) is None
+    assert claude.pct_override(tmp_path) is None

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from ctxd.agents.claude import encode_project
 from ctxd.sessions import discovery
 from ctxd.sessions.follower import Follower, Update
 from tests import session_fixtures as fx
@@ -27,7 +28,7 @@ def follow(request: pytest.FixtureRequest, tmp_path: Path):
     followers: list[Follower] = []
 
     def start(folders: list[Path]) -> Follower:
-        sources = discovery.sources(str(codex_home), str(claude_home), env={"HOME": str(tmp_path)})
+        sources = discovery.sources({"codex": str(codex_home), "claude": str(claude_home)}, env={"HOME": str(tmp_path)})
         follower = Follower(updates.put, sources, poll=request.param == "polling")
         follower.set_folders(folders)
         follower.start()
@@ -125,7 +126,7 @@ def test_discovery_rules(tmp_path: Path) -> None:
     assert discovery.agent_of(str(roots["claude"] / "-w/abc/subagents/x.jsonl"), roots) is None
     assert discovery.folder_of("/a/b/c", [Path("/a/b"), Path("/a/b/c")]) == Path("/a/b/c")
     assert discovery.folder_of("/a/bc", [Path("/a/b")]) is None
-    assert discovery.encode_project("/home/u/my.proj") == "-home-u-my-proj"
+    assert encode_project("/home/u/my.proj") == "-home-u-my-proj"
     env = {"HOME": "/home/u", "CODEX_HOME": "/x/codex", "CLAUDE_CONFIG_DIR": "/y/claude"}
     assert [s.root for s in discovery.sources(env=env)] == [Path("/x/codex/sessions"), Path("/y/claude/projects")]
     assert [s.root for s in discovery.sources(env={"HOME": "/home/u"})] == [Path("/home/u/.codex/sessions"),
@@ -172,7 +173,8 @@ def test_sessions_cli_lists_the_workspace_sessions_newest_first(tmp_path: Path) 
 def idle_follower(folders: list[Path], tmp_path: Path, on_update=None) -> tuple[Follower, list[Update]]:
     """A follower that is not started: the test drives it (scan_once, or _read as an event would)."""
     updates: list[Update] = []
-    sources = discovery.sources(str(tmp_path / "codex"), str(tmp_path / "claude"), env={"HOME": str(tmp_path)})
+    sources = discovery.sources({"codex": str(tmp_path / "codex"), "claude": str(tmp_path / "claude")},
+                                env={"HOME": str(tmp_path)})
     follower = Follower(on_update or updates.append, sources, poll=True)
     follower.set_folders(folders)
     return follower, updates

@@ -8,10 +8,10 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from ctxd.agents.claude import ClaudeReader
+from ctxd.agents.codex import CodexReader
+from ctxd.agents.session import Usage
 from ctxd.protocol.items import validate_items
-from ctxd.sessions.claude import ClaudeReader
-from ctxd.sessions.codex import CodexReader
-from ctxd.sessions.model import Usage
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "agents"
 

@@ -32,7 +32,7 @@ def test_numbers_and_strings_out_of_range_are_dropped_and_the_defaults_kept(daem
     codex = wait_thread(client, workspace, CODEX_THREAD, lambda t: t["itemCount"] == 6)
     other = wait_thread(client, workspace, f"codex:{OTHER}")
     # Not believed: Codex's own effective window for its model (95% of the catalogue's 400k,
-    # ctxd/sessions/limits.py), never the file's number.
+    # ctxd/agents/codex.py), never the file's number.
     assert codex["usage"]["contextWindow"] == 380_000
     assert other["model"] is None
     gauge = client.request("ctxd/usage", {"workspace": uri, "thread": f"codex:{OTHER}"})

@@ -12,11 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from ctxd.agents import jsonl as reader
+from ctxd.agents.claude import ClaudeReader
+from ctxd.agents.codex import CodexReader, CodexSessions
+from ctxd.agents.folders import Folders
+from ctxd.agents.session import MAX_TOKENS, Usage
 from ctxd.protocol.items import validate_items
-from ctxd.sessions import discovery, pricing, reader
-from ctxd.sessions.claude import ClaudeReader
-from ctxd.sessions.codex import CodexReader
-from ctxd.sessions.model import MAX_TOKENS, Usage
+from ctxd.sessions import pricing
 from tests import session_fixtures as fx
 
 
@@ -315,9 +317,9 @@ def unblock(fifo: Path) -> None:
 def test_a_first_line_longer_than_the_head_limit_is_no_session(tmp_path: Path) -> None:
     path = tmp_path / "rollout-big.jsonl"
     path.write_bytes(b'{"type":"session_meta","payload":{"cwd":"/w","x":"' + b"a" * reader.HEAD_LIMIT)
-    assert discovery.peek_cwd("codex", str(path), [Path("/w")]) == (None, True, reader.HEAD_LIMIT)
+    assert CodexSessions(path.parent).peek_cwd(str(path), Folders([Path("/w")])) == (None, True, reader.HEAD_LIMIT)
     path.write_bytes(b'{"type":"session_meta","payload":{"cwd":"/w","x":"' + b"a" * 1000)
-    assert discovery.peek_cwd("codex", str(path), [Path("/w")])[1] is False  # not written yet: ask again
+    assert CodexSessions(path.parent).peek_cwd(str(path), Folders([Path("/w")]))[1] is False  # not written yet: ask again
 
 
 def test_a_line_over_the_limit_is_skipped_not_held(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -387,7 +389,7 @@ def test_a_read_replays_compactions_in_order_and_holds_a_bounded_number_of_repla
     """Issue #36: a read's steps say what each compaction replaced; a file of many compactions,
     each replacing the window with 300 items, is read in several reads, none holding more than
     MAX_HELD_ITEMS items in replacements (and the one that crossed it)."""
-    from ctxd.sessions.model import MAX_HELD_ITEMS
+    from ctxd.agents.session import MAX_HELD_ITEMS
 
     kept = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": f"kept {n}"}]}
             for n in range(300)]

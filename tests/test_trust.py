@@ -274,8 +274,8 @@ def test_prompt_file_swapped_for_a_link_after_load_is_not_read(daemon_factory, w
 @pytest.mark.parametrize("written", ["absolute", "../own-state"])
 def test_a_trusted_folder_keeps_its_ledger_in_its_own_state_dir(daemon_factory, workspace: Path, state_dir: Path,
                                                                  tmp_path: Path, written: str) -> None:
-    from ctxd.hooks.locate import find_workspace
     from ctxd.ledger.store import database_path
+    from ctxd.places import find_workspace
 
     own = tmp_path / "own-state"  # (`../own-state` is relative to the folder)
     (workspace / ".ctxd.toml").write_text(f'state_dir = "{own if written == "absolute" else written}"\n')
@@ -285,7 +285,7 @@ def test_a_trusted_folder_keeps_its_ledger_in_its_own_state_dir(daemon_factory, 
     assert status["stateDir"] == str(own) and status["problems"] == []
     assert database_path(own, workspace).exists()
     assert not database_path(state_dir / "ctxd", workspace).exists(), "the ledger went to the daemon's state dir"
-    deadline = time.monotonic() + 30  # the hooks are told where it is (ctxd/hooks/locate.py)
+    deadline = time.monotonic() + 30  # the hooks are told where it is (ctxd/places.py)
     while find_workspace(workspace, state_dir / "ctxd").state_dir != own:
         assert time.monotonic() < deadline, "the hooks were never told of the folder's state dir"
         time.sleep(0.05)
@@ -362,7 +362,7 @@ def test_the_hooks_of_a_folder_with_its_own_state_dir_still_reach_the_daemon(dae
                                                                             state_dir: Path) -> None:
     """The status line writes the exact usage where the folder's ledger is (the hooks find it by
     the daemon's pointer): the daemon watches that state dir too."""
-    from ctxd.hooks.locate import find_workspace
+    from ctxd.places import find_workspace
     from tests import session_fixtures as fx
     from tests.test_hooks import ctxd, make_repo, status_input, watching
     from tests.test_sessions_e2e import CLAUDE_THREAD, homes, wait_thread

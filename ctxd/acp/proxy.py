@@ -181,7 +181,7 @@ class Proxy:
         """The workspace of a session: `--workspace`, else the one enclosing its `cwd`."""
         if self.workspace is not None:
             return self.workspace
-        from ctxd.hooks.locate import find_workspace
+        from ctxd.places import find_workspace
 
         start = Path(cwd) if isinstance(cwd, str) and os.path.isabs(cwd) else Path.cwd()
         return find_workspace(start, self.state_dir).folder

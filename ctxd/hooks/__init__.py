@@ -1,1 +1,2 @@
-"""The agents' own way in: `ctxd hook`, `ctxd hooks install|uninstall|status`, `ctxd statusline`."""
+"""The agents' own way in: `ctxd hook` and `ctxd hooks install|uninstall|status`, for every agent
+with hooks (ctxd/agents). `ctxd statusline` is ctxd/statusline.py."""

@@ -1,13 +1,16 @@
 """`ctxd hook <agent> <event>`: what the agents' hooks run. It never blocks or fails the agent.
 
 It reads the hook's JSON on standard input and, in a git work tree or a folder ctxd knows
-(`ctxd.hooks.locate`), unless the user's `hooks.exclude` names it:
-- `UserPromptSubmit`: a checkpoint (trigger "turn") labelled with the turn's first words;
-- `PreToolUse` of a tool that can change files (by name; a shell command always): a checkpoint
-  (trigger "tool") labelled with the tool and the paths it names;
-- `PostCompact`: notes the compaction for the session's usage;
-- `SessionStart` with source "compact": one line of additional context telling the model that
-  what was compacted can be recalled (only when ctxd's MCP server is installed for the agent).
+(`ctxd.places.find_workspace`), unless the user's `hooks.exclude` names it, does what the agent's
+module (ctxd/agents) maps the event to:
+- "turn" (Claude Code's and Codex's `UserPromptSubmit`): a checkpoint (trigger "turn") labelled
+  with the turn's first words;
+- "tool" (`PreToolUse`) of a tool that can change files (by name; a shell command always): a
+  checkpoint (trigger "tool") labelled with the tool and the paths it names;
+- "compacted" (`PostCompact`): notes the compaction for the session's usage;
+- "after-compaction" (`SessionStart` with source "compact"): what the agent shows the model after
+  its compaction, telling it that what was compacted can be recalled (only when ctxd's MCP server
+  is installed for the agent); and the compaction noted.
 
 Whatever happens it exits 0, within 2 s: the checkpoint runs in a child process that the hook
 waits for until its deadline; past it, the hook returns and the child finishes alone. What went
@@ -18,18 +21,18 @@ control character. Imports are lazy: the agent pays for this process at every to
 
 from __future__ import annotations
 
-import json
 import os
-import re
-import stat
 import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ctxd.hookio import describe, log, log_once, read_input
+
 if TYPE_CHECKING:
+    from ctxd.agents.base import Agent, HookInput
     from ctxd.ghost.checkpoint import Job
-    from ctxd.hooks.locate import Located
+    from ctxd.places import Located
     from ctxd.protocol.shapes import CheckpointTool, CheckpointTurn
 
 DEADLINE_SECONDS = 1.5
@@ -39,115 +42,23 @@ HAND_OVER_MARGIN = 0.3
 hook's own checkpoint starts (it finds the tree unchanged if the daemon's lands first)."""
 CHILD_SECONDS = 120
 """A checkpoint still running after this (a store locked for that long) gives up."""
-MAX_INPUT_BYTES = 4 * 1024 * 1024
-AGENTS = ("claude", "codex")
-CHANGES_FILES = {
-    "claude": {"Write", "Edit", "MultiEdit", "NotebookEdit", "Bash"},
-    "codex": {"Bash", "apply_patch", "shell", "local_shell", "exec_command", "unified_exec", "write_stdin",
-              "shell_command"},
-}
-"""Tools that can change the working tree. A shell command can change anything: always one."""
-SHELLS = {"Bash", "shell", "local_shell", "exec_command", "unified_exec", "write_stdin", "shell_command"}
-_PATCH_PATH = re.compile(r"^\*\*\* (?:Add File|Update File|Delete File|Move to): (.+?)\s*$", re.M)
 RECALL_HINT = ("ctxd keeps this conversation's full history, including what the compaction summarised: "
                "call the `recall` tool of the `ctxd` MCP server to find earlier details.")
 
 
 def _state_dir() -> Path:
-    """`ctxd.settings.default_state_dir`, without importing the settings module for it."""
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "ctxd"
+    """The default state dir (`ctxd.places`: no settings module imported for it)."""
+    from ctxd.places import default_state_dir
+
+    return default_state_dir()
 
 
-def log(message: str) -> None:
-    """One line in ctxd's hook log; a log that cannot be written is not the agent's problem. The
-    message may quote the agent's cwd, prompt or command: the configured API key is redacted and
-    every control character escaped (a newline would forge a line, an escape sequence act on the
-    terminal that shows the log)."""
-    from ctxd.redact import redact
-    from ctxd.terminal import safe
-
-    line = f"{time.strftime('%Y-%m-%dT%H:%M:%S')} [{os.getpid()}] {safe(redact(message))}\n".encode()
-    try:
-        path = _state_dir() / "hooks.log"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # Never through a link, never blocking on a FIFO planted in its place (ENXIO), one write per line.
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o600)
-        try:
-            if stat.S_ISREG(os.fstat(fd).st_mode):
-                os.write(fd, line)
-        finally:
-            os.close(fd)
-    except OSError:
-        pass
-
-
-def log_once(key: str, message: str) -> None:
-    """`log(message)` the first time `key` is logged (a folder the hooks skip, a settings problem):
-    an agent's every tool call must not add the same line."""
-    from ctxd.hooks.marks import first_time
-
-    try:
-        first = first_time(_state_dir(), key)
-    except OSError:
-        first = True  # no marker can be written: nor, likely, the log
-    if first:
-        log(message)
-
-
-def read_input(stream: Any = None, timeout: float = 1.0) -> dict[str, Any] | None:
-    """The hook's JSON object, or None (nothing within `timeout`, too large, not a JSON object)."""
-    import select
-
-    stream = stream or sys.stdin.buffer
-    chunks: list[bytes] = []
-    size = 0
-    end = time.monotonic() + timeout
-    try:
-        fd = stream.fileno()
-        while size <= MAX_INPUT_BYTES:
-            left = end - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                break
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    except (OSError, ValueError):
-        return None
-    if size > MAX_INPUT_BYTES:
-        log(f"hook input over {MAX_INPUT_BYTES} bytes: ignored")
-        return None
-    try:
-        value = json.loads(b"".join(chunks))
-    except ValueError:
-        log("hook input is not JSON: ignored")
-        return None
-    if not isinstance(value, dict):
-        log("hook input is not a JSON object: ignored")
-        return None
-    return value
-
-
-def tool_paths(agent: str, name: str, tool_input: Any, cwd: Path, folder: Path) -> list[str]:
+def tool_paths(agent: Agent, name: str, tool_input: Any, cwd: Path, folder: Path) -> list[str]:
     """The paths a tool names, relative to the workspace folder where they are inside it."""
     if not isinstance(tool_input, dict):
         return []
-    found: list[str] = []
-    if name == "apply_patch":
-        text = tool_input.get("command") or tool_input.get("input") or tool_input.get("patch")
-        if isinstance(text, list):
-            text = "\n".join(str(t) for t in text)
-        if isinstance(text, str):
-            found = _PATCH_PATH.findall(text)
-    else:
-        for key in ("file_path", "notebook_path", "path"):
-            if isinstance(tool_input.get(key), str):
-                found.append(tool_input[key])
     shown = []
-    for raw in dict.fromkeys(found):
+    for raw in dict.fromkeys(agent.tool_paths(name, tool_input)):
         path = Path(raw) if os.path.isabs(raw) else cwd / raw
         try:
             shown.append(os.path.relpath(os.path.normpath(path), folder) if _inside(path, folder) else raw)
@@ -166,20 +77,15 @@ def _short(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-def _user_config() -> Path:
-    """`ctxd.settings.user_config_path`, without importing the settings module for it."""
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "ctxd" / "config.toml"
-
-
 def user_settings() -> list[str]:
     """`hooks.exclude` from the user's own config file. Loading the settings also registers the
     configured API key's value (`ctxd.redact`), so that nothing the hooks write holds it. With no
     config file (the usual case) the defaults apply: the settings module, which costs as much as
     half a Python start to import, is not imported for them."""
     from ctxd import redact
+    from ctxd.places import user_config_path
 
-    if not os.path.lexists(_user_config()):
+    if not os.path.lexists(user_config_path()):
         redact.register(os.environ.get(redact.DEFAULT_KEY_ENV))
         return []
     from ctxd.settings import load_settings
@@ -194,7 +100,7 @@ def user_settings() -> list[str]:
 def covered(agent: str, event: str, cwd: str, located: Located, exclude: list[str]) -> bool:
     """Whether the hooks act for `cwd`: in a git work tree, or a folder ctxd knows, unless
     `hooks.exclude` names it. Why not is logged once per folder."""
-    from ctxd.hooks.locate import MAX_POINTER_BYTES, excluded
+    from ctxd.places import MAX_POINTER_BYTES
 
     entry = excluded(Path(cwd), exclude)
     if entry is not None:
@@ -212,53 +118,47 @@ def covered(agent: str, event: str, cwd: str, located: Located, exclude: list[st
     return False
 
 
-def plan(agent: str, event: str, data: dict[str, Any], state_dir: Path) -> Job | None:
-    """What to do for this hook: a checkpoint to take, or None (nothing to do). `state_dir` is the
-    default one; the workspace's daemon may use another (`ctxd.hooks.locate`). Every text of the
-    hook input is redacted before anything is cut from it or written."""
-    from ctxd.hooks import marks
-    from ctxd.hooks.locate import find_workspace
-    from ctxd.redact import redact, redact_json
+def plan(agent: Agent, event: str, hook: HookInput, state_dir: Path, exclude: list[str]) -> Job | None:
+    """What to do for this hook: a checkpoint to take, or None (nothing to do). `hook`: its input
+    (redacted) as the agent's module read it; `state_dir` is the default one, the workspace's
+    daemon may use another (`ctxd.places.find_workspace`); `exclude`: `hooks.exclude`."""
+    from ctxd import marks
+    from ctxd.places import find_workspace
+    from ctxd.redact import redact
 
-    exclude = user_settings()
-    data = redact_json(data)
-    session = data.get("session_id")
-    cwd = data.get("cwd")
-    if not isinstance(session, str) or not session or not isinstance(cwd, str) or not os.path.isabs(cwd):
-        log(f"{agent} {event}: no session_id or absolute cwd in the hook input: nothing done")
+    action = hook.action
+    session, cwd = hook.session_id, hook.cwd
+    if not session or cwd is None or not os.path.isabs(cwd):
+        log(f"{agent.name} {event}: no session_id or absolute cwd in the hook input: nothing done")
         return None
     located = find_workspace(Path(cwd), state_dir)
-    if not covered(agent, event, cwd, located, exclude):
+    if not covered(agent.name, event, cwd, located, exclude):
         return None
-    thread = f"{agent}:{session}"
+    thread = agent.thread(session)
     state_dir = located.state_dir  # a daemon's own stateDir, when it named one for this workspace
     mark = marks.read(state_dir, thread)
-    if event == "UserPromptSubmit":
-        raw_prompt = data.get("prompt")
-        prompt = raw_prompt if isinstance(raw_prompt, str) else ""
+    if action == "turn":
+        prompt = hook.prompt or ""
         turn: CheckpointTurn = {"index": int(mark.get("turn") or 0) + 1, "text": _short(prompt, 200)}
         marks.write(state_dir, thread, {**mark, "turn": turn["index"], "text": turn["text"]})
         from ctxd.ghost.checkpoint import Job  # here: most hooks (a tool that reads) take no checkpoint
 
         return Job(located.folder, state_dir, thread, "turn", turn=turn, message=_short(prompt, 72) or f"turn {turn['index']}")
-    if event == "PreToolUse":
-        name = data.get("tool_name")
-        if not isinstance(name, str) or name not in CHANGES_FILES[agent]:
+    if action == "tool":
+        name, tool_input = hook.tool_name, hook.tool_input
+        if name is None or not agent.changes_files(name, tool_input):
             if not mark:
                 marks.write(state_dir, thread, {"turn": 0})
             return None
         tool: CheckpointTool = {"name": name}
-        if isinstance(data.get("tool_use_id"), str):
-            tool["callId"] = data["tool_use_id"]
-        tool_input = data.get("tool_input")
+        if hook.tool_id is not None:
+            tool["callId"] = hook.tool_id
         paths = tool_paths(agent, name, tool_input, Path(cwd), located.folder)
         if paths:
             tool["paths"] = paths
-        if name in SHELLS:
-            command = tool_input.get("command") if isinstance(tool_input, dict) else None
-            if isinstance(command, list):
-                command = " ".join(str(c) for c in command)
-            shown = _short(command, 60) if isinstance(command, str) and command else ""
+        command = agent.shell_command(name, tool_input)
+        if command is not None:
+            shown = _short(command, 60) if command else ""
             label = f"before {name}: {shown}" if shown else f"before {name}"
         else:
             label = f"before {name} {', '.join(paths)}".rstrip()
@@ -269,7 +169,7 @@ def plan(agent: str, event: str, data: dict[str, Any], state_dir: Path) -> Job |
         from ctxd.ghost.checkpoint import Job
 
         return Job(located.folder, state_dir, thread, "tool", turn=in_turn, tool=tool, message=label)
-    if event == "PostCompact":
+    if action in ("compacted", "after-compaction"):
         # A running daemon drops the thread's pre-compaction usage on seeing this (ctxd.sessions.hook_watch).
         marks.write(state_dir, thread, {**mark, "thread": thread, "compactedAt": time.time()})
     return None
@@ -359,44 +259,68 @@ def run_bounded(job: Job, deadline: float) -> None:
         os.close(read_end)
 
 
-def describe(error: BaseException) -> str:
-    message = getattr(error, "message", None) or str(error) or type(error).__name__
-    return f"{type(error).__name__}: {message}"
+def compaction_context(agent: Agent, cwd: str | None) -> str | None:
+    """The hook output after a compaction: what the agent shows the model, naming `recall`, when
+    ctxd's MCP server is installed for this agent."""
+    from ctxd.places import default_state_dir, find_workspace
 
-
-def compaction_context(agent: str, data: dict[str, Any]) -> str | None:
-    """The hook output after a compaction: additional context naming `recall`, when ctxd's MCP
-    server is installed for this agent."""
-    from ctxd.hooks.install import mcp_installed
-
-    cwd = data.get("cwd")
-    if not isinstance(cwd, str) or not mcp_installed(agent, Path(cwd)):
+    if not isinstance(cwd, str) or not agent.mcp_installed(find_workspace(Path(cwd), default_state_dir()).folder):
         return None
-    return json.dumps({"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": RECALL_HINT}})
+    return agent.compaction_notice(RECALL_HINT)
 
 
 def main(argv: list[str]) -> int:
     started = time.monotonic()
     try:
-        if len(argv) < 2 or argv[0] not in AGENTS:
-            log(f"usage: ctxd hook claude|codex <event> (got {argv[:2]!r})")
+        from ctxd import agents
+
+        agent = agents.find(argv[0]) if len(argv) >= 2 else None
+        if agent is None or not agent.hook_events:
+            names = "|".join(a.name for a in agents.with_hooks())
+            log(f"usage: ctxd hook {names} <event> (got {argv[:2]!r})")
             return 0
-        agent, event = argv[0], argv[1]
-        if agent == "codex" and event == "notify":
-            return 0  # Codex's after-turn program: the turn's checkpoints are taken before it
+        event = argv[1]
+        if agent.hook_events.get(event) == "ignore":
+            return 0  # (Codex's after-turn `notify`: the turn's checkpoints are taken before it)
         data = read_input()
         if data is None:
             return 0
-        if event == "SessionStart":
-            if data.get("source") == "compact":
-                if line := compaction_context(agent, data):
-                    sys.stdout.write(line + "\n")
-                    sys.stdout.flush()
-                plan(agent, "PostCompact", data, _state_dir())  # the compaction, should PostCompact not run
+        seen = agent.hook_input(event, data)
+        if seen is None or seen.action == "ignore":
             return 0
-        job = plan(agent, event, data, _state_dir())
+        from ctxd.redact import redact_json
+
+        exclude = user_settings()  # (it also registers the configured key's value: redacted below)
+        hook = agent.hook_input(event, redact_json(data))
+        if hook is None:
+            return 0
+        if hook.action == "after-compaction":
+            if line := compaction_context(agent, hook.cwd):
+                sys.stdout.write(line + "\n")
+                sys.stdout.flush()
+            plan(agent, event, hook, _state_dir(), exclude)  # the compaction, should PostCompact not run
+            return 0
+        job = plan(agent, event, hook, _state_dir(), exclude)
         if job is not None and not handed_to_owner(job, started + DEADLINE_SECONDS - HAND_OVER_MARGIN):
             run_bounded(job, started + DEADLINE_SECONDS)
     except BaseException as error:  # noqa: BLE001 - a hook of ctxd's never fails the agent
         log(f"hook {argv[:2]!r}: {describe(error)}")
     return 0
+
+
+def excluded(folder: Path, patterns: list[str]) -> str | None:
+    """The entry of `hooks.exclude` that `folder` is, or is below; None when there is none. An
+    entry is a folder or a glob pattern (`fnmatch`, where `*` also crosses `/`), absolute once a
+    leading `~` is expanded; `folder` is matched as given and with its links resolved."""
+    if not patterns:
+        return None
+    from fnmatch import fnmatchcase
+
+    names = {os.path.abspath(folder), os.path.realpath(folder)}
+    candidates = {str(p) for name in names for p in (Path(name), *Path(name).parents)}
+    for entry in patterns:
+        pattern = os.path.normpath(os.path.expanduser(entry))
+        forms = {pattern} if any(c in pattern for c in "*?[") else {pattern, os.path.realpath(pattern)}
+        if any(name == form or fnmatchcase(name, form) for name in candidates for form in forms):
+            return entry
+    return None

@@ -93,9 +93,12 @@ class Unavailable(Exception):
     """This SQLite has no FTS5: recall cannot be answered (nothing else is affected)."""
 
 
-# Recall's own calls and answers (`ctxd mcp`'s tools, as Claude Code and Codex name them) are not
-# indexed: a later search would find its earlier answers instead of the items they quote.
-_OWN_TOOLS = frozenset({"mcp__ctxd__recall", "mcp__ctxd__history_item", "ctxd__recall", "ctxd__history_item"})
+# Recall's own calls and answers (`ctxd mcp`'s tools, as every agent names an MCP server's tool:
+# `mcp__ctxd__recall` in Claude Code and qwen-code, `ctxd__recall` in Codex, `mcp_ctxd_recall` in
+# Gemini CLI, `ctxd_recall` in OpenCode) are not indexed: a later search would find its earlier
+# answers instead of the items they quote.
+_OWN_TOOLS = frozenset(f"{prefix}{tool}" for prefix in ("mcp__ctxd__", "ctxd__", "mcp_ctxd_", "ctxd_")
+                       for tool in ("recall", "history_item"))
 _OWN_ANSWERS = ('{"results": [', '{"results":[', '{"item": {', '{"item":{')
 
 

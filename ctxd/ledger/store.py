@@ -10,7 +10,6 @@ out of the active history are archived under its id, never deleted.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import logging
 import os
@@ -26,6 +25,7 @@ from urllib.parse import quote
 
 from ctxd.errors import StoreUnavailable
 from ctxd.ledger import search
+from ctxd.places import ledger_database
 
 log = logging.getLogger(__name__)
 
@@ -118,11 +118,8 @@ class ThreadRow:
     updated_at: float = 0.0
 
 
-def database_path(state_dir: Path, workspace: Path) -> Path:
-    """Where a workspace's database lives: named by a hash of its path, readable by its name."""
-    digest = hashlib.sha256(str(workspace).encode("utf-8", "surrogatepass")).hexdigest()[:16]
-    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in workspace.name)[:40] or "root"
-    return state_dir / "workspaces" / f"{safe}-{digest}.sqlite3"
+database_path = ledger_database
+"""Where a workspace's database lives: named by a hash of its path, readable by its name (ctxd.places)."""
 
 
 P = ParamSpec("P")

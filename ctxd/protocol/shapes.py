@@ -250,7 +250,7 @@ class ThreadInfo(TypedDict):
     itemCount: int
     historyVersion: int
     updatedAt: str
-    source: NotRequired[Literal["client", "codex", "claude", "acp"]]
+    source: NotRequired[str]  # "client", a followed agent's name (ctxd/agents: "codex", "claude"...), or "acp"
     title: NotRequired[str | None]
     model: NotRequired[str | None]
     lastActivity: NotRequired[str | None]
@@ -298,6 +298,7 @@ Watching = Literal["inotify", "polling", "off"]
 @with_config(STRICT)
 class SourceState(TypedDict):
     agent: str
+    version: NotRequired[str]  # the agent's version whose formats ctxd's module follows
     root: str
     enabled: bool
     sessions: int

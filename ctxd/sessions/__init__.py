@@ -1,7 +1,7 @@
-"""Followed agent sessions (issue #16): Codex CLI rollouts and Claude Code transcripts.
+"""Followed agent sessions (issue #16): the sessions of every agent ctxd knows (ctxd/agents).
 
-Readers turn the agents' JSONL files into ctxd items and usage (`codex.py`, `claude.py`), prices
-turn usage into cost (`pricing.py`), discovery and the watcher find and follow the sessions of the
-open workspace folders (`discovery.py`, `watcher.py`, `follower.py`). Nothing here imports wire
-code, and nothing here ever writes into the agents' folders.
+Each agent's module reads its own sessions into ctxd items and usage; here prices turn usage into
+cost (`pricing.py`), and discovery and the follower find and follow the sessions of the open
+workspace folders (`discovery.py`, `follower.py`), which the bridge mirrors into their threads
+(`bridge.py`). Nothing here imports wire code, and nothing here ever writes into the agents' folders.
 """

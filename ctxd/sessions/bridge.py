@@ -31,11 +31,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from ctxd import agents
+from ctxd.agents.base import AgentConfig
+from ctxd.agents.session import Session, Step, Turn
 from ctxd.errors import CtxdError
 from ctxd.redact import redact, redact_json
-from ctxd.sessions import cachecost, discovery, drift, limits, pricing
+from ctxd.sessions import cachecost, discovery, drift, pricing
 from ctxd.sessions.follower import Follower, Update
-from ctxd.sessions.model import Session, Step, Turn
 from ctxd.settings import Problem, Settings
 from ctxd.workspace import Service, Workspace, path_to_uri
 
@@ -60,13 +62,14 @@ class SessionBridge:
         self.prices = pricing.price_table(settings.prices, problems)
         for problem in problems:
             log.warning("%s: %s", problem.source, problem.message)
-        sources = discovery.sources(settings.sources.codex_home, settings.sources.claude_home,
-                                    codex=settings.sources.codex, claude=settings.sources.claude)
+        names = agents.names()
+        sources = discovery.sources({name: settings.sources.home(name) for name in names},
+                                    enabled={name: settings.sources.follows(name) for name in names})
         self.follower = Follower(self._update, sources)
-        roots = {s.agent: s.root for s in sources}
-        # The agents' own auto-compact settings, read once (read-only; ctxd/sessions/limits.py).
-        self.codex_limit = limits.codex_configured_limit(roots[discovery.CODEX].parent)
-        self.claude_pct = limits.claude_pct_override(roots[discovery.CLAUDE].parent)
+        # The agents' own auto-compact settings, read once (read-only; each agent's `read_config`).
+        self.configs: dict[str, AgentConfig] = {
+            agent.name: agent.read_config(agent.home(os.environ, settings.sources.home(agent.name)))
+            for agent in agents.every()}
         self._checkpoints = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ctxd-checkpoint")
         self._mirrors = _Mirrors(threads_changed)
         self._owners: dict[tuple[str, str], str] = {}  # (workspace, thread) -> the file it mirrors
@@ -86,8 +89,8 @@ class SessionBridge:
         `.ctxd.toml` may: `sources.codex = false`)."""
         off: dict[str, set[Path]] = {}
         for workspace in self.service.folders():
-            for agent in (discovery.CODEX, discovery.CLAUDE):
-                if not getattr(workspace.settings.sources, agent):
+            for agent in agents.names():
+                if not workspace.settings.sources.follows(agent):
                     off.setdefault(agent, set()).add(workspace.root)
         return off
 
@@ -107,8 +110,8 @@ class SessionBridge:
         may turn an agent off), sessions followed (and how)."""
         sessions = self.follower.sessions()
         own = workspace.settings.sources if workspace is not None else None
-        return [{"agent": s.agent, "root": s.root, "sessions": s.sessions,
-                 "enabled": s.enabled and (own is None or bool(getattr(own, s.agent, True))),
+        return [{"agent": s.agent, "version": agents.get(s.agent).version, "root": s.root, "sessions": s.sessions,
+                 "enabled": s.enabled and (own is None or own.follows(s.agent)),
                  "watching": cast("Watching", s.watching),
                  "unread": drift.unread(sessions, s.agent)}
                 for s in self.follower.status()]
@@ -208,10 +211,8 @@ class SessionBridge:
         """The prompt context of the mirrored thread: the model, the session's window and the
         agent's auto-compact point (`followed` marks them as the agent's, never the editor's)."""
         model = self._text(session, "model", session.model)
-        if session.agent == discovery.CODEX:
-            agent = limits.codex(model, self._window(session), self.codex_limit)
-        else:
-            agent = limits.claude(model, self.claude_pct)
+        agent = agents.get(session.agent).limits(model, self._window(session),
+                                                 self.configs.get(session.agent) or AgentConfig())
         context: dict[str, Any] = {"followed": {
             "agent": session.agent, "autoCompactLimit": agent.limit, "warnAt": agent.warn_at,
             "windowSource": agent.window_source, "limitSource": agent.limit_source}}
@@ -241,7 +242,7 @@ class SessionBridge:
 
     def _checkpoint(self, workspace: Workspace, thread: str, turn: Turn, number: int) -> None:
         from ctxd.ghost.checkpoint import Job, take
-        from ctxd.hooks.marks import hooked
+        from ctxd.marks import hooked
 
         if hooked(workspace.state_dir, thread):
             return  # the agent's own hooks take this session's checkpoints (before each turn and tool)
@@ -283,7 +284,7 @@ def _instant(stamp: Any) -> float | None:
 
 @dataclass
 class _Job:
-    """One update to mirror: `steps` (ctxd/sessions/model.py), replayed in order. `start`: they
+    """One update to mirror: `steps` (ctxd/agents/session.py), replayed in order. `start`: they
     begin at the session's start (a session found, or found again after a restart, whose thread may
     hold part of it already). `listing`: the agent's compactions they name, as listed."""
 

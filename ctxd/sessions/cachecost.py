@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ctxd import agents
+from ctxd.agents.session import Session, Usage
 from ctxd.sessions import pricing
-from ctxd.sessions.model import Session, Usage
 from ctxd.tokens import prompt_cache
 
 
@@ -48,7 +49,8 @@ def _compaction(provider: str | None, entry: Mapping[str, Any], prices: Mapping[
 
 def facts(session: Session, prices: Mapping[str, pricing.Price] | None = None) -> dict[str, Any]:
     """The facts `prompt_cache.state` needs, kept with the mirrored thread (and `ctxd sessions`)."""
-    provider = prompt_cache.provider_of(session.agent, session.model)
+    agent = agents.find(session.agent)
+    provider = prompt_cache.provider_of(agent.cache_provider if agent is not None else None, session.model)
     rate = write_rate(provider, pricing.lookup(session.model, prices), session.cache_1h)
     compactions = [c for c in (_compaction(provider, e, prices, session.model) for e in session.agent_compactions)
                    if c is not None]

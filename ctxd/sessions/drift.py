@@ -10,13 +10,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from ctxd.sessions.model import Session
+from ctxd import agents
+from ctxd.agents.session import Session
 
 if TYPE_CHECKING:
     from ctxd.protocol.shapes import UnreadRecords
-
-NAMES = {"codex": "Codex", "claude": "Claude Code"}
-
 
 def unread(sessions: Iterable[Session], agent: str) -> list[UnreadRecords]:
     """`[{version, kinds, records}]` for the agent's followed sessions that skipped a kind of
@@ -35,5 +33,6 @@ def unread(sessions: Iterable[Session], agent: str) -> list[UnreadRecords]:
 def sentence(agent: str, entry: UnreadRecords) -> str:
     """What the editors show, e.g. "Codex 0.171.0 wrote 3 kinds of record ctxd does not read"."""
     kinds = len(entry["kinds"])
-    name = NAMES.get(agent, agent) + (f" {entry['version']}" if entry.get("version") else "")
+    known = agents.find(agent)
+    name = (known.title if known is not None else agent) + (f" {entry['version']}" if entry.get("version") else "")
     return f"{name} wrote {kinds} kind{'s' if kinds != 1 else ''} of record ctxd does not read"

@@ -1,5 +1,8 @@
 """Live following: one watcher over every session root, one worker that reads what changed.
 
+What a session is, where it is and how it is read, each agent's store says (ctxd/agents: keys,
+stamps, the folders to watch, the head, an incremental reader); this module only schedules.
+
 The watcher is watchdog's native observer (inotify on Linux). When it cannot start (no inotify,
 watches exhausted) or `CTXD_SESSIONS_POLL=1`, a polling loop takes its place. Either way a slow
 tick re-checks the followed files' sizes, so a lost event costs a delay, never a line. A root
@@ -21,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import os
-import stat
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping
@@ -29,12 +31,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ctxd.sessions import discovery
-from ctxd.sessions.claude import ClaudeReader
-from ctxd.sessions.codex import CodexReader
-from ctxd.sessions.discovery import CLAUDE, CODEX, Source
-from ctxd.sessions.model import Change, Session
-from ctxd.sessions.reader import Reader, printable
+from ctxd.agents.base import SessionReader, SessionStore
+from ctxd.agents.folders import Folders
+from ctxd.agents.jsonl import printable
+from ctxd.agents.session import Change, Session
+from ctxd.sessions.discovery import Source
 
 if TYPE_CHECKING:
     from watchdog.observers.api import BaseObserver, ObservedWatch
@@ -70,7 +71,7 @@ class _File:
     decided: bool = False  # the head was read (cwd known, or known to be absent)
     peeked: int = 0  # bytes read to decide
     folder: Path | None = None
-    reader: Reader | None = None
+    reader: SessionReader | None = None
     size: int = -1
     announced: bool = False
     ident: tuple[int, int] | None = None  # (st_dev, st_ino): another file under this name starts over
@@ -78,10 +79,6 @@ class _File:
     fresh: bool = False  # first seen after the initial scan (see the module's docstring)
     bad_id: bool = False  # its session id is not one (logged once)
     reread: bool = False  # read from its start again (its folder changed)
-
-
-def _stamp(st: os.stat_result) -> tuple[int, ...]:
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
 @dataclass
@@ -98,9 +95,12 @@ class Follower:
                  poll: bool | None = None) -> None:
         self.on_update = on_update
         self.sources = sources
-        self.roots = {s.agent: s.root for s in sources if s.enabled}
+        # Per agent followed: its sessions (ctxd/agents: a store each) and the folders they are under.
+        self.stores: dict[str, SessionStore] = {s.agent: s.store for s in sources if s.enabled and s.store is not None}
+        self.roots = {agent: store.root for agent, store in self.stores.items()}
+        self._watch_roots = list(dict.fromkeys(root for store in self.stores.values() for root in store.watched()))
         self._poll = poll if poll is not None else os.environ.get("CTXD_SESSIONS_POLL") == "1"
-        self._folders: dict[str, discovery.Folders] = {}  # per agent: the open folders that follow it
+        self._folders: dict[str, Folders] = {}  # per agent: the open folders that follow it
         self._files: dict[str, _File] = {}
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
@@ -145,14 +145,14 @@ class Follower:
         taken: a file event waits for that lock."""
         skip = without or {}
         forms = {folder: found for index in self._folders.values() for folder, found in index.forms.items()}
-        indexes: dict[str, discovery.Folders] = {}
-        for agent in (CODEX, CLAUDE):  # each folder resolved once, for both
-            indexes[agent] = discovery.Folders([f for f in folders if f not in skip.get(agent, ())], known=forms)
+        indexes: dict[str, Folders] = {}
+        for agent in self.stores:  # each folder resolved once, for every agent
+            indexes[agent] = Folders([f for f in folders if f not in skip.get(agent, ())], known=forms)
             forms.update(indexes[agent].forms)
         with self._wake:
             self._folders = indexes
             for path, state in self._files.items():
-                if state.agent == CLAUDE and not state.decided:
+                if not state.decided:
                     continue
                 folder = indexes[state.agent].folder_of(state.cwd)
                 if folder != state.folder:
@@ -161,9 +161,9 @@ class Follower:
                     state.fresh = False  # its turns were written before the folder was opened
                     state.reread = True  # its whole history goes to the new folder's thread
                     self._dirty[path] = None
-            # Claude files never opened (their folder name did not match) may match now.
+            # Files never opened (their folder's name did not match, as Claude Code's) may match now.
             for path, state in self._files.items():
-                if state.agent == CLAUDE and state.decided and state.cwd is None and state.peeked == 0:
+                if state.decided and state.cwd is None and state.peeked == 0:
                     state.decided, state.stamp, state.fresh = False, None, False
                     self._dirty[path] = None
             self._rescan = True
@@ -174,6 +174,12 @@ class Follower:
         with self._wake:
             self._dirty[path] = None
             self._wake.notify_all()
+
+    def written(self, path: str) -> None:
+        """A write to `path` in a watched folder: the sessions it may have changed are read."""
+        for store in self.stores.values():
+            for key in store.touched(path):
+                self.touch(key)
 
     # --- what is known ---
 
@@ -235,8 +241,7 @@ class Follower:
                     path = getattr(event, "dest_path", "") or event.src_path
                     if isinstance(path, bytes):
                         path = os.fsdecode(path)
-                    if path.endswith(".jsonl"):
-                        follower.touch(path)
+                    follower.written(path)
 
             self._handler = Handler()
             self._observer = Observer()
@@ -256,7 +261,7 @@ class Follower:
         for root in [r for r in self._scheduled if not r.is_dir()]:  # deleted: waited for again
             self._unwatch(self._scheduled.pop(root))
         appeared = False
-        for root in self.roots.values():
+        for root in self._watch_roots:
             if root in self._scheduled:
                 continue
             try:
@@ -351,7 +356,7 @@ class Follower:
         if self._observer is not None:
             self._schedule_roots()  # roots that appeared without an event seen, or were deleted
         if self._mode == "polling":
-            appeared = [root for root in self.roots.values() if root not in self._polled and root.is_dir()]
+            appeared = [root for root in self._watch_roots if root not in self._polled and root.is_dir()]
             self._polled.update(appeared)
             if appeared or time.monotonic() - self._last_scan >= TICK_SECONDS:
                 self._scan()  # new files: every tick (a root that appeared: at once); sizes: every poll
@@ -360,23 +365,21 @@ class Follower:
         if undecided:
             self._last_undecided = now
         with self._lock:
-            followed = [(p, s.stamp) for p, s in self._files.items()
+            followed = [(p, s.agent, s.stamp) for p, s in self._files.items()
                         if s.folder is not None or (undecided and not s.decided)]
-        for path, stamp in followed:
-            try:
-                if _stamp(os.lstat(path)) != stamp:
-                    self._read(path)
-            except OSError:
-                continue
+        for path, agent, stamp in followed:
+            current = self.stores[agent].stamp(path)
+            if current is not None and current.key() != stamp:
+                self._read(path)
 
     def _scan(self) -> None:
         self._last_scan = time.monotonic()
         for source in self.sources:
-            if not source.enabled:
+            if not source.enabled or source.store is None:
                 continue
             if source.root.is_dir():
                 self._polled.add(source.root)
-            for path in discovery.session_files(source):
+            for path in source.store.keys():
                 with self._lock:
                     known = path in self._files
                 if not known:
@@ -392,34 +395,37 @@ class Follower:
                 self._failed.add(path)
                 log.exception("cannot follow session file %s", printable(path))
 
+    def _agent_of(self, key: str) -> str | None:
+        """Which agent's session `key` is (its store owns it), or None."""
+        return next((agent for agent, store in self.stores.items() if store.owns(key)), None)
+
     def _follow(self, path: str) -> None:
         with self._lock:
             state = self._files.get(path)
             indexes = self._folders
-        try:
-            st = os.lstat(path)
-        except OSError:
+        agent = state.agent if state is not None else self._agent_of(path)
+        if agent is None:
             return
-        if state is None or (state.ident is not None and (
-                state.ident != (st.st_dev, st.st_ino) or st.st_size < state.size)):
+        store = self.stores[agent]
+        st = store.stamp(path)
+        if st is None:
+            return
+        if state is None or (state.ident is not None and (state.ident != st.ident or st.size < state.size)):
             # New, or another file now (replaced, or rewritten shorter): decided and read afresh.
-            agent = discovery.agent_of(path, self.roots)
-            if agent is None:
-                return
             # A file the initial scan did not see started while following; one rewritten is not new.
             state = _File(agent, fresh=self._scanned and state is None)
             with self._lock:
                 self._files[path] = state
-        state.ident = (st.st_dev, st.st_ino)
-        if not stat.S_ISREG(st.st_mode):
+        state.ident = st.ident
+        if not st.regular:
             state.decided, state.cwd, state.folder = True, None, None  # a link, FIFO or device: never read
             return
         if not state.decided:
-            if state.stamp == _stamp(st):
+            if state.stamp == st.key():
                 return  # peeked at as it is now: undecided until it changes
-            state.stamp, state.size = _stamp(st), st.st_size
-            folders = indexes.get(state.agent) or discovery.Folders([])
-            cwd, complete, read = discovery.peek_cwd(state.agent, path, folders)
+            state.stamp, state.size = st.key(), st.size
+            folders = indexes.get(state.agent) or Folders([])
+            cwd, complete, read = store.peek_cwd(path, folders)
             state.peeked += read
             if not complete:
                 state.fresh = True  # its head is being written: a session starting now
@@ -429,12 +435,9 @@ class Follower:
         if state.folder is None:
             return  # outside every open workspace folder: never read further
         if state.reader is None:
-            if state.agent == CODEX:
-                state.reader = CodexReader(path)
-            else:
-                state.reader = ClaudeReader(path, discovery.claude_id(path))
+            state.reader = store.reader(path)
             state.reader.stop_when_rewritten = True  # its head is checked again first (privacy rule)
-        state.size, state.stamp = st.st_size, _stamp(st)
+        state.size, state.stamp = st.size, st.key()
         reader = state.reader
         if state.reread:
             state.reread = False

@@ -2,7 +2,7 @@
 
 - A checkpoint a hook took: the workspace's snapshot store gets a new `last-<scope>.json`; the
   clients are told with `ctxd/ghostChanged` (they list the snapshots again).
-- The exact usage `ctxd statusline` handed over (`<state dir>/hooks/usage/claude-<id>.json`): it
+- The exact usage `ctxd statusline` handed over (`<state dir>/hooks/usage/<agent>-<id>.json`): it
   becomes the followed thread's reported usage (`ctxd/usageChanged` follows).
   Every state dir an open folder uses is watched (the daemon's, and a trusted `.ctxd.toml`'s own).
 - A compaction a hook noted (`compactedAt` in `<state dir>/hooks/sessions/<thread>.json`): the
@@ -25,9 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from ctxd.errors import CtxdError
-from ctxd.hooks.locate import git_common_dir, note_state_dir, plain_store
+from ctxd.places import default_state_dir, git_common_dir, marks_dir, note_state_dir, plain_store, usage_dir
 from ctxd.sessions.follower import stop_observer
-from ctxd.settings import default_state_dir
 from ctxd.workspace import Service, Workspace
 
 log = logging.getLogger("ctxd")
@@ -97,7 +96,7 @@ class HookWatcher:
         self._handler: Any = None
         self._watched: set[str] = set()
         self._stores: dict[str, Stamps] = {}  # workspace uri -> its store's last-*.json
-        self._usage: dict[Path, Stamps] = {}  # per state dir: its hooks/usage/claude-*.json
+        self._usage: dict[Path, Stamps] = {}  # per state dir: its hooks/usage/<agent>-*.json
         self._marks: dict[Path, Stamps] = {}  # per state dir: its hooks/sessions/*.json
         self._compacted: dict[str, Any] = {}  # mark file -> its compactedAt
         self._worker: threading.Thread | None = None
@@ -105,15 +104,15 @@ class HookWatcher:
 
     @property
     def usage_dir(self) -> Path:
-        return self.service.state_dir / "hooks" / "usage"
+        return usage_dir(self.service.state_dir)
 
     @property
     def marks_dir(self) -> Path:
-        return self.service.state_dir / "hooks" / "sessions"
+        return marks_dir(self.service.state_dir)
 
     def state_dirs(self, workspaces: list[Workspace]) -> list[Path]:
         """The daemon's state dir, and every other one an open folder keeps its ledger in (a
-        trusted `.ctxd.toml`'s `state_dir`): a folder's hooks write in its own (`ctxd.hooks.locate`)."""
+        trusted `.ctxd.toml`'s `state_dir`): a folder's hooks write in its own (`ctxd.places`)."""
         found = [self.service.state_dir]
         for workspace in workspaces:
             if workspace.state_dir not in found:
@@ -219,9 +218,9 @@ class HookWatcher:
                 self.snapshots_changed(workspace.uri)
 
     def _check_marks(self, state_dir: Path, workspaces: list[Workspace]) -> None:
-        marks_dir = state_dir / "hooks" / "sessions"
-        self._watch(marks_dir)
-        now = _stamps(marks_dir, "")
+        marks = marks_dir(state_dir)
+        self._watch(marks)
+        now = _stamps(marks, "")
         before = self._marks.get(state_dir)
         self._marks[state_dir] = now
         first = before is None
@@ -239,9 +238,9 @@ class HookWatcher:
                 self._apply(workspace, mark["thread"], None, lambda w, t: w.agent_compacted(t))
 
     def _check_usage(self, state_dir: Path, workspaces: list[Workspace]) -> None:
-        usage_dir = state_dir / "hooks" / "usage"
-        self._watch(usage_dir)
-        now = _stamps(usage_dir, "claude-")
+        usage = usage_dir(state_dir)
+        self._watch(usage)
+        now = _stamps(usage, "")  # `<agent>-<session id>.json` (a pending `.<name>.tmp` never ends in .json)
         before = self._usage.get(state_dir)
         self._usage[state_dir] = now
         if before is None:
@@ -253,7 +252,7 @@ class HookWatcher:
             used, output, thread = record.get("usedTokens"), record.get("outputTokens", 0), record.get("thread")
             if not isinstance(thread, str) or not _count(used) or not _count(output):
                 continue
-            used += output  # ctxd's one rule for Claude's fill counts the reply too (docs/sessions.md)
+            used += output  # ctxd's one rule for a followed fill counts the reply too (docs/sessions.md)
             for workspace in workspaces:
                 self._apply(workspace, thread, record.get("cwd"), functools.partial(_report, used=used))
 

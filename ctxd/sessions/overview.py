@@ -1,4 +1,4 @@
-"""`ctxd sessions`: the workspace's Codex and Claude Code sessions, newest first.
+"""`ctxd sessions`: the workspace's agent sessions (every agent ctxd follows), newest first.
 
 Reads the agents' folders once (read-only, the same readers and privacy rule as the daemon) and
 prints agent, title, model, fill, cost and last activity; `--format json` prints the same as a
@@ -9,23 +9,24 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from ctxd.sessions import cachecost, discovery, drift, limits, pricing
+from ctxd import agents
+from ctxd.agents.base import AgentConfig, AgentLimits
+from ctxd.agents.session import Session
+from ctxd.sessions import cachecost, discovery, drift, pricing
 from ctxd.sessions.follower import Follower
-from ctxd.sessions.model import Session
 from ctxd.settings import Problem
 from ctxd.terminal import safe
 from ctxd.tokens import prompt_cache
 
 
-def agent_limits(session: Session, codex_limit: int | None = None) -> limits.AgentLimits:
+def agent_limits(session: Session, config: AgentConfig | None = None) -> AgentLimits:
     """The session's window and its agent's auto-compact point (the daemon's rule)."""
-    if session.agent == discovery.CODEX:
-        return limits.codex(session.model, session.context_window, codex_limit)
-    return limits.claude(session.model)
+    return agents.get(session.agent).limits(session.model, session.context_window, config or AgentConfig())
 
 
 def used_tokens(session: Session) -> int | None:
@@ -49,9 +50,9 @@ def used_tokens(session: Session) -> int | None:
 
 
 def summary(session: Session, prices: dict[str, pricing.Price] | None = None,
-            codex_limit: int | None = None) -> dict[str, Any]:
-    """One session as `ctxd sessions --format json` prints it."""
-    agent = agent_limits(session, codex_limit)
+            config: AgentConfig | None = None) -> dict[str, Any]:
+    """One session as `ctxd sessions --format json` prints it (`config`: its agent's own)."""
+    agent = agent_limits(session, config)
     window = agent.window or None
     used = used_tokens(session)
     return {
@@ -101,8 +102,10 @@ def _cache(state: dict[str, Any] | None) -> str:
 def render(rows: list[dict[str, Any]], folder: Path | None = None) -> str:
     if not rows:
         where = safe(str(folder)) if folder is not None else "this workspace"
-        return (f"No Codex or Claude Code sessions in {where} yet.\n"
-                "Start one here (`codex` or `claude`): ctxd follows it at once, with its fill, its cost and a\n"
+        titles = " or ".join(agent.title for agent in agents.every())
+        commands = " or ".join(f"`{name}`" for name in agents.names())
+        return (f"No {titles} sessions in {where} yet.\n"
+                f"Start one here ({commands}): ctxd follows it at once, with its fill, its cost and a\n"
                 "checkpoint of your files before each turn. For a checkpoint before every edit, the status line\n"
                 "and `recall` inside the agents, run `ctxd hooks install` (docs/hooks.md).\n")
     table = [("AGENT", "TITLE", "MODEL", "FILL", "COST", "CACHE", "LAST ACTIVITY")]
@@ -118,12 +121,12 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="ctxd sessions", description=__doc__.splitlines()[0])
     parser.add_argument("--workspace", help="the workspace folder (default: the one enclosing the current directory)")
     parser.add_argument("--format", choices=("table", "json"), default="table")
-    parser.add_argument("--codex-home", help="default $CODEX_HOME or ~/.codex")
-    parser.add_argument("--claude-home", help="default $CLAUDE_CONFIG_DIR or ~/.claude")
+    for agent in agents.every():
+        parser.add_argument(f"--{agent.name}-home", help=f"{agent.title}'s home (default: its own, as "
+                            "`sources.<agent>_home` in ctxd's settings says)")
     args = parser.parse_args(argv)
     if args.workspace is None:  # from any folder inside a workspace
-        from ctxd.hooks.locate import find_workspace
-        from ctxd.settings import default_state_dir
+        from ctxd.places import default_state_dir, find_workspace
 
         folder = find_workspace(Path.cwd(), default_state_dir()).folder
     else:
@@ -135,13 +138,14 @@ def main(argv: list[str]) -> int:
     prices = pricing.price_table(_user_prices(problems), problems)
     for problem in problems:
         print(safe(f"ctxd sessions: {problem.source}: {problem.message}"), file=sys.stderr)
-    sources = discovery.sources(args.codex_home, args.claude_home)
-    codex_limit = limits.codex_configured_limit(next(s.root for s in sources if s.agent == discovery.CODEX).parent)
+    homes = {agent.name: getattr(args, f"{agent.name}_home") for agent in agents.every()}
+    sources = discovery.sources(homes)
+    configs = {agent.name: agent.read_config(agent.home(os.environ, homes[agent.name])) for agent in agents.every()}
     sessions = collect(folder, sources)
-    rows = [summary(s, prices, codex_limit) for s in sessions]
-    for agent in ("codex", "claude"):  # format drift, on stderr: the output stays the table or JSON
-        for entry in drift.unread(sessions, agent):
-            print(safe(f"ctxd sessions: {drift.sentence(agent, entry)}: {', '.join(entry['kinds'])}"), file=sys.stderr)
+    rows = [summary(s, prices, configs.get(s.agent)) for s in sessions]
+    for name in agents.names():  # format drift, on stderr: the output stays the table or JSON
+        for entry in drift.unread(sessions, name):
+            print(safe(f"ctxd sessions: {drift.sentence(name, entry)}: {', '.join(entry['kinds'])}"), file=sys.stderr)
     if args.format == "json":
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
     else:

@@ -21,7 +21,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from ctxd.sessions.model import Usage
+from ctxd.agents.session import Usage
 from ctxd.settings import Problem
 from ctxd.tokens import catalog
 

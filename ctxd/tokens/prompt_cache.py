@@ -25,12 +25,11 @@ ANTHROPIC_1H = 3600  # a prefix written to Anthropic's 1-hour cache (cache_creat
 MILLION = 1_000_000
 
 
-def provider_of(agent: str | None, model: str | None) -> str | None:
-    """Whose cache holds the thread's prompt: the agent's provider, else the model's; None unknown."""
-    if agent == "claude":
-        return ANTHROPIC
-    if agent == "codex":
-        return OPENAI
+def provider_of(agent_provider: str | None, model: str | None) -> str | None:
+    """Whose cache holds the thread's prompt: the agent's provider (its module's `cache_provider`:
+    ANTHROPIC, OPENAI), else the model's; None unknown."""
+    if agent_provider is not None:
+        return agent_provider
     name = (model or "").lower()
     if "claude" in name:
         return ANTHROPIC

@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None, stdout: TextIO | None = None) -> int:
     out = stdout or sys.stdout
     state_dir = Path(args.state_dir).expanduser() if args.state_dir else None
     if args.workspace is None:  # from any folder inside a workspace
-        from ctxd.hooks.locate import find_workspace
+        from ctxd.places import find_workspace
 
         workspace = find_workspace(Path.cwd(), state_dir or default_state_dir()).folder
     else:

@@ -82,7 +82,7 @@ class UsageView:
         agent = followed_limits(context)
         if agent is not None:
             # A followed session: the session's window and its agent's compaction point, never
-            # the editor's settings (ctxd/sessions/limits.py).
+            # the editor's settings (its agent's `limits`, ctxd/agents).
             window, limit = agent
         cached = self._settings[ledger.thread] = (context, merged, window, limit, self.counter_for(merged))
         return cached

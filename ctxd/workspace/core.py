@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
+from ctxd import agents
 from ctxd.errors import GitFailed, InvalidParams
 from ctxd.ledger.cache import ThreadCache
 from ctxd.ledger.store import Store, database_path
@@ -28,10 +29,9 @@ if TYPE_CHECKING:
     from ctxd.workspace.service import Workspace
 
 UsageListener = Callable[[str, str, "UsageSnapshot"], None]
-# Threads named `codex:<id>` / `claude:<id>` mirror an agent's session file (ctxd/sessions): the
-# agent owns that history, so no client may write to them. `acp:<id>` is an ACP session seen by a
-# `ctxd acp` proxy (ctxd/acp), which alone writes it (`ctxd/acp/record`).
-FOLLOWED_AGENTS = {"codex": "Codex", "claude": "Claude Code", "acp": "ctxd acp"}
+ACP = "acp"
+"""`acp:<id>` is an ACP session seen by a `ctxd acp` proxy (ctxd/acp), which alone writes it
+(`ctxd/acp/record`): like an agent's session, no client may write to it."""
 AWAITING_REPORT = "awaitingReport"
 """Thread state after an agent's hook announced a compaction: the stale baseline, until a new report."""
 
@@ -58,10 +58,20 @@ def uri_to_path(uri: str) -> Path:
 
 
 def followed_agent(thread: str) -> str | None:
-    """`codex` or `claude` for a followed session's thread, else None. `codex:` alone is one too:
-    no client may write under an agent's name, whatever follows it."""
-    agent, sep, _ = thread.partition(":")
-    return agent if sep and agent in FOLLOWED_AGENTS else None
+    """The agent (ctxd/agents) for a followed session's thread, `<agent>:<id>`, else None: it
+    mirrors the agent's session (ctxd/sessions), the agent owns that history, and no client may
+    write to it. `codex:` alone is one too: no client may write under an agent's name. "acp" for
+    an ACP session's thread (`acp:<id>`), which only a `ctxd acp` proxy writes."""
+    name, sep, _ = thread.partition(":")
+    return ACP if sep and name == ACP else agents.followed(thread)
+
+
+def agent_title(agent: str) -> str:
+    """The agent's name as its users know it ("Claude Code")."""
+    if agent == ACP:
+        return "ctxd acp"
+    found = agents.find(agent)
+    return found.title if found is not None else agent
 
 
 def is_folder(path: Path) -> bool:
@@ -108,18 +118,18 @@ def _own_state_dir(root: Path, settings: Settings, daemon: Settings, state_dir: 
 def _check_sources(root: Path, settings: Settings, daemon: Settings, problems: list[Problem]) -> None:
     """Report what a `.ctxd.toml` asks of the followed sessions that one daemon cannot do for one
     folder: another home for an agent's sessions (one folder per agent is watched, for every
-    workspace), or an agent the daemon does not follow at all. `sources.codex = false` and
-    `sources.claude = false` are honoured: that folder's sessions of that agent are not followed."""
+    workspace), or an agent the daemon does not follow at all. `sources.<agent> = false` (for any
+    agent) is honoured: that folder's sessions of that agent are not followed."""
     source = str(root / WORKSPACE_FILE)
-    for agent in ("codex", "claude"):
+    for agent in agents.names():
         home = f"{agent}_home"
-        mine, theirs = getattr(settings.sources, home), getattr(daemon.sources, home)
+        mine, theirs = settings.sources.home(agent), daemon.sources.home(agent)
         if mine != theirs:
             problems.append(Problem(source, f"setting 'sources.{home}' ignored: ctxd follows one folder of "
-                                            f"{FOLLOWED_AGENTS[agent]} sessions for every workspace, chosen in the "
+                                            f"{agent_title(agent)} sessions for every workspace, chosen in the "
                                             "user's config.toml or the editor's settings", f"sources.{home}"))
-        if getattr(settings.sources, agent) and not getattr(daemon.sources, agent):
-            problems.append(Problem(source, f"setting 'sources.{agent} = true' ignored: {FOLLOWED_AGENTS[agent]} "
+        if settings.sources.follows(agent) and not daemon.sources.follows(agent):
+            problems.append(Problem(source, f"setting 'sources.{agent} = true' ignored: {agent_title(agent)} "
                                             "sessions are not followed at all (sources."
                                             f"{agent} is false in the user's config.toml or the editor's settings)",
                                     f"sources.{agent}"))

@@ -145,7 +145,7 @@ class WorkspaceReads(WorkspaceCore):
                 entry: ThreadInfo = {"thread": row.thread, "itemCount": count,
                                      "historyVersion": row.history_version, "updatedAt": updated}
                 if isinstance(followed, dict):
-                    source: Any = followed.get("source")  # the bridge writes "codex" or "claude"
+                    source: Any = followed.get("source")  # the bridge writes the agent's name
                     entry.update({"source": source, "title": followed.get("title"),
                                   "model": followed.get("model"),
                                   "lastActivity": followed.get("lastActivity") or updated, "readOnly": True})

@@ -21,7 +21,7 @@ from ctxd.ledger.thread import Entry, ThreadLedger, is_user_turn_start, rollback
 from ctxd.ledger.truncation import truncate_tool_output, with_serialization_allowance
 from ctxd.tokens import prompt_cache
 from ctxd.tokens.counter import TOKENIZERS, count_item
-from ctxd.workspace.core import AWAITING_REPORT, FOLLOWED_AGENTS, WorkspaceCore, followed_agent, item_text
+from ctxd.workspace.core import AWAITING_REPORT, WorkspaceCore, agent_title, followed_agent, item_text
 
 if TYPE_CHECKING:
     from ctxd.protocol.shapes import RecordResult, RollbackResult, UndoResult, UsageSnapshot
@@ -45,7 +45,7 @@ class WorkspaceWrites(WorkspaceCore):
         """Refuse a client's write to a followed session's thread (-32602)."""
         agent = followed_agent(thread)
         if agent is not None:
-            raise InvalidParams(f"thread '{thread}' follows a {FOLLOWED_AGENTS[agent]} session: the agent owns "
+            raise InvalidParams(f"thread '{thread}' follows a {agent_title(agent)} session: the agent owns "
                                 "that history (read-only)")
 
     def _rows(self, thread: str, items: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[tuple[str, int]]]:

@@ -2,7 +2,7 @@
 /**
  * The ctxd wire protocol: results, notifications and request params. GENERATED, do not edit:
  * `npm run gen:protocol` from docs/protocol.schema.json (from ctxd/protocol/shapes.py).
- * schema sha256: 639b48ceaaebe007fe429d83e5e5e4c8e9ba7e497790ea25103d4fa11d7d2484
+ * schema sha256: eca2dea26e102d52b20d7d3e5662221ed65e20bd0129e360b0db1f2800edc664
  */
 
 /**
@@ -675,6 +675,7 @@ export interface SourceState {
   root: string;
   sessions: number;
   unread?: UnreadRecords[];
+  version?: string;
   watching?: "inotify" | "polling" | "off";
 }
 /**
@@ -722,7 +723,7 @@ export interface ThreadInfo {
   lastActivity?: string | null;
   model?: string | null;
   readOnly?: boolean;
-  source?: "client" | "codex" | "claude" | "acp";
+  source?: string;
   thread: string;
   title?: string | null;
   updatedAt: string;

@@ -424,6 +424,7 @@ M.PROTOCOL_VERSION = 4
 ---@field root string
 ---@field sessions integer
 ---@field unread? ctxd.UnreadRecords[]
+---@field version? string
 ---@field watching? "inotify"|"polling"|"off"
 
 --- `ctxd/status`.
@@ -450,7 +451,7 @@ M.PROTOCOL_VERSION = 4
 ---@field lastActivity? string|nil
 ---@field model? string|nil
 ---@field readOnly? boolean
----@field source? "client"|"codex"|"claude"|"acp"
+---@field source? string
 ---@field thread string
 ---@field title? string|nil
 ---@field updatedAt string

@@ -22,12 +22,12 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import os
 import re
-import shlex
 import tomllib
 from dataclasses import dataclass, field
 from typing import Any
+
+from ctxd.agents.config.ours import is_our_hook, is_our_mcp, runs_ctxd
 
 BLOCK_START = "# >>> ctxd: written by `ctxd hooks install`; `ctxd hooks uninstall` removes this block"
 BLOCK_START_EOL = BLOCK_START + " (and the line end before it)"
@@ -230,40 +230,6 @@ def _only_path(value: Any) -> tuple[str, ...]:
 
 
 # --- what is ctxd's ----------------------------------------------------------------------------------
-
-
-def runs_ctxd(words: list[str]) -> bool:
-    """Whether `words` are how install names ctxd: its executable (`…/ctxd`), or a Python running
-    the package (`…/python3 -m ctxd`). A command that merely mentions ctxd is not ctxd's."""
-    if len(words) == 1:
-        return os.path.basename(words[0]) == "ctxd"
-    return len(words) == 3 and os.path.basename(words[0]).startswith("python") and words[1:] == ["-m", "ctxd"]
-
-
-def command_words(command: Any) -> list[str]:
-    """A shell command line's words (install writes them quoted with shlex), [] when it is not one."""
-    if not isinstance(command, str):
-        return []
-    try:
-        return shlex.split(command)
-    except ValueError:
-        return []
-
-
-def is_our_hook(handler: Any) -> bool:
-    """A hook entry whose whole command is `<ctxd> hook <claude|codex> <Event>`."""
-    words = command_words(handler.get("command")) if isinstance(handler, dict) else []
-    return (len(words) >= 4 and words[-3] == "hook" and words[-2] in ("claude", "codex")
-            and words[-1].isalpha() and runs_ctxd(words[:-3]))
-
-
-def is_our_mcp(entry: Any) -> bool:
-    """An MCP server entry that runs `<ctxd> mcp`."""
-    if not (isinstance(entry, dict) and isinstance(entry.get("command"), str) and isinstance(entry.get("args"), list)
-            and all(isinstance(a, str) for a in entry["args"])):
-        return False
-    words = [entry["command"], *entry["args"]]
-    return words[-1:] == ["mcp"] and runs_ctxd(words[:-1])
 
 
 def is_our_notify(value: Any) -> bool:

@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ctxd.agentmcp import codex_statusline, limits, protocol
-from ctxd.agentmcp.protocol import Resource, Tool
+from ctxd.mcp import codex_statusline, limits, protocol
+from ctxd.mcp.protocol import Resource, Tool
 
 INSTRUCTIONS = (
     "ctxd keeps this session's whole history, the parts your compactions replaced included. Use `recall` "
@@ -87,7 +87,7 @@ def main(argv: list[str]) -> int:
               "CTXD_SESSION, else the newest session of the current folder's workspace", file=sys.stderr)
         return 2
     from ctxd import __version__
-    from ctxd.agentmcp.backend import backend_from_environment
+    from ctxd.mcp.backend import backend_from_environment
 
     backend = backend_from_environment(Path.cwd())
     server = protocol.Server("ctxd", __version__, INSTRUCTIONS, tools(backend), resources(backend))

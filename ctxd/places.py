@@ -1,4 +1,21 @@
-"""The workspace a folder belongs to, found from any folder inside it (no daemon, no git process).
+"""ctxd's on-disk layout in one place: the state dir and what it holds, and the workspace a folder
+belongs to. Standard library only: every hook and status line imports it.
+
+    <state dir>/                         $XDG_STATE_HOME/ctxd, or the one a daemon was given
+      workspaces/<name>-<hash>.sqlite3   a workspace folder's ledger (`ledger_database`)
+      workspaces/<name>-<hash>.state-dir the pointer to a daemon's own state dir (`note_state_dir`)
+      ghost/<name>-<hash>/store          the snapshot store of a folder that is no git repository
+      owner/                             the owner's socket, locks and log (`owner_dir`, ctxd/ownerlink.py)
+      hooks/                             what the hooks write (`hooks_dir`, the user's alone):
+        sessions/<thread>.json           a hooked session's marks (ctxd/marks.py)
+        usage/<agent>-<id>.json          the exact usage a status line handed over
+        told/                            what the hooks' log has said once
+        backups/                         the agents' configuration files as install found them
+      hooks.log                          what the hooks did (`hooks_log`)
+
+A git repository's snapshot store is `<git common dir>/ctxd/store` (`git_common_dir`).
+
+Finding the workspace of a folder (no daemon, no git process):
 
 The nearest enclosing folder ctxd has a store for (a ledger database in the state directory, a
 snapshot store of its git repository or of the plain folder) is the workspace, and ctxd *knows*
@@ -18,8 +35,10 @@ checkpoints, marks and usage then land where that daemon looks.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import stat
 from pathlib import Path
 from typing import NamedTuple
 
@@ -27,6 +46,59 @@ from ctxd.safefile import read_text_bounded
 
 MAX_POINTER_BYTES = 4096
 """A `.git` file or a `commondir` holds one path: anything larger is not one, and is not read."""
+
+
+def default_state_dir() -> Path:
+    """`$XDG_STATE_HOME/ctxd` (default `~/.local/state/ctxd`)."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "ctxd"
+
+
+def user_config_path() -> Path:
+    """The user's own config file: `$XDG_CONFIG_HOME/ctxd/config.toml`."""
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "ctxd" / "config.toml"
+
+
+def owner_dir(state_dir: Path) -> Path:
+    """The owner's folder: its socket, its locks, its log (docs/processes.md)."""
+    return Path(state_dir) / "owner"
+
+
+def hooks_log(state_dir: Path) -> Path:
+    return Path(state_dir) / "hooks.log"
+
+
+def marks_dir(state_dir: Path) -> Path:
+    """Where a hooked session's marks are (`ctxd.marks`)."""
+    return Path(state_dir) / "hooks" / "sessions"
+
+
+def usage_dir(state_dir: Path) -> Path:
+    """Where a status line hands the exact usage over (`<agent>-<session id>.json`)."""
+    return Path(state_dir) / "hooks" / "usage"
+
+
+def backups_dir(state_dir: Path) -> Path:
+    """The agents' configuration files as `ctxd hooks install` found them."""
+    return Path(state_dir) / "hooks" / "backups"
+
+
+def hooks_dir(state_dir: Path) -> Path:
+    """`<state dir>/hooks`, made (0700) when missing. Raises PermissionError when it is a link or
+    another user's folder (a state dir in a shared place, prepared by someone else): a prompt's
+    words must not be written into it."""
+    folder = Path(state_dir) / "hooks"
+    try:
+        info = os.lstat(folder)
+    except FileNotFoundError:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            folder.mkdir(mode=0o700)
+        info = os.lstat(folder)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        raise PermissionError(f"{folder} is a link, not a folder, or another user's: the hooks write nothing there")
+    return folder
 
 
 class Located(NamedTuple):
@@ -37,8 +109,8 @@ class Located(NamedTuple):
 
 
 def ledger_database(state_dir: Path, folder: Path) -> Path:
-    """The ledger database ctxd keeps for a workspace folder (`ctxd.ledger.store.database_path`,
-    repeated here so that a hook does not import SQLite to find it)."""
+    """The ledger database ctxd keeps for a workspace folder (`ctxd.ledger.store.database_path`
+    is this one: a hook finds it without importing SQLite)."""
     digest = hashlib.sha256(str(folder).encode("utf-8", "surrogatepass")).hexdigest()[:16]
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in folder.name)[:40] or "root"
     return state_dir / "workspaces" / f"{safe}-{digest}.sqlite3"
@@ -140,21 +212,3 @@ def find_workspace(folder: Path, state_dir: Path) -> Located:
             if common is not None and (common / "ctxd" / "store" / "HEAD").exists():
                 return Located(candidate, True, state_dir, True)
     return Located(git_root or folder, False, state_dir, followed)
-
-
-def excluded(folder: Path, patterns: list[str]) -> str | None:
-    """The entry of `hooks.exclude` that `folder` is, or is below; None when there is none. An
-    entry is a folder or a glob pattern (`fnmatch`, where `*` also crosses `/`), absolute once a
-    leading `~` is expanded; `folder` is matched as given and with its links resolved."""
-    if not patterns:
-        return None
-    from fnmatch import fnmatchcase
-
-    names = {os.path.abspath(folder), os.path.realpath(folder)}
-    candidates = {str(p) for name in names for p in (Path(name), *Path(name).parents)}
-    for entry in patterns:
-        pattern = os.path.normpath(os.path.expanduser(entry))
-        forms = {pattern} if any(c in pattern for c in "*?[") else {pattern, os.path.realpath(pattern)}
-        if any(name == form or fnmatchcase(name, form) for name in candidates for form in forms):
-            return entry
-    return None

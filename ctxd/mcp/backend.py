@@ -15,11 +15,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ctxd import ownerlink
-from ctxd.agentmcp.protocol import ToolError
+from ctxd import agents, ownerlink
+from ctxd.mcp.protocol import ToolError
 
 SESSION_ENV = "CTXD_SESSION"
-FOLLOWED_PREFIXES = ("codex:", "claude:", "acp:")
+ACP = "acp"
+"""`acp:<session id>`: an ACP session a `ctxd acp` proxy records (ctxd/acp), served as an agent's is."""
 OPEN_SECONDS = ownerlink.START_SECONDS + 10
 FOLLOW_WAIT_SECONDS = 3.0
 MAX_LIMIT = 100
@@ -29,8 +30,7 @@ class Backend:
     """The served workspace and session, reached through the owner."""
 
     def __init__(self, cwd: Path, session: str | None = None) -> None:
-        from ctxd.hooks.locate import find_workspace
-        from ctxd.settings import default_state_dir
+        from ctxd.places import default_state_dir, find_workspace
 
         located = find_workspace(cwd, default_state_dir())
         self.root = located.folder
@@ -110,21 +110,22 @@ class Backend:
         if behind_proxy and not self.named_session:
             return behind_proxy
         if self.named_session:
-            agent, _, session_id = self.named_session.partition(":")
-            if not session_id or f"{agent}:" not in FOLLOWED_PREFIXES:
+            _, _, session_id = self.named_session.partition(":")
+            if not session_id or not _served(self.named_session):
                 raise ToolError(f"{SESSION_ENV}={self.named_session!r} is not an agent session's thread (expected "
-                                f"{' or '.join(f'{p}<session id>' for p in FOLLOWED_PREFIXES)})")
+                                f"{' or '.join(f'{name}:<session id>' for name in [*agents.names(), ACP])})")
             return self.named_session
         deadline = time.monotonic() + FOLLOW_WAIT_SECONDS
         while True:
             listed = [t["thread"] for t in self.ask("ctxd/threads", {})["threads"]
-                      if str(t.get("thread", "")).startswith(FOLLOWED_PREFIXES)]
+                      if _served(str(t.get("thread", "")))]
             if listed or time.monotonic() >= deadline:
                 break
             time.sleep(0.1)
         if not listed:
-            raise ToolError(f"no Codex or Claude Code session of {self.root} is known to ctxd yet; set "
-                            f"{SESSION_ENV} to the session's thread (such as claude:<session id>)")
+            titles = " or ".join(agent.title for agent in agents.every())
+            raise ToolError(f"no {titles} session of {self.root} is known to ctxd yet; set {SESSION_ENV} to the "
+                            f"session's thread (such as {agents.names()[0]}:<session id>)")
         return str(listed[0])  # the newest activity first
 
     # --- the tools ---
@@ -179,7 +180,7 @@ class Backend:
     def codex_statusline(self, meta: dict[str, Any]) -> str:
         """Codex's footer: the gauge of the thread it displays, asked of the owner with a short
         deadline; Codex's own numbers when the owner cannot answer in time."""
-        from ctxd.agentmcp import codex_statusline as footer
+        from ctxd.mcp import codex_statusline as footer
 
         state = footer.field(meta, footer.STATE_KEY)
         session = footer.field(state, "thread").get("id")
@@ -204,6 +205,11 @@ class Backend:
             return self.thread()
         except ToolError:
             return None
+
+
+def _served(thread: str) -> bool:
+    """Whether `ctxd mcp` may serve `thread`: an agent's session (ctxd/agents) or an ACP session's."""
+    return agents.followed(thread) is not None or thread.partition(":")[0] == ACP
 
 
 def _time_of(snapshot: dict[str, Any]) -> float | None:

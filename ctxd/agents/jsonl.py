@@ -1,4 +1,8 @@
-"""Incremental JSONL reading shared by the agents' readers.
+"""Sessions kept as one JSONL file each: the shared store and the incremental reader.
+
+`JsonlStore` is the `SessionStore` of an agent that writes one JSONL file per session (Codex, Claude
+Code): keys are the files' paths, stamps their stat data; its module says which files are sessions,
+where their head states the session's folder, and how records become items (`Reader.record`).
 
 A reader keeps the byte offset of the end of the last complete line it consumed. A last line the
 agent is still writing (no newline yet) is left for the next read, never lost and never parsed
@@ -16,9 +20,15 @@ import math
 import os
 import re
 import stat
-from typing import Any
+from abc import abstractmethod
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from ctxd.sessions.model import MAX_HELD_ITEMS, Change, Session
+from ctxd.agents.base import SessionReader, SessionStore, Stamp
+from ctxd.agents.session import MAX_HELD_ITEMS, Change, Session
+
+if TYPE_CHECKING:
+    from ctxd.agents.folders import Folders
 
 READ_CHUNK = 8 * 1024 * 1024
 MAX_LINE = READ_CHUNK  # a longer line (newline included) is skipped, never held whole in memory
@@ -113,8 +123,8 @@ def printable(path: str) -> str:
     return os.fsencode(path).decode("utf-8", "replace")
 
 
-class Reader:
-    """Base of the Codex and Claude readers: bytes in, `Session` updated, `Change` out."""
+class Reader(SessionReader):
+    """Base of the JSONL readers: bytes in, `Session` updated, `Change` out."""
 
     agent = ""
 
@@ -269,7 +279,7 @@ def head(path: str, lines: int = 1, limit: int = HEAD_LIMIT) -> tuple[list[dict[
     """The file's first complete `lines` lines, parsed, and the bytes read to get them.
 
     A session outside every open workspace is never read further than this (one line for Codex,
-    whose first line is the session's meta; see discovery.py for Claude). At most `limit` bytes:
+    whose first line is the session's meta; its agent's `peek_cwd` says how many). At most `limit` bytes:
     `read == limit` with fewer records means the file has no such head.
     """
     records: list[dict[str, Any]] = []
@@ -299,3 +309,79 @@ def head(path: str, lines: int = 1, limit: int = HEAD_LIMIT) -> tuple[list[dict[
     finally:
         os.close(fd)
     return records, read
+
+
+def entries(directory: str) -> list[os.DirEntry[str]]:
+    """The entries of `directory`; none when it cannot be listed."""
+    try:
+        return list(os.scandir(directory))
+    except OSError:
+        return []
+
+
+class JsonlStore(SessionStore):
+    """The sessions of an agent that writes one JSONL file per session: a key is a file's path.
+    Only regular files are sessions: a symlink (it may point anywhere, ~/.ssh included), a FIFO
+    or a device never is."""
+
+    @abstractmethod
+    def session_files(self) -> list[str]:
+        """Every session file under the root, as they are now (regular files only)."""
+
+    @abstractmethod
+    def is_session_file(self, path: str) -> bool:
+        """Whether `path` is a session file of this store (from its name and place alone)."""
+
+    def keys(self) -> list[str]:
+        return self.session_files() if self.root.is_dir() else []
+
+    def owns(self, key: str) -> bool:
+        return key.endswith(".jsonl") and self.is_session_file(key)
+
+    def stamp(self, key: str) -> Stamp | None:
+        try:
+            st = os.lstat(key)
+        except OSError:
+            return None
+        return Stamp((st.st_dev, st.st_ino), st.st_size, st.st_mtime_ns, stat.S_ISREG(st.st_mode))
+
+    @abstractmethod
+    def peek_cwd(self, key: str, folders: Folders) -> tuple[str | None, bool, int]: ...
+
+    @abstractmethod
+    def reader(self, key: str) -> Reader: ...
+
+
+def under(path: Path, root: Path) -> bool:
+    """Whether `path` is inside `root` (by name)."""
+    try:
+        path.relative_to(root)
+        return True
+    except ValueError:
+        return False
+
+
+def read_tail(path: str, size: int) -> bytes:
+    """The last `size` bytes of the regular file at `path`. Opened without blocking and checked on
+    what was opened: a FIFO or a device raises FileRefused (`ctxd.safefile`) instead of blocking
+    or never ending."""
+    from ctxd.safefile import OPEN_FLAGS as SAFE_FLAGS
+    from ctxd.safefile import FileRefused
+
+    fd = os.open(path, SAFE_FLAGS)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise FileRefused(f"{path}: not a regular file; not read")
+        os.lseek(fd, max(0, info.st_size - size), os.SEEK_SET)
+        chunks: list[bytes] = []
+        left = size
+        while left > 0:
+            chunk = os.read(fd, left)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks)

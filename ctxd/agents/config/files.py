@@ -1,7 +1,7 @@
 """Reading and writing the agents' configuration files for `ctxd hooks install | uninstall | status`.
 
-A cloned repository chooses what its `.claude/settings.json`, `.mcp.json` and `.codex/config.toml`
-are: a link to a file of the user's (`~/.claude.json`), to `/dev/zero`, a FIFO, a huge file. So:
+A cloned repository chooses what its agents' project files (`.claude/settings.json`, `.mcp.json`,
+`.codex/config.toml`...) are: a link to a file of the user's (`~/.claude.json`), to `/dev/zero`, a FIFO, a huge file. So:
 - a file is read only when it is a regular file, at most `LIMIT` bytes (`ctxd.safefile`);
 - at project scope, a name that leads out of the project (itself a link, or a folder on its way)
   is refused, for reading and for writing; at user scope a linked dotfile is the user's own
@@ -24,9 +24,9 @@ from ctxd.safefile import FileRefused, read_bounded
 
 LIMIT = 1 << 20
 """A configuration file larger than this is refused (1 MiB is far beyond any real one)."""
-CLAUDE_STATE_LIMIT = 64 << 20
-"""`~/.claude.json` is Claude Code's state as well as its user MCP servers; it grows with the
-projects it remembers."""
+LARGE_LIMIT = 64 << 20
+"""An agent's state file that holds its user MCP servers too (Claude Code's `~/.claude.json`)
+grows with the projects it remembers: read up to this."""
 
 
 class InstallError(Exception):
@@ -138,7 +138,7 @@ def _make_folders(folder: Path, made: list[Path]) -> None:
         made.append(path)
 
 
-def write_all(writes: list[Write], limit: int = CLAUDE_STATE_LIMIT) -> None:
+def write_all(writes: list[Write], limit: int = LARGE_LIMIT) -> None:
     """Every write, or none: InstallError (naming the file and what was put back) otherwise."""
     targets = [(w, Path(os.path.realpath(w.path))) for w in writes]
     problems = [p for _, t in targets if (p := _unwritable(t)) is not None]

@@ -1,52 +1,34 @@
 """What ctxd's hooks remember between two runs: the turn a session is in, and what they have
 already said in their log.
 
-One small JSON file per session in the state directory. Its presence also tells the daemon's
+One small JSON file per session in the state directory (`ctxd.places.marks_dir`). Its presence also tells the daemon's
 file-watching checkpoint that this session's hooks take its checkpoints (so none is taken twice).
 The hooks' folder (`<state dir>/hooks`) is made the user's alone (0700).
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
-import stat
 from pathlib import Path
 from typing import Any
 
+from ctxd.places import hooks_dir, marks_dir
 from ctxd.safefile import read_text_bounded
 
 MAX_MARK_BYTES = 64 * 1024
 
 
-def hooks_dir(state_dir: Path) -> Path:
-    """`<state dir>/hooks`, made (0700) when missing. Raises PermissionError when it is a link or
-    another user's folder (a state dir in a shared place, prepared by someone else): a prompt's
-    words must not be written into it."""
-    folder = Path(state_dir) / "hooks"
-    try:
-        info = os.lstat(folder)
-    except FileNotFoundError:
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(FileExistsError):
-            folder.mkdir(mode=0o700)
-        info = os.lstat(folder)
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
-        raise PermissionError(f"{folder} is a link, not a folder, or another user's: the hooks write nothing there")
-    return folder
-
-
 def _path(state_dir: Path, thread: str) -> Path:
     safe = "".join(ch if ch.isalnum() or ch in "-_.:" else "_" for ch in thread)[:200].replace(":", "-")
-    return Path(state_dir) / "hooks" / "sessions" / f"{safe}.json"
+    return marks_dir(state_dir) / f"{safe}.json"
 
 
 def hooked(state_dir: Path | None, thread: str) -> bool:
     """Whether ctxd's hooks have run for this session (its checkpoints are theirs)."""
     if state_dir is None:
-        from ctxd.settings import default_state_dir
+        from ctxd.places import default_state_dir
 
         state_dir = default_state_dir()
     return _path(state_dir, thread).exists()

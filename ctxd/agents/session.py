@@ -1,12 +1,13 @@
 """What a reader knows about one agent session, and what changed in the last read.
 
-Plain data: no I/O, no wire code. The readers (`codex.py`, `claude.py`) fill a `Session` as bytes
-arrive; a `Change` says what one read added so a consumer can mirror it without diffing.
+Plain data: no I/O, no wire code. The agents' readers (`ctxd/agents/<name>.py`) fill a `Session` as
+bytes arrive; a `Change` says what one read added so a consumer can mirror it without diffing.
+Plain classes, not dataclasses: an agent's module imports this, and `ctxd hook` imports the
+agent's module on every tool call (`dataclasses` costs it more than everything here).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from ctxd.redact import redact
@@ -24,7 +25,6 @@ def tokens(value: Any) -> int:
     return min(value, MAX_TOKENS)
 
 
-@dataclass
 class Usage:
     """Tokens billed, split the way prices are quoted.
 
@@ -34,12 +34,24 @@ class Usage:
     Anthropic's 1-hour cache, billed at its own (higher) rate.
     """
 
-    input: int = 0
-    cached_input: int = 0
-    cache_write: int = 0
-    output: int = 0
-    reasoning: int = 0
-    cache_write_1h: int = 0
+    FIELDS = ("input", "cached_input", "cache_write", "output", "reasoning", "cache_write_1h")
+
+    def __init__(self, input: int = 0, cached_input: int = 0, cache_write: int = 0, output: int = 0,
+                 reasoning: int = 0, cache_write_1h: int = 0) -> None:
+        self.input = input
+        self.cached_input = cached_input
+        self.cache_write = cache_write
+        self.output = output
+        self.reasoning = reasoning
+        self.cache_write_1h = cache_write_1h
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Usage) and all(getattr(self, f) == getattr(other, f) for f in self.FIELDS)
+
+    def __repr__(self) -> str:
+        return f"Usage({', '.join(f'{f}={getattr(self, f)!r}' for f in self.FIELDS)})"
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
 
     def add(self, other: Usage, sign: int = 1) -> None:
         self.input += sign * other.input
@@ -54,20 +66,29 @@ class Usage:
                 "cacheWrite1h": self.cache_write_1h, "output": self.output, "reasoning": self.reasoning}
 
 
-@dataclass
 class Turn:
-    """A user turn: where it starts in `Session.items`, its text, and when it was written."""
+    """A user turn: where it starts in `Session.items`, its text, and when it was written;
+    `generation`: Session.generation when it started (a compaction starts a new one)."""
 
-    index: int
-    text: str
-    timestamp: str | None
-    generation: int  # Session.generation when it started (a compaction starts a new one)
+    def __init__(self, index: int, text: str, timestamp: str | None, generation: int) -> None:
+        self.index = index
+        self.text = text
+        self.timestamp = timestamp
+        self.generation = generation
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Turn) and (self.index, self.text, self.timestamp, self.generation) == (
+            other.index, other.text, other.timestamp, other.generation)
+
+    def __repr__(self) -> str:
+        return f"Turn({self.index!r}, {self.text!r}, {self.timestamp!r}, {self.generation!r})"
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@dataclass
 class Session:
-    agent: str  # "codex" or "claude"
-    path: str
+    """One session as its reader has it so far. `agent`: the agent's name (ctxd/agents)."""
+
     id: str | None = None
     version: str | None = None  # the agent's version that wrote the file (the latest stated)
     cwd: str | None = None
@@ -78,7 +99,7 @@ class Session:
     last_activity: str | None = None
     base_instructions: str | None = None
     forked_from: str | None = None
-    items: list[dict[str, Any]] = field(default_factory=list)
+    # items: list[dict[str, Any]]: the window, in ctxd's item shape (set in __init__)
     # The API baseline: tokens of the latest request as the agent's model API reported them
     # (docs/sessions.md has the rule per agent); None when unknown (new session, after a compaction).
     baseline: int | None = None
@@ -87,15 +108,8 @@ class Session:
     # The first request's reported input and the estimate of the messages it carried: the rest is
     # the agent's fixed overhead (system prompt, tools), which its files do not state whole.
     first_request: dict[str, int] | None = None
-    tools: list[dict[str, Any]] = field(default_factory=list)  # tool declarations the file states
-    cumulative: dict[str, Usage] = field(default_factory=dict)  # per model, for cost
-    turns: list[Turn] = field(default_factory=list)
     compactions: int = 0
-    # The agent's own compactions, oldest first: {"trigger", "tokensBefore", "tokensAfter", "at"}
-    # (tokensAfter None until the first report after it).
-    agent_compactions: list[dict[str, Any]] = field(default_factory=list)
     generation: int = 0  # bumped whenever `items` is replaced rather than appended to
-    unknown: dict[str, int] = field(default_factory=dict)  # record types skipped, by type
     bad_lines: int = 0  # lines that are not JSON objects
     sidechain_lines: int = 0
     rewinds: int = 0  # Claude: a prompt edited and resent (the branch after it is dropped)
@@ -103,6 +117,21 @@ class Session:
     # whether the latest cache writes went to Anthropic's 1-hour cache.
     last_request_at: str | None = None
     cache_1h: bool = False
+
+    def __init__(self, agent: str, path: str) -> None:
+        self.agent = agent
+        self.path = path
+        self.items: list[dict[str, Any]] = []
+        self.tools: list[dict[str, Any]] = []  # tool declarations the file states
+        self.cumulative: dict[str, Usage] = {}  # per model, for cost
+        self.turns: list[Turn] = []
+        # The agent's own compactions, oldest first: {"trigger", "tokensBefore", "tokensAfter", "at"}
+        # (tokensAfter None until the first report after it).
+        self.agent_compactions: list[dict[str, Any]] = []
+        self.unknown: dict[str, int] = {}  # record types skipped, by type
+
+    def __repr__(self) -> str:
+        return f"Session({self.agent!r}, {self.path!r}, id={self.id!r})"
 
     @property
     def thread(self) -> str:
@@ -124,33 +153,44 @@ class Session:
 MAX_HELD_ITEMS = 100_000
 
 
-@dataclass
 class Step:
     """One step of a read, in the file's order: `items` appended to the window, or (`replace`) the
     window replaced by `items`: the agent's compaction number `compaction` of the session (0 for
     its first), or a rewind (`compaction` None). `at`: the file's time of a replacement.
     `compactions_before`: the agent's compactions in the file before this step."""
 
-    items: list[dict[str, Any]]
-    replace: bool = False
-    compaction: int | None = None
-    at: str | None = None
-    compactions_before: int = 0
+    def __init__(self, items: list[dict[str, Any]], replace: bool = False, compaction: int | None = None,
+                 at: str | None = None, compactions_before: int = 0) -> None:
+        self.items = items
+        self.replace = replace
+        self.compaction = compaction
+        self.at = at
+        self.compactions_before = compactions_before
+
+    def __repr__(self) -> str:
+        return (f"Step({len(self.items)} items, replace={self.replace!r}, compaction={self.compaction!r}, "
+                f"at={self.at!r}, compactions_before={self.compactions_before!r})")
 
 
-@dataclass
 class Change:
     """What one read changed: `steps`, in order (the mirror replays them, so that what a
     compaction or a rewind took out of the window is archived, never lost). `from_start`: the read
-    began at the file's first byte (its steps are the session's whole history)."""
+    began at the file's first byte (its steps are the session's whole history). `meta`: id, cwd,
+    model, window or title changed; `held`: items named by the replacements in `steps`
+    (MAX_HELD_ITEMS)."""
 
-    steps: list[Step] = field(default_factory=list)
-    turns: list[Turn] = field(default_factory=list)
-    usage: bool = False
-    meta: bool = False  # id, cwd, model, window or title changed
-    lines: int = 0
-    from_start: bool = False
-    held: int = 0  # items named by the replacements in `steps` (MAX_HELD_ITEMS)
+    def __init__(self, from_start: bool = False) -> None:
+        self.steps: list[Step] = []
+        self.turns: list[Turn] = []
+        self.usage = False
+        self.meta = False
+        self.lines = 0
+        self.from_start = from_start
+        self.held = 0
+
+    def __repr__(self) -> str:
+        return (f"Change(steps={self.steps!r}, turns={self.turns!r}, usage={self.usage!r}, meta={self.meta!r}, "
+                f"lines={self.lines!r}, from_start={self.from_start!r}, held={self.held!r})")
 
     @property
     def replaced(self) -> bool:
@@ -217,7 +257,7 @@ def note_report(session: Session, used: int, usage: Usage | None = None, model: 
     if latest is not None and latest["tokensAfter"] is None:
         latest["tokensAfter"] = used
     if usage is not None and not (usage.input or usage.cached_input or usage.cache_write):
-        usage = None  # no prompt sent: no cache facts (Codex's markers never get here: codex.py)
+        usage = None  # no prompt sent: no cache facts (Codex's markers never get here: agents/codex.py)
     if latest is not None and usage is not None and "firstRequest" not in latest:
         latest["firstRequest"] = {"model": model or "", "input": usage.input, "cacheWrite": usage.cache_write,
                                   "cacheWrite1h": usage.cache_write_1h}

@@ -1,0 +1,775 @@
+"""Claude Code: its transcripts, window and compaction rule, hooks, configuration and status line
+(ctxd/agents/base.py).
+
+Sessions: `<config>/projects/<project>/<session>.jsonl` (`CLAUDE_CONFIG_DIR` default `~/.claude`),
+where `<project>` is the starting directory with every character other than a letter or digit
+replaced by `-`; subagents' own files (`agent-*.jsonl`, or under a session's folder) are not
+sessions. Privacy rule: a file is not opened at all unless its folder's name could be a directory
+inside an open workspace; then its head is read up to the first line that states a `cwd` (a
+`summary` or snapshot record may come first), and no further unless that cwd is inside the
+workspace.
+
+The format, as Claude Code writes it and its well-kept readers parse it (ccusage,
+claude-code-log): one JSON object a line with `type` `user` / `assistant` (with `message`, the
+Anthropic Messages API message), `system` (`subtype` e.g. `compact_boundary`), `summary`,
+`file-history-snapshot` and a few other bookkeeping types; `uuid` / `parentUuid` chain the lines,
+`isSidechain` marks a subagent's lines, `cwd`, `sessionId`, `timestamp` on every message line.
+An assistant message is streamed as several lines that share `message.id`, one content block each
+(sometimes repeated), each carrying the message's `usage`.
+
+Gauge rule (docs/sessions.md): the API baseline is the latest main-chain assistant message's
+`usage.input_tokens + cache_creation_input_tokens + cache_read_input_tokens + output_tokens`:
+the request it answered plus the reply itself, which is what the next request carries (as
+Codex's `total_tokens`). It covers the items up to that message's last block; what comes after
+(tool results, a new prompt) is counted by ctxd until the next report. After a
+`compact_boundary` it is unknown until the next assistant message reports one.
+
+Versions from 2.1 write more bookkeeping lines (`KNOWN_OTHER`) and keep a subagent's
+conversation in `<session>/subagents/agent-*.jsonl` rather than in the main file; those
+requests are billed to the session, so their usage is read for its cost (`_SubagentCost`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ctxd.agents import payloads
+from ctxd.agents.base import Action, Agent, AgentConfig, AgentLimits, HookAction, HookInput, Scope, StatusUsage
+from ctxd.agents.jsonl import HEAD_LIMIT, JsonlStore, Reader, entries, head, read_tail
+from ctxd.agents.session import Change, Turn, Usage, first_request, note_report, shorten, tokens
+
+if TYPE_CHECKING:
+    from ctxd.agents.config.plan import ConfigChange
+    from ctxd.agents.folders import Folders
+
+VERSION = "2.1.332"
+
+MAX_SUBAGENT_FILES = 1_000  # per session: more is not a real session, and each is opened on every read
+
+# Bookkeeping line types that carry nothing the model sees.
+KNOWN_OTHER = {"summary", "file-history-snapshot", "queue-operation", "progress", "attachment",
+               "custom-title", "last-prompt", "tag",
+               # 2.1: the request as sent (shape, blobs), cost and tool bookkeeping, the permission mode
+               "api-request", "api-request-shape", "api-request-blob", "atis-latch", "tools-used", "cost-state",
+               "mode"}
+SYNTHETIC_MODEL = "<synthetic>"  # Claude Code's own stand-in replies (errors, interruptions)
+# User texts that are not a prompt the model acts on.
+NOT_A_PROMPT = ("<local-command-stdout>", "<local-command-stderr>", "<command-name>", "<command-message>",
+                "[Request interrupted", "<bash-stdout>", "<bash-stderr>", "Caveat:")
+
+
+def _usage(raw: dict[str, Any]) -> Usage:
+    written = tokens(raw.get("cache_creation_input_tokens"))
+    split = raw.get("cache_creation")
+    hour = min(written, tokens(split.get("ephemeral_1h_input_tokens"))) if isinstance(split, dict) else 0
+    return Usage(input=tokens(raw.get("input_tokens")), cached_input=tokens(raw.get("cache_read_input_tokens")),
+                 cache_write=written, output=tokens(raw.get("output_tokens")), cache_write_1h=hour)
+
+
+def _text_part(text: str, role: str) -> dict[str, Any]:
+    return {"type": "output_text" if role == "assistant" else "input_text", "text": text}
+
+
+def _image_part(block: dict[str, Any]) -> dict[str, Any] | None:
+    source = block.get("source")
+    if not isinstance(source, dict):
+        return None
+    if source.get("type") == "base64":
+        return {"type": "input_image", "image_url": f"data:{source.get('media_type', 'image/png')};base64,{source.get('data', '')}"}
+    if isinstance(source.get("url"), str):
+        return {"type": "input_image", "image_url": source["url"]}
+    return None
+
+
+def _output(content: Any) -> str | list[dict[str, Any]]:
+    """A tool_result's content as a function_call_output's output."""
+    if isinstance(content, str):
+        return content
+    parts: list[dict[str, Any]] = []
+    for block in content if isinstance(content, list) else []:
+        if not isinstance(block, dict):
+            continue
+        if block.get("type") == "text" and isinstance(block.get("text"), str):
+            parts.append({"type": "input_text", "text": block["text"]})
+        elif block.get("type") == "image":
+            image = _image_part(block)
+            if image:
+                parts.append(image)
+    if all(p["type"] == "input_text" for p in parts):
+        return "\n".join(p["text"] for p in parts)
+    return parts
+
+
+class ClaudeReader(Reader):
+    agent = "claude"
+
+    def __init__(self, path: str, session_id: str | None = None) -> None:
+        super().__init__(path)
+        self.session.id = session_id
+        self._init()
+
+    def _init(self) -> None:
+        self._subagents: dict[str, _SubagentCost] = {}
+        self._msg_usage: dict[str, tuple[str, Usage]] = {}  # message.id -> (model, usage), for cost
+        self._blocks_of: str | None = None  # the message id whose blocks `_blocks` holds
+        self._blocks: set[str] = set()
+        self._end: dict[str, int] = {}  # main-chain uuid -> len(items) after it (for rewinds)
+        self._leaf: str | None = None
+
+    def reset(self) -> None:
+        session_id = self.session.id
+        super().reset()
+        self.session.id = session_id
+        self._init()
+
+    def read(self, ident: tuple[int, int] | None = None, budget: int | None = None) -> Change:
+        """The transcript's new lines, then its subagents' new usage (billed to this session)."""
+        change = super().read(ident, budget)
+        change.usage = self._read_subagents() or change.usage
+        return change
+
+    def _read_subagents(self) -> bool:
+        if not self.path.endswith(".jsonl"):
+            return False
+        folder = os.path.join(self.path[: -len(".jsonl")], "subagents")
+        if os.path.islink(os.path.dirname(folder)) or os.path.islink(folder):
+            return False  # never read through a link (docs/sessions.md, Privacy)
+        try:
+            with os.scandir(folder) as entries:
+                names = sorted(e.name for e in entries if e.name.endswith(".jsonl") and e.is_file(follow_symlinks=False))
+        except OSError:
+            return False
+        grew = False
+        for name in names[:MAX_SUBAGENT_FILES]:
+            sub = self._subagents.get(name)
+            if sub is None:
+                sub = self._subagents[name] = _SubagentCost(os.path.join(folder, name), self)
+            grew = sub.read().lines > 0 or grew
+        return grew
+
+    def record(self, rec: dict[str, Any], change: Change) -> None:
+        session = self.session
+        kind = rec.get("type")
+        timestamp = rec.get("timestamp")
+        if isinstance(timestamp, str):
+            session.last_activity = timestamp
+            if session.started is None:
+                session.started = timestamp
+        if session.cwd is None and isinstance(rec.get("cwd"), str):
+            session.cwd = rec["cwd"]
+            change.meta = True
+        if session.id is None and isinstance(rec.get("sessionId"), str):
+            session.id = rec["sessionId"]
+            change.meta = True
+        if isinstance(rec.get("version"), str):
+            session.version = rec["version"]
+        if rec.get("isSidechain"):
+            session.sidechain_lines += 1
+            if kind == "assistant":
+                self._cost(rec)  # a subagent's tokens are billed too, but are not this window
+            return
+        if kind == "assistant":
+            self._assistant(rec, change)
+        elif kind == "user":
+            self._user(rec, change)
+        elif kind == "system":
+            if rec.get("subtype") == "compact_boundary":
+                self._compact(change, rec)
+            self._link(rec)
+        elif kind in KNOWN_OTHER:
+            return
+        else:
+            session.count_unknown(str(kind))
+
+    # --- the chain ---
+
+    def _link(self, rec: dict[str, Any]) -> None:
+        uuid = rec.get("uuid")
+        if isinstance(uuid, str):
+            self._end[uuid] = len(self.session.items)
+            self._leaf = uuid
+
+    def _rewind(self, rec: dict[str, Any], change: Change) -> None:
+        """A prompt whose parent is an earlier line than the last one: the user went back and
+        edited; what followed that parent is no longer in the window."""
+        parent = rec.get("parentUuid")
+        if not isinstance(parent, str) or parent == self._leaf or parent not in self._end:
+            return
+        keep = self._end[parent]
+        session = self.session
+        if keep < len(session.items):
+            del session.items[keep:]
+            session.turns = [t for t in session.turns if t.generation != session.generation or t.index < keep]
+            session.generation += 1
+            session.rewinds += 1
+            change.replace(session, None, rec.get("timestamp") if isinstance(rec.get("timestamp"), str)
+                           else session.last_activity)
+
+    # --- records ---
+
+    def _add(self, item: dict[str, Any], change: Change) -> None:
+        self.session.items.append(item)
+        change.add(item, self.session)
+
+    def _cost(self, rec: dict[str, Any]) -> tuple[dict[str, Any], str] | None:
+        message = rec.get("message")
+        if not isinstance(message, dict):
+            return None
+        model = message.get("model")
+        if not isinstance(model, str):
+            model = ""
+        raw = message.get("usage")
+        if not isinstance(raw, dict) or model == SYNTHETIC_MODEL:
+            return None
+        usage = _usage(raw)
+        key = message.get("id") or rec.get("requestId") or rec.get("uuid")
+        cumulative = self.session.cumulative
+        if isinstance(key, str):
+            old = self._msg_usage.get(key)
+            if old is not None:
+                cumulative[old[0]].add(old[1], -1)  # a streamed copy: its usage replaces, not adds
+            self._msg_usage[key] = (model, usage)
+        cumulative.setdefault(model, Usage()).add(usage)
+        return raw, model
+
+    def _assistant(self, rec: dict[str, Any], change: Change) -> None:
+        session = self.session
+        message = rec.get("message")
+        if not isinstance(message, dict):
+            session.count_unknown("assistant.no_message")
+            return
+        reported = self._cost(rec)
+        used = 0
+        if reported is not None:
+            raw, model = reported
+            used = tokens(raw.get("input_tokens")) + tokens(raw.get("cache_creation_input_tokens")) + tokens(
+                raw.get("cache_read_input_tokens")) + tokens(raw.get("output_tokens"))
+            last = {k: tokens(v) for k, v in raw.items() if type(v) is int}
+            note_report(session, used, _usage(raw), model, rec.get("timestamp"))
+            if used and session.first_request is None:  # what the request carried: its input, not the reply
+                session.first_request = first_request(used - tokens(raw.get("output_tokens")), session.items)
+            if used and (used != session.baseline or last != session.last_usage):
+                session.baseline = used
+                session.last_usage = last
+                change.usage = True
+            if model and model != session.model:
+                session.model = model
+                change.meta = True
+        message_id = message.get("id")
+        if message_id != self._blocks_of or not isinstance(message_id, str):
+            self._blocks_of = message_id if isinstance(message_id, str) else None
+            self._blocks = set()
+        content = message.get("content")
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        for block in blocks if isinstance(blocks, list) else []:
+            if not isinstance(block, dict):
+                continue
+            key = json.dumps(block, sort_keys=True) if self._blocks_of else None
+            if key is not None:
+                if key in self._blocks:
+                    continue  # a streamed duplicate of a block already mirrored
+                self._blocks.add(key)
+            item = self._assistant_item(block)
+            if item is not None:
+                self._add(item, change)
+        if used:
+            session.baseline_items = len(session.items)  # the report covers the reply's blocks too
+        self._link(rec)
+
+    def _assistant_item(self, block: dict[str, Any]) -> dict[str, Any] | None:
+        kind = block.get("type")
+        if kind == "text" and isinstance(block.get("text"), str):
+            return {"type": "message", "role": "assistant", "content": [_text_part(block["text"], "assistant")]}
+        if kind in ("tool_use", "server_tool_use"):
+            return {"type": "function_call", "call_id": str(block.get("id", "")), "name": str(block.get("name", "")),
+                    "arguments": json.dumps(block.get("input", {}), ensure_ascii=False)}
+        if kind == "thinking":
+            return {"type": "reasoning", "summary": [],
+                    "content": [{"type": "reasoning_text", "text": str(block.get("thinking", ""))}]}
+        if kind == "redacted_thinking":
+            return {"type": "reasoning", "summary": [], "encrypted_content": str(block.get("data", ""))}
+        if kind == "web_search_tool_result":
+            return {"type": "function_call_output", "call_id": str(block.get("tool_use_id", "")),
+                    "output": json.dumps(block.get("content"), ensure_ascii=False)}
+        self.session.count_unknown(f"assistant.{kind}")
+        return None
+
+    def _user(self, rec: dict[str, Any], change: Change) -> None:
+        session = self.session
+        message = rec.get("message")
+        if not isinstance(message, dict):
+            session.count_unknown("user.no_message")
+            return
+        content = message.get("content")
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        parts: list[dict[str, Any]] = []
+        outputs: list[dict[str, Any]] = []
+        for block in blocks if isinstance(blocks, list) else []:
+            if not isinstance(block, dict):
+                continue
+            kind = block.get("type")
+            if kind == "tool_result":
+                outputs.append({"type": "function_call_output", "call_id": str(block.get("tool_use_id", "")),
+                                "output": _output(block.get("content", ""))})
+            elif kind == "text" and isinstance(block.get("text"), str):
+                parts.append(_text_part(block["text"], "user"))
+            elif kind == "image":
+                image = _image_part(block)
+                if image:
+                    parts.append(image)
+            else:
+                session.count_unknown(f"user.{kind}")
+        text = "\n".join(p["text"] for p in parts if p["type"] == "input_text")
+        prompt = (bool(parts) and not outputs and not rec.get("isMeta") and not rec.get("isCompactSummary")
+                  and not text.lstrip().startswith(NOT_A_PROMPT))
+        if prompt:
+            self._rewind(rec, change)
+        for item in outputs:
+            self._add(item, change)
+        if parts:
+            if prompt:
+                turn = Turn(len(session.items), shorten(text, 60), rec.get("timestamp"), session.generation)
+                session.turns.append(turn)
+                change.turns.append(turn)
+                if session.title is None and text.strip():
+                    session.title = shorten(text)
+                    change.meta = True
+            item = {"type": "message", "role": "user", "content": parts}
+            if rec.get("isCompactSummary"):  # the summary is what the compaction wrote
+                session.items.append(item)
+                change.add_to_replacement(item, session)
+            else:
+                self._add(item, change)
+        self._link(rec)
+
+    def _compact(self, change: Change, rec: dict[str, Any]) -> None:
+        """`compact_boundary`: what came before is gone from the window; the summary follows as a
+        user message (`isCompactSummary`). Its `compactMetadata` says what triggered it and the
+        tokens before (and, in newer versions, after) it."""
+        session = self.session
+        meta = rec.get("compactMetadata")
+        if not isinstance(meta, dict):
+            meta = {}
+        at = rec.get("timestamp") if isinstance(rec.get("timestamp"), str) else session.last_activity
+        session.agent_compactions.append({
+            "trigger": meta.get("trigger") if meta.get("trigger") in ("auto", "manual") else None,
+            "tokensBefore": tokens(meta.get("preTokens")) or session.baseline,
+            "tokensAfter": tokens(meta.get("postTokens")) or None,
+            "at": at})
+        session.items = []
+        session.compactions += 1
+        session.generation += 1
+        session.baseline = None
+        self._end = {}
+        change.replace(session, session.compactions - 1, at)
+        change.usage = True
+
+
+class _SubagentCost(Reader):
+    """A subagent's transcript (`<session>/subagents/agent-*.jsonl`): only its assistant messages'
+    usage is read, into the parent session's cost. Its lines are never the main window."""
+
+    agent = "claude"
+
+    def __init__(self, path: str, parent: ClaudeReader) -> None:
+        super().__init__(path)
+        self.parent = parent
+
+    def record(self, rec: dict[str, Any], change: Change) -> None:
+        if rec.get("type") == "assistant":
+            self.parent._cost(rec)
+
+
+# --- where its sessions live ----------------------------------------------------------------------
+
+HEAD_LINES = 8  # a transcript states its cwd on its first message line
+
+
+def encode_project(directory: str | Path) -> str:
+    """Claude Code's project folder name for a directory."""
+    return re.sub(r"[^A-Za-z0-9]", "-", str(directory))
+
+
+def dir_may_match(project_dir: str, folders: Folders) -> bool:
+    """Could the project folder `project_dir` be a directory inside one of the folders?"""
+    encoded = folders.encoded(encode_project)
+    if project_dir in encoded:
+        return True
+    return any(project_dir[:at] in encoded for at, char in enumerate(project_dir) if char == "-")
+
+
+def session_id(path: str) -> str | None:
+    """A session's id is its file name. A name that is not UTF-8 cannot be an id a reply can
+    carry: None, and the id comes from the lines' `sessionId`."""
+    stem = Path(path).stem
+    try:
+        stem.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    return stem
+
+
+class ClaudeSessions(JsonlStore):
+    """`<root>/<project>/<session>.jsonl`; `agent-*.jsonl` are subagents' files."""
+
+    def session_files(self) -> list[str]:
+        projects = [e.path for e in entries(str(self.root)) if e.is_dir(follow_symlinks=False)]
+        return [e.path for project in projects for e in entries(project)
+                if e.name.endswith(".jsonl") and not e.name.startswith("agent-") and e.is_file(follow_symlinks=False)]
+
+    def is_session_file(self, path: str) -> bool:
+        p = Path(path)
+        return p.name.endswith(".jsonl") and p.parent.parent == self.root and not p.name.startswith("agent-")
+
+    def peek_cwd(self, key: str, folders: Folders) -> tuple[str | None, bool, int]:
+        """A file whose project folder cannot be inside an open folder is not opened (cwd None,
+        complete); else its head up to the first line that states a cwd."""
+        if not dir_may_match(Path(key).parent.name, folders):
+            return None, True, 0
+        records, read = head(key, HEAD_LINES)
+        for rec in records:
+            if isinstance(rec.get("cwd"), str):
+                return rec["cwd"], True, read
+        return None, len(records) >= HEAD_LINES or read >= HEAD_LIMIT, read
+
+    def reader(self, key: str) -> ClaudeReader:
+        return ClaudeReader(key, session_id(key))
+
+
+# --- how full, when it compacts -------------------------------------------------------------------
+# Claude Code 2.1.332: it compacts at its effective window (the model's window less
+# min(default output tokens, 20,000)) less a 13,000-token buffer, and warns 20,000 tokens before
+# that; `CLAUDE_AUTOCOMPACT_PCT_OVERRIDE` lowers the point to that percent of the effective
+# window. A model it does not know gets a 200,000-token window.
+
+UNKNOWN_WINDOW = 200_000  # Claude Code's window for a model it does not recognise
+OUTPUT_RESERVE = 20_000  # at most this much of the default output is set aside
+COMPACT_BUFFER = 13_000
+WARN_BEFORE = 20_000
+DEFAULT_OUTPUT = 32_000  # an unknown model's default output (reserve: 20,000 either way)
+PCT_OVERRIDE = "CLAUDE_AUTOCOMPACT_PCT_OVERRIDE"
+
+
+def compact_limits(model: str | None, pct_override: float | None = None) -> AgentLimits:
+    """Claude Code's window for `model` and where it compacts by itself."""
+    from ctxd.tokens import catalog
+
+    info = catalog.lookup(model)
+    window = catalog.context_window_for(model)
+    if info is None or window is None:
+        window, window_source = UNKNOWN_WINDOW, \
+            f"Claude Code {VERSION}'s window for a model it does not recognise ({model!r})"
+        output = DEFAULT_OUTPUT
+    else:
+        window_source = f"Claude Code {VERSION}'s model catalogue ({info.prefix}" + (
+            ", [1m])" if catalog.one_million_tag(model) else ")")
+        output = info.max_output or DEFAULT_OUTPUT
+    effective = window - min(output, OUTPUT_RESERVE)
+    limit = effective - COMPACT_BUFFER
+    source = (f"Claude Code {VERSION}: window - min(default output, {OUTPUT_RESERVE:,}) - "
+              f"{COMPACT_BUFFER:,}")
+    if pct_override and 0 < pct_override <= 100:
+        limit = min(int(effective * pct_override / 100), limit)
+        source += f", {PCT_OVERRIDE}={pct_override:g}"
+    return AgentLimits(window, window_source, limit, source, max(0, limit - WARN_BEFORE))
+
+
+def pct_override(home: Path) -> float | None:
+    """`CLAUDE_AUTOCOMPACT_PCT_OVERRIDE` as Claude Code's user settings set it (`env` in
+    settings.json), if any."""
+    try:
+        settings = json.loads((home / "settings.json").read_text(encoding="utf-8"))
+        raw: Any = (settings.get("env") or {}).get(PCT_OVERRIDE)
+        value = float(raw)  # None or a non-number: TypeError, ValueError
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
+    return value if 0 < value <= 100 else None
+
+
+# --- hooks ----------------------------------------------------------------------------------------
+
+CHANGES_FILES = {"Write", "Edit", "MultiEdit", "NotebookEdit", "Bash"}
+"""Tools that can change the working tree. A shell command can change anything: always one."""
+EVENTS = {  # the hooks install writes: event -> matcher (None: every occurrence)
+    "UserPromptSubmit": None,
+    "PreToolUse": "Write|Edit|MultiEdit|NotebookEdit|Bash",
+    "PostCompact": None,
+    "SessionStart": "compact",
+}
+HOOK_TIMEOUT_SECONDS = 10
+"""What Claude Code waits at most (the hook itself returns within 2 s)."""
+
+
+# --- ctxd's entries in its configuration ----------------------------------------------------------
+# settings.json: `hooks`, `statusLine`; the MCP server in `.mcp.json` for a project,
+# `~/.claude.json` for the user. At project scope, with no status line of the project's own, the
+# user's (from ~/.claude/settings.json, which the project's would hide) is carried, and uninstall
+# leaves the project without one.
+
+
+def config_files(scope: str, project: Path, home: Path) -> tuple[Path, Path]:
+    """(settings.json, the file holding its MCP servers) for a scope."""
+    if scope == "project":
+        return project / ".claude" / "settings.json", project / ".mcp.json"
+    state = home / ".claude.json" if os.environ.get("CLAUDE_CONFIG_DIR") else Path.home() / ".claude.json"
+    return home / "settings.json", state
+
+
+def _read(path: Path, scope: str, project: Path) -> str | None:
+    from ctxd.agents.config.files import LARGE_LIMIT, LIMIT
+    from ctxd.agents.config.plan import read_scoped
+
+    return read_scoped(path, scope, project, LARGE_LIMIT if scope == "user" and path.name == ".claude.json" else LIMIT)
+
+
+def _hooks(ctxd: list[str]) -> Any:
+    from ctxd.agents.config.json_settings import Hooks
+    from ctxd.agents.config.ours import shell
+
+    return Hooks(EVENTS, lambda event: shell([*ctxd, "hook", "claude", event]), HOOK_TIMEOUT_SECONDS)
+
+
+def settings_add(settings: dict[str, Any], ctxd: list[str], inherited: Any = None) -> dict[str, Any]:
+    """ctxd's hooks and status line in `settings`; `inherited`: the user's own status line to
+    carry when `settings` has none (project scope)."""
+    from ctxd.agents.config import json_settings
+
+    json_settings.hooks_add(settings, _hooks(ctxd))
+    return json_settings.status_line_add(settings, [*ctxd, "statusline"], inherited, extra={"padding": 0})
+
+
+def settings_remove(settings: dict[str, Any]) -> dict[str, Any]:
+    """`settings` without ctxd's hook entries and its status line (the one it carried put back)."""
+    from ctxd.agents.config import json_settings
+
+    return json_settings.status_line_remove(json_settings.hooks_remove(settings))
+
+
+def mcp_add(state: dict[str, Any], ctxd: list[str]) -> dict[str, Any]:
+    from ctxd.agents.config import json_settings
+    from ctxd.agents.config.ours import mcp_entry
+
+    return json_settings.mcp_add(state, mcp_entry(ctxd))
+
+
+def mcp_remove(state: dict[str, Any]) -> dict[str, Any]:
+    from ctxd.agents.config import json_settings
+
+    return json_settings.mcp_remove(state)
+
+
+def holds_ours(text: str) -> bool:
+    from ctxd.agents.config import json_settings
+
+    return json_settings.holds(text, lambda value: mcp_remove(settings_remove(value)))
+
+
+# --- the status line ------------------------------------------------------------------------------
+# Its JSON on stdin: `context_window {context_window_size, current_usage {input_tokens,
+# cache_creation_input_tokens, cache_read_input_tokens, output_tokens}}`, `cost.total_cost_usd`,
+# `model.id`, `session_id`, `cwd`, `workspace.current_dir`, `transcript_path`.
+
+SUMMARY_OUTPUT_TOKENS = 20_000
+"""Claude Code keeps room for the compaction's summary (at most the model's output limit)..."""
+COMPACT_BUFFER_TOKENS = 13_000
+"""...and a buffer below that: it compacts at window - 20,000 - 13,000 (167,000 of 200,000)."""
+TAIL_BYTES = 65_536  # the transcript's end read for the latest request (never the whole file)
+
+
+def compaction_point(window: int) -> int:
+    """Where Claude Code compacts a window of `window` tokens (CLAUDE_AUTOCOMPACT_PCT_OVERRIDE
+    lowers it, as it does in Claude Code)."""
+    effective = window - min(SUMMARY_OUTPUT_TOKENS, window // 2)
+    point = effective - COMPACT_BUFFER_TOKENS
+    try:
+        override = float(os.environ.get(PCT_OVERRIDE) or "")
+    except ValueError:
+        override = 0.0
+    if 0 < override <= 100:
+        point = min(int(effective * override / 100), point)
+    return max(1, point)
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def last_request(transcript: Any) -> tuple[float, bool] | None:
+    """The latest main-chain reply in the transcript's tail: when it came, and whether its cache
+    writes went to Anthropic's 1-hour cache."""
+    from ctxd.tokens.prompt_cache import parse_time
+
+    if not isinstance(transcript, str) or not os.path.isabs(transcript):
+        return None
+    try:
+        tail = read_tail(transcript, TAIL_BYTES).splitlines()
+    except (OSError, ValueError):  # ValueError: a NUL in the path
+        return None
+    for raw in reversed(tail):
+        if b'"assistant"' not in raw or b'"usage"' not in raw:
+            continue
+        try:
+            rec = json.loads(raw)
+        except ValueError:
+            continue
+        message = rec.get("message") if isinstance(rec, dict) and not rec.get("isSidechain") else None
+        usage = message.get("usage") if isinstance(message, dict) else None
+        at = parse_time(rec.get("timestamp")) if isinstance(usage, dict) else None
+        if at is not None and isinstance(usage, dict):
+            split = usage.get("cache_creation")
+            return at, isinstance(split, dict) and _count(split.get("ephemeral_1h_input_tokens")) > 0
+    return None
+
+
+class Claude(Agent):
+    name = "claude"
+    title = "Claude Code"
+    version = VERSION
+    cache_provider = "anthropic"
+    # Claude Code's transcripts state neither its system prompt nor its tools; its own /context
+    # counts them apart. Its first request (Claude Code 2.1.332, `claude -p` captured by the fake
+    # Messages server of tests/model_servers.py) carried a system prompt of 7.1k estimated tokens and
+    # 12 tool declarations of 11.9k: the tools are 62.5% of the two.
+    overhead = (("builtinTools", "Claude Code's built-in tools (inferred)", 0.625),
+                ("systemPrompt", "Claude Code's system prompt and memory (inferred)", 0.375))
+    overhead_how = "; Claude Code's tools and system prompt split as its own first request carries them (62.5% tools)"
+    hook_events: Mapping[str, HookAction] = {
+        "UserPromptSubmit": "turn",
+        "PreToolUse": "tool",
+        "PostCompact": "compacted",
+        "SessionStart": "after-compaction",
+    }
+
+    def home(self, env: Mapping[str, str], configured: str | None) -> Path:
+        user = Path(env.get("HOME") or Path.home())
+        return Path(configured or env.get("CLAUDE_CONFIG_DIR") or user / ".claude").expanduser()
+
+    def session_root(self, home: Path) -> Path:
+        return home / "projects"
+
+    def sessions(self, root: Path) -> ClaudeSessions:
+        return ClaudeSessions(root)
+
+    def read_config(self, home: Path) -> AgentConfig:
+        return AgentConfig(compact_percent=pct_override(home), source=str(home / "settings.json"))
+
+    def limits(self, model: str | None, stated_window: int | None, config: AgentConfig) -> AgentLimits:
+        return compact_limits(model, config.compact_percent)  # the transcript states no window
+
+    # --- hooks ---
+
+    def hook_input(self, event: str, data: dict[str, Any]) -> HookInput | None:
+        return payloads.claude_style(self.hook_events, event, data)
+
+    def changes_files(self, tool_name: str, tool_input: Any) -> bool:
+        return tool_name in CHANGES_FILES
+
+    def tool_paths(self, tool_name: str, tool_input: Any) -> list[str]:
+        return payloads.named_paths(tool_input)
+
+    def shell_command(self, tool_name: str, tool_input: Any) -> str | None:
+        return payloads.command(tool_input) if tool_name == "Bash" else None
+
+    def compaction_notice(self, text: str) -> str | None:
+        return payloads.session_start_context(text)
+
+    # --- ctxd's entries in its configuration ---
+
+    def _home(self) -> Path:
+        return self.home(os.environ, None)
+
+    def user_status_line(self) -> Any:
+        """The status line of the user's own settings (not ctxd's: the one ctxd's carries, if any)."""
+        from ctxd.agents.config import json_settings
+        from ctxd.agents.config.files import InstallError
+
+        path = self._home() / "settings.json"
+        try:
+            settings = json_settings.load(path, _read(path, "user", Path()))
+        except InstallError:
+            return None
+        return json_settings.own_status_line(settings)
+
+    def config_changes(self, action: Action, scope: Scope, project: Path, state_dir: Path,
+                       ctxd: list[str]) -> tuple[list[ConfigChange], list[str]]:
+        from ctxd.agents.config.plan import json_install, json_uninstall
+
+        settings, mcp = config_files(scope, project, self._home())
+        settings_text, mcp_text = _read(settings, scope, project), _read(mcp, scope, project)
+        notes: list[str] = []
+        if action == "install":
+            inherited = self.user_status_line() if scope == "project" else None
+            changes = [json_install(settings, settings_text, lambda v: settings_add(v, ctxd, inherited), holds_ours),
+                       json_install(mcp, mcp_text, lambda v: mcp_add(v, ctxd), holds_ours)]
+            if scope == "project":
+                notes.append("Claude Code asks once whether to use the MCP servers of this project's .mcp.json: "
+                             "approve `ctxd` (or run `claude mcp list` to see its state).")
+        else:
+            changes = [json_uninstall(settings, settings_text, settings_remove, state_dir, holds_ours),
+                       json_uninstall(mcp, mcp_text, mcp_remove, state_dir, holds_ours)]
+        return changes, notes
+
+    def config_status(self, scope: Scope, project: Path) -> str:
+        from ctxd.agents.config import json_settings
+        from ctxd.agents.config.files import InstallError
+
+        settings, mcp = config_files(scope, project, self._home())
+        try:
+            value = json_settings.load(settings, _read(settings, scope, project))
+            events = json_settings.hooks_installed(value, EVENTS)
+            has_mcp = json_settings.mcp_installed(json_settings.load(mcp, _read(mcp, scope, project)))
+        except InstallError as error:
+            return f"claude {scope}: {error}"
+        return (f"claude {scope}: hooks {', '.join(events) or 'none'}; status line "
+                f"{'yes' if json_settings.our_status_line(value.get('statusLine')) else 'no'}; MCP server "
+                f"{'yes' if has_mcp else 'no'} ({settings})")
+
+    def mcp_installed(self, project: Path) -> bool:
+        from ctxd.agents.config import json_settings
+        from ctxd.agents.config.files import InstallError
+
+        for scope in ("project", "user"):
+            try:
+                path = config_files(scope, project, self._home())[1]
+                if json_settings.mcp_installed(json_settings.load(path, _read(path, scope, project))):
+                    return True
+            except InstallError:
+                continue
+        return False
+
+    # --- status line ---
+
+    def statusline_usage(self, data: dict[str, Any]) -> StatusUsage:
+        """Input + cache writes + cache reads of the latest request, against its window and
+        compaction point."""
+        raw_context = data.get("context_window")
+        context: dict[str, Any] = raw_context if isinstance(raw_context, dict) else {}
+        raw_current = context.get("current_usage")
+        current: dict[str, Any] | None = raw_current if isinstance(raw_current, dict) else None
+        used = (_count(current.get("input_tokens")) + _count(current.get("cache_creation_input_tokens"))
+                + _count(current.get("cache_read_input_tokens"))) if current else 0
+        window = _count(context.get("context_window_size")) or UNKNOWN_WINDOW
+        raw_cost, raw_model = data.get("cost"), data.get("model")
+        cost: dict[str, Any] = raw_cost if isinstance(raw_cost, dict) else {}
+        total = cost.get("total_cost_usd")
+        model: dict[str, Any] = raw_model if isinstance(raw_model, dict) else {}
+        workspace = data.get("workspace")
+        cwd = data.get("cwd") or (workspace.get("current_dir") if isinstance(workspace, dict) else None)
+        session = data.get("session_id")
+        return StatusUsage(used, _count(current.get("output_tokens")) if current else 0, window,
+                           compaction_point(window), current is not None,
+                           total if isinstance(total, (int, float)) else None,
+                           model.get("id") if isinstance(model.get("id"), str) else None,
+                           session if isinstance(session, str) and session else None,
+                           cwd if isinstance(cwd, str) else None)
+
+    def statusline_cache(self, data: dict[str, Any]) -> tuple[float, bool] | None:
+        return last_request(data.get("transcript_path"))
+
+
+AGENT = Claude()

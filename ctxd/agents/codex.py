@@ -1,0 +1,608 @@
+"""Codex CLI: its rollouts, window and compaction rule, hooks and configuration (ctxd/agents/base.py).
+
+Sessions: `$CODEX_HOME/sessions/YYYY/MM/DD/rollout-*.jsonl` (`CODEX_HOME` default `~/.codex`); the
+first line is the session's meta, with its `cwd`, and a session outside every open folder is never
+read beyond it.
+
+The format, as openai/codex writes it (codex-rs/protocol/src/protocol.rs): every line is a
+`RolloutLine` `{timestamp, type, payload}` where `type`/`payload` is a `RolloutItem`:
+`session_meta` (`SessionMetaLine`: id, timestamp, cwd, originator, cli_version, instructions,
+source, model_provider, git), `response_item` (a Responses API item, which is already ctxd's item
+shape), `compacted` (`CompactedItem` {message, replacement_history?}: the history is replaced),
+`turn_context` (`TurnContextItem`: cwd, model, policies, ...), `event_msg` (`EventMsg`, tagged by
+`type`). The events used here: `token_count` (`TokenCountEvent` {info: `TokenUsageInfo`
+{total_token_usage, last_token_usage, model_context_window} | null, rate_limits}),
+`task_started` {model_context_window} and `user_message` {message, images} (what the user typed:
+a new turn, and the title). Other event types are normal and ignored; other record types are
+skipped and counted.
+
+Newer versions (0.171) write a user turn as `event_msg` `item_completed` whose `item` is
+`{type: "UserMessage", content: [{type: "text", text}]}` instead of `user_message`, and add
+bookkeeping records ctxd has no use for (`KNOWN_OTHER`); the window is still the events'
+`model_context_window` (the model's window less Codex's 5% reserve). A version that writes both forms of a turn counts it once.
+
+A `token_count` whose `last_token_usage` has neither input nor output is no request's report but
+a marker: 0.171
+writes one before its compaction's summary (`total_tokens` 0) and one after the `compacted` record,
+before its first request there, whose `total_tokens` is its own figure for the new history (6,877
+in a test, 940,500 for a window of 258,400 in issue #36). Neither is the window's fill, nor a
+compaction's fill before or after: the fill stays the last report's until the compaction, and is
+estimated from the new history after it until the first real report.
+
+Gauge rule (Codex's own status line, codex-rs/tui chatwidget `context_remaining_percent`): the
+tokens in the window are `info.last_token_usage.total_tokens` of the latest `token_count`, out of
+`info.model_context_window`. Codex then shows "% left" after setting aside a 12,000-token
+baseline (`BASELINE_TOKENS`) from both; ctxd's percent is the plain ratio (docs/sessions.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ctxd.agents import payloads
+from ctxd.agents.base import Action, Agent, AgentConfig, AgentLimits, HookAction, HookInput, Scope
+from ctxd.agents.jsonl import HEAD_LIMIT, JsonlStore, Reader, entries, head, under
+from ctxd.agents.session import Change, Turn, Usage, first_request, note_report, shorten, tokens
+from ctxd.ledger.rules import is_real_user_message, message_text
+
+if TYPE_CHECKING:
+    from ctxd.agents.config.codex_toml import HookTrust
+    from ctxd.agents.config.plan import ConfigChange
+    from ctxd.agents.folders import Folders
+
+VERSION = "0.171"
+
+# Response items Codex records that ctxd's ledger takes as they are.
+PASS_THROUGH = {"message", "function_call", "function_call_output", "custom_tool_call",
+                "custom_tool_call_output", "reasoning", "compaction"}
+# Tool calls ctxd's item set has no type for: mirrored as function calls of that name.
+AS_FUNCTION_CALL = {"local_shell_call": "local_shell", "web_search_call": "web_search"}
+# Recorded but never sent to the model (Codex's own undo commits).
+NOT_MODEL_VISIBLE = {"ghost_snapshot"}
+# Record types read and deliberately not used: `world_state` (the context Codex assembled; its
+# text also arrives as response items), `token_usage_record` (one response's usage; the
+# `token_count` event that follows carries the same numbers and the running total),
+# `last_usage_includes_reasoning` (a flag about how the last usage was counted).
+KNOWN_OTHER = {"world_state", "token_usage_record", "last_usage_includes_reasoning"}
+
+
+def _is_input(item: dict[str, Any]) -> bool:
+    """An item a request sends (not one its response wrote)."""
+    kind = item.get("type")
+    return (kind == "message" and item.get("role") != "assistant") or kind in (
+        "function_call_output", "custom_tool_call_output")
+
+
+class CodexReader(Reader):
+    agent = "codex"
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self._total: dict[str, int] = {}  # the latest total_token_usage (for per-model deltas)
+        self._stamp: str | None = None  # the timestamp of the line being read
+        self._fill = 0  # the latest non-zero fill reported (a compaction's "before")
+
+    def reset(self) -> None:
+        super().reset()
+        self._total = {}
+        self._fill = 0
+
+    def record(self, rec: dict[str, Any], change: Change) -> None:
+        session = self.session
+        kind = rec.get("type")
+        payload = rec.get("payload")
+        timestamp = rec.get("timestamp")
+        if isinstance(timestamp, str):
+            session.last_activity = timestamp
+        self._stamp = timestamp if isinstance(timestamp, str) else None
+        if not isinstance(payload, dict):
+            session.count_unknown(str(kind))
+            return
+        if kind == "response_item":
+            item = self._item(payload)
+            if item is not None and session.title is None and is_real_user_message(item):
+                session.title = shorten(message_text(item))  # rollouts without user_message events
+                change.meta = True
+            if item is not None:
+                session.items.append(item)
+                change.add(item, session)
+        elif kind == "event_msg":
+            self._event(payload, timestamp, change)
+        elif kind == "turn_context":
+            model = payload.get("model")
+            if isinstance(model, str) and model != session.model:
+                session.model = model
+                change.meta = True
+        elif kind == "compacted":
+            self._compacted(payload, change)
+        elif kind == "session_meta":
+            self._meta(payload, timestamp, change)
+        elif kind in KNOWN_OTHER:
+            return
+        else:
+            session.count_unknown(str(kind))
+
+    # --- records ---
+
+    def _meta(self, meta: dict[str, Any], timestamp: Any, change: Change) -> None:
+        session = self.session
+        meta_id = meta.get("id")
+        if session.id is None:
+            session.id = meta_id if isinstance(meta_id, str) else None
+            session.cwd = meta.get("cwd") if isinstance(meta.get("cwd"), str) else None
+            session.started = meta.get("timestamp") or timestamp
+            version = meta.get("cli_version")
+            session.version = version if isinstance(version, str) else None
+            forked = meta.get("forked_from_id")
+            session.forked_from = forked if isinstance(forked, str) else None
+            instructions = meta.get("base_instructions") or meta.get("instructions")
+            if isinstance(instructions, dict):
+                instructions = instructions.get("text")
+            if isinstance(instructions, str):
+                session.base_instructions = instructions
+            tools = meta.get("dynamic_tools")
+            if isinstance(tools, list):  # the client's own tools, declared in the meta line
+                session.tools = [{"name": str(t.get("name") or "?"), "schema": t.get("input_schema")}
+                                 for t in tools if isinstance(t, dict)]
+            change.meta = True
+        elif meta_id != session.id and session.forked_from is None and isinstance(meta_id, str):
+            # A fork copies its source's history, source meta line included.
+            session.forked_from = meta_id
+        elif meta_id == session.id and isinstance(meta.get("cli_version"), str):
+            session.version = meta["cli_version"]  # a resume by another version of Codex
+
+    def _item(self, payload: dict[str, Any]) -> dict[str, Any] | None:
+        kind = payload.get("type")
+        if kind in PASS_THROUGH:
+            if kind == "function_call_output" and isinstance(payload.get("output"), dict):
+                payload = {**payload, "output": str(payload["output"].get("content", ""))}
+            return payload
+        if kind == "compaction_summary":
+            return {**payload, "type": "compaction"}
+        name = AS_FUNCTION_CALL.get(str(kind))
+        if name is not None:
+            call_id = payload.get("call_id") or payload.get("id") or ""
+            arguments = {k: v for k, v in payload.items() if k not in ("type", "id", "call_id", "status")}
+            return {"type": "function_call", "call_id": str(call_id), "name": name,
+                    "arguments": json.dumps(arguments, ensure_ascii=False)}
+        if kind not in NOT_MODEL_VISIBLE:
+            self.session.count_unknown(f"response_item.{kind}")
+        return None
+
+    def _event(self, event: dict[str, Any], timestamp: Any, change: Change) -> None:
+        session = self.session
+        kind = event.get("type")
+        if kind == "token_count":
+            info = event.get("info")
+            if isinstance(info, dict):
+                self._usage(info, change)
+        elif kind == "user_message":
+            self._turn(event.get("message"), timestamp, change)
+        elif kind == "item_completed":
+            item = event.get("item")
+            if isinstance(item, dict) and item.get("type") == "UserMessage":
+                parts = item.get("content")
+                texts = [p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str)] \
+                    if isinstance(parts, list) else []
+                self._turn("\n".join(texts), timestamp, change)
+        elif kind == "task_started":
+            window = event.get("model_context_window")
+            if isinstance(window, int) and window > 0 and window != session.context_window:
+                session.context_window = window
+                change.meta = True
+
+    def _turn(self, text: Any, timestamp: Any, change: Change) -> None:
+        """A user turn: what the user typed, from whichever event this version writes."""
+        session = self.session
+        if not isinstance(text, str):
+            return
+        last = session.turns[-1] if session.turns else None
+        label = shorten(text, 60)
+        if last is not None and last.index == len(session.items) and last.generation == session.generation \
+                and last.text == label:
+            return  # the same turn in the other form (`user_message` and `UserMessage` both written)
+        if session.title is None and text.strip():
+            session.title = shorten(text)
+            change.meta = True
+        turn = Turn(len(session.items), label, timestamp if isinstance(timestamp, str) else None, session.generation)
+        session.turns.append(turn)
+        change.turns.append(turn)
+
+    def _usage(self, info: dict[str, Any], change: Change) -> None:
+        session = self.session
+        last = info.get("last_token_usage")
+        total = info.get("total_token_usage")
+        window = info.get("model_context_window")
+        if isinstance(window, int) and window > 0 and window != session.context_window:
+            session.context_window = window
+            change.meta = True
+        if isinstance(last, dict) and (tokens(last.get("input_tokens")) or tokens(last.get("output_tokens"))):
+            # (no input and no output: a marker, module docstring)
+            used = tokens(last.get("total_tokens"))
+            cached = tokens(last.get("cached_input_tokens"))
+            request = Usage(input=max(0, tokens(last.get("input_tokens")) - cached), cached_input=cached,
+                            cache_write=tokens(last.get("cache_write_input_tokens")))
+            note_report(session, used, request, session.model, self._stamp)
+            self._fill = used or self._fill
+            if session.first_request is None and tokens(last.get("input_tokens")):
+                # What the request carried: the items up to the last input; the response's
+                # items were recorded before this event.
+                carried = len(session.items)
+                while carried and not _is_input(session.items[carried - 1]):
+                    carried -= 1
+                session.first_request = first_request(tokens(last.get("input_tokens")), session.items[:carried])
+            if used != session.baseline or session.last_usage != last:
+                session.baseline = used
+                session.baseline_items = len(session.items)
+                session.last_usage = {k: tokens(v) for k, v in last.items()}
+                change.usage = True
+        if isinstance(total, dict):
+            # Cost from the running total; a total that went down is a new process (a resume)
+            # whose count starts again, so it is added on top rather than subtracted.
+            previous = self._total if tokens(total.get("total_tokens")) >= tokens(self._total.get("total_tokens")) else {}
+
+            def grew(key: str) -> int:  # never negative, whatever the file says
+                return max(0, tokens(total.get(key)) - tokens(previous.get(key)))
+
+            billed = grew("input_tokens")
+            cached = min(grew("cached_input_tokens"), billed)  # cached input is part of the input
+            delta = Usage(input=billed - cached, cached_input=cached, output=grew("output_tokens"),
+                          reasoning=grew("reasoning_output_tokens"))
+            if delta.input or delta.cached_input or delta.output:
+                session.cumulative.setdefault(session.model or "", Usage()).add(delta)
+                change.usage = True
+            self._total = total
+
+    def _compacted(self, payload: dict[str, Any], change: Change) -> None:
+        """The history is replaced: by `replacement_history` when the line has it, else as Codex
+        rebuilds it (codex-rs/core compact.rs): the earlier user messages, then the summary."""
+        session = self.session
+        replacement = payload.get("replacement_history")
+        if isinstance(replacement, list):
+            items = [item for item in (self._item(i) for i in replacement if isinstance(i, dict)) if item is not None]
+        else:
+            items = [i for i in session.items if is_real_user_message(i)]
+            message = payload.get("message")
+            if isinstance(message, str) and message:
+                items.append({"type": "message", "role": "user",
+                              "content": [{"type": "input_text", "text": message}]})
+        at = self._stamp or session.last_activity  # the file's time, never the time it is read
+        session.agent_compactions.append({"trigger": None, "tokensBefore": self._fill or None, "tokensAfter": None,
+                                          "at": at})
+        session.items = items
+        session.compactions += 1
+        session.generation += 1
+        session.baseline = None  # until the next token_count reports the smaller window
+        change.replace(session, session.compactions - 1, at)
+        change.usage = True
+
+
+# --- where its sessions live ----------------------------------------------------------------------
+
+
+class CodexSessions(JsonlStore):
+    """`<root>/YYYY/MM/DD/rollout-*.jsonl`, found at any depth under the root."""
+
+    def session_files(self) -> list[str]:
+        found: list[str] = []
+        pending = [str(self.root)]
+        while pending:
+            for entry in entries(pending.pop()):
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append(entry.path)
+                elif entry.name.startswith("rollout-") and entry.name.endswith(".jsonl") and entry.is_file(
+                        follow_symlinks=False):
+                    found.append(entry.path)
+        return found
+
+    def is_session_file(self, path: str) -> bool:
+        p = Path(path)
+        return p.name.startswith("rollout-") and p.name.endswith(".jsonl") and under(p, self.root)
+
+    def peek_cwd(self, key: str, folders: Folders) -> tuple[str | None, bool, int]:
+        """The first line is the session's meta: its `cwd` is the session's."""
+        records, read = head(key, 1)
+        if not records:
+            return None, read >= HEAD_LIMIT, read  # a first line over the limit: not a session
+        payload = records[0].get("payload") if records[0].get("type") == "session_meta" else None
+        cwd = payload.get("cwd") if isinstance(payload, dict) else None
+        return (cwd if isinstance(cwd, str) else None), True, read
+
+    def reader(self, key: str) -> CodexReader:
+        return CodexReader(key)
+
+
+# --- how full, when it compacts -------------------------------------------------------------------
+# Codex 0.171 (codex-rs `ModelContextMetadata::auto_compact_token_limit_with_override`): the
+# configured `model_auto_compact_token_limit` (or the model's own `auto_compact_token_limit`),
+# never above 90% of the model's context window; without either, 90% of it. The rollout's
+# `model_context_window` is the *effective* window (95% of the model's, Codex's
+# `effective_context_window_percent`), so the model's window comes from the catalogue.
+
+COMPACT_FRACTION = (9, 10)  # context_window * 9 / 10
+EFFECTIVE_PERCENT = 95  # default effective_context_window_percent
+CATALOGUE_SOURCE = "codex"  # ctxd.tokens.catalog's entries read from Codex's bundled models.json
+
+
+def compact_limits(model: str | None, stated_window: int | None, configured: int | None = None) -> AgentLimits:
+    """Codex's window (what the rollout states, else the catalogue's effective one) and its
+    auto-compact limit for `model` with the user's `model_auto_compact_token_limit`."""
+    from ctxd.tokens import catalog
+
+    info = catalog.lookup(model)
+    if info is not None and (info.source == CATALOGUE_SOURCE or not stated_window):
+        model_window = info.context_window
+        model_source = f"Codex {VERSION}'s models.json ({model})" if info.source == CATALOGUE_SOURCE else \
+            f"ctxd's model catalogue ({model})"
+    elif stated_window:
+        model_window = stated_window * 100 // EFFECTIVE_PERCENT
+        model_source = f"inferred: the rollout's window / {EFFECTIVE_PERCENT}% (model {model!r} is unknown)"
+    else:
+        model_window = 0
+        model_source = "unknown"
+    window = stated_window or model_window * EFFECTIVE_PERCENT // 100
+    window_source = "the rollout's model_context_window" if stated_window else model_source
+    num, den = COMPACT_FRACTION
+    cap = model_window * num // den
+    if configured and configured > 0 and (not cap or configured < cap):
+        limit, source = configured, "model_auto_compact_token_limit in Codex's config.toml"
+    else:
+        limit, source = cap, f"Codex {VERSION}'s default: 90% of the model's window ({model_source})"
+    return AgentLimits(window, window_source, limit, source, limit * 4 // 5)  # no warning tier of its own: ctxd's
+
+
+def configured_limit(home: Path) -> int | None:
+    """`model_auto_compact_token_limit` from `$CODEX_HOME/config.toml` (read only), if set."""
+    import tomllib
+
+    try:
+        with open(home / "config.toml", "rb") as handle:
+            value = tomllib.load(handle).get("model_auto_compact_token_limit")
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+        return None
+    return value if type(value) is int and value > 0 else None
+
+
+# --- hooks ----------------------------------------------------------------------------------------
+
+CHANGES_FILES = {"Bash", "apply_patch", "shell", "local_shell", "exec_command", "unified_exec", "write_stdin",
+                 "shell_command"}
+"""Tools that can change the working tree. A shell command can change anything: always one."""
+SHELLS = CHANGES_FILES - {"apply_patch"}
+EVENTS = {  # the hooks install writes: event -> matcher (None: every occurrence)
+    "UserPromptSubmit": None,
+    "PreToolUse": "^(Bash|apply_patch|shell|local_shell|exec_command|unified_exec|write_stdin|shell_command)$",
+    "PostCompact": None,
+    "SessionStart": "compact",
+}
+
+
+# --- ctxd's entries in its configuration: config.toml, edited as text -------------------------------
+# `[[hooks.*]]` tables, `[mcp_servers.ctxd]` and, for the user only, `notify` (Codex refuses a
+# project's). Codex's TOML is edited as text, never re-serialised (`ctxd.agents.config.codex_toml`):
+# uninstall removes ctxd's own tables and keys wherever Codex's editor moved them, and nothing else.
+
+HOOK_TIMEOUT_SECONDS = 10
+"""What Codex waits at most (the hook itself returns within 2 s)."""
+
+
+def config_file(scope: str, project: Path, home: Path) -> Path:
+    return project / ".codex" / "config.toml" if scope == "project" else home / "config.toml"
+
+
+def _toml_str(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+def codex_add(path: Path, text: str | None, ctxd: list[str], scope: str) -> tuple[str, list[str]]:
+    """The file with ctxd's entries (replacing earlier ones), and notes for the user."""
+    from ctxd.agents.config import codex_toml
+    from ctxd.agents.config.codex_toml import TomlEditError
+    from ctxd.agents.config.files import InstallError
+    from ctxd.agents.config.ours import shell
+
+    try:
+        base = codex_toml.remove_ours(text or "")
+        parsed = codex_toml.parse(base)
+    except TomlEditError as error:
+        raise InstallError(f"{path}: {error}; left unchanged") from None
+    notes = []
+    servers = parsed.get("mcp_servers") or {}
+    with_mcp = not (isinstance(servers, dict) and "ctxd" in servers)
+    if not with_mcp:
+        notes.append(f"{path}: an [mcp_servers.ctxd] of your own is configured; ctxd's was not added")
+    notify = None
+    if scope == "user":
+        if "notify" in parsed:
+            notes.append(f"{path}: you have a `notify` program of your own; ctxd's was not added (it is optional)")
+        else:
+            notify = [*ctxd, "hook", "codex", "notify"]
+    hooks = [codex_toml.Hook(event, matcher, shell([*ctxd, "hook", "codex", event]), HOOK_TIMEOUT_SECONDS)
+             for event, matcher in EVENTS.items()]
+    result = codex_toml.add_ours(base, hooks, [*ctxd, "mcp"] if with_mcp else None, notify)
+    try:
+        wanted = codex_toml.parse(result)
+    except TomlEditError as error:
+        raise InstallError(f"{path}: ctxd's hooks would not fit with what the file defines ({error}); "
+                           "left unchanged") from None
+    if text is not None and "ctxd" in text and codex_toml.parse(text) == wanted:
+        result = text  # installed already, as this ctxd would write it (maybe moved by Codex's editor)
+    return result, notes
+
+
+def codex_remove(text: str) -> str:
+    """`text` without ctxd's entries (wherever Codex's editor put them) and nothing else."""
+    from ctxd.agents.config import codex_toml
+    from ctxd.agents.config.files import InstallError
+
+    try:
+        return codex_toml.remove_ours(text)
+    except codex_toml.TomlEditError as error:
+        raise InstallError(f"{error}; left unchanged") from None
+
+
+def holds_ours(text: str) -> bool:
+    """Whether the file holds ctxd's entries already (put there by an install this one cannot
+    undo byte for byte)."""
+    import copy
+
+    from ctxd.agents.config import codex_toml
+
+    try:
+        parsed = codex_toml.parse(text)
+    except codex_toml.TomlEditError:
+        return False
+    return codex_toml.without_ours(parsed) != codex_toml.tidy(copy.deepcopy(parsed))
+
+
+def _trust_words(trust: list[HookTrust]) -> str:
+    states = [t.state for t in trust]
+    if all(s == "trusted" for s in states):
+        return "trusted"
+    if all(s == "untrusted" for s in states):
+        return "installed, not trusted yet: review them in Codex's /hooks"
+    if "changed" in states:
+        return (f"{states.count('trusted')} of {len(states)} trusted; changed since you trusted them: "
+                "trust them again in Codex's /hooks")
+    if "disabled" in states:
+        return f"{states.count('disabled')} of {len(states)} turned off in Codex's /hooks"
+    return f"{states.count('trusted')} of {len(states)} trusted; review the others in Codex's /hooks"
+
+
+class Codex(Agent):
+    name = "codex"
+    title = "Codex"
+    version = VERSION
+    cache_provider = "openai"
+    overhead = (("builtinTools", "Codex's built-in tools and instructions (inferred)", 1.0),)
+    hook_events: Mapping[str, HookAction] = {
+        "UserPromptSubmit": "turn",
+        "PreToolUse": "tool",
+        "PostCompact": "compacted",
+        "SessionStart": "after-compaction",
+        "notify": "ignore",  # its after-turn program: the turn's checkpoints are taken before it
+    }
+
+    def home(self, env: Mapping[str, str], configured: str | None) -> Path:
+        user = Path(env.get("HOME") or Path.home())
+        return Path(configured or env.get("CODEX_HOME") or user / ".codex").expanduser()
+
+    def session_root(self, home: Path) -> Path:
+        return home / "sessions"
+
+    def sessions(self, root: Path) -> CodexSessions:
+        return CodexSessions(root)
+
+    def read_config(self, home: Path) -> AgentConfig:
+        return AgentConfig(compact_limit=configured_limit(home), source=str(home / "config.toml"))
+
+    def limits(self, model: str | None, stated_window: int | None, config: AgentConfig) -> AgentLimits:
+        return compact_limits(model, stated_window, config.compact_limit)
+
+    # --- hooks ---
+
+    def hook_input(self, event: str, data: dict[str, Any]) -> HookInput | None:
+        return payloads.claude_style(self.hook_events, event, data)
+
+    def changes_files(self, tool_name: str, tool_input: Any) -> bool:
+        return tool_name in CHANGES_FILES
+
+    def tool_paths(self, tool_name: str, tool_input: Any) -> list[str]:
+        if tool_name == "apply_patch":
+            return payloads.patch_paths(tool_input)
+        return payloads.named_paths(tool_input)
+
+    def shell_command(self, tool_name: str, tool_input: Any) -> str | None:
+        return payloads.command(tool_input) if tool_name in SHELLS else None
+
+    def compaction_notice(self, text: str) -> str | None:
+        return payloads.session_start_context(text)
+
+    # --- ctxd's entries in its configuration ---
+
+    def _file(self, scope: str, project: Path) -> Path:
+        return config_file(scope, project, self.home(os.environ, None))
+
+    def config_changes(self, action: Action, scope: Scope, project: Path, state_dir: Path,
+                       ctxd: list[str]) -> tuple[list[ConfigChange], list[str]]:
+        from ctxd.agents.config.plan import ConfigChange, read_backup, read_scoped
+
+        path = self._file(scope, project)
+        before = read_scoped(path, scope, project)
+        notes: list[str] = []
+        after: str | None
+        if action == "install":
+            after, notes = codex_add(path, before, ctxd, scope)
+            notes.append("Codex runs a hook only once you have trusted it: start `codex` here and open `/hooks` "
+                         "to review and trust ctxd's hooks (a changed hook needs trusting again); "
+                         "`ctxd hooks status` says when Codex has.")
+            if scope == "project":
+                notes.append(f"Codex reads {path} only in a trusted project: accept Codex's prompt to trust "
+                             f"{project}, or add [projects.{_toml_str(str(project))}] trust_level = \"trusted\" "
+                             f"to {self._file('user', project)} yourself.")
+        elif before is None:
+            after = None
+        else:
+            from ctxd.agents.config.files import InstallError
+
+            try:
+                after = codex_remove(before)
+            except InstallError as error:
+                raise InstallError(f"{path}: {error}") from None
+            backup = read_backup(state_dir, path)
+            if after != before and not after.strip() and backup is not None and not backup.get("existed"):
+                after = None  # install created it: nothing of the user's in it
+        return [ConfigChange(path, before, after, holds_ours)], notes
+
+    def config_status(self, scope: Scope, project: Path) -> str:
+        from ctxd.agents.config import codex_toml
+        from ctxd.agents.config.files import InstallError
+        from ctxd.agents.config.ours import is_our_mcp
+        from ctxd.agents.config.plan import read_scoped
+
+        path = self._file(scope, project)
+        user_path = self._file("user", project)
+        try:
+            config = codex_toml.parse(read_scoped(path, scope, project) or "")
+            user = config if scope == "user" else codex_toml.parse(read_scoped(user_path, "user", project) or "")
+        except (InstallError, codex_toml.TomlEditError) as error:
+            return f"codex {scope}: {error}" if isinstance(error, InstallError) else f"codex {scope}: {path}: {error}"
+        sources = list(dict.fromkeys([str(path), os.path.realpath(path)]))
+        trust = codex_toml.our_hooks_trust(config, sources, user)
+        events = list(dict.fromkeys(t.event for t in trust))
+        servers = config.get("mcp_servers")
+        has_mcp = isinstance(servers, dict) and is_our_mcp(servers.get("ctxd"))
+        line = f"codex {scope}: hooks {', '.join(events) or 'none'}"
+        if trust:
+            line += f" ({_trust_words(trust)})"
+        line += f"; MCP server {'yes' if has_mcp else 'no'}"
+        if scope == "user":
+            line += f"; notify {'yes' if codex_toml.is_our_notify(config.get('notify')) else 'no'}"
+        elif trust or has_mcp:
+            projects = user.get("projects")
+            entry = projects.get(str(project)) if isinstance(projects, dict) else None
+            if not (isinstance(entry, dict) and entry.get("trust_level") == "trusted"):
+                line += "; Codex reads the file only once you trust the project"
+        return line + f" ({path})"
+
+    def mcp_installed(self, project: Path) -> bool:
+        from ctxd.agents.config import codex_toml
+        from ctxd.agents.config.files import InstallError
+        from ctxd.agents.config.plan import read_scoped
+
+        for scope in ("project", "user"):
+            try:
+                path = self._file(scope, project)
+                servers = codex_toml.parse(read_scoped(path, scope, project) or "").get("mcp_servers") or {}
+                if isinstance(servers, dict) and "ctxd" in servers:
+                    return True
+            except (InstallError, codex_toml.TomlEditError):
+                continue
+        return False
+
+
+AGENT = Codex()

@@ -1,0 +1,119 @@
+"""The plan of `ctxd hooks install | uninstall`: each configuration file and its new text, the
+backups that let uninstall give back a file byte for byte, and the writes, all or none.
+
+A copy of each file as it was is kept in ctxd's state directory (`<state dir>/hooks/backups`);
+uninstall writes it back byte for byte when the file is still what install wrote, else removes
+ctxd's entries from it. A file with nothing of ctxd's in it is not rewritten.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ctxd.agents.config import json_settings
+from ctxd.agents.config.files import LARGE_LIMIT, LIMIT, InstallError, Write, read, write_all
+from ctxd.places import backups_dir
+
+
+@dataclass
+class ConfigChange:
+    path: Path
+    before: str | None  # None: the file does not exist
+    after: str | None  # None: remove the file (it was created by install and is now empty)
+    holds_ours: Callable[[str], bool]  # whether a text of this file holds ctxd's entries
+
+
+def read_scoped(path: Path, scope: str, project: Path, limit: int = LIMIT) -> str | None:
+    """The file's text (None: no file). At project scope a name leading out of the project is refused."""
+    return read(path, project if scope == "project" else None, limit)
+
+
+def backup_path(state_dir: Path, path: Path) -> Path:
+    digest = hashlib.sha256(os.fsencode(path.absolute())).hexdigest()[:24]
+    return backups_dir(state_dir) / f"{path.name}-{digest}.json"
+
+
+def read_backup(state_dir: Path, path: Path) -> dict[str, Any] | None:
+    try:
+        text = read(backup_path(state_dir, path), limit=4 * LARGE_LIMIT)
+        value = json.loads(text) if text else None
+    except (InstallError, ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) and value.get("path") == str(path.absolute()) else None
+
+
+Edit = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def json_install(path: Path, before: str | None, edit: Edit, holds_ours: Callable[[str], bool]) -> ConfigChange:
+    """A JSON file with `edit` applied (installed already: the file as it is, not reformatted)."""
+    parsed = json_settings.load(path, before)
+    value = edit(copy.deepcopy(parsed))
+    if before is not None and value == parsed:
+        return ConfigChange(path, before, before, holds_ours)
+    return ConfigChange(path, before, json_settings.dump(value, before), holds_ours)
+
+
+def json_uninstall(path: Path, before: str | None, edit: Edit, state_dir: Path,
+                   holds_ours: Callable[[str], bool]) -> ConfigChange:
+    """A JSON file without ctxd's entries (`edit` removes them): the backup's bytes when it still
+    is what install wrote (or was changed back since), else the file less ctxd's entries."""
+    if before is None:
+        return ConfigChange(path, None, None, holds_ours)
+    parsed = json_settings.load(path, before)
+    value = edit(copy.deepcopy(parsed))
+    if value == parsed:
+        return ConfigChange(path, before, before, holds_ours)  # nothing of ctxd's: not even reformatted
+    backup = read_backup(state_dir, path) or {}
+    original = backup.get("original")
+    if backup.get("installed") == before:  # untouched since install: exactly what was there
+        if not backup.get("existed"):
+            return ConfigChange(path, before, None, holds_ours)
+        if original is not None:
+            return ConfigChange(path, before, original, holds_ours)
+    if original is not None:
+        try:
+            if json.loads(original.removeprefix(json_settings.BOM)) == value:
+                return ConfigChange(path, before, original, holds_ours)  # changed since, and changed back
+        except (ValueError, RecursionError):
+            pass
+    if backup and not backup.get("existed") and not value:
+        return ConfigChange(path, before, None, holds_ours)  # install created it and only ctxd's entries were left
+    return ConfigChange(path, before, json_settings.dump(value, before), holds_ours)
+
+
+def apply(changes: list[ConfigChange], action: str, state_dir: Path) -> None:
+    """Every change and its backup, or none of them (InstallError)."""
+    writes: list[Write] = []
+    for change in changes:
+        if action == "install":
+            backup = backup_path(state_dir, change.path)
+            known = read_backup(state_dir, change.path)
+            if known and known.get("installed") == change.before:  # installed again over ctxd's own
+                existed, original = known.get("existed", True), known.get("original")
+            else:  # the file as the user left it; unknown when it holds ctxd's entries already
+                existed = change.before is not None
+                original = None if change.before is None or change.holds_ours(change.before) else change.before
+            record = json.dumps({"path": str(change.path.absolute()), "existed": existed,
+                                 "original": original, "installed": change.after})
+            writes.append(Write(backup, None, record, check_unchanged=False))
+        writes.append(Write(change.path, change.before, change.after))
+    write_all(writes)
+
+
+def diff(changes: list[ConfigChange]) -> str:
+    out: list[str] = []
+    for change in changes:
+        out += difflib.unified_diff((change.before or "").splitlines(keepends=True),
+                                    (change.after or "").splitlines(keepends=True),
+                                    fromfile=str(change.path) if change.before is not None else "/dev/null",
+                                    tofile=str(change.path) if change.after is not None else "/dev/null")
+    return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in out)
