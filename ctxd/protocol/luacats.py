@@ -139,9 +139,10 @@ WRAPPERS = (
             "files is recorded (protocol 4):\n`{idle}` (false: still reading after the wait)."),
 )
 
-UNWRAPPED: frozenset[str] = frozenset()
+UNWRAPPED: frozenset[str] = frozenset({methods.ACP_RECORD, methods.ACP_CHECKPOINT})
 """Requests the plugin's API leaves out (reachable through `request`): those only ctxd's own tools
-may send. Every other request has a wrapper (a test holds `WRAPPERS` to it)."""
+may send (a `ctxd acp` proxy's session alone may write an ACP session). Every other request has a
+wrapper (a test holds `WRAPPERS` to it)."""
 
 _API_HEAD = """---@mod ctxd.api Lua API for agent plugins.
 ---
