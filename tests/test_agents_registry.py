@@ -203,7 +203,7 @@ def test_every_registered_agent_implements_the_interface() -> None:
 
 def test_an_agent_name_is_one_word_and_taken_once() -> None:
     toy = _toy_module(None)
-    for bad in ("Toy", "to y", "client", "codex", "", "a:b"):
+    for bad in ("Toy", "to y", "client", "acp", "codex", "", "a:b"):  # "acp": `ctxd acp`'s threads
         other = type(toy.AGENT)()
         other.name = bad
         with pytest.raises(ValueError):
@@ -216,6 +216,19 @@ def test_an_agent_name_is_one_word_and_taken_once() -> None:
     finally:
         agents.unregister("toy")
     assert agents.find("toy") is None and "toy" not in agents.names()
+
+
+def test_an_acp_session_is_no_agent_module_yet_read_only_and_served_by_ctxd_mcp() -> None:
+    """`acp:<id>` threads are recorded by a `ctxd acp` proxy (ctxd/acp), not mirrored by an agent
+    module: no client may write them, and `ctxd mcp` serves them (CTXD_SESSION=acp:<id>)."""
+    from ctxd.mcp.backend import _served
+    from ctxd.workspace import agent_title, followed_agent
+
+    assert agents.followed("acp:s1") is None and agents.find("acp") is None
+    assert followed_agent("acp:s1") == "acp" and agent_title("acp") == "ctxd acp"
+    assert followed_agent("claude:s1") == "claude" and followed_agent("default") is None
+    assert followed_agent("acpx:s1") is None and followed_agent("my-acp:s1") is None
+    assert _served("acp:s1") and _served("codex:s1") and not _served("default") and not _served("acpx:s1")
 
 
 def test_the_settings_take_sources_of_every_agent_and_refuse_others(tmp_path: Path,
