@@ -81,7 +81,9 @@ def covered_line() -> str:
 
 
 def main(argv: list[str]) -> int:
-    hooked = agents.with_hooks()
+    # By the names users know, whatever the registry's order: Claude Code before Codex, as ctxd hooks
+    # always listed them (the editors show this order).
+    hooked = sorted(agents.with_hooks(), key=lambda agent: agent.title)
     parser = argparse.ArgumentParser(prog="ctxd hooks", description="ctxd's hooks, status line and MCP server "
                                      f"in the agents' own configuration ({', '.join(a.title for a in hooked)}).")
     parser.add_argument("action", choices=("install", "uninstall", "status"))
