@@ -102,3 +102,48 @@ def test_a_qwen_session_is_followed_live_with_its_fill_compaction_and_categories
                            text=True, timeout=WAIT, env=env)
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["usage"]["usedTokens"] == 2_000
+
+
+def test_qwens_compaction_hook_after_its_record_keeps_the_fill_the_record_states(
+        daemon_factory: Callable[..., Client], tmp_path: Path, state_dir: Path) -> None:
+    """qwen's chat_compression record states the fill after it (newTokenCount). Its PostCompact
+    hook, handled after the daemon mirrored that record, must not drop that figure as the stale
+    one from before the compaction (the gauge fell back to an estimate, and stayed there)."""
+    work = tmp_path / "app"
+    work.mkdir()
+    home = tmp_path / "qwen"
+    chats = home / "projects" / encode_project(work) / "chats"
+    chats.mkdir(parents=True)
+    text = FIXTURE.read_text().replace("/home/user/app", str(work))
+    (chats / f"{SESSION}.jsonl").write_text("".join(text.splitlines(keepends=True)[:24]))  # up to /compress
+    client = daemon_factory([work], env={"QWEN_HOME": str(home)})
+    uri = work.as_uri()
+
+    def usage() -> dict[str, Any] | None:
+        rows = client.request("ctxd/threads", {"workspace": uri})["threads"]
+        row = next((t for t in rows if t["thread"] == THREAD), None)
+        return row["usage"] if row is not None else None
+
+    until(lambda: (u := usage()) is not None and u["usedTokens"] == 11_577)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "XDG_STATE_HOME": str(state_dir)}
+
+    def run_hook(event: str, fixture: str) -> None:
+        payload = (REPO / "tests" / "fixtures" / "agents" / "qwen" / "hooks" / f"{fixture}.json").read_text()
+        done = subprocess.run([sys.executable, "-m", "ctxd", "hook", "qwen", event], cwd=REPO, env=env,
+                              input=payload.replace("/home/user/app", str(work)), capture_output=True, text=True,
+                              timeout=WAIT)
+        assert done.returncode == 0 and done.stdout == ""
+
+    mark = state_dir / "ctxd" / "hooks" / "sessions"
+    run_hook("UserPromptSubmit", "UserPromptSubmit")  # the session's hooks ran before: its note exists
+    until(lambda: list(mark.glob("*.json")))
+    time.sleep(3)  # the daemon's watch has seen the note (a slow tick re-checks every second or so)
+    seen = len(client.notifications)
+    run_hook("PostCompact", "PostCompact")
+    until(lambda: any("compactedAt" in p.read_text() for p in mark.glob("*.json")))  # the hook noted it
+    try:  # the daemon acts on the note at once; without the fix it pushes the estimate here
+        client.wait_for_notification("ctxd/usageChanged", lambda p: p["thread"] == THREAD, timeout=10, after=seen)
+    except TimeoutError:
+        pass
+    now = usage()
+    assert now is not None and (now["usedTokens"], now["source"]) == (11_577, "api")
