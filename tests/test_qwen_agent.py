@@ -265,7 +265,8 @@ def test_hook_payloads_in_ctxds_words() -> None:
     assert repeat is not None and repeat.action == "ignore"  # qwen's repeat after a tool batch
     for name, changes in (("write_file", True), ("edit", True), ("read_file", False)):
         tool = AGENT.hook_input("PreToolUse", hook(f"PreToolUse-{name}"))
-        assert tool is not None and tool.action == "tool" and tool.tool_name == name and tool.tool_id
+        assert tool is not None and tool.action == "tool" and tool.tool_name == name
+        assert tool.tool_id == hook(f"PreToolUse-{name}")["tool_call_id"]  # the transcript's call id, not toolu_...
         assert AGENT.changes_files(tool.tool_name, tool.tool_input) is changes
         assert AGENT.tool_paths(tool.tool_name, tool.tool_input) == [tool.tool_input["file_path"]]
     assert AGENT.shell_command("run_shell_command", {"command": "rm -rf build"}) == "rm -rf build"

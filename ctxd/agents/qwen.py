@@ -502,6 +502,9 @@ class Qwen(Agent):
 
     def hook_input(self, event: str, data: dict[str, Any]) -> HookInput | None:
         found = payloads.claude_style(self.hook_events, event, data)
+        call = data.get("tool_call_id")
+        if isinstance(call, str) and call:
+            found = found._replace(tool_id=call)  # the model's call id, as the transcript has it (tool_use_id is the hook's own)
         if found.action == "turn" and not (found.prompt or "").strip():
             return found._replace(action="ignore")  # the repeat after a tool batch, not a typed prompt
         return found
