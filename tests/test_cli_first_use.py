@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ctxd import agents
 from tests.ghost_repo import make_repo
 
 REPO = Path(__file__).resolve().parent.parent
@@ -24,5 +25,7 @@ def test_ctxd_sessions_with_no_session_says_what_to_do(tmp_path: Path) -> None:
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     # The enclosing workspace (the git root), not the subfolder, and the two ways to start.
-    assert f"No Codex or Claude Code sessions in {repo.root.resolve()} yet." in done.stdout
-    assert "`codex` or `claude`" in done.stdout and "ctxd hooks install" in done.stdout
+    titles, commands = [a.title for a in agents.every()], [f"`{name}`" for name in agents.names()]
+    assert titles[:2] == ["Codex", "Claude Code"] and commands[:2] == ["`codex`", "`claude`"]
+    assert f"No {', '.join(titles[:-1])} or {titles[-1]} sessions in {repo.root.resolve()} yet." in done.stdout
+    assert f"{', '.join(commands[:-1])} or {commands[-1]}" in done.stdout and "ctxd hooks install" in done.stdout

@@ -99,11 +99,16 @@ def _cache(state: dict[str, Any] | None) -> str:
     return shown
 
 
+def _either(words: list[str]) -> str:
+    """"a or b", "a, b or c"."""
+    return " or ".join(words) if len(words) < 3 else f"{', '.join(words[:-1])} or {words[-1]}"
+
+
 def render(rows: list[dict[str, Any]], folder: Path | None = None) -> str:
     if not rows:
         where = safe(str(folder)) if folder is not None else "this workspace"
-        titles = " or ".join(agent.title for agent in agents.every())
-        commands = " or ".join(f"`{name}`" for name in agents.names())
+        titles = _either([agent.title for agent in agents.every()])
+        commands = _either([f"`{name}`" for name in agents.names()])
         return (f"No {titles} sessions in {where} yet.\n"
                 f"Start one here ({commands}): ctxd follows it at once, with its fill, its cost and a\n"
                 "checkpoint of your files before each turn. For a checkpoint before every edit, the status line\n"
