@@ -147,3 +147,31 @@ def test_qwens_compaction_hook_after_its_record_keeps_the_fill_the_record_states
         pass
     now = usage()
     assert now is not None and (now["usedTokens"], now["source"]) == (11_577, "api")
+
+
+def test_qwens_status_line_reaches_the_followed_threads_gauge(daemon_factory: Callable[..., Client], tmp_path: Path,
+                                                              state_dir: Path) -> None:
+    """qwen's `ui.statusLine` command (`ctxd statusline --agent qwen`) with the stdin qwen-code
+    0.24.4 gave it (tests/fixtures/agents/qwen/statusline-stdin.json): the line shows qwen's fill
+    against its own compaction point, and the followed thread's gauge takes that usage at once."""
+    work = tmp_path / "app"
+    work.mkdir()
+    home = tmp_path / "qwen"
+    chats = home / "projects" / encode_project(work) / "chats"
+    chats.mkdir(parents=True)
+    lines = FIXTURE.read_text().replace("/home/user/app", str(work)).splitlines(keepends=True)
+    (chats / f"{SESSION}.jsonl").write_text("".join(lines[:4]))
+    client = daemon_factory([work], env={"QWEN_HOME": str(home)})
+    uri = work.as_uri()
+    until(lambda: any(t["thread"] == THREAD for t in client.request("ctxd/threads", {"workspace": uri})["threads"]))
+    stdin = json.loads((REPO / "tests" / "fixtures" / "agents" / "qwen" / "statusline-stdin.json").read_text())
+    stdin.update(session_id=SESSION, workspace={"current_dir": str(work)})
+    stdin["context_window"]["current_usage"] = 425_000
+    seen = len(client.notifications)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "XDG_STATE_HOME": str(state_dir), "QWEN_HOME": str(home)}
+    shown = subprocess.run([sys.executable, "-m", "ctxd", "statusline", "--agent", "qwen", "--no-colour"], cwd=REPO,
+                           env=env, input=json.dumps(stdin), capture_output=True, text=True, timeout=WAIT)
+    assert shown.returncode == 0 and shown.stdout.startswith("qwen · 50% of 850k"), shown.stdout
+    pushed = client.wait_for_notification("ctxd/usageChanged", lambda p: p["thread"] == THREAD, timeout=WAIT,
+                                          after=seen)
+    assert pushed["usedTokens"] == 425_000
