@@ -340,3 +340,17 @@ def test_install_and_uninstall_keep_the_users_settings_byte_for_byte(tmp_path: P
     left = json.loads(settings.read_text())
     assert left == {**json.loads(original), "ui": {"theme": "light", "statusLine": {"type": "command",
                                                                                     "command": "my-line"}}}
+
+
+def test_a_settings_file_install_creates_is_stamped_as_qwen_would_and_removed_by_uninstall(tmp_path: Path) -> None:
+    """qwen-code adds "$version" to a settings.json without it when it starts: the file ctxd
+    creates has it already, so qwen leaves it as ctxd wrote it and uninstall removes it whole."""
+    home = tmp_path / "qwen"
+    env = {**os.environ, "QWEN_HOME": str(home), "HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "state"),
+           "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    done = ctxd("hooks", "install", "--agent", "qwen", env=env)
+    assert done.returncode == 0, done.stderr
+    value = json.loads((home / "settings.json").read_text())
+    assert list(value)[0] == "$version" and value["$version"] == 4 and "note:" not in done.stdout
+    assert ctxd("hooks", "uninstall", "--agent", "qwen", env=env).returncode == 0
+    assert not (home / "settings.json").exists()

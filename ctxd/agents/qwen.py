@@ -439,6 +439,8 @@ EVENTS = {  # the hooks install writes: event -> matcher (None: every occurrence
 }
 HOOK_TIMEOUT_SECONDS = 10
 STATUS_LINE_KEY = "ui.statusLine"
+SETTINGS_VERSION_KEY, SETTINGS_VERSION = "$version", 4
+"""qwen-code 0.24.4 adds this to a settings.json without it on every start (`loadAndMigrate`)."""
 
 
 def config_file(scope: str, project: Path, home: Path) -> Path:
@@ -539,12 +541,14 @@ class Qwen(Agent):
         hooks = js.Hooks(EVENTS, lambda event: shell([*ctxd, "hook", "qwen", event]), HOOK_TIMEOUT_SECONDS)
 
         def add(value: dict[str, Any]) -> dict[str, Any]:
+            if before is None:  # a file ctxd creates: stamped as qwen would, else qwen rewrites it on start
+                value[SETTINGS_VERSION_KEY] = SETTINGS_VERSION
             js.status_line_add(js.hooks_add(value, hooks), [*ctxd, "statusline", "--agent", "qwen"],
                                key=STATUS_LINE_KEY)
             return js.mcp_add(value, mcp_entry(ctxd))
 
         notes = []
-        if before is not None and '"$version"' not in before:
+        if before is not None and f'"{SETTINGS_VERSION_KEY}"' not in before:
             notes.append(f"qwen-code adds \"$version\" to {path} when it next starts (its settings migration); "
                          "uninstall then leaves that key")
         return [json_install(path, before, add, holds_ours)], notes
