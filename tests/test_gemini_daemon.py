@@ -87,6 +87,16 @@ def test_a_session_is_followed_live_with_its_compression_and_a_stub_is_no_sessio
     assert (compaction["strategy"], compaction["tokensBefore"], compaction["tokensAfter"]) == ("gemini", 600_000, 4_000)
     archived = [i for i in kept["items"] if i.get("archived")]
     assert any(i.get("call_id") == "write_file__call_1" for i in archived)  # what the compression dropped
+    # The breakdown in /context's shape: what Gemini CLI sends besides the messages (its system
+    # instruction and its tools, inferred from its first request's reported input, half each)
+    breakdown = client.request("ctxd/usage", {"workspace": uri, "thread": THREAD})
+    rows = {c["name"]: c for c in breakdown["categories"]}
+    assert set(breakdown["inferred"]) == {"systemPrompt", "builtinTools"}
+    assert [d["name"] for d in rows["systemPrompt"]["details"]] == ["Gemini CLI's system instruction (inferred)"]
+    assert [d["name"] for d in rows["builtinTools"]["details"]] == ["Gemini CLI's built-in tool declarations (inferred)"]
+    assert abs(rows["systemPrompt"]["tokens"] - rows["builtinTools"]["tokens"]) <= 1 and rows["systemPrompt"]["tokens"] > 0
+    assert sum(rows[c]["tokens"] for c in rows if c not in ("freeSpace", "autocompactBuffer")) == \
+        breakdown["usage"]["usedTokens"]
     [source] = [s for s in client.request("ctxd/status", {"workspace": uri})["sources"] if s["agent"] == "gemini"]
     assert source["version"] == "0.61.0" and source["root"] == str(home / ".gemini" / "tmp") and source["unread"] == []
 

@@ -542,7 +542,12 @@ class Gemini(Agent):
     title = "Gemini CLI"
     version = VERSION
     cache_provider = "google"
-    overhead = (("systemPrompt", "Gemini CLI's system prompt and tool declarations (inferred)", 1.0),)
+    overhead = (("systemPrompt", "Gemini CLI's system instruction (inferred)", 0.5),
+                ("builtinTools", "Gemini CLI's built-in tool declarations (inferred)", 0.5))
+    """Gemini CLI has no /context (gemini-cli #13400, #23165); what it sends besides the messages is
+    its `systemInstruction` and its `tools` (16 built-in declarations), measured on 0.61.0's first
+    request (no MCP server, no GEMINI.md): 23,717 and 24,023 characters, half each. GEMINI.md and
+    the folder listing travel in the session-context message: counted with the messages."""
     hook_events: Mapping[str, HookAction] = {"BeforeAgent": "turn", "BeforeTool": "tool"}
 
     def home(self, env: Mapping[str, str], configured: str | None) -> Path:
