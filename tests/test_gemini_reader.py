@@ -162,6 +162,24 @@ def test_hostile_lines_lose_nothing_else(tmp_path: Path) -> None:
     assert session is reader.session and reader.session.bad_lines == 2
 
 
+def test_a_hostile_session_id_and_a_newer_versions_records(tmp_path: Path) -> None:
+    lines = _lines()
+    header = json.loads(lines[0])
+    path = tmp_path / "session.jsonl"
+    for bad in ("a\u0000b", "../x", ".."):  # never a folder to read subagents from, never a crash
+        path.write_text("\n".join([json.dumps({**header, "sessionId": bad}), *lines[1:11]]) + "\n")
+        reader = GeminiReader(str(path))
+        reader.read()
+        assert reader.session.id == bad and reader.session.baseline == 12100
+    path.write_text("\n".join([*lines[:3], json.dumps({"id": "n1", "type": "hologram", "content": "?"}),
+                               json.dumps({"id": "n2", "type": "info", "content": "Session resumed."}),
+                               json.dumps({"$unheard": 1})]) + "\n")
+    reader = GeminiReader(str(path))
+    reader.read()
+    assert reader.session.unknown == {"message.hologram": 1, "$unheard": 1}  # info is its own, not unread
+    assert _texts(reader.session.items)[-1] == "user:Create hello.txt"
+
+
 def test_a_file_rewritten_in_place_is_read_afresh(tmp_path: Path) -> None:
     path = tmp_path / "session.jsonl"
     path.write_text("\n".join(_lines()[:11]) + "\n")

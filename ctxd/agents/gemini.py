@@ -52,6 +52,9 @@ VERSION = "0.61.0"
 CONTEXT_PREFIX = "<session_context>"  # the first user message of every run: not a typed prompt
 SNAPSHOT_PREFIX = "<state_snapshot>"  # the summary a compression leaves in place of what it dropped
 MAX_SUBAGENT_FILES = 1_000  # per session: more is not a real session
+MESSAGE_TYPES = ("user", "gemini", "info", "error", "warning")
+"""Its message types (`MessageRecord.type`): the CLI's own info, error and warning lines are never
+sent to the model; another type is counted as unread (format drift)."""
 PROJECT_ROOT_FILE = ".project_root"
 PROJECT_ROOT_LIMIT = 4096  # a folder's path: a larger `.project_root` is not Gemini CLI's
 
@@ -219,6 +222,8 @@ class GeminiReader(Reader):
             session.last_activity = timestamp
         if not is_context(rec):
             self._known(change)
+        if rec.get("type") not in MESSAGE_TYPES:
+            session.count_unknown(f"message.{rec.get('type')}")
         items = message_items(rec)
         old = self._messages.get(message_id)
         if old is None:
@@ -305,7 +310,8 @@ class GeminiReader(Reader):
         brings a state snapshot, else a rewind."""
         session = self.session
         ids = [m["id"] for m in messages]
-        kept = [i for i in self._messages if i in set(ids)]
+        given = set(ids)
+        kept = [i for i in self._messages if i in given]
         if len(kept) == len(self._messages):
             for message in messages:
                 if message["id"] not in self._messages:
@@ -335,9 +341,10 @@ class GeminiReader(Reader):
 
     def _read_subagents(self) -> bool:
         """`chats/<session id>/*.jsonl`: a subagent's requests are billed to its parent session."""
-        if self.session.id is None or "/" in self.session.id or self.session.id in (".", ".."):
-            return False
-        folder = os.path.join(os.path.dirname(self.path), self.session.id)
+        found = self.session.id
+        if found is None or not found.isprintable() or os.sep in found or found in (".", ".."):
+            return False  # not a folder name (the follower does not follow such an id either)
+        folder = os.path.join(os.path.dirname(self.path), found)
         if os.path.islink(folder):
             return False  # never read through a link (docs/sessions.md, Privacy)
         names = sorted(e.name for e in entries(folder) if e.name.endswith(".jsonl") and e.is_file(follow_symlinks=False))
