@@ -51,7 +51,7 @@ def _until(what: Callable[[], Any]) -> Any:
 
 
 def test_a_session_is_followed_live_with_its_compression_and_a_stub_is_no_session(
-        daemon_factory: Callable[..., Client], tmp_path: Path) -> None:
+        daemon_factory: Callable[..., Client], tmp_path: Path, state_dir: Path) -> None:
     work = tmp_path / "app"
     work.mkdir()
     home = tmp_path / "gemini-home"
@@ -117,6 +117,13 @@ def test_a_session_is_followed_live_with_its_compression_and_a_stub_is_no_sessio
     client.request("ctxd/ghost/list", {"workspace": uri})  # a round trip after its first read
     _until(lambda: thread(lambda t: True))
     assert client.request("ctxd/history", {"workspace": uri, "thread": THREAD, "includeArchived": True}) == before
+
+    # `ctxd usage --thread gemini:<id>` shows its breakdown: its model and Gemini CLI's window
+    shown = subprocess.run([sys.executable, "-m", "ctxd", "usage", "--workspace", str(work), "--thread", THREAD,
+                            "--detail", "--color", "never"], cwd=REPO, capture_output=True, text=True, timeout=60,
+                           env={**env_for(tmp_path), "XDG_STATE_HOME": str(state_dir)})
+    assert shown.returncode == 0, shown.stderr
+    assert "gemini-2.5-pro" in shown.stdout and "/1.05M tokens" in shown.stdout and "System prompt" in shown.stdout
 
     # `ctxd sessions` shows it by its own name, once (the stub has no session id)
     done = subprocess.run([sys.executable, "-m", "ctxd", "sessions", "--workspace", str(work), "--format", "json",
