@@ -59,6 +59,7 @@ def daemon_env(state_dir: Path, extra: dict[str, str] | None = None) -> dict[str
     env["CODEX_HOME"] = str(state_dir / "codex-home")
     env["CLAUDE_CONFIG_DIR"] = str(state_dir / "claude-home")
     env["QWEN_HOME"] = str(state_dir / "qwen-home")
+    env["GEMINI_CLI_HOME"] = str(state_dir / "gemini-home")
     env.update(extra or {})
     return env
 

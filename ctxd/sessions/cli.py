@@ -100,8 +100,8 @@ def _cache(state: dict[str, Any] | None) -> str:
 
 
 def _either(words: list[str]) -> str:
-    """"a or b", "a, b or c"."""
-    return " or ".join(words) if len(words) < 3 else f"{', '.join(words[:-1])} or {words[-1]}"
+    """"a", "a or b", "a, b or c": every agent named once, however many there are."""
+    return " or ".join([", ".join(words[:-1]), words[-1]] if len(words) > 2 else words)
 
 
 def render(rows: list[dict[str, Any]], folder: Path | None = None) -> str:

@@ -184,9 +184,12 @@ class Follower:
     # --- what is known ---
 
     def sessions(self, folder: Path | None = None) -> list[Session]:
+        """The sessions followed (in `folder`): a file that states no session id yet is none (a
+        Gemini CLI resume leaves a file of its header alone)."""
         with self._lock:
             return [s.reader.session for s in self._files.values()
-                    if s.reader is not None and s.folder is not None and (folder is None or s.folder == folder)]
+                    if s.reader is not None and s.folder is not None and (folder is None or s.folder == folder)
+                    and s.reader.session.id is not None and valid_id(s.reader.session.id)]
 
     def bytes_read(self, path: str) -> int:
         with self._lock:
