@@ -55,6 +55,8 @@ class AgentConfig(NamedTuple):
     compact_percent: float | None = None  # a percent of the window (Claude Code's CLAUDE_AUTOCOMPACT_PCT_OVERRIDE)
     auto_compact: bool = True  # False: the user turned its automatic compaction off
     windows: Mapping[str, int] = MappingProxyType({})  # model -> window, where the configuration declares one
+    compact_limits: Mapping[str, int] = MappingProxyType({})  # model -> where it compacts, where the configuration's
+    # declared limits say (OpenCode: each model's context and output limits in opencode.json)
     source: str | None = None  # the file the values come from
 
 
