@@ -1,0 +1,232 @@
+"""OpenCode 1.18.33 as one agent module (ctxd/agents/opencode.py, issue #39): its SQLite store read
+read-only, records into items, the fill by its TUI's rule, usage with cached input, its own
+compaction and reverts as window replacements, its limits from opencode.json, its plugin hook's
+payloads, and hostile databases (a link to a FIFO, a huge row, bad JSON, a replaced file).
+
+The database is the real one OpenCode 1.18.33 wrote (tests/opencode_db.py says how), appended to
+in OpenCode's shapes."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+from pathlib import Path
+
+from ctxd import agents
+from ctxd.agents import opencode
+from ctxd.agents.base import AgentConfig
+from ctxd.agents.opencode import OpenCodeSessions, compact_limits, configured
+from tests.opencode_db import FIXTURE, SESSION, Database, read_only_checkpoint_free
+
+
+def _read_all(store: OpenCodeSessions, key: str = SESSION) -> tuple[opencode.OpenCodeReader, list]:
+    reader = store.reader(key)
+    changes = [reader.read()]
+    while not reader.caught_up:
+        changes.append(reader.read())
+    return reader, changes
+
+
+def test_the_database_opencode_wrote_is_read_into_items_turns_usage_and_its_compaction(tmp_path: Path) -> None:
+    store = OpenCodeSessions(FIXTURE.parent)
+    assert store.keys() == [SESSION]
+    assert store.peek_cwd(SESSION, None)[:2] == ("/home/user/app", True)  # type: ignore[arg-type]
+    reader, [change] = _read_all(store)
+    session = reader.session
+    assert (session.id, session.cwd, session.version, session.model) == (SESSION, "/home/user/app", "1.18.33",
+                                                                          "qwen3-coder-plus")
+    assert session.title == "Done."  # the row's title (the small model's answer), not the placeholder
+    assert [t.text for t in session.turns] == ['"Create hello.txt saying hello."', '"Change it to say hello, world."']
+    # Before the compaction: prompt, text, write call and its output, text; prompt, read, edit...
+    first, compaction, after = change.steps
+    kinds = [(i["type"], i.get("name") or i.get("role")) for i in first.items]
+    assert kinds[:6] == [("message", "user"), ("message", "assistant"), ("function_call", "write"),
+                         ("function_call_output", None), ("message", "assistant"), ("message", "user")]
+    assert [i["name"] for i in first.items if i["type"] == "function_call"] == ["write", "read", "edit"]
+    assert json.loads(first.items[2]["arguments"]) == {"filePath": "/home/user/app/hello.txt", "content": "hello\n"}
+    # Its compaction replaced the window: the summary starts the new one, nothing before it is in it.
+    assert compaction.replace and compaction.compaction == 0
+    assert "<state_snapshot>" in json.dumps(compaction.items) and len(compaction.items) == 1
+    assert [i["content"][0]["text"] for i in after.items] == [
+        "Continue if you have next steps, or stop and ask for clarification if you are unsure how to proceed.",
+        "Changed."]
+    assert session.compactions == 1 and session.agent_compactions[0]["trigger"] == "auto"
+    assert (session.agent_compactions[0]["tokensBefore"], session.agent_compactions[0]["tokensAfter"]) == (17025, 2200)
+    # The fill: the last assistant message with output, input + output + reasoning + cache (the TUI's).
+    assert session.baseline == 2000 + 5 + 1000 == 3005
+    # Usage with cached input adds up to the session row's own sums (OpenCode's input excludes cached).
+    [(model, usage)] = session.cumulative.items()
+    row = store_row(FIXTURE)
+    assert (model, usage.input, usage.cached_input, usage.output) == (
+        "qwen3-coder-plus", row["tokens_input"], row["tokens_cache_read"], row["tokens_output"])
+    assert session.first_request == {"tokens": 12000, "messages": session.first_request["messages"]}
+    assert not session.unknown and session.bad_lines == 0
+
+
+def store_row(path: Path) -> sqlite3.Row:
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        db.row_factory = sqlite3.Row
+        found: sqlite3.Row = db.execute("SELECT * FROM session").fetchone()
+    db.close()
+    return found
+
+
+def test_live_rows_are_read_once_each_when_settled_and_no_read_transaction_is_held(tmp_path: Path) -> None:
+    db = Database(tmp_path / "data", tmp_path / "app")
+    store = OpenCodeSessions(db.path.parent)
+    reader, _ = _read_all(store)
+    before = len(reader.session.items)
+    assert read_only_checkpoint_free(db.path)  # the read closed its transaction and its connection
+    assert store.touched(str(db.path) + "-wal") == [SESSION]  # first sight
+    prompt = db.prompt("Add a line")
+    pending = db.reply("Adding.", prompt, prompt=4000, cached=3000, output=7, completed=False)
+    assert store.touched(str(db.path) + "-wal") == [SESSION] and store.touched(str(db.path) + "-wal") == []
+    change = reader.read()
+    assert [t.text for t in change.turns] == ["Add a line"]
+    assert [i["role"] for i in change.appended] == ["user"]  # the reply is still being written: not read
+    assert reader.session.baseline == 3005
+    info = json.loads(db.rows("SELECT data FROM message WHERE id = ?", pending)[0][0])
+    info["time"]["completed"] = info["time"]["created"] + 10
+    db.update(pending, info)
+    change = reader.read()
+    assert [i["content"][0]["text"] for i in change.appended] == ["Adding."]
+    assert reader.session.baseline == 4007 and len(reader.session.items) == before + 2
+    assert reader.read().empty  # nothing twice
+    assert read_only_checkpoint_free(db.path)
+    stamp = store.stamp(SESSION)
+    assert stamp is not None and stamp.size == 12
+
+
+def test_a_revert_is_a_rewind_and_undoing_it_brings_the_messages_back(tmp_path: Path) -> None:
+    db = Database(tmp_path / "data")
+    store = OpenCodeSessions(db.path.parent)
+    first = db.prompt("one")
+    db.reply("did one", first, 4000, 3000, 5)
+    second = db.prompt("two")
+    db.reply("did two", second, 5000, 4000, 6)
+    reader, _ = _read_all(store)
+    window = list(reader.session.items)
+    assert [i["content"][0]["text"] for i in window[-4:]] == ["one", "did one", "two", "did two"]
+    db.set_session("revert", json.dumps({"messageID": second}))
+    change = reader.read()
+    assert change.replaced and [s.compaction for s in change.steps] == [None]
+    assert reader.session.items == window[:-2] and reader.session.rewinds == 1
+    db.set_session("revert", None)  # OpenCode's unrevert: the rows are still there
+    change = reader.read()
+    assert change.replaced and reader.session.items == window
+    # A revert that OpenCode cleaned up (its next prompt removes the rows): fewer messages, read afresh.
+    db.set_session("revert", json.dumps({"messageID": second}))
+    reader.read()
+    count = store.stamp(SESSION).size  # type: ignore[union-attr]
+    with db.connect() as raw:
+        raw.execute("DELETE FROM message WHERE session_id = ? AND id >= ?", (SESSION, second))
+        raw.execute("UPDATE session SET revert = NULL, time_updated = time_updated + 1 WHERE id = ?", (SESSION,))
+    assert store.stamp(SESSION).size < count  # type: ignore[union-attr]
+    change = reader.read()
+    assert reader.session.items == window[:-2]
+
+
+def test_hostile_databases_are_never_opened_through_links_fifos_or_devices(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    os.mkfifo(data / "fifo")
+    (data / "opencode.db").symlink_to(data / "fifo")
+    store = OpenCodeSessions(data)
+    done: list[object] = []
+    thread = threading.Thread(target=lambda: done.append((store.keys(), store.stamp(SESSION))), daemon=True)
+    thread.start()
+    thread.join(30)  # a FIFO opened would block forever: only a hang gets near this
+    assert done == [([], None)]
+    (data / "opencode.db").unlink()
+    (data / "opencode.db").symlink_to("/dev/zero")
+    assert store.keys() == [] and opencode.connect(data / "opencode.db") is None
+    # A real database whose WAL is a FIFO: not opened either (SQLite would open the WAL).
+    (data / "opencode.db").unlink()
+    db = Database(tmp_path / "real")
+    os.replace(db.path, data / "opencode.db")
+    assert OpenCodeSessions(data).keys() == [SESSION]
+    # read while no OpenCode has it open: nothing created in OpenCode's folder (no -wal, no -shm)
+    assert sorted(p.name for p in data.iterdir()) == ["fifo", "opencode.db"]
+    os.mkfifo(data / "opencode.db-wal")
+    assert OpenCodeSessions(data).keys() == [] and opencode.connect(data / "opencode.db") is None
+    # Not a database at all, or an empty file: no sessions, no exception.
+    os.unlink(data / "opencode.db-wal")
+    (data / "opencode.db").write_bytes(b"not sqlite\n" * 100)
+    assert OpenCodeSessions(data).keys() == []
+    (data / "opencode.db").write_bytes(b"")
+    assert OpenCodeSessions(data).keys() == []
+
+
+def test_a_huge_row_bad_json_and_a_replaced_database_lose_nothing_else(tmp_path: Path) -> None:
+    db = Database(tmp_path / "data")
+    store = OpenCodeSessions(db.path.parent)
+    reader, _ = _read_all(store)
+    prompt = db.prompt("big")
+    with db.connect() as raw:  # a part larger than a row ctxd reads, and one torn JSON
+        raw.execute("INSERT INTO part (id, message_id, session_id, time_created, time_updated, data) VALUES "
+                    "('prt_zzzz1', ?, ?, 1, 1, ?)", (prompt, SESSION, json.dumps({"type": "text", "text": "x" * (9 << 20)})))
+        raw.execute("INSERT INTO part (id, message_id, session_id, time_created, time_updated, data) VALUES "
+                    "('prt_zzzz2', ?, ?, 1, 1, ?)", (prompt, SESSION, '{"type": "text", "text": "tor'))
+    db.reply("still here", prompt, 4000, 3000, 5)
+    change = reader.read()
+    assert [i["content"][0]["text"] for i in change.appended] == ["big", "still here"]
+    assert reader.session.bad_lines == 2 and reader.bytes_read < 1 << 20
+    # The database replaced by another file (a new inode): its stamp says another ident.
+    ident = store.stamp(SESSION).ident  # type: ignore[union-attr]
+    copy = tmp_path / "copy.db"
+    with sqlite3.connect(db.path) as source, sqlite3.connect(copy) as target:
+        source.backup(target)
+    source.close()
+    target.close()
+    os.replace(copy, db.path)
+    os.unlink(str(db.path) + "-wal") if os.path.exists(str(db.path) + "-wal") else None
+    assert store.stamp(SESSION).ident != ident  # type: ignore[union-attr]
+    assert reader.read(ident).empty  # a read for the old file reads nothing of the new
+
+
+def test_the_window_and_compaction_point_are_opencodes_from_its_configuration(tmp_path: Path) -> None:
+    config = tmp_path / "opencode.json"
+    config.write_text("""{
+      // a comment, as OpenCode allows
+      "provider": {"fake": {"models": {
+        "small": {"limit": {"context": 20000, "output": 4000}},
+        "big": {"limit": {"context": 400000, "output": 128000}},
+        "capped": {"limit": {"context": 400000, "input": 272000, "output": 128000}},
+      }}},
+    }""")
+    read = configured([config], {})
+    small = compact_limits("small", read)
+    assert (small.window, small.limit) == (20000, 16000)  # context - min(output, 32,000): seen compacting at 17,025
+    assert "limit.context of small" in small.window_source
+    assert compact_limits("big", read).limit == 400000 - 32000
+    assert compact_limits("capped", read).limit == 272000 - 20000  # input - min(20,000, max output)
+    assert compact_limits("capped", configured([config], {"OPENCODE_DISABLE_AUTOCOMPACT": "1"})).limit == 400000
+    unknown = compact_limits("no-such-model", AgentConfig())
+    assert (unknown.window, unknown.limit) == (128000, 96000) and "inferred" in unknown.window_source
+    reserved = tmp_path / "reserved.json"
+    reserved.write_text(json.dumps({"compaction": {"reserved": 10000},
+                                    "provider": {"p": {"models": {"m": {"limit": {"context": 100, "input": 50000}}}}}}))
+    assert compact_limits("p/m", configured([reserved], {})).limit == 40000
+
+
+def test_the_plugin_payloads_map_to_a_turn_a_tool_checkpoint_and_the_compaction() -> None:
+    agent = agents.get("opencode")
+    base = {"sessionID": SESSION, "directory": "/home/user/app"}
+    turn = agent.hook_input("chat.message", {**base, "prompt": "Make it blue"})
+    assert turn is not None and (turn.action, turn.session_id, turn.cwd, turn.prompt) == (
+        "turn", SESSION, "/home/user/app", "Make it blue")
+    edit = {"filePath": "/home/user/app/hello.txt", "oldString": "hello", "newString": "hello, world"}
+    tool = agent.hook_input("tool.execute.before", {**base, "tool": "edit", "callID": "call_3", "args": edit})
+    assert tool is not None and (tool.action, tool.tool_name, tool.tool_id, tool.tool_input) == (
+        "tool", "edit", "call_3", edit)
+    assert agent.changes_files("edit", edit) and agent.changes_files("bash", {}) and not agent.changes_files("read", {})
+    assert agent.tool_paths("edit", edit) == ["/home/user/app/hello.txt"]
+    assert agent.shell_command("bash", {"command": "sed -i s/a/b/ x"}) == "sed -i s/a/b/ x"
+    assert agent.shell_command("edit", edit) is None
+    patch = "*** Begin Patch\n*** Update File: a.py\n@@\n-x\n+y\n*** End Patch"
+    assert agent.tool_paths("apply_patch", {"patchText": patch}) == ["a.py"]
+    compacted = agent.hook_input("session.compacted", base)
+    assert compacted is not None and compacted.action == "compacted"
+    assert agent.hook_input("session.idle", base).action is None  # type: ignore[union-attr]
