@@ -11,14 +11,23 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import subprocess
+import sys
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from ctxd import agents
 from ctxd.agents import opencode
 from ctxd.agents.base import AgentConfig
 from ctxd.agents.opencode import OpenCodeSessions, compact_limits, configured
+from tests.ghost_repo import Repo, make_repo
 from tests.opencode_db import FIXTURE, SESSION, Database, read_only_checkpoint_free
+from tests.rpc import Client, RpcError, daemon_env
 
 
 def _read_all(store: OpenCodeSessions, key: str = SESSION) -> tuple[opencode.OpenCodeReader, list]:
@@ -230,3 +239,89 @@ def test_the_plugin_payloads_map_to_a_turn_a_tool_checkpoint_and_the_compaction(
     compacted = agent.hook_input("session.compacted", base)
     assert compacted is not None and compacted.action == "compacted"
     assert agent.hook_input("session.idle", base).action is None  # type: ignore[union-attr]
+
+
+# --- followed by the real daemon ----------------------------------------------------------------------
+
+FAKE_CONFIG = {"provider": {"fake": {"npm": "@ai-sdk/openai-compatible", "models": {
+    "qwen3-coder-plus": {"limit": {"context": 20000, "output": 4000},
+                         "cost": {"input": 1.0, "output": 5.0, "cache_read": 0.1, "cache_write": 1.25}}}}},
+    "model": "fake/qwen3-coder-plus"}
+# ctxd's own price table has no qwen3-coder-plus: the user's config gives it OpenCode's prices.
+PRICES_TOML = '[prices."qwen3-coder-plus"]\ninput = 1.0\noutput = 5.0\ncachedInput = 0.1\ncacheWrite = 1.25\n'
+
+
+def opencode_world(state_dir: Path, tmp_path: Path) -> tuple[Repo, Database]:
+    """A repository an OpenCode session worked in, OpenCode's database and configuration where
+    the daemon (tests/rpc.py's environment) looks for them, and the model's price for ctxd."""
+    repo = make_repo(tmp_path / "repo")
+    db = Database(state_dir / "data" / "opencode", repo.root)
+    config = state_dir / "config" / "opencode" / "opencode.json"
+    config.parent.mkdir(parents=True)
+    config.write_text(json.dumps(FAKE_CONFIG, indent=2) + "\n")
+    (state_dir / "config" / "ctxd").mkdir(parents=True)
+    (state_dir / "config" / "ctxd" / "config.toml").write_text(PRICES_TOML)
+    return repo, db
+
+
+def _until(what: Callable[[], Any], timeout: float = 60.0) -> Any:
+    """`what()` once it is truthy; fails after `timeout` (only a broken daemon gets there)."""
+    deadline = time.monotonic() + timeout
+    while not (found := what()):
+        assert time.monotonic() < deadline, "not within the time"
+        time.sleep(0.05)
+    return found
+
+
+def test_the_daemon_follows_an_opencode_session_read_only_with_its_fill_cost_and_compaction(
+        daemon_factory: Callable[..., Client], state_dir: Path, tmp_path: Path) -> None:
+    repo, db = opencode_world(state_dir, tmp_path)
+    client = daemon_factory([repo.root])
+    uri = repo.root.as_uri()
+    thread = f"opencode:{SESSION}"
+
+    def listed() -> dict[str, Any] | None:
+        return next((t for t in client.request("ctxd/threads", {"workspace": uri})["threads"]
+                     if t["thread"] == thread), None)
+
+    info = _until(listed)
+    assert (info["source"], info["title"], info["readOnly"], info["model"]) == ("opencode", "Done.", True,
+                                                                                "qwen3-coder-plus")
+    [source] = [s for s in client.request("ctxd/status", {"workspace": uri})["sources"] if s["agent"] == "opencode"]
+    assert (source["version"], source["enabled"], source["sessions"]) == ("1.18.33", True, 1)
+    assert source["unread"] == []  # every kind of row this OpenCode wrote is one ctxd reads
+    breakdown = client.request("ctxd/usage", {"workspace": uri, "thread": thread})
+    usage = breakdown["usage"]
+    # The TUI's fill, of the window opencode.json declares, compacting at context - min(output, 32,000).
+    assert (usage["usedTokens"], usage["contextWindow"], usage["autoCompactLimit"]) == (3005, 20000, 16000)
+    # ctxd's cost from the reported usage equals the cost OpenCode recorded itself.
+    assert breakdown["cost"]["priced"] is True
+    assert breakdown["cost"]["total"] == pytest.approx(store_row(db.path)["cost"], abs=1e-9)
+    # Its compaction in history, at OpenCode's time, with what it replaced archived and recallable.
+    kept = client.request("ctxd/history", {"workspace": uri, "thread": thread, "includeArchived": True})
+    assert [(c["tokensBefore"], c["tokensAfter"]) for c in kept["compactions"]] == [(17025, 2200)]
+    archived = [i for i in kept["items"] if i.get("archived")]
+    assert [i["call_id"] for i in archived if i["type"] == "function_call"] == ["call_1", "call_2", "call_3"]
+    found = client.request("ctxd/recall", {"workspace": uri, "thread": thread, "query": "hello world edit"})
+    assert any(hit["archived"] for hit in found["results"]), found
+    with pytest.raises(RpcError) as refused:
+        client.request("ctxd/record", {"workspace": uri, "thread": thread,
+                                       "items": [{"type": "message", "role": "user", "content": "x"}]})
+    assert "follows a OpenCode session" in str(refused.value)
+
+    # Live: a new prompt and reply, written as OpenCode writes them, reach the gauge.
+    seen = len(client.notifications)
+    prompt = db.prompt("Add a line")
+    db.reply("Added.", prompt, prompt=6000, cached=5000, output=40)
+    pushed = client.wait_for_notification("ctxd/usageChanged", lambda p: p["thread"] == thread, timeout=60,
+                                          after=seen)
+    assert pushed["usedTokens"] == 6040
+    current = client.request("ctxd/history", {"workspace": uri, "thread": thread})["items"]
+    assert [i["content"][0]["text"] for i in current if i["type"] == "message"][-2:] == ["Add a line", "Added."]
+
+    # `ctxd sessions` shows it by its own name.
+    done = subprocess.run([sys.executable, "-m", "ctxd", "sessions", "--workspace", str(repo.root), "--format", "json"],
+                          env=daemon_env(state_dir), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    [row] = json.loads(done.stdout)
+    assert (row["agent"], row["thread"], row["usedTokens"], row["contextWindow"]) == ("opencode", thread, 6040, 20000)

@@ -288,7 +288,7 @@ class OpenCodeReader(SessionReader):
         if isinstance(version, str) and version != session.version:
             session.version = version
             change.meta = True
-        if isinstance(title, str) and title and not title.startswith(DEFAULT_TITLE) and title != session.title:
+        if isinstance(title, str) and title and not title.startswith(DEFAULT_TITLE) and shorten(title) != session.title:
             session.title = shorten(title)
             change.meta = True
         if session.model is None and isinstance(model, str):
