@@ -28,6 +28,8 @@ from ctxd.agents.opencode import OpenCodeSessions, compact_limits, configured
 from tests.ghost_repo import Repo, make_repo
 from tests.opencode_db import FIXTURE, SESSION, Database, read_only_checkpoint_free
 from tests.rpc import Client, RpcError, daemon_env
+from tests.test_hooks import ctxd, ctxd_bin, env_for
+from tests.test_hooks import make_repo as hooks_repo
 
 
 def _read_all(store: OpenCodeSessions, key: str = SESSION) -> tuple[opencode.OpenCodeReader, list]:
@@ -325,3 +327,91 @@ def test_the_daemon_follows_an_opencode_session_read_only_with_its_fill_cost_and
     assert done.returncode == 0, done.stderr
     [row] = json.loads(done.stdout)
     assert (row["agent"], row["thread"], row["usedTokens"], row["contextWindow"]) == ("opencode", thread, 6040, 20000)
+
+
+# --- hooks: ctxd's plugin, and what `ctxd hook opencode <event>` does -----------------------------------
+
+USER_CONFIG = ('{\n\t"$schema": "https://opencode.ai/config.json",\n\t"model": "fake/qwen3-coder-plus",\n'
+               '\t"mcp": {\n\t\t"docs": {"type": "local", "command": ["docs-mcp"]}\n\t}\n}')  # tabs, no final newline
+
+
+def test_install_writes_the_plugin_and_mcp_server_and_uninstall_gives_back_every_byte(tmp_path: Path) -> None:
+    project = hooks_repo(tmp_path / "proj")
+    folder = tmp_path / "home" / ".config" / "opencode"
+    folder.mkdir(parents=True)
+    config = folder / "opencode.json"
+    config.write_text(USER_CONFIG)
+    plugin = folder / "plugins" / "ctxd.js"
+
+    dry = ctxd(tmp_path, "hooks", "install", "--agent", "opencode", "--dry-run", cwd=project)
+    assert dry.returncode == 0, dry.stderr
+    assert f"+++ {plugin}" in dry.stdout.decode() and '"ctxd": {' in dry.stdout.decode()
+    assert not plugin.exists() and config.read_text() == USER_CONFIG  # a dry run writes nothing
+
+    done = ctxd(tmp_path, "hooks", "install", "--agent", "opencode", cwd=project)
+    assert done.returncode == 0, done.stderr
+    text = plugin.read_text()
+    assert text.startswith(opencode.PLUGIN_MARK) and str(ctxd_bin(tmp_path)) in text
+    installed = json.loads(config.read_text())
+    assert installed["mcp"]["docs"] == {"type": "local", "command": ["docs-mcp"]}
+    assert installed["mcp"]["ctxd"] == {"type": "local", "command": [str(ctxd_bin(tmp_path)), "mcp"], "enabled": True}
+    assert config.read_text().startswith('{\n\t"$schema"') and not config.read_text().endswith("\n")  # its own format
+    status = ctxd(tmp_path, "hooks", "status", cwd=project).stdout.decode()
+    assert "opencode user: hooks chat.message, tool.execute.before, session.compacted" in status
+    assert "MCP server yes" in status.split("opencode user:")[1].splitlines()[0]
+    again = ctxd(tmp_path, "hooks", "install", "--agent", "opencode", cwd=project)
+    assert again.returncode == 0 and json.loads(config.read_text()) == installed  # once, not twice
+
+    done = ctxd(tmp_path, "hooks", "uninstall", "--agent", "opencode", cwd=project)
+    assert done.returncode == 0, done.stderr
+    assert config.read_text() == USER_CONFIG and not plugin.exists()
+    assert "opencode user: hooks none" in ctxd(tmp_path, "hooks", "status", cwd=project).stdout.decode()
+
+
+def test_a_plugin_of_the_users_named_ctxd_js_is_never_overwritten_or_removed(tmp_path: Path) -> None:
+    project = hooks_repo(tmp_path / "proj")
+    plugin = tmp_path / "home" / ".config" / "opencode" / "plugins" / "ctxd.js"
+    plugin.parent.mkdir(parents=True)
+    plugin.write_text("export const Mine = async () => ({})\n")
+    done = ctxd(tmp_path, "hooks", "install", "--agent", "opencode", cwd=project)
+    assert done.returncode == 1 and "a plugin of your own" in done.stderr.decode()
+    assert not (plugin.parent.parent / "opencode.json").exists()  # nothing written: all or nothing
+    assert ctxd(tmp_path, "hooks", "uninstall", "--agent", "opencode", cwd=project).returncode == 0
+    assert plugin.read_text() == "export const Mine = async () => ({})\n"
+
+
+def test_the_plugins_events_take_a_turn_and_a_tool_checkpoint_and_note_the_compaction(
+        tmp_path: Path, daemon_factory: Callable[..., Client], state_dir: Path) -> None:
+    project = hooks_repo(tmp_path / "proj")
+    env = env_for(tmp_path)
+    env["XDG_STATE_HOME"] = str(state_dir)  # the daemon's state dir: the hooks hand it their checkpoints
+    client = daemon_factory([project])
+    uri = project.as_uri()
+    base = {"sessionID": SESSION, "directory": str(project)}
+
+    def hook(event: str, payload: dict[str, Any]) -> None:
+        done = ctxd(tmp_path, "hook", "opencode", event, cwd=project, env=env, stdin=json.dumps(payload).encode())
+        assert done.returncode == 0 and done.stdout == b""
+
+    hook("chat.message", {**base, "prompt": "Make it blue"})
+    (project / "app.py").write_text("print('v2')\n")
+    hook("tool.execute.before", {**base, "tool": "edit", "callID": "call_3",
+                                 "args": {"filePath": str(project / "app.py"), "oldString": "v2", "newString": "v3"}})
+    hook("tool.execute.before", {**base, "tool": "read", "callID": "call_4", "args": {"filePath": "app.py"}})
+    hook("session.compacted", base)
+
+    def snapshots() -> dict[str, dict[str, Any]] | None:
+        found = client.request("ctxd/ghost/list", {"workspace": uri})["snapshots"]
+        mine = {s["message"]: s for s in found if s.get("thread") == f"opencode:{SESSION}"}
+        return mine if len(mine) == 2 else None
+
+    by_message = _until(snapshots)
+    turn, tool = by_message["Make it blue"], by_message["before edit app.py"]
+    assert turn["trigger"] == "turn" and turn["turn"] == {"index": 1, "text": "Make it blue"}
+    assert tool["trigger"] == "tool" and tool["tool"] == {"name": "edit", "callId": "call_3", "paths": ["app.py"]}
+    restored = client.request("ctxd/ghost/restore", {"workspace": uri, "thread": f"opencode:{SESSION}",
+                                                     "id": turn["id"]})
+    assert restored and (project / "app.py").read_text() == "print('v1')\n"
+    from ctxd import marks
+
+    assert marks.read(state_dir / "ctxd", f"opencode:{SESSION}").get("compactedAt")
