@@ -197,6 +197,17 @@ def test_a_huge_row_bad_json_and_a_replaced_database_lose_nothing_else(tmp_path:
     assert reader.read(ident).empty  # a read for the old file reads nothing of the new
 
 
+def test_a_database_of_another_schema_is_format_drift_not_an_error(tmp_path: Path) -> None:
+    """A newer OpenCode whose migrations renamed a column: the session shows as unread, nothing raises."""
+    db = Database(tmp_path / "data")
+    store = OpenCodeSessions(db.path.parent)
+    with db.connect() as raw:
+        raw.execute("ALTER TABLE session RENAME COLUMN revert TO revert_state")
+    reader = store.reader(SESSION)
+    assert reader.read().empty and reader.caught_up
+    assert reader.session.unknown == {"database": 1}
+
+
 def test_the_window_and_compaction_point_are_opencodes_from_its_configuration(tmp_path: Path) -> None:
     config = tmp_path / "opencode.json"
     config.write_text("""{

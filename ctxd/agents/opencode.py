@@ -35,6 +35,7 @@ OpenCode's cleanup (`unrevert`) puts them back.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import stat
 from collections.abc import Mapping
@@ -62,6 +63,8 @@ if TYPE_CHECKING:
 
     from ctxd.agents.config.plan import ConfigChange
     from ctxd.agents.folders import Folders
+
+log = logging.getLogger(__name__)
 
 VERSION = "1.18.33"
 DATABASE = "opencode.db"
@@ -113,6 +116,12 @@ def connect(db: Path) -> sqlite3.Connection | None:
     return connection
 
 
+def busy(error: Exception) -> bool:
+    """A database another process holds locked for now (not one ctxd cannot read)."""
+    text = str(error).lower()
+    return "locked" in text or "busy" in text
+
+
 def _ident(db: Path) -> tuple[int, int] | None:
     try:
         st = os.lstat(db)
@@ -138,6 +147,7 @@ class OpenCodeSessions(SessionStore):
         self._key: tuple[int, ...] | None = None
         self._rows: dict[str, _Row] = {}
         self._reported: dict[str, _Row] = {}  # the rows as `touched` last saw them
+        self._warned = False
 
     def _files(self) -> tuple[int, ...] | None:
         """What changes on disk when OpenCode writes: the database's and its WAL's stat data."""
@@ -169,8 +179,12 @@ class OpenCodeSessions(SessionStore):
                 " (SELECT count(*) FROM message m WHERE m.session_id = s.id),"
                 " (SELECT coalesce(max(m.time_updated), 0) FROM message m WHERE m.session_id = s.id)"
                 " FROM session s").fetchall()
-        except sqlite3.Error:
-            return self._rows  # busy, or not OpenCode's schema: as it was, asked again at the next write
+        except sqlite3.Error as error:
+            if not busy(error) and not self._warned:
+                self._warned = True
+                log.warning("%s: not a database of OpenCode %s ctxd can read (%s); its sessions are not followed",
+                            self.db, VERSION, error)
+            return self._rows  # as it was, asked again at the next write
         finally:
             connection.close()
         rows = {}
@@ -261,11 +275,10 @@ class OpenCodeReader(SessionReader):
         try:
             connection.execute("BEGIN")  # one snapshot for the session row and its messages
             self._read(connection, change)
-        except sqlite3.OperationalError:
-            self.caught_up = True  # locked (a rollback journal being written): read at its next change
-        except sqlite3.DatabaseError:
-            self.caught_up = True  # not a database ctxd can read (a newer schema, a damaged file)
-            self.session.count_unknown("database")
+        except sqlite3.DatabaseError as error:
+            self.caught_up = True  # read again at its next change
+            if not busy(error):  # a schema this module does not know (a newer OpenCode), a damaged file:
+                self.session.count_unknown("database")  # shown as format drift in ctxd/status
         finally:
             connection.close()  # ends the read transaction
         return change
