@@ -162,3 +162,22 @@ def test_opencode_turns_checkpoints_compaction_and_install_round_trip(daemon_fac
     done = ctxd(tmp_path, "hooks", "uninstall", "--agent", "opencode", cwd=repo.root, env=env)
     assert done.returncode == 0, done.stderr
     assert config.read_bytes() == original and not (opencode.config_dir / "plugins" / "ctxd.js").exists()
+
+
+def test_opencode_goes_on_when_ctxd_hangs_or_is_missing(tmp_path: Path) -> None:
+    """ctxd's plugin fails open: a ctxd that never answers is left after 2 s, a missing one is
+    skipped, and OpenCode's tool calls run as if there were no plugin."""
+    from ctxd.agents.opencode import plugin_text
+
+    work = make_repo(tmp_path / "repo").root
+    with ChatCompletionsServer() as server:
+        opencode = OpenCode(tmp_path / "agent", server)
+        plugins = opencode.config_dir / "plugins"
+        plugins.mkdir()
+        for words, name in ((["sh", "-c", "sleep 30", "hung-ctxd"], "a.txt"), ([str(tmp_path / "no-such-ctxd")], "b.txt")):
+            (plugins / "ctxd.js").write_text(plugin_text(words))
+            server.script(Reply(text="Writing.", calls=[tool("call_1", "write", filePath=str(work / name), content="x\n")],
+                                usage={"input": 1000, "cached": 0, "output": 5}),
+                          Reply(text="Done.", usage={"input": 1100, "cached": 1000, "output": 2}))
+            opencode.run(f"Create {name}.", work)
+            assert (work / name).read_text() == "x\n" and server.pending == 0
