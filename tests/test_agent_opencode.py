@@ -338,6 +338,13 @@ def test_the_daemon_follows_an_opencode_session_read_only_with_its_fill_cost_and
     assert done.returncode == 0, done.stderr
     [row] = json.loads(done.stdout)
     assert (row["agent"], row["thread"], row["usedTokens"], row["contextWindow"]) == ("opencode", thread, 6040, 20000)
+    # `ctxd usage` shows the thread's breakdown, OpenCode's own overhead named as OpenCode's.
+    shown = subprocess.run([sys.executable, "-m", "ctxd", "usage", "--workspace", str(repo.root), "--thread", thread,
+                            "--format", "json"], env=daemon_env(state_dir), capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    breakdown = json.loads(shown.stdout)
+    assert (breakdown["usage"]["usedTokens"], breakdown["usage"]["contextWindow"]) == (6040, 20000)
+    assert "OpenCode's built-in tools and instructions (inferred)" in shown.stdout
 
 
 # --- hooks: ctxd's plugin, and what `ctxd hook opencode <event>` does -----------------------------------
