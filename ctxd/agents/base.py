@@ -130,11 +130,16 @@ class SessionStore(ABC):
     an agent keeping its sessions otherwise (one SQLite database, say) implements its own, with
     keys of its own. Nothing here writes into the agent's folders."""
 
+    recursive: bool = True
+    """Whether `watched()` folders are watched with everything below them. False: the folders
+    alone (OpenCode's database sits beside a large tree of its own, whose folders would use up
+    the user's inotify watches)."""
+
     def __init__(self, root: Path) -> None:
         self.root = root
 
     def watched(self) -> list[Path]:
-        """The folders whose writes may change a session (watched recursively)."""
+        """The folders whose writes may change a session (watched recursively unless `recursive` is False)."""
         return [self.root]
 
     @abstractmethod
