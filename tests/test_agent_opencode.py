@@ -26,7 +26,7 @@ from ctxd.agents import opencode
 from ctxd.agents.base import AgentConfig
 from ctxd.agents.opencode import OpenCodeSessions, compact_limits, configured
 from tests.ghost_repo import Repo, make_repo
-from tests.opencode_db import FIXTURE, SESSION, Database, read_only_checkpoint_free
+from tests.opencode_db import FIXTURE, FIXTURE_DIRECTORY, SESSION, Database, read_only_checkpoint_free
 from tests.rpc import Client, RpcError, daemon_env
 from tests.test_hooks import ctxd, ctxd_bin, env_for
 from tests.test_hooks import make_repo as hooks_repo
@@ -433,3 +433,42 @@ def test_the_plugins_events_take_a_turn_and_a_tool_checkpoint_and_note_the_compa
     from ctxd import marks
 
     assert marks.read(state_dir / "ctxd", f"opencode:{SESSION}").get("compactedAt")
+
+
+def _inotify_watches() -> int:
+    """How many inotify watches this process holds (Linux: its inotify descriptors' `wd` lines)."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:inotify":
+                count += sum(line.startswith("inotify wd:") for line in Path(f"/proc/self/fdinfo/{fd}").read_text().splitlines())
+        except OSError:
+            continue
+    return count
+
+
+@pytest.mark.skipif(not Path("/proc/self/fdinfo").is_dir(), reason="counts inotify watches through Linux's /proc")
+def test_opencodes_own_folder_tree_beside_its_database_uses_no_watches(tmp_path: Path) -> None:
+    """OpenCode keeps git stores of every project beside opencode.db (`snapshot/<project>/objects/..`):
+    watching that tree would use up the user's inotify watches, and the follower would poll instead."""
+    from ctxd.sessions.discovery import Source
+    from ctxd.sessions.follower import Follower
+
+    db = Database(tmp_path / "data")
+    for project in range(3):
+        for sub in range(100):
+            (db.path.parent / "snapshot" / f"p{project}" / "objects" / f"{sub:02x}").mkdir(parents=True)
+    updates: list[Any] = []
+    follower = Follower(updates.append, [Source("opencode", db.path.parent, True, OpenCodeSessions(db.path.parent))],
+                        poll=False)
+    before = _inotify_watches()
+    follower.start()
+    try:
+        follower.set_folders([Path(FIXTURE_DIRECTORY)])
+        assert follower.wait_idle(30)
+        assert follower.status()[0].watching == "inotify"
+        assert _inotify_watches() - before < 10  # the data folder, not its 300 folders below
+        db.prompt("seen live")  # a write to the database (its WAL) is still seen at once
+        _until(lambda: any(t.text == "seen live" for u in updates for t in u.change.turns), timeout=30)
+    finally:
+        follower.stop()

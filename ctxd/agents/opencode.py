@@ -139,7 +139,11 @@ class _Row(NamedTuple):
 
 class OpenCodeSessions(SessionStore):
     """The sessions in `<root>/opencode.db`. What the database holds is listed by one query when
-    the database or its WAL changed on disk, and kept until it changes again."""
+    the database or its WAL changed on disk, and kept until it changes again. Only the folder
+    itself is watched: beside the database OpenCode keeps its own git stores (`snapshot/`), a
+    folder tree that grows with every project."""
+
+    recursive = False
 
     def __init__(self, root: Path) -> None:
         super().__init__(root)
