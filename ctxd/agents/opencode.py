@@ -35,7 +35,6 @@ OpenCode's cleanup (`unrevert`) puts them back.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import stat
 from collections.abc import Mapping
@@ -63,8 +62,6 @@ if TYPE_CHECKING:
 
     from ctxd.agents.config.plan import ConfigChange
     from ctxd.agents.folders import Folders
-
-log = logging.getLogger(__name__)
 
 VERSION = "1.18.33"
 DATABASE = "opencode.db"
@@ -185,8 +182,10 @@ class OpenCodeSessions(SessionStore):
                 " FROM session s").fetchall()
         except sqlite3.Error as error:
             if not busy(error) and not self._warned:
+                import logging  # (not at the top: `ctxd hook opencode` imports this module on every tool call)
+
                 self._warned = True
-                log.warning("%s: not a database of OpenCode %s ctxd can read (%s); its sessions are not followed",
+                logging.getLogger(__name__).warning("%s: not a database of OpenCode %s ctxd can read (%s); its sessions are not followed",
                             self.db, VERSION, error)
             return self._rows  # as it was, asked again at the next write
         finally:
