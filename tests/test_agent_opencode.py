@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -472,3 +473,54 @@ def test_opencodes_own_folder_tree_beside_its_database_uses_no_watches(tmp_path:
         _until(lambda: any(t.text == "seen live" for u in updates for t in u.change.turns), timeout=30)
     finally:
         follower.stop()
+
+
+PLUGIN_HARNESS = r"""
+// OpenCode's side of the plugin contract, as 1.18.33 calls it (docs/agents-research.md), with
+// Bun.spawn recorded: a command that answers, one that never does, one missing (spawn throws).
+const calls = []
+let mode = "answer"
+globalThis.Bun = { spawn(argv, options) {
+  if (mode === "missing") throw new Error("ENOENT")
+  calls.push({ argv, stdin: options.stdin })
+  return { exited: mode === "hang" ? new Promise(() => {}) : Promise.resolve(0), kill() { calls.push({ killed: true }) } }
+} }
+const plugin = await import(process.argv[2])
+const hooks = await plugin.Ctxd({ directory: "/home/user/app", worktree: "/" })
+const session = "ses_dcba9c604ffeKhk0JORT9UoCkC"
+await hooks["chat.message"]({ sessionID: session }, { message: { id: "msg_1" }, parts: [
+  { type: "text", text: "Make it blue" }, { type: "text", text: "Continue", synthetic: true }] })
+await hooks["tool.execute.before"]({ tool: "read", sessionID: session, callID: "c1" }, { args: { filePath: "a" } })
+await hooks["tool.execute.before"]({ tool: "edit", sessionID: session, callID: "c2" }, { args: { filePath: "a" } })
+await hooks.event({ event: { type: "session.idle", properties: { sessionID: session } } })
+await hooks.event({ event: { type: "session.compacted", properties: { sessionID: session } } })
+mode = "hang"
+
+await hooks["tool.execute.before"]({ tool: "bash", sessionID: session, callID: "c3" }, { args: { command: "ls" } })
+
+mode = "missing"
+await hooks["tool.execute.before"]({ tool: "write", sessionID: session, callID: "c4" }, { args: {} })
+const shown = []
+for (const call of calls) shown.push(call.killed ? { killed: true } : { argv: call.argv, payload: JSON.parse(await call.stdin.text()) })
+console.log(JSON.stringify({ calls: shown }))
+"""
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node (to load the plugin as OpenCode's Bun does) is not installed")
+def test_the_plugin_runs_ctxd_for_prompts_file_changes_and_compactions_and_never_throws(tmp_path: Path) -> None:
+    plugin = tmp_path / "ctxd.mjs"
+    plugin.write_text(opencode.plugin_text(["/usr/bin/ctxd"]))
+    harness = tmp_path / "harness.mjs"
+    harness.write_text(PLUGIN_HARNESS)
+    done = subprocess.run(["node", str(harness), plugin.as_uri()], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    base = {"sessionID": SESSION, "directory": "/home/user/app"}
+    assert seen["calls"] == [
+        {"argv": ["/usr/bin/ctxd", "hook", "opencode", "chat.message"], "payload": {**base, "prompt": "Make it blue"}},
+        {"argv": ["/usr/bin/ctxd", "hook", "opencode", "tool.execute.before"],
+         "payload": {**base, "tool": "edit", "callID": "c2", "args": {"filePath": "a"}}},  # not the read
+        {"argv": ["/usr/bin/ctxd", "hook", "opencode", "session.compacted"], "payload": base},
+        {"argv": ["/usr/bin/ctxd", "hook", "opencode", "tool.execute.before"],
+         "payload": {**base, "tool": "bash", "callID": "c3", "args": {"command": "ls"}}},
+        {"killed": True}]  # the command that never answered, killed after its 2 s; the missing one: nothing, no throw

@@ -649,6 +649,7 @@ PLUGIN_TEMPLATE = PLUGIN_MARK + """ (written by `ctxd hooks install --agent open
 // `ctxd hook opencode <event>` with a JSON payload on stdin; it waits at most 2 s and never throws
 // (a plugin hook that throws would fail the tool call it wraps).
 const COMMAND = __COMMAND__
+const CHANGES_FILES = new Set(__TOOLS__)  // the tools that may change files: no process for the others
 const LIMIT_MS = 2000
 
 async function run(event, payload) {
@@ -677,9 +678,12 @@ function typed(parts) {
 export const Ctxd = async ({ directory }) => ({
   "chat.message": async (input, output) =>
     run("chat.message", { sessionID: input.sessionID, directory, prompt: typed(output && output.parts) }),
-  "tool.execute.before": async (input, output) =>
-    run("tool.execute.before", { sessionID: input.sessionID, directory, tool: input.tool, callID: input.callID,
-                                 args: output && output.args }),
+  "tool.execute.before": async (input, output) => {
+    if (CHANGES_FILES.has(input.tool)) {
+      await run("tool.execute.before", { sessionID: input.sessionID, directory, tool: input.tool, callID: input.callID,
+                                         args: output && output.args })
+    }
+  },
   event: async ({ event }) => {
     if (event && event.type === "session.compacted") {
       await run("session.compacted", { sessionID: event.properties && event.properties.sessionID, directory })
@@ -690,7 +694,8 @@ export const Ctxd = async ({ directory }) => ({
 
 
 def plugin_text(ctxd: list[str]) -> str:
-    return PLUGIN_TEMPLATE.replace("__COMMAND__", json.dumps([*ctxd, "hook", "opencode"]))
+    return PLUGIN_TEMPLATE.replace("__COMMAND__", json.dumps([*ctxd, "hook", "opencode"])).replace(
+        "__TOOLS__", json.dumps(sorted(CHANGES_FILES)))
 
 
 def plugin_is_ours(text: str) -> bool:
