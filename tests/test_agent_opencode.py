@@ -185,6 +185,13 @@ def test_a_huge_row_bad_json_and_a_replaced_database_lose_nothing_else(tmp_path:
     change = reader.read()
     assert [i["content"][0]["text"] for i in change.appended] == ["big", "still here"]
     assert reader.session.bad_lines == 2 and reader.bytes_read < 1 << 20
+    # A read takes about its budget of bytes, then leaves the rest for the next read.
+    budgeted = store.reader(SESSION)
+    first = budgeted.read(budget=2000)
+    assert not budgeted.caught_up and first.from_start
+    while not budgeted.caught_up:
+        budgeted.read(budget=2000)
+    assert budgeted.session.items == reader.session.items
     # The database replaced by another file (a new inode): its stamp says another ident.
     ident = store.stamp(SESSION).ident  # type: ignore[union-attr]
     copy = tmp_path / "copy.db"

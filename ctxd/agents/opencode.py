@@ -277,7 +277,7 @@ class OpenCodeReader(SessionReader):
             return change
         try:
             connection.execute("BEGIN")  # one snapshot for the session row and its messages
-            self._read(connection, change)
+            self._read(connection, change, budget)
         except sqlite3.DatabaseError as error:
             self.caught_up = True  # read again at its next change
             if not busy(error):  # a schema this module does not know (a newer OpenCode), a damaged file:
@@ -288,8 +288,9 @@ class OpenCodeReader(SessionReader):
 
     # --- rows ---
 
-    def _read(self, connection: sqlite3.Connection, change: Change) -> None:
+    def _read(self, connection: sqlite3.Connection, change: Change, budget: int | None) -> None:
         session = self.session
+        stop_at = self.bytes_read + budget if budget is not None else None
         row = connection.execute(
             "SELECT directory, title, version, model, revert, time_created, time_updated FROM session WHERE id = ?",
             (self.session_id,)).fetchone()
@@ -336,6 +337,9 @@ class OpenCodeReader(SessionReader):
             else:
                 self._message(mid, mcreated, info, parts, change)
             self._cursor = (mcreated, mid)
+            if stop_at is not None and self.bytes_read >= stop_at and not last:
+                self.caught_up = False  # the rest after the other sessions' turn
+                break
         undone = parse(revert) if isinstance(revert, str) else None
         self._reverted(connection, _text(undone.get("messageID")) if undone is not None else None, updated, change)
 
