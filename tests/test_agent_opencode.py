@@ -91,10 +91,13 @@ def test_live_rows_are_read_once_each_when_settled_and_no_read_transaction_is_he
     reader, _ = _read_all(store)
     before = len(reader.session.items)
     assert read_only_checkpoint_free(db.path)  # the read closed its transaction and its connection
-    assert store.touched(str(db.path) + "-wal") == [SESSION]  # first sight
+    other = OpenCodeSessions(db.path.parent)  # a store that follows nothing
+    assert other.touched(str(db.path) + "-wal") == [SESSION]  # first sight
     prompt = db.prompt("Add a line")
     pending = db.reply("Adding.", prompt, prompt=4000, cached=3000, output=7, completed=False)
-    assert store.touched(str(db.path) + "-wal") == [SESSION] and store.touched(str(db.path) + "-wal") == []
+    assert other.touched(str(db.path) + "-wal") == [SESSION] and other.touched(str(db.path) + "-wal") == []
+    assert other.touched(str(db.path) + "-shm") == [] and other.touched(str(db.path.parent / "x.db-wal")) == []
+    assert store.touched(str(db.path) + "-wal") == [SESSION] == store.touched(str(db.path) + "-wal")  # followed
     change = reader.read()
     assert [t.text for t in change.turns] == ["Add a line"]
     assert [i["role"] for i in change.appended] == ["user"]  # the reply is still being written: not read
@@ -109,6 +112,17 @@ def test_live_rows_are_read_once_each_when_settled_and_no_read_transaction_is_he
     assert read_only_checkpoint_free(db.path)
     stamp = store.stamp(SESSION)
     assert stamp is not None and stamp.size == 12
+
+
+def test_listing_the_sessions_never_reads_their_messages(tmp_path: Path) -> None:
+    """The message table holds every session's conversation: the list OpenCode's every write makes
+    ctxd look at again reads the session table alone (messages are counted for a followed session)."""
+    db = Database(tmp_path / "data")
+    with db.connect() as raw:
+        raw.execute("ALTER TABLE message RENAME TO message_elsewhere")
+    store = OpenCodeSessions(db.path.parent)
+    assert store.keys() == [SESSION] and store.touched(str(db.path)) == [SESSION]
+    assert store.peek_cwd(SESSION, None)[:2] == ("/home/user/app", True)  # type: ignore[arg-type]
 
 
 def test_a_revert_is_a_rewind_and_undoing_it_brings_the_messages_back(tmp_path: Path) -> None:
@@ -334,9 +348,10 @@ def test_the_daemon_follows_an_opencode_session_read_only_with_its_fill_cost_and
     seen = len(client.notifications)
     prompt = db.prompt("Add a line")
     db.reply("Added.", prompt, prompt=6000, cached=5000, output=40)
-    pushed = client.wait_for_notification("ctxd/usageChanged", lambda p: p["thread"] == thread, timeout=60,
-                                          after=seen)
-    assert pushed["usedTokens"] == 6040
+    # (the prompt may be read before the reply is written: the gauge then adds its estimate first)
+    pushed = client.wait_for_notification("ctxd/usageChanged", lambda p: p["thread"] == thread and
+                                          p["usedTokens"] == 6040, timeout=60, after=seen)
+    assert pushed["source"] == "api"
     current = client.request("ctxd/history", {"workspace": uri, "thread": thread})["items"]
     assert [i["content"][0]["text"] for i in current if i["type"] == "message"][-2:] == ["Add a line", "Added."]
 

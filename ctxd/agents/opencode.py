@@ -130,15 +130,16 @@ def _ident(db: Path) -> tuple[int, int] | None:
 class _Row(NamedTuple):
     directory: str | None
     top: bool  # not a subagent's session (`parent_id` null)
-    messages: int
     updated: int
 
 
 class OpenCodeSessions(SessionStore):
-    """The sessions in `<root>/opencode.db`. What the database holds is listed by one query when
-    the database or its WAL changed on disk, and kept until it changes again. Only the folder
-    itself is watched: beside the database OpenCode keeps its own git stores (`snapshot/`), a
-    folder tree that grows with every project."""
+    """The sessions in `<root>/opencode.db`. The session table is listed by one query when the
+    database or its WAL changed on disk, and kept until it changes again; the messages of a
+    session are counted only for one that is followed (the message table holds every session's
+    conversation: scanning it at each of OpenCode's writes would cost a core while it streams).
+    Only the folder itself is watched: beside the database OpenCode keeps its own git stores
+    (`snapshot/`), a folder tree that grows with every project."""
 
     recursive = False
 
@@ -148,6 +149,8 @@ class OpenCodeSessions(SessionStore):
         self._key: tuple[int, ...] | None = None
         self._rows: dict[str, _Row] = {}
         self._reported: dict[str, _Row] = {}  # the rows as `touched` last saw them
+        self._counts: dict[str, tuple[tuple[int, ...], int, int]] = {}  # session -> (files, messages, latest)
+        self._followed: set[str] = set()  # the sessions a reader was made for
         self._warned = False
 
     def _files(self) -> tuple[int, ...] | None:
@@ -162,40 +165,40 @@ class OpenCodeSessions(SessionStore):
             found += [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns]
         return tuple(found) if found[1] else None
 
-    def rows(self) -> dict[str, _Row]:
+    def _query(self, sql: str, *args: Any) -> list[Any] | None:
+        """The rows of one short read-only query; None when the database cannot be read now."""
         import sqlite3
 
+        connection = connect(self.db)
+        if connection is None:
+            return None
+        try:
+            return connection.execute(sql, args).fetchall()
+        except sqlite3.Error as error:
+            if not busy(error) and not self._warned:
+                import logging  # (not at the top: `ctxd hook opencode` imports this module on every tool call)
+
+                self._warned = True
+                logging.getLogger(__name__).warning(
+                    "%s: not a database of OpenCode %s ctxd can read (%s); its sessions are not followed",
+                    self.db, VERSION, error)
+            return None
+        finally:
+            connection.close()
+
+    def rows(self) -> dict[str, _Row]:
         key = self._files()
         if key is None:
             self._key, self._rows = None, {}
             return self._rows
         if key == self._key:
             return self._rows
-        connection = connect(self.db)
-        if connection is None:
-            return {}
-        try:
-            found = connection.execute(
-                "SELECT s.id, s.directory, s.parent_id IS NULL, s.time_updated,"
-                " (SELECT count(*) FROM message m WHERE m.session_id = s.id),"
-                " (SELECT coalesce(max(m.time_updated), 0) FROM message m WHERE m.session_id = s.id)"
-                " FROM session s").fetchall()
-        except sqlite3.Error as error:
-            if not busy(error) and not self._warned:
-                import logging  # (not at the top: `ctxd hook opencode` imports this module on every tool call)
-
-                self._warned = True
-                logging.getLogger(__name__).warning("%s: not a database of OpenCode %s ctxd can read (%s); its sessions are not followed",
-                            self.db, VERSION, error)
+        found = self._query("SELECT id, directory, parent_id IS NULL, time_updated FROM session")
+        if found is None:
             return self._rows  # as it was, asked again at the next write
-        finally:
-            connection.close()
-        rows = {}
-        for sid, directory, top, updated, count, latest in found:
-            if isinstance(sid, str) and sid.startswith("ses_"):
-                rows[sid] = _Row(directory if isinstance(directory, str) else None, bool(top),
-                                 count if type(count) is int else 0,
-                                 max(v for v in (updated, latest, 0) if type(v) is int))
+        rows = {sid: _Row(directory if isinstance(directory, str) else None, bool(top),
+                          updated if type(updated) is int else 0)
+                for sid, directory, top, updated in found if isinstance(sid, str) and sid.startswith("ses_")}
         self._key, self._rows = key, rows
         return rows
 
@@ -208,20 +211,27 @@ class OpenCodeSessions(SessionStore):
         return key.startswith("ses_") and "/" not in key
 
     def touched(self, path: str) -> list[str]:
-        """A write to the database or its WAL: the sessions whose stamp moved."""
+        """A write to the database or its WAL: the sessions whose row moved, and the followed ones
+        (a message may change without its session's row)."""
         if Path(path).parent != self.root or Path(path).name not in (DATABASE, f"{DATABASE}-wal"):
             return []
         rows = self.rows()
         moved = [sid for sid, row in rows.items() if row.top and self._reported.get(sid) != row]
         self._reported = dict(rows)
-        return moved
+        return moved + [sid for sid in list(self._followed) if sid in rows and sid not in moved]
 
     def stamp(self, key: str) -> Stamp | None:
         row = self.rows().get(key)
         ident = _ident(self.db)
         if row is None or ident is None:
             return None
-        return Stamp(ident, row.messages, row.updated, _regular(self.db, True))
+        files = self._key or ()
+        known = self._counts.get(key)
+        if known is None or known[0] != files:
+            found = self._query("SELECT count(*), coalesce(max(time_updated), 0) FROM message WHERE session_id = ?", key)
+            count, latest = found[0] if found else (0, 0)
+            known = self._counts[key] = (files, count if type(count) is int else 0, latest if type(latest) is int else 0)
+        return Stamp(ident, known[1], max(row.updated, known[2]), _regular(self.db, True))
 
     def peek_cwd(self, key: str, folders: Folders) -> tuple[str | None, bool, int]:
         """The session row's `directory`: the folder OpenCode ran in (from `$PWD`)."""
@@ -231,6 +241,7 @@ class OpenCodeSessions(SessionStore):
         return row.directory, True, len((row.directory or "").encode())
 
     def reader(self, key: str) -> OpenCodeReader:
+        self._followed.add(key)
         return OpenCodeReader(self.db, key)
 
 
