@@ -128,9 +128,11 @@ def test_discovery_rules(tmp_path: Path) -> None:
     assert discovery.folder_of("/a/bc", [Path("/a/b")]) is None
     assert encode_project("/home/u/my.proj") == "-home-u-my-proj"
     env = {"HOME": "/home/u", "CODEX_HOME": "/x/codex", "CLAUDE_CONFIG_DIR": "/y/claude"}
-    assert [s.root for s in discovery.sources(env=env)][:2] == [Path("/x/codex/sessions"), Path("/y/claude/projects")]
-    assert [s.root for s in discovery.sources(env={"HOME": "/home/u"})][:2] == [Path("/home/u/.codex/sessions"),
-                                                                              Path("/home/u/.claude/projects")]
+    two = ("codex", "claude")  # (the other agents' rules: their own tests)
+    assert [s.root for s in discovery.sources(env=env) if s.agent in two] == [Path("/x/codex/sessions"),
+                                                                              Path("/y/claude/projects")]
+    assert [s.root for s in discovery.sources(env={"HOME": "/home/u"}) if s.agent in two] == [
+        Path("/home/u/.codex/sessions"), Path("/home/u/.claude/projects")]
 
 
 def test_sessions_cli_lists_the_workspace_sessions_newest_first(tmp_path: Path) -> None:
