@@ -58,6 +58,9 @@ def daemon_env(state_dir: Path, extra: dict[str, str] | None = None) -> dict[str
     # The daemon follows agent sessions (ctxd/sessions): never this machine's real ones in a test.
     env["CODEX_HOME"] = str(state_dir / "codex-home")
     env["CLAUDE_CONFIG_DIR"] = str(state_dir / "claude-home")
+    env["QWEN_HOME"] = str(state_dir / "qwen-home")
+    env["GEMINI_CLI_HOME"] = str(state_dir / "gemini-home")
+    env["XDG_DATA_HOME"] = str(state_dir / "data")  # OpenCode keeps its sessions in $XDG_DATA_HOME/opencode
     env.update(extra or {})
     return env
 

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ctxd import agents
+from ctxd.sessions.cli import _either
 from tests.ghost_repo import make_repo
 
 REPO = Path(__file__).resolve().parent.parent
@@ -23,6 +25,11 @@ def test_ctxd_sessions_with_no_session_says_what_to_do(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "ctxd", "sessions"], cwd=sub, env=env, capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    # The enclosing workspace (the git root), not the subfolder, and the two ways to start.
-    assert f"No Codex or Claude Code sessions in {repo.root.resolve()} yet." in done.stdout
-    assert "`codex` or `claude`" in done.stdout and "ctxd hooks install" in done.stdout
+    # The enclosing workspace (the git root), not the subfolder, and how to start each agent.
+    titles, names = [a.title for a in agents.every()], [f"`{n}`" for n in agents.names()]
+    assert f"No {_either(titles)} sessions in {repo.root.resolve()} yet." in done.stdout
+    assert f"({_either(names)})" in done.stdout and "ctxd hooks install" in done.stdout
+
+
+def test_every_agent_is_named_once_in_a_list_that_reads() -> None:
+    assert [_either(list(words)) for words in ("a", "ab", "abc", "abcd")] == ["a", "a or b", "a, b or c", "a, b, c or d"]

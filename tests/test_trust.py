@@ -69,7 +69,8 @@ def test_untrusted_repository_cannot_send_secrets_away(daemon_factory, workspace
     assert {p["key"] for p in status["problems"] if "not trusted" in p["message"]} == set(IGNORED)
     assert all(p["source"].endswith(".ctxd.toml") for p in status["problems"] if p.get("key") in IGNORED)
     assert status["tokenizers"] and status["stateDir"]
-    assert [(s["agent"], s["enabled"]) for s in status["sources"]] == [("codex", True), ("claude", True)]
+    assert [(s["agent"], s["enabled"]) for s in status["sources"]][:2] == [("codex", True), ("claude", True)]
+    assert all(s["enabled"] for s in status["sources"])  # a repository's file turns no agent off
 
 
 def test_trusted_workspace_uses_its_settings(daemon_factory, workspace: Path, tmp_path: Path,
@@ -328,9 +329,9 @@ def test_a_trusted_folder_can_turn_an_agents_sessions_off(daemon_factory, tmp_pa
     threads = [t["thread"] for t in client.request("ctxd/threads", {"workspace": quiet.as_uri()})["threads"]]
     assert CODEX_THREAD not in threads and threads == [CLAUDE_THREAD]
     sources = {s["agent"]: s["enabled"] for s in client.request("ctxd/status", {"workspace": quiet.as_uri()})["sources"]}
-    assert sources == {"codex": False, "claude": True}
+    assert sources == {**{name: True for name in sources}, "codex": False, "claude": True}  # Codex alone is off
     sources = {s["agent"]: s["enabled"] for s in client.request("ctxd/status", {"workspace": other.as_uri()})["sources"]}
-    assert sources == {"codex": True, "claude": True}
+    assert set(sources) >= {"codex", "claude"} and all(sources.values())
     assert status_problems(client, quiet) == []
 
 

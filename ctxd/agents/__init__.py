@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ctxd.agents.base import Agent
 
-AGENTS = ("codex", "claude")
+AGENTS = ("codex", "claude", "qwen", "gemini", "opencode")
 STATUS_LINE_AGENT = "claude"
 """Whose status line `ctxd statusline` shows without `--agent` (the one installed before it existed)."""
 MODULES_ENV = "CTXD_AGENT_MODULES"

@@ -55,6 +55,8 @@ class AgentConfig(NamedTuple):
     compact_percent: float | None = None  # a percent of the window (Claude Code's CLAUDE_AUTOCOMPACT_PCT_OVERRIDE)
     auto_compact: bool = True  # False: the user turned its automatic compaction off
     windows: Mapping[str, int] = MappingProxyType({})  # model -> window, where the configuration declares one
+    compact_limits: Mapping[str, int] = MappingProxyType({})  # model -> where it compacts, where the configuration's
+    # declared limits say (OpenCode: each model's context and output limits in opencode.json)
     source: str | None = None  # the file the values come from
 
 
@@ -128,11 +130,16 @@ class SessionStore(ABC):
     an agent keeping its sessions otherwise (one SQLite database, say) implements its own, with
     keys of its own. Nothing here writes into the agent's folders."""
 
+    recursive: bool = True
+    """Whether `watched()` folders are watched with everything below them. False: the folders
+    alone (OpenCode's database sits beside a large tree of its own, whose folders would use up
+    the user's inotify watches)."""
+
     def __init__(self, root: Path) -> None:
         self.root = root
 
     def watched(self) -> list[Path]:
-        """The folders whose writes may change a session (watched recursively)."""
+        """The folders whose writes may change a session (watched recursively unless `recursive` is False)."""
         return [self.root]
 
     @abstractmethod

@@ -397,10 +397,7 @@ def encode_project(directory: str | Path) -> str:
 
 def dir_may_match(project_dir: str, folders: Folders) -> bool:
     """Could the project folder `project_dir` be a directory inside one of the folders?"""
-    encoded = folders.encoded(encode_project)
-    if project_dir in encoded:
-        return True
-    return any(project_dir[:at] in encoded for at, char in enumerate(project_dir) if char == "-")
+    return folders.may_hold(project_dir, encode_project)
 
 
 def session_id(path: str) -> str | None:

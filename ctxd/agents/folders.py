@@ -64,6 +64,15 @@ class Folders:
                                              for form in forms}
         return found
 
+    def may_hold(self, name: str, encode: Callable[[str], str]) -> bool:
+        """Could the folder an agent named `name` after a directory (with `encode`, which turns a
+        path separator into '-') be one of the folders or a directory inside one? Matched without
+        opening anything (Claude Code's and qwen-code's project folders)."""
+        encoded = self.encoded(encode)
+        if name in encoded:
+            return True
+        return any(name[:at] in encoded for at, char in enumerate(name) if char == "-")
+
 
 def folder_of(cwd: str | None, folders: list[Path]) -> Path | None:
     """The open workspace folder that contains `cwd` (the innermost one), or None."""

@@ -99,6 +99,9 @@ class Follower:
         self.stores: dict[str, SessionStore] = {s.agent: s.store for s in sources if s.enabled and s.store is not None}
         self.roots = {agent: store.root for agent, store in self.stores.items()}
         self._watch_roots = list(dict.fromkeys(root for store in self.stores.values() for root in store.watched()))
+        # A folder is watched with everything below it when any store watching it asks for that.
+        self._recursive = {root: any(store.recursive for store in self.stores.values() if root in store.watched())
+                           for root in self._watch_roots}
         self._poll = poll if poll is not None else os.environ.get("CTXD_SESSIONS_POLL") == "1"
         self._folders: dict[str, Folders] = {}  # per agent: the open folders that follow it
         self._files: dict[str, _File] = {}
@@ -184,9 +187,12 @@ class Follower:
     # --- what is known ---
 
     def sessions(self, folder: Path | None = None) -> list[Session]:
+        """The sessions followed (in `folder`): a file that states no session id yet is none (a
+        Gemini CLI resume leaves a file of its header alone)."""
         with self._lock:
             return [s.reader.session for s in self._files.values()
-                    if s.reader is not None and s.folder is not None and (folder is None or s.folder == folder)]
+                    if s.reader is not None and s.folder is not None and (folder is None or s.folder == folder)
+                    and s.reader.session.id is not None and valid_id(s.reader.session.id)]
 
     def bytes_read(self, path: str) -> int:
         with self._lock:
@@ -266,7 +272,8 @@ class Follower:
                 continue
             try:
                 if root.is_dir():
-                    self._scheduled[root] = self._observer.schedule(self._handler, str(root), recursive=True)
+                    self._scheduled[root] = self._observer.schedule(self._handler, str(root),
+                                                                    recursive=self._recursive.get(root, True))
                     self._parents.pop(root, None)
                     appeared = True
                     continue

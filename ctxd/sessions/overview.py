@@ -99,11 +99,16 @@ def _cache(state: dict[str, Any] | None) -> str:
     return shown
 
 
+def _either(words: list[str]) -> str:
+    """"a", "a or b", "a, b or c": every agent named once, however many there are."""
+    return " or ".join([", ".join(words[:-1]), words[-1]] if len(words) > 2 else words)
+
+
 def render(rows: list[dict[str, Any]], folder: Path | None = None) -> str:
     if not rows:
         where = safe(str(folder)) if folder is not None else "this workspace"
-        titles = " or ".join(agent.title for agent in agents.every())
-        commands = " or ".join(f"`{name}`" for name in agents.names())
+        titles = _either([agent.title for agent in agents.every()])
+        commands = _either([f"`{name}`" for name in agents.names()])
         return (f"No {titles} sessions in {where} yet.\n"
                 f"Start one here ({commands}): ctxd follows it at once, with its fill, its cost and a\n"
                 "checkpoint of your files before each turn. For a checkpoint before every edit, the status line\n"

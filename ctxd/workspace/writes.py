@@ -457,9 +457,14 @@ class WorkspaceWrites(WorkspaceCore):
     def agent_compacted(self, thread: str) -> UsageSnapshot:
         """The agent's hook says it compacted: the baseline reported before is not the window
         any more. It is dropped (the gauge estimates from the history) until a different report
-        arrives; the stale figure, were it reported again, is ignored."""
+        arrives; the stale figure, were it reported again, is ignored. A baseline the agent's
+        file gave with or after the compaction already mirrored (the listing's `tokensAfter`:
+        qwen-code's record states its fill after it) is the window now, and stays."""
         with self.lock:
             ledger = self._ledger(thread)
+            listed = self.store.compactions(thread) if ledger.api_total is not None else []
+            if listed and listed[-1][2].get("followed") and listed[-1][2].get("tokensAfter") == ledger.api_total:
+                return self.view.usage(ledger)
             awaiting = (ledger.state or {}).get(AWAITING_REPORT)
             stale = awaiting.get("stale") if isinstance(awaiting, dict) else ledger.api_total  # told twice
             state = {**(ledger.state or {}), AWAITING_REPORT: {"stale": stale, "at": time.time()}}

@@ -1,0 +1,869 @@
+"""OpenCode: its SQLite store, window and compaction rule, plugin hook and configuration
+(ctxd/agents/base.py; the facts are in docs/agents-research.md, read from OpenCode 1.18.33).
+
+Sessions are rows of one SQLite database, `$XDG_DATA_HOME/opencode/opencode.db` (default
+`~/.local/share/opencode`), in WAL mode, written by every OpenCode process of the user: `session`
+(its folder `directory`, `title`, `version`, recorded `cost` and token sums, `revert` after an
+undo), `message` (JSON `data`: one user message per prompt, one assistant message per model step
+with its `tokens` and `cost`), and `part` (JSON `data` by `type`: `text`, `reasoning`, `tool`,
+`step-start`, `step-finish`, `compaction`...). ctxd reads it only through a read-only connection
+(`file:...?mode=ro`) opened for one short read transaction and closed at once: a read
+transaction held open would stop OpenCode's WAL checkpoints. When no OpenCode has it open (no
+`-wal`, no `-shm`) it is read as an immutable file, so that reading creates nothing in OpenCode's
+folder; an OpenCode starting during that one read makes it fail, and it is read again at the
+next change. The database, its `-wal` and `-shm`
+are opened only when each is a regular file (never through a link, never a FIFO or a device).
+
+A session key is its id (`ses_...`); its stamp is the database file's identity, the session's
+message count (fewer: OpenCode removed reverted messages, read afresh) and the latest
+`time_updated` of the session and its messages. A message is read once it is settled (a user
+message with its parts, an assistant message completed or failed, or any message followed by
+another), in OpenCode's order (`time_created`, `id`).
+
+Fill (the TUI's session footer and sidebar, `findLast(m => m.role === "assistant" &&
+m.tokens.output > 0)`): the last assistant message with output, `input + output + reasoning +
+cache.read + cache.write`, over the model's `limit.context`. This is the figure OpenCode's main
+screen shows; its ACP `usage_update` leaves the output out.
+
+Its own compaction: a user message with a `compaction` part (`auto` true when OpenCode compacted
+by itself) replaces the window; the assistant message after it with `summary: true` holds the
+summary, which is the new window's start. An undo (`session.revert`, `SessionRevert.revert`)
+takes the messages from `revert.messageID` on out of the window: a rewind; clearing it without
+OpenCode's cleanup (`unrevert`) puts them back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from ctxd.agents import payloads
+from ctxd.agents.base import (
+    Action,
+    Agent,
+    AgentConfig,
+    AgentLimits,
+    HookAction,
+    HookInput,
+    Scope,
+    SessionReader,
+    SessionStore,
+    Stamp,
+)
+from ctxd.agents.jsonl import parse
+from ctxd.agents.session import Change, Session, Turn, Usage, first_request, note_report, shorten, tokens
+
+if TYPE_CHECKING:
+    import sqlite3
+
+    from ctxd.agents.config.plan import ConfigChange
+    from ctxd.agents.folders import Folders
+
+VERSION = "1.18.33"
+DATABASE = "opencode.db"
+SIDE_FILES = ("-wal", "-shm")  # SQLite's files beside the database, written with it
+MAX_ROW = 8 * 1024 * 1024  # a message or part whose JSON is longer is skipped (as a JSONL line would be)
+MESSAGES_PER_READ = 500  # messages one read takes at most before the other sessions get a turn
+BUSY_SECONDS = 0.5  # a database locked longer (an old rollback journal) is read at the next change
+DEFAULT_TITLE = "New session - "  # OpenCode's placeholder title until its title request answers
+
+
+def _iso(ms: Any) -> str | None:
+    """A row's time (milliseconds since the epoch) as ISO 8601 UTC."""
+    from datetime import UTC, datetime
+
+    if type(ms) is not int or ms <= 0:
+        return None
+    try:
+        return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def _regular(path: Path, required: bool) -> bool:
+    """Whether `path` is a regular file (not a link, FIFO or device); absent is fine unless `required`."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return not required
+    except OSError:
+        return False
+
+
+def connect(db: Path) -> sqlite3.Connection | None:
+    """A read-only connection to the database, or None when it is not one ctxd reads: missing,
+    not a regular file, or with a `-wal`/`-shm` that is not one. The caller closes it at once."""
+    import sqlite3
+    from urllib.parse import quote
+
+    if not _regular(db, True) or not all(_regular(Path(f"{db}{side}"), False) for side in SIDE_FILES):
+        return None
+    # With no OpenCode running (no -wal, no -shm: its last connection checkpointed and removed
+    # them) a read-only connection would create both in OpenCode's folder; read the file as it is.
+    idle = not any(os.path.lexists(f"{db}{side}") for side in SIDE_FILES)
+    try:
+        connection = sqlite3.connect(f"file:{quote(str(db))}?mode=ro{'&immutable=1' if idle else ''}", uri=True,
+                                     timeout=BUSY_SECONDS, isolation_level=None, check_same_thread=False)
+    except sqlite3.Error:
+        return None
+    return connection
+
+
+def busy(error: Exception) -> bool:
+    """A database another process holds locked for now (not one ctxd cannot read)."""
+    text = str(error).lower()
+    return "locked" in text or "busy" in text
+
+
+def _ident(db: Path) -> tuple[int, int] | None:
+    try:
+        st = os.lstat(db)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+class _Row(NamedTuple):
+    directory: str | None
+    top: bool  # not a subagent's session (`parent_id` null)
+    updated: int
+
+
+class OpenCodeSessions(SessionStore):
+    """The sessions in `<root>/opencode.db`. The session table is listed by one query when the
+    database or its WAL changed on disk, and kept until it changes again; the messages of a
+    session are counted only for one that is followed (the message table holds every session's
+    conversation: scanning it at each of OpenCode's writes would cost a core while it streams).
+    Only the folder itself is watched: beside the database OpenCode keeps its own git stores
+    (`snapshot/`), a folder tree that grows with every project."""
+
+    recursive = False
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.db = root / DATABASE
+        self._key: tuple[int, ...] | None = None
+        self._rows: dict[str, _Row] = {}
+        self._reported: dict[str, _Row] = {}  # the rows as `touched` last saw them
+        self._counts: dict[str, tuple[tuple[int, ...], int, int]] = {}  # session -> (files, messages, latest)
+        self._followed: set[str] = set()  # the sessions a reader was made for
+        self._warned = False
+
+    def _files(self) -> tuple[int, ...] | None:
+        """What changes on disk when OpenCode writes: the database's and its WAL's stat data."""
+        found: list[int] = []
+        for path in (self.db, Path(f"{self.db}-wal")):
+            try:
+                st = os.lstat(path)
+            except OSError:
+                found += [0, 0, 0, 0]
+                continue
+            found += [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns]
+        return tuple(found) if found[1] else None
+
+    def _query(self, sql: str, *args: Any) -> list[Any] | None:
+        """The rows of one short read-only query; None when the database cannot be read now."""
+        import sqlite3
+
+        connection = connect(self.db)
+        if connection is None:
+            return None
+        try:
+            return connection.execute(sql, args).fetchall()
+        except sqlite3.Error as error:
+            if not busy(error) and not self._warned:
+                import logging  # (not at the top: `ctxd hook opencode` imports this module on every tool call)
+
+                self._warned = True
+                logging.getLogger(__name__).warning(
+                    "%s: not a database of OpenCode %s ctxd can read (%s); its sessions are not followed",
+                    self.db, VERSION, error)
+            return None
+        finally:
+            connection.close()
+
+    def rows(self) -> dict[str, _Row]:
+        key = self._files()
+        if key is None:
+            self._key, self._rows = None, {}
+            return self._rows
+        if key == self._key:
+            return self._rows
+        found = self._query("SELECT id, directory, parent_id IS NULL, time_updated FROM session")
+        if found is None:
+            return self._rows  # as it was, asked again at the next write
+        rows = {sid: _Row(directory if isinstance(directory, str) else None, bool(top),
+                          updated if type(updated) is int else 0)
+                for sid, directory, top, updated in found if isinstance(sid, str) and sid.startswith("ses_")}
+        self._key, self._rows = key, rows
+        return rows
+
+    def keys(self) -> list[str]:
+        # A subagent's session (`task`) is a session of its own in OpenCode; ctxd follows the
+        # sessions a user typed into.
+        return [sid for sid, row in self.rows().items() if row.top]
+
+    def owns(self, key: str) -> bool:
+        return key.startswith("ses_") and "/" not in key
+
+    def touched(self, path: str) -> list[str]:
+        """A write to the database or its WAL: the sessions whose row moved, and the followed ones
+        (a message may change without its session's row)."""
+        if Path(path).parent != self.root or Path(path).name not in (DATABASE, f"{DATABASE}-wal"):
+            return []
+        rows = self.rows()
+        moved = [sid for sid, row in rows.items() if row.top and self._reported.get(sid) != row]
+        self._reported = dict(rows)
+        return moved + [sid for sid in list(self._followed) if sid in rows and sid not in moved]
+
+    def stamp(self, key: str) -> Stamp | None:
+        row = self.rows().get(key)
+        ident = _ident(self.db)
+        if row is None or ident is None:
+            return None
+        files = self._key or ()
+        known = self._counts.get(key)
+        if known is None or known[0] != files:
+            found = self._query("SELECT count(*), coalesce(max(time_updated), 0) FROM message WHERE session_id = ?", key)
+            count, latest = found[0] if found else (0, 0)
+            known = self._counts[key] = (files, count if type(count) is int else 0, latest if type(latest) is int else 0)
+        return Stamp(ident, known[1], max(row.updated, known[2]), _regular(self.db, True))
+
+    def peek_cwd(self, key: str, folders: Folders) -> tuple[str | None, bool, int]:
+        """The session row's `directory`: the folder OpenCode ran in (from `$PWD`)."""
+        row = self.rows().get(key)
+        if row is None:
+            return None, False, 0
+        return row.directory, True, len((row.directory or "").encode())
+
+    def reader(self, key: str) -> OpenCodeReader:
+        self._followed.add(key)
+        return OpenCodeReader(self.db, key)
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+class OpenCodeReader(SessionReader):
+    """One OpenCode session, read from its rows: each read opens the database read-only, reads
+    the messages settled since the last one in one short transaction, and closes it."""
+
+    def __init__(self, db: Path, session_id: str) -> None:
+        self.db = db
+        self.session_id = session_id
+        self.bytes_read = 0
+        self.caught_up = True
+        self.stop_when_rewritten = False
+        self.rewritten = False  # never: another database (a new inode) is read afresh by the follower
+        self._init()
+
+    def _init(self) -> None:
+        self.session = Session("opencode", f"{self.db}#{self.session_id}")
+        self._cursor: tuple[int, str] | None = None  # (time_created, id) of the last message read
+        self._full: list[dict[str, Any]] = []  # the window's items, a revert left aside
+        self._starts: dict[str, int] = {}  # message id -> where its items start in `_full`
+        self._revert: str | None = None  # the message a revert starts at
+        self._fill = 0  # the latest fill (a compaction's "before")
+
+    def reset(self) -> None:
+        self._init()
+
+    def read(self, ident: tuple[int, int] | None = None, budget: int | None = None) -> Change:
+        import sqlite3
+
+        change = Change(from_start=self._cursor is None)
+        if ident is not None and _ident(self.db) != ident:
+            return change
+        connection = connect(self.db)
+        if connection is None:
+            return change
+        try:
+            connection.execute("BEGIN")  # one snapshot for the session row and its messages
+            self._read(connection, change, budget)
+        except sqlite3.DatabaseError as error:
+            self.caught_up = True  # read again at its next change
+            if not busy(error):  # a schema this module does not know (a newer OpenCode), a damaged file:
+                self.session.count_unknown("database")  # shown as format drift in ctxd/status
+        finally:
+            connection.close()  # ends the read transaction
+        return change
+
+    # --- rows ---
+
+    def _read(self, connection: sqlite3.Connection, change: Change, budget: int | None) -> None:
+        session = self.session
+        stop_at = self.bytes_read + budget if budget is not None else None
+        row = connection.execute(
+            "SELECT directory, title, version, model, revert, time_created, time_updated FROM session WHERE id = ?",
+            (self.session_id,)).fetchone()
+        if row is None:
+            return
+        directory, title, version, model, revert, created, updated = row
+        if session.id is None:
+            session.id = self.session_id
+            session.cwd = _text(directory)
+            session.started = _iso(created)
+            change.meta = True
+        if isinstance(version, str) and version != session.version:
+            session.version = version
+            change.meta = True
+        if isinstance(title, str) and title and not title.startswith(DEFAULT_TITLE) and shorten(title) != session.title:
+            session.title = shorten(title)
+            change.meta = True
+        if session.model is None and isinstance(model, str):
+            named = parse(model)
+            if named is not None and isinstance(named.get("id"), str):
+                session.model = named["id"]
+                change.meta = True
+        session.last_activity = _iso(updated) or session.last_activity
+        after = self._cursor or (-1, "")
+        messages = connection.execute(
+            "SELECT id, time_created, CASE WHEN length(data) <= ? THEN data END FROM message"
+            " WHERE session_id = ? AND (time_created > ? OR (time_created = ? AND id > ?))"
+            " ORDER BY time_created, id LIMIT ?",
+            (MAX_ROW, self.session_id, after[0], after[0], after[1], MESSAGES_PER_READ + 1)).fetchall()
+        self.caught_up = len(messages) <= MESSAGES_PER_READ
+        messages = messages[:MESSAGES_PER_READ]
+        for number, (mid, mcreated, data) in enumerate(messages):
+            if not isinstance(mid, str) or type(mcreated) is not int:
+                continue
+            info = parse(data) if isinstance(data, str) else None
+            self.bytes_read += len(data) if isinstance(data, str) else 0
+            parts = self._parts(connection, mid)
+            last = number == len(messages) - 1
+            if info is None:
+                session.bad_lines += 1
+            elif last and not _settled(info, parts):
+                self.caught_up = True
+                break  # still being written: read when it is settled
+            else:
+                self._message(mid, mcreated, info, parts, change)
+            self._cursor = (mcreated, mid)
+            if stop_at is not None and self.bytes_read >= stop_at and not last:
+                self.caught_up = False  # the rest after the other sessions' turn
+                break
+        undone = parse(revert) if isinstance(revert, str) else None
+        self._reverted(connection, _text(undone.get("messageID")) if undone is not None else None, updated, change)
+
+    def _parts(self, connection: sqlite3.Connection, message_id: str) -> list[dict[str, Any]]:
+        found = []
+        for (data,) in connection.execute(
+                "SELECT CASE WHEN length(data) <= ? THEN data END FROM part WHERE message_id = ? ORDER BY id",
+                (MAX_ROW, message_id)):
+            part = parse(data) if isinstance(data, str) else None
+            self.bytes_read += len(data) if isinstance(data, str) else 0
+            if part is None:
+                self.session.bad_lines += 1
+            else:
+                found.append(part)
+        return found
+
+    # --- messages ---
+
+    def _add(self, item: dict[str, Any], change: Change, summary: bool = False) -> None:
+        self._full.append(item)
+        if self._revert is None:
+            self.session.items.append(item)
+            if summary:
+                change.add_to_replacement(item, self.session)
+            else:
+                change.add(item, self.session)
+
+    def _message(self, mid: str, created: int, info: dict[str, Any], parts: list[dict[str, Any]],
+                 change: Change) -> None:
+        self._starts[mid] = len(self._full)
+        role = info.get("role")
+        if role == "user":
+            self._user(created, parts, change)
+        elif role == "assistant":
+            self._assistant(created, info, parts, change)
+        else:
+            self.session.count_unknown(f"message.{role}")
+
+    def _user(self, created: int, parts: list[dict[str, Any]], change: Change) -> None:
+        session = self.session
+        compaction = next((p for p in parts if p.get("type") == "compaction"), None)
+        if compaction is not None:
+            self._compact(created, compaction, change)
+        content: list[dict[str, Any]] = []
+        typed = False
+        for part in parts:
+            kind = part.get("type")
+            if kind == "text" and isinstance(part.get("text"), str):
+                if part["text"]:
+                    content.append({"type": "input_text", "text": part["text"]})
+                    typed = typed or not part.get("synthetic")
+            elif kind == "file":
+                name = _text(part.get("filename")) or _text(part.get("url")) or "a file"
+                content.append({"type": "input_text", "text": f"[attached: {name}]"})
+            elif kind != "compaction":
+                session.count_unknown(f"part.{kind}")
+        if not content:
+            return
+        if typed and compaction is None:
+            text = "\n".join(p["text"] for p in content)
+            turn = Turn(len(session.items), shorten(text, 60), _iso(created), session.generation)
+            session.turns.append(turn)
+            change.turns.append(turn)
+            if session.title is None:  # the row's title is OpenCode's placeholder until its title request answers
+                session.title = shorten(text)
+                change.meta = True
+        self._add({"type": "message", "role": "user", "content": content}, change)
+
+    def _assistant(self, created: int, info: dict[str, Any], parts: list[dict[str, Any]], change: Change) -> None:
+        session = self.session
+        start = len(session.items)  # what its request carried came before its parts
+        summary = info.get("summary") is True
+        for part in parts:
+            kind = part.get("type")
+            if kind == "text" and isinstance(part.get("text"), str):
+                if part["text"]:
+                    self._add({"type": "message", "role": "assistant",
+                               "content": [{"type": "output_text", "text": part["text"]}]}, change, summary)
+            elif kind == "reasoning" and isinstance(part.get("text"), str):
+                self._add({"type": "reasoning", "summary": [],
+                           "content": [{"type": "reasoning_text", "text": part["text"]}]}, change, summary)
+            elif kind == "tool":
+                self._tool(part, change)
+            elif kind not in ("step-start", "step-finish", "snapshot", "patch", "retry", "agent"):
+                session.count_unknown(f"part.{kind}")
+        self._usage(created, info, start, change)
+
+    def _tool(self, part: dict[str, Any], change: Change) -> None:
+        state = _object(part.get("state"))
+        call_id = str(part.get("callID") or "")
+        self._add({"type": "function_call", "call_id": call_id, "name": str(part.get("tool") or ""),
+                   "arguments": json.dumps(state.get("input", {}), ensure_ascii=False)}, change)
+        if state.get("status") in ("completed", "error"):
+            output = state.get("output") if state.get("status") == "completed" else state.get("error")
+            self._add({"type": "function_call_output", "call_id": call_id,
+                       "output": output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)}, change)
+
+    def _usage(self, created: int, info: dict[str, Any], start: int, change: Change) -> None:
+        session = self.session
+        raw = info.get("tokens")
+        if not isinstance(raw, dict):
+            return
+        cache = _object(raw.get("cache"))
+        read, written = tokens(cache.get("read")), tokens(cache.get("write"))
+        uncached, output, reasoning = tokens(raw.get("input")), tokens(raw.get("output")), tokens(raw.get("reasoning"))
+        model = _text(info.get("modelID")) or session.model or ""
+        if model and model != session.model:
+            session.model = model
+            change.meta = True
+        request = Usage(input=uncached, cached_input=read, cache_write=written, output=output + reasoning,
+                        reasoning=reasoning)
+        if request.input or request.cached_input or request.cache_write or request.output:
+            session.cumulative.setdefault(model, Usage()).add(request)
+            change.usage = True
+        prompt = uncached + read + written
+        if prompt and session.first_request is None:
+            session.first_request = first_request(prompt, session.items[:start])
+        if not output:
+            return  # the TUI's figure is the last message with output
+        used = prompt + output + reasoning
+        note_report(session, used, request, model, _iso(created))
+        self._fill = used
+        last = {"input": uncached, "output": output, "reasoning": reasoning, "cacheRead": read, "cacheWrite": written,
+                "total": tokens(raw.get("total"))}
+        if used != session.baseline or last != session.last_usage:
+            session.baseline = used
+            session.last_usage = last
+            change.usage = True
+        session.baseline_items = len(session.items)
+
+    def _compact(self, created: int, part: dict[str, Any], change: Change) -> None:
+        """A compaction starts: the window is replaced; the summary that follows starts the new one."""
+        session = self.session
+        at = _iso(created) or session.last_activity
+        session.agent_compactions.append({"trigger": "auto" if part.get("auto") is True else "manual",
+                                          "tokensBefore": self._fill or session.baseline or None,
+                                          "tokensAfter": None, "at": at})
+        session.items = []
+        self._full, self._starts, self._revert = [], {}, None
+        session.compactions += 1
+        session.generation += 1
+        session.baseline = None
+        session.baseline_items = 0
+        change.replace(session, session.compactions - 1, at)
+        change.usage = True
+
+    def _reverted(self, connection: sqlite3.Connection, start: str | None, updated: Any, change: Change) -> None:
+        """`session.revert` changed: the messages from `start` on leave the window (a rewind), or
+        come back when OpenCode undid the revert without removing them."""
+        if start == self._revert:
+            return
+        session = self.session
+        if start is not None and start not in self._starts:
+            return  # a message of an earlier window (before a compaction) or not read yet
+        if start is None and self._revert is not None:
+            cut = self._starts[self._revert]
+            kept = {mid for (mid,) in connection.execute(
+                "SELECT id FROM message WHERE session_id = ? AND id = ?", (self.session_id, self._revert))}
+            if not kept:  # OpenCode's cleanup removed them: they stay out
+                self._full = self._full[:cut]
+                self._starts = {mid: at for mid, at in self._starts.items() if at < cut}
+        self._revert = start
+        session.items = self._full[:self._starts[start]] if start is not None else list(self._full)
+        session.rewinds += start is not None
+        session.generation += 1
+        change.replace(session, None, _iso(updated) or session.last_activity)
+        change.usage = True
+
+
+def _settled(info: dict[str, Any], parts: list[dict[str, Any]]) -> bool:
+    """Whether a message is written whole: a user message with its parts, an assistant message
+    completed or failed."""
+    if info.get("role") == "user":
+        return bool(parts)
+    time = _object(info.get("time"))
+    return type(time.get("completed")) is int or info.get("error") is not None
+
+
+# --- how full, when it compacts -------------------------------------------------------------------
+# OpenCode 1.18.33 (the session loop's overflow check, `SessionCompaction.isOverflow`): usable =
+# `limit.input - reserved` when the model declares an input limit, else `limit.context -
+# maxOutputTokens`, where maxOutputTokens = min(limit.output, 32,000) and reserved =
+# `compaction.reserved` ?? min(20,000, maxOutputTokens). A step whose tokens reach it compacts.
+# `compaction.auto: false` or OPENCODE_DISABLE_AUTOCOMPACT turns that off.
+
+OUTPUT_MAX = 32_000  # OPENCODE_EXPERIMENTAL_OUTPUT_TOKEN_MAX's default
+RESERVED_MAX = 20_000
+UNKNOWN_WINDOW = 128_000
+
+
+def _number(value: Any) -> int | None:
+    return value if type(value) is int and value > 0 else None
+
+
+def usable(context: int, output: int | None, input_limit: int | None, reserved: int | None) -> int:
+    """Where OpenCode compacts a model with these declared limits."""
+    most = min(output or OUTPUT_MAX, OUTPUT_MAX)
+    if input_limit:
+        return max(0, input_limit - (reserved if reserved is not None else min(RESERVED_MAX, most)))
+    return max(0, context - most)
+
+
+def config_dir(env: Mapping[str, str]) -> Path:
+    """OpenCode's global configuration folder: `$XDG_CONFIG_HOME/opencode`."""
+    base = env.get("XDG_CONFIG_HOME") or str(Path(env.get("HOME") or Path.home()) / ".config")
+    return Path(base) / "opencode"
+
+
+def jsonc(text: str) -> Any:
+    """JSON with comments and trailing commas, as OpenCode reads its configuration."""
+    out: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == '"':
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            out.append(text[i:j + 1])
+            i = j + 1
+        elif text.startswith("//", i):
+            i = text.find("\n", i) if "\n" in text[i:] else n
+        elif text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            i = n if end < 0 else end + 2
+        else:
+            out.append(c)
+            i += 1
+    import re
+
+    return json.loads(re.sub(r",(\s*[}\]])", r"\1", "".join(out)))
+
+
+def read_settings(path: Path) -> dict[str, Any]:
+    """One configuration file (a regular file of at most 1 MiB), {} when it is none."""
+    from ctxd.safefile import read_bounded
+
+    try:
+        value = jsonc(read_bounded(path, 1 << 20, follow_links=True).decode("utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def configured(files: list[Path], env: Mapping[str, str]) -> AgentConfig:
+    """What OpenCode's global configuration says of its models' limits and its compaction."""
+    windows: dict[str, int] = {}
+    points: dict[str, int] = {}
+    auto = env.get("OPENCODE_DISABLE_AUTOCOMPACT") not in ("1", "true")
+    reserved: int | None = None
+    found = []
+    for path in files:
+        settings = read_settings(path)
+        if not settings:
+            continue
+        found.append(str(path))
+        compaction = settings.get("compaction")
+        if isinstance(compaction, dict):
+            if compaction.get("auto") is False:
+                auto = False
+            reserved = _number(compaction.get("reserved")) or reserved
+        providers = settings.get("provider")
+        for provider, entry in providers.items() if isinstance(providers, dict) else ():
+            models = entry.get("models") if isinstance(entry, dict) else None
+            for model, spec in models.items() if isinstance(models, dict) else ():
+                limit = spec.get("limit") if isinstance(spec, dict) else None
+                context = _number(limit.get("context")) if isinstance(limit, dict) else None
+                if context is None or not isinstance(limit, dict):
+                    continue
+                point = usable(context, _number(limit.get("output")), _number(limit.get("input")), reserved)
+                for name in (str(model), f"{provider}/{model}"):
+                    windows[name] = context
+                    points[name] = point
+    return AgentConfig(auto_compact=auto, windows=windows, compact_limits=points,
+                       source=", ".join(found) or str(files[-1]) if files else None)
+
+
+def compact_limits(model: str | None, config: AgentConfig) -> AgentLimits:
+    """OpenCode's window for `model` and where it compacts by itself."""
+    from ctxd.tokens import catalog
+
+    name = model or ""
+    if name in config.windows:
+        window, window_source = config.windows[name], f"limit.context of {name} in {config.source}"
+        limit = config.compact_limits.get(name, usable(window, None, None, None))
+        limit_source = (f"OpenCode {VERSION}: limit.context - min(limit.output, {OUTPUT_MAX:,}) "
+                        f"(or limit.input - reserved) of {name} in {config.source}")
+    else:
+        window = catalog.context_window_for(model) or UNKNOWN_WINDOW
+        window_source = f"ctxd's model catalogue ({name})" if catalog.lookup(model) else \
+            f"inferred: {UNKNOWN_WINDOW:,} (model {name!r} is not in OpenCode's configuration nor ctxd's catalogue)"
+        limit = usable(window, None, None, None)
+        limit_source = f"OpenCode {VERSION}: window - {OUTPUT_MAX:,} (the model's output limit unknown: at most that)"
+    if not config.auto_compact:
+        limit, limit_source = window, "automatic compaction off (compaction.auto false or OPENCODE_DISABLE_AUTOCOMPACT)"
+    return AgentLimits(window, window_source, limit, limit_source, limit * 4 // 5)  # no warning tier of its own
+
+
+# --- hooks: a plugin of ctxd's ----------------------------------------------------------------------
+# OpenCode's hooks are plugins: `<config>/plugins/*.js` modules whose exported functions return
+# hooks. ctxd's plugin runs `ctxd hook opencode <event>` with a JSON payload of its own on stdin
+# (`sessionID`, `directory`, and `prompt`, or `tool`/`callID`/`args`), waits at most 2 s, and never
+# throws: a hook that throws fails the tool call it wraps (seen in 1.18.33).
+
+CHANGES_FILES = {"write", "edit", "bash", "apply_patch"}
+"""Tools that can change the working tree (`apply_patch` stands in for edit/write with OpenAI models)."""
+PLUGIN_MARK = "// ctxd's plugin for OpenCode"
+"""The plugin file's first line: how install and uninstall know the file is ctxd's."""
+PLUGIN_TEMPLATE = PLUGIN_MARK + """ (written by `ctxd hooks install --agent opencode`; removed by uninstall).
+// Before each typed prompt and each tool call, and after OpenCode's compaction, it runs
+// `ctxd hook opencode <event>` with a JSON payload on stdin; it waits at most 2 s and never throws
+// (a plugin hook that throws would fail the tool call it wraps).
+const COMMAND = __COMMAND__
+const CHANGES_FILES = new Set(__TOOLS__)  // the tools that may change files: no process for the others
+const LIMIT_MS = 2000
+
+async function run(event, payload) {
+  let timer
+  try {
+    const child = Bun.spawn([...COMMAND, event], {
+      stdin: new Blob([JSON.stringify(payload)]), stdout: "ignore", stderr: "ignore",
+    })
+    const late = new Promise((resolve) => { timer = setTimeout(resolve, LIMIT_MS, "late") })
+    if ((await Promise.race([child.exited, late])) === "late") child.kill()
+  } catch {
+    // no ctxd there, or it failed: OpenCode goes on
+  } finally {
+    clearTimeout(timer)
+  }
+}
+
+function typed(parts) {
+  try {
+    return (parts || []).filter((p) => p && p.type === "text" && !p.synthetic).map((p) => p.text).join("\\n")
+  } catch {
+    return ""
+  }
+}
+
+export const Ctxd = async ({ directory }) => ({
+  "chat.message": async (input, output) =>
+    run("chat.message", { sessionID: input.sessionID, directory, prompt: typed(output && output.parts) }),
+  "tool.execute.before": async (input, output) => {
+    if (CHANGES_FILES.has(input.tool)) {
+      await run("tool.execute.before", { sessionID: input.sessionID, directory, tool: input.tool, callID: input.callID,
+                                         args: output && output.args })
+    }
+  },
+  event: async ({ event }) => {
+    if (event && event.type === "session.compacted") {
+      await run("session.compacted", { sessionID: event.properties && event.properties.sessionID, directory })
+    }
+  },
+})
+"""
+
+
+def plugin_text(ctxd: list[str]) -> str:
+    return PLUGIN_TEMPLATE.replace("__COMMAND__", json.dumps([*ctxd, "hook", "opencode"])).replace(
+        "__TOOLS__", json.dumps(sorted(CHANGES_FILES)))
+
+
+def plugin_is_ours(text: str) -> bool:
+    return text.startswith(PLUGIN_MARK)
+
+
+def mcp_is_ours(entry: Any) -> bool:
+    """An `mcp` entry of opencode.json that runs `<ctxd> mcp`."""
+    from ctxd.agents.config.ours import runs_ctxd
+
+    command = entry.get("command") if isinstance(entry, dict) else None
+    return (isinstance(command, list) and all(isinstance(w, str) for w in command) and command[-1:] == ["mcp"]
+            and runs_ctxd(command[:-1]))
+
+
+def mcp_add(settings: dict[str, Any], ctxd: list[str]) -> dict[str, Any]:
+    from ctxd.agents.config.files import InstallError
+
+    servers = settings.setdefault("mcp", {})
+    if not isinstance(servers, dict):
+        raise InstallError("`mcp` is not an object; left unchanged")
+    if "ctxd" in servers and not mcp_is_ours(servers["ctxd"]):
+        raise InstallError("an MCP server named `ctxd` that is not ctxd's is configured; left unchanged")
+    servers["ctxd"] = {"type": "local", "command": [*ctxd, "mcp"], "enabled": True}
+    return settings
+
+
+def mcp_remove(settings: dict[str, Any]) -> dict[str, Any]:
+    servers = settings.get("mcp")
+    if isinstance(servers, dict) and mcp_is_ours(servers.get("ctxd")):
+        del servers["ctxd"]
+        if not servers:
+            del settings["mcp"]
+    return settings
+
+
+def holds_mcp(text: str) -> bool:
+    from ctxd.agents.config import json_settings
+
+    return json_settings.holds(text, mcp_remove)
+
+
+class OpenCode(Agent):
+    name = "opencode"
+    title = "OpenCode"
+    version = VERSION
+    cache_provider = None  # the model's provider's
+    overhead = (("builtinTools", "OpenCode's built-in tools and instructions (inferred)", 1.0),)
+    hook_events: Mapping[str, HookAction] = {
+        "chat.message": "turn",
+        "tool.execute.before": "tool",
+        "session.compacted": "compacted",
+    }
+
+    def home(self, env: Mapping[str, str], configured: str | None) -> Path:
+        """OpenCode's data folder, which holds opencode.db: `$XDG_DATA_HOME/opencode`."""
+        user = Path(env.get("HOME") or Path.home())
+        return Path(configured or Path(env.get("XDG_DATA_HOME") or user / ".local" / "share") / "opencode").expanduser()
+
+    def session_root(self, home: Path) -> Path:
+        return home
+
+    def sessions(self, root: Path) -> OpenCodeSessions:
+        return OpenCodeSessions(root)
+
+    def read_config(self, home: Path) -> AgentConfig:
+        folder = config_dir(os.environ)
+        files = [folder / name for name in ("config.json", "opencode.json", "opencode.jsonc")]
+        if os.environ.get("OPENCODE_CONFIG"):
+            files.append(Path(os.environ["OPENCODE_CONFIG"]))
+        return configured(files, os.environ)
+
+    def limits(self, model: str | None, stated_window: int | None, config: AgentConfig) -> AgentLimits:
+        return compact_limits(model, config)
+
+    # --- hooks ---
+
+    def hook_input(self, event: str, data: dict[str, Any]) -> HookInput | None:
+        return HookInput(self.hook_events.get(event), _text(data.get("sessionID")), _text(data.get("directory")),
+                         _text(data.get("prompt")), _text(data.get("tool")), data.get("args"), _text(data.get("callID")))
+
+    def changes_files(self, tool_name: str, tool_input: Any) -> bool:
+        return tool_name in CHANGES_FILES
+
+    def tool_paths(self, tool_name: str, tool_input: Any) -> list[str]:
+        if tool_name == "apply_patch" and isinstance(tool_input, dict):
+            return payloads.patch_paths({"patch": tool_input.get("patchText") or tool_input.get("patch")})
+        return payloads.named_paths(tool_input, ("filePath",))
+
+    def shell_command(self, tool_name: str, tool_input: Any) -> str | None:
+        return payloads.command(tool_input) if tool_name == "bash" else None
+
+    # --- ctxd's entries in its configuration: the plugin file and `mcp` in opencode.json ---
+
+    def _files(self, scope: str, project: Path) -> tuple[Path, Path]:
+        folder = project / ".opencode" if scope == "project" else config_dir(os.environ)
+        settings = project / "opencode.json" if scope == "project" else folder / "opencode.json"
+        return folder / "plugins" / "ctxd.js", settings
+
+    def config_changes(self, action: Action, scope: Scope, project: Path, state_dir: Path,
+                       ctxd: list[str]) -> tuple[list[ConfigChange], list[str]]:
+        from ctxd.agents.config.files import InstallError
+        from ctxd.agents.config.plan import ConfigChange, json_install, json_uninstall, read_scoped
+
+        plugin, settings = self._files(scope, project)
+        before = read_scoped(plugin, scope, project)
+        current = read_scoped(settings, scope, project)
+        notes: list[str] = []
+        if action == "install":
+            if before is not None and not plugin_is_ours(before):
+                raise InstallError(f"{plugin}: a plugin of your own has this name; left unchanged")
+            changes = [ConfigChange(plugin, before, plugin_text(ctxd), plugin_is_ours),
+                       json_install(settings, current, lambda value: mcp_add(value, ctxd), holds_mcp)]
+            notes.append("OpenCode loads the plugin when it starts: restart a running OpenCode.")
+            if scope == "project":
+                notes.append(f"OpenCode also installs its plugin package into {plugin.parent.parent} "
+                             "(its own npm step) the first time it loads that folder.")
+            return changes, notes
+        after = None if before is not None and plugin_is_ours(before) else before
+        return [ConfigChange(plugin, before, after, plugin_is_ours),
+                json_uninstall(settings, current, mcp_remove, state_dir, holds_mcp)], notes
+
+    def config_status(self, scope: Scope, project: Path) -> str:
+        from ctxd.agents.config import json_settings
+        from ctxd.agents.config.files import InstallError
+        from ctxd.agents.config.plan import read_scoped
+
+        plugin, settings = self._files(scope, project)
+        try:
+            text = read_scoped(plugin, scope, project)
+            value = json_settings.load(settings, read_scoped(settings, scope, project))
+        except InstallError as error:
+            return f"opencode {scope}: {error}"
+        ours = text is not None and plugin_is_ours(text)
+        events = ", ".join(self.hook_events) if ours else "none"
+        servers = value.get("mcp")
+        mcp = isinstance(servers, dict) and mcp_is_ours(servers.get("ctxd"))
+        return f"opencode {scope}: hooks {events} ({plugin}); MCP server {'yes' if mcp else 'no'} ({settings})"
+
+    def mcp_installed(self, project: Path) -> bool:
+        from ctxd.agents.config import json_settings
+        from ctxd.agents.config.files import InstallError
+        from ctxd.agents.config.plan import read_scoped
+
+        for scope in ("project", "user"):
+            settings = self._files(scope, project)[1]
+            try:
+                servers = json_settings.load(settings, read_scoped(settings, scope, project)).get("mcp")
+            except InstallError:
+                continue
+            if isinstance(servers, dict) and mcp_is_ours(servers.get("ctxd")):
+                return True
+        return False
+
+
+AGENT = OpenCode()

@@ -1,0 +1,548 @@
+"""OpenCode 1.18.33 as one agent module (ctxd/agents/opencode.py, issue #39): its SQLite store read
+read-only, records into items, the fill by its TUI's rule, usage with cached input, its own
+compaction and reverts as window replacements, its limits from opencode.json, its plugin hook's
+payloads, and hostile databases (a link to a FIFO, a huge row, bad JSON, a replaced file).
+
+The database is the real one OpenCode 1.18.33 wrote (tests/opencode_db.py says how), appended to
+in OpenCode's shapes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ctxd import agents
+from ctxd.agents import opencode
+from ctxd.agents.base import AgentConfig
+from ctxd.agents.opencode import OpenCodeSessions, compact_limits, configured
+from tests.ghost_repo import Repo, make_repo
+from tests.opencode_db import FIXTURE, FIXTURE_DIRECTORY, SESSION, Database, read_only_checkpoint_free
+from tests.rpc import Client, RpcError, daemon_env
+from tests.test_hooks import ctxd, ctxd_bin, env_for
+from tests.test_hooks import make_repo as hooks_repo
+
+
+def _read_all(store: OpenCodeSessions, key: str = SESSION) -> tuple[opencode.OpenCodeReader, list]:
+    reader = store.reader(key)
+    changes = [reader.read()]
+    while not reader.caught_up:
+        changes.append(reader.read())
+    return reader, changes
+
+
+def test_the_database_opencode_wrote_is_read_into_items_turns_usage_and_its_compaction(tmp_path: Path) -> None:
+    store = OpenCodeSessions(FIXTURE.parent)
+    assert store.keys() == [SESSION]
+    assert store.peek_cwd(SESSION, None)[:2] == ("/home/user/app", True)  # type: ignore[arg-type]
+    reader, [change] = _read_all(store)
+    session = reader.session
+    assert (session.id, session.cwd, session.version, session.model) == (SESSION, "/home/user/app", "1.18.33",
+                                                                          "qwen3-coder-plus")
+    assert session.title == "Done."  # the row's title (the small model's answer), not the placeholder
+    assert [t.text for t in session.turns] == ['"Create hello.txt saying hello."', '"Change it to say hello, world."']
+    # Before the compaction: prompt, text, write call and its output, text; prompt, read, edit...
+    first, compaction, after = change.steps
+    kinds = [(i["type"], i.get("name") or i.get("role")) for i in first.items]
+    assert kinds[:6] == [("message", "user"), ("message", "assistant"), ("function_call", "write"),
+                         ("function_call_output", None), ("message", "assistant"), ("message", "user")]
+    assert [i["name"] for i in first.items if i["type"] == "function_call"] == ["write", "read", "edit"]
+    assert json.loads(first.items[2]["arguments"]) == {"filePath": "/home/user/app/hello.txt", "content": "hello\n"}
+    # Its compaction replaced the window: the summary starts the new one, nothing before it is in it.
+    assert compaction.replace and compaction.compaction == 0
+    assert "<state_snapshot>" in json.dumps(compaction.items) and len(compaction.items) == 1
+    assert [i["content"][0]["text"] for i in after.items] == [
+        "Continue if you have next steps, or stop and ask for clarification if you are unsure how to proceed.",
+        "Changed."]
+    assert session.compactions == 1 and session.agent_compactions[0]["trigger"] == "auto"
+    assert (session.agent_compactions[0]["tokensBefore"], session.agent_compactions[0]["tokensAfter"]) == (17025, 2200)
+    # The fill: the last assistant message with output, input + output + reasoning + cache (the TUI's).
+    assert session.baseline == 2000 + 5 + 1000 == 3005
+    # Usage with cached input adds up to the session row's own sums (OpenCode's input excludes cached).
+    [(model, usage)] = session.cumulative.items()
+    row = store_row(FIXTURE)
+    assert (model, usage.input, usage.cached_input, usage.output) == (
+        "qwen3-coder-plus", row["tokens_input"], row["tokens_cache_read"], row["tokens_output"])
+    assert session.first_request == {"tokens": 12000, "messages": session.first_request["messages"]}
+    assert not session.unknown and session.bad_lines == 0
+
+
+def store_row(path: Path) -> sqlite3.Row:
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        db.row_factory = sqlite3.Row
+        found: sqlite3.Row = db.execute("SELECT * FROM session").fetchone()
+    db.close()
+    return found
+
+
+def test_live_rows_are_read_once_each_when_settled_and_no_read_transaction_is_held(tmp_path: Path) -> None:
+    db = Database(tmp_path / "data", tmp_path / "app")
+    store = OpenCodeSessions(db.path.parent)
+    reader, _ = _read_all(store)
+    before = len(reader.session.items)
+    assert read_only_checkpoint_free(db.path)  # the read closed its transaction and its connection
+    other = OpenCodeSessions(db.path.parent)  # a store that follows nothing
+    assert other.touched(str(db.path) + "-wal") == [SESSION]  # first sight
+    prompt = db.prompt("Add a line")
+    pending = db.reply("Adding.", prompt, prompt=4000, cached=3000, output=7, completed=False)
+    assert other.touched(str(db.path) + "-wal") == [SESSION] and other.touched(str(db.path) + "-wal") == []
+    assert other.touched(str(db.path) + "-shm") == [] and other.touched(str(db.path.parent / "x.db-wal")) == []
+    assert store.touched(str(db.path) + "-wal") == [SESSION] == store.touched(str(db.path) + "-wal")  # followed
+    change = reader.read()
+    assert [t.text for t in change.turns] == ["Add a line"]
+    assert [i["role"] for i in change.appended] == ["user"]  # the reply is still being written: not read
+    assert reader.session.baseline == 3005
+    info = json.loads(db.rows("SELECT data FROM message WHERE id = ?", pending)[0][0])
+    info["time"]["completed"] = info["time"]["created"] + 10
+    db.update(pending, info)
+    change = reader.read()
+    assert [i["content"][0]["text"] for i in change.appended] == ["Adding."]
+    assert reader.session.baseline == 4007 and len(reader.session.items) == before + 2
+    assert reader.read().empty  # nothing twice
+    assert read_only_checkpoint_free(db.path)
+    stamp = store.stamp(SESSION)
+    assert stamp is not None and stamp.size == 12
+
+
+def test_listing_the_sessions_never_reads_their_messages(tmp_path: Path) -> None:
+    """The message table holds every session's conversation: the list OpenCode's every write makes
+    ctxd look at again reads the session table alone (messages are counted for a followed session)."""
+    db = Database(tmp_path / "data")
+    with db.connect() as raw:
+        raw.execute("ALTER TABLE message RENAME TO message_elsewhere")
+    store = OpenCodeSessions(db.path.parent)
+    assert store.keys() == [SESSION] and store.touched(str(db.path)) == [SESSION]
+    assert store.peek_cwd(SESSION, None)[:2] == ("/home/user/app", True)  # type: ignore[arg-type]
+
+
+def test_a_revert_is_a_rewind_and_undoing_it_brings_the_messages_back(tmp_path: Path) -> None:
+    db = Database(tmp_path / "data")
+    store = OpenCodeSessions(db.path.parent)
+    first = db.prompt("one")
+    db.reply("did one", first, 4000, 3000, 5)
+    second = db.prompt("two")
+    db.reply("did two", second, 5000, 4000, 6)
+    reader, _ = _read_all(store)
+    window = list(reader.session.items)
+    assert [i["content"][0]["text"] for i in window[-4:]] == ["one", "did one", "two", "did two"]
+    db.set_session("revert", json.dumps({"messageID": second}))
+    change = reader.read()
+    assert change.replaced and [s.compaction for s in change.steps] == [None]
+    assert reader.session.items == window[:-2] and reader.session.rewinds == 1
+    db.set_session("revert", None)  # OpenCode's unrevert: the rows are still there
+    change = reader.read()
+    assert change.replaced and reader.session.items == window
+    # A revert that OpenCode cleaned up (its next prompt removes the rows): fewer messages, read afresh.
+    db.set_session("revert", json.dumps({"messageID": second}))
+    reader.read()
+    count = store.stamp(SESSION).size  # type: ignore[union-attr]
+    with db.connect() as raw:
+        raw.execute("DELETE FROM message WHERE session_id = ? AND id >= ?", (SESSION, second))
+        raw.execute("UPDATE session SET revert = NULL, time_updated = time_updated + 1 WHERE id = ?", (SESSION,))
+    assert store.stamp(SESSION).size < count  # type: ignore[union-attr]
+    change = reader.read()
+    assert reader.session.items == window[:-2]
+
+
+def test_hostile_databases_are_never_opened_through_links_fifos_or_devices(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    os.mkfifo(data / "fifo")
+    (data / "opencode.db").symlink_to(data / "fifo")
+    store = OpenCodeSessions(data)
+    done: list[object] = []
+    thread = threading.Thread(target=lambda: done.append((store.keys(), store.stamp(SESSION))), daemon=True)
+    thread.start()
+    thread.join(30)  # a FIFO opened would block forever: only a hang gets near this
+    assert done == [([], None)]
+    (data / "opencode.db").unlink()
+    (data / "opencode.db").symlink_to("/dev/zero")
+    assert store.keys() == [] and opencode.connect(data / "opencode.db") is None
+    # A real database whose WAL is a FIFO: not opened either (SQLite would open the WAL).
+    (data / "opencode.db").unlink()
+    db = Database(tmp_path / "real")
+    os.replace(db.path, data / "opencode.db")
+    assert OpenCodeSessions(data).keys() == [SESSION]
+    # read while no OpenCode has it open: nothing created in OpenCode's folder (no -wal, no -shm)
+    assert sorted(p.name for p in data.iterdir()) == ["fifo", "opencode.db"]
+    os.mkfifo(data / "opencode.db-wal")
+    assert OpenCodeSessions(data).keys() == [] and opencode.connect(data / "opencode.db") is None
+    # Not a database at all, or an empty file: no sessions, no exception.
+    os.unlink(data / "opencode.db-wal")
+    (data / "opencode.db").write_bytes(b"not sqlite\n" * 100)
+    assert OpenCodeSessions(data).keys() == []
+    (data / "opencode.db").write_bytes(b"")
+    assert OpenCodeSessions(data).keys() == []
+
+
+def test_a_huge_row_bad_json_and_a_replaced_database_lose_nothing_else(tmp_path: Path) -> None:
+    db = Database(tmp_path / "data")
+    store = OpenCodeSessions(db.path.parent)
+    reader, _ = _read_all(store)
+    prompt = db.prompt("big")
+    with db.connect() as raw:  # a part larger than a row ctxd reads, and one torn JSON
+        raw.execute("INSERT INTO part (id, message_id, session_id, time_created, time_updated, data) VALUES "
+                    "('prt_zzzz1', ?, ?, 1, 1, ?)", (prompt, SESSION, json.dumps({"type": "text", "text": "x" * (9 << 20)})))
+        raw.execute("INSERT INTO part (id, message_id, session_id, time_created, time_updated, data) VALUES "
+                    "('prt_zzzz2', ?, ?, 1, 1, ?)", (prompt, SESSION, '{"type": "text", "text": "tor'))
+    db.reply("still here", prompt, 4000, 3000, 5)
+    change = reader.read()
+    assert [i["content"][0]["text"] for i in change.appended] == ["big", "still here"]
+    assert reader.session.bad_lines == 2 and reader.bytes_read < 1 << 20
+    # A read takes about its budget of bytes, then leaves the rest for the next read.
+    budgeted = store.reader(SESSION)
+    first = budgeted.read(budget=2000)
+    assert not budgeted.caught_up and first.from_start
+    while not budgeted.caught_up:
+        budgeted.read(budget=2000)
+    assert budgeted.session.items == reader.session.items
+    # The database replaced by another file (a new inode): its stamp says another ident.
+    ident = store.stamp(SESSION).ident  # type: ignore[union-attr]
+    copy = tmp_path / "copy.db"
+    with sqlite3.connect(db.path) as source, sqlite3.connect(copy) as target:
+        source.backup(target)
+    source.close()
+    target.close()
+    os.replace(copy, db.path)
+    os.unlink(str(db.path) + "-wal") if os.path.exists(str(db.path) + "-wal") else None
+    assert store.stamp(SESSION).ident != ident  # type: ignore[union-attr]
+    assert reader.read(ident).empty  # a read for the old file reads nothing of the new
+
+
+def test_a_database_of_another_schema_is_format_drift_not_an_error(tmp_path: Path) -> None:
+    """A newer OpenCode whose migrations renamed a column: the session shows as unread, nothing raises."""
+    db = Database(tmp_path / "data")
+    store = OpenCodeSessions(db.path.parent)
+    with db.connect() as raw:
+        raw.execute("ALTER TABLE session RENAME COLUMN revert TO revert_state")
+    reader = store.reader(SESSION)
+    assert reader.read().empty and reader.caught_up
+    assert reader.session.unknown == {"database": 1}
+
+
+def test_the_window_and_compaction_point_are_opencodes_from_its_configuration(tmp_path: Path) -> None:
+    config = tmp_path / "opencode.json"
+    config.write_text("""{
+      // a comment, as OpenCode allows
+      "provider": {"fake": {"models": {
+        "small": {"limit": {"context": 20000, "output": 4000}},
+        "big": {"limit": {"context": 400000, "output": 128000}},
+        "capped": {"limit": {"context": 400000, "input": 272000, "output": 128000}},
+      }}},
+    }""")
+    read = configured([config], {})
+    small = compact_limits("small", read)
+    assert (small.window, small.limit) == (20000, 16000)  # context - min(output, 32,000): seen compacting at 17,025
+    assert "limit.context of small" in small.window_source
+    assert compact_limits("big", read).limit == 400000 - 32000
+    assert compact_limits("capped", read).limit == 272000 - 20000  # input - min(20,000, max output)
+    assert compact_limits("capped", configured([config], {"OPENCODE_DISABLE_AUTOCOMPACT": "1"})).limit == 400000
+    unknown = compact_limits("no-such-model", AgentConfig())
+    assert (unknown.window, unknown.limit) == (128000, 96000) and "inferred" in unknown.window_source
+    reserved = tmp_path / "reserved.json"
+    reserved.write_text(json.dumps({"compaction": {"reserved": 10000},
+                                    "provider": {"p": {"models": {"m": {"limit": {"context": 100, "input": 50000}}}}}}))
+    assert compact_limits("p/m", configured([reserved], {})).limit == 40000
+
+
+def test_the_plugin_payloads_map_to_a_turn_a_tool_checkpoint_and_the_compaction() -> None:
+    agent = agents.get("opencode")
+    base = {"sessionID": SESSION, "directory": "/home/user/app"}
+    turn = agent.hook_input("chat.message", {**base, "prompt": "Make it blue"})
+    assert turn is not None and (turn.action, turn.session_id, turn.cwd, turn.prompt) == (
+        "turn", SESSION, "/home/user/app", "Make it blue")
+    edit = {"filePath": "/home/user/app/hello.txt", "oldString": "hello", "newString": "hello, world"}
+    tool = agent.hook_input("tool.execute.before", {**base, "tool": "edit", "callID": "call_3", "args": edit})
+    assert tool is not None and (tool.action, tool.tool_name, tool.tool_id, tool.tool_input) == (
+        "tool", "edit", "call_3", edit)
+    assert agent.changes_files("edit", edit) and agent.changes_files("bash", {}) and not agent.changes_files("read", {})
+    assert agent.tool_paths("edit", edit) == ["/home/user/app/hello.txt"]
+    assert agent.shell_command("bash", {"command": "sed -i s/a/b/ x"}) == "sed -i s/a/b/ x"
+    assert agent.shell_command("edit", edit) is None
+    patch = "*** Begin Patch\n*** Update File: a.py\n@@\n-x\n+y\n*** End Patch"
+    assert agent.tool_paths("apply_patch", {"patchText": patch}) == ["a.py"]
+    compacted = agent.hook_input("session.compacted", base)
+    assert compacted is not None and compacted.action == "compacted"
+    assert agent.hook_input("session.idle", base).action is None  # type: ignore[union-attr]
+
+
+# --- followed by the real daemon ----------------------------------------------------------------------
+
+FAKE_CONFIG = {"provider": {"fake": {"npm": "@ai-sdk/openai-compatible", "models": {
+    "qwen3-coder-plus": {"limit": {"context": 20000, "output": 4000},
+                         "cost": {"input": 1.0, "output": 5.0, "cache_read": 0.1, "cache_write": 1.25}}}}},
+    "model": "fake/qwen3-coder-plus"}
+# ctxd's own price table has no qwen3-coder-plus: the user's config gives it OpenCode's prices.
+PRICES_TOML = '[prices."qwen3-coder-plus"]\ninput = 1.0\noutput = 5.0\ncachedInput = 0.1\ncacheWrite = 1.25\n'
+
+
+def opencode_world(state_dir: Path, tmp_path: Path) -> tuple[Repo, Database]:
+    """A repository an OpenCode session worked in, OpenCode's database and configuration where
+    the daemon (tests/rpc.py's environment) looks for them, and the model's price for ctxd."""
+    repo = make_repo(tmp_path / "repo")
+    db = Database(state_dir / "data" / "opencode", repo.root)
+    config = state_dir / "config" / "opencode" / "opencode.json"
+    config.parent.mkdir(parents=True)
+    config.write_text(json.dumps(FAKE_CONFIG, indent=2) + "\n")
+    (state_dir / "config" / "ctxd").mkdir(parents=True)
+    (state_dir / "config" / "ctxd" / "config.toml").write_text(PRICES_TOML)
+    return repo, db
+
+
+def _until(what: Callable[[], Any], timeout: float = 60.0) -> Any:
+    """`what()` once it is truthy; fails after `timeout` (only a broken daemon gets there)."""
+    deadline = time.monotonic() + timeout
+    while not (found := what()):
+        assert time.monotonic() < deadline, "not within the time"
+        time.sleep(0.05)
+    return found
+
+
+def test_the_daemon_follows_an_opencode_session_read_only_with_its_fill_cost_and_compaction(
+        daemon_factory: Callable[..., Client], state_dir: Path, tmp_path: Path) -> None:
+    repo, db = opencode_world(state_dir, tmp_path)
+    client = daemon_factory([repo.root])
+    uri = repo.root.as_uri()
+    thread = f"opencode:{SESSION}"
+
+    def listed() -> dict[str, Any] | None:
+        return next((t for t in client.request("ctxd/threads", {"workspace": uri})["threads"]
+                     if t["thread"] == thread), None)
+
+    info = _until(listed)
+    assert (info["source"], info["title"], info["readOnly"], info["model"]) == ("opencode", "Done.", True,
+                                                                                "qwen3-coder-plus")
+    [source] = [s for s in client.request("ctxd/status", {"workspace": uri})["sources"] if s["agent"] == "opencode"]
+    assert (source["version"], source["enabled"], source["sessions"]) == ("1.18.33", True, 1)
+    assert source["unread"] == []  # every kind of row this OpenCode wrote is one ctxd reads
+    breakdown = client.request("ctxd/usage", {"workspace": uri, "thread": thread})
+    usage = breakdown["usage"]
+    # The TUI's fill, of the window opencode.json declares, compacting at context - min(output, 32,000).
+    assert (usage["usedTokens"], usage["contextWindow"], usage["autoCompactLimit"]) == (3005, 20000, 16000)
+    # ctxd's cost from the reported usage equals the cost OpenCode recorded itself.
+    assert breakdown["cost"]["priced"] is True
+    assert breakdown["cost"]["total"] == pytest.approx(store_row(db.path)["cost"], abs=1e-9)
+    # Its compaction in history, at OpenCode's time, with what it replaced archived and recallable.
+    kept = client.request("ctxd/history", {"workspace": uri, "thread": thread, "includeArchived": True})
+    assert [(c["tokensBefore"], c["tokensAfter"]) for c in kept["compactions"]] == [(17025, 2200)]
+    archived = [i for i in kept["items"] if i.get("archived")]
+    assert [i["call_id"] for i in archived if i["type"] == "function_call"] == ["call_1", "call_2", "call_3"]
+    found = client.request("ctxd/recall", {"workspace": uri, "thread": thread, "query": "hello world edit"})
+    assert any(hit["archived"] for hit in found["results"]), found
+    with pytest.raises(RpcError) as refused:
+        client.request("ctxd/record", {"workspace": uri, "thread": thread,
+                                       "items": [{"type": "message", "role": "user", "content": "x"}]})
+    assert "follows a OpenCode session" in str(refused.value)
+
+    # Live: a new prompt and reply, written as OpenCode writes them, reach the gauge.
+    seen = len(client.notifications)
+    prompt = db.prompt("Add a line")
+    db.reply("Added.", prompt, prompt=6000, cached=5000, output=40)
+    # (the prompt may be read before the reply is written: the gauge then adds its estimate first)
+    pushed = client.wait_for_notification("ctxd/usageChanged", lambda p: p["thread"] == thread and
+                                          p["usedTokens"] == 6040, timeout=60, after=seen)
+    assert pushed["source"] == "api"
+    current = client.request("ctxd/history", {"workspace": uri, "thread": thread})["items"]
+    assert [i["content"][0]["text"] for i in current if i["type"] == "message"][-2:] == ["Add a line", "Added."]
+
+    # `ctxd sessions` shows it by its own name.
+    done = subprocess.run([sys.executable, "-m", "ctxd", "sessions", "--workspace", str(repo.root), "--format", "json"],
+                          env=daemon_env(state_dir), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    [row] = json.loads(done.stdout)
+    assert (row["agent"], row["thread"], row["usedTokens"], row["contextWindow"]) == ("opencode", thread, 6040, 20000)
+    # `ctxd usage` shows the thread's breakdown, OpenCode's own overhead named as OpenCode's.
+    shown = subprocess.run([sys.executable, "-m", "ctxd", "usage", "--workspace", str(repo.root), "--thread", thread,
+                            "--format", "json"], env=daemon_env(state_dir), capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    breakdown = json.loads(shown.stdout)
+    assert (breakdown["usage"]["usedTokens"], breakdown["usage"]["contextWindow"]) == (6040, 20000)
+    assert "OpenCode's built-in tools and instructions (inferred)" in shown.stdout
+
+
+# --- hooks: ctxd's plugin, and what `ctxd hook opencode <event>` does -----------------------------------
+
+USER_CONFIG = ('{\n\t"$schema": "https://opencode.ai/config.json",\n\t"model": "fake/qwen3-coder-plus",\n'
+               '\t"mcp": {\n\t\t"docs": {"type": "local", "command": ["docs-mcp"]}\n\t}\n}')  # tabs, no final newline
+
+
+def test_install_writes_the_plugin_and_mcp_server_and_uninstall_gives_back_every_byte(tmp_path: Path) -> None:
+    project = hooks_repo(tmp_path / "proj")
+    folder = tmp_path / "home" / ".config" / "opencode"
+    folder.mkdir(parents=True)
+    config = folder / "opencode.json"
+    config.write_text(USER_CONFIG)
+    plugin = folder / "plugins" / "ctxd.js"
+
+    dry = ctxd(tmp_path, "hooks", "install", "--agent", "opencode", "--dry-run", cwd=project)
+    assert dry.returncode == 0, dry.stderr
+    assert f"+++ {plugin}" in dry.stdout.decode() and '"ctxd": {' in dry.stdout.decode()
+    assert not plugin.exists() and config.read_text() == USER_CONFIG  # a dry run writes nothing
+
+    done = ctxd(tmp_path, "hooks", "install", "--agent", "opencode", cwd=project)
+    assert done.returncode == 0, done.stderr
+    text = plugin.read_text()
+    assert text.startswith(opencode.PLUGIN_MARK) and str(ctxd_bin(tmp_path)) in text
+    installed = json.loads(config.read_text())
+    assert installed["mcp"]["docs"] == {"type": "local", "command": ["docs-mcp"]}
+    assert installed["mcp"]["ctxd"] == {"type": "local", "command": [str(ctxd_bin(tmp_path)), "mcp"], "enabled": True}
+    assert config.read_text().startswith('{\n\t"$schema"') and not config.read_text().endswith("\n")  # its own format
+    status = ctxd(tmp_path, "hooks", "status", cwd=project).stdout.decode()
+    assert "opencode user: hooks chat.message, tool.execute.before, session.compacted" in status
+    assert "MCP server yes" in status.split("opencode user:")[1].splitlines()[0]
+    again = ctxd(tmp_path, "hooks", "install", "--agent", "opencode", cwd=project)
+    assert again.returncode == 0 and json.loads(config.read_text()) == installed  # once, not twice
+
+    done = ctxd(tmp_path, "hooks", "uninstall", "--agent", "opencode", cwd=project)
+    assert done.returncode == 0, done.stderr
+    assert config.read_text() == USER_CONFIG and not plugin.exists()
+    assert "opencode user: hooks none" in ctxd(tmp_path, "hooks", "status", cwd=project).stdout.decode()
+
+
+def test_a_plugin_of_the_users_named_ctxd_js_is_never_overwritten_or_removed(tmp_path: Path) -> None:
+    project = hooks_repo(tmp_path / "proj")
+    plugin = tmp_path / "home" / ".config" / "opencode" / "plugins" / "ctxd.js"
+    plugin.parent.mkdir(parents=True)
+    plugin.write_text("export const Mine = async () => ({})\n")
+    done = ctxd(tmp_path, "hooks", "install", "--agent", "opencode", cwd=project)
+    assert done.returncode == 1 and "a plugin of your own" in done.stderr.decode()
+    assert not (plugin.parent.parent / "opencode.json").exists()  # nothing written: all or nothing
+    assert ctxd(tmp_path, "hooks", "uninstall", "--agent", "opencode", cwd=project).returncode == 0
+    assert plugin.read_text() == "export const Mine = async () => ({})\n"
+
+
+def test_the_plugins_events_take_a_turn_and_a_tool_checkpoint_and_note_the_compaction(
+        tmp_path: Path, daemon_factory: Callable[..., Client], state_dir: Path) -> None:
+    project = hooks_repo(tmp_path / "proj")
+    env = env_for(tmp_path)
+    env["XDG_STATE_HOME"] = str(state_dir)  # the daemon's state dir: the hooks hand it their checkpoints
+    client = daemon_factory([project])
+    uri = project.as_uri()
+    base = {"sessionID": SESSION, "directory": str(project)}
+
+    def hook(event: str, payload: dict[str, Any]) -> None:
+        done = ctxd(tmp_path, "hook", "opencode", event, cwd=project, env=env, stdin=json.dumps(payload).encode())
+        assert done.returncode == 0 and done.stdout == b""
+
+    hook("chat.message", {**base, "prompt": "Make it blue"})
+    (project / "app.py").write_text("print('v2')\n")
+    hook("tool.execute.before", {**base, "tool": "edit", "callID": "call_3",
+                                 "args": {"filePath": str(project / "app.py"), "oldString": "v2", "newString": "v3"}})
+    hook("tool.execute.before", {**base, "tool": "read", "callID": "call_4", "args": {"filePath": "app.py"}})
+    hook("session.compacted", base)
+
+    def snapshots() -> dict[str, dict[str, Any]] | None:
+        found = client.request("ctxd/ghost/list", {"workspace": uri})["snapshots"]
+        mine = {s["message"]: s for s in found if s.get("thread") == f"opencode:{SESSION}"}
+        return mine if len(mine) == 2 else None
+
+    by_message = _until(snapshots)
+    turn, tool = by_message["Make it blue"], by_message["before edit app.py"]
+    assert turn["trigger"] == "turn" and turn["turn"] == {"index": 1, "text": "Make it blue"}
+    assert tool["trigger"] == "tool" and tool["tool"] == {"name": "edit", "callId": "call_3", "paths": ["app.py"]}
+    restored = client.request("ctxd/ghost/restore", {"workspace": uri, "thread": f"opencode:{SESSION}",
+                                                     "id": turn["id"]})
+    assert restored and (project / "app.py").read_text() == "print('v1')\n"
+    from ctxd import marks
+
+    assert marks.read(state_dir / "ctxd", f"opencode:{SESSION}").get("compactedAt")
+
+
+def _inotify_watches() -> int:
+    """How many inotify watches this process holds (Linux: its inotify descriptors' `wd` lines)."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:inotify":
+                count += sum(line.startswith("inotify wd:") for line in Path(f"/proc/self/fdinfo/{fd}").read_text().splitlines())
+        except OSError:
+            continue
+    return count
+
+
+@pytest.mark.skipif(not Path("/proc/self/fdinfo").is_dir(), reason="counts inotify watches through Linux's /proc")
+def test_opencodes_own_folder_tree_beside_its_database_uses_no_watches(tmp_path: Path) -> None:
+    """OpenCode keeps git stores of every project beside opencode.db (`snapshot/<project>/objects/..`):
+    watching that tree would use up the user's inotify watches, and the follower would poll instead."""
+    from ctxd.sessions.discovery import Source
+    from ctxd.sessions.follower import Follower
+
+    db = Database(tmp_path / "data")
+    for project in range(3):
+        for sub in range(100):
+            (db.path.parent / "snapshot" / f"p{project}" / "objects" / f"{sub:02x}").mkdir(parents=True)
+    updates: list[Any] = []
+    follower = Follower(updates.append, [Source("opencode", db.path.parent, True, OpenCodeSessions(db.path.parent))],
+                        poll=False)
+    before = _inotify_watches()
+    follower.start()
+    try:
+        follower.set_folders([Path(FIXTURE_DIRECTORY)])
+        assert follower.wait_idle(30)
+        assert follower.status()[0].watching == "inotify"
+        assert _inotify_watches() - before < 10  # the data folder, not its 300 folders below
+        db.prompt("seen live")  # a write to the database (its WAL) is still seen at once
+        _until(lambda: any(t.text == "seen live" for u in updates for t in u.change.turns), timeout=30)
+    finally:
+        follower.stop()
+
+
+PLUGIN_HARNESS = r"""
+// OpenCode's side of the plugin contract, as 1.18.33 calls it (docs/agents-research.md), with
+// Bun.spawn recorded: a command that answers, one that never does, one missing (spawn throws).
+const calls = []
+let mode = "answer"
+globalThis.Bun = { spawn(argv, options) {
+  if (mode === "missing") throw new Error("ENOENT")
+  calls.push({ argv, stdin: options.stdin })
+  return { exited: mode === "hang" ? new Promise(() => {}) : Promise.resolve(0), kill() { calls.push({ killed: true }) } }
+} }
+const plugin = await import(process.argv[2])
+const hooks = await plugin.Ctxd({ directory: "/home/user/app", worktree: "/" })
+const session = "ses_dcba9c604ffeKhk0JORT9UoCkC"
+await hooks["chat.message"]({ sessionID: session }, { message: { id: "msg_1" }, parts: [
+  { type: "text", text: "Make it blue" }, { type: "text", text: "Continue", synthetic: true }] })
+await hooks["tool.execute.before"]({ tool: "read", sessionID: session, callID: "c1" }, { args: { filePath: "a" } })
+await hooks["tool.execute.before"]({ tool: "edit", sessionID: session, callID: "c2" }, { args: { filePath: "a" } })
+await hooks.event({ event: { type: "session.idle", properties: { sessionID: session } } })
+await hooks.event({ event: { type: "session.compacted", properties: { sessionID: session } } })
+mode = "hang"
+
+await hooks["tool.execute.before"]({ tool: "bash", sessionID: session, callID: "c3" }, { args: { command: "ls" } })
+
+mode = "missing"
+await hooks["tool.execute.before"]({ tool: "write", sessionID: session, callID: "c4" }, { args: {} })
+const shown = []
+for (const call of calls) shown.push(call.killed ? { killed: true } : { argv: call.argv, payload: JSON.parse(await call.stdin.text()) })
+console.log(JSON.stringify({ calls: shown }))
+"""
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node (to load the plugin as OpenCode's Bun does) is not installed")
+def test_the_plugin_runs_ctxd_for_prompts_file_changes_and_compactions_and_never_throws(tmp_path: Path) -> None:
+    plugin = tmp_path / "ctxd.mjs"
+    plugin.write_text(opencode.plugin_text(["/usr/bin/ctxd"]))
+    harness = tmp_path / "harness.mjs"
+    harness.write_text(PLUGIN_HARNESS)
+    done = subprocess.run(["node", str(harness), plugin.as_uri()], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    base = {"sessionID": SESSION, "directory": "/home/user/app"}
+    assert seen["calls"] == [
+        {"argv": ["/usr/bin/ctxd", "hook", "opencode", "chat.message"], "payload": {**base, "prompt": "Make it blue"}},
+        {"argv": ["/usr/bin/ctxd", "hook", "opencode", "tool.execute.before"],
+         "payload": {**base, "tool": "edit", "callID": "c2", "args": {"filePath": "a"}}},  # not the read
+        {"argv": ["/usr/bin/ctxd", "hook", "opencode", "session.compacted"], "payload": base},
+        {"argv": ["/usr/bin/ctxd", "hook", "opencode", "tool.execute.before"],
+         "payload": {**base, "tool": "bash", "callID": "c3", "args": {"command": "ls"}}},
+        {"killed": True}]  # the command that never answered, killed after its 2 s; the missing one: nothing, no throw

@@ -1,0 +1,286 @@
+"""Gemini CLI 0.61.0's session files read by ctxd/agents/gemini.py.
+
+The fixtures are the files Gemini CLI 0.61.0 wrote (tests/fixtures/agents/gemini/, captured by
+`python -m tests.fixtures.agents.capture gemini` against tests/model_servers.py's GeminiServer:
+`gemini -p`, then `--resume` twice, with a write_file, a replace, an automatic compression and a
+subagent call). `$rewindTo` (the interactive `/rewind`, not produced headless) is written here as
+`ChatRecordingService.rewindTo` writes it: `{"$rewindTo": "<message id>"}`."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ctxd import agents
+from ctxd.agents.folders import Folders
+from ctxd.agents.gemini import AGENT, GeminiReader, GeminiSessions
+from ctxd.agents.jsonl import MAX_LINE
+from ctxd.agents.session import Usage
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "agents" / "gemini"
+SESSION = "3863ff50-b97a-41c5-8309-110c16f9d66b"
+FIXTURE_ROOT = "/home/user/app"  # the workspace the fixture was captured in
+
+
+def _lines() -> list[str]:
+    return (FIXTURES / "session.jsonl").read_text().splitlines()
+
+
+def _chats(tmp_path: Path, work: Path, slug: str = "app") -> Path:
+    """`<home>/tmp/<slug>/chats` with the `.project_root` Gemini CLI writes for `work`."""
+    project = tmp_path / ".gemini" / "tmp" / slug
+    (project / "chats").mkdir(parents=True)
+    (project / ".project_root").write_text(str(work))
+    return project / "chats"
+
+
+def _as_written_in(work: Path) -> list[str]:
+    """The fixture's lines as Gemini CLI writes them for a project in `work` (its path and hash)."""
+    digest = hashlib.sha256(FIXTURE_ROOT.encode()).hexdigest()
+    mine = hashlib.sha256(str(work).encode()).hexdigest()
+    return [line.replace(digest, mine).replace(FIXTURE_ROOT, str(work)) for line in _lines()]
+
+
+def _texts(items: list[dict[str, Any]]) -> list[str]:
+    out = []
+    for item in items:
+        if item["type"] == "message":
+            out.append(f"{item['role']}:{' '.join(item['content'][0]['text'].split()[:2])}")
+        elif item["type"] == "function_call":
+            out.append(f"call:{item['name']}")
+        else:
+            out.append(f"output:{item['call_id']}")
+    return out
+
+
+def test_the_fixture_reads_as_gemini_cli_loads_it() -> None:
+    reader = GeminiReader(str(FIXTURES / "session.jsonl"))
+    change = reader.read()
+    session = reader.session
+    assert session.id == SESSION and session.model == "gemini-2.5-pro" and session.unknown == {}
+    assert session.title == "Create hello.txt saying hello." and session.started == "2026-12-02T01:18:14.491Z"
+    # Usage: `cached` is part of `input`; each reply once, however often its line was written again
+    assert session.cumulative == {"gemini-2.5-pro": Usage(input=(12000 - 10000) + (12100 - 12000) + (600000 - 13000)
+                                                          + (4000 - 1000) + (5000 - 4000),
+                                                          cached_input=10000 + 12000 + 13000 + 1000 + 4000,
+                                                          output=30 + 10 + 25 + 5 + 12)}
+    # The fill: the latest reply's tokens.input (the footer's lastPromptTokenCount), covering the window
+    # up to that reply (the last reply reported no tokens at all)
+    assert session.baseline == 5000 and _texts(session.items[:session.baseline_items])[-1] == "call:invoke_agent"
+    # Turns are the typed prompts: not the session context, not the compression's snapshot, not the
+    # prompt the compression kept
+    assert [t.text for t in session.turns] == ["Create hello.txt saying hello.", "Change it to say hello, world.",
+                                              "How many files are there?"]
+    # The run's first window, then the compression: a replacement (so the bridge archives what left)
+    first, compressed, after = change.steps
+    assert not first.replace and _texts(first.items) == [
+        "user:<session_context> This", "user:Create hello.txt", "assistant:Writing.", "call:write_file",
+        "output:write_file__call_1", "assistant:Wrote hello.txt.", "user:Change it", "assistant:Editing.",
+        "call:replace"]
+    assert compressed.replace and compressed.compaction == 0 and _texts(compressed.items) == [
+        "user:<session_context> This", "user:<state_snapshot>The user", "assistant:Got it.",
+        "user:Change it", "assistant:Editing.", "call:replace"]
+    assert not after.replace and _texts(after.items)[0] == "output:replace__call_2"
+    assert session.compactions == 1 and session.agent_compactions[0]["tokensBefore"] == 600000
+    assert session.agent_compactions[0]["tokensAfter"] == 4000  # the first report after it
+    # the resumes restated the history: nothing doubled (one output per call)
+    outputs = [i["call_id"] for i in session.items if i["type"] == "function_call_output"]
+    assert len(outputs) == len(set(outputs))
+
+
+def test_line_by_line_reads_the_same_as_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "session-2026-12-02T01-18-3863ff50.jsonl"
+    path.write_text("")
+    reader = GeminiReader(str(path))
+    steps = []
+    for line in _lines():
+        with path.open("a") as f:
+            f.write(line + "\n")
+        steps += reader.read().steps
+    whole = GeminiReader(str(FIXTURES / "session.jsonl"))
+    whole.read()
+    assert reader.session.items == whole.session.items and reader.session.baseline == whole.session.baseline
+    assert [(s.replace, s.compaction) for s in steps if s.replace] == [(True, 0)]
+    assert [t.text for t in reader.session.turns] == [t.text for t in whole.session.turns]
+
+
+def test_a_resume_stub_is_no_session_and_does_not_empty_the_window(tmp_path: Path) -> None:
+    # A resume in a later minute leaves a file of two lines (header + the session context): no id,
+    # so it never claims the session's thread
+    stub = tmp_path / "session-2026-12-02T01-19-3863ff50.jsonl"
+    stub.write_text("\n".join(_lines()[:2]) + "\n")
+    reader = GeminiReader(str(stub))
+    reader.read()
+    assert reader.session.id is None
+    # In the original file, the stub's `$set` (line 13) is followed by the whole history: no replacement
+    path = tmp_path / "session.jsonl"
+    path.write_text("\n".join(_lines()[:15]) + "\n")
+    reader = GeminiReader(str(path))
+    change = reader.read()
+    assert not change.replaced and _texts(reader.session.items)[-1] == "assistant:Wrote hello.txt."
+
+
+def test_a_rewind_drops_the_message_and_what_followed_and_is_a_replacement(tmp_path: Path) -> None:
+    path = tmp_path / "session.jsonl"
+    path.write_text("\n".join(_lines()[:20]) + "\n")  # up to the reply with its replace call
+    reader = GeminiReader(str(path))
+    reader.read()
+    assert len(reader.session.turns) == 2
+    with path.open("a") as f:
+        f.write(json.dumps({"$rewindTo": "38becc43-f312-4f29-8e6d-93653c2510cc"}) + "\n")  # the second prompt
+    change = reader.read()
+    [step] = change.steps
+    assert step.replace and step.compaction is None and reader.session.rewinds == 1
+    assert _texts(reader.session.items)[-1] == "assistant:Wrote hello.txt."
+    assert [t.text for t in reader.session.turns] == ["Create hello.txt saying hello."]
+    with path.open("a") as f:  # an id it never wrote: everything goes, as Gemini CLI's loader does
+        f.write(json.dumps({"$rewindTo": "no-such-id"}) + "\n")
+    assert reader.read().replaced and reader.session.items == []
+
+
+def test_hostile_lines_lose_nothing_else(tmp_path: Path) -> None:
+    path = tmp_path / "session.jsonl"
+    lines = _lines()
+    huge = json.dumps({"id": "x", "type": "user", "content": [{"text": "a" * (MAX_LINE + 10)}]})
+    path.write_text(lines[0] + "\n" + huge + "\n" + "{not json\n" + "\n".join(lines[1:11]) + "\n"
+                    + json.dumps({"$set": {"messages": "not a list"}}) + "\n" + '{"id": 5}\n' + lines[11][:40])
+    reader = GeminiReader(str(path))
+    reader.read()
+    session = reader.session
+    assert session.bad_lines == 2  # the huge line and the bad JSON
+    assert _texts(session.items)[-1] == "assistant:Wrote hello.txt." and session.baseline == 12100
+    assert not any("aaaa" in json.dumps(i) for i in session.items)
+    # the torn last line is read once its newline comes
+    with path.open("a") as f:
+        f.write(lines[11][40:] + "\n")
+    reader.read()
+    assert session is reader.session and reader.session.bad_lines == 2
+
+
+def test_a_hostile_session_id_and_a_newer_versions_records(tmp_path: Path) -> None:
+    lines = _lines()
+    header = json.loads(lines[0])
+    path = tmp_path / "session.jsonl"
+    for bad in ("a\u0000b", "../x", ".."):  # never a folder to read subagents from, never a crash
+        path.write_text("\n".join([json.dumps({**header, "sessionId": bad}), *lines[1:11]]) + "\n")
+        reader = GeminiReader(str(path))
+        reader.read()
+        assert reader.session.id == bad and reader.session.baseline == 12100
+    path.write_text("\n".join([*lines[:3], json.dumps({"id": "n1", "type": "hologram", "content": "?"}),
+                               json.dumps({"id": "n2", "type": "info", "content": "Session resumed."}),
+                               json.dumps({"$unheard": 1})]) + "\n")
+    reader = GeminiReader(str(path))
+    reader.read()
+    assert reader.session.unknown == {"message.hologram": 1, "$unheard": 1}  # info is its own, not unread
+    assert _texts(reader.session.items)[-1] == "user:Create hello.txt"
+
+
+def test_a_file_rewritten_in_place_is_read_afresh(tmp_path: Path) -> None:
+    path = tmp_path / "session.jsonl"
+    path.write_text("\n".join(_lines()[:11]) + "\n")
+    reader = GeminiReader(str(path))
+    reader.read()
+    other = [line.replace("hello.txt", "howdy.txt").replace(SESSION[:8], "aaaaaaaa") for line in _lines()[:11]]
+    with path.open("r+") as f:  # same inode, same size or more
+        f.write("\n".join(other) + "\n")
+    reader.read()
+    assert "howdy.txt" in json.dumps(reader.session.items) and "hello.txt" not in json.dumps(reader.session.items)
+    assert reader.session.id == "aaaaaaaa" + SESSION[8:]
+
+
+def test_the_store_opens_only_sessions_of_open_folders_by_gemini_clis_own_rule(tmp_path: Path) -> None:
+    work = tmp_path / "app"
+    work.mkdir()
+    chats = _chats(tmp_path, work)
+    session = chats / "session-2026-12-02T01-18-3863ff50.jsonl"
+    session.write_text("\n".join(_as_written_in(work)) + "\n")
+    (chats / SESSION).mkdir()  # a subagent's folder: not a session
+    (chats / SESSION / "sub.jsonl").write_text((FIXTURES / "subagent.jsonl").read_text())
+    store = AGENT.sessions(AGENT.session_root(tmp_path / ".gemini"))
+    assert isinstance(store, GeminiSessions)
+    assert store.keys() == [str(session)] and store.owns(str(session))
+    assert not store.owns(str(chats / SESSION / "sub.jsonl"))
+    assert store.peek_cwd(str(session), Folders([work])) == (str(work), True, store.peek_cwd(str(session), Folders([work]))[2])
+    # a folder that is not open: the session file is not even opened
+    assert store.peek_cwd(str(session), Folders([tmp_path / "elsewhere"])) == (None, True, 0)
+    # a `.project_root` naming an open folder whose hash the header does not state: not followed
+    liar = _chats(tmp_path, work, "liar")
+    claimed = liar / "session-2026-12-02T01-18-aaaaaaaa.jsonl"
+    claimed.write_text("\n".join(_lines()) + "\n")  # the hash of /home/user/app
+    assert store.peek_cwd(str(claimed), Folders([work]))[0] is None
+
+
+def test_subagents_are_billed_to_their_session(tmp_path: Path) -> None:
+    chats = _chats(tmp_path, tmp_path)
+    path = chats / "session-2026-12-02T01-18-3863ff50.jsonl"
+    path.write_text((FIXTURES / "session.jsonl").read_text())
+    reader = GeminiReader(str(path))
+    reader.read()
+    alone = reader.session.total_usage()
+    (chats / SESSION).mkdir()
+    (chats / SESSION / "sub.jsonl").write_text((FIXTURES / "subagent.jsonl").read_text())
+    assert reader.read().usage
+    sub = [json.loads(line) for line in (FIXTURES / "subagent.jsonl").read_text().splitlines()]
+    replies = {r["id"]: r["tokens"] for r in sub if r.get("type") == "gemini" and "tokens" in r}
+    assert replies  # the subagent's replies state their tokens
+    total = reader.session.total_usage()
+    assert total.cached_input - alone.cached_input == sum(t["cached"] for t in replies.values())
+    assert total.output - alone.output == sum(t["output"] + t["thoughts"] for t in replies.values())
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
+def test_links_fifos_and_devices_are_never_sessions_nor_opened(tmp_path: Path) -> None:
+    work = tmp_path / "app"
+    work.mkdir()
+    chats = _chats(tmp_path, work)
+    os.mkfifo(chats / "session-2026-12-02T01-18-fifo0000.jsonl")
+    (chats / "session-2026-12-02T01-18-device00.jsonl").symlink_to("/dev/zero")
+    (chats / "session-2026-12-02T01-18-link0000.jsonl").symlink_to(FIXTURES / "session.jsonl")
+    store = GeminiSessions(tmp_path / ".gemini" / "tmp")
+    assert store.keys() == []
+    for name in ("fifo0000", "device00", "link0000"):  # a reader handed one anyway never blocks nor reads it
+        reader = GeminiReader(str(chats / f"session-2026-12-02T01-18-{name}.jsonl"))
+        assert reader.read().empty and reader.bytes_read == 0
+    # a `.project_root` that is a FIFO: not opened, no cwd
+    fifo_project = tmp_path / ".gemini" / "tmp" / "fifo" / "chats"
+    fifo_project.mkdir(parents=True)
+    os.mkfifo(fifo_project.parent / ".project_root")
+    (fifo_project / "session-2026-12-02T01-18-3863ff50.jsonl").write_text((FIXTURES / "session.jsonl").read_text())
+    assert store.peek_cwd(str(fifo_project / "session-2026-12-02T01-18-3863ff50.jsonl"), Folders([work])) == (None, True, 0)
+
+
+def test_limits_are_gemini_clis() -> None:
+    assert agents.get("gemini") is AGENT
+    limits = AGENT.limits("gemini-2.5-pro", None, AGENT.read_config(Path("/nonexistent")))
+    assert (limits.window, limits.limit) == (1_048_576, 524_288)
+    assert AGENT.limits("gemma-4-31b-it", None, AGENT.read_config(Path("/nonexistent"))).window == 256_000
+
+
+def test_the_configured_compression_threshold_moves_the_point(tmp_path: Path) -> None:
+    (tmp_path / "settings.json").write_text(json.dumps({"model": {"compressionThreshold": 0.7}}))
+    limits = AGENT.limits("gemini-2.5-pro", None, AGENT.read_config(tmp_path))
+    assert limits.limit == int(1_048_576 * 0.7) and "0.7" in limits.limit_source
+
+
+def test_hook_payloads_as_gemini_cli_sends_them() -> None:
+    def payload(name: str) -> dict[str, Any]:
+        return dict(json.loads((FIXTURES / "hooks" / f"{name}.json").read_text()))
+
+    turn = AGENT.hook_input("BeforeAgent", payload("BeforeAgent"))
+    assert turn is not None and turn.action == "turn" and turn.prompt == "Create hello.txt saying hello."
+    assert turn.session_id == SESSION and turn.cwd == FIXTURE_ROOT
+    for name, tool in (("BeforeTool-write_file", "write_file"), ("BeforeTool-replace", "replace")):
+        hooked = AGENT.hook_input("BeforeTool", payload(name))
+        assert hooked is not None and hooked.action == "tool" and hooked.tool_name == tool
+        assert AGENT.changes_files(tool, hooked.tool_input)
+        assert AGENT.tool_paths(tool, hooked.tool_input) == [f"{FIXTURE_ROOT}/hello.txt"]
+    assert not AGENT.changes_files("read_file", {}) and not AGENT.changes_files("invoke_agent", {})
+    assert AGENT.shell_command("run_shell_command", {"command": "ls"}) == "ls"
+    assert AGENT.shell_command("write_file", {}) is None
+    # PreCompress fires before every request: not a compaction signal, not installed
+    assert "PreCompress" not in AGENT.hook_events
