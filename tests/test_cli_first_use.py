@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from ctxd import agents
-from ctxd.sessions.cli import _either
+from ctxd.sessions.overview import _either
 from tests.ghost_repo import make_repo
 
 REPO = Path(__file__).resolve().parent.parent
