@@ -3,18 +3,22 @@ the same scripted session with nothing of ctxd's installed, with ctxd's hooks, a
 and its MCP server.
 
     python bench/bench_agents.py [--rounds 3] [--latency 0.3] [--agents claude codex] [--no-instant]
+                                 [--keep FOLDER]
 
 The session: a first turn of three file-changing tool calls (Claude Code: Write, Edit, Bash;
 Codex: apply_patch twice and a shell command) and an answer, then a second turn that resumes the
 session (a Write or a patch, a shell command, an answer). The model is the scripted server of
 tests/model_servers.py on 127.0.0.1, **answering each request after 0.3 s** (`--latency`): a model
 that answers at once makes ctxd's share look larger than any real one would. Each run is timed from
-the agent's start to its exit, both turns added up.
+the agent's start to its exit, both turns added up. Its CPU time is printed beside (not judged,
+and steadier than the time on a busy machine): the agent's processes and the ones it waited for
+(hooks, its MCP server), and ctxd's owner.
 
 The setups, each in a home of its own (tests/agents.py: nothing leaves the machine):
 - **nothing installed**: the agent alone, the floor;
 - **hooks**: `ctxd hooks install --agent <agent>` at user scope (hooks, the status line or Codex's
-  `notify`), its MCP server taken out again;
+  `notify`), its MCP server taken out again (`claude -p` runs no status line: bench_hooks.py times
+  it);
 - **hooks + MCP**: the same with `ctxd mcp` configured (Claude Code starts it beside the session,
   Codex before its first turn).
 The owner of the setup's state dir runs (docs/processes.md): a warm-up session before the timed
@@ -29,7 +33,8 @@ hooks + MCP <= 1.15x. The exit status is 1 on a miss. With `--instant` (the defa
 skips it) the same rounds run again with a model that answers at once: printed, not judged.
 
 The code measured is this tree's (`ctxd` on the agents' PATH runs it from here): to measure another
-tree, copy this file and tests/ into it and run it there.
+tree, copy this file and tests/ into it and run it there. `--keep FOLDER` works there and keeps the
+homes, hooks.log and the owners' logs.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import contextlib
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import statistics
@@ -107,12 +113,23 @@ def installed_python(folder: Path) -> Path:
 
 
 def ctxd_bin(folder: Path, python: Path) -> Path:
-    """`ctxd` on the agents' PATH (what `ctxd hooks install` names): this tree's code."""
+    """`ctxd` on the agents' PATH (what `ctxd hooks install` names): this tree's code, started as
+    pip's console script starts it."""
     folder.mkdir(parents=True, exist_ok=True)
     script = folder / "ctxd"
-    script.write_text(f"#!/bin/sh\nexec {python} -m ctxd \"$@\"\n")
+    script.write_text(f"#!{python}\nimport re\nimport sys\nfrom ctxd.entry import main\nif __name__ == '__main__':\n"
+                      "    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])\n    sys.exit(main())\n")
     script.chmod(0o755)
     return folder
+
+
+@dataclass
+class Sample:
+    """One session: its time, and the CPU time it cost."""
+
+    wall: float
+    cpu: float  # the agent and every process it waited for (its hooks, its MCP server)
+    owner_cpu: float  # ctxd's processes outside the agent's (the owner; a tree from before it: the keeper)
 
 
 @dataclass
@@ -122,8 +139,7 @@ class Place:
     agent: str
     setup: str
     root: Path
-    env: dict[str, str] = field(default_factory=dict)  # added to the agent's own environment
-    times: dict[float, list[float]] = field(default_factory=dict)  # latency -> session times
+    samples: dict[float, list[Sample]] = field(default_factory=dict)  # by the model's latency
 
     @property
     def repo(self) -> Path:
@@ -135,15 +151,16 @@ class Place:
 
     @property
     def state(self) -> Path:
-        return self.root / "state"
+        """The default one (tests/agents.py sets HOME and XDG_STATE_HOME to the place's home):
+        Codex passes its MCP servers HOME but not XDG_STATE_HOME."""
+        return self.root / "home" / ".local" / "state"
 
 
-def base_env(place: Place, bin_dir: Path, cache: Path) -> dict[str, str]:
+def base_env(bin_dir: Path, cache: Path) -> dict[str, str]:
     """What the bench adds to the agent's environment (which its hooks and MCP server inherit).
     Python's bytecode is written and reused (an empty PYTHONDONTWRITEBYTECODE is unset), as an
     installed package's is: else every hook would compile what it imports."""
-    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "XDG_STATE_HOME": str(place.state),
-            "PYTHONDONTWRITEBYTECODE": "", "PYTHONPYCACHEPREFIX": str(cache), "CTXD_OWNER_IDLE_SECONDS": IDLE,
+    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "PYTHONDONTWRITEBYTECODE": "", "PYTHONPYCACHEPREFIX": str(cache), "CTXD_OWNER_IDLE_SECONDS": IDLE,
             "CTXD_HOOK_KEEPER_SECONDS": IDLE, **IDENTITY}
 
 
@@ -235,22 +252,40 @@ def codex_session(place: Place, server: SlowResponses, agent: BenchCodex) -> flo
     return took
 
 
-def stop_owners(places: list[Place]) -> None:
-    """SIGTERM to the owners (and, in a tree from before them, the hooks' keepers) the sessions
-    started: the processes whose command line names one of the setups' state dirs."""
+def owners(places: list[Place]) -> dict[int, float]:
+    """The owners (in a tree from before them, the hooks' keepers) the sessions started, with the
+    CPU time each has used: the ctxd processes whose command line names a setup's state dir."""
     marks = [str(p.state) for p in places]
+    tick = os.sysconf("SC_CLK_TCK")
+    found = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
             command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
         if "ctxd" in command and any(mark in command for mark in marks):
-            try:
-                os.kill(int(entry.name), signal.SIGTERM)
-            except ProcessLookupError:
-                pass
+            found[int(entry.name)] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return found
+
+
+def measured(place: Place, session: Callable[[], float]) -> Sample:
+    before, owned = resource.getrusage(resource.RUSAGE_CHILDREN), owners([place])
+    wall = session()
+    after, now = resource.getrusage(resource.RUSAGE_CHILDREN), owners([place])
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return Sample(wall, cpu, sum(used - owned.get(pid, 0.0) for pid, used in now.items()))
+
+
+def stop_owners(places: list[Place]) -> None:
+    """SIGTERM to the owners the sessions started (they would leave when idle)."""
+    for pid in owners(places):
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
 
 
 def main(argv: list[str]) -> int:
@@ -281,7 +316,7 @@ def main(argv: list[str]) -> int:
                     repo = make_repo(place.repo)
                     repo.write("app.py", "print('v1')\n")
                     repo.commit_all("base")
-                    extra = base_env(place, bin_dir, cache)
+                    extra = base_env(bin_dir, cache)
                     if agent == "claude":
                         claude = Claude(place.root, place.home, messages, extra_env=extra)
                         install(place, claude.env(), bin_dir)
@@ -302,11 +337,12 @@ def main(argv: list[str]) -> int:
                 for round_ in range(args.rounds):
                     for agent in args.agents:
                         for place in [p for p in places if p.agent == agent]:
-                            took = sessions[place.agent, place.setup]()
+                            sample = measured(place, sessions[place.agent, place.setup])
                             reset(place.repo)
-                            place.times.setdefault(latency, []).append(took)
-                            print(f"  model {latency:g} s, round {round_ + 1}: {agent}, {place.setup}: {took:.2f} s",
-                                  flush=True)
+                            place.samples.setdefault(latency, []).append(sample)
+                            print(f"  model {latency:g} s, round {round_ + 1}: {agent}, {place.setup}: "
+                                  f"{sample.wall:.2f} s (CPU: {sample.cpu:.2f} s in the agent's processes, "
+                                  f"{sample.owner_cpu:.2f} s in the owner's)", flush=True)
         finally:
             stop_owners(places)
     print(f"load average {load_average()}")
@@ -315,10 +351,13 @@ def main(argv: list[str]) -> int:
         name = {"claude": "Claude Code 2.1.332", "codex": "Codex CLI 0.171.0"}[agent]
         mine = {p.setup: p for p in places if p.agent == agent}
         for latency in latencies:
-            floor = statistics.median(mine["nothing installed"].times[latency])
+            def median(setup: str, what: str) -> float:
+                return statistics.median(getattr(sample, what) for sample in mine[setup].samples[latency])
+
+            floor = median("nothing installed", "wall")
             shown = [f"{name}, model {latency:g} s: nothing installed {floor:.2f} s"]
             for setup in SETUPS[1:]:
-                value = statistics.median(mine[setup].times[latency])
+                value = median(setup, "wall")
                 ratio = value / floor
                 shown.append(f"{setup} {value:.2f} s ({ratio:.2f}x)")
                 if latency == args.latency:
@@ -326,6 +365,9 @@ def main(argv: list[str]) -> int:
                                     f"{args.rounds}", f"{value:.2f} s", f"{floor:.2f} s (nothing installed)",
                                     f"{ratio:.2f}x", f"<= {GOALS[setup]:.2f}x", ratio <= GOALS[setup]))
             print("; ".join(shown) + ("" if latency == args.latency else " (not judged)"))
+            print("  CPU time, medians: " + "; ".join(
+                f"{setup} {median(setup, 'cpu'):.2f} s in the agent's processes + {median(setup, 'owner_cpu'):.2f} s "
+                "in the owner's" for setup in SETUPS))
     return report(rows)
 
 
