@@ -375,3 +375,21 @@ def test_behind_a_ctxd_acp_proxy_it_serves_the_acp_session(tmp_path: Path, monke
         anyio.run(scenario)
     finally:
         proxy.close()
+
+
+def test_the_modules_that_answer_initialize_import_neither_dataclasses_nor_a_thread_pool() -> None:
+    """What `ctxd mcp` imports before it answers `initialize` (its entry, the protocol, the tools'
+    declarations and the backend's module), in a fresh interpreter: not `dataclasses` (which
+    imports `inspect`, `dis` and `tokenize`: a quarter of that import time), nor a thread pool,
+    nor the settings. The backend's own imports run on its thread, beside the protocol."""
+    import subprocess
+
+    code = ("import json, sys\nimport ctxd.entry, ctxd.agentmcp.server, ctxd.agentmcp.backend\n"
+            "print(json.dumps(sorted(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr
+    imported = set(json.loads(done.stdout))
+    assert "ctxd.agentmcp.protocol" in imported and "ctxd.ownerlink" in imported, sorted(imported)
+    heavy = {"dataclasses", "inspect", "concurrent.futures", "subprocess", "ctxd.settings", "sqlite3", "mcp"}
+    assert not heavy & imported, heavy & imported

@@ -18,8 +18,7 @@ import json
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
@@ -36,8 +35,10 @@ class ToolError(Exception):
     """A tool's failure, told to the model as the tool's result (`isError`), never as a crash."""
 
 
-@dataclass
-class Tool:
+class Tool(NamedTuple):
+    """One tool. (Named tuples, not dataclasses: importing `dataclasses` imports `inspect`, a
+    quarter of what `ctxd mcp` imported before answering `initialize`.)"""
+
     name: str
     description: str
     properties: dict[str, dict[str, Any]]  # argument -> its JSON Schema (with "default" when optional)
@@ -58,13 +59,12 @@ class Tool:
         return entry
 
 
-@dataclass
-class Resource:
+class Resource(NamedTuple):
     uri: str
     name: str
     mime_type: str
     read: Callable[[dict[str, Any]], str]  # given the read's `params._meta` (a client may pass state there)
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: dict[str, Any] | None = None
 
     def listing(self) -> dict[str, Any]:
         entry: dict[str, Any] = {"uri": self.uri, "name": self.name, "mimeType": self.mime_type}
