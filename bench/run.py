@@ -7,6 +7,10 @@ The long runs stay in stress.py.
 
     python bench/run.py                 # everything (the first run builds bench/real_corpus.py's corpus)
     python bench/run.py speed tokens    # some of them
+    python bench/run.py agents          # the real agents' sessions (bench_agents.py): only when named
+
+`agents` runs the real Claude Code and Codex CLI (installed with npm on first use) for about eight
+minutes, so a run of everything leaves it out; name it to run it.
 """
 
 from __future__ import annotations
@@ -38,10 +42,13 @@ QUICK: dict[str, list[str]] = {
     "families": ["--rounds", "7"],
     "recall": ["--items", "100000", "--mb", "20", "--mcp-runs", "5"],
 }
+ONLY_WHEN_NAMED = {"agents"}
+"""Run only when named: they need the real agents and take minutes."""
 
 
 def main(argv: list[str]) -> int:
-    names = argv or sorted(p.stem.removeprefix("bench_") for p in HERE.glob("bench_*.py"))
+    names = argv or sorted(name for name in (p.stem.removeprefix("bench_") for p in HERE.glob("bench_*.py"))
+                           if name not in ONLY_WHEN_NAMED)
     rows: list[Row] = []
     failed = []
     if {"tokens", "families"} & set(names) and not SAMPLES.exists():

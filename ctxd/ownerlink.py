@@ -27,7 +27,6 @@ import os
 import socket
 import stat
 import struct
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -175,6 +174,8 @@ def reach(state_dir: Path, timeout: float, *, start: bool = True) -> socket.sock
         conn = connect(state_dir, 0.5)
         if conn is not None or not mine:
             return conn
+        import subprocess  # only here: every hook imports this module, few start an owner
+
         try:
             subprocess.run(owner_command(state_dir), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL, close_fds=True, cwd="/", timeout=max(1.0, timeout))

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.rpc import Client
-from tests.test_hooks import ctxd, known_project
+from tests.test_hooks import REPO, ctxd, env_for, known_project
 
 pytestmark = pytest.mark.skipif(not hasattr(socket, "SO_PEERCRED"), reason="the owner's socket is Linux's "
                                 "(SO_PEERCRED, /proc/self/fd); elsewhere hooks always work alone")
@@ -223,3 +223,27 @@ def test_no_owner_when_the_environment_says_so(tmp_path: Path) -> None:
     assert not owner_socket(tmp_path).exists()
     taken = [line for line in hook_log(tmp_path) if ": checkpoint " in line]
     assert len(taken) == 4 and not any("by the" in line for line in taken)
+
+
+def test_a_hook_the_owner_answers_imports_only_what_that_path_needs(daemon_factory, tmp_path: Path,
+                                                                    state_dir: Path) -> None:
+    """The agent pays for the hook's process at every tool call: with the owner answering, the hook
+    starts no process of its own, so it imports no process machinery (`subprocess`, only needed to
+    start an owner), nor the settings, SQLite or the snapshot code (the owner's). `-X importtime`
+    lists every module the process imported."""
+    project = known_project(tmp_path)
+    client = daemon_factory([project], env={"HOME": str(tmp_path / "home")})
+    linked(client, project, tmp_path)
+    data = {"session_id": "s-imports", "cwd": str(project), "hook_event_name": "PreToolUse", "tool_name": "Bash",
+            "tool_use_id": "call-1", "tool_input": {"command": "make"}}
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "ctxd", "hook", "claude", "PreToolUse"],
+                          cwd=project, input=json.dumps(data).encode(), capture_output=True, timeout=60,
+                          env={**env_for(tmp_path), "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0 and done.stdout == b""
+    assert listed(client, project)[0]["tool"]["callId"] == "call-1"
+    assert "by the owner" in [line for line in hook_log(tmp_path) if ": checkpoint " in line][-1]
+    imported = {line.split("|")[-1].strip() for line in done.stderr.decode().splitlines()
+                if line.startswith("import time:")}
+    assert "ctxd.ownerlink" in imported, done.stderr.decode()[-2000:]
+    heavy = {"subprocess", "ctxd.settings", "sqlite3", "ctxd.ghost", "ctxd.ledger"}
+    assert not heavy & imported, heavy & imported

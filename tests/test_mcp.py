@@ -213,8 +213,9 @@ def test_a_ctxd_session_that_is_no_agent_session_is_refused(tmp_path: Path, sess
 def test_ctxd_mcp_answers_before_it_imports_anything_heavy(tmp_path: Path) -> None:
     """Agents start an MCP server with a timeout and often begin a turn with it still pending: `ctxd
     mcp` speaks the protocol with the standard library (no SDK, whose import alone took 0.75 s), and
-    leaves the store, the follower and pydantic to the owner it asks. `-X importtime` lists every
-    module the process imported; its speed is bench/bench_mcp.py's."""
+    leaves the store, the follower and pydantic to the owner it asks; its worker threads wait for
+    the first tool call. `-X importtime` lists every module the process imported; its speed is
+    bench/bench_recall.py's."""
     import subprocess
 
     repo = make_repo(tmp_path / "repo")
@@ -228,7 +229,8 @@ def test_ctxd_mcp_answers_before_it_imports_anything_heavy(tmp_path: Path) -> No
     assert json.loads(done.stdout.splitlines()[0])["result"]["serverInfo"]["name"] == "ctxd"
     imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
     assert "ctxd.mcp.protocol" in imported, done.stderr[-2000:]
-    heavy = {"mcp", "pydantic", "ctxd.ledger.store", "ctxd.sessions.follower", "ctxd.workspace", "sqlite3"}
+    heavy = {"mcp", "pydantic", "ctxd.ledger.store", "ctxd.sessions.follower", "ctxd.workspace", "sqlite3",
+             "concurrent.futures"}
     assert not heavy & imported, heavy & imported
 
 
@@ -409,3 +411,21 @@ def test_behind_a_ctxd_acp_proxy_it_serves_the_acp_session(tmp_path: Path, monke
         anyio.run(scenario)
     finally:
         proxy.close()
+
+
+def test_the_modules_that_answer_initialize_import_neither_dataclasses_nor_a_thread_pool() -> None:
+    """What `ctxd mcp` imports before it answers `initialize` (its entry, the protocol, the tools'
+    declarations and the backend's module), in a fresh interpreter: not `dataclasses` (which
+    imports `inspect`, `dis` and `tokenize`: a quarter of that import time), nor a thread pool,
+    nor the settings. The backend's own imports run on its thread, beside the protocol."""
+    import subprocess
+
+    code = ("import json, sys\nimport ctxd.entry, ctxd.mcp.server, ctxd.mcp.backend\n"
+            "print(json.dumps(sorted(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr
+    imported = set(json.loads(done.stdout))
+    assert "ctxd.mcp.protocol" in imported and "ctxd.ownerlink" in imported, sorted(imported)
+    heavy = {"dataclasses", "inspect", "concurrent.futures", "subprocess", "ctxd.settings", "sqlite3", "mcp"}
+    assert not heavy & imported, heavy & imported

@@ -30,12 +30,10 @@ class Backend:
     """The served workspace and session, reached through the owner."""
 
     def __init__(self, cwd: Path, session: str | None = None) -> None:
-        from ctxd.places import default_state_dir, find_workspace
-
-        located = find_workspace(cwd, default_state_dir())
-        self.root = located.folder
-        self.state_dir = located.state_dir
-        self.uri = self.root.as_uri()
+        self.cwd = cwd
+        self.root = cwd  # the workspace's folder, once found (`_open`: no tool answers before)
+        self.state_dir: Path | None = None
+        self.uri = cwd.as_uri()
         self.named_session = session
         self._owner: ownerlink.Session | None = None
         self._failure: str | None = None
@@ -43,7 +41,13 @@ class Backend:
         threading.Thread(target=self._open, name="ctxd-mcp-owner", daemon=True).start()
 
     def _open(self) -> None:
+        """The workspace found and the owner reached, beside the protocol (which answers the
+        agent's `initialize` meanwhile: what this imports is not on that path)."""
         try:
+            from ctxd.places import default_state_dir, find_workspace
+
+            located = find_workspace(self.cwd, default_state_dir())
+            self.root, self.state_dir, self.uri = located.folder, located.state_dir, located.folder.as_uri()
             self._owner = ownerlink.Session.open(self.state_dir, [self.root])
             if self._owner is None:
                 self._failure = (f"no ctxd owner of {self.state_dir} could be reached or started; "

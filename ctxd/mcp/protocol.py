@@ -18,9 +18,10 @@ import json
 import sys
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
 
 PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
 """The versions answered, newest first: a client's own is echoed when it is one of them."""
@@ -34,8 +35,10 @@ class ToolError(Exception):
     """A tool's failure, told to the model as the tool's result (`isError`), never as a crash."""
 
 
-@dataclass
-class Tool:
+class Tool(NamedTuple):
+    """One tool. (Named tuples, not dataclasses: importing `dataclasses` imports `inspect`, a
+    quarter of what `ctxd mcp` imported before answering `initialize`.)"""
+
     name: str
     description: str
     properties: dict[str, dict[str, Any]]  # argument -> its JSON Schema (with "default" when optional)
@@ -56,13 +59,12 @@ class Tool:
         return entry
 
 
-@dataclass
-class Resource:
+class Resource(NamedTuple):
     uri: str
     name: str
     mime_type: str
     read: Callable[[dict[str, Any]], str]  # given the read's `params._meta` (a client may pass state there)
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: dict[str, Any] | None = None
 
     def listing(self) -> dict[str, Any]:
         entry: dict[str, Any] = {"uri": self.uri, "name": self.name, "mimeType": self.mime_type}
@@ -148,7 +150,7 @@ class Server:
         self.on_initialized = on_initialized
         self._write_lock = threading.Lock()
         self._out: BinaryIO | None = None
-        self._workers = ThreadPoolExecutor(max_workers=4, thread_name_prefix="ctxd-mcp-call")
+        self._workers: ThreadPoolExecutor | None = None  # made at the first call: not on `initialize`'s path
 
     def serve(self, stdin: BinaryIO, stdout: BinaryIO) -> None:
         self._out = stdout
@@ -165,7 +167,16 @@ class Server:
                 if line.strip():
                     self._message(line)
         finally:
-            self._workers.shutdown(wait=True)
+            if self._workers is not None:
+                self._workers.shutdown(wait=True)
+
+    def _submit(self, work: Callable[..., None], *args: Any) -> None:
+        """`work` on a worker thread (the reader goes on answering `ping`)."""
+        if self._workers is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._workers = ThreadPoolExecutor(max_workers=4, thread_name_prefix="ctxd-mcp-call")
+        self._workers.submit(work, *args)
 
     # --- one message ---
 
@@ -205,13 +216,13 @@ class Server:
         elif method == "tools/list":
             self._reply(msg_id, {"tools": [tool.listing() for tool in self.tools.values()]})
         elif method == "tools/call":
-            self._workers.submit(self._call, msg_id, params)
+            self._submit(self._call, msg_id, params)
         elif method == "resources/list":
             self._reply(msg_id, {"resources": [resource.listing() for resource in self.resources.values()]})
         elif method == "resources/templates/list":
             self._reply(msg_id, {"resourceTemplates": []})
         elif method == "resources/read":
-            self._workers.submit(self._read_resource, msg_id, params)
+            self._submit(self._read_resource, msg_id, params)
         elif method in ("prompts/list",):
             self._reply(msg_id, {"prompts": []})
         else:
