@@ -1,22 +1,24 @@
 """`ctxd sessions`: the workspace's Codex and Claude Code sessions, newest first.
 
-Reads the agents' folders once (read-only, the same readers and privacy rule as the daemon) and
+Reads the agents' folders (read-only, the same readers and privacy rule as the daemon) and
 prints agent, title, model, fill, cost and last activity; `--format json` prints the same as a
-JSON list.
+JSON list. Each file's summary is kept in the state dir (ctxd/sessions/summaries.py, shared with
+the owner): a file that did not change is not read again, one that grew is read from where its
+summary stopped, and a first run reads in one process per core.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from ctxd.sessions import cachecost, discovery, drift, limits, pricing
-from ctxd.sessions.follower import Follower
+from ctxd.sessions import cachecost, discovery, drift, limits, pricing, summaries
 from ctxd.sessions.model import Session
-from ctxd.settings import Problem
+from ctxd.settings import Problem, default_state_dir
 from ctxd.terminal import safe
 from ctxd.tokens import cache
 
@@ -28,13 +30,14 @@ def agent_limits(session: Session, codex_limit: int | None = None) -> limits.Age
     return limits.claude(session.model)
 
 
-def used_tokens(session: Session) -> int | None:
+def used_tokens(session: Session, tail: list[dict[str, Any]] | None = None) -> int | None:
     """The fill by docs/sessions.md's one rule, as the gauge computes it from the mirrored ledger
     (`ctxd.ledger.thread.thread_usage`): the agent's latest report plus ctxd's count of the items
-    written after it; None until the agent has reported (a new session, after a compaction)."""
+    written after it (`tail`, else the session's); None until the agent has reported (a new
+    session, after a compaction)."""
     if session.baseline is None:
         return None
-    after = session.items[session.baseline_items:]
+    after = session.tail if tail is None else tail
     if not after:
         return session.baseline
     from ctxd.ledger.truncation import truncate_tool_output, with_serialization_allowance
@@ -49,30 +52,31 @@ def used_tokens(session: Session) -> int | None:
 
 
 def summary(session: Session, prices: dict[str, pricing.Price] | None = None,
-            codex_limit: int | None = None) -> dict[str, Any]:
-    """One session as `ctxd sessions --format json` prints it."""
+            codex_limit: int | None = None, used: int | None = None) -> dict[str, Any]:
+    """One session as `ctxd sessions --format json` prints it; `used`: its fill, when known
+    (else counted from the session's tail)."""
     agent = agent_limits(session, codex_limit)
     window = agent.window or None
-    used = used_tokens(session)
+    if used is None:
+        used = used_tokens(session)
     return {
         "thread": session.thread, "agent": session.agent, "id": session.id, "title": session.title,
         "cwd": session.cwd, "model": session.model, "contextWindow": window, "usedTokens": used,
         "autoCompactLimit": agent.limit,
         "percent": round(100 * used / window, 1) if used is not None and window else None,
         "cost": pricing.cost(session.cumulative, prices), "usage": session.total_usage().as_dict(),
-        "lastActivity": session.last_activity, "started": session.started, "turns": len(session.turns),
+        "lastActivity": session.last_activity, "started": session.started, "turns": session.turn_count,
         "compactions": session.compactions, "path": session.path,
         "cache": cache.state(cachecost.facts(session, prices), used or 0),
     }
 
 
-def collect(folder: Path, sources: list[discovery.Source]) -> list[Session]:
-    """Read the sessions of `folder` once, without watching."""
-    follower = Follower(lambda _update: None, sources, poll=True)
-    follower.set_folders([folder])
-    follower.scan_once()
-    sessions = follower.sessions(folder)
-    return sorted(sessions, key=lambda s: s.last_activity or "", reverse=True)
+def collect(folder: Path, sources: list[discovery.Source], state_dir: Path | None = None,
+            workers: int = 1) -> list[summaries.Found]:
+    """The sessions of `folder`, newest first: from their summaries in `state_dir` where their
+    files did not change, else read (and their summaries written back)."""
+    found = summaries.collect(folder, sources, state_dir, used_tokens, workers)
+    return sorted(found, key=lambda f: f.session.last_activity or "", reverse=True)
 
 
 def _money(cost: dict[str, Any]) -> str:
@@ -120,10 +124,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--format", choices=("table", "json"), default="table")
     parser.add_argument("--codex-home", help="default $CODEX_HOME or ~/.codex")
     parser.add_argument("--claude-home", help="default $CLAUDE_CONFIG_DIR or ~/.claude")
+    parser.add_argument("--state-dir", help="where the sessions' summaries are kept (default: as the owner)")
     args = parser.parse_args(argv)
     if args.workspace is None:  # from any folder inside a workspace
         from ctxd.hooks.locate import find_workspace
-        from ctxd.settings import default_state_dir
 
         folder = find_workspace(Path.cwd(), default_state_dir()).folder
     else:
@@ -137,8 +141,10 @@ def main(argv: list[str]) -> int:
         print(safe(f"ctxd sessions: {problem.source}: {problem.message}"), file=sys.stderr)
     sources = discovery.sources(args.codex_home, args.claude_home)
     codex_limit = limits.codex_configured_limit(next(s.root for s in sources if s.agent == discovery.CODEX).parent)
-    sessions = collect(folder, sources)
-    rows = [summary(s, prices, codex_limit) for s in sessions]
+    state_dir = Path(args.state_dir).expanduser() if args.state_dir else default_state_dir()
+    found = collect(folder, sources, state_dir, workers=os.cpu_count() or 1)
+    rows = [summary(f.session, prices, codex_limit, f.used) for f in found]
+    sessions = [f.session for f in found]
     for agent in ("codex", "claude"):  # format drift, on stderr: the output stays the table or JSON
         for entry in drift.unread(sessions, agent):
             print(safe(f"ctxd sessions: {drift.sentence(agent, entry)}: {', '.join(entry['kinds'])}"), file=sys.stderr)

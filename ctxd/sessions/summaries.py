@@ -1,0 +1,366 @@
+"""Summaries of the agents' session files, kept in the state dir: each file is read once.
+
+A summary is what `ctxd sessions` and the owner's thread list show of a session file (title,
+model, fill, cost, turns, last activity, ...) and where its summary reader stands (its offset,
+the first bytes and those before the offset as read, and the little state it carries), with the
+file as it was then (device, inode, size, mtime). Whoever reads a file writes its summary: the
+CLI, and the owner as it follows the sessions. They live in one SQLite database
+(`<state dir>/sessions/summaries.sqlite3`, WAL), so the CLI and the owner share them, each write
+a transaction under SQLite's lock; a write never takes a summary back to an earlier offset of the
+same file.
+
+A summary is shown only while the file is exactly as it was read (same inode, size and mtime;
+for Claude, its subagents' files too). A file that grew is read from the summary's offset on,
+once its first bytes and those before the offset are checked to be the ones read; one that was
+replaced, truncated, rewritten in place, or whose mtime moved without it growing, is read again
+from its start. So a summary is never shown for a file that changed under it.
+
+Files outside the folder asked about are never read beyond their head (docs/sessions.md,
+Privacy): for those only the head's `cwd` is kept (a "peek"), so that the next run need not
+open them again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sqlite3
+import stat
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ctxd.sessions import discovery
+from ctxd.sessions.claude import ClaudeReader
+from ctxd.sessions.codex import CodexReader
+from ctxd.sessions.model import Session
+from ctxd.sessions.reader import Reader, open_regular
+
+log = logging.getLogger(__name__)
+
+VERSION = 1  # of what a summary holds: a summary of another version is read again
+PARALLEL_BYTES = 64 * 1024 * 1024  # more to read than this: in worker processes, one per core
+BUSY_SECONDS = 5.0
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS summaries (
+    path TEXT PRIMARY KEY,
+    agent TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    file TEXT NOT NULL,
+    cwd TEXT,
+    facts TEXT,
+    state TEXT,
+    updated REAL NOT NULL
+) WITHOUT ROWID;
+"""
+
+
+def database_path(state_dir: Path) -> Path:
+    return state_dir / "sessions" / "summaries.sqlite3"
+
+
+FileStamp = tuple[int, int, int, int]  # device, inode, size, mtime (ns)
+
+
+def stamp(st: os.stat_result) -> FileStamp:
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+@dataclass
+class Stored:
+    """One file's row: `file` its stamp then (and its subagents', for Claude), `cwd` from its head,
+    `facts` what is shown (None: a peek only), `state` where its reader stands."""
+
+    path: str
+    agent: str
+    file: dict[str, Any]
+    cwd: str | None
+    facts: dict[str, Any] | None = None
+    state: dict[str, Any] | None = None
+
+
+def file_facts(path: str, agent: str) -> dict[str, Any] | None:
+    """The file's stamp, and for Claude its subagents' files' (they add to its cost); None when it
+    is not a regular file."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    facts: dict[str, Any] = {"stamp": list(stamp(st))}
+    if agent == discovery.CLAUDE and path.endswith(".jsonl"):
+        folder = os.path.join(path[: -len(".jsonl")], "subagents")
+        try:
+            with os.scandir(folder) as entries:
+                facts["subagents"] = sorted([e.name, *stamp(e.stat(follow_symlinks=False))] for e in entries
+                                            if e.name.endswith(".jsonl") and e.is_file(follow_symlinks=False))
+        except OSError:
+            pass
+    return facts
+
+
+class Summaries:
+    """The state dir's summaries. Any process may open it; every write is one transaction."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.path = database_path(state_dir)
+        self._db: sqlite3.Connection | None = None
+
+    def _connect(self) -> sqlite3.Connection | None:
+        if self._db is not None:
+            return self._db
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            db = sqlite3.connect(self.path, timeout=BUSY_SECONDS, isolation_level=None, check_same_thread=False)
+            db.execute(f"PRAGMA busy_timeout = {int(BUSY_SECONDS * 1000)}")
+            if db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                db.execute("PRAGMA journal_mode = WAL")
+            db.execute("PRAGMA synchronous = NORMAL")
+            db.execute(_SCHEMA)
+        except (OSError, sqlite3.Error) as error:
+            log.info("summaries unavailable at %s (%s): every file is read", self.path, error)
+            return None
+        self._db = db
+        return db
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def load(self, paths: Iterable[str] | None = None) -> dict[str, Stored]:
+        """The rows (of `paths`, or all), without their readers' state."""
+        db = self._connect()
+        if db is None:
+            return {}
+        try:
+            rows = db.execute("SELECT path, agent, version, file, cwd, facts FROM summaries").fetchall()
+        except sqlite3.Error as error:
+            log.info("cannot read %s (%s)", self.path, error)
+            return {}
+        wanted = set(paths) if paths is not None else None
+        out = {}
+        for path, agent, version, file, cwd, facts in rows:
+            if version != VERSION or (wanted is not None and path not in wanted):
+                continue
+            try:
+                out[path] = Stored(path, agent, json.loads(file), cwd, json.loads(facts) if facts else None)
+            except ValueError:
+                continue
+        return out
+
+    def state(self, path: str) -> dict[str, Any] | None:
+        db = self._connect()
+        if db is None:
+            return None
+        try:
+            row = db.execute("SELECT state FROM summaries WHERE path = ? AND version = ?", (path, VERSION)).fetchone()
+            return json.loads(row[0]) if row and row[0] else None
+        except (sqlite3.Error, ValueError):
+            return None
+
+    def save(self, rows: Iterable[Stored]) -> None:
+        """Write rows in one transaction. A row whose file is the one stored (same device and
+        inode) but read less far than the stored row is not written (another reader got further)."""
+        db = self._connect()
+        if db is None:
+            return
+        rows = list(rows)
+        if not rows:
+            return
+        try:
+            with _transaction(db):
+                for row in rows:
+                    offset = (row.state or {}).get("offset", -1)
+                    old = db.execute("SELECT file, state FROM summaries WHERE path = ?", (row.path,)).fetchone()
+                    if old is not None and old[1] and row.state is not None:
+                        before = json.loads(old[0]).get("stamp", [])[:2]
+                        if before == row.file.get("stamp", [])[:2] and json.loads(old[1]).get("offset", -1) > offset:
+                            continue
+                    db.execute("INSERT OR REPLACE INTO summaries VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                               (row.path, row.agent, VERSION, json.dumps(row.file), row.cwd,
+                                json.dumps(row.facts) if row.facts is not None else None,
+                                json.dumps(row.state) if row.state is not None else None, time.time()))
+        except (sqlite3.Error, ValueError) as error:
+            log.info("cannot write %s (%s)", self.path, error)
+
+
+@contextmanager
+def _transaction(db: sqlite3.Connection) -> Iterator[None]:
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+
+
+def new_reader(agent: str, path: str, summary: bool = True) -> Reader:
+    if agent == discovery.CODEX:
+        return CodexReader(path, summary=summary, window=False)
+    return ClaudeReader(path, discovery.claude_id(path), summary=summary, window=False)
+
+
+@dataclass
+class Read:
+    """One file summarized: its row, its session and the items after its last report."""
+
+    stored: Stored
+    session: Session
+    tail: list[dict[str, Any]] = field(default_factory=list)
+    read: int = 0  # bytes read
+
+
+def summarize(path: str, agent: str, state: dict[str, Any] | None, cwd: str | None) -> Read | None:
+    """Bring a file's summary up to date: from `state` (where its reader stood) when the file is
+    still the one read and only grew, else from its start. None when it is not a regular file."""
+    before = file_facts(path, agent)
+    if before is None:
+        return None
+    reader = new_reader(agent, path)
+    if state is not None:
+        opened = open_regular(path)
+        if opened is not None:
+            fd, st = opened
+            try:
+                reader.restore(state)
+                if not reader.matches(fd, st) or (st.st_size == reader.offset and
+                                                  list(stamp(st)) != state.get("stamp")):
+                    reader = new_reader(agent, path)  # replaced, shorter, rewritten in place
+            except (KeyError, TypeError, ValueError):
+                reader = new_reader(agent, path)
+            finally:
+                os.close(fd)
+    start = reader.offset
+    reader.read()
+    if reader.replay:  # a rewind to a line it no longer remembers: the whole file again
+        reader = new_reader(agent, path)
+        start = 0
+        reader.read()
+    session = reader.session
+    saved = reader.state()
+    saved["stamp"] = before["stamp"]  # the file as it was before this read: a change during it is read next time
+    facts = {"session": _shown(session)}
+    return Read(Stored(path, agent, before, session.cwd if session.cwd is not None else cwd, facts, saved),
+                session, list(session.tail), reader.bytes_read if start == 0 else max(0, reader.offset - start))
+
+
+def _shown(session: Session) -> dict[str, Any]:
+    """What a summary keeps of a session to show it (no instructions, tools or tail)."""
+    state = session.to_state()
+    for name in ("base_instructions", "tools", "tail", "first_request"):
+        state.pop(name, None)
+    return state
+
+
+def fresh(stored: Stored | None, path: str) -> bool:
+    """The file is exactly as it was when `stored` was made."""
+    return stored is not None and file_facts(path, stored.agent) == stored.file
+
+
+@dataclass
+class Found:
+    """A session of the folder, from its summary."""
+
+    stored: Stored
+    session: Session
+
+    @property
+    def used(self) -> int | None:
+        """The fill: the agent's latest report and the items after it (None before any report)."""
+        used = (self.stored.facts or {}).get("used")
+        return used if isinstance(used, int) else None
+
+
+Counter = Callable[[Session, list[dict[str, Any]]], int | None]
+
+
+def collect(folder: Path, sources: list[discovery.Source], state_dir: Path | None, fill: Counter,
+            workers: int = 1) -> list[Found]:
+    """Every session of `folder`, from the summaries where the file did not change, else read
+    (from where its summary stood), its fill counted (`fill`), the summaries written back. With
+    more than PARALLEL_BYTES to read and `workers` > 1, the reads run in that many processes."""
+    store = Summaries(state_dir) if state_dir is not None else None
+    known = store.load() if store is not None else {}
+    folders = discovery.Folders([folder])
+    found: list[Found] = []
+    todo: list[tuple[str, str, str | None]] = []  # (path, agent, cwd) to read
+    peeks: list[Stored] = []
+    for source in sources:
+        for path in discovery.session_files(source):
+            stored = known.get(path)
+            if stored is not None and stored.agent == source.agent and fresh(stored, path):
+                if folders.folder_of(stored.cwd) != folder:
+                    continue
+                if stored.facts is not None:
+                    found.append(Found(stored, Session.from_state(stored.agent, path, stored.facts["session"])))
+                    continue
+                todo.append((path, source.agent, stored.cwd))
+                continue
+            facts = file_facts(path, source.agent)
+            if facts is None:
+                continue
+            cwd, complete, _ = discovery.peek_cwd(source.agent, path, folders)
+            if not complete:
+                continue  # its head is not written yet
+            if folders.folder_of(cwd) != folder:
+                if source.agent == discovery.CODEX or cwd is not None:
+                    peeks.append(Stored(path, source.agent, facts, cwd))
+                continue
+            todo.append((path, source.agent, cwd))
+    states = {path: store.state(path) for path, _, _ in todo} if store is not None else {}
+    jobs = [(path, agent, states.get(path), cwd) for path, agent, cwd in todo]
+    left = sum(_size(path) - int((states.get(path) or {}).get("offset", 0)) for path, _, _ in todo)
+    reads = _run(jobs, workers if left > PARALLEL_BYTES else 1)
+    done = [read for read in reads if read is not None]
+    for read in done:
+        if read.stored.facts is not None:
+            read.stored.facts["used"] = fill(read.session, read.tail)
+        if folders.folder_of(read.stored.cwd) == folder:
+            found.append(Found(read.stored, read.session))
+    if store is not None:
+        store.save([*peeks, *(read.stored for read in done)])
+        store.close()
+    return found
+
+
+def _summarize_job(job: tuple[str, str, dict[str, Any] | None, str | None]) -> Read | None:
+    try:
+        return summarize(*job)
+    except Exception:  # noqa: BLE001 - one file that fails is left out, the others are shown
+        log.exception("cannot summarize %s", job[0])
+        return None
+
+
+def _run(jobs: list[tuple[str, str, dict[str, Any] | None, str | None]], workers: int) -> list[Read | None]:
+    """The jobs' reads, here or in `workers` processes (forked: this process runs no thread yet)."""
+    if workers < 2 or len(jobs) < 2:
+        return [_summarize_job(job) for job in jobs]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    order = sorted(range(len(jobs)), key=lambda n: -_size(jobs[n][0]))  # the largest first: they end together
+    try:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            results = list(pool.map(_summarize_job, [jobs[n] for n in order], chunksize=1))
+    except (OSError, RuntimeError) as error:  # no processes to be had: here, one by one
+        log.info("summarizing in this process (%s)", error)
+        return [_summarize_job(job) for job in jobs]
+    out: list[Read | None] = [None] * len(jobs)
+    for n, result in zip(order, results):
+        out[n] = result
+    return out
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
