@@ -181,3 +181,28 @@ def test_an_unknown_model_is_said_to_be_unknown_not_guessed(daemon_factory, work
     client.request("ctxd/setPromptContext", {"workspace": uri, "model": "us.anthropic.claude-opus-4-7-v1:0"})
     known = client.request("ctxd/usage", {"workspace": uri})
     assert known["contextWindow"] == 1_000_000 and "limitSource" not in known
+
+
+def test_ctxd_usage_without_a_thread_shows_the_newest_session(daemon_factory, workspace: Path, tmp_path: Path,
+                                                              state_dir: Path) -> None:
+    """In a folder of followed sessions (no thread "default"), `ctxd usage` shows the most recently
+    active one, as the editors' gauge does (issue #38: it exited 1 with "no thread 'default'")."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.rpc import REPO, daemon_env
+
+    codex_home, claude_home, env = homes(tmp_path)
+    fx.write_jsonl(fx.codex_path(codex_home), fx.codex_session(workspace))  # 2025-10-03 10:00
+    fx.write_jsonl(fx.claude_path(claude_home, workspace), fx.claude_session(workspace))  # 11:00: the newest
+    client = daemon_factory([workspace], env=env)
+    wait_thread(client, workspace, CODEX_THREAD, lambda t: t["usage"]["usedTokens"] == 12_000)
+    newest = wait_thread(client, workspace, CLAUDE_THREAD)["usage"]["usedTokens"]
+    client.shutdown()
+    run = subprocess.run([sys.executable, "-m", "ctxd", "usage", "--workspace", str(workspace), "--format", "json"],
+                         capture_output=True, text=True, env=daemon_env(state_dir, env), cwd=str(REPO), timeout=60)
+    assert run.returncode == 0, run.stderr
+    breakdown = json.loads(run.stdout)
+    assert breakdown["usage"]["usedTokens"] == newest == 15_546
+    assert breakdown["model"] == "claude-sonnet-4-5-20250929"

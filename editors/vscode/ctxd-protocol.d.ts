@@ -2,7 +2,7 @@
 /**
  * The ctxd wire protocol (version 2): results, notifications and request params. GENERATED, do not edit:
  * `npm run gen:protocol` from docs/protocol.schema.json (from ctxd/protocol/shapes.py).
- * schema sha256: 91cc3b7fe64c74598189742331366f63a0c78fcbebca91fa8c3d88da0d6661c8
+ * schema sha256: 99da2be8f380e77a809b04a5b675dc5416075197c80b79321c8209422684f525
  */
 
 /**
@@ -45,7 +45,7 @@ export interface CtxdProtocol {
   ctxd_status_params: StatusParams;
   ctxd_threads: ThreadsResult;
   ctxd_threadsChanged: ThreadsChanged;
-  ctxd_threads_params: ThreadsParams;
+  ctxd_threads_params: ThreadsListParams;
   ctxd_undo: UndoResult;
   ctxd_undo_params: UndoParams;
   ctxd_usage: Breakdown;
@@ -268,6 +268,7 @@ export interface GhostRestoreParams {
  */
 export interface GhostSnapshotParams {
   message?: string | null;
+  record?: boolean;
   thread?: string;
   workDoneToken?: number | string | null;
   workspace: string;
@@ -706,6 +707,15 @@ export interface Cost {
  * via the `definition` "ThreadsChanged".
  */
 export interface ThreadsChanged {
+  threads?: string[];
+  workspace: string;
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "ThreadsListParams".
+ */
+export interface ThreadsListParams {
+  threads?: string[] | null;
   workspace: string;
 }
 /**

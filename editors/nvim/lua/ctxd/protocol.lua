@@ -209,6 +209,7 @@ M.PROTOCOL_VERSION = 3
 
 ---@class ctxd.GhostSnapshotParams
 ---@field message? string|nil
+---@field record? boolean
 ---@field thread? string
 ---@field workDoneToken? integer|string|nil
 ---@field workspace string
@@ -421,6 +422,11 @@ M.PROTOCOL_VERSION = 3
 
 --- `ctxd/threadsChanged`.
 ---@class ctxd.ThreadsChanged
+---@field threads? string[]
+---@field workspace string
+
+---@class ctxd.ThreadsListParams
+---@field threads? string[]|nil
 ---@field workspace string
 
 ---@class ctxd.ThreadsParams
