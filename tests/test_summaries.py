@@ -192,7 +192,7 @@ def test_a_summary_says_what_the_full_reader_says(tmp_path: Path) -> None:
         a, b = full.session, read.session
         for name in ("title", "turn_count", "baseline", "last_activity", "started", "model", "compactions",
                      "agent_compactions", "cwd", "id", "version", "context_window", "last_request_at", "cache_1h",
-                     "unknown"):
+                     "unknown", "first_request"):
             assert getattr(a, name) == getattr(b, name), (path, name)
         assert a.total_usage() == b.total_usage(), path
         assert read.tail == a.tail, path

@@ -180,6 +180,13 @@ class Daemon:
     def _send_usage(self, key: tuple[str, str], usage: dict[str, Any]) -> None:
         self.everyone.notify(methods.USAGE_CHANGED, {"workspace": key[0], "thread": key[1], **usage})
 
+    def threads_changed(self, uri: str, threads: list[str] | None = None) -> None:
+        """Threads' listings changed (None: any of the folder's): `ctxd/threadsChanged` names them."""
+        params: dict[str, Any] = {"workspace": uri}
+        if threads is not None:
+            params["threads"] = threads
+        self.everyone.notify(methods.THREADS_CHANGED, params)
+
     # --- after the first `initialize` ------------------------------------------------------------
 
     def warm_up(self) -> None:
@@ -228,8 +235,7 @@ class Daemon:
             self.service, lambda uri: everyone.notify(methods.GHOST_CHANGED, {"workspace": uri}))
         self.hook_watcher.start()
         settings = load_settings(None, self.service.init_options, [])
-        self.sessions = SessionBridge(
-            self.service, settings, lambda uri: everyone.notify(methods.THREADS_CHANGED, {"workspace": uri}))
+        self.sessions = SessionBridge(self.service, settings, self.threads_changed, state_dir=self.service.state_dir)
         self.sessions.start([w.root for w in self.service.folders()])
 
     def folders_changed(self) -> None:

@@ -363,7 +363,7 @@ class ClaudeReader(Reader):
                 raw.get("cache_read_input_tokens")) + tokens(raw.get("output_tokens"))
             last = {k: tokens(v) for k, v in raw.items() if type(v) is int}
             note_report(session, used, _usage(raw), model, rec.get("timestamp"))
-            if used and session.first_request is None and not self.summary:  # what the request carried: its input
+            if used and session.first_request is None and (self.early or not self.summary):  # what it carried: its input
                 session.first_request = first_request(used - tokens(raw.get("output_tokens")), self._carried())
                 self._early = []
             if used and (used != session.baseline or last != session.last_usage):
@@ -376,7 +376,7 @@ class ClaudeReader(Reader):
         if model_acted(reported):
             self._command_acted(change)
         self._line += 1
-        if self.summary:
+        if self.summary and not self.early:
             if raw_line is not None:
                 self._pending.append((self._line, raw_line))
         else:
@@ -455,10 +455,11 @@ class ClaudeReader(Reader):
             elif prompt or command is not None or stripped.startswith(LOCAL_OUTPUT):
                 self._command = None  # a local command (its output), or another prompt first
         self._line += 1
-        if self.summary and raw_line is not None and not rec.get("isCompactSummary"):
+        building = not self.summary or self.early
+        if not building and raw_line is not None and not rec.get("isCompactSummary"):
             self._pending.append((self._line, raw_line))
         for item in outputs:
-            if not self.summary:
+            if building:
                 self._add(item, change)
         if parts:
             if prompt:
@@ -469,7 +470,7 @@ class ClaudeReader(Reader):
             if rec.get("isCompactSummary"):  # the summary is what the compaction wrote
                 session.add_item(item, self.holds_window)
                 change.add_to_replacement(item, session)
-            elif not self.summary:
+            elif building:
                 self._add(item, change)
         self._link(rec)
 

@@ -31,24 +31,8 @@ def agent_limits(session: Session, codex_limit: int | None = None) -> limits.Age
 
 
 def used_tokens(session: Session, tail: list[dict[str, Any]] | None = None) -> int | None:
-    """The fill by docs/sessions.md's one rule, as the gauge computes it from the mirrored ledger
-    (`ctxd.ledger.thread.thread_usage`): the agent's latest report plus ctxd's count of the items
-    written after it (`tail`, else the session's); None until the agent has reported (a new
-    session, after a compaction)."""
-    if session.baseline is None:
-        return None
-    after = session.tail if tail is None else tail
-    if not after:
-        return session.baseline
-    from ctxd.ledger.truncation import truncate_tool_output, with_serialization_allowance
-    from ctxd.settings import Settings
-    from ctxd.tokens.counter import TOKENIZERS, count_item
-
-    counter = TOKENIZERS.counter(session.model)
-    if counter.slot is not None:
-        counter.slot.wait(timeout=60)  # exact, as the daemon is once its encoding is loaded
-    limit = with_serialization_allowance(Settings().tool_output_token_limit)
-    return session.baseline + sum(count_item(truncate_tool_output(item, limit), counter.count) for item in after)
+    """The fill (`summaries.fill`): the agent's latest report and ctxd's count of what came after."""
+    return summaries.fill(session, tail)
 
 
 def summary(session: Session, prices: dict[str, pricing.Price] | None = None,

@@ -87,7 +87,7 @@ class CodexReader(Reader):
         self._users = 0  # the window's real user messages (a compaction without its history keeps them)
         self._early: list[dict[str, Any]] = []  # the items before the first report, when the window is not held
         self._pending: list[bytes] = []  # summary mode: response items after the last report, for the tail
-        self._line_end = self._report_end = -1  # summary mode: where the line read ends, and the last report
+        self._report_end = -1  # summary mode: where the chunk's last report ends
 
     def reset(self) -> None:
         super().reset()
@@ -114,7 +114,6 @@ class CodexReader(Reader):
     def take(self, data: bytes, start: int, stop: int, change: Change) -> None:
         """Summary mode: a line it reads (the others are passed over in skim.py); of a report, only
         its usage is decoded."""
-        self._line_end = stop
         found = skim.values(data, start, stop, _REPORT_KEYS)
         if found is not None and found[1] == "event_msg" and isinstance(found[2], tuple):
             payload = skim.values(data, found[2][0], found[2][1], _EVENT_KEYS)
@@ -180,7 +179,7 @@ class CodexReader(Reader):
                 session.title = shorten(message_text(item))  # rollouts without user_message events
                 change.meta = True
             if item is not None:
-                if self.summary:
+                if self.summary and not self.early:
                     return  # (read for the title; kept for the tail by `chunk_read`)
                 self._add(item, change)
         elif kind == "event_msg":
@@ -311,7 +310,7 @@ class CodexReader(Reader):
                             cache_write=counts.get("cache_write_input_tokens", 0))
             note_report(session, used, request, session.model, self._stamp)
             self._fill = used or self._fill
-            if session.first_request is None and counts.get("input_tokens") and not self.summary:
+            if session.first_request is None and counts.get("input_tokens") and (self.early or not self.summary):
                 # What the request carried: the items up to the last input; the response's
                 # items were recorded before this event.
                 window = session.items if self.holds_window else self._early
@@ -325,7 +324,7 @@ class CodexReader(Reader):
                 session.last_usage = counts
                 change.usage = True
                 self._pending = []
-                self._report_end = self._line_end
+                self._report_end = self.line_stop
         if isinstance(total, dict):
             # Cost from the running total; a total that went down is a new process (a resume)
             # whose count starts again, so it is added on top rather than subtracted. Never a

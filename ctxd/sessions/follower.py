@@ -34,7 +34,7 @@ from ctxd.sessions.claude import ClaudeReader
 from ctxd.sessions.codex import CodexReader
 from ctxd.sessions.discovery import CLAUDE, CODEX, Source
 from ctxd.sessions.model import Change, Session
-from ctxd.sessions.reader import Reader, printable
+from ctxd.sessions.reader import Reader, open_regular, printable
 
 if TYPE_CHECKING:
     from watchdog.observers.api import BaseObserver, ObservedWatch
@@ -47,7 +47,8 @@ POLL_SECONDS = 0.25  # the fallback's period when there are no file events
 # agents that never started) are re-checked by the safety net only this often.
 UNDECIDED_SECONDS = 30.0
 WRITE_EVENTS = frozenset({"created", "modified", "moved", "closed"})
-READ_BUDGET = 32 * 1024 * 1024  # bytes of one file per read before the other files get a turn
+READ_BUDGET = 8 * 1024 * 1024  # bytes of one file per read before the other files get a turn
+DEFER_BYTES = 256 * 1024  # more than this to read waits while the consumer is behind (`backlog`)
 MAX_ID_CHARS = 200  # a session id longer than this (or empty, or with control characters) is none
 
 
@@ -61,6 +62,15 @@ class Update:
     new: bool = False
     fresh: bool = False  # the session started while following: its turns are live, the first included
     caught_up: bool = True  # the read reached the end of the file (else more follows at once)
+    resumed: bool = False  # taken up where an earlier owner left it (`resume`): the change follows what is stored
+    state: dict[str, Any] | None = None  # where the reader stands after this read (`Reader.state`), when asked
+
+
+# `resume(folder, path)`: where an earlier reader of the file stood with what is stored (None: read
+# it from its start). `listing(files)`: before the first scan's files are read, newest first, the
+# consumer may list them quickly ((path, folder, agent) of each).
+Resume = Callable[[Path, str], "dict[str, Any] | None"]
+Listing = Callable[[list[tuple[str, Path, str]]], None]
 
 
 @dataclass
@@ -95,8 +105,17 @@ class SourceStatus:
 
 class Follower:
     def __init__(self, on_update: Callable[[Update], None], sources: list[Source], *,
-                 poll: bool | None = None) -> None:
+                 poll: bool | None = None, window: bool = True, resume: Resume | None = None,
+                 listing: Listing | None = None, backlog: Callable[[], bool] | None = None) -> None:
+        """`window`: the readers keep each session's window (`Reader.holds_window`); the owner's do
+        not (its store does). `resume`, `listing`: see above. `backlog()`: the consumer has more
+        than it can take; a file with more than DEFER_BYTES to read waits until it has not."""
         self.on_update = on_update
+        self._backlog = backlog
+        self._deferred: dict[str, None] = {}  # files put off while the consumer is behind
+        self._window = window
+        self._resume = resume
+        self._listing = listing
         self.sources = sources
         self.roots = {s.agent: s.root for s in sources if s.enabled}
         self._poll = poll if poll is not None else os.environ.get("CTXD_SESSIONS_POLL") == "1"
@@ -169,6 +188,15 @@ class Follower:
             self._rescan = True
             self._wake.notify_all()
 
+    def reread(self, path: str) -> None:
+        """Read the file again from its start (its consumer needs its whole history)."""
+        with self._wake:
+            state = self._files.get(path)
+            if state is not None:
+                state.reread = True
+                self._dirty[path] = None
+                self._wake.notify_all()
+
     def touch(self, path: str) -> None:
         """A file event: `path` may have changed."""
         with self._wake:
@@ -202,9 +230,10 @@ class Follower:
         """Block until every pending path was read (tests and the CLI)."""
         deadline = time.monotonic() + timeout
         with self._wake:
-            while (self._dirty or self._rescan or self._roots_pending or self._busy) and time.monotonic() < deadline:
+            while (self._dirty or self._rescan or self._roots_pending or self._busy or self._deferred) and \
+                    time.monotonic() < deadline:
                 self._wake.wait(0.02)
-            return not (self._dirty or self._rescan or self._roots_pending or self._busy)
+            return not (self._dirty or self._rescan or self._roots_pending or self._busy or self._deferred)
 
     def scan_once(self) -> None:
         """Find and read every session now, on the caller's thread, without watching (the CLI)."""
@@ -315,10 +344,16 @@ class Follower:
             with self._wake:
                 period = POLL_SECONDS if self._mode == "polling" else TICK_SECONDS
                 timeout = max(0.0, last_tick + period - time.monotonic())
+                if self._deferred:
+                    timeout = min(timeout, 0.05)  # until the consumer caught up
                 if not (self._dirty or self._rescan or self._roots_pending or self._stop):
                     self._wake.wait(timeout)
                 if self._stop:
                     return
+                if self._deferred and not (self._backlog is not None and self._backlog()):
+                    for path in self._deferred:
+                        self._dirty[path] = None
+                    self._deferred.clear()
                 rescan, self._rescan = self._rescan, False
                 roots, self._roots_pending = self._roots_pending, False
                 paths = list(self._dirty)
@@ -370,7 +405,10 @@ class Follower:
                 continue
 
     def _scan(self) -> None:
+        """Every session file not known yet, the most recently written first (its gauge is the one
+        shown); before the first scan reads them, `listing` may list them all quickly."""
         self._last_scan = time.monotonic()
+        found: list[tuple[float, str]] = []
         for source in self.sources:
             if not source.enabled:
                 continue
@@ -380,8 +418,31 @@ class Follower:
                 with self._lock:
                     known = path in self._files
                 if not known:
-                    self._read(path)
+                    found.append((_mtime(path), path))
+        found.sort(reverse=True)
+        if self._listing is not None and found:
+            listed = []
+            for _, path in found:
+                state = self._decide(path)
+                if state is not None and state.folder is not None:
+                    listed.append((path, state.folder, state.agent))
+            if listed:
+                try:
+                    self._listing(listed)
+                except Exception:  # noqa: BLE001 - the files are read all the same
+                    log.exception("listing the sessions failed")
+        for _, path in found:
+            self._read(path)
         self._scanned = True
+
+    def _decide(self, path: str) -> _File | None:
+        """A file found by a scan, its head peeked at (its folder decided), not read further."""
+        try:
+            self._follow(path, decide_only=True)
+        except Exception:  # noqa: BLE001 - read (and logged) with the others
+            return None
+        with self._lock:
+            return self._files.get(path)
 
     def _read(self, path: str) -> None:
         """Read one file; a file that fails is logged once and does not stop the others."""
@@ -392,7 +453,7 @@ class Follower:
                 self._failed.add(path)
                 log.exception("cannot follow session file %s", printable(path))
 
-    def _follow(self, path: str) -> None:
+    def _follow(self, path: str, decide_only: bool = False) -> None:
         with self._lock:
             state = self._files.get(path)
             indexes = self._folders
@@ -426,20 +487,30 @@ class Follower:
                 return
             state.cwd, state.decided = cwd, True
             state.folder = folders.folder_of(cwd)
-        if state.folder is None:
+        if state.folder is None or decide_only:
             return  # outside every open workspace folder: never read further
+        resumed = False
         if state.reader is None:
-            if state.agent == CODEX:
-                state.reader = CodexReader(path)
-            else:
-                state.reader = ClaudeReader(path, discovery.claude_id(path))
-            state.reader.stop_when_rewritten = True  # its head is checked again first (privacy rule)
-        state.size, state.stamp = st.st_size, _stamp(st)
+            state.reader = self._new_reader(state.agent, path)
+            resumed = self._take_up(state, path, st)
+            if resumed and state.reader.offset == st.st_size and not state.reread:
+                state.size, state.stamp, state.announced = st.st_size, _stamp(st), True
+                return  # as the store has it: nothing to read, nothing to tell
         reader = state.reader
+        if self._backlog is not None and (st.st_size - (0 if state.reread else reader.offset) > DEFER_BYTES) \
+                and self._backlog():
+            with self._lock:
+                self._deferred[path] = None  # read once the consumer caught up (`_run`)
+            return
+        state.size, state.stamp = st.st_size, _stamp(st)
         if state.reread:
-            state.reread = False
+            state.reread, resumed = False, False
             reader.reset()
         change = reader.read(state.ident, budget=READ_BUDGET)
+        if reader.replay:  # a rewind to a line the reader no longer remembers: the whole file again
+            reader.reset()
+            resumed = False
+            change = reader.read(state.ident, budget=READ_BUDGET)
         if reader.rewritten:  # another file under the same inode: decided and read afresh
             with self._lock:
                 self._files[path] = _File(state.agent, ident=state.ident)
@@ -458,7 +529,60 @@ class Follower:
         new = not state.announced
         if new or not change.empty:
             state.announced = True
-            self.on_update(Update(state.folder, session, change, new, state.fresh, reader.caught_up))
+            self.on_update(Update(state.folder, session, change, new, state.fresh, reader.caught_up,
+                                  resumed and not change.from_start,
+                                  reader.state() if self._resume is not None else None))
+        if reader.caught_up and isinstance(reader, ClaudeReader):
+            reader.trim()  # thousands of readers: each remembers only its last lines
+
+    def _new_reader(self, agent: str, path: str) -> Reader:
+        reader: Reader
+        if agent == CODEX:
+            reader = CodexReader(path, window=self._window)
+        else:
+            reader = ClaudeReader(path, discovery.claude_id(path), window=self._window)
+        reader.stop_when_rewritten = True  # its head is checked again first (privacy rule)
+        return reader
+
+    def _take_up(self, state: _File, path: str, st: os.stat_result) -> bool:
+        """Take the file's reader up where the consumer's store says an earlier one stood: without
+        reading when the file is as it was then; else once every byte it read is checked to be the
+        same (`Reader.matches`). False when it is read from its start."""
+        if self._resume is None or state.folder is None or state.reread:
+            return False
+        try:
+            saved = self._resume(state.folder, path)
+        except Exception:  # noqa: BLE001 - then it is read from its start
+            log.exception("cannot take %s up where it was", printable(path))
+            return False
+        if not saved:
+            return False
+        reader = state.reader
+        assert reader is not None
+        try:
+            reader.restore(saved)
+            if list(_stamp(st)) == saved.get("stamp"):
+                return True
+            opened = open_regular(path)
+            if opened is not None:
+                fd, now = opened
+                try:
+                    if reader.matches(fd, now) and not (now.st_size == reader.offset and
+                                                        list(_stamp(now)) != saved.get("stamp")):
+                        return True
+                finally:
+                    os.close(fd)
+        except (KeyError, TypeError, ValueError):
+            pass
+        state.reader = self._new_reader(state.agent, path)
+        return False
+
+
+def _mtime(path: str) -> float:
+    try:
+        return os.lstat(path).st_mtime
+    except OSError:
+        return 0.0
 
 
 def valid_id(session_id: str) -> bool:

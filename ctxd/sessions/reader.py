@@ -27,6 +27,7 @@ HEAD_CHUNK = 4096  # how far past a first line a peek may read (never parsed)
 HEAD_LIMIT = 4 * 1024 * 1024  # a file without its first lines in this many bytes is not a session
 MAX_DEPTH = 100  # a record nested deeper is skipped: the ledger's JSON (and the wire's) cannot hold it
 CHECK_BYTES = 64  # bytes kept from the file's start and from just before the offset (rewrite check)
+EARLY_BYTES = 4 * 1024 * 1024  # summary mode: read whole at most this far for the first report
 # Never block on a FIFO or a device, never follow a link out of the agents' folders.
 OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -132,6 +133,9 @@ class Reader:
         self.summary = summary
         self.holds_window = window and not summary
         self.replay = False  # a rewind named a line no longer remembered: read again from the start
+        self.early = False  # summary mode: a line before the first report, read whole (`_skim_lines`)
+        self.line_stop = -1  # where the line being read ends in its chunk (a skimming reader)
+        self._early_bytes = 0
         self.offset = 0
         self.bytes_read = 0  # every byte this reader ever read from the file (the privacy check)
         self.ident: tuple[int, int] | None = None  # (st_dev, st_ino) of the file read
@@ -194,15 +198,37 @@ class Reader:
         """A line that was not looked at, the first or last of a chunk (its time, say)."""
 
     def _skim_lines(self, data: bytes, end: int, change: Change, room: int) -> int | None:
-        """The lines a skimming reader looks at; the bytes consumed when it stopped (`room`), or None."""
+        """The lines a skimming reader looks at; the bytes consumed when it stopped (`room`), or None.
+        In summary mode the lines up to the first report are read whole first (`early`): what the
+        first request carried is estimated from their items (a breakdown's inferred overhead)."""
         from ctxd.sessions import skim
 
-        spans = skim.lines(data, 0, end + 1, b"type", self.skip_types, self.needles())
-        first_stop = data.find(b"\n", 0, end + 1)
-        if not spans or spans[0] != 0:
+        begin = 0
+        while self.summary and self.session.first_request is None and self._early_bytes < EARLY_BYTES \
+                and begin <= end:
+            stop = data.find(b"\n", begin, end + 1)
+            stop = end if stop < 0 else stop
+            self._early_bytes += stop + 1 - begin
+            change.lines += 1
+            if stop > begin and not data[begin:stop].isspace():
+                self.early, self.line_stop = True, stop
+                try:
+                    self.take_whole(data[begin:stop], change)
+                finally:
+                    self.early = False
+                if change.held > room or self.replay:
+                    return stop + 1
+            begin = stop + 1
+        if begin > end:
+            self.chunk_read(data, end)
+            return None
+        spans = skim.lines(data, begin, end + 1, b"type", self.skip_types, self.needles())
+        first_stop = data.find(b"\n", begin, end + 1)
+        if begin == 0 and (not spans or spans[0] != 0):
             self.skipped(data, 0, first_stop, change)
-        change.lines += data.count(b"\n", 0, end + 1)
+        change.lines += data.count(b"\n", begin, end + 1)
         for k in range(0, len(spans), 2):
+            self.line_stop = spans[k + 1]
             self.take(data, spans[k], spans[k + 1], change)
             if change.held > room or self.replay:
                 return spans[k + 1] + 1
@@ -263,13 +289,15 @@ class Reader:
             spent = 0
             while (self.offset < st.st_size and (budget is None or spent < budget) and total.held <= MAX_HELD_ITEMS
                    and not self.replay):
-                if self.skipping:
-                    jumped = _next_data(fd, self.offset, st.st_size)  # over a hole at once
-                    if jumped != self.offset:
-                        self.offset, self._crc = jumped, None
-                    if self.offset >= st.st_size:
-                        break
-                data = os.pread(fd, READ_CHUNK, self.offset)
+                jumped = _next_data(fd, self.offset, st.st_size)  # over a hole at once, never read through
+                if jumped != self.offset:
+                    if not self.skipping:
+                        self.session.bad_lines += 1  # the hole's zeros and what follows up to a newline
+                        self.skipping = True
+                    self.offset, self._crc = jumped, None
+                if self.offset >= st.st_size:
+                    break
+                data = os.pread(fd, min(READ_CHUNK, _hole(fd, self.offset, st.st_size) - self.offset), self.offset)
                 if not data:
                     break
                 self.bytes_read += len(data)
@@ -284,9 +312,10 @@ class Reader:
                 change, used = self.feed(data, MAX_HELD_ITEMS - total.held)
                 total.extend(change)
                 if used == 0:
-                    if len(data) < READ_CHUNK:
+                    if len(data) < READ_CHUNK and self.offset + len(data) >= st.st_size:
                         break  # an unfinished last line: wait for its newline
-                    self.session.bad_lines += 1  # a line over MAX_LINE: skipped, never held whole
+                    # A line over MAX_LINE, or one that runs into a hole: skipped, never held whole.
+                    self.session.bad_lines += 1
                     self.skipping = True
                     used = len(data)
                 self._advance(data, used)
@@ -372,9 +401,19 @@ class Reader:
         self.offset = 0
         self.skipping = False
         self.replay = False
+        self._early_bytes = 0
         self._head = self._tail = b""
         self._crc = 0
         self.session = Session(agent=self.agent, path=printable(self.path))
+
+
+def _hole(fd: int, offset: int, size: int) -> int:
+    """Where the next hole of a sparse file starts (at or after `offset`; the size without one):
+    a read stops there, so that the hole is jumped over, not read."""
+    try:
+        return max(offset + 1, os.lseek(fd, offset, os.SEEK_HOLE))
+    except OSError:
+        return size
 
 
 def _next_data(fd: int, offset: int, size: int) -> int:

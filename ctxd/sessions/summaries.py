@@ -252,6 +252,31 @@ def summarize(path: str, agent: str, state: dict[str, Any] | None, cwd: str | No
                 session, list(session.tail), reader.bytes_read if start == 0 else max(0, reader.offset - start))
 
 
+def fill(session: Session, tail: list[dict[str, Any]] | None = None, wait: bool = True) -> int | None:
+    """The fill by docs/sessions.md's one rule, as the gauge computes it from the mirrored ledger
+    (`ctxd.ledger.thread.thread_usage`): the agent's latest report plus ctxd's count of the items
+    written after it (`tail`, else the session's), with the session model's counter (`wait`: for
+    its encoding, else an estimate while it loads); None until the agent has reported (a new
+    session, after a compaction)."""
+    if session.baseline is None:
+        return None
+    after = session.tail if tail is None else tail
+    if not after:
+        return session.baseline
+    from ctxd.ledger.truncation import truncate_tool_output, with_serialization_allowance
+    from ctxd.settings import Settings
+    from ctxd.tokens.counter import TOKENIZERS, Counter, count_item
+
+    counter = TOKENIZERS.counter(session.model)
+    if counter.slot is not None:
+        if wait:
+            counter.slot.wait(timeout=60)  # exact, as the daemon is once its encoding is loaded
+        elif counter.slot.get() is None:
+            counter = Counter(None, counter.profile, None)
+    limit = with_serialization_allowance(Settings().tool_output_token_limit)
+    return session.baseline + sum(count_item(truncate_tool_output(item, limit), counter.count) for item in after)
+
+
 def _shown(session: Session) -> dict[str, Any]:
     """What a summary keeps of a session to show it (no instructions, tools or tail)."""
     state = session.to_state()
