@@ -29,7 +29,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures" / "agents"
-VERSION = 3  # bump when what is built changes: a cached history of another version is built again
+VERSION = 4  # bump when what is built changes: a cached history of another version is built again
 
 FULL_CLAUDE, FULL_CODEX = 2_000, 1_000
 FULL_BYTES = 1_670_000_000  # the project's sessions at full size
@@ -112,7 +112,7 @@ def _claude_lines(template: _Template, rng: random.Random, ids: _Ids, session: s
     lines: list[str] = []
     parent_last: str | None = None
     context = 4_000
-    moment = start
+    moment = last = start
     for k in range(copies):
         uuid_map: dict[str, str] = {}
         offset = moment - template.t0
@@ -202,8 +202,9 @@ def _claude_lines(template: _Template, rng: random.Random, ids: _Ids, session: s
             if rec.get("uuid") and kind in ("user", "assistant", "system"):
                 parent_last = uuid_map.get(rec["uuid"], rec["uuid"])
         context = min(150_000, context + 2 * output // 4 + 1_500)
-        moment += timedelta(seconds=template.span + rng.randrange(30, 900))
-    return lines, moment
+        last = moment + timedelta(seconds=template.span)  # the copy's last line
+        moment = last + timedelta(seconds=rng.randrange(30, 900))
+    return lines, last
 
 
 def _finish(rec: dict[str, Any], uuid_map: dict[str, str], template: _Template, session: str, cwd: str,
@@ -219,7 +220,7 @@ def _codex_lines(template: _Template, rng: random.Random, ids: _Ids, session: st
                  copies: int, output: int) -> tuple[list[str], datetime]:
     """A Codex rollout: its meta line once, then the fixture's two turns `copies` times over."""
     lines: list[str] = []
-    moment = start
+    moment = last = start
     totals = {"input_tokens": 0, "cached_input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
     context = 0
     for k in range(copies):
@@ -252,8 +253,9 @@ def _codex_lines(template: _Template, rng: random.Random, ids: _Ids, session: st
                         total[key] = totals[key]
             lines.append(_finish(rec, uuid_map, template, session, cwd, offset))
         context = min(200_000, context + output // 2 + 1_000)
-        moment += timedelta(seconds=template.span + rng.randrange(30, 900))
-    return lines, moment
+        last = moment + timedelta(seconds=template.span)  # the copy's last line
+        moment = last + timedelta(seconds=rng.randrange(30, 900))
+    return lines, last
 
 
 def _sizes(rng: random.Random, count: int, total: int) -> list[int]:

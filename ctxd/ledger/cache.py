@@ -146,6 +146,10 @@ class ThreadCache:
         self.version = version
         return False
 
+    def forget(self, thread: str) -> None:
+        """Drop a thread's ledger (written outside it): read again on its next use."""
+        self._threads.pop(thread, None)
+
     def reload(self, store: Store, thread: str) -> ThreadLedger:
         self._threads.pop(thread, None)
         return self.get(store, thread)

@@ -212,6 +212,7 @@ class Daemon:
 
             self.record_handler = handlers.record_now
             estimator.prepare()  # counts before tiktoken is loaded are estimates: its tables now
+            log.debug("warm-up: following the sessions")
             self._follow_sessions()
             import ctxd.compact.run  # noqa: F401
             import ctxd.workspace.checkpoints  # noqa: F401

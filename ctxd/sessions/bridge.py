@@ -55,7 +55,7 @@ MAX_CHARS = {"model": 200, "title": 400, "lastActivity": 64, "started": 64, "pat
 # Items queued for the mirror at most: past this the follower puts off reading large parts of files
 # (it reads faster than the store takes items in, and a history of thousands of sessions must not
 # wait in memory); a live session's few new lines are read all the same.
-MAX_QUEUED_ITEMS = 20_000
+MAX_QUEUED_ITEMS = 5_000
 
 
 class SessionBridge:
@@ -146,18 +146,27 @@ class SessionBridge:
         fresh: list[summaries.Stored] = []
         told: dict[str, list[str]] = {}  # per folder, the threads listed and not told yet
         first: set[str] = set()  # folders whose newest listed thread was told at once
+        todo: list[tuple[str, Workspace, str, summaries.Stored | None]] = []
         for path, folder, agent in files:
             try:
                 workspace = self.service.workspace(path_to_uri(folder))
-                if workspace.store.follow_state(path) is not None:
-                    continue  # read before: taken up where it was
-                stored = known.get(path)
-                if stored is not None and stored.facts is not None and summaries.fresh(stored, path):
+                if workspace.store.follow_state(path) is None:  # else: read before, taken up where it was
+                    todo.append((path, workspace, agent, known.get(path)))
+            except CtxdError as error:
+                log.info("%s: not listed: %s", path, error.message)
+        jobs: list[summaries.Job] = [(path, agent, store.state(path) if store is not None and stored is not None else None, None)
+                for path, _, agent, stored in todo if not (stored is not None and stored.facts is not None
+                                                           and summaries.fresh(stored, path))]
+        to_read = {job[0] for job in jobs}
+        reads = iter(summaries.reads(jobs, os.cpu_count() or 1, "spawn"))  # newest first, as they come
+        for path, workspace, agent, stored in todo:
+            try:
+                if path not in to_read:
+                    assert stored is not None and stored.facts is not None
                     session = Session.from_state(agent, path, stored.facts["session"])
                     used = stored.facts.get("used")
                 else:
-                    state = store.state(path) if store is not None and stored is not None else None
-                    read = summaries.summarize(path, agent, state, None)
+                    read = next(reads, None)
                     if read is None:
                         continue
                     session = read.session
@@ -169,6 +178,8 @@ class SessionBridge:
                     continue
                 if workspace.list_followed(session.thread, used if isinstance(used, int) else None,
                                            self._context(session), self._info(session)):
+                    if workspace.uri not in first:
+                        log.debug("%s: listed %s first", workspace.uri, session.thread)
                     names = told.setdefault(workspace.uri, [])
                     names.append(session.thread)
                     if workspace.uri not in first or len(names) >= 64:  # the newest at once, the others in batches

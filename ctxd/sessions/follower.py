@@ -420,12 +420,14 @@ class Follower:
                 if not known:
                     found.append((_mtime(path), path))
         found.sort(reverse=True)
+        log.debug("scan: %d new session files", len(found))
         if self._listing is not None and found:
             listed = []
             for _, path in found:
                 state = self._decide(path)
                 if state is not None and state.folder is not None:
                     listed.append((path, state.folder, state.agent))
+            log.debug("scan: %d session files in the open folders", len(listed))
             if listed:
                 try:
                     self._listing(listed)
@@ -531,7 +533,8 @@ class Follower:
             state.announced = True
             self.on_update(Update(state.folder, session, change, new, state.fresh, reader.caught_up,
                                   resumed and not change.from_start,
-                                  reader.state() if self._resume is not None else None))
+                                  {**reader.state(), "stamp": list(state.stamp or ())} if self._resume is not None
+                                  else None))
         if reader.caught_up and isinstance(reader, ClaudeReader):
             reader.trim()  # thousands of readers: each remembers only its last lines
 

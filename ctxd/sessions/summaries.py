@@ -342,9 +342,7 @@ def collect(folder: Path, sources: list[discovery.Source], state_dir: Path | Non
             todo.append((path, source.agent, cwd))
     states = {path: store.state(path) for path, _, _ in todo} if store is not None else {}
     jobs = [(path, agent, states.get(path), cwd) for path, agent, cwd in todo]
-    left = sum(_size(path) - int((states.get(path) or {}).get("offset", 0)) for path, _, _ in todo)
-    reads = _run(jobs, workers if left > PARALLEL_BYTES else 1)
-    done = [read for read in reads if read is not None]
+    done = [read for read in _run(jobs, workers) if read is not None]
     for read in done:
         if read.stored.facts is not None:
             read.stored.facts["used"] = fill(read.session, read.tail)
@@ -364,24 +362,39 @@ def _summarize_job(job: tuple[str, str, dict[str, Any] | None, str | None]) -> R
         return None
 
 
-def _run(jobs: list[tuple[str, str, dict[str, Any] | None, str | None]], workers: int) -> list[Read | None]:
-    """The jobs' reads, here or in `workers` processes (forked: this process runs no thread yet)."""
-    if workers < 2 or len(jobs) < 2:
-        return [_summarize_job(job) for job in jobs]
+Job = tuple[str, str, dict[str, Any] | None, str | None]  # `summarize`'s arguments
+
+
+def _run(jobs: list[Job], workers: int) -> list[Read | None]:
+    """The jobs' reads, here or in `workers` processes (forked: this process runs no thread yet),
+    the largest first so that the workers end together."""
+    order = sorted(range(len(jobs)), key=lambda n: -_size(jobs[n][0]))
+    out: list[Read | None] = [None] * len(jobs)
+    for n, result in zip(order, reads([jobs[n] for n in order], workers, "fork")):
+        out[n] = result
+    return out
+
+
+def reads(jobs: list[Job], workers: int, context: str) -> Iterator[Read | None]:
+    """The jobs' reads in their order, each as soon as it is done: in `workers` processes (made by
+    `context`: "spawn" from a process that runs threads) when there is more than PARALLEL_BYTES to
+    read, else here; here too when no process can be had."""
+    left = sum(_size(path) - int((state or {}).get("offset", 0)) for path, _, state, _ in jobs)
+    if workers < 2 or len(jobs) < 2 or left <= PARALLEL_BYTES:
+        yield from (_summarize_job(job) for job in jobs)
+        return
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    order = sorted(range(len(jobs)), key=lambda n: -_size(jobs[n][0]))  # the largest first: they end together
+    done = 0
     try:
-        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as pool:
-            results = list(pool.map(_summarize_job, [jobs[n] for n in order], chunksize=1))
-    except (OSError, RuntimeError) as error:  # no processes to be had: here, one by one
+        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(context)) as pool:
+            for result in pool.map(_summarize_job, jobs, chunksize=1):
+                done += 1
+                yield result
+    except (OSError, RuntimeError) as error:  # no processes to be had (or one died): the rest here
         log.info("summarizing in this process (%s)", error)
-        return [_summarize_job(job) for job in jobs]
-    out: list[Read | None] = [None] * len(jobs)
-    for n, result in zip(order, results):
-        out[n] = result
-    return out
+        yield from (_summarize_job(job) for job in jobs[done:])
 
 
 def _size(path: str) -> int:

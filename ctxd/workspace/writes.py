@@ -392,8 +392,12 @@ class WorkspaceWrites(WorkspaceCore):
         """A followed session listed before its items are mirrored (ctxd/sessions/bridge.py): its
         thread made with what `ctxd/threads` shows, its fill as the agent's report (no item is
         stored yet to count after it). Nothing is written when the thread exists; True when made."""
-        return self.store.create_thread(thread, api_total=used, api_seq=0, prompt_context=context,
-                                        state={"followed": info})
+        with self.lock:
+            made = self.store.create_thread(thread, api_total=used, api_seq=0, prompt_context=context,
+                                            state={"followed": info})
+            if made:
+                self.cache.forget(thread)  # read before it was made (as empty): this connection's write
+            return made
 
     def active_items(self, thread: str) -> list[dict[str, Any]]:
         """A thread's active items as stored (a followed session's window: its readers hold none)."""
