@@ -29,7 +29,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures" / "agents"
-VERSION = 4  # bump when what is built changes: a cached history of another version is built again
+VERSION = 6  # bump when what is built changes: a cached history of another version is built again
 
 FULL_CLAUDE, FULL_CODEX = 2_000, 1_000
 FULL_BYTES = 1_670_000_000  # the project's sessions at full size
@@ -171,11 +171,23 @@ def _claude_lines(template: _Template, rng: random.Random, ids: _Ids, session: s
                     for block in content:
                         if isinstance(block, dict) and block.get("type") == "tool_result":
                             block["content"] = _text(rng, output)
+                    # Claude Code keeps the tool's result again for itself (never sent to the model):
+                    # the output or the file read, and the whole file an edit changed.
                     result = rec.get("toolUseResult")
                     if isinstance(result, dict):
-                        for key in ("content", "stdout", "originalFile"):
+                        for key in ("content", "stdout"):
                             if isinstance(result.get(key), str):
-                                result[key] = _text(rng, output // 2)
+                                result[key] = _text(rng, output)
+                        if "originalFile" in result:
+                            result["originalFile"] = _text(rng, 3 * output)
+                        if isinstance(result.get("file"), dict) and isinstance(result["file"].get("content"), str):
+                            result["file"]["content"] = _text(rng, output)
+            if kind == "api-request-blob" and isinstance(rec.get("message"), dict):
+                # A message of the request as sent (Claude Code 2.1 logs each one once): a tool's
+                # output or a prompt again, as long as the outputs of this session.
+                for block in rec["message"].get("content") or []:
+                    if isinstance(block, dict) and isinstance(block.get("text"), str):
+                        block["text"] = _text(rng, output)
             if kind == "attachment" and isinstance(rec.get("attachment"), dict):
                 body = rec["attachment"]
                 for key in ("content", "text"):
@@ -239,6 +251,13 @@ def _codex_lines(template: _Template, rng: random.Random, ids: _Ids, session: st
                 payload["output"] = _text(rng, output)
             if isinstance(payload.get("call_id"), str):
                 payload["call_id"] = f"{payload['call_id']}_{k}"
+            item = payload.get("item") if kind == "item_completed" else None
+            if isinstance(item, dict):  # Codex's own record of the call: the output again, the diff
+                if "aggregated_output" in item:
+                    item["aggregated_output"] = _text(rng, output)
+                for change in (item.get("changes") or {}).values() if isinstance(item.get("changes"), dict) else []:
+                    if isinstance(change, dict) and "unified_diff" in change:
+                        change["unified_diff"] = _text(rng, output)
             if rec.get("type") == "event_msg" and kind == "token_count" and isinstance(payload.get("info"), dict):
                 # The request's usage grows with the conversation; the running total adds it up.
                 info = payload["info"]
@@ -332,7 +351,7 @@ def _session(root: Path, rng: random.Random, ids: _Ids, agent: str, cwd: str, st
     session = ids.uuid()
     output = rng.choice([800, 1_500, 3_000, 6_000, 12_000])
     if agent == "claude":
-        unit = 88_000 + 9 * output  # about what one copy of the fixture weighs with outputs this long
+        unit = 90_000 + 31 * output  # about what one copy of the fixture weighs with outputs this long
         copies = max(1, round(size / unit))
         compact_at = copies // 2 if copies >= 4 and rng.random() < 0.15 else None
         slash = rng.random() < 0.04
@@ -343,7 +362,7 @@ def _session(root: Path, rng: random.Random, ids: _Ids, agent: str, cwd: str, st
             sub, _ = _claude_lines(sub_t, rng, ids, session, cwd, start, 1, output, None, False)
             written += _write(path.with_suffix("") / "subagents" / f"agent-{ids.uuid()[:8]}.jsonl", sub, end)
         return written, f"claude:{session}", end
-    unit = 28_000 + 4 * output
+    unit = 28_000 + 8 * output
     copies = max(1, round(size / unit))
     lines, end = _codex_lines(codex_t, rng, ids, session, cwd, start, copies, output)
     day = start.strftime("%Y/%m/%d")
