@@ -206,3 +206,23 @@ def test_ctxd_usage_without_a_thread_shows_the_newest_session(daemon_factory, wo
     breakdown = json.loads(run.stdout)
     assert breakdown["usage"]["usedTokens"] == newest == 15_546
     assert breakdown["model"] == "claude-sonnet-4-5-20250929"
+
+
+def test_threads_changed_names_the_threads_and_threads_lists_only_those(daemon_factory, workspace: Path,
+                                                                        tmp_path: Path) -> None:
+    """`ctxd/threadsChanged` says which threads changed, and `ctxd/threads` with `threads` lists
+    only those (v4): an editor reads again what changed, not every thread (issue #38)."""
+    codex_home, claude_home, env = homes(tmp_path)
+    fx.write_jsonl(fx.codex_path(codex_home), fx.codex_session(workspace))
+    claude_file = fx.write_jsonl(fx.claude_path(claude_home, workspace), fx.claude_session(workspace))
+    client = daemon_factory([workspace], env=env)
+    uri = workspace.as_uri()
+    wait_thread(client, workspace, CODEX_THREAD, lambda t: t["usage"]["usedTokens"] == 12_000)
+    seen = len(client.notifications)
+    fx.append_jsonl(claude_file, fx.claude_compact("c1", "a2", workspace, "2025-10-03T11:05:00.000Z", "Done so far."))
+    told = client.wait_for_notification("ctxd/threadsChanged", lambda p: p["workspace"] == uri, timeout=15, after=seen)
+    assert told["threads"] == [CLAUDE_THREAD]
+    only = client.request("ctxd/threads", {"workspace": uri, "threads": [CLAUDE_THREAD, "nope"]})["threads"]
+    assert [t["thread"] for t in only] == [CLAUDE_THREAD]
+    assert {t["thread"] for t in client.request("ctxd/threads", {"workspace": uri})["threads"]} == {
+        CLAUDE_THREAD, CODEX_THREAD}
