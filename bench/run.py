@@ -30,6 +30,7 @@ QUICK: dict[str, list[str]] = {
     "compact": ["--sessions", "5"],
     "ghost": ["--rounds", "3"],
     "hooks": ["--rounds", "15"],
+    "acp": ["--rounds", "20"],
     "sessions": ["--mb", "20", "--appends", "20", "--idle-seconds", "5", "--turns", "5"],
     "follow": ["--appends", "15", "--starts", "4", "--turns", "20"],  # a p95 of 10 turns would be their slowest
     # The families on the held-out corpus when it is built (bench/real_corpus.py), else on the

@@ -65,6 +65,11 @@ from bench.hostile_storms import (  # noqa: E402
     tcp_storm,
     threads_memory,
 )
+from bench.round3_followed import followed_failed, followed_storm  # noqa: E402
+from bench.round3_history import history_failed, history_storm  # noqa: E402
+from bench.round3_hooks import hooks_failed, hooks_storm  # noqa: E402
+from bench.round3_install import install_failed, install_storm  # noqa: E402
+from bench.round3_restore import restore_failed, restore_storm  # noqa: E402
 from bench.storms import concurrency_storm, sessions_storm, storage_storm, storms_failed  # noqa: E402
 from ctxd.ledger.cache import MAX_LOADED_ITEMS  # noqa: E402
 from tests import test_reliability_fuzz as fuzz  # noqa: E402
@@ -248,9 +253,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a tenth of every run")
     parser.add_argument("--only", default="fuzz,storm,size,big,storage,concurrency,planted,tcp,numbers,threads,"
-                        "folders,sessions,gitfile,leaks,frame",
+                        "folders,sessions,gitfile,leaks,frame,install,hooks,restore,followed,history",
                         help="comma-separated: fuzz,storm,size,big,storage,concurrency,planted,tcp,numbers,"
-                             "threads,folders,sessions,gitfile,leaks,frame")
+                             "threads,folders,sessions,gitfile,leaks,frame,install,hooks,restore,followed,history")
     args = parser.parse_args()
     scale = 10 if args.quick else 1
     only = set(args.only.split(","))
@@ -273,6 +278,11 @@ def main() -> int:
             ("gitfile", lambda d: gitfile_storm(d, max(15, 60 // scale))),  # every pair of kinds at least once
             ("leaks", lambda d: leaks_storm(d, max(6, 30 // scale))),
             ("frame", lambda d: frame_storm(d, 3, 47 // (1 if scale == 1 else 5))),
+            ("install", lambda d: install_storm(d, 300 // scale)),
+            ("hooks", lambda d: hooks_storm(d, 26)),  # every kind twice
+            ("restore", lambda d: restore_storm(d, max(8, 40 // scale))),  # every mode twice
+            ("followed", lambda d: followed_storm(d, max(8, 24 // scale))),
+            ("history", lambda d: history_storm(d, 300 // scale)),
         ]:
             if name not in only:
                 continue
@@ -295,6 +305,9 @@ def main() -> int:
         failed.append(f"big (peak grew over {BIG_OUTPUT_MIB} MiB)")
     failed += storms_failed(report)
     failed += hostile_failed(report)
+    failed += install_failed(report) + hooks_failed(report) + restore_failed(report)
+    failed += followed_failed(report["followed"]) if "followed" in report else []
+    failed += history_failed(report["history"]) if "history" in report else []
     print("FAILED: " + ", ".join(failed) if failed else "all goals met")
     return 1 if failed else 0
 

@@ -14,7 +14,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ctxd", description="Context-window manager for AI coding agents.",
         epilog="`ctxd usage --help`: the context breakdown of a workspace's thread, in a terminal. "
-               "`ctxd sessions --help`: the workspace's Codex and Claude Code sessions.")
+               "`ctxd sessions --help`: the workspace's Codex and Claude Code sessions. "
+               "`ctxd acp -- <agent command>`: an ACP agent behind ctxd (docs/acp.md).")
     parser.add_argument("--version", action="version", version=f"ctxd {__version__}")
     parser.add_argument("--stdio", action="store_true", help="serve on stdin/stdout (the default)")
     parser.add_argument("--tcp", action="store_true",
@@ -81,6 +82,10 @@ def main(argv: list[str] | None = None) -> int:
         from ctxd.agentmcp.server import main as mcp_main
 
         return mcp_main(argv[1:])
+    if argv[:1] == ["acp"]:  # `ctxd acp -- <agent>`: the ACP proxy (ctxd/acp/proxy.py)
+        from ctxd.acp.proxy import main as acp_main
+
+        return acp_main(argv[1:])
     args = build_parser().parse_args(argv)
     return run_daemon(args)
 

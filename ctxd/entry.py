@@ -1,5 +1,5 @@
 """The `ctxd` command's first step: the commands an agent runs often (`ctxd hook`, `ctxd statusline`)
-start without importing the daemon's command line (argparse, logging); everything else goes to
+and the ones an agent waits for (`ctxd mcp`, `ctxd acp`) start without importing the daemon's command line (argparse, logging); everything else goes to
 `ctxd.cli`."""
 
 from __future__ import annotations
@@ -21,6 +21,10 @@ def main(argv: list[str] | None = None) -> int:
         from ctxd.agentmcp.server import main as mcp_main
 
         return mcp_main(argv[1:])
+    if argv[:1] == ["acp"]:  # the editor waits for the agent behind it: no daemon imports first
+        from ctxd.acp.proxy import main as acp_main
+
+        return acp_main(argv[1:])
     from ctxd.cli import main as cli_main
 
     return cli_main(argv)

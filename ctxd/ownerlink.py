@@ -329,14 +329,15 @@ class Session:
 
     @classmethod
     def open(cls, state_dir: Path, folders: list[Path], timeout: float = START_SECONDS,
-             on_notify: Callable[[str, Any], None] | None = None) -> Session | None:
+             on_notify: Callable[[str, Any], None] | None = None, role: str | None = None) -> Session | None:
         """A session with the owner of `state_dir` (started if needed) with `folders` open, or None.
-        Raises Unsafe when the owner's folder is not the user's alone."""
+        Raises Unsafe when the owner's folder is not the user's alone. `role` "acp": a `ctxd acp`
+        proxy's session, the one kind that may write `acp:` threads."""
         conn = reach(state_dir, timeout)
         if conn is None:
             return None
         try:
-            send(conn, {"op": "session"})
+            send(conn, {"op": "session", **({"role": role} if role else {})})
             ack = read_line(conn, time.monotonic() + ACK_SECONDS)
         except OSError:
             conn.close()
@@ -354,6 +355,11 @@ class Session:
             session.close()
             return None
         return session
+
+    @property
+    def closed(self) -> bool:
+        """The owner ended the session (it left, or died)."""
+        return self._closed
 
     def _write(self, message: dict[str, Any]) -> None:
         body = json.dumps(message, separators=(",", ":")).encode("utf-8")

@@ -1,5 +1,6 @@
 """The real agents, pinned, for end-to-end tests: Codex CLI and Claude Code
-(tests/test_real_agents.py), qwen-code, Gemini CLI and OpenCode (tests/test_new_agents_smoke.py).
+(tests/test_real_agents.py), qwen-code, Gemini CLI and OpenCode (tests/test_new_agents_smoke.py),
+Claude Code's ACP adapter and the official ACP client library (tests/test_acp*.py).
 
 `install()` fetches an agent from the npm registry once per machine into
 `$XDG_CACHE_HOME/ctxd-tests/agents/<package>@<version>` (default `~/.cache`): npm installs into a
@@ -21,6 +22,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,8 @@ CLAUDE = ("@anthropic-ai/claude-code", "2.1.332", "claude")
 QWEN = ("@qwen-code/qwen-code", "0.24.4", "qwen")
 GEMINI = ("@google/gemini-cli", "0.61.0", "gemini")
 OPENCODE = ("opencode-ai", "1.18.33", "opencode")  # the npm package carries the platform binary
+CLAUDE_ACP = ("@agentclientprotocol/claude-agent-acp", "0.101.0", "claude-agent-acp")  # Claude Code 2.1.318 inside
+ACP_SDK = ("@agentclientprotocol/sdk", "2.4.0")  # the official ACP client library (tests/acp_client)
 CODEX_MODEL = "gpt-5.5"  # in Codex 0.171's own model catalogue (tools: exec_command, apply_patch)
 CLAUDE_MODEL = "claude-sonnet-4-5"
 QWEN_MODEL = "qwen3-coder-plus"
@@ -50,6 +54,22 @@ def cache_root() -> Path:
 def install(package: tuple[str, str, str]) -> Path:
     """The agent's executable, installed from the npm registry on first use."""
     name, version, command = package
+    prefix = _install(name, version, lambda folder: _binary(folder, command) is not None)
+    found = _binary(prefix, command)
+    assert found is not None
+    return found
+
+
+def install_library(package: tuple[str, str]) -> Path:
+    """An npm library's folder (`node_modules/<name>`), installed on first use like the agents."""
+    name, version = package
+    prefix = _install(name, version, lambda folder: (folder / "node_modules" / name / "package.json").is_file())
+    return prefix / "node_modules" / name
+
+
+def _install(name: str, version: str, works: Callable[[Path], bool]) -> Path:
+    """The install's prefix folder, `works` on it: npm installs into a temporary folder beside it,
+    which is renamed into place only once `works`."""
     npm = shutil.which("npm")
     if npm is None:
         pytest.skip("npm is not installed: the real-agent tests install the pinned agents with it")
@@ -58,9 +78,8 @@ def install(package: tuple[str, str, str]) -> Path:
     final = root / f"{name.replace('/', '+')}@{version}"
     with open(root / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # parallel test processes install once
-        binary = _binary(final, command)
-        if binary is not None:
-            return binary
+        if works(final):
+            return final
         shutil.rmtree(final, ignore_errors=True)
         temp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=root))
         try:
@@ -69,15 +88,12 @@ def install(package: tuple[str, str, str]) -> Path:
                                   capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)
             if done.returncode != 0:
                 pytest.fail(f"npm install {name}@{version} failed: {done.stderr.strip()[-2000:]}")
-            binary = _binary(temp, command)
-            if binary is None:
-                pytest.fail(f"{name}@{version} installed but its executable does not run")
+            if not works(temp):
+                pytest.fail(f"{name}@{version} installed but does not work")
             temp.rename(final)
         finally:
             shutil.rmtree(temp, ignore_errors=True)
-        found = _binary(final, command)
-        assert found is not None
-        return found
+        return final
 
 
 def _binary(prefix: Path, command: str) -> Path | None:

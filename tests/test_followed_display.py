@@ -85,11 +85,16 @@ def test_the_breakdown_shows_the_overhead_the_files_state_and_imply(daemon_facto
     claude = client.request("ctxd/usage", {"workspace": uri, "thread": CLAUDE_THREAD})
     rows = {c["name"]: c for c in claude["categories"]}
     # The first request reported 15,004 tokens of input for one short prompt: the rest is Claude
-    # Code's own system prompt, tools and memory, labelled as inferred.
-    assert rows["systemPrompt"]["tokens"] > 14_900
+    # Code's own tools, system prompt and memory, labelled as inferred, its tools apart as its own
+    # /context shows them (issue #40: "Built-in tools 0" before), 62.5% of the two.
+    inferred = rows["systemPrompt"]["tokens"] + rows["builtinTools"]["tokens"]
+    assert inferred > 14_900
+    assert abs(rows["builtinTools"]["tokens"] - inferred * 0.625) <= 1
+    assert [d["name"] for d in rows["builtinTools"]["details"]] == ["Claude Code's built-in tools (inferred)"]
     assert [d["name"] for d in rows["systemPrompt"]["details"]] == [
-        "Claude Code's system prompt, tools and memory (inferred)"]
+        "Claude Code's system prompt and memory (inferred)"]
     assert "first request's reported input" in claude["inferred"]["systemPrompt"]
+    assert "62.5% tools" in claude["inferred"]["builtinTools"]
     assert sum(rows[c]["tokens"] for c in rows if c not in ("freeSpace", "autocompactBuffer")) == \
         claude["usage"]["usedTokens"]
 

@@ -18,6 +18,7 @@ ALLOWED: dict[str, set[str]] = {
     "terminal": set(),
     "safefile": set(),
     "ownerlink": set(),  # the way to the owner: hooks, the status line and `ctxd mcp` import it on every call
+    "acplink": {"ownerlink"},  # which ACP session `ctxd mcp` serves behind `ctxd acp` (its private folder)
     "logs": {"redact"},  # bounded reads of planted files (hooks, settings, sessions, ghost)
     "tokens": set(),
     "protocol": {"errors"},
@@ -32,9 +33,13 @@ ALLOWED: dict[str, set[str]] = {
     "hooks": {"errors", "ghost", "ownerlink", "redact", "safefile", "settings", "terminal", "tokens"},  # tokens: the prompt cache's lifetimes (statusline); redact, terminal: what the hooks log and store
     "status": {"ctxd", "ledger", "protocol", "tokens", "workspace"},
     "server": {"compact", "ctxd", "errors", "ghost", "ledger", "logs", "ownerlink", "protocol", "redact", "safefile", "sessions", "settings", "status", "tokens", "workspace"},
-    "cli": {"agentmcp", "ctxd", "hooks", "logs", "redact", "safefile", "server", "sessions", "usage"},
-    "entry": {"agentmcp", "cli", "hooks"},  # agentmcp: `ctxd mcp` answers before anything else is imported
-    "agentmcp": {"ctxd", "hooks", "ownerlink", "settings"},  # hooks: the enclosing workspace (hooks.locate)
+    "cli": {"acp", "agentmcp", "ctxd", "hooks", "logs", "redact", "safefile", "server", "sessions", "usage"},
+    "entry": {"acp", "agentmcp", "cli", "hooks"},  # agentmcp: `ctxd mcp` answers before anything else is imported
+    "agentmcp": {"acplink", "ctxd", "hooks", "ownerlink", "settings"},  # hooks: the enclosing workspace (hooks.locate)
+    # The ACP proxy, an entry of its own beside the server, the hooks and `ctxd mcp`: it reaches the
+    # owner (ownerlink), finds a session's workspace (hooks.locate), checkpoints alone when no owner
+    # answers (ghost, settings), keeps keys out of its log (logs).
+    "acp": {"acplink", "ctxd", "ghost", "hooks", "logs", "ownerlink", "settings"},
     "__main__": {"entry"},
 }
 FOREIGN_WIRE = {"pygls", "lsprotocol", "cattrs"}  # the stack issue #12 replaced: nothing may come back to it

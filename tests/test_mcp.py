@@ -21,7 +21,7 @@ from tests.ghost_repo import make_repo
 from tests.rpc import REPO, Client, daemon_env
 
 THREAD = f"claude:{fx.CLAUDE_ID}"
-TOOLS = {"context_usage", "recall", "history_item", "checkpoints", "checkpoint", "restore_checkpoint"}
+TOOLS = {"context_usage", "recall", "history_item", "checkpoints", "checkpoint", "restore_checkpoint", "statusline"}
 
 
 def server_params(state_dir: Path, cwd: Path, claude_home: Path, session: str | None = None) -> StdioServerParameters:
@@ -194,3 +194,182 @@ def test_ctxd_mcp_answers_before_it_imports_anything_heavy(tmp_path: Path) -> No
     assert "ctxd.agentmcp.protocol" in imported, done.stderr[-2000:]
     heavy = {"mcp", "pydantic", "ctxd.ledger.store", "ctxd.sessions.follower", "ctxd.workspace", "sqlite3"}
     assert not heavy & imported, heavy & imported
+
+
+def test_history_item_on_a_placeholder_gives_the_output_and_recall_leads_to_it(tmp_path: Path) -> None:
+    """A thread of the workspace compacted offline by the daemon (its old tool outputs masked): the
+    agent's `recall` over the workspace finds the archived output, not the placeholder, and
+    `history_item` on the placeholder's seq reads the output whole."""
+    from tests.rpc import start_daemon
+    from tests.test_recall import planted_outputs
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    state_dir, claude_home = tmp_path / "state", tmp_path / "claude-home"
+    fx.write_jsonl(fx.claude_path(claude_home, workspace), fx.claude_session(workspace))
+    items, tickets = planted_outputs(20)
+    daemon: Client = start_daemon(state_dir, env={"CLAUDE_CONFIG_DIR": str(claude_home)})
+    try:
+        daemon.initialize([workspace])
+        uri = workspace.as_uri()
+        daemon.request("ctxd/record", {"workspace": uri, "items": items})
+        daemon.request("ctxd/compact", {"workspace": uri, "strategy": "offline"})
+        stored = daemon.request("ctxd/history", {"workspace": uri, "includeArchived": True})["items"]
+    finally:
+        daemon.shutdown()
+    placeholders = {item["call_id"]: seq for seq, item in enumerate(stored, 1)
+                    if not item.get("archived") and "removed by compaction" in json.dumps(item)}
+    assert len(placeholders) >= 15, stored
+
+    async def scenario() -> None:
+        async with stdio_client(server_params(state_dir, workspace, claude_home)) as streams:
+            async with ClientSession(*streams) as session:
+                await session.initialize()
+                for call_id, seq in placeholders.items():
+                    n = int(call_id[1:])
+                    whole, error = await call(session, "history_item", seq=seq, thread="default")
+                    assert not error and whole == {"item": items[4 * n + 2], "archived": True, "seq": 4 * n + 3,
+                                                   "placeholderSeq": seq}, whole
+                    found, error = await call(session, "recall", query=f"{tickets[n]} replica", scope="workspace")
+                    assert not error and found["results"], found
+                    top = found["results"][0]
+                    assert (top["thread"], top["seq"], top["archived"]) == ("default", 4 * n + 3, True), found
+                    assert tickets[n] in top["snippet"] and "removed by compaction" not in top["snippet"]
+
+    anyio.run(scenario)
+
+
+def test_every_tool_argument_out_of_range_or_of_the_wrong_type_is_a_tool_error_naming_it(tmp_path: Path) -> None:
+    """Through the official client: a number past its bound (a seq of 2**63 once gave only "Error
+    executing tool"), a string for a number, a number for a string, a string for a boolean:
+    each answer is a tool error whose text names the argument, and nothing is done."""
+    repo = make_repo(tmp_path / "ws")
+    claude_home = tmp_path / "claude-home"
+    fx.write_jsonl(fx.claude_path(claude_home, repo.root), fx.claude_session(repo.root))
+    cases = [
+        ("history_item", {"seq": 2**63}, "seq"), ("history_item", {"seq": 2**64 + 5}, "seq"),
+        ("history_item", {"seq": -(2**63)}, "seq"), ("history_item", {"seq": 0}, "seq"),
+        ("history_item", {"seq": "3"}, "seq"), ("history_item", {"seq": 1.5}, "seq"),
+        ("history_item", {"seq": True}, "seq"), ("history_item", {"seq": 1, "thread": 5}, "thread"),
+        ("history_item", {"seq": 1, "thread": "t" * 300}, "thread"), ("history_item", {}, "seq"),
+        ("recall", {"query": 5}, "query"), ("recall", {"query": "x" * 100_001}, "query"),
+        ("recall", {"query": "x", "limit": "many"}, "limit"), ("recall", {"query": "x", "limit": 2**70}, "limit"),
+        ("recall", {"query": "x", "limit": 101}, "limit"), ("recall", {"query": "x", "scope": 5}, "scope"),
+        ("recall", {"query": "x", "scope": "everything"}, "scope"), ("recall", {}, "query"),
+        ("checkpoints", {"limit": 2**64}, "limit"), ("checkpoints", {"limit": "x"}, "limit"),
+        ("checkpoints", {"limit": 0}, "limit"), ("checkpoint", {"label": 5}, "label"),
+        ("checkpoint", {"label": "x" * 10_001}, "label"), ("restore_checkpoint", {"id": 5}, "id"),
+        ("restore_checkpoint", {"id": "f" * 40, "confirm": "yes"}, "confirm"),
+        ("restore_checkpoint", {"id": "f" * 65}, "id"), ("restore_checkpoint", {}, "id"),
+    ]
+
+    async def scenario() -> None:
+        async with stdio_client(server_params(tmp_path / "state", repo.root, claude_home)) as streams:
+            async with ClientSession(*streams) as session:
+                await session.initialize()
+                for tool, arguments, named in cases:
+                    text, error = await call(session, tool, **arguments)
+                    assert error and isinstance(text, str), (tool, arguments, text)
+                    assert text.startswith((f"{tool}: {named}:", f"{named}:")), (tool, str(arguments)[:80], text)
+                    assert "errors.pydantic.dev" not in text and len(text) < 400, text
+                listed, error = await call(session, "checkpoints")
+                assert not error and listed == {"checkpoints": []}  # no checkpoint was taken
+
+    anyio.run(scenario)
+
+
+def test_the_tools_bounds_are_the_stores() -> None:
+    from ctxd.agentmcp import limits
+    from ctxd.ledger import recall
+
+    assert (limits.MAX_SEQ, limits.MAX_LIMIT) == (recall.MAX_SEQ, recall.MAX_LIMIT)
+
+
+
+def test_codex_reads_ctxds_gauge_as_its_status_line(tmp_path: Path) -> None:
+    """Codex 0.171's status-line providers (its `create-statusline` skill, `statusline.d.ts`): one tool
+    advertises a `statusline` entrypoint, and a read of its resource with the displayed thread's
+    snapshot in `_meta` answers a UI tree within Codex's limits: ctxd's gauge of that session, or
+    Codex's own numbers for a session ctxd does not follow."""
+    from ctxd.agentmcp import codex_statusline as footer
+
+    repo = make_repo(tmp_path / "ws")
+    codex_home = tmp_path / "codex-home"
+    fx.write_jsonl(fx.codex_path(codex_home), fx.codex_session(repo.root))
+    params = server_params(tmp_path / "state", repo.root, tmp_path / "claude-home")
+    params.env = {**(params.env or {}), "CODEX_HOME": str(codex_home)}
+
+    def snapshot(thread_id: str) -> dict[str, Any]:
+        return {footer.STATE_KEY: {"thread": {"id": thread_id, "name": None, "agent": {"state": "ready"},
+                                              "model": {"display_name": "gpt-5.5", "provider": "openai"},
+                                              "workspace": {"cwd": str(repo.root)},
+                                              "usage": {"context": {"context_window_size": 258_400,
+                                                                    "used_tokens": 12_000},
+                                                        "cost": {"total_cost_usd": 0.5}}},
+                                   "account": {"rate_limits": []}, "app": {"cli_version": "0.171.0",
+                                                                           "display_mode": "standard"},
+                                   "config": {"statusline_items": []}}}
+
+    def texts(node: Any) -> list[str]:
+        if isinstance(node, str):
+            return [node]
+        return [t for child in (node or {}).get("children", []) for t in texts(child)]
+
+    async def scenario() -> None:
+        async with stdio_client(params) as streams:
+            async with ClientSession(*streams) as session:
+                await session.initialize()
+                listed = {tool.name: tool for tool in (await session.list_tools()).tools}
+                entry = listed["statusline"].model_dump(by_alias=True)["_meta"]["openai/ui"]["entrypoints"]
+                assert entry == [{"type": "statusline", "resourceUri": footer.URI}]
+                await until(session, "context_usage", lambda v: v["thread"] == f"codex:{fx.CODEX_ID}")
+                for thread_id, ours in ((fx.CODEX_ID, True), ("0199aaaa-0000-7000-8000-000000000000", False)):
+                    started = time.monotonic()
+                    read = await session.read_resource(footer.URI, meta=snapshot(thread_id))
+                    took = time.monotonic() - started
+                    content = read.contents[0]
+                    assert content.mime_type == "application/json" and len(content.text.encode()) <= 64 * 1024
+                    ui = json.loads(content.text)
+                    assert ui["type"] == "row" and ui["props"]["gap"] == 1 and texts(ui)[0] == "ctxd"
+                    shown = " ".join(texts(ui))
+                    if ours:  # ctxd's fill against Codex's compaction point, and the cost ctxd priced
+                        assert "% of " in shown and "of 258.4k" not in shown and "$0.50" not in shown, shown
+                    else:  # Codex's own numbers
+                        assert "5% of 258.4k" in shown and "$0.50" in shown, shown
+                    assert took < 30, took  # a hang guard only: Codex's own bound is 1 s (bench_recall)
+
+    anyio.run(scenario)
+
+
+def test_behind_a_ctxd_acp_proxy_it_serves_the_acp_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`ctxd acp` adds ctxd's MCP server before the session has an id, and names the session in a
+    link file once it has one (ctxd/acplink.py): the server serves that `acp:` thread."""
+    from ctxd import acplink, ownerlink
+
+    repo = make_repo(tmp_path / "ws")
+    state_dir = tmp_path / "state"
+    params = server_params(state_dir, repo.root, tmp_path / "claude-home")
+    for key, value in (params.env or {}).items():  # the owner this test starts: the tests' environment
+        monkeypatch.setenv(key, value)
+    owner_state = state_dir / "ctxd"
+    proxy = ownerlink.Session.open(owner_state, [repo.root], role="acp")
+    assert proxy is not None
+    try:
+        item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "the zebra protocol"}]}
+        proxy.request("ctxd/acp/record", {"workspace": repo.root.as_uri(), "thread": "acp:sess-7", "items": [item]})
+        link = acplink.link_path(owner_state, 1)
+        acplink.write(link, "acp:sess-7", repo.root)
+        params.env = {**(params.env or {}), acplink.ENV: str(link)}
+
+        async def scenario() -> None:
+            async with stdio_client(params) as streams:
+                async with ClientSession(*streams) as session:
+                    await session.initialize()
+                    usage, error = await call(session, "context_usage")
+                    assert not error and usage["thread"] == "acp:sess-7" and usage["agent"] == "acp", usage
+                    found, error = await call(session, "recall", query="zebra protocol")
+                    assert not error and found["results"][0]["thread"] == "acp:sess-7", found
+
+        anyio.run(scenario)
+    finally:
+        proxy.close()

@@ -212,3 +212,133 @@ def test_an_item_compacted_again_after_an_undo_is_found_once(client: Client, wor
     first = next(hit for hit in found["results"] if "must listen on port 8443" in hit["snippet"])
     assert first["archived"] is False, first
     assert found["total"] == len(found["results"]), found
+
+
+def planted_outputs(count: int) -> tuple[list[dict[str, Any]], list[str]]:
+    """`count` turns, each a shell call whose 30-line output holds one fact on an error line (a
+    compaction's placeholder quotes error lines); returns the items and each fact's ticket."""
+    items: list[dict[str, Any]] = []
+    tickets = []
+    for n in range(count):
+        ticket = f"T{4100 + n * 37}"
+        lines = [f"step {i} of deploy {n}: copied shard_{i} to the staging bucket, checksum verified, "
+                 f"{i * 4096} bytes in {i % 7 + 1} parts" for i in range(30)]
+        lines[17] = f"ERROR: deploy {n} failed: ticket {ticket} says the replica on port {5400 + n} refused"
+        items += [user(f"Deploy number {n}, please"), shell_call(f"d{n}", f"./deploy.sh {n}"),
+                  output(f"d{n}", "\n".join(lines)), assistant(f"Deploy {n} finished.")]
+        tickets.append(ticket)
+    return items, tickets
+
+
+def test_a_fact_in_a_masked_tool_output_leads_to_the_output_not_its_placeholder(client: Client, workspace: Path) -> None:
+    """An offline compaction puts a one-line placeholder where each old tool output was. A search
+    that matches the placeholder (it quotes the output's error lines) answers with the archived
+    output itself, and `ctxd/item` on the placeholder's seq reads the output, saying where the
+    placeholder is."""
+    items, tickets = planted_outputs(20)
+    req(client, "ctxd/record", workspace, items=items)
+    compacted = req(client, "ctxd/compact", workspace, strategy="offline")
+    assert compacted["tokensAfter"] < compacted["tokensBefore"]
+    stored = req(client, "ctxd/history", workspace, includeArchived=True)["items"]
+    masked = {item["call_id"]: seq for seq, item in enumerate(stored, 1)
+              if not item.get("archived") and "removed by compaction" in json.dumps(item)}
+    assert len(masked) >= 15, stored  # placeholders in the conversation; the newest outputs are kept
+    stubs = 0
+    for n, ticket in enumerate(tickets):
+        found = req(client, "ctxd/recall", workspace, query=f"{ticket} replica", limit=3)
+        assert found["results"] and found["total"] >= len(found["results"]), (ticket, found)
+        for hit in found["results"]:
+            assert "removed by compaction" not in hit["snippet"], (ticket, found)
+        top = found["results"][0]
+        assert top["type"] == "function_call_output" and ticket in top["snippet"], (ticket, found)
+        whole = req(client, "ctxd/item", workspace, seq=top["seq"])
+        assert whole["item"] == items[4 * n + 2], (ticket, whole)
+        if f"d{n}" in masked:  # the archived output; where its placeholder is, when that matched
+            assert (top["seq"], top["archived"], whole["archived"]) == (4 * n + 3, True, True), (ticket, top)
+            quoted = ticket in json.dumps(stored[masked[f"d{n}"] - 1])
+            assert top.get("placeholderSeq") == (masked[f"d{n}"] if quoted else None), (ticket, found)
+            stubs += quoted
+        else:  # kept: its copy in the conversation
+            assert top["archived"] is False and "placeholderSeq" not in top
+    assert stubs >= 10  # (the placeholders that quote the fact matched it)
+    # The placeholder's own seq: the output whole, and where its placeholder is.
+    for call_id, seq in masked.items():
+        whole = req(client, "ctxd/item", workspace, seq=seq)
+        n = int(call_id[1:])
+        assert whole == {"item": items[4 * n + 2], "archived": True, "seq": 4 * n + 3, "placeholderSeq": seq}, whole
+        assert len(whole["item"]["output"].splitlines()) == 30
+
+
+def build_log(lines: int) -> str:
+    """A service log of the kind pasted into a search box: lines that share most words."""
+    services = ["billing", "gateway", "scheduler", "auth", "webhook"]
+    return "\n".join(f"[{services[i % 5]}] GET /api/invoice/{i % 97} 200 in {i % 89} ms request_id=r{i:05d} "
+                     f"user=u{i % 13} cache={'hit' if i % 3 else 'miss'}" for i in range(lines))
+
+
+def test_a_pasted_log_or_any_hostile_query_is_answered_and_finds_the_log(daemon_factory, workspace: Path) -> None:
+    """A 70 KB log in the history, and queries an agent or a person may paste: 1,000 words of it
+    (once over two minutes: the snippet compared every hit with every other), a long quoted part
+    of it, a word repeated, every FTS5 operator. Each is answered within a bound only a hang
+    reaches, the log's item first where the query is its text, and `total` never below the
+    results."""
+    client = daemon_factory([workspace], {"toolOutputTokenLimit": 100_000})  # the log is stored whole
+    log = build_log(900)
+    assert len(log) > 70_000
+    req(client, "ctxd/record", workspace, items=[user("deploy the billing service"), shell_call("c1", "tail -n 900 app.log"),
+                                                output("c1", log), assistant("The log shows no errors.")])
+    req(client, "ctxd/record", workspace, items=[output(f"n{i}", build_log(40)[i * 50:]) for i in range(30)])
+    words = log.split()
+    pasted = " ".join(words[3000:4000])
+    while len(pasted) > 10_000:  # the daemon reads queries of up to 10,000 characters
+        pasted = pasted[:pasted.rindex(" ")]
+    queries = {
+        "pasted": pasted,
+        "quoted": '"' + " ".join(words[5000:5200])[:9000] + '"',
+        "repeated": " ".join(["request_id=r00042"] * 500),
+        "operators": " ".join(f'{c}r00042{c}' for c in '"*^:()-+{}[],.<>!=\'\\/?&|~`@#$%;') + " NEAR AND OR NOT",
+    }
+    for name, query in queries.items():
+        found = client.request("ctxd/recall", {"workspace": workspace.as_uri(), "query": query}, timeout=20)
+        assert found["total"] >= len(found["results"]) >= 1, (name, found)
+        assert found["results"][0]["seq"] == 3, (name, [hit["seq"] for hit in found["results"]])
+        assert len(found["results"][0]["snippet"]) <= 400
+    assert req(client, "ctxd/item", workspace, seq=3)["item"]["output"] == log
+
+
+def test_total_counts_what_the_query_matches_and_never_fewer_than_the_results(client: Client, workspace: Path) -> None:
+    """No item holds every word: the results are those holding all but one, and `total` counts
+    them (it said 0 beside two results: "9 of 1 matches"), in the scope asked."""
+    req(client, "ctxd/record", workspace, items=[user("alpha bravo"), user("alpha charlie"), user("delta echo")])
+    req(client, "ctxd/record", workspace, thread="other", items=[user("bravo charlie"), user("alpha bravo")])
+    found = req(client, "ctxd/recall", workspace, query="alpha bravo charlie")
+    assert sorted(seqs(found)) == [("default", 1), ("default", 2)] and found["total"] == 2, found
+    wide = req(client, "ctxd/recall", workspace, query="alpha bravo charlie", scope="workspace")
+    assert len(wide["results"]) == 4 and wide["total"] == 4, wide
+    for query in ("alpha", "alpha bravo", "zulu alpha", "bravo charlie alpha delta"):
+        for scope in ("thread", "workspace"):
+            found = req(client, "ctxd/recall", workspace, query=query, scope=scope, limit=1)
+            assert found["total"] >= len(found["results"]), (query, scope, found)
+
+
+def test_a_placeholder_kept_by_a_later_compaction_still_leads_to_the_output(client: Client, workspace: Path) -> None:
+    """A second offline compaction keeps the first one's placeholders (written again, as copies):
+    a hit on the copy, and `ctxd/item` on its seq, still lead to the output archived by the first."""
+    items, tickets = planted_outputs(20)
+    req(client, "ctxd/record", workspace, items=items)
+    req(client, "ctxd/compact", workspace, strategy="offline")
+    more, _ = planted_outputs(60)
+    more = [{**item, "call_id": "m" + item["call_id"]} if "call_id" in item else item for item in more[4 * 20:]]
+    req(client, "ctxd/record", workspace, items=more)
+    req(client, "ctxd/compact", workspace, strategy="offline")
+    stored = req(client, "ctxd/history", workspace, includeArchived=True)["items"]
+    active = {item["call_id"]: seq for seq, item in enumerate(stored, 1)
+              if not item.get("archived") and "removed by compaction" in json.dumps(item)}
+    kept = [n for n in range(17) if f"d{n}" in active and active[f"d{n}"] > len(items) + 60]
+    assert len(kept) >= 10, active  # the first compaction's placeholders, written again by the second
+    for n in kept:
+        whole = req(client, "ctxd/item", workspace, seq=active[f"d{n}"])
+        assert whole == {"item": items[4 * n + 2], "archived": True, "seq": 4 * n + 3,
+                         "placeholderSeq": active[f"d{n}"]}, whole
+        found = req(client, "ctxd/recall", workspace, query=f"{tickets[n]} replica", limit=3)
+        assert found["results"][0]["seq"] == 4 * n + 3, (tickets[n], found)

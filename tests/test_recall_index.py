@@ -270,3 +270,61 @@ def test_what_is_indexed_changes_only_with_the_index_version() -> None:
     assert INDEXED_BY_VERSION.get(search.INDEX_VERSION) == _indexed_fingerprint(), (
         "what the index holds of an item changed: give search.INDEX_VERSION a new value and record "
         "the new fingerprint here")
+
+
+class _Reads(list):  # type: ignore[type-arg]
+    """A list that counts how often its elements are read."""
+
+    reads = 0
+
+    def __getitem__(self, index):  # type: ignore[no-untyped-def]
+        _Reads.reads += 1
+        return super().__getitem__(index)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        for value in super().__iter__():
+            _Reads.reads += 1
+            yield value
+
+
+def test_the_snippet_window_reads_each_hit_a_few_times_whatever_the_query() -> None:
+    """The snippet's window over the query's hits in an item: each hit read a bounded number of
+    times (it compared every hit with every other: a 1,000-word query over a 70 KB item never
+    finished); and a query's words beyond the first SNIPPET_WORDS distinct ones are not looked for."""
+    rng = random.Random(3)
+    reads = {}
+    for count in (2_000, 8_000):
+        hits = _Reads(sorted((rng.randrange(70_000), rng.randrange(32)) for _ in range(count)))
+        _Reads.reads = 0
+        recall.best_window(hits, 398)
+        reads[count] = _Reads.reads
+    assert reads[8_000] <= 8 * 8_000 and reads[8_000] <= 4.5 * reads[2_000], reads  # linear, not 16x
+    pasted = " ".join(f"w{n}" for n in range(5_000))
+    assert recall.snippet_words(pasted) == [f"w{n}" for n in range(recall.SNIPPET_WORDS)]
+
+
+def test_a_query_runs_a_bounded_number_of_fts5_statements_whatever_its_length(tmp_path: Path) -> None:
+    """However long the query (a log pasted whole, 100 KB), a search runs at most a fixed number
+    of FTS5 statements: its words are probed up to a bound, and past MAX_SEARCHED terms only its
+    rarest are searched, all of them or any."""
+    store = Store(tmp_path / "s.sqlite3", workspace=tmp_path)
+    lines = [f"[svc{i % 7}] GET /api/item/{i % 50} 200 in {i % 90} ms id=r{i:05d} user=u{i % 13}" for i in range(3000)]
+    store.append("t", [body("\n".join(lines[k:k + 30]), "assistant") for k in range(0, 3000, 30)])
+    recall.recall(store, "t", "warm up")
+    statements: list[str] = []
+    with store.reading() as db:
+        db.set_trace_callback(lambda sql: statements.append(sql) if "recall_fts MATCH" in sql else None)
+    try:
+        counts = {}
+        text = "\n".join(lines)
+        for name, query in {"200 words": " ".join(text.split()[:200]), "1,000 words": " ".join(text.split()[:1000]),
+                            "100 KB": text[:100_000]}.items():
+            statements.clear()
+            found = recall.recall(store, "t", query)
+            assert found["results"] and found["total"] >= len(found["results"]), name
+            counts[name] = len(statements)
+    finally:
+        with store.reading() as db:
+            db.set_trace_callback(None)
+    assert max(counts.values()) <= 2 * getattr(search, "PROBES", 24) + 12, counts  # (a rare word: counted, then read)
+    store.close()

@@ -101,14 +101,14 @@ class Interrupt:
                     continue
             except OSError:
                 continue
-            os.kill(self.client.proc.pid, signal.SIGSTOP)
+            os.kill(self.client.daemon_pid, signal.SIGSTOP)
             try:
                 self.act()
                 self.done.append("acted")
             except OSError as error:
                 self.done.append(str(error))
             finally:
-                os.kill(self.client.proc.pid, signal.SIGCONT)
+                os.kill(self.client.daemon_pid, signal.SIGCONT)
             return
 
     def __enter__(self) -> Interrupt:

@@ -6,6 +6,8 @@ session files are written as the agents write them (tests/session_fixtures.py, w
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -337,3 +339,23 @@ def test_a_session_found_again_after_a_restart_is_kept_or_appended_to(daemon_fac
     history = client.request("ctxd/history", {"workspace": uri, "thread": CODEX_THREAD, "includeArchived": True})
     assert grown["historyVersion"] == before["historyVersion"] and grown["itemCount"] == 6
     assert not [i for i in history["items"] if i.get("archived")]
+
+
+def test_an_editor_that_comes_after_another_left_the_owner_follows_new_sessions(daemon_factory,
+                                                                               tmp_path: Path) -> None:
+    """The owner outlives an editor (it idles before it leaves): a second editor, on another folder,
+    sees a Codex session that starts in its folder (the Neovim tour after the float scenario)."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    codex_home, claude_home, env = homes(tmp_path)
+    env["CTXD_OWNER_IDLE_SECONDS"] = "30"
+    editor = daemon_factory([first], env=env)
+    owner = editor.daemon_pid
+    editor.shutdown(timeout=10)
+    later = daemon_factory([second], env=env)
+    assert later.daemon_pid == owner  # the same owner serves it
+    path, lines = new_session_files("codex", codex_home, claude_home, second, "a session in the later folder")
+    fx.write_jsonl(path, lines)
+    wait_thread(later, second, "codex:0199a213-5555-7800-8aa1-000000000001")
+    os.kill(owner, signal.SIGTERM)

@@ -36,7 +36,7 @@ def test_initialize_advertises_ctxd(daemon_factory: Callable[..., Client], works
     client = daemon_factory(initialize=False)
     result = client.initialize([workspace])
     ctxd = result["capabilities"]["experimental"]["ctxd"]
-    assert ctxd["protocolVersion"] == 3
+    assert ctxd["protocolVersion"] == 4
     assert METHODS <= set(ctxd["methods"])
     assert result["serverInfo"]["name"] == "ctxd"
 

@@ -15,7 +15,7 @@ def test_status_reports_trust_problems_and_tokenizers(daemon_factory: Callable[.
     (workspace / ".ctxd.toml").write_text("no_such_setting = 1\n")
     client = daemon_factory([workspace])
     status = client.request("ctxd/status", {"workspace": workspace.as_uri()})
-    assert status["protocolVersion"] == 3 and status["version"]
+    assert status["protocolVersion"] == 4 and status["version"]
     assert status["trusted"] is False
     assert status["stateDir"].startswith(str(state_dir))
     assert any("no_such_setting" in problem["message"] for problem in status["problems"]), status["problems"]

@@ -65,7 +65,7 @@ def test_untrusted_repository_cannot_send_secrets_away(daemon_factory, workspace
     for key in IGNORED:
         assert sum(f"'{key}'" in message for message in messages) == 1, (key, messages)
     status = client.request("ctxd/status", {"workspace": workspace.as_uri()})
-    assert status["trusted"] is False and status["protocolVersion"] == 3
+    assert status["trusted"] is False and status["protocolVersion"] == 4
     assert {p["key"] for p in status["problems"] if "not trusted" in p["message"]} == set(IGNORED)
     assert all(p["source"].endswith(".ctxd.toml") for p in status["problems"] if p.get("key") in IGNORED)
     assert status["tokenizers"] and status["stateDir"]

@@ -19,7 +19,7 @@ from ctxd import ownerlink
 from ctxd.agentmcp.protocol import ToolError
 
 SESSION_ENV = "CTXD_SESSION"
-FOLLOWED_PREFIXES = ("codex:", "claude:")
+FOLLOWED_PREFIXES = ("codex:", "claude:", "acp:")
 OPEN_SECONDS = ownerlink.START_SECONDS + 10
 FOLLOW_WAIT_SECONDS = 3.0
 MAX_LIMIT = 100
@@ -65,12 +65,34 @@ class Backend:
     def ask(self, method: str, params: dict[str, Any], timeout: float = 120.0) -> Any:
         if not self._opened.wait(OPEN_SECONDS) or self._owner is None:
             raise ToolError(self._failure or "the ctxd owner did not answer in time")
+        self._follow_acp_workspace()
         try:
             return self._owner.request(method, {"workspace": self.uri, **params}, timeout)
         except ownerlink.RemoteError as error:
             raise ToolError(error.message) from None
         except (OSError, TimeoutError) as error:
             raise ToolError(f"the ctxd owner did not answer: {error}") from None
+
+    def _follow_acp_workspace(self) -> None:
+        """Behind a `ctxd acp` proxy given a workspace of its own (`--workspace`), the session is
+        recorded there: that folder is asked (and opened in the owner's session) instead."""
+        from ctxd import acplink
+
+        link = acplink.served(os.environ)
+        folder = link.get("workspace") if link is not None else None
+        if not isinstance(folder, str) or not os.path.isabs(folder) or Path(folder) == self.root:
+            return
+        self.root, self.uri = Path(folder), Path(folder).as_uri()
+        assert self._owner is not None
+        self._owner.notify("workspace/didChangeWorkspaceFolders",
+                           {"event": {"added": [{"uri": self.uri, "name": self.root.name}], "removed": []}})
+        deadline = time.monotonic() + FOLLOW_WAIT_SECONDS  # the owner opens it on a worker of its own
+        while time.monotonic() < deadline:
+            try:
+                self._owner.request("ctxd/threads", {"workspace": self.uri}, FOLLOW_WAIT_SECONDS)
+                return
+            except ownerlink.RemoteError:
+                time.sleep(0.05)
 
     def synced(self) -> None:
         """What the agent wrote until now is mirrored before a tool answers from it."""
@@ -81,7 +103,12 @@ class Backend:
     def thread(self) -> str:
         """The session served: the one CTXD_SESSION names, else the newest followed session of the
         workspace (waiting a little for the owner to have read them)."""
+        from ctxd import acplink
+
         self.synced()
+        behind_proxy = acplink.served_thread(os.environ)
+        if behind_proxy and not self.named_session:
+            return behind_proxy
         if self.named_session:
             agent, _, session_id = self.named_session.partition(":")
             if not session_id or f"{agent}:" not in FOLLOWED_PREFIXES:
@@ -149,12 +176,43 @@ class Backend:
             return {"preview": {"restored": result["restored"], "removed": result["removed"]}}
         return {"restored": result["restored"], "removed": result["removed"], "undoId": result.get("undoId")}
 
+    def codex_statusline(self, meta: dict[str, Any]) -> str:
+        """Codex's footer: the gauge of the thread it displays, asked of the owner with a short
+        deadline; Codex's own numbers when the owner cannot answer in time."""
+        from ctxd.agentmcp import codex_statusline as footer
+
+        state = footer.field(meta, footer.STATE_KEY)
+        session = footer.field(state, "thread").get("id")
+        gauge = checkpoint = None
+        if isinstance(session, str) and session and self._opened.wait(footer.OWNER_SECONDS / 2) and self._owner:
+            try:
+                breakdown = self._owner.request("ctxd/usage", {"workspace": self.uri, "thread": f"codex:{session}"},
+                                                footer.OWNER_SECONDS)
+                usage, cost = breakdown["usage"], breakdown.get("cost") or {}
+                if usage.get("source") != "estimate" or usage.get("usedTokens"):
+                    gauge = {"usedTokens": usage["usedTokens"], "compactAt": usage["autoCompactLimit"],
+                             "costUsd": cost.get("total")}
+                snapshots = self._owner.request("ctxd/ghost/list", {"workspace": self.uri}, footer.OWNER_SECONDS)
+                checkpoint = _time_of(snapshots["snapshots"][0]) if snapshots.get("snapshots") else None
+            except (ownerlink.RemoteError, OSError, TimeoutError, KeyError, TypeError):
+                pass
+        return footer.resource_text(footer.tree(gauge, state, checkpoint))
+
     def _thread_or_none(self) -> str | None:
         """The served session, when there is one: a checkpoint is taken without one too."""
         try:
             return self.thread()
         except ToolError:
             return None
+
+
+def _time_of(snapshot: dict[str, Any]) -> float | None:
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(str(snapshot.get("createdAt"))).timestamp()
+    except ValueError:
+        return None
 
 
 def backend_from_environment(cwd: Path | None = None) -> Backend:

@@ -42,12 +42,15 @@ class Tool:
     run: Callable[..., dict[str, Any]]  # called with the checked arguments; raises ToolError
     required: tuple[str, ...] = ()
     meta: dict[str, Any] | None = None
+    title: str | None = None
 
     def listing(self) -> dict[str, Any]:
         schema: dict[str, Any] = {"type": "object", "properties": self.properties}
         if self.required:
             schema["required"] = list(self.required)
         entry: dict[str, Any] = {"name": self.name, "description": self.description, "inputSchema": schema}
+        if self.title:
+            entry["title"] = self.title
         if self.meta:
             entry["_meta"] = self.meta
         return entry
@@ -58,7 +61,7 @@ class Resource:
     uri: str
     name: str
     mime_type: str
-    read: Callable[[], str]
+    read: Callable[[dict[str, Any]], str]  # given the read's `params._meta` (a client may pass state there)
     meta: dict[str, Any] = field(default_factory=dict)
 
     def listing(self) -> dict[str, Any]:
@@ -72,7 +75,11 @@ def _type_error(name: str, schema: dict[str, Any], value: Any) -> str | None:
     """Why `value` does not fit `schema`, or None."""
     options = schema.get("anyOf")
     if isinstance(options, list):
-        return None if any(_type_error(name, s, value) is None for s in options) else \
+        problems = [_type_error(name, s, value) for s in options]
+        if None in problems:
+            return None
+        fitting = [p for s, p in zip(options, problems) if _type_error(name, {"type": s.get("type")}, value) is None]
+        return fitting[0] if fitting else \
             f"{name}: must be {' or '.join(str(s.get('type')) for s in options)}, not {_shown(value)}"
     kind = schema.get("type")
     fits = {
@@ -87,7 +94,15 @@ def _type_error(name: str, schema: dict[str, Any], value: Any) -> str | None:
         article = "an" if str(kind)[:1] in "aeiou" else "a"
         return f"{name}: must be {article} {kind}, not {_shown(value)}"
     if kind == "integer" and not -MAX_INTEGER <= value <= MAX_INTEGER:
-        return f"{name}: {value} is out of range (at most {MAX_INTEGER})"
+        return f"{name}: must be at most {MAX_INTEGER}, not {_shown(value)}"
+    if "minimum" in schema and value < schema["minimum"]:
+        return f"{name}: must be at least {schema['minimum']}, not {_shown(value)}"
+    if "maximum" in schema and value > schema["maximum"]:
+        return f"{name}: must be at most {schema['maximum']}, not {_shown(value)}"
+    if "minLength" in schema and len(value) < schema["minLength"]:
+        return f"{name}: must be at least {schema['minLength']} characters long"
+    if "maxLength" in schema and len(value) > schema["maxLength"]:
+        return f"{name}: must be at most {schema['maxLength']} characters long, not {len(value)}"
     if "enum" in schema and value not in schema["enum"]:
         return f"{name}: must be one of {', '.join(repr(v) for v in schema['enum'])}, not {_shown(value)}"
     return None
@@ -227,8 +242,9 @@ class Server:
         if resource is None:
             self._error(msg_id, INVALID_PARAMS, f"Unknown resource: {uri!r}")
             return
+        meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
         try:
-            text = resource.read()
+            text = resource.read(meta)
         except Exception as error:  # noqa: BLE001 - told to the client, never the session's end
             self._error(msg_id, INTERNAL_ERROR, f"{resource.uri} could not be read: {error}")
             return

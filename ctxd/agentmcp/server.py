@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ctxd.agentmcp import protocol
-from ctxd.agentmcp.protocol import Tool
+from ctxd.agentmcp import codex_statusline, limits, protocol
+from ctxd.agentmcp.protocol import Resource, Tool
 
 INSTRUCTIONS = (
     "ctxd keeps this session's whole history, the parts your compactions replaced included. Use `recall` "
@@ -25,9 +25,8 @@ INSTRUCTIONS = (
     "`checkpoints` / `checkpoint` / `restore_checkpoint` for snapshots of the working tree (a restore "
     "previews until you pass confirm: true; its undoId restores the state before it).")
 
-INTEGER = {"type": "integer"}
-STRING = {"type": "string"}
-OPTIONAL_STRING = {"anyOf": [STRING, {"type": "null"}], "default": None}
+def _optional(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"anyOf": [schema, {"type": "null"}], "default": None}
 
 
 def tools(backend: Any) -> list[Tool]:
@@ -39,20 +38,33 @@ def tools(backend: Any) -> list[Tool]:
         Tool("recall", "Search this session's whole history, including what compactions replaced: keywords "
              "(stemmed), a question, or \"quoted phrases\". Results are best first, each with the item's seq (for "
              "history_item), a snippet, and whether a compaction replaced it.",
-             {"query": STRING, "limit": {**INTEGER, "default": 5},
+             {"query": {"type": "string", "maxLength": limits.MAX_QUERY_CHARS},
+              "limit": {"type": "integer", "minimum": 1, "maximum": limits.MAX_LIMIT, "default": 5},
               "scope": {"type": "string", "enum": ["thread", "workspace"], "default": "thread"}},
              backend.recall, required=("query",)),
-        Tool("history_item", "One item of the history, whole, by its seq (from recall).",
-             {"seq": INTEGER, "thread": OPTIONAL_STRING}, backend.history_item, required=("seq",)),
+        Tool("history_item", "One item of the history, whole, by its seq (from recall). The seq of a compaction's "
+             "placeholder gives the tool output it stands for.",
+             {"seq": {"type": "integer", "minimum": 1, "maximum": limits.MAX_SEQ},
+              "thread": _optional({"type": "string", "minLength": 1, "maxLength": limits.MAX_THREAD_CHARS})},
+             backend.history_item, required=("seq",)),
         Tool("checkpoints", "The workspace's checkpoints (snapshots of the working tree), newest first.",
-             {"limit": {**INTEGER, "default": 20}}, backend.checkpoints),
+             {"limit": {"type": "integer", "minimum": 1, "maximum": limits.MAX_CHECKPOINTS, "default": 20}},
+             backend.checkpoints),
         Tool("checkpoint", "Take a checkpoint of the working tree now (never touches git's own refs).",
-             {"label": OPTIONAL_STRING}, backend.checkpoint),
+             {"label": _optional({"type": "string", "maxLength": limits.MAX_LABEL_CHARS})}, backend.checkpoint),
         Tool("restore_checkpoint", "Put the working tree back as it was at a checkpoint. Without confirm: true it "
              "only previews the files it would restore and remove. Its undoId undoes it.",
-             {"id": STRING, "confirm": {"type": "boolean", "default": False}}, backend.restore_checkpoint,
-             required=("id",)),
+             {"id": {"type": "string", "minLength": 1, "maxLength": limits.MAX_ID_CHARS},
+              "confirm": {"type": "boolean", "default": False}}, backend.restore_checkpoint, required=("id",)),
+        Tool("statusline", "ctxd's context gauge for Codex's footer (choose it in Codex's /statusline).", {},
+             lambda: {"resource": codex_statusline.URI}, meta=codex_statusline.ENTRYPOINT,
+             title="ctxd: context gauge"),
     ]
+
+
+def resources(backend: Any) -> list[Resource]:
+    """Codex's footer reads the gauge here (`codex_statusline`)."""
+    return [Resource(codex_statusline.URI, "statusline", "application/json", backend.codex_statusline)]
 
 
 def _closing_on_signals() -> None:
@@ -78,7 +90,7 @@ def main(argv: list[str]) -> int:
     from ctxd.agentmcp.backend import backend_from_environment
 
     backend = backend_from_environment(Path.cwd())
-    server = protocol.Server("ctxd", __version__, INSTRUCTIONS, tools(backend))
+    server = protocol.Server("ctxd", __version__, INSTRUCTIONS, tools(backend), resources(backend))
     _closing_on_signals()
     try:
         protocol.serve_stdio(server)

@@ -27,6 +27,7 @@ from ctxd.compact.history import (
     summary_message,
 )
 from ctxd.ledger.rules import (
+    PLACEHOLDER_RE,
     SUMMARY_PREFIX,
     TOOL_CALL_TYPES,
     TOOL_OUTPUT_TYPES,
@@ -173,8 +174,6 @@ def mask_placeholder(name: str, output: Any) -> str:
 
 QUOTE_SEPARATOR = " | "
 MAX_PLACEHOLDER_CHARS = 200 + (PLACEHOLDER_ERRORS + PLACEHOLDER_DEFINITIONS) * (MAX_LINE_CHARS + len(QUOTE_SEPARATOR))
-PLACEHOLDER_RE = re.compile(r"\[output of `[^`]*` removed by compaction: [^;\]]*"
-                            r"(?:; errors: (?P<errors>.*?))?(?:; definitions: (?P<definitions>.*?))?\]\Z", re.DOTALL)
 
 
 def _output_facts(text: str) -> tuple[list[str], list[str]]:

@@ -8,35 +8,71 @@ from __future__ import annotations
 
 import bisect
 import json
+import logging
 import re
+import sqlite3
+import threading
+import weakref
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from ctxd import redact
 from ctxd.errors import InvalidParams, StoreUnavailable
 from ctxd.ledger import search
-from ctxd.ledger.rules import message_text
+from ctxd.ledger.rules import PLACEHOLDER_MAX_CHARS, is_placeholder, message_text
 from ctxd.ledger.store import Store
 
 SNIPPET_CHARS = 400
 TURN_TEXT_CHARS = 120
 MAX_LIMIT = 100
-_HITS_PER_WORD = 64
+MAX_SEQ = (1 << search.SEQ_BITS) - 1  # a thread's seqs fit the index's rowid (`search.SEQ_BITS`)
+_HITS_PER_WORD = 32
+SNIPPET_WORDS = 16  # distinct query words a snippet looks for
 _SEQ_MASK = (1 << search.SEQ_BITS) - 1
+_PLACEHOLDER_BODY_CHARS = PLACEHOLDER_MAX_CHARS + 2048  # a placeholder's item, stored: no body is read past this
 _WORD = re.compile(r"\w+")
 
 Scope = Literal["thread", "workspace"]
+log = logging.getLogger(__name__)
 
 
 def recall(store: Store, thread: str, query: str, limit: int = 10, scope: Scope = "thread") -> dict[str, Any]:
-    """`{results, total}`: the best matches of `query`, best first (see `search.search`)."""
+    """`{results, total}`: the best matches of `query`, best first (see `search.search`). An index
+    found damaged on the way is made anew (`Store.repair_index`) and the search asked again: it
+    then indexes the ledger, or says that the index is being built."""
     terms = search.query_terms(query)
     if not terms:
         raise InvalidParams(f"query: {query[:80]!r} has no words to search for")
     limit = max(1, min(limit, MAX_LIMIT))
+    try:
+        return _recall(store, thread, query, terms, limit, scope)
+    except (StoreUnavailable, sqlite3.IntegrityError) as error:
+        if not store.repair_index(error):
+            raise
+    return _recall(store, thread, query, terms, limit, scope)
+
+
+def _recall(store: Store, thread: str, query: str, terms: list[str], limit: int, scope: Scope) -> dict[str, Any]:
     with store.reading() as db:
+        if store.index_problem is not None:
+            raise StoreUnavailable(store.index_problem)
         if not search.present(db):
             raise StoreUnavailable(f"{store.path} has no recall index: this Python's SQLite has no FTS5, "
                                    "so ctxd cannot search the history")
+        waiting = search.waiting(db, thread if scope == "thread" else None, SYNC_ITEMS + 1)
+    # A search would wait for all of it: indexed in the background meanwhile (a store that cannot be
+    # written is searched as it is indexed).
+    if waiting > SYNC_ITEMS and store.readonly_reason is None:
+        failed = _failures.pop(store, None)
+        if failed is not None:  # the last attempt's reason (a full disk): the next search tries again
+            raise failed
+        index_in_background(store)
+        with store.reading() as db:
+            stored = int(db.execute("SELECT count(*) FROM items").fetchone()[0])
+            left = search.waiting(db, None, stored)
+        raise StoreUnavailable(f"the recall index of {store.path} is being built ({stored - left} of {stored} items "
+                               "indexed): search again in a few seconds. The history itself can be read meanwhile.",
+                               kind="indexing")
     tid = catch_up(store, thread if scope == "thread" else None)
     if scope == "thread" and tid is None:
         return {"results": [], "total": 0}
@@ -50,20 +86,101 @@ def recall(store: Store, thread: str, query: str, limit: int = 10, scope: Scope 
                 raise StoreUnavailable(str(error)) from None
             copies = _copies(db, names, found.rids + (found.counted or []))
             shown = _once(db, names, found.rids, found.counted or [], copies)
+            # A compaction's placeholder leads to the tool output it stands for: shown in its place.
+            originals = _originals(db, names, shown)
+            placeholders: dict[int, int] = {}
+            for rid in shown:
+                if rid in originals:
+                    placeholders.setdefault(originals[rid], rid)
+            shown = list(dict.fromkeys(originals.get(rid, rid) for rid in shown))
             if len(shown) >= limit or len(found.rids) < wanted + limit or wanted >= MAX_LIMIT * 4:
                 break
             wanted *= 2  # copies took the places: look further
-        total = found.total if found.counted is None else len({copies.get(rid, rid) for rid in found.counted})
+        total = found.total
+        if found.counted is not None:
+            alike = _originals(db, names, found.counted)
+            total = len({alike.get(rid, rid) for rid in {copies.get(rid, rid) for rid in found.counted}})
         turns = search.turns_of(db, shown[:limit])
-        words = [word.lower() for word in _WORD.findall(query)]
+        words = snippet_words(query)
         results = []
         for rid in shown[:limit]:
             name, seq = names.get(rid >> search.SEQ_BITS), rid & _SEQ_MASK
             row = db.execute("SELECT body, archived FROM items WHERE thread = ? AND seq = ?", (name, seq)).fetchone()
             if name is None or row is None:
                 continue
-            results.append(_result(db, name, seq, json.loads(row[0]), row[1] is not None, words, turns.get(rid)))
-    return {"results": results, "total": total}
+            result = _result(db, name, seq, json.loads(row[0]), row[1] is not None, words, turns.get(rid))
+            if rid in placeholders:
+                result["placeholderSeq"] = placeholders[rid] & _SEQ_MASK
+            results.append(result)
+    # Never fewer than shown: the results are among what the query matches.
+    return {"results": results, "total": max(total, len(results))}
+
+
+def _originals(db: Any, names: dict[int, str], rids: list[int]) -> dict[int, int]:
+    """The matches that are a compaction's placeholder for a tool output (rid -> the rid of the
+    output, archived whole)."""
+    by_thread: dict[int, list[int]] = {}
+    for rid in rids:
+        by_thread.setdefault(rid >> search.SEQ_BITS, []).append(rid & _SEQ_MASK)
+    out: dict[int, int] = {}
+    for tid, seqs in by_thread.items():
+        name, base = names.get(tid), tid << search.SEQ_BITS
+        for chunk in _chunks(sorted(set(seqs))):
+            rows = db.execute(
+                f"SELECT seq, body, origin FROM items WHERE thread = ? AND seq IN ({', '.join('?' * len(chunk))}) "
+                "AND origin IS NOT NULL AND instr(substr(body, 1, ?), 'removed by compaction') > 0",
+                (name, *chunk, _PLACEHOLDER_BODY_CHARS)).fetchall()
+            for seq, body, origin in rows:
+                original = original_seq(db, name, seq, json.loads(body), origin)
+                if original is not None:
+                    out[base | seq] = base | original
+    return out
+
+
+def original_seq(db: Any, thread: str | None, seq: int, item: Any, origin: int | None) -> int | None:
+    """The seq of the tool output that the placeholder `item` (at `seq`, written by compaction
+    `origin`) stands for: the output with its call id that the compaction archived, through the
+    placeholders earlier compactions wrote when a later one kept one. None when `item` is no
+    placeholder or its output is not stored."""
+    for _ in range(64):  # each compaction of a compaction's placeholder keeps it once more
+        if origin is None or not is_placeholder(item):
+            return None
+        found = _archived_output(db, thread, seq, item, origin)
+        if found is None:
+            return None
+        seq, item, origin = found
+        if not is_placeholder(item):
+            return seq
+    return None
+
+
+def _archived_output(db: Any, thread: str | None, seq: int, item: dict[str, Any],
+                     origin: int) -> tuple[int, Any, int | None] | None:
+    """The tool output (seq, item, origin) with `item`'s call id that compaction `origin`
+    archived. A compaction that only masked outputs wrote the history again item for item: the
+    one in the placeholder's place is looked at first, then the compaction's other archived items."""
+    call_id = item.get("call_id")
+    first = db.execute("SELECT json_extract(info, '$.added[0]') FROM compactions WHERE id = ? AND thread = ? "
+                       "AND json_valid(info)", (origin, thread)).fetchone()
+    place = None
+    if first is not None and isinstance(first[0], int) and seq >= first[0]:
+        place = db.execute("SELECT json_extract(info, ?) FROM compactions WHERE id = ?",
+                           (f"$.removed[{seq - first[0]}]", origin)).fetchone()
+    candidates = []
+    if place is not None and isinstance(place[0], int):
+        candidates = db.execute("SELECT seq, body, origin FROM items WHERE thread = ? AND seq = ? AND archived = ?",
+                                (thread, place[0], origin)).fetchall()
+    for pass_ in range(2):
+        for other, body, other_origin in candidates:
+            other_item = json.loads(body)
+            if (isinstance(other_item, dict) and other_item.get("type") == item.get("type")
+                    and other_item.get("call_id") == call_id):
+                return other, other_item, other_origin
+        if pass_ or not isinstance(call_id, str):
+            return None
+        candidates = db.execute("SELECT seq, body, origin FROM items WHERE thread = ? AND archived = ? AND seq < ? "
+                                "AND instr(body, ?) > 0 ORDER BY seq DESC", (thread, origin, seq, json.dumps(call_id)))
+    return None
 
 
 def _copies(db: Any, names: dict[int, str], rids: list[int]) -> dict[int, int]:
@@ -120,10 +237,41 @@ def _once(db: Any, names: dict[int, str], rids: list[int], more: list[int], copi
     return shown
 
 
-def catch_up(store: Store, thread: str | None = None) -> int | None:
+# Past this many items to index (a store indexed by an older version, or its index made anew), a
+# search indexes them in the background and says so meanwhile: the first search would wait
+# seconds (200k items: 8 s).
+SYNC_ITEMS = 20_000
+_indexers: weakref.WeakKeyDictionary[Store, threading.Thread] = weakref.WeakKeyDictionary()
+_indexers_lock = threading.Lock()
+_failures: weakref.WeakKeyDictionary[Store, StoreUnavailable] = weakref.WeakKeyDictionary()
+
+
+def index_in_background(store: Store) -> None:
+    """Index everything the index lacks on a thread of its own (one at a time per store), a
+    batch per transaction: other requests wait at most one batch. It stops when the store closes."""
+    with _indexers_lock:
+        running = _indexers.get(store)
+        if running is not None and running.is_alive():
+            return
+        worker = threading.Thread(target=_index_everything, args=(store,), name="ctxd-recall-index", daemon=True)
+        _indexers[store] = worker
+        worker.start()
+
+
+def _index_everything(store: Store) -> None:
+    try:
+        catch_up(store, background=True)
+    except (StoreUnavailable, sqlite3.Error) as error:
+        if not store.repair_index(error):
+            log.warning("%s: the recall index could not be built: %s", store.path, error)
+            _failures[store] = error if isinstance(error, StoreUnavailable) else StoreUnavailable(
+                f"{store.path}: the recall index could not be built: {error}")
+
+
+def catch_up(store: Store, thread: str | None = None, background: bool = False) -> int | None:
     """Index what was stored since the last search (in every thread, or in `thread`), a batch per
     transaction; return `thread`'s id in the index (None if it has none). A store that cannot be
-    written is searched as it is indexed."""
+    written is searched as it is indexed. `background`: stop when the store is closed."""
     tid: int | None = None
     with store.reading() as db:  # most searches find nothing to index: no write transaction then
         if thread is not None:
@@ -134,7 +282,9 @@ def catch_up(store: Store, thread: str | None = None) -> int | None:
     while more:
         more = False
         try:
-            with store.writing() as db:
+            with store.writing_while_open() if background else store.writing() as db:
+                if db is None:
+                    return None  # closed meanwhile
                 search.sync_threads(db)
                 if thread is not None:
                     tid = search.thread_id(db, thread)
@@ -172,6 +322,20 @@ def _stem(word: str) -> str:
     return word[: max(4, len(word) - 3)] if len(word) > 5 else word
 
 
+def snippet_words(query: str) -> list[str]:
+    """The words a snippet looks for: the query's distinct words, lower case, without STOPWORDS
+    unless it has nothing else, the first SNIPPET_WORDS (a log pasted as a query has thousands,
+    and the search itself reads only its first `search.MAX_TERMS` terms)."""
+    kept: dict[str, None] = {}
+    stops: dict[str, None] = {}
+    for match in _WORD.finditer(query):  # (only as far as it needs: a query may be 100 KB)
+        word = match.group().lower()
+        (stops if word in search.STOPWORDS else kept)[word] = None
+        if len(kept) >= SNIPPET_WORDS:
+            break
+    return list(kept or stops)[:SNIPPET_WORDS]
+
+
 def snippet(text: str, words: list[str], size: int = SNIPPET_CHARS) -> str:
     """The part of `text` (whitespace collapsed, the key redacted) of at most `size` characters
     where the most of the query's words are."""
@@ -180,7 +344,7 @@ def snippet(text: str, words: list[str], size: int = SNIPPET_CHARS) -> str:
         return text
     lowered = text.lower()
     hits: list[tuple[int, int]] = []
-    for index, word in enumerate(dict.fromkeys(words)):
+    for index, word in enumerate(dict.fromkeys(words[:SNIPPET_WORDS])):
         stem = _stem(word)
         start = lowered.find(stem)
         found = 0
@@ -189,16 +353,35 @@ def snippet(text: str, words: list[str], size: int = SNIPPET_CHARS) -> str:
             found += 1
             start = lowered.find(stem, start + 1)
     hits.sort()
-    best, best_count = 0, 0
     width = size - 2  # room for the marks of the cut ends
-    for position, _ in hits:
-        begin = max(0, position - width // 4)
-        count = len({word for at, word in hits if begin <= at < begin + width})
-        if count > best_count:
-            best, best_count = begin, count
-    begin = min(best, len(text) - width)
+    begin = min(best_window(hits, width), len(text) - width)
     cut = text[begin:begin + width]
     return ("…" if begin > 0 else "") + cut + ("…" if begin + width < len(text) else "")
+
+
+def best_window(hits: Sequence[tuple[int, int]], width: int) -> int:
+    """Where the window of `width` characters holding the most distinct words starts: each
+    window starts a quarter width before a hit, and the first best one wins. `hits` are
+    (position, word) in position order. One pass: the window's ends only move forward, each
+    over every hit once, counting the hits of each word inside it."""
+    best, best_count = 0, 0
+    inside: dict[int, int] = {}
+    left = right = 0
+    for position, _ in hits:
+        begin = max(0, position - width // 4)
+        while right < len(hits) and hits[right][0] < begin + width:
+            word = hits[right][1]
+            inside[word] = inside.get(word, 0) + 1
+            right += 1
+        while hits[left][0] < begin:
+            word = hits[left][1]
+            inside[word] -= 1
+            if not inside[word]:
+                del inside[word]
+            left += 1
+        if len(inside) > best_count:
+            best, best_count = begin, len(inside)
+    return best
 
 
 def _shorten(text: str, size: int) -> str:
@@ -207,10 +390,22 @@ def _shorten(text: str, size: int) -> str:
 
 def item(store: Store, thread: str, seq: int) -> dict[str, Any]:
     """`{item, archived, seq}`: one stored item as it was recorded. A seq a compaction moved the
-    item from still names it; `seq` says where it is now."""
+    item from still names it; `seq` says where it is now. The seq of a compaction's placeholder
+    gives the tool output it stands for, whole (`placeholderSeq`: the placeholder's seq)."""
+    if not 1 <= seq <= MAX_SEQ:
+        raise InvalidParams(f"seq: must be a whole number from 1 to {MAX_SEQ}, not {seq!r}")
     seq = store.resolve(thread, seq)
     with store.reading() as db:
-        row = db.execute("SELECT body, archived FROM items WHERE thread = ? AND seq = ?", (thread, seq)).fetchone()
-    if row is None:
-        raise InvalidParams(f"seq: thread '{thread}' has no item {seq}")
-    return {"item": redact.redact_json(json.loads(row[0])), "archived": row[1] is not None, "seq": seq}
+        row = db.execute("SELECT body, archived, origin FROM items WHERE thread = ? AND seq = ?",
+                         (thread, seq)).fetchone()
+        if row is None:
+            raise InvalidParams(f"seq: thread '{thread}' has no item {seq}")
+        body, archived, origin = row
+        stored = json.loads(body)
+        original = original_seq(db, thread, seq, stored, origin)
+        if original is not None:
+            row = db.execute("SELECT body, archived FROM items WHERE thread = ? AND seq = ?",
+                             (thread, original)).fetchone()
+            return {"item": redact.redact_json(json.loads(row[0])), "archived": row[1] is not None, "seq": original,
+                    "placeholderSeq": seq}
+    return {"item": redact.redact_json(stored), "archived": archived is not None, "seq": seq}

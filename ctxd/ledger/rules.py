@@ -6,16 +6,33 @@ projection, compaction and the usage breakdown alike.
   files, environment, skills, the daemon's own markers): it is not a user turn and a compaction does
   not carry it forward.
 - A *summary message* is the handoff a compaction wrote; it is not a user turn either.
+- A *placeholder* is what an offline compaction leaves of a tool output it masked (the output's
+  item, its `output` replaced by one line); the output itself is archived.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 CALL_TO_OUTPUT = {"function_call": "function_call_output", "custom_tool_call": "custom_tool_call_output"}
 TOOL_CALL_TYPES = frozenset(CALL_TO_OUTPUT)
 TOOL_OUTPUT_TYPES = frozenset(CALL_TO_OUTPUT.values())
+
+# The placeholder's text (`ctxd/compact/offline.py` writes it, `mask_placeholder`): the tool's name,
+# the output's size, and the error lines and definitions it quotes.
+PLACEHOLDER_RE = re.compile(r"\[output of `[^`]*` removed by compaction: [^;\]]*"
+                            r"(?:; errors: (?P<errors>.*?))?(?:; definitions: (?P<definitions>.*?))?\]\Z", re.DOTALL)
+PLACEHOLDER_MAX_CHARS = 8192  # longer than any placeholder written: a text that only looks like one
+
+
+def is_placeholder(item: Any) -> bool:
+    """Whether `item` is a tool output whose output is a compaction's placeholder."""
+    if not isinstance(item, dict) or item.get("type") not in TOOL_OUTPUT_TYPES:
+        return False
+    output = item.get("output")
+    return isinstance(output, str) and len(output) <= PLACEHOLDER_MAX_CHARS and PLACEHOLDER_RE.match(output) is not None
 
 # Injected user messages, as Codex recognises them (`is_contextual_user_fragment`): a text part that
 # opens with the start marker and ends with the end marker, both compared case-insensitively after

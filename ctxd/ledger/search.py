@@ -24,12 +24,16 @@ A row of the index is `(thread id << 32) | seq`, so a thread's matches are one r
 
 from __future__ import annotations
 
+import itertools
 import json
+import logging
 import re
 import sqlite3
 from typing import Any, NamedTuple
 
 from ctxd.ledger.rules import is_real_user_message
+
+log = logging.getLogger(__name__)
 
 # Bump when what is indexed changes: stores indexed by another version are indexed again (a
 # contentless index must be told the exact text of a row it deletes).
@@ -50,7 +54,11 @@ _TABLES = (
     "upto INTEGER NOT NULL DEFAULT 0)",
     "CREATE TABLE recall_turns (rid INTEGER PRIMARY KEY, n INTEGER NOT NULL)",
 )
-_DROP = ("DROP TABLE IF EXISTS recall_fts", "DROP TABLE IF EXISTS recall_threads", "DROP TABLE IF EXISTS recall_turns")
+_SHADOWS = ("recall_fts_data", "recall_fts_idx", "recall_fts_docsize", "recall_fts_config")
+# (Dropping the FTS5 table drops its shadow tables; they are dropped after it too, for an index
+# whose FTS5 table was replaced by another.)
+_DROP = tuple(f"DROP TABLE IF EXISTS {name}" for name in (*_SHADOWS, "recall_threads", "recall_turns"))
+_UNTRIGGER = tuple(f"DROP TRIGGER IF EXISTS temp.{name}" for name in ("recall_insert", "recall_delete", "recall_update"))
 
 _RID = "(((SELECT id FROM recall_threads WHERE thread = {r}.thread) << 32) | {r}.seq)"
 _REMOVE = f"""
@@ -270,9 +278,10 @@ def body_text(body: str) -> str:
 
 def install(db: sqlite3.Connection) -> bool:
     """Set up the index on a read-write connection, inside its open write transaction: this
-    connection's SQL functions and TEMP triggers, and the tables when they are missing or of
-    another INDEX_VERSION (every item then waits for `catch_up`). Without FTS5 this does nothing
-    (recall then answers that it is unavailable) and returns False."""
+    connection's SQL functions and TEMP triggers, and the tables when they are missing, of
+    another INDEX_VERSION or damaged (`damage`): they are made anew, empty, and every item waits
+    for `catch_up`. Without FTS5 this does nothing (recall then answers that it is unavailable)
+    and returns False."""
     if not has_fts5(db):
         return False
     extractor = _Extractor()
@@ -280,14 +289,111 @@ def install(db: sqlite3.Connection) -> bool:
     db.create_function("ctxd_recall_parts", 1, extractor.parts, deterministic=True)
     row = db.execute("SELECT value FROM meta WHERE key = 'recall_index'").fetchone()
     if row is None or row[0] != INDEX_VERSION or not present(db):
-        for statement in (*_DROP, *_TABLES):
-            db.execute(statement)
-        db.execute("INSERT OR REPLACE INTO meta VALUES ('recall_index', ?)", (INDEX_VERSION,))
+        rebuild(db)
+        return True
+    problem = damage(db)
+    if problem is not None:
+        log.warning("the recall index is damaged (%s): it is made anew and indexed again from the ledger", problem)
+        rebuild(db)
+        return True
     if db.execute("SELECT v FROM recall_fts_config WHERE k = 'automerge'").fetchone() != (AUTOMERGE,):
         db.execute("INSERT INTO recall_fts (recall_fts, rank) VALUES ('automerge', ?)", (AUTOMERGE,))
     for statement in _TRIGGERS:
         db.execute(statement)
     return True
+
+
+def rebuild(db: sqlite3.Connection) -> None:
+    """Drop the index's tables and triggers, whatever state they are in, and make them anew,
+    inside the caller's write transaction: every item then waits for `catch_up`. The index is
+    derived from `items`, so nothing recorded is lost."""
+    for statement in _UNTRIGGER:
+        db.execute(statement)
+    _drop_fts(db)
+    for statement in (*_DROP, *_TABLES):
+        db.execute(statement)
+    db.execute("INSERT OR REPLACE INTO meta VALUES ('recall_index', ?)", (INDEX_VERSION,))
+    db.execute("INSERT INTO recall_fts (recall_fts, rank) VALUES ('automerge', ?)", (AUTOMERGE,))
+    for statement in _TRIGGERS:
+        db.execute(statement)
+
+
+def _drop_fts(db: sqlite3.Connection) -> None:
+    """Drop the FTS5 table. One FTS5 cannot open (a shadow table missing or damaged: dropping it
+    opens it first) gets the shadow tables of an empty index first, copied from one made in
+    memory."""
+    try:
+        db.execute("DROP TABLE IF EXISTS recall_fts")
+        return
+    except sqlite3.Error as error:
+        if transient(error):
+            raise
+    fresh = sqlite3.connect(":memory:")
+    try:
+        fresh.execute(FTS_TABLE)
+        for name in _SHADOWS:
+            (sql,) = fresh.execute("SELECT sql FROM sqlite_master WHERE name = ?", (name,)).fetchone()
+            rows = fresh.execute(f"SELECT * FROM {name}").fetchall()
+            db.execute(f"DROP TABLE IF EXISTS {name}")
+            db.execute(sql)
+            if rows:
+                db.executemany(f"INSERT INTO {name} VALUES ({', '.join('?' * len(rows[0]))})", rows)
+    finally:
+        fresh.close()
+    db.execute("DROP TABLE recall_fts")
+
+
+def uninstall(db: sqlite3.Connection) -> None:
+    """This connection's triggers dropped: its writes no longer touch the index (when it is
+    damaged beyond `rebuild`)."""
+    for statement in _UNTRIGGER:
+        db.execute(statement)
+
+
+def damage(db: sqlite3.Connection) -> str | None:
+    """What is wrong with the index's tables, or None: one missing, not as this version makes it,
+    unreadable, or the newest indexed item not found by its first word (a damaged structure
+    record reads as an empty index). A few lookups. Errors of the store itself (locked, I/O, a
+    full disk) are raised: they say nothing of the index."""
+    names = {*_SHADOWS, "recall_fts", "recall_threads", "recall_turns"}
+    schema = {name: sql for name, sql in db.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'")
+              if name in names}
+    for name in sorted(names):
+        if name not in schema:
+            return f"{name} is missing"
+    for name, sql in (("recall_fts", FTS_TABLE), ("recall_threads", _TABLES[1]), ("recall_turns", _TABLES[2])):
+        if " ".join(str(schema[name]).split()) != " ".join(sql.split()):
+            return f"{name} is not the table the index makes"
+    try:
+        if db.execute("SELECT v FROM recall_fts_config WHERE k = 'version'").fetchone() is None:
+            return "recall_fts_config has no version"
+        db.execute("SELECT id, thread, upto FROM recall_threads LIMIT 1").fetchall()
+        db.execute("SELECT rid, n FROM recall_turns LIMIT 1").fetchall()
+        newest = db.execute("SELECT id FROM recall_fts_docsize ORDER BY id DESC LIMIT 1").fetchone()
+        if newest is None:
+            return None
+        rid = int(newest[0])
+        row = db.execute("SELECT i.body FROM items i JOIN recall_threads t ON t.thread = i.thread "
+                         "WHERE t.id = ? AND i.seq = ?", (rid >> SEQ_BITS, rid & ((1 << SEQ_BITS) - 1))).fetchone()
+        if row is None:
+            return f"it holds row {rid}, which is no stored item"
+        word = next(iter(_ASCII_WORD.findall(body_text(row[0])[:4096])), None)
+        if word is not None and db.execute("SELECT 1 FROM recall_fts WHERE recall_fts MATCH ? AND rowid = ?",
+                                           (f'"{word}"', rid)).fetchone() is None:
+            return f"the newest indexed item (row {rid}) is not found by its first word"
+    except sqlite3.Error as error:
+        if transient(error):
+            raise
+        return str(error)
+    return None
+
+
+def transient(error: sqlite3.Error) -> bool:
+    """Whether `error` is the store's state (busy, locked, read-only, full, I/O), not its content."""
+    name = (getattr(error, "sqlite_errorname", "") or "").upper()
+    text = str(error).lower()
+    return (any(kind in name for kind in ("BUSY", "LOCKED", "READONLY", "FULL", "IOERR", "NOMEM", "INTERRUPT"))
+            or any(kind in text for kind in ("locked", "readonly", "read-only", "is full", "disk i/o")))
 
 
 def sync_threads(db: sqlite3.Connection) -> None:
@@ -302,6 +408,21 @@ def behind(db: sqlite3.Connection, thread: int | None = None) -> list[tuple[int,
                       () if thread is None else (thread,)).fetchall()
     return [(tid, name, upto) for tid, name, upto in rows
             if db.execute("SELECT 1 FROM items WHERE thread = ? AND seq > ? LIMIT 1", (name, upto)).fetchone()]
+
+
+def waiting(db: sqlite3.Connection, thread: str | None, cap: int) -> int:
+    """How many items (of every thread, or of `thread`) are past their watermark, counted up to
+    `cap`: each thread's range, read as far as the count needs."""
+    rows = db.execute("SELECT t.thread, coalesce(r.upto, 0) FROM threads t LEFT JOIN recall_threads r "
+                      "ON r.thread = t.thread" + (" WHERE t.thread = ?" if thread is not None else ""),
+                      () if thread is None else (thread,)).fetchall()
+    count = 0
+    for name, upto in rows:
+        if count >= cap:
+            break
+        count += int(db.execute("SELECT count(*) FROM (SELECT 1 FROM items WHERE thread = ? AND seq > ? LIMIT ?)",
+                                (name, upto, cap - count)).fetchone()[0])
+    return count
 
 
 def catch_up_batch(db: sqlite3.Connection, tid: int, thread: str, upto: int) -> bool:
@@ -395,6 +516,8 @@ def has_fts5(db: sqlite3.Connection) -> bool:
 
 _TERM = re.compile(r'"([^"]*)"?|(\S+)')
 _WORD = re.compile(r"\w+")
+_TOKEN = re.compile(r"[^\W_]+")  # what the tokenizer makes a word of (`test_auth` is two)
+_ASCII_WORD = re.compile(r"[A-Za-z0-9]+")  # a word every tokenizer setting reads alike
 
 
 # The words of a question that say nothing of what it is about ("which port does the billing
@@ -410,43 +533,77 @@ please any some just also too very
 remember remind recall say said saw seen tell told mention mentioned earlier previously again know""".split())
 
 
-# A query's first this many distinct terms are searched: a search runs a stage per term (every
-# word but one), each an FTS5 query of them all, so a log pasted as a query would take minutes.
+# What a query can cost is bounded whatever it holds (a log pasted as a query, a quoted page):
+# its first MAX_TERMS distinct terms are read, a longer phrase as its runs of MAX_PHRASE_WORDS
+# words (each a term); of a query of more terms or words than MAX_SEARCHED / MAX_SEARCHED_WORDS,
+# the rarest are searched, all of them or any (a stage per term, each an FTS5 query of them all,
+# took 47 s for 1,000 words on 200k items; 16 terms, 0.6 s; now about 10 ms).
 MAX_TERMS = 16
+MAX_PHRASE_WORDS = 8
+MAX_SEARCHED = 6
+MAX_SEARCHED_WORDS = 16
 
 
 def query_terms(query: str) -> list[str]:
     """The query's words and "quoted phrases", as FTS5 strings (quoted, so that nothing the user
     types is read as FTS5 syntax), without STOPWORDS unless the query has nothing else, each
-    once, the first MAX_TERMS. A camelCase word also matches its parts."""
-    terms, plain = [], []
-    for phrase, word in _TERM.findall(query):
-        text = phrase if phrase else word
-        words = _WORD.findall(text)
-        if not words:
+    once, the first MAX_TERMS. A camelCase word also matches its parts. Reads the query only as
+    far as it needs."""
+    kept: dict[str, None] = {}
+    stops: dict[str, None] = {}
+    for match in _TERM.finditer(query):
+        phrase, word = match.groups()
+        text = phrase if phrase is not None else word
+        tokens = [token.group() for token in itertools.islice(_TOKEN.finditer(text), MAX_TERMS * MAX_PHRASE_WORDS)]
+        if not tokens:
             continue
-        quoted = '"' + " ".join(words) + '"'
-        if not phrase and len(text) <= _MAX_PART_WORD and identifier_parts(text):
+        if len(tokens) > MAX_PHRASE_WORDS:  # a long phrase: its runs of MAX_PHRASE_WORDS words, each a term
+            for start in range(0, len(tokens), MAX_PHRASE_WORDS):
+                kept['"' + " ".join(tokens[start:start + MAX_PHRASE_WORDS]) + '"'] = None
+                if len(kept) >= MAX_TERMS:
+                    return list(kept)
+            continue
+        quoted = '"' + " ".join(_WORD.findall(text)) + '"'
+        if phrase is None and len(text) <= _MAX_PART_WORD and identifier_parts(text):
             quoted = f'({quoted} OR "{identifier_parts(text)}")'
-        terms.append(quoted)
-        plain.append(not phrase and len(words) == 1 and words[0].lower() in STOPWORDS)
-    kept = [term for term, stop in zip(terms, plain) if not stop] or terms
-    return list(dict.fromkeys(kept))[:MAX_TERMS]
+        if phrase is None and len(tokens) == 1 and _WORD.findall(text)[0].lower() in STOPWORDS:
+            if len(stops) < MAX_TERMS:
+                stops[quoted] = None
+        else:
+            kept[quoted] = None
+            if len(kept) >= MAX_TERMS:
+                break
+    return list(kept or stops)
 
 
 # How close two query words must be for an item to rank first (in tokens); each further word
 # widens the window by NEAR_PER_WORD (a fact's words sit in one sentence, not side by side).
 NEAR_DISTANCE = 12
 NEAR_PER_WORD = 5
-# BM25 reads every match's positions: past this many matches a stage's newest matches come first
-# (a query that common says little; `bench/bench_recall.py` measures what this keeps the p95 at).
+# A term matching more items than this is common: BM25 would read every one of its matches (to
+# weigh it, next to nothing), so it is left out of the ranking; a stage matching more than this
+# shows its newest matches first (a query that common says little; `bench/bench_recall.py`
+# measures what this keeps the p95 at).
 RANKED_MATCHES = 500
+PROBES = 24  # words probed for how common they are, at most, per search
 
 
 class Stage(NamedTuple):
     kind: str  # "all", "all but one" or "any"
-    expression: str  # the FTS5 query
-    near: str | None  # the same words near one another (their matches rank first), or None
+    terms: list[str]  # the terms the stage asks for (all of them, or any)
+
+    @property
+    def expression(self) -> str:
+        """The FTS5 query."""
+        return (" OR " if self.kind == "any" else " AND ").join(self.terms)
+
+    @property
+    def near(self) -> str | None:
+        """The same words near one another (their matches rank first), or None."""
+        if self.kind == "any" or len(self.terms) < 2:
+            return None
+        firsts = " ".join(term.removeprefix("(").split(" OR ")[0] for term in self.terms)
+        return f"NEAR({firsts}, {NEAR_DISTANCE + NEAR_PER_WORD * (len(self.terms) - 2)})"
 
 
 def stages(terms: list[str]) -> list[Stage]:
@@ -454,18 +611,11 @@ def stages(terms: list[str]) -> list[Stage]:
     word, every word but one (what the others find is still worth showing when one word is not
     in the history), and, when these found nothing, any word. In the first two, the items where
     the words are near one another rank first."""
-    def near(subset: list[str]) -> str | None:
-        if len(subset) < 2:
-            return None
-        firsts = " ".join(term.removeprefix("(").split(" OR ")[0] for term in subset)
-        return f"NEAR({firsts}, {NEAR_DISTANCE + NEAR_PER_WORD * (len(subset) - 2)})"
-
-    out = [Stage("all", " AND ".join(terms), near(terms))]
+    out = [Stage("all", terms)]
     if len(terms) > 2:
-        out += [Stage("all but one", " AND ".join(subset), near(subset))
-                for subset in (terms[:i] + terms[i + 1:] for i in range(len(terms)))]
+        out += [Stage("all but one", terms[:i] + terms[i + 1:]) for i in range(len(terms))]
     if len(terms) > 1:
-        out.append(Stage("any", " OR ".join(terms), None))
+        out.append(Stage("any", terms))
     return out
 
 
@@ -476,91 +626,236 @@ def thread_id(db: sqlite3.Connection, thread: str) -> int | None:
 
 class Found(NamedTuple):
     rids: list[int]  # the best matches, best first
-    total: int  # how many items match every term (when none does, any term)
+    total: int  # how many items the stages that gave `rids` match (see `search`)
     counted: list[int] | None  # those items, when `total` was counted from them (else None)
 
 
-def search(db: sqlite3.Connection, terms: list[str], thread: int | None, limit: int) -> Found:
-    """Rowids of the best matches, best first, and how many items match every term (when none
-    does, any term). Within each of `stages`, BM25 ranks (the identifier parts weigh half), or
-    recency when the stage matches more than RANKED_MATCHES items.
+class _Scope:
+    """FTS5 queries over one thread's rows (or every thread's)."""
 
-    A query with a phrase (several words in one term) is slow to match, so each of its stages is
-    run once: its matches come with their scores, sorted here, which also counts them. Single
-    words match fast and the stages are first counted up to RANKED_MATCHES + 1, so that BM25
-    scores no more than that. The words near one another are a stage's matches that its NEAR also
-    finds, in the stage's order. In "any", the items holding more of the query's rare words come
-    first."""
-    if not present(db):
-        raise Unavailable("the recall index is not available: this SQLite has no FTS5")
-    where, args = "recall_fts MATCH ?", []
-    if thread is not None:
-        where += " AND rowid BETWEEN ? AND ?"
-        args = [thread << SEQ_BITS, (thread << SEQ_BITS) | ((1 << SEQ_BITS) - 1)]
+    def __init__(self, db: sqlite3.Connection, thread: int | None) -> None:
+        self.db = db
+        self.weights: dict[str, dict[int, float]] = {}  # a term's BM25 in each of its rows (`scored`)
+        self.scoring = True  # whether `scored` reads BM25 (a long query ranks without it)
+        self.where, self.args = "recall_fts MATCH ?", []
+        if thread is not None:
+            self.where += " AND rowid BETWEEN ? AND ?"
+            self.args = [thread << SEQ_BITS, (thread << SEQ_BITS) | ((1 << SEQ_BITS) - 1)]
 
-    phrases = any(" " in term for term in terms)
+    def rowids(self, expression: str, limit: int, newest: bool = False) -> list[int]:
+        order = " ORDER BY rowid DESC" if newest else ""
+        return [rid for (rid,) in self.db.execute(f"SELECT rowid FROM recall_fts WHERE {self.where}{order} LIMIT ?",
+                                                  (expression, *self.args, limit))]
 
-    def matches(expression: str, scored: bool = True) -> list[int] | None:
-        """The stage's matches, best first; None when there are more than RANKED_MATCHES."""
-        if scored and not phrases:
-            probe = db.execute(f"SELECT count(*) FROM (SELECT 1 FROM recall_fts WHERE {where} LIMIT ?)",
-                               (expression, *args, RANKED_MATCHES + 1)).fetchone()[0]
-            if probe > RANKED_MATCHES or probe == 0:
-                return None if probe else []
-        score = "bm25(recall_fts, 1.0, 0.5)" if scored else "0"
-        rows = db.execute(f"SELECT rowid, {score} FROM recall_fts WHERE {where} LIMIT ?",
-                          (expression, *args, RANKED_MATCHES + 1)).fetchall()
+    def matches(self, expression: str) -> list[int] | None:
+        """The rows matching `expression`; None when there are more than RANKED_MATCHES."""
+        rows = self.rowids(expression, RANKED_MATCHES + 1)
+        return rows if len(rows) <= RANKED_MATCHES else None
+
+    def scored(self, term: str) -> list[int] | None:
+        """`matches` of one term, each with the term's BM25 (the identifier parts weigh half) kept
+        in `weights`: BM25 adds up over a query's terms, so a rare term's is read once, here."""
+        score = "bm25(recall_fts, 1.0, 0.5)" if self.scoring else "0"
+        rows = self.db.execute(f"SELECT rowid, {score} FROM recall_fts WHERE {self.where} LIMIT ?",
+                               (term, *self.args, RANKED_MATCHES + 1)).fetchall()
         if len(rows) > RANKED_MATCHES:
             return None
-        return [rid for rid, _ in sorted(rows, key=lambda row: row[1])] if scored else [rid for rid, _ in rows]
+        self.weights[term] = dict(rows)
+        return [rid for rid, _ in rows]
 
-    def newest(expression: str) -> list[int]:
-        return [rid for (rid,) in db.execute(f"SELECT rowid FROM recall_fts WHERE {where} ORDER BY rowid DESC LIMIT ?",
-                                             (expression, *args, limit))]
+    def probe(self, word: str) -> list[int] | None:
+        """`scored` of one word, counted first: a common word's rows are not read into Python."""
+        count = self.db.execute(f"SELECT count(*) FROM (SELECT 1 FROM recall_fts WHERE {self.where} LIMIT ?)",
+                                (word, *self.args, RANKED_MATCHES + 1)).fetchone()[0]
+        return None if count > RANKED_MATCHES else self.scored(word) if count else []
 
-    def count(expression: str) -> int:
-        return int(db.execute(f"SELECT count(*) FROM recall_fts WHERE {where}", (expression, *args)).fetchone()[0])
+    def count(self, expression: str) -> int:
+        return int(self.db.execute(f"SELECT count(*) FROM recall_fts WHERE {self.where}",
+                                   (expression, *self.args)).fetchone()[0])
 
-    def near_first(stage: Stage, ranked: list[int]) -> list[int]:
-        if stage.near is None or len(ranked) < 2:
-            return ranked
-        close = set(matches(stage.near, scored=False) or ())
-        return [rid for rid in ranked if rid in close] + [rid for rid in ranked if rid not in close]
+
+def _alternatives(term: str) -> list[str]:
+    """A term's phrases: one, or a camelCase word's two (`("getUserName" OR "get User Name")`)."""
+    return term.removeprefix("(").removesuffix(")").split(" OR ")
+
+
+def frequencies(scope: _Scope, terms: list[str]) -> dict[str, list[int] | None]:
+    """The items each term matches when at most RANKED_MATCHES (none: an empty list), else None.
+    Words are probed first (`_Scope.probe`), at most PROBES, each term's likeliest rare word
+    first (numbers, long words), then each term's next. A phrase of common words costs a read
+    of every position of each: in a long query (`is_long`) or one of more than one phrase, a phrase is probed only when one of its words is rare (FTS5 then reads only around
+    that word's matches), and only the MAX_SEARCHED whose rarest words are the rarest; the others
+    are taken as common."""
+    cheap_only = is_long(terms) or sum(" " in text for term in terms for text in _alternatives(term)) > 1
+    phrases = [text for term in terms for text in _alternatives(term)]
+    tokens = {text: sorted(set(_TOKEN.findall(text)), key=_specific) for text in phrases}
+    words: dict[str, list[int] | None] = {}
+    for depth in range(max((len(found) for found in tokens.values()), default=0)):
+        for text in phrases:
+            if depth < len(tokens[text]) and len(words) < PROBES and tokens[text][depth] not in words:
+                words[tokens[text][depth]] = scope.probe(f'"{tokens[text][depth]}"')
+
+    def rarest(text: str) -> list[int] | None:
+        """The matches of the phrase's rarest probed word (a bound on the phrase's), or None."""
+        found = [rows for token in tokens[text] if (rows := words.get(token)) is not None]
+        return min(found, key=len) if found else None
+
+    # Of a query too long to search whole, only the phrases that may be among its rarest terms
+    # (by their rarest word) are probed whole.
+    bounds = {term: max((len(rows) if (rows := rarest(text)) is not None else RANKED_MATCHES + 1)
+                        for text in _alternatives(term)) for term in terms}
+    probed = set(sorted(terms, key=bounds.__getitem__)[:MAX_SEARCHED]) if cheap_only else set(terms)
+
+    def phrase(term: str, text: str) -> list[int] | None:
+        found = [words[token] for token in tokens[text] if token in words]
+        if [] in found:
+            return []
+        if len(tokens[text]) == 1:
+            return found[0] if found else None
+        if term not in probed or (cheap_only and all(rows is None for rows in found)):
+            return None
+        return scope.scored(text)
+
+    out: dict[str, list[int] | None] = {}
+    for term in terms:
+        found = [phrase(term, text) for text in _alternatives(term)]
+        if len(found) == 1 or all(rows == [] for rows in found):
+            out[term] = found[0]
+        else:
+            out[term] = None if None in found or term not in probed else scope.scored(term)
+    return out
+
+
+def _specific(token: str) -> tuple[bool, int]:
+    """Words with digits, then longer words, first: the likeliest to be rare."""
+    return not any(char.isdigit() for char in token), -len(token)
+
+
+def is_long(terms: list[str]) -> bool:
+    """Whether a query is too long to search whole: more than MAX_SEARCHED terms, or more than
+    MAX_SEARCHED_WORDS words (a quoted page is a few terms of 8 words)."""
+    return len(terms) > MAX_SEARCHED or sum(len(_TOKEN.findall(_alternatives(term)[0])) for term in terms) > MAX_SEARCHED_WORDS
+
+
+def searched(terms: list[str], known: dict[str, list[int] | None]) -> list[str]:
+    """The terms a search asks for: all of them, or of a long query (`is_long`), the rarest that
+    some item holds, rarest first, at most MAX_SEARCHED of MAX_SEARCHED_WORDS words in all (each word of an FTS5 query
+    costs a look-up in every segment of the index, whatever the others)."""
+    if not is_long(terms):
+        return terms
+
+    def rarity(term: str) -> tuple[bool, int, int]:
+        """Rare first, then (of common terms) the fewest words: a phrase of common words is the
+        dearest term to match."""
+        rows = known.get(term)
+        return rows is None, len(rows or ()), len(_TOKEN.findall(_alternatives(term)[0]))
+
+    held = [term for term in terms if known.get(term) != []] or terms
+    chosen: list[str] = []  # rarest first: FTS5 reads the others only around it
+    words = 0
+    for term in sorted(held, key=rarity):
+        size = len(_TOKEN.findall(_alternatives(term)[0]))
+        if not chosen or words + size <= MAX_SEARCHED_WORDS:
+            chosen.append(term)
+            words += size
+        if len(chosen) == MAX_SEARCHED:
+            break
+    return chosen
+
+
+def search(db: sqlite3.Connection, terms: list[str], thread: int | None, limit: int) -> Found:
+    """Rowids of the best matches, best first, and how many items the stages they came from
+    match. Stages (`stages`): every term; while that found fewer than `limit`, every term but
+    one; when nothing did, any term. A term no item holds is known from the probes
+    (`frequencies`), and a stage needing it is not run. Within a stage, the matches where the
+    words are near one another come first, then BM25 over the query's rare terms ranks (the
+    identifier parts weigh half), then the newest; a stage matching more than RANKED_MATCHES
+    items shows its newest first. In "any", the items holding more of the rare terms come first.
+    Of a long query (`is_long`; `searched`: its rarest terms), every term or any rare one, ranked
+    by the rare terms an item holds, then the newest.
+
+    `total` counts the items matched by the stages that gave results: from their matches when
+    each has at most RANKED_MATCHES (then `counted` lists them), else by FTS5."""
+    if not present(db):
+        raise Unavailable("the recall index is not available: this SQLite has no FTS5")
+    scope = _Scope(db, thread)
+    long = is_long(terms)
+    scope.scoring = not long
+    known = frequencies(scope, terms)
+    terms = searched(terms, known)
+    rare = {term: set(rows) for term in terms if (rows := known.get(term))}
+    # (Of a long query, the items holding more of the rare terms rank first, then the newest: BM25
+    # would read every position of each phrase, and a pasted log is mostly phrases.)
+    scores: dict[int, float] = {}
+    for term in rare if not long else ():
+        for rid, weight in scope.weights.get(term, {}).items():
+            scores[rid] = scores.get(rid, 0.0) + weight
+
+    def order(rid: int) -> tuple[float, int]:
+        return scores.get(rid, 0.0), -rid
+
+    def holding(rid: int) -> int:
+        return -sum(rid in rows for rows in rare.values())
 
     found: dict[int, None] = {}
-    counted: list[int] | None = None
-    total = 0
+    matched: set[int] = set()
+    gave: list[str] = []  # the expressions of the stages that gave results
+    uncounted = False  # one of them matches too many items to list
     for stage in stages(terms):
-        if stage.kind == "all":
-            every = matches(stage.expression)
-            if every is not None:
-                total, counted = len(every), every
-                found.update((rid, None) for rid in near_first(stage, every))
+        if stage.kind == "any":
+            if found:
+                break
+            # (Of a long query, any of its rare terms: common words that no item holds together say
+            # nothing, and counting the items holding any of them reads every match of each.)
+            stage = Stage("any", [term for term in stage.terms if (rare.get(term) if long else known.get(term) != [])])
+            if not stage.terms:
+                break
+        elif stage.kind == "all but one" and (len(found) >= limit or long):
+            continue  # (a long query: its rarest terms, all of them, or any)
+        elif any(known.get(term) == [] for term in stage.terms):
+            continue  # a term no item holds
+        if all(known.get(term) is not None for term in stage.terms):  # every term's matches known: no FTS5
+            sets = [set(known[term] or ()) for term in stage.terms]
+            joined = set.union(*sets) if stage.kind == "any" else set.intersection(*sets)
+            every: list[int] | None = sorted(joined) if len(joined) <= RANKED_MATCHES else None
+        else:
+            every = scope.matches(stage.expression)
+        if every is not None:
+            if not every:
+                continue
+            matched.update(every)
+            gave.append(stage.expression)
+            if stage.kind == "any":
+                shown = sorted(every, key=lambda rid: (holding(rid), *order(rid)))
             else:
-                total = count(stage.expression)
-                if stage.near is not None:
-                    near_ranked = matches(stage.near)
-                    near_found = near_ranked if near_ranked is not None else newest(stage.near)
-                    found.update((rid, None) for rid in near_found[:limit])
-                found.update((rid, None) for rid in newest(stage.expression))
-        elif stage.kind == "all but one" and len(found) < limit:
-            ranked = matches(stage.expression)
-            ranked = near_first(stage, ranked) if ranked is not None else newest(stage.expression)
-            found.update((rid, None) for rid in ranked[:limit])
-        elif stage.kind == "any" and not found:
-            ranked = matches(stage.expression)
-            total = len(ranked) if ranked is not None else count(stage.expression)
-            counted = ranked
-            # The words that match few items (but some) are what the query is about (a common word
-            # weighs next to nothing in BM25): the items holding more of them come first, BM25 ranking
-            # those holding as many; when the query matches too many items to rank, those words'.
-            rare = {term: set(held) for term in terms if (held := matches(term, scored=False))}
-            if ranked is None and rare and len(rare) < len(terms):
-                ranked = matches(" OR ".join(rare))
-            if ranked is not None and len(rare) > 1:
-                ranked.sort(key=lambda rid: -sum(rid in held for held in rare.values()))
-            found.update((rid, None) for rid in (ranked if ranked is not None else newest(stage.expression))[:limit])
-    return Found(list(found)[:limit], total, counted)
+                shown = sorted(every, key=lambda rid: (holding(rid), *order(rid)) if long else order(rid))
+                near = stage.near if _near_worth(stage, long) and len(shown) > 1 else None
+                close = set(scope.matches(near) or ()) if near else set()
+                shown = [rid for rid in shown if rid in close] + [rid for rid in shown if rid not in close]
+        else:
+            gave.append(stage.expression)
+            uncounted = True
+            if stage.kind == "any":  # the items holding the rare terms, then the newest
+                shown = sorted(set().union(*rare.values()), key=lambda rid: (holding(rid), *order(rid)))[:limit]
+            elif stage.near and _near_worth(stage, long):
+                close_rows = scope.matches(stage.near)
+                shown = (sorted(close_rows, key=order)[:limit] if close_rows is not None
+                         else scope.rowids(stage.near, limit, True))
+            else:
+                shown = []
+            shown += scope.rowids(stage.expression, limit, newest=True)
+        found.update((rid, None) for rid in shown[:limit] if rid not in found)
+    if uncounted:
+        total = scope.count(" OR ".join(f"({expression})" for expression in gave))
+        return Found(list(found)[:limit], max(total, len(found)), None)
+    return Found(list(found)[:limit], len(matched), sorted(matched))
+
+
+def _near_worth(stage: Stage, long: bool) -> bool:
+    """Whether the stage's words near one another rank first: not in a long query, nor in a stage
+    with a phrase (its words are near one another already, and NEAR reads every position of each
+    again)."""
+    return stage.near is not None and not long and not any(" " in _alternatives(term)[0] for term in stage.terms)
 
 
 def present(db: sqlite3.Connection) -> bool:

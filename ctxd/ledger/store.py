@@ -9,6 +9,7 @@ out of the active history are archived under its id, never deleted.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -16,11 +17,11 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar, cast
 from urllib.parse import quote
 
 from ctxd.errors import StoreUnavailable
@@ -164,6 +165,30 @@ def database_path(state_dir: Path, workspace: Path) -> Path:
     return state_dir / "workspaces" / f"{safe}-{digest}.sqlite3"
 
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _index_safe(write: Callable[P, R]) -> Callable[P, R]:
+    """A ledger write (a method of Store) that the recall index made fail (damaged: its triggers
+    write to it in the same transaction) is written again once the index is made anew
+    (`Store.repair_index`): the index is derived data, and never fails a write."""
+    @functools.wraps(write)
+    def safe(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return write(*args, **kwargs)
+        except (StoreUnavailable, sqlite3.IntegrityError) as error:
+            store = cast("Store", args[0])
+            problem = store.index_damage(error)
+            if problem is None:
+                raise
+            if kwargs.get("wait") is False:
+                raise WouldWait from error  # a write that may not wait: the repair waits, on the caller's worker
+            store.rebuild_index(problem)
+        return write(*args, **kwargs)
+    return safe
+
+
 class WouldWait(Exception):
     """A write asked not to wait (`wait=False`) found the store busy (the connection in use, the
     database locked by another process) or, for an append, written by another process since the
@@ -212,7 +237,10 @@ class Store:
         self._last_touch: tuple[str, tuple[int, int], float] | None = None
         self._marking = False
         self._indexing = False  # the recall index is set up on this connection (`search.install`)
+        self.index_problem: str | None = None  # why the index is not written (damaged beyond a rebuild)
+        self.index_rebuilds = 0  # times a damaged index was made anew while open (`repair_index`)
         self._db: sqlite3.Connection | None = None
+        self.closed = False  # closed by `close` (a background writer stops: it must not open it again)
         self._readonly = readonly
         if readonly:
             with self._guard():
@@ -276,6 +304,7 @@ class Store:
                 self._check_owner(self._db)
             self._file_fd = _open_fd(self.path)
             self._counts_links = self._file_fd is not None and os.fstat(self._file_fd).st_nlink > 0
+            self.closed = False
 
     def _check_owner(self, db: sqlite3.Connection | None = None) -> None:
         """Refuse a database written for another workspace. Read through a read-only connection
@@ -328,6 +357,7 @@ class Store:
         checkpoint, which waits for no one): a ledger closed cleanly is whole in its own file, even
         when another connection keeps SQLite from doing so as it closes."""
         with self._lock:
+            self.closed = True
             if self._db is not None:
                 if not (self._readonly or self.readonly_reason or self._db.in_transaction):
                     try:
@@ -492,7 +522,69 @@ class Store:
                     raise StoreUnavailable(f"{self.path} holds the ledger of another workspace ({owner[0]}), "
                                            f"not of {workspace}; move it aside, then retry.")
                 db.execute("INSERT OR REPLACE INTO meta VALUES ('workspace', ?)", (str(workspace),))
-            self._indexing = search.install(db)  # the recall index: this connection's triggers; built if missing
+            self._install_index(db)
+
+    def _install_index(self, db: sqlite3.Connection) -> None:
+        """The recall index on this connection (its triggers; built if missing or damaged), in
+        the opening's transaction. An index that cannot even be made anew is left alone: the
+        ledger opens without it (recall then says why)."""
+        db.execute("SAVEPOINT recall_index")
+        try:
+            self._indexing = search.install(db)
+            self.index_problem = None
+        except sqlite3.Error as error:
+            if search.transient(error):
+                raise
+            db.execute("ROLLBACK TO recall_index")
+            self._give_up_index(db, error)
+        db.execute("RELEASE recall_index")
+
+    def _give_up_index(self, db: sqlite3.Connection, error: sqlite3.Error | StoreUnavailable) -> None:
+        try:
+            search.uninstall(db)
+        except sqlite3.Error:
+            pass  # (its triggers went with the connection's TEMP schema)
+        self._indexing = False
+        self.index_problem = (f"{self.path}: the recall index is damaged and could not be made anew "
+                              f"({error}); the history is kept and can be read, but not searched. Restart ctxd "
+                              "to try again.")
+        log.warning("%s", self.index_problem)
+
+    def repair_index(self, error: Exception) -> bool:
+        """After `error`: when the recall index is damaged (the TEMP triggers and a mirror's
+        indexing write to it in the ledger's own transactions, and a search reads it), make it
+        anew, empty (the next searches index the ledger again), or when even that fails, stop
+        writing to it. True when the index was the cause (the caller may try again); False when
+        it is whole, and for errors of the store's state (locked, read-only, a full disk)."""
+        problem = self.index_damage(error)
+        if problem is None:
+            return False
+        self.rebuild_index(problem)
+        return True
+
+    def index_damage(self, error: Exception) -> str | None:
+        """What is wrong with the recall index after `error`, or None: it is whole, or the error is
+        the store's state (locked, read-only, a full disk), or this connection does not index."""
+        if not self._indexing or (isinstance(error, StoreUnavailable) and error.kind not in ("corrupt", "other")):
+            return None
+        try:
+            with self._read() as db:
+                return search.damage(db)
+        except StoreUnavailable:
+            return None
+
+    def rebuild_index(self, problem: str) -> None:
+        """Make the damaged index anew, empty; when even that fails, stop writing to it."""
+        with self._lock:
+            log.warning("%s: the recall index is damaged (%s): it is made anew from the ledger", self.path, problem)
+            self.index_rebuilds += 1
+            try:
+                with self._write() as db:
+                    search.rebuild(db)
+            except (StoreUnavailable, sqlite3.IntegrityError) as failure:
+                if isinstance(failure, StoreUnavailable) and failure.kind not in ("corrupt", "other"):
+                    raise
+                self._give_up_index(self._connection(), failure)
 
     def data_version(self) -> tuple[int, int]:
         """Changes whenever another connection (another daemon) commits to this database, or the
@@ -537,6 +629,17 @@ class Store:
     def writing(self) -> AbstractContextManager[sqlite3.Connection]:
         """One write transaction, for the same modules (the index catching up with the items)."""
         return self._write()
+
+    @contextmanager
+    def writing_while_open(self) -> Iterator[sqlite3.Connection | None]:
+        """One write transaction, or None once the store was closed: for a writer in the
+        background, which must stop then rather than open the store again."""
+        with self._lock:
+            if self.closed:
+                yield None
+                return
+            with self._write() as db:
+                yield db
 
     def thread(self, thread: str) -> ThreadRow | None:
         with self._read() as db:
@@ -633,6 +736,7 @@ class Store:
         """The thread's compactions, oldest first: (id, created_at, info)."""
         return [op for op in self.operations(thread) if op[2].get("kind", "compaction") == "compaction"]
 
+    @_index_safe
     def annotate_compaction(self, compaction_id: int, **info: Any) -> None:
         """Add what is known only after it is written (the tokens after it) to an operation's info."""
         with self._write() as db:
@@ -658,6 +762,7 @@ class Store:
     def _next_seq(self, db: sqlite3.Connection, thread: str) -> int:
         return int(db.execute("SELECT coalesce(max(seq), 0) FROM items WHERE thread = ?", (thread,)).fetchone()[0]) + 1
 
+    @_index_safe
     def append(self, thread: str, rows: list[tuple[str, int]], known: tuple[tuple[int, int] | None, int] | None = None,
                wait: bool = True, items: list[Any] | None = None) -> tuple[int, tuple[int, int]]:
         """Store `(body, tokens)` rows after every existing item; return the first new seq and the
@@ -695,6 +800,7 @@ class Store:
             self._last_touch = (thread, version, now)
         return first, version
 
+    @_index_safe
     def update_thread(self, thread: str, follow: tuple[str, dict[str, Any]] | None = None, **fields: Any) -> None:
         """Set a thread's fields; `follow`: its followed file and where that file's reader stands
         (`follow_state`), in the same transaction."""
@@ -711,6 +817,7 @@ class Store:
             self._touch(db, thread, **fields)
             return True
 
+    @_index_safe
     def replace(self, thread: str, upto_seq: int, rows: list[tuple[str, int]], info: dict[str, Any],
                 expected_version: int | None = None, items: list[Any] | None = None,
                 created_at: float | None = None, **fields: Any) -> int:
@@ -780,6 +887,7 @@ class Store:
 
     # --- history operations (protocol v3: every one can be undone, nothing is deleted) -----------
 
+    @_index_safe
     def operate(self, thread: str, info: dict[str, Any], *, active: list[int], expected_version: int,
                 marks: dict[int, int | None] | None = None, **fields: Any) -> int:
         """A history operation other than a compaction (a rollback, a restore of the conversation,

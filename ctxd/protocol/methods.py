@@ -1,8 +1,8 @@
-"""The names on the wire: every method and notification ctxd answers or sends (protocol v3)."""
+"""The names on the wire: every method and notification ctxd answers or sends (protocol v4)."""
 
 from __future__ import annotations
 
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 
 # LSP lifecycle and the notifications ctxd takes from the client
 INITIALIZE = "initialize"
@@ -32,10 +32,13 @@ UNDO = "ctxd/undo"  # v3
 RECALL = "ctxd/recall"  # v3
 ITEM = "ctxd/item"  # v3
 SESSIONS_SYNC = "ctxd/sessions/sync"  # v4: ctxd's own tools wait for what the agents just wrote
+# v4: only the session of a `ctxd acp` proxy (ownerlink.Session with role "acp") may call these
+ACP_RECORD = "ctxd/acp/record"
+ACP_CHECKPOINT = "ctxd/acp/checkpoint"
 
 REQUESTS = frozenset({RECORD, REPORT_TOKEN_USAGE, SET_PROMPT_CONTEXT, USAGE, PROMPT, COMPACT, ROLLBACK, HISTORY,
                       THREADS, STATUS, GHOST_SNAPSHOT, GHOST_LIST, GHOST_RESTORE, GHOST_DIFF, GHOST_DELETE, UNDO,
-                      RECALL, ITEM, SESSIONS_SYNC})
+                      RECALL, ITEM, SESSIONS_SYNC, ACP_RECORD, ACP_CHECKPOINT})
 
 # notifications ctxd sends
 USAGE_CHANGED = "ctxd/usageChanged"

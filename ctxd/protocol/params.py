@@ -158,6 +158,28 @@ class ItemParams(Params):
     seq: int = Field(ge=1, le=MAX_COUNT)
 
 
+class AcpRecordParams(Params):
+    """The proxy's view of its ACP session (`ctxd/acp/record`): items to append, what the thread
+    listing shows, and the agent's own gauge when it sent one (`usage_update`)."""
+
+    items: list[Any]
+    title: str | None = Field(default=None, max_length=1_000)
+    agent: str | None = Field(default=None, max_length=200)
+    model: str | None = Field(default=None, max_length=200)
+    used: int | None = Field(default=None, ge=0, le=MAX_COUNT)
+    size: int | None = Field(default=None, ge=1, le=MAX_COUNT)
+    replay: bool = False  # the history an agent replays at `session/load`: stored only into an empty thread
+
+
+class AcpCheckpointParams(Params):
+    """A checkpoint the proxy takes before a turn or a change (`ctxd/acp/checkpoint`)."""
+
+    trigger: Literal["turn", "tool"]
+    message: str = Field(default="", max_length=10_000)
+    turn: dict[str, Any] | None = None
+    tool: dict[str, Any] | None = None
+
+
 # What each method takes (`shapes.RESULTS` says what it answers): the handlers parse with these, and
 # the schema the editors' types come from declares them.
 PARAMS: dict[str, type[BaseModel]] = {
@@ -180,6 +202,8 @@ PARAMS: dict[str, type[BaseModel]] = {
     methods.RECALL: RecallParams,
     methods.ITEM: ItemParams,
     methods.SESSIONS_SYNC: ThreadsParams,
+    methods.ACP_RECORD: AcpRecordParams,
+    methods.ACP_CHECKPOINT: AcpCheckpointParams,
 }
 
 

@@ -250,7 +250,7 @@ class ThreadInfo(TypedDict):
     itemCount: int
     historyVersion: int
     updatedAt: str
-    source: NotRequired[Literal["client", "codex", "claude"]]
+    source: NotRequired[Literal["client", "codex", "claude", "acp"]]
     title: NotRequired[str | None]
     model: NotRequired[str | None]
     lastActivity: NotRequired[str | None]
@@ -432,7 +432,9 @@ class TurnRef(TypedDict):
 @with_config(STRICT)
 class RecallHit(TypedDict):
     """One match of `ctxd/recall`: where the item is (`seq` in `thread`), what it is, the part of
-    its text that matched (at most 400 characters), and whether a compaction replaced it."""
+    its text that matched (at most 400 characters), and whether a compaction replaced it.
+    `placeholderSeq`: the match was the placeholder a compaction left of this tool output (its
+    seq there); the hit is the output itself."""
 
     thread: str
     seq: int
@@ -442,6 +444,7 @@ class RecallHit(TypedDict):
     createdAt: NotRequired[str | None]
     archived: bool
     turn: NotRequired[TurnRef]
+    placeholderSeq: NotRequired[int]
 
 
 @with_config(STRICT)
@@ -452,9 +455,12 @@ class RecallResult(TypedDict):
 
 @with_config(STRICT)
 class ItemResult(TypedDict):
+    """`placeholderSeq`: the seq asked for holds a compaction's placeholder for this tool output."""
+
     item: Item
     archived: bool
     seq: int
+    placeholderSeq: NotRequired[int]
 
 
 @with_config(STRICT)
@@ -472,6 +478,14 @@ class GhostChanged(TypedDict):
     """`ctxd/ghostChanged` (v3): the workspace's snapshots changed, e.g. a hook took a checkpoint."""
 
     workspace: str
+
+
+@with_config(STRICT)
+class AcpCheckpointResult(TypedDict):
+    """`ctxd/acp/checkpoint` (v4): the checkpoint's id, or why none was taken (`ghost.auto` off)."""
+
+    id: str | None
+    skipped: NotRequired[str]
 
 
 # What each method answers and each notification carries; the schema's top level lists them.
@@ -495,6 +509,8 @@ RESULTS: dict[str, Any] = {
     "ctxd/recall": RecallResult,
     "ctxd/item": ItemResult,
     "ctxd/sessions/sync": SyncResult,
+    "ctxd/acp/record": RecordResult,
+    "ctxd/acp/checkpoint": AcpCheckpointResult,
 }
 NOTIFICATIONS: dict[str, Any] = {
     "ctxd/usageChanged": UsageChanged,

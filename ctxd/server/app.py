@@ -75,7 +75,8 @@ BACKLOG_BYTES = 32 * 1024 * 1024
 
 # Long operations run beside a thread's other requests.
 UNORDERED = frozenset({methods.COMPACT, methods.GHOST_SNAPSHOT, methods.GHOST_LIST, methods.GHOST_RESTORE,
-                       methods.GHOST_DIFF, methods.GHOST_DELETE, methods.STATUS, methods.SESSIONS_SYNC})
+                       methods.GHOST_DIFF, methods.GHOST_DELETE, methods.STATUS, methods.SESSIONS_SYNC,
+                       methods.ACP_CHECKPOINT})
 
 
 RecordNow = Callable[[Callable[[str], Workspace], Any], "shapes.RecordResult | None"]
@@ -318,8 +319,12 @@ class CtxdServer:
     """One client's session, built with its connection: its lifecycle state, its requests in flight,
     the folders it opened; the workspaces and workers are its daemon's."""
 
-    def __init__(self, connection: Connection, state_dir: Path | None = None, daemon: Daemon | None = None) -> None:
+    def __init__(self, connection: Connection, state_dir: Path | None = None, daemon: Daemon | None = None,
+                 role: str | None = None) -> None:
         self.connection = connection
+        # "acp": a `ctxd acp` proxy's session, the only one that writes `acp:` threads. Only ctxd's own
+        # code says so, on the owner's socket (ownerlink.Session); an editor's session never can.
+        self.writes_acp = role == "acp"
         self.owns_daemon = daemon is None  # over stdio (and in memory) the session is the daemon
         self.daemon = daemon if daemon is not None else Daemon(state_dir)
         self.service = self.daemon.service
@@ -466,7 +471,8 @@ class CtxdServer:
                 raise Cancelled("request cancelled")
             params = parse_params(params_model, raw_params)
             workspace = self.service.workspace(params.workspace)
-            result = fn(Call(workspace, cancel, self.outbox, self.events, self.sessions), params)
+            result = fn(Call(workspace, cancel, self.outbox, self.events, self.sessions, self.writes_acp,
+                             self.daemon.everyone.notify), params)
         except Exception as error:  # noqa: BLE001 - reported to the client
             self._report(method, msg_id, error)
             return
@@ -524,6 +530,7 @@ class CtxdServer:
             uris = [params["rootUri"]]
         for uri in uris:
             self._open(uri)
+        self.daemon.folders_changed()  # an owner already following sessions: these folders too
 
     def _configure(self, params: dict[str, Any]) -> None:
         options = params.get("initializationOptions")

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel
 
-from ctxd.errors import Cancelled, GitFailed
+from ctxd.errors import Cancelled, GitFailed, InvalidParams
 from ctxd.protocol import methods
 from ctxd.protocol import params as p
 from ctxd.protocol.items import record_items
@@ -37,6 +37,8 @@ class Call:
     outbox: Outbox
     events: CompactionEvents
     sessions: Any = None  # the followed sessions (ctxd.sessions.bridge.SessionBridge), if any
+    writes_acp: bool = False  # the session is a `ctxd acp` proxy's (ownerlink.Session, role "acp")
+    broadcast: Callable[[str, dict[str, Any]], None] | None = None  # a notification to every session
 
     def check_cancelled(self) -> None:
         if self.cancel.is_set():
@@ -214,3 +216,45 @@ def item(call: Call, params: p.ItemParams) -> shapes.ItemResult:
     from ctxd.ledger import recall as history
 
     return history.item(call.workspace.store, params.thread, params.seq)  # type: ignore[return-value]
+
+
+def _acp_thread(call: Call, thread: str) -> None:
+    """Only a `ctxd acp` proxy's session writes an `acp:` thread, and only those (protocol v4)."""
+    if not call.writes_acp:
+        raise InvalidParams(f"{thread!r}: only a ctxd acp proxy's session writes ACP sessions (read-only here)")
+    agent, _, session = thread.partition(":")
+    if agent != "acp" or not session:
+        raise InvalidParams(f"thread: {thread!r} is not an ACP session's thread (acp:<session id>)")
+
+
+@handler(methods.ACP_RECORD)
+def acp_record(call: Call, params: p.AcpRecordParams) -> shapes.RecordResult:
+    import time
+
+    _acp_thread(call, params.thread)
+    info: dict[str, Any] = {"source": "acp", "title": params.title, "model": params.model, "agent": params.agent,
+                            "lastActivity": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    context: dict[str, Any] = {key: value for key, value in (("model", params.model), ("contextWindow", params.size))
+                               if value}
+    new = not call.workspace.exists(params.thread)
+    result = call.workspace.record_followed(params.thread, list(record_items(params.items)), info=info, context=context,
+                                            used=params.used, replay=params.replay)
+    if new and call.broadcast is not None:  # the editors' thread lists show it at once
+        call.broadcast(methods.THREADS_CHANGED, {"workspace": call.workspace.uri})
+    return result
+
+
+@handler(methods.ACP_CHECKPOINT)
+def acp_checkpoint(call: Call, params: p.AcpCheckpointParams) -> shapes.AcpCheckpointResult:
+    from ctxd.ghost import snapshots as ghost
+
+    _acp_thread(call, params.thread)
+    workspace = call.workspace
+    if workspace.settings.ghost.auto == "off":
+        return {"id": None, "skipped": "ghost.auto is off"}
+    commit = ghost.snapshot(workspace.opened_root(), params.message, settings=workspace.settings.ghost,
+                            trigger=params.trigger, thread=params.thread, turn=params.turn, tool=params.tool,
+                            cancel=call.cancel, state_dir=workspace.state_dir)
+    if call.broadcast is not None:  # as after a hook's checkpoint: the editors' lists show it
+        call.broadcast(methods.GHOST_CHANGED, {"workspace": workspace.uri})
+    return {"id": commit["id"]}

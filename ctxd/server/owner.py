@@ -55,6 +55,9 @@ FIRST_CLIENT_SECONDS = 20.0
 LOCK_WAIT_SECONDS = 30.0
 """A new owner waits this long for an old one that is leaving to let go of the lock."""
 LOG_BYTES = 4 * 1024 * 1024
+CLOSE_SECONDS = 10.0
+"""A leaving owner waits this long for requests still running (of sessions that ended) before it
+exits; its lock is let go first, so the next owner starts meanwhile."""
 
 
 def idle_seconds() -> float:
@@ -123,7 +126,7 @@ class Owner:
         self._listener: socket.socket | None = None
         self._socket_id: tuple[int, int] | None = None
         self._kept: dict[str, KeptFolder] = {}  # folders no editor opened, watched for the hooks
-        self._locks: list[int] = []  # a lock made again after the state dir was removed
+        self._locks: list[int] = []  # its lock (and one made again after the state dir was removed)
 
     # --- start and stop ---
 
@@ -212,7 +215,12 @@ class Owner:
                     os.unlink(path)  # new clients start the next owner
             with contextlib.suppress(OSError):
                 self._listener.close()
-        self.daemon.close()
+        for fd in self._locks:  # the next owner may start now: the ledgers are safe between processes
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        closing = threading.Thread(target=self.daemon.close, name="ctxd-owner-close", daemon=True)
+        closing.start()
+        closing.join(CLOSE_SECONDS)
 
     def ask_to_stop(self) -> None:
         self._stopping.set()
@@ -370,7 +378,9 @@ class Owner:
         self.logs.attach(log_file, request.get("verbose") is True)
         code: int | None = None
         try:
-            server = CtxdServer(StreamConnection(with_head(head, reader), writer, on_exit=end), daemon=self.daemon)
+            role = request.get("role") if not fds and request.get("role") == "acp" else None  # ctxd acp's own socket
+            server = CtxdServer(StreamConnection(with_head(head, reader), writer, on_exit=end), daemon=self.daemon,
+                                role=role)
             code = server.serve()
         finally:
             end(code if code is not None else 0)
@@ -491,6 +501,7 @@ def main(state_dir: Path, *, detached: bool, keep: Path | None = None) -> int:
     lock = owner.take_lock()
     if lock is None:
         return 0  # another owner runs
+    owner._locks.append(lock)
     signal.signal(signal.SIGTERM, lambda *_: owner.ask_to_stop())
     if os.environ.get("CTXD_TREE_WATCH") != "0":  # "0": every capture reads the whole tree
         from ctxd.ghost import treewatch

@@ -110,30 +110,39 @@ def overhead_counts(context: dict[str, Any] | None, count: Callable[[str], int])
     return out
 
 
-# A followed session's overhead the agent's files do not state, per agent: the category it goes
-# to and the detail's name.
-AGENT_OVERHEAD = {
-    "claude": ("systemPrompt", "Claude Code's system prompt, tools and memory (inferred)"),
-    "codex": ("builtinTools", "Codex's built-in tools and instructions (inferred)"),
+# A followed session's overhead the agent's files do not state, per agent: the categories it goes
+# to, each with its detail's name and its share. Claude Code's transcripts state neither its system
+# prompt nor its tools; its own /context counts them apart. Its first request (Claude Code 2.1.332,
+# `claude -p` captured by the fake Messages server of tests/model_servers.py) carried a system
+# prompt of 7.1k estimated tokens and 12 tool declarations of 11.9k: the tools are 62.5% of the two.
+AGENT_OVERHEAD: dict[str, tuple[tuple[CategoryName, str, float], ...]] = {
+    "claude": (("builtinTools", "Claude Code's built-in tools (inferred)", 0.625),
+               ("systemPrompt", "Claude Code's system prompt and memory (inferred)", 0.375)),
+    "codex": (("builtinTools", "Codex's built-in tools and instructions (inferred)", 1.0),),
 }
 INFERRED_HOW = "the first request's reported input less the messages it carried{}"
+SPLIT_HOW = "; Claude Code's tools and system prompt split as its own first request carries them (62.5% tools)"
 
 
 def _infer_fixed_overhead(context: dict[str, Any], out: OverheadCounts) -> None:
     """A followed session: its first request's reported input, less the messages it carried and
-    the parts the file states, is the agent's fixed overhead (labelled as inferred)."""
+    the parts the file states, is the agent's fixed overhead (labelled as inferred), split between
+    its tools and its system prompt as the agent's own requests carry them."""
     followed = context.get("followed")
     first = followed.get("firstRequest") if isinstance(followed, dict) else None
-    where = AGENT_OVERHEAD.get(str(followed.get("agent"))) if isinstance(followed, dict) else None
-    if not isinstance(first, dict) or where is None:
+    parts = AGENT_OVERHEAD.get(str(followed.get("agent"))) if isinstance(followed, dict) else None
+    if not isinstance(first, dict) or parts is None:
         return
     stated = sum(out.total(c) for c in OVERHEAD_CATEGORIES)
     rest = int(first.get("tokens") or 0) - int(first.get("messages") or 0) - stated
     if rest <= 0:
         return
-    category, name = where
-    out.categories[category].append(Part(name, rest))
-    out.inferred[category] = INFERRED_HOW.format(" and the instructions and tools the file states" if stated else "")
+    how = INFERRED_HOW.format(" and the instructions and tools the file states" if stated else "")
+    shares = apportion(rest, [round(share * 1000) for _, _, share in parts])
+    for (category, name, _), tokens in zip(parts, shares, strict=True):
+        if tokens > 0:
+            out.categories[category].append(Part(name, tokens))
+            out.inferred[category] = how + (SPLIT_HOW if len(parts) > 1 else "")
 
 
 def apportion(total: int, weights: Sequence[int]) -> list[int]:

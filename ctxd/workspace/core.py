@@ -28,8 +28,9 @@ if TYPE_CHECKING:
 
 UsageListener = Callable[[str, str, "UsageSnapshot"], None]
 # Threads named `codex:<id>` / `claude:<id>` mirror an agent's session file (ctxd/sessions): the
-# agent owns that history, so no client may write to them.
-FOLLOWED_AGENTS = {"codex": "Codex", "claude": "Claude Code"}
+# agent owns that history, so no client may write to them. `acp:<id>` is an ACP session seen by a
+# `ctxd acp` proxy (ctxd/acp), which alone writes it (`ctxd/acp/record`).
+FOLLOWED_AGENTS = {"codex": "Codex", "claude": "Claude Code", "acp": "ctxd acp"}
 AWAITING_REPORT = "awaitingReport"
 """Thread state after an agent's hook announced a compaction: the stale baseline, until a new report."""
 

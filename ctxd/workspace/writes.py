@@ -403,6 +403,33 @@ class WorkspaceWrites(WorkspaceCore):
         """A thread's active items as stored (a followed session's window: its readers hold none)."""
         return [json.loads(row.body) for row in self.store.active_rows(thread)]
 
+    def record_followed(self, thread: str, items: list[dict[str, Any]], *, info: dict[str, Any],
+                        context: dict[str, Any], used: int | None, replay: bool = False) -> RecordResult:
+        """Append to a thread that one of ctxd's own processes keeps for an agent (a `ctxd acp`
+        proxy's `acp:` thread): the items after what it holds, `info` as `ctxd/threads` shows it,
+        `context` (model, window) for the gauge, and `used`, when given, as the exact fill the
+        agent reported after these items (its API baseline; otherwise the last one stands).
+        `replay`: the history the agent replays when a session is loaded, which the thread holds
+        already unless it is empty."""
+        valid = [item for item in items if _valid(item)]
+        with self.lock:  # items are counted for the session's model
+            ledger = self._ledger(thread)
+            if context and ledger.prompt_context != context:
+                ledger.prompt_context = context
+        kept, rows = self._rows(thread, valid)
+        with self.lock:
+            ledger = self._ledger(thread)
+            if rows and not (replay and ledger.entries):
+                ledger = self._append(ledger, kept, rows, index=True)
+            state = {**(ledger.state or {}), "followed": info}
+            api_total, api_seq = (used, ledger.last_seq) if used is not None else (ledger.api_total, ledger.api_seq)
+            context = context or ledger.prompt_context or {}
+            self.store.update_thread(thread, api_total=api_total, api_seq=api_seq, prompt_context=context, state=state)
+            ledger.api_total, ledger.api_seq, ledger.state, ledger.prompt_context = api_total, api_seq, state, context
+            ledger.tokens_after_api = sum(e.tokens for e in ledger.entries if e.seq > api_seq)
+            usage = self._changed(ledger)
+            return {"historyVersion": ledger.history_version, "itemCount": len(ledger.entries), "usage": usage}
+
     def mirror_start(self, thread: str, items: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
         """How a followed thread stands against `items`, the session's window as its file has it
         (a session found, or found again after a restart): those items as `mirror` stores them,

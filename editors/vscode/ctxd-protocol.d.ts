@@ -2,13 +2,17 @@
 /**
  * The ctxd wire protocol (version 2): results, notifications and request params. GENERATED, do not edit:
  * `npm run gen:protocol` from docs/protocol.schema.json (from ctxd/protocol/shapes.py).
- * schema sha256: 99da2be8f380e77a809b04a5b675dc5416075197c80b79321c8209422684f525
+ * schema sha256: b6366f4d41b90ff459774791347fbc46282b9ab101c08a90adf9254b4716f7af
  */
 
 /**
  * Results, notifications and request params of the ctxd wire protocol, version 3 (generated from ctxd/protocol/shapes.py by `python -m ctxd.protocol.shapes`).
  */
 export interface CtxdProtocol {
+  ctxd_acp_checkpoint: AcpCheckpointResult;
+  ctxd_acp_checkpoint_params: AcpCheckpointParams;
+  ctxd_acp_record: RecordResult;
+  ctxd_acp_record_params: AcpRecordParams;
   ctxd_compact: CompactResult;
   ctxd_compact_params: CompactParams;
   ctxd_compacted: Compacted;
@@ -51,6 +55,80 @@ export interface CtxdProtocol {
   ctxd_usage: Breakdown;
   ctxd_usageChanged: UsageChanged;
   ctxd_usage_params: UsageParams;
+}
+/**
+ * `ctxd/acp/checkpoint` (v4): the checkpoint's id, or why none was taken (`ghost.auto` off).
+ *
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "AcpCheckpointResult".
+ */
+export interface AcpCheckpointResult {
+  id: string | null;
+  skipped?: string;
+}
+/**
+ * A checkpoint the proxy takes before a turn or a change (`ctxd/acp/checkpoint`).
+ *
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "AcpCheckpointParams".
+ */
+export interface AcpCheckpointParams {
+  message?: string;
+  thread?: string;
+  tool?: {
+    [k: string]: unknown;
+  } | null;
+  trigger: "turn" | "tool";
+  turn?: {
+    [k: string]: unknown;
+  } | null;
+  workDoneToken?: number | string | null;
+  workspace: string;
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "RecordResult".
+ */
+export interface RecordResult {
+  historyVersion: number;
+  itemCount: number;
+  usage: UsageSnapshot;
+}
+/**
+ * How full a thread's context window is: the gauge's numbers.
+ *
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "UsageSnapshot".
+ */
+export interface UsageSnapshot {
+  autoCompactLimit: number;
+  contextWindow: number;
+  historyVersion: number;
+  percent: number;
+  source: "api" | "estimate" | "api+estimate";
+  tier: "ok" | "warn" | "compact";
+  tokenizer?: string;
+  tokenizerStatus?: "exact" | "loading" | "unavailable" | "estimate" | "idle";
+  usedTokens: number;
+}
+/**
+ * The proxy's view of its ACP session (`ctxd/acp/record`): items to append, what the thread
+ * listing shows, and the agent's own gauge when it sent one (`usage_update`).
+ *
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "AcpRecordParams".
+ */
+export interface AcpRecordParams {
+  agent?: string | null;
+  items: unknown[];
+  model?: string | null;
+  replay?: boolean;
+  size?: number | null;
+  thread?: string;
+  title?: string | null;
+  used?: number | null;
+  workDoneToken?: number | string | null;
+  workspace: string;
 }
 /**
  * This interface was referenced by `CtxdProtocol`'s JSON-Schema
@@ -344,12 +422,15 @@ export interface HistoryParams {
   workspace: string;
 }
 /**
+ * `placeholderSeq`: the seq asked for holds a compaction's placeholder for this tool output.
+ *
  * This interface was referenced by `CtxdProtocol`'s JSON-Schema
  * via the `definition` "ItemResult".
  */
 export interface ItemResult {
   archived: boolean;
   item: Item;
+  placeholderSeq?: number;
   seq: number;
 }
 /**
@@ -404,6 +485,8 @@ export interface RecallResult {
 /**
  * One match of `ctxd/recall`: where the item is (`seq` in `thread`), what it is, the part of
  * its text that matched (at most 400 characters), and whether a compaction replaced it.
+ * `placeholderSeq`: the match was the placeholder a compaction left of this tool output (its
+ * seq there); the hit is the output itself.
  *
  * This interface was referenced by `CtxdProtocol`'s JSON-Schema
  * via the `definition` "RecallHit".
@@ -411,6 +494,7 @@ export interface RecallResult {
 export interface RecallHit {
   archived: boolean;
   createdAt?: string | null;
+  placeholderSeq?: number;
   role?: string;
   seq: number;
   snippet: string;
@@ -439,32 +523,6 @@ export interface RecallParams {
   thread?: string;
   workDoneToken?: number | string | null;
   workspace: string;
-}
-/**
- * This interface was referenced by `CtxdProtocol`'s JSON-Schema
- * via the `definition` "RecordResult".
- */
-export interface RecordResult {
-  historyVersion: number;
-  itemCount: number;
-  usage: UsageSnapshot;
-}
-/**
- * How full a thread's context window is: the gauge's numbers.
- *
- * This interface was referenced by `CtxdProtocol`'s JSON-Schema
- * via the `definition` "UsageSnapshot".
- */
-export interface UsageSnapshot {
-  autoCompactLimit: number;
-  contextWindow: number;
-  historyVersion: number;
-  percent: number;
-  source: "api" | "estimate" | "api+estimate";
-  tier: "ok" | "warn" | "compact";
-  tokenizer?: string;
-  tokenizerStatus?: "exact" | "loading" | "unavailable" | "estimate" | "idle";
-  usedTokens: number;
 }
 /**
  * This interface was referenced by `CtxdProtocol`'s JSON-Schema
@@ -664,7 +722,7 @@ export interface ThreadInfo {
   lastActivity?: string | null;
   model?: string | null;
   readOnly?: boolean;
-  source?: "client" | "codex" | "claude";
+  source?: "client" | "codex" | "claude" | "acp";
   thread: string;
   title?: string | null;
   updatedAt: string;

@@ -3,12 +3,13 @@
  * re-renders (debounced) on every usage change of that thread; says so when the daemon is not
  * running. Free of `vscode`: the panel is a `PanelSink`.
  */
-import { isFollowed } from './followed';
+import { isFollowed, readOnlyText, threadLabel } from './followed';
 import type { CtxdService } from './api';
 import { renderBreakdownHtml, renderMessageHtml } from './breakdownView';
 import type { StopReason } from './daemon';
-import { Debouncer, type FolderInfo } from './gauge';
-import { type Disposable, Method } from './protocol';
+import { Debouncer, type Shown } from './gauge';
+import { type Breakdown, type Disposable, Method } from './protocol';
+import { codexNote } from './status';
 import { friendlyError } from './errors';
 
 export interface PanelSink {
@@ -16,19 +17,25 @@ export interface PanelSink {
   setHtml(html: string): void;
 }
 
+/** A breakdown already read for the thread (the gauge's tooltip has one), drawn at once while the current one is read. */
+export type HeldBreakdown = (workspace: string, thread: string) => Breakdown | undefined;
+
 export class BreakdownController implements Disposable {
   private readonly refresher: Debouncer;
   private readonly sub: Disposable;
   /** Resolves when the latest refresh has drawn (for callers that wait, e.g. the tests). */
   lastRefresh: Promise<void> = Promise.resolve();
+  /** Bumped by every refresh: an older read that answers late does not draw over a newer one. */
+  private draws = 0;
 
   constructor(
     private readonly service: CtxdService,
     private readonly sink: PanelSink,
-    private readonly where: () => (FolderInfo & { thread: string }) | undefined,
+    private readonly where: () => Shown | undefined,
     private readonly nonce: () => string,
     debounceMs = 150,
     private readonly stopped: () => StopReason | undefined = () => undefined,
+    private readonly held: HeldBreakdown = () => undefined,
   ) {
     this.refresher = new Debouncer(debounceMs, () => void this.refresh());
     this.sub = service.onDidChangeUsage((e) => {
@@ -55,19 +62,26 @@ export class BreakdownController implements Disposable {
       this.sink.setHtml(renderMessageHtml('Open a folder to see its context usage.', csp));
       return;
     }
-    try {
-      const breakdown = await this.service.getUsage({ workspace: w.uri, thread: w.thread });
+    const mine = ++this.draws;
+    const render = (breakdown: Breakdown) =>
       this.sink.setHtml(
         renderBreakdownHtml(breakdown, {
           ...csp,
           folderName: w.name,
-          thread: w.thread,
-          canCompact: this.service.supports(Method.compact) && !isFollowed(w.thread),
+          thread: threadLabel(w),
+          canCompact: this.service.supports(Method.compact) && !isFollowed(w),
           canSnapshot: this.service.supports(Method.ghostSnapshot),
+          notes: [isFollowed(w) ? readOnlyText(w) : undefined, w.source === 'codex' ? codexNote(breakdown.usage) : undefined].filter((n): n is string => !!n),
         }),
       );
+    // What is already known draws at once (the tab opens in well under 300 ms); the read redraws it.
+    const known = this.held(w.uri, w.thread);
+    if (known) render(known);
+    try {
+      const breakdown = await this.service.getUsage({ workspace: w.uri, thread: w.thread });
+      if (mine === this.draws) render(breakdown);
     } catch (err) {
-      this.sink.setHtml(renderMessageHtml(friendlyError('Reading the usage', err), csp, [{ label: 'Show log', command: 'ctxd.showLog' }]));
+      if (mine === this.draws) this.sink.setHtml(renderMessageHtml(friendlyError('Reading the usage', err), csp, [{ label: 'Show log', command: 'ctxd.showLog' }]));
     }
   }
 
@@ -93,9 +107,10 @@ export class BreakdownTab<Restored> implements Disposable {
   constructor(
     private readonly service: CtxdService,
     private readonly create: (restored?: Restored) => PanelHandle,
-    private readonly where: () => (FolderInfo & { thread: string }) | undefined,
+    private readonly where: () => Shown | undefined,
     private readonly nonce: () => string,
     private readonly stopped: () => StopReason | undefined,
+    private readonly held: HeldBreakdown = () => undefined,
   ) {}
 
   async open(restored?: Restored): Promise<void> {
@@ -105,7 +120,7 @@ export class BreakdownTab<Restored> implements Disposable {
       return;
     }
     const handle = this.create(restored);
-    const controller = new BreakdownController(this.service, handle, this.where, this.nonce, 150, this.stopped);
+    const controller = new BreakdownController(this.service, handle, this.where, this.nonce, 150, this.stopped, this.held);
     const current = { controller, reveal: () => handle.reveal() };
     this.current = current;
     handle.onDidDispose(() => {

@@ -16,7 +16,10 @@ export interface RenderOptions {
   nonce: string;
   /** Workspace folder name shown in the heading. */
   folderName: string;
+  /** The thread's name for people (its title, "Claude Code: fix the tests"), never its id. */
   thread: string;
+  /** Sentences under the figures (a followed session is read-only; Codex's own "% left"). */
+  notes?: string[];
   /** Whether the daemon can compact / snapshot this thread (buttons are left out otherwise). */
   canCompact?: boolean;
   canSnapshot?: boolean;
@@ -186,10 +189,16 @@ ${rules.join('\n')}
 .button:hover { background: var(--vscode-button-hoverBackground); }
 .button.secondary { color: var(--vscode-button-secondaryForeground); background: var(--vscode-button-secondaryBackground); }
 details { margin: 2px 0; max-width: 560px; }
-summary { cursor: pointer; display: flex; gap: 8px; padding: 2px 0; }
+summary { cursor: pointer; display: flex; gap: 8px; padding: 2px 0; list-style: none; }
+summary::-webkit-details-marker { display: none; }
+summary .twisty { width: 12px; flex: none; color: var(--vscode-icon-foreground, var(--vscode-foreground)); }
+summary .twisty::before { content: '▸'; }
+details[open] > summary .twisty::before { content: '▾'; }
+details.empty > summary { cursor: default; }
+details.empty > summary .twisty::before { content: ''; }
 summary .name { flex: 1; }
 summary .num { min-width: 64px; }
-details ul { list-style: none; margin: 2px 0 6px 22px; padding: 0; color: var(--vscode-descriptionForeground); }
+details ul { list-style: none; margin: 2px 0 6px 42px; padding: 0; color: var(--vscode-descriptionForeground); }
 details li { display: flex; gap: 8px; }
 details li .name { flex: 1; }
 details li .num { min-width: 64px; }
@@ -222,7 +231,7 @@ function legendRow(c: Category, window: number): string {
 
 function categoryDetails(c: Category, window: number): string {
   const summary =
-    `<summary><span class="name"><span class="swatch c-${slug(c.name)}"></span>${escapeHtml(categoryLabel(c.name))}</span>` +
+    `<summary><span class="twisty" aria-hidden="true"></span><span class="name"><span class="swatch c-${slug(c.name)}"></span>${escapeHtml(categoryLabel(c.name))}</span>` +
     `<span class="num">${formatTokens(c.tokens)}</span><span class="num">${pct(c.tokens, window)}</span></summary>`;
   const details = [...(c.details ?? [])].sort((a, b) => b.tokens - a.tokens);
   const items = details.map(
@@ -230,7 +239,7 @@ function categoryDetails(c: Category, window: number): string {
       `<li><span class="name">${escapeHtml(detailLabel(d.name))}</span><span class="num">${formatTokens(d.tokens)}</span>` +
       `<span class="num">${pct(d.tokens, window)}</span></li>`,
   );
-  return `<details class="category" data-category="${escapeHtml(c.name)}">${summary}${items.length ? `<ul>${items.join('')}</ul>` : '<ul><li>No details.</li></ul>'}</details>`;
+  return `<details class="category${items.length ? '' : ' empty'}" data-category="${escapeHtml(c.name)}">${summary}${items.length ? `<ul>${items.join('')}</ul>` : '<ul><li>No details.</li></ul>'}</details>`;
 }
 
 /** The breakdown page. */
@@ -242,7 +251,7 @@ export function renderBreakdownHtml(breakdown: Breakdown, opts: RenderOptions): 
   const parts: string[] = [];
   parts.push('<h1>Context Usage</h1>');
   parts.push(
-    `<p class="sub">${escapeHtml(opts.folderName)} · thread <code>${escapeHtml(opts.thread)}</code> · ` +
+    `<p class="sub">${escapeHtml(opts.folderName)} · <span id="thread">${escapeHtml(opts.thread)}</span> · ` +
       (breakdown.model ? `model <code>${escapeHtml(breakdown.model)}</code> · ` : '') +
       `window ${formatTokens(window)} tokens</p>`,
   );
@@ -258,6 +267,7 @@ export function renderBreakdownHtml(breakdown: Breakdown, opts: RenderOptions): 
   for (const [name, how] of Object.entries(breakdown.inferred ?? {})) {
     parts.push(`<p class="note inferred">${escapeHtml(categoryLabel(name))} is inferred: ${escapeHtml(how)}.</p>`);
   }
+  for (const note of opts.notes ?? []) parts.push(`<p class="note agent-note">${escapeHtml(note)}</p>`);
   const cost = costText(breakdown.cost, breakdown.model);
   if (cost) parts.push(`<p class="sub" id="cost">${escapeHtml(cost)}</p>`);
   const buttons = [

@@ -25,4 +25,7 @@ export const COMMANDS = {
   openArchived: 'ctxd.openArchived',
   showStatus: 'ctxd.showStatus',
   searchHistory: 'ctxd.searchHistory',
+  installHooks: 'ctxd.installHooks',
+  showHistory: 'ctxd.showHistory',
+  welcome: 'ctxd.welcome',
 } as const;

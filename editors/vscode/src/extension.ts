@@ -13,7 +13,9 @@ import { commandTable } from './commandTable';
 import { Daemon } from './daemon';
 import { Debouncer, GaugeController } from './gauge';
 import { INSTRUCTIONS } from './install';
-import { daemonEvents, launchDaemon } from './launch';
+import { daemonCommand, daemonEvents, launchDaemon } from './launch';
+import { hooksRunner } from './hooks';
+import { isFollowed } from './followed';
 import { interpreterOf } from './probe';
 import { RESTART_SETTINGS, SECTION, readSettings, shouldNotify } from './settings';
 import { TierNotices } from './tierNotices';
@@ -52,7 +54,14 @@ export async function activate(context: vsc.ExtensionContext): Promise<CtxdApi> 
   });
   track(service.onDidChangeUsage((e) => tierNotices.observe(e)));
 
-  const breakdown = new BreakdownTab(service, vsc.createBreakdownPanel, where, () => randomBytes(16).toString('hex'), () => gauge.stopped());
+  const breakdown = new BreakdownTab(
+    service,
+    vsc.createBreakdownPanel,
+    where,
+    () => randomBytes(16).toString('hex'),
+    () => gauge.stopped(),
+    (workspace, thread) => gauge.heldBreakdown(workspace, thread),
+  );
   track(breakdown);
   // After a window reload VS Code gives the tab back to draw again.
   track(vsc.registerBreakdownSerializer((restored) => breakdown.open(restored)));
@@ -63,6 +72,8 @@ export async function activate(context: vsc.ExtensionContext): Promise<CtxdApi> 
     setDown: (reason) => {
       gauge.setDown(reason);
       breakdown.refresh();
+      // The views' welcome content (Install, Restart) follows the daemon's state.
+      void vsc.setContext('ctxd.daemonState', reason === undefined ? 'running' : reason.kind === 'notInstalled' ? 'notInstalled' : 'stopped');
     },
     ask: (severity, message, actions) => ui.ask(severity, message, actions),
     execute: (command) => vsc.executeCommand(command),
@@ -98,6 +109,12 @@ export async function activate(context: vsc.ExtensionContext): Promise<CtxdApi> 
   const snapshots = new SnapshotsModel(service, where);
   const compactions = new CompactionsModel(service, where);
   const trees = [threads, snapshots, compactions];
+  // Menus hide what cannot be done on a followed session (package.json `when`: ctxd.shownReadOnly).
+  const noteReadOnly = () => void vsc.setContext('ctxd.shownReadOnly', isFollowed(where()));
+  track(service.onDidChangeUsage(noteReadOnly));
+  track(service.onDidChangeThreads(noteReadOnly));
+  track(vsc.onDidChangeActiveFolder(noteReadOnly));
+  noteReadOnly();
   const refreshTrees = () => trees.forEach((m) => m.refresh());
   for (const [id, model] of [['ctxd.threads', threads], ['ctxd.snapshots', snapshots], ['ctxd.compactions', compactions]] as const) {
     track(model);
@@ -146,12 +163,17 @@ export async function activate(context: vsc.ExtensionContext): Promise<CtxdApi> 
     waysOut,
     liveSearch: vsc.liveSearch,
     openReadOnly: (name, content, language) => vsc.openReadOnly(name, content, language),
+    hooks: hooksRunner(() => daemonCommand({ settings, pythonInterpreter: () => vsc.pythonInterpreter() }), () => vsc.activeFolderPath() ?? vsc.workspaceFolderPaths()[0]),
+    openWelcome: () => vsc.executeCommand('workbench.action.openWalkthrough', `${context.extension.id}#ctxd.welcome`, false),
+    focusHistory: () => vsc.executeCommand('ctxd.compactions.focus'),
+    log: (line) => output.info(line),
     openSnapshotDiff: (file, id, workspace) => vsc.openSnapshotDiff(file, id, workspace),
     now: Date.now,
   });
   for (const [id, run] of Object.entries(commands)) track(vsc.registerCommand(id, run));
 
   gauge.refresh();
+  void vsc.setContext('ctxd.daemonState', 'starting');
   // Not awaited: activation must not wait for the daemon; API calls wait for it instead.
   void daemon.restart();
   return service.exports();

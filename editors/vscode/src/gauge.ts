@@ -5,6 +5,7 @@
  */
 import type { CtxdService } from './api';
 import type { StopReason } from './daemon';
+import type { ThreadFacts } from './followed';
 import type { Breakdown, Disposable, UsageChangedParams } from './protocol';
 import { type GaugeView, downView, gaugeView, idleView } from './status';
 
@@ -17,6 +18,9 @@ export interface FolderInfo {
   uri: string;
   name: string;
 }
+
+/** The folder and thread the gauge shows, with what the thread's listing says of it (agent, title, read-only). */
+export type Shown = FolderInfo & ThreadFacts;
 
 /** Runs `fn` once, `ms` after the last call. */
 export class Debouncer implements Disposable {
@@ -60,9 +64,18 @@ export class GaugeController implements Disposable {
   }
 
   /** The folder and thread the gauge shows. */
-  where(): (FolderInfo & { thread: string }) | undefined {
+  where(): Shown | undefined {
     const folder = this.activeFolder();
-    return folder ? { ...folder, thread: this.service.threads.shownThread(folder.uri) } : undefined;
+    if (!folder) return undefined;
+    return { ...folder, ...this.service.threads.facts(folder.uri, this.service.threads.shownThread(folder.uri)) };
+  }
+
+  /** The breakdown last read for the tooltip, while it still matches the thread's usage (the breakdown tab draws it at once). */
+  heldBreakdown(workspace: string, thread: string): Breakdown | undefined {
+    const usage = this.service.latestUsage({ workspace, thread });
+    const held = this.breakdown?.key === `${workspace}\u0000${thread}` ? this.breakdown.value : undefined;
+    if (!usage || !held) return undefined;
+    return held.usage.usedTokens === usage.usedTokens && held.usage.tokenizerStatus === usage.tokenizerStatus ? held : undefined;
   }
 
   /** Redraws from what is known and asks the daemon for the current breakdown. */
@@ -100,12 +113,9 @@ export class GaugeController implements Disposable {
       this.sink.show(idleView(w.name));
       return;
     }
-    const k = `${w.uri}\u0000${w.thread}`;
     // Categories counted for other figures (before the exact tokenizer loaded, say) are not shown.
-    const held = this.breakdown?.key === k ? this.breakdown.value : undefined;
-    const breakdown = held && held.usage.usedTokens === usage.usedTokens && held.usage.tokenizerStatus === usage.tokenizerStatus ? held : undefined;
-    const source = this.service.threads.threadSource(w.uri, w.thread);
-    this.sink.show(gaugeView(usage, { folderName: w.name, thread: w.thread, source }, breakdown));
+    const breakdown = this.heldBreakdown(w.uri, w.thread);
+    this.sink.show(gaugeView(usage, { ...w, folderName: w.name }, breakdown));
   }
 
   private async fetchBreakdown(): Promise<void> {

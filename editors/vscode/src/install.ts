@@ -49,12 +49,35 @@ export interface InstallPlan {
   daemonCommand: string[];
 }
 
-/** The steps that install `source` into `<storage>/venv` with `basePython` (3.11 or later). */
+/**
+ * Whether the venv can be installed into: `none` (make it), `ok`, or `broken` (an interpreter but
+ * no pip: what `python -m venv` leaves where ensurepip is missing, as on Debian without
+ * python3-venv; pip would fail with "No module named pip" until it is made again).
+ */
+export function venvState(venv: string): 'none' | 'ok' | 'broken' {
+  if (!fs.existsSync(venvPython(venv))) return fs.existsSync(venv) ? 'broken' : 'none';
+  const libs = process.platform === 'win32' ? [path.join(venv, 'Lib')] : [path.join(venv, 'lib'), path.join(venv, 'lib64')];
+  for (const lib of libs) {
+    let entries: string[] = [];
+    try {
+      entries = fs.readdirSync(lib);
+    } catch {
+      continue;
+    }
+    const dirs = process.platform === 'win32' ? [lib] : entries.filter((e) => e.startsWith('python')).map((e) => path.join(lib, e));
+    if (dirs.some((d) => fs.existsSync(path.join(d, 'site-packages', 'pip', '__init__.py')))) return 'ok';
+  }
+  return 'broken';
+}
+
+/** The steps that install `source` into `<storage>/venv` with `basePython` (3.11 or later); a broken venv is made again. */
 export function installPlan(storage: string, basePython: string, source: string): InstallPlan {
   const venv = path.join(storage, 'venv');
   const python = venvPython(venv);
   const steps: InstallStep[] = [];
-  if (!fs.existsSync(python)) steps.push({ title: 'Creating a Python environment', command: basePython, args: ['-m', 'venv', venv] });
+  const state = venvState(venv);
+  if (state === 'none') steps.push({ title: 'Creating a Python environment', command: basePython, args: ['-m', 'venv', venv] });
+  if (state === 'broken') steps.push({ title: 'Making the broken Python environment again', command: basePython, args: ['-m', 'venv', '--clear', venv] });
   steps.push({ title: 'Installing ctxd with pip', command: python, args: ['-m', 'pip', 'install', '--upgrade', '--disable-pip-version-check', source] });
   steps.push({ title: 'Checking that ctxd runs', command: python, args: ['-m', 'ctxd', '--version'] });
   return { venv, steps, daemonCommand: [python, '-m', 'ctxd'] };
@@ -62,8 +85,16 @@ export function installPlan(storage: string, basePython: string, source: string)
 
 export type InstallResult = { ok: true; daemonCommand: string[]; version: string } | { ok: false; step: string; detail: string };
 
-/** The line of pip's (or Python's) output that says what went wrong. */
+/**
+ * The line of pip's (or Python's) output that says what went wrong. Debian's Python without
+ * python3-venv ends with "Failing command: …" and names the package to install a few lines up:
+ * that package is the message.
+ */
 export function failureLine(output: string): string {
+  const apt = /\bapt(?:-get)? install (python3[\w.]*-venv)\b/.exec(output);
+  if (apt) {
+    return `this Python cannot make environments (ensurepip is missing): install Debian's ${apt[1]} package (sudo apt install ${apt[1]}), then run ctxd: Install Daemon again`;
+  }
   const lines = output.split(/\r?\n/).map((l) => l.trim()).filter(Boolean);
   const error = [...lines].reverse().find((l) => /^(ERROR|error|\w*Error)\b|No module named|not found/i.test(l));
   return (error ?? lines[lines.length - 1] ?? 'no output').replace(/^ERROR:\s*/, '');

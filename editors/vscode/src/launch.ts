@@ -36,13 +36,19 @@ export interface LaunchHost {
   showMessage(severity: Severity, message: string): void;
 }
 
-/** Probes the configured daemon and builds its client; throws a DaemonStartError saying why it cannot. */
-export async function launchDaemon(h: LaunchHost): Promise<ManagedClient> {
+/** The daemon's command as the settings, PATH and the Python extension give it (`ctxd hooks` runs it too). */
+export async function daemonCommand(h: Pick<LaunchHost, 'settings' | 'pythonInterpreter'>): Promise<DaemonCommand> {
   const s = h.settings();
-  const command = resolveDaemonCommand(s, {
+  return resolveDaemonCommand(s, {
     ctxdOnPath: s.daemonCommand.length ? undefined : findOnPath('ctxd', process.env.PATH),
     interpreter: s.daemonCommand.length ? undefined : await h.pythonInterpreter(),
   });
+}
+
+/** Probes the configured daemon and builds its client; throws a DaemonStartError saying why it cannot. */
+export async function launchDaemon(h: LaunchHost): Promise<ManagedClient> {
+  const s = h.settings();
+  const command = await daemonCommand(h);
   const probe = await probeDaemon(command);
   if (!probe.ok) {
     h.log.error(`\`${describe(command)} --version\` failed: ${probe.detail}`);

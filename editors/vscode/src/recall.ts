@@ -7,7 +7,9 @@
  */
 import { formatAge } from './age';
 import type { CtxdService } from './api';
+import { conversationMarkdown } from './conversation';
 import { friendlyError } from './errors';
+import { type ThreadFacts, threadFacts, threadLabel, threadName, threadPhrase } from './followed';
 import { type ItemResult, Method, type RecallHit, type RecallResult } from './protocol';
 import type { PickItem, Ui } from './ui';
 
@@ -55,19 +57,20 @@ export const LIVE_ICON = '$(comment)';
  * compaction replaced the item leads the second line. `$(` in a snippet is broken so VS Code does
  * not read it as an icon.
  */
-export function recallItems(hits: readonly RecallHit[], now: number): PickItem<RecallHit>[] {
+export function recallItems(hits: readonly RecallHit[], now: number, facts: (thread: string) => ThreadFacts = (t) => threadFacts(t)): PickItem<RecallHit>[] {
   return hits.map((h) => ({
     label: h.archived ? ARCHIVED_ICON : LIVE_ICON,
     description: oneLine(h.snippet, 160).replace(/\$\(/g, '$\u200b(') || '(no text)',
     detail: [
       placeText(h.archived),
-      `thread ${h.thread}`,
+      threadLabel(facts(h.thread), 40),
       h.turn ? `turn ${h.turn.index}: ${oneLine(h.turn.text, 60)}` : undefined,
       kindText(h),
       h.createdAt ? formatAge(h.createdAt, now) : undefined,
     ]
       .filter(Boolean)
-      .join(' · '),
+      .join(' · ')
+      .replace(/\$\(/g, '$\u200b('),
     value: h,
   }));
 }
@@ -79,16 +82,20 @@ export function recallNote(result: RecallResult): string {
   return result.total > shown ? `The best ${shown} of ${result.total} matching items.` : `${shown} matching item${shown === 1 ? '' : 's'}.`;
 }
 
-/** A read-only document for one item: where it is, whether a compaction replaced it, then the item whole. */
-export function itemDocument(result: ItemResult, hit: Pick<RecallHit, 'thread' | 'turn'>): { name: string; content: string } {
+/**
+ * A read-only document for one item: the session by its title, where the item is (replaced by a
+ * compaction or not), its turn, then the item as the conversation shows it (no JSON).
+ */
+export function itemDocument(result: ItemResult, hit: Pick<RecallHit, 'thread' | 'turn'>, facts: ThreadFacts = threadFacts(hit.thread)): { name: string; content: string } {
   const where = result.archived
     ? 'A compaction replaced this item: the model no longer sees it. ctxd keeps it in the thread’s archive.'
     : 'This item is in the conversation the model sees.';
-  const lines = [`# Item ${result.seq} of thread ${hit.thread.replace(/[`*_[\]]/g, '\\$&')}`, '', where];
+  const title = threadPhrase(facts, 80);
+  const lines = [`# ${title.charAt(0).toUpperCase()}${title.slice(1)}`, '', where];
   if (hit.turn) lines.push('', `Turn ${hit.turn.index}: ${oneLine(hit.turn.text, 200)}`);
-  lines.push('', '```json', JSON.stringify(result.item, null, 2), '```', '');
-  const safeThread = hit.thread.replace(/[^\w.-]+/g, '_');
-  return { name: `history/${safeThread}-item-${result.seq}.md`, content: lines.join('\n') };
+  lines.push('', conversationMarkdown([result.item], facts.source ?? undefined), '');
+  const safe = threadName(facts, 40).replace(/[^\w.-]+/g, '_');
+  return { name: `history/${safe}-item-${result.seq}.md`, content: lines.join('\n') };
 }
 
 /**
@@ -117,7 +124,7 @@ export async function searchHistoryFlow(
       if (!query.trim()) return { items: [], note: 'Type words to search every thread of this folder.' };
       try {
         const result = await service.recall(query, { workspace, scope: 'workspace', limit: LIMIT });
-        return { items: recallItems(result.results, now()), note: recallNote(result) };
+        return { items: recallItems(result.results, now(), (t) => service.threads.facts(workspace, t)), note: recallNote(result) };
       } catch (err) {
         return { items: [], note: friendlyError('Search', err) };
       }
@@ -133,7 +140,7 @@ export async function searchHistoryFlow(
     }
   });
   if (!result) return undefined;
-  const doc = itemDocument(result, hit);
+  const doc = itemDocument(result, hit, service.threads.facts(workspace, hit.thread));
   await open(doc.name, doc.content);
   return result;
 }

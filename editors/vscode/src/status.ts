@@ -2,7 +2,9 @@
  * The status-bar gauge as pure functions: from a UsageSnapshot (and, when known, a Breakdown) to
  * the item's text, tooltip and colour. Kept free of `vscode` so the exact strings are unit-tested.
  */
+import { agentOf } from './agents';
 import type { StopReason } from './daemon';
+import { type ThreadFacts, threadLabel } from './followed';
 import { cacheLines } from './cacheText';
 import { formatTokens } from './numbers';
 import type { Breakdown, Category, UsageSnapshot } from './protocol';
@@ -87,13 +89,31 @@ export function usagePercent(usage: Pick<UsageSnapshot, 'usedTokens' | 'contextW
   return Math.round((100 * usage.usedTokens) / usage.contextWindow);
 }
 
-/** How the status item names an agent's thread; client threads get no label. */
-const AGENT_LABELS: Record<string, string> = { codex: 'Codex', claude: 'Claude' };
-
-/** `$(pulse) 38% · 48.2k/128k`, or `$(pulse) Codex 43% · 55k/128k` for an agent's thread. */
-export function gaugeText(usage: UsageSnapshot, source?: string): string {
-  const label = source ? AGENT_LABELS[source] : undefined;
+/** `$(pulse) 38% · 48.2k/128k`, or `$(pulse) Codex 43% · 55k/128k` for an agent's thread (its label from agents.ts). */
+export function gaugeText(usage: UsageSnapshot, source?: string | null): string {
+  const label = source ? agentOf(source).label : undefined;
   return `$(pulse) ${label ? `${label} ` : ''}${usagePercent(usage)}% · ${formatTokens(usage.usedTokens)}/${formatTokens(usage.contextWindow)}`;
+}
+
+/** The tokens Codex sets aside before it says "% context left" (codex-rs `BASELINE_TOKENS`; docs/sessions.md). */
+export const CODEX_BASELINE_TOKENS = 12_000;
+
+/** Codex's own "N% context left" for the same tokens and window: 100 − round(100 × (tokens − 12k) ÷ (window − 12k)). */
+export function codexPercentLeft(usage: Pick<UsageSnapshot, 'usedTokens' | 'contextWindow'>): number | undefined {
+  const room = usage.contextWindow - CODEX_BASELINE_TOKENS;
+  if (!(room > 0)) return undefined;
+  const used = Math.max(0, usage.usedTokens - CODEX_BASELINE_TOKENS);
+  return Math.max(0, Math.min(100, 100 - Math.round((100 * used) / room)));
+}
+
+/** Why Codex's own figure differs from the gauge's, in one sentence (Codex threads only). */
+export function codexNote(usage: UsageSnapshot): string | undefined {
+  const left = codexPercentLeft(usage);
+  if (left === undefined) return undefined;
+  return (
+    `Codex itself shows ${left}% context left: it sets a ${formatTokens(CODEX_BASELINE_TOKENS)}-token baseline (its prompts and tools) ` +
+    `aside from both the tokens and the window; the gauge is the plain share, ${usagePercent(usage)}% used.`
+  );
 }
 
 export function gaugeLevel(usage: UsageSnapshot): GaugeLevel {
@@ -124,18 +144,20 @@ function percentOf(tokens: number, window: number): string {
 /** `now` (ms) dates the cache's state ("warm for 3 min"). */
 export function gaugeTooltip(
   usage: UsageSnapshot,
-  where: { folderName: string; thread: string },
+  where: { folderName: string } & ThreadFacts,
   breakdown?: Breakdown,
   now: number = Date.now(),
 ): string {
   const lines = [
-    `**ctxd** · ${escapeMarkdown(where.folderName)} · thread \`${where.thread.replace(/`/g, "'")}\``,
+    `**ctxd** · ${escapeMarkdown(where.folderName)} · ${escapeMarkdown(threadLabel(where))}`,
     '',
     `${formatTokens(usage.usedTokens)} of ${formatTokens(usage.contextWindow)} tokens ` +
       `(${usagePercent(usage)}%) · auto-compact at ${formatTokens(usage.autoCompactLimit)}`,
     '',
     countedText(usage),
   ];
+  const codex = where.source === 'codex' ? codexNote(usage) : undefined;
+  if (codex) lines.push('', codex);
   if (breakdown) {
     const top = topCategories(breakdown);
     if (top.length > 0) {
@@ -154,7 +176,7 @@ export function gaugeTooltip(
 
 export function gaugeView(
   usage: UsageSnapshot,
-  where: { folderName: string; thread: string; source?: string },
+  where: { folderName: string } & ThreadFacts,
   breakdown?: Breakdown,
   now: number = Date.now(),
 ): GaugeView {

@@ -2,6 +2,7 @@
  * `ctxd/status` as a short Markdown page ("ctxd: Show Status"): settings problems first, each with
  * where it comes from, then the tokenizers, the followed agents and the trust verdict. Pure.
  */
+import { agentOf } from './agents';
 import type { StatusResult } from './protocol';
 
 function line(s: string): string {
@@ -17,11 +18,9 @@ const TOKENIZER_STATES: Record<string, string> = {
   idle: 'not needed yet (no thread uses it)',
 };
 
-const AGENT_NAMES: Record<string, string> = { codex: 'Codex', claude: 'Claude Code' };
-
 /** Format drift, as ctxd/sessions/drift.py says it: "Codex 0.171.0 wrote 3 kinds of record ctxd does not read". */
 export function unreadSentence(agent: string, u: { version: string | null; kinds: string[] }): string {
-  const name = (AGENT_NAMES[agent] ?? line(agent)) + (u.version ? ` ${line(u.version)}` : '');
+  const name = line(agentOf(agent).name) + (u.version ? ` ${line(u.version)}` : '');
   const n = u.kinds.length;
   return `${name} wrote ${n} kind${n === 1 ? '' : 's'} of record ctxd does not read`;
 }
@@ -37,7 +36,7 @@ export function statusMarkdown(s: StatusResult): string {
   out.push('', '## Followed agents', '');
   if (s.sources.length === 0) out.push('None.');
   for (const src of s.sources) {
-    out.push(`- ${line(src.agent)}: ${src.enabled ? `${src.sessions} sessions` : 'off'} (${line(src.root)})`);
+    out.push(`- ${line(agentOf(src.agent).name)}: ${src.enabled ? `${src.sessions} sessions` : 'off'} (${line(src.root)})`);
     for (const u of src.unread ?? []) out.push(`  - ${unreadSentence(src.agent, u)}: ${u.kinds.map(line).join(', ')}`);
   }
   out.push(

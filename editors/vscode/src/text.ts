@@ -12,6 +12,14 @@ export function plainText(text: string): string {
     .trim();
 }
 
+/**
+ * Text from a conversation or a file name, for a quick pick's label, description or detail: VS Code
+ * draws `$(name)` there as an icon, so the `$(` is broken with a zero-width space.
+ */
+export function noIcons(text: string): string {
+  return text.replace(/\$\(/g, '$\u200b(');
+}
+
 /** A snapshot id as git shows it short. */
 export function shortId(id: string): string {
   return id.slice(0, 7);

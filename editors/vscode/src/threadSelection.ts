@@ -3,6 +3,7 @@
  * the most recently active one (read from `ctxd/threads` whenever threads change), else the last
  * one whose usage changed. Also remembers each thread's `source` from those listings.
  */
+import { type ThreadFacts, threadFacts } from './followed';
 import { DEFAULT_THREAD, type ThreadInfo } from './protocol';
 import { type UsageCache, usageKey } from './usageCache';
 
@@ -23,8 +24,8 @@ export class ThreadSelection {
   private readonly pinned = new Map<string, string>();
   /** Per workspace, the most recently active thread from the last `ctxd/threads` answer. */
   private readonly followed = new Map<string, string>();
-  /** Per thread (key), its `source` from the last `ctxd/threads` answer. */
-  private readonly sources = new Map<string, string>();
+  /** Per thread (key), its listing in the last `ctxd/threads` answer (source, title, readOnly, cost). */
+  private readonly listed = new Map<string, ThreadInfo>();
   /** Workspaces whose threads are being read, and those to read again once that answer is in. */
   private readonly following = new Map<string, Promise<void>>();
   private readonly followAgain = new Set<string>();
@@ -55,7 +56,18 @@ export class ThreadSelection {
 
   /** The thread's `source` as `ctxd/threads` gave it ("client", "codex", "claude"), if known. */
   threadSource(workspace: string, thread: string): string | undefined {
-    return this.sources.get(usageKey({ workspace, thread }));
+    const info = this.listed.get(usageKey({ workspace, thread }));
+    return info ? (info.source ?? 'client') : undefined;
+  }
+
+  /** The thread's listing in the last `ctxd/threads` answer, if it was in it. */
+  info(workspace: string, thread: string): ThreadInfo | undefined {
+    return this.listed.get(usageKey({ workspace, thread }));
+  }
+
+  /** What the views say of the thread: its agent, title and whether it is read-only. */
+  facts(workspace: string, thread: string): ThreadFacts {
+    return threadFacts(thread, this.info(workspace, thread));
   }
 
   /** Pins `thread`: the gauge shows it until `unpin`. */
@@ -107,7 +119,7 @@ export class ThreadSelection {
   private noteThreads(workspace: string, threads: readonly ThreadInfo[]): void {
     const sourceBefore = this.threadSource(workspace, this.shownThread(workspace));
     for (const t of threads) {
-      this.sources.set(usageKey({ workspace, thread: t.thread }), t.source ?? 'client');
+      this.listed.set(usageKey({ workspace, thread: t.thread }), t);
       if (t.usage) this.usage.noteListed({ workspace, thread: t.thread }, t.usage);
     }
     const latest = latestThread(threads);

@@ -5,7 +5,7 @@
  * changed since) is to be closed. `TierNotices` shows them through a small host.
  */
 import { COMMANDS } from './commandIds';
-import { isFollowed } from './followed';
+import { type ThreadFacts, isFollowed, threadPhrase } from './followed';
 import type { Tier, UsageChangedParams, UsageSnapshot } from './protocol';
 import type { Severity } from './ui';
 import { formatTokens } from './numbers';
@@ -34,26 +34,27 @@ export class TierWatcher {
 export const TIER_ACTIONS = { compact: 'Compact now', breakdown: 'Open breakdown' } as const;
 
 /** The notification's buttons: a followed thread is compacted by its agent, never from here. */
-export function tierActions(thread: string): string[] {
+export function tierActions(thread: ThreadFacts): string[] {
   return isFollowed(thread) ? [TIER_ACTIONS.breakdown] : [TIER_ACTIONS.compact, TIER_ACTIONS.breakdown];
 }
 
 /** The notice for `tier`, with the gauge's own figures ("83% · 106k/128k"). */
-export function tierMessage(tier: Tier, thread: string, usage: UsageSnapshot): string {
+export function tierMessage(tier: Tier, thread: ThreadFacts, usage: UsageSnapshot): string {
   const figures = gaugeText(usage).replace(/^\$\([^)]*\)\s*/, '');
   const left = Math.max(0, usage.autoCompactLimit - usage.usedTokens);
+  const name = threadPhrase(thread);
   if (tier === 'compact' && isFollowed(thread)) {
-    return `ctxd: thread "${thread}" reached its agent's auto-compact point (${formatTokens(usage.usedTokens)} of ${formatTokens(usage.autoCompactLimit)} tokens): the agent compacts it next.`;
+    return `ctxd: ${name} reached its agent's auto-compact point (${formatTokens(usage.usedTokens)} of ${formatTokens(usage.autoCompactLimit)} tokens): the agent compacts it next.`;
   }
   if (tier === 'compact') {
-    return `ctxd: thread "${thread}" is at ${figures}: it reached the auto-compact limit (${formatTokens(usage.autoCompactLimit)}).`;
+    return `ctxd: ${name} is at ${figures}: it reached the auto-compact limit (${formatTokens(usage.autoCompactLimit)}).`;
   }
-  return `ctxd: thread "${thread}" is at ${figures}: ${formatTokens(left)} tokens left before auto-compact (at ${formatTokens(usage.autoCompactLimit)}).`;
+  return `ctxd: ${name} is at ${figures}: ${formatTokens(left)} tokens left before auto-compact (at ${formatTokens(usage.autoCompactLimit)}).`;
 }
 
 export interface TierNoticeHost {
   /** The workspace and thread the gauge shows. */
-  shown(): { uri: string; thread: string } | undefined;
+  shown(): ({ uri: string } & ThreadFacts) | undefined;
   /** Whether the notifications setting lets a warning through. */
   warningsShown(): boolean;
   ask(severity: Severity, message: string, actions: string[]): Promise<string | undefined>;
@@ -87,7 +88,7 @@ export class TierNotices {
     void hidden
       .then(() => {
         this.open = true;
-        return this.h.ask('warning', tierMessage(up, e.thread, e), tierActions(e.thread));
+        return this.h.ask('warning', tierMessage(up, w, e), tierActions(w));
       })
       .then((choice) => {
         this.open = false;

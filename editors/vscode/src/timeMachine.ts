@@ -10,6 +10,7 @@ import { type Ui, attempt } from './ui';
 import { formatAge } from './age';
 import { Method, type OperationRecord, type RestoreResult, type UndoResult } from './protocol';
 import { formatTokens } from './numbers';
+import { type ThreadFacts, threadFacts, threadPhrase } from './followed';
 
 export const UNDO = 'Undo';
 export const REDO = 'Redo';
@@ -62,17 +63,23 @@ export function lastUndoable(ops: readonly OperationRecord[] | undefined): Opera
   return undefined;
 }
 
-/** "Compaction: 40 → 12 items" as the History tree and the confirmations say it. */
-export function operationLabel(op: OperationRecord): string {
-  const kind = op.kind === 'restore' ? 'Restore' : op.kind[0].toUpperCase() + op.kind.slice(1);
-  return `${kind}: ${op.itemsBefore} → ${op.itemsAfter} items`;
+/** "48k → 6.1k tokens", or, when the figures were not recorded, how many items it took out. */
+export function operationTokens(op: OperationRecord): string {
+  if (op.tokensBefore !== null && op.tokensAfter !== null) return `${formatTokens(op.tokensBefore)} → ${formatTokens(op.tokensAfter)} tokens`;
+  if (op.tokensBefore !== null) return `${formatTokens(op.tokensBefore)} → … tokens`;
+  const out = op.itemsBefore - op.itemsAfter;
+  return out >= 0 ? `${plural(out, 'item')} taken out` : `${plural(-out, 'item')} put back`;
 }
 
-/** "48k → 6.1k tokens · 5 min ago · undone" */
+/** "Compaction: 48k → 6.1k tokens" as the History tree and the confirmations say it (tokens, not items). */
+export function operationLabel(op: OperationRecord): string {
+  const kind = op.kind === 'restore' ? 'Restore' : op.kind[0].toUpperCase() + op.kind.slice(1);
+  return `${kind}: ${operationTokens(op)}`;
+}
+
+/** "5 min ago · undone" */
 export function operationDescription(op: OperationRecord, now: number): string {
-  const parts: string[] = [];
-  if (op.tokensBefore !== null && op.tokensAfter !== null) parts.push(`${formatTokens(op.tokensBefore)} → ${formatTokens(op.tokensAfter)} tokens`);
-  parts.push(formatAge(op.createdAt, now));
+  const parts = [formatAge(op.createdAt, now)];
   if (op.undoneBy !== undefined) parts.push('undone');
   return parts.join(' · ');
 }
@@ -126,6 +133,7 @@ export async function undoLastFlow(
   target?: TargetOptions,
   memory?: RestoreMemory,
   now: () => number = Date.now,
+  facts?: ThreadFacts,
 ): Promise<UndoResult | RestoreResult | undefined> {
   if (!service.supports(Method.undo)) {
     ui.notify('warning', 'This ctxd daemon cannot undo history operations: update it.');
@@ -135,15 +143,17 @@ export async function undoLastFlow(
   const history = await attempt(ui, 'Reading the history', () => service.getHistory({ ...t, includeArchived: true, limit: 0 }));
   if (!history) return undefined;
   const op = lastUndoable(history.operations);
+  const phrase = threadPhrase(facts?.thread === t.thread ? facts : threadFacts(t.thread));
   if (!op) {
-    ui.notify('info', `Nothing to undo in thread "${t.thread}": no compaction, rollback or restore of the conversation is in effect.`);
+    ui.notify('info', `Nothing to undo in ${phrase}: no compaction, rollback or restore of the conversation is in effect.`);
     return undefined;
   }
   const snapshot = op.kind === 'restore' ? memory?.recall(t, op.id) : undefined;
   const back = op.kind === 'restore' && !snapshot ? ' Files stay as they are (Undo restore in the Snapshots view puts them back).' : '';
   const ok = await ui.confirm(
     `Undo the ${kindWords(op.kind)} of ${formatAge(op.createdAt, now())}?`,
-    `The conversation of thread "${t.thread}" goes back from ${plural(op.itemsAfter, 'item')} to the ${plural(op.itemsBefore, 'item')} it had before (items recorded since stay).${back}${snapshot ? ' The files go back too.' : ''} You can redo it.`,
+    `The conversation of ${phrase} goes back to what it was before it${op.tokensBefore !== null ? ` (${formatTokens(op.tokensBefore)} tokens then)` : ''}; ` +
+      `what was recorded since stays.${back}${snapshot ? ' The files go back too.' : ''} You can redo it.`,
     'Undo',
   );
   if (!ok) return undefined;

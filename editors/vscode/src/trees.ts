@@ -8,7 +8,7 @@ import { Emitter } from './emitter';
 import { COMMANDS } from './commandIds';
 import { formatAge, toMillis } from './age';
 import { shortId } from './text';
-import { Debouncer, type FolderInfo } from './gauge';
+import { Debouncer, type Shown } from './gauge';
 import {
   type CompactedParams,
   type CompactionRecord,
@@ -21,6 +21,9 @@ import {
   type ThreadInfo,
 } from './protocol';
 import { formatTokens } from './numbers';
+import { agentOf } from './agents';
+import { costCents } from './breakdownView';
+import { type ThreadFacts, isFollowed, readOnlyText, threadFacts, threadName } from './followed';
 import { strategyText, usagePercent } from './status';
 import { operationDescription, operationLabel } from './timeMachine';
 
@@ -34,8 +37,9 @@ export interface TreeNode {
   /** For the view's context menus (package.json `view/item/context`). */
   contextValue?: string;
   command?: { command: string; title: string; arguments: unknown[] };
-  /** Shown expanded under this node (the checkpoints of one turn). */
+  /** Shown under this node (the checkpoints of one turn), expanded unless `collapsed`. */
   children?: TreeNode[];
+  collapsed?: boolean;
   /** A History row's operation (its Undo action reads it). */
   operation?: OperationRecord;
 }
@@ -45,7 +49,7 @@ export interface TreeModel extends Disposable {
   readonly onDidChange: (listener: () => void) => Disposable;
 }
 
-type Where = () => (FolderInfo & { thread: string }) | undefined;
+type Where = () => Shown | undefined;
 
 /** Fires (debounced) on the service events that can change a tree. */
 abstract class BaseModel implements TreeModel {
@@ -71,29 +75,40 @@ abstract class BaseModel implements TreeModel {
   }
 }
 
-function message(text: string, id: string): TreeNode {
-  return { id, label: text, icon: 'info' };
+/**
+ * An empty view shows its welcome content (package.json `viewsWelcome`: Install, Take Snapshot,
+ * Install Agent Hooks…), which VS Code draws only for a tree with no rows at all.
+ */
+const EMPTY: TreeNode[] = [];
+
+/** "$0.42" (whole cents, as the breakdown rounds them), or undefined when no price is known. */
+export function costLabel(cost: ThreadInfo['cost']): string | undefined {
+  if (!cost?.priced) return undefined;
+  const cents = costCents(cost).total;
+  return `$${(cents / 100).toFixed(2)}`;
 }
 
-const SOURCE_ICONS: Record<string, string> = { codex: 'terminal', claude: 'sparkle', client: 'comment-discussion' };
-const SOURCE_NAMES: Record<string, string> = { codex: 'Codex', claude: 'Claude Code', client: 'ctxd' };
-
 export function threadNode(t: ThreadInfo, workspace: string, shown: string, now: number): TreeNode {
-  const source = t.source ?? 'client';
-  const parts = [SOURCE_NAMES[source] ?? source];
+  const facts = threadFacts(t.thread, t);
+  const agent = agentOf(t.source);
+  const parts = [agent.name];
   if (t.usage) parts.push(`${usagePercent(t.usage)}% · ${formatTokens(t.usage.usedTokens)}`);
+  const cost = costLabel(t.cost);
+  if (cost) parts.push(cost);
   const when = t.lastActivity ?? t.updatedAt;
   if (when !== undefined) parts.push(formatAge(when, now));
   const isShown = t.thread === shown;
+  const spent = t.cost && !t.cost.priced ? `\nCost: no price is known for ${t.model ?? 'its model'}.` : cost ? `\nCost so far: ${cost}.` : '';
   return {
     id: `thread:${t.thread}`,
-    label: t.title?.trim() || t.thread,
+    label: threadName(facts),
     description: parts.join(' · '),
     tooltip:
-      `${t.thread}${t.model ? ` · ${t.model}` : ''}\n${t.itemCount} items${t.readOnly ? ' · read-only (the agent owns it)' : ''}` +
-      (isShown ? '\nShown in the status bar' : '\nClick to show it in the status bar'),
-    icon: isShown ? 'pass-filled' : (SOURCE_ICONS[source] ?? 'comment'),
-    contextValue: t.readOnly ? 'thread.readOnly' : 'thread',
+      `${agent.name}${t.model ? ` · ${t.model}` : ''} · ${t.itemCount} items${spent}` +
+      (isFollowed(facts) ? `\n${readOnlyText(facts)}` : '') +
+      (isShown ? '\nShown in the status bar.' : '\nClick to show it in the status bar.'),
+    icon: isShown ? 'pass-filled' : agent.icon,
+    contextValue: isFollowed(facts) ? 'thread.readOnly' : 'thread',
     command: { command: COMMANDS.showThread, title: 'Show in the status bar', arguments: [workspace, t.thread] },
   };
 }
@@ -106,10 +121,9 @@ export class ThreadsModel extends BaseModel {
 
   async nodes(): Promise<TreeNode[]> {
     const w = this.where();
-    if (!w) return [message('Open a folder to see its threads.', 'none')];
-    if (!this.service.supports(Method.threads)) return [message('The ctxd daemon is not running.', 'down')];
+    if (!w || !this.service.supports(Method.threads)) return EMPTY;
     const threads = await this.service.listThreads(w.uri);
-    if (threads.length === 0) return [message('No threads yet.', 'empty')];
+    if (threads.length === 0) return EMPTY;
     const sorted = [...threads].sort((a, b) => toMillis(b.lastActivity ?? b.updatedAt) - toMillis(a.lastActivity ?? a.updatedAt));
     return sorted.map((t) => threadNode(t, w.uri, w.thread, this.now()));
   }
@@ -136,22 +150,29 @@ export class SnapshotsModel extends BaseModel {
 
   async nodes(): Promise<TreeNode[]> {
     const w = this.where();
-    if (!w) return [message('Open a folder to see its snapshots.', 'none')];
-    if (!this.service.supports(Method.ghostList)) return [message('The ctxd daemon is not running.', 'down')];
+    if (!w || !this.service.supports(Method.ghostList)) return EMPTY;
     const snapshots = await this.service.listSnapshots({ workspace: w.uri, thread: w.thread });
     const nodes: TreeNode[] = [];
     if (this.undo && this.undo.workspace === w.uri) {
       nodes.push({
         id: `undo:${this.undo.id}`,
         label: 'Undo restore',
-        description: `back to ${shortId(this.undo.id)}${this.undo.conversation ? ', files and conversation' : ''}`,
+        description: this.undo.conversation ? 'files and conversation, as before the restore' : 'files as before the restore',
+        tooltip: 'Puts back what the last restore changed, after a confirmation.',
         icon: 'discard',
         contextValue: 'undoRestore',
         command: { command: COMMANDS.undoRestore, title: 'Undo restore', arguments: [this.undo.id, this.undo.conversation] },
       });
     }
-    if (snapshots.length === 0) return [...nodes, message('No snapshots yet.', 'empty')];
-    return [...nodes, ...snapshotTree(snapshots, this.now())];
+    if (snapshots.length === 0) return nodes;
+    // A followed session's conversation is its agent's: only its files can go back.
+    return [
+      ...nodes,
+      ...snapshotTree(snapshots, this.now(), {
+        contextValue: isFollowed(w) ? 'snapshot.filesOnly' : 'snapshot',
+        threadName: (thread) => threadName(this.service.threads.facts(w.uri, thread)),
+      }),
+    ];
   }
 }
 
@@ -178,21 +199,42 @@ function checkpointLabel(s: GhostCommit, now: number): string {
   return formatAge(s.createdAt, now);
 }
 
-export function snapshotNode(s: GhostCommit, now: number): TreeNode {
-  const label = s.turn ? checkpointLabel(s, now) : s.message?.trim() || formatAge(s.createdAt, now);
-  // A restore's own snapshot is already named "before restoring …".
+/** How the Snapshots tree names things it does not hold itself. */
+export interface SnapshotNaming {
+  /** The row's context value: `snapshot`, or `snapshot.filesOnly` when the shown thread is an agent's (read-only). */
+  contextValue?: string;
+  /** A thread's name for people (its title), by its id. */
+  threadName?: (thread: string) => string;
+}
+
+/** The restore a safety snapshot was taken before ("before restoring 2adb3c4d5e6f"): that snapshot, if listed. */
+export function restoredBy(s: GhostCommit, all: readonly GhostCommit[]): GhostCommit | undefined {
+  if (s.trigger !== 'restore') return undefined;
+  const prefix = /^before restoring ([0-9a-f]{4,40})\b/.exec(s.message?.trim() ?? '')?.[1];
+  return prefix ? all.find((o) => o.id !== s.id && o.id.startsWith(prefix)) : undefined;
+}
+
+/** A snapshot's name: the hook's or the user's words, else what its tool or turn says, else its age. */
+function snapshotLabel(s: GhostCommit, now: number): string {
+  return s.turn ? checkpointLabel(s, now) : s.message?.trim() || formatAge(s.createdAt, now);
+}
+
+export function snapshotNode(s: GhostCommit, now: number, naming: SnapshotNaming = {}, restored?: GhostCommit): TreeNode {
+  // A safety snapshot is named by what was restored, never by a hash.
+  const label = s.trigger === 'restore' ? `before restoring “${restored ? snapshotLabel(restored, now) : 'a snapshot'}”` : snapshotLabel(s, now);
   const by = s.trigger && s.trigger !== 'manual' && s.trigger !== 'restore' ? `${triggerText(s)} · ` : '';
   const turn = s.turn ? `\nTurn ${s.turn.index}: ${s.turn.text}` : '';
   const tool = s.tool?.paths?.length ? `\n${s.tool.name}: ${s.tool.paths.join(', ')}` : '';
+  const thread = s.thread ? `\n${naming.threadName?.(s.thread) ?? threadName(threadFacts(s.thread))}` : '';
   return {
     id: `snapshot:${s.id}`,
     label,
-    description: `${by}${formatAge(s.createdAt, now)} · ${s.fileCount} files · ${shortId(s.id)}`,
+    description: `${by}${formatAge(s.createdAt, now)} · ${s.fileCount} files`,
     tooltip:
       `${s.createdAt ? new Date(toMillis(s.createdAt)).toLocaleString() : 'time unknown'} · ${triggerText(s)}${turn}${tool}\n` +
-      `${s.fileCount} files${s.skipped?.length ? `, ${s.skipped.length} skipped` : ''}${s.thread ? `\nThread ${s.thread}` : ''}`,
+      `${s.fileCount} files${s.skipped?.length ? `, ${s.skipped.length} skipped` : ''}${thread}\nSnapshot ${shortId(s.id)}`,
     icon: s.trigger === 'tool' ? 'tools' : s.trigger === 'turn' ? 'comment' : s.trigger === 'restore' ? 'discard' : 'device-camera',
-    contextValue: 'snapshot',
+    contextValue: naming.contextValue ?? 'snapshot',
     command: { command: COMMANDS.showSnapshotChanges, title: 'Show changes', arguments: [s] },
   };
 }
@@ -200,36 +242,59 @@ export function snapshotNode(s: GhostCommit, now: number): TreeNode {
 /**
  * The Snapshots tree: snapshots newest first, except that the checkpoints of one agent turn (v3
  * `turn`) sit under one "Turn 3: fix the tests" node, in the order they were taken, where the
- * turn's newest checkpoint would be.
+ * turn's newest checkpoint would be; a restore's safety snapshot sits under the turn of the
+ * snapshot it restored, and those of no turn under one collapsed "Safety snapshots" node, so that
+ * they do not pile up at the top.
  */
-export function snapshotTree(snapshots: readonly GhostCommit[], now: number): TreeNode[] {
+export function snapshotTree(snapshots: readonly GhostCommit[], now: number, naming: SnapshotNaming = {}): TreeNode[] {
   const sorted = [...snapshots].sort((a, b) => toMillis(b.createdAt) - toMillis(a.createdAt));
   const nodes: TreeNode[] = [];
-  const turns = new Map<string, { node: TreeNode; members: GhostCommit[] }>();
+  const turns = new Map<string, { node: TreeNode; members: GhostCommit[]; thread: string | null | undefined; text: string }>();
+  let safety: { node: TreeNode; members: GhostCommit[] } | undefined;
   for (const s of sorted) {
-    if (!s.turn) {
-      nodes.push(snapshotNode(s, now));
-      continue;
+    const restored = restoredBy(s, sorted);
+    const owner = s.turn ? s : restored?.turn ? restored : undefined;
+    if (owner?.turn) {
+      const key = `${owner.thread ?? ''}\u0000${owner.turn.index}`;
+      let group = turns.get(key);
+      if (!group) {
+        const text = owner.turn.text.replace(/\s+/g, ' ').trim();
+        group = {
+          node: { id: `turn:${owner.thread ?? ''}:${owner.turn.index}`, label: `Turn ${owner.turn.index}: ${text || '(no words)'}`, icon: 'comment-discussion', children: [] },
+          members: [],
+          thread: owner.thread,
+          text: owner.turn.text,
+        };
+        turns.set(key, group);
+        nodes.push(group.node);
+      }
+      group.members.push(s);
+    } else if (s.trigger === 'restore') {
+      if (!safety) {
+        safety = { node: { id: 'safety', label: 'Safety snapshots', icon: 'discard', collapsed: true, children: [] }, members: [] };
+        nodes.push(safety.node);
+      }
+      safety.members.push(s);
+    } else {
+      nodes.push(snapshotNode(s, now, naming));
     }
-    const key = `${s.thread ?? ''}\u0000${s.turn.index}`;
-    let group = turns.get(key);
-    if (!group) {
-      const text = s.turn.text.replace(/\s+/g, ' ').trim();
-      group = {
-        node: { id: `turn:${s.thread ?? ''}:${s.turn.index}`, label: `Turn ${s.turn.index}: ${text || '(no words)'}`, icon: 'comment-discussion', children: [] },
-        members: [],
-      };
-      turns.set(key, group);
-      nodes.push(group.node);
-    }
-    group.members.push(s);
   }
-  for (const { node, members } of turns.values()) {
+  const child = (m: GhostCommit) => snapshotNode(m, now, naming, restoredBy(m, sorted));
+  for (const group of turns.values()) {
+    const { node, members, thread } = group;
     members.reverse(); // oldest first: the turn as it happened
-    node.children = members.map((m) => snapshotNode(m, now));
-    const thread = members[0].thread;
-    node.description = `${members.length} checkpoint${members.length === 1 ? '' : 's'} · ${formatAge(members.at(-1)!.createdAt, now)}${thread ? ` · ${thread}` : ''}`;
-    node.tooltip = `${members[0].turn!.text}\nCheckpoints taken during this turn of ${thread ?? 'the agent'}; each restores the files as they were then.`;
+    node.children = members.map(child);
+    const checkpoints = members.filter((m) => m.trigger !== 'restore').length;
+    const safe = members.length - checkpoints;
+    const name = thread ? (naming.threadName?.(thread) ?? threadName(threadFacts(thread))) : undefined;
+    node.description =
+      `${checkpoints} checkpoint${checkpoints === 1 ? '' : 's'}${safe ? `, ${safe} safety` : ''} · ${formatAge(members.at(-1)!.createdAt, now)}` + (name ? ` · ${name}` : '');
+    node.tooltip = `${group.text}\nCheckpoints taken during this turn${name ? ` of ${name}` : ''}; each restores the files as they were then.`;
+  }
+  if (safety) {
+    safety.node.children = safety.members.map(child);
+    safety.node.description = `${safety.members.length} · the files as they were before each restore`;
+    safety.node.tooltip = 'Each restore first takes one, so that it can be undone: restoring one puts the files back as they were before that restore.';
   }
   return nodes;
 }
@@ -297,14 +362,13 @@ export class CompactionsModel extends BaseModel {
   async nodes(): Promise<TreeNode[]> {
     const w = this.where();
     this.listed = this.shown();
-    if (!w) return [message('Open a folder to see its compactions.', 'none')];
-    if (!this.service.supports(Method.history)) return [message('The ctxd daemon is not running.', 'down')];
+    if (!w || !this.service.supports(Method.history)) return EMPTY;
     // limit 0: the compactions only, not the items.
     const history = await this.service.getHistory({ workspace: w.uri, thread: w.thread, includeArchived: true, limit: 0 });
     this.listedVersion = history.historyVersion;
-    if (history.operations) return operationNodes(history, w.uri, w.thread, this.now());
+    if (history.operations) return operationNodes(history, w.uri, w, this.now());
     if (history.compactions) {
-      if (history.compactions.length === 0) return [message(`No compactions of thread "${w.thread}" yet.`, 'empty')];
+      if (history.compactions.length === 0) return EMPTY;
       return [...history.compactions].reverse().map((c) => ({
         id: `compaction:${w.uri}:${w.thread}:${c.id}`,
         label: compactionLabel(c),
@@ -316,7 +380,7 @@ export class CompactionsModel extends BaseModel {
       }));
     }
     const mine = this.seen.filter((c) => c.workspace === w.uri);
-    if (mine.length === 0) return [message('No compaction since this window opened.', 'empty')];
+    if (mine.length === 0) return EMPTY;
     return mine.map((c, i) => ({
       id: `compaction:${i}:${c.at}`,
       label: `${formatTokens(c.tokensBefore)} → ${formatTokens(c.tokensAfter)} tokens`,
@@ -333,9 +397,12 @@ export class CompactionsModel extends BaseModel {
  * (v3) The History tree: every operation of the thread, newest first (kind, items before → after,
  * tokens, when, undone or not). One still in effect offers Undo; a click opens what it took out.
  */
-export function operationNodes(history: HistoryResult, workspace: string, thread: string, now: number): TreeNode[] {
+export function operationNodes(history: HistoryResult, workspace: string, shown: string | ThreadFacts, now: number): TreeNode[] {
+  const facts = typeof shown === 'string' ? threadFacts(shown) : shown;
+  const thread = facts.thread;
+  const followed = isFollowed(facts);
   const ops = history.operations ?? [];
-  if (ops.length === 0) return [message(`No compaction, rollback or restore of thread "${thread}" yet.`, 'empty')];
+  if (ops.length === 0) return EMPTY;
   const compactions = new Map((history.compactions ?? []).map((c) => [c.id, c]));
   return [...ops].reverse().map((op) => {
     const c = compactions.get(op.id);
@@ -346,10 +413,18 @@ export function operationNodes(history: HistoryResult, workspace: string, thread
       label: operationLabel(op),
       description: how + operationDescription(op, now),
       tooltip:
-        `${operationLabel(op)}${undone ? `\nUndone (by operation ${op.undoneBy}).` : op.kind === 'undo' ? '' : '\nIn effect: Undo puts back the history it replaced.'}` +
-        '\nClick to open the items it took out of the conversation (read-only).',
+        `${operationLabel(op)} (${op.itemsBefore} → ${op.itemsAfter} items)` +
+        (undone
+          ? '\nUndone.'
+          : op.kind === 'undo'
+            ? ''
+            : followed
+              ? `\n${readOnlyText(facts)}`
+              : '\nIn effect: Undo puts back the history it replaced.') +
+        '\nClick to open what it took out of the conversation (read-only).',
       icon: undone ? 'circle-slash' : OPERATION_ICONS[op.kind],
-      contextValue: undone ? 'operation.undone' : 'operation',
+      // A followed session's history is its agent's: no Undo on it.
+      contextValue: undone ? 'operation.undone' : followed ? 'operation.readOnly' : 'operation',
       command: { command: COMMANDS.openArchived, title: 'Open archived items', arguments: [workspace, thread, op.id] },
       operation: op,
     };

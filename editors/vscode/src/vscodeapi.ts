@@ -211,7 +211,12 @@ export function registerTree(viewId: string, model: TreeModel): Disposable {
     onDidChangeTreeData: changed.event,
     getChildren: (node) => (node ? (node.children ?? []) : model.nodes().catch((err) => [{ id: 'error', label: String(err?.message ?? err), icon: 'warning' }])),
     getTreeItem: (node) => {
-      const item = new vscode.TreeItem(node.label, node.children ? vscode.TreeItemCollapsibleState.Expanded : vscode.TreeItemCollapsibleState.None);
+      const state = !node.children
+        ? vscode.TreeItemCollapsibleState.None
+        : node.collapsed
+          ? vscode.TreeItemCollapsibleState.Collapsed
+          : vscode.TreeItemCollapsibleState.Expanded;
+      const item = new vscode.TreeItem(node.label, state);
       item.id = node.id;
       item.description = node.description;
       item.tooltip = node.tooltip;
@@ -232,16 +237,22 @@ export function registerTree(viewId: string, model: TreeModel): Disposable {
 /** In-memory read-only documents: snapshot sides of diffs, archived items. */
 const VIRTUAL_SCHEME = 'ctxd-readonly';
 const virtualDocs = new Map<string, string>();
+/** Tells VS Code a document it holds open (Show Status again, a tab restored by a reload) has new text. */
+const virtualChanged = new vscode.EventEmitter<vscode.Uri>();
 
 export function registerVirtualDocuments(): Disposable {
-  return vscode.workspace.registerTextDocumentContentProvider(VIRTUAL_SCHEME, {
+  const provider = vscode.workspace.registerTextDocumentContentProvider(VIRTUAL_SCHEME, {
+    onDidChange: virtualChanged.event,
     provideTextDocumentContent: (uri) => virtualDocs.get(uri.toString()) ?? '',
   });
+  return { dispose: () => provider.dispose() };
 }
 
 function virtualUri(pathPart: string, content: string): vscode.Uri {
   const uri = vscode.Uri.from({ scheme: VIRTUAL_SCHEME, path: `/${pathPart}` });
+  const changed = virtualDocs.has(uri.toString()) || vscode.workspace.textDocuments.some((d) => d.uri.toString() === uri.toString());
   virtualDocs.set(uri.toString(), content);
+  if (changed) virtualChanged.fire(uri);
   return uri;
 }
 
@@ -338,6 +349,18 @@ export async function pythonInterpreter(): Promise<string[] | undefined> {
   }
   const configured = vscode.workspace.getConfiguration('python').get<string>('defaultInterpreterPath');
   return configured && configured !== 'python' ? [configured] : undefined;
+}
+
+/** Sets a context key the `when` clauses of package.json read. */
+export function setContext(key: string, value: unknown): Thenable<unknown> {
+  return vscode.commands.executeCommand('setContext', key, value);
+}
+
+/** The active folder on disk (`ctxd hooks`' project scope), if it is a local one. */
+export function activeFolderPath(): string | undefined {
+  const doc = vscode.window.activeTextEditor?.document;
+  const folder = (doc ? vscode.workspace.getWorkspaceFolder(doc.uri) : undefined) ?? vscode.workspace.workspaceFolders?.[0];
+  return folder?.uri.scheme === 'file' ? folder.uri.fsPath : undefined;
 }
 
 export function workspaceFolderPaths(): string[] {

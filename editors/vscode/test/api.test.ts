@@ -34,7 +34,7 @@ describe('exported API (real daemon)', () => {
     const caps = d.initializeResult.capabilities.experimental.ctxd;
     // The extension speaks version 2 and degrades, method by method, on a version 1 daemon.
     assert.equal(api.protocolVersion, 2);
-    assert.ok([1, 2, 3].includes(caps.protocolVersion), `protocolVersion ${caps.protocolVersion}`);
+    assert.ok([1, 2, 3, 4].includes(caps.protocolVersion), `protocolVersion ${caps.protocolVersion}`);
     for (const m of ['ctxd/record', 'ctxd/usage', 'ctxd/prompt', 'ctxd/rollback', 'ctxd/reportTokenUsage', 'ctxd/setPromptContext']) {
       assert.ok(caps.methods.includes(m), m);
     }

@@ -58,6 +58,10 @@ function host(service: CtxdService, uri: string, ui: Ui, thread?: () => string) 
     liveSearch: (async () => undefined) as LiveSearch,
     openReadOnly: async (name, content, language) => void seen.opened.push({ name, content, language }),
     openSnapshotDiff: async () => undefined,
+    hooks: async () => ({ code: 0, stdout: 'claude user: hooks none; status line no; MCP server no (/x)\n', stderr: '' }),
+    openWelcome: () => void seen.executed.push('welcome'),
+    focusHistory: () => void seen.executed.push('history'),
+    log: () => undefined,
     now: Date.now,
   };
   return { h, seen };
@@ -106,20 +110,20 @@ describe('command table', () => {
     assert.equal(seen.redraws, 2);
   });
 
-  test('Open Archived Items opens what the compaction replaced, read-only', async () => {
+  test('Open Archived Items opens what the compaction replaced, read-only, as a conversation', async () => {
     const { h, seen } = host(service, d.uri, new ScriptedUi());
     await commandTable(h)[COMMANDS.openArchived](d.uri, 'alpha');
     assert.equal(seen.opened.length, 1);
-    assert.equal(seen.opened[0].name, 'archived/alpha.json');
-    assert.equal(seen.opened[0].language, 'json');
-    assert.match(seen.opened[0].content, /ci-runner-7/);
+    assert.equal(seen.opened[0].name, 'archived/The_build_server_is_ci-runner-7..md');
+    assert.equal(seen.opened[0].language, 'markdown');
+    assert.match(seen.opened[0].content, /### You\n\nThe build server is ci-runner-7\.\n\n### Assistant\n\nNoted: ci-runner-7\./);
   });
 
   test('Show Status opens the daemon status as Markdown', async () => {
     const { h, seen } = host(service, d.uri, new ScriptedUi());
     await commandTable(h)[COMMANDS.showStatus]();
     assert.equal(seen.opened[0]?.name, 'ctxd-status.md');
-    assert.match(seen.opened[0].content, /^# ctxd .* \(protocol 3\)/);
+    assert.match(seen.opened[0].content, /^# ctxd .* \(protocol 4\)/);
   });
 
   test('Search History opens the chosen item as a Markdown document', async () => {
@@ -134,15 +138,16 @@ describe('command table', () => {
     assert.equal((answers[0].items[0].value as RecallHit).thread, 'alpha');
     assert.equal(seen.opened.length, 1);
     assert.equal(seen.opened[0].language, 'markdown');
-    assert.match(seen.opened[0].content, /^# Item \d+ of thread alpha\n\nA compaction replaced this item/);
+    assert.match(seen.opened[0].content, /^# Thread "The build server is ci-runner-7\."\n\nA compaction replaced this item/);
+    assert.doesNotMatch(seen.opened[0].content, /```json|"type":/);
   });
 
-  test('Compact Now on a followed thread says the agent compacts it, after closing the tier notice', async () => {
+  test('Compact Now on a followed thread says what works instead, after closing the tier notice', async () => {
     const ui = new ScriptedUi();
     const { h, seen } = host(service, d.uri, ui, () => 'codex:0199');
     assert.equal(await commandTable(h)[COMMANDS.compactNow](), undefined);
     assert.equal(seen.closedNotices, 1);
-    assert.match(ui.messages[0].message, /follows a Codex session: Codex compacts it by itself/);
+    assert.equal(ui.messages[0].message, 'This Codex session is read-only: use its Esc Esc (backtrack) or /compact; files: Restore Files on a checkpoint in the Snapshots view.');
   });
 
   test('the menu runs the command picked', async () => {

@@ -20,11 +20,18 @@ import type { Rpc } from '../src/protocol';
 export const REPO = path.resolve(__dirname, '..', '..', '..', '..');
 export const PYTHON = process.env.CTXD_TEST_PYTHON ?? (process.platform === 'win32' ? 'python' : 'python3');
 
-function daemonEnv(stateDir: string): NodeJS.ProcessEnv {
+/**
+ * The daemon's environment: its state, its config and the agents' homes (Claude Code's and
+ * Codex's sessions, their hook settings) all in the test's temporary folder, never the user's.
+ */
+export function daemonEnv(stateDir: string): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = {};
   for (const [k, v] of Object.entries(process.env)) if (!k.startsWith('CTXD_')) env[k] = v;
   env.XDG_STATE_HOME = stateDir;
   env.XDG_CONFIG_HOME = path.join(stateDir, 'config');
+  env.HOME = path.join(stateDir, 'home');
+  env.CLAUDE_CONFIG_DIR = path.join(stateDir, 'home', '.claude');
+  env.CODEX_HOME = path.join(stateDir, 'home', '.codex');
   env.PYTHONPATH = [REPO, process.env.PYTHONPATH].filter(Boolean).join(path.delimiter);
   env.PYTHONUNBUFFERED = '1';
   return env;
@@ -50,6 +57,8 @@ export interface Daemon {
   proc: ChildProcess;
   /** The workspace folder on disk and its URI. */
   folder: string;
+  /** The daemon's environment (its state dir, and the agents' homes under it). */
+  env: NodeJS.ProcessEnv;
   uri: string;
   initializeResult: any;
   stderr(): string;
@@ -61,6 +70,36 @@ export interface StartOptions {
   options?: Record<string, unknown>;
   /** Make the workspace a git repository with one commit (for snapshots). */
   git?: boolean;
+  /** Agent sessions to write before the daemon starts (`claudeSession`, `codexSession`). */
+  sessions?: ((folder: string, env: NodeJS.ProcessEnv) => void)[];
+}
+
+/** A file the real agents wrote (tests/fixtures/agents), its workspace path made `folder`. */
+function fixture(name: string, folder: string): string {
+  return fs.readFileSync(path.join(REPO, 'tests', 'fixtures', 'agents', name), 'utf8').replaceAll('/home/user/app', folder);
+}
+
+/**
+ * The Claude Code 2.1.332 session of tests/fixtures/agents (two turns: Write, Edit, Bash, Read
+ * and Agent tool uses), where Claude Code keeps it for `folder`. Its thread: `claude:` + this id.
+ */
+export const CLAUDE_SESSION = '2009bcc5-85ba-431c-b4e2-481f4e482c80';
+export const CLAUDE_TITLE = 'Add hello.txt and docs, drop the notes';
+export function claudeSession(folder: string, env: NodeJS.ProcessEnv): void {
+  const project = path.join(env.CLAUDE_CONFIG_DIR!, 'projects', folder.replace(/[^A-Za-z0-9]/g, '-'));
+  fs.mkdirSync(project, { recursive: true });
+  fs.writeFileSync(path.join(project, `${CLAUDE_SESSION}.jsonl`), fixture('claude-2.1.332.jsonl', folder));
+}
+
+/** The Codex 0.171.0 session of tests/fixtures/agents, where Codex keeps it. Its thread: `codex:` + its id. */
+export function codexSession(folder: string, env: NodeJS.ProcessEnv): string {
+  const text = fixture('codex-0.171.0.jsonl', folder);
+  const meta = JSON.parse(text.split('\n')[0]) as { payload: { id: string; timestamp: string } };
+  const day = meta.payload.timestamp.slice(0, 10).split('-');
+  const dir = path.join(env.CODEX_HOME!, 'sessions', ...day);
+  fs.mkdirSync(dir, { recursive: true });
+  fs.writeFileSync(path.join(dir, `rollout-${meta.payload.timestamp.slice(0, 19).replace(/:/g, '-')}-${meta.payload.id}.jsonl`), text);
+  return meta.payload.id;
 }
 
 function git(cwd: string, ...args: string[]): void {
@@ -75,13 +114,16 @@ export async function startDaemon(opts: StartOptions = {}): Promise<Daemon> {
   const folder = path.join(tmp, 'ws');
   fs.mkdirSync(stateDir);
   fs.mkdirSync(folder);
+  const env = daemonEnv(stateDir);
+  fs.mkdirSync(env.HOME!, { recursive: true });
+  for (const write of opts.sessions ?? []) write(folder, env);
   if (opts.git) {
     fs.writeFileSync(path.join(folder, 'README.md'), 'hello\n');
     git(folder, 'init', '-q', '-b', 'main');
     git(folder, '-c', 'user.name=t', '-c', 'user.email=t@example.invalid', 'add', '-A');
     git(folder, '-c', 'user.name=t', '-c', 'user.email=t@example.invalid', 'commit', '-q', '-m', 'init');
   }
-  const proc = spawn(PYTHON, ['-m', 'ctxd', '--stdio'], { cwd: folder, env: daemonEnv(stateDir), stdio: 'pipe' });
+  const proc = spawn(PYTHON, ['-m', 'ctxd', '--stdio'], { cwd: folder, env, stdio: 'pipe' });
   let err = '';
   proc.stderr!.on('data', (d: Buffer) => {
     err += d.toString();
@@ -106,6 +148,7 @@ export async function startDaemon(opts: StartOptions = {}): Promise<Daemon> {
     rpc,
     proc,
     folder,
+    env,
     uri,
     initializeResult,
     stderr: () => err,

@@ -1,5 +1,6 @@
 /** The status-bar gauge and the breakdown panel, driven by the real daemon's notifications. */
 import assert from 'node:assert/strict';
+import { threadFacts } from '../src/followed';
 import { after, before, describe, test } from 'node:test';
 import { CtxdService } from '../src/api';
 import { BreakdownController } from '../src/breakdownPanel';
@@ -60,7 +61,8 @@ describe('gauge and breakdown (real daemon)', () => {
     await sink.until((v) => v.text === expected, `gauge text ${expected}`);
     assert.match(sink.last!.text, /^\$\(pulse\) \d+% · [\d.]+k?\/2k$/);
     assert.equal(sink.last!.backgroundColor, undefined);
-    assert.match(sink.last!.tooltip, /thread `default`/);
+    // The thread by its title once listed ("default" until then), never in a code span.
+    assert.match(sink.last!.tooltip, /^\*\*ctxd\*\* · ws · thread "(default|Add a --dry-run flag to the deploy script and explain the change\.)"\n/);
   });
 
   test('the tooltip gains the top categories once the breakdown is fetched', async () => {
@@ -147,7 +149,7 @@ describe('gauge and breakdown (real daemon)', () => {
     try {
       await panel.refresh();
       assert.match(html, /<h1>Context Usage<\/h1>/);
-      assert.match(html, /thread <code>default<\/code>/);
+      assert.match(html, /<span id="thread">thread &quot;Add a --dry-run flag/);
       const before = html;
       await service.record([userMessage('x '.repeat(300))]);
       await waitFor(() => html !== before, (wake) => changed.event(wake), 10_000, 'panel refresh');
@@ -164,12 +166,13 @@ describe('gauge and breakdown (real daemon)', () => {
     let html = '';
     const where = () => {
       const w = gauge.where();
-      return w && { ...w, thread: 'claude:7f2c1d9e-3b4a-4c5d-8e6f-0a1b2c3d4e5f' };
+      return w && { ...w, ...threadFacts('claude:7f2c1d9e-3b4a-4c5d-8e6f-0a1b2c3d4e5f') };
     };
     const panel = new BreakdownController(service, { cspSource: 'vscode-webview://test', setHtml: (h) => { html = h; } }, where, () => 'N0NCE', 20);
     try {
       await panel.refresh();
-      assert.match(html, /thread <code>claude:7f2c1d9e/);
+      assert.match(html, /<span id="thread">Claude Code session 7f2c1d9e<\/span>/);
+      assert.match(html, /This Claude Code session is read-only: use its \/rewind or \/compact/);
       assert.match(html, /<h1>Context Usage<\/h1>/);
       assert.doesNotMatch(html, /id="compact"/);
     } finally {

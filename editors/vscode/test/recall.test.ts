@@ -53,10 +53,10 @@ describe('search results in words', () => {
     );
     assert.equal(row.label, '$(archive)');
     assert.equal(row.description, 'the port is 8123');
-    assert.equal(row.detail, 'replaced by a compaction · thread default · turn 2: which port? · your message · 1 h ago');
+    assert.equal(row.detail, 'replaced by a compaction · thread "default" · turn 2: which port? · your message · 1 h ago');
     assert.equal(live.label, '$(comment)');
     assert.equal(live.description, 'the port is 8123');
-    assert.equal(live.detail, 'in the conversation · thread default · tool output');
+    assert.equal(live.detail, 'in the conversation · thread "default" · tool output');
     // A shell's "$(pwd)" stays text: VS Code would draw "$(name)" as an icon.
     assert.equal(recallItems([hit({ archived: false, snippet: 'cd $(pwd)' })], now)[0].description, 'cd $\u200b(pwd)');
     assert.equal(recallNote({ results: [hit()], total: 7 }), 'The best 1 of 7 matching items.');
@@ -64,10 +64,12 @@ describe('search results in words', () => {
   });
 
   test('the document names the item and says it was replaced', () => {
-    const doc = itemDocument({ seq: 3, archived: true, item: { type: 'message', role: 'user' } }, { thread: 'codex:ab/c' });
-    assert.equal(doc.name, 'history/codex_ab_c-item-3.md');
-    assert.match(doc.content, /^# Item 3 of thread codex:ab\/c\n\nA compaction replaced this item/);
-    assert.match(doc.content, /```json\n\{\n  "type": "message",\n  "role": "user"\n\}\n```/);
+    const doc = itemDocument({ seq: 3, archived: true, item: { type: 'message', role: 'user', content: [{ type: 'input_text', text: 'which port?\nthe API one' }] } }, { thread: 'codex:ab/c' });
+    assert.equal(doc.name, 'history/Codex_session_ab_c-item-3.md');
+    assert.match(doc.content, /^# The Codex session ab\/c\n\nA compaction replaced this item/);
+    // The user's words with their own line breaks, no JSON.
+    assert.match(doc.content, /### You\n\nwhich port\?\nthe API one\n/);
+    assert.doesNotMatch(doc.content, /"type"|```json/);
   });
 });
 
@@ -135,7 +137,7 @@ describe('Search history (real daemon)', () => {
     assert.equal(rows[0].value.thread, 'other');
     assert.match(rows[0].detail ?? '', /^in the conversation · /);
     assert.equal(result?.archived, false);
-    assert.match(opened[0], /^# Item \d+ of thread other\n\nThis item is in the conversation the model sees\./);
+    assert.match(opened[0], /^# Thread "[^"]+"\n\nThis item is in the conversation the model sees\./);
   });
 
   test("the rows keep the daemon's rank order: their labels give VS Code's quick pick nothing to re-sort by", async () => {

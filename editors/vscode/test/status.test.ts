@@ -61,7 +61,7 @@ describe('gauge', () => {
   test('tooltip names folder, thread, totals and the top categories, largest first', () => {
     const view = gaugeView(usage(), { folderName: 'my_repo', thread: 'agent-1' }, breakdown());
     assert.match(view.tooltip, /my\\_repo/);
-    assert.match(view.tooltip, /thread `agent-1`/);
+    assert.match(view.tooltip, /^\*\*ctxd\*\* · my\\_repo · thread "agent-1"\n/);
     assert.match(view.tooltip, /48\.2k of 128k tokens \(38%\) · auto-compact at 115\.2k/);
     const lines = view.tooltip.split('\n').filter((l) => l.startsWith('- '));
     assert.deepEqual(lines, [

@@ -222,8 +222,9 @@ describe('time machine (real daemon)', () => {
         [['Undo', 'operation'], ['Rollback', 'operation.undone'], ['Compaction', 'operation']],
       );
       assert.match(nodes[1].description ?? '', / · undone$/);
-      assert.match(nodes[2].description ?? '', /^shortened without a model · .* → .* tokens · /);
-      assert.match(nodes[2].label, /^Compaction: \d+ → \d+ items$/);
+      assert.match(nodes[2].description ?? '', /^shortened without a model · /);
+      assert.match(nodes[2].label, /^Compaction: [\d.]+k? → [\d.]+k? tokens$/);
+      assert.match(nodes[2].tooltip ?? '', /\(\d+ → \d+ items\)/);
       assert.equal(nodes[2].command?.command, COMMANDS.openArchived);
       let redraws = 0;
       const sub = model.onDidChange(() => redraws++);
@@ -262,11 +263,12 @@ describe('time machine (pure)', () => {
     assert.deepEqual(nodes.map((n) => n.label), ['mine', 'Turn 3: fix the tests', 'Turn 2: add a flag']);
     const turn = nodes[1];
     assert.deepEqual(turn.children!.map((c) => c.label), ['start of the turn', 'before Edit src/app.py', 'before Bash: sed -i s/a/b/ app.py']);
-    assert.match(turn.description!, /^3 checkpoints · 2 min ago · claude:s1$/);
-    assert.match(turn.children![1].description!, /^before Edit ran · 4 min ago · 3 files · edit000$/);
+    assert.match(turn.description!, /^3 checkpoints · 2 min ago · Claude Code session s1$/);
+    assert.match(turn.children![1].description!, /^before Edit ran · 4 min ago · 3 files$/);
+    assert.match(turn.children![1].tooltip!, /\nSnapshot edit000$/);
     assert.match(turn.children![0].description!, /^when the turn began · /);
     assert.ok(turn.children!.every((c) => c.contextValue === 'snapshot'));
-    assert.equal(nodes[0].description, '1 min ago · 3 files · manual0');
+    assert.equal(nodes[0].description, '1 min ago · 3 files');
   });
 
   test('the Restore Snapshot pick names an agent checkpoint by its turn and tool', () => {

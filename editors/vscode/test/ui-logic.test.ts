@@ -11,13 +11,16 @@ import { TIER_ACTIONS, TierWatcher, tierActions, tierMessage } from '../src/tier
 import { gaugeText, strategyText } from '../src/status';
 import { plainText } from '../src/text';
 import { compactionLabel } from '../src/trees';
+import { threadFacts } from '../src/followed';
 import { usage } from './fixtures';
+
+const t = (thread: string, more: { title?: string; source?: string; readOnly?: boolean } = {}) => ({ ...threadFacts(thread), ...more });
 
 const all = () => true;
 
 describe('status item menu', () => {
-  test('a running daemon: breakdown, compact, snapshot, switch thread, search history, restore, log', () => {
-    const items = menuItems({ down: undefined, supports: all, thread: 'e2e' });
+  test('a running daemon: breakdown, compact, snapshot, switch thread, search, the time machine (restore, roll back, undo, history), hooks, status, log', () => {
+    const items = menuItems({ down: undefined, supports: all, thread: t('e2e') });
     assert.deepEqual(
       items.map((i) => i.value),
       [
@@ -27,7 +30,10 @@ describe('status item menu', () => {
         COMMANDS.switchThread,
         COMMANDS.searchHistory,
         COMMANDS.restore,
+        COMMANDS.rollback,
         COMMANDS.undoLast,
+        COMMANDS.showHistory,
+        COMMANDS.installHooks,
         COMMANDS.showStatus,
         COMMANDS.showLog,
       ],
@@ -36,16 +42,28 @@ describe('status item menu', () => {
     assert.equal(items[1].description, 'thread "e2e"');
   });
 
-  test('a followed thread is not offered Compact now: its agent compacts it', () => {
-    for (const thread of ['codex:0199a213-81c0', 'claude:7f2c1d9e']) {
-      const items = menuItems({ down: undefined, supports: all, thread });
-      assert.ok(!items.some((i) => i.value === COMMANDS.compactNow), thread);
+  test('a followed session is offered nothing that writes its conversation, and is told what works instead', () => {
+    for (const [thread, agent, own] of [
+      ['codex:0199a213-81c0', 'Codex', 'its Esc Esc (backtrack) or /compact'],
+      ['claude:7f2c1d9e', 'Claude Code', 'its /rewind or /compact'],
+    ]) {
+      const items = menuItems({ down: undefined, supports: all, thread: t(thread, { title: 'fix the tests' }) });
+      for (const gone of [COMMANDS.compactNow, COMMANDS.rollback, COMMANDS.undoLast]) assert.ok(!items.some((i) => i.value === gone), `${thread} ${gone}`);
       assert.equal(items[0].value, COMMANDS.showUsage);
+      assert.equal(items[0].description, `the ${agent} session "fix the tests"`);
+      const restore = items.find((i) => i.value === COMMANDS.restore)!;
+      assert.equal(restore.label, '$(history) Restore files…');
+      assert.equal(restore.detail, `The conversation is ${agent}'s: use ${own} there.`);
+      assert.ok(items.some((i) => i.value === COMMANDS.searchHistory) && items.some((i) => i.value === COMMANDS.showHistory));
     }
   });
 
   test('what the daemon does not serve is left out', () => {
-    const items = menuItems({ down: undefined, supports: (m) => m !== Method.ghostSnapshot && m !== Method.ghostRestore && m !== Method.status && m !== Method.undo && m !== Method.recall, thread: 'x' });
+    const items = menuItems({
+      down: undefined,
+      supports: (m) => ![Method.ghostSnapshot, Method.ghostRestore, Method.status, Method.undo, Method.recall, Method.rollback, Method.history].includes(m as never),
+      thread: t('x'),
+    });
     assert.deepEqual(items.map((i) => i.value), [COMMANDS.showUsage, COMMANDS.compactNow, COMMANDS.switchThread, COMMANDS.showLog]);
   });
 
@@ -61,7 +79,7 @@ describe('status item menu', () => {
   });
 
   test('a crash storm: restart (saying why) and log', () => {
-    const items = menuItems({ down: { kind: 'crashed', message: 'ctxd stopped after 5 crashes in 3 minutes.', crashes: 5 }, supports: all, thread: 'a' });
+    const items = menuItems({ down: { kind: 'crashed', message: 'ctxd stopped after 5 crashes in 3 minutes.', crashes: 5 }, supports: all, thread: t('a') });
     assert.deepEqual(items.map((i) => i.value), [COMMANDS.restart, COMMANDS.showLog, COMMANDS.showUsage]);
     assert.equal(items[0].detail, 'ctxd stopped after 5 crashes in 3 minutes.');
   });
@@ -88,24 +106,30 @@ describe('tier notifications', () => {
   test('the message has the gauge\'s own figures, and how much is left or that the limit is reached', () => {
     const warn = usage({ usedTokens: 100_000, contextWindow: 128_000, autoCompactLimit: 115_200, tier: 'warn' });
     assert.equal(
-      tierMessage('warn', 'e2e', warn),
+      tierMessage('warn', t('e2e'), warn),
       'ctxd: thread "e2e" is at 78% · 100k/128k: 15.2k tokens left before auto-compact (at 115.2k).',
     );
-    assert.ok(tierMessage('warn', 'e2e', warn).includes(gaugeText(warn).replace('$(pulse) ', '')));
+    assert.ok(tierMessage('warn', t('e2e'), warn).includes(gaugeText(warn).replace('$(pulse) ', '')));
     assert.equal(
-      tierMessage('compact', 'e2e', usage({ usedTokens: 120_000, autoCompactLimit: 115_200, tier: 'compact' })),
+      tierMessage('compact', t('e2e'), usage({ usedTokens: 120_000, autoCompactLimit: 115_200, tier: 'compact' })),
       'ctxd: thread "e2e" is at 94% · 120k/128k: it reached the auto-compact limit (115.2k).',
     );
     assert.deepEqual(Object.values(TIER_ACTIONS), ['Compact now', 'Open breakdown']);
   });
 
   test('a followed thread is offered the breakdown only, and told its agent compacts it', () => {
-    assert.deepEqual(tierActions('e2e'), ['Compact now', 'Open breakdown']);
-    assert.deepEqual(tierActions('claude:7f2c1d9e'), ['Open breakdown']);
-    assert.deepEqual(tierActions('codex:0199a213'), ['Open breakdown']);
+    assert.deepEqual(tierActions(t('e2e')), ['Compact now', 'Open breakdown']);
+    assert.deepEqual(tierActions(t('claude:7f2c1d9e')), ['Open breakdown']);
+    assert.deepEqual(tierActions(t('codex:0199a213')), ['Open breakdown']);
+    // A session of an agent ctxd learnt of later: read-only because its listing says so.
+    assert.deepEqual(tierActions(t('newagent:1', { source: 'newagent', readOnly: true })), ['Open breakdown']);
     assert.equal(
-      tierMessage('compact', 'claude:7f2c', usage({ usedTokens: 170_000, autoCompactLimit: 167_000 })),
-      "ctxd: thread \"claude:7f2c\" reached its agent's auto-compact point (170k of 167k tokens): the agent compacts it next.",
+      tierMessage('compact', t('claude:7f2c1d9e-aaaa', { title: 'fix the flaky test' }), usage({ usedTokens: 170_000, autoCompactLimit: 167_000 })),
+      "ctxd: the Claude Code session \"fix the flaky test\" reached its agent's auto-compact point (170k of 167k tokens): the agent compacts it next.",
+    );
+    assert.equal(
+      tierMessage('compact', t('claude:7f2c1d9e-aaaa'), usage({ usedTokens: 170_000, autoCompactLimit: 167_000 })),
+      "ctxd: the Claude Code session 7f2c1d9e reached its agent's auto-compact point (170k of 167k tokens): the agent compacts it next.",
     );
   });
 });
@@ -152,7 +176,7 @@ describe('status page', () => {
     assert.ok(md.startsWith('# ctxd 0.2.0 (protocol 2)\n'));
     assert.match(md, /- \*\*\.ctxd\.toml `llm\.base_url`\*\*: ignored: the workspace is not trusted/);
     assert.match(md, /- o200k_base: loaded; counts are exact/);
-    assert.match(md, /- codex: 2 sessions \(\/h\/\.codex\)/);
+    assert.match(md, /- Codex: 2 sessions \(\/h\/\.codex\)/);
     assert.match(md, /Trusted: no \(settings that reach off the machine are ignored\)/);
     assert.ok(md.indexOf('## Problems') < md.indexOf('## Token counting'));
   });
@@ -171,7 +195,7 @@ describe('status page', () => {
         { agent: 'claude', root: '/h/.claude', enabled: true, sessions: 1, unread: [{ version: null, kinds: ['hologram'], records: 1 }] },
       ],
     });
-    assert.match(md, /- codex: 1 sessions \(\/h\/\.codex\)\n {2}- Codex 0\.171\.0 wrote 3 kinds of record ctxd does not read: last_usage_includes_reasoning, token_usage_record, world_state\n/);
+    assert.match(md, /- Codex: 1 sessions \(\/h\/\.codex\)\n {2}- Codex 0\.171\.0 wrote 3 kinds of record ctxd does not read: last_usage_includes_reasoning, token_usage_record, world_state\n/);
     assert.match(md, /- Claude Code wrote 1 kind of record ctxd does not read: hologram/);
   });
 });

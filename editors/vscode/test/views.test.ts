@@ -122,8 +122,9 @@ describe('views and snapshot actions (real daemon)', () => {
       const nodes = await compactions.nodes();
       assert.equal(nodes.length, 1);
       // v3: the History tree lists the operation with its items and tokens before → after.
-      assert.match(nodes[0].label, /^Compaction: \d+ → \d+ items$/);
-      assert.ok(nodes[0].description?.includes(`${formatTokens(r.tokensBefore)} → ${formatTokens(r.tokensAfter)} tokens`), nodes[0].description);
+      // Tokens, not items (issue #40: "Rollback: 6 → 12 items" said nothing people count).
+      assert.equal(nodes[0].label, `Compaction: ${formatTokens(r.tokensBefore)} → ${formatTokens(r.tokensAfter)} tokens`);
+      assert.doesNotMatch(`${nodes[0].label} ${nodes[0].description}`, /items/);
       assert.equal(nodes[0].command?.arguments.slice(0, 2).join(' '), `${d.uri} default`);
       // Another client's compaction (straight on the wire) is not ours.
       await service.record([userMessage('more '.repeat(400)), assistantMessage('ok '.repeat(400))]);
@@ -137,7 +138,7 @@ describe('views and snapshot actions (real daemon)', () => {
       try {
         const past = await reloaded.nodes();
         assert.deepEqual(
-          past.map((n) => /· (\S+ → \S+ tokens) ·/.exec(n.description ?? '')?.[1]),
+          past.map((n) => /^Compaction: (\S+ → \S+ tokens)$/.exec(n.label)?.[1]),
           [other, r].map((c) => `${formatTokens(c.tokensBefore)} → ${formatTokens(c.tokensAfter)} tokens`),
         );
         assert.match(past[1].description ?? '', /^shortened without a model · /);
@@ -157,7 +158,8 @@ describe('views and snapshot actions (real daemon)', () => {
         let redraws = 0;
         const redrawSub = switching.onDidChange(() => redraws++);
         try {
-          assert.deepEqual((await switching.nodes()).map((n) => n.label), ['No compaction, rollback or restore of thread "elsewhere" yet.']);
+          // Empty: the view's welcome content says so (package.json viewsWelcome).
+          assert.deepEqual((await switching.nodes()).map((n) => n.label), []);
           thread = 'default';
           await service.record([userMessage('after both compactions')]);
           await waitFor(() => redraws > 0, (wake) => switching.onDidChange(wake), 5000, 'the Compactions tree to redraw');
@@ -235,10 +237,10 @@ describe('views and snapshot actions (real daemon)', () => {
   test('Show status renders what ctxd/status says (protocol v2)', async (t) => {
     if (!service.supports(Method.status)) return t.skip('this daemon does not serve ctxd/status yet (protocol v2)');
     const status = await service.status();
-    assert.equal(status.protocolVersion, 3);
+    assert.equal(status.protocolVersion, 4);
     assert.equal(status.trusted, false);
     const md = statusMarkdown(status);
-    assert.ok(md.startsWith(`# ctxd ${status.version} (protocol 3)`), md);
+    assert.ok(md.startsWith(`# ctxd ${status.version} (protocol 4)`), md);
     assert.match(md, /Trusted: no/);
   });
 

@@ -155,6 +155,63 @@ describe('Install', () => {
     assert.ok(log.some((l) => l.includes('no_such_backend_ctxd')), 'pip\'s output is in the log');
   });
 
+  // What Debian's python3.11 says without python3-venv (ensurepip missing): the venv's python is
+  // made, pip is not, and the hint is a few lines above "Failing command". This base Python says
+  // it word for word and leaves the same half-made venv.
+  const DEBIAN_ENSUREPIP = [
+    'The virtual environment was not created successfully because ensurepip is not',
+    'available.  On Debian/Ubuntu systems, you need to install the python3-venv',
+    'package using the following command.',
+    '',
+    '    apt install python3.11-venv',
+    '',
+    'You may need to use sudo with that command.  After installing the python3-venv',
+    'package, recreate your virtual environment.',
+    '',
+  ];
+
+  test('Debian without python3-venv: the message says which package to install, not only "Failing command"', async () => {
+    const storage = path.join(tmp, 'storage-debian');
+    const fake = path.join(tmp, 'debian-python3');
+    const venv = path.join(storage, 'venv');
+    fs.writeFileSync(
+      fake,
+      `#!/bin/sh\n"${PYTHON}" -m venv --without-pip "$3" >/dev/null 2>&1\ncat <<'EOF'\n${DEBIAN_ENSUREPIP.join('\n')}Failing command: $3/bin/python3.11\nEOF\nexit 1\n`,
+      { mode: 0o755 },
+    );
+    const ui = new ScriptedUi([INSTALL_CHOICES.folder, undefined]);
+    const { h, saved } = host(ui, storage, [REPO]);
+    h.basePython = async () => fake;
+    assert.equal(await installFlow(h), false);
+    assert.deepEqual(saved, []);
+    const failed = ui.notes.find((n) => n.severity === 'error')!;
+    assert.match(failed.message, /^Installing ctxd failed \(creating a python environment\): this Python cannot make environments \(ensurepip is missing\): install Debian's python3\.11-venv package \(sudo apt install python3\.11-venv\), then run ctxd: Install Daemon again\./);
+    assert.doesNotMatch(failed.message, /Failing command/);
+    // The half-made venv (a python, no pip) is made again on the next try, not reused.
+    assert.ok(fs.existsSync(venvPython(venv)));
+    assert.equal(installPlan(storage, PYTHON, REPO).steps[0].title, 'Making the broken Python environment again');
+    assert.deepEqual(installPlan(storage, PYTHON, REPO).steps[0].args, ['-m', 'venv', '--clear', venv]);
+  });
+
+  test('a retry after the Debian failure rebuilds the venv and gets past "No module named pip"', { timeout: 300_000 }, async () => {
+    // Here the base Python has ensurepip (python3-venv installed since): the broken venv is cleared and made whole.
+    const storage = path.join(tmp, 'storage-debian');
+    const wheelless = path.join(tmp, 'broken-clone-2');
+    fs.mkdirSync(wheelless, { recursive: true });
+    fs.writeFileSync(
+      path.join(wheelless, 'pyproject.toml'),
+      '[build-system]\nrequires = []\nbuild-backend = "no_such_backend_ctxd"\n\n[project]\nname = "ctxd-daemon"\nversion = "0"\n',
+    );
+    const ui = new ScriptedUi([INSTALL_CHOICES.folder, undefined]);
+    const { h } = host(ui, storage, [wheelless]);
+    assert.equal(await installFlow(h), false);
+    const failed = ui.notes.find((n) => n.severity === 'error')!;
+    // pip ran (the build backend is what fails now), so the venv has pip again.
+    assert.match(failed.message, /^Installing ctxd failed \(installing ctxd with pip\): .*no_such_backend_ctxd/);
+    assert.doesNotMatch(failed.message, /No module named pip/);
+    assert.equal(installPlan(storage, PYTHON, REPO).steps[0].title, 'Installing ctxd with pip');
+  });
+
   test('pip\'s reason is the line that says what went wrong', () => {
     assert.equal(
       failureLine('Processing ./x\n  error: subprocess-exited-with-error\nnote: This error originates from a subprocess\nERROR: Could not find a version that satisfies the requirement foo\n'),

@@ -11,7 +11,7 @@ local M = {}
 local pending
 
 --- The protocol versions this plugin speaks (PROTOCOL.md); the newest is preferred.
-M.PROTOCOL_VERSIONS = { 1, 2, 3 }
+M.PROTOCOL_VERSIONS = { 1, 2, 3, 4 }
 
 --- Methods that address a workspace but no thread.
 local workspace_only = { [methods.threads] = true, [methods.status] = true }
@@ -90,6 +90,24 @@ end
 
 M.OUTSIDE = 'this buffer is outside every ctxd workspace folder'
 
+--- Why no ctxd client runs for `bufnr`, and the command that fixes it.
+---@param bufnr integer
+---@return string
+function M.not_running(bufnr)
+  local status = require('ctxd.status')
+  local why = status.down({ bufnr = bufnr }) or status.any_down()
+  if why == 'stopped' then
+    return 'the daemon stopped; :Ctxd restart starts it again'
+  elseif why == 'not installed' then
+    return 'the daemon is not installed; :checkhealth ctxd says how to install it'
+  elseif why == 'not running' then
+    return 'the daemon did not start; :checkhealth ctxd says why, :Ctxd restart tries again'
+  elseif vim.lsp.is_enabled and vim.lsp.is_enabled('ctxd') then
+    return 'ctxd is not running: it starts on a file inside a git repository (or :Ctxd restart)'
+  end
+  return "ctxd is not running: setup({ enable = true }) or vim.lsp.enable('ctxd') starts it"
+end
+
 --- The client and workspace that `target` designates. A file outside every workspace folder
 --- designates none (its statusline must not show another workspace's numbers); a buffer that is
 --- no file (quickfix, help, a scratch buffer) designates the first workspace, unless
@@ -118,7 +136,7 @@ function M.resolve(target)
   end
   local clients = M.clients()
   if #clients == 0 then
-    return nil, 'ctxd is not running (see :checkhealth ctxd)'
+    return nil, M.not_running(bufnr)
   end
   local path = buffer_path(bufnr)
   if path then
@@ -258,6 +276,23 @@ end
 function M.supports(lsp_client, method)
   local info = M.server_info(lsp_client)
   return type(info) == 'table' and type(info.methods) == 'table' and vim.tbl_contains(info.methods, method)
+end
+
+--- The command and environment that start the daemon (`setup({ cmd, cmd_env })`, else
+--- `lsp/ctxd.lua`'s): nil for a command given as a function (an in-process transport).
+---@return string[]? cmd
+---@return table<string, string>? env
+function M.daemon_command()
+  local options = require('ctxd.config').options
+  local ok, lsp_config = pcall(function()
+    return vim.lsp.config.ctxd
+  end)
+  local cmd = options.cmd or (ok and lsp_config and lsp_config.cmd) or { 'ctxd' }
+  local env = options.cmd_env or (ok and lsp_config and lsp_config.cmd_env) or nil
+  if type(cmd) ~= 'table' or type(cmd[1]) ~= 'string' then
+    return nil, env
+  end
+  return cmd, env
 end
 
 --- A token for `$/progress`, unique within this Neovim.

@@ -16,23 +16,9 @@ local function notify(msg, level)
   require('ctxd.notify').say(msg, level)
 end
 
---- A callback that reports errors as `ctxd <what> failed: ...` and hands results to `on_result`.
----@param what string
----@param on_result fun(result: any)
----@return ctxd.Callback
+--- Errors reported as `<what> failed: ...`, results handed on (`ctxd.timemachine`).
 local function handle(what, on_result)
-  return function(err, result)
-    if type(err) == 'table' and err.stopped then
-      -- The daemon stopped under it: the supervisor's one line names it.
-      require('ctxd.supervisor').interrupted(what)
-      return
-    end
-    if err then
-      notify(('%s failed: %s'):format(what, client.format_error(err)), vim.log.levels.ERROR)
-      return
-    end
-    on_result(result)
-  end
+  return require('ctxd.timemachine').handle(what, on_result)
 end
 
 ---@param params table
@@ -46,7 +32,8 @@ end
 
 ---@class ctxd.Subcommand
 ---@field run fun(args: string[])
----@field complete (fun(arglead: string): string[])?
+---@field complete (fun(arglead: string, words: string[]): string[])? `words`: those typed after the subcommand
+---@field every_arg boolean? `complete` completes every argument, not only the first
 
 ---@type table<string, ctxd.Subcommand>
 M.subcommands = {}
@@ -55,11 +42,7 @@ M.subcommands = {}
 ---@return ctxd.Target?
 ---@return string? err
 local function current_target()
-  local found, workspace = client.resolve()
-  if not found then
-    return nil, workspace
-  end
-  return { workspace = workspace, thread = require('ctxd.threads').current(workspace) }, nil
+  return require('ctxd.timemachine').current_target()
 end
 
 M.subcommands.usage = {
@@ -79,11 +62,8 @@ M.subcommands.compact = {
       return
     end
     local target = current_target()
-    local agent = target and target.thread and target.thread:match('^(%a+):')
-    if agent == 'codex' or agent == 'claude' then
-      -- A followed session: its agent compacts it; ctxd only shows it (read-only).
-      notify(('thread %s follows a %s session: %s compacts it by itself'):format(
-        target.thread, agent == 'codex' and 'Codex' or 'Claude Code', agent == 'codex' and 'Codex' or 'Claude Code'))
+    -- A followed session: its agent compacts it; ctxd only shows it (read-only).
+    if target and require('ctxd.timemachine').refuse_read_only(target) then
       return
     end
     local lsp = require('ctxd.lsp')
@@ -134,213 +114,26 @@ M.subcommands.snapshot = {
   end,
 }
 
---- The `undoId` of the last restore per workspace (`:Ctxd undo-restore`); for a restore with the
---- conversation (v3) also its thread and history operation (`:Ctxd undo` restores both).
----@type table<string, { id: string, of: string, conversation: boolean?, thread: string?, operation: integer? }>
-M.undo = {}
-
----@param list any
----@return integer
-local function count(list)
-  return type(list) == 'table' and #list or 0
-end
-
---- `2 files written, 1 removed`
----@param r table a restore result (or its dry run)
----@return string
-local function files_text(r)
-  return ('%d file%s written, %d removed'):format(
-    count(r.restored),
-    count(r.restored) == 1 and '' or 's',
-    count(r.removed)
-  )
-end
-
---- Restore `snapshot` with `params`, remember its `undoId` and say what changed.
----@param target ctxd.Target
----@param snapshot table GhostCommit
----@param conversation boolean
-local function do_restore(target, snapshot, conversation)
-  local params = { id = snapshot.id, conversation = conversation }
-  client.request(methods.ghost_restore, params, handle('restore', function(r)
-    vim.cmd.checktime()
-    local text = ('restored %s: %s'):format(tostring(r.id or snapshot.id):sub(1, 10), files_text(r))
-    if conversation then
-      text = text .. (', %s ledger items dropped'):format(tostring(r.removedItems or 0))
-    end
-    if type(r.undoId) == 'string' then
-      -- v3: a restore with the conversation is undone with the conversation (files and history).
-      local both = conversation and type(r.operationId) == 'number'
-      M.undo[target.workspace] = { id = r.undoId, of = snapshot.id, conversation = both or nil,
-        thread = target.thread, operation = both and r.operationId or nil }
-      text = text .. (both and '; :Ctxd undo puts the files and the conversation back'
-        or '; :Ctxd undo-restore puts the files back')
-    end
-    notify(text)
-  end), target)
-end
-
---- Offer what can be restored of `snapshot` for the target's thread: its files when a dry run
---- says they differ, its conversation when the snapshot is in this thread and the thread is the
---- client's own (a followed agent session's history belongs to the agent).
----@param target ctxd.Target
----@param snapshot table GhostCommit
----@param in_thread boolean
----@param dry_run boolean the daemon can preview a restore (protocol 2)
-local function offer_restore(target, snapshot, in_thread, dry_run)
-  local threads = require('ctxd.threads')
-  local read_only = threads.source(target.workspace, target.thread) ~= 'client'
-    or (threads.info(target.workspace, target.thread) or {}).readOnly == true
-  local function choose(preview)
-    local choices = {}
-    local files_differ = not preview or count(preview.restored) + count(preview.removed) > 0
-    local files_label = preview and ('Files only (%s)'):format(files_text(preview)) or 'Files only'
-    if files_differ then
-      table.insert(choices, { label = files_label, conversation = false })
-    end
-    if in_thread and not read_only then
-      local label = 'Files and conversation (back to this snapshot)'
-      if preview then
-        label = ('Files and conversation (%s; the thread back to this snapshot)'):format(files_text(preview))
-      end
-      table.insert(choices, { label = label, conversation = true })
-    end
-    if #choices == 0 then
-      notify(('nothing to restore: the files are as at snapshot %s%s'):format(
-        tostring(snapshot.id):sub(1, 10),
-        read_only and ' (this thread is an agent session: its conversation is the agent\'s)'
-          or ' (it is not in this thread\'s conversation)'
-      ), vim.log.levels.WARN)
-      return
-    end
-    vim.ui.select(choices, {
-      prompt = 'Restore what?',
-      format_item = function(c)
-        return c.label
-      end,
-      kind = 'ctxd.restore',
-    }, function(choice)
-      if choice then
-        do_restore(target, snapshot, choice.conversation)
-      end
-    end)
-  end
-  if not dry_run then
-    choose(nil)
-    return
-  end
-  client.request(methods.ghost_restore, { id = snapshot.id, dryRun = true }, handle('restore', choose), target)
-end
-
 M.subcommands.restore = {
-  run = function()
-    local target, why = current_target()
-    if not target then
-      notify('restore failed: ' .. tostring(why), vim.log.levels.ERROR)
-      return
-    end
-    local lsp_client = client.resolve(target)
-    -- A preview (`dryRun`) came with the rest of protocol 2's snapshot methods. A daemon that
-    -- does not know it would restore for real, so ask for one only when those are there.
-    local dry_run = lsp_client ~= nil
-      and client.supports(lsp_client, methods.ghost_diff)
-      and client.supports(lsp_client, methods.ghost_delete)
-    client.request(methods.ghost_list, {}, handle('restore', function(r)
-      local snapshots = r.snapshots or {}
-      if #snapshots == 0 then
-        notify('no snapshots yet (take one with :Ctxd snapshot)', vim.log.levels.WARN)
-        return
-      end
-      -- Which snapshots this thread's conversation holds: only those can roll it back.
-      client.request(methods.history, {}, handle('restore', function(history)
-        local mine = {}
-        for _, item in ipairs(history.items or {}) do
-          if item.type == 'ghost_snapshot' and type(item.ghost_commit) == 'table' then
-            mine[item.ghost_commit.id] = true
-          end
-        end
-        -- Newest first, an agent turn's checkpoints together under it.
-        vim.ui.select(require('ctxd.ui.view').order_snapshots(snapshots), {
-          prompt = 'Restore snapshot',
-          format_item = function(commit)
-            return require('ctxd.ui.view').format_snapshot(commit) .. (mine[commit.id] and '  · this thread' or '')
-          end,
-          kind = 'ctxd.snapshot',
-        }, function(choice)
-          if choice then
-            offer_restore(target, choice, mine[choice.id] == true, dry_run)
-          end
-        end)
-      end), target)
-    end), target)
+  run = function(args)
+    require('ctxd.timemachine').restore(args)
+  end,
+  complete = function(arglead)
+    return require('ctxd.timemachine').complete_snapshot(arglead)
   end,
 }
 
 M.subcommands['undo-restore'] = {
   run = function()
-    local target, why = current_target()
+    local timemachine = require('ctxd.timemachine')
+    local target, why = timemachine.current_target()
     if not target then
       notify('undo-restore failed: ' .. tostring(why), vim.log.levels.ERROR)
       return
     end
-    local undo = M.undo[target.workspace]
-    if not undo then
-      notify('nothing to undo: no restore in this workspace since Neovim started', vim.log.levels.WARN)
-      return
-    end
-    local where = undo.conversation and { workspace = target.workspace, thread = undo.thread } or target
-    client.request(methods.ghost_restore, { id = undo.id, conversation = undo.conversation == true },
-      handle('undo-restore', function(r)
-        M.undo[target.workspace] = nil
-        vim.cmd.checktime()
-        notify(('undid the restore of %s: %s%s'):format(tostring(undo.of):sub(1, 10), files_text(r),
-          undo.conversation and ', and the conversation is back' or ''))
-      end), where)
+    timemachine.undo_restore(target)
   end,
 }
-
---- Snapshot ids for completion (newest first), asked of the daemon with a short wait.
----@param arglead string
----@return string[]
-local function complete_snapshot(arglead)
-  local err, r = client.request_sync(methods.ghost_list, {}, nil, 1000)
-  if err or type(r) ~= 'table' then
-    return {}
-  end
-  local ids = {}
-  for _, commit in ipairs(r.snapshots or {}) do
-    local id = tostring(commit.id)
-    if vim.startswith(id, arglead) then
-      table.insert(ids, id)
-    end
-  end
-  return ids
-end
-
---- The snapshot whose id is `given` or starts with it, or nil and why not.
----@param snapshots table[] GhostCommits
----@param given string
----@return string? id
----@return string? problem
-function M.resolve_snapshot(snapshots, given)
-  local found = {}
-  for _, commit in ipairs(snapshots) do
-    local id = tostring(commit.id)
-    if id == given then
-      return id, nil
-    end
-    if #given >= 4 and vim.startswith(id, given) then
-      table.insert(found, id)
-    end
-  end
-  if #found == 1 then
-    return found[1], nil
-  end
-  if #found > 1 then
-    return nil, ('%d snapshots start with %s: give more of the id'):format(#found, given)
-  end
-  return nil, ('no snapshot %s (:Ctxd diff without an id lists them)'):format(given)
-end
 
 M.subcommands.diff = {
   run = function(args)
@@ -372,7 +165,7 @@ M.subcommands.diff = {
     if args[1] then
       -- The ids printed everywhere are short: take any unique prefix.
       client.request(methods.ghost_list, {}, handle('diff', function(r)
-        local id, problem = M.resolve_snapshot(r.snapshots or {}, args[1])
+        local id, problem = require('ctxd.timemachine').resolve_snapshot(r.snapshots or {}, args[1])
         if not id then
           notify('diff failed: ' .. problem, vim.log.levels.ERROR)
           return
@@ -397,7 +190,9 @@ M.subcommands.diff = {
       end)
     end), target)
   end,
-  complete = complete_snapshot,
+  complete = function(arglead)
+    return require('ctxd.timemachine').complete_snapshot(arglead)
+  end,
 }
 
 M.subcommands.threads = {
@@ -452,153 +247,21 @@ M.subcommands.threads = {
   end,
 }
 
---- `2 turns (5 items) · 1.2k tokens after`
----@param turns integer
----@param r table a rollback result or its dry run
----@return string
-local function rollback_text(turns, r)
-  return ('%d turn%s (%s items removed, %s tokens after)'):format(
-    turns, turns == 1 and '' or 's', tostring(r.removedItems), tostring(r.tokensAfter or '?'))
-end
-
 M.subcommands.rollback = {
   run = function(args)
-    local turns = tonumber(args[1] or '1')
-    if not turns or turns < 1 or turns ~= math.floor(turns) then
-      notify(('rollback takes a positive number of turns, got %q'):format(args[1]), vim.log.levels.ERROR)
-      return
-    end
-    local target, why = current_target()
-    if not target then
-      notify('rollback failed: ' .. tostring(why), vim.log.levels.ERROR)
-      return
-    end
-    local function run()
-      client.request(methods.rollback, { turns = turns }, handle('rollback', function(r)
-        local text = 'rolled back ' .. rollback_text(turns, r)
-        if r.undoId then
-          text = text .. '; :Ctxd undo puts it back'
-        end
-        notify(text)
-      end), target)
-    end
-    local lsp_client = client.resolve(target)
-    if not (lsp_client and client.supports(lsp_client, methods.undo)) then
-      run() -- a daemon before protocol 3 has no preview (and no undo) to offer
-      return
-    end
-    -- Ask first, saying what it drops, and whether it goes back past a compaction.
-    client.request(methods.rollback, { turns = turns, dryRun = true }, handle('rollback', function(preview)
-      if preview.removedItems == 0 then
-        notify('nothing to roll back: the thread has no user turn', vim.log.levels.WARN)
-        return
-      end
-      local label = 'Roll back ' .. rollback_text(turns, preview)
-      if preview.crossesCompaction then
-        label = label .. ', back past a compaction (what it replaced comes back)'
-      end
-      vim.ui.select({ { label = label, go = true }, { label = 'Cancel', go = false } }, {
-        prompt = preview.crossesCompaction and 'Roll back past a compaction?' or 'Roll back?',
-        format_item = function(c)
-          return c.label
-        end,
-        kind = 'ctxd.rollback',
-      }, function(choice)
-        if choice and choice.go then
-          run()
-        end
-      end)
-    end), target)
+    require('ctxd.timemachine').rollback(args)
   end,
 }
 
---- The operation `:Ctxd undo` undoes: the newest one still in effect that is not itself an undo.
----@param ops table[] `ctxd/history`'s operations, oldest first
----@return table?
-function M.last_undoable(ops)
-  for i = #ops, 1, -1 do
-    if ops[i].kind ~= 'undo' and ops[i].undoneBy == nil then
-      return ops[i]
-    end
-  end
-  return nil
-end
-
---- The undo `:Ctxd redo` undoes: the newest undo still in effect that undid a compaction, a
---- rollback or a restore (not another undo).
----@param ops table[]
----@return table?
-function M.last_redoable(ops)
-  local undid = {}
-  for _, op in ipairs(ops) do
-    if op.kind ~= 'undo' and op.undoneBy ~= nil then
-      undid[op.undoneBy] = op
-    end
-  end
-  for i = #ops, 1, -1 do
-    if ops[i].kind == 'undo' and ops[i].undoneBy == nil and undid[ops[i].id] then
-      return ops[i], undid[ops[i].id]
-    end
-  end
-  return nil
-end
-
-local kind_words = { compaction = 'compaction', rollback = 'rollback', restore = 'restore of the conversation' }
-
---- Run `ctxd/undo` on operation `op` of the target's thread and say `said`.
-local function undo_operation(target, op, said)
-  client.request(methods.undo, { id = op.id }, handle(said.what, function(r)
-    notify(said.text)
-    if type(r.usage) == 'table' then
-      status.seed(target.workspace, target.thread, r.usage)
-      vim.cmd.redrawstatus({ bang = true })
-    end
-  end), target)
-end
-
---- Undo the thread's latest history operation still in effect (a compaction, a rollback, a
---- restore with the conversation); a restore run from this Neovim gets its files back too.
 M.subcommands.undo = {
   run = function()
-    local target, why = current_target()
-    if not target then
-      notify('undo failed: ' .. tostring(why), vim.log.levels.ERROR)
-      return
-    end
-    client.request(methods.history, { includeArchived = true, limit = 0 }, handle('undo', function(history)
-      local last = M.last_undoable(history.operations or {})
-      if not last then
-        notify('nothing to undo: no compaction, rollback or restore of this thread is in effect', vim.log.levels.WARN)
-        return
-      end
-      local remembered = M.undo[target.workspace]
-      if last.kind == 'restore' and remembered and remembered.operation == last.id and remembered.thread == target.thread then
-        M.subcommands['undo-restore'].run()
-        return
-      end
-      undo_operation(target, last, { what = 'undo', text = ('undid the %s (%d -> %d items); :Ctxd redo redoes it'):format(
-        kind_words[last.kind] or last.kind, last.itemsAfter or 0, last.itemsBefore or 0) })
-    end), target)
+    require('ctxd.timemachine').undo()
   end,
 }
 
---- Redo what the last `:Ctxd undo` undid.
 M.subcommands.redo = {
   run = function()
-    local target, why = current_target()
-    if not target then
-      notify('redo failed: ' .. tostring(why), vim.log.levels.ERROR)
-      return
-    end
-    client.request(methods.history, { includeArchived = true, limit = 0 }, handle('redo', function(history)
-      local undo, undid = M.last_redoable(history.operations or {})
-      if not undo then
-        notify('nothing to redo: no undo of this thread is in effect', vim.log.levels.WARN)
-        return
-      end
-      undo_operation(target, undo, { what = 'redo', text = ('redid the %s (%d -> %d items)'):format(
-        kind_words[undid.kind] or undid.kind, undid.itemsBefore or 0, undid.itemsAfter or 0) })
-    end), target)
+    require('ctxd.timemachine').redo()
   end,
 }
 
@@ -676,7 +339,7 @@ M.subcommands.restart = {
       local buffers = vim.tbl_keys(c.attached_buffers)
       local cfg = c.config
       for _, folder in ipairs(client.folders(c)) do
-        status.forget(folder)
+        status.mark_stale(folder) -- the gauge keeps its figures, dimmed, until the new daemon's
       end
       supervisor.stopping(c.id)
       c:stop()
@@ -700,6 +363,22 @@ M.subcommands.restart = {
         notify('restarted')
       end))
     end
+  end,
+}
+
+M.subcommands.hooks = {
+  run = function(args)
+    require('ctxd.hooks').command(args)
+  end,
+  complete = function(arglead, words)
+    return require('ctxd.hooks').complete(arglead, words)
+  end,
+  every_arg = true,
+}
+
+M.subcommands.menu = {
+  run = function()
+    require('ctxd.menu').open()
   end,
 }
 
@@ -739,8 +418,12 @@ function M.complete(arglead, cmdline)
     end, M.names())
   end
   local sub = M.subcommands[words[1]]
-  if sub and sub.complete and (#words == 1 or (#words == 2 and arglead ~= '')) then
-    return sub.complete(arglead)
+  if not (sub and sub.complete) then
+    return {}
+  end
+  local after = vim.list_slice(words, 2)
+  if sub.every_arg or #after == 0 or (#after == 1 and arglead ~= '') then
+    return sub.complete(arglead, after)
   end
   return {}
 end

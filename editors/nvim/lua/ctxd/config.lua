@@ -9,6 +9,8 @@ local M = {}
 ---@field prefix string Text before the figures (`ctx`).
 ---@field highlight boolean Wrap the gauge in `%#CtxdOk#`-style highlight items.
 ---@field empty string What the gauge shows before any usage is known.
+---@field icons boolean Put a followed agent's icon before its name (`✻ Claude 12% · …`).
+---@field click boolean A click on the gauge opens its menu (`:Ctxd menu`).
 
 ---@class ctxd.FloatOptions
 ---@field border string|string[] Border of the `:Ctxd usage` window.
@@ -34,6 +36,7 @@ local M = {}
 ---@field statusline ctxd.StatuslineOptions
 ---@field float ctxd.FloatOptions
 ---@field recall ctxd.RecallOptions
+---@field agents table<string, table> Per `source`: `{ label?, name?, icon?, rewind?, compact? }` over `ctxd.agents`.
 
 ---@type ctxd.Options
 M.defaults = {
@@ -45,9 +48,10 @@ M.defaults = {
   trusted = nil,
   enable = false,
   progress = true,
-  statusline = { prefix = 'ctx', highlight = true, empty = '' },
+  statusline = { prefix = 'ctx', highlight = true, empty = '', icons = true, click = true },
   float = { border = 'rounded', bar_width = 50, max_details = 5 },
   recall = { picker = 'quickfix', scope = 'thread', limit = 30 },
+  agents = {},
 }
 
 --- Options whose contents belong to the user or the daemon: not checked key by key.
@@ -58,6 +62,7 @@ local opaque = {
   settings = { 'table' },
   thread = { 'string' },
   trusted = { 'boolean', 'function' },
+  agents = { 'table' },
 }
 
 ---@type ctxd.Options

@@ -17,16 +17,38 @@ M.install_advice = {
 ---@return string[]? cmd
 ---@return table<string, string>? env
 local function daemon_cmd()
-  local config = require('ctxd.config')
-  local ok, lsp_config = pcall(function()
-    return vim.lsp.config.ctxd
-  end)
-  local cmd = config.options.cmd or (ok and lsp_config and lsp_config.cmd) or { 'ctxd' }
-  local env = config.options.cmd_env or (ok and lsp_config and lsp_config.cmd_env) or nil
-  if type(cmd) ~= 'table' then
-    return nil, env
+  return require('ctxd.client').daemon_command()
+end
+
+--- Where the install instructions put `ctxd`: the venv of the README, then pipx's folder.
+---@return string[]
+function M.install_places()
+  local places = { vim.fn.expand('~/.local/share/ctxd/bin/ctxd') }
+  local pipx = vim.env.PIPX_BIN_DIR
+  table.insert(places, (pipx and pipx ~= '') and vim.fs.joinpath(pipx, 'ctxd') or vim.fn.expand('~/.local/bin/ctxd'))
+  return places
+end
+
+--- What to do about a daemon command that is not executable: point `cmd` at a `ctxd` that is
+--- installed already (a venv, pipx's folder off PATH, a `~` that was not expanded), else install.
+---@param name string the command's first word
+---@return string problem
+---@return string[] advice
+function M.missing_daemon(name)
+  local expanded = vim.fn.expand(name)
+  if expanded ~= name and vim.fn.executable(expanded) == 1 then
+    return ('`%s` is not executable: Neovim does not expand `~` in cmd'):format(name), {
+      ("setup({ cmd = { vim.fn.expand('%s') } }), then :Ctxd restart"):format(name),
+    }
   end
-  return cmd, env
+  for _, place in ipairs(M.install_places()) do
+    if vim.fn.executable(place) == 1 and place ~= name then
+      return ('`%s` is not on PATH, but ctxd is installed at %s'):format(name, place), {
+        ("setup({ cmd = { '%s' } }) (or put %s on PATH), then :Ctxd restart"):format(place, vim.fs.dirname(place)),
+      }
+    end
+  end
+  return ('`%s` is not executable'):format(name), M.install_advice
 end
 
 --- Run a command with a timeout; returns trimmed stdout or nil and a reason.
@@ -56,7 +78,8 @@ local function check_executable()
   end
   local exe = vim.fn.exepath(cmd[1])
   if exe == '' then
-    health.error(('`%s` is not executable'):format(cmd[1]), M.install_advice)
+    local problem, advice = M.missing_daemon(cmd[1])
+    health.error(problem, advice)
     return
   end
   health.ok(('executable: %s'):format(exe))
@@ -103,13 +126,26 @@ local function check_clients()
   local client = require('ctxd.client')
   local clients = client.clients()
   local chosen, chosen_info = nil, nil
-  if #clients == 0 then
-    health.warn('no ctxd client is running', {
-      "vim.lsp.enable('ctxd') (or setup({ enable = true })), then open a file in a git repository",
-    })
-  end
   -- :checkhealth runs in a buffer of its own: the user's buffer is the alternate one.
   local bufnr = vim.fn.bufnr('#')
+  if #clients == 0 then
+    local enabled = vim.lsp.is_enabled and vim.lsp.is_enabled('ctxd')
+    local why = require('ctxd.status').down({ bufnr = bufnr > 0 and bufnr or nil }) or require('ctxd.status').any_down()
+    if why == 'stopped' then
+      health.warn('no ctxd client is running: the daemon stopped after crashing repeatedly', { ':Ctxd restart starts it again' })
+    elseif why == 'not installed' then
+      health.warn('no ctxd client is running: the daemon is not installed (see "ctxd: daemon" above)')
+    elseif why then
+      health.warn(('no ctxd client is running: the daemon %s'):format(why == 'not running' and 'did not start' or why),
+        { 'the error above says why; :Ctxd restart tries again' })
+    elseif enabled then
+      health.info('no ctxd client is running yet: the client is enabled, and starts on a file inside a git repository')
+    else
+      health.warn('no ctxd client is running', {
+        "vim.lsp.enable('ctxd') (or setup({ enable = true })), then open a file in a git repository",
+      })
+    end
+  end
   local bufname = bufnr > 0 and vim.fn.fnamemodify(vim.api.nvim_buf_get_name(bufnr), ':~:.') or ''
   for _, c in ipairs(clients) do
     local count = vim.tbl_count(c.attached_buffers)
@@ -200,20 +236,22 @@ local function check_status(lsp_client, info)
     return nil
   end
   local _, reason = require('ctxd.trust').verdict(lsp_client.root_dir)
+  local problems = type(status.problems) == 'table' and status.problems or {}
   if status.trusted then
     health.ok(('workspace trusted (%s): its .ctxd.toml may set llm.*, state_dir, sources.*'):format(reason))
   else
     health.info(('workspace not trusted (%s): its .ctxd.toml may not set llm.*, state_dir, sources.*'):format(reason))
-    health.info('to trust it: open its .ctxd.toml, :trust, then :Ctxd restart (or setup({ trusted = true }))')
+    local told = vim.iter(problems):any(function(p)
+      return M.is_trust_problem(p)
+    end)
+    if not told then -- else the problems' own advice says it
+      health.info('to trust it: open its .ctxd.toml, :trust, then :Ctxd restart (or setup({ trusted = true }))')
+    end
   end
-  local problems = type(status.problems) == 'table' and status.problems or {}
   if #problems == 0 then
     health.ok('no settings problems')
   end
-  for _, p in ipairs(problems) do
-    local where = tostring(p.source or 'settings') .. (p.key and (' `' .. tostring(p.key) .. '`') or '')
-    health.warn(('%s: %s'):format(where, tostring(p.message)), require('ctxd.health').problem_advice(p))
-  end
+  M.report_problems(problems)
   for _, tok in ipairs(type(status.tokenizers) == 'table' and status.tokenizers or {}) do
     local line = ('tokenizer %s: %s'):format(tostring(tok.name), tostring(tok.status))
     if tok.status == 'exact' then
@@ -228,7 +266,7 @@ local function check_status(lsp_client, info)
   end
   for _, src in ipairs(type(status.sources) == 'table' and status.sources or {}) do
     health.info(('%s sessions: %s, %s (%s)'):format(
-      tostring(src.agent),
+      require('ctxd.agents').get(src.agent).name,
       src.enabled and (tostring(src.sessions or 0) .. ' followed') or 'off',
       tostring(src.root),
       src.enabled and 'on' or 'sources.' .. tostring(src.agent) .. ' = false'
@@ -241,14 +279,12 @@ local function check_status(lsp_client, info)
   return status
 end
 
-local agent_names = { codex = 'Codex', claude = 'Claude Code' }
-
 --- Format drift as ctxd/sessions/drift.py says it: "Codex 0.171.0 wrote 3 kinds of record ctxd does not read".
 ---@param agent string
 ---@param unread { version: string?, kinds: string[]? }
 ---@return string
 function M.unread_sentence(agent, unread)
-  local name = agent_names[agent] or tostring(agent)
+  local name = require('ctxd.agents').get(agent).name
   if type(unread.version) == 'string' and unread.version ~= '' then
     name = name .. ' ' .. unread.version
   end
@@ -256,13 +292,43 @@ function M.unread_sentence(agent, unread)
   return ('%s wrote %d kind%s of record ctxd does not read'):format(name, n, n == 1 and '' or 's')
 end
 
+--- Whether a settings problem is a key ignored because the workspace is not trusted.
+---@param problem { message: string? }
+---@return boolean
+function M.is_trust_problem(problem)
+  local message = tostring(problem.message or '')
+  return message:find('not trusted', 1, true) ~= nil or message:find('untrusted', 1, true) ~= nil
+end
+
+--- One warning per settings problem, the advice said once for the problems that share it (an
+--- untrusted repository's five ignored keys have one fix), under the last of them.
+---@param problems { source: string?, key: string?, message: string? }[]
+function M.report_problems(problems)
+  local groups, order = {}, {}
+  for _, p in ipairs(problems) do
+    local advice = M.problem_advice(p)
+    local key = table.concat(advice, '\n')
+    if not groups[key] then
+      groups[key] = { advice = advice, problems = {} }
+      table.insert(order, key)
+    end
+    table.insert(groups[key].problems, p)
+  end
+  for _, key in ipairs(order) do
+    local group = groups[key]
+    for i, p in ipairs(group.problems) do
+      local where = tostring(p.source or 'settings') .. (p.key and (' `' .. tostring(p.key) .. '`') or '')
+      health.warn(('%s: %s'):format(where, tostring(p.message)), i == #group.problems and group.advice or nil)
+    end
+  end
+end
+
 --- The fix to type for a settings problem from `ctxd/status`.
 ---@param problem { source: string?, key: string?, message: string? }
 ---@return string[]
 function M.problem_advice(problem)
-  local message = tostring(problem.message or '')
   local source = tostring(problem.source or '')
-  if message:find('not trusted', 1, true) or message:find('untrusted', 1, true) then
+  if M.is_trust_problem(problem) then
     return {
       'if you trust this repository: open its .ctxd.toml, :trust, then :Ctxd restart',
       'or trust workspaces yourself: setup({ trusted = function(root) ... end })',
@@ -289,11 +355,62 @@ local function check_messages()
   end
 end
 
+--- `ctxd hooks status`: whether ctxd's hooks are in the agents' configuration, and trusted.
+local function check_hooks()
+  health.start('ctxd: hooks in the agents')
+  local cmd, env = daemon_cmd()
+  if not cmd or vim.fn.executable(cmd[1]) ~= 1 then
+    health.info('not checked: the daemon command is not executable (see "ctxd: daemon")')
+    return
+  end
+  local bufnr = vim.fn.bufnr('#')
+  local markers = require('ctxd.config').options.root_markers or { '.git' }
+  local cwd = bufnr > 0 and vim.api.nvim_buf_get_name(bufnr) ~= '' and vim.fs.root(bufnr, markers) or vim.fn.getcwd()
+  local ok, proc = pcall(vim.system, vim.list_extend(vim.deepcopy(cmd), { 'hooks', 'status' }), { text = true, env = env, cwd = cwd })
+  local result = ok and proc:wait(15000) or nil
+  if not result or result.code ~= 0 then
+    health.warn(('`ctxd hooks status` failed: %s'):format(result and vim.trim(result.stderr or '') or tostring(proc)))
+    return
+  end
+  local hooks = require('ctxd.hooks')
+  local any = false
+  for _, line in ipairs(vim.split(vim.trim(result.stdout or ''), '\n', { plain = true, trimempty = true })) do
+    local st = hooks.parse_status(line)[1] or { text = line, unreadable = true }
+    if st.unreadable then
+      health.warn(line) -- a configuration ctxd could not read: the line says which and why
+    elseif st.installed and st.trusted == false then
+      any = true
+      health.warn(st.text, { "review them in the agent's own /hooks (Codex asks once per change)" })
+    elseif st.installed then
+      any = true
+      health.ok(st.text)
+    else
+      health.info(st.text)
+    end
+  end
+  if not any then
+    health.info("ctxd's hooks are not installed: :Ctxd hooks install shows what it would write, then asks")
+  end
+end
+
+--- Whether `:help ctxd` works: the plugin makes its help tags when it loads, unless its folder is read-only.
+local function check_help()
+  local doc = vim.api.nvim_get_runtime_file('doc/ctxd.txt', false)[1]
+  if doc and vim.fn.filereadable(vim.fs.joinpath(vim.fs.dirname(doc), 'tags')) == 0 then
+    health.start('ctxd: help')
+    health.warn(('no help tags beside %s: :help ctxd fails'):format(doc), {
+      (':helptags %s (the folder was not writable when the plugin loaded)'):format(vim.fs.dirname(doc)),
+    })
+  end
+end
+
 function M.check()
   check_executable()
   check_options()
   local lsp_client, info = check_clients()
   local status = check_status(lsp_client, info)
+  check_hooks()
+  check_help()
   check_messages()
   check_state_dir(status or info)
 end

@@ -11,7 +11,7 @@ function M.setup(opts)
   local config = require('ctxd.config')
   local problems = config.set(opts)
   if #problems > 0 then
-    vim.notify('ctxd: ' .. #problems .. ' setup problem(s); see :checkhealth ctxd', vim.log.levels.WARN)
+    require('ctxd.notify').say(#problems .. ' setup problem(s); see :checkhealth ctxd', vim.log.levels.WARN)
   end
   local given = type(opts) == 'table' and opts or {}
   local overrides = {} ---@type vim.lsp.Config

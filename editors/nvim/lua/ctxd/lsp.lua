@@ -144,6 +144,17 @@ function M.follow_latest(workspace, thread)
     require('ctxd.threads').activity(workspace, thread)
     return
   end
+  M.reload_threads(workspace)
+end
+
+--- Read `workspace`'s threads again, once per burst of calls (a daemon without `ctxd/threads`:
+--- nothing to read).
+---@param workspace string
+function M.reload_threads(workspace)
+  local found = require('ctxd.client').resolve({ workspace = workspace })
+  if not (found and require('ctxd.client').supports(found, methods.threads)) then
+    return
+  end
   if following[workspace] then
     following[workspace][thread] = true
     return
@@ -182,8 +193,9 @@ function M.before_init(params, lsp_config)
 end
 
 --- The client stopped: requests still waiting are answered with an error (so `:Ctxd compact`
---- says it failed), the gauge forgets its numbers, and a stop nobody asked for goes to the
---- supervisor (restart, or say why not).
+--- says it failed), and a stop nobody asked for goes to the supervisor (restart, or say why not).
+--- The gauge keeps its numbers, dimmed, while the daemon starts again (a crash, `:Ctxd restart`);
+--- a daemon stopped for good takes them with it.
 ---@param code integer
 ---@param signal integer
 ---@param client_id integer
@@ -200,13 +212,19 @@ function M.on_exit(code, signal, client_id)
   }
   folders_of[client_id] = nil
   local supervisor = require('ctxd.supervisor')
-  if supervisor.is_crash(code, signal, client_id) then
+  local crash = supervisor.is_crash(code, signal, client_id)
+  if crash then
     supervisor.quiet_neovim_exit_message(lsp_client and lsp_client.name or 'ctxd')
   end
+  local comes_back = crash or supervisor.is_restarting(client_id)
   require('ctxd.client').fail_pending(client_id, 'the ctxd daemon stopped')
   vim.schedule(function()
     for _, workspace in ipairs(info.folders) do
-      require('ctxd.status').forget(workspace)
+      if comes_back then
+        require('ctxd.status').mark_stale(workspace)
+      else
+        require('ctxd.status').forget(workspace)
+      end
     end
     require('ctxd.supervisor').exited(code, signal, client_id, info)
   end)
@@ -236,16 +254,15 @@ function M.progress_fallback()
       end
       local notify = require('ctxd.notify')
       if value.kind == 'end' then
-        vim.api.nvim_echo({ { '' } }, false, {})
+        notify.echo('')
         return
       end
       M.progress_title = value.title or M.progress_title
-      local text = ('ctxd: %s%s%s'):format(
+      notify.echo(('ctxd: %s%s%s'):format(
         M.progress_title or 'working',
         value.message and (' · ' .. value.message) or '',
         value.percentage and (' %d%%'):format(value.percentage) or ''
-      )
-      vim.api.nvim_echo({ { notify.one_line(text) } }, false, {})
+      ))
     end,
   })
 end

@@ -5,6 +5,10 @@
 --- which keeps it to one line that fits; the daemon's own messages, which come in bursts (an
 --- untrusted repository's settings, one per key), are gathered into one line, and kept whole
 --- for `:checkhealth ctxd`.
+---
+--- Every message is said from the main loop, never from where it was raised: an error-level
+--- message given inside an autocommand (a FileType one, say) is turned into an exception by the
+--- code that fired it (Neovim's filetype detection), with a stack trace and a "Press ENTER".
 
 local M = {}
 
@@ -46,19 +50,31 @@ end
 ---@type string?
 M.last_full = nil
 
---- Say `msg` (prefixed `ctxd: `) in one line that fits; a line that had to be cut is kept
---- whole in `recent` (`:checkhealth ctxd`).
+--- Say `msg` (prefixed `ctxd: `) in one line that fits, from the main loop (see above); a line
+--- that had to be cut is kept whole in `recent` (`:checkhealth ctxd`).
 ---@param msg string
 ---@param level integer?
 function M.say(msg, level)
-  local full = 'ctxd: ' .. tostring(msg)
-  local line = M.one_line(full)
-  if line ~= full then
-    M.keep(tostring(msg), level or vim.log.levels.INFO)
-  end
-  M.last_full = full
-  vim.notify(line, level or vim.log.levels.INFO)
-  M.last_full = nil
+  level = level or vim.log.levels.INFO
+  local text = tostring(msg)
+  vim.schedule(function()
+    local full = 'ctxd: ' .. text
+    local line = M.one_line(full)
+    if line ~= full then
+      M.keep(text, level)
+    end
+    M.last_full = full
+    vim.notify(line, level)
+    M.last_full = nil
+  end)
+end
+
+--- Echo `text` in the command line without history (progress), from the main loop.
+---@param text string
+function M.echo(text)
+  vim.schedule(function()
+    vim.api.nvim_echo({ { text == '' and '' or M.one_line(text) } }, false, {})
+  end)
 end
 
 --- Keep a message whole for `:checkhealth ctxd`.

@@ -21,8 +21,14 @@ local M = {}
 --- Highlight group for each tier.
 M.tier_groups = { ok = 'CtxdOk', warn = 'CtxdWarn', compact = 'CtxdCompact' }
 
+--- The group of figures kept from before the daemon restarted, until it sends new ones.
+M.STALE_GROUP = 'CtxdStale'
+
 ---@type table<string, ctxd.UsageSnapshot> keyed by `workspace .. '\n' .. thread`
 local snapshots = {}
+--- Keys of snapshots kept from a daemon that stopped: shown dimmed until new figures arrive.
+---@type table<string, boolean>
+local stale = {}
 ---@type table<integer, fun(snapshot: ctxd.UsageSnapshot)>
 local subscribers = {}
 local next_subscriber = 0
@@ -42,6 +48,7 @@ function M.define_highlights()
     CtxdOk = 'DiagnosticOk',
     CtxdWarn = 'DiagnosticWarn',
     CtxdCompact = 'DiagnosticError',
+    CtxdStale = 'Comment',
   }
   for group, target in pairs(links) do
     vim.api.nvim_set_hl(0, group, { link = target, default = true })
@@ -64,9 +71,14 @@ end
 ---@param snapshot ctxd.UsageSnapshot must carry `workspace` and `thread`
 function M.update(snapshot)
   snapshots[key(snapshot.workspace, snapshot.thread)] = snapshot
+  stale[key(snapshot.workspace, snapshot.thread)] = nil
   local threads = require('ctxd.threads')
   if snapshot.thread ~= threads.current(snapshot.workspace) and not threads.is_pinned(snapshot.workspace) then
     require('ctxd.lsp').follow_latest(snapshot.workspace, snapshot.thread)
+  elseif not M.window_known(snapshot.workspace, snapshot.thread) then
+    -- A new agent session: its window is ctxd's default until the daemon knows the model, which
+    -- `ctxd/threads` says (a usage notification does not).
+    require('ctxd.lsp').reload_threads(snapshot.workspace)
   end
   for _, fn in pairs(subscribers) do
     local ok, err = pcall(fn, snapshot)
@@ -92,17 +104,35 @@ end
 ---@param thread string
 ---@param usage ctxd.UsageSnapshot
 function M.seed(workspace, thread, usage)
-  if snapshots[key(workspace, thread)] == nil then
-    snapshots[key(workspace, thread)] = vim.tbl_extend('force', usage, { workspace = workspace, thread = thread })
+  local k = key(workspace, thread)
+  if snapshots[k] == nil or stale[k] then
+    snapshots[k] = vim.tbl_extend('force', usage, { workspace = workspace, thread = thread })
+    stale[k] = nil
     vim.cmd.redrawstatus({ bang = true })
   end
+end
+
+--- Whether the gauge may show the thread's window: the editor's own threads always; a followed
+--- agent session once the daemon knows its model (before that the window is ctxd's default, not
+--- the session's: a new Codex session would read `/128k`, then `/258.4k`).
+---@param workspace string
+---@param thread string
+---@return boolean
+function M.window_known(workspace, thread)
+  local threads = require('ctxd.threads')
+  if threads.source(workspace, thread) == 'client' then
+    return true
+  end
+  local info = threads.info(workspace, thread)
+  return info ~= nil and type(info.model) == 'string' and info.model ~= ''
 end
 
 --- Workspaces whose daemon is not running, and the word the gauge shows for it.
 ---@type table<string, string>
 local down = {}
 
---- Mark `workspace`'s daemon as not running (`why`: `stopped`, `not running`), or running (nil).
+--- Mark `workspace`'s daemon as not running (`why`: `stopped`, `not running`, `not installed`),
+--- or running (nil).
 ---@param workspace string
 ---@param why string?
 function M.set_down(workspace, why)
@@ -110,57 +140,120 @@ function M.set_down(workspace, why)
   vim.cmd.redrawstatus({ bang = true })
 end
 
---- Why the daemon of the buffer's workspace is not running, if it is marked so.
+--- The innermost of `workspaces` (folder URIs) that holds the target's buffer, or nil.
+---@param workspaces table<string, any> keyed by URI
 ---@param target ctxd.Target?
 ---@return string?
-local function down_for(target)
+local function holding(workspaces, target)
+  local bufnr = target and target.bufnr or vim.api.nvim_get_current_buf()
+  if not vim.api.nvim_buf_is_valid(bufnr) or vim.bo[bufnr].buftype ~= '' then
+    return nil
+  end
+  local name = vim.api.nvim_buf_get_name(bufnr)
+  if name == '' or name:match('^%a[%w+.-]*://') then
+    return nil
+  end
+  local path = vim.fs.normalize(vim.fn.fnamemodify(name, ':p'))
+  local best ---@type string?
+  for workspace in pairs(workspaces) do
+    local dir = vim.fs.normalize(vim.uri_to_fname(workspace)):gsub('/+$', '')
+    if (path == dir or vim.startswith(path, dir .. '/')) and (not best or #workspace > #best) then
+      best = workspace
+    end
+  end
+  return best
+end
+
+--- Why the daemon of the target's workspace is not running, if it is marked so.
+---@param target ctxd.Target?
+---@return string?
+function M.down(target)
   if next(down) == nil then
     return nil
   end
   if target and target.workspace then
     return down[target.workspace]
   end
-  local bufnr = target and target.bufnr or vim.api.nvim_get_current_buf()
-  local name = vim.api.nvim_buf_get_name(bufnr)
-  if name == '' then
-    return nil
-  end
-  local path = vim.fs.normalize(vim.fn.fnamemodify(name, ':p'))
-  for workspace, why in pairs(down) do
-    local dir = vim.fs.normalize(vim.uri_to_fname(workspace))
-    if path == dir or vim.startswith(path, dir .. '/') then
-      return why
-    end
-  end
+  local workspace = holding(down, target)
+  return workspace and down[workspace] or nil
 end
 
---- Forget the snapshots of a workspace (its client stopped).
+--- Why some workspace's daemon is not running, if any is marked so (for a buffer of no workspace).
+---@return string?
+function M.any_down()
+  local _, why = next(down)
+  return why
+end
+
+--- Forget the snapshots of a workspace (its client stopped for good).
 ---@param workspace string
 function M.forget(workspace)
   for k in pairs(snapshots) do
     if vim.startswith(k, workspace .. '\n') then
       snapshots[k] = nil
+      stale[k] = nil
     end
   end
   require('ctxd.threads').forget(workspace)
   vim.cmd.redrawstatus({ bang = true })
 end
 
---- The latest snapshot for a target (see `ctxd.client.resolve`), or nil. A buffer outside every
---- workspace folder has none.
+--- The daemon of a workspace stopped and is being started again: its figures stay, dimmed,
+--- until the new daemon sends its own (the gauge does not go blank on every restart).
+---@param workspace string
+function M.mark_stale(workspace)
+  for k in pairs(snapshots) do
+    if vim.startswith(k, workspace .. '\n') then
+      stale[k] = true
+    end
+  end
+  vim.cmd.redrawstatus({ bang = true })
+end
+
+--- Workspaces that hold figures (the gauge's while no client runs, during a restart).
+---@return table<string, boolean>
+local function known_workspaces()
+  local out = {}
+  for k in pairs(snapshots) do
+    out[k:match('^(.-)\n')] = true
+  end
+  return out
+end
+
+--- The workspace and thread of a target whose figures the gauge shows, or nil. Without a running
+--- client (a restart), the workspace whose kept figures hold the buffer.
 ---@param target ctxd.Target?
----@return ctxd.UsageSnapshot?
-function M.get(target)
+---@return string? workspace
+---@return string? thread
+local function locate(target)
   target = target or {}
   local workspace = target.workspace
   if not workspace then
     local client, ws = require('ctxd.client').resolve(vim.tbl_extend('force', target, { strict = true }))
-    if not client then
-      return nil
+    if client then
+      workspace = ws
+    elseif #require('ctxd.client').clients() == 0 then
+      workspace = holding(known_workspaces(), target)
     end
-    workspace = ws
   end
-  return snapshots[key(workspace, target.thread or require('ctxd.threads').current(workspace))]
+  if not workspace then
+    return nil, nil
+  end
+  return workspace, target.thread or require('ctxd.threads').current(workspace)
+end
+
+--- The latest snapshot for a target (see `ctxd.client.resolve`), or nil. A buffer outside every
+--- workspace folder has none. The second result is true for figures kept from a stopped daemon.
+---@param target ctxd.Target?
+---@return ctxd.UsageSnapshot?
+---@return boolean? stale
+function M.get(target)
+  local workspace, thread = locate(target)
+  if not workspace or not thread then
+    return nil
+  end
+  local k = key(workspace, thread)
+  return snapshots[k], stale[k] == true
 end
 
 --- Call `fn(snapshot)` on every usage change of any thread; returns a function that unsubscribes.
@@ -192,31 +285,59 @@ function M.format_tokens(n)
   return tostring(math.floor(n + 0.5))
 end
 
+---@class ctxd.Gauge
+---@field text string `ctx 38% · 48.2k/128k`, without highlight items
+---@field tier string
+---@field group string highlight group: the tier's, `CtxdStale` for kept figures
+---@field icon string? the followed agent's icon (`ctxd.agents`)
+---@field snapshot ctxd.UsageSnapshot?
+---@field stale boolean? figures from before the daemon restarted
+---@field down boolean? the daemon is not running (`text` says why)
+
 --- The gauge's parts, or nil when no usage is known for the target.
 ---@param target ctxd.Target?
----@return { text: string, tier: string, group: string, snapshot: ctxd.UsageSnapshot }?
+---@return ctxd.Gauge?
 function M.gauge(target)
-  local snapshot = M.get(target)
+  local why = M.down(target)
+  if why then
+    return { text = ('%s %s'):format(config.options.statusline.prefix, why), tier = 'compact', group = M.tier_groups.compact, down = true }
+  end
+  local snapshot, is_stale = M.get(target)
   if not snapshot then
-    local why = down_for(target)
-    if why then
-      return { text = ('%s %s'):format(config.options.statusline.prefix, why), tier = 'compact', group = M.tier_groups.compact, down = true }
-    end
     return nil
   end
-  local text = ('%s %d%% · %s/%s'):format(
-    require('ctxd.threads').label(snapshot.workspace, snapshot.thread),
-    math.floor((tonumber(snapshot.percent) or 0) + 0.5),
-    M.format_tokens(snapshot.usedTokens),
-    M.format_tokens(snapshot.contextWindow)
-  )
+  local threads = require('ctxd.threads')
+  local label = threads.label(snapshot.workspace, snapshot.thread)
+  local text
+  if M.window_known(snapshot.workspace, snapshot.thread) then
+    text = ('%s %d%% · %s/%s'):format(
+      label,
+      math.floor((tonumber(snapshot.percent) or 0) + 0.5),
+      M.format_tokens(snapshot.usedTokens),
+      M.format_tokens(snapshot.contextWindow)
+    )
+  else
+    text = ('%s %s'):format(label, M.format_tokens(snapshot.usedTokens))
+  end
   local tier = M.tier_groups[snapshot.tier] and snapshot.tier or 'ok'
-  return { text = text, tier = tier, group = M.tier_groups[tier], snapshot = snapshot }
+  return {
+    text = text,
+    tier = tier,
+    group = is_stale and M.STALE_GROUP or M.tier_groups[tier],
+    icon = threads.icon(snapshot.workspace, snapshot.thread),
+    snapshot = snapshot,
+    stale = is_stale or nil,
+  }
 end
 
---- The statusline item: `ctx 38% · 48.2k/128k` (`Codex 43% · 55k/128k` for a followed Codex session), wrapped in the tier's highlight group unless
---- `opts.highlight` (default `statusline.highlight`) is false.
----@param opts (ctxd.Target|{highlight: boolean?})?
+--- A click on the gauge opens its menu (`:Ctxd menu`).
+M.CLICK = "%@v:lua.require'ctxd.menu'.click@"
+
+--- The statusline item: `ctx 38% · 48.2k/128k` (`⌬ Codex 43% · 55k/128k` for a followed Codex
+--- session), wrapped in the tier's highlight group unless `opts.highlight` (default
+--- `statusline.highlight`) is false, and in a click label that opens the menu unless
+--- `opts.click` (default `statusline.click`) is false.
+---@param opts (ctxd.Target|{highlight: boolean?, click: boolean?})?
 ---@return string
 function M.statusline(opts)
   opts = opts or {}
@@ -224,18 +345,25 @@ function M.statusline(opts)
   if not gauge then
     return config.options.statusline.empty
   end
-  local highlight = opts.highlight
+  local highlight, click = opts.highlight, opts.click
   if highlight == nil then
     highlight = config.options.statusline.highlight
   end
-  local text = gauge.text:gsub('%%', '%%%%')
-  if not highlight then
-    return text
+  if click == nil then
+    click = config.options.statusline.click
   end
-  if not highlights_defined then
-    M.define_highlights()
+  local text = gauge.text
+  if gauge.icon and config.options.statusline.icons then
+    text = gauge.icon .. ' ' .. text
   end
-  return ('%%#%s#%s%%*'):format(gauge.group, text)
+  text = text:gsub('%%', '%%%%')
+  if highlight then
+    if not highlights_defined then
+      M.define_highlights()
+    end
+    text = ('%%#%s#%s%%*'):format(gauge.group, text)
+  end
+  return click and (M.CLICK .. text .. '%X') or text
 end
 
 return M

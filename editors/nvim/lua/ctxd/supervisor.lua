@@ -3,7 +3,8 @@
 --- Like the VS Code client: a daemon that exits on its own is restarted on the buffers it served,
 --- with one line saying so, up to `LIMIT` times within `WINDOW_S` seconds; the next exit stops
 --- it, the gauge says "stopped", and `:Ctxd restart` starts it again. A daemon that could not start
---- at all (missing, or exiting before it answered) is said once, pointing at `:checkhealth ctxd`.
+--- at all (missing, or exiting before it answered) is said once, as a warning pointing at
+--- `:checkhealth ctxd`, and the gauge says so (`ctx not installed`).
 
 local say = require('ctxd.notify').say
 
@@ -66,10 +67,17 @@ function M.quiet_neovim_exit_message(name)
   end)
 end
 
---- Mark a client as stopped on purpose.
+--- Mark a client as stopped on purpose, to be started again (`:Ctxd restart`).
 ---@param client_id integer
 function M.stopping(client_id)
   stopping[client_id] = true
+end
+
+--- Whether a client was stopped by `:Ctxd restart` (a new one follows).
+---@param client_id integer
+---@return boolean
+function M.is_restarting(client_id)
+  return stopping[client_id] == true
 end
 
 --- Forget the crash count and what was said (a start by the user begins again).
@@ -88,7 +96,8 @@ local function how(code, signal)
   return ('exit code %d'):format(code)
 end
 
---- Say once that the daemon could not start with `cmd`.
+--- Say once that the daemon could not start with `cmd`: a warning, as every problem found while
+--- Neovim starts or a file opens (the editor works on without ctxd).
 ---@param cmd string[]|string
 ---@param why string
 function M.start_failed(cmd, why)
@@ -97,7 +106,7 @@ function M.start_failed(cmd, why)
     return
   end
   said[key] = true
-  say(('%s; see :checkhealth ctxd'):format(why), vim.log.levels.ERROR)
+  say(('%s; see :checkhealth ctxd'):format(why), vim.log.levels.WARN)
 end
 
 --- The `on_exit` of a ctxd client. `initialized`: it had answered `initialize`.
@@ -154,9 +163,11 @@ function M.check_command(bufnr)
     return
   end
   local markers = lsp_config.root_markers or { '.git' }
-  if vim.api.nvim_buf_get_name(bufnr) == '' or not vim.fs.root(bufnr, markers) then
+  local root = vim.api.nvim_buf_get_name(bufnr) ~= '' and vim.fs.root(bufnr, markers) or nil
+  if not root then
     return
   end
+  require('ctxd.status').set_down(vim.uri_from_fname(root), 'not installed')
   M.start_failed(cmd, ('the daemon is not installed (%s not found)'):format(cmd[1]))
 end
 

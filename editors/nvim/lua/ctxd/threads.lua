@@ -12,7 +12,7 @@ local M = {}
 
 ---@class ctxd.ThreadInfo
 ---@field thread string
----@field source string? `client`, `codex`, `claude`
+---@field source string? `client`, or an agent (`codex`, `claude`, ...: `ctxd.agents`)
 ---@field title string?
 ---@field model string?
 ---@field readOnly boolean?
@@ -160,27 +160,63 @@ function M.info(workspace, thread)
   return workspace and known[workspace] and known[workspace][thread] or nil
 end
 
---- Where a thread comes from: `codex`, `claude` or `client`.
+--- Where a thread comes from: `client`, or the agent whose session it follows (`codex`,
+--- `claude`, ...: `ctxd.agents`). Before `ctxd/threads` has listed it, a followed session is known
+--- by its name's prefix (`codex:<session id>`).
 ---@param workspace string?
 ---@param thread string
 ---@return string
 function M.source(workspace, thread)
   local info = M.info(workspace, thread)
-  if info and type(info.source) == 'string' then
+  if info and type(info.source) == 'string' and info.source ~= '' then
     return info.source
+  end
+  local prefix = type(thread) == 'string' and thread:match('^(%a+):') or nil
+  if prefix and prefix ~= 'client' and require('ctxd.agents').known[prefix] then
+    return prefix
   end
   return 'client'
 end
 
---- Display names of the sources; a client thread shows the statusline prefix.
-M.source_labels = { codex = 'Codex', claude = 'Claude' }
+--- The agent behind a thread (`ctxd.agents`).
+---@param workspace string?
+---@param thread string
+---@return ctxd.Agent
+function M.agent(workspace, thread)
+  return require('ctxd.agents').get(M.source(workspace, thread))
+end
 
---- The label the gauge starts with: `Codex`, `Claude`, or the `statusline.prefix` (`ctx`).
+--- Whether ctxd may not change the thread's conversation (a followed agent session): rollback,
+--- undo, compaction and a restore with the conversation are the agent's to do.
+---@param workspace string?
+---@param thread string
+---@return boolean
+function M.read_only(workspace, thread)
+  local info = M.info(workspace, thread)
+  if info and info.readOnly == true then
+    return true
+  end
+  return M.source(workspace, thread) ~= 'client'
+end
+
+--- The label the gauge starts with: the agent's (`Codex`, `Claude`, ...), or the
+--- `statusline.prefix` (`ctx`) for the editor's own threads.
 ---@param workspace string?
 ---@param thread string
 ---@return string
 function M.label(workspace, thread)
-  return M.source_labels[M.source(workspace, thread)] or config.options.statusline.prefix
+  return M.agent(workspace, thread).label or config.options.statusline.prefix
+end
+
+--- The icon of the thread's agent; nil for the editor's own threads.
+---@param workspace string?
+---@param thread string
+---@return string?
+function M.icon(workspace, thread)
+  if M.source(workspace, thread) == 'client' then
+    return nil
+  end
+  return M.agent(workspace, thread).icon
 end
 
 --- Fetch `ctxd/threads` for `workspace` with `lsp_client`, then call `cb(threads)` (newest first;

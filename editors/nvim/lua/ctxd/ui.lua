@@ -18,8 +18,15 @@ local function say(text, level)
   require('ctxd.notify').say(text, level)
 end
 
---- Open the breakdown in a centred float; returns its window and buffer. With a `target`
---- (`workspace` and `thread`), the float follows that thread's usage while it is open.
+--- The usage float's layout for the screen as it is now.
+---@return ctxd.FloatLayout
+local function layout()
+  return view.float_layout(vim.o.columns, vim.o.lines)
+end
+
+--- Open the breakdown in a centred float (about 90 columns at most; notes wrapped between words;
+--- as tall as what it shows); returns its window and buffer. With a `target` (`workspace` and
+--- `thread`), the float follows that thread's usage while it is open.
 ---@param breakdown ctxd.Breakdown the `ctxd/usage` result
 ---@param target ctxd.Target?
 ---@return integer win
@@ -29,12 +36,15 @@ function M.open_breakdown(breakdown, target)
   require('ctxd.status').define_highlights()
   local title = ' ctxd '
   if target and target.workspace and target.thread then
-    title = (' ctxd · %s '):format(view.fit(view.thread_name(target.workspace, target.thread), 60):gsub('%s+$', ''))
+    local name = view.thread_name(target.workspace, target.thread)
+    title = (' ctxd · %s '):format(view.fit(name, math.min(60, layout().width - 12)):gsub('%s+$', ''))
   end
-  local win, buf = window.open_float(view.render_breakdown(breakdown), 'ctxd-usage', title)
+  local shape = layout()
+  local win, buf = window.open_float(view.render_breakdown(breakdown, shape), 'ctxd-usage', title, shape)
   local latest = breakdown
   local function redraw()
-    window.redraw_float(win, buf, view.render_breakdown(latest))
+    shape = layout()
+    window.redraw_float(win, buf, view.render_breakdown(latest, shape), shape)
   end
   if target and target.workspace and target.thread then
     local stop = model.follow_usage(target, function(result)
@@ -50,9 +60,12 @@ function M.open_breakdown(breakdown, target)
       redraw()
     end
   end))
+  -- A resized screen gets the layout that fits it.
+  local resized = vim.api.nvim_create_autocmd('VimResized', { callback = redraw })
   window.on_close(buf, function()
     timer:stop()
     timer:close()
+    pcall(vim.api.nvim_del_autocmd, resized)
   end)
   return win, buf
 end
@@ -70,47 +83,98 @@ function M.open_history(history, thread)
   return window.open_split(lines, 'ctxd-log')
 end
 
---- Open Neovim's diff of `path` against snapshot `id` in a new tab: the snapshot's text on the
---- left, read-only; the working file on the right. `cb(problem)` or `cb(nil, tab)`.
+--- Open Neovim's diff of `path` against snapshot `id` in a new tab (see `read_diff`): the
+--- snapshot's text on the left, read-only; the working file on the right. `cb(problem)` or
+--- `cb(nil, tab)` once both sides are there.
 ---@param target ctxd.Target
 ---@param id string
 ---@param path string workspace-relative
 ---@param cb fun(err: any, tab: integer?)?
 function M.open_file_diff(target, id, path, cb)
   cb = cb or function() end
-  model.file_diff(target, id, path, function(problem, file)
-    if problem or not file then
-      say('diff failed: ' .. tostring(problem), vim.log.levels.WARN)
-      cb(problem)
-      return
-    end
-    local root = vim.uri_to_fname(assert(target.workspace))
-    cb(nil, window.open_diff_tab(root, path, id:sub(1, 10), file.before, file.status == 'deleted'))
+  model.remember_diff(assert(target.workspace), id)
+  vim.cmd.tabnew()
+  local tab = vim.api.nvim_get_current_tabpage()
+  vim.cmd.edit(vim.fn.fnameescape(model.diff_name(id, path)))
+  local buf = vim.api.nvim_get_current_buf()
+  model.when_diff_read(buf, function(problem)
+    cb(problem, not problem and tab or nil)
   end)
 end
 
 --- Fill the quickfix list with the files changed since snapshot `id` (from `ctxd/ghost/diff`).
---- In that list <CR> opens Neovim's diff of the entry against the snapshot.
+--- Each entry is the file's diff (`ctxd://diff/<id>/<path>`, see `read_diff`), so <CR>, `:cc`
+--- and `:cnext` all open it; a deleted file shows what the snapshot had.
 ---@param workspace string
 ---@param id string
 ---@param files { path: string, status: string, binary: boolean? }[]
 function M.set_diff_quickfix(workspace, id, files)
-  local root = vim.uri_to_fname(workspace)
+  model.remember_diff(workspace, id)
   local items = {}
   for _, f in ipairs(files) do
     table.insert(items, {
-      filename = vim.fs.joinpath(root, f.path),
+      filename = model.diff_name(id, f.path),
+      module = f.path,
       lnum = 1,
       text = f.status .. (f.binary and ' (binary)' or ''),
       user_data = { ctxd_diff = { id = id, path = f.path, status = f.status, binary = f.binary == true } },
     })
   end
   model.last_diff = { workspace = workspace, id = id, files = files }
-  window.set_quickfix(('ctxd diff %s'):format(id:sub(1, 10)), items, 'ctxd_diff', function(data)
-    if model.last_diff then
-      M.open_file_diff({ workspace = model.last_diff.workspace }, data.id, data.path)
+  window.set_quickfix(('ctxd diff %s'):format(id:sub(1, 10)), items)
+end
+
+--- `BufReadCmd` of `ctxd://diff/<id>/<path>`: the buffer gets the file as the snapshot has it
+--- (read-only; for a deleted file, all it had), and the window a partner beside it with the
+--- working file (an empty scratch buffer for a deleted one), the two in Neovim's diff mode.
+---@param buf integer
+---@param name string
+function M.read_diff(buf, name)
+  local ref = model.diff_ref(name)
+  if not ref then
+    say(('not a ctxd diff: %s'):format(name), vim.log.levels.ERROR)
+    return
+  end
+  model.diff_reading(buf)
+  window.loading(buf, ref.path)
+  local workspace = model.diff_workspace(ref.id)
+  if not workspace then
+    window.show_diff_side(buf, { ('-- ctxd: no workspace holds snapshot %s (is the daemon running?)'):format(ref.id:sub(1, 10)) }, ref.path)
+    model.diff_read(buf, 'no workspace')
+    return
+  end
+  model.file_diff({ workspace = workspace }, ref.id, ref.path, function(problem, file)
+    if not vim.api.nvim_buf_is_valid(buf) then
+      return
     end
+    if problem or not file then
+      window.show_diff_side(buf, { '-- ctxd: ' .. tostring(problem) }, ref.path)
+      say(tostring(problem), vim.log.levels.WARN)
+      model.diff_read(buf, problem)
+      return
+    end
+    window.show_diff_side(buf, window.text_lines(file.before), ref.path)
+    vim.b[buf].ctxd_diff = {
+      root = vim.uri_to_fname(workspace),
+      path = ref.path,
+      deleted = file.status == 'deleted',
+      id = ref.id,
+    }
+    M.pair_diff(buf)
+    model.diff_read(buf, nil)
   end)
+end
+
+--- `BufWinEnter` of a `ctxd://diff/...` buffer (and once it is read): put the working file
+--- beside it, both in diff mode.
+---@param buf integer
+function M.pair_diff(buf)
+  local info = vim.b[buf].ctxd_diff
+  local win = vim.fn.bufwinid(buf)
+  if type(info) ~= 'table' or win == -1 then
+    return
+  end
+  window.pair_diff(win, info.root, info.path, info.deleted)
 end
 
 --- `:Ctxd recall {query}`: search the thread's whole history (its compacted parts included) and

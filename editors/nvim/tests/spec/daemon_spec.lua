@@ -34,9 +34,9 @@ t.describe('daemon', function()
     h.fresh_thread()
   end)
 
-  t.it('attaches and initializes with protocol version 3', function()
+  t.it('attaches and initializes with protocol version 4', function()
     local info = require('ctxd.client').server_info(client)
-    t.eq(3, info.protocolVersion, vim.inspect(info))
+    t.eq(4, info.protocolVersion, vim.inspect(info))
     t.truthy(vim.tbl_contains(info.methods, 'ctxd/record'))
     t.eq({ h.uri }, require('ctxd.client').folders(client))
     t.eq('ctxd', client.server_info.name)
@@ -92,7 +92,7 @@ t.describe('daemon', function()
     t.truthy(s.usedTokens > 1000, 'usedTokens ' .. s.usedTokens)
     t.eq(('ctx %d%% · %s/128k'):format(math.floor(s.percent + 0.5), require('ctxd.status').format_tokens(s.usedTokens)), gauge.text)
     t.eq('ok', gauge.tier)
-    t.matches('^%%#CtxdOk#ctx %d+%%%% · [%d%.]+k/128k%%%*$', require('ctxd').statusline())
+    t.matches('^%%#CtxdOk#ctx %d+%%%% · [%d%.]+k/128k%%%*$', require('ctxd').statusline({ click = false }))
   end)
 
   t.it('shows reported usage and the tiers', function()
@@ -109,10 +109,10 @@ t.describe('daemon', function()
     gauge = report(95000) -- over 80% of the auto-compact limit (0.9 of 128k)
     t.eq('ctx 74% · 95k/128k', gauge.text)
     t.eq('warn', gauge.tier)
-    t.eq('%#CtxdWarn#ctx 74%% · 95k/128k%*', require('ctxd').statusline())
+    t.eq('%#CtxdWarn#ctx 74%% · 95k/128k%*', require('ctxd').statusline({ click = false }))
     gauge = report(120000)
     t.eq('compact', gauge.tier)
-    t.eq('%#CtxdCompact#ctx 94%% · 120k/128k%*', require('ctxd').statusline())
+    t.eq("%@v:lua.require'ctxd.menu'.click@%#CtxdCompact#ctx 94%% · 120k/128k%*%X", require('ctxd').statusline())
   end)
 
   t.it('tells API subscribers and fires User CtxdUsageChanged', function()
@@ -243,6 +243,29 @@ t.describe('daemon', function()
     t.eq(4, h.request('ctxd/history', {}).total)
     vim.cmd('Ctxd rollback 0')
     h.wait_message('positive number of turns')
+  end)
+
+  t.it(':Ctxd rollback is bounded by the thread\'s turns, and counts tokens as the gauge does', function()
+    h.request('ctxd/record', { items = { h.user('first ' .. h.text(3000)), h.assistant('1'), h.user('second'),
+      h.assistant('2'), h.user('third'), h.assistant('3') } })
+    local asked = answer_select(function()
+      return 2 -- Cancel
+    end)
+    vim.cmd('Ctxd rollback')
+    t.wait_for(function()
+      return asked.rows
+    end, 'the question')
+    t.matches('^Roll back 1 turn: 2 items removed, [%d%.]+k tokens after$', asked.rows[1])
+    asked = answer_select(function()
+      return 1
+    end)
+    vim.cmd('Ctxd rollback 999')
+    h.wait_message('rolled back 3 turns', 30000)
+    t.matches('^Roll back all 3 turns of the thread %(you asked for 999%): 6 items removed, %d+ tokens after$', asked.rows[1])
+    t.eq(0, h.request('ctxd/history', {}).total)
+    vim.cmd('Ctxd undo')
+    h.wait_message('undid the rollback')
+    t.eq(6, h.request('ctxd/history', {}).total)
   end)
 
   t.it(':Ctxd rollback says when it goes back past a compaction', function()
@@ -486,18 +509,6 @@ t.describe('daemon', function()
     t.eq('after elsewhere\n', h.read('tracked.txt'), 'nothing restored when the choice is cancelled')
   end)
 
-  t.it(':Ctxd undo-restore reports a daemon error in one line', function()
-    local commands = require('ctxd.commands')
-    commands.undo[h.uri] = { id = 'ffffffffffffffffffffffffffffffffffffffff', of = 'abc' }
-    vim.cmd('Ctxd undo-restore')
-    local message = h.wait_message('undo-restore failed', 30000)
-    t.eq(vim.log.levels.ERROR, message.level)
-    t.matches('^ctxd: undo%-restore failed: [^\n]+ %(%-?%d+%)$', message.full)
-    commands.undo[h.uri] = nil
-    vim.cmd('Ctxd undo-restore')
-    t.eq(vim.log.levels.WARN, h.wait_message('nothing to undo').level)
-  end)
-
   t.it(':Ctxd threads picks the thread the gauge follows; activity elsewhere does not move it', function()
     require('ctxd.config').options.thread = nil
     require('ctxd.threads').reset()
@@ -663,7 +674,7 @@ t.describe('daemon', function()
     t.matches('executable: %S+', text)
     t.contains('version: ctxd ', text)
     t.matches('attached to 1 buffer, including %S*README%.md', text)
-    t.matches('protocol version 3, %d+ methods', text)
+    t.matches('protocol version 4, %d+ methods', text)
     t.contains(vim.fs.joinpath(vim.env.XDG_STATE_HOME, 'ctxd'), text)
     t.eq(nil, text:find('ERROR', 1, true), text)
     -- The plugin never loads tiktoken itself (that would download the encoding): the tokenizer
@@ -676,15 +687,37 @@ t.describe('daemon', function()
     t.contains('no settings problems', text)
   end)
 
-  t.it(':Ctxd restart starts a new daemon on the same buffers', function()
+  t.it(':Ctxd restart starts a new daemon on the same buffers; the gauge keeps its figures, dimmed, meanwhile', function()
+    h.request('ctxd/record', { items = { h.user(h.text(500)) } })
+    local before = gauge_after(function(s)
+      return s.usedTokens > 100
+    end, 'figures before the restart')
     local old = client
     vim.cmd('Ctxd restart')
-    h.wait_message('restarted', 20000)
+    -- Until the new daemon sends its own: the same text, in the stale group, never blank.
+    local seen = {}
+    local function look()
+      local g = require('ctxd').gauge()
+      table.insert(seen, g and (g.text .. ' ' .. g.group) or 'blank')
+      return g
+    end
+    local kept = look()
+    t.truthy(kept, 'the gauge is not blank right after :Ctxd restart')
+    t.eq(before.text, kept.text)
+    t.eq('CtxdStale', kept.group)
+    t.contains('%#CtxdStale#', require('ctxd').statusline())
     client = t.wait_for(function()
+      look()
       local c = vim.lsp.get_clients({ name = 'ctxd', bufnr = 0 })[1]
       return c and c.initialized and c.id ~= old.id and c or nil
     end, 'a new client', 20000)
+    h.wait_message('restarted', 20000)
     t.truthy(old:is_stopped())
+    t.wait_for(function()
+      local g = look()
+      return g and not g.stale and g.group == 'CtxdOk'
+    end, 'the new daemon\'s figures')
+    t.eq(false, vim.tbl_contains(seen, 'blank'), vim.inspect(seen))
     local result = h.request('ctxd/record', { items = { h.user('after restart') } })
     h.wait_usage(function(s)
       return s.historyVersion == result.historyVersion

@@ -123,6 +123,9 @@ t.describe('setup', function()
       table.insert(notified, msg)
     end
     require('ctxd').setup({ tread = 'x', statusline = { prefx = 'c', highlight = 'yes' }, cmd = 'ctxd', trusted = 'yes' })
+    t.wait_for(function()
+      return #notified > 0
+    end, 'the setup message (said from the main loop)')
     vim.notify = saved
     local config = require('ctxd.config')
     t.eq(nil, config.options.thread, 'no thread option: the gauge follows the most recently active thread')
@@ -142,6 +145,7 @@ t.describe('setup', function()
     local saved = vim.notify
     vim.notify = function() end
     require('ctxd').setup({ tread = 'x' })
+    vim.wait(50)
     vim.notify = saved
     vim.cmd('silent checkhealth ctxd')
     local text = table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\n')
@@ -171,10 +175,10 @@ t.describe('gauge', function()
   t.it('shows percent, used and window, highlighted by tier', function()
     status.update(fake_snapshot())
     t.eq('ctx 38% · 48.2k/128k', status.gauge(target).text)
-    t.eq('%#CtxdOk#ctx 38%% · 48.2k/128k%*', status.statusline(target))
-    t.eq('ctx 38%% · 48.2k/128k', status.statusline(vim.tbl_extend('force', target, { highlight = false })))
+    t.eq("%@v:lua.require'ctxd.menu'.click@%#CtxdOk#ctx 38%% · 48.2k/128k%*%X", status.statusline(target))
+    t.eq('ctx 38%% · 48.2k/128k', status.statusline(vim.tbl_extend('force', target, { highlight = false, click = false })))
     status.update(fake_snapshot({ tier = 'warn', percent = 81 }))
-    t.eq('%#CtxdWarn#ctx 81%% · 48.2k/128k%*', status.statusline(target))
+    t.eq('%#CtxdWarn#ctx 81%% · 48.2k/128k%*', status.statusline(vim.tbl_extend('force', target, { click = false })))
     status.update(fake_snapshot({ tier = 'compact', percent = 95.5 }))
     t.eq('CtxdCompact', status.gauge(target).group)
     t.eq('ctx 96% · 48.2k/128k', status.gauge(target).text)
@@ -184,8 +188,8 @@ t.describe('gauge', function()
     local threads = require('ctxd.threads')
     threads.set_list('file:///fake', {
       threads = {
-        { thread = 'codex:019a', source = 'codex', title = 'fix the flaky test', lastActivity = '2026-01-02T00:00:00Z' },
-        { thread = 'claude:77', source = 'claude', title = 'refactor', lastActivity = '2026-01-01T00:00:00Z' },
+        { thread = 'codex:019a', source = 'codex', title = 'fix the flaky test', model = 'gpt-5-codex', lastActivity = '2026-01-02T00:00:00Z' },
+        { thread = 'claude:77', source = 'claude', title = 'refactor', model = 'claude-sonnet-4-5', lastActivity = '2026-01-01T00:00:00Z' },
         { thread = 'default', source = 'client', lastActivity = '2025-12-01T00:00:00Z' },
       },
     })
@@ -196,6 +200,54 @@ t.describe('gauge', function()
     t.eq('Claude 16% · 20k/128k', status.gauge({ workspace = 'file:///fake' }).text, 'activity moves the gauge')
     t.matches('^ctx %d+%% · ', status.gauge(target).text, 'a client thread keeps the prefix')
     t.eq('Codex "fix the flaky test"', require('ctxd.ui.view').thread_name('file:///fake', 'codex:019a'))
+    threads.reset()
+  end)
+
+  t.it('every agent by its own name and icon, from one table; an unknown one by its source', function()
+    local threads = require('ctxd.threads')
+    threads.reset()
+    local list = { threads = {} }
+    for i, source in ipairs({ 'codex', 'claude', 'qwen', 'gemini', 'opencode', 'acp', 'newagent', 'client' }) do
+      table.insert(list.threads, { thread = source .. ':' .. i, source = source, model = 'm',
+        lastActivity = ('2026-01-0%dT00:00:00Z'):format(9 - i) })
+    end
+    threads.set_list('file:///agents', list)
+    local seen, icons = {}, {}
+    for i, info in ipairs(list.threads) do
+      seen[i] = threads.label('file:///agents', info.thread)
+      icons[i] = threads.icon('file:///agents', info.thread) or ''
+    end
+    t.eq({ 'Codex', 'Claude', 'Qwen', 'Gemini', 'OpenCode', 'ACP', 'Newagent', 'ctx' }, seen)
+    t.eq({ '⌬', '✻', '⬢', '✦', '⧈', '⇄', '◉', '' }, icons)
+    for _, icon in ipairs(icons) do
+      t.truthy(vim.fn.strdisplaywidth(icon) <= 1, 'one cell: ' .. icon)
+    end
+    -- The sentence that refuses to change a followed session names its own commands.
+    t.eq('this Claude Code session is read-only: use its /rewind or /compact; files: :Ctxd restore',
+      require('ctxd.agents').read_only_sentence('claude'))
+    t.eq("this Newagent session is read-only: use Newagent's own commands; files: :Ctxd restore",
+      require('ctxd.agents').read_only_sentence('newagent'))
+    t.eq(true, threads.read_only('file:///agents', 'newagent:7'))
+    t.eq(false, threads.read_only('file:///agents', 'client:8'))
+    -- The statusline puts the icon before a followed agent's name; setup can change an icon.
+    require('ctxd.config').options.agents = { gemini = { icon = 'G' } }
+    t.eq('G', threads.icon('file:///agents', 'gemini:4'))
+    require('ctxd.config').options.agents = {}
+    threads.reset()
+  end)
+
+  t.it("a followed session shows no window until the daemon knows the session's model", function()
+    local threads = require('ctxd.threads')
+    threads.reset()
+    -- A new Codex session: the daemon lists it before it knows the model; its window is ctxd's default.
+    threads.set_list('file:///fake', { threads = { { thread = 'codex:new', source = 'codex', readOnly = true,
+      lastActivity = '2026-01-02T00:00:00Z' } } })
+    status.update(fake_snapshot({ thread = 'codex:new', usedTokens = 15200, contextWindow = 128000, percent = 11.9 }))
+    t.eq('Codex 15.2k', status.gauge({ workspace = 'file:///fake' }).text)
+    threads.set_list('file:///fake', { threads = { { thread = 'codex:new', source = 'codex', readOnly = true,
+      model = 'gpt-5-codex', lastActivity = '2026-01-02T00:00:00Z' } } })
+    status.update(fake_snapshot({ thread = 'codex:new', usedTokens = 15200, contextWindow = 258400, percent = 5.9 }))
+    t.eq('Codex 6% · 15.2k/258.4k', status.gauge({ workspace = 'file:///fake' }).text)
     threads.reset()
   end)
 
@@ -358,6 +410,67 @@ t.describe('usage float', function()
     t.eq(false, vim.api.nvim_win_is_valid(win))
   end)
 
+  --- A followed session's breakdown as big as they come: long notes, five details a category.
+  local function big_breakdown()
+    local big = vim.deepcopy(breakdown)
+    big.mode = 'estimated'
+    big.limitSource = "window: the rollout's model_context_window; auto-compact: Codex 0.171's default: 90% of the "
+      .. "model's window (Codex 0.171's models.json (gpt-5-codex)), which the session states in its turn context"
+    big.inferred = { systemPrompt = 'the first request reported 14,201 input tokens; less the three messages it carried '
+      .. '(412 tokens), the rest is the fixed overhead of instructions, tools and memory files' }
+    big.cost = { currency = 'USD', input = 0.0006, cachedInput = 3.9, cacheWrite = 0.7794, output = 0.64, total = 5.32, priced = true }
+    for _, c in ipairs(big.categories) do
+      if c.name ~= 'freeSpace' and c.name ~= 'autocompactBuffer' then
+        c.tokens = math.max(c.tokens, 10)
+        c.details = {}
+        for i = 1, 7 do
+          table.insert(c.details, { name = ('%s detail number %d'):format(c.name, i), tokens = 10 - i })
+        end
+      end
+    end
+    return big
+  end
+
+  --- The float of `b` on a screen of `columns` x `lines`: its config, its lines, and the check
+  --- that every row shows, none is wider than the window, and the notes' words are whole.
+  local function float_on(columns, lines, b)
+    local saved = { vim.o.columns, vim.o.lines }
+    vim.o.columns, vim.o.lines = columns, lines
+    local win, buf = ui.open_breakdown(b)
+    local cfg = vim.api.nvim_win_get_config(win)
+    local shown = vim.api.nvim_buf_get_lines(buf, 0, -1, false)
+    vim.api.nvim_win_close(win, true)
+    vim.o.columns, vim.o.lines = saved[1], saved[2]
+    t.eq(#shown, cfg.height, 'every row shows: ' .. vim.inspect(shown))
+    t.truthy(cfg.row + cfg.height + 2 <= lines - 1, ('the float and its border fit the screen: row %d, height %d'):format(cfg.row, cfg.height))
+    for _, line in ipairs(shown) do
+      t.truthy(vim.fn.strdisplaywidth(line) <= cfg.width, ('%q fits %d cells'):format(line, cfg.width))
+    end
+    local joined = table.concat(shown, ' '):gsub('%s+', ' ')
+    t.contains(b.limitSource, joined, 'the note, its words whole')
+    t.contains(b.inferred.systemPrompt, joined, 'the note, its words whole')
+    return cfg, shown
+  end
+
+  t.it('at 200 columns the float is about 90 wide, its notes wrapped between words, every row shown', function()
+    local cfg, shown = float_on(200, 50, big_breakdown())
+    t.truthy(cfg.width + 2 <= 92 and cfg.width >= 60, 'about 90 columns with the border: ' .. cfg.width)
+    t.contains('estimated (no usage reported by the model yet)', table.concat(shown, '\n'))
+    t.eq('Context usage', shown[1])
+    t.matches('\n      … %d more\n', table.concat(shown, '\n'), 'detail rows gave way to fit 50 lines')
+  end)
+
+  t.it('at 80x24 the compact float shows every row: detail rows give way, words stay whole', function()
+    local cfg, shown = float_on(80, 24, big_breakdown())
+    t.truthy(cfg.width + 2 <= 80, 'fits 80 columns: ' .. cfg.width)
+    local text = table.concat(shown, '\n')
+    t.contains('tier ok · auto-compact at 900 · estimated', text)
+    t.eq(nil, text:find('no usage reported', 1, true), 'the compact wording')
+    for _, label in ipairs({ 'System prompt', 'Built-in tools', 'Messages', 'Free space', 'Autocompact buffer' }) do
+      t.contains(label, text)
+    end
+  end)
+
   t.it('keeps the columns aligned for long names', function()
     local long = vim.deepcopy(breakdown)
     long.categories[3] = {
@@ -444,8 +557,8 @@ t.describe('usage float', function()
       return l.text
     end, view.render_breakdown(vim.tbl_extend('force', breakdown, { cache = cold }), nil, now))
     t.truthy(vim.tbl_contains(lines, '  cache cold: the next turn re-writes 45k tokens ($0.17)'), vim.inspect(lines))
-    t.truthy(vim.tbl_contains(lines,
-      '  last compaction re-wrote 30k tokens ($0.11), saves 12k tokens ($0.04) a turn (2 compactions)'), vim.inspect(lines))
+    t.contains('last compaction re-wrote 30k tokens ($0.11), saves 12k tokens ($0.04) a turn (2 compactions)',
+      (table.concat(lines, ' '):gsub('%s+', ' ')), vim.inspect(lines))
     local plain = table.concat(vim.tbl_map(function(l)
       return l.text
     end, view.render_breakdown(breakdown, nil, now)), '\n')
@@ -498,7 +611,7 @@ t.describe(':Ctxd', function()
   end
 
   t.it('completes subcommands and strategies', function()
-    t.eq({ 'compact', 'diff', 'log', 'recall', 'redo', 'restart', 'restore', 'rollback', 'snapshot', 'threads', 'undo', 'undo-restore', 'usage' }, complete('Ctxd '))
+    t.eq({ 'compact', 'diff', 'hooks', 'log', 'menu', 'recall', 'redo', 'restart', 'restore', 'rollback', 'snapshot', 'threads', 'undo', 'undo-restore', 'usage' }, complete('Ctxd '))
     t.eq({ 'recall', 'redo', 'restart', 'restore', 'rollback' }, complete('Ctxd r'))
     t.eq({ 'auto', 'llm', 'remote', 'offline' }, complete('Ctxd compact '))
     t.eq({ 'llm' }, complete('Ctxd compact l'))
@@ -521,6 +634,63 @@ t.describe(':Ctxd', function()
     t.contains('ctxd: usage failed: ctxd is not running', text)
     t.contains('unknown subcommand "nonsense"', text)
     t.eq(vim.log.levels.ERROR, messages[1].level)
+  end)
+end)
+
+t.describe("the gauge's menu", function()
+  local function labels(state)
+    return vim.tbl_map(function(item)
+      return item.label
+    end, require('ctxd.menu').items(state))
+  end
+  local all = function()
+    return true
+  end
+
+  t.it('offers the ways out when the daemon is not running', function()
+    t.eq({ 'Restart the daemon (it is stopped)', 'Check health: why it is not running, how to fix it' },
+      labels({ down = 'stopped', read_only = false, supports = all }))
+  end)
+
+  t.it("offers no change of a followed session's conversation, and nothing the daemon cannot do", function()
+    local mine = table.concat(labels({ read_only = false, supports = all }), '\n')
+    local followed = table.concat(labels({ read_only = true, supports = all }), '\n')
+    for _, row in ipairs({ 'roll back the last turn', 'undo the last compaction', 'Compact now' }) do
+      t.contains(row, mine)
+      t.eq(nil, followed:find(row, 1, true), row)
+    end
+    t.contains('Time machine: restore files from a checkpoint', followed)
+    local old = table.concat(labels({ read_only = false, supports = function(method)
+      return method ~= 'ctxd/recall' and method ~= 'ctxd/undo'
+    end }), '\n')
+    t.eq(nil, old:find('Recall', 1, true))
+    t.eq(nil, old:find('undo the last compaction', 1, true))
+  end)
+
+  t.it('the lualine component opens it on a click', function()
+    local base = {}
+    function base:extend()
+      local cls = setmetatable({}, { __index = self })
+      cls.super = self
+      return cls
+    end
+    function base:init(options)
+      self.options = options
+    end
+    package.loaded['lualine.component'] = base
+    local cls = dofile(vim.api.nvim_get_runtime_file('lua/lualine/components/ctxd.lua', false)[1])
+    local component = setmetatable({}, { __index = cls })
+    component:init({})
+    package.loaded['lualine.component'] = nil
+    local asked
+    local saved = vim.ui.select
+    vim.ui.select = function(_, opts, on_choice)
+      asked = opts.kind
+      on_choice(nil, nil)
+    end
+    component.options.on_click()
+    vim.ui.select = saved
+    t.eq('ctxd.menu', asked)
   end)
 end)
 
@@ -599,13 +769,13 @@ t.describe('undo and redo', function()
     return { id = id, kind = kind, itemsBefore = 4, itemsAfter = 2, undoneBy = undone_by }
   end
   t.it(':Ctxd undo takes the newest operation in effect that is not an undo', function()
-    local commands = require('ctxd.commands')
+    local commands = require('ctxd.timemachine')
     t.eq(1, commands.last_undoable({ op(1, 'compaction'), op(2, 'rollback', 3), op(3, 'undo') }).id)
     t.eq(2, commands.last_undoable({ op(1, 'compaction', 2), op(2, 'rollback') }).id)
     t.eq(nil, commands.last_undoable({ op(1, 'compaction', 2), op(2, 'undo') }))
   end)
   t.it(':Ctxd redo takes the newest undo in effect that undid an operation, not an undo', function()
-    local commands = require('ctxd.commands')
+    local commands = require('ctxd.timemachine')
     -- B undone by 3, A undone by 4, then 4 undone by 5 (A redone): redo redoes B.
     local ops = { op(1, 'compaction'), op(2, 'rollback', 3), op(3, 'undo'), op(4, 'undo', 5), op(5, 'undo') }
     local undo, undid = commands.last_redoable(ops)
@@ -624,7 +794,8 @@ t.describe('help', function()
     vim.cmd.helptags(dir)
     local tags = table.concat(vim.fn.readfile(dir .. '/tags'), '\n')
     for _, tag in ipairs({ 'ctxd', ':Ctxd', 'ctxd-setup', 'ctxd-statusline', 'ctxd-api', 'ctxd-health', 'ctxd.statusline()',
-      ':Ctxd-threads', ':Ctxd-diff', ':Ctxd-undo-restore', 'ctxd-trust', 'ctxd-follow', 'CtxdThreadsChanged' }) do
+      ':Ctxd-threads', ':Ctxd-diff', ':Ctxd-undo-restore', 'ctxd-trust', 'ctxd-follow', 'CtxdThreadsChanged',
+      ':Ctxd-menu', ':Ctxd-hooks', 'ctxd-agents', 'CtxdStale' }) do
       t.contains(tag .. '\tctxd.txt', tags)
     end
   end)
@@ -650,8 +821,9 @@ t.describe('help', function()
     t.truthy((spec.priority or 50) > 50, 'priority above the default: ' .. tostring(spec.priority))
     t.eq(false, spec.lazy)
     t.matches('/editors/nvim$', spec.dir)
-    -- A copy of the repository's plugin folder, loaded as lazy.nvim loads a local plugin: on the
-    -- runtimepath, its plugin/ sourced, help tags made for its doc/, then config.
+    -- A copy of the repository's plugin folder, loaded as lazy.nvim loads a local `dir` plugin on
+    -- its first start: on the runtimepath, its plugin/ sourced, then config. lazy.nvim makes help
+    -- tags for such a plugin only on `:Lazy update`: the plugin makes its own.
     local clone = vim.fn.tempname()
     vim.fn.mkdir(clone .. '/editors', 'p')
     vim.system({ 'cp', '-R', plugin_root, clone .. '/editors/nvim' }):wait()
@@ -662,14 +834,17 @@ t.describe('help', function()
 local spec = assert(load('return ' .. %q))()
 vim.opt.runtimepath:append(%q)
 for _, file in ipairs(vim.fn.glob(%q .. '/plugin/**/*.lua', false, true)) do vim.cmd.source(file) end
-vim.cmd.helptags(%q)
 spec.config({ dir = %q, name = spec.name }, {})
 local ok, err = pcall(vim.cmd.help, 'ctxd')
 io.stdout:write(('help=%%s file=%%s command=%%d lualine=%%s\n'):format(tostring(ok), ok and vim.api.nvim_buf_get_name(0) or err,
   vim.fn.exists(':Ctxd'), tostring(#vim.api.nvim_get_runtime_file('lua/lualine/components/ctxd.lua', false) == 1)))
-]]):format(code, dir, dir, dir .. '/doc', dir), '\n'), script)
+]]):format(code, dir, dir, dir), '\n'), script)
     local result = vim.system({ vim.v.progpath, '--headless', '--clean', '-l', script }, { text = true }):wait()
     t.eq(0, result.code, result.stderr)
     t.contains(('help=true file=%s/editors/nvim/doc/ctxd.txt command=2 lualine=true'):format(clone), result.stdout .. result.stderr)
+    t.eq(1, vim.fn.filereadable(dir .. '/doc/tags'), 'the plugin made its help tags')
+    -- The README says what lazy.nvim does and does not do.
+    t.eq(nil, readme:find('sources its `plugin/` and makes its help', 1, true), 'the README no longer says lazy.nvim makes them')
+    t.contains('only on `:Lazy update`', readme)
   end)
 end)

@@ -94,6 +94,76 @@ t.describe(':Ctxd recall', function()
     h.wait_message(': in the active history')
   end)
 
+  t.it("a tool's coloured output is listed and opened as text, without its terminal escapes", function()
+    h.fresh_thread()
+    h.request('ctxd/record', { items = {
+      h.user('run the platypus tests'),
+      { type = 'function_call', name = 'shell', call_id = 'c1', arguments = '{"cmd":"pytest"}' },
+      { type = 'function_call_output', call_id = 'c1',
+        output = '\27[2m============\27[0m \27[1;31mFAILED\27[0m test_platypus.py::test_bill \27]8;;file:///x\27\\link\27]8;;\27\\ \27[32mpassed\27[0m\r\n' },
+    } })
+    vim.cmd('Ctxd recall platypus FAILED')
+    local qf = t.wait_for(function()
+      local list = vim.fn.getqflist({ title = 0, items = 0 })
+      return list.title == 'ctxd recall platypus FAILED' and #list.items > 0 and list
+    end, 'the quickfix list')
+    local hit
+    for i, item in ipairs(qf.items) do
+      if item.text:find('tool output', 1, true) then
+        hit = hit or i
+      end
+    end
+    t.truthy(hit, vim.inspect(qf.items))
+    local text = qf.items[hit].text
+    t.eq(nil, text:find('\27', 1, true), text)
+    t.eq(nil, text:find('[2m', 1, true), text)
+    t.contains('FAILED test_platypus.py::test_bill link passed', text)
+    vim.cmd('cc ' .. hit)
+    local lines = item_lines()
+    local body = table.concat(lines, '\n')
+    t.eq(nil, body:find('[\27\r]'), body)
+    t.contains('============ FAILED test_platypus.py::test_bill link passed', body)
+  end)
+
+  t.it("the gauge's menu reaches recall and the time machine (a click on the gauge opens it)", function()
+    compacted_thread()
+    -- The statusline's gauge carries the click that opens the menu.
+    t.contains("%@v:lua.require'ctxd.menu'.click@", require('ctxd').statusline())
+    local menus = {}
+    local saved_select, saved_input = vim.ui.select, vim.ui.input
+    vim.ui.select = function(items, opts, on_choice)
+      table.insert(menus, { kind = opts.kind, prompt = opts.prompt, rows = vim.tbl_map(opts.format_item, items) })
+      if opts.kind == 'ctxd.menu' then
+        for i, item in ipairs(items) do
+          if vim.startswith(item.label, 'Recall') then
+            return on_choice(item, i)
+          end
+        end
+      end
+      on_choice(nil, nil)
+    end
+    vim.ui.input = function(opts, on_confirm)
+      t.eq('Search the history for: ', opts.prompt)
+      on_confirm('flaky payment test')
+    end
+    require('ctxd.menu').click()
+    local qf = t.wait_for(function()
+      local list = vim.fn.getqflist({ title = 0, items = 0 })
+      return list.title == 'ctxd recall flaky payment test' and #list.items > 0 and list
+    end, 'the recall the menu ran')
+    vim.ui.select, vim.ui.input = saved_select, saved_input
+    t.matches('^ctxd · ctx test%-%d+$', menus[1].prompt)
+    local rows = table.concat(menus[1].rows, '\n')
+    for _, row in ipairs({ 'Usage breakdown', 'Recall: search the whole history', 'Time machine: restore files from a checkpoint',
+      'Time machine: what changed since a checkpoint', 'Time machine: undo the last restore',
+      'Time machine: undo the last compaction, rollback or restore', 'Time machine: roll back the last turn',
+      "Hooks: install ctxd's hooks", 'Restart the daemon' }) do
+      t.contains(row, rows)
+    end
+    t.matches('no longer in context', qf.items[1].text)
+    vim.cmd('cclose')
+  end)
+
   t.it('an item a rollback dropped says so', function()
     h.fresh_thread()
     h.request('ctxd/record', { items = {

@@ -113,13 +113,37 @@ t.describe('followed sessions (protocol 2)', function()
     require('ctxd.threads').pick(h.uri, codex)
     local before = h.request('ctxd/history', { thread = codex, includeArchived = true })
     vim.cmd('Ctxd compact')
-    h.wait_message('Codex compacts it by itself')
+    h.wait_message('this Codex session is read-only: use its Esc Esc (backtrack) or /compact; files: :Ctxd restore')
     for _, m in ipairs(h.messages) do
       t.eq(nil, m.msg:find('failed', 1, true), m.msg)
     end
     local after = h.request('ctxd/history', { thread = codex, includeArchived = true })
     t.eq(before.historyVersion, after.historyVersion)
     t.eq(0, #(after.compactions or {}))
+  end)
+
+  t.it('rollback, undo, redo and compact of a followed session: one sentence, what works instead, nothing asked', function()
+    local codex = 'codex:' .. SESSION
+    require('ctxd.threads').pick(h.uri, codex)
+    local before = h.request('ctxd/history', { thread = codex, includeArchived = true })
+    local sent = {}
+    local request = require('ctxd.client').request
+    require('ctxd.client').request = function(method, ...)
+      table.insert(sent, method)
+      return request(method, ...)
+    end
+    local sentence = 'this Codex session is read-only: use its Esc Esc (backtrack) or /compact; files: :Ctxd restore'
+    for _, command in ipairs({ 'rollback', 'rollback 3', 'undo', 'redo', 'compact' }) do
+      h.messages = {}
+      vim.cmd('Ctxd ' .. command)
+      local said = h.wait_message('read-only')
+      t.eq('ctxd: ' .. sentence, said.full, command)
+      t.eq(vim.log.levels.WARN, said.level)
+    end
+    require('ctxd.client').request = request
+    t.eq({}, sent, 'the daemon was not asked')
+    local after = h.request('ctxd/history', { thread = codex, includeArchived = true })
+    t.eq(before.historyVersion, after.historyVersion)
   end)
 
   t.it('the float shows the cost with parts that add up, and what the agent decides', function()
@@ -233,5 +257,46 @@ t.describe('followed sessions (protocol 2)', function()
     t.eq({ mine = true }, shown)
     t.eq('mine', threads.current(h.uri))
     t.eq('mine', require('ctxd').gauge().snapshot.thread)
+  end)
+  t.it("a new session's gauge shows no window until the daemon knows the session's own (never /128k, then /258.4k)", function()
+    local threads = require('ctxd.threads')
+    require('ctxd.config').options.thread = nil
+    threads.reset()
+    threads.pick(h.uri, nil)
+    local id = '0199b000-0000-7000-8000-00000000beef'
+    -- Codex's times have whole milliseconds: start it in a later second than the thread in use.
+    vim.wait(1100)
+    local ts = now()
+    local dir = vim.fs.joinpath(vim.env.HOME, '.codex', 'sessions', os.date('!%Y/%m/%d'))
+    vim.fn.mkdir(dir, 'p')
+    local path = vim.fs.joinpath(dir, ('rollout-%s-%s.jsonl'):format(os.date('!%Y-%m-%dT%H-%M-%S'), id))
+    -- The first records of a session: who, where, the first prompt; no model, no window yet.
+    local records = codex_records('Start a new feature', 20000, 258400)
+    local first = { records[1], records[3], records[4] }
+    first[1].payload.id, first[1].timestamp = id, ts
+    vim.fn.writefile(vim.tbl_map(vim.json.encode, first), path)
+    local shown = {}
+    local unsubscribe = require('ctxd.status').subscribe(function()
+      local g = require('ctxd').gauge()
+      if g and g.snapshot and g.snapshot.thread == 'codex:' .. id then
+        table.insert(shown, g.text)
+      end
+    end)
+    local early = t.wait_for(function()
+      local g = require('ctxd').gauge()
+      return g and g.snapshot and g.snapshot.thread == 'codex:' .. id and g or nil
+    end, 'the gauge to follow the new session', 20000)
+    t.matches('^Codex [%d%.]+k?$', early.text, 'no window before the model is known')
+    -- Then the turn's context (the model) and Codex's own count with the session's window.
+    local rest = { records[2], records[5], records[6], records[7] }
+    vim.fn.writefile(vim.tbl_map(vim.json.encode, rest), path, 'a')
+    t.wait_for(function()
+      local g = require('ctxd').gauge()
+      return g and g.text:find('/258.4k', 1, true)
+    end, 'the session\'s own window (shown: ' .. vim.inspect(shown) .. ')', 20000)
+    unsubscribe()
+    for _, text in ipairs(shown) do
+      t.eq(nil, text:find('/128k', 1, true), vim.inspect(shown))
+    end
   end)
 end)

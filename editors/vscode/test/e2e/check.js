@@ -181,7 +181,7 @@ async function breakdownFrame(page, must) {
  * same state, each request addressed to the workspace.
  */
 async function otherDaemon(fn) {
-  const proc = spawn(process.env.CTXD_E2E_PYTHON || 'python3', ['-m', 'ctxd', '--stdio'], { cwd: workspace, stdio: ['pipe', 'pipe', 'inherit'] });
+  const proc = spawn(process.env.CTXD_E2E_PYTHON || 'python3', ['-m', 'ctxd', '--stdio'], { cwd: workspace, stdio: ['pipe', 'pipe', 'inherit'], env: agentEnv() });
   const conn = createMessageConnection(new StreamMessageReader(proc.stdout), new StreamMessageWriter(proc.stdin));
   conn.listen();
   try {
@@ -196,6 +196,12 @@ async function otherDaemon(fn) {
     conn.dispose();
     setTimeout(() => proc.kill('SIGKILL'), 5000).unref();
   }
+}
+
+/** The environment code-server runs in: the agents' homes are the check's own (run.sh). */
+function agentEnv() {
+  const home = process.env.CTXD_E2E_AGENT_HOME;
+  return home ? { ...process.env, HOME: home, CLAUDE_CONFIG_DIR: path.join(home, '.claude'), CODEX_HOME: path.join(home, '.codex') } : process.env;
 }
 
 /** `ctxd/ghost/list`, from another client. */
@@ -276,7 +282,7 @@ async function snapshotFromTree(page, thread, message) {
   const taken = await until('the new snapshot in ctxd/ghost/list', async () => (await ghostList(thread)).find((s) => !before.has(s.id)));
   if (taken.message !== message) throw new Error(`the snapshot's message: ${JSON.stringify(taken)}`);
   const short = taken.id.slice(0, 7);
-  await until('the snapshot in the Snapshots tree', async () => (await paneRows(page, 'Snapshots')).some((r) => r.includes(message) && r.includes(short)));
+  await until('the snapshot in the Snapshots tree', async () => (await paneRows(page, 'Snapshots')).some((r) => r.includes(message)));
   return { taken, short };
 }
 
@@ -360,7 +366,8 @@ async function checkMain(page) {
 
   // --- one notification for the crossing into warn ------------------------------------------
   const left = formatTokens(result.usage.autoCompactLimit - result.usage.usedTokens);
-  const tier = await waitToast(page, /ctxd: thread "e2e" is at .* left before auto-compact/, 'the warn-tier notification');
+  // The thread by its name for people: its title (the first thing the user asked), not its id.
+  const tier = await waitToast(page, /ctxd: thread ".*" is at .* left before auto-compact/, 'the warn-tier notification');
   if (!tier.text.includes(`${left} tokens left before auto-compact`)) throw new Error(`the warn notification: ${tier.text}`);
   // The notice says what the gauge says: the same percent and counts.
   if (!tier.text.includes(`is at ${visible}:`)) throw new Error(`the warn notification disagrees with the gauge "${visible}": ${tier.text}`);
@@ -400,17 +407,22 @@ async function checkMain(page) {
   await clickGauge(page, visible);
   await page.waitForSelector('.quick-input-widget .monaco-list-row', { visible: true, timeout: TIMEOUT });
   const menu = await page.$$eval('.quick-input-widget .monaco-list-row', (rows) => rows.map((r) => r.getAttribute('aria-label') || r.textContent || ''));
-  for (const want of ['Open breakdown', 'Compact now', 'Snapshot now', 'Switch thread', 'Restore']) {
+  // The time machine and recall are reachable from the gauge's menu (issue #40).
+  for (const want of ['Open breakdown', 'Compact now', 'Snapshot now', 'Switch thread', 'Search history', 'Restore', 'Roll back last turn', 'Undo last history operation', 'Show history', 'Install agent hooks']) {
     if (!menu.some((m) => m.includes(want))) throw new Error(`the menu lacks "${want}": ${JSON.stringify(menu)}`);
   }
   log(`menu: ${JSON.stringify(menu)}`);
   await shot(page, 'vscode-menu.png');
+  // --- the breakdown page: drawn within a bound that only a hang reaches; the figure is printed ----------------
+  const asked = Date.now();
+  const drawing = breakdownDrawTime(page, asked);
   await page.evaluate(() => {
     const row = [...document.querySelectorAll('.quick-input-widget .monaco-list-row')].find((r) => (r.getAttribute('aria-label') || r.textContent || '').includes('Open breakdown'));
     row.click();
   });
-
-  // --- the breakdown page -----------------------------------------------------------------------
+  const drawnIn = await drawing;
+  log(`breakdown drawn ${drawnIn} ms after the command (goal 300 ms)`);
+  if (drawnIn > 5000) throw new Error(`the breakdown took ${drawnIn} ms to draw`);
   await page.waitForFunction(
     () => [...document.querySelectorAll('.tab')].some((t) => (t.getAttribute('aria-label') || t.textContent || '').includes('Context Usage')),
     { timeout: TIMEOUT, polling: 'mutation' },
@@ -438,8 +450,13 @@ async function checkMain(page) {
   if (!(layout.legendLeft >= layout.gridRight && Math.abs(layout.legendTop - layout.gridTop) < 40)) {
     throw new Error(`the legend is not beside the grid: ${JSON.stringify(layout)}`);
   }
+  // Each category with details shows an arrow that turns when it opens (issue #40: no arrow).
+  const arrow = () => frame.evaluate(() => getComputedStyle(document.querySelector('details[data-category="messages"] > summary .twisty'), '::before').content);
+  const closedArrow = await arrow();
   // Open the Messages details: human names inside.
   await frame.evaluate(() => document.querySelector('details[data-category="messages"]').setAttribute('open', ''));
+  const openArrow = await arrow();
+  if (closedArrow !== '"▸"' || openArrow !== '"▾"') throw new Error(`the details arrow: closed ${closedArrow}, open ${openArrow}`);
   const details = await frame.evaluate(() => document.querySelector('details[data-category="messages"]').innerText);
   if (!/Tool results/.test(details)) throw new Error(`the Messages details lack "Tool results": ${details}`);
   log('breakdown: total, tokens left, accuracy, buttons, legend beside the grid, human names');
@@ -578,8 +595,15 @@ async function checkSnapshotActions(page) {
   await shot(page, 'vscode-restored.png');
   await clearToasts(page);
 
-  // --- Undo Restore, from the tree: the edit is back -------------------------------------------------
+  // --- Undo Restore, from the tree: it asks first; then the edit is back ------------------------------
   await clickRowAction(page, 'Snapshots', 'Undo restore', 'Undo Restore');
+  await answerDialog(page, /Undo the restore \(back to [0-9a-f]{7}\)\?/, 'Undo Restore');
+  // The row's own click too (a second way to the same undo): it must not run it again.
+  await page.evaluate(() => {
+    const pane = [...document.querySelectorAll('.pane')].find((p) => (p.querySelector('.pane-header .title')?.textContent || '').trim() === 'Snapshots');
+    const row = pane && [...pane.querySelectorAll('.monaco-list-row')].find((x) => (x.textContent || '').startsWith('Undo restore'));
+    if (row) row.click();
+  });
   await until('main.py back to the edit on disk', () => readFile(file) === edited);
   const undone = await waitToast(page, /Restore undone: 1 file put back, 0 removed/, 'the undo message');
   await until('the Undo restore row to go', async () => !(await paneRows(page, 'Snapshots')).some((r) => r.startsWith('Undo restore')));
@@ -588,6 +612,10 @@ async function checkSnapshotActions(page) {
     return d && d.modified.includes(edited.trim()) && d.inserted > 0;
   });
   await until('the progress message to close', async () => !(await toasts(page)).some((t) => /undoing the restore/.test(t.text)), 10_000).catch(() => undefined);
+  await new Promise((r) => setTimeout(r, 1500)); // a second undo, or its question, would show by now
+  if (await page.$('.monaco-dialog-box')) throw new Error('Undo restore asked twice');
+  const undos = (await toasts(page)).filter((t) => /^Restore undone/.test(t.text)).length;
+  if (undos !== 1 || readFile(file) !== edited) throw new Error(`${undos} undo messages, main.py ${JSON.stringify(readFile(file))}`);
   log(`undone: main.py is ${JSON.stringify(readFile(file))}; "${undone.text}"`);
   await shot(page, 'vscode-undo-restore.png');
   await clearToasts(page);
@@ -844,7 +872,8 @@ async function checkCompactionsAfterReload(page, compactedText) {
   const archived = await until('the archived items of the compaction', async () => {
     const a = await archivedText();
     seen = { ...a, text: a.text.slice(0, 300), toasts: await toasts(page) };
-    if (/e2e-compaction-\d+\.json/.test(a.name)) return a.text.includes('"archived": true') && a.text.includes('Step 0: read src/module_0.py') ? a : false;
+    // A conversation (the user's words, the tool calls by name), not JSON (issue #40).
+    if (/-\d+\.md/.test(a.name)) return a.text.includes('### You') && a.text.includes('Step 0: read src/module_0.py') && !a.text.includes('"type":') ? a : false;
     if (Date.now() - clickedAt > 5_000) {
       await clickRow();
       clickedAt = Date.now();
@@ -897,11 +926,159 @@ async function checkSearchHistory(page) {
       const name = tab ? tab.getAttribute('aria-label') || tab.textContent || '' : '';
       const lines = document.querySelector('.editor-instance .monaco-editor .view-lines');
       const text = lines ? lines.innerText.replace(/\u00a0/g, ' ') : '';
-      return /-item-\d+\.md/.test(name) && /A compaction replaced this item/.test(text) && /module_0/.test(text) ? { name, text } : false;
+      return /-item-\d+\.md/.test(name) && /A compaction replaced this item/.test(text) && /module_0/.test(text) && !/"type":|\\n/.test(text) ? { name, text } : false;
     }),
   );
   log(`search history: "${title}", ${rows.length} rows; opened "${opened.name.split(',')[0]}"`);
   await shot(page, 'vscode-search-history-item.png');
+  await checkFollowedSession(page);
+  await checkHooksInstall(page);
+}
+
+const CLAUDE_TITLE = 'Add hello.txt and docs, drop the notes';
+
+/** The text of the active editor (Monaco draws spaces as no-break spaces) and its tab's name. */
+async function activeEditor(page) {
+  return page.evaluate(() => {
+    const tab = document.querySelector('.tab.active');
+    const name = tab ? tab.getAttribute('aria-label') || tab.textContent || '' : '';
+    const lines = document.querySelector('.editor-instance .monaco-editor .view-lines');
+    return { name, text: lines ? lines.innerText.replace(/\u00a0/g, ' ') : '' };
+  });
+}
+
+/** The quick pick's rows, as VS Code labels them. */
+async function pickRows(page) {
+  await page.waitForSelector('.quick-input-widget .monaco-list-row', { visible: true, timeout: TIMEOUT });
+  return page.$$eval('.quick-input-widget .monaco-list-row', (rows) => rows.map((r) => (r.getAttribute('aria-label') || r.textContent || '').replace(/\s+/g, ' ')));
+}
+
+/**
+ * A followed Claude Code session (the real 2.1.332 transcript run.sh put in the agent home): named
+ * by its title with Claude's icon and its cost, nothing offered that writes its conversation, its
+ * breakdown with the built-in tools apart, and a search hit in it opened as a conversation.
+ */
+async function checkFollowedSession(page) {
+  await openCtxdView(page);
+  const row = await until('the Claude Code session in the Threads view, by its title', async () =>
+    (await paneRows(page, 'Threads')).find((r) => r.startsWith(CLAUDE_TITLE)),
+  );
+  if (/claude:/.test(row) || !/Claude Code · \d+% · [\d.]+k · \$\d+\.\d\d/.test(row)) throw new Error(`the session's row: ${row}`);
+  const icon = await page.evaluate((t) => {
+    const pane = [...document.querySelectorAll('.pane')].find((p) => (p.querySelector('.pane-header .title')?.textContent || '').trim() === 'Threads');
+    const el = [...pane.querySelectorAll('.monaco-list-row')].find((x) => (x.textContent || '').startsWith(t));
+    el.click();
+    return !!el.querySelector('.codicon-sparkle');
+  }, CLAUDE_TITLE);
+  if (!icon) throw new Error("the session's row lacks Claude Code's icon");
+  await gaugeShows(page, 'Claude ');
+  await until('the History view to drop Undo Last and Compact Now', async () =>
+    page.evaluate(() => {
+      const pane = [...document.querySelectorAll('.pane')].find((p) => (p.querySelector('.pane-header .title')?.textContent || '').trim() === 'History');
+      const labels = pane ? [...pane.querySelectorAll('.pane-header .action-label')].map((a) => a.getAttribute('aria-label') || '') : [];
+      return !labels.some((l) => /Undo Last|Compact Now/.test(l));
+    }),
+  );
+  log(`followed session: "${row}"`);
+  await shot(page, 'vscode-followed-threads.png');
+
+  // The menu: nothing that writes the conversation; what works instead.
+  await clickGauge(page, 'Claude ');
+  const menu = await pickRows(page);
+  for (const gone of ['Compact now', 'Roll back last turn', 'Undo last history operation']) {
+    if (menu.some((m) => m.includes(gone))) throw new Error(`the menu of a followed session offers "${gone}": ${JSON.stringify(menu)}`);
+  }
+  if (!menu.some((m) => m.includes('Restore files') && m.includes('/rewind or /compact'))) throw new Error(`the menu does not point to what works: ${JSON.stringify(menu)}`);
+  const placeholder = await page.evaluate(() => document.querySelector('.quick-input-widget input')?.getAttribute('placeholder') || '');
+  if (!placeholder.includes(`Claude Code: ${CLAUDE_TITLE} (read-only)`)) throw new Error(`the menu's heading: ${placeholder}`);
+  await shot(page, 'vscode-followed-menu.png');
+  await page.keyboard.press('Escape');
+
+  // Its breakdown: the session by its title, Claude Code's tools apart from its system prompt.
+  await runCommand(page, 'ctxd: Show Context Usage');
+  const { frame, text } = await breakdownFrame(page, new RegExp(`Claude Code: ${CLAUDE_TITLE}`));
+  if (/claude:2009/.test(text) || !/This Claude Code session is read-only: use its \/rewind or \/compact/.test(text)) throw new Error(`the session's breakdown:\n${text}`);
+  const tools = await frame.evaluate(() => document.querySelector('.legend tr[data-category="builtinTools"] .num')?.textContent || '');
+  if (!tools || /^0$/.test(tools.trim())) throw new Error(`Claude Code's built-in tools read "${tools}"`);
+  log(`followed breakdown: built-in tools ${tools}`);
+  await shot(page, 'vscode-followed-breakdown.png');
+
+  // A search hit in the session opens as a conversation.
+  await runCommand(page, 'ctxd: Search History');
+  await until('the search box', () => page.evaluate(() => /Search History/.test(document.querySelector('.quick-input-widget .quick-input-title')?.textContent || '')));
+  await page.type('.quick-input-widget input', 'hello.txt');
+  await until('a hit in the Claude Code session, named by its title', () =>
+    page.evaluate((t) => {
+      // A tool call when one is listed: the conversation names the tool and its file.
+      const rows = [...document.querySelectorAll('.quick-input-widget .monaco-list-row')].filter((x) => (x.textContent || '').includes(`Claude Code: ${t.slice(0, 30)}`));
+      const row = rows.find((x) => /tool call/.test(x.textContent || '')) || rows[0];
+      if (row) row.click();
+      return !!row;
+    }, CLAUDE_TITLE),
+  );
+  const doc = await until('the hit as a conversation', async () => {
+    const a = await activeEditor(page);
+    return /-item-\d+\.md/.test(a.name) && a.text.includes(`# The Claude Code session "${CLAUDE_TITLE}"`) ? a : false;
+  });
+  if (/"type":|\\n|claude:2009/.test(doc.text)) throw new Error(`the hit shows raw data:\n${doc.text}`);
+  log(`conversation view: ${doc.text.split('\n').slice(0, 8).join(' | ')}`);
+  await shot(page, 'vscode-conversation.png');
+}
+
+/** Install Agent Hooks…: the diff first, then the install; Show Status says installed and, for Codex, not trusted yet. */
+async function checkHooksInstall(page) {
+  const home = process.env.CTXD_E2E_AGENT_HOME;
+  const settings = path.join(home, '.claude', 'settings.json');
+  await runCommand(page, 'ctxd: Install Agent Hooks');
+  await pickRow(page, 'All agents: Claude Code and Codex');
+  await until('the diff beside the question', async () => /ctxd-hooks-install\.diff/.test((await activeEditor(page)).name));
+  const diff = (await activeEditor(page)).text;
+  if (!diff.includes(settings)) throw new Error(`the diff does not name ${settings}:\n${diff.slice(0, 600)}`);
+  if (fs.existsSync(settings)) throw new Error('Claude Code settings written before the user agreed');
+  await until('the question', () => page.evaluate(() => /Install ctxd's hooks into Claude Code and Codex\?/.test(document.querySelector('.monaco-dialog-box')?.textContent || '')));
+  await shot(page, 'vscode-hooks-diff.png');
+  await answerDialog(page, /Install ctxd's hooks into Claude Code and Codex\?/, 'Install');
+  const done = await waitToast(page, /ctxd's hooks are installed\./, 'the hooks message');
+  if (!/Codex: installed \(user\), not trusted yet: review them in Codex's \/hooks/.test(done.text)) throw new Error(`the hooks message: ${done.text}`);
+  const written = JSON.parse(fs.readFileSync(settings, 'utf8'));
+  if (!JSON.stringify(written.hooks || {}).includes(' hook')) throw new Error(`no ctxd hook in ${settings}`);
+  await shot(page, 'vscode-hooks-installed.png');
+  await clearToasts(page);
+  await runCommand(page, 'ctxd: Show Status');
+  const status = await until('the status page with the hooks', async () => {
+    const a = await activeEditor(page);
+    return /## Agent hooks/.test(a.text) ? a.text : false;
+  });
+  if (!/Claude Code: installed \(user\)/.test(status) || !/Codex: installed \(user\), not trusted yet: review them in Codex's \/hooks/.test(status) || !/- Claude Code: \d+ sessions/.test(status)) {
+    throw new Error(`the status page's hooks:\n${status}`);
+  }
+  log(`hooks: "${done.text}"`);
+  await shot(page, 'vscode-hooks-status.png');
+}
+
+/**
+ * Milliseconds from `asked` until the breakdown webview shows its total: what the user waits after
+ * the command. The frame that holds the page is found by polling; the time is when that frame
+ * navigated to the page (VS Code writes a webview's HTML into a fresh inner frame), so the polling
+ * itself is not counted.
+ */
+async function breakdownDrawTime(page, asked) {
+  const end = asked + TIMEOUT;
+  const navigated = new Map();
+  const note = (frame) => navigated.set(frame, Date.now());
+  page.on('framenavigated', note);
+  try {
+    for (;;) {
+      for (const frame of page.frames().filter((f) => f !== page.mainFrame())) {
+        const drawn = await frame.evaluate(() => !!document.querySelector('#total')).catch(() => false);
+        if (drawn) return (navigated.has(frame) && navigated.get(frame) >= asked ? navigated.get(frame) : Date.now()) - asked;
+      }
+      if (Date.now() > end) throw new Error('the breakdown never drew');
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  } finally {
+    page.off('framenavigated', note);
+  }
 }
 
 async function checkCrashStorm(page) {
@@ -984,6 +1161,29 @@ async function checkNotInstalled(page) {
   if (after.some((t) => RAW_RPC.test(t.text))) throw new Error(`a raw JSON-RPC message was shown: ${JSON.stringify(after)}`);
   log(`not installed: "${missing.text}" ${JSON.stringify(missing.buttons)}`);
   await shot(page, 'vscode-not-installed.png');
+
+  // --- onboarding: the empty views offer Install; the walkthrough has Install, Set path, hooks --------
+  await openCtxdView(page);
+  const welcome = await until('the Threads view to offer Install', () =>
+    page.evaluate(() => {
+      const pane = [...document.querySelectorAll('.pane')].find((p) => (p.querySelector('.pane-header .title')?.textContent || '').trim() === 'Threads');
+      const box = pane && pane.querySelector('.welcome-view');
+      const buttons = box ? [...box.querySelectorAll('.monaco-button')].map((b) => (b.textContent || '').trim()) : [];
+      return buttons.includes('Install ctxd') && buttons.includes('Set Path to ctxd') ? { text: (box.textContent || '').trim(), buttons } : false;
+    }),
+  );
+  log(`welcome view: ${JSON.stringify(welcome.buttons)}`);
+  await shot(page, 'vscode-welcome-view.png');
+  await runCommand(page, 'ctxd: Get Started');
+  const steps = await until('the walkthrough with its steps', () =>
+    page.evaluate(() => {
+      const text = [...document.querySelectorAll('.gettingStartedContainer')].map((e) => e.textContent || '').join(' ');
+      return ['Install the ctxd daemon', 'Or point at a ctxd you installed', 'Install the agent hooks'].every((s) => text.includes(s)) ? text.slice(0, 200) : false;
+    }),
+  );
+  log(`walkthrough: ${steps.replace(/\s+/g, ' ')}`);
+  await shot(page, 'vscode-walkthrough.png');
+  await runCommand(page, 'View: Close Editor');
 
   // --- Install, from the notification: a venv of the extension's own, filled from the clone -------------
   await page.evaluate(() => {

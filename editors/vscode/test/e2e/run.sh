@@ -115,6 +115,14 @@ git -C "$WS" -c user.name=e2e -c user.email=e2e@example.invalid commit -q -m ini
 "$CODE_SERVER" --config "$WORK/config.yaml" --user-data-dir "$WORK/install" --extensions-dir "$EXTENSIONS" --list-extensions --show-versions
 
 export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
+
+# The agents' homes are the check's own: the Claude Code session ctxd follows (the real Claude Code
+# 2.1.332 transcript of tests/fixtures/agents, its folder made this workspace) and the settings
+# "Install Agent Hooks" writes, never the user's ~/.claude or ~/.codex.
+AGENT_HOME="$WORK/home"
+CLAUDE_PROJECT="$AGENT_HOME/.claude/projects/$(printf '%s' "$WS" | sed 's/[^A-Za-z0-9]/-/g')"
+mkdir -p "$CLAUDE_PROJECT" "$AGENT_HOME/.codex"
+sed "s#/home/user/app#$WS#g" "$REPO/tests/fixtures/agents/claude-2.1.332.jsonl" > "$CLAUDE_PROJECT/2009bcc5-85ba-431c-b4e2-481f4e482c80.jsonl"
 trap cleanup EXIT
 CS_PID=""
 stop_session() {
@@ -156,7 +164,7 @@ session() {
 JSON
   port="$(node -e 'const s=require("net").createServer().listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})')"
   rm -rf "$WS/.ctxd-e2e"
-  setsid "$CODE_SERVER" --config "$WORK/config.yaml" --user-data-dir "$user_data" --extensions-dir "$EXTENSIONS" \
+  setsid env HOME="$AGENT_HOME" CLAUDE_CONFIG_DIR="$AGENT_HOME/.claude" CODEX_HOME="$AGENT_HOME/.codex" "$CODE_SERVER" --config "$WORK/config.yaml" --user-data-dir "$user_data" --extensions-dir "$EXTENSIONS" \
     --bind-addr "127.0.0.1:$port" --auth none --disable-telemetry --disable-update-check \
     --disable-workspace-trust --disable-getting-started-override "$WS" >"$WORK/code-server-$mode.log" 2>&1 &
   CS_PID=$!
@@ -166,7 +174,7 @@ JSON
     sleep 0.5
   done
   log "[$mode] code-server on 127.0.0.1:$port"
-  CTXD_E2E_MODE="$mode" CTXD_E2E_URL="http://127.0.0.1:$port/?folder=$WS" CTXD_E2E_WORKSPACE="$WS" CTXD_E2E_PYTHON="$PYTHON" CTXD_E2E_USER_DATA="$user_data" \
+  CTXD_E2E_AGENT_HOME="$AGENT_HOME" CTXD_E2E_MODE="$mode" CTXD_E2E_URL="http://127.0.0.1:$port/?folder=$WS" CTXD_E2E_WORKSPACE="$WS" CTXD_E2E_PYTHON="$PYTHON" CTXD_E2E_USER_DATA="$user_data" \
     CTXD_E2E_ARTIFACTS="$ARTIFACTS" CHROMIUM="$(command -v chromium)" NODE_PATH="$CACHE/node_modules" \
     node "$HERE/check.js" || status=$?
   if ((status)); then

@@ -51,6 +51,84 @@ end
 ---@type { workspace: string, id: string, files: table[] }?
 M.last_diff = nil
 
+--- The workspace of each snapshot a diff was asked of (its `ctxd://diff/...` buffers are read
+--- from it).
+---@type table<string, string>
+local diff_workspaces = {}
+
+M.DIFF_PREFIX = 'ctxd://diff/'
+
+---@param workspace string
+---@param id string
+function M.remember_diff(workspace, id)
+  diff_workspaces[id] = workspace
+end
+
+--- The workspace snapshot `id` belongs to: where a diff of it was asked, else the workspace of
+--- the current buffer (a `ctxd://diff/...` buffer of a session restored from disk).
+---@param id string
+---@return string?
+function M.diff_workspace(id)
+  if diff_workspaces[id] then
+    return diff_workspaces[id]
+  end
+  local found, workspace = client.resolve()
+  return found and workspace or nil
+end
+
+--- The buffer name of `path`'s diff against snapshot `id`.
+---@param id string
+---@param path string workspace-relative
+---@return string
+function M.diff_name(id, path)
+  return M.DIFF_PREFIX .. id .. '/' .. path
+end
+
+--- The snapshot and path a `ctxd://diff/<id>/<path>` name points at, or nil.
+---@param name string
+---@return { id: string, path: string }?
+function M.diff_ref(name)
+  local id, path = name:match('^ctxd://diff/(%x+)/(.+)$')
+  if not id then
+    return nil
+  end
+  return { id = id, path = path }
+end
+
+--- Callbacks waiting for a `ctxd://diff/...` buffer to be read, and the buffers read (with their problem).
+local diff_waiting = {} ---@type table<integer, fun(problem: any)[]>
+local diff_done = {} ---@type table<integer, { problem: any }>
+
+--- `buf` is being read (again).
+---@param buf integer
+function M.diff_reading(buf)
+  diff_done[buf] = nil
+end
+
+--- Call `cb(problem)` once `buf` (a `ctxd://diff/...` buffer) has been read.
+---@param buf integer
+---@param cb fun(problem: any)
+function M.when_diff_read(buf, cb)
+  if diff_done[buf] then
+    cb(diff_done[buf].problem)
+    return
+  end
+  diff_waiting[buf] = diff_waiting[buf] or {}
+  table.insert(diff_waiting[buf], cb)
+end
+
+--- `buf` has been read (`problem` nil when it shows the diff).
+---@param buf integer
+---@param problem any
+function M.diff_read(buf, problem)
+  diff_done[buf] = { problem = problem }
+  local waiting = diff_waiting[buf] or {}
+  diff_waiting[buf] = nil
+  for _, cb in ipairs(waiting) do
+    cb(problem)
+  end
+end
+
 --- `path` as it was in snapshot `id` (`ctxd/ghost/diff` with a path): `cb(nil, file)`, or
 --- `cb(problem)` in words when there is no diff to show.
 ---@param target ctxd.Target

@@ -51,6 +51,77 @@ end
 --- Widest name in the float's table, in cells; longer names are cut with `…`.
 M.MAX_NAME = 40
 
+--- The usage float's widest text, in cells (with its border and margins, about 90 columns), as
+--- lualine's and fidget's windows keep to a readable measure on a wide screen.
+M.FLOAT_MAX_WIDTH = 86
+--- Screens narrower than this get the compact layout (shorter wording).
+M.COMPACT_BELOW = 100
+
+---@class ctxd.FloatLayout
+---@field width integer cells of text per row (notes are wrapped to it)
+---@field height integer rows the float may take (detail rows give way first)
+---@field compact boolean shorter wording, for a narrow screen
+
+--- The usage float's layout on a screen of `columns` x `lines` (border, margins, the command line
+--- and a status line left out).
+---@param columns integer
+---@param lines integer
+---@return ctxd.FloatLayout
+function M.float_layout(columns, lines)
+  return {
+    width = math.max(30, math.min(M.FLOAT_MAX_WIDTH, columns - 6)),
+    height = math.max(6, lines - 5),
+    compact = columns < M.COMPACT_BELOW,
+  }
+end
+
+--- `text` in lines of at most `width` cells, broken between words (a word longer than a line is
+--- cut); lines after the first start with `indent` spaces.
+---@param text string
+---@param width integer
+---@param indent integer?
+---@return string[]
+function M.wrap(text, width, indent)
+  if vim.fn.strdisplaywidth(text) <= width then
+    return { text }
+  end
+  indent = indent or 0
+  local lead = text:match('^%s*')
+  local out, line = {}, lead
+  local pad = (' '):rep(indent)
+  local function push()
+    table.insert(out, (line:gsub('%s+$', '')))
+  end
+  for word in text:sub(#lead + 1):gmatch('%S+') do
+    local sep = line:match('%S') and ' ' or ''
+    if vim.fn.strdisplaywidth(line .. sep .. word) <= width then
+      line = line .. sep .. word
+    else
+      if line:match('%S') then
+        push()
+        line = pad
+      end
+      -- A word wider than a whole line: cut it to what fits, as often as needed.
+      while vim.fn.strdisplaywidth(line .. word) > width and vim.fn.strchars(word) > 1 do
+        local room = math.max(1, width - vim.fn.strdisplaywidth(line))
+        local chars = room
+        while chars > 1 and vim.fn.strdisplaywidth(vim.fn.strcharpart(word, 0, chars)) > room do
+          chars = chars - 1
+        end
+        line = line .. vim.fn.strcharpart(word, 0, chars)
+        word = vim.fn.strcharpart(word, chars)
+        push()
+        line = pad
+      end
+      line = line .. word
+    end
+  end
+  if line:match('%S') or #out == 0 then
+    push()
+  end
+  return out
+end
+
 local by_name = {}
 for _, category in ipairs(M.categories) do
   by_name[category.name] = category
@@ -127,14 +198,59 @@ local function percent(tokens, window)
   return ('%.1f%%'):format(tokens * 100 / window)
 end
 
---- Lines of the breakdown float.
+--- How many detail rows each category may show so that `fixed` rows and the categories'
+--- details fit `height` rows: `max_details` when they fit, fewer down to 0 (with the `… N more`
+--- row each cut category adds).
+---@param categories table[] the categories shown, each with `details`
+---@param max_details integer
+---@param room integer rows left for details
+---@return integer
+local function details_that_fit(categories, max_details, room)
+  for k = max_details, 1, -1 do
+    local rows = 0
+    for _, c in ipairs(categories) do
+      local n = #(c.details or {})
+      rows = rows + math.min(n, k) + (n > k and 1 or 0)
+    end
+    if rows <= room then
+      return k
+    end
+  end
+  return 0
+end
+
+--- `pieces` (a wrapped note) cut to `limit` lines, the last ending with `…` at a word boundary
+--- within `width` cells.
+---@param pieces string[]
+---@param limit integer
+---@param width integer
+---@return string[]
+local function shorten(pieces, limit, width)
+  if #pieces <= limit then
+    return pieces
+  end
+  local out = vim.list_slice(pieces, 1, limit)
+  local last = out[limit]
+  while vim.fn.strdisplaywidth(last .. ' …') > width and last:find('%S%s+%S') do
+    last = last:gsub('%s+%S+%s*$', '')
+  end
+  out[limit] = last .. ' …'
+  return out
+end
+
+--- Lines of the breakdown float, each at most `layout.width` cells: notes are wrapped between
+--- words and the table fits the width. When the rows are more than `layout.height`, they give
+--- way in this order: detail rows (down to none), the blank line, the title line (the window's
+--- title names it too), then each long note down to 3, 2 and 1 lines (ending with `…`).
+--- Without a layout, the widest one.
 ---@param breakdown table the `ctxd/usage` result
----@param width integer? bar width in cells
+---@param layout ctxd.FloatLayout?
 ---@param now number? Unix seconds the cache's lifetime is counted from (default: the clock)
 ---@return ctxd.Line[]
-function M.render_breakdown(breakdown, width, now)
-  width = width or config.options.float.bar_width
-  local max_details = config.options.float.max_details
+function M.render_breakdown(breakdown, layout, now)
+  layout = layout or { width = M.FLOAT_MAX_WIDTH, height = math.huge, compact = false }
+  local text_width = layout.width
+  local width = math.max(10, math.min(config.options.float.bar_width, text_width - 2))
   local usage = breakdown.usage or {}
   local window = breakdown.contextWindow or usage.contextWindow or 0
   -- Estimated: no total from the model API yet (with messages, the breakdown is then 'actual' but estimated).
@@ -143,8 +259,12 @@ function M.render_breakdown(breakdown, width, now)
   local function add(text, marks)
     table.insert(lines, { text = text, marks = marks or {} })
   end
+  --- The header's parts before the table: each a wrapped text; `long` ones may be shortened.
+  local blocks = {} ---@type { pieces: string[], marks: table?, long: boolean? }[]
+  local function note(text, marks, long)
+    table.insert(blocks, { pieces = M.wrap(text, text_width, 4), marks = marks, long = long })
+  end
 
-  add('Context usage', { { col = 0, end_col = #'Context usage', group = 'CtxdTitle' } })
   local cats = breakdown.categories or {}
   local bar_cats = cats
   if #cats == 0 then
@@ -165,50 +285,103 @@ function M.render_breakdown(breakdown, width, now)
       bar = bar .. piece
     end
   end
-  add(bar, marks)
+  table.insert(blocks, { pieces = { bar }, marks = marks })
   local used = usage.usedTokens or 0
-  local summary = ('  %s%s/%s tokens (%s)  %s'):format(
+  note(('  %s%s/%s tokens (%s)  %s'):format(
     estimated and '~' or '',
     status.format_tokens(used),
     status.format_tokens(window),
     percent(used, window),
     type(breakdown.model) == 'string' and breakdown.model or 'unknown model'
-  )
-  add(summary)
+  ))
   local tier = status.tier_groups[usage.tier] and usage.tier or 'ok'
-  local state = ('  tier %s · auto-compact at %s · %s'):format(
-    tier,
-    status.format_tokens(usage.autoCompactLimit or 0),
-    estimated and 'estimated (no usage reported by the model yet)' or 'actual'
-  )
-  add(state, { { col = 2, end_col = 2 + #('tier ' .. tier), group = status.tier_groups[tier] } })
+  local how = estimated and (layout.compact and 'estimated' or 'estimated (no usage reported by the model yet)') or 'actual'
+  note(('  tier %s · auto-compact at %s · %s'):format(tier, status.format_tokens(usage.autoCompactLimit or 0), how),
+    { { col = 2, end_col = 2 + #('tier ' .. tier), group = status.tier_groups[tier] } })
   local cost = M.cost_text(breakdown.cost, breakdown.model)
   if cost then
-    add('  cost ' .. cost)
+    note('  cost ' .. cost)
   end
   local cache = M.cache_text(breakdown.cache, now)
   if cache then
-    add('  ' .. cache)
+    note('  ' .. cache)
   end
   local compaction = M.compaction_cost_text(breakdown.cache)
   if compaction then
-    add('  ' .. compaction)
+    note('  ' .. compaction, nil, true)
   end
   if type(breakdown.limitSource) == 'string' then
-    add("  the agent's own figures: " .. breakdown.limitSource)
+    note("  the agent's own figures: " .. breakdown.limitSource, nil, true)
   end
-  for name, how in pairs(type(breakdown.inferred) == 'table' and breakdown.inferred or {}) do
-    add(('  %s is inferred: %s'):format((by_name[name] or { label = name }).label, how))
+  local inferred = type(breakdown.inferred) == 'table' and breakdown.inferred or {}
+  local inferred_names = vim.tbl_keys(inferred)
+  table.sort(inferred_names)
+  for _, name in ipairs(inferred_names) do
+    note(('  %s is inferred: %s'):format((by_name[name] or { label = name }).label, tostring(inferred[name])), nil, true)
   end
-  add('')
-  if #cats == 0 then
-    add('  (the daemon sent no breakdown by category)')
+  local empty_note = #cats == 0 and M.wrap('  (the daemon sent no breakdown by category)', text_width, 4) or {}
+
+  -- The categories shown: an empty overhead category (no MCP tools, say) is noise; the space
+  -- rows always show.
+  local shown = vim.tbl_filter(function(c)
+    local info = by_name[c.name] or { glyph = '█' }
+    return not ((c.tokens or 0) == 0 and info.glyph == '█')
+  end, cats)
+
+  -- What gives way when the rows do not fit (see above).
+  local title, spacer, limit = true, true, nil ---@type boolean, boolean, integer?
+  local function header_rows()
+    local n = (title and 1 or 0) + (spacer and 1 or 0) + #empty_note
+    for _, blk in ipairs(blocks) do
+      n = n + ((blk.long and limit) and math.min(#blk.pieces, limit) or #blk.pieces)
+    end
+    return n
+  end
+  local steps = {
+    function()
+      spacer = false
+    end,
+    function()
+      title = false
+    end,
+    function()
+      limit = 3
+    end,
+    function()
+      limit = 2
+    end,
+    function()
+      limit = 1
+    end,
+  }
+  for _, give_way in ipairs(steps) do
+    if header_rows() + #shown <= layout.height then
+      break
+    end
+    give_way()
+  end
+  local max_details = details_that_fit(shown, config.options.float.max_details, layout.height - header_rows() - #shown)
+
+  if title then
+    add('Context usage', { { col = 0, end_col = #'Context usage', group = 'CtxdTitle' } })
+  end
+  for _, blk in ipairs(blocks) do
+    local pieces = (blk.long and limit) and shorten(blk.pieces, limit, text_width) or blk.pieces
+    for i, piece in ipairs(pieces) do
+      add(piece, i == 1 and blk.marks or nil)
+    end
+  end
+  if spacer then
+    add('')
+  end
+  for _, piece in ipairs(empty_note) do
+    add(piece)
   end
 
   -- One column of names, wide enough for every category and detail shown (a long MCP tool name
-  -- is cut with `…` at `MAX_NAME` cells), so the token counts line up.
+  -- is cut with `…`), so the token counts line up; the rows fit the text width.
   local label_width = 0
-  for _, c in ipairs(cats) do
+  for _, c in ipairs(shown) do
     local info = by_name[c.name]
     label_width = math.max(label_width, vim.fn.strdisplaywidth(info and info.label or c.name))
     for k, d in ipairs(c.details or {}) do
@@ -217,13 +390,9 @@ function M.render_breakdown(breakdown, width, now)
       end
     end
   end
-  label_width = math.min(label_width, M.MAX_NAME)
-  for _, c in ipairs(cats) do
+  label_width = math.max(8, math.min(label_width, M.MAX_NAME, text_width - 21))
+  for _, c in ipairs(shown) do
     local info = by_name[c.name] or { label = c.name, glyph = '█', group = 'CtxdMessages' }
-    -- An empty overhead category (no MCP tools, say) is noise; the space rows always show.
-    if (c.tokens or 0) == 0 and info.glyph == '█' then
-      goto continue
-    end
     local text = ('  %s %s  %7s  %6s'):format(
       info.glyph,
       M.fit(info.label, label_width),
@@ -237,12 +406,13 @@ function M.render_breakdown(breakdown, width, now)
     end)
     for k, d in ipairs(details) do
       if k > max_details then
-        add(('      … %d more'):format(#details - max_details))
+        if max_details > 0 then
+          add(('      … %d more'):format(#details - max_details))
+        end
         break
       end
       add(('      %s  %7s'):format(M.fit(M.detail_name(d.name, c.name), label_width - 2), status.format_tokens(d.tokens or 0)))
     end
-    ::continue::
   end
   return lines
 end
@@ -294,7 +464,7 @@ function M.render_history(history, thread)
     ),
   }
   for i, item in ipairs(history.items or {}) do
-    local text = item_text(item):gsub('[\r\n]+', ' ')
+    local text = M.plain(item_text(item)):gsub('\n+', ' ')
     if #text > 160 then
       text = text:sub(1, 157) .. '...'
     end
@@ -658,6 +828,18 @@ function M.kind_text(kind, role)
   return kind_words[kind] or tostring(kind or 'item')
 end
 
+--- `text` without terminal escapes (a tool's coloured output keeps `ESC[2m` and the like) and
+--- without other control characters; line breaks and tabs stay.
+---@param text string
+---@return string
+function M.plain(text)
+  text = text:gsub('\27%[[0-?]*[ -/]*[@-~]', '') -- CSI: colours, cursor moves
+  text = text:gsub('\27%][^\7\27]*\7', ''):gsub('\27%][^\7\27]*\27\\', '') -- OSC: titles, links
+  text = text:gsub('\27[@-Z\\-_]', '') -- the other two-byte escapes
+  text = text:gsub('\r\n', '\n'):gsub('[%z\1-\8\11\12\13\14-\31\127]', '')
+  return text
+end
+
 --- The quickfix text of one `ctxd/recall` hit: its kind, its turn, whether a compaction (or
 --- another history operation) took it out of the active history, and its snippet.
 ---@param hit ctxd.RecallHit
@@ -670,7 +852,7 @@ function M.recall_text(hit)
   if hit.archived then
     table.insert(parts, 'no longer in context')
   end
-  local snippet = tostring(hit.snippet or ''):gsub('%s+', ' ')
+  local snippet = M.plain(tostring(hit.snippet or '')):gsub('%s+', ' ')
   return ('%s: %s'):format(table.concat(parts, ' · '), snippet)
 end
 
@@ -753,7 +935,7 @@ function M.render_item(result, place, operation)
     { text = state, marks = { { col = 0, end_col = #state, group = result.archived and 'CtxdWarn' or 'CtxdOk' } } },
     { text = '', marks = {} },
   }
-  for _, text in ipairs(vim.split(M.item_body(item), '\n', { plain = true })) do
+  for _, text in ipairs(vim.split(M.plain(M.item_body(item)), '\n', { plain = true })) do
     table.insert(lines, { text = text, marks = {} })
   end
   return lines

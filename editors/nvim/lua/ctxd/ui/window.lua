@@ -41,22 +41,24 @@ function M.scratch(filetype)
   return buf
 end
 
---- Size and place of a centred float for `lines`.
+--- Size and place of a centred float for `lines` (each at most `layout.width` cells: the view
+--- wrapped them), as tall as its lines up to `layout.height`.
 ---@param lines ctxd.Line[]
+---@param layout ctxd.FloatLayout
 ---@return vim.api.keyset.win_config
-function M.geometry(lines)
+function M.geometry(lines, layout)
   local width = 0
   for _, l in ipairs(lines) do
     width = math.max(width, vim.fn.strdisplaywidth(l.text))
   end
-  width = math.min(width + 2, vim.o.columns - 4)
-  local height = math.min(#lines, vim.o.lines - 4)
+  width = math.min(width + 2, layout.width + 2, vim.o.columns - 4)
+  local height = math.max(1, math.min(#lines, layout.height, vim.o.lines - vim.o.cmdheight - 3))
   return {
     relative = 'editor',
     width = width,
     height = height,
-    row = math.max(0, math.floor((vim.o.lines - height) / 2) - 1),
-    col = math.max(0, math.floor((vim.o.columns - width) / 2)),
+    row = math.max(0, math.floor((vim.o.lines - vim.o.cmdheight - height) / 2) - 1),
+    col = math.max(0, math.floor((vim.o.columns - width) / 2) - 1),
   }
 end
 
@@ -64,32 +66,38 @@ end
 ---@param lines ctxd.Line[]
 ---@param filetype string
 ---@param title string
+---@param layout ctxd.FloatLayout
 ---@return integer win
 ---@return integer buf
-function M.open_float(lines, filetype, title)
+function M.open_float(lines, filetype, title, layout)
   local buf = M.scratch(filetype)
   M.fill(buf, lines)
-  local opts = vim.tbl_extend('force', M.geometry(lines), {
+  local opts = vim.tbl_extend('force', M.geometry(lines, layout), {
     style = 'minimal',
     border = config.options.float.border,
     title = title,
     title_pos = 'center',
   })
-  return vim.api.nvim_open_win(buf, true, opts), buf
+  local win = vim.api.nvim_open_win(buf, true, opts)
+  -- The view fits every line to the width; a line that still does not breaks between words.
+  vim.wo[win].wrap = true
+  vim.wo[win].linebreak = true
+  return win, buf
 end
 
 --- Show new lines in a float opened by `open_float`, resized to them; false once it is gone.
 ---@param win integer
 ---@param buf integer
 ---@param lines ctxd.Line[]
+---@param layout ctxd.FloatLayout
 ---@return boolean
-function M.redraw_float(win, buf, lines)
+function M.redraw_float(win, buf, lines, layout)
   if not vim.api.nvim_buf_is_valid(buf) then
     return false
   end
   M.fill(buf, lines)
   if vim.api.nvim_win_is_valid(win) then
-    vim.api.nvim_win_set_config(win, M.geometry(lines))
+    vim.api.nvim_win_set_config(win, M.geometry(lines, layout))
   end
   return true
 end
@@ -129,84 +137,111 @@ function M.show_read_only(buf, lines, filetype)
   end
 end
 
---- Replace the quickfix list with `items` under `title`; with `on_enter`, <CR> in the quickfix
---- window calls it on an entry whose `user_data` has `key` (any other entry: what <CR> does).
+--- Replace the quickfix list with `items` under `title`.
 ---@param title string
 ---@param items table[] setqflist() items
----@param key string?
----@param on_enter fun(data: table)?
-function M.set_quickfix(title, items, key, on_enter)
+function M.set_quickfix(title, items)
   vim.fn.setqflist({}, ' ', { title = title, items = items })
-  if not (key and on_enter) then
-    return
-  end
-  local function map(buf)
-    vim.keymap.set('n', '<CR>', function()
-      local item = vim.fn.getqflist({ items = 0, idx = vim.fn.line('.') }).items[1]
-      local data = item and type(item.user_data) == 'table' and item.user_data[key]
-      if data then
-        on_enter(data)
-      else
-        vim.cmd.normal({ args = { vim.keycode('<CR>') }, bang = true })
-      end
-    end, { buffer = buf, desc = 'ctxd: open the entry' })
-  end
-  vim.api.nvim_create_autocmd('FileType', {
-    group = vim.api.nvim_create_augroup('ctxd_quickfix_' .. key, { clear = true }),
-    pattern = 'qf',
-    callback = function(ev)
-      map(ev.buf)
-    end,
-  })
-  for _, win in ipairs(vim.api.nvim_list_wins()) do
-    local buf = vim.api.nvim_win_get_buf(win)
-    if vim.bo[buf].filetype == 'qf' then
-      map(buf)
-    end
-  end
 end
 
+--- `text` as buffer lines (no trailing empty line for a final newline).
 ---@param text any
 ---@return string[]
-local function text_lines(text)
+function M.text_lines(text)
   if type(text) ~= 'string' or text == '' then
     return {}
   end
   return vim.split((text:gsub('\n$', '')), '\n', { plain = true })
 end
 
---- Open Neovim's diff of `path` in a new tab: `before` (the snapshot's text) on the left,
---- read-only, named `ctxd://snapshot/<id>/<path>`; the working file on the right (a scratch
---- buffer when `deleted`). Returns the tab.
+--- Make `buf` (a `ctxd://diff/...` buffer being read) an empty read-only scratch buffer for now.
+---@param buf integer
+---@param path string the file it shows, for its filetype
+function M.loading(buf, path)
+  vim.bo[buf].buftype = 'nofile'
+  vim.bo[buf].swapfile = false
+  vim.bo[buf].bufhidden = 'hide'
+  vim.bo[buf].modifiable = false
+  vim.bo[buf].filetype = vim.filetype.match({ filename = path }) or ''
+end
+
+--- Show `lines` (the snapshot's side of a diff) in `buf`, read-only.
+---@param buf integer
+---@param lines string[]
+---@param path string
+function M.show_diff_side(buf, lines, path)
+  vim.bo[buf].modifiable = true
+  vim.api.nvim_buf_set_lines(buf, 0, -1, false, lines)
+  vim.bo[buf].modifiable = false
+  vim.bo[buf].modified = false
+  vim.bo[buf].readonly = true
+  local ft = vim.filetype.match({ filename = path }) or ''
+  if vim.bo[buf].filetype ~= ft then
+    vim.bo[buf].filetype = ft
+  end
+end
+
+--- A scratch buffer that stands for a deleted file on the working side of a diff.
+---@param path string
+---@return integer
+local function deleted_buffer(path)
+  local name = ('ctxd://deleted/%s'):format(path)
+  local existing = vim.fn.bufnr(name)
+  if existing ~= -1 then
+    return existing
+  end
+  local buf = vim.api.nvim_create_buf(false, true)
+  vim.bo[buf].bufhidden = 'hide'
+  vim.api.nvim_buf_set_name(buf, name)
+  vim.bo[buf].modifiable = false
+  return buf
+end
+
+--- Diff window `win` (the snapshot's side) against the working file of `path`, shown in its
+--- partner window to the right, made the first time and reused after (`:cnext` goes on in the
+--- same pair of windows). A deleted file's working side is an empty scratch buffer.
+---@param win integer
 ---@param root string the workspace folder
 ---@param path string workspace-relative
----@param short_id string
----@param before string?
 ---@param deleted boolean
----@return integer tab
-function M.open_diff_tab(root, path, short_id, before, deleted)
-  vim.cmd.tabnew()
-  local tab = vim.api.nvim_get_current_tabpage()
-  if deleted then
-    local gone = vim.api.nvim_get_current_buf()
-    vim.bo[gone].buftype = 'nofile'
-    vim.bo[gone].bufhidden = 'wipe'
-    vim.api.nvim_buf_set_name(gone, ('ctxd://deleted/%s'):format(path))
-  else
-    vim.cmd.edit(vim.fn.fnameescape(vim.fs.joinpath(root, path)))
+function M.pair_diff(win, root, path, deleted)
+  local partner = vim.w[win].ctxd_diff_partner
+  if not (partner and vim.api.nvim_win_is_valid(partner)
+      and vim.api.nvim_win_get_tabpage(partner) == vim.api.nvim_win_get_tabpage(win)) then
+    partner = vim.api.nvim_win_call(win, function()
+      vim.cmd('rightbelow vsplit')
+      return vim.api.nvim_get_current_win()
+    end)
+    vim.w[win].ctxd_diff_partner = partner
   end
-  vim.cmd.diffthis()
-  vim.cmd('leftabove vnew')
-  local left = vim.api.nvim_get_current_buf()
-  vim.bo[left].buftype = 'nofile'
-  vim.bo[left].bufhidden = 'wipe'
-  vim.bo[left].swapfile = false
-  vim.api.nvim_buf_set_lines(left, 0, -1, false, text_lines(before))
-  vim.api.nvim_buf_set_name(left, ('ctxd://snapshot/%s/%s'):format(short_id, path))
-  vim.bo[left].filetype = vim.filetype.match({ filename = path }) or ''
-  vim.bo[left].modifiable = false
-  vim.cmd.diffthis()
-  return tab
+  vim.api.nvim_win_call(partner, function()
+    if deleted then
+      vim.api.nvim_win_set_buf(partner, deleted_buffer(path))
+    else
+      vim.cmd.edit(vim.fn.fnameescape(vim.fs.joinpath(root, path)))
+    end
+    vim.cmd.diffthis()
+  end)
+  vim.api.nvim_win_call(win, function()
+    vim.cmd.diffthis()
+  end)
+end
+
+--- A `ctxd://diff/...` buffer leaves window `win`: its partner leaves diff mode too (the next
+--- entry, if any, puts both back).
+---@param win integer
+function M.unpair_diff(win)
+  if win == -1 or not vim.api.nvim_win_is_valid(win) then
+    return
+  end
+  local partner = vim.w[win].ctxd_diff_partner
+  for _, w in ipairs({ win, partner }) do
+    if w and vim.api.nvim_win_is_valid(w) then
+      vim.api.nvim_win_call(w, function()
+        vim.cmd.diffoff()
+      end)
+    end
+  end
 end
 
 return M

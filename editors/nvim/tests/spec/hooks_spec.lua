@@ -1,0 +1,119 @@
+-- `:Ctxd hooks install|uninstall|status` and the hooks section of `:checkhealth ctxd`, running the
+-- real `ctxd hooks` command line in the spec's own HOME (run.sh points HOME into its temp folder):
+-- the diff first in a scratch buffer, nothing written until the user says so.
+local t = require('harness')
+local h = require('helpers')
+
+local client ---@type vim.lsp.Client
+
+--- Answer the next vim.ui.select with the item `choose` names; returns what was asked.
+local function answer(choose)
+  local saved, asked = vim.ui.select, {}
+  vim.ui.select = function(items, opts, on_choice)
+    vim.ui.select = saved
+    asked.prompt, asked.items = opts.prompt, items
+    for i, item in ipairs(items) do
+      if item == choose then
+        return on_choice(item, i)
+      end
+    end
+    on_choice(nil, nil)
+  end
+  return asked
+end
+
+--- The scratch buffer `:Ctxd hooks` opened, once it holds `needle`.
+local function buffer_with(needle)
+  return t.wait_for(function()
+    for _, win in ipairs(vim.api.nvim_list_wins()) do
+      local buf = vim.api.nvim_win_get_buf(win)
+      local text = table.concat(h.lines(buf), '\n')
+      if text:find(needle, 1, true) then
+        return { buf = buf, win = win, text = text }
+      end
+    end
+  end, ('a buffer with %q (messages %s)'):format(needle, vim.inspect(h.messages)), 30000)
+end
+
+local settings = vim.fs.joinpath(vim.env.HOME, '.claude', 'settings.json')
+local codex = vim.fs.joinpath(vim.env.HOME, '.codex', 'config.toml')
+
+t.describe(':Ctxd hooks', function()
+  t.before_each(function()
+    h.capture_notify()
+    if not client or client:is_stopped() then
+      client = h.start()
+    end
+  end)
+  t.after_each(function()
+    vim.cmd('silent! only')
+    vim.cmd.buffer(vim.fn.bufnr(vim.fs.joinpath(h.workspace, 'README.md')))
+  end)
+
+  t.it('completes the actions, then agents and scopes', function()
+    t.eq({ 'install', 'uninstall', 'status' }, vim.fn.getcompletion('Ctxd hooks ', 'cmdline'))
+    t.eq({ 'install' }, vim.fn.getcompletion('Ctxd hooks in', 'cmdline'))
+    t.eq({ 'all', 'claude', 'codex', 'user', 'project' }, vim.fn.getcompletion('Ctxd hooks install ', 'cmdline'))
+    t.eq({ 'project' }, vim.fn.getcompletion('Ctxd hooks install codex p', 'cmdline'))
+    vim.cmd('Ctxd hooks nonsense')
+    t.contains('hooks takes install, uninstall, status', h.wait_message('hooks takes').full)
+  end)
+
+  t.it('status before any install says so, and how to add them', function()
+    vim.cmd('Ctxd hooks status')
+    local said = h.wait_message('hooks: ', 30000)
+    t.eq('ctxd: hooks: Claude Code not installed; Codex not installed; :Ctxd hooks install adds them', said.full)
+    local shown = buffer_with('claude user: hooks none')
+    t.contains('codex user: hooks none', shown.text)
+  end)
+
+  t.it('install shows the diff first; Cancel writes nothing', function()
+    local asked = answer('Cancel')
+    vim.cmd('Ctxd hooks install')
+    h.wait_message('hooks install cancelled: nothing was written', 30000)
+    t.eq({ 'Install', 'Cancel' }, asked.items)
+    t.eq("Install ctxd's hooks as this diff shows (all, user scope)?", asked.prompt)
+    local diff = buffer_with('+++ ' .. settings)
+    t.eq('diff', vim.bo[diff.buf].filetype)
+    t.contains('+++ ' .. codex, diff.text)
+    t.contains(' hook claude UserPromptSubmit', diff.text)
+    t.eq(0, vim.fn.filereadable(settings))
+    t.eq(0, vim.fn.filereadable(codex))
+  end)
+
+  t.it('install, then status says installed (and that Codex has not trusted them yet), health too', function()
+    answer('Install')
+    vim.cmd('Ctxd hooks install')
+    local done = h.wait_message('hooks installed: ', 30000)
+    t.matches('^ctxd: hooks installed: [2-9] files written, 0 removed;', done.full)
+    t.eq(1, vim.fn.filereadable(settings))
+    t.contains('hook claude PreToolUse', table.concat(vim.fn.readfile(settings), '\n'))
+    h.messages = {}
+    vim.cmd('Ctxd hooks status')
+    local said = h.wait_message('hooks: ', 30000)
+    t.eq("ctxd: hooks: Claude Code installed (user); Codex installed (user), not trusted yet: review them in the agent's /hooks",
+      said.full)
+    buffer_with('claude user: hooks UserPromptSubmit')
+    -- Installing again: nothing to change, nothing asked.
+    h.messages = {}
+    vim.cmd('Ctxd hooks install')
+    h.wait_message('hooks install: nothing to change (all, user scope)', 30000)
+    vim.cmd.buffer(vim.fn.bufnr(vim.fs.joinpath(h.workspace, 'README.md')))
+    vim.cmd('silent checkhealth ctxd')
+    local text = table.concat(h.lines(0), '\n')
+    vim.cmd('bwipeout!')
+    t.contains('ctxd: hooks in the agents', text)
+    t.matches('OK claude user: hooks UserPromptSubmit', text)
+    t.matches('WARNING codex user: hooks [^\n]*not trusted yet', text)
+    t.contains("review them in the agent's own /hooks", text)
+  end)
+
+  t.it('uninstall shows its diff, then takes only ctxd\'s entries out', function()
+    answer('Uninstall')
+    vim.cmd('Ctxd hooks uninstall claude')
+    h.wait_message('hooks uninstalled: ', 30000)
+    local left = vim.fn.filereadable(settings) == 1 and table.concat(vim.fn.readfile(settings), '\n') or ''
+    t.eq(nil, left:find('hook claude', 1, true), left)
+    t.contains('hook codex', table.concat(vim.fn.readfile(codex), '\n'), 'codex was not named: it stays')
+  end)
+end)

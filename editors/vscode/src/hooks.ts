@@ -1,0 +1,216 @@
+/**
+ * ctxd's hooks inside the agents, from the editor: "Install Agent Hooks…" runs the daemon's own
+ * command line (`ctxd hooks …`, docs/hooks.md), never writes the agents' files itself. It reads
+ * which agents there are from `ctxd hooks status` (so an agent a newer ctxd supports shows up with
+ * no change here), shows `--dry-run`'s diff, installs only when the user says so, and says whether
+ * each agent trusts the hooks (Codex asks for that in its /hooks). Show Status has the same lines.
+ * Free of `vscode`: the process runner and the document opener are passed in; the tests run the
+ * real `ctxd hooks` against agent folders in a temporary home.
+ */
+import { spawn } from 'node:child_process';
+import { agentOf } from './agents';
+import type { DaemonCommand } from './settings';
+import type { Ui } from './ui';
+
+export interface RunResult {
+  /** The exit code; -1 when the program could not run (then `stderr` says why). */
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs `ctxd hooks <args>`. */
+export type HooksRunner = (args: string[]) => Promise<RunResult>;
+
+/** How long a `ctxd hooks` run may take before it is called failed. */
+export const HOOKS_TIMEOUT_MS = 60_000;
+
+/** A runner over the daemon's command, in `cwd` (the project scope is the folder it runs in). */
+export function hooksRunner(command: () => Promise<DaemonCommand>, cwd: () => string | undefined, env: NodeJS.ProcessEnv = process.env): HooksRunner {
+  return async (args) => {
+    const c = await command();
+    return new Promise<RunResult>((resolve) => {
+      let stdout = '';
+      let stderr = '';
+      let settled = false;
+      const done = (r: RunResult) => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        resolve(r);
+      };
+      // PYTHONSAFEPATH: a `ctxd` folder in the project must not answer instead of ctxd.
+      const child = spawn(c.command, [...c.args, 'hooks', ...args], { cwd: cwd(), env: { ...env, PYTHONSAFEPATH: '1' }, stdio: ['ignore', 'pipe', 'pipe'] });
+      const timer = setTimeout(() => {
+        child.kill('SIGKILL');
+        done({ code: -1, stdout, stderr: `ctxd hooks ${args[0]} did not finish within ${HOOKS_TIMEOUT_MS / 1000} s` });
+      }, HOOKS_TIMEOUT_MS);
+      child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+      child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+      child.on('error', (e: NodeJS.ErrnoException) => done({ code: -1, stdout, stderr: `${c.command}: ${e.code === 'ENOENT' ? 'not found' : e.message}` }));
+      child.on('close', (code) => done({ code: code ?? -1, stdout, stderr }));
+    });
+  };
+}
+
+/** What `ctxd hooks status` says of one agent in one scope. */
+export interface HookState {
+  /** `claude`, `codex`, … (the line's first word). */
+  agent: string;
+  scope: string;
+  installed: boolean;
+  /** False while the agent has not trusted them (Codex); undefined when it has no such step. */
+  trusted: boolean | undefined;
+  /** The agent's own words in parentheses (`installed, not trusted yet: review them in Codex's /hooks`). */
+  trust: string | undefined;
+  /** A line that says the file could not be read, instead of its hooks. */
+  problem: string | undefined;
+  line: string;
+}
+
+/** `ctxd hooks status`'s lines: `claude user: hooks UserPromptSubmit, …; status line yes; … (path)`. */
+export function parseHooksStatus(text: string): HookState[] {
+  const states: HookState[] = [];
+  for (const line of text.split(/\r?\n/)) {
+    const head = /^([a-z][a-z0-9-]*) (user|project): (.*)$/.exec(line.trim());
+    if (!head) continue;
+    const [, agent, scope, rest] = head;
+    const hooks = /^hooks (.*)$/.exec(rest);
+    if (!hooks) {
+      states.push({ agent, scope, installed: false, trusted: undefined, trust: undefined, problem: rest, line });
+      continue;
+    }
+    const installed = !hooks[1].startsWith('none');
+    // Codex's trust, in parentheses after the events (its words may hold a ";" of their own).
+    const words = /^[^(;]*\((.*?)\);/.exec(hooks[1])?.[1] ?? /^[^(;]*\((.*?)\)\s*$/.exec(hooks[1])?.[1];
+    const trust = installed && words && !words.startsWith('/') ? words : undefined;
+    states.push({ agent, scope, installed, trusted: trust === undefined ? undefined : trust === 'trusted', trust, problem: undefined, line });
+  }
+  return states;
+}
+
+/** The agents `ctxd hooks` knows, in its order. */
+export function hookAgents(states: readonly HookState[]): string[] {
+  return [...new Set(states.map((s) => s.agent))];
+}
+
+/** One line per agent: "Claude Code: installed (user)", "Codex: installed (user), not trusted yet: review them in Codex's /hooks". */
+export function hooksSummary(states: readonly HookState[]): string[] {
+  return hookAgents(states).map((agent) => {
+    const mine = states.filter((s) => s.agent === agent);
+    const name = agentOf(agent).name;
+    const problems = mine.filter((s) => s.problem).map((s) => `${s.scope}: ${s.problem}`);
+    const scopes = mine.filter((s) => s.installed);
+    if (scopes.length === 0) return `${name}: not installed${problems.length ? ` (${problems.join('; ')})` : ''}`;
+    const untrusted = scopes.find((s) => s.trusted === false);
+    const trusted = scopes.length > 0 && scopes.every((s) => s.trusted === true);
+    // Codex's words start "installed, not trusted yet": the line has said installed already.
+    const trust = untrusted ? `, ${untrusted.trust?.replace(/^installed,\s*/, '')}` : trusted ? ', trusted' : '';
+    return `${name}: installed (${scopes.map((s) => s.scope).join(', ')})${trust}${problems.length ? ` (${problems.join('; ')})` : ''}`;
+  });
+}
+
+/** The last line of a failed run, for a message. */
+export function failureText(r: RunResult): string {
+  const lines = (r.stderr.trim() || r.stdout.trim()).split(/\r?\n/);
+  return lines[lines.length - 1]?.replace(/^ctxd hooks \w+:\s*/, '') || `exit code ${r.code}`;
+}
+
+/** Reads `ctxd hooks status`; undefined (the failure shown) when it could not run. */
+export async function readHooksStatus(run: HooksRunner): Promise<{ states: HookState[] } | { error: string }> {
+  const r = await run(['status', '--agent', 'all']);
+  if (r.code !== 0) return { error: failureText(r) };
+  return { states: parseHooksStatus(r.stdout) };
+}
+
+/** The files a dry run's diff changes (`+++ b/<path>` lines; `/dev/null` for a file removed). */
+export function changedFiles(diff: string): string[] {
+  const files: string[] = [];
+  for (const m of diff.matchAll(/^\+\+\+ (?:b\/)?(.+)$/gm)) if (m[1].trim() !== '/dev/null') files.push(m[1].trim());
+  for (const m of diff.matchAll(/^--- (?:a\/)?(.+)$/gm)) if (!files.includes(m[1].trim()) && m[1].trim() !== '/dev/null') files.push(m[1].trim());
+  return files;
+}
+
+function names(agents: readonly string[]): string {
+  const words = agents.map((a) => agentOf(a).name);
+  return words.length <= 1 ? (words[0] ?? '') : `${words.slice(0, -1).join(', ')} and ${words[words.length - 1]}`;
+}
+
+export interface HooksHost {
+  ui: Ui;
+  run: HooksRunner;
+  /** Opens the dry run's diff read-only, beside the confirmation. */
+  openDiff(content: string): Promise<void>;
+  log(line: string): void;
+}
+
+export type HooksOutcome = 'installed' | 'unchanged' | 'cancelled' | 'failed';
+
+/** Install Agent Hooks…: pick the agents, show the diff, confirm, install, say what the agents make of it. */
+export async function installHooksFlow(h: HooksHost): Promise<HooksOutcome> {
+  const status = await h.ui.progress('ctxd: reading which agents have ctxd hooks…', () => readHooksStatus(h.run));
+  if ('error' in status) {
+    h.ui.notify('error', `Reading the hooks failed: ${status.error}.`);
+    return 'failed';
+  }
+  const agents = hookAgents(status.states);
+  if (agents.length === 0) {
+    h.ui.notify('error', 'This ctxd lists no agent to install hooks into: update it (git pull in your clone, then ctxd: Install Daemon).');
+    return 'failed';
+  }
+  const summary = new Map(agents.map((a, i) => [a, hooksSummary(status.states)[i]]));
+  const chosen = await h.ui.pick(
+    [
+      { label: `All agents: ${names(agents)}`, description: 'recommended', detail: 'checkpoints before each turn and tool, the status line, and the recall MCP server', value: agents },
+      ...agents.map((a) => ({ label: agentOf(a).name, description: summary.get(a)?.replace(/^[^:]*:\s*/, ''), value: [a] })),
+    ],
+    { title: 'ctxd: Install Agent Hooks', placeHolder: 'Which agents get ctxd’s hooks (your user settings; the diff shows first)' },
+  );
+  if (!chosen) return 'cancelled';
+  const agentArg = chosen.length === agents.length && agents.length > 1 ? 'all' : chosen[0];
+  const dry = await h.ui.progress('ctxd: preparing the change…', () => h.run(['install', '--agent', agentArg, '--dry-run']));
+  if (dry.code !== 0) {
+    h.log(`ctxd hooks install --dry-run: ${dry.stderr || dry.stdout}`);
+    h.ui.notify('error', `Installing the hooks failed: ${failureText(dry)}. Nothing was written.`);
+    return 'failed';
+  }
+  const diff = dry.stdout;
+  if (!diff.trim() || /^nothing to change\s*$/.test(diff.trim())) {
+    h.ui.notify('info', `ctxd's hooks are already installed in ${names(chosen)}: nothing to change.`);
+    return 'unchanged';
+  }
+  await h.openDiff(diff);
+  const files = changedFiles(diff);
+  const ok = await h.ui.confirm(
+    `Install ctxd's hooks into ${names(chosen)}?`,
+    `The diff shows every change (${files.length} file${files.length === 1 ? '' : 's'}: ${files.join(', ')}). Only ctxd's own entries are added; ` +
+      'the rest of each file stays as it is. "ctxd hooks uninstall" removes them again.',
+    'Install',
+  );
+  if (!ok) return 'cancelled';
+  const done = await h.ui.progress('ctxd: installing the hooks…', () => h.run(['install', '--agent', agentArg]));
+  h.log(`ctxd hooks install --agent ${agentArg}: ${done.stdout}${done.stderr}`);
+  if (done.code !== 0) {
+    // ctxd writes every file or none when it reports a failure; a run that did not finish says nothing of them.
+    const files = done.code > 0 ? "The agents' files are as they were." : 'Show Status says what is installed.';
+    h.ui.notify('error', `Installing the hooks failed: ${failureText(done)}. ${files}`);
+    return 'failed';
+  }
+  const after = await readHooksStatus(h.run);
+  const lines = 'states' in after ? hooksSummary(after.states.filter((s) => chosen.includes(s.agent))) : [];
+  h.ui.notify('info', `ctxd's hooks are installed. ${lines.join('. ')}${lines.length ? '.' : ''} Show Status says whether they are installed and trusted.`);
+  return 'installed';
+}
+
+/** Show Status's "Agent hooks" section (Markdown lines). */
+export function hooksMarkdown(status: { states: HookState[] } | { error: string }): string[] {
+  const out = ['## Agent hooks', ''];
+  if ('error' in status) {
+    out.push(`Could not read them: ${status.error}.`);
+    return out;
+  }
+  if (status.states.length === 0) out.push('This ctxd lists no agent.');
+  for (const line of hooksSummary(status.states)) out.push(`- ${line}`);
+  if (status.states.length > 0 && !status.states.some((s) => s.installed)) out.push('', 'Install them with "ctxd: Install Agent Hooks…".');
+  return out;
+}
