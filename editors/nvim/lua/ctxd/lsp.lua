@@ -144,30 +144,39 @@ function M.follow_latest(workspace, thread)
     require('ctxd.threads').activity(workspace, thread)
     return
   end
-  M.reload_threads(workspace)
+  M.reload_threads(workspace, thread)
 end
 
---- Read `workspace`'s threads again, once per burst of calls (a daemon without `ctxd/threads`:
---- nothing to read).
+local everything = {} ---@type table<string, boolean>
+--- Read `workspace`'s threads again, once per burst of calls: only the threads named, when the
+--- workspace's threads were read before and every call named one (a daemon without
+--- `ctxd/threads`: nothing to read).
 ---@param workspace string
-function M.reload_threads(workspace)
+---@param thread string? the thread to read again (nil: all of them)
+function M.reload_threads(workspace, thread)
   local found = require('ctxd.client').resolve({ workspace = workspace })
   if not (found and require('ctxd.client').supports(found, methods.threads)) then
     return
   end
+  if thread == nil then
+    everything[workspace] = true
+  end
   if following[workspace] then
-    following[workspace][thread] = true
+    if thread ~= nil then
+      following[workspace][thread] = true
+    end
     return
   end
-  following[workspace] = { [thread] = true }
+  following[workspace] = thread ~= nil and { [thread] = true } or {}
   vim.defer_fn(function()
     local names = vim.tbl_keys(following[workspace] or {})
-    following[workspace] = nil
+    local all = everything[workspace]
+    following[workspace], everything[workspace] = nil, nil
     local now = require('ctxd.client').resolve({ workspace = workspace })
     local redraw = function()
       vim.cmd.redrawstatus({ bang = true })
     end
-    if now and require('ctxd.threads').knows(workspace) then
+    if now and not all and require('ctxd.threads').knows(workspace) then
       M.load_some(now, workspace, names, redraw)
     elseif now then
       M.load_threads(now, workspace, redraw)
