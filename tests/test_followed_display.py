@@ -121,7 +121,8 @@ def test_the_compactions_list_each_agent_compaction_with_its_fill(daemon_factory
 
     seen = len(client.notifications)
     fx.append_jsonl(claude_file, fx.claude_compact("c1", "a2", workspace, "2025-10-03T11:05:00.000Z", "We added it."))
-    client.wait_for_notification("ctxd/threadsChanged", lambda p: p["workspace"] == uri, timeout=10, after=seen)
+    client.wait_for_notification("ctxd/threadsChanged", lambda p: p["workspace"] == uri
+                                 and CLAUDE_THREAD in p.get("threads", [CLAUDE_THREAD]), timeout=10, after=seen)
     [compaction] = _history(client, workspace, CLAUDE_THREAD)["compactions"]
     assert {k: compaction[k] for k in ("strategy", "automatic", "tokensBefore", "tokensAfter", "archivedItems")} == {
         "strategy": "claude", "automatic": False, "tokensBefore": 15_546, "tokensAfter": None, "archivedItems": 6}
@@ -133,7 +134,8 @@ def test_the_compactions_list_each_agent_compaction_with_its_fill(daemon_factory
 
     seen = len(client.notifications)
     fx.append_jsonl(codex_file, fx.codex_compacted("Summary of the work so far.", "2025-10-03T10:01:00.000Z"))
-    client.wait_for_notification("ctxd/threadsChanged", lambda p: p["workspace"] == uri, timeout=10, after=seen)
+    client.wait_for_notification("ctxd/threadsChanged", lambda p: p["workspace"] == uri
+                                 and CODEX_THREAD in p.get("threads", [CODEX_THREAD]), timeout=10, after=seen)
     [compaction] = _history(client, workspace, CODEX_THREAD)["compactions"]
     assert (compaction["strategy"], compaction["tokensBefore"], compaction["tokensAfter"]) == ("codex", 12_000, None)
     fx.append_jsonl(codex_file, [fx.codex_token_count(4_000, {"input_tokens": 24_100, "cached_input_tokens": 10_200,
@@ -186,3 +188,48 @@ def test_an_unknown_model_is_said_to_be_unknown_not_guessed(daemon_factory, work
     client.request("ctxd/setPromptContext", {"workspace": uri, "model": "us.anthropic.claude-opus-4-7-v1:0"})
     known = client.request("ctxd/usage", {"workspace": uri})
     assert known["contextWindow"] == 1_000_000 and "limitSource" not in known
+
+
+def test_ctxd_usage_without_a_thread_shows_the_newest_session(daemon_factory, workspace: Path, tmp_path: Path,
+                                                              state_dir: Path) -> None:
+    """In a folder of followed sessions (no thread "default"), `ctxd usage` shows the most recently
+    active one, as the editors' gauge does (issue #38: it exited 1 with "no thread 'default'")."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.rpc import REPO, daemon_env
+
+    codex_home, claude_home, env = homes(tmp_path)
+    fx.write_jsonl(fx.codex_path(codex_home), fx.codex_session(workspace))  # 2025-10-03 10:00
+    fx.write_jsonl(fx.claude_path(claude_home, workspace), fx.claude_session(workspace))  # 11:00: the newest
+    client = daemon_factory([workspace], env=env)
+    wait_thread(client, workspace, CODEX_THREAD, lambda t: t["usage"]["usedTokens"] == 12_000)
+    newest = wait_thread(client, workspace, CLAUDE_THREAD)["usage"]["usedTokens"]
+    client.shutdown()
+    run = subprocess.run([sys.executable, "-m", "ctxd", "usage", "--workspace", str(workspace), "--format", "json"],
+                         capture_output=True, text=True, env=daemon_env(state_dir, env), cwd=str(REPO), timeout=60)
+    assert run.returncode == 0, run.stderr
+    breakdown = json.loads(run.stdout)
+    assert breakdown["usage"]["usedTokens"] == newest == 15_546
+    assert breakdown["model"] == "claude-sonnet-4-5-20250929"
+
+
+def test_threads_changed_names_the_threads_and_threads_lists_only_those(daemon_factory, workspace: Path,
+                                                                        tmp_path: Path) -> None:
+    """`ctxd/threadsChanged` says which threads changed, and `ctxd/threads` with `threads` lists
+    only those (v4): an editor reads again what changed, not every thread (issue #38)."""
+    codex_home, claude_home, env = homes(tmp_path)
+    fx.write_jsonl(fx.codex_path(codex_home), fx.codex_session(workspace))
+    claude_file = fx.write_jsonl(fx.claude_path(claude_home, workspace), fx.claude_session(workspace))
+    client = daemon_factory([workspace], env=env)
+    uri = workspace.as_uri()
+    wait_thread(client, workspace, CODEX_THREAD, lambda t: t["usage"]["usedTokens"] == 12_000)
+    seen = len(client.notifications)
+    fx.append_jsonl(claude_file, fx.claude_compact("c1", "a2", workspace, "2025-10-03T11:05:00.000Z", "Done so far."))
+    told = client.wait_for_notification("ctxd/threadsChanged", lambda p: p["workspace"] == uri, timeout=15, after=seen)
+    assert told["threads"] == [CLAUDE_THREAD]
+    only = client.request("ctxd/threads", {"workspace": uri, "threads": [CLAUDE_THREAD, "nope"]})["threads"]
+    assert [t["thread"] for t in only] == [CLAUDE_THREAD]
+    assert {t["thread"] for t in client.request("ctxd/threads", {"workspace": uri})["threads"]} == {
+        CLAUDE_THREAD, CODEX_THREAD}

@@ -6,6 +6,7 @@ session files are written as the agents write them (tests/session_fixtures.py, w
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -32,11 +33,13 @@ def homes(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
 
 def wait_thread(client: Client, ws: Path, thread: str, check: Callable[[dict[str, Any]], bool] = lambda t: True,
                 timeout: float = 15.0) -> dict[str, Any]:
-    """Poll ctxd/threads until `thread` is listed and satisfies `check`."""
+    """Poll ctxd/threads until `thread` is listed, what the owner found is mirrored (a session is
+    listed from its summary before its items are: `ctxd/sessions/sync`) and it satisfies `check`."""
     deadline = time.monotonic() + timeout
     while True:
+        idle = client.request("ctxd/sessions/sync", {"workspace": ws.as_uri()})["idle"]
         listed = {t["thread"]: t for t in client.request("ctxd/threads", {"workspace": ws.as_uri()})["threads"]}
-        if thread in listed and check(listed[thread]):
+        if idle and thread in listed and check(listed[thread]):
             return listed[thread]
         if time.monotonic() > deadline:
             raise AssertionError(f"{thread} not as expected in {sorted(listed)}: {listed.get(thread)}")
@@ -357,3 +360,52 @@ def test_an_editor_that_comes_after_another_left_the_owner_follows_new_sessions(
     fx.write_jsonl(path, lines)
     wait_thread(later, second, "codex:0199a213-5555-7800-8aa1-000000000001")
     os.kill(owner, signal.SIGTERM)
+
+
+@pytest.mark.parametrize("change", ["rewritten", "truncated"])
+def test_the_owner_never_lists_a_summary_of_a_file_changed_under_it(daemon_factory, workspace: Path, tmp_path: Path,
+                                                                   state_dir: Path, change: str) -> None:
+    """`ctxd sessions` left a summary of the file in the state dir the owner shares (issue #38);
+    the file was then rewritten in place or cut short while no daemon ran. From its first listing
+    on, the owner shows the file as it is now, never the summary's title or fill."""
+    from tests.rpc import REPO, daemon_env
+
+    _, claude_home, env = homes(tmp_path)
+    first = [fx.claude_user("Add a flag AAAA", "u1", None, workspace, "2025-10-03T11:00:01.000Z"),
+             *fx.claude_assistant([{"type": "text", "text": "Done."}], "msg_01", "a1", "u1", workspace,
+                                  "2025-10-03T11:00:02.000Z", fx.claude_usage(4, 100, 15_000, 20))]
+    second = [fx.claude_user("Now the docs", "u2", "a1", workspace, "2025-10-03T11:01:01.000Z"),
+              *fx.claude_assistant([{"type": "text", "text": "Done."}], "msg_02", "a2", "u2", workspace,
+                                   "2025-10-03T11:01:02.000Z", fx.claude_usage(4, 100, 30_000, 20))]
+    path = fx.write_jsonl(fx.claude_path(claude_home, workspace), first + second)
+
+    def cli_rows() -> list[tuple[str, int]]:
+        run = subprocess.run([sys.executable, "-m", "ctxd", "sessions", "--workspace", str(workspace), "--format",
+                              "json"], capture_output=True, text=True, env=daemon_env(state_dir, env), cwd=str(REPO),
+                             timeout=120)
+        assert run.returncode == 0, run.stderr
+        return [(r["title"], r["usedTokens"]) for r in json.loads(run.stdout)]
+
+    assert cli_rows() == [("Add a flag AAAA", 30_124)]
+    if change == "rewritten":  # in place (the same inode), the same size: another prompt, another fill
+        with path.open("r+b") as out:
+            out.write(path.read_bytes().replace(b"AAAA", b"BBBB").replace(b"30000", b"31000"))
+        expected = ("Add a flag BBBB", 31_124)
+    else:  # the second turn cut off
+        fx.write_jsonl(path, first)
+        expected = ("Add a flag AAAA", 15_124)
+    client = daemon_factory([workspace], env=env)
+    seen: list[tuple[str, int]] = []
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        idle = client.request("ctxd/sessions/sync", {"workspace": workspace.as_uri()})["idle"]
+        listed = {t["thread"]: t for t in client.request("ctxd/threads", {"workspace": workspace.as_uri()})["threads"]}
+        if CLAUDE_THREAD in listed:
+            entry = listed[CLAUDE_THREAD]
+            seen.append((entry["title"], entry["usage"]["usedTokens"]))
+            if idle:
+                break
+        time.sleep(0.02)
+    assert seen and set(seen) == {expected}, seen
+    client.shutdown()
+    assert cli_rows() == [expected]  # the summary the owner left is of the file as it is

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 if TYPE_CHECKING:
     from ctxd.agents.config.plan import ConfigChange
     from ctxd.agents.folders import Folders
+    from ctxd.agents.jsonl import Reader as JsonlReader
     from ctxd.agents.session import Change as SessionChange
     from ctxd.agents.session import Session
 
@@ -112,6 +113,9 @@ class SessionReader(ABC):
     caught_up: bool  # the last read reached the end (not stopped by its budget)
     stop_when_rewritten: bool  # set: a session rewritten under the same ident is not read but `rewritten`
     rewritten: bool
+    holds_window: bool = True  # False (the owner's readers): the window's items are handed on in each
+    # `Change`, not kept in `Session.items` (the store holds them); a reader may keep them all the same
+    replay: bool = False  # a read found it must start again from the start (`reset`, then read again)
 
     @abstractmethod
     def read(self, ident: tuple[int, int] | None = None, budget: int | None = None) -> SessionChange:
@@ -121,6 +125,25 @@ class SessionReader(ABC):
     @abstractmethod
     def reset(self) -> None:
         """Forget what was read: the next read starts from the session's start."""
+
+    def left(self, stamp: Stamp) -> int:
+        """About how many bytes are left to read of the session stamped `stamp` (0: none)."""
+        return stamp.size
+
+    def trim(self) -> None:
+        """Caught up: drop what a long session need not keep in memory (thousands are followed)."""
+        return None
+
+    def state(self) -> dict[str, Any] | None:
+        """Where this reader stands, as JSON, so that a later process takes it up there (`resume`)
+        instead of reading the session again; None: it cannot be taken up, only read again."""
+        return None
+
+    def resume(self, saved: dict[str, Any], stamp: Stamp) -> bool:
+        """Take up where `saved` (from `state()`) left off, when the session (stamped `stamp` now)
+        is still the one read; False: it is not (or the state cannot be used), read it from its
+        start with a new reader."""
+        return False
 
 
 class SessionStore(ABC):
@@ -205,6 +228,17 @@ class Agent(ABC):
     @abstractmethod
     def sessions(self, root: Path) -> SessionStore | None:
         """Its sessions under `root`; None when it keeps none that ctxd reads."""
+
+    def summary_reader(self, key: str) -> JsonlReader | None:
+        """A reader of the session file `key` that builds no item, only what a summary shows
+        (`ctxd sessions` and the owner's first listing keep one per file: ctxd/sessions/summaries.py),
+        and that can be put aside and taken up where it stood. None (the default): the agent's
+        sessions are not summarized, `ctxd sessions` reads them whole."""
+        return None
+
+    def summary_files(self, key: str) -> list[str]:
+        """Files besides `key` whose changes change its summary (Claude Code's subagents')."""
+        return []
 
     # --- how full, when it compacts ---
 

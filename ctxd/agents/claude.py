@@ -27,6 +27,12 @@ Codex's `total_tokens`). It covers the items up to that message's last block; wh
 Versions from 2.1 write more bookkeeping lines (`KNOWN_OTHER`) and keep a subagent's
 conversation in `<session>/subagents/agent-*.jsonl` rather than in the main file; those
 requests are billed to the session, so their usage is read for its cost (`_SubagentCost`).
+
+Lines are skimmed first (ctxd/agents/skim.py): a bookkeeping line gives its time, folder and
+version without being parsed whole; in summary mode a message line gives only what the summary
+shows (usage, the prompt's text), never a tool's output. A slash command (`<command-name>/init
+</command-name>`) is a turn, titled by the command, once the model acts on it (the prompt it
+stands for, or the reply); a local one (`/model`, answered by `<local-command-stdout>`) is not.
 """
 
 from __future__ import annotations
@@ -34,13 +40,14 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ctxd.agents import payloads
+from ctxd.agents import payloads, skim
 from ctxd.agents.base import Action, Agent, AgentConfig, AgentLimits, HookAction, HookInput, Scope, StatusUsage
-from ctxd.agents.jsonl import HEAD_LIMIT, JsonlStore, Reader, entries, head, read_tail
+from ctxd.agents.jsonl import HEAD_LIMIT, JsonlStore, Reader, entries, head, parse, read_tail
 from ctxd.agents.session import Change, Turn, Usage, first_request, note_report, shorten, tokens
 
 if TYPE_CHECKING:
@@ -50,6 +57,12 @@ if TYPE_CHECKING:
 VERSION = "2.1.332"
 
 MAX_SUBAGENT_FILES = 1_000  # per session: more is not a real session, and each is opened on every read
+# Lines remembered for rewinds (uuid -> where the window stood), and message ids for streamed
+# copies: a reader of a session that goes on keeps the last ones. A rewind to an older line reads
+# the file again from its start; a streamed copy this far apart does not happen.
+MAX_LINES = 4_096
+IDLE_LINES = 64  # what a reader that caught up keeps (`trim`): thousands of sessions are followed
+MAX_MESSAGES = 256
 
 # Bookkeeping line types that carry nothing the model sees.
 KNOWN_OTHER = {"summary", "file-history-snapshot", "queue-operation", "progress", "attachment",
@@ -61,6 +74,28 @@ SYNTHETIC_MODEL = "<synthetic>"  # Claude Code's own stand-in replies (errors, i
 # User texts that are not a prompt the model acts on.
 NOT_A_PROMPT = ("<local-command-stdout>", "<local-command-stderr>", "<command-name>", "<command-message>",
                 "[Request interrupted", "<bash-stdout>", "<bash-stderr>", "Caveat:")
+LOCAL_OUTPUT = ("<local-command-stdout>", "<local-command-stderr>")
+_COMMAND = re.compile(r"<command-name>\s*(/?[^<\s][^<]*?)\s*</command-name>")
+_COMMAND_ARGS = re.compile(r"<command-args>(.*?)</command-args>", re.DOTALL)
+
+# The top-level fields a line is skimmed for (ctxd/agents/skim.py), in this order.
+LINE_KEYS = (b"type", b"timestamp", b"uuid", b"parentUuid", b"isSidechain", b"cwd", b"sessionId", b"version",
+             b"message", b"isMeta", b"isCompactSummary", b"subtype", b"compactMetadata", b"requestId")
+_MESSAGE_KEYS = (b"id", b"model", b"usage", b"content")
+_TYPE = (b"type",)
+
+
+def command_text(text: str) -> str | None:
+    """`/name args` of a slash command as Claude Code writes it in a user line, else None."""
+    if "<command-name>" not in text:
+        return None
+    found = _COMMAND.search(text)
+    if found is None:
+        return None
+    name = found.group(1).strip()
+    args = _COMMAND_ARGS.search(text)
+    extra = " ".join(args.group(1).split()) if args else ""
+    return f"{name if name.startswith('/') else '/' + name}{' ' + extra if extra else ''}"
 
 
 def _usage(raw: dict[str, Any]) -> Usage:
@@ -107,19 +142,30 @@ def _output(content: Any) -> str | list[dict[str, Any]]:
 
 class ClaudeReader(Reader):
     agent = "claude"
+    skims = True
+    resumable = True
 
-    def __init__(self, path: str, session_id: str | None = None) -> None:
-        super().__init__(path)
+    def __init__(self, path: str, session_id: str | None = None, *, window: bool = True,
+                 summary: bool = False) -> None:
+        super().__init__(path, window=window, summary=summary)
         self.session.id = session_id
         self._init()
 
     def _init(self) -> None:
         self._subagents: dict[str, _SubagentCost] = {}
-        self._msg_usage: dict[str, tuple[str, Usage]] = {}  # message.id -> (model, usage), for cost
+        # message.id -> (model, usage), for cost: a streamed copy's usage replaces, never adds
+        self._msg_usage: OrderedDict[str, tuple[str, Usage]] = OrderedDict()
         self._blocks_of: str | None = None  # the message id whose blocks `_blocks` holds
         self._blocks: set[str] = set()
-        self._end: dict[str, int] = {}  # main-chain uuid -> len(items) after it (for rewinds)
+        # Main-chain uuid -> (its line, the window's count of items, turns, reports) after it, for rewinds.
+        self._end: OrderedDict[str, tuple[int, int, int, int]] = OrderedDict()
+        self._complete = True  # `_end` holds every line since the start (or the last compaction)
         self._leaf: str | None = None
+        self._line = 0  # main-chain user and assistant lines so far
+        self._reports = 0
+        self._pending: list[tuple[int, bytes]] = []  # summary mode: lines after the last report, for the tail
+        self._command: tuple[str, Any, int] | None = None  # a slash command not known yet to be a turn
+        self._early: list[dict[str, Any]] = []  # the items before the first report, when the window is not held
 
     def reset(self) -> None:
         session_id = self.session.id
@@ -133,10 +179,46 @@ class ClaudeReader(Reader):
         change.usage = self._read_subagents() or change.usage
         return change
 
+    def trim(self, lines: int = IDLE_LINES) -> None:
+        """Forget all but the last `lines` lines (a reader that caught up: little memory each)."""
+        while len(self._end) > lines:
+            self._end.popitem(last=False)
+            self._complete = False
+
+    def own_state(self) -> dict[str, Any]:
+        return {"end": [[uuid, *where] for uuid, where in list(self._end.items())[-IDLE_LINES:]],
+                "complete": self._complete and len(self._end) <= IDLE_LINES, "leaf": self._leaf, "line": self._line,
+                "reports": self._reports,
+                "messages": [[key, model, usage.as_dict()] for key, (model, usage) in list(self._msg_usage.items())[-16:]],
+                "pending": [[line, raw.decode("utf-8", "replace")] for line, raw in self._pending],
+                "command": list(self._command) if self._command else None,
+                "subagents": {name: sub.position() for name, sub in self._subagents.items()}}
+
+    def restore_own(self, state: dict[str, Any]) -> None:
+        from ctxd.agents.session import _USAGE_FIELDS
+
+        self._end = OrderedDict((str(entry[0]), (int(entry[1]), int(entry[2]), int(entry[3]), int(entry[4])))
+                                for entry in state.get("end") or [])
+        self._complete = bool(state.get("complete"))
+        self._leaf = state.get("leaf")
+        self._line, self._reports = int(state.get("line") or 0), int(state.get("reports") or 0)
+        self._msg_usage = OrderedDict(
+            (key, (model, Usage(**{_USAGE_FIELDS[k]: int(v) for k, v in usage.items() if k in _USAGE_FIELDS})))
+            for key, model, usage in state.get("messages") or [])
+        self._pending = [(int(line), raw.encode("utf-8")) for line, raw in state.get("pending") or []]
+        command = state.get("command")
+        self._command = (command[0], command[1], int(command[2])) if command else None
+        for name, sub_state in (state.get("subagents") or {}).items():
+            sub = self._subagents[name] = _SubagentCost(os.path.join(self._subagent_folder(), name), self)
+            sub.restore(sub_state)
+
+    def _subagent_folder(self) -> str:
+        return os.path.join(self.path[: -len(".jsonl")], "subagents")
+
     def _read_subagents(self) -> bool:
         if not self.path.endswith(".jsonl"):
             return False
-        folder = os.path.join(self.path[: -len(".jsonl")], "subagents")
+        folder = self._subagent_folder()
         if os.path.islink(os.path.dirname(folder)) or os.path.islink(folder):
             return False  # never read through a link (docs/sessions.md, Privacy)
         try:
@@ -152,7 +234,28 @@ class ClaudeReader(Reader):
             grew = sub.read().lines > 0 or grew
         return grew
 
-    def record(self, rec: dict[str, Any], change: Change) -> None:
+    # --- lines ---
+
+    skip_types = tuple(json.dumps(kind).encode() for kind in sorted(KNOWN_OTHER))
+
+    def take(self, data: bytes, start: int, stop: int, change: Change) -> None:
+        """One line that is not bookkeeping: parsed whole, or (summary mode) a message line's small
+        parts only (skim.py)."""
+        rec = _skimmed(data, start, stop) if self.summary else None
+        if rec is None:
+            self.take_whole(data[start:stop], change)
+            return
+        self.record(rec, change, data[start:stop])
+
+    def skipped(self, data: bytes, start: int, stop: int, change: Change) -> None:
+        """A bookkeeping line at the edge of a chunk: its time (the session's start, its latest)."""
+        found = skim.values(data, start, stop, _EDGE_KEYS)
+        if found is not None:
+            self.record({key.decode(): skim.decode(data, value) for key, value in zip(_EDGE_KEYS, found)
+                         if value is not None}, change)
+
+    def record(self, rec: dict[str, Any], change: Change, raw: bytes | None = None) -> None:
+        """One line's record. `raw`: summary mode, the line as read (kept for the tail)."""
         session = self.session
         kind = rec.get("type")
         timestamp = rec.get("timestamp")
@@ -174,9 +277,9 @@ class ClaudeReader(Reader):
                 self._cost(rec)  # a subagent's tokens are billed too, but are not this window
             return
         if kind == "assistant":
-            self._assistant(rec, change)
+            self._assistant(rec, change, raw)
         elif kind == "user":
-            self._user(rec, change)
+            self._user(rec, change, raw)
         elif kind == "system":
             if rec.get("subtype") == "compact_boundary":
                 self._compact(change, rec)
@@ -191,30 +294,55 @@ class ClaudeReader(Reader):
     def _link(self, rec: dict[str, Any]) -> None:
         uuid = rec.get("uuid")
         if isinstance(uuid, str):
-            self._end[uuid] = len(self.session.items)
+            self._end[uuid] = (self._line, self.session.window, self.session.turn_count, self._reports)
+            self._end.move_to_end(uuid)
             self._leaf = uuid
+            if len(self._end) > MAX_LINES:
+                self._end.popitem(last=False)
+                self._complete = False
 
     def _rewind(self, rec: dict[str, Any], change: Change) -> None:
         """A prompt whose parent is an earlier line than the last one: the user went back and
-        edited; what followed that parent is no longer in the window."""
+        edited; what followed that parent is no longer in the window. A parent this reader no
+        longer remembers, when it does not remember every line, has the file read again."""
         parent = rec.get("parentUuid")
-        if not isinstance(parent, str) or parent == self._leaf or parent not in self._end:
+        if not isinstance(parent, str) or parent == self._leaf:
             return
-        keep = self._end[parent]
+        found = self._end.get(parent)
+        if found is None:
+            if not self._complete:
+                self.replay = True
+            return
+        line, keep, turns, reports = found
+        if line >= self._line:
+            return  # nothing of the window came after it
         session = self.session
-        if keep < len(session.items):
+        session.turn_count = turns
+        session.turns = [t for t in session.turns if t.generation != session.generation or t.index < keep] \
+            if self.holds_window else []
+        if reports < self._reports:
+            session.baseline, session.tail = None, []  # the report described what is cut away
+            self._pending = []
+        else:
+            session.tail = session.tail[:max(0, keep - session.baseline_items)]
+            self._pending = [(n, raw) for n, raw in self._pending if n <= line]
+        if self.holds_window:
             del session.items[keep:]
-            session.turns = [t for t in session.turns if t.generation != session.generation or t.index < keep]
-            session.generation += 1
-            session.rewinds += 1
-            change.replace(session, None, rec.get("timestamp") if isinstance(rec.get("timestamp"), str)
-                           else session.last_activity)
+        session.window = keep
+        self._line = line
+        session.generation += 1
+        session.rewinds += 1
+        self._command = None
+        change.replace(session, session.items, None, rec.get("timestamp") if isinstance(rec.get("timestamp"), str)
+                       else session.last_activity, keep=keep)
 
     # --- records ---
 
     def _add(self, item: dict[str, Any], change: Change) -> None:
-        self.session.items.append(item)
+        self.session.add_item(item, self.holds_window)
         change.add(item, self.session)
+        if self.session.first_request is None and not self.holds_window:
+            self._early.append(item)  # until the first report (`_carried`)
 
     def _cost(self, rec: dict[str, Any]) -> tuple[dict[str, Any], str] | None:
         message = rec.get("message")
@@ -233,11 +361,14 @@ class ClaudeReader(Reader):
             old = self._msg_usage.get(key)
             if old is not None:
                 cumulative[old[0]].add(old[1], -1)  # a streamed copy: its usage replaces, not adds
+                self._msg_usage.move_to_end(key)
             self._msg_usage[key] = (model, usage)
+            if len(self._msg_usage) > MAX_MESSAGES:
+                self._msg_usage.popitem(last=False)
         cumulative.setdefault(model, Usage()).add(usage)
         return raw, model
 
-    def _assistant(self, rec: dict[str, Any], change: Change) -> None:
+    def _assistant(self, rec: dict[str, Any], change: Change, raw_line: bytes | None = None) -> None:
         session = self.session
         message = rec.get("message")
         if not isinstance(message, dict):
@@ -251,8 +382,9 @@ class ClaudeReader(Reader):
                 raw.get("cache_read_input_tokens")) + tokens(raw.get("output_tokens"))
             last = {k: tokens(v) for k, v in raw.items() if type(v) is int}
             note_report(session, used, _usage(raw), model, rec.get("timestamp"))
-            if used and session.first_request is None:  # what the request carried: its input, not the reply
-                session.first_request = first_request(used - tokens(raw.get("output_tokens")), session.items)
+            if used and session.first_request is None and (self.early or not self.summary):  # what it carried: its input
+                session.first_request = first_request(used - tokens(raw.get("output_tokens")), self._carried())
+                self._early = []
             if used and (used != session.baseline or last != session.last_usage):
                 session.baseline = used
                 session.last_usage = last
@@ -260,12 +392,35 @@ class ClaudeReader(Reader):
             if model and model != session.model:
                 session.model = model
                 change.meta = True
+        if model_acted(reported):
+            self._command_acted(change)
+        self._line += 1
+        if self.summary and not self.early:
+            if raw_line is not None:
+                self._pending.append((self._line, raw_line))
+        else:
+            for item in self._assistant_items(message):
+                self._add(item, change)
+        if used:
+            session.reported(used)  # the report covers the reply's blocks too
+            self._reports += 1
+            self._pending = []
+        self._link(rec)
+
+    def _carried(self) -> list[dict[str, Any]]:
+        """The window so far, for the first request's estimate (only the first report needs it)."""
+        return self.session.items if self.holds_window else self._early
+
+    def _assistant_items(self, message: dict[str, Any]) -> list[dict[str, Any]]:
+        """The items of one assistant line's blocks; a streamed duplicate of a block already read is
+        left out."""
         message_id = message.get("id")
         if message_id != self._blocks_of or not isinstance(message_id, str):
             self._blocks_of = message_id if isinstance(message_id, str) else None
             self._blocks = set()
         content = message.get("content")
         blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        items = []
         for block in blocks if isinstance(blocks, list) else []:
             if not isinstance(block, dict):
                 continue
@@ -276,10 +431,8 @@ class ClaudeReader(Reader):
                 self._blocks.add(key)
             item = self._assistant_item(block)
             if item is not None:
-                self._add(item, change)
-        if used:
-            session.baseline_items = len(session.items)  # the report covers the reply's blocks too
-        self._link(rec)
+                items.append(item)
+        return items
 
     def _assistant_item(self, block: dict[str, Any]) -> dict[str, Any] | None:
         kind = block.get("type")
@@ -299,13 +452,49 @@ class ClaudeReader(Reader):
         self.session.count_unknown(f"assistant.{kind}")
         return None
 
-    def _user(self, rec: dict[str, Any], change: Change) -> None:
+    def _user(self, rec: dict[str, Any], change: Change, raw_line: bytes | None = None) -> None:
         session = self.session
         message = rec.get("message")
         if not isinstance(message, dict):
             session.count_unknown("user.no_message")
             return
-        content = message.get("content")
+        parts, outputs = self._user_parts(message.get("content"))
+        text = "\n".join(p["text"] for p in parts if p["type"] == "input_text")
+        stripped = text.lstrip()
+        prompt = (bool(parts) and not outputs and not rec.get("isMeta") and not rec.get("isCompactSummary")
+                  and not stripped.startswith(NOT_A_PROMPT))
+        command = command_text(text) if parts and not outputs and not rec.get("isMeta") else None
+        if prompt or command is not None:
+            self._rewind(rec, change)
+            if self.replay:
+                return
+        if self._command is not None:
+            if rec.get("isMeta") and parts:
+                self._command_acted(change)  # the prompt the command stands for: the model acts on it
+            elif prompt or command is not None or stripped.startswith(LOCAL_OUTPUT):
+                self._command = None  # a local command (its output), or another prompt first
+        self._line += 1
+        building = not self.summary or self.early
+        if not building and raw_line is not None and not rec.get("isCompactSummary"):
+            self._pending.append((self._line, raw_line))
+        for item in outputs:
+            if building:
+                self._add(item, change)
+        if parts:
+            if prompt:
+                self._turn(shorten(text, 60), shorten(text), rec.get("timestamp"), change)
+            elif command is not None:
+                self._command = (command, rec.get("timestamp"), session.window)
+            item = {"type": "message", "role": "user", "content": parts}
+            if rec.get("isCompactSummary"):  # the summary is what the compaction wrote
+                session.add_item(item, self.holds_window)
+                change.add_to_replacement(item, session)
+            elif building:
+                self._add(item, change)
+        self._link(rec)
+
+    def _user_parts(self, content: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """A user message's text and image parts, and its tool results as items."""
         blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
         parts: list[dict[str, Any]] = []
         outputs: list[dict[str, Any]] = []
@@ -323,29 +512,26 @@ class ClaudeReader(Reader):
                 if image:
                     parts.append(image)
             else:
-                session.count_unknown(f"user.{kind}")
-        text = "\n".join(p["text"] for p in parts if p["type"] == "input_text")
-        prompt = (bool(parts) and not outputs and not rec.get("isMeta") and not rec.get("isCompactSummary")
-                  and not text.lstrip().startswith(NOT_A_PROMPT))
-        if prompt:
-            self._rewind(rec, change)
-        for item in outputs:
-            self._add(item, change)
-        if parts:
-            if prompt:
-                turn = Turn(len(session.items), shorten(text, 60), rec.get("timestamp"), session.generation)
-                session.turns.append(turn)
-                change.turns.append(turn)
-                if session.title is None and text.strip():
-                    session.title = shorten(text)
-                    change.meta = True
-            item = {"type": "message", "role": "user", "content": parts}
-            if rec.get("isCompactSummary"):  # the summary is what the compaction wrote
-                session.items.append(item)
-                change.add_to_replacement(item, session)
-            else:
-                self._add(item, change)
-        self._link(rec)
+                self.session.count_unknown(f"user.{kind}")
+        return parts, outputs
+
+    def _turn(self, label: str, title: str, timestamp: Any, change: Change, index: int | None = None) -> None:
+        session = self.session
+        turn = Turn(session.window if index is None else index, label, timestamp if isinstance(timestamp, str) else None,
+                    session.generation)
+        session.add_turn(turn, self.holds_window)
+        change.turns.append(turn)
+        if session.title is None and title.strip():
+            session.title = title
+            change.meta = True
+        self._command = None
+
+    def _command_acted(self, change: Change) -> None:
+        """The model acts on the slash command read before: it was a turn."""
+        if self._command is None:
+            return
+        text, timestamp, index = self._command
+        self._turn(shorten(text, 60), shorten(text), timestamp, change, index)
 
     def _compact(self, change: Change, rec: dict[str, Any]) -> None:
         """`compact_boundary`: what came before is gone from the window; the summary follows as a
@@ -361,13 +547,94 @@ class ClaudeReader(Reader):
             "tokensBefore": tokens(meta.get("preTokens")) or session.baseline,
             "tokensAfter": tokens(meta.get("postTokens")) or None,
             "at": at})
-        session.items = []
+        session.replace_window([], self.holds_window)
         session.compactions += 1
         session.generation += 1
-        session.baseline = None
-        self._end = {}
-        change.replace(session, session.compactions - 1, at)
+        self._end = OrderedDict()
+        self._complete = True
+        self._pending = []
+        self._command = None
+        change.replace(session, [], session.compactions - 1, at)
         change.usage = True
+
+    # --- summary mode ---
+
+    def finish_summary(self) -> None:
+        """The items after the last report, from the lines kept for them (the fill counts them)."""
+        if self.session.baseline is None:
+            self.session.tail = []
+            return
+        tail: list[dict[str, Any]] = []
+        blocks_of, blocks = self._blocks_of, self._blocks
+        self._blocks_of, self._blocks = None, set()
+        for _, raw in self._pending:
+            rec = parse(raw.decode("utf-8", "replace"))
+            message = rec.get("message") if rec is not None else None
+            if rec is None or not isinstance(message, dict):
+                continue
+            if rec.get("type") == "assistant":
+                tail += self._assistant_items(message)
+            else:
+                parts, outputs = self._user_parts(message.get("content"))
+                tail += outputs
+                if parts:
+                    tail.append({"type": "message", "role": "user", "content": parts})
+        self._blocks_of, self._blocks = blocks_of, blocks
+        self.session.tail = tail
+
+
+def model_acted(reported: tuple[dict[str, Any], str] | None) -> bool:
+    """An assistant line the model wrote (not Claude Code's stand-in reply)."""
+    return reported is not None
+
+
+def _skimmed(data: bytes, start: int, stop: int) -> dict[str, Any] | None:
+    """A user or assistant line's record with only what a summary needs decoded: a user message's
+    content when it holds no tool result (a prompt's text), an assistant message's id, model and
+    usage; never a tool's output. None when the line must be parsed whole."""
+    found = skim.values(data, start, stop, LINE_KEYS)
+    if found is None or found[0] not in ("user", "assistant"):
+        return None
+    rec = {key: skim.decode(data, value) if isinstance(value, tuple) else value
+           for key, value in zip(_LINE_NAMES, found) if value is not None and key != "message"}
+    span = found[8]
+    if not isinstance(span, tuple):
+        return rec
+    message = skim.values(data, span[0], span[1], _MESSAGE_KEYS)
+    if message is None:
+        return None
+    parsed: dict[str, Any] = {}
+    for key, value in zip(("id", "model", "usage"), message):
+        if value is not None:
+            parsed[key] = skim.decode(data, value)
+    content = message[3]
+    if rec["type"] == "user" and content is not None:
+        parsed["content"] = content
+        if isinstance(content, tuple):
+            kinds = _kinds(data, content) if data[content[0]] == 0x5B else None  # [
+            if kinds is not None and "tool_result" in kinds:  # a tool's output: never a prompt, never decoded here
+                parsed["content"] = [{"type": "text", "text": ""} if kind == "text" else {"type": kind}
+                                     for kind in kinds]
+            else:
+                parsed["content"] = skim.decode(data, content)
+    rec["message"] = parsed
+    return rec
+
+
+def _kinds(data: bytes, span: tuple[int, int]) -> list[Any] | None:
+    """The `type` of each block of a content array."""
+    elements = skim.elements(memoryview(data)[span[0]:span[1]], 0)
+    if elements is None:
+        return None
+    kinds = []
+    for k in range(0, len(elements), 2):
+        typed = skim.values(data, span[0] + elements[k], span[0] + elements[k + 1], _TYPE)
+        kinds.append(typed[0] if typed is not None else None)
+    return kinds
+
+
+_LINE_NAMES = tuple(key.decode() for key in LINE_KEYS)
+_EDGE_KEYS = (b"type", b"timestamp", b"cwd", b"sessionId", b"version")
 
 
 class _SubagentCost(Reader):
@@ -375,12 +642,17 @@ class _SubagentCost(Reader):
     usage is read, into the parent session's cost. Its lines are never the main window."""
 
     agent = "claude"
+    skims = True
+    skip_types = tuple(json.dumps(kind).encode() for kind in sorted(KNOWN_OTHER | {"user", "system"}))
 
     def __init__(self, path: str, parent: ClaudeReader) -> None:
-        super().__init__(path)
+        super().__init__(path, window=False)
         self.parent = parent
 
-    def record(self, rec: dict[str, Any], change: Change) -> None:
+    def take(self, data: bytes, start: int, stop: int, change: Change) -> None:
+        self.take_whole(data[start:stop], change)
+
+    def record(self, rec: dict[str, Any], change: Change, raw: bytes | None = None) -> None:
         if rec.get("type") == "assistant":
             self.parent._cost(rec)
 
@@ -651,6 +923,17 @@ class Claude(Agent):
 
     def sessions(self, root: Path) -> ClaudeSessions:
         return ClaudeSessions(root)
+
+    def summary_reader(self, key: str) -> ClaudeReader:
+        return ClaudeReader(key, session_id(key), summary=True, window=False)
+
+    def summary_files(self, key: str) -> list[str]:
+        """Its subagents' transcripts (they add to its cost)."""
+        if not key.endswith(".jsonl"):
+            return []
+        folder = os.path.join(key[: -len(".jsonl")], "subagents")
+        return sorted(entry.path for entry in entries(folder)
+                      if entry.name.endswith(".jsonl") and entry.is_file(follow_symlinks=False))[:MAX_SUBAGENT_FILES]
 
     def read_config(self, home: Path) -> AgentConfig:
         return AgentConfig(compact_percent=pct_override(home), source=str(home / "settings.json"))

@@ -43,10 +43,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ctxd.agents import payloads
+from ctxd.agents import payloads, skim
 from ctxd.agents.base import Action, Agent, AgentConfig, AgentLimits, HookAction, HookInput, Scope
-from ctxd.agents.jsonl import HEAD_LIMIT, JsonlStore, Reader, entries, head, under
+from ctxd.agents.jsonl import HEAD_LIMIT, JsonlStore, Reader, entries, head, parse, under
 from ctxd.agents.session import Change, Turn, Usage, first_request, note_report, shorten, tokens
+from ctxd.agents.skim import value as _value
 from ctxd.ledger.rules import is_real_user_message, message_text
 
 if TYPE_CHECKING:
@@ -68,6 +69,15 @@ NOT_MODEL_VISIBLE = {"ghost_snapshot"}
 # `token_count` event that follows carries the same numbers and the running total),
 # `last_usage_includes_reasoning` (a flag about how the last usage was counted).
 KNOWN_OTHER = {"world_state", "token_usage_record", "last_usage_includes_reasoning"}
+_TOTALS = ("total_tokens", "input_tokens", "cached_input_tokens", "output_tokens", "reasoning_output_tokens")
+# Summary mode (ctxd/sessions/summaries.py): the top-level fields a line is skimmed for, the
+# events that are parsed, and the response items whose kind is known.
+LINE_KEYS = (b"timestamp", b"type")
+SKIMMED = {"response_item", "event_msg"} | KNOWN_OTHER  # passed over unless they hold one of the needles
+_REPORT_KEYS = (b"timestamp", b"type", b"payload")
+_EVENT_KEYS = (b"type", b"info")
+NEEDLES = tuple(f'"{name}"'.encode() for name in ("token_count", "user_message", "UserMessage", "task_started"))
+TITLE_NEEDLES = (b'"role":"user"', b'"role": "user"')
 
 
 def _is_input(item: dict[str, Any]) -> bool:
@@ -79,17 +89,94 @@ def _is_input(item: dict[str, Any]) -> bool:
 
 class CodexReader(Reader):
     agent = "codex"
+    resumable = True
 
-    def __init__(self, path: str) -> None:
-        super().__init__(path)
-        self._total: dict[str, int] = {}  # the latest total_token_usage (for per-model deltas)
+    def __init__(self, path: str, *, window: bool = True, summary: bool = False) -> None:
+        super().__init__(path, window=window, summary=summary)
+        self.skims = summary
+        self._init()
+
+    def _init(self) -> None:
+        self._total: tuple[int, ...] = (0, 0, 0, 0, 0)  # the latest total_token_usage (`_TOTALS`), for deltas
         self._stamp: str | None = None  # the timestamp of the line being read
         self._fill = 0  # the latest non-zero fill reported (a compaction's "before")
+        self._users = 0  # the window's real user messages (a compaction without its history keeps them)
+        self._early: list[dict[str, Any]] = []  # the items before the first report, when the window is not held
+        self._pending: list[bytes] = []  # summary mode: response items after the last report, for the tail
+        self._report_end = -1  # summary mode: where the chunk's last report ends
 
     def reset(self) -> None:
         super().reset()
-        self._total = {}
-        self._fill = 0
+        self._init()
+
+    def own_state(self) -> dict[str, Any]:
+        return {"total": list(self._total), "fill": self._fill, "users": self._users,
+                "pending": [raw.decode("utf-8", "replace") for raw in self._pending]}
+
+    def restore_own(self, state: dict[str, Any]) -> None:
+        total = state.get("total")
+        self._total = tuple(int(n) for n in total) if isinstance(total, list) and len(total) == len(_TOTALS) \
+            else (0, 0, 0, 0, 0)
+        self._fill = int(state.get("fill") or 0)
+        self._users = int(state.get("users") or 0)
+        self._pending = [raw.encode("utf-8") for raw in state.get("pending") or []]
+
+    skip_types = tuple(json.dumps(kind).encode() for kind in sorted(SKIMMED))
+
+    def needles(self) -> tuple[bytes, ...]:
+        """Summary mode: the events it reads, and a user message while the title is not known."""
+        return NEEDLES if self.session.title is not None else NEEDLES + TITLE_NEEDLES
+
+    def take(self, data: bytes, start: int, stop: int, change: Change) -> None:
+        """Summary mode: a line it reads (the others are passed over in skim.py); of a report, only
+        its usage is decoded."""
+        found = skim.values(data, start, stop, _REPORT_KEYS)
+        if found is not None and found[1] == "event_msg" and isinstance(found[2], tuple):
+            payload = skim.values(data, found[2][0], found[2][1], _EVENT_KEYS)
+            if payload is not None and payload[0] == "token_count":
+                stamp = skim.decode(data, found[0])
+                self._stamp = stamp if isinstance(stamp, str) else None
+                if self._stamp is not None:
+                    self.session.last_activity = self._stamp
+                info = skim.decode(data, payload[1])
+                if isinstance(info, dict):
+                    self._usage(info, change)
+                return
+        self.take_whole(data[start:stop], change)
+
+    def skipped(self, data: bytes, start: int, stop: int, change: Change) -> None:
+        found = skim.fields(memoryview(data)[start:stop], 0, LINE_KEYS)
+        stamp = _value(data, start, found, 0) if found is not None else None
+        if isinstance(stamp, str):
+            self.session.last_activity = stamp
+
+    def chunk_read(self, data: bytes, end: int) -> None:
+        """The response items after the chunk's last report (or all of them, with no report in
+        it) are kept for the tail, as they are."""
+        if self.session.baseline is None:
+            self._pending, self._report_end = [], -1
+            return
+        start = self._report_end + 1 if self._report_end >= 0 else 0
+        self._report_end = -1
+        while start <= end:
+            stop = data.find(b"\n", start, end + 1)
+            stop = end if stop < 0 else stop
+            found = skim.fields(memoryview(data)[start:stop], 0, LINE_KEYS)
+            if found is not None and _value(data, start, found, 1) == "response_item":
+                self._pending.append(data[start:stop])
+            start = stop + 1
+
+    def finish_summary(self) -> None:
+        """The items after the last report, from the lines kept for them (the fill counts them)."""
+        tail: list[dict[str, Any]] = []
+        if self.session.baseline is not None:
+            for raw in self._pending:
+                rec = parse(raw.decode("utf-8", "replace"))
+                payload = rec.get("payload") if rec is not None else None
+                item = self._item(payload, count=False) if isinstance(payload, dict) else None
+                if item is not None:
+                    tail.append(item)
+        self.session.tail = tail
 
     def record(self, rec: dict[str, Any], change: Change) -> None:
         session = self.session
@@ -108,8 +195,9 @@ class CodexReader(Reader):
                 session.title = shorten(message_text(item))  # rollouts without user_message events
                 change.meta = True
             if item is not None:
-                session.items.append(item)
-                change.add(item, session)
+                if self.summary and not self.early:
+                    return  # (read for the title; kept for the tail by `chunk_read`)
+                self._add(item, change)
         elif kind == "event_msg":
             self._event(payload, timestamp, change)
         elif kind == "turn_context":
@@ -127,6 +215,15 @@ class CodexReader(Reader):
             session.count_unknown(str(kind))
 
     # --- records ---
+
+    def _add(self, item: dict[str, Any], change: Change) -> None:
+        session = self.session
+        session.add_item(item, self.holds_window)
+        change.add(item, session)
+        if is_real_user_message(item):
+            self._users += 1
+        if session.first_request is None and not self.holds_window:
+            self._early.append(item)  # until the first report
 
     def _meta(self, meta: dict[str, Any], timestamp: Any, change: Change) -> None:
         session = self.session
@@ -155,7 +252,7 @@ class CodexReader(Reader):
         elif meta_id == session.id and isinstance(meta.get("cli_version"), str):
             session.version = meta["cli_version"]  # a resume by another version of Codex
 
-    def _item(self, payload: dict[str, Any]) -> dict[str, Any] | None:
+    def _item(self, payload: dict[str, Any], count: bool = True) -> dict[str, Any] | None:
         kind = payload.get("type")
         if kind in PASS_THROUGH:
             if kind == "function_call_output" and isinstance(payload.get("output"), dict):
@@ -169,7 +266,7 @@ class CodexReader(Reader):
             arguments = {k: v for k, v in payload.items() if k not in ("type", "id", "call_id", "status")}
             return {"type": "function_call", "call_id": str(call_id), "name": name,
                     "arguments": json.dumps(arguments, ensure_ascii=False)}
-        if kind not in NOT_MODEL_VISIBLE:
+        if kind not in NOT_MODEL_VISIBLE and count:
             self.session.count_unknown(f"response_item.{kind}")
         return None
 
@@ -200,16 +297,16 @@ class CodexReader(Reader):
         session = self.session
         if not isinstance(text, str):
             return
-        last = session.turns[-1] if session.turns else None
+        last = session.last_turn()
         label = shorten(text, 60)
-        if last is not None and last.index == len(session.items) and last.generation == session.generation \
+        if last is not None and last.index == session.window and last.generation == session.generation \
                 and last.text == label:
             return  # the same turn in the other form (`user_message` and `UserMessage` both written)
         if session.title is None and text.strip():
             session.title = shorten(text)
             change.meta = True
-        turn = Turn(len(session.items), label, timestamp if isinstance(timestamp, str) else None, session.generation)
-        session.turns.append(turn)
+        turn = Turn(session.window, label, timestamp if isinstance(timestamp, str) else None, session.generation)
+        session.add_turn(turn, self.holds_window)
         change.turns.append(turn)
 
     def _usage(self, info: dict[str, Any], change: Change) -> None:
@@ -220,64 +317,73 @@ class CodexReader(Reader):
         if isinstance(window, int) and window > 0 and window != session.context_window:
             session.context_window = window
             change.meta = True
-        if isinstance(last, dict) and (tokens(last.get("input_tokens")) or tokens(last.get("output_tokens"))):
+        counts = {k: tokens(v) for k, v in last.items()} if isinstance(last, dict) else {}
+        if counts.get("input_tokens") or counts.get("output_tokens"):
             # (no input and no output: a marker, module docstring)
-            used = tokens(last.get("total_tokens"))
-            cached = tokens(last.get("cached_input_tokens"))
-            request = Usage(input=max(0, tokens(last.get("input_tokens")) - cached), cached_input=cached,
-                            cache_write=tokens(last.get("cache_write_input_tokens")))
+            used = counts.get("total_tokens", 0)
+            cached = counts.get("cached_input_tokens", 0)
+            request = Usage(input=max(0, counts.get("input_tokens", 0) - cached), cached_input=cached,
+                            cache_write=counts.get("cache_write_input_tokens", 0))
             note_report(session, used, request, session.model, self._stamp)
             self._fill = used or self._fill
-            if session.first_request is None and tokens(last.get("input_tokens")):
+            if session.first_request is None and counts.get("input_tokens") and (self.early or not self.summary):
                 # What the request carried: the items up to the last input; the response's
                 # items were recorded before this event.
-                carried = len(session.items)
-                while carried and not _is_input(session.items[carried - 1]):
+                window = session.items if self.holds_window else self._early
+                carried = len(window)
+                while carried and not _is_input(window[carried - 1]):
                     carried -= 1
-                session.first_request = first_request(tokens(last.get("input_tokens")), session.items[:carried])
-            if used != session.baseline or session.last_usage != last:
-                session.baseline = used
-                session.baseline_items = len(session.items)
-                session.last_usage = {k: tokens(v) for k, v in last.items()}
+                session.first_request = first_request(counts["input_tokens"], window[:carried])
+                self._early = []
+            if used != session.baseline or session.last_usage != counts:
+                session.reported(used)
+                session.last_usage = counts
                 change.usage = True
+                self._pending = []
+                self._report_end = self.line_stop
         if isinstance(total, dict):
             # Cost from the running total; a total that went down is a new process (a resume)
-            # whose count starts again, so it is added on top rather than subtracted.
-            previous = self._total if tokens(total.get("total_tokens")) >= tokens(self._total.get("total_tokens")) else {}
-
-            def grew(key: str) -> int:  # never negative, whatever the file says
-                return max(0, tokens(total.get(key)) - tokens(previous.get(key)))
-
-            billed = grew("input_tokens")
-            cached = min(grew("cached_input_tokens"), billed)  # cached input is part of the input
-            delta = Usage(input=billed - cached, cached_input=cached, output=grew("output_tokens"),
-                          reasoning=grew("reasoning_output_tokens"))
-            if delta.input or delta.cached_input or delta.output:
+            # whose count starts again, so it is added on top rather than subtracted. Never a
+            # negative part, whatever the file says; cached input is part of the input.
+            now = tuple(tokens(total.get(key)) for key in _TOTALS)
+            before = self._total if now[0] >= self._total[0] else (0, 0, 0, 0, 0)
+            billed = max(0, now[1] - before[1])
+            cached = min(max(0, now[2] - before[2]), billed)
+            output = max(0, now[3] - before[3])
+            if billed or output:
+                delta = Usage(input=billed - cached, cached_input=cached, output=output,
+                              reasoning=max(0, now[4] - before[4]))
                 session.cumulative.setdefault(session.model or "", Usage()).add(delta)
                 change.usage = True
-            self._total = total
+            self._total = now
 
     def _compacted(self, payload: dict[str, Any], change: Change) -> None:
         """The history is replaced: by `replacement_history` when the line has it, else as Codex
         rebuilds it (codex-rs/core compact.rs): the earlier user messages, then the summary."""
         session = self.session
         replacement = payload.get("replacement_history")
+        rebuild = not isinstance(replacement, list)
         if isinstance(replacement, list):
             items = [item for item in (self._item(i) for i in replacement if isinstance(i, dict)) if item is not None]
+            kept = items
         else:
-            items = [i for i in session.items if is_real_user_message(i)]
             message = payload.get("message")
-            if isinstance(message, str) and message:
-                items.append({"type": "message", "role": "user",
-                              "content": [{"type": "input_text", "text": message}]})
+            items = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": message}]}] \
+                if isinstance(message, str) and message else []
+            kept = [i for i in session.items if is_real_user_message(i)] + items  # (the window, when held)
         at = self._stamp or session.last_activity  # the file's time, never the time it is read
         session.agent_compactions.append({"trigger": None, "tokensBefore": self._fill or None, "tokensAfter": None,
                                           "at": at})
-        session.items = items
+        users = sum(map(is_real_user_message, items)) + (self._users if rebuild else 0)
+        session.replace_window(kept, self.holds_window)  # until the next token_count reports the smaller window
+        if rebuild and not self.holds_window:
+            session.window = users  # the window's user messages, then the summary (one of them)
+        self._users = users
+        self._pending = []
         session.compactions += 1
         session.generation += 1
-        session.baseline = None  # until the next token_count reports the smaller window
-        change.replace(session, session.compactions - 1, at)
+        change.replace(session, kept if self.holds_window else items, session.compactions - 1, at,
+                       rebuild=rebuild and not self.holds_window)
         change.usage = True
 
 
@@ -496,6 +602,9 @@ class Codex(Agent):
 
     def sessions(self, root: Path) -> CodexSessions:
         return CodexSessions(root)
+
+    def summary_reader(self, key: str) -> CodexReader:
+        return CodexReader(key, summary=True, window=False)
 
     def read_config(self, home: Path) -> AgentConfig:
         return AgentConfig(compact_limit=configured_limit(home), source=str(home / "config.toml"))

@@ -289,7 +289,7 @@ class GeminiReader(Reader):
             session.turns = [t for t in session.turns if t.generation != session.generation or t.index < len(session.items)]
         session.generation += 1
         session.baseline_items = min(session.baseline_items, len(session.items))
-        change.replace(session, compaction, at if isinstance(at, str) else session.last_activity)
+        change.replace(session, session.items, compaction, at if isinstance(at, str) else session.last_activity)
 
     def _rewind(self, target: str, change: Change) -> None:
         """`$rewindTo`: that message and every one after it leave the window (all of them when

@@ -20,6 +20,7 @@ import math
 import os
 import re
 import stat
+import zlib
 from abc import abstractmethod
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,6 +37,7 @@ HEAD_CHUNK = 4096  # how far past a first line a peek may read (never parsed)
 HEAD_LIMIT = 4 * 1024 * 1024  # a file without its first lines in this many bytes is not a session
 MAX_DEPTH = 100  # a record nested deeper is skipped: the ledger's JSON (and the wire's) cannot hold it
 CHECK_BYTES = 64  # bytes kept from the file's start and from just before the offset (rewrite check)
+EARLY_BYTES = 4 * 1024 * 1024  # summary mode: read whole at most this far for the first report
 # Never block on a FIFO or a device, never follow a link out of the agents' folders.
 OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -124,12 +126,28 @@ def printable(path: str) -> str:
 
 
 class Reader(SessionReader):
-    """Base of the JSONL readers: bytes in, `Session` updated, `Change` out."""
+    """Base of the JSONL readers: bytes in, `Session` updated, `Change` out.
+
+    `window`: keep the window's items in `Session.items` (tests, one-off reads); the daemon's
+    readers hand them on in each `Change` and keep only their count, so that thousands of followed
+    sessions hold no history in memory. `summary`: build no item at all, only what a summary shows
+    (ctxd/sessions/summaries.py): lines are skimmed (ctxd/agents/skim.py) and only the fields it
+    needs are decoded; the items after the last report (`Session.tail`, for the fill) are read at
+    the end of each read from the lines kept for it. A reader that skims (`skims`) is one of an
+    agent that summarizes (`JsonlStore.summarizes`)."""
 
     agent = ""
+    skims = False  # lines go through `take` (a subclass that skims them), not `record` whole
+    resumable = False  # a subclass whose whole state `position()` holds (with `own_state`) may be taken up later
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, window: bool = True, summary: bool = False) -> None:
         self.path = path
+        self.summary = summary
+        self.holds_window = window and not summary
+        self.replay = False  # a rewind named a line no longer remembered: read again from the start
+        self.early = False  # summary mode: a line before the first report, read whole (`_skim_lines`)
+        self.line_stop = -1  # where the line being read ends in its chunk (a skimming reader)
+        self._early_bytes = 0
         self.offset = 0
         self.bytes_read = 0  # every byte this reader ever read from the file (the privacy check)
         self.ident: tuple[int, int] | None = None  # (st_dev, st_ino) of the file read
@@ -139,6 +157,7 @@ class Reader(SessionReader):
         self.rewritten = False
         self._head = b""  # the file's first bytes, as read
         self._tail = b""  # the bytes just before `offset`, as read
+        self._crc: int | None = 0  # CRC-32 of every byte before `offset` (None past a hole jumped over)
         self.session = Session(agent=self.agent, path=printable(path))
 
     # --- subclasses ---
@@ -166,13 +185,78 @@ class Reader(SessionReader):
                 gc.enable()
         if stopped is None:
             return change, end + 1
-        cut = -1
-        for _ in range(stopped + 1):  # the newline ending line number `stopped` (a newline is never
-            cut = data.find(b"\n", cut + 1)  # part of a byte sequence that is not UTF-8)
-        return change, cut + 1
+        return change, stopped
+
+    def take(self, data: bytes, start: int, stop: int, change: Change) -> None:  # pragma: no cover - abstract
+        """One line, `data[start:stop]`, for a reader that `skims`."""
+        raise NotImplementedError
+
+    def take_whole(self, line: bytes, change: Change) -> None:
+        """A line parsed whole (one the skimmer cannot read, or that is needed whole)."""
+        rec = parse(line.decode("utf-8", "replace"))
+        if rec is None:
+            self.session.bad_lines += 1
+            return
+        self.record(rec, change)
+
+    # The lines a skimming reader need not look at (ctxd/agents/skim.py `lines`): those whose
+    # top-level "type" is one of `skip_types` and that hold none of `needles()`.
+    skip_types: tuple[bytes, ...] = ()
+
+    def needles(self) -> tuple[bytes, ...]:
+        return ()
+
+    def skipped(self, data: bytes, start: int, stop: int, change: Change) -> None:
+        """A line that was not looked at, the first or last of a chunk (its time, say)."""
+
+    def _skim_lines(self, data: bytes, end: int, change: Change, room: int) -> int | None:
+        """The lines a skimming reader looks at; the bytes consumed when it stopped (`room`), or None.
+        In summary mode the lines up to the first report are read whole first (`early`): what the
+        first request carried is estimated from their items (a breakdown's inferred overhead)."""
+        from ctxd.agents import skim
+
+        begin = 0
+        while self.summary and self.session.first_request is None and self._early_bytes < EARLY_BYTES \
+                and begin <= end:
+            stop = data.find(b"\n", begin, end + 1)
+            stop = end if stop < 0 else stop
+            self._early_bytes += stop + 1 - begin
+            change.lines += 1
+            if stop > begin and not data[begin:stop].isspace():
+                self.early, self.line_stop = True, stop
+                try:
+                    self.take_whole(data[begin:stop], change)
+                finally:
+                    self.early = False
+                if change.held > room or self.replay:
+                    return stop + 1
+            begin = stop + 1
+        if begin > end:
+            self.chunk_read(data, end)
+            return None
+        spans = skim.lines(data, begin, end + 1, b"type", self.skip_types, self.needles())
+        first_stop = data.find(b"\n", begin, end + 1)
+        if begin == 0 and (not spans or spans[0] != 0):
+            self.skipped(data, 0, first_stop, change)
+        change.lines += data.count(b"\n", begin, end + 1)
+        for k in range(0, len(spans), 2):
+            self.line_stop = spans[k + 1]
+            self.take(data, spans[k], spans[k + 1], change)
+            if change.held > room or self.replay:
+                return spans[k + 1] + 1
+        last_start = data.rfind(b"\n", 0, end) + 1
+        if last_start > 0 and (not spans or spans[-2] != last_start):
+            self.skipped(data, last_start, end, change)
+        self.chunk_read(data, end)
+        return None
+
+    def chunk_read(self, data: bytes, end: int) -> None:
+        """A skimming reader read every line of `data[:end]`."""
 
     def _feed_lines(self, data: bytes, end: int, change: Change, room: int) -> int | None:
-        """Read the lines; the number of the line after which it stopped (`room`), or None."""
+        """Read the lines; the bytes consumed when it stopped (`room`), or None."""
+        if self.skims:
+            return self._skim_lines(data, end, change, room)
         session = self.session
         # One decode for the whole chunk (json.loads on bytes would detect the encoding per line);
         # bytes that are not UTF-8 become U+FFFD rather than losing the line.
@@ -185,8 +269,11 @@ class Reader(SessionReader):
                 continue
             change.lines += 1
             self.record(rec, change)
-            if change.held > room:
-                return number
+            if change.held > room or self.replay:
+                cut = -1
+                for _ in range(number + 1):  # the newline ending line number `number` (a newline is never
+                    cut = data.find(b"\n", cut + 1)  # part of a byte sequence that is not UTF-8)
+                return cut + 1
         return None
 
     def read(self, ident: tuple[int, int] | None = None, budget: int | None = None) -> Change:
@@ -212,12 +299,17 @@ class Reader(SessionReader):
             self.ident = found
             total = Change(from_start=self.offset == 0)
             spent = 0
-            while self.offset < st.st_size and (budget is None or spent < budget) and total.held <= MAX_HELD_ITEMS:
-                if self.skipping:
-                    self.offset = _next_data(fd, self.offset, st.st_size)  # over a hole at once
-                    if self.offset >= st.st_size:
-                        break
-                data = os.pread(fd, READ_CHUNK, self.offset)
+            while (self.offset < st.st_size and (budget is None or spent < budget) and total.held <= MAX_HELD_ITEMS
+                   and not self.replay):
+                jumped = _next_data(fd, self.offset, st.st_size)  # over a hole at once, never read through
+                if jumped != self.offset:
+                    if not self.skipping:
+                        self.session.bad_lines += 1  # the hole's zeros and what follows up to a newline
+                        self.skipping = True
+                    self.offset, self._crc = jumped, None
+                if self.offset >= st.st_size:
+                    break
+                data = os.pread(fd, min(READ_CHUNK, _hole(fd, self.offset, st.st_size) - self.offset), self.offset)
                 if not data:
                     break
                 self.bytes_read += len(data)
@@ -232,20 +324,105 @@ class Reader(SessionReader):
                 change, used = self.feed(data, MAX_HELD_ITEMS - total.held)
                 total.extend(change)
                 if used == 0:
-                    if len(data) < READ_CHUNK:
+                    if len(data) < READ_CHUNK and self.offset + len(data) >= st.st_size:
                         break  # an unfinished last line: wait for its newline
-                    self.session.bad_lines += 1  # a line over MAX_LINE: skipped, never held whole
+                    # A line over MAX_LINE, or one that runs into a hole: skipped, never held whole.
+                    self.session.bad_lines += 1
                     self.skipping = True
                     used = len(data)
                 self._advance(data, used)
             self.caught_up = self.offset >= st.st_size or (
                 (budget is None or spent < budget) and total.held <= MAX_HELD_ITEMS)
+            if self.summary:
+                self.finish_summary()
             return total
         finally:
             os.close(fd)
 
+    def finish_summary(self) -> None:
+        """Summary mode, at the end of a read: `Session.tail` from the lines kept for it."""
+
+    # --- a reader put aside and taken up again (ctxd/sessions/summaries.py, the daemon's restart) ---
+
+    def state(self) -> dict[str, Any] | None:
+        return self.position() if self.resumable else None
+
+    def position(self) -> dict[str, Any]:
+        """Where this reader stands, as JSON: `restore` takes it up there, reading nothing again."""
+        return {"offset": self.offset, "ident": list(self.ident) if self.ident else None,
+                "head": self._head.hex(), "tail": self._tail.hex(), "skipping": self.skipping, "crc": self._crc,
+                "session": self.session.to_state(), "reader": self.own_state()}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Take up where `state` (from `position()`) left off. The caller checked that the file is the
+        one it was (`matches`)."""
+        from ctxd.agents.session import Session
+
+        self.offset = int(state["offset"])
+        ident = state.get("ident")
+        self.ident = (int(ident[0]), int(ident[1])) if ident else None
+        self._head, self._tail = bytes.fromhex(state["head"]), bytes.fromhex(state["tail"])
+        self.skipping = bool(state.get("skipping"))
+        crc = state.get("crc")
+        self._crc = crc if isinstance(crc, int) else None
+        self.session = Session.from_state(self.agent, printable(self.path), state["session"])
+        self.restore_own(state.get("reader") or {})
+
+    def resume(self, saved: dict[str, Any], stamp: Stamp) -> bool:
+        """Take up where `saved` stood: at once when the file is stamped as it was then, else once
+        every byte read is checked to be the same (`matches`) and the file did not change without
+        growing."""
+        if not self.resumable:
+            return False
+        try:
+            self.restore(saved)
+            if list(stamp.key()) == saved.get("stamp"):
+                return True
+            opened = open_regular(self.path)
+            if opened is None:
+                return False
+            fd, now = opened
+            try:
+                still = Stamp((now.st_dev, now.st_ino), now.st_size, now.st_mtime_ns).key()
+                return self.matches(fd, now) and not (now.st_size == self.offset and list(still) != saved.get("stamp"))
+            finally:
+                os.close(fd)
+        except (KeyError, TypeError, ValueError):
+            return False
+
+    def left(self, stamp: Stamp) -> int:
+        return max(0, stamp.size - self.offset)
+
+    def own_state(self) -> dict[str, Any]:
+        """A subclass's own part of `position()`."""
+        return {}
+
+    def restore_own(self, state: dict[str, Any]) -> None:
+        """A subclass's own part of `restore()`."""
+
+    def matches(self, fd: int, st: os.stat_result) -> bool:
+        """The open file is still the one this reader read, up to its offset: not replaced, not
+        shorter, and every byte before the offset as read (its CRC-32: a file rewritten in place,
+        in its middle too, is not taken up where it was left)."""
+        if self.ident is not None and (st.st_dev, st.st_ino) != self.ident:
+            return False
+        if st.st_size < self.offset or self._rewritten(fd):
+            return False
+        if self._crc is None:
+            return True  # a hole was jumped over: the first bytes and those before the offset say
+        crc, at = 0, 0
+        while at < self.offset:
+            data = os.pread(fd, min(READ_CHUNK, self.offset - at), at)
+            if not data:
+                return False
+            crc = zlib.crc32(data, crc)
+            at += len(data)
+        return crc == self._crc
+
     def _advance(self, data: bytes, used: int) -> None:
         self.offset += used
+        if self._crc is not None:
+            self._crc = zlib.crc32(memoryview(data)[:used], self._crc)
         self._tail = data[max(0, used - CHECK_BYTES):used]
 
     def _rewritten(self, fd: int) -> bool:
@@ -263,8 +440,20 @@ class Reader(SessionReader):
     def reset(self) -> None:
         self.offset = 0
         self.skipping = False
+        self.replay = False
+        self._early_bytes = 0
         self._head = self._tail = b""
+        self._crc = 0
         self.session = Session(agent=self.agent, path=printable(self.path))
+
+
+def _hole(fd: int, offset: int, size: int) -> int:
+    """Where the next hole of a sparse file starts (at or after `offset`; the size without one):
+    a read stops there, so that the hole is jumped over, not read."""
+    try:
+        return max(offset + 1, os.lseek(fd, offset, os.SEEK_HOLE))
+    except OSError:
+        return size
 
 
 def _next_data(fd: int, offset: int, size: int) -> int:

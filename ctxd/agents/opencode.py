@@ -494,7 +494,7 @@ class OpenCodeReader(SessionReader):
         session.generation += 1
         session.baseline = None
         session.baseline_items = 0
-        change.replace(session, session.compactions - 1, at)
+        change.replace(session, session.items, session.compactions - 1, at)
         change.usage = True
 
     def _reverted(self, connection: sqlite3.Connection, start: str | None, updated: Any, change: Change) -> None:
@@ -516,7 +516,7 @@ class OpenCodeReader(SessionReader):
         session.items = self._full[:self._starts[start]] if start is not None else list(self._full)
         session.rewinds += start is not None
         session.generation += 1
-        change.replace(session, None, _iso(updated) or session.last_activity)
+        change.replace(session, session.items, None, _iso(updated) or session.last_activity)
         change.usage = True
 
 

@@ -218,7 +218,7 @@ class QwenReader(Reader):
         if session.baseline_items > keep:
             session.baseline, session.baseline_items = None, 0  # that report counted what left
             change.usage = True
-        change.replace(session, None, rec.get("timestamp") if isinstance(rec.get("timestamp"), str)
+        change.replace(session, session.items, None, rec.get("timestamp") if isinstance(rec.get("timestamp"), str)
                        else session.last_activity)
 
     def _user(self, rec: dict[str, Any], change: Change) -> None:
@@ -302,7 +302,7 @@ class QwenReader(Reader):
         session.generation += 1
         session.baseline, session.baseline_items = (after or None), len(session.items)
         self._end = {}
-        change.replace(session, session.compactions - 1, at)
+        change.replace(session, session.items, session.compactions - 1, at)
         change.usage = True
 
 

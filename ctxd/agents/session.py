@@ -67,8 +67,8 @@ class Usage:
 
 
 class Turn:
-    """A user turn: where it starts in `Session.items`, its text, and when it was written;
-    `generation`: Session.generation when it started (a compaction starts a new one)."""
+    """A user turn: where it starts in the window (its count of items then), its text, and when it
+    was written; `generation`: Session.generation when it started (a compaction starts a new one)."""
 
     def __init__(self, index: int, text: str, timestamp: str | None, generation: int) -> None:
         self.index = index
@@ -99,15 +99,20 @@ class Session:
     last_activity: str | None = None
     base_instructions: str | None = None
     forked_from: str | None = None
-    # items: list[dict[str, Any]]: the window, in ctxd's item shape (set in __init__)
+    # items: list[dict[str, Any]]: the window, in ctxd's item shape (set in __init__), held only by
+    # a reader that keeps it (`Reader.holds_window`: tests and one-off reads); the daemon's readers
+    # hand the items on in each `Change` and keep only `window`, their count, and `tail`, the ones
+    # after the baseline (the store holds the window).
+    window: int = 0
     # The API baseline: tokens of the latest request as the agent's model API reported them
     # (docs/sessions.md has the rule per agent); None when unknown (new session, after a compaction).
     baseline: int | None = None
-    baseline_items: int = 0  # how many of `items` the baseline covers (the rest came after it)
+    baseline_items: int = 0  # how many of the window's items the baseline covers (the rest came after it)
     last_usage: dict[str, int] | None = None  # the raw latest report, for display
     # The first request's reported input and the estimate of the messages it carried: the rest is
     # the agent's fixed overhead (system prompt, tools), which its files do not state whole.
     first_request: dict[str, int] | None = None
+    turn_count: int = 0
     compactions: int = 0
     generation: int = 0  # bumped whenever `items` is replaced rather than appended to
     bad_lines: int = 0  # lines that are not JSON objects
@@ -122,9 +127,10 @@ class Session:
         self.agent = agent
         self.path = path
         self.items: list[dict[str, Any]] = []
+        self.tail: list[dict[str, Any]] = []
         self.tools: list[dict[str, Any]] = []  # tool declarations the file states
         self.cumulative: dict[str, Usage] = {}  # per model, for cost
-        self.turns: list[Turn] = []
+        self.turns: list[Turn] = []  # every turn when the window is held, else the latest
         # The agent's own compactions, oldest first: {"trigger", "tokensBefore", "tokensAfter", "at"}
         # (tokensAfter None until the first report after it).
         self.agent_compactions: list[dict[str, Any]] = []
@@ -146,6 +152,80 @@ class Session:
     def count_unknown(self, kind: str) -> None:
         self.unknown[kind] = self.unknown.get(kind, 0) + 1
 
+    def add_item(self, item: dict[str, Any], holding: bool) -> None:
+        """`item` joins the window (kept in `items` when `holding`)."""
+        self.window += 1
+        if holding:
+            self.items.append(item)
+        if self.baseline is not None:
+            self.tail.append(item)
+
+    def add_turn(self, turn: Turn, holding: bool) -> None:
+        self.turn_count += 1
+        if holding:
+            self.turns.append(turn)
+        else:
+            self.turns[:] = [turn]
+
+    def reported(self, used: int) -> None:
+        """The agent reported `used` tokens for everything in the window up to now."""
+        self.baseline = used
+        self.baseline_items = self.window
+        self.tail = []
+
+    def replace_window(self, items: list[dict[str, Any]], holding: bool) -> None:
+        """The window is `items` now (a compaction): the report before it describes the old one."""
+        self.items = list(items) if holding else []
+        self.window = len(items)
+        self.baseline = None
+        self.tail = []
+
+    @property
+    def size(self) -> int:
+        """Items in the window: counted (`window`) by a reader that hands them on, else those it
+        holds (a reader that appends to `items` alone counts none)."""
+        return max(self.window, len(self.items))
+
+    @property
+    def turn_total(self) -> int:
+        """Turns so far: counted (`turn_count`) by a reader that keeps only the latest, else those held."""
+        return max(self.turn_count, len(self.turns))
+
+    def after_report(self) -> list[dict[str, Any]]:
+        """The window's items after the agent's latest report: `tail` where the reader keeps one
+        (`add_item`), else those held after `baseline_items`."""
+        return self.tail if self.window else self.items[self.baseline_items:]
+
+    def last_turn(self) -> Turn | None:
+        return self.turns[-1] if self.turns else None
+
+    def to_state(self) -> dict[str, Any]:
+        """Everything but the window's items, as JSON (a summary, a reader resumed later)."""
+        state = {name: getattr(self, name) for name in _SCALARS}
+        state["cumulative"] = {model: usage.as_dict() for model, usage in self.cumulative.items()}
+        state["turns"] = [[t.index, t.text, t.timestamp, t.generation] for t in self.turns[-1:]]
+        return state
+
+    @classmethod
+    def from_state(cls, agent: str, path: str, state: dict[str, Any]) -> Session:
+        session = cls(agent=agent, path=path)
+        for name in _SCALARS:
+            if name in state:
+                setattr(session, name, state[name])
+        session.cumulative = {model: Usage(**{_USAGE_FIELDS[k]: int(v) for k, v in usage.items() if k in _USAGE_FIELDS})
+                              for model, usage in (state.get("cumulative") or {}).items()}
+        session.turns = [Turn(*turn) for turn in state.get("turns") or []]
+        return session
+
+
+# What `Session.to_state` keeps besides the usage and the latest turn: plain JSON values.
+_SCALARS = ("id", "version", "cwd", "model", "context_window", "title", "started", "last_activity",
+            "base_instructions", "forked_from", "window", "tail", "baseline", "baseline_items", "last_usage",
+            "first_request", "tools", "turn_count", "compactions", "agent_compactions", "generation", "unknown",
+            "bad_lines", "sidechain_lines", "rewinds", "last_request_at", "cache_1h")
+_USAGE_FIELDS = {"input": "input", "cachedInput": "cached_input", "cacheWrite": "cache_write",
+                 "cacheWrite1h": "cache_write_1h", "output": "output", "reasoning": "reasoning"}
+
 
 # A read stops after a replacement once the replacements it holds name this many items in all:
 # a hostile file of many compactions (each a copy of the window's user messages) or rewinds
@@ -156,20 +236,27 @@ MAX_HELD_ITEMS = 100_000
 class Step:
     """One step of a read, in the file's order: `items` appended to the window, or (`replace`) the
     window replaced by `items`: the agent's compaction number `compaction` of the session (0 for
-    its first), or a rewind (`compaction` None). `at`: the file's time of a replacement.
-    `compactions_before`: the agent's compactions in the file before this step."""
+    its first), or a rewind (`compaction` None), which keeps the window's first `keep` items (and
+    `items` is empty: the consumer holds the window). `rebuild`: the replacement is the window's
+    real user messages, then `items` (Codex's compaction without its replacement history). `at`:
+    the file's time of a replacement. `compactions_before`: the agent's compactions in the file
+    before this step."""
 
     def __init__(self, items: list[dict[str, Any]], replace: bool = False, compaction: int | None = None,
-                 at: str | None = None, compactions_before: int = 0) -> None:
+                 at: str | None = None, compactions_before: int = 0, keep: int | None = None,
+                 rebuild: bool = False) -> None:
         self.items = items
         self.replace = replace
         self.compaction = compaction
         self.at = at
         self.compactions_before = compactions_before
+        self.keep = keep
+        self.rebuild = rebuild
 
     def __repr__(self) -> str:
         return (f"Step({len(self.items)} items, replace={self.replace!r}, compaction={self.compaction!r}, "
-                f"at={self.at!r}, compactions_before={self.compactions_before!r})")
+                f"at={self.at!r}, compactions_before={self.compactions_before!r}, keep={self.keep!r}, "
+                f"rebuild={self.rebuild!r})")
 
 
 class Change:
@@ -225,12 +312,13 @@ class Change:
         else:
             self.add(item, session)
 
-    def replace(self, session: Session, compaction: int | None, at: str | None) -> None:
-        """The window was replaced by `session.items` (already set): a compaction (its number) or
-        a rewind."""
-        self.steps.append(Step(list(session.items), True, compaction, at,
-                               compaction if compaction is not None else session.compactions))
-        self.held += len(session.items)
+    def replace(self, session: Session, items: list[dict[str, Any]], compaction: int | None, at: str | None,
+                keep: int | None = None, rebuild: bool = False) -> None:
+        """The window was replaced: by `items`, the agent's compaction (its number), or cut back
+        to its first `keep` items (a rewind). See `Step`."""
+        self.steps.append(Step(list(items), True, compaction, at,
+                               compaction if compaction is not None else session.compactions, keep, rebuild))
+        self.held += len(items)
 
     def extend(self, other: Change) -> None:
         """`other`, read after this one, added to it."""

@@ -98,10 +98,11 @@ def stored_bodies(store: Store, ledger: ThreadLedger, entries: list[Entry]) -> l
     return [body or by_seq.get(entry.seq) or entry.stored_body() for body, entry in zip(held, entries, strict=True)]
 
 
-def summary_ledger(store: Store, thread: str) -> ThreadLedger:
-    """A thread's facts and token sums without its items (enough for its usage), summed in SQL."""
-    row = store.thread(thread) or ThreadRow(thread)
-    item_tokens, after_api = store.token_sums(thread, row.api_seq)
+def summary_ledger(store: Store, thread: str, row: ThreadRow | None = None) -> ThreadLedger:
+    """A thread's facts and token sums without its items (enough for its usage): the sum its row
+    keeps, and those of the items after its API report."""
+    row = row or store.thread(thread) or ThreadRow(thread)
+    item_tokens, after_api = store.token_sums(thread, row.api_seq, row)
     return ThreadLedger(thread=thread, history_version=row.history_version, api_total=row.api_total,
                         api_seq=row.api_seq, reference=row.reference, prompt_context=row.prompt_context,
                         state=row.state, item_tokens=item_tokens, tokens_after_api=after_api)
@@ -144,6 +145,10 @@ class ThreadCache:
         self._threads.clear()
         self.version = version
         return False
+
+    def forget(self, thread: str) -> None:
+        """Drop a thread's ledger (written outside it): read again on its next use."""
+        self._threads.pop(thread, None)
 
     def reload(self, store: Store, thread: str) -> ThreadLedger:
         self._threads.pop(thread, None)

@@ -67,6 +67,44 @@ CREATE TABLE IF NOT EXISTS compactions (
 );
 """
 
+# The active items' count and token sum of each thread, on its row (`ctxd/threads` lists thousands
+# of threads without counting their items), kept by triggers that every connection runs (an
+# earlier version's too): an item added, archived, brought back or deleted moves them. Added with
+# the columns when a database has none (and counted once then); the schema version stays 1.
+_COUNTS = [
+    """CREATE TRIGGER IF NOT EXISTS items_counted_insert AFTER INSERT ON items WHEN NEW.archived IS NULL BEGIN
+    INSERT INTO threads (thread, updated_at, active_items, active_tokens) VALUES (NEW.thread, 0, 1, NEW.tokens)
+    ON CONFLICT (thread) DO UPDATE SET active_items = active_items + 1, active_tokens = active_tokens + NEW.tokens;
+    END""",
+    """CREATE TRIGGER IF NOT EXISTS items_counted_archive AFTER UPDATE OF archived ON items
+    WHEN (OLD.archived IS NULL) != (NEW.archived IS NULL) BEGIN
+    UPDATE threads SET active_items = active_items + (CASE WHEN NEW.archived IS NULL THEN 1 ELSE -1 END),
+        active_tokens = active_tokens + (CASE WHEN NEW.archived IS NULL THEN NEW.tokens ELSE -OLD.tokens END)
+    WHERE thread = NEW.thread;
+    END""",
+    """CREATE TRIGGER IF NOT EXISTS items_counted_tokens AFTER UPDATE OF tokens ON items
+    WHEN OLD.archived IS NULL AND NEW.archived IS NULL BEGIN
+    UPDATE threads SET active_tokens = active_tokens + NEW.tokens - OLD.tokens WHERE thread = NEW.thread;
+    END""",
+    """CREATE TRIGGER IF NOT EXISTS items_counted_delete AFTER DELETE ON items WHEN OLD.archived IS NULL BEGIN
+    UPDATE threads SET active_items = active_items - 1, active_tokens = active_tokens - OLD.tokens
+    WHERE thread = OLD.thread;
+    END""",
+]
+_COUNT_COLUMNS = """
+ALTER TABLE threads ADD COLUMN active_items INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE threads ADD COLUMN active_tokens INTEGER NOT NULL DEFAULT 0;
+UPDATE threads SET active_items = (SELECT count(*) FROM items i WHERE i.thread = threads.thread AND i.archived IS NULL),
+    active_tokens = (SELECT coalesce(sum(tokens), 0) FROM items i WHERE i.thread = threads.thread AND i.archived IS NULL);
+"""
+
+# Where the reader of each followed session's file stands, as of the items the thread holds
+# (`Store.follow_state`): written in the transaction that mirrors them, so that a restarted owner
+# takes each file up there instead of reading it again from its start.
+_FOLLOWED = """
+CREATE TABLE IF NOT EXISTS followed (path TEXT PRIMARY KEY, thread TEXT NOT NULL, state TEXT NOT NULL) WITHOUT ROWID;
+"""
+
 # `moved`: the seqs a compaction's swap gave up (items recorded while it ran, moved after its
 # summary) and where each item is now, so that a seq once given keeps naming its item
 # (`Store.resolve`). Added with `IF NOT EXISTS`: earlier versions ignore it, the version stays 1.
@@ -116,6 +154,8 @@ class ThreadRow:
     prompt_context: Any = None
     state: Any = None
     updated_at: float = 0.0
+    active_items: int = 0  # the active items' count and token sum (kept by triggers: `_COUNTS`)
+    active_tokens: int = 0
 
 
 database_path = ledger_database
@@ -466,6 +506,12 @@ class Store:
                                ).fetchone()
             if index is not None and "WHERE" not in index[0]:
                 _run_script(db, _PARTIAL_ARCHIVED_INDEX)
+            columns = {row[1] for row in db.execute("PRAGMA table_info(threads)")}
+            if "active_items" not in columns:
+                _run_script(db, _COUNT_COLUMNS)
+            for trigger in _COUNTS:
+                db.execute(trigger)
+            _run_script(db, _FOLLOWED)
             db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
             if workspace is not None:
                 owner = db.execute("SELECT value FROM meta WHERE key = 'workspace'").fetchone()
@@ -594,14 +640,41 @@ class Store:
 
     def thread(self, thread: str) -> ThreadRow | None:
         with self._read() as db:
-            row = db.execute(
-                "SELECT thread, history_version, api_total, api_seq, reference, prompt_context, state, updated_at"
-                " FROM threads WHERE thread = ?",
-                (thread,),
-            ).fetchone()
-        if row is None:
+            row = db.execute(f"SELECT {_ROW} FROM threads WHERE thread = ?", (thread,)).fetchone()
+        return _row(row) if row is not None else None
+
+    def thread_rows(self, threads: list[str]) -> dict[str, ThreadRow]:
+        """Several threads' rows at once (a listing's changed threads)."""
+        found: dict[str, ThreadRow] = {}
+        with self._read() as db:
+            for start in range(0, len(threads), 500):
+                part = threads[start:start + 500]
+                for row in db.execute(f"SELECT {_ROW} FROM threads WHERE thread IN ({', '.join('?' * len(part))})",
+                                      part):
+                    found[row[0]] = _row(row)
+        return found
+
+    def listing(self) -> list[tuple[str, float, int, int | None, int, int, int]]:
+        """Every thread's (name, updated_at, history version, API total and seq, active items and
+        tokens): what says whether a listed thread changed, without its JSON."""
+        with self._read() as db:
+            return db.execute("SELECT thread, updated_at, history_version, api_total, api_seq, active_items,"
+                              " active_tokens FROM threads").fetchall()
+
+    def follow_state(self, path: str) -> dict[str, Any] | None:
+        """Where the reader of a followed session's file stood with what its thread holds (None:
+        never mirrored, or its thread no longer says it mirrors that file)."""
+        with self._read() as db:
+            row = db.execute("SELECT f.state, t.state FROM followed f JOIN threads t ON t.thread = f.thread"
+                             " WHERE f.path = ?", (path,)).fetchone()
+        try:
+            state = json.loads(row[0]) if row is not None else None
+            followed = (json.loads(row[1]) or {}).get("followed") if row is not None and row[1] else None
+        except (ValueError, AttributeError):
             return None
-        return ThreadRow(row[0], row[1], row[2], row[3], _loads(row[4]), _loads(row[5]), _loads(row[6]), row[7])
+        if not isinstance(state, dict) or not isinstance(followed, dict) or followed.get("path") != path:
+            return None
+        return state
 
     def resolve(self, thread: str, seq: int) -> int:
         """Where the item given `seq` is stored now: `seq` itself, unless a compaction's swap moved
@@ -631,20 +704,22 @@ class Store:
     def threads(self) -> list[tuple[ThreadRow, int]]:
         """Every thread with its count of active items."""
         with self._read() as db:
-            rows = db.execute(
-                "SELECT t.thread, t.history_version, t.updated_at,"
-                " (SELECT count(*) FROM items i WHERE i.thread = t.thread AND i.archived IS NULL)"
-                " FROM threads t ORDER BY t.updated_at DESC"
-            ).fetchall()
+            rows = db.execute("SELECT thread, history_version, updated_at, active_items FROM threads"
+                              " ORDER BY updated_at DESC").fetchall()
         return [(ThreadRow(name, version, updated_at=updated), count) for name, version, updated, count in rows]
 
-    def token_sums(self, thread: str, after_seq: int) -> tuple[int, int]:
-        """Tokens of the thread's active items: all of them, and those after `after_seq`."""
+    def token_sums(self, thread: str, after_seq: int, row: ThreadRow | None = None) -> tuple[int, int]:
+        """Tokens of the thread's active items: all of them (its row says), and those after
+        `after_seq` (summed over those items only)."""
+        if row is None:
+            row = self.thread(thread)
+        total = row.active_tokens if row is not None else 0
+        if after_seq <= 0:
+            return total, total
         with self._read() as db:
-            total, after = db.execute(
-                "SELECT coalesce(sum(tokens), 0), coalesce(sum(CASE WHEN seq > ? THEN tokens END), 0)"
-                " FROM items WHERE thread = ? AND archived IS NULL", (after_seq, thread)).fetchone()
-        return int(total), int(after)
+            after = db.execute("SELECT coalesce(sum(tokens), 0) FROM items WHERE thread = ? AND seq > ?"
+                               " AND archived IS NULL", (thread, after_seq)).fetchone()[0]
+        return total, int(after)
 
     def operations(self, thread: str) -> list[tuple[int, float, dict[str, Any]]]:
         """The thread's history operations, oldest first: (id, created_at, info). They share the
@@ -723,9 +798,21 @@ class Store:
         return first, version
 
     @_index_safe
-    def update_thread(self, thread: str, **fields: Any) -> None:
+    def update_thread(self, thread: str, follow: tuple[str, dict[str, Any]] | None = None, **fields: Any) -> None:
+        """Set a thread's fields; `follow`: its followed file and where that file's reader stands
+        (`follow_state`), in the same transaction."""
         with self._write() as db:
             self._touch(db, thread, **fields)
+            if follow is not None:
+                db.execute("INSERT OR REPLACE INTO followed VALUES (?, ?, ?)", (follow[0], thread, json.dumps(follow[1])))
+
+    def create_thread(self, thread: str, **fields: Any) -> bool:
+        """Make a thread with `fields` unless it exists; True when it was made."""
+        with self._write() as db:
+            if db.execute("SELECT 1 FROM threads WHERE thread = ?", (thread,)).fetchone() is not None:
+                return False
+            self._touch(db, thread, **fields)
+            return True
 
     @_index_safe
     def replace(self, thread: str, upto_seq: int, rows: list[tuple[str, int]], info: dict[str, Any],
@@ -841,6 +928,15 @@ class Store:
         if row is not None:
             merged = {key: value for key, value in (json.loads(row[0]) | info).items() if value is not None}
             db.execute("UPDATE compactions SET info = ? WHERE id = ?", (json.dumps(merged), operation))
+
+
+_ROW = ("thread, history_version, api_total, api_seq, reference, prompt_context, state, updated_at, active_items,"
+        " active_tokens")
+
+
+def _row(row: tuple[Any, ...]) -> ThreadRow:
+    return ThreadRow(row[0], row[1], row[2], row[3], _loads(row[4]), _loads(row[5]), _loads(row[6]), row[7], row[8],
+                     row[9])
 
 
 def _run_script(db: sqlite3.Connection, script: str) -> None:

@@ -5,7 +5,7 @@ Everything that fails to parse becomes `InvalidParams` with a message that names
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
@@ -111,6 +111,11 @@ class ThreadsParams(BaseModel):
     workspace: str
 
 
+class ThreadsListParams(ThreadsParams):
+    # Only these threads (an editor told which changed by `ctxd/threadsChanged`); absent: every one.
+    threads: list[Annotated[str, Field(max_length=256)]] | None = Field(default=None, max_length=10_000)
+
+
 class CompactParams(Params):
     strategy: Literal["auto", "llm", "remote", "offline"] = "auto"
 
@@ -186,7 +191,7 @@ PARAMS: dict[str, type[BaseModel]] = {
     methods.COMPACT: CompactParams,
     methods.ROLLBACK: RollbackParams,
     methods.HISTORY: HistoryParams,
-    methods.THREADS: ThreadsParams,
+    methods.THREADS: ThreadsListParams,
     methods.STATUS: StatusParams,
     methods.GHOST_SNAPSHOT: GhostSnapshotParams,
     methods.GHOST_LIST: GhostListParams,

@@ -469,6 +469,9 @@ class ThreadsChanged(TypedDict):
     """`ctxd/threadsChanged`."""
 
     workspace: str
+    # v4: the threads whose listing changed (`ctxd/threads` with `threads` lists just them); absent:
+    # any of the workspace's may have, list them all again.
+    threads: NotRequired[list[str]]
 
 
 @with_config(STRICT)

@@ -129,6 +129,13 @@ class Daemon:
     def _send_usage(self, key: tuple[str, str], usage: dict[str, Any]) -> None:
         self.everyone.notify(methods.USAGE_CHANGED, {"workspace": key[0], "thread": key[1], **usage})
 
+    def threads_changed(self, uri: str, threads: list[str] | None = None) -> None:
+        """Threads' listings changed (None: any of the folder's): `ctxd/threadsChanged` names them."""
+        params: dict[str, Any] = {"workspace": uri}
+        if threads is not None:
+            params["threads"] = threads
+        self.everyone.notify(methods.THREADS_CHANGED, params)
+
     # --- after the first `initialize` ------------------------------------------------------------
 
     def warm_up(self) -> None:
@@ -149,6 +156,7 @@ class Daemon:
 
             self.record_handler = handlers.record_now
             estimator.prepare()  # counts before tiktoken is loaded are estimates: its tables now
+            log.debug("warm-up: following the sessions")
             self._follow_sessions()
             import ctxd.compact.run  # noqa: F401
             import ctxd.workspace.checkpoints  # noqa: F401
@@ -172,8 +180,7 @@ class Daemon:
             self.service, lambda uri: everyone.notify(methods.GHOST_CHANGED, {"workspace": uri}))
         self.hook_watcher.start()
         settings = load_settings(None, self.service.init_options, [])
-        self.sessions = SessionBridge(
-            self.service, settings, lambda uri: everyone.notify(methods.THREADS_CHANGED, {"workspace": uri}))
+        self.sessions = SessionBridge(self.service, settings, self.threads_changed, state_dir=self.service.state_dir)
         self.sessions.start([w.root for w in self.service.folders()])
 
     def folders_changed(self) -> None:

@@ -110,8 +110,8 @@ def history(call: Call, params: p.HistoryParams) -> shapes.HistoryResult:
 
 
 @handler(methods.THREADS)
-def threads(call: Call, params: p.ThreadsParams) -> shapes.ThreadsResult:
-    return call.workspace.threads()
+def threads(call: Call, params: p.ThreadsListParams) -> shapes.ThreadsResult:
+    return call.workspace.threads(params.threads)
 
 
 SYNC_SECONDS = 3.0

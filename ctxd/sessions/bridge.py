@@ -35,9 +35,10 @@ from ctxd import agents
 from ctxd.agents.base import AgentConfig
 from ctxd.agents.session import Session, Step, Turn
 from ctxd.errors import CtxdError
+from ctxd.ledger.rules import is_real_user_message
 from ctxd.redact import redact, redact_json
 from ctxd.sessions import cachecost, discovery, drift, pricing
-from ctxd.sessions.follower import Follower, Update
+from ctxd.sessions.follower import Follower, Update, valid_id
 from ctxd.settings import Problem, Settings
 from ctxd.workspace import Service, Workspace, path_to_uri
 
@@ -53,9 +54,18 @@ MAX_CHARS = {"model": 200, "title": 400, "lastActivity": 64, "started": 64, "pat
              "baseInstructions": 1024 * 1024}
 
 
+# Items queued for the mirror at most: past this the follower puts off reading large parts of files
+# (it reads faster than the store takes items in, and a history of thousands of sessions must not
+# wait in memory); a live session's few new lines are read all the same.
+MAX_QUEUED_ITEMS = 5_000
+
+
 class SessionBridge:
-    def __init__(self, service: Service, settings: Settings, threads_changed: Callable[[str], None],
-                 problems: list[Problem] | None = None) -> None:
+    def __init__(self, service: Service, settings: Settings,
+                 threads_changed: Callable[[str, list[str] | None], None],
+                 problems: list[Problem] | None = None, state_dir: Path | None = None) -> None:
+        """`threads_changed(uri, threads)`: these threads' listings changed (None: any of the folder's).
+        `state_dir`: where the sessions' summaries are shared with `ctxd sessions` (summaries.py)."""
         self.service = service
         self.threads_changed = threads_changed
         problems = problems if problems is not None else []
@@ -65,7 +75,9 @@ class SessionBridge:
         names = agents.names()
         sources = discovery.sources({name: settings.sources.home(name) for name in names},
                                     enabled={name: settings.sources.follows(name) for name in names})
-        self.follower = Follower(self._update, sources)
+        self.follower = Follower(self._update, sources, window=False, resume=self._resume, listing=self._list,
+                                 backlog=lambda: self._mirrors.queued > MAX_QUEUED_ITEMS)
+        self.state_dir = state_dir
         # The agents' own auto-compact settings, read once (read-only; each agent's `read_config`).
         self.configs: dict[str, AgentConfig] = {
             agent.name: agent.read_config(agent.home(os.environ, settings.sources.home(agent.name)))
@@ -118,6 +130,77 @@ class SessionBridge:
 
     # --- on the follower's thread ---
 
+    def _resume(self, folder: Path, path: str) -> dict[str, Any] | None:
+        """Where the owner before this one left the file's reader, as the folder's store has it."""
+        try:
+            workspace = self.service.workspace(path_to_uri(folder))
+            return workspace.store.follow_state(path)
+        except CtxdError:
+            return None
+
+    def _list(self, files: list[tuple[str, Path, str]]) -> None:
+        """Before the first scan reads the files (newest first), every session not in its folder's
+        store yet is listed from its summary (summaries.py: shared with `ctxd sessions`, read once,
+        skimmed): its thread shows its title, cost and fill at once, its items follow."""
+        from ctxd.sessions import summaries
+
+        store = summaries.Summaries(self.state_dir) if self.state_dir is not None else None
+        known = store.load([path for path, _, _ in files]) if store is not None else {}
+        fresh: list[summaries.Stored] = []
+        told: dict[str, list[str]] = {}  # per folder, the threads listed and not told yet
+        first: set[str] = set()  # folders whose newest listed thread was told at once
+        todo: list[tuple[str, Workspace, str, summaries.Stored | None]] = []
+        for path, folder, agent in files:
+            if not summaries.summarizes(agent):
+                continue  # its sessions are read whole: listed as they are mirrored
+            try:
+                workspace = self.service.workspace(path_to_uri(folder))
+                if workspace.store.follow_state(path) is None:  # else: read before, taken up where it was
+                    todo.append((path, workspace, agent, known.get(path)))
+            except CtxdError as error:
+                log.info("%s: not listed: %s", path, error.message)
+        jobs: list[summaries.Job] = [(path, agent, store.state(path) if store is not None and stored is not None else None, None)
+                for path, _, agent, stored in todo if not (stored is not None and stored.facts is not None
+                                                           and summaries.fresh(stored, path))]
+        to_read = {job[0] for job in jobs}
+        reads = iter(summaries.reads(jobs, os.cpu_count() or 1, "spawn"))  # newest first, as they come
+        for path, workspace, agent, stored in todo:
+            try:
+                if path not in to_read:
+                    assert stored is not None and stored.facts is not None
+                    session = Session.from_state(agent, path, stored.facts["session"])
+                    used = stored.facts.get("used")
+                else:
+                    read = next(reads, None)
+                    if read is None:
+                        continue
+                    session = read.session
+                    used = summaries.fill(session, read.tail)
+                    if read.stored.facts is not None:
+                        read.stored.facts["used"] = used
+                        fresh.append(read.stored)
+                if session.id is None or not valid_id(session.id) or self._owns(workspace, session) is None:
+                    continue
+                if workspace.list_followed(session.thread, used if isinstance(used, int) else None,
+                                           self._context(session), self._info(session)):
+                    if workspace.uri not in first:
+                        log.debug("%s: listed %s first", workspace.uri, session.thread)
+                    names = told.setdefault(workspace.uri, [])
+                    names.append(session.thread)
+                    if workspace.uri not in first or len(names) >= 64:  # the newest at once, the others in batches
+                        first.add(workspace.uri)
+                        self.threads_changed(workspace.uri, told.pop(workspace.uri))
+            except CtxdError as error:
+                log.info("%s: not listed: %s", path, error.message)
+            if len(fresh) >= 64 and store is not None:
+                store.save(fresh)
+                fresh = []
+        for uri, names in told.items():
+            self.threads_changed(uri, names)
+        if store is not None:
+            store.save(fresh)
+            store.close()
+
     def _update(self, update: Update) -> None:
         uri = path_to_uri(update.folder)
         try:
@@ -128,27 +211,28 @@ class SessionBridge:
         owned = self._owns(workspace, session)
         if owned is None:
             return
+        if not owned and not change.from_start:  # a file taking the thread over: its whole history
+            self.follower.reread(session.path)
+            return
         live = update.fresh or not update.new  # a session found anew has only old turns, unless it started now
         if live and update.caught_up and change.turns:  # `ghost.checkpoint.take` decides whether it is taken
             # First: the agent is about to act on this turn. One per batch, the latest: turns
             # written at once were not acted on one by one, and a flood must not evict the
             # user's snapshots. A session found anew (also a file rewritten) has no new turns.
             self._checkpoints.submit(self._checkpoint, workspace, session.thread, change.turns[-1],
-                                     len(session.turns))
+                                     session.turn_total)
         context, info = self._context(session), self._info(session)
         after = self._compaction_after(session)
-        if update.new and change.from_start and owned:
-            steps, start = change.steps, True  # the whole history, as the file has it
-        elif update.new or not owned:
-            steps, start = _whole(session), True  # a file taking the thread over: its window
-        else:
-            steps, start = change.steps, False
+        # From its start, the whole history as the file has it (a session found, or a file that took
+        # its thread over); else what this read added, after what the thread holds.
+        steps, start = change.steps, change.from_start
         listing = {step.compaction: _listing(session, step.compaction) for step in steps if step.compaction is not None}
+        follow = (session.path, update.state) if update.state is not None else None
         # The Compactions list shows the agent's compaction at once (a replacement, or its fill after).
         self._mirrors.put(_Job(workspace, session.thread, steps, start, listing, update.caught_up, session.baseline,
-                               max(0, len(session.items) - session.baseline_items), context, info,
-                               announce=update.new or not owned or change.replaced or after is not None,
-                               tokens_after=after))
+                               max(0, session.size - session.baseline_items), context, info,
+                               announce=(update.new and not update.resumed) or not owned or change.replaced
+                               or after is not None, tokens_after=after, follow=follow))
 
     def _compaction_after(self, session: Session) -> int | None:
         """The fill after the agent's latest compaction, when it became known with this update."""
@@ -235,7 +319,7 @@ class SessionBridge:
                 "model": self._text(session, "model", session.model),
                 "lastActivity": self._text(session, "lastActivity", session.last_activity),
                 "path": self._text(session, "path", session.path), "cwd": self._text(session, "cwd", session.cwd),
-                "turns": len(session.turns), "compactions": session.compactions, "usage": usage,
+                "turns": session.turn_total, "compactions": session.compactions, "usage": usage,
                 "cost": pricing.cost({m: u for m, u in session.cumulative.items() if m in usage}, self.prices),
                 "cache": cachecost.facts(session, self.prices)})
         return info
@@ -257,16 +341,6 @@ def _listing(session: Session, number: int) -> dict[str, Any]:
     found = session.agent_compactions[number] if 0 <= number < len(session.agent_compactions) else {}
     return {"strategy": session.agent, "automatic": found.get("trigger") == "auto", "trigger": found.get("trigger"),
             "tokensBefore": found.get("tokensBefore"), "tokensAfter": found.get("tokensAfter")}
-
-
-def _whole(session: Session) -> list[Step]:
-    """A session's history when only its window is known (a file that took a thread over): each
-    of its compactions, listed, the last writing the window."""
-    window = list(session.items)
-    if not session.agent_compactions:
-        return [Step(window)]
-    last = len(session.agent_compactions) - 1
-    return [Step(window if n == last else [], True, n, c.get("at"), n) for n, c in enumerate(session.agent_compactions)]
 
 
 def _instant(stamp: Any) -> float | None:
@@ -300,12 +374,15 @@ class _Job:
     info: dict[str, Any]
     announce: bool  # tell threads_changed after the first slice (a thread found, or taken over)
     tokens_after: int | None = None  # the fill after the agent's latest compaction, newly known
+    follow: tuple[str, dict[str, Any]] | None = None  # the file's path and where its reader stands after these steps
     ops: deque[_Op] | None = None  # what is left to write, once planned (the first slice)
     started: bool = False
     key: tuple[str, str] = field(init=False)
+    count: int = field(init=False)  # items in its steps (the queue's bound)
 
     def __post_init__(self) -> None:
         self.key = (self.workspace.uri, self.thread)
+        self.count = sum(len(step.items) for step in self.steps)
 
     def merge(self, later: _Job) -> None:
         """`later`, an update of the same thread not begun either, added to this one."""
@@ -320,6 +397,8 @@ class _Job:
         self.tokens_after = later.tokens_after if later.tokens_after is not None else self.tokens_after
         self.caught_up, self.baseline, self.after_baseline = later.caught_up, later.baseline, later.after_baseline
         self.context, self.info = later.context, later.info
+        self.follow = later.follow or self.follow
+        self.count += later.count
 
 
 @dataclass
@@ -336,14 +415,31 @@ class _Op:
     unless_same: bool = False  # a rewind: nothing to do when the history is that already
     archive: int | None = None  # `items` archived under this listed compaction (`Workspace.mirror_archive`)
     last_sync: bool = False  # the job's final sync: a history ahead of it waits for the next job
+    keep: int | None = None  # a rewind: the active history's first `keep` items are the window now
+    rebuild: bool = False  # the active history's real user messages, then `items`, are the window now
+
+    @property
+    def unresolved(self) -> bool:
+        """It needs the thread as stored to know what it writes (`_Mirrors._resolve`)."""
+        return self.sync or self.unless_same or self.rebuild
+
+
+def _replaced(window: list[dict[str, Any]] | None, step: Step) -> list[dict[str, Any]]:
+    """The window after a replacing step, from the window before it (when known)."""
+    if step.keep is not None:
+        return list(window or [])[:step.keep]
+    if step.rebuild:
+        return [item for item in window or [] if is_real_user_message(item)] + list(step.items)
+    return list(step.items)
 
 
 class _Mirrors:
     """The mirroring thread: jobs queued per thread, one slice of each thread's first job in turn."""
 
-    def __init__(self, threads_changed: Callable[[str], None]) -> None:
+    def __init__(self, threads_changed: Callable[[str, list[str] | None], None]) -> None:
         self.threads_changed = threads_changed
         self._queues: OrderedDict[tuple[str, str], deque[_Job]] = OrderedDict()
+        self._queued = 0  # items in the queued jobs' steps
         # Per thread: the history a session found again was being matched against, when the thread
         # held more than the file had given so far (a long file read in parts after a restart).
         self._behind: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -355,10 +451,12 @@ class _Mirrors:
 
     def put(self, job: _Job) -> None:
         with self._wake:
+            self._queued += job.count
             queue = self._queues.setdefault(job.key, deque())
             if job.start:  # the history from its start: what was waiting is in it
                 while queue and not queue[-1].started:
                     dropped = queue.pop()
+                    self._queued -= dropped.count
                     job.announce = job.announce or dropped.announce
                     job.tokens_after = job.tokens_after if job.tokens_after is not None else dropped.tokens_after
             elif queue and not queue[-1].started:
@@ -367,6 +465,11 @@ class _Mirrors:
                 return
             queue.append(job)
             self._wake.notify()
+
+    @property
+    def queued(self) -> int:
+        """Items in the queued jobs' steps."""
+        return self._queued
 
     def stop(self) -> None:
         with self._wake:
@@ -403,7 +506,7 @@ class _Mirrors:
                 finished = True
             with self._wake:
                 if finished:
-                    queue.popleft()
+                    self._queued -= queue.popleft().count
                     if not queue and self._queues.get(key) is queue:
                         del self._queues[key]
                     self._wake.notify_all()
@@ -428,11 +531,11 @@ class _Mirrors:
         for step in job.steps:
             if (step.compaction if step.compaction is not None else step.compactions_before) < stored:
                 if step.replace:
-                    target = list(step.items)  # the window the listed compaction left
+                    target = _replaced(window if window is not None else target, step)  # the window it left
                 if window is not None:
                     if step.compaction is not None and window and not listed[step.compaction][1].get("removed"):
                         ops.append(_Op(window, archive=listed[step.compaction][0], at=_instant(step.at)))
-                    window = list(step.items) if step.replace else window + step.items
+                    window = _replaced(window, step) if step.replace else window + step.items
                 continue  # archived already by a compaction the thread lists
             window = None
             if not step.replace:
@@ -444,16 +547,22 @@ class _Mirrors:
             if step.compaction is None and target is not None:
                 # A rewind while the history is being matched: the window after it is what is
                 # matched (the thread holds it already, or the branch it left, archived then).
-                target = list(step.items)
+                target = _replaced(target, step)
                 continue
             if target is not None:
+                rebuilt = _replaced(target, step) if step.rebuild else None  # what it keeps is known here
                 ops.append(_Op(target, sync=True))
                 target = None
+                if rebuilt is not None:
+                    ops.append(_Op(rebuilt, job.listing.get(step.compaction or 0) or {"strategy": job.thread.split(":")[0]},
+                                   _instant(step.at)))
+                    continue
             if step.compaction is None:
-                ops.append(_Op(step.items, {"strategy": "agent"}, _instant(step.at), unless_same=True))
+                ops.append(_Op(list(step.items), {"strategy": "agent"}, _instant(step.at), unless_same=True,
+                               keep=step.keep))
             else:
                 ops.append(_Op(step.items, job.listing.get(step.compaction) or {"strategy": job.thread.split(":")[0]},
-                               _instant(step.at)))
+                               _instant(step.at), rebuild=step.rebuild))
         if target is not None:
             ops.append(_Op(target, sync=True, last_sync=True))
         if window is not None and job.steps and not job.caught_up:
@@ -461,7 +570,15 @@ class _Mirrors:
         return ops
 
     def _resolve(self, job: _Job, op: _Op) -> list[_Op]:
-        """A sync, or a rewind, turned into the writes it needs against the thread as stored."""
+        """A sync, a rewind or a rebuilt window turned into the writes it needs against the thread
+        as stored (the store holds the window: the daemon's readers keep none)."""
+        if op.keep is not None or op.rebuild:
+            active = job.workspace.active_items(job.thread)
+            if op.rebuild:
+                return [_Op([item for item in active if is_real_user_message(item)] + op.items, op.replace, op.at)]
+            if len(active) == op.keep:
+                return []  # as stored already
+            return [_Op(active[:op.keep], op.replace, op.at)]
         kept, held = job.workspace.mirror_start(job.thread, op.items)
         if op.unless_same:
             return [] if held == len(kept) else [_Op(op.items, op.replace, op.at)]
@@ -478,18 +595,20 @@ class _Mirrors:
         if job.ops is None:
             job.ops = self._plan(job)
         ops = job.ops
-        while ops and (ops[0].sync or ops[0].unless_same):
+        while ops and ops[0].unresolved:
             ops.extendleft(reversed(self._resolve(job, ops.popleft())))
         if not ops and job.workspace.mirror_current(job.thread, job.baseline, job.context, job.info):
+            if job.follow is not None:
+                job.workspace.note_followed(job.thread, *job.follow)
             self._annotate(job)
             if job.announce:
                 job.announce = False
-                self.threads_changed(job.workspace.uri)
+                self.threads_changed(job.workspace.uri, [job.thread])
             return True  # as stored: nothing to write, and its items are not loaded
         while ops and ops[0].archive is not None:  # a repair, whole: it is done once
             op = ops.popleft()
             job.workspace.mirror_archive(job.thread, cast(int, op.archive), op.items, op.at)
-            while ops and (ops[0].sync or ops[0].unless_same):
+            while ops and ops[0].unresolved:
                 ops.extendleft(reversed(self._resolve(job, ops.popleft())))
         op = ops[0] if ops else _Op([])
         part = op.items[:SLICE_ITEMS]
@@ -498,14 +617,16 @@ class _Mirrors:
             if len(op.items) > SLICE_ITEMS:  # the rest is appended after it
                 ops.appendleft(_Op(op.items[SLICE_ITEMS:]))
         last = not ops  # (a rewind next may turn out to need no write: the next slice says so)
-        job.workspace.mirror(job.thread, part, replace=op.replace, at=op.at,
-                             baseline=job.baseline if last else None, after_baseline=job.after_baseline if last else 0,
-                             context=job.context, info=job.info)
+        # Before the last slice the agent's report covers every item written so far: an import
+        # shows the session's fill from its first slice, not a count growing with it.
+        job.workspace.mirror(job.thread, part, replace=op.replace, at=op.at, baseline=job.baseline,
+                             after_baseline=job.after_baseline if last else 0, context=job.context, info=job.info,
+                             follow=job.follow if last else None)
         if last:
             self._annotate(job)
         if job.announce:
             job.announce = False
-            self.threads_changed(job.workspace.uri)
+            self.threads_changed(job.workspace.uri, [job.thread])
         return last
 
     @staticmethod

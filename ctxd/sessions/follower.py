@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ctxd.agents.base import SessionReader, SessionStore
+from ctxd.agents.base import SessionReader, SessionStore, Stamp
 from ctxd.agents.folders import Folders
 from ctxd.agents.jsonl import printable
 from ctxd.agents.session import Change, Session
@@ -48,7 +48,8 @@ POLL_SECONDS = 0.25  # the fallback's period when there are no file events
 # agents that never started) are re-checked by the safety net only this often.
 UNDECIDED_SECONDS = 30.0
 WRITE_EVENTS = frozenset({"created", "modified", "moved", "closed"})
-READ_BUDGET = 32 * 1024 * 1024  # bytes of one file per read before the other files get a turn
+READ_BUDGET = 8 * 1024 * 1024  # bytes of one file per read before the other files get a turn
+DEFER_BYTES = 256 * 1024  # more than this to read waits while the consumer is behind (`backlog`)
 MAX_ID_CHARS = 200  # a session id longer than this (or empty, or with control characters) is none
 
 
@@ -62,6 +63,15 @@ class Update:
     new: bool = False
     fresh: bool = False  # the session started while following: its turns are live, the first included
     caught_up: bool = True  # the read reached the end of the file (else more follows at once)
+    resumed: bool = False  # taken up where an earlier owner left it (`resume`): the change follows what is stored
+    state: dict[str, Any] | None = None  # where the reader stands after this read (`Reader.state`), when asked
+
+
+# `resume(folder, path)`: where an earlier reader of the file stood with what is stored (None: read
+# it from its start). `listing(files)`: before the first scan's files are read, newest first, the
+# consumer may list them quickly ((path, folder, agent) of each).
+Resume = Callable[[Path, str], "dict[str, Any] | None"]
+Listing = Callable[[list[tuple[str, Path, str]]], None]
 
 
 @dataclass
@@ -92,8 +102,17 @@ class SourceStatus:
 
 class Follower:
     def __init__(self, on_update: Callable[[Update], None], sources: list[Source], *,
-                 poll: bool | None = None) -> None:
+                 poll: bool | None = None, window: bool = True, resume: Resume | None = None,
+                 listing: Listing | None = None, backlog: Callable[[], bool] | None = None) -> None:
+        """`window`: the readers keep each session's window (`Reader.holds_window`); the owner's do
+        not (its store does). `resume`, `listing`: see above. `backlog()`: the consumer has more
+        than it can take; a file with more than DEFER_BYTES to read waits until it has not."""
         self.on_update = on_update
+        self._backlog = backlog
+        self._deferred: dict[str, None] = {}  # files put off while the consumer is behind
+        self._window = window
+        self._resume = resume
+        self._listing = listing
         self.sources = sources
         # Per agent followed: its sessions (ctxd/agents: a store each) and the folders they are under.
         self.stores: dict[str, SessionStore] = {s.agent: s.store for s in sources if s.enabled and s.store is not None}
@@ -172,6 +191,15 @@ class Follower:
             self._rescan = True
             self._wake.notify_all()
 
+    def reread(self, path: str) -> None:
+        """Read the file again from its start (its consumer needs its whole history)."""
+        with self._wake:
+            state = self._files.get(path)
+            if state is not None:
+                state.reread = True
+                self._dirty[path] = None
+                self._wake.notify_all()
+
     def touch(self, path: str) -> None:
         """A file event: `path` may have changed."""
         with self._wake:
@@ -214,9 +242,10 @@ class Follower:
         """Block until every pending path was read (tests and the CLI)."""
         deadline = time.monotonic() + timeout
         with self._wake:
-            while (self._dirty or self._rescan or self._roots_pending or self._busy) and time.monotonic() < deadline:
+            while (self._dirty or self._rescan or self._roots_pending or self._busy or self._deferred) and \
+                    time.monotonic() < deadline:
                 self._wake.wait(0.02)
-            return not (self._dirty or self._rescan or self._roots_pending or self._busy)
+            return not (self._dirty or self._rescan or self._roots_pending or self._busy or self._deferred)
 
     def scan_once(self) -> None:
         """Find and read every session now, on the caller's thread, without watching (the CLI)."""
@@ -327,10 +356,16 @@ class Follower:
             with self._wake:
                 period = POLL_SECONDS if self._mode == "polling" else TICK_SECONDS
                 timeout = max(0.0, last_tick + period - time.monotonic())
+                if self._deferred:
+                    timeout = min(timeout, 0.05)  # until the consumer caught up
                 if not (self._dirty or self._rescan or self._roots_pending or self._stop):
                     self._wake.wait(timeout)
                 if self._stop:
                     return
+                if self._deferred and not (self._backlog is not None and self._backlog()):
+                    for path in self._deferred:
+                        self._dirty[path] = None
+                    self._deferred.clear()
                 rescan, self._rescan = self._rescan, False
                 roots, self._roots_pending = self._roots_pending, False
                 paths = list(self._dirty)
@@ -380,7 +415,10 @@ class Follower:
                 self._read(path)
 
     def _scan(self) -> None:
+        """Every session file not known yet, the most recently written first (its gauge is the one
+        shown); before the first scan reads them, `listing` may list them all quickly."""
         self._last_scan = time.monotonic()
+        found: list[tuple[float, str]] = []
         for source in self.sources:
             if not source.enabled or source.store is None:
                 continue
@@ -390,8 +428,33 @@ class Follower:
                 with self._lock:
                     known = path in self._files
                 if not known:
-                    self._read(path)
+                    found.append((_mtime(path), path))
+        found.sort(reverse=True)
+        log.debug("scan: %d new session files", len(found))
+        if self._listing is not None and found:
+            listed = []
+            for _, path in found:
+                state = self._decide(path)
+                if state is not None and state.folder is not None:
+                    listed.append((path, state.folder, state.agent))
+            log.debug("scan: %d session files in the open folders", len(listed))
+            if listed:
+                try:
+                    self._listing(listed)
+                except Exception:  # noqa: BLE001 - the files are read all the same
+                    log.exception("listing the sessions failed")
+        for _, path in found:
+            self._read(path)
         self._scanned = True
+
+    def _decide(self, path: str) -> _File | None:
+        """A file found by a scan, its head peeked at (its folder decided), not read further."""
+        try:
+            self._follow(path, decide_only=True)
+        except Exception:  # noqa: BLE001 - read (and logged) with the others
+            return None
+        with self._lock:
+            return self._files.get(path)
 
     def _read(self, path: str) -> None:
         """Read one file; a file that fails is logged once and does not stop the others."""
@@ -406,7 +469,7 @@ class Follower:
         """Which agent's session `key` is (its store owns it), or None."""
         return next((agent for agent, store in self.stores.items() if store.owns(key)), None)
 
-    def _follow(self, path: str) -> None:
+    def _follow(self, path: str, decide_only: bool = False) -> None:
         with self._lock:
             state = self._files.get(path)
             indexes = self._folders
@@ -439,17 +502,30 @@ class Follower:
                 return
             state.cwd, state.decided = cwd, True
             state.folder = folders.folder_of(cwd)
-        if state.folder is None:
+        if state.folder is None or decide_only:
             return  # outside every open workspace folder: never read further
+        resumed = False
         if state.reader is None:
-            state.reader = store.reader(path)
-            state.reader.stop_when_rewritten = True  # its head is checked again first (privacy rule)
-        state.size, state.stamp = st.size, st.key()
+            state.reader = self._new_reader(store, path)
+            resumed = self._take_up(state, store, path, st)
+            if resumed and state.reader.left(st) == 0 and not state.reread:
+                state.size, state.stamp, state.announced = st.size, st.key(), True
+                return  # as the store has it: nothing to read, nothing to tell
         reader = state.reader
+        if self._backlog is not None and ((st.size if state.reread else reader.left(st)) > DEFER_BYTES) \
+                and self._backlog():
+            with self._lock:
+                self._deferred[path] = None  # read once the consumer caught up (`_run`)
+            return
+        state.size, state.stamp = st.size, st.key()
         if state.reread:
-            state.reread = False
+            state.reread, resumed = False, False
             reader.reset()
         change = reader.read(state.ident, budget=READ_BUDGET)
+        if reader.replay:  # a rewind to a line the reader no longer remembers: the whole file again
+            reader.reset()
+            resumed = False
+            change = reader.read(state.ident, budget=READ_BUDGET)
         if reader.rewritten:  # another file under the same inode: decided and read afresh
             with self._lock:
                 self._files[path] = _File(state.agent, ident=state.ident)
@@ -468,7 +544,49 @@ class Follower:
         new = not state.announced
         if new or not change.empty:
             state.announced = True
-            self.on_update(Update(state.folder, session, change, new, state.fresh, reader.caught_up))
+            self.on_update(Update(state.folder, session, change, new, state.fresh, reader.caught_up,
+                                  resumed and not change.from_start,
+                                  self._saved(reader, state) if self._resume is not None else None))
+        if reader.caught_up:
+            reader.trim()  # thousands of readers: each remembers only its last lines
+
+    def _new_reader(self, store: SessionStore, path: str) -> SessionReader:
+        reader = store.reader(path)
+        reader.holds_window = self._window
+        reader.stop_when_rewritten = True  # its head is checked again first (privacy rule)
+        return reader
+
+    @staticmethod
+    def _saved(reader: SessionReader, state: _File) -> dict[str, Any] | None:
+        saved = reader.state()
+        return None if saved is None else {**saved, "stamp": list(state.stamp or ())}
+
+    def _take_up(self, state: _File, store: SessionStore, path: str, st: Stamp) -> bool:
+        """Take the session's reader up where the consumer's store says an earlier one stood
+        (`SessionReader.resume`: without reading when the session is as it was then, else once what
+        it read is checked to be the same). False when it is read from its start."""
+        if self._resume is None or state.folder is None or state.reread:
+            return False
+        try:
+            saved = self._resume(state.folder, path)
+        except Exception:  # noqa: BLE001 - then it is read from its start
+            log.exception("cannot take %s up where it was", printable(path))
+            return False
+        if not saved:
+            return False
+        reader = state.reader
+        assert reader is not None
+        if reader.resume(saved, st):
+            return True
+        state.reader = self._new_reader(store, path)
+        return False
+
+
+def _mtime(path: str) -> float:
+    try:
+        return os.lstat(path).st_mtime
+    except OSError:
+        return 0.0
 
 
 def valid_id(session_id: str) -> bool:

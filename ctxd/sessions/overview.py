@@ -1,8 +1,10 @@
 """`ctxd sessions`: the workspace's agent sessions (every agent ctxd follows), newest first.
 
-Reads the agents' folders once (read-only, the same readers and privacy rule as the daemon) and
+Reads the agents' folders (read-only, the same readers and privacy rule as the daemon) and
 prints agent, title, model, fill, cost and last activity; `--format json` prints the same as a
-JSON list.
+JSON list. Each file's summary is kept in the state dir (ctxd/sessions/summaries.py, shared with
+the owner): a file that did not change is not read again, one that grew is read from where its
+summary stopped, and a first run reads in one process per core.
 """
 
 from __future__ import annotations
@@ -17,8 +19,7 @@ from typing import Any
 from ctxd import agents
 from ctxd.agents.base import AgentConfig, AgentLimits
 from ctxd.agents.session import Session
-from ctxd.sessions import cachecost, discovery, drift, pricing
-from ctxd.sessions.follower import Follower
+from ctxd.sessions import cachecost, discovery, drift, pricing, summaries
 from ctxd.settings import Problem
 from ctxd.terminal import safe
 from ctxd.tokens import prompt_cache
@@ -29,51 +30,37 @@ def agent_limits(session: Session, config: AgentConfig | None = None) -> AgentLi
     return agents.get(session.agent).limits(session.model, session.context_window, config or AgentConfig())
 
 
-def used_tokens(session: Session) -> int | None:
-    """The fill by docs/sessions.md's one rule, as the gauge computes it from the mirrored ledger
-    (`ctxd.ledger.thread.thread_usage`): the agent's latest report plus ctxd's count of the items
-    written after it; None until the agent has reported (a new session, after a compaction)."""
-    if session.baseline is None:
-        return None
-    after = session.items[session.baseline_items:]
-    if not after:
-        return session.baseline
-    from ctxd.ledger.truncation import truncate_tool_output, with_serialization_allowance
-    from ctxd.settings import Settings
-    from ctxd.tokens.counter import TOKENIZERS, count_item
-
-    counter = TOKENIZERS.counter(session.model)
-    if counter.slot is not None:
-        counter.slot.wait(timeout=60)  # exact, as the daemon is once its encoding is loaded
-    limit = with_serialization_allowance(Settings().tool_output_token_limit)
-    return session.baseline + sum(count_item(truncate_tool_output(item, limit), counter.count) for item in after)
+def used_tokens(session: Session, tail: list[dict[str, Any]] | None = None) -> int | None:
+    """The fill (`summaries.fill`): the agent's latest report and ctxd's count of what came after."""
+    return summaries.fill(session, tail)
 
 
 def summary(session: Session, prices: dict[str, pricing.Price] | None = None,
-            config: AgentConfig | None = None) -> dict[str, Any]:
-    """One session as `ctxd sessions --format json` prints it (`config`: its agent's own)."""
+            config: AgentConfig | None = None, used: int | None = None) -> dict[str, Any]:
+    """One session as `ctxd sessions --format json` prints it (`config`: its agent's own); `used`:
+    its fill, when known (else counted from the session's items after its latest report)."""
     agent = agent_limits(session, config)
     window = agent.window or None
-    used = used_tokens(session)
+    if used is None:
+        used = used_tokens(session)
     return {
         "thread": session.thread, "agent": session.agent, "id": session.id, "title": session.title,
         "cwd": session.cwd, "model": session.model, "contextWindow": window, "usedTokens": used,
         "autoCompactLimit": agent.limit,
         "percent": round(100 * used / window, 1) if used is not None and window else None,
         "cost": pricing.cost(session.cumulative, prices), "usage": session.total_usage().as_dict(),
-        "lastActivity": session.last_activity, "started": session.started, "turns": len(session.turns),
+        "lastActivity": session.last_activity, "started": session.started, "turns": session.turn_total,
         "compactions": session.compactions, "path": session.path,
         "cache": prompt_cache.state(cachecost.facts(session, prices), used or 0),
     }
 
 
-def collect(folder: Path, sources: list[discovery.Source]) -> list[Session]:
-    """Read the sessions of `folder` once, without watching."""
-    follower = Follower(lambda _update: None, sources, poll=True)
-    follower.set_folders([folder])
-    follower.scan_once()
-    sessions = follower.sessions(folder)
-    return sorted(sessions, key=lambda s: s.last_activity or "", reverse=True)
+def collect(folder: Path, sources: list[discovery.Source], state_dir: Path | None = None,
+            workers: int = 1) -> list[summaries.Found]:
+    """The sessions of `folder`, newest first: from their summaries in `state_dir` where their
+    files did not change, else read (and their summaries written back)."""
+    found = summaries.collect(folder, sources, state_dir, used_tokens, workers)
+    return sorted(found, key=lambda f: f.session.last_activity or "", reverse=True)
 
 
 def _money(cost: dict[str, Any]) -> str:
@@ -129,9 +116,11 @@ def main(argv: list[str]) -> int:
     for agent in agents.every():
         parser.add_argument(f"--{agent.name}-home", help=f"{agent.title}'s home (default: its own, as "
                             "`sources.<agent>_home` in ctxd's settings says)")
+    parser.add_argument("--state-dir", help="where the sessions' summaries are kept (default: as the owner)")
     args = parser.parse_args(argv)
+    from ctxd.places import default_state_dir, find_workspace
+
     if args.workspace is None:  # from any folder inside a workspace
-        from ctxd.places import default_state_dir, find_workspace
 
         folder = find_workspace(Path.cwd(), default_state_dir()).folder
     else:
@@ -146,8 +135,10 @@ def main(argv: list[str]) -> int:
     homes = {agent.name: getattr(args, f"{agent.name}_home") for agent in agents.every()}
     sources = discovery.sources(homes)
     configs = {agent.name: agent.read_config(agent.home(os.environ, homes[agent.name])) for agent in agents.every()}
-    sessions = collect(folder, sources)
-    rows = [summary(s, prices, configs.get(s.agent)) for s in sessions]
+    state_dir = Path(args.state_dir).expanduser() if args.state_dir else default_state_dir()
+    found = collect(folder, sources, state_dir, workers=os.cpu_count() or 1)
+    rows = [summary(f.session, prices, configs.get(f.session.agent), f.used) for f in found]
+    sessions = [f.session for f in found]
     for name in agents.names():  # format drift, on stderr: the output stays the table or JSON
         for entry in drift.unread(sessions, name):
             print(safe(f"ctxd sessions: {drift.sentence(name, entry)}: {', '.join(entry['kinds'])}"), file=sys.stderr)

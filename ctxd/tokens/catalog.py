@@ -21,6 +21,7 @@ compared with it by tests/test_models_catalog.py, so a model an agent ships show
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -186,6 +187,13 @@ _ONE_M = re.compile(r"\[1m\]$")
 def candidates(model: str) -> list[str]:
     """The names `model` may be listed under, most specific first: as written, then without its
     provider prefix, `[1m]` tag, Bedrock version, release date and `-latest`."""
+    return list(_candidates(model))
+
+
+@functools.lru_cache(maxsize=256)
+def _candidates(model: str) -> tuple[str, ...]:
+    """`candidates`, worked out once per model name (`ctxd sessions` prices thousands of sessions
+    of a few models)."""
     name = model.strip().lower()
     names = [name]
 
@@ -200,7 +208,7 @@ def candidates(model: str) -> list[str]:
     for _ in range(3):
         add(_DATE.sub("", _VERSION.sub("", _ONE_M.sub("", name))))
     add(_LATEST.sub("", name))
-    return names
+    return tuple(names)
 
 
 def lookup(model: str | None) -> ModelInfo | None:

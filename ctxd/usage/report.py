@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import sys
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
@@ -76,9 +77,36 @@ def _counter_for(exact: bool) -> CounterFor:
     return counter_for
 
 
-def load_breakdown(workspace: Path, thread: str, state_dir: Path | None = None, exact: bool = True) -> Breakdown:
+def newest_thread(store: Store) -> str | None:
+    """The thread the editors' gauge follows: the most recently active one with items (a followed
+    session's last activity is its file's, not when ctxd wrote it)."""
+    best: tuple[float, float, str] | None = None
+    for thread, updated, _, _, _, items, _ in store.listing():
+        if items <= 0:
+            continue
+        row = store.thread(thread)
+        state = row.state if row is not None and isinstance(row.state, dict) else {}
+        followed = state.get("followed") if isinstance(state.get("followed"), dict) else None
+        when = _instant(followed.get("lastActivity")) if followed else None
+        key = (when if when is not None else updated, updated, thread)
+        if best is None or key > best:
+            best = key
+    return best[2] if best is not None else None
+
+
+def _instant(stamp: object) -> float | None:
+    if not isinstance(stamp, str):
+        return None
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def load_breakdown(workspace: Path, thread: str | None, state_dir: Path | None = None, exact: bool = True) -> Breakdown:
     """The Breakdown of a thread from the persisted state, through the daemon's own read-only
-    view (ctxd/usage/view.py), without writing anything."""
+    view (ctxd/usage/view.py), without writing anything. No `thread`: the newest (`newest_thread`),
+    else "default"."""
     problems: list[Problem] = []
     settings = load_settings(workspace, None, problems)
     state = state_dir or (Path(settings.state_dir).expanduser() if settings.state_dir else default_state_dir())
@@ -87,6 +115,8 @@ def load_breakdown(workspace: Path, thread: str, state_dir: Path | None = None, 
         raise UsageError(f"no ctxd state for {workspace} (looked for {path})")
     store = Store(path, readonly=True)
     try:
+        if thread is None:
+            thread = newest_thread(store) or "default"
         if store.thread(thread) is None:
             raise UsageError(f"no thread {thread!r} in {workspace}")
         ledger = load_ledger(store, thread)
@@ -162,7 +192,7 @@ def render_text(breakdown: Breakdown, detail: bool = False, colour: bool = False
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ctxd usage", description="Show where a thread's context window goes.")
     parser.add_argument("--workspace", help="workspace folder (default: the one enclosing the current directory)")
-    parser.add_argument("--thread", default="default")
+    parser.add_argument("--thread", help="the thread (default: the most recently active one, as the editors' gauge)")
     parser.add_argument("--detail", action="store_true", help="list each tool, MCP tool, skill and memory file")
     parser.add_argument("--format", choices=("text", "short", "json"), default="text")
     parser.add_argument("--state-dir", help="where the daemon keeps its state (default: as the daemon)")

@@ -7,6 +7,8 @@ None of these changes a thread (a prompt may first have the server compact one, 
 from __future__ import annotations
 
 import json
+import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
 
@@ -15,7 +17,9 @@ from ctxd.errors import CtxdError, InvalidParams
 from ctxd.ledger import operations, projection
 from ctxd.ledger.cache import stored_bodies, summary_ledger
 from ctxd.ledger.rules import snapshot_commit_id
-from ctxd.ledger.thread import Entry
+from ctxd.ledger.store import ThreadRow
+from ctxd.ledger.thread import Entry, ThreadLedger
+from ctxd.protocol import jsontext
 from ctxd.protocol.rawjson import RawJsonList
 from ctxd.settings import Settings
 from ctxd.tokens import prompt_cache
@@ -131,37 +135,57 @@ class WorkspaceReads(WorkspaceCore):
                 result["operations"] = operations.wire(ops, rows)
             return result
 
-    def threads(self) -> ThreadsResult:
-        """Every thread, newest activity first; followed sessions say so (protocol v2). A thread
-        not in memory is summed in SQL, never loaded."""
+    def threads(self, only: list[str] | None = None) -> ThreadsResult:
+        """Every thread (or those of `only` that exist), newest activity first; followed sessions
+        say so (protocol v2). A thread's
+        entry is kept as JSON text until its row changes (its counters, its API report, its
+        `updated_at`) or its prompt cache's state would: a listing of thousands of threads reads the
+        rows' small columns and builds again only what changed, its sums from its row, never its items."""
+        now = time.time()
         with self.lock:
             self.cache.check(self.store.data_version())
-            listed: list[ThreadInfo] = []
-            for row, count in self.store.threads():
-                ledger = self.cache.peek(row.thread) or summary_ledger(self.store, row.thread)
-                state = ledger.state if isinstance(ledger.state, dict) else {}
-                followed = state.get("followed")
-                updated = datetime.fromtimestamp(row.updated_at, UTC).isoformat()
-                entry: ThreadInfo = {"thread": row.thread, "itemCount": count,
-                                     "historyVersion": row.history_version, "updatedAt": updated}
-                if isinstance(followed, dict):
-                    source: Any = followed.get("source")  # the bridge writes the agent's name
-                    entry.update({"source": source, "title": followed.get("title"),
-                                  "model": followed.get("model"),
-                                  "lastActivity": followed.get("lastActivity") or updated, "readOnly": True})
-                    if isinstance(followed.get("cost"), dict):
-                        entry["cost"] = followed["cost"]  # the pickers show it (issue #26)
-                else:
-                    entry.update({"source": "client", "title": state.get("title"),
-                                  "model": (state.get("usageSettings") or {}).get("model"), "lastActivity": updated,
-                                  "readOnly": followed_agent(row.thread) is not None})
-                entry["usage"] = self.view.usage(ledger)
-                facts = followed.get("cache") if isinstance(followed, dict) else state.get("cacheFacts")
-                if isinstance(facts, dict):  # the prompt cache now (ctxd/tokens/prompt_cache.py)
-                    entry["cache"] = cast("CacheState", prompt_cache.state(facts, entry["usage"]["usedTokens"]))
-                listed.append(entry)
-        listed.sort(key=lambda t: _instant(t["lastActivity"]), reverse=True)
-        return {"threads": listed}
+            keys = self.store.listing()
+            view = self.view
+            listed = self._listed
+            stale = [key[0] for key in keys if (known := listed.get(key[0])) is None or known.key != key
+                     or known.view is not view or known.until <= now]
+            rows = self.store.thread_rows(stale) if stale else {}
+            by_name = {key[0]: key for key in keys}
+            for name, row in rows.items():
+                entry = self._thread_info(row, summary_ledger(self.store, name, row), now)
+                listed[name] = _Listed(by_name[name], view, _until(entry, now), _instant(entry["lastActivity"]),
+                                       jsontext.dumps(entry).decode("utf-8"))
+            if len(listed) > len(keys):
+                for gone in [name for name in listed if name not in by_name]:
+                    del listed[gone]
+            # Newest activity first; on a tie, the latest written (as the store's order was).
+            names = by_name if only is None else [name for name in dict.fromkeys(only) if name in by_name]
+            order = sorted((listed[name] for name in names if name in listed),
+                           key=lambda e: (e.activity, e.key[1]), reverse=True)
+        return {"threads": cast("list[ThreadInfo]", RawJsonList([entry.text for entry in order]))}
+
+    def _thread_info(self, row: ThreadRow, ledger: ThreadLedger, now: float) -> ThreadInfo:
+        state = ledger.state if isinstance(ledger.state, dict) else {}
+        followed = state.get("followed")
+        updated = datetime.fromtimestamp(row.updated_at, UTC).isoformat()
+        entry: ThreadInfo = {"thread": row.thread, "itemCount": row.active_items,
+                             "historyVersion": row.history_version, "updatedAt": updated}
+        if isinstance(followed, dict):
+            source: Any = followed.get("source")  # the bridge writes the agent's name
+            entry.update({"source": source, "title": followed.get("title"),
+                          "model": followed.get("model"),
+                          "lastActivity": followed.get("lastActivity") or updated, "readOnly": True})
+            if isinstance(followed.get("cost"), dict):
+                entry["cost"] = followed["cost"]  # the pickers show it (issue #26)
+        else:
+            entry.update({"source": "client", "title": state.get("title"),
+                          "model": (state.get("usageSettings") or {}).get("model"), "lastActivity": updated,
+                          "readOnly": followed_agent(row.thread) is not None})
+        entry["usage"] = self.view.usage(ledger)
+        facts = followed.get("cache") if isinstance(followed, dict) else state.get("cacheFacts")
+        if isinstance(facts, dict):  # the prompt cache now (ctxd/tokens/prompt_cache.py)
+            entry["cache"] = cast("CacheState", prompt_cache.state(facts, entry["usage"]["usedTokens"], now))
+        return entry
 
     def status_problems(self) -> list[Problem]:
         """Settings problems and the store's state, as `ctxd/status` lists them. Opens the store
@@ -227,6 +251,30 @@ class WorkspaceReads(WorkspaceCore):
         """Whether the store has this thread (a followed session ctxd has read)."""
         with self.lock:
             return self.store.thread(thread) is not None
+
+
+@dataclass
+class _Listed:
+    """A thread's entry in `ctxd/threads`, as JSON text, with what says it is still right: its row's
+    `Store.listing` key, the view it was computed with, and until when its prompt cache's state holds."""
+
+    key: Any
+    view: Any
+    until: float
+    activity: float
+    text: str
+
+
+def _until(entry: ThreadInfo, now: float) -> float:
+    """Until when a listed entry holds: a warm cache turns cold when it expires; a count made while
+    the tokenizer loads is made again (a second later)."""
+    usage = entry.get("usage")
+    if isinstance(usage, dict) and usage.get("tokenizerStatus") in ("loading", "idle"):
+        return now + 1.0
+    cache = entry.get("cache")
+    if isinstance(cache, dict) and cache.get("state") == "warm":
+        return prompt_cache.parse_time(cache.get("expiresAt")) or now
+    return float("inf")
 
 
 def _instant(stamp: str | None) -> float:

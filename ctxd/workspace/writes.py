@@ -345,13 +345,14 @@ class WorkspaceWrites(WorkspaceCore):
 
     def mirror(self, thread: str, items: list[dict[str, Any]], *, baseline: int | None, after_baseline: int,
                context: dict[str, Any], info: dict[str, Any], replace: dict[str, Any] | None = None,
-               at: float | None = None) -> None:
+               at: float | None = None, follow: tuple[str, dict[str, Any]] | None = None) -> None:
         """Mirror a followed session (ctxd/sessions/bridge.py): append `items`, or with `replace`
         make them the whole active history, the items it held archived under an operation whose
         info is `replace` (the agent's compaction, or `{"strategy": "agent"}` for a rewind), dated
         `at` (the session file's time; None: now). `baseline` is the usage the agent's API
         reported, covering all but the last `after_baseline` items; `context` the model, window
-        and instructions the file states; `info` what `ctxd/threads` shows."""
+        and instructions the file states; `info` what `ctxd/threads` shows; `follow` the file and
+        where its reader stands with these items (a restart takes it up there)."""
         valid = [item for item in items if _valid(item)]
         with self.lock:  # items are counted for the session's model, also the first time it is seen
             ledger = self._ledger(thread)
@@ -375,12 +376,32 @@ class WorkspaceWrites(WorkspaceCore):
                 else:
                     state.pop(AWAITING_REPORT)  # the first report after it
             api_seq = entries[max(0, len(entries) - 1 - after_baseline)].seq if entries and baseline is not None else 0
-            self.store.update_thread(thread, api_total=baseline, api_seq=api_seq, prompt_context=context, state=state)
+            self.store.update_thread(thread, follow, api_total=baseline, api_seq=api_seq, prompt_context=context,
+                                     state=state)
             ledger.api_total, ledger.api_seq, ledger.state = baseline, api_seq, state
             ledger.tokens_after_api = sum(e.tokens for e in entries if e.seq > api_seq)
             if ledger.prompt_context != context:
                 ledger.prompt_context = context  # the overhead is counted again by the view
             self._changed(ledger)
+
+    def note_followed(self, thread: str, path: str, state: dict[str, Any]) -> None:
+        """Where a followed file's reader stands, when what it read changed nothing stored."""
+        self.store.update_thread(thread, (path, state))
+
+    def list_followed(self, thread: str, used: int | None, context: dict[str, Any], info: dict[str, Any]) -> bool:
+        """A followed session listed before its items are mirrored (ctxd/sessions/bridge.py): its
+        thread made with what `ctxd/threads` shows, its fill as the agent's report (no item is
+        stored yet to count after it). Nothing is written when the thread exists; True when made."""
+        with self.lock:
+            made = self.store.create_thread(thread, api_total=used, api_seq=0, prompt_context=context,
+                                            state={"followed": info})
+            if made:
+                self.cache.forget(thread)  # read before it was made (as empty): this connection's write
+            return made
+
+    def active_items(self, thread: str) -> list[dict[str, Any]]:
+        """A thread's active items as stored (a followed session's window: its readers hold none)."""
+        return [json.loads(row.body) for row in self.store.active_rows(thread)]
 
     def record_followed(self, thread: str, items: list[dict[str, Any]], *, info: dict[str, Any],
                         context: dict[str, Any], used: int | None, replay: bool = False) -> RecordResult:

@@ -2,7 +2,7 @@
 /**
  * The ctxd wire protocol: results, notifications and request params. GENERATED, do not edit:
  * `npm run gen:protocol` from docs/protocol.schema.json (from ctxd/protocol/shapes.py).
- * schema sha256: eca2dea26e102d52b20d7d3e5662221ed65e20bd0129e360b0db1f2800edc664
+ * schema sha256: ef298dc5e00749314aa242cbc5b231512624b71d85dff3c77719adaf3d6e11e7
  */
 
 /**
@@ -49,7 +49,7 @@ export interface CtxdProtocol {
   ctxd_status_params: StatusParams;
   ctxd_threads: ThreadsResult;
   ctxd_threadsChanged: ThreadsChanged;
-  ctxd_threads_params: ThreadsParams;
+  ctxd_threads_params: ThreadsListParams;
   ctxd_undo: UndoResult;
   ctxd_undo_params: UndoParams;
   ctxd_usage: Breakdown;
@@ -766,6 +766,15 @@ export interface Cost {
  * via the `definition` "ThreadsChanged".
  */
 export interface ThreadsChanged {
+  threads?: string[];
+  workspace: string;
+}
+/**
+ * This interface was referenced by `CtxdProtocol`'s JSON-Schema
+ * via the `definition` "ThreadsListParams".
+ */
+export interface ThreadsListParams {
+  threads?: string[] | null;
   workspace: string;
 }
 /**

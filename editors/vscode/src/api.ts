@@ -36,6 +36,7 @@ import {
   normalizeBreakdown,
 } from './protocol';
 import { Emitter } from './emitter';
+import { ThreadList } from './threadList';
 import { ThreadSelection } from './threadSelection';
 import { UsageCache, usageKey as key } from './usageCache';
 import type { CtxdApi, TargetOptions } from '../ctxd-api';
@@ -51,6 +52,8 @@ export class CtxdService implements CtxdApi {
   readonly protocolVersion = PROTOCOL_VERSION;
   /** The latest usage known per thread. */
   readonly usage = new UsageCache();
+  /** The folders' thread listings, kept up to date from the daemon's notifications. */
+  private readonly listing = new ThreadList((workspace, threads) => this.readThreads(workspace, threads));
   /** The thread shown and addressed per workspace folder. */
   readonly threads = new ThreadSelection((workspace) => this.listThreads(workspace), this.usage);
   private readonly compactEmitter = new Emitter<CompactedParams & { manual: boolean }>();
@@ -79,6 +82,7 @@ export class CtxdService implements CtxdApi {
    */
   attach(rpc: Rpc, methods?: readonly string[]): Disposable {
     this.usage.clear();
+    this.listing.clear();
     this.manualCompactions.clear();
     this.methods = methods ? new Set(methods) : undefined;
     const subs = [
@@ -91,7 +95,9 @@ export class CtxdService implements CtxdApi {
         if (pending > 0) this.manualCompactions.set(k, pending - 1);
         this.compactEmitter.fire({ ...p, manual: pending > 0 });
       }),
-      rpc.onNotification(Notification.threadsChanged, (p: { workspace: string }) => {
+      rpc.onNotification(Notification.threadsChanged, (p: { workspace: string; threads?: string[] }) => {
+        // Only the threads it names are read again (all of them when it names none).
+        if (p?.workspace) this.listing.changed(p.workspace, Array.isArray(p.threads) ? p.threads : undefined);
         this.threadsEmitter.fire(p);
         const ws = p?.workspace || this.defaultWorkspace();
         if (ws) void this.threads.followLatest(ws);
@@ -108,6 +114,7 @@ export class CtxdService implements CtxdApi {
   /** The daemon stopped: nothing is served until the next attach. */
   detach(): void {
     this.methods = undefined;
+    this.listing.clear();
     this.threadsEmitter.fire({ workspace: '' });
   }
 
@@ -137,6 +144,7 @@ export class CtxdService implements CtxdApi {
 
   /** Keeps a usage the daemon sent; a thread that moved may now be the one to follow. */
   update(t: Target, usage: UsageSnapshot): void {
+    this.listing.changed(t.workspace, [t.thread]); // its listing (usage, items, activity) is read again when asked
     if (this.usage.update(t, usage)) this.threads.usageChanged(t.workspace, t.thread);
   }
 
@@ -196,8 +204,13 @@ export class CtxdService implements CtxdApi {
   }
 
   async listThreads(workspace?: string): Promise<ThreadInfo[]> {
-    const ws = this.target({ workspace }).workspace;
-    const result = await this.call<{ threads: ThreadInfo[] }>(Method.threads, { workspace: ws });
+    return this.listing.list(this.target({ workspace }).workspace);
+  }
+
+  /** `ctxd/threads`: every thread of the folder, or only `threads` (a daemon before v4 lists all). */
+  private async readThreads(workspace: string, threads?: string[]): Promise<ThreadInfo[]> {
+    const params = threads ? { threads } : {};
+    const result = await this.call<{ threads: ThreadInfo[] }>(Method.threads, { workspace }, params);
     return result.threads;
   }
 

@@ -114,9 +114,28 @@ function M.load_threads(lsp_client, workspace, cb)
   end)
 end
 
-local following = {} ---@type table<string, boolean>
---- Read `workspace`'s threads again (once per burst of notifications) and follow the most
---- recently active one.
+--- Read some of `workspace`'s threads again (those a notification named) and seed their gauges.
+---@param lsp_client vim.lsp.Client
+---@param workspace string
+---@param names string[]
+---@param cb fun()?
+function M.load_some(lsp_client, workspace, names, cb)
+  local status = require('ctxd.status')
+  require('ctxd.threads').refresh_some(lsp_client, workspace, names, function(list)
+    for _, info in ipairs(list) do
+      if type(info.usage) == 'table' then
+        status.seed(workspace, info.thread, info.usage)
+      end
+    end
+    if cb then
+      cb()
+    end
+  end)
+end
+
+local following = {} ---@type table<string, table<string, boolean>>
+--- Read the threads whose usage changed again (once per burst of notifications: only those, when
+--- the workspace's threads were read before) and follow the most recently active one.
 ---@param workspace string
 ---@param thread string the thread that changed (followed at once by a daemon without `ctxd/threads`)
 function M.follow_latest(workspace, thread)
@@ -125,28 +144,42 @@ function M.follow_latest(workspace, thread)
     require('ctxd.threads').activity(workspace, thread)
     return
   end
-  M.reload_threads(workspace)
+  M.reload_threads(workspace, thread)
 end
 
---- Read `workspace`'s threads again, once per burst of calls (a daemon without `ctxd/threads`:
---- nothing to read).
+local everything = {} ---@type table<string, boolean>
+--- Read `workspace`'s threads again, once per burst of calls: only the threads named, when the
+--- workspace's threads were read before and every call named one (a daemon without
+--- `ctxd/threads`: nothing to read).
 ---@param workspace string
-function M.reload_threads(workspace)
+---@param thread string? the thread to read again (nil: all of them)
+function M.reload_threads(workspace, thread)
   local found = require('ctxd.client').resolve({ workspace = workspace })
   if not (found and require('ctxd.client').supports(found, methods.threads)) then
     return
   end
+  if thread == nil then
+    everything[workspace] = true
+  end
   if following[workspace] then
+    if thread ~= nil then
+      following[workspace][thread] = true
+    end
     return
   end
-  following[workspace] = true
+  following[workspace] = thread ~= nil and { [thread] = true } or {}
   vim.defer_fn(function()
-    following[workspace] = nil
+    local names = vim.tbl_keys(following[workspace] or {})
+    local all = everything[workspace]
+    following[workspace], everything[workspace] = nil, nil
     local now = require('ctxd.client').resolve({ workspace = workspace })
-    if now then
-      M.load_threads(now, workspace, function()
-        vim.cmd.redrawstatus({ bang = true })
-      end)
+    local redraw = function()
+      vim.cmd.redrawstatus({ bang = true })
+    end
+    if now and not all and require('ctxd.threads').knows(workspace) then
+      M.load_some(now, workspace, names, redraw)
+    elseif now then
+      M.load_threads(now, workspace, redraw)
     end
   end, 50)
 end
@@ -267,13 +300,19 @@ M.handlers = {
       vim.api.nvim_exec_autocmds('User', { pattern = 'CtxdCompacted', modeline = false, data = params })
     end
   end,
+  --- Only the threads it names are read again; all of them when it names none (an older daemon).
   [methods.threads_changed] = function(_, params, ctx)
     local lsp_client = vim.lsp.get_client_by_id(ctx.client_id)
     if lsp_client and type(params) == 'table' and type(params.workspace) == 'string' then
-      M.load_threads(lsp_client, params.workspace, function()
+      local done = function()
         vim.api.nvim_exec_autocmds('User', { pattern = 'CtxdThreadsChanged', modeline = false, data = params })
         vim.cmd.redrawstatus({ bang = true })
-      end)
+      end
+      if type(params.threads) == 'table' and require('ctxd.threads').knows(params.workspace) then
+        M.load_some(lsp_client, params.workspace, params.threads, done)
+      else
+        M.load_threads(lsp_client, params.workspace, done)
+      end
     end
   end,
   --- A checkpoint an agent's hook took (another process): views of the snapshots list them again.

@@ -459,6 +459,11 @@ M.PROTOCOL_VERSION = 4
 
 --- `ctxd/threadsChanged`.
 ---@class ctxd.ThreadsChanged
+---@field threads? string[]
+---@field workspace string
+
+---@class ctxd.ThreadsListParams
+---@field threads? string[]|nil
 ---@field workspace string
 
 ---@class ctxd.ThreadsParams

@@ -78,7 +78,7 @@ function M.update(snapshot)
   elseif not M.window_known(snapshot.workspace, snapshot.thread) then
     -- A new agent session: its window is ctxd's default until the daemon knows the model, which
     -- `ctxd/threads` says (a usage notification does not).
-    require('ctxd.lsp').reload_threads(snapshot.workspace)
+    require('ctxd.lsp').reload_threads(snapshot.workspace, snapshot.thread)
   end
   for _, fn in pairs(subscribers) do
     local ok, err = pcall(fn, snapshot)

@@ -105,6 +105,53 @@ function M.set_list(workspace, result)
   return list
 end
 
+--- The time a thread was last active, comparable as text: ISO times in UTC, `Z` or `+00:00`.
+---@param info ctxd.ThreadInfo
+local function newest_first(info)
+  local key = activity_key(info)
+  return key:sub(1, 19), key:sub(20):gsub('Z$', '+00:00')
+end
+
+--- Take in a `ctxd/threads` answer for some threads only (asked with `threads`, after a
+--- `ctxd/threadsChanged` that named them): they replace what was known of them, and the newest of
+--- all the known threads that holds something is followed. Returns the threads it brought.
+---@param workspace string
+---@param result { threads: ctxd.ThreadInfo[] }?
+---@return ctxd.ThreadInfo[]
+function M.merge(workspace, result)
+  local by_name = known[workspace]
+  if not by_name then
+    return M.set_list(workspace, result)
+  end
+  local list = type(result) == 'table' and type(result.threads) == 'table' and vim.deepcopy(result.threads) or {}
+  list = vim.tbl_filter(function(info)
+    return type(info) == 'table' and type(info.thread) == 'string'
+  end, list)
+  for _, info in ipairs(list) do
+    by_name[info.thread] = info
+  end
+  local best, best_day, best_rest
+  for _, info in pairs(by_name) do
+    if info.itemCount == nil or info.itemCount > 0 then
+      local day, rest = newest_first(info)
+      if best == nil or day > best_day or (day == best_day and rest > best_rest) then
+        best, best_day, best_rest = info, day, rest
+      end
+    end
+  end
+  if best then
+    followed[workspace] = best.thread
+  end
+  return list
+end
+
+--- Whether `ctxd/threads` was read for `workspace` (so some of its threads can be read alone).
+---@param workspace string
+---@return boolean
+function M.knows(workspace)
+  return known[workspace] ~= nil
+end
+
 --- What `ctxd/threads` last said of a thread, if anything.
 ---@param workspace string?
 ---@param thread string
@@ -182,6 +229,24 @@ function M.refresh(lsp_client, workspace, cb)
     local list = {}
     if not err then
       list = M.set_list(workspace, result)
+    end
+    if cb then
+      cb(list, err)
+    end
+  end)
+end
+
+--- Fetch `ctxd/threads` of only `names` (a daemon before protocol 4 answers with every thread),
+--- take them in (`merge`), then call `cb(threads)`.
+---@param lsp_client vim.lsp.Client
+---@param workspace string
+---@param names string[]
+---@param cb fun(threads: ctxd.ThreadInfo[], err: any)?
+function M.refresh_some(lsp_client, workspace, names, cb)
+  lsp_client:request(methods.threads, { workspace = workspace, threads = names }, function(err, result)
+    local list = {}
+    if not err then
+      list = M.merge(workspace, result)
     end
     if cb then
       cb(list, err)

@@ -62,7 +62,8 @@ t.describe(':Ctxd hooks', function()
   t.it('status before any install says so, and how to add them', function()
     vim.cmd('Ctxd hooks status')
     local said = h.wait_message('hooks: ', 30000)
-    t.eq('ctxd: hooks: Claude Code not installed; Codex not installed; :Ctxd hooks install adds them', said.full)
+    t.eq('ctxd: hooks: Claude Code not installed; Codex not installed; Gemini CLI not installed; OpenCode not installed; '
+      .. 'Qwen Code not installed; :Ctxd hooks install adds them', said.full)
     local shown = buffer_with('claude user: hooks none')
     t.contains('codex user: hooks none', shown.text)
   end)
@@ -91,8 +92,9 @@ t.describe(':Ctxd hooks', function()
     h.messages = {}
     vim.cmd('Ctxd hooks status')
     local said = h.wait_message('hooks: ', 30000)
-    t.eq("ctxd: hooks: Claude Code installed (user); Codex installed (user), not trusted yet: review them in the agent's /hooks",
-      said.full)
+    t.eq("ctxd: hooks: Claude Code installed (user); Codex installed (user), not trusted yet: review them in the agent's /hooks; "
+      .. "Gemini CLI installed (user); OpenCode installed (user), not trusted yet: review them in the agent's /hooks; "
+      .. 'Qwen Code installed (user)', said.full)
     buffer_with('claude user: hooks UserPromptSubmit')
     -- Installing again: nothing to change, nothing asked.
     h.messages = {}

@@ -1,0 +1,220 @@
+"""Where a JSON object's top-level values are, without building them (ctxd/agents/_skim.c).
+
+A session file's summary needs a few small fields of each line; most of a line's bytes are a
+tool's output or a file that it never reads. `fields` and `elements` return offsets into the
+line, so that only what is needed is decoded. The C extension is optional (setup.py): without it
+the same functions run here, in Python, with the same answers (slower).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+_BLANK = b" \t\r\n"
+_DELIMITERS = frozenset(b",}] \t\r\n")
+
+
+def _blanks(data: bytes, i: int) -> int:
+    n = len(data)
+    while i < n and data[i] in _BLANK:
+        i += 1
+    return i
+
+
+def _string_end(data: bytes, i: int) -> int:
+    """The offset after the string opened at `i`, or -1 when it is not closed."""
+    p = i + 1
+    while True:
+        at = data.find(b'"', p)
+        if at < 0:
+            return -1
+        back = at - 1
+        while back > i and data[back] == 0x5C:  # a backslash
+            back -= 1
+        if (at - 1 - back) % 2 == 0:
+            return at + 1
+        p = at + 1
+
+
+def _value_end(data: bytes, i: int) -> int:
+    n = len(data)
+    if i >= n:
+        return -1
+    c = data[i]
+    if c == 0x22:  # "
+        return _string_end(data, i)
+    if c in b"{[":
+        depth = 0
+        while i < n:
+            c = data[i]
+            if c == 0x22:
+                i = _string_end(data, i)
+                if i < 0:
+                    return -1
+                continue
+            if c in b"{[":
+                depth += 1
+            elif c in b"}]":
+                depth -= 1
+                if depth == 0:
+                    return i + 1
+            i += 1
+        return -1
+    start = i
+    while i < n and data[i] not in _DELIMITERS:
+        i += 1
+    return i if i > start else -1
+
+
+def py_fields(data: bytes | memoryview, start: int, keys: tuple[bytes, ...]) -> tuple[int, ...] | None:
+    """The C extension's `fields`, in Python (see _skim.c)."""
+    data = bytes(data)
+    spans = [-1] * (2 * len(keys))
+    n = len(data)
+    i = _blanks(data, start) if start >= 0 else n
+    if i >= n or data[i] != 0x7B:  # {
+        return None
+    i = _blanks(data, i + 1)
+    if i < n and data[i] == 0x7D:
+        return (*spans, i + 1)
+    while i < n and data[i] == 0x22:
+        key_end = _string_end(data, i)
+        if key_end < 0 or b"\\" in data[i + 1:key_end - 1]:
+            return None
+        name = data[i + 1:key_end - 1]
+        i = _blanks(data, key_end)
+        if i >= n or data[i] != 0x3A:  # :
+            return None
+        i = _blanks(data, i + 1)
+        value_start, stop = i, _value_end(data, i)
+        if stop < 0:
+            return None
+        for k, key in enumerate(keys):
+            if key == name:
+                spans[2 * k], spans[2 * k + 1] = value_start, stop
+        i = _blanks(data, stop)
+        if i < n and data[i] == 0x2C:  # ,
+            i = _blanks(data, i + 1)
+            continue
+        if i < n and data[i] == 0x7D:
+            return (*spans, i + 1)
+        return None
+    return None
+
+
+def py_elements(data: bytes | memoryview, start: int) -> tuple[int, ...] | None:
+    """The C extension's `elements`, in Python (see _skim.c)."""
+    data = bytes(data)
+    out: list[int] = []
+    n = len(data)
+    i = _blanks(data, start) if start >= 0 else n
+    if i >= n or data[i] != 0x5B:  # [
+        return None
+    i = _blanks(data, i + 1)
+    if i < n and data[i] == 0x5D:
+        return ()
+    while i < n:
+        stop = _value_end(data, i)
+        if stop < 0:
+            return None
+        out += (i, stop)
+        i = _blanks(data, stop)
+        if i < n and data[i] == 0x2C:
+            i = _blanks(data, i + 1)
+            continue
+        if i < n and data[i] == 0x5D:
+            return tuple(out)
+        return None
+    return None
+
+
+def value(data: bytes, base: int, found: tuple[int, ...], n: int) -> Any:
+    """The value of the `n`-th skimmed key (offsets from `base`), decoded; None when absent or not
+    JSON. A plain string, true, false and null are read without the JSON parser."""
+    start, end = found[2 * n], found[2 * n + 1]
+    if start < 0:
+        return None
+    start, end = start + base, end + base
+    first = data[start]
+    if first == 0x22 and data.find(b"\\", start, end) < 0:  # a string without escapes
+        return data[start + 1:end - 1].decode("utf-8", "replace")
+    if end - start <= 5:
+        word = data[start:end]
+        if word in _WORDS:
+            return _WORDS[word]
+    from ctxd.agents.jsonl import parse
+
+    rec = parse('{"v":' + data[start:end].decode("utf-8", "replace") + "}")
+    return rec.get("v") if rec is not None else None
+
+
+_WORDS: dict[bytes, Any] = {b"true": True, b"false": False, b"null": None}
+
+
+def _plain(data: bytes, start: int, end: int) -> Any:
+    if start < 0:
+        return None
+    text = data[start:end]
+    if text[:1] == b'"' and b"\\" not in text:
+        return text[1:-1].decode("utf-8", "replace")
+    if text in _WORDS:
+        return _WORDS[text]
+    if len(text) <= 18 and (text.isdigit() or (text[:1] == b"-" and text[1:].isdigit())):
+        digits = text.lstrip(b"-")
+        if digits and not (digits[:1] == b"0" and len(digits) > 1):
+            return int(text)
+    return (start, end)
+
+
+def py_values(data: bytes | memoryview, start: int, end: int, keys: tuple[bytes, ...]) -> tuple[Any, ...] | None:
+    """The C extension's `values`, in Python (see _skim.c)."""
+    data = bytes(data)[:end]
+    found = py_fields(data, start, keys)
+    if found is None:
+        return None
+    return tuple(_plain(data, found[2 * k], found[2 * k + 1]) for k in range(len(keys)))
+
+
+def decode(data: bytes, found: Any) -> Any:
+    """A value `values` gave: as it is, or decoded from its offsets (None when it is not JSON)."""
+    if not isinstance(found, tuple):
+        return found
+    from ctxd.agents.jsonl import parse
+
+    rec = parse('{"v":' + data[found[0]:found[1]].decode("utf-8", "replace") + "}")
+    return rec.get("v") if rec is not None else None
+
+
+def py_lines(data: bytes | memoryview, start: int, end: int, key: bytes, skip: tuple[bytes, ...],
+             needles: tuple[bytes, ...]) -> list[int]:
+    """The C extension's `lines`, in Python (see _skim.c)."""
+    data = bytes(data)
+    out: list[int] = []
+    end = min(end, len(data))
+    i = max(0, start)
+    while i < end:
+        stop = data.find(b"\n", i, end)
+        if stop < 0:
+            stop = end
+        line = data[i:stop]
+        if line.strip():
+            found = py_fields(line, 0, (key,))
+            take = found is None or found[0] < 0 or line[found[0]:found[1]] not in skip or any(
+                needle in line for needle in needles)
+            if take:
+                out += (i, stop)
+        i = stop + 1
+    return out
+
+
+fields: Callable[[bytes | memoryview, int, tuple[bytes, ...]], tuple[int, ...] | None]
+elements: Callable[[bytes | memoryview, int], tuple[int, ...] | None]
+lines: Callable[[bytes | memoryview, int, int, bytes, tuple[bytes, ...], tuple[bytes, ...]], list[int]]
+values: Callable[[bytes | memoryview, int, int, tuple[bytes, ...]], tuple[Any, ...] | None]
+try:
+    from ctxd.agents._skim import elements, fields, lines, values
+    NATIVE = True
+except ImportError:  # no compiler at install: the same answers, in Python
+    fields, elements, lines, values = py_fields, py_elements, py_lines, py_values
+    NATIVE = False

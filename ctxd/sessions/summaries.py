@@ -1,0 +1,432 @@
+"""Summaries of the agents' session files, kept in the state dir: each file is read once.
+
+A summary is what `ctxd sessions` and the owner's thread list show of a session file (title,
+model, fill, cost, turns, last activity, ...) and where its summary reader stands (its offset,
+the first bytes and those before the offset as read, and the little state it carries), with the
+file as it was then (device, inode, size, mtime). Whoever reads a file writes its summary: the
+CLI, and the owner as it follows the sessions. They live in one SQLite database
+(`<state dir>/sessions/summaries.sqlite3`, WAL), so the CLI and the owner share them, each write
+a transaction under SQLite's lock; a write never takes a summary back to an earlier offset of the
+same file.
+
+Only the agents whose module gives a summary reader (`Agent.summary_reader`: Codex and Claude
+Code, whose lines are skimmed) are summarized; the others' sessions are read whole, as the daemon
+reads them (`collect`).
+
+A summary is shown only while the file is exactly as it was read (same inode, size and mtime;
+the files its agent names beside it too, `Agent.summary_files`: Claude Code's subagents'). A file that grew is read from the summary's offset on,
+once its first bytes and those before the offset are checked to be the ones read; one that was
+replaced, truncated, rewritten in place, or whose mtime moved without it growing, is read again
+from its start. So a summary is never shown for a file that changed under it.
+
+Files outside the folder asked about are never read beyond their head (docs/sessions.md,
+Privacy): for those only the head's `cwd` is kept (a "peek"), so that the next run need not
+open them again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sqlite3
+import stat
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ctxd import agents
+from ctxd.agents.base import Agent
+from ctxd.agents.folders import Folders
+from ctxd.agents.jsonl import Reader, open_regular
+from ctxd.agents.session import Session
+from ctxd.sessions import discovery
+
+log = logging.getLogger(__name__)
+
+VERSION = 2  # of what a summary holds: a summary of another version is read again
+PARALLEL_BYTES = 64 * 1024 * 1024  # more to read than this: in worker processes, one per core
+BUSY_SECONDS = 5.0
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS summaries (
+    path TEXT PRIMARY KEY,
+    agent TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    file TEXT NOT NULL,
+    cwd TEXT,
+    facts TEXT,
+    state TEXT,
+    updated REAL NOT NULL
+) WITHOUT ROWID;
+"""
+
+
+def database_path(state_dir: Path) -> Path:
+    return state_dir / "sessions" / "summaries.sqlite3"
+
+
+FileStamp = tuple[int, int, int, int]  # device, inode, size, mtime (ns)
+
+
+def stamp(st: os.stat_result) -> FileStamp:
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+@dataclass
+class Stored:
+    """One file's row: `file` its stamp then (and its agent's `summary_files`'), `cwd` from its head,
+    `facts` what is shown (None: a peek only), `state` where its reader stands."""
+
+    path: str
+    agent: str
+    file: dict[str, Any]
+    cwd: str | None
+    facts: dict[str, Any] | None = None
+    state: dict[str, Any] | None = None
+
+
+def file_facts(path: str, agent: str) -> dict[str, Any] | None:
+    """The file's stamp, and those of the files its agent names beside it (Claude Code's subagents
+    add to its cost); None when it is not a regular file."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    facts: dict[str, Any] = {"stamp": list(stamp(st))}
+    found = agents.find(agent)
+    beside = []
+    for other in found.summary_files(path) if found is not None else []:
+        try:
+            beside.append([os.path.basename(other), *stamp(os.lstat(other))])
+        except OSError:
+            continue
+    if beside:
+        facts["beside"] = sorted(beside)
+    return facts
+
+
+def summarizes(agent: str) -> bool:
+    """Whether `agent`'s sessions are summarized (its module gives a summary reader)."""
+    found = agents.find(agent)
+    return found is not None and type(found).summary_reader is not Agent.summary_reader
+
+
+class Summaries:
+    """The state dir's summaries. Any process may open it; every write is one transaction."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.path = database_path(state_dir)
+        self._db: sqlite3.Connection | None = None
+
+    def _connect(self) -> sqlite3.Connection | None:
+        if self._db is not None:
+            return self._db
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            db = sqlite3.connect(self.path, timeout=BUSY_SECONDS, isolation_level=None, check_same_thread=False)
+            db.execute(f"PRAGMA busy_timeout = {int(BUSY_SECONDS * 1000)}")
+            if db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                db.execute("PRAGMA journal_mode = WAL")
+            db.execute("PRAGMA synchronous = NORMAL")
+            db.execute(_SCHEMA)
+        except (OSError, sqlite3.Error) as error:
+            log.info("summaries unavailable at %s (%s): every file is read", self.path, error)
+            return None
+        self._db = db
+        return db
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def load(self, paths: Iterable[str] | None = None) -> dict[str, Stored]:
+        """The rows (of `paths`, or all), without their readers' state."""
+        db = self._connect()
+        if db is None:
+            return {}
+        try:
+            rows = db.execute("SELECT path, agent, version, file, cwd, facts FROM summaries").fetchall()
+        except sqlite3.Error as error:
+            log.info("cannot read %s (%s)", self.path, error)
+            return {}
+        wanted = set(paths) if paths is not None else None
+        out = {}
+        for path, agent, version, file, cwd, facts in rows:
+            if version != VERSION or (wanted is not None and path not in wanted):
+                continue
+            try:
+                out[path] = Stored(path, agent, json.loads(file), cwd, json.loads(facts) if facts else None)
+            except ValueError:
+                continue
+        return out
+
+    def state(self, path: str) -> dict[str, Any] | None:
+        db = self._connect()
+        if db is None:
+            return None
+        try:
+            row = db.execute("SELECT state FROM summaries WHERE path = ? AND version = ?", (path, VERSION)).fetchone()
+            return json.loads(row[0]) if row and row[0] else None
+        except (sqlite3.Error, ValueError):
+            return None
+
+    def save(self, rows: Iterable[Stored]) -> None:
+        """Write rows in one transaction. A row whose file is the one stored (same device and
+        inode) but read less far than the stored row is not written (another reader got further)."""
+        db = self._connect()
+        if db is None:
+            return
+        rows = list(rows)
+        if not rows:
+            return
+        try:
+            with _transaction(db):
+                for row in rows:
+                    offset = (row.state or {}).get("offset", -1)
+                    old = db.execute("SELECT file, state FROM summaries WHERE path = ?", (row.path,)).fetchone()
+                    if old is not None and old[1] and row.state is not None:
+                        before = json.loads(old[0]).get("stamp", [])[:2]
+                        if before == row.file.get("stamp", [])[:2] and json.loads(old[1]).get("offset", -1) > offset:
+                            continue
+                    db.execute("INSERT OR REPLACE INTO summaries VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                               (row.path, row.agent, VERSION, json.dumps(row.file), row.cwd,
+                                json.dumps(row.facts) if row.facts is not None else None,
+                                json.dumps(row.state) if row.state is not None else None, time.time()))
+        except (sqlite3.Error, ValueError) as error:
+            log.info("cannot write %s (%s)", self.path, error)
+
+
+@contextmanager
+def _transaction(db: sqlite3.Connection) -> Iterator[None]:
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+
+
+def new_reader(agent: str, path: str) -> Reader:
+    reader = agents.get(agent).summary_reader(path)
+    if reader is None:
+        raise ValueError(f"{agent}'s sessions are not summarized")
+    return reader
+
+
+@dataclass
+class Read:
+    """One file summarized: its row, its session and the items after its last report."""
+
+    stored: Stored
+    session: Session
+    tail: list[dict[str, Any]] = field(default_factory=list)
+    read: int = 0  # bytes read
+
+
+def summarize(path: str, agent: str, state: dict[str, Any] | None, cwd: str | None) -> Read | None:
+    """Bring a file's summary up to date: from `state` (where its reader stood) when the file is
+    still the one read and only grew, else from its start. None when it is not a regular file."""
+    before = file_facts(path, agent)
+    if before is None:
+        return None
+    reader = new_reader(agent, path)
+    if state is not None:
+        opened = open_regular(path)
+        if opened is not None:
+            fd, st = opened
+            try:
+                reader.restore(state)
+                if not reader.matches(fd, st) or (st.st_size == reader.offset and
+                                                  list(stamp(st)) != state.get("stamp")):
+                    reader = new_reader(agent, path)  # replaced, shorter, rewritten in place
+            except (KeyError, TypeError, ValueError):
+                reader = new_reader(agent, path)
+            finally:
+                os.close(fd)
+    start = reader.offset
+    reader.read()
+    if reader.replay:  # a rewind to a line it no longer remembers: the whole file again
+        reader = new_reader(agent, path)
+        start = 0
+        reader.read()
+    session = reader.session
+    saved = reader.position()
+    saved["stamp"] = before["stamp"]  # the file as it was before this read: a change during it is read next time
+    facts = {"session": _shown(session)}
+    return Read(Stored(path, agent, before, session.cwd if session.cwd is not None else cwd, facts, saved),
+                session, list(session.tail), reader.bytes_read if start == 0 else max(0, reader.offset - start))
+
+
+def fill(session: Session, tail: list[dict[str, Any]] | None = None, wait: bool = True) -> int | None:
+    """The fill by docs/sessions.md's one rule, as the gauge computes it from the mirrored ledger
+    (`ctxd.ledger.thread.thread_usage`): the agent's latest report plus ctxd's count of the items
+    written after it (`tail`, else the session's), with the session model's counter (`wait`: for
+    its encoding, else an estimate while it loads); None until the agent has reported (a new
+    session, after a compaction)."""
+    if session.baseline is None:
+        return None
+    after = session.after_report() if tail is None else tail
+    if not after:
+        return session.baseline
+    from ctxd.ledger.truncation import truncate_tool_output, with_serialization_allowance
+    from ctxd.settings import Settings
+    from ctxd.tokens.counter import TOKENIZERS, Counter, count_item
+
+    counter = TOKENIZERS.counter(session.model)
+    if counter.slot is not None:
+        if wait:
+            counter.slot.wait(timeout=60)  # exact, as the daemon is once its encoding is loaded
+        elif counter.slot.get() is None:
+            counter = Counter(None, counter.profile, None)
+    limit = with_serialization_allowance(Settings().tool_output_token_limit)
+    return session.baseline + sum(count_item(truncate_tool_output(item, limit), counter.count) for item in after)
+
+
+def _shown(session: Session) -> dict[str, Any]:
+    """What a summary keeps of a session to show it (no instructions, tools or tail)."""
+    state = session.to_state()
+    for name in ("base_instructions", "tools", "tail", "first_request"):
+        state.pop(name, None)
+    return state
+
+
+def fresh(stored: Stored | None, path: str) -> bool:
+    """The file is exactly as it was when `stored` was made."""
+    return stored is not None and file_facts(path, stored.agent) == stored.file
+
+
+@dataclass
+class Found:
+    """A session of the folder, from its summary or read whole; `used` its fill when known (else
+    counted from the session)."""
+
+    session: Session
+    used: int | None = None
+
+
+Counter = Callable[[Session, list[dict[str, Any]]], int | None]
+
+
+def collect(folder: Path, sources: list[discovery.Source], state_dir: Path | None, fill: Counter,
+            workers: int = 1) -> list[Found]:
+    """Every session of `folder`. Those of an agent that summarizes: from the summaries where the
+    file did not change, else read (from where its summary stood), their fill counted (`fill`),
+    the summaries written back; with more than PARALLEL_BYTES to read and `workers` > 1, the reads
+    run in that many processes. The others' are read whole, once, as the daemon reads them."""
+    summarized = [s for s in sources if s.enabled and s.store is not None and summarizes(s.agent)]
+    found = _collect_summarized(folder, summarized, state_dir, fill, workers) if summarized else []
+    others = [s for s in sources if s not in summarized]
+    if any(s.enabled and s.store is not None for s in others):
+        from ctxd.sessions.follower import Follower
+
+        follower = Follower(lambda _update: None, others, poll=True)
+        follower.set_folders([folder])
+        follower.scan_once()
+        found.extend(Found(session) for session in follower.sessions(folder))
+    return found
+
+
+def _collect_summarized(folder: Path, sources: list[discovery.Source], state_dir: Path | None, fill: Counter,
+                        workers: int) -> list[Found]:
+    store = Summaries(state_dir) if state_dir is not None else None
+    known = store.load() if store is not None else {}
+    folders = Folders([folder])
+    found: list[Found] = []
+    todo: list[tuple[str, str, str | None]] = []  # (path, agent, cwd) to read
+    peeks: list[Stored] = []
+    for source in sources:
+        assert source.store is not None
+        for path in source.store.keys():
+            stored = known.get(path)
+            if stored is not None and stored.agent == source.agent and fresh(stored, path):
+                if folders.folder_of(stored.cwd) != folder:
+                    continue
+                if stored.facts is not None:
+                    session = Session.from_state(stored.agent, path, stored.facts["session"])
+                    used = stored.facts.get("used")
+                    found.append(Found(session, used if isinstance(used, int) else None))
+                    continue
+                todo.append((path, source.agent, stored.cwd))
+                continue
+            facts = file_facts(path, source.agent)
+            if facts is None:
+                continue
+            cwd, complete, peeked = source.store.peek_cwd(path, folders)
+            if not complete:
+                continue  # its head is not written yet
+            if folders.folder_of(cwd) != folder:
+                if cwd is not None or peeked:  # (nothing read: not looked at, its name says it is elsewhere)
+                    peeks.append(Stored(path, source.agent, facts, cwd))
+                continue
+            todo.append((path, source.agent, cwd))
+    states = {path: store.state(path) for path, _, _ in todo} if store is not None else {}
+    jobs = [(path, agent, states.get(path), cwd) for path, agent, cwd in todo]
+    done = [read for read in _run(jobs, workers) if read is not None]
+    for read in done:
+        used = None
+        if read.stored.facts is not None:
+            used = read.stored.facts["used"] = fill(read.session, read.tail)
+        if folders.folder_of(read.stored.cwd) == folder:
+            found.append(Found(read.session, used))
+    if store is not None:
+        store.save([*peeks, *(read.stored for read in done)])
+        store.close()
+    return found
+
+
+def _summarize_job(job: tuple[str, str, dict[str, Any] | None, str | None]) -> Read | None:
+    try:
+        return summarize(*job)
+    except Exception:  # noqa: BLE001 - one file that fails is left out, the others are shown
+        log.exception("cannot summarize %s", job[0])
+        return None
+
+
+Job = tuple[str, str, dict[str, Any] | None, str | None]  # `summarize`'s arguments
+
+
+def _run(jobs: list[Job], workers: int) -> list[Read | None]:
+    """The jobs' reads, here or in `workers` processes (forked: this process runs no thread yet),
+    the largest first so that the workers end together."""
+    order = sorted(range(len(jobs)), key=lambda n: -_size(jobs[n][0]))
+    out: list[Read | None] = [None] * len(jobs)
+    for n, result in zip(order, reads([jobs[n] for n in order], workers, "fork")):
+        out[n] = result
+    return out
+
+
+def reads(jobs: list[Job], workers: int, context: str) -> Iterator[Read | None]:
+    """The jobs' reads in their order, each as soon as it is done: in `workers` processes (made by
+    `context`: "spawn" from a process that runs threads) when there is more than PARALLEL_BYTES to
+    read, else here; here too when no process can be had."""
+    left = sum(_size(path) - int((state or {}).get("offset", 0)) for path, _, state, _ in jobs)
+    if workers < 2 or len(jobs) < 2 or left <= PARALLEL_BYTES:
+        yield from (_summarize_job(job) for job in jobs)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    done = 0
+    try:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(context)) as pool:
+            for result in pool.map(_summarize_job, jobs, chunksize=1):
+                done += 1
+                yield result
+    except (OSError, RuntimeError) as error:  # no processes to be had (or one died): the rest here
+        log.info("summarizing in this process (%s)", error)
+        yield from (_summarize_job(job) for job in jobs[done:])
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0

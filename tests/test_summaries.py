@@ -1,0 +1,245 @@
+"""Session summaries (issue #38): `ctxd sessions` reads a file once, and never shows a summary of
+a file that changed under it (rewritten, truncated, replaced); a summary says what the full
+reader says; slash-command sessions are titled and counted.
+
+The CLI runs as a process (`python -m ctxd sessions`) over a state dir of the test's own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ctxd.agents import skim
+from ctxd.agents.claude import ClaudeReader, session_id
+from ctxd.agents.codex import CodexReader
+from ctxd.sessions import summaries
+from tests import session_fixtures as fx
+from tests.rpc import REPO
+
+FIXTURES = REPO / "tests" / "fixtures" / "agents"
+
+
+def sessions(tmp_path: Path, ws: Path) -> list[dict[str, Any]]:
+    env = {"HOME": str(tmp_path), "CODEX_HOME": str(tmp_path / "codex"), "CLAUDE_CONFIG_DIR": str(tmp_path / "claude"),
+           "XDG_CONFIG_HOME": str(tmp_path / "config"), "XDG_STATE_HOME": str(tmp_path / "state"),
+           "PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
+    run = subprocess.run([sys.executable, "-m", "ctxd", "sessions", "--workspace", str(ws), "--format", "json"],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    rows: list[dict[str, Any]] = json.loads(run.stdout)
+    return rows
+
+
+def claude_lines(ws: Path, prompt: str, reply_tokens: int = 15_000) -> list[dict[str, Any]]:
+    return [fx.claude_user(prompt, "u1", None, ws, "2025-10-03T11:00:01.000Z"),
+            *fx.claude_assistant([{"type": "text", "text": "Done."}], "msg_01", "a1", "u1", ws,
+                                 "2025-10-03T11:00:02.000Z", fx.claude_usage(4, 100, reply_tokens, 20))]
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    folder = tmp_path / "ws"
+    folder.mkdir()
+    return folder
+
+
+def test_a_file_that_did_not_change_is_shown_from_its_summary(tmp_path: Path, ws: Path) -> None:
+    """The second run takes the summary: a file changed in place with its size and mtime put back
+    is not read again (shown as it was); once its mtime moves, it is read again."""
+    path = fx.write_jsonl(fx.claude_path(tmp_path / "claude", ws), claude_lines(ws, "Add a flag AAAA"))
+    assert [r["title"] for r in sessions(tmp_path, ws)] == ["Add a flag AAAA"]
+    st = path.stat()
+    path.write_bytes(path.read_bytes().replace(b"AAAA", b"BBBB"))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert [r["title"] for r in sessions(tmp_path, ws)] == ["Add a flag AAAA"]  # not read again
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    assert [r["title"] for r in sessions(tmp_path, ws)] == ["Add a flag BBBB"]
+
+
+def test_a_file_rewritten_in_place_under_its_summary_is_read_again(tmp_path: Path, ws: Path) -> None:
+    """Same inode, same size, other bytes (the mtime moved): read from its start, never the old
+    summary, also when the rewrite grew it."""
+    path = fx.write_jsonl(fx.claude_path(tmp_path / "claude", ws), claude_lines(ws, "Add a flag AAAA", 15_000))
+    assert [(r["title"], r["usedTokens"]) for r in sessions(tmp_path, ws)] == [("Add a flag AAAA", 15_124)]
+    with path.open("r+b") as out:  # in place: the same inode
+        out.write(path.read_bytes().replace(b"AAAA", b"BBBB").replace(b"15000", b"16000"))
+    assert [(r["title"], r["usedTokens"]) for r in sessions(tmp_path, ws)] == [("Add a flag BBBB", 16_124)]
+    with path.open("r+b") as out:  # in place, and longer: what was read is not what is there
+        out.write(path.read_bytes().replace(b"BBBB", b"CCCC") + b"\n")
+    assert [r["title"] for r in sessions(tmp_path, ws)] == ["Add a flag CCCC"]
+
+
+def test_a_file_truncated_under_its_summary_is_read_again(tmp_path: Path, ws: Path) -> None:
+    records = fx.codex_session(ws)
+    path = fx.write_jsonl(fx.codex_path(tmp_path / "codex"), records)
+    [row] = sessions(tmp_path, ws)
+    assert (row["turns"], row["usedTokens"]) == (1, 12_000)
+    fx.write_jsonl(path, records[:-2])  # cut before the last report (a shorter file)
+    [row] = sessions(tmp_path, ws)
+    assert row["usedTokens"] != 12_000 and row["cost"]["total"] < 0.02
+
+
+def test_a_file_replaced_under_its_summary_is_read_again(tmp_path: Path, ws: Path) -> None:
+    path = fx.write_jsonl(fx.claude_path(tmp_path / "claude", ws), claude_lines(ws, "Add a flag AAAA"))
+    assert [r["title"] for r in sessions(tmp_path, ws)] == ["Add a flag AAAA"]
+    other = fx.write_jsonl(tmp_path / "other.jsonl", claude_lines(ws, "Drop the flag ZZZZ"))
+    st = path.stat()
+    os.utime(other, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.replace(other, path)  # another inode under the name, same mtime
+    assert [r["title"] for r in sessions(tmp_path, ws)] == ["Drop the flag ZZZZ"]
+
+
+def test_a_file_that_grew_is_read_from_where_its_summary_stopped(tmp_path: Path, ws: Path) -> None:
+    """Appended lines are read on top of the summary: the same rows as reading it whole."""
+    path = fx.write_jsonl(fx.codex_path(tmp_path / "codex"), fx.codex_session(ws))
+    sessions(tmp_path, ws)
+    state = summaries.Summaries(tmp_path / "state" / "ctxd").state(str(path))
+    assert state is not None and state["offset"] == path.stat().st_size
+    fx.append_jsonl(path, [*fx.codex_turn("and the docs too", "2025-10-03T10:01:00.000Z"),
+                           fx.codex_token_count(15_000, {"input_tokens": 35_000, "cached_input_tokens": 17_000,
+                                                         "output_tokens": 900, "reasoning_output_tokens": 300,
+                                                         "total_tokens": 35_900}, "2025-10-03T10:01:05.000Z")])
+    grown = sessions(tmp_path, ws)
+    whole = summaries.summarize(str(path), "codex", None, None)
+    assert whole is not None
+    [row] = grown
+    assert (row["turns"], row["usedTokens"], row["lastActivity"]) == (2, 15_000, "2025-10-03T10:01:05.000Z")
+    assert row["usage"] == whole.session.total_usage().as_dict()
+
+
+def test_a_subagent_file_that_grew_is_read_again(tmp_path: Path, ws: Path) -> None:
+    """A Claude session's cost includes its subagents' files: one that changes makes the summary stale."""
+    path = fx.write_jsonl(fx.claude_path(tmp_path / "claude", ws), claude_lines(ws, "Add a flag"))
+    [before] = sessions(tmp_path, ws)
+    sub = path.with_suffix("") / "subagents" / "agent-1.jsonl"
+    fx.write_jsonl(sub, fx.claude_assistant([{"type": "text", "text": "sub"}], "msg_s1", "s1", None, ws,
+                                            "2025-10-03T11:00:03.000Z", fx.claude_usage(1_000, 0, 0, 500)))
+    [after] = sessions(tmp_path, ws)
+    assert after["cost"]["total"] > before["cost"]["total"]
+
+
+def test_a_session_started_by_a_slash_command_is_titled_and_counted(tmp_path: Path, ws: Path) -> None:
+    """`/init` (the command, then the prompt it stands for, isMeta, then the reply) is the title
+    and a turn; a local command (`/model`, answered by its own output) is neither."""
+    t = "2025-10-03T11:00:0{}.000Z".format
+    command = ("<command-message>init is analyzing your codebase…</command-message>\n"
+               "<command-name>/init</command-name>")
+    records = [
+        fx.claude_user("<command-name>/model</command-name>\n<command-message>model</command-message>\n"
+                       "<command-args></command-args>", "m1", None, ws, t(0)),
+        fx.claude_user("<local-command-stdout>Set model to opus</local-command-stdout>", "m2", "m1", ws, t(0)),
+        fx.claude_user(command, "u1", "m2", ws, t(1)),
+        fx.claude_user([{"type": "text", "text": "Please analyze this codebase and create a CLAUDE.md file"}],
+                       "u2", "u1", ws, t(1), isMeta=True),
+        *fx.claude_assistant([{"type": "text", "text": "Wrote CLAUDE.md."}], "msg_01", "a1", "u2", ws, t(2),
+                             fx.claude_usage(4, 100, 9_000, 20)),
+    ]
+    fx.write_jsonl(fx.claude_path(tmp_path / "claude", ws), records)
+    [row] = sessions(tmp_path, ws)
+    assert (row["title"], row["turns"]) == ("/init", 1)
+    reader = ClaudeReader(str(fx.claude_path(tmp_path / "claude", ws)), fx.CLAUDE_ID)  # the daemon's reader
+    change = reader.read()
+    assert reader.session.title == "/init" and [t.text for t in change.turns] == ["/init"]
+    # A command with arguments names them; a turn before it keeps the title.
+    fx.append_jsonl(fx.claude_path(tmp_path / "claude", ws), [
+        fx.claude_user("<command-name>/review</command-name>\n<command-args>the last change</command-args>",
+                       "u3", "a1", ws, t(3)),
+        *fx.claude_assistant([{"type": "text", "text": "Looks fine."}], "msg_02", "a2", "u3", ws, t(4),
+                             fx.claude_usage(4, 100, 9_500, 20))])
+    [row] = sessions(tmp_path, ws)
+    assert (row["title"], row["turns"]) == ("/init", 2)
+    assert [t.text for t in reader.read().turns] == ["/review the last change"]
+
+
+def fixture_files(tmp_path: Path) -> list[tuple[str, str]]:
+    """Session files of every shape the readers know, for the summary against the full reader."""
+    ws = "/home/user/app"
+    files = [(str(FIXTURES / "claude-2.1.332.jsonl"), "claude"),
+             (str(FIXTURES / "codex-0.171.0.jsonl"), "codex")]
+    made = {
+        "codex-old": (fx.codex_session(ws), "codex"),
+        "codex-compacted": (fx.codex_history(ws, ["alpha", "beta", "gamma"], replacement=[False, True]),
+                            "codex"),
+        "claude-old": (fx.claude_session(ws), "claude"),
+        "claude-compacted": (fx.claude_history(ws, ["alpha", "beta", "gamma"]), "claude"),
+        "claude-rewound": (fx.claude_session(ws) + [
+            fx.claude_user("No: a --debug flag", "u1c", "a1-2", ws, "2025-10-03T11:10:00.000Z"),
+            fx.claude_user([{"type": "tool_result", "tool_use_id": "x", "content": "after"}], "u1d", "u1c", ws,
+                           "2025-10-03T11:10:01.000Z")], "claude"),
+    }
+    for name, (records, agent) in made.items():
+        files.append((str(fx.write_jsonl(tmp_path / f"{name}.jsonl", records)), agent))
+    return files
+
+
+def test_a_summary_says_what_the_full_reader_says(tmp_path: Path) -> None:
+    """Title, turns, fill and what comes after it, cost, model, times, compactions and the cache's
+    facts: the summary reader (which skims the lines) and the daemon's reader agree on every shape."""
+    for path, agent in fixture_files(tmp_path):
+        full = CodexReader(path, window=False) if agent == "codex" else ClaudeReader(
+            path, session_id(path), window=False)
+        full.read()
+        read = summaries.summarize(path, agent, None, None)
+        assert read is not None
+        a, b = full.session, read.session
+        for name in ("title", "turn_count", "baseline", "last_activity", "started", "model", "compactions",
+                     "agent_compactions", "cwd", "id", "version", "context_window", "last_request_at", "cache_1h",
+                     "unknown", "first_request"):
+            assert getattr(a, name) == getattr(b, name), (path, name)
+        assert a.total_usage() == b.total_usage(), path
+        assert read.tail == a.tail, path
+
+
+def test_a_summary_taken_up_again_says_what_one_read_says(tmp_path: Path) -> None:
+    """A file read in two parts (its summary kept between them) ends as one read of it whole."""
+    for path, agent in fixture_files(tmp_path):
+        data = Path(path).read_bytes()
+        cut = data.rfind(b"\n", 0, len(data) // 2) + 1
+        part = tmp_path / "part" / Path(path).name
+        part.parent.mkdir(exist_ok=True)
+        part.write_bytes(data[:cut])
+        first = summaries.summarize(str(part), agent, None, None)
+        assert first is not None and first.stored.state is not None
+        state = json.loads(json.dumps(first.stored.state))  # as stored
+        with part.open("ab") as out:
+            out.write(data[cut:])
+        later = summaries.summarize(str(part), agent, state, None)
+        whole = summaries.summarize(path, agent, None, None)
+        assert later is not None and whole is not None
+        assert later.read < len(data)  # only what was added was read
+        for name in ("title", "turn_count", "baseline", "last_activity", "model", "compactions"):
+            assert getattr(later.session, name) == getattr(whole.session, name), (path, name)
+        assert later.session.total_usage() == whole.session.total_usage(), path
+        assert later.tail == whole.tail, path
+
+
+@pytest.mark.skipif(not skim.NATIVE, reason="the C extension is not built here (setup.py: no compiler)")
+@settings(max_examples=300, deadline=None)
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
+                    max_leaves=12),
+       st.sampled_from([None, 3, 7]))
+def test_the_skimmer_and_its_python_twin_agree(value: Any, cut: int | None) -> None:
+    """skim.py's Python functions answer as the C extension does, on JSON and on JSON cut short."""
+    line = json.dumps({"type": "x", "v": value, "w": [value, {"k": value}]}, ensure_ascii=False).encode()
+    if cut is not None:
+        line = line[:-cut]
+    keys = (b"type", b"v", b"w", b"k", b"missing")
+    assert skim.fields(line, 0, keys) == skim.py_fields(line, 0, keys)
+    assert skim.values(line, 0, len(line), keys) == skim.py_values(line, 0, len(line), keys)
+    found = skim.py_fields(line, 0, keys)
+    if found is not None and found[4] >= 0:
+        assert skim.elements(line, found[4]) == skim.py_elements(line, found[4])
+    text = line + b"\n" + line + b"\n\n" + b'{"type":"skip"}\n'
+    for skip in ((), (b'"x"',), (b'"skip"',)):
+        assert skim.lines(text, 0, len(text), b"type", skip, (b"k",)) == skim.py_lines(
+            text, 0, len(text), b"type", skip, (b"k",))
