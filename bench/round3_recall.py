@@ -16,9 +16,8 @@ every count is 0.
 
     recall_storm(root, cycles) -> dict      recall_failed(report) -> list[str]
 
-bench/stress.py can run it as one more storm: `("recall", lambda d: recall_storm(d, 30 // scale))`
-among its storms, and `failed += recall_failed(report)`. Alone: `python bench/round3_recall.py
-[--cycles 30]`.
+`python bench/stress.py --only recall` runs it among the storms; alone: `python
+bench/round3_recall.py [--cycles 30]`.
 """
 
 from __future__ import annotations
@@ -69,7 +68,7 @@ def hostile_queries(log: str, rng: random.Random) -> list[str]:
 
 def recall_storm(root: Path, cycles: int) -> dict[str, Any]:
     workspace, state = root / "ws", root / "state"
-    workspace.mkdir(parents=True)
+    workspace.mkdir(parents=True, exist_ok=True)  # (bench/stress.py makes it)
     rng = random.Random(36)
     log = build_log(900)
     items, tickets = planted_outputs(20)

@@ -31,6 +31,21 @@
    answer grows at most FRAME_GROWTH_MIB over the daemon's own before the first, and its peak while
    it takes each (VmHWM) at most FRAME_PEAK_TIMES the frame.
 
+14. install: `ctxd hooks install | uninstall` over random user configurations, changed between the
+   two as the agents change them (bench/round3_install.py): uninstall leaves every byte ctxd did
+   not write.
+15. hooks: real `ctxd hook` and `ctxd statusline` processes in hostile repositories (FIFOs, links to
+   /dev/zero, huge `.git` files, flooding status-line commands) (bench/round3_hooks.py): every run
+   within 2 s and its memory bound, nothing left behind.
+16. restore: ghost restores that fail part-way (full disk, a filling disk, RLIMIT_FSIZE, SIGKILL)
+   (bench/round3_restore.py): every file exactly as it was or exactly as the snapshot has it.
+17. followed: agent sessions with their own compactions, seen after the fact, live or across a
+   restart (bench/round3_followed.py): no gauge over 100%, no item lost or doubled.
+18. history: random sequences of history operations and their undo against the reference model
+   (bench/round3_history.py): no disagreement, duplicate or loss.
+19. recall: hostile queries (pasted logs of 200 and 1,000 words, every FTS5 operator) and damaged
+   recall indexes (bench/round3_recall.py): every answer within a second, every fact found again.
+
 The exit status is 1 when any goal or bound is missed.
 
 Run: python bench/stress.py            (everything; about 5-10 minutes on 2 cores)
@@ -69,6 +84,7 @@ from bench.round3_followed import followed_failed, followed_storm  # noqa: E402
 from bench.round3_history import history_failed, history_storm  # noqa: E402
 from bench.round3_hooks import hooks_failed, hooks_storm  # noqa: E402
 from bench.round3_install import install_failed, install_storm  # noqa: E402
+from bench.round3_recall import recall_failed, recall_storm  # noqa: E402
 from bench.round3_restore import restore_failed, restore_storm  # noqa: E402
 from bench.storms import concurrency_storm, sessions_storm, storage_storm, storms_failed  # noqa: E402
 from ctxd.ledger.cache import MAX_LOADED_ITEMS  # noqa: E402
@@ -253,9 +269,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a tenth of every run")
     parser.add_argument("--only", default="fuzz,storm,size,big,storage,concurrency,planted,tcp,numbers,threads,"
-                        "folders,sessions,gitfile,leaks,frame,install,hooks,restore,followed,history",
+                        "folders,sessions,gitfile,leaks,frame,install,hooks,restore,followed,history,recall",
                         help="comma-separated: fuzz,storm,size,big,storage,concurrency,planted,tcp,numbers,"
-                             "threads,folders,sessions,gitfile,leaks,frame,install,hooks,restore,followed,history")
+                             "threads,folders,sessions,gitfile,leaks,frame,install,hooks,restore,followed,history,recall")
     args = parser.parse_args()
     scale = 10 if args.quick else 1
     only = set(args.only.split(","))
@@ -283,6 +299,7 @@ def main() -> int:
             ("restore", lambda d: restore_storm(d, max(8, 40 // scale))),  # every mode twice
             ("followed", lambda d: followed_storm(d, max(8, 24 // scale))),
             ("history", lambda d: history_storm(d, 300 // scale)),
+            ("recall", lambda d: recall_storm(d, max(9, 30 // scale))),  # every damage at least once (every third cycle)
         ]:
             if name not in only:
                 continue
@@ -308,6 +325,7 @@ def main() -> int:
     failed += install_failed(report) + hooks_failed(report) + restore_failed(report)
     failed += followed_failed(report["followed"]) if "followed" in report else []
     failed += history_failed(report["history"]) if "history" in report else []
+    failed += recall_failed(report["recall"]) if "recall" in report else []
     print("FAILED: " + ", ".join(failed) if failed else "all goals met")
     return 1 if failed else 0
 

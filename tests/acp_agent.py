@@ -6,6 +6,8 @@ What a prompt's text asks for:
   when allowed, `fs/write_text_file` of <text> to <path> through the editor, the tool call
   completed; then "Done." streamed;
 - `run <command>`: a tool call of kind execute, a permission request, completed (nothing runs);
+- `tool <kind> <title>`: a tool call of that kind (delete, move...), a permission request, completed
+  (nothing is done);
 - `die <code>`: one chunk, then the process exits with <code> (a crash mid-turn);
 - `quiet`: the turn ends at once, nothing streamed;
 - anything else: its words streamed back in three chunks ("Echo: …").
@@ -102,9 +104,10 @@ def prompt(session: str, text: str) -> str:
             update(session, {"sessionUpdate": "tool_call_update", "toolCallId": call_id, "status": "failed"})
         said = "Done."
         chunk(session, said)
-    elif words[0] == "run":
+    elif words[0] in ("run", "tool"):
         call_id = f"call-{turn_number}"
-        allowed = tool_turn(session, call_id, f"Run {text[4:]}", "execute", None)
+        kind, title = ("execute", f"Run {text[4:]}") if words[0] == "run" else (words[1], " ".join(words[2:]))
+        allowed = tool_turn(session, call_id, title, kind, None)
         update(session, {"sessionUpdate": "tool_call_update", "toolCallId": call_id,
                          "status": "completed" if allowed else "failed", "rawOutput": {"exitCode": 0}})
         said = "Ran."

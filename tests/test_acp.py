@@ -342,6 +342,29 @@ def test_a_tool_checkpoint_is_a_new_commit_when_the_tree_changed_since_the_turn(
         editor.close()
 
 
+@pytest.mark.parametrize("prompt,kind", [("run make", "execute"), ("tool delete Delete old.txt", "delete"),
+                                         ("tool move Move a.txt to b.txt", "move")])
+def test_an_allowed_execute_delete_or_move_takes_a_tool_checkpoint_first(
+        repo: Path, state_dir: Path, tmp_path: Path, client: Client, prompt: str, kind: str) -> None:
+    """Every kind of tool call that may change the tree (not only an edit) is checkpointed before
+    the agent hears it is allowed: the checkpoint holds the tree as it was then."""
+    editor = RawEditor(PROXY + AGENT, agent_env(state_dir, tmp_path, "raw"), repo)
+    try:
+        session = start_session(editor, repo)
+        editor.request("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": prompt}]})
+        asked = editor.wait(lambda m: m.get("method") == "session/request_permission")
+        (repo / "c.txt").write_text("changed before the tool ran\n")  # the tree moved on since the turn's
+        editor.send({"id": asked["id"], "result": {"outcome": {"outcome": "selected", "optionId": "yes"}}})
+        editor.wait(lambda m: "result" in m and m["result"].get("stopReason") == "end_turn")
+        tools = [c for c in checkpoints(client, repo) if c["trigger"] == "tool"]
+        assert [c["tool"]["name"] for c in tools] == [kind]
+        (repo / "c.txt").write_text("the tool's change\n")
+        client.request("ctxd/ghost/restore", {"workspace": repo.as_uri(), "id": tools[0]["id"]})
+        assert (repo / "c.txt").read_text() == "changed before the tool ran\n"
+    finally:
+        editor.close()
+
+
 def test_a_rejected_or_read_only_tool_takes_no_tool_checkpoint(repo: Path, state_dir: Path, tmp_path: Path,
                                                                client: Client) -> None:
     editor = RawEditor(PROXY + AGENT, agent_env(state_dir, tmp_path, "raw"), repo)

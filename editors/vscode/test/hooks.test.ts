@@ -62,8 +62,9 @@ describe('agent hooks from the editor (real ctxd hooks)', () => {
   test("the agents come from ctxd hooks status, not from a list of the extension's own", async () => {
     const status = await readHooksStatus(run);
     assert.ok('states' in status, JSON.stringify(status));
-    assert.deepEqual(hookAgents(status.states), ['claude', 'codex']);
-    assert.deepEqual(hooksSummary(status.states), ['Claude Code: not installed', 'Codex: not installed']);
+    assert.deepEqual(hookAgents(status.states), ['claude', 'codex', 'gemini', 'opencode', 'qwen']);
+    assert.deepEqual(hooksSummary(status.states), ['Claude Code: not installed', 'Codex: not installed', 'Gemini CLI: not installed',
+      'OpenCode: not installed', 'Qwen Code: not installed']);
     // An agent a newer ctxd adds appears by its own name.
     const newer = parseHooksStatus('claude user: hooks none; status line no; MCP server no (/a)\nqwen user: hooks UserPromptSubmit (trusted); MCP server no (/b)\nfutureagent user: hooks none (/c)\n');
     assert.deepEqual(hookAgents(newer), ['claude', 'qwen', 'futureagent']);
@@ -80,8 +81,8 @@ describe('agent hooks from the editor (real ctxd hooks)', () => {
     assert.equal(opened.length, 1);
     assert.match(opened[0], /^--- /m);
     assert.ok(changedFiles(opened[0]).includes(claudeSettings), opened[0].slice(0, 400));
-    assert.equal(ui.picks[0][0].label, 'All agents: Claude Code and Codex');
-    assert.match(ui.confirms[0].message, /^Install ctxd's hooks into Claude Code and Codex\?$/);
+    assert.equal(ui.picks[0][0].label, 'All agents: Claude Code, Codex, Gemini CLI, OpenCode and Qwen Code');
+    assert.match(ui.confirms[0].message, /^Install ctxd's hooks into Claude Code, Codex, Gemini CLI, OpenCode and Qwen Code\?$/);
     assert.ok(ui.confirms[0].detail.includes(claudeSettings));
   });
 

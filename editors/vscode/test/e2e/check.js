@@ -1030,14 +1030,14 @@ async function checkHooksInstall(page) {
   const home = process.env.CTXD_E2E_AGENT_HOME;
   const settings = path.join(home, '.claude', 'settings.json');
   await runCommand(page, 'ctxd: Install Agent Hooks');
-  await pickRow(page, 'All agents: Claude Code and Codex');
+  await pickRow(page, 'All agents: Claude Code, Codex, Gemini CLI, OpenCode and Qwen Code');
   await until('the diff beside the question', async () => /ctxd-hooks-install\.diff/.test((await activeEditor(page)).name));
   const diff = (await activeEditor(page)).text;
   if (!diff.includes(settings)) throw new Error(`the diff does not name ${settings}:\n${diff.slice(0, 600)}`);
   if (fs.existsSync(settings)) throw new Error('Claude Code settings written before the user agreed');
-  await until('the question', () => page.evaluate(() => /Install ctxd's hooks into Claude Code and Codex\?/.test(document.querySelector('.monaco-dialog-box')?.textContent || '')));
+  await until('the question', () => page.evaluate(() => /Install ctxd's hooks into Claude Code, Codex, Gemini CLI, OpenCode and Qwen Code\?/.test(document.querySelector('.monaco-dialog-box')?.textContent || '')));
   await shot(page, 'vscode-hooks-diff.png');
-  await answerDialog(page, /Install ctxd's hooks into Claude Code and Codex\?/, 'Install');
+  await answerDialog(page, /Install ctxd's hooks into Claude Code, Codex, Gemini CLI, OpenCode and Qwen Code\?/, 'Install');
   const done = await waitToast(page, /ctxd's hooks are installed\./, 'the hooks message');
   if (!/Codex: installed \(user\), not trusted yet: review them in Codex's \/hooks/.test(done.text)) throw new Error(`the hooks message: ${done.text}`);
   const written = JSON.parse(fs.readFileSync(settings, 'utf8'));
