@@ -72,7 +72,8 @@ class Session:
 def session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Session]:
     # The daemon follows agent sessions after `initialize`: never this machine's real ones.
     for name, folder in (("XDG_STATE_HOME", "xdg-state"), ("XDG_CONFIG_HOME", "xdg-config"),
-                         ("CODEX_HOME", "codex-home"), ("CLAUDE_CONFIG_DIR", "claude-home")):
+                         ("CODEX_HOME", "codex-home"), ("CLAUDE_CONFIG_DIR", "claude-home"),
+                         ("QWEN_HOME", "qwen-home"), ("GEMINI_CLI_HOME", "gemini-home"), ("XDG_DATA_HOME", "xdg-data")):
         monkeypatch.setenv(name, str(tmp_path / folder))
     connection, client = memory()
     server = CtxdServer(connection, tmp_path / "state")

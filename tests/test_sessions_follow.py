@@ -407,3 +407,17 @@ def test_a_root_deleted_and_made_again_is_followed_again(follow, tmp_path: Path)
     sid = "0199a213-0000-7800-8aa1-0000000000cc"
     fx.write_jsonl(fx.codex_path(codex_home, sid), fx.codex_session(ws, sid))
     assert next_update(updates, f"codex:{sid}", timeout=30).fresh
+
+
+def test_a_follower_stopped_before_it_started_starts_nothing(tmp_path: Path) -> None:
+    """A daemon that closes while its warm-up is still starting the follower (the editor left at
+    once): the stop wins, no watcher or worker thread is left running, and nothing raises."""
+    sources = discovery.sources({"codex": str(tmp_path / "codex"), "claude": str(tmp_path / "claude")},
+                                env={"HOME": str(tmp_path)})
+    follower = Follower(lambda update: None, sources, poll=False)
+    follower.stop()
+    follower.start()  # too late: a no-op
+    try:
+        assert follower._worker is None and follower._observer is None
+    finally:
+        follower.stop()

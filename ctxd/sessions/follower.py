@@ -126,6 +126,7 @@ class Follower:
         self._files: dict[str, _File] = {}
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
+        self._lifecycle = threading.Lock()  # start and stop, one at a time
         self._dirty: dict[str, None] = {}  # paths to read, in arrival order, each once
         self._rescan = True
         self._stop = False
@@ -146,19 +147,21 @@ class Follower:
     # --- lifecycle ---
 
     def start(self) -> None:
-        if not self.roots:
-            return
-        self._start_observer()
-        self._worker = threading.Thread(target=self._run, name="ctxd-sessions", daemon=True)
-        self._worker.start()
+        with self._lifecycle:  # a stop on another thread (the daemon closing) waits for this
+            if not self.roots or self._stop:
+                return
+            self._start_observer()
+            self._worker = threading.Thread(target=self._run, name="ctxd-sessions", daemon=True)
+            self._worker.start()
 
     def stop(self) -> None:
-        with self._wake:
-            self._stop = True
-            self._wake.notify_all()
-        stop_observer(self._observer)
-        if self._worker is not None:
-            self._worker.join(timeout=5)
+        with self._lifecycle:
+            with self._wake:
+                self._stop = True
+                self._wake.notify_all()
+            stop_observer(self._observer)
+            if self._worker is not None:
+                self._worker.join(timeout=5)
 
     def set_folders(self, folders: list[Path], without: Mapping[str, Collection[Path]] | None = None) -> None:
         """The open workspace folders changed: sessions are matched again (from the cwd already
