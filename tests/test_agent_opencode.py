@@ -325,7 +325,10 @@ def test_the_daemon_follows_an_opencode_session_read_only_with_its_fill_cost_and
     [source] = [s for s in client.request("ctxd/status", {"workspace": uri})["sources"] if s["agent"] == "opencode"]
     assert (source["version"], source["enabled"], source["sessions"]) == ("1.18.33", True, 1)
     assert source["unread"] == []  # every kind of row this OpenCode wrote is one ctxd reads
-    breakdown = client.request("ctxd/usage", {"workspace": uri, "thread": thread})
+    # Listed before every row is mirrored (a thread is listed at its first slice): the fill once
+    # the database is read to its end.
+    breakdown = _until(lambda: (lambda b: b if b["usage"]["usedTokens"] == 3005 else None)(
+        client.request("ctxd/usage", {"workspace": uri, "thread": thread})))
     usage = breakdown["usage"]
     # The TUI's fill, of the window opencode.json declares, compacting at context - min(output, 32,000).
     assert (usage["usedTokens"], usage["contextWindow"], usage["autoCompactLimit"]) == (3005, 20000, 16000)
