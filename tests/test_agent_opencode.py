@@ -282,7 +282,8 @@ FAKE_CONFIG = {"provider": {"fake": {"npm": "@ai-sdk/openai-compatible", "models
     "qwen3-coder-plus": {"limit": {"context": 20000, "output": 4000},
                          "cost": {"input": 1.0, "output": 5.0, "cache_read": 0.1, "cache_write": 1.25}}}}},
     "model": "fake/qwen3-coder-plus"}
-# ctxd's own price table has no qwen3-coder-plus: the user's config gives it OpenCode's prices.
+# The fake provider's prices (OpenCode's config above) are not ctxd's table's (DashScope's, without a
+# cached rate for qwen3-coder-plus): the user's config gives ctxd the same prices as OpenCode.
 PRICES_TOML = '[prices."qwen3-coder-plus"]\ninput = 1.0\noutput = 5.0\ncachedInput = 0.1\ncacheWrite = 1.25\n'
 
 

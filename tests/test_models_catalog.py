@@ -17,6 +17,7 @@ from ctxd.sessions import overview as sessions_cli
 from ctxd.sessions import pricing
 from ctxd.tokens import catalog
 from tests import agent_models
+from tests import agents as agents_module
 from tests import session_fixtures as fx
 
 RAW_PRICES = json.loads(resources.files("ctxd.sessions").joinpath("prices.json").read_text(encoding="utf-8"))["models"]
@@ -72,6 +73,28 @@ def test_every_codex_model_has_its_window_and_a_price_or_a_reason(agents) -> Non
             wrong.append(f"{name}: neither priced nor said why not")
     assert not missing, f"models Codex {agent_models.CODEX[1]} lists and ctxd does not: {missing}"
     assert not wrong, "\n".join(wrong)
+
+
+def test_every_gemini_cli_and_qwen_code_model_has_its_vendors_models_dev_price_or_a_reason() -> None:
+    """Gemini's and Qwen's rows are those bench/opencode_prices.py writes from OpenCode's models.dev
+    snapshot (the vendors' own providers), for every model Gemini CLI and qwen-code name."""
+    folders = {"gemini": agents_module.install(agents_module.GEMINI).parents[2],
+               "qwen": agents_module.install(agents_module.QWEN).parents[2]}
+    names = agent_models.agent_model_names(folders)
+    assert {"gemini-2.5-pro", "gemini-2.5-flash"} <= set(names["gemini"])
+    assert {"qwen3-coder-plus", "qwen3.7-plus"} <= set(names["qwen"])
+    snapshot = agent_models.opencode_models_dev(agents_module.install(agents_module.OPENCODE).parents[2])
+    assert snapshot["google"]["name"] == "Google" and "dashscope-intl" in snapshot["alibaba"]["api"]
+    rows = agent_models.models_dev_rows(snapshot, names)
+    wrong = [f"{name}: ours {RAW_PRICES.get(name)}, models.dev {row}" for name, row in rows.items()
+             if RAW_PRICES.get(name) != row]
+    assert not wrong, "run python bench/opencode_prices.py --write:\n" + "\n".join(wrong)
+    # Their default models are priced, cached input included.
+    for name in ("gemini-2.5-pro", "gemini-2.5-flash", "qwen3.7-plus", "qwen3.8-max"):
+        price = pricing.lookup(name)
+        assert price is not None and price.cached_input is not None, name
+    assert pricing.lookup("qwen3-max-2026-01-23") is pricing.lookup("qwen3-max") is not None
+    assert pricing.lookup("models/gemini-2.5-pro") is pricing.lookup("gemini-2.5-pro")
 
 
 def test_every_price_says_where_it_comes_from_and_when_it_was_checked() -> None:
