@@ -155,8 +155,11 @@ class Reader(SessionReader):
         self.caught_up = True  # the last read reached the end of the file (not stopped by its budget)
         self.stop_when_rewritten = False  # set: a file rewritten in place is not read but `rewritten`
         self.rewritten = False
-        self._head = b""  # the file's first bytes, as read
-        self._tail = b""  # the bytes just before `offset`, as read
+        # (length, CRC-32) of the file's first bytes and of those just before `offset`, as read: what a
+        # rewrite check compares. Never the bytes themselves, which a saved position would keep (a
+        # key in a session's first line).
+        self._head: tuple[int, int] | None = None
+        self._tail: tuple[int, int] | None = None
         self._crc: int | None = 0  # CRC-32 of every byte before `offset` (None past a hole jumped over)
         self.session = Session(agent=self.agent, path=printable(path))
 
@@ -314,8 +317,8 @@ class Reader(SessionReader):
                     break
                 self.bytes_read += len(data)
                 spent += len(data)
-                if not self._head:
-                    self._head = data[:CHECK_BYTES] if self.offset == 0 else b""
+                if self._head is None and self.offset == 0:
+                    self._head = _check(data[:CHECK_BYTES])
                 if self.skipping:
                     cut = data.find(b"\n")
                     self.skipping = cut < 0
@@ -350,7 +353,7 @@ class Reader(SessionReader):
     def position(self) -> dict[str, Any]:
         """Where this reader stands, as JSON: `restore` takes it up there, reading nothing again."""
         return {"offset": self.offset, "ident": list(self.ident) if self.ident else None,
-                "head": self._head.hex(), "tail": self._tail.hex(), "skipping": self.skipping, "crc": self._crc,
+                "head": self._head, "tail": self._tail, "skipping": self.skipping, "crc": self._crc,
                 "session": self.session.to_state(), "reader": self.own_state()}
 
     def restore(self, state: dict[str, Any]) -> None:
@@ -361,7 +364,7 @@ class Reader(SessionReader):
         self.offset = int(state["offset"])
         ident = state.get("ident")
         self.ident = (int(ident[0]), int(ident[1])) if ident else None
-        self._head, self._tail = bytes.fromhex(state["head"]), bytes.fromhex(state["tail"])
+        self._head, self._tail = _saved_check(state["head"]), _saved_check(state["tail"])
         self.skipping = bool(state.get("skipping"))
         crc = state.get("crc")
         self._crc = crc if isinstance(crc, int) else None
@@ -423,7 +426,7 @@ class Reader(SessionReader):
         self.offset += used
         if self._crc is not None:
             self._crc = zlib.crc32(memoryview(data)[:used], self._crc)
-        self._tail = data[max(0, used - CHECK_BYTES):used]
+        self._tail = _check(data[max(0, used - CHECK_BYTES):used])
 
     def _rewritten(self, fd: int) -> bool:
         """The bytes at the start and just before the offset are not the ones read: the file was
@@ -431,8 +434,8 @@ class Reader(SessionReader):
         if self.offset == 0:
             return False
         try:
-            head = os.pread(fd, len(self._head), 0) if self._head else b""
-            tail = os.pread(fd, len(self._tail), self.offset - len(self._tail)) if self._tail else b""
+            head = _check(os.pread(fd, self._head[0], 0)) if self._head else None
+            tail = _check(os.pread(fd, self._tail[0], self.offset - self._tail[0])) if self._tail else None
         except OSError:
             return True
         return head != self._head or tail != self._tail
@@ -442,9 +445,24 @@ class Reader(SessionReader):
         self.skipping = False
         self.replay = False
         self._early_bytes = 0
-        self._head = self._tail = b""
+        self._head = self._tail = None
         self._crc = 0
         self.session = Session(agent=self.agent, path=printable(self.path))
+
+
+def _check(data: bytes) -> tuple[int, int]:
+    """What a rewrite check keeps of some bytes: their length and CRC-32."""
+    return len(data), zlib.crc32(data)
+
+
+def _saved_check(value: Any) -> tuple[int, int] | None:
+    """A check as `position()` saved it (a pair of integers, or nothing); anything else is refused
+    (ValueError: the reader is not taken up, the file is read again from its start)."""
+    if value is None:
+        return None
+    if isinstance(value, list) and len(value) == 2 and all(isinstance(n, int) and n >= 0 for n in value):
+        return value[0], value[1]
+    raise ValueError(f"not a saved check: {value!r}")
 
 
 def _hole(fd: int, offset: int, size: int) -> int:

@@ -200,11 +200,15 @@ class Session:
         return self.turns[-1] if self.turns else None
 
     def to_state(self) -> dict[str, Any]:
-        """Everything but the window's items, as JSON (a summary, a reader resumed later)."""
+        """Everything but the window's items, as JSON (a summary, a reader resumed later), redacted:
+        it is written to the state dir (a key in the agent's instructions or a prompt never is)."""
+        from ctxd.redact import redact_json
+
         state = {name: getattr(self, name) for name in _SCALARS}
         state["cumulative"] = {model: usage.as_dict() for model, usage in self.cumulative.items()}
         state["turns"] = [[t.index, t.text, t.timestamp, t.generation] for t in self.turns[-1:]]
-        return state
+        redacted: dict[str, Any] = redact_json(state)
+        return redacted
 
     @classmethod
     def from_state(cls, agent: str, path: str, state: dict[str, Any]) -> Session:
