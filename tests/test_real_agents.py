@@ -309,6 +309,17 @@ def test_codex_compaction_shows_in_the_thread_and_keeps_the_history(daemon_facto
     assert any("Summary: one.txt was made." in text for text in user_texts(active))
 
 
+def mirrored_history(s: Setup, thread: str, compactions: int) -> dict[str, Any]:
+    """The thread's history once its `compactions` are mirrored (bounded): a session is listed, with
+    its gauge, from its summary before its items are mirrored (issue #38)."""
+    deadline = time.monotonic() + WAIT
+    while True:
+        kept = history(s, thread, archived=True)
+        if len(kept["compactions"]) >= compactions or time.monotonic() > deadline:
+            return kept
+        time.sleep(0.05)
+
+
 def compacted_gauge(s: Setup) -> dict[str, Any]:
     """The Codex thread's gauge once the daemon lists its compaction (waited for, bounded)."""
     deadline = time.monotonic() + WAIT / 3
@@ -335,7 +346,7 @@ def test_codex_session_compacted_before_ctxd_ran_keeps_what_came_before(daemon_f
     start_daemon(s, daemon_factory)
     thread = f"codex:{session}"
     thread_of(s, "codex", lambda t: t["usage"]["usedTokens"] == 4_010)
-    kept = history(s, thread, archived=True)
+    kept = mirrored_history(s, thread, 1)
     assert listed_at(kept["compactions"]) == compacted_at(s.codex_home)  # Codex's time, not ctxd's
     assert [(c["tokensBefore"], c["tokensAfter"]) for c in kept["compactions"]] == [(30_050, 4_010)]
     archived = [i for i in kept["items"] if i.get("archived")]
@@ -479,7 +490,7 @@ def test_claude_session_compacted_before_ctxd_ran_keeps_what_came_before(daemon_
     start_daemon(s, daemon_factory)
     thread = f"claude:{session}"
     thread_of(s, "claude", lambda t: t["usage"]["usedTokens"] == claude_fill(small))
-    kept = history(s, thread, archived=True)
+    kept = mirrored_history(s, thread, 2)
     assert len(kept["compactions"]) == 2
     assert listed_at(kept["compactions"]) == compacted_at(s.claude_home)  # Claude Code's time, not ctxd's
     archived = [i for i in kept["items"] if i.get("archived")]
