@@ -789,11 +789,17 @@ def config_files(scope: str, project: Path, home: Path) -> tuple[Path, Path]:
     return home / "settings.json", state
 
 
-def _read(path: Path, scope: str, project: Path) -> str | None:
+def _limit(scope: str, path: Path) -> int:
+    """How much of a file install reads: `~/.claude.json` (Claude Code's own state) may be large."""
     from ctxd.agents.config.files import LARGE_LIMIT, LIMIT
+
+    return LARGE_LIMIT if scope == "user" and path.name == ".claude.json" else LIMIT
+
+
+def _read(path: Path, scope: str, project: Path) -> str | None:
     from ctxd.agents.config.plan import read_scoped
 
-    return read_scoped(path, scope, project, LARGE_LIMIT if scope == "user" and path.name == ".claude.json" else LIMIT)
+    return read_scoped(path, scope, project, _limit(scope, path))
 
 
 def _hooks(ctxd: list[str]) -> Any:
@@ -1010,17 +1016,9 @@ class Claude(Agent):
                 f"{'yes' if has_mcp else 'no'} ({settings})")
 
     def mcp_installed(self, project: Path) -> bool:
-        from ctxd.agents.config import json_settings
-        from ctxd.agents.config.files import InstallError
+        from ctxd.agents.config.plan import mcp_in_json
 
-        for scope in ("project", "user"):
-            try:
-                path = config_files(scope, project, self._home())[1]
-                if json_settings.mcp_installed(json_settings.load(path, _read(path, scope, project))):
-                    return True
-            except InstallError:
-                continue
-        return False
+        return mcp_in_json(lambda scope: config_files(scope, project, self._home())[1], project, _limit)
 
     # --- status line ---
 

@@ -630,18 +630,9 @@ class Gemini(Agent):
                 f"{'trusted' if trust else 'not trusted (no hooks run)' if trust is False else 'not trusted yet'} ({path})")
 
     def mcp_installed(self, project: Path) -> bool:
-        from ctxd.agents.config import json_settings
-        from ctxd.agents.config.files import InstallError
-        from ctxd.agents.config.plan import read_scoped
+        from ctxd.agents.config.plan import mcp_in_json
 
-        for scope in ("project", "user"):
-            path = config_file(scope, project, self._home())
-            try:
-                if json_settings.mcp_installed(json_settings.load(path, read_scoped(path, scope, project))):
-                    return True
-            except InstallError:
-                continue
-        return False
+        return mcp_in_json(lambda scope: config_file(scope, project, self._home()), project)
 
 
 AGENT = Gemini()

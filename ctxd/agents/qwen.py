@@ -570,18 +570,9 @@ class Qwen(Agent):
                 f"MCP server {'yes' if js.mcp_installed(value) else 'no'} ({path})")
 
     def mcp_installed(self, project: Path) -> bool:
-        from ctxd.agents.config import json_settings as js
-        from ctxd.agents.config.files import InstallError
-        from ctxd.agents.config.plan import read_scoped
+        from ctxd.agents.config.plan import mcp_in_json
 
-        for scope in ("project", "user"):
-            path = config_file(scope, project, self._home())
-            try:
-                if js.mcp_installed(js.load(path, read_scoped(path, scope, project))):
-                    return True
-            except InstallError:
-                continue
-        return False
+        return mcp_in_json(lambda scope: config_file(scope, project, self._home()), project)
 
     # --- status line ---
 

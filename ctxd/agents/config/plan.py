@@ -36,6 +36,19 @@ def read_scoped(path: Path, scope: str, project: Path, limit: int = LIMIT) -> st
     return read(path, project if scope == "project" else None, limit)
 
 
+def mcp_in_json(files: Callable[[str], Path], project: Path, limit: Callable[[str, Path], int] = lambda s, p: LIMIT) -> bool:
+    """Whether ctxd's MCP server is in the JSON settings file `files(scope)` names, at project or user
+    scope (an unreadable file says no)."""
+    for scope in ("project", "user"):
+        try:
+            path = files(scope)
+            if json_settings.mcp_installed(json_settings.load(path, read_scoped(path, scope, project, limit(scope, path)))):
+                return True
+        except InstallError:
+            continue
+    return False
+
+
 def backup_path(state_dir: Path, path: Path) -> Path:
     digest = hashlib.sha256(os.fsencode(path.absolute())).hexdigest()[:24]
     return backups_dir(state_dir) / f"{path.name}-{digest}.json"
