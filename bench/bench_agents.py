@@ -16,8 +16,7 @@ and steadier than the time on a busy machine): the agent's processes and the one
 
 The setups, each in a home of its own (tests/agents.py: nothing leaves the machine):
 - **nothing installed**: the agent alone, the floor;
-- **hooks**: `ctxd hooks install --agent <agent>` at user scope (hooks, the status line or Codex's
-  `notify`), its MCP server taken out again (`claude -p` runs no status line: bench_hooks.py times
+- **hooks**: `ctxd hooks install --agent <agent>` at user scope (hooks, and the status line), its MCP server taken out again (`claude -p` runs no status line: bench_hooks.py times
   it);
 - **hooks + MCP**: the same with `ctxd mcp` configured (Claude Code starts it beside the session,
   Codex before its first turn).

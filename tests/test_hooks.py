@@ -202,7 +202,7 @@ def test_user_scope_files_created_by_install_are_removed_by_uninstall(tmp_path: 
     assert ("claude user: hooks UserPromptSubmit, PreToolUse, PostCompact, SessionStart; status line yes; "
             "MCP server yes") in status
     assert ("codex user: hooks UserPromptSubmit, PreToolUse, PostCompact, SessionStart (installed, not trusted yet"
-            in status) and "MCP server yes; notify yes" in status
+            in status) and "MCP server yes" in status and "notify" not in status
     assert ctxd(tmp_path, "hooks", "uninstall", cwd=folder).returncode == 0
     assert not any(p.exists() for p in created)
 
@@ -230,8 +230,29 @@ def test_codex_users_own_notify_is_kept(tmp_path: Path) -> None:
     config.parent.mkdir(parents=True)
     config.write_text('notify = ["my-notifier"]\n')
     done = ctxd(tmp_path, "hooks", "install", "--agent", "codex", cwd=project)
-    assert done.returncode == 0 and "`notify` program of your own" in done.stdout.decode()
+    assert done.returncode == 0
     assert tomllib.loads(config.read_text())["notify"] == ["my-notifier"]
+    assert ctxd(tmp_path, "hooks", "uninstall", "--agent", "codex", cwd=project).returncode == 0
+    assert config.read_text() == 'notify = ["my-notifier"]\n'
+
+
+def test_codex_install_runs_no_program_after_each_turn_and_removes_an_older_ctxds(tmp_path: Path) -> None:
+    """An older ctxd wrote a `notify` that ran `ctxd hook codex notify` after every turn and did
+    nothing (the turn's checkpoints are taken before it): a process per turn the user waited for.
+    Install writes none now, and takes out an older install's; its status says where one is left."""
+    project = make_repo(tmp_path / "proj")
+    config = tmp_path / "home" / ".codex" / "config.toml"
+    config.parent.mkdir(parents=True)
+    older = ('# >>> ctxd notify: written by `ctxd hooks install`; `ctxd hooks uninstall` removes it\n'
+             'notify = ["/usr/local/bin/ctxd", "hook", "codex", "notify"]\n# <<< ctxd notify\nmodel = "gpt-5.4"\n')
+    config.write_text(older)
+    assert "an older ctxd's `notify`" in ctxd(tmp_path, "hooks", "status", "--agent", "codex", cwd=project).stdout.decode()
+    assert ctxd(tmp_path, "hooks", "install", "--agent", "codex", cwd=project).returncode == 0
+    parsed = tomllib.loads(config.read_text())
+    assert "notify" not in parsed and parsed["model"] == "gpt-5.4" and "UserPromptSubmit" in parsed["hooks"]
+    assert "notify" not in ctxd(tmp_path, "hooks", "status", "--agent", "codex", cwd=project).stdout.decode()
+    assert ctxd(tmp_path, "hooks", "uninstall", "--agent", "codex", cwd=project).returncode == 0
+    assert config.read_text() == 'model = "gpt-5.4"\n'
 
 
 # --- ctxd hook -------------------------------------------------------------------------------------

@@ -488,8 +488,8 @@ EVENTS = {  # the hooks install writes: event -> matcher (None: every occurrence
 
 
 # --- ctxd's entries in its configuration: config.toml, edited as text -------------------------------
-# `[[hooks.*]]` tables, `[mcp_servers.ctxd]` and, for the user only, `notify` (Codex refuses a
-# project's). Codex's TOML is edited as text, never re-serialised (`ctxd.agents.config.codex_toml`):
+# `[[hooks.*]]` tables and `[mcp_servers.ctxd]`; an older ctxd's `notify`, which ran a process after
+# every turn for nothing, is removed (`codex_toml.is_our_notify`). Codex's TOML is edited as text, never re-serialised (`ctxd.agents.config.codex_toml`):
 # uninstall removes ctxd's own tables and keys wherever Codex's editor moved them, and nothing else.
 
 HOOK_TIMEOUT_SECONDS = 10
@@ -521,15 +521,9 @@ def codex_add(path: Path, text: str | None, ctxd: list[str], scope: str) -> tupl
     with_mcp = not (isinstance(servers, dict) and "ctxd" in servers)
     if not with_mcp:
         notes.append(f"{path}: an [mcp_servers.ctxd] of your own is configured; ctxd's was not added")
-    notify = None
-    if scope == "user":
-        if "notify" in parsed:
-            notes.append(f"{path}: you have a `notify` program of your own; ctxd's was not added (it is optional)")
-        else:
-            notify = [*ctxd, "hook", "codex", "notify"]
     hooks = [codex_toml.Hook(event, matcher, shell([*ctxd, "hook", "codex", event]), HOOK_TIMEOUT_SECONDS)
              for event, matcher in EVENTS.items()]
-    result = codex_toml.add_ours(base, hooks, [*ctxd, "mcp"] if with_mcp else None, notify)
+    result = codex_toml.add_ours(base, hooks, [*ctxd, "mcp"] if with_mcp else None)
     try:
         wanted = codex_toml.parse(result)
     except TomlEditError as error:
@@ -590,7 +584,7 @@ class Codex(Agent):
         "PreToolUse": "tool",
         "PostCompact": "compacted",
         "SessionStart": "after-compaction",
-        "notify": "ignore",  # its after-turn program: the turn's checkpoints are taken before it
+        "notify": "ignore",  # an older ctxd's after-turn program, until the next install removes it
     }
 
     def home(self, env: Mapping[str, str], configured: str | None) -> Path:
@@ -689,9 +683,9 @@ class Codex(Agent):
         if trust:
             line += f" ({_trust_words(trust)})"
         line += f"; MCP server {'yes' if has_mcp else 'no'}"
-        if scope == "user":
-            line += f"; notify {'yes' if codex_toml.is_our_notify(config.get('notify')) else 'no'}"
-        elif trust or has_mcp:
+        if codex_toml.is_our_notify(config.get("notify")):
+            line += "; an older ctxd's `notify` (install or uninstall removes it)"
+        if scope == "project" and (trust or has_mcp):
             projects = user.get("projects")
             entry = projects.get(str(project)) if isinstance(projects, dict) else None
             if not (isinstance(entry, dict) and entry.get("trust_level") == "trusted"):

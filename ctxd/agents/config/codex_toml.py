@@ -441,12 +441,8 @@ def block(hooks: list[Hook], server: list[str] | None, eol: bool, nl: str) -> st
     return nl.join(lines) + nl
 
 
-def notify_block(words: list[str], nl: str) -> str:
-    return nl.join([NOTIFY_START, f"notify = [{', '.join(_toml_str(w) for w in words)}]", NOTIFY_END]) + nl
-
-
-def add_ours(text: str, hooks: list[Hook], server: list[str] | None, notify: list[str] | None) -> str:
-    """`text` (without ctxd's entries) with ctxd's block at the end and its `notify` at the top."""
+def add_ours(text: str, hooks: list[Hook], server: list[str] | None) -> str:
+    """`text` (without ctxd's entries) with ctxd's block at the end."""
     bom = BOM if text.startswith(BOM) else ""
     body = text[len(bom):]
     nl = line_end(body)
@@ -456,8 +452,6 @@ def add_ours(text: str, hooks: list[Hook], server: list[str] | None, notify: lis
         result = body + nl + block(hooks, server, False, nl)
     else:
         result = body + nl + nl + block(hooks, server, True, nl)
-    if notify is not None:
-        result = notify_block(notify, nl) + result
     return bom + result
 
 
