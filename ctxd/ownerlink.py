@@ -190,7 +190,10 @@ def reach(state_dir: Path, timeout: float, *, start: bool = True) -> socket.sock
 
 
 def send(conn: socket.socket, message: dict[str, Any], fds: Sequence[int] = ()) -> None:
+    """One message as a JSON line; OSError (EMSGSIZE) for one the other side would not read."""
     data = json.dumps(message, separators=(",", ":")).encode("utf-8") + b"\n"
+    if len(data) > MAX_LINE_BYTES:
+        raise OSError(errno.EMSGSIZE, f"a message of {len(data)} bytes; the bound is {MAX_LINE_BYTES}")
     if fds:
         socket.send_fds(conn, [data[:1]], list(fds))  # the descriptors travel with the first byte
         data = data[1:]

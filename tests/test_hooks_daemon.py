@@ -228,9 +228,10 @@ def test_no_owner_when_the_environment_says_so(tmp_path: Path) -> None:
 def test_a_hook_the_owner_answers_imports_only_what_that_path_needs(daemon_factory, tmp_path: Path,
                                                                     state_dir: Path) -> None:
     """The agent pays for the hook's process at every tool call: with the owner answering, the hook
-    starts no process of its own, so it imports no process machinery (`subprocess`, only needed to
-    start an owner), nor the settings, SQLite or the code that takes snapshots (the owner's). `-X importtime`
-    lists every module the process imported."""
+    reads its input, redacts it and hands it over (op "hook"), and the owner does the rest. So the
+    hook imports no process machinery (`subprocess`, only needed to start an owner), nor the
+    settings, SQLite, the agents' modules (their readers import the most), the hooks' marks or
+    the checkpoint code: the owner's. `-X importtime` lists every module the process imported."""
     project = known_project(tmp_path)
     client = daemon_factory([project], env={"HOME": str(tmp_path / "home")})
     linked(client, project, tmp_path)
@@ -245,8 +246,6 @@ def test_a_hook_the_owner_answers_imports_only_what_that_path_needs(daemon_facto
     imported = {line.split("|")[-1].strip() for line in done.stderr.decode().splitlines()
                 if line.startswith("import time:")}
     assert "ctxd.ownerlink" in imported, done.stderr.decode()[-2000:]
-    # The checkpoint's job (ctxd.ghost.checkpoint, the standard library only) is the hook's to
-    # build; taking it (capture, the snapshot store) is the owner's.
-    heavy = {"subprocess", "ctxd.settings", "sqlite3", "ctxd.ghost.take", "ctxd.ghost.capture", "ctxd.ghost.gitstore",
-             "ctxd.ledger"}
+    heavy = {"subprocess", "ctxd.settings", "sqlite3", "ctxd.ghost.checkpoint", "ctxd.ghost.take", "ctxd.ghost.capture",
+             "ctxd.ghost.gitstore", "ctxd.ledger", "ctxd.agents", "ctxd.agents.claude", "ctxd.marks"}
     assert not heavy & imported, heavy & imported

@@ -29,6 +29,8 @@ ALLOWED: dict[str, set[str]] = {
     "acplink": {"ownerlink"},  # which ACP session `ctxd mcp` serves behind `ctxd acp` (its private folder)
     "marks": {"places", "safefile"},  # what the hooks remember between runs
     "hookio": {"marks", "places", "redact", "terminal"},  # the hooks' and the status line's input and log
+    # What a hook does (its plan), run by the owner for the hooks it is handed, or by a hook alone.
+    "hookplan": {"agents", "ghost", "hookio", "marks", "places", "protocol", "redact", "settings"},
     "logs": {"redact"},  # bounded reads of planted files (hooks, settings, sessions, ghost)
     "tokens": set(),
     "protocol": {"errors"},
@@ -46,11 +48,12 @@ ALLOWED: dict[str, set[str]] = {
                  "settings", "terminal", "tokens", "workspace"},  # marks: a hooked session's checkpoints are its hooks'
     "status": {"ctxd", "ledger", "protocol", "tokens", "workspace"},
     # The entries.
-    "server": {"compact", "ctxd", "errors", "ghost", "ledger", "logs", "ownerlink", "places", "protocol", "redact",
+    "server": {"compact", "ctxd", "errors", "ghost", "hookplan", "ledger", "logs", "ownerlink", "places", "protocol",
+               "redact",
                "sessions", "settings", "status", "tokens", "workspace"},
     "mcp": {"acplink", "agents", "ctxd", "ownerlink", "places"},  # `ctxd mcp` answers before anything else is imported
-    "hooks": {"agents", "errors", "ghost", "hookio", "marks", "ownerlink", "places", "protocol", "redact", "safefile",
-              "settings", "terminal"},  # protocol: a checkpoint's turn and tool (types)
+    "hooks": {"agents", "errors", "ghost", "hookio", "hookplan", "marks", "ownerlink", "places", "protocol", "redact",
+              "safefile", "settings", "terminal"},  # protocol: a checkpoint's turn and tool (types)
     "statusline": {"agents", "hookio", "places", "tokens"},  # tokens: the prompt cache's lifetimes
     # The ACP proxy: it reaches the owner (ownerlink), finds a session's workspace (places),
     # checkpoints alone when no owner answers (ghost, settings), keeps keys out of its log (logs).

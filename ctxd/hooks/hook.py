@@ -12,7 +12,12 @@ module (ctxd/agents) maps the event to:
   its compaction, telling it that what was compacted can be recalled (only when ctxd's MCP server
   is installed for the agent); and the compaction noted.
 
-Whatever happens it exits 0, within 2 s: the checkpoint runs in a child process that the hook
+The work is the owner's (docs/processes.md): this process reads its input, redacts it and hands
+it over, so the agent waits for a Python start and the checkpoint, not for ctxd's imports
+(`ctxd.hookplan` is what the owner runs). Only when no owner answers does the hook plan it
+itself (`ctxd.hookplan`, the same code).
+
+Whatever happens it exits 0, within 2 s: its own checkpoint runs in a child process that the hook
 waits for until its deadline; past it, the hook returns and the child finishes alone. What went
 wrong goes to ctxd's log (`<state dir>/hooks.log`), never to the agent. The configured API key
 is redacted from the input before anything is cut from it or written, and the log escapes every
@@ -30,10 +35,7 @@ from typing import TYPE_CHECKING, Any
 from ctxd.hookio import describe, log, log_once, read_input
 
 if TYPE_CHECKING:
-    from ctxd.agents.base import Agent, HookInput
     from ctxd.ghost.checkpoint import Job
-    from ctxd.places import Located
-    from ctxd.protocol.shapes import CheckpointTool, CheckpointTurn
 
 DEADLINE_SECONDS = 1.5
 """The hook returns by then (the agent's bound is 2 s, and starting Python takes some of it)."""
@@ -42,8 +44,6 @@ HAND_OVER_MARGIN = 0.3
 hook's own checkpoint starts (it finds the tree unchanged if the daemon's lands first)."""
 CHILD_SECONDS = 120
 """A checkpoint still running after this (a store locked for that long) gives up."""
-RECALL_HINT = ("ctxd keeps this conversation's full history, including what the compaction summarised: "
-               "call the `recall` tool of the `ctxd` MCP server to find earlier details.")
 
 
 def _state_dir() -> Path:
@@ -51,128 +51,6 @@ def _state_dir() -> Path:
     from ctxd.places import default_state_dir
 
     return default_state_dir()
-
-
-def tool_paths(agent: Agent, name: str, tool_input: Any, cwd: Path, folder: Path) -> list[str]:
-    """The paths a tool names, relative to the workspace folder where they are inside it."""
-    if not isinstance(tool_input, dict):
-        return []
-    shown = []
-    for raw in dict.fromkeys(agent.tool_paths(name, tool_input)):
-        path = Path(raw) if os.path.isabs(raw) else cwd / raw
-        try:
-            shown.append(os.path.relpath(os.path.normpath(path), folder) if _inside(path, folder) else raw)
-        except ValueError:
-            shown.append(raw)
-    return shown
-
-
-def _inside(path: Path, folder: Path) -> bool:
-    normal = os.path.normpath(path)
-    return normal == str(folder) or normal.startswith(str(folder).rstrip(os.sep) + os.sep)
-
-
-def _short(text: str, limit: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[:limit - 1] + "…"
-
-
-def user_settings() -> list[str]:
-    """`hooks.exclude` from the user's own config file. Loading the settings also registers the
-    configured API key's value (`ctxd.redact`), so that nothing the hooks write holds it. With no
-    config file (the usual case) the defaults apply: the settings module, which costs as much as
-    half a Python start to import, is not imported for them."""
-    from ctxd import redact
-    from ctxd.places import user_config_path
-
-    if not os.path.lexists(user_config_path()):
-        redact.register(os.environ.get(redact.DEFAULT_KEY_ENV))
-        return []
-    from ctxd.settings import load_settings
-
-    problems: list[Any] = []
-    settings = load_settings(None, problems=problems)
-    for problem in problems:
-        log_once(f"settings {problem}", f"{problem}")
-    return settings.hooks.exclude
-
-
-def covered(agent: str, event: str, cwd: str, located: Located, exclude: list[str]) -> bool:
-    """Whether the hooks act for `cwd`: in a git work tree, or a folder ctxd knows, unless
-    `hooks.exclude` names it. Why not is logged once per folder."""
-    from ctxd.places import MAX_POINTER_BYTES
-
-    entry = excluded(Path(cwd), exclude)
-    if entry is not None:
-        kind, why = "excluded", f"{cwd} is excluded by hooks.exclude ({entry!r}): nothing done"
-    elif located.known or located.git:
-        return True
-    elif (located.folder / ".git").exists():
-        kind, why = "not followed", (f"{cwd}: the .git of {located.folder} is not followed (not a regular file of "
-                                     f"at most {MAX_POINTER_BYTES} bytes naming a folder, or its commondir is not): "
-                                     "nothing done")
-    else:
-        kind, why = "uncovered", (f"{cwd} is neither in a git work tree nor in a folder ctxd knows: nothing done "
-                                  "(docs/hooks.md, which folders get checkpoints)")
-    log_once(f"{kind} {cwd}", f"{agent} {event}: {why}")
-    return False
-
-
-def plan(agent: Agent, event: str, hook: HookInput, state_dir: Path, exclude: list[str]) -> Job | None:
-    """What to do for this hook: a checkpoint to take, or None (nothing to do). `hook`: its input
-    (redacted) as the agent's module read it; `state_dir` is the default one, the workspace's
-    daemon may use another (`ctxd.places.find_workspace`); `exclude`: `hooks.exclude`."""
-    from ctxd import marks
-    from ctxd.places import find_workspace
-    from ctxd.redact import redact
-
-    action = hook.action
-    session, cwd = hook.session_id, hook.cwd
-    if not session or cwd is None or not os.path.isabs(cwd):
-        log(f"{agent.name} {event}: no session_id or absolute cwd in the hook input: nothing done")
-        return None
-    located = find_workspace(Path(cwd), state_dir)
-    if not covered(agent.name, event, cwd, located, exclude):
-        return None
-    thread = agent.thread(session)
-    state_dir = located.state_dir  # a daemon's own stateDir, when it named one for this workspace
-    mark = marks.read(state_dir, thread)
-    if action == "turn":
-        prompt = hook.prompt or ""
-        turn: CheckpointTurn = {"index": int(mark.get("turn") or 0) + 1, "text": _short(prompt, 200)}
-        marks.write(state_dir, thread, {**mark, "turn": turn["index"], "text": turn["text"]})
-        from ctxd.ghost.checkpoint import Job  # here: most hooks (a tool that reads) take no checkpoint
-
-        return Job(located.folder, state_dir, thread, "turn", turn=turn, message=_short(prompt, 72) or f"turn {turn['index']}")
-    if action == "tool":
-        name, tool_input = hook.tool_name, hook.tool_input
-        if name is None or not agent.changes_files(name, tool_input):
-            if not mark:
-                marks.write(state_dir, thread, {"turn": 0})
-            return None
-        tool: CheckpointTool = {"name": name}
-        if hook.tool_id is not None:
-            tool["callId"] = hook.tool_id
-        paths = tool_paths(agent, name, tool_input, Path(cwd), located.folder)
-        if paths:
-            tool["paths"] = paths
-        command = agent.shell_command(name, tool_input)
-        if command is not None:
-            shown = _short(command, 60) if command else ""
-            label = f"before {name}: {shown}" if shown else f"before {name}"
-        else:
-            label = f"before {name} {', '.join(paths)}".rstrip()
-        in_turn: CheckpointTurn | None = (
-            {"index": int(mark["turn"]), "text": redact(str(mark.get("text") or ""))} if mark.get("turn") else None)
-        if not mark:
-            marks.write(state_dir, thread, {"turn": 0})
-        from ctxd.ghost.checkpoint import Job
-
-        return Job(located.folder, state_dir, thread, "tool", turn=in_turn, tool=tool, message=label)
-    if action in ("compacted", "after-compaction"):
-        # A running daemon drops the thread's pre-compaction usage on seeing this (ctxd.sessions.hook_watch).
-        marks.write(state_dir, thread, {**mark, "thread": thread, "compactedAt": time.time()})
-    return None
 
 
 def take_checkpoint(job: Job) -> bool:
@@ -259,68 +137,82 @@ def run_bounded(job: Job, deadline: float) -> None:
         os.close(read_end)
 
 
-def compaction_context(agent: Agent, cwd: str | None) -> str | None:
-    """The hook output after a compaction: what the agent shows the model, naming `recall`, when
-    ctxd's MCP server is installed for this agent."""
-    from ctxd.places import default_state_dir, find_workspace
+def given_to_owner(agent: str, event: str, data: Any, exclude: list[str], deadline: float) -> Job | bool:
+    """Whether the owner of the default state dir did the hook's work (`ctxd.server.owner`, op
+    "hook"); or the checkpoint job it planned for a folder whose ledger is in a state dir of its
+    own (its `.ctxd.toml`'s), for that one's owner. False: no owner did it by `deadline` (none
+    runs, it is leaving or hangs, the input is too large to hand over), and the hook does it
+    itself."""
+    from ctxd import ownerlink
 
-    if not isinstance(cwd, str) or not agent.mcp_installed(find_workspace(Path(cwd), default_state_dir()).folder):
-        return None
-    return agent.compaction_notice(RECALL_HINT)
+    message = {"op": "hook", "agent": agent, "event": event, "input": data, "exclude": exclude}
+    try:
+        conn = ownerlink.reach(_state_dir(), max(0.05, deadline - time.monotonic()), start=False)
+    except ownerlink.Unsafe as error:
+        log_once(f"owner refused {error}", f"{agent} {event}: the owner is not asked: {error}")
+        return False
+    if conn is None:
+        return False
+    with conn:
+        try:
+            conn.settimeout(max(0.01, deadline - time.monotonic()))
+            ownerlink.send(conn, message)
+        except OSError:  # (a Write of a large file is over the owner's bound: planned here)
+            return False
+        answer = ownerlink.read_line(conn, deadline)
+    if answer is None:  # it crashed, or hangs: the hook's own checkpoint (it finds the tree unchanged if one lands)
+        if time.monotonic() >= deadline:
+            log(f"{agent} {event}: the owner did not answer in time; the hook does it itself")
+        return False
+    if isinstance(answer.get("line"), str):
+        log(answer["line"])
+    if answer.get("done") is True:
+        return True
+    if answer.get("job") is not None:
+        from ctxd.ghost.checkpoint import Job
+
+        try:
+            return Job.from_wire(answer["job"])
+        except ValueError:
+            return False
+    return False
 
 
 def main(argv: list[str]) -> int:
     started = time.monotonic()
     try:
-        from ctxd import agents
+        from ctxd.hookplan import compaction_context, plan, read_hook, user_settings
 
-        agent = agents.find(argv[0]) if len(argv) >= 2 else None
-        if agent is None or not agent.hook_events:
-            names = "|".join(a.name for a in agents.with_hooks())
-            log(f"usage: ctxd hook {names} <event> (got {argv[:2]!r})")
+        if len(argv) < 2:
+            read_hook(" ".join(argv), "", None)  # (says how it is used, in the hooks' log)
             return 0
-        event = argv[1]
-        if agent.hook_events.get(event) == "ignore":
-            return 0  # (Codex's after-turn `notify`: the turn's checkpoints are taken before it)
+        agent_name, event = argv[0], argv[1]
         data = read_input()
         if data is None:
             return 0
-        seen = agent.hook_input(event, data)
-        if seen is None or seen.action == "ignore":
-            return 0
         from ctxd.redact import redact_json
 
-        exclude = user_settings()  # (it also registers the configured key's value: redacted below)
-        hook = agent.hook_input(event, redact_json(data))
-        if hook is None:
+        exclude = user_settings()  # (it also registers the configured key's value: redacted here, before it goes anywhere)
+        data = redact_json(data)
+        given = given_to_owner(agent_name, event, data, exclude, started + DEADLINE_SECONDS - HAND_OVER_MARGIN)
+        if given is True:
             return 0
-        if hook.action == "after-compaction":
-            if line := compaction_context(agent, hook.cwd):
-                sys.stdout.write(line + "\n")
-                sys.stdout.flush()
-            plan(agent, event, hook, _state_dir(), exclude)  # the compaction, should PostCompact not run
-            return 0
-        job = plan(agent, event, hook, _state_dir(), exclude)
+        if given is not False:
+            job: Job | None = given
+        else:
+            found = read_hook(agent_name, event, data)
+            if found is None:
+                return 0
+            agent, hook = found
+            if hook.action == "after-compaction":
+                if line := compaction_context(agent, hook.cwd):
+                    sys.stdout.write(line + "\n")
+                    sys.stdout.flush()
+                plan(agent, event, hook, _state_dir(), exclude)  # the compaction, should PostCompact not run
+                return 0
+            job = plan(agent, event, hook, _state_dir(), exclude)
         if job is not None and not handed_to_owner(job, started + DEADLINE_SECONDS - HAND_OVER_MARGIN):
             run_bounded(job, started + DEADLINE_SECONDS)
     except BaseException as error:  # noqa: BLE001 - a hook of ctxd's never fails the agent
         log(f"hook {argv[:2]!r}: {describe(error)}")
     return 0
-
-
-def excluded(folder: Path, patterns: list[str]) -> str | None:
-    """The entry of `hooks.exclude` that `folder` is, or is below; None when there is none. An
-    entry is a folder or a glob pattern (`fnmatch`, where `*` also crosses `/`), absolute once a
-    leading `~` is expanded; `folder` is matched as given and with its links resolved."""
-    if not patterns:
-        return None
-    from fnmatch import fnmatchcase
-
-    names = {os.path.abspath(folder), os.path.realpath(folder)}
-    candidates = {str(p) for name in names for p in (Path(name), *Path(name).parents)}
-    for entry in patterns:
-        pattern = os.path.normpath(os.path.expanduser(entry))
-        forms = {pattern} if any(c in pattern for c in "*?[") else {pattern, os.path.realpath(pattern)}
-        if any(name == form or fnmatchcase(name, form) for name in candidates for form in forms):
-            return entry
-    return None

@@ -45,6 +45,7 @@ from ctxd.server.connection import StreamConnection, with_head
 from ctxd.server.daemon import Daemon
 
 if TYPE_CHECKING:
+    from ctxd.ghost.checkpoint import Job, Outcome
     from ctxd.ghost.treewatch import TreeWatch
     from ctxd.settings import Settings
 
@@ -264,21 +265,56 @@ class Owner:
     def checkpoint(self, sent: Any) -> dict[str, Any]:
         """A hook's checkpoint (`ctxd.ghost.checkpoint.Job`, as JSON): in the folder's open workspace,
         else in a folder kept for the hooks. `taken` false: the hook takes it itself."""
-        from ctxd.ghost.checkpoint import Job, take
+        from ctxd.ghost.checkpoint import Job
 
         try:
             job = Job.from_wire(sent)
         except ValueError as error:
             return {"taken": False, "reason": str(error)}
+        outcome = self._take(job)
+        if isinstance(outcome, str):
+            return {"taken": False, "reason": outcome}
+        return {**outcome.to_answer(), "by": "owner"}  # the hook logs what it says
+
+    def hook(self, request: dict[str, Any]) -> dict[str, Any]:
+        """A hook's whole work (`ctxd hook`, its input redacted already; `ctxd.hookplan`): the hook
+        process imports neither the agents' modules nor the checkpoint code, and waits for this.
+        `line`: what the hook logs. `done` false: the hook does the work itself (the line after a
+        compaction, which asks the agent's configuration found from the agent's environment), or
+        hands `job` to the owner of the workspace's own state dir (its `.ctxd.toml`'s)."""
+        from ctxd import hookplan
+
+        agent, event, data, exclude = (request.get(k) for k in ("agent", "event", "input", "exclude"))
+        if not (isinstance(agent, str) and isinstance(event, str) and isinstance(exclude, list)
+                and all(isinstance(e, str) for e in exclude)):
+            return {"done": False}
+        found = hookplan.read_hook(agent, event, data)
+        if found is None:
+            return {"done": True}
+        module, hook = found
+        if hook.action == "after-compaction":
+            return {"done": False}
+        job = hookplan.plan(module, event, hook, self.state_dir, exclude)
+        if job is None:
+            return {"done": True}
+        outcome = self._take(job)
+        if isinstance(outcome, str):
+            return {"done": False, "job": job.to_wire()}
+        return {"done": True, "line": outcome.line(job, by="the owner")}
+
+    def _take(self, job: Job) -> Outcome | str:
+        """The job's checkpoint taken in the folder's open workspace, else in a folder kept for the
+        hooks; a text saying why not when its state dir is not this owner's."""
+        from ctxd.ghost.checkpoint import take
+
         if not job.automatic or job.thread is None:
-            return {"taken": False, "reason": "not a hook's checkpoint (a turn's or a tool's, for a thread)"}
+            return "not a hook's checkpoint (a turn's or a tool's, for a thread)"
         real, store = os.path.realpath(job.folder), os.path.realpath(job.state_dir)
         open_ = [w for w in self.daemon.service.folders()
                  if os.path.realpath(w.root) == real and os.path.realpath(w.state_dir) == store]
         if not open_ and store != os.path.realpath(self.state_dir):  # a folder's own state dir (its .ctxd.toml)
-            return {"taken": False, "reason": f"not a state dir of this owner's ({self.state_dir})"}
-        outcome = take(job, open_[0] if open_ else self.keep(job.folder))  # the hook logs what it says
-        return {**outcome.to_answer(), "by": "owner"}
+            return f"not a state dir of this owner's ({self.state_dir})"
+        return take(job, open_[0] if open_ else self.keep(job.folder))
 
     def _release_idle_folders(self) -> None:
         watch = self.daemon.tree_watch
@@ -322,6 +358,8 @@ class Owner:
                 fds = []  # the session's now
             elif op == "checkpoint":
                 ownerlink.send(conn, self.checkpoint(request.get("job")))
+            elif op == "hook":
+                ownerlink.send(conn, self.hook(request))
             elif op == "ping":
                 ownerlink.send(conn, {"pid": os.getpid(), "version": __version__, "stateDir": str(self.state_dir)})
             else:
