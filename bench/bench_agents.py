@@ -16,10 +16,13 @@ and steadier than the time on a busy machine): the agent's processes and the one
 
 The setups, each in a home of its own (tests/agents.py: nothing leaves the machine):
 - **nothing installed**: the agent alone, the floor;
-- **hooks**: `ctxd hooks install --agent <agent>` at user scope (hooks, and the status line), its MCP server taken out again (`claude -p` runs no status line: bench_hooks.py times
-  it);
+- **hooks**: `ctxd hooks install --agent <agent>` at user scope (hooks, and the status line),
+  its MCP server taken out again (`claude -p` runs no status line: bench_hooks.py times it);
 - **hooks + MCP**: the same with `ctxd mcp` configured (Claude Code starts it beside the session,
   Codex before its first turn).
+- **hooks + bare MCP** (not judged): the same with ctxd's MCP server replaced by
+  bench/bare_mcp.py, which lists the same tools and does nothing else: what any Python MCP server
+  costs the agent, so that what ctxd's own costs shows beside it.
 The owner of the setup's state dir runs (docs/processes.md): a warm-up session before the timed
 rounds starts it as a user's first session does (and fills the agents' caches), and it stays for
 the rounds (`CTXD_OWNER_IDLE_SECONDS`); it is stopped at the end. The rounds alternate the setups
@@ -67,8 +70,10 @@ from tests.agents import Claude, Codex, Run  # noqa: E402
 from tests.ghost_repo import IDENTITY, make_repo  # noqa: E402
 from tests.model_servers import MessagesServer, Reply, ResponsesServer, apply_patch, shell, tool  # noqa: E402
 
-SETUPS = ("nothing installed", "hooks", "hooks + MCP")
+SETUPS = ("nothing installed", "hooks", "hooks + MCP", "hooks + bare MCP")
 GOALS = {"hooks": 1.10, "hooks + MCP": 1.15}
+""""hooks + bare MCP" is not judged: ctxd's MCP server replaced by bench/bare_mcp.py, which lists
+the same tools and does nothing else, shows what any Python MCP server costs the agent."""
 IDLE = "3600"  # the owner stays for the whole bench; stopped at its end
 
 
@@ -171,18 +176,38 @@ def install(place: Place, agent_env: dict[str, str], bin_dir: Path) -> None:
                           env=agent_env, capture_output=True, text=True, timeout=120)
     if done.returncode != 0:
         raise SystemExit(f"ctxd hooks install failed: {done.stderr}")
-    if place.setup == "hooks":
+    if place.setup in ("hooks", "hooks + bare MCP"):
+        bare = None
+        if place.setup == "hooks + bare MCP":
+            tools = place.root / "tools.json"
+            tools.write_text(json.dumps(ctxd_tools()))
+            python = bin_dir.parent / "venv" / "bin" / "python"  # ctxd's own (installed_python)
+            bare = [str(python), str(HERE / "bare_mcp.py"), str(tools)]
         if place.agent == "claude":
             path = Path(agent_env["CLAUDE_CONFIG_DIR"]) / ".claude.json"
             state = json.loads(path.read_text())
             del state["mcpServers"]["ctxd"]
+            if bare:
+                state["mcpServers"]["ctxd"] = {"type": "stdio", "command": bare[0], "args": bare[1:]}
             path.write_text(json.dumps(state, indent=2) + "\n")
         else:
             path = Path(agent_env["CODEX_HOME"]) / "config.toml"
             text = path.read_text()
-            without = re.sub(r"(?m)^\[mcp_servers\.ctxd\]\n(?:(?!\[|# <<<).*\n)*", "", text)
+            server = f"[mcp_servers.ctxd]\ncommand = {json.dumps(bare[0])}\nargs = {json.dumps(bare[1:])}\n" if bare else ""
+            without = re.sub(r"(?m)^\[mcp_servers\.ctxd\]\n(?:(?!\[|# <<<).*\n)*", lambda _: server, text)
             assert without != text, text
             path.write_text(without)
+
+
+def ctxd_tools() -> list[dict[str, Any]]:
+    """The tools `ctxd mcp` lists (bench/bare_mcp.py lists them too)."""
+    from ctxd.mcp.server import tools
+
+    class Unused:
+        def __getattr__(self, name: str) -> Callable[..., None]:
+            return lambda **arguments: None
+
+    return [tool.listing() for tool in tools(Unused())]
 
 
 def reset(repo: Path) -> None:
@@ -359,11 +384,12 @@ def main(argv: list[str]) -> int:
                 value = median(setup, "wall")
                 ratio = value / floor
                 shown.append(f"{setup} {value:.2f} s ({ratio:.2f}x)")
-                if latency == args.latency:
+                if latency == args.latency and setup in GOALS:
                     rows.append(Row(f"{name}: two-turn session, {setup}, model {latency:g} s, median of "
                                     f"{args.rounds}", f"{value:.2f} s", f"{floor:.2f} s (nothing installed)",
                                     f"{ratio:.2f}x", f"<= {GOALS[setup]:.2f}x", ratio <= GOALS[setup]))
-            print("; ".join(shown) + ("" if latency == args.latency else " (not judged)"))
+            print("; ".join(shown) + ("" if latency == args.latency else " (not judged)")
+                  + "; hooks + bare MCP is not judged")
             print("  CPU time, medians: " + "; ".join(
                 f"{setup} {median(setup, 'cpu'):.2f} s in the agent's processes + {median(setup, 'owner_cpu'):.2f} s "
                 "in the owner's" for setup in SETUPS))
