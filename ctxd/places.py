@@ -36,7 +36,6 @@ checkpoints, marks and usage then land where that daemon looks.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import stat
 from pathlib import Path
@@ -111,6 +110,8 @@ class Located(NamedTuple):
 def ledger_database(state_dir: Path, folder: Path) -> Path:
     """The ledger database ctxd keeps for a workspace folder (`ctxd.ledger.store.database_path`
     is this one: a hook finds it without importing SQLite)."""
+    import hashlib  # (here: a hook the owner answers needs no digest, and loading OpenSSL costs it milliseconds)
+
     digest = hashlib.sha256(str(folder).encode("utf-8", "surrogatepass")).hexdigest()[:16]
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in folder.name)[:40] or "root"
     return state_dir / "workspaces" / f"{safe}-{digest}.sqlite3"
@@ -118,6 +119,8 @@ def ledger_database(state_dir: Path, folder: Path) -> Path:
 
 def plain_store(state_dir: Path, folder: Path) -> Path:
     """The snapshot store of a folder that is not a git repository (`ctxd.ghost.gitstore._plain_site`)."""
+    import hashlib
+
     digest = hashlib.sha256(os.fsencode(folder)).hexdigest()[:24]
     return state_dir / "ghost" / f"{folder.name[:40] or 'root'}-{digest}" / "store"
 
