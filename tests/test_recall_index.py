@@ -198,10 +198,12 @@ def test_recalls_own_calls_are_not_indexed_however_the_agent_names_them() -> Non
     """Each agent names an MCP server's tool its own way (docs/agents-research.md): recall's own
     calls are left out for every one of them (issue #37: no agent's name in the ledger's rules)."""
     arguments = json.dumps({"query": "which port does the staging proxy use"})
-    for name in ("mcp__ctxd__recall", "ctxd__recall", "mcp_ctxd_recall", "ctxd_recall", "mcp_ctxd_history_item"):
+    for name in ("mcp__ctxd__recall", "ctxd__recall", "mcp_ctxd_recall", "ctxd_recall", "mcp_ctxd_history_item",
+                 "ctxd.recall", "mcp:ctxd/history_item"):  # (spellings of agents to come)
         assert search.item_text({"type": "function_call", "call_id": "c", "name": name, "arguments": arguments}) == ""
-    assert "staging" in search.item_text({"type": "function_call", "call_id": "c", "name": "my_recall",
-                                          "arguments": arguments})
+    for name in ("my_recall", "ctxdx_recall", "notctxd_recall_more", "recall"):
+        assert "staging" in search.item_text({"type": "function_call", "call_id": "c", "name": name,
+                                              "arguments": arguments})
 
 
 def test_a_seq_once_given_keeps_naming_its_item(tmp_path: Path) -> None:

@@ -93,12 +93,11 @@ class Unavailable(Exception):
     """This SQLite has no FTS5: recall cannot be answered (nothing else is affected)."""
 
 
-# Recall's own calls and answers (`ctxd mcp`'s tools, as every agent names an MCP server's tool:
-# `mcp__ctxd__recall` in Claude Code and qwen-code, `ctxd__recall` in Codex, `mcp_ctxd_recall` in
-# Gemini CLI, `ctxd_recall` in OpenCode) are not indexed: a later search would find its earlier
-# answers instead of the items they quote.
-_OWN_TOOLS = frozenset(f"{prefix}{tool}" for prefix in ("mcp__ctxd__", "ctxd__", "mcp_ctxd_", "ctxd_")
-                       for tool in ("recall", "history_item"))
+# Recall's own calls and answers (`ctxd mcp`'s tools) are not indexed: a later search would find
+# its earlier answers instead of the items they quote. Each agent names an MCP server's tool its own
+# way (`mcp__ctxd__recall`, `ctxd__recall`, `mcp_ctxd_recall`, `ctxd_recall`...): the server's name
+# and the tool's, apart by separators, whatever the agent, so that a new agent needs nothing here.
+_OWN_TOOL = re.compile(r"(?:^|[^A-Za-z0-9])ctxd[^A-Za-z0-9]{1,3}(?:recall|history_item)\Z")
 _OWN_ANSWERS = ('{"results": [', '{"results":[', '{"item": {', '{"item":{')
 
 
@@ -111,7 +110,7 @@ def item_text(item: Any) -> str:
         if kind == "function_call_output" and isinstance(whole, str) and len(item) <= 4 and "name" not in item:
             return "" if whole.startswith(_OWN_ANSWERS) and '"seq"' in whole[:2000] else whole
         name = item.get("name")
-        if isinstance(name, str) and name in _OWN_TOOLS:
+        if isinstance(name, str) and _OWN_TOOL.search(name):
             return ""
         if whole is not None:
             output = whole[0].get("text") if isinstance(whole, list) and whole and isinstance(whole[0], dict) else whole
