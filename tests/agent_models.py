@@ -163,6 +163,15 @@ PROVIDERS = {"gemini": "google", "qwen": "alibaba"}
 # its default: `coder-model`, the Qwen OAuth model.
 QWEN_NAMED = ("coder-model", "qwen3-coder-plus", "qwen3-coder-flash", "qwen3-max")
 LONG_CONTEXT = 200_000  # tiers from here up are not modelled (prices.json `_about`)
+# A vendor's published rule for the input its cache serves, for its models models.dev gives no
+# cached rate: (fraction of the input price, where it is published). Alibaba Cloud Model Studio
+# bills the input its implicit cache serves (on by default, cannot be turned off) at 20% of the
+# input price; a request with explicit `cache_control` markers (qwen-code's DashScope requests
+# carry them) has its hits billed at 10% and its cache writes at 125%, which a session's usage does
+# not tell apart: the implicit rate is the one every request can get.
+CACHE_RULES = {"alibaba": (0.2, "cached input at 20% of input, Alibaba Cloud Model Studio's implicit-cache rate "
+                                "(https://www.alibabacloud.com/help/en/model-studio/context-cache; explicit-cache "
+                                "hits, with cache_control markers, are billed at 10%)")}
 
 
 def agent_model_names(folders: dict[str, Path]) -> dict[str, list[str]]:
@@ -209,6 +218,9 @@ def models_dev_rows(snapshot: dict[str, Any], names: dict[str, list[str]]) -> di
             tiers = cost.get("tiers", [])
             note = "; ".join(f"from {t['tier']['size']:,} prompt tokens {t['input']}/{t['output']}"
                              + (f" (cached {t['cache_read']})" if "cache_read" in t else "") for t in tiers)
-            rows[key] = {**row, "source": source + (f"; its base rate: {note}, not modelled" if note else ""),
-                         "checked": CHECKED}
+            rule = CACHE_RULES.get(provider["id"]) if row["cachedInput"] is None else None
+            if rule:
+                row["cachedInput"] = round(cost["input"] * rule[0], 9)
+            rows[key] = {**row, "source": source + (f"; its base rate: {note}, not modelled" if note else "")
+                         + (f"; {rule[1]}" if rule else ""), "checked": CHECKED}
     return rows

@@ -346,7 +346,7 @@ def test_the_daemon_follows_an_opencode_session_read_only_with_its_fill_cost_and
     with pytest.raises(RpcError) as refused:
         client.request("ctxd/record", {"workspace": uri, "thread": thread,
                                        "items": [{"type": "message", "role": "user", "content": "x"}]})
-    assert "follows a OpenCode session" in str(refused.value)
+    assert "follows OpenCode's session" in str(refused.value)
 
     # Live: a new prompt and reply, written as OpenCode writes them, reach the gauge.
     seen = len(client.notifications)

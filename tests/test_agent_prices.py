@@ -79,3 +79,56 @@ def test_followed_gemini_and_qwen_sessions_are_priced_without_the_users_prices(
         assert cost["priced"] is True and "unpricedModels" not in cost, (thread, cost)
         assert cost["total"] == pytest.approx(expected, abs=1e-6), thread
         assert cost["cachedInput"] == pytest.approx(usage.cached_input * rates[1] / 1e6, abs=1e-6), thread
+
+
+# Alibaba Cloud Model Studio's implicit-cache rate: the input its cache serves at 20% of the input
+# price (https://www.alibabacloud.com/help/en/model-studio/context-cache); models.dev gives these
+# five no cached rate of their own.
+QWEN_IMPLICIT_CACHE = {"qwen3-coder-plus": 1.0, "qwen3-coder-flash": 0.3, "qwen3-max": 1.2, "qwen3.5-plus": 0.4,
+                       "qwen3.6-flash": 0.1875}
+
+
+def test_qwen_models_without_a_models_dev_cached_rate_take_alibabas_published_one() -> None:
+    import json
+
+    from ctxd.sessions import pricing
+
+    rows = json.loads((Path(pricing.__file__).parent / "prices.json").read_text(encoding="utf-8"))["models"]
+    for model, input_rate in QWEN_IMPLICIT_CACHE.items():
+        price = pricing.lookup(model)
+        assert price is not None and price.input == input_rate, model
+        assert price.cached_input == pytest.approx(input_rate * 0.2), model
+        assert "https://www.alibabacloud.com/help/en/model-studio/context-cache" in rows[model]["source"], model
+
+
+def test_a_followed_qwen_session_reading_from_the_cache_is_priced(
+        daemon_factory: Callable[..., Client], tmp_path: Path, state_dir: Path) -> None:
+    """qwen-code's own session (its model qwen3-coder-plus, cached input on every request after the
+    first): priced whole, its cached input at Alibaba's implicit-cache rate, no model unpriced."""
+    work = tmp_path / "app"
+    work.mkdir()
+    qwen_home = tmp_path / "qwen"
+    chats = qwen_home / "projects" / encode_project(work) / "chats"
+    chats.mkdir(parents=True)
+    qwen_file = chats / f"{QWEN_SESSION}.jsonl"
+    qwen_file.write_text(QWEN_FIXTURE.read_text().replace("/home/user/app", str(work)))
+    reader = QwenReader(str(qwen_file))
+    reader.read()
+    usage = reader.session.cumulative["qwen3-coder-plus"]
+    assert usage.cached_input > 0
+    rates = (1.0, 0.2, 5.0)
+    expected = _expected(usage, rates)
+    client = daemon_factory([work], env={"QWEN_HOME": str(qwen_home)})
+    uri = work.as_uri()
+    thread = f"qwen:{QWEN_SESSION}"
+
+    def read() -> dict[str, Any] | None:
+        if not any(t["thread"] == thread for t in client.request("ctxd/threads", {"workspace": uri})["threads"]):
+            return None
+        cost = client.request("ctxd/usage", {"workspace": uri, "thread": thread})["cost"]
+        return cost if cost["total"] >= expected - 1e-6 or cost.get("unpricedModels") else None
+
+    cost = _until(read)
+    assert cost["priced"] is True and "unpricedModels" not in cost, cost
+    assert cost["cachedInput"] == pytest.approx(usage.cached_input * rates[1] / 1e6, abs=1e-6)
+    assert cost["total"] == pytest.approx(expected, abs=1e-6)

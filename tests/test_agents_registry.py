@@ -331,6 +331,7 @@ def test_a_new_agent_module_is_followed_hooked_installed_and_shown(toy: Toy, dae
     assert state_dir == toy.state  # the daemon's state dir is the toy world's (conftest's fixture)
     client = daemon_factory([toy.project], env=toy.env)
     uri = toy.project.as_uri()
+    assert client.initialize_result["capabilities"]["experimental"]["ctxd"]["agents"]["toy"] == "Toy Agent"
 
     # Followed: the daemon reads its session into a read-only thread of its own, with its limits.
     def listed() -> dict[str, Any] | None:
@@ -349,7 +350,7 @@ def test_a_new_agent_module_is_followed_hooked_installed_and_shown(toy: Toy, dae
     with pytest.raises(RpcError) as refused:
         client.request("ctxd/record", {"workspace": uri, "thread": "toy:t-1",
                                        "items": [{"type": "message", "role": "user", "content": "x"}]})
-    assert "follows a Toy Agent session" in str(refused.value)
+    assert "follows Toy Agent's session" in str(refused.value)
 
     # Hooked: its own events and payload fields, a checkpoint before its turn and its shell tool.
     base = {"session": "t-1", "dir": str(toy.project)}

@@ -74,13 +74,22 @@ def ctxd_bin(tmp_path: Path) -> Path:
 def env_for(tmp_path: Path) -> dict[str, str]:
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CTXD_", "CODEX_", "CLAUDE_"))}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("CTXD_", "CODEX_", "CLAUDE_", "QWEN_", "GEMINI_", "OPENCODE_"))}
     ctxd_bin(tmp_path)
     env.update({"HOME": str(home), "XDG_STATE_HOME": str(tmp_path / "state"), "XDG_CONFIG_HOME": str(home / ".config"),
+                "XDG_DATA_HOME": str(home / ".local" / "share"),
                 "PATH": f"{tmp_path / 'bin'}{os.pathsep}{env.get('PATH', '')}", "GIT_CONFIG_GLOBAL": os.devnull,
                 "GIT_CONFIG_NOSYSTEM": "1", **IDENTITY})
     env["CTXD_OWNER_IDLE_SECONDS"] = "20"  # the owner hooks start ends soon after their test
     return env
+
+
+def on_machine(tmp_path: Path, *folders: str) -> None:
+    """The agents whose home folders are named (".claude", ".codex") have run in env_for's home:
+    `ctxd hooks install` with no `--agent` installs only into those."""
+    for folder in folders:
+        (tmp_path / "home" / folder).mkdir(parents=True, exist_ok=True)
 
 
 def ctxd(tmp_path: Path, *args: str, cwd: Path, stdin: bytes = b"", env: dict[str, str] | None = None
@@ -195,6 +204,7 @@ def test_codex_install_edits_the_toml_as_text_and_uninstall_restores_it_byte_for
 def test_user_scope_files_created_by_install_are_removed_by_uninstall(tmp_path: Path) -> None:
     folder = make_repo(tmp_path / "proj")
     home = tmp_path / "home"
+    on_machine(tmp_path, ".claude", ".codex")
     assert ctxd(tmp_path, "hooks", "install", cwd=folder).returncode == 0
     created = [home / ".claude" / "settings.json", home / ".claude.json", home / ".codex" / "config.toml"]
     assert all(p.exists() for p in created)
@@ -371,6 +381,7 @@ def test_after_a_compaction_the_model_is_told_about_recall_only_with_the_mcp_ser
     project = make_repo(tmp_path / "proj")
     start = {"session_id": "s", "cwd": str(project), "hook_event_name": "SessionStart", "source": "compact"}
     assert hook(tmp_path, "claude", "SessionStart", start, project).stdout == b""
+    on_machine(tmp_path, ".claude", ".codex")
     assert ctxd(tmp_path, "hooks", "install", "--scope", "project", cwd=project).returncode == 0
     for agent in ("claude", "codex"):
         out = json.loads(hook(tmp_path, agent, "SessionStart", start, project).stdout)

@@ -24,7 +24,7 @@ from ctxd.agents.codex import codex_remove
 from ctxd.agents.config.files import InstallError
 from tests.agents import CODEX, QUIET, Codex, install
 from tests.model_servers import Reply, ResponsesServer
-from tests.test_hooks import CLAUDE_SETTINGS, CODEX_CONFIG, ctxd, ctxd_bin, env_for, make_repo
+from tests.test_hooks import CLAUDE_SETTINGS, CODEX_CONFIG, ctxd, ctxd_bin, env_for, make_repo, on_machine
 
 LAYOUTS = json.loads((Path(__file__).parent / "fixtures" / "codex_editor_layouts.json").read_text())["layouts"]
 EXACT = {"rich", "created", "trailingblank", "crlf", "noeol"}
@@ -413,6 +413,7 @@ def test_crlf_files_and_a_missing_final_line_end_are_kept(tmp_path: Path) -> Non
     for path, text in files.items():
         path.parent.mkdir(exist_ok=True)
         path.write_bytes(text.encode())
+    on_machine(tmp_path, ".claude", ".codex")
     for rounds in ("backup", "no backup"):
         assert ctxd(tmp_path, "hooks", "install", "--scope", "project", cwd=project).returncode == 0
         for path, text in files.items():
@@ -564,6 +565,7 @@ def test_status_says_when_codex_has_trusted_ctxds_hooks(tmp_path: Path) -> None:
 
 def test_user_install_says_which_folders_are_covered_and_how_to_leave_one_out(tmp_path: Path) -> None:
     project = make_repo(tmp_path / "proj")
+    on_machine(tmp_path, ".claude")
     done = ctxd(tmp_path, "hooks", "install", cwd=project)
     assert done.returncode == 0, done.stderr
     config = tmp_path / "home" / ".config" / "ctxd" / "config.toml"  # XDG_CONFIG_HOME of env_for
@@ -571,3 +573,60 @@ def test_user_install_says_which_folders_are_covered_and_how_to_leave_one_out(tm
             f"add it to hooks.exclude in {config}") in done.stdout.decode()
     done = ctxd(tmp_path, "hooks", "install", "--scope", "project", cwd=project)
     assert "covered:" not in done.stdout.decode()
+
+
+# --- 7. the agents on this machine ----------------------------------------------------------------------
+
+ABSENT = {"Claude Code": ".claude", "Codex": ".codex", "Gemini CLI": ".gemini", "OpenCode": ".config/opencode"}
+"""The agents a home holding only `~/.qwen` does not have, and (part of) the folder each would have."""
+
+
+def files_under(folder: Path) -> set[str]:
+    return {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_the_default_install_writes_only_into_the_agents_on_the_machine_and_names_the_others(tmp_path: Path) -> None:
+    """A home where only qwen-code ever ran (`~/.qwen`): `ctxd hooks install` (and its dry run)
+    writes qwen's settings alone and says which agents it skipped and how to install into one;
+    `--agent NAME` still installs into an absent one; uninstall, with no `--agent`, removes
+    everything it wrote, whichever agents are present."""
+    project = make_repo(tmp_path / "proj")
+    home = tmp_path / "home"
+    (home / ".qwen").mkdir(parents=True)
+    qwen = home / ".qwen" / "settings.json"
+    for scope in ("user", "project"):
+        where = ["--scope", "project"] if scope == "project" else []
+        hint = "to install into one anyway: ctxd hooks install --agent NAME" + (" --scope project" if where else "")
+        dry = ctxd(tmp_path, "hooks", "install", *where, "--dry-run", cwd=project)
+        done = ctxd(tmp_path, "hooks", "install", *where, cwd=project)
+        for run in (dry, done):
+            assert run.returncode == 0, run.stderr
+            out = run.stdout.decode()
+            for title, folder in ABSENT.items():
+                assert f"skipped {title}: not on this machine (no folder {home / folder}" in out, out
+            assert f"{hint} (NAME: claude, codex, gemini, opencode; --agent all: every agent)" in out, out
+            assert "skipped Qwen Code" not in out
+        written = qwen if scope == "user" else project / ".qwen" / "settings.json"
+        assert str(written) in dry.stdout.decode() and f"wrote {written}" in done.stdout.decode()
+    assert files_under(home) == {".qwen/settings.json"}  # nothing of an absent agent, not even its folder
+    assert files_under(project) - {"app.py"} - {p for p in files_under(project) if p.startswith(".git/")} == {
+        ".qwen/settings.json"}
+
+    assert ctxd(tmp_path, "hooks", "install", "--agent", "gemini", cwd=project).returncode == 0  # named: installed
+    assert files_under(home) == {".qwen/settings.json", ".gemini/settings.json"}
+    status = ctxd(tmp_path, "hooks", "status", cwd=project).stdout.decode()
+    assert all(f"{name} user:" in status for name in ("codex", "claude", "qwen", "gemini", "opencode")), status
+    for where in ([], ["--scope", "project"]):
+        done = ctxd(tmp_path, "hooks", "uninstall", *where, cwd=project)
+        assert done.returncode == 0 and "skipped" not in done.stdout.decode(), done.stdout
+    assert files_under(home) == set()
+    assert not (project / ".qwen" / "settings.json").exists()
+
+
+def test_the_default_install_with_no_agent_on_the_machine_writes_nothing_and_says_so(tmp_path: Path) -> None:
+    project = make_repo(tmp_path / "proj")
+    done = ctxd(tmp_path, "hooks", "install", cwd=project)
+    out = done.stdout.decode()
+    assert done.returncode == 0 and "no agent found on this machine: nothing to install" in out, out
+    assert "skipped Qwen Code: not on this machine" in out
+    assert files_under(tmp_path / "home") == set()

@@ -39,6 +39,9 @@ def test_initialize_advertises_ctxd(daemon_factory: Callable[..., Client], works
     assert ctxd["protocolVersion"] == 4
     assert METHODS <= set(ctxd["methods"])
     assert result["serverInfo"]["name"] == "ctxd"
+    # Each agent's name as its users know it, from its module: the editors show this one, no name of their own.
+    assert ctxd["agents"] == {"codex": "Codex", "claude": "Claude Code", "qwen": "Qwen Code", "gemini": "Gemini CLI",
+                              "opencode": "OpenCode"}
 
 
 def test_record_prompt_history_threads(client: Client, workspace: Path) -> None:

@@ -280,6 +280,18 @@ class Agent(ABC):
 
     # --- ctxd's entries in its configuration ---
 
+    def marks(self, env: Mapping[str, str]) -> list[Path]:
+        """The folders the agent makes once it has run on this machine (any one of them says it is
+        here): `ctxd hooks install` with no `--agent` installs only into an agent that has one.
+        Its home folder by default, whose own variable (`$CODEX_HOME`...) `home` reads. A folder,
+        not a program on PATH: the PATH of the shell or editor running install is not the agent's
+        (npx, nvm, a version manager), and an agent never run has no session to follow yet."""
+        return [self.home(env, None)]
+
+    def present(self, env: Mapping[str, str]) -> bool:
+        """Whether the agent is on this machine: one of its `marks` is a folder."""
+        return any(path.is_dir() for path in self.marks(env))
+
     def config_changes(self, action: Action, scope: Scope, project: Path, state_dir: Path,
                        ctxd: list[str]) -> tuple[list[ConfigChange], list[str]]:
         """The files `ctxd hooks install|uninstall` changes (hooks, status line, MCP server), and

@@ -805,6 +805,11 @@ class OpenCode(Agent):
 
     # --- ctxd's entries in its configuration: the plugin file and `mcp` in opencode.json ---
 
+    def marks(self, env: Mapping[str, str]) -> list[Path]:
+        """Its configuration folder (where install writes) or its data folder (opencode.db): it
+        makes both on its first start."""
+        return [config_dir(env), self.home(env, None)]
+
     def _files(self, scope: str, project: Path) -> tuple[Path, Path]:
         folder = project / ".opencode" if scope == "project" else config_dir(os.environ)
         settings = project / "opencode.json" if scope == "project" else folder / "opencode.json"

@@ -468,7 +468,7 @@ def holds_ours(text: str) -> bool:
 
 class Qwen(Agent):
     name = "qwen"
-    title = "qwen-code"
+    title = "Qwen Code"  # its README's and its VS Code companion's name (npm @qwen-code/qwen-code)
     version = VERSION
     # `/context`'s categories for what qwen sends besides the messages, in the shares its own
     # `/context` showed for qwen3-coder-plus (tests/fixtures/agents/qwen/context-command.txt:

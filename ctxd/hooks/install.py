@@ -72,6 +72,27 @@ def status(chosen: list[Agent], project: Path) -> list[str]:
     return [line for agent in chosen for scope in scopes if (line := agent.config_status(scope, project))]
 
 
+def present(hooked: list[Agent]) -> tuple[list[Agent], list[Agent]]:
+    """(the agents on this machine, the others): what `install` with no `--agent` installs into.
+    Uninstall and status always cover every agent, so nothing of ctxd's is left behind."""
+    here = [agent for agent in hooked if agent.present(os.environ)]
+    return here, [agent for agent in hooked if agent not in here]
+
+
+def skipped_lines(skipped: list[Agent], scope: Scope, found: bool) -> list[str]:
+    """Which agents the default install left out, why, and how to install into one anyway."""
+    if not skipped:
+        return []
+    lines = [f"skipped {agent.title}: not on this machine (no folder {' or '.join(map(str, agent.marks(os.environ)))})"
+             for agent in skipped]
+    if not found:
+        lines.append("no agent found on this machine: nothing to install")
+    where = " --scope project" if scope == "project" else ""
+    lines.append(f"to install into one anyway: ctxd hooks install --agent NAME{where} "
+                 f"(NAME: {', '.join(agent.name for agent in skipped)}; --agent all: every agent)")
+    return lines
+
+
 def covered_line() -> str:
     """Which folders hooks installed for the user act in, and how to leave one out."""
     from ctxd.places import user_config_path
@@ -87,18 +108,26 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="ctxd hooks", description="ctxd's hooks, status line and MCP server "
                                      f"in the agents' own configuration ({', '.join(a.title for a in hooked)}).")
     parser.add_argument("action", choices=("install", "uninstall", "status"))
-    parser.add_argument("--agent", choices=(*(a.name for a in hooked), "all"), default="all")
+    parser.add_argument("--agent", choices=(*(a.name for a in hooked), "all"), default=None,
+                        help="one agent, or all of them, present or not (default: install into the agents on this "
+                        "machine; uninstall and status: all)")
     parser.add_argument("--scope", choices=("user", "project"), default="user")
     parser.add_argument("--dry-run", action="store_true", help="print the change as a diff; write nothing")
     args = parser.parse_args(argv)
     from ctxd.places import default_state_dir, find_workspace
 
     state_dir = default_state_dir()
-    chosen = hooked if args.agent == "all" else [agents.get(args.agent)]
+    chosen = hooked if args.agent in (None, "all") else [agents.get(args.agent)]
     project = find_workspace(Path.cwd(), state_dir).folder
     if args.action == "status":
         print("\n".join(status(chosen, project)))
         return 0
+    if args.action == "install" and args.agent is None:
+        chosen, skipped = present(chosen)
+        for line in skipped_lines(skipped, args.scope, found=bool(chosen)):
+            print(line)
+        if not chosen:
+            return 0
     try:
         changes, notes = plan(args.action, chosen, args.scope, project, state_dir, ctxd_command())
         if args.dry_run:

@@ -52,7 +52,7 @@ from ctxd.server.events import CompactionEvents, Outbox
 from ctxd.server.lanes import Backlog
 from ctxd.server.transport import MAX_STRING_BYTES
 from ctxd.settings import load_settings
-from ctxd.workspace import Workspace
+from ctxd.workspace import Workspace, agent_titles
 
 if TYPE_CHECKING:
     pass
@@ -277,7 +277,8 @@ class CtxdServer:
             "capabilities": {
                 "workspace": {"workspaceFolders": {"supported": True, "changeNotifications": True}},
                 "experimental": {"ctxd": {"protocolVersion": methods.PROTOCOL_VERSION,
-                                          "methods": sorted(methods.REQUESTS), "processId": os.getpid()}},
+                                          "methods": sorted(methods.REQUESTS), "processId": os.getpid(),
+                                          "agents": agent_titles()}},
             },
             "serverInfo": {"name": "ctxd", "version": __version__},
         })

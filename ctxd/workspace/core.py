@@ -74,6 +74,12 @@ def agent_title(agent: str) -> str:
     return found.title if found is not None else agent
 
 
+def agent_titles() -> dict[str, str]:
+    """Every agent's name as its users know it, by its thread prefix: the `initialize` answer
+    gives it to the editors, which show no name of their own for an agent."""
+    return {agent.name: agent.title for agent in agents.every()}
+
+
 def is_folder(path: Path) -> bool:
     try:
         return path.is_dir()

@@ -45,7 +45,7 @@ class WorkspaceWrites(WorkspaceCore):
         """Refuse a client's write to a followed session's thread (-32602)."""
         agent = followed_agent(thread)
         if agent is not None:
-            raise InvalidParams(f"thread '{thread}' follows a {agent_title(agent)} session: the agent owns "
+            raise InvalidParams(f"thread '{thread}' follows {agent_title(agent)}'s session: the agent owns "
                                 "that history (read-only)")
 
     def _rows(self, thread: str, items: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[tuple[str, int]]]:

@@ -1,9 +1,11 @@
 /**
  * Who a thread belongs to: each agent's name, codicon and own commands, by the `source` that
- * `ctxd/threads` gives (`client`, `codex`, `claude`, and the agents added since). Everything the
- * extension says about an agent comes from this one table (the Neovim plugin's `ctxd.agents` has
- * the same names and commands), so a new agent needs no code: one the table does not know is shown
- * by its source's own name with the fallback icon. Pure.
+ * `ctxd/threads` gives (`client`, `codex`, `claude`, and the agents added since). An agent's name
+ * is the daemon's (its `initialize` answer, `capabilities.experimental.ctxd.agents`, from the
+ * agent's module): the table here has none of its own for an agent, only the gauge's word, the
+ * icon and the agent's commands (the Neovim plugin's `ctxd.agents` has the same), so a new agent
+ * needs no code: one the table does not know is shown by the daemon's name with the fallback icon.
+ * Pure, but for the names the daemon last gave (`setAgentNames`).
  */
 
 export interface Agent {
@@ -19,25 +21,48 @@ export interface Agent {
   compact?: string;
 }
 
-export const AGENTS: Readonly<Record<string, Agent>> = {
+/** What the editor keeps of a source: a name only for those that are no agent module of the daemon (its own threads, ACP). */
+type Known = Omit<Agent, 'name'> & { name?: string };
+
+export const AGENTS: Readonly<Record<string, Known>> = {
   client: { name: 'ctxd', icon: 'comment-discussion' },
-  codex: { label: 'Codex', name: 'Codex', icon: 'terminal', rewind: 'Esc Esc (backtrack)', compact: '/compact' },
-  claude: { label: 'Claude', name: 'Claude Code', icon: 'sparkle', rewind: '/rewind', compact: '/compact' },
-  qwen: { label: 'Qwen', name: 'Qwen Code', icon: 'hubot', rewind: '/rewind', compact: '/compress' },
-  gemini: { label: 'Gemini', name: 'Gemini CLI', icon: 'star-full', rewind: '/rewind', compact: '/compress' },
-  opencode: { label: 'OpenCode', name: 'OpenCode', icon: 'code', rewind: '/undo', compact: '/compact' },
+  codex: { label: 'Codex', icon: 'terminal', rewind: 'Esc Esc (backtrack)', compact: '/compact' },
+  claude: { label: 'Claude', icon: 'sparkle', rewind: '/rewind', compact: '/compact' },
+  qwen: { label: 'Qwen', icon: 'hubot', rewind: '/rewind', compact: '/compress' },
+  gemini: { label: 'Gemini', icon: 'star-full', rewind: '/rewind', compact: '/compress' },
+  opencode: { label: 'OpenCode', icon: 'code', rewind: '/undo', compact: '/compact' },
   acp: { label: 'ACP', name: 'ACP agent', icon: 'plug' },
 };
 
 /** The icon of an agent the table does not know. */
 export const FALLBACK_ICON = 'robot';
 
+let daemonNames: Readonly<Record<string, string>> = {};
+
+/**
+ * Takes the agents' names from the daemon's `initialize` answer (`capabilities.experimental.ctxd.agents`,
+ * `{source: name}`); anything else there is ignored. Called after every daemon start.
+ */
+export function setAgentNames(agents: unknown): void {
+  const names: Record<string, string> = {};
+  if (agents && typeof agents === 'object' && !Array.isArray(agents)) {
+    for (const [source, name] of Object.entries(agents)) {
+      if (typeof name === 'string' && name.trim() && name.length <= 100) names[source] = name.trim();
+    }
+  }
+  daemonNames = names;
+}
+
+const has = (table: object, key: string) => Object.prototype.hasOwnProperty.call(table, key);
+
 /** The agent behind `source` (undefined or empty: the editor's own threads). */
 export function agentOf(source: string | null | undefined): Agent {
   const key = typeof source === 'string' && source ? source : 'client';
-  if (Object.prototype.hasOwnProperty.call(AGENTS, key)) return AGENTS[key];
-  const name = key.charAt(0).toUpperCase() + key.slice(1);
-  return { label: name, name, icon: FALLBACK_ICON };
+  const known = has(AGENTS, key) ? AGENTS[key] : undefined;
+  const word = key.charAt(0).toUpperCase() + key.slice(1);
+  // The daemon's name; before it gave one (or from a daemon that gives none), the gauge's word.
+  const name = has(daemonNames, key) ? daemonNames[key] : (known?.name ?? known?.label ?? word);
+  return known ? { ...known, name } : { label: word, name, icon: FALLBACK_ICON };
 }
 
 /**
@@ -47,7 +72,7 @@ export function agentOf(source: string | null | undefined): Agent {
 export function sourceOfThreadName(thread: string | undefined): string | undefined {
   const i = thread ? thread.indexOf(':') : -1;
   const agent = i > 0 ? thread!.slice(0, i) : undefined;
-  return agent && agent !== 'client' && Object.prototype.hasOwnProperty.call(AGENTS, agent) ? agent : undefined;
+  return agent && agent !== 'client' && (has(AGENTS, agent) || has(daemonNames, agent)) ? agent : undefined;
 }
 
 /** The agent's own ways to change its conversation, in words: "its /rewind or /compact". */

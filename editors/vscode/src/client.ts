@@ -101,6 +101,8 @@ export function createClient(config: ClientConfig): ManagedClient {
         ?.experimental?.ctxd?.methods;
       return Array.isArray(methods) ? methods.filter((m): m is string => typeof m === 'string') : undefined;
     },
+    agentNames: () =>
+      (client.initializeResult?.capabilities as { experimental?: { ctxd?: { agents?: unknown } } } | undefined)?.experimental?.ctxd?.agents,
     stopReason: () => stopReason,
     willRestart: () => restarting,
   };

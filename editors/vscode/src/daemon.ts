@@ -3,6 +3,7 @@
  * queue, so a restart never overlaps another, and a request made while a start is in progress waits
  * for it instead of failing. Free of `vscode` (the client is made by a factory) so it is tested.
  */
+import { setAgentNames } from './agents';
 import type { Disposable, Rpc } from './protocol';
 import type { DaemonCommand } from './settings';
 
@@ -40,6 +41,8 @@ export interface ManagedClient {
   rpc(): Rpc;
   /** The `ctxd/*` methods the daemon announced at initialize. */
   methods(): string[] | undefined;
+  /** The agents' names the daemon gave at initialize (`capabilities.experimental.ctxd.agents`). */
+  agentNames?(): unknown;
   /** Set when the client gave up restarting a crashing daemon. */
   stopReason(): StopReason | undefined;
   /** True between a crash and the client's own restart of the daemon (a stop that is not the end). */
@@ -112,9 +115,11 @@ export class Daemon implements Disposable {
           if (current.willRestart()) return;
           this.events.stopped(current.stopReason() ?? { kind: 'failed', message: 'The ctxd daemon stopped; see the "ctxd" output.' });
         } else if (e.newState === ClientState.Running && e.oldState !== ClientState.Running) {
+          setAgentNames(current.agentNames?.());
           this.events.started(current.rpc(), current.methods());
         }
       });
+      setAgentNames(client.agentNames?.());
       this.events.started(client.rpc(), client.methods());
     } catch (err) {
       this.client = undefined;

@@ -3,7 +3,9 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { type CtxdApi, CtxdService } from '../src/api';
 import { ErrorCode, type UsageChangedParams, errorCode } from '../src/protocol';
+import { agentOf, readOnlySentence, setAgentNames } from '../src/agents';
 import { type Daemon, assistantMessage, startDaemon, userMessage, waitFor } from './daemon';
+import { AGENT_NAMES } from './fixtures';
 
 describe('exported API (real daemon)', () => {
   let d: Daemon;
@@ -31,6 +33,14 @@ describe('exported API (real daemon)', () => {
     for (const m of ['ctxd/record', 'ctxd/usage', 'ctxd/prompt', 'ctxd/rollback', 'ctxd/reportTokenUsage', 'ctxd/setPromptContext']) {
       assert.ok(caps.methods.includes(m), m);
     }
+  });
+
+  test("initialize gives every agent's name, which the extension shows (the pure tests' AGENT_NAMES are these)", () => {
+    const caps = d.initializeResult.capabilities.experimental.ctxd;
+    assert.deepEqual(caps.agents, AGENT_NAMES);
+    setAgentNames(caps.agents);
+    assert.equal(agentOf('qwen').name, 'Qwen Code');
+    assert.equal(readOnlySentence('claude').split(' session')[0], 'This Claude Code');
   });
 
   test('the exports are frozen and carry only the API', () => {

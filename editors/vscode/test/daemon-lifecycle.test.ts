@@ -2,6 +2,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { ClientState, Daemon, DaemonStartError, startFailure, type ManagedClient, type StopReason } from '../src/daemon';
+import { agentOf } from '../src/agents';
 import { Emitter } from '../src/emitter';
 import { Debouncer } from '../src/gauge';
 import type { Rpc } from '../src/protocol';
@@ -38,6 +39,11 @@ class FakeClient implements ManagedClient {
   methods() {
     return ['ctxd/usage'];
   }
+  /** What its daemon's initialize answer gives as the agents' names. */
+  names: unknown;
+  agentNames() {
+    return this.names;
+  }
   reason: StopReason | undefined;
   restarting = false;
   willRestart() {
@@ -61,6 +67,7 @@ function harness(failing: number[] = []) {
   const daemon = new Daemon(
     async () => {
       const c = new FakeClient(clients.length + 1, log, failing.includes(clients.length + 1));
+      c.names = { qwen: `Qwen Code ${c.n}` };
       clients.push(c);
       return c;
     },
@@ -70,6 +77,21 @@ function harness(failing: number[] = []) {
 }
 
 describe('Daemon lifecycle', () => {
+  test("every start, and the client's own restart, takes the agents' names the daemon gives", async () => {
+    const { daemon, clients } = harness();
+    await daemon.restart();
+    assert.equal(agentOf('qwen').name, 'Qwen Code 1');
+    await daemon.restart();
+    assert.equal(agentOf('qwen').name, 'Qwen Code 2');
+    clients[1].names = { qwen: 'Qwen Code, restarted' };
+    clients[1].stateChanged.fire({ oldState: ClientState.Starting, newState: ClientState.Running });
+    assert.equal(agentOf('qwen').name, 'Qwen Code, restarted');
+    clients[1].names = undefined; // a daemon that gives none: the gauge's word
+    clients[1].stateChanged.fire({ oldState: ClientState.Starting, newState: ClientState.Running });
+    assert.equal(agentOf('qwen').name, 'Qwen');
+    await daemon.stop();
+  });
+
   test('concurrent restarts run one after another, never overlapping', async () => {
     const { log, daemon } = harness();
     await Promise.all([daemon.restart(), daemon.restart(), daemon.restart()]);

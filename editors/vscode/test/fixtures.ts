@@ -1,6 +1,18 @@
 /** Hand-made protocol values for the pure tests. */
 import type { Breakdown, Category, UsageSnapshot } from '../src/protocol';
 
+/**
+ * The agents' names as the daemon's `initialize` answer gives them (`capabilities.experimental.ctxd.agents`;
+ * api.test.ts checks this against the real daemon's): the pure tests that show names pass it to `setAgentNames`.
+ */
+export const AGENT_NAMES: Readonly<Record<string, string>> = {
+  codex: 'Codex',
+  claude: 'Claude Code',
+  qwen: 'Qwen Code',
+  gemini: 'Gemini CLI',
+  opencode: 'OpenCode',
+};
+
 export function usage(over: Partial<UsageSnapshot> = {}): UsageSnapshot {
   return {
     usedTokens: 48_200,

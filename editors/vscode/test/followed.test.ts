@@ -21,6 +21,7 @@ import { SnapshotsModel, ThreadsModel, operationNodes } from '../src/trees';
 import type { PickItem, Severity, Ui } from '../src/ui';
 import type { WaysOutHost } from '../src/waysOut';
 import { CLAUDE_SESSION, CLAUDE_TITLE, type Daemon, claudeSession, codexSession, startDaemon, waitFor } from './daemon';
+import { setAgentNames } from '../src/agents';
 
 const CLAUDE = `claude:${CLAUDE_SESSION}`;
 const SENTENCE_CLAUDE = 'This Claude Code session is read-only: use its /rewind or /compact; files: Restore Files on a checkpoint in the Snapshots view.';
@@ -91,6 +92,7 @@ describe('followed sessions (real daemon, real agents\' files)', () => {
   before(async () => {
     let codexId = '';
     d = await startDaemon({ git: true, sessions: [claudeSession, (f, env) => void (codexId = codexSession(f, env))] });
+    setAgentNames(d.initializeResult.capabilities.experimental.ctxd.agents); // as the extension's client does
     codex = `codex:${codexId}`;
     service = new CtxdService(async () => d.rpc, () => d.uri);
     service.attach(d.rpc, d.initializeResult.capabilities.experimental.ctxd.methods);

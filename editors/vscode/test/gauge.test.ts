@@ -9,6 +9,7 @@ import { GaugeController } from '../src/gauge';
 import { formatTokens } from '../src/numbers';
 import { ERROR_BACKGROUND, type GaugeView, WARNING_BACKGROUND, gaugeText } from '../src/status';
 import { type Daemon, startDaemon, userMessage, waitFor } from './daemon';
+import { setAgentNames } from '../src/agents';
 
 class RecordingSink {
   views: GaugeView[] = [];
@@ -34,6 +35,7 @@ describe('gauge and breakdown (real daemon)', () => {
 
   before(async () => {
     d = await startDaemon({ options: { contextWindow: 2000 } });
+    setAgentNames(d.initializeResult.capabilities.experimental.ctxd.agents); // as the extension's client does
     service = new CtxdService(async () => d.rpc, () => d.uri);
     service.attach(d.rpc);
     sink = new RecordingSink();

@@ -10,6 +10,10 @@ import { after, before, describe, test } from 'node:test';
 import { type HooksRunner, changedFiles, hookAgents, hooksMarkdown, hooksRunner, hooksSummary, installHooksFlow, parseHooksStatus, readHooksStatus } from '../src/hooks';
 import type { PickItem, Severity, Ui } from '../src/ui';
 import { PYTHON, daemonEnv } from './daemon';
+import { setAgentNames } from '../src/agents';
+import { AGENT_NAMES } from './fixtures';
+
+setAgentNames(AGENT_NAMES); // the names the daemon gives (fixtures.ts)
 
 class HooksUi implements Ui {
   picks: PickItem<unknown>[][] = [];

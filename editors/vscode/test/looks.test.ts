@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { describe, test } from 'node:test';
-import { AGENTS, FALLBACK_ICON, agentOf, readOnlySentence } from '../src/agents';
+import { AGENTS, FALLBACK_ICON, agentOf, readOnlySentence, setAgentNames } from '../src/agents';
 import { renderBreakdownHtml } from '../src/breakdownView';
 import { conversationMarkdown } from '../src/conversation';
 import { threadFacts, threadName } from '../src/followed';
@@ -11,7 +11,9 @@ import type { GhostCommit, OperationRecord, ThreadInfo } from '../src/protocol';
 import { codexPercentLeft, gaugeText, gaugeView } from '../src/status';
 import { operationLabel } from '../src/timeMachine';
 import { snapshotTree, threadNode } from '../src/trees';
-import { breakdown, usage } from './fixtures';
+import { breakdown, usage, AGENT_NAMES } from './fixtures';
+
+setAgentNames(AGENT_NAMES); // the names the daemon gives (fixtures.ts)
 
 const NOW = Date.parse('2026-12-01T12:00:00Z');
 
@@ -34,6 +36,19 @@ describe('every agent by its own name and icon', () => {
     assert.equal(new Set(Object.values(AGENTS).map((a) => a.icon)).size, Object.keys(AGENTS).length, 'no two agents share an icon');
     assert.ok(!Object.values(AGENTS).some((a) => a.icon === FALLBACK_ICON));
     assert.equal(agentOf(undefined).name, 'ctxd');
+  });
+
+  test("an agent's name is the daemon's: the table has none of its own, a new agent needs no code", () => {
+    for (const source of ['codex', 'claude', 'qwen', 'gemini', 'opencode']) assert.equal(AGENTS[source].name, undefined, source);
+    try {
+      setAgentNames({ ...AGENT_NAMES, futureagent: 'Future Agent', bad: 7 });
+      assert.deepEqual([agentOf('qwen').name, agentOf('futureagent').name, agentOf('futureagent').icon], ['Qwen Code', 'Future Agent', FALLBACK_ICON]);
+      assert.equal(agentOf('bad').name, 'Bad');
+      setAgentNames(undefined); // before the daemon answered: the gauge's word
+      assert.deepEqual(['claude', 'qwen', 'acp', 'client'].map((s) => agentOf(s).name), ['Claude', 'Qwen', 'ACP agent', 'ctxd']);
+    } finally {
+      setAgentNames(AGENT_NAMES);
+    }
   });
 
   test('the read-only sentence names the agent\'s own commands (as the Neovim plugin does)', () => {

@@ -12,6 +12,10 @@ import { UNDO_RESTORE, restoreSnapshotFlow } from '../src/snapshots';
 import { REDO, RestoreMemory, UNDO, lastUndoable, rollbackQuestion, undoFlow, undoLastFlow } from '../src/timeMachine';
 import { CompactionsModel, snapshotTree } from '../src/trees';
 import { type Daemon, assistantMessage, startDaemon, userMessage } from './daemon';
+import { setAgentNames } from '../src/agents';
+import { AGENT_NAMES } from './fixtures';
+
+setAgentNames(AGENT_NAMES); // the names the daemon gives (fixtures.ts)
 
 /** A Ui that answers from a script, records what it showed, and wakes waiters on each message. */
 class ScriptedUi implements Ui {
@@ -69,6 +73,7 @@ describe('time machine (real daemon)', () => {
 
   before(async () => {
     d = await startDaemon({ git: true });
+    setAgentNames(d.initializeResult.capabilities.experimental.ctxd.agents); // as the extension's client does
     service = new CtxdService(async () => d.rpc, () => d.uri);
     service.attach(d.rpc, d.initializeResult.capabilities.experimental.ctxd.methods);
   });

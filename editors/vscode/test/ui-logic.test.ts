@@ -12,7 +12,10 @@ import { gaugeText, strategyText } from '../src/status';
 import { plainText } from '../src/text';
 import { compactionLabel } from '../src/trees';
 import { threadFacts } from '../src/followed';
-import { usage } from './fixtures';
+import { usage, AGENT_NAMES } from './fixtures';
+import { setAgentNames } from '../src/agents';
+
+setAgentNames(AGENT_NAMES); // the names the daemon gives (fixtures.ts)
 
 const t = (thread: string, more: { title?: string; source?: string; readOnly?: boolean } = {}) => ({ ...threadFacts(thread), ...more });
 

@@ -12,6 +12,7 @@ import { UNDO_RESTORE, deleteSnapshotFlow, restoreSnapshotFlow, showChangesFlow 
 import { CompactionsModel, SnapshotsModel, ThreadsModel, archivedBy, threadNode } from '../src/trees';
 import { formatTokens } from '../src/numbers';
 import { type Daemon, assistantMessage, startDaemon, userMessage, waitFor } from './daemon';
+import { setAgentNames } from '../src/agents';
 
 class ScriptedUi implements Ui {
   messages: { severity: Severity; message: string }[] = [];
@@ -49,6 +50,7 @@ describe('views and snapshot actions (real daemon)', () => {
 
   before(async () => {
     d = await startDaemon({ git: true });
+    setAgentNames(d.initializeResult.capabilities.experimental.ctxd.agents); // as the extension's client does
     service = new CtxdService(async () => d.rpc, () => d.uri);
     service.attach(d.rpc, d.initializeResult.capabilities.experimental.ctxd.methods);
   });

@@ -56,6 +56,7 @@ M.COMPACTED_WARNING = '^ctxd compacted thread '
 function M.on_init(lsp_client)
   local client = require('ctxd.client')
   local info = client.server_info(lsp_client)
+  require('ctxd.agents').set_names(info and info.agents)
   if info and not client.speaks(info.protocolVersion) then
     require('ctxd.notify').say(
       ('the daemon speaks protocol %s, this plugin %s; see :checkhealth ctxd'):format(

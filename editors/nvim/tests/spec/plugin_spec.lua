@@ -222,9 +222,20 @@ t.describe('gauge', function()
     for _, icon in ipairs(icons) do
       t.truthy(vim.fn.strdisplaywidth(icon) <= 1, 'one cell: ' .. icon)
     end
+    -- An agent's name is the daemon's (initialize's capabilities.experimental.ctxd.agents; hooks_spec
+    -- shows the real daemon's reach the plugin): the table has none of its own, a new agent needs no code.
+    local agents = require('ctxd.agents')
+    for _, source in ipairs({ 'codex', 'claude', 'qwen', 'gemini', 'opencode' }) do
+      t.eq(nil, agents.known[source].name, source)
+    end
+    agents.set_names({ claude = 'Claude Code', newagent = 'New Agent', bad = 7 })
+    t.eq({ 'Claude Code', 'New Agent', 'Bad', 'ACP agent' },
+      { agents.get('claude').name, agents.get('newagent').name, agents.get('bad').name, agents.get('acp').name })
     -- The sentence that refuses to change a followed session names its own commands.
     t.eq('this Claude Code session is read-only: use its /rewind or /compact; files: :Ctxd restore',
       require('ctxd.agents').read_only_sentence('claude'))
+    agents.set_names(nil) -- before the daemon answered: the gauge's word
+    t.eq('Claude', agents.get('claude').name)
     t.eq("this Newagent session is read-only: use Newagent's own commands; files: :Ctxd restore",
       require('ctxd.agents').read_only_sentence('newagent'))
     t.eq(true, threads.read_only('file:///agents', 'newagent:7'))
