@@ -3,10 +3,12 @@
  * clone's, `python -m ctxd`) against Claude Code's and Codex's settings in a temporary home.
  */
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { agentOf } from '../src/agents';
 import { type HooksRunner, changedFiles, hookAgents, hooksMarkdown, hooksRunner, hooksSummary, installHooksFlow, parseHooksStatus, readHooksStatus } from '../src/hooks';
 import type { PickItem, Severity, Ui } from '../src/ui';
 import { PYTHON, daemonEnv } from './daemon';
@@ -43,6 +45,21 @@ class HooksUi implements Ui {
   }
 }
 
+/** The agents this ctxd hooks, by name in the order `ctxd hooks status` lists them, asked of ctxd's
+ * registry: adding or removing an agent needs no edit here. */
+function hookedAgents(): string[] {
+  const out = execFileSync(PYTHON, ['-c', 'import json, ctxd.agents as a; print(json.dumps(sorted(x.name for x in a.with_hooks())))'], { encoding: 'utf8' });
+  const agents = JSON.parse(out) as string[];
+  assert.ok(agents.includes('claude') && agents.includes('codex'), out);
+  return agents;
+}
+
+/** "Claude Code, Codex and Qwen Code". */
+function inWords(agents: readonly string[]): string {
+  const words = agents.map((a) => agentOf(a).name);
+  return `${words.slice(0, -1).join(', ')} and ${words[words.length - 1]}`;
+}
+
 describe('agent hooks from the editor (real ctxd hooks)', () => {
   let tmp: string;
   let env: NodeJS.ProcessEnv;
@@ -66,9 +83,9 @@ describe('agent hooks from the editor (real ctxd hooks)', () => {
   test("the agents come from ctxd hooks status, not from a list of the extension's own", async () => {
     const status = await readHooksStatus(run);
     assert.ok('states' in status, JSON.stringify(status));
-    assert.deepEqual(hookAgents(status.states), ['claude', 'codex', 'gemini', 'opencode', 'qwen']);
-    assert.deepEqual(hooksSummary(status.states), ['Claude Code: not installed', 'Codex: not installed', 'Gemini CLI: not installed',
-      'OpenCode: not installed', 'Qwen Code: not installed']);
+    const agents = hookedAgents();
+    assert.deepEqual(hookAgents(status.states), agents);
+    assert.deepEqual(hooksSummary(status.states), agents.map((a) => `${agentOf(a).name}: not installed`));
     // An agent a newer ctxd adds appears by its own name.
     const newer = parseHooksStatus('claude user: hooks none; status line no; MCP server no (/a)\nqwen user: hooks UserPromptSubmit (trusted); MCP server no (/b)\nfutureagent user: hooks none (/c)\n');
     assert.deepEqual(hookAgents(newer), ['claude', 'qwen', 'futureagent']);
@@ -85,8 +102,9 @@ describe('agent hooks from the editor (real ctxd hooks)', () => {
     assert.equal(opened.length, 1);
     assert.match(opened[0], /^--- /m);
     assert.ok(changedFiles(opened[0]).includes(claudeSettings), opened[0].slice(0, 400));
-    assert.equal(ui.picks[0][0].label, 'All agents: Claude Code, Codex, Gemini CLI, OpenCode and Qwen Code');
-    assert.match(ui.confirms[0].message, /^Install ctxd's hooks into Claude Code, Codex, Gemini CLI, OpenCode and Qwen Code\?$/);
+    const every = inWords(hookedAgents());
+    assert.equal(ui.picks[0][0].label, `All agents: ${every}`);
+    assert.equal(ui.confirms[0].message, `Install ctxd's hooks into ${every}?`);
     assert.ok(ui.confirms[0].detail.includes(claudeSettings));
   });
 
