@@ -10,7 +10,7 @@ M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_ARENA_MAX = -1, -3, -8
 KEEP_FREED_BYTES = 64 * 1024 * 1024
 # glibc's heaps ("arenas") for the daemon's threads: by default up to 8 per core, each keeping what
 # its thread freed. Mirroring a heavy history (issue #38) runs the follower, the mirror and the
-# request workers at once: at full size the owner peaked at 314 MiB with the default, 276 with two.
+# request workers at once: at full size the owner peaked at 318 MiB with the default, 278 with two.
 ARENAS = 2
 # The size asked for the stdio pipes (see `widen_pipes`): Linux lets any user ask up to 1 MB.
 PIPE_BYTES = 1024 * 1024
