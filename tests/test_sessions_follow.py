@@ -421,3 +421,32 @@ def test_a_follower_stopped_before_it_started_starts_nothing(tmp_path: Path) -> 
         assert follower._worker is None and follower._observer is None
     finally:
         follower.stop()
+
+
+def test_the_newest_session_is_listed_before_the_other_heads_are_peeked(tmp_path: Path) -> None:
+    """Issue #38: a cold owner's first scan lists the newest session of the open folders at once
+    (its gauge is the one shown), then decides the other files' folders and lists those: on a
+    history of thousands of files, peeking at every head first delayed that gauge by a second."""
+    ws, elsewhere = tmp_path / "ws", tmp_path / "other"
+    ws.mkdir()
+    elsewhere.mkdir()
+    ids = [f"0199a213-0000-7800-8aa1-{n:012d}" for n in range(6)]
+    for n, session_id in enumerate(ids):  # ids[5] the newest, in another folder; ids[4] the newest here
+        path = fx.write_jsonl(fx.codex_path(tmp_path / "codex", session_id),
+                              fx.codex_session(elsewhere if n == 5 else ws, session_id))
+        os.utime(path, (1_700_000_000 + n, 1_700_000_000 + n))
+    calls: list[tuple[list[str], int]] = []
+    follower: Follower | None = None
+
+    def listing(files: list[tuple[str, Path, str]]) -> None:
+        assert follower is not None
+        peeked = sum(1 for state in follower._files.values() if state.decided)
+        calls.append(([Path(path).stem[-36:] for path, _, _ in files], peeked))
+
+    sources = discovery.sources({"codex": str(tmp_path / "codex"), "claude": str(tmp_path / "claude")},
+                                env={"HOME": str(tmp_path)})
+    follower = Follower(lambda update: None, sources, poll=True, listing=listing)
+    follower.set_folders([ws])
+    follower.scan_once()
+    # The newest here, listed when only it and the newer one elsewhere were peeked at; the rest after.
+    assert calls == [([ids[4]], 2), ([ids[3], ids[2], ids[1], ids[0]], 6)]

@@ -159,6 +159,24 @@ def test_claude_streamed_duplicate_blocks_are_mirrored_once(tmp_path: Path) -> N
     assert reader.session.cumulative["claude-sonnet-4-5-20250929"].output == 160
 
 
+def test_a_claude_reader_that_caught_up_keeps_only_its_latest_messages_usage(tmp_path: Path) -> None:
+    """Issue #38: thousands of readers stay open; one that caught up keeps the usage of as many
+    recent messages as its saved state does (a streamed copy comes right after its first line),
+    not of every message of its session; the cost it counts is unchanged."""
+    records = fx.claude_history("/w", [f"word{n}" for n in range(40)])
+    path = fx.write_jsonl(fx.claude_path(tmp_path, "/w"), records)
+    reader = ClaudeReader(str(path), fx.CLAUDE_ID)
+    reader.read()
+    cost = dict(reader.session.cumulative)
+    reader.trim()
+    assert len(reader._msg_usage) <= 16
+    assert reader.session.cumulative == cost
+    latest = [r for r in records if r.get("type") == "assistant"][-1]
+    fx.append_jsonl(path, [latest])  # a streamed copy of the latest message: replaces, adds nothing
+    reader.read()
+    assert reader.session.cumulative == cost
+
+
 def test_claude_sidechains_are_not_the_main_window(tmp_path: Path) -> None:
     records = fx.claude_session("/w")
     side = fx.claude_assistant([{"type": "text", "text": "subagent says hi"}], "msg_side", "s1", "a1-2", "/w",

@@ -62,6 +62,7 @@ MAX_SUBAGENT_FILES = 1_000  # per session: more is not a real session, and each 
 # the file again from its start; a streamed copy this far apart does not happen.
 MAX_LINES = 4_096
 IDLE_LINES = 64  # what a reader that caught up keeps (`trim`): thousands of sessions are followed
+KEPT_MESSAGES = 16  # the latest messages' usage kept by a reader that caught up, and in its saved state
 MAX_MESSAGES = 256
 
 # Bookkeeping line types that carry nothing the model sees.
@@ -184,12 +185,14 @@ class ClaudeReader(Reader):
         while len(self._end) > lines:
             self._end.popitem(last=False)
             self._complete = False
+        while len(self._msg_usage) > KEPT_MESSAGES:  # as many as its saved state keeps (`own_state`)
+            self._msg_usage.popitem(last=False)
 
     def own_state(self) -> dict[str, Any]:
         return {"end": [[uuid, *where] for uuid, where in list(self._end.items())[-IDLE_LINES:]],
                 "complete": self._complete and len(self._end) <= IDLE_LINES, "leaf": self._leaf, "line": self._line,
                 "reports": self._reports,
-                "messages": [[key, model, usage.as_dict()] for key, (model, usage) in list(self._msg_usage.items())[-16:]],
+                "messages": [[key, model, usage.as_dict()] for key, (model, usage) in list(self._msg_usage.items())[-KEPT_MESSAGES:]],
                 "pending": [[line, raw.decode("utf-8", "replace")] for line, raw in self._pending],
                 "command": list(self._command) if self._command else None,
                 "subagents": {name: sub.position() for name, sub in self._subagents.items()}}

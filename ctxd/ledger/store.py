@@ -602,6 +602,18 @@ class Store:
             except sqlite3.Error as error:
                 raise _unavailable(self.path, error) from None
 
+    def commit_mark(self) -> tuple[int, bytes] | None:
+        """What changes with every commit to the database by any connection, this one's included:
+        the `-shm` header (see `data_version`) and the file's generation. None when the header
+        cannot be read whole: then no commit may be assumed absent."""
+        with self._lock:
+            try:
+                self._connection()
+            except sqlite3.Error:
+                return None
+            header = self._read_shm_header()
+            return None if header is None else (self.generation, header)
+
     def _read_shm_header(self) -> bytes | None:
         """The `-shm` header's first copy when both copies agree (one `pread`), else None."""
         try:

@@ -440,15 +440,20 @@ class Follower:
                 state = self._decide(path)
                 if state is not None and state.folder is not None:
                     listed.append((path, state.folder, state.agent))
+                    if len(listed) == 1:  # the newest at once (its gauge is the one shown), not after every head
+                        self._list(listed)
             log.debug("scan: %d session files in the open folders", len(listed))
-            if listed:
-                try:
-                    self._listing(listed)
-                except Exception:  # noqa: BLE001 - the files are read all the same
-                    log.exception("listing the sessions failed")
+            self._list(listed[1:])
         for _, path in found:
             self._read(path)
         self._scanned = True
+
+    def _list(self, files: list[tuple[str, Path, str]]) -> None:
+        if files and self._listing is not None:
+            try:
+                self._listing(files)
+            except Exception:  # noqa: BLE001 - the files are read all the same
+                log.exception("listing the sessions failed")
 
     def _decide(self, path: str) -> _File | None:
         """A file found by a scan, its head peeked at (its folder decided), not read further."""

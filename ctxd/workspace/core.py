@@ -170,6 +170,7 @@ class WorkspaceCore:
         self.db_path = database_path(self.state_dir, root)
         self._thread_locks: dict[str, threading.Lock] = {}
         self._listed: dict[str, Any] = {}  # `ctxd/threads` entries, each kept until its row changes (reads.py)
+        self._listing: Any = None  # the last listing's order, kept until the next commit (reads.py)
         # Set by the server: compacts a thread before a prompt when it is over the limit.
         self.auto_compactor: Callable[[Workspace, str], None] | None = None
         # Set by the server: `Breakdown.cost` of a client thread's spend ({model: {input, cachedInput, output}}).

@@ -143,6 +143,11 @@ class WorkspaceReads(WorkspaceCore):
         rows' small columns and builds again only what changed, its sums from its row, never its items."""
         now = time.time()
         with self.lock:
+            mark = self.store.commit_mark()
+            kept = self._listing
+            if (isinstance(kept, _Listing) and mark is not None and kept.mark == mark and kept.view is self.view
+                    and kept.until > now):  # nothing committed since, nothing expired: the same order
+                return {"threads": cast("list[ThreadInfo]", RawJsonList(kept.texts(only)))}
             self.cache.check(self.store.data_version())
             keys = self.store.listing()
             view = self.view
@@ -159,10 +164,11 @@ class WorkspaceReads(WorkspaceCore):
                 for gone in [name for name in listed if name not in by_name]:
                     del listed[gone]
             # Newest activity first; on a tie, the latest written (as the store's order was).
-            names = by_name if only is None else [name for name in dict.fromkeys(only) if name in by_name]
-            order = sorted((listed[name] for name in names if name in listed),
+            order = sorted((listed[name] for name in by_name if name in listed),
                            key=lambda e: (e.activity, e.key[1]), reverse=True)
-        return {"threads": cast("list[ThreadInfo]", RawJsonList([entry.text for entry in order]))}
+            listing = _Listing(mark, view, min((entry.until for entry in order), default=float("inf")), order)
+            self._listing = listing if mark is not None else None
+        return {"threads": cast("list[ThreadInfo]", RawJsonList(listing.texts(only)))}
 
     def _thread_info(self, row: ThreadRow, ledger: ThreadLedger, now: float) -> ThreadInfo:
         state = ledger.state if isinstance(ledger.state, dict) else {}
@@ -263,6 +269,23 @@ class _Listed:
     until: float
     activity: float
     text: str
+
+
+@dataclass
+class _Listing:
+    """A whole listing's order, kept while no commit was made (`Store.commit_mark`), the view is
+    the same and no entry's state expired: an idle owner answers `ctxd/threads` without SQL."""
+
+    mark: tuple[int, bytes] | None
+    view: Any
+    until: float
+    order: list[_Listed]
+
+    def texts(self, only: list[str] | None) -> list[str]:
+        if only is None:
+            return [entry.text for entry in self.order]
+        wanted = set(only)
+        return [entry.text for entry in self.order if entry.key[0] in wanted]
 
 
 def _until(entry: ThreadInfo, now: float) -> float:
