@@ -229,14 +229,16 @@ def test_a_large_prompt_leaves_through_widened_pipes(daemon_factory: Callable[..
 
 
 def test_large_tool_output_is_capped_while_reading(daemon_factory: Callable[..., Client], workspace: Path) -> None:
-    """Tool outputs of 12 and 48 MB: stored middle-truncated to the token limit, the shortening
-    reported, and the daemon's peak memory does not grow with the output's size (the second,
-    four times larger, output raises the high-water mark by far less than its extra 36 MB)."""
+    """Tool outputs of 12 and 96 MB: stored middle-truncated to the token limit, the shortening
+    reported, and the daemon's peak memory does not grow with the output's size: the second, eight
+    times larger, output raises the high-water mark by far less than its extra 84 MB (a daemon
+    that held the output whole would add at least that). Where the first peak sits depends on the
+    allocator's heaps (ctxd/server/process.py), so the bound leaves room for it."""
     client = daemon_factory([workspace], options={"toolOutputTokenLimit": 1000})
     uri = workspace.as_uri()
     line = "line of build output with \"quotes\" and a tab\t and ünïcödé\n"
     peaks = []
-    for mib in (12, 48):
+    for mib in (12, 96):
         big = "HEAD-MARK " + line * (mib * 1024 * 1024 // len(line)) + " TAIL-MARK"
         result = client.request("ctxd/record", {"workspace": uri, "items": [output("big", big)]}, timeout=120)
         del big
@@ -246,8 +248,8 @@ def test_large_tool_output_is_capped_while_reading(daemon_factory: Callable[...,
         assert result["itemCount"] == len(peaks)
     notes = [n for n in client.notes("window/showMessage") if "string value" in n["message"]]
     assert len(notes) == 2
-    print(f"peak RSS after a 12 MiB tool output: {peaks[0]:.0f} MiB, after a 48 MiB one: {peaks[1]:.0f} MiB")
-    assert peaks[1] - peaks[0] < 16, peaks
+    print(f"peak RSS after a 12 MiB tool output: {peaks[0]:.0f} MiB, after a 96 MiB one: {peaks[1]:.0f} MiB")
+    assert peaks[1] - peaks[0] < 30, peaks
     client.request("ctxd/usage", {"workspace": uri})
 
 
