@@ -8,12 +8,10 @@ meanwhile sees it whole. Real daemons and real processes on real files.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +20,7 @@ import pytest
 from ctxd.ledger import store as store_module
 from ctxd.ledger.store import Store, database_path
 from tests.helpers import assistant, output, user
-from tests.rpc import REPO, Client
+from tests.rpc import REPO
 from tests.test_undo import Thread, turns
 
 # The table as every ctxd before the rowid table made it (ctxd/ledger/store.py at `lead2`).

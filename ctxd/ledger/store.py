@@ -517,8 +517,8 @@ class Store:
     def _rewrite_items(self) -> bool:
         """Rewrite a ledger's `WITHOUT ROWID` items as a rowid table (`_ITEMS_WITH_ROWID`), in a
         transaction of its own before the opening's, with the count triggers the old table took
-        with it. True when done. A full disk or another process's long write leaves the old table,
-        which this code uses as well; the next open tries again."""
+        with it. True when done. A failure (a full disk, another process's long write) leaves the
+        old table, which this code uses as well; the next open tries again."""
         if not self._items_without_rowid(self._connection()):
             return False
         try:
@@ -529,10 +529,10 @@ class Store:
                 _run_script(db, _ITEMS_WITH_ROWID)
                 for trigger in _COUNTS:
                     db.execute(trigger)
-        except StoreUnavailable as error:
-            if error.kind not in ("full", "locked"):
-                raise
-            log.warning("%s: its items were not rewritten (%s); the next open tries again", self.path, error.message)
+        except (StoreUnavailable, sqlite3.Error) as error:
+            # The old table stays in use. What keeps the ledger from being written (read-only,
+            # damaged) fails the opening's transaction next, which says so.
+            log.warning("%s: its items were not rewritten (%s); the next open tries again", self.path, error)
             return False
         return True
 
@@ -553,9 +553,12 @@ class Store:
         db = self._connection()
         try:
             db.execute("VACUUM")
-            db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
         except sqlite3.Error as error:
             log.warning("%s: the space of its old items was not given back (%s)", self.path, error)
+        try:
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()  # (waits for no reader: busy is no error)
+        except sqlite3.Error as error:
+            log.info("%s: its -wal was not emptied (%s)", self.path, error)
 
     def _migrate_locked(self, workspace: Path | None) -> None:
         with self._write() as db:
