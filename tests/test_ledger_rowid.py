@@ -20,7 +20,8 @@ import pytest
 from ctxd.ledger import store as store_module
 from ctxd.ledger.store import Store, database_path
 from tests.helpers import assistant, output, user
-from tests.rpc import REPO
+from tests.rpc import REPO, Client, daemon_env
+from tests.test_storage_faults import namespace_ok
 from tests.test_undo import Thread, turns
 
 # The table as every ctxd before the rowid table made it (ctxd/ledger/store.py at `lead2`).
@@ -263,3 +264,34 @@ def test_a_daemon_with_the_ledger_open_keeps_writing_and_indexing_through_a_rewr
     assert main.items() == items + [user("after the compaction")]
     daemon.client.shutdown()
     assert counted(path)[0] == counted(path)[1]
+
+
+def test_on_a_really_full_disk_the_old_table_stays_in_use_and_records_go_on(daemon_factory, workspace: Path,
+                                                                             state_dir: Path, tmp_path: Path) -> None:
+    """No room for the rewrite's copy (a tmpfs filled to within 64 KB): the ledger opens on its
+    old table, reads all, and records."""
+    if not namespace_ok():
+        pytest.skip("needs root and `unshare -m` to mount a small tmpfs as a full disk")
+    path = old_ledger(daemon_factory, workspace, state_dir)
+    before = dump(path)
+    mount = tmp_path / "full"
+    mount.mkdir()
+    script = ('mount -t tmpfs -o size=4m tmpfs "$1" && cp -a "$2/." "$1/" && '
+              'avail=$(df -k --output=avail "$1" | tail -1) && '
+              'dd if=/dev/zero of="$1/filler" bs=1k count=$((avail - 64)) 2>/dev/null && shift 2 && exec "$@"')
+    log = tmp_path / "full.log"
+    cmd = ["unshare", "-m", "sh", "-c", script, "sh", str(mount), str(state_dir), sys.executable, "-m", "ctxd",
+           "--state-dir", str(mount / "ctxd"), "--log-file", str(log)]
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            env=daemon_env(state_dir), cwd=str(REPO))
+    client = Client(proc)
+    try:
+        client.initialize([workspace])
+        thread = Thread(client, workspace)
+        assert len(thread.everything()["items"]) == len([row for row in before["items"] if row[0] == "t"])
+        thread.call("ctxd/record", items=[user("recorded on a full disk")])
+        assert thread.items()[-1] == user("recorded on a full disk")
+    finally:
+        client.shutdown()
+    assert "its items were not rewritten" in log.read_text() and "full" in log.read_text()
+    assert without_rowid(path) and dump(path) == before  # (the copy on the tmpfs went with it)

@@ -533,6 +533,8 @@ class Store:
             # The old table stays in use. What keeps the ledger from being written (read-only,
             # damaged) fails the opening's transaction next, which says so.
             log.warning("%s: its items were not rewritten (%s); the next open tries again", self.path, error)
+            if (error.kind if isinstance(error, StoreUnavailable) else _kind(error)) == "full":
+                self._empty_wal()  # the copy rolled back grew it: give that back
             return False
         return True
 
@@ -555,9 +557,13 @@ class Store:
             db.execute("VACUUM")
         except sqlite3.Error as error:
             log.warning("%s: the space of its old items was not given back (%s)", self.path, error)
+        self._empty_wal()
+
+    def _empty_wal(self) -> None:
+        """Checkpoint and truncate the `-wal` (a reader still in it keeps it: that is no error)."""
         try:
-            db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()  # (waits for no reader: busy is no error)
-        except sqlite3.Error as error:
+            self._connection().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        except (sqlite3.Error, StoreUnavailable) as error:
             log.info("%s: its -wal was not emptied (%s)", self.path, error)
 
     def _migrate_locked(self, workspace: Path | None) -> None:
