@@ -45,7 +45,7 @@ _ITEMS_COLUMNS = """(
     UNIQUE (thread, seq)
 )"""
 
-_SCHEMA_V1 = """
+_SCHEMA_V1 = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS threads (
     thread TEXT PRIMARY KEY,
@@ -71,7 +71,7 @@ CREATE TABLE IF NOT EXISTS compactions (
     created_at REAL NOT NULL,
     info TEXT NOT NULL
 );
-""".replace("{_ITEMS_COLUMNS}", _ITEMS_COLUMNS)
+"""
 
 # The active items' count and token sum of each thread, on its row (`ctxd/threads` lists thousands
 # of threads without counting their items), kept by triggers that every connection runs (an
