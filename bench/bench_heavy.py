@@ -22,7 +22,7 @@ Figures, each against its goal (exit 1 on a miss):
 ccusage (npm `ccusage`, 20.0.24) is installed like the agents of tests/agents.py, into the same
 cache; without npm the peer's rows say so and the ratios are not judged.
 
-Run: python bench/bench_heavy.py [--full] [--scale S] [--rounds 3] [--skip-owner] [--skip-cli]
+Run: python bench/bench_heavy.py [--full] [--scale S] [--rounds 3] [--skip-owner] [--skip-cli] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -259,7 +259,8 @@ def owner_run(history: heavy_history.History, state: Path, home: Path, expected:
         client.shutdown(timeout=120)
 
 
-def bench_owner(history: heavy_history.History, facts: dict[str, Any], tmp: Path, timeout: float) -> list[Row]:
+def bench_owner(history: heavy_history.History, facts: dict[str, Any], tmp: Path, timeout: float,
+                keep: Path | None = None) -> list[Row]:
     home = tmp / "home"
     home.mkdir(exist_ok=True)
     rows_json = facts.get("rows") or []
@@ -270,6 +271,8 @@ def bench_owner(history: heavy_history.History, facts: dict[str, Any], tmp: Path
     state.mkdir()
     cold = owner_run(history, state, home, expected, newest, "cold owner", timeout)
     size = folder_bytes(state)
+    if keep is not None:
+        shutil.copytree(state, keep, dirs_exist_ok=True)
     warm = owner_run(history, state, home, expected, newest, "warm owner", timeout)
     peer = facts.get("peer")
     rows = []
@@ -308,6 +311,7 @@ def main() -> int:
     parser.add_argument("--skip-owner", action="store_true")
     parser.add_argument("--skip-cli", action="store_true")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds an owner run may take")
+    parser.add_argument("--keep", type=Path, help="copy the cold owner's state dir here (to see where its bytes go)")
     args = parser.parse_args()
     scale = 1.0 if args.full else args.scale
     print(f"building (or reusing) the history at scale {scale:.3f} in {args.cache}")
@@ -325,7 +329,7 @@ def main() -> int:
             cli_rows, facts = bench_cli(history, ccusage, args.rounds, tmp)
             rows += cli_rows
         if not args.skip_owner:
-            rows += bench_owner(history, facts, tmp, args.timeout)
+            rows += bench_owner(history, facts, tmp, args.timeout, args.keep)
     return report(rows)
 
 

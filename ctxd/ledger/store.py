@@ -31,7 +31,21 @@ log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 
-_SCHEMA_V1 = """
+# `items` is a rowid table, its key a unique index: a row keeps up to ~4 KB on its page, where a
+# `WITHOUT ROWID` table's keeps ~1 KB and gives each longer item an overflow page of its own (a 4 KB
+# page for the rest of a 1.5 KB item: 198 MB for 120 MB of items in `bench/bench_heavy.py`).
+# Ledgers made before are rewritten once at open (`_ITEMS_WITH_ROWID`).
+_ITEMS_COLUMNS = """(
+    thread TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    body TEXT NOT NULL,
+    tokens INTEGER NOT NULL,
+    origin INTEGER,
+    archived INTEGER,
+    UNIQUE (thread, seq)
+)"""
+
+_SCHEMA_V1 = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS threads (
     thread TEXT PRIMARY KEY,
@@ -43,15 +57,7 @@ CREATE TABLE IF NOT EXISTS threads (
     state TEXT,
     updated_at REAL NOT NULL
 );
-CREATE TABLE IF NOT EXISTS items (
-    thread TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    body TEXT NOT NULL,
-    tokens INTEGER NOT NULL,
-    origin INTEGER,
-    archived INTEGER,
-    PRIMARY KEY (thread, seq)
-) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS items {_ITEMS_COLUMNS};
 CREATE INDEX IF NOT EXISTS items_archived ON items (thread, archived) WHERE archived IS NOT NULL;
 CREATE TABLE IF NOT EXISTS moved (
     thread TEXT NOT NULL,
@@ -118,6 +124,20 @@ _MIGRATIONS: dict[int, str] = {}
 # version of the code, so the schema version stays 1.
 _PARTIAL_ARCHIVED_INDEX = """
 DROP INDEX items_archived;
+CREATE INDEX items_archived ON items (thread, archived) WHERE archived IS NOT NULL;
+"""
+
+# A ledger whose `items` is `WITHOUT ROWID` (made before) gets the rowid table (`Store._rewrite_items`):
+# every row copied in one transaction, so that a crash or an error before its commit leaves the old
+# table whole (and the next open does it again). Dropping the old table drops its triggers (made
+# again in the same transaction) and index. Either table serves either version of the code (the
+# same columns, the same unique key), so the schema version stays 1.
+_ITEMS_WITH_ROWID = f"""
+CREATE TABLE items_with_rowid {_ITEMS_COLUMNS};
+INSERT INTO items_with_rowid (thread, seq, body, tokens, origin, archived)
+    SELECT thread, seq, body, tokens, origin, archived FROM items ORDER BY thread, seq;
+DROP TABLE items;
+ALTER TABLE items_with_rowid RENAME TO items;
 CREATE INDEX items_archived ON items (thread, archived) WHERE archived IS NOT NULL;
 """
 
@@ -487,10 +507,64 @@ class Store:
         recognised. When this write fails (read-only, disk full), the store opens read-only."""
         self._marking = True  # this write is the mark
         try:
+            if self._rewrite_items():
+                self._give_back_space()
             self._migrate_locked(workspace)
         finally:
             self._marking = False
         self._wal_generation = self._read_wal_generation()
+
+    def _rewrite_items(self) -> bool:
+        """Rewrite a ledger's `WITHOUT ROWID` items as a rowid table (`_ITEMS_WITH_ROWID`), in a
+        transaction of its own before the opening's, with the count triggers the old table took
+        with it. True when done. A failure (a full disk, another process's long write) leaves the
+        old table, which this code uses as well; the next open tries again."""
+        if not self._items_without_rowid(self._connection()):
+            return False
+        try:
+            with self._write() as db:
+                if not self._items_without_rowid(db):
+                    return False  # another process did it meanwhile
+                log.info("%s: rewriting the items as a rowid table (once)", self.path)
+                _run_script(db, _ITEMS_WITH_ROWID)
+                for trigger in _COUNTS:
+                    db.execute(trigger)
+        except (StoreUnavailable, sqlite3.Error) as error:
+            # The old table stays in use. What keeps the ledger from being written (read-only,
+            # damaged) fails the opening's transaction next, which says so.
+            log.warning("%s: its items were not rewritten (%s); the next open tries again", self.path, error)
+            if (error.kind if isinstance(error, StoreUnavailable) else _kind(error)) == "full":
+                self._empty_wal()  # the copy rolled back grew it: give that back
+            return False
+        return True
+
+    @staticmethod
+    def _items_without_rowid(db: sqlite3.Connection) -> bool:
+        """`items` is the `WITHOUT ROWID` table of the ledgers made before, in a schema this code
+        may change (a newer one is refused by the opening)."""
+        table = db.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'items'").fetchone()
+        if table is None or "WITHOUT ROWID" not in table[0].upper():
+            return False
+        row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        return row is None or int(row[0]) <= SCHEMA_VERSION
+
+    def _give_back_space(self) -> None:
+        """After the rewrite, the old table's pages are free but still in the file: `VACUUM` gives
+        them back to the disk (the file shrinks by about a third), and the `-wal` it filled is
+        emptied. Nothing is lost if either fails (a full disk: VACUUM needs a copy's room)."""
+        db = self._connection()
+        try:
+            db.execute("VACUUM")
+        except sqlite3.Error as error:
+            log.warning("%s: the space of its old items was not given back (%s)", self.path, error)
+        self._empty_wal()
+
+    def _empty_wal(self) -> None:
+        """Checkpoint and truncate the `-wal` (a reader still in it keeps it: that is no error)."""
+        try:
+            self._connection().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        except (sqlite3.Error, StoreUnavailable) as error:
+            log.info("%s: its -wal was not emptied (%s)", self.path, error)
 
     def _migrate_locked(self, workspace: Path | None) -> None:
         with self._write() as db:
