@@ -24,7 +24,7 @@ from tests.rpc import REPO, Client, daemon_env
 from tests.test_storage_faults import namespace_ok
 from tests.test_undo import Thread, turns
 
-# The table as every ctxd before the rowid table made it (ctxd/ledger/store.py at `lead2`).
+# The table as every ctxd before the rowid table made it (ctxd/ledger/store.py before this change).
 OLD_ITEMS = """CREATE TABLE items_old (
     thread TEXT NOT NULL,
     seq INTEGER NOT NULL,
