@@ -356,8 +356,11 @@ def test_the_daemon_follows_an_opencode_session_read_only_with_its_fill_cost_and
     pushed = client.wait_for_notification("ctxd/usageChanged", lambda p: p["thread"] == thread and
                                           p["usedTokens"] == 6040, timeout=60, after=seen)
     assert pushed["source"] == "api"
-    current = client.request("ctxd/history", {"workspace": uri, "thread": thread})["items"]
-    assert [i["content"][0]["text"] for i in current if i["type"] == "message"][-2:] == ["Add a line", "Added."]
+    # (the gauge may come from the reply's usage before its item is mirrored: wait for the item, bounded)
+    said = _until(lambda: (lambda texts: texts if texts[-2:] == ["Add a line", "Added."] else None)(
+        [i["content"][0]["text"] for i in client.request("ctxd/history", {"workspace": uri, "thread": thread})["items"]
+         if i["type"] == "message"]))
+    assert said[-2:] == ["Add a line", "Added."]
 
     # `ctxd sessions` shows it by its own name.
     done = subprocess.run([sys.executable, "-m", "ctxd", "sessions", "--workspace", str(repo.root), "--format", "json"],
