@@ -145,6 +145,14 @@ def plan(agent: Agent, event: str, hook: HookInput, state_dir: Path, exclude: li
     return None
 
 
+def log_usage(got: list[str]) -> None:
+    """How `ctxd hook` is run, in the hooks' log (never to the agent)."""
+    from ctxd import agents
+
+    names = "|".join(a.name for a in agents.with_hooks())
+    log(f"usage: ctxd hook {names} <event> (got {got!r})")
+
+
 def read_hook(agent_name: str, event: str, data: Any) -> tuple[Agent, HookInput] | None:
     """The agent's module's reading of a hook's input (redacted already); None when there is
     nothing to do: no agent of that name with hooks (logged), an event it ignores, or not its input."""
@@ -152,8 +160,7 @@ def read_hook(agent_name: str, event: str, data: Any) -> tuple[Agent, HookInput]
 
     agent = agents.find(agent_name)
     if agent is None or not agent.hook_events:
-        names = "|".join(a.name for a in agents.with_hooks())
-        log(f"usage: ctxd hook {names} <event> (got {[agent_name, event]!r})")
+        log_usage([agent_name, event])
         return None
     if agent.hook_events.get(event) == "ignore":
         return None

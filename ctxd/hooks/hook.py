@@ -181,10 +181,10 @@ def given_to_owner(agent: str, event: str, data: Any, exclude: list[str], deadli
 def main(argv: list[str]) -> int:
     started = time.monotonic()
     try:
-        from ctxd.hookplan import compaction_context, plan, read_hook, user_settings
+        from ctxd.hookplan import compaction_context, log_usage, plan, read_hook, user_settings
 
         if len(argv) < 2:
-            read_hook(" ".join(argv), "", None)  # (says how it is used, in the hooks' log)
+            log_usage(argv)
             return 0
         agent_name, event = argv[0], argv[1]
         data = read_input()

@@ -75,6 +75,18 @@ function M.on_init(lsp_client)
   M.progress_fallback()
 end
 
+--- Seed the gauge of every listed thread that carries its usage.
+---@param status table the `ctxd.status` module
+---@param workspace string
+---@param list ctxd.ThreadInfo[]
+local function seed_listed(status, workspace, list)
+  for _, info in ipairs(list) do
+    if type(info.usage) == 'table' then
+      status.seed(workspace, info.thread, info.usage)
+    end
+  end
+end
+
 --- Learn the workspace's threads (source, title, usage) and follow the most recently active,
 --- then seed the gauge of the current thread from `ctxd/usage`.
 ---@param lsp_client vim.lsp.Client
@@ -99,11 +111,9 @@ function M.load_threads(lsp_client, workspace, cb)
     return
   end
   threads.refresh(lsp_client, workspace, function(list)
+    seed_listed(status, workspace, list)
     local listed = false
     for _, info in ipairs(list) do
-      if type(info.usage) == 'table' then
-        status.seed(workspace, info.thread, info.usage)
-      end
       listed = listed or info.thread == threads.current(workspace)
     end
     -- A thread that does not exist yet has no numbers to show (and asking would create nothing).
@@ -123,11 +133,7 @@ end
 function M.load_some(lsp_client, workspace, names, cb)
   local status = require('ctxd.status')
   require('ctxd.threads').refresh_some(lsp_client, workspace, names, function(list)
-    for _, info in ipairs(list) do
-      if type(info.usage) == 'table' then
-        status.seed(workspace, info.thread, info.usage)
-      end
-    end
+    seed_listed(status, workspace, list)
     if cb then
       cb()
     end

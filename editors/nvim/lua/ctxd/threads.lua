@@ -219,21 +219,28 @@ function M.icon(workspace, thread)
   return M.agent(workspace, thread).icon
 end
 
+--- `ctxd/threads` with `params`, the answer taken in by `take` (the whole list, or some of it),
+--- then `cb(threads, err)`.
+---@param take fun(workspace: string, result: any): ctxd.ThreadInfo[]
+local function fetch(lsp_client, workspace, params, take, cb)
+  lsp_client:request(methods.threads, params, function(err, result)
+    local list = {}
+    if not err then
+      list = take(workspace, result)
+    end
+    if cb then
+      cb(list, err)
+    end
+  end)
+end
+
 --- Fetch `ctxd/threads` for `workspace` with `lsp_client`, then call `cb(threads)` (newest first;
 --- empty on error).
 ---@param lsp_client vim.lsp.Client
 ---@param workspace string
 ---@param cb fun(threads: ctxd.ThreadInfo[], err: any)?
 function M.refresh(lsp_client, workspace, cb)
-  lsp_client:request(methods.threads, { workspace = workspace }, function(err, result)
-    local list = {}
-    if not err then
-      list = M.set_list(workspace, result)
-    end
-    if cb then
-      cb(list, err)
-    end
-  end)
+  fetch(lsp_client, workspace, { workspace = workspace }, M.set_list, cb)
 end
 
 --- Fetch `ctxd/threads` of only `names` (a daemon before protocol 4 answers with every thread),
@@ -243,15 +250,7 @@ end
 ---@param names string[]
 ---@param cb fun(threads: ctxd.ThreadInfo[], err: any)?
 function M.refresh_some(lsp_client, workspace, names, cb)
-  lsp_client:request(methods.threads, { workspace = workspace, threads = names }, function(err, result)
-    local list = {}
-    if not err then
-      list = M.merge(workspace, result)
-    end
-    if cb then
-      cb(list, err)
-    end
-  end)
+  fetch(lsp_client, workspace, { workspace = workspace, threads = names }, M.merge, cb)
 end
 
 --- Forget everything about a workspace (its client stopped).
