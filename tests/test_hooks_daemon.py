@@ -250,3 +250,24 @@ def test_a_hook_the_owner_answers_imports_only_what_that_path_needs(daemon_facto
              "ctxd.ghost.gitstore", "ctxd.ledger", "ctxd.agents", "ctxd.agents.claude", "ctxd.marks",
              "hashlib"}  # (OpenSSL's: only a path's digest needs it, which is the owner's to compute)
     assert not heavy & imported, heavy & imported
+
+
+def test_the_owner_answers_a_malformed_hook_and_goes_on_serving(daemon_factory, tmp_path: Path,
+                                                                  state_dir: Path) -> None:
+    """A hook's request (op "hook") is the owner's to check: whatever its fields hold, it answers
+    "not done" (the hook then works alone) or "done", never drops the connection, and serves on."""
+    from ctxd import ownerlink
+
+    project = known_project(tmp_path)
+    client = daemon_factory([project], env={"HOME": str(tmp_path / "home")})
+    linked(client, project, tmp_path)
+    state = tmp_path / "state" / "ctxd"
+    malformed = [{"op": "hook"}, {"op": "hook", "agent": 5, "event": [], "input": "x", "exclude": "no"},
+                 {"op": "hook", "agent": "claude", "event": "PreToolUse", "input": [1, 2], "exclude": []},
+                 {"op": "hook", "agent": "claude", "event": "PreToolUse", "input": {"session_id": "s"}, "exclude": [5]},
+                 {"op": "hook", "agent": "nosuch", "event": "X", "input": {}, "exclude": []}]
+    for message in malformed:
+        answer = ownerlink.ask(state, message, 30.0)
+        assert answer is not None and answer.get("done") in (True, False), (message, answer)
+    tool_hook(tmp_path, project, 1)  # and the next real hook is the owner's
+    assert "by the owner" in [line for line in hook_log(tmp_path) if ": checkpoint " in line][-1]

@@ -285,8 +285,8 @@ class Owner:
         from ctxd import hookplan
 
         agent, event, data, exclude = (request.get(k) for k in ("agent", "event", "input", "exclude"))
-        if not (isinstance(agent, str) and isinstance(event, str) and isinstance(exclude, list)
-                and all(isinstance(e, str) for e in exclude)):
+        if not (isinstance(agent, str) and isinstance(event, str) and isinstance(data, dict)
+                and isinstance(exclude, list) and all(isinstance(e, str) for e in exclude)):
             return {"done": False}
         found = hookplan.read_hook(agent, event, data)
         if found is None:
