@@ -118,6 +118,9 @@ export function showMessage(severity: Severity, rawMessage: string, ...actions: 
   return vscode.window.showInformationMessage(message, ...actions);
 }
 
+/** How long a flow's request runs before its progress message shows. */
+const PROGRESS_DELAY_MS = 400;
+
 /** The palette flows' Ui on top of VS Code's quick picks, input boxes, modals and progress. */
 export function createUi(): Ui {
   return {
@@ -142,12 +145,25 @@ export function createUi(): Ui {
       const chosen = await vscode.window.showWarningMessage(message, { modal: true, detail }, action);
       return chosen === action;
     },
-    progress: (title, task) =>
-      Promise.resolve(
-        vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title, cancellable: false }, () =>
-          task(),
-        ),
-      ),
+    progress: (title, task) => {
+      // Most of the daemon's answers come in tens of milliseconds: a progress message then only
+      // flashes, and it counts against VS Code's toasts (at most 3 in any 800 ms; the rest go to the
+      // notification centre unseen), which could hide the result's message that follows it.
+      const running = task();
+      let settled = false;
+      const settle = () => {
+        settled = true;
+      };
+      running.then(settle, settle);
+      setTimeout(() => {
+        if (!settled) {
+          void vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title, cancellable: false }, () =>
+            running.then(() => undefined, () => undefined),
+          );
+        }
+      }, PROGRESS_DELAY_MS);
+      return running;
+    },
     notify: (severity, message) => void showMessage(severity, message),
     ask: (severity, message, actions) => Promise.resolve(showMessage(severity, message, ...actions)),
   };

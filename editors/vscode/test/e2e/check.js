@@ -106,6 +106,41 @@ async function clickGauge(page, want) {
   }, want);
 }
 
+/**
+ * Keeps, in the page, every toast that showed and when it went (one VS Code hides between two polls
+ * is otherwise never seen), and every text of the gauge: a failure prints the last of each.
+ */
+async function recordToasts(page) {
+  await page.evaluateOnNewDocument(() => {
+    window.__toastLog = [];
+    window.__gaugeLog = [];
+    const start = Date.now();
+    const seen = new Map();
+    new MutationObserver(() => {
+      const now = new Set(document.querySelectorAll('.notifications-toasts .notification-toast'));
+      for (const el of now) {
+        const text = (el.querySelector('.notification-list-item-message')?.textContent || '').trim().slice(0, 160);
+        const entry = seen.get(el);
+        if (entry) {
+          if (text) entry.text = text;
+          continue;
+        }
+        const fresh = { text, shownMs: Date.now() - start };
+        seen.set(el, fresh);
+        window.__toastLog.push(fresh);
+      }
+      for (const [el, entry] of seen) {
+        if (!now.has(el) || !el.isConnected) {
+          entry.goneMs = Date.now() - start;
+          seen.delete(el);
+        }
+      }
+      const gauge = [...document.querySelectorAll('.statusbar-item')].map((e) => (e.textContent || '').trim()).find((t) => /\d+% · /.test(t));
+      if (gauge && gauge !== window.__gaugeLog.at(-1)?.text) window.__gaugeLog.push({ text: gauge, atMs: Date.now() - start });
+    }).observe(document, { childList: true, subtree: true, characterData: true });
+  });
+}
+
 /** The visible notification toasts: their message and button labels. */
 async function toasts(page) {
   return page.$$eval('.notifications-toasts .notification-toast', (els) =>
@@ -743,6 +778,10 @@ async function operations(thread) {
 /** Clicks the button `label` of the toast whose message matches `pattern`. */
 async function clickToastButton(page, pattern, label) {
   await waitToast(page, pattern, `the message ${pattern}`);
+  // A person reads the message before clicking its button. A click within a moment of the message
+  // showing can lose the next one: VS Code shows at most 3 toasts in any 800 ms and sends the rest
+  // to the notification centre unseen (notificationsToasts.ts, SPAM_PROTECTION).
+  await new Promise((r) => setTimeout(r, 1000));
   const toast = await toastHandle(page, pattern);
   const buttons = toast ? await toast.$$('.monaco-button') : [];
   let target;
@@ -1297,6 +1336,7 @@ async function main() {
     page = await browser.newPage();
     await page.setViewport({ width: 1400, height: 900 });
     page.on('pageerror', (e) => log(`page error: ${e.message}`));
+    await recordToasts(page);
     await page.emulateMediaFeatures([{ name: 'prefers-color-scheme', value: 'light' }]);
     log(`opening ${url}`);
     await page.goto(url, { waitUntil: 'domcontentloaded', timeout: TIMEOUT });
@@ -1308,7 +1348,11 @@ async function main() {
   } catch (err) {
     failed = true;
     console.error(`[e2e] FAILED: ${err && err.stack ? err.stack : err}`);
-    if (page) await page.screenshot({ path: path.join(artifacts, 'vscode-failure.png') }).catch(() => undefined);
+    if (page) {
+      await page.screenshot({ path: path.join(artifacts, 'vscode-failure.png') }).catch(() => undefined);
+      log(`every toast shown, last 12: ${JSON.stringify(await page.evaluate(() => (window.__toastLog || []).slice(-12)).catch(() => []))}`);
+      log(`the gauge's texts, last 12: ${JSON.stringify(await page.evaluate(() => (window.__gaugeLog || []).slice(-12)).catch(() => []))}`);
+    }
   } finally {
     await browser.close();
     fs.rmSync(profile, { recursive: true, force: true });
