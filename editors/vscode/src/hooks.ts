@@ -3,8 +3,9 @@
  * command line (`ctxd hooks …`, docs/hooks.md), never writes the agents' files itself. It reads
  * which agents there are, and which are on this machine, from `ctxd hooks status` (so an agent a
  * newer ctxd supports shows up with no change here); it recommends those on this machine, as
- * `ctxd hooks install` with no `--agent` does, shows `--dry-run`'s diff, installs only when the user says so, and says whether
- * each agent trusts the hooks (Codex asks for that in its /hooks). Show Status has the same lines.
+ * `ctxd hooks install` with no `--agent` does, shows `--dry-run`'s diff, installs only when the
+ * user says so, and says whether each agent trusts the hooks (Codex asks for that in its /hooks).
+ * Show Status has the same lines.
  * Free of `vscode`: the process runner and the document opener are passed in; the tests run the
  * real `ctxd hooks` against agent folders in a temporary home.
  */
