@@ -616,6 +616,13 @@ def test_the_default_install_writes_only_into_the_agents_on_the_machine_and_name
     assert files_under(home) == {".qwen/settings.json", ".gemini/settings.json"}
     status = ctxd(tmp_path, "hooks", "status", cwd=project).stdout.decode()
     assert all(f"{name} user:" in status for name in ("codex", "claude", "qwen", "gemini", "opencode")), status
+    # Each line ends saying whether its agent is on this machine: gemini is, now install made its folder.
+    lines = status.splitlines()
+    assert len(lines) == 10 and all(line.startswith(("qwen ", "gemini ")) == line.endswith("; on this machine yes")
+                                    for line in lines), status
+    for title, folder in ABSENT.items():
+        if title != "Gemini CLI":
+            assert sum(f"; on this machine no (no folder {home / folder}" in line for line in lines) == 2, status
     for where in ([], ["--scope", "project"]):
         done = ctxd(tmp_path, "hooks", "uninstall", *where, cwd=project)
         assert done.returncode == 0 and "skipped" not in done.stdout.decode(), done.stdout

@@ -68,8 +68,22 @@ def plan(action: Action, chosen: list[Agent], scope: Scope, project: Path, state
 
 
 def status(chosen: list[Agent], project: Path) -> list[str]:
+    """Each agent's line per scope, ending with whether the agent is on this machine: the editors
+    offer the agents that are, as `install` with no `--agent` does."""
     scopes: tuple[Scope, ...] = ("user", "project")
-    return [line for agent in chosen for scope in scopes if (line := agent.config_status(scope, project))]
+    return [f"{line}; {here_clause(agent)}" for agent in chosen for scope in scopes
+            if (line := agent.config_status(scope, project))]
+
+
+def here_clause(agent: Agent) -> str:
+    """`on this machine yes`, or `on this machine no (no folder …)`: the last clause of a status line."""
+    if agent.present(os.environ):
+        return "on this machine yes"
+    return f"on this machine no ({no_folder(agent)})"
+
+
+def no_folder(agent: Agent) -> str:
+    return f"no folder {' or '.join(map(str, agent.marks(os.environ)))}"
 
 
 def present(hooked: list[Agent]) -> tuple[list[Agent], list[Agent]]:
@@ -83,8 +97,7 @@ def skipped_lines(skipped: list[Agent], scope: Scope, found: bool) -> list[str]:
     """Which agents the default install left out, why, and how to install into one anyway."""
     if not skipped:
         return []
-    lines = [f"skipped {agent.title}: not on this machine (no folder {' or '.join(map(str, agent.marks(os.environ)))})"
-             for agent in skipped]
+    lines = [f"skipped {agent.title}: not on this machine ({no_folder(agent)})" for agent in skipped]
     if not found:
         lines.append("no agent found on this machine: nothing to install")
     where = " --scope project" if scope == "project" else ""

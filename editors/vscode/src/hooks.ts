@@ -1,9 +1,11 @@
 /**
  * ctxd's hooks inside the agents, from the editor: "Install Agent Hooks…" runs the daemon's own
  * command line (`ctxd hooks …`, docs/hooks.md), never writes the agents' files itself. It reads
- * which agents there are from `ctxd hooks status` (so an agent a newer ctxd supports shows up with
- * no change here), shows `--dry-run`'s diff, installs only when the user says so, and says whether
- * each agent trusts the hooks (Codex asks for that in its /hooks). Show Status has the same lines.
+ * which agents there are, and which are on this machine, from `ctxd hooks status` (so an agent a
+ * newer ctxd supports shows up with no change here); it recommends those on this machine, as
+ * `ctxd hooks install` with no `--agent` does, shows `--dry-run`'s diff, installs only when the
+ * user says so, and says whether each agent trusts the hooks (Codex asks for that in its /hooks).
+ * Show Status has the same lines.
  * Free of `vscode`: the process runner and the document opener are passed in; the tests run the
  * real `ctxd hooks` against agent folders in a temporary home.
  */
@@ -65,6 +67,8 @@ export interface HookState {
   trust: string | undefined;
   /** A line that says the file could not be read, instead of its hooks. */
   problem: string | undefined;
+  /** Whether the agent is on this machine (its last clause, `on this machine yes|no (…)`); undefined from a ctxd that does not say. */
+  present: boolean | undefined;
   line: string;
 }
 
@@ -74,17 +78,20 @@ export function parseHooksStatus(text: string): HookState[] {
   for (const line of text.split(/\r?\n/)) {
     const head = /^([a-z][a-z0-9-]*) (user|project): (.*)$/.exec(line.trim());
     if (!head) continue;
-    const [, agent, scope, rest] = head;
+    const [, agent, scope, all] = head;
+    const here = /; on this machine (yes|no)\b[^;]*$/.exec(all);
+    const present = here ? here[1] === 'yes' : undefined;
+    const rest = here ? all.slice(0, here.index) : all;
     const hooks = /^hooks (.*)$/.exec(rest);
     if (!hooks) {
-      states.push({ agent, scope, installed: false, trusted: undefined, trust: undefined, problem: rest, line });
+      states.push({ agent, scope, installed: false, trusted: undefined, trust: undefined, problem: rest, present, line });
       continue;
     }
     const installed = !hooks[1].startsWith('none');
     // Codex's trust, in parentheses after the events (its words may hold a ";" of their own).
     const words = /^[^(;]*\((.*?)\);/.exec(hooks[1])?.[1] ?? /^[^(;]*\((.*?)\)\s*$/.exec(hooks[1])?.[1];
     const trust = installed && words && !words.startsWith('/') ? words : undefined;
-    states.push({ agent, scope, installed, trusted: trust === undefined ? undefined : trust === 'trusted', trust, problem: undefined, line });
+    states.push({ agent, scope, installed, trusted: trust === undefined ? undefined : trust === 'trusted', trust, problem: undefined, present, line });
   }
   return states;
 }
@@ -92,6 +99,12 @@ export function parseHooksStatus(text: string): HookState[] {
 /** The agents `ctxd hooks` knows, in its order. */
 export function hookAgents(states: readonly HookState[]): string[] {
   return [...new Set(states.map((s) => s.agent))];
+}
+
+/** The agents on this machine, in ctxd's order: what `ctxd hooks install` with no `--agent` installs into.
+ * An agent whose lines do not say (an older ctxd) counts as here. */
+export function presentAgents(states: readonly HookState[]): string[] {
+  return hookAgents(states).filter((a) => states.every((s) => s.agent !== a || s.present !== false));
 }
 
 /** One line per agent: "Claude Code: installed (user)", "Codex: installed (user), not trusted yet: review them in Codex's /hooks". */
@@ -121,6 +134,16 @@ export async function readHooksStatus(run: HooksRunner): Promise<{ states: HookS
   const r = await run(['status', '--agent', 'all']);
   if (r.code !== 0) return { error: failureText(r) };
   return { states: parseHooksStatus(r.stdout) };
+}
+
+/** A dry run's output: the lines before the diff (`skipped Gemini CLI: not on this machine …`, when
+ * no agent was named) and the diff itself (or "nothing to change"). */
+export function splitDryRun(stdout: string): { notes: string[]; diff: string } {
+  const lines = stdout.split(/\r?\n/);
+  let start = lines.findIndex((l) => l.startsWith('--- '));
+  if (start < 0) start = lines.findIndex((l) => l.trim() === 'nothing to change');
+  if (start < 0) start = lines.length;
+  return { notes: lines.slice(0, start).filter((l) => l.trim()), diff: lines.slice(start).join('\n') };
 }
 
 /** The files a dry run's diff changes (`+++ b/<path>` lines; `/dev/null` for a file removed). */
@@ -159,37 +182,51 @@ export async function installHooksFlow(h: HooksHost): Promise<HooksOutcome> {
     return 'failed';
   }
   const summary = new Map(agents.map((a, i) => [a, hooksSummary(status.states)[i]]));
-  const chosen = await h.ui.pick(
+  const here = presentAgents(status.states);
+  // The recommended row is what `ctxd hooks install` does with no --agent: the agents on this
+  // machine. An agent row installs into that one, here or not (`--agent NAME`).
+  const chosen = await h.ui.pick<{ agents: string[]; agent: string | undefined }>(
     [
-      { label: `All agents: ${names(agents)}`, description: 'recommended', detail: 'checkpoints before each turn and tool, the status line, and the recall MCP server', value: agents },
-      ...agents.map((a) => ({ label: agentOf(a).name, description: summary.get(a)?.replace(/^[^:]*:\s*/, ''), value: [a] })),
+      ...(here.length > 0
+        ? [{ label: `Agents on this machine: ${names(here)}`, description: 'recommended', detail: 'checkpoints before each turn and tool, the status line, and the recall MCP server', value: { agents: here, agent: undefined } }]
+        : []),
+      ...agents.map((a) => {
+        const said = summary.get(a)?.replace(/^[^:]*:\s*/, '') ?? '';
+        return { label: agentOf(a).name, description: here.includes(a) ? said : `${said}; not on this machine`, value: { agents: [a], agent: a } };
+      }),
     ],
-    { title: 'ctxd: Install Agent Hooks', placeHolder: 'Which agents get ctxd’s hooks (your user settings; the diff shows first)' },
+    {
+      title: 'ctxd: Install Agent Hooks',
+      placeHolder: here.length > 0
+        ? 'Which agents get ctxd’s hooks (your user settings; the diff shows first)'
+        : 'No agent found on this machine (none has its folder yet): pick one to install into anyway',
+    },
   );
   if (!chosen) return 'cancelled';
-  const agentArg = chosen.length === agents.length && agents.length > 1 ? 'all' : chosen[0];
-  const dry = await h.ui.progress('ctxd: preparing the change…', () => h.run(['install', '--agent', agentArg, '--dry-run']));
+  const agentArgs = chosen.agent === undefined ? [] : ['--agent', chosen.agent];
+  const dry = await h.ui.progress('ctxd: preparing the change…', () => h.run(['install', ...agentArgs, '--dry-run']));
   if (dry.code !== 0) {
     h.log(`ctxd hooks install --dry-run: ${dry.stderr || dry.stdout}`);
     h.ui.notify('error', `Installing the hooks failed: ${failureText(dry)}. Nothing was written.`);
     return 'failed';
   }
-  const diff = dry.stdout;
+  const { notes, diff } = splitDryRun(dry.stdout);
+  for (const note of notes) h.log(`ctxd hooks install --dry-run: ${note}`);
   if (!diff.trim() || /^nothing to change\s*$/.test(diff.trim())) {
-    h.ui.notify('info', `ctxd's hooks are already installed in ${names(chosen)}: nothing to change.`);
+    h.ui.notify('info', `ctxd's hooks are already installed in ${names(chosen.agents)}: nothing to change.`);
     return 'unchanged';
   }
   await h.openDiff(diff);
   const files = changedFiles(diff);
   const ok = await h.ui.confirm(
-    `Install ctxd's hooks into ${names(chosen)}?`,
+    `Install ctxd's hooks into ${names(chosen.agents)}?`,
     `The diff shows every change (${files.length} file${files.length === 1 ? '' : 's'}: ${files.join(', ')}). Only ctxd's own entries are added; ` +
       'the rest of each file stays as it is. "ctxd hooks uninstall" removes them again.',
     'Install',
   );
   if (!ok) return 'cancelled';
-  const done = await h.ui.progress('ctxd: installing the hooks…', () => h.run(['install', '--agent', agentArg]));
-  h.log(`ctxd hooks install --agent ${agentArg}: ${done.stdout}${done.stderr}`);
+  const done = await h.ui.progress('ctxd: installing the hooks…', () => h.run(['install', ...agentArgs]));
+  h.log(`ctxd hooks ${['install', ...agentArgs].join(' ')}: ${done.stdout}${done.stderr}`);
   if (done.code !== 0) {
     // ctxd writes every file or none when it reports a failure; a run that did not finish says nothing of them.
     const files = done.code > 0 ? "The agents' files are as they were." : 'Show Status says what is installed.';
@@ -197,7 +234,7 @@ export async function installHooksFlow(h: HooksHost): Promise<HooksOutcome> {
     return 'failed';
   }
   const after = await readHooksStatus(h.run);
-  const lines = 'states' in after ? hooksSummary(after.states.filter((s) => chosen.includes(s.agent))) : [];
+  const lines = 'states' in after ? hooksSummary(after.states.filter((s) => chosen.agents.includes(s.agent))) : [];
   h.ui.notify('info', `ctxd's hooks are installed. ${lines.join('. ')}${lines.length ? '.' : ''} Show Status says whether they are installed and trusted.`);
   return 'installed';
 }

@@ -4,12 +4,47 @@
 --- never the agents' files itself: install and uninstall show `--dry-run`'s diff first, in a
 --- scratch buffer, and change nothing until the user says so; status shows what `ctxd hooks
 --- status` says, in a buffer, with one line that sums it up. Nothing blocks the editor.
+---
+--- With no agent named, install goes into the agents on this machine (`ctxd hooks install` with no
+--- `--agent`: those whose own folder exists); an agent named goes in whether it is here or not;
+--- `all` is every agent.
 
 local M = {}
 
 M.actions = { 'install', 'uninstall', 'status' }
-M.agents = { 'all', 'claude', 'codex' }
 M.scopes = { 'user', 'project' }
+
+--- The agents ctxd hooks, for when no daemon has said yet (by their names, as `ctxd hooks` lists them).
+M.FALLBACK_AGENTS = { 'claude', 'codex', 'gemini', 'opencode', 'qwen' }
+
+--- The agent ids `:Ctxd hooks` takes (besides `all`): the daemon's (its `initialize` answer,
+--- `capabilities.experimental.ctxd.agents`), so an agent a newer ctxd adds needs no change here;
+--- before a daemon has answered, the five ctxd knows. In `ctxd hooks`'s order: by name.
+---@return string[]
+function M.agents()
+  local names = require('ctxd.agents').names
+  local ids = vim.tbl_keys(names)
+  if #ids == 0 then
+    return vim.deepcopy(M.FALLBACK_AGENTS)
+  end
+  table.sort(ids, function(a, b)
+    return names[a] < names[b]
+  end)
+  return ids
+end
+
+--- `Claude Code`, `Claude Code and Codex`, `Claude Code, Codex and Qwen Code`.
+---@param ids string[]
+---@return string
+local function in_words(ids)
+  local words = vim.tbl_map(function(id)
+    return require('ctxd.agents').get(id).name
+  end, ids)
+  if #words <= 1 then
+    return words[1] or ''
+  end
+  return table.concat(words, ', ', 1, #words - 1) .. ' and ' .. words[#words]
+end
 
 --- How long a `ctxd hooks` run may take before it is called failed.
 M.TIMEOUT_MS = 30000
@@ -21,24 +56,26 @@ local function say(msg, level)
 end
 
 --- `{ action, agent, scope }` from `:Ctxd hooks` arguments (any order after the action), or nil
---- and what is wrong.
+--- and what is wrong. `agent` nil: none named (install: the agents on this machine; uninstall
+--- and status: every agent).
 ---@param args string[]
----@return { action: string, agent: string, scope: string }?
+---@return { action: string, agent: string?, scope: string }?
 ---@return string? problem
 function M.parse_args(args)
-  local parsed = { action = args[1] or 'status', agent = 'all', scope = 'user' }
+  local parsed = { action = args[1] or 'status', agent = nil, scope = 'user' }
   if not vim.tbl_contains(M.actions, parsed.action) then
     return nil, ('hooks takes %s, got %q'):format(table.concat(M.actions, ', '), parsed.action)
   end
+  local agents = vim.list_extend(M.agents(), { 'all' })
   for i = 2, #args do
     local word = args[i]
-    if vim.tbl_contains(M.agents, word) then
+    if vim.tbl_contains(agents, word) then
       parsed.agent = word
     elseif vim.tbl_contains(M.scopes, word) then
       parsed.scope = word
     else
       return nil, ('unknown hooks argument %q (an agent: %s; a scope: %s)'):format(
-        word, table.concat(M.agents, ', '), table.concat(M.scopes, ', '))
+        word, table.concat(agents, ', '), table.concat(M.scopes, ', '))
     end
   end
   return parsed, nil
@@ -51,7 +88,7 @@ end
 function M.complete(arglead, words)
   local choices = M.actions
   if #words > 1 or (#words == 1 and arglead == '') then
-    choices = vim.list_extend(vim.deepcopy(M.agents), M.scopes)
+    choices = vim.list_extend(vim.list_extend(M.agents(), { 'all' }), M.scopes)
   end
   return vim.tbl_filter(function(word)
     return vim.startswith(word, arglead)
@@ -112,15 +149,24 @@ end
 ---@field scope string `user` or `project`
 ---@field installed boolean any of ctxd's hooks is there
 ---@field trusted boolean? false when the agent has not trusted them yet (Codex); nil when it has no such step
+---@field present boolean? whether the agent is on this machine (the line's last clause); nil from a ctxd that does not say
 ---@field text string the line as `ctxd hooks status` printed it
 
---- `ctxd hooks status`'s lines, read: `claude user: hooks UserPromptSubmit, ...; status line yes; ...`.
+--- `ctxd hooks status`'s lines, read: `claude user: hooks UserPromptSubmit, ...; status line yes; ...;
+--- on this machine yes`.
 ---@param text string
 ---@return ctxd.HooksState[]
 function M.parse_status(text)
   local states = {}
   for _, line in ipairs(vim.split(text, '\n', { plain = true })) do
-    local agent, scope, rest = line:match('^(%S+) (%a+): hooks (.*)$')
+    local body, here = line:match('^(.-); on this machine (%a+)[^;]*$')
+    local present = nil ---@type boolean?
+    if here == 'yes' or here == 'no' then
+      present = here == 'yes'
+    else
+      body = line
+    end
+    local agent, scope, rest = body:match('^(%S+) (%a+): hooks (.*)$')
     if agent then
       local installed = not vim.startswith(rest, 'none')
       local trusted = nil ---@type boolean?
@@ -129,10 +175,44 @@ function M.parse_status(text)
       if installed and words then
         trusted = words == 'trusted'
       end
-      table.insert(states, { agent = agent, scope = scope, installed = installed, trusted = trusted, text = line })
+      table.insert(states, { agent = agent, scope = scope, installed = installed, trusted = trusted, present = present, text = line })
     end
   end
   return states
+end
+
+--- The agents on this machine, in `ctxd hooks status`'s order: what install with no agent goes into.
+--- An agent whose lines do not say (an older ctxd) counts as here.
+---@param states ctxd.HooksState[]
+---@return string[]
+function M.present(states)
+  local ids, absent = {}, {}
+  for _, s in ipairs(states) do
+    absent[s.agent] = absent[s.agent] or s.present == false
+    if not vim.tbl_contains(ids, s.agent) then
+      table.insert(ids, s.agent)
+    end
+  end
+  return vim.tbl_filter(function(id)
+    return not absent[id]
+  end, ids)
+end
+
+--- A dry run's output: the lines before the diff (`skipped Gemini CLI: not on this machine ...`,
+--- when no agent was named) and the diff itself (empty when there is nothing to change).
+---@param stdout string
+---@return string[] notes
+---@return string diff
+function M.split_dry_run(stdout)
+  local notes, diff = {}, {}
+  for _, line in ipairs(vim.split(stdout:gsub('\n$', ''), '\n', { plain = true })) do
+    if #diff > 0 or vim.startswith(line, '--- ') then
+      table.insert(diff, line)
+    elseif line ~= '' and line ~= 'nothing to change' then
+      table.insert(notes, line)
+    end
+  end
+  return notes, table.concat(diff, '\n')
 end
 
 --- One line for the states: `Claude Code installed (user); Codex installed (user), not trusted yet`.
@@ -183,11 +263,11 @@ local function show(lines, filetype)
 end
 
 --- `:Ctxd hooks status`: what is installed where, and whether the agents trust it.
----@param opts { agent: string }
+---@param opts { agent: string? }
 ---@param cb fun(states: ctxd.HooksState[]?)?
 function M.status(opts, cb)
   cb = cb or function() end
-  M.run({ 'status', '--agent', opts.agent }, nil, function(result)
+  M.run(opts.agent and { 'status', '--agent', opts.agent } or { 'status' }, nil, function(result)
     if result.code ~= 0 then
       say('hooks status failed: ' .. failure(result), vim.log.levels.ERROR)
       cb(nil)
@@ -205,29 +285,33 @@ function M.status(opts, cb)
   end)
 end
 
---- `:Ctxd hooks install` / `uninstall`: the diff first, in a scratch buffer; then, if the user
---- says so, the change. `cb(done)`: true once installed, false when cancelled or failed.
----@param opts { action: string, agent: string, scope: string }
----@param cb fun(done: boolean)?
-function M.change(opts, cb)
-  cb = cb or function() end
-  local args = { opts.action, '--agent', opts.agent, '--scope', opts.scope }
-  local cwd = project_dir()
+--- The dry run, the diff in a scratch buffer, the question, then the change. `who`: the agents
+--- it goes into, in words.
+---@param opts { action: string, agent: string?, scope: string }
+---@param who string
+---@param cwd string
+---@param cb fun(done: boolean)
+local function preview_then_change(opts, who, cwd, cb)
+  local args = { opts.action, '--scope', opts.scope }
+  if opts.agent then
+    vim.list_extend(args, { '--agent', opts.agent })
+  end
   M.run(vim.list_extend(vim.deepcopy(args), { '--dry-run' }), cwd, function(preview)
     if preview.code ~= 0 then
       say(('hooks %s failed: %s'):format(opts.action, failure(preview)), vim.log.levels.ERROR)
       cb(false)
       return
     end
-    if vim.trim(preview.stdout) == 'nothing to change' or vim.trim(preview.stdout) == '' then
-      say(('hooks %s: nothing to change (%s, %s scope)'):format(opts.action, opts.agent, opts.scope))
+    local _, diff = M.split_dry_run(preview.stdout)
+    if vim.trim(diff) == '' then
+      say(('hooks %s: nothing to change (%s, %s scope)'):format(opts.action, who, opts.scope))
       cb(false)
       return
     end
-    local buf = show(vim.split(preview.stdout:gsub('\n$', ''), '\n', { plain = true }), 'diff')
+    local buf = show(vim.split(diff, '\n', { plain = true }), 'diff')
     local verb = opts.action == 'install' and 'Install' or 'Uninstall'
     vim.ui.select({ verb, 'Cancel' }, {
-      prompt = ("%s ctxd's hooks as this diff shows (%s, %s scope)?"):format(verb, opts.agent, opts.scope),
+      prompt = ("%s ctxd's hooks as this diff shows (%s, %s scope)?"):format(verb, who, opts.scope),
       kind = 'ctxd.hooks',
     }, function(choice)
       if choice ~= verb then
@@ -254,6 +338,38 @@ function M.change(opts, cb)
         cb(true)
       end)
     end)
+  end)
+end
+
+--- `:Ctxd hooks install` / `uninstall`: the diff first, in a scratch buffer; then, if the user
+--- says so, the change. Install with no agent named asks `ctxd hooks status` first which agents
+--- are on this machine, to name them (and to stop, saying so, when there are none).
+--- `cb(done)`: true once changed, false when cancelled or failed.
+---@param opts { action: string, agent: string?, scope: string }
+---@param cb fun(done: boolean)?
+function M.change(opts, cb)
+  cb = cb or function() end
+  local cwd = project_dir()
+  if opts.agent or opts.action ~= 'install' then
+    local who = (opts.agent == nil or opts.agent == 'all') and 'every agent' or in_words({ opts.agent })
+    preview_then_change(opts, who, cwd, cb)
+    return
+  end
+  M.run({ 'status' }, cwd, function(result)
+    if result.code ~= 0 then
+      say('hooks install failed: ' .. failure(result), vim.log.levels.ERROR)
+      cb(false)
+      return
+    end
+    local here = M.present(M.parse_status(result.stdout))
+    if #here == 0 then
+      say(('hooks install: no agent found on this machine (none has its folder yet), nothing written; '
+        .. 'name one to install into it anyway: :Ctxd hooks install {agent} (%s)'):format(
+        table.concat(M.agents(), ', ')), vim.log.levels.WARN)
+      cb(false)
+      return
+    end
+    preview_then_change(opts, in_words(here), cwd, cb)
   end)
 end
 

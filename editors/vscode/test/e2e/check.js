@@ -1064,23 +1064,31 @@ async function checkFollowedSession(page) {
   await shot(page, 'vscode-conversation.png');
 }
 
-/** Install Agent Hooks…: the diff first, then the install; Show Status says installed and, for Codex, not trusted yet. */
+/**
+ * Install Agent Hooks…: the agents on this machine (run.sh made Claude Code's and Codex's folders
+ * only) first, the diff, then the install; nothing of an absent agent is written; Show Status says
+ * installed and, for Codex, not trusted yet.
+ */
 async function checkHooksInstall(page) {
   const home = process.env.CTXD_E2E_AGENT_HOME;
   const settings = path.join(home, '.claude', 'settings.json');
+  const absent = [path.join(home, '.gemini'), path.join(home, '.qwen'), path.join(process.env.XDG_CONFIG_HOME || path.join(home, '.config'), 'opencode')];
   await runCommand(page, 'ctxd: Install Agent Hooks');
-  await pickRow(page, 'All agents: Claude Code, Codex, Gemini CLI, OpenCode and Qwen Code');
+  await pickRow(page, 'Agents on this machine: Claude Code and Codex');
   await until('the diff beside the question', async () => /ctxd-hooks-install\.diff/.test((await activeEditor(page)).name));
   const diff = (await activeEditor(page)).text;
   if (!diff.includes(settings)) throw new Error(`the diff does not name ${settings}:\n${diff.slice(0, 600)}`);
   if (fs.existsSync(settings)) throw new Error('Claude Code settings written before the user agreed');
-  await until('the question', () => page.evaluate(() => /Install ctxd's hooks into Claude Code, Codex, Gemini CLI, OpenCode and Qwen Code\?/.test(document.querySelector('.monaco-dialog-box')?.textContent || '')));
+  await until('the question', () => page.evaluate(() => /Install ctxd's hooks into Claude Code and Codex\?/.test(document.querySelector('.monaco-dialog-box')?.textContent || '')));
   await shot(page, 'vscode-hooks-diff.png');
-  await answerDialog(page, /Install ctxd's hooks into Claude Code, Codex, Gemini CLI, OpenCode and Qwen Code\?/, 'Install');
+  await answerDialog(page, /Install ctxd's hooks into Claude Code and Codex\?/, 'Install');
   const done = await waitToast(page, /ctxd's hooks are installed\./, 'the hooks message');
   if (!/Codex: installed \(user\), not trusted yet: review them in Codex's \/hooks/.test(done.text)) throw new Error(`the hooks message: ${done.text}`);
   const written = JSON.parse(fs.readFileSync(settings, 'utf8'));
   if (!JSON.stringify(written.hooks || {}).includes(' hook')) throw new Error(`no ctxd hook in ${settings}`);
+  if (!fs.readFileSync(path.join(home, '.codex', 'config.toml'), 'utf8').includes(' hook codex ')) throw new Error('no ctxd hook in Codex\'s config.toml');
+  const made = absent.filter((p) => fs.existsSync(p));
+  if (made.length || /Gemini|Qwen|OpenCode/.test(done.text)) throw new Error(`an agent not on this machine was installed into: ${made.join(', ')} ${done.text}`);
   await shot(page, 'vscode-hooks-installed.png');
   await clearToasts(page);
   await runCommand(page, 'ctxd: Show Status');
