@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from ctxd.ledger import bodies
 from ctxd.ledger import store as store_module
 from ctxd.ledger.store import Store, database_path
 from tests.helpers import assistant, output, user
@@ -190,7 +191,7 @@ def test_a_rewrite_killed_before_its_commit_leaves_the_old_ledger_whole_and_is_d
     try:
         assert not without_rowid(path)
         assert [(r.seq, r.body, r.tokens, r.origin, r.archived) for r in again.all_rows("t")] == [
-            row[1:] for row in before["items"] if row[0] == "t"]
+            (row[1], bodies.decode(row[2]), *row[3:]) for row in before["items"] if row[0] == "t"]
     finally:
         again.close()
     assert dump(path) == before
