@@ -16,7 +16,7 @@ import zlib
 
 # Shorter bodies stay TEXT. Items under 1 KB are most items of a session but a small share of its
 # bytes, and they compress least (`bench/README.md`, issue #38, round four).
-COMPRESS_FROM = 1024
+COMPRESS_FROM = 512
 LEVEL = 1  # zlib's fastest: most of level 6's gain on JSON, at a fraction of its time
 
 
