@@ -213,13 +213,14 @@ def _copies(db: Any, names: dict[int, str], rids: list[int]) -> dict[int, int]:
             stored, tokens = db.execute("SELECT body, tokens FROM items WHERE thread = ? AND seq = ?",
                                         (name, seq)).fetchone()
             body = bodies.decode(stored)
-            first = next((other for chunk in _chunks(ordered[:bisect.bisect_left(ordered, seq)])
-                          for other, same in db.execute(
-                              f"SELECT seq, body FROM items WHERE thread = ? AND tokens = ? "
-                              f"AND seq IN ({', '.join('?' * len(chunk))}) ORDER BY seq", (name, tokens, *chunk))
-                          if same == stored or bodies.decode(same) == body), None)
-            if first is not None:
-                out[base | seq] = base | first
+            for chunk in _chunks(ordered[:bisect.bisect_left(ordered, seq)]):
+                alike = [other for other, value in db.execute(
+                    f"SELECT seq, body FROM items WHERE thread = ? AND tokens = ? "
+                    f"AND seq IN ({', '.join('?' * len(chunk))}) ORDER BY seq", (name, tokens, *chunk))
+                    if value == stored or bodies.decode(value) == body]
+                if alike:
+                    out[base | seq] = base | alike[0]
+                    break
     return out
 
 

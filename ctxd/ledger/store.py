@@ -136,7 +136,8 @@ CREATE INDEX items_archived ON items (thread, archived) WHERE archived IS NOT NU
 # every row copied in one transaction, so that a crash or an error before its commit leaves the old
 # table whole (and the next open does it again). Dropping the old table drops its triggers (made
 # again in the same transaction) and index. Either table serves either version of the code (the
-# same columns, the same unique key), so the schema version stays 1.
+# same columns, the same unique key), so the schema version stays 1. A compressed body is copied
+# as the BLOB it is (a TEXT column converts numbers only).
 _ITEMS_WITH_ROWID = f"""
 CREATE TABLE items_with_rowid {_ITEMS_COLUMNS};
 INSERT INTO items_with_rowid (thread, seq, body, tokens, origin, archived)
