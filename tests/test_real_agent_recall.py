@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ctxd.ledger import bodies
 from tests.agents import CLAUDE_MODEL, Claude
 from tests.ghost_repo import make_repo
 from tests.model_servers import MessagesServer, Reply, tool
@@ -42,7 +43,7 @@ def mirrored(state: Path, text: str) -> bool:
     for path in (state / "ctxd" / "workspaces").glob("*.sqlite3"):
         with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
             try:
-                if db.execute("SELECT 1 FROM items WHERE instr(body, ?) LIMIT 1", (text,)).fetchone():
+                if any(text in bodies.decode(body) for (body,) in db.execute("SELECT body FROM items")):
                     return True
             except sqlite3.Error:
                 pass

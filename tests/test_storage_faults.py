@@ -8,6 +8,7 @@ where they cannot run.
 
 from __future__ import annotations
 
+import base64
 import os
 import shutil
 import sqlite3
@@ -132,10 +133,12 @@ def test_leftover_wal_after_a_checkpoint_still_names_its_owner(daemon_factory, s
     record(second, b, "b again")
     path_a, path_b = db_of(state_dir, a), db_of(state_dir, b)
     salt = Path(f"{path_b}-wal").read_bytes()[12:24]  # the header's salts change when the log restarts
-    big = "line of build output\n" * 1800  # ~37 KB per item: 150 items pass SQLite's 1000-page checkpoint
-    for n in range(15):
+    # ~36 KB per item of text that does not compress (long items are stored compressed): 200 items
+    # pass SQLite's 1000-page checkpoint.
+    for n in range(20):
         second.request("ctxd/record", {"workspace": b.as_uri(), "items": [
-            {"type": "function_call_output", "call_id": f"c{n}-{i}", "output": big} for i in range(10)]})
+            {"type": "function_call_output", "call_id": f"c{n}-{i}",
+             "output": base64.b64encode(os.urandom(27_000)).decode()} for i in range(10)]})
     record(second, b, "after the restart")
     assert Path(f"{path_b}-wal").read_bytes()[12:24] != salt, "the -wal did not restart: write more"
     second.kill()

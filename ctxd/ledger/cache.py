@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from typing import Any, cast
 
 from ctxd.errors import StoreUnavailable
+from ctxd.ledger import bodies
 from ctxd.ledger.store import Store, ThreadRow
 from ctxd.ledger.thread import Entry, ThreadLedger
 
@@ -49,16 +50,16 @@ class StoredItems:
     def body(self, seq: int) -> str:
         with _reading(self.store) as db:
             row = db.execute("SELECT body FROM items WHERE thread = ? AND seq = ?", (self.thread, seq)).fetchone()
-        if row is None:
-            raise StoreUnavailable(f"item {seq} of thread '{self.thread}' is no longer in the ledger: send the "
-                                   "request again")
-        return str(row[0])
+            if row is None:
+                raise StoreUnavailable(f"item {seq} of thread '{self.thread}' is no longer in the ledger: send the "
+                                       "request again")
+            return bodies.decode(row[0])
 
     def bodies(self) -> dict[int, str]:
         """The JSON of every active item, by sequence number (one query)."""
         with _reading(self.store) as db:
-            return dict(db.execute("SELECT seq, body FROM items WHERE thread = ? AND archived IS NULL",
-                                   (self.thread,)))
+            return {seq: bodies.decode(body) for seq, body in db.execute(
+                "SELECT seq, body FROM items WHERE thread = ? AND archived IS NULL", (self.thread,))}
 
 
 def load_ledger(store: Store, thread: str, held_chars: int = MAX_HELD_CHARS) -> ThreadLedger:
@@ -77,7 +78,7 @@ def load_ledger(store: Store, thread: str, held_chars: int = MAX_HELD_CHARS) -> 
             last = seq
             if archived is not None:
                 continue
-            entry = Entry(seq, None, tokens, origin, body)
+            entry = Entry(seq, None, tokens, origin, bodies.decode(body))
             ledger.append([entry])
             if shedding:
                 ledger.held_chars -= entry.shed(stored)

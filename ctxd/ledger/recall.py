@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from ctxd import redact
 from ctxd.errors import InvalidParams, StoreUnavailable
-from ctxd.ledger import search
+from ctxd.ledger import bodies, search
 from ctxd.ledger.rules import PLACEHOLDER_MAX_CHARS, is_placeholder, message_text
 from ctxd.ledger.store import Store
 
@@ -108,7 +108,8 @@ def _recall(store: Store, thread: str, query: str, terms: list[str], limit: int,
             row = db.execute("SELECT body, archived FROM items WHERE thread = ? AND seq = ?", (name, seq)).fetchone()
             if name is None or row is None:
                 continue
-            result = _result(db, name, seq, json.loads(row[0]), row[1] is not None, words, turns.get(rid))
+            result = _result(db, name, seq, json.loads(bodies.decode(row[0])), row[1] is not None, words,
+                             turns.get(rid))
             if rid in placeholders:
                 result["placeholderSeq"] = placeholders[rid] & _SEQ_MASK
             results.append(result)
@@ -118,7 +119,7 @@ def _recall(store: Store, thread: str, query: str, terms: list[str], limit: int,
 
 def _originals(db: Any, names: dict[int, str], rids: list[int]) -> dict[int, int]:
     """The matches that are a compaction's placeholder for a tool output (rid -> the rid of the
-    output, archived whole)."""
+    output, archived whole). A compressed body (`bodies`) is looked into once decompressed."""
     by_thread: dict[int, list[int]] = {}
     for rid in rids:
         by_thread.setdefault(rid >> search.SEQ_BITS, []).append(rid & _SEQ_MASK)
@@ -128,9 +129,12 @@ def _originals(db: Any, names: dict[int, str], rids: list[int]) -> dict[int, int
         for chunk in _chunks(sorted(set(seqs))):
             rows = db.execute(
                 f"SELECT seq, body, origin FROM items WHERE thread = ? AND seq IN ({', '.join('?' * len(chunk))}) "
-                "AND origin IS NOT NULL AND instr(substr(body, 1, ?), 'removed by compaction') > 0",
+                "AND origin IS NOT NULL AND (typeof(body) = 'blob' OR instr(substr(body, 1, ?), 'removed by compaction') > 0)",
                 (name, *chunk, _PLACEHOLDER_BODY_CHARS)).fetchall()
-            for seq, body, origin in rows:
+            for seq, stored, origin in rows:
+                body = bodies.decode(stored)
+                if "removed by compaction" not in body[:_PLACEHOLDER_BODY_CHARS]:
+                    continue
                 original = original_seq(db, name, seq, json.loads(body), origin)
                 if original is not None:
                     out[base | seq] = base | original
@@ -158,7 +162,8 @@ def _archived_output(db: Any, thread: str | None, seq: int, item: dict[str, Any]
                      origin: int) -> tuple[int, Any, int | None] | None:
     """The tool output (seq, item, origin) with `item`'s call id that compaction `origin`
     archived. A compaction that only masked outputs wrote the history again item for item: the
-    one in the placeholder's place is looked at first, then the compaction's other archived items."""
+    one in the placeholder's place is looked at first, then the compaction's other archived items
+    that hold the call id (a compressed body, `bodies`, is looked into once decompressed)."""
     call_id = item.get("call_id")
     first = db.execute("SELECT json_extract(info, '$.added[0]') FROM compactions WHERE id = ? AND thread = ? "
                        "AND json_valid(info)", (origin, thread)).fetchone()
@@ -170,8 +175,12 @@ def _archived_output(db: Any, thread: str | None, seq: int, item: dict[str, Any]
     if place is not None and isinstance(place[0], int):
         candidates = db.execute("SELECT seq, body, origin FROM items WHERE thread = ? AND seq = ? AND archived = ?",
                                 (thread, place[0], origin)).fetchall()
+    needle = json.dumps(call_id)
     for pass_ in range(2):
-        for other, body, other_origin in candidates:
+        for other, stored, other_origin in candidates:
+            body = bodies.decode(stored)
+            if pass_ and needle not in body:
+                continue
             other_item = json.loads(body)
             if (isinstance(other_item, dict) and other_item.get("type") == item.get("type")
                     and other_item.get("call_id") == call_id):
@@ -179,15 +188,18 @@ def _archived_output(db: Any, thread: str | None, seq: int, item: dict[str, Any]
         if pass_ or not isinstance(call_id, str):
             return None
         candidates = db.execute("SELECT seq, body, origin FROM items WHERE thread = ? AND archived = ? AND seq < ? "
-                                "AND instr(body, ?) > 0 ORDER BY seq DESC", (thread, origin, seq, json.dumps(call_id)))
+                                "AND (typeof(body) = 'blob' OR instr(body, ?) > 0) ORDER BY seq DESC",
+                                (thread, origin, seq, needle))
     return None
 
 
 def _copies(db: Any, names: dict[int, str], rids: list[int]) -> dict[int, int]:
     """The matches that copy another match (rid -> the rid of the first of them), each copy
-    pointing at the earliest match with the same stored body. A compaction writes the items it
-    keeps again after its summary (the same body, its own `origin`); undoing it and compacting
-    again writes more. Items recorded as new are never copies, even of an item with the same text."""
+    pointing at the earliest match with the same JSON. A compaction writes the items it keeps
+    again after its summary (the same JSON, its own `origin`); undoing it and compacting again
+    writes more. Items recorded as new are never copies, even of an item with the same text. The
+    JSON is compared decompressed (`bodies`): one copy may be stored compressed and another not
+    (an item of a ledger written before, kept by a compaction since)."""
     by_thread: dict[int, set[int]] = {}
     for rid in rids:
         by_thread.setdefault(rid >> search.SEQ_BITS, set()).add(rid & _SEQ_MASK)
@@ -198,13 +210,16 @@ def _copies(db: Any, names: dict[int, str], rids: list[int]) -> dict[int, int]:
             f"SELECT seq FROM items WHERE thread = ? AND seq IN ({', '.join('?' * len(chunk))}) AND origin IS NOT NULL",
             (name, *chunk))]
         for seq in written:
+            stored, tokens = db.execute("SELECT body, tokens FROM items WHERE thread = ? AND seq = ?",
+                                        (name, seq)).fetchone()
+            body = bodies.decode(stored)
             for chunk in _chunks(ordered[:bisect.bisect_left(ordered, seq)]):
-                row = db.execute(
-                    f"SELECT min(o.seq) FROM items c JOIN items o ON o.thread = c.thread AND o.tokens = c.tokens "
-                    f"AND o.body = c.body WHERE c.thread = ? AND c.seq = ? AND o.seq IN ({', '.join('?' * len(chunk))})",
-                    (name, seq, *chunk)).fetchone()
-                if row[0] is not None:
-                    out[base | seq] = base | row[0]
+                alike = [other for other, value in db.execute(
+                    f"SELECT seq, body FROM items WHERE thread = ? AND tokens = ? "
+                    f"AND seq IN ({', '.join('?' * len(chunk))}) ORDER BY seq", (name, tokens, *chunk))
+                    if value == stored or bodies.decode(value) == body]
+                if alike:
+                    out[base | seq] = base | alike[0]
                     break
     return out
 
@@ -312,7 +327,7 @@ def _result(db: Any, thread: str, seq: int, item: Any, archived: bool, words: li
         index, turn_rid = turn
         row = db.execute("SELECT body FROM items WHERE thread = ? AND seq = ?",
                          (thread, turn_rid & ((1 << search.SEQ_BITS) - 1))).fetchone()
-        text = message_text(json.loads(row[0])) if row is not None else ""
+        text = message_text(json.loads(bodies.decode(row[0]))) if row is not None else ""
         entry["turn"] = {"index": index, "text": _shorten(redact.redact(" ".join(text.split())), TURN_TEXT_CHARS)}
     return entry
 
@@ -401,11 +416,12 @@ def item(store: Store, thread: str, seq: int) -> dict[str, Any]:
         if row is None:
             raise InvalidParams(f"seq: thread '{thread}' has no item {seq}")
         body, archived, origin = row
-        stored = json.loads(body)
+        stored = json.loads(bodies.decode(body))
         original = original_seq(db, thread, seq, stored, origin)
         if original is not None:
             row = db.execute("SELECT body, archived FROM items WHERE thread = ? AND seq = ?",
                              (thread, original)).fetchone()
-            return {"item": redact.redact_json(json.loads(row[0])), "archived": row[1] is not None, "seq": original,
+            return {"item": redact.redact_json(json.loads(bodies.decode(row[0]))), "archived": row[1] is not None,
+                    "seq": original,
                     "placeholderSeq": seq}
     return {"item": redact.redact_json(stored), "archived": archived is not None, "seq": seq}

@@ -31,6 +31,7 @@ import re
 import sqlite3
 from typing import Any, NamedTuple
 
+from ctxd.ledger import bodies
 from ctxd.ledger.rules import is_real_user_message
 
 log = logging.getLogger(__name__)
@@ -255,26 +256,27 @@ def identifier_parts(text: str) -> str:
 
 class _Extractor:
     """`ctxd_recall_text` and `ctxd_recall_parts`, which the delete trigger calls for one body in
-    turn: the last body's text is kept."""
+    turn (as stored: `bodies`): the last body's text is kept."""
 
     def __init__(self) -> None:
-        self._body: str | None = None
+        self._body: str | bytes | None = None
         self._text = ""
 
-    def text(self, body: str) -> str:
+    def text(self, body: str | bytes) -> str:
         if body != self._body:
             self._text, self._body = body_text(body), body
         return self._text
 
-    def parts(self, body: str) -> str:
+    def parts(self, body: str | bytes) -> str:
         return identifier_parts(self.text(body))
 
 
-def body_text(body: str) -> str:
-    """The indexed text of a stored body (`index_text`)."""
+def body_text(body: str | bytes) -> str:
+    """The indexed text of a body as stored (`index_text`); none for one that cannot be read (the
+    index is derived data: reading the item itself says what is wrong with it)."""
     try:
-        return index_text(json.loads(body))
-    except (TypeError, ValueError):
+        return index_text(json.loads(bodies.decode(body)))
+    except (TypeError, ValueError, bodies.DamagedBody):
         return ""
 
 
@@ -442,8 +444,11 @@ def catch_up_batch(db: sqlite3.Connection, tid: int, thread: str, upto: int) -> 
         if base | seq in indexed:
             continue  # indexed before the watermark was lowered below it
         try:
-            item = json.loads(body)
+            item = json.loads(bodies.decode(body))
         except ValueError:
+            item = None
+        except bodies.DamagedBody as error:  # not indexed; reading the item gives the store's error
+            log.warning("item %s of thread %r is not indexed: %s", seq, thread, error)
             item = None
         parsed.append((seq, item, origin))
     _add(db, base, parsed)

@@ -24,13 +24,15 @@ from typing import Any, ParamSpec, TypeVar, cast
 from urllib.parse import quote
 
 from ctxd.errors import StoreUnavailable
-from ctxd.ledger import search
+from ctxd.ledger import bodies, search
 from ctxd.places import ledger_database
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
+# `body` is declared TEXT but holds a zlib BLOB for a long item (schema version 2, `bodies.py`):
+# SQLite keeps a BLOB's storage class in a TEXT column, so each value says what it is.
 # `items` is a rowid table, its key a unique index: a row keeps up to ~4 KB on its page, where a
 # `WITHOUT ROWID` table's keeps ~1 KB and gives each longer item an overflow page of its own (a 4 KB
 # page for the rest of a 1.5 KB item: 198 MB for 120 MB of items in `bench/bench_heavy.py`).
@@ -116,7 +118,10 @@ CREATE TABLE IF NOT EXISTS followed (path TEXT PRIMARY KEY, thread TEXT NOT NULL
 # (`Store.resolve`). Added with `IF NOT EXISTS`: earlier versions ignore it, the version stays 1.
 
 # Migrations from version N-1 to N, in order. Version 1 is created by _SCHEMA_V1.
-_MIGRATIONS: dict[int, str] = {}
+# 2: a long item's body may be a zlib BLOB (`bodies.py`, issue #38). Nothing to change in the file
+# (its TEXT bodies stay valid); the version is what makes an older ctxd, which would read the
+# BLOB as text, refuse the ledger with its "upgrade ctxd" error.
+_MIGRATIONS: dict[int, str] = {2: ""}
 
 # `items_archived` indexes archived items only: every query on active items reads the primary key
 # anyway, and a record then writes one B-tree page instead of two (`bench/bench_speed.py`). Files
@@ -131,7 +136,8 @@ CREATE INDEX items_archived ON items (thread, archived) WHERE archived IS NOT NU
 # every row copied in one transaction, so that a crash or an error before its commit leaves the old
 # table whole (and the next open does it again). Dropping the old table drops its triggers (made
 # again in the same transaction) and index. Either table serves either version of the code (the
-# same columns, the same unique key), so the schema version stays 1.
+# same columns, the same unique key), so the schema version stays 1. A compressed body is copied
+# as the BLOB it is (a TEXT column converts numbers only).
 _ITEMS_WITH_ROWID = f"""
 CREATE TABLE items_with_rowid {_ITEMS_COLUMNS};
 INSERT INTO items_with_rowid (thread, seq, body, tokens, origin, archived)
@@ -262,6 +268,7 @@ class Store:
         if readonly:
             with self._guard():
                 self._db = self._connect_readonly()
+                self._check_read_version()
             return
         self._open()
 
@@ -319,6 +326,7 @@ class Store:
                                         else _unavailable(self.path, error)).message
                 self._db = self._connect_readonly()
                 self._check_owner(self._db)
+                self._check_read_version()
             self._file_fd = _open_fd(self.path)
             self._counts_links = self._file_fd is not None and os.fstat(self._file_fd).st_nlink > 0
             self.closed = False
@@ -352,6 +360,15 @@ class Store:
             raise StoreUnavailable(f"{self.path} holds the ledger of another workspace ({row[0]}), not of "
                                    f"{self.workspace}; ctxd will not use it.{hint}")
 
+    def _check_read_version(self) -> None:
+        """`_check_version` of a read-only connection, closed when refused."""
+        assert self._db is not None
+        try:
+            self._check_version(self._db)
+        except BaseException:
+            self.close()
+            raise
+
     @contextmanager
     def _guard(self) -> Iterator[None]:
         """SQLite failures as StoreUnavailable, naming the file and what to do."""
@@ -361,6 +378,8 @@ class Store:
             raise  # a bug of ours, not the store's state
         except sqlite3.Error as error:
             raise _unavailable(self.path, error) from None
+        except bodies.DamagedBody as error:
+            raise _damaged(self.path, error) from None
 
     def _connection(self) -> sqlite3.Connection:
         """The open connection, reopening a file that could not be opened before (fixed since?)."""
@@ -433,6 +452,8 @@ class Store:
                 raise
             except sqlite3.Error as error:
                 raise _unavailable(self.path, error) from None
+            except bodies.DamagedBody as error:
+                raise _damaged(self.path, error) from None
             self._check_durable()
             self._mark_wal_generation(wait)
         finally:
@@ -569,11 +590,7 @@ class Store:
     def _migrate_locked(self, workspace: Path | None) -> None:
         with self._write() as db:
             _run_script(db, _SCHEMA_V1)
-            row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-            version = int(row[0]) if row else SCHEMA_VERSION
-            if version > SCHEMA_VERSION:
-                raise StoreUnavailable(f"{self.path} has schema version {version}; this ctxd reads up to "
-                                       f"{SCHEMA_VERSION}: upgrade ctxd.")
+            version = self._check_version(db)
             for target in range(version + 1, SCHEMA_VERSION + 1):
                 _run_script(db, _MIGRATIONS[target])
             index = db.execute("SELECT sql FROM sqlite_master WHERE type = 'index' AND name = 'items_archived'"
@@ -594,6 +611,21 @@ class Store:
                                            f"not of {workspace}; move it aside, then retry.")
                 db.execute("INSERT OR REPLACE INTO meta VALUES ('workspace', ?)", (str(workspace),))
             self._install_index(db)
+
+    def _check_version(self, db: sqlite3.Connection) -> int:
+        """The ledger's schema version; one newer than this code's is refused (a newer ctxd may
+        have stored what this one would misread: schema 2's compressed bodies, for ctxd before it)."""
+        try:
+            row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        except sqlite3.OperationalError as error:
+            if "no such table" in str(error):
+                return SCHEMA_VERSION  # a new, empty database
+            raise
+        version = int(row[0]) if row else SCHEMA_VERSION
+        if version > SCHEMA_VERSION:
+            raise StoreUnavailable(f"{self.path} has schema version {version}; this ctxd reads up to "
+                                   f"{SCHEMA_VERSION}: upgrade ctxd.")
+        return version
 
     def _install_index(self, db: sqlite3.Connection) -> None:
         """The recall index on this connection (its triggers; built if missing or damaged), in
@@ -776,16 +808,17 @@ class Store:
             rows = db.execute(
                 "SELECT seq, body, tokens, origin FROM items WHERE thread = ? AND archived IS NULL ORDER BY seq",
                 (thread,),
-            ).fetchall()
-        return [Row(seq, body, tokens, origin) for seq, body, tokens, origin in rows]
+            )
+            return [Row(seq, bodies.decode(body), tokens, origin) for seq, body, tokens, origin in rows]
 
     def all_rows(self, thread: str) -> list[Row]:
         """Active and archived items, in the order they were first recorded."""
         with self._read() as db:
             rows = db.execute(
                 "SELECT seq, body, tokens, origin, archived FROM items WHERE thread = ? ORDER BY seq", (thread,)
-            ).fetchall()
-        return [Row(*row) for row in rows]
+            )
+            return [Row(seq, bodies.decode(body), tokens, origin, archived)
+                    for seq, body, tokens, origin, archived in rows]
 
     def threads(self) -> list[tuple[ThreadRow, int]]:
         """Every thread with its count of active items."""
@@ -871,7 +904,7 @@ class Store:
                 first = self._next_seq(db, thread)
             db.executemany(  # (rows made as they are inserted: a huge record's are not held twice)
                 "INSERT INTO items (thread, seq, body, tokens) VALUES (?, ?, ?, ?)",
-                ((thread, first + i, body, tokens) for i, (body, tokens) in enumerate(rows)),
+                ((thread, first + i, bodies.encode(body), tokens) for i, (body, tokens) in enumerate(rows)),
             )
             if items is not None and self._indexing:
                 search.index_appended(db, thread, first, items)
@@ -928,7 +961,7 @@ class Store:
             seq = self._next_seq(db, thread)
             db.executemany(
                 "INSERT INTO items (thread, seq, body, tokens, origin) VALUES (?, ?, ?, ?, ?)",
-                [(thread, seq + i, body, tokens, cid) for i, (body, tokens) in enumerate(rows)],
+                [(thread, seq + i, bodies.encode(body), tokens, cid) for i, (body, tokens) in enumerate(rows)],
             )
             if items is not None and self._indexing:
                 search.index_appended(db, thread, seq, items, origin=cid)
@@ -957,7 +990,8 @@ class Store:
                 return
             first = self._next_seq(db, thread)
             db.executemany("INSERT INTO items (thread, seq, body, tokens, archived) VALUES (?, ?, ?, ?, ?)",
-                           [(thread, first + i, body, tokens, operation) for i, (body, tokens) in enumerate(rows)])
+                           [(thread, first + i, bodies.encode(body), tokens, operation)
+                            for i, (body, tokens) in enumerate(rows)])
             if items is not None and self._indexing:
                 search.index_appended(db, thread, first, items)
             info = json.loads(row[0])
@@ -1068,6 +1102,13 @@ def _disk_full(folder: Path) -> bool:
     except OSError:
         return False
     return info.f_bavail * info.f_frsize < 64 * 1024
+
+
+def _damaged(path: Path, error: bodies.DamagedBody) -> StoreUnavailable:
+    """The 1003 error for an item whose stored body cannot be read back (`bodies.decode`)."""
+    return StoreUnavailable(f"{path} is damaged: {error}. The items that can be read are kept; to start a new, "
+                            f"empty ledger for this workspace, move it aside (for example `mv {path} {path}.broken`).",
+                            "corrupt")
 
 
 def _unavailable(path: Path, error: sqlite3.Error) -> StoreUnavailable:
