@@ -344,8 +344,14 @@ async function chooseFromRowMenu(page, title, row, item) {
 
 /** Runs the command titled `title` from the command palette (F1). */
 async function runCommand(page, title) {
-  await page.keyboard.press('F1');
-  await page.waitForSelector('.quick-input-widget input', { visible: true, timeout: TIMEOUT });
+  // F1 pressed while a webview has the focus (the walkthrough, as it closes or loads) can go
+  // unseen: with the focus given back to the workbench, it is pressed again until the palette opens.
+  await until('the command palette to open', async () => {
+    await page.keyboard.press('F1');
+    const open = await page.waitForSelector('.quick-input-widget input', { visible: true, timeout: 5000 }).then(() => true, () => false);
+    if (!open) await page.evaluate(() => document.activeElement?.blur?.());
+    return open;
+  });
   await page.type('.quick-input-widget input', title);
   await until(`"${title}" in the command palette`, () =>
     page.evaluate((t) => {
@@ -1167,14 +1173,14 @@ async function pickRow(page, label) {
 }
 
 /** Types `text` into the open input box (replacing what it holds) and presses Enter. */
-async function typeInput(page, text) {
+async function typeInput(page, text, delay = 0) {
   await page.waitForSelector('.quick-input-widget input', { visible: true, timeout: TIMEOUT });
   await page.click('.quick-input-widget input', { clickCount: 3 });
   await page.keyboard.down('Control');
   await page.keyboard.press('KeyA');
   await page.keyboard.up('Control');
   await page.keyboard.press('Backspace');
-  await page.type('.quick-input-widget input', text);
+  await page.type('.quick-input-widget input', text, { delay });
 }
 
 /**
@@ -1243,7 +1249,8 @@ async function checkNotInstalled(page) {
   await typeInput(page, `${repo}/`);
   // A folder dialog lists folders only: the clone's own (ctxd, editors) say it is inside.
   // The dialog lists a folder a moment after its path is typed, and may miss a fast typist's last
-  // "/": typed again every few seconds until the listing is the clone's.
+  // "/" (it was seen stuck on the parent's listing with the whole path in the box): the path is
+  // typed again, from an empty box and a key at a time, every few seconds until the listing is the clone's.
   let retyped = Date.now();
   await until('the dialog to show the clone', async () => {
     const inside = await page.evaluate(() => {
@@ -1251,8 +1258,7 @@ async function checkNotInstalled(page) {
       return rows.includes('ctxd') && rows.includes('editors');
     });
     if (!inside && Date.now() - retyped > 3000) {
-      await page.keyboard.press('Backspace');
-      await page.keyboard.type('/');
+      await typeInput(page, `${repo}/`, 30);
       retyped = Date.now();
     }
     return inside;
