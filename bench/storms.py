@@ -87,7 +87,7 @@ def storage_storm(root: Path, cycles: int) -> dict[str, Any]:
                 lock.execute("BEGIN EXCLUSIVE")
             if fault == "delete":
                 _record(client, a, "a-before-delete")
-                shutil.rmtree(state / "ctxd")
+                _delete_while_written(state / "ctxd")
             acked_b = [f"b{i}" for i in range(5) if _record(client, b, f"b{i}")]
             figures["healthy_failures"] += 5 - len(acked_b)
             try:
@@ -121,6 +121,20 @@ def storage_storm(root: Path, cycles: int) -> dict[str, Any]:
         figures["cycles"] += 1
         shutil.rmtree(base, ignore_errors=True)
     return figures
+
+
+def _delete_while_written(folder: Path) -> None:
+    """`rm -rf` of a folder the owner may be writing into meanwhile (its log, a ledger's -wal): a
+    file made during the walk leaves the folder not empty, and the removal is tried again."""
+    for _ in range(20):
+        try:
+            shutil.rmtree(folder)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.05)
+    shutil.rmtree(folder)
 
 
 def concurrency_storm(root: Path, rounds: int) -> dict[str, Any]:
