@@ -61,18 +61,33 @@ export interface TierNoticeHost {
   /** Hides the open toasts (VS Code cannot close one notification). */
   hideToasts(): PromiseLike<unknown>;
   execute(command: string): unknown;
+  /** The clock (milliseconds); Date.now when not given. */
+  now?(): number;
 }
+
+/**
+ * How long a notice can still be on screen: VS Code hides a warning toast after 18 s (unless the
+ * mouse rests on it) and keeps it in the notification centre, where its buttons still answer. A
+ * notice older than this is not hidden by hiding the toasts, which would only hide other messages.
+ */
+export const ON_SCREEN_MS = 20_000;
 
 /** One notice per crossing, for the thread the gauge shows; a notice that no longer holds is hidden first. */
 export class TierNotices {
   private readonly watcher = new TierWatcher();
-  private open = false;
+  /** When the open notice showed; undefined when none is open. */
+  private shownAt: number | undefined;
 
   constructor(private readonly h: TierNoticeHost) {}
 
+  private now(): number {
+    return this.h.now ? this.h.now() : Date.now();
+  }
+
   async close(): Promise<void> {
-    if (!this.open) return;
-    this.open = false;
+    const shownAt = this.shownAt;
+    this.shownAt = undefined;
+    if (shownAt === undefined || this.now() - shownAt > ON_SCREEN_MS) return;
     await this.h.hideToasts();
   }
 
@@ -87,11 +102,11 @@ export class TierNotices {
     if (!up || !this.h.warningsShown()) return;
     void hidden
       .then(() => {
-        this.open = true;
+        this.shownAt = this.now();
         return this.h.ask('warning', tierMessage(up, w, e), tierActions(w));
       })
       .then((choice) => {
-        this.open = false;
+        this.shownAt = undefined;
         if (choice === TIER_ACTIONS.compact) void this.h.execute(COMMANDS.compactNow);
         if (choice === TIER_ACTIONS.breakdown) void this.h.execute(COMMANDS.showUsage);
       });

@@ -6,7 +6,7 @@ import { COMMANDS } from '../src/commandIds';
 import { DaemonStartError, type StopReason } from '../src/daemon';
 import { type LaunchHost, daemonEvents, launchDaemon } from '../src/launch';
 import type { ExtensionSettings } from '../src/settings';
-import { TIER_ACTIONS, TierNotices } from '../src/tierNotices';
+import { ON_SCREEN_MS, TIER_ACTIONS, TierNotices } from '../src/tierNotices';
 import { PYTHON } from './daemon';
 import { usage } from './fixtures';
 
@@ -110,5 +110,31 @@ describe('tier notices', () => {
     answer(TIER_ACTIONS.compact);
     await new Promise((r) => setImmediate(r));
     assert.deepEqual(executed, [COMMANDS.compactNow]);
+  });
+
+  test('a notice past its time on screen is not hidden by a later change: that would hide other messages', async () => {
+    let clock = 0;
+    let hidden = 0;
+    const notices = new TierNotices({
+      shown: () => ({ uri: 'file:///w', thread: 'default' }),
+      warningsShown: () => true,
+      ask: () => new Promise(() => undefined), // left unanswered in the notification centre
+      hideToasts: async () => void hidden++,
+      execute: () => undefined,
+      now: () => clock,
+    });
+    const at = (tier: 'ok' | 'warn' | 'compact') => ({ workspace: 'file:///w', thread: 'default', ...usage({ tier }) });
+    notices.observe(at('warn'));
+    await new Promise((r) => setImmediate(r));
+    clock += ON_SCREEN_MS + 1;
+    notices.observe(at('ok'));
+    await new Promise((r) => setImmediate(r));
+    assert.equal(hidden, 0, 'VS Code hid that toast already; hiding the toasts now hides only others');
+    notices.observe(at('warn'));
+    await new Promise((r) => setImmediate(r));
+    clock += 1_000;
+    notices.observe(at('ok'));
+    await new Promise((r) => setImmediate(r));
+    assert.equal(hidden, 1, 'a notice still on screen is hidden when it no longer holds');
   });
 });
