@@ -150,18 +150,13 @@ export function createUi(): Ui {
       // flashes, and it counts against VS Code's toasts (at most 3 in any 800 ms; the rest go to the
       // notification centre unseen), which could hide the result's message that follows it.
       const running = task();
-      let settled = false;
-      const settle = () => {
-        settled = true;
-      };
-      running.then(settle, settle);
-      setTimeout(() => {
-        if (!settled) {
-          void vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title, cancellable: false }, () =>
-            running.then(() => undefined, () => undefined),
-          );
-        }
+      const shown = setTimeout(() => {
+        void vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title, cancellable: false }, () =>
+          running.then(() => undefined, () => undefined),
+        );
       }, PROGRESS_DELAY_MS);
+      const done = () => clearTimeout(shown);
+      running.then(done, done);
       return running;
     },
     notify: (severity, message) => void showMessage(severity, message),
