@@ -9,16 +9,12 @@ import os
 import stat
 import sys
 import time
-from pathlib import Path
-from typing import Any
+
+TYPE_CHECKING = False  # (no typing nor pathlib here: ctxd.places)
+if TYPE_CHECKING:
+    from typing import Any
 
 MAX_INPUT_BYTES = 4 * 1024 * 1024
-
-
-def _state_dir() -> Path:
-    from ctxd.places import default_state_dir
-
-    return default_state_dir()
 
 
 def log(message: str) -> None:
@@ -31,10 +27,10 @@ def log(message: str) -> None:
 
     line = f"{time.strftime('%Y-%m-%dT%H:%M:%S')} [{os.getpid()}] {safe(redact(message))}\n".encode()
     try:
-        from ctxd.places import hooks_log
+        from ctxd.places import hooks_log, state_dir_name
 
-        path = hooks_log(_state_dir())
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path = hooks_log(state_dir_name())
+        os.makedirs(os.path.dirname(path), exist_ok=True)
         # Never through a link, never blocking on a FIFO planted in its place (ENXIO), one write per line.
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC,
                      0o600)
@@ -51,9 +47,10 @@ def log_once(key: str, message: str) -> None:
     """`log(message)` the first time `key` is logged (a folder the hooks skip, a settings problem):
     an agent's every tool call must not add the same line."""
     from ctxd.marks import first_time
+    from ctxd.places import default_state_dir
 
     try:
-        first = first_time(_state_dir(), key)
+        first = first_time(default_state_dir(), key)
     except OSError:
         first = True  # no marker can be written: nor, likely, the log
     if first:
@@ -93,6 +90,26 @@ def read_input(stream: Any = None, timeout: float = 1.0) -> dict[str, Any] | Non
         log("hook input is not a JSON object: ignored")
         return None
     return value
+
+
+def user_settings() -> list[str]:
+    """`hooks.exclude` from the user's own config file. Loading the settings also registers the
+    configured API key's value (`ctxd.redact`), so that nothing the hooks write holds it. With no
+    config file (the usual case) the defaults apply: the settings module, which costs as much as
+    half a Python start to import, is not imported for them."""
+    from ctxd import redact
+    from ctxd.places import config_file_name
+
+    if not os.path.lexists(config_file_name()):
+        redact.register(os.environ.get(redact.DEFAULT_KEY_ENV))
+        return []
+    from ctxd.settings import load_settings
+
+    problems: list[Any] = []
+    settings = load_settings(None, problems=problems)
+    for problem in problems:
+        log_once(f"settings {problem}", f"{problem}")
+    return settings.hooks.exclude
 
 
 def describe(error: BaseException) -> str:

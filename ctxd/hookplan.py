@@ -47,26 +47,6 @@ def _short(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-def user_settings() -> list[str]:
-    """`hooks.exclude` from the user's own config file. Loading the settings also registers the
-    configured API key's value (`ctxd.redact`), so that nothing the hooks write holds it. With no
-    config file (the usual case) the defaults apply: the settings module, which costs as much as
-    half a Python start to import, is not imported for them."""
-    from ctxd import redact
-    from ctxd.places import user_config_path
-
-    if not os.path.lexists(user_config_path()):
-        redact.register(os.environ.get(redact.DEFAULT_KEY_ENV))
-        return []
-    from ctxd.settings import load_settings
-
-    problems: list[Any] = []
-    settings = load_settings(None, problems=problems)
-    for problem in problems:
-        log_once(f"settings {problem}", f"{problem}")
-    return settings.hooks.exclude
-
-
 def covered(agent: str, event: str, cwd: str, located: Located, exclude: list[str]) -> bool:
     """Whether the hooks act for `cwd`: in a git work tree, or a folder ctxd knows, unless
     `hooks.exclude` names it. Why not is logged once per folder."""

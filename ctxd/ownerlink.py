@@ -14,26 +14,35 @@ state dir, is a folder only this user can enter:
 A folder that is a link, belongs to another user or is open to others is refused (another local
 user could listen there and read what a hook hands over); after connecting, the owner's peer
 credentials must be this user's. A message is one JSON line, with file descriptors beside it
-for a session (SCM_RIGHTS). Only the standard library: hooks import this on every tool call.
+for a session (SCM_RIGHTS). Only the standard library: hooks import this on every tool call, so a
+client's connection is a bare `_socket.socket` (the `socket` module's enums, `typing` and `pathlib`
+would cost each hook milliseconds); `socket` is imported where descriptors travel.
 """
 
 from __future__ import annotations
 
+import _socket
 import contextlib
 import errno
 import fcntl
 import json
 import os
-import socket
 import stat
 import struct
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
-from typing import Any
 
 from ctxd.places import owner_dir as owner_dir  # (its home is ctxd.places)
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import socket
+    from collections.abc import Callable, Iterator, Sequence
+    from pathlib import Path
+    from typing import Any, TypeVar
+
+    StateDir = str | Path
+    Folder = TypeVar("Folder", str, Path)
 
 MAX_LINE_BYTES = 1024 * 1024
 SOCKET_NAME = "owner.sock"
@@ -50,15 +59,15 @@ class Unsafe(OSError):
 
 def available() -> bool:
     """Unix sockets with peer credentials and descriptor passing (Linux)."""
-    return sys.platform.startswith("linux") and hasattr(socket, "SO_PEERCRED") and hasattr(socket, "send_fds")
+    return sys.platform.startswith("linux") and hasattr(_socket, "SO_PEERCRED") and hasattr(_socket.socket, "sendmsg")
 
 
-def _open_private(path: Path, make: bool) -> int:
+def _open_private(path: StateDir, make: bool) -> int:
     """A descriptor of `path`, checked on the descriptor itself (no race with a swap): a folder,
     not a link, this user's, closed to others. With `make` it is created when missing and made
     0700 when it is the user's own. Raises Unsafe, or FileNotFoundError when missing."""
     if make:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
         with contextlib.suppress(FileExistsError):
             os.mkdir(path, 0o700)
     try:
@@ -82,14 +91,14 @@ def _open_private(path: Path, make: bool) -> int:
     return fd
 
 
-def private_dir(path: Path, create: bool) -> Path:
+def private_dir(path: Folder, create: bool) -> Folder:
     """`path` once checked as `_open_private` checks it (and created with `create`)."""
     os.close(_open_private(path, create))
     return path
 
 
 @contextlib.contextmanager
-def folder_fd(path: Path, make: bool = False) -> Iterator[int]:
+def folder_fd(path: StateDir, make: bool = False) -> Iterator[int]:
     """A descriptor of the checked folder: sockets are reached through `/proc/self/fd/<fd>/<name>`,
     so the path used is the folder checked, and a long state dir never exceeds the 107 bytes a
     socket's path may have."""
@@ -100,24 +109,24 @@ def folder_fd(path: Path, make: bool = False) -> Iterator[int]:
         os.close(fd)
 
 
-def peer_uid(conn: socket.socket) -> int:
-    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+def peer_uid(conn: _socket.socket) -> int:
+    creds = conn.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, struct.calcsize("3i"))
     return int(struct.unpack("3i", creds)[1])
 
 
-def peer_pid(conn: socket.socket) -> int:
-    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+def peer_pid(conn: _socket.socket) -> int:
+    creds = conn.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, struct.calcsize("3i"))
     return int(struct.unpack("3i", creds)[0])
 
 
-def connect(state_dir: Path, timeout: float = 2.0) -> socket.socket | None:
+def connect(state_dir: StateDir, timeout: float = 2.0) -> _socket.socket | None:
     """A connection to the running owner of `state_dir`, or None when none answers. Raises Unsafe
     when its folder or its listener is not this user's alone: nothing is sent then."""
     if not available():
         return None
     try:
         with folder_fd(owner_dir(state_dir)) as fd:
-            conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            conn = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
             try:
                 conn.settimeout(max(0.01, timeout))
                 conn.connect(f"/proc/self/fd/{fd}/{SOCKET_NAME}")
@@ -133,12 +142,12 @@ def connect(state_dir: Path, timeout: float = 2.0) -> socket.socket | None:
     return conn
 
 
-def owner_command(state_dir: Path) -> list[str]:
+def owner_command(state_dir: StateDir) -> list[str]:
     return [sys.executable, "-m", "ctxd", "owner", "--state-dir", os.fspath(os.path.abspath(state_dir)), "--detach"]
 
 
 @contextlib.contextmanager
-def _held(path: Path, deadline: float) -> Iterator[bool]:
+def _held(path: str, deadline: float) -> Iterator[bool]:
     """An exclusive flock of `path` until `deadline`; yields whether it was taken."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     try:
@@ -156,7 +165,7 @@ def _held(path: Path, deadline: float) -> Iterator[bool]:
         os.close(fd)
 
 
-def reach(state_dir: Path, timeout: float, *, start: bool = True) -> socket.socket | None:
+def reach(state_dir: StateDir, timeout: float, *, start: bool = True) -> _socket.socket | None:
     """A connection to the owner of `state_dir`; when none answers and `start`, one is started
     (by one client at a time) and waited for until `timeout`. None: no owner within the time.
     Raises Unsafe as `connect` does."""
@@ -170,7 +179,7 @@ def reach(state_dir: Path, timeout: float, *, start: bool = True) -> socket.sock
         raise
     except OSError:
         return None
-    with _held(folder / START_LOCK_NAME, deadline) as mine:
+    with _held(os.path.join(folder, START_LOCK_NAME), deadline) as mine:
         conn = connect(state_dir, 0.5)
         if conn is not None or not mine:
             return conn
@@ -189,18 +198,20 @@ def reach(state_dir: Path, timeout: float, *, start: bool = True) -> socket.sock
     return None
 
 
-def send(conn: socket.socket, message: dict[str, Any], fds: Sequence[int] = ()) -> None:
+def send(conn: _socket.socket, message: dict[str, Any], fds: Sequence[int] = ()) -> None:
     """One message as a JSON line; OSError (EMSGSIZE) for one the other side would not read."""
     data = json.dumps(message, separators=(",", ":")).encode("utf-8") + b"\n"
     if len(data) > MAX_LINE_BYTES:
         raise OSError(errno.EMSGSIZE, f"a message of {len(data)} bytes; the bound is {MAX_LINE_BYTES}")
-    if fds:
-        socket.send_fds(conn, [data[:1]], list(fds))  # the descriptors travel with the first byte
+    if fds:  # the descriptors travel with the first byte (`socket.send_fds`)
+        import array
+
+        conn.sendmsg([data[:1]], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, array.array("i", fds))])
         data = data[1:]
     conn.sendall(data)
 
 
-def _raw_line(conn: socket.socket, deadline: float | None, data: bytes = b"") -> bytes | None:
+def _raw_line(conn: _socket.socket, deadline: float | None, data: bytes = b"") -> bytes | None:
     """Bytes up to the next newline (without it). Peeks first, then takes only the line: what
     follows it may be a session's stream, which must stay in the socket."""
     line = bytearray(data)
@@ -215,7 +226,7 @@ def _raw_line(conn: socket.socket, deadline: float | None, data: bytes = b"") ->
         else:
             conn.settimeout(None)
         try:
-            ahead = conn.recv(65536, socket.MSG_PEEK)
+            ahead = conn.recv(65536, _socket.MSG_PEEK)
             if not ahead:
                 return None
             end = ahead.find(b"\n")
@@ -235,7 +246,7 @@ def _parse(line: bytes | None) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def read_line(conn: socket.socket, deadline: float | None) -> dict[str, Any] | None:
+def read_line(conn: _socket.socket, deadline: float | None) -> dict[str, Any] | None:
     """The next JSON object line from `conn` (None: closed, too long, not an object, or past
     `deadline`)."""
     return _parse(_raw_line(conn, deadline))
@@ -247,6 +258,8 @@ MAX_FDS = 4
 def read_request(conn: socket.socket, deadline: float) -> tuple[dict[str, Any] | None, list[int]]:
     """The owner's side of `send`: the first line and the descriptors that came with its first
     byte (the caller closes them)."""
+    import socket
+
     conn.settimeout(max(0.01, deadline - time.monotonic()))
     try:
         first, fds, _flags, _address = socket.recv_fds(conn, 1, MAX_FDS)
@@ -255,26 +268,27 @@ def read_request(conn: socket.socket, deadline: float) -> tuple[dict[str, Any] |
     return _parse(_raw_line(conn, deadline, first) if first else None), list(fds)
 
 
-def ask(state_dir: Path, message: dict[str, Any], timeout: float, *, start: bool = False) -> dict[str, Any] | None:
+def ask(state_dir: StateDir, message: dict[str, Any], timeout: float, *, start: bool = False) -> dict[str, Any] | None:
     """One request and its answer (a hook's checkpoint, the status line's usage), or None: no
     owner answered within `timeout`."""
     deadline = time.monotonic() + timeout
     conn = reach(state_dir, timeout, start=start)
     if conn is None:
         return None
-    with conn:
-        try:
-            conn.settimeout(max(0.01, deadline - time.monotonic()))
-            send(conn, message)
-        except OSError:
-            return None
+    try:
+        conn.settimeout(max(0.01, deadline - time.monotonic()))
+        send(conn, message)
         return read_line(conn, deadline)
+    except OSError:
+        return None
+    finally:
+        conn.close()
 
 
 ACK_SECONDS = 30.0
 
 
-def hand_over(state_dir: Path, message: dict[str, Any], fds: Sequence[int],
+def hand_over(state_dir: StateDir, message: dict[str, Any], fds: Sequence[int],
               taken: Callable[[], None] = lambda: None) -> int | None:
     """Give a session (`message`, an op `session`, with the descriptors it is served on) to the
     owner of `state_dir`, starting one if needed, and wait for the session's end: its exit code.
@@ -285,7 +299,7 @@ def hand_over(state_dir: Path, message: dict[str, Any], fds: Sequence[int],
         conn = reach(state_dir, max(0.1, deadline - time.monotonic()))
         if conn is None:
             return None
-        with conn:
+        try:
             try:
                 send(conn, message, fds=fds)
             except OSError:
@@ -298,6 +312,8 @@ def hand_over(state_dir: Path, message: dict[str, Any], fds: Sequence[int],
                 return 1  # the descriptors went over: serving them here too would answer twice
             taken()
             end = read_line(conn, None)
+        finally:
+            conn.close()
         code = end.get("exit") if end is not None else None
         return code if isinstance(code, int) and not isinstance(code, bool) else 1
 
@@ -347,7 +363,12 @@ class Session:
         if ack is None or not ack.get("ok"):
             conn.close()
             return None
-        session = cls(conn, on_notify)
+        import socket
+
+        timeout_now = conn.gettimeout()
+        full = socket.socket(fileno=conn.detach())  # (the reader's `makefile`); blocking as it was, not as
+        full.settimeout(timeout_now)  # the descriptor's O_NONBLOCK would make it
+        session = cls(full, on_notify)
         try:
             session.request("initialize", {"processId": os.getpid(), "capabilities": {},
                                            "workspaceFolders": [{"uri": f.as_uri(), "name": f.name} for f in folders]},
@@ -430,5 +451,5 @@ class Session:
             self.request("shutdown", None, 5.0)
             self.notify("exit")
         with contextlib.suppress(OSError):
-            self.conn.shutdown(socket.SHUT_RDWR)
+            self.conn.shutdown(_socket.SHUT_RDWR)
         self.conn.close()

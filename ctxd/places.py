@@ -35,59 +35,80 @@ checkpoints, marks and usage then land where that daemon looks.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import stat
-from pathlib import Path
-from typing import NamedTuple
 
 from ctxd.safefile import read_text_bounded
+
+TYPE_CHECKING = False  # (typing's own costs a hook milliseconds; mypy reads any TYPE_CHECKING so)
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import NamedTuple
 
 MAX_POINTER_BYTES = 4096
 """A `.git` file or a `commondir` holds one path: anything larger is not one, and is not read."""
 
 
+def _path(name: str) -> Path:
+    """pathlib, imported only where a Path is built: a hook the owner answers needs the names
+    below as strings (`state_dir_name`, `owner_dir`, `hooks_log`), and importing pathlib would
+    cost it a tenth of its time."""
+    from pathlib import Path
+
+    return Path(name)
+
+
+def state_dir_name() -> str:
+    """`$XDG_STATE_HOME/ctxd` (default `~/.local/state/ctxd`), as a string (`default_state_dir`)."""
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(base, "ctxd")
+
+
 def default_state_dir() -> Path:
-    """`$XDG_STATE_HOME/ctxd` (default `~/.local/state/ctxd`)."""
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "ctxd"
+    return _path(state_dir_name())
+
+
+def config_file_name() -> str:
+    """The user's own config file, `$XDG_CONFIG_HOME/ctxd/config.toml`, as a string (`user_config_path`)."""
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return os.path.join(base, "ctxd", "config.toml")
 
 
 def user_config_path() -> Path:
-    """The user's own config file: `$XDG_CONFIG_HOME/ctxd/config.toml`."""
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "ctxd" / "config.toml"
+    return _path(config_file_name())
 
 
-def owner_dir(state_dir: Path) -> Path:
+def owner_dir(state_dir: str | os.PathLike[str]) -> str:
     """The owner's folder: its socket, its locks, its log (docs/processes.md)."""
-    return Path(state_dir) / "owner"
+    return os.path.join(state_dir, "owner")
 
 
-def hooks_log(state_dir: Path) -> Path:
-    return Path(state_dir) / "hooks.log"
+def hooks_log(state_dir: str | os.PathLike[str]) -> str:
+    return os.path.join(state_dir, "hooks.log")
 
 
 def marks_dir(state_dir: Path) -> Path:
     """Where a hooked session's marks are (`ctxd.marks`)."""
-    return Path(state_dir) / "hooks" / "sessions"
+    return _path(os.path.join(state_dir, "hooks", "sessions"))
 
 
 def usage_dir(state_dir: Path) -> Path:
     """Where a status line hands the exact usage over (`<agent>-<session id>.json`)."""
-    return Path(state_dir) / "hooks" / "usage"
+    return _path(os.path.join(state_dir, "hooks", "usage"))
 
 
 def backups_dir(state_dir: Path) -> Path:
     """The agents' configuration files as `ctxd hooks install` found them."""
-    return Path(state_dir) / "hooks" / "backups"
+    return _path(os.path.join(state_dir, "hooks", "backups"))
 
 
 def hooks_dir(state_dir: Path) -> Path:
     """`<state dir>/hooks`, made (0700) when missing. Raises PermissionError when it is a link or
     another user's folder (a state dir in a shared place, prepared by someone else): a prompt's
     words must not be written into it."""
-    folder = Path(state_dir) / "hooks"
+    folder = _path(os.path.join(state_dir, "hooks"))
     try:
         info = os.lstat(folder)
     except FileNotFoundError:
@@ -100,11 +121,14 @@ def hooks_dir(state_dir: Path) -> Path:
     return folder
 
 
-class Located(NamedTuple):
-    folder: Path
-    known: bool  # ctxd has a store for it (an editor opened it, or a snapshot was taken of it)
-    state_dir: Path  # the state directory the daemon of this workspace uses
-    git: bool = False  # the folder is the top of a git work tree whose `.git` ctxd can follow
+if TYPE_CHECKING:
+    class Located(NamedTuple):
+        folder: Path
+        known: bool  # ctxd has a store for it (an editor opened it, or a snapshot was taken of it)
+        state_dir: Path  # the state directory the daemon of this workspace uses
+        git: bool = False  # the folder is the top of a git work tree whose `.git` ctxd can follow
+else:  # the same tuple, without typing's import
+    Located = collections.namedtuple("Located", ["folder", "known", "state_dir", "git"], defaults=[False])
 
 
 def ledger_database(state_dir: Path, folder: Path) -> Path:
@@ -138,7 +162,7 @@ def git_common_dir(top: Path) -> Path | None:
             return None
         if not text.startswith("gitdir:") or "\0" in text:
             return None
-        named = Path(text[len("gitdir:"):].strip())
+        named = _path(text[len("gitdir:"):].strip())
         git_dir = named if named.is_absolute() else (top / named)
         if not git_dir.is_dir():
             return None
@@ -150,7 +174,7 @@ def git_common_dir(top: Path) -> Path | None:
         return None
     if "\0" in common:
         return None
-    return (git_dir / common) if not os.path.isabs(common) else Path(common)
+    return (git_dir / common) if not os.path.isabs(common) else _path(common)
 
 
 def _knows(state_dir: Path, folder: Path) -> bool:
@@ -166,7 +190,7 @@ def note_state_dir(default_state_dir: Path, folder: Path, state_dir: Path) -> No
     """Called by a daemon for each workspace it opens: a non-default state directory is named in
     the default one (a pointer file); with the default one, a pointer left earlier is removed."""
     path = pointer_path(default_state_dir, folder)
-    if Path(state_dir) == Path(default_state_dir):
+    if os.path.normpath(state_dir) == os.path.normpath(default_state_dir):
         path.unlink(missing_ok=True)
         return
     text = os.fsdecode(os.path.abspath(state_dir))
@@ -187,7 +211,7 @@ def _pointed(default_state_dir: Path, folder: Path) -> Path | None:
         text = read_text_bounded(pointer_path(default_state_dir, folder), MAX_POINTER_BYTES).strip()
     except (OSError, UnicodeDecodeError):
         return None
-    other = Path(text)
+    other = _path(text)
     return other if other.is_absolute() and other.is_dir() else None
 
 
@@ -195,7 +219,7 @@ def find_workspace(folder: Path, state_dir: Path) -> Located:
     """The workspace of `folder`; `state_dir` is the default state directory (pointers are read in
     it). Not known, it is the git root (`git` says whether its `.git` can be followed), else the
     folder itself."""
-    folder = Path(os.path.abspath(folder))
+    folder = _path(os.path.abspath(folder))
     try:
         folder = folder.resolve()
     except OSError:

@@ -7,16 +7,19 @@ than MIN_LENGTH is not registered: replacing it would mangle ordinary text and i
 
 from __future__ import annotations
 
+import _thread
 import json
-import threading
-from typing import Any
+
+TYPE_CHECKING = False  # (a hook imports this: no typing, no threading, which cost it milliseconds)
+if TYPE_CHECKING:
+    from typing import Any
 
 MIN_LENGTH = 8
 MARK = "[redacted]"
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 """The variable that holds the key unless the settings name another (`llm.api_key_env`)."""
 
-_lock = threading.Lock()
+_lock = _thread.allocate_lock()
 _values: tuple[str, ...] = ()
 
 

@@ -231,13 +231,14 @@ def test_a_hook_the_owner_answers_imports_only_what_that_path_needs(daemon_facto
     reads its input, redacts it and hands it over (op "hook"), and the owner does the rest. So the
     hook imports no process machinery (`subprocess`, only needed to start an owner), nor the
     settings, SQLite, the agents' modules (their readers import the most), the hooks' marks or
-    the checkpoint code: the owner's. `-X importtime` lists every module the process imported."""
+    the checkpoint code: the owner's. `-X importtime` lists every module the process imported
+    (`-S`: not those of this checkout's development install, which an installed ctxd has not)."""
     project = known_project(tmp_path)
     client = daemon_factory([project], env={"HOME": str(tmp_path / "home")})
     linked(client, project, tmp_path)
     data = {"session_id": "s-imports", "cwd": str(project), "hook_event_name": "PreToolUse", "tool_name": "Bash",
             "tool_use_id": "call-1", "tool_input": {"command": "make"}}
-    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "ctxd", "hook", "claude", "PreToolUse"],
+    done = subprocess.run([sys.executable, "-S", "-X", "importtime", "-m", "ctxd", "hook", "claude", "PreToolUse"],
                           cwd=project, input=json.dumps(data).encode(), capture_output=True, timeout=60,
                           env={**env_for(tmp_path), "PYTHONPATH": str(REPO)})
     assert done.returncode == 0 and done.stdout == b""
@@ -248,7 +249,9 @@ def test_a_hook_the_owner_answers_imports_only_what_that_path_needs(daemon_facto
     assert "ctxd.ownerlink" in imported, done.stderr.decode()[-2000:]
     heavy = {"subprocess", "ctxd.settings", "sqlite3", "ctxd.ghost.checkpoint", "ctxd.ghost.take", "ctxd.ghost.capture",
              "ctxd.ghost.gitstore", "ctxd.ledger", "ctxd.agents", "ctxd.agents.claude", "ctxd.marks",
-             "hashlib"}  # (OpenSSL's: only a path's digest needs it, which is the owner's to compute)
+             "hashlib",  # (OpenSSL's: only a path's digest needs it, which is the owner's to compute)
+             # each of these costs the agent milliseconds at every hook (bench/bench_agents.py)
+             "pathlib", "typing", "socket", "threading", "urllib.parse"}
     assert not heavy & imported, heavy & imported
 
 

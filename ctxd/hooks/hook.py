@@ -29,12 +29,14 @@ from __future__ import annotations
 import os
 import sys
 import time
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
-from ctxd.hookio import describe, log, log_once, read_input
+from ctxd.hookio import describe, log, log_once, read_input, user_settings
 
+TYPE_CHECKING = False  # (no typing nor pathlib on the way to the owner: each costs the agent milliseconds)
 if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any
+
     from ctxd.ghost.checkpoint import Job
 
 DEADLINE_SECONDS = 1.5
@@ -144,22 +146,24 @@ def given_to_owner(agent: str, event: str, data: Any, exclude: list[str], deadli
     runs, it is leaving or hangs, the input is too large to hand over), and the hook does it
     itself."""
     from ctxd import ownerlink
+    from ctxd.places import state_dir_name
 
     message = {"op": "hook", "agent": agent, "event": event, "input": data, "exclude": exclude}
     try:
-        conn = ownerlink.reach(_state_dir(), max(0.05, deadline - time.monotonic()), start=False)
+        conn = ownerlink.reach(state_dir_name(), max(0.05, deadline - time.monotonic()), start=False)
     except ownerlink.Unsafe as error:
         log_once(f"owner refused {error}", f"{agent} {event}: the owner is not asked: {error}")
         return False
     if conn is None:
         return False
-    with conn:
-        try:
-            conn.settimeout(max(0.01, deadline - time.monotonic()))
-            ownerlink.send(conn, message)
-        except OSError:  # (a Write of a large file is over the owner's bound: planned here)
-            return False
+    try:
+        conn.settimeout(max(0.01, deadline - time.monotonic()))
+        ownerlink.send(conn, message)
         answer = ownerlink.read_line(conn, deadline)
+    except OSError:  # (a Write of a large file is over the owner's bound: planned here)
+        return False
+    finally:
+        conn.close()
     if answer is None:  # it crashed, or hangs: the hook's own checkpoint (it finds the tree unchanged if one lands)
         if time.monotonic() >= deadline:
             log(f"{agent} {event}: the owner did not answer in time; the hook does it itself")
@@ -181,9 +185,9 @@ def given_to_owner(agent: str, event: str, data: Any, exclude: list[str], deadli
 def main(argv: list[str]) -> int:
     started = time.monotonic()
     try:
-        from ctxd.hookplan import compaction_context, log_usage, plan, read_hook, user_settings
-
         if len(argv) < 2:
+            from ctxd.hookplan import log_usage
+
             log_usage(argv)
             return 0
         agent_name, event = argv[0], argv[1]
@@ -200,6 +204,8 @@ def main(argv: list[str]) -> int:
         if given is not False:
             job: Job | None = given
         else:
+            from ctxd.hookplan import compaction_context, plan, read_hook
+
             found = read_hook(agent_name, event, data)
             if found is None:
                 return 0

@@ -116,7 +116,7 @@ class SessionLogs:
 class Owner:
     def __init__(self, state_dir: Path) -> None:
         self.state_dir = Path(state_dir)
-        self.folder = ownerlink.owner_dir(self.state_dir)
+        self.folder = Path(ownerlink.owner_dir(self.state_dir))
         self.daemon = Daemon(self.state_dir)
         self.daemon.shared = True
         self.logs = SessionLogs()
@@ -512,7 +512,7 @@ def main(state_dir: Path, *, detached: bool, keep: Path | None = None) -> int:
     if detached:
         detach()
     try:
-        folder = ownerlink.private_dir(ownerlink.owner_dir(state_dir), create=True)
+        folder = ownerlink.private_dir(Path(ownerlink.owner_dir(state_dir)), create=True)
     except OSError as error:
         print(f"ctxd owner: {error}", file=sys.stderr)
         return 1
