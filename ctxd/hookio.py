@@ -1,14 +1,16 @@
 """What the short-lived commands the agents run (`ctxd hook`, `ctxd statusline`) share: their JSON
-input, read with a bound, and ctxd's hook log (`<state dir>/hooks.log`). Imports are lazy: the
-agent pays for these processes at every tool call and message."""
+input, read with a bound, ctxd's hook log (`<state dir>/hooks.log`) and the user's `hooks.exclude`.
+Imports are lazy, and none of typing, pathlib or socket: the agent pays for these processes at
+every tool call and message (bench/bench_agents.py)."""
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import sys
 import time
+
+from ctxd import leanjson
 
 TYPE_CHECKING = False  # (no typing nor pathlib here: ctxd.places)
 if TYPE_CHECKING:
@@ -17,8 +19,9 @@ if TYPE_CHECKING:
 MAX_INPUT_BYTES = 4 * 1024 * 1024
 
 
-def log(message: str) -> None:
-    """One line in ctxd's hook log; a log that cannot be written is not the agent's problem. The
+def log(message: str, state_dir: str | os.PathLike[str] | None = None) -> None:
+    """One line in ctxd's hook log (that of `state_dir`, else of the default state dir); a log
+    that cannot be written is not the agent's problem. The
     message may quote the agent's cwd, prompt or command: the configured API key is redacted and
     every control character escaped (a newline would forge a line, an escape sequence act on the
     terminal that shows the log)."""
@@ -29,7 +32,7 @@ def log(message: str) -> None:
     try:
         from ctxd.places import hooks_log, state_dir_name
 
-        path = hooks_log(state_dir_name())
+        path = hooks_log(state_dir if state_dir is not None else state_dir_name())
         os.makedirs(os.path.dirname(path), exist_ok=True)
         # Never through a link, never blocking on a FIFO planted in its place (ENXIO), one write per line.
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC,
@@ -82,7 +85,7 @@ def read_input(stream: Any = None, timeout: float = 1.0) -> dict[str, Any] | Non
         log(f"hook input over {MAX_INPUT_BYTES} bytes: ignored")
         return None
     try:
-        value = json.loads(b"".join(chunks))
+        value = leanjson.loads(b"".join(chunks))
     except ValueError:
         log("hook input is not JSON: ignored")
         return None

@@ -25,13 +25,13 @@ import _socket
 import contextlib
 import errno
 import fcntl
-import json
 import os
 import stat
 import struct
 import sys
 import time
 
+from ctxd import leanjson
 from ctxd.places import owner_dir as owner_dir  # (its home is ctxd.places)
 
 TYPE_CHECKING = False
@@ -200,7 +200,7 @@ def reach(state_dir: StateDir, timeout: float, *, start: bool = True) -> _socket
 
 def send(conn: _socket.socket, message: dict[str, Any], fds: Sequence[int] = ()) -> None:
     """One message as a JSON line; OSError (EMSGSIZE) for one the other side would not read."""
-    data = json.dumps(message, separators=(",", ":")).encode("utf-8") + b"\n"
+    data = leanjson.dumps(message).encode("utf-8") + b"\n"
     if len(data) > MAX_LINE_BYTES:
         raise OSError(errno.EMSGSIZE, f"a message of {len(data)} bytes; the bound is {MAX_LINE_BYTES}")
     if fds:  # the descriptors travel with the first byte (`socket.send_fds`)
@@ -240,7 +240,7 @@ def _parse(line: bytes | None) -> dict[str, Any] | None:
     if line is None:
         return None
     try:
-        value = json.loads(line)
+        value = leanjson.loads(line)
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
@@ -385,7 +385,7 @@ class Session:
         return self._closed
 
     def _write(self, message: dict[str, Any]) -> None:
-        body = json.dumps(message, separators=(",", ":")).encode("utf-8")
+        body = leanjson.dumps(message).encode("utf-8")
         with self._lock:
             self.conn.sendall(b"Content-Length: %d\r\n\r\n" % len(body) + body)
 
@@ -428,7 +428,7 @@ class Session:
                 body = stream.read(length or 0)
                 if length is None or len(body) < length:
                     return
-                message = json.loads(body)
+                message = leanjson.loads(body)
                 if not isinstance(message, dict):
                     continue
                 if "id" in message and "method" not in message:

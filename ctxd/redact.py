@@ -8,7 +8,8 @@ than MIN_LENGTH is not registered: replacing it would mangle ordinary text and i
 from __future__ import annotations
 
 import _thread
-import json
+
+from ctxd import leanjson
 
 TYPE_CHECKING = False  # (a hook imports this: no typing, no threading, which cost it milliseconds)
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ def register(value: str | None) -> None:
     global _values
     if not isinstance(value, str) or len(value.strip()) < MIN_LENGTH:
         return
-    forms = {value, json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]}
+    forms = {value, leanjson.quoted(value)[1:-1], leanjson.quoted(value, ascii_only=False)[1:-1]}
     with _lock:
         # Longest first: a secret that contains another is replaced whole.
         _values = tuple(sorted(set(_values) | forms, key=len, reverse=True))

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 from ctxd import __version__, ownerlink
+from ctxd.hookio import log as log_hook
 from ctxd.server.app import CtxdServer
 from ctxd.server.connection import StreamConnection, with_head
 from ctxd.server.daemon import Daemon
@@ -279,7 +280,7 @@ class Owner:
     def hook(self, request: dict[str, Any]) -> dict[str, Any]:
         """A hook's whole work (`ctxd hook`, its input redacted already; `ctxd.hookplan`): the hook
         process imports neither the agents' modules nor the checkpoint code, and waits for this.
-        `line`: what the hook logs. `done` false: the hook does the work itself (the line after a
+        The owner logs what it did. `done` false: the hook does the work itself (the line after a
         compaction, which asks the agent's configuration found from the agent's environment), or
         hands `job` to the owner of the workspace's own state dir (its `.ctxd.toml`'s)."""
         from ctxd import hookplan
@@ -300,7 +301,8 @@ class Owner:
         outcome = self._take(job)
         if isinstance(outcome, str):
             return {"done": False, "job": job.to_wire()}
-        return {"done": True, "line": outcome.line(job, by="the owner")}
+        log_hook(outcome.line(job, by="the owner"), self.state_dir)  # (here: the hook would import the log's escaping)
+        return {"done": True}
 
     def _take(self, job: Job) -> Outcome | str:
         """The job's checkpoint taken in the folder's open workspace, else in a folder kept for the
