@@ -190,8 +190,9 @@ class Reader(SessionReader):
             return change, end + 1
         return change, stopped
 
-    def take(self, data: bytes, start: int, stop: int, change: Change) -> None:  # pragma: no cover - abstract
-        """One line, `data[start:stop]`, for a reader that `skims`."""
+    def take(self, data: bytes, row: tuple[Any, ...], change: Change) -> None:  # pragma: no cover - abstract
+        """One line, `data[row[0]:row[1]]`, for a reader that `skims`; the rest of `row` is the values at
+        `paths` (ctxd/agents/skim.py `scan`), or nothing when the line is not an object to skim."""
         raise NotImplementedError
 
     def take_whole(self, line: bytes, change: Change) -> None:
@@ -202,9 +203,17 @@ class Reader(SessionReader):
             return
         self.record(rec, change)
 
+    def take_early(self, data: bytes, start: int, stop: int, change: Change) -> None:
+        """Summary mode: a line before the first report (`early`), whose items count."""
+        self.take_whole(data[start:stop], change)
+
     # The lines a skimming reader need not look at (ctxd/agents/skim.py `lines`): those whose
     # top-level "type" is one of `skip_types` and that hold none of `needles()`.
     skip_types: tuple[bytes, ...] = ()
+    # The key paths whose values `take` is given, and how large a container among them may be to be
+    # given built (else its offsets): skim.py `scan`.
+    paths: tuple[tuple[bytes, ...], ...] = ()
+    limits: tuple[int, ...] = ()
 
     def needles(self) -> tuple[bytes, ...]:
         return ()
@@ -228,7 +237,7 @@ class Reader(SessionReader):
             if stop > begin and not data[begin:stop].isspace():
                 self.early, self.line_stop = True, stop
                 try:
-                    self.take_whole(data[begin:stop], change)
+                    self.take_early(data, begin, stop, change)
                 finally:
                     self.early = False
                 if change.held > room or self.replay:
@@ -237,18 +246,19 @@ class Reader(SessionReader):
         if begin > end:
             self.chunk_read(data, end)
             return None
-        spans = skim.lines(data, begin, end + 1, b"type", self.skip_types, self.needles())
-        first_stop = data.find(b"\n", begin, end + 1)
-        if begin == 0 and (not spans or spans[0] != 0):
-            self.skipped(data, 0, first_stop, change)
-        change.lines += data.count(b"\n", begin, end + 1)
-        for k in range(0, len(spans), 2):
-            self.line_stop = spans[k + 1]
-            self.take(data, spans[k], spans[k + 1], change)
+        newlines, rows = skim.scan(data, begin, end + 1, b"type", self.skip_types, self.needles(), self.paths,
+                                   self.limits)
+        if begin == 0 and (not rows or rows[0][0] != 0):
+            self.skipped(data, 0, data.find(b"\n", 0, end + 1), change)
+        change.lines += newlines
+        take = self.take
+        for row in rows:
+            self.line_stop = row[1]
+            take(data, row, change)
             if change.held > room or self.replay:
-                return spans[k + 1] + 1
+                return row[1] + 1
         last_start = data.rfind(b"\n", 0, end) + 1
-        if last_start > 0 and (not spans or spans[-2] != last_start):
+        if last_start > 0 and (not rows or rows[-1][0] != last_start):
             self.skipped(data, last_start, end, change)
         self.chunk_read(data, end)
         return None

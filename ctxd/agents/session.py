@@ -25,6 +25,13 @@ def tokens(value: Any) -> int:
     return min(value, MAX_TOKENS)
 
 
+def token_counts(report: dict[str, Any], ints_only: bool = False) -> dict[str, int]:
+    """`tokens` of each of a report's values (`ints_only`: of those that are ints), in one pass: a
+    summary reads one report per request."""
+    return {key: (value if value <= MAX_TOKENS else MAX_TOKENS) if type(value) is int and value > 0 else 0
+            for key, value in report.items() if not ints_only or type(value) is int}
+
+
 class Usage:
     """Tokens billed, split the way prices are quoted.
 
