@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 from ctxd.agents import payloads, skim
 from ctxd.agents.base import Action, Agent, AgentConfig, AgentLimits, HookAction, HookInput, Scope
 from ctxd.agents.jsonl import HEAD_LIMIT, JsonlStore, Reader, entries, head, parse, under
-from ctxd.agents.session import Change, Turn, Usage, first_request, note_report, shorten, token_counts, tokens
+from ctxd.agents.session import Change, Turn, Usage, first_request, note_report, shorten, token_counts
 from ctxd.agents.skim import value as _value
 from ctxd.ledger.rules import is_real_user_message, message_text
 

@@ -256,7 +256,8 @@ class Reader(SessionReader):
             self.line_stop = row[1]
             take(data, row, change)
             if change.held > room or self.replay:
-                return row[1] + 1
+                stopped: int = row[1] + 1
+                return stopped
         last_start = data.rfind(b"\n", 0, end) + 1
         if last_start > 0 and (not rows or rows[-1][0] != last_start):
             self.skipped(data, last_start, end, change)
