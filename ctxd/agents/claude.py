@@ -48,7 +48,17 @@ from typing import TYPE_CHECKING, Any
 from ctxd.agents import payloads, skim
 from ctxd.agents.base import Action, Agent, AgentConfig, AgentLimits, HookAction, HookInput, Scope, StatusUsage
 from ctxd.agents.jsonl import HEAD_LIMIT, JsonlStore, Reader, entries, head, parse, read_tail
-from ctxd.agents.session import Change, Turn, Usage, first_request, note_report, shorten, token_counts, tokens
+from ctxd.agents.session import (
+    Change,
+    Turn,
+    Usage,
+    first_request,
+    note_report,
+    shorten,
+    token_counts,
+    token_list,
+    tokens,
+)
 
 if TYPE_CHECKING:
     from ctxd.agents.config.plan import ConfigChange
@@ -103,12 +113,10 @@ _USAGE_KEYS = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_
 
 
 def _usage(raw: dict[str, Any]) -> Usage:
-    counts = token_counts(dict(zip(_USAGE_KEYS, map(raw.get, _USAGE_KEYS))))
-    written = counts["cache_creation_input_tokens"]
+    fresh, cached, written, output = token_list(map(raw.get, _USAGE_KEYS))
     split = raw.get("cache_creation")
     hour = min(written, tokens(split.get("ephemeral_1h_input_tokens"))) if isinstance(split, dict) else 0
-    return Usage(input=counts["input_tokens"], cached_input=counts["cache_read_input_tokens"],
-                 cache_write=written, output=counts["output_tokens"], cache_write_1h=hour)
+    return Usage(input=fresh, cached_input=cached, cache_write=written, output=output, cache_write_1h=hour)
 
 
 def _text_part(text: str, role: str) -> dict[str, Any]:

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 from ctxd.agents import payloads, skim
 from ctxd.agents.base import Action, Agent, AgentConfig, AgentLimits, HookAction, HookInput, Scope
 from ctxd.agents.jsonl import HEAD_LIMIT, JsonlStore, Reader, entries, head, parse, under
-from ctxd.agents.session import Change, Turn, Usage, first_request, note_report, shorten, token_counts
+from ctxd.agents.session import Change, Turn, Usage, first_request, note_report, shorten, token_counts, token_list
 from ctxd.agents.skim import value as _value
 from ctxd.ledger.rules import is_real_user_message, message_text
 
@@ -138,20 +138,28 @@ class CodexReader(Reader):
         """Summary mode: a line it reads (the others are passed over in skim.py). An event or a turn
         context is read from the fields `record` would read of it (a report's usage only); any
         other line is parsed whole."""
-        if len(row) > 2 and row[3] in _SKIMMED_KINDS and isinstance(row[4], tuple) and data[row[4][0]] == 0x7B:
+        kind = row[3] if len(row) > 2 else None
+        payload = row[4] if kind is not None else None
+        if (kind == "event_msg" or kind == "turn_context") and type(payload) is tuple and data[payload[0]] == 0x7B:
             decode = skim.decode
-            session = self.session
-            stamp = decode(data, row[2])
+            stamp = row[2] if type(row[2]) is not tuple else decode(data, row[2])
             if isinstance(stamp, str):
-                session.last_activity = stamp
-            self._stamp = stamp if isinstance(stamp, str) else None
-            if row[3] == "turn_context":
-                self._context(decode(data, row[6]), change)
+                self.session.last_activity = self._stamp = stamp
             else:
-                event = {"type": decode(data, row[5])}
-                for name, value in zip(_EVENT_FIELDS, row[7:]):
-                    event[name] = decode(data, value)
-                self._event(event, stamp, change)
+                self._stamp = None
+            if kind == "turn_context":
+                self._context(decode(data, row[6]), change)
+                return
+            event_type = row[5] if type(row[5]) is not tuple else decode(data, row[5])
+            if event_type == "token_count":  # (`_event`, at once: one a request)
+                info = row[7] if type(row[7]) is not tuple else decode(data, row[7])
+                if isinstance(info, dict):
+                    self._usage(info, change)
+                return
+            event = {"type": event_type}
+            for name, value in zip(_EVENT_FIELDS, row[7:]):
+                event[name] = decode(data, value)
+            self._event(event, stamp, change)
             return
         self.take_whole(data[row[0]:row[1]], change)
 
@@ -332,12 +340,13 @@ class CodexReader(Reader):
             session.context_window = window
             change.meta = True
         counts = token_counts(last) if isinstance(last, dict) else {}
-        if counts.get("input_tokens") or counts.get("output_tokens"):
+        count = counts.get
+        if count("input_tokens") or count("output_tokens"):
             # (no input and no output: a marker, module docstring)
-            used = counts.get("total_tokens", 0)
-            cached = counts.get("cached_input_tokens", 0)
-            request = Usage(input=max(0, counts.get("input_tokens", 0) - cached), cached_input=cached,
-                            cache_write=counts.get("cache_write_input_tokens", 0))
+            used = count("total_tokens", 0)
+            cached = count("cached_input_tokens", 0)
+            request = Usage(input=max(0, count("input_tokens", 0) - cached), cached_input=cached,
+                            cache_write=count("cache_write_input_tokens", 0))
             note_report(session, used, request, session.model, self._stamp)
             self._fill = used or self._fill
             if session.first_request is None and counts.get("input_tokens") and (self.early or not self.summary):
@@ -359,7 +368,7 @@ class CodexReader(Reader):
             # Cost from the running total; a total that went down is a new process (a resume)
             # whose count starts again, so it is added on top rather than subtracted. Never a
             # negative part, whatever the file says; cached input is part of the input.
-            now = tuple(token_counts(dict(zip(_TOTALS, map(total.get, _TOTALS)))).values())
+            now = tuple(token_list(map(total.get, _TOTALS)))
             before = self._total if now[0] >= self._total[0] else (0, 0, 0, 0, 0)
             billed = max(0, now[1] - before[1])
             cached = min(max(0, now[2] - before[2]), billed)
@@ -367,7 +376,11 @@ class CodexReader(Reader):
             if billed or output:
                 delta = Usage(input=billed - cached, cached_input=cached, output=output,
                               reasoning=max(0, now[4] - before[4]))
-                session.cumulative.setdefault(session.model or "", Usage()).add(delta)
+                model = session.model or ""
+                into = session.cumulative.get(model)
+                if into is None:
+                    into = session.cumulative[model] = Usage()
+                into.add(delta)
                 change.usage = True
             self._total = now
 
