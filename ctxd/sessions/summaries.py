@@ -82,7 +82,9 @@ def stamp(st: os.stat_result) -> FileStamp:
 @dataclass
 class Stored:
     """One file's row: `file` its stamp then (and its agent's `summary_files`'), `cwd` from its head,
-    `facts` what is shown (None: a peek only), `state` where its reader stands."""
+    `facts` what is shown (None: a peek only), `state` where its reader stands; `state_text` that
+    state as JSON when `summarize` made it (in a worker: the parent only writes it), never changed
+    after."""
 
     path: str
     agent: str
@@ -90,6 +92,7 @@ class Stored:
     cwd: str | None
     facts: dict[str, Any] | None = None
     state: dict[str, Any] | None = None
+    state_text: str | None = field(default=None, repr=False, compare=False)
 
 
 def file_facts(path: str, agent: str) -> dict[str, Any] | None:
@@ -201,6 +204,7 @@ class Summaries:
                     db.execute("INSERT OR REPLACE INTO summaries VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                                (row.path, row.agent, VERSION, json.dumps(row.file), row.cwd,
                                 json.dumps(row.facts) if row.facts is not None else None,
+                                row.state_text if row.state_text is not None else
                                 json.dumps(row.state) if row.state is not None else None, time.time()))
         except (sqlite3.Error, ValueError) as error:
             log.info("cannot write %s (%s)", self.path, error)
@@ -264,7 +268,8 @@ def summarize(path: str, agent: str, state: dict[str, Any] | None, cwd: str | No
     saved = reader.position()
     saved["stamp"] = before["stamp"]  # the file as it was before this read: a change during it is read next time
     facts = {"session": _shown(session)}
-    return Read(Stored(path, agent, before, session.cwd if session.cwd is not None else cwd, facts, saved),
+    return Read(Stored(path, agent, before, session.cwd if session.cwd is not None else cwd, facts, saved,
+                       json.dumps(saved)),
                 session, list(session.tail), reader.bytes_read if start == 0 else max(0, reader.offset - start))
 
 
