@@ -25,6 +25,7 @@ from abc import abstractmethod
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ctxd.agents import skim
 from ctxd.agents.base import SessionReader, SessionStore, Stamp
 from ctxd.agents.session import MAX_HELD_ITEMS, Change, Session
 
@@ -225,8 +226,6 @@ class Reader(SessionReader):
         """The lines a skimming reader looks at; the bytes consumed when it stopped (`room`), or None.
         In summary mode the lines up to the first report are read whole first (`early`): what the
         first request carried is estimated from their items (a breakdown's inferred overhead)."""
-        from ctxd.agents import skim
-
         begin = 0
         while self.summary and self.session.first_request is None and self._early_bytes < EARLY_BYTES \
                 and begin <= end:
@@ -429,14 +428,14 @@ class Reader(SessionReader):
             data = os.pread(fd, min(READ_CHUNK, self.offset - at), at)
             if not data:
                 return False
-            crc = zlib.crc32(data, crc)
+            crc = skim.crc32(data, crc)
             at += len(data)
         return crc == self._crc
 
     def _advance(self, data: bytes, used: int) -> None:
         self.offset += used
         if self._crc is not None:
-            self._crc = zlib.crc32(memoryview(data)[:used], self._crc)
+            self._crc = skim.crc32(memoryview(data)[:used], self._crc)
         self._tail = _check(data[max(0, used - CHECK_BYTES):used])
 
     def _rewritten(self, fd: int) -> bool:
