@@ -79,6 +79,26 @@ def test_scan_and_its_python_twin_agree(value: Any, kind: str, noise: list[tuple
         data, start, len(data) - 3, b"type", (), (), PATHS, BUILT)
 
 
+@native
+@pytest.mark.parametrize("needles", [
+    (b'"token_count"', b'"user_message"', b'"UserMessage"', b'"task_started"', b'"role":"user"', b'"role": "user"'),
+    (b'"a', b'"b', b'"c', b'"d', b'"e'),  # more second bytes than one pass looks for
+    (b'"t', b"xt"),  # not one first byte
+    (b'"',), (b"ab",), ()], ids=["codex", "five", "mixed", "quote", "plain", "none"])
+def test_a_line_holding_a_needle_is_looked_at(needles: tuple[bytes, ...]) -> None:
+    """A line passed over by its type is looked at when it holds one of the needles, wherever (the
+    C extension's one pass over the line, 16 bytes at a time, finds what memmem finds)."""
+    rng = random.Random(38)
+    alphabet = b'"tuUrkabcde\\ x:{}[],'
+    for _ in range(3000):
+        line = b'{"type":"s","v":"' + bytes(rng.choice(alphabet) for _ in range(rng.randrange(60))) + b'"}'
+        if rng.random() < 0.3:
+            line += b'"token_count"'[:rng.randrange(14)]
+        data = line + b"\n" + line[:rng.randrange(len(line) + 1)]
+        assert skim.lines(data, 0, len(data), b"type", (b'"s"',), needles) == skim.py_lines(
+            data, 0, len(data), b"type", (b'"s"',), needles), data
+
+
 @settings(max_examples=300, deadline=None)
 @given(json_values, st.lists(st.tuples(st.integers(0, 400), st.integers(0, 100)), max_size=2))
 def test_a_container_scan_builds_is_the_one_json_builds(value: Any, noise: list[tuple[int, int]]) -> None:

@@ -32,6 +32,9 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #define MAX_KEYS 32
 
@@ -333,6 +336,68 @@ static int find_key(const char *s, Py_ssize_t i, Py_ssize_t n, const char *key, 
     return 0;
 }
 
+/* Whether one of `needles` starts at s[at]. */
+static int needle_at(const char *s, Py_ssize_t at, Py_ssize_t stop, PyObject *needles) {
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(needles); k++) {
+        PyObject *needle = PyTuple_GET_ITEM(needles, k);
+        Py_ssize_t length = PyBytes_GET_SIZE(needle);
+        if (stop - at >= length && memcmp(s + at, PyBytes_AS_STRING(needle), (size_t)length) == 0) return 1;
+    }
+    return 0;
+}
+
+#define MAX_SECONDS 4
+
+/* Whether s[i:stop] holds one of `needles`. When they all start with the same byte and their second
+ * bytes are few (JSON names: a quote, then a letter), the places where such a pair of bytes starts
+ * are found 16 bytes at a time (SSE2) and the needles compared there, one pass over the line;
+ * else memmem, a pass each. */
+static int holds_needle(const char *s, Py_ssize_t i, Py_ssize_t stop, PyObject *needles) {
+    Py_ssize_t count = PyTuple_GET_SIZE(needles);
+    char seconds[MAX_SECONDS];
+    int nseconds = 0, paired = 1;
+    for (Py_ssize_t k = 0; k < count && paired; k++) {
+        PyObject *needle = PyTuple_GET_ITEM(needles, k);
+        const char *text = PyBytes_AS_STRING(needle);
+        if (PyBytes_GET_SIZE(needle) < 2 || text[0] != PyBytes_AS_STRING(PyTuple_GET_ITEM(needles, 0))[0]) {
+            paired = 0;
+            break;
+        }
+        int known = 0;
+        for (int m = 0; m < nseconds; m++) known |= seconds[m] == text[1];
+        if (!known && nseconds == MAX_SECONDS) paired = 0;
+        else if (!known) seconds[nseconds++] = text[1];
+    }
+#if defined(__SSE2__)
+    if (paired && count > 0) {
+        const char first = PyBytes_AS_STRING(PyTuple_GET_ITEM(needles, 0))[0];
+        const __m128i firsts = _mm_set1_epi8(first);
+        __m128i second[MAX_SECONDS];
+        for (int m = 0; m < MAX_SECONDS; m++) second[m] = _mm_set1_epi8(seconds[m < nseconds ? m : 0]);
+        Py_ssize_t p = i;
+        for (; p + 17 <= stop; p += 16) {
+            __m128i here = _mm_loadu_si128((const __m128i *)(s + p));
+            __m128i next = _mm_loadu_si128((const __m128i *)(s + p + 1));
+            __m128i match = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(next, second[0]), _mm_cmpeq_epi8(next, second[1])),
+                                         _mm_or_si128(_mm_cmpeq_epi8(next, second[2]), _mm_cmpeq_epi8(next, second[3])));
+            unsigned mask = (unsigned)_mm_movemask_epi8(_mm_and_si128(_mm_cmpeq_epi8(here, firsts), match));
+            while (mask != 0) {
+                if (needle_at(s, p + __builtin_ctz(mask), stop, needles)) return 1;
+                mask &= mask - 1;
+            }
+        }
+        for (; p < stop; p++)
+            if (s[p] == first && needle_at(s, p, stop, needles)) return 1;
+        return 0;
+    }
+#endif
+    for (Py_ssize_t k = 0; k < count; k++) {
+        PyObject *needle = PyTuple_GET_ITEM(needles, k);
+        if (memmem(s + i, (size_t)(stop - i), PyBytes_AS_STRING(needle), (size_t)PyBytes_GET_SIZE(needle))) return 1;
+    }
+    return 0;
+}
+
 /* Whether a reader looks at the line s[i:stop] (`lines`): not blank, and not one whose top-level `key`
  * has a value in `skip` unless it holds one of `needles`. */
 static int wanted(const char *s, Py_ssize_t i, Py_ssize_t stop, const char *key, Py_ssize_t key_length,
@@ -348,12 +413,7 @@ static int wanted(const char *s, Py_ssize_t i, Py_ssize_t stop, const char *key,
             break;
         }
     }
-    for (Py_ssize_t k = 0; !take && k < PyTuple_GET_SIZE(needles); k++) {
-        PyObject *needle = PyTuple_GET_ITEM(needles, k);
-        if (memmem(s + i, (size_t)(stop - i), PyBytes_AS_STRING(needle), (size_t)PyBytes_GET_SIZE(needle)))
-            take = 1;
-    }
-    return take;
+    return take || holds_needle(s, i, stop, needles);
 }
 
 static int all_bytes(PyObject *tuple) {
