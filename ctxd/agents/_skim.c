@@ -24,8 +24,20 @@
  *     the newline): every line but those whose top-level `key` has a value in `skip` (its JSON
  *     text, quotes included) and that hold none of `needles`. A line that is not an object with
  *     that key is looked at; a blank one is not.
+ * scan(data: bytes, start: int, end: int, key: bytes, skip: tuple[bytes, ...], needles: tuple[bytes, ...],
+ *      paths: tuple[tuple[bytes, ...], ...], limits: tuple[int, ...]) -> tuple[int, list[tuple[Any, ...]]]
+ *     What a summary reader reads of data[start:end] in one pass, so that most lines never reach
+ *     Python: the newlines in it, and for each line `lines` gives, (start, end, *values), the
+ *     value at each key path (a tuple of keys, from the line's object down) as `values` decodes
+ *     it, except that a container of at most its `limit` bytes that is plain all through
+ *     (objects and arrays of strings without an escape or a control character, integers of up
+ *     to 18 digits, true, false, null: what json.loads would build) is built; just (start, end)
+ *     when the line is not an object as JSON has it (the reader parses it whole).
+ * crc32(data: bytes, value: int = 0) -> int
+ *     zlib.crc32's value, by carry-less multiplication where the CPU has it (FAST_CRC32).
  *
- * Nothing here decodes a string or checks a number: a value is only skipped. No global state.
+ * Only `scan` builds values, and only plain ones: a value it cannot build is left to Python's JSON
+ * parser, as its offsets. No global state but a CRC table, made at import.
  */
 #define _GNU_SOURCE /* memmem */
 #define PY_SSIZE_T_CLEAN

@@ -2,8 +2,10 @@
 
 A session file's summary needs a few small fields of each line; most of a line's bytes are a
 tool's output or a file that it never reads. `fields` and `elements` return offsets into the
-line, so that only what is needed is decoded. The C extension is optional (setup.py): without it
-the same functions run here, in Python, with the same answers (slower).
+line, so that only what is needed is decoded; `scan` gives a reader, in one pass over a chunk,
+the lines it must look at with the values at its key paths (small plain containers, a usage,
+built), so that the lines it passes over never reach Python. The C extension is optional
+(setup.py): without it the same functions run here, in Python, with the same answers (slower).
 """
 
 from __future__ import annotations
