@@ -271,8 +271,8 @@ class ClaudeReader(Reader):
         if found is None or found[0] not in KNOWN_OTHER:
             self.take_whole(data[start:stop], change)
             return
-        self.record({name: skim.decode(data, value) for name, value in zip(_EARLY_NAMES, found)
-                     if value is not None}, change)
+        self.record({name: skim.decode(data, value) if type(value) is tuple else value
+                     for name, value in zip(_EARLY_NAMES, found) if value is not None}, change)
 
     def skipped(self, data: bytes, start: int, stop: int, change: Change) -> None:
         """A bookkeeping line at the edge of a chunk: its time (the session's start, its latest)."""
@@ -623,18 +623,18 @@ def _skimmed(data: bytes, row: tuple[Any, ...]) -> dict[str, Any] | None:
     if kind != "user" and kind != "assistant":
         return None
     decode = skim.decode
-    rec = {name: decode(data, value) if isinstance(value, tuple) else value
-           for name, value in zip(_LINE_NAMES, row[2:]) if value is not None and name != "message"}
-    span = row[10]  # the message
+    rec = {name: decode(data, value) if type(value) is tuple else value
+           for name, value in zip(_LINE_NAMES, row[2:_IN_MESSAGE]) if value is not None and name != "message"}
+    span = row[_MESSAGE]
     if not isinstance(span, tuple):
         return rec
     if data[span[0]] != 0x7B:  # {
         return None
     parsed: dict[str, Any] = {}
-    for key, value in zip(("id", "model", "usage"), row[16:19]):
+    for key, value in zip(("id", "model", "usage"), row[_IN_MESSAGE:_IN_MESSAGE + 3]):
         if value is not None:
             parsed[key] = decode(data, value)
-    content = row[19]
+    content = row[_IN_MESSAGE + 3]
     if kind == "user" and content is not None:
         parsed["content"] = content
         if isinstance(content, tuple):
@@ -668,6 +668,8 @@ _EARLY_NAMES = tuple(key.decode() for key in _EARLY_KEYS)
 # built when plain, its content as its offsets.
 PATHS = (*((key,) for key in LINE_KEYS), *((b"message", key) for key in _MESSAGE_KEYS))
 LIMITS = (*(0 for _ in LINE_KEYS), skim.PLAIN_BYTES, skim.PLAIN_BYTES, skim.PLAIN_BYTES, 0)
+_MESSAGE = 2 + LINE_KEYS.index(b"message")  # where a row has the message (its offsets)...
+_IN_MESSAGE = 2 + len(LINE_KEYS)  # ...and its id, model, usage and content
 
 
 class _SubagentCost(Reader):

@@ -75,7 +75,8 @@ _TOTALS = ("total_tokens", "input_tokens", "cached_input_tokens", "output_tokens
 LINE_KEYS = (b"timestamp", b"type")
 SKIMMED = {"response_item", "event_msg"} | KNOWN_OTHER  # passed over unless they hold one of the needles
 # What `take` is given of a line it reads (skim.py `scan`): the event's fields `_event` reads, built
-# when plain (a report's usage), the payload as its offsets.
+# when plain (a report's usage), the payload as its offsets. A row is (start, end, timestamp, type,
+# payload, payload.type, payload.model, then `_EVENT_FIELDS`).
 PATHS = ((b"timestamp",), (b"type",), (b"payload",), (b"payload", b"type"), (b"payload", b"model"),
          *((b"payload", name.encode()) for name in ("info", "model_context_window", "message", "item")))
 LIMITS = (0, 0, 0, 0, 0, *(4 * [skim.PLAIN_BYTES]))
