@@ -48,7 +48,17 @@ from typing import TYPE_CHECKING, Any
 from ctxd.agents import payloads, skim
 from ctxd.agents.base import Action, Agent, AgentConfig, AgentLimits, HookAction, HookInput, Scope, StatusUsage
 from ctxd.agents.jsonl import HEAD_LIMIT, JsonlStore, Reader, entries, head, parse, read_tail
-from ctxd.agents.session import Change, Turn, Usage, first_request, note_report, shorten, tokens
+from ctxd.agents.session import (
+    Change,
+    Turn,
+    Usage,
+    first_request,
+    note_report,
+    shorten,
+    token_counts,
+    token_list,
+    tokens,
+)
 
 if TYPE_CHECKING:
     from ctxd.agents.config.plan import ConfigChange
@@ -99,12 +109,14 @@ def command_text(text: str) -> str | None:
     return f"{name if name.startswith('/') else '/' + name}{' ' + extra if extra else ''}"
 
 
+_USAGE_KEYS = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens", "output_tokens")
+
+
 def _usage(raw: dict[str, Any]) -> Usage:
-    written = tokens(raw.get("cache_creation_input_tokens"))
+    fresh, cached, written, output = token_list(map(raw.get, _USAGE_KEYS))
     split = raw.get("cache_creation")
     hour = min(written, tokens(split.get("ephemeral_1h_input_tokens"))) if isinstance(split, dict) else 0
-    return Usage(input=tokens(raw.get("input_tokens")), cached_input=tokens(raw.get("cache_read_input_tokens")),
-                 cache_write=written, output=tokens(raw.get("output_tokens")), cache_write_1h=hour)
+    return Usage(input=fresh, cached_input=cached, cache_write=written, output=output, cache_write_1h=hour)
 
 
 def _text_part(text: str, role: str) -> dict[str, Any]:
@@ -149,6 +161,8 @@ class ClaudeReader(Reader):
     def __init__(self, path: str, session_id: str | None = None, *, window: bool = True,
                  summary: bool = False) -> None:
         super().__init__(path, window=window, summary=summary)
+        if summary:
+            self.paths, self.limits = PATHS, LIMITS
         self.session.id = session_id
         self._init()
 
@@ -241,14 +255,24 @@ class ClaudeReader(Reader):
 
     skip_types = tuple(json.dumps(kind).encode() for kind in sorted(KNOWN_OTHER))
 
-    def take(self, data: bytes, start: int, stop: int, change: Change) -> None:
+    def take(self, data: bytes, row: tuple[Any, ...], change: Change) -> None:
         """One line that is not bookkeeping: parsed whole, or (summary mode) a message line's small
         parts only (skim.py)."""
-        rec = _skimmed(data, start, stop) if self.summary else None
+        rec = _skimmed(data, row) if self.summary and len(row) > 2 else None
         if rec is None:
+            self.take_whole(data[row[0]:row[1]], change)
+            return
+        self.record(rec, change, data[row[0]:row[1]])
+
+    def take_early(self, data: bytes, start: int, stop: int, change: Change) -> None:
+        """A bookkeeping line before the first report: what `record` reads of it, skimmed (it has no
+        item; an API request's copy is large)."""
+        found = skim.values(data, start, stop, _EARLY_KEYS)
+        if found is None or found[0] not in KNOWN_OTHER:
             self.take_whole(data[start:stop], change)
             return
-        self.record(rec, change, data[start:stop])
+        self.record({name: skim.decode(data, value) if type(value) is tuple else value
+                     for name, value in zip(_EARLY_NAMES, found) if value is not None}, change)
 
     def skipped(self, data: bytes, start: int, stop: int, change: Change) -> None:
         """A bookkeeping line at the edge of a chunk: its time (the session's start, its latest)."""
@@ -347,7 +371,7 @@ class ClaudeReader(Reader):
         if self.session.first_request is None and not self.holds_window:
             self._early.append(item)  # until the first report (`_carried`)
 
-    def _cost(self, rec: dict[str, Any]) -> tuple[dict[str, Any], str] | None:
+    def _cost(self, rec: dict[str, Any]) -> tuple[dict[str, Any], str, Usage] | None:
         message = rec.get("message")
         if not isinstance(message, dict):
             return None
@@ -369,7 +393,7 @@ class ClaudeReader(Reader):
             if len(self._msg_usage) > MAX_MESSAGES:
                 self._msg_usage.popitem(last=False)
         cumulative.setdefault(model, Usage()).add(usage)
-        return raw, model
+        return raw, model, usage
 
     def _assistant(self, rec: dict[str, Any], change: Change, raw_line: bytes | None = None) -> None:
         session = self.session
@@ -380,13 +404,12 @@ class ClaudeReader(Reader):
         reported = self._cost(rec)
         used = 0
         if reported is not None:
-            raw, model = reported
-            used = tokens(raw.get("input_tokens")) + tokens(raw.get("cache_creation_input_tokens")) + tokens(
-                raw.get("cache_read_input_tokens")) + tokens(raw.get("output_tokens"))
-            last = {k: tokens(v) for k, v in raw.items() if type(v) is int}
-            note_report(session, used, _usage(raw), model, rec.get("timestamp"))
+            raw, model, usage = reported
+            used = usage.input + usage.cache_write + usage.cached_input + usage.output
+            last = token_counts(raw, ints_only=True)
+            note_report(session, used, usage, model, rec.get("timestamp"))
             if used and session.first_request is None and (self.early or not self.summary):  # what it carried: its input
-                session.first_request = first_request(used - tokens(raw.get("output_tokens")), self._carried())
+                session.first_request = first_request(used - usage.output, self._carried())
                 self._early = []
             if used and (used != session.baseline or last != session.last_usage):
                 session.baseline = used
@@ -586,32 +609,33 @@ class ClaudeReader(Reader):
         self.session.tail = tail
 
 
-def model_acted(reported: tuple[dict[str, Any], str] | None) -> bool:
+def model_acted(reported: tuple[dict[str, Any], str, Usage] | None) -> bool:
     """An assistant line the model wrote (not Claude Code's stand-in reply)."""
     return reported is not None
 
 
-def _skimmed(data: bytes, start: int, stop: int) -> dict[str, Any] | None:
+def _skimmed(data: bytes, row: tuple[Any, ...]) -> dict[str, Any] | None:
     """A user or assistant line's record with only what a summary needs decoded: a user message's
     content when it holds no tool result (a prompt's text), an assistant message's id, model and
-    usage; never a tool's output. None when the line must be parsed whole."""
-    found = skim.values(data, start, stop, LINE_KEYS)
-    if found is None or found[0] not in ("user", "assistant"):
+    usage; never a tool's output. None when the line must be parsed whole. `row`: its values at
+    `PATHS` (skim.py `scan`)."""
+    kind = row[2]
+    if kind != "user" and kind != "assistant":
         return None
-    rec = {key: skim.decode(data, value) if isinstance(value, tuple) else value
-           for key, value in zip(_LINE_NAMES, found) if value is not None and key != "message"}
-    span = found[8]
+    decode = skim.decode
+    rec = {name: decode(data, value) if type(value) is tuple else value
+           for name, value in zip(_LINE_NAMES, row[2:_IN_MESSAGE]) if value is not None and name != "message"}
+    span = row[_MESSAGE]
     if not isinstance(span, tuple):
         return rec
-    message = skim.values(data, span[0], span[1], _MESSAGE_KEYS)
-    if message is None:
+    if data[span[0]] != 0x7B:  # {
         return None
     parsed: dict[str, Any] = {}
-    for key, value in zip(("id", "model", "usage"), message):
+    for key, value in zip(("id", "model", "usage"), row[_IN_MESSAGE:_IN_MESSAGE + 3]):
         if value is not None:
-            parsed[key] = skim.decode(data, value)
-    content = message[3]
-    if rec["type"] == "user" and content is not None:
+            parsed[key] = decode(data, value)
+    content = row[_IN_MESSAGE + 3]
+    if kind == "user" and content is not None:
         parsed["content"] = content
         if isinstance(content, tuple):
             kinds = _kinds(data, content) if data[content[0]] == 0x5B else None  # [
@@ -619,7 +643,7 @@ def _skimmed(data: bytes, start: int, stop: int) -> dict[str, Any] | None:
                 parsed["content"] = [{"type": "text", "text": ""} if kind == "text" else {"type": kind}
                                      for kind in kinds]
             else:
-                parsed["content"] = skim.decode(data, content)
+                parsed["content"] = decode(data, content)
     rec["message"] = parsed
     return rec
 
@@ -638,6 +662,14 @@ def _kinds(data: bytes, span: tuple[int, int]) -> list[Any] | None:
 
 _LINE_NAMES = tuple(key.decode() for key in LINE_KEYS)
 _EDGE_KEYS = (b"type", b"timestamp", b"cwd", b"sessionId", b"version")
+_EARLY_KEYS = (*_EDGE_KEYS, b"isSidechain")
+_EARLY_NAMES = tuple(key.decode() for key in _EARLY_KEYS)
+# What `take` is given of a line (skim.py `scan`): the top-level fields, then the message's; its usage
+# built when plain, its content as its offsets.
+PATHS = (*((key,) for key in LINE_KEYS), *((b"message", key) for key in _MESSAGE_KEYS))
+LIMITS = (*(0 for _ in LINE_KEYS), skim.PLAIN_BYTES, skim.PLAIN_BYTES, skim.PLAIN_BYTES, 0)
+_MESSAGE = 2 + LINE_KEYS.index(b"message")  # where a row has the message (its offsets)...
+_IN_MESSAGE = 2 + len(LINE_KEYS)  # ...and its id, model, usage and content
 
 
 class _SubagentCost(Reader):
@@ -652,8 +684,8 @@ class _SubagentCost(Reader):
         super().__init__(path, window=False)
         self.parent = parent
 
-    def take(self, data: bytes, start: int, stop: int, change: Change) -> None:
-        self.take_whole(data[start:stop], change)
+    def take(self, data: bytes, row: tuple[Any, ...], change: Change) -> None:
+        self.take_whole(data[row[0]:row[1]], change)
 
     def record(self, rec: dict[str, Any], change: Change, raw: bytes | None = None) -> None:
         if rec.get("type") == "assistant":

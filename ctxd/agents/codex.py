@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 from ctxd.agents import payloads, skim
 from ctxd.agents.base import Action, Agent, AgentConfig, AgentLimits, HookAction, HookInput, Scope
 from ctxd.agents.jsonl import HEAD_LIMIT, JsonlStore, Reader, entries, head, parse, under
-from ctxd.agents.session import Change, Turn, Usage, first_request, note_report, shorten, tokens
+from ctxd.agents.session import Change, Turn, Usage, first_request, note_report, shorten, token_counts, token_list
 from ctxd.agents.skim import value as _value
 from ctxd.ledger.rules import is_real_user_message, message_text
 
@@ -74,10 +74,16 @@ _TOTALS = ("total_tokens", "input_tokens", "cached_input_tokens", "output_tokens
 # events that are parsed, and the response items whose kind is known.
 LINE_KEYS = (b"timestamp", b"type")
 SKIMMED = {"response_item", "event_msg"} | KNOWN_OTHER  # passed over unless they hold one of the needles
-_REPORT_KEYS = (b"timestamp", b"type", b"payload")
-_EVENT_KEYS = (b"type", b"info")
+# What `take` is given of a line it reads (skim.py `scan`): the event's fields `_event` reads, built
+# when plain (a report's usage), the payload as its offsets. A row is (start, end, timestamp, type,
+# payload, payload.type, payload.model, then `_EVENT_FIELDS`).
+PATHS = ((b"timestamp",), (b"type",), (b"payload",), (b"payload", b"type"), (b"payload", b"model"),
+         *((b"payload", name.encode()) for name in ("info", "model_context_window", "message", "item")))
+LIMITS = (0, 0, 0, 0, 0, *(4 * [skim.PLAIN_BYTES]))
+_EVENT_FIELDS = ("info", "model_context_window", "message", "item")
 NEEDLES = tuple(f'"{name}"'.encode() for name in ("token_count", "user_message", "UserMessage", "task_started"))
 TITLE_NEEDLES = (b'"role":"user"', b'"role": "user"')
+_SKIMMED_KINDS = ("event_msg", "turn_context")  # (summary mode) read from their fields, not parsed whole
 
 
 def _is_input(item: dict[str, Any]) -> bool:
@@ -94,6 +100,8 @@ class CodexReader(Reader):
     def __init__(self, path: str, *, window: bool = True, summary: bool = False) -> None:
         super().__init__(path, window=window, summary=summary)
         self.skims = summary
+        if summary:
+            self.paths, self.limits = PATHS, LIMITS
         self._init()
 
     def _init(self) -> None:
@@ -127,22 +135,34 @@ class CodexReader(Reader):
         """Summary mode: the events it reads, and a user message while the title is not known."""
         return NEEDLES if self.session.title is not None else NEEDLES + TITLE_NEEDLES
 
-    def take(self, data: bytes, start: int, stop: int, change: Change) -> None:
-        """Summary mode: a line it reads (the others are passed over in skim.py); of a report, only
-        its usage is decoded."""
-        found = skim.values(data, start, stop, _REPORT_KEYS)
-        if found is not None and found[1] == "event_msg" and isinstance(found[2], tuple):
-            payload = skim.values(data, found[2][0], found[2][1], _EVENT_KEYS)
-            if payload is not None and payload[0] == "token_count":
-                stamp = skim.decode(data, found[0])
-                self._stamp = stamp if isinstance(stamp, str) else None
-                if self._stamp is not None:
-                    self.session.last_activity = self._stamp
-                info = skim.decode(data, payload[1])
+    def take(self, data: bytes, row: tuple[Any, ...], change: Change) -> None:
+        """Summary mode: a line it reads (the others are passed over in skim.py). An event or a turn
+        context is read from the fields `record` would read of it (a report's usage only); any
+        other line is parsed whole."""
+        kind = row[3] if len(row) > 2 else None
+        payload = row[4] if kind is not None else None
+        if (kind == "event_msg" or kind == "turn_context") and type(payload) is tuple and data[payload[0]] == 0x7B:
+            decode = skim.decode
+            stamp = row[2] if type(row[2]) is not tuple else decode(data, row[2])
+            if isinstance(stamp, str):
+                self.session.last_activity = self._stamp = stamp
+            else:
+                self._stamp = None
+            if kind == "turn_context":
+                self._context(decode(data, row[6]), change)
+                return
+            event_type = row[5] if type(row[5]) is not tuple else decode(data, row[5])
+            if event_type == "token_count":  # (`_event`, at once: one a request)
+                info = row[7] if type(row[7]) is not tuple else decode(data, row[7])
                 if isinstance(info, dict):
                     self._usage(info, change)
                 return
-        self.take_whole(data[start:stop], change)
+            event = {"type": event_type}
+            for name, value in zip(_EVENT_FIELDS, row[7:]):
+                event[name] = decode(data, value)
+            self._event(event, stamp, change)
+            return
+        self.take_whole(data[row[0]:row[1]], change)
 
     def skipped(self, data: bytes, start: int, stop: int, change: Change) -> None:
         found = skim.fields(memoryview(data)[start:stop], 0, LINE_KEYS)
@@ -201,10 +221,7 @@ class CodexReader(Reader):
         elif kind == "event_msg":
             self._event(payload, timestamp, change)
         elif kind == "turn_context":
-            model = payload.get("model")
-            if isinstance(model, str) and model != session.model:
-                session.model = model
-                change.meta = True
+            self._context(payload.get("model"), change)
         elif kind == "compacted":
             self._compacted(payload, change)
         elif kind == "session_meta":
@@ -270,6 +287,12 @@ class CodexReader(Reader):
             self.session.count_unknown(f"response_item.{kind}")
         return None
 
+    def _context(self, model: Any, change: Change) -> None:
+        """A turn context: the model the turns from here use."""
+        if isinstance(model, str) and model != self.session.model:
+            self.session.model = model
+            change.meta = True
+
     def _event(self, event: dict[str, Any], timestamp: Any, change: Change) -> None:
         session = self.session
         kind = event.get("type")
@@ -317,13 +340,14 @@ class CodexReader(Reader):
         if isinstance(window, int) and window > 0 and window != session.context_window:
             session.context_window = window
             change.meta = True
-        counts = {k: tokens(v) for k, v in last.items()} if isinstance(last, dict) else {}
-        if counts.get("input_tokens") or counts.get("output_tokens"):
+        counts = token_counts(last) if isinstance(last, dict) else {}
+        count = counts.get
+        if count("input_tokens") or count("output_tokens"):
             # (no input and no output: a marker, module docstring)
-            used = counts.get("total_tokens", 0)
-            cached = counts.get("cached_input_tokens", 0)
-            request = Usage(input=max(0, counts.get("input_tokens", 0) - cached), cached_input=cached,
-                            cache_write=counts.get("cache_write_input_tokens", 0))
+            used = count("total_tokens", 0)
+            cached = count("cached_input_tokens", 0)
+            request = Usage(input=max(0, count("input_tokens", 0) - cached), cached_input=cached,
+                            cache_write=count("cache_write_input_tokens", 0))
             note_report(session, used, request, session.model, self._stamp)
             self._fill = used or self._fill
             if session.first_request is None and counts.get("input_tokens") and (self.early or not self.summary):
@@ -345,7 +369,7 @@ class CodexReader(Reader):
             # Cost from the running total; a total that went down is a new process (a resume)
             # whose count starts again, so it is added on top rather than subtracted. Never a
             # negative part, whatever the file says; cached input is part of the input.
-            now = tuple(tokens(total.get(key)) for key in _TOTALS)
+            now = tuple(token_list(map(total.get, _TOTALS)))
             before = self._total if now[0] >= self._total[0] else (0, 0, 0, 0, 0)
             billed = max(0, now[1] - before[1])
             cached = min(max(0, now[2] - before[2]), billed)
@@ -353,7 +377,11 @@ class CodexReader(Reader):
             if billed or output:
                 delta = Usage(input=billed - cached, cached_input=cached, output=output,
                               reasoning=max(0, now[4] - before[4]))
-                session.cumulative.setdefault(session.model or "", Usage()).add(delta)
+                model = session.model or ""
+                into = session.cumulative.get(model)
+                if into is None:
+                    into = session.cumulative[model] = Usage()
+                into.add(delta)
                 change.usage = True
             self._total = now
 

@@ -25,6 +25,7 @@ from abc import abstractmethod
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ctxd.agents import skim
 from ctxd.agents.base import SessionReader, SessionStore, Stamp
 from ctxd.agents.session import MAX_HELD_ITEMS, Change, Session
 
@@ -190,8 +191,9 @@ class Reader(SessionReader):
             return change, end + 1
         return change, stopped
 
-    def take(self, data: bytes, start: int, stop: int, change: Change) -> None:  # pragma: no cover - abstract
-        """One line, `data[start:stop]`, for a reader that `skims`."""
+    def take(self, data: bytes, row: tuple[Any, ...], change: Change) -> None:  # pragma: no cover - abstract
+        """One line, `data[row[0]:row[1]]`, for a reader that `skims`; the rest of `row` is the values at
+        `paths` (ctxd/agents/skim.py `scan`), or nothing when the line is not an object to skim."""
         raise NotImplementedError
 
     def take_whole(self, line: bytes, change: Change) -> None:
@@ -202,9 +204,17 @@ class Reader(SessionReader):
             return
         self.record(rec, change)
 
+    def take_early(self, data: bytes, start: int, stop: int, change: Change) -> None:
+        """Summary mode: a line before the first report (`early`), whose items count."""
+        self.take_whole(data[start:stop], change)
+
     # The lines a skimming reader need not look at (ctxd/agents/skim.py `lines`): those whose
     # top-level "type" is one of `skip_types` and that hold none of `needles()`.
     skip_types: tuple[bytes, ...] = ()
+    # The key paths whose values `take` is given, and how large a container among them may be to be
+    # given built (else its offsets): skim.py `scan`.
+    paths: tuple[tuple[bytes, ...], ...] = ()
+    limits: tuple[int, ...] = ()
 
     def needles(self) -> tuple[bytes, ...]:
         return ()
@@ -216,8 +226,6 @@ class Reader(SessionReader):
         """The lines a skimming reader looks at; the bytes consumed when it stopped (`room`), or None.
         In summary mode the lines up to the first report are read whole first (`early`): what the
         first request carried is estimated from their items (a breakdown's inferred overhead)."""
-        from ctxd.agents import skim
-
         begin = 0
         while self.summary and self.session.first_request is None and self._early_bytes < EARLY_BYTES \
                 and begin <= end:
@@ -228,7 +236,7 @@ class Reader(SessionReader):
             if stop > begin and not data[begin:stop].isspace():
                 self.early, self.line_stop = True, stop
                 try:
-                    self.take_whole(data[begin:stop], change)
+                    self.take_early(data, begin, stop, change)
                 finally:
                     self.early = False
                 if change.held > room or self.replay:
@@ -237,18 +245,20 @@ class Reader(SessionReader):
         if begin > end:
             self.chunk_read(data, end)
             return None
-        spans = skim.lines(data, begin, end + 1, b"type", self.skip_types, self.needles())
-        first_stop = data.find(b"\n", begin, end + 1)
-        if begin == 0 and (not spans or spans[0] != 0):
-            self.skipped(data, 0, first_stop, change)
-        change.lines += data.count(b"\n", begin, end + 1)
-        for k in range(0, len(spans), 2):
-            self.line_stop = spans[k + 1]
-            self.take(data, spans[k], spans[k + 1], change)
+        newlines, rows = skim.scan(data, begin, end + 1, b"type", self.skip_types, self.needles(), self.paths,
+                                   self.limits)
+        if begin == 0 and (not rows or rows[0][0] != 0):
+            self.skipped(data, 0, data.find(b"\n", 0, end + 1), change)
+        change.lines += newlines
+        take = self.take
+        for row in rows:
+            self.line_stop = row[1]
+            take(data, row, change)
             if change.held > room or self.replay:
-                return spans[k + 1] + 1
+                stopped: int = row[1] + 1
+                return stopped
         last_start = data.rfind(b"\n", 0, end) + 1
-        if last_start > 0 and (not spans or spans[-2] != last_start):
+        if last_start > 0 and (not rows or rows[-1][0] != last_start):
             self.skipped(data, last_start, end, change)
         self.chunk_read(data, end)
         return None
@@ -418,14 +428,14 @@ class Reader(SessionReader):
             data = os.pread(fd, min(READ_CHUNK, self.offset - at), at)
             if not data:
                 return False
-            crc = zlib.crc32(data, crc)
+            crc = skim.crc32(data, crc)
             at += len(data)
         return crc == self._crc
 
     def _advance(self, data: bytes, used: int) -> None:
         self.offset += used
         if self._crc is not None:
-            self._crc = zlib.crc32(memoryview(data)[:used], self._crc)
+            self._crc = skim.crc32(memoryview(data)[:used], self._crc)
         self._tail = _check(data[max(0, used - CHECK_BYTES):used])
 
     def _rewritten(self, fd: int) -> bool:

@@ -8,6 +8,7 @@ agent's module on every tool call (`dataclasses` costs it more than everything h
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from ctxd.redact import redact
@@ -23,6 +24,19 @@ def tokens(value: Any) -> int:
     if type(value) is not int or value <= 0:
         return 0
     return min(value, MAX_TOKENS)
+
+
+def token_counts(report: dict[str, Any], ints_only: bool = False) -> dict[str, int]:
+    """`tokens` of each of a report's values (`ints_only`: of those that are ints), in one pass: a
+    summary reads one report per request."""
+    return {key: (value if value <= MAX_TOKENS else MAX_TOKENS) if type(value) is int and value > 0 else 0
+            for key, value in report.items() if not ints_only or type(value) is int}
+
+
+def token_list(values: Iterable[Any]) -> list[int]:
+    """`tokens` of each value, in one pass."""
+    return [(value if value <= MAX_TOKENS else MAX_TOKENS) if type(value) is int and value > 0 else 0
+            for value in values]
 
 
 class Usage:

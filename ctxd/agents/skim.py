@@ -2,12 +2,15 @@
 
 A session file's summary needs a few small fields of each line; most of a line's bytes are a
 tool's output or a file that it never reads. `fields` and `elements` return offsets into the
-line, so that only what is needed is decoded. The C extension is optional (setup.py): without it
-the same functions run here, in Python, with the same answers (slower).
+line, so that only what is needed is decoded; `scan` gives a reader, in one pass over a chunk,
+the lines it must look at with the values at its key paths (small plain containers, a usage,
+built), so that the lines it passes over never reach Python. The C extension is optional
+(setup.py): without it the same functions run here, in Python, with the same answers (slower).
 """
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -186,6 +189,45 @@ def decode(data: bytes, found: Any) -> Any:
     return rec.get("v") if rec is not None else None
 
 
+def _find_key(line: bytes, i: int, key: bytes) -> tuple[int, int] | None:
+    """The C extension's `find_key`: the span of the top-level `key`'s value (its last one), or None."""
+    n = len(line)
+    i = _blanks(line, i)
+    if i >= n or line[i] != 0x7B:
+        return None
+    i = _blanks(line, i + 1)
+    found = None
+    while i < n and line[i] == 0x22:
+        key_end = _string_end(line, i)
+        if key_end < 0:
+            return None
+        match = line[i + 1:key_end - 1] == key
+        i = _blanks(line, key_end)
+        if i >= n or line[i] != 0x3A:
+            return None
+        i = _blanks(line, i + 1)
+        stop = _value_end(line, i)
+        if stop < 0:
+            return None
+        if match:
+            found = (i, stop)
+        i = _blanks(line, stop)
+        if i < n and line[i] == 0x2C:
+            i = _blanks(line, i + 1)
+            continue
+        return found if i < n and line[i] == 0x7D else None
+    return None
+
+
+def _wanted(line: bytes, key: bytes, skip: tuple[bytes, ...], needles: tuple[bytes, ...]) -> bool:
+    """The C extension's `wanted`: whether a reader looks at the line."""
+    first = _blanks(line, 0)
+    if first >= len(line):
+        return False
+    found = _find_key(line, first, key)
+    return found is None or line[found[0]:found[1]] not in skip or any(needle in line for needle in needles)
+
+
 def py_lines(data: bytes | memoryview, start: int, end: int, key: bytes, skip: tuple[bytes, ...],
              needles: tuple[bytes, ...]) -> list[int]:
     """The C extension's `lines`, in Python (see _skim.c)."""
@@ -197,24 +239,166 @@ def py_lines(data: bytes | memoryview, start: int, end: int, key: bytes, skip: t
         stop = data.find(b"\n", i, end)
         if stop < 0:
             stop = end
-        line = data[i:stop]
-        if line.strip():
-            found = py_fields(line, 0, (key,))
-            take = found is None or found[0] < 0 or line[found[0]:found[1]] not in skip or any(
-                needle in line for needle in needles)
-            if take:
-                out += (i, stop)
+        if _wanted(data[i:stop], key, skip, needles):
+            out += (i, stop)
         i = stop + 1
     return out
+
+
+_NOT_PLAIN = object()
+PLAIN_DEPTH = 20  # (_skim.c) a container nested deeper is given as its span
+PLAIN_BYTES = 65_536  # what a reader lets `scan` build of a container (a usage, a prompt), at most
+
+
+def _walk(line: bytes, i: int, paths: tuple[tuple[bytes, ...], ...], active: list[int], level: int,
+          spans: list[int]) -> int:
+    """The C extension's `walk` (see _skim.c): where the active paths' values are in the object at `i`."""
+    n = len(line)
+    i = _blanks(line, i)
+    if i >= n or line[i] != 0x7B:  # {
+        return -1
+    i = _blanks(line, i + 1)
+    if i < n and line[i] == 0x7D:
+        return i + 1
+    while i < n and line[i] == 0x22:
+        key_end = _string_end(line, i)
+        if key_end < 0 or b"\\" in line[i + 1:key_end - 1]:
+            return -1
+        name = line[i + 1:key_end - 1]
+        i = _blanks(line, key_end)
+        if i >= n or line[i] != 0x3A:  # :
+            return -1
+        i = _blanks(line, i + 1)
+        matched = [k for k in active if paths[k][level] == name]
+        leaves = [k for k in matched if len(paths[k]) == level + 1]
+        inner = [k for k in matched if len(paths[k]) > level + 1]
+        if inner:
+            for k in inner:
+                spans[2 * k] = spans[2 * k + 1] = -1
+            stop = _walk(line, i, paths, inner, level + 1, spans) if line[i:i + 1] == b"{" else _value_end(line, i)
+        else:
+            stop = _value_end(line, i)
+        if stop < 0:
+            return -1
+        for k in leaves:
+            spans[2 * k], spans[2 * k + 1] = i, stop
+        i = _blanks(line, stop)
+        if i < n and line[i] == 0x2C:  # ,
+            i = _blanks(line, i + 1)
+            continue
+        return i + 1 if i < n and line[i] == 0x7D else -1
+    return -1
+
+
+def _plain_value(data: bytes, i: int, depth: int) -> tuple[Any, int]:
+    """The C extension's `plain_value`: the value at `i` and the offset after it, or _NOT_PLAIN."""
+    n = len(data)
+    i = _blanks(data, i)
+    if i >= n:
+        return _NOT_PLAIN, i
+    c = data[i]
+    if c == 0x22:
+        j = i + 1
+        while j < n and data[j] != 0x22:
+            if data[j] == 0x5C or data[j] < 0x20:
+                return _NOT_PLAIN, i
+            j += 1
+        if j >= n:
+            return _NOT_PLAIN, i
+        return data[i + 1:j].decode("utf-8", "replace"), j + 1
+    if c in b"{[":
+        if depth >= PLAIN_DEPTH:
+            return _NOT_PLAIN, i
+        close = 0x7D if c == 0x7B else 0x5D
+        out: Any = {} if c == 0x7B else []
+        i = _blanks(data, i + 1)
+        if i < n and data[i] == close:
+            return out, i + 1
+        while True:
+            key: Any = None
+            if c == 0x7B:
+                if i >= n or data[i] != 0x22:
+                    return _NOT_PLAIN, i
+                key, i = _plain_value(data, i, depth + 1)
+                if key is _NOT_PLAIN:
+                    return _NOT_PLAIN, i
+                i = _blanks(data, i)
+                if i >= n or data[i] != 0x3A:
+                    return _NOT_PLAIN, i
+                i += 1
+            item, i = _plain_value(data, i, depth + 1)
+            if item is _NOT_PLAIN:
+                return _NOT_PLAIN, i
+            if c == 0x7B:
+                out[key] = item
+            else:
+                out.append(item)
+            i = _blanks(data, i)
+            if i < n and data[i] == 0x2C:
+                i = _blanks(data, i + 1)
+                continue
+            if i < n and data[i] == close:
+                return out, i + 1
+            return _NOT_PLAIN, i
+    j = i
+    while j < n and data[j] not in _DELIMITERS:
+        j += 1
+    word = _plain(data, i, j) if j > i else (i, j)
+    return (_NOT_PLAIN, i) if isinstance(word, tuple) else (word, j)
+
+
+def _path_value(line: bytes, base: int, start: int, end: int, limit: int) -> Any:
+    if start < 0:
+        return None
+    if line[start] in b"{[" and end - start <= limit:
+        value, stop = _plain_value(line[:end], start, 0)
+        if value is not _NOT_PLAIN and stop == end:
+            return value
+    found = _plain(line, start, end)
+    return (found[0] + base, found[1] + base) if isinstance(found, tuple) else found
+
+
+def py_scan(data: bytes | memoryview, start: int, end: int, key: bytes, skip: tuple[bytes, ...],
+            needles: tuple[bytes, ...], paths: tuple[tuple[bytes, ...], ...],
+            limits: tuple[int, ...]) -> tuple[int, list[tuple[Any, ...]]]:
+    """The C extension's `scan`, in Python (see _skim.c)."""
+    data = bytes(data)
+    end = min(end, len(data))
+    rows: list[tuple[Any, ...]] = []
+    newlines = 0
+    i = max(0, start)
+    while i < end:
+        stop = data.find(b"\n", i, end)
+        if stop < 0:
+            stop = end
+        else:
+            newlines += 1
+        line = data[i:stop]
+        if _wanted(line, key, skip, needles):
+            spans = [-1] * (2 * len(paths))
+            if _walk(line, 0, paths, list(range(len(paths))), 0, spans) < 0:
+                rows.append((i, stop))
+            else:
+                rows.append((i, stop, *(_path_value(line, i, spans[2 * k], spans[2 * k + 1], limits[k])
+                                        for k in range(len(paths)))))
+        i = stop + 1
+    return newlines, rows
 
 
 fields: Callable[[bytes | memoryview, int, tuple[bytes, ...]], tuple[int, ...] | None]
 elements: Callable[[bytes | memoryview, int], tuple[int, ...] | None]
 lines: Callable[[bytes | memoryview, int, int, bytes, tuple[bytes, ...], tuple[bytes, ...]], list[int]]
 values: Callable[[bytes | memoryview, int, int, tuple[bytes, ...]], tuple[Any, ...] | None]
+scan: Callable[[bytes | memoryview, int, int, bytes, tuple[bytes, ...], tuple[bytes, ...],
+                tuple[tuple[bytes, ...], ...], tuple[int, ...]], tuple[int, list[tuple[Any, ...]]]]
+crc32: Callable[[bytes | memoryview, int], int]
 try:
-    from ctxd.agents._skim import elements, fields, lines, values
+    from ctxd.agents._skim import FAST_CRC32, elements, fields, lines, scan, values
+    from ctxd.agents._skim import crc32 as native_crc32
     NATIVE = True
 except ImportError:  # no compiler at install: the same answers, in Python
-    fields, elements, lines, values = py_fields, py_elements, py_lines, py_values
-    NATIVE = False
+    fields, elements, lines, values, scan = py_fields, py_elements, py_lines, py_values, py_scan
+    NATIVE = FAST_CRC32 = False
+# zlib's CRC-32 of the bytes a reader read (its rewrite check): the C extension's where the CPU has
+# carry-less multiplication (~2x zlib's), else zlib's own.
+crc32 = native_crc32 if NATIVE and FAST_CRC32 else zlib.crc32
