@@ -33,11 +33,9 @@
  *     (objects and arrays of strings without an escape or a control character, integers of up
  *     to 18 digits, true, false, null: what json.loads would build) is built; just (start, end)
  *     when the line is not an object as JSON has it (the reader parses it whole).
- * crc32(data: bytes, value: int = 0) -> int
- *     zlib.crc32's value, by carry-less multiplication where the CPU has it (FAST_CRC32).
  *
  * Only `scan` builds values, and only plain ones: a value it cannot build is left to Python's JSON
- * parser, as its offsets. No global state but a CRC table, made at import.
+ * parser, as its offsets. No global state.
  */
 #define _GNU_SOURCE /* memmem */
 #define PY_SSIZE_T_CLEAN
@@ -700,138 +698,11 @@ static PyObject *skim_scan(PyObject *self, PyObject *args) {
 }
 
 
-/* --- crc32: zlib's CRC-32, by carry-less multiplication where the CPU has it --- */
-
-/* Why: a reader keeps the CRC-32 of every byte it read (ctxd/agents/jsonl.py, the rewrite check);
- * zlib's own takes ~1 ns a byte, as long as the skimming. Folding 64 bytes at a time with PCLMULQDQ
- * ("Fast CRC Computation for Generic Polynomials Using PCLMULQDQ", Intel, 2009; as Chromium's zlib
- * does) is ~10 times faster. The same value as zlib.crc32 (tests/test_summaries.py). */
-
-static uint32_t crc_table[256];
-
-static void crc_table_init(void) {
-    for (uint32_t n = 0; n < 256; n++) {
-        uint32_t c = n;
-        for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-        crc_table[n] = c;
-    }
-}
-
-/* The CRC register (not inverted) over bytes, one at a time. */
-static uint32_t crc_bytes(uint32_t crc, const unsigned char *p, Py_ssize_t n) {
-    while (n-- > 0) crc = crc_table[(crc ^ *p++) & 0xFF] ^ (crc >> 8);
-    return crc;
-}
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-#define FAST_CRC 1
-
-/* The CRC register over n bytes, n >= 64 and a multiple of 16. */
-__attribute__((target("pclmul,sse4.1"))) static uint32_t crc_folded(uint32_t crc, const unsigned char *buf, Py_ssize_t n) {
-    const __m128i k1k2 = _mm_set_epi64x(0x01c6e41596LL, 0x0154442bd4LL);
-    const __m128i k3k4 = _mm_set_epi64x(0x00ccaa009eLL, 0x01751997d0LL);
-    const __m128i k5k0 = _mm_set_epi64x(0, 0x0163cd6124LL);
-    const __m128i poly = _mm_set_epi64x(0x01f7011641LL, 0x01db710641LL);
-    __m128i x0, x1, x2, x3, x4, x5, x6, x7, x8;
-    x1 = _mm_loadu_si128((const __m128i *)(buf + 0x00));
-    x2 = _mm_loadu_si128((const __m128i *)(buf + 0x10));
-    x3 = _mm_loadu_si128((const __m128i *)(buf + 0x20));
-    x4 = _mm_loadu_si128((const __m128i *)(buf + 0x30));
-    x1 = _mm_xor_si128(x1, _mm_cvtsi32_si128((int)crc));
-    x0 = k1k2;
-    buf += 64;
-    n -= 64;
-    while (n >= 64) {
-        x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
-        x6 = _mm_clmulepi64_si128(x2, x0, 0x00);
-        x7 = _mm_clmulepi64_si128(x3, x0, 0x00);
-        x8 = _mm_clmulepi64_si128(x4, x0, 0x00);
-        x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
-        x2 = _mm_clmulepi64_si128(x2, x0, 0x11);
-        x3 = _mm_clmulepi64_si128(x3, x0, 0x11);
-        x4 = _mm_clmulepi64_si128(x4, x0, 0x11);
-        x1 = _mm_xor_si128(_mm_xor_si128(x1, x5), _mm_loadu_si128((const __m128i *)(buf + 0x00)));
-        x2 = _mm_xor_si128(_mm_xor_si128(x2, x6), _mm_loadu_si128((const __m128i *)(buf + 0x10)));
-        x3 = _mm_xor_si128(_mm_xor_si128(x3, x7), _mm_loadu_si128((const __m128i *)(buf + 0x20)));
-        x4 = _mm_xor_si128(_mm_xor_si128(x4, x8), _mm_loadu_si128((const __m128i *)(buf + 0x30)));
-        buf += 64;
-        n -= 64;
-    }
-    /* Fold into 128 bits. */
-    x0 = k3k4;
-    x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
-    x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
-    x1 = _mm_xor_si128(_mm_xor_si128(x1, x2), x5);
-    x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
-    x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
-    x1 = _mm_xor_si128(_mm_xor_si128(x1, x3), x5);
-    x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
-    x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
-    x1 = _mm_xor_si128(_mm_xor_si128(x1, x4), x5);
-    /* Blocks of 16 left. */
-    while (n >= 16) {
-        x2 = _mm_loadu_si128((const __m128i *)buf);
-        x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
-        x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
-        x1 = _mm_xor_si128(_mm_xor_si128(x1, x2), x5);
-        buf += 16;
-        n -= 16;
-    }
-    /* Fold 128 bits to 64. */
-    x2 = _mm_clmulepi64_si128(x1, x0, 0x10);
-    x3 = _mm_setr_epi32(~0, 0, ~0, 0);
-    x1 = _mm_srli_si128(x1, 8);
-    x1 = _mm_xor_si128(x1, x2);
-    x0 = k5k0;
-    x2 = _mm_srli_si128(x1, 4);
-    x1 = _mm_and_si128(x1, x3);
-    x1 = _mm_clmulepi64_si128(x1, x0, 0x00);
-    x1 = _mm_xor_si128(x1, x2);
-    /* Barrett reduction to 32 bits. */
-    x0 = poly;
-    x2 = _mm_and_si128(x1, x3);
-    x2 = _mm_clmulepi64_si128(x2, x0, 0x10);
-    x2 = _mm_and_si128(x2, x3);
-    x2 = _mm_clmulepi64_si128(x2, x0, 0x00);
-    x1 = _mm_xor_si128(x1, x2);
-    return (uint32_t)_mm_extract_epi32(x1, 1);
-}
-#else
-#define FAST_CRC 0
-#endif
-
-static int fast_crc = 0; /* the CPU has PCLMULQDQ and SSE4.1 (set once, at import) */
-
-static PyObject *skim_crc32(PyObject *self, PyObject *args) {
-    Py_buffer buf;
-    unsigned int value = 0;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "y*|I", &buf, &value)) return NULL;
-    const unsigned char *p = buf.buf;
-    Py_ssize_t n = buf.len;
-    uint32_t crc = ~(uint32_t)value;
-    Py_BEGIN_ALLOW_THREADS
-#if FAST_CRC
-    if (fast_crc && n >= 64) {
-        Py_ssize_t bulk = n & ~(Py_ssize_t)15;
-        crc = crc_folded(crc, p, bulk);
-        p += bulk;
-        n -= bulk;
-    }
-#endif
-    crc = crc_bytes(crc, p, n);
-    Py_END_ALLOW_THREADS
-    PyBuffer_Release(&buf);
-    return PyLong_FromUnsignedLong(~crc & 0xFFFFFFFFu);
-}
-
 static PyMethodDef METHODS[] = {
     {"fields", skim_fields, METH_VARARGS, "fields(data, start, keys) -> offsets of the top-level keys' values"},
     {"elements", skim_elements, METH_VARARGS, "elements(data, start) -> offsets of an array's elements"},
     {"values", skim_values, METH_VARARGS, "values(data, start, end, keys) -> the top-level keys' values"},
     {"lines", skim_lines, METH_VARARGS, "lines(data, start, end, key, skip, needles) -> the lines to look at"},
-    {"crc32", skim_crc32, METH_VARARGS, "crc32(data, value=0) -> zlib.crc32's value, faster where the CPU can"},
     {"scan", skim_scan, METH_VARARGS,
      "scan(data, start, end, key, skip, needles, paths, limits) -> (newlines, the lines to look at with values)"},
     {NULL, NULL, 0, NULL},
@@ -840,12 +711,5 @@ static PyMethodDef METHODS[] = {
 static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_skim", NULL, -1, METHODS, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__skim(void) {
-    crc_table_init();
-#if FAST_CRC
-    __builtin_cpu_init();
-    fast_crc = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
-#endif
-    PyObject *module = PyModule_Create(&MODULE);
-    if (module != NULL && PyModule_AddIntConstant(module, "FAST_CRC32", fast_crc) < 0) Py_CLEAR(module);
-    return module;
+    return PyModule_Create(&MODULE);
 }

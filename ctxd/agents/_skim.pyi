@@ -8,6 +8,4 @@ def values(data: bytes | memoryview, start: int, end: int, keys: tuple[bytes, ..
 def scan(data: bytes | memoryview, start: int, end: int, key: bytes, skip: tuple[bytes, ...],
          needles: tuple[bytes, ...], paths: tuple[tuple[bytes, ...], ...], limits: tuple[int, ...],
          /) -> tuple[int, list[tuple[Any, ...]]]: ...
-def crc32(data: bytes | memoryview, value: int = 0, /) -> int: ...
 
-FAST_CRC32: bool

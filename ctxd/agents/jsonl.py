@@ -428,14 +428,14 @@ class Reader(SessionReader):
             data = os.pread(fd, min(READ_CHUNK, self.offset - at), at)
             if not data:
                 return False
-            crc = skim.crc32(data, crc)
+            crc = zlib.crc32(data, crc)
             at += len(data)
         return crc == self._crc
 
     def _advance(self, data: bytes, used: int) -> None:
         self.offset += used
         if self._crc is not None:
-            self._crc = skim.crc32(memoryview(data)[:used], self._crc)
+            self._crc = zlib.crc32(memoryview(data)[:used], self._crc)
         self._tail = _check(data[max(0, used - CHECK_BYTES):used])
 
     def _rewritten(self, fd: int) -> bool:

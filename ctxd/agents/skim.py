@@ -10,7 +10,6 @@ built), so that the lines it passes over never reach Python. The C extension is 
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -391,14 +390,9 @@ lines: Callable[[bytes | memoryview, int, int, bytes, tuple[bytes, ...], tuple[b
 values: Callable[[bytes | memoryview, int, int, tuple[bytes, ...]], tuple[Any, ...] | None]
 scan: Callable[[bytes | memoryview, int, int, bytes, tuple[bytes, ...], tuple[bytes, ...],
                 tuple[tuple[bytes, ...], ...], tuple[int, ...]], tuple[int, list[tuple[Any, ...]]]]
-crc32: Callable[[bytes | memoryview, int], int]
 try:
-    from ctxd.agents._skim import FAST_CRC32, elements, fields, lines, scan, values
-    from ctxd.agents._skim import crc32 as native_crc32
+    from ctxd.agents._skim import elements, fields, lines, scan, values
     NATIVE = True
 except ImportError:  # no compiler at install: the same answers, in Python
     fields, elements, lines, values, scan = py_fields, py_elements, py_lines, py_values, py_scan
-    NATIVE = FAST_CRC32 = False
-# zlib's CRC-32 of the bytes a reader read (its rewrite check): the C extension's where the CPU has
-# carry-less multiplication (~2x zlib's), else zlib's own.
-crc32 = native_crc32 if NATIVE and FAST_CRC32 else zlib.crc32
+    NATIVE = False
