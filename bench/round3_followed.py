@@ -192,6 +192,10 @@ def _cycle(daemon: _Daemon, figures: dict[str, Any], cycle: int, agent: str, mod
         figures["stalls"] += 1
         return
     figures["over_window"] += _usage(daemon, thread)["percent"] > 100
+    # The gauge comes first (a found session is listed from its summary, issue #38); its items are
+    # mirrored after: what an editor or `ctxd mcp` waits for with `ctxd/sessions/sync`.
+    if not _wait(daemon, lambda: daemon.request("ctxd/sessions/sync", {}).get("idle")):
+        figures["stalls"] += 1
     _judge(daemon, figures, thread, words, records)
 
 
