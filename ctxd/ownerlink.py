@@ -24,10 +24,8 @@ from __future__ import annotations
 import _socket
 import contextlib
 import errno
-import fcntl
 import os
 import stat
-import struct
 import sys
 import time
 
@@ -109,14 +107,19 @@ def folder_fd(path: StateDir, make: bool = False) -> Iterator[int]:
         os.close(fd)
 
 
+def _peer(conn: _socket.socket, field: int) -> int:
+    """A field of the peer's credentials (`struct ucred`: pid, uid, gid, three native ints), read
+    without `struct`: each C module a hook loads costs it a `dlopen`."""
+    creds = conn.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
+    return int.from_bytes(creds[4 * field:4 * field + 4], sys.byteorder, signed=True)
+
+
 def peer_uid(conn: _socket.socket) -> int:
-    creds = conn.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, struct.calcsize("3i"))
-    return int(struct.unpack("3i", creds)[1])
+    return _peer(conn, 1)
 
 
 def peer_pid(conn: _socket.socket) -> int:
-    creds = conn.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, struct.calcsize("3i"))
-    return int(struct.unpack("3i", creds)[0])
+    return _peer(conn, 0)
 
 
 def connect(state_dir: StateDir, timeout: float = 2.0) -> _socket.socket | None:
@@ -149,6 +152,8 @@ def owner_command(state_dir: StateDir) -> list[str]:
 @contextlib.contextmanager
 def _held(path: str, deadline: float) -> Iterator[bool]:
     """An exclusive flock of `path` until `deadline`; yields whether it was taken."""
+    import fcntl  # (here: a hook that finds the owner running never starts one)
+
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     try:
         while True:

@@ -251,7 +251,8 @@ def test_a_hook_the_owner_answers_imports_only_what_that_path_needs(daemon_facto
              "ctxd.ghost.gitstore", "ctxd.ledger", "ctxd.agents", "ctxd.agents.claude", "ctxd.marks",
              "hashlib",  # (OpenSSL's: only a path's digest needs it, which is the owner's to compute)
              # each of these costs the agent milliseconds at every hook (bench/bench_agents.py)
-             "pathlib", "typing", "socket", "threading", "urllib.parse", "json", "re", "enum", "ctxd.terminal"}
+             "pathlib", "typing", "socket", "threading", "urllib.parse", "json", "re", "enum", "ctxd.terminal",
+             "fcntl", "struct"}  # (C modules: a dlopen each)
     assert not heavy & imported, heavy & imported
 
 
