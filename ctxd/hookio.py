@@ -1,5 +1,5 @@
 """What the short-lived commands the agents run (`ctxd hook`, `ctxd statusline`) share: their JSON
-input, read with a bound, ctxd's hook log (`<state dir>/hooks.log`) and the user's `hooks.exclude`.
+input, read with a bound, and ctxd's hook log (`<state dir>/hooks.log`).
 Imports are lazy, and none of typing, pathlib or socket: the agent pays for these processes at
 every tool call and message (bench/bench_agents.py)."""
 
@@ -93,26 +93,6 @@ def read_input(stream: Any = None, timeout: float = 1.0) -> dict[str, Any] | Non
         log("hook input is not a JSON object: ignored")
         return None
     return value
-
-
-def user_settings() -> list[str]:
-    """`hooks.exclude` from the user's own config file. Loading the settings also registers the
-    configured API key's value (`ctxd.redact`), so that nothing the hooks write holds it. With no
-    config file (the usual case) the defaults apply: the settings module, which costs as much as
-    half a Python start to import, is not imported for them."""
-    from ctxd import redact
-    from ctxd.places import config_file_name
-
-    if not os.path.lexists(config_file_name()):
-        redact.register(os.environ.get(redact.DEFAULT_KEY_ENV))
-        return []
-    from ctxd.settings import load_settings
-
-    problems: list[Any] = []
-    settings = load_settings(None, problems=problems)
-    for problem in problems:
-        log_once(f"settings {problem}", f"{problem}")
-    return settings.hooks.exclude
 
 
 def describe(error: BaseException) -> str:

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from ctxd.hookio import log, log_once
 
+TYPE_CHECKING = False  # (a hook imports this for `user_settings`: no typing, no pathlib on its way to the owner)
 if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any
+
     from ctxd.agents.base import Agent, HookInput
     from ctxd.ghost.checkpoint import Job
     from ctxd.places import Located
@@ -25,6 +27,8 @@ RECALL_HINT = ("ctxd keeps this conversation's full history, including what the 
 
 def tool_paths(agent: Agent, name: str, tool_input: Any, cwd: Path, folder: Path) -> list[str]:
     """The paths a tool names, relative to the workspace folder where they are inside it."""
+    from pathlib import Path
+
     if not isinstance(tool_input, dict):
         return []
     shown = []
@@ -47,9 +51,31 @@ def _short(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
+def user_settings() -> list[str]:
+    """`hooks.exclude` from the user's own config file. Loading the settings also registers the
+    configured API key's value (`ctxd.redact`), so that nothing the hooks write holds it. With no
+    config file (the usual case) the defaults apply: the settings module, which costs as much as
+    half a Python start to import, is not imported for them."""
+    from ctxd import redact
+    from ctxd.places import config_file_name
+
+    if not os.path.lexists(config_file_name()):
+        redact.register(os.environ.get(redact.DEFAULT_KEY_ENV))
+        return []
+    from ctxd.settings import load_settings
+
+    problems: list[Any] = []
+    settings = load_settings(None, problems=problems)
+    for problem in problems:
+        log_once(f"settings {problem}", f"{problem}")
+    return settings.hooks.exclude
+
+
 def covered(agent: str, event: str, cwd: str, located: Located, exclude: list[str]) -> bool:
     """Whether the hooks act for `cwd`: in a git work tree, or a folder ctxd knows, unless
     `hooks.exclude` names it. Why not is logged once per folder."""
+    from pathlib import Path
+
     from ctxd.places import MAX_POINTER_BYTES
 
     entry = excluded(Path(cwd), exclude)
@@ -72,6 +98,8 @@ def plan(agent: Agent, event: str, hook: HookInput, state_dir: Path, exclude: li
     """What to do for this hook: a checkpoint to take, or None (nothing to do). `hook`: its input
     (redacted) as the agent's module read it; `state_dir` is the default one, the workspace's
     daemon may use another (`ctxd.places.find_workspace`); `exclude`: `hooks.exclude`."""
+    from pathlib import Path
+
     from ctxd import marks
     from ctxd.places import find_workspace
     from ctxd.redact import redact
@@ -153,6 +181,8 @@ def read_hook(agent_name: str, event: str, data: Any) -> tuple[Agent, HookInput]
 def compaction_context(agent: Agent, cwd: str | None) -> str | None:
     """The hook output after a compaction: what the agent shows the model, naming `recall`, when
     ctxd's MCP server is installed for this agent."""
+    from pathlib import Path
+
     from ctxd.places import default_state_dir, find_workspace
 
     if not isinstance(cwd, str) or not agent.mcp_installed(find_workspace(Path(cwd), default_state_dir()).folder):
@@ -167,6 +197,7 @@ def excluded(folder: Path, patterns: list[str]) -> str | None:
     if not patterns:
         return None
     from fnmatch import fnmatchcase
+    from pathlib import Path
 
     names = {os.path.abspath(folder), os.path.realpath(folder)}
     candidates = {str(p) for name in names for p in (Path(name), *Path(name).parents)}

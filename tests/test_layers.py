@@ -21,14 +21,15 @@ ENTRIES = {"server", "mcp", "hooks", "statusline", "cli", "acp"}
 # own `__init__` (the version).
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
-    "redact": set(),
+    "leanjson": set(),  # JSON without the json package's imports: the hooks' way to the owner
+    "redact": {"leanjson"},
     "terminal": set(),
     "safefile": set(),
     "places": {"safefile"},  # the on-disk layout: every hook and status line imports it (stdlib, bounded reads)
-    "ownerlink": {"places"},  # the way to the owner: hooks, the status line and `ctxd mcp` import it on every call
+    "ownerlink": {"leanjson", "places"},  # the way to the owner: hooks, the status line and `ctxd mcp` import it on every call
     "acplink": {"ownerlink"},  # which ACP session `ctxd mcp` serves behind `ctxd acp` (its private folder)
     "marks": {"places", "safefile"},  # what the hooks remember between runs
-    "hookio": {"marks", "places", "redact", "terminal"},  # the hooks' and the status line's input and log
+    "hookio": {"leanjson", "marks", "places", "redact", "terminal"},  # the hooks' and the status line's input and log
     # What a hook does (its plan), run by the owner for the hooks it is handed, or by a hook alone.
     "hookplan": {"agents", "ghost", "hookio", "marks", "places", "protocol", "redact", "settings"},
     "logs": {"redact"},  # bounded reads of planted files (hooks, settings, sessions, ghost)
@@ -48,7 +49,7 @@ ALLOWED: dict[str, set[str]] = {
                  "settings", "terminal", "tokens", "workspace"},  # marks: a hooked session's checkpoints are its hooks'
     "status": {"ctxd", "ledger", "protocol", "tokens", "workspace"},
     # The entries.
-    "server": {"compact", "ctxd", "errors", "ghost", "hookplan", "ledger", "logs", "ownerlink", "places", "protocol",
+    "server": {"compact", "ctxd", "errors", "ghost", "hookio", "hookplan", "ledger", "logs", "ownerlink", "places", "protocol",
                "redact",
                "sessions", "settings", "status", "tokens", "workspace"},
     "mcp": {"acplink", "agents", "ctxd", "ownerlink", "places"},  # `ctxd mcp` answers before anything else is imported

@@ -30,7 +30,8 @@ import os
 import sys
 import time
 
-from ctxd.hookio import describe, log, log_once, read_input, user_settings
+from ctxd.hookio import describe, log, log_once, read_input
+from ctxd.hookplan import user_settings
 
 TYPE_CHECKING = False  # (no typing nor pathlib on the way to the owner: each costs the agent milliseconds)
 if TYPE_CHECKING:
