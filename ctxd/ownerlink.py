@@ -370,9 +370,8 @@ class Session:
             return None
         import socket
 
-        timeout_now = conn.gettimeout()
-        full = socket.socket(fileno=conn.detach())  # (the reader's `makefile`); blocking as it was, not as
-        full.settimeout(timeout_now)  # the descriptor's O_NONBLOCK would make it
+        full = socket.socket(fileno=conn.detach())  # (the reader's `makefile`)
+        full.settimeout(None)  # a session waits for its next message however long: no bound of the handshake's
         session = cls(full, on_notify)
         try:
             session.request("initialize", {"processId": os.getpid(), "capabilities": {},

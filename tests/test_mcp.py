@@ -182,6 +182,33 @@ def test_ctxd_mcp_answers_from_the_store_of_a_daemon_with_a_state_dir_of_its_own
         daemon.shutdown()
 
 
+def test_a_server_left_idle_past_the_owners_handshake_bound_still_answers(tmp_path: Path) -> None:
+    """The agent calls a tool minutes after it started the server (a long turn, a user thinking):
+    the owner's session is idle all that time. Each side's socket kept the bound of the handshake's
+    last read (`ownerlink.ACK_SECONDS`), so the session ended after 30 s idle and every later tool
+    call failed ("the ctxd owner did not answer: Broken pipe")."""
+    from ctxd import ownerlink
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    state_dir, claude_home = tmp_path / "state", tmp_path / "claude-home"
+    fx.write_jsonl(fx.claude_path(claude_home, workspace), fx.claude_session(workspace))
+
+    async def scenario() -> None:
+        async with stdio_client(server_params(state_dir, workspace, claude_home, session=THREAD)) as streams:
+            async with ClientSession(*streams) as session:
+                await session.initialize()
+                usage, error = await call(session, "context_usage")
+                assert not error and usage["thread"] == THREAD, usage  # type: ignore[index]
+                await anyio.sleep(ownerlink.ACK_SECONDS + 3)
+                usage, error = await call(session, "context_usage")
+                assert not error and usage["thread"] == THREAD, usage  # type: ignore[index]
+                found = await until(session, "recall", lambda v: v["results"], query="verbose")
+                assert found["results"]
+
+    anyio.run(scenario)
+
+
 def test_no_session_is_a_tool_error_that_says_what_to_do(tmp_path: Path) -> None:
     workspace = tmp_path / "ws"
     workspace.mkdir()

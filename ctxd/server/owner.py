@@ -398,6 +398,7 @@ class Owner:
                 for fd in fds:
                     os.close(fd)
                 stream, control = conn, None
+                conn.settimeout(None)  # (the request's read had a bound: a session may be idle for hours)
             reader = cast(BinaryIO, stream.makefile("rb", buffering=0))
             writer = cast(BinaryIO, stream.makefile("wb", buffering=0))
         ended = threading.Event()
