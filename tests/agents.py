@@ -22,6 +22,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +45,7 @@ QWEN_MODEL = "qwen3-coder-plus"
 GEMINI_MODEL = "gemini-2.5-pro"  # Gemini CLI's own default model (window 1,048,576, as every model but Gemma's)
 OPENCODE_MODEL = "qwen3-coder-plus"  # served by a provider "fake" of opencode.json (OpenAI-compatible)
 RUN_TIMEOUT = 180.0  # seconds for one agent run: only a hung agent comes near
+START_RETRIES = 3  # runs again of an agent that failed at its start with "database is locked" (OpenCode)
 
 
 def cache_root() -> Path:
@@ -151,11 +153,15 @@ class _Agent:
         env["PWD"] = str(cwd)  # as a shell sets it: OpenCode takes its folder from PWD, not from its cwd
         done = subprocess.run([str(self.exe), *args], cwd=str(cwd), env=env, capture_output=True,
                               text=True, timeout=RUN_TIMEOUT, stdin=subprocess.DEVNULL)
-        if done.returncode != 0 and "database is locked" in done.stderr + done.stdout and "{" not in done.stdout:
+        for attempt in range(1, START_RETRIES + 1):
+            if done.returncode == 0 or "database is locked" not in done.stderr + done.stdout or "{" in done.stdout:
+                break
             # OpenCode 1.18.33 sometimes fails so at its start on a loaded machine, before it reads the
-            # prompt (seen on every branch at load 6-12, in 1 of 2-3 runs; never on a quiet one): once
-            # more, as a user would. A failure after its start is never run again.
-            print(f"{self.exe.name} failed at its start with 'database is locked'; running it once more")
+            # prompt (seen on every branch at load 6-12, in 1 of 2-3 runs; twice in a row once, in a
+            # newcomer's run at load 2-3): again after a pause, as a user would. A failure after its
+            # start (some JSON printed) is never run again.
+            print(f"{self.exe.name} failed at its start with 'database is locked'; running it again ({attempt})")
+            time.sleep(attempt)
             done = subprocess.run([str(self.exe), *args], cwd=str(cwd), env=env, capture_output=True,
                                   text=True, timeout=RUN_TIMEOUT, stdin=subprocess.DEVNULL)
         result = Run(done.returncode, done.stdout, done.stderr)
