@@ -1,7 +1,7 @@
 """What the short-lived commands the agents run (`ctxd hook`, `ctxd statusline`) share: their JSON
-input, read with a bound, and ctxd's hook log (`<state dir>/hooks.log`).
-Imports are lazy, and none of typing, pathlib or socket: the agent pays for these processes at
-every tool call and message (bench/bench_agents.py)."""
+input, read with a bound, and ctxd's hook log (`<state dir>/hooks.log`). Imports are lazy, and
+none of typing, pathlib or socket: the agent pays for these processes at every tool call and
+message (bench/bench_agents.py)."""
 
 from __future__ import annotations
 
@@ -21,10 +21,9 @@ MAX_INPUT_BYTES = 4 * 1024 * 1024
 
 def log(message: str, state_dir: str | os.PathLike[str] | None = None) -> None:
     """One line in ctxd's hook log (that of `state_dir`, else of the default state dir); a log
-    that cannot be written is not the agent's problem. The
-    message may quote the agent's cwd, prompt or command: the configured API key is redacted and
-    every control character escaped (a newline would forge a line, an escape sequence act on the
-    terminal that shows the log)."""
+    that cannot be written is not the agent's problem. The message may quote the agent's cwd,
+    prompt or command: the configured API key is redacted and every control character escaped (a
+    newline would forge a line, an escape sequence act on the terminal that shows the log)."""
     from ctxd.redact import redact
     from ctxd.terminal import safe
 

@@ -31,7 +31,7 @@ import sys
 import time
 
 from ctxd.hookio import describe, log, log_once, read_input
-from ctxd.hookplan import user_settings
+from ctxd.hookplan import compaction_context, log_usage, plan, read_hook, user_settings
 
 TYPE_CHECKING = False  # (no typing nor pathlib on the way to the owner: each costs the agent milliseconds)
 if TYPE_CHECKING:
@@ -187,8 +187,6 @@ def main(argv: list[str]) -> int:
     started = time.monotonic()
     try:
         if len(argv) < 2:
-            from ctxd.hookplan import log_usage
-
             log_usage(argv)
             return 0
         agent_name, event = argv[0], argv[1]
@@ -205,8 +203,6 @@ def main(argv: list[str]) -> int:
         if given is not False:
             job: Job | None = given
         else:
-            from ctxd.hookplan import compaction_context, plan, read_hook
-
             found = read_hook(agent_name, event, data)
             if found is None:
                 return 0
