@@ -30,6 +30,7 @@ import sys
 import time
 
 from ctxd import leanjson
+from ctxd.places import ctxd_command
 from ctxd.places import owner_dir as owner_dir  # (its home is ctxd.places)
 
 TYPE_CHECKING = False
@@ -146,7 +147,7 @@ def connect(state_dir: StateDir, timeout: float = 2.0) -> _socket.socket | None:
 
 
 def owner_command(state_dir: StateDir) -> list[str]:
-    return [sys.executable, "-m", "ctxd", "owner", "--state-dir", os.fspath(os.path.abspath(state_dir)), "--detach"]
+    return [*ctxd_command(), "owner", "--state-dir", os.fspath(os.path.abspath(state_dir)), "--detach"]
 
 
 @contextlib.contextmanager

@@ -39,6 +39,7 @@ import collections
 import contextlib
 import os
 import stat
+import sys
 
 from ctxd.safefile import read_text_bounded
 
@@ -49,6 +50,13 @@ if TYPE_CHECKING:
 
 MAX_POINTER_BYTES = 4096
 """A `.git` file or a `commondir` holds one path: anything larger is not one, and is not read."""
+
+
+def ctxd_command() -> list[str]:
+    """How ctxd starts itself, and how install names it in the agents' configuration: this Python
+    running ctxd/launch.py by absolute path, which nothing in the folder it runs in can stand in
+    for (`python -m ctxd` would import a `ctxd` folder there)."""
+    return [os.path.abspath(sys.executable), os.path.join(os.path.dirname(os.path.abspath(__file__)), "launch.py")]
 
 
 def _path(name: str) -> Path:

@@ -26,10 +26,11 @@ from ctxd import agents
 from ctxd.agents import opencode
 from ctxd.agents.base import AgentConfig
 from ctxd.agents.opencode import OpenCodeSessions, compact_limits, configured
+from ctxd.places import ctxd_command
 from tests.ghost_repo import Repo, make_repo
 from tests.opencode_db import FIXTURE, FIXTURE_DIRECTORY, SESSION, Database, read_only_checkpoint_free
 from tests.rpc import Client, RpcError, daemon_env
-from tests.test_hooks import ctxd, ctxd_bin, env_for
+from tests.test_hooks import ctxd, env_for
 from tests.test_hooks import make_repo as hooks_repo
 
 
@@ -399,10 +400,10 @@ def test_install_writes_the_plugin_and_mcp_server_and_uninstall_gives_back_every
     done = ctxd(tmp_path, "hooks", "install", "--agent", "opencode", cwd=project)
     assert done.returncode == 0, done.stderr
     text = plugin.read_text()
-    assert text.startswith(opencode.PLUGIN_MARK) and str(ctxd_bin(tmp_path)) in text
+    assert text.startswith(opencode.PLUGIN_MARK) and json.dumps(ctxd_command()[1]) in text
     installed = json.loads(config.read_text())
     assert installed["mcp"]["docs"] == {"type": "local", "command": ["docs-mcp"]}
-    assert installed["mcp"]["ctxd"] == {"type": "local", "command": [str(ctxd_bin(tmp_path)), "mcp"], "enabled": True}
+    assert installed["mcp"]["ctxd"] == {"type": "local", "command": [*ctxd_command(), "mcp"], "enabled": True}
     assert config.read_text().startswith('{\n\t"$schema"') and not config.read_text().endswith("\n")  # its own format
     status = ctxd(tmp_path, "hooks", "status", cwd=project).stdout.decode()
     assert "opencode user: hooks chat.message, tool.execute.before, session.compacted" in status

@@ -6,6 +6,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -15,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from ctxd.places import ctxd_command
 from tests.ghost_repo import IDENTITY
 from tests.rpc import REPO, check_shape, start_daemon
 
@@ -123,7 +125,7 @@ def test_claude_project_install_keeps_every_byte_and_uninstall_puts_them_back(tm
     done = ctxd(tmp_path, "hooks", "install", "--agent", "claude", "--scope", "project", cwd=project / ".claude")
     assert done.returncode == 0, done.stderr
     value = json.loads(settings.read_text())
-    exe = str(ctxd_bin(tmp_path))
+    exe = shlex.join(ctxd_command())  # what install writes: ctxd.launch, whatever started it
     assert value["permissions"]["allow"] == ["Bash(npm run test:*)", "Read(~/.zshrc)"]
     assert value["someFutureKey"] == {"nested": [1, 2.5, None, "é"]}
     assert value["hooks"]["Stop"] == [{"hooks": [{"type": "command", "command": "notify-send done"}]}]
@@ -137,7 +139,7 @@ def test_claude_project_install_keeps_every_byte_and_uninstall_puts_them_back(tm
     assert value["statusLine"]["command"].startswith(f"{exe} statusline --user ")
     servers = json.loads(mcp.read_text())["mcpServers"]
     assert servers["docs"] == {"command": "docs-mcp"}
-    assert servers["ctxd"] == {"type": "stdio", "command": exe, "args": ["mcp"]}
+    assert servers["ctxd"] == {"type": "stdio", "command": sys.executable, "args": [*ctxd_command()[1:], "mcp"]}
     assert "approve `ctxd`" in done.stdout.decode()
 
     installed = settings.read_bytes(), mcp.read_bytes()
@@ -182,7 +184,7 @@ def test_codex_install_edits_the_toml_as_text_and_uninstall_restores_it_byte_for
     text = config.read_text()
     assert CODEX_CONFIG in text  # every byte of the user's, in order
     parsed = tomllib.loads(text)
-    exe = str(ctxd_bin(tmp_path))
+    exe = shlex.join(ctxd_command())  # what install writes: ctxd.launch, whatever started it
     assert "notify" not in parsed  # Codex refuses a project's `notify` (tests/test_hooks_install.py)
     assert parsed["model"] == "gpt-5.4" and parsed["mcp_servers"]["docs"]["command"] == "docs-mcp"
     pre = parsed["hooks"]["PreToolUse"]
@@ -190,7 +192,7 @@ def test_codex_install_edits_the_toml_as_text_and_uninstall_restores_it_byte_for
     assert pre[1]["hooks"][0]["command"] == f"{exe} hook codex PreToolUse"
     assert "apply_patch" in pre[1]["matcher"] and "Bash" in pre[1]["matcher"]
     assert parsed["hooks"]["UserPromptSubmit"][0]["hooks"][0]["command"] == f"{exe} hook codex UserPromptSubmit"
-    assert parsed["mcp_servers"]["ctxd"] == {"command": exe, "args": ["mcp"]}
+    assert parsed["mcp_servers"]["ctxd"] == {"command": sys.executable, "args": [*ctxd_command()[1:], "mcp"]}
     out = done.stdout.decode()
     assert "/hooks" in out and "trust_level" in out  # says what the user must do, trusts nothing itself
     assert "[hooks.state" not in text and str(project) not in (tmp_path / "home").joinpath(".codex").as_posix()

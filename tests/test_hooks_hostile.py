@@ -605,3 +605,48 @@ def test_a_fifo_swapped_in_for_a_workspace_config_after_its_check_does_not_block
         (tmp_path / "stop").touch()
         swapper.wait(timeout=HANG_SECONDS)
     assert done.stdout == b"done\n", done.stderr
+
+
+def owner_pids(state_dir: Path) -> list[int]:
+    """The owners of `state_dir` running (their command line names it)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            words = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"owner" in words and os.fsencode(state_dir) in words:
+            found.append(int(entry.name))
+    return found
+
+
+@LINUX_LINK
+def test_a_ctxd_folder_in_the_repository_never_runs_in_place_of_ctxd(tmp_path: Path) -> None:
+    """A repository may hold a folder named `ctxd` (a checkout, or a trap). The command install
+    writes, run by the agent in that repository, and the owner the hook starts there when none runs,
+    run ctxd's own code (`ctxd.launch`): `python -m ctxd` would have imported the folder's. The
+    owner then leaves the repository for `/`."""
+    project = known_project(tmp_path)
+    mark = tmp_path / "trap-ran"
+    (project / "ctxd").mkdir()
+    for name in ("__init__.py", "__main__.py", "entry.py"):
+        (project / "ctxd" / name).write_text(f"open({str(mark)!r}, 'a').write({name!r})\n")
+    settings = json.loads((project / ".claude" / "settings.json").read_text())
+    command = settings["hooks"]["UserPromptSubmit"][-1]["hooks"][0]["command"]
+    state_dir = tmp_path / "state" / "ctxd"
+    assert not owner_pids(state_dir)
+    prompt = {"session_id": "s-1", "cwd": str(project), "transcript_path": "/nowhere", "prompt": "Hi"}
+    done = subprocess.run(command, shell=True, cwd=project, input=json.dumps(prompt).encode(), capture_output=True,
+                          env=env_for(tmp_path), timeout=HANG_SECONDS)
+    assert done.returncode == 0, done.stderr
+    from ctxd import ownerlink
+
+    deadline = time.monotonic() + 15
+    while (conn := ownerlink.connect(state_dir, 1.0)) is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert conn is not None, "the hook started no owner"
+    conn.close()
+    pids = owner_pids(state_dir)
+    assert not mark.exists(), f"the repository's ctxd folder ran: {mark.read_text()}"
+    assert {os.readlink(f"/proc/{pid}/cwd") for pid in pids} == {"/"}
+    assert "(turn) in" in (state_dir / "hooks.log").read_text()  # the hook's own checkpoint

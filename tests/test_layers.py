@@ -62,6 +62,7 @@ ALLOWED: dict[str, set[str]] = {
     "cli": {"ctxd", "hooks", "logs", "redact", "safefile", "server", "sessions", "usage"},
     "entry": {"acp", "cli", "hooks", "mcp", "statusline"},  # the commands an agent runs often start without `cli`
     "__main__": {"entry"},
+    "launch": {"entry"},  # what the agents' configuration runs (`places.ctxd_command`): `__main__` by path
 }
 FOREIGN_WIRE = {"pygls", "lsprotocol", "cattrs"}  # the stack issue #12 replaced: nothing may come back to it
 

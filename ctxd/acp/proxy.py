@@ -36,6 +36,7 @@ from typing import Any
 from ctxd import __version__, acplink
 from ctxd.acp.owner import Owner, describe, log
 from ctxd.acp.transcript import CHANGING_KINDS, Transcript
+from ctxd.places import ctxd_command
 
 USAGE = "usage: ctxd acp [--workspace DIR] [--state-dir DIR] -- <agent command> [args...]"
 SESSION_REQUESTS = ("session/new", "session/load", "session/resume", "session/fork")
@@ -50,19 +51,6 @@ def default_state_dir() -> Path:
     """`ctxd.settings.default_state_dir`, without importing the settings for it."""
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "ctxd"
-
-
-def ctxd_command() -> list[str]:
-    """This ctxd by absolute path (the one running, else the one on PATH, else this Python)."""
-    import shutil
-
-    argv0 = sys.argv[0] if sys.argv else ""
-    if os.path.basename(argv0) == "ctxd" and os.path.isfile(argv0):
-        return [os.path.abspath(argv0)]
-    found = shutil.which("ctxd")
-    if found:
-        return [os.path.abspath(found)]
-    return [os.path.abspath(sys.executable), "-m", "ctxd"]
 
 
 def lines(fd: int) -> Any:

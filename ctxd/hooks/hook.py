@@ -117,8 +117,9 @@ def run_bounded(job: Job, deadline: float) -> None:
             if take_checkpoint(job) and owner_wanted():
                 signal.alarm(0)
                 os.closerange(3, 1 << 16)  # the pipe (the hook returns) and whatever the agent passed on
-                args = [sys.executable, "-m", "ctxd", "owner", "--state-dir", str(job.state_dir),
-                        "--keep", str(job.folder)]
+                from ctxd.places import ctxd_command  # (not `-m ctxd`: this runs in the agent's folder)
+
+                args = [*ctxd_command(), "owner", "--state-dir", str(job.state_dir), "--keep", str(job.folder)]
                 try:
                     os.execv(args[0], args)  # it leaves at once when an owner already runs
                 except OSError as error:

@@ -3,7 +3,7 @@
 Every agent with hooks (ctxd/agents) says which files hold its hooks, its status line and ctxd's MCP
 server, per scope, and how ctxd's entries go in and out (`Agent.config_changes`); here they are
 planned together, shown (`--dry-run`), and written all or nothing with a backup of each file
-(`ctxd.agents.config.plan`). Every command names the `ctxd` executable by absolute path.
+(`ctxd.agents.config.plan`). Every command starts ctxd by absolute path (`ctxd.places.ctxd_command`).
 
 What was in a file besides ctxd's entries stays byte for byte, line ends included:
 - a TOML file (Codex's config.toml) is edited as text, never re-serialised
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -35,24 +34,13 @@ from typing import TYPE_CHECKING
 from ctxd import agents
 from ctxd.agents.config.files import InstallError
 from ctxd.agents.config.plan import apply, diff
+from ctxd.places import ctxd_command
 
 if TYPE_CHECKING:
     from ctxd.agents.base import Action, Agent, Scope
     from ctxd.agents.config.plan import ConfigChange
 
 __all__ = ["InstallError", "main"]
-
-
-def ctxd_command() -> list[str]:
-    """The `ctxd` executable by absolute path: the one running, else the one on PATH, else this
-    Python running the package."""
-    argv0 = sys.argv[0] if sys.argv else ""
-    if os.path.basename(argv0) == "ctxd" and os.path.isfile(argv0):
-        return [os.path.abspath(argv0)]
-    found = shutil.which("ctxd")
-    if found:
-        return [os.path.abspath(found)]
-    return [os.path.abspath(sys.executable), "-m", "ctxd"]
 
 
 def plan(action: Action, chosen: list[Agent], scope: Scope, project: Path, state_dir: Path,

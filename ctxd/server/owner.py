@@ -514,6 +514,8 @@ def main(state_dir: Path, *, detached: bool, keep: Path | None = None) -> int:
 
     if detached:
         detach()
+    state_dir, keep = state_dir.absolute(), keep.absolute() if keep is not None else None
+    os.chdir("/")  # a hook starts it in the agent's folder: it outlives it, and holds no folder of the user's
     try:
         folder = ownerlink.private_dir(Path(ownerlink.owner_dir(state_dir)), create=True)
     except OSError as error:

@@ -9,10 +9,16 @@ from typing import Any
 
 
 def runs_ctxd(words: list[str]) -> bool:
-    """Whether `words` are how install names ctxd: its executable (`…/ctxd`), or a Python running
-    the package (`…/python3 -m ctxd`). A command that merely mentions ctxd is not ctxd's."""
+    """Whether `words` are how install names ctxd: a Python running its launcher by absolute path
+    (`…/python3 …/ctxd/launch.py`: `ctxd.places.ctxd_command`), or as an older ctxd did, its executable
+    (`…/ctxd`) or a Python running the package (`…/python3 -m ctxd`). A command that merely
+    mentions ctxd is not ctxd's."""
     if len(words) == 1:
         return os.path.basename(words[0]) == "ctxd"
+    if len(words) == 2:  # (any interpreter: `sys.executable` may be named otherwise)
+        interpreter, launcher = words
+        return (os.path.isabs(interpreter) and os.path.isabs(launcher) and os.path.basename(launcher) == "launch.py"
+                and os.path.basename(os.path.dirname(launcher)) == "ctxd")
     return len(words) == 3 and os.path.basename(words[0]).startswith("python") and words[1:] == ["-m", "ctxd"]
 
 

@@ -16,6 +16,7 @@ import {
   TransportKind,
 } from 'vscode-languageclient/node';
 import { CrashPolicy, crashStormMessage } from './crashes';
+import { pythonSafeEnv } from './probe';
 import type { ManagedClient, StopReason } from './daemon';
 import type { Rpc } from './protocol';
 import type { DaemonCommand } from './settings';
@@ -36,7 +37,7 @@ export function createClient(config: ClientConfig): ManagedClient {
     command: config.command.command,
     args: config.command.args,
     transport: TransportKind.stdio,
-    options: { cwd: config.cwd, env: { ...process.env, PYTHONUNBUFFERED: '1' } },
+    options: { cwd: config.cwd, env: pythonSafeEnv({ ...process.env, PYTHONUNBUFFERED: '1' }) },
   };
   const crashes = new CrashPolicy();
   let stopReason: StopReason | undefined;

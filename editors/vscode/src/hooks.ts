@@ -11,6 +11,7 @@
  */
 import { spawn } from 'node:child_process';
 import { agentOf } from './agents';
+import { pythonSafeEnv } from './probe';
 import type { DaemonCommand } from './settings';
 import type { Ui } from './ui';
 
@@ -41,8 +42,7 @@ export function hooksRunner(command: () => Promise<DaemonCommand>, cwd: () => st
         clearTimeout(timer);
         resolve(r);
       };
-      // PYTHONSAFEPATH: a `ctxd` folder in the project must not answer instead of ctxd.
-      const child = spawn(c.command, [...c.args, 'hooks', ...args], { cwd: cwd(), env: { ...env, PYTHONSAFEPATH: '1' }, stdio: ['ignore', 'pipe', 'pipe'] });
+      const child = spawn(c.command, [...c.args, 'hooks', ...args], { cwd: cwd(), env: pythonSafeEnv(env), stdio: ['ignore', 'pipe', 'pipe'] });
       const timer = setTimeout(() => {
         child.kill('SIGKILL');
         done({ code: -1, stdout, stderr: `ctxd hooks ${args[0]} did not finish within ${HOOKS_TIMEOUT_MS / 1000} s` });

@@ -19,6 +19,15 @@ function neutralFolder(): string {
   return dir;
 }
 
+/**
+ * The environment of every process that runs ctxd (the daemon, its probe, `ctxd hooks`): in the
+ * workspace, `python -m ctxd` would otherwise put that folder first on `sys.path`, and a `ctxd`
+ * folder of the project's would run instead of ctxd. PYTHONSAFEPATH (Python 3.11+) keeps it off.
+ */
+export function pythonSafeEnv(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
+  return { ...env, PYTHONSAFEPATH: '1' };
+}
+
 export type ProbeResult =
   | { ok: true; version: string }
   | { ok: false; notInstalled: boolean; detail: string };
@@ -36,10 +45,9 @@ export function probeDaemon(command: DaemonCommand, timeoutMs = 20_000, env: Nod
         resolve(r);
       }
     };
-    // PYTHONSAFEPATH (3.11+) also keeps the current folder off sys.path.
     const child = spawn(command.command, [...command.args, '--version'], {
       cwd: neutralFolder(),
-      env: { ...env, PYTHONSAFEPATH: '1' },
+      env: pythonSafeEnv(env),
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     const timer = setTimeout(() => {

@@ -5,7 +5,8 @@ import { CrashPolicy, crashStormMessage } from '../src/crashes';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { interpreterOf, notInstalledMessage, probeDaemon } from '../src/probe';
+import { spawnSync } from 'node:child_process';
+import { interpreterOf, notInstalledMessage, probeDaemon, pythonSafeEnv } from '../src/probe';
 import { PYTHON } from './daemon';
 
 describe('crash policy', () => {
@@ -79,6 +80,23 @@ describe('daemon probe', () => {
       assert.match(r.ok ? r.version : '', /^ctxd \d/);
     } finally {
       process.chdir(before);
+      fs.rmSync(here, { recursive: true, force: true });
+    }
+  });
+
+  test("the daemon's environment keeps a project's `ctxd` folder from answering in the workspace", () => {
+    // The language client runs the daemon in the first workspace folder (client.ts).
+    const here = fs.mkdtempSync(path.join(os.tmpdir(), 'ctxd-shadow-'));
+    fs.mkdirSync(path.join(here, 'ctxd'));
+    fs.writeFileSync(path.join(here, 'ctxd', '__init__.py'), '');
+    fs.writeFileSync(path.join(here, 'ctxd', '__main__.py'), 'print("shadow 9.9")\n');
+    const env: NodeJS.ProcessEnv = { ...process.env, PYTHONPATH: path.resolve(__dirname, '..', '..', '..', '..') };
+    delete env.PYTHONSAFEPATH;
+    const version = (e: NodeJS.ProcessEnv) => spawnSync(PYTHON, ['-m', 'ctxd', '--version'], { cwd: here, env: e, encoding: 'utf8' }).stdout.trim();
+    try {
+      assert.equal(version(env), 'shadow 9.9'); // what it guards against
+      assert.match(version(pythonSafeEnv(env)), /^ctxd \d/);
+    } finally {
       fs.rmSync(here, { recursive: true, force: true });
     }
   });
