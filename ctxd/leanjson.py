@@ -54,10 +54,12 @@ def _unencodable(value: Any) -> Any:
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
-def dumps(value: Any) -> str:
-    """`json.dumps(value, separators=(",", ":"))`: an encoder per call, as json's, whose circular
-    check (`markers`) is then this call's alone (the owner sends from several threads)."""
-    encode = _json.make_encoder({}, _unencodable, _json.encode_basestring_ascii, None, ":", ",", False, False, True)
+def dumps(value: Any, ascii_only: bool = True) -> str:
+    """`json.dumps(value, separators=(",", ":"))` (`ensure_ascii=False` without `ascii_only`): an
+    encoder per call, as json's, whose circular check (`markers`) is then this call's alone (the
+    owner sends from several threads)."""
+    strings = _json.encode_basestring_ascii if ascii_only else _json.encode_basestring
+    encode = _json.make_encoder({}, _unencodable, strings, None, ":", ",", False, False, True)
     return "".join(encode(value, 0))
 
 

@@ -52,7 +52,7 @@ ALLOWED: dict[str, set[str]] = {
     "server": {"compact", "ctxd", "errors", "ghost", "hookio", "hookplan", "ledger", "logs", "ownerlink", "places", "protocol",
                "redact",
                "sessions", "settings", "status", "tokens", "workspace"},
-    "mcp": {"acplink", "agents", "ctxd", "ownerlink", "places"},  # `ctxd mcp` answers before anything else is imported
+    "mcp": {"acplink", "agents", "ctxd", "leanjson", "ownerlink", "places"},  # `ctxd mcp` answers before anything else is imported
     "hooks": {"agents", "errors", "ghost", "hookio", "hookplan", "marks", "ownerlink", "places", "protocol", "redact",
               "safefile", "settings", "terminal"},  # protocol: a checkpoint's turn and tool (types)
     "statusline": {"agents", "hookio", "places", "tokens"},  # tokens: the prompt cache's lifetimes

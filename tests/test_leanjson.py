@@ -35,6 +35,7 @@ def test_it_reads_and_writes_as_json_does(text: str) -> None:
     assert repr(value) == repr(json.loads(text))
     assert repr(leanjson.loads(text.encode())) == repr(value)
     assert leanjson.dumps(value) == json.dumps(value, separators=(",", ":"))
+    assert leanjson.dumps(value, ascii_only=False) == json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 @pytest.mark.parametrize("text", NOT_JSON)

@@ -238,26 +238,29 @@ def test_a_ctxd_session_that_is_no_agent_session_is_refused(tmp_path: Path, sess
 
 
 def test_ctxd_mcp_answers_before_it_imports_anything_heavy(tmp_path: Path) -> None:
-    """Agents start an MCP server with a timeout and often begin a turn with it still pending: `ctxd
-    mcp` speaks the protocol with the standard library (no SDK, whose import alone took 0.75 s), and
-    leaves the store, the follower and pydantic to the owner it asks; its worker threads wait for
-    the first tool call. `-X importtime` lists every module the process imported; its speed is
-    bench/bench_recall.py's."""
+    """Agents start an MCP server with a timeout and wait for its `initialize` and `tools/list`
+    before their first turn: `ctxd mcp` speaks the protocol with the standard library (no SDK,
+    whose import alone took 0.75 s), and leaves the store, the follower and pydantic to the owner
+    it asks. Until its tools are listed it imports neither `typing`, `pathlib`, `json` (and its
+    `re`) nor the agents' modules: the owner is reached on a thread started after the list
+    (`Backend.start`). Started as install names it (`ctxd/launch.py`, `-S`: not this checkout's
+    development install, which an installed ctxd has not). `-X importtime` lists every module the
+    process imported; its speed is bench/bench_recall.py's."""
     import subprocess
 
     repo = make_repo(tmp_path / "repo")
-    env = daemon_env(tmp_path / "state", {"CLAUDE_CONFIG_DIR": str(tmp_path / "claude"), "PYTHONPATH": str(REPO),
-                                          "CTXD_OWNER": "0"})
+    env = daemon_env(tmp_path / "state", {"CLAUDE_CONFIG_DIR": str(tmp_path / "claude"), "CTXD_OWNER": "0"})
     request = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize",
                           "params": {"protocolVersion": "2025-06-18", "capabilities": {},
                                      "clientInfo": {"name": "test", "version": "1"}}}) + "\n"
-    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "ctxd", "mcp"], cwd=repo.root, env=env,
-                          input=request, capture_output=True, text=True, timeout=120)
+    request += json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}) + "\n"
+    done = subprocess.run([sys.executable, "-S", "-X", "importtime", str(REPO / "ctxd" / "launch.py"), "mcp"],
+                          cwd=repo.root, env=env, input=request, capture_output=True, text=True, timeout=120)
     assert json.loads(done.stdout.splitlines()[0])["result"]["serverInfo"]["name"] == "ctxd"
     imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
     assert "ctxd.mcp.protocol" in imported, done.stderr[-2000:]
     heavy = {"mcp", "pydantic", "ctxd.ledger.store", "ctxd.sessions.follower", "ctxd.workspace", "sqlite3",
-             "concurrent.futures"}
+             "concurrent.futures", "typing", "pathlib", "json", "re", "ctxd.agents"}
     assert not heavy & imported, heavy & imported
 
 

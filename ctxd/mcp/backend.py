@@ -12,11 +12,14 @@ from __future__ import annotations
 import os
 import threading
 import time
-from pathlib import Path
-from typing import Any
 
-from ctxd import agents, ownerlink
+from ctxd import ownerlink
 from ctxd.mcp.protocol import ToolError
+
+TYPE_CHECKING = False  # (ctxd.mcp.protocol: no `typing` nor `pathlib` before `initialize` is answered)
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any
 
 SESSION_ENV = "CTXD_SESSION"
 ACP = "acp"
@@ -29,24 +32,33 @@ MAX_LIMIT = 100
 class Backend:
     """The served workspace and session, reached through the owner."""
 
-    def __init__(self, cwd: Path, session: str | None = None) -> None:
+    def __init__(self, cwd: str, session: str | None = None) -> None:
         self.cwd = cwd
-        self.root = cwd  # the workspace's folder, once found (`_open`: no tool answers before)
         self.state_dir: Path | None = None
-        self.uri = cwd.as_uri()
         self.named_session = session
         self._owner: ownerlink.Session | None = None
         self._failure: str | None = None
         self._opened = threading.Event()
-        threading.Thread(target=self._open, name="ctxd-mcp-owner", daemon=True).start()
+        self._started = False
+
+    def start(self) -> None:
+        """Find the workspace and reach the owner on a thread of its own, once the agent has the
+        answers it waits for at its start (`initialize`, `tools/list`: `protocol.Server` calls
+        this after the list), so that what it imports is not on the agent's way; a tool call or
+        a resource read that comes first starts it at once."""
+        if not self._started:
+            self._started = True
+            threading.Thread(target=self._open, name="ctxd-mcp-owner", daemon=True).start()
 
     def _open(self) -> None:
-        """The workspace found and the owner reached, beside the protocol (which answers the
-        agent's `initialize` meanwhile: what this imports is not on that path)."""
+        from pathlib import Path
+
+        self.root = Path(self.cwd)  # the workspace's folder, once found (no tool answers before)
+        self.uri = self.root.as_uri()
         try:
             from ctxd.places import default_state_dir, find_workspace
 
-            located = find_workspace(self.cwd, default_state_dir())
+            located = find_workspace(self.root, default_state_dir())
             self.root, self.state_dir, self.uri = located.folder, located.state_dir, located.folder.as_uri()
             self._owner = ownerlink.Session.open(self.state_dir, [self.root])
             if self._owner is None:
@@ -60,6 +72,8 @@ class Backend:
             self._opened.set()
 
     def close(self) -> None:
+        if not self._started:
+            return
         self._opened.wait(OPEN_SECONDS)
         if self._owner is not None:
             self._owner.close()
@@ -67,6 +81,7 @@ class Backend:
     # --- asking the owner ---
 
     def ask(self, method: str, params: dict[str, Any], timeout: float = 120.0) -> Any:
+        self.start()
         if not self._opened.wait(OPEN_SECONDS) or self._owner is None:
             raise ToolError(self._failure or "the ctxd owner did not answer in time")
         self._follow_acp_workspace()
@@ -84,6 +99,8 @@ class Backend:
 
         link = acplink.served(os.environ)
         folder = link.get("workspace") if link is not None else None
+        from pathlib import Path
+
         if not isinstance(folder, str) or not os.path.isabs(folder) or Path(folder) == self.root:
             return
         self.root, self.uri = Path(folder), Path(folder).as_uri()
@@ -107,7 +124,7 @@ class Backend:
     def thread(self) -> str:
         """The session served: the one CTXD_SESSION names, else the newest followed session of the
         workspace (waiting a little for the owner to have read them)."""
-        from ctxd import acplink
+        from ctxd import acplink, agents
 
         self.synced()
         behind_proxy = acplink.served_thread(os.environ)
@@ -186,6 +203,7 @@ class Backend:
         deadline; Codex's own numbers when the owner cannot answer in time."""
         from ctxd.mcp import codex_statusline as footer
 
+        self.start()
         state = footer.field(meta, footer.STATE_KEY)
         session = footer.field(state, "thread").get("id")
         gauge = checkpoint = None
@@ -213,6 +231,8 @@ class Backend:
 
 def _served(thread: str) -> bool:
     """Whether `ctxd mcp` may serve `thread`: an agent's session (ctxd/agents) or an ACP session's."""
+    from ctxd import agents
+
     return agents.followed(thread) is not None or thread.partition(":")[0] == ACP
 
 
@@ -225,5 +245,5 @@ def _time_of(snapshot: dict[str, Any]) -> float | None:
         return None
 
 
-def backend_from_environment(cwd: Path | None = None) -> Backend:
-    return Backend(cwd or Path.cwd(), session=os.environ.get(SESSION_ENV) or None)
+def backend_from_environment(cwd: str) -> Backend:
+    return Backend(cwd, session=os.environ.get(SESSION_ENV) or None)

@@ -13,9 +13,13 @@ when it cannot answer in time the footer shows Codex's own numbers instead of fa
 
 from __future__ import annotations
 
-import json
 import time
-from typing import Any
+
+from ctxd import leanjson
+
+TYPE_CHECKING = False  # (`ctxd mcp` imports this before it answers `initialize`: no `typing`, no `json`)
+if TYPE_CHECKING:
+    from typing import Any
 
 URI = "ui://ctxd/statusline"
 STATE_KEY = "com.openai/codex-statusline-state"
@@ -77,7 +81,7 @@ def tree(gauge: dict[str, Any] | None, state: dict[str, Any], checkpoint_at: flo
 
 
 def resource_text(ui: dict[str, Any]) -> str:
-    text = json.dumps(ui, ensure_ascii=False, separators=(",", ":"))
+    text = leanjson.dumps(ui, ascii_only=False)
     if len(text.encode("utf-8")) > MAX_TREE_BYTES:  # never: a handful of short leaves
-        text = json.dumps("ctxd")
+        text = leanjson.dumps("ctxd")
     return text

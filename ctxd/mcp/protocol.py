@@ -3,7 +3,8 @@
 
 Why not the `mcp` SDK: importing it takes about 0.75 s, and agents start their MCP servers at the
 start of every session and often begin the first turn with a server still pending. This module
-imports only the standard library, so `initialize` is answered as soon as Python is up; the tools'
+imports only the standard library (not even `typing`, nor `json` and its `re`: `ctxd.leanjson`), so
+`initialize` is answered as soon as Python is up; the tools'
 work (and everything it imports) starts in the background meanwhile. The official MCP client
 checks it in the tests (tests/test_mcp.py).
 
@@ -14,14 +15,17 @@ never a traceback. A call runs on a worker thread: the reader keeps answering `p
 
 from __future__ import annotations
 
-import json
+import collections
 import sys
 import threading
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
 
+from ctxd import leanjson
+
+TYPE_CHECKING = False  # (`typing` alone is milliseconds of an agent's wait for `initialize`)
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from concurrent.futures import ThreadPoolExecutor
+    from typing import Any, BinaryIO, NamedTuple
 
 PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
 """The versions answered, newest first: a client's own is echoed when it is one of them."""
@@ -35,17 +39,33 @@ class ToolError(Exception):
     """A tool's failure, told to the model as the tool's result (`isError`), never as a crash."""
 
 
-class Tool(NamedTuple):
+if TYPE_CHECKING:
+    class _ToolFields(NamedTuple):
+        name: str
+        description: str
+        properties: dict[str, dict[str, Any]]  # argument -> its JSON Schema (with "default" when optional)
+        run: Callable[..., dict[str, Any]]  # called with the checked arguments; raises ToolError
+        required: tuple[str, ...] = ()
+        meta: dict[str, Any] | None = None
+        title: str | None = None
+
+    class _ResourceFields(NamedTuple):
+        uri: str
+        name: str
+        mime_type: str
+        read: Callable[[dict[str, Any]], str]  # given the read's `params._meta` (a client may pass state there)
+        meta: dict[str, Any] | None = None
+else:  # the same, without `typing`
+    _ToolFields = collections.namedtuple("_ToolFields", "name description properties run required meta title",
+                                         defaults=[(), None, None])
+    _ResourceFields = collections.namedtuple("_ResourceFields", "uri name mime_type read meta", defaults=[None])
+
+
+class Tool(_ToolFields):
     """One tool. (Named tuples, not dataclasses: importing `dataclasses` imports `inspect`, a
     quarter of what `ctxd mcp` imported before answering `initialize`.)"""
 
-    name: str
-    description: str
-    properties: dict[str, dict[str, Any]]  # argument -> its JSON Schema (with "default" when optional)
-    run: Callable[..., dict[str, Any]]  # called with the checked arguments; raises ToolError
-    required: tuple[str, ...] = ()
-    meta: dict[str, Any] | None = None
-    title: str | None = None
+    __slots__ = ()
 
     def listing(self) -> dict[str, Any]:
         schema: dict[str, Any] = {"type": "object", "properties": self.properties}
@@ -59,12 +79,8 @@ class Tool(NamedTuple):
         return entry
 
 
-class Resource(NamedTuple):
-    uri: str
-    name: str
-    mime_type: str
-    read: Callable[[dict[str, Any]], str]  # given the read's `params._meta` (a client may pass state there)
-    meta: dict[str, Any] | None = None
+class Resource(_ResourceFields):
+    __slots__ = ()
 
     def listing(self) -> dict[str, Any]:
         entry: dict[str, Any] = {"uri": self.uri, "name": self.name, "mimeType": self.mime_type}
@@ -111,7 +127,7 @@ def _type_error(name: str, schema: dict[str, Any], value: Any) -> str | None:
 
 
 def _shown(value: Any) -> str:
-    text = json.dumps(value, ensure_ascii=False)
+    text = leanjson.dumps(value, ascii_only=False)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -143,11 +159,11 @@ class Server:
     """One client on a pair of byte streams, until it closes them."""
 
     def __init__(self, name: str, version: str, instructions: str, tools: list[Tool],
-                 resources: list[Resource] | None = None, on_initialized: Callable[[], None] | None = None) -> None:
+                 resources: list[Resource] | None = None, on_listed: Callable[[], None] | None = None) -> None:
         self.name, self.version, self.instructions = name, version, instructions
         self.tools = {tool.name: tool for tool in tools}
         self.resources = {resource.uri: resource for resource in resources or []}
-        self.on_initialized = on_initialized
+        self.on_listed = on_listed  # after the tools/list answer: the agent has what it waits for at its start
         self._write_lock = threading.Lock()
         self._out: BinaryIO | None = None
         self._workers: ThreadPoolExecutor | None = None  # made at the first call: not on `initialize`'s path
@@ -182,7 +198,7 @@ class Server:
 
     def _message(self, line: bytes) -> None:
         try:
-            message = json.loads(line)
+            message = leanjson.loads(line)
         except ValueError:
             self._error(None, PARSE_ERROR, "Parse error: not JSON")
             return
@@ -199,8 +215,6 @@ class Server:
         if not isinstance(method, str):
             return  # a response to nothing we asked, or garbage without an id worth answering
         if "id" not in message:
-            if method == "notifications/initialized" and self.on_initialized is not None:
-                self.on_initialized()
             return  # notifications (cancelled, progress, roots): nothing to answer
         if method == "initialize":
             asked = params.get("protocolVersion") if isinstance(params, dict) else None
@@ -215,6 +229,8 @@ class Server:
             self._reply(msg_id, {})
         elif method == "tools/list":
             self._reply(msg_id, {"tools": [tool.listing() for tool in self.tools.values()]})
+            if self.on_listed is not None:
+                self.on_listed()
         elif method == "tools/call":
             self._submit(self._call, msg_id, params)
         elif method == "resources/list":
@@ -243,7 +259,7 @@ class Server:
             self._reply(msg_id, {"content": [{"type": "text", "text": f"{tool.name} failed inside ctxd: "
                                               f"{type(error).__name__}"}], "isError": True})
             return
-        text = json.dumps(value, ensure_ascii=False)
+        text = leanjson.dumps(value, ascii_only=False)
         self._reply(msg_id, {"content": [{"type": "text", "text": text}], "structuredContent": value,
                              "isError": False})
 
@@ -267,7 +283,7 @@ class Server:
     # --- out ---
 
     def _send(self, message: dict[str, Any]) -> None:
-        data = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+        data = leanjson.dumps(message, ascii_only=False).encode("utf-8") + b"\n"
         with self._write_lock:
             assert self._out is not None
             try:

@@ -11,12 +11,15 @@ tools ask the owner (`backend.py`).
 
 from __future__ import annotations
 
+import os
 import sys
-from pathlib import Path
-from typing import Any
 
 from ctxd.mcp import codex_statusline, limits, protocol
 from ctxd.mcp.protocol import Resource, Tool
+
+TYPE_CHECKING = False  # (neither `typing` nor `pathlib` before `initialize` is answered: ctxd.mcp.protocol)
+if TYPE_CHECKING:
+    from typing import Any
 
 INSTRUCTIONS = (
     "ctxd keeps this session's whole history, the parts your compactions replaced included. Use `recall` "
@@ -89,8 +92,9 @@ def main(argv: list[str]) -> int:
     from ctxd import __version__
     from ctxd.mcp.backend import backend_from_environment
 
-    backend = backend_from_environment(Path.cwd())
-    server = protocol.Server("ctxd", __version__, INSTRUCTIONS, tools(backend), resources(backend))
+    backend = backend_from_environment(os.getcwd())
+    server = protocol.Server("ctxd", __version__, INSTRUCTIONS, tools(backend), resources(backend),
+                             on_listed=backend.start)
     _closing_on_signals()
     try:
         protocol.serve_stdio(server)
