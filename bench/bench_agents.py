@@ -117,8 +117,9 @@ def installed_python(folder: Path) -> Path:
 
 
 def ctxd_bin(folder: Path, python: Path) -> Path:
-    """`ctxd` on the agents' PATH (what `ctxd hooks install` names): this tree's code, started as
-    pip's console script starts it."""
+    """`ctxd` on the agents' PATH, started as pip's console script starts it: this tree's code. It
+    runs `ctxd hooks install`, which names ctxd by its launcher (`ctxd.places.ctxd_command`: this
+    Python and the tree's ctxd/launch.py), as it does for a user."""
     folder.mkdir(parents=True, exist_ok=True)
     script = folder / "ctxd"
     script.write_text(f"#!{python}\nimport re\nimport sys\nfrom ctxd.entry import main\nif __name__ == '__main__':\n"
