@@ -17,6 +17,10 @@ end
 ---@type vim.lsp.Config
 return {
   cmd = { 'ctxd' },
+  -- Neovim starts the daemon in its own current folder, often a project: with `cmd = { python, '-m',
+  -- 'ctxd' }` a `ctxd` folder there would run instead of ctxd. PYTHONSAFEPATH keeps that folder off
+  -- `sys.path`; a `cmd_env` given to setup() is merged with it, key by key.
+  cmd_env = { PYTHONSAFEPATH = '1' },
   root_markers = { '.git' },
   root_dir = function(bufnr, on_dir)
     require('ctxd.lsp').root_dir(bufnr, on_dir)

@@ -279,7 +279,8 @@ function M.supports(lsp_client, method)
 end
 
 --- The command and environment that start the daemon (`setup({ cmd, cmd_env })`, else
---- `lsp/ctxd.lua`'s): nil for a command given as a function (an in-process transport).
+--- `lsp/ctxd.lua`'s; the environment is the two merged, PYTHONSAFEPATH included): nil for a command
+--- given as a function (an in-process transport).
 ---@return string[]? cmd
 ---@return table<string, string>? env
 function M.daemon_command()
@@ -288,7 +289,7 @@ function M.daemon_command()
     return vim.lsp.config.ctxd
   end)
   local cmd = options.cmd or (ok and lsp_config and lsp_config.cmd) or { 'ctxd' }
-  local env = options.cmd_env or (ok and lsp_config and lsp_config.cmd_env) or nil
+  local env = (ok and lsp_config and lsp_config.cmd_env) or options.cmd_env or nil
   if type(cmd) ~= 'table' or type(cmd[1]) ~= 'string' then
     return nil, env
   end
