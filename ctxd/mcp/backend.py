@@ -95,12 +95,12 @@ class Backend:
     def _follow_acp_workspace(self) -> None:
         """Behind a `ctxd acp` proxy given a workspace of its own (`--workspace`), the session is
         recorded there: that folder is asked (and opened in the owner's session) instead."""
+        from pathlib import Path
+
         from ctxd import acplink
 
         link = acplink.served(os.environ)
         folder = link.get("workspace") if link is not None else None
-        from pathlib import Path
-
         if not isinstance(folder, str) or not os.path.isabs(folder) or Path(folder) == self.root:
             return
         self.root, self.uri = Path(folder), Path(folder).as_uri()

@@ -3,10 +3,10 @@
 
 Why not the `mcp` SDK: importing it takes about 0.75 s, and agents start their MCP servers at the
 start of every session and often begin the first turn with a server still pending. This module
-imports only the standard library (not even `typing`, nor `json` and its `re`: `ctxd.leanjson`), so
-`initialize` is answered as soon as Python is up; the tools'
-work (and everything it imports) starts in the background meanwhile. The official MCP client
-checks it in the tests (tests/test_mcp.py).
+imports only the standard library (not even `typing`, nor `json` and its `re`: `ctxd.leanjson`),
+so `initialize` is answered as soon as Python is up; the tools' work (and everything it imports)
+starts after the tools are listed. The official MCP client checks it in the tests
+(tests/test_mcp.py).
 
 Tools are declared with their JSON Schema; arguments are checked against it here (types,
 required, enums; unknown arguments refused), so a wrong argument gets a tool error naming it,
