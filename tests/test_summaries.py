@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -243,3 +244,39 @@ def test_the_skimmer_and_its_python_twin_agree(value: Any, cut: int | None) -> N
     for skip in ((), (b'"x"',), (b'"skip"',)):
         assert skim.lines(text, 0, len(text), b"type", skip, (b"k",)) == skim.py_lines(
             text, 0, len(text), b"type", skip, (b"k",))
+
+
+def test_the_daemons_session_readers_import_nothing_from_the_folder_it_runs_in(tmp_path: Path, ws: Path) -> None:
+    """More than PARALLEL_BYTES to list: the daemon summarizes the sessions in spawned workers, each
+    `python -c …` in the daemon's current folder, which Python puts first on their `sys.path`. An
+    editor starts the daemon in the workspace: a repository's `multiprocessing/` folder ran in every
+    worker. The daemon (alone here, `CTXD_OWNER=0`, started by the launcher as install names it)
+    gives its Python children PYTHONSAFEPATH (`ctxd.server.process.safe_python_children`)."""
+    from tests.rpc import Client, daemon_env
+
+    mark = tmp_path / "trap-ran"
+    (ws / "multiprocessing").mkdir()
+    (ws / "multiprocessing" / "__init__.py").write_text(f"open({str(mark)!r}, 'a').write('ran')\n")
+    padding = json.dumps({"type": "file-history-snapshot", "messageId": "m", "snapshot": {"pad": "x" * 8000}}).encode()
+    each = summaries.PARALLEL_BYTES // 2 + 1024 * 1024
+    for n in (1, 2, 3):  # the newest (3) is listed alone first (its gauge); the two others together
+        session = f"0000000{n}-0000-4000-8000-000000000000"
+        path = fx.write_jsonl(fx.claude_path(tmp_path / "state" / "claude-home", ws, session),
+                              [fx.claude_user(f"prompt {n}", "u1", None, ws, "2025-10-03T11:00:01.000Z", session)])
+        if n < 3:
+            with path.open("ab") as handle:
+                handle.write((padding + b"\n") * (each // len(padding)))
+        os.utime(path, (1_700_000_000 + n, 1_700_000_000 + n))
+    env = daemon_env(tmp_path / "state", {"CTXD_OWNER": "0"})
+    proc = subprocess.Popen([sys.executable, str(REPO / "ctxd" / "launch.py")], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=ws)
+    client = Client(proc)
+    try:
+        client.initialize([ws])
+        deadline = time.monotonic() + 120
+        while len(client.request("ctxd/threads", {"workspace": ws.as_uri()})["threads"]) < 3:
+            assert time.monotonic() < deadline, "the three sessions were never listed"
+            time.sleep(0.2)
+    finally:
+        client.shutdown()
+    assert not mark.exists(), "a worker imported the workspace's multiprocessing folder"

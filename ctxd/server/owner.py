@@ -510,7 +510,7 @@ def detach() -> None:
 
 
 def main(state_dir: Path, *, detached: bool, keep: Path | None = None) -> int:
-    from ctxd.server.process import keep_freed_memory
+    from ctxd.server.process import keep_freed_memory, safe_python_children
 
     if detached:
         detach()
@@ -523,6 +523,7 @@ def main(state_dir: Path, *, detached: bool, keep: Path | None = None) -> int:
         return 1
     setup_log(folder)
     keep_freed_memory()
+    safe_python_children()
     owner = Owner(state_dir)
     lock = owner.take_lock()
     if lock is None:

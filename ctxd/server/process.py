@@ -1,4 +1,5 @@
-"""What the daemon's process asks of the system: memory kept for its large strings, wide pipes."""
+"""What the daemon's process asks of the system: memory kept for its large strings, wide pipes,
+Python children that import nothing from its folder."""
 
 from __future__ import annotations
 
@@ -14,6 +15,16 @@ KEEP_FREED_BYTES = 64 * 1024 * 1024
 ARENAS = 2
 # The size asked for the stdio pipes (see `widen_pipes`): Linux lets any user ask up to 1 MB.
 PIPE_BYTES = 1024 * 1024
+
+
+def safe_python_children() -> None:
+    """The Python processes the daemon starts import nothing from the folder it runs in. The
+    session readers' workers (`ctxd.sessions.summaries.reads`, "spawn") start as `python -c …` in
+    the daemon's current folder, which Python puts first on `sys.path`: an editor starts the
+    daemon in the workspace, and a repository's `multiprocessing/` folder would run in each
+    worker. PYTHONSAFEPATH (Python 3.11+) keeps it off; set here, before any thread starts, so
+    that every child inherits it."""
+    os.environ["PYTHONSAFEPATH"] = "1"
 
 
 def keep_freed_memory() -> None:
