@@ -148,10 +148,12 @@ def leftovers(root: Path) -> list[str]:
             for n in dirs + files if n.startswith(".ctxd-")]
 
 
-def assert_whole(now: dict[str, bytes], old: dict[str, bytes], new: dict[str, bytes]) -> None:
+def assert_whole(now: dict[str, bytes], old: dict[str, bytes], new: dict[str, bytes], folders: bool = True) -> None:
     """Each path is exactly as it was or exactly as the snapshot has it (absent counts). Temporary
-    names are not the user's paths (`leftovers` looks for them)."""
-    paths = {p for p in set(old) | set(new) | set(now) if not any(n.startswith(".ctxd-") for n in p.split("/"))}
+    names are not the user's paths (`leftovers` looks for them). Without `folders`, an empty
+    folder is not looked at: only files and links."""
+    paths = {p for p in set(old) | set(new) | set(now) if not any(n.startswith(".ctxd-") for n in p.split("/"))
+             and (folders or not p.endswith("/"))}
     wrong = {p: (len(now[p]) if p in now else None) for p in sorted(paths) if now.get(p) not in (old.get(p), new.get(p))}
     assert not wrong, f"{len(wrong)} files neither as they were nor as the snapshot has them (path: size now): " \
                       f"{dict(list(wrong.items())[:10])}"
@@ -438,6 +440,23 @@ def test_a_read_only_remount_while_placing_names_what_changed_and_the_undo(tmp_p
 # --- kill -9 ---------------------------------------------------------------------------------------------
 
 
+def test_a_restore_cut_short_after_deleting_what_it_moved_aside_has_its_emptied_folders_removed(tmp_path: Path) -> None:
+    """`treewrite.finish` deletes what the restore moved aside, then the folders that leaves empty:
+    a kill between the two leaves an empty folder with no name of the restore's in it (seen in the
+    test below on a loaded machine). The next daemon's clean-up (`remove_leftovers`, over the
+    journal's folders) removes it and the folders above it that it empties, as the restore would
+    have; a folder that still holds something stays."""
+    from ctxd.ghost import treewrite
+
+    top = tmp_path / "ws"
+    (top / "agent_dir" / "deeper").mkdir(parents=True)
+    (top / "kept").mkdir()
+    (top / "kept" / "file.txt").write_text("stays\n")
+    assert treewrite.remove_leftovers(top, "t1", ["agent_dir/deeper", "kept"])
+    assert not (top / "agent_dir").exists()
+    assert (top / "kept" / "file.txt").read_text() == "stays\n"
+
+
 def test_a_daemon_killed_at_any_point_of_a_restore_leaves_every_file_whole(tmp_path: Path,
                                                                           daemons: Callable[..., Client]) -> None:
     """The daemon is killed (SIGKILL) at three moments of its restore: once its journal appears,
@@ -481,7 +500,10 @@ def test_a_daemon_killed_at_any_point_of_a_restore_leaves_every_file_whole(tmp_p
         client.kill()
         with contextlib.suppress(TimeoutError, RpcError):
             client.response(asked, timeout=1)
-        assert_whole(tree(repo.root), old, new)
+        # Every file and link whole. A folder the restore emptied may be left for a moment: the
+        # file is deleted, then its folder, and a kill between leaves the folder (the next daemon
+        # removes it: checked below). Seen at "files changing in place" on a loaded machine.
+        assert_whole(tree(repo.root), old, new, folders=False)
 
         after = daemons(repo.root)
         listed = request(after, "ctxd/ghost/list", repo.root)

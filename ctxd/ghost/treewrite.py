@@ -529,9 +529,10 @@ def _remove_name(home: int, name: str) -> bool:
 def remove_leftovers(top: Path, tag: str, folders: list[str], floor: int = 0) -> bool:
     """What a restore cut short (a crash) left: every `.ctxd-<tag>-*` name in the journal's folders
     (temporaries, and what was moved aside, which the undo snapshot holds). A folder that only
-    what was moved aside kept from being empty is removed with the folders above it that this
-    leaves empty, down to the workspace folder (`floor`: its depth), as the restore would have
-    done. False when a name stays."""
+    what was moved aside kept from being empty, or that is empty already (the restore had
+    deleted what it moved aside, and was cut short before the folder: `finish`), is removed with
+    the folders above it that this leaves empty, down to the workspace folder (`floor`: its
+    depth), as the restore would have done. False when a name stays."""
     if not tag or not all(isinstance(f, str) for f in folders):
         return True
     prefix = f"{TEMP_PREFIX}{tag}-"
@@ -547,7 +548,7 @@ def remove_leftovers(top: Path, tag: str, folders: list[str], floor: int = 0) ->
                 continue
             for name in names:
                 clean = _remove_name(home, name) and clean
-            if any(n.endswith(ASIDE) for n in names):
+            if any(n.endswith(ASIDE) for n in names) or not names and not os.listdir(home):
                 emptied.append(folder)
         for folder in sorted((f for f in emptied if f), key=lambda f: -f.count("/")):
             parts = folder.split("/")
