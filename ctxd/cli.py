@@ -37,11 +37,10 @@ def run_daemon(args: argparse.Namespace) -> int:
 
         return forward.run(args)  # the owner serves it (ctxd/server/owner.py), or this process does
     from ctxd.server.app import serve_tcp
-    from ctxd.server.process import keep_freed_memory, safe_python_children
+    from ctxd.server.process import daemon_process
 
     setup_logging(args.verbose, args.log_file)
-    keep_freed_memory()
-    safe_python_children()
+    daemon_process()
     state_dir = Path(args.state_dir).expanduser() if args.state_dir else None
     serve_tcp(state_dir, args.host, args.port, Path(args.token_file).expanduser() if args.token_file else None)
     return 0

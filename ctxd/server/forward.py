@@ -111,10 +111,9 @@ def run(args: argparse.Namespace) -> int:
     log.warning("serving in this process, alone (%s; state dir %s)", why, state_dir)
     from ctxd.server.app import serve_stdio
     from ctxd.server.connection import with_head
-    from ctxd.server.process import keep_freed_memory, safe_python_children
+    from ctxd.server.process import daemon_process
 
-    keep_freed_memory()
-    safe_python_children()
+    daemon_process()
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # a stray print must not corrupt the protocol stream
     serve_stdio(Path(args.state_dir).expanduser() if args.state_dir else None, with_head(head, stdin), stdout)

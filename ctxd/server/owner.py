@@ -510,7 +510,7 @@ def detach() -> None:
 
 
 def main(state_dir: Path, *, detached: bool, keep: Path | None = None) -> int:
-    from ctxd.server.process import keep_freed_memory, safe_python_children
+    from ctxd.server.process import daemon_process
 
     if detached:
         detach()
@@ -522,8 +522,7 @@ def main(state_dir: Path, *, detached: bool, keep: Path | None = None) -> int:
         print(f"ctxd owner: {error}", file=sys.stderr)
         return 1
     setup_log(folder)
-    keep_freed_memory()
-    safe_python_children()
+    daemon_process()
     owner = Owner(state_dir)
     lock = owner.take_lock()
     if lock is None:

@@ -17,6 +17,13 @@ ARENAS = 2
 PIPE_BYTES = 1024 * 1024
 
 
+def daemon_process() -> None:
+    """What every daemon process (the owner, one serving alone, `--tcp`) asks at its start, before
+    any thread runs."""
+    keep_freed_memory()
+    safe_python_children()
+
+
 def safe_python_children() -> None:
     """The Python processes the daemon starts import nothing from the folder it runs in. The
     session readers' workers (`ctxd.sessions.summaries.reads`, "spawn") start as `python -c …` in

@@ -8,6 +8,7 @@ import { spawn } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
+import { pythonSafeEnv } from './probe';
 
 /** Where a user reads how to install ctxd by hand (README.md of the extension). */
 export const INSTRUCTIONS = 'README.md';
@@ -123,7 +124,7 @@ export async function runInstall(plan: InstallPlan, log: (line: string) => void)
 function run(command: string, args: string[], cwd: string, log: (line: string) => void): Promise<{ code: number | null; output: string }> {
   return new Promise((resolve) => {
     let output = '';
-    const env: NodeJS.ProcessEnv = { ...process.env, PYTHONSAFEPATH: '1', PIP_NO_INPUT: '1' };
+    const env = pythonSafeEnv({ ...process.env, PIP_NO_INPUT: '1' });
     delete env.PYTHONPATH; // the venv must run ctxd on its own, not through a development checkout
     const child = spawn(command, args, { cwd, env, stdio: ['ignore', 'pipe', 'pipe'] });
     const take = (d: Buffer) => {

@@ -20,7 +20,7 @@ function neutralFolder(): string {
 }
 
 /**
- * The environment of every process that runs ctxd (the daemon, its probe, `ctxd hooks`): in the
+ * The environment of every process that runs ctxd (the daemon, its probe, `ctxd hooks`, the install): in the
  * workspace, `python -m ctxd` would otherwise put that folder first on `sys.path`, and a `ctxd`
  * folder of the project's would run instead of ctxd. PYTHONSAFEPATH (Python 3.11+) keeps it off.
  */
