@@ -310,9 +310,14 @@ def hand_over(state_dir: StateDir, message: dict[str, Any], fds: Sequence[int],
                 send(conn, message, fds=fds)
             except OSError:
                 return None
-            ack = read_line(conn, time.monotonic() + ACK_SECONDS)
-            if ack is not None and ack.get("retry") and time.monotonic() < deadline:
-                time.sleep(0.05)  # an owner on its way out did not take them: the next one starts
+            acked_by = time.monotonic() + ACK_SECONDS
+            ack = read_line(conn, acked_by)
+            closed = ack is None and time.monotonic() < acked_by  # (before its bound: the end of the stream)
+            if (closed or ack is not None and ack.get("retry")) and time.monotonic() < deadline:
+                # An owner on its way out did not take them, or one dying as this connected (its
+                # socket outlives the process's first thread) closed without a word, before it
+                # read anything of the session: the next one starts.
+                time.sleep(0.05)
                 continue
             if ack is None or not ack.get("ok"):
                 return 1  # the descriptors went over: serving them here too would answer twice

@@ -275,3 +275,43 @@ def test_the_owner_answers_a_malformed_hook_and_goes_on_serving(daemon_factory, 
         assert answer is not None and answer.get("done") in (True, False), (message, answer)
     tool_hook(tmp_path, project, 1)  # and the next real hook is the owner's
     assert "by the owner" in [line for line in hook_log(tmp_path) if ": checkpoint " in line][-1]
+
+
+def test_an_editors_ctxd_that_meets_an_owner_dying_goes_to_the_next_one(tmp_path: Path) -> None:
+    """An owner killed while an editor's `ctxd` connects: its socket outlives the process's first
+    thread (a thread in a system call holds the files), so the connection is accepted and then
+    closed without an answer. Before, that `ctxd` exited 1 (the editor sees its daemon fail);
+    nothing of the session was read, so it now goes on to the next owner, which it starts. Here a
+    listener of the test's accepts one connection, takes the request, closes it, and goes away."""
+    import threading
+
+    from tests.rpc import daemon_env
+
+    state = tmp_path / "state"
+    folder = state / "ctxd" / "owner"
+    folder.mkdir(parents=True, mode=0o700)
+    dying = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.getcwd()
+    os.chdir(folder)
+    try:
+        dying.bind("owner.sock")
+    finally:
+        os.chdir(old)
+    dying.listen(1)
+
+    def die() -> None:
+        conn, _ = dying.accept()
+        conn.recv(1 << 16)  # the request came in: the owner dies before it answers
+        conn.close()
+        dying.close()
+        (folder / "owner.sock").unlink()
+
+    threading.Thread(target=die, daemon=True).start()
+    proc = subprocess.Popen([sys.executable, "-m", "ctxd"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, env=daemon_env(state), cwd=str(REPO))
+    client = Client(proc)
+    try:
+        answer = client.initialize([known_project(tmp_path)])
+        assert answer["serverInfo"]["name"] == "ctxd"
+    finally:
+        client.shutdown()
