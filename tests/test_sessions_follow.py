@@ -11,6 +11,7 @@ import queue
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -450,3 +451,37 @@ def test_the_newest_session_is_listed_before_the_other_heads_are_peeked(tmp_path
     follower.scan_once()
     # The newest here, listed when only it and the newer one elsewhere were peeked at; the rest after.
     assert calls == [([ids[4]], 2), ([ids[3], ids[2], ids[1], ids[0]], 6)]
+
+
+def test_a_folder_opened_while_a_session_is_being_peeked_at_follows_it(tmp_path: Path) -> None:
+    """The editor opens a folder while the follower is deciding a session's folder (the initial
+    scan of thousands of sessions takes a while): that session must be matched against the
+    folders as they are now, not the ones before (it was decided "outside every folder" and
+    never read, a race seen with OpenCode's store on a loaded machine)."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    codex_home = tmp_path / "codex"
+    fx.write_jsonl(fx.codex_path(codex_home), fx.codex_session(ws))
+    sources = discovery.sources({"codex": str(codex_home), "claude": str(tmp_path / "claude")},
+                                env={"HOME": str(tmp_path)})
+    updates: queue.Queue[Update] = queue.Queue()
+    follower = Follower(updates.put, sources, poll=True)
+    store = follower.stores["codex"]
+    peek = store.peek_cwd
+    opened: list[bool] = []
+
+    def peek_while_the_folder_opens(key: str, folders: Any) -> tuple[str | None, bool, int]:
+        found = peek(key, folders)
+        if not opened:  # the user opens the workspace folder just as this peek ends
+            opened.append(True)
+            follower.set_folders([ws])
+        return found
+
+    store.peek_cwd = peek_while_the_folder_opens  # type: ignore[method-assign]
+    follower.start()
+    try:
+        update = next_update(updates, f"codex:{fx.CODEX_ID}", timeout=15)
+        assert opened and update.folder == ws
+        assert update.session.title == "Fix the failing test in parser.py please"
+    finally:
+        follower.stop()

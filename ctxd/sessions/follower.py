@@ -501,15 +501,21 @@ class Follower:
         if not state.decided:
             if state.stamp == st.key():
                 return  # peeked at as it is now: undecided until it changes
-            state.stamp, state.size = st.key(), st.size
             folders = indexes.get(state.agent) or Folders([])
             cwd, complete, read = store.peek_cwd(path, folders)
-            state.peeked += read
-            if not complete:
-                state.fresh = True  # its head is being written: a session starting now
-                return
-            state.cwd, state.decided = cwd, True
-            state.folder = folders.folder_of(cwd)
+            with self._wake:
+                if self._folders is not indexes:
+                    # Folders opened or closed during the peek: `set_folders` passed over this file
+                    # (undecided then), so it is peeked again with the folders as they are now.
+                    self._dirty[path] = None
+                    return
+                state.stamp, state.size = st.key(), st.size
+                state.peeked += read
+                if not complete:
+                    state.fresh = True  # its head is being written: a session starting now
+                    return
+                state.cwd, state.decided = cwd, True
+                state.folder = folders.folder_of(cwd)
         if state.folder is None or decide_only:
             return  # outside every open workspace folder: never read further
         resumed = False
