@@ -288,6 +288,46 @@ FAKE_CONFIG = {"provider": {"fake": {"npm": "@ai-sdk/openai-compatible", "models
 PRICES_TOML = '[prices."qwen3-coder-plus"]\ninput = 1.0\noutput = 5.0\ncachedInput = 0.1\ncacheWrite = 1.25\n'
 
 
+def _following(db: Database, updates: list[Any]) -> Any:
+    from ctxd.sessions.discovery import Source
+    from ctxd.sessions.follower import Follower
+
+    follower = Follower(updates.append, [Source("opencode", db.path.parent, True, OpenCodeSessions(db.path.parent))],
+                        poll=False)
+    follower.set_folders([Path(FIXTURE_DIRECTORY)])
+    follower.start()
+    assert follower.wait_idle(30)
+    return follower
+
+
+def test_ctxd_reading_opencodes_database_does_not_wake_its_own_watcher(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """SQLite opens the `-wal` for writing even on a read-only connection: closing it raises
+    inotify's "closed after a write", which woke the watcher, which read again: a loop that took
+    a core for as long as OpenCode's `-wal` was there (all the time OpenCode runs), and held
+    SQLite's locks nearly all the time, so that an OpenCode starting then (its `journal_mode =
+    WAL` runs before it sets a busy timeout) often exited with "database is locked"."""
+    db = Database(tmp_path / "data")
+    agent = sqlite3.connect(db.path, isolation_level=None)  # an OpenCode running, idle, its -wal written
+    agent.execute("UPDATE session SET time_updated = 1 WHERE id = ?", (SESSION,))
+    reads: list[Path] = []
+    real = opencode.connect
+    monkeypatch.setattr(opencode, "connect", lambda path: reads.append(path) or real(path))
+    updates: list[Any] = []
+    follower = _following(db, updates)
+    try:
+        time.sleep(0.5)  # the events of the reads above, delivered
+        assert follower.wait_idle(30)
+        reads.clear()
+        time.sleep(2.0)  # nothing written meanwhile: nothing to read
+        assert reads == []
+        db.prompt("still seen")  # and a write is read at once
+        _until(lambda: any(t.text == "still seen" for u in updates for t in u.change.turns), timeout=30)
+    finally:
+        follower.stop()
+        agent.close()
+
+
 def opencode_world(state_dir: Path, tmp_path: Path) -> tuple[Repo, Database]:
     """A repository an OpenCode session worked in, OpenCode's database and configuration where
     the daemon (tests/rpc.py's environment) looks for them, and the model's price for ctxd."""

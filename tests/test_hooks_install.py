@@ -637,3 +637,32 @@ def test_the_default_install_with_no_agent_on_the_machine_writes_nothing_and_say
     assert done.returncode == 0 and "no agent found on this machine: nothing to install" in out, out
     assert "skipped Qwen Code: not on this machine" in out
     assert files_under(tmp_path / "home") == set()
+
+
+def test_a_folder_another_ctxd_makes_while_install_makes_it_is_used_and_left_alone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`ctxd hooks install` makes the folders its files need (`<state dir>/hooks/backups`); the owner
+    makes `<state dir>/hooks` too, at any moment. A folder made between install's look and its
+    mkdir failed the install ("File exists", seen under load); now it is used, and not removed
+    when install puts things back (it is not install's)."""
+    from ctxd.agents.config import files
+
+    hooks = tmp_path / "state" / "hooks"
+    real_mkdir = Path.mkdir
+
+    def made_meanwhile(path: Path, *args: Any, **kwargs: Any) -> None:
+        if path == hooks and not os.path.isdir(path):
+            os.mkdir(path)  # the owner, between install's look and its mkdir
+        real_mkdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", made_meanwhile)
+    files.write_all([files.Write(hooks / "backups" / "settings.json", None, "{}\n")])
+    assert (hooks / "backups" / "settings.json").read_text() == "{}\n"
+    # Put back after a failure: the folders install made go, the one the owner made stays.
+    other = tmp_path / "state2" / "hooks"
+    hooks = other
+    (tmp_path / "changed.json").write_text("another program's\n")
+    with pytest.raises(InstallError, match="changed while ctxd was writing"):
+        files.write_all([files.Write(other / "backups" / "a.json", None, "{}\n"),
+                         files.Write(tmp_path / "changed.json", None, "{}\n")])
+    assert other.is_dir() and not (other / "backups").exists()

@@ -8,11 +8,10 @@ undo), `message` (JSON `data`: one user message per prompt, one assistant messag
 with its `tokens` and `cost`), and `part` (JSON `data` by `type`: `text`, `reasoning`, `tool`,
 `step-start`, `step-finish`, `compaction`...). ctxd reads it only through a read-only connection
 (`file:...?mode=ro`) opened for one short read transaction and closed at once: a read
-transaction held open would stop OpenCode's WAL checkpoints. When no OpenCode has it open (no
-`-wal`, no `-shm`) it is read as an immutable file, so that reading creates nothing in OpenCode's
-folder; an OpenCode starting during that one read makes it fail, and it is read again at the
-next change. The database, its `-wal` and `-shm`
-are opened only when each is a regular file (never through a link, never a FIFO or a device).
+transaction held open would stop OpenCode's WAL checkpoints. While its `-wal` holds nothing it
+is read as an immutable file (`connect`: no lock that could fail an OpenCode starting, nothing
+created in OpenCode's folder). The database, its `-wal` and `-shm` are opened only when each is
+a regular file (never through a link, never a FIFO or a device).
 
 A session key is its id (`ses_...`); its stamp is the database file's identity, the session's
 message count (fewer: OpenCode removed reverted messages, read afresh) and the latest
@@ -96,15 +95,24 @@ def _regular(path: Path, required: bool) -> bool:
 
 def connect(db: Path) -> sqlite3.Connection | None:
     """A read-only connection to the database, or None when it is not one ctxd reads: missing,
-    not a regular file, or with a `-wal`/`-shm` that is not one. The caller closes it at once."""
+    not a regular file, or with a `-wal`/`-shm` that is not one. The caller closes it at once.
+
+    While its `-wal` holds nothing (absent, or empty: no OpenCode running, or one that has not
+    written yet), everything committed is in the file itself, which is read as an immutable file:
+    no lock is taken and nothing is created beside it. A read-only connection would make the
+    `-wal` and `-shm` it does not find, and a lock it held at the moment an OpenCode starts makes
+    that OpenCode exit with "database is locked": its first statement, `journal_mode = WAL`, runs
+    before it sets a busy timeout; its first write, after. An OpenCode that writes during that one
+    read makes it fail: read again at the next change."""
     import sqlite3
     from urllib.parse import quote
 
     if not _regular(db, True) or not all(_regular(Path(f"{db}{side}"), False) for side in SIDE_FILES):
         return None
-    # With no OpenCode running (no -wal, no -shm: its last connection checkpointed and removed
-    # them) a read-only connection would create both in OpenCode's folder; read the file as it is.
-    idle = not any(os.path.lexists(f"{db}{side}") for side in SIDE_FILES)
+    try:
+        idle = os.lstat(f"{db}-wal").st_size == 0
+    except OSError:
+        idle = True
     try:
         connection = sqlite3.connect(f"file:{quote(str(db))}?mode=ro{'&immutable=1' if idle else ''}", uri=True,
                                      timeout=BUSY_SECONDS, isolation_level=None, check_same_thread=False)

@@ -47,7 +47,10 @@ POLL_SECONDS = 0.25  # the fallback's period when there are no file events
 # With file events, files whose head is not written yet (there can be thousands, left empty by
 # agents that never started) are re-checked by the safety net only this often.
 UNDECIDED_SECONDS = 30.0
-WRITE_EVENTS = frozenset({"created", "modified", "moved", "closed"})
+# Not "closed" (a descriptor opened for writing closed): every write raises "modified" first, and
+# SQLite opens a database's `-wal` for writing even on a read-only connection, so closing ctxd's
+# own reads of OpenCode's database raised it: a read loop that took a core while the `-wal` was there.
+WRITE_EVENTS = frozenset({"created", "modified", "moved"})
 READ_BUDGET = 8 * 1024 * 1024  # bytes of one file per read before the other files get a turn
 DEFER_BYTES = 256 * 1024  # more than this to read waits while the consumer is behind (`backlog`)
 MAX_ID_CHARS = 200  # a session id longer than this (or empty, or with control characters) is none
@@ -268,8 +271,8 @@ class Follower:
 
             class Handler(FileSystemEventHandler):
                 def on_any_event(self, event: FileSystemEvent) -> None:
-                    # Only writes: our own reads raise "opened" / "closed_no_write" events, and
-                    # reacting to those would read again, forever.
+                    # Only writes: our own reads raise "opened" / "closed" events, and reacting
+                    # to those would read again, forever.
                     if event.event_type not in WRITE_EVENTS:
                         return
                     if event.is_directory:

@@ -134,7 +134,12 @@ def _make_folders(folder: Path, made: list[Path]) -> None:
         missing.append(folder)
         folder = folder.parent
     for path in reversed(missing):
-        path.mkdir()
+        try:
+            path.mkdir()
+        except FileExistsError:
+            if not path.is_dir() or path.is_symlink():
+                raise
+            continue  # made meanwhile by another ctxd (the owner makes `<state dir>/hooks`): not ours to remove
         made.append(path)
 
 
