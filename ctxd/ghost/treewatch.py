@@ -305,22 +305,24 @@ class Tracker:
                     continue
                 self._handle(data)
         except Unwatchable as error:
-            self._break(str(error))
-            self._release()
+            self._give_up(str(error))
         except Exception as error:  # noqa: BLE001 - a broken watcher only means full passes
             _log().exception("watching %s failed", self.root)
-            self._break(f"watcher failed: {error}")
-            self._release()
+            self._give_up(f"watcher failed: {error}")
 
-    def _release(self) -> None:
+    def _give_up(self, reason: str) -> None:
         """A broken tracker gives its folders' and files' watches back to the user's budget at
-        once (this thread is the only one that adds them)."""
+        once (this thread is the only one that adds them), then says it is broken: whoever sees
+        it broken sees them given back."""
         assert _libc is not None
-        for wd in [*self._wds, *self._files]:
-            _libc.inotify_rm_watch(self._fd, wd)
-        self._wds.clear()
-        self._dirs.clear()
-        self._files.clear()
+        try:
+            for wd in [*self._wds, *self._files]:
+                _libc.inotify_rm_watch(self._fd, wd)
+            self._wds.clear()
+            self._dirs.clear()
+            self._files.clear()
+        finally:
+            self._break(reason)
 
     def _break(self, reason: str) -> None:
         with self._lock:
