@@ -288,18 +288,6 @@ FAKE_CONFIG = {"provider": {"fake": {"npm": "@ai-sdk/openai-compatible", "models
 PRICES_TOML = '[prices."qwen3-coder-plus"]\ninput = 1.0\noutput = 5.0\ncachedInput = 0.1\ncacheWrite = 1.25\n'
 
 
-def _following(db: Database, updates: list[Any]) -> Any:
-    from ctxd.sessions.discovery import Source
-    from ctxd.sessions.follower import Follower
-
-    follower = Follower(updates.append, [Source("opencode", db.path.parent, True, OpenCodeSessions(db.path.parent))],
-                        poll=False)
-    follower.set_folders([Path(FIXTURE_DIRECTORY)])
-    follower.start()
-    assert follower.wait_idle(30)
-    return follower
-
-
 def test_ctxd_reading_opencodes_database_does_not_wake_its_own_watcher(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """SQLite opens the `-wal` for writing even on a read-only connection: closing it raises
@@ -313,9 +301,16 @@ def test_ctxd_reading_opencodes_database_does_not_wake_its_own_watcher(tmp_path:
     reads: list[Path] = []
     real = opencode.connect
     monkeypatch.setattr(opencode, "connect", lambda path: reads.append(path) or real(path))
+    from ctxd.sessions.discovery import Source
+    from ctxd.sessions.follower import Follower
+
     updates: list[Any] = []
-    follower = _following(db, updates)
+    follower = Follower(updates.append, [Source("opencode", db.path.parent, True, OpenCodeSessions(db.path.parent))],
+                        poll=False)
+    follower.set_folders([Path(FIXTURE_DIRECTORY)])
+    follower.start()
     try:
+        assert follower.wait_idle(30)
         time.sleep(0.5)  # the events of the reads above, delivered
         assert follower.wait_idle(30)
         reads.clear()

@@ -51,6 +51,21 @@ def owner_socket(tmp_path: Path) -> Path:
     return tmp_path / "state" / "ctxd" / "owner" / "owner.sock"
 
 
+def bound_owner_socket(tmp_path: Path) -> socket.socket:
+    """A socket bound where the owner listens (by its short name: the full path may be over the
+    limit of a socket's address), not listening yet."""
+    folder = owner_socket(tmp_path).parent
+    folder.mkdir(parents=True, mode=0o700)
+    bound = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.getcwd()
+    os.chdir(folder)
+    try:
+        bound.bind("owner.sock")
+    finally:
+        os.chdir(old)
+    return bound
+
+
 def owner_log(tmp_path: Path) -> list[str]:
     path = tmp_path / "state" / "ctxd" / "owner" / "owner.log"
     return path.read_text("utf-8").splitlines() if path.exists() else []
@@ -101,16 +116,7 @@ def test_a_folder_no_editor_opened_is_checkpointed_by_the_owner_too(daemon_facto
 
 def test_a_socket_left_by_a_dead_owner_means_the_hook_works_alone(tmp_path: Path) -> None:
     project = known_project(tmp_path)
-    folder = owner_socket(tmp_path).parent
-    folder.mkdir(parents=True, mode=0o700)
-    dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # what a killed owner leaves: a socket no one serves
-    old = os.getcwd()
-    os.chdir(folder)
-    try:
-        dead.bind("owner.sock")
-    finally:
-        os.chdir(old)
-    dead.close()
+    bound_owner_socket(tmp_path).close()  # what a killed owner leaves: a socket no one serves
     (project / "app.py").write_text("print('alone')\n")
     tool_hook(tmp_path, project, 1)
     taken = [line for line in hook_log(tmp_path) if ": checkpoint " in line]
@@ -288,15 +294,7 @@ def test_an_editors_ctxd_that_meets_an_owner_dying_goes_to_the_next_one(tmp_path
     from tests.rpc import daemon_env
 
     state = tmp_path / "state"
-    folder = state / "ctxd" / "owner"
-    folder.mkdir(parents=True, mode=0o700)
-    dying = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.getcwd()
-    os.chdir(folder)
-    try:
-        dying.bind("owner.sock")
-    finally:
-        os.chdir(old)
+    dying = bound_owner_socket(tmp_path)
     dying.listen(1)
 
     def die() -> None:
@@ -304,7 +302,7 @@ def test_an_editors_ctxd_that_meets_an_owner_dying_goes_to_the_next_one(tmp_path
         conn.recv(1 << 16)  # the request came in: the owner dies before it answers
         conn.close()
         dying.close()
-        (folder / "owner.sock").unlink()
+        owner_socket(tmp_path).unlink()
 
     threading.Thread(target=die, daemon=True).start()
     proc = subprocess.Popen([sys.executable, "-m", "ctxd"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
