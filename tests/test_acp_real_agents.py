@@ -25,8 +25,9 @@ from tests.test_acp import PROXY, checkpoints, history, run_client, thread_of, w
 
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 SERVER_IDS = re.compile(r"\b(msg|chatcmpl)[_-]\d+")  # the model server's answers, counted across both runs
-TIMING_DEPENDENT = {"available_commands_update"}
-"""Updates an agent sends when its own background work ends, wherever the turn then is."""
+TIMING_DEPENDENT = {"available_commands_update", "session_info_update"}
+"""Updates an agent sends when its own background work ends, wherever the turn then is (or not
+at all when the session ended first: claude-agent-acp's title, once Claude Code named it)."""
 TIMINGS = {"durationMs", "duration_ms", "timestamp", "elapsedMs"}
 """Keys whose values are the agent's own clock readings."""
 
