@@ -50,6 +50,7 @@ log = logging.getLogger(__name__)
 VERSION = 2  # of what a summary holds: a summary of another version is read again
 PARALLEL_BYTES = 64 * 1024 * 1024  # more to read than this: in worker processes, one per core
 BUSY_SECONDS = 5.0
+SAVE_BATCH = 256  # summaries written a transaction at a time as a first run reads them
 # `ctxd sessions` hands its workers the jobs in about this many batches each: one job at a time cost
 # the pool's parent ~0.4 ms of CPU a job (0.4 s of a 1.4 s read of 1,000 files on 2 cores).
 BATCHES = 16
@@ -377,17 +378,26 @@ def _collect_summarized(folder: Path, sources: list[discovery.Source], state_dir
             todo.append((path, source.agent, cwd))
     states = {path: store.state(path) for path, _, _ in todo} if store is not None else {}
     jobs = [(path, agent, states.get(path), cwd) for path, agent, cwd in todo]
-    done = [read for read in _run(jobs, workers) if read is not None]
-    for read in done:
+    # The reads as the workers finish them: each one's fill is counted and its summary saved (in
+    # batches, as the owner does) while the others are read, not after the last.
+    read_found: list[Found | None] = [None] * len(jobs)
+    batch: list[Stored] = peeks
+    for n, read in _run(jobs, workers):
+        if read is None:
+            continue
         used = None
         if read.stored.facts is not None:
             used = read.stored.facts["used"] = fill(read.session, read.tail)
         if folders.folder_of(read.stored.cwd) == folder:
-            found.append(Found(read.session, used))
+            read_found[n] = Found(read.session, used)
+        batch.append(read.stored)
+        if store is not None and len(batch) >= SAVE_BATCH:
+            store.save(batch)
+            batch = []
     if store is not None:
-        store.save([*peeks, *(read.stored for read in done)])
+        store.save(batch)
         store.close()
-    return found
+    return found + [f for f in read_found if f is not None]
 
 
 def _summarize_job(job: tuple[str, str, dict[str, Any] | None, str | None]) -> Read | None:
@@ -401,15 +411,13 @@ def _summarize_job(job: tuple[str, str, dict[str, Any] | None, str | None]) -> R
 Job = tuple[str, str, dict[str, Any] | None, str | None]  # `summarize`'s arguments
 
 
-def _run(jobs: list[Job], workers: int) -> list[Read | None]:
-    """The jobs' reads, here or in `workers` processes (forked: this process runs no thread yet),
-    the largest first so that the workers end together."""
+def _run(jobs: list[Job], workers: int) -> Iterator[tuple[int, Read | None]]:
+    """The jobs' reads with their place in `jobs`, as they are done, here or in `workers`
+    processes (forked: this process runs no thread yet), the largest first so that the workers
+    end together."""
     order = sorted(range(len(jobs)), key=lambda n: -_size(jobs[n][0]))
-    out: list[Read | None] = [None] * len(jobs)
     batch = max(1, len(jobs) // (max(1, workers) * BATCHES))
-    for n, result in zip(order, reads([jobs[n] for n in order], workers, "fork", batch)):
-        out[n] = result
-    return out
+    yield from zip(order, reads([jobs[n] for n in order], workers, "fork", batch))
 
 
 def reads(jobs: list[Job], workers: int, context: str, batch: int = 1) -> Iterator[Read | None]:
