@@ -5,6 +5,7 @@ write them (tests/session_fixtures.py)."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -233,3 +234,25 @@ def test_threads_changed_names_the_threads_and_threads_lists_only_those(daemon_f
     assert [t["thread"] for t in only] == [CLAUDE_THREAD]
     assert {t["thread"] for t in client.request("ctxd/threads", {"workspace": uri})["threads"]} == {
         CLAUDE_THREAD, CODEX_THREAD}
+
+
+def test_a_cold_owner_lists_every_session_the_newest_first(daemon_factory, workspace: Path, tmp_path: Path) -> None:
+    """Issue #38: an owner that finds sessions it never read lists them before it mirrors them,
+    the newest at once (its gauge is the one shown) and the others in batches, one write each:
+    each of 150 sessions is listed and named by a `ctxd/threadsChanged`, the newest alone first."""
+    codex_home, _, env = homes(tmp_path)
+    ids = [f"0199a213-0000-7800-8aa1-{n:012d}" for n in range(150)]
+    for n, session_id in enumerate(ids):  # ids[-1] the newest
+        path = fx.write_jsonl(fx.codex_path(codex_home, session_id), fx.codex_session(workspace, session_id))
+        os.utime(path, (1_700_000_000 + n, 1_700_000_000 + n))
+    client = daemon_factory([workspace], env=env)
+    uri = workspace.as_uri()
+    threads = {f"codex:{session_id}" for session_id in ids}
+    deadline = time.monotonic() + 60
+    while {t["thread"] for t in client.request("ctxd/threads", {"workspace": uri})["threads"]} != threads:
+        assert time.monotonic() < deadline, "not every session was listed"
+        time.sleep(0.1)
+    named = [note["params"]["threads"] for note in list(client.notifications)
+             if note["method"] == "ctxd/threadsChanged" and note["params"]["workspace"] == uri]
+    assert next(names for names in named if threads & set(names)) == [f"codex:{ids[-1]}"]
+    assert threads <= {thread for names in named for thread in names}

@@ -925,13 +925,15 @@ class Store:
             if follow is not None:
                 db.execute("INSERT OR REPLACE INTO followed VALUES (?, ?, ?)", (follow[0], thread, json.dumps(follow[1])))
 
-    def create_thread(self, thread: str, **fields: Any) -> bool:
-        """Make a thread with `fields` unless it exists; True when it was made."""
+    def create_threads(self, threads: list[tuple[str, dict[str, Any]]]) -> list[str]:
+        """Make each thread with its fields unless it exists, in one transaction; the ones made."""
+        made = []
         with self._write() as db:
-            if db.execute("SELECT 1 FROM threads WHERE thread = ?", (thread,)).fetchone() is not None:
-                return False
-            self._touch(db, thread, **fields)
-            return True
+            for thread, fields in threads:
+                if db.execute("SELECT 1 FROM threads WHERE thread = ?", (thread,)).fetchone() is None:
+                    self._touch(db, thread, **fields)
+                    made.append(thread)
+        return made
 
     @_index_safe
     def replace(self, thread: str, upto_seq: int, rows: list[tuple[str, int]], info: dict[str, Any],

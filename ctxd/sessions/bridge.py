@@ -44,6 +44,7 @@ from ctxd.workspace import Service, Workspace, path_to_uri
 
 if TYPE_CHECKING:
     from ctxd.protocol.shapes import SourceState, Watching
+    from ctxd.workspace.writes import Listed
 
 log = logging.getLogger("ctxd")
 
@@ -58,6 +59,9 @@ MAX_CHARS = {"model": 200, "title": 400, "lastActivity": 64, "started": 64, "pat
 # (it reads faster than the store takes items in, and a history of thousands of sessions must not
 # wait in memory); a live session's few new lines are read all the same.
 MAX_QUEUED_ITEMS = 5_000
+# The sessions a cold owner lists are handed to its readers' workers this many at a time: one at a
+# time, the pool's own traffic was a third of the owner's work (3,000 listed in 5.1 s; 4.2 s so).
+LIST_BATCH = 16
 
 
 class SessionBridge:
@@ -147,7 +151,7 @@ class SessionBridge:
         store = summaries.Summaries(self.state_dir) if self.state_dir is not None else None
         known = store.load([path for path, _, _ in files]) if store is not None else {}
         fresh: list[summaries.Stored] = []
-        told: dict[str, list[str]] = {}  # per folder, the threads listed and not told yet
+        waiting: dict[str, tuple[Workspace, list[Listed]]] = {}  # per folder, the threads to list next
         first: set[str] = set()  # folders whose newest listed thread was told at once
         todo: list[tuple[str, Workspace, str, summaries.Stored | None]] = []
         for path, folder, agent in files:
@@ -163,7 +167,7 @@ class SessionBridge:
                 for path, _, agent, stored in todo if not (stored is not None and stored.facts is not None
                                                            and summaries.fresh(stored, path))]
         to_read = {job[0] for job in jobs}
-        reads = iter(summaries.reads(jobs, os.cpu_count() or 1, "spawn"))  # newest first, as they come
+        reads = iter(summaries.reads(jobs, os.cpu_count() or 1, "spawn", LIST_BATCH))  # newest first, as they come
         for path, workspace, agent, stored in todo:
             try:
                 if path not in to_read:
@@ -181,25 +185,35 @@ class SessionBridge:
                         fresh.append(read.stored)
                 if session.id is None or not valid_id(session.id) or self._owns(workspace, session) is None:
                     continue
-                if workspace.list_followed(session.thread, used if isinstance(used, int) else None,
-                                           self._context(session), self._info(session)):
+                entries = waiting.setdefault(workspace.uri, (workspace, []))[1]
+                entries.append((session.thread, used if isinstance(used, int) else None, self._context(session),
+                                self._info(session)))
+                if workspace.uri not in first or len(entries) >= 64:  # the newest at once, the others in batches
                     if workspace.uri not in first:
-                        log.debug("%s: listed %s first", workspace.uri, session.thread)
-                    names = told.setdefault(workspace.uri, [])
-                    names.append(session.thread)
-                    if workspace.uri not in first or len(names) >= 64:  # the newest at once, the others in batches
-                        first.add(workspace.uri)
-                        self.threads_changed(workspace.uri, told.pop(workspace.uri))
+                        log.debug("%s: listing %s first", workspace.uri, session.thread)
+                    first.add(workspace.uri)
+                    self._list_threads(*waiting.pop(workspace.uri))
             except CtxdError as error:
                 log.info("%s: not listed: %s", path, error.message)
             if len(fresh) >= 64 and store is not None:
                 store.save(fresh)
                 fresh = []
-        for uri, names in told.items():
-            self.threads_changed(uri, names)
+        for workspace, entries in waiting.values():
+            self._list_threads(workspace, entries)
         if store is not None:
             store.save(fresh)
             store.close()
+
+    def _list_threads(self, workspace: Workspace, entries: list[Listed]) -> None:
+        """Make the threads of sessions listed before they are mirrored (one write), and tell the
+        clients of the ones made."""
+        try:
+            made = workspace.list_followed(entries)
+        except CtxdError as error:
+            log.info("%s: %d sessions not listed: %s", workspace.uri, len(entries), error.message)
+            return
+        if made:
+            self.threads_changed(workspace.uri, made)
 
     def _update(self, update: Update) -> None:
         uri = path_to_uri(update.folder)

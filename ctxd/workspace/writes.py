@@ -26,6 +26,9 @@ from ctxd.workspace.core import AWAITING_REPORT, WorkspaceCore, agent_title, fol
 if TYPE_CHECKING:
     from ctxd.protocol.shapes import RecordResult, RollbackResult, UndoResult, UsageSnapshot
 
+# A followed session listed before it is mirrored: its thread, fill, context (model, window) and info.
+Listed = tuple[str, int | None, dict[str, Any], dict[str, Any]]
+
 
 class WorkspaceWrites(WorkspaceCore):
     """The requests that change a workspace's threads."""
@@ -388,14 +391,15 @@ class WorkspaceWrites(WorkspaceCore):
         """Where a followed file's reader stands, when what it read changed nothing stored."""
         self.store.update_thread(thread, (path, state))
 
-    def list_followed(self, thread: str, used: int | None, context: dict[str, Any], info: dict[str, Any]) -> bool:
-        """A followed session listed before its items are mirrored (ctxd/sessions/bridge.py): its
-        thread made with what `ctxd/threads` shows, its fill as the agent's report (no item is
-        stored yet to count after it). Nothing is written when the thread exists; True when made."""
+    def list_followed(self, threads: list[Listed]) -> list[str]:
+        """Followed sessions listed before their items are mirrored (ctxd/sessions/bridge.py), in one
+        write: each thread made with what `ctxd/threads` shows, its fill as the agent's report (no
+        item is stored yet to count after it). A thread that exists is left as it is; the ones made."""
         with self.lock:
-            made = self.store.create_thread(thread, api_total=used, api_seq=0, prompt_context=context,
-                                            state={"followed": info})
-            if made:
+            made = self.store.create_threads([(thread, {"api_total": used, "api_seq": 0, "prompt_context": context,
+                                                        "state": {"followed": info}})
+                                              for thread, used, context, info in threads])
+            for thread in made:
                 self.cache.forget(thread)  # read before it was made (as empty): this connection's write
             return made
 
