@@ -231,6 +231,31 @@ def test_a_database_of_another_schema_is_format_drift_not_an_error(tmp_path: Pat
     assert reader.session.unknown == {"database": 1}
 
 
+def test_a_database_opencode_is_still_making_is_not_warned_of(tmp_path: Path, caplog: pytest.LogCaptureFixture,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """At OpenCode's first start ctxd may read the database between OpenCode opening it and its
+    migrations making the tables: no warning that its sessions are not followed (they are, once the
+    tables are there); a table still missing after MIGRATION_SECONDS is warned of, once."""
+    data = tmp_path / "data"
+    data.mkdir()
+    sqlite3.connect(data / "opencode.db").execute("PRAGMA journal_mode = WAL").fetchall()  # no tables yet
+    store = OpenCodeSessions(data)
+    with caplog.at_level("WARNING", logger="ctxd.agents.opencode"):
+        assert store.keys() == []
+        Database(data)  # the migrations ran: OpenCode's tables and its session
+        assert store.keys() == [SESSION]
+        assert not caplog.records
+        later = tmp_path / "later"
+        later.mkdir()
+        sqlite3.connect(later / "opencode.db").execute("PRAGMA journal_mode = WAL").fetchall()
+        monkeypatch.setattr(opencode, "MIGRATION_SECONDS", 0.0)
+        other = OpenCodeSessions(later)
+        assert other.keys() == [] and other.keys() == []
+    assert [r.getMessage() for r in caplog.records if "no such table" in r.getMessage()] == [
+        f"{later / 'opencode.db'}: not a database of OpenCode {opencode.VERSION} ctxd can read (no such table: "
+        "session); its sessions are not followed"]
+
+
 def test_the_window_and_compaction_point_are_opencodes_from_its_configuration(tmp_path: Path) -> None:
     config = tmp_path / "opencode.json"
     config.write_text("""{

@@ -36,6 +36,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -68,6 +69,9 @@ SIDE_FILES = ("-wal", "-shm")  # SQLite's files beside the database, written wit
 MAX_ROW = 8 * 1024 * 1024  # a message or part whose JSON is longer is skipped (as a JSONL line would be)
 MESSAGES_PER_READ = 500  # messages one read takes at most before the other sessions get a turn
 BUSY_SECONDS = 0.5  # a database locked longer (an old rollback journal) is read at the next change
+# A database without OpenCode's tables is one its first start is making (its migrations run after
+# it opens the file): a missing table is only warned of once it stays missing this long.
+MIGRATION_SECONDS = 30.0
 DEFAULT_TITLE = "New session - "  # OpenCode's placeholder title until its title request answers
 
 
@@ -160,6 +164,7 @@ class OpenCodeSessions(SessionStore):
         self._counts: dict[str, tuple[tuple[int, ...], int, int]] = {}  # session -> (files, messages, latest)
         self._followed: set[str] = set()  # the sessions a reader was made for
         self._warned = False
+        self._missing_since: float | None = None  # when a query first found a table missing (`_worth_a_warning`)
 
     def _files(self) -> tuple[int, ...] | None:
         """What changes on disk when OpenCode writes: the database's and its WAL's stat data."""
@@ -181,9 +186,11 @@ class OpenCodeSessions(SessionStore):
         if connection is None:
             return None
         try:
-            return connection.execute(sql, args).fetchall()
+            rows = connection.execute(sql, args).fetchall()
+            self._missing_since = None
+            return rows
         except sqlite3.Error as error:
-            if not busy(error) and not self._warned:
+            if not busy(error) and not self._warned and self._worth_a_warning(error):
                 import logging  # (not at the top: `ctxd hook opencode` imports this module on every tool call)
 
                 self._warned = True
@@ -193,6 +200,16 @@ class OpenCodeSessions(SessionStore):
             return None
         finally:
             connection.close()
+
+    def _worth_a_warning(self, error: sqlite3.Error) -> bool:
+        """Any error, but a missing table only once it has stayed missing MIGRATION_SECONDS (a
+        database being made at OpenCode's first start has none yet; its sessions follow)."""
+        if "no such table" not in str(error).lower():
+            return True
+        now = time.monotonic()
+        if self._missing_since is None:
+            self._missing_since = now
+        return now - self._missing_since >= MIGRATION_SECONDS
 
     def rows(self) -> dict[str, _Row]:
         key = self._files()
