@@ -39,6 +39,14 @@ def secrets() -> tuple[str, ...]:
     return _values
 
 
+def adopt(values: tuple[str, ...]) -> None:
+    """Another process's `secrets()`, as they are: a worker process it spawns starts with none (one
+    it forks has its parent's)."""
+    global _values
+    with _lock:
+        _values = tuple(sorted(set(_values) | set(values), key=len, reverse=True))
+
+
 def redact(text: str) -> str:
     """`text` with every registered secret replaced by MARK."""
     for value in _values:

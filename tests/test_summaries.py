@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +31,10 @@ from tests.rpc import REPO
 FIXTURES = REPO / "tests" / "fixtures" / "agents"
 
 
-def sessions(tmp_path: Path, ws: Path) -> list[dict[str, Any]]:
+def sessions(tmp_path: Path, ws: Path, extra: dict[str, str] | None = None) -> list[dict[str, Any]]:
     env = {"HOME": str(tmp_path), "CODEX_HOME": str(tmp_path / "codex"), "CLAUDE_CONFIG_DIR": str(tmp_path / "claude"),
            "XDG_CONFIG_HOME": str(tmp_path / "config"), "XDG_STATE_HOME": str(tmp_path / "state"),
-           "PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
+           "PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", **(extra or {})}
     run = subprocess.run([sys.executable, "-m", "ctxd", "sessions", "--workspace", str(ws), "--format", "json"],
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
@@ -252,31 +254,77 @@ def test_the_daemons_session_readers_import_nothing_from_the_folder_it_runs_in(t
     editor starts the daemon in the workspace: a repository's `multiprocessing/` folder ran in every
     worker. The daemon (alone here, `CTXD_OWNER=0`, started by the launcher as install names it)
     gives its Python children PYTHONSAFEPATH (`ctxd.server.process.safe_python_children`)."""
-    from tests.rpc import Client, daemon_env
-
     mark = tmp_path / "trap-ran"
     (ws / "multiprocessing").mkdir()
     (ws / "multiprocessing" / "__init__.py").write_text(f"open({str(mark)!r}, 'a').write('ran')\n")
+    listed_by_spawned_workers(tmp_path, ws, lambda n: f"prompt {n}")
+    assert not mark.exists(), "a worker imported the workspace's multiprocessing folder"
+
+
+def listed_by_spawned_workers(tmp_path: Path, ws: Path, prompt: Callable[[int], str],
+                              extra: dict[str, str] | None = None) -> dict[str, Any]:
+    """Three Claude Code sessions, two of them large enough that a daemon alone (`CTXD_OWNER=0`,
+    started by the launcher in `ws`, as install names it) summarizes them in spawned workers to list
+    them: its `ctxd/threads` once all three are listed."""
+    from tests.rpc import Client, daemon_env
+
     padding = json.dumps({"type": "file-history-snapshot", "messageId": "m", "snapshot": {"pad": "x" * 8000}}).encode()
     each = summaries.PARALLEL_BYTES // 2 + 1024 * 1024
     for n in (1, 2, 3):  # the newest (3) is listed alone first (its gauge); the two others together
         session = f"0000000{n}-0000-4000-8000-000000000000"
         path = fx.write_jsonl(fx.claude_path(tmp_path / "state" / "claude-home", ws, session),
-                              [fx.claude_user(f"prompt {n}", "u1", None, ws, "2025-10-03T11:00:01.000Z", session)])
+                              [fx.claude_user(prompt(n), "u1", None, ws, "2025-10-03T11:00:01.000Z", session)])
         if n < 3:
             with path.open("ab") as handle:
                 handle.write((padding + b"\n") * (each // len(padding)))
         os.utime(path, (1_700_000_000 + n, 1_700_000_000 + n))
-    env = daemon_env(tmp_path / "state", {"CTXD_OWNER": "0"})
+    env = daemon_env(tmp_path / "state", {"CTXD_OWNER": "0", **(extra or {})})
     proc = subprocess.Popen([sys.executable, str(REPO / "ctxd" / "launch.py")], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=ws)
     client = Client(proc)
     try:
         client.initialize([ws])
         deadline = time.monotonic() + 120
-        while len(client.request("ctxd/threads", {"workspace": ws.as_uri()})["threads"]) < 3:
+        while len((listed := client.request("ctxd/threads", {"workspace": ws.as_uri()}))["threads"]) < 3:
             assert time.monotonic() < deadline, "the three sessions were never listed"
             time.sleep(0.2)
     finally:
         client.shutdown()
-    assert not mark.exists(), "a worker imported the workspace's multiprocessing folder"
+    return listed
+
+
+KEY = "sk-proj-summary-" + "Ab3" * 14  # the configured API key's value, in the tests below
+
+
+def stored_with_the_key(state: Path) -> list[str]:
+    """The files of ctxd's state dir under XDG_STATE_HOME `state` that hold KEY."""
+    return [str(path) for path in (state / "ctxd").rglob("*") if path.is_file() and KEY.encode() in path.read_bytes()]
+
+
+def test_ctxd_sessions_never_shows_or_stores_the_configured_api_key(tmp_path: Path, ws: Path) -> None:
+    """A prompt that holds the configured API key (the user pasted it): `ctxd sessions` shows its
+    title with the key redacted, and its summaries keep none of it, whichever variable the user's
+    settings name (`llm.api_key_env`). Before, the CLI never loaded the settings, so it knew no key:
+    it printed the title whole and stored it."""
+    fx.write_jsonl(fx.codex_path(tmp_path / "codex"), [fx.codex_meta(ws), *fx.codex_turn(
+        f"deploy with {KEY} please", "2025-10-03T10:00:02.000Z", cwd=str(ws))])
+    rows = sessions(tmp_path, ws, {"OPENAI_API_KEY": KEY})
+    assert rows[0]["title"] == "deploy with [redacted] please"
+    assert stored_with_the_key(tmp_path / "state") == []
+    config = tmp_path / "config" / "ctxd" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text('[llm]\napi_key_env = "DEPLOY_KEY"\n')
+    shutil.rmtree(tmp_path / "state")
+    rows = sessions(tmp_path, ws, {"DEPLOY_KEY": KEY})
+    assert rows[0]["title"] == "deploy with [redacted] please" and KEY not in json.dumps(rows)
+    assert stored_with_the_key(tmp_path / "state") == []
+
+
+def test_the_daemons_spawned_session_readers_redact_the_configured_api_key(tmp_path: Path, ws: Path) -> None:
+    """The sessions a daemon lists from summaries read in spawned workers: a worker is a new process
+    that knew no secret, so a title holding the key reached `ctxd/threads` and the summaries whole.
+    The workers now take the daemon's secrets (`ctxd.redact.adopt`)."""
+    listed = listed_by_spawned_workers(tmp_path, ws, lambda n: f"prompt {n} with {KEY}", {"OPENAI_API_KEY": KEY})
+    assert KEY not in json.dumps(listed)
+    assert sorted(t["title"] for t in listed["threads"]) == [f"prompt {n} with [redacted]" for n in (1, 2, 3)]
+    assert stored_with_the_key(tmp_path / "state") == []

@@ -20,7 +20,7 @@ from ctxd import agents
 from ctxd.agents.base import AgentConfig, AgentLimits
 from ctxd.agents.session import Session
 from ctxd.sessions import cachecost, discovery, drift, pricing, summaries
-from ctxd.settings import Problem
+from ctxd.settings import Problem, load_settings
 from ctxd.terminal import safe
 from ctxd.tokens import prompt_cache
 
@@ -129,10 +129,14 @@ def main(argv: list[str]) -> int:
         print(f"ctxd sessions: {folder} is not a folder", file=sys.stderr)
         return 2
     problems: list[Problem] = []
-    prices = pricing.price_table(_user_prices(problems), problems)
+    # The user's settings (never a workspace's). Loading them registers the configured API key's
+    # value (`ctxd.redact`): a title, a prompt or a summary that holds it shows and stores "[redacted]".
+    settings = load_settings(None, problems=problems)
+    prices = pricing.price_table(settings.prices, problems)
     for problem in problems:
         print(safe(f"ctxd sessions: {problem.source}: {problem.message}"), file=sys.stderr)
-    homes = {agent.name: getattr(args, f"{agent.name}_home") for agent in agents.every()}
+    homes = {agent.name: getattr(args, f"{agent.name}_home") or settings.sources.home(agent.name)
+             for agent in agents.every()}
     sources = discovery.sources(homes)
     configs = {agent.name: agent.read_config(agent.home(os.environ, homes[agent.name])) for agent in agents.every()}
     state_dir = Path(args.state_dir).expanduser() if args.state_dir else default_state_dir()
@@ -147,13 +151,6 @@ def main(argv: list[str]) -> int:
     else:
         sys.stdout.write(render(rows, folder))
     return 0
-
-
-def _user_prices(problems: list[Problem]) -> dict[str, Any]:
-    from ctxd.settings import load_toml, user_config_path
-
-    prices = load_toml(user_config_path(), problems).get("prices")
-    return prices if isinstance(prices, dict) else {}
 
 
 if __name__ == "__main__":

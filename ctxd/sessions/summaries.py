@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ctxd import agents
+from ctxd import agents, redact
 from ctxd.agents.base import Agent
 from ctxd.agents.folders import Folders
 from ctxd.agents.jsonl import Reader, open_regular
@@ -424,7 +424,8 @@ def reads(jobs: list[Job], workers: int, context: str, batch: int = 1) -> Iterat
     """The jobs' reads in their order, each as soon as it is done (its `batch` of jobs, handed to a
     worker at once): in `workers` processes (made by `context`: "spawn" from a process that runs
     threads) when there is more than PARALLEL_BYTES to read, else here; here too when no process
-    can be had."""
+    can be had. The workers know this process's secrets (`ctxd.redact`): no title they read keeps
+    the configured API key."""
     left = sum(_size(path) - int((state or {}).get("offset", 0)) for path, _, state, _ in jobs)
     if workers < 2 or len(jobs) < 2 or left <= PARALLEL_BYTES:
         yield from (_summarize_job(job) for job in jobs)
@@ -434,7 +435,8 @@ def reads(jobs: list[Job], workers: int, context: str, batch: int = 1) -> Iterat
 
     done = 0
     try:
-        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(context)) as pool:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(context),
+                                 initializer=redact.adopt, initargs=(redact.secrets(),)) as pool:
             for result in pool.map(_summarize_job, jobs, chunksize=batch):
                 done += 1
                 yield result
