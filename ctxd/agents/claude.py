@@ -735,7 +735,7 @@ class ClaudeSessions(JsonlStore):
         complete); else its head up to the first line that states a cwd."""
         if not dir_may_match(Path(key).parent.name, folders):
             return None, True, 0
-        records, read = head(key, HEAD_LINES)
+        records, read = head(key, HEAD_LINES, until="cwd")
         for rec in records:
             if isinstance(rec.get("cwd"), str):
                 return rec["cwd"], True, read

@@ -492,8 +492,9 @@ def _next_data(fd: int, offset: int, size: int) -> int:
         return size if error.errno == errno.ENXIO else offset  # ENXIO: only a hole up to the end
 
 
-def head(path: str, lines: int = 1, limit: int = HEAD_LIMIT) -> tuple[list[dict[str, Any]], int]:
-    """The file's first complete `lines` lines, parsed, and the bytes read to get them.
+def head(path: str, lines: int = 1, limit: int = HEAD_LIMIT, until: str | None = None) -> tuple[list[dict[str, Any]], int]:
+    """The file's first complete `lines` lines, parsed, and the bytes read to get them; with
+    `until`, none after the first whose `until` is a string (the lines after it are not parsed).
 
     A session outside every open workspace is never read further than this (one line for Codex,
     whose first line is the session's meta; its agent's `peek_cwd` says how many). At most `limit` bytes:
@@ -508,18 +509,20 @@ def head(path: str, lines: int = 1, limit: int = HEAD_LIMIT) -> tuple[list[dict[
     try:
         buf = bytearray()  # appended to in place: no copy of what came before per chunk
         start = 0  # where the line being read starts in buf
-        while len(records) < lines and read < limit:
+        found = False
+        while len(records) < lines and read < limit and not found:
             chunk = os.read(fd, min(HEAD_CHUNK, limit - read))
             if not chunk:
                 break
             read += len(chunk)
             search = len(buf)
             buf += chunk
-            while len(records) < lines:
+            while len(records) < lines and not found:
                 cut = buf.find(b"\n", search)
                 if cut < 0:
                     break
                 records.append(parse(buf[start:cut].decode("utf-8", "replace")) or {})
+                found = until is not None and isinstance(records[-1].get(until), str)
                 start = search = cut + 1
     except OSError:
         pass
