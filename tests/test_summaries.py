@@ -320,6 +320,18 @@ def test_ctxd_sessions_never_shows_or_stores_the_configured_api_key(tmp_path: Pa
     assert stored_with_the_key(tmp_path / "state") == []
 
 
+def test_ctxd_sessions_follows_the_users_sources_settings(tmp_path: Path, ws: Path) -> None:
+    """`sources.<agent> = false` and `sources.<agent>_home` in the user's settings, as the daemon
+    has them: an agent turned off is not listed, a home named there is read."""
+    fx.write_jsonl(fx.codex_path(tmp_path / "elsewhere"), fx.codex_session(ws))
+    fx.write_jsonl(fx.claude_path(tmp_path / "claude", ws), fx.claude_session(ws))
+    assert sorted(row["agent"] for row in sessions(tmp_path, ws)) == ["claude"]
+    config = tmp_path / "config" / "ctxd" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text(f'[sources]\nclaude = false\ncodex_home = "{tmp_path / "elsewhere"}"\n')
+    assert [row["agent"] for row in sessions(tmp_path, ws)] == ["codex"]
+
+
 def test_the_daemons_spawned_session_readers_redact_the_configured_api_key(tmp_path: Path, ws: Path) -> None:
     """The sessions a daemon lists from summaries read in spawned workers: a worker is a new process
     that knew no secret, so a title holding the key reached `ctxd/threads` and the summaries whole.

@@ -137,7 +137,7 @@ def main(argv: list[str]) -> int:
         print(safe(f"ctxd sessions: {problem.source}: {problem.message}"), file=sys.stderr)
     homes = {agent.name: getattr(args, f"{agent.name}_home") or settings.sources.home(agent.name)
              for agent in agents.every()}
-    sources = discovery.sources(homes)
+    sources = discovery.sources(homes, enabled={agent.name: settings.sources.follows(agent.name) for agent in agents.every()})
     configs = {agent.name: agent.read_config(agent.home(os.environ, homes[agent.name])) for agent in agents.every()}
     state_dir = Path(args.state_dir).expanduser() if args.state_dir else default_state_dir()
     found = collect(folder, sources, state_dir, workers=os.cpu_count() or 1)
