@@ -175,8 +175,17 @@ def snake_case(key: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
 
 
+# Tables whose keys are names the user gives (a model's), not setting names: kept as written.
+_NAMED_TABLES = ("prices",)
+
+
 def _normalize_keys(raw: dict[str, Any]) -> dict[str, Any]:
-    return {snake_case(k): _normalize_keys(v) if isinstance(v, dict) else v for k, v in raw.items()}
+    """Setting names in snake_case at every level; a named table's keys as written."""
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        name = snake_case(key)
+        out[name] = _normalize_keys(value) if isinstance(value, dict) and name not in _NAMED_TABLES else value
+    return out
 
 
 def _apply(target: Any, raw: dict[str, Any], prefix: str, problems: list[Problem], source: str) -> None:

@@ -332,6 +332,19 @@ def test_ctxd_sessions_follows_the_users_sources_settings(tmp_path: Path, ws: Pa
     assert [row["agent"] for row in sessions(tmp_path, ws)] == ["codex"]
 
 
+def test_a_price_the_user_gives_a_model_is_used_whatever_the_case_of_its_name(tmp_path: Path, ws: Path) -> None:
+    """`[prices."GPT-5-Codex"]`: a model's name is the user's, not a setting's name. The settings
+    snake-cased it with the setting names ("g_p_t-5-_codex"), so no model matched it and the daemon
+    priced the session from the built-in table (`ctxd sessions`, now on the same settings, too)."""
+    fx.write_jsonl(fx.codex_path(tmp_path / "codex"), fx.codex_session(ws))
+    config = tmp_path / "config" / "ctxd" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text('[prices."GPT-5-Codex"]\ninput = 1000000.0\ncachedInput = 0.0\noutput = 0.0\n')
+    row = sessions(tmp_path, ws)[0]
+    assert row["model"] == "gpt-5-codex" and row["usage"]["input"] > 0
+    assert row["cost"]["input"] == row["usage"]["input"] and row["cost"]["output"] == 0
+
+
 def test_the_daemons_spawned_session_readers_redact_the_configured_api_key(tmp_path: Path, ws: Path) -> None:
     """The sessions a daemon lists from summaries read in spawned workers: a worker is a new process
     that knew no secret, so a title holding the key reached `ctxd/threads` and the summaries whole.
