@@ -30,6 +30,8 @@ CHECKPOINT_SECONDS = 20.0
 LOCAL_CHECKPOINT_SECONDS = 20.0
 """At most this long for a checkpoint taken here; past it the change goes on (the capture finishes alone)."""
 RECORD_SECONDS = 30.0
+"""A record waits this long for an owner that is starting (one died, a new one is slow), then is dropped (logged)."""
+RECORD_RETRY_SECONDS = 0.5
 FOLDER_RETRIES = 40
 """A folder just added to the owner's session opens in the background: a record retries meanwhile."""
 LOG_BYTES = 1024 * 1024
@@ -58,6 +60,10 @@ def log(state_dir: Path, message: str) -> None:
         pass
 
 
+class NoOwner(OSError):
+    """No owner's session to send on: none could be reached yet (the request was never sent)."""
+
+
 def describe(error: BaseException) -> str:
     message = getattr(error, "message", None) or str(error) or type(error).__name__
     return f"{type(error).__name__}: {message}"
@@ -73,6 +79,7 @@ class Owner:
         self._ready = threading.Event()  # the attempt to open it ended (with or without a session)
         self._lock = threading.Lock()
         self._tried = float("-inf")  # when a session was last opened again
+        self._disabled = False  # CTXD_OWNER=0: no owner is ever asked
         self._jobs: queue.Queue[tuple[Callable[[], None]] | None] = queue.Queue()
         threading.Thread(target=self._connect, name="ctxd-acp-owner", daemon=True).start()
         threading.Thread(target=self._work, name="ctxd-acp-records", daemon=True).start()
@@ -81,6 +88,7 @@ class Owner:
         session: ownerlink.Session | None = None
         try:
             if os.environ.get("CTXD_OWNER") == "0":
+                self._disabled = True
                 log(self.state_dir, "CTXD_OWNER=0: no owner; checkpoints are taken here, nothing is recorded")
                 return
             session = ownerlink.Session.open(self.state_dir, [], role="acp")
@@ -116,18 +124,19 @@ class Owner:
 
     def session(self, folder: Path, wait: float) -> ownerlink.Session | None:
         """The owner's session with `folder` open (added when new), or None. A session the owner
-        ended (it died) is replaced by a new one, with the folders opened again."""
+        ended (it died), or none at all once an attempt to open one ended without (no owner could
+        be reached), is tried again, with the folders opened again: at most every RECONNECT_SECONDS."""
         self.want(folder)
         self._ready.wait(wait)
         with self._lock:
             session = self._session
-            if session is None or not session.closed:
+            if session is not None and not session.closed:
                 return session
-            if time.monotonic() - self._tried < RECONNECT_SECONDS:
-                return None  # a new one was tried a moment ago
+            if self._disabled or not self._ready.is_set() or time.monotonic() - self._tried < RECONNECT_SECONDS:
+                return None  # an attempt is under way, or one was made a moment ago
             self._session, self._tried = None, time.monotonic()
             self._ready.clear()
-        log(self.state_dir, "the owner's session ended: opening another")
+        log(self.state_dir, "no session with the owner (it ended, or none was reached): opening another")
         threading.Thread(target=self._connect, name="ctxd-acp-owner", daemon=True).start()
         self._ready.wait(wait)
         return self._session
@@ -152,11 +161,11 @@ class Owner:
     def request(self, folder: Path, method: str, params: dict[str, Any], timeout: float) -> Any:
         """A request about `folder`'s workspace; retried while the folder is still opening, and
         once on a new session when the owner ended the one it was sent on (it died).
-        Raises OSError when there is no owner, ownerlink.RemoteError, TimeoutError."""
+        Raises NoOwner when there is no owner's session, OSError, ownerlink.RemoteError, TimeoutError."""
         for attempt in (0, 1):
             session = self.session(folder, CONNECT_WAIT_SECONDS)
             if session is None:
-                raise OSError("no owner")
+                raise NoOwner("no owner")
             try:
                 return self._request_on(session, folder, method, params, timeout)
             except TimeoutError:
@@ -180,6 +189,19 @@ class Owner:
                     raise
                 time.sleep(0.05)
         raise OSError("unreachable")
+
+    def record(self, folder: Path, params: dict[str, Any]) -> Any:
+        """`ctxd/acp/record` on the records' thread: while no owner can be reached (one died and
+        the next is starting) it is sent again, for up to RECORD_SECONDS, the records after it
+        waiting their turn (their order is kept). Raises as `request`."""
+        deadline = time.monotonic() + RECORD_SECONDS
+        while True:
+            try:
+                return self.request(folder, "ctxd/acp/record", params, 30.0)
+            except NoOwner:
+                if self._disabled or time.monotonic() >= deadline:
+                    raise
+                time.sleep(RECORD_RETRY_SECONDS)
 
     def drain(self, timeout: float) -> None:
         """Let the records already queued land (the proxy is ending), for at most `timeout`."""

@@ -416,7 +416,7 @@ class Proxy:
 
         def record() -> None:
             try:
-                answer = owner.request(folder, "ctxd/acp/record", fields, 30.0)
+                answer = owner.record(folder, fields)
             except (OSError, TimeoutError) as error:
                 log(self.state_dir, f"{transcript.thread}: not recorded ({describe(error)})")
                 return
