@@ -26,13 +26,9 @@ _values: tuple[str, ...] = ()
 
 def register(value: str | None) -> None:
     """Remember `value` (and its JSON-escaped spelling) as a secret."""
-    global _values
     if not isinstance(value, str) or len(value.strip()) < MIN_LENGTH:
         return
-    forms = {value, leanjson.quoted(value)[1:-1], leanjson.quoted(value, ascii_only=False)[1:-1]}
-    with _lock:
-        # Longest first: a secret that contains another is replaced whole.
-        _values = tuple(sorted(set(_values) | forms, key=len, reverse=True))
+    adopt((value, leanjson.quoted(value)[1:-1], leanjson.quoted(value, ascii_only=False)[1:-1]))
 
 
 def secrets() -> tuple[str, ...]:
@@ -43,7 +39,7 @@ def adopt(values: tuple[str, ...]) -> None:
     """Another process's `secrets()`, as they are: a worker process it spawns starts with none (one
     it forks has its parent's)."""
     global _values
-    with _lock:
+    with _lock:  # longest first: a secret that contains another is replaced whole
         _values = tuple(sorted(set(_values) | set(values), key=len, reverse=True))
 
 
