@@ -20,6 +20,7 @@ from __future__ import annotations
 import itertools
 import json
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -31,6 +32,7 @@ class Request:
     path: str
     body: Any
     scripted: bool  # answered from the script
+    at: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -93,6 +95,12 @@ class _Server:
     def pending(self) -> int:
         with self._lock:
             return len(self._script)
+
+    def seen(self) -> str:
+        """The requests so far, one line each: for an assertion's message."""
+        with self._lock:
+            return "\n".join(f"{r.path} scripted={r.scripted} tools={len(r.body.get('tools') or []) if isinstance(r.body, dict) else 0} "
+                             f"first={_first_user_text(r.body)[:60]!r} at={r.at:.2f}" for r in self.requests)
 
     def scripted_requests(self) -> list[Request]:
         with self._lock:
@@ -220,10 +228,11 @@ class MessagesServer(_Server):
 
     A `Reply`'s `calls` are `(name, input)` tool uses: use `tool()`. `usage` keys: input,
     cache_read, cache_write, output. `main` picks the requests the script answers (default:
-    those that offer the Write tool, i.e. the agent's main loop, not a title or a summary)."""
+    those that offer the Write tool, i.e. the agent's main loop, not a title, a summary or a
+    prompt suggestion)."""
 
     def __init__(self, main: Callable[[Any], bool] | None = None) -> None:
-        self._is_main = main or _offers_write
+        self._is_main = main or _main_loop_request
         super().__init__()
 
     def _main_loop(self, path: str, body: Any) -> bool:
@@ -277,13 +286,23 @@ class MessagesServer(_Server):
         _sse(handler, events)
 
 
+SUGGESTION = "[SUGGESTION MODE:"
+"""How Claude Code's request for a prompt suggestion begins (its last user message)."""
+
+
 def tool(call_id: str, name: str, **arguments: Any) -> dict[str, Any]:
     return {"id": call_id, "name": name, "input": arguments}
 
 
-def _offers_write(body: Any) -> bool:
+def _main_loop_request(body: Any) -> bool:
+    """A request of the agent's main loop: it offers the Write tool, and it is not Claude Code's
+    guess at the user's next prompt (sent after a turn ends, with the same tools, on its own
+    timing: it would take the reply scripted for the next turn, or the next run's)."""
     tools = body.get("tools") if isinstance(body, dict) else None
-    return isinstance(tools, list) and any(isinstance(t, dict) and t.get("name") == "Write" for t in tools)
+    if not (isinstance(tools, list) and any(isinstance(t, dict) and t.get("name") == "Write" for t in tools)):
+        return False
+    last = (body.get("messages") or [{}])[-1]
+    return not (isinstance(last.get("content"), str) and last["content"].startswith(SUGGESTION))
 
 
 class ChatCompletionsServer(_Server):

@@ -62,11 +62,11 @@ def ctxd_env(state_dir: Path, workspace: Path) -> dict[str, str]:
     return {"XDG_STATE_HOME": str(state_dir), "CTXD_OWNER_IDLE_SECONDS": "0", "PWD": str(workspace)}
 
 
-def compare(direct: dict[str, Any], proxied: dict[str, Any]) -> None:
+def compare(direct: dict[str, Any], proxied: dict[str, Any], seen: str = "") -> None:
     assert not direct["errors"] and not proxied["errors"], (direct["errors"], proxied["errors"])
     ours = proxied["results"]["sessionNew"]["sessionId"]
     assert normalised(proxied["toEditor"], ours) == normalised(direct["toEditor"],
-                                                               direct["results"]["sessionNew"]["sessionId"])
+                                                               direct["results"]["sessionNew"]["sessionId"]), seen
     assert proxied["exit"] == direct["exit"]
 
 
@@ -166,7 +166,7 @@ def test_claude_code_through_claude_agent_acp_behind_ctxd_acp(sdk: Path, tmp_pat
         direct, proxied = runs(sdk, tmp_path, workspace, scenario, [str(exe)], env, script, reset)
         # Claude Code names its MCP servers' tools to the model (deferred, behind ToolSearch)
         bodies = [json.dumps(r.body) for r in server.requests]
-    compare(direct, proxied)
+    compare(direct, proxied, server.seen())
     assert [p["toolCall"]["kind"] for p in proxied["permissions"]] == ["edit"]
     assert any("mcp__ctxd__recall" in body for body in bodies), "ctxd's MCP server never reached Claude Code"
     thread = check_thread(client, workspace, proxied, "write new", "Wrote new.txt.")
