@@ -151,6 +151,16 @@ class Settings:
     # "output"}}; over the built-in table (ctxd/sessions/prices.json).
     prices: dict[str, Any] = field(default_factory=dict)
 
+    def chosen_state_dir(self) -> Path:
+        """`state_dir` as the user configured it, else the default: the owner's, as its clients
+        pick it (ctxd/server/forward.py), and so the one every command shares with it."""
+        if self.state_dir:
+            try:
+                return Path(self.state_dir).expanduser()
+            except RuntimeError:  # `~someone` who is not a user here
+                pass
+        return default_state_dir()
+
     def effective_context_window(self) -> int:
         if self.context_window:
             return self.context_window

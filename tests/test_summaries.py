@@ -332,6 +332,19 @@ def test_ctxd_sessions_follows_the_users_sources_settings(tmp_path: Path, ws: Pa
     assert [row["agent"] for row in sessions(tmp_path, ws)] == ["codex"]
 
 
+def test_ctxd_sessions_keeps_its_summaries_in_the_state_dir_the_user_configured(tmp_path: Path, ws: Path) -> None:
+    """`state_dir` in the user's settings: the owner's state dir (its clients pick it so), and so
+    the one `ctxd sessions` shares with it. It wrote to the default one instead (`--state-dir`'s
+    help said "as the owner")."""
+    fx.write_jsonl(fx.codex_path(tmp_path / "codex"), fx.codex_session(ws))
+    config = tmp_path / "config" / "ctxd" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text(f'state_dir = "{tmp_path / "chosen"}"\n')
+    assert [row["agent"] for row in sessions(tmp_path, ws)] == ["codex"]
+    assert summaries.database_path(tmp_path / "chosen").is_file()
+    assert not (tmp_path / "state").exists()
+
+
 def test_a_price_the_user_gives_a_model_is_used_whatever_the_case_of_its_name(tmp_path: Path, ws: Path) -> None:
     """`[prices."GPT-5-Codex"]`: a model's name is the user's, not a setting's name. The settings
     snake-cased it with the setting names ("g_p_t-5-_codex"), so no model matched it and the daemon

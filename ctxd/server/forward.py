@@ -67,19 +67,13 @@ def read_first_frame(fd: int) -> tuple[bytes, dict[str, Any] | None]:
 
 def chosen_state_dir(argument: str | None, params: dict[str, Any] | None) -> Path:
     """The state dir the daemon would use (`app.CtxdServer._configure`), decided before it runs."""
-    from ctxd.settings import default_state_dir, load_settings
+    from ctxd.settings import load_settings
 
     if argument:
         return Path(argument).expanduser()
     options = params.get("initializationOptions") if isinstance(params, dict) else None
     ctxd_options = options.get("ctxd") if isinstance(options, dict) else None
-    configured = load_settings(None, ctxd_options if isinstance(ctxd_options, dict) else {}, []).state_dir
-    if configured:
-        try:
-            return Path(configured).expanduser()
-        except RuntimeError:
-            pass
-    return default_state_dir()
+    return load_settings(None, ctxd_options if isinstance(ctxd_options, dict) else {}, []).chosen_state_dir()
 
 
 def let_go() -> None:

@@ -139,7 +139,7 @@ def main(argv: list[str]) -> int:
              for agent in agents.every()}
     sources = discovery.sources(homes, enabled={agent.name: settings.sources.follows(agent.name) for agent in agents.every()})
     configs = {agent.name: agent.read_config(agent.home(os.environ, homes[agent.name])) for agent in agents.every()}
-    state_dir = Path(args.state_dir).expanduser() if args.state_dir else default_state_dir()
+    state_dir = Path(args.state_dir).expanduser() if args.state_dir else settings.chosen_state_dir()
     found = collect(folder, sources, state_dir, workers=os.cpu_count() or 1)
     rows = [summary(f.session, prices, configs.get(f.session.agent), f.used) for f in found]
     sessions = [f.session for f in found]

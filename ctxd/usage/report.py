@@ -109,7 +109,7 @@ def load_breakdown(workspace: Path, thread: str | None, state_dir: Path | None =
     else "default"."""
     problems: list[Problem] = []
     settings = load_settings(workspace, None, problems)
-    state = state_dir or (Path(settings.state_dir).expanduser() if settings.state_dir else default_state_dir())
+    state = state_dir or settings.chosen_state_dir()
     path = database_path(state, workspace)
     if not path.exists():
         raise UsageError(f"no ctxd state for {workspace} (looked for {path})")
