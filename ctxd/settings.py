@@ -153,7 +153,8 @@ class Settings:
 
     def chosen_state_dir(self) -> Path:
         """`state_dir` as the user configured it, else the default: the owner's, as its clients
-        pick it (ctxd/server/forward.py), and so the one every command shares with it."""
+        pick it (ctxd/server/forward.py), and so the one `ctxd sessions` and `ctxd usage` share
+        with it (hooks find it from the pointer the owner leaves in the default one)."""
         if self.state_dir:
             try:
                 return Path(self.state_dir).expanduser()
