@@ -7,6 +7,7 @@ compaction, dated from the file. Real daemon; session files as the agents write 
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Callable
@@ -196,6 +197,54 @@ def test_a_daemon_restarted_over_its_store_archives_nothing_twice_and_loses_noth
     client.request("ctxd/ghost/list", {"workspace": workspace.as_uri()})  # a round trip after its first read
     wait_thread(client, workspace, CODEX_THREAD, lambda t: t["usage"]["usedTokens"] == 23_000)
     assert _history(client, workspace, CODEX_THREAD) == before
+
+
+def _let_go(state_dir: Path) -> bool:
+    """The owner has let a dormant session's reader go (its log says so)."""
+    log = state_dir / "ctxd" / "owner" / "owner.log"
+    return log.is_file() and "dormant session readers" in log.read_text(errors="replace")
+
+
+def _dormant(path: Path) -> None:
+    """Written an hour ago."""
+    old = time.time() - 3600
+    os.utime(path, (old, old))
+
+
+def test_a_dormant_sessions_reader_is_let_go_and_its_next_lines_are_mirrored_once(
+        daemon_factory, workspace: Path, tmp_path: Path, state_dir: Path) -> None:
+    """An owner lets the readers of dormant sessions go (thousands of old sessions: memory that grew
+    with the history) once its store holds where each stood. The session's next lines are taken up
+    from there: mirrored once, compactions included, as across a restart."""
+    codex_home, _, env = homes(tmp_path)
+    records = fx.codex_history(workspace, WORDS, replacement=[True, False, True])
+    cut = [n for n, r in enumerate(records) if r.get("type") == "compacted"]
+    rollout = fx.write_jsonl(fx.codex_path(codex_home), records[:cut[1] + 2])
+    _dormant(rollout)
+    client = daemon_factory([workspace], env={**env, "CTXD_DORMANT_SECONDS": "1"})
+    wait_thread(client, workspace, CODEX_THREAD)
+    _wait(lambda: _let_go(state_dir))
+    fx.append_jsonl(rollout, records[cut[1] + 2:])  # two more compactions, and the last stretch
+    wait_thread(client, workspace, CODEX_THREAD, lambda t: t["usage"]["usedTokens"] == 23_000)
+    _check_kept(client, workspace, CODEX_THREAD, WORDS, records)
+
+
+def test_a_dormant_claude_session_counts_what_its_subagent_writes(daemon_factory, workspace: Path, tmp_path: Path,
+                                                                  state_dir: Path) -> None:
+    """A subagent writes its own file while the session's transcript waits for it: a session let
+    go as dormant is read again for it (its cost grows), its transcript unchanged."""
+    _, claude_home, env = homes(tmp_path)
+    path = fx.write_jsonl(fx.claude_path(claude_home, workspace), fx.claude_session(workspace))
+    _dormant(path)
+    client = daemon_factory([workspace], env={**env, "CTXD_DORMANT_SECONDS": "1"})
+    wait_thread(client, workspace, CLAUDE_THREAD)
+    uri = workspace.as_uri()
+    before = client.request("ctxd/usage", {"workspace": uri, "thread": CLAUDE_THREAD})["cost"]["total"]
+    _wait(lambda: _let_go(state_dir))
+    fx.write_jsonl(path.with_suffix("") / "subagents" / "agent-1.jsonl",
+                   fx.claude_assistant([{"type": "text", "text": "sub"}], "msg_s1", "s1", None, workspace,
+                                       "2025-10-03T11:00:09.000Z", fx.claude_usage(1_000, 0, 0, 500)))
+    _wait(lambda: client.request("ctxd/usage", {"workspace": uri, "thread": CLAUDE_THREAD})["cost"]["total"] > before)
 
 
 def test_ctxd_mcp_started_after_the_compactions_keeps_what_came_before_each(tmp_path: Path) -> None:

@@ -730,6 +730,14 @@ class ClaudeSessions(JsonlStore):
         p = Path(path)
         return p.name.endswith(".jsonl") and p.parent.parent == self.root and not p.name.startswith("agent-")
 
+    def touched(self, path: str) -> list[str]:
+        """The session a write changed: its own file, or one of its subagents' files
+        (`<project>/<session>/subagents/*.jsonl`, billed to it: written while its transcript waits)."""
+        p = Path(path)
+        if p.name.endswith(".jsonl") and p.parent.name == "subagents" and p.parent.parent.parent.parent == self.root:
+            return [f"{p.parent.parent}.jsonl"]
+        return super().touched(path)
+
     def peek_cwd(self, key: str, folders: Folders) -> tuple[str | None, bool, int]:
         """A file whose project folder cannot be inside an open folder is not opened (cwd None,
         complete); else its head up to the first line that states a cwd."""

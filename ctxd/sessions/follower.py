@@ -22,6 +22,7 @@ scan are caught up: their turns are history.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -54,6 +55,18 @@ WRITE_EVENTS = frozenset({"created", "modified", "moved"})
 READ_BUDGET = 8 * 1024 * 1024  # bytes of one file per read before the other files get a turn
 DEFER_BYTES = 256 * 1024  # more than this to read waits while the consumer is behind (`backlog`)
 MAX_ID_CHARS = 200  # a session id longer than this (or empty, or with control characters) is none
+# A followed file neither written nor read again for this long is dormant: its reader is let go
+# once the consumer's store holds where it stood (`_let_go_dormant`), at most DORMANT_BATCH of
+# them checked a tick. CTXD_DORMANT_SECONDS sets it (tests).
+DORMANT_SECONDS = 600.0
+DORMANT_BATCH = 512
+
+
+def dormant_seconds() -> float:
+    try:
+        return max(0.0, float(os.environ.get("CTXD_DORMANT_SECONDS") or DORMANT_SECONDS))
+    except ValueError:
+        return DORMANT_SECONDS
 
 
 @dataclass
@@ -92,6 +105,10 @@ class _File:
     fresh: bool = False  # first seen after the initial scan (see the module's docstring)
     bad_id: bool = False  # its session id is not one (logged once)
     reread: bool = False  # read from its start again (its folder changed)
+    session: Session | None = None  # a dormant file's session, its reader let go (`sessions()` shows it)
+    # Not let go before this (monotonic): set by a read once caught up (a subagent's writes too), and
+    # by a check that found the store behind.
+    dormant_after: float = 0.0
 
 
 @dataclass
@@ -116,6 +133,7 @@ class Follower:
         self._window = window
         self._resume = resume
         self._listing = listing
+        self._dormant = dormant_seconds()
         self.sources = sources
         # Per agent followed: its sessions (ctxd/agents: a store each) and the folders they are under.
         self.stores: dict[str, SessionStore] = {s.agent: s.store for s in sources if s.enabled and s.store is not None}
@@ -224,9 +242,10 @@ class Follower:
         """The sessions followed (in `folder`): a file that states no session id yet is none (a
         Gemini CLI resume leaves a file of its header alone)."""
         with self._lock:
-            return [s.reader.session for s in self._files.values()
-                    if s.reader is not None and s.folder is not None and (folder is None or s.folder == folder)
-                    and s.reader.session.id is not None and valid_id(s.reader.session.id)]
+            found = [s.reader.session if s.reader is not None else s.session for s in self._files.values()
+                     if s.folder is not None and (folder is None or s.folder == folder)]
+            return [session for session in found if session is not None and session.id is not None
+                    and valid_id(session.id)]
 
     def bytes_read(self, path: str) -> int:
         with self._lock:
@@ -419,6 +438,48 @@ class Follower:
             current = self.stores[agent].stamp(path)
             if current is not None and current.key() != stamp:
                 self._read(path)
+        self._let_go_dormant()
+
+    def _let_go_dormant(self) -> None:
+        """Let the readers of dormant files go (not written, nor read again, for DORMANT_SECONDS),
+        each once the consumer's store holds exactly where it stood: thousands of old sessions held
+        memory that grew with the history. A change takes the file up from the store (`_take_up`),
+        as a new owner does."""
+        if self._resume is None:
+            return
+        now = time.monotonic()
+        cutoff = time.time() - self._dormant
+        with self._lock:
+            held = [(path, state) for path, state in self._files.items()
+                    if state.reader is not None and state.folder is not None
+                    and state.reader.caught_up and not state.reread and state.dormant_after <= now]
+        let_go = 0
+        for path, state in held[:DORMANT_BATCH]:
+            reader, folder, written = state.reader, state.folder, _mtime(path)
+            if reader is None or folder is None:
+                continue
+            if written > cutoff:  # written lately: not before it is as old
+                state.dormant_after = now + (written - cutoff)
+                continue
+            saved = self._saved(reader, state)  # None: a reader that cannot be taken up later
+            stored = None
+            if saved is not None:
+                try:
+                    stored = self._resume(folder, path)
+                except Exception:  # noqa: BLE001 - kept, as when the store is behind
+                    log.exception("cannot read where %s stood", printable(path))
+            with self._lock:
+                if state.reader is not reader:
+                    continue  # read meanwhile
+                if saved is not None and stored == json.loads(json.dumps(saved)):
+                    state.session, state.reader = reader.session, None
+                    let_go += 1
+                else:  # the store is behind (still mirroring), or it cannot be: not asked again for a while
+                    state.dormant_after = now + self._dormant
+        if let_go:
+            with self._lock:
+                kept = sum(1 for state in self._files.values() if state.reader is not None)
+            log.info("let go of %d dormant session readers (%d kept)", let_go, kept)
 
     def _scan(self) -> None:
         """Every session file not known yet, the most recently written first (its gauge is the one
@@ -523,9 +584,10 @@ class Follower:
             return  # outside every open workspace folder: never read further
         resumed = False
         if state.reader is None:
-            state.reader = self._new_reader(store, path)
+            woken = state.session is not None  # let go while dormant: something changed (a subagent's file?)
+            state.reader, state.session = self._new_reader(store, path), None
             resumed = self._take_up(state, store, path, st)
-            if resumed and state.reader.left(st) == 0 and not state.reread:
+            if resumed and state.reader.left(st) == 0 and not state.reread and not woken:
                 state.size, state.stamp, state.announced = st.size, st.key(), True
                 return  # as the store has it: nothing to read, nothing to tell
         reader = state.reader
@@ -535,6 +597,8 @@ class Follower:
                 self._deferred[path] = None  # read once the consumer caught up (`_run`)
             return
         state.size, state.stamp = st.size, st.key()
+        if state.announced and reader.caught_up:
+            state.dormant_after = time.monotonic() + self._dormant
         if state.reread:
             state.reread, resumed = False, False
             reader.reset()
