@@ -453,7 +453,7 @@ class Follower:
             held = [(path, state) for path, state in self._files.items()
                     if state.reader is not None and state.folder is not None
                     and state.reader.caught_up and not state.reread and state.dormant_after <= now]
-        let_go = 0
+        let_go, warned = 0, False
         for path, state in held[:DORMANT_BATCH]:
             reader, folder, written = state.reader, state.folder, _mtime(path)
             if reader is None or folder is None:
@@ -466,8 +466,10 @@ class Follower:
             if saved is not None:
                 try:
                     stored = self._resume(folder, path)
-                except Exception:  # noqa: BLE001 - kept, as when the store is behind
-                    log.exception("cannot read where %s stood", printable(path))
+                except Exception as error:  # noqa: BLE001 - kept, as when the store is behind (told once a tick)
+                    if not warned:
+                        warned = True
+                        log.warning("cannot read where %s stood (%s): its reader is kept", printable(path), error)
             with self._lock:
                 if state.reader is not reader:
                     continue  # read meanwhile
