@@ -47,14 +47,21 @@ class Database:
         return f"{prefix}_2345{self.clock:012x}{self.serial:04d}zz"
 
     def message(self, info: dict[str, Any], parts: list[dict[str, Any]], session: str = SESSION) -> str:
-        """A message and its parts, written as OpenCode writes them (one transaction each)."""
+        """A message and its parts, written as OpenCode writes them (one transaction each): a reply
+        is made in progress, its parts follow, and it is marked completed last (a reader that
+        found it completed before its parts would read a reply without its text)."""
         self.clock += 1000
         mid = self._id("msg")
+        times: dict[str, Any] = info["time"] if isinstance(info.get("time"), dict) else {}
+        completed = "completed" in times
+        begun = {**info, "time": {k: v for k, v in times.items() if k != "completed"}} if completed else info
         with self.connect() as db:
             db.execute("INSERT INTO message (id, session_id, time_created, time_updated, data) VALUES (?, ?, ?, ?, ?)",
-                       (mid, session, self.clock, self.clock, json.dumps(info)))
+                       (mid, session, self.clock, self.clock, json.dumps(begun)))
             for part in parts:
                 self.part(mid, part, session, db)
+            if completed:
+                db.execute("UPDATE message SET data = ? WHERE id = ?", (json.dumps(info), mid))
             db.execute("UPDATE session SET time_updated = ? WHERE id = ?", (self.clock, session))
         return mid
 
