@@ -158,8 +158,9 @@ class OpenCodeSessions(SessionStore):
     def __init__(self, root: Path) -> None:
         super().__init__(root)
         self.db = root / DATABASE
-        self._key: tuple[int, ...] | None = None
-        self._rows: dict[str, _Row] = {}
+        # The session table and the files' stat data it was read at, as one value: the watcher's
+        # thread (`touched`) and the follower's (`stamp`) both read it.
+        self._table: tuple[tuple[int, ...] | None, dict[str, _Row]] = (None, {})
         self._reported: dict[str, _Row] = {}  # the rows as `touched` last saw them
         self._counts: dict[str, tuple[tuple[int, ...], int, int]] = {}  # session -> (files, messages, latest)
         self._followed: set[str] = set()  # the sessions a reader was made for
@@ -213,18 +214,19 @@ class OpenCodeSessions(SessionStore):
 
     def rows(self) -> dict[str, _Row]:
         key = self._files()
+        known_key, known = self._table
         if key is None:
-            self._key, self._rows = None, {}
-            return self._rows
-        if key == self._key:
-            return self._rows
+            self._table = (None, {})
+            return {}
+        if key == known_key:
+            return known
         found = self._query("SELECT id, directory, parent_id IS NULL, time_updated FROM session")
         if found is None:
-            return self._rows  # as it was, asked again at the next write
+            return known  # as it was, asked again at the next write
         rows = {sid: _Row(directory if isinstance(directory, str) else None, bool(top),
                           updated if type(updated) is int else 0)
                 for sid, directory, top, updated in found if isinstance(sid, str) and sid.startswith("ses_")}
-        self._key, self._rows = key, rows
+        self._table = (key, rows)
         return rows
 
     def keys(self) -> list[str]:
@@ -250,7 +252,7 @@ class OpenCodeSessions(SessionStore):
         ident = _ident(self.db)
         if row is None or ident is None:
             return None
-        files = self._key or ()
+        files = self._table[0] or ()
         known = self._counts.get(key)
         if known is None or known[0] != files:
             found = self._query("SELECT count(*), coalesce(max(time_updated), 0) FROM message WHERE session_id = ?", key)
