@@ -15,6 +15,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ctxd.ledger.store import database_path
 from tests import session_fixtures as fx
 from tests.rpc import Client
@@ -229,14 +231,16 @@ def test_a_dormant_sessions_reader_is_let_go_and_its_next_lines_are_mirrored_onc
     _check_kept(client, workspace, CODEX_THREAD, WORDS, records)
 
 
+@pytest.mark.parametrize("poll", [False, True], ids=["events", "polling"])
 def test_a_dormant_claude_session_counts_what_its_subagent_writes(daemon_factory, workspace: Path, tmp_path: Path,
-                                                                  state_dir: Path) -> None:
+                                                                  state_dir: Path, poll: bool) -> None:
     """A subagent writes its own file while the session's transcript waits for it: a session let
-    go as dormant is read again for it (its cost grows), its transcript unchanged."""
+    go as dormant is read again for it (its cost grows), its transcript unchanged. Without file
+    events (`CTXD_SESSIONS_POLL=1`: no inotify) the session's stamp moves with its subagents' files."""
     _, claude_home, env = homes(tmp_path)
     path = fx.write_jsonl(fx.claude_path(claude_home, workspace), fx.claude_session(workspace))
     _dormant(path)
-    client = daemon_factory([workspace], env={**env, "CTXD_DORMANT_SECONDS": "1"})
+    client = daemon_factory([workspace], env={**env, "CTXD_DORMANT_SECONDS": "1", **({"CTXD_SESSIONS_POLL": "1"} if poll else {})})
     wait_thread(client, workspace, CLAUDE_THREAD)
     uri = workspace.as_uri()
     before = client.request("ctxd/usage", {"workspace": uri, "thread": CLAUDE_THREAD})["cost"]["total"]

@@ -37,6 +37,7 @@ stands for, or the reply); a local one (`/model`, answered by `<local-command-st
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -46,7 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ctxd.agents import payloads, skim
-from ctxd.agents.base import Action, Agent, AgentConfig, AgentLimits, HookAction, HookInput, Scope, StatusUsage
+from ctxd.agents.base import Action, Agent, AgentConfig, AgentLimits, HookAction, HookInput, Scope, Stamp, StatusUsage
 from ctxd.agents.jsonl import HEAD_LIMIT, JsonlStore, Reader, entries, head, parse, read_tail
 from ctxd.agents.session import (
     Change,
@@ -718,6 +719,15 @@ def session_id(path: str) -> str | None:
     return stem
 
 
+def subagent_files(key: str) -> list[str]:
+    """The subagents' transcripts of the session `key` (`<session>/subagents/*.jsonl`)."""
+    if not key.endswith(".jsonl"):
+        return []
+    folder = os.path.join(key[: -len(".jsonl")], "subagents")
+    return sorted(entry.path for entry in entries(folder)
+                  if entry.name.endswith(".jsonl") and entry.is_file(follow_symlinks=False))[:MAX_SUBAGENT_FILES]
+
+
 class ClaudeSessions(JsonlStore):
     """`<root>/<project>/<session>.jsonl`; `agent-*.jsonl` are subagents' files."""
 
@@ -737,6 +747,19 @@ class ClaudeSessions(JsonlStore):
         if p.name.endswith(".jsonl") and p.parent.name == "subagents" and p.parent.parent.parent.parent == self.root:
             return [f"{p.parent.parent}.jsonl"]
         return super().touched(path)
+
+    def stamp(self, key: str) -> Stamp | None:
+        """The transcript's stamp, its version moved by its subagents' files too: they are written
+        while the transcript waits, and a follower that polls sees a change only in a stamp."""
+        found = super().stamp(key)
+        if found is None:
+            return None
+        beside = []
+        for path in subagent_files(key):
+            with contextlib.suppress(OSError):
+                st = os.lstat(path)
+                beside.append((st.st_size, st.st_mtime_ns))
+        return found._replace(version=hash((found.version, *beside))) if beside else found
 
     def peek_cwd(self, key: str, folders: Folders) -> tuple[str | None, bool, int]:
         """A file whose project folder cannot be inside an open folder is not opened (cwd None,
@@ -978,11 +1001,7 @@ class Claude(Agent):
 
     def summary_files(self, key: str) -> list[str]:
         """Its subagents' transcripts (they add to its cost)."""
-        if not key.endswith(".jsonl"):
-            return []
-        folder = os.path.join(key[: -len(".jsonl")], "subagents")
-        return sorted(entry.path for entry in entries(folder)
-                      if entry.name.endswith(".jsonl") and entry.is_file(follow_symlinks=False))[:MAX_SUBAGENT_FILES]
+        return subagent_files(key)
 
     def read_config(self, home: Path) -> AgentConfig:
         return AgentConfig(compact_percent=pct_override(home), source=str(home / "settings.json"))
