@@ -143,8 +143,13 @@ class HookWatcher:
             log.warning("hook watcher without file events (%s): checking every %g s", error, TICK_SECONDS)
             self._observer = None
         self.check()  # what is there now is the starting point
-        self._worker = threading.Thread(target=self._run, name="ctxd-hooks", daemon=True)
-        self._worker.start()
+        worker = threading.Thread(target=self._run, name="ctxd-hooks", daemon=True)
+        worker.start()
+        self._worker = worker  # (started first: `stop` may run meanwhile, and joins what it sees)
+        with self._wake:
+            stopped = self._stop
+        if stopped:  # the daemon closed while this started: `stop` may have seen no observer yet
+            stop_observer(self._observer)
 
     def stop(self) -> None:
         with self._wake:
