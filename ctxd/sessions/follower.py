@@ -39,6 +39,7 @@ from ctxd.agents.session import Change, Session
 from ctxd.sessions.discovery import Source
 
 if TYPE_CHECKING:
+    from watchdog.events import FileSystemEvent
     from watchdog.observers.api import BaseObserver, ObservedWatch
 
 log = logging.getLogger(__name__)
@@ -152,6 +153,7 @@ class Follower:
         self._rescan = True
         self._stop = False
         self._observer: BaseObserver | None = None
+        self._events: list[type[FileSystemEvent]] = []  # the kinds of event watched (`_start_observer`)
         self._scheduled: dict[Path, ObservedWatch] = {}  # root -> watchdog's watch (recursive)
         self._mode = "off"
         self._worker: threading.Thread | None = None
@@ -283,10 +285,21 @@ class Follower:
             self._mode = "polling"
             return
         try:
-            from watchdog.events import FileSystemEvent, FileSystemEventHandler
+            from watchdog.events import (
+                DirCreatedEvent,
+                DirMovedEvent,
+                FileCreatedEvent,
+                FileModifiedEvent,
+                FileMovedEvent,
+                FileSystemEventHandler,
+            )
             from watchdog.observers import Observer
 
             follower = self
+            # Asked of the kernel (the watch's inotify mask): without it every open and close of a
+            # session file, ours included, is an event for watchdog's thread to build and drop (a
+            # cold owner listing 3,000 sessions spent 0.9 s more CPU, and listed them 0.5 s later).
+            self._events = [FileCreatedEvent, FileModifiedEvent, FileMovedEvent, DirCreatedEvent, DirMovedEvent]
 
             class Handler(FileSystemEventHandler):
                 def on_any_event(self, event: FileSystemEvent) -> None:
@@ -327,7 +340,8 @@ class Follower:
             try:
                 if root.is_dir():
                     self._scheduled[root] = self._observer.schedule(self._handler, str(root),
-                                                                    recursive=self._recursive.get(root, True))
+                                                                    recursive=self._recursive.get(root, True),
+                                                                    event_filter=self._events)
                     self._parents.pop(root, None)
                     appeared = True
                     continue
@@ -335,7 +349,8 @@ class Follower:
                 if parent is not None and self._parents.get(root) != parent:
                     self._parents[root] = parent
                     if parent not in self._parent_watches:
-                        self._parent_watches[parent] = self._observer.schedule(self._handler, str(parent))
+                        self._parent_watches[parent] = self._observer.schedule(self._handler, str(parent),
+                                                                               event_filter=self._events)
                     if root.is_dir():  # made while the watch was being set up: not missed
                         return self._schedule_roots() or True
             except Exception as error:  # noqa: BLE001 - e.g. inotify watch limit reached
