@@ -251,6 +251,25 @@ def test_a_dormant_claude_session_counts_what_its_subagent_writes(daemon_factory
     _wait(lambda: client.request("ctxd/usage", {"workspace": uri, "thread": CLAUDE_THREAD})["cost"]["total"] > before)
 
 
+def test_a_subagent_that_wrote_while_no_owner_ran_is_counted_by_the_next(daemon_factory, workspace: Path,
+                                                                          tmp_path: Path) -> None:
+    """A subagent's file grew while no ctxd ran, its session's transcript unchanged: the next owner,
+    taking the session up from its store, reads the subagent (its cost grows) without waiting for
+    the transcript to move."""
+    _, claude_home, env = homes(tmp_path)
+    path = fx.write_jsonl(fx.claude_path(claude_home, workspace), fx.claude_session(workspace))
+    uri = workspace.as_uri()
+    client = daemon_factory([workspace], env=env)
+    wait_thread(client, workspace, CLAUDE_THREAD)
+    before = client.request("ctxd/usage", {"workspace": uri, "thread": CLAUDE_THREAD})["cost"]["total"]
+    client.shutdown()
+    fx.write_jsonl(path.with_suffix("") / "subagents" / "agent-1.jsonl",
+                   fx.claude_assistant([{"type": "text", "text": "sub"}], "msg_s1", "s1", None, workspace,
+                                       "2025-10-03T11:00:09.000Z", fx.claude_usage(1_000, 0, 0, 500)))
+    client = daemon_factory([workspace], env=env)
+    _wait(lambda: client.request("ctxd/usage", {"workspace": uri, "thread": CLAUDE_THREAD})["cost"]["total"] > before)
+
+
 def test_ctxd_mcp_started_after_the_compactions_keeps_what_came_before_each(tmp_path: Path) -> None:
     """`ctxd mcp` mirrors too (no daemon runs): the agent recalls what its compactions replaced
     before ctxd ever saw the session."""

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ctxd.agents import jsonl as reader
-from ctxd.agents.claude import ClaudeReader
+from ctxd.agents.claude import ClaudeReader, ClaudeSessions
 from ctxd.agents.codex import CodexReader, CodexSessions
 from ctxd.agents.folders import Folders
 from ctxd.agents.session import MAX_TOKENS, Usage
@@ -193,6 +193,28 @@ def test_claude_sidechains_are_not_the_main_window(tmp_path: Path) -> None:
     assert s.baseline == 15_546 and s.model == "claude-sonnet-4-5-20250929" and len(s.turns) == 1
     # The subagent's tokens are billed: they are in the cost, under its own model.
     assert s.cumulative["claude-haiku-4-5-20251001"].cached_input == 90_000
+
+
+@pytest.mark.parametrize("linked", [False, True], ids=["folder", "link"])
+def test_claude_subagents_files_are_counted_never_through_a_link(tmp_path: Path, linked: bool) -> None:
+    """A subagent's file (`<session>/subagents/agent-*.jsonl`) adds to the session's cost and to
+    what its reader has left to read; through a link (the session's folder made one) it is neither."""
+    path = fx.write_jsonl(fx.claude_path(tmp_path, "/w"), fx.claude_session("/w"))
+    folder = tmp_path / "elsewhere" if linked else path.with_suffix("")
+    fx.write_jsonl(folder / "subagents" / "agent-1.jsonl",
+                   fx.claude_assistant([{"type": "text", "text": "sub"}], "msg_s1", "s1", None, "/w",
+                                       "2025-10-03T11:00:09.000Z", fx.claude_usage(1_000, 0, 0, 500),
+                                       model="claude-haiku-4-5-20251001"))
+    if linked:
+        path.with_suffix("").symlink_to(folder)
+    reader = ClaudeReader(str(path), fx.CLAUDE_ID)
+    stamp = ClaudeSessions(tmp_path).stamp(str(path))
+    assert stamp is not None
+    transcript = path.stat().st_size
+    assert (reader.left(stamp) > transcript) if not linked else (reader.left(stamp) == transcript)
+    reader.read()
+    assert reader.left(stamp) == 0
+    assert ("claude-haiku-4-5-20251001" in reader.session.cumulative) is not linked
 
 
 def test_claude_compaction_starts_a_new_window(tmp_path: Path) -> None:

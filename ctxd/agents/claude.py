@@ -195,6 +195,16 @@ class ClaudeReader(Reader):
         change.usage = self._read_subagents() or change.usage
         return change
 
+    def left(self, stamp: Stamp) -> int:
+        """The transcript's bytes not read yet, and its subagents' (written while it waits for
+        them, or while no ctxd ran: a reader taken up from the store reads them at once)."""
+        left = super().left(stamp)
+        for path in subagent_files(self.path):
+            sub = self._subagents.get(os.path.basename(path))
+            with contextlib.suppress(OSError):
+                left += max(0, os.lstat(path).st_size - (sub.offset if sub is not None else 0))
+        return left
+
     def trim(self, lines: int = IDLE_LINES) -> None:
         """Forget all but the last `lines` lines (a reader that caught up: little memory each)."""
         while len(self._end) > lines:
@@ -234,21 +244,12 @@ class ClaudeReader(Reader):
         return os.path.join(self.path[: -len(".jsonl")], "subagents")
 
     def _read_subagents(self) -> bool:
-        if not self.path.endswith(".jsonl"):
-            return False
-        folder = self._subagent_folder()
-        if os.path.islink(os.path.dirname(folder)) or os.path.islink(folder):
-            return False  # never read through a link (docs/sessions.md, Privacy)
-        try:
-            with os.scandir(folder) as entries:
-                names = sorted(e.name for e in entries if e.name.endswith(".jsonl") and e.is_file(follow_symlinks=False))
-        except OSError:
-            return False
         grew = False
-        for name in names[:MAX_SUBAGENT_FILES]:
+        for path in subagent_files(self.path):
+            name = os.path.basename(path)
             sub = self._subagents.get(name)
             if sub is None:
-                sub = self._subagents[name] = _SubagentCost(os.path.join(folder, name), self)
+                sub = self._subagents[name] = _SubagentCost(path, self)
             grew = sub.read().lines > 0 or grew
         return grew
 
@@ -720,10 +721,13 @@ def session_id(path: str) -> str | None:
 
 
 def subagent_files(key: str) -> list[str]:
-    """The subagents' transcripts of the session `key` (`<session>/subagents/*.jsonl`)."""
+    """The subagents' transcripts of the session `key` (`<session>/subagents/*.jsonl`), never
+    through a link (docs/sessions.md, Privacy)."""
     if not key.endswith(".jsonl"):
         return []
     folder = os.path.join(key[: -len(".jsonl")], "subagents")
+    if os.path.islink(os.path.dirname(folder)) or os.path.islink(folder):
+        return []
     return sorted(entry.path for entry in entries(folder)
                   if entry.name.endswith(".jsonl") and entry.is_file(follow_symlinks=False))[:MAX_SUBAGENT_FILES]
 
