@@ -61,6 +61,15 @@ _KEY_PREFIXES = ("sk-", "sk_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_p
                  "AKIA", "ASIA", "AIza", "hf_")
 
 
+def env_seconds(name: str, default: float) -> float:
+    """A number of seconds from the environment variable `name` (the tests shorten ctxd's waits):
+    `default` when it is unset or not a number, never below 0."""
+    try:
+        return max(0.0, float(os.environ.get(name) or default))
+    except ValueError:
+        return default
+
+
 @dataclass(frozen=True)
 class Problem:
     """A settings problem: where (a file, or `initializationOptions`), which key, what is wrong."""

@@ -44,6 +44,7 @@ from ctxd.hookio import log as log_hook
 from ctxd.server.app import CtxdServer
 from ctxd.server.connection import StreamConnection, with_head
 from ctxd.server.daemon import Daemon
+from ctxd.settings import env_seconds
 
 if TYPE_CHECKING:
     from ctxd.ghost.checkpoint import Job, Outcome
@@ -62,13 +63,6 @@ LOG_BYTES = 4 * 1024 * 1024
 CLOSE_SECONDS = 10.0
 """A leaving owner waits this long for requests still running (of sessions that ended) before it
 exits; its lock is let go first, so the next owner starts meanwhile."""
-
-
-def idle_seconds() -> float:
-    try:
-        return max(0.0, float(os.environ.get("CTXD_OWNER_IDLE_SECONDS") or IDLE_SECONDS))
-    except ValueError:
-        return IDLE_SECONDS
 
 
 class SessionLogs:
@@ -121,7 +115,7 @@ class Owner:
         self.daemon = Daemon(self.state_dir)
         self.daemon.shared = True
         self.logs = SessionLogs()
-        self.idle = idle_seconds()
+        self.idle = env_seconds("CTXD_OWNER_IDLE_SECONDS", IDLE_SECONDS)
         self._lock = threading.Condition()
         self._connections = 0
         self._last = time.monotonic()

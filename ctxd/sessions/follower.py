@@ -37,6 +37,7 @@ from ctxd.agents.folders import Folders
 from ctxd.agents.jsonl import printable
 from ctxd.agents.session import Change, Session
 from ctxd.sessions.discovery import Source
+from ctxd.settings import env_seconds
 
 if TYPE_CHECKING:
     from watchdog.events import FileSystemEvent
@@ -61,13 +62,6 @@ MAX_ID_CHARS = 200  # a session id longer than this (or empty, or with control c
 # them checked a tick. CTXD_DORMANT_SECONDS sets it (tests).
 DORMANT_SECONDS = 600.0
 DORMANT_BATCH = 512
-
-
-def dormant_seconds() -> float:
-    try:
-        return max(0.0, float(os.environ.get("CTXD_DORMANT_SECONDS") or DORMANT_SECONDS))
-    except ValueError:
-        return DORMANT_SECONDS
 
 
 @dataclass
@@ -134,7 +128,7 @@ class Follower:
         self._window = window
         self._resume = resume
         self._listing = listing
-        self._dormant = dormant_seconds()
+        self._dormant = env_seconds("CTXD_DORMANT_SECONDS", DORMANT_SECONDS)
         self.sources = sources
         # Per agent followed: its sessions (ctxd/agents: a store each) and the folders they are under.
         self.stores: dict[str, SessionStore] = {s.agent: s.store for s in sources if s.enabled and s.store is not None}
