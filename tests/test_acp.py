@@ -527,6 +527,131 @@ def test_when_the_owner_dies_the_next_turn_is_recorded_by_the_next_owner(
         assert editor.close() == 0
 
 
+def spools(state_dir: Path) -> list[Path]:
+    folder = state_dir / "ctxd" / "acp" / "spool"
+    return sorted(folder.glob("*.jsonl")) if folder.is_dir() else []
+
+
+def test_records_a_proxy_ends_with_unsent_are_stored_by_the_next_owner_once(
+        repo: Path, state_dir: Path, tmp_path: Path, daemon_factory: Callable[..., Client]) -> None:
+    """The owner dies and none can start (the test holds the lock a starter takes) while the
+    proxy records a turn, and the editor closes the session: the proxy ends with the turn unsent,
+    which stays in its spool (ctxd/acp/spool.py), and the next owner stores it at its start. A
+    spool stored again (an owner killed while it stored one) adds nothing: each record carries its
+    proxy's id and number. Before the spool, the proxy's 2-s wait at its end dropped them."""
+    import fcntl
+
+    from tests.rpc import wait_gone
+
+    first = daemon_factory([repo])
+    editor = RawEditor(PROXY + AGENT, agent_env(state_dir, tmp_path, "raw"), repo)
+    held = None
+    try:
+        session = start_session(editor, repo)
+        got = editor.request("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "one"}]})
+        editor.wait(lambda m: m.get("id") == got)
+        assert wait_until(lambda: len(history(first, repo, "acp:sess-1")) == 2)
+        held = os.open(state_dir / "ctxd" / "owner" / "start.lock", os.O_RDWR)
+        fcntl.flock(held, fcntl.LOCK_EX)
+        owner = first.daemon_pid
+        os.kill(owner, signal.SIGKILL)
+        wait_gone(owner)
+        got = editor.request("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "two"}]})
+        assert editor.wait(lambda m: m.get("id") == got)["result"]["stopReason"] == "end_turn"
+        assert editor.close() == 0  # the agent ends, and the proxy with it
+        [spooled] = spools(state_dir)
+        assert stat.S_IMODE(spooled.stat().st_mode) == 0o600
+        lines = [json.loads(line) for line in spooled.read_text().splitlines()]
+        assert [item["content"][0]["text"] for line in lines for item in line["params"]["items"]] == ["two", "Echo: two"]
+        kept = spooled.read_bytes()
+    finally:
+        if held is not None:
+            os.close(held)  # an owner may start now
+    second = daemon_factory([repo])
+    texts = wait_until(lambda: (lambda h: h if len(h) == 4 else None)(
+        [i["content"][0]["text"] for i in history(second, repo, "acp:sess-1")]))
+    assert texts == ["one", "Echo: one", "two", "Echo: two"]
+    assert wait_until(lambda: not spools(state_dir)), "the stored spool is removed"
+    spooled.write_bytes(kept)  # as an owner killed while storing it would have left it
+    os.kill(second.daemon_pid, signal.SIGKILL)
+    wait_gone(second.daemon_pid)
+    third = daemon_factory([repo])
+    assert wait_until(lambda: not spools(state_dir))
+    assert [i["content"][0]["text"] for i in history(third, repo, "acp:sess-1")] == texts
+
+
+def test_a_proxy_keeps_its_records_on_disk_until_the_owner_answers_them(
+        repo: Path, state_dir: Path, tmp_path: Path, daemon_factory: Callable[..., Client]) -> None:
+    """While no owner can be reached the proxy's records wait in its spool (a proxy killed then
+    loses none); once one answers they are stored in their order, the spool is emptied, and a
+    proxy that ends with nothing unsent leaves no spool behind."""
+    import fcntl
+
+    from tests.rpc import wait_gone
+
+    first = daemon_factory([repo])
+    editor = RawEditor(PROXY + AGENT, agent_env(state_dir, tmp_path, "raw"), repo)
+    held = None
+    try:
+        session = start_session(editor, repo)
+        got = editor.request("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "one"}]})
+        editor.wait(lambda m: m.get("id") == got)
+        assert wait_until(lambda: len(history(first, repo, "acp:sess-1")) == 2)
+        [spooled] = spools(state_dir)
+        assert wait_until(lambda: spooled.stat().st_size == 0), "answered: emptied"
+        held = os.open(state_dir / "ctxd" / "owner" / "start.lock", os.O_RDWR)
+        fcntl.flock(held, fcntl.LOCK_EX)
+        os.kill(first.daemon_pid, signal.SIGKILL)
+        wait_gone(first.daemon_pid)
+        for text in ("two", "three"):
+            asked = editor.request("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": text}]})
+            assert editor.wait(lambda m, asked=asked: m.get("id") == asked)["result"]["stopReason"] == "end_turn"
+        waiting = wait_until(lambda: (lambda t: t if "Echo: three" in t else None)(spooled.read_text()))
+        assert waiting.index('"two"') < waiting.index('"three"')
+        os.close(held)
+        held = None
+        second = daemon_factory([repo])
+        texts = wait_until(lambda: (lambda h: h if len(h) == 6 else None)(
+            [i["content"][0]["text"] for i in history(second, repo, "acp:sess-1")]), timeout=60)
+        assert texts == ["one", "Echo: one", "two", "Echo: two", "three", "Echo: three"]
+        assert wait_until(lambda: spooled.stat().st_size == 0)
+    finally:
+        if held is not None:
+            os.close(held)
+        assert editor.close() == 0
+    assert not spools(state_dir)
+
+
+def test_an_owner_stores_only_the_records_of_a_spool_that_is_one(
+        repo: Path, state_dir: Path, tmp_path: Path, daemon_factory: Callable[..., Client]) -> None:
+    """A spool left by a proxy that crashed, with a line that is no JSON, a record for a thread that
+    is not an ACP session's and its last line cut short; beside it a FIFO and a link to a spool
+    elsewhere. The owner stores the record, removes that spool, and neither waits on the FIFO nor
+    reads through the link."""
+    folder = state_dir / "ctxd" / "acp" / "spool"
+    folder.mkdir(parents=True, mode=0o700)
+    for part in (state_dir / "ctxd", state_dir / "ctxd" / "acp"):
+        part.chmod(0o700)
+
+    def line(thread: str, seq: int, text: str) -> str:
+        return json.dumps({"folder": str(repo), "params": {"thread": thread, "proxy": "crashed", "seq": seq, "items": [
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}]}}) + "\n"
+
+    crashed = folder / "1-1.jsonl"
+    crashed.write_text(line("acp:left", 1, "kept") + "not json\n" + line("default", 2, "refused") + line("acp:left", 3, "cut")[:40])
+    crashed.chmod(0o600)
+    os.mkfifo(folder / "2-2.jsonl", 0o600)
+    elsewhere = tmp_path / "elsewhere.jsonl"
+    elsewhere.write_text(line("acp:linked", 1, "through a link"))
+    (folder / "3-3.jsonl").symlink_to(elsewhere)
+    client = daemon_factory([repo])
+    assert wait_until(lambda: not crashed.exists())
+    assert [i["content"][0]["text"] for i in history(client, repo, "acp:left")] == ["kept"]
+    listed = {t["thread"] for t in client.request("ctxd/threads", {"workspace": repo.as_uri()})["threads"]}
+    assert "acp:linked" not in listed and "default" not in listed
+    assert (folder / "2-2.jsonl").exists() and (folder / "3-3.jsonl").is_symlink() and elsewhere.exists()
+
+
 def test_no_api_key_reaches_the_proxys_log(repo: Path, state_dir: Path, tmp_path: Path) -> None:
     """A checkpoint's label holds the prompt's first words, and a prompt may hold a key."""
     key = "sk-test-" + "q7" * 12

@@ -3,7 +3,9 @@
 The proxy opens one session with the owner (`ownerlink.Session`, role "acp": the only kind of
 session the owner lets write an `acp:` thread) in the background as soon as it starts, so the
 first turn does not wait for an owner to start. Records go through a queue, in order, on a thread
-of their own: passing a message never waits for the owner. A checkpoint waits (it must exist
+of their own: passing a message never waits for the owner. Each is kept in the proxy's spool
+until the owner answers it (`ctxd.acp.spool`): while no owner can be reached the records wait,
+and those still unanswered when the proxy ends are the next owner's to store. A checkpoint waits (it must exist
 before the change), with bounds: when no owner answers in time it is taken in this process
 (`ctxd.ghost.checkpoint`, as a hook alone does), and past its bound the proxy goes on without it.
 Whatever fails here is logged (`<state dir>/acp/proxy.log`) and never reaches the editor or the
@@ -19,9 +21,10 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ctxd import ownerlink
+from ctxd.acp.spool import Spool
 
 CONNECT_WAIT_SECONDS = 5.0
 """A checkpoint waits this long for an owner still starting, then is taken here."""
@@ -29,9 +32,8 @@ CHECKPOINT_SECONDS = 20.0
 """At most this long for the owner's checkpoint (a first capture of a large tree), then one here."""
 LOCAL_CHECKPOINT_SECONDS = 20.0
 """At most this long for a checkpoint taken here; past it the change goes on (the capture finishes alone)."""
-RECORD_SECONDS = 30.0
-"""A record waits this long for an owner that is starting (one died, a new one is slow), then is dropped (logged)."""
 RECORD_RETRY_SECONDS = 0.5
+"""While no owner answers, a record is tried again this often (it waits in the spool meanwhile)."""
 FOLDER_RETRIES = 40
 """A folder just added to the owner's session opens in the background: a record retries meanwhile."""
 LOG_BYTES = 1024 * 1024
@@ -60,6 +62,15 @@ def log(state_dir: Path, message: str) -> None:
         pass
 
 
+class Record(NamedTuple):
+    """One `ctxd/acp/record` to send; `done` instead: a mark the records before it were sent."""
+
+    folder: Path
+    params: dict[str, Any]
+    answered: Callable[[Any], None] | None
+    done: threading.Event | None = None
+
+
 class NoOwner(OSError):
     """No owner's session to send on: none could be reached yet (the request was never sent)."""
 
@@ -80,7 +91,11 @@ class Owner:
         self._lock = threading.Lock()
         self._tried = float("-inf")  # when a session was last opened again
         self._disabled = False  # CTXD_OWNER=0: no owner is ever asked
-        self._jobs: queue.Queue[tuple[Callable[[], None]] | None] = queue.Queue()
+        self._records: queue.Queue[Record | None] = queue.Queue()
+        self._seq = 0  # the last record's number
+        self._submitting = threading.Lock()  # numbers given and records spooled in one order
+        self.spool = Spool(state_dir, f"{os.getpid()}-{time.time_ns()}")
+        self._spooling = os.environ.get("CTXD_OWNER") != "0"  # (no owner is asked: nothing is recorded)
         threading.Thread(target=self._connect, name="ctxd-acp-owner", daemon=True).start()
         threading.Thread(target=self._work, name="ctxd-acp-records", daemon=True).start()
 
@@ -141,22 +156,82 @@ class Owner:
         self._ready.wait(wait)
         return self._session
 
-    # --- records: in order, never waited for ---
+    # --- records: in order, kept until answered, never waited for ---
 
-    def submit(self, job: Callable[[], None]) -> None:
-        self._jobs.put((job,))
+    def submit(self, folder: Path, params: dict[str, Any], answered: Callable[[Any], None] | None = None) -> None:
+        """Send `params` as `ctxd/acp/record` about `folder`, after the records submitted before
+        it, numbered and kept in the spool first; `answered(answer)` once the owner answered."""
+        with self._submitting:
+            self._seq += 1
+            params = {**params, "proxy": self.spool.proxy, "seq": self._seq}
+            if self._spooling:
+                try:
+                    self.spool.append(folder, params)
+                except OSError as error:  # sent all the same; lost only if no owner takes it
+                    self._spooling = False
+                    log(self.state_dir, f"records are not kept on disk ({describe(error)})")
+            self._records.put(Record(folder, params, answered))
 
     def _work(self) -> None:
         while True:
-            job = self._jobs.get()
-            if job is None:
-                return
+            record = self._records.get()
             try:
-                job[0]()
+                if record is None:
+                    return
+                if record.done is not None:
+                    record.done.set()
+                    continue
+                answer = self._send(record)
+                if record.answered is not None and answer is not None:
+                    record.answered(answer)
             except Exception as error:  # noqa: BLE001 - fail open: logged
                 log(self.state_dir, f"recording failed: {describe(error)}")
             finally:
-                self._jobs.task_done()
+                self._records.task_done()
+
+    def _send(self, record: Record) -> Any:
+        """The owner's answer to one record; while no owner can be reached it is tried again (the
+        records after it wait their turn). None when it was not stored: the owner refused it, or no
+        owner is ever asked (CTXD_OWNER=0)."""
+        thread, seq = record.params["thread"], record.params["seq"]
+        waiting = False
+        while True:
+            try:
+                answer = self.request(record.folder, "ctxd/acp/record", record.params, 30.0)
+                break
+            except NoOwner:
+                if self._disabled:
+                    return None
+            except ownerlink.RemoteError as error:
+                log(self.state_dir, f"{thread}: the owner refused a record ({error.message})")
+                answer = None
+                break
+            except (OSError, TimeoutError) as error:  # sent again: the owner stores it once (its number)
+                log(self.state_dir, f"{thread}: a record is sent again ({describe(error)})")
+            if not waiting:
+                waiting = True
+                log(self.state_dir, f"{thread}: no owner to record to: the records wait"
+                                    + (f" (kept in {self.spool.path})" if self._spooling else ""))
+            time.sleep(RECORD_RETRY_SECONDS)
+        self.spool.answered(seq)
+        return answer
+
+    def drain(self, timeout: float) -> None:
+        """Let the records already queued go (the proxy is ending), for at most `timeout`; those
+        left stay in the spool for the next owner."""
+        done = threading.Event()
+        self._records.put(Record(Path(), {"thread": "", "seq": 0}, None, done))
+        done.wait(timeout)
+        if self.spool.waiting:
+            log(self.state_dir, f"{self.spool.waiting} records not answered yet: the next owner stores them "
+                                f"from {self.spool.path}")
+
+    def close(self) -> None:
+        self._records.put(None)
+        self.spool.close()
+        if self._session is not None:
+            with contextlib.suppress(Exception):
+                self._session.close()
 
     def request(self, folder: Path, method: str, params: dict[str, Any], timeout: float) -> Any:
         """A request about `folder`'s workspace; retried while the folder is still opening, and
@@ -189,31 +264,6 @@ class Owner:
                     raise
                 time.sleep(0.05)
         raise OSError("unreachable")
-
-    def record(self, folder: Path, params: dict[str, Any]) -> Any:
-        """`ctxd/acp/record` on the records' thread: while no owner can be reached (one died and
-        the next is starting) it is sent again, for up to RECORD_SECONDS, the records after it
-        waiting their turn (their order is kept). Raises as `request`."""
-        deadline = time.monotonic() + RECORD_SECONDS
-        while True:
-            try:
-                return self.request(folder, "ctxd/acp/record", params, 30.0)
-            except NoOwner:
-                if self._disabled or time.monotonic() >= deadline:
-                    raise
-                time.sleep(RECORD_RETRY_SECONDS)
-
-    def drain(self, timeout: float) -> None:
-        """Let the records already queued land (the proxy is ending), for at most `timeout`."""
-        done = threading.Event()
-        self._jobs.put((done.set,))
-        done.wait(timeout)
-
-    def close(self) -> None:
-        self._jobs.put(None)
-        if self._session is not None:
-            with contextlib.suppress(Exception):
-                self._session.close()
 
     # --- checkpoints: waited for, with bounds ---
 

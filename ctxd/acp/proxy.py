@@ -407,19 +407,8 @@ class Proxy:
         if folder is None:
             return
         owner = self.start_owner()
-        with self.lock:
-            items, replay, used = transcript.take()
-            fields = {"thread": transcript.thread, "items": items, "title": transcript.title, "model": transcript.model,
-                      "used": used, "size": transcript.size if used is not None else None, "replay": replay}
-        if not items and used is None and not tell_editor:
-            return
 
-        def record() -> None:
-            try:
-                answer = owner.record(folder, fields)
-            except (OSError, TimeoutError) as error:
-                log(self.state_dir, f"{transcript.thread}: not recorded ({describe(error)})")
-                return
+        def answered(answer: Any) -> None:
             usage = answer.get("usage") if isinstance(answer, dict) else None
             if tell_editor and isinstance(usage, dict):
                 self.editor.write(json.dumps({"jsonrpc": "2.0", "method": "session/update", "params": {
@@ -429,7 +418,13 @@ class Proxy:
                                "_meta": {"ctxd": {"source": usage.get("source"), "thread": transcript.thread}}}},
                 }, separators=(",", ":")).encode("utf-8") + b"\n")
 
-        owner.submit(record)
+        with self.lock:  # taken and numbered in one order (both directions flush)
+            items, replay, used = transcript.take()
+            if not items and used is None and not tell_editor:
+                return
+            owner.submit(folder, {"thread": transcript.thread, "items": items, "title": transcript.title,
+                                  "model": transcript.model, "used": used,
+                                  "size": transcript.size if used is not None else None, "replay": replay}, answered)
 
 
 def _with_meta(message: dict[str, Any], ours: dict[str, Any]) -> dict[str, Any]:

@@ -160,7 +160,8 @@ class ItemParams(Params):
 
 class AcpRecordParams(Params):
     """The proxy's view of its ACP session (`ctxd/acp/record`): items to append, what the thread
-    listing shows, and the agent's own gauge when it sent one (`usage_update`)."""
+    listing shows, and the agent's own gauge when it sent one (`usage_update`). `proxy` and `seq`
+    name the record (its proxy's id, its number there from 1): one sent again is stored once."""
 
     items: list[Any]
     title: str | None = Field(default=None, max_length=1_000)
@@ -169,6 +170,8 @@ class AcpRecordParams(Params):
     used: int | None = Field(default=None, ge=0, le=MAX_COUNT)
     size: int | None = Field(default=None, ge=1, le=MAX_COUNT)
     replay: bool = False  # the history an agent replays at `session/load`: stored only into an empty thread
+    proxy: str | None = Field(default=None, min_length=1, max_length=100)
+    seq: int | None = Field(default=None, ge=1, le=MAX_COUNT)
 
 
 class AcpCheckpointParams(Params):

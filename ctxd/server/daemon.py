@@ -158,10 +158,27 @@ class Daemon:
             estimator.prepare()  # counts before tiktoken is loaded are estimates: its tables now
             log.debug("warm-up: following the sessions")
             self._follow_sessions()
+            self.take_acp_spools()
             import ctxd.compact.run  # noqa: F401
             import ctxd.workspace.checkpoints  # noqa: F401
         finally:
             self._warmed.set()
+
+    def take_acp_spools(self) -> None:
+        """Store the records `ctxd acp` proxies that ended left unsent (ctxd/acp/spool.py): at the
+        warm-up, and when a proxy opens a session (one may have ended while none could be reached)."""
+        from ctxd.acp import spool
+        from ctxd.server import handlers
+
+        try:
+            stored = spool.take_ended(self.service.state_dir,
+                                      functools.partial(handlers.acp_spooled, self.service, self.everyone.notify),
+                                      log.info)
+        except Exception:  # noqa: BLE001 - the spools stay for the next time
+            log.exception("storing the records ACP proxies left failed")
+            return
+        if stored:
+            log.info("stored %d records ACP proxies left", stored)
 
     def wait_warmed(self) -> None:
         self._warmed.wait(WARM_UP_WAIT_SECONDS)

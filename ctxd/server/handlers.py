@@ -9,6 +9,7 @@ imported by the first handler that needs them, so that the first gauge does not 
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,9 +24,13 @@ from ctxd.protocol.items import record_items
 from ctxd.protocol.paths import escape_paths
 from ctxd.server.events import CompactionEvents, Outbox, SlowWarning
 from ctxd.workspace import Workspace
+from ctxd.workspace.core import path_to_uri
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from ctxd.protocol import shapes
+    from ctxd.workspace.service import Service
 
 
 @dataclass
@@ -45,6 +50,7 @@ class Call:
             raise Cancelled("request cancelled")
 
 
+log = logging.getLogger(__name__)
 Handler = Callable[[Call, Any], Any]
 HANDLERS: dict[str, tuple[type[BaseModel], Handler]] = {}
 
@@ -222,6 +228,10 @@ def _acp_thread(call: Call, thread: str) -> None:
     """Only a `ctxd acp` proxy's session writes an `acp:` thread, and only those (protocol v4)."""
     if not call.writes_acp:
         raise InvalidParams(f"{thread!r}: only a ctxd acp proxy's session writes ACP sessions (read-only here)")
+    _acp_name(thread)
+
+
+def _acp_name(thread: str) -> None:
     agent, _, session = thread.partition(":")
     if agent != "acp" or not session:
         raise InvalidParams(f"thread: {thread!r} is not an ACP session's thread (acp:<session id>)")
@@ -229,18 +239,38 @@ def _acp_thread(call: Call, thread: str) -> None:
 
 @handler(methods.ACP_RECORD)
 def acp_record(call: Call, params: p.AcpRecordParams) -> shapes.RecordResult:
+    _acp_thread(call, params.thread)
+    return _store_acp(call.workspace, params, call.broadcast)
+
+
+def acp_spooled(service: Service, broadcast: Callable[[str, dict[str, Any]], None], folder: Path,
+                raw: dict[str, Any]) -> None:
+    """A record a `ctxd acp` proxy left in its spool (ctxd/acp/spool.py), stored as its
+    `ctxd/acp/record` would have been, its folder opened; one that is no record is passed over."""
+    try:
+        params = p.parse_params(p.AcpRecordParams, {**raw, "workspace": path_to_uri(folder)})
+        _acp_name(params.thread)
+        workspace = service.open_folder(params.workspace)
+    except InvalidParams as error:
+        log.info("a spooled ACP record was not stored: %s", error.message)
+        return
+    _store_acp(workspace, params, broadcast)
+
+
+def _store_acp(workspace: Workspace, params: p.AcpRecordParams,
+               broadcast: Callable[[str, dict[str, Any]], None] | None) -> shapes.RecordResult:
     import time
 
-    _acp_thread(call, params.thread)
     info: dict[str, Any] = {"source": "acp", "title": params.title, "model": params.model, "agent": params.agent,
                             "lastActivity": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     context: dict[str, Any] = {key: value for key, value in (("model", params.model), ("contextWindow", params.size))
                                if value}
-    new = not call.workspace.exists(params.thread)
-    result = call.workspace.record_followed(params.thread, list(record_items(params.items)), info=info, context=context,
-                                            used=params.used, replay=params.replay)
-    if new and call.broadcast is not None:  # the editors' thread lists show it at once
-        call.broadcast(methods.THREADS_CHANGED, {"workspace": call.workspace.uri})
+    sent = (params.proxy, params.seq) if params.proxy is not None and params.seq is not None else None
+    new = not workspace.exists(params.thread)
+    result = workspace.record_followed(params.thread, list(record_items(params.items)), info=info, context=context,
+                                       used=params.used, replay=params.replay, sent=sent)
+    if new and broadcast is not None:  # the editors' thread lists show it at once
+        broadcast(methods.THREADS_CHANGED, {"workspace": workspace.uri})
     return result
 
 

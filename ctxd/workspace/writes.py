@@ -26,6 +26,9 @@ from ctxd.workspace.core import AWAITING_REPORT, WorkspaceCore, agent_title, fol
 if TYPE_CHECKING:
     from ctxd.protocol.shapes import RecordResult, RollbackResult, UndoResult, UsageSnapshot
 
+# How many senders' last record numbers an `acp:` thread keeps (`record_followed`): one proxy per
+# run of the session, so only a thread loaded again and again forgets its oldest.
+MAX_SENDERS = 64
 # A followed session listed before it is mirrored: its thread, fill, context (model, window) and info.
 Listed = tuple[str, int | None, dict[str, Any], dict[str, Any]]
 
@@ -408,13 +411,15 @@ class WorkspaceWrites(WorkspaceCore):
         return [json.loads(row.body) for row in self.store.active_rows(thread)]
 
     def record_followed(self, thread: str, items: list[dict[str, Any]], *, info: dict[str, Any],
-                        context: dict[str, Any], used: int | None, replay: bool = False) -> RecordResult:
+                        context: dict[str, Any], used: int | None, replay: bool = False,
+                        sent: tuple[str, int] | None = None) -> RecordResult:
         """Append to a thread that one of ctxd's own processes keeps for an agent (a `ctxd acp`
         proxy's `acp:` thread): the items after what it holds, `info` as `ctxd/threads` shows it,
         `context` (model, window) for the gauge, and `used`, when given, as the exact fill the
         agent reported after these items (its API baseline; otherwise the last one stands).
         `replay`: the history the agent replays when a session is loaded, which the thread holds
-        already unless it is empty."""
+        already unless it is empty. `sent`: the record's sender and number (a proxy's spool,
+        ctxd/acp/spool.py); one the thread stored already changes nothing."""
         valid = [item for item in items if _valid(item)]
         with self.lock:  # items are counted for the session's model
             ledger = self._ledger(thread)
@@ -423,9 +428,17 @@ class WorkspaceWrites(WorkspaceCore):
         kept, rows = self._rows(thread, valid)
         with self.lock:
             ledger = self._ledger(thread)
+            stored = dict((ledger.state or {}).get("acpRecords") or {})
+            if sent is not None and stored.get(sent[0], 0) >= sent[1]:
+                return {"historyVersion": ledger.history_version, "itemCount": len(ledger.entries),
+                        "usage": self.view.usage(ledger)}
             if rows and not (replay and ledger.entries):
                 ledger = self._append(ledger, kept, rows, index=True)
             state = {**(ledger.state or {}), "followed": info}
+            if sent is not None:
+                stored.pop(sent[0], None)
+                stored[sent[0]] = sent[1]
+                state["acpRecords"] = dict(list(stored.items())[-MAX_SENDERS:])
             api_total, api_seq = (used, ledger.last_seq) if used is not None else (ledger.api_total, ledger.api_seq)
             context = context or ledger.prompt_context or {}
             self.store.update_thread(thread, api_total=api_total, api_seq=api_seq, prompt_context=context, state=state)

@@ -2,7 +2,7 @@
 /**
  * The ctxd wire protocol: results, notifications and request params. GENERATED, do not edit:
  * `npm run gen:protocol` from docs/protocol.schema.json (from ctxd/protocol/shapes.py).
- * schema sha256: ef298dc5e00749314aa242cbc5b231512624b71d85dff3c77719adaf3d6e11e7
+ * schema sha256: 235ea461e323ac890b2b43a03547b7f56a647939ac970b2e5b7449a2d4ba0145
  */
 
 /**
@@ -113,7 +113,8 @@ export interface UsageSnapshot {
 }
 /**
  * The proxy's view of its ACP session (`ctxd/acp/record`): items to append, what the thread
- * listing shows, and the agent's own gauge when it sent one (`usage_update`).
+ * listing shows, and the agent's own gauge when it sent one (`usage_update`). `proxy` and `seq`
+ * name the record (its proxy's id, its number there from 1): one sent again is stored once.
  *
  * This interface was referenced by `CtxdProtocol`'s JSON-Schema
  * via the `definition` "AcpRecordParams".
@@ -122,7 +123,9 @@ export interface AcpRecordParams {
   agent?: string | null;
   items: unknown[];
   model?: string | null;
+  proxy?: string | null;
   replay?: boolean;
+  seq?: number | null;
   size?: number | null;
   thread?: string;
   title?: string | null;

@@ -58,12 +58,15 @@ M.PROTOCOL_VERSION = 4
 ---@field skipped? string
 
 --- The proxy's view of its ACP session (`ctxd/acp/record`): items to append, what the thread
---- listing shows, and the agent's own gauge when it sent one (`usage_update`).
+--- listing shows, and the agent's own gauge when it sent one (`usage_update`). `proxy` and `seq`
+--- name the record (its proxy's id, its number there from 1): one sent again is stored once.
 ---@class ctxd.AcpRecordParams
 ---@field agent? string|nil
 ---@field items any[]
 ---@field model? string|nil
+---@field proxy? string|nil
 ---@field replay? boolean
+---@field seq? integer|nil
 ---@field size? integer|nil
 ---@field thread? string
 ---@field title? string|nil
