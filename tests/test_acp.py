@@ -5,6 +5,7 @@ The reference for "unchanged" is the same client talking to the same agent witho
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -650,6 +651,37 @@ def test_an_owner_stores_only_the_records_of_a_spool_that_is_one(
     listed = {t["thread"] for t in client.request("ctxd/threads", {"workspace": repo.as_uri()})["threads"]}
     assert "acp:linked" not in listed and "default" not in listed
     assert (folder / "2-2.jsonl").exists() and (folder / "3-3.jsonl").is_symlink() and elsewhere.exists()
+
+
+def test_a_full_disk_under_the_spool_only_leaves_the_records_unkept(repo: Path, state_dir: Path, tmp_path: Path,
+                                                                     client: Client) -> None:
+    """The proxy's spool cannot be written (its folder is a full file system): the records still
+    reach the owner, and the proxy's log says they were not kept on disk."""
+    from tests.test_restore_full_disk import ROOT, small_fs
+
+    if not ROOT:
+        pytest.skip("mounting a small tmpfs needs root (CI runs as root)")
+    acp = state_dir / "ctxd" / "acp"
+    acp.mkdir(parents=True, exist_ok=True)
+    acp.chmod(0o700)
+    with small_fs(acp / "spool", "64k") as small:
+        small.chmod(0o700)
+        with contextlib.suppress(OSError), open(small / "filler", "wb") as filler:
+            while True:
+                filler.write(b"x" * 4096)
+                filler.flush()
+        editor = RawEditor(PROXY + AGENT, agent_env(state_dir, tmp_path, "raw"), repo)
+        try:
+            session = start_session(editor, repo)
+            got = editor.request("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "one"}]})
+            assert editor.wait(lambda m: m.get("id") == got)["result"]["stopReason"] == "end_turn"
+            texts = wait_until(lambda: (lambda h: h if len(h) == 2 else None)(
+                [i["content"][0]["text"] for i in history(client, repo, "acp:sess-1")]))
+            assert texts == ["one", "Echo: one"]
+        finally:
+            assert editor.close() == 0
+        assert "records are not kept on disk" in (acp / "proxy.log").read_text()
+        assert [p.name for p in small.iterdir()] == ["filler"]  # (an empty spool goes with its proxy)
 
 
 def test_no_api_key_reaches_the_proxys_log(repo: Path, state_dir: Path, tmp_path: Path) -> None:

@@ -53,10 +53,10 @@ class Spool:
     def append(self, folder_path: Path, params: dict[str, Any]) -> None:
         """Keep one record (its `seq` the next number). Raises OSError when the spool cannot be
         written (the record is sent all the same)."""
-        line = json.dumps({"folder": str(folder_path), "params": params}, separators=(",", ":")) + "\n"
+        line = (json.dumps({"folder": str(folder_path), "params": params}, separators=(",", ":")) + "\n").encode()
         with self._lock:
-            fd = self._open()
-            os.write(fd, line.encode("utf-8", "surrogatepass"))
+            if os.write(self._open(), line) != len(line):  # a full disk: the line is cut short (passed over)
+                raise OSError(errno.ENOSPC, "the spool is full")
             self._written = int(params["seq"])
 
     def answered(self, seq: int) -> None:
