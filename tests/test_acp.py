@@ -482,6 +482,37 @@ def test_a_line_too_long_to_read_still_passes_unchanged(state_dir: Path, tmp_pat
     assert rest == b""
 
 
+def prompt(editor: RawEditor, session: str, text: str) -> dict[str, Any]:
+    """One turn, through `editor`: the agent's answer."""
+    got = editor.request("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": text}]})
+    return editor.wait(lambda m: m.get("id") == got, timeout=60)
+
+
+def texts_of(client: Client, workspace: Path, count: int) -> list[str] | None:
+    """The texts of the ACP session's thread, once it holds `count` items (else None)."""
+    texts = [i["content"][0]["text"] for i in history(client, workspace, "acp:sess-1")]
+    return texts if len(texts) == count else None
+
+
+def kill_owner(client: Client, hold_start_of: Path | None = None) -> int | None:
+    """SIGKILL the owner; with `hold_start_of` (its state dir), first take the lock an owner's
+    starter takes (where ownerlink.reach takes it), so that none can start until the returned
+    descriptor is closed."""
+    import fcntl
+
+    from tests.rpc import wait_gone
+
+    held = None
+    if hold_start_of is not None:
+        start_lock = hold_start_of / "ctxd" / "owner" / "start.lock"
+        assert start_lock.exists()
+        held = os.open(start_lock, os.O_RDWR)
+        fcntl.flock(held, fcntl.LOCK_EX)
+    os.kill(client.daemon_pid, signal.SIGKILL)
+    wait_gone(client.daemon_pid)
+    return held
+
+
 @pytest.mark.parametrize("next_owner", ["at once", "slow to start"])
 def test_when_the_owner_dies_the_next_turn_is_recorded_by_the_next_owner(
         repo: Path, state_dir: Path, tmp_path: Path, daemon_factory: Callable[..., Client], next_owner: str) -> None:
@@ -490,38 +521,23 @@ def test_when_the_owner_dies_the_next_turn_is_recorded_by_the_next_owner(
     starter takes): the proxy's record of the turn waits for it, the records after it in their
     order, instead of being dropped once its 5 s wait for a session ran out ("not recorded
     (OSError: no owner)", seen in a newcomer check on a loaded machine)."""
-    import fcntl
-
-    from tests.rpc import wait_gone
-
     first = daemon_factory([repo])
     editor = RawEditor(PROXY + AGENT, agent_env(state_dir, tmp_path, "raw"), repo)
     held = None
     try:
         session = start_session(editor, repo)
-        got = editor.request("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "one"}]})
-        editor.wait(lambda m: m.get("id") == got)
-        assert wait_until(lambda: len(history(first, repo, "acp:sess-1")) == 2)
-        if next_owner == "slow to start":
-            start_lock = state_dir / "ctxd" / "owner" / "start.lock"
-            assert start_lock.exists()  # (where ownerlink.reach takes it)
-            held = os.open(start_lock, os.O_RDWR)
-            fcntl.flock(held, fcntl.LOCK_EX)
-        owner = first.daemon_pid
-        os.kill(owner, signal.SIGKILL)
-        wait_gone(owner)
+        prompt(editor, session, "one")
+        assert wait_until(lambda: texts_of(first, repo, 2))
+        held = kill_owner(first, state_dir if next_owner == "slow to start" else None)
         sent = time.monotonic()
-        got = editor.request("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "two"}]})
-        assert editor.wait(lambda m: m.get("id") == got, timeout=60)["result"]["stopReason"] == "end_turn"
+        assert prompt(editor, session, "two")["result"]["stopReason"] == "end_turn"
         if held is not None:
             time.sleep(max(0.0, sent + 12.0 - time.monotonic()))
             os.close(held)  # an owner may start now
             held = None
         second = daemon_factory([repo])
-        assert second.daemon_pid != owner
-        texts = wait_until(lambda: (lambda h: h if len(h) == 4 else None)(
-            [i["content"][0]["text"] for i in history(second, repo, "acp:sess-1")]))
-        assert texts == ["one", "Echo: one", "two", "Echo: two"]
+        assert second.daemon_pid != first.daemon_pid
+        assert wait_until(lambda: texts_of(second, repo, 4)) == ["one", "Echo: one", "two", "Echo: two"]
     finally:
         if held is not None:
             os.close(held)
@@ -540,25 +556,15 @@ def test_records_a_proxy_ends_with_unsent_are_stored_by_the_next_owner_once(
     which stays in its spool (ctxd/acp/spool.py), and the next owner stores it at its start. A
     spool stored again (an owner killed while it stored one) adds nothing: each record carries its
     proxy's id and number. Before the spool, the proxy's 2-s wait at its end dropped them."""
-    import fcntl
-
-    from tests.rpc import wait_gone
-
     first = daemon_factory([repo])
     editor = RawEditor(PROXY + AGENT, agent_env(state_dir, tmp_path, "raw"), repo)
     held = None
     try:
         session = start_session(editor, repo)
-        got = editor.request("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "one"}]})
-        editor.wait(lambda m: m.get("id") == got)
-        assert wait_until(lambda: len(history(first, repo, "acp:sess-1")) == 2)
-        held = os.open(state_dir / "ctxd" / "owner" / "start.lock", os.O_RDWR)
-        fcntl.flock(held, fcntl.LOCK_EX)
-        owner = first.daemon_pid
-        os.kill(owner, signal.SIGKILL)
-        wait_gone(owner)
-        got = editor.request("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "two"}]})
-        assert editor.wait(lambda m: m.get("id") == got)["result"]["stopReason"] == "end_turn"
+        prompt(editor, session, "one")
+        assert wait_until(lambda: texts_of(first, repo, 2))
+        held = kill_owner(first, state_dir)
+        assert prompt(editor, session, "two")["result"]["stopReason"] == "end_turn"
         assert editor.close() == 0  # the agent ends, and the proxy with it
         [spooled] = spools(state_dir)
         assert stat.S_IMODE(spooled.stat().st_mode) == 0o600
@@ -569,13 +575,11 @@ def test_records_a_proxy_ends_with_unsent_are_stored_by_the_next_owner_once(
         if held is not None:
             os.close(held)  # an owner may start now
     second = daemon_factory([repo])
-    texts = wait_until(lambda: (lambda h: h if len(h) == 4 else None)(
-        [i["content"][0]["text"] for i in history(second, repo, "acp:sess-1")]))
+    texts = wait_until(lambda: texts_of(second, repo, 4))
     assert texts == ["one", "Echo: one", "two", "Echo: two"]
     assert wait_until(lambda: not spools(state_dir)), "the stored spool is removed"
     spooled.write_bytes(kept)  # as an owner killed while storing it would have left it
-    os.kill(second.daemon_pid, signal.SIGKILL)
-    wait_gone(second.daemon_pid)
+    kill_owner(second)
     third = daemon_factory([repo])
     assert wait_until(lambda: not spools(state_dir))
     assert [i["content"][0]["text"] for i in history(third, repo, "acp:sess-1")] == texts
@@ -586,35 +590,26 @@ def test_a_proxy_keeps_its_records_on_disk_until_the_owner_answers_them(
     """While no owner can be reached the proxy's records wait in its spool (a proxy killed then
     loses none); once one answers they are stored in their order, the spool is emptied, and a
     proxy that ends with nothing unsent leaves no spool behind."""
-    import fcntl
-
-    from tests.rpc import wait_gone
-
     first = daemon_factory([repo])
     editor = RawEditor(PROXY + AGENT, agent_env(state_dir, tmp_path, "raw"), repo)
     held = None
     try:
         session = start_session(editor, repo)
-        got = editor.request("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "one"}]})
-        editor.wait(lambda m: m.get("id") == got)
-        assert wait_until(lambda: len(history(first, repo, "acp:sess-1")) == 2)
+        prompt(editor, session, "one")
+        assert wait_until(lambda: texts_of(first, repo, 2))
         [spooled] = spools(state_dir)
         assert wait_until(lambda: spooled.stat().st_size == 0), "answered: emptied"
-        held = os.open(state_dir / "ctxd" / "owner" / "start.lock", os.O_RDWR)
-        fcntl.flock(held, fcntl.LOCK_EX)
-        os.kill(first.daemon_pid, signal.SIGKILL)
-        wait_gone(first.daemon_pid)
+        held = kill_owner(first, state_dir)
         for text in ("two", "three"):
-            asked = editor.request("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": text}]})
-            assert editor.wait(lambda m, asked=asked: m.get("id") == asked)["result"]["stopReason"] == "end_turn"
+            assert prompt(editor, session, text)["result"]["stopReason"] == "end_turn"
         waiting = wait_until(lambda: (lambda t: t if "Echo: three" in t else None)(spooled.read_text()))
         assert waiting.index('"two"') < waiting.index('"three"')
+        assert held is not None
         os.close(held)
         held = None
         second = daemon_factory([repo])
-        texts = wait_until(lambda: (lambda h: h if len(h) == 6 else None)(
-            [i["content"][0]["text"] for i in history(second, repo, "acp:sess-1")]), timeout=60)
-        assert texts == ["one", "Echo: one", "two", "Echo: two", "three", "Echo: three"]
+        assert wait_until(lambda: texts_of(second, repo, 6), timeout=60) == [
+            "one", "Echo: one", "two", "Echo: two", "three", "Echo: three"]
         assert wait_until(lambda: spooled.stat().st_size == 0)
     finally:
         if held is not None:
