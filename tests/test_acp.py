@@ -553,7 +553,7 @@ def test_records_a_proxy_ends_with_unsent_are_stored_by_the_next_owner_once(
         repo: Path, state_dir: Path, tmp_path: Path, daemon_factory: Callable[..., Client]) -> None:
     """The owner dies and none can start (the test holds the lock a starter takes) while the
     proxy records a turn, and the editor closes the session: the proxy ends with the turn unsent,
-    which stays in its spool (ctxd/acp/spool.py), and the next owner stores it at its start. A
+    which stays in its spool (ctxd/acpspool.py), and the next owner stores it at its start. A
     spool stored again (an owner killed while it stored one) adds nothing: each record carries its
     proxy's id and number. Before the spool, the proxy's 2-s wait at its end dropped them."""
     first = daemon_factory([repo])

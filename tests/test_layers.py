@@ -28,6 +28,7 @@ ALLOWED: dict[str, set[str]] = {
     "places": {"safefile"},  # the on-disk layout: every hook and status line imports it (stdlib, bounded reads)
     "ownerlink": {"leanjson", "places"},  # the way to the owner: hooks, the status line and `ctxd mcp` import it on every call
     "acplink": {"ownerlink"},  # which ACP session `ctxd mcp` serves behind `ctxd acp` (its private folder)
+    "acpspool": {"acplink", "ownerlink"},  # a proxy's records until the owner stored them (written by one, read by the other)
     "marks": {"places", "safefile"},  # what the hooks remember between runs
     "hookio": {"leanjson", "marks", "places", "redact", "terminal"},  # the hooks' and the status line's input and log
     # What a hook does (its plan), run by the owner for the hooks it is handed, or by a hook alone.
@@ -49,7 +50,7 @@ ALLOWED: dict[str, set[str]] = {
                  "settings", "terminal", "tokens", "workspace"},  # marks: a hooked session's checkpoints are its hooks'
     "status": {"ctxd", "ledger", "protocol", "tokens", "workspace"},
     # The entries.
-    "server": {"compact", "ctxd", "errors", "ghost", "hookio", "hookplan", "ledger", "logs", "ownerlink", "places", "protocol",
+    "server": {"acpspool", "compact", "ctxd", "errors", "ghost", "hookio", "hookplan", "ledger", "logs", "ownerlink", "places", "protocol",
                "redact",
                "sessions", "settings", "status", "tokens", "workspace"},
     "mcp": {"acplink", "agents", "ctxd", "leanjson", "ownerlink", "places"},  # `ctxd mcp` answers before anything else is imported
@@ -58,7 +59,7 @@ ALLOWED: dict[str, set[str]] = {
     "statusline": {"agents", "hookio", "places", "tokens"},  # tokens: the prompt cache's lifetimes
     # The ACP proxy: it reaches the owner (ownerlink), finds a session's workspace (places),
     # checkpoints alone when no owner answers (ghost, settings), keeps keys out of its log (logs).
-    "acp": {"acplink", "ctxd", "ghost", "logs", "ownerlink", "places", "settings"},
+    "acp": {"acplink", "acpspool", "ctxd", "ghost", "logs", "ownerlink", "places", "settings"},
     "cli": {"ctxd", "hooks", "logs", "redact", "safefile", "server", "sessions", "usage"},
     "entry": {"acp", "cli", "hooks", "mcp", "statusline"},  # the commands an agent runs often start without `cli`
     "__main__": {"entry"},

@@ -4,7 +4,7 @@ The proxy opens one session with the owner (`ownerlink.Session`, role "acp": the
 session the owner lets write an `acp:` thread) in the background as soon as it starts, so the
 first turn does not wait for an owner to start. Records go through a queue, in order, on a thread
 of their own: passing a message never waits for the owner. Each is kept in the proxy's spool
-until the owner answers it (`ctxd.acp.spool`): while no owner can be reached the records wait,
+until the owner answers it (`ctxd.acpspool`): while no owner can be reached the records wait,
 and those still unanswered when the proxy ends are the next owner's to store. A checkpoint waits (it must exist
 before the change), with bounds: when no owner answers in time it is taken in this process
 (`ctxd.ghost.checkpoint`, as a hook alone does), and past its bound the proxy goes on without it.
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ctxd import ownerlink
-from ctxd.acp.spool import Spool
+from ctxd.acpspool import Spool
 
 CONNECT_WAIT_SECONDS = 5.0
 """A checkpoint waits this long for an owner still starting, then is taken here."""

@@ -165,15 +165,15 @@ class Daemon:
             self._warmed.set()
 
     def take_acp_spools(self) -> None:
-        """Store the records `ctxd acp` proxies that ended left unsent (ctxd/acp/spool.py): at the
+        """Store the records `ctxd acp` proxies that ended left unsent (ctxd/acpspool.py): at the
         warm-up, and when a proxy opens a session (one may have ended while none could be reached)."""
-        from ctxd.acp import spool
+        from ctxd import acpspool
         from ctxd.server import handlers
 
         try:
-            stored = spool.take_ended(self.service.state_dir,
-                                      functools.partial(handlers.acp_spooled, self.service, self.everyone.notify),
-                                      log.info)
+            stored = acpspool.take_ended(self.service.state_dir,
+                                         functools.partial(handlers.acp_spooled, self.service, self.everyone.notify),
+                                         log.info)
         except Exception:  # noqa: BLE001 - the spools stay for the next time
             log.exception("storing the records ACP proxies left failed")
             return

@@ -245,7 +245,7 @@ def acp_record(call: Call, params: p.AcpRecordParams) -> shapes.RecordResult:
 
 def acp_spooled(service: Service, broadcast: Callable[[str, dict[str, Any]], None], folder: Path,
                 raw: dict[str, Any]) -> None:
-    """A record a `ctxd acp` proxy left in its spool (ctxd/acp/spool.py), stored as its
+    """A record a `ctxd acp` proxy left in its spool (ctxd/acpspool.py), stored as its
     `ctxd/acp/record` would have been, its folder opened; one that is no record is passed over."""
     try:
         params = p.parse_params(p.AcpRecordParams, {**raw, "workspace": path_to_uri(folder)})

@@ -419,7 +419,7 @@ class Owner:
         code: int | None = None
         try:
             role = request.get("role") if not fds and request.get("role") == "acp" else None  # ctxd acp's own socket
-            if role == "acp":  # what proxies that ended left unsent (ctxd/acp/spool.py)
+            if role == "acp":  # what proxies that ended left unsent (ctxd/acpspool.py)
                 self.daemon.background.submit(self.daemon.take_acp_spools)
             server = CtxdServer(StreamConnection(with_head(head, reader), writer, on_exit=end), daemon=self.daemon,
                                 role=role)

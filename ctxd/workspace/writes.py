@@ -419,7 +419,7 @@ class WorkspaceWrites(WorkspaceCore):
         agent reported after these items (its API baseline; otherwise the last one stands).
         `replay`: the history the agent replays when a session is loaded, which the thread holds
         already unless it is empty. `sent`: the record's sender and number (a proxy's spool,
-        ctxd/acp/spool.py); one the thread stored already changes nothing."""
+        ctxd/acpspool.py); one the thread stored already changes nothing."""
         valid = [item for item in items if _valid(item)]
         with self.lock:  # items are counted for the session's model
             ledger = self._ledger(thread)
