@@ -549,13 +549,15 @@ def spools(state_dir: Path) -> list[Path]:
     return sorted(folder.glob("*.jsonl")) if folder.is_dir() else []
 
 
+@pytest.mark.parametrize("end", ["editor closed", "proxy killed"])
 def test_records_a_proxy_ends_with_unsent_are_stored_by_the_next_owner_once(
-        repo: Path, state_dir: Path, tmp_path: Path, daemon_factory: Callable[..., Client]) -> None:
+        repo: Path, state_dir: Path, tmp_path: Path, daemon_factory: Callable[..., Client], end: str) -> None:
     """The owner dies and none can start (the test holds the lock a starter takes) while the
-    proxy records a turn, and the editor closes the session: the proxy ends with the turn unsent,
-    which stays in its spool (ctxd/acpspool.py), and the next owner stores it at its start. A
-    spool stored again (an owner killed while it stored one) adds nothing: each record carries its
-    proxy's id and number. Before the spool, the proxy's 2-s wait at its end dropped them."""
+    proxy records a turn, then the editor closes the session (or the proxy is killed): the proxy
+    ends with the turn unsent, which stays in its spool (ctxd/acpspool.py), and the next owner
+    stores it at its start. A spool stored again (an owner killed while it stored one) adds
+    nothing: each record carries its proxy's id and number. Before the spool, the proxy's 2-s wait
+    at its end dropped them."""
     first = daemon_factory([repo])
     editor = RawEditor(PROXY + AGENT, agent_env(state_dir, tmp_path, "raw"), repo)
     held = None
@@ -564,8 +566,12 @@ def test_records_a_proxy_ends_with_unsent_are_stored_by_the_next_owner_once(
         prompt(editor, session, "one")
         assert wait_until(lambda: texts_of(first, repo, 2))
         held = kill_owner(first, state_dir)
-        assert prompt(editor, session, "two")["result"]["stopReason"] == "end_turn"
-        assert editor.close() == 0  # the agent ends, and the proxy with it
+        assert prompt(editor, session, "two")["result"]["stopReason"] == "end_turn"  # (recorded before it goes on)
+        if end == "proxy killed":
+            editor.proc.kill()
+            assert editor.close() == -signal.SIGKILL
+        else:
+            assert editor.close() == 0  # the agent ends, and the proxy with it
         [spooled] = spools(state_dir)
         assert stat.S_IMODE(spooled.stat().st_mode) == 0o600
         lines = [json.loads(line) for line in spooled.read_text().splitlines()]
