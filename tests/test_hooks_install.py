@@ -111,8 +111,10 @@ def codex_cli(exe: Path, base: Path, *args: str) -> None:
 def app_server(exe: Path, base: Path, *requests: tuple[str, dict[str, Any]]) -> list[Any]:
     """Codex's app-server (JSON-RPC over stdio), the way its TUI edits config.toml: each answer's
     `result`."""
+    # Unbuffered: a buffered readline can take the next line too, which `select` then never sees
+    # (an answer sent with a notification waited for the 120-s guard: failed once on a loaded run).
     process = subprocess.Popen([str(exe), "app-server"], env=codex_env(base), cwd=base, stdin=subprocess.PIPE,
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0)
     assert process.stdin is not None and process.stdout is not None
     deadline = time.monotonic() + 120  # a guard against a hung app-server, not a speed check
     answers = []
