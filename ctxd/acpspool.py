@@ -89,12 +89,17 @@ class Spool:
         if self._fd is None:
             import fcntl
 
-            path = folder(self.state_dir) / f"{self.proxy}.jsonl"
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            # Made under another name and locked before it gets its own: an owner looking for
+            # spools never takes one whose proxy has not locked it yet.
+            made = folder(self.state_dir) / f"{self.proxy}.new"
+            fd = os.open(made, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                path = made.with_suffix(".jsonl")
+                os.rename(made, path)
             except OSError:
                 os.close(fd)
+                made.unlink(missing_ok=True)
                 raise
             self.path, self._fd = path, fd
         return self._fd
