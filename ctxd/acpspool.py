@@ -115,8 +115,13 @@ def take_ended(state_dir: Path, store: Store, log: Callable[[str], None]) -> int
     the next time. Returns the records stored."""
     try:
         spools = sorted(folder(state_dir, create=False).glob("*.jsonl"))
+        unnamed = list(folder(state_dir, create=False).glob("*.new"))
     except OSError:
         return 0
+    for path in unnamed:  # a proxy that died while it made its spool: it wrote nothing there
+        with _held(path) as fd:
+            if fd is not None:
+                path.unlink(missing_ok=True)
     stored = 0
     for path in spools:
         with _held(path) as fd:

@@ -627,9 +627,9 @@ def test_a_proxy_keeps_its_records_on_disk_until_the_owner_answers_them(
 def test_an_owner_stores_only_the_records_of_a_spool_that_is_one(
         repo: Path, state_dir: Path, tmp_path: Path, daemon_factory: Callable[..., Client]) -> None:
     """A spool left by a proxy that crashed, with a line that is no JSON, a record for a thread that
-    is not an ACP session's and its last line cut short; beside it a FIFO and a link to a spool
-    elsewhere. The owner stores the record, removes that spool, and neither waits on the FIFO nor
-    reads through the link."""
+    is not an ACP session's and its last line cut short; beside it a FIFO, a link to a spool
+    elsewhere and a spool a proxy died making (empty, not named yet). The owner stores the record,
+    removes that spool and the unnamed one, and neither waits on the FIFO nor reads through the link."""
     folder = state_dir / "ctxd" / "acp" / "spool"
     folder.mkdir(parents=True, mode=0o700)
     for part in (state_dir / "ctxd", state_dir / "ctxd" / "acp"):
@@ -643,6 +643,7 @@ def test_an_owner_stores_only_the_records_of_a_spool_that_is_one(
     crashed.write_text(line("acp:left", 1, "kept") + "not json\n" + line("default", 2, "refused") + line("acp:left", 3, "cut")[:40])
     crashed.chmod(0o600)
     os.mkfifo(folder / "2-2.jsonl", 0o600)
+    (folder / "4-4.new").write_bytes(b"")  # a proxy that died while it made its spool
     elsewhere = tmp_path / "elsewhere.jsonl"
     elsewhere.write_text(line("acp:linked", 1, "through a link"))
     (folder / "3-3.jsonl").symlink_to(elsewhere)
@@ -652,6 +653,7 @@ def test_an_owner_stores_only_the_records_of_a_spool_that_is_one(
     listed = {t["thread"] for t in client.request("ctxd/threads", {"workspace": repo.as_uri()})["threads"]}
     assert "acp:linked" not in listed and "default" not in listed
     assert (folder / "2-2.jsonl").exists() and (folder / "3-3.jsonl").is_symlink() and elsewhere.exists()
+    assert not (folder / "4-4.new").exists()
 
 
 def test_a_full_disk_under_the_spool_only_leaves_the_records_unkept(repo: Path, state_dir: Path, tmp_path: Path,
