@@ -428,8 +428,10 @@ class WorkspaceWrites(WorkspaceCore):
         kept, rows = self._rows(thread, valid)
         with self.lock:
             ledger = self._ledger(thread)
-            stored = dict((ledger.state or {}).get("acpRecords") or {})
-            if sent is not None and stored.get(sent[0], 0) >= sent[1]:
+            known = (ledger.state or {}).get("acpRecords")
+            stored = dict(known) if isinstance(known, dict) else {}
+            last = stored.get(sent[0]) if sent is not None else None
+            if sent is not None and isinstance(last, int) and last >= sent[1]:
                 return {"historyVersion": ledger.history_version, "itemCount": len(ledger.entries),
                         "usage": self.view.usage(ledger)}
             if rows and not (replay and ledger.entries):
