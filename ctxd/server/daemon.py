@@ -8,6 +8,7 @@ Over stdio (and in memory) a session has its own daemon; over TCP, and in the ow
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -158,14 +159,19 @@ class Daemon:
             estimator.prepare()  # counts before tiktoken is loaded are estimates: its tables now
             log.debug("warm-up: following the sessions")
             self._follow_sessions()
-            self.take_acp_spools()
+            self.take_acp_spools_soon()
             import ctxd.compact.run  # noqa: F401
             import ctxd.workspace.checkpoints  # noqa: F401
         finally:
             self._warmed.set()
 
-    def take_acp_spools(self) -> None:
-        """Store the records `ctxd acp` proxies that ended left unsent (ctxd/acpspool.py): at the
+    def take_acp_spools_soon(self) -> None:
+        """`_take_acp_spools` on the background thread (nothing waits for it; a closed daemon skips it)."""
+        with contextlib.suppress(RuntimeError):
+            self.background.submit(self._take_acp_spools)
+
+    def _take_acp_spools(self) -> None:
+        """Store the records `ctxd acp` proxies that ended left unsent (ctxd/acpspool.py): after the
         warm-up, and when a proxy opens a session (one may have ended while none could be reached)."""
         from ctxd import acpspool
         from ctxd.server import handlers

@@ -420,7 +420,7 @@ class Owner:
         try:
             role = request.get("role") if not fds and request.get("role") == "acp" else None  # ctxd acp's own socket
             if role == "acp":  # what proxies that ended left unsent (ctxd/acpspool.py)
-                self.daemon.background.submit(self.daemon.take_acp_spools)
+                self.daemon.take_acp_spools_soon()
             server = CtxdServer(StreamConnection(with_head(head, reader), writer, on_exit=end), daemon=self.daemon,
                                 role=role)
             code = server.serve()
