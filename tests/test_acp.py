@@ -513,6 +513,21 @@ def kill_owner(client: Client, hold_start_of: Path | None = None) -> int | None:
     return held
 
 
+def first_turn(daemon_factory: Callable[..., Client], repo: Path, state_dir: Path,
+               tmp_path: Path) -> tuple[Client, RawEditor, str]:
+    """An owner, a proxy before the scripted agent, its session, and one turn the owner recorded."""
+    owner = daemon_factory([repo])
+    editor = RawEditor(PROXY + AGENT, agent_env(state_dir, tmp_path, "raw"), repo)
+    try:
+        session = start_session(editor, repo)
+        prompt(editor, session, "one")
+        assert wait_until(lambda: texts_of(owner, repo, 2))
+    except BaseException:
+        editor.close()
+        raise
+    return owner, editor, session
+
+
 @pytest.mark.parametrize("next_owner", ["at once", "slow to start"])
 def test_when_the_owner_dies_the_next_turn_is_recorded_by_the_next_owner(
         repo: Path, state_dir: Path, tmp_path: Path, daemon_factory: Callable[..., Client], next_owner: str) -> None:
@@ -521,13 +536,9 @@ def test_when_the_owner_dies_the_next_turn_is_recorded_by_the_next_owner(
     starter takes): the proxy's record of the turn waits for it, the records after it in their
     order, instead of being dropped once its 5 s wait for a session ran out ("not recorded
     (OSError: no owner)", seen in a newcomer check on a loaded machine)."""
-    first = daemon_factory([repo])
-    editor = RawEditor(PROXY + AGENT, agent_env(state_dir, tmp_path, "raw"), repo)
+    first, editor, session = first_turn(daemon_factory, repo, state_dir, tmp_path)
     held = None
     try:
-        session = start_session(editor, repo)
-        prompt(editor, session, "one")
-        assert wait_until(lambda: texts_of(first, repo, 2))
         held = kill_owner(first, state_dir if next_owner == "slow to start" else None)
         sent = time.monotonic()
         assert prompt(editor, session, "two")["result"]["stopReason"] == "end_turn"
@@ -558,13 +569,9 @@ def test_records_a_proxy_ends_with_unsent_are_stored_by_the_next_owner_once(
     stores it at its start. A spool stored again (an owner killed while it stored one) adds
     nothing: each record carries its proxy's id and number. Before the spool, the proxy's 2-s wait
     at its end dropped them."""
-    first = daemon_factory([repo])
-    editor = RawEditor(PROXY + AGENT, agent_env(state_dir, tmp_path, "raw"), repo)
+    first, editor, session = first_turn(daemon_factory, repo, state_dir, tmp_path)
     held = None
     try:
-        session = start_session(editor, repo)
-        prompt(editor, session, "one")
-        assert wait_until(lambda: texts_of(first, repo, 2))
         held = kill_owner(first, state_dir)
         assert prompt(editor, session, "two")["result"]["stopReason"] == "end_turn"  # (recorded before it goes on)
         if end == "proxy killed":
@@ -596,13 +603,9 @@ def test_a_proxy_keeps_its_records_on_disk_until_the_owner_answers_them(
     """While no owner can be reached the proxy's records wait in its spool (a proxy killed then
     loses none); once one answers they are stored in their order, the spool is emptied, and a
     proxy that ends with nothing unsent leaves no spool behind."""
-    first = daemon_factory([repo])
-    editor = RawEditor(PROXY + AGENT, agent_env(state_dir, tmp_path, "raw"), repo)
+    first, editor, session = first_turn(daemon_factory, repo, state_dir, tmp_path)
     held = None
     try:
-        session = start_session(editor, repo)
-        prompt(editor, session, "one")
-        assert wait_until(lambda: texts_of(first, repo, 2))
         [spooled] = spools(state_dir)
         assert wait_until(lambda: spooled.stat().st_size == 0), "answered: emptied"
         held = kill_owner(first, state_dir)
