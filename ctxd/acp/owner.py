@@ -63,12 +63,11 @@ def log(state_dir: Path, message: str) -> None:
 
 
 class Record(NamedTuple):
-    """One `ctxd/acp/record` to send; `done` instead: a mark the records before it were sent."""
+    """One `ctxd/acp/record` to send, and what to do with its answer."""
 
     folder: Path
     params: dict[str, Any]
     answered: Callable[[Any], None] | None
-    done: threading.Event | None = None
 
 
 class NoOwner(OSError):
@@ -90,20 +89,20 @@ class Owner:
         self._ready = threading.Event()  # the attempt to open it ended (with or without a session)
         self._lock = threading.Lock()
         self._tried = float("-inf")  # when a session was last opened again
-        self._disabled = False  # CTXD_OWNER=0: no owner is ever asked
-        self._records: queue.Queue[Record | None] = queue.Queue()
+        self._disabled = os.environ.get("CTXD_OWNER") == "0"  # no owner is ever asked, nothing recorded
+        # Records in order; an event: set once the records before it were sent; None: the end.
+        self._records: queue.Queue[Record | threading.Event | None] = queue.Queue()
         self._seq = 0  # the last record's number
         self._submitting = threading.Lock()  # numbers given and records spooled in one order
         self.spool = Spool(state_dir, f"{os.getpid()}-{time.time_ns()}")
-        self._spooling = os.environ.get("CTXD_OWNER") != "0"  # (no owner is asked: nothing is recorded)
+        self._spooling = True  # until the spool cannot be written
         threading.Thread(target=self._connect, name="ctxd-acp-owner", daemon=True).start()
         threading.Thread(target=self._work, name="ctxd-acp-records", daemon=True).start()
 
     def _connect(self) -> None:
         session: ownerlink.Session | None = None
         try:
-            if os.environ.get("CTXD_OWNER") == "0":
-                self._disabled = True
+            if self._disabled:
                 log(self.state_dir, "CTXD_OWNER=0: no owner; checkpoints are taken here, nothing is recorded")
                 return
             session = ownerlink.Session.open(self.state_dir, [], role="acp")
@@ -160,7 +159,10 @@ class Owner:
 
     def submit(self, folder: Path, params: dict[str, Any], answered: Callable[[Any], None] | None = None) -> None:
         """Send `params` as `ctxd/acp/record` about `folder`, after the records submitted before
-        it, numbered and kept in the spool first; `answered(answer)` once the owner answered."""
+        it, numbered and kept in the spool first; `answered(answer)` once the owner answered.
+        Nothing with CTXD_OWNER=0 (nothing is recorded)."""
+        if self._disabled:
+            return
         with self._submitting:
             self._seq += 1
             params = {**params, "proxy": self.spool.proxy, "seq": self._seq}
@@ -178,8 +180,8 @@ class Owner:
             try:
                 if record is None:
                     return
-                if record.done is not None:
-                    record.done.set()
+                if isinstance(record, threading.Event):
+                    record.set()
                     continue
                 answer = self._send(record)
                 if record.answered is not None and answer is not None:
@@ -191,8 +193,7 @@ class Owner:
 
     def _send(self, record: Record) -> Any:
         """The owner's answer to one record; while no owner can be reached it is tried again (the
-        records after it wait their turn). None when it was not stored: the owner refused it, or no
-        owner is ever asked (CTXD_OWNER=0)."""
+        records after it wait their turn). None when the owner refused it."""
         thread, seq = record.params["thread"], record.params["seq"]
         waiting = False
         while True:
@@ -200,8 +201,7 @@ class Owner:
                 answer = self.request(record.folder, "ctxd/acp/record", record.params, 30.0)
                 break
             except NoOwner:
-                if self._disabled:
-                    return None
+                pass
             except ownerlink.RemoteError as error:
                 log(self.state_dir, f"{thread}: the owner refused a record ({error.message})")
                 answer = None
@@ -220,7 +220,7 @@ class Owner:
         """Let the records already queued go (the proxy is ending), for at most `timeout`; those
         left stay in the spool for the next owner."""
         done = threading.Event()
-        self._records.put(Record(Path(), {"thread": "", "seq": 0}, None, done))
+        self._records.put(done)
         done.wait(timeout)
         if self.spool.waiting:
             log(self.state_dir, f"{self.spool.waiting} records not answered yet: the next owner stores them "
