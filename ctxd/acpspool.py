@@ -114,10 +114,10 @@ def take_ended(state_dir: Path, store: Store, log: Callable[[str], None]) -> int
     spool whose record could not be stored (the owner is stopping, its disk is full) stays for
     the next time. Returns the records stored."""
     try:
-        spools = sorted(folder(state_dir, create=False).glob("*.jsonl"))
-        unnamed = list(folder(state_dir, create=False).glob("*.new"))
+        where = folder(state_dir, create=False)
     except OSError:
         return 0
+    spools, unnamed = sorted(where.glob("*.jsonl")), list(where.glob("*.new"))
     for path in unnamed:  # a proxy that died while it made its spool: it wrote nothing there
         with _held(path) as fd:
             if fd is not None:
