@@ -1,0 +1,3 @@
+from _typeshed import ReadableBuffer
+
+def crc32(data: ReadableBuffer, value: int = 0, /) -> int: ...
