@@ -196,8 +196,9 @@ def test_a_summary_says_what_the_full_reader_says(tmp_path: Path) -> None:
         a, b = full.session, read.session
         for name in ("title", "turn_count", "baseline", "last_activity", "started", "model", "compactions",
                      "agent_compactions", "cwd", "id", "version", "context_window", "last_request_at", "cache_1h",
-                     "unknown", "first_request"):
+                     "unknown"):
             assert getattr(a, name) == getattr(b, name), (path, name)
+        assert b.first_request is None  # (the owner's mirror estimates it: jsonl.py `_skim_lines`)
         assert a.total_usage() == b.total_usage(), path
         assert read.tail == a.tail, path
 
@@ -356,6 +357,26 @@ def test_a_price_the_user_gives_a_model_is_used_whatever_the_case_of_its_name(tm
     row = sessions(tmp_path, ws)[0]
     assert row["model"] == "gpt-5-codex" and row["usage"]["input"] > 0
     assert row["cost"]["input"] == row["usage"]["input"] and row["cost"]["output"] == 0
+
+
+def test_the_lines_a_summary_keeps_after_the_last_report_never_keep_the_configured_api_key(
+        tmp_path: Path, ws: Path) -> None:
+    """A summary keeps the lines after the agent's last report as they are (the fill counts their
+    items, and a file that grows is taken up there): a prompt pasted with the key after a reply was
+    stored whole in the state dir. Both agents' kept lines are stored redacted; the fill still
+    counts them."""
+    codex = fx.write_jsonl(fx.codex_path(tmp_path / "codex"), fx.codex_session(ws))
+    claude = fx.write_jsonl(fx.claude_path(tmp_path / "claude", ws), claude_lines(ws, "hello"))
+    before = {row["agent"]: row["usedTokens"] for row in sessions(tmp_path, ws, {"OPENAI_API_KEY": KEY})}
+    fx.append_jsonl(codex, fx.codex_turn(f"now deploy with {KEY}", "2025-10-03T10:01:00.000Z", cwd=str(ws)))
+    fx.append_jsonl(claude, [fx.claude_user(f"now deploy with {KEY}", "u2", "a1", ws, "2025-10-03T11:00:03.000Z")])
+    for run in ("taken up", "read again"):
+        rows = sessions(tmp_path, ws, {"OPENAI_API_KEY": KEY})
+        assert {row["agent"]: row["usedTokens"] > before[row["agent"]] for row in rows} == \
+            {"claude": True, "codex": True}, (run, rows)  # (the kept lines are counted)
+        assert KEY not in json.dumps(rows), run
+        assert stored_with_the_key(tmp_path / "state") == [], run
+        shutil.rmtree(tmp_path / "state")
 
 
 def test_the_daemons_spawned_session_readers_redact_the_configured_api_key(tmp_path: Path, ws: Path) -> None:

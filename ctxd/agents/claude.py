@@ -60,6 +60,7 @@ from ctxd.agents.session import (
     token_list,
     tokens,
 )
+from ctxd.redact import redact
 
 if TYPE_CHECKING:
     from ctxd.agents.config.plan import ConfigChange
@@ -218,7 +219,7 @@ class ClaudeReader(Reader):
                 "complete": self._complete and len(self._end) <= IDLE_LINES, "leaf": self._leaf, "line": self._line,
                 "reports": self._reports,
                 "messages": [[key, model, usage.as_dict()] for key, (model, usage) in list(self._msg_usage.items())[-KEPT_MESSAGES:]],
-                "pending": [[line, raw.decode("utf-8", "replace")] for line, raw in self._pending],
+                "pending": [[line, redact(raw.decode("utf-8", "replace"))] for line, raw in self._pending],
                 "command": list(self._command) if self._command else None,
                 "subagents": {name: sub.position() for name, sub in self._subagents.items()}}
 
@@ -265,16 +266,6 @@ class ClaudeReader(Reader):
             self.take_whole(data[row[0]:row[1]], change)
             return
         self.record(rec, change, data[row[0]:row[1]])
-
-    def take_early(self, data: bytes, start: int, stop: int, change: Change) -> None:
-        """A bookkeeping line before the first report: what `record` reads of it, skimmed (it has no
-        item; an API request's copy is large)."""
-        found = skim.values(data, start, stop, _EARLY_KEYS)
-        if found is None or found[0] not in KNOWN_OTHER:
-            self.take_whole(data[start:stop], change)
-            return
-        self.record({name: skim.decode(data, value) if type(value) is tuple else value
-                     for name, value in zip(_EARLY_NAMES, found) if value is not None}, change)
 
     def skipped(self, data: bytes, start: int, stop: int, change: Change) -> None:
         """A bookkeeping line at the edge of a chunk: its time (the session's start, its latest)."""
@@ -410,7 +401,7 @@ class ClaudeReader(Reader):
             used = usage.input + usage.cache_write + usage.cached_input + usage.output
             last = token_counts(raw, ints_only=True)
             note_report(session, used, usage, model, rec.get("timestamp"))
-            if used and session.first_request is None and (self.early or not self.summary):  # what it carried: its input
+            if used and session.first_request is None and not self.summary:  # what it carried: its input
                 session.first_request = first_request(used - usage.output, self._carried())
                 self._early = []
             if used and (used != session.baseline or last != session.last_usage):
@@ -423,7 +414,7 @@ class ClaudeReader(Reader):
         if model_acted(reported):
             self._command_acted(change)
         self._line += 1
-        if self.summary and not self.early:
+        if self.summary:
             if raw_line is not None:
                 self._pending.append((self._line, raw_line))
         else:
@@ -502,7 +493,7 @@ class ClaudeReader(Reader):
             elif prompt or command is not None or stripped.startswith(LOCAL_OUTPUT):
                 self._command = None  # a local command (its output), or another prompt first
         self._line += 1
-        building = not self.summary or self.early
+        building = not self.summary
         if not building and raw_line is not None and not rec.get("isCompactSummary"):
             self._pending.append((self._line, raw_line))
         for item in outputs:
@@ -589,8 +580,8 @@ class ClaudeReader(Reader):
 
     def finish_summary(self) -> None:
         """The items after the last report, from the lines kept for them (the fill counts them)."""
-        if self.session.baseline is None:
-            self.session.tail = []
+        if self.session.baseline is None:  # (no report yet: its lines are not kept, none will be counted)
+            self.session.tail, self._pending = [], []
             return
         tail: list[dict[str, Any]] = []
         blocks_of, blocks = self._blocks_of, self._blocks
@@ -664,8 +655,6 @@ def _kinds(data: bytes, span: tuple[int, int]) -> list[Any] | None:
 
 _LINE_NAMES = tuple(key.decode() for key in LINE_KEYS)
 _EDGE_KEYS = (b"type", b"timestamp", b"cwd", b"sessionId", b"version")
-_EARLY_KEYS = (*_EDGE_KEYS, b"isSidechain")
-_EARLY_NAMES = tuple(key.decode() for key in _EARLY_KEYS)
 # What `take` is given of a line (skim.py `scan`): the top-level fields, then the message's; its usage
 # built when plain, its content as its offsets.
 PATHS = (*((key,) for key in LINE_KEYS), *((b"message", key) for key in _MESSAGE_KEYS))

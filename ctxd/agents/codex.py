@@ -49,6 +49,7 @@ from ctxd.agents.jsonl import HEAD_LIMIT, JsonlStore, Reader, entries, head, par
 from ctxd.agents.session import Change, Turn, Usage, first_request, note_report, shorten, token_counts, token_list
 from ctxd.agents.skim import value as _value
 from ctxd.ledger.rules import is_real_user_message, message_text
+from ctxd.redact import redact
 
 if TYPE_CHECKING:
     from ctxd.agents.config.codex_toml import HookTrust
@@ -119,7 +120,7 @@ class CodexReader(Reader):
 
     def own_state(self) -> dict[str, Any]:
         return {"total": list(self._total), "fill": self._fill, "users": self._users,
-                "pending": [raw.decode("utf-8", "replace") for raw in self._pending]}
+                "pending": [redact(raw.decode("utf-8", "replace")) for raw in self._pending]}
 
     def restore_own(self, state: dict[str, Any]) -> None:
         total = state.get("total")
@@ -215,7 +216,7 @@ class CodexReader(Reader):
                 session.title = shorten(message_text(item))  # rollouts without user_message events
                 change.meta = True
             if item is not None:
-                if self.summary and not self.early:
+                if self.summary:
                     return  # (read for the title; kept for the tail by `chunk_read`)
                 self._add(item, change)
         elif kind == "event_msg":
@@ -350,7 +351,7 @@ class CodexReader(Reader):
                             cache_write=count("cache_write_input_tokens", 0))
             note_report(session, used, request, session.model, self._stamp)
             self._fill = used or self._fill
-            if session.first_request is None and counts.get("input_tokens") and (self.early or not self.summary):
+            if session.first_request is None and counts.get("input_tokens") and not self.summary:
                 # What the request carried: the items up to the last input; the response's
                 # items were recorded before this event.
                 window = session.items if self.holds_window else self._early

@@ -47,7 +47,9 @@ from ctxd.sessions import discovery
 
 log = logging.getLogger(__name__)
 
-VERSION = 2  # of what a summary holds: a summary of another version is read again
+# Of what a summary holds: a summary of another version is read again (and replaced). 3: the lines
+# kept after the last report are stored redacted (version 2 stored a key pasted there as it was).
+VERSION = 3
 PARALLEL_BYTES = 64 * 1024 * 1024  # more to read than this: in worker processes, one per core
 BUSY_SECONDS = 5.0
 SAVE_BATCH = 256  # summaries written a transaction at a time as a first run reads them
