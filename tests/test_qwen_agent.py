@@ -163,7 +163,8 @@ def test_a_torn_last_line_waits_for_its_end(tmp_path: Path) -> None:
 
 
 def test_a_huge_line_is_skipped_not_held(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(jsonl, "READ_CHUNK", 4096)
+    monkeypatch.setattr(jsonl, "READ_CHUNK", 1024)  # (a line longer than a chunk is read again, larger)
+    monkeypatch.setattr(jsonl, "MAX_LINE", 4096)
     data = lines(SESSION)
     huge = json.loads(data[3])
     huge["message"]["parts"][0]["text"] = "Q" * 50_000

@@ -363,7 +363,8 @@ def test_a_first_line_longer_than_the_head_limit_is_no_session(tmp_path: Path) -
 
 
 def test_a_line_over_the_limit_is_skipped_not_held(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(reader, "READ_CHUNK", 4096)
+    monkeypatch.setattr(reader, "READ_CHUNK", 1024)  # (a line longer than a chunk is read again, larger)
+    monkeypatch.setattr(reader, "MAX_LINE", 4096)
     records = fx.codex_session("/w")
     path = fx.write_jsonl(tmp_path / "rollout-x.jsonl", records[:3])
     codex = CodexReader(str(path))
@@ -379,6 +380,26 @@ def test_a_line_over_the_limit_is_skipped_not_held(tmp_path: Path, monkeypatch: 
     assert not any("QQQQ" in json.dumps(i) for i in codex.session.items)
     assert len(change.appended) == len(CodexReader(str(fx.write_jsonl(tmp_path / "rollout-y.jsonl", records)))
                                        .read().appended) - 1
+
+
+@pytest.mark.parametrize("summary", [False, True], ids=["full", "summary"])
+def test_a_line_longer_than_a_read_but_under_the_limit_is_read_whole(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, summary: bool) -> None:
+    """A read is a chunk much smaller than the longest line kept: a line that does not fit is read
+    again in a larger chunk, never skipped, wherever it falls and however the file is read."""
+    monkeypatch.setattr(reader, "READ_CHUNK", 1024)
+    records = fx.codex_session("/w")
+    records.insert(3, fx.codex_answer("Q" * 20_000, "2025-10-03T10:00:09.000Z"))
+    path = fx.write_jsonl(tmp_path / "rollout-x.jsonl", records)
+    whole = CodexReader(str(path), summary=summary)
+    whole.read()
+    monkeypatch.setattr(reader, "READ_CHUNK", 1 << 20)
+    expected = CodexReader(str(path), summary=summary)
+    expected.read()
+    assert whole.session.bad_lines == 0 and whole.offset == path.stat().st_size
+    assert whole.session.to_state() == expected.session.to_state()
+    if not summary:
+        assert any("Q" * 20_000 in json.dumps(item) for item in whole.session.items)
 
 
 def test_another_file_under_the_same_name_is_read_from_the_start(tmp_path: Path) -> None:

@@ -36,13 +36,15 @@ try:  # zlib's CRC-32, folded with carry-less multiplies (x86-64): a tenth of a 
 except ImportError:
     from zlib import crc32
 
-READ_CHUNK = 8 * 1024 * 1024
-MAX_LINE = READ_CHUNK  # a longer line (newline included) is skipped, never held whole in memory
+# A read's size: the skimmer and the rewrite check then run over bytes still in the CPU's cache (8 MiB
+# chunks cost a heavy history's first read a sixth more). A line longer than a chunk is read again
+# in a chunk four times larger, up to MAX_LINE.
+READ_CHUNK = 1024 * 1024
+MAX_LINE = 8 * 1024 * 1024  # a longer line (newline included) is skipped, never held whole in memory
 HEAD_CHUNK = 4096  # how far past a first line a peek may read (never parsed)
 HEAD_LIMIT = 4 * 1024 * 1024  # a file without its first lines in this many bytes is not a session
 MAX_DEPTH = 100  # a record nested deeper is skipped: the ledger's JSON (and the wire's) cannot hold it
 CHECK_BYTES = 64  # bytes kept from the file's start and from just before the offset (rewrite check)
-EARLY_BYTES = 4 * 1024 * 1024  # summary mode: read whole at most this far for the first report
 # Never block on a FIFO or a device, never follow a link out of the agents' folders.
 OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -150,9 +152,7 @@ class Reader(SessionReader):
         self.summary = summary
         self.holds_window = window and not summary
         self.replay = False  # a rewind named a line no longer remembered: read again from the start
-        self.early = False  # summary mode: a line before the first report, read whole (`_skim_lines`)
         self.line_stop = -1  # where the line being read ends in its chunk (a skimming reader)
-        self._early_bytes = 0
         self.offset = 0
         self.bytes_read = 0  # every byte this reader ever read from the file (the privacy check)
         self.ident: tuple[int, int] | None = None  # (st_dev, st_ino) of the file read
@@ -208,10 +208,6 @@ class Reader(SessionReader):
             return
         self.record(rec, change)
 
-    def take_early(self, data: bytes, start: int, stop: int, change: Change) -> None:
-        """Summary mode: a line before the first report (`early`), whose items count."""
-        self.take_whole(data[start:stop], change)
-
     # The lines a skimming reader need not look at (ctxd/agents/skim.py `lines`): those whose
     # top-level "type" is one of `skip_types` and that hold none of `needles()`.
     skip_types: tuple[bytes, ...] = ()
@@ -228,30 +224,12 @@ class Reader(SessionReader):
 
     def _skim_lines(self, data: bytes, end: int, change: Change, room: int) -> int | None:
         """The lines a skimming reader looks at; the bytes consumed when it stopped (`room`), or None.
-        In summary mode the lines up to the first report are read whole first (`early`): what the
-        first request carried is estimated from their items (a breakdown's inferred overhead)."""
-        begin = 0
-        while self.summary and self.session.first_request is None and self._early_bytes < EARLY_BYTES \
-                and begin <= end:
-            stop = data.find(b"\n", begin, end + 1)
-            stop = end if stop < 0 else stop
-            self._early_bytes += stop + 1 - begin
-            change.lines += 1
-            if stop > begin and not data[begin:stop].isspace():
-                self.early, self.line_stop = True, stop
-                try:
-                    self.take_early(data, begin, stop, change)
-                finally:
-                    self.early = False
-                if change.held > room or self.replay:
-                    return stop + 1
-            begin = stop + 1
-        if begin > end:
-            self.chunk_read(data, end)
-            return None
-        newlines, rows = skim.scan(data, begin, end + 1, b"type", self.skip_types, self.needles(), self.paths,
+        A summary never estimates what the first request carried (`Session.first_request`, the
+        breakdown's inferred overhead): it would have to build every item before the first
+        report, a seventh of a first `ctxd sessions`; the owner's mirror reads it."""
+        newlines, rows = skim.scan(data, 0, end + 1, b"type", self.skip_types, self.needles(), self.paths,
                                    self.limits)
-        if begin == 0 and (not rows or rows[0][0] != 0):
+        if not rows or rows[0][0] != 0:
             self.skipped(data, 0, data.find(b"\n", 0, end + 1), change)
         change.lines += newlines
         take = self.take
@@ -315,7 +293,8 @@ class Reader(SessionReader):
                 self.reset()
             self.ident = found
             total = Change(from_start=self.offset == 0)
-            spent = 0
+            spent = 0  # bytes consumed (a chunk read again larger counts once)
+            chunk = READ_CHUNK
             while (self.offset < st.st_size and (budget is None or spent < budget) and total.held <= MAX_HELD_ITEMS
                    and not self.replay):
                 jumped = _next_data(fd, self.offset, st.st_size)  # over a hole at once, never read through
@@ -326,28 +305,32 @@ class Reader(SessionReader):
                     self.offset, self._crc = jumped, None
                 if self.offset >= st.st_size:
                     break
-                data = os.pread(fd, min(READ_CHUNK, _hole(fd, self.offset, st.st_size) - self.offset), self.offset)
+                data = os.pread(fd, min(chunk, _hole(fd, self.offset, st.st_size) - self.offset), self.offset)
                 if not data:
                     break
                 self.bytes_read += len(data)
-                spent += len(data)
                 if self._head is None and self.offset == 0:
                     self._head = _check(data[:CHECK_BYTES])
                 if self.skipping:
                     cut = data.find(b"\n")
                     self.skipping = cut < 0
-                    self._advance(data, len(data) if cut < 0 else cut + 1)
-                    continue
-                change, used = self.feed(data, MAX_HELD_ITEMS - total.held)
-                total.extend(change)
+                    used = len(data) if cut < 0 else cut + 1
+                else:
+                    change, used = self.feed(data, MAX_HELD_ITEMS - total.held)
+                    total.extend(change)
                 if used == 0:
-                    if len(data) < READ_CHUNK and self.offset + len(data) >= st.st_size:
+                    if len(data) < chunk and self.offset + len(data) >= st.st_size:
                         break  # an unfinished last line: wait for its newline
+                    if len(data) == chunk < MAX_LINE:
+                        chunk = min(MAX_LINE, 4 * chunk)  # a line longer than the chunk: read again, larger
+                        continue
                     # A line over MAX_LINE, or one that runs into a hole: skipped, never held whole.
                     self.session.bad_lines += 1
                     self.skipping = True
                     used = len(data)
                 self._advance(data, used)
+                spent += used
+                chunk = READ_CHUNK
             self.caught_up = self.offset >= st.st_size or (
                 (budget is None or spent < budget) and total.held <= MAX_HELD_ITEMS)
             if self.summary:
@@ -458,7 +441,6 @@ class Reader(SessionReader):
         self.offset = 0
         self.skipping = False
         self.replay = False
-        self._early_bytes = 0
         self._head = self._tail = None
         self._crc = 0
         self.session = Session(agent=self.agent, path=printable(self.path))
