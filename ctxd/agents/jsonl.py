@@ -36,8 +36,8 @@ try:  # zlib's CRC-32, folded with carry-less multiplies (x86-64): a tenth of a 
 except ImportError:
     from zlib import crc32
 
-# A read's size: the skimmer and the rewrite check then run over bytes still in the CPU's cache (8 MiB
-# chunks cost a heavy history's first read a sixth more). A line longer than a chunk is read again
+# A read's size: the skimmer and the rewrite check then run over bytes still in the CPU's cache (reads
+# of 8 MiB cost a heavy history's first read a tenth more CPU). A line longer than a chunk is read again
 # in a chunk four times larger, up to MAX_LINE.
 READ_CHUNK = 1024 * 1024
 MAX_LINE = 8 * 1024 * 1024  # a longer line (newline included) is skipped, never held whole in memory
@@ -226,7 +226,7 @@ class Reader(SessionReader):
         """The lines a skimming reader looks at; the bytes consumed when it stopped (`room`), or None.
         A summary never estimates what the first request carried (`Session.first_request`, the
         breakdown's inferred overhead): it would have to build every item before the first
-        report, a seventh of a first `ctxd sessions`; the owner's mirror reads it."""
+        report (5% of a first `ctxd sessions`' CPU); the owner's mirror estimates it."""
         newlines, rows = skim.scan(data, 0, end + 1, b"type", self.skip_types, self.needles(), self.paths,
                                    self.limits)
         if not rows or rows[0][0] != 0:
