@@ -659,6 +659,27 @@ def test_an_owner_stores_only_the_records_of_a_spool_that_is_one(
     assert not (folder / "4-4.new").exists()
 
 
+def test_a_running_owner_stores_what_a_proxy_left_once_its_session_ends(
+        repo: Path, state_dir: Path, tmp_path: Path, daemon_factory: Callable[..., Client]) -> None:
+    """A proxy killed while the owner keeps running leaves its unanswered records in its spool. The
+    owner looked for such spools only at its warm-up and when a proxy opened a session: with no new
+    session they waited for the next owner. It now also looks a moment after a proxy's session
+    with it ends (here a spool put there while the session ran, as a proxy killed beside it leaves)."""
+    owner, editor, _ = first_turn(daemon_factory, repo, state_dir, tmp_path)
+    try:
+        left = state_dir / "ctxd" / "acp" / "spool" / "1-1.jsonl"
+        left.write_text(json.dumps({"folder": str(repo), "params": {"thread": "acp:killed", "proxy": "killed", "seq": 1,
+                                    "items": [{"type": "message", "role": "user",
+                                               "content": [{"type": "input_text", "text": "left"}]}]}}) + "\n")
+        left.chmod(0o600)
+        time.sleep(1.5)
+        assert left.exists()  # (not taken while the session runs)
+    finally:
+        assert editor.close() == 0
+    assert wait_until(lambda: not left.exists(), timeout=10)
+    assert [i["content"][0]["text"] for i in history(owner, repo, "acp:killed")] == ["left"]
+
+
 def test_a_full_disk_under_the_spool_only_leaves_the_records_unkept(repo: Path, state_dir: Path, tmp_path: Path,
                                                                      client: Client) -> None:
     """The proxy's spool cannot be written (its folder is a full file system): the records still

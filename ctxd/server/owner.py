@@ -63,6 +63,9 @@ LOG_BYTES = 4 * 1024 * 1024
 CLOSE_SECONDS = 10.0
 """A leaving owner waits this long for requests still running (of sessions that ended) before it
 exits; its lock is let go first, so the next owner starts meanwhile."""
+SPOOL_AFTER_SECONDS = 1.0
+"""After a `ctxd acp` proxy's session ends, its spool is looked for this much later: a killed proxy's
+socket and the lock on its spool close together as it exits, in no set order."""
 
 
 class SessionLogs:
@@ -417,8 +420,8 @@ class Owner:
                              daemon=True).start()
         self.logs.attach(log_file, request.get("verbose") is True)
         code: int | None = None
+        role = request.get("role") if not fds and request.get("role") == "acp" else None  # ctxd acp's own socket
         try:
-            role = request.get("role") if not fds and request.get("role") == "acp" else None  # ctxd acp's own socket
             if role == "acp":  # what proxies that ended left unsent (ctxd/acpspool.py)
                 self.daemon.take_acp_spools_soon()
             server = CtxdServer(StreamConnection(with_head(head, reader), writer, on_exit=end), daemon=self.daemon,
@@ -431,6 +434,10 @@ class Owner:
             if stream is not None and stream is not conn:
                 stream.close()
             self.logs.detach(log_file)
+            if role == "acp":  # a proxy killed with records unanswered: its spool, once its lock is let go
+                taking = threading.Timer(SPOOL_AFTER_SECONDS, self.daemon.take_acp_spools_soon)
+                taking.daemon = True
+                taking.start()
 
 
     @staticmethod
