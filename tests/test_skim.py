@@ -160,7 +160,7 @@ def summaries_of(files: list[tuple[str, str]]) -> list[tuple[dict[str, Any], lis
     for path, agent in files:
         read = summaries.summarize(path, agent, None, None)
         assert read is not None
-        out.append((read.session.to_state(), read.tail, read.stored.state_text))
+        out.append((read.session.to_state(), read.tail, read.stored.state))
     return out
 
 

@@ -213,7 +213,7 @@ def test_a_summary_taken_up_again_says_what_one_read_says(tmp_path: Path) -> Non
         part.write_bytes(data[:cut])
         first = summaries.summarize(str(part), agent, None, None)
         assert first is not None and first.stored.state is not None
-        state = json.loads(json.dumps(first.stored.state))  # as stored
+        state = json.loads(first.stored.state)  # as stored
         with part.open("ab") as out:
             out.write(data[cut:])
         later = summaries.summarize(str(part), agent, state, None)

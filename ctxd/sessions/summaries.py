@@ -85,17 +85,16 @@ def stamp(st: os.stat_result) -> FileStamp:
 @dataclass
 class Stored:
     """One file's row: `file` its stamp then (and its agent's `summary_files`'), `cwd` from its head,
-    `facts` what is shown (None: a peek only), `state` where its reader stands; `state_text` that
-    state as JSON when `summarize` made it (in a worker: the parent only writes it), never changed
-    after."""
+    `facts` what is shown (None: a peek only), `state` where its reader stands, as JSON (made in a
+    worker: the parent only writes it, so it travels as text), and `offset` that reader's offset."""
 
     path: str
     agent: str
     file: dict[str, Any]
     cwd: str | None
     facts: dict[str, Any] | None = None
-    state: dict[str, Any] | None = None
-    state_text: str | None = field(default=None, repr=False, compare=False)
+    state: str | None = field(default=None, repr=False, compare=False)
+    offset: int = -1
 
 
 def file_facts(path: str, agent: str) -> dict[str, Any] | None:
@@ -198,17 +197,14 @@ class Summaries:
         try:
             with _transaction(db):
                 for row in rows:
-                    offset = (row.state or {}).get("offset", -1)
                     old = db.execute("SELECT file, state FROM summaries WHERE path = ?", (row.path,)).fetchone()
                     if old is not None and old[1] and row.state is not None:
                         before = json.loads(old[0]).get("stamp", [])[:2]
-                        if before == row.file.get("stamp", [])[:2] and json.loads(old[1]).get("offset", -1) > offset:
+                        if before == row.file.get("stamp", [])[:2] and json.loads(old[1]).get("offset", -1) > row.offset:
                             continue
                     db.execute("INSERT OR REPLACE INTO summaries VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                                (row.path, row.agent, VERSION, json.dumps(row.file), row.cwd,
-                                json.dumps(row.facts) if row.facts is not None else None,
-                                row.state_text if row.state_text is not None else
-                                json.dumps(row.state) if row.state is not None else None, time.time()))
+                                json.dumps(row.facts) if row.facts is not None else None, row.state, time.time()))
         except (sqlite3.Error, ValueError) as error:
             log.info("cannot write %s (%s)", self.path, error)
 
@@ -271,8 +267,8 @@ def summarize(path: str, agent: str, state: dict[str, Any] | None, cwd: str | No
     saved = reader.position()
     saved["stamp"] = before["stamp"]  # the file as it was before this read: a change during it is read next time
     facts = {"session": _shown(session)}
-    return Read(Stored(path, agent, before, session.cwd if session.cwd is not None else cwd, facts, saved,
-                       json.dumps(saved)),
+    return Read(Stored(path, agent, before, session.cwd if session.cwd is not None else cwd, facts, json.dumps(saved),
+                       reader.offset),
                 session, list(session.tail), reader.bytes_read if start == 0 else max(0, reader.offset - start))
 
 
