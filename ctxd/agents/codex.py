@@ -142,6 +142,13 @@ class CodexReader(Reader):
         other line is parsed whole."""
         kind = row[3] if len(row) > 2 else None
         payload = row[4] if kind is not None else None
+        if kind == "response_item" and self.session.title is not None:
+            # Looked at for a title (`needles` held its while the chunk was scanned), known now: a
+            # summary keeps nothing else of a response item (`record`), so it is not parsed.
+            stamp = row[2] if type(row[2]) is not tuple else skim.decode(data, row[2])
+            if isinstance(stamp, str):
+                self.session.last_activity = stamp
+            return
         if (kind == "event_msg" or kind == "turn_context") and type(payload) is tuple and data[payload[0]] == 0x7B:
             decode = skim.decode
             stamp = row[2] if type(row[2]) is not tuple else decode(data, row[2])
