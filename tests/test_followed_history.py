@@ -141,7 +141,9 @@ def _check_kept(client: Client, ws: Path, thread: str, words: list[str], records
     assert all(c["strategy"] == thread.split(":")[0] and c["archivedItems"] >= 3 for c in listed), listed
     assert [o["kind"] for o in history["operations"]] == ["compaction"] * (len(words) - 1)
     for n, word in enumerate(words):
-        [item] = _holding(history["items"], word)
+        holding = _holding(history["items"], word)
+        assert len(holding) == 1, (word, len(holding), [json.dumps(i)[:100] for i in history["items"]])
+        [item] = holding
         assert bool(item.get("archived")) == (n < len(words) - 1), (word, item)
         found = client.request("ctxd/recall", {"workspace": ws.as_uri(), "thread": thread, "query": word})["results"]
         assert found and word in found[0]["snippet"] and found[0]["archived"] == (n < len(words) - 1), (word, found)
