@@ -33,13 +33,15 @@ def homes(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
 
 def wait_thread(client: Client, ws: Path, thread: str, check: Callable[[dict[str, Any]], bool] = lambda t: True,
                 timeout: float = 15.0) -> dict[str, Any]:
-    """Poll ctxd/threads until `thread` is listed, what the owner found is mirrored (a session is
-    listed from its summary before its items are: `ctxd/sessions/sync`) and it satisfies `check`."""
+    """Poll ctxd/threads until `thread` is listed and satisfies `check`, then until what the owner
+    found is mirrored (`ctxd/sessions/sync`: a session is listed from its summary before its items
+    are, and a read's first slice shows the agent's fill before its last slice is written). Idle
+    is asked after the listing: asked before, it could predate the read the listing shows."""
     deadline = time.monotonic() + timeout
     while True:
-        idle = client.request("ctxd/sessions/sync", {"workspace": ws.as_uri()})["idle"]
         listed = {t["thread"]: t for t in client.request("ctxd/threads", {"workspace": ws.as_uri()})["threads"]}
-        if idle and thread in listed and check(listed[thread]):
+        if thread in listed and check(listed[thread]) \
+                and client.request("ctxd/sessions/sync", {"workspace": ws.as_uri()})["idle"]:
             return listed[thread]
         if time.monotonic() > deadline:
             raise AssertionError(f"{thread} not as expected in {sorted(listed)}: {listed.get(thread)}")
