@@ -94,7 +94,6 @@ class HookWatcher:
         self._stop = False
         self._observer: Any = None
         self._handler: Any = None
-        self._events: list[Any] = []  # the kinds of event asked of the kernel (`start`)
         self._watched: set[str] = set()
         self._stores: dict[str, Stamps] = {}  # workspace uri -> its store's last-*.json
         self._usage: dict[Path, Stamps] = {}  # per state dir: its hooks/usage/<agent>-*.json
@@ -127,25 +126,14 @@ class HookWatcher:
             except OSError as error:
                 log.warning("cannot create %s: %s", folder, error)
         try:
-            from watchdog.events import (
-                FileClosedEvent,
-                FileCreatedEvent,
-                FileDeletedEvent,
-                FileModifiedEvent,
-                FileMovedEvent,
-                FileSystemEvent,
-                FileSystemEventHandler,
-            )
+            from watchdog.events import FileSystemEvent, FileSystemEventHandler
             from watchdog.observers import Observer
 
             watcher = self
-            # Only writes are asked of the kernel: our own reads ("opened", "closed_no_write") were
-            # events for watchdog's thread to build and drop.
-            self._events = [FileCreatedEvent, FileModifiedEvent, FileMovedEvent, FileClosedEvent, FileDeletedEvent]
 
             class Handler(FileSystemEventHandler):
                 def on_any_event(self, event: FileSystemEvent) -> None:
-                    if event.event_type in WRITE_EVENTS:
+                    if event.event_type in WRITE_EVENTS:  # not our own reads ("opened", "closed_no_write")
                         watcher.poke()
 
             self._handler = Handler()
@@ -193,7 +181,7 @@ class HookWatcher:
         if self._observer is None or str(folder) in self._watched or not folder.is_dir():
             return
         try:
-            self._observer.schedule(self._handler, str(folder), recursive=False, event_filter=self._events)
+            self._observer.schedule(self._handler, str(folder), recursive=False)
             self._watched.add(str(folder))
         except Exception as error:  # noqa: BLE001 - e.g. the inotify watch limit: the tick checks
             if not self._stop:  # (while stopping, the observer is already closed: nothing to say)
