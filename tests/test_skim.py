@@ -97,6 +97,44 @@ def test_a_line_holding_a_needle_is_looked_at(needles: tuple[bytes, ...]) -> Non
             data, 0, len(data), b"type", (b'"s"',), needles), data
 
 
+@native
+def test_the_skimmer_reading_64_bytes_at_a_time_answers_as_its_python_twin() -> None:
+    """Strings and containers are looked at 64 bytes at a time (_skim.c `container_end`): runs of
+    backslashes and quotes across every block boundary, braces inside strings, and text that is not
+    JSON (a backslash outside a string, cut anywhere) are read as the bytewise Python twin reads them."""
+    rng = random.Random(64)
+    alphabet = '\\"{}[]a:, '
+
+    def text() -> str:
+        return "".join(rng.choice(alphabet) for _ in range(rng.randrange(150)))
+
+    def nested(depth: int) -> Any:
+        if depth == 0 or rng.random() < 0.3:
+            return text()
+        if rng.random() < 0.5:
+            return [nested(depth - 1) for _ in range(rng.randrange(4))]
+        return {text()[:5]: nested(depth - 1) for _ in range(rng.randrange(4))}
+
+    keys = (b"type", b"v", b"w")
+    paths = ((b"type",), (b"v",), (b"w",), (b"w", b"a"))
+    for n in range(4000):
+        line = json.dumps({"type": "t", "v": nested(4), "w": {"a": text()}}).encode()
+        if n % 3 == 1:  # not JSON: bytes of the alphabet spliced in (a backslash outside a string)
+            at = rng.randrange(len(line) + 1)
+            line = line[:at] + text().encode() + line[at:]
+        elif n % 3 == 2:
+            line = line[:rng.randrange(len(line) + 1)]
+        assert skim.fields(line, 0, keys) == skim.py_fields(line, 0, keys), line
+        assert skim.values(line, 0, len(line), keys) == skim.py_values(line, 0, len(line), keys), line
+        found = skim.py_fields(line, 0, keys)
+        if found is not None and found[2] >= 0 and line[found[2]] == 0x5B:
+            assert skim.elements(line, found[2]) == skim.py_elements(line, found[2]), line
+        data = line + b"\n" + line
+        for limits in ((0, 0, 0, 0), (0, 1 << 20, 1 << 20, 1 << 20)):
+            assert skim.scan(data, 0, len(data), b"type", (b'"s"',), (), paths, limits) == skim.py_scan(
+                data, 0, len(data), b"type", (b'"s"',), (), paths, limits), line
+
+
 @settings(max_examples=300, deadline=None)
 @given(json_values, st.lists(st.tuples(st.integers(0, 400), st.integers(0, 100)), max_size=2))
 def test_a_container_scan_builds_is_the_one_json_builds(value: Any, noise: list[tuple[int, int]]) -> None:
