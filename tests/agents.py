@@ -146,6 +146,10 @@ class _Agent:
         env["XDG_STATE_HOME"] = str(self.base / "home" / ".local" / "state")
         env["XDG_DATA_HOME"] = str(self.base / "home" / ".local" / "share")
         env["CTXD_OWNER_IDLE_SECONDS"] = "20"  # the owner the agents' hooks start ends soon after their test
+        # OpenCode (a Bun executable) unpacks a native module (5.5 MB) into the temporary folder at every
+        # start: into the test's folder, not a file in /tmp left behind by each run.
+        env["TMPDIR"] = str(self.base / "tmp")
+        (self.base / "tmp").mkdir(parents=True, exist_ok=True)
         return env
 
     def _run(self, args: list[str], cwd: Path) -> Run:
