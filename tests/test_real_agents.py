@@ -324,9 +324,12 @@ def compacted_gauge(s: Setup) -> dict[str, Any]:
     """The Codex thread's gauge once the daemon lists its compaction (waited for, bounded)."""
     deadline = time.monotonic() + WAIT / 3
     while True:
-        [row] = [t for t in s.client.request("ctxd/threads", {"workspace": s.uri})["threads"]
-                 if t.get("source") == "codex"] or [None]
-        if row is not None and history(s, row["thread"], archived=True)["compactions"]:
+        # The history first, then the row: a row read before a compaction the history then lists
+        # would show the gauge from before it (seen once: the mirror wrote both between the reads).
+        [thread] = [t["thread"] for t in s.client.request("ctxd/threads", {"workspace": s.uri})["threads"]
+                    if t.get("source") == "codex"] or [None]
+        if thread is not None and history(s, thread, archived=True)["compactions"]:
+            [row] = s.client.request("ctxd/threads", {"workspace": s.uri, "threads": [thread]})["threads"]
             return dict(row["usage"])
         if time.monotonic() > deadline:
             return {}
