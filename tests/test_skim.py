@@ -98,10 +98,10 @@ def test_a_line_holding_a_needle_is_looked_at(needles: tuple[bytes, ...]) -> Non
 
 
 @native
-def test_the_skimmer_reading_64_bytes_at_a_time_answers_as_its_python_twin() -> None:
-    """Strings and containers are looked at 64 bytes at a time (_skim.c `container_end`): runs of
-    backslashes and quotes across every block boundary, braces inside strings, and text that is not
-    JSON (a backslash outside a string, cut anywhere) are read as the bytewise Python twin reads them."""
+def test_long_lines_of_quotes_backslashes_and_braces_answer_as_the_python_twin() -> None:
+    """Runs of backslashes before quotes, braces inside strings, and text that is not JSON (a
+    backslash outside a string, a line cut anywhere), in lines of up to a few KB: the C extension
+    reads them as the bytewise Python twin does."""
     rng = random.Random(64)
     alphabet = '\\"{}[]a:, '
 

@@ -53,81 +53,8 @@ static Py_ssize_t blanks(const char *s, Py_ssize_t i, Py_ssize_t n) {
     return i;
 }
 
-#if defined(__SSE2__)
-/* Bytes s[p:p+64] (or up to n, the rest as zeros) as bit masks, bit k for byte p+k: quotes and
- * backslashes, and (`structure`) openings ({ [) and closings (} ]). A tool's output inside a line
- * is most of its bytes: looked at 64 at a time, as simdjson does, rather than one by one. */
-typedef struct {
-    uint64_t quote, backslash, open, close;
-} Masks;
-
-static inline uint64_t equal16(__m128i v, char c) {
-    return (uint64_t)(uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(c)));
-}
-
-static inline Masks masks64(const char *s, Py_ssize_t p, Py_ssize_t n, int structure) {
-    char padded[64];
-    const char *at = s + p;
-    if (n - p < 64) {
-        memset(padded, 0, sizeof padded);
-        memcpy(padded, at, (size_t)(n - p));
-        at = padded;
-    }
-    Masks m = {0, 0, 0, 0};
-    for (int k = 0; k < 4; k++) {
-        __m128i v = _mm_loadu_si128((const __m128i *)(at + 16 * k));
-        m.quote |= equal16(v, '"') << (16 * k);
-        m.backslash |= equal16(v, '\\') << (16 * k);
-        if (structure) {
-            __m128i folded = _mm_or_si128(v, _mm_set1_epi8(0x20)); /* [ and ] are { and } less 0x20 */
-            m.open |= equal16(folded, '{') << (16 * k);
-            m.close |= equal16(folded, '}') << (16 * k);
-        }
-    }
-    return m;
-}
-
-/* The bytes that follow an odd run of backslashes (the escaped ones), given the block's backslashes;
- * `carry`: whether the block's first byte is escaped by the one before, updated for the next block
- * (simdjson's branchless escape scanner). */
-static inline uint64_t escaped_bytes(uint64_t backslash, uint64_t *carry) {
-    if (backslash == 0) {
-        uint64_t escaped = *carry;
-        *carry = 0;
-        return escaped;
-    }
-    const uint64_t even = 0x5555555555555555ULL;
-    backslash &= ~*carry;
-    uint64_t follows = backslash << 1 | *carry;
-    uint64_t odd_starts = backslash & ~even & ~follows, sums;
-    *carry = __builtin_add_overflow(odd_starts, backslash, &sums);
-    return (even ^ (sums << 1)) & follows;
-}
-
-/* Bit k set when an odd number of bits up to k is set: with the unescaped quotes, the bytes inside
- * strings (the opening quote included, the closing one not). */
-static inline uint64_t prefix_xor(uint64_t x) {
-    x ^= x << 1;
-    x ^= x << 2;
-    x ^= x << 4;
-    x ^= x << 8;
-    x ^= x << 16;
-    x ^= x << 32;
-    return x;
-}
-#endif
-
 /* The offset just after the string whose opening quote is at i; -1 when it is not closed. */
 static Py_ssize_t string_end(const char *s, Py_ssize_t i, Py_ssize_t n) {
-#if defined(__SSE2__)
-    uint64_t carry = 0;
-    for (Py_ssize_t p = i + 1; p < n; p += 64) {
-        Masks m = masks64(s, p, n, 0);
-        uint64_t quotes = m.quote & ~escaped_bytes(m.backslash, &carry);
-        if (quotes != 0) return p + __builtin_ctzll(quotes) + 1;
-    }
-    return -1;
-#else
     Py_ssize_t p = i + 1;
     for (;;) {
         const char *q = memchr(s + p, '"', (size_t)(n - p));
@@ -137,51 +64,6 @@ static Py_ssize_t string_end(const char *s, Py_ssize_t i, Py_ssize_t n) {
         if (((at - 1 - back) & 1) == 0) return at + 1; /* an even run of backslashes: not escaped */
         p = at + 1;
     }
-#endif
-}
-
-/* The offset just after the object or array at i, one byte at a time; -1 when it is cut short. */
-static Py_ssize_t container_end_bytewise(const char *s, Py_ssize_t i, Py_ssize_t n) {
-    Py_ssize_t depth = 0;
-    while (i < n) {
-        char c = s[i];
-        if (c == '"') {
-            i = string_end(s, i, n);
-            if (i < 0) return -1;
-            continue;
-        }
-        if (c == '{' || c == '[') depth++;
-        else if (c == '}' || c == ']') {
-            if (--depth == 0) return i + 1;
-        }
-        i++;
-    }
-    return -1;
-}
-
-/* `container_end_bytewise`, 64 bytes at a time. A backslash outside every string is not JSON: the
- * bytewise walk answers then (it reads such a backslash as a plain byte, not as an escape). */
-static Py_ssize_t container_end(const char *s, Py_ssize_t i, Py_ssize_t n) {
-#if defined(__SSE2__)
-    uint64_t carry = 0, inside = 0;
-    Py_ssize_t depth = 0;
-    for (Py_ssize_t p = i; p < n; p += 64) {
-        Masks m = masks64(s, p, n, 1);
-        uint64_t quotes = m.quote & ~escaped_bytes(m.backslash, &carry);
-        uint64_t strings = quotes == 0 ? inside : prefix_xor(quotes) ^ inside; /* (most blocks of a long string) */
-        inside = (uint64_t)((int64_t)strings >> 63);
-        if ((m.backslash & ~strings) != 0) return container_end_bytewise(s, i, n);
-        uint64_t open = m.open & ~strings;
-        for (uint64_t marks = open | (m.close & ~strings); marks != 0; marks &= marks - 1) {
-            int bit = __builtin_ctzll(marks);
-            if ((open >> bit) & 1) depth++;
-            else if (--depth == 0) return p + bit + 1;
-        }
-    }
-    return -1;
-#else
-    return container_end_bytewise(s, i, n);
-#endif
 }
 
 /* The offset just after the value at i (blanks already skipped); -1 when it is cut short. */
@@ -189,7 +71,23 @@ static Py_ssize_t value_end(const char *s, Py_ssize_t i, Py_ssize_t n) {
     if (i >= n) return -1;
     char c = s[i];
     if (c == '"') return string_end(s, i, n);
-    if (c == '{' || c == '[') return container_end(s, i, n);
+    if (c == '{' || c == '[') {
+        Py_ssize_t depth = 0;
+        while (i < n) {
+            c = s[i];
+            if (c == '"') {
+                i = string_end(s, i, n);
+                if (i < 0) return -1;
+                continue;
+            }
+            if (c == '{' || c == '[') depth++;
+            else if (c == '}' || c == ']') {
+                if (--depth == 0) return i + 1;
+            }
+            i++;
+        }
+        return -1;
+    }
     /* A number, true, false or null: up to the next delimiter. */
     Py_ssize_t start = i;
     while (i < n && s[i] != ',' && s[i] != '}' && s[i] != ']' && s[i] != ' ' && s[i] != '\t' && s[i] != '\r'
