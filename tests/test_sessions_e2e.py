@@ -36,13 +36,21 @@ def wait_thread(client: Client, ws: Path, thread: str, check: Callable[[dict[str
     """Poll ctxd/threads until `thread` is listed and satisfies `check`, then until what the owner
     found is mirrored (`ctxd/sessions/sync`: a session is listed from its summary before its items
     are, and a read's first slice shows the agent's fill before its last slice is written). Idle
-    is asked after the listing: asked before, it could predate the read the listing shows."""
+    is asked after the listing (asked before, it could predate the read the listing shows), and the
+    thread returned is listed again after it (the one listed before showed the summary's fill with
+    none of the items idle then waited for)."""
     deadline = time.monotonic() + timeout
+
+    def listing() -> dict[str, dict[str, Any]]:
+        return {t["thread"]: t for t in client.request("ctxd/threads", {"workspace": ws.as_uri()})["threads"]}
+
     while True:
-        listed = {t["thread"]: t for t in client.request("ctxd/threads", {"workspace": ws.as_uri()})["threads"]}
+        listed = listing()
         if thread in listed and check(listed[thread]) \
                 and client.request("ctxd/sessions/sync", {"workspace": ws.as_uri()})["idle"]:
-            return listed[thread]
+            listed = listing()
+            if thread in listed and check(listed[thread]):
+                return listed[thread]
         if time.monotonic() > deadline:
             raise AssertionError(f"{thread} not as expected in {sorted(listed)}: {listed.get(thread)}")
         time.sleep(0.05)
