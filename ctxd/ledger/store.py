@@ -772,12 +772,19 @@ class Store:
                     found[row[0]] = _row(row)
         return found
 
-    def listing(self) -> list[tuple[str, float, int, int | None, int, int, int]]:
-        """Every thread's (name, updated_at, history version, API total and seq, active items and
-        tokens): what says whether a listed thread changed, without its JSON."""
+    def listing(self, threads: list[str] | None = None) -> list[tuple[str, float, int, int | None, int, int, int]]:
+        """Every thread's (or those of `threads` that exist) (name, updated_at, history version, API
+        total and seq, active items and tokens): what says whether a listed thread changed, without
+        its JSON."""
+        columns = "SELECT thread, updated_at, history_version, api_total, api_seq, active_items, active_tokens FROM threads"
         with self._read() as db:
-            return db.execute("SELECT thread, updated_at, history_version, api_total, api_seq, active_items,"
-                              " active_tokens FROM threads").fetchall()
+            if threads is None:
+                return db.execute(columns).fetchall()
+            found = []
+            for start in range(0, len(threads), 500):
+                part = threads[start:start + 500]
+                found += db.execute(f"{columns} WHERE thread IN ({', '.join('?' * len(part))})", part).fetchall()
+            return found
 
     def follow_state(self, path: str) -> dict[str, Any] | None:
         """Where the reader of a followed session's file stood with what its thread holds (None:

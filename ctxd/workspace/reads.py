@@ -137,10 +137,11 @@ class WorkspaceReads(WorkspaceCore):
 
     def threads(self, only: list[str] | None = None) -> ThreadsResult:
         """Every thread (or those of `only` that exist), newest activity first; followed sessions
-        say so (protocol v2). A thread's
-        entry is kept as JSON text until its row changes (its counters, its API report, its
-        `updated_at`) or its prompt cache's state would: a listing of thousands of threads reads the
-        rows' small columns and builds again only what changed, its sums from its row, never its items."""
+        say so (protocol v2). A thread's entry is kept as JSON text until its row changes (its
+        counters, its API report, its `updated_at`) or its prompt cache's state would: a listing of
+        thousands of threads reads the rows' small columns and builds again only what changed, its
+        sums from its row, never its items. Threads named (an editor's, after `ctxd/threadsChanged`)
+        are read alone: after a change, only what it names is listed again, not the thousands."""
         now = time.time()
         with self.lock:
             mark = self.store.commit_mark()
@@ -149,7 +150,7 @@ class WorkspaceReads(WorkspaceCore):
                     and kept.until > now):  # nothing committed since, nothing expired: the same order
                 return {"threads": cast("list[ThreadInfo]", RawJsonList(kept.texts(only)))}
             self.cache.check(self.store.data_version())
-            keys = self.store.listing()
+            keys = self.store.listing(None if only is None else sorted(set(only)))
             view = self.view
             listed = self._listed
             stale = [key[0] for key in keys if (known := listed.get(key[0])) is None or known.key != key
@@ -160,15 +161,16 @@ class WorkspaceReads(WorkspaceCore):
                 entry = self._thread_info(row, summary_ledger(self.store, name, row), now)
                 listed[name] = _Listed(by_name[name], view, _until(entry, now), _instant(entry["lastActivity"]),
                                        jsontext.dumps(entry).decode("utf-8"))
-            if len(listed) > len(keys):
+            if only is None and len(listed) > len(keys):
                 for gone in [name for name in listed if name not in by_name]:
                     del listed[gone]
             # Newest activity first; on a tie, the latest written (as the store's order was).
             order = sorted((listed[name] for name in by_name if name in listed),
                            key=lambda e: (e.activity, e.key[1]), reverse=True)
-            listing = _Listing(mark, view, min((entry.until for entry in order), default=float("inf")), order)
-            self._listing = listing if mark is not None else None
-        return {"threads": cast("list[ThreadInfo]", RawJsonList(listing.texts(only)))}
+            if only is None:
+                self._listing = _Listing(mark, view, min((entry.until for entry in order), default=float("inf")),
+                                         order) if mark is not None else None
+        return {"threads": cast("list[ThreadInfo]", RawJsonList([entry.text for entry in order]))}
 
     def _thread_info(self, row: ThreadRow, ledger: ThreadLedger, now: float) -> ThreadInfo:
         state = ledger.state if isinstance(ledger.state, dict) else {}
