@@ -11,7 +11,7 @@ install, and a tampered or truncated file is refused rather than trusted.
 
 from __future__ import annotations
 
-import base64
+import binascii
 import gzip
 import hashlib
 import importlib.util
@@ -96,13 +96,9 @@ def shipped_file(name: str) -> bytes:
 
 def read_ranks(path: Path, sha256: str) -> dict[bytes, int]:
     """The mergeable ranks in a gzipped `.tiktoken` file, after checking the file's SHA-256."""
-    data = read_file(path, sha256)
-    ranks: dict[bytes, int] = {}
-    for line in data.splitlines():
-        if line:
-            token, rank = line.split()
-            ranks[base64.b64decode(token)] = int(rank)
-    return ranks
+    fields = read_file(path, sha256).split()  # a token's base64, its rank, the next token's...
+    decode = binascii.a2b_base64  # (base64.b64decode less its checks per call: a third of the time)
+    return {decode(token): int(rank) for token, rank in zip(fields[0::2], fields[1::2], strict=True)}
 
 
 def load(name: str, folder: Path | None = None) -> Any:
