@@ -160,8 +160,12 @@ def download(offline: bool) -> dict[str, Path]:
         (CACHE / sub).mkdir(parents=True, exist_ok=True)
     if not offline:
         have = {p.name.split("_")[0] for p in (CACHE / "deb").glob("*.deb")}
-        if missing := [d for d in DEBIAN if d not in have]:
-            subprocess.run(["apt-get", "download", *missing], cwd=CACHE / "deb", check=True)
+        if (missing := [d for d in DEBIAN if d not in have]) and subprocess.run(
+                ["apt-get", "download", *missing], cwd=CACHE / "deb").returncode != 0:
+            # The usual cause: package lists older than the mirror, which no longer has the versions
+            # they name (linux-libc-dev 6.1.187-1 after a point release).
+            sys.exit("real_corpus.py: apt-get download failed (above); if it names a version it cannot find, "
+                     "the package lists are stale: run `apt-get update` and try again")
         have = {p.name for p in (CACHE / "npm").glob("*.tgz")}
         for spec in NPM:
             name, version = spec.rsplit("@", 1)
