@@ -763,28 +763,26 @@ class Store:
 
     def thread_rows(self, threads: list[str]) -> dict[str, ThreadRow]:
         """Several threads' rows at once (a listing's changed threads)."""
-        found: dict[str, ThreadRow] = {}
-        with self._read() as db:
-            for start in range(0, len(threads), 500):
-                part = threads[start:start + 500]
-                for row in db.execute(f"SELECT {_ROW} FROM threads WHERE thread IN ({', '.join('?' * len(part))})",
-                                      part):
-                    found[row[0]] = _row(row)
-        return found
+        return {row[0]: _row(row) for row in self._of_threads(f"SELECT {_ROW} FROM threads", threads)}
 
     def listing(self, threads: list[str] | None = None) -> list[tuple[str, float, int, int | None, int, int, int]]:
         """Every thread's (or those of `threads` that exist) (name, updated_at, history version, API
         total and seq, active items and tokens): what says whether a listed thread changed, without
         its JSON."""
-        columns = "SELECT thread, updated_at, history_version, api_total, api_seq, active_items, active_tokens FROM threads"
+        select = "SELECT thread, updated_at, history_version, api_total, api_seq, active_items, active_tokens FROM threads"
+        if threads is not None:
+            return self._of_threads(select, threads)
         with self._read() as db:
-            if threads is None:
-                return db.execute(columns).fetchall()
-            found = []
+            return db.execute(select).fetchall()
+
+    def _of_threads(self, select: str, threads: list[str]) -> list[Any]:
+        """The rows `select` (over `threads`) gives for these threads, 500 names per statement."""
+        found: list[Any] = []
+        with self._read() as db:
             for start in range(0, len(threads), 500):
                 part = threads[start:start + 500]
-                found += db.execute(f"{columns} WHERE thread IN ({', '.join('?' * len(part))})", part).fetchall()
-            return found
+                found += db.execute(f"{select} WHERE thread IN ({', '.join('?' * len(part))})", part).fetchall()
+        return found
 
     def follow_state(self, path: str) -> dict[str, Any] | None:
         """Where the reader of a followed session's file stood with what its thread holds (None:
