@@ -226,6 +226,73 @@ def test_a_summary_taken_up_again_says_what_one_read_says(tmp_path: Path) -> Non
         assert later.tail == whole.tail, path
 
 
+def odd_claude_lines(ws: str) -> list[dict[str, Any]]:
+    """Claude Code lines that `ClaudeReader._take_plain` must leave to `record`, or read as it does:
+    escapes, a sidechain, streamed copies keyed by requestId or uuid, a synthetic reply, blocks of
+    unknown kinds beside tool results, a slash command waiting for the model, a compaction."""
+    t = "2025-10-03T12:00:{:02d}.000Z".format
+    result: list[Any] = [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]
+    usage = fx.claude_usage(3, 50, 2_000, 10)
+    lines: list[dict[str, Any]] = [
+        fx.claude_user("Fix the \"quoted\" path", "p1", None, "C:\\Users\\dev\\app", t(1)),
+        *fx.claude_assistant([{"type": "tool_use", "id": "t1", "name": "Read", "input": {}}], "m1", "a1", "p1", ws,
+                             t(2), usage),
+        fx.claude_user(result, "r1", "a1", ws, t(3), version="2.1.3 \"beta\""),
+        fx.claude_user(result + [{"type": "text", "text": "note"}, {"type": "image", "source": {}}], "r2", "r1", ws,
+                       t(4)),
+        fx.claude_user(result + [{"type": "document"}], "r3", "r2", ws, t(5)),
+        fx.claude_user(result + ["not a block"], "r4", "r3", ws, t(6)),
+        fx.claude_user(result, "r5", "r4", ws, t(7), isSidechain=True),
+        fx.claude_user(result, "r6", "r5", ws, t(8), isCompactSummary=True),
+        *fx.claude_assistant([{"type": "text", "text": "a"}], "m2", "a2", "r6", ws, t(9), usage, isSidechain=True),
+        *fx.claude_assistant([{"type": "text", "text": "b"}], "m3", "a3", "r6", ws, t(10), usage,
+                             model="<synthetic>"),
+        *fx.claude_assistant([{"type": "text", "text": "c"}, {"type": "text", "text": "d"}], "m4", "a4", "a3", ws,
+                             t(11), fx.claude_usage(4, 60, 2_100, 12)),
+        {**fx.claude_assistant([{"type": "text", "text": "e"}], "m5", "a5", "a4-1", ws, t(12), usage)[0],
+         "message": {"role": "assistant", "model": "claude-sonnet-4-5-20250929", "content": [], "usage": usage}},
+        {**fx.claude_assistant([{"type": "text", "text": "f"}], "m6", "a6", "a5", ws, t(13), usage)[0],
+         "requestId": None, "message": {"role": "assistant", "content": [], "usage": {"input_tokens": "many"}}},
+        fx.claude_user("<command-name>/review</command-name>", "c1", "a6", ws, t(14)),
+        fx.claude_user(result + [{"type": "text", "text": "meta"}], "r7", "c1", ws, t(15), isMeta=True),
+        *fx.claude_assistant([{"type": "text", "text": "g"}], "m7", "a7", "r7", ws, t(16), usage),
+        *fx.claude_compact("k1", "a7", ws, t(17), "Summary."),
+        fx.claude_user(result, "r8", "k1-s", ws, t(18)),
+        *fx.claude_assistant([{"type": "text", "text": "h"}], "m8", "a8", "r8", ws, t(19), usage),
+        fx.claude_user(result, "r9", "a8", ws, t(20)),
+    ]
+    return lines
+
+
+def test_the_plain_lines_way_reads_a_summary_as_the_records_way(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`ClaudeReader._take_plain` (assistant replies and tool results read from the skimmed row) ends
+    where building each line's record ends: the same saved reader, session, cost and tail."""
+    files = [path for path, agent in fixture_files(tmp_path) if agent == "claude"]
+    odd = odd_claude_lines("/home/user/app")
+    files += [str(fx.write_jsonl(tmp_path / f"odd-{n}.jsonl", odd[:n])) for n in range(1, len(odd) + 1)]  # each its last
+    plain = [summaries.summarize(path, "claude", None, None) for path in files]
+    taken = 0
+    real = ClaudeReader._take_plain
+
+    def counted(reader: ClaudeReader, data: bytes, row: tuple[Any, ...], change: Any) -> bool:
+        nonlocal taken
+        took = real(reader, data, row, change)
+        taken += took
+        return took
+
+    monkeypatch.setattr(ClaudeReader, "_take_plain", counted)
+    assert [summaries.summarize(path, "claude", None, None) is not None for path in files]
+    assert taken > 10  # the plain way was taken, for most lines
+    monkeypatch.setattr(ClaudeReader, "_take_plain", lambda *_: False)
+    for path, read in zip(files, plain):
+        records = summaries.summarize(path, "claude", None, None)
+        assert read is not None and records is not None
+        assert json.loads(read.stored.state or "") == json.loads(records.stored.state or ""), path
+        assert read.stored.facts == records.stored.facts, path
+        assert read.session.total_usage() == records.session.total_usage(), path
+        assert read.tail == records.tail, path
+
+
 @pytest.mark.skipif(not skim.NATIVE, reason="the C extension is not built here (setup.py: no compiler)")
 @settings(max_examples=300, deadline=None)
 @given(st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import operator
 import os
 import re
 from collections import OrderedDict
@@ -261,6 +262,8 @@ class ClaudeReader(Reader):
     def take(self, data: bytes, row: tuple[Any, ...], change: Change) -> None:
         """One line that is not bookkeeping: parsed whole, or (summary mode) a message line's small
         parts only (skim.py)."""
+        if self.summary and len(row) > 2 and self._take_plain(data, row, change):
+            return
         rec = _skimmed(data, row) if self.summary and len(row) > 2 else None
         if rec is None:
             self.take_whole(data[row[0]:row[1]], change)
@@ -278,23 +281,11 @@ class ClaudeReader(Reader):
         """One line's record. `raw`: summary mode, the line as read (kept for the tail)."""
         session = self.session
         kind = rec.get("type")
-        timestamp = rec.get("timestamp")
-        if isinstance(timestamp, str):
-            session.last_activity = timestamp
-            if session.started is None:
-                session.started = timestamp
-        if session.cwd is None and isinstance(rec.get("cwd"), str):
-            session.cwd = rec["cwd"]
-            change.meta = True
-        if session.id is None and isinstance(rec.get("sessionId"), str):
-            session.id = rec["sessionId"]
-            change.meta = True
-        if isinstance(rec.get("version"), str):
-            session.version = rec["version"]
+        self._facts(rec.get("timestamp"), rec.get("cwd"), rec.get("sessionId"), rec.get("version"), change)
         if rec.get("isSidechain"):
             session.sidechain_lines += 1
             if kind == "assistant":
-                self._cost(rec)  # a subagent's tokens are billed too, but are not this window
+                self._cost_of(rec)  # a subagent's tokens are billed too, but are not this window
             return
         if kind == "assistant":
             self._assistant(rec, change, raw)
@@ -303,16 +294,62 @@ class ClaudeReader(Reader):
         elif kind == "system":
             if rec.get("subtype") == "compact_boundary":
                 self._compact(change, rec)
-            self._link(rec)
+            self._link(rec.get("uuid"))
         elif kind in KNOWN_OTHER:
             return
         else:
             session.count_unknown(str(kind))
 
+    def _facts(self, timestamp: Any, cwd: Any, session_id: Any, version: Any, change: Change) -> None:
+        """What any line says of the session: its time, folder, id and the agent's version."""
+        session = self.session
+        if isinstance(timestamp, str):
+            session.last_activity = timestamp
+            if session.started is None:
+                session.started = timestamp
+        if session.cwd is None and isinstance(cwd, str):
+            session.cwd = cwd
+            change.meta = True
+        if session.id is None and isinstance(session_id, str):
+            session.id = session_id
+            change.meta = True
+        if isinstance(version, str):
+            session.version = version
+
+    def _take_plain(self, data: bytes, row: tuple[Any, ...], change: Change) -> bool:
+        """Summary mode: a main-chain assistant line with its usage, or a user line of tool results
+        (nine lines in ten), read from `row` as `record` reads it, without building the record;
+        False for any other line (and while a slash command waits to be known as a turn)."""
+        kind = row[2]
+        if (kind != "assistant" and kind != "user") or self._command is not None or row[_SIDECHAIN]:
+            return False
+        message = row[_MESSAGE]
+        if type(message) is not tuple or data[message[0]] != 0x7B:  # { (else: parsed as `record` has it)
+            return False
+        if kind == "user":
+            content = row[_IN_MESSAGE + 3]
+            if type(content) is not tuple or data[content[0]] != 0x5B or row[_COMPACT_SUMMARY]:  # [
+                return False
+            kinds = _kinds(data, content)
+            if kinds is None or "tool_result" not in kinds or not _RESULT_KINDS.issuperset(kinds):
+                return False  # (a block of another kind is counted as unknown: `record`)
+        values = _plain_values(row)
+        if tuple in map(type, values):  # (a string with escapes, say)
+            values = tuple(value if type(value) is not tuple else skim.decode(data, value) for value in values)
+        timestamp, uuid, cwd, session_id, version, request, key, model, usage = values
+        self._facts(timestamp, cwd, session_id, version, change)
+        raw_line = data[row[0]:row[1]]
+        if kind == "user":
+            self._line += 1
+            self._pending.append((self._line, raw_line))
+        else:
+            self._reply(self._cost(model, usage, key or request or uuid), timestamp, None, change, raw_line)
+        self._link(uuid)
+        return True
+
     # --- the chain ---
 
-    def _link(self, rec: dict[str, Any]) -> None:
-        uuid = rec.get("uuid")
+    def _link(self, uuid: Any) -> None:
         if isinstance(uuid, str):
             self._end[uuid] = (self._line, self.session.window, self.session.turn_count, self._reports)
             self._end.move_to_end(uuid)
@@ -364,18 +401,22 @@ class ClaudeReader(Reader):
         if self.session.first_request is None and not self.holds_window:
             self._early.append(item)  # until the first report (`_carried`)
 
-    def _cost(self, rec: dict[str, Any]) -> tuple[dict[str, Any], str, Usage] | None:
+    def _cost_of(self, rec: dict[str, Any]) -> tuple[dict[str, Any], str, Usage] | None:
+        """An assistant line's usage, billed (`_cost`)."""
         message = rec.get("message")
         if not isinstance(message, dict):
             return None
-        model = message.get("model")
+        return self._cost(message.get("model"), message.get("usage"),
+                          message.get("id") or rec.get("requestId") or rec.get("uuid"))
+
+    def _cost(self, model: Any, raw: Any, key: Any) -> tuple[dict[str, Any], str, Usage] | None:
+        """A message's usage billed to its model; `key` names the message (a streamed copy of it
+        replaces its usage, never adds)."""
         if not isinstance(model, str):
             model = ""
-        raw = message.get("usage")
         if not isinstance(raw, dict) or model == SYNTHETIC_MODEL:
             return None
         usage = _usage(raw)
-        key = message.get("id") or rec.get("requestId") or rec.get("uuid")
         cumulative = self.session.cumulative
         if isinstance(key, str):
             old = self._msg_usage.get(key)
@@ -389,18 +430,24 @@ class ClaudeReader(Reader):
         return raw, model, usage
 
     def _assistant(self, rec: dict[str, Any], change: Change, raw_line: bytes | None = None) -> None:
-        session = self.session
         message = rec.get("message")
         if not isinstance(message, dict):
-            session.count_unknown("assistant.no_message")
+            self.session.count_unknown("assistant.no_message")
             return
-        reported = self._cost(rec)
+        self._reply(self._cost_of(rec), rec.get("timestamp"), message, change, raw_line)
+        self._link(rec.get("uuid"))
+
+    def _reply(self, reported: tuple[dict[str, Any], str, Usage] | None, timestamp: Any,
+               message: dict[str, Any] | None, change: Change, raw_line: bytes | None) -> None:
+        """An assistant line: its usage `reported` (`_cost`), its blocks (`message`: None in summary
+        mode, where the line is kept raw for the tail instead)."""
+        session = self.session
         used = 0
         if reported is not None:
             raw, model, usage = reported
             used = usage.input + usage.cache_write + usage.cached_input + usage.output
             last = token_counts(raw, ints_only=True)
-            note_report(session, used, usage, model, rec.get("timestamp"))
+            note_report(session, used, usage, model, timestamp)
             if used and session.first_request is None and not self.summary:  # what it carried: its input
                 session.first_request = first_request(used - usage.output, self._carried())
                 self._early = []
@@ -417,14 +464,13 @@ class ClaudeReader(Reader):
         if self.summary:
             if raw_line is not None:
                 self._pending.append((self._line, raw_line))
-        else:
+        elif message is not None:
             for item in self._assistant_items(message):
                 self._add(item, change)
         if used:
             session.reported(used)  # the report covers the reply's blocks too
             self._reports += 1
             self._pending = []
-        self._link(rec)
 
     def _carried(self) -> list[dict[str, Any]]:
         """The window so far, for the first request's estimate (only the first report needs it)."""
@@ -510,7 +556,7 @@ class ClaudeReader(Reader):
                 change.add_to_replacement(item, session)
             elif building:
                 self._add(item, change)
-        self._link(rec)
+        self._link(rec.get("uuid"))
 
     def _user_parts(self, content: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """A user message's text and image parts, and its tool results as items."""
@@ -661,6 +707,13 @@ PATHS = (*((key,) for key in LINE_KEYS), *((b"message", key) for key in _MESSAGE
 LIMITS = (*(0 for _ in LINE_KEYS), skim.PLAIN_BYTES, skim.PLAIN_BYTES, skim.PLAIN_BYTES, 0)
 _MESSAGE = 2 + LINE_KEYS.index(b"message")  # where a row has the message (its offsets)...
 _IN_MESSAGE = 2 + len(LINE_KEYS)  # ...and its id, model, usage and content
+_SIDECHAIN, _COMPACT_SUMMARY = 2 + LINE_KEYS.index(b"isSidechain"), 2 + LINE_KEYS.index(b"isCompactSummary")
+# What `_take_plain` reads of a row: the line's time, uuid, cwd, sessionId, version and requestId, its
+# message's id, model and usage.
+_PLAIN = (*(2 + LINE_KEYS.index(key) for key in (b"timestamp", b"uuid", b"cwd", b"sessionId", b"version", b"requestId")),
+          _IN_MESSAGE, _IN_MESSAGE + 1, _IN_MESSAGE + 2)
+_plain_values = operator.itemgetter(*_PLAIN)
+_RESULT_KINDS = frozenset(("tool_result", "text", "image"))  # a user line's blocks beside tool results
 
 
 class _SubagentCost(Reader):
@@ -680,7 +733,7 @@ class _SubagentCost(Reader):
 
     def record(self, rec: dict[str, Any], change: Change, raw: bytes | None = None) -> None:
         if rec.get("type") == "assistant":
-            self.parent._cost(rec)
+            self.parent._cost_of(rec)
 
 
 # --- where its sessions live ----------------------------------------------------------------------
