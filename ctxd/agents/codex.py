@@ -378,18 +378,21 @@ class CodexReader(Reader):
             # whose count starts again, so it is added on top rather than subtracted. Never a
             # negative part, whatever the file says; cached input is part of the input.
             now = tuple(token_list(map(total.get, _TOTALS)))
+            if now == self._total:
+                return  # (the same total again: nothing billed)
             before = self._total if now[0] >= self._total[0] else (0, 0, 0, 0, 0)
             billed = max(0, now[1] - before[1])
             cached = min(max(0, now[2] - before[2]), billed)
             output = max(0, now[3] - before[3])
             if billed or output:
-                delta = Usage(input=billed - cached, cached_input=cached, output=output,
-                              reasoning=max(0, now[4] - before[4]))
                 model = session.model or ""
                 into = session.cumulative.get(model)
                 if into is None:
                     into = session.cumulative[model] = Usage()
-                into.add(delta)
+                into.input += billed - cached
+                into.cached_input += cached
+                into.output += output
+                into.reasoning += max(0, now[4] - before[4])
                 change.usage = True
             self._total = now
 
