@@ -40,7 +40,7 @@ import sysconfig
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -100,19 +100,29 @@ def compile_ctxd(home: Path) -> None:
                     *folders], env=env, stdout=subprocess.DEVNULL, check=False)
 
 
-def run_measured(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float, str]:
-    """Wall seconds, peak RSS (MiB) and stdout: the command runs under /usr/bin/time when there is one."""
+class Measured(NamedTuple):
+    wall: float  # seconds
+    peak: float  # the largest RSS, MiB (0 without /usr/bin/time)
+    cpu: float  # user and system seconds, its children's included (steadier than wall on a busy machine)
+    out: str
+
+
+def run_measured(cmd: list[str], env: dict[str, str], cwd: Path) -> Measured:
+    """The command run once (under /usr/bin/time when there is one), measured."""
     gnu_time = shutil.which("time") or ("/usr/bin/time" if Path("/usr/bin/time").exists() else None)
     with tempfile.NamedTemporaryFile("r", suffix=".rss") as rss:
-        full = [gnu_time, "-f", "%M", "-o", rss.name, *cmd] if gnu_time else cmd
+        full = [gnu_time, "-f", "%M %U %S", "-o", rss.name, *cmd] if gnu_time else cmd
+        before = os.times()
         start = time.perf_counter()
         done = subprocess.run(full, env=env, cwd=str(cwd), capture_output=True)
         wall = time.perf_counter() - start
+        after = os.times()
         if done.returncode != 0:
             raise SystemExit(f"{' '.join(cmd[:4])} exited {done.returncode}: {done.stderr.decode()[-2000:]}")
         text = Path(rss.name).read_text().strip().splitlines() if gnu_time else []
-        peak = int(text[-1]) / 1024 if text and text[-1].isdigit() else 0.0
-    return wall, peak, done.stdout.decode()
+        peak = int(text[-1].split()[0]) / 1024 if text and text[-1].split()[0].isdigit() else 0.0
+    cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
+    return Measured(wall, peak, cpu, done.stdout.decode())
 
 
 def bench_cli(history: heavy_history.History, ccusage: Path | None, rounds: int, tmp: Path) -> tuple[list[Row], dict[str, Any]]:
@@ -120,17 +130,19 @@ def bench_cli(history: heavy_history.History, ccusage: Path | None, rounds: int,
     home.mkdir(exist_ok=True)
     ctxd = [sys.executable, "-m", "ctxd", "sessions", "--workspace", str(history.workspace)]
     peer_times: list[float] = []
+    cpu: dict[str, list[float]] = {"ccusage": [], "table": [], "json": []}  # a first run's
     cold: dict[str, list[float]] = {"table": [], "json": []}
     warm: dict[str, list[float]] = {"table": [], "json": []}
     peaks: list[float] = []
     rows_json: list[dict[str, Any]] = []
     for n in range(rounds):
         if ccusage is not None:
-            wall, peer_peak, out = run_measured([str(ccusage), "session", "--json", "--offline"],
-                                                env_for(history, tmp / "peer-state", home), tmp)
-            peer_times.append(wall)
-            peer = json.loads(out)
-            print(f"  round {n + 1}: ccusage session --json: {wall:.2f} s, {peer_peak:.0f} MiB, "
+            ran = run_measured([str(ccusage), "session", "--json", "--offline"],
+                               env_for(history, tmp / "peer-state", home), tmp)
+            peer_times.append(ran.wall)
+            cpu["ccusage"].append(ran.cpu)
+            peer = json.loads(ran.out)
+            print(f"  round {n + 1}: ccusage session --json: {ran.wall:.2f} s (CPU {ran.cpu:.2f} s), {ran.peak:.0f} MiB, "
                   f"{len(peer.get('session', []))} sessions")
         for form in ("table", "json"):
             state = tmp / f"cli-state-{n}-{form}"
@@ -138,17 +150,18 @@ def bench_cli(history: heavy_history.History, ccusage: Path | None, rounds: int,
             state.mkdir()
             env = env_for(history, state, home)
             args = ctxd + (["--format", "json"] if form == "json" else [])
-            wall, peak, out = run_measured(args, env, tmp)
-            cold[form].append(wall)
-            peaks.append(peak)
-            again, _, out_again = run_measured(args, env, tmp)
-            warm[form].append(again)
-            if out_again != out:
+            first = run_measured(args, env, tmp)
+            cold[form].append(first.wall)
+            cpu[form].append(first.cpu)
+            peaks.append(first.peak)
+            again = run_measured(args, env, tmp)
+            warm[form].append(again.wall)
+            if again.out != first.out:
                 raise SystemExit(f"ctxd sessions ({form}) printed something else with nothing changed")
             if form == "json":
-                rows_json = json.loads(out)
-            print(f"  round {n + 1}: ctxd sessions ({form}): first {wall:.2f} s ({peak:.0f} MiB), "
-                  f"nothing changed {again:.2f} s")
+                rows_json = json.loads(first.out)
+            print(f"  round {n + 1}: ctxd sessions ({form}): first {first.wall:.2f} s (CPU {first.cpu:.2f} s, "
+                  f"{first.peak:.0f} MiB), nothing changed {again.wall:.2f} s")
     facts = {"rows": rows_json}
     if ccusage is not None and rows_json:
         facts["cost_check"] = cost_check(rows_json, peer)
@@ -164,6 +177,13 @@ def bench_cli(history: heavy_history.History, ccusage: Path | None, rounds: int,
                             ms(first), f"{ms(peer)} ccusage session --json", f"{ratio:.2f}x", "<= 1.0x", ratio <= 1.0))
         else:
             rows.append(Row(f"{label}, first run", ms(first), "- (no ccusage)", "-", "<= 1.0x", True))
+        used = statistics.median(cpu[form])
+        if cpu["ccusage"]:
+            peer_cpu = statistics.median(cpu["ccusage"])
+            rows.append(Row(f"{label}, first run: CPU (user and system)", ms(used), f"{ms(peer_cpu)} ccusage",
+                            f"{used / peer_cpu:.2f}x", "shown", True))
+        else:
+            rows.append(Row(f"{label}, first run: CPU (user and system)", ms(used), "-", "-", "shown", True))
         again = statistics.median(warm[form])
         rows.append(Row(f"{label}, nothing changed", ms(again), "-", "-", "<= 1 s", again <= 1.0))
     rows.append(Row("`ctxd sessions`, first run: peak RSS", f"{max(peaks):.0f} MiB", "-", "-", "shown", True))
