@@ -317,9 +317,9 @@ class ClaudeReader(Reader):
             session.version = version
 
     def _take_plain(self, data: bytes, row: tuple[Any, ...], change: Change) -> bool:
-        """Summary mode: a main-chain assistant line with its usage, or a user line of tool results
-        (nine lines in ten), read from `row` as `record` reads it, without building the record;
-        False for any other line (and while a slash command waits to be known as a turn)."""
+        """Summary mode: a main-chain assistant line, or a user line of tool results (most message
+        lines), read from `row` as `record` reads it, without building the record; False for any
+        other line (and while a slash command waits to be known as a turn)."""
         kind = row[2]
         if (kind != "assistant" and kind != "user") or self._command is not None or row[_SIDECHAIN]:
             return False
