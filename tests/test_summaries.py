@@ -264,15 +264,11 @@ def odd_claude_lines(ws: str) -> list[dict[str, Any]]:
     return lines
 
 
-def test_the_plain_lines_way_reads_a_summary_as_the_records_way(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """`ClaudeReader._take_plain` (assistant replies and tool results read from the skimmed row) ends
-    where building each line's record ends: the same saved reader, session, cost and tail."""
-    files = [path for path, agent in fixture_files(tmp_path) if agent == "claude"]
-    odd = odd_claude_lines("/home/user/app")
-    files += [str(fx.write_jsonl(tmp_path / f"odd-{n}.jsonl", odd[:n])) for n in range(1, len(odd) + 1)]  # each its last
-    plain = [summaries.summarize(path, "claude", None, None) for path in files]
-    taken = 0
+def summarized_both_ways(path: str) -> tuple[summaries.Read, summaries.Read, int]:
+    """`path` summarized with `ClaudeReader._take_plain` and without it (every line's record built),
+    and how many lines the plain way took."""
     real = ClaudeReader._take_plain
+    taken = 0
 
     def counted(reader: ClaudeReader, data: bytes, row: tuple[Any, ...], change: Any) -> bool:
         nonlocal taken
@@ -280,17 +276,86 @@ def test_the_plain_lines_way_reads_a_summary_as_the_records_way(tmp_path: Path, 
         taken += took
         return took
 
-    monkeypatch.setattr(ClaudeReader, "_take_plain", counted)
-    assert [summaries.summarize(path, "claude", None, None) is not None for path in files]
-    assert taken > 10  # the plain way was taken, for most lines
-    monkeypatch.setattr(ClaudeReader, "_take_plain", lambda *_: False)
-    for path, read in zip(files, plain):
+    try:
+        ClaudeReader._take_plain = counted  # type: ignore[method-assign]
+        plain = summaries.summarize(path, "claude", None, None)
+        ClaudeReader._take_plain = lambda *_: False  # type: ignore[method-assign]
         records = summaries.summarize(path, "claude", None, None)
-        assert read is not None and records is not None
-        assert json.loads(read.stored.state or "") == json.loads(records.stored.state or ""), path
-        assert read.stored.facts == records.stored.facts, path
-        assert read.session.total_usage() == records.session.total_usage(), path
-        assert read.tail == records.tail, path
+    finally:
+        ClaudeReader._take_plain = real  # type: ignore[method-assign]
+    assert plain is not None and records is not None
+    return plain, records, taken
+
+
+def assert_same_summary(plain: summaries.Read, records: summaries.Read) -> None:
+    assert json.loads(plain.stored.state or "") == json.loads(records.stored.state or "")
+    assert plain.stored.facts == records.stored.facts
+    assert plain.session.total_usage() == records.session.total_usage()
+    assert plain.tail == records.tail
+
+
+def test_the_plain_lines_way_reads_a_summary_as_the_records_way(tmp_path: Path) -> None:
+    """`ClaudeReader._take_plain` (assistant replies and tool results read from the skimmed row) ends
+    where building each line's record ends: the same saved reader, session, cost and tail."""
+    files = [path for path, agent in fixture_files(tmp_path) if agent == "claude"]
+    odd = odd_claude_lines("/home/user/app")
+    files += [str(fx.write_jsonl(tmp_path / f"odd-{n}.jsonl", odd[:n])) for n in range(1, len(odd) + 1)]  # each its last
+    taken = 0
+    for path in files:
+        plain, records, took = summarized_both_ways(path)
+        assert_same_summary(plain, records)
+        taken += took
+    assert taken > 10  # the plain way was taken, for most lines
+
+
+_IDS = st.sampled_from(["u1", "u2", "u3", "a1", "a2", "m1", "m2"])
+_ODD = st.none() | st.booleans() | st.integers(-2, 2) | st.text(max_size=4) | st.just(1.5) | st.just([]) | st.just({})
+_USAGE = st.fixed_dictionaries({"input_tokens": st.integers(0, 9), "output_tokens": st.integers(0, 9)}, optional={
+    "cache_read_input_tokens": st.integers(-5, 10**12), "cache_creation_input_tokens": st.integers(0, 50),
+    "cache_creation": st.fixed_dictionaries({"ephemeral_1h_input_tokens": st.integers(0, 60)}),
+    "service_tier": st.just("standard")})
+
+
+def _claude_line(kind: str, uuid: str, parent: str, request: str, message: dict[str, Any], odd: dict[str, Any],
+                 odd_message: dict[str, Any]) -> dict[str, Any]:
+    line = {"type": kind, "uuid": uuid, "parentUuid": parent, "timestamp": "2025-10-03T12:00:00.000Z",
+            "isSidechain": False, "cwd": "/w", "sessionId": "s1", "version": "2.1.3", "requestId": request,
+            "message": {**message, **odd_message}}
+    if kind == "system":
+        line.update(subtype="compact_boundary", compactMetadata={"trigger": "auto", "preTokens": 100})
+    return {**line, **odd}
+
+
+_TEXT = st.sampled_from(["Fix it", "<command-name>/init</command-name>", "<local-command-stdout>ok",
+                         "Caveat: x", 'say "hi"'])
+_BLOCKS = st.lists(st.sampled_from([{"type": "tool_result", "tool_use_id": "t", "content": "ok"},
+                                    {"type": "text", "text": "note"}, {"type": "image", "source": {}},
+                                    {"type": "document"}, "not a block"]), min_size=1, max_size=3)
+_MESSAGES = {
+    "user": st.fixed_dictionaries({"role": st.just("user"), "content": _TEXT | _BLOCKS}),
+    "assistant": st.fixed_dictionaries({"role": st.just("assistant"), "id": _IDS, "usage": _USAGE,
+                                        "model": st.sampled_from(["claude-sonnet-4-5", "<synthetic>"]),
+                                        "content": st.just([{"type": "text", "text": "ok"}])}),
+    "system": st.just({}),
+}
+_LINE = st.sampled_from(sorted(_MESSAGES)).flatmap(lambda kind: st.builds(
+    _claude_line, st.just(kind), _IDS, _IDS, _IDS, _MESSAGES[kind],
+    st.dictionaries(st.sampled_from(["isSidechain", "isMeta", "isCompactSummary", "cwd", "version", "timestamp",
+                                     "uuid", "requestId", "subtype", "message"]), _ODD | st.just('a"b'), max_size=2),
+    st.dictionaries(st.sampled_from(["id", "model", "usage", "content"]), _ODD | st.just('a"b'), max_size=1)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_LINE, min_size=1, max_size=14))
+def test_the_plain_lines_way_and_the_records_way_agree_on_any_lines(lines: list[dict[str, Any]]) -> None:
+    """Lines of any shape (fields of the wrong type, escapes, sidechains, synthetic replies, streamed
+    copies, slash commands, compactions, rewinds): the two ways end in the same summary."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = str(fx.write_jsonl(Path(folder) / "any.jsonl", lines))
+        plain, records, _ = summarized_both_ways(path)
+        assert_same_summary(plain, records)
 
 
 @pytest.mark.skipif(not skim.NATIVE, reason="the C extension is not built here (setup.py: no compiler)")
