@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from ctxd.agents import skim
 from ctxd.agents.claude import ClaudeReader, session_id
 from ctxd.agents.codex import CodexReader
+from ctxd.agents.session import Change
 from ctxd.sessions import summaries
 from tests import session_fixtures as fx
 from tests.rpc import REPO
@@ -270,14 +271,14 @@ def summarized_both_ways(path: str) -> tuple[summaries.Read, summaries.Read, int
     real = ClaudeReader._take_plain
     taken = 0
 
-    def counted(reader: ClaudeReader, data: bytes, row: tuple[Any, ...], change: Any) -> bool:
+    def counted(reader: ClaudeReader, data: bytes, row: tuple[Any, ...], change: Change) -> bool:
         nonlocal taken
         took = real(reader, data, row, change)
         taken += took
         return took
 
     try:
-        ClaudeReader._take_plain = counted  # type: ignore[method-assign]
+        ClaudeReader._take_plain = counted  # type: ignore[method-assign, assignment]
         plain = summaries.summarize(path, "claude", None, None)
         ClaudeReader._take_plain = lambda *_: False  # type: ignore[method-assign]
         records = summaries.summarize(path, "claude", None, None)
@@ -309,7 +310,7 @@ def test_the_plain_lines_way_reads_a_summary_as_the_records_way(tmp_path: Path) 
 
 
 _IDS = st.sampled_from(["u1", "u2", "u3", "a1", "a2", "m1", "m2"])
-_ODD = st.none() | st.booleans() | st.integers(-2, 2) | st.text(max_size=4) | st.just(1.5) | st.just([]) | st.just({})
+_ODD: st.SearchStrategy[Any] = st.none() | st.booleans() | st.integers(-2, 2) | st.text(max_size=4) | st.just(1.5) | st.just([]) | st.just({})
 _USAGE = st.fixed_dictionaries({"input_tokens": st.integers(0, 9), "output_tokens": st.integers(0, 9)}, optional={
     "cache_read_input_tokens": st.integers(-5, 10**12), "cache_creation_input_tokens": st.integers(0, 50),
     "cache_creation": st.fixed_dictionaries({"ephemeral_1h_input_tokens": st.integers(0, 60)}),
