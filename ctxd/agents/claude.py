@@ -262,9 +262,10 @@ class ClaudeReader(Reader):
     def take(self, data: bytes, row: tuple[Any, ...], change: Change) -> None:
         """One line that is not bookkeeping: parsed whole, or (summary mode) a message line's small
         parts only (skim.py)."""
-        if self.summary and len(row) > 2 and self._take_plain(data, row, change):
+        skimmed = self.summary and len(row) > 2
+        if skimmed and self._take_plain(data, row, change):
             return
-        rec = _skimmed(data, row) if self.summary and len(row) > 2 else None
+        rec = _skimmed(data, row) if skimmed else None
         if rec is None:
             self.take_whole(data[row[0]:row[1]], change)
             return
