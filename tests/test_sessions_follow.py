@@ -5,11 +5,13 @@ Both watcher modes run: watchdog's native observer (inotify) and the polling fal
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -451,6 +453,42 @@ def test_the_newest_session_is_listed_before_the_other_heads_are_peeked(tmp_path
     follower.scan_once()
     # The newest here, listed when only it and the newer one elsewhere were peeked at; the rest after.
     assert calls == [([ids[4]], 2), ([ids[3], ids[2], ids[1], ids[0]], 6)]
+
+
+def test_the_first_scan_peeks_and_lists_quiet_and_later_scans_do_not(tmp_path: Path) -> None:
+    """Issue #38: the owner's first look at the session files runs in `quiet` (no tokenizer starts
+    loading meanwhile: ctxd/tokens/counter.py), from the first head peeked to the last session
+    listed; a file found by a later scan is not held up so."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    codex_home = tmp_path / "codex"
+    for n in range(3):
+        fx.write_jsonl(fx.codex_path(codex_home, f"0199a213-0000-7800-8aa1-{n:012d}"),
+                       fx.codex_session(ws, f"0199a213-0000-7800-8aa1-{n:012d}"))
+    held: list[bool] = []
+    seen: list[tuple[int, bool]] = []  # (files listed, quiet held) per listing
+
+    @contextlib.contextmanager
+    def quiet() -> Iterator[None]:
+        held.append(True)
+        try:
+            yield
+        finally:
+            held.pop()
+
+    def listing(files: list[tuple[str, Path, str]]) -> None:
+        seen.append((len(files), bool(held)))
+
+    sources = discovery.sources({"codex": str(codex_home), "claude": str(tmp_path / "claude")},
+                                env={"HOME": str(tmp_path)})
+    follower = Follower(lambda update: None, sources, poll=True, listing=listing, quiet=quiet)
+    follower.set_folders([ws])
+    follower.scan_once()
+    assert seen == [(1, True), (2, True)] and not held
+    fx.write_jsonl(fx.codex_path(codex_home, "0199a213-0000-7800-8aa1-000000000009"),
+                   fx.codex_session(ws, "0199a213-0000-7800-8aa1-000000000009"))
+    follower.scan_once()
+    assert seen[2:] == [(1, False)]
 
 
 def test_a_folder_opened_while_a_session_is_being_peeked_at_follows_it(tmp_path: Path) -> None:

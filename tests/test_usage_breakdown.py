@@ -253,6 +253,34 @@ def test_counter_estimates_until_the_encoding_is_loaded() -> None:
     assert (claude.name, claude.status) == ("estimate:claude", "estimate")
 
 
+def test_no_encoding_loads_while_quiet_unless_someone_waits_for_it() -> None:
+    """A cold owner's first look at thousands of session files runs quiet (`Tokenizers.quiet`):
+    a load asked for meanwhile starts once it ends, or at once for a caller that waits for it."""
+    loaded: list[str] = []
+
+    def loader(name: str) -> FakeEncoding:
+        loaded.append(name)
+        return FakeEncoding()
+
+    tokenizers = Tokenizers(loader)
+    counter = tokenizers.counter("gpt-4o")
+    with tokenizers.quiet():
+        assert counter.count("hello") == estimate_tokens("hello")  # asks for the load
+        assert counter.slot is not None
+        time.sleep(0.3)
+        assert loaded == [] and counter.status == "loading"
+    deadline = time.monotonic() + 10
+    while counter.status != "exact" and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert loaded == ["o200k_base"] and counter.count("hello") == 5
+
+    other = Tokenizers(loader)
+    waiting = other.counter("gpt-4.1")
+    with other.quiet():
+        assert waiting.slot is not None and waiting.slot.wait(5)  # (QUIET_SECONDS is 10)
+        assert loaded == ["o200k_base", "o200k_base"]
+
+
 def test_counter_falls_back_and_says_so_once(caplog: pytest.LogCaptureFixture) -> None:
     def loader(name: str) -> None:
         raise ConnectionError("no network")

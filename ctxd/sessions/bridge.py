@@ -40,6 +40,7 @@ from ctxd.redact import redact, redact_json
 from ctxd.sessions import cachecost, discovery, drift, pricing
 from ctxd.sessions.follower import Follower, Update, valid_id
 from ctxd.settings import Problem, Settings
+from ctxd.tokens.counter import TOKENIZERS
 from ctxd.workspace import Service, Workspace, path_to_uri
 
 if TYPE_CHECKING:
@@ -80,7 +81,7 @@ class SessionBridge:
         sources = discovery.sources({name: settings.sources.home(name) for name in names},
                                     enabled={name: settings.sources.follows(name) for name in names})
         self.follower = Follower(self._update, sources, window=False, resume=self._resume, listing=self._list,
-                                 backlog=lambda: self._mirrors.queued > MAX_QUEUED_ITEMS)
+                                 backlog=lambda: self._mirrors.queued > MAX_QUEUED_ITEMS, quiet=TOKENIZERS.quiet)
         self.state_dir = state_dir
         # The agents' own auto-compact settings, read once (read-only; each agent's `read_config`).
         self.configs: dict[str, AgentConfig] = {

@@ -22,12 +22,14 @@ scan are caught up: their turns are history.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -118,16 +120,21 @@ class SourceStatus:
 class Follower:
     def __init__(self, on_update: Callable[[Update], None], sources: list[Source], *,
                  poll: bool | None = None, window: bool = True, resume: Resume | None = None,
-                 listing: Listing | None = None, backlog: Callable[[], bool] | None = None) -> None:
+                 listing: Listing | None = None, backlog: Callable[[], bool] | None = None,
+                 quiet: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext) -> None:
         """`window`: the readers keep each session's window (`Reader.holds_window`); the owner's do
         not (its store does). `resume`, `listing`: see above. `backlog()`: the consumer has more
-        than it can take; a file with more than DEFER_BYTES to read waits until it has not."""
+        than it can take; a file with more than DEFER_BYTES to read waits until it has not.
+        `quiet()` is held while the first scan peeks at the files' heads and lists them: thousands
+        of system calls, each slowed by a thread that runs Python code beside them (the owner's:
+        `Tokenizers.quiet`)."""
         self.on_update = on_update
         self._backlog = backlog
         self._deferred: dict[str, None] = {}  # files put off while the consumer is behind
         self._window = window
         self._resume = resume
         self._listing = listing
+        self._quiet = quiet
         self._dormant = env_seconds("CTXD_DORMANT_SECONDS", DORMANT_SECONDS)
         self.sources = sources
         # Per agent followed: its sessions (ctxd/agents: a store each) and the folders they are under.
@@ -511,14 +518,15 @@ class Follower:
         log.debug("scan: %d new session files", len(found))
         if self._listing is not None and found:
             listed = []
-            for _, path, agent in found:
-                state = self._decide(path, agent)
-                if state is not None and state.folder is not None:
-                    listed.append((path, state.folder, state.agent))
-                    if len(listed) == 1:  # the newest at once (its gauge is the one shown), not after every head
-                        self._list(listed)
-            log.debug("scan: %d session files in the open folders", len(listed))
-            self._list(listed[1:])
+            with self._quiet() if not self._scanned else contextlib.nullcontext():
+                for _, path, agent in found:
+                    state = self._decide(path, agent)
+                    if state is not None and state.folder is not None:
+                        listed.append((path, state.folder, state.agent))
+                        if len(listed) == 1:  # the newest at once (its gauge is the one shown), not after every head
+                            self._list(listed)
+                log.debug("scan: %d session files in the open folders", len(listed))
+                self._list(listed[1:])
         for _, path, _ in found:
             self._read(path)
         self._scanned = True
