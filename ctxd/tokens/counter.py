@@ -4,10 +4,11 @@ estimator with that family's profile.
 
 Loading an encoding takes about a second (from the files the install ships: see encodings.py), so
 it never happens on a request's path: the first count for an encoding starts a background thread
-and is answered by the estimator, as is every count until the thread is done. When the encoding
-cannot be loaded (its file missing or not the one tiktoken expects) the daemon says so once in its
-log and keeps estimating; the usage snapshot reports which counter is in use (`tokenizer`,
-`tokenizerStatus`).
+and is answered by the estimator, as is every count until the thread is done (a load nobody
+waits for starts after the owner's first look at the agents' session files: `Tokenizers.quiet`).
+When the encoding cannot be loaded (its file missing or not the one tiktoken expects) the daemon
+says so once in its log and keeps estimating; the usage snapshot reports which counter is in use
+(`tokenizer`, `tokenizerStatus`).
 """
 
 from __future__ import annotations
