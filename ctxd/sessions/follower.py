@@ -29,7 +29,6 @@ import os
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -121,7 +120,7 @@ class Follower:
     def __init__(self, on_update: Callable[[Update], None], sources: list[Source], *,
                  poll: bool | None = None, window: bool = True, resume: Resume | None = None,
                  listing: Listing | None = None, backlog: Callable[[], bool] | None = None,
-                 quiet: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext) -> None:
+                 quiet: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext) -> None:
         """`window`: the readers keep each session's window (`Reader.holds_window`); the owner's do
         not (its store does). `resume`, `listing`: see above. `backlog()`: the consumer has more
         than it can take; a file with more than DEFER_BYTES to read waits until it has not.
