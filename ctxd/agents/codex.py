@@ -389,10 +389,8 @@ class CodexReader(Reader):
                 into = session.cumulative.get(model)
                 if into is None:
                     into = session.cumulative[model] = Usage()
-                into.input += billed - cached
-                into.cached_input += cached
-                into.output += output
-                into.reasoning += max(0, now[4] - before[4])
+                into.add(Usage(input=billed - cached, cached_input=cached, output=output,
+                               reasoning=max(0, now[4] - before[4])))
                 change.usage = True
             self._total = now
 
