@@ -408,6 +408,16 @@ static int holds_needle(const char *s, Py_ssize_t i, Py_ssize_t stop, PyObject *
     return 0;
 }
 
+/* Whether the value s[vs:ve] is one of `skip`. */
+static int in_skip(const char *s, Py_ssize_t vs, Py_ssize_t ve, PyObject *skip) {
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(skip); k++) {
+        PyObject *value = PyTuple_GET_ITEM(skip, k);
+        if (PyBytes_GET_SIZE(value) == ve - vs && memcmp(PyBytes_AS_STRING(value), s + vs, (size_t)(ve - vs)) == 0)
+            return 1;
+    }
+    return 0;
+}
+
 /* Whether a reader looks at the line s[i:stop] (`lines`): not blank, and not one whose top-level `key`
  * has a value in `skip` unless it holds one of `needles`. */
 static int wanted(const char *s, Py_ssize_t i, Py_ssize_t stop, const char *key, Py_ssize_t key_length,
@@ -415,15 +425,7 @@ static int wanted(const char *s, Py_ssize_t i, Py_ssize_t stop, const char *key,
     Py_ssize_t first = blanks(s, i, stop), vs = 0, ve = 0;
     if (first >= stop) return 0;
     if (!find_key(s, first, stop, key, key_length, &vs, &ve)) return 1;
-    int take = 1;
-    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(skip); k++) {
-        PyObject *value = PyTuple_GET_ITEM(skip, k);
-        if (PyBytes_GET_SIZE(value) == ve - vs && memcmp(PyBytes_AS_STRING(value), s + vs, (size_t)(ve - vs)) == 0) {
-            take = 0;
-            break;
-        }
-    }
-    return take || holds_needle(s, i, stop, needles);
+    return !in_skip(s, vs, ve, skip) || holds_needle(s, i, stop, needles);
 }
 
 static int all_bytes(PyObject *tuple) {
@@ -537,17 +539,57 @@ static Py_ssize_t walk(const char *s, Py_ssize_t i, Py_ssize_t n, Paths *p, cons
  * strings without an escape or a control character, integers of up to 18 digits, true, false and
  * null (as json.loads would build it). NULL without an exception when it is not (the caller gives
  * its span, which Python decodes); *at moves past the value. */
-static PyObject *plain_value(const char *s, Py_ssize_t *at, Py_ssize_t n, int depth) {
+/* The keys `scan` has built, so that a key repeated from line to line (a usage's) is one string,
+ * made and hashed once per call rather than once per object. */
+#define MAX_NAMES 64
+#define MAX_NAME_BYTES 48
+
+typedef struct {
+    int count;
+    Py_ssize_t length[MAX_NAMES];
+    const char *text[MAX_NAMES];
+    PyObject *name[MAX_NAMES];
+} Names;
+
+static void forget_names(Names *names) {
+    for (int k = 0; k < names->count; k++) Py_DECREF(names->name[k]);
+    names->count = 0;
+}
+
+/* The string s[i:j] (a key without escapes), from `names` when it was built before. */
+static PyObject *name_of(const char *s, Py_ssize_t i, Py_ssize_t j, Names *names) {
+    Py_ssize_t length = j - i;
+    for (int k = 0; k < names->count; k++)
+        if (names->length[k] == length && memcmp(names->text[k], s + i, (size_t)length) == 0) {
+            Py_INCREF(names->name[k]);
+            return names->name[k];
+        }
+    PyObject *name = PyUnicode_DecodeUTF8(s + i, length, "replace");
+    if (name != NULL && names->count < MAX_NAMES && length <= MAX_NAME_BYTES) {
+        names->length[names->count] = length;
+        names->text[names->count] = s + i; /* (the buffer outlives the call) */
+        names->name[names->count++] = name;
+        Py_INCREF(name);
+    }
+    return name;
+}
+
+/* Where the string opened at s[i] closes, when it has no escape and no control character; else -1. */
+static Py_ssize_t plain_string_end(const char *s, Py_ssize_t i, Py_ssize_t n) {
+    for (Py_ssize_t j = i + 1; j < n; j++) {
+        if (s[j] == '"') return j;
+        if (s[j] == '\\' || (unsigned char)s[j] < 0x20) return -1;
+    }
+    return -1;
+}
+
+static PyObject *plain_value(const char *s, Py_ssize_t *at, Py_ssize_t n, int depth, Names *names) {
     Py_ssize_t i = blanks(s, *at, n);
     if (i >= n) return NULL;
     char c = s[i];
     if (c == '"') {
-        Py_ssize_t j = i + 1;
-        while (j < n && s[j] != '"') {
-            if (s[j] == '\\' || (unsigned char)s[j] < 0x20) return NULL;
-            j++;
-        }
-        if (j >= n) return NULL;
+        Py_ssize_t j = plain_string_end(s, i, n);
+        if (j < 0) return NULL;
         *at = j + 1;
         return PyUnicode_DecodeUTF8(s + i + 1, j - i - 1, "replace");
     }
@@ -564,9 +606,11 @@ static PyObject *plain_value(const char *s, Py_ssize_t *at, Py_ssize_t n, int de
         for (;;) {
             PyObject *key = NULL;
             if (c == '{') {
-                if (i >= n || s[i] != '"') break;
-                key = plain_value(s, &i, n, depth + 1);
+                Py_ssize_t j = i < n && s[i] == '"' ? plain_string_end(s, i, n) : -1;
+                if (j < 0) break;
+                key = name_of(s, i + 1, j, names);
                 if (key == NULL) break;
+                i = j + 1;
                 i = blanks(s, i, n);
                 if (i >= n || s[i] != ':') {
                     Py_DECREF(key);
@@ -574,7 +618,7 @@ static PyObject *plain_value(const char *s, Py_ssize_t *at, Py_ssize_t n, int de
                 }
                 i++;
             }
-            PyObject *item = plain_value(s, &i, n, depth + 1);
+            PyObject *item = plain_value(s, &i, n, depth + 1, names);
             if (item == NULL) {
                 Py_XDECREF(key);
                 break;
@@ -613,12 +657,12 @@ static PyObject *plain_value(const char *s, Py_ssize_t *at, Py_ssize_t n, int de
 
 /* The value of path k: `decoded` for a scalar; a container of at most `limit` bytes built when it is
  * plain; else its span. */
-static PyObject *path_value(const char *s, Paths *p, int k) {
+static PyObject *path_value(const char *s, Paths *p, int k, Names *names) {
     Py_ssize_t vs = p->vs[k], ve = p->ve[k];
     if (vs < 0) Py_RETURN_NONE;
     if ((s[vs] == '{' || s[vs] == '[') && ve - vs <= p->limit[k]) {
         Py_ssize_t at = vs;
-        PyObject *value = plain_value(s, &at, ve, 0);
+        PyObject *value = plain_value(s, &at, ve, 0, names);
         if (value != NULL && at == ve) return value;
         Py_XDECREF(value);
         if (PyErr_Occurred()) return NULL;
@@ -640,7 +684,7 @@ static PyObject *skim_scan(PyObject *self, PyObject *args) {
     p.count = (int)PyTuple_GET_SIZE(paths);
     const char *problem = NULL;
     if (!all_bytes(skip) || !all_bytes(needles)) problem = "skip and needles must be bytes";
-    else if (p.count > MAX_PATHS || PyTuple_GET_SIZE(limits) != p.count) problem = "too many paths, or not a limit each";
+    else if (p.count >= MAX_PATHS || PyTuple_GET_SIZE(limits) != p.count) problem = "too many paths, or not a limit each";
     for (int k = 0; problem == NULL && k < p.count; k++) {
         PyObject *path = PyTuple_GET_ITEM(paths, k);
         if (!PyTuple_Check(path) || PyTuple_GET_SIZE(path) < 1 || PyTuple_GET_SIZE(path) > MAX_PATH_DEPTH
@@ -664,8 +708,13 @@ static PyObject *skim_scan(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_TypeError, problem);
         return NULL;
     }
+    /* `key` is walked for too, as one more path (the last): the line is walked once, for both. */
+    p.depth[p.count] = 1;
+    p.key[p.count][0] = key;
+    p.key_length[p.count][0] = key_length;
     int all[MAX_PATHS];
-    for (int k = 0; k < p.count; k++) all[k] = k;
+    for (int k = 0; k <= p.count; k++) all[k] = k;
+    Names names = {0};
     const char *s = buf.buf;
     if (start < 0) start = 0;
     if (end > buf.len) end = buf.len;
@@ -675,14 +724,19 @@ static PyObject *skim_scan(PyObject *self, PyObject *args) {
         const char *newline = memchr(s + i, '\n', (size_t)(end - i));
         Py_ssize_t stop = newline ? newline - s : end;
         newlines += newline != NULL;
-        if (wanted(s, i, stop, key, key_length, skip, needles)) {
-            for (int k = 0; k < p.count; k++) p.vs[k] = p.ve[k] = -1;
-            int walked = walk(s, i, stop, &p, all, p.count, 0) >= 0;
+        for (int k = 0; k <= p.count; k++) p.vs[k] = p.ve[k] = -1;
+        int walked = walk(s, i, stop, &p, all, p.count + 1, 0) >= 0;
+        Py_ssize_t vs = p.vs[p.count], ve = p.ve[p.count];
+        /* A line walked is looked at as `wanted` has it, from the key's value found on the way; any
+         * other line (blank, not an object, an escaped key) is asked of `wanted`. */
+        int look = walked ? vs < 0 || !in_skip(s, vs, ve, skip) || holds_needle(s, i, stop, needles)
+                          : wanted(s, i, stop, key, key_length, skip, needles);
+        if (look) {
             PyObject *row = PyTuple_New(walked ? 2 + p.count : 2);
             int failed = row == NULL;
             for (int k = 0; !failed && k < 2 + (walked ? p.count : 0); k++) {
                 PyObject *value = k == 0 ? PyLong_FromSsize_t(i) : k == 1 ? PyLong_FromSsize_t(stop)
-                                                                          : path_value(s, &p, k - 2);
+                                                                          : path_value(s, &p, k - 2, &names);
                 if (value == NULL) failed = 1;
                 else PyTuple_SET_ITEM(row, k, value);
             }
@@ -691,6 +745,7 @@ static PyObject *skim_scan(PyObject *self, PyObject *args) {
         }
         i = stop + 1;
     }
+    forget_names(&names);
     PyBuffer_Release(&buf);
     if (rows == NULL) return NULL;
     PyObject *out = Py_BuildValue("(nN)", newlines, rows);

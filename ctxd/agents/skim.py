@@ -373,9 +373,16 @@ def py_scan(data: bytes | memoryview, start: int, end: int, key: bytes, skip: tu
         else:
             newlines += 1
         line = data[i:stop]
-        if _wanted(line, key, skip, needles):
-            spans = [-1] * (2 * len(paths))
-            if _walk(line, 0, paths, list(range(len(paths))), 0, spans) < 0:
+        # The line is walked once, for the paths and `key` (the last path): a line walked is looked
+        # at as `_wanted` has it, from the key's value found on the way; any other, as `_wanted` says.
+        spans = [-1] * (2 * len(paths) + 2)
+        walked = _walk(line, 0, (*paths, (key,)), list(range(len(paths) + 1)), 0, spans) >= 0
+        if walked:
+            look = spans[-2] < 0 or line[spans[-2]:spans[-1]] not in skip or any(needle in line for needle in needles)
+        else:
+            look = _wanted(line, key, skip, needles)
+        if look:
+            if not walked:
                 rows.append((i, stop))
             else:
                 rows.append((i, stop, *(_path_value(line, i, spans[2 * k], spans[2 * k + 1], limits[k])
