@@ -367,7 +367,7 @@ def test_the_plain_lines_way_and_the_records_way_agree_on_any_lines(lines: list[
        st.sampled_from([None, 3, 7]))
 def test_the_skimmer_and_its_python_twin_agree(value: Any, cut: int | None) -> None:
     """skim.py's Python functions answer as the C extension does, on JSON and on JSON cut short."""
-    line = json.dumps({"type": "x", "v": value, "w": [value, {"k": value}]}, ensure_ascii=False).encode()
+    line = json.dumps({"type": "x", "v": value, "w": [value, {"k": value}, {"type": value}]}, ensure_ascii=False).encode()
     if cut is not None:
         line = line[:-cut]
     keys = (b"type", b"v", b"w", b"k", b"missing")
@@ -375,7 +375,7 @@ def test_the_skimmer_and_its_python_twin_agree(value: Any, cut: int | None) -> N
     assert skim.values(line, 0, len(line), keys) == skim.py_values(line, 0, len(line), keys)
     found = skim.py_fields(line, 0, keys)
     if found is not None and found[4] >= 0:
-        assert skim.elements(line, found[4]) == skim.py_elements(line, found[4])
+        assert skim.kinds(line, found[4], found[5]) == skim.py_kinds(line, found[4], found[5])
     text = line + b"\n" + line + b"\n\n" + b'{"type":"skip"}\n'
     for skip in ((), (b'"x"',), (b'"skip"',)):
         assert skim.lines(text, 0, len(text), b"type", skip, (b"k",)) == skim.py_lines(

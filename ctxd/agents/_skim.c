@@ -12,8 +12,9 @@
  *     value (the last one, when a key is repeated), or -1, -1; then the offset just after the
  *     object. None when there is no object there, it is cut short or not JSON's structure, or
  *     a key has an escape (the caller then parses the line whole).
- * elements(data: bytes, start: int) -> tuple[int, ...] | None
- *     The array at `start`: the start and end offsets of each element, in order; None as above.
+ * kinds(data: bytes, start: int, end: int) -> list[Any] | None
+ *     The `type` of each element of the array data[start:end], as `values` decodes it (None for an
+ *     element that is not an object); None when there is no array there, as above.
  * values(data: bytes, start: int, end: int, keys: tuple[bytes, ...]) -> tuple[Any, ...] | None
  *     `fields` of data[start:end], decoded where that is plain: a string without escapes (as
  *     str, bytes that are not UTF-8 replaced), true, false, an integer of up to 18 digits; an
@@ -96,6 +97,62 @@ static Py_ssize_t value_end(const char *s, Py_ssize_t i, Py_ssize_t n) {
     return i > start ? i : -1;
 }
 
+/* `keys` (a tuple of bytes) as names and lengths, their spans set to -1, -1; -1 with an exception when
+ * they are too many or not bytes. */
+static int read_keys(PyObject *keys, const char **names, Py_ssize_t *lengths, Py_ssize_t *spans) {
+    Py_ssize_t nkeys = PyTuple_GET_SIZE(keys);
+    if (nkeys > MAX_KEYS) {
+        PyErr_SetString(PyExc_ValueError, "too many keys");
+        return -1;
+    }
+    for (Py_ssize_t k = 0; k < nkeys; k++) {
+        PyObject *key = PyTuple_GET_ITEM(keys, k);
+        if (!PyBytes_Check(key)) {
+            PyErr_SetString(PyExc_TypeError, "keys must be bytes");
+            return -1;
+        }
+        names[k] = PyBytes_AS_STRING(key);
+        lengths[k] = PyBytes_GET_SIZE(key);
+        spans[2 * k] = spans[2 * k + 1] = -1;
+    }
+    return 0;
+}
+
+/* The object at s[start:n] (after blanks): the spans of `keys`' values (the last one, when a key is
+ * repeated; -1, -1 when absent) into `spans`, and the offset just after the object; -1 when there is
+ * no object there, it is cut short or not JSON's structure, or a key has an escape. */
+static Py_ssize_t object_spans(const char *s, Py_ssize_t start, Py_ssize_t n, const char **names,
+                               const Py_ssize_t *lengths, Py_ssize_t nkeys, Py_ssize_t *spans) {
+    Py_ssize_t i = start < 0 ? n : blanks(s, start, n);
+    if (i >= n || s[i] != '{') return -1;
+    i = blanks(s, i + 1, n);
+    if (i < n && s[i] == '}') return i + 1;
+    while (i < n && s[i] == '"') {
+        Py_ssize_t key_end = string_end(s, i, n);
+        if (key_end < 0 || memchr(s + i + 1, '\\', (size_t)(key_end - i - 2)) != NULL) return -1;
+        const char *name = s + i + 1;
+        Py_ssize_t length = key_end - i - 2;
+        i = blanks(s, key_end, n);
+        if (i >= n || s[i] != ':') return -1;
+        i = blanks(s, i + 1, n);
+        Py_ssize_t value_start = i, stop = value_end(s, i, n);
+        if (stop < 0) return -1;
+        for (Py_ssize_t k = 0; k < nkeys; k++) {
+            if (lengths[k] == length && memcmp(names[k], name, (size_t)length) == 0) {
+                spans[2 * k] = value_start;
+                spans[2 * k + 1] = stop;
+            }
+        }
+        i = blanks(s, stop, n);
+        if (i < n && s[i] == ',') {
+            i = blanks(s, i + 1, n);
+            continue;
+        }
+        return i < n && s[i] == '}' ? i + 1 : -1;
+    }
+    return -1;
+}
+
 static PyObject *skim_fields(PyObject *self, PyObject *args) {
     Py_buffer buf;
     Py_ssize_t start;
@@ -103,55 +160,14 @@ static PyObject *skim_fields(PyObject *self, PyObject *args) {
     (void)self;
     if (!PyArg_ParseTuple(args, "y*nO!", &buf, &start, &PyTuple_Type, &keys)) return NULL;
     Py_ssize_t nkeys = PyTuple_GET_SIZE(keys);
-    if (nkeys > MAX_KEYS) {
+    const char *names[MAX_KEYS];
+    Py_ssize_t lengths[MAX_KEYS] = {0}, spans[2 * MAX_KEYS];
+    if (read_keys(keys, names, lengths, spans) < 0) {
         PyBuffer_Release(&buf);
-        PyErr_SetString(PyExc_ValueError, "too many keys");
         return NULL;
     }
-    const char *names[MAX_KEYS];
-    Py_ssize_t lengths[MAX_KEYS], spans[2 * MAX_KEYS];
-    for (Py_ssize_t k = 0; k < nkeys; k++) {
-        PyObject *key = PyTuple_GET_ITEM(keys, k);
-        if (!PyBytes_Check(key)) {
-            PyBuffer_Release(&buf);
-            PyErr_SetString(PyExc_TypeError, "keys must be bytes");
-            return NULL;
-        }
-        names[k] = PyBytes_AS_STRING(key);
-        lengths[k] = PyBytes_GET_SIZE(key);
-        spans[2 * k] = spans[2 * k + 1] = -1;
-    }
     const char *s = buf.buf;
-    Py_ssize_t n = buf.len, end = -1;
-    Py_ssize_t i = start < 0 ? n : blanks(s, start, n);
-    if (i < n && s[i] == '{') {
-        i = blanks(s, i + 1, n);
-        if (i < n && s[i] == '}') end = i + 1;
-        while (end < 0 && i < n && s[i] == '"') {
-            Py_ssize_t key_end = string_end(s, i, n);
-            if (key_end < 0 || memchr(s + i + 1, '\\', (size_t)(key_end - i - 2)) != NULL) break;
-            const char *name = s + i + 1;
-            Py_ssize_t length = key_end - i - 2;
-            i = blanks(s, key_end, n);
-            if (i >= n || s[i] != ':') break;
-            i = blanks(s, i + 1, n);
-            Py_ssize_t value_start = i, stop = value_end(s, i, n);
-            if (stop < 0) break;
-            for (Py_ssize_t k = 0; k < nkeys; k++) {
-                if (lengths[k] == length && memcmp(names[k], name, (size_t)length) == 0) {
-                    spans[2 * k] = value_start;
-                    spans[2 * k + 1] = stop;
-                }
-            }
-            i = blanks(s, stop, n);
-            if (i < n && s[i] == ',') {
-                i = blanks(s, i + 1, n);
-                continue;
-            }
-            if (i < n && s[i] == '}') end = i + 1;
-            break;
-        }
-    }
+    Py_ssize_t end = object_spans(s, start, buf.len, names, lengths, nkeys, spans);
     PyBuffer_Release(&buf);
     if (end < 0) Py_RETURN_NONE;
     PyObject *out = PyTuple_New(2 * nkeys + 1);
@@ -170,54 +186,6 @@ static PyObject *skim_fields(PyObject *self, PyObject *args) {
         return NULL;
     }
     PyTuple_SET_ITEM(out, 2 * nkeys, last);
-    return out;
-}
-
-static PyObject *skim_elements(PyObject *self, PyObject *args) {
-    Py_buffer buf;
-    Py_ssize_t start;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "y*n", &buf, &start)) return NULL;
-    const char *s = buf.buf;
-    Py_ssize_t n = buf.len;
-    Py_ssize_t i = start < 0 ? n : blanks(s, start, n);
-    PyObject *list = PyList_New(0);
-    if (list == NULL) {
-        PyBuffer_Release(&buf);
-        return NULL;
-    }
-    int closed = 0;
-    if (i < n && s[i] == '[') {
-        i = blanks(s, i + 1, n);
-        if (i < n && s[i] == ']') closed = 1;
-        while (!closed && i < n) {
-            Py_ssize_t stop = value_end(s, i, n);
-            if (stop < 0) break;
-            PyObject *a = PyLong_FromSsize_t(i), *b = PyLong_FromSsize_t(stop);
-            int failed = a == NULL || b == NULL || PyList_Append(list, a) < 0 || PyList_Append(list, b) < 0;
-            Py_XDECREF(a);
-            Py_XDECREF(b);
-            if (failed) {
-                Py_DECREF(list);
-                PyBuffer_Release(&buf);
-                return NULL;
-            }
-            i = blanks(s, stop, n);
-            if (i < n && s[i] == ',') {
-                i = blanks(s, i + 1, n);
-                continue;
-            }
-            if (i < n && s[i] == ']') closed = 1;
-            break;
-        }
-    }
-    PyBuffer_Release(&buf);
-    if (!closed) {
-        Py_DECREF(list);
-        Py_RETURN_NONE;
-    }
-    PyObject *out = PyList_AsTuple(list);
-    Py_DECREF(list);
     return out;
 }
 
@@ -249,55 +217,14 @@ static PyObject *skim_values(PyObject *self, PyObject *args) {
     (void)self;
     if (!PyArg_ParseTuple(args, "y*nnO!", &buf, &start, &end, &PyTuple_Type, &keys)) return NULL;
     Py_ssize_t nkeys = PyTuple_GET_SIZE(keys);
-    if (nkeys > MAX_KEYS) {
+    const char *names[MAX_KEYS];
+    Py_ssize_t lengths[MAX_KEYS] = {0}, spans[2 * MAX_KEYS];
+    if (read_keys(keys, names, lengths, spans) < 0) {
         PyBuffer_Release(&buf);
-        PyErr_SetString(PyExc_ValueError, "too many keys");
         return NULL;
     }
-    const char *names[MAX_KEYS];
-    Py_ssize_t lengths[MAX_KEYS], spans[2 * MAX_KEYS];
-    for (Py_ssize_t k = 0; k < nkeys; k++) {
-        PyObject *key = PyTuple_GET_ITEM(keys, k);
-        if (!PyBytes_Check(key)) {
-            PyBuffer_Release(&buf);
-            PyErr_SetString(PyExc_TypeError, "keys must be bytes");
-            return NULL;
-        }
-        names[k] = PyBytes_AS_STRING(key);
-        lengths[k] = PyBytes_GET_SIZE(key);
-        spans[2 * k] = spans[2 * k + 1] = -1;
-    }
     const char *s = buf.buf;
-    Py_ssize_t n = end < buf.len ? end : buf.len, stop = -1;
-    Py_ssize_t i = start < 0 ? n : blanks(s, start, n);
-    if (i < n && s[i] == '{') {
-        i = blanks(s, i + 1, n);
-        if (i < n && s[i] == '}') stop = i + 1;
-        while (stop < 0 && i < n && s[i] == '"') {
-            Py_ssize_t key_end = string_end(s, i, n);
-            if (key_end < 0 || memchr(s + i + 1, '\\', (size_t)(key_end - i - 2)) != NULL) break;
-            const char *name = s + i + 1;
-            Py_ssize_t length = key_end - i - 2;
-            i = blanks(s, key_end, n);
-            if (i >= n || s[i] != ':') break;
-            i = blanks(s, i + 1, n);
-            Py_ssize_t value_start = i, value_stop = value_end(s, i, n);
-            if (value_stop < 0) break;
-            for (Py_ssize_t k = 0; k < nkeys; k++) {
-                if (lengths[k] == length && memcmp(names[k], name, (size_t)length) == 0) {
-                    spans[2 * k] = value_start;
-                    spans[2 * k + 1] = value_stop;
-                }
-            }
-            i = blanks(s, value_stop, n);
-            if (i < n && s[i] == ',') {
-                i = blanks(s, i + 1, n);
-                continue;
-            }
-            if (i < n && s[i] == '}') stop = i + 1;
-            break;
-        }
-    }
+    Py_ssize_t stop = object_spans(s, start, end < buf.len ? end : buf.len, names, lengths, nkeys, spans);
     if (stop < 0) {
         PyBuffer_Release(&buf);
         Py_RETURN_NONE;
@@ -312,6 +239,45 @@ static PyObject *skim_values(PyObject *self, PyObject *args) {
         PyTuple_SET_ITEM(out, k, value);
     }
     PyBuffer_Release(&buf);
+    return out;
+}
+
+/* kinds(data, start, end): the `type` of each element of the array data[start:end], as `values`
+ * decodes it (None for an element that is not an object); None when there is no array there. What a
+ * reader asks of a message's content blocks (a user line of tool results, say), in one call. */
+static PyObject *skim_kinds(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    Py_ssize_t start, end;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*nn", &buf, &start, &end)) return NULL;
+    const char *s = buf.buf, *type = "type";
+    const Py_ssize_t type_length = 4;
+    Py_ssize_t n = end < buf.len ? end : buf.len;
+    Py_ssize_t i = start < 0 ? n : blanks(s, start, n);
+    PyObject *out = NULL;
+    if (i < n && s[i] == '[') {
+        out = PyList_New(0);
+        i = blanks(s, i + 1, n);
+        int closed = i < n && s[i] == ']';
+        while (out != NULL && !closed && i < n) {
+            Py_ssize_t stop = value_end(s, i, n), spans[2] = {-1, -1};
+            if (stop < 0) break;
+            PyObject *kind = object_spans(s, i, stop, &type, &type_length, 1, spans) < 0 ? Py_NewRef(Py_None)
+                                                                                           : decoded(s, spans[0], spans[1]);
+            if (kind == NULL || PyList_Append(out, kind) < 0) Py_CLEAR(out);
+            Py_XDECREF(kind);
+            i = blanks(s, stop, n);
+            if (i < n && s[i] == ',') {
+                i = blanks(s, i + 1, n);
+                continue;
+            }
+            closed = i < n && s[i] == ']';
+            break;
+        }
+        if (out != NULL && !closed) Py_CLEAR(out);
+    }
+    PyBuffer_Release(&buf);
+    if (out == NULL && !PyErr_Occurred()) Py_RETURN_NONE;
     return out;
 }
 
@@ -755,8 +721,8 @@ static PyObject *skim_scan(PyObject *self, PyObject *args) {
 
 static PyMethodDef METHODS[] = {
     {"fields", skim_fields, METH_VARARGS, "fields(data, start, keys) -> offsets of the top-level keys' values"},
-    {"elements", skim_elements, METH_VARARGS, "elements(data, start) -> offsets of an array's elements"},
     {"values", skim_values, METH_VARARGS, "values(data, start, end, keys) -> the top-level keys' values"},
+    {"kinds", skim_kinds, METH_VARARGS, "kinds(data, start, end) -> the type of each element of an array"},
     {"lines", skim_lines, METH_VARARGS, "lines(data, start, end, key, skip, needles) -> the lines to look at"},
     {"scan", skim_scan, METH_VARARGS,
      "scan(data, start, end, key, skip, needles, paths, limits) -> (newlines, the lines to look at with values)"},

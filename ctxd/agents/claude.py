@@ -96,7 +96,6 @@ _COMMAND_ARGS = re.compile(r"<command-args>(.*?)</command-args>", re.DOTALL)
 LINE_KEYS = (b"type", b"timestamp", b"uuid", b"parentUuid", b"isSidechain", b"cwd", b"sessionId", b"version",
              b"message", b"isMeta", b"isCompactSummary", b"subtype", b"compactMetadata", b"requestId")
 _MESSAGE_KEYS = (b"id", b"model", b"usage", b"content")
-_TYPE = (b"type",)
 
 
 def command_text(text: str) -> str | None:
@@ -331,7 +330,7 @@ class ClaudeReader(Reader):
             content = row[_IN_MESSAGE + 3]
             if type(content) is not tuple or data[content[0]] != 0x5B or row[_COMPACT_SUMMARY]:  # [
                 return False
-            kinds = _kinds(data, content)
+            kinds = skim.kinds(data, *content)
             if kinds is None or "tool_result" not in kinds or not _RESULT_KINDS.issuperset(kinds):
                 return False  # (a block of another kind is counted as unknown: `record`)
         values = _plain_values(row)
@@ -678,7 +677,7 @@ def _skimmed(data: bytes, row: tuple[Any, ...]) -> dict[str, Any] | None:
     if kind == "user" and content is not None:
         parsed["content"] = content
         if isinstance(content, tuple):
-            kinds = _kinds(data, content) if data[content[0]] == 0x5B else None  # [
+            kinds = skim.kinds(data, *content)
             if kinds is not None and "tool_result" in kinds:  # a tool's output: never a prompt, never decoded here
                 parsed["content"] = [{"type": "text", "text": ""} if kind == "text" else {"type": kind}
                                      for kind in kinds]
@@ -686,18 +685,6 @@ def _skimmed(data: bytes, row: tuple[Any, ...]) -> dict[str, Any] | None:
                 parsed["content"] = decode(data, content)
     rec["message"] = parsed
     return rec
-
-
-def _kinds(data: bytes, span: tuple[int, int]) -> list[Any] | None:
-    """The `type` of each block of a content array."""
-    elements = skim.elements(memoryview(data)[span[0]:span[1]], 0)
-    if elements is None:
-        return None
-    kinds = []
-    for k in range(0, len(elements), 2):
-        typed = skim.values(data, span[0] + elements[k], span[0] + elements[k + 1], _TYPE)
-        kinds.append(typed[0] if typed is not None else None)
-    return kinds
 
 
 _LINE_NAMES = tuple(key.decode() for key in LINE_KEYS)

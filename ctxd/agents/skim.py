@@ -1,8 +1,8 @@
 """Where a JSON object's top-level values are, without building them (ctxd/agents/_skim.c).
 
 A session file's summary needs a few small fields of each line; most of a line's bytes are a
-tool's output or a file that it never reads. `fields` and `elements` return offsets into the
-line, so that only what is needed is decoded; `scan` gives a reader, in one pass over a chunk,
+tool's output or a file that it never reads. `fields` returns offsets into the line, so that
+only what is needed is decoded, and `kinds` the type of each block of a content array; `scan` gives a reader, in one pass over a chunk,
 the lines it must look at with the values at its key paths (small plain containers, a usage,
 built), so that the lines it passes over never reach Python. The C extension is optional
 (setup.py): without it the same functions run here, in Python, with the same answers (slower).
@@ -105,8 +105,8 @@ def py_fields(data: bytes | memoryview, start: int, keys: tuple[bytes, ...]) -> 
     return None
 
 
-def py_elements(data: bytes | memoryview, start: int) -> tuple[int, ...] | None:
-    """The C extension's `elements`, in Python (see _skim.c)."""
+def _elements(data: bytes | memoryview, start: int) -> tuple[int, ...] | None:
+    """The start and end offsets of each element of the array at `start`; None when there is none."""
     data = bytes(data)
     out: list[int] = []
     n = len(data)
@@ -129,6 +129,19 @@ def py_elements(data: bytes | memoryview, start: int) -> tuple[int, ...] | None:
             return tuple(out)
         return None
     return None
+
+
+def py_kinds(data: bytes | memoryview, start: int, end: int) -> list[Any] | None:
+    """The C extension's `kinds`, in Python (see _skim.c)."""
+    data = bytes(data)[:end]
+    found = _elements(data, start)
+    if found is None:
+        return None
+    out = []
+    for k in range(0, len(found), 2):
+        typed = py_values(data, found[k], found[k + 1], (b"type",))
+        out.append(typed[0] if typed is not None else None)
+    return out
 
 
 def value(data: bytes, base: int, found: tuple[int, ...], n: int) -> Any:
@@ -392,14 +405,14 @@ def py_scan(data: bytes | memoryview, start: int, end: int, key: bytes, skip: tu
 
 
 fields: Callable[[bytes | memoryview, int, tuple[bytes, ...]], tuple[int, ...] | None]
-elements: Callable[[bytes | memoryview, int], tuple[int, ...] | None]
+kinds: Callable[[bytes | memoryview, int, int], list[Any] | None]
 lines: Callable[[bytes | memoryview, int, int, bytes, tuple[bytes, ...], tuple[bytes, ...]], list[int]]
 values: Callable[[bytes | memoryview, int, int, tuple[bytes, ...]], tuple[Any, ...] | None]
 scan: Callable[[bytes | memoryview, int, int, bytes, tuple[bytes, ...], tuple[bytes, ...],
                 tuple[tuple[bytes, ...], ...], tuple[int, ...]], tuple[int, list[tuple[Any, ...]]]]
 try:
-    from ctxd.agents._skim import elements, fields, lines, scan, values
+    from ctxd.agents._skim import fields, kinds, lines, scan, values
     NATIVE = True
 except ImportError:  # no compiler at install: the same answers, in Python
-    fields, elements, lines, values, scan = py_fields, py_elements, py_lines, py_values, py_scan
+    fields, kinds, lines, values, scan = py_fields, py_kinds, py_lines, py_values, py_scan
     NATIVE = False
