@@ -58,7 +58,6 @@ from ctxd.agents.session import (
     note_report,
     shorten,
     token_counts,
-    token_list,
     tokens,
 )
 from ctxd.redact import redact
@@ -111,14 +110,14 @@ def command_text(text: str) -> str | None:
     return f"{name if name.startswith('/') else '/' + name}{' ' + extra if extra else ''}"
 
 
-_USAGE_KEYS = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens", "output_tokens")
-
-
-def _usage(raw: dict[str, Any]) -> Usage:
-    fresh, cached, written, output = token_list(map(raw.get, _USAGE_KEYS))
+def _usage(counts: dict[str, int], raw: dict[str, Any]) -> Usage:
+    """A message's usage from its counts (`token_counts` of `raw`, its ints) and the 1-hour part of
+    its cache write (`raw`'s cache_creation)."""
+    written = counts.get("cache_creation_input_tokens", 0)
     split = raw.get("cache_creation")
     hour = min(written, tokens(split.get("ephemeral_1h_input_tokens"))) if isinstance(split, dict) else 0
-    return Usage(input=fresh, cached_input=cached, cache_write=written, output=output, cache_write_1h=hour)
+    return Usage(counts.get("input_tokens", 0), counts.get("cache_read_input_tokens", 0), written,
+                 counts.get("output_tokens", 0), 0, hour)  # (input, cached_input, cache_write, output, reasoning, 1h)
 
 
 def _text_part(text: str, role: str) -> dict[str, Any]:
@@ -401,7 +400,7 @@ class ClaudeReader(Reader):
         if self.session.first_request is None and not self.holds_window:
             self._early.append(item)  # until the first report (`_carried`)
 
-    def _cost_of(self, rec: dict[str, Any]) -> tuple[dict[str, Any], str, Usage] | None:
+    def _cost_of(self, rec: dict[str, Any]) -> tuple[dict[str, int], str, Usage] | None:
         """An assistant line's usage, billed (`_cost`)."""
         message = rec.get("message")
         if not isinstance(message, dict):
@@ -409,14 +408,15 @@ class ClaudeReader(Reader):
         return self._cost(message.get("model"), message.get("usage"),
                           message.get("id") or rec.get("requestId") or rec.get("uuid"))
 
-    def _cost(self, model: Any, raw: Any, key: Any) -> tuple[dict[str, Any], str, Usage] | None:
-        """A message's usage billed to its model; `key` names the message (a streamed copy of it
-        replaces its usage, never adds)."""
+    def _cost(self, model: Any, raw: Any, key: Any) -> tuple[dict[str, int], str, Usage] | None:
+        """A message's usage billed to its model, with its counts (`token_counts`); `key` names the
+        message (a streamed copy of it replaces its usage, never adds)."""
         if not isinstance(model, str):
             model = ""
         if not isinstance(raw, dict) or model == SYNTHETIC_MODEL:
             return None
-        usage = _usage(raw)
+        counts = token_counts(raw, ints_only=True)
+        usage = _usage(counts, raw)
         cumulative = self.session.cumulative
         if isinstance(key, str):
             old = self._msg_usage.get(key)
@@ -426,8 +426,11 @@ class ClaudeReader(Reader):
             self._msg_usage[key] = (model, usage)
             if len(self._msg_usage) > MAX_MESSAGES:
                 self._msg_usage.popitem(last=False)
-        cumulative.setdefault(model, Usage()).add(usage)
-        return raw, model, usage
+        into = cumulative.get(model)
+        if into is None:
+            into = cumulative[model] = Usage()
+        into.add(usage)
+        return counts, model, usage
 
     def _assistant(self, rec: dict[str, Any], change: Change, raw_line: bytes | None = None) -> None:
         message = rec.get("message")
@@ -437,16 +440,15 @@ class ClaudeReader(Reader):
         self._reply(self._cost_of(rec), rec.get("timestamp"), message, change, raw_line)
         self._link(rec.get("uuid"))
 
-    def _reply(self, reported: tuple[dict[str, Any], str, Usage] | None, timestamp: Any,
+    def _reply(self, reported: tuple[dict[str, int], str, Usage] | None, timestamp: Any,
                message: dict[str, Any] | None, change: Change, raw_line: bytes | None) -> None:
         """An assistant line: its usage `reported` (`_cost`), its blocks (`message`: None in summary
         mode, where the line is kept raw for the tail instead)."""
         session = self.session
         used = 0
         if reported is not None:
-            raw, model, usage = reported
+            last, model, usage = reported
             used = usage.input + usage.cache_write + usage.cached_input + usage.output
-            last = token_counts(raw, ints_only=True)
             note_report(session, used, usage, model, timestamp)
             if used and session.first_request is None and not self.summary:  # what it carried: its input
                 session.first_request = first_request(used - usage.output, self._carried())
@@ -462,7 +464,7 @@ class ClaudeReader(Reader):
             self._command_acted(change)
         self._line += 1
         if self.summary:
-            if raw_line is not None:
+            if raw_line is not None and not used:  # (a report covers it: see below)
                 self._pending.append((self._line, raw_line))
         elif message is not None:
             for item in self._assistant_items(message):
@@ -648,7 +650,7 @@ class ClaudeReader(Reader):
         self.session.tail = tail
 
 
-def model_acted(reported: tuple[dict[str, Any], str, Usage] | None) -> bool:
+def model_acted(reported: tuple[dict[str, int], str, Usage] | None) -> bool:
     """An assistant line the model wrote (not Claude Code's stand-in reply)."""
     return reported is not None
 
