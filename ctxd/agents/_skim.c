@@ -474,7 +474,8 @@ static Py_ssize_t walk(const char *s, Py_ssize_t i, Py_ssize_t n, Paths *p, cons
         int inner[MAX_PATHS], leaves[MAX_PATHS], ninner = 0, nleaves = 0;
         for (int a = 0; a < nactive; a++) {
             int k = active[a];
-            if (p->key_length[k][level] == length && memcmp(p->key[k][level], name, (size_t)length) == 0) {
+            if (p->key_length[k][level] == length && (length == 0 || p->key[k][level][0] == name[0])
+                && memcmp(p->key[k][level], name, (size_t)length) == 0) {
                 if (p->depth[k] == level + 1) leaves[nleaves++] = k;
                 else inner[ninner++] = k;
             }
