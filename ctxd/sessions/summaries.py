@@ -281,7 +281,7 @@ def summarize(path: str, agent: str, state: dict[str, Any] | None, cwd: str | No
     session = reader.session
     saved = reader.position()
     saved["stamp"] = before["stamp"]  # the file as it was before this read: a change during it is read next time
-    facts = {"session": _shown(session)}
+    facts = {"session": _shown(saved["session"])}
     return Read(Stored(path, agent, before, session.cwd if session.cwd is not None else cwd, facts, json.dumps(saved),
                        reader.offset),
                 session, list(session.tail), reader.bytes_read if start == 0 else max(0, reader.offset - start))
@@ -312,12 +312,13 @@ def fill(session: Session, tail: list[dict[str, Any]] | None = None, wait: bool 
     return session.baseline + sum(count_item(truncate_tool_output(item, limit), counter.count) for item in after)
 
 
-def _shown(session: Session) -> dict[str, Any]:
-    """What a summary keeps of a session to show it (no instructions, tools or tail)."""
-    state = session.to_state()
-    for name in ("base_instructions", "tools", "tail", "first_request"):
-        state.pop(name, None)
-    return state
+def _shown(state: dict[str, Any]) -> dict[str, Any]:
+    """What a summary keeps of a session's state (`Session.to_state`) to show it: not its
+    instructions, tools, tail or first request."""
+    return {name: value for name, value in state.items() if name not in _NOT_SHOWN}
+
+
+_NOT_SHOWN = frozenset(("base_instructions", "tools", "tail", "first_request"))
 
 
 def fresh(stored: Stored | None, path: str) -> bool:
