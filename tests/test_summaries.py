@@ -382,6 +382,38 @@ def test_the_skimmer_and_its_python_twin_agree(value: Any, cut: int | None) -> N
             text, 0, len(text), b"type", skip, (b"k",))
 
 
+def test_sessions_read_in_worker_processes_are_shown_as_read_in_one(tmp_path: Path, ws: Path) -> None:
+    """More than PARALLEL_BYTES to read: `ctxd sessions` reads in forked workers, which hand each
+    session back as its summary, made again on arrival (`summaries.Read.shown_only`). Every row is
+    the one made from the reader's own session in this process, and the one a second run shows."""
+    from ctxd.sessions import overview, pricing
+
+    padding = json.dumps({"type": "file-history-snapshot", "messageId": "m", "snapshot": {"pad": "x" * 8000}}).encode()
+    paths = []
+    for n in (1, 2, 3):
+        session = f"0000000{n}-0000-4000-8000-000000000000"
+        lines = [fx.claude_user(f"prompt {n}", "u1", None, ws, "2025-10-03T11:00:01.000Z", session),
+                 *fx.claude_assistant([{"type": "text", "text": "Done."}], f"msg_{n}", "a1", "u1", ws,
+                                      "2025-10-03T11:00:02.000Z", fx.claude_usage(4, 100, 1_000 * n, 20),
+                                      session_id=session)]
+        path = fx.write_jsonl(fx.claude_path(tmp_path / "claude", ws, session), lines)
+        if n < 3:
+            with path.open("ab") as handle:
+                handle.write((padding + b"\n") * ((summaries.PARALLEL_BYTES // 2 + 1024 * 1024) // len(padding)))
+        paths.append(str(path))
+    first = sessions(tmp_path, ws)
+    assert sessions(tmp_path, ws) == first
+    prices = pricing.price_table()
+    expected = []
+    for path in paths:
+        read = summaries.summarize(path, "claude", None, None)
+        assert read is not None
+        expected.append(overview.summary(read.session, prices, None, summaries.fill(read.session, read.tail)))
+    by_path = {row["path"]: row for row in first}
+    assert [by_path[row["path"]] for row in expected] == expected
+    assert [row["title"] for row in expected] == ["prompt 1", "prompt 2", "prompt 3"]
+
+
 def test_the_daemons_session_readers_import_nothing_from_the_folder_it_runs_in(tmp_path: Path, ws: Path) -> None:
     """More than PARALLEL_BYTES to list: the daemon summarizes the sessions in spawned workers, each
     `python -c …` in the daemon's current folder, which Python puts first on their `sys.path`. An

@@ -116,8 +116,8 @@ def _usage(counts: dict[str, int], raw: dict[str, Any]) -> Usage:
     written = counts.get("cache_creation_input_tokens", 0)
     split = raw.get("cache_creation")
     hour = min(written, tokens(split.get("ephemeral_1h_input_tokens"))) if isinstance(split, dict) else 0
-    return Usage(counts.get("input_tokens", 0), counts.get("cache_read_input_tokens", 0), written,
-                 counts.get("output_tokens", 0), 0, hour)  # (input, cached_input, cache_write, output, reasoning, 1h)
+    return Usage(input=counts.get("input_tokens", 0), cached_input=counts.get("cache_read_input_tokens", 0),
+                 cache_write=written, output=counts.get("output_tokens", 0), cache_write_1h=hour)
 
 
 def _text_part(text: str, role: str) -> dict[str, Any]:

@@ -1,10 +1,10 @@
 """Where a JSON object's top-level values are, without building them (ctxd/agents/_skim.c).
 
 A session file's summary needs a few small fields of each line; most of a line's bytes are a
-tool's output or a file that it never reads. `fields` returns offsets into the line, so that
-only what is needed is decoded, and `kinds` the type of each block of a content array; `scan` gives a reader, in one pass over a chunk,
-the lines it must look at with the values at its key paths (small plain containers, a usage,
-built), so that the lines it passes over never reach Python. The C extension is optional
+tool's output or a file that it never reads. `fields` returns offsets into the line, so that only
+what is needed is decoded, and `kinds` the type of each block of a content array; `scan` gives a
+reader, in one pass over a chunk, the lines it must look at with the values at its key paths
+(small plain containers, a usage, built), so that the lines it passes over never reach Python. The C extension is optional
 (setup.py): without it the same functions run here, in Python, with the same answers (slower).
 """
 
