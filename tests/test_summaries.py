@@ -405,8 +405,8 @@ def test_sessions_read_in_worker_processes_are_shown_as_read_in_one(tmp_path: Pa
     assert sessions(tmp_path, ws) == first
     prices = pricing.price_table()
     expected = []
-    for path in paths:
-        read = summaries.summarize(path, "claude", None, None)
+    for name in paths:
+        read = summaries.summarize(name, "claude", None, None)
         assert read is not None
         expected.append(overview.summary(read.session, prices, None, summaries.fill(read.session, read.tail)))
     by_path = {row["path"]: row for row in first}
@@ -456,7 +456,8 @@ def listed_by_spawned_workers(tmp_path: Path, ws: Path, prompt: Callable[[int], 
             time.sleep(0.2)
     finally:
         client.shutdown()
-    return listed
+    threads: dict[str, Any] = listed
+    return threads
 
 
 KEY = "sk-proj-summary-" + "Ab3" * 14  # the configured API key's value, in the tests below
