@@ -118,12 +118,29 @@ static int read_keys(PyObject *keys, const char **names, Py_ssize_t *lengths, Py
     return 0;
 }
 
-/* The object at s[start:n] (after blanks): the spans of `keys`' values (the last one, when a key is
- * repeated; -1, -1 when absent) into `spans`, and the offset just after the object; -1 when there is
- * no object there, it is cut short or not JSON's structure, or a key has an escape. */
-static Py_ssize_t object_spans(const char *s, Py_ssize_t start, Py_ssize_t n, const char **names,
-                               const Py_ssize_t *lengths, Py_ssize_t nkeys, Py_ssize_t *spans) {
-    Py_ssize_t i = start < 0 ? n : blanks(s, start, n);
+/* Key paths, each a tuple of keys from the line's object down: what `walk` finds in an object
+ * (`scan`'s paths, and `object_spans`' keys as paths of one). */
+#define MAX_PATHS 32
+#define MAX_PATH_DEPTH 8
+_Static_assert(MAX_KEYS <= MAX_PATHS, "object_spans walks its keys as paths");
+#define PLAIN_DEPTH 20 /* a container nested deeper is given as its span */
+
+typedef struct {
+    int count;
+    const char *key[MAX_PATHS][MAX_PATH_DEPTH];
+    Py_ssize_t key_length[MAX_PATHS][MAX_PATH_DEPTH];
+    int depth[MAX_PATHS];
+    Py_ssize_t limit[MAX_PATHS];
+    Py_ssize_t vs[MAX_PATHS], ve[MAX_PATHS];
+} Paths;
+
+/* Walk the object at s[i:n], recording where the values of the `active` paths are (`level`: how
+ * many of their keys are matched already). A key repeated in an object: its last value, as JSON
+ * parsers have it (the paths under an earlier one are forgotten). The offset after the object, or
+ * -1 when it is not an object JSON's structure has (cut short, a key with an escape). */
+static Py_ssize_t walk(const char *s, Py_ssize_t i, Py_ssize_t n, Paths *p, const int *active, int nactive,
+                       int level) {
+    i = blanks(s, i, n);
     if (i >= n || s[i] != '{') return -1;
     i = blanks(s, i + 1, n);
     if (i < n && s[i] == '}') return i + 1;
@@ -135,13 +152,26 @@ static Py_ssize_t object_spans(const char *s, Py_ssize_t start, Py_ssize_t n, co
         i = blanks(s, key_end, n);
         if (i >= n || s[i] != ':') return -1;
         i = blanks(s, i + 1, n);
-        Py_ssize_t value_start = i, stop = value_end(s, i, n);
-        if (stop < 0) return -1;
-        for (Py_ssize_t k = 0; k < nkeys; k++) {
-            if (lengths[k] == length && memcmp(names[k], name, (size_t)length) == 0) {
-                spans[2 * k] = value_start;
-                spans[2 * k + 1] = stop;
+        int inner[MAX_PATHS], leaves[MAX_PATHS], ninner = 0, nleaves = 0;
+        for (int a = 0; a < nactive; a++) {
+            int k = active[a];
+            if (p->key_length[k][level] == length && (length == 0 || p->key[k][level][0] == name[0])
+                && memcmp(p->key[k][level], name, (size_t)length) == 0) {
+                if (p->depth[k] == level + 1) leaves[nleaves++] = k;
+                else inner[ninner++] = k;
             }
+        }
+        Py_ssize_t stop;
+        if (ninner > 0) {
+            for (int a = 0; a < ninner; a++) p->vs[inner[a]] = p->ve[inner[a]] = -1;
+            stop = s[i] == '{' ? walk(s, i, n, p, inner, ninner, level + 1) : value_end(s, i, n);
+        } else {
+            stop = value_end(s, i, n);
+        }
+        if (stop < 0) return -1;
+        for (int a = 0; a < nleaves; a++) {
+            p->vs[leaves[a]] = i;
+            p->ve[leaves[a]] = stop;
         }
         i = blanks(s, stop, n);
         if (i < n && s[i] == ',') {
@@ -151,6 +181,31 @@ static Py_ssize_t object_spans(const char *s, Py_ssize_t start, Py_ssize_t n, co
         return i < n && s[i] == '}' ? i + 1 : -1;
     }
     return -1;
+}
+
+/* The object at s[start:n] (after blanks): the spans of `keys`' values (the last one, when a key is
+ * repeated; -1, -1 when absent) into `spans`, and the offset just after the object; -1 when there is
+ * no object there, it is cut short or not JSON's structure, or a key has an escape. `walk`, with
+ * each key a path of one. */
+static Py_ssize_t object_spans(const char *s, Py_ssize_t start, Py_ssize_t n, const char **names,
+                               const Py_ssize_t *lengths, Py_ssize_t nkeys, Py_ssize_t *spans) {
+    if (start < 0) return -1;
+    Paths p;
+    int all[MAX_KEYS] = {0};
+    p.count = (int)nkeys;
+    for (int k = 0; k < p.count; k++) {
+        p.depth[k] = 1;
+        p.key[k][0] = names[k];
+        p.key_length[k][0] = lengths[k];
+        p.vs[k] = p.ve[k] = -1;
+        all[k] = k;
+    }
+    Py_ssize_t end = walk(s, start, n, &p, all, p.count, 0);
+    for (int k = 0; k < p.count; k++) {
+        spans[2 * k] = p.vs[k];
+        spans[2 * k + 1] = p.ve[k];
+    }
+    return end;
 }
 
 static PyObject *skim_fields(PyObject *self, PyObject *args) {
@@ -439,68 +494,6 @@ static PyObject *skim_lines(PyObject *self, PyObject *args) {
 }
 
 /* --- scan: the lines to look at, each with the values at some key paths --- */
-
-#define MAX_PATHS 32
-#define MAX_PATH_DEPTH 8
-#define PLAIN_DEPTH 20 /* a container nested deeper is given as its span */
-
-typedef struct {
-    int count;
-    const char *key[MAX_PATHS][MAX_PATH_DEPTH];
-    Py_ssize_t key_length[MAX_PATHS][MAX_PATH_DEPTH];
-    int depth[MAX_PATHS];
-    Py_ssize_t limit[MAX_PATHS];
-    Py_ssize_t vs[MAX_PATHS], ve[MAX_PATHS];
-} Paths;
-
-/* Walk the object at s[i:n], recording where the values of the `active` paths are (`level`: how
- * many of their keys are matched already). A key repeated in an object: its last value, as JSON
- * parsers have it (the paths under an earlier one are forgotten). The offset after the object, or
- * -1 when it is not an object JSON's structure has (cut short, a key with an escape). */
-static Py_ssize_t walk(const char *s, Py_ssize_t i, Py_ssize_t n, Paths *p, const int *active, int nactive,
-                       int level) {
-    i = blanks(s, i, n);
-    if (i >= n || s[i] != '{') return -1;
-    i = blanks(s, i + 1, n);
-    if (i < n && s[i] == '}') return i + 1;
-    while (i < n && s[i] == '"') {
-        Py_ssize_t key_end = string_end(s, i, n);
-        if (key_end < 0 || memchr(s + i + 1, '\\', (size_t)(key_end - i - 2)) != NULL) return -1;
-        const char *name = s + i + 1;
-        Py_ssize_t length = key_end - i - 2;
-        i = blanks(s, key_end, n);
-        if (i >= n || s[i] != ':') return -1;
-        i = blanks(s, i + 1, n);
-        int inner[MAX_PATHS], leaves[MAX_PATHS], ninner = 0, nleaves = 0;
-        for (int a = 0; a < nactive; a++) {
-            int k = active[a];
-            if (p->key_length[k][level] == length && (length == 0 || p->key[k][level][0] == name[0])
-                && memcmp(p->key[k][level], name, (size_t)length) == 0) {
-                if (p->depth[k] == level + 1) leaves[nleaves++] = k;
-                else inner[ninner++] = k;
-            }
-        }
-        Py_ssize_t stop;
-        if (ninner > 0) {
-            for (int a = 0; a < ninner; a++) p->vs[inner[a]] = p->ve[inner[a]] = -1;
-            stop = s[i] == '{' ? walk(s, i, n, p, inner, ninner, level + 1) : value_end(s, i, n);
-        } else {
-            stop = value_end(s, i, n);
-        }
-        if (stop < 0) return -1;
-        for (int a = 0; a < nleaves; a++) {
-            p->vs[leaves[a]] = i;
-            p->ve[leaves[a]] = stop;
-        }
-        i = blanks(s, stop, n);
-        if (i < n && s[i] == ',') {
-            i = blanks(s, i + 1, n);
-            continue;
-        }
-        return i < n && s[i] == '}' ? i + 1 : -1;
-    }
-    return -1;
-}
 
 /* The value at s[*at] as Python objects when it is plain all through: objects and arrays of
  * strings without an escape or a control character, integers of up to 18 digits, true, false and
