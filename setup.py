@@ -12,5 +12,7 @@ than zlib 1.2's: the rewrite check of every byte a session reader reads; without
 from setuptools import Extension, setup
 
 setup(ext_modules=[Extension("ctxd.tokens._fastcount", ["ctxd/tokens/_fastcount.c"], optional=True),
-                   Extension("ctxd.agents._skim", ["ctxd/agents/_skim.c"], optional=True),
+                   Extension("ctxd.agents._skim", ["ctxd/agents/_skim.c"], depends=["ctxd/agents/_json.h"], optional=True),
+                   Extension("ctxd.agents._claude", ["ctxd/agents/_claude.c"], depends=["ctxd/agents/_json.h"],
+                             optional=True),
                    Extension("ctxd.agents._crc32", ["ctxd/agents/_crc32.c"], optional=True)])

@@ -15,13 +15,14 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxd.agents import skim
+from ctxd.agents import claude, skim
 from ctxd.agents.claude import ClaudeReader, session_id
 from ctxd.agents.codex import CodexReader
 from ctxd.agents.session import Change
@@ -265,48 +266,88 @@ def odd_claude_lines(ws: str) -> list[dict[str, Any]]:
     return lines
 
 
-def summarized_both_ways(path: str) -> tuple[summaries.Read, summaries.Read, int]:
-    """`path` summarized with `ClaudeReader._take_plain` and without it (every line's record built),
-    and how many lines the plain way took."""
-    real = ClaudeReader._take_plain
-    taken = 0
+def summarized_ways(path: str) -> tuple[list[summaries.Read], int, int]:
+    """`path` summarized three ways: runs of plain lines read at once (`ClaudeReader.fold`, _claude.c,
+    where it is built), each plain line by `ClaudeReader._take_plain`, and every line's record built;
+    with how many lines the first way read at once and the second took plain."""
+    real_plain, real_native = ClaudeReader._take_plain, claude._claude
+    folded = taken = 0
+
+    def run(*args: Any) -> Any:
+        nonlocal folded
+        found = real_native.run(*args)
+        folded += found[0] - args[2] if found is not None else 0
+        return found
 
     def counted(reader: ClaudeReader, data: bytes, row: tuple[Any, ...], change: Change) -> bool:
         nonlocal taken
-        took = real(reader, data, row, change)
+        took = real_plain(reader, data, row, change)
         taken += took
         return took
 
+    reads = []
     try:
+        claude._claude = SimpleNamespace(run=run) if real_native is not None else None  # type: ignore[assignment]
+        reads.append(summaries.summarize(path, "claude", None, None))
+        claude._claude = None  # type: ignore[assignment]
         ClaudeReader._take_plain = counted  # type: ignore[method-assign, assignment]
-        plain = summaries.summarize(path, "claude", None, None)
+        reads.append(summaries.summarize(path, "claude", None, None))
         ClaudeReader._take_plain = lambda *_: False  # type: ignore[method-assign]
-        records = summaries.summarize(path, "claude", None, None)
+        reads.append(summaries.summarize(path, "claude", None, None))
     finally:
-        ClaudeReader._take_plain = real  # type: ignore[method-assign]
-    assert plain is not None and records is not None
-    return plain, records, taken
+        ClaudeReader._take_plain, claude._claude = real_plain, real_native  # type: ignore[method-assign]
+    assert all(read is not None for read in reads)
+    return [read for read in reads if read is not None], folded, taken
 
 
-def assert_same_summary(plain: summaries.Read, records: summaries.Read) -> None:
-    assert json.loads(plain.stored.state or "") == json.loads(records.stored.state or "")
-    assert plain.stored.facts == records.stored.facts
-    assert plain.session.total_usage() == records.session.total_usage()
-    assert plain.tail == records.tail
+def assert_same_summaries(reads: list[summaries.Read]) -> None:
+    first, *others = reads
+    for other in others:
+        assert json.loads(first.stored.state or "") == json.loads(other.stored.state or "")
+        assert first.stored.facts == other.stored.facts
+        assert first.session.total_usage() == other.session.total_usage()
+        assert first.tail == other.tail
 
 
-def test_the_plain_lines_way_reads_a_summary_as_the_records_way(tmp_path: Path) -> None:
-    """`ClaudeReader._take_plain` (assistant replies and tool results read from the skimmed row) ends
-    where building each line's record ends: the same saved reader, session, cost and tail."""
+def test_the_plain_lines_ways_read_a_summary_as_the_records_way(tmp_path: Path) -> None:
+    """`ClaudeReader.fold` (runs of assistant replies and tool results read at once, in C) and
+    `ClaudeReader._take_plain` (each such line read from the skimmed row) end where building each
+    line's record ends: the same saved reader, session, cost and tail."""
     files = [path for path, agent in fixture_files(tmp_path) if agent == "claude"]
     odd = odd_claude_lines("/home/user/app")
     files += [str(fx.write_jsonl(tmp_path / f"odd-{n}.jsonl", odd[:n])) for n in range(1, len(odd) + 1)]  # each its last
-    taken = 0
+    folded = taken = 0
     for path in files:
-        plain, records, took = summarized_both_ways(path)
-        assert_same_summary(plain, records)
-        taken += took
+        reads, run, took = summarized_ways(path)
+        assert_same_summaries(reads)
+        folded, taken = folded + run, taken + took
     assert taken > 10  # the plain way was taken, for most lines
+    assert folded > 10 or claude._claude is None  # and most were read in runs
+
+
+@pytest.mark.skipif(claude._claude is None, reason="the C extension is not built here (setup.py: no compiler)")
+def test_a_run_read_at_once_keeps_the_readers_bounds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run longer than the messages and lines a reader remembers: a streamed copy of a message it
+    forgot is billed again, and a rewind past the lines it forgot reads the file again, as line by
+    line (bounds made small here)."""
+    monkeypatch.setattr(claude, "MAX_MESSAGES", 3)
+    monkeypatch.setattr(claude, "MAX_LINES", 5)
+    monkeypatch.setattr(claude, "_RUN_LIMITS", (3, claude.MAX_TOKENS))
+    ws, session = "/w", "00000000-0000-4000-8000-000000000001"
+    lines = [fx.claude_user("start", "u0", None, ws, "2025-10-03T11:00:00.000Z", session)]
+    parent = "u0"
+    # Streamed copies next to their message (replacing its usage), and copies of messages forgotten
+    # by then (billed again).
+    for n, message in enumerate(["m0", "m0", "m1", "m2", "m3", "m4", "m1", "m5", "m5", "m6", "m2", "m7"]):
+        lines += fx.claude_assistant([{"type": "text", "text": f"part {n}"}], message, f"a{n}", parent, ws,
+                                     f"2025-10-03T11:00:{n + 1:02d}.000Z", fx.claude_usage(10 + n, 100, 1_000, 20),
+                                     session_id=session)
+        parent = f"a{n}"
+    lines.append(fx.claude_user("again", "u9", "a1", ws, "2025-10-03T11:01:00.000Z", session))  # a rewind
+    path = str(fx.write_jsonl(tmp_path / "bounded.jsonl", lines))
+    reads, folded, _ = summarized_ways(path)
+    assert_same_summaries(reads)
+    assert folded >= 5
 
 
 _IDS = st.sampled_from(["u1", "u2", "u3", "a1", "a2", "m1", "m2"])
@@ -318,8 +359,8 @@ _USAGE = st.fixed_dictionaries({"input_tokens": st.integers(0, 9), "output_token
 
 
 def _claude_line(kind: str, uuid: str, parent: str, request: str, message: dict[str, Any], odd: dict[str, Any],
-                 odd_message: dict[str, Any]) -> dict[str, Any]:
-    line = {"type": kind, "uuid": uuid, "parentUuid": parent, "timestamp": "2025-10-03T12:00:00.000Z",
+                 odd_message: dict[str, Any], timestamp: str) -> dict[str, Any]:
+    line = {"type": kind, "uuid": uuid, "parentUuid": parent, "timestamp": timestamp,
             "isSidechain": False, "cwd": "/w", "sessionId": "s1", "version": "2.1.3", "requestId": request,
             "message": {**message, **odd_message}}
     if kind == "system":
@@ -335,7 +376,7 @@ _BLOCKS = st.lists(st.sampled_from([{"type": "tool_result", "tool_use_id": "t", 
 _MESSAGES = {
     "user": st.fixed_dictionaries({"role": st.just("user"), "content": _TEXT | _BLOCKS}),
     "assistant": st.fixed_dictionaries({"role": st.just("assistant"), "id": _IDS, "usage": _USAGE,
-                                        "model": st.sampled_from(["claude-sonnet-4-5", "<synthetic>"]),
+                                        "model": st.sampled_from(["claude-sonnet-4-5", "claude-opus-4-1", "<synthetic>"]),
                                         "content": st.just([{"type": "text", "text": "ok"}])}),
     "system": st.just({}),
 }
@@ -343,7 +384,8 @@ _LINE = st.sampled_from(sorted(_MESSAGES)).flatmap(lambda kind: st.builds(
     _claude_line, st.just(kind), _IDS, _IDS, _IDS, _MESSAGES[kind],
     st.dictionaries(st.sampled_from(["isSidechain", "isMeta", "isCompactSummary", "cwd", "version", "timestamp",
                                      "uuid", "requestId", "subtype", "message"]), _ODD | st.just('a"b'), max_size=2),
-    st.dictionaries(st.sampled_from(["id", "model", "usage", "content"]), _ODD | st.just('a"b'), max_size=1)))
+    st.dictionaries(st.sampled_from(["id", "model", "usage", "content"]), _ODD | st.just('a"b'), max_size=1),
+    st.sampled_from(["2025-10-03T12:00:00.000Z", "2025-10-03T12:00:07.000Z", "2025-10-03T12:00:00.000Z" * 3])))
 
 
 @settings(max_examples=200, deadline=None)
@@ -355,8 +397,8 @@ def test_the_plain_lines_way_and_the_records_way_agree_on_any_lines(lines: list[
 
     with tempfile.TemporaryDirectory() as folder:
         path = str(fx.write_jsonl(Path(folder) / "any.jsonl", lines))
-        plain, records, _ = summarized_both_ways(path)
-        assert_same_summary(plain, records)
+        reads, _, _ = summarized_ways(path)
+        assert_same_summaries(reads)
 
 
 @pytest.mark.skipif(not skim.NATIVE, reason="the C extension is not built here (setup.py: no compiler)")

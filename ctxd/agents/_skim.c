@@ -47,55 +47,9 @@
 #include <emmintrin.h>
 #endif
 
-#define MAX_KEYS 32
+#include "_json.h"
 
-static Py_ssize_t blanks(const char *s, Py_ssize_t i, Py_ssize_t n) {
-    while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r' || s[i] == '\n')) i++;
-    return i;
-}
-
-/* The offset just after the string whose opening quote is at i; -1 when it is not closed. */
-static Py_ssize_t string_end(const char *s, Py_ssize_t i, Py_ssize_t n) {
-    Py_ssize_t p = i + 1;
-    for (;;) {
-        const char *q = memchr(s + p, '"', (size_t)(n - p));
-        if (q == NULL) return -1;
-        Py_ssize_t at = q - s, back = at - 1;
-        while (back > i && s[back] == '\\') back--;
-        if (((at - 1 - back) & 1) == 0) return at + 1; /* an even run of backslashes: not escaped */
-        p = at + 1;
-    }
-}
-
-/* The offset just after the value at i (blanks already skipped); -1 when it is cut short. */
-static Py_ssize_t value_end(const char *s, Py_ssize_t i, Py_ssize_t n) {
-    if (i >= n) return -1;
-    char c = s[i];
-    if (c == '"') return string_end(s, i, n);
-    if (c == '{' || c == '[') {
-        Py_ssize_t depth = 0;
-        while (i < n) {
-            c = s[i];
-            if (c == '"') {
-                i = string_end(s, i, n);
-                if (i < 0) return -1;
-                continue;
-            }
-            if (c == '{' || c == '[') depth++;
-            else if (c == '}' || c == ']') {
-                if (--depth == 0) return i + 1;
-            }
-            i++;
-        }
-        return -1;
-    }
-    /* A number, true, false or null: up to the next delimiter. */
-    Py_ssize_t start = i;
-    while (i < n && s[i] != ',' && s[i] != '}' && s[i] != ']' && s[i] != ' ' && s[i] != '\t' && s[i] != '\r'
-           && s[i] != '\n')
-        i++;
-    return i > start ? i : -1;
-}
+#define PLAIN_DEPTH 20 /* a container nested deeper is given as its span */
 
 /* `keys` (a tuple of bytes) as names and lengths, their spans set to -1, -1; -1 with an exception when
  * they are too many or not bytes. */
@@ -116,96 +70,6 @@ static int read_keys(PyObject *keys, const char **names, Py_ssize_t *lengths, Py
         spans[2 * k] = spans[2 * k + 1] = -1;
     }
     return 0;
-}
-
-/* Key paths, each a tuple of keys from the line's object down: what `walk` finds in an object
- * (`scan`'s paths, and `object_spans`' keys as paths of one). */
-#define MAX_PATHS 32
-#define MAX_PATH_DEPTH 8
-_Static_assert(MAX_KEYS <= MAX_PATHS, "object_spans walks its keys as paths");
-#define PLAIN_DEPTH 20 /* a container nested deeper is given as its span */
-
-typedef struct {
-    int count;
-    const char *key[MAX_PATHS][MAX_PATH_DEPTH];
-    Py_ssize_t key_length[MAX_PATHS][MAX_PATH_DEPTH];
-    int depth[MAX_PATHS];
-    Py_ssize_t limit[MAX_PATHS];
-    Py_ssize_t vs[MAX_PATHS], ve[MAX_PATHS];
-} Paths;
-
-/* Walk the object at s[i:n], recording where the values of the `active` paths are (`level`: how
- * many of their keys are matched already). A key repeated in an object: its last value, as JSON
- * parsers have it (the paths under an earlier one are forgotten). The offset after the object, or
- * -1 when it is not an object JSON's structure has (cut short, a key with an escape). */
-static Py_ssize_t walk(const char *s, Py_ssize_t i, Py_ssize_t n, Paths *p, const int *active, int nactive,
-                       int level) {
-    i = blanks(s, i, n);
-    if (i >= n || s[i] != '{') return -1;
-    i = blanks(s, i + 1, n);
-    if (i < n && s[i] == '}') return i + 1;
-    while (i < n && s[i] == '"') {
-        Py_ssize_t key_end = string_end(s, i, n);
-        if (key_end < 0 || memchr(s + i + 1, '\\', (size_t)(key_end - i - 2)) != NULL) return -1;
-        const char *name = s + i + 1;
-        Py_ssize_t length = key_end - i - 2;
-        i = blanks(s, key_end, n);
-        if (i >= n || s[i] != ':') return -1;
-        i = blanks(s, i + 1, n);
-        int inner[MAX_PATHS], leaves[MAX_PATHS], ninner = 0, nleaves = 0;
-        for (int a = 0; a < nactive; a++) {
-            int k = active[a];
-            if (p->key_length[k][level] == length && (length == 0 || p->key[k][level][0] == name[0])
-                && memcmp(p->key[k][level], name, (size_t)length) == 0) {
-                if (p->depth[k] == level + 1) leaves[nleaves++] = k;
-                else inner[ninner++] = k;
-            }
-        }
-        Py_ssize_t stop;
-        if (ninner > 0) {
-            for (int a = 0; a < ninner; a++) p->vs[inner[a]] = p->ve[inner[a]] = -1;
-            stop = s[i] == '{' ? walk(s, i, n, p, inner, ninner, level + 1) : value_end(s, i, n);
-        } else {
-            stop = value_end(s, i, n);
-        }
-        if (stop < 0) return -1;
-        for (int a = 0; a < nleaves; a++) {
-            p->vs[leaves[a]] = i;
-            p->ve[leaves[a]] = stop;
-        }
-        i = blanks(s, stop, n);
-        if (i < n && s[i] == ',') {
-            i = blanks(s, i + 1, n);
-            continue;
-        }
-        return i < n && s[i] == '}' ? i + 1 : -1;
-    }
-    return -1;
-}
-
-/* The object at s[start:n] (after blanks): the spans of `keys`' values (the last one, when a key is
- * repeated; -1, -1 when absent) into `spans`, and the offset just after the object; -1 when there is
- * no object there, it is cut short or not JSON's structure, or a key has an escape. `walk`, with
- * each key a path of one. */
-static Py_ssize_t object_spans(const char *s, Py_ssize_t start, Py_ssize_t n, const char **names,
-                               const Py_ssize_t *lengths, Py_ssize_t nkeys, Py_ssize_t *spans) {
-    if (start < 0) return -1;
-    Paths p;
-    int all[MAX_KEYS] = {0};
-    p.count = (int)nkeys;
-    for (int k = 0; k < p.count; k++) {
-        p.depth[k] = 1;
-        p.key[k][0] = names[k];
-        p.key_length[k][0] = lengths[k];
-        p.vs[k] = p.ve[k] = -1;
-        all[k] = k;
-    }
-    Py_ssize_t end = walk(s, start, n, &p, all, p.count, 0);
-    for (int k = 0; k < p.count; k++) {
-        spans[2 * k] = p.vs[k];
-        spans[2 * k + 1] = p.ve[k];
-    }
-    return end;
 }
 
 static PyObject *skim_fields(PyObject *self, PyObject *args) {
@@ -300,37 +164,21 @@ static PyObject *skim_values(PyObject *self, PyObject *args) {
 /* kinds(data, start, end): the `type` of each element of the array data[start:end], as `values`
  * decodes it (None for an element that is not an object); None when there is no array there. What a
  * reader asks of a message's content blocks (a user line of tool results, say), in one call. */
+/* Appends an element's type, decoded (`kinds`); None for an element that is not an object. */
+static int append_kind(const char *s, Py_ssize_t vs, Py_ssize_t ve, void *list) {
+    PyObject *kind = decoded(s, vs, ve);
+    int failed = kind == NULL || PyList_Append((PyObject *)list, kind) < 0;
+    Py_XDECREF(kind);
+    return failed ? -2 : 0;
+}
+
 static PyObject *skim_kinds(PyObject *self, PyObject *args) {
     Py_buffer buf;
     Py_ssize_t start, end;
     (void)self;
     if (!PyArg_ParseTuple(args, "y*nn", &buf, &start, &end)) return NULL;
-    const char *s = buf.buf, *type = "type";
-    const Py_ssize_t type_length = 4;
-    Py_ssize_t n = end < buf.len ? end : buf.len;
-    Py_ssize_t i = start < 0 ? n : blanks(s, start, n);
-    PyObject *out = NULL;
-    if (i < n && s[i] == '[') {
-        out = PyList_New(0);
-        i = blanks(s, i + 1, n);
-        int closed = i < n && s[i] == ']';
-        while (out != NULL && !closed && i < n) {
-            Py_ssize_t stop = value_end(s, i, n), spans[2] = {-1, -1};
-            if (stop < 0) break;
-            PyObject *kind = object_spans(s, i, stop, &type, &type_length, 1, spans) < 0 ? Py_NewRef(Py_None)
-                                                                                           : decoded(s, spans[0], spans[1]);
-            if (kind == NULL || PyList_Append(out, kind) < 0) Py_CLEAR(out);
-            Py_XDECREF(kind);
-            i = blanks(s, stop, n);
-            if (i < n && s[i] == ',') {
-                i = blanks(s, i + 1, n);
-                continue;
-            }
-            closed = i < n && s[i] == ']';
-            break;
-        }
-        if (out != NULL && !closed) Py_CLEAR(out);
-    }
+    PyObject *out = PyList_New(0);
+    if (out != NULL && array_types(buf.buf, start, end < buf.len ? end : buf.len, append_kind, out) != 0) Py_CLEAR(out);
     PyBuffer_Release(&buf);
     if (out == NULL && !PyErr_Occurred()) Py_RETURN_NONE;
     return out;

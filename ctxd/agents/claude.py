@@ -51,16 +51,23 @@ from ctxd.agents import payloads, skim
 from ctxd.agents.base import Action, Agent, AgentConfig, AgentLimits, HookAction, HookInput, Scope, Stamp, StatusUsage
 from ctxd.agents.jsonl import HEAD_LIMIT, JsonlStore, Reader, entries, head, parse, read_tail
 from ctxd.agents.session import (
+    MAX_TOKENS,
     Change,
     Turn,
     Usage,
     first_request,
     note_report,
+    note_reports,
     shorten,
     token_counts,
     tokens,
 )
 from ctxd.redact import redact
+
+try:
+    from ctxd.agents import _claude
+except ImportError:  # no compiler at install: each line is read by `_take_plain`, with the same result
+    _claude = None  # type: ignore[assignment]
 
 if TYPE_CHECKING:
     from ctxd.agents.config.plan import ConfigChange
@@ -164,13 +171,14 @@ class ClaudeReader(Reader):
         super().__init__(path, window=window, summary=summary)
         if summary:
             self.paths, self.limits = PATHS, LIMITS
+            self.folds = _claude is not None
         self.session.id = session_id
         self._init()
 
     def _init(self) -> None:
         self._subagents: dict[str, _SubagentCost] = {}
         # message.id -> (model, usage), for cost: a streamed copy's usage replaces, never adds
-        self._msg_usage: OrderedDict[str, tuple[str, Usage]] = OrderedDict()
+        self._msg_usage: OrderedDict[str, tuple[str, tuple[int, ...]]] = OrderedDict()  # (Usage.values())
         self._blocks_of: str | None = None  # the message id whose blocks `_blocks` holds
         self._blocks: set[str] = set()
         # Main-chain uuid -> (its line, the window's count of items, turns, reports) after it, for rewinds.
@@ -217,7 +225,8 @@ class ClaudeReader(Reader):
         return {"end": [[uuid, *where] for uuid, where in list(self._end.items())[-IDLE_LINES:]],
                 "complete": self._complete and len(self._end) <= IDLE_LINES, "leaf": self._leaf, "line": self._line,
                 "reports": self._reports,
-                "messages": [[key, model, usage.as_dict()] for key, (model, usage) in list(self._msg_usage.items())[-KEPT_MESSAGES:]],
+                "messages": [[key, model, Usage(*usage).as_dict()]
+                             for key, (model, usage) in list(self._msg_usage.items())[-KEPT_MESSAGES:]],
                 "pending": [[line, redact(raw.decode("utf-8", "replace"))] for line, raw in self._pending],
                 "command": list(self._command) if self._command else None,
                 "subagents": {name: sub.position() for name, sub in self._subagents.items()}}
@@ -231,7 +240,7 @@ class ClaudeReader(Reader):
         self._leaf = state.get("leaf")
         self._line, self._reports = int(state.get("line") or 0), int(state.get("reports") or 0)
         self._msg_usage = OrderedDict(
-            (key, (model, Usage(**{_USAGE_FIELDS[k]: int(v) for k, v in usage.items() if k in _USAGE_FIELDS})))
+            (key, (model, Usage(**{_USAGE_FIELDS[k]: int(v) for k, v in usage.items() if k in _USAGE_FIELDS}).values()))
             for key, model, usage in state.get("messages") or [])
         self._pending = [(int(line), raw.encode("utf-8")) for line, raw in state.get("pending") or []]
         command = state.get("command")
@@ -346,6 +355,58 @@ class ClaudeReader(Reader):
         self._link(uuid)
         return True
 
+    def fold(self, data: bytes, rows: list[tuple[Any, ...]], i: int, change: Change) -> int:
+        """Summary mode: the plain lines from rows[i] on (those `_take_plain` reads), read at once
+        (_claude.c); the index of the first row after them."""
+        if self._command is not None:
+            return i
+        session = self.session
+        run = _claude.run(data, rows, i, _LAYOUT, _RUN_LIMITS, self._msg_usage, self._end,
+                          (self._line, session.window, session.turn_count, self._reports, session.baseline,
+                           session.last_usage, session.model))
+        if run is None:
+            return i
+        (stop, self.line_stop, self._line, reports, first_time, last_time, cwd, session_id, version, ends, pending,
+         reset, first_used, prompted, request_at, cache_1h, baseline, last_usage, usage_changed, model, model_changed,
+         sums, messages) = run
+        if last_time is not None:
+            session.last_activity = last_time
+            if session.started is None:
+                session.started = first_time
+        self._facts(None, cwd, session_id, version, change)
+        cumulative = session.cumulative
+        for name, counts in sums:
+            into = cumulative.get(name)
+            if into is None:
+                into = cumulative[name] = Usage()
+            into.add(Usage(*counts))
+        if messages:
+            known = self._msg_usage
+            known.update(messages)
+            while len(known) > MAX_MESSAGES:
+                known.popitem(last=False)
+        if reports:
+            note_reports(session, first_used, prompted, request_at, None if cache_1h < 0 else bool(cache_1h))
+            session.last_usage = last_usage
+            session.reported(baseline)
+            self._reports += reports
+            change.usage = change.usage or bool(usage_changed)
+        if model_changed:
+            session.model = model
+            change.meta = True
+        if reset:
+            self._pending = pending
+        else:
+            self._pending += pending
+        if ends:
+            end = self._end
+            end.update(ends)
+            self._leaf = ends[-1][0]
+            while len(end) > MAX_LINES:
+                end.popitem(last=False)
+                self._complete = False
+        return int(stop)
+
     # --- the chain ---
 
     def _link(self, uuid: Any) -> None:
@@ -421,9 +482,9 @@ class ClaudeReader(Reader):
         if isinstance(key, str):
             old = self._msg_usage.get(key)
             if old is not None:
-                cumulative[old[0]].add(old[1], -1)  # a streamed copy: its usage replaces, not adds
+                cumulative[old[0]].add(Usage(*old[1]), -1)  # a streamed copy: its usage replaces, not adds
                 self._msg_usage.move_to_end(key)
-            self._msg_usage[key] = (model, usage)
+            self._msg_usage[key] = (model, usage.values())
             if len(self._msg_usage) > MAX_MESSAGES:
                 self._msg_usage.popitem(last=False)
         into = cumulative.get(model)
@@ -704,6 +765,10 @@ _PLAIN = (*(2 + LINE_KEYS.index(key) for key in (b"timestamp", b"uuid", b"cwd", 
           _IN_MESSAGE, _IN_MESSAGE + 1, _IN_MESSAGE + 2)
 _plain_values = operator.itemgetter(*_PLAIN)
 _RESULT_KINDS = frozenset(("tool_result", "text", "image"))  # a user line's blocks beside tool results
+# Where `_claude.run` finds a row's type, isSidechain, message, isCompactSummary and content, then
+# what `_take_plain` reads; and the bounds it keeps to.
+_LAYOUT = (2, _SIDECHAIN, _MESSAGE, _COMPACT_SUMMARY, _IN_MESSAGE + 3, *_PLAIN)
+_RUN_LIMITS = (MAX_MESSAGES, MAX_TOKENS)
 
 
 class _SubagentCost(Reader):

@@ -219,6 +219,13 @@ class Reader(SessionReader):
     def needles(self) -> tuple[bytes, ...]:
         return ()
 
+    # A reader that reads a run of lines at once (`fold`) in summary mode: claude.py.
+    folds = False
+
+    def fold(self, data: bytes, rows: list[tuple[Any, ...]], i: int, change: Change) -> int:
+        """The rows from rows[i] on that are read at once, without `take`; the index after them."""
+        return i
+
     def skipped(self, data: bytes, start: int, stop: int, change: Change) -> None:
         """A line that was not looked at, the first or last of a chunk (its time, say)."""
 
@@ -232,10 +239,17 @@ class Reader(SessionReader):
         if not rows or rows[0][0] != 0:
             self.skipped(data, 0, data.find(b"\n", 0, end + 1), change)
         change.lines += newlines
-        take = self.take
-        for row in rows:
+        take, fold = self.take, self.fold if self.folds else None
+        i, count = 0, len(rows)
+        while i < count:
+            if fold is not None:
+                i = fold(data, rows, i, change)
+                if i == count:
+                    break
+            row = rows[i]
             self.line_stop = row[1]
             take(data, row, change)
+            i += 1
             if change.held > room or self.replay:
                 stopped: int = row[1] + 1
                 return stopped

@@ -75,6 +75,10 @@ class Usage:
         self.reasoning += sign * other.reasoning
         self.cache_write_1h += sign * other.cache_write_1h
 
+    def values(self) -> tuple[int, ...]:
+        """The counts in FIELDS' order (the arguments that make this usage again)."""
+        return (self.input, self.cached_input, self.cache_write, self.output, self.reasoning, self.cache_write_1h)
+
     def as_dict(self) -> dict[str, int]:
         return {"input": self.input, "cachedInput": self.cached_input, "cacheWrite": self.cache_write,
                 "cacheWrite1h": self.cache_write_1h, "output": self.output, "reasoning": self.reasoning}
@@ -359,19 +363,31 @@ def note_report(session: Session, used: int, usage: Usage | None = None, model: 
     what that first request wrote to the cache; and the cache's latest request."""
     if not used:
         return
+    if usage is not None and not (usage.input or usage.cached_input or usage.cache_write):
+        usage = None  # no prompt sent: no cache facts (Codex's markers never get here: agents/codex.py)
+    if usage is None:
+        note_reports(session, used)
+        return
+    note_reports(session, used, (model or "", usage.input, usage.cache_write, usage.cache_write_1h),
+                 at if isinstance(at, str) and len(at) <= 64 else None,
+                 usage.cache_write_1h > 0 if usage.cache_write else None)
+
+
+def note_reports(session: Session, used: int, prompted: tuple[str, int, int, int] | None = None,
+                 at: str | None = None, cache_1h: bool | None = None) -> None:
+    """`note_report` of one or more reports in a row (claude.py reads runs of them at once): `used`,
+    the first one's fill; `prompted`, the first that sent a prompt (model, input, cache write, its
+    1-hour part); `at`, the latest such request's time; `cache_1h`, where the latest write went."""
     latest = session.agent_compactions[-1] if session.agent_compactions else None
     if latest is not None and latest["tokensAfter"] is None:
         latest["tokensAfter"] = used
-    if usage is not None and not (usage.input or usage.cached_input or usage.cache_write):
-        usage = None  # no prompt sent: no cache facts (Codex's markers never get here: agents/codex.py)
-    if latest is not None and usage is not None and "firstRequest" not in latest:
-        latest["firstRequest"] = {"model": model or "", "input": usage.input, "cacheWrite": usage.cache_write,
-                                  "cacheWrite1h": usage.cache_write_1h}
-    if usage is not None:
-        if isinstance(at, str) and len(at) <= 64:
-            session.last_request_at = at
-        if usage.cache_write:
-            session.cache_1h = usage.cache_write_1h > 0
+    if latest is not None and prompted is not None and "firstRequest" not in latest:
+        model, sent, written, hour = prompted
+        latest["firstRequest"] = {"model": model, "input": sent, "cacheWrite": written, "cacheWrite1h": hour}
+    if at is not None:
+        session.last_request_at = at
+    if cache_1h is not None:
+        session.cache_1h = cache_1h
 
 
 def first_request(reported: int, items: list[dict[str, Any]]) -> dict[str, int]:
