@@ -13,6 +13,7 @@ from setuptools import Extension, setup
 
 setup(ext_modules=[Extension("ctxd.tokens._fastcount", ["ctxd/tokens/_fastcount.c"], optional=True),
                    Extension("ctxd.agents._skim", ["ctxd/agents/_skim.c"], depends=["ctxd/agents/_json.h"], optional=True),
-                   Extension("ctxd.agents._claude", ["ctxd/agents/_claude.c"], depends=["ctxd/agents/_json.h"],
+                   Extension("ctxd.agents._claude", ["ctxd/agents/_claude.c"], depends=["ctxd/agents/_json.h", "ctxd/agents/_runs.h"],
                              optional=True),
+                   Extension("ctxd.agents._codex", ["ctxd/agents/_codex.c"], depends=["ctxd/agents/_runs.h"], optional=True),
                    Extension("ctxd.agents._crc32", ["ctxd/agents/_crc32.c"], optional=True)])

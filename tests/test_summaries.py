@@ -22,7 +22,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxd.agents import claude, skim
+from ctxd.agents import claude, codex, skim
 from ctxd.agents.claude import ClaudeReader, session_id
 from ctxd.agents.codex import CodexReader
 from ctxd.agents.session import Change
@@ -454,6 +454,126 @@ def test_sessions_read_in_worker_processes_are_shown_as_read_in_one(tmp_path: Pa
     by_path = {row["path"]: row for row in first}
     assert [by_path[row["path"]] for row in expected] == expected
     assert [row["title"] for row in expected] == ["prompt 1", "prompt 2", "prompt 3"]
+
+
+def summarized_codex_ways(path: str) -> tuple[list[summaries.Read], int]:
+    """`path` summarized with the lines around reports read at once (`CodexReader.fold`, _codex.c,
+    where it is built) and each line by `CodexReader.take`; with how many lines the first way read
+    at once."""
+    real = codex._codex
+    folded = 0
+
+    def run(*args: Any) -> Any:
+        nonlocal folded
+        found = real.run(*args)
+        folded += found[0] - args[2] if found is not None else 0
+        return found
+
+    reads = []
+    try:
+        codex._codex = SimpleNamespace(run=run) if real is not None else None  # type: ignore[assignment]
+        reads.append(summaries.summarize(path, "codex", None, None))
+        codex._codex = None  # type: ignore[assignment]
+        reads.append(summaries.summarize(path, "codex", None, None))
+    finally:
+        codex._codex = real
+    assert all(read is not None for read in reads)
+    return [read for read in reads if read is not None], folded
+
+
+def test_codex_lines_read_at_once_read_a_summary_as_line_by_line(tmp_path: Path) -> None:
+    """`CodexReader.fold` (reports, turn contexts and the lines around them read at once, in C) ends
+    where `CodexReader.take`, a line at a time, ends: the same saved reader, session, cost and tail."""
+    folded = 0
+    for path in [path for path, agent in fixture_files(tmp_path) if agent == "codex"]:
+        reads, run = summarized_codex_ways(path)
+        assert_same_summaries(reads)
+        folded += run
+    assert folded > 10 or codex._codex is None
+
+
+def test_codex_reports_read_at_once_keep_every_rule_of_line_by_line(tmp_path: Path) -> None:
+    """The rules a run of reports keeps: after a compaction, the first report's fill and the first
+    request's cache write; the latest request's time (unless too long to be one) and cache; cached
+    input never more than the input; a total that shrinks (a resume) added on top; a window given as
+    `true`; the model changing between two reports."""
+    def report(stamp: str, last: dict[str, int], total: dict[str, int], window: Any = 272_000) -> dict[str, Any]:
+        return {"timestamp": stamp, "type": "event_msg", "payload": {"type": "token_count", "info": {
+            "last_token_usage": last, "total_token_usage": total, "model_context_window": window}}}
+
+    t = "2026-02-10T10:00:{:02d}.000Z".format
+    lines = [fx.codex_meta("/w"), *fx.codex_turn("Fix it", t(1), cwd="/w"),
+             report(t(2), {"input_tokens": 900, "output_tokens": 10, "total_tokens": 910},
+                    {"input_tokens": 900, "cached_input_tokens": 0, "output_tokens": 10, "total_tokens": 910}),
+             *fx.codex_compacted("so far", t(3)),
+             report(t(4), {"input_tokens": 100, "cache_write_input_tokens": 40, "output_tokens": 20, "total_tokens": 120},
+                    {"total_tokens": 910}),
+             report(t(5), {"input_tokens": 300, "cache_write_input_tokens": 7, "output_tokens": 5, "total_tokens": 305},
+                    {"input_tokens": 1_200, "cached_input_tokens": 500, "output_tokens": 15, "total_tokens": 1_215},
+                    window=True),
+             {"timestamp": t(6), "type": "turn_context", "payload": {"model": "gpt-5.1"}},
+             {"timestamp": t(6), "type": "event_msg", "payload": {"type": "task_started", "model_context_window": True}},
+             report(t(7), {"input_tokens": 400, "cached_input_tokens": 350, "output_tokens": 5, "total_tokens": 405},
+                    {"input_tokens": 300, "cached_input_tokens": 280, "output_tokens": 5, "total_tokens": 305}),
+             report(t(8) * 3, {"input_tokens": 500, "cached_input_tokens": 400, "cache_write_input_tokens": 9,
+                           "output_tokens": 7, "total_tokens": 507},
+                    {"input_tokens": 800, "cached_input_tokens": 900, "output_tokens": 12, "total_tokens": 812})]
+    path = str(fx.write_jsonl(tmp_path / "rollout.jsonl", lines))
+    reads, folded = summarized_codex_ways(path)
+    assert_same_summaries(reads)
+    session = reads[0].session
+    assert session.agent_compactions[0]["tokensAfter"] == 120
+    assert session.agent_compactions[0]["firstRequest"] == {"model": "gpt-5-codex", "input": 100, "cacheWrite": 40,
+                                                            "cacheWrite1h": 0}
+    assert (session.last_request_at, session.cache_1h, session.model) == (t(7), False, "gpt-5.1")
+    assert sorted(session.cumulative) == ["gpt-5-codex", "gpt-5.1"]
+    assert folded >= 5 or codex._codex is None
+
+
+_COUNT = st.integers(-3, 40) | st.just(10**12) | _ODD
+_COUNTS = ["input_tokens", "cached_input_tokens", "cache_write_input_tokens", "output_tokens", "reasoning_output_tokens",
+           "total_tokens"]
+# A report of counts (of any kind, some wrong), and totals that grow, shrink (a resume) or stay.
+_REPORT = st.fixed_dictionaries({"input_tokens": st.integers(0, 50), "output_tokens": st.integers(0, 9),
+                                 "total_tokens": st.integers(0, 80)},
+                                optional={"cached_input_tokens": st.integers(0, 60), "reasoning_output_tokens": st.integers(0, 9),
+                                          "cache_write_input_tokens": st.integers(0, 9)}) | st.dictionaries(
+    st.sampled_from(_COUNTS), _COUNT)
+_STAMP = st.sampled_from(["2026-02-10T10:00:00.000Z", "2026-02-10T10:00:05.000Z", "2026-02-10T10:00:00.000Z" * 3])
+_CODEX_PAYLOADS = [
+    st.builds(lambda last, total, window: {"type": "token_count", "info": {
+        "last_token_usage": last, "total_token_usage": total, "model_context_window": window}},
+        _REPORT | _ODD, _REPORT | _ODD, st.just(272_000) | st.booleans() | _COUNT),
+    st.builds(lambda window: {"type": "task_started", "model_context_window": window},
+              st.just(200_000) | st.booleans() | _COUNT),
+    st.builds(lambda kind, item: {"type": "item_completed", "item": item if item is not None else {
+        "type": kind, "content": [{"type": "text", "text": "go on"}]}},
+        st.sampled_from(["UserMessage", "AgentMessage"]), st.none() | _ODD),
+    st.builds(lambda text: {"type": "user_message", "message": text}, st.sampled_from(["go", 'say "hi"']) | _ODD),
+    st.just({"type": "thread_settings_applied", "info": "token_count"}),
+]
+_CODEX_LINE = st.one_of(
+    st.builds(lambda payload, stamp: {"timestamp": stamp, "type": "event_msg", "payload": payload},
+              st.one_of(*_CODEX_PAYLOADS), _STAMP | _ODD | st.just('a"b')),
+    st.builds(lambda model, stamp: {"timestamp": stamp, "type": "turn_context", "payload": {"model": model}},
+              st.sampled_from(["gpt-5-codex", "gpt-5.1", 'a"b']) | _ODD, st.just("2026-02-10T10:00:01.000Z")),
+    st.builds(lambda role, stamp: {"timestamp": stamp, "type": "response_item", "payload": {
+        "type": "message", "role": role, "content": [{"type": "input_text", "text": "Fix it"}]}},
+        st.sampled_from(["user", "assistant"]), st.just("2026-02-10T10:00:02.000Z") | _ODD),
+    st.just({"timestamp": "2026-02-10T10:00:03.000Z", "type": "compacted", "payload": {"message": "so far"}}))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_CODEX_LINE, min_size=1, max_size=16))
+def test_codex_lines_read_at_once_agree_with_line_by_line_on_any_lines(lines: list[dict[str, Any]]) -> None:
+    """Rollout lines of any shape (counts of the wrong type, huge or negative; escapes; models and
+    windows changing; turns; compactions): the two ways end in the same summary."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = str(fx.write_jsonl(Path(folder) / "rollout.jsonl", [fx.codex_meta("/w"), *lines]))
+        reads, _ = summarized_codex_ways(path)
+        assert_same_summaries(reads)
 
 
 def test_the_daemons_session_readers_import_nothing_from_the_folder_it_runs_in(tmp_path: Path, ws: Path) -> None:

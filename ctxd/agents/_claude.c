@@ -22,10 +22,9 @@
 #include <string.h>
 
 #include "_json.h"
+#include "_runs.h"
 
 #define LAYOUT 14
-#define MAX_MODELS 16
-#define FIELDS 6 /* a Usage: input, cached input, cache write, output, reasoning, cache write 1h */
 
 enum { KIND, SIDECHAIN, MESSAGE, COMPACT, CONTENT, TIME, UUID, CWD, SESSION, VERSION, REQUEST, ID, MODEL, USAGE };
 
@@ -58,16 +57,6 @@ static int count_block(const char *s, Py_ssize_t vs, Py_ssize_t ve, void *contex
 
 static int is_span(PyObject *value) { return PyTuple_Check(value); }
 
-/* `tokens()`: a positive int clamped to the maximum, else 0. */
-static long long token_count(PyObject *value, long long most) {
-    if (value == NULL || !PyLong_CheckExact(value)) return 0;
-    int overflow = 0;
-    long long n = PyLong_AsLongLongAndOverflow(value, &overflow);
-    if (overflow > 0) return most;
-    if (overflow < 0 || n <= 0) return 0;
-    return n > most ? most : n;
-}
-
 /* `token_counts(usage, ints_only=True)`: the usage's int values, clamped. */
 static PyObject *counts_of(PyObject *usage, long long most) {
     PyObject *counts = PyDict_New(), *key, *value;
@@ -90,10 +79,6 @@ static PyObject *counts_of(PyObject *usage, long long most) {
 static long long count_at(PyObject *counts, PyObject *key) {
     PyObject *value = PyDict_GetItemWithError(counts, key);
     return value != NULL ? PyLong_AsLongLong(value) : 0;
-}
-
-static PyObject *usage_tuple(const long long *usage) {
-    return Py_BuildValue("(LLLLLL)", usage[0], usage[1], usage[2], usage[3], usage[4], usage[5]);
 }
 
 static PyObject *claude_run(PyObject *self, PyObject *args) {
@@ -123,14 +108,18 @@ static PyObject *claude_run(PyObject *self, PyObject *args) {
         PyBuffer_Release(&buf);
         return NULL;
     }
+    if (first < 0) {
+        PyErr_SetString(PyExc_ValueError, "a row's index is not negative");
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
     const char *s = buf.buf;
     Py_ssize_t n = buf.len, count = PyList_GET_SIZE(rows), j = first, line_stop = -1;
     Message *held = PyMem_Calloc((size_t)max_messages, sizeof(Message));
     Kept *kept = NULL;
     Py_ssize_t nkept = 0, kept_room = 0;
-    PyObject *models[MAX_MODELS];
-    long long sums[MAX_MODELS][FIELDS];
-    int nmodels = 0, nheld = 0, failed = held == NULL;
+    Sums sums = {0};
+    int nheld = 0, failed = held == NULL;
     PyObject *run_keys = PyDict_New(), *run_uuids = PySet_New(NULL), *ends = PyList_New(0);
     PyObject *first_time = NULL, *last_time = NULL, *cwd = NULL, *session = NULL, *version = NULL;
     PyObject *first_prompted = NULL, *request_at = NULL;
@@ -206,17 +195,10 @@ static PyObject *claude_run(PyObject *self, PyObject *args) {
                 if (index != NULL) replaced = (int)PyLong_AsLong(index); /* a streamed copy: it replaces */
                 slot = nheld;
             }
-            for (int k = 0; k < nmodels && model_at < 0; k++) {
-                int same = PyUnicode_Compare(models[k], model);
-                if (same == -1 && PyErr_Occurred()) failed = 1;
-                if (same == 0) model_at = k;
-            }
-            if (failed) break;
+            model_at = model_place(&sums, model);
             if (model_at < 0) {
-                if (nmodels >= MAX_MODELS) break;
-                model_at = nmodels++;
-                models[model_at] = model;
-                memset(sums[model_at], 0, sizeof(sums[model_at]));
+                failed = model_at == -2;
+                break;
             }
             counts = counts_of(v[USAGE], most);
             if (counts == NULL) {
@@ -249,7 +231,7 @@ static PyObject *claude_run(PyObject *self, PyObject *args) {
             }
             if (replaced >= 0) {
                 held[replaced].alive = 0;
-                for (int f = 0; f < FIELDS; f++) sums[held[replaced].model][f] -= held[replaced].usage[f];
+                for (int f = 0; f < FIELDS; f++) sums.sum[held[replaced].model][f] -= held[replaced].usage[f];
             }
             if (key != NULL) {
                 PyObject *index = PyLong_FromLong(slot);
@@ -261,7 +243,7 @@ static PyObject *claude_run(PyObject *self, PyObject *args) {
                 held[slot].alive = 1;
                 nheld++;
             }
-            for (int f = 0; f < FIELDS; f++) sums[model_at][f] += usage[f];
+            for (int f = 0; f < FIELDS; f++) sums.sum[model_at][f] += usage[f];
             used = usage[0] + usage[1] + usage[2] + usage[3];
             if (used) { /* `note_report`, then the baseline (`_reply`) */
                 if (!first_used) first_used = used;
@@ -322,7 +304,7 @@ static PyObject *claude_run(PyObject *self, PyObject *args) {
     }
     PyObject *out = NULL;
     if (!failed && j > first) {
-        PyObject *pending = PyList_New(nkept), *sum_list = PyList_New(nmodels), *message_list = PyList_New(0);
+        PyObject *pending = PyList_New(nkept), *sum_list = sums_list(&sums), *message_list = PyList_New(0);
         for (Py_ssize_t k = 0; pending != NULL && k < nkept; k++) {
             Py_ssize_t a = kept[k].start, b = kept[k].stop;
             if (a < 0 || b > n || b < a) a = b = 0;
@@ -330,14 +312,9 @@ static PyObject *claude_run(PyObject *self, PyObject *args) {
             if (item == NULL) Py_CLEAR(pending);
             else PyList_SET_ITEM(pending, k, item);
         }
-        for (int k = 0; sum_list != NULL && k < nmodels; k++) {
-            PyObject *item = Py_BuildValue("(ON)", models[k], usage_tuple(sums[k]));
-            if (item == NULL) Py_CLEAR(sum_list);
-            else PyList_SET_ITEM(sum_list, k, item);
-        }
         for (int k = 0; message_list != NULL && k < nheld; k++) {
             if (!held[k].alive) continue;
-            PyObject *item = Py_BuildValue("(O(ON))", held[k].key, models[held[k].model], usage_tuple(held[k].usage));
+            PyObject *item = Py_BuildValue("(O(ON))", held[k].key, sums.model[held[k].model], usage_tuple(held[k].usage));
             if (item == NULL || PyList_Append(message_list, item) < 0) Py_CLEAR(message_list);
             Py_XDECREF(item);
         }

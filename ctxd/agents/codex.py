@@ -46,10 +46,26 @@ from typing import TYPE_CHECKING, Any
 from ctxd.agents import payloads, skim
 from ctxd.agents.base import Action, Agent, AgentConfig, AgentLimits, HookAction, HookInput, Scope
 from ctxd.agents.jsonl import HEAD_LIMIT, JsonlStore, Reader, entries, head, parse, under
-from ctxd.agents.session import Change, Turn, Usage, first_request, note_report, shorten, token_counts, token_list
+from ctxd.agents.session import (
+    MAX_TOKENS,
+    Change,
+    Turn,
+    Usage,
+    first_request,
+    note_report,
+    note_reports,
+    shorten,
+    token_counts,
+    token_list,
+)
 from ctxd.agents.skim import value as _value
 from ctxd.ledger.rules import is_real_user_message, message_text
 from ctxd.redact import redact
+
+try:
+    from ctxd.agents import _codex
+except ImportError:  # no compiler at install: each line is read by `take`, with the same result
+    _codex = None  # type: ignore[assignment]
 
 if TYPE_CHECKING:
     from ctxd.agents.config.codex_toml import HookTrust
@@ -82,6 +98,7 @@ PATHS = ((b"timestamp",), (b"type",), (b"payload",), (b"payload", b"type"), (b"p
          *((b"payload", name.encode()) for name in ("info", "model_context_window", "message", "item")))
 LIMITS = (0, 0, 0, 0, 0, *(4 * [skim.PLAIN_BYTES]))
 _EVENT_FIELDS = ("info", "model_context_window", "message", "item")
+_LAYOUT = tuple(range(2, 2 + len(PATHS)))  # where `_codex.run` finds each of PATHS in a row, in their order
 NEEDLES = tuple(f'"{name}"'.encode() for name in ("token_count", "user_message", "UserMessage", "task_started"))
 TITLE_NEEDLES = (b'"role":"user"', b'"role": "user"')
 _SKIMMED_KINDS = ("event_msg", "turn_context")  # (summary mode) read from their fields, not parsed whole
@@ -103,6 +120,7 @@ class CodexReader(Reader):
         self.skims = summary
         if summary:
             self.paths, self.limits = PATHS, LIMITS
+            self.folds = _codex is not None
         self._init()
 
     def _init(self) -> None:
@@ -171,6 +189,43 @@ class CodexReader(Reader):
             self._event(event, stamp, change)
             return
         self.take_whole(data[row[0]:row[1]], change)
+
+    def fold(self, data: bytes, rows: list[tuple[Any, ...]], i: int, change: Change) -> int:
+        """Summary mode: the lines from rows[i] on that hold no turn (reports, turn contexts, the
+        events and response items around them), read at once (_codex.c); the index after them."""
+        session = self.session
+        run = _codex.run(data, rows, i, _LAYOUT, MAX_TOKENS, (session.title is not None, session.model,
+                                                               session.context_window, session.baseline,
+                                                               session.last_usage, self._total))
+        if run is None:
+            return i
+        (stop, self.line_stop, activity, stamped, stamp, model, model_changed, window, window_changed, first_used,
+         prompted, request_at, cache_1h, fill, reported, baseline, last_usage, report_end, usage_changed,
+         total_changed, total, sums) = run
+        if activity is not None:
+            session.last_activity = activity
+        if stamped:
+            self._stamp = stamp
+        if model_changed or window_changed:
+            session.model, session.context_window = model, window
+            change.meta = True
+        if first_used:
+            note_reports(session, first_used, prompted, request_at, None if cache_1h < 0 else bool(cache_1h))
+        self._fill = fill or self._fill
+        if reported:
+            session.reported(baseline)
+            session.last_usage = last_usage
+            self._pending = []
+            self._report_end = report_end
+        for name, counts in sums:
+            into = session.cumulative.get(name)
+            if into is None:
+                into = session.cumulative[name] = Usage()
+            into.add(Usage(*counts))
+        if total_changed:
+            self._total = total
+        change.usage = change.usage or bool(usage_changed)
+        return int(stop)
 
     def skipped(self, data: bytes, start: int, stop: int, change: Change) -> None:
         found = skim.fields(memoryview(data)[start:stop], 0, LINE_KEYS)
