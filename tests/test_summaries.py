@@ -121,6 +121,30 @@ def test_a_file_that_grew_is_read_from_where_its_summary_stopped(tmp_path: Path,
     assert row["usage"] == whole.session.total_usage().as_dict()
 
 
+def test_a_summary_read_less_far_never_replaces_one_read_further(tmp_path: Path) -> None:
+    """Two processes summarize one file: the row of the one that read less far is not written over
+    the other's; a row for another file under that name (a new inode) is, and so is any row of a
+    batch larger than one query's values."""
+    store = summaries.Summaries(tmp_path / "state")
+    same = {"stamp": [1, 2, 300, 5]}
+
+    def row(path: str, file: dict[str, Any], offset: int) -> summaries.Stored:
+        return summaries.Stored(path, "claude", file, "/w", {"session": {}, "read": offset}, json.dumps({"offset": offset}),
+                                offset)
+
+    store.save([row("/s.jsonl", same, 300)])
+    store.save([row("/s.jsonl", same, 100)])
+    assert store.state("/s.jsonl") == {"offset": 300}
+    assert store.load()["/s.jsonl"].facts == {"session": {}, "read": 300}
+    store.save([row("/s.jsonl", {"stamp": [1, 3, 100, 6]}, 100)])
+    assert store.state("/s.jsonl") == {"offset": 100}
+    many = [row(f"/{n}.jsonl", same, n) for n in range(2 * summaries.SAVE_BATCH + 5)]
+    store.save(many)
+    store.save([row(f"/{n}.jsonl", same, n - 1) for n in range(len(many))])
+    assert [store.state(f"/{n}.jsonl") for n in range(len(many))] == [{"offset": n} for n in range(len(many))]
+    store.close()
+
+
 def test_a_subagent_file_that_grew_is_read_again(tmp_path: Path, ws: Path) -> None:
     """A Claude session's cost includes its subagents' files: one that changes makes the summary stale."""
     path = fx.write_jsonl(fx.claude_path(tmp_path / "claude", ws), claude_lines(ws, "Add a flag"))
