@@ -147,7 +147,9 @@ def main(argv: list[str]) -> int:
         for entry in drift.unread(sessions, name):
             print(safe(f"ctxd sessions: {drift.sentence(name, entry)}: {', '.join(entry['kinds'])}"), file=sys.stderr)
     if args.format == "json":
-        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        # A JSON array, a session a line (each line made by json's C encoder: `indent` would make
+        # every row in Python, 3x slower over thousands of sessions).
+        sys.stdout.write("[\n" + ",\n".join(json.dumps(row) for row in rows) + "\n]\n" if rows else "[]\n")
     else:
         sys.stdout.write(render(rows, folder))
     return 0
