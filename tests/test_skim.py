@@ -30,6 +30,10 @@ SPANS = (0,) * len(PATHS)  # containers given as their offsets
 BUILT = (0, 0, 1 << 20, 1 << 20, 1 << 20, 16, 1 << 20, 1 << 20)  # built when plain (usage: when small)
 READERS = ((b"type", CodexReader.skip_types, (b'"token_count"',)), (b"type", ClaudeReader.skip_types, ()),
            (b"type", (), ()), (b"kind", (b'"x"', b"1"), (b"k",)))
+# What a line passed over by its key is still looked at for: a value at a path (Codex's `MARKS`, and
+# paths into values of any kind).
+MARKS = (CodexReader("x", summary=True).marks() + (((b"payload", b"info", b"n"), (b"1", b'"a"', b"null")),
+                                                   ((b"w",), (b"[]", b"{}"))), ())
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(min_value=-10**30, max_value=10**30) | st.floats(allow_nan=False)
@@ -67,9 +71,9 @@ def lines_of(value: Any, kind: str, noise: list[tuple[int, int]], cuts: list[int
 def test_scan_and_its_python_twin_agree(value: Any, kind: str, noise: list[tuple[int, int]], cuts: list[int]) -> None:
     data = lines_of(value, kind, noise, cuts)
     for key, skip, needles in READERS:
-        for limits in (SPANS, BUILT):
-            assert skim.scan(data, 0, len(data), key, skip, needles, PATHS, limits) == skim.py_scan(
-                data, 0, len(data), key, skip, needles, PATHS, limits)
+        for limits, marks in ((SPANS, MARKS[0]), (BUILT, MARKS[1]), (BUILT, MARKS[0])):
+            assert skim.scan(data, 0, len(data), key, skip, needles, PATHS, limits, marks) == skim.py_scan(
+                data, 0, len(data), key, skip, needles, PATHS, limits, marks)
         assert skim.lines(data, 0, len(data), key, skip, needles) == skim.py_lines(data, 0, len(data), key, skip,
                                                                                    needles)
     start = data.find(b"\n") + 1  # from inside the data, to a cut short of its end

@@ -26,14 +26,18 @@
  *     text, quotes included) and that hold none of `needles`. A line that is not an object with
  *     that key is looked at; a blank one is not.
  * scan(data: bytes, start: int, end: int, key: bytes, skip: tuple[bytes, ...], needles: tuple[bytes, ...],
- *      paths: tuple[tuple[bytes, ...], ...], limits: tuple[int, ...]) -> tuple[int, list[tuple[Any, ...]]]
+ *      paths: tuple[tuple[bytes, ...], ...], limits: tuple[int, ...],
+ *      marks: tuple[tuple[tuple[bytes, ...], tuple[bytes, ...]], ...] = ()) -> tuple[int, list[tuple[Any, ...]]]
  *     What a summary reader reads of data[start:end] in one pass, so that most lines never reach
- *     Python: the newlines in it, and for each line `lines` gives, (start, end, *values), the
+ *     Python: the newlines in it, and for each line it looks at, (start, end, *values), the
  *     value at each key path (a tuple of keys, from the line's object down) as `values` decodes
  *     it, except that a container of at most its `limit` bytes that is plain all through
  *     (objects and arrays of strings without an escape or a control character, integers of up
  *     to 18 digits, true, false, null: what json.loads would build) is built; just (start, end)
- *     when the line is not an object as JSON has it (the reader parses it whole).
+ *     when the line is not an object as JSON has it (the reader parses it whole). The lines it
+ *     looks at: those whose `key` has no value in `skip`, and those where a mark holds (a path
+ *     whose value is one of its texts, JSON text as `skip` has it); a line it cannot walk (not an
+ *     object, an escaped key) is looked at as `lines` has it, `needles` and all.
  *
  * Only `scan` builds values, and only plain ones: a value it cannot build is left to Python's JSON
  * parser, as its offsets. No global state.
@@ -483,18 +487,33 @@ static PyObject *skim_scan(PyObject *self, PyObject *args) {
     Py_ssize_t start, end;
     const char *key;
     Py_ssize_t key_length;
-    PyObject *skip, *needles, *paths, *limits;
+    PyObject *skip, *needles, *paths, *limits, *marks = NULL;
     (void)self;
-    if (!PyArg_ParseTuple(args, "y*nny#O!O!O!O!", &buf, &start, &end, &key, &key_length, &PyTuple_Type, &skip,
-                          &PyTuple_Type, &needles, &PyTuple_Type, &paths, &PyTuple_Type, &limits))
+    if (!PyArg_ParseTuple(args, "y*nny#O!O!O!O!|O!", &buf, &start, &end, &key, &key_length, &PyTuple_Type, &skip,
+                          &PyTuple_Type, &needles, &PyTuple_Type, &paths, &PyTuple_Type, &limits, &PyTuple_Type, &marks))
         return NULL;
     Paths p;
     p.count = (int)PyTuple_GET_SIZE(paths);
+    int nmarks = marks != NULL ? (int)PyTuple_GET_SIZE(marks) : 0;
+    PyObject *mark_texts[MAX_PATHS];
     const char *problem = NULL;
     if (!all_bytes(skip) || !all_bytes(needles)) problem = "skip and needles must be bytes";
-    else if (p.count >= MAX_PATHS || PyTuple_GET_SIZE(limits) != p.count) problem = "too many paths, or not a limit each";
-    for (int k = 0; problem == NULL && k < p.count; k++) {
-        PyObject *path = PyTuple_GET_ITEM(paths, k);
+    else if (p.count + 1 + nmarks > MAX_PATHS || PyTuple_GET_SIZE(limits) != p.count)
+        problem = "too many paths and marks, or not a limit each";
+    /* The paths, then `key`, then the marks' paths: the line is walked once, for all of them. */
+    for (int k = 0; problem == NULL && k < p.count + 1 + nmarks; k++) {
+        PyObject *path = k < p.count ? PyTuple_GET_ITEM(paths, k) : NULL;
+        if (k == p.count) continue;
+        if (k > p.count) {
+            PyObject *mark = PyTuple_GET_ITEM(marks, k - p.count - 1);
+            if (!PyTuple_Check(mark) || PyTuple_GET_SIZE(mark) != 2 || !PyTuple_Check(PyTuple_GET_ITEM(mark, 1))
+                || !all_bytes(PyTuple_GET_ITEM(mark, 1))) {
+                problem = "a mark is a path and a tuple of texts (bytes)";
+                break;
+            }
+            path = PyTuple_GET_ITEM(mark, 0);
+            mark_texts[k] = PyTuple_GET_ITEM(mark, 1);
+        }
         if (!PyTuple_Check(path) || PyTuple_GET_SIZE(path) < 1 || PyTuple_GET_SIZE(path) > MAX_PATH_DEPTH
             || !all_bytes(path)) {
             problem = "a path is a tuple of 1 to 8 keys (bytes)";
@@ -505,7 +524,7 @@ static PyObject *skim_scan(PyObject *self, PyObject *args) {
             p.key[k][d] = PyBytes_AS_STRING(PyTuple_GET_ITEM(path, d));
             p.key_length[k][d] = PyBytes_GET_SIZE(PyTuple_GET_ITEM(path, d));
         }
-        p.limit[k] = PyLong_AsSsize_t(PyTuple_GET_ITEM(limits, k));
+        p.limit[k] = k < p.count ? PyLong_AsSsize_t(PyTuple_GET_ITEM(limits, k)) : 0;
         if (p.limit[k] == -1 && PyErr_Occurred()) {
             PyBuffer_Release(&buf);
             return NULL;
@@ -516,12 +535,11 @@ static PyObject *skim_scan(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_TypeError, problem);
         return NULL;
     }
-    /* `key` is walked for too, as one more path (the last): the line is walked once, for both. */
     p.depth[p.count] = 1;
     p.key[p.count][0] = key;
     p.key_length[p.count][0] = key_length;
-    int all[MAX_PATHS];
-    for (int k = 0; k <= p.count; k++) all[k] = k;
+    int all[MAX_PATHS], walked_paths = p.count + 1 + nmarks;
+    for (int k = 0; k < walked_paths; k++) all[k] = k;
     Names names = {0};
     const char *s = buf.buf;
     if (start < 0) start = 0;
@@ -532,13 +550,14 @@ static PyObject *skim_scan(PyObject *self, PyObject *args) {
         const char *newline = memchr(s + i, '\n', (size_t)(end - i));
         Py_ssize_t stop = newline ? newline - s : end;
         newlines += newline != NULL;
-        for (int k = 0; k <= p.count; k++) p.vs[k] = p.ve[k] = -1;
-        int walked = walk(s, i, stop, &p, all, p.count + 1, 0) >= 0;
+        for (int k = 0; k < walked_paths; k++) p.vs[k] = p.ve[k] = -1;
+        int walked = walk(s, i, stop, &p, all, walked_paths, 0) >= 0;
         Py_ssize_t vs = p.vs[p.count], ve = p.ve[p.count];
-        /* A line walked is looked at as `wanted` has it, from the key's value found on the way; any
+        /* A line walked is looked at from the values found on the way: its key's, the marks'; any
          * other line (blank, not an object, an escaped key) is asked of `wanted`. */
-        int look = walked ? vs < 0 || !in_skip(s, vs, ve, skip) || holds_needle(s, i, stop, needles)
-                          : wanted(s, i, stop, key, key_length, skip, needles);
+        int look = walked ? vs < 0 || !in_skip(s, vs, ve, skip) : wanted(s, i, stop, key, key_length, skip, needles);
+        for (int k = p.count + 1; walked && !look && k < walked_paths; k++)
+            look = p.vs[k] >= 0 && in_skip(s, p.vs[k], p.ve[k], mark_texts[k]);
         if (look) {
             PyObject *row = PyTuple_New(walked ? 2 + p.count : 2);
             int failed = row == NULL;

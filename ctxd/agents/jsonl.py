@@ -208,8 +208,10 @@ class Reader(SessionReader):
             return
         self.record(rec, change)
 
-    # The lines a skimming reader need not look at (ctxd/agents/skim.py `lines`): those whose
-    # top-level "type" is one of `skip_types` and that hold none of `needles()`.
+    # The lines a skimming reader need not look at (ctxd/agents/skim.py `scan`): those whose
+    # top-level "type" is one of `skip_types`, unless one of `marks()` holds (a path's value is one
+    # of its texts); a line the skimmer cannot walk (an escaped key, say), unless it holds one of
+    # `needles()`.
     skip_types: tuple[bytes, ...] = ()
     # The key paths whose values `take` is given, and how large a container among them may be to be
     # given built (else its offsets): skim.py `scan`.
@@ -219,7 +221,10 @@ class Reader(SessionReader):
     def needles(self) -> tuple[bytes, ...]:
         return ()
 
-    # A reader that reads a run of lines at once (`fold`) in summary mode: claude.py.
+    def marks(self) -> tuple[tuple[tuple[bytes, ...], tuple[bytes, ...]], ...]:
+        return ()
+
+    # A reader that reads a run of lines at once (`fold`) in summary mode: claude.py, codex.py.
     folds = False
 
     def fold(self, data: bytes, rows: list[tuple[Any, ...]], i: int, change: Change) -> int:
@@ -235,7 +240,7 @@ class Reader(SessionReader):
         breakdown's inferred overhead): it would have to build every item before the first
         report (5% of a first `ctxd sessions`' CPU); the owner's mirror estimates it."""
         newlines, rows = skim.scan(data, 0, end + 1, b"type", self.skip_types, self.needles(), self.paths,
-                                   self.limits)
+                                   self.limits, self.marks())
         if not rows or rows[0][0] != 0:
             self.skipped(data, 0, data.find(b"\n", 0, end + 1), change)
         change.lines += newlines

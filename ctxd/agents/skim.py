@@ -372,13 +372,15 @@ def _path_value(line: bytes, base: int, start: int, end: int, limit: int) -> Any
 
 def py_scan(data: bytes | memoryview, start: int, end: int, key: bytes, skip: tuple[bytes, ...],
             needles: tuple[bytes, ...], paths: tuple[tuple[bytes, ...], ...],
-            limits: tuple[int, ...]) -> tuple[int, list[tuple[Any, ...]]]:
+            limits: tuple[int, ...], marks: tuple[tuple[tuple[bytes, ...], tuple[bytes, ...]], ...] = ()
+            ) -> tuple[int, list[tuple[Any, ...]]]:
     """The C extension's `scan`, in Python (see _skim.c)."""
     data = bytes(data)
     end = min(end, len(data))
     rows: list[tuple[Any, ...]] = []
     newlines = 0
     i = max(0, start)
+    walked_paths = (*paths, (key,), *(path for path, _ in marks))
     while i < end:
         stop = data.find(b"\n", i, end)
         if stop < 0:
@@ -386,12 +388,15 @@ def py_scan(data: bytes | memoryview, start: int, end: int, key: bytes, skip: tu
         else:
             newlines += 1
         line = data[i:stop]
-        # The line is walked once, for the paths and `key` (the last path): a line walked is looked
-        # at as `_wanted` has it, from the key's value found on the way; any other, as `_wanted` says.
-        spans = [-1] * (2 * len(paths) + 2)
-        walked = _walk(line, 0, (*paths, (key,)), list(range(len(paths) + 1)), 0, spans) >= 0
+        # The line is walked once, for the paths, `key` and the marks' paths: a line walked is looked
+        # at from the values found on the way; any other, as `_wanted` says.
+        spans = [-1] * (2 * len(walked_paths))
+        walked = _walk(line, 0, walked_paths, list(range(len(walked_paths))), 0, spans) >= 0
         if walked:
-            look = spans[-2] < 0 or line[spans[-2]:spans[-1]] not in skip or any(needle in line for needle in needles)
+            at = 2 * len(paths)
+            look = spans[at] < 0 or line[spans[at]:spans[at + 1]] not in skip or any(
+                spans[at + 2 + 2 * m] >= 0 and line[spans[at + 2 + 2 * m]:spans[at + 3 + 2 * m]] in texts
+                for m, (_, texts) in enumerate(marks))
         else:
             look = _wanted(line, key, skip, needles)
         if look:
@@ -409,7 +414,8 @@ kinds: Callable[[bytes | memoryview, int, int], list[Any] | None]
 lines: Callable[[bytes | memoryview, int, int, bytes, tuple[bytes, ...], tuple[bytes, ...]], list[int]]
 values: Callable[[bytes | memoryview, int, int, tuple[bytes, ...]], tuple[Any, ...] | None]
 scan: Callable[[bytes | memoryview, int, int, bytes, tuple[bytes, ...], tuple[bytes, ...],
-                tuple[tuple[bytes, ...], ...], tuple[int, ...]], tuple[int, list[tuple[Any, ...]]]]
+                tuple[tuple[bytes, ...], ...], tuple[int, ...], tuple[tuple[tuple[bytes, ...], tuple[bytes, ...]], ...]],
+               tuple[int, list[tuple[Any, ...]]]]
 try:
     from ctxd.agents._skim import fields, kinds, lines, scan, values
     NATIVE = True
