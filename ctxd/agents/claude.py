@@ -374,12 +374,8 @@ class ClaudeReader(Reader):
             if session.started is None:
                 session.started = first_time
         self._facts(None, cwd, session_id, version, change)
-        cumulative = session.cumulative
         for name, counts in sums:
-            into = cumulative.get(name)
-            if into is None:
-                into = cumulative[name] = Usage()
-            into.add(Usage(*counts))
+            session.bill(name, Usage(*counts))
         if messages:
             known = self._msg_usage
             known.update(messages)
@@ -478,19 +474,15 @@ class ClaudeReader(Reader):
             return None
         counts = token_counts(raw, ints_only=True)
         usage = _usage(counts, raw)
-        cumulative = self.session.cumulative
         if isinstance(key, str):
             old = self._msg_usage.get(key)
             if old is not None:
-                cumulative[old[0]].add(Usage(*old[1]), -1)  # a streamed copy: its usage replaces, not adds
+                self.session.cumulative[old[0]].add(Usage(*old[1]), -1)  # a streamed copy: its usage replaces, not adds
                 self._msg_usage.move_to_end(key)
             self._msg_usage[key] = (model, usage.values())
             if len(self._msg_usage) > MAX_MESSAGES:
                 self._msg_usage.popitem(last=False)
-        into = cumulative.get(model)
-        if into is None:
-            into = cumulative[model] = Usage()
-        into.add(usage)
+        self.session.bill(model, usage)
         return counts, model, usage
 
     def _assistant(self, rec: dict[str, Any], change: Change, raw_line: bytes | None = None) -> None:

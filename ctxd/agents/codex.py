@@ -228,10 +228,7 @@ class CodexReader(Reader):
             self._pending = []
             self._report_end = report_end
         for name, counts in sums:
-            into = session.cumulative.get(name)
-            if into is None:
-                into = session.cumulative[name] = Usage()
-            into.add(Usage(*counts))
+            session.bill(name, Usage(*counts))
         if total_changed:
             self._total = total
         change.usage = change.usage or bool(usage_changed)
@@ -450,12 +447,8 @@ class CodexReader(Reader):
             cached = min(max(0, now[2] - before[2]), billed)
             output = max(0, now[3] - before[3])
             if billed or output:
-                model = session.model or ""
-                into = session.cumulative.get(model)
-                if into is None:
-                    into = session.cumulative[model] = Usage()
-                into.add(Usage(input=billed - cached, cached_input=cached, output=output,
-                               reasoning=max(0, now[4] - before[4])))
+                session.bill(session.model or "", Usage(input=billed - cached, cached_input=cached, output=output,
+                                                        reasoning=max(0, now[4] - before[4])))
                 change.usage = True
             self._total = now
 

@@ -258,7 +258,7 @@ class GeminiReader(Reader):
         if old is not None:
             session.cumulative[old[0]].add(old[1], -1)  # written again: its usage replaces, not adds
         self._usage[message_id] = (model, usage)
-        session.cumulative.setdefault(model, Usage()).add(usage)
+        session.bill(model, usage)
         used = tokens(raw.get("input"))
         note_report(session, used, usage, model, rec.get("timestamp"))
         if not used:
@@ -378,7 +378,7 @@ class _SubagentCost(Reader):
             cumulative[old[0]].add(old[1], -1)
         usage = usage_of(raw)
         self.seen[rec["id"]] = (model, usage)
-        cumulative.setdefault(model, Usage()).add(usage)
+        self.parent.session.bill(model, usage)
 
 
 # --- where its sessions live ----------------------------------------------------------------------

@@ -490,7 +490,7 @@ class OpenCodeReader(SessionReader):
         request = Usage(input=uncached, cached_input=read, cache_write=written, output=output + reasoning,
                         reasoning=reasoning)
         if request.input or request.cached_input or request.cache_write or request.output:
-            session.cumulative.setdefault(model, Usage()).add(request)
+            session.bill(model, request)
             change.usage = True
         prompt = uncached + read + written
         if prompt and session.first_request is None:

@@ -185,6 +185,13 @@ class Session:
         else:
             self.turns[:] = [turn]
 
+    def bill(self, model: str, usage: Usage) -> None:
+        """`usage` billed to `model` (its cost)."""
+        into = self.cumulative.get(model)
+        if into is None:
+            into = self.cumulative[model] = Usage()
+        into.add(usage)
+
     def reported(self, used: int) -> None:
         """The agent reported `used` tokens for everything in the window up to now."""
         self.baseline = used
