@@ -5,6 +5,9 @@ about 2% off tiktoken instead of 5%, and faster. It is optional: without a compi
 still succeeds and the estimator uses its pure-Python path (ctxd/tokens/estimator.py).
 ctxd/agents/_skim.c finds a session line's few fields without decoding the rest (the summaries
 of ctxd sessions); without it ctxd/agents/skim.py does the same in Python, slower.
+ctxd/agents/_claude.c and _codex.c read a run of a transcript's lines that hold no turn at once, by
+the readers' rules (claude.py, codex.py); without them the readers take each line in Python.
+_json.h and _runs.h hold what these share.
 ctxd/agents/_crc32.c computes zlib's CRC-32 with carry-less multiplies (x86-64), several times faster
 than zlib 1.2's: the rewrite check of every byte a session reader reads; without it, zlib.crc32.
 """
