@@ -290,18 +290,25 @@ def odd_claude_lines(ws: str) -> list[dict[str, Any]]:
     return lines
 
 
+def counted_runs(native: Any) -> tuple[Any, list[int]]:
+    """`native` (_claude or _codex, or None where it is not built) as a reader uses it, with the count
+    of the rows its `run` read at once."""
+    folded = [0]
+
+    def run(*args: Any) -> Any:
+        found = native.run(*args)
+        folded[0] += found[0] - args[2] if found is not None else 0
+        return found
+
+    return (SimpleNamespace(run=run) if native is not None else None), folded
+
+
 def summarized_ways(path: str) -> tuple[list[summaries.Read], int, int]:
     """`path` summarized three ways: runs of plain lines read at once (`ClaudeReader.fold`, _claude.c,
     where it is built), each plain line by `ClaudeReader._take_plain`, and every line's record built;
     with how many lines the first way read at once and the second took plain."""
     real_plain, real_native = ClaudeReader._take_plain, claude._claude
-    folded = taken = 0
-
-    def run(*args: Any) -> Any:
-        nonlocal folded
-        found = real_native.run(*args)
-        folded += found[0] - args[2] if found is not None else 0
-        return found
+    taken = 0
 
     def counted(reader: ClaudeReader, data: bytes, row: tuple[Any, ...], change: Change) -> bool:
         nonlocal taken
@@ -311,7 +318,7 @@ def summarized_ways(path: str) -> tuple[list[summaries.Read], int, int]:
 
     reads = []
     try:
-        claude._claude = SimpleNamespace(run=run) if real_native is not None else None  # type: ignore[assignment]
+        claude._claude, folded = counted_runs(real_native)
         reads.append(summaries.summarize(path, "claude", None, None))
         claude._claude = None  # type: ignore[assignment]
         ClaudeReader._take_plain = counted  # type: ignore[method-assign, assignment]
@@ -321,7 +328,7 @@ def summarized_ways(path: str) -> tuple[list[summaries.Read], int, int]:
     finally:
         ClaudeReader._take_plain, claude._claude = real_plain, real_native  # type: ignore[method-assign]
     assert all(read is not None for read in reads)
-    return [read for read in reads if read is not None], folded, taken
+    return [read for read in reads if read is not None], folded[0], taken
 
 
 def assert_same_summaries(reads: list[summaries.Read]) -> None:
@@ -485,24 +492,16 @@ def summarized_codex_ways(path: str) -> tuple[list[summaries.Read], int]:
     where it is built) and each line by `CodexReader.take`; with how many lines the first way read
     at once."""
     real = codex._codex
-    folded = 0
-
-    def run(*args: Any) -> Any:
-        nonlocal folded
-        found = real.run(*args)
-        folded += found[0] - args[2] if found is not None else 0
-        return found
-
     reads = []
     try:
-        codex._codex = SimpleNamespace(run=run) if real is not None else None  # type: ignore[assignment]
+        codex._codex, folded = counted_runs(real)
         reads.append(summaries.summarize(path, "codex", None, None))
         codex._codex = None  # type: ignore[assignment]
         reads.append(summaries.summarize(path, "codex", None, None))
     finally:
         codex._codex = real
     assert all(read is not None for read in reads)
-    return [read for read in reads if read is not None], folded
+    return [read for read in reads if read is not None], folded[0]
 
 
 def test_codex_lines_read_at_once_read_a_summary_as_line_by_line(tmp_path: Path) -> None:

@@ -76,11 +76,6 @@ static PyObject *counts_of(PyObject *usage, long long most) {
     return counts;
 }
 
-static long long count_at(PyObject *counts, PyObject *key) {
-    PyObject *value = PyDict_GetItemWithError(counts, key);
-    return value != NULL ? PyLong_AsLongLong(value) : 0;
-}
-
 static PyObject *claude_run(PyObject *self, PyObject *args) {
     Py_buffer buf;
     PyObject *rows, *layout_tuple, *limits, *messages, *lines, *state;

@@ -54,11 +54,6 @@ static PyObject *counts_of(PyObject *report, long long most) {
     return counts;
 }
 
-static long long count_at(PyObject *counts, PyObject *key) {
-    PyObject *value = PyDict_GetItemWithError(counts, key);
-    return value != NULL ? PyLong_AsLongLong(value) : 0;
-}
-
 static PyObject *codex_run(PyObject *self, PyObject *args) {
     Py_buffer buf;
     PyObject *rows, *layout, *state;

@@ -20,6 +20,12 @@ static long long token_count(PyObject *value, long long most) {
     return n > most ? most : n;
 }
 
+/* A count of `counts` (a dict of clamped ints, `token_counts`'s), 0 when it has none. */
+static long long count_at(PyObject *counts, PyObject *key) {
+    PyObject *value = PyDict_GetItemWithError(counts, key);
+    return value != NULL ? PyLong_AsLongLong(value) : 0;
+}
+
 /* `Usage.values()`. */
 static PyObject *usage_tuple(const long long *usage) {
     return Py_BuildValue("(LLLLLL)", usage[0], usage[1], usage[2], usage[3], usage[4], usage[5]);
