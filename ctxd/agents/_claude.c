@@ -13,9 +13,10 @@
  *     rows[i:] as `skim.scan` gave them, read while they are plain. `layout`: where a row holds
  *     its type, isSidechain, message, isCompactSummary and content, then timestamp, uuid, cwd,
  *     sessionId, version, requestId, message id, model and usage. `limits`: (MAX_MESSAGES,
- *     MAX_TOKENS): a run holds no more messages than the reader remembers. `messages` and `lines`:
- *     the reader's message ids and uuids so far (a line naming one ends the run). `state`: (line, window, turns, reports, baseline, last
- *     usage, model). None when rows[i] is not plain; else the tuple `ClaudeReader._apply` reads.
+ *     MAX_TOKENS): a run holds no more messages than the reader remembers. `messages` and
+ *     `lines`: the reader's message ids and uuids so far (a line naming one ends the run).
+ *     `state`: (line, window, turns, reports, baseline, last usage, model). None when rows[i] is
+ *     not plain; else the tuple `ClaudeReader.fold` reads.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -55,8 +56,6 @@ static int count_block(const char *s, Py_ssize_t vs, Py_ssize_t ve, void *contex
     return 0;
 }
 
-static int is_span(PyObject *value) { return PyTuple_Check(value); }
-
 /* `token_counts(usage, ints_only=True)`: the usage's int values, clamped. */
 static PyObject *counts_of(PyObject *usage, long long most) {
     PyObject *counts = PyDict_New(), *key, *value;
@@ -94,17 +93,14 @@ static PyObject *claude_run(PyObject *self, PyObject *args) {
         PyBuffer_Release(&buf);
         return NULL;
     }
+    int placed = 1;
     for (int k = 0; k < LAYOUT; k++) {
         at[k] = PyLong_AsSsize_t(PyTuple_GET_ITEM(layout_tuple, k));
+        placed = placed && at[k] >= 0;
         if (at[k] > max_index) max_index = at[k];
     }
-    if (PyErr_Occurred() || max_messages < 1 || max_messages > 1 << 16) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "limits out of range");
-        PyBuffer_Release(&buf);
-        return NULL;
-    }
-    if (first < 0) {
-        PyErr_SetString(PyExc_ValueError, "a row's index is not negative");
+    if (PyErr_Occurred() || !placed || first < 0 || max_messages < 1 || max_messages > 1 << 16) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a place, the first row or a limit out of range");
         PyBuffer_Release(&buf);
         return NULL;
     }
@@ -151,7 +147,7 @@ static PyObject *claude_run(PyObject *self, PyObject *args) {
         }
         PyObject *v[LAYOUT];
         int spans = 0;
-        for (int k = TIME; k < LAYOUT; k++) spans |= is_span(v[k] = PyTuple_GET_ITEM(row, at[k]));
+        for (int k = TIME; k < LAYOUT; k++) spans |= PyTuple_Check(v[k] = PyTuple_GET_ITEM(row, at[k]));
         if (spans) break; /* (a string with escapes, say: `_take_plain` decodes it) */
         PyObject *uuid = PyUnicode_Check(v[UUID]) ? v[UUID] : NULL;
         if (uuid != NULL) {

@@ -75,17 +75,15 @@ static PyObject *codex_run(PyObject *self, PyObject *args) {
         return NULL;
     }
     long long total[TOTALS];
+    int placed = 1;
     for (int k = 0; k < LAYOUT; k++) {
         at[k] = PyLong_AsSsize_t(PyTuple_GET_ITEM(layout, k));
+        placed = placed && at[k] >= 0;
         if (at[k] > max_index) max_index = at[k];
     }
     for (int k = 0; k < TOTALS; k++) total[k] = PyLong_AsLongLong(PyTuple_GET_ITEM(total_tuple, k));
-    if (PyErr_Occurred()) {
-        PyBuffer_Release(&buf);
-        return NULL;
-    }
-    if (first < 0) {
-        PyErr_SetString(PyExc_ValueError, "a row's index is not negative");
+    if (PyErr_Occurred() || !placed || first < 0) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a place or the first row out of range");
         PyBuffer_Release(&buf);
         return NULL;
     }
