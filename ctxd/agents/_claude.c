@@ -83,7 +83,7 @@ static PyObject *claude_run(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*O!nO!O!O!O!O!", &buf, &PyList_Type, &rows, &first, &PyTuple_Type, &layout_tuple,
                           &PyTuple_Type, &limits, &PyDict_Type, &messages, &PyDict_Type, &lines, &PyTuple_Type, &state))
         return NULL;
-    Py_ssize_t at[LAYOUT], max_index = 0, max_messages, line, window, turns, reports;
+    Py_ssize_t at[LAYOUT], max_index, max_messages, line, window, turns, reports;
     long long most;
     PyObject *baseline, *last_usage, *model_now;
     if (PyTuple_GET_SIZE(layout_tuple) != LAYOUT
@@ -93,13 +93,8 @@ static PyObject *claude_run(PyObject *self, PyObject *args) {
         PyBuffer_Release(&buf);
         return NULL;
     }
-    int placed = 1;
-    for (int k = 0; k < LAYOUT; k++) {
-        at[k] = PyLong_AsSsize_t(PyTuple_GET_ITEM(layout_tuple, k));
-        placed = placed && at[k] >= 0;
-        if (at[k] > max_index) max_index = at[k];
-    }
-    if (PyErr_Occurred() || !placed || first < 0 || max_messages < 1 || max_messages > 1 << 16) {
+    max_index = read_layout(layout_tuple, at, LAYOUT);
+    if (PyErr_Occurred() || max_index < 0 || first < 0 || max_messages < 1 || max_messages > 1 << 16) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a place, the first row or a limit out of range");
         PyBuffer_Release(&buf);
         return NULL;
@@ -113,9 +108,8 @@ static PyObject *claude_run(PyObject *self, PyObject *args) {
     int nheld = 0, failed = held == NULL;
     PyObject *run_keys = PyDict_New(), *run_uuids = PySet_New(NULL), *ends = PyList_New(0);
     PyObject *first_time = NULL, *last_time = NULL, *cwd = NULL, *session = NULL, *version = NULL;
-    PyObject *first_prompted = NULL, *request_at = NULL;
-    long long first_used = 0;
-    int cache_1h = -1, usage_changed = 0, model_changed = 0, reset = 0;
+    Noted noted = {0, NULL, NULL, -1};
+    int usage_changed = 0, model_changed = 0, reset = 0;
     Py_ssize_t added_reports = 0;
     Py_INCREF(baseline);
     Py_INCREF(last_usage);
@@ -236,31 +230,16 @@ static PyObject *claude_run(PyObject *self, PyObject *args) {
             }
             for (int f = 0; f < FIELDS; f++) sums.sum[model_at][f] += usage[f];
             used = usage[0] + usage[1] + usage[2] + usage[3];
-            if (used) { /* `note_report`, then the baseline (`_reply`) */
-                if (!first_used) first_used = used;
-                if (usage[0] || usage[1] || usage[2]) {
-                    if (first_prompted == NULL)
-                        first_prompted = Py_BuildValue("(OLLL)", model, usage[0], usage[2], usage[5]);
-                    if (PyUnicode_Check(facts[0]) && PyUnicode_GET_LENGTH(facts[0]) <= 64) request_at = facts[0];
-                    if (usage[2]) cache_1h = usage[5] > 0;
-                }
-                PyObject *used_object = PyLong_FromLongLong(used);
-                int same = used_object == NULL ? -1 : PyObject_RichCompareBool(used_object, baseline, Py_EQ);
-                if (same == 1) same = PyObject_RichCompareBool(counts, last_usage, Py_EQ);
-                if (same < 0) failed = 1;
-                if (same == 0) {
-                    usage_changed = 1;
-                    Py_SETREF(last_usage, Py_NewRef(counts));
-                }
-                if (used_object != NULL) Py_SETREF(baseline, used_object);
+            if (used) { /* the baseline (`_reply`), then `note_report` */
+                int changed = report(&baseline, &last_usage, used, counts);
+                if (changed < 0 || note(&noted, used, model, usage[0], usage[1], usage[2], usage[5], facts[0]) < 0)
+                    failed = 1;
+                usage_changed |= changed > 0;
             }
             if (PyUnicode_GET_LENGTH(model) > 0) {
-                int same = PyObject_RichCompareBool(model, model_now, Py_EQ);
-                if (same < 0) failed = 1;
-                if (same == 0) {
-                    model_changed = 1;
-                    Py_SETREF(model_now, Py_NewRef(model));
-                }
+                int changed = replace_changed(&model_now, model);
+                failed |= changed < 0;
+                model_changed |= changed > 0;
             }
             Py_DECREF(counts);
         }
@@ -313,14 +292,15 @@ static PyObject *claude_run(PyObject *self, PyObject *args) {
             out = Py_BuildValue("(nnnnOOOOOOOiLOOiOOiOiOO)", j, line_stop, line, added_reports,
                                 first_time ? first_time : Py_None, last_time ? last_time : Py_None,
                                 cwd ? cwd : Py_None, session ? session : Py_None, version ? version : Py_None,
-                                ends, pending, reset, first_used, first_prompted ? first_prompted : Py_None,
-                                request_at ? request_at : Py_None, cache_1h, baseline, last_usage, usage_changed,
+                                ends, pending, reset, noted.first_used, noted.prompted ? noted.prompted : Py_None,
+                                noted.request_at ? noted.request_at : Py_None, noted.cache_1h, baseline, last_usage,
+                                usage_changed,
                                 model_now, model_changed, sum_list, message_list);
         Py_XDECREF(pending);
         Py_XDECREF(sum_list);
         Py_XDECREF(message_list);
     }
-    Py_XDECREF(first_prompted);
+    Py_XDECREF(noted.prompted);
     Py_DECREF(baseline);
     Py_DECREF(last_usage);
     Py_DECREF(model_now);

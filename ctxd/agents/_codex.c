@@ -63,7 +63,7 @@ static PyObject *codex_run(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*O!nO!LO!", &buf, &PyList_Type, &rows, &first, &PyTuple_Type, &layout, &most,
                           &PyTuple_Type, &state))
         return NULL;
-    Py_ssize_t at[LAYOUT], max_index = 0;
+    Py_ssize_t at[LAYOUT], max_index;
     int title_known = 0;
     PyObject *model_now, *window_now, *baseline, *last_usage, *total_tuple;
     if (PyTuple_GET_SIZE(layout) != LAYOUT
@@ -75,24 +75,20 @@ static PyObject *codex_run(PyObject *self, PyObject *args) {
         return NULL;
     }
     long long total[TOTALS];
-    int placed = 1;
-    for (int k = 0; k < LAYOUT; k++) {
-        at[k] = PyLong_AsSsize_t(PyTuple_GET_ITEM(layout, k));
-        placed = placed && at[k] >= 0;
-        if (at[k] > max_index) max_index = at[k];
-    }
+    max_index = read_layout(layout, at, LAYOUT);
     for (int k = 0; k < TOTALS; k++) total[k] = PyLong_AsLongLong(PyTuple_GET_ITEM(total_tuple, k));
-    if (PyErr_Occurred() || !placed || first < 0) {
+    if (PyErr_Occurred() || max_index < 0 || first < 0) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a place or the first row out of range");
         PyBuffer_Release(&buf);
         return NULL;
     }
     const char *s = buf.buf;
     Py_ssize_t n = buf.len, count = PyList_GET_SIZE(rows), j = first, line_stop = -1, report_end = -1;
-    PyObject *activity = NULL, *stamp = NULL, *prompted = NULL, *request_at = NULL;
-    int stamped = 0, model_changed = 0, window_changed = 0, reported = 0, usage_changed = 0, cache_1h = -1;
+    PyObject *activity = NULL, *stamp = NULL;
+    Noted noted = {0, NULL, NULL, -1};
+    int stamped = 0, model_changed = 0, window_changed = 0, reported = 0, usage_changed = 0;
     int failed = 0, total_changed = 0;
-    long long first_used = 0, fill = 0;
+    long long fill = 0;
     Sums sums = {0};
     Py_INCREF(model_now);
     Py_INCREF(window_now);
@@ -164,48 +160,30 @@ static PyObject *codex_run(PyObject *self, PyObject *args) {
         PyObject *window = context ? NULL : info != NULL ? PyDict_GetItemWithError(info, CONTEXT_WINDOW)
                            : is(v[EVENT], "task_started") ? v[WINDOW] : NULL;
         if (positive(window)) {
-            int same = PyObject_RichCompareBool(window, window_now, Py_EQ);
-            if (same < 0) failed = 1;
-            if (same == 0) {
-                window_changed = 1;
-                Py_SETREF(window_now, Py_NewRef(window));
-            }
+            int changed = replace_changed(&window_now, window);
+            failed |= changed < 0;
+            window_changed |= changed > 0;
         }
         if (context && PyUnicode_Check(v[MODEL])) { /* `_context` */
-            int same = PyObject_RichCompareBool(v[MODEL], model_now, Py_EQ);
-            if (same < 0) failed = 1;
-            if (same == 0) {
-                model_changed = 1;
-                Py_SETREF(model_now, Py_NewRef(v[MODEL]));
-            }
+            int changed = replace_changed(&model_now, v[MODEL]);
+            failed |= changed < 0;
+            model_changed |= changed > 0;
         }
         if (counts != NULL) { /* `_usage` */
             long long input = count_at(counts, INPUT), output = count_at(counts, OUTPUT);
             if (input || output) {
                 long long used = count_at(counts, ALL), cached = count_at(counts, CACHED);
                 long long written = count_at(counts, WRITTEN), sent = input - cached > 0 ? input - cached : 0;
-                if (used) { /* `note_report` */
-                    if (!first_used) first_used = used;
-                    if (sent || cached || written) {
-                        if (prompted == NULL)
-                            prompted = Py_BuildValue("(OLLi)", PyUnicode_Check(model_now) ? model_now : EMPTY, sent,
-                                                     written, 0);
-                        if (time != NULL && PyUnicode_GET_LENGTH(time) <= 64) request_at = time;
-                        if (written) cache_1h = 0;
-                    }
-                    fill = used;
-                }
-                PyObject *used_object = PyLong_FromLongLong(used);
-                int same = used_object == NULL ? -1 : PyObject_RichCompareBool(used_object, baseline, Py_EQ);
-                if (same == 1) same = PyObject_RichCompareBool(last_usage, counts, Py_EQ);
-                if (same < 0) failed = 1;
-                if (same == 0) { /* `Session.reported` */
+                if (note(&noted, used, PyUnicode_Check(model_now) ? model_now : EMPTY, sent, cached, written, 0,
+                         time) < 0)
+                    failed = 1;
+                fill = used ? used : fill;
+                int changed = report(&baseline, &last_usage, used, counts);
+                failed |= changed < 0;
+                if (changed > 0) { /* `Session.reported` */
                     reported = usage_changed = 1;
-                    Py_SETREF(baseline, Py_NewRef(used_object));
-                    Py_SETREF(last_usage, Py_NewRef(counts));
                     report_end = PyLong_AsSsize_t(PyTuple_GET_ITEM(row, 1));
                 }
-                Py_XDECREF(used_object);
             }
             Py_DECREF(counts);
             if (totals != NULL) { /* cost from the running total */
@@ -244,11 +222,12 @@ static PyObject *codex_run(PyObject *self, PyObject *args) {
         if (sum_list != NULL)
             out = Py_BuildValue("(nnOiOOiOiLOOiLiOOnii(LLLLL)N)", j, line_stop, activity ? activity : Py_None, stamped,
                                 stamp ? stamp : Py_None, model_now, model_changed, window_now, window_changed,
-                                first_used, prompted ? prompted : Py_None, request_at ? request_at : Py_None, cache_1h,
+                                noted.first_used, noted.prompted ? noted.prompted : Py_None,
+                                noted.request_at ? noted.request_at : Py_None, noted.cache_1h,
                                 fill, reported, baseline, last_usage, report_end, usage_changed, total_changed,
                                 total[0], total[1], total[2], total[3], total[4], sum_list);
     }
-    Py_XDECREF(prompted);
+    Py_XDECREF(noted.prompted);
     Py_DECREF(model_now);
     Py_DECREF(window_now);
     Py_DECREF(baseline);
