@@ -11,15 +11,17 @@ import pytest
 from ctxd.agents import jsonl
 
 try:
-    from ctxd.agents._crc32 import crc32
+    from ctxd.agents._crc32 import WIDE, crc32
 except ImportError as error:  # no compiler at install, or a CPU without carry-less multiplies
     pytest.skip(f"the folded CRC-32 is not built or cannot run here ({error}); zlib.crc32 is used",
                 allow_module_level=True)
 
 
 def test_it_gives_zlibs_values_on_every_length_and_start_value() -> None:
+    """Every length up to five of the wide fold's blocks (256 bytes, where the CPU has it: `WIDE`),
+    the narrow one's (64) below 256 and after the wide blocks, and longer ones."""
     chance = random.Random(38)
-    for length in [*range(0, 260), *(chance.randrange(260, 1 << 20) for _ in range(60))]:
+    for length in [*range(0, 1300), *(chance.randrange(1300, 1 << 20) for _ in range(60))]:
         data = chance.randbytes(length)
         start = chance.randrange(1 << 32)
         assert crc32(data) == zlib.crc32(data), length
@@ -36,3 +38,4 @@ def test_a_crc_carried_over_a_split_is_the_whole_ones() -> None:
 
 def test_the_readers_use_it() -> None:
     assert jsonl.crc32 is crc32
+    assert isinstance(WIDE, bool)

@@ -7,6 +7,9 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #define MAX_KEYS 32
 
@@ -15,15 +18,34 @@ static Py_ssize_t blanks(const char *s, Py_ssize_t i, Py_ssize_t n) {
     return i;
 }
 
-/* The offset just after the string whose opening quote is at i; -1 when it is not closed. */
+/* Whether the quote at `at` closes the string opened at i: an even run of backslashes before it. */
+static int closes(const char *s, Py_ssize_t i, Py_ssize_t at) {
+    Py_ssize_t back = at - 1;
+    while (back > i && s[back] == '\\') back--;
+    return ((at - 1 - back) & 1) == 0;
+}
+
+/* The offset just after the string whose opening quote is at i; -1 when it is not closed. Most
+ * strings of a session line are short (keys, ids, types, times): their first SHORT_STRING bytes
+ * are looked at 16 at a time, without a call to memchr (a third of a first read's skimming). */
+#define SHORT_STRING 64
 static Py_ssize_t string_end(const char *s, Py_ssize_t i, Py_ssize_t n) {
     Py_ssize_t p = i + 1;
+#if defined(__SSE2__)
+    const __m128i quote = _mm_set1_epi8('"');
+    for (Py_ssize_t stop = p + SHORT_STRING; p + 16 <= n && p < stop; p += 16) {
+        unsigned mask = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(s + p)), quote));
+        for (; mask != 0; mask &= mask - 1) {
+            Py_ssize_t at = p + __builtin_ctz(mask);
+            if (closes(s, i, at)) return at + 1;
+        }
+    }
+#endif
     for (;;) {
         const char *q = memchr(s + p, '"', (size_t)(n - p));
         if (q == NULL) return -1;
-        Py_ssize_t at = q - s, back = at - 1;
-        while (back > i && s[back] == '\\') back--;
-        if (((at - 1 - back) & 1) == 0) return at + 1; /* an even run of backslashes: not escaped */
+        Py_ssize_t at = q - s;
+        if (closes(s, i, at)) return at + 1;
         p = at + 1;
     }
 }
