@@ -26,6 +26,7 @@ open them again.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -165,17 +166,18 @@ class Summaries:
         if db is None:
             return {}
         try:
-            rows = db.execute("SELECT path, agent, version, file, cwd, facts FROM file_summaries").fetchall()
+            rows = db.execute("SELECT path, agent, version, file, cwd, facts, offset FROM file_summaries").fetchall()
         except sqlite3.Error as error:
             log.info("cannot read %s (%s)", self.path, error)
             return {}
         wanted = set(paths) if paths is not None else None
         out = {}
-        for path, agent, version, file, cwd, facts in rows:
+        for path, agent, version, file, cwd, facts, offset in rows:
             if version != VERSION or (wanted is not None and path not in wanted):
                 continue
             try:
-                out[path] = Stored(path, agent, json.loads(file), cwd, json.loads(facts) if facts else None)
+                out[path] = Stored(path, agent, json.loads(file), cwd, json.loads(facts) if facts else None,
+                                   offset=offset if isinstance(offset, int) else 0)
             except ValueError:
                 continue
         return out
@@ -376,9 +378,10 @@ def _collect_summarized(folder: Path, sources: list[discovery.Source], state_dir
     store = Summaries(state_dir) if state_dir is not None else None
     known = store.load() if store is not None else {}
     folders = Folders([folder])
-    found: list[Found] = []
-    todo: list[tuple[str, str, str | None]] = []  # (path, agent, cwd) to read
-    peeks: list[Stored] = []
+    found: dict[str, Found | None] = {}  # by path, in the stores' order (None: to read); ties show as the next run's
+    # The files not summarized as they are now: how much of each is left to read, and whether its
+    # head was peeked at before (a fresh summary without facts: in the folder).
+    unread: list[tuple[int, str, discovery.Source, bool]] = []
     for source in sources:
         assert source.store is not None
         for path in source.store.keys():
@@ -386,12 +389,27 @@ def _collect_summarized(folder: Path, sources: list[discovery.Source], state_dir
             if stored is not None and stored.agent == source.agent and fresh(stored, path):
                 if folders.folder_of(stored.cwd) != folder:
                     continue
-                if stored.facts is not None:
-                    session = Session.from_state(stored.agent, path, stored.facts["session"])
-                    used = stored.facts.get("used")
-                    found.append(Found(session, used if isinstance(used, int) else None))
+                if stored.facts is None:
+                    found[path] = None
+                    unread.append((_size(path), path, source, True))
                     continue
-                todo.append((path, source.agent, stored.cwd))
+                session = Session.from_state(stored.agent, path, stored.facts["session"])
+                used = stored.facts.get("used")
+                found[path] = Found(session, used if isinstance(used, int) else None)
+                continue
+            found[path] = None
+            left = _size(path) - (stored.offset if stored is not None and stored.agent == source.agent else 0)
+            unread.append((left, path, source, False))
+    unread.sort(key=lambda entry: -entry[0])  # the largest first, so that the workers end together
+    unsaved: list[Stored] = []
+
+    def jobs() -> Iterator[Job]:
+        """The files to read, each peeked at (its head) when not known to be in the folder: made as
+        the workers read those before them, which start on the largest at once."""
+        for _, path, source, peeked_before in unread:
+            assert source.store is not None
+            if peeked_before:
+                yield path, source.agent, None, known[path].cwd
                 continue
             facts = file_facts(path, source.agent)
             if facts is None:
@@ -401,31 +419,30 @@ def _collect_summarized(folder: Path, sources: list[discovery.Source], state_dir
                 continue  # its head is not written yet
             if folders.folder_of(cwd) != folder:
                 if cwd is not None or peeked:  # (nothing read: not looked at, its name says it is elsewhere)
-                    peeks.append(Stored(path, source.agent, facts, cwd))
+                    unsaved.append(Stored(path, source.agent, facts, cwd))
                 continue
-            todo.append((path, source.agent, cwd))
-    states = {path: store.state(path) for path, _, _ in todo if path in known} if store is not None else {}
-    jobs = [(path, agent, states.get(path), cwd) for path, agent, cwd in todo]
+            yield path, source.agent, store.state(path) if store is not None and path in known else None, cwd
+
     # The reads as the workers finish them: each one's fill is counted and its summary saved (in
     # batches, as the owner does) while the others are read, not after the last.
-    read_found: list[Found | None] = [None] * len(jobs)
-    batch: list[Stored] = peeks
-    for n, read in _run(jobs, workers):
+    batch = max(1, len(unread) // (max(1, workers) * BATCHES))
+    for read in reads(jobs(), workers, "fork", batch, shown_only=True,
+                      parallel=len(unread) > 1 and sum(entry[0] for entry in unread) > PARALLEL_BYTES):
         if read is None:
             continue
         used = None
         if read.stored.facts is not None:
             used = read.stored.facts["used"] = fill(read.session, read.tail)
         if folders.folder_of(read.stored.cwd) == folder:
-            read_found[n] = Found(read.session, used)
-        batch.append(read.stored)
-        if store is not None and len(batch) >= SAVE_BATCH:
-            store.save(batch)
-            batch = []
+            found[read.stored.path] = Found(read.session, used)
+        unsaved.append(read.stored)
+        if store is not None and len(unsaved) >= SAVE_BATCH:
+            store.save(unsaved)
+            unsaved.clear()
     if store is not None:
-        store.save(batch)
+        store.save(unsaved)
         store.close()
-    return found + [f for f in read_found if f is not None]
+    return [f for f in found.values() if f is not None]
 
 
 def _summarize_job(job: tuple[str, str, dict[str, Any] | None, str | None]) -> Read | None:
@@ -447,39 +464,42 @@ def _shown_job(job: Job) -> Read | None:
     return read
 
 
-def _run(jobs: list[Job], workers: int) -> Iterator[tuple[int, Read | None]]:
-    """The jobs' reads with their place in `jobs`, as they are done, here or in `workers`
-    processes (forked: this process runs no thread yet), the largest first so that the workers
-    end together."""
-    order = sorted(range(len(jobs)), key=lambda n: -_size(jobs[n][0]))
-    batch = max(1, len(jobs) // (max(1, workers) * BATCHES))
-    yield from zip(order, reads([jobs[n] for n in order], workers, "fork", batch, shown_only=True))
-
-
-def reads(jobs: list[Job], workers: int, context: str, batch: int = 1, shown_only: bool = False) -> Iterator[Read | None]:
+def reads(jobs: Iterable[Job], workers: int, context: str, batch: int = 1, shown_only: bool = False,
+          parallel: bool | None = None) -> Iterator[Read | None]:
     """The jobs' reads in their order, each as soon as it is done (its `batch` of jobs, handed to a
     worker at once): in `workers` processes (made by `context`: "spawn" from a process that runs
-    threads) when there is more than PARALLEL_BYTES to read, else here; here too when no process
-    can be had. The workers know this process's secrets (`ctxd.redact`): no title they read keeps
-    the configured API key. `shown_only`: the caller shows each session as its summary has it (the
-    session object stays in the worker)."""
-    left = sum(_size(path) - int((state or {}).get("offset", 0)) for path, _, state, _ in jobs)
-    if workers < 2 or len(jobs) < 2 or left <= PARALLEL_BYTES:
+    threads) when there is more than PARALLEL_BYTES to read (`parallel`, when the caller knows;
+    `jobs` may then be made as the workers read those before them), else here; here too when no
+    process can be had. The workers know this process's secrets (`ctxd.redact`): no title they read
+    keeps the configured API key. `shown_only`: the caller shows each session as its summary has it
+    (the session object stays in the worker)."""
+    if parallel is None:
+        jobs = list(jobs)
+        parallel = len(jobs) > 1 and sum(_size(path) - int((state or {}).get("offset", 0))
+                                         for path, _, state, _ in jobs) > PARALLEL_BYTES
+    if workers < 2 or not parallel:
         yield from (_summarize_job(job) for job in jobs)
         return
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
+    taken: list[Job] = []
+
+    def taking() -> Iterator[Job]:
+        for job in jobs:
+            taken.append(job)
+            yield job
+
     done = 0
     try:
         with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(context),
                                  initializer=redact.adopt, initargs=(redact.secrets(),)) as pool:
-            for result in pool.map(_shown_job if shown_only else _summarize_job, jobs, chunksize=batch):
+            for result in pool.map(_shown_job if shown_only else _summarize_job, taking(), chunksize=batch):
                 done += 1
                 yield result
     except (OSError, RuntimeError) as error:  # no processes to be had (or one died): the rest here
         log.info("summarizing in this process (%s)", error)
-        yield from (_summarize_job(job) for job in jobs[done:])
+        yield from (_summarize_job(job) for job in itertools.chain(taken[done:], jobs))
 
 
 def _size(path: str) -> int:
