@@ -56,10 +56,11 @@ def summary(session: Session, prices: dict[str, pricing.Price] | None = None,
 
 
 def collect(folder: Path, sources: list[discovery.Source], state_dir: Path | None = None,
-            workers: int = 1) -> list[summaries.Found]:
+            workers: int = 1, show: summaries.Shower | None = None) -> list[summaries.Found]:
     """The sessions of `folder`, newest first: from their summaries in `state_dir` where their
-    files did not change, else read (and their summaries written back)."""
-    found = summaries.collect(folder, sources, state_dir, used_tokens, workers)
+    files did not change, else read (and their summaries written back); `show`: made of each
+    read as it arrives (`Found.shown`)."""
+    found = summaries.collect(folder, sources, state_dir, used_tokens, workers, show)
     return sorted(found, key=lambda f: f.session.last_activity or "", reverse=True)
 
 
@@ -91,7 +92,27 @@ def _either(words: list[str]) -> str:
     return " or ".join([", ".join(words[:-1]), words[-1]] if len(words) > 2 else words)
 
 
-def render(rows: list[dict[str, Any]], folder: Path | None = None) -> str:
+class Shown:
+    """What `ctxd sessions` shows of a session with its fill: its row (`summary`), and its table's
+    cells when it prints a table; made as each session is read (summaries.Shower), while the
+    others are."""
+
+    def __init__(self, prices: dict[str, pricing.Price], configs: dict[str, AgentConfig], table: bool) -> None:
+        self.prices, self.configs, self.table = prices, configs, table
+
+    def __call__(self, session: Session, used: int | None) -> tuple[dict[str, Any], tuple[str, ...]]:
+        row = summary(session, self.prices, self.configs.get(session.agent), used)
+        return row, cells(row) if self.table else ()
+
+
+def cells(row: dict[str, Any]) -> tuple[str, ...]:
+    """A row as the table prints it."""
+    return (row["agent"], safe(row["title"] or "(no prompt yet)")[:48], safe(row["model"] or "-"), _fill(row),
+            _money(row["cost"]), _cache(row.get("cache")), safe(row["lastActivity"] or "-")[:19].replace("T", " "))
+
+
+def render(rows: list[dict[str, Any]], folder: Path | None = None, made: list[tuple[str, ...]] | None = None) -> str:
+    """The table (`made`: each row's `cells`, when made already)."""
     if not rows:
         where = safe(str(folder)) if folder is not None else "this workspace"
         titles = _either([agent.title for agent in agents.every()])
@@ -100,11 +121,8 @@ def render(rows: list[dict[str, Any]], folder: Path | None = None) -> str:
                 f"Start one here ({commands}): ctxd follows it at once, with its fill, its cost and a\n"
                 "checkpoint of your files before each turn. For a checkpoint before every edit, the status line\n"
                 "and `recall` inside the agents, run `ctxd hooks install` (docs/hooks.md).\n")
-    table = [("AGENT", "TITLE", "MODEL", "FILL", "COST", "CACHE", "LAST ACTIVITY")]
-    for row in rows:
-        table.append((row["agent"], safe(row["title"] or "(no prompt yet)")[:48], safe(row["model"] or "-"), _fill(row),
-                      _money(row["cost"]), _cache(row.get("cache")),
-                      safe(row["lastActivity"] or "-")[:19].replace("T", " ")))
+    table = [("AGENT", "TITLE", "MODEL", "FILL", "COST", "CACHE", "LAST ACTIVITY"),
+             *(made if made is not None else map(cells, rows))]
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     return "".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() + "\n" for r in table)
 
@@ -140,8 +158,10 @@ def main(argv: list[str]) -> int:
     sources = discovery.sources(homes, enabled={agent.name: settings.sources.follows(agent.name) for agent in agents.every()})
     configs = {agent.name: agent.read_config(agent.home(os.environ, homes[agent.name])) for agent in agents.every()}
     state_dir = Path(args.state_dir).expanduser() if args.state_dir else settings.chosen_state_dir()
-    found = collect(folder, sources, state_dir, workers=os.cpu_count() or 1)
-    rows = [summary(f.session, prices, configs.get(f.session.agent), f.used) for f in found]
+    show = Shown(prices, configs, args.format == "table")
+    found = collect(folder, sources, state_dir, workers=os.cpu_count() or 1, show=show)
+    shown = [f.shown if f.shown is not None else show(f.session, f.used) for f in found]
+    rows = [row for row, _ in shown]
     sessions = [f.session for f in found]
     for name in agents.names():  # format drift, on stderr: the output stays the table or JSON
         for entry in drift.unread(sessions, name):
@@ -151,7 +171,7 @@ def main(argv: list[str]) -> int:
         # every row in Python, 3x slower over thousands of sessions).
         sys.stdout.write("[\n" + ",\n".join(json.dumps(row) for row in rows) + "\n]\n" if rows else "[]\n")
     else:
-        sys.stdout.write(render(rows, folder))
+        sys.stdout.write(render(rows, folder, [line for _, line in shown]))
     return 0
 
 

@@ -349,19 +349,22 @@ class Found:
 
     session: Session
     used: int | None = None
+    shown: Any = None  # what the caller's `show` made of it as it was read
 
 
 Counter = Callable[[Session, list[dict[str, Any]]], int | None]
+Shower = Callable[[Session, "int | None"], Any]  # what a caller shows of a session with its fill
 
 
 def collect(folder: Path, sources: list[discovery.Source], state_dir: Path | None, fill: Counter,
-            workers: int = 1) -> list[Found]:
+            workers: int = 1, show: Shower | None = None) -> list[Found]:
     """Every session of `folder`. Those of an agent that summarizes: from the summaries where the
     file did not change, else read (from where its summary stood), their fill counted (`fill`),
     the summaries written back; with more than PARALLEL_BYTES to read and `workers` > 1, the reads
-    run in that many processes. The others' are read whole, once, as the daemon reads them."""
+    run in that many processes; what `show` makes of each is made as it arrives (`Found.shown`),
+    while the others are read. The others' are read whole, once, as the daemon reads them."""
     summarized = [s for s in sources if s.enabled and s.store is not None and summarizes(s.agent)]
-    found = _collect_summarized(folder, summarized, state_dir, fill, workers) if summarized else []
+    found = _collect_summarized(folder, summarized, state_dir, fill, workers, show) if summarized else []
     others = [s for s in sources if s not in summarized]
     if any(s.enabled and s.store is not None for s in others):
         from ctxd.sessions.follower import Follower
@@ -374,7 +377,7 @@ def collect(folder: Path, sources: list[discovery.Source], state_dir: Path | Non
 
 
 def _collect_summarized(folder: Path, sources: list[discovery.Source], state_dir: Path | None, fill: Counter,
-                        workers: int) -> list[Found]:
+                        workers: int, show: Shower | None) -> list[Found]:
     store = Summaries(state_dir) if state_dir is not None else None
     known = store.load() if store is not None else {}
     folders = Folders([folder])
@@ -434,7 +437,7 @@ def _collect_summarized(folder: Path, sources: list[discovery.Source], state_dir
         if read.stored.facts is not None:
             used = read.stored.facts["used"] = fill(read.session, read.tail)
         if folders.folder_of(read.stored.cwd) == folder:
-            found[read.stored.path] = Found(read.session, used)
+            found[read.stored.path] = Found(read.session, used, show(read.session, used) if show is not None else None)
         unsaved.append(read.stored)
         if store is not None and len(unsaved) >= SAVE_BATCH:
             store.save(unsaved)
