@@ -801,7 +801,7 @@ def dir_may_match(project_dir: str, folders: Folders) -> bool:
 def session_id(path: str) -> str | None:
     """A session's id is its file name. A name that is not UTF-8 cannot be an id a reply can
     carry: None, and the id comes from the lines' `sessionId`."""
-    stem = Path(path).stem
+    stem = os.path.splitext(os.path.basename(path))[0]
     try:
         stem.encode("utf-8")
     except UnicodeEncodeError:

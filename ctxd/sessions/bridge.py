@@ -164,9 +164,10 @@ class SessionBridge:
                     todo.append((path, workspace, agent, known.get(path)))
             except CtxdError as error:
                 log.info("%s: not listed: %s", path, error.message)
-        jobs: list[summaries.Job] = [(path, agent, store.state(path) if store is not None and stored is not None else None, None)
-                for path, _, agent, stored in todo if not (stored is not None and stored.facts is not None
-                                                           and summaries.fresh(stored, path))]
+        jobs: list[summaries.Job] = [
+            (path, agent, store.state(path) if store is not None and stored is not None else None, None, None)
+            for path, _, agent, stored in todo
+            if not (stored is not None and stored.facts is not None and summaries.fresh(stored, path))]
         to_read = {job[0] for job in jobs}
         reads = iter(summaries.reads(jobs, os.cpu_count() or 1, "spawn", LIST_BATCH))  # newest first, as they come
         for path, workspace, agent, stored in todo:

@@ -268,10 +268,12 @@ class Read:
             self.session = Session.from_state(self.stored.agent, self.stored.path, self.stored.facts["session"])
 
 
-def summarize(path: str, agent: str, state: dict[str, Any] | None, cwd: str | None) -> Read | None:
+def summarize(path: str, agent: str, state: dict[str, Any] | None, cwd: str | None,
+              before: dict[str, Any] | None = None) -> Read | None:
     """Bring a file's summary up to date: from `state` (where its reader stood) when the file is
-    still the one read and only grew, else from its start. None when it is not a regular file."""
-    before = file_facts(path, agent)
+    still the one read and only grew, else from its start. None when it is not a regular file.
+    `before`: its `file_facts`, when the caller took them (before this read)."""
+    before = before or file_facts(path, agent)
     if before is None:
         return None
     reader = new_reader(agent, path)
@@ -353,6 +355,7 @@ class Found:
 
 
 Counter = Callable[[Session, list[dict[str, Any]]], int | None]
+Job = tuple[str, str, dict[str, Any] | None, str | None, dict[str, Any] | None]  # `summarize`'s arguments
 Shower = Callable[[Session, "int | None"], Any]  # what a caller shows of a session with its fill
 
 
@@ -412,7 +415,7 @@ def _collect_summarized(folder: Path, sources: list[discovery.Source], state_dir
         for _, path, source, peeked_before in unread:
             assert source.store is not None
             if peeked_before:
-                yield path, source.agent, None, known[path].cwd
+                yield path, source.agent, None, known[path].cwd, None
                 continue
             facts = file_facts(path, source.agent)
             if facts is None:
@@ -424,7 +427,7 @@ def _collect_summarized(folder: Path, sources: list[discovery.Source], state_dir
                 if cwd is not None or peeked:  # (nothing read: not looked at, its name says it is elsewhere)
                     unsaved.append(Stored(path, source.agent, facts, cwd))
                 continue
-            yield path, source.agent, store.state(path) if store is not None and path in known else None, cwd
+            yield path, source.agent, store.state(path) if store is not None and path in known else None, cwd, facts
 
     # The reads as the workers finish them: each one's fill is counted and its summary saved (in
     # batches, as the owner does) while the others are read, not after the last.
@@ -448,7 +451,7 @@ def _collect_summarized(folder: Path, sources: list[discovery.Source], state_dir
     return [f for f in found.values() if f is not None]
 
 
-def _summarize_job(job: tuple[str, str, dict[str, Any] | None, str | None]) -> Read | None:
+def _summarize_job(job: Job) -> Read | None:
     try:
         return summarize(*job)
     except Exception:  # noqa: BLE001 - one file that fails is left out, the others are shown
@@ -456,7 +459,6 @@ def _summarize_job(job: tuple[str, str, dict[str, Any] | None, str | None]) -> R
         return None
 
 
-Job = tuple[str, str, dict[str, Any] | None, str | None]  # `summarize`'s arguments
 
 
 def _shown_job(job: Job) -> Read | None:
@@ -479,7 +481,7 @@ def reads(jobs: Iterable[Job], workers: int, context: str, batch: int = 1, shown
     if parallel is None:
         jobs = list(jobs)
         parallel = len(jobs) > 1 and sum(_size(path) - int((state or {}).get("offset", 0))
-                                         for path, _, state, _ in jobs) > PARALLEL_BYTES
+                                         for path, _, state, *_ in jobs) > PARALLEL_BYTES
     if workers < 2 or not parallel:
         yield from (_summarize_job(job) for job in jobs)
         return
