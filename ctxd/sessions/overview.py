@@ -14,7 +14,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ctxd import agents
 from ctxd.agents.base import AgentConfig, AgentLimits
@@ -92,17 +92,25 @@ def _either(words: list[str]) -> str:
     return " or ".join([", ".join(words[:-1]), words[-1]] if len(words) > 2 else words)
 
 
+class Printed(NamedTuple):
+    """A session as `ctxd sessions` prints it: its row (`summary`), and its table's cells or its
+    JSON line, as the format asks."""
+
+    row: dict[str, Any]
+    cells: tuple[str, ...]
+    line: str
+
+
 class Shown:
-    """What `ctxd sessions` shows of a session with its fill: its row (`summary`), and its table's
-    cells when it prints a table; made as each session is read (summaries.Shower), while the
-    others are."""
+    """Makes `Printed`, as each session is read (summaries.Shower), while the others are."""
 
     def __init__(self, prices: dict[str, pricing.Price], configs: dict[str, AgentConfig], table: bool) -> None:
         self.prices, self.configs, self.table = prices, configs, table
 
-    def __call__(self, session: Session, used: int | None) -> tuple[dict[str, Any], tuple[str, ...]]:
+    def __call__(self, session: Session, used: int | None) -> Printed:
         row = summary(session, self.prices, self.configs.get(session.agent), used)
-        return row, cells(row) if self.table else ()
+        # (each JSON line made by json's C encoder: `indent` would make every row in Python, 3x slower)
+        return Printed(row, cells(row), "") if self.table else Printed(row, (), json.dumps(row))
 
 
 def cells(row: dict[str, Any]) -> tuple[str, ...]:
@@ -160,18 +168,16 @@ def main(argv: list[str]) -> int:
     state_dir = Path(args.state_dir).expanduser() if args.state_dir else settings.chosen_state_dir()
     show = Shown(prices, configs, args.format == "table")
     found = collect(folder, sources, state_dir, workers=os.cpu_count() or 1, show=show)
-    shown = [f.shown if f.shown is not None else show(f.session, f.used) for f in found]
-    rows = [row for row, _ in shown]
+    printed: list[Printed] = [f.shown if f.shown is not None else show(f.session, f.used) for f in found]
+    rows = [p.row for p in printed]
     sessions = [f.session for f in found]
     for name in agents.names():  # format drift, on stderr: the output stays the table or JSON
         for entry in drift.unread(sessions, name):
             print(safe(f"ctxd sessions: {drift.sentence(name, entry)}: {', '.join(entry['kinds'])}"), file=sys.stderr)
-    if args.format == "json":
-        # A JSON array, a session a line (each line made by json's C encoder: `indent` would make
-        # every row in Python, 3x slower over thousands of sessions).
-        sys.stdout.write("[\n" + ",\n".join(json.dumps(row) for row in rows) + "\n]\n" if rows else "[]\n")
+    if args.format == "json":  # a JSON array, a session a line
+        sys.stdout.write("[\n" + ",\n".join(p.line for p in printed) + "\n]\n" if printed else "[]\n")
     else:
-        sys.stdout.write(render(rows, folder, [line for _, line in shown]))
+        sys.stdout.write(render(rows, folder, [p.cells for p in printed]))
     return 0
 
 
