@@ -195,18 +195,23 @@ def test_claude_sidechains_are_not_the_main_window(tmp_path: Path) -> None:
     assert s.cumulative["claude-haiku-4-5-20251001"].cached_input == 90_000
 
 
-@pytest.mark.parametrize("linked", [False, True], ids=["folder", "link"])
-def test_claude_subagents_files_are_counted_never_through_a_link(tmp_path: Path, linked: bool) -> None:
+@pytest.mark.parametrize("link", ["", "session", "subagents"], ids=["folder", "session-link", "subagents-link"])
+def test_claude_subagents_files_are_counted_never_through_a_link(tmp_path: Path, link: str) -> None:
     """A subagent's file (`<session>/subagents/agent-*.jsonl`) adds to the session's cost and to
-    what its reader has left to read; through a link (the session's folder made one) it is neither."""
+    what its reader has left to read; through a link (the session's folder or its `subagents`
+    made one) it is neither."""
     path = fx.write_jsonl(fx.claude_path(tmp_path, "/w"), fx.claude_session("/w"))
+    linked = bool(link)
     folder = tmp_path / "elsewhere" if linked else path.with_suffix("")
     fx.write_jsonl(folder / "subagents" / "agent-1.jsonl",
                    fx.claude_assistant([{"type": "text", "text": "sub"}], "msg_s1", "s1", None, "/w",
                                        "2025-10-03T11:00:09.000Z", fx.claude_usage(1_000, 0, 0, 500),
                                        model="claude-haiku-4-5-20251001"))
-    if linked:
+    if link == "session":
         path.with_suffix("").symlink_to(folder)
+    elif link == "subagents":
+        path.with_suffix("").mkdir()
+        (path.with_suffix("") / "subagents").symlink_to(folder / "subagents")
     reader = ClaudeReader(str(path), fx.CLAUDE_ID)
     stamp = ClaudeSessions(tmp_path).stamp(str(path))
     assert stamp is not None

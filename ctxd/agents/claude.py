@@ -42,6 +42,7 @@ import json
 import operator
 import os
 import re
+import stat
 from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
@@ -814,8 +815,13 @@ def subagent_files(key: str) -> list[str]:
     through a link (docs/sessions.md, Privacy)."""
     if not key.endswith(".jsonl"):
         return []
+    try:  # (most sessions have no folder beside them: one call to learn it)
+        if not stat.S_ISDIR(os.lstat(key[: -len(".jsonl")]).st_mode):
+            return []  # a link, or not a folder
+    except OSError:
+        return []
     folder = os.path.join(key[: -len(".jsonl")], "subagents")
-    if os.path.islink(os.path.dirname(folder)) or os.path.islink(folder):
+    if os.path.islink(folder):
         return []
     return sorted(entry.path for entry in entries(folder)
                   if entry.name.endswith(".jsonl") and entry.is_file(follow_symlinks=False))[:MAX_SUBAGENT_FILES]
