@@ -787,17 +787,26 @@ class Store:
     def follow_state(self, path: str) -> dict[str, Any] | None:
         """Where the reader of a followed session's file stood with what its thread holds (None:
         never mirrored, or its thread no longer says it mirrors that file)."""
+        return self.follow_states([path]).get(path)
+
+    def follow_states(self, paths: list[str]) -> dict[str, dict[str, Any]]:
+        """`follow_state` of each of `paths` that has one, 500 paths per statement (a first listing's)."""
+        rows: list[Any] = []
         with self._read() as db:
-            row = db.execute("SELECT f.state, t.state FROM followed f JOIN threads t ON t.thread = f.thread"
-                             " WHERE f.path = ?", (path,)).fetchone()
-        try:
-            state = json.loads(row[0]) if row is not None else None
-            followed = (json.loads(row[1]) or {}).get("followed") if row is not None and row[1] else None
-        except (ValueError, AttributeError):
-            return None
-        if not isinstance(state, dict) or not isinstance(followed, dict) or followed.get("path") != path:
-            return None
-        return state
+            for start in range(0, len(paths), 500):
+                part = paths[start:start + 500]
+                rows += db.execute("SELECT f.path, f.state, t.state FROM followed f JOIN threads t ON t.thread = f.thread"
+                                   f" WHERE f.path IN ({', '.join('?' * len(part))})", part).fetchall()
+        found: dict[str, dict[str, Any]] = {}
+        for path, state_text, thread_state in rows:
+            try:
+                state = json.loads(state_text)
+                followed = (json.loads(thread_state) or {}).get("followed") if thread_state else None
+            except (ValueError, AttributeError):
+                continue
+            if isinstance(state, dict) and isinstance(followed, dict) and followed.get("path") == path:
+                found[path] = state
+        return found
 
     def resolve(self, thread: str, seq: int) -> int:
         """Where the item given `seq` is stored now: `seq` itself, unless a compaction's swap moved

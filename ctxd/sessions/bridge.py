@@ -149,21 +149,30 @@ class SessionBridge:
         skimmed): its thread shows its title, cost and fill at once, its items follow."""
         from ctxd.sessions import summaries
 
+        files = [(path, folder, agent) for path, folder, agent in files
+                 if summaries.summarizes(agent)]  # (the others are read whole: listed as they are mirrored)
         store = summaries.Summaries(self.state_dir) if self.state_dir is not None else None
         known = store.load([path for path, _, _ in files]) if store is not None else {}
         fresh: list[summaries.Stored] = []
         waiting: dict[str, tuple[Workspace, list[Listed]]] = {}  # per folder, the threads to list next
         first: set[str] = set()  # folders whose newest listed thread was told at once
-        todo: list[tuple[str, Workspace, str, summaries.Stored | None]] = []
-        for path, folder, agent in files:
-            if not summaries.summarizes(agent):
-                continue  # its sessions are read whole: listed as they are mirrored
+        # Each folder's workspace, and its files read before (taken up where they were): one query each.
+        by_folder: dict[Path, list[str]] = {}
+        for path, folder, _ in files:
+            by_folder.setdefault(folder, []).append(path)
+        followed: dict[Path, tuple[Workspace, dict[str, Any]] | None] = {}
+        for folder, paths in by_folder.items():
             try:
                 workspace = self.service.workspace(path_to_uri(folder))
-                if workspace.store.follow_state(path) is None:  # else: read before, taken up where it was
-                    todo.append((path, workspace, agent, known.get(path)))
+                followed[folder] = workspace, workspace.store.follow_states(paths)
             except CtxdError as error:
-                log.info("%s: not listed: %s", path, error.message)
+                log.info("%s: not listed: %s", folder, error.message)
+                followed[folder] = None
+        todo: list[tuple[str, Workspace, str, summaries.Stored | None]] = []
+        for path, folder, agent in files:
+            found = followed[folder]
+            if found is not None and path not in found[1]:
+                todo.append((path, found[0], agent, known.get(path)))
         jobs: list[summaries.Job] = [
             (path, agent, store.state(path) if store is not None and stored is not None else None, None, None)
             for path, _, agent, stored in todo
@@ -197,7 +206,7 @@ class SessionBridge:
                     self._list_threads(*waiting.pop(workspace.uri))
             except CtxdError as error:
                 log.info("%s: not listed: %s", path, error.message)
-            if len(fresh) >= 64 and store is not None:
+            if len(fresh) >= summaries.SAVE_BATCH and store is not None:
                 store.save(fresh)
                 fresh = []
         for workspace, entries in waiting.values():

@@ -692,7 +692,7 @@ def _mtime(path: str) -> float:
 
 def valid_id(session_id: str) -> bool:
     """A session id a thread can be named by: not empty, not too long, printable, one word."""
-    return 0 < len(session_id) <= MAX_ID_CHARS and session_id.isprintable() and not any(c.isspace() for c in session_id)
+    return 0 < len(session_id) <= MAX_ID_CHARS and session_id.isprintable() and session_id.split() == [session_id]
 
 
 def _nearest_existing(path: Path) -> Path | None:
