@@ -863,7 +863,7 @@ class ClaudeSessions(JsonlStore):
     def peek_cwd(self, key: str, folders: Folders) -> tuple[str | None, bool, int]:
         """A file whose project folder cannot be inside an open folder is not opened (cwd None,
         complete); else its head up to the first line that states a cwd."""
-        if not dir_may_match(Path(key).parent.name, folders):
+        if not dir_may_match(os.path.basename(os.path.dirname(key)), folders):
             return None, True, 0
         records, read = head(key, HEAD_LINES, until="cwd")
         for rec in records:
