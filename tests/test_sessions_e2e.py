@@ -419,3 +419,30 @@ def test_the_owner_never_lists_a_summary_of_a_file_changed_under_it(daemon_facto
     assert seen and set(seen) == {expected}, seen
     client.shutdown()
     assert cli_rows() == [expected]  # the summary the owner left is of the file as it is
+
+
+def test_two_files_of_one_session_id_make_one_thread_mirrored_once(daemon_factory, workspace: Path,
+                                                                   tmp_path: Path) -> None:
+    """A rollout copied to another day's folder and continued there (the same session id in two
+    files): the first listing (which takes a thread its store has not for the first file that
+    names it, without asking the store per session) makes one thread, which holds one file's
+    items, never both files' together."""
+    from ctxd.agents.codex import CodexReader
+
+    codex_home, _, env = homes(tmp_path)
+    first = fx.write_jsonl(fx.codex_path(codex_home), fx.codex_session(workspace))
+    copy = fx.codex_path(codex_home, day="2025/10/04")
+    copy.parent.mkdir(parents=True)
+    copy.write_bytes(first.read_bytes())
+    fx.append_jsonl(copy, fx.codex_turn("Now add a test for it", "2025-10-04T09:00:00.000Z", cwd=str(workspace)))
+    counts = set()
+    for path in (first, copy):
+        alone = CodexReader(str(path))
+        alone.read()
+        counts.add(len(alone.session.items))
+    assert len(counts) == 2
+    client = daemon_factory([workspace], env=env)
+    listed = wait_thread(client, workspace, CODEX_THREAD)
+    threads = client.request("ctxd/threads", {"workspace": workspace.as_uri()})["threads"]
+    assert [t["thread"] for t in threads] == [CODEX_THREAD]
+    assert listed["itemCount"] in counts

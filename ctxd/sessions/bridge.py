@@ -156,15 +156,18 @@ class SessionBridge:
         fresh: list[summaries.Stored] = []
         waiting: dict[str, tuple[Workspace, list[Listed]]] = {}  # per folder, the threads to list next
         first: set[str] = set()  # folders whose newest listed thread was told at once
-        # Each folder's workspace, and its files read before (taken up where they were): one query each.
+        # Each folder's workspace, its files read before (taken up where they were) and the threads its
+        # store has (a session whose thread it has not is its file's: `_owns` asks the store no more).
         by_folder: dict[Path, list[str]] = {}
         for path, folder, _ in files:
             by_folder.setdefault(folder, []).append(path)
         followed: dict[Path, tuple[Workspace, dict[str, Any]] | None] = {}
+        stored_threads: dict[str, set[str]] = {}
         for folder, paths in by_folder.items():
             try:
                 workspace = self.service.workspace(path_to_uri(folder))
                 followed[folder] = workspace, workspace.store.follow_states(paths)
+                stored_threads[workspace.uri] = {row[0] for row in workspace.store.listing()}
             except CtxdError as error:
                 log.info("%s: not listed: %s", folder, error.message)
                 followed[folder] = None
@@ -194,7 +197,11 @@ class SessionBridge:
                     if read.stored.facts is not None:
                         read.stored.facts["used"] = used
                         fresh.append(read.stored)
-                if session.id is None or not valid_id(session.id) or self._owns(workspace, session) is None:
+                if session.id is None or not valid_id(session.id):
+                    continue
+                if session.thread not in stored_threads[workspace.uri]:
+                    self._owners.setdefault((workspace.uri, session.thread), session.path)
+                if self._owns(workspace, session) is None:
                     continue
                 entries = waiting.setdefault(workspace.uri, (workspace, []))[1]
                 entries.append((session.thread, used if isinstance(used, int) else None, self._context(session),
