@@ -429,8 +429,9 @@ def _collect_summarized(folder: Path, sources: list[discovery.Source], state_dir
                 continue
             yield path, source.agent, store.state(path) if store is not None and path in known else None, cwd, facts
 
-    # The reads as the workers finish them: each one's fill is counted and its summary saved (in
-    # batches, as the owner does) while the others are read, not after the last.
+    # The reads as the workers finish them (forked: this process runs no thread yet): each one's
+    # fill is counted, its row made and its summary saved (in batches, as the owner does) while the
+    # others are read, not after the last.
     batch = max(1, len(unread) // (max(1, workers) * BATCHES))
     for read in reads(jobs(), workers, "fork", batch, shown_only=True,
                       parallel=len(unread) > 1 and sum(entry[0] for entry in unread) > PARALLEL_BYTES):
@@ -457,8 +458,6 @@ def _summarize_job(job: Job) -> Read | None:
     except Exception:  # noqa: BLE001 - one file that fails is left out, the others are shown
         log.exception("cannot summarize %s", job[0])
         return None
-
-
 
 
 def _shown_job(job: Job) -> Read | None:
