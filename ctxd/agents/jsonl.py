@@ -314,9 +314,12 @@ class Reader(SessionReader):
             total = Change(from_start=self.offset == 0)
             spent = 0  # bytes consumed (a chunk read again larger counts once)
             chunk = READ_CHUNK
+            # A file with fewer blocks than its size has holes (a session written on never does:
+            # two `lseek`s a chunk are asked only of such a file).
+            sparse = st.st_blocks * 512 < st.st_size
             while (self.offset < st.st_size and (budget is None or spent < budget) and total.held <= MAX_HELD_ITEMS
                    and not self.replay):
-                jumped = _next_data(fd, self.offset, st.st_size)  # over a hole at once, never read through
+                jumped = _next_data(fd, self.offset, st.st_size) if sparse else self.offset  # over a hole, never through
                 if jumped != self.offset:
                     if not self.skipping:
                         self.session.bad_lines += 1  # the hole's zeros and what follows up to a newline
@@ -324,7 +327,8 @@ class Reader(SessionReader):
                     self.offset, self._crc = jumped, None
                 if self.offset >= st.st_size:
                     break
-                data = os.pread(fd, min(chunk, _hole(fd, self.offset, st.st_size) - self.offset), self.offset)
+                end = _hole(fd, self.offset, st.st_size) if sparse else st.st_size
+                data = os.pread(fd, min(chunk, end - self.offset), self.offset)
                 if not data:
                     break
                 self.bytes_read += len(data)
