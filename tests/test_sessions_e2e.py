@@ -426,7 +426,7 @@ def test_two_files_of_one_session_id_make_one_thread_mirrored_once(daemon_factor
     """A rollout copied to another day's folder and continued there (the same session id in two
     files): the first listing (which takes a thread its store has not for the first file that
     names it, without asking the store per session) makes one thread, which holds one file's
-    items, never both files' together."""
+    items, never both files' together, and the other file is said not mirrored."""
     from ctxd.agents.codex import CodexReader
 
     codex_home, _, env = homes(tmp_path)
@@ -446,3 +446,9 @@ def test_two_files_of_one_session_id_make_one_thread_mirrored_once(daemon_factor
     threads = client.request("ctxd/threads", {"workspace": workspace.as_uri()})["threads"]
     assert [t["thread"] for t in threads] == [CODEX_THREAD]
     assert listed["itemCount"] in counts
+    # The other file is named once, as the one not mirrored (`SessionBridge._warn`).
+    claim = f"claims session id {fx.CODEX_ID!r}"
+    deadline = time.monotonic() + 10
+    while claim not in (log := (tmp_path / "daemon-0.log").read_text(errors="replace")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert log.count(claim) == 1, log[-3000:]
