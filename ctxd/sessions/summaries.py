@@ -356,7 +356,7 @@ class Found:
 
 Counter = Callable[[Session, list[dict[str, Any]]], int | None]
 Job = tuple[str, str, dict[str, Any] | None, str | None, dict[str, Any] | None]  # `summarize`'s arguments
-Shower = Callable[[Session, "int | None"], Any]  # what a caller shows of a session with its fill
+Shower = Callable[[Session, int | None], Any]  # what a caller shows of a session with its fill
 
 
 def collect(folder: Path, sources: list[discovery.Source], state_dir: Path | None, fill: Counter,
