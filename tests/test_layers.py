@@ -24,6 +24,7 @@ ALLOWED: dict[str, set[str]] = {
     "leanjson": set(),  # JSON without the json package's imports: the hooks' way to the owner
     "redact": {"leanjson"},
     "terminal": set(),
+    "heap": set(),  # glibc's mallopt: the daemon and the session readers' workers
     "safefile": set(),
     "places": {"safefile"},  # the on-disk layout: every hook and status line imports it (stdlib, bounded reads)
     "ownerlink": {"leanjson", "places"},  # the way to the owner: hooks, the status line and `ctxd mcp` import it on every call
@@ -46,11 +47,11 @@ ALLOWED: dict[str, set[str]] = {
                   "usage"},  # ghost: checkpoints
     "compact": {"errors", "ledger", "protocol", "redact", "settings", "tokens", "workspace"},
     "ghost": {"errors", "ledger", "protocol", "redact", "safefile", "settings"},  # protocol: a checkpoint's turn and tool (types)
-    "sessions": {"agents", "errors", "ghost", "ledger", "marks", "places", "protocol", "redact", "safefile",
+    "sessions": {"agents", "errors", "ghost", "heap", "ledger", "marks", "places", "protocol", "redact", "safefile",
                  "settings", "terminal", "tokens", "workspace"},  # marks: a hooked session's checkpoints are its hooks'
     "status": {"ctxd", "ledger", "protocol", "tokens", "workspace"},
     # The entries.
-    "server": {"acpspool", "compact", "ctxd", "errors", "ghost", "hookio", "hookplan", "ledger", "logs", "ownerlink", "places", "protocol",
+    "server": {"acpspool", "compact", "ctxd", "errors", "ghost", "heap", "hookio", "hookplan", "ledger", "logs", "ownerlink", "places", "protocol",
                "redact",
                "sessions", "settings", "status", "tokens", "workspace"},
     "mcp": {"acplink", "agents", "ctxd", "leanjson", "ownerlink", "places"},  # `ctxd mcp` answers before anything else is imported

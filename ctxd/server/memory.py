@@ -1,7 +1,7 @@
 """Freed memory given back to the system after a huge request (issue #27), and while one is read
 (issue #36).
 
-The daemon keeps up to 64 MB of freed memory for its next large answer (`ctxd.server.process.keep_freed_memory`),
+The daemon keeps up to 64 MB of freed memory for its next large answer (`ctxd.heap.keep_freed_memory`),
 and glibc returns memory only from the top of its heap: after a request of tens of megabytes, the
 memory its items took stayed with the process although nothing used it. A request that large is
 rare, so after one is answered the heap is trimmed (`malloc_trim`); answers, however large, are not

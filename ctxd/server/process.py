@@ -1,4 +1,4 @@
-"""What the daemon's process asks of the system: memory kept for its large strings, wide pipes,
+"""What the daemon's process asks of the system: memory kept for its large strings (`ctxd.heap`), wide pipes,
 Python children that import nothing from its folder."""
 
 from __future__ import annotations
@@ -6,13 +6,8 @@ from __future__ import annotations
 import os
 import stat
 
-# glibc's mallopt parameters.
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_ARENA_MAX = -1, -3, -8
-KEEP_FREED_BYTES = 64 * 1024 * 1024
-# glibc's heaps ("arenas") for the daemon's threads: by default up to 8 per core, each keeping what
-# its thread freed. Mirroring a heavy history (issue #38) runs the follower, the mirror and the
-# request workers at once: at full size the owner peaked at 318 MiB with the default, 278 with two.
-ARENAS = 2
+from ctxd.heap import keep_freed_memory
+
 # The size asked for the stdio pipes (see `widen_pipes`): Linux lets any user ask up to 1 MB.
 PIPE_BYTES = 1024 * 1024
 
@@ -32,23 +27,6 @@ def safe_python_children() -> None:
     worker. PYTHONSAFEPATH (Python 3.11+) keeps it off; set here, before any thread starts, so
     that every child inherits it."""
     os.environ["PYTHONSAFEPATH"] = "1"
-
-
-def keep_freed_memory() -> None:
-    """Let the daemon reuse the memory of its large strings. By default glibc maps every block
-    over a few megabytes afresh and unmaps it when freed, so the JSON of a large prompt (built
-    twice) is paid in page faults each time, several times the cost of copying it (bench/README.md).
-    Blocks up to 32 MB now come from the heap, which keeps up to 64 MB free for the next prompt
-    instead of returning it at once; the threads share ARENAS heaps. Elsewhere than glibc: nothing."""
-    import ctypes  # the daemon's alone: `ctxd usage` and `ctxd --version` start without it
-
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return
-    mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024)
-    mallopt(M_TRIM_THRESHOLD, KEEP_FREED_BYTES)
-    mallopt(M_ARENA_MAX, ARENAS)
 
 
 def widen_pipes() -> None:

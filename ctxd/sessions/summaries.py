@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ctxd import agents, redact
+from ctxd import agents, heap, redact
 from ctxd.agents.base import Agent
 from ctxd.agents.folders import Folders
 from ctxd.agents.jsonl import Reader, open_regular
@@ -468,6 +468,14 @@ def _shown_job(job: Job) -> Read | None:
     return read
 
 
+def _worker_start(secrets: tuple[str, ...]) -> None:
+    """A reading worker's start: this process's secrets (`redact`), and freed memory kept as the
+    daemon keeps it: every chunk read is a new megabyte, which glibc would otherwise give back and
+    fault in again (a tenth of a first run's reading CPU, bench/README.md)."""
+    heap.keep_freed_memory()
+    redact.adopt(secrets)
+
+
 def reads(jobs: Iterable[Job], workers: int, context: str, batch: int = 1, shown_only: bool = False,
           parallel: bool | None = None) -> Iterator[Read | None]:
     """The jobs' reads in their order, each as soon as it is done (its `batch` of jobs, handed to a
@@ -497,7 +505,7 @@ def reads(jobs: Iterable[Job], workers: int, context: str, batch: int = 1, shown
     done = 0
     try:
         with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(context),
-                                 initializer=redact.adopt, initargs=(redact.secrets(),)) as pool:
+                                 initializer=_worker_start, initargs=(redact.secrets(),)) as pool:
             for result in pool.map(_shown_job if shown_only else _summarize_job, taking(), chunksize=batch):
                 done += 1
                 yield result
