@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -485,6 +486,30 @@ def test_sessions_read_in_worker_processes_are_shown_as_read_in_one(tmp_path: Pa
     by_path = {row["path"]: row for row in first}
     assert [by_path[row["path"]] for row in expected] == expected
     assert [row["title"] for row in expected] == ["prompt 1", "prompt 2", "prompt 3"]
+
+
+@pytest.mark.parametrize("made", ["list", "generator"])
+def test_the_jobs_of_a_worker_that_dies_are_read_here_each_once_in_order(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, made: str) -> None:
+    """A worker killed mid-read (the OOM killer, say): `reads` reads what it had not given back in
+    this process, every job once and in the jobs' order, whether they came as a list (the owner's
+    listing, which takes each read as the next file's) or as they are made (`ctxd sessions`)."""
+    files = fixture_files(tmp_path)
+    victim, parent = files[2][0], os.getpid()
+    summarize = summaries.summarize
+
+    def dying(path: str, *rest: Any) -> summaries.Read | None:
+        if path == victim and os.getpid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return summarize(path, *rest)
+
+    monkeypatch.setattr(summaries, "summarize", dying)  # (the workers are forked: they have it too)
+    jobs: list[summaries.Job] = [(path, agent, None, None, None) for path, agent in files]
+    given_jobs = jobs if made == "list" else (job for job in jobs)
+    reads = list(summaries.reads(given_jobs, 2, "fork", parallel=True))
+    assert [read.stored.path if read is not None else None for read in reads] == [path for path, _ in files]
+    assert [read.session.title for read in reads if read is not None] == [
+        one.session.title for path, agent in files if (one := summarize(path, agent, None, None)) is not None]
 
 
 def summarized_codex_ways(path: str) -> tuple[list[summaries.Read], int]:

@@ -495,10 +495,11 @@ def reads(jobs: Iterable[Job], workers: int, context: str, batch: int = 1, shown
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
+    left = iter(jobs)  # (a list too: after a worker died, the rest are those not taken yet)
     taken: list[Job] = []
 
     def taking() -> Iterator[Job]:
-        for job in jobs:
+        for job in left:
             taken.append(job)
             yield job
 
@@ -511,7 +512,7 @@ def reads(jobs: Iterable[Job], workers: int, context: str, batch: int = 1, shown
                 yield result
     except (OSError, RuntimeError) as error:  # no processes to be had (or one died): the rest here
         log.info("summarizing in this process (%s)", error)
-        yield from (_summarize_job(job) for job in itertools.chain(taken[done:], jobs))
+        yield from (_summarize_job(job) for job in itertools.chain(taken[done:], left))
 
 
 def _size(path: str) -> int:
