@@ -372,6 +372,25 @@ def test_an_editor_that_comes_after_another_left_the_owner_follows_new_sessions(
     os.kill(owner, signal.SIGTERM)
 
 
+def test_a_first_owner_leaves_the_summaries_its_listing_read(daemon_factory, workspace: Path, tmp_path: Path,
+                                                              state_dir: Path) -> None:
+    """A state dir's first owner lists the sessions from their summaries, read then, and writes
+    them to the state dir once every thread is listed (bridge.py, LIST_SAVE_ROWS): `ctxd sessions`
+    and the next owner find them there, each with the fill the listing showed."""
+    from ctxd.sessions import summaries
+
+    codex_home, claude_home, env = homes(tmp_path)
+    claude = fx.write_jsonl(fx.claude_path(claude_home, workspace), fx.claude_session(workspace))
+    codex = fx.write_jsonl(fx.codex_path(codex_home), fx.codex_session(workspace))
+    client = daemon_factory([workspace], env=env)
+    listed = {thread: wait_thread(client, workspace, thread)["usage"]["usedTokens"]
+              for thread in (CLAUDE_THREAD, CODEX_THREAD)}
+    kept = summaries.Summaries(state_dir / "ctxd").load()
+    client.shutdown()
+    assert sorted(kept) == sorted([str(claude), str(codex)])
+    assert {kept[str(claude)].facts["used"], kept[str(codex)].facts["used"]} == set(listed.values()), (kept, listed)
+
+
 @pytest.mark.parametrize("change", ["rewritten", "truncated"])
 def test_the_owner_never_lists_a_summary_of_a_file_changed_under_it(daemon_factory, workspace: Path, tmp_path: Path,
                                                                    state_dir: Path, change: str) -> None:

@@ -63,6 +63,10 @@ MAX_QUEUED_ITEMS = 5_000
 # The sessions a cold owner lists are handed to its readers' workers this many at a time: one at a
 # time, the pool's own traffic was a third of the owner's work (3,000 listed in 5.1 s; 4.2 s so).
 LIST_BATCH = 16
+# The summaries a first listing reads are written once every thread is listed (on 2 cores, writing
+# them as they came cost a cold owner's listing of 3,000 sessions 0.1 s: bench/README.md, round
+# eighteen), or whenever this many wait (about 20 MB of readers' state: memory bounded).
+LIST_SAVE_ROWS = 4_096
 
 
 class SessionBridge:
@@ -153,7 +157,7 @@ class SessionBridge:
                  if summaries.summarizes(agent)]  # (the others are read whole: listed as they are mirrored)
         store = summaries.Summaries(self.state_dir) if self.state_dir is not None else None
         known = store.load([path for path, _, _ in files]) if store is not None else {}
-        fresh: list[summaries.Stored] = []
+        fresh: list[summaries.Stored] = []  # the summaries read, not written yet (LIST_SAVE_ROWS)
         waiting: dict[str, tuple[Workspace, list[Listed]]] = {}  # per folder, the threads to list next
         first: set[str] = set()  # folders whose newest listed thread was told at once
         # Each folder's workspace, its files read before (taken up where they were) and the threads its
@@ -213,7 +217,7 @@ class SessionBridge:
                     self._list_threads(*waiting.pop(workspace.uri))
             except CtxdError as error:
                 log.info("%s: not listed: %s", path, error.message)
-            if len(fresh) >= summaries.SAVE_BATCH and store is not None:
+            if len(fresh) >= LIST_SAVE_ROWS and store is not None:
                 store.save(fresh)
                 fresh = []
         for workspace, entries in waiting.values():
