@@ -336,7 +336,7 @@ def owner_run(history: heavy_history.History, state: Path, home: Path, expected:
 def bench_owner(history: heavy_history.History, facts: dict[str, Any], ccusage: Path | None, rounds: int,
                 tmp: Path, timeout: float, keep: Path | None = None) -> list[Row]:
     """`rounds` cold owners, each beside a run of ccusage (the listing's figure and its floor: their
-    medians); the first until idle (its CPU, its listings after), then a warm restart over its state."""
+    medians); the last until idle (its CPU, its listings after), then a warm restart over its state."""
     home = tmp / "home"
     home.mkdir(exist_ok=True)
     rows_json = facts.get("rows") or []

@@ -64,7 +64,7 @@ MAX_QUEUED_ITEMS = 5_000
 # time, the pool's own traffic was a third of the owner's work (3,000 listed in 5.1 s; 4.2 s so).
 LIST_BATCH = 16
 # The summaries a first listing reads are written once every thread is listed (on 2 cores, writing
-# them as they came cost a cold owner's listing of 3,000 sessions 0.1 s: bench/README.md, round
+# them as they came cost a cold owner's listing of 3,000 sessions 0.08 s: bench/README.md, round
 # eighteen), or whenever this many wait (about 20 MB of readers' state: memory bounded).
 LIST_SAVE_ROWS = 4_096
 
