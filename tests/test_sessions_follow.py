@@ -523,3 +523,72 @@ def test_a_folder_opened_while_a_session_is_being_peeked_at_follows_it(tmp_path:
         assert update.session.title == "Fix the failing test in parser.py please"
     finally:
         follower.stop()
+
+
+# --- a history of thousands: readers held only while their store is behind (issue #38) ---
+
+
+def _old(path: Path) -> Path:
+    """Written an hour ago (older than DORMANT_SECONDS)."""
+    before = time.time() - 3600
+    os.utime(path, (before, before))
+    return path
+
+
+def test_an_old_sessions_reader_goes_as_soon_as_its_store_holds_where_it_stood(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The store is behind when the reader of an old session is first looked at (a first scan reads
+    thousands of files long before they are all mirrored): the reader is kept, and goes as soon as
+    the consumer says it stored where it stood, not DORMANT_SECONDS later."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    path = str(_old(fx.write_jsonl(fx.codex_path(tmp_path / "codex"), fx.codex_session(ws))))
+    stored: dict[str, Any] = {}  # the consumer's store: where each file's reader stood, once written
+    updates: list[Update] = []
+    sources = discovery.sources({"codex": str(tmp_path / "codex"), "claude": str(tmp_path / "claude")},
+                                env={"HOME": str(tmp_path)})
+    follower = Follower(updates.append, sources, poll=True, resume=lambda _folder, key: stored.get(key))
+    follower.set_folders([ws])
+    follower.scan_once()
+    assert [u.session.thread for u in updates] == [f"codex:{fx.CODEX_ID}"] and updates[0].state is not None
+    caplog.set_level("INFO", logger="ctxd.sessions.follower")
+    follower._let_go_dormant()  # (its tick) the store is behind: kept
+    assert "dormant session readers" not in caplog.text
+    stored[path] = json.loads(json.dumps(updates[0].state))
+    follower.stored(path)
+    follower._let_go_dormant()
+    assert "let go of 1 dormant session readers (0 kept)" in caplog.text
+    assert [s.thread for s in follower.sessions(ws)] == [f"codex:{fx.CODEX_ID}"]  # (its session is still shown)
+
+
+def test_while_the_consumer_is_behind_the_old_files_a_first_scan_found_wait(tmp_path: Path) -> None:
+    """While the consumer is behind (`backlog`), the old files a first scan found wait to be read,
+    however small (each read one would hold its reader until it is stored); one written lately (a
+    session that may be going on) and a session that starts meanwhile are read at once."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    codex_home = tmp_path / "codex"
+    _old(fx.write_jsonl(fx.codex_path(codex_home), fx.codex_session(ws)))
+    going_on = "0199a213-5555-7800-8aa1-000000000008"
+    fx.write_jsonl(fx.codex_path(codex_home, going_on, day="2025/10/02"), fx.codex_session(ws, going_on))
+    behind = threading.Event()
+    behind.set()
+    updates: queue.Queue[Update] = queue.Queue()
+    sources = discovery.sources({"codex": str(codex_home), "claude": str(tmp_path / "claude")},
+                                env={"HOME": str(tmp_path)})
+    follower = Follower(updates.put, sources, poll=True, backlog=behind.is_set)
+    follower.set_folders([ws])
+    follower.start()
+    try:
+        deadline = time.monotonic() + 15
+        while not follower._scanned and time.monotonic() < deadline:  # the first scan is done
+            time.sleep(0.01)
+        assert next_update(updates, f"codex:{going_on}", timeout=15).new  # written lately: read while behind
+        later = "0199a213-5555-7800-8aa1-000000000009"
+        fx.write_jsonl(fx.codex_path(codex_home, later, day="2025/10/04"), fx.codex_session(ws, later))
+        assert next_update(updates, f"codex:{later}", timeout=15).new  # the new session: read while behind
+        assert updates.empty()  # the old one still waits
+        behind.clear()
+        assert next_update(updates, f"codex:{fx.CODEX_ID}", timeout=15).new
+    finally:
+        follower.stop()

@@ -92,7 +92,7 @@ class SessionBridge:
             agent.name: agent.read_config(agent.home(os.environ, settings.sources.home(agent.name)))
             for agent in agents.every()}
         self._checkpoints = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ctxd-checkpoint")
-        self._mirrors = _Mirrors(threads_changed)
+        self._mirrors = _Mirrors(threads_changed, self.follower.stored)
         self._owners: dict[tuple[str, str], str] = {}  # (workspace, thread) -> the file it mirrors
         self._warned: set[tuple[str, str]] = set()
         self.checkpoints_taken = 0
@@ -472,8 +472,11 @@ def _replaced(window: list[dict[str, Any]] | None, step: Step) -> list[dict[str,
 class _Mirrors:
     """The mirroring thread: jobs queued per thread, one slice of each thread's first job in turn."""
 
-    def __init__(self, threads_changed: Callable[[str, list[str] | None], None]) -> None:
+    def __init__(self, threads_changed: Callable[[str, list[str] | None], None],
+                 stored: Callable[[str], None]) -> None:
+        """`stored(path)`: where the file's reader stood (a job's `follow`) is in its store now."""
         self.threads_changed = threads_changed
+        self.stored = stored
         self._queues: OrderedDict[tuple[str, str], deque[_Job]] = OrderedDict()
         self._queued = 0  # items in the queued jobs' steps
         # Per thread: the history a session found again was being matched against, when the thread
@@ -534,6 +537,8 @@ class _Mirrors:
                 job.started = True
             try:
                 finished = self._slice(job)
+                if finished and job.follow is not None:
+                    self.stored(job.follow[0])
             except CtxdError as error:
                 log.warning("%s: cannot mirror %s: %s", job.workspace.uri, job.thread, error.message)
                 finished = True

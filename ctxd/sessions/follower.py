@@ -455,6 +455,17 @@ class Follower:
                 self._read(path)
         self._let_go_dormant()
 
+    def stored(self, path: str) -> None:
+        """The consumer's store now holds where `path`'s reader stood (an `Update.state`): a reader
+        put off while the store was behind is looked at again at the next tick (`_let_go_dormant`),
+        not DORMANT_SECONDS later. A first scan reads thousands of old files long before they are
+        all mirrored: their readers went only ten minutes after (issue #38: memory that grew with
+        the history)."""
+        with self._lock:
+            state = self._files.get(path)
+            if state is not None:
+                state.dormant_after = 0.0
+
     def _let_go_dormant(self) -> None:
         """Let the readers of dormant files go (not written, nor read again, for DORMANT_SECONDS),
         each once the consumer's store holds exactly where it stood: thousands of old sessions held
@@ -611,8 +622,8 @@ class Follower:
                 state.size, state.stamp, state.announced = st.size, st.key(), True
                 return  # as the store has it: nothing to read, nothing to tell
         reader = state.reader
-        if self._backlog is not None and ((st.size if state.reread else reader.left(st)) > DEFER_BYTES) \
-                and self._backlog():
+        if self._backlog is not None and self._backlog() and (
+                (st.size if state.reread else reader.left(st)) > DEFER_BYTES or self._unread_history(state, path)):
             with self._lock:
                 self._deferred[path] = None  # read once the consumer caught up (`_run`)
             return
@@ -650,6 +661,12 @@ class Follower:
                                   self._saved(reader, state) if self._resume is not None else None))
         if reader.caught_up:
             reader.trim()  # thousands of readers: each remembers only its last lines
+
+    def _unread_history(self, state: _File, path: str) -> bool:
+        """A file the first scan found, not read yet and not written lately: while the consumer is
+        behind it waits, however small (a first scan finds thousands: each one read would hold its
+        reader until the consumer stored it); a session written lately is read at once."""
+        return not (state.announced or state.fresh) and _mtime(path) < time.time() - self._dormant
 
     def _new_reader(self, store: SessionStore, path: str) -> SessionReader:
         reader = store.reader(path)
