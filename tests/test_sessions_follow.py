@@ -19,7 +19,7 @@ import pytest
 
 from ctxd.agents.claude import encode_project
 from ctxd.sessions import discovery
-from ctxd.sessions.follower import Follower, Update
+from ctxd.sessions.follower import DEFERRED_BATCH, Follower, Update
 from tests import session_fixtures as fx
 
 
@@ -563,12 +563,15 @@ def test_an_old_sessions_reader_goes_as_soon_as_its_store_holds_where_it_stood(
 
 def test_while_the_consumer_is_behind_the_old_files_a_first_scan_found_wait(tmp_path: Path) -> None:
     """While the consumer is behind (`backlog`), the old files a first scan found wait to be read,
-    however small (each read one would hold its reader until it is stored); one written lately (a
-    session that may be going on) and a session that starts meanwhile are read at once."""
+    however small (each read one would hold its reader until it is stored), then are all read, a
+    batch at a time; one written lately (a session that may be going on) and a session that starts
+    meanwhile are read at once."""
     ws = tmp_path / "ws"
     ws.mkdir()
     codex_home = tmp_path / "codex"
-    _old(fx.write_jsonl(fx.codex_path(codex_home), fx.codex_session(ws)))
+    old = [f"0199a213-6666-7800-8aa1-{n:012d}" for n in range(DEFERRED_BATCH + 6)]
+    for session_id in old:
+        _old(fx.write_jsonl(fx.codex_path(codex_home, session_id), fx.codex_session(ws, session_id)))
     going_on = "0199a213-5555-7800-8aa1-000000000008"
     fx.write_jsonl(fx.codex_path(codex_home, going_on, day="2025/10/02"), fx.codex_session(ws, going_on))
     behind = threading.Event()
@@ -587,8 +590,13 @@ def test_while_the_consumer_is_behind_the_old_files_a_first_scan_found_wait(tmp_
         later = "0199a213-5555-7800-8aa1-000000000009"
         fx.write_jsonl(fx.codex_path(codex_home, later, day="2025/10/04"), fx.codex_session(ws, later))
         assert next_update(updates, f"codex:{later}", timeout=15).new  # the new session: read while behind
-        assert updates.empty()  # the old one still waits
+        assert updates.empty()  # the old ones still wait
         behind.clear()
-        assert next_update(updates, f"codex:{fx.CODEX_ID}", timeout=15).new
+        deadline = time.monotonic() + 30
+        read: set[str] = set()
+        while len(read) < len(old) and time.monotonic() < deadline:
+            with contextlib.suppress(queue.Empty):
+                read.add(updates.get(timeout=1).session.thread)
+        assert read == {f"codex:{session_id}" for session_id in old}
     finally:
         follower.stop()

@@ -23,6 +23,7 @@ scan are caught up: their turns are history.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import logging
 import os
@@ -63,6 +64,7 @@ MAX_ID_CHARS = 200  # a session id longer than this (or empty, or with control c
 # them checked a tick. CTXD_DORMANT_SECONDS sets it (tests).
 DORMANT_SECONDS = 600.0
 DORMANT_BATCH = 512
+DEFERRED_BATCH = 64  # files put off while the consumer was behind, taken up at a time once it is not
 
 
 @dataclass
@@ -403,9 +405,12 @@ class Follower:
                 if self._stop:
                     return
                 if self._deferred and not (self._backlog is not None and self._backlog()):
-                    for path in self._deferred:
+                    # A batch at a time, in the order they were put off (the newest first): the
+                    # consumer may be behind again after a few of them, and each put off again is
+                    # looked at again (thousands, after a first scan).
+                    for path in list(itertools.islice(self._deferred, DEFERRED_BATCH)):
                         self._dirty[path] = None
-                    self._deferred.clear()
+                        del self._deferred[path]
                 rescan, self._rescan = self._rescan, False
                 roots, self._roots_pending = self._roots_pending, False
                 paths = list(self._dirty)
