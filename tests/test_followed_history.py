@@ -233,6 +233,27 @@ def test_a_dormant_sessions_reader_is_let_go_and_its_next_lines_are_mirrored_onc
     _check_kept(client, workspace, CODEX_THREAD, WORDS, records)
 
 
+def test_a_restart_lets_an_old_sessions_reader_go_at_once_and_mirrors_its_next_lines_once(
+        daemon_factory, workspace: Path, tmp_path: Path) -> None:
+    """An owner that takes an old session up from its store with nothing new to read lets its reader
+    go at once (a restart takes up thousands: issue #38); the session's next lines are taken up from
+    the store again, mirrored once, compactions included."""
+    codex_home, _, env = homes(tmp_path)
+    records = fx.codex_history(workspace, WORDS, replacement=[True, False, True])
+    cut = [n for n, r in enumerate(records) if r.get("type") == "compacted"]
+    rollout = fx.write_jsonl(fx.codex_path(codex_home), records[:cut[1] + 2])
+    _dormant(rollout)
+    client = daemon_factory([workspace], env=env)
+    wait_thread(client, workspace, CODEX_THREAD)
+    client.shutdown()
+    client = daemon_factory([workspace], env=env)
+    wait_thread(client, workspace, CODEX_THREAD)
+    client.request("ctxd/ghost/list", {"workspace": workspace.as_uri()})  # a round trip after its first read
+    fx.append_jsonl(rollout, records[cut[1] + 2:])  # two more compactions, and the last stretch
+    wait_thread(client, workspace, CODEX_THREAD, lambda t: t["usage"]["usedTokens"] == 23_000)
+    _check_kept(client, workspace, CODEX_THREAD, WORDS, records)
+
+
 @pytest.mark.parametrize("poll", [False, True], ids=["events", "polling"])
 def test_a_dormant_claude_session_counts_what_its_subagent_writes(daemon_factory, workspace: Path, tmp_path: Path,
                                                                   state_dir: Path, poll: bool) -> None:

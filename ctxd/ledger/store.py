@@ -787,26 +787,27 @@ class Store:
     def follow_state(self, path: str) -> dict[str, Any] | None:
         """Where the reader of a followed session's file stood with what its thread holds (None:
         never mirrored, or its thread no longer says it mirrors that file)."""
-        return self.follow_states([path]).get(path)
+        return next((state for _, state in self._follow_states([path])), None)
 
-    def follow_states(self, paths: list[str]) -> dict[str, dict[str, Any]]:
-        """`follow_state` of each of `paths` that has one, 500 paths per statement (a first listing's)."""
-        rows: list[Any] = []
-        with self._read() as db:
-            for start in range(0, len(paths), 500):
-                part = paths[start:start + 500]
-                rows += db.execute("SELECT f.path, f.state, t.state FROM followed f JOIN threads t ON t.thread = f.thread"
-                                   f" WHERE f.path IN ({', '.join('?' * len(part))})", part).fetchall()
-        found: dict[str, dict[str, Any]] = {}
-        for path, state_text, thread_state in rows:
-            try:
-                state = json.loads(state_text)
-                followed = (json.loads(thread_state) or {}).get("followed") if thread_state else None
-            except (ValueError, AttributeError):
-                continue
-            if isinstance(state, dict) and isinstance(followed, dict) and followed.get("path") == path:
-                found[path] = state
-        return found
+    def followed_paths(self, paths: list[str]) -> set[str]:
+        """Those of `paths` that have a `follow_state` (a first listing's thousands: their states are
+        not kept, each 500 read and let go)."""
+        return {path for path, _ in self._follow_states(paths)}
+
+    def _follow_states(self, paths: list[str]) -> Iterator[tuple[str, dict[str, Any]]]:
+        for start in range(0, len(paths), 500):  # 500 paths per statement
+            part = paths[start:start + 500]
+            with self._read() as db:
+                rows = db.execute("SELECT f.path, f.state, t.state FROM followed f JOIN threads t ON t.thread = f.thread"
+                                  f" WHERE f.path IN ({', '.join('?' * len(part))})", part).fetchall()
+            for path, state_text, thread_state in rows:
+                try:
+                    state = json.loads(state_text)
+                    followed = (json.loads(thread_state) or {}).get("followed") if thread_state else None
+                except (ValueError, AttributeError):
+                    continue
+                if isinstance(state, dict) and isinstance(followed, dict) and followed.get("path") == path:
+                    yield path, state
 
     def resolve(self, thread: str, seq: int) -> int:
         """Where the item given `seq` is stored now: `seq` itself, unless a compaction's swap moved

@@ -156,7 +156,6 @@ class SessionBridge:
         files = [(path, folder, agent) for path, folder, agent in files
                  if summaries.summarizes(agent)]  # (the others are read whole: listed as they are mirrored)
         store = summaries.Summaries(self.state_dir) if self.state_dir is not None else None
-        known = store.load([path for path, _, _ in files]) if store is not None else {}
         fresh: list[summaries.Stored] = []  # the summaries read, not written yet (LIST_SAVE_ROWS)
         waiting: dict[str, tuple[Workspace, list[Listed]]] = {}  # per folder, the threads to list next
         first: set[str] = set()  # folders whose newest listed thread was told at once
@@ -165,21 +164,20 @@ class SessionBridge:
         by_folder: dict[Path, list[str]] = {}
         for path, folder, _ in files:
             by_folder.setdefault(folder, []).append(path)
-        followed: dict[Path, tuple[Workspace, dict[str, Any]] | None] = {}
+        followed: dict[Path, tuple[Workspace, set[str]] | None] = {}
         stored_threads: dict[str, set[str]] = {}
         for folder, paths in by_folder.items():
             try:
                 workspace = self.service.workspace(path_to_uri(folder))
-                followed[folder] = workspace, workspace.store.follow_states(paths)
+                followed[folder] = workspace, workspace.store.followed_paths(paths)
                 stored_threads[workspace.uri] = {row[0] for row in workspace.store.listing()}
             except CtxdError as error:
                 log.info("%s: not listed: %s", folder, error.message)
                 followed[folder] = None
-        todo: list[tuple[str, Workspace, str, summaries.Stored | None]] = []
-        for path, folder, agent in files:
-            found = followed[folder]
-            if found is not None and path not in found[1]:
-                todo.append((path, found[0], agent, known.get(path)))
+        unlisted = [(path, found[0], agent) for path, folder, agent in files
+                     if (found := followed[folder]) is not None and path not in found[1]]
+        known = store.load([path for path, _, _ in unlisted]) if store is not None else {}
+        todo = [(path, workspace, agent, known.get(path)) for path, workspace, agent in unlisted]
         jobs: list[summaries.Job] = [
             (path, agent, store.state(path) if store is not None and stored is not None else None, None, None)
             for path, _, agent, stored in todo

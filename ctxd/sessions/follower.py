@@ -625,6 +625,8 @@ class Follower:
             resumed = self._take_up(state, store, path, st)
             if resumed and state.reader.left(st) == 0 and not state.reread and not woken:
                 state.size, state.stamp, state.announced = st.size, st.key(), True
+                if _mtime(path) < time.time() - self._dormant:  # dormant: its reader goes at once (a
+                    state.session, state.reader = state.reader.session, None  # restart takes up thousands)
                 return  # as the store has it: nothing to read, nothing to tell
         reader = state.reader
         if self._backlog is not None and self._backlog() and (
