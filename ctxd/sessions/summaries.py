@@ -437,8 +437,9 @@ def _collect_summarized(folder: Path, sources: list[discovery.Source], state_dir
             yield path, source.agent, store.state(path) if store is not None and path in known else None, cwd, facts
 
     # The reads as the workers finish them (forked: this process runs no thread yet): each one's
-    # fill is counted, its row made and its summary saved (in batches, as the owner does) while the
-    # others are read, not after the last.
+    # fill is counted, its row made and its summary saved (in batches) while the others are read:
+    # this process ends only once they are written, and after the last read they would be paid
+    # alone (the owner's listing, which goes on, writes its own once every thread is listed).
     batch = max(1, len(unread) // (max(1, workers) * BATCHES))
     for read in reads(jobs(), workers, "fork", batch, shown_only=True,
                       parallel=len(unread) > 1 and sum(entry[0] for entry in unread) > PARALLEL_BYTES):
