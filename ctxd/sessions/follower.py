@@ -672,8 +672,9 @@ class Follower:
     def _unread_history(self, state: _File, path: str) -> bool:
         """A file the first scan found, not read yet and not written lately: while the consumer is
         behind it waits, however small (a first scan finds thousands: each one read would hold its
-        reader until the consumer stored it); a session written lately is read at once."""
-        return not (state.announced or state.fresh) and _mtime(path) < time.time() - self._dormant
+        reader until the consumer stored it); a session written lately, or one that is not a file
+        (OpenCode's rows: no time to go by), is read at once."""
+        return not (state.announced or state.fresh) and 0 < _mtime(path) < time.time() - self._dormant
 
     def _new_reader(self, store: SessionStore, path: str) -> SessionReader:
         reader = store.reader(path)
