@@ -638,10 +638,11 @@ def test_the_daemons_session_readers_import_nothing_from_the_folder_it_runs_in(t
 
 
 def listed_by_spawned_workers(tmp_path: Path, ws: Path, prompt: Callable[[int], str],
-                              extra: dict[str, str] | None = None) -> dict[str, Any]:
+                              extra: dict[str, str] | None = None, owner: bool = False) -> dict[str, Any]:
     """Three Claude Code sessions, two of them large enough that a daemon alone (`CTXD_OWNER=0`,
     started by the launcher in `ws`, as install names it) summarizes them in spawned workers to list
-    them: its `ctxd/threads` once all three are listed."""
+    them: its `ctxd/threads` once all three are listed. `owner`: an owner lists them, in the workers
+    it forked at its start (`summaries.fork_readers`)."""
     from tests.rpc import Client, daemon_env
 
     padding = json.dumps({"type": "file-history-snapshot", "messageId": "m", "snapshot": {"pad": "x" * 8000}}).encode()
@@ -654,7 +655,7 @@ def listed_by_spawned_workers(tmp_path: Path, ws: Path, prompt: Callable[[int], 
             with path.open("ab") as handle:
                 handle.write((padding + b"\n") * (each // len(padding)))
         os.utime(path, (1_700_000_000 + n, 1_700_000_000 + n))
-    env = daemon_env(tmp_path / "state", {"CTXD_OWNER": "0", **(extra or {})})
+    env = daemon_env(tmp_path / "state", {**({} if owner else {"CTXD_OWNER": "0"}), **(extra or {})})
     proc = subprocess.Popen([sys.executable, str(REPO / "ctxd" / "launch.py")], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=ws)
     client = Client(proc)
@@ -755,11 +756,63 @@ def test_the_lines_a_summary_keeps_after_the_last_report_never_keep_the_configur
         shutil.rmtree(tmp_path / "state")
 
 
-def test_the_daemons_spawned_session_readers_redact_the_configured_api_key(tmp_path: Path, ws: Path) -> None:
-    """The sessions a daemon lists from summaries read in spawned workers: a worker is a new process
-    that knew no secret, so a title holding the key reached `ctxd/threads` and the summaries whole.
-    The workers now take the daemon's secrets (`ctxd.redact.adopt`)."""
-    listed = listed_by_spawned_workers(tmp_path, ws, lambda n: f"prompt {n} with {KEY}", {"OPENAI_API_KEY": KEY})
+@pytest.mark.parametrize("made", ["spawned", "forked ahead"])
+def test_the_daemons_session_readers_redact_the_configured_api_key(tmp_path: Path, ws: Path, made: str) -> None:
+    """The sessions a daemon lists from summaries read in worker processes: a spawned worker is a
+    new process that knew no secret, so a title holding the key reached `ctxd/threads` and the
+    summaries whole; an owner's workers are forked before it reads the settings that name the key.
+    The workers now take the daemon's secrets (`ctxd.redact.adopt`) with their jobs."""
+    owner = made == "forked ahead"
+    listed = listed_by_spawned_workers(tmp_path, ws, lambda n: f"prompt {n} with {KEY}", {"OPENAI_API_KEY": KEY},
+                                       owner=owner)
     assert KEY not in json.dumps(listed)
     assert sorted(t["title"] for t in listed["threads"]) == [f"prompt {n} with [redacted]" for n in (1, 2, 3)]
     assert stored_with_the_key(tmp_path / "state") == []
+    if owner and sys.platform.startswith("linux"):
+        log = (tmp_path / "state" / "ctxd" / "owner" / "owner.log").read_text()
+        assert "reading in the workers forked ahead" in log, log
+
+
+READING_PARENT = """
+import sys, time
+from ctxd.sessions import summaries
+if sys.argv[1] == "fork":
+    summaries.fork_readers(2)
+    pool = summaries._ready
+else:
+    pool = summaries._pool(2, "spawn")
+    for started in [pool.submit(time.sleep, 0.5) for _ in range(2)]:  # (a spawn pool starts one per job)
+        started.result()
+print(*pool._processes, flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork_readers forks on Linux only")
+@pytest.mark.parametrize("made", ["fork", "spawn"])
+def test_reading_workers_leave_when_the_process_they_read_for_is_killed(made: str) -> None:
+    """An owner killed while its reading workers wait (for their next job, or to hand back their last
+    one) left them waiting forever: the pool's pipes stay open in the workers themselves. Each
+    worker now leaves once its parent is gone (`summaries._worker_start`)."""
+    parent = subprocess.Popen([sys.executable, "-c", READING_PARENT, made], cwd=REPO, stdout=subprocess.PIPE,
+                              text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        assert parent.stdout is not None
+        workers = [int(pid) for pid in parent.stdout.readline().split()]
+        assert len(workers) == 2 and all(running(pid) for pid in workers)
+    finally:
+        parent.kill()
+        parent.wait()
+    deadline = time.monotonic() + 10 * summaries.PARENT_CHECK_SECONDS + 5
+    while any(running(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(running(pid) for pid in workers)
+
+
+def running(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie, dead but not reaped by whoever adopted it, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

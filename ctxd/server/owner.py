@@ -216,6 +216,9 @@ class Owner:
                     os.unlink(path)  # new clients start the next owner
             with contextlib.suppress(OSError):
                 self._listener.close()
+        from ctxd.sessions import summaries
+
+        summaries.close_ready()
         for fd in self._locks:  # the next owner may start now: the ledgers are safe between processes
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -526,9 +529,13 @@ def main(state_dir: Path, *, detached: bool, keep: Path | None = None) -> int:
         return 1
     setup_log(folder)
     daemon_process()
+    from ctxd.sessions import summaries
+
+    summaries.fork_readers(os.cpu_count() or 1)  # before any thread: for its first listing
     owner = Owner(state_dir)
     lock = owner.take_lock()
     if lock is None:
+        summaries.close_ready()
         return 0  # another owner runs
     owner._locks.append(lock)
     signal.signal(signal.SIGTERM, lambda *_: owner.ask_to_stop())

@@ -26,18 +26,21 @@ open them again.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import logging
 import os
 import sqlite3
 import stat
+import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ctxd import agents, heap, redact
 from ctxd.agents.base import Agent
@@ -45,6 +48,9 @@ from ctxd.agents.folders import Folders
 from ctxd.agents.jsonl import Reader, open_regular
 from ctxd.agents.session import Session
 from ctxd.sessions import discovery
+
+if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +64,10 @@ SAVE_BATCH = 256  # summaries written a transaction at a time as a first run rea
 # `ctxd sessions` hands its workers the jobs in about this many batches each: one job at a time cost
 # the pool's parent ~0.4 ms of CPU a job (0.4 s of a 1.4 s read of 1,000 files on 2 cores).
 BATCHES = 16
+# Workers forked ahead for the first reads (`fork_readers`) that no reads took are let go after this.
+READY_SECONDS = 60.0
+# How often a worker looks whether the process it works for is still there (`_worker_start`).
+PARENT_CHECK_SECONDS = 0.5
 
 # A row is a few kB (its reader's state): a table with rowids, as SQLite advises for rows larger
 # than a twentieth of a page (WITHOUT ROWID made each first run's writes twice as slow). `offset`:
@@ -468,31 +478,93 @@ def _summarize_job(job: Job) -> Read | None:
         return None
 
 
-def _shown_job(job: Job) -> Read | None:
-    """`_summarize_job`, for a caller that shows the session as its summary has it."""
+def _worker_job(secrets: tuple[str, ...], shown_only: bool, job: Job) -> Read | None:
+    """`_summarize_job` in a worker, which knows the caller's secrets (`redact`: a worker forked
+    before the settings were read had none); `shown_only`: see `reads`."""
+    if secrets:
+        redact.adopt(secrets)
     read = _summarize_job(job)
     if read is not None:
-        read.shown_only = True
+        read.shown_only = shown_only
     return read
 
 
-def _worker_start(secrets: tuple[str, ...]) -> None:
-    """A reading worker's start: this process's secrets (`redact`), and freed memory kept as the
-    daemon keeps it: every chunk read is a new megabyte, which glibc would otherwise give back and
-    fault in again (a tenth of a first run's reading CPU, bench/README.md)."""
+def _worker_start(parent: int) -> None:
+    """A reading worker's start. Freed memory is kept as the daemon keeps it: every chunk read is a
+    new megabyte, which glibc would otherwise give back and fault in again (a tenth of a first
+    run's reading CPU, bench/README.md). And it leaves when `parent` does: a worker waiting for
+    its next job, or to hand back its last, would otherwise wait forever once its parent was
+    killed (the pool's pipes stay open in the workers themselves)."""
     heap.keep_freed_memory()
-    redact.adopt(secrets)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_CHECK_SECONDS)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="ctxd-reader-parent", daemon=True).start()
+
+
+def _pool(workers: int, context: str) -> ProcessPoolExecutor:
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(context),
+                               initializer=_worker_start, initargs=(os.getpid(),))
+
+
+_ready: ProcessPoolExecutor | None = None  # `fork_readers`' workers, until reads take them
+_ready_lock = threading.Lock()
+
+
+def fork_readers(workers: int) -> None:
+    """Fork the workers of this process's first reads in worker processes now: the owner calls it at
+    its start, before it runs any thread (a fork then is safe), and its first listing takes them.
+    A worker spawned then would start Python and import the readers, about 0.1 s of CPU each while
+    the cold owner's own start wants the same cores (its listing of 3,000 sessions: 0.08 s later).
+    Linux only (elsewhere a fork without exec is not the platform's habit: the listing spawns), and
+    only while this process runs no other thread. Workers no reads took by READY_SECONDS are let go."""
+    global _ready
+    if workers < 2 or not sys.platform.startswith("linux") or threading.active_count() > 1:
+        return
+    try:
+        pool = _pool(workers, "fork")
+        pool.submit(int)  # (a fork pool makes all its processes at its first job: now)
+    except (OSError, RuntimeError) as error:
+        log.info("no reading workers forked ahead (%s)", error)
+        return
+    with _ready_lock:
+        _ready = pool
+    log.info("%d reading workers forked ahead of the first listing", workers)
+    timer = threading.Timer(READY_SECONDS, close_ready)
+    timer.daemon = True
+    timer.start()
+
+
+def _take_ready() -> ProcessPoolExecutor | None:
+    global _ready
+    with _ready_lock:
+        pool, _ready = _ready, None
+    return pool
+
+
+def close_ready() -> None:
+    """Let `fork_readers`' workers go, when no reads took them."""
+    pool = _take_ready()
+    if pool is not None:
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def reads(jobs: Iterable[Job], workers: int, context: str, batch: int = 1, shown_only: bool = False,
           parallel: bool | None = None) -> Iterator[Read | None]:
     """The jobs' reads in their order, each as soon as it is done (its `batch` of jobs, handed to a
     worker at once): in `workers` processes (made by `context`: "spawn" from a process that runs
-    threads) when there is more than PARALLEL_BYTES to read (`parallel`, when the caller knows;
-    `jobs` may then be made as the workers read those before them), else here; here too when no
-    process can be had. The workers know this process's secrets (`ctxd.redact`): no title they read
-    keeps the configured API key. `shown_only`: the caller shows each session as its summary has it
-    (the session object stays in the worker)."""
+    threads; those `fork_readers` made, when they wait) when there is more than PARALLEL_BYTES to
+    read (`parallel`, when the caller knows; `jobs` may then be made as the workers read those
+    before them), else here; here too when no process can be had. The workers know this
+    process's secrets (`ctxd.redact`): no title they read keeps the configured API key.
+    `shown_only`: the caller shows each session as its summary has it (the session object stays
+    in the worker)."""
     if parallel is None:
         jobs = list(jobs)
         parallel = len(jobs) > 1 and sum(_size(path) - int((state or {}).get("offset", 0))
@@ -500,9 +572,6 @@ def reads(jobs: Iterable[Job], workers: int, context: str, batch: int = 1, shown
     if workers < 2 or not parallel:
         yield from (_summarize_job(job) for job in jobs)
         return
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
     left = iter(jobs)  # (a list too: after a worker died, the rest are those not taken yet)
     taken: list[Job] = []
 
@@ -513,9 +582,12 @@ def reads(jobs: Iterable[Job], workers: int, context: str, batch: int = 1, shown
 
     done = 0
     try:
-        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(context),
-                                 initializer=_worker_start, initargs=(redact.secrets(),)) as pool:
-            for result in pool.map(_shown_job if shown_only else _summarize_job, taking(), chunksize=batch):
+        ready = _take_ready()
+        if ready is not None:
+            log.info("reading in the workers forked ahead")
+        with ready or _pool(workers, context) as pool:
+            job = functools.partial(_worker_job, redact.secrets(), shown_only)
+            for result in pool.map(job, taking(), chunksize=batch):
                 done += 1
                 yield result
     except (OSError, RuntimeError) as error:  # no processes to be had (or one died): the rest here
