@@ -61,8 +61,10 @@ MAX_CHARS = {"model": 200, "title": 400, "lastActivity": 64, "started": 64, "pat
 # wait in memory); a live session's few new lines are read all the same.
 MAX_QUEUED_ITEMS = 5_000
 # The sessions a cold owner lists are handed to its readers' workers this many at a time: one at a
-# time, the pool's own traffic was a third of the owner's work (3,000 listed in 5.1 s; 4.2 s so).
-LIST_BATCH = 16
+# time, the pool's own traffic was a third of the owner's work (3,000 listed in 5.1 s; 4.2 s with 16).
+# With workers forked ahead, 32: each waited for the owner to take its reads about 35 times, 5 ms
+# each (a median of 1.49 s to list 3,000; 1.44 s so; 8: 1.47 s; 64: as 32).
+LIST_BATCH = 32
 # The summaries a first listing reads are written once every thread is listed (on 2 cores, writing
 # them as they came cost a cold owner's listing of 3,000 sessions 0.08 s: bench/README.md, round
 # eighteen), or whenever this many wait (about 20 MB of readers' state: memory bounded).
