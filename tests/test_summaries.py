@@ -776,6 +776,7 @@ def test_the_daemons_session_readers_redact_the_configured_api_key(tmp_path: Pat
 READING_PARENT = """
 import sys, time
 from ctxd.sessions import summaries
+summaries.READY_SECONDS = float(sys.argv[2])
 if sys.argv[1] == "fork":
     summaries.fork_readers(2)
     pool = summaries._ready
@@ -794,8 +795,8 @@ def test_reading_workers_leave_when_the_process_they_read_for_is_killed(made: st
     """An owner killed while its reading workers wait (for their next job, or to hand back their last
     one) left them waiting forever: the pool's pipes stay open in the workers themselves. Each
     worker now leaves once its parent is gone (`summaries._worker_start`)."""
-    parent = subprocess.Popen([sys.executable, "-c", READING_PARENT, made], cwd=REPO, stdout=subprocess.PIPE,
-                              text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    parent = subprocess.Popen([sys.executable, "-c", READING_PARENT, made, "600"], cwd=REPO,
+                              stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     try:
         assert parent.stdout is not None
         workers = [int(pid) for pid in parent.stdout.readline().split()]
@@ -803,10 +804,32 @@ def test_reading_workers_leave_when_the_process_they_read_for_is_killed(made: st
     finally:
         parent.kill()
         parent.wait()
-    deadline = time.monotonic() + 10 * summaries.PARENT_CHECK_SECONDS + 5
-    while any(running(pid) for pid in workers) and time.monotonic() < deadline:
+    assert gone(workers, 10 * summaries.PARENT_CHECK_SECONDS + 5)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork_readers forks on Linux only")
+def test_workers_forked_ahead_that_no_reads_took_are_let_go() -> None:
+    """An owner whose first listing reads nothing (a warm one), or that lists nothing (started by a
+    hook), does not keep the workers it forked at its start beyond READY_SECONDS."""
+    parent = subprocess.Popen([sys.executable, "-c", READING_PARENT, "fork", "0.5"], cwd=REPO,
+                              stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        assert parent.stdout is not None
+        workers = [int(pid) for pid in parent.stdout.readline().split()]
+        assert len(workers) == 2
+        assert gone(workers, 15)
+        assert parent.poll() is None  # (they left on their own: their parent still runs)
+    finally:
+        parent.kill()
+        parent.wait()
+
+
+def gone(pids: list[int], seconds: float) -> bool:
+    """Whether the processes `pids` all end within `seconds`."""
+    deadline = time.monotonic() + seconds
+    while any(running(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not any(running(pid) for pid in workers)
+    return not any(running(pid) for pid in pids)
 
 
 def running(pid: int) -> bool:

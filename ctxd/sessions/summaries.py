@@ -64,8 +64,10 @@ SAVE_BATCH = 256  # summaries written a transaction at a time as a first run rea
 # `ctxd sessions` hands its workers the jobs in about this many batches each: one job at a time cost
 # the pool's parent ~0.4 ms of CPU a job (0.4 s of a 1.4 s read of 1,000 files on 2 cores).
 BATCHES = 16
-# Workers forked ahead for the first reads (`fork_readers`) that no reads took are let go after this.
-READY_SECONDS = 60.0
+# Workers forked ahead for the first reads (`fork_readers`) that no reads took are let go after this:
+# an editor's owner lists within a second of its start; a warm one reads nothing, and one a hook
+# started may have no editor for hours (its first listing, if any, spawns its workers).
+READY_SECONDS = 10.0
 # How often a worker looks whether the process it works for is still there (`_worker_start`).
 PARENT_CHECK_SECONDS = 0.5
 
