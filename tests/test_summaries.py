@@ -824,6 +824,32 @@ def test_workers_forked_ahead_that_no_reads_took_are_let_go() -> None:
         parent.wait()
 
 
+FORK_FAILS_SECOND_TIME = """
+import multiprocessing, os
+from ctxd.sessions import summaries
+real, forks = os.fork, []
+def fork():
+    forks.append(1)
+    if len(forks) > 1:
+        raise OSError(11, "Resource temporarily unavailable")
+    return real()
+os.fork = fork
+summaries.fork_readers(2)
+print(summaries._ready is None, len(forks), len(multiprocessing.active_children()), flush=True)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork_readers forks on Linux only")
+def test_an_owner_that_can_fork_only_some_of_its_readers_keeps_none_and_still_exits() -> None:
+    """No process to be had for the second worker (a user's process limit, no memory): the first one
+    forked would wait for a job forever, and the owner's exit would wait for it. It is killed; the
+    listing spawns its workers later, or reads in the owner."""
+    done = subprocess.run([sys.executable, "-c", FORK_FAILS_SECOND_TIME], cwd=REPO, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "2", "0"]
+
+
 def gone(pids: list[int], seconds: float) -> bool:
     """Whether the processes `pids` all end within `seconds`."""
     deadline = time.monotonic() + seconds

@@ -529,10 +529,20 @@ def fork_readers(workers: int) -> None:
     global _ready
     if workers < 2 or not sys.platform.startswith("linux") or threading.active_count() > 1:
         return
+    import multiprocessing
+
+    pool = None
     try:
         pool = _pool(workers, "fork")
         pool.submit(int)  # (a fork pool makes all its processes at its first job: now)
-    except (OSError, RuntimeError) as error:
+    except (OSError, RuntimeError) as error:  # (no processes to be had: the listing spawns, or reads here)
+        # Those forked before the failure would wait for a job forever (and this process's exit for
+        # them): this process has no other child yet.
+        for child in multiprocessing.active_children():
+            child.kill()
+            child.join(1)
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
         log.info("no reading workers forked ahead (%s)", error)
         return
     with _ready_lock:
