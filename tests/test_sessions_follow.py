@@ -11,7 +11,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -428,8 +428,9 @@ def test_a_follower_stopped_before_it_started_starts_nothing(tmp_path: Path) -> 
 
 def test_the_newest_session_is_listed_before_the_other_heads_are_peeked(tmp_path: Path) -> None:
     """Issue #38: a cold owner's first scan lists the newest session of the open folders at once
-    (its gauge is the one shown), then decides the other files' folders and lists those: on a
-    history of thousands of files, peeking at every head first delayed that gauge by a second."""
+    (its gauge is the one shown), then the other files of the open folders as their heads are
+    peeked at (the listing's readers start on the first ones meanwhile): on a history of thousands
+    of files, peeking at every head first delayed that gauge by a second, and then the readers."""
     ws, elsewhere = tmp_path / "ws", tmp_path / "other"
     ws.mkdir()
     elsewhere.mkdir()
@@ -438,21 +439,25 @@ def test_the_newest_session_is_listed_before_the_other_heads_are_peeked(tmp_path
         path = fx.write_jsonl(fx.codex_path(tmp_path / "codex", session_id),
                               fx.codex_session(elsewhere if n == 5 else ws, session_id))
         os.utime(path, (1_700_000_000 + n, 1_700_000_000 + n))
-    calls: list[tuple[list[str], int]] = []
+    calls: list[tuple[list[str], int, int]] = []
     follower: Follower | None = None
 
-    def listing(files: list[tuple[str, Path, str]]) -> None:
+    def peeked() -> int:
         assert follower is not None
-        peeked = sum(1 for state in follower._files.values() if state.decided)
-        calls.append(([Path(path).stem[-36:] for path, _, _ in files], peeked))
+        return sum(1 for state in follower._files.values() if state.decided)
+
+    def listing(files: Iterable[tuple[str, Path, str]]) -> None:
+        given = peeked()
+        calls.append(([Path(path).stem[-36:] for path, _, _ in files], given, peeked()))
 
     sources = discovery.sources({"codex": str(tmp_path / "codex"), "claude": str(tmp_path / "claude")},
                                 env={"HOME": str(tmp_path)})
     follower = Follower(lambda update: None, sources, poll=True, listing=listing)
     follower.set_folders([ws])
     follower.scan_once()
-    # The newest here, listed when only it and the newer one elsewhere were peeked at; the rest after.
-    assert calls == [([ids[4]], 2), ([ids[3], ids[2], ids[1], ids[0]], 6)]
+    # The newest here, listed when only it and the newer one elsewhere were peeked at; the rest given
+    # once the next is, each of the others peeked at as the listing takes it.
+    assert calls == [([ids[4]], 2, 2), ([ids[3], ids[2], ids[1], ids[0]], 3, 6)]
 
 
 def test_the_first_scan_peeks_and_lists_quiet_and_later_scans_do_not(tmp_path: Path) -> None:
@@ -476,8 +481,8 @@ def test_the_first_scan_peeks_and_lists_quiet_and_later_scans_do_not(tmp_path: P
         finally:
             held.pop()
 
-    def listing(files: list[tuple[str, Path, str]]) -> None:
-        seen.append((len(files), bool(held)))
+    def listing(files: Iterable[tuple[str, Path, str]]) -> None:
+        seen.append((len(list(files)), bool(held)))
 
     sources = discovery.sources({"codex": str(codex_home), "claude": str(tmp_path / "claude")},
                                 env={"HOME": str(tmp_path)})

@@ -771,6 +771,7 @@ def test_the_daemons_session_readers_redact_the_configured_api_key(tmp_path: Pat
     if owner and sys.platform.startswith("linux"):
         log = (tmp_path / "state" / "ctxd" / "owner" / "owner.log").read_text()
         assert "reading in the workers forked ahead" in log, log
+        assert "listed 2 sessions, 2 read as their heads were peeked at" in log, log  # (the newest alone before)
 
 
 READING_PARENT = """

@@ -19,12 +19,13 @@ mirrored (the thread stays the first file's).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -65,6 +66,9 @@ MAX_QUEUED_ITEMS = 5_000
 # With workers forked ahead, 32: each waited for the owner to take its reads about 35 times, 5 ms
 # each (a median of 1.49 s to list 3,000; 1.44 s so; 8: 1.47 s; 64: as 32).
 LIST_BATCH = 32
+# The files a listing is given as their heads are peeked at are looked up in the stores (followed
+# already? summarized?) this many at a time.
+LIST_CHUNK = 128
 # The summaries a first listing reads are written once every thread is listed (on 2 cores, writing
 # them as they came cost a cold owner's listing of 3,000 sessions 0.08 s: bench/README.md, round
 # eighteen), or whenever this many wait (about 20 MB of readers' state: memory bounded).
@@ -149,43 +153,58 @@ class SessionBridge:
         except CtxdError:
             return None
 
-    def _list(self, files: list[tuple[str, Path, str]]) -> None:
+    def _list(self, files: Iterable[tuple[str, Path, str]]) -> None:
         """Before the first scan reads the files (newest first), every session not in its folder's
         store yet is listed from its summary (summaries.py: shared with `ctxd sessions`, read once,
-        skimmed): its thread shows its title, cost and fill at once, its items follow."""
+        skimmed): its thread shows its title, cost and fill at once, its items follow. `files` may
+        come as their heads are peeked at: those read are handed to the readers as they come."""
         from ctxd.sessions import summaries
 
-        files = [(path, folder, agent) for path, folder, agent in files
-                 if summaries.summarizes(agent)]  # (the others are read whole: listed as they are mirrored)
         store = summaries.Summaries(self.state_dir) if self.state_dir is not None else None
         fresh: list[summaries.Stored] = []  # the summaries read, not written yet (LIST_SAVE_ROWS)
         waiting: dict[str, tuple[Workspace, list[Listed]]] = {}  # per folder, the threads to list next
         first: set[str] = set()  # folders whose newest listed thread was told at once
-        # Each folder's workspace, its files read before (taken up where they were) and the threads its
-        # store has (a session whose thread it has not is its file's: `_owns` asks the store no more).
-        by_folder: dict[Path, list[str]] = {}
-        for path, folder, _ in files:
-            by_folder.setdefault(folder, []).append(path)
-        followed: dict[Path, tuple[Workspace, set[str]] | None] = {}
+        # Each folder's workspace (None: not open), and the threads its store has (a session whose
+        # thread it has not is its file's: `_owns` asks the store no more); the sessions to list, in
+        # their order, and those read.
+        workspaces: dict[Path, Workspace | None] = {}
         stored_threads: dict[str, set[str]] = {}
-        for folder, paths in by_folder.items():
-            try:
-                workspace = self.service.workspace(path_to_uri(folder))
-                followed[folder] = workspace, workspace.store.followed_paths(paths)
-                stored_threads[workspace.uri] = {row[0] for row in workspace.store.listing()}
-            except CtxdError as error:
-                log.info("%s: not listed: %s", folder, error.message)
-                followed[folder] = None
-        unlisted = [(path, found[0], agent) for path, folder, agent in files
-                     if (found := followed[folder]) is not None and path not in found[1]]
-        known = store.load([path for path, _, _ in unlisted]) if store is not None else {}
-        todo = [(path, workspace, agent, known.get(path)) for path, workspace, agent in unlisted]
-        jobs: list[summaries.Job] = [
-            (path, agent, store.state(path) if store is not None and stored is not None else None, None, None)
-            for path, _, agent, stored in todo
-            if not (stored is not None and stored.facts is not None and summaries.fresh(stored, path))]
-        to_read = {job[0] for job in jobs}
-        reads = iter(summaries.reads(jobs, os.cpu_count() or 1, "spawn", LIST_BATCH))  # newest first, as they come
+        todo: list[tuple[str, Workspace, str, summaries.Stored | None]] = []
+        to_read: set[str] = set()
+
+        def unread() -> Iterator[summaries.Job]:
+            """The files not followed yet, LIST_CHUNK at a time as they come, into `todo`; the jobs of
+            those whose summary is not fresh."""
+            summarized = ((path, folder, agent) for path, folder, agent in files
+                          if summaries.summarizes(agent))  # (the others are read whole: listed as they are mirrored)
+            while chunk := list(itertools.islice(summarized, LIST_CHUNK)):
+                followed: set[str] = set()  # those of the chunk their folder's store follows
+                for folder in {folder for _, folder, _ in chunk}:
+                    if folder not in workspaces:
+                        workspaces[folder] = self._listing_workspace(folder, stored_threads)
+                    try:
+                        if (workspace := workspaces[folder]) is not None:
+                            followed |= workspace.store.followed_paths([p for p, f, _ in chunk if f == folder])
+                    except CtxdError as error:
+                        log.info("%s: not listed: %s", folder, error.message)
+                        workspaces[folder] = None
+                unlisted = [(path, workspace, agent) for path, folder, agent in chunk
+                            if (workspace := workspaces[folder]) is not None and path not in followed]
+                known = store.load([path for path, _, _ in unlisted]) if store is not None else {}
+                for path, workspace, agent in unlisted:
+                    stored = known.get(path)
+                    todo.append((path, workspace, agent, stored))
+                    if not (stored is not None and stored.facts is not None and summaries.fresh(stored, path)):
+                        to_read.add(path)
+                        yield path, agent, store.state(path) if store is not None and stored is not None else None, None, None
+
+        # Streamed when workers forked ahead wait (`summaries.fork_readers`): they read while the
+        # heads are still peeked at; else every head first, and the size to read decides.
+        streamed = not isinstance(files, list) and summaries.readers_ready()
+        reads = iter(summaries.reads(unread(), os.cpu_count() or 1, "spawn", LIST_BATCH,
+                                     parallel=True if streamed else None))  # newest first, as they come
+        # Every session is in `todo` once the first read is back (all jobs are handed out first).
+        reads = itertools.chain([next(reads, None)], reads)
         for path, workspace, agent, stored in todo:
             try:
                 if path not in to_read:
@@ -222,9 +241,22 @@ class SessionBridge:
                 fresh = []
         for workspace, entries in waiting.values():
             self._list_threads(workspace, entries)
+        if streamed:
+            log.info("listed %d sessions, %d read as their heads were peeked at", len(todo), len(to_read))
         if store is not None:
             store.save(fresh)
             store.close()
+
+    def _listing_workspace(self, folder: Path, stored_threads: dict[str, set[str]]) -> Workspace | None:
+        """The workspace of a folder whose sessions are listed, the threads its store has put in
+        `stored_threads`; None when it cannot be listed."""
+        try:
+            workspace = self.service.workspace(path_to_uri(folder))
+            stored_threads[workspace.uri] = {row[0] for row in workspace.store.listing()}
+        except CtxdError as error:
+            log.info("%s: not listed: %s", folder, error.message)
+            return None
+        return workspace
 
     def _list_threads(self, workspace: Workspace, entries: list[Listed]) -> None:
         """Make the threads of sessions listed before they are mirrored (one write), and tell the

@@ -29,7 +29,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -83,9 +83,11 @@ class Update:
 
 # `resume(folder, path)`: where an earlier reader of the file stood with what is stored (None: read
 # it from its start). `listing(files)`: before the first scan's files are read, newest first, the
-# consumer may list them quickly ((path, folder, agent) of each).
+# consumer may list them quickly ((path, folder, agent) of each): the newest alone, as a list, then
+# the others as their heads are peeked at (an iterator: the consumer's readers need not wait for
+# the thousands).
 Resume = Callable[[Path, str], "dict[str, Any] | None"]
-Listing = Callable[[list[tuple[str, Path, str]]], None]
+Listing = Callable[[Iterable[tuple[str, Path, str]]], None]
 
 
 @dataclass
@@ -532,22 +534,26 @@ class Follower:
         found.sort(reverse=True)
         log.debug("scan: %d new session files", len(found))
         if self._listing is not None and found:
-            listed = []
             with self._quiet() if not self._scanned else contextlib.nullcontext():
-                for _, path, agent in found:
-                    state = self._decide(path, agent)
-                    if state is not None and state.folder is not None:
-                        listed.append((path, state.folder, state.agent))
-                        if len(listed) == 1:  # the newest at once (its gauge is the one shown), not after every head
-                            self._list(listed)
-                log.debug("scan: %d session files in the open folders", len(listed))
-                self._list(listed[1:])
+                decided = self._decided(found)
+                newest = next(decided, None)
+                if newest is not None:
+                    self._list([newest])  # at once (its gauge is the one shown), not after every head
+                if (second := next(decided, None)) is not None:
+                    self._list(itertools.chain([second], decided))
         for _, path, _ in found:
             self._read(path)
         self._scanned = True
 
-    def _list(self, files: list[tuple[str, Path, str]]) -> None:
-        if files and self._listing is not None:
+    def _decided(self, found: list[tuple[float, str, str]]) -> Iterator[tuple[str, Path, str]]:
+        """The files found that are in an open folder, each as its head is peeked at."""
+        for _, path, agent in found:
+            state = self._decide(path, agent)
+            if state is not None and state.folder is not None:
+                yield path, state.folder, state.agent
+
+    def _list(self, files: Iterable[tuple[str, Path, str]]) -> None:
+        if self._listing is not None:
             try:
                 self._listing(files)
             except Exception:  # noqa: BLE001 - the files are read all the same

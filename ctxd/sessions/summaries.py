@@ -560,6 +560,11 @@ def _take_ready() -> ProcessPoolExecutor | None:
     return pool
 
 
+def readers_ready() -> bool:
+    """Whether workers `fork_readers` made wait for their first reads."""
+    return _ready is not None
+
+
 def close_ready() -> None:
     """Let `fork_readers`' workers go, when no reads took them."""
     pool = _take_ready()
