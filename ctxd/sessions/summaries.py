@@ -523,7 +523,8 @@ def fork_readers(workers: int) -> None:
     """Fork the workers of this process's first reads in worker processes now: the owner calls it at
     its start, before it runs any thread (a fork then is safe), and its first listing takes them.
     A worker spawned then would start Python and import the readers, about 0.1 s of CPU each while
-    the cold owner's own start wants the same cores (its listing of 3,000 sessions: 0.08 s later).
+    the cold owner's own start wants the same cores: its first jobs ran 60-80 ms after the listing
+    handed them out, forked ones 10 ms after (bench/README.md, round nineteen).
     Linux only (elsewhere a fork without exec is not the platform's habit: the listing spawns), and
     only while this process runs no other thread. Workers no reads took by READY_SECONDS are let go."""
     global _ready
