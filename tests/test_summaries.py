@@ -790,14 +790,20 @@ time.sleep(600)
 """
 
 
+def reading_parent(made: str, ready_seconds: str) -> subprocess.Popen[str]:
+    """A process whose two reading workers are `made` ("fork": `fork_readers`, "spawn"), that prints
+    their pids and sleeps."""
+    return subprocess.Popen([sys.executable, "-c", READING_PARENT, made, ready_seconds], cwd=REPO,
+                            stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork_readers forks on Linux only")
 @pytest.mark.parametrize("made", ["fork", "spawn"])
 def test_reading_workers_leave_when_the_process_they_read_for_is_killed(made: str) -> None:
     """An owner killed while its reading workers wait (for their next job, or to hand back their last
     one) left them waiting forever: the pool's pipes stay open in the workers themselves. Each
     worker now leaves once its parent is gone (`summaries._worker_start`)."""
-    parent = subprocess.Popen([sys.executable, "-c", READING_PARENT, made, "600"], cwd=REPO,
-                              stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    parent = reading_parent(made, "600")
     try:
         assert parent.stdout is not None
         workers = [int(pid) for pid in parent.stdout.readline().split()]
@@ -812,8 +818,7 @@ def test_reading_workers_leave_when_the_process_they_read_for_is_killed(made: st
 def test_workers_forked_ahead_that_no_reads_took_are_let_go() -> None:
     """An owner whose first listing reads nothing (a warm one), or that lists nothing (started by a
     hook), does not keep the workers it forked at its start beyond READY_SECONDS."""
-    parent = subprocess.Popen([sys.executable, "-c", READING_PARENT, "fork", "0.5"], cwd=REPO,
-                              stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    parent = reading_parent("fork", "0.5")
     try:
         assert parent.stdout is not None
         workers = [int(pid) for pid in parent.stdout.readline().split()]
