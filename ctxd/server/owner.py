@@ -531,7 +531,8 @@ def main(state_dir: Path, *, detached: bool, keep: Path | None = None) -> int:
     daemon_process()
     from ctxd.sessions import summaries
 
-    summaries.fork_readers(os.cpu_count() or 1)  # before any thread: for its first listing
+    if keep is None:  # (one a hook started, to keep a folder, may see no editor for hours)
+        summaries.fork_readers(os.cpu_count() or 1)  # before any thread: for its first listing
     owner = Owner(state_dir)
     lock = owner.take_lock()
     if lock is None:
