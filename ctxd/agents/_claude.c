@@ -4,19 +4,23 @@
  * summary reads each one for a few facts (its time, its uuid for rewinds, the reply's usage and
  * cost), and doing that line by line in Python was most of what `ctxd sessions` spent above the
  * skimmer (issue #38). This reads as many such lines as follow one another and returns what they
- * changed, once; ClaudeReader applies it. The rules are `ClaudeReader._take_plain`'s; a line this
- * cannot read exactly as that would (an escaped string, a key seen before the run, a sidechain,
- * a prompt) ends the run, and Python reads it. Without this extension every line goes through
- * `_take_plain`, with the same result.
+ * changed, once; ClaudeReader applies it. The rules are `ClaudeReader._take_plain`'s, and for a
+ * user line of text (a prompt, or Claude Code's own output) `ClaudeReader.record`'s: the text is
+ * judged by `user_text` (Python), its turn made by `fold` after the run. A line this cannot read
+ * exactly as those would (an escaped string, a key seen before the run, a sidechain, a slash
+ * command, a prompt that rewinds) ends the run, and Python reads it. Without this extension every
+ * line goes through `_take_plain` or `record`, with the same result.
  *
- * run(data, rows, i, layout, limits, messages, lines, state) -> tuple | None
+ * run(data, rows, i, layout, limits, messages, lines, state, user_text) -> tuple | None
  *     rows[i:] as `skim.scan` gave them, read while they are plain. `layout`: where a row holds
- *     its type, isSidechain, message, isCompactSummary and content, then timestamp, uuid, cwd,
- *     sessionId, version, requestId, message id, model and usage. `limits`: (MAX_MESSAGES,
- *     MAX_TOKENS): a run holds no more messages than the reader remembers. `messages` and
- *     `lines`: the reader's message ids and uuids so far (a line naming one ends the run).
- *     `state`: (line, window, turns, reports, baseline, last usage, model). None when rows[i] is
- *     not plain; else the tuple `ClaudeReader.fold` reads.
+ *     its type, isSidechain, message, isCompactSummary, content, parentUuid and isMeta, then
+ *     timestamp, uuid, cwd, sessionId, version, requestId, message id, model and usage. `limits`:
+ *     (MAX_MESSAGES, MAX_TOKENS): a run holds no more messages than the reader remembers.
+ *     `messages` and `lines`: the reader's message ids and uuids so far (a line naming one ends
+ *     the run). `state`: (line, window, turns, reports, baseline, last usage, model, leaf).
+ *     `user_text(data, content)`: a user line's text and whether it is a prompt, or None when
+ *     Python reads the line. None when rows[i] is not plain; else the tuple `ClaudeReader.fold`
+ *     reads.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -25,9 +29,10 @@
 #include "_json.h"
 #include "_runs.h"
 
-#define LAYOUT 14
+#define LAYOUT 16
 
-enum { KIND, SIDECHAIN, MESSAGE, COMPACT, CONTENT, TIME, UUID, CWD, SESSION, VERSION, REQUEST, ID, MODEL, USAGE };
+enum { KIND, SIDECHAIN, MESSAGE, COMPACT, CONTENT, PARENT, META, TIME, UUID, CWD, SESSION, VERSION, REQUEST, ID, MODEL,
+       USAGE };
 
 static PyObject *EMPTY, *INPUT, *CACHE_READ, *CACHE_WRITE, *OUTPUT, *CACHE_CREATION, *HOUR;
 
@@ -77,19 +82,22 @@ static PyObject *counts_of(PyObject *usage, long long most) {
 
 static PyObject *claude_run(PyObject *self, PyObject *args) {
     Py_buffer buf;
-    PyObject *rows, *layout_tuple, *limits, *messages, *lines, *state;
+    PyObject *rows, *layout_tuple, *limits, *messages, *lines, *state, *user_text;
     Py_ssize_t first;
     (void)self;
-    if (!PyArg_ParseTuple(args, "y*O!nO!O!O!O!O!", &buf, &PyList_Type, &rows, &first, &PyTuple_Type, &layout_tuple,
-                          &PyTuple_Type, &limits, &PyDict_Type, &messages, &PyDict_Type, &lines, &PyTuple_Type, &state))
+    if (!PyArg_ParseTuple(args, "y*O!nO!O!O!O!O!O", &buf, &PyList_Type, &rows, &first, &PyTuple_Type, &layout_tuple,
+                          &PyTuple_Type, &limits, &PyDict_Type, &messages, &PyDict_Type, &lines, &PyTuple_Type, &state,
+                          &user_text))
         return NULL;
+    PyObject *data = PyTuple_GET_ITEM(args, 0);
     Py_ssize_t at[LAYOUT], max_index, max_messages, line, window, turns, reports;
     long long most;
-    PyObject *baseline, *last_usage, *model_now;
+    PyObject *baseline, *last_usage, *model_now, *leaf;
     if (PyTuple_GET_SIZE(layout_tuple) != LAYOUT
         || !PyArg_ParseTuple(limits, "nL", &max_messages, &most)
-        || !PyArg_ParseTuple(state, "nnnnOOO", &line, &window, &turns, &reports, &baseline, &last_usage, &model_now)) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a layout of 14 places");
+        || !PyArg_ParseTuple(state, "nnnnOOOO", &line, &window, &turns, &reports, &baseline, &last_usage, &model_now,
+                             &leaf)) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a layout of 16 places");
         PyBuffer_Release(&buf);
         return NULL;
     }
@@ -106,7 +114,7 @@ static PyObject *claude_run(PyObject *self, PyObject *args) {
     Py_ssize_t nkept = 0, kept_room = 0;
     Sums sums = {0};
     int nheld = 0, failed = held == NULL;
-    PyObject *run_keys = PyDict_New(), *run_uuids = PySet_New(NULL), *ends = PyList_New(0);
+    PyObject *run_keys = PyDict_New(), *run_uuids = PySet_New(NULL), *ends = PyList_New(0), *prompts = PyList_New(0);
     PyObject *first_time = NULL, *last_time = NULL, *cwd = NULL, *session = NULL, *version = NULL;
     Noted noted = {0, NULL, NULL, -1};
     int usage_changed = 0, model_changed = 0, reset = 0;
@@ -114,7 +122,7 @@ static PyObject *claude_run(PyObject *self, PyObject *args) {
     Py_INCREF(baseline);
     Py_INCREF(last_usage);
     Py_INCREF(model_now);
-    failed = failed || run_keys == NULL || run_uuids == NULL || ends == NULL;
+    failed = failed || run_keys == NULL || run_uuids == NULL || ends == NULL || prompts == NULL;
     for (; !failed && j < count; j++) {
         PyObject *row = PyList_GET_ITEM(rows, j);
         if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) <= max_index) break;
@@ -128,16 +136,27 @@ static PyObject *claude_run(PyObject *self, PyObject *args) {
             PyErr_Clear();
             break;
         }
+        PyObject *content = PyTuple_GET_ITEM(row, at[CONTENT]);
+        int texted = 0; /* a user line of text (`record`), not of tool results (`_take_plain`) */
         if (!reply) {
-            PyObject *content = PyTuple_GET_ITEM(row, at[CONTENT]), *compact = PyTuple_GET_ITEM(row, at[COMPACT]);
-            Py_ssize_t c0 = 0, c1 = 0;
-            if (!PyTuple_Check(content) || (compact != Py_None && compact != Py_False)
-                || !PyArg_ParseTuple(content, "nn", &c0, &c1)) {
-                PyErr_Clear();
-                break;
+            PyObject *compact = PyTuple_GET_ITEM(row, at[COMPACT]);
+            Py_ssize_t c0 = -1, c1 = 0;
+            if (compact != Py_None && compact != Py_False) break;
+            if (PyTuple_Check(content)) {
+                if (!PyArg_ParseTuple(content, "nn", &c0, &c1) || c0 < 0 || c0 >= n) {
+                    PyErr_Clear();
+                    break;
+                }
+            } else if (!PyUnicode_Check(content)) break;
+            if (c0 >= 0 && s[c0] == '[') {
+                Blocks blocks = {0, 0};
+                if (array_types(s, c0, c1 < n ? c1 : n, count_block, &blocks) != 0 || blocks.results == 0 || blocks.others > 0)
+                    break;
+            } else {
+                PyObject *meta = PyTuple_GET_ITEM(row, at[META]);
+                if (meta != Py_None && meta != Py_False) break;
+                texted = 1;
             }
-            Blocks blocks = {0, 0};
-            if (array_types(s, c0, c1 < n ? c1 : n, count_block, &blocks) != 0 || blocks.results == 0 || blocks.others > 0) break;
         }
         PyObject *v[LAYOUT];
         int spans = 0;
@@ -149,6 +168,30 @@ static PyObject *claude_run(PyObject *self, PyObject *args) {
             if (seen == 0) seen = PySet_Contains(run_uuids, uuid);
             if (seen != 0) {
                 failed = seen < 0;
+                break;
+            }
+        }
+        /* A user line's text: a prompt (a turn, unless it rewinds: `_rewind`), or Claude Code's own. */
+        PyObject *said = NULL;
+        int prompt = 0;
+        if (texted) {
+            said = PyObject_CallFunctionObjArgs(user_text, data, content, NULL);
+            if (said == NULL) {
+                failed = 1;
+                break;
+            }
+            if (!PyTuple_Check(said) || PyTuple_GET_SIZE(said) != 2 || !PyUnicode_Check(PyTuple_GET_ITEM(said, 0))) {
+                Py_DECREF(said);
+                break;
+            }
+            prompt = PyObject_IsTrue(PyTuple_GET_ITEM(said, 1));
+            PyObject *parent = PyTuple_GET_ITEM(row, at[PARENT]);
+            int same = 1;
+            if (prompt > 0 && PyTuple_Check(parent)) same = 0; /* (an escaped string) */
+            else if (prompt > 0 && PyUnicode_Check(parent)) same = leaf != Py_None && PyObject_RichCompareBool(parent, leaf, Py_EQ);
+            if (prompt < 0 || same <= 0) {
+                failed = prompt < 0 || same < 0;
+                Py_DECREF(said);
                 break;
             }
         }
@@ -192,6 +235,13 @@ static PyObject *claude_run(PyObject *self, PyObject *args) {
             }
         }
         /* The line is taken from here on. */
+        if (prompt) {
+            PyObject *turn = PyTuple_Pack(2, PyTuple_GET_ITEM(said, 0), v[TIME]);
+            if (turn == NULL || PyList_Append(prompts, turn) < 0) failed = 1;
+            Py_XDECREF(turn);
+            turns++;
+        }
+        Py_XDECREF(said);
         PyObject *facts[5] = {v[TIME], v[CWD], v[SESSION], v[VERSION], NULL};
         if (PyUnicode_Check(facts[0])) {
             if (first_time == NULL) first_time = facts[0];
@@ -268,6 +318,7 @@ static PyObject *claude_run(PyObject *self, PyObject *args) {
             PyObject *end = Py_BuildValue("(O(nnnn))", uuid, line, window, turns, reports);
             if (end == NULL || PyList_Append(ends, end) < 0 || PySet_Add(run_uuids, uuid) < 0) failed = 1;
             Py_XDECREF(end);
+            leaf = uuid;
         }
         line_stop = PyLong_AsSsize_t(PyTuple_GET_ITEM(row, 1));
         if (PyErr_Occurred()) failed = 1;
@@ -289,13 +340,13 @@ static PyObject *claude_run(PyObject *self, PyObject *args) {
             Py_XDECREF(item);
         }
         if (pending != NULL && sum_list != NULL && message_list != NULL)
-            out = Py_BuildValue("(nnnnOOOOOOOiLOOiOOiOiOO)", j, line_stop, line, added_reports,
+            out = Py_BuildValue("(nnnnOOOOOOOiLOOiOOiOiOOO)", j, line_stop, line, added_reports,
                                 first_time ? first_time : Py_None, last_time ? last_time : Py_None,
                                 cwd ? cwd : Py_None, session ? session : Py_None, version ? version : Py_None,
                                 ends, pending, reset, noted.first_used, noted.prompted ? noted.prompted : Py_None,
                                 noted.request_at ? noted.request_at : Py_None, noted.cache_1h, baseline, last_usage,
                                 usage_changed,
-                                model_now, model_changed, sum_list, message_list);
+                                model_now, model_changed, sum_list, message_list, prompts);
         Py_XDECREF(pending);
         Py_XDECREF(sum_list);
         Py_XDECREF(message_list);
@@ -307,6 +358,7 @@ static PyObject *claude_run(PyObject *self, PyObject *args) {
     Py_XDECREF(run_keys);
     Py_XDECREF(run_uuids);
     Py_XDECREF(ends);
+    Py_XDECREF(prompts);
     PyMem_Free(held);
     PyMem_Free(kept);
     PyBuffer_Release(&buf);
@@ -315,7 +367,8 @@ static PyObject *claude_run(PyObject *self, PyObject *args) {
 }
 
 static PyMethodDef METHODS[] = {
-    {"run", claude_run, METH_VARARGS, "run(data, rows, i, layout, limits, messages, lines, state) -> what a run of plain lines changed"},
+    {"run", claude_run, METH_VARARGS,
+     "run(data, rows, i, layout, limits, messages, lines, state, user_text) -> what a run of plain lines changed"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,13 +1,15 @@
-/* _codex: a run of Codex rollout lines that hold no turn, read in one call (ctxd/agents/codex.py).
+/* _codex: a run of Codex rollout lines read in one call (ctxd/agents/codex.py).
  *
  * Why: a summary of a rollout reads its usage reports (`token_count` events, three or so a
- * turn) and passes over the lines around them (turn contexts, `task_started`, response items
- * once the title is known), and doing that line by line in Python was most of what Codex's
- * files cost `ctxd sessions` above the skimmer (issue #38). This reads as many such lines as
- * follow one another and returns what they changed, once; CodexReader applies it. The rules are
- * `CodexReader.take`'s and `_usage`'s; a line this cannot read as they would (an escaped string,
- * a value not built, a turn, any other kind) ends the run, and Python reads it. Without this
- * extension every line goes through `take`, with the same result.
+ * turn) and its turns, and passes over the lines around them (turn contexts, `task_started`,
+ * response items once the title is known), and doing that line by line in Python was most of
+ * what Codex's files cost `ctxd sessions` above the skimmer (issue #38). This reads as many such
+ * lines as follow one another and returns what they changed, once; CodexReader applies it. The
+ * rules are `CodexReader.take`'s and `_usage`'s; a turn's event is handed back as the row has it
+ * (`_event` makes the turn after the run: nothing else in a run depends on it). A line this
+ * cannot read as they would (an escaped string, a value not built, any other kind) ends the run,
+ * and Python reads it. Without this extension every line goes through `take`, with the same
+ * result.
  *
  * run(data, rows, i, layout, most, state) -> tuple | None
  *     rows[i:] as `skim.scan` gave them with codex.PATHS. `layout`: where a row holds its
@@ -94,6 +96,8 @@ static PyObject *codex_run(PyObject *self, PyObject *args) {
     Py_INCREF(window_now);
     Py_INCREF(baseline);
     Py_INCREF(last_usage);
+    PyObject *turns = PyList_New(0); /* (event type, its message or item as the row has it, timestamp) */
+    failed = turns == NULL;
     for (; !failed && j < count; j++) {
         PyObject *row = PyList_GET_ITEM(rows, j);
         if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) <= max_index) break;
@@ -114,12 +118,13 @@ static PyObject *codex_run(PyObject *self, PyObject *args) {
             PyErr_Clear();
             break;
         }
-        PyObject *info = NULL;
+        PyObject *info = NULL, *said = NULL; /* said: a turn's message, or its item */
         if (context) {
             if (PyTuple_Check(v[MODEL])) break;
         } else {
-            if (PyTuple_Check(v[EVENT]) || is(v[EVENT], "user_message")) break; /* (a turn) */
-            if (is(v[EVENT], "token_count")) {
+            if (PyTuple_Check(v[EVENT])) break;
+            if (is(v[EVENT], "user_message")) said = v[MESSAGE];
+            else if (is(v[EVENT], "token_count")) {
                 if (PyTuple_Check(v[INFO])) break;
                 info = PyDict_Check(v[INFO]) ? v[INFO] : NULL;
             } else if (is(v[EVENT], "item_completed")) {
@@ -130,7 +135,7 @@ static PyObject *codex_run(PyObject *self, PyObject *args) {
                         failed = 1;
                         break;
                     }
-                    if (type != NULL && is(type, "UserMessage")) break; /* (a turn) */
+                    if (type != NULL && is(type, "UserMessage")) said = v[ITEM];
                 }
             } else if (is(v[EVENT], "task_started")) {
                 if (PyTuple_Check(v[WINDOW])) break;
@@ -154,6 +159,11 @@ static PyObject *codex_run(PyObject *self, PyObject *args) {
             }
         }
         /* The line is taken from here on. */
+        if (said != NULL) {
+            PyObject *turn = PyTuple_Pack(3, v[EVENT], said, v[TIME]);
+            if (turn == NULL || PyList_Append(turns, turn) < 0) failed = 1;
+            Py_XDECREF(turn);
+        }
         if (time != NULL) activity = time;
         stamp = time;
         stamped = 1;
@@ -220,13 +230,14 @@ static PyObject *codex_run(PyObject *self, PyObject *args) {
     if (!failed && j > first) {
         PyObject *sum_list = sums_list(&sums);
         if (sum_list != NULL)
-            out = Py_BuildValue("(nnOiOOiOiLOOiLiOOnii(LLLLL)N)", j, line_stop, activity ? activity : Py_None, stamped,
+            out = Py_BuildValue("(nnOiOOiOiLOOiLiOOnii(LLLLL)NO)", j, line_stop, activity ? activity : Py_None, stamped,
                                 stamp ? stamp : Py_None, model_now, model_changed, window_now, window_changed,
                                 noted.first_used, noted.prompted ? noted.prompted : Py_None,
                                 noted.request_at ? noted.request_at : Py_None, noted.cache_1h,
                                 fill, reported, baseline, last_usage, report_end, usage_changed, total_changed,
-                                total[0], total[1], total[2], total[3], total[4], sum_list);
+                                total[0], total[1], total[2], total[3], total[4], sum_list, turns);
     }
+    Py_XDECREF(turns);
     Py_XDECREF(noted.prompted);
     Py_DECREF(model_now);
     Py_DECREF(window_now);
@@ -238,7 +249,7 @@ static PyObject *codex_run(PyObject *self, PyObject *args) {
 }
 
 static PyMethodDef METHODS[] = {
-    {"run", codex_run, METH_VARARGS, "run(data, rows, i, layout, most, state) -> what a run of lines without a turn changed"},
+    {"run", codex_run, METH_VARARGS, "run(data, rows, i, layout, most, state) -> what a run of lines changed"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -357,19 +357,19 @@ class ClaudeReader(Reader):
         return True
 
     def fold(self, data: bytes, rows: list[tuple[Any, ...]], i: int, change: Change) -> int:
-        """Summary mode: the plain lines from rows[i] on (those `_take_plain` reads), read at once
-        (_claude.c); the index of the first row after them."""
+        """Summary mode: the plain lines from rows[i] on (those `_take_plain` reads, and user lines of
+        text `_user_text` judges), read at once (_claude.c); the index of the first row after them."""
         if self._command is not None:
             return i
         session = self.session
         run = _claude.run(data, rows, i, _LAYOUT, _RUN_LIMITS, self._msg_usage, self._end,
                           (self._line, session.window, session.turn_count, self._reports, session.baseline,
-                           session.last_usage, session.model))
+                           session.last_usage, session.model, self._leaf), _user_text)
         if run is None:
             return i
         (stop, self.line_stop, self._line, reports, first_time, last_time, cwd, session_id, version, ends, pending,
          reset, first_used, prompted, request_at, cache_1h, baseline, last_usage, usage_changed, model, model_changed,
-         sums, messages) = run
+         sums, messages, prompts) = run
         if last_time is not None:
             session.last_activity = last_time
             if session.started is None:
@@ -402,6 +402,8 @@ class ClaudeReader(Reader):
             while len(end) > MAX_LINES:
                 end.popitem(last=False)
                 self._complete = False
+        for text, timestamp in prompts:  # (in their order; nothing else in the run depends on them)
+            self._turn(shorten(text, 60), shorten(text), timestamp, change)
         return int(stop)
 
     # --- the chain ---
@@ -704,6 +706,16 @@ class ClaudeReader(Reader):
         self.session.tail = tail
 
 
+def _user_text(data: bytes, content: Any) -> tuple[str, bool] | None:
+    """For `_claude.run`: a user line's content that is a text (decoded from `data` when it is
+    offsets), and whether `_user` takes it as a prompt; None when `record` must read the line (a
+    slash command, or content that is not a text)."""
+    text = skim.decode(data, content) if type(content) is tuple else content
+    if type(text) is not str or command_text(text) is not None:
+        return None
+    return text, not text.lstrip().startswith(NOT_A_PROMPT)
+
+
 def model_acted(reported: tuple[dict[str, int], str, Usage] | None) -> bool:
     """An assistant line the model wrote (not Claude Code's stand-in reply)."""
     return reported is not None
@@ -752,15 +764,16 @@ LIMITS = (*(0 for _ in LINE_KEYS), skim.PLAIN_BYTES, skim.PLAIN_BYTES, skim.PLAI
 _MESSAGE = 2 + LINE_KEYS.index(b"message")  # where a row has the message (its offsets)...
 _IN_MESSAGE = 2 + len(LINE_KEYS)  # ...and its id, model, usage and content
 _SIDECHAIN, _COMPACT_SUMMARY = 2 + LINE_KEYS.index(b"isSidechain"), 2 + LINE_KEYS.index(b"isCompactSummary")
+_PARENT, _META = 2 + LINE_KEYS.index(b"parentUuid"), 2 + LINE_KEYS.index(b"isMeta")
 # What `_take_plain` reads of a row: the line's time, uuid, cwd, sessionId, version and requestId, its
 # message's id, model and usage.
 _PLAIN = (*(2 + LINE_KEYS.index(key) for key in (b"timestamp", b"uuid", b"cwd", b"sessionId", b"version", b"requestId")),
           _IN_MESSAGE, _IN_MESSAGE + 1, _IN_MESSAGE + 2)
 _plain_values = operator.itemgetter(*_PLAIN)
 _RESULT_KINDS = frozenset(("tool_result", "text", "image"))  # a user line's blocks beside tool results
-# Where `_claude.run` finds a row's type, isSidechain, message, isCompactSummary and content, then
-# what `_take_plain` reads; and the bounds it keeps to.
-_LAYOUT = (2, _SIDECHAIN, _MESSAGE, _COMPACT_SUMMARY, _IN_MESSAGE + 3, *_PLAIN)
+# Where `_claude.run` finds a row's type, isSidechain, message, isCompactSummary, content, parentUuid and
+# isMeta, then what `_take_plain` reads; and the bounds it keeps to.
+_LAYOUT = (2, _SIDECHAIN, _MESSAGE, _COMPACT_SUMMARY, _IN_MESSAGE + 3, _PARENT, _META, *_PLAIN)
 _RUN_LIMITS = (MAX_MESSAGES, MAX_TOKENS)
 
 

@@ -201,8 +201,9 @@ class CodexReader(Reader):
         self.take_whole(data[row[0]:row[1]], change)
 
     def fold(self, data: bytes, rows: list[tuple[Any, ...]], i: int, change: Change) -> int:
-        """Summary mode: the lines from rows[i] on that hold no turn (reports, turn contexts, the
-        events and response items around them), read at once (_codex.c); the index after them."""
+        """Summary mode: the lines from rows[i] on that `take` reads from their fields (reports, turns,
+        turn contexts, the events and response items around them), read at once (_codex.c); the
+        index after them."""
         session = self.session
         run = _codex.run(data, rows, i, _LAYOUT, MAX_TOKENS, (session.title is not None, session.model,
                                                                session.context_window, session.baseline,
@@ -211,7 +212,7 @@ class CodexReader(Reader):
             return i
         (stop, self.line_stop, activity, stamped, stamp, model, model_changed, window, window_changed, first_used,
          prompted, request_at, cache_1h, fill, reported, baseline, last_usage, report_end, usage_changed,
-         total_changed, total, sums) = run
+         total_changed, total, sums, turns) = run
         if activity is not None:
             session.last_activity = activity
         if stamped:
@@ -232,6 +233,9 @@ class CodexReader(Reader):
         if total_changed:
             self._total = total
         change.usage = change.usage or bool(usage_changed)
+        for event_type, said, timestamp in turns:  # (as `take` has them, in their order)
+            self._event({"type": event_type, "message" if event_type == "user_message" else "item": skim.decode(data, said)},
+                        timestamp, change)
         return int(stop)
 
     def skipped(self, data: bytes, start: int, stop: int, change: Change) -> None:
