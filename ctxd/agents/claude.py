@@ -403,7 +403,7 @@ class ClaudeReader(Reader):
                 end.popitem(last=False)
                 self._complete = False
         for text, timestamp in prompts:  # (in their order; nothing else in the run depends on them)
-            self._turn(shorten(text, 60), shorten(text), timestamp, change)
+            self._turn(text, timestamp, change)
         return int(stop)
 
     # --- the chain ---
@@ -605,7 +605,7 @@ class ClaudeReader(Reader):
                 self._add(item, change)
         if parts:
             if prompt:
-                self._turn(shorten(text, 60), shorten(text), rec.get("timestamp"), change)
+                self._turn(text, rec.get("timestamp"), change)
             elif command is not None:
                 self._command = (command, rec.get("timestamp"), session.window)
             item = {"type": "message", "role": "user", "content": parts}
@@ -638,13 +638,14 @@ class ClaudeReader(Reader):
                 self.session.count_unknown(f"user.{kind}")
         return parts, outputs
 
-    def _turn(self, label: str, title: str, timestamp: Any, change: Change, index: int | None = None) -> None:
+    def _turn(self, text: str, timestamp: Any, change: Change, index: int | None = None) -> None:
+        """A turn the user's `text` started (the first one with words titles the session)."""
         session = self.session
-        turn = Turn(session.window if index is None else index, label, timestamp if isinstance(timestamp, str) else None,
-                    session.generation)
+        turn = Turn(session.window if index is None else index, shorten(text, 60),
+                    timestamp if isinstance(timestamp, str) else None, session.generation)
         session.add_turn(turn, self.holds_window)
         change.turns.append(turn)
-        if session.title is None and title.strip():
+        if session.title is None and (title := shorten(text)).strip():
             session.title = title
             change.meta = True
         self._command = None
@@ -654,7 +655,7 @@ class ClaudeReader(Reader):
         if self._command is None:
             return
         text, timestamp, index = self._command
-        self._turn(shorten(text, 60), shorten(text), timestamp, change, index)
+        self._turn(text, timestamp, change, index)
 
     def _compact(self, change: Change, rec: dict[str, Any]) -> None:
         """`compact_boundary`: what came before is gone from the window; the summary follows as a
