@@ -364,3 +364,51 @@ def test_without_the_encoding_file_the_byte_classes_answer(monkeypatch: pytest.M
     assert implementation("cl100k").startswith("Python")
     for text in TEXTS[:10]:
         assert estimate_tokens(text, "cl100k") == estimate_by_classes(text, "cl100k")
+
+
+@needs_c
+def test_the_tables_prepare_keeps_are_read_at_the_next_start_never_a_damaged_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The daemon's warm-up keeps the tables it built in its state dir (private files): the next
+    start reads them instead of building them, the same bytes. A kept table cut short, changed, or
+    replaced by a link is built again (and kept again); a folder that cannot be written to only
+    means building."""
+    kept = tmp_path / "state" / "estimator"
+    monkeypatch.setattr(estimator, "_tables", {})
+    estimator.prepare(kept)
+    built = dict(estimator._tables)
+    files = sorted(kept.iterdir())
+    assert [f.name.split("-")[0] for f in files] == ["cl100k", "o200k"]
+    assert all(f.stat().st_mode & 0o777 == 0o600 for f in files) and kept.stat().st_mode & 0o777 == 0o700
+
+    def never(*_: object) -> bytes:
+        raise AssertionError("built again")
+
+    monkeypatch.setattr(estimator, "_tables", {})
+    monkeypatch.setattr(estimator, "_build_table", never)
+    estimator.prepare(kept)
+    assert estimator._tables == built
+    monkeypatch.undo()
+
+    o200k = next(f for f in files if f.name.startswith("o200k"))
+    whole = o200k.read_bytes()
+    for damaged in (whole[:-1], whole[:100_000] + bytes([whole[100_000] ^ 1]) + whole[100_001:], b""):
+        o200k.write_bytes(damaged)
+        monkeypatch.setattr(estimator, "_tables", {})
+        estimator.prepare(kept)
+        assert estimator._tables == built
+        assert o200k.read_bytes() == whole  # kept again, whole
+    o200k.unlink()
+    (tmp_path / "elsewhere").write_bytes(whole)
+    o200k.symlink_to(tmp_path / "elsewhere")
+    monkeypatch.setattr(estimator, "_tables", {})
+    monkeypatch.setattr(estimator, "_build_table", never)
+    with pytest.raises(AssertionError, match="built again"):
+        estimator.prepare(kept)  # a link is never read
+    monkeypatch.undo()
+
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")
+    monkeypatch.setattr(estimator, "_tables", {})
+    estimator.prepare(blocked / "estimator")
+    assert estimator._tables == built

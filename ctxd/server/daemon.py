@@ -156,7 +156,7 @@ class Daemon:
             from ctxd.tokens import estimator
 
             self.record_handler = handlers.record_now
-            estimator.prepare()  # counts before tiktoken is loaded are estimates: its tables now
+            estimator.prepare(self.service.state_dir / "estimator")  # estimates until tiktoken loads: its tables now
             log.debug("warm-up: following the sessions")
             self._follow_sessions()
             self.take_acp_spools_soon()
