@@ -12,6 +12,8 @@ belongs to. Standard library only: every hook and status line imports it.
         told/                            what the hooks' log has said once
         backups/                         the agents' configuration files as install found them
       hooks.log                          what the hooks did (`hooks_log`)
+      sessions/summaries.sqlite3         the agents' session files summarized (ctxd/sessions/summaries.py)
+      estimator/<profile>-<hash>.table   the token estimator's tables, kept by the daemon (`estimator_dir`)
 
 A git repository's snapshot store is `<git common dir>/ctxd/store` (`git_common_dir`).
 
@@ -110,6 +112,11 @@ def usage_dir(state_dir: Path) -> Path:
 def backups_dir(state_dir: Path) -> Path:
     """The agents' configuration files as `ctxd hooks install` found them."""
     return _path(os.path.join(state_dir, "hooks", "backups"))
+
+
+def estimator_dir(state_dir: Path) -> Path:
+    """Where the daemon keeps the estimator's tables once built (ctxd/tokens/estimator.py `prepare`)."""
+    return state_dir / "estimator"
 
 
 def hooks_dir(state_dir: Path) -> Path:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ctxd.errors import CtxdError
+from ctxd.places import estimator_dir
 from ctxd.protocol import methods
 from ctxd.server.events import CompactionEvents, Throttle
 from ctxd.server.lanes import Lanes
@@ -156,7 +157,7 @@ class Daemon:
             from ctxd.tokens import estimator
 
             self.record_handler = handlers.record_now
-            estimator.prepare(self.service.state_dir / "estimator")  # estimates until tiktoken loads: its tables now
+            estimator.prepare(estimator_dir(self.service.state_dir))  # estimates until tiktoken loads: its tables now
             log.debug("warm-up: following the sessions")
             self._follow_sessions()
             self.take_acp_spools_soon()
