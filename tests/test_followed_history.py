@@ -6,6 +6,7 @@ compaction, dated from the file. Real daemon; session files as the agents write 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sqlite3
@@ -373,3 +374,33 @@ def test_a_claude_prompt_edited_and_resent_is_mirrored_once_across_restarts(daem
         client.request("ctxd/ghost/list", {"workspace": workspace.as_uri()})  # a round trip after its first read
         wait_thread(client, workspace, CLAUDE_THREAD)
         assert _history(client, workspace, CLAUDE_THREAD) == before
+
+
+def test_the_fill_after_a_compaction_is_the_compactions_never_a_rewinds_after_it(daemon_factory, workspace: Path,
+                                                                                  tmp_path: Path) -> None:
+    """The fill after a Claude Code compaction is known at the first report after it. When the user
+    went back before that report (a prompt edited and resent), the figure still belongs to the
+    compaction: the rewind, listed after it, has none, live and after a restart (which, reading the
+    rewind again, gave it the compaction's figure)."""
+    _, claude_home, env = homes(tmp_path)
+    t = "2025-10-03T12:00:{:02d}.000Z".format
+    lines = [fx.claude_user("Start the parser", "u1", None, workspace, t(1)),
+             *fx.claude_assistant([{"type": "text", "text": "Started."}], "m1", "a1", "u1", workspace, t(2),
+                                  fx.claude_usage(3, 100, 9_000, 20)),
+             *fx.claude_compact("k1", "a1", workspace, t(3), "The parser was started."),
+             fx.claude_user("Go on with the lexer", "u2", "k1-s", workspace, t(4)),
+             fx.claude_user("Go on with the tests", "u3", "k1-s", workspace, t(5)),  # u2 edited: a rewind
+             *fx.claude_assistant([{"type": "text", "text": "Tests."}], "m2", "a2", "u3", workspace, t(6),
+                                  fx.claude_usage(3, 100, 4_000, 20))]
+    fx.write_jsonl(fx.claude_path(claude_home, workspace), lines)
+
+    def annotated(client: Client) -> list[tuple[str, int | None]] | None:
+        listed = [(c["strategy"], c["tokensAfter"]) for c in _history(client, workspace, CLAUDE_THREAD)["compactions"]]
+        return listed if len(listed) == 2 and any(after is not None for _, after in listed) else None
+
+    for restart in range(2):
+        client = daemon_factory([workspace], env=env)
+        client.request("ctxd/ghost/list", {"workspace": workspace.as_uri()})  # a round trip after its first read
+        wait_thread(client, workspace, CLAUDE_THREAD, lambda t: t["usage"]["source"] == "api")
+        assert _wait(functools.partial(annotated, client)) == [("claude", 4_123), ("agent", None)], restart
+        client.shutdown()

@@ -514,10 +514,12 @@ class WorkspaceWrites(WorkspaceCore):
             return self._changed(ledger)
 
     def annotate_followed_compaction(self, thread: str, tokens_after: int) -> None:
-        """The agent reported the fill after its latest compaction: the listing shows it."""
+        """The agent reported the fill after its latest compaction: the listing shows it. On that
+        compaction, never on a rewind listed after it (an operation of strategy "agent"): a restart
+        that read the rewind again gave it the compaction's figure."""
         with self.lock:
-            listed = self.store.compactions(thread)
-            if listed and listed[-1][2].get("followed") and listed[-1][2].get("tokensAfter") is None:
+            listed = self.followed_compactions(thread)
+            if listed and listed[-1][1].get("tokensAfter") is None:
                 self.store.annotate_compaction(listed[-1][0], tokensAfter=tokens_after)
 
     def update_state(self, thread: str, **values: Any) -> dict[str, Any]:
