@@ -35,7 +35,7 @@ ALLOWED: dict[str, set[str]] = {
     # What a hook does (its plan), run by the owner for the hooks it is handed, or by a hook alone.
     "hookplan": {"agents", "ghost", "hookio", "marks", "places", "protocol", "redact", "settings"},
     "logs": {"redact"},  # bounded reads of planted files (hooks, settings, sessions, ghost)
-    "tokens": set(),
+    "tokens": {"safefile"},  # the estimator's tables the daemon kept, read bounded and never through a link
     "protocol": {"errors"},
     "ledger": {"errors", "places", "protocol", "redact", "safefile", "tokens"},  # places: the database's path
     # One module per agent and the registry (ctxd/agents): below everything that asks about agents.
