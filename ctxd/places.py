@@ -116,7 +116,7 @@ def backups_dir(state_dir: Path) -> Path:
 
 def estimator_dir(state_dir: Path) -> Path:
     """Where the daemon keeps the estimator's tables once built (ctxd/tokens/estimator.py `prepare`)."""
-    return state_dir / "estimator"
+    return _path(os.path.join(state_dir, "estimator"))
 
 
 def hooks_dir(state_dir: Path) -> Path:

@@ -69,6 +69,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final, NamedTuple
 
+from ctxd.safefile import read_bounded
 from ctxd.tokens import encodings, families
 
 try:  # the optional C extension (setup.py); without it, the byte classes below
@@ -286,7 +287,7 @@ def _table(profile: str, kept: Path | None = None) -> bytes | None:
             if table is None:
                 table = _build_table(spec, o200k)
                 if table is not None and path is not None:
-                    _keep(path, table)
+                    _keep(path, profile, table)
             if table is None:
                 _no_table.add(profile)
             else:
@@ -316,8 +317,6 @@ def _kept_path(folder: Path, profile: str, spec: FastSpec, o200k: bool) -> Path 
 
 def _read_kept(path: Path) -> bytes | None:
     """A table kept before, if it is there whole (a regular file, not a link, its digest right)."""
-    from ctxd.safefile import read_bounded
-
     try:
         data = read_bounded(path, KEPT_TABLE_BYTES + _DIGEST, follow_links=False)
     except OSError:
@@ -326,7 +325,7 @@ def _read_kept(path: Path) -> bytes | None:
     return table if len(data) > _DIGEST and hashlib.sha256(table).digest() == digest else None
 
 
-def _keep(path: Path, table: bytes) -> None:
+def _keep(path: Path, profile: str, table: bytes) -> None:
     """Keep a table for the next start (its own file, written whole and then named), in place of
     the profile's table made of anything else (an earlier ctxd's); a folder that cannot be written to
     only means the next start builds it again."""
@@ -341,7 +340,7 @@ def _keep(path: Path, table: bytes) -> None:
         except OSError:
             pending.unlink(missing_ok=True)
             raise
-        for other in path.parent.glob(f"{path.name.split('-')[0]}-*.table"):
+        for other in path.parent.glob(f"{profile}-*.table"):
             if other.name != path.name:
                 other.unlink(missing_ok=True)
     except OSError:
