@@ -225,6 +225,10 @@ class HistoryChanged(Exception):
 # How long a write waits for another process's transaction before giving up (1003).
 BUSY_TIMEOUT_SECONDS = 2.0
 BUSY_TIMEOUT_MS = int(BUSY_TIMEOUT_SECONDS * 1000)
+FREE_PAGES_KEPT = 256
+"""`give_back_free_pages` leaves a ledger this many free pages (1 MB): later writes reuse them."""
+FREE_PAGES_AT_ONCE = 2048
+"""...and gives back at most this many (8 MB, about 25 ms) in one write, which holds the store's lock."""
 
 
 class Store:
@@ -310,6 +314,10 @@ class Store:
                 self._db = db
                 db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
                 self._busy_ms = BUSY_TIMEOUT_MS
+                if db.execute("PRAGMA page_count").fetchone()[0] == 0:
+                    # A new ledger (set before its first table): the pages its writes free (the
+                    # recall index's merges) can be given back to the file system (`give_back_free_pages`).
+                    db.execute("PRAGMA auto_vacuum = INCREMENTAL")
                 if db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
                     db.execute("PRAGMA journal_mode = WAL")
                 # NORMAL in WAL mode: a committed transaction survives the process being killed;
@@ -458,6 +466,29 @@ class Store:
             self._mark_wal_generation(wait)
         finally:
             self._lock.release()
+
+    def give_back_free_pages(self) -> int:
+        """Shrink the file by the pages its writes freed, beyond FREE_PAGES_KEPT; the pages given
+        back. A first import of thousands of sessions leaves megabytes free, more or fewer as its
+        writes were timed (the recall index merges its segments as it grows). Only a ledger made
+        with `auto_vacuum = INCREMENTAL` can (older ones reuse theirs); never waits for another
+        writer, and a failure only leaves the pages where they were."""
+        if self.closed or self._readonly:
+            return 0
+        try:
+            with self._write(wait=False) as db:
+                if db.execute("PRAGMA auto_vacuum").fetchone()[0] != 2:  # 2: INCREMENTAL
+                    return 0
+                free = int(db.execute("PRAGMA freelist_count").fetchone()[0])
+                pages = min(free - FREE_PAGES_KEPT, FREE_PAGES_AT_ONCE)
+                # (Python's sqlite3 steps a pragma once, and one step of `incremental_vacuum` frees
+                # one page.)
+                for _ in range(pages):
+                    db.execute("PRAGMA incremental_vacuum(1)")
+                return max(0, pages)
+        except (WouldWait, StoreUnavailable) as error:
+            log.info("%s: its free pages were not given back (%s)", self.path, error)
+            return 0
 
     def _set_busy_timeout(self, db: sqlite3.Connection, wait: bool) -> None:
         """SQLite's wait for another process's lock: BUSY_TIMEOUT_SECONDS, or none for a write

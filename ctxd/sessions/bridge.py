@@ -515,6 +515,7 @@ class _Mirrors:
         # held more than the file had given so far (a long file read in parts after a restart).
         self._behind: dict[tuple[str, str], list[dict[str, Any]]] = {}
         self._passing: dict[tuple[str, str], list[dict[str, Any]]] = {}  # see `_plan`
+        self._written: set[Workspace] = set()  # since the queue was last empty
         self._wake = threading.Condition()
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="ctxd-mirror", daemon=True)
@@ -578,11 +579,21 @@ class _Mirrors:
                 log.exception("%s: cannot mirror %s", job.workspace.uri, job.thread)
                 finished = True
             with self._wake:
+                self._written.add(job.workspace)
                 if finished:
                     self._queued -= queue.popleft().count
                     if not queue and self._queues.get(key) is queue:
                         del self._queues[key]
                     self._wake.notify_all()
+                written, idle = self._written, not self._queues
+                if idle:
+                    self._written = set()
+            if idle:  # all caught up: the ledgers written give back the pages their writes freed
+                for workspace in written:
+                    try:
+                        workspace.store.give_back_free_pages()
+                    except Exception:  # noqa: BLE001 - the pages stay; the mirroring thread goes on
+                        log.exception("%s: cannot give back the ledger's free pages", workspace.uri)
             time.sleep(0)  # let a client's request that waits for the workspace's lock take it
 
     # --- a job's plan ---
