@@ -476,9 +476,12 @@ class Store:
         if self.closed or self._readonly:
             return 0
         try:
-            with self._write(wait=False) as db:
+            with self._read() as db:  # (most calls: nothing to give back, and no write made)
                 if db.execute("PRAGMA auto_vacuum").fetchone()[0] != 2:  # 2: INCREMENTAL
                     return 0
+                if db.execute("PRAGMA freelist_count").fetchone()[0] <= FREE_PAGES_KEPT:
+                    return 0
+            with self._write(wait=False) as db:
                 free = int(db.execute("PRAGMA freelist_count").fetchone()[0])
                 pages = min(free - FREE_PAGES_KEPT, FREE_PAGES_AT_ONCE)
                 # (Python's sqlite3 steps a pragma once, and one step of `incremental_vacuum` frees
