@@ -225,8 +225,8 @@ class HistoryChanged(Exception):
 # How long a write waits for another process's transaction before giving up (1003).
 BUSY_TIMEOUT_SECONDS = 2.0
 BUSY_TIMEOUT_MS = int(BUSY_TIMEOUT_SECONDS * 1000)
-FREE_PAGES_KEPT = 256
-"""`give_back_free_pages` leaves a ledger this many free pages (1 MB): later writes reuse them."""
+FREE_PAGES_KEPT = 64
+"""`give_back_free_pages` leaves a ledger this many free pages (256 KB): later writes reuse them."""
 FREE_PAGES_AT_ONCE = 2048
 """...and gives back at most this many (8 MB, about 25 ms) in one write, which holds the store's lock."""
 
