@@ -263,9 +263,9 @@ def test_a_new_ledger_gives_back_the_pages_its_writes_freed_and_an_old_one_keeps
     assert new.path.stat().st_size <= (before - given) * 4096  # the file itself shrank
 
     old_path = tmp_path / "old.sqlite3"
-    sqlite3.connect(old_path).execute("PRAGMA auto_vacuum = NONE").close()  # as every ledger made before
-    with sqlite3.connect(old_path) as made:
-        made.execute("CREATE TABLE placeholder (x)")  # (a file with a table: its mode is kept)
+    made = sqlite3.connect(old_path, isolation_level=None)
+    made.execute("CREATE TABLE placeholder (x)")  # a file with a table keeps its mode: NONE, as every ledger before
+    made.close()
     old = Store(old_path, tmp_path)
     db = freed(old)
     kept = db.execute("PRAGMA freelist_count").fetchone()[0]
