@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxd import ownerlink
+from ctxd.safefile import write_whole
 
 ENV = "CTXD_ACP_LINK"
 FOLDER = "acp"
@@ -45,17 +46,7 @@ def link_path(state_dir: Path, number: int) -> Path:
 
 def write(path: Path, thread: str, workspace: Path) -> None:
     """Write a link file whole (a reader sees the old one or the new one, never half)."""
-    data = json.dumps({"thread": thread, "workspace": os.fspath(workspace), "pid": os.getpid()}).encode("utf-8")
-    pending = path.with_name(f".{path.name}.{os.urandom(6).hex()}.tmp")
-    fd = os.open(pending, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(pending, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(pending)
-        raise
+    write_whole(path, json.dumps({"thread": thread, "workspace": os.fspath(workspace), "pid": os.getpid()}).encode("utf-8"))
 
 
 def remove_own(state_dir: Path) -> None:

@@ -1,5 +1,5 @@
 """Reading a file that someone else may have planted: a repository's config, an agent's config, a
-`.git` pointer, a transcript path handed to a hook.
+`.git` pointer, a transcript path handed to a hook; and writing a private file whole.
 
 Such a path may name a FIFO (an open for reading blocks until a writer comes), a device
 (`/dev/zero` never ends), or a regular file of gigabytes. `read_bounded` opens without blocking,
@@ -57,3 +57,21 @@ def read_text_bounded(path: str | os.PathLike[str], limit: int, *, follow_links:
                       errors: str = "strict") -> str:
     """`read_bounded` decoded as UTF-8 (UnicodeDecodeError with the default `errors`)."""
     return read_bounded(path, limit, follow_links=follow_links).decode("utf-8", errors)
+
+
+def write_whole(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write a private file (0600) whole: under a fresh name, never through a link, then renamed
+    onto `path`, so that a reader sees the old file or the new one, never half. On a failure the
+    fresh file is removed and the error raised."""
+    pending = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.urandom(8).hex()}.tmp")
+    fd = os.open(pending, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(pending, path)
+    except BaseException:
+        try:
+            os.unlink(pending)
+        except OSError:
+            pass
+        raise

@@ -28,7 +28,7 @@ ALLOWED: dict[str, set[str]] = {
     "safefile": set(),
     "places": {"safefile"},  # the on-disk layout: every hook and status line imports it (stdlib, bounded reads)
     "ownerlink": {"leanjson", "places"},  # the way to the owner: hooks, the status line and `ctxd mcp` import it on every call
-    "acplink": {"ownerlink"},  # which ACP session `ctxd mcp` serves behind `ctxd acp` (its private folder)
+    "acplink": {"ownerlink", "safefile"},  # which ACP session `ctxd mcp` serves behind `ctxd acp` (its private folder)
     "acpspool": {"acplink", "ownerlink"},  # a proxy's records until the owner stored them (written by one, read by the other)
     "marks": {"places", "safefile"},  # what the hooks remember between runs
     "hookio": {"leanjson", "marks", "places", "redact", "terminal"},  # the hooks' and the status line's input and log

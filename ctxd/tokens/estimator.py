@@ -69,7 +69,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final, NamedTuple
 
-from ctxd.safefile import read_bounded
+from ctxd.safefile import read_bounded, write_whole
 from ctxd.tokens import encodings, families
 
 try:  # the optional C extension (setup.py); without it, the byte classes below
@@ -331,15 +331,7 @@ def _keep(path: Path, profile: str, table: bytes) -> None:
     only means the next start builds it again."""
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        pending = path.with_name(f".{path.name}.{os.urandom(8).hex()}.tmp")
-        fd = os.open(pending, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(table + hashlib.sha256(table).digest())
-            os.replace(pending, path)
-        except OSError:
-            pending.unlink(missing_ok=True)
-            raise
+        write_whole(path, table + hashlib.sha256(table).digest())
         for other in path.parent.glob(f"{profile}-*.table"):
             if other.name != path.name:
                 other.unlink(missing_ok=True)
