@@ -120,3 +120,61 @@ def test_a_warm_cache_is_listed_cold_once_it_expired(ws: Any, monkeypatch: pytes
     monkeypatch.setattr(time, "time", lambda: later)
     [entry] = listed(ws)
     assert entry["cache"]["state"] == "cold"
+
+
+def test_each_entrys_usage_is_its_threads_gauge_with_the_sums_after_its_report_read_at_once(ws: Any) -> None:
+    """A listing sums the tokens after every thread's API report in one statement (a restart's
+    first listing of 3,000 read them one by one): each entry's usage is still the thread's own
+    gauge, with items after its report, items after it archived by a rollback, no item after it,
+    and no report at all."""
+    ws.record("after", [user("first"), assistant("one")])
+    ws.report_usage("after", 900)
+    ws.record("after", [user("second question, after the report"), assistant("a longer answer " * 20)])
+    ws.record("none", [user("only"), assistant("reported")])
+    ws.report_usage("none", 700)
+    ws.record("never", [user("no report yet"), assistant("none")])
+    ws.record("undone", [user("first"), assistant("one")])
+    ws.report_usage("undone", 800)
+    ws.record("undone", [user("kept after the report"), assistant("yes")])
+    ws.record("undone", [user("rolled back"), assistant("gone " * 50)])
+    before_rollback = ws.usage("undone")["usedTokens"]
+    ws.rollback("undone", 1)
+    entries = {entry["thread"]: entry for entry in listed(ws)}
+    assert set(entries) == {"after", "none", "never", "undone"}
+    for name, entry in entries.items():
+        assert entry["usage"] == ws.usage(name), name
+    assert entries["none"]["usage"]["usedTokens"] == 700
+    assert entries["after"]["usage"]["usedTokens"] > 900
+    assert 800 < entries["undone"]["usage"]["usedTokens"] < before_rollback
+
+
+def test_the_paths_a_listing_takes_as_followed_are_those_with_a_follow_state(ws: Any) -> None:
+    """`Store.followed_paths` judges in SQL what `follow_state` judges in Python (a restart's
+    first listing asks for thousands): a state that is a JSON object, of a thread whose own state
+    says it follows that very path; damaged or foreign rows are not followed."""
+    import sqlite3
+
+    store = ws.store
+    odd = '/tmp/sessions/é "quoted" \\ ☃.jsonl'
+    cases = {  # path -> (thread, its followed path, the follow state's JSON)
+        "/s/good.jsonl": ("t-good", "/s/good.jsonl", '{"offset": 10}'),
+        odd: ("t-odd", odd, '{"offset": 1}'),
+        "/s/moved.jsonl": ("t-moved", "/s/elsewhere.jsonl", '{"offset": 2}'),
+        "/s/damaged.jsonl": ("t-damaged", "/s/damaged.jsonl", '{"offset": '),
+        "/s/list.jsonl": ("t-list", "/s/list.jsonl", '[1, 2]'),
+    }
+    for path, (thread, follows, _) in cases.items():
+        store.update_thread(thread, follow=(path, {}), state={"followed": {"path": follows}})
+    store.update_thread("t-bad-thread", follow=("/s/bad-thread.jsonl", {}), state={"followed": {"path": "x"}})
+    store.update_thread("t-no-dict", follow=("/s/no-dict.jsonl", {}), state={"followed": "/s/no-dict.jsonl"})
+    store.close()
+    db = sqlite3.connect(ws.db_path)
+    with db:
+        for path, (_, _, state) in cases.items():
+            db.execute("UPDATE followed SET state = ? WHERE path = ?", (state, path))
+        db.execute("UPDATE threads SET state = '{\"followed\": ' WHERE thread = 't-bad-thread'")
+    db.close()
+    paths = [*cases, "/s/bad-thread.jsonl", "/s/no-dict.jsonl", "/s/unknown.jsonl"]
+    expected = {path for path in paths if store.follow_state(path) is not None}
+    assert expected == {"/s/good.jsonl", odd}
+    assert store.followed_paths(paths) == expected

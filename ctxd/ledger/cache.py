@@ -99,14 +99,14 @@ def stored_bodies(store: Store, ledger: ThreadLedger, entries: list[Entry]) -> l
     return [body or by_seq.get(entry.seq) or entry.stored_body() for body, entry in zip(held, entries, strict=True)]
 
 
-def summary_ledger(store: Store, thread: str, row: ThreadRow | None = None) -> ThreadLedger:
+def summary_ledger(row: ThreadRow, after_api: int) -> ThreadLedger:
     """A thread's facts and token sums without its items (enough for its usage): the sum its row
-    keeps, and those of the items after its API report."""
-    row = row or store.thread(thread) or ThreadRow(thread)
-    item_tokens, after_api = store.token_sums(thread, row.api_seq, row)
-    return ThreadLedger(thread=thread, history_version=row.history_version, api_total=row.api_total,
+    keeps, and `after_api`, that of the items after its API report (`Store.tokens_after_reports`;
+    all of them when it has none)."""
+    return ThreadLedger(thread=row.thread, history_version=row.history_version, api_total=row.api_total,
                         api_seq=row.api_seq, reference=row.reference, prompt_context=row.prompt_context,
-                        state=row.state, item_tokens=item_tokens, tokens_after_api=after_api)
+                        state=row.state, item_tokens=row.active_tokens,
+                        tokens_after_api=after_api if row.api_seq > 0 else row.active_tokens)
 
 
 class ThreadCache:

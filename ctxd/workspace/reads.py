@@ -162,8 +162,10 @@ class WorkspaceReads(WorkspaceCore):
                      or known.view is not view or known.until <= now]
             by_name = {key[0]: key for key in keys}
             for start in range(0, len(stale), ROWS_AT_ONCE):
-                for name, row in self.store.thread_rows(stale[start:start + ROWS_AT_ONCE]).items():
-                    entry = self._thread_info(row, summary_ledger(self.store, name, row), now)
+                rows = self.store.thread_rows(stale[start:start + ROWS_AT_ONCE])
+                after_reports = self.store.tokens_after_reports(rows)
+                for name, row in rows.items():
+                    entry = self._thread_info(row, summary_ledger(row, after_reports.get(name, 0)), now)
                     listed[name] = _Listed(by_name[name], view, _until(entry, now), _instant(entry["lastActivity"]),
                                            jsontext.dumps(entry).decode("utf-8"))
             if only is None and len(listed) > len(keys):
