@@ -605,3 +605,52 @@ def test_while_the_consumer_is_behind_the_old_files_a_first_scan_found_wait(tmp_
         assert read == {f"codex:{session_id}" for session_id in old}
     finally:
         follower.stop()
+
+
+def test_a_file_unchanged_since_an_earlier_read_found_its_cwd_is_decided_without_its_head_peeked_at(
+        tmp_path: Path) -> None:
+    """Issue #38: a restart peeked at every head again (3,000 of them) before it listed; a file
+    whose stamp is the one an earlier read of it had (`known_cwds`, from the summaries) is decided
+    by the cwd that read found, in the folder or not; one changed since, or not known, is peeked at."""
+    ws, elsewhere = tmp_path / "ws", tmp_path / "elsewhere"
+    ws.mkdir()
+    elsewhere.mkdir()
+    codex_home = tmp_path / "codex"
+    ids = [f"0199a213-7777-7800-8aa1-{n:012d}" for n in range(4)]
+    paths = [str(fx.write_jsonl(fx.codex_path(codex_home, session_id), fx.codex_session(ws, session_id)))
+             for session_id in ids]
+    for n, path in enumerate(paths):
+        os.utime(path, (1_700_000_000 + n, 1_700_000_000 + n))
+
+    def stamp(path: str) -> tuple[int, ...]:
+        st = os.lstat(path)
+        return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+    known = {paths[0]: (stamp(paths[0]), str(ws)),  # unchanged: not peeked at
+             paths[1]: (stamp(paths[1]), str(elsewhere)),  # unchanged, found elsewhere: not listed
+             paths[2]: ((*stamp(paths[2])[:3], 1), str(elsewhere))}  # written since: peeked at
+    asked: list[list[str]] = []
+
+    def known_cwds(wanted: list[str]) -> dict[str, tuple[tuple[int, ...], str]]:
+        asked.append(sorted(wanted))
+        return {path: found for path, found in known.items() if path in wanted}
+
+    listed: list[str] = []
+    sources = discovery.sources({"codex": str(codex_home), "claude": str(tmp_path / "claude")},
+                                env={"HOME": str(tmp_path)})
+    follower = Follower(lambda update: None, sources, poll=True, known_cwds=known_cwds,
+                        listing=lambda files: listed.extend(path for path, _, _ in files))
+    store = follower.stores["codex"]
+    peeked: list[str] = []
+    peek = store.peek_cwd
+
+    def counted(key: str, folders: Any) -> tuple[str | None, bool, int]:
+        peeked.append(key)
+        return peek(key, folders)
+
+    store.peek_cwd = counted  # type: ignore[method-assign]
+    follower.set_folders([ws])
+    follower.scan_once()
+    assert asked == [sorted(paths)]
+    assert sorted(peeked) == sorted([paths[2], paths[3]])
+    assert listed == [paths[3], paths[2], paths[0]]  # newest first; the one found elsewhere left out

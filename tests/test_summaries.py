@@ -927,3 +927,20 @@ def running(pid: int) -> bool:
             return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_the_cwds_summaries_found_come_with_the_stamp_a_session_store_gives_the_file(tmp_path: Path, ws: Path) -> None:
+    """`Summaries.cwds` (a restart decides a file unchanged since by it, without its head peeked at:
+    `Follower`'s `known_cwds`) gives each file's stamp as its session store stamps it now, and the
+    cwd its read found; a file it has no row for, or no cwd, is not in it."""
+    claude_home, codex_home = tmp_path / "claude", tmp_path / "codex"
+    claude_file = fx.write_jsonl(fx.claude_path(claude_home, ws), claude_lines(ws, "Add a flag"))
+    codex_file = fx.write_jsonl(fx.codex_path(codex_home), fx.codex_session(ws))
+    assert len(sessions(tmp_path, ws)) == 2
+    store = summaries.Summaries(tmp_path / "state" / "ctxd")
+    unknown = str(tmp_path / "unknown.jsonl")
+    found = store.cwds([str(claude_file), str(codex_file), unknown])
+    claude_stamp = claude.ClaudeSessions(claude_home / "projects").stamp(str(claude_file))
+    codex_stamp = codex.CodexSessions(codex_home / "sessions").stamp(str(codex_file))
+    assert claude_stamp is not None and codex_stamp is not None
+    assert found == {str(claude_file): (claude_stamp.key(), str(ws)), str(codex_file): (codex_stamp.key(), str(ws))}

@@ -91,7 +91,7 @@ class SessionBridge:
         sources = discovery.sources({name: settings.sources.home(name) for name in names},
                                     enabled={name: settings.sources.follows(name) for name in names})
         self.follower = Follower(self._update, sources, window=False, resume=self._resume, listing=self._list,
-                                 backlog=lambda: self._mirrors.queued > MAX_QUEUED_ITEMS, quiet=TOKENIZERS.quiet)
+                                 known_cwds=self._known_cwds, backlog=lambda: self._mirrors.queued > MAX_QUEUED_ITEMS, quiet=TOKENIZERS.quiet)
         self.state_dir = state_dir
         # The agents' own auto-compact settings, read once (read-only; each agent's `read_config`).
         self.configs: dict[str, AgentConfig] = {
@@ -152,6 +152,18 @@ class SessionBridge:
             return workspace.store.follow_state(path)
         except CtxdError:
             return None
+
+    def _known_cwds(self, paths: list[str]) -> dict[str, tuple[tuple[int, ...], str]]:
+        """The cwds the summaries found (`Follower`'s `known_cwds`)."""
+        if self.state_dir is None:
+            return {}
+        from ctxd.sessions import summaries
+
+        store = summaries.Summaries(self.state_dir)
+        try:
+            return dict(store.cwds(paths))
+        finally:
+            store.close()
 
     def _list(self, files: Iterable[tuple[str, Path, str]]) -> None:
         """Before the first scan reads the files (newest first), every session not in its folder's

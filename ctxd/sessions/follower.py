@@ -86,8 +86,12 @@ class Update:
 # consumer may list them quickly ((path, folder, agent) of each): the newest alone, as a list, then
 # the others as their heads are peeked at (an iterator: the consumer's readers need not wait for
 # the thousands).
+# `known_cwds(paths)`: for those of `paths` whose folder an earlier read found, their stamps then and
+# their cwds: a file with the same stamp now is decided without its head peeked at (a restart
+# peeked at 3,000 heads before it listed: bench/README.md, round twenty-three).
 Resume = Callable[[Path, str], "dict[str, Any] | None"]
 Listing = Callable[[Iterable[tuple[str, Path, str]]], None]
+KnownCwds = Callable[[list[str]], Mapping[str, tuple[tuple[int, ...], str]]]
 
 
 @dataclass
@@ -123,10 +127,11 @@ class SourceStatus:
 class Follower:
     def __init__(self, on_update: Callable[[Update], None], sources: list[Source], *,
                  poll: bool | None = None, window: bool = True, resume: Resume | None = None,
-                 listing: Listing | None = None, backlog: Callable[[], bool] | None = None,
+                 listing: Listing | None = None, known_cwds: KnownCwds | None = None,
+                 backlog: Callable[[], bool] | None = None,
                  quiet: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext) -> None:
         """`window`: the readers keep each session's window (`Reader.holds_window`); the owner's do
-        not (its store does). `resume`, `listing`: see above. `backlog()`: the consumer has more
+        not (its store does). `resume`, `listing`, `known_cwds`: see above. `backlog()`: the consumer has more
         than it can take; a file with more than DEFER_BYTES to read waits until it has not.
         `quiet()` is held while the first scan peeks at the files' heads and lists them: thousands
         of system calls, each slowed by a thread that runs Python code beside them (the owner's:
@@ -137,6 +142,7 @@ class Follower:
         self._window = window
         self._resume = resume
         self._listing = listing
+        self._known_cwds = known_cwds
         self._quiet = quiet
         self._dormant = env_seconds("CTXD_DORMANT_SECONDS", DORMANT_SECONDS)
         self.sources = sources
@@ -546,9 +552,16 @@ class Follower:
         self._scanned = True
 
     def _decided(self, found: list[tuple[float, str, str]]) -> Iterator[tuple[str, Path, str]]:
-        """The files found that are in an open folder, each as its head is peeked at."""
+        """The files found that are in an open folder, each as its head is peeked at (or its cwd
+        is known: `known_cwds`)."""
+        known: Mapping[str, tuple[tuple[int, ...], str]] = {}
+        if self._known_cwds is not None:
+            try:
+                known = self._known_cwds([path for _, path, _ in found])
+            except Exception:  # noqa: BLE001 - then every head is peeked at
+                log.exception("the known folders of the session files cannot be read")
         for _, path, agent in found:
-            state = self._decide(path, agent)
+            state = self._decide(path, agent, known.get(path))
             if state is not None and state.folder is not None:
                 yield path, state.folder, state.agent
 
@@ -559,10 +572,10 @@ class Follower:
             except Exception:  # noqa: BLE001 - the files are read all the same
                 log.exception("listing the sessions failed")
 
-    def _decide(self, path: str, agent: str) -> _File | None:
+    def _decide(self, path: str, agent: str, known: tuple[tuple[int, ...], str] | None = None) -> _File | None:
         """A file of `agent` found by a scan, its head peeked at (its folder decided), not read further."""
         try:
-            self._follow(path, decide_only=True, agent=agent)
+            self._follow(path, decide_only=True, agent=agent, known=known)
         except Exception:  # noqa: BLE001 - read (and logged) with the others
             return None
         with self._lock:
@@ -581,9 +594,11 @@ class Follower:
         """Which agent's session `key` is (its store owns it), or None."""
         return next((agent for agent, store in self.stores.items() if store.owns(key)), None)
 
-    def _follow(self, path: str, decide_only: bool = False, agent: str | None = None) -> None:
+    def _follow(self, path: str, decide_only: bool = False, agent: str | None = None,
+                known: tuple[tuple[int, ...], str] | None = None) -> None:
         """Decide and read `path` (`agent`'s, when the caller knows: asking every store whose each of
-        3,000 files is took 0.24 s of the cold owner's wait before it lists them)."""
+        3,000 files is took 0.24 s of the cold owner's wait before it lists them; `known`: its stamp
+        and cwd when an earlier read found them, see `known_cwds`)."""
         with self._lock:
             state = self._files.get(path)
             indexes = self._folders
@@ -608,7 +623,11 @@ class Follower:
             if state.stamp == st.key():
                 return  # peeked at as it is now: undecided until it changes
             folders = indexes.get(state.agent) or Folders([])
-            cwd, complete, read = store.peek_cwd(path, folders)
+            cwd: str | None
+            if known is not None and known[0] == st.key():
+                cwd, complete, read = known[1], True, 0  # (the file as it was read: the same head)
+            else:
+                cwd, complete, read = store.peek_cwd(path, folders)
             with self._wake:
                 if self._folders is not indexes:
                     # Folders opened or closed during the peek: `set_folders` passed over this file

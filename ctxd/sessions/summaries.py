@@ -201,6 +201,29 @@ class Summaries:
                 continue
         return out
 
+    def cwds(self, paths: list[str]) -> dict[str, tuple[FileStamp, str]]:
+        """Of `paths`, those whose row states a cwd: their stamps when it was read, and that cwd
+        (`Follower`'s `known_cwds`: a file unchanged since need not have its head peeked at)."""
+        db = self._connect()
+        if db is None:
+            return {}
+        out: dict[str, tuple[FileStamp, str]] = {}
+        try:
+            for start in range(0, len(paths), 500):
+                part = paths[start:start + 500]
+                for path, file, cwd in db.execute(
+                        f"SELECT path, file, cwd FROM file_summaries WHERE path IN ({','.join('?' * len(part))})"
+                        " AND version = ? AND cwd IS NOT NULL", (*part, VERSION)):
+                    try:
+                        found = json.loads(file).get("stamp")
+                    except (ValueError, AttributeError):
+                        continue
+                    if isinstance(found, list) and len(found) == 4 and isinstance(cwd, str):
+                        out[path] = (tuple(found), cwd)
+        except sqlite3.Error as error:
+            log.info("cannot read %s (%s)", self.path, error)
+        return out
+
     def state(self, path: str) -> dict[str, Any] | None:
         db = self._connect()
         if db is None:
