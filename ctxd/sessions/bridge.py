@@ -25,7 +25,7 @@ import os
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -91,7 +91,8 @@ class SessionBridge:
         sources = discovery.sources({name: settings.sources.home(name) for name in names},
                                     enabled={name: settings.sources.follows(name) for name in names})
         self.follower = Follower(self._update, sources, window=False, resume=self._resume, listing=self._list,
-                                 known_cwds=self._known_cwds, backlog=lambda: self._mirrors.queued > MAX_QUEUED_ITEMS, quiet=TOKENIZERS.quiet)
+                                 known_cwds=self._known_cwds, quiet=TOKENIZERS.quiet,
+                                 backlog=lambda: self._mirrors.queued > MAX_QUEUED_ITEMS)
         self.state_dir = state_dir
         # The agents' own auto-compact settings, read once (read-only; each agent's `read_config`).
         self.configs: dict[str, AgentConfig] = {
@@ -153,7 +154,7 @@ class SessionBridge:
         except CtxdError:
             return None
 
-    def _known_cwds(self, paths: list[str]) -> dict[str, tuple[tuple[int, ...], str]]:
+    def _known_cwds(self, paths: list[str]) -> Mapping[str, tuple[tuple[int, ...], str]]:
         """The cwds the summaries found (`Follower`'s `known_cwds`)."""
         if self.state_dir is None:
             return {}
@@ -161,7 +162,7 @@ class SessionBridge:
 
         store = summaries.Summaries(self.state_dir)
         try:
-            return dict(store.cwds(paths))
+            return store.cwds(paths)
         finally:
             store.close()
 

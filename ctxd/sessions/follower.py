@@ -131,8 +131,9 @@ class Follower:
                  backlog: Callable[[], bool] | None = None,
                  quiet: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext) -> None:
         """`window`: the readers keep each session's window (`Reader.holds_window`); the owner's do
-        not (its store does). `resume`, `listing`, `known_cwds`: see above. `backlog()`: the consumer has more
-        than it can take; a file with more than DEFER_BYTES to read waits until it has not.
+        not (its store does). `resume`, `listing`, `known_cwds`: see above. `backlog()`: the
+        consumer has more than it can take; a file with more than DEFER_BYTES to read waits until it
+        has not.
         `quiet()` is held while the first scan peeks at the files' heads and lists them: thousands
         of system calls, each slowed by a thread that runs Python code beside them (the owner's:
         `Tokenizers.quiet`)."""
