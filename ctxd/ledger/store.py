@@ -184,6 +184,11 @@ class ThreadRow:
     active_tokens: int = 0
 
 
+# The `followed` rows of the paths in `IN ({})` whose thread still says it mirrors that very file.
+_MIRRORED_FILES = ("FROM followed f JOIN threads t ON t.thread = f.thread WHERE f.path IN ({}) AND CASE WHEN json_valid(t.state)"
+                   " THEN json_type(t.state, '$.followed.path') = 'text'"
+                   " AND json_extract(t.state, '$.followed.path') = f.path END")
+
 database_path = ledger_database
 """Where a workspace's database lives: named by a hash of its path, readable by its name (ctxd.places)."""
 
@@ -821,7 +826,13 @@ class Store:
     def follow_state(self, path: str) -> dict[str, Any] | None:
         """Where the reader of a followed session's file stood with what its thread holds (None:
         never mirrored, or its thread no longer says it mirrors that file)."""
-        return next((state for _, state in self._follow_states([path])), None)
+        with self._read() as db:
+            row = db.execute(f"SELECT f.state {_MIRRORED_FILES.format('?')}", (path,)).fetchone()
+        try:
+            state = json.loads(row[0]) if row is not None else None
+        except ValueError:
+            return None
+        return state if isinstance(state, dict) else None
 
     def followed_paths(self, paths: list[str]) -> set[str]:
         """Those of `paths` that have a `follow_state`, judged by SQLite's JSON functions: a
@@ -832,27 +843,9 @@ class Store:
             part = paths[start:start + 500]
             with self._read() as db:
                 found.update(path for (path,) in db.execute(
-                    "SELECT f.path FROM followed f JOIN threads t ON t.thread = f.thread"
-                    f" WHERE f.path IN ({', '.join('?' * len(part))})"
-                    " AND CASE WHEN json_valid(f.state) THEN json_type(f.state) = 'object' END"
-                    " AND CASE WHEN json_valid(t.state) THEN json_extract(t.state, '$.followed.path') IS f.path END",
-                    part))
+                    f"SELECT f.path {_MIRRORED_FILES.format(', '.join('?' * len(part)))}"
+                    " AND CASE WHEN json_valid(f.state) THEN json_type(f.state) = 'object' END", part))
         return found
-
-    def _follow_states(self, paths: list[str]) -> Iterator[tuple[str, dict[str, Any]]]:
-        for start in range(0, len(paths), 500):  # 500 paths per statement
-            part = paths[start:start + 500]
-            with self._read() as db:
-                rows = db.execute("SELECT f.path, f.state, t.state FROM followed f JOIN threads t ON t.thread = f.thread"
-                                  f" WHERE f.path IN ({', '.join('?' * len(part))})", part).fetchall()
-            for path, state_text, thread_state in rows:
-                try:
-                    state = json.loads(state_text)
-                    followed = (json.loads(thread_state) or {}).get("followed") if thread_state else None
-                except (ValueError, AttributeError):
-                    continue
-                if isinstance(state, dict) and isinstance(followed, dict) and followed.get("path") == path:
-                    yield path, state
 
     def resolve(self, thread: str, seq: int) -> int:
         """Where the item given `seq` is stored now: `seq` itself, unless a compaction's swap moved
