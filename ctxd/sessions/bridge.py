@@ -39,7 +39,7 @@ from ctxd.errors import CtxdError
 from ctxd.ledger.rules import is_real_user_message
 from ctxd.redact import redact, redact_json
 from ctxd.sessions import cachecost, discovery, drift, pricing
-from ctxd.sessions.follower import Follower, Update, valid_id
+from ctxd.sessions.follower import Follower, KnownCwd, Update, valid_id
 from ctxd.settings import Problem, Settings
 from ctxd.tokens.counter import TOKENIZERS
 from ctxd.workspace import Service, Workspace, path_to_uri
@@ -154,7 +154,7 @@ class SessionBridge:
         except CtxdError:
             return None
 
-    def _known_cwds(self, paths: list[str]) -> Mapping[str, tuple[tuple[int, ...], str]]:
+    def _known_cwds(self, paths: list[str]) -> Mapping[str, KnownCwd]:
         """The cwds the summaries found (`Follower`'s `known_cwds`)."""
         if self.state_dir is None:
             return {}

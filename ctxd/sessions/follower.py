@@ -91,7 +91,8 @@ class Update:
 # peeked at 3,000 heads before it listed: bench/README.md, round twenty-three).
 Resume = Callable[[Path, str], "dict[str, Any] | None"]
 Listing = Callable[[Iterable[tuple[str, Path, str]]], None]
-KnownCwds = Callable[[list[str]], Mapping[str, tuple[tuple[int, ...], str]]]
+KnownCwd = tuple[tuple[int, ...], str]  # (the stamp `Stamp.key` gave then, the cwd found)
+KnownCwds = Callable[[list[str]], Mapping[str, KnownCwd]]
 
 
 @dataclass
@@ -555,7 +556,7 @@ class Follower:
     def _decided(self, found: list[tuple[float, str, str]]) -> Iterator[tuple[str, Path, str]]:
         """The files found that are in an open folder, each as its head is peeked at (or its cwd
         is known: `known_cwds`)."""
-        known: Mapping[str, tuple[tuple[int, ...], str]] = {}
+        known: Mapping[str, KnownCwd] = {}
         if self._known_cwds is not None:
             try:
                 known = self._known_cwds([path for _, path, _ in found])
@@ -573,7 +574,7 @@ class Follower:
             except Exception:  # noqa: BLE001 - the files are read all the same
                 log.exception("listing the sessions failed")
 
-    def _decide(self, path: str, agent: str, known: tuple[tuple[int, ...], str] | None = None) -> _File | None:
+    def _decide(self, path: str, agent: str, known: KnownCwd | None = None) -> _File | None:
         """A file of `agent` found by a scan, its head peeked at (its folder decided), not read further."""
         try:
             self._follow(path, decide_only=True, agent=agent, known=known)
@@ -596,7 +597,7 @@ class Follower:
         return next((agent for agent, store in self.stores.items() if store.owns(key)), None)
 
     def _follow(self, path: str, decide_only: bool = False, agent: str | None = None,
-                known: tuple[tuple[int, ...], str] | None = None) -> None:
+                known: KnownCwd | None = None) -> None:
         """Decide and read `path` (`agent`'s, when the caller knows: asking every store whose each of
         3,000 files is took 0.24 s of the cold owner's wait before it lists them; `known`: its stamp
         and cwd when an earlier read found them, see `known_cwds`)."""
