@@ -18,10 +18,12 @@ from typing import Any
 
 import pytest
 
+from ctxd.agents import claude
 from ctxd.ledger.store import database_path
 from tests import session_fixtures as fx
 from tests.rpc import Client
 from tests.test_sessions_e2e import CODEX_THREAD, homes, wait_thread
+from tests.test_sessions_readers import long_claude_session
 
 WINDOW = 258_400  # gpt-5.5's window as Codex 0.171 states it
 
@@ -404,3 +406,27 @@ def test_the_fill_after_a_compaction_is_the_compactions_never_a_rewinds_after_it
         wait_thread(client, workspace, CLAUDE_THREAD, lambda t: t["usage"]["source"] == "api")
         assert _wait(functools.partial(annotated, client)) == [("claude", 4_123), ("agent", None)], restart
         client.shutdown()
+
+
+def test_a_rewind_further_back_than_the_owners_reader_remembers_is_followed(daemon_factory, workspace: Path,
+                                                                           tmp_path: Path) -> None:
+    """A Claude Code session longer than a reader remembers (claude.MAX_LINES lines) whose user went
+    back to its first answer and asked again, before the owner started and while it follows: its
+    gauge is the report after each rewind. Before, the owner's reader read the file again from its
+    start, forgot that answer again on the way, and stopped at the rewind for good: the gauge, cost
+    and turns of the session froze."""
+    _, claude_home, env = homes(tmp_path)
+    t = "2025-10-03T13:{:02d}:00.000Z".format
+
+    def rewind(n: int, cache_read: int) -> list[dict[str, Any]]:
+        return [fx.claude_user(f"Start over ({n})", f"back{n}", "a0", workspace, t(2 * n)),
+                *fx.claude_assistant([{"type": "text", "text": "Started over."}], f"mb{n}", f"ab{n}", f"back{n}",
+                                     workspace, t(2 * n + 1), fx.claude_usage(4, 10, cache_read, 5))]
+
+    path = fx.write_jsonl(fx.claude_path(claude_home, workspace),
+                          long_claude_session(claude.MAX_LINES // 2 + 100, rewind(1, 777), workspace))
+    client = daemon_factory([workspace], env=env)
+    wait_thread(client, workspace, CLAUDE_THREAD, lambda t: t["usage"]["usedTokens"] == 4 + 10 + 777 + 5)
+    fx.append_jsonl(path, rewind(2, 888))
+    thread = wait_thread(client, workspace, CLAUDE_THREAD, lambda t: t["usage"]["usedTokens"] == 4 + 10 + 888 + 5)
+    assert thread["usage"]["source"] == "api"

@@ -9,16 +9,18 @@ import json
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from ctxd.agents import claude
 from ctxd.agents import jsonl as reader
 from ctxd.agents.claude import ClaudeReader, ClaudeSessions
 from ctxd.agents.codex import CodexReader, CodexSessions
 from ctxd.agents.folders import Folders
-from ctxd.agents.session import MAX_TOKENS, Usage
+from ctxd.agents.session import MAX_TOKENS, Session, Usage
 from ctxd.protocol.items import validate_items
-from ctxd.sessions import pricing
+from ctxd.sessions import pricing, summaries
 from tests import session_fixtures as fx
 
 
@@ -270,6 +272,87 @@ def test_claude_rewind_drops_the_abandoned_branch(tmp_path: Path) -> None:
     assert change.replaced and s.rewinds == 1
     assert [i["type"] for i in s.items] == ["message", "reasoning", "message", "function_call", "message"]
     assert s.items[-1]["content"][0]["text"] == "No: a --debug flag"
+
+
+def long_claude_session(rounds: int, then: list[dict[str, Any]], ws: Path | str = "/w") -> list[dict[str, Any]]:
+    """A prompt and its answer (`a0`), `rounds` tool calls and their results, then `then`."""
+    t = "2025-10-03T11:{:02d}:00.000Z".format
+    lines = [fx.claude_user("Start the parser", "u0", None, ws, t(0)),
+             *fx.claude_assistant([{"type": "text", "text": "Started."}], "m0", "a0", "u0", ws, t(1),
+                                  fx.claude_usage(3, 100, 1_000, 10))]
+    parent = "a0"
+    for n in range(1, rounds + 1):
+        lines += fx.claude_assistant([{"type": "tool_use", "id": f"t{n}", "name": "Bash", "input": {"command": "ls"}}],
+                                     f"m{n}", f"a{n}", parent, ws, t(2), fx.claude_usage(3, 100, 1_000 + n, 10))
+        lines.append(fx.claude_user([{"type": "tool_result", "tool_use_id": f"t{n}", "content": "ok"}], f"r{n}",
+                                    f"a{n}", ws, t(3)))
+        parent = f"r{n}"
+    return lines + then
+
+
+def _read_whole(path: Path, mode: str) -> tuple[Session, int, int]:
+    """The session `mode` reads ("window": held, "daemon": the owner's reader, "summary": `ctxd
+    sessions`'), where it stopped, and how many times it read the file again from its start (as
+    the follower and the summaries do, once a read asks for it: `replay`)."""
+    if mode == "summary":
+        resets = 0
+        reset = ClaudeReader.reset
+
+        def counted(self: ClaudeReader) -> None:
+            nonlocal resets
+            resets += 1
+            reset(self)
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(ClaudeReader, "reset", counted)
+            read = summaries.summarize(str(path), "claude", None, None)
+        assert read is not None
+        return read.session, read.stored.offset, resets
+    reader_ = ClaudeReader(str(path), fx.CLAUDE_ID, window=mode == "window")
+    reader_.read()
+    resets = 0
+    while reader_.replay and resets < 100:
+        resets += 1
+        reader_.reset()
+        reader_.read()
+    return reader_.session, reader_.offset, resets
+
+
+@pytest.mark.parametrize("mode", ["window", "daemon", "summary"])
+def test_a_rewind_further_back_than_a_reader_remembers_is_followed_to_the_files_end(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
+    """A long session (more lines than a reader remembers: MAX_LINES, made small here) whose user
+    went back to its first answer and asked again: the file is read once more from its start,
+    that line remembered this time, and the rewind is followed to the end of the file. Before,
+    the second read forgot the line again and stopped there for good: the session's gauge, cost
+    and turns froze at the line before the rewind, whatever was written after it."""
+    monkeypatch.setattr(claude, "MAX_LINES", 8)
+    ws, t = "/w", "2025-10-03T12:{:02d}:00.000Z".format
+    path = fx.write_jsonl(tmp_path / "long.jsonl", long_claude_session(30, [
+        fx.claude_user("Start the lexer instead", "u1", "a0", ws, t(1)),  # back to the first answer
+        *fx.claude_assistant([{"type": "text", "text": "Lexer started."}], "mz", "az", "u1", ws, t(2),
+                             fx.claude_usage(4, 10, 777, 5))]))
+    session, offset, resets = _read_whole(path, mode)
+    assert (offset, resets) == (path.stat().st_size, 1)
+    assert (session.rewinds, session.turn_total, session.baseline) == (1, 2, 4 + 10 + 777 + 5)
+    if mode == "window":
+        assert [item["content"][0]["text"] for item in session.items] == [
+            "Start the parser", "Started.", "Start the lexer instead", "Lexer started."]
+
+
+def test_rewinds_to_lines_no_file_holds_read_it_again_a_bounded_number_of_times(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hostile file: prompts whose parents no line has, after more lines than a reader remembers.
+    Each of the first MAX_REPLAYS has the file read again once; the rest are read as prompts, and
+    every read reaches the end of the file."""
+    monkeypatch.setattr(claude, "MAX_LINES", 8)
+    monkeypatch.setattr(claude, "MAX_REPLAYS", 3)
+    ws, t = "/w", "2025-10-03T12:{:02d}:00.000Z".format
+    ghosts = [fx.claude_user(f"Prompt {n}", f"p{n}", f"nowhere-{n}", ws, t(n)) for n in range(10)]
+    path = fx.write_jsonl(tmp_path / "hostile.jsonl", long_claude_session(30, ghosts))
+    for mode in ("window", "daemon", "summary"):
+        session, offset, resets = _read_whole(path, mode)
+        assert (offset, resets, session.rewinds, session.turn_total) == (path.stat().st_size, 3, 0, 11), mode
 
 
 def test_a_rewritten_file_is_read_again(tmp_path: Path) -> None:

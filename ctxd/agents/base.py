@@ -115,7 +115,9 @@ class SessionReader(ABC):
     rewritten: bool
     holds_window: bool = True  # False (the owner's readers): the window's items are handed on in each
     # `Change`, not kept in `Session.items` (the store holds them); a reader may keep them all the same
-    replay: bool = False  # a read found it must start again from the start (`reset`, then read again)
+    # A read found it must start again from the start (`reset`, then read again; a reader asks it a
+    # bounded number of times: claude.py's MAX_REPLAYS).
+    replay: bool = False
 
     @abstractmethod
     def read(self, ident: tuple[int, int] | None = None, budget: int | None = None) -> SessionChange:

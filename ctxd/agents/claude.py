@@ -81,6 +81,9 @@ MAX_SUBAGENT_FILES = 1_000  # per session: more is not a real session, and each 
 # copies: a reader of a session that goes on keeps the last ones. A rewind to an older line reads
 # the file again from its start; a streamed copy this far apart does not happen.
 MAX_LINES = 4_096
+# Rewinds to a line forgotten by then (MAX_LINES back) that a reader reads its file again for,
+# remembering that line the second time (`_wanted`); one further back than that is not followed.
+MAX_REPLAYS = 16
 IDLE_LINES = 64  # what a reader that caught up keeps (`trim`): thousands of sessions are followed
 KEPT_MESSAGES = 16  # the latest messages' usage kept by a reader that caught up, and in its saved state
 MAX_MESSAGES = 256
@@ -174,6 +177,7 @@ class ClaudeReader(Reader):
             self.paths, self.limits = PATHS, LIMITS
             self.folds = _claude is not None
         self.session.id = session_id
+        self._wanted: set[str] = set()  # lines rewound to after they were forgotten: kept aside (`_pinned`)
         self._init()
 
     def _init(self) -> None:
@@ -185,6 +189,7 @@ class ClaudeReader(Reader):
         # Main-chain uuid -> (its line, the window's count of items, turns, reports) after it, for rewinds.
         self._end: OrderedDict[str, tuple[int, int, int, int]] = OrderedDict()
         self._complete = True  # `_end` holds every line since the start (or the last compaction)
+        self._pinned: dict[str, tuple[int, int, int, int]] = {}  # `_end`'s entries of `_wanted` lines it forgot
         self._leaf: str | None = None
         self._line = 0  # main-chain user and assistant lines so far
         self._reports = 0
@@ -216,9 +221,7 @@ class ClaudeReader(Reader):
 
     def trim(self, lines: int = IDLE_LINES) -> None:
         """Forget all but the last `lines` lines (a reader that caught up: little memory each)."""
-        while len(self._end) > lines:
-            self._end.popitem(last=False)
-            self._complete = False
+        self._forget(lines)
         while len(self._msg_usage) > KEPT_MESSAGES:  # as many as its saved state keeps (`own_state`)
             self._msg_usage.popitem(last=False)
 
@@ -396,12 +399,9 @@ class ClaudeReader(Reader):
         else:
             self._pending += pending
         if ends:
-            end = self._end
-            end.update(ends)
+            self._end.update(ends)
             self._leaf = ends[-1][0]
-            while len(end) > MAX_LINES:
-                end.popitem(last=False)
-                self._complete = False
+            self._forget(MAX_LINES)
         for text, timestamp in prompts:  # (in their order; nothing else in the run depends on them)
             self._turn(text, timestamp, change)
         return int(stop)
@@ -413,9 +413,17 @@ class ClaudeReader(Reader):
             self._end[uuid] = (self._line, self.session.window, self.session.turn_count, self._reports)
             self._end.move_to_end(uuid)
             self._leaf = uuid
-            if len(self._end) > MAX_LINES:
-                self._end.popitem(last=False)
-                self._complete = False
+            self._forget(MAX_LINES)
+
+    def _forget(self, keep: int) -> None:
+        """Forget all but the latest `keep` lines; where the window stood at a line a rewind wanted
+        is kept aside."""
+        end = self._end
+        while len(end) > keep:
+            uuid, where = end.popitem(last=False)
+            if uuid in self._wanted:
+                self._pinned[uuid] = where
+            self._complete = False
 
     def _rewind(self, rec: dict[str, Any], change: Change) -> None:
         """A prompt whose parent is an earlier line than the last one: the user went back and
@@ -424,9 +432,12 @@ class ClaudeReader(Reader):
         parent = rec.get("parentUuid")
         if not isinstance(parent, str) or parent == self._leaf:
             return
-        found = self._end.get(parent)
+        found = self._end.get(parent) or self._pinned.get(parent)
         if found is None:
-            if not self._complete:
+            # Forgotten: the whole file again, this line remembered (a read from the start had
+            # forgotten it too when it was more than MAX_LINES back, and would stop here for ever).
+            if not self._complete and parent not in self._wanted and len(self._wanted) < MAX_REPLAYS:
+                self._wanted.add(parent)
                 self.replay = True
             return
         line, keep, turns, reports = found
@@ -676,6 +687,7 @@ class ClaudeReader(Reader):
         session.generation += 1
         self._end = OrderedDict()
         self._complete = True
+        self._pinned = {}
         self._pending = []
         self._command = None
         change.replace(session, [], session.compactions - 1, at)

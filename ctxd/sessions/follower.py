@@ -668,7 +668,7 @@ class Follower:
             state.reread, resumed = False, False
             reader.reset()
         change = reader.read(state.ident, budget=READ_BUDGET)
-        if reader.replay:  # a rewind to a line the reader no longer remembers: the whole file again
+        while reader.replay:  # a rewind to a line the reader no longer remembers: the whole file again
             reader.reset()
             resumed = False
             change = reader.read(state.ident, budget=READ_BUDGET)

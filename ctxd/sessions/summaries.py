@@ -334,8 +334,8 @@ def summarize(path: str, agent: str, state: dict[str, Any] | None, cwd: str | No
                 os.close(fd)
     start = reader.offset
     reader.read()
-    if reader.replay:  # a rewind to a line it no longer remembers: the whole file again
-        reader = new_reader(agent, path)
+    while reader.replay:  # a rewind to a line it no longer remembers: the whole file again
+        reader.reset()
         start = 0
         reader.read()
     session = reader.session
