@@ -141,6 +141,57 @@ def test_a_rewind_takes_the_dead_branch_out_of_the_window() -> None:
     assert [t.text for t in s.turns] == ["First question.", "Second question, again."]
 
 
+def _read_all(reader: QwenReader) -> None:
+    """Read on while a read asks for the file again from its start (as the follower does)."""
+    reader.read()
+    while reader.replay:
+        reader.reset()
+        reader.read()
+
+
+def _shown(reader: QwenReader) -> dict[str, Any]:
+    """What a session shows and the gauge counts from, without where it was read."""
+    state = reader.session.to_state()
+    return {**state, "tail": [json.dumps(item, sort_keys=True) for item in state["tail"]]}
+
+
+@pytest.mark.parametrize("fixture", [SESSION, REWIND], ids=["compress", "rewind"])
+def test_a_reader_taken_up_at_any_record_ends_as_one_read_of_the_whole_file(tmp_path: Path, fixture: Path) -> None:
+    """qwen-code's sessions are taken up where a reader stood (a restart, a dormant session's
+    reader let go; its summary for `ctxd sessions`), not read again whole with every window held
+    in memory: from any record on, with what it remembers trimmed to two records (a rewind to one
+    it forgot reads the file again), the session is the one a single read of the whole file
+    shows; and the daemon's reader (the window not held) counts what a reader holding it holds."""
+    data = fixture.read_bytes()
+    whole = QwenReader(str(fixture), SESSION_ID, window=False)
+    _read_all(whole)
+    held = QwenReader(str(fixture), SESSION_ID)
+    held.read()
+    assert (whole.session.window, whole.session.turn_total, whole.session.baseline) == (
+        len(held.session.items), len(held.session.turns), held.session.baseline)
+    assert whole.session.tail == held.session.items[held.session.baseline_items:]
+    assert whole.session.cumulative == held.session.cumulative
+    path = tmp_path / fixture.name
+    ends = [n + 1 for n, byte in enumerate(data) if byte == ord("\n")]
+    replays = 0
+    for cut in ends[:-1]:
+        path.write_bytes(data[:cut])
+        first = QwenReader(str(path), SESSION_ID, window=False)
+        _read_all(first)
+        first.trim(2)
+        state = json.loads(json.dumps(first.state()))  # as the store keeps it
+        path.write_bytes(data)
+        later = QwenReader(str(path), SESSION_ID, window=False)
+        later.restore(state)
+        later.read()
+        replays += later.replay
+        while later.replay:
+            later.reset()
+            later.read()
+        assert later.offset == len(data) and _shown(later) == _shown(whole), cut
+    assert replays > 0 if fixture == REWIND else replays == 0  # the rewind's parent was forgotten
+
+
 # --- hostile files --------------------------------------------------------------------------------
 
 

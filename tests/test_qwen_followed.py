@@ -8,6 +8,7 @@ breaks the window down in qwen's `/context` categories; `ctxd sessions` and `ctx
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -15,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ctxd.agents.qwen import encode_project
+from ctxd.agents.qwen import QwenReader, encode_project
 from tests.rpc import Client
 
 REPO = Path(__file__).resolve().parent.parent
@@ -175,3 +176,58 @@ def test_qwens_status_line_reaches_the_followed_threads_gauge(daemon_factory: Ca
     pushed = client.wait_for_notification("ctxd/usageChanged", lambda p: p["thread"] == THREAD, timeout=WAIT,
                                           after=seen)
     assert pushed["usedTokens"] == 425_000
+
+
+def test_a_qwen_sessions_reader_is_let_go_when_dormant_and_taken_up_where_it_stood(
+        daemon_factory: Callable[..., Client], tmp_path: Path, state_dir: Path) -> None:
+    """A dormant qwen-code session's reader is let go once the store holds where it stood, and taken
+    up from there, live and across a restart: what follows is mirrored once, the /compress between
+    included, and the file is not read again (a heavy history held every window in memory and read
+    every file again at each start)."""
+    work = tmp_path / "app"
+    work.mkdir()
+    home = tmp_path / "qwen"
+    chats = home / "projects" / encode_project(work) / "chats"
+    chats.mkdir(parents=True)
+    lines = FIXTURE.read_text().replace("/home/user/app", str(work)).splitlines(keepends=True)
+    path = chats / f"{SESSION}.jsonl"
+    path.write_text("".join(lines[:14]))  # two turns, before /compress
+    old = time.time() - 3600
+    os.utime(path, (old, old))
+    env = {"QWEN_HOME": str(home), "CTXD_DORMANT_SECONDS": "1"}
+    client = daemon_factory([work], env=env)
+    uri = work.as_uri()
+
+    def history() -> dict[str, Any]:
+        return client.request("ctxd/history", {"workspace": uri, "thread": THREAD, "includeArchived": True})
+
+    def fill() -> int | None:
+        rows = client.request("ctxd/threads", {"workspace": uri})["threads"]
+        return next((t["usage"]["usedTokens"] for t in rows if t["thread"] == THREAD), None)
+
+    log = state_dir / "ctxd" / "owner" / "owner.log"
+    until(lambda: log.is_file() and "let go of 1 dormant session readers" in log.read_text(errors="replace"))
+    with path.open("a") as f:
+        f.write("".join(lines[14:24]))  # the rest of the second turn, then /compress
+    until(lambda: fill() == 11_577)
+    client.shutdown()
+    with path.open("a") as f:
+        f.write("".join(lines[24:]))  # written while no ctxd ran
+    client = daemon_factory([work], env=env)
+    until(lambda: fill() == 2_000)
+    before = history()
+    [compaction] = before["compactions"]
+    assert (compaction["tokensBefore"], compaction["tokensAfter"]) == (14_000, 11_577)
+    whole = QwenReader(str(path), SESSION)
+    whole.read()  # the window, read at once
+    active = [json.dumps(i, sort_keys=True) for i in before["items"] if not i.get("archived")]
+    assert active == [json.dumps(i, sort_keys=True) for i in whole.session.items]
+    calls = [i["call_id"] for i in before["items"] if i["type"] == "function_call"]
+    assert len(calls) == len(set(calls))  # nothing mirrored twice
+    [source] = [s for s in client.request("ctxd/status", {"workspace": uri})["sources"] if s["agent"] == "qwen"]
+    assert source["sessions"] == 1
+    client.shutdown()
+    client = daemon_factory([work], env=env)  # and again, the file as it was: taken up, nothing read
+    until(lambda: fill() == 2_000)
+    client.request("ctxd/ghost/list", {"workspace": uri})  # a round trip after its first read
+    assert history() == before

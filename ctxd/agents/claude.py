@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 from ctxd.agents import payloads, skim
 from ctxd.agents.base import Action, Agent, AgentConfig, AgentLimits, HookAction, HookInput, Scope, Stamp, StatusUsage
-from ctxd.agents.jsonl import HEAD_LIMIT, JsonlStore, Reader, entries, head, parse, read_tail
+from ctxd.agents.jsonl import HEAD_LIMIT, MAX_REPLAYS, JsonlStore, Reader, entries, head, parse, read_tail
 from ctxd.agents.session import (
     MAX_TOKENS,
     Change,
@@ -81,9 +81,6 @@ MAX_SUBAGENT_FILES = 1_000  # per session: more is not a real session, and each 
 # copies: a reader of a session that goes on keeps the last ones. A rewind to an older line reads
 # the file again from its start; a streamed copy this far apart does not happen.
 MAX_LINES = 4_096
-# Rewinds to a line forgotten by then (MAX_LINES back) that a reader reads its file again for,
-# remembering that line the second time (`_wanted`); one further back than that is not followed.
-MAX_REPLAYS = 16
 IDLE_LINES = 64  # what a reader that caught up keeps (`trim`): thousands of sessions are followed
 KEPT_MESSAGES = 16  # the latest messages' usage kept by a reader that caught up, and in its saved state
 MAX_MESSAGES = 256
@@ -177,7 +174,7 @@ class ClaudeReader(Reader):
             self.paths, self.limits = PATHS, LIMITS
             self.folds = _claude is not None
         self.session.id = session_id
-        self._wanted: set[str] = set()  # lines rewound to after they were forgotten: kept aside (`_pinned`)
+        self._wanted: set[str] = set()  # lines rewound to after they were forgotten (MAX_REPLAYS): kept aside (`_pinned`)
         self._init()
 
     def _init(self) -> None:

@@ -41,6 +41,10 @@ except ImportError:
 # in a chunk four times larger, up to MAX_LINE.
 READ_CHUNK = 1024 * 1024
 MAX_LINE = 8 * 1024 * 1024  # a longer line (newline included) is skipped, never held whole in memory
+# Rewinds to a line a reader had forgotten (its bounds: a long session, a reader taken up) that it
+# reads its file again from the start for (`replay`), each remembered that time; a rewind to
+# another one after those is not followed (a hostile file cannot have it read again and again).
+MAX_REPLAYS = 16
 HEAD_CHUNK = 4096  # how far past a first line a peek may read (never parsed)
 HEAD_LIMIT = 4 * 1024 * 1024  # a file without its first lines in this many bytes is not a session
 MAX_DEPTH = 100  # a record nested deeper is skipped: the ledger's JSON (and the wire's) cannot hold it

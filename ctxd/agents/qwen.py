@@ -53,8 +53,8 @@ from typing import TYPE_CHECKING, Any
 
 from ctxd.agents import payloads
 from ctxd.agents.base import Action, Agent, AgentConfig, AgentLimits, HookAction, HookInput, Scope, StatusUsage
-from ctxd.agents.jsonl import HEAD_LIMIT, JsonlStore, Reader, entries, head
-from ctxd.agents.session import Change, Turn, Usage, first_request, note_report, shorten, tokens
+from ctxd.agents.jsonl import HEAD_LIMIT, MAX_REPLAYS, JsonlStore, Reader, entries, head
+from ctxd.agents.session import Change, Turn, Usage, first_request, note_report, shorten, tokens, usages
 
 if TYPE_CHECKING:
     from ctxd.agents.config.plan import ConfigChange
@@ -67,6 +67,9 @@ VERSION = "0.24.4"
 KNOWN_SYSTEM = {"ui_telemetry", "attribution_snapshot", "session_model", "notification", "file_history_snapshot",
                 "branch_checkpoint"}
 API_RESPONSE = "qwen-code.api_response"
+# Records a reader that caught up remembers for rewinds (`trim`), as its saved state does: a rewind
+# further back has the file read again from its start (a read from the start remembers them all).
+IDLE_RECORDS = 64
 
 
 def _count(value: Any) -> int:
@@ -137,23 +140,49 @@ def _text(content: Any) -> str:
 
 class QwenReader(Reader):
     agent = "qwen"
+    resumable = True
 
-    def __init__(self, path: str, session_id: str | None = None) -> None:
-        super().__init__(path)
+    def __init__(self, path: str, session_id: str | None = None, *, window: bool = True) -> None:
+        super().__init__(path, window=window)
         self.session.id = session_id
+        self._replayed: set[str] = set()  # parents a read from the start was asked for (at most MAX_REPLAYS)
         self._init()
 
     def _init(self) -> None:
-        self._end: dict[str, int] = {}  # uuid on the chain -> len(items) after it (for rewinds)
+        # uuid on the chain -> (the window's count of items, turns) after it, for rewinds: every record
+        # since the start or the last compression (`_complete`), or the latest ones (`trim`).
+        self._end: dict[str, tuple[int, int]] = {}
+        self._complete = True
         self._leaf: str | None = None
         self._billed: dict[str, Usage] = {}  # per model, from the telemetry (every request)
         self._replied: dict[str, Usage] = {}  # per model, from assistant records (no telemetry)
+        self._carried = 0  # the estimate of the items before the first report (`first_request`)
 
     def reset(self) -> None:
         session_id = self.session.id
         super().reset()
         self.session.id = session_id
         self._init()
+
+    def trim(self, records: int = IDLE_RECORDS) -> None:
+        """Forget all but the last `records` records (a reader that caught up: little memory each)."""
+        if len(self._end) > records:
+            self._end = dict(list(self._end.items())[-records:])
+            self._complete = False
+
+    def own_state(self) -> dict[str, Any]:
+        return {"end": [[uuid, *where] for uuid, where in list(self._end.items())[-IDLE_RECORDS:]],
+                "complete": self._complete and len(self._end) <= IDLE_RECORDS, "leaf": self._leaf, "carried": self._carried,
+                "billed": {model: usage.as_dict() for model, usage in self._billed.items()},
+                "replied": {model: usage.as_dict() for model, usage in self._replied.items()}}
+
+    def restore_own(self, state: dict[str, Any]) -> None:
+        self._end = {str(entry[0]): (int(entry[1]), int(entry[2])) for entry in state.get("end") or []}
+        self._complete = bool(state.get("complete"))
+        self._leaf = state.get("leaf")
+        self._carried = int(state.get("carried") or 0)
+        self._billed, self._replied = usages(state.get("billed")), usages(state.get("replied"))
+        self.session.cumulative = self._billed or self._replied  # (the same objects, as a read leaves them)
 
     def record(self, rec: dict[str, Any], change: Change) -> None:
         session = self.session
@@ -175,6 +204,8 @@ class QwenReader(Reader):
             session.sidechain_lines += 1  # a subagent's record: its requests are in the telemetry
             return
         self._rewind(rec, change)
+        if self.replay:
+            return
         if kind == "user":
             self._user(rec, change)
         elif kind == "assistant":
@@ -193,33 +224,52 @@ class QwenReader(Reader):
             session.count_unknown(str(kind))
         uuid = rec.get("uuid")
         if isinstance(uuid, str):
-            self._end[uuid] = len(session.items)
+            self._end.pop(uuid, None)  # (a record written again is the latest)
+            self._end[uuid] = (session.window, session.turn_count)
             self._leaf = uuid
 
     def _add(self, items: list[dict[str, Any]], change: Change) -> None:
+        session = self.session
         for item in items:
-            self.session.items.append(item)
-            change.add(item, self.session)
+            session.add_item(item, self.holds_window)
+            change.add(item, session)
+            if session.first_request is None:
+                from ctxd.tokens.approx import item_tokens  # (not for a hook, which imports this module)
+
+                self._carried += item_tokens(item)
 
     def _rewind(self, rec: dict[str, Any], change: Change) -> None:
         """A record whose parent is not the last record re-roots the chain (qwen's `rewind`
-        record): what followed that parent left the window."""
+        record): what followed that parent left the window. A parent forgotten since (`trim`) has
+        the file read again from its start, once."""
         parent = rec.get("parentUuid")
-        if not isinstance(parent, str) or parent == self._leaf or parent not in self._end:
+        if not isinstance(parent, str) or parent == self._leaf:
             return
-        keep = self._end[parent]
+        found = self._end.get(parent)
+        if found is None:
+            if not self._complete and parent not in self._replayed and len(self._replayed) < MAX_REPLAYS:
+                self._replayed.add(parent)
+                self.replay = True
+            return
+        keep, turns = found
         session = self.session
-        if keep >= len(session.items):
+        if keep >= session.window:
             return
-        del session.items[keep:]
-        session.turns = [t for t in session.turns if t.generation != session.generation or t.index < keep]
+        if self.holds_window:
+            del session.items[keep:]
+        session.window = keep
+        session.turn_count = turns
+        session.turns = [t for t in session.turns if t.generation != session.generation or t.index < keep] \
+            if self.holds_window else []
         session.generation += 1
         session.rewinds += 1
         if session.baseline_items > keep:
-            session.baseline, session.baseline_items = None, 0  # that report counted what left
+            session.baseline, session.baseline_items, session.tail = None, 0, []  # that report counted what left
             change.usage = True
+        else:
+            session.tail = session.tail[:max(0, keep - session.baseline_items)]
         change.replace(session, session.items, None, rec.get("timestamp") if isinstance(rec.get("timestamp"), str)
-                       else session.last_activity)
+                       else session.last_activity, keep=keep)
 
     def _user(self, rec: dict[str, Any], change: Change) -> None:
         session = self.session
@@ -228,8 +278,8 @@ class QwenReader(Reader):
         prompt = rec.get("subtype") is None and rec.get("provenance") in (None, "real_user") and bool(items)
         if prompt:
             text = _text(message)
-            turn = Turn(len(session.items), shorten(text, 60), rec.get("timestamp"), session.generation)
-            session.turns.append(turn)
+            turn = Turn(session.window, shorten(text, 60), rec.get("timestamp"), session.generation)
+            session.add_turn(turn, self.holds_window)
             change.turns.append(turn)
             if session.title is None and text.strip():
                 session.title = shorten(text)
@@ -247,7 +297,7 @@ class QwenReader(Reader):
         if window and window != session.context_window:
             session.context_window = window
             change.meta = True
-        before = len(session.items)
+        carried = self._carried
         self._add(_items(rec.get("message")), change)
         raw = rec.get("usageMetadata")
         if not isinstance(raw, dict):
@@ -263,9 +313,9 @@ class QwenReader(Reader):
             return
         note_report(session, used, usage, model, rec.get("timestamp"))
         if session.first_request is None:
-            session.first_request = first_request(used, session.items[:before])
-        last = {k: _count(v) for k, v in raw.items() if type(v) is int}
-        session.baseline, session.baseline_items, session.last_usage = used, len(session.items), last
+            session.first_request = first_request(used, [], carried)
+        session.reported(used)
+        session.last_usage = {k: _count(v) for k, v in raw.items() if type(v) is int}
         change.usage = True
 
     def _telemetry(self, rec: dict[str, Any]) -> None:
@@ -297,12 +347,13 @@ class QwenReader(Reader):
             "tokensBefore": _count(info.get("originalTokenCount")) or session.baseline,
             "tokensAfter": after or None,
             "at": at})
-        session.items = [item for content in (history if isinstance(history, list) else []) for item in _items(content)]
+        items = [item for content in (history if isinstance(history, list) else []) for item in _items(content)]
+        session.replace_window(items, self.holds_window)
         session.compactions += 1
         session.generation += 1
-        session.baseline, session.baseline_items = (after or None), len(session.items)
-        self._end = {}
-        change.replace(session, session.items, session.compactions - 1, at)
+        session.baseline, session.baseline_items = (after or None), len(items)
+        self._end, self._complete = {}, True
+        change.replace(session, items, session.compactions - 1, at)
         change.usage = True
 
 
@@ -493,6 +544,9 @@ class Qwen(Agent):
 
     def sessions(self, root: Path) -> QwenSessions:
         return QwenSessions(root)
+
+    def summary_reader(self, key: str) -> QwenReader:
+        return QwenReader(key, session_id(key), window=False)
 
     def read_config(self, home: Path) -> AgentConfig:
         return read_settings_config(home)

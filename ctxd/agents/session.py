@@ -241,8 +241,7 @@ class Session:
         for name in _SCALARS:
             if name in state:
                 setattr(session, name, state[name])
-        session.cumulative = {model: Usage(**{_USAGE_FIELDS[k]: int(v) for k, v in usage.items() if k in _USAGE_FIELDS})
-                              for model, usage in (state.get("cumulative") or {}).items()}
+        session.cumulative = usages(state.get("cumulative"))
         session.turns = [Turn(*turn) for turn in state.get("turns") or []]
         return session
 
@@ -254,6 +253,12 @@ _SCALARS = ("id", "version", "cwd", "model", "context_window", "title", "started
             "bad_lines", "sidechain_lines", "rewinds", "last_request_at", "cache_1h")
 _USAGE_FIELDS = {"input": "input", "cachedInput": "cached_input", "cacheWrite": "cache_write",
                  "cacheWrite1h": "cache_write_1h", "output": "output", "reasoning": "reasoning"}
+
+
+def usages(saved: Any) -> dict[str, Usage]:
+    """Per model, the usage `Usage.as_dict` saved (a state's `cumulative`)."""
+    return {model: Usage(**{_USAGE_FIELDS[k]: int(v) for k, v in usage.items() if k in _USAGE_FIELDS})
+            for model, usage in (saved or {}).items()}
 
 
 # A read stops after a replacement once the replacements it holds name this many items in all:
@@ -397,12 +402,13 @@ def note_reports(session: Session, used: int, prompted: tuple[str, int, int, int
         session.cache_1h = cache_1h
 
 
-def first_request(reported: int, items: list[dict[str, Any]]) -> dict[str, int]:
+def first_request(reported: int, items: list[dict[str, Any]], carried: int = 0) -> dict[str, int]:
     """The first request: the input its API reported and an estimate of the messages it carried
-    (the ledger's per-item estimate, ctxd/tokens/approx.py)."""
+    (the ledger's per-item estimate of `items`, ctxd/tokens/approx.py, and `carried`: that of the
+    items before them, counted as they came)."""
     from ctxd.tokens.approx import item_tokens
 
-    return {"tokens": reported, "messages": sum(item_tokens(i) for i in items)}
+    return {"tokens": reported, "messages": carried + sum(item_tokens(i) for i in items)}
 
 
 def shorten(text: str, limit: int = TITLE_CHARS) -> str:
