@@ -36,6 +36,12 @@ def until(what: Callable[[], Any]) -> Any:
         time.sleep(0.05)
 
 
+def mirrored(client: Client, uri: str) -> None:
+    """Until what the owner found is mirrored: a session is listed from its summary before its
+    items are, and the first read's push of its fill may come after the listing."""
+    until(lambda: client.request("ctxd/sessions/sync", {"workspace": uri}, timeout=WAIT).get("idle"))
+
+
 def test_a_qwen_session_is_followed_live_with_its_fill_compaction_and_categories(
         daemon_factory: Callable[..., Client], tmp_path: Path, state_dir: Path) -> None:
     work = tmp_path / "app"
@@ -54,6 +60,7 @@ def test_a_qwen_session_is_followed_live_with_its_fill_compaction_and_categories
         return next((t for t in rows if t["thread"] == THREAD), None)
 
     first = until(thread)
+    mirrored(client, uri)
     assert (first["source"], first["readOnly"], first["model"], first["title"]) == (
         "qwen", True, "qwen3-coder-plus", "Create hello.txt saying hello.")
     usage = first["usage"]
@@ -165,6 +172,7 @@ def test_qwens_status_line_reaches_the_followed_threads_gauge(daemon_factory: Ca
     client = daemon_factory([work], env={"QWEN_HOME": str(home)})
     uri = work.as_uri()
     until(lambda: any(t["thread"] == THREAD for t in client.request("ctxd/threads", {"workspace": uri})["threads"]))
+    mirrored(client, uri)
     stdin = json.loads((REPO / "tests" / "fixtures" / "agents" / "qwen" / "statusline-stdin.json").read_text())
     stdin.update(session_id=SESSION, workspace={"current_dir": str(work)})
     stdin["context_window"]["current_usage"] = 425_000
