@@ -5,6 +5,7 @@ Fixtures: tests/session_fixtures.py (each record's provenance is there).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import threading
@@ -18,6 +19,7 @@ from ctxd.agents import jsonl as reader
 from ctxd.agents.claude import ClaudeReader, ClaudeSessions
 from ctxd.agents.codex import CodexReader, CodexSessions
 from ctxd.agents.folders import Folders
+from ctxd.agents.qwen import QwenReader
 from ctxd.agents.session import MAX_TOKENS, Session, Usage
 from ctxd.protocol.items import validate_items
 from ctxd.sessions import pricing, summaries
@@ -353,6 +355,43 @@ def test_rewinds_to_lines_no_file_holds_read_it_again_a_bounded_number_of_times(
     for mode in ("window", "daemon", "summary"):
         session, offset, resets = _read_whole(path, mode)
         assert (offset, resets, session.rewinds, session.turn_total) == (path.stat().st_size, 3, 0, 11), mode
+
+
+DAMAGES = {"claude": [{"end": [["x", 1]]}, {"end": [[1]]}, {"end": "x"}, {"messages": [["k"]]}, {"command": [1]},
+                      {"subagents": [1]}],
+           "qwen": [{"end": [["x", 1]]}, {"end": [[1]]}, {"end": "x"}, {"billed": {"m": 1}}, {"billed": [1]},
+                    {"replied": {"m": {"input": "x"}}}]}
+
+
+@pytest.mark.parametrize("agent", ["claude", "qwen"])
+def test_a_damaged_saved_state_has_the_file_read_from_its_start(tmp_path: Path, agent: str) -> None:
+    """A reader's saved state with entries too short or of the wrong type (a store damaged,
+    another version's) is not taken up, by the owner's reader nor by a summary: the session is
+    read from its start, as if never seen, and nothing raises."""
+    if agent == "claude":
+        path = str(fx.write_jsonl(fx.claude_path(tmp_path, "/w"), fx.claude_session("/w")))
+        make = functools.partial(ClaudeReader, path, fx.CLAUDE_ID, window=False)
+    else:
+        path = str(tmp_path / "qwen.jsonl")
+        Path(path).write_bytes((Path(__file__).parent / "fixtures" / "agents" / "qwen" / "session.jsonl").read_bytes())
+        make = functools.partial(QwenReader, path, None, window=False)
+    owners = make()
+    owners.read()
+    fresh = summaries.summarize(path, agent, None, None)
+    assert fresh is not None
+    st = os.stat(path)
+    now = reader.Stamp((st.st_dev, st.st_ino), st.st_size, st.st_mtime_ns)
+    for damage in DAMAGES[agent]:
+        state = json.loads(json.dumps(owners.state()))
+        state["reader"].update(damage)
+        assert not make().resume(state, now), damage
+        state = json.loads(fresh.stored.state or "{}")
+        state["reader"].update(damage)
+        read = summaries.summarize(path, agent, state, None)
+        assert read is not None and read.session.to_state() == fresh.session.to_state(), damage
+    state = json.loads(json.dumps(owners.state()))
+    state["reader"] = ["not", "a", "dict"]
+    assert not make().resume(state, now)
 
 
 def test_a_rewritten_file_is_read_again(tmp_path: Path) -> None:

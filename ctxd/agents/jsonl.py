@@ -414,7 +414,7 @@ class Reader(SessionReader):
                 return self.matches(fd, now) and not (now.st_size == self.offset and list(still) != saved.get("stamp"))
             finally:
                 os.close(fd)
-        except (KeyError, TypeError, ValueError):
+        except (AttributeError, LookupError, TypeError, ValueError):  # a damaged state: read from the start
             return False
 
     def left(self, stamp: Stamp) -> int:

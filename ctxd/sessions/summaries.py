@@ -328,7 +328,7 @@ def summarize(path: str, agent: str, state: dict[str, Any] | None, cwd: str | No
                 if not reader.matches(fd, st) or (st.st_size == reader.offset and
                                                   list(stamp(st)) != state.get("stamp")):
                     reader = new_reader(agent, path)  # replaced, shorter, rewritten in place
-            except (KeyError, TypeError, ValueError):
+            except (AttributeError, LookupError, TypeError, ValueError):  # a damaged state: from the start
                 reader = new_reader(agent, path)
             finally:
                 os.close(fd)
