@@ -42,8 +42,9 @@ def mirrored(client: Client, uri: str) -> None:
     until(lambda: client.request("ctxd/sessions/sync", {"workspace": uri}, timeout=WAIT).get("idle"))
 
 
-def test_a_qwen_session_is_followed_live_with_its_fill_compaction_and_categories(
-        daemon_factory: Callable[..., Client], tmp_path: Path, state_dir: Path) -> None:
+def qwen_session(tmp_path: Path, upto: int) -> tuple[Path, Path, Path, list[str]]:
+    """The project folder, qwen's home, and the fixture's session written into it up to record
+    `upto`: (work, home, the session file, every record's line)."""
     work = tmp_path / "app"
     work.mkdir()
     home = tmp_path / "qwen"
@@ -51,7 +52,13 @@ def test_a_qwen_session_is_followed_live_with_its_fill_compaction_and_categories
     chats.mkdir(parents=True)
     lines = FIXTURE.read_text().replace("/home/user/app", str(work)).splitlines(keepends=True)
     path = chats / f"{SESSION}.jsonl"
-    path.write_text("".join(lines[:4]))  # the first prompt and its first reply
+    path.write_text("".join(lines[:upto]))
+    return work, home, path, lines
+
+
+def test_a_qwen_session_is_followed_live_with_its_fill_compaction_and_categories(
+        daemon_factory: Callable[..., Client], tmp_path: Path, state_dir: Path) -> None:
+    work, home, path, lines = qwen_session(tmp_path, 4)  # the first prompt and its first reply
     client = daemon_factory([work], env={"QWEN_HOME": str(home)})
     uri = work.as_uri()
 
@@ -117,13 +124,7 @@ def test_qwens_compaction_hook_after_its_record_keeps_the_fill_the_record_states
     """qwen's chat_compression record states the fill after it (newTokenCount). Its PostCompact
     hook, handled after the daemon mirrored that record, must not drop that figure as the stale
     one from before the compaction (the gauge fell back to an estimate, and stayed there)."""
-    work = tmp_path / "app"
-    work.mkdir()
-    home = tmp_path / "qwen"
-    chats = home / "projects" / encode_project(work) / "chats"
-    chats.mkdir(parents=True)
-    text = FIXTURE.read_text().replace("/home/user/app", str(work))
-    (chats / f"{SESSION}.jsonl").write_text("".join(text.splitlines(keepends=True)[:24]))  # up to /compress
+    work, home, _, _ = qwen_session(tmp_path, 24)  # up to /compress
     client = daemon_factory([work], env={"QWEN_HOME": str(home)})
     uri = work.as_uri()
 
@@ -162,13 +163,7 @@ def test_qwens_status_line_reaches_the_followed_threads_gauge(daemon_factory: Ca
     """qwen's `ui.statusLine` command (`ctxd statusline --agent qwen`) with the stdin qwen-code
     0.24.4 gave it (tests/fixtures/agents/qwen/statusline-stdin.json): the line shows qwen's fill
     against its own compaction point, and the followed thread's gauge takes that usage at once."""
-    work = tmp_path / "app"
-    work.mkdir()
-    home = tmp_path / "qwen"
-    chats = home / "projects" / encode_project(work) / "chats"
-    chats.mkdir(parents=True)
-    lines = FIXTURE.read_text().replace("/home/user/app", str(work)).splitlines(keepends=True)
-    (chats / f"{SESSION}.jsonl").write_text("".join(lines[:4]))
+    work, home, _, _ = qwen_session(tmp_path, 4)
     client = daemon_factory([work], env={"QWEN_HOME": str(home)})
     uri = work.as_uri()
     until(lambda: any(t["thread"] == THREAD for t in client.request("ctxd/threads", {"workspace": uri})["threads"]))
@@ -192,14 +187,7 @@ def test_a_qwen_sessions_reader_is_let_go_when_dormant_and_taken_up_where_it_sto
     up from there, live and across a restart: what follows is mirrored once, the /compress between
     included, and the file is not read again (a heavy history held every window in memory and read
     every file again at each start)."""
-    work = tmp_path / "app"
-    work.mkdir()
-    home = tmp_path / "qwen"
-    chats = home / "projects" / encode_project(work) / "chats"
-    chats.mkdir(parents=True)
-    lines = FIXTURE.read_text().replace("/home/user/app", str(work)).splitlines(keepends=True)
-    path = chats / f"{SESSION}.jsonl"
-    path.write_text("".join(lines[:14]))  # two turns, before /compress
+    work, home, path, lines = qwen_session(tmp_path, 14)  # two turns, before /compress
     old = time.time() - 3600
     os.utime(path, (old, old))
     env = {"QWEN_HOME": str(home), "CTXD_DORMANT_SECONDS": "1"}
