@@ -348,7 +348,7 @@ def test_rewinds_to_lines_no_file_holds_read_it_again_a_bounded_number_of_times(
     Each of the first MAX_REPLAYS has the file read again once; the rest are read as prompts, and
     every read reaches the end of the file."""
     monkeypatch.setattr(claude, "MAX_LINES", 8)
-    monkeypatch.setattr(claude, "MAX_REPLAYS", 3)
+    monkeypatch.setattr(reader, "MAX_REPLAYS", 3)  # (jsonl.py)
     ws, t = "/w", "2025-10-03T12:{:02d}:00.000Z".format
     ghosts = [fx.claude_user(f"Prompt {n}", f"p{n}", f"nowhere-{n}", ws, t(n)) for n in range(10)]
     path = fx.write_jsonl(tmp_path / "hostile.jsonl", long_claude_session(30, ghosts))

@@ -116,7 +116,7 @@ class SessionReader(ABC):
     holds_window: bool = True  # False (the owner's readers): the window's items are handed on in each
     # `Change`, not kept in `Session.items` (the store holds them); a reader may keep them all the same
     # A read found it must start again from the start (`reset`, then read again; a reader asks it a
-    # bounded number of times: jsonl.py's MAX_REPLAYS).
+    # bounded number of times: jsonl.py's `read_again_for`).
     replay: bool = False
 
     @abstractmethod

@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 from ctxd.agents import payloads, skim
 from ctxd.agents.base import Action, Agent, AgentConfig, AgentLimits, HookAction, HookInput, Scope, Stamp, StatusUsage
-from ctxd.agents.jsonl import HEAD_LIMIT, MAX_REPLAYS, JsonlStore, Reader, entries, head, parse, read_tail
+from ctxd.agents.jsonl import HEAD_LIMIT, JsonlStore, Reader, entries, head, parse, read_tail
 from ctxd.agents.session import (
     MAX_TOKENS,
     Change,
@@ -174,7 +174,6 @@ class ClaudeReader(Reader):
             self.paths, self.limits = PATHS, LIMITS
             self.folds = _claude is not None
         self.session.id = session_id
-        self._wanted: set[str] = set()  # lines rewound to after they were forgotten (MAX_REPLAYS): kept aside (`_pinned`)
         self._init()
 
     def _init(self) -> None:
@@ -186,7 +185,7 @@ class ClaudeReader(Reader):
         # Main-chain uuid -> (its line, the window's count of items, turns, reports) after it, for rewinds.
         self._end: OrderedDict[str, tuple[int, int, int, int]] = OrderedDict()
         self._complete = True  # `_end` holds every line since the start (or the last compaction)
-        self._pinned: dict[str, tuple[int, int, int, int]] = {}  # `_end`'s entries of `_wanted` lines it forgot
+        self._pinned: dict[str, tuple[int, int, int, int]] = {}  # `_end`'s entries of `wanted` lines it forgot
         self._leaf: str | None = None
         self._line = 0  # main-chain user and assistant lines so far
         self._reports = 0
@@ -410,7 +409,8 @@ class ClaudeReader(Reader):
             self._end[uuid] = (self._line, self.session.window, self.session.turn_count, self._reports)
             self._end.move_to_end(uuid)
             self._leaf = uuid
-            self._forget(MAX_LINES)
+            if len(self._end) > MAX_LINES:
+                self._forget(MAX_LINES)
 
     def _forget(self, keep: int) -> None:
         """Forget all but the latest `keep` lines; where the window stood at a line a rewind wanted
@@ -418,7 +418,7 @@ class ClaudeReader(Reader):
         end = self._end
         while len(end) > keep:
             uuid, where = end.popitem(last=False)
-            if uuid in self._wanted:
+            if uuid in self.wanted:
                 self._pinned[uuid] = where
             self._complete = False
 
@@ -433,9 +433,8 @@ class ClaudeReader(Reader):
         if found is None:
             # Forgotten: the whole file again, this line remembered (a read from the start had
             # forgotten it too when it was more than MAX_LINES back, and would stop here for ever).
-            if not self._complete and parent not in self._wanted and len(self._wanted) < MAX_REPLAYS:
-                self._wanted.add(parent)
-                self.replay = True
+            if not self._complete:
+                self.read_again_for(parent)
             return
         line, keep, turns, reports = found
         if line >= self._line:

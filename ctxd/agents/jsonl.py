@@ -156,6 +156,7 @@ class Reader(SessionReader):
         self.summary = summary
         self.holds_window = window and not summary
         self.replay = False  # a rewind named a line no longer remembered: read again from the start
+        self.wanted: set[str] = set()  # the lines those reads were for (`read_again_for`; a reset keeps them)
         self.line_stop = -1  # where the line being read ends in its chunk (a skimming reader)
         self.offset = 0
         self.bytes_read = 0  # every byte this reader ever read from the file (the privacy check)
@@ -416,6 +417,13 @@ class Reader(SessionReader):
                 os.close(fd)
         except (AttributeError, LookupError, TypeError, ValueError):  # a damaged state: read from the start
             return False
+
+    def read_again_for(self, line: str) -> None:
+        """A rewind to `line`, which this reader forgot: the file again from its start (`replay`),
+        that line remembered (`wanted`); for at most MAX_REPLAYS lines, the rest not followed."""
+        if line not in self.wanted and len(self.wanted) < MAX_REPLAYS:
+            self.wanted.add(line)
+            self.replay = True
 
     def left(self, stamp: Stamp) -> int:
         return max(0, stamp.size - self.offset)

@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 from ctxd.agents import payloads
 from ctxd.agents.base import Action, Agent, AgentConfig, AgentLimits, HookAction, HookInput, Scope, StatusUsage
-from ctxd.agents.jsonl import HEAD_LIMIT, MAX_REPLAYS, JsonlStore, Reader, entries, head
+from ctxd.agents.jsonl import HEAD_LIMIT, JsonlStore, Reader, entries, head
 from ctxd.agents.session import Change, Turn, Usage, first_request, note_report, shorten, tokens, usages
 
 if TYPE_CHECKING:
@@ -145,7 +145,6 @@ class QwenReader(Reader):
     def __init__(self, path: str, session_id: str | None = None, *, window: bool = True) -> None:
         super().__init__(path, window=window)
         self.session.id = session_id
-        self._replayed: set[str] = set()  # parents a read from the start was asked for (at most MAX_REPLAYS)
         self._init()
 
     def _init(self) -> None:
@@ -247,9 +246,8 @@ class QwenReader(Reader):
             return
         found = self._end.get(parent)
         if found is None:
-            if not self._complete and parent not in self._replayed and len(self._replayed) < MAX_REPLAYS:
-                self._replayed.add(parent)
-                self.replay = True
+            if not self._complete:
+                self.read_again_for(parent)
             return
         keep, turns = found
         session = self.session
