@@ -215,6 +215,94 @@ def test_the_store_opens_only_sessions_of_open_folders_by_gemini_clis_own_rule(t
     assert store.peek_cwd(str(claimed), Folders([work]))[0] is None
 
 
+def _more_lines() -> list[str]:
+    """The fixture, then a session going on: a reply written again with its tool call, a rewind,
+    the latest reply written again otherwise, and a rewind to a message from before the compression."""
+    def message(key: str, kind: str, content: Any, **more: Any) -> str:
+        return json.dumps({"id": key, "timestamp": "2026-12-02T01:19:00.000Z", "type": kind, "content": content, **more})
+
+    usage = {"input": 7000, "output": 9, "cached": 5000, "thoughts": 0, "tool": 0, "total": 7009}
+    call = {"id": "ls__call_9", "name": "list_directory", "args": {"dir_path": "."}}
+    return [*_lines(),
+            message("u1", "user", [{"text": "List the files."}]),
+            message("r1", "gemini", "Listing.", tokens=usage, model="gemini-2.5-pro"),
+            message("r1", "gemini", "Listing.", tokens=usage, model="gemini-2.5-pro", toolCalls=[call]),
+            message("f1", "user", [{"functionResponse": {"id": "ls__call_9", "name": "list_directory",
+                                                         "response": {"output": "hello.txt"}}}]),
+            message("r2", "gemini", "One file.", tokens={**usage, "input": 7100}, model="gemini-2.5-pro"),
+            json.dumps({"$rewindTo": "f1"}),
+            message("u2", "user", [{"text": "And the folders?"}]),
+            message("r3", "gemini", "None.", tokens={**usage, "input": 7300}, model="gemini-2.5-pro"),
+            message("r3", "gemini", "No folders.", tokens={**usage, "input": 7400}, model="gemini-2.5-pro"),
+            json.dumps({"$rewindTo": "140debc1-0464-433e-94a6-628ae63c4f21"}),
+            message("u3", "user", [{"text": "Start over."}]),
+            message("r4", "gemini", "Sure.", tokens={**usage, "input": 900}, model="gemini-2.5-pro")]
+
+
+def _read_all(reader: GeminiReader, window: list[dict[str, Any]]) -> int:
+    """Read on while a read asks for the file again from its start (as the follower does), with
+    `window` kept as the daemon's store keeps it from the steps of each read; how often it asked."""
+    replays = 0
+    while True:
+        change = reader.read()
+        if change.from_start:
+            window.clear()
+        for step in change.steps:
+            if step.replace and step.keep is not None:
+                del window[step.keep:]
+            elif step.replace:
+                window[:] = step.items
+            else:
+                window.extend(step.items)
+        if not reader.replay:
+            return replays
+        replays += 1
+        reader.reset()
+
+
+def _shown(reader: GeminiReader) -> dict[str, Any]:
+    """What a session shows and the gauge counts from, without where it was read."""
+    session = reader.session
+    return {"window": session.window, "turns": session.turn_total, "baseline": session.baseline,
+            "tail": session.tail, "cost": session.cumulative, "title": session.title, "id": session.id,
+            "compactions": session.compactions, "first": session.first_request}
+
+
+def test_a_reader_taken_up_at_any_line_ends_as_one_read_of_the_whole_file(tmp_path: Path) -> None:
+    """The daemon's readers hold no window and are taken up where they stood (a restart, a dormant
+    session's reader let go), not read again whole with every window held in memory: from any line
+    on, with what it remembers trimmed to two messages (a rewind to one it forgot, or an earlier
+    message written again, reads the file again), the session is the one a single read of the
+    whole file shows, and the window the steps leave is the one a reader holding it holds."""
+    lines = _more_lines()
+    path = tmp_path / "session.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    held = GeminiReader(str(path))
+    held.read()
+    assert _texts(held.session.items)[-3:] == ["output:replace__call_2", "user:Start over.", "assistant:Sure."]
+    whole_window: list[dict[str, Any]] = []
+    whole = GeminiReader(str(path), window=False)
+    _read_all(whole, whole_window)
+    assert whole_window == held.session.items and whole.session.items == []
+    # (a reader holding the window keeps the turns of every rebuild before the latest: not compared)
+    assert _shown(whole) == {**_shown(held), "tail": held.session.items[held.session.baseline_items:], "turns": 3}
+    replays = 0
+    for cut in range(1, len(lines)):
+        path.write_text("\n".join(lines[:cut]) + "\n")
+        window: list[dict[str, Any]] = []
+        first = GeminiReader(str(path), window=False)
+        _read_all(first, window)
+        first.trim(2)
+        state = json.loads(json.dumps(first.state()))  # as the store keeps it
+        path.write_text("\n".join(lines) + "\n")
+        later = GeminiReader(str(path), window=False)
+        later.restore(state)
+        replays += _read_all(later, window)
+        assert later.offset == path.stat().st_size and _shown(later) == _shown(whole), cut
+        assert window == whole_window, cut
+    assert replays > 0  # the rewinds to messages forgotten
+
+
 def test_subagents_are_billed_to_their_session(tmp_path: Path) -> None:
     chats = _chats(tmp_path, tmp_path)
     path = chats / "session-2026-12-02T01-18-3863ff50.jsonl"

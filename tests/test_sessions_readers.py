@@ -19,6 +19,7 @@ from ctxd.agents import jsonl as reader
 from ctxd.agents.claude import ClaudeReader, ClaudeSessions
 from ctxd.agents.codex import CodexReader, CodexSessions
 from ctxd.agents.folders import Folders
+from ctxd.agents.gemini import GeminiReader
 from ctxd.agents.qwen import QwenReader
 from ctxd.agents.session import MAX_TOKENS, Session, Usage
 from ctxd.protocol.items import validate_items
@@ -360,10 +361,12 @@ def test_rewinds_to_lines_no_file_holds_read_it_again_a_bounded_number_of_times(
 DAMAGES = {"claude": [{"end": [["x", 1]]}, {"end": [[1]]}, {"end": "x"}, {"messages": [["k"]]}, {"command": [1]},
                       {"subagents": [1]}],
            "qwen": [{"end": [["x", 1]]}, {"end": [[1]]}, {"end": "x"}, {"billed": {"m": 1}}, {"billed": [1]},
-                    {"replied": {"m": {"input": "x"}}}]}
+                    {"replied": {"m": {"input": "x"}}}],
+           "gemini": [{"messages": [["x", 1]]}, {"messages": [[1, "a", 0, 0, []]]}, {"messages": "x"},
+                      {"usage": [["k", "m", 1]]}, {"subagents": {"a.jsonl": {"offset": "x"}}}, {"last": 5}]}
 
 
-@pytest.mark.parametrize("agent", ["claude", "qwen"])
+@pytest.mark.parametrize("agent", ["claude", "qwen", "gemini"])
 def test_a_damaged_saved_state_has_the_file_read_from_its_start(tmp_path: Path, agent: str) -> None:
     """A reader's saved state with entries too short or of the wrong type (a store damaged,
     another version's) is not taken up, by the owner's reader nor by a summary: the session is
@@ -371,6 +374,10 @@ def test_a_damaged_saved_state_has_the_file_read_from_its_start(tmp_path: Path, 
     if agent == "claude":
         path = str(fx.write_jsonl(fx.claude_path(tmp_path, "/w"), fx.claude_session("/w")))
         make = functools.partial(ClaudeReader, path, fx.CLAUDE_ID, window=False)
+    elif agent == "gemini":
+        path = str(tmp_path / "session-2026-12-02T01-18-3863ff50.jsonl")
+        Path(path).write_bytes((Path(__file__).parent / "fixtures" / "agents" / "gemini" / "session.jsonl").read_bytes())
+        make = functools.partial(GeminiReader, path, window=False)
     else:
         path = str(tmp_path / "qwen.jsonl")
         Path(path).write_bytes((Path(__file__).parent / "fixtures" / "agents" / "qwen" / "session.jsonl").read_bytes())
@@ -381,15 +388,17 @@ def test_a_damaged_saved_state_has_the_file_read_from_its_start(tmp_path: Path, 
     assert fresh is not None
     st = os.stat(path)
     now = reader.Stamp((st.st_dev, st.st_ino), st.st_size, st.st_mtime_ns)
+    saved = json.dumps({**(owners.state() or {}), "stamp": list(now.key())})  # as the bridge saves it
+    assert make().resume(json.loads(saved), now)  # (undamaged: taken up)
     for damage in DAMAGES[agent]:
-        state = json.loads(json.dumps(owners.state()))
+        state = json.loads(saved)
         state["reader"].update(damage)
         assert not make().resume(state, now), damage
         state = json.loads(fresh.stored.state or "{}")
         state["reader"].update(damage)
         read = summaries.summarize(path, agent, state, None)
         assert read is not None and read.session.to_state() == fresh.session.to_state(), damage
-    state = json.loads(json.dumps(owners.state()))
+    state = json.loads(saved)
     state["reader"] = ["not", "a", "dict"]
     assert not make().resume(state, now)
 

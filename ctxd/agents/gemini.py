@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 from ctxd.agents import payloads
 from ctxd.agents.base import Action, Agent, AgentConfig, AgentLimits, HookAction, HookInput, Scope
 from ctxd.agents.jsonl import HEAD_LIMIT, JsonlStore, Reader, entries, head, open_regular
-from ctxd.agents.session import Change, Turn, Usage, first_request, note_report, shorten, tokens
+from ctxd.agents.session import Change, Turn, Usage, first_request, note_report, shorten, tokens, usages
 
 if TYPE_CHECKING:
     from ctxd.agents.config.plan import ConfigChange
@@ -52,6 +52,10 @@ VERSION = "0.61.0"
 CONTEXT_PREFIX = "<session_context>"  # the first user message of every run: not a typed prompt
 SNAPSHOT_PREFIX = "<state_snapshot>"  # the summary a compression leaves in place of what it dropped
 MAX_SUBAGENT_FILES = 1_000  # per session: more is not a real session
+# Messages a reader that caught up remembers (`GeminiReader.trim`), as its saved state does: a rewind
+# further back has the file read again from its start.
+IDLE_MESSAGES = 64
+KEPT_REPLIES = 16  # a subagent's latest replies whose usage its saved state keeps (one written again replaces)
 MESSAGE_TYPES = ("user", "gemini", "info", "error", "warning")
 """Its message types (`MessageRecord.type`): the CLI's own info, error and warning lines are never
 sent to the model; another type is counted as unread (format drift)."""
@@ -134,24 +138,60 @@ def usage_of(raw: dict[str, Any]) -> Usage:
                  output=tokens(raw.get("output")) + thoughts, reasoning=thoughts)
 
 
+class _Message:
+    """A message of the window, as a reader remembers it: where it starts (the window's count of
+    items, the turns, the first request's estimate before it), the tool results it added, and its
+    items (`items`, until `trim`; the latest one's as `digests` in a saved state)."""
+
+    __slots__ = ("start", "turns", "carried", "outputs", "items", "digests")
+
+    def __init__(self, start: int, turns: int, carried: int, items: list[dict[str, Any]] | None = None,
+                 outputs: tuple[str, ...] = (), digests: list[str] | None = None) -> None:
+        self.start, self.turns, self.carried = start, turns, carried
+        self.items = items
+        self.outputs = outputs
+        self.digests = digests
+
+    def same_start(self, items: list[dict[str, Any]]) -> bool:
+        """Do `items` begin with this message's items (a reply written again with what it gained)?"""
+        if self.items is not None:
+            return items[:len(self.items)] == self.items
+        return self.digests is not None and [_digest(i) for i in items[:len(self.digests)]] == self.digests
+
+
+def _digest(item: dict[str, Any]) -> str:
+    return hashlib.blake2b(json.dumps(item, sort_keys=True).encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+
+
 class GeminiReader(Reader):
     """One session file, read as `loadConversationRecord` loads it, into ctxd's window: each
     message id keeps its place and its items; a message written again adds what it gained (a
     reply's tool calls); a `$set.messages` that drops messages (a compression) or a `$rewindTo`
-    replaces the window, so the bridge archives what left it."""
+    replaces the window, so the bridge archives what left it.
+
+    The daemon's readers hold no window (`Reader.holds_window`): once caught up (`trim`) they
+    remember the latest IDLE_MESSAGES messages, where each starts, and the latest one's items. A
+    rewind to a message forgotten, or an earlier message written again, has the file read again
+    from its start (`read_again_for`); Gemini CLI writes again only its latest message."""
 
     agent = "gemini"
+    resumable = True
 
-    def __init__(self, path: str) -> None:
-        super().__init__(path)
+    def __init__(self, path: str, *, window: bool = True) -> None:
+        super().__init__(path, window=window)
         self._init()
 
     def _init(self) -> None:
         self._header_id: str | None = None
-        self._messages: dict[str, list[dict[str, Any]]] = {}  # id -> its items, in the file's order
-        self._outputs: set[str] = set()  # tool call ids whose result is in the window
+        # Message id -> what the window holds of it, in the file's order: every message since the
+        # start or the last `$set.messages` that replaced them, with its items (`_complete`), or the
+        # latest ones (`trim`).
+        self._messages: dict[str, _Message] = {}
+        self._complete = True
+        self._outputs: set[str] = set()  # tool call ids whose result is in the window (of those remembered)
         self._usage: dict[str, tuple[str, Usage]] = {}  # message id -> (model, usage): the last one counts
         self._run_start = False  # a header was read, and no message since (a resume's stub may follow)
+        self._carried = 0  # the estimate of the items before the first report (`first_request`)
         self._subagents: dict[str, _SubagentCost] = {}
 
     def reset(self) -> None:
@@ -163,6 +203,53 @@ class GeminiReader(Reader):
         change = super().read(ident, budget)
         change.usage = self._read_subagents() or change.usage
         return change
+
+    # --- put aside, taken up again ---
+
+    def trim(self, messages: int = IDLE_MESSAGES) -> None:
+        """Forget all but the latest `messages` messages, and every item but the latest message's
+        (a reader that caught up: little memory each; a window held keeps them all)."""
+        if self.holds_window:
+            return
+        if len(self._messages) > messages:
+            self._messages = dict(list(self._messages.items())[-messages:])
+            self._usage = {key: self._usage[key] for key in self._messages if key in self._usage}
+            self._outputs = {call for message in self._messages.values() for call in message.outputs}
+            self._complete = False
+        for message in list(self._messages.values())[:-1]:
+            if message.items is not None:
+                message.items, self._complete = None, False
+
+    def own_state(self) -> dict[str, Any]:
+        kept = list(self._messages.items())[-IDLE_MESSAGES:]
+        last = kept[-1][1] if kept else None
+        return {"header": self._header_id, "runStart": self._run_start, "carried": self._carried,
+                "complete": self._complete and len(self._messages) <= 1,
+                "messages": [[key, m.start, m.turns, m.carried, list(m.outputs)] for key, m in kept],
+                "last": ([_digest(i) for i in last.items] if last.items is not None else last.digests)
+                if last is not None else None,
+                "usage": [[key, *self._usage[key][:1], self._usage[key][1].as_dict()]
+                          for key, _ in kept if key in self._usage],
+                "subagents": {name: sub.position() for name, sub in self._subagents.items()}}
+
+    def restore_own(self, state: dict[str, Any]) -> None:
+        header = state.get("header")
+        self._header_id = header if isinstance(header, str) else None
+        self._run_start = bool(state.get("runStart"))
+        self._carried = int(state.get("carried") or 0)
+        self._complete = bool(state.get("complete"))
+        self._messages = {str(key): _Message(int(start), int(turns), int(carried), None, tuple(map(str, outputs)))
+                          for key, start, turns, carried, outputs in state.get("messages") or []}
+        last = state.get("last")
+        if self._messages and last is not None:
+            self._messages[next(reversed(self._messages))].digests = [str(d) for d in last if isinstance(d, str)]
+        self._outputs = {call for message in self._messages.values() for call in message.outputs}
+        self._usage = {str(key): (str(model), usage) for key, model, usage in
+                       ((entry[0], entry[1], usages({"": entry[2]})[""]) for entry in state.get("usage") or [])}
+        for name, sub_state in (state.get("subagents") or {}).items():
+            if self.session.id is not None and isinstance(name, str) and os.sep not in name:
+                sub = self._subagents[name] = _SubagentCost(os.path.join(self._subagent_folder(self.session.id), name), self)
+                sub.restore(sub_state)
 
     # --- records ---
 
@@ -199,18 +286,28 @@ class GeminiReader(Reader):
             self.session.id = self._header_id
             change.meta = True
 
-    def _add_items(self, items: list[dict[str, Any]], change: Change) -> list[dict[str, Any]]:
-        """Append `items` to the window, less a tool result already there (a resume repeats one)."""
+    def _add_items(self, message: _Message, items: list[dict[str, Any]], change: Change) -> None:
+        """Append `items` of `message` to the window, less a tool result already there (a resume
+        repeats one)."""
+        session = self.session
         added = []
         for item in items:
             if item["type"] == "function_call_output":
                 if item["call_id"] in self._outputs:
                     continue
                 self._outputs.add(item["call_id"])
-            self.session.items.append(item)
-            change.add(item, self.session)
+                message.outputs += (item["call_id"],)
+            session.add_item(item, self.holds_window)
+            change.add(item, session)
             added.append(item)
-        return added
+            if session.first_request is None:
+                from ctxd.tokens.approx import item_tokens  # (not for a hook, which imports this module)
+
+                self._carried += item_tokens(item)
+        if message.items is not None:
+            message.items.extend(added)
+        elif message.digests is not None:  # (taken up from a saved state)
+            message.digests += [_digest(item) for item in added]
 
     def _message(self, rec: dict[str, Any], change: Change, report: bool = True) -> None:
         """A message record: new, or written again under its id (the last one counts). `report`
@@ -226,23 +323,56 @@ class GeminiReader(Reader):
             session.count_unknown(f"message.{rec.get('type')}")
         items = message_items(rec)
         old = self._messages.get(message_id)
+        last = old is not None and message_id == next(reversed(self._messages))
         if old is None:
+            message = _Message(session.window, session.turn_total, self._carried, [])
             if is_prompt(rec):
                 text = _text(rec.get("content"))
-                turn = Turn(len(session.items), shorten(text, 60), timestamp, session.generation)
-                session.turns.append(turn)
+                turn = Turn(session.window, shorten(text, 60), timestamp, session.generation)
+                session.add_turn(turn, self.holds_window)
                 change.turns.append(turn)
                 if session.title is None:
                     session.title = shorten(text)
                     change.meta = True
-            self._messages[message_id] = self._add_items(items, change)
-        elif items[:len(old)] == old and message_id == next(reversed(self._messages)):
-            old.extend(self._add_items(items[len(old):], change))  # the reply again, with its tool calls
-        elif items != old:
-            self._messages[message_id] = items  # an earlier message changed: the window, rebuilt
+            self._messages[message_id] = message
+            self._add_items(message, items, change)
+        elif last and old.same_start(items):  # the reply again, with its tool calls
+            self._add_items(old, items[len(old.items if old.items is not None else old.digests or ()):], change)
+        elif items == old.items:
+            pass
+        elif self._complete:  # an earlier message changed: the window, rebuilt
+            old.items = items
             self._rebuild(change, None, timestamp)
+        elif last:
+            self._again(rec, old, items, change)
+        else:
+            self.read_again_for(message_id)  # from the start, where every message's items are known
+            return
         if report and rec.get("type") == "gemini":
             self._report(rec, message_id, change)
+
+    def _again(self, rec: dict[str, Any], old: _Message, items: list[dict[str, Any]], change: Change) -> None:
+        """The latest message written again otherwise (its items forgotten): the window cut back to
+        its start, then its items as they are now."""
+        session = self.session
+        self._cut(old.start, old.turns, change, rec.get("timestamp"))
+        self._outputs.difference_update(old.outputs)
+        message = self._messages[rec["id"]] = _Message(old.start, old.turns, old.carried, [])
+        if is_prompt(rec):
+            session.add_turn(Turn(session.window, shorten(_text(rec.get("content")), 60), rec.get("timestamp"),
+                                  session.generation), self.holds_window)
+        self._add_items(message, items, change)
+
+    def _cut(self, keep: int, turns: int, change: Change, at: Any) -> None:
+        """The window cut back to its first `keep` items (the turns to `turns`), without holding it."""
+        session = self.session
+        if session.baseline is not None:
+            session.tail = session.tail[:max(0, keep - session.baseline_items)]
+        session.baseline_items = min(session.baseline_items, keep)
+        session.window, session.turn_count = keep, turns
+        session.turns = []
+        session.generation += 1
+        change.replace(session, [], None, at if isinstance(at, str) else session.last_activity, keep=keep)
 
     def _report(self, rec: dict[str, Any], message_id: str, change: Change) -> None:
         session = self.session
@@ -265,43 +395,58 @@ class GeminiReader(Reader):
             change.usage = True
             return
         if session.first_request is None:
-            before = len(session.items) - len(self._messages.get(message_id, ()))
-            session.first_request = first_request(used, session.items[:before])
-        last = {k: tokens(v) for k, v in raw.items() if type(v) is int}
-        if used != session.baseline or last != session.last_usage:
-            session.baseline, session.last_usage = used, last
-        session.baseline_items = len(session.items)  # the footer counts the reply from the next request on
+            message = self._messages.get(message_id)
+            session.first_request = first_request(used, [], message.carried if message is not None else self._carried)
+        session.last_usage = {k: tokens(v) for k, v in raw.items() if type(v) is int}
+        session.reported(used)  # the footer counts the reply from the next request on
         change.usage = True
 
     # --- replacements ---
 
     def _rebuild(self, change: Change, compaction: int | None, at: Any) -> None:
-        """The window is the messages' items again (something left it: a rewind, a compaction).
-        A rewind also drops the turns it took back."""
+        """The window is the messages' items again (something left it: a rewind, a compaction),
+        every one of which this reader holds (`_complete`). A rewind also drops the turns it took back."""
         session = self.session
-        session.items, self._outputs = [], set()
-        for message_id, items in self._messages.items():
-            kept = [i for i in items if i["type"] != "function_call_output" or i["call_id"] not in self._outputs]
-            self._outputs.update(i["call_id"] for i in items if i["type"] == "function_call_output")
-            self._messages[message_id] = kept
-            session.items.extend(kept)
-        if compaction is None:
-            session.turns = [t for t in session.turns if t.generation != session.generation or t.index < len(session.items)]
+        window: list[dict[str, Any]] = []
+        self._outputs = set()
+        for message in self._messages.values():
+            assert message.items is not None
+            kept = [i for i in message.items if i["type"] != "function_call_output" or i["call_id"] not in self._outputs]
+            message.outputs = tuple(i["call_id"] for i in kept if i["type"] == "function_call_output")
+            self._outputs.update(message.outputs)
+            message.start, message.items, message.digests = len(window), kept, None
+            window.extend(kept)
+        if self.holds_window:
+            session.items = window
+            if compaction is None:
+                session.turns = [t for t in session.turns
+                                 if t.generation != session.generation or t.index < len(window)]
+                session.turn_count = len(session.turns)
+        session.window = len(window)
         session.generation += 1
-        session.baseline_items = min(session.baseline_items, len(session.items))
-        change.replace(session, session.items, compaction, at if isinstance(at, str) else session.last_activity)
+        session.baseline_items = min(session.baseline_items, len(window))
+        session.tail = window[session.baseline_items:] if session.baseline is not None else []
+        change.replace(session, window, compaction, at if isinstance(at, str) else session.last_activity)
 
     def _rewind(self, target: str, change: Change) -> None:
         """`$rewindTo`: that message and every one after it leave the window (all of them when
         the id is unknown, as Gemini CLI's loader does)."""
         ids = list(self._messages)
+        if target not in self._messages and not self._complete:
+            self.read_again_for(target)  # forgotten: from the start, where every message is known
+            return
         cut = ids.index(target) if target in ids else 0
         if cut == len(ids):
             return
+        first = self._messages[ids[cut]]
         for message_id in ids[cut:]:
-            del self._messages[message_id]
+            self._outputs.difference_update(self._messages.pop(message_id).outputs)
+            self._usage.pop(message_id, None)
         self.session.rewinds += 1
-        self._rebuild(change, None, None)
+        if self._complete and (self.holds_window or cut == 0):
+            self._rebuild(change, None, None)
+        else:
+            self._cut(first.start, first.turns, change, None)
 
     def _set_messages(self, messages: list[dict[str, Any]], change: Change, at: Any) -> None:
         """`$set.messages`: the whole conversation. Keeping every message the window has, it adds
@@ -311,21 +456,24 @@ class GeminiReader(Reader):
         session = self.session
         ids = [m["id"] for m in messages]
         given = set(ids)
-        kept = [i for i in self._messages if i in given]
-        if len(kept) == len(self._messages):
-            for message in messages:
+        if all(i in given for i in self._messages):
+            # (forgotten messages before the first one remembered are not new)
+            first = ids.index(next(iter(self._messages))) if self._messages and not self._complete else 0
+            for message in messages[first:]:
                 if message["id"] not in self._messages:
                     self._message(message, change, report=False)
             return
-        if self._run_start and ids == list(self._messages)[:len(ids)]:
+        if self._run_start and (ids == list(self._messages)[:len(ids)] or (
+                not self._complete and not given & set(self._messages) and all(map(is_context, messages)))):
             return  # a resume's stub: the history follows in the next `$set`
         if any(not is_context(m) for m in messages):
             self._known(change)
         snapshot = any(m["id"] not in self._messages and _text(m.get("content")).lstrip().startswith(SNAPSHOT_PREFIX)
                        for m in messages if m.get("type") == "user")
-        self._messages = {}
-        for message in messages:
-            self._messages[message["id"]] = message_items(message)
+        turns = session.turn_total  # (a compaction keeps the turns; the window's messages add none)
+        self._messages = {m["id"]: _Message(0, turns, 0, message_items(m)) for m in messages}
+        self._usage = {key: usage for key, usage in self._usage.items() if key in given}
+        self._complete = True
         if snapshot:
             session.agent_compactions.append({"trigger": None, "tokensBefore": session.baseline, "tokensAfter": None,
                                               "at": at if isinstance(at, str) else session.last_activity})
@@ -339,12 +487,15 @@ class GeminiReader(Reader):
 
     # --- subagents ---
 
+    def _subagent_folder(self, session_id: str) -> str:
+        return os.path.join(os.path.dirname(self.path), session_id)
+
     def _read_subagents(self) -> bool:
         """`chats/<session id>/*.jsonl`: a subagent's requests are billed to its parent session."""
         found = self.session.id
         if found is None or not found.isprintable() or os.sep in found or found in (".", ".."):
             return False  # not a folder name (the follower does not follow such an id either)
-        folder = os.path.join(os.path.dirname(self.path), found)
+        folder = self._subagent_folder(found)
         if os.path.islink(folder):
             return False  # never read through a link (docs/sessions.md, Privacy)
         names = sorted(e.name for e in entries(folder) if e.name.endswith(".jsonl") and e.is_file(follow_symlinks=False))
@@ -377,8 +528,17 @@ class _SubagentCost(Reader):
         if old is not None:
             cumulative[old[0]].add(old[1], -1)
         usage = usage_of(raw)
+        self.seen.pop(rec["id"], None)
         self.seen[rec["id"]] = (model, usage)
         self.parent.session.bill(model, usage)
+        if len(self.seen) > 2 * KEPT_REPLIES:
+            self.seen = dict(list(self.seen.items())[-KEPT_REPLIES:])
+
+    def own_state(self) -> dict[str, Any]:
+        return {"seen": [[key, model, usage.as_dict()] for key, (model, usage) in list(self.seen.items())[-KEPT_REPLIES:]]}
+
+    def restore_own(self, state: dict[str, Any]) -> None:
+        self.seen = {str(key): (str(model), usages({"": usage})[""]) for key, model, usage in state.get("seen") or []}
 
 
 # --- where its sessions live ----------------------------------------------------------------------
@@ -569,6 +729,11 @@ class Gemini(Agent):
 
     def sessions(self, root: Path) -> GeminiSessions:
         return GeminiSessions(root)
+
+    def summary_reader(self, key: str) -> GeminiReader:
+        """Its reader without the window. (A subagent's file that grew is read with its session's
+        next change: the session's own file says when the subagent ended.)"""
+        return GeminiReader(key, window=False)
 
     def read_config(self, home: Path) -> AgentConfig:
         threshold = compression_threshold(home / "settings.json")
