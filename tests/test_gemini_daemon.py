@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import time
@@ -15,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.rpc import REPO, Client
+from tests.rpc import REPO, Client, RpcError
 from tests.test_hooks import ctxd, env_for, make_repo
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "agents" / "gemini"
@@ -200,3 +201,59 @@ def test_the_hooks_checkpoint_before_a_turn_and_a_file_change_and_skip_reads(
     assert (project / "hello.txt").read_text() == "hello\n"
     client.request("ctxd/ghost/restore", {"workspace": project.as_uri(), "id": by_trigger["turn"]["id"]})
     assert not (project / "hello.txt").exists()
+
+
+def test_a_sessions_reader_is_let_go_when_dormant_and_taken_up_where_it_stood(
+        daemon_factory: Callable[..., Client], tmp_path: Path, state_dir: Path) -> None:
+    """A dormant Gemini CLI session's reader is let go once the store holds where it stood, and
+    taken up from there, live and across a restart: what follows (a resume, a compression) is
+    mirrored once, and the file is not read again (a heavy history held every window in memory
+    and read every file again at each start)."""
+    from ctxd.agents.gemini import GeminiReader
+
+    work = tmp_path / "app"
+    work.mkdir()
+    home = tmp_path / "gemini-home"
+    path = _chats(home, work) / "session-2026-12-02T01-18-3863ff50.jsonl"
+    lines = _lines(work)
+    path.write_text("\n".join(lines[:11]) + "\n")  # the first run
+    old = time.time() - 3600
+    os.utime(path, (old, old))
+    env = {"GEMINI_CLI_HOME": str(home), "CTXD_DORMANT_SECONDS": "1"}
+    client = daemon_factory([work], env=env)
+    uri = work.as_uri()
+
+    def history() -> dict[str, Any]:
+        return client.request("ctxd/history", {"workspace": uri, "thread": THREAD, "includeArchived": True})
+
+    def mirrored_as_read() -> bool:
+        """The thread's window is the one a reader holding it reads from the file as it is."""
+        if not client.request("ctxd/sessions/sync", {"workspace": uri}, timeout=WAIT).get("idle"):
+            return False
+        held = GeminiReader(str(path))
+        held.read()
+        try:
+            items = history()["items"]
+        except RpcError:
+            return False
+        active = [json.dumps(i, sort_keys=True) for i in items if not i.get("archived")]
+        return active == [json.dumps(i, sort_keys=True) for i in held.session.items]
+
+    log = state_dir / "ctxd" / "owner" / "owner.log"
+    _until(lambda: log.is_file() and "let go of 1 dormant session readers" in log.read_text(errors="replace"))
+    with path.open("a") as f:
+        f.write("\n".join(lines[11:27]) + "\n")  # a resume, its turn and the compression
+    _until(mirrored_as_read)
+    client.shutdown()
+    with path.open("a") as f:
+        f.write("\n".join(lines[27:]) + "\n")  # written while no ctxd ran: another resume and turn
+    client = daemon_factory([work], env=env)
+    _until(mirrored_as_read)
+    before = history()
+    assert len(before["compactions"]) == 1
+    calls = [i["call_id"] for i in before["items"] if i["type"] == "function_call" and not i.get("archived")]
+    assert calls and len(calls) == len(set(calls))  # nothing mirrored twice
+    client.shutdown()
+    client = daemon_factory([work], env=env)  # and again, the file as it was: taken up, nothing read
+    _until(mirrored_as_read)
+    assert history() == before
