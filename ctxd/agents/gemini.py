@@ -152,6 +152,11 @@ class _Message:
         self.outputs = outputs
         self.digests = digests
 
+    @property
+    def size(self) -> int:
+        """Its items known (held, or their digests)."""
+        return len(self.items if self.items is not None else self.digests or ())
+
     def same_start(self, items: list[dict[str, Any]]) -> bool:
         """Do `items` begin with this message's items (a reply written again with what it gained)?"""
         if self.items is not None:
@@ -228,8 +233,8 @@ class GeminiReader(Reader):
                 "messages": [[key, m.start, m.turns, m.carried, list(m.outputs)] for key, m in kept],
                 "last": ([_digest(i) for i in last.items] if last.items is not None else last.digests)
                 if last is not None else None,
-                "usage": [[key, *self._usage[key][:1], self._usage[key][1].as_dict()]
-                          for key, _ in kept if key in self._usage],
+                "usage": [[key, *self._usage[key][:1], self._usage[key][1].as_dict()] for key, _ in kept
+                          if key in self._usage],
                 "subagents": {name: sub.position() for name, sub in self._subagents.items()}}
 
     def restore_own(self, state: dict[str, Any]) -> None:
@@ -337,7 +342,7 @@ class GeminiReader(Reader):
             self._messages[message_id] = message
             self._add_items(message, items, change)
         elif last and old.same_start(items):  # the reply again, with its tool calls
-            self._add_items(old, items[len(old.items if old.items is not None else old.digests or ()):], change)
+            self._add_items(old, items[old.size:], change)
         elif items == old.items:
             pass
         elif self._complete:  # an earlier message changed: the window, rebuilt
