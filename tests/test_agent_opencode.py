@@ -155,6 +155,94 @@ def test_a_revert_is_a_rewind_and_undoing_it_brings_the_messages_back(tmp_path: 
     assert reader.session.items == window[:-2]
 
 
+def _mirror(window: list[dict[str, Any]], change: Any) -> None:
+    """`window` as the daemon's store keeps it from a read's steps."""
+    if change.from_start:
+        window.clear()
+    for step in change.steps:
+        if step.replace and step.keep is not None:
+            del window[step.keep:]
+        elif step.replace:
+            window[:] = step.items
+        else:
+            window.extend(step.items)
+
+
+def _shown(reader: opencode.OpenCodeReader) -> dict[str, Any]:
+    """What a session shows and the gauge counts from (its cost and turns apart: a turn an undo
+    OpenCode cleaned up took out was made and billed, and only a reader that read it counts it)."""
+    session = reader.session
+    return {"window": session.window, "baseline": session.baseline,
+            "tail": session.tail, "title": session.title, "compactions": session.compactions,
+            "first": session.first_request}
+
+
+def test_a_reader_taken_up_at_any_write_ends_as_one_read_of_the_whole_session(tmp_path: Path) -> None:
+    """The daemon's readers hold no window and are taken up where they stood (a restart, a dormant
+    session's reader let go), not read again whole: from its state after any write (what it
+    remembers trimmed to two messages), through undos, an undo undone and one OpenCode cleaned up,
+    a reader ends where one read of the whole session does, and the window its steps leave is the
+    one a reader holding it holds (a state whose last message was removed is read from the start)."""
+    db = Database(tmp_path / "data")
+    store = OpenCodeSessions(db.path.parent)
+    live = store.reader(SESSION)
+    live.holds_window = False
+    window: list[dict[str, Any]] = []
+    saved: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
+
+    def written() -> None:
+        while True:
+            _mirror(window, live.read())
+            if live.caught_up:
+                break
+        live.trim(2)
+        stamp = store.stamp(SESSION)
+        assert stamp is not None
+        saved.append((json.loads(json.dumps({**(live.state() or {}), "stamp": list(stamp.key())})), list(window)))
+
+    written()
+    texts = iter(["one", "two", "three", "four", "five", "six"])
+    prompts = []
+    for _ in range(3):
+        prompts.append(db.prompt(next(texts)))
+        db.reply("did it", prompts[-1], 4000 + 100 * len(prompts), 3000, 5)
+        written()
+    db.set_session("revert", json.dumps({"messageID": prompts[0]}))  # an undo far back
+    written()
+    db.set_session("revert", None)  # undone: the messages are back
+    written()
+    db.set_session("revert", json.dumps({"messageID": prompts[2]}))
+    written()
+    with db.connect() as raw:  # OpenCode's cleanup at its next prompt: the messages go
+        raw.execute("DELETE FROM message WHERE session_id = ? AND time_created >= ?",
+                    (SESSION, raw.execute("SELECT time_created FROM message WHERE id = ?", (prompts[2],)).fetchone()[0]))
+        raw.execute("UPDATE session SET revert = NULL, time_updated = time_updated + 1 WHERE id = ?", (SESSION,))
+    written()
+    for _ in range(2):
+        prompts.append(db.prompt(next(texts)))
+        db.reply("did it", prompts[-1], 5000, 4000, 7)
+        written()
+    whole, _ = _read_all(store)
+    assert window == whole.session.items and _shown(live) == _shown(whole)
+    costs = [(whole.session.cumulative, whole.session.turn_total), (live.session.cumulative, live.session.turn_total)]
+    assert costs[0] != costs[1]  # (the turn the cleanup removed)
+    taken = 0
+    for state, before in saved:
+        later = store.reader(SESSION)
+        later.holds_window = False
+        stamp = store.stamp(SESSION)
+        assert stamp is not None
+        taken += later.resume(state, stamp)
+        mirrored = list(before)
+        while True:
+            _mirror(mirrored, later.read())
+            if later.caught_up:
+                break
+        assert mirrored == whole.session.items and _shown(later) == _shown(whole), state["cursor"]
+        assert (later.session.cumulative, later.session.turn_total) in costs
+    assert 0 < taken < len(saved)  # (those before the cleanup's removal are read from the start)
+
+
 def test_hostile_databases_are_never_opened_through_links_fifos_or_devices(tmp_path: Path) -> None:
     data = tmp_path / "data"
     data.mkdir()
@@ -442,6 +530,57 @@ def test_the_daemon_follows_an_opencode_session_read_only_with_its_fill_cost_and
 
 USER_CONFIG = ('{\n\t"$schema": "https://opencode.ai/config.json",\n\t"model": "fake/qwen3-coder-plus",\n'
                '\t"mcp": {\n\t\t"docs": {"type": "local", "command": ["docs-mcp"]}\n\t}\n}')  # tabs, no final newline
+
+
+def test_a_sessions_reader_is_let_go_when_dormant_and_taken_up_where_it_stood(
+        daemon_factory: Callable[..., Client], state_dir: Path, tmp_path: Path) -> None:
+    """A dormant OpenCode session's reader is let go once the store holds where it stood, and
+    taken up from there, live and across restarts: what follows (an undo, new turns) is mirrored
+    once, and the session is not read again (each owner read every session whole, every window
+    held in memory)."""
+    repo, db = opencode_world(state_dir, tmp_path)
+    env = {"CTXD_DORMANT_SECONDS": "1"}
+    client = daemon_factory([repo.root], env=env)
+    uri = repo.root.as_uri()
+    thread = f"opencode:{SESSION}"
+
+    def history() -> dict[str, Any]:
+        return client.request("ctxd/history", {"workspace": uri, "thread": thread, "includeArchived": True})
+
+    def mirrored_as_read() -> bool:
+        """The thread's window is the one a reader holding it reads from the database as it is."""
+        if not client.request("ctxd/sessions/sync", {"workspace": uri}, timeout=60).get("idle"):
+            return False
+        held, _ = _read_all(OpenCodeSessions(db.path.parent))
+        try:
+            items = history()["items"]
+        except RpcError:
+            return False
+        active = [json.dumps(i, sort_keys=True) for i in items if not i.get("archived")]
+        return active == [json.dumps(i, sort_keys=True) for i in held.session.items]
+
+    log = state_dir / "ctxd" / "owner" / "owner.log"
+    _until(lambda: log.is_file() and "let go of 1 dormant session readers" in log.read_text(errors="replace"))
+    first = db.prompt("Add a line")
+    db.reply("Added.", first, 4000, 3000, 7)
+    _until(mirrored_as_read)
+    db.set_session("revert", json.dumps({"messageID": first}))  # an undo
+    _until(mirrored_as_read)
+    client.shutdown()
+    db.set_session("revert", None)  # undone while no ctxd ran: the turn is back
+    second = db.prompt("And another")
+    db.reply("Another.", second, 4200, 3000, 8)
+    client = daemon_factory([repo.root], env=env)
+    _until(mirrored_as_read)
+    before = history()
+    calls = [i["call_id"] for i in before["items"] if i["type"] == "function_call" and not i.get("archived")]
+    assert len(calls) == len(set(calls))  # nothing mirrored twice
+    texts = [i["content"][0]["text"] for i in before["items"] if i["type"] == "message" and not i.get("archived")]
+    assert texts[-4:] == ["Add a line", "Added.", "And another", "Another."]
+    client.shutdown()
+    client = daemon_factory([repo.root], env=env)  # and again, the session as it was: taken up, nothing read
+    _until(mirrored_as_read)
+    assert history() == before
 
 
 def test_install_writes_the_plugin_and_mcp_server_and_uninstall_gives_back_every_byte(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ tuples, not dataclasses, whose import alone costs a hook more than this module).
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from pathlib import Path
@@ -182,6 +183,14 @@ class SessionStore(ABC):
     @abstractmethod
     def stamp(self, key: str) -> Stamp | None:
         """The session's stamp now; None when it is gone."""
+
+    def written(self, key: str, stamp: Stamp) -> float:
+        """When the session stamped `stamp` was last written (seconds since the epoch; 0: unknown):
+        its file's mtime."""
+        try:
+            return os.lstat(key).st_mtime
+        except OSError:
+            return 0.0
 
     @abstractmethod
     def peek_cwd(self, key: str, folders: Folders) -> tuple[str | None, bool, int]:

@@ -73,6 +73,7 @@ BUSY_SECONDS = 0.5  # a database locked longer (an old rollback journal) is read
 # it opens the file): a missing table is only warned of once it stays missing this long.
 MIGRATION_SECONDS = 30.0
 DEFAULT_TITLE = "New session - "  # OpenCode's placeholder title until its title request answers
+IDLE_MESSAGES = 64  # messages a reader that caught up remembers the start of (`OpenCodeReader.trim`)
 
 
 def _iso(ms: Any) -> str | None:
@@ -260,6 +261,10 @@ class OpenCodeSessions(SessionStore):
             known = self._counts[key] = (files, count if type(count) is int else 0, latest if type(latest) is int else 0)
         return Stamp(ident, known[1], max(row.updated, known[2]), _regular(self.db, True))
 
+    def written(self, key: str, stamp: Stamp) -> float:
+        """The latest `time_updated` of the session and its messages (`stamp`'s version, in ms)."""
+        return stamp.version / 1000
+
     def peek_cwd(self, key: str, folders: Folders) -> tuple[str | None, bool, int]:
         """The session row's `directory`: the folder OpenCode ran in (from `$PWD`)."""
         row = self.rows().get(key)
@@ -282,7 +287,14 @@ def _object(value: Any) -> dict[str, Any]:
 
 class OpenCodeReader(SessionReader):
     """One OpenCode session, read from its rows: each read opens the database read-only, reads
-    the messages settled since the last one in one short transaction, and closes it."""
+    the messages settled since the last one in one short transaction, and closes it.
+
+    The daemon's readers hold no window (`holds_window` False): they count it, and remember where
+    each message's items start (once caught up, the latest IDLE_MESSAGES). An undo undone
+    (its messages back), one moved while another is on, or one to a message forgotten has the
+    session read again from its start in the same transaction: the rows are all there. A reader
+    is taken up where it stood (`state`, `resume`) while the message it read last is still there
+    (an undo OpenCode cleaned up removes the messages it took out)."""
 
     def __init__(self, db: Path, session_id: str) -> None:
         self.db = db
@@ -296,10 +308,16 @@ class OpenCodeReader(SessionReader):
     def _init(self) -> None:
         self.session = Session("opencode", f"{self.db}#{self.session_id}")
         self._cursor: tuple[int, str] | None = None  # (time_created, id) of the last message read
-        self._full: list[dict[str, Any]] = []  # the window's items, a revert left aside
-        self._starts: dict[str, int] = {}  # message id -> where its items start in `_full`
+        self._count = 0  # the items since the last compaction, a revert's included
+        # Message id -> where its items start among them: every message since the last compaction
+        # (`_complete`), or the latest ones (`trim`).
+        self._starts: dict[str, int] = {}
+        self._complete = True
         self._revert: str | None = None  # the message a revert starts at
         self._fill = 0  # the latest fill (a compaction's "before")
+        self._carried = 0  # the estimate of the items before the first report (`first_request`)
+        self._again = False  # the session must be read again from its start (see the class)
+        self._taken_at: list[Any] | None = None  # the stamp a `resume` took the reader up at
 
     def reset(self) -> None:
         self._init()
@@ -307,6 +325,7 @@ class OpenCodeReader(SessionReader):
     def read(self, ident: tuple[int, int] | None = None, budget: int | None = None) -> Change:
         import sqlite3
 
+        self._taken_at = None
         change = Change(from_start=self._cursor is None)
         if ident is not None and _ident(self.db) != ident:
             return change
@@ -316,6 +335,10 @@ class OpenCodeReader(SessionReader):
         try:
             connection.execute("BEGIN")  # one snapshot for the session row and its messages
             self._read(connection, change, budget)
+            if self._again:
+                self._init()
+                change = Change(from_start=True)
+                self._read(connection, change, budget)
         except sqlite3.DatabaseError as error:
             self.caught_up = True  # read again at its next change
             if not busy(error):  # a schema this module does not know (a newer OpenCode), a damaged file:
@@ -323,6 +346,61 @@ class OpenCodeReader(SessionReader):
         finally:
             connection.close()  # ends the read transaction
         return change
+
+    # --- put aside, taken up again ---
+
+    def trim(self, messages: int = IDLE_MESSAGES) -> None:
+        """Caught up: forget where all but the latest `messages` messages start."""
+        if not self.holds_window and len(self._starts) > messages:
+            self._starts = dict(list(self._starts.items())[-messages:])
+            self._complete = False
+
+    def state(self) -> dict[str, Any] | None:
+        starts = list(self._starts.items())[-IDLE_MESSAGES:]
+        return {"cursor": list(self._cursor) if self._cursor else None, "count": self._count,
+                "starts": [list(entry) for entry in starts], "complete": self._complete and len(self._starts) <= IDLE_MESSAGES,
+                "revert": self._revert, "fill": self._fill, "carried": self._carried, "read": self.bytes_read,
+                "session": self.session.to_state()}
+
+    def resume(self, saved: dict[str, Any], stamp: Stamp) -> bool:
+        try:
+            cursor = saved["cursor"]
+            self._cursor = (int(cursor[0]), str(cursor[1])) if cursor else None
+            self._count = int(saved["count"])
+            self._starts = {str(mid): int(at) for mid, at in saved["starts"]}
+            self._complete = bool(saved["complete"])
+            revert = saved["revert"]
+            self._revert = str(revert) if revert is not None else None
+            self._fill, self._carried = int(saved["fill"]), int(saved["carried"])
+            self.bytes_read = int(saved["read"])
+            self.session = Session.from_state("opencode", f"{self.db}#{self.session_id}", saved["session"])
+            taken = saved.get("stamp")
+            if not isinstance(taken, list) or taken[:2] != list(stamp.ident) or not self._still_there():
+                raise ValueError("another database, or the messages read were removed")
+            self._taken_at = taken
+            return True
+        except (AttributeError, LookupError, TypeError, ValueError):
+            self._init()
+            return False
+
+    def _still_there(self) -> bool:
+        """The message read last is still in the database (an undo cleaned up removes the last ones)."""
+        if self._cursor is None:
+            return True
+        connection = connect(self.db)
+        if connection is None:
+            return False
+        try:
+            return connection.execute("SELECT 1 FROM message WHERE id = ? AND session_id = ?",
+                                      (self._cursor[1], self.session_id)).fetchone() is not None
+        except Exception:  # noqa: BLE001 - read from the start instead
+            return False
+        finally:
+            connection.close()
+
+    def left(self, stamp: Stamp) -> int:
+        """Nothing, right after it was taken up at the session's stamp as it is now."""
+        return 0 if self._taken_at is not None and self._taken_at == list(stamp.key()) else max(1, stamp.size)
 
     # --- rows ---
 
@@ -397,17 +475,23 @@ class OpenCodeReader(SessionReader):
     # --- messages ---
 
     def _add(self, item: dict[str, Any], change: Change, summary: bool = False) -> None:
-        self._full.append(item)
-        if self._revert is None:
-            self.session.items.append(item)
-            if summary:
-                change.add_to_replacement(item, self.session)
-            else:
-                change.add(item, self.session)
+        self._count += 1
+        if self._revert is not None:
+            return  # (after the message a revert starts at: out of the window)
+        session = self.session
+        session.add_item(item, self.holds_window)
+        if summary:
+            change.add_to_replacement(item, session)
+        else:
+            change.add(item, session)
+        if session.first_request is None:
+            from ctxd.tokens.approx import item_tokens  # (not for a hook, which imports this module)
+
+            self._carried += item_tokens(item)
 
     def _message(self, mid: str, created: int, info: dict[str, Any], parts: list[dict[str, Any]],
                  change: Change) -> None:
-        self._starts[mid] = len(self._full)
+        self._starts[mid] = self._count
         role = info.get("role")
         if role == "user":
             self._user(created, parts, change)
@@ -438,8 +522,8 @@ class OpenCodeReader(SessionReader):
             return
         if typed and compaction is None:
             text = "\n".join(p["text"] for p in content)
-            turn = Turn(len(session.items), shorten(text, 60), _iso(created), session.generation)
-            session.turns.append(turn)
+            turn = Turn(session.window, shorten(text, 60), _iso(created), session.generation)
+            session.add_turn(turn, self.holds_window)
             change.turns.append(turn)
             if session.title is None:  # the row's title is OpenCode's placeholder until its title request answers
                 session.title = shorten(text)
@@ -448,7 +532,7 @@ class OpenCodeReader(SessionReader):
 
     def _assistant(self, created: int, info: dict[str, Any], parts: list[dict[str, Any]], change: Change) -> None:
         session = self.session
-        start = len(session.items)  # what its request carried came before its parts
+        carried = self._carried  # what its request carried came before its parts
         summary = info.get("summary") is True
         for part in parts:
             kind = part.get("type")
@@ -463,7 +547,7 @@ class OpenCodeReader(SessionReader):
                 self._tool(part, change)
             elif kind not in ("step-start", "step-finish", "snapshot", "patch", "retry", "agent"):
                 session.count_unknown(f"part.{kind}")
-        self._usage(created, info, start, change)
+        self._usage(created, info, carried, change)
 
     def _tool(self, part: dict[str, Any], change: Change) -> None:
         state = _object(part.get("state"))
@@ -475,7 +559,7 @@ class OpenCodeReader(SessionReader):
             self._add({"type": "function_call_output", "call_id": call_id,
                        "output": output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)}, change)
 
-    def _usage(self, created: int, info: dict[str, Any], start: int, change: Change) -> None:
+    def _usage(self, created: int, info: dict[str, Any], carried: int, change: Change) -> None:
         session = self.session
         raw = info.get("tokens")
         if not isinstance(raw, dict):
@@ -494,7 +578,7 @@ class OpenCodeReader(SessionReader):
             change.usage = True
         prompt = uncached + read + written
         if prompt and session.first_request is None:
-            session.first_request = first_request(prompt, session.items[:start])
+            session.first_request = first_request(prompt, [], carried)
         if not output:
             return  # the TUI's figure is the last message with output
         used = prompt + output + reasoning
@@ -503,10 +587,9 @@ class OpenCodeReader(SessionReader):
         last = {"input": uncached, "output": output, "reasoning": reasoning, "cacheRead": read, "cacheWrite": written,
                 "total": tokens(raw.get("total"))}
         if used != session.baseline or last != session.last_usage:
-            session.baseline = used
             session.last_usage = last
             change.usage = True
-        session.baseline_items = len(session.items)
+        session.reported(used)
 
     def _compact(self, created: int, part: dict[str, Any], change: Change) -> None:
         """A compaction starts: the window is replaced; the summary that follows starts the new one."""
@@ -515,13 +598,12 @@ class OpenCodeReader(SessionReader):
         session.agent_compactions.append({"trigger": "auto" if part.get("auto") is True else "manual",
                                           "tokensBefore": self._fill or session.baseline or None,
                                           "tokensAfter": None, "at": at})
-        session.items = []
-        self._full, self._starts, self._revert = [], {}, None
+        session.replace_window([], self.holds_window)
+        self._count, self._starts, self._revert, self._complete = 0, {}, None, True
         session.compactions += 1
         session.generation += 1
-        session.baseline = None
         session.baseline_items = 0
-        change.replace(session, session.items, session.compactions - 1, at)
+        change.replace(session, [], session.compactions - 1, at)
         change.usage = True
 
     def _reverted(self, connection: sqlite3.Connection, start: str | None, updated: Any, change: Change) -> None:
@@ -531,19 +613,29 @@ class OpenCodeReader(SessionReader):
             return
         session = self.session
         if start is not None and start not in self._starts:
-            return  # a message of an earlier window (before a compaction) or not read yet
-        if start is None and self._revert is not None:
-            cut = self._starts[self._revert]
-            kept = {mid for (mid,) in connection.execute(
-                "SELECT id FROM message WHERE session_id = ? AND id = ?", (self.session_id, self._revert))}
-            if not kept:  # OpenCode's cleanup removed them: they stay out
-                self._full = self._full[:cut]
-                self._starts = {mid: at for mid, at in self._starts.items() if at < cut}
+            self._again = not self._complete  # forgotten; else a message of an earlier window, or not read yet
+            return
+        if self._revert is not None:
+            kept = start is not None or connection.execute(
+                "SELECT 1 FROM message WHERE session_id = ? AND id = ?", (self.session_id, self._revert)).fetchone()
+            if kept:  # its messages back (or another revert): the window again, from the start
+                self._again = True
+                return
+            self._count = self._starts.get(self._revert, session.window)  # OpenCode's cleanup removed them: out
+            self._starts = {mid: at for mid, at in self._starts.items() if at < self._count}
+            self._revert = None
+            return
+        assert start is not None  # (None while none was on: the same)
+        keep = self._starts[start]
         self._revert = start
-        session.items = self._full[:self._starts[start]] if start is not None else list(self._full)
-        session.rewinds += start is not None
+        if self.holds_window:
+            del session.items[keep:]
+        if session.baseline is not None:
+            session.tail = session.tail[:max(0, keep - session.baseline_items)]
+        session.window, session.baseline_items = keep, min(session.baseline_items, keep)
+        session.rewinds += 1
         session.generation += 1
-        change.replace(session, session.items, None, _iso(updated) or session.last_activity)
+        change.replace(session, [], None, _iso(updated) or session.last_activity, keep=keep)
         change.usage = True
 
 

@@ -81,8 +81,9 @@ class Update:
     state: dict[str, Any] | None = None  # where the reader stands after this read (`Reader.state`), when asked
 
 
-# `resume(folder, path)`: where an earlier reader of the file stood with what is stored (None: read
-# it from its start). `listing(files)`: before the first scan's files are read, newest first, the
+# `resume(folder, path)`: where an earlier reader of the session stood with what is stored (None:
+# read it from its start); `path` is its `Session.path`, which the consumer stores it under (an
+# OpenCode session's is its database's and its id, its key only the id). `listing(files)`: before the first scan's files are read, newest first, the
 # consumer may list them quickly ((path, folder, agent) of each): the newest alone, as a list, then
 # the others as their heads are peeked at (an iterator: the consumer's readers need not wait for
 # the thousands).
@@ -506,7 +507,7 @@ class Follower:
             stored = None
             if saved is not None:
                 try:
-                    stored = self._resume(folder, path)
+                    stored = self._resume(folder, reader.session.path)
                 except Exception as error:  # noqa: BLE001 - kept, as when the store is behind (told once a tick)
                     if not warned:
                         warned = True
@@ -657,7 +658,7 @@ class Follower:
                 return  # as the store has it: nothing to read, nothing to tell
         reader = state.reader
         if self._backlog is not None and self._backlog() and (
-                (st.size if state.reread else reader.left(st)) > DEFER_BYTES or self._unread_history(state, path)):
+                (st.size if state.reread else reader.left(st)) > DEFER_BYTES or self._unread_history(state, store, path, st)):
             with self._lock:
                 self._deferred[path] = None  # read once the consumer caught up (`_run`)
             return
@@ -696,12 +697,11 @@ class Follower:
         if reader.caught_up:
             reader.trim()  # thousands of readers: each remembers only its last lines
 
-    def _unread_history(self, state: _File, path: str) -> bool:
-        """A file the first scan found, not read yet and not written lately: while the consumer is
+    def _unread_history(self, state: _File, store: SessionStore, path: str, st: Stamp) -> bool:
+        """A session the first scan found, not read yet and not written lately: while the consumer is
         behind it waits, however small (a first scan finds thousands: each one read would hold its
-        reader until the consumer stored it); a session written lately, or one that is not a file
-        (OpenCode's rows: no time to go by), is read at once."""
-        return not (state.announced or state.fresh) and 0 < _mtime(path) < time.time() - self._dormant
+        reader until the consumer stored it); a session written lately is read at once."""
+        return not (state.announced or state.fresh) and 0 < store.written(path, st) < time.time() - self._dormant
 
     def _new_reader(self, store: SessionStore, path: str) -> SessionReader:
         reader = store.reader(path)
@@ -718,10 +718,10 @@ class Follower:
         """Take the session's reader up where the consumer's store says an earlier one stood
         (`SessionReader.resume`: without reading when the session is as it was then, else once what
         it read is checked to be the same). False when it is read from its start."""
-        if self._resume is None or state.folder is None or state.reread:
+        if self._resume is None or state.folder is None or state.reread or state.reader is None:
             return False
         try:
-            saved = self._resume(state.folder, path)
+            saved = self._resume(state.folder, state.reader.session.path)
         except Exception:  # noqa: BLE001 - then it is read from its start
             log.exception("cannot take %s up where it was", printable(path))
             return False
