@@ -262,6 +262,19 @@ class Follower:
             return [session for session in found if session is not None and session.id is not None
                     and valid_id(session.id)]
 
+    def reader_states(self) -> list[tuple[Session, dict[str, Any]]]:
+        """Of the sessions whose readers can be taken up later (`SessionReader.state`) and read to
+        their end, each one and where its reader stands (with the stamp it was read at)."""
+        with self._lock:
+            held = [(state.reader, state) for state in self._files.values()
+                    if state.reader is not None and state.folder is not None and state.reader.caught_up]
+        found = []
+        for reader, state in held:
+            saved = self._saved(reader, state)
+            if saved is not None:
+                found.append((reader.session, saved))
+        return found
+
     def bytes_read(self, path: str) -> int:
         with self._lock:
             state = self._files.get(path)

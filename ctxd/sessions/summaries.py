@@ -412,13 +412,29 @@ def collect(folder: Path, sources: list[discovery.Source], state_dir: Path | Non
     found = _collect_summarized(folder, summarized, state_dir, fill, workers, show) if summarized else []
     others = [s for s in sources if s not in summarized]
     if any(s.enabled and s.store is not None for s in others):
-        from ctxd.sessions.follower import Follower
+        found.extend(Found(session) for session in _collect_followed(folder, others, state_dir))
+    return found
 
-        follower = Follower(lambda _update: None, others, poll=True)
+
+def _collect_followed(folder: Path, sources: list[discovery.Source], state_dir: Path | None) -> list[Session]:
+    """The sessions of agents without a summary reader (OpenCode's rows), read as the daemon reads
+    them: their readers taken up where the last run left them, when they can be (their states are
+    kept beside the summaries, under their sessions' paths), and put aside again."""
+    from ctxd.sessions.follower import Follower
+
+    store = Summaries(state_dir) if state_dir is not None else None
+    follower = Follower(lambda _update: None, sources, window=False, poll=True,
+                        resume=(lambda _folder, path: store.state(path)) if store is not None else None)
+    try:
         follower.set_folders([folder])
         follower.scan_once()
-        found.extend(Found(session) for session in follower.sessions(folder))
-    return found
+        if store is not None:
+            store.save(Stored(session.path, session.agent, {"stamp": saved.get("stamp")}, session.cwd,
+                              state=json.dumps(saved), offset=0) for session, saved in follower.reader_states())
+        return follower.sessions(folder)
+    finally:
+        if store is not None:
+            store.close()
 
 
 def _collect_summarized(folder: Path, sources: list[discovery.Source], state_dir: Path | None, fill: Counter,
