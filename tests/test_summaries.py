@@ -693,6 +693,22 @@ def test_the_daemons_session_readers_import_nothing_from_the_folder_it_runs_in(t
     assert not mark.exists(), "a worker imported the workspace's multiprocessing folder"
 
 
+def test_a_daemon_imports_the_modules_its_threads_share_before_any_thread_runs() -> None:
+    """A request's first pydantic validator imports `importlib.metadata` while the warm-up imports
+    `ctxd.compact` (`importlib.resources`), each on its own thread: Python raised `_DeadlockError`
+    in one of them and the request failed (a CI run: `ctxd/ghost/list failed inside ctxd`). Every
+    daemon process imports them first, while it runs one thread (`daemon_process`)."""
+    code = ("import sys, threading\n"
+            "from ctxd.server.process import SHARED_MODULES, daemon_process\n"
+            "before = [m for m in SHARED_MODULES if m in sys.modules]\n"
+            "daemon_process()\n"
+            "print(before, [m for m in SHARED_MODULES if m not in sys.modules], threading.active_count())")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parent.parent)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["[]", "[]", "1"]  # none before, all after, one thread
+
+
 def listed_by_spawned_workers(tmp_path: Path, ws: Path, prompt: Callable[[int], str],
                               extra: dict[str, str] | None = None, owner: bool = False) -> dict[str, Any]:
     """Three Claude Code sessions, two of them large enough that a daemon alone (`CTXD_OWNER=0`,

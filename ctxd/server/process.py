@@ -17,6 +17,23 @@ def daemon_process() -> None:
     any thread runs."""
     keep_freed_memory()
     safe_python_children()
+    import_shared_modules()
+
+
+SHARED_MODULES = ("importlib.abc", "importlib.resources", "importlib.metadata")
+"""Imported by more than one thread at a daemon's start, each importing the other: a request's
+first pydantic validator (`importlib.metadata`, then `importlib.abc`) while the warm-up imports
+`ctxd.compact` (`importlib.resources`). Python then raised `_DeadlockError` in one of them and the
+request failed (a CI run, 2026-12-06: `ctxd/ghost/list failed inside ctxd`)."""
+
+
+def import_shared_modules() -> None:
+    """Import SHARED_MODULES while this process runs one thread (about 15 ms, which the first
+    request would otherwise pay)."""
+    import importlib
+
+    for name in SHARED_MODULES:
+        importlib.import_module(name)
 
 
 def safe_python_children() -> None:
