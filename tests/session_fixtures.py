@@ -31,7 +31,11 @@ import functools
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ctxd.agents.session import Change
+    from tests.rpc import Client
 
 CODEX_ID = "0199a213-81c0-7800-8aa1-bbab2a035a53"
 CLAUDE_ID = "7f2c1d9e-3b4a-4c5d-8e6f-0a1b2c3d4e5f"
@@ -298,3 +302,33 @@ def claude_history(cwd: Path | str, words: list[str], session_id: str = CLAUDE_I
                                     cwd, t(5), claude_usage(5, 100, 21_000 + 1_000 * n, 20), session_id=session_id)
         parent = f"b{n}"
     return records
+
+
+# --- a session's window, as the daemon's store keeps it ---------------------------------------------
+
+
+def mirror(window: list[dict[str, Any]], change: Change) -> None:
+    """`window` as the daemon's store keeps it from a read's steps (a read from the start: anew)."""
+    if change.from_start:
+        window.clear()
+    for step in change.steps:
+        if step.replace and step.keep is not None:
+            del window[step.keep:]
+        elif step.replace:
+            window[:] = step.items
+        else:
+            window.extend(step.items)
+
+
+def mirrored_as(client: Client, uri: str, thread: str, held: list[dict[str, Any]]) -> bool:
+    """The owner is idle and the thread's active window is `held` (a reader's that holds it)."""
+    from tests.rpc import RpcError
+
+    if not client.request("ctxd/sessions/sync", {"workspace": uri}, timeout=60).get("idle"):
+        return False
+    try:
+        items = client.request("ctxd/history", {"workspace": uri, "thread": thread, "includeArchived": True})["items"]
+    except RpcError:
+        return False
+    active = [json.dumps(i, sort_keys=True) for i in items if not i.get("archived")]
+    return active == [json.dumps(i, sort_keys=True) for i in held]

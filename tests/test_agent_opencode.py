@@ -30,6 +30,7 @@ from ctxd.places import ctxd_command
 from tests.ghost_repo import Repo, make_repo
 from tests.opencode_db import FIXTURE, FIXTURE_DIRECTORY, SESSION, Database, read_only_checkpoint_free
 from tests.rpc import Client, RpcError, daemon_env
+from tests.session_fixtures import mirror, mirrored_as
 from tests.test_hooks import ctxd, env_for
 from tests.test_hooks import make_repo as hooks_repo
 
@@ -155,19 +156,6 @@ def test_a_revert_is_a_rewind_and_undoing_it_brings_the_messages_back(tmp_path: 
     assert reader.session.items == window[:-2]
 
 
-def _mirror(window: list[dict[str, Any]], change: Any) -> None:
-    """`window` as the daemon's store keeps it from a read's steps."""
-    if change.from_start:
-        window.clear()
-    for step in change.steps:
-        if step.replace and step.keep is not None:
-            del window[step.keep:]
-        elif step.replace:
-            window[:] = step.items
-        else:
-            window.extend(step.items)
-
-
 def _shown(reader: opencode.OpenCodeReader) -> dict[str, Any]:
     """What a session shows and the gauge counts from (its cost and turns apart: a turn an undo
     OpenCode cleaned up took out was made and billed, and only a reader that read it counts it)."""
@@ -192,7 +180,7 @@ def test_a_reader_taken_up_at_any_write_ends_as_one_read_of_the_whole_session(tm
 
     def written() -> None:
         while True:
-            _mirror(window, live.read())
+            mirror(window, live.read())
             if live.caught_up:
                 break
         live.trim(2)
@@ -235,7 +223,7 @@ def test_a_reader_taken_up_at_any_write_ends_as_one_read_of_the_whole_session(tm
         taken += later.resume(state, stamp)
         mirrored = list(before)
         while True:
-            _mirror(mirrored, later.read())
+            mirror(mirrored, later.read())
             if later.caught_up:
                 break
         assert mirrored == whole.session.items and _shown(later) == _shown(whole), state["cursor"]
@@ -586,15 +574,7 @@ def test_a_sessions_reader_is_let_go_when_dormant_and_taken_up_where_it_stood(
 
     def mirrored_as_read() -> bool:
         """The thread's window is the one a reader holding it reads from the database as it is."""
-        if not client.request("ctxd/sessions/sync", {"workspace": uri}, timeout=60).get("idle"):
-            return False
-        held, _ = _read_all(OpenCodeSessions(db.path.parent))
-        try:
-            items = history()["items"]
-        except RpcError:
-            return False
-        active = [json.dumps(i, sort_keys=True) for i in items if not i.get("archived")]
-        return active == [json.dumps(i, sort_keys=True) for i in held.session.items]
+        return mirrored_as(client, uri, thread, _read_all(OpenCodeSessions(db.path.parent))[0].session.items)
 
     log = state_dir / "ctxd" / "owner" / "owner.log"
     _until(lambda: log.is_file() and "let go of 1 dormant session readers" in log.read_text(errors="replace"))

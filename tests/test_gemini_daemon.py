@@ -16,7 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.rpc import REPO, Client, RpcError
+from tests.rpc import REPO, Client
+from tests.session_fixtures import mirrored_as
 from tests.test_hooks import ctxd, env_for, make_repo
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "agents" / "gemini"
@@ -228,16 +229,9 @@ def test_a_sessions_reader_is_let_go_when_dormant_and_taken_up_where_it_stood(
 
     def mirrored_as_read() -> bool:
         """The thread's window is the one a reader holding it reads from the file as it is."""
-        if not client.request("ctxd/sessions/sync", {"workspace": uri}, timeout=WAIT).get("idle"):
-            return False
         held = GeminiReader(str(path))
         held.read()
-        try:
-            items = history()["items"]
-        except RpcError:
-            return False
-        active = [json.dumps(i, sort_keys=True) for i in items if not i.get("archived")]
-        return active == [json.dumps(i, sort_keys=True) for i in held.session.items]
+        return mirrored_as(client, uri, THREAD, held.session.items)
 
     log = state_dir / "ctxd" / "owner" / "owner.log"
     _until(lambda: log.is_file() and "let go of 1 dormant session readers" in log.read_text(errors="replace"))

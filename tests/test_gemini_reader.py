@@ -21,6 +21,7 @@ from ctxd.agents.folders import Folders
 from ctxd.agents.gemini import AGENT, GeminiReader, GeminiSessions
 from ctxd.agents.jsonl import MAX_LINE
 from ctxd.agents.session import Usage
+from tests.session_fixtures import mirror
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "agents" / "gemini"
 SESSION = "3863ff50-b97a-41c5-8309-110c16f9d66b"
@@ -244,16 +245,7 @@ def _read_all(reader: GeminiReader, window: list[dict[str, Any]]) -> int:
     `window` kept as the daemon's store keeps it from the steps of each read; how often it asked."""
     replays = 0
     while True:
-        change = reader.read()
-        if change.from_start:
-            window.clear()
-        for step in change.steps:
-            if step.replace and step.keep is not None:
-                del window[step.keep:]
-            elif step.replace:
-                window[:] = step.items
-            else:
-                window.extend(step.items)
+        mirror(window, reader.read())
         if not reader.replay:
             return replays
         replays += 1
