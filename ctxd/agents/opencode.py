@@ -385,6 +385,8 @@ class OpenCodeReader(SessionReader):
 
     def _still_there(self) -> bool:
         """The message read last is still in the database (an undo cleaned up removes the last ones)."""
+        import sqlite3
+
         if self._cursor is None:
             return True
         connection = connect(self.db)
@@ -393,7 +395,7 @@ class OpenCodeReader(SessionReader):
         try:
             return connection.execute("SELECT 1 FROM message WHERE id = ? AND session_id = ?",
                                       (self._cursor[1], self.session_id)).fetchone() is not None
-        except Exception:  # noqa: BLE001 - read from the start instead
+        except sqlite3.Error:  # (busy, another schema: read from the start instead)
             return False
         finally:
             connection.close()

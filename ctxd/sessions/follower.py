@@ -83,10 +83,10 @@ class Update:
 
 # `resume(folder, path)`: where an earlier reader of the session stood with what is stored (None:
 # read it from its start); `path` is its `Session.path`, which the consumer stores it under (an
-# OpenCode session's is its database's and its id, its key only the id). `listing(files)`: before the first scan's files are read, newest first, the
-# consumer may list them quickly ((path, folder, agent) of each): the newest alone, as a list, then
-# the others as their heads are peeked at (an iterator: the consumer's readers need not wait for
-# the thousands).
+# OpenCode session's is its database's and its id, its key only the id). `listing(files)`: before
+# the first scan's files are read, newest first, the consumer may list them quickly ((path,
+# folder, agent) of each): the newest alone, as a list, then the others as their heads are peeked
+# at (an iterator: the consumer's readers need not wait for the thousands).
 # `known_cwds(paths)`: for those of `paths` whose folder an earlier read found, their stamps then and
 # their cwds: a file with the same stamp now is decided without its head peeked at (a restart
 # peeked at 3,000 heads before it listed: bench/README.md, round twenty-three).
