@@ -8,9 +8,11 @@ subagent call). `$rewindTo` (the interactive `/rewind`, not produced headless) i
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
+import random
 from pathlib import Path
 from typing import Any
 
@@ -293,6 +295,107 @@ def test_a_reader_taken_up_at_any_line_ends_as_one_read_of_the_whole_file(tmp_pa
         assert later.offset == path.stat().st_size and _shown(later) == _shown(whole), cut
         assert window == whole_window, cut
     assert replays > 0  # the rewinds to messages forgotten
+
+
+def _a_session_going_on(rng: random.Random) -> list[str]:
+    """The fixture, then what Gemini CLI writes, at random: prompts, replies (with a tool call and
+    its result, or not), the latest message written again, rewinds (to any message, or to one it
+    never wrote), and `$set.messages` as a resume (the whole history again, perhaps one more), a
+    compression (a snapshot, then some of the latest messages) or a rewind (some of the first)."""
+    lines = _lines()
+    held = GeminiReader(str(FIXTURES / "session.jsonl"))
+    held.read()
+    window = list(held._messages)  # the ids in the window, as the loader has them
+    message = functools.partial(_record, "2026-12-02T01:19:00.000Z")
+    for n in range(rng.randint(5, 40)):
+        roll = rng.random()
+        if roll < 0.3:
+            window.append(f"u{n}")
+            lines.append(message(f"u{n}", "user", [{"text": f"prompt {n}"}]))
+        elif roll < 0.55:
+            window.append(f"r{n}")
+            calls = [{"id": f"c{n}", "name": "ls", "args": {}}] if rng.random() < 0.5 else []
+            lines.append(message(f"r{n}", "gemini", f"reply {n}", tokens={"input": 1000 + n, "output": 5, "cached": 100},
+                                 model="m", toolCalls=calls))
+            if calls and rng.random() < 0.7:
+                window.append(f"f{n}")
+                lines.append(message(f"f{n}", "user", [{"functionResponse": {"id": f"c{n}", "name": "ls",
+                                                                             "response": {"output": f"out {n}"}}}]))
+        elif roll < 0.65 and window:
+            latest = window[-1] if rng.random() < 0.7 else rng.choice(window[-2:])
+            lines.append(message(latest, "gemini", f"again {n}", tokens={"input": 2000 + n, "output": 3, "cached": 0},
+                                 model="m", toolCalls=[{"id": f"x{n}", "name": "ls", "args": {}}])
+                         if rng.random() < 0.5 else message(latest, "user", [{"text": f"edited {n}"}]))
+        elif roll < 0.75 and window:
+            target = rng.choice([*window, "nope"])
+            lines.append(json.dumps({"$rewindTo": target}))
+            window = window[:window.index(target)] if target in window else []
+        elif roll < 0.85:
+            kind = rng.random()
+            if kind < 0.5:
+                window = window + ([f"n{n}"] if rng.random() < 0.3 else [])
+            elif kind < 0.8:
+                window = [f"snapshot{n}"] + window[len(window) - rng.randint(0, max(0, len(window) - 1)):]
+            else:
+                window = window[:rng.randint(0, max(0, len(window) - 1))]
+            lines.append(json.dumps({"$set": {"messages": [json.loads(message(key, "user", [{"text": (
+                "<state_snapshot>s</state_snapshot>" if key.startswith("snapshot") else f"m {key}")}]))
+                for key in window]}}))
+        else:
+            lines.append(json.dumps({"$set": {"lastUpdated": "2026-12-02T01:20:00.000Z"}}))
+    return lines
+
+
+def _record(at: str, key: str, kind: str, content: Any, **more: Any) -> str:
+    return json.dumps({"id": key, "timestamp": at, "type": kind, "content": content, **more})
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_a_reader_trimmed_and_taken_up_at_random_follows_a_session_going_on_as_one_holding_it(
+        tmp_path: Path, seed: int) -> None:
+    """Read as it is written, trimmed to what it remembers once caught up (2, 3 or 64 messages)
+    and taken up from its saved state at random points, the daemon's reader (no window held)
+    leaves the window, fill and cost that one read of the whole file holding the window does."""
+    rng = random.Random(seed)
+    lines = _a_session_going_on(rng)
+    path = tmp_path / "session.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    held = GeminiReader(str(path))
+    held.read()
+    path.write_text("")
+    window: list[dict[str, Any]] = []
+    reader = GeminiReader(str(path), window=False)
+    for cut in [*sorted(rng.sample(range(1, len(lines)), min(6, len(lines) - 1))), len(lines)]:
+        path.write_text("\n".join(lines[:cut]) + "\n")
+        _read_all(reader, window)
+        reader.trim(rng.choice([2, 3, 64]))
+        if rng.random() < 0.5:
+            state = json.loads(json.dumps(reader.state()))
+            reader = GeminiReader(str(path), window=False)
+            reader.restore(state)
+    _read_all(reader, window)
+    session = reader.session
+    assert window == held.session.items and session.window == len(window)
+    assert (session.baseline, session.cumulative) == (held.session.baseline, held.session.cumulative)
+
+
+def test_what_was_read_before_the_session_had_an_id_reaches_its_window(tmp_path: Path) -> None:
+    """A run's first lines (the header, the session context) have no session id yet: the daemon's
+    follower tells no thread of them. When a later read finds the id (the first prompt), the
+    daemon's reader reads the file again from its start, so that the thread gets the session
+    context too (a real Gemini CLI run lost it, and its compression then replaced the whole window)."""
+    path = tmp_path / "session.jsonl"
+    path.write_text("\n".join(_lines()[:2]) + "\n")  # the header and the session context
+    reader = GeminiReader(str(path), window=False)
+    window: list[dict[str, Any]] = []
+    _read_all(reader, window)
+    assert reader.session.id is None
+    window.clear()  # (told to no thread)
+    path.write_text("\n".join(_lines()[:11]) + "\n")
+    assert _read_all(reader, window) == 1
+    held = GeminiReader(str(path))
+    held.read()
+    assert window == held.session.items and _texts(window)[0] == "user:<session_context> This"
 
 
 def test_subagents_are_billed_to_their_session(tmp_path: Path) -> None:

@@ -175,15 +175,20 @@ class GeminiReader(Reader):
     replaces the window, so the bridge archives what left it.
 
     The daemon's readers hold no window (`Reader.holds_window`): once caught up (`trim`) they
-    remember the latest IDLE_MESSAGES messages, where each starts, and the latest one's items. A
-    rewind to a message forgotten, or an earlier message written again, has the file read again
-    from its start (`read_again_for`); Gemini CLI writes again only its latest message."""
+    remember the latest IDLE_MESSAGES messages, where each starts, the latest one's items, and how
+    many messages the window holds (a resume's `$set.messages` restates them all, `_restates`).
+    What needs more has the file read again from its start, where every message is known
+    (`read_again_for`): an earlier message written again, a rewind to a message forgotten or one
+    that leaves fewer than two remembered, and a `$set.messages` that is not a resume (a
+    compression: which messages left?). Gemini CLI writes again only its latest message; a message
+    forgotten and written again would be read as a new one."""
 
     agent = "gemini"
     resumable = True
 
     def __init__(self, path: str, *, window: bool = True) -> None:
         super().__init__(path, window=window)
+        self._read_from = 0  # where the latest read started
         self._init()
 
     def _init(self) -> None:
@@ -193,6 +198,7 @@ class GeminiReader(Reader):
         # latest ones (`trim`).
         self._messages: dict[str, _Message] = {}
         self._complete = True
+        self._total = 0  # the window's messages, those forgotten included
         self._outputs: set[str] = set()  # tool call ids whose result is in the window (of those remembered)
         self._usage: dict[str, tuple[str, Usage]] = {}  # message id -> (model, usage): the last one counts
         self._run_start = False  # a header was read, and no message since (a resume's stub may follow)
@@ -205,6 +211,7 @@ class GeminiReader(Reader):
 
     def read(self, ident: tuple[int, int] | None = None, budget: int | None = None) -> Change:
         """The file's new lines, then its subagents' new usage (billed to this session)."""
+        self._read_from = self.offset
         change = super().read(ident, budget)
         change.usage = self._read_subagents() or change.usage
         return change
@@ -228,8 +235,8 @@ class GeminiReader(Reader):
     def own_state(self) -> dict[str, Any]:
         kept = list(self._messages.items())[-IDLE_MESSAGES:]
         last = kept[-1][1] if kept else None
-        return {"header": self._header_id, "runStart": self._run_start, "carried": self._carried,
-                "complete": self._complete and len(self._messages) <= 1,
+        return {"header": self._header_id, "runStart": self._run_start, "carried": self._carried, "total": self._total,
+                "complete": self._complete and not self._messages,  # (a saved state holds no items)
                 "messages": [[key, m.start, m.turns, m.carried, list(m.outputs)] for key, m in kept],
                 "last": ([_digest(i) for i in last.items] if last.items is not None else last.digests)
                 if last is not None else None,
@@ -242,6 +249,7 @@ class GeminiReader(Reader):
         self._header_id = header if isinstance(header, str) else None
         self._run_start = bool(state.get("runStart"))
         self._carried = int(state.get("carried") or 0)
+        self._total = int(state.get("total") or 0)
         self._complete = bool(state.get("complete"))
         self._messages = {str(key): _Message(int(start), int(turns), int(carried), None, tuple(map(str, outputs)))
                           for key, start, turns, carried, outputs in state.get("messages") or []}
@@ -286,10 +294,14 @@ class GeminiReader(Reader):
         self._run_start = True
 
     def _known(self, change: Change) -> None:
-        """The session id, once the file holds more than the session context (a stub never has one)."""
+        """The session id, once the file holds more than the session context (a stub never has one).
+        Found by a read after the first, the file is read again from its start: what the reads
+        before it found (the session context) had no session to go to."""
         if self.session.id is None and self._header_id is not None:
             self.session.id = self._header_id
             change.meta = True
+            if not self.holds_window and self._read_from > 0:
+                self.read_again_for("the session's id")
 
     def _add_items(self, message: _Message, items: list[dict[str, Any]], change: Change) -> None:
         """Append `items` of `message` to the window, less a tool result already there (a resume
@@ -331,6 +343,7 @@ class GeminiReader(Reader):
         last = old is not None and message_id == next(reversed(self._messages))
         if old is None:
             message = _Message(session.window, session.turn_total, self._carried, [])
+            self._total += 1
             if is_prompt(rec):
                 text = _text(rec.get("content"))
                 turn = Turn(session.window, shorten(text, 60), timestamp, session.generation)
@@ -351,7 +364,7 @@ class GeminiReader(Reader):
         elif last:
             self._again(rec, old, items, change)
         else:
-            self.read_again_for(message_id)  # from the start, where every message's items are known
+            self.read_again_for(f"{message_id}@{self.offset}")  # from the start, where every message's items are known
             return
         if report and rec.get("type") == "gemini":
             self._report(rec, message_id, change)
@@ -412,6 +425,9 @@ class GeminiReader(Reader):
         """The window is the messages' items again (something left it: a rewind, a compaction),
         every one of which this reader holds (`_complete`). A rewind also drops the turns it took back."""
         session = self.session
+        if any(message.items is None for message in self._messages.values()):
+            self.read_again_for(f"rebuild@{self.offset}")  # (taken up from a saved state: never, but not a crash)
+            return
         window: list[dict[str, Any]] = []
         self._outputs = set()
         for message in self._messages.values():
@@ -438,20 +454,23 @@ class GeminiReader(Reader):
         the id is unknown, as Gemini CLI's loader does)."""
         ids = list(self._messages)
         if target not in self._messages and not self._complete:
-            self.read_again_for(target)  # forgotten: from the start, where every message is known
+            self.read_again_for(f"{target}@{self.offset}")  # forgotten: from the start, where every message is known
             return
         cut = ids.index(target) if target in ids else 0
         if cut == len(ids):
             return
         first = self._messages[ids[cut]]
+        self._total = self._total - (len(ids) - cut) if cut else 0
         for message_id in ids[cut:]:
             self._outputs.difference_update(self._messages.pop(message_id).outputs)
             self._usage.pop(message_id, None)
         self.session.rewinds += 1
         if self._complete and (self.holds_window or cut == 0):
             self._rebuild(change, None, None)
-        else:
-            self._cut(first.start, first.turns, change, None)
+            return
+        self._cut(first.start, first.turns, change, None)
+        if len(self._messages) < 2 and first.start > 0:  # the window's latest messages now are ones it forgot
+            self.read_again_for(f"{target}@{self.offset}")
 
     def _set_messages(self, messages: list[dict[str, Any]], change: Change, at: Any) -> None:
         """`$set.messages`: the whole conversation. Keeping every message the window has, it adds
@@ -461,9 +480,9 @@ class GeminiReader(Reader):
         session = self.session
         ids = [m["id"] for m in messages]
         given = set(ids)
-        if all(i in given for i in self._messages):
-            # (forgotten messages before the first one remembered are not new)
-            first = ids.index(next(iter(self._messages))) if self._messages and not self._complete else 0
+        if all(i in given for i in self._messages) and (self._complete or self._restates(messages)):
+            # (forgotten messages, before the first one remembered, are not new)
+            first = 0 if self._complete else ids.index(next(iter(self._messages)))
             for message in messages[first:]:
                 if message["id"] not in self._messages:
                     self._message(message, change, report=False)
@@ -471,12 +490,17 @@ class GeminiReader(Reader):
         if self._run_start and (ids == list(self._messages)[:len(ids)] or (
                 not self._complete and not given & set(self._messages) and all(map(is_context, messages)))):
             return  # a resume's stub: the history follows in the next `$set`
+        if not self._complete:  # is a snapshot new, which messages left? From the start, where all are known
+            self.read_again_for(f"$set@{self.offset}")
+            if self.replay:
+                return
         if any(not is_context(m) for m in messages):
             self._known(change)
         snapshot = any(m["id"] not in self._messages and _text(m.get("content")).lstrip().startswith(SNAPSHOT_PREFIX)
                        for m in messages if m.get("type") == "user")
         turns = session.turn_total  # (a compaction keeps the turns; the window's messages add none)
         self._messages = {m["id"]: _Message(0, turns, 0, message_items(m)) for m in messages}
+        self._total = len(self._messages)
         self._usage = {key: usage for key, usage in self._usage.items() if key in given}
         self._complete = True
         if snapshot:
@@ -489,6 +513,15 @@ class GeminiReader(Reader):
         else:
             session.rewinds += 1
             self._rebuild(change, None, at)
+
+    def _restates(self, messages: list[dict[str, Any]]) -> bool:
+        """Whether a `$set.messages` that keeps every message this reader remembers (it forgot the
+        first ones) is a resume, the whole history again: as many messages as its window, and no
+        snapshot it does not remember (a compression's; a resume of a compressed session restates
+        one it forgot: read again from the start, then)."""
+        return bool(self._messages) and len({m["id"] for m in messages}) >= self._total and not any(
+            m["id"] not in self._messages and m.get("type") == "user"
+            and _text(m.get("content")).lstrip().startswith(SNAPSHOT_PREFIX) for m in messages)
 
     # --- subagents ---
 
