@@ -293,8 +293,8 @@ class OpenCodeReader(SessionReader):
     each message's items start (once caught up, the latest IDLE_MESSAGES). An undo undone
     (its messages back), one moved while another is on, or one to a message forgotten has the
     session read again from its start in the same transaction: the rows are all there. A reader
-    is taken up where it stood (`state`, `resume`) while the message it read last is still there
-    (an undo OpenCode cleaned up removes the messages it took out)."""
+    is taken up where it stood (`state`, `resume`); a read that finds the message it read last gone
+    (an undo OpenCode cleaned up removes the messages it took out) reads the session again."""
 
     def __init__(self, db: Path, session_id: str) -> None:
         self.db = db
@@ -375,30 +375,18 @@ class OpenCodeReader(SessionReader):
             self.bytes_read = int(saved["read"])
             self.session = Session.from_state("opencode", f"{self.db}#{self.session_id}", saved["session"])
             taken = saved.get("stamp")
-            if not isinstance(taken, list) or taken[:2] != list(stamp.ident) or not self._still_there():
-                raise ValueError("another database, or the messages read were removed")
+            if not isinstance(taken, list) or taken[:2] != list(stamp.ident):
+                raise ValueError("another database")
             self._taken_at = taken
             return True
         except (AttributeError, LookupError, TypeError, ValueError):
             self._init()
             return False
 
-    def _still_there(self) -> bool:
+    def _still_there(self, connection: sqlite3.Connection) -> bool:
         """The message read last is still in the database (an undo cleaned up removes the last ones)."""
-        import sqlite3
-
-        if self._cursor is None:
-            return True
-        connection = connect(self.db)
-        if connection is None:
-            return False
-        try:
-            return connection.execute("SELECT 1 FROM message WHERE id = ? AND session_id = ?",
-                                      (self._cursor[1], self.session_id)).fetchone() is not None
-        except sqlite3.Error:  # (busy, another schema: read from the start instead)
-            return False
-        finally:
-            connection.close()
+        return self._cursor is None or connection.execute(
+            "SELECT 1 FROM message WHERE id = ? AND session_id = ?", (self._cursor[1], self.session_id)).fetchone() is not None
 
     def left(self, stamp: Stamp) -> int:
         """Nothing, right after it was taken up at the session's stamp as it is now."""
@@ -432,6 +420,13 @@ class OpenCodeReader(SessionReader):
                 session.model = named["id"]
                 change.meta = True
         session.last_activity = _iso(updated) or session.last_activity
+        if not self._still_there(connection):  # an undo cleaned up before this reader saw it
+            self._again = True
+            return
+        undone = parse(revert) if isinstance(revert, str) else None
+        start = _text(undone.get("messageID")) if undone is not None else None
+        if start is None:  # an undo undone or cleaned up: before the messages (those after it are in the window)
+            self._reverted(connection, None, updated, change)
         after = self._cursor or (-1, "")
         messages = connection.execute(
             "SELECT id, time_created, CASE WHEN length(data) <= ? THEN data END FROM message"
@@ -458,8 +453,8 @@ class OpenCodeReader(SessionReader):
             if stop_at is not None and self.bytes_read >= stop_at and not last:
                 self.caught_up = False  # the rest after the other sessions' turn
                 break
-        undone = parse(revert) if isinstance(revert, str) else None
-        self._reverted(connection, _text(undone.get("messageID")) if undone is not None else None, updated, change)
+        if start is not None:  # an undo: after them (it may start at one this read found)
+            self._reverted(connection, start, updated, change)
 
     def _parts(self, connection: sqlite3.Connection, message_id: str) -> list[dict[str, Any]]:
         found = []
