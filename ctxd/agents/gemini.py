@@ -240,7 +240,7 @@ class GeminiReader(Reader):
                 "messages": [[key, m.start, m.turns, m.carried, list(m.outputs)] for key, m in kept],
                 "last": ([_digest(i) for i in last.items] if last.items is not None else last.digests)
                 if last is not None else None,
-                "usage": [[key, *self._usage[key][:1], self._usage[key][1].as_dict()] for key, _ in kept
+                "usage": [[key, self._usage[key][0], self._usage[key][1].as_dict()] for key, _ in kept
                           if key in self._usage],
                 "subagents": {name: sub.position() for name, sub in self._subagents.items()}}
 
@@ -257,8 +257,7 @@ class GeminiReader(Reader):
         if self._messages and last is not None:
             self._messages[next(reversed(self._messages))].digests = [str(d) for d in last if isinstance(d, str)]
         self._outputs = {call for message in self._messages.values() for call in message.outputs}
-        self._usage = {str(key): (str(model), usage) for key, model, usage in
-                       ((entry[0], entry[1], usages({"": entry[2]})[""]) for entry in state.get("usage") or [])}
+        self._usage = {str(key): (str(model), usages({"": usage})[""]) for key, model, usage in state.get("usage") or []}
         for name, sub_state in (state.get("subagents") or {}).items():
             if self.session.id is not None and isinstance(name, str) and os.sep not in name:
                 sub = self._subagents[name] = _SubagentCost(os.path.join(self._subagent_folder(self.session.id), name), self)
