@@ -699,7 +699,8 @@ def test_a_daemon_imports_the_modules_its_threads_share_before_any_thread_runs()
     in one of them and the request failed (a CI run: `ctxd/ghost/list failed inside ctxd`). Every
     daemon process imports them first, while it runs one thread (`daemon_process`)."""
     code = ("import sys, threading\n"
-            "from ctxd.server.process import SHARED_MODULES, daemon_process\n"
+            "from ctxd.imports import SHARED_MODULES\n"
+            "from ctxd.server.process import daemon_process\n"
             "before = [m for m in SHARED_MODULES if m in sys.modules]\n"
             "daemon_process()\n"
             "print(before, [m for m in SHARED_MODULES if m not in sys.modules], threading.active_count())")
@@ -707,6 +708,28 @@ def test_a_daemon_imports_the_modules_its_threads_share_before_any_thread_runs()
                           cwd=Path(__file__).resolve().parent.parent)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["[]", "[]", "1"]  # none before, all after, one thread
+
+
+def test_a_tokenizers_load_thread_starts_after_the_modules_it_shares_are_imported() -> None:
+    """`ctxd usage` builds its report while a thread loads the tokenizer: each may import the
+    same modules at once (a CI run: the report came out estimated, 600 tokens where the daemon
+    counted 607). The modules are imported before the load thread starts; a load that meets an
+    import deadlock anyway tries once more."""
+    code = ("import sys, threading\n"
+            "from ctxd.imports import SHARED_MODULES\n"
+            "from ctxd.tokens.counter import _Quiet, _Slot\n"
+            "seen = []\n"
+            "def loader(name):\n"
+            "    seen.append([m for m in SHARED_MODULES if m not in sys.modules])\n"
+            "    if len(seen) == 1:\n"
+            "        raise RuntimeError('deadlock detected by _ModuleLock')\n"
+            "    return 'encoding'\n"
+            "slot = _Slot('test', loader, _Quiet())\n"
+            "print(bool(slot.wait(30)), seen)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parent.parent)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "True [[], []]"  # all imported first; loaded at the second try
 
 
 def listed_by_spawned_workers(tmp_path: Path, ws: Path, prompt: Callable[[int], str],

@@ -7,6 +7,7 @@ import os
 import stat
 
 from ctxd.heap import keep_freed_memory
+from ctxd.imports import import_shared_modules
 
 # The size asked for the stdio pipes (see `widen_pipes`): Linux lets any user ask up to 1 MB.
 PIPE_BYTES = 1024 * 1024
@@ -17,23 +18,7 @@ def daemon_process() -> None:
     any thread runs."""
     keep_freed_memory()
     safe_python_children()
-    import_shared_modules()
-
-
-SHARED_MODULES = ("importlib.abc", "importlib.resources", "importlib.metadata")
-"""Imported by more than one thread at a daemon's start, each importing the other: a request's
-first pydantic validator (`importlib.metadata`, then `importlib.abc`) while the warm-up imports
-`ctxd.compact` (`importlib.resources`). Python then raised `_DeadlockError` in one of them and the
-request failed (a CI run, 2026-12-06: `ctxd/ghost/list failed inside ctxd`)."""
-
-
-def import_shared_modules() -> None:
-    """Import SHARED_MODULES while this process runs one thread (about 15 ms, which the first
-    request would otherwise pay)."""
-    import importlib
-
-    for name in SHARED_MODULES:
-        importlib.import_module(name)
+    import_shared_modules()  # (before the threads that would import them at once)
 
 
 def safe_python_children() -> None:

@@ -20,6 +20,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from ctxd.imports import import_shared_modules
 from ctxd.tokens import catalog, encodings, families
 from ctxd.tokens.approx import IMAGE_BYTES, approx_tokens_from_bytes, item_tokens
 from ctxd.tokens.estimator import estimate_tokens
@@ -83,6 +84,7 @@ class _Slot:
             return self.encoding
         with self._lock:
             if self._thread is None:
+                import_shared_modules()  # (what the load imports, not beside this thread's imports)
                 self._thread = threading.Thread(target=self._load, name=f"ctxd-tokenizer-{self.name}", daemon=True)
                 self._thread.start()
         return None
@@ -99,7 +101,12 @@ class _Slot:
     def _load(self) -> None:
         self._quiet.wait(lambda: self._wanted, QUIET_SECONDS)
         try:
-            encoding = self._loader(self.name)
+            try:
+                encoding = self._loader(self.name)
+            except RuntimeError as error:  # an import met another thread's (`_DeadlockError`): once more
+                if "deadlock" not in str(error):
+                    raise
+                encoding = self._loader(self.name)
         except Exception as error:  # noqa: BLE001 - any failure means: keep estimating
             self.error = f"{type(error).__name__}: {error}"
             log.warning("tokenizer %s is unavailable (%s); token counts are estimates",
