@@ -13,6 +13,8 @@ import hashlib
 import json
 import os
 import random
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -396,6 +398,27 @@ def test_what_was_read_before_the_session_had_an_id_reaches_its_window(tmp_path:
     held = GeminiReader(str(path))
     held.read()
     assert window == held.session.items and _texts(window)[0] == "user:<session_context> This"
+
+
+def test_ctxd_sessions_lists_a_resumes_stub_as_no_session(tmp_path: Path) -> None:
+    """A resume in a later minute leaves a file of its header and the session context alone: no
+    session id, no session. Summarized (ctxd sessions), it was listed as `gemini:None` (a real
+    Gemini CLI run resumed across a minute's end)."""
+    work = tmp_path / "app"
+    work.mkdir()
+    chats = _chats(tmp_path, work)
+    lines = _as_written_in(work)
+    (chats / "session-2026-12-02T01-18-3863ff50.jsonl").write_text("\n".join(lines) + "\n")
+    (chats / "session-2026-12-02T01-19-3863ff50.jsonl").write_text("\n".join(lines[11:13]) + "\n")
+    env = {**os.environ, "HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "state"),
+           "CODEX_HOME": str(tmp_path / "none"), "CLAUDE_CONFIG_DIR": str(tmp_path / "none"),
+           "QWEN_HOME": str(tmp_path / "none"), "XDG_DATA_HOME": str(tmp_path / "none")}
+    for _ in range(2):  # read, then from the summaries
+        done = subprocess.run([sys.executable, "-m", "ctxd", "sessions", "--workspace", str(work), "--format", "json",
+                               "--gemini-home", str(tmp_path / ".gemini")], capture_output=True, text=True, timeout=60,
+                              env=env, cwd=Path(__file__).resolve().parent.parent)
+        assert done.returncode == 0, done.stderr
+        assert [row["thread"] for row in json.loads(done.stdout)] == [f"gemini:{SESSION}"]
 
 
 def test_subagents_are_billed_to_their_session(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ ALLOWED: dict[str, set[str]] = {
     "redact": {"leanjson"},
     "terminal": set(),
     "heap": set(),  # glibc's mallopt: the daemon and the session readers' workers
+    "imports": set(),  # what threads would import at once, imported first (stdlib)
     "safefile": set(),
     "places": {"safefile"},  # the on-disk layout: every hook and status line imports it (stdlib, bounded reads)
     "ownerlink": {"leanjson", "places"},  # the way to the owner: hooks, the status line and `ctxd mcp` import it on every call
@@ -35,7 +36,7 @@ ALLOWED: dict[str, set[str]] = {
     # What a hook does (its plan), run by the owner for the hooks it is handed, or by a hook alone.
     "hookplan": {"agents", "ghost", "hookio", "marks", "places", "protocol", "redact", "settings"},
     "logs": {"redact"},  # bounded reads of planted files (hooks, settings, sessions, ghost)
-    "tokens": {"safefile"},  # the estimator's tables the daemon kept, read bounded and never through a link
+    "tokens": {"imports", "safefile"},  # the estimator's tables the daemon kept, read bounded and never through a link
     "protocol": {"errors"},
     "ledger": {"errors", "places", "protocol", "redact", "safefile", "tokens"},  # places: the database's path
     # One module per agent and the registry (ctxd/agents): below everything that asks about agents.
@@ -51,7 +52,7 @@ ALLOWED: dict[str, set[str]] = {
                  "settings", "terminal", "tokens", "workspace"},  # marks: a hooked session's checkpoints are its hooks'
     "status": {"ctxd", "ledger", "protocol", "tokens", "workspace"},
     # The entries.
-    "server": {"acpspool", "compact", "ctxd", "errors", "ghost", "heap", "hookio", "hookplan", "ledger", "logs", "ownerlink", "places", "protocol",
+    "server": {"acpspool", "compact", "ctxd", "errors", "ghost", "heap", "hookio", "imports", "hookplan", "ledger", "logs", "ownerlink", "places", "protocol",
                "redact",
                "sessions", "settings", "status", "tokens", "workspace"},
     "mcp": {"acplink", "agents", "ctxd", "leanjson", "ownerlink", "places"},  # `ctxd mcp` answers before anything else is imported

@@ -508,7 +508,8 @@ def _collect_summarized(folder: Path, sources: list[discovery.Source], state_dir
     if store is not None:
         store.save(unsaved)
         store.close()
-    return [f for f in found.values() if f is not None]
+    # (a file that states no session id yet is none: a Gemini CLI resume's stub, its header alone)
+    return [f for f in found.values() if f is not None and f.session.id is not None]
 
 
 def _summarize_job(job: Job) -> Read | None:
