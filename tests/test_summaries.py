@@ -704,10 +704,7 @@ def test_a_daemon_imports_the_modules_its_threads_share_before_any_thread_runs()
             "before = [m for m in SHARED_MODULES if m in sys.modules]\n"
             "daemon_process()\n"
             "print(before, [m for m in SHARED_MODULES if m not in sys.modules], threading.active_count())")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                          cwd=Path(__file__).resolve().parent.parent)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["[]", "[]", "1"]  # none before, all after, one thread
+    assert _fresh_python(code).split() == ["[]", "[]", "1"]  # none before, all after, one thread
 
 
 def test_a_tokenizers_load_thread_starts_after_the_modules_it_shares_are_imported() -> None:
@@ -726,10 +723,15 @@ def test_a_tokenizers_load_thread_starts_after_the_modules_it_shares_are_importe
             "    return 'encoding'\n"
             "slot = _Slot('test', loader, _Quiet())\n"
             "print(bool(slot.wait(30)), seen)")
+    assert _fresh_python(code).strip() == "True [[], []]"  # all imported first; loaded at the second try
+
+
+def _fresh_python(code: str) -> str:
+    """What `code` prints in a Python of its own (nothing imported before it), from the repository."""
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                           cwd=Path(__file__).resolve().parent.parent)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "True [[], []]"  # all imported first; loaded at the second try
+    return done.stdout
 
 
 def listed_by_spawned_workers(tmp_path: Path, ws: Path, prompt: Callable[[int], str],
