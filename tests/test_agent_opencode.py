@@ -29,7 +29,7 @@ from ctxd.agents.base import AgentConfig
 from ctxd.agents.opencode import OpenCodeSessions, compact_limits, configured
 from ctxd.places import ctxd_command
 from tests.ghost_repo import Repo, make_repo
-from tests.opencode_db import FIXTURE, FIXTURE_DIRECTORY, SESSION, Database, read_only_checkpoint_free
+from tests.opencode_db import FIXTURE, FIXTURE_DIRECTORY, SESSION, Database, assistant, read_only_checkpoint_free, user
 from tests.rpc import Client, RpcError, daemon_env
 from tests.session_fixtures import mirror, mirrored_as
 from tests.test_hooks import ctxd, env_for
@@ -606,6 +606,37 @@ def test_ctxd_sessions_takes_opencodes_readers_up_where_its_last_run_left_them(s
                     (SESSION, raw.execute("SELECT time_created FROM message WHERE id = ?", (prompt,)).fetchone()[0]))
         raw.execute("UPDATE session SET revert = NULL, time_updated = time_updated + 1 WHERE id = ?", (SESSION,))
     assert listed(kept) == listed(next(fresh))
+
+
+def test_ctxd_sessions_lists_a_session_of_more_messages_than_one_read_takes_whole(state_dir: Path,
+                                                                                    tmp_path: Path) -> None:
+    """One read takes at most MESSAGES_PER_READ (500) messages and leaves the rest for later: the
+    daemon reads it next, but `ctxd sessions` showed the session as its 500th message left it, at
+    every run (OpenCode writes a message per model step: a long session passes 500 soon)."""
+    repo, db = opencode_world(state_dir, tmp_path)
+    with db.connect() as raw:  # 300 more turns, in one write
+        for n in range(300):
+            parent = ""
+            for role in ("user", "assistant"):
+                db.clock += 1000
+                mid = db._id("msg")
+                info = user(db.clock) if role == "user" else assistant(parent, db.clock, 4000 + n, 3000, 5 + n, 0.001)
+                parent = mid
+                raw.execute("INSERT INTO message (id, session_id, time_created, time_updated, data) VALUES (?, ?, ?, ?, ?)",
+                            (mid, SESSION, db.clock, db.clock, json.dumps(info)))
+                db.part(mid, {"type": "text", "text": f"{role} {n}"}, db=raw)
+        raw.execute("UPDATE session SET time_updated = ? WHERE id = ?", (db.clock, SESSION))
+    assert opencode.MESSAGES_PER_READ < 600
+    whole, _ = _read_all(OpenCodeSessions(db.path.parent))
+    assert whole.session.turn_total == 302
+    kept = tmp_path / "kept-state"
+    for _ in range(2):  # the first run, then one taking its readers up
+        done = subprocess.run([sys.executable, "-m", "ctxd", "sessions", "--workspace", str(repo.root), "--format", "json"],
+                              env={**daemon_env(state_dir), "XDG_STATE_HOME": str(kept)}, capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        [row] = json.loads(done.stdout)
+        assert (row["turns"], row["usedTokens"]) == (302, whole.session.baseline)
 
 
 # --- hooks: ctxd's plugin, and what `ctxd hook opencode <event>` does -----------------------------------

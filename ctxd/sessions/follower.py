@@ -301,8 +301,26 @@ class Follower:
             return not (self._dirty or self._rescan or self._roots_pending or self._busy or self._deferred)
 
     def scan_once(self) -> None:
-        """Find and read every session now, on the caller's thread, without watching (the CLI)."""
+        """Find and read every session now, on the caller's thread, without watching (the CLI):
+        each to its end. One read stops at its budget (`READ_BUDGET`, an OpenCode reader's
+        MESSAGES_PER_READ) and leaves the rest for later; a CLI has no later, so the sessions left
+        are read again while that reads anything (an OpenCode session of over 500 messages was
+        listed as its 500th left it, at every run)."""
         self._scan()
+        read = self._total_read()
+        while self._dirty:
+            with self._lock:
+                paths = list(self._dirty)
+                self._dirty.clear()
+            for path in paths:
+                self._read(path)
+            before, read = read, self._total_read()
+            if read == before:
+                return  # (nothing more to read: a message still being written, say)
+
+    def _total_read(self) -> int:
+        with self._lock:
+            return sum(state.reader.bytes_read for state in self._files.values() if state.reader is not None)
 
     # --- the watcher ---
 
