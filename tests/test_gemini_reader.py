@@ -381,6 +381,59 @@ def test_a_reader_trimmed_and_taken_up_at_random_follows_a_session_going_on_as_o
     assert (session.baseline, session.cumulative) == (held.session.baseline, held.session.cumulative)
 
 
+@pytest.mark.parametrize("then", ["resume", "rewind"])
+def test_a_reader_following_a_long_session_reads_again_for_each_change_that_needs_it(tmp_path: Path,
+                                                                                      then: str) -> None:
+    """A daemon's reader lives as long as its session is followed, and reads its file again from
+    the start (`read_again_for`) for each compression it sees once trimmed. Those reads were
+    counted for the reader's life: after 16 compressions, a resume (its history restating a
+    snapshot the reader forgot) was taken for a 17th compression (its fill gone), and a rewind to
+    a message it forgot was not followed. They are counted per change now."""
+    message = functools.partial(_record, "2026-12-02T01:19:00.000Z")
+    context = json.loads(_lines()[1])["$set"]["messages"]
+    lines, window, n = _lines()[:1] + [json.dumps({"$set": {"messages": context}})], list(context), 0
+    path = tmp_path / "session.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    reader = GeminiReader(str(path), window=False)
+    mirrored: list[dict[str, Any]] = []
+
+    def turns(count: int) -> None:
+        nonlocal n
+        for _ in range(count):
+            n += 1
+            for key, kind, content in ((f"u{n}", "user", [{"text": f"prompt {n}"}]), (f"r{n}", "gemini", f"reply {n}")):
+                line = message(key, kind, content, **({"tokens": {"input": 1000 + n, "output": 5, "cached": 0},
+                                                       "model": "m"} if kind == "gemini" else {}))
+                lines.append(line)
+                window.append(json.loads(line))
+
+    def written() -> None:  # as the follower reads: after each write, trimmed once caught up
+        path.write_text("\n".join(lines) + "\n")
+        _read_all(reader, mirrored)
+        reader.trim()
+
+    written()
+    for compression in range(20):
+        turns(3)
+        written()
+        snapshot = json.loads(message(f"snapshot{compression}", "user", [{"text": "<state_snapshot>s</state_snapshot>"}]))
+        window[:] = [*context, snapshot, json.loads(message(f"got{compression}", "gemini", "Got it.")), *window[-2:]]
+        lines.append(json.dumps({"$set": {"messages": window}}))
+        written()
+    turns(40)  # the latest snapshot leaves the messages a trimmed reader remembers
+    written()
+    if then == "resume":
+        lines.extend([_lines()[0], json.dumps({"$set": {"messages": context}}), json.dumps({"$set": {"messages": window}})])
+    else:
+        lines.append(json.dumps({"$rewindTo": f"u{n - 38}"}))
+    written()
+    whole = GeminiReader(str(path), window=False)
+    whole_window: list[dict[str, Any]] = []
+    _read_all(whole, whole_window)
+    assert whole.session.compactions == 20 and whole.session.baseline is not None
+    assert mirrored == whole_window and _shown(reader) == _shown(whole)
+
+
 def test_what_was_read_before_the_session_had_an_id_reaches_its_window(tmp_path: Path) -> None:
     """A run's first lines (the header, the session context) have no session id yet: the daemon's
     follower tells no thread of them. When a later read finds the id (the first prompt), the

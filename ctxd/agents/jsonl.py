@@ -42,8 +42,10 @@ except ImportError:
 READ_CHUNK = 1024 * 1024
 MAX_LINE = 8 * 1024 * 1024  # a longer line (newline included) is skipped, never held whole in memory
 # Rewinds to a line a reader had forgotten (its bounds: a long session, a reader taken up) that it
-# reads its file again from the start for (`replay`), each remembered that time; a rewind to
-# another one after those is not followed (a hostile file cannot have it read again and again).
+# reads its file again from the start for (`replay`), each remembered that time, until a read
+# catches up; a rewind to another one after those is not followed (a hostile file cannot have one
+# change read again and again). Counted per change, not per reader: a daemon's reader of a long
+# Gemini CLI session spent one on each compression, and after 16 took a resume for a compaction.
 MAX_REPLAYS = 16
 HEAD_CHUNK = 4096  # how far past a first line a peek may read (never parsed)
 HEAD_LIMIT = 4 * 1024 * 1024  # a file without its first lines in this many bytes is not a session
@@ -156,7 +158,7 @@ class Reader(SessionReader):
         self.summary = summary
         self.holds_window = window and not summary
         self.replay = False  # a rewind named a line no longer remembered: read again from the start
-        self.wanted: set[str] = set()  # the lines those reads were for (`read_again_for`; a reset keeps them)
+        self.wanted: set[str] = set()  # the lines those reads were for (`read_again_for`; kept until caught up)
         self.line_stop = -1  # where the line being read ends in its chunk (a skimming reader)
         self.offset = 0
         self.bytes_read = 0  # every byte this reader ever read from the file (the privacy check)
@@ -361,6 +363,8 @@ class Reader(SessionReader):
                 chunk = READ_CHUNK
             self.caught_up = self.offset >= st.st_size or (
                 (budget is None or spent < budget) and total.held <= MAX_HELD_ITEMS)
+            if self.caught_up and not self.replay:
+                self.wanted.clear()  # read again for those and caught up: the next change has its own MAX_REPLAYS
             if self.summary:
                 self.finish_summary()
             return total
