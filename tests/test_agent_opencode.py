@@ -158,6 +158,99 @@ def test_a_revert_is_a_rewind_and_undoing_it_brings_the_messages_back(tmp_path: 
     assert reader.session.items == window[:-2]
 
 
+@pytest.mark.parametrize("target", ["before its compaction", "of no message"])
+def test_an_undo_outside_the_window_is_not_read_again_at_every_read(tmp_path: Path, target: str) -> None:
+    """A revert naming a message before the latest compaction (or none of the session) takes
+    nothing out of the window. A reader trimmed to its latest messages read the whole session
+    again from its start to look for it, at every read: in the daemon, at every write to the
+    database by any session. It looks once."""
+    db = Database(tmp_path / "data")
+    store = OpenCodeSessions(db.path.parent)
+    with db.connect() as raw:  # the fixture's first prompt, before its compaction
+        [(early,)] = raw.execute("SELECT id FROM message WHERE session_id = ? ORDER BY time_created LIMIT 1", (SESSION,))
+    for n in range(40):  # more messages since the compaction than a trimmed reader remembers
+        db.reply(f"did {n}", db.prompt(f"do {n}"), 4000 + n, 3000, 5)
+    reader, _ = _read_all(store)
+    reader.holds_window = False
+    shown = _shown(reader)
+    db.set_session("revert", json.dumps({"messageID": early if target == "before its compaction" else "msg_none"}))
+    reads = []
+    for n in range(4):
+        reader.trim()
+        if n == 2:  # (taken up from its saved state, as after a restart)
+            saved = json.loads(json.dumps(reader.state()))
+            reader = store.reader(SESSION)
+            reader.holds_window = False
+            assert reader.resume({**saved, "stamp": list(store.stamp(SESSION).key())}, store.stamp(SESSION))  # type: ignore[union-attr]
+        before = reader.bytes_read
+        reads.append((reader.read().from_start, reader.bytes_read - before))
+    assert reads[0][0] is True and reads[1:] == [(False, 0)] * 3, reads  # (the first looks for it, once)
+    assert _shown(reader) == shown
+
+
+def test_a_reply_still_streaming_when_a_queued_prompt_is_written_is_read_once_it_ends(tmp_path: Path) -> None:
+    """OpenCode writes a prompt typed while a reply streams at once, before that reply has its
+    tokens and its last parts: a read then went past the reply, and its tool call and usage were
+    never read. A reply neither completed nor failed is read once it is, or once a later step's
+    message follows it."""
+    db = Database(tmp_path / "data")
+    store = OpenCodeSessions(db.path.parent)
+    reader, _ = _read_all(store)
+    first = db.prompt("Refactor it")
+    streaming = assistant(first, db.clock + 1000, 0, 0, 0, 0.0, completed=False)
+    streaming["tokens"] = {"input": 0, "output": 0, "reasoning": 0, "cache": {"read": 0, "write": 0}}
+    reply = db.message(streaming, [{"type": "step-start"}, {"type": "text", "text": "Looking."}])
+    queued = db.prompt("Also add tests")
+    window = list(reader.session.items)
+    mirror(window, reader.read())  # the daemon reads at that write
+    db.part(reply, {"type": "tool", "tool": "read", "callID": "call_q",
+                    "state": {"status": "completed", "input": {"filePath": "a.py"}, "output": "x = 1"}})
+    db.update(reply, assistant(first, streaming["time"]["created"], 9000, 8000, 50, 0.01))
+    db.reply("Tests added.", queued, 9500, 9000, 30)
+    mirror(window, reader.read())
+    whole, _ = _read_all(OpenCodeSessions(db.path.parent))
+    assert window == whole.session.items and _shown(reader) == _shown(whole)
+    assert "call_q" in json.dumps(window)
+    # A reply an OpenCode that stopped left unfinished: read as it is once a later step follows it.
+    left = db.message(streaming | {"time": {"created": db.clock}}, [{"type": "text", "text": "Half"}])
+    db.reply("Again.", db.prompt("Go on"), 9800, 9000, 20)
+    mirror(window, reader.read())
+    whole, _ = _read_all(OpenCodeSessions(db.path.parent))
+    assert window == whole.session.items and "Half" in json.dumps(window) and left
+
+
+def test_a_prompt_is_read_with_every_part_opencode_writes_after_its_message(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """OpenCode writes a prompt's message, then its parts one write each (an attached file's after
+    its text): a read between two of them took the prompt without the rest, for good. A prompt is
+    read once a message follows it, or SETTLE_SECONDS after it was made."""
+    db = Database(tmp_path / "data")
+    db.clock = int(time.time() * 1000)  # made now
+    store = OpenCodeSessions(db.path.parent)
+    reader, _ = _read_all(store)
+    window = list(reader.session.items)
+    db.clock += 1000
+    prompt = db._id("msg")
+    with db.connect() as raw:
+        raw.execute("INSERT INTO message (id, session_id, time_created, time_updated, data) VALUES (?, ?, ?, ?, ?)",
+                    (prompt, SESSION, db.clock, db.clock, json.dumps(user(db.clock))))
+    db.part(prompt, {"type": "text", "text": "Explain @notes.md"})
+    mirror(window, reader.read())  # between two of OpenCode's writes
+    db.part(prompt, {"type": "text", "synthetic": True, "text": "Called the Read tool with the following input: ..."})
+    db.part(prompt, {"type": "file", "filename": "notes.md", "url": "file:///notes.md", "mime": "text/plain"})
+    db.reply("It says hi.", prompt, 5000, 4000, 9)
+    mirror(window, reader.read())
+    whole, _ = _read_all(OpenCodeSessions(db.path.parent))
+    assert window == whole.session.items and "[attached: notes.md]" in json.dumps(window)
+    last = db.prompt("And then?")  # an OpenCode that stopped before its reply: read after a while
+    mirror(window, reader.read())
+    assert last not in reader.state()["cursor"]  # type: ignore[index]
+    later = db.clock / 1000 + opencode.SETTLE_SECONDS + 1
+    monkeypatch.setattr(opencode.time, "time", lambda: later)
+    mirror(window, reader.read())
+    assert reader.state()["cursor"][1] == last and window[-1]["content"][0]["text"] == "And then?"  # type: ignore[index]
+
+
 def _shown(reader: opencode.OpenCodeReader) -> dict[str, Any]:
     """What a session shows and the gauge counts from."""
     session = reader.session

@@ -74,6 +74,7 @@ BUSY_SECONDS = 0.5  # a database locked longer (an old rollback journal) is read
 MIGRATION_SECONDS = 30.0
 DEFAULT_TITLE = "New session - "  # OpenCode's placeholder title until its title request answers
 IDLE_MESSAGES = 64  # messages a reader that caught up remembers the start of (`OpenCodeReader.trim`)
+SETTLE_SECONDS = 10  # a prompt with no message after it is taken as whole this long after it was made (`_settled`)
 
 
 def _iso(ms: Any) -> str | None:
@@ -314,6 +315,7 @@ class OpenCodeReader(SessionReader):
         self._starts: dict[str, int] = {}
         self._complete = True
         self._revert: str | None = None  # the message a revert starts at
+        self._outside: str | None = None  # a revert's message found in no message since the last compaction
         self._fill = 0  # the latest fill (a compaction's "before")
         self._carried = 0  # the estimate of the items before the first report (`first_request`)
         self._again = False  # the session must be read again from its start (see the class)
@@ -359,7 +361,7 @@ class OpenCodeReader(SessionReader):
         starts = list(self._starts.items())[-IDLE_MESSAGES:]
         return {"cursor": list(self._cursor) if self._cursor else None, "count": self._count,
                 "starts": [list(entry) for entry in starts], "complete": self._complete and len(self._starts) <= IDLE_MESSAGES,
-                "revert": self._revert, "fill": self._fill, "carried": self._carried, "read": self.bytes_read,
+                "revert": self._revert, "outside": self._outside, "fill": self._fill, "carried": self._carried, "read": self.bytes_read,
                 "session": self.session.to_state()}
 
     def resume(self, saved: dict[str, Any], stamp: Stamp) -> bool:
@@ -371,6 +373,8 @@ class OpenCodeReader(SessionReader):
             self._complete = bool(saved["complete"])
             revert = saved["revert"]
             self._revert = str(revert) if revert is not None else None
+            outside = saved.get("outside")
+            self._outside = str(outside) if outside is not None else None
             self._fill, self._carried = int(saved["fill"]), int(saved["carried"])
             self.bytes_read = int(saved["read"])
             self.session = Session.from_state("opencode", f"{self.db}#{self.session_id}", saved["session"])
@@ -434,23 +438,25 @@ class OpenCodeReader(SessionReader):
             " ORDER BY time_created, id LIMIT ?",
             (MAX_ROW, self.session_id, after[0], after[0], after[1], MESSAGES_PER_READ + 1)).fetchall()
         self.caught_up = len(messages) <= MESSAGES_PER_READ
+        infos = [parse(data) if isinstance(data, str) else None for _, _, data in messages]
+        replied = {number for number, info in enumerate(infos) if info is not None and info.get("role") == "assistant"}
         messages = messages[:MESSAGES_PER_READ]
         for number, (mid, mcreated, data) in enumerate(messages):
             if not isinstance(mid, str) or type(mcreated) is not int:
+                session.bad_lines += 1
                 continue
-            info = parse(data) if isinstance(data, str) else None
+            info = infos[number]
             self.bytes_read += len(data) if isinstance(data, str) else 0
             parts = self._parts(connection, mid)
-            last = number == len(messages) - 1
             if info is None:
                 session.bad_lines += 1
-            elif last and not _settled(info, parts):
+            elif not _settled(info, parts, mcreated, number + 1 < len(infos), any(n > number for n in replied)):
                 self.caught_up = True
                 break  # still being written: read when it is settled
             else:
                 self._message(mid, mcreated, info, parts, change)
             self._cursor = (mcreated, mid)
-            if stop_at is not None and self.bytes_read >= stop_at and not last:
+            if stop_at is not None and self.bytes_read >= stop_at and number < len(messages) - 1:
                 self.caught_up = False  # the rest after the other sessions' turn
                 break
         if start is not None:  # an undo: after them (it may start at one this read found)
@@ -606,12 +612,15 @@ class OpenCodeReader(SessionReader):
     def _reverted(self, connection: sqlite3.Connection, start: str | None, updated: Any, change: Change) -> None:
         """`session.revert` changed: the messages from `start` on leave the window (a rewind), or
         come back when OpenCode undid the revert without removing them."""
-        if start == self._revert:
+        if start == self._revert or (start is not None and start == self._outside):
             return
         session = self.session
         if start is not None and start not in self._starts:
-            self._again = not self._complete  # forgotten; else a message of an earlier window, or not read yet
-            return
+            if not self._complete:
+                self._again = True  # forgotten: from the start, where every message is known
+            elif self.caught_up:  # of an earlier window, or of no message here: nothing to take out, and
+                self._outside = start  # not read again at each read (a trimmed reader did, at every write)
+            return  # (else perhaps not read yet)
         if self._revert is not None:
             kept = start is not None or connection.execute(
                 "SELECT 1 FROM message WHERE session_id = ? AND id = ?", (self.session_id, self._revert)).fetchone()
@@ -636,13 +645,18 @@ class OpenCodeReader(SessionReader):
         change.usage = True
 
 
-def _settled(info: dict[str, Any], parts: list[dict[str, Any]]) -> bool:
-    """Whether a message is written whole: a user message with its parts, an assistant message
-    completed or failed."""
+def _settled(info: dict[str, Any], parts: list[dict[str, Any]], created: int, followed: bool, replied: bool) -> bool:
+    """Whether a message is written whole, so that a read may go past it (nothing of it is read
+    again). OpenCode writes a prompt's message, then its parts one write each (an attached file's
+    after its text), then starts the reply: a user message is whole once a message follows it, or
+    SETTLE_SECONDS after it was made (an OpenCode that stopped there). It writes a prompt typed
+    while a reply streams at once, before the reply has its tokens and its last parts: an assistant
+    message is whole once completed or failed, or once a later step's message follows it (one
+    left so by an OpenCode that stopped)."""
     if info.get("role") == "user":
-        return bool(parts)
-    time = _object(info.get("time"))
-    return type(time.get("completed")) is int or info.get("error") is not None
+        return bool(parts) and (followed or time.time() * 1000 - created > SETTLE_SECONDS * 1000)
+    times = _object(info.get("time"))
+    return type(times.get("completed")) is int or info.get("error") is not None or replied
 
 
 # --- how full, when it compacts -------------------------------------------------------------------
