@@ -145,6 +145,74 @@ def test_a_hostile_git_pointer_neither_blocks_nor_bloats_a_hook_or_the_status_li
     assert hook_log(tmp_path).count("is not followed") == 1  # said once, not at every event
 
 
+def processes_in(folder: Path) -> dict[int, str]:
+    """The processes whose working folder is `folder` (a git or a hook's child left running there)."""
+    found = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.readlink(f"/proc/{pid}/cwd") == str(folder):
+                found[int(pid)] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:200]
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("kind", ["index-fifo", "index-zero", "gitignore-fifo", "nested-gitignore-fifo",
+                                  "exclude-fifo", "exclude-zero"])
+def test_a_fifo_or_a_device_where_git_reads_is_refused_and_leaves_nothing_running(tmp_path: Path, kind: str) -> None:
+    """Where a checkpoint (and the git it runs in the user's repository) reads the index or an
+    ignore rule: a FIFO held the checkpoint, and its git for ever, one more at each hook; a link
+    to /dev/zero was read until memory ran out. The checkpoint is refused at once, and said."""
+    project = make_repo(tmp_path / "proj")
+    target = {"index-fifo": ".git/index", "index-zero": ".git/index", "gitignore-fifo": ".gitignore",
+              "nested-gitignore-fifo": "src/.gitignore", "exclude-fifo": ".git/info/exclude",
+              "exclude-zero": ".git/info/exclude"}[kind]
+    planted = project / target
+    planted.parent.mkdir(parents=True, exist_ok=True)
+    planted.unlink(missing_ok=True)
+    if kind.endswith("fifo"):
+        os.mkfifo(planted)
+    else:
+        planted.symlink_to("/dev/zero")
+    data = {"session_id": "s-planted", "cwd": str(project), "tool_name": "Bash", "tool_input": {"command": "rm app.py"}}
+    try:
+        for n in range(2):
+            result = measured(tmp_path, ["hook", "claude", "PreToolUse"], json.dumps(data).encode(), project,
+                              quiet_env(tmp_path))
+            check_bounded(result, f"ctxd hook claude PreToolUse ({kind})")
+            wait_for_log(tmp_path, "no checkpoint for claude:s-planted", n + 1)
+        assert re.search(r"not an index git wrote|a FIFO or a device where git reads", hook_log(tmp_path)), \
+            hook_log(tmp_path)
+        time.sleep(0.5)
+        assert processes_in(project) == {}
+    finally:
+        for pid in processes_in(project):  # (a failure here must not leave them to the next test)
+            os.kill(pid, 9)
+
+
+def test_a_git_in_the_users_repository_that_never_ends_is_stopped(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Wherever git waits (here the user's own `core.excludesFile`, a FIFO), a git command in the
+    user's repository is killed after USER_GIT_SECONDS and the capture fails, said."""
+    from ctxd.errors import GitFailed
+    from ctxd.ghost import gitstore
+
+    project = make_repo(tmp_path / "proj")
+    fifo = tmp_path / "ignore-fifo"
+    os.mkfifo(fifo)
+    config = tmp_path / "gitconfig"
+    config.write_text(f"[core]\n\texcludesFile = {fifo}\n")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
+    monkeypatch.setattr(gitstore, "USER_GIT_SECONDS", 1.0)
+    site = gitstore.open_site(project, tmp_path / "state")
+    assert site is not None
+    started = time.monotonic()
+    with pytest.raises(GitFailed, match="had not ended after 1 s"):
+        site.user("ls-files", "-z", "--others", "--exclude-standard")
+    assert time.monotonic() - started < 10
+    assert processes_in(project) == {}
+
+
 # --- 2. the status line -------------------------------------------------------------------------------
 
 

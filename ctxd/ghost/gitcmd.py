@@ -132,16 +132,21 @@ def base_env(user_config: bool = True) -> dict[str, str]:
 
 
 def run(args: list[str], *, cwd: Path, env: dict[str, str], stdin: bytes | None = None,
-        ok: tuple[int, ...] = (0,)) -> tuple[int, bytes]:
-    """Run `git <SAFE_CONFIG> <args>`; raise GitFailed (naming the subcommand) unless the status is in `ok`."""
+        ok: tuple[int, ...] = (0,), timeout: float | None = None) -> tuple[int, bytes]:
+    """Run `git <SAFE_CONFIG> <args>`; raise GitFailed (naming the subcommand) unless the status is
+    in `ok`, or when it has not ended after `timeout` seconds (it is killed)."""
+    name = next((a for a in args if not a.startswith("-") and "=" not in a), "")
     try:
         tied = _libc is not None and _subcommand(args) not in STORE_ONLY
         done = subprocess.run([GIT, *SAFE_CONFIG, *args], cwd=cwd, env=env, input=stdin if stdin is not None else b"",
-                              capture_output=True, preexec_fn=_die_with_parent if tied else None, close_fds=True)
+                              capture_output=True, preexec_fn=_die_with_parent if tied else None, close_fds=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise GitFailed(f"git {name} had not ended after {timeout:g} s (a FIFO or a device where it reads?): "
+                        "stopped") from None
     except OSError as error:
         raise GitFailed(f"git could not be started: {error}") from None
     if done.returncode not in ok:
-        name = next((a for a in args if not a.startswith("-") and "=" not in a), "")
         message = done.stderr.decode("utf-8", "replace").strip()
         raise GitFailed(f"git {name} failed: {message or _status(done.returncode)}")
     return done.returncode, done.stdout

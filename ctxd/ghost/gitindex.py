@@ -12,12 +12,14 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import stat
 import struct
 from pathlib import Path
 
 from ctxd.errors import GitFailed
 from ctxd.ghost.gitcmd import Background
 from ctxd.ghost.gitstore import Site, shared_index_of
+from ctxd.safefile import OPEN_FLAGS
 
 
 def index_entry_count(index: Path, git_dir: Path | None = None) -> int:
@@ -69,6 +71,28 @@ _STAGED = re.compile(rb"(?:^|\0)[0-7]{6} [0-9a-f]{40,64} ([0-3])\t([^\0]*)")
 _GITLINK = re.compile(rb"(?:^|\0)160000 [0-9a-f]{40,64} [0-3]\t([^\0]*)")
 
 
+MAX_INDEX_BYTES = 4 << 30  # a larger "index" is no index git wrote
+
+
+def _digest(index: Path) -> str:
+    """The SHA-1 of the user's index file. Only a regular file is read, never through a FIFO or a
+    device planted there (a link to /dev/zero was read until memory ran out; a FIFO held the
+    capture), and only its size at the open: git would wait on one too, so no capture is taken."""
+    fd = os.open(index, OPEN_FLAGS)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_INDEX_BYTES:
+            raise GitFailed(f"{index}: not an index git wrote (not a regular file, or over "
+                            f"{MAX_INDEX_BYTES >> 30} GiB): no checkpoint")
+        digest, left = hashlib.sha1(), info.st_size
+        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
+            digest.update(chunk)
+            left -= len(chunk)
+        return digest.hexdigest()
+    finally:
+        os.close(fd)
+
+
 class UserIndex:
     """What a capture needs to know of the user's index, read with `ls-files --stage` when needed.
 
@@ -80,7 +104,7 @@ class UserIndex:
         self.site = site
         index = site.user_index
         try:  # a few milliseconds, against a git process for the listing
-            self.digest: str | None = hashlib.sha1(index.read_bytes()).hexdigest() if index else "plain"
+            self.digest: str | None = _digest(index) if index else "plain"
         except FileNotFoundError:
             self.digest = None
         self._listing: bytes | None = b"" if index is None else None

@@ -67,6 +67,9 @@ SPLIT_INDEX = ("-c", "core.splitIndex=true", "-c", "splitIndex.sharedIndexExpire
 file what changed since. A short capture of a large repository then reads its entries but writes
 a few KB (twice: `add`, then `write-tree`) instead of all of them. Shared files no kept index
 names are removed by ctxd (`drop_unused_shared_indexes`), not after git's two weeks."""
+USER_GIT_SECONDS = 60.0
+"""A git command in the user's repository (`Site.user`) that has not ended after this long is
+killed: a listing of a large repository takes seconds; one waiting on a FIFO, for ever."""
 SHARED_INDEX_GRACE_SECONDS = 3600
 """A shared index file no kept index names is removed once it has not been used for this long
 (git marks one as used whenever it reads an index that names it)."""
@@ -122,21 +125,23 @@ class Site:
     # --- running git ---
 
     def git(self, *args: str, index: Path | None = None, stdin: bytes | None = None,
-            ok: tuple[int, ...] = (0,), borrow: bool = True) -> tuple[int, bytes]:
+            ok: tuple[int, ...] = (0,), borrow: bool = True, timeout: float | None = None) -> tuple[int, bytes]:
         """A git command on ctxd's store with the folder's work tree (the only one that writes)."""
         env = gitcmd.base_env(user_config=False)
         env["GIT_INDEX_FILE"] = str(index) if index is not None else str(self.tmp_dir() / "none.index")
         if borrow and self.user_objects is not None:
             env["GIT_ALTERNATE_OBJECT_DIRECTORIES"] = str(self.user_objects)
         return gitcmd.run([*SPLIT_INDEX, f"--git-dir={self.store}", f"--work-tree={self.top}", *args],
-                          cwd=self.top, env=env, stdin=stdin, ok=ok)
+                          cwd=self.top, env=env, stdin=stdin, ok=ok, timeout=timeout)
 
     def user(self, *args: str, stdin: bytes | None = None, ok: tuple[int, ...] = (0,)) -> tuple[int, bytes]:
         """A read-only git command in the user's repository, as git itself would see it (their
-        ignore rules), but with the safe options and environment."""
+        ignore rules), but with the safe options and environment. Killed after USER_GIT_SECONDS:
+        git opens the files it reads with a blocking open, and a FIFO planted where it reads an
+        ignore rule held it (and a process per hook) for ever."""
         if self.plain:
-            return self.git(*self._global_excludes(), *args, stdin=stdin, ok=ok)
-        return gitcmd.run(list(args), cwd=self.top, env=gitcmd.base_env(), stdin=stdin, ok=ok)
+            return self.git(*self._global_excludes(), *args, stdin=stdin, ok=ok, timeout=USER_GIT_SECONDS)
+        return gitcmd.run(list(args), cwd=self.top, env=gitcmd.base_env(), stdin=stdin, ok=ok, timeout=USER_GIT_SECONDS)
 
     def _global_excludes(self) -> list[str]:
         """A plain folder's git reads no user config (the store has its own), but what the user
@@ -671,7 +676,7 @@ def shared_index_of(git_dir: Path, data: bytes) -> Path | None:
             continue
         at = data.find(oid)
         if at >= 8 and data[at - 8:at - 4] == b"link":
-            return shared
+            return shared if shared.is_file() else None  # (never a FIFO or a device planted there)
     return None
 
 

@@ -10,9 +10,12 @@ patterns (gitignore syntax) are treated as ignored.
 from __future__ import annotations
 
 import os
+import stat
 import threading
+from pathlib import Path
 from typing import Any
 
+from ctxd.errors import GitFailed
 from ctxd.ghost.gitcmd import check_cancel
 from ctxd.ghost.gitstore import Site, now_ns
 from ctxd.settings import GhostSettings
@@ -111,6 +114,14 @@ def _stamps_hold(site: Site, stamps: Any) -> bool:
     return True
 
 
+def _readable_rules(path: Path, mode: int) -> None:
+    """An ignore file git would wait on (it opens them with a blocking open): no listing, no
+    checkpoint, said at once rather than after USER_GIT_SECONDS. A link in the tree git does not
+    follow; `info/exclude` is followed, as git does."""
+    if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode) or stat.S_ISDIR(mode)):
+        raise GitFailed(f"{path}: a FIFO or a device where git reads ignore rules: no checkpoint")
+
+
 def _directory_stamps(site: Site) -> dict[str, int] | None:
     """The change time of every directory a listing looks at, and of every ignore file; None
     when there are too many to be worth it. A directory changed a moment ago is recorded as -1,
@@ -122,9 +133,12 @@ def _directory_stamps(site: Site) -> dict[str, int] | None:
     extra += [site.top.joinpath(*parts[:i], ".gitignore") for i in range(len(parts))]
     for path in extra:
         try:
-            stamps[str(path)] = os.stat(path).st_mtime_ns
+            info = os.stat(path)
         except OSError:
             stamps[str(path)] = 0
+            continue
+        _readable_rules(path, info.st_mode)
+        stamps[str(path)] = info.st_mtime_ns
     pending = [site.prefix.rstrip("/")]
     while pending:
         rel = pending.pop()
@@ -138,7 +152,9 @@ def _directory_stamps(site: Site) -> dict[str, int] | None:
                         if entry.name != ".git" and entry.name not in DEPENDENCY_DIRS:
                             pending.append(child)
                     elif entry.name == ".gitignore":
-                        stamps[child] = entry.stat(follow_symlinks=False).st_mtime_ns
+                        info = entry.stat(follow_symlinks=False)
+                        _readable_rules(Path(here, entry.name), info.st_mode)
+                        stamps[child] = info.st_mtime_ns
         except OSError:
             stamps[f"{rel}/" if rel else "./"] = -1
         if len(stamps) > MAX_STAMPED_DIRS:

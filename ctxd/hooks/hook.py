@@ -113,6 +113,11 @@ def run_bounded(job: Job, deadline: float) -> None:
                 os.dup2(null, fd)
             import signal
 
+            def expired(_signal: int, _frame: object) -> None:  # said, and nothing of it left running (a git on a FIFO)
+                log(f"{job.thread}: no checkpoint: not done after {CHILD_SECONDS} s; stopped")
+                os.killpg(0, signal.SIGKILL)
+
+            signal.signal(signal.SIGALRM, expired)
             signal.alarm(CHILD_SECONDS)
             if take_checkpoint(job) and owner_wanted():
                 signal.alarm(0)
