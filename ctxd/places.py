@@ -133,6 +133,9 @@ def hooks_dir(state_dir: Path) -> Path:
         info = os.lstat(folder)
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
         raise PermissionError(f"{folder} is a link, not a folder, or another user's: the hooks write nothing there")
+    if info.st_mode & 0o077:  # made by an older ctxd's install with the umask's mode: the user's alone now
+        with contextlib.suppress(OSError):
+            os.chmod(folder, 0o700)
     return folder
 
 

@@ -668,3 +668,99 @@ def test_a_folder_another_ctxd_makes_while_install_makes_it_is_used_and_left_alo
         files.write_all([files.Write(other / "backups" / "a.json", None, "{}\n"),
                          files.Write(tmp_path / "changed.json", None, "{}\n")])
     assert other.is_dir() and not (other / "backups").exists()
+
+
+# --- 4. what an attack run found in the configurations of Qwen Code, Gemini CLI and OpenCode ----------
+
+
+def _home_file(tmp_path: Path, rel: str, text: str) -> tuple[Path, Path, dict[str, str]]:
+    project = make_repo(tmp_path / "proj")
+    env = env_for(tmp_path)
+    path = Path(env["HOME"]) / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return project, path, env
+
+
+def test_the_backups_of_a_settings_file_holding_a_key_are_the_users_alone(tmp_path: Path) -> None:
+    """Install keeps a copy of each file it changes: a settings file kept 0600 because it holds an
+    API key was copied 0644 into a folder every local user could open; the hooks' folder, where
+    the marks keep a prompt's first words, stayed so too."""
+    key = "sk-secret-123"
+    project, settings, env = _home_file(tmp_path, ".qwen/settings.json",
+                                        json.dumps({"security": {"auth": {"apiKey": key}}}, indent=2) + "\n")
+    settings.chmod(0o600)
+    old = os.umask(0o022)
+    try:
+        assert ctxd(tmp_path, "hooks", "install", "--agent", "qwen", cwd=project, env=env).returncode == 0
+    finally:
+        os.umask(old)
+    hooks = tmp_path / "state" / "ctxd" / "hooks"
+    backups = list((hooks / "backups").iterdir())
+    assert backups and any(key in b.read_text() for b in backups)
+    for path in (hooks, hooks / "backups", *backups):
+        assert path.stat().st_mode & 0o077 == 0, (path, oct(path.stat().st_mode))
+    hooks.chmod(0o755)  # (as an older ctxd left it)
+    data = {"session_id": "s1", "cwd": str(project), "hook_event_name": "UserPromptSubmit", "prompt": "my plan"}
+    assert ctxd(tmp_path, "hook", "qwen", "UserPromptSubmit", cwd=project, stdin=json.dumps(data).encode(),
+                env={**env, "CTXD_HOOK_KEEPER": "0"}).returncode == 0
+    assert hooks.stat().st_mode & 0o077 == 0
+
+
+@pytest.mark.parametrize("agent,rel", [("gemini", ".gemini/settings.json"), ("qwen", ".qwen/settings.json"),
+                                       ("opencode", ".config/opencode/opencode.json")])
+def test_a_value_the_user_changed_from_1_to_true_after_install_stays(tmp_path: Path, agent: str, rel: str) -> None:
+    """Python has 1 == True: uninstall took the user's change for the file "changed back" and
+    wrote the file as it was before install."""
+    project, settings, env = _home_file(tmp_path, rel, '{\n  "general": {\n    "vimMode": 1\n  }\n}\n')
+    assert ctxd(tmp_path, "hooks", "install", "--agent", agent, cwd=project, env=env).returncode == 0
+    value = json.loads(settings.read_text())
+    value["general"]["vimMode"] = True
+    settings.write_text(json.dumps(value, indent=2) + "\n")
+    assert ctxd(tmp_path, "hooks", "uninstall", "--agent", agent, cwd=project, env=env).returncode == 0
+    assert json.loads(settings.read_text())["general"]["vimMode"] is True
+
+
+def test_a_lone_surrogate_escape_is_written_back_as_an_escape_and_nothing_is_half_installed(tmp_path: Path) -> None:
+    """`"\\ud800"` is valid JSON, and Python reads it as a character no UTF-8 file can hold:
+    install wrote Claude Code's settings, then failed on Qwen Code's with a traceback."""
+    text = '{\n  "ui": {\n    "customWittyPhrases": ["\\ud800 odd"]\n  }\n}\n'
+    project, settings, env = _home_file(tmp_path, ".qwen/settings.json", text)
+    (Path(env["HOME"]) / ".claude").mkdir()
+    done = ctxd(tmp_path, "hooks", "install", "--agent", "all", cwd=project, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "\\ud800 odd" in settings.read_text() and (Path(env["HOME"]) / ".claude" / "settings.json").exists()
+    assert json.loads(settings.read_text())["ui"]["customWittyPhrases"] == ["\ud800 odd"]
+    assert ctxd(tmp_path, "hooks", "uninstall", cwd=project, env=env).returncode == 0
+    assert settings.read_text() == text
+
+
+def test_uninstall_leaves_no_object_install_made_to_hold_qwens_status_line(tmp_path: Path) -> None:
+    """Install made `ui` to hold `ui.statusLine`; once Qwen Code had written its `$version` (it does
+    at its next start), uninstall took the status line out and left `"ui": {}`."""
+    project, settings, env = _home_file(tmp_path, ".qwen/settings.json", '{\n  "model": {"name": "qwen3-coder-plus"}\n}\n')
+    assert ctxd(tmp_path, "hooks", "install", "--agent", "qwen", cwd=project, env=env).returncode == 0
+    settings.write_text(json.dumps({"$version": 4, **json.loads(settings.read_text())}, indent=2) + "\n")
+    assert ctxd(tmp_path, "hooks", "uninstall", "--agent", "qwen", cwd=project, env=env).returncode == 0
+    assert json.loads(settings.read_text()) == {"$version": 4, "model": {"name": "qwen3-coder-plus"}}
+
+
+def test_uninstall_takes_ctxd_out_of_an_opencode_json_with_comments_and_keeps_them(tmp_path: Path) -> None:
+    """OpenCode reads its configuration as JSONC: a comment the user added after install made
+    uninstall fail, for every agent (the plan is all or nothing). ctxd's MCP server is cut out of
+    the text; every comment and every other byte stays."""
+    project, settings, env = _home_file(tmp_path, ".config/opencode/opencode.json",
+                                        '{\n  "mcp": {\n    "docs": {"type": "local", "command": ["docs-mcp"]}\n  }\n}\n')
+    (Path(env["HOME"]) / ".claude").mkdir()
+    assert ctxd(tmp_path, "hooks", "install", "--agent", "all", cwd=project, env=env).returncode == 0
+    text = settings.read_text().replace("{", '{\n  // my theme\n  "theme": "opencode", /* kept */', 1)
+    settings.write_text(text.replace('"mcp": {', '"mcp": { // docs', 1))
+    done = ctxd(tmp_path, "hooks", "uninstall", cwd=project, env=env)
+    assert done.returncode == 0, done.stderr
+    after = settings.read_text()
+    assert "// my theme" in after and "/* kept */" in after and "// docs" in after and "ctxd" not in after
+    from ctxd.agents.opencode import jsonc
+
+    assert jsonc(after) == {"theme": "opencode", "mcp": {"docs": {"type": "local", "command": ["docs-mcp"]}}}
+    assert not (settings.parent / "plugins" / "ctxd.js").exists()
+    assert not (Path(env["HOME"]) / ".claude" / "settings.json").exists()

@@ -691,27 +691,81 @@ def config_dir(env: Mapping[str, str]) -> Path:
 
 def jsonc(text: str) -> Any:
     """JSON with comments and trailing commas, as OpenCode reads its configuration."""
-    out: list[str] = []
+    return json.loads(_as_json(text))
+
+
+def _as_json(text: str) -> str:
+    """JSONC as JSON of the same length, offset for offset: comments and trailing commas blanked
+    (a comment's line ends kept)."""
+    out = list(text)
     i, n = 0, len(text)
     while i < n:
-        c = text[i]
-        if c == '"':
-            j = i + 1
-            while j < n and text[j] != '"':
-                j += 2 if text[j] == "\\" else 1
-            out.append(text[i:j + 1])
-            i = j + 1
-        elif text.startswith("//", i):
-            i = text.find("\n", i) if "\n" in text[i:] else n
-        elif text.startswith("/*", i):
-            end = text.find("*/", i + 2)
-            i = n if end < 0 else end + 2
+        if text[i] == '"':
+            i += 1
+            while i < n and text[i] != '"':
+                i += 2 if text[i] == "\\" else 1
+            i += 1
+        elif text.startswith("//", i) or text.startswith("/*", i):
+            end = (text.find("\n", i) if "\n" in text[i:] else n) if text[i + 1] == "/" else text.find("*/", i + 2)
+            end = n if end < 0 else end + (0 if text[i + 1] == "/" else 2)
+            out[i:end] = [c if c == "\n" else " " for c in text[i:end]]
+            i = end
         else:
-            out.append(c)
             i += 1
     import re
 
-    return json.loads(re.sub(r",(\s*[}\]])", r"\1", "".join(out)))
+    blanked = "".join(out)
+    return re.sub(r",(\s*[}\]])", lambda found: " " + found.group(1), blanked)
+
+
+def without_member(text: str, path: tuple[str, ...]) -> str | None:
+    """JSONC `text` less the member at `path` (its comma, and its line when nothing else is left
+    on it), the rest byte for byte: comments kept. None when it has no such member."""
+    blanked = _as_json(text)
+    decoder = json.JSONDecoder()
+
+    def blank(i: int) -> int:
+        while i < len(blanked) and blanked[i] in " \t\r\n":
+            i += 1
+        return i
+
+    at, found = blank(0), None
+    for name in path:
+        if blanked[at:at + 1] != "{":
+            return None
+        i, found = blank(at + 1), None
+        while blanked[i:i + 1] != "}":
+            key, j = decoder.raw_decode(blanked, i)
+            value = blank(blank(j) + 1)
+            end = decoder.raw_decode(blanked, value)[1]
+            if key == name:
+                found = (i, value, end)
+            i = blank(end)
+            if blanked[i:i + 1] == ",":
+                i = blank(i + 1)
+        if found is None:
+            return None
+        at = found[1]
+    assert found is not None
+    start, _, end = found
+    comma = None  # the comma before it, when it is the last member (trailing commas being blanks)
+    after = end
+    while after < len(text) and blanked[after] in " \t\r\n" and text[after] != ",":  # (a trailing comma is a blank)
+        after += 1
+    if text[after:after + 1] == ",":
+        end = after + 1
+    else:
+        before = start - 1
+        while before >= 0 and blanked[before] in " \t\r\n":
+            before -= 1
+        comma = before if blanked[before:before + 1] == "," else None
+    line_start = text.rfind("\n", 0, start) + 1
+    line_end = text.find("\n", end)
+    line_end = len(text) if line_end < 0 else line_end
+    if not (text[line_start:start] + text[end:line_end]).strip():  # nothing else on its line(s)
+        start, end = line_start, min(len(text), line_end + 1)
+    kept = text[:start] + text[end:]
+    return kept if comma is None else kept[:comma] + kept[comma + 1:]
 
 
 def read_settings(path: Path) -> dict[str, Any]:
@@ -877,6 +931,28 @@ def mcp_remove(settings: dict[str, Any]) -> dict[str, Any]:
     return settings
 
 
+def _without_our_mcp(text: str) -> str | None:
+    """A configuration with comments or trailing commas (JSONC: OpenCode reads it so, and a user
+    may add a comment after install, which made uninstall fail for every agent) without ctxd's MCP
+    server, every other byte kept; None when it is not JSONC either, or the cut does not read as
+    `mcp_remove` would leave it."""
+    import copy
+
+    try:
+        value = jsonc(text)
+        if not isinstance(value, dict):
+            return None
+        wanted = mcp_remove(copy.deepcopy(value))
+        if wanted == value:
+            return text  # nothing of ctxd's
+        cut = without_member(text, ("mcp", "ctxd"))
+        if cut is not None and "mcp" not in wanted:
+            cut = without_member(cut, ("mcp",))
+        return cut if cut is not None and jsonc(cut) == wanted else None
+    except (ValueError, RecursionError):
+        return None
+
+
 def holds_mcp(text: str) -> bool:
     from ctxd.agents.config import json_settings
 
@@ -965,8 +1041,13 @@ class OpenCode(Agent):
                              "(its own npm step) the first time it loads that folder.")
             return changes, notes
         after = None if before is not None and plugin_is_ours(before) else before
-        return [ConfigChange(plugin, before, after, plugin_is_ours),
-                json_uninstall(settings, current, mcp_remove, state_dir, holds_mcp)], notes
+        try:
+            without = json_uninstall(settings, current, mcp_remove, state_dir, holds_mcp)
+        except InstallError:
+            if current is None or (text := _without_our_mcp(current)) is None:
+                raise
+            without = ConfigChange(settings, current, text, holds_mcp)
+        return [ConfigChange(plugin, before, after, plugin_is_ours), without], notes
 
     def config_status(self, scope: Scope, project: Path) -> str:
         from ctxd.agents.config import json_settings

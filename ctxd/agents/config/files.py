@@ -66,6 +66,7 @@ class Write:
     before: str | None  # what was read (None: no file); a file changed since is not overwritten
     after: str | None  # None: remove the file
     check_unchanged: bool = True
+    private: bool = False  # ctxd's own copy of a file that may hold a key: 0600, in folders only the user opens
 
 
 def _unwritable(target: Path) -> str | None:
@@ -99,8 +100,9 @@ def _current(target: Path, limit: int) -> bytes | None:
         return None
 
 
-def _replace(target: Path, data: bytes) -> None:
-    """Write `data` to `target` whole: a temporary file beside it, renamed over it."""
+def _replace(target: Path, data: bytes, private: bool = False) -> None:
+    """Write `data` to `target` whole: a temporary file beside it, renamed over it, with the
+    file's own mode (`private`: 0600)."""
     pending = target.with_name(f".{target.name}.ctxd-{os.getpid()}-{secrets.token_hex(4)}.tmp")
     try:
         fd = os.open(pending, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
@@ -112,7 +114,7 @@ def _replace(target: Path, data: bytes) -> None:
         finally:
             os.close(fd)
         try:
-            mode = target.stat().st_mode & 0o7777  # the file's own mode, kept
+            mode = 0o600 if private else target.stat().st_mode & 0o7777  # the file's own mode, kept
         except FileNotFoundError:
             mode = 0o666 & ~_umask()  # a new file: as any program would create it
         os.chmod(pending, mode)
@@ -128,19 +130,26 @@ def _umask() -> int:
     return mask
 
 
-def _make_folders(folder: Path, made: list[Path]) -> None:
+def _make_folders(folder: Path, made: list[Path], private: bool = False) -> None:
+    """The missing folders up to `folder`; `private`: made 0700, and `folder` made the user's
+    alone when it is theirs (a backup of a settings file holding an API key was readable by all)."""
     missing = []
-    while not folder.exists():
-        missing.append(folder)
-        folder = folder.parent
+    parent = folder
+    while not parent.exists():
+        missing.append(parent)
+        parent = parent.parent
     for path in reversed(missing):
         try:
-            path.mkdir()
+            path.mkdir(mode=0o700 if private else 0o777)
         except FileExistsError:
             if not path.is_dir() or path.is_symlink():
                 raise
             continue  # made meanwhile by another ctxd (the owner makes `<state dir>/hooks`): not ours to remove
         made.append(path)
+    if private:
+        info = os.lstat(folder)
+        if info.st_uid == os.getuid() and info.st_mode & 0o077:
+            os.chmod(folder, 0o700)
 
 
 def write_all(writes: list[Write], limit: int = LARGE_LIMIT) -> None:
@@ -149,28 +158,35 @@ def write_all(writes: list[Write], limit: int = LARGE_LIMIT) -> None:
     problems = [p for _, t in targets if (p := _unwritable(t)) is not None]
     if problems:
         raise InstallError("; ".join(dict.fromkeys(problems)) + "; nothing was written")
+    try:
+        payloads = [None if write.after is None else write.after.encode() for write, _ in targets]
+    except UnicodeEncodeError as error:
+        raise InstallError(f"text no UTF-8 file can hold ({error.reason}); nothing was written") from None
     done: list[tuple[Path, bytes | None]] = []
     made: list[Path] = []
     try:
-        for write, target in targets:
+        for (write, target), data in zip(targets, payloads, strict=True):
             previous = _current(target, limit)
             if write.check_unchanged and previous != (None if write.before is None else write.before.encode()):
                 raise InstallError(f"{write.path} changed while ctxd was writing (another program wrote it); "
                                    "run the command again")
-            if write.after is None:
+            if data is None:
                 if previous is not None:
                     done.append((target, previous))
                     target.unlink()
                 continue
-            _make_folders(target.parent, made)
+            _make_folders(target.parent, made, write.private)
             done.append((target, previous))
-            _replace(target, write.after.encode())
+            _replace(target, data, write.private)
     except (OSError, InstallError) as error:
         lost = _put_back(done, made)
         what = error if isinstance(error, InstallError) else f"{error.filename or ''}: {_reason(error)}"
         tail = (f"could not put back {', '.join(map(str, lost))}" if lost
                 else "every file is as it was before")
         raise InstallError(f"{what}; {tail}") from None
+    except BaseException:  # (a bug, an interrupt: still all or none)
+        _put_back(done, made)
+        raise
 
 
 def _reason(error: OSError) -> str:

@@ -47,6 +47,9 @@ def load(path: Path, text: str | None) -> dict[str, Any]:
     return value
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def dump(value: dict[str, Any], like: str | None) -> str:
     """`value` as the file `like` was written: its indentation, line ends, final line end, BOM."""
     indent: int | str = 2
@@ -55,6 +58,9 @@ def dump(value: dict[str, Any], like: str | None) -> str:
         if match:
             indent = match.group(1) if "\t" in match.group(1) else len(match.group(1))
     text = json.dumps(value, indent=indent, ensure_ascii=False)  # no raw line end inside: safe to swap
+    # A lone surrogate (only a `\\udXXX` escape in the file makes one) stays an escape: as a
+    # character no UTF-8 file can hold it (install wrote some files, then failed on that one).
+    text = _SURROGATE.sub(lambda found: f"\\u{ord(found.group()):04x}", text)
     if like is None:
         return text + "\n"
     nl = line_end(like)
@@ -276,9 +282,23 @@ def status_line_remove(settings: dict[str, Any], key: str = "statusLine") -> dic
         entry, inherited = decode_carried(carried) if carried else (None, True)
         if inherited:
             del holder[last]
+            _drop_emptied(settings, key.split(".")[:-1])
         else:
             holder[last] = entry
     return settings
+
+
+def _drop_emptied(settings: dict[str, Any], parents: list[str]) -> None:
+    """The objects of a dotted key's path that are left empty, taken out too (as `mcpServers`
+    is): install made Qwen Code's `ui` to hold `ui.statusLine`, and uninstall left `"ui": {}`."""
+    while parents:
+        holder: Any = settings
+        for part in parents[:-1]:
+            holder = holder[part]
+        if holder[parents[-1]]:
+            return
+        del holder[parents[-1]]
+        parents = parents[:-1]
 
 
 # --- MCP servers: {"mcpServers": {"ctxd": {...}}} -------------------------------------------------

@@ -94,13 +94,25 @@ def json_uninstall(path: Path, before: str | None, edit: Edit, state_dir: Path,
             return ConfigChange(path, before, original, holds_ours)
     if original is not None:
         try:
-            if json.loads(original.removeprefix(json_settings.BOM)) == value:
+            if _same(json.loads(original.removeprefix(json_settings.BOM)), value):
                 return ConfigChange(path, before, original, holds_ours)  # changed since, and changed back
         except (ValueError, RecursionError):
             pass
     if backup and not backup.get("existed") and not value:
         return ConfigChange(path, before, None, holds_ours)  # install created it and only ctxd's entries were left
     return ConfigChange(path, before, json_settings.dump(value, before), holds_ours)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """The same JSON value, types included (Python has 1 == True == 1.0: a user's `1` changed to
+    `true` after install was taken for "changed back", and uninstall wrote the `1` back)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[key], b[key]) for key in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(map(_same, a, b))
+    return bool(a == b)
 
 
 def apply(changes: list[ConfigChange], action: str, state_dir: Path) -> None:
@@ -117,7 +129,7 @@ def apply(changes: list[ConfigChange], action: str, state_dir: Path) -> None:
                 original = None if change.before is None or change.holds_ours(change.before) else change.before
             record = json.dumps({"path": str(change.path.absolute()), "existed": existed,
                                  "original": original, "installed": change.after})
-            writes.append(Write(backup, None, record, check_unchanged=False))
+            writes.append(Write(backup, None, record, check_unchanged=False, private=True))
         writes.append(Write(change.path, change.before, change.after))
     write_all(writes)
 
