@@ -951,3 +951,15 @@ def test_the_plugin_runs_ctxd_for_prompts_file_changes_and_compactions_and_never
         {"argv": ["/usr/bin/ctxd", "hook", "opencode", "tool.execute.before"],
          "payload": {**base, "tool": "bash", "callID": "c3", "args": {"command": "ls"}}},
         {"killed": True}]  # the command that never answered, killed after its 2 s; the missing one: nothing, no throw
+
+
+def test_opencodes_jsonc_is_read_with_strings_untouched_and_cut_without_losing_a_comment() -> None:
+    """Comments and trailing commas, as OpenCode reads its configuration, outside strings only (a
+    string `"x, }"` lost its comma); `without_member` keeps every other byte."""
+    text = ('{\n  // the theme\n  "theme": "x, }", /* kept */\n  "mcp": {\n    "docs": {"command": ["//no"]}, // docs\n'
+            '    "ctxd": {"type": "local"},\n  },\n}\n')
+    assert opencode.jsonc(text) == {"theme": "x, }", "mcp": {"docs": {"command": ["//no"]}, "ctxd": {"type": "local"}}}
+    cut = opencode.without_member(text, ("mcp", "ctxd"))
+    assert cut == text.replace('    "ctxd": {"type": "local"},\n', "")
+    assert opencode.jsonc(cut)["mcp"] == {"docs": {"command": ["//no"]}}
+    assert opencode.without_member(text, ("mcp", "nothing")) is None

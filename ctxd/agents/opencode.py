@@ -696,7 +696,7 @@ def jsonc(text: str) -> Any:
 
 def _as_json(text: str) -> str:
     """JSONC as JSON of the same length, offset for offset: comments and trailing commas blanked
-    (a comment's line ends kept)."""
+    (a comment's line ends kept), strings untouched."""
     out = list(text)
     i, n = 0, len(text)
     while i < n:
@@ -704,18 +704,27 @@ def _as_json(text: str) -> str:
             i += 1
             while i < n and text[i] != '"':
                 i += 2 if text[i] == "\\" else 1
-            i += 1
-        elif text.startswith("//", i) or text.startswith("/*", i):
-            end = (text.find("\n", i) if "\n" in text[i:] else n) if text[i + 1] == "/" else text.find("*/", i + 2)
-            end = n if end < 0 else end + (0 if text[i + 1] == "/" else 2)
+        elif text.startswith(("//", "/*"), i):
+            end = _comment_end(text, i)
             out[i:end] = [c if c == "\n" else " " for c in text[i:end]]
-            i = end
-        else:
-            i += 1
-    import re
+            i = end - 1
+        elif text[i] == ",":
+            after = i + 1
+            while after < n and (text[after] in " \t\r\n" or text.startswith(("//", "/*"), after)):
+                after = after + 1 if text[after] in " \t\r\n" else _comment_end(text, after)
+            if text[after:after + 1] in ("}", "]"):
+                out[i] = " "
+        i += 1
+    return "".join(out)
 
-    blanked = "".join(out)
-    return re.sub(r",(\s*[}\]])", lambda found: " " + found.group(1), blanked)
+
+def _comment_end(text: str, i: int) -> int:
+    """Just past the comment at i (`//` to its line's end, `/*` to its `*/`)."""
+    if text.startswith("//", i):
+        end = text.find("\n", i)
+        return len(text) if end < 0 else end
+    end = text.find("*/", i + 2)
+    return len(text) if end < 0 else end + 2
 
 
 def without_member(text: str, path: tuple[str, ...]) -> str | None:
