@@ -349,8 +349,11 @@ def test_every_tool_argument_out_of_range_or_of_the_wrong_type_is_a_tool_error_n
 def test_the_tools_bounds_are_the_stores() -> None:
     from ctxd.ledger import recall
     from ctxd.mcp import limits
+    from ctxd.protocol.params import RecallParams
 
     assert (limits.MAX_SEQ, limits.MAX_LIMIT) == (recall.MAX_SEQ, recall.MAX_LIMIT)
+    query = RecallParams.model_fields["query"].metadata
+    assert [m.max_length for m in query if hasattr(m, "max_length")] == [limits.ASKED_QUERY_CHARS]
 
 
 
@@ -459,3 +462,65 @@ def test_the_modules_that_answer_initialize_import_neither_dataclasses_nor_a_thr
     assert "ctxd.mcp.protocol" in imported and "ctxd.ownerlink" in imported, sorted(imported)
     heavy = {"dataclasses", "inspect", "concurrent.futures", "subprocess", "ctxd.settings", "sqlite3", "mcp"}
     assert not heavy & imported, heavy & imported
+
+
+def test_a_server_whose_owner_went_away_reaches_the_next_one(tmp_path: Path) -> None:
+    """The owner a server reached is killed (an upgrade, a crash): every later tool call failed
+    for the rest of the agent's session ("Broken pipe"). The next call reaches a new owner. A
+    query longer than the owner takes (a log pasted whole, which the tool's schema allows) is
+    asked as its first words."""
+    import os
+    import signal
+
+    from ctxd import ownerlink
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    state_dir, claude_home = tmp_path / "state", tmp_path / "claude-home"
+    fx.write_jsonl(fx.claude_path(claude_home, workspace), fx.claude_session(workspace))
+
+    def owner_pid() -> int:
+        conn = ownerlink.connect(state_dir / "ctxd")
+        assert conn is not None
+        try:
+            return ownerlink.peer_pid(conn)
+        finally:
+            conn.close()
+
+    async def scenario() -> None:
+        async with stdio_client(server_params(state_dir, workspace, claude_home, session=THREAD)) as streams:
+            async with ClientSession(*streams) as session:
+                await session.initialize()
+                await until(session, "recall", lambda v: v["results"], query="verbose")
+                first = owner_pid()
+                os.kill(first, signal.SIGKILL)
+                await anyio.sleep(0.5)
+                found = await until(session, "recall", lambda v: v["results"], query="verbose " + "log line " * 6_000)
+                assert found["results"] and owner_pid() != first
+
+    anyio.run(scenario)
+
+
+def test_a_lone_surrogate_in_an_argument_is_answered() -> None:
+    """Valid JSON (`"\\ud800"`) that the tool's schema refuses: its error quoted the value, the
+    answer could not be encoded as UTF-8, and the call was never answered."""
+    import select
+    import subprocess
+
+    env = daemon_env(Path("/nonexistent-state"), {"PYTHONPATH": str(REPO), "CTXD_SESSION": THREAD})
+    proc = subprocess.Popen([sys.executable, "-m", "ctxd", "mcp"], cwd="/", env=env, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        for message in ('{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": '
+                        '"2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}',
+                        '{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "recall", '
+                        '"arguments": {"query": "x", "scope": "\\ud800"}}}'):
+            proc.stdin.write(message.encode() + b"\n")
+            proc.stdin.flush()
+            assert select.select([proc.stdout], [], [], 30)[0], "never answered"
+            answer = json.loads(proc.stdout.readline())
+        assert answer["id"] == 2 and answer["result"]["isError"] and "scope" in answer["result"]["content"][0]["text"]
+    finally:
+        proc.kill()
+        proc.wait(timeout=20)

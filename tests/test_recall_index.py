@@ -340,3 +340,16 @@ def test_a_query_runs_a_bounded_number_of_fts5_statements_whatever_its_length(tm
             db.set_trace_callback(None)
     assert max(counts.values()) <= 2 * getattr(search, "PROBES", 24) + 12, counts  # (a rare word: counted, then read)
     store.close()
+
+
+def test_a_quoted_phrase_holding_the_word_or_is_searched_as_its_words(tmp_path: Path) -> None:
+    """A camelCase word's term is `("getUserName" OR "get User Name")`, and a term's phrases were
+    its parts between ` OR `: the phrase `"cats OR dogs"` was cut into `"cats` and `dogs"`, and
+    FTS5 failed on the quote left open (recall said the database was damaged)."""
+    store = Store(tmp_path / "s.sqlite3", workspace=tmp_path)
+    store.append("t", [body("cats or dogs are pets, said the vet"), body("cats or dogs: pets again"), body("nothing here"),
+                       body("the getUserName helper or the pets store")])
+    assert search.query_terms('"cats OR dogs" pets') == ['"cats OR dogs"', '"pets"']
+    assert sorted(found(store, '"cats OR dogs" pets')) == [1, 2]
+    assert found(store, "getUserName pets") == [4]
+    store.close()

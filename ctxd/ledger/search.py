@@ -609,7 +609,7 @@ class Stage(NamedTuple):
         """The same words near one another (their matches rank first), or None."""
         if self.kind == "any" or len(self.terms) < 2:
             return None
-        firsts = " ".join(term.removeprefix("(").split(" OR ")[0] for term in self.terms)
+        firsts = " ".join(_alternatives(term)[0] for term in self.terms)
         return f"NEAR({firsts}, {NEAR_DISTANCE + NEAR_PER_WORD * (len(self.terms) - 2)})"
 
 
@@ -682,8 +682,13 @@ class _Scope:
 
 
 def _alternatives(term: str) -> list[str]:
-    """A term's phrases: one, or a camelCase word's two (`("getUserName" OR "get User Name")`)."""
-    return term.removeprefix("(").removesuffix(")").split(" OR ")
+    """A term's phrases: one, or a camelCase word's two (`("getUserName" OR "get User Name")`).
+    Its quoted phrases, not its parts between ` OR `: a phrase may hold the word OR (`"cats OR
+    dogs"` was cut into `"cats` and `dogs"`, and FTS5 failed on the quote left open)."""
+    return _PHRASE.findall(term)
+
+
+_PHRASE = re.compile(r'"[^"]*"')
 
 
 def frequencies(scope: _Scope, terms: list[str]) -> dict[str, list[int] | None]:

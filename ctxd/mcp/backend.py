@@ -14,6 +14,7 @@ import threading
 import time
 
 from ctxd import ownerlink
+from ctxd.mcp.limits import ASKED_QUERY_CHARS, MAX_LIMIT
 from ctxd.mcp.protocol import ToolError
 
 TYPE_CHECKING = False  # (ctxd.mcp.protocol: no `typing` nor `pathlib` before `initialize` is answered)
@@ -26,7 +27,7 @@ ACP = "acp"
 """`acp:<session id>`: an ACP session a `ctxd acp` proxy records (ctxd/acp), served as an agent's is."""
 OPEN_SECONDS = ownerlink.START_SECONDS + 10
 FOLLOW_WAIT_SECONDS = 3.0
-MAX_LIMIT = 100
+REOPEN_SECONDS = 5.0  # an owner not reached is asked again at a tool call at most this often
 
 
 class Backend:
@@ -40,6 +41,8 @@ class Backend:
         self._failure: str | None = None
         self._opened = threading.Event()
         self._started = False
+        self._reopening = threading.Lock()
+        self._reopened_at = 0.0
 
     def start(self) -> None:
         """Find the workspace and reach the owner on a thread of its own, once the agent has the
@@ -82,15 +85,45 @@ class Backend:
 
     def ask(self, method: str, params: dict[str, Any], timeout: float = 120.0) -> Any:
         self.start()
-        if not self._opened.wait(OPEN_SECONDS) or self._owner is None:
+        if not self._opened.wait(OPEN_SECONDS):
+            raise ToolError(self._failure or "the ctxd owner did not answer in time")
+        owner = self._owner if self._owner is not None and not self._owner.closed else self._reopen(self._owner)
+        if owner is None:
             raise ToolError(self._failure or "the ctxd owner did not answer in time")
         self._follow_acp_workspace()
-        try:
-            return self._owner.request(method, {"workspace": self.uri, **params}, timeout)
-        except ownerlink.RemoteError as error:
-            raise ToolError(error.message) from None
-        except (OSError, TimeoutError) as error:
-            raise ToolError(f"the ctxd owner did not answer: {error}") from None
+        for attempt in (1, 2):
+            try:
+                return owner.request(method, {"workspace": self.uri, **params}, timeout)
+            except ownerlink.RemoteError as error:
+                raise ToolError(error.message) from None
+            except TimeoutError as error:
+                raise ToolError(f"the ctxd owner did not answer: {error}") from None
+            except OSError as error:
+                again = self._reopen(owner) if attempt == 1 else None
+                if again is None:
+                    raise ToolError(f"the ctxd owner did not answer: {error}") from None
+                owner = again
+        raise AssertionError("unreachable")
+
+    def _reopen(self, broken: ownerlink.Session | None) -> ownerlink.Session | None:
+        """A session with the owner again, once the one this process had ended (the owner was
+        restarted, upgraded or died: every tool call failed for the rest of the agent's session),
+        or none could be had at the start; at most every REOPEN_SECONDS, one thread at a time."""
+        with self._reopening:
+            if self._owner is not broken and self._owner is not None and not self._owner.closed:
+                return self._owner  # (another call reopened it meanwhile)
+            if self.state_dir is None or time.monotonic() - self._reopened_at < REOPEN_SECONDS:
+                return None
+            self._reopened_at = time.monotonic()
+            if broken is not None:
+                broken.close()
+            try:
+                self._owner = ownerlink.Session.open(self.state_dir, [self.root])
+            except (ownerlink.Unsafe, OSError) as error:
+                self._owner, self._failure = None, f"the ctxd owner could not be reached: {error}"
+            if self._owner is None and self._failure is None:
+                self._failure = "the ctxd owner could not be reached again"
+            return self._owner
 
     def _follow_acp_workspace(self) -> None:
         """Behind a `ctxd acp` proxy given a workspace of its own (`--workspace`), the session is
@@ -165,6 +198,9 @@ class Backend:
             raise ToolError(f"limit: must be a whole number from 1 to {MAX_LIMIT}, not {limit}")
         if not query.strip():
             raise ToolError("query: give the words to search for")
+        if len(query) > ASKED_QUERY_CHARS:  # (a pasted log: its first words, cut between two)
+            cut = query[:ASKED_QUERY_CHARS]
+            query = cut.rsplit(None, 1)[0] if query[ASKED_QUERY_CHARS].strip() and cut.strip() else cut
         result: dict[str, Any] = self.ask("ctxd/recall", {"thread": self.thread(), "query": query, "limit": limit,
                                                           "scope": scope})
         return result

@@ -5,6 +5,7 @@ error naming the argument. They are the daemon's own (tests/test_mcp.py compares
 from __future__ import annotations
 
 MAX_QUERY_CHARS = 100_000  # a log pasted whole: searched by its first words (`ctxd/ledger/search.py`)
+ASKED_QUERY_CHARS = 10_000  # `ctxd/recall`'s own bound: a longer query is asked as its first words
 MAX_LIMIT = 100  # `ctxd/recall`'s own bound
 MAX_SEQ = 2**32 - 1  # a thread's seqs: what the recall index's rowids hold (`search.SEQ_BITS`)
 MAX_THREAD_CHARS = 256  # as `ctxd/*` requests' `thread`

@@ -192,7 +192,15 @@ class Server:
             from concurrent.futures import ThreadPoolExecutor
 
             self._workers = ThreadPoolExecutor(max_workers=4, thread_name_prefix="ctxd-mcp-call")
-        self._workers.submit(work, *args)
+        self._workers.submit(self._answered, work, *args)
+
+    def _answered(self, work: Callable[..., None], msg_id: Any, *args: Any) -> None:
+        """`work`, and an error answer when it failed before it answered (else the agent waits for
+        the answer until its own timeout)."""
+        try:
+            work(msg_id, *args)
+        except Exception as error:  # noqa: BLE001 - answered, never the session's end
+            self._error(msg_id, INTERNAL_ERROR, f"failed inside ctxd: {type(error).__name__}")
 
     # --- one message ---
 
@@ -283,7 +291,11 @@ class Server:
     # --- out ---
 
     def _send(self, message: dict[str, Any]) -> None:
-        data = leanjson.dumps(message, ascii_only=False).encode("utf-8") + b"\n"
+        text = leanjson.dumps(message, ascii_only=False)
+        try:
+            data = text.encode("utf-8") + b"\n"
+        except UnicodeEncodeError:  # a lone surrogate (an argument quoted back): as JSON's escape, or
+            data = leanjson.dumps(message, ascii_only=True).encode("ascii") + b"\n"  # no answer went at all
         with self._write_lock:
             assert self._out is not None
             try:
