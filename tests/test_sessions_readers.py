@@ -608,3 +608,43 @@ def test_a_read_replays_compactions_in_order_and_holds_a_bounded_number_of_repla
     assert [step.compaction for step in steps if step.replace] == list(range(500))
     assert [len(step.items) for step in steps[:2]] == [1, 300]  # the history, then the first compaction's
     assert steps[1].at == "2026-02-10T10:00:00.000Z" and steps[0].items[0]["content"][0]["text"] == "the first prompt"
+
+
+@pytest.mark.parametrize("agent,bad", [
+    ("claude", {"type": {"x": 1}, "uuid": "z", "timestamp": "2025-10-03T11:00:05.000Z"}),
+    ("claude", {"type": ["user"], "uuid": "z"}),
+    ("codex", {"timestamp": "2025-10-03T10:00:07.000Z", "type": ["event_msg"], "payload": {}}),
+    ("codex", {"timestamp": "2025-10-03T10:00:07.000Z", "type": "response_item", "payload": {"type": {"k": 1}}}),
+    ("codex", {"timestamp": "2025-10-03T10:00:07.000Z", "type": "event_msg", "payload": {"type": ["token_count"]}}),
+    ("codex", {"timestamp": "2025-10-03T10:00:07.000Z", "type": "compacted",
+               "payload": {"message": "s", "replacement_history": [{"type": []}, {"type": "message", "role": "user",
+                                                                                  "content": []}]}}),
+])
+def test_a_line_whose_type_is_no_string_is_skipped_and_the_session_read_on(tmp_path: Path, agent: str,
+                                                                            bad: dict[str, Any]) -> None:
+    """A `type` that is an object or an array raised TypeError (a set was asked whether it held
+    it): the daemon's reader stopped at that line for good, its gauge frozen, and `ctxd
+    sessions` left the session out."""
+    workspace = "/home/u/ws"
+    if agent == "claude":
+        good, more = fx.claude_session(workspace), fx.claude_user("And the tests", "u9", "a2", workspace,
+                                                                  "2025-10-03T11:00:09.000Z")
+    else:
+        good, more = fx.codex_session(workspace), fx.codex_turn("And the tests", "2025-10-03T10:00:09.000Z",
+                                                                cwd=workspace)[1]
+    name = "rollout-x.jsonl" if agent == "codex" else "s.jsonl"
+    readers = []
+    history = bad.get("payload", {}).get("replacement_history")
+    clean = [{**bad, "payload": {**bad["payload"], "replacement_history": history[1:]}}] if history else []
+    for folder, records in (("with", [*good, bad, more]), ("without", [*good, *clean, more])):
+        path = tmp_path / folder / name
+        path.parent.mkdir()
+        path.write_bytes(b"".join(json.dumps(r).encode() + b"\n" for r in records))
+        daemon = CodexReader(str(path), window=False) if agent == "codex" else ClaudeReader(
+            str(path), claude.session_id(str(path)), window=False)
+        daemon.read()
+        assert daemon.caught_up and daemon.offset == path.stat().st_size
+        read = summaries.summarize(str(path), agent, None, None)
+        assert read is not None
+        readers.append((daemon.session.turn_total, daemon.session.baseline, read.session.turn_total))
+    assert readers[0] == readers[1] and readers[0][0] >= 1

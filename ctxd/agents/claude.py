@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 from ctxd.agents import payloads, skim
 from ctxd.agents.base import Action, Agent, AgentConfig, AgentLimits, HookAction, HookInput, Scope, Stamp, StatusUsage
-from ctxd.agents.jsonl import HEAD_LIMIT, JsonlStore, Reader, entries, head, parse, read_tail
+from ctxd.agents.jsonl import HEAD_LIMIT, JsonlStore, Reader, entries, head, kind_of, parse, read_tail
 from ctxd.agents.session import (
     MAX_TOKENS,
     Change,
@@ -288,7 +288,7 @@ class ClaudeReader(Reader):
     def record(self, rec: dict[str, Any], change: Change, raw: bytes | None = None) -> None:
         """One line's record. `raw`: summary mode, the line as read (kept for the tail)."""
         session = self.session
-        kind = rec.get("type")
+        kind = kind_of(rec)
         self._facts(rec.get("timestamp"), rec.get("cwd"), rec.get("sessionId"), rec.get("version"), change)
         if rec.get("isSidechain"):
             session.sidechain_lines += 1

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from ctxd.agents import payloads, skim
 from ctxd.agents.base import Action, Agent, AgentConfig, AgentLimits, HookAction, HookInput, Scope
-from ctxd.agents.jsonl import HEAD_LIMIT, JsonlStore, Reader, entries, head, parse, under
+from ctxd.agents.jsonl import HEAD_LIMIT, JsonlStore, Reader, entries, head, kind_of, parse, under
 from ctxd.agents.session import (
     MAX_TOKENS,
     Change,
@@ -274,7 +274,7 @@ class CodexReader(Reader):
 
     def record(self, rec: dict[str, Any], change: Change) -> None:
         session = self.session
-        kind = rec.get("type")
+        kind = kind_of(rec)
         payload = rec.get("payload")
         timestamp = rec.get("timestamp")
         if isinstance(timestamp, str):
@@ -344,7 +344,7 @@ class CodexReader(Reader):
             session.version = meta["cli_version"]  # a resume by another version of Codex
 
     def _item(self, payload: dict[str, Any], count: bool = True) -> dict[str, Any] | None:
-        kind = payload.get("type")
+        kind = kind_of(payload)
         if kind in PASS_THROUGH:
             if kind == "function_call_output" and isinstance(payload.get("output"), dict):
                 payload = {**payload, "output": str(payload["output"].get("content", ""))}
@@ -369,7 +369,7 @@ class CodexReader(Reader):
 
     def _event(self, event: dict[str, Any], timestamp: Any, change: Change) -> None:
         session = self.session
-        kind = event.get("type")
+        kind = kind_of(event)
         if kind == "token_count":
             info = event.get("info")
             if isinstance(info, dict):

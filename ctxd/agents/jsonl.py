@@ -85,6 +85,13 @@ def _clean(value: Any) -> Any:
     return value
 
 
+def kind_of(rec: dict[str, Any]) -> str | None:
+    """A record's (an item's, an event's) `type`, None when it is no string: an object there made
+    every later read of the session fail, and its gauge stop."""
+    kind = rec.get("type")
+    return kind if isinstance(kind, str) else None
+
+
 def parse(line: str) -> dict[str, Any] | None:
     """One line as a JSON object, or None when it is not one a ledger can store (bad JSON, too
     deeply nested, NaN/Infinity). Lone surrogates are replaced, so nothing unencodable leaves."""
