@@ -788,3 +788,86 @@ while not stop.exists():
     except OSError:
         pass
 """
+
+
+def test_a_restore_never_deletes_a_nested_repository_where_the_snapshot_has_a_file(repo: Repo,
+                                                                                     tmp_path: Path) -> None:
+    """A snapshot taken when `vendor/lib` was a file; it is a nested repository now, held by the
+    outer one as a gitlink. The change is one of type ("M"), and only new paths were looked
+    into: the restore put the file in the folder's place and deleted the folder, its `.git`,
+    commits, edits and untracked files with it, which no snapshot holds. It is refused."""
+    state = tmp_path / "st"
+    repo.write("vendor/lib", "it was a file\n")
+    repo.commit_all("vendor/lib is a file")
+    snap = ghost.snapshot(repo.root, "file era", state_dir=state)
+    repo.git("rm", "-q", "vendor/lib")
+    inner = make_repo(repo.root / "vendor" / "lib")
+    inner.write("work.py", "uncommitted edit\n")
+    repo.git("add", "vendor/lib")
+    repo.git("commit", "-q", "-m", "vendor/lib is a repository now")
+    assert "160000" in repo.git("ls-files", "-s", "vendor/lib")
+    for dry_run in (True, False):
+        with pytest.raises(GitFailed, match="would delete files that are not in any snapshot: vendor/lib/"):
+            ghost.restore(repo.root, snap["id"], state_dir=state, dry_run=dry_run)
+    assert (repo.root / "vendor/lib/work.py").read_text() == "uncommitted edit\n"
+    assert (repo.root / "vendor/lib/.git").is_dir()
+
+
+def test_an_ignored_link_to_a_folder_a_restore_replaces_is_in_its_undo(repo: Repo, tmp_path: Path) -> None:
+    """The snapshot has a file `data`; it is now an ignored link to a folder. The files a restore
+    replaces that the capture left out are added to its undo snapshot, but a link to a folder was
+    taken for a folder (`isdir` follows it): restore, then undo, lost the link."""
+    state = tmp_path / "st"
+    repo.write("data", "old data file\n")
+    snap = ghost.snapshot(repo.root, "with data file", state_dir=state)
+    (repo.root / "data").unlink()
+    outside = tmp_path / "bigdata"
+    outside.mkdir()
+    os.symlink(outside, repo.root / "data")
+    (repo.root / ".git" / "info").mkdir(exist_ok=True)
+    (repo.root / ".git" / "info" / "exclude").write_text("data\n")
+    undo = ghost.restore(repo.root, snap["id"], state_dir=state)["undoId"]
+    assert (repo.root / "data").read_text() == "old data file\n"
+    ghost.restore(repo.root, undo, state_dir=state)
+    assert (repo.root / "data").is_symlink() and os.readlink(repo.root / "data") == str(outside)
+
+
+def test_a_restore_keeps_who_may_read_a_file_it_rewrites(repo: Repo, tmp_path: Path) -> None:
+    """A 0600 file a restore rewrote came back 0644 (git's mode less the umask), and its undo
+    left it so: a key file readable by every local user. The file's own permissions stay; the
+    snapshot says only whether it is executable."""
+    state = tmp_path / "st"
+    old = os.umask(0o022)
+    try:
+        key = repo.write("config/credentials.json", '{"token": "v1"}\n')
+        key.chmod(0o600)
+        snap = ghost.snapshot(repo.root, "v1", state_dir=state)
+        key.write_text('{"token": "v2"}\n')
+        undo = ghost.restore(repo.root, snap["id"], state_dir=state)["undoId"]
+        assert key.read_text() == '{"token": "v1"}\n' and stat.S_IMODE(key.stat().st_mode) == 0o600
+        ghost.restore(repo.root, undo, state_dir=state)
+        assert key.read_text() == '{"token": "v2"}\n' and stat.S_IMODE(key.stat().st_mode) == 0o600
+        tool = repo.write("run.sh", "echo v1\n")
+        tool.chmod(0o700)
+        snap = ghost.snapshot(repo.root, "executable", state_dir=state)
+        tool.write_text("echo v2\n")
+        tool.chmod(0o600)
+        ghost.restore(repo.root, snap["id"], state_dir=state)
+        assert stat.S_IMODE(tool.stat().st_mode) == 0o700  # executable again, and still the user's alone
+    finally:
+        os.umask(old)
+
+
+def test_a_fifo_as_the_repositorys_alternates_is_refused_at_once(repo: Repo, tmp_path: Path) -> None:
+    """`objects/info/alternates` is read by the first git ctxd runs (`HEAD^{commit}`) and by every
+    store command that borrows the repository's objects: as a FIFO, each waited for ever."""
+    state = tmp_path / "st"
+    ghost.snapshot(repo.root, "first", state_dir=state)
+    info = repo.root / ".git" / "objects" / "info"
+    info.mkdir(exist_ok=True)
+    os.mkfifo(info / "alternates")
+    repo.write("src/app.py", "changed\n")
+    started = time.monotonic()
+    with pytest.raises(GitFailed, match="alternates: not a regular file"):
+        ghost.snapshot(repo.root, "second", state_dir=state)
+    assert time.monotonic() - started < 10

@@ -424,3 +424,29 @@ def test_each_daemon_owns_its_watch(tmp_path: Path, env: dict[str, str], caplog:
     _, second, thread = sessions["second"]
     second.close()
     thread.join(30)
+
+
+def test_a_restores_undo_holds_a_write_the_watch_did_not_see(tmp_path: Path, env: dict[str, str]) -> None:
+    """A write through a hard link made outside the tree after the watch began is not seen by the
+    folders' watch: the checkpoints after it may miss it until the next full pass. The capture a
+    restore takes first (its undo) read only what the watch saw change, so restore, then undo,
+    lost the write. That capture reads the whole tree."""
+    repo = make_repo(tmp_path / "repo")
+    client, log = daemon(tmp_path, env)
+    try:
+        warmed(client, repo, log)
+        before = snapshot(client, repo, "before")
+        repo.write("src/app.py", "version 2\n")
+        snapshot(client, repo, "v2")
+        outside = tmp_path / "elsewhere.py"
+        os.link(repo.root / "src" / "app.py", outside)
+        snapshot(client, repo, "after link")
+        with outside.open("a") as handle:
+            handle.write("# written through the other name\n")
+        on_disk = (repo.root / "src" / "app.py").read_text()
+        ws = repo.root.as_uri()
+        undo = client.request("ctxd/ghost/restore", {"workspace": ws, "id": before})["undoId"]
+        client.request("ctxd/ghost/restore", {"workspace": ws, "id": undo})
+        assert (repo.root / "src" / "app.py").read_text() == on_disk
+    finally:
+        client.shutdown(timeout=10)

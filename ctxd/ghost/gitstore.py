@@ -231,10 +231,13 @@ def open_site(folder: Path, state_dir: Path, create: bool = True) -> Site | None
         # No repository around it (git would find none): only a plain folder's store can exist,
         # found without starting git (thousands of folders may be opened at once).
         return _plain_site(folder.resolve(), state_dir, create)
+    dot_git = next((p / ".git" for p in (folder, *folder.parents) if os.path.lexists(p / ".git")), None)
+    if dot_git is not None and dot_git.is_dir():
+        _check_alternates(dot_git / "objects")  # (before git reads it: `HEAD^{commit}` does)
     status, out = gitcmd.run(
         ["rev-parse", "--show-toplevel", "--absolute-git-dir", "--git-common-dir", "--show-prefix",
          "--show-object-format", "--revs-only", "HEAD^{commit}"],
-        cwd=folder, env=gitcmd.base_env(), ok=(0, 128))
+        cwd=folder, env=gitcmd.base_env(), ok=(0, 128), timeout=USER_GIT_SECONDS)
     lines = os.fsdecode(out).split("\n")
     if status != 0 or len(lines) < 5 or not lines[0]:
         refuse_git_internals(folder)
@@ -244,6 +247,7 @@ def open_site(folder: Path, state_dir: Path, create: bool = True) -> Site | None
     common_dir = Path(common) if os.path.isabs(common) else (folder / common).resolve()
     worktree = "" if git_dir.resolve() == common_dir.resolve() else git_dir.name
     _check_layout(folder, top, prefix, worktree, common_dir, git_dir)
+    _check_alternates(common_dir / "objects")  # (every store command borrows these objects)
     store = common_dir / "ctxd" / "store"
     _check_real_dirs(store)
     if not create and not (store / "HEAD").exists():
@@ -253,6 +257,15 @@ def open_site(folder: Path, state_dir: Path, create: bool = True) -> Site | None
     check_owned(store, key)
     return Site(folder=folder, top=top, prefix=prefix, worktree=worktree, head=head, store=store,
                 user_git_dir=git_dir, user_objects=common_dir / "objects")
+
+
+def _check_alternates(objects: Path) -> None:
+    """Refuse a repository whose `objects/info/alternates` is a FIFO or a device: every git
+    command that reads its objects (and ctxd's store borrows them) would wait on it for ever."""
+    alternates = objects / "info" / "alternates"
+    if os.path.lexists(alternates) and not alternates.is_file():
+        raise GitFailed(f"{alternates}: not a regular file (a FIFO or a device git would wait on); no snapshot is "
+                        "taken or restored")
 
 
 def _check_layout(folder: Path, top: Path, prefix: str, worktree: str, common_dir: Path, git_dir: Path) -> None:

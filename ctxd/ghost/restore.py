@@ -27,7 +27,7 @@ import os
 import stat
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ctxd.errors import GitFailed
 from ctxd.ghost import commits, recovery, treewrite
@@ -37,9 +37,6 @@ from ctxd.ghost.gitcmd import nul
 from ctxd.ghost.gitstore import Site
 from ctxd.ghost.treewrite import Change
 from ctxd.settings import GhostSettings
-
-if TYPE_CHECKING:
-    from ctxd.ghost.treewatch import TreeWatch
 
 
 def _skipped_paths(site: Site, meta: dict[str, Any]) -> list[str]:
@@ -106,6 +103,15 @@ def protected(site: Site, meta: dict[str, Any], change: Change) -> bool:
         return False
 
 
+def _file_or_link(site: Site, path: str) -> bool:
+    """Something other than a folder is at `path`, a link to a folder included (an ignored link
+    to a folder was replaced by the snapshot's file and held by no snapshot: `isdir` follows it)."""
+    try:
+        return not stat.S_ISDIR(os.lstat(site.top / path).st_mode)
+    except OSError:
+        return False
+
+
 def _plan(site: Site, meta: dict[str, Any], current: State) -> tuple[str, list[Change]]:
     """The tree a restore switches to (the snapshot, with protected paths as they are now) and
     the changes from the current state to it. Files it would replace that the current capture
@@ -122,8 +128,7 @@ def _plan(site: Site, meta: dict[str, Any], current: State) -> tuple[str, list[C
             target = site.out("write-tree", index=index)
         finally:
             index.unlink(missing_ok=True)
-    uncaptured = [c.path for c in changes if c.status == "A" and _reachable(site, c.path)
-                  and os.path.lexists(site.top / c.path) and not os.path.isdir(site.top / c.path)]
+    uncaptured = [c.path for c in changes if c.status == "A" and _reachable(site, c.path) and _file_or_link(site, c.path)]
     if uncaptured:
         site.git("-c", "core.bigFileThreshold=1", "update-index", "--add", "-z", "--stdin",
                  index=current.index, stdin=nul(uncaptured))
@@ -151,13 +156,16 @@ def _check_in_the_way(site: Site, changes: list[Change]) -> None:
 
     blocked: list[str] = []
     for change in changes:
-        if change.status != "A":
-            continue  # the current state has a file there: its folders were folders when it was captured
-        parts = change.path.split("/")
-        for i in range(1, len(parts)):
-            ancestor = "/".join(parts[:i])
-            if mode(ancestor) and not stat.S_ISDIR(mode(ancestor)) and ancestor not in going:
-                blocked.append(ancestor)  # a file or a link where the snapshot has a folder
+        if change.status == "D":
+            continue
+        if change.status == "A":  # (else the current state has a file there: its folders were folders)
+            parts = change.path.split("/")
+            for i in range(1, len(parts)):
+                ancestor = "/".join(parts[:i])
+                if mode(ancestor) and not stat.S_ISDIR(mode(ancestor)) and ancestor not in going:
+                    blocked.append(ancestor)  # a file or a link where the snapshot has a folder
+        # A folder where the snapshot has a file: new, or a nested repository the current state
+        # holds as its commit alone (a change of type, "M": its folder, `.git` and all, was deleted).
         if stat.S_ISDIR(mode(change.path)) and change.path not in gitlinks:
             for root, _dirs, names in os.walk(os.path.join(top, change.path)):
                 for name in names:
@@ -203,7 +211,7 @@ def _reachable(site: Site, path: str) -> bool:
 
 
 def restore(folder: Path, commit_id: str, *, settings: GhostSettings | None = None, dry_run: bool = False,
-            state_dir: Path | None = None, watch: TreeWatch | None = None) -> dict[str, Any]:
+            state_dir: Path | None = None) -> dict[str, Any]:
     """Make the working tree (in scope) what it was at the snapshot.
 
     Returns `{id, restored, removed, undoId}`; with `dry_run`, `{id, restored, removed, dryRun: true}`
@@ -219,7 +227,10 @@ def restore(folder: Path, commit_id: str, *, settings: GhostSettings | None = No
         if site.user_git_dir is not None and (site.user_git_dir / "index.lock").exists():
             raise GitFailed("another git process is running (index.lock exists); nothing was restored")
         try:
-            current = capture(site, CaptureOptions(settings, watch=watch))
+            # The whole tree, never what a watch saw change: this capture is the undo of what is
+            # about to be overwritten (a write through a hard link made outside the tree after the
+            # watch began was missed, and restore, then undo, lost it).
+            current = capture(site, CaptureOptions(settings))
         except GitFailed as error:
             raise _not_started(commit_id, error) from None
         writing_started = False

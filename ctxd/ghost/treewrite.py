@@ -306,7 +306,11 @@ def stage(writing: Writing, folders: Folders, blobs: Blobs, sync_also: list[Path
 def _stage_one(placement: _Placement, folders: Folders, blobs: Blobs) -> None:
     home = folders.fd(placement.folder)
     if not placement.builds_folder:
-        _write_entry(home, placement.temp, placement.entries[0], blobs)
+        try:
+            now = os.lstat(placement.name, dir_fd=home).st_mode
+        except FileNotFoundError:
+            now = 0
+        _write_entry(home, placement.temp, placement.entries[0], blobs, now if stat.S_ISREG(now) else None)
         return
     os.mkdir(placement.temp, 0o777, dir_fd=home)
     opened: dict[tuple[str, ...], int] = {(): os.open(placement.temp, _FOLDER_FLAGS, dir_fd=home)}
@@ -326,9 +330,11 @@ def _stage_one(placement: _Placement, folders: Folders, blobs: Blobs) -> None:
             os.close(fd)
 
 
-def _write_entry(folder: int, name: str, entry: _Entry, blobs: Blobs) -> None:
+def _write_entry(folder: int, name: str, entry: _Entry, blobs: Blobs, replaced: int | None = None) -> None:
     """One new file, link or empty folder, made as `git checkout-index` makes them (mode 0666 or
-    0777 less the umask), its content streamed from `blobs`."""
+    0777 less the umask), its content streamed from `blobs`. A file that replaces a file
+    (`replaced`: its mode) keeps who may read and write it, executable as the snapshot says where
+    it is readable: a 0600 file came back 0644, and an undo left it so."""
     if entry.mode == GITLINK:
         os.mkdir(name, 0o777, dir_fd=folder)
         return
@@ -338,6 +344,8 @@ def _write_entry(folder: int, name: str, entry: _Entry, blobs: Blobs) -> None:
         return
     fd = os.open(name, _NEW_FILE, 0o777 if entry.mode == EXECUTABLE else 0o666, dir_fd=folder)
     try:
+        if replaced is not None:
+            os.fchmod(fd, replaced & 0o666 | ((replaced & 0o444) >> 2 if entry.mode == EXECUTABLE else 0))
         for chunk in blobs.chunks():
             view = memoryview(chunk)
             while view:

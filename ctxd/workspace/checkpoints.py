@@ -42,7 +42,7 @@ def restore(workspace: Workspace, thread: str, commit_id: str, *, conversation: 
     if cancel.is_set():
         raise Cancelled("request cancelled")
     result = ghost.restore(workspace.opened_root(), commit_id, settings=workspace.settings.ghost, dry_run=dry_run,
-                           state_dir=workspace.state_dir, watch=workspace.tree_watch)
+                           state_dir=workspace.state_dir)
     if plan is not None and not dry_run:
         result.update(workspace.restore_conversation(thread, commit_id, plan, result.get("undoId")))
     return result
