@@ -985,3 +985,34 @@ def test_the_cwds_summaries_found_come_with_the_stamp_a_session_store_gives_the_
     codex_stamp = codex.CodexSessions(codex_home / "sessions").stamp(str(codex_file))
     assert claude_stamp is not None and codex_stamp is not None
     assert found == {str(claude_file): (claude_stamp.key(), str(ws)), str(codex_file): (codex_stamp.key(), str(ws))}
+
+
+def test_the_fill_counts_the_tail_redacted_whether_read_fresh_or_taken_up(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A key in an item after the agent's last report: a fresh read counted the key's tokens, a
+    summary taken up from its saved state (redacted) counted "[redacted]"'s, and the daemon's
+    ledger holds the items redacted. The same file, two fills. The tail is counted as the state
+    keeps it."""
+    from ctxd import redact
+
+    key = "sk-proj-" + "Zq7Xk2Vw9Lp4Rt6Yb8Nm3Hc5Jd1Fg0Ks" * 3
+    monkeypatch.setattr(redact, "_values", redact.secrets())  # (the secret is forgotten after the test)
+    redact.register(key)
+
+    def record(uuid: str, parent: str | None, kind: str, text: str, **more: Any) -> str:
+        role = "model" if kind == "assistant" else "user"
+        return json.dumps({"uuid": uuid, "parentUuid": parent, "sessionId": "s", "type": kind, "cwd": "/w",
+                           "message": {"role": role, "parts": [{"text": text}]}, **more}) + "\n"
+
+    path = tmp_path / "s.jsonl"
+    path.write_text(record("u1", None, "user", "hi") + record("u2", "u1", "assistant", "ok", model="qwen3-coder-plus",
+                                                               usageMetadata={"promptTokenCount": 5000})
+                    + record("u3", "u2", "user", f"use the key {key} please"))
+    first = summaries.summarize(str(path), "qwen", None, None)
+    assert first is not None and key not in json.dumps(first.tail)
+    with path.open("a") as handle:
+        handle.write(record("u4", "u3", "user", "and more"))
+    fresh = summaries.summarize(str(path), "qwen", None, None)
+    taken = summaries.summarize(str(path), "qwen", json.loads(first.stored.state), None)
+    assert fresh is not None and taken is not None
+    assert summaries.fill(fresh.session, fresh.tail) == summaries.fill(taken.session, taken.tail)

@@ -342,9 +342,13 @@ def summarize(path: str, agent: str, state: dict[str, Any] | None, cwd: str | No
     saved = reader.position()
     saved["stamp"] = before["stamp"]  # the file as it was before this read: a change during it is read next time
     facts = {"session": _shown(saved["session"])}
+    # The tail as the state keeps it, redacted (as the daemon's ledger holds its items): the fill
+    # counted from the raw tail was another when a key was in it than after a restore.
+    tail = saved["session"].get("tail")
     return Read(Stored(path, agent, before, session.cwd if session.cwd is not None else cwd, facts, json.dumps(saved),
                        reader.offset),
-                session, list(session.tail), reader.bytes_read if start == 0 else max(0, reader.offset - start))
+                session, tail if isinstance(tail, list) else list(session.tail),
+                reader.bytes_read if start == 0 else max(0, reader.offset - start))
 
 
 def fill(session: Session, tail: list[dict[str, Any]] | None = None, wait: bool = True) -> int | None:
