@@ -648,3 +648,44 @@ def test_a_line_whose_type_is_no_string_is_skipped_and_the_session_read_on(tmp_p
         assert read is not None
         readers.append((daemon.session.turn_total, daemon.session.baseline, read.session.turn_total))
     assert readers[0] == readers[1] and readers[0][0] >= 1
+
+
+@pytest.mark.parametrize("taken_up", [False, True])
+def test_a_subagents_streamed_reply_is_billed_once_however_many_messages_come_between(tmp_path: Path,
+                                                                                      taken_up: bool) -> None:
+    """A reply streamed as two lines (its thinking, then its text) is billed once: the second
+    replaces the first's usage. A reader that caught up keeps the session's latest 16 messages,
+    and subagents running side by side shared them: once another subagent wrote 17 replies
+    between the two lines, the second was billed again. Each subagent's file keeps its own."""
+    workspace = "/home/u/ws"
+
+    def replies(name: str, count: int) -> list[dict[str, Any]]:
+        return [line for k in range(count) for line in fx.claude_assistant(
+            [{"type": "thinking", "thinking": "x", "signature": "s"}, {"type": "text", "text": f"{name} {k}"}],
+            f"{name}m{k}", f"{name}a{k}", None, workspace, "2026-01-01T10:00:01.000Z", fx.claude_usage(1, 10, 1_000, 7),
+            isSidechain=True)]
+
+    def written(path: Path, records: list[dict[str, Any]]) -> None:
+        path.write_bytes(b"".join(json.dumps(r).encode() + b"\n" for r in records))
+
+    main = tmp_path / "s.jsonl"
+    written(main, [fx.claude_user("Run two agents", "u1", None, workspace, "2026-01-01T10:00:00.000Z")])
+    folder = tmp_path / "s" / "subagents"
+    folder.mkdir(parents=True)
+    one, other = replies("a", 1), replies("b", 17)
+    assert len(one) == 2  # (one reply, streamed as two lines)
+    written(folder / "agent-a.jsonl", one[:1])
+    written(folder / "agent-b.jsonl", [])
+    live = ClaudeReader(str(main), "s", window=False)
+    for step in (lambda: written(folder / "agent-b.jsonl", other), lambda: written(folder / "agent-a.jsonl", one)):
+        live.read()
+        live.trim()  # (as the follower does once a reader caught up)
+        if taken_up:
+            state = json.loads(json.dumps(live.position()))
+            live = ClaudeReader(str(main), "s", window=False)
+            live.restore(state)
+        step()
+    live.read()
+    whole = ClaudeReader(str(main), "s", window=False)
+    whole.read()
+    assert live.session.total_usage() == whole.session.total_usage()

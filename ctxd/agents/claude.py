@@ -225,23 +225,18 @@ class ClaudeReader(Reader):
         return {"end": [[uuid, *where] for uuid, where in list(self._end.items())[-IDLE_LINES:]],
                 "complete": self._complete and len(self._end) <= IDLE_LINES, "leaf": self._leaf, "line": self._line,
                 "reports": self._reports,
-                "messages": [[key, model, Usage(*usage).as_dict()]
-                             for key, (model, usage) in list(self._msg_usage.items())[-KEPT_MESSAGES:]],
+                "messages": _messages_state(self._msg_usage),
                 "pending": [[line, redact(raw.decode("utf-8", "replace"))] for line, raw in self._pending],
                 "command": list(self._command) if self._command else None,
                 "subagents": {name: sub.position() for name, sub in self._subagents.items()}}
 
     def restore_own(self, state: dict[str, Any]) -> None:
-        from ctxd.agents.session import _USAGE_FIELDS
-
         self._end = OrderedDict((str(entry[0]), (int(entry[1]), int(entry[2]), int(entry[3]), int(entry[4])))
                                 for entry in state.get("end") or [])
         self._complete = bool(state.get("complete"))
         self._leaf = state.get("leaf")
         self._line, self._reports = int(state.get("line") or 0), int(state.get("reports") or 0)
-        self._msg_usage = OrderedDict(
-            (key, (model, Usage(**{_USAGE_FIELDS[k]: int(v) for k, v in usage.items() if k in _USAGE_FIELDS}).values()))
-            for key, model, usage in state.get("messages") or [])
+        self._msg_usage = _messages_from(state)
         self._pending = [(int(line), raw.encode("utf-8")) for line, raw in state.get("pending") or []]
         command = state.get("command")
         self._command = (command[0], command[1], int(command[2])) if command else None
@@ -467,31 +462,34 @@ class ClaudeReader(Reader):
         if self.session.first_request is None and not self.holds_window:
             self._early.append(item)  # until the first report (`_carried`)
 
-    def _cost_of(self, rec: dict[str, Any]) -> tuple[dict[str, int], str, Usage] | None:
-        """An assistant line's usage, billed (`_cost`)."""
+    def _cost_of(self, rec: dict[str, Any], known: MessageUsage | None = None) -> tuple[dict[str, int], str, Usage] | None:
+        """An assistant line's usage, billed (`_cost`; `known`: the messages of the file it is in)."""
         message = rec.get("message")
         if not isinstance(message, dict):
             return None
         return self._cost(message.get("model"), message.get("usage"),
-                          message.get("id") or rec.get("requestId") or rec.get("uuid"))
+                          message.get("id") or rec.get("requestId") or rec.get("uuid"), known)
 
-    def _cost(self, model: Any, raw: Any, key: Any) -> tuple[dict[str, int], str, Usage] | None:
+    def _cost(self, model: Any, raw: Any, key: Any, known: MessageUsage | None = None
+              ) -> tuple[dict[str, int], str, Usage] | None:
         """A message's usage billed to its model, with its counts (`token_counts`); `key` names the
-        message (a streamed copy of it replaces its usage, never adds)."""
+        message (a streamed copy of it replaces its usage, never adds) among `known`, the latest
+        messages of the file it is in (the session's own, else a subagent's)."""
         if not isinstance(model, str):
             model = ""
         if not isinstance(raw, dict) or model == SYNTHETIC_MODEL:
             return None
         counts = token_counts(raw, ints_only=True)
         usage = _usage(counts, raw)
+        known = self._msg_usage if known is None else known
         if isinstance(key, str):
-            old = self._msg_usage.get(key)
+            old = known.get(key)
             if old is not None:
                 self.session.cumulative[old[0]].add(Usage(*old[1]), -1)  # a streamed copy: its usage replaces, not adds
-                self._msg_usage.move_to_end(key)
-            self._msg_usage[key] = (model, usage.values())
-            if len(self._msg_usage) > MAX_MESSAGES:
-                self._msg_usage.popitem(last=False)
+                known.move_to_end(key)
+            known[key] = (model, usage.values())
+            if len(known) > MAX_MESSAGES:
+                known.popitem(last=False)
         self.session.bill(model, usage)
         return counts, model, usage
 
@@ -797,13 +795,39 @@ class _SubagentCost(Reader):
     def __init__(self, path: str, parent: ClaudeReader) -> None:
         super().__init__(path, window=False)
         self.parent = parent
+        # Its own latest messages: a streamed copy is in the same file, and the session's latest 16
+        # (a reader that caught up keeps no more) were another file's once other lines came between.
+        self._msg_usage: MessageUsage = OrderedDict()
 
     def take(self, data: bytes, row: tuple[Any, ...], change: Change) -> None:
         self.take_whole(data[row[0]:row[1]], change)
 
     def record(self, rec: dict[str, Any], change: Change, raw: bytes | None = None) -> None:
         if rec.get("type") == "assistant":
-            self.parent._cost_of(rec)
+            self.parent._cost_of(rec, self._msg_usage)
+            while len(self._msg_usage) > KEPT_MESSAGES:
+                self._msg_usage.popitem(last=False)
+
+    def own_state(self) -> dict[str, Any]:
+        return {"messages": _messages_state(self._msg_usage)}
+
+    def restore_own(self, state: dict[str, Any]) -> None:
+        self._msg_usage = _messages_from(state)
+
+
+MessageUsage = OrderedDict[str, tuple[str, tuple[int, ...]]]  # a message's key: its model and `Usage.values()`
+
+
+def _messages_state(known: MessageUsage) -> list[list[Any]]:
+    return [[key, model, Usage(*usage).as_dict()] for key, (model, usage) in list(known.items())[-KEPT_MESSAGES:]]
+
+
+def _messages_from(state: dict[str, Any]) -> MessageUsage:
+    from ctxd.agents.session import _USAGE_FIELDS
+
+    return OrderedDict((key, (model, Usage(**{_USAGE_FIELDS[k]: int(v) for k, v in usage.items()
+                                              if k in _USAGE_FIELDS}).values()))
+                       for key, model, usage in state.get("messages") or [])
 
 
 # --- where its sessions live ----------------------------------------------------------------------
