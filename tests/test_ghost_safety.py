@@ -871,3 +871,28 @@ def test_a_fifo_as_the_repositorys_alternates_is_refused_at_once(repo: Repo, tmp
     with pytest.raises(GitFailed, match="alternates: not a regular file"):
         ghost.snapshot(repo.root, "second", state_dir=state)
     assert time.monotonic() - started < 10
+
+
+def test_a_file_saved_while_a_restore_runs_is_not_overwritten(repo: Repo, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another program saves a file after the restore captured the current state (its undo) and
+    before it puts the snapshot's file there: the save was renamed over, and no snapshot held it.
+    The restore now fails and puts back everything, the save included."""
+    from ctxd.ghost import treewrite
+
+    state = tmp_path / "st"
+    snap = ghost.snapshot(repo.root, "v1", state_dir=state)
+    repo.write("src/app.py", "version 2\n")
+    staging = treewrite.stage
+
+    def stage(*args: object, **kwargs: object) -> None:
+        (repo.root / "src" / "app.py").write_text("saved by the editor meanwhile\n")
+        staging(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(treewrite, "stage", stage)
+    with pytest.raises(GitFailed, match="changed by another program while the restore ran"):
+        ghost.restore(repo.root, snap["id"], state_dir=state)
+    assert (repo.root / "src" / "app.py").read_text() == "saved by the editor meanwhile\n"
+    monkeypatch.setattr(treewrite, "stage", staging)
+    ghost.restore(repo.root, snap["id"], state_dir=state)  # (retried: the save is in its undo)
+    assert (repo.root / "src" / "app.py").read_text() != "saved by the editor meanwhile\n"

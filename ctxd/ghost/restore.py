@@ -230,6 +230,7 @@ def restore(folder: Path, commit_id: str, *, settings: GhostSettings | None = No
             # The whole tree, never what a watch saw change: this capture is the undo of what is
             # about to be overwritten (a write through a hard link made outside the tree after the
             # watch began was missed, and restore, then undo, lost it).
+            captured_at = time.time_ns()  # (a file changed after this is not the one captured: `treewrite.place`)
             current = capture(site, CaptureOptions(settings))
         except GitFailed as error:
             raise _not_started(commit_id, error) from None
@@ -256,7 +257,7 @@ def restore(folder: Path, commit_id: str, *, settings: GhostSettings | None = No
                 st.write_json(site.journal(), {"id": commit_id, "undoId": undo["id"], "startedAt": commits.now(),
                                                "pid": os.getpid(), "tag": writing.tag, "folders": writing.folders})
                 writing_started = True
-                _write(site, writing, commit_id, undo["id"])
+                _write(site, writing, commit_id, undo["id"], captured_at)
         except (OSError, GitFailed) as error:
             if writing_started or (isinstance(error, GitFailed) and "nothing was changed" in error.message):
                 raise  # `_write` says what the working tree holds; the checks say it themselves
@@ -304,7 +305,7 @@ def _check_complete(site: Site, changes: list[Change]) -> None:
                         f"the restore would replace (first {missing[0]}); nothing was changed")
 
 
-def _write(site: Site, writing: treewrite.Writing, commit_id: str, undo_id: str) -> None:
+def _write(site: Site, writing: treewrite.Writing, commit_id: str, undo_id: str, captured_at: int) -> None:
     """Stage, place and clean up (`ctxd.ghost.treewrite`); a failure is GitFailed saying what the
     working tree holds now. The journal goes once nothing of this restore is left to clean."""
     short = commit_id[:12]
@@ -315,7 +316,7 @@ def _write(site: Site, writing: treewrite.Writing, commit_id: str, undo_id: str)
             treewrite.stage(writing, folders, blobs, sync_also=[site.store])
         finally:
             blobs.close()
-        treewrite.place(writing, folders)
+        treewrite.place(writing, folders, captured_at)
         treewrite.finish(writing, folders, floor=recovery.depth(site))
     except treewrite.StagingFailed as failure:
         hint = "; free some space and retry" if failure.code in (errno.ENOSPC, errno.EDQUOT) else ""

@@ -397,10 +397,12 @@ class _Step:
     placed: bool = False
 
 
-def place(writing: Writing, folders: Folders) -> None:
+def place(writing: Writing, folders: Folders, captured_at: int) -> None:
     """Put every staged temporary in place and move aside what the snapshot does not have: renames
     in one folder each, which need no space. On a failure, everything done is renamed back, the
-    temporaries are removed, and PlacingFailed says what could not be renamed back."""
+    temporaries are removed, and PlacingFailed says what could not be renamed back. A file changed
+    since `captured_at` (its ctime, ns) is a failure: the undo snapshot does not hold it (an
+    editor's save while a restore staged its files was lost)."""
     done: list[_Step] = []
     doing = ""
     try:
@@ -413,10 +415,12 @@ def place(writing: Writing, folders: Folders) -> None:
             except OSError:
                 continue  # its folder is gone (or is a link now): nothing of the snapshot's there to delete
             try:
-                if stat.S_ISDIR(os.lstat(removal.name, dir_fd=home).st_mode):  # a folder made there meanwhile
-                    raise IsADirectoryError(errno.EISDIR, "a folder is where the snapshot's file was deleted")
+                found = os.lstat(removal.name, dir_fd=home)
             except FileNotFoundError:
                 continue
+            if stat.S_ISDIR(found.st_mode):  # a folder made there meanwhile
+                raise IsADirectoryError(errno.EISDIR, "a folder is where the snapshot's file was deleted")
+            _unchanged_since(found, captured_at)
             aside = writing.temp_name(removal.folder, aside=True)
             try:
                 os.rename(removal.name, aside, src_dir_fd=home, dst_dir_fd=home)
@@ -431,6 +435,8 @@ def place(writing: Writing, folders: Folders) -> None:
             except FileNotFoundError:
                 there = None
             step = _Step(placement.folder, placement.name, None, placement)
+            if there is not None and not stat.S_ISDIR(there.st_mode):
+                _unchanged_since(there, captured_at)
             if there is not None:
                 step.aside = writing.temp_name(placement.folder, aside=True)
                 step.linked = (not placement.builds_folder and not stat.S_ISDIR(there.st_mode)
@@ -452,6 +458,11 @@ def place(writing: Writing, folders: Folders) -> None:
                 restored += step.placement.restored
             removed += step.placement.removed  # what it replaced is gone (placed, or moved aside)
         raise PlacingFailed(f"{describe(error)} {doing}", sorted(restored), sorted(removed)) from None
+
+
+def _unchanged_since(found: os.stat_result, captured_at: int) -> None:
+    if found.st_ctime_ns > captured_at:
+        raise OSError(errno.EAGAIN, "changed by another program while the restore ran (retry it)")
 
 
 def _link(home: int, name: str, aside: str) -> bool:
