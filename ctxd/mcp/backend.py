@@ -91,19 +91,24 @@ class Backend:
         if owner is None:
             raise ToolError(self._failure or "the ctxd owner did not answer in time")
         self._follow_acp_workspace()
-        for attempt in (1, 2):
-            try:
-                return owner.request(method, {"workspace": self.uri, **params}, timeout)
-            except ownerlink.RemoteError as error:
-                raise ToolError(error.message) from None
-            except TimeoutError as error:
+        try:
+            return self._request(owner, method, params, timeout)
+        except OSError as error:  # the session ended (the owner went away): once more, with a new one
+            again = self._reopen(owner)
+            if again is None:
                 raise ToolError(f"the ctxd owner did not answer: {error}") from None
-            except OSError as error:
-                again = self._reopen(owner) if attempt == 1 else None
-                if again is None:
-                    raise ToolError(f"the ctxd owner did not answer: {error}") from None
-                owner = again
-        raise AssertionError("unreachable")
+        try:
+            return self._request(again, method, params, timeout)
+        except OSError as error:
+            raise ToolError(f"the ctxd owner did not answer: {error}") from None
+
+    def _request(self, owner: ownerlink.Session, method: str, params: dict[str, Any], timeout: float) -> Any:
+        try:
+            return owner.request(method, {"workspace": self.uri, **params}, timeout)
+        except ownerlink.RemoteError as error:
+            raise ToolError(error.message) from None
+        except TimeoutError as error:
+            raise ToolError(f"the ctxd owner did not answer: {error}") from None
 
     def _reopen(self, broken: ownerlink.Session | None) -> ownerlink.Session | None:
         """A session with the owner again, once the one this process had ended (the owner was
