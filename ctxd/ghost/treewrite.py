@@ -333,8 +333,8 @@ def _stage_one(placement: _Placement, folders: Folders, blobs: Blobs) -> None:
 def _write_entry(folder: int, name: str, entry: _Entry, blobs: Blobs, replaced: int | None = None) -> None:
     """One new file, link or empty folder, made as `git checkout-index` makes them (mode 0666 or
     0777 less the umask), its content streamed from `blobs`. A file that replaces a file
-    (`replaced`: its mode) keeps who may read and write it, executable as the snapshot says where
-    it is readable: a 0600 file came back 0644, and an undo left it so."""
+    (`replaced`: its mode) gives its group and others no more than that file did: a 0600 file
+    came back 0644, and an undo left it so."""
     if entry.mode == GITLINK:
         os.mkdir(name, 0o777, dir_fd=folder)
         return
@@ -344,8 +344,11 @@ def _write_entry(folder: int, name: str, entry: _Entry, blobs: Blobs, replaced: 
         return
     fd = os.open(name, _NEW_FILE, 0o777 if entry.mode == EXECUTABLE else 0o666, dir_fd=folder)
     try:
-        if replaced is not None:
-            os.fchmod(fd, replaced & 0o666 | ((replaced & 0o444) >> 2 if entry.mode == EXECUTABLE else 0))
+        if replaced is not None:  # the owner's bits as git makes them, the others' never wider than now
+            made, others = os.fstat(fd).st_mode & 0o777, replaced & 0o077
+            if entry.mode == EXECUTABLE:
+                others |= (replaced & 0o044) >> 2  # (executable by those who may read it)
+            os.fchmod(fd, made & 0o700 | made & others)
         for chunk in blobs.chunks():
             view = memoryview(chunk)
             while view:
