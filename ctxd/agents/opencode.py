@@ -439,7 +439,8 @@ class OpenCodeReader(SessionReader):
             (MAX_ROW, self.session_id, after[0], after[0], after[1], MESSAGES_PER_READ + 1)).fetchall()
         self.caught_up = len(messages) <= MESSAGES_PER_READ
         infos = [parse(data) if isinstance(data, str) else None for _, _, data in messages]
-        replied = {number for number, info in enumerate(infos) if info is not None and info.get("role") == "assistant"}
+        last_reply = max((n for n, info in enumerate(infos) if info is not None and info.get("role") == "assistant"),
+                         default=-1)
         messages = messages[:MESSAGES_PER_READ]
         for number, (mid, mcreated, data) in enumerate(messages):
             if not isinstance(mid, str) or type(mcreated) is not int:
@@ -450,7 +451,7 @@ class OpenCodeReader(SessionReader):
             parts = self._parts(connection, mid)
             if info is None:
                 session.bad_lines += 1
-            elif not _settled(info, parts, mcreated, number + 1 < len(infos), any(n > number for n in replied)):
+            elif not _settled(info, parts, mcreated, number + 1 < len(infos), number < last_reply):
                 self.caught_up = True
                 break  # still being written: read when it is settled
             else:
