@@ -253,6 +253,14 @@ def test_a_summary_taken_up_again_says_what_one_read_says(tmp_path: Path) -> Non
         assert later.tail == whole.tail, path
 
 
+def test_a_state_strict_json_cannot_hold_is_stored_as_json_reads_it_back() -> None:
+    """A reader's state is written by the protocol's strict encoder; what strict JSON cannot hold
+    (an infinite number, a lone surrogate) is written by `json` instead, and reads back the same."""
+    for state in ({"offset": 3, "title": "caf\u00e9 \u2028"}, {"offset": 3, "cost": float("inf")},
+                  {"offset": 3, "title": "\udc80"}):
+        assert json.loads(summaries.state_text(state)) == state
+
+
 def odd_claude_lines(ws: str) -> list[dict[str, Any]]:
     """Claude Code lines that `ClaudeReader._take_plain` must leave to `record`, or read as it does:
     escapes, a sidechain, streamed copies keyed by requestId or uuid, a synthetic reply, blocks of

@@ -153,13 +153,13 @@ class Daemon:
         then import what compactions and snapshots need, instead of in the first request that does."""
         try:
             self.watch_trees()
-            from ctxd.server import handlers  # the first request needs it: first
+            log.debug("warm-up: following the sessions")
+            self._follow_sessions()
+            from ctxd.server import handlers
             from ctxd.tokens import estimator
 
             self.record_handler = handlers.record_now
             estimator.prepare(estimator_dir(self.service.state_dir))  # estimates until tiktoken loads: its tables now
-            log.debug("warm-up: following the sessions")
-            self._follow_sessions()
             self.take_acp_spools_soon()
             import ctxd.compact.run  # noqa: F401
             import ctxd.workspace.checkpoints  # noqa: F401
