@@ -963,3 +963,20 @@ def test_opencodes_jsonc_is_read_with_strings_untouched_and_cut_without_losing_a
     assert cut == text.replace('    "ctxd": {"type": "local"},\n', "")
     assert opencode.jsonc(cut)["mcp"] == {"docs": {"command": ["//no"]}}
     assert opencode.without_member(text, ("mcp", "nothing")) is None
+
+
+@pytest.mark.parametrize("text", [
+    '{\n  "theme": "x", // last\n}\n',  # a trailing comma, then a comment
+    '{\n  "a": 1 // c, d\n}\n',  # a comment holding a comma after the last member
+    '{"theme": "x, }" /* c */}',  # one line; a string that looks like the end
+    '{\n  // nothing yet\n}\n',
+    "{}",
+    '{\n  "mcp": {"ctxd": {"type": "local"}}, /* old */\n}',  # replaced in place
+])
+def test_a_member_is_added_to_opencodes_jsonc_with_every_comment_kept(text: str) -> None:
+    added = opencode.with_member(text, (), "mcp", {"ctxd": {"type": "local", "enabled": True}})
+    assert added is not None
+    assert opencode.jsonc(added) == {**opencode.jsonc(text), "mcp": {"ctxd": {"type": "local", "enabled": True}}}
+    for comment in ("// last", "// c, d", "/* c */", "// nothing yet", "/* old */"):
+        assert (comment in added) == (comment in text)
+    assert opencode.with_member(text, ("nothing",), "a", 1) is None

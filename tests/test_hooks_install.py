@@ -745,6 +745,36 @@ def test_uninstall_leaves_no_object_install_made_to_hold_qwens_status_line(tmp_p
     assert json.loads(settings.read_text()) == {"$version": 4, "model": {"name": "qwen3-coder-plus"}}
 
 
+def test_install_adds_ctxd_to_an_opencode_json_with_comments_and_uninstall_gives_its_bytes_back(
+        tmp_path: Path) -> None:
+    """OpenCode reads its configuration as JSONC, and users comment it: install refused such a file
+    ("not JSON"), so OpenCode had no MCP server and no hooks. ctxd's MCP server is added in the text,
+    every comment and trailing comma kept; uninstall gives back the very bytes; a second install
+    changes nothing."""
+    original = ('{\n  // my theme\n  "theme": "opencode", /* kept */\n  "mcp": { // servers\n'
+                '    "docs": {"type": "local", "command": ["docs-mcp"]}, // docs\n  },\n}\n')
+    project, settings, env = _home_file(tmp_path, ".config/opencode/opencode.json", original)
+    done = ctxd(tmp_path, "hooks", "install", "--agent", "opencode", cwd=project, env=env)
+    assert done.returncode == 0, done.stderr
+    after = settings.read_text()
+    from ctxd.agents.opencode import jsonc
+
+    for kept in ("// my theme", "/* kept */", "// servers", "// docs"):
+        assert kept in after
+    servers = jsonc(after)["mcp"]
+    assert servers["docs"] == {"type": "local", "command": ["docs-mcp"]}
+    assert servers["ctxd"]["command"][-1] == "mcp" and servers["ctxd"]["enabled"] is True
+    assert (settings.parent / "plugins" / "ctxd.js").exists()
+    status = ctxd(tmp_path, "hooks", "status", "--agent", "opencode", cwd=project, env=env).stdout.decode()
+    assert "opencode user: hooks chat.message" in status and "MCP server yes" in status, status
+    assert ctxd(tmp_path, "hooks", "install", "--agent", "opencode", cwd=project, env=env).returncode == 0
+    assert settings.read_text() == after
+    done = ctxd(tmp_path, "hooks", "uninstall", "--agent", "opencode", cwd=project, env=env)
+    assert done.returncode == 0, done.stderr
+    assert settings.read_text() == original
+    assert not (settings.parent / "plugins" / "ctxd.js").exists()
+
+
 def test_uninstall_takes_ctxd_out_of_an_opencode_json_with_comments_and_keeps_them(tmp_path: Path) -> None:
     """OpenCode reads its configuration as JSONC: a comment the user added after install made
     uninstall fail, for every agent (the plan is all or nothing). ctxd's MCP server is cut out of

@@ -692,7 +692,7 @@ def config_dir(env: Mapping[str, str]) -> Path:
 
 def jsonc(text: str) -> Any:
     """JSON with comments and trailing commas, as OpenCode reads its configuration."""
-    return json.loads(_as_json(text))
+    return json.loads(_as_json(text.removeprefix("\ufeff")))
 
 
 def _as_json(text: str) -> str:
@@ -728,36 +728,48 @@ def _comment_end(text: str, i: int) -> int:
     return len(text) if end < 0 else end + 2
 
 
+def _blank_end(blanked: str, i: int) -> int:
+    while i < len(blanked) and blanked[i] in " \t\r\n":
+        i += 1
+    return i
+
+
+def _member_spans(blanked: str, path: tuple[str, ...]) -> tuple[int, list[tuple[str, int, int, int]]] | None:
+    """In JSONC made JSON (`_as_json`), the object at `path`: where its `{` is, and each member's
+    key, key start, value start and value end. None when `path` names no object."""
+    decoder = json.JSONDecoder()
+    at = _blank_end(blanked, 0)
+    for depth in range(len(path) + 1):
+        if blanked[at:at + 1] != "{":
+            return None
+        members: list[tuple[str, int, int, int]] = []
+        i = _blank_end(blanked, at + 1)
+        while blanked[i:i + 1] != "}":
+            key, j = decoder.raw_decode(blanked, i)
+            value = _blank_end(blanked, _blank_end(blanked, j) + 1)
+            end = decoder.raw_decode(blanked, value)[1]
+            members.append((key, i, value, end))
+            i = _blank_end(blanked, end)
+            if blanked[i:i + 1] == ",":
+                i = _blank_end(blanked, i + 1)
+        if depth == len(path):
+            return at, members
+        found = [m for m in members if m[0] == path[depth]]
+        if not found:
+            return None
+        at = found[-1][2]
+    return None
+
+
 def without_member(text: str, path: tuple[str, ...]) -> str | None:
     """JSONC `text` less the member at `path` (its comma, and its line when nothing else is left
     on it), the rest byte for byte: comments kept. None when it has no such member."""
     blanked = _as_json(text)
-    decoder = json.JSONDecoder()
-
-    def blank(i: int) -> int:
-        while i < len(blanked) and blanked[i] in " \t\r\n":
-            i += 1
-        return i
-
-    at, found = blank(0), None
-    for name in path:
-        if blanked[at:at + 1] != "{":
-            return None
-        i, found = blank(at + 1), None
-        while blanked[i:i + 1] != "}":
-            key, j = decoder.raw_decode(blanked, i)
-            value = blank(blank(j) + 1)
-            end = decoder.raw_decode(blanked, value)[1]
-            if key == name:
-                found = (i, value, end)
-            i = blank(end)
-            if blanked[i:i + 1] == ",":
-                i = blank(i + 1)
-        if found is None:
-            return None
-        at = found[1]
-    assert found is not None
-    start, _, end = found
+    spans = _member_spans(blanked, path[:-1])
+    found = [m[1:] for m in spans[1] if m[0] == path[-1]] if spans is not None else []
+    if not found:
+        return None
+    start, _, end = found[-1]
     comma = None  # the comma before it, when it is the last member (trailing commas being blanks)
     after = end
     while after < len(text) and blanked[after] in " \t\r\n" and text[after] != ",":  # (a trailing comma is a blank)
@@ -776,6 +788,47 @@ def without_member(text: str, path: tuple[str, ...]) -> str | None:
         start, end = line_start, min(len(text), line_end + 1)
     kept = text[:start] + text[end:]
     return kept if comma is None else kept[:comma] + kept[comma + 1:]
+
+
+def with_member(text: str, path: tuple[str, ...], name: str, value: Any) -> str | None:
+    """JSONC `text` with `name: value` in the object at `path` (its value replaced when it has
+    that member, else added last, on a line of its own when the object closes on its own line),
+    every other byte kept: comments too. None when `path` names no object."""
+    blanked = _as_json(text)
+    spans = _member_spans(blanked, path)
+    if spans is None:
+        return None
+    at, members = spans
+    body = json.dumps(value)
+    same = [m for m in members if m[0] == name]
+    if same:
+        return text[:same[-1][2]] + body + text[same[-1][3]:]
+    close = _blank_end(blanked, members[-1][3] if members else at + 1)
+    member = f"{json.dumps(name)}: {body}"
+    line_start = text.rfind("\n", 0, close) + 1
+    if text[line_start:close].strip() or line_start <= at:  # `}` shares its line: added before it
+        cut, added = close, (" " if members else "") + member
+    else:
+        first = text.rfind("\n", 0, members[-1][1]) + 1 if members else line_start
+        indent = text[first:members[-1][1]] if members and not text[first:members[-1][1]].strip() \
+            else text[line_start:close] + "  "
+        cut, added = line_start, f"{indent}{member}\n"
+    if members and not _trailing_comma(text, members[-1][3]):  # the comma it now needs, after its value
+        end = members[-1][3]
+        return text[:end] + "," + text[end:cut] + added + text[cut:]
+    return text[:cut] + added + text[cut:]
+
+
+def _trailing_comma(text: str, i: int) -> bool:
+    """A comma follows the value ending at i (blanks and comments between)."""
+    while i < len(text):
+        if text[i] in " \t\r\n":
+            i += 1
+        elif text.startswith(("//", "/*"), i):
+            i = _comment_end(text, i)
+        else:
+            break
+    return text[i:i + 1] == ","
 
 
 def read_settings(path: Path) -> dict[str, Any]:
@@ -963,10 +1016,56 @@ def _without_our_mcp(text: str) -> str | None:
         return None
 
 
-def holds_mcp(text: str) -> bool:
-    from ctxd.agents.config import json_settings
+def _with_our_mcp(text: str, ctxd: list[str]) -> str | None:
+    """A configuration with comments or trailing commas with ctxd's MCP server added (`mcp_add`
+    raises InstallError for what it refuses), every other byte kept; None when it is not JSONC
+    either, or the result does not read as `mcp_add` would make it."""
+    import copy
 
-    return json_settings.holds(text, mcp_remove)
+    try:
+        value = jsonc(text)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(value, dict):
+        return None
+    wanted = mcp_add(copy.deepcopy(value), ctxd)
+    if wanted == value:
+        return text
+    entry = wanted["mcp"]["ctxd"]
+    added = with_member(text, ("mcp",), "ctxd", entry) if isinstance(value.get("mcp"), dict) \
+        else with_member(text, (), "mcp", {"ctxd": entry})
+    try:
+        return added if added is not None and jsonc(added) == wanted else None
+    except (ValueError, RecursionError):
+        return None
+
+
+def holds_mcp(text: str) -> bool:
+    """Whether the configuration (JSON, or JSONC) holds ctxd's MCP server."""
+    import copy
+
+    try:
+        value = jsonc(text)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(value, dict) and mcp_remove(copy.deepcopy(value)) != value
+
+
+def _settings_value(path: Path, text: str | None) -> dict[str, Any]:
+    """A configuration file's object, JSON or JSONC ({} for none); InstallError when it is neither."""
+    from ctxd.agents.config import json_settings
+    from ctxd.agents.config.files import InstallError
+
+    try:
+        return json_settings.load(path, text)
+    except InstallError:
+        try:
+            value = jsonc(text or "")
+        except (ValueError, RecursionError):
+            raise InstallError(f"{path}: not valid JSON or JSONC; left unchanged") from None
+        if not isinstance(value, dict):
+            raise
+        return value
 
 
 class OpenCode(Agent):
@@ -1043,8 +1142,13 @@ class OpenCode(Agent):
         if action == "install":
             if before is not None and not plugin_is_ours(before):
                 raise InstallError(f"{plugin}: a plugin of your own has this name; left unchanged")
-            changes = [ConfigChange(plugin, before, plugin_text(ctxd), plugin_is_ours),
-                       json_install(settings, current, lambda value: mcp_add(value, ctxd), holds_mcp)]
+            try:
+                mcp = json_install(settings, current, lambda value: mcp_add(value, ctxd), holds_mcp)
+            except InstallError:  # JSONC (OpenCode reads its configuration so): added in its text
+                if current is None or (text := _with_our_mcp(current, ctxd)) is None:
+                    raise
+                mcp = ConfigChange(settings, current, text, holds_mcp)
+            changes = [ConfigChange(plugin, before, plugin_text(ctxd), plugin_is_ours), mcp]
             notes.append("OpenCode loads the plugin when it starts: restart a running OpenCode.")
             if scope == "project":
                 notes.append(f"OpenCode also installs its plugin package into {plugin.parent.parent} "
@@ -1060,14 +1164,13 @@ class OpenCode(Agent):
         return [ConfigChange(plugin, before, after, plugin_is_ours), without], notes
 
     def config_status(self, scope: Scope, project: Path) -> str:
-        from ctxd.agents.config import json_settings
         from ctxd.agents.config.files import InstallError
         from ctxd.agents.config.plan import read_scoped
 
         plugin, settings = self._files(scope, project)
         try:
             text = read_scoped(plugin, scope, project)
-            value = json_settings.load(settings, read_scoped(settings, scope, project))
+            value = _settings_value(settings, read_scoped(settings, scope, project))
         except InstallError as error:
             return f"opencode {scope}: {error}"
         ours = text is not None and plugin_is_ours(text)
@@ -1077,14 +1180,13 @@ class OpenCode(Agent):
         return f"opencode {scope}: hooks {events} ({plugin}); MCP server {'yes' if mcp else 'no'} ({settings})"
 
     def mcp_installed(self, project: Path) -> bool:
-        from ctxd.agents.config import json_settings
         from ctxd.agents.config.files import InstallError
         from ctxd.agents.config.plan import read_scoped
 
         for scope in ("project", "user"):
             settings = self._files(scope, project)[1]
             try:
-                servers = json_settings.load(settings, read_scoped(settings, scope, project)).get("mcp")
+                servers = _settings_value(settings, read_scoped(settings, scope, project)).get("mcp")
             except InstallError:
                 continue
             if isinstance(servers, dict) and mcp_is_ours(servers.get("ctxd")):

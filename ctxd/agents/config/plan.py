@@ -81,17 +81,17 @@ def json_uninstall(path: Path, before: str | None, edit: Edit, state_dir: Path,
     is what install wrote (or was changed back since), else the file less ctxd's entries."""
     if before is None:
         return ConfigChange(path, None, None, holds_ours)
-    parsed = json_settings.load(path, before)
-    value = edit(copy.deepcopy(parsed))
-    if value == parsed:
-        return ConfigChange(path, before, before, holds_ours)  # nothing of ctxd's: not even reformatted
     backup = read_backup(state_dir, path) or {}
     original = backup.get("original")
-    if backup.get("installed") == before:  # untouched since install: exactly what was there
+    if backup.get("installed") == before:  # untouched since install: exactly what was there (JSONC too)
         if not backup.get("existed"):
             return ConfigChange(path, before, None, holds_ours)
         if original is not None:
             return ConfigChange(path, before, original, holds_ours)
+    parsed = json_settings.load(path, before)
+    value = edit(copy.deepcopy(parsed))
+    if value == parsed:
+        return ConfigChange(path, before, before, holds_ours)  # nothing of ctxd's: not even reformatted
     if original is not None:
         try:
             if _same(json.loads(original.removeprefix(json_settings.BOM)), value):
