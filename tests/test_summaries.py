@@ -190,6 +190,25 @@ def test_a_session_started_by_a_slash_command_is_titled_and_counted(tmp_path: Pa
     assert [t.text for t in reader.read().turns] == ["/review the last change"]
 
 
+def codex_repeated(ws: str, both_forms: bool) -> list[dict[str, Any]]:
+    """A Codex session whose user typed the same prompt twice ("continue"), each its own turn; in
+    `both_forms`, each turn written as `user_message` and as `item_completed` `UserMessage` (one
+    turn in two forms, as some versions write it)."""
+    t = "2025-10-03T10:00:{:02d}.000Z".format
+    records = [fx.codex_meta(ws)]
+    for n, text in enumerate(["Fix the parser", "continue", "continue"]):
+        records += fx.codex_turn(text, t(4 * n + 1), cwd=ws)
+        if both_forms:
+            records.append({"timestamp": t(4 * n + 1), "type": "event_msg", "payload": {
+                "type": "item_completed", "item": {"type": "UserMessage", "content": [{"type": "text", "text": text}]}}})
+        records.append(fx.codex_answer(f"Step {n} done.", t(4 * n + 2)))
+        total = 1_000 * (n + 1)
+        records.append(fx.codex_token_count(1_000, {"input_tokens": total - 300, "cached_input_tokens": 0,
+                                                    "output_tokens": 300, "reasoning_output_tokens": 0,
+                                                    "total_tokens": total}, t(4 * n + 3)))
+    return records
+
+
 def fixture_files(tmp_path: Path) -> list[tuple[str, str]]:
     """Session files of every shape the readers know, for the summary against the full reader."""
     ws = "/home/user/app"
@@ -199,6 +218,8 @@ def fixture_files(tmp_path: Path) -> list[tuple[str, str]]:
         "codex-old": (fx.codex_session(ws), "codex"),
         "codex-compacted": (fx.codex_history(ws, ["alpha", "beta", "gamma"], replacement=[False, True]),
                             "codex"),
+        "codex-repeated": (codex_repeated(ws, both_forms=False), "codex"),
+        "codex-repeated-both-forms": (codex_repeated(ws, both_forms=True), "codex"),
         "claude-old": (fx.claude_session(ws), "claude"),
         "claude-compacted": (fx.claude_history(ws, ["alpha", "beta", "gamma"]), "claude"),
         "claude-rewound": (fx.claude_session(ws) + [

@@ -19,7 +19,8 @@ skipped and counted.
 Newer versions (0.171) write a user turn as `event_msg` `item_completed` whose `item` is
 `{type: "UserMessage", content: [{type: "text", text}]}` instead of `user_message`, and add
 bookkeeping records ctxd has no use for (`KNOWN_OTHER`); the window is still the events'
-`model_context_window` (the model's window less Codex's 5% reserve). A version that writes both forms of a turn counts it once.
+`model_context_window` (the model's window less Codex's 5% reserve). A version that writes both forms of a turn counts it once; the same
+prompt typed twice ("continue") is two turns, in a summary too.
 
 A `token_count` whose `last_token_usage` has neither input nor output is no request's report but
 a marker: 0.171
@@ -97,6 +98,7 @@ SKIMMED = {"response_item", "event_msg"} | KNOWN_OTHER  # passed over unless the
 PATHS = ((b"timestamp",), (b"type",), (b"payload",), (b"payload", b"type"), (b"payload", b"model"),
          *((b"payload", name.encode()) for name in ("info", "model_context_window", "message", "item")))
 LIMITS = (0, 0, 0, 0, 0, *(4 * [skim.PLAIN_BYTES]))
+_TURN_FORMS = ("item_completed", "user_message")  # the events a turn is written as
 _EVENT_FIELDS = ("info", "model_context_window", "message", "item")
 _LAYOUT = tuple(range(2, 2 + len(PATHS)))  # where `_codex.run` finds each of PATHS in a row, in their order
 NEEDLES = tuple(f'"{name}"'.encode() for name in ("token_count", "user_message", "UserMessage", "task_started"))
@@ -137,13 +139,17 @@ class CodexReader(Reader):
         self._early: list[dict[str, Any]] = []  # the items before the first report, when the window is not held
         self._pending: list[bytes] = []  # summary mode: response items after the last report, for the tail
         self._report_end = -1  # summary mode: where the chunk's last report ends
+        # The forms the last turn was read in (`user_message`, `item_completed`): a version that
+        # writes both writes one turn twice; the same form again is a turn of its own ("continue"
+        # typed twice). A state saved without them: both (counted once, as before).
+        self._turn_forms: set[str] = set()
 
     def reset(self) -> None:
         super().reset()
         self._init()
 
     def own_state(self) -> dict[str, Any]:
-        return {"total": list(self._total), "fill": self._fill, "users": self._users,
+        return {"total": list(self._total), "fill": self._fill, "users": self._users, "turn_forms": sorted(self._turn_forms),
                 "pending": [redact(raw.decode("utf-8", "replace")) for raw in self._pending]}
 
     def restore_own(self, state: dict[str, Any]) -> None:
@@ -152,6 +158,8 @@ class CodexReader(Reader):
             else (0, 0, 0, 0, 0)
         self._fill = int(state.get("fill") or 0)
         self._users = int(state.get("users") or 0)
+        forms = state.get("turn_forms", list(_TURN_FORMS))
+        self._turn_forms = {form for form in forms if form in _TURN_FORMS} if isinstance(forms, list) else set()
         self._pending = [raw.encode("utf-8") for raw in state.get("pending") or []]
 
     skip_types = tuple(json.dumps(kind).encode() for kind in sorted(SKIMMED))
@@ -375,30 +383,32 @@ class CodexReader(Reader):
             if isinstance(info, dict):
                 self._usage(info, change)
         elif kind == "user_message":
-            self._turn(event.get("message"), timestamp, change)
+            self._turn(event.get("message"), timestamp, change, kind)
         elif kind == "item_completed":
             item = event.get("item")
             if isinstance(item, dict) and item.get("type") == "UserMessage":
                 parts = item.get("content")
                 texts = [p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str)] \
                     if isinstance(parts, list) else []
-                self._turn("\n".join(texts), timestamp, change)
+                self._turn("\n".join(texts), timestamp, change, kind)
         elif kind == "task_started":
             window = event.get("model_context_window")
             if isinstance(window, int) and window > 0 and window != session.context_window:
                 session.context_window = window
                 change.meta = True
 
-    def _turn(self, text: Any, timestamp: Any, change: Change) -> None:
-        """A user turn: what the user typed, from whichever event this version writes."""
+    def _turn(self, text: Any, timestamp: Any, change: Change, form: str) -> None:
+        """A user turn: what the user typed, from whichever event (`form`) this version writes."""
         session = self.session
         if not isinstance(text, str):
             return
         last = session.last_turn()
         label = shorten(text, 60)
         if last is not None and last.index == session.window and last.generation == session.generation \
-                and last.text == label:
+                and last.text == label and form not in self._turn_forms:
+            self._turn_forms.add(form)
             return  # the same turn in the other form (`user_message` and `UserMessage` both written)
+        self._turn_forms = {form}
         if session.title is None and text.strip():
             session.title = shorten(text)
             change.meta = True
