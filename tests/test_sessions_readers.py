@@ -164,6 +164,27 @@ def test_claude_streamed_duplicate_blocks_are_mirrored_once(tmp_path: Path) -> N
     assert reader.session.cumulative["claude-sonnet-4-5-20250929"].output == 160
 
 
+def test_a_streamed_duplicate_block_after_a_restore_is_mirrored_once(tmp_path: Path) -> None:
+    """The daemon restarted (or another owner took over) between a block's line and its streamed
+    copy: the restored reader knew no block of that message, and mirrored the copy as a second item.
+    The blocks seen of the latest message are in the reader's state."""
+    records = fx.claude_session("/w")
+    records.insert(4, dict(records[3]))  # Claude Code repeats a block line as it streams
+    path = fx.write_jsonl(fx.claude_path(tmp_path, "/w"), records[:4])
+    first = ClaudeReader(str(path), fx.CLAUDE_ID)
+    first.read()
+    state = json.loads(json.dumps(first.position()))  # as stored
+    fx.append_jsonl(path, records[4:])
+    later = ClaudeReader(str(path), fx.CLAUDE_ID)
+    later.restore(state)
+    change = later.read()
+    whole = ClaudeReader(str(path), fx.CLAUDE_ID)
+    whole.read()
+    assert not change.replaced
+    assert first.session.items + [i for step in change.steps for i in step.items] == whole.session.items
+    assert [i["type"] for i in whole.session.items].count("message") == 3
+
+
 def test_a_claude_reader_that_caught_up_keeps_only_its_latest_messages_usage(tmp_path: Path) -> None:
     """Issue #38: thousands of readers stay open; one that caught up keeps the usage of as many
     recent messages as its saved state does (a streamed copy comes right after its first line),

@@ -227,6 +227,7 @@ class ClaudeReader(Reader):
                 "reports": self._reports,
                 "messages": _messages_state(self._msg_usage),
                 "pending": [[line, redact(raw.decode("utf-8", "replace"))] for line, raw in self._pending],
+                "blocks": [self._blocks_of, sorted(self._blocks)] if self._blocks_of else None,
                 "command": list(self._command) if self._command else None,
                 "subagents": {name: sub.position() for name, sub in self._subagents.items()}}
 
@@ -238,6 +239,9 @@ class ClaudeReader(Reader):
         self._line, self._reports = int(state.get("line") or 0), int(state.get("reports") or 0)
         self._msg_usage = _messages_from(state)
         self._pending = [(int(line), raw.encode("utf-8")) for line, raw in state.get("pending") or []]
+        blocks = state.get("blocks")
+        if isinstance(blocks, list) and len(blocks) == 2 and isinstance(blocks[0], str) and isinstance(blocks[1], list):
+            self._blocks_of, self._blocks = blocks[0], {str(key) for key in blocks[1]}
         command = state.get("command")
         self._command = (command[0], command[1], int(command[2])) if command else None
         for name, sub_state in (state.get("subagents") or {}).items():
@@ -552,7 +556,7 @@ class ClaudeReader(Reader):
         for block in blocks if isinstance(blocks, list) else []:
             if not isinstance(block, dict):
                 continue
-            key = json.dumps(block, sort_keys=True) if self._blocks_of else None
+            key = _block_key(block) if self._blocks_of else None
             if key is not None:
                 if key in self._blocks:
                     continue  # a streamed duplicate of a block already mirrored
@@ -813,6 +817,14 @@ class _SubagentCost(Reader):
 
     def restore_own(self, state: dict[str, Any]) -> None:
         self._msg_usage = _messages_from(state)
+
+
+def _block_key(block: dict[str, Any]) -> str:
+    """What tells one content block from another of its message (a streamed copy has the same):
+    a digest of its JSON, kept in the reader's state."""
+    import hashlib
+
+    return hashlib.blake2b(json.dumps(block, sort_keys=True).encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
 
 
 MessageUsage = OrderedDict[str, tuple[str, tuple[int, ...]]]  # a message's key: its model and `Usage.values()`
