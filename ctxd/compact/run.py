@@ -107,6 +107,7 @@ def _compact_locked(workspace: Workspace, thread: str, strategy: str, cancel: th
     # Committed only if the history is still the version read above (another daemon's compaction,
     # a rollback or a restore meanwhile would otherwise be undone): else 1001, ledger unchanged.
     swapped = workspace.replace_history(thread, outcome.items, upto_seq=upto_seq, info=info, expected_version=version)
+    before = swapped["tokensBefore"]  # with the items recorded while it ran, which it kept after the summary
     usage = swapped["usage"]
     if usage["autoCompactLimit"] and usage["usedTokens"] < usage["autoCompactLimit"]:
         _rearm(workspace, thread)

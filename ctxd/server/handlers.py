@@ -78,6 +78,7 @@ def record_now(workspace_of: Callable[[str], Workspace], raw_params: Any) -> sha
 
 @handler(methods.REPORT_TOKEN_USAGE)
 def report_token_usage(call: Call, params: p.ReportTokenUsageParams) -> shapes.UsageSnapshot:
+    call.workspace.check_writable(params.thread)  # a followed session's usage is the agent's report
     usage = params.usage
     cached = min(usage.cached_input_tokens or 0, usage.input_tokens)
     billed = {"input": usage.input_tokens - cached, "cachedInput": cached, "output": usage.output_tokens}
@@ -86,6 +87,7 @@ def report_token_usage(call: Call, params: p.ReportTokenUsageParams) -> shapes.U
 
 @handler(methods.SET_PROMPT_CONTEXT)
 def set_prompt_context(call: Call, params: p.SetPromptContextParams) -> shapes.UsageSnapshot:
+    call.workspace.check_writable(params.thread)  # a followed session's model and window are its file's
     context = params.model_dump(by_alias=True, exclude_none=True, exclude={"workspace", "thread", "work_done_token"})
     return call.workspace.set_prompt_context(params.thread, context)
 

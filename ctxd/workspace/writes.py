@@ -333,6 +333,9 @@ class WorkspaceWrites(WorkspaceCore):
         with self.lock:
             ledger = self._ledger(thread)
             base = ledger.history_version if expected_version is None else expected_version
+            # The history the swap replaces is the one now, items recorded since the compaction read
+            # the thread included (they are kept after the summary): its usage is the one before.
+            tokens_before = self.view.usage(ledger)["usedTokens"]
             try:
                 compaction = self.store.replace(thread, upto_seq, rows, info, expected_version=expected_version,
                                                 history_version=base + 1, api_total=None, reference=None)
@@ -344,10 +347,10 @@ class WorkspaceWrites(WorkspaceCore):
             items_before = len(ledger.entries)
             ledger = self.cache.reload(self.store, thread)
             usage = self._changed(ledger)
-            self.store.annotate_compaction(compaction, tokensAfter=usage["usedTokens"], itemsBefore=items_before,
-                                           itemsAfter=len(ledger.entries))
+            self.store.annotate_compaction(compaction, tokensBefore=tokens_before, tokensAfter=usage["usedTokens"],
+                                           itemsBefore=items_before, itemsAfter=len(ledger.entries))
             return {"historyVersion": ledger.history_version, "itemCount": len(ledger.entries), "usage": usage,
-                    "operationId": compaction}
+                    "operationId": compaction, "tokensBefore": tokens_before}
 
     def mirror(self, thread: str, items: list[dict[str, Any]], *, baseline: int | None, after_baseline: int,
                context: dict[str, Any], info: dict[str, Any], replace: dict[str, Any] | None = None,
