@@ -60,6 +60,8 @@ FIRST_CLIENT_SECONDS = 20.0
 LOCK_WAIT_SECONDS = 30.0
 """A new owner waits this long for an old one that is leaving to let go of the lock."""
 LOG_BYTES = 4 * 1024 * 1024
+ACCEPT_RETRY_SECONDS = 0.1
+"""A client that cannot be taken now (no descriptor, no thread to spare) is tried again this often."""
 CLOSE_SECONDS = 10.0
 """A leaving owner waits this long for requests still running (of sessions that ended) before it
 exits; its lock is let go first, so the next owner starts meanwhile."""
@@ -175,22 +177,22 @@ class Owner:
                     return f"no session and no request for {self.idle:g} s"
                 self._lock.wait(min(TICK_SECONDS, left) if self._connections == 0 else TICK_SECONDS)
             self._release_idle_folders()
-            if not (self.folder / ownerlink.SOCKET_NAME).exists():
+            # Its own socket, not merely one: the state dir removed, another owner may listen in the
+            # folder made again (a client came before this tick), and write the same ledgers.
+            if _identity(str(self.folder / ownerlink.SOCKET_NAME)) != self._socket_id:
                 with self._lock:
                     busy = self._connections > 0
                 if not busy:
                     return "its socket or state dir was removed"
-                if not self._listen_again():  # another owner now: this one ends with its sessions
-                    self.idle = 0.0
-                    if self._listener is not None:
-                        with contextlib.suppress(OSError):
-                            self._listener.close()
+                if not self._listen_again():  # another owner now: the histories are its alone
+                    return "another owner listens in its state dir (it was removed and made again)"
         return "asked to stop"
 
     def _listen_again(self) -> bool:
         """The state dir was removed under sessions that still run: the owner makes its folder
         again and listens there, under a new lock (so no second owner starts beside it). False
-        when another process got there first: this one then takes no new client."""
+        when another owner got there first: this one then leaves (its sessions' clients go to that
+        one, as after an owner's death), so that each history keeps one writer."""
         try:
             ownerlink.private_dir(self.folder, create=True)
             lock = self.take_lock(wait=0)
@@ -331,13 +333,33 @@ class Owner:
     # --- connections ---
 
     def _accept(self) -> None:
-        assert self._listener is not None
+        listener = self._listener
+        assert listener is not None
+        failing = False
         while not self._stopping.is_set():
             try:
-                conn, _ = self._listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(conn,), name="ctxd-owner-client", daemon=True).start()
+                conn, _ = listener.accept()
+            except OSError as error:
+                if listener.fileno() < 0 or self._listener is not listener:
+                    return  # closed: the owner leaves, or listens again elsewhere (`_listen_again`)
+                problem: BaseException | None = error
+            else:
+                try:
+                    threading.Thread(target=self._serve, args=(conn,), name="ctxd-owner-client", daemon=True).start()
+                    problem = None
+                except RuntimeError as error:  # no thread to serve it
+                    conn.close()
+                    problem = error
+            if problem is None:
+                failing = False
+                continue
+            # Out of descriptors or threads for a moment (clients that connect and say nothing hold
+            # theirs for the handshake's bound): the clients queued wait, and are taken once there is
+            # room. Returning left an owner that holds the lock and answers no one while it runs.
+            if not failing:
+                log.warning("owner: cannot take a client now (%s); trying again", problem)
+            failing = True
+            time.sleep(ACCEPT_RETRY_SECONDS)
 
     def _serve(self, conn: socket.socket) -> None:
         fds: list[int] = []

@@ -73,6 +73,10 @@ LIST_CHUNK = 128
 # them as they came cost a cold owner's listing of 3,000 sessions 0.08 s: bench/README.md, round
 # eighteen), or whenever this many wait (about 20 MB of readers' state: memory bounded).
 LIST_SAVE_ROWS = 4_096
+# A session whose mirroring failed (its ledger could not be written: a full disk) is read again
+# from its start this long after; twice as long after each failure in a row, up to the most.
+REMIRROR_SECONDS = 2.0
+REMIRROR_MAX_SECONDS = 120.0
 
 
 class SessionBridge:
@@ -99,7 +103,7 @@ class SessionBridge:
             agent.name: agent.read_config(agent.home(os.environ, settings.sources.home(agent.name)))
             for agent in agents.every()}
         self._checkpoints = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ctxd-checkpoint")
-        self._mirrors = _Mirrors(threads_changed, self.follower.stored)
+        self._mirrors = _Mirrors(threads_changed, self.follower.stored, self.follower.reread)
         self._owners: dict[tuple[str, str], str] = {}  # (workspace, thread) -> the file it mirrors
         self._warned: set[tuple[str, str]] = set()
         self.checkpoints_taken = 0
@@ -313,7 +317,8 @@ class SessionBridge:
         self._mirrors.put(_Job(workspace, session.thread, steps, start, listing, update.caught_up, session.baseline,
                                max(0, session.size - session.baseline_items), context, info,
                                announce=(update.new and not update.resumed) or not owned or change.replaced
-                               or after is not None, tokens_after=after, follow=follow))
+                               or after is not None, tokens_after=after, follow=follow,
+                               path=session.path))
 
     def _compaction_after(self, session: Session) -> int | None:
         """The fill after the agent's latest compaction, when it became known with this update."""
@@ -456,6 +461,7 @@ class _Job:
     announce: bool  # tell threads_changed after the first slice (a thread found, or taken over)
     tokens_after: int | None = None  # the fill after the agent's latest compaction, newly known
     follow: tuple[str, dict[str, Any]] | None = None  # the file's path and where its reader stands after these steps
+    path: str | None = None  # the session's file (`Session.path`), read again when this job fails
     ops: deque[_Op] | None = None  # what is left to write, once planned (the first slice)
     started: bool = False
     key: tuple[str, str] = field(init=False)
@@ -479,6 +485,7 @@ class _Job:
         self.caught_up, self.baseline, self.after_baseline = later.caught_up, later.baseline, later.after_baseline
         self.context, self.info = later.context, later.info
         self.follow = later.follow or self.follow
+        self.path = later.path or self.path
         self.count += later.count
 
 
@@ -518,10 +525,15 @@ class _Mirrors:
     """The mirroring thread: jobs queued per thread, one slice of each thread's first job in turn."""
 
     def __init__(self, threads_changed: Callable[[str, list[str] | None], None],
-                 stored: Callable[[str], None]) -> None:
-        """`stored(path)`: where the file's reader stood (a job's `follow`) is in its store now."""
+                 stored: Callable[[str], None], reread: Callable[[str], None] = lambda path: None) -> None:
+        """`stored(path)`: where the file's reader stood (a job's `follow`) is in its store now.
+        `reread(path)`: read the session's file again from its start (a job of it failed)."""
         self.threads_changed = threads_changed
         self.stored = stored
+        self.reread = reread
+        # Threads whose mirroring failed: what the file adds after the failure is not appended to a
+        # history that misses what failed; they wait for the file read again from its start.
+        self._broken: dict[tuple[str, str], int] = {}  # -> failures in a row
         self._queues: OrderedDict[tuple[str, str], deque[_Job]] = OrderedDict()
         self._queued = 0  # items in the queued jobs' steps
         # Per thread: the history a session found again was being matched against, when the thread
@@ -536,6 +548,10 @@ class _Mirrors:
 
     def put(self, job: _Job) -> None:
         with self._wake:
+            if self._broken.get(job.key, 0) > 0:
+                if not job.start:
+                    return  # the whole file follows (`_failed`), these lines with it
+                self._broken[job.key] = -self._broken[job.key]  # (its failures, until it is written)
             self._queued += job.count
             queue = self._queues.setdefault(job.key, deque())
             if job.start:  # the history from its start: what was waiting is in it
@@ -587,12 +603,14 @@ class _Mirrors:
                     self.stored(job.follow[0])
             except CtxdError as error:
                 log.warning("%s: cannot mirror %s: %s", job.workspace.uri, job.thread, error.message)
-                finished = True
+                finished = self._failed(job, queue)
             except Exception:  # noqa: BLE001 - the mirroring thread must outlive any one session
                 log.exception("%s: cannot mirror %s", job.workspace.uri, job.thread)
-                finished = True
+                finished = self._failed(job, queue)
             with self._wake:
                 self._written.add(job.workspace)
+                if finished and self._broken.get(job.key, 0) < 0:
+                    del self._broken[job.key]  # written, at last
                 if finished:
                     self._queued -= queue.popleft().count
                     if not queue and self._queues.get(key) is queue:
@@ -608,6 +626,25 @@ class _Mirrors:
                     except Exception:  # noqa: BLE001 - the pages stay; the mirroring thread goes on
                         log.exception("%s: cannot give back the ledger's free pages", workspace.uri)
             time.sleep(0)  # let a client's request that waits for the workspace's lock take it
+
+    def _failed(self, job: _Job, queue: deque[_Job]) -> bool:
+        """A job that could not be written (its ledger full, say): it and the jobs queued after it
+        (which add to what it left unwritten) are dropped, and the session's file is read again from
+        its start a little later, to be matched against what the thread holds then (nothing lost,
+        nothing written twice). True: the job is done with."""
+        with self._wake:
+            while len(queue) > 1:
+                self._queued -= queue.pop().count
+            self._behind.pop(job.key, None)
+            self._passing.pop(job.key, None)
+            if job.path is not None and not self._stop:
+                failures = abs(self._broken.get(job.key, 0)) + 1
+                self._broken[job.key] = failures
+                wait = min(REMIRROR_MAX_SECONDS, REMIRROR_SECONDS * 2 ** min(failures - 1, 16))
+                timer = threading.Timer(wait, self.reread, (job.path,))
+                timer.daemon = True
+                timer.start()
+        return True
 
     # --- a job's plan ---
 
