@@ -50,6 +50,8 @@ START_LOCK_NAME = "start.lock"
 LOG_NAME = "owner.log"
 START_SECONDS = 20.0
 """How long a client that started the owner waits for it to listen (its imports take a moment)."""
+WRITE_SECONDS = 30.0
+"""A session's notification is written within this long (a request: within its timeout), or not at all."""
 
 
 class Unsafe(OSError):
@@ -394,19 +396,52 @@ class Session:
         """The owner ended the session (it left, or died)."""
         return self._closed
 
-    def _write(self, message: dict[str, Any]) -> None:
-        body = leanjson.dumps(message).encode("utf-8")
-        with self._lock:
-            self.conn.sendall(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    def _write(self, message: dict[str, Any], timeout: float) -> None:
+        """Write one message within `timeout`, or raise TimeoutError: an owner that reads nothing
+        (hung, stopped) never holds a writer longer, nor the writers waiting behind it. A message
+        cut short ends the session (what follows it could not be read)."""
+        import select
 
-    def notify(self, method: str, params: Any = None) -> None:
-        self._write({"jsonrpc": "2.0", "method": method, **({"params": params} if params is not None else {})})
+        body = leanjson.dumps(message).encode("utf-8")
+        data = memoryview(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        deadline = time.monotonic() + timeout
+        if not self._lock.acquire(timeout=max(0.0, timeout)):
+            raise TimeoutError(f"the owner reads nothing: no message written within {timeout:g} s")
+        try:
+            whole = len(data)
+            while data:
+                try:
+                    data = data[self.conn.send(data, _socket.MSG_DONTWAIT):]
+                except BlockingIOError:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        if len(data) < whole:
+                            self._cut()
+                        raise TimeoutError(f"the owner reads nothing: a message not written within {timeout:g} s") \
+                            from None
+                    waiting = select.poll()  # (not select.select: a descriptor past 1023 is fine)
+                    waiting.register(self.conn, select.POLLOUT)
+                    waiting.poll(left * 1000)
+        finally:
+            self._lock.release()
+
+    def _cut(self) -> None:
+        """End a session whose stream holds a message cut short."""
+        with contextlib.suppress(OSError):
+            self.conn.shutdown(_socket.SHUT_RDWR)
+        with self._arrived:
+            self._closed = True
+            self._arrived.notify_all()
+
+    def notify(self, method: str, params: Any = None, timeout: float = WRITE_SECONDS) -> None:
+        self._write({"jsonrpc": "2.0", "method": method, **({"params": params} if params is not None else {})},
+                    timeout)
 
     def request(self, method: str, params: Any = None, timeout: float = 60.0) -> Any:
         msg_id = next(self._ids)
-        self._write({"jsonrpc": "2.0", "id": msg_id, "method": method,
-                     **({"params": params} if params is not None else {})})
         deadline = time.monotonic() + timeout
+        self._write({"jsonrpc": "2.0", "id": msg_id, "method": method,
+                     **({"params": params} if params is not None else {})}, timeout)
         with self._arrived:
             while msg_id not in self._answers:
                 left = deadline - time.monotonic()
@@ -459,7 +494,7 @@ class Session:
 
         with contextlib.suppress(OSError, RemoteError, TimeoutError):
             self.request("shutdown", None, 5.0)
-            self.notify("exit")
+            self.notify("exit", timeout=1.0)
         with contextlib.suppress(OSError):
             self.conn.shutdown(_socket.SHUT_RDWR)
         self.conn.close()

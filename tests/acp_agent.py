@@ -12,8 +12,8 @@ What a prompt's text asks for:
 - `quiet`: the turn ends at once, nothing streamed;
 - anything else: its words streamed back in three chunks ("Echo: …").
 After each turn but `quiet` it reports `usage_update` when ACP_AGENT_USAGE is set (used = 1000 per
-turn, size 200000). `session/load` replays the session's turns (user and agent chunks). Every line
-it receives is appended to ACP_AGENT_LOG when set, so a test sees exactly what reached the agent.
+turn, size 200000). `session/load` replays the session's turns (user and agent chunks); with
+ACP_AGENT_REFUSE_LOAD set it is refused (an error answer, nothing replayed). Every line it receives is appended to ACP_AGENT_LOG when set, so a test sees exactly what reached the agent.
 With ACP_AGENT_LINKS set, each prompt appends there the thread that `ctxd.acplink.served_thread`
 finds for the environment of the MCP server named "ctxd" in that session's `session/new` (what
 `ctxd mcp`, started by the agent with that environment, would serve at that moment).
@@ -150,6 +150,9 @@ def main() -> None:
             send({"id": msg_id, "result": {"sessionId": session}})
         elif method == "session/load":
             session = params["sessionId"]
+            if os.environ.get("ACP_AGENT_REFUSE_LOAD"):  # an agent that cannot load the session (its history is gone)
+                send({"id": msg_id, "error": {"code": -32002, "message": f"Resource not found: {session}"}})
+                continue
             note_mcp(session, params)
             for user, agent in sessions.setdefault(session, []):
                 update(session, {"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": user}})

@@ -37,6 +37,8 @@ RECORD_RETRY_SECONDS = 0.5
 FOLDER_RETRIES = 40
 """A folder just added to the owner's session opens in the background: a record retries meanwhile."""
 LOG_BYTES = 1024 * 1024
+OPEN_WRITE_SECONDS = 1.0
+"""A folder opened on a message's way (`session/new`) waits this long at most to be written to the owner."""
 RECONNECT_SECONDS = 10.0
 """After the owner's session ends (the owner died), a new one is tried at most this often."""
 
@@ -72,6 +74,23 @@ class Record(NamedTuple):
 
 class NoOwner(OSError):
     """No owner's session to send on: none could be reached yet (the request was never sent)."""
+
+
+def unicode_only(value: Any) -> Any:
+    """`value` with each unpaired UTF-16 surrogate in its strings (`"\\ud83d"`: valid JSON, which an
+    editor or agent cutting a string between the halves of a pair writes, but not Unicode) made
+    U+FFFD: the owner refuses a message holding one, and a commit message cannot hold one."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:  # (halves of one pair that came apart, in two chunks, are joined again)
+            return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+        return value
+    if isinstance(value, dict):
+        return {unicode_only(key): unicode_only(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [unicode_only(item) for item in value]
+    return value
 
 
 def describe(error: BaseException) -> str:
@@ -121,9 +140,9 @@ class Owner:
             self._ready.set()
 
     @staticmethod
-    def _open(session: ownerlink.Session, folder: Path) -> None:
+    def _open(session: ownerlink.Session, folder: Path, timeout: float = ownerlink.WRITE_SECONDS) -> None:
         session.notify("workspace/didChangeWorkspaceFolders",
-                       {"event": {"added": [{"uri": folder.as_uri(), "name": folder.name}], "removed": []}})
+                       {"event": {"added": [{"uri": folder.as_uri(), "name": folder.name}], "removed": []}}, timeout)
 
     def want(self, folder: Path) -> None:
         """Have the owner open `folder` (its tree watch starts: the first checkpoint is short)."""
@@ -132,9 +151,9 @@ class Owner:
                 return
             self._folders.add(folder)
             session = self._session
-        if session is not None:
+        if session is not None:  # on a message's way: a short wait (a request opens it again when it is not open)
             with contextlib.suppress(OSError):
-                self._open(session, folder)
+                self._open(session, folder, OPEN_WRITE_SECONDS)
 
     def session(self, folder: Path, wait: float) -> ownerlink.Session | None:
         """The owner's session with `folder` open (added when new), or None. A session the owner
@@ -163,6 +182,7 @@ class Owner:
         Nothing with CTXD_OWNER=0 (nothing is recorded)."""
         if self._disabled:
             return
+        params = unicode_only(params)
         with self._submitting:
             self._seq += 1
             params = {**params, "proxy": self.spool.proxy, "seq": self._seq}
@@ -253,8 +273,7 @@ class Owner:
                     raise
         raise OSError("unreachable")
 
-    @staticmethod
-    def _request_on(session: ownerlink.Session, folder: Path, method: str, params: dict[str, Any],
+    def _request_on(self, session: ownerlink.Session, folder: Path, method: str, params: dict[str, Any],
                     timeout: float) -> Any:
         for attempt in range(FOLDER_RETRIES):
             try:
@@ -262,6 +281,8 @@ class Owner:
             except ownerlink.RemoteError as error:
                 if "not an open workspace folder" not in error.message or attempt == FOLDER_RETRIES - 1:
                     raise
+                if attempt == 0:  # (its opening may not have been written: the owner was not reading)
+                    self._open(session, folder, timeout)
                 time.sleep(0.05)
         raise OSError("unreachable")
 
@@ -270,6 +291,7 @@ class Owner:
     def checkpoint(self, folder: Path, params: dict[str, Any]) -> str | None:
         """A checkpoint of `folder` (params: thread, trigger, message, turn, tool) before a change:
         by the owner, else here. The commit's id, or None (none taken; the reason is logged)."""
+        params = unicode_only(params)
         started = time.monotonic()
         try:
             answer = self.request(folder, "ctxd/acp/checkpoint", params, CHECKPOINT_SECONDS)

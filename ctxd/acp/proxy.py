@@ -130,8 +130,10 @@ def _parse(line: bytes) -> dict[str, Any] | None:
 
 
 def _dump(message: dict[str, Any], line: bytes) -> bytes:
-    """A message changed by the proxy, ended as its line was."""
-    data = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    """A message changed by the proxy, ended as its line was. Raises ValueError when it cannot be
+    written as the JSON it came as (a number past a double's range, read as infinity): the line
+    then goes on unchanged."""
+    data = json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
     return data + (b"\r\n" if line.endswith(b"\r\n") else b"\n" if line.endswith(b"\n") else b"")
 
 
@@ -332,6 +334,14 @@ class Proxy:
         session_id = params.get("sessionId") if method in ("session/load", "session/resume") else (
             result.get("sessionId") if isinstance(result, dict) else None)
         folder = params["_folder"]
+        if method in ("session/load", "session/resume") and isinstance(session_id, str):
+            with self.lock:  # the replay ends with the answer, whatever it is
+                replayed = self.sessions.get(session_id)
+                if replayed is not None and replayed.replaying:
+                    replayed.turn_ended()  # its last agent message is the replay's, not the next turn's
+                    replayed.replaying = False
+            if replayed is not None and not isinstance(result, dict):
+                self._flush(replayed)
         if not isinstance(session_id, str) or not isinstance(result, dict):
             return line  # refused: nothing opened
         if method in ("session/new", "session/fork"):
@@ -467,7 +477,8 @@ def main(argv: list[str]) -> int:
         print(f"ctxd acp: --workspace {workspace} is not a folder", file=sys.stderr)
         return 2
     try:
-        agent = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+        agent = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0,
+                                 preexec_fn=_die_with_parent(os.getpid()))  # (no thread runs yet)
     except OSError as error:
         print(f"ctxd acp: cannot run {command[0]}: {error.strerror or error}", file=sys.stderr)
         return 127 if isinstance(error, FileNotFoundError) else 126
@@ -492,6 +503,24 @@ def main(argv: list[str]) -> int:
         os.kill(os.getpid(), -code)
         return 128 - code  # a signal that does not end a process (the shell's convention otherwise)
     return code
+
+
+def _die_with_parent(parent: int) -> Any:
+    """The agent's `preexec_fn`: it is killed when this process is (Linux's parent-death signal).
+    An editor that kills `ctxd acp` with SIGKILL would have killed the agent itself; without this
+    an agent that does not end at its input's end keeps running, orphaned."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def set_signal() -> None:
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # this process ended before it was set
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return set_signal
 
 
 def _pump_editor(proxy: Proxy) -> None:

@@ -1,0 +1,186 @@
+"""`ctxd acp` (docs/acp.md) against editors and agents that do what tests/test_acp.py's do not: real
+subprocesses throughout (the proxy, the scripted agent of tests/acp_agent.py, the owner)."""
+
+# ruff: noqa: F811  (`repo` is tests/test_acp.py's fixture)
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from tests.rpc import Client
+from tests.test_acp import (  # noqa: F401
+    AGENT,
+    PROXY,
+    RawEditor,
+    agent_env,
+    checkpoints,
+    history,
+    prompt,
+    repo,
+    start_session,
+    wait_until,
+)
+
+
+def texts(client: Client, workspace: Path, count: int) -> list[str] | None:
+    found = [i["content"][0]["text"] for i in history(client, workspace, "acp:sess-1") if i["type"] == "message"]
+    return found if len(found) >= count else None
+
+
+def test_a_turn_after_session_load_does_not_record_the_replayed_answer_again(
+        repo: Path, state_dir: Path, tmp_path: Path, client: Client) -> None:
+    """The editor loads the session it is in (the agent replays it), then sends a turn. The last
+    agent message of the replay was still open when the load was answered: it was recorded again,
+    as the new turn's, after the thread already held it."""
+    editor = RawEditor(PROXY + AGENT, agent_env(state_dir, tmp_path, "raw"), repo)
+    try:
+        session = start_session(editor, repo)
+        for text in ("one", "two"):
+            assert prompt(editor, session, text)["result"]["stopReason"] == "end_turn"
+        assert wait_until(lambda: texts(client, repo, 4))
+        got = editor.request("session/load", {"sessionId": session, "cwd": str(repo), "mcpServers": []})
+        assert "result" in editor.wait(lambda m: m.get("id") == got)
+        assert prompt(editor, session, "three")["result"]["stopReason"] == "end_turn"
+        assert wait_until(lambda: texts(client, repo, 6))
+        wait_until(lambda: texts(client, repo, 7), timeout=3)  # (one more would come within this)
+        assert texts(client, repo, 0) == ["one", "Echo: one", "two", "Echo: two", "three", "Echo: three"]
+    finally:
+        assert editor.close() == 0
+
+
+def test_turns_after_a_refused_session_load_are_recorded(repo: Path, state_dir: Path, tmp_path: Path,
+                                                         client: Client) -> None:
+    """The agent refuses a `session/load` of the session the editor is in (an error answer). The
+    proxy took the session for one being replayed until that answer, and an error answer never
+    ended it: every later turn went to the owner as replayed history, which a thread that holds
+    something drops. The turns after it were lost."""
+    editor = RawEditor(PROXY + AGENT, agent_env(state_dir, tmp_path, "raw", ACP_AGENT_REFUSE_LOAD="1"), repo)
+    try:
+        session = start_session(editor, repo)
+        assert prompt(editor, session, "one")["result"]["stopReason"] == "end_turn"
+        assert wait_until(lambda: texts(client, repo, 2))
+        got = editor.request("session/load", {"sessionId": session, "cwd": str(repo), "mcpServers": []})
+        assert "error" in editor.wait(lambda m: m.get("id") == got)
+        assert prompt(editor, session, "two")["result"]["stopReason"] == "end_turn"
+        assert wait_until(lambda: texts(client, repo, 4), timeout=15) == ["one", "Echo: one", "two", "Echo: two"]
+    finally:
+        assert editor.close() == 0
+
+
+def test_a_turn_holding_half_a_surrogate_pair_is_recorded(repo: Path, state_dir: Path, tmp_path: Path,
+                                                          client: Client) -> None:
+    """A prompt cut in the middle of an emoji (JavaScript strings are UTF-16: a paste or a slice cut
+    between the halves of a surrogate pair, which JSON.stringify writes as a lone `\\ud83d`). The
+    turn passes unchanged; the owner refuses any message holding an unpaired surrogate (SQLite
+    cannot store one), so the proxy's records of the prompt and of the agent's echo of it were
+    refused, and so was every later record (each carries the session's title, its first prompt):
+    nothing of the session reached the thread. The turn's checkpoint failed too (the owner refused
+    it, and a commit message cannot hold the surrogate): none was taken before that turn."""
+    editor = RawEditor(PROXY + AGENT, agent_env(state_dir, tmp_path, "raw"), repo)
+    try:
+        session = start_session(editor, repo)
+        answer = prompt(editor, session, "cut \ud83d")
+        assert answer["result"]["stopReason"] == "end_turn"
+        taken = [c for c in checkpoints(client, repo) if c["trigger"] == "turn"]
+        assert [c["turn"]["index"] for c in taken] == [1], "no checkpoint before the turn"
+        assert prompt(editor, session, "two")["result"]["stopReason"] == "end_turn"
+        found = wait_until(lambda: texts(client, repo, 4), timeout=15)
+        assert found == ["cut \ufffd", "Echo: cut \ufffd", "two", "Echo: two"], texts(client, repo, 0)
+    finally:
+        assert editor.close() == 0
+
+
+def test_an_owner_that_stops_reading_does_not_hold_the_next_prompt_forever(
+        repo: Path, state_dir: Path, tmp_path: Path, daemon_factory: Callable[..., Client]) -> None:
+    """The owner stops reading its socket (here SIGSTOP: a hung or swapped-out daemon) while the
+    proxy sends it a record larger than the socket's buffer (a prompt with a file attached). The
+    record's write blocked, holding the session's write lock, and the turn's checkpoint, which
+    waits at most 20 s for the owner and is then taken in the proxy (docs/acp.md), waited for that
+    lock without a bound: the prompt never reached the agent. Once the owner reads again, the turn
+    is recorded."""
+    owner = daemon_factory([repo])
+    editor = RawEditor(PROXY + AGENT, agent_env(state_dir, tmp_path, "raw"), repo)
+    stopped = False
+    try:
+        session = start_session(editor, repo)
+        assert prompt(editor, session, "one")["result"]["stopReason"] == "end_turn"
+        assert wait_until(lambda: texts(owner, repo, 2))
+        os.kill(owner.daemon_pid, signal.SIGSTOP)
+        stopped = True
+        attached = "x" * (2 << 20)
+        got = editor.request("session/prompt", {"sessionId": session, "prompt": [
+            {"type": "text", "text": "two"},
+            {"type": "resource", "resource": {"uri": "file:///big.txt", "text": attached}}]})
+        answer = editor.wait(lambda m: m.get("id") == got, timeout=90)
+        assert answer["result"]["stopReason"] == "end_turn"
+        got = editor.request("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "three"}]})
+        answer = editor.wait(lambda m: m.get("id") == got, timeout=90)  # (a checkpoint waits 20 s, then one here)
+        assert answer["result"]["stopReason"] == "end_turn"
+        os.kill(owner.daemon_pid, signal.SIGCONT)
+        stopped = False
+        found = wait_until(lambda: texts(owner, repo, 6), timeout=90)
+        assert found is not None and found[2].startswith("two\nxxx") and found[4:] == ["three", "Echo: three"]
+    finally:
+        if stopped:
+            os.kill(owner.daemon_pid, signal.SIGCONT)
+        assert editor.close() == 0
+
+
+def test_an_answer_ctxd_adds_to_stays_strict_json(state_dir: Path, tmp_path: Path, repo: Path) -> None:
+    """An agent's `initialize` answer with a number past a double's range in a field of a newer
+    protocol (valid JSON; JavaScript reads it as Infinity). The proxy adds `_meta.ctxd` to that
+    answer by parsing and writing it again, and wrote the number as `Infinity`, which is no JSON:
+    the editor's parser (JSON.parse) refused the answer. It must reach the editor as JSON."""
+    answer = b'{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":1,"_meta":{"future":{"limit":1e400}}}}\n'
+    script = ("import sys; sys.stdin.buffer.readline(); "
+              f"sys.stdout.buffer.write({answer!r}); sys.stdout.buffer.flush()")
+    request = b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}\n'
+    done = subprocess.run(PROXY + [sys.executable, "-c", script], input=request, capture_output=True, timeout=60,
+                          env=agent_env(state_dir, tmp_path, "raw", CTXD_OWNER="0"), cwd=repo)
+    assert done.returncode == 0
+
+    def strict(constant: str) -> None:
+        raise ValueError(f"not JSON: {constant}")
+
+    got = json.loads(done.stdout, parse_constant=strict)
+    assert got["result"]["_meta"]["future"]["limit"] == float("inf")  # (what the agent sent: 1e400)
+
+
+def test_an_agent_does_not_outlive_a_proxy_killed_by_its_editor(state_dir: Path, tmp_path: Path, repo: Path) -> None:
+    """An editor ends its agent with SIGKILL (Zed kills its agent servers on drop): behind `ctxd acp`
+    that kill reaches the proxy, which cannot pass it on. An agent that does not end at its input's
+    end (busy, or waiting on something of its own) kept running, orphaned, where without ctxd it
+    would have been killed."""
+    pid_file = tmp_path / "agent.pid"
+    script = (f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); "
+              "time.sleep(120)")  # reads nothing: its input's end goes unnoticed
+    proxy = subprocess.Popen(PROXY + [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             env=agent_env(state_dir, tmp_path, "raw", CTXD_OWNER="0"), cwd=repo)
+    agent = 0
+    try:
+        assert wait_until(lambda: pid_file.exists() and pid_file.read_text())
+        agent = int(pid_file.read_text())
+        proxy.kill()
+        proxy.wait(timeout=30)
+
+        def gone() -> bool:
+            try:
+                os.kill(agent, 0)
+            except ProcessLookupError:
+                return True
+            with open(f"/proc/{agent}/stat") as stat:  # a zombie (not reaped yet by init) is gone too
+                return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+
+        assert wait_until(gone, timeout=10), "the agent outlived the proxy its editor killed"
+    finally:
+        if agent:
+            with contextlib.suppress(OSError):
+                os.kill(agent, signal.SIGKILL)
+        if proxy.poll() is None:
+            proxy.kill()
