@@ -27,4 +27,14 @@ def main(argv: list[str] | None = None) -> int:
         return acp_main(argv[1:])
     from ctxd.cli import main as cli_main
 
-    return cli_main(argv)
+    for stream in (sys.stdout, sys.stderr):  # a terminal that is not UTF-8 shows an escape, no traceback
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
+    try:
+        return cli_main(argv)
+    except BrokenPipeError:  # `ctxd sessions | head`: the reader went away, nothing is left to say
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # (and Python's own flush at exit writes nowhere)
+        return 1

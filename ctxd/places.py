@@ -70,6 +70,26 @@ def _path(name: str) -> Path:
     return Path(name)
 
 
+class NoFolder(Exception):
+    """The folder a command was asked about cannot be had (`asked_folder`); its message says why."""
+
+
+def asked_folder(given: str | None) -> Path:
+    """The folder a terminal command was asked about: `given` (its `--workspace`), made absolute
+    and resolved, else the current directory. Raises NoFolder when the current directory is gone
+    (deleted since the shell entered it) or `given` cannot be resolved (a symlink loop)."""
+    if given is None:
+        try:
+            return _path(os.getcwd())
+        except OSError as error:
+            raise NoFolder(f"the current folder cannot be read ({error.strerror}): was it deleted? "
+                           "cd to an existing folder") from None
+    try:
+        return _path(given).expanduser().resolve()
+    except (OSError, RuntimeError) as error:  # RuntimeError: a symlink loop (Python < 3.13)
+        raise NoFolder(f"{given} cannot be resolved ({getattr(error, 'strerror', None) or error})") from None
+
+
 def state_dir_name() -> str:
     """`$XDG_STATE_HOME/ctxd` (default `~/.local/state/ctxd`), as a string (`default_state_dir`)."""
     base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")

@@ -115,11 +115,17 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--scope", choices=("user", "project"), default="user")
     parser.add_argument("--dry-run", action="store_true", help="print the change as a diff; write nothing")
     args = parser.parse_args(argv)
-    from ctxd.places import default_state_dir, find_workspace
+    from ctxd.places import NoFolder, asked_folder, default_state_dir, find_workspace
 
     state_dir = default_state_dir()
     chosen = hooked if args.agent in (None, "all") else [agents.get(args.agent)]
-    project = find_workspace(Path.cwd(), state_dir).folder
+    try:
+        project = find_workspace(asked_folder(None), state_dir).folder
+    except NoFolder as error:
+        from ctxd.terminal import safe
+
+        print(safe(f"ctxd hooks {args.action}: {error}"), file=sys.stderr)
+        return 2
     if args.action == "status":
         print("\n".join(status(chosen, project)))
         return 0

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 from ctxd import agents
 from ctxd.agents.base import AgentConfig, AgentLimits
 from ctxd.agents.session import Session
+from ctxd.redact import redact_json
 from ctxd.sessions import cachecost, discovery, drift, pricing, summaries
 from ctxd.settings import Problem, load_settings
 from ctxd.terminal import safe
@@ -108,7 +109,8 @@ class Shown:
         self.prices, self.configs, self.table = prices, configs, table
 
     def __call__(self, session: Session, used: int | None) -> Printed:
-        row = summary(session, self.prices, self.configs.get(session.agent), used)
+        # Redacted as it is shown: a summary stored before the key was configured holds it as typed.
+        row = redact_json(summary(session, self.prices, self.configs.get(session.agent), used))
         # (each JSON line made by json's C encoder: `indent` would make every row in Python, 3x slower)
         return Printed(row, cells(row), "") if self.table else Printed(row, (), json.dumps(row))
 
@@ -144,13 +146,15 @@ def main(argv: list[str]) -> int:
                             "`sources.<agent>_home` in ctxd's settings says)")
     parser.add_argument("--state-dir", help="where the sessions' summaries are kept (default: as the owner)")
     args = parser.parse_args(argv)
-    from ctxd.places import default_state_dir, find_workspace
+    from ctxd.places import NoFolder, asked_folder, default_state_dir, find_workspace
 
+    try:
+        folder = asked_folder(args.workspace)
+    except NoFolder as error:
+        print(safe(f"ctxd sessions: {error}"), file=sys.stderr)
+        return 2
     if args.workspace is None:  # from any folder inside a workspace
-
-        folder = find_workspace(Path.cwd(), default_state_dir()).folder
-    else:
-        folder = Path(args.workspace).expanduser().resolve()
+        folder = find_workspace(folder, default_state_dir()).folder
     if not folder.is_dir():
         print(f"ctxd sessions: {folder} is not a folder", file=sys.stderr)
         return 2

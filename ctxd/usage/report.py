@@ -204,12 +204,15 @@ def main(argv: list[str] | None = None, stdout: TextIO | None = None) -> int:
     args = build_parser().parse_args(argv)
     out = stdout or sys.stdout
     state_dir = Path(args.state_dir).expanduser() if args.state_dir else None
-    if args.workspace is None:  # from any folder inside a workspace
-        from ctxd.places import find_workspace
+    from ctxd.places import NoFolder, asked_folder, find_workspace
 
-        workspace = find_workspace(Path.cwd(), state_dir or default_state_dir()).folder
-    else:
-        workspace = Path(args.workspace).expanduser().resolve()
+    try:
+        workspace = asked_folder(args.workspace)
+    except NoFolder as error:
+        print(f"ctxd usage: {safe(str(error))}", file=sys.stderr)
+        return 2
+    if args.workspace is None:  # from any folder inside a workspace
+        workspace = find_workspace(workspace, state_dir or default_state_dir()).folder
     try:
         # A status bar polls `short` often: the estimator answers it without loading tiktoken.
         result = load_breakdown(workspace, args.thread, state_dir, exact=args.format != "short")
