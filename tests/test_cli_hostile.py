@@ -111,3 +111,19 @@ def test_a_summary_stored_before_the_key_was_configured_never_shows_it(tmp_path:
     assert done.returncode == 0, done.stderr
     assert "use the key" in done.stdout
     assert KEY not in done.stdout and KEY not in done.stderr
+
+
+def test_a_dry_run_never_prints_the_api_key_a_settings_file_holds(tmp_path: Path) -> None:
+    """`ctxd hooks install --dry-run` prints the change as a diff, with the settings file's lines
+    around it: a key the user keeps in Claude Code's `env` (as its docs show) was printed there."""
+    project = tmp_path / "project"
+    project.mkdir()
+    home = tmp_path / "home"
+    (home / ".claude").mkdir(parents=True)
+    settings = home / ".claude" / "settings.json"
+    settings.write_text('{\n  "env": {\n    "OPENAI_API_KEY": "%s"\n  }\n}\n' % KEY)
+    done = _ctxd(["hooks", "install", "--agent", "claude", "--dry-run"], project, _env(home, OPENAI_API_KEY=KEY))
+    assert done.returncode == 0, done.stderr
+    assert "OPENAI_API_KEY" in done.stdout and "[redacted]" in done.stdout  # the line, without its value
+    assert KEY not in done.stdout and KEY not in done.stderr
+    assert settings.read_text() == '{\n  "env": {\n    "OPENAI_API_KEY": "%s"\n  }\n}\n' % KEY  # nothing written

@@ -137,8 +137,12 @@ def main(argv: list[str]) -> int:
             return 0
     try:
         changes, notes = plan(args.action, chosen, args.scope, project, state_dir, ctxd_command())
-        if args.dry_run:
-            sys.stdout.write(diff(changes) or "nothing to change\n")
+        if args.dry_run:  # (the files' lines around the change: a key kept in one is not printed)
+            from ctxd import redact
+            from ctxd.settings import load_settings
+
+            load_settings(None, {}, [])  # registers the configured API key
+            sys.stdout.write(redact.redact(diff(changes)) or "nothing to change\n")
             return 0
         apply(changes, args.action, state_dir)
     except InstallError as error:
