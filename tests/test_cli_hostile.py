@@ -4,6 +4,7 @@ encoding, and a summary stored before the API key was configured. Each a real `p
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -121,9 +122,10 @@ def test_a_dry_run_never_prints_the_api_key_a_settings_file_holds(tmp_path: Path
     home = tmp_path / "home"
     (home / ".claude").mkdir(parents=True)
     settings = home / ".claude" / "settings.json"
-    settings.write_text('{\n  "env": {\n    "OPENAI_API_KEY": "%s"\n  }\n}\n' % KEY)
+    text = json.dumps({"env": {"OPENAI_API_KEY": KEY}}, indent=2) + "\n"
+    settings.write_text(text)
     done = _ctxd(["hooks", "install", "--agent", "claude", "--dry-run"], project, _env(home, OPENAI_API_KEY=KEY))
     assert done.returncode == 0, done.stderr
     assert "OPENAI_API_KEY" in done.stdout and "[redacted]" in done.stdout  # the line, without its value
     assert KEY not in done.stdout and KEY not in done.stderr
-    assert settings.read_text() == '{\n  "env": {\n    "OPENAI_API_KEY": "%s"\n  }\n}\n' % KEY  # nothing written
+    assert settings.read_text() == text  # nothing written
