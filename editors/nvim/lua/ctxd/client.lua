@@ -100,6 +100,8 @@ function M.not_running(bufnr)
     return 'the daemon stopped; :Ctxd restart starts it again'
   elseif why == 'not installed' then
     return 'the daemon is not installed; :checkhealth ctxd says how to install it'
+  elseif why == 'not executable' then
+    return 'the daemon is not executable; :checkhealth ctxd says how to fix it'
   elseif why == 'not running' then
     return 'the daemon did not start; :checkhealth ctxd says why, :Ctxd restart tries again'
   elseif vim.lsp.is_enabled and vim.lsp.is_enabled('ctxd') then

@@ -309,7 +309,8 @@ M.subcommands.restart = {
       if vim.lsp.is_enabled('ctxd') then
         local cmd = (vim.lsp.config.ctxd or {}).cmd
         if type(cmd) == 'table' and cmd[1] and vim.fn.executable(cmd[1]) == 0 then
-          notify(('the daemon is not installed (%s not found); see :checkhealth ctxd'):format(cmd[1]), vim.log.levels.ERROR)
+          local _, why = require('ctxd.supervisor').not_runnable(cmd[1])
+          notify(why .. '; see :checkhealth ctxd', vim.log.levels.ERROR)
           return
         end
         vim.lsp.enable('ctxd', false)

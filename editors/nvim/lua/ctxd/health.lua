@@ -35,6 +35,11 @@ end
 ---@return string problem
 ---@return string[] advice
 function M.missing_daemon(name)
+  if require('ctxd.supervisor').not_runnable(name) == 'not executable' then
+    return ('`%s` is there but not executable'):format(name), {
+      ('chmod +x %s, then :Ctxd restart'):format(name),
+    }
+  end
   local expanded = vim.fn.expand(name)
   if expanded ~= name and vim.fn.executable(expanded) == 1 then
     return ('`%s` is not executable: Neovim does not expand `~` in cmd'):format(name), {
@@ -133,8 +138,8 @@ local function check_clients()
     local why = require('ctxd.status').down({ bufnr = bufnr > 0 and bufnr or nil }) or require('ctxd.status').any_down()
     if why == 'stopped' then
       health.warn('no ctxd client is running: the daemon stopped after crashing repeatedly', { ':Ctxd restart starts it again' })
-    elseif why == 'not installed' then
-      health.warn('no ctxd client is running: the daemon is not installed (see "ctxd: daemon" above)')
+    elseif why == 'not installed' or why == 'not executable' then
+      health.warn(('no ctxd client is running: the daemon is %s (see "ctxd: daemon" above)'):format(why))
     elseif why then
       health.warn(('no ctxd client is running: the daemon %s'):format(why == 'not running' and 'did not start' or why),
         { 'the error above says why; :Ctxd restart tries again' })

@@ -167,8 +167,22 @@ function M.check_command(bufnr)
   if not root then
     return
   end
-  require('ctxd.status').set_down(vim.uri_from_fname(root), 'not installed')
-  M.start_failed(cmd, ('the daemon is not installed (%s not found)'):format(cmd[1]))
+  local down, why = M.not_runnable(cmd[1])
+  require('ctxd.status').set_down(vim.uri_from_fname(root), down)
+  M.start_failed(cmd, why)
+end
+
+--- Why the daemon command `name` cannot run: the gauge's word and the sentence. A file that is
+--- there without its execute bit is not "not installed" (installing again is not the fix).
+---@param name string
+---@return string down
+---@return string why
+function M.not_runnable(name)
+  local stat = name:find('/', 1, true) and vim.uv.fs_stat(name) or nil
+  if stat and stat.type == 'file' then
+    return 'not executable', ('the daemon is not executable (%s: chmod +x it)'):format(name)
+  end
+  return 'not installed', ('the daemon is not installed (%s not found)'):format(name)
 end
 
 return M

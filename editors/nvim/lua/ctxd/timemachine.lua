@@ -432,7 +432,8 @@ end
 ---@param args string[]
 function M.rollback(args)
   local turns = tonumber(args[1] or '1')
-  if not turns or turns < 1 or turns ~= math.floor(turns) then
+  -- `inf` and `1e400` are numbers to Lua, not to JSON (sending them raises).
+  if not turns or turns < 1 or turns ~= math.floor(turns) or turns == math.huge then
     notify(('rollback takes a positive number of turns, got %q'):format(args[1]), vim.log.levels.ERROR)
     return
   end

@@ -13,8 +13,10 @@ M.NS = vim.api.nvim_create_namespace('ctxd')
 ---@param buf integer
 ---@param lines ctxd.Line[]
 function M.fill(buf, lines)
+  -- A name from the daemon (a file's, a tool's, a model's) may hold a line break, which
+  -- nvim_buf_set_lines refuses: a space in its place keeps the byte columns of the marks.
   local texts = vim.tbl_map(function(l)
-    return l.text
+    return (l.text:gsub('[\r\n]', ' '))
   end, lines)
   vim.bo[buf].modifiable = true
   vim.api.nvim_buf_set_lines(buf, 0, -1, false, texts)
