@@ -701,6 +701,9 @@ class ClaudeReader(Reader):
         tail: list[dict[str, Any]] = []
         blocks_of, blocks = self._blocks_of, self._blocks
         self._blocks_of, self._blocks = None, set()
+        # The kept lines were read (and their unknown blocks counted) as they came; building their
+        # items again, at the end of each read, counts nothing more.
+        unknown = dict(self.session.unknown)
         for _, raw in self._pending:
             rec = parse(raw.decode("utf-8", "replace"))
             message = rec.get("message") if rec is not None else None
@@ -714,6 +717,7 @@ class ClaudeReader(Reader):
                 if parts:
                     tail.append({"type": "message", "role": "user", "content": parts})
         self._blocks_of, self._blocks = blocks_of, blocks
+        self.session.unknown = unknown
         self.session.tail = tail
 
 

@@ -50,6 +50,7 @@ MAX_REPLAYS = 16
 HEAD_CHUNK = 4096  # how far past a first line a peek may read (never parsed)
 HEAD_LIMIT = 4 * 1024 * 1024  # a file without its first lines in this many bytes is not a session
 MAX_DEPTH = 100  # a record nested deeper is skipped: the ledger's JSON (and the wire's) cannot hold it
+EDGE_BLANKS = 64  # blank lines passed over at a chunk's edge to find the line whose time it gives
 CHECK_BYTES = 64  # bytes kept from the file's start and from just before the offset (rewrite check)
 # Never block on a FIFO or a device, never follow a link out of the agents' folders.
 OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -255,8 +256,16 @@ class Reader(SessionReader):
         report (5% of a first `ctxd sessions`' CPU); the owner's mirror estimates it."""
         newlines, rows = skim.scan(data, 0, end + 1, b"type", self.skip_types, self.needles(), self.paths,
                                    self.limits, self.marks())
-        if not rows or rows[0][0] != 0:
-            self.skipped(data, 0, data.find(b"\n", 0, end + 1), change)
+        # The chunk's first and last lines that are not blank: a blank line at an edge (an extra
+        # newline) must not hide the line beside it, whose time a line passed over gives.
+        # (At most EDGE_BLANKS of them: a file of nothing but newlines is not walked line by line.)
+        first_start, first_stop = 0, data.find(b"\n", 0, end + 1)
+        for _ in range(EDGE_BLANKS):
+            if first_stop >= end or not _blank(data, first_start, first_stop):
+                break
+            first_start, first_stop = first_stop + 1, data.find(b"\n", first_stop + 1, end + 1)
+        if not _blank(data, first_start, first_stop) and (not rows or rows[0][0] != first_start):
+            self.skipped(data, first_start, first_stop, change)
         change.lines += newlines
         take, fold = self.take, self.fold if self.folds else None
         i, count = 0, len(rows)
@@ -272,9 +281,15 @@ class Reader(SessionReader):
             if change.held > room or self.replay:
                 stopped: int = row[1] + 1
                 return stopped
-        last_start = data.rfind(b"\n", 0, end) + 1
-        if last_start > 0 and (not rows or rows[-1][0] != last_start):
-            self.skipped(data, last_start, end, change)
+        last_stop = end
+        last_start = data.rfind(b"\n", 0, last_stop) + 1
+        for _ in range(EDGE_BLANKS):
+            if last_start <= first_start or not _blank(data, last_start, last_stop):
+                break
+            last_stop = last_start - 1
+            last_start = data.rfind(b"\n", 0, last_stop) + 1
+        if last_start > first_start and (not rows or rows[-1][0] != last_start):
+            self.skipped(data, last_start, last_stop, change)
         self.chunk_read(data, end)
         return None
 
@@ -490,6 +505,14 @@ class Reader(SessionReader):
         self._head = self._tail = None
         self._crc = 0
         self.session = Session(agent=self.agent, path=printable(self.path))
+
+
+_NOT_BLANK = re.compile(rb"[^ \t\r\n\f\v]")
+
+
+def _blank(data: bytes, start: int, stop: int) -> bool:
+    """Whether `data[start:stop]` is only whitespace (a blank line), without copying it."""
+    return _NOT_BLANK.search(data, start, stop) is None
 
 
 def _check(data: bytes) -> tuple[int, int]:
