@@ -57,7 +57,8 @@ log = logging.getLogger(__name__)
 # Of what a summary holds: a summary of another version is read again (and replaced). 3: the lines
 # kept after the last report are stored redacted (version 2 stored a key pasted there as it was).
 # 4: a table of its own (`_SCHEMA`); versions up to 3 keep theirs, `summaries`. 5: a Codex prompt
-# typed twice in a row is two turns (4 counted one).
+# typed twice in a row is two turns (4 counted one); a blank line at a file's edge hides no time;
+# Claude's unknown blocks after the last report counted once.
 VERSION = 5
 PARALLEL_BYTES = 64 * 1024 * 1024  # more to read than this: in worker processes, one per core
 BUSY_SECONDS = 5.0
