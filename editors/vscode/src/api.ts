@@ -123,6 +123,15 @@ export class CtxdService implements CtxdApi {
     return this.methods?.has(method) ?? false;
   }
 
+  /**
+   * Waits for a daemon that is (re)starting; rejects, as a request would, when it is not running.
+   * Once it resolves, `supports` answers for the running daemon (before, it is false for every method).
+   */
+  async ready(): Promise<true> {
+    await this.getRpc();
+    return true;
+  }
+
   /** Resolves the target of a call; throws when no workspace folder is open. */
   target(opts?: TargetOptions): Target {
     const workspace = opts?.workspace ?? this.defaultWorkspace();

@@ -7,7 +7,7 @@
  */
 import type { Breakdown, Category, Cost, UsageSnapshot } from './protocol';
 import { formatTokens } from './numbers';
-import { SPARE_CATEGORIES, categoryLabel, detailLabel, usagePercent } from './status';
+import { SPARE_CATEGORIES, categoryLabel, categoryPct, detailLabel, usagePercent } from './status';
 
 export interface RenderOptions {
   /** The webview's `cspSource`, allowed as a style source. */
@@ -225,14 +225,14 @@ ${body}
 function legendRow(c: Category, window: number): string {
   return (
     `<tr data-category="${escapeHtml(c.name)}"><td><span class="swatch c-${slug(c.name)}"></span>${escapeHtml(categoryLabel(c.name))}</td>` +
-    `<td class="num">${formatTokens(c.tokens)}</td><td class="num">${pct(c.tokens, window)}</td></tr>`
+    `<td class="num">${formatTokens(c.tokens)}</td><td class="num">${categoryPct(c, window)}</td></tr>`
   );
 }
 
 function categoryDetails(c: Category, window: number): string {
   const summary =
     `<summary><span class="twisty" aria-hidden="true"></span><span class="name"><span class="swatch c-${slug(c.name)}"></span>${escapeHtml(categoryLabel(c.name))}</span>` +
-    `<span class="num">${formatTokens(c.tokens)}</span><span class="num">${pct(c.tokens, window)}</span></summary>`;
+    `<span class="num">${formatTokens(c.tokens)}</span><span class="num">${categoryPct(c, window)}</span></summary>`;
   const details = [...(c.details ?? [])].sort((a, b) => b.tokens - a.tokens);
   const items = details.map(
     (d) =>

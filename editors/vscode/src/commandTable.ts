@@ -109,7 +109,8 @@ export function commandTable(h: CommandHost): CommandTable {
     [COMMANDS.compact]: async () => (await h.closeTierNotice(), refuseFollowed() ? undefined : compactFlow(ui, service, where())),
     [COMMANDS.compactNow]: async () => (await h.closeTierNotice(), refuseFollowed() ? undefined : compactFlow(ui, service, where(), 'auto')),
     [COMMANDS.snapshot]: () => snapshotFlow(ui, service, where()),
-    [COMMANDS.restore]: () => restoreFlow(ui, service, where()),
+    // The menu's "Restore files…" of a followed session: its conversation is the agent's, so files only.
+    [COMMANDS.restore]: () => restoreFlow(ui, service, where(), h.now, isFollowed(h.shown())),
     [COMMANDS.rollback]: () => (refuseFollowed() ? undefined : rollbackFlow(ui, service, where(), memory)),
     [COMMANDS.undoLast]: () => (refuseFollowed() ? undefined : undoLastFlow(ui, service, where(), memory, h.now, h.shown())),
     [COMMANDS.undoOperation]: async (arg: unknown) => {

@@ -86,7 +86,14 @@ export function snapshotItems(snapshots: GhostCommit[], now: number): PickItem<G
     }));
 }
 
-export async function restoreFlow(ui: Ui, service: CtxdService, target?: TargetOptions, now: () => number = Date.now): Promise<RestoreResult | undefined> {
+/** `filesOnly`: the thread is a followed session (its conversation is its agent's): only its files can go back. */
+export async function restoreFlow(
+  ui: Ui,
+  service: CtxdService,
+  target?: TargetOptions,
+  now: () => number = Date.now,
+  filesOnly = false,
+): Promise<RestoreResult | undefined> {
   const snapshots = await attempt(ui, 'Listing snapshots', () => service.listSnapshots(target));
   if (!snapshots) return undefined;
   if (snapshots.length === 0) {
@@ -98,7 +105,7 @@ export async function restoreFlow(ui: Ui, service: CtxdService, target?: TargetO
     placeHolder: 'Snapshot to restore (newest first)',
   });
   if (!snap) return undefined;
-  const mode = await ui.pick(RESTORE_MODE_ITEMS, { title: `ctxd: Restore ${shortId(snap.id)}`, placeHolder: 'What to restore' });
+  const mode = filesOnly ? 'files' : await ui.pick(RESTORE_MODE_ITEMS, { title: `ctxd: Restore ${shortId(snap.id)}`, placeHolder: 'What to restore' });
   if (!mode) return undefined;
   return restoreSnapshotFlow(ui, service, snap.id, mode === 'conversation', target);
 }

@@ -11,7 +11,7 @@ import { conversationMarkdown } from './conversation';
 import { friendlyError } from './errors';
 import { type ThreadFacts, threadFacts, threadLabel, threadName, threadPhrase } from './followed';
 import { type ItemResult, Method, type RecallHit, type RecallResult } from './protocol';
-import type { PickItem, Ui } from './ui';
+import { type PickItem, type Ui, attempt } from './ui';
 
 /** What a search box shows for one query: the rows, and a line on them (a count or the failure). */
 export interface SearchAnswer<T> {
@@ -114,6 +114,8 @@ export async function searchHistoryFlow(
     ui.notify('info', 'Open a folder to search its history.');
     return undefined;
   }
+  // A daemon that is starting is waited for; one that is not running is said as such (not "update it").
+  if (!(await attempt(ui, 'Search', () => service.ready()))) return undefined;
   if (!service.supports(Method.recall)) {
     ui.notify('info', 'This ctxd daemon cannot search history: update your clone (git pull) and run ctxd: Install Daemon again.');
     return undefined;

@@ -136,9 +136,13 @@ export function topCategories(breakdown: Breakdown, count = 4): Category[] {
     .slice(0, count);
 }
 
-function percentOf(tokens: number, window: number): string {
-  if (!(window > 0)) return '0%';
-  return `${((100 * tokens) / window).toFixed(1)}%`;
+/**
+ * A category's share of the window as the daemon gives it (`percent`: Python's round, half to even),
+ * not recomputed: toFixed rounds a tie up (320 of 128k tokens: the daemon's 0.2%, toFixed's 0.3%).
+ */
+export function categoryPct(c: Pick<Category, 'tokens' | 'percent'>, window: number): string {
+  if (typeof c.percent === 'number' && Number.isFinite(c.percent)) return `${c.percent.toFixed(1)}%`;
+  return window > 0 ? `${((100 * c.tokens) / window).toFixed(1)}%` : '0.0%';
 }
 
 /** `now` (ms) dates the cache's state ("warm for 3 min"). */
@@ -164,7 +168,7 @@ export function gaugeTooltip(
       lines.push('', 'Top categories:', '');
       for (const c of top) {
         lines.push(
-          `- ${categoryLabel(c.name)}: ${formatTokens(c.tokens)} (${percentOf(c.tokens, breakdown.contextWindow)})`,
+          `- ${categoryLabel(c.name)}: ${formatTokens(c.tokens)} (${categoryPct(c, breakdown.contextWindow)})`,
         );
       }
     }

@@ -135,11 +135,17 @@ export async function undoLastFlow(
   now: () => number = Date.now,
   facts?: ThreadFacts,
 ): Promise<UndoResult | RestoreResult | undefined> {
+  // No folder, or a daemon that is not running, is said as such (not "update it"), never thrown.
+  const t = await attempt(ui, 'Undo', async () => {
+    const t = service.target(target);
+    await service.ready();
+    return t;
+  });
+  if (!t) return undefined;
   if (!service.supports(Method.undo)) {
     ui.notify('warning', 'This ctxd daemon cannot undo history operations: update it.');
     return undefined;
   }
-  const t = service.target(target);
   const history = await attempt(ui, 'Reading the history', () => service.getHistory({ ...t, includeArchived: true, limit: 0 }));
   if (!history) return undefined;
   const op = lastUndoable(history.operations);

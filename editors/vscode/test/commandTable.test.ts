@@ -9,6 +9,7 @@ import type { LiveSearch, SearchAnswer } from '../src/recall';
 import { RestoreMemory } from '../src/timeMachine';
 import type { PickItem, Severity, Ui } from '../src/ui';
 import type { WaysOutHost } from '../src/waysOut';
+import { Daemon as DaemonLifecycle } from '../src/daemon';
 import { type Daemon, assistantMessage, startDaemon, userMessage } from './daemon';
 
 class ScriptedUi implements Ui {
@@ -162,5 +163,49 @@ describe('command table', () => {
     assert.equal(snapshotOf(snap), snap);
     assert.equal(snapshotOf({ id: 'n', label: 'x', command: { command: 'c', title: 't', arguments: [snap] } }), snap);
     assert.equal(snapshotOf(undefined), undefined);
+  });
+});
+
+describe('commands with no folder open, or with the daemon not running', () => {
+  let d: Daemon;
+  before(async () => {
+    d = await startDaemon();
+  });
+  after(async () => {
+    await d?.stop();
+  });
+
+  test('Undo Last History Operation with no folder open says so; it does not throw', async () => {
+    const service = new CtxdService(async () => d.rpc, () => undefined);
+    service.attach(d.rpc, d.initializeResult.capabilities.experimental.ctxd.methods);
+    const ui = new ScriptedUi();
+    const { h } = host(service, d.uri, ui);
+    h.shown = () => undefined;
+    await commandTable(h)[COMMANDS.undoLast]();
+    assert.deepEqual(ui.messages, [{ severity: 'error', message: 'Undo failed: no workspace folder is open.' }]);
+    service.dispose();
+  });
+
+  test('Undo Last and Search History while the daemon is not running say so, not "update it"', async () => {
+    // The daemon ran, then stopped (a crash storm): launch.ts detaches the service; requests go to the stopped lifecycle.
+    const lifecycle = new DaemonLifecycle(async () => { throw new Error('unused'); }, { started: () => undefined, stopped: () => undefined });
+    let running = true;
+    const service = new CtxdService(() => (running ? Promise.resolve(d.rpc) : lifecycle.rpc()), () => d.uri);
+    service.attach(d.rpc, d.initializeResult.capabilities.experimental.ctxd.methods);
+    running = false;
+    service.detach();
+    const ui = new ScriptedUi();
+    const { h } = host(service, d.uri, ui, () => 'default');
+    h.stopped = () => ({ kind: 'crashed', message: 'ctxd stopped after 5 crashes in 3 minutes.', crashes: 5 });
+    h.liveSearch = (async () => assert.fail('no search box while the daemon is not running')) as LiveSearch;
+    const table = commandTable(h);
+    await table[COMMANDS.undoLast]();
+    await table[COMMANDS.searchHistory]();
+    const down = 'failed: the ctxd daemon is not running. Restart it from the ctxd menu in the status bar.';
+    assert.deepEqual(ui.messages, [
+      { severity: 'error', message: `Undo ${down}` },
+      { severity: 'error', message: `Search ${down}` },
+    ]);
+    service.dispose();
   });
 });

@@ -144,6 +144,20 @@ describe('followed sessions (real daemon, real agents\' files)', () => {
     assert.deepEqual(ui.confirms, [], 'nothing asked to confirm an action that cannot run');
   });
 
+  test('the menu\'s "Restore files…" on a followed session restores files only: no conversation choice, no error naming the session\'s id', async () => {
+    const snap = await service.snapshot({ thread: 'default', message: 'files of the session' });
+    const ui = new RecordingUi();
+    // The snapshot, then (were it asked) the last choice: "Files and conversation".
+    ui.pick = async <T>(items: PickItem<T>[], o: { placeHolder?: string }): Promise<T | undefined> => {
+      ui.picks.push({ items: items as PickItem<unknown>[], placeHolder: o.placeHolder });
+      return (items.find((i) => (i.value as GhostCommit).id === snap.id) ?? items.at(-1))?.value;
+    };
+    await commandTable(host(ui, CLAUDE).h)[COMMANDS.restore]();
+    assert.deepEqual(ui.picks.map((p) => p.placeHolder), ['Snapshot to restore (newest first)'], 'no "What to restore" pick');
+    assert.deepEqual(ui.messages, []);
+    assert.deepEqual(ui.confirms, [`Restore snapshot ${snap.id.slice(0, 7)}?`]);
+  });
+
   test("Codex's sentence names its own commands; the menu names the session and leaves out what would fail", async () => {
     const ui = new RecordingUi();
     const { h } = host(ui, codex);

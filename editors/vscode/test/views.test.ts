@@ -11,6 +11,9 @@ import { statusMarkdown } from '../src/statusReport';
 import { UNDO_RESTORE, deleteSnapshotFlow, restoreSnapshotFlow, showChangesFlow } from '../src/snapshots';
 import { CompactionsModel, SnapshotsModel, ThreadsModel, archivedBy, threadNode } from '../src/trees';
 import { formatTokens } from '../src/numbers';
+import { BreakdownController } from '../src/breakdownPanel';
+import { GaugeController } from '../src/gauge';
+import type { GaugeView } from '../src/status';
 import { type Daemon, assistantMessage, startDaemon, userMessage, waitFor } from './daemon';
 import { setAgentNames } from '../src/agents';
 
@@ -268,5 +271,54 @@ describe('views and snapshot actions (real daemon)', () => {
       sub.dispose();
       snapshots.dispose();
     }
+  });
+});
+
+describe('the figures shown are the daemon\'s (real daemon)', () => {
+  let d: Daemon;
+  let service: CtxdService;
+
+  before(async () => {
+    d = await startDaemon();
+    service = new CtxdService(async () => d.rpc, () => d.uri);
+    service.attach(d.rpc, d.initializeResult.capabilities.experimental.ctxd.methods);
+  });
+  after(async () => {
+    service?.dispose();
+    await d?.stop();
+  });
+
+  test("the breakdown page and the gauge's tooltip show each category's share as the daemon gives it, ties included", async () => {
+    const thread = 'shares';
+    const context = { baseInstructions: 'You are a careful assistant. Keep answers short and exact. '.repeat(40) };
+    await service.record([userMessage('How full is the window?'), assistantMessage('Let us see.')], { thread });
+    await service.setPromptContext(context, { thread });
+    const before = await service.getUsage({ thread });
+    const system = before.categories.find((c) => c.name === 'systemPrompt')!.tokens;
+    assert.ok(system > 0);
+    // A window of 400× the system prompt: its share is 0.25% exactly, a tie the daemon rounds half to even.
+    await service.setPromptContext({ ...context, contextWindow: 400 * system }, { thread });
+    const daemonSays = (await service.getUsage({ thread })).categories.find((c) => c.name === 'systemPrompt')!;
+    assert.equal(daemonSays.tokens, system);
+    const shown = `${daemonSays.percent.toFixed(1)}%`;
+
+    let html = '';
+    const page = new BreakdownController(service, { cspSource: 'vscode-resource:', setHtml: (h) => void (html = h) }, () => ({ uri: d.uri, name: 'ws', thread, source: 'client' }), () => 'n0nce', 1);
+    await page.refresh();
+    page.dispose();
+    const row = /<tr data-category="systemPrompt">.*?<\/tr>/.exec(html)?.[0] ?? '';
+    assert.ok(row.endsWith(`<td class="num">${shown}</td></tr>`), `${row} (the daemon: ${daemonSays.percent})`);
+
+    const views: GaugeView[] = [];
+    service.setActiveThread(thread, d.uri);
+    const gauge = new GaugeController(service, { show: (v) => views.push(v) }, () => ({ uri: d.uri, name: 'ws' }), 1);
+    gauge.refresh();
+    await waitFor(() => views.some((v) => v.tooltip.includes('- System prompt:')), (wake) => {
+      const t = setInterval(wake, 20);
+      return { dispose: () => clearInterval(t) };
+    }, 10_000, "the tooltip's categories");
+    gauge.dispose();
+    const line = views.at(-1)!.tooltip.split('\n').find((l) => l.startsWith('- System prompt:'))!;
+    assert.ok(line.endsWith(`(${shown})`), `${line} (the daemon: ${daemonSays.percent})`);
   });
 });
