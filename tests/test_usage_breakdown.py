@@ -466,6 +466,48 @@ def test_ctxd_usage_command(client: Client, workspace: Path, state_dir: Path) ->
     assert missing.returncode == 1 and "no thread" in missing.stderr
 
 
+def test_an_encoding_that_loads_while_the_overhead_is_counted_leaves_no_estimate_taken_for_exact(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The view caches a thread's overhead under its counter's name. The name was read after the
+    counting: when the encoding finished loading meanwhile, the estimate was cached under the exact
+    name and shown beside an exact gauge until the context changed (in a CI run the daemon said 607
+    estimated tokens of instructions while `ctxd usage` counted 600 exactly). The load is made to
+    end during the count here, with a real encoding held at a gate."""
+    import threading
+
+    from ctxd.ledger.thread import ThreadLedger
+    from ctxd.usage import breakdown as usage_mod
+    from ctxd.usage.view import UsageView
+
+    gate = threading.Event()
+
+    def held(name: str) -> Any:
+        gate.wait(60)
+        return encodings.load(name)
+
+    counter = Tokenizers(loader=held).counter("gpt-4o")
+    assert counter.slot is not None
+    counter.slot.get()  # its load starts, held at the gate: the counter estimates meanwhile
+    counted = usage_mod.overhead_counts
+
+    def count_then_load(context: Any, count: Any) -> Any:
+        counts = counted(context, count)
+        gate.set()  # the encoding is loaded before the view stores what it counted
+        assert counter.slot is not None and counter.slot.wait(60)
+        return counts
+
+    monkeypatch.setattr(usage_mod, "overhead_counts", count_then_load)
+    view = UsageView(Settings(), lambda settings: counter)
+    ledger = ThreadLedger(thread="t", prompt_context={"model": "gpt-4o", **CONTEXT})
+    estimated = view.overhead(ledger, counter).tokens
+    monkeypatch.setattr(usage_mod, "overhead_counts", counted)
+    assert counter.status == "exact"
+    exact = counted(ledger.prompt_context, counter.count).tokens
+    assert estimated != exact  # (the test tells them apart)
+    assert view.overhead(ledger, counter).tokens == exact
+    assert view.facts(ledger)["overheadTokens"] == exact
+
+
 def test_render_helpers() -> None:
     assert [format_tokens(n) for n in (845, 48_200, 128_000, 131_072, 1_047_576)] == [
         "845", "48.2k", "128k", "131.1k", "1.05M"]

@@ -92,11 +92,15 @@ class UsageView:
         return self._thread_settings(ledger)[4]
 
     def overhead(self, ledger: ThreadLedger, counter: Counter) -> usage_mod.OverheadCounts:
+        # The counter's name before counting: an encoding that finished loading meanwhile made
+        # estimates cached under the exact name, shown beside an exact gauge until the context
+        # changed (a CI run's 607 estimated tokens against `ctxd usage`'s exact 600).
+        name = counter.name
         cached = self._overhead.get(ledger.thread)
-        if cached is not None and cached[0] is ledger.prompt_context and cached[1] == counter.name:
+        if cached is not None and cached[0] is ledger.prompt_context and cached[1] == name:
             return cached[2]
         counts = usage_mod.overhead_counts(ledger.prompt_context, counter.count)
-        self._overhead[ledger.thread] = (ledger.prompt_context, counter.name, counts)
+        self._overhead[ledger.thread] = (ledger.prompt_context, name, counts)
         return counts
 
     def _overhead_tokens(self, ledger: ThreadLedger, counter: Counter) -> int:
@@ -146,12 +150,13 @@ class UsageView:
         counter the editor's options set, and the overhead as counted here. Writers keep it in
         the thread's state (`usageSettings`)."""
         context, settings, window, limit, counter = self._thread_settings(ledger)
+        name = counter.name  # (before counting: see `overhead`)
         cached = self._facts.get(ledger.thread)
-        if cached is not None and cached[0] is context and cached[1] == counter.name:
+        if cached is not None and cached[0] is context and cached[1] == name:
             return cached[2]
         facts = {"model": settings.model, "contextWindow": window, "autoCompactLimit": limit, "tokenizer": settings.tokenizer,
                  "overheadTokens": self.overhead(ledger, counter).tokens}
-        self._facts[ledger.thread] = (context, counter.name, facts)
+        self._facts[ledger.thread] = (context, name, facts)
         return facts
 
 
