@@ -1042,13 +1042,9 @@ def _with_our_mcp(text: str, ctxd: list[str]) -> str | None:
 
 def holds_mcp(text: str) -> bool:
     """Whether the configuration (JSON, or JSONC) holds ctxd's MCP server."""
-    import copy
+    from ctxd.agents.config import json_settings
 
-    try:
-        value = jsonc(text)
-    except (ValueError, RecursionError):
-        return False
-    return isinstance(value, dict) and mcp_remove(copy.deepcopy(value)) != value
+    return json_settings.holds(text, mcp_remove, jsonc)
 
 
 def _settings_value(path: Path, text: str | None) -> dict[str, Any]:

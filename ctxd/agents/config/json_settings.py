@@ -68,12 +68,14 @@ def dump(value: dict[str, Any], like: str | None) -> str:
     return (BOM if like.startswith(BOM) else "") + text
 
 
-def holds(text: str, remove: Callable[[dict[str, Any]], dict[str, Any]]) -> bool:
-    """Whether the JSON `text` holds ctxd's entries (what `remove` takes out)."""
+def holds(text: str, remove: Callable[[dict[str, Any]], dict[str, Any]],
+          load: Callable[[str], Any] = json.loads) -> bool:
+    """Whether the JSON `text` (read by `load`: JSONC's reader for OpenCode) holds ctxd's entries
+    (what `remove` takes out)."""
     import copy
 
     try:
-        value = json.loads(text.removeprefix(BOM))
+        value = load(text.removeprefix(BOM))
     except (ValueError, RecursionError):
         return False
     if not isinstance(value, dict):

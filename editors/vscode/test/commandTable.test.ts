@@ -10,7 +10,7 @@ import { RestoreMemory } from '../src/timeMachine';
 import type { PickItem, Severity, Ui } from '../src/ui';
 import type { WaysOutHost } from '../src/waysOut';
 import { Daemon as DaemonLifecycle } from '../src/daemon';
-import { type Daemon, assistantMessage, startDaemon, userMessage } from './daemon';
+import { type Daemon, assistantMessage, startDaemon, userMessage, attachedService } from './daemon';
 
 class ScriptedUi implements Ui {
   picks: PickItem<unknown>[][] = [];
@@ -74,8 +74,7 @@ describe('command table', () => {
 
   before(async () => {
     d = await startDaemon();
-    service = new CtxdService(async () => d.rpc, () => d.uri);
-    service.attach(d.rpc, d.initializeResult.capabilities.experimental.ctxd.methods);
+    service = attachedService(d);
     await service.record([userMessage('The build server is ci-runner-7.'), assistantMessage('Noted: ci-runner-7.')], { thread: 'alpha' });
     for (let i = 0; i < 8; i++) {
       await service.record(

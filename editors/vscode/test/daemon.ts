@@ -14,6 +14,7 @@ import {
   StreamMessageWriter,
   createMessageConnection,
 } from 'vscode-jsonrpc/node';
+import { CtxdService } from '../src/api';
 import type { Rpc } from '../src/protocol';
 
 /** The repository root (this file runs from editors/vscode/out/test/). */
@@ -200,4 +201,11 @@ export function userMessage(text: string): { type: string; role: string; content
 
 export function assistantMessage(text: string): { type: string; role: string; content: { type: string; text: string }[] } {
   return { type: 'message', role: 'assistant', content: [{ type: 'output_text', text }] };
+}
+
+/** A service on `d`, attached as the extension attaches one once the daemon answered `initialize`. */
+export function attachedService(d: Daemon): CtxdService {
+  const service = new CtxdService(async () => d.rpc, () => d.uri);
+  service.attach(d.rpc, d.initializeResult.capabilities.experimental.ctxd.methods);
+  return service;
 }

@@ -20,7 +20,7 @@ import { RestoreMemory } from '../src/timeMachine';
 import { SnapshotsModel, ThreadsModel, operationNodes } from '../src/trees';
 import type { PickItem, Severity, Ui } from '../src/ui';
 import type { WaysOutHost } from '../src/waysOut';
-import { CLAUDE_SESSION, CLAUDE_TITLE, type Daemon, claudeSession, codexSession, startDaemon, waitFor } from './daemon';
+import { CLAUDE_SESSION, CLAUDE_TITLE, type Daemon, claudeSession, codexSession, startDaemon, waitFor, attachedService } from './daemon';
 import { setAgentNames } from '../src/agents';
 
 const CLAUDE = `claude:${CLAUDE_SESSION}`;
@@ -94,8 +94,7 @@ describe('followed sessions (real daemon, real agents\' files)', () => {
     d = await startDaemon({ git: true, sessions: [claudeSession, (f, env) => void (codexId = codexSession(f, env))] });
     setAgentNames(d.initializeResult.capabilities.experimental.ctxd.agents); // as the extension's client does
     codex = `codex:${codexId}`;
-    service = new CtxdService(async () => d.rpc, () => d.uri);
-    service.attach(d.rpc, d.initializeResult.capabilities.experimental.ctxd.methods);
+    service = attachedService(d);
     // The daemon reads the agents' files as it starts; their threads are listed once read.
     const listed = async () => {
       threads = await service.listThreads(d.uri);

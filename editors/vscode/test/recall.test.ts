@@ -5,7 +5,7 @@ import { CtxdService } from '../src/api';
 import type { RecallHit } from '../src/protocol';
 import { type LiveSearch, type SearchAnswer, itemDocument, recallItems, recallNote, searchHistoryFlow } from '../src/recall';
 import type { PickItem, Severity, Ui } from '../src/ui';
-import { type Daemon, assistantMessage, startDaemon, userMessage } from './daemon';
+import { type Daemon, assistantMessage, startDaemon, userMessage, attachedService } from './daemon';
 
 class RecordingUi implements Ui {
   messages: { severity: Severity; message: string }[] = [];
@@ -79,8 +79,7 @@ describe('Search history (real daemon)', () => {
 
   before(async () => {
     d = await startDaemon();
-    service = new CtxdService(async () => d.rpc, () => d.uri);
-    service.attach(d.rpc, d.initializeResult.capabilities.experimental.ctxd.methods);
+    service = attachedService(d);
     await service.record([userMessage('Which port does the staging proxy listen on?'), assistantMessage('The staging proxy listens on port 48213, set in deploy/proxy.conf.')]);
     for (let i = 0; i < 8; i++) {
       await service.record([

@@ -11,7 +11,7 @@ import type { GhostCommit, HistoryResult, OperationRecord } from '../src/protoco
 import { UNDO_RESTORE, restoreSnapshotFlow } from '../src/snapshots';
 import { REDO, RestoreMemory, UNDO, lastUndoable, rollbackQuestion, undoFlow, undoLastFlow } from '../src/timeMachine';
 import { CompactionsModel, snapshotTree } from '../src/trees';
-import { type Daemon, assistantMessage, startDaemon, userMessage } from './daemon';
+import { type Daemon, assistantMessage, startDaemon, userMessage, attachedService } from './daemon';
 import { setAgentNames } from '../src/agents';
 import { AGENT_NAMES } from './fixtures';
 
@@ -74,8 +74,7 @@ describe('time machine (real daemon)', () => {
   before(async () => {
     d = await startDaemon({ git: true });
     setAgentNames(d.initializeResult.capabilities.experimental.ctxd.agents); // as the extension's client does
-    service = new CtxdService(async () => d.rpc, () => d.uri);
-    service.attach(d.rpc, d.initializeResult.capabilities.experimental.ctxd.methods);
+    service = attachedService(d);
   });
   after(async () => {
     service?.dispose();

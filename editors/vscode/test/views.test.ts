@@ -14,7 +14,7 @@ import { formatTokens } from '../src/numbers';
 import { BreakdownController } from '../src/breakdownPanel';
 import { GaugeController } from '../src/gauge';
 import type { GaugeView } from '../src/status';
-import { type Daemon, assistantMessage, startDaemon, userMessage, waitFor } from './daemon';
+import { type Daemon, assistantMessage, startDaemon, userMessage, waitFor, attachedService } from './daemon';
 import { setAgentNames } from '../src/agents';
 
 class ScriptedUi implements Ui {
@@ -54,8 +54,7 @@ describe('views and snapshot actions (real daemon)', () => {
   before(async () => {
     d = await startDaemon({ git: true });
     setAgentNames(d.initializeResult.capabilities.experimental.ctxd.agents); // as the extension's client does
-    service = new CtxdService(async () => d.rpc, () => d.uri);
-    service.attach(d.rpc, d.initializeResult.capabilities.experimental.ctxd.methods);
+    service = attachedService(d);
   });
   after(async () => {
     service?.dispose();
@@ -280,8 +279,7 @@ describe('the figures shown are the daemon\'s (real daemon)', () => {
 
   before(async () => {
     d = await startDaemon();
-    service = new CtxdService(async () => d.rpc, () => d.uri);
-    service.attach(d.rpc, d.initializeResult.capabilities.experimental.ctxd.methods);
+    service = attachedService(d);
   });
   after(async () => {
     service?.dispose();
