@@ -139,6 +139,26 @@ def test_long_lines_of_quotes_backslashes_and_braces_answer_as_the_python_twin()
                 data, 0, len(data), b"type", (b'"s"',), (), paths, limits), line
 
 
+@native
+@pytest.mark.parametrize("piece", [b'\\"', b'\\\\"', b'\\\\\\"', b'"', b'\\', b"{", b"]", b'"}', b'\\"}'],
+                         ids=["escaped-quote", "escaped-backslash", "three", "quote", "backslash", "open", "close",
+                              "quote-close", "escaped-close"])
+def test_a_container_read_64_bytes_at_a_time_ends_where_the_bytewise_walk_ends(piece: bytes) -> None:
+    """The C extension passes over a container a block of 64 bytes at a time (_json.h `container_end`):
+    an escape, a quote or a bracket at every offset across two block edges, inside a string and
+    outside one (where a backslash is any other byte), ends each container where the bytewise
+    Python twin ends it."""
+    keys = (b"type", b"v", b"w")
+    for offset in range(140):
+        for inside in (b'"' + b"a" * offset + piece + b'x"', b"a" * offset + piece):
+            for value in (b"[" + inside + b"]", b'{"k":[' + inside + b'],"j":{"s":"' + b"b" * offset + b'"}}'):
+                line = b'{"type":"t","v":' + value + b',"w":1}'
+                assert skim.fields(line, 0, keys) == skim.py_fields(line, 0, keys), line
+                data = line + b"\n" + line[:len(line) - 1]
+                assert skim.scan(data, 0, len(data), b"type", (), (), ((b"v",), (b"w",)), (0, 0)) == skim.py_scan(
+                    data, 0, len(data), b"type", (), (), ((b"v",), (b"w",)), (0, 0)), line
+
+
 @settings(max_examples=300, deadline=None)
 @given(json_values, st.lists(st.tuples(st.integers(0, 400), st.integers(0, 100)), max_size=2))
 def test_a_container_scan_builds_is_the_one_json_builds(value: Any, noise: list[tuple[int, int]]) -> None:

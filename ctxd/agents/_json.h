@@ -7,6 +7,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <string.h>
+#include <stdint.h>
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -50,28 +51,106 @@ static Py_ssize_t string_end(const char *s, Py_ssize_t i, Py_ssize_t n) {
     }
 }
 
-/* The offset just after the value at i (blanks already skipped); -1 when it is cut short. */
+/* --- Long values, 64 bytes at a time ---
+ * A tool's output or a file's content is most of a session line's bytes: a string of kilobytes
+ * with an escaped quote or newline every few dozen bytes, or a container of many such strings.
+ * Taken a quote (memchr) or a byte at a time, they were most of a summary's skimming; here each
+ * block of 64 bytes is read once, as bitmasks of its quotes, backslashes and brackets. */
+
+typedef struct {
+    uint64_t quote, backslash, open, close; /* bit k: s[p + k] is '"', '\\', '{' or '[', '}' or ']' */
+} Block;
+
+static void block_at(const char *s, Py_ssize_t p, Py_ssize_t n, Block *b) {
+    char tail[64];
+    const char *at = s + p;
+    if (n - p < 64) { /* the last bytes, the rest zeros (which match nothing) */
+        memset(tail, 0, sizeof tail);
+        memcpy(tail, at, (size_t)(n - p));
+        at = tail;
+    }
+    b->quote = b->backslash = b->open = b->close = 0;
+#if defined(__SSE2__)
+    const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\'), lower = _mm_set1_epi8(0x20),
+                  open = _mm_set1_epi8('{'), close = _mm_set1_epi8('}');
+    for (int k = 0; k < 4; k++) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(at + 16 * k));
+        __m128i folded = _mm_or_si128(v, lower); /* '[' | 0x20 is '{', ']' | 0x20 is '}' */
+        b->quote |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, quote)) << (16 * k);
+        b->backslash |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, backslash)) << (16 * k);
+        b->open |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(folded, open)) << (16 * k);
+        b->close |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(folded, close)) << (16 * k);
+    }
+#else
+    for (int k = 0; k < 64; k++) {
+        char c = at[k];
+        uint64_t bit = (uint64_t)1 << k;
+        if (c == '"') b->quote |= bit;
+        else if (c == '\\') b->backslash |= bit;
+        else if (c == '{' || c == '[') b->open |= bit;
+        else if (c == '}' || c == ']') b->close |= bit;
+    }
+#endif
+}
+
+/* Bit k: the parity of bits 0..k of x (after quotes: set inside a string, its opening quote included). */
+static uint64_t prefix_xor(uint64_t x) {
+    x ^= x << 1;
+    x ^= x << 2;
+    x ^= x << 4;
+    x ^= x << 8;
+    x ^= x << 16;
+    x ^= x << 32;
+    return x;
+}
+
+/* The offset just after the container that opens at s[i], as a bytewise walk has it: inside a
+ * string a backslash escapes the next byte and an unescaped quote closes it; outside, a quote
+ * opens a string, brackets count, and any other byte (a backslash too) is passed over. -1 when it
+ * is not closed before n. A string that runs past its block is passed over by `string_end`
+ * (memchr: a file's content has few quotes), the blocks taken up again after it. */
+static Py_ssize_t container_end(const char *s, Py_ssize_t i, Py_ssize_t n) {
+    Py_ssize_t depth = 0;
+    for (Py_ssize_t p = i; p < n; p += 64) { /* each block starts outside a string */
+        Block b;
+        block_at(s, p, n, &b);
+        uint64_t escaped = 0, quotes = b.quote;
+        /* Backslashes in order: one inside a string escapes the byte after it. */
+        for (uint64_t slashes = b.backslash; slashes != 0; slashes &= slashes - 1) {
+            int k = __builtin_ctzll(slashes);
+            uint64_t before = ((uint64_t)1 << k) - 1;
+            if ((__builtin_parityll(quotes & ~escaped & before)) == 0 || k == 63) continue;
+            escaped |= (uint64_t)1 << (k + 1);
+            slashes &= ~((uint64_t)1 << (k + 1));
+        }
+        quotes &= ~escaped;
+        uint64_t inside = prefix_xor(quotes);
+        uint64_t opens = b.open & ~inside, closes = b.close & ~inside;
+        Py_ssize_t ncloses = __builtin_popcountll(closes);
+        if (ncloses < depth) {
+            depth += __builtin_popcountll(opens) - ncloses;
+        } else {
+            for (uint64_t marks = opens | closes; marks != 0; marks &= marks - 1) {
+                int k = __builtin_ctzll(marks);
+                if (opens >> k & 1) depth++;
+                else if (--depth == 0) return p + k + 1;
+            }
+        }
+        if (inside >> 63) { /* a string opened at the block's last quote runs on */
+            Py_ssize_t after = string_end(s, p + 63 - __builtin_clzll(quotes), n);
+            if (after < 0) return -1;
+            p = after - 64;
+        }
+    }
+    return -1;
+}
+
+/* The offset after the value at i (blanks already skipped); -1 when it is cut short. */
 static Py_ssize_t value_end(const char *s, Py_ssize_t i, Py_ssize_t n) {
     if (i >= n) return -1;
     char c = s[i];
     if (c == '"') return string_end(s, i, n);
-    if (c == '{' || c == '[') {
-        Py_ssize_t depth = 0;
-        while (i < n) {
-            c = s[i];
-            if (c == '"') {
-                i = string_end(s, i, n);
-                if (i < 0) return -1;
-                continue;
-            }
-            if (c == '{' || c == '[') depth++;
-            else if (c == '}' || c == ']') {
-                if (--depth == 0) return i + 1;
-            }
-            i++;
-        }
-        return -1;
-    }
+    if (c == '{' || c == '[') return container_end(s, i, n);
     /* A number, true, false or null: up to the next delimiter. */
     Py_ssize_t start = i;
     while (i < n && s[i] != ',' && s[i] != '}' && s[i] != ']' && s[i] != ' ' && s[i] != '\t' && s[i] != '\r'
