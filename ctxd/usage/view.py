@@ -110,8 +110,10 @@ class UsageView:
         """The gauge: `UsageSnapshot` with the counter that produced it; a followed session's tier
         by its agent's rule."""
         context, _, window, limit, counter = self._thread_settings(ledger)
-        gauge = thread_usage(ledger, window, limit, self._overhead_tokens(ledger, counter), counter.name,
-                             counter.status)
+        # (The overhead only counts before the first API total: a listing of thousands of followed
+        # sessions, all reported, counts no instructions.)
+        overhead = self._overhead_tokens(ledger, counter) if ledger.api_total is None else 0
+        gauge = thread_usage(ledger, window, limit, overhead, counter.name, counter.status)
         if followed_limits(context) is not None:
             warn_at = int(context["followed"].get("warnAt") or 0)
             used = gauge["usedTokens"]
