@@ -49,10 +49,10 @@ def recover(site: Site) -> dict[str, Any] | None:
     st.clean_leftovers(site)
     record = st.read_json(site.interrupted_record()) or st.read_json(site.journal())
     if record is not None and "tag" in record:
-        folders = record.get("folders")
+        folders, emptiable = record.get("folders"), record.get("emptiable")
         if treewrite.remove_leftovers(site.top, str(record.get("tag") or ""), folders if isinstance(folders, list) else [],
-                                      floor=depth(site)):
-            record = {k: v for k, v in record.items() if k not in ("tag", "folders")}
+                                      floor=depth(site), emptiable=emptiable if isinstance(emptiable, list) else None):
+            record = {k: v for k, v in record.items() if k not in ("tag", "folders", "emptiable")}
             with contextlib.suppress(OSError):  # cleaned once: later snapshots do not look again
                 st.write_json(site.interrupted_record(), record)
     return record

@@ -247,15 +247,18 @@ def restore(folder: Path, commit_id: str, *, settings: GhostSettings | None = No
             if dry_run:
                 result["dryRun"] = True
                 return result
+            _recorded_modes(site, meta, changes)
             writing = treewrite.plan(site.top, changes, tag=os.urandom(6).hex(), prefix=site.prefix)
             _check_space(site, writing, commit_id)
+            modes = _modes(site, changes)
             undo = commits.write(site, current, f"before restoring {commit_id[:12]}", started,
-                           {"undoOf": commit_id, "trigger": "restore"})
+                                 {"undoOf": commit_id, "trigger": "restore", **({"modes": modes} if modes else {})})
             result["undoId"] = undo["id"]
             if changes:
                 _check_complete(site, changes)
                 st.write_json(site.journal(), {"id": commit_id, "undoId": undo["id"], "startedAt": commits.now(),
-                                               "pid": os.getpid(), "tag": writing.tag, "folders": writing.folders})
+                                               "pid": os.getpid(), "tag": writing.tag, "folders": writing.folders,
+                                               "emptiable": writing.emptiable})
                 writing_started = True
                 _write(site, writing, commit_id, undo["id"], captured_at)
         except (OSError, GitFailed) as error:
@@ -267,6 +270,33 @@ def restore(folder: Path, commit_id: str, *, settings: GhostSettings | None = No
         with contextlib.suppress(OSError):
             site.interrupted_record().unlink(missing_ok=True)
     return result
+
+
+def _modes(site: Site, changes: list[Change]) -> dict[str, int]:
+    """The permission bits of the files a restore deletes or rewrites, where git's mode (644 or
+    755) does not say them: kept in its undo snapshot, whose restore gives them back (a private
+    0600 file the restore deleted came back 0644 from its undo)."""
+    modes = {}
+    for change in changes:
+        if change.status == "A" or change.old_mode not in (treewrite.REGULAR, treewrite.EXECUTABLE):
+            continue
+        with contextlib.suppress(OSError):
+            found = os.lstat(site.top / change.path)
+            perm = stat.S_IMODE(found.st_mode)
+            if stat.S_ISREG(found.st_mode) and perm != (0o755 if change.old_mode == treewrite.EXECUTABLE else 0o644):
+                modes[site.rel(change.path)] = perm
+    return modes
+
+
+def _recorded_modes(site: Site, meta: dict[str, Any], changes: list[Change]) -> None:
+    """The files of `changes` whose mode the snapshot recorded (`_modes`) are written with it."""
+    modes = meta.get("modes")
+    if not isinstance(modes, dict):
+        return
+    for change in changes:
+        perm = modes.get(site.rel(change.path)) if change.new_mode in (treewrite.REGULAR, treewrite.EXECUTABLE) else None
+        if isinstance(perm, int) and not isinstance(perm, bool) and 0 <= perm <= 0o7777:
+            change.perm = perm
 
 
 def _not_started(commit_id: str, error: OSError | GitFailed) -> GitFailed:

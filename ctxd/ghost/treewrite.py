@@ -39,6 +39,7 @@ from ctxd.ghost.gitstore import Blobs
 GITLINK = "160000"
 LINK = "120000"
 EXECUTABLE = "100755"
+REGULAR = "100644"
 TEMP_PREFIX = ".ctxd-"
 ASIDE = ".aside"
 
@@ -64,6 +65,7 @@ class Change:
     old_sha: str
     new_sha: str
     binary: bool = False
+    perm: int | None = None  # the new file's permission bits, when the snapshot recorded them (an undo's)
 
 
 @dataclass
@@ -74,6 +76,7 @@ class _Entry:
     parts: list[str]
     mode: str
     sha: str
+    perm: int | None = None
 
 
 @dataclass
@@ -130,6 +133,11 @@ class Writing:
     def folders(self) -> list[str]:
         """The folders temporary names are made in: what a crash's leftovers are looked for in."""
         return sorted({p.folder for p in self.placements} | {r.folder for r in self.removals})
+
+    @property
+    def emptiable(self) -> list[str]:
+        """The folders this restore deletes from: the only ones it can leave empty (`finish`)."""
+        return sorted({r.folder for r in self.removals})
 
     @property
     def blobs(self) -> list[str]:
@@ -204,7 +212,7 @@ def plan(top: Path, changes: list[Change], tag: str, prefix: str = "") -> Writin
                 continue  # a submodule's folder is there already (its content is not the snapshot's)
             placement = _Placement("/".join(parts[:-1]), parts[-1], writing.temp_name("/".join(parts[:-1])),
                                    builds_folder=change.new_mode == GITLINK)
-            placement.entries.append(_Entry([], change.new_mode, change.new_sha))
+            placement.entries.append(_Entry([], change.new_mode, change.new_sha, change.perm))
             placed[change.path] = placement
             writing.placements.append(placement)
         else:  # a folder the snapshot has is not there: built whole beside where it goes
@@ -214,7 +222,7 @@ def plan(top: Path, changes: list[Change], tag: str, prefix: str = "") -> Writin
                                        builds_folder=True)
                 writing.placements.append(placed[at])
             placement = placed[at]
-            placement.entries.append(_Entry(parts[depth:], change.new_mode, change.new_sha))
+            placement.entries.append(_Entry(parts[depth:], change.new_mode, change.new_sha, change.perm))
         if change.new_mode != GITLINK:
             placement.restored.append(change.path)
     for change in changes:
@@ -332,9 +340,10 @@ def _stage_one(placement: _Placement, folders: Folders, blobs: Blobs) -> None:
 
 def _write_entry(folder: int, name: str, entry: _Entry, blobs: Blobs, replaced: int | None = None) -> None:
     """One new file, link or empty folder, made as `git checkout-index` makes them (mode 0666 or
-    0777 less the umask), its content streamed from `blobs`. A file that replaces a file
-    (`replaced`: its mode) gives its group and others no more than that file did: a 0600 file
-    came back 0644, and an undo left it so."""
+    0777 less the umask), its content streamed from `blobs`. A file whose mode the snapshot
+    recorded (`entry.perm`: an undo's, of a file the restore deleted or rewrote) gets that mode;
+    else a file that replaces a file (`replaced`: its mode) gives its group and others no more
+    than that file did: a 0600 file came back 0644, and an undo left it so."""
     if entry.mode == GITLINK:
         os.mkdir(name, 0o777, dir_fd=folder)
         return
@@ -344,7 +353,9 @@ def _write_entry(folder: int, name: str, entry: _Entry, blobs: Blobs, replaced: 
         return
     fd = os.open(name, _NEW_FILE, 0o777 if entry.mode == EXECUTABLE else 0o666, dir_fd=folder)
     try:
-        if replaced is not None:  # the owner's bits as git makes them, the others' never wider than now
+        if entry.perm is not None:
+            os.fchmod(fd, entry.perm)
+        elif replaced is not None:  # the owner's bits as git makes them, the others' never wider than now
             made, others = os.fstat(fd).st_mode & 0o777, replaced & 0o077
             if entry.mode == EXECUTABLE:
                 others |= (replaced & 0o044) >> 2  # (executable by those who may read it)
@@ -438,7 +449,9 @@ def place(writing: Writing, folders: Folders, captured_at: int) -> None:
             except FileNotFoundError:
                 there = None
             step = _Step(placement.folder, placement.name, None, placement)
-            if there is not None and not stat.S_ISDIR(there.st_mode):
+            if there is not None and stat.S_ISDIR(there.st_mode):  # a folder the snapshot has a file for
+                _folder_unchanged_since(home, placement.name, captured_at)
+            elif there is not None:
                 _unchanged_since(there, captured_at)
             if there is not None:
                 step.aside = writing.temp_name(placement.folder, aside=True)
@@ -466,6 +479,31 @@ def place(writing: Writing, folders: Folders, captured_at: int) -> None:
 def _unchanged_since(found: os.stat_result, captured_at: int) -> None:
     if found.st_ctime_ns > captured_at:
         raise OSError(errno.EAGAIN, "changed by another program while the restore ran (retry it)")
+
+
+def _folder_unchanged_since(home: int, name: str, captured_at: int) -> None:
+    """A folder about to be moved aside (and deleted with all it holds) and everything in it are
+    as the undo snapshot has them: nothing was added, deleted or changed in it since `captured_at`
+    (a file saved there while the restore staged its own was deleted with the folder). Depth first
+    without recursion, each folder opened from the one above without following a link."""
+    fds = [os.open(name, _FOLDER_FLAGS, dir_fd=home)]
+    try:
+        _unchanged_since(os.fstat(fds[0]), captured_at)
+        names = [os.listdir(fds[0])]
+        while fds:
+            if not names[-1]:
+                os.close(fds.pop())
+                names.pop()
+                continue
+            inner = names[-1].pop()
+            found = os.stat(inner, dir_fd=fds[-1], follow_symlinks=False)
+            _unchanged_since(found, captured_at)
+            if stat.S_ISDIR(found.st_mode):
+                fds.append(os.open(inner, _FOLDER_FLAGS, dir_fd=fds[-1]))
+                names.append(os.listdir(fds[-1]))
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def _link(home: int, name: str, aside: str) -> bool:
@@ -548,13 +586,16 @@ def _remove_name(home: int, name: str) -> bool:
     return True
 
 
-def remove_leftovers(top: Path, tag: str, folders: list[str], floor: int = 0) -> bool:
+def remove_leftovers(top: Path, tag: str, folders: list[str], floor: int = 0, emptiable: list[str] | None = None
+                     ) -> bool:
     """What a restore cut short (a crash) left: every `.ctxd-<tag>-*` name in the journal's folders
     (temporaries, and what was moved aside, which the undo snapshot holds). A folder that only
-    what was moved aside kept from being empty, or that is empty already (the restore had
-    deleted what it moved aside, and was cut short before the folder: `finish`), is removed with
-    the folders above it that this leaves empty, down to the workspace folder (`floor`: its
-    depth), as the restore would have done. False when a name stays."""
+    what was moved aside kept from being empty, or that is empty already and is one the restore
+    deletes from (`emptiable`, all of `folders` when None: the restore had deleted what it moved
+    aside, and was cut short before the folder: `finish`), is removed with the folders above it
+    that this leaves empty, down to the workspace folder (`floor`: its depth), as the restore would
+    have done; an empty folder it only wrote into was the user's (cut short before it wrote there).
+    False when a name stays."""
     if not tag or not all(isinstance(f, str) for f in folders):
         return True
     prefix = f"{TEMP_PREFIX}{tag}-"
@@ -570,7 +611,8 @@ def remove_leftovers(top: Path, tag: str, folders: list[str], floor: int = 0) ->
                 continue
             for name in names:
                 clean = _remove_name(home, name) and clean
-            if any(n.endswith(ASIDE) for n in names) or not names and not os.listdir(home):
+            if any(n.endswith(ASIDE) for n in names) or (
+                    not names and (emptiable is None or folder in emptiable) and not os.listdir(home)):
                 emptied.append(folder)
         for folder in sorted((f for f in emptied if f), key=lambda f: -f.count("/")):
             parts = folder.split("/")
