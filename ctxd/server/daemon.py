@@ -199,13 +199,13 @@ class Daemon:
             return
         from ctxd.sessions.hook_watch import HookWatcher  # what the agents' hooks and status line wrote
 
+        settings = load_settings(None, self.service.init_options, [])
+        self.sessions = SessionBridge(self.service, settings, self.threads_changed, state_dir=self.service.state_dir)
+        self.sessions.start([w.root for w in self.service.folders()])  # (first: a cold listing waits for it)
         everyone = self.everyone
         self.hook_watcher = HookWatcher(
             self.service, lambda uri: everyone.notify(methods.GHOST_CHANGED, {"workspace": uri}))
         self.hook_watcher.start()
-        settings = load_settings(None, self.service.init_options, [])
-        self.sessions = SessionBridge(self.service, settings, self.threads_changed, state_dir=self.service.state_dir)
-        self.sessions.start([w.root for w in self.service.folders()])
 
     def folders_changed(self) -> None:
         if self.sessions is not None:
