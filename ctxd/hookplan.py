@@ -21,6 +21,10 @@ if TYPE_CHECKING:
     from ctxd.places import Located
     from ctxd.protocol.shapes import CheckpointTool, CheckpointTurn
 
+MAX_TOOL_PATHS = 50
+"""The paths of a tool a checkpoint keeps (`ctxd.ghost.take.checkpoint_meta`): a patch naming tens of
+thousands of files cost the hook a second before its deadline counted, and wrote megabytes of label
+into the log at each call."""
 RECALL_HINT = ("ctxd keeps this conversation's full history, including what the compaction summarised: "
                "call the `recall` tool of the `ctxd` MCP server to find earlier details.")
 
@@ -32,7 +36,7 @@ def tool_paths(agent: Agent, name: str, tool_input: Any, cwd: Path, folder: Path
     if not isinstance(tool_input, dict):
         return []
     shown = []
-    for raw in dict.fromkeys(agent.tool_paths(name, tool_input)):
+    for raw in list(dict.fromkeys(agent.tool_paths(name, tool_input)))[:MAX_TOOL_PATHS]:
         path = Path(raw) if os.path.isabs(raw) else cwd / raw
         try:
             shown.append(os.path.relpath(os.path.normpath(path), folder) if _inside(path, folder) else raw)
@@ -139,7 +143,7 @@ def plan(agent: Agent, event: str, hook: HookInput, state_dir: Path, exclude: li
             shown = _short(command, 60) if command else ""
             label = f"before {name}: {shown}" if shown else f"before {name}"
         else:
-            label = f"before {name} {', '.join(paths)}".rstrip()
+            label = _short(f"before {name} {', '.join(paths)}".rstrip(), 200)
         in_turn: CheckpointTurn | None = (
             {"index": int(mark["turn"]), "text": redact(str(mark.get("text") or ""))} if mark.get("turn") else None)
         if not mark:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import errno
 import os
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ctxd.safefile import FileRefused, read_bounded
@@ -67,6 +67,8 @@ class Write:
     after: str | None  # None: remove the file
     check_unchanged: bool = True
     private: bool = False  # ctxd's own copy of a file that may hold a key: 0600, in folders only the user opens
+    prune: list[Path] = field(default_factory=list)  # a file removed: the folders install made for it, deepest first,
+    # removed once every write is done when they are empty (a `~/.gemini` left behind said Gemini CLI was there)
 
 
 def _unwritable(target: Path) -> str | None:
@@ -83,6 +85,8 @@ def _unwritable(target: Path) -> str | None:
     if not os.access(folder, os.W_OK | os.X_OK):
         reason = "read-only file system" if _read_only_fs(folder) else "no write permission"
         return f"{folder} is not writable ({reason})"
+    if target.is_file() and (not target.stat().st_mode & 0o222 or not os.access(target, os.W_OK)):
+        return f"{target} is read-only"  # (a rename over it would replace it: root's and its folder's owner's would)
     return None
 
 
@@ -187,6 +191,22 @@ def write_all(writes: list[Write], limit: int = LARGE_LIMIT) -> None:
     except BaseException:  # (a bug, an interrupt: still all or none)
         _put_back(done, made)
         raise
+    for write in writes:
+        for folder in write.prune if write.after is None else []:
+            try:
+                folder.rmdir()  # only an empty one; never a link
+            except OSError:
+                pass  # not empty (something of the user's or the agent's since), or gone
+
+
+def missing_folders(path: Path) -> list[Path]:
+    """The folders a write of `path` would make (`_make_folders`), deepest first."""
+    missing = []
+    folder = Path(os.path.realpath(path)).parent
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
 
 
 def _reason(error: OSError) -> str:

@@ -127,6 +127,7 @@ def hooks_add(settings: dict[str, Any], spec: Hooks) -> dict[str, Any]:
         if not isinstance(found, list):
             raise InstallError(f"{spec.file}: `hooks.{event}` is not a list; left unchanged")
         placed = False
+        emptied = []  # the groups ctxd's entries were all of (a user's empty group stays)
         for index, group in enumerate(found):
             entries = handlers(group)
             if entries is None or not any(is_our_hook(h) for h in entries):
@@ -139,8 +140,10 @@ def hooks_add(settings: dict[str, Any], spec: Hooks) -> dict[str, Any]:
                 entries[first] = spec.entry(event)
             else:  # a second copy of ctxd's entry
                 entries[:] = [h for h in entries if not is_our_hook(h)]
+                if not entries:
+                    emptied.append(group)
             placed = True
-        found[:] = [g for g in found if handlers(g) != []]
+        found[:] = [g for g in found if not any(g is e for e in emptied)]
         if not placed:
             found.append(spec.group(event))
     return settings
@@ -155,14 +158,15 @@ def hooks_remove(settings: dict[str, Any]) -> dict[str, Any]:
             found = hooks[event]
             if not isinstance(found, list):
                 continue
-            touched = False
+            emptied = []  # the groups ctxd's entries were all of (a user's empty group stays)
             for group in found:
                 entries = handlers(group)
                 if entries and any(is_our_hook(h) for h in entries):
                     entries[:] = [h for h in entries if not is_our_hook(h)]
-                    touched = True
-            if touched:
-                found[:] = [g for g in found if handlers(g) != []]
+                    if not entries:
+                        emptied.append(group)
+            if emptied:
+                found[:] = [g for g in found if not any(g is e for e in emptied)]
                 if not found:
                     del hooks[event]
                     if not hooks:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxd.agents.config import json_settings
-from ctxd.agents.config.files import LARGE_LIMIT, LIMIT, InstallError, Write, read, write_all
+from ctxd.agents.config.files import LARGE_LIMIT, LIMIT, InstallError, Write, missing_folders, read, write_all
 from ctxd.places import backups_dir
 
 
@@ -94,13 +94,50 @@ def json_uninstall(path: Path, before: str | None, edit: Edit, state_dir: Path,
         return ConfigChange(path, before, before, holds_ours)  # nothing of ctxd's: not even reformatted
     if original is not None:
         try:
-            if _same(json.loads(original.removeprefix(json_settings.BOM)), value):
+            was = json.loads(original.removeprefix(json_settings.BOM))
+            _put_back_emptied(parsed, value, was)
+            if _same(was, value):
                 return ConfigChange(path, before, original, holds_ours)  # changed since, and changed back
         except (ValueError, RecursionError):
             pass
     if backup and not backup.get("existed") and not value:
         return ConfigChange(path, before, None, holds_ours)  # install created it and only ctxd's entries were left
     return ConfigChange(path, before, json_settings.dump(value, before), holds_ours)
+
+
+_NOTHING = object()
+
+
+def _put_back_emptied(parsed: Any, value: dict[str, Any], original: Any) -> None:
+    """What `edit` took out of `value` (the file `parsed` less ctxd's entries) with ctxd's last
+    entry in it, put back in place when the file had it before install with nothing in it: an empty
+    object or list, or a null (`"hooks": {}`, `"mcpServers": {}`, Qwen Code's `"ui": {}`). Uninstall
+    of a file the agent rewrote since install lost them."""
+    if not isinstance(parsed, dict) or not isinstance(original, dict):
+        return
+    back: dict[str, Any] = {}
+    for key, now in parsed.items():
+        if key in value:
+            if isinstance(value[key], dict):
+                _put_back_emptied(now, value[key], original.get(key))
+        elif key in original and (kept := _emptied(now, original[key])) is not _NOTHING:
+            back[key] = kept
+    if back:
+        rest = dict(value)
+        value.clear()
+        value.update({key: rest[key] if key in rest else back[key] for key in parsed if key in rest or key in back})
+        value.update(rest)
+
+
+def _emptied(now: Any, was: Any) -> Any:
+    """What of `was` (the value before install) stays where `edit` removed `now`."""
+    if was is None or was == {} or was == []:
+        return copy.deepcopy(was)
+    if isinstance(was, dict) and isinstance(now, dict):
+        kept: dict[str, Any] = {}
+        _put_back_emptied(now, kept, was)
+        return kept or _NOTHING
+    return _NOTHING
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -119,18 +156,22 @@ def apply(changes: list[ConfigChange], action: str, state_dir: Path) -> None:
     """Every change and its backup, or none of them (InstallError)."""
     writes: list[Write] = []
     for change in changes:
+        known = read_backup(state_dir, change.path)
         if action == "install":
             backup = backup_path(state_dir, change.path)
-            known = read_backup(state_dir, change.path)
             if known and known.get("installed") == change.before:  # installed again over ctxd's own
                 existed, original = known.get("existed", True), known.get("original")
+                folders = known.get("folders") if not existed else []
             else:  # the file as the user left it; unknown when it holds ctxd's entries already
                 existed = change.before is not None
                 original = None if change.before is None or change.holds_ours(change.before) else change.before
+                folders = [str(f) for f in missing_folders(change.path)] if change.before is None else []
             record = json.dumps({"path": str(change.path.absolute()), "existed": existed,
-                                 "original": original, "installed": change.after})
+                                 "original": original, "installed": change.after, "folders": folders})
             writes.append(Write(backup, None, record, check_unchanged=False, private=True))
-        writes.append(Write(change.path, change.before, change.after))
+        made = known.get("folders") if known and action == "uninstall" and not known.get("existed") else None
+        prune = [Path(f) for f in made if isinstance(f, str)] if isinstance(made, list) else []
+        writes.append(Write(change.path, change.before, change.after, prune=prune))
     write_all(writes)
 
 
