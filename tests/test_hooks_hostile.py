@@ -245,6 +245,17 @@ def test_a_flooding_user_command_is_read_only_up_to_a_bound(tmp_path: Path) -> N
     assert 0 < len(mine.strip()) <= 64 * 1024 and set(mine.strip()) == {"x"}
 
 
+@pytest.mark.parametrize("cost", ["1e999", "-1e308", "-0.5", "NaN", "1e300"])
+def test_a_cost_that_is_no_amount_is_not_shown(tmp_path: Path, cost: str) -> None:
+    """Claude's `cost.total_cost_usd` as a hostile or broken file has it (JSON's 1e999 is infinity to
+    Python): the status line showed `$inf` or a 300-digit amount; it shows no cost instead."""
+    project = make_repo(tmp_path / "proj")
+    text = json.dumps({**STATUS, "cwd": str(project)}).replace('"total_cost_usd": 0.5', f'"total_cost_usd": {cost}')
+    result = measured(tmp_path, ["statusline", "--no-colour"], text.encode(), project)
+    check_bounded(result, f"ctxd statusline with a cost of {cost}")
+    assert result["stdout"].startswith("claude · 90% of 167k") and "$" not in result["stdout"], result["stdout"]
+
+
 def gone(pid: int) -> bool:
     """Whether the process has ended (a zombie waiting for init to reap it has)."""
     try:

@@ -1264,13 +1264,19 @@ class Claude(Agent):
         session = data.get("session_id")
         return StatusUsage(used, _count(current.get("output_tokens")) if current else 0, window,
                            compaction_point(window), current is not None,
-                           total if isinstance(total, (int, float)) else None,
+                           total if _amount(total) else None,
                            model.get("id") if isinstance(model.get("id"), str) else None,
                            session if isinstance(session, str) and session else None,
                            cwd if isinstance(cwd, str) else None)
 
     def statusline_cache(self, data: dict[str, Any]) -> tuple[float, bool] | None:
         return last_request(data.get("transcript_path"))
+
+
+def _amount(value: Any) -> bool:
+    """Whether a stated cost is an amount of dollars to show: a finite number from 0 up to a
+    billion (a broken or hostile status line input said 1e999, which JSON reads as infinity)."""
+    return type(value) in (int, float) and 0 <= value < 1e9  # (NaN compares false: not one)
 
 
 AGENT = Claude()
