@@ -256,6 +256,20 @@ def test_a_cost_that_is_no_amount_is_not_shown(tmp_path: Path, cost: str) -> Non
     assert result["stdout"].startswith("claude · 90% of 167k") and "$" not in result["stdout"], result["stdout"]
 
 
+@pytest.mark.parametrize("window", [200000, int("9" * 1000)], ids=["window", "huge window"])
+def test_a_count_of_a_thousand_digits_is_shown_clamped(tmp_path: Path, window: int) -> None:
+    """Counts far past any real session's (a thousand digits): the status line said `ctxd:
+    OverflowError` instead of a gauge (or a window of a thousand digits); the counts are clamped
+    as the readers clamp them."""
+    project = make_repo(tmp_path / "proj")
+    huge = int("9" * 1000)
+    data = {**STATUS, "cwd": str(project), "context_window": {"context_window_size": window,
+                                                              "current_usage": {"input_tokens": huge, "output_tokens": 5}}}
+    result = measured(tmp_path, ["statusline", "--no-colour"], json.dumps(data).encode(), project)
+    check_bounded(result, "ctxd statusline with counts of a thousand digits")
+    assert result["stdout"].startswith("claude · ") and "Error" not in result["stdout"], result["stdout"]
+
+
 def gone(pid: int) -> bool:
     """Whether the process has ended (a zombie waiting for init to reap it has)."""
     try:

@@ -1097,10 +1097,6 @@ def compaction_point(window: int) -> int:
     return max(1, point)
 
 
-def _count(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
-
-
 def last_request(transcript: Any) -> tuple[float, bool] | None:
     """The latest main-chain reply in the transcript's tail: when it came, and whether its cache
     writes went to Anthropic's 1-hour cache."""
@@ -1124,7 +1120,7 @@ def last_request(transcript: Any) -> tuple[float, bool] | None:
         at = parse_time(rec.get("timestamp")) if isinstance(usage, dict) else None
         if at is not None and isinstance(usage, dict):
             split = usage.get("cache_creation")
-            return at, isinstance(split, dict) and _count(split.get("ephemeral_1h_input_tokens")) > 0
+            return at, isinstance(split, dict) and tokens(split.get("ephemeral_1h_input_tokens")) > 0
     return None
 
 
@@ -1252,9 +1248,9 @@ class Claude(Agent):
         context: dict[str, Any] = raw_context if isinstance(raw_context, dict) else {}
         raw_current = context.get("current_usage")
         current: dict[str, Any] | None = raw_current if isinstance(raw_current, dict) else None
-        used = (_count(current.get("input_tokens")) + _count(current.get("cache_creation_input_tokens"))
-                + _count(current.get("cache_read_input_tokens"))) if current else 0
-        window = _count(context.get("context_window_size")) or UNKNOWN_WINDOW
+        used = (tokens(current.get("input_tokens")) + tokens(current.get("cache_creation_input_tokens"))
+                + tokens(current.get("cache_read_input_tokens"))) if current else 0
+        window = tokens(context.get("context_window_size")) or UNKNOWN_WINDOW
         raw_cost, raw_model = data.get("cost"), data.get("model")
         cost: dict[str, Any] = raw_cost if isinstance(raw_cost, dict) else {}
         total = cost.get("total_cost_usd")
@@ -1262,7 +1258,7 @@ class Claude(Agent):
         workspace = data.get("workspace")
         cwd = data.get("cwd") or (workspace.get("current_dir") if isinstance(workspace, dict) else None)
         session = data.get("session_id")
-        return StatusUsage(used, _count(current.get("output_tokens")) if current else 0, window,
+        return StatusUsage(used, tokens(current.get("output_tokens")) if current else 0, window,
                            compaction_point(window), current is not None,
                            total if _amount(total) else None,
                            model.get("id") if isinstance(model.get("id"), str) else None,
