@@ -491,8 +491,14 @@ def offline_compact(items: list[dict[str, Any]], *, target_tokens: int, user_mes
     # An opaque remote compaction cannot be summarized here; the newest one is kept as it is.
     opaque = [item for item in items if item.get("type") == "compaction"][-1:]
     messages = recent_user_messages(items, user_budget)
-    while messages and history_tokens(messages) > user_budget:  # each message costs its JSON too
-        messages.pop(0)
+    # Each message costs its JSON too: the oldest go until they fit (each counted once, not the
+    # whole list again per message dropped, which took minutes for thousands of short turns).
+    costs = [item_tokens(message) for message in messages]
+    total, first = sum(costs), 0
+    while first < len(messages) and total > user_budget:
+        total -= costs[first]
+        first += 1
+    messages = messages[first:]
     head = opaque + messages
     prefix_cost = history_tokens([summary_message("")], count)
     summary_budget = max(target_tokens - history_tokens(head, count) - prefix_cost, target_tokens // 2)
