@@ -391,12 +391,13 @@ def test_a_first_owner_leaves_the_summaries_its_listing_read(daemon_factory, wor
     assert {kept[str(claude)].facts["used"], kept[str(codex)].facts["used"]} == set(listed.values()), (kept, listed)
 
 
-@pytest.mark.parametrize("change", ["rewritten", "truncated"])
+@pytest.mark.parametrize("change", ["rewritten", "restored", "truncated"])
 def test_the_owner_never_lists_a_summary_of_a_file_changed_under_it(daemon_factory, workspace: Path, tmp_path: Path,
                                                                    state_dir: Path, change: str) -> None:
     """`ctxd sessions` left a summary of the file in the state dir the owner shares (issue #38);
-    the file was then rewritten in place or cut short while no daemon ran. From its first listing
-    on, the owner shows the file as it is now, never the summary's title or fill."""
+    the file was then rewritten in place (its mtime put back, too) or cut short while no daemon
+    ran. From its first listing on, the owner shows the file as it is now, never the summary's
+    title or fill."""
     from tests.rpc import REPO, daemon_env
 
     _, claude_home, env = homes(tmp_path)
@@ -416,9 +417,12 @@ def test_the_owner_never_lists_a_summary_of_a_file_changed_under_it(daemon_facto
         return [(r["title"], r["usedTokens"]) for r in json.loads(run.stdout)]
 
     assert cli_rows() == [("Add a flag AAAA", 30_124)]
-    if change == "rewritten":  # in place (the same inode), the same size: another prompt, another fill
+    if change in ("rewritten", "restored"):  # in place (the same inode), the same size: another prompt, another fill
+        st = path.stat()
         with path.open("r+b") as out:
             out.write(path.read_bytes().replace(b"AAAA", b"BBBB").replace(b"30000", b"31000"))
+        if change == "restored":  # its mtime put back too
+            os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
         expected = ("Add a flag BBBB", 31_124)
     else:  # the second turn cut off
         fx.write_jsonl(path, first)

@@ -59,16 +59,22 @@ def ws(tmp_path: Path) -> Path:
 
 
 def test_a_file_that_did_not_change_is_shown_from_its_summary(tmp_path: Path, ws: Path) -> None:
-    """The second run takes the summary: a file changed in place with its size and mtime put back
-    is not read again (shown as it was); once its mtime moves, it is read again."""
+    """The second run takes the summary (the file is not read again); a file changed in place with
+    its size and mtime put back (its ctime moved) is read again, as one whose mtime moved."""
     path = fx.write_jsonl(fx.claude_path(tmp_path / "claude", ws), claude_lines(ws, "Add a flag AAAA"))
     assert [r["title"] for r in sessions(tmp_path, ws)] == ["Add a flag AAAA"]
+    state = summaries.Summaries(tmp_path / "state" / "ctxd")
+    updated = state._connect().execute("SELECT updated FROM file_summaries").fetchall()  # type: ignore[union-attr]
+    assert [r["title"] for r in sessions(tmp_path, ws)] == ["Add a flag AAAA"]
+    assert state._connect().execute("SELECT updated FROM file_summaries").fetchall() == updated  # type: ignore[union-attr]
+    state.close()
     st = path.stat()
     path.write_bytes(path.read_bytes().replace(b"AAAA", b"BBBB"))
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
-    assert [r["title"] for r in sessions(tmp_path, ws)] == ["Add a flag AAAA"]  # not read again
-    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
     assert [r["title"] for r in sessions(tmp_path, ws)] == ["Add a flag BBBB"]
+    path.write_bytes(path.read_bytes().replace(b"BBBB", b"CCCC"))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    assert [r["title"] for r in sessions(tmp_path, ws)] == ["Add a flag CCCC"]
 
 
 def test_a_file_rewritten_in_place_under_its_summary_is_read_again(tmp_path: Path, ws: Path) -> None:

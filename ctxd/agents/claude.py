@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 from ctxd.agents import payloads, skim
 from ctxd.agents.base import Action, Agent, AgentConfig, AgentLimits, HookAction, HookInput, Scope, Stamp, StatusUsage
-from ctxd.agents.jsonl import HEAD_LIMIT, JsonlStore, Reader, entries, head, kind_of, parse, read_tail
+from ctxd.agents.jsonl import HEAD_LIMIT, JsonlStore, Reader, entries, head, kind_of, open_regular, parse, read_tail
 from ctxd.agents.session import (
     MAX_TOKENS,
     Change,
@@ -247,6 +247,22 @@ class ClaudeReader(Reader):
         for name, sub_state in (state.get("subagents") or {}).items():
             sub = self._subagents[name] = _SubagentCost(os.path.join(self._subagent_folder(), name), self)
             sub.restore(sub_state)
+
+    def matches(self, fd: int, st: os.stat_result) -> bool:
+        """The transcript is the one read (`Reader.matches`), and so is every subagent's file read
+        (one rewritten in place would keep its old cost in the session's)."""
+        if not super().matches(fd, st):
+            return False
+        for sub in self._subagents.values():
+            opened = open_regular(sub.path)
+            if opened is None:
+                return False
+            try:
+                if not sub.matches(*opened):
+                    return False
+            finally:
+                os.close(opened[0])
+        return True
 
     def _subagent_folder(self) -> str:
         return os.path.join(self.path[: -len(".jsonl")], "subagents")

@@ -181,6 +181,7 @@ class Reader(SessionReader):
         self._head: tuple[int, int] | None = None
         self._tail: tuple[int, int] | None = None
         self._crc: int | None = 0  # CRC-32 of every byte before `offset` (None past a hole jumped over)
+        self._ctime: int | None = None  # the file's ctime when this reader last read it (None: not yet)
         self.session = Session(agent=self.agent, path=printable(path))
 
     # --- subclasses ---
@@ -256,15 +257,18 @@ class Reader(SessionReader):
         report (5% of a first `ctxd sessions`' CPU); the owner's mirror estimates it."""
         newlines, rows = skim.scan(data, 0, end + 1, b"type", self.skip_types, self.needles(), self.paths,
                                    self.limits, self.marks())
-        # The chunk's first and last lines that are not blank: a blank line at an edge (an extra
-        # newline) must not hide the line beside it, whose time a line passed over gives.
-        # (At most EDGE_BLANKS of them: a file of nothing but newlines is not walked line by line.)
+        # The file's first line that is not blank, when passed over, gives the session's start: a
+        # blank line at its edge (an extra newline) must not hide it. Only the file's: the first line
+        # of a later chunk (of a file read in one part or in several) gives no time the lines before
+        # it did not. (At most EDGE_BLANKS of them: a file of nothing but newlines is not walked
+        # line by line.)
         first_start, first_stop = 0, data.find(b"\n", 0, end + 1)
         for _ in range(EDGE_BLANKS):
             if first_stop >= end or not _blank(data, first_start, first_stop):
                 break
             first_start, first_stop = first_stop + 1, data.find(b"\n", first_stop + 1, end + 1)
-        if not _blank(data, first_start, first_stop) and (not rows or rows[0][0] != first_start):
+        first = self.offset == 0 and not _blank(data, first_start, first_stop) and (not rows or rows[0][0] != first_start)
+        if first:
             self.skipped(data, first_start, first_stop, change)
         change.lines += newlines
         take, fold = self.take, self.fold if self.folds else None
@@ -281,15 +285,21 @@ class Reader(SessionReader):
             if change.held > room or self.replay:
                 stopped: int = row[1] + 1
                 return stopped
-        last_stop = end
-        last_start = data.rfind(b"\n", 0, last_stop) + 1
+        # The chunk's last line that states a time (past blank lines and lines without one, at most
+        # EDGE_BLANKS), when passed over, gives the session's latest: the same line, whether it
+        # ended an earlier read of the file (or chunk) or not.
+        r, last_stop = len(rows) - 1, end
         for _ in range(EDGE_BLANKS):
-            if last_start <= first_start or not _blank(data, last_start, last_stop):
+            last_start = data.rfind(b"\n", 0, last_stop) + 1
+            if not _blank(data, last_start, last_stop) and _timed(data, last_start, last_stop):
+                while r >= 0 and rows[r][0] > last_start:
+                    r -= 1
+                if not (r >= 0 and rows[r][0] == last_start) and not (first and last_start == first_start):
+                    self.skipped(data, last_start, last_stop, change)
+                break
+            if last_start == 0:
                 break
             last_stop = last_start - 1
-            last_start = data.rfind(b"\n", 0, last_stop) + 1
-        if last_start > first_start and (not rows or rows[-1][0] != last_start):
-            self.skipped(data, last_start, last_stop, change)
         self.chunk_read(data, end)
         return None
 
@@ -334,7 +344,9 @@ class Reader(SessionReader):
                 return Change()
             if (self.ident is not None and found != self.ident) or st.st_size < self.offset:
                 self.reset()
-            elif self._rewritten(fd):
+            elif self._rewritten(fd) or (st.st_size == self.offset and self._ctime not in (None, st.st_ctime_ns)
+                                         and not self.matches(fd, st)):
+                # (changed since this reader read it without growing: every byte it read is checked)
                 if self.stop_when_rewritten:
                     self.rewritten = True  # the caller decides the file again, as a new one
                     return Change()
@@ -383,6 +395,7 @@ class Reader(SessionReader):
                 self._advance(data, used)
                 spent += used
                 chunk = READ_CHUNK
+            self._ctime = st.st_ctime_ns
             self.caught_up = self.offset >= st.st_size or (
                 (budget is None or spent < budget) and total.held <= MAX_HELD_ITEMS)
             if self.caught_up and not self.replay:
@@ -441,7 +454,7 @@ class Reader(SessionReader):
                 return self.matches(fd, now) and not (now.st_size == self.offset and list(still) != saved.get("stamp"))
             finally:
                 os.close(fd)
-        except (AttributeError, LookupError, TypeError, ValueError):  # a damaged state: read from the start
+        except (ArithmeticError, AttributeError, LookupError, TypeError, ValueError):  # a damaged state: read from the start
             return False
 
     def read_again_for(self, line: str) -> None:
@@ -513,6 +526,16 @@ _NOT_BLANK = re.compile(rb"[^ \t\r\n\f\v]")
 def _blank(data: bytes, start: int, stop: int) -> bool:
     """Whether `data[start:stop]` is only whitespace (a blank line), without copying it."""
     return _NOT_BLANK.search(data, start, stop) is None
+
+
+def _timed(data: bytes, start: int, stop: int) -> bool:
+    """Whether the line `data[start:stop]` states its time (a string `timestamp`), as its reader
+    finds it: skimmed, else parsed whole."""
+    found = skim.fields(memoryview(data)[start:stop], 0, (b"timestamp",))
+    if found is not None:
+        return found[0] >= 0 and data[start + found[0]] == 0x22  # "
+    rec = parse(data[start:stop].decode("utf-8", "replace"))
+    return rec is not None and isinstance(rec.get("timestamp"), str)
 
 
 def _check(data: bytes) -> tuple[int, int]:

@@ -190,7 +190,7 @@ class SessionBridge:
         # their order, and those read.
         workspaces: dict[Path, Workspace | None] = {}
         stored_threads: dict[str, set[str]] = {}
-        todo: list[tuple[str, Workspace, str, summaries.Stored | None]] = []
+        todo: list[tuple[str, Workspace, summaries.Stored | None, Session | None]] = []
         to_read: set[str] = set()
 
         def unread() -> Iterator[summaries.Job]:
@@ -214,8 +214,9 @@ class SessionBridge:
                 known = store.load([path for path, _, _ in unlisted]) if store is not None else {}
                 for path, workspace, agent in unlisted:
                     stored = known.get(path)
-                    todo.append((path, workspace, agent, stored))
-                    if not (stored is not None and stored.facts is not None and summaries.fresh(stored, path)):
+                    shown = summaries.shown_session(stored) if stored is not None and summaries.fresh(stored, path) else None
+                    todo.append((path, workspace, stored, shown))
+                    if shown is None:
                         to_read.add(path)
                         yield path, agent, store.state(path) if store is not None and stored is not None else None, None, None
 
@@ -226,11 +227,11 @@ class SessionBridge:
                                      parallel=True if streamed else None))  # newest first, as they come
         # Every session is in `todo` once the first read is back (all jobs are handed out first).
         reads = itertools.chain([next(reads, None)], reads)
-        for path, workspace, agent, stored in todo:
+        for path, workspace, stored, shown in todo:
             try:
-                if path not in to_read:
+                if shown is not None:
                     assert stored is not None and stored.facts is not None
-                    session = Session.from_state(agent, path, stored.facts["session"])
+                    session = shown
                     used = stored.facts.get("used")
                 else:
                     read = next(reads, None)

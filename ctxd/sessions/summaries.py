@@ -13,7 +13,7 @@ Only the agents whose module gives a summary reader (`Agent.summary_reader`: Cod
 Code, whose lines are skimmed) are summarized; the others' sessions are read whole, as the daemon
 reads them (`collect`).
 
-A summary is shown only while the file is exactly as it was read (same inode, size and mtime;
+A summary is shown only while the file is exactly as it was read (same inode, size, mtime and ctime;
 the files its agent names beside it too, `Agent.summary_files`: Claude Code's subagents'). A file that grew is read from the summary's offset on,
 once its first bytes and those before the offset are checked to be the ones read; one that was
 replaced, truncated, rewritten in place, or whose mtime moved without it growing, is read again
@@ -126,14 +126,17 @@ def file_facts(path: str, agent: str) -> dict[str, Any] | None:
         return None
     if not stat.S_ISREG(st.st_mode):
         return None
-    facts: dict[str, Any] = {"stamp": list(stamp(st))}
+    # (and its ctime: a file rewritten in place with its size and mtime put back, `os.utime`, is
+    # not the one summarized; its reader checks every byte it read before taking it up)
+    facts: dict[str, Any] = {"stamp": list(stamp(st)), "ctime": st.st_ctime_ns}
     found = agents.find(agent)
     beside = []
     for other in found.summary_files(path) if found is not None else []:
         try:
-            beside.append([os.path.basename(other), *stamp(os.lstat(other))])
+            st = os.lstat(other)
         except OSError:
             continue
+        beside.append([os.path.basename(other), *stamp(st), st.st_ctime_ns])
     if beside:
         facts["beside"] = sorted(beside)
     return facts
@@ -197,10 +200,14 @@ class Summaries:
             if version != VERSION:
                 continue
             try:
-                out[path] = Stored(path, agent, json.loads(file), cwd, json.loads(facts) if facts else None,
-                                   offset=offset if isinstance(offset, int) else 0)
-            except ValueError:
+                stamped, shown = json.loads(file), json.loads(facts) if facts else None
+            except (TypeError, ValueError):
                 continue
+            # (a row of another shape, from a damaged database: not a summary, the file is read again)
+            if not isinstance(stamped, dict) or not (shown is None or isinstance(shown, dict)
+                                                     and isinstance(shown.get("session"), dict)):
+                continue
+            out[path] = Stored(path, agent, stamped, cwd, shown, offset=offset if isinstance(offset, int) else 0)
         return out
 
     def cwds(self, paths: list[str]) -> dict[str, tuple[FileStamp, str]]:
@@ -232,9 +239,10 @@ class Summaries:
             return None
         try:
             row = db.execute("SELECT state FROM file_summaries WHERE path = ? AND version = ?", (path, VERSION)).fetchone()
-            return json.loads(row[0]) if row and row[0] else None
-        except (sqlite3.Error, ValueError):
+            state = json.loads(row[0]) if row and row[0] else None
+        except (sqlite3.Error, TypeError, ValueError):
             return None
+        return state if isinstance(state, dict) else None
 
     def save(self, rows: Iterable[Stored]) -> None:
         """Write rows in one transaction. A row whose file is the one stored (same device and
@@ -257,8 +265,8 @@ class Summaries:
                 values = []
                 for row in rows:
                     found = old.get(row.path)
-                    if found is not None and found[1] is not None and row.state is not None:
-                        before = json.loads(found[0]).get("stamp", [])[:2]
+                    if found is not None and isinstance(found[1], int) and row.state is not None:
+                        before = _stamp_of(found[0])[:2]
                         if before == row.file.get("stamp", [])[:2] and found[1] > row.offset:
                             continue
                     values.append((row.path, row.agent, VERSION, json.dumps(row.file), row.cwd,
@@ -267,6 +275,15 @@ class Summaries:
                 db.executemany("INSERT OR REPLACE INTO file_summaries VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", values)
         except (sqlite3.Error, ValueError) as error:
             log.info("cannot write %s (%s)", self.path, error)
+
+
+def _stamp_of(file: Any) -> list[Any]:
+    """The stamp a row's `file` holds; none when it holds none (a damaged row)."""
+    try:
+        found = json.loads(file).get("stamp")
+    except (AttributeError, TypeError, ValueError):
+        return []
+    return found if isinstance(found, list) else []
 
 
 @contextmanager
@@ -330,7 +347,7 @@ def summarize(path: str, agent: str, state: dict[str, Any] | None, cwd: str | No
                 if not reader.matches(fd, st) or (st.st_size == reader.offset and
                                                   list(stamp(st)) != state.get("stamp")):
                     reader = new_reader(agent, path)  # replaced, shorter, rewritten in place
-            except (AttributeError, LookupError, TypeError, ValueError):  # a damaged state: from the start
+            except (ArithmeticError, AttributeError, LookupError, TypeError, ValueError):  # a damaged state: from the start
                 reader = new_reader(agent, path)
             finally:
                 os.close(fd)
@@ -397,6 +414,17 @@ def _shown(state: dict[str, Any]) -> dict[str, Any]:
 
 
 _NOT_SHOWN = frozenset(("base_instructions", "tools", "tail", "first_request"))
+
+
+def shown_session(stored: Stored) -> Session | None:
+    """The session a summary shows; None when it holds none, or its row makes none (a damaged
+    database: the file is read again)."""
+    if stored.facts is None:
+        return None
+    try:
+        return Session.from_state(stored.agent, stored.path, stored.facts["session"])
+    except (ArithmeticError, AttributeError, LookupError, TypeError, ValueError):
+        return None
 
 
 def fresh(stored: Stored | None, path: str) -> bool:
@@ -475,10 +503,11 @@ def _collect_summarized(folder: Path, sources: list[discovery.Source], state_dir
                     found[path] = None
                     unread.append((_size(path), path, source, True))
                     continue
-                session = Session.from_state(stored.agent, path, stored.facts["session"])
-                used = stored.facts.get("used")
-                found[path] = Found(session, used if isinstance(used, int) else None)
-                continue
+                session = shown_session(stored)
+                if session is not None:
+                    used = stored.facts.get("used")
+                    found[path] = Found(session, used if isinstance(used, int) else None)
+                    continue
             found[path] = None
             left = _size(path) - (stored.offset if stored is not None and stored.agent == source.agent else 0)
             unread.append((left, path, source, False))
