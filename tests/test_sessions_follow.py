@@ -76,6 +76,33 @@ def test_growth_while_following(follow, tmp_path: Path) -> None:
     assert {s.agent: s.sessions for s in follower.status() if s.sessions} == {"codex": 1, "claude": 1}  # other agents: none
 
 
+def test_a_session_made_while_the_watch_starts_after_the_first_listing_is_followed(
+        follow, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The file watch starts once the first scan has listed the sessions (a cold listing does not
+    wait for it): a session the agent starts after that scan looked, before the watch is there,
+    is found by the scan that follows the watch's start, and an append to it after is seen."""
+    start, updates, codex_home, claude_home = follow
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    fx.write_jsonl(fx.codex_path(codex_home), fx.codex_session(ws)[:6])
+    fx.claude_path(claude_home, ws).parent.mkdir(parents=True)  # (its project's folder there: only the file is new)
+    watching = Follower._start_observer
+    made: list[Path] = []
+
+    def start_observer(self: Follower) -> None:
+        if not made:  # the agent writes its first lines while the watch is being set up
+            made.append(fx.write_jsonl(fx.claude_path(claude_home, ws), fx.claude_session(ws)[:2]))
+        watching(self)
+
+    monkeypatch.setattr(Follower, "_start_observer", start_observer)
+    start([ws])
+    update = next_update(updates, f"claude:{fx.CLAUDE_ID}")
+    assert made and update.new and update.session.title == "Add a --verbose flag to the CLI"
+    fx.append_jsonl(made[0], fx.claude_session(ws)[2:])
+    while update.session.baseline != 15_546:
+        update = next_update(updates, f"claude:{fx.CLAUDE_ID}")
+
+
 def test_a_session_in_another_folder_is_read_no_further_than_its_first_line(follow, tmp_path: Path) -> None:
     start, updates, codex_home, claude_home = follow
     ws, elsewhere = tmp_path / "ws", tmp_path / "elsewhere"

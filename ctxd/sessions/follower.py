@@ -186,7 +186,8 @@ class Follower:
         with self._lifecycle:  # a stop on another thread (the daemon closing) waits for this
             if not self.roots or self._stop:
                 return
-            self._start_observer()
+            # (The file watch starts on the worker once the first scan has listed the sessions:
+            # `_watch_after_listing`.)
             self._worker = threading.Thread(target=self._run, name="ctxd-sessions", daemon=True)
             self._worker.start()
 
@@ -581,9 +582,24 @@ class Follower:
                     self._list([newest])  # at once (its gauge is the one shown), not after every head
                 if (second := next(decided, None)) is not None:
                     self._list(itertools.chain([second], decided))
+        if self._mode == "off":
+            self._watch_after_listing()
         for _, path, _ in found:
             self._read(path)
         self._scanned = True
+
+    def _watch_after_listing(self) -> None:
+        """Start the file watch, on the worker, after the first scan listed the sessions: a cold
+        listing waited for watchdog's import and a watch on every folder of the agents' stores
+        (0.1 s) before it found a file. Each root watched asks for another scan (`_schedule_roots`),
+        which finds the files made meanwhile; those found already are read after this, to their end."""
+        if self._stop:
+            return
+        self._start_observer()
+        with self._wake:
+            stopped = self._stop
+        if stopped:  # (`stop` ran while the watch started: it found none to stop)
+            stop_observer(self._observer)
 
     def _decided(self, found: list[tuple[float, str, str]]) -> Iterator[tuple[str, Path, str]]:
         """The files found that are in an open folder, each as its head is peeked at (or its cwd
