@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import logging
+import logging.handlers
 import os
 import re
+import stat
 import sys
+from typing import IO
 
 from ctxd import redact
 
@@ -39,9 +42,39 @@ class RedactSecrets(logging.Filter):
         return True
 
 
+def open_private(path: str, follow_links: bool = True) -> IO[str]:
+    """A log file opened for appending, made 0600 whatever the umask (an existing one of the user's
+    closed to others): it quotes what the user and the agents wrote. Without `follow_links`, a
+    link in its place is refused (OSError) rather than written through."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | (0 if follow_links else os.O_NOFOLLOW)
+    fd = os.open(path, flags, 0o600)
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid() and stat.S_IMODE(info.st_mode) & 0o077:
+            os.fchmod(fd, stat.S_IMODE(info.st_mode) & 0o700)
+        return open(fd, "a", encoding="utf-8", errors="backslashreplace")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+class PrivateFileHandler(logging.FileHandler):
+    """A FileHandler whose file is the user's alone (`open_private`)."""
+
+    def _open(self) -> IO[str]:  # type: ignore[override]
+        return open_private(self.baseFilename)
+
+
+class PrivateRotatingFileHandler(logging.handlers.RotatingFileHandler):
+    """A RotatingFileHandler whose file is the user's alone, never written through a link."""
+
+    def _open(self) -> IO[str]:  # type: ignore[override]
+        return open_private(self.baseFilename, follow_links=False)
+
+
 def setup_logging(verbose: bool, log_file: str | None) -> None:
     """Logs go to stderr or a file, never stdout (stdout is the protocol)."""
-    handler: logging.Handler = logging.FileHandler(log_file) if log_file else logging.StreamHandler(sys.stderr)
+    handler: logging.Handler = PrivateFileHandler(log_file) if log_file else logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     handler.addFilter(RedactSecrets())
     root = logging.getLogger()

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxd.places import hooks_dir, marks_dir
-from ctxd.safefile import read_text_bounded
+from ctxd.safefile import read_text_bounded, write_whole
 
 MAX_MARK_BYTES = 64 * 1024
 
@@ -45,16 +45,14 @@ def read(state_dir: Path, thread: str) -> dict[str, Any]:
 def write(state_dir: Path, thread: str, value: dict[str, Any]) -> None:
     path = _path(state_dir, thread)
     hooks_dir(state_dir)
-    path.parent.mkdir(exist_ok=True)
-    pending = path.with_name(f".{path.name}.{os.urandom(16).hex()}.tmp")
-    pending.write_text(json.dumps(value), "utf-8")
-    os.replace(pending, path)
+    path.parent.mkdir(mode=0o700, exist_ok=True)
+    write_whole(path, json.dumps(value).encode("utf-8"))  # 0600 whatever the umask, never through a link
 
 
 def first_time(state_dir: Path, key: str) -> bool:
     """True once for each `key` (a marker file in `<state dir>/hooks/told`), then False."""
     folder = hooks_dir(state_dir) / "told"
-    folder.mkdir(exist_ok=True)
+    folder.mkdir(mode=0o700, exist_ok=True)
     name = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32]
     try:
         os.close(os.open(folder / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))

@@ -25,11 +25,10 @@ import _socket
 import contextlib
 import errno
 import os
-import stat
 import sys
 import time
 
-from ctxd import leanjson
+from ctxd import leanjson, places
 from ctxd.places import ctxd_command
 from ctxd.places import owner_dir as owner_dir  # (its home is ctxd.places)
 
@@ -54,8 +53,8 @@ WRITE_SECONDS = 30.0
 """A session's notification is written within this long (a request: within its timeout), or not at all."""
 
 
-class Unsafe(OSError):
-    """The owner's folder cannot be trusted (a link, another user's, open to others)."""
+Unsafe = places.Unsafe
+"""The owner's folder or its state dir cannot be trusted (a link, another user's, open to others)."""
 
 
 def available() -> bool:
@@ -65,31 +64,14 @@ def available() -> bool:
 
 def _open_private(path: StateDir, make: bool) -> int:
     """A descriptor of `path`, checked on the descriptor itself (no race with a swap): a folder,
-    not a link, this user's, closed to others. With `make` it is created when missing and made
-    0700 when it is the user's own. Raises Unsafe, or FileNotFoundError when missing."""
-    if make:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(path, 0o700)
+    not a link, this user's, closed to others, in a folder (the state dir) that is this user's and
+    not a link, which no other user can write into. With `make` both are created when missing and
+    made 0700 when they are the user's own. Raises Unsafe, or FileNotFoundError when missing."""
+    parent = places.open_private(os.path.dirname(os.path.abspath(path)), make, refused=0o022)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as error:
-        if error.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise Unsafe(f"{path}: a link or not a folder; ctxd will not use it") from None
-        raise
-    try:
-        info = os.fstat(fd)
-        if info.st_uid != os.getuid():
-            raise Unsafe(f"{path}: belongs to another user (uid {info.st_uid}); ctxd will not use it")
-        if stat.S_IMODE(info.st_mode) & 0o077:
-            if not make:
-                raise Unsafe(f"{path}: open to other users (mode {stat.S_IMODE(info.st_mode):o}); "
-                             "ctxd will not use it")
-            os.fchmod(fd, 0o700)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+        return places.open_private(os.path.basename(path), make, dir_fd=parent)
+    finally:
+        os.close(parent)
 
 
 def private_dir(path: Folder, create: bool) -> Folder:

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import errno
 import os
 import stat
 import sys
@@ -139,23 +140,69 @@ def estimator_dir(state_dir: Path) -> Path:
     return _path(os.path.join(state_dir, "estimator"))
 
 
+class Unsafe(PermissionError):
+    """A folder of ctxd's cannot be trusted: a link, another user's, or open to others."""
+
+
+def open_private(path: str | os.PathLike[str], make: bool, dir_fd: int | None = None, refused: int = 0o077) -> int:
+    """A descriptor of the folder `path` (relative to `dir_fd` when given), checked on the
+    descriptor itself (no race with a swap): a folder, not a link, this user's, closed to others.
+    With `make` it is created (0700) when missing and closed to others when it is the user's own
+    but open to them (an older ctxd, or a umask of 000, made it so); without, one with a `refused`
+    mode bit is refused. A folder (`dir_fd` None) in one every user may write into without the
+    sticky bit is refused: another could move it away and put theirs in its place. Raises Unsafe,
+    or FileNotFoundError when missing."""
+    if dir_fd is None:
+        parent = os.path.dirname(os.path.abspath(path))
+        if make and not os.path.isdir(parent):
+            os.makedirs(parent, exist_ok=True)
+        mode = os.stat(parent).st_mode
+        if mode & stat.S_IWOTH and not mode & stat.S_ISVTX:  # (/tmp has the sticky bit: nobody moves ours away)
+            raise Unsafe(f"{os.fspath(path)}: its folder {parent} is writable by every user (and not sticky): "
+                         "another user could put a folder of theirs in its place; ctxd will not use it")
+    if make:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path, 0o700, dir_fd=dir_fd)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError as error:
+        if error.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise Unsafe(f"{os.fspath(path)}: a link or not a folder; ctxd will not use it") from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if info.st_uid != os.getuid():
+            raise Unsafe(f"{os.fspath(path)}: belongs to another user (uid {info.st_uid}); ctxd will not use it")
+        if stat.S_IMODE(info.st_mode) & 0o077:
+            if not make and stat.S_IMODE(info.st_mode) & refused:
+                raise Unsafe(f"{os.fspath(path)}: open to other users (mode {stat.S_IMODE(info.st_mode):o}); "
+                             "ctxd will not use it")
+            if make:  # (the user's own bits kept: a read-only state dir stays read-only)
+                os.fchmod(fd, stat.S_IMODE(info.st_mode) & 0o700)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def private_state_dir(state_dir: str | os.PathLike[str]) -> None:
+    """The state dir made (0700) or checked as `open_private` does: a state dir in a shared place
+    that another user made first, or a link to one of theirs, is never written into (its ledgers,
+    marks and logs would be theirs to read or replace). Raises Unsafe."""
+    os.close(open_private(state_dir, True))
+
+
 def hooks_dir(state_dir: Path) -> Path:
-    """`<state dir>/hooks`, made (0700) when missing. Raises PermissionError when it is a link or
-    another user's folder (a state dir in a shared place, prepared by someone else): a prompt's
-    words must not be written into it."""
+    """`<state dir>/hooks`, made (0700) when missing. Raises PermissionError when it, or the state
+    dir, is a link or another user's folder (a state dir in a shared place, prepared by someone
+    else): a prompt's words must not be written into it."""
     folder = _path(os.path.join(state_dir, "hooks"))
     try:
-        info = os.lstat(folder)
-    except FileNotFoundError:
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(FileExistsError):
-            folder.mkdir(mode=0o700)
-        info = os.lstat(folder)
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
-        raise PermissionError(f"{folder} is a link, not a folder, or another user's: the hooks write nothing there")
-    if info.st_mode & 0o077:  # made by an older ctxd's install with the umask's mode: the user's alone now
-        with contextlib.suppress(OSError):
-            os.chmod(folder, 0o700)
+        private_state_dir(state_dir)
+        os.close(open_private(folder, True))
+    except Unsafe as error:
+        raise PermissionError(f"{folder} is a link, not a folder, or another user's: the hooks write nothing there "
+                              f"({error})") from None
     return folder
 
 

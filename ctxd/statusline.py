@@ -126,13 +126,13 @@ def hand_over(state_dir: Path, agent: Agent, usage: dict[str, Any]) -> None:
 
     hooks_dir(state_dir)  # the user's alone, or nothing is written
     path = usage_dir(state_dir) / f"{agent.name}-{safe}.json"
-    path.parent.mkdir(exist_ok=True)
-    pending = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    path.parent.mkdir(mode=0o700, exist_ok=True)
     record = {"thread": agent.thread(session), "cwd": usage["cwd"], "at": time.time(),
               **{k: usage[k] for k in ("usedTokens", "outputTokens", "contextWindow", "compactAt", "costUsd",
                                        "model")}}
-    pending.write_text(json.dumps(record), "utf-8")
-    os.replace(pending, path)
+    from ctxd.safefile import write_whole
+
+    write_whole(path, json.dumps(record).encode("utf-8"))  # 0600 whatever the umask, never through a link
 
 
 def run_user_command(encoded: str, raw: bytes, seconds: float) -> str:

@@ -44,10 +44,11 @@ ALLOWED: dict[str, set[str]] = {
     "settings": {"agents", "places", "protocol", "redact", "safefile", "tokens"},  # agents: `sources.<agent>`
     "usage": {"agents", "ledger", "places", "protocol", "safefile", "settings", "terminal", "tokens"},
     # Above both: a workspace's threads (ledger) and their gauge (usage).
-    "workspace": {"agents", "errors", "ghost", "ledger", "protocol", "redact", "safefile", "settings", "tokens",
-                  "usage"},  # ghost: checkpoints
+    "workspace": {"agents", "errors", "ghost", "ledger", "places", "protocol", "redact", "safefile", "settings",
+                  "tokens", "usage"},  # ghost: checkpoints; places: a private state dir
     "compact": {"errors", "ledger", "protocol", "redact", "settings", "tokens", "workspace"},
-    "ghost": {"errors", "ledger", "protocol", "redact", "safefile", "settings"},  # protocol: a checkpoint's turn and tool (types)
+    "ghost": {"errors", "ledger", "places", "protocol", "redact", "safefile", "settings"},  # protocol: a checkpoint's turn
+    # and tool (types); places: a private state dir for the key and the plain folders' stores
     "sessions": {"agents", "errors", "ghost", "heap", "ledger", "marks", "places", "protocol", "redact", "safefile",
                  "settings", "terminal", "tokens", "workspace"},  # marks: a hooked session's checkpoints are its hooks'
     "status": {"ctxd", "ledger", "protocol", "tokens", "workspace"},
@@ -58,7 +59,7 @@ ALLOWED: dict[str, set[str]] = {
     "mcp": {"acplink", "agents", "ctxd", "leanjson", "ownerlink", "places"},  # `ctxd mcp` answers before anything else is imported
     "hooks": {"agents", "errors", "ghost", "hookio", "hookplan", "marks", "ownerlink", "places", "protocol", "redact",
               "safefile", "settings", "terminal"},  # protocol: a checkpoint's turn and tool (types)
-    "statusline": {"agents", "hookio", "places", "tokens"},  # tokens: the prompt cache's lifetimes
+    "statusline": {"agents", "hookio", "places", "safefile", "tokens"},  # tokens: the prompt cache's lifetimes
     # The ACP proxy: it reaches the owner (ownerlink), finds a session's workspace (places),
     # checkpoints alone when no owner answers (ghost, settings), keeps keys out of its log (logs).
     "acp": {"acplink", "acpspool", "ctxd", "ghost", "logs", "ownerlink", "places", "settings"},

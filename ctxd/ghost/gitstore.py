@@ -41,8 +41,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ctxd import places
 from ctxd.errors import GitFailed
 from ctxd.ghost import gitcmd
+from ctxd.safefile import read_text_bounded, write_whole
 from ctxd.settings import default_state_dir
 
 try:
@@ -355,9 +357,10 @@ def account_key() -> bytes:
     if cached is not None:
         return cached
     try:
+        places.private_state_dir(path.parent.parent)  # a key another user planted would vouch for their stores
         if not path.exists():
             _create_key(path)
-        text = path.read_text("ascii").strip()
+        text = read_text_bounded(path, 4096, follow_links=False, errors="strict")
     except (OSError, UnicodeDecodeError) as error:
         raise GitFailed(f"{path}: cannot read or create ctxd's store key ({error})") from None
     if not re.fullmatch(r"[0-9a-f]{64}", text):
@@ -420,12 +423,16 @@ def _plain_site(folder: Path, state_dir: Path, create: bool = True) -> Site | No
     store = home / "store"
     if not create and not (store / "HEAD").exists():
         return None
+    try:  # (a state dir another user made first: its stores would be theirs to read and to change)
+        places.private_state_dir(state_dir)
+    except places.Unsafe as error:
+        raise GitFailed(f"{error}: no snapshot of {folder} is kept there") from None
     _ensure_store(store, "sha1", account_key())
     owner = home / "folder"
     try:
         recorded = owner.read_text("utf-8")
     except FileNotFoundError:
-        owner.write_text(os.fsdecode(folder), "utf-8")
+        write_whole(owner, os.fsencode(folder))
         recorded = os.fsdecode(folder)
     if recorded != os.fsdecode(folder):
         raise GitFailed(f"{store} belongs to {recorded}, not {folder}; remove it to start afresh")
@@ -441,7 +448,7 @@ def _ensure_store(store: Path, object_format: str, key: bytes) -> None:
     import shutil
     import tempfile
 
-    store.parent.mkdir(parents=True, exist_ok=True)
+    store.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # (git makes the store with the umask's modes)
     pending = Path(tempfile.mkdtemp(prefix="store-", dir=store.parent))
     try:
         gitcmd.run(["init", "-q", "--bare", "--template=", f"--object-format={object_format}", str(pending)],

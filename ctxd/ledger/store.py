@@ -9,11 +9,13 @@ out of the active history are archived under its id, never deleted.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
 import os
 import sqlite3
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -308,11 +310,12 @@ class Store:
             if self.path.exists():
                 self._check_owner()
             try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             except OSError as error:
                 raise StoreUnavailable(f"cannot create the state folder {self.path.parent}: "
                                        f"{error.strerror or error}. Make it writable, or set state_dir to a "
                                        "writable folder, then retry.", kind="cantopen") from None
+            _make_private(self.path)
             try:
                 db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None,
                                      timeout=BUSY_TIMEOUT_SECONDS)
@@ -1126,6 +1129,34 @@ def _run_script(db: sqlite3.Connection, script: str) -> None:
 
 def _loads(text: str | None) -> Any:
     return None if text is None else json.loads(text)
+
+
+def _make_private(path: Path) -> None:
+    """The database file created 0600 whatever the umask (SQLite gives its `-wal` and `-shm` the
+    file's mode), and one of the user's that is open to others closed to them. A link in its
+    place is refused: SQLite would write its tables into whatever file it leads to. An existing
+    file is never opened here: closing a descriptor of a database drops every POSIX lock this
+    process holds on it, the locks of SQLite's connections to it included (a daemon's second
+    store of a ledger corrupted it)."""
+    try:
+        os.close(os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+        return  # (made here: no connection holds it)
+    except FileExistsError:
+        pass
+    except OSError:
+        return  # (a read-only folder, say: opening reports it)
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return
+    if stat.S_ISLNK(info.st_mode):
+        raise StoreUnavailable(f"{path} is a symbolic link; ctxd will not write a ledger through it. Move it "
+                               "aside, then retry.")
+    if not stat.S_ISREG(info.st_mode):
+        raise StoreUnavailable(f"{path} is not a regular file; ctxd will not use it. Move it aside, then retry.")
+    if info.st_uid == os.getuid() and stat.S_IMODE(info.st_mode) & 0o077:
+        with contextlib.suppress(OSError):
+            os.chmod(path, stat.S_IMODE(info.st_mode) & 0o700)  # (a regular file a moment ago)
 
 
 def _open_fd(path: Path) -> int | None:

@@ -83,13 +83,13 @@ class SessionLogs:
             logging.getLogger("ctxd").setLevel(logging.DEBUG)
         if not path:
             return
-        from ctxd.logs import RedactSecrets
+        from ctxd.logs import PrivateFileHandler, RedactSecrets
 
         with self._lock:
             handler, count = self._handlers.get(path, (None, 0))
             if handler is None:
                 try:
-                    handler = logging.FileHandler(path)
+                    handler = PrivateFileHandler(path)
                 except OSError as error:
                     log.warning("cannot log to %s: %s", path, error)
                     return
@@ -512,9 +512,9 @@ def _identity(path: str) -> tuple[int, int] | None:
 
 
 def setup_log(folder: Path) -> None:
-    from ctxd.logs import RedactSecrets
+    from ctxd.logs import PrivateRotatingFileHandler, RedactSecrets
 
-    handler = logging.handlers.RotatingFileHandler(folder / ownerlink.LOG_NAME, maxBytes=LOG_BYTES, backupCount=1)
+    handler = PrivateRotatingFileHandler(folder / ownerlink.LOG_NAME, maxBytes=LOG_BYTES, backupCount=1)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     handler.addFilter(RedactSecrets())
     root = logging.getLogger()

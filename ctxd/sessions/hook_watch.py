@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxd.errors import CtxdError
-from ctxd.places import default_state_dir, git_common_dir, marks_dir, note_state_dir, plain_store, usage_dir
+from ctxd.places import default_state_dir, git_common_dir, hooks_dir, marks_dir, note_state_dir, plain_store, usage_dir
 from ctxd.sessions.follower import stop_observer
 from ctxd.workspace import Service, Workspace
 
@@ -122,7 +122,8 @@ class HookWatcher:
     def start(self) -> None:
         for folder in (self.usage_dir, self.marks_dir):
             try:
-                folder.mkdir(parents=True, exist_ok=True)
+                hooks_dir(folder.parent.parent)  # the state dir's and hooks/ checked and made 0700
+                folder.mkdir(mode=0o700, exist_ok=True)
             except OSError as error:
                 log.warning("cannot create %s: %s", folder, error)
         try:

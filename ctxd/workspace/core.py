@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
 from ctxd import agents
-from ctxd.errors import GitFailed, InvalidParams
+from ctxd.errors import GitFailed, InvalidParams, StoreUnavailable
 from ctxd.ledger.cache import ThreadCache
 from ctxd.ledger.store import Store, database_path
 from ctxd.ledger.thread import ThreadLedger
+from ctxd.places import Unsafe, private_state_dir
 from ctxd.protocol import jsontext
 from ctxd.settings import WORKSPACE_FILE, Problem, Settings, is_trusted, load_settings
 from ctxd.tokens.counter import TOKENIZERS
@@ -223,6 +224,14 @@ class WorkspaceCore:
         if store is None:
             with self.lock:
                 if self._store is None:
+                    try:  # a state dir another user made first in a shared place, or a link to theirs
+                        private_state_dir(self.state_dir)
+                    except Unsafe as error:
+                        raise StoreUnavailable(f"{error}: the ledger of {self.root} is not kept there. Choose a "
+                                               "state dir of your own (--state-dir, stateDir or state_dir), "
+                                               "then retry.") from None
+                    except OSError:
+                        pass  # (none, and it cannot be made: the store says so, naming it)
                     self._store = Store(self.db_path, workspace=self.root)
                 store = self._store
         return store
