@@ -7,7 +7,8 @@ else `llm` when an endpoint is configured, else `offline`, and falls back to `of
 model path fails, so that a full thread is never stuck. An explicit `llm` or `remote` that fails
 raises CompactionFailed; one that succeeds always replaces the history (as Codex does), while
 `auto` and `offline` refuse, before anything runs, a history no compaction could make smaller.
-Every summary carries the earlier ones forward. This package is pure: it computes the new history and never touches the
+Every summary carries the earlier ones forward; a model's summary over `summary_max_tokens` is
+middle-truncated to it first. This package is pure: it computes the new history and never touches the
 ledger; the caller swaps it in.
 """
 
@@ -35,6 +36,7 @@ from ctxd.compact.offline import Count, history_tokens, offline_compact
 from ctxd.errors import Cancelled, CompactionFailed, InvalidParams
 from ctxd.ledger.projection import project
 from ctxd.ledger.rules import is_summary_message
+from ctxd.ledger.truncation import truncate_text
 
 STRATEGIES = ("auto", "llm", "remote", "offline")
 
@@ -66,6 +68,14 @@ def choose_strategy(requested: str, settings: Any) -> str:
     if is_openai_host(llm.base_url) and llm.api == "responses":
         return "remote"
     return "llm"
+
+
+def summary_max_tokens(settings: Any) -> int:
+    """The longest handoff summary kept whole: a quarter of the model's window, and at most half
+    the auto-compact limit (longer ones are middle-truncated)."""
+    cap = int(settings.effective_context_window()) // 4
+    limit = int(settings.auto_compact_limit())
+    return min(cap, limit // 2) if limit else cap
 
 
 def offline_target(items: list[dict[str, Any]], settings: Any, count: Count | None = None) -> int:
@@ -168,5 +178,8 @@ def _model_compact(items: list[dict[str, Any]], strategy: str, settings: Any, ca
         note = f"remote compaction by {endpoint.model}: {len(kept)} items"
         return CompactOutcome(kept + ghost_snapshots(items), "remote", note, trimmed)
     summary, trimmed = summarize(endpoint, projected, prompt, cancel=cancel, progress=progress)
+    # Kept, but not whole when it is enormous: every later compaction carries it forward word for
+    # word, so a summary bigger than the thread would leave it where no compaction can shrink it.
+    summary = truncate_text(summary, summary_max_tokens(settings))
     new_items = build_compacted_history(items, summary, settings.compact_user_message_max_tokens)
     return CompactOutcome(new_items, "llm", summary, trimmed)

@@ -8,19 +8,26 @@ oldest items dropped one at a time (with their call/output partner, as Codex's `
 then the one item left cut in half until it fits; the caller learns how many items were not sent
 whole. The API key is read from
 the environment at call time and never leaves this module except inside the client.
+
+Bounds, whatever the endpoint does: each request is given up after `llm.timeout_seconds` in all
+(its connection closed: an answer trickled a byte at a time never times out between two reads),
+no request starts once `llm.retry_budget_seconds` have passed since the first (retries and the
+ladder's rungs alike), and an answer is read only up to MAX_ANSWER_BYTES (decompressed).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 from urllib.parse import urlparse
 
-from ctxd.compact.retry import ContextTooLong, RetryPolicy, call_with_retries
+from ctxd.compact.retry import AnswerTooLarge, ContextTooLong, RetryPolicy, call_with_retries
 from ctxd.errors import CompactionFailed, InvalidParams
 from ctxd.ledger.rules import (
     CALL_TO_OUTPUT,
@@ -32,6 +39,7 @@ from ctxd.ledger.truncation import truncate_text
 from ctxd.protocol.items import validate_items
 
 if TYPE_CHECKING:
+    import httpx2  # (the `openai` client's HTTP library: only its types are named here)
     import openai  # imported when a compaction first needs it: it takes most of a second
 
 T = TypeVar("T")
@@ -81,10 +89,34 @@ def resolve_endpoint(settings: Any) -> Endpoint:
     return Endpoint(llm.base_url, model, llm.api, key, float(llm.timeout_seconds), policy)
 
 
+MAX_ANSWER_BYTES = 16 << 20
+"""The most of an answer a compaction reads: a summary or a compacted history is far smaller (a
+model's whole window is a few MB of text), and a bigger answer would be held whole in memory."""
+
+
 def make_client(endpoint: Endpoint) -> openai.OpenAI:
+    """The `openai` client, its HTTP client reading at most MAX_ANSWER_BYTES of any answer."""
     import openai
 
-    return openai.OpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=0, timeout=endpoint.timeout)
+    class Bounded(openai.DefaultHttpxClient):  # the SDK's own defaults (limits, redirects)
+        def send(self, request: httpx2.Request, *, stream: bool = False, **kwargs: Any) -> httpx2.Response:
+            response = super().send(request, stream=True, **kwargs)
+            if stream:
+                return response
+            parts, size = [], 0
+            try:
+                for part in response.iter_bytes():  # decompressed, in pieces of at most a MiB
+                    size += len(part)
+                    if size > MAX_ANSWER_BYTES:
+                        raise AnswerTooLarge(f"the answer is larger than {MAX_ANSWER_BYTES >> 20} MiB")
+                    parts.append(part)
+            finally:
+                response.close()
+            response._content = b"".join(parts)  # what `read()` keeps (httpx2's own attribute)
+            return response
+
+    return openai.OpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=0, timeout=endpoint.timeout,
+                         http_client=Bounded(timeout=endpoint.timeout))
 
 
 # --- trimming ------------------------------------------------------------------------------------
@@ -163,11 +195,15 @@ def request_ladder(history: list[dict[str, Any]]) -> Any:
 
 
 def with_trimming(history: list[dict[str, Any]], send: Callable[[list[dict[str, Any]]], Any],
-                  progress: Progress | None) -> tuple[Any, int]:
-    """Send, going down the request ladder while the endpoint says the request is too long.
+                  progress: Progress | None, deadline: float | None = None) -> tuple[Any, int]:
+    """Send, going down the request ladder while the endpoint says the request is too long, and
+    until `deadline` (time.monotonic): a ladder is as long as the thread's last turn.
     Returns (answer, items of `history` not sent whole)."""
     last_error = ""
     for items, left_out in request_ladder(history):
+        if left_out is not None and deadline is not None and time.monotonic() >= deadline:
+            raise CompactionFailed("the compaction request does not fit the model's window, and the retry time "
+                                   f"budget was spent shortening it: {last_error}")
         if left_out is not None and progress is not None:
             progress(f"request too long for the model ({last_error}); retrying with {left_out}")
         try:
@@ -223,27 +259,28 @@ def to_chat_messages(items: list[dict[str, Any]]) -> list[dict[str, str]]:
     return messages
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # (a JSON `\\udXXX` escape without its pair)
+
+
 def _summary_or_fail(text: Any) -> str:
+    """The summary, a lone surrogate replaced by U+FFFD: such a string cannot be stored or sent."""
     if not isinstance(text, str) or not text.strip():
         raise CompactionFailed("the model's answer held no summary text")
-    return text.strip()
+    return _LONE_SURROGATE.sub("\ufffd", text.strip())
 
 
 def summarize(endpoint: Endpoint, history: list[dict[str, Any]], prompt: str, *,
               cancel: threading.Event, progress: Progress | None) -> tuple[str, int]:
     """Ask the model for a handoff summary of `history`. Returns (summary, trimmed items)."""
-    client = make_client(endpoint)
     ask = _ask_responses if endpoint.api == "responses" else _ask_chat
+    deadline = time.monotonic() + endpoint.policy.budget_seconds
 
     def send(items: list[dict[str, Any]]) -> str:
-        return _guarded(lambda: ask(client, endpoint.model, items, prompt), endpoint, cancel, progress, client)
+        return _guarded(lambda client: ask(client, endpoint.model, items, prompt), endpoint, deadline, cancel, progress)
 
-    try:
-        if progress is not None:
-            progress(f"asking {endpoint.model} for a handoff summary")
-        return with_trimming(history, send, progress)
-    finally:
-        client.close()
+    if progress is not None:
+        progress(f"asking {endpoint.model} for a handoff summary")
+    return with_trimming(history, send, progress, deadline)
 
 
 def _ask_chat(client: openai.OpenAI, model: str, items: list[dict[str, Any]], prompt: str) -> str:
@@ -286,22 +323,19 @@ def _response_text(response: Any) -> str:
 def compact_remote(endpoint: Endpoint, history: list[dict[str, Any]], instructions: str, *,
                    cancel: threading.Event, progress: Progress | None) -> tuple[list[dict[str, Any]], int]:
     """POST /responses/compact; returns (the output items, trimmed items)."""
-    client = make_client(endpoint)
+    deadline = time.monotonic() + endpoint.policy.budget_seconds
 
     def send(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        def call() -> list[dict[str, Any]]:
+        def call(client: openai.OpenAI) -> list[dict[str, Any]]:
             raw = client.responses.with_raw_response.compact(model=endpoint.model, input=cast(Any, items),
                                                                 instructions=instructions)
             return _compacted_items(strict_loads(raw.text))
 
-        return _guarded(call, endpoint, cancel, progress, client)
+        return _guarded(call, endpoint, deadline, cancel, progress)
 
-    try:
-        if progress is not None:
-            progress(f"asking {endpoint.model} to compact the thread (/responses/compact)")
-        return with_trimming(history, send, progress)
-    finally:
-        client.close()
+    if progress is not None:
+        progress(f"asking {endpoint.model} to compact the thread (/responses/compact)")
+    return with_trimming(history, send, progress, deadline)
 
 
 def _not_strict(text: str) -> Any:
@@ -333,19 +367,54 @@ def _compacted_items(body: Any) -> list[dict[str, Any]]:
         raise CompactionFailed(f"the compact endpoint returned an unusable item: {error.message}") from None
     if any(item.get("type") == "ghost_snapshot" for item in items):
         raise CompactionFailed("the compact endpoint returned a ghost snapshot")
+    problem = _unstorable(items)
+    if problem is not None:
+        raise CompactionFailed(f"the compact endpoint returned an unusable item: {problem}")
     return items
 
 
-def _guarded(call: Callable[[], T], endpoint: Endpoint, cancel: threading.Event,
-             progress: Progress | None, client: openai.OpenAI) -> T:
-    """One request with our retries; a body that does not parse is a permanent failure."""
+MAX_ITEM_DEPTH = 120  # about what fits in a client's request (the server refuses deeper than 128)
+
+
+def _unstorable(items: list[Any]) -> str | None:
+    """What in the endpoint's items the store cannot hold or a reply cannot carry, if anything (as
+    in a client's request, refused): a lone surrogate, nesting too deep. Walked without recursion."""
+    stack: list[tuple[Any, int]] = [(items, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, str):
+            if _LONE_SURROGATE.search(value):
+                return "a string holds an unpaired UTF-16 surrogate"
+        elif isinstance(value, (dict, list)):
+            if depth > MAX_ITEM_DEPTH:
+                return f"JSON nested deeper than {MAX_ITEM_DEPTH} levels"
+            stack.extend((child, depth + 1) for child in ([*value, *value.values()] if isinstance(value, dict) else value))
+    return None
+
+
+def _guarded(call: Callable[[openai.OpenAI], T], endpoint: Endpoint, deadline: float, cancel: threading.Event,
+             progress: Progress | None) -> T:
+    """One request with our retries, each attempt on a client of its own (closed when the attempt
+    is cancelled or overdue, which ends the request under it); a body that does not parse is a
+    permanent failure."""
     import openai
 
-    def parsed() -> T:
+    clients: list[openai.OpenAI] = []
+
+    def attempt() -> T:
+        client = make_client(endpoint)
+        clients.append(client)
         try:
-            return call()
+            return call(client)
         except (openai.APIResponseValidationError, json.JSONDecodeError, UnicodeDecodeError) as error:
             raise CompactionFailed(f"the endpoint's answer did not parse ({type(error).__name__})") from None
+        finally:
+            client.close()
 
-    return call_with_retries(parsed, policy=endpoint.policy, cancel=cancel, progress=progress,
-                             secret=endpoint.api_key, on_cancel=client.close)
+    def stop() -> None:
+        for client in clients:
+            client.close()
+
+    return call_with_retries(attempt, policy=endpoint.policy, cancel=cancel, progress=progress,
+                             secret=endpoint.api_key, on_cancel=stop, attempt_seconds=endpoint.timeout,
+                             deadline=deadline)

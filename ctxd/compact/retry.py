@@ -4,7 +4,9 @@ Compactions happen when a thread is full, which is when a flaky endpoint hurts m
 faults (429, 5xx, network) are retried with exponential backoff and jitter, bounded in count and in
 total time; faults that will not pass (401/403, a bad request, an answer that does not parse) fail
 at once. A request that overflows the model's window is reported separately so that the caller can
-shrink the input and try again. Every wait and every in-flight request yields to a cancel event.
+shrink the input and try again. Every wait and every in-flight request yields to a cancel event, and
+a request is given up (its connection closed) when it has run for its whole time, however slowly
+the endpoint keeps sending.
 """
 
 from __future__ import annotations
@@ -31,6 +33,15 @@ MAX_RETRY_AFTER = 30.0
 
 class ContextTooLong(Exception):
     """The endpoint said the request does not fit the model's context window."""
+
+
+class Overdue(Exception):
+    """The request ran for its whole time (an endpoint that trickles its answer never times out
+    between two reads): given up, as a timeout is."""
+
+
+class AnswerTooLarge(Exception):
+    """The endpoint's answer is over the size a compaction reads: refused before it fills memory."""
 
 
 @dataclass
@@ -86,7 +97,7 @@ def is_transient(error: Exception) -> bool:
     """Faults worth another try: rate limits (not an exhausted quota), 408/409, 5xx, network."""
     import openai  # lazily: the daemon starts without it
 
-    if isinstance(error, (openai.APITimeoutError, openai.APIConnectionError)):
+    if isinstance(error, (openai.APITimeoutError, openai.APIConnectionError, Overdue)):
         return True
     if isinstance(error, openai.APIStatusError):
         if error.status_code == 429:
@@ -108,8 +119,8 @@ def describe(error: Exception, secret: str | None = None) -> str:
             if isinstance(inner, dict) and isinstance(inner.get("message"), str):
                 message = inner["message"]
         text = f"HTTP {error.status_code}" + (f" ({code})" if code else "") + (f": {message}" if message else "")
-    elif isinstance(error, openai.APITimeoutError):
-        text = "the request timed out"
+    elif isinstance(error, (openai.APITimeoutError, Overdue, AnswerTooLarge)):
+        text = "the request timed out" if isinstance(error, openai.APITimeoutError) else str(error)
     elif isinstance(error, openai.APIConnectionError):
         text = "could not reach the endpoint"
     else:
@@ -119,11 +130,13 @@ def describe(error: Exception, secret: str | None = None) -> str:
     return text[:300]
 
 
-def run_cancellable(call: Callable[[], T], cancel: threading.Event, on_cancel: Callable[[], None] | None = None) -> T:
-    """Run a blocking call in a helper thread so that a cancel takes effect within POLL_SECONDS.
+def run_cancellable(call: Callable[[], T], cancel: threading.Event, on_cancel: Callable[[], None] | None = None,
+                    seconds: float | None = None) -> T:
+    """Run a blocking call in a helper thread so that a cancel takes effect within POLL_SECONDS,
+    and give it up (Overdue) when it has run for `seconds`.
 
-    A cancelled call is abandoned (its result, if it ever comes, is dropped); `on_cancel` can
-    close the connection under it.
+    A cancelled or overdue call is abandoned (its result, if it ever comes, is dropped); `on_cancel`
+    can close the connection under it.
     """
     done = threading.Event()
     box: dict[str, Any] = {}
@@ -137,13 +150,17 @@ def run_cancellable(call: Callable[[], T], cancel: threading.Event, on_cancel: C
             done.set()
 
     threading.Thread(target=work, name="ctxd-compact-request", daemon=True).start()
+    until = None if seconds is None else time.monotonic() + seconds
     while not done.wait(POLL_SECONDS):
-        if cancel.is_set():
+        overdue = until is not None and time.monotonic() >= until
+        if cancel.is_set() or overdue:
             if on_cancel is not None:
                 try:
                     on_cancel()
                 except Exception:
                     pass
+            if overdue:
+                raise Overdue(f"no whole answer within {seconds:g} s")
             raise Cancelled("the compaction was cancelled")
     if "error" in box:
         raise box["error"]
@@ -158,20 +175,24 @@ def call_with_retries(
     progress: Callable[[str], None] | None = None,
     secret: str | None = None,
     on_cancel: Callable[[], None] | None = None,
+    attempt_seconds: float | None = None,
+    deadline: float | None = None,
     clock: Callable[[], float] = time.monotonic,
     rng: Callable[[], float] = random.random,
 ) -> T:
-    """Call until success, a permanent fault, or the retry count or time budget runs out.
+    """Call until success, a permanent fault, or the retry count or time budget runs out. Each
+    attempt is given up after `attempt_seconds`; `deadline` (on `clock`, default: the policy's
+    budget from now) is when no retry may start any more.
 
     Raises ContextTooLong, Cancelled, or CompactionFailed (with a key-free reason).
     """
-    deadline = clock() + policy.budget_seconds
+    deadline = clock() + policy.budget_seconds if deadline is None else deadline
     attempt = 0
     while True:
         if cancel.is_set():
             raise Cancelled("the compaction was cancelled")
         try:
-            return run_cancellable(call, cancel, on_cancel)
+            return run_cancellable(call, cancel, on_cancel, attempt_seconds)
         except (Cancelled, CompactionFailed, ContextTooLong):
             raise
         except Exception as error:

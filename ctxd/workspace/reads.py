@@ -98,8 +98,10 @@ class WorkspaceReads(WorkspaceCore):
             return list(ledger.entries), ledger.history_version
 
     def prompt(self, thread: str, input_modalities: list[str]) -> PromptResult:
+        # At the limit, or past the warning point (where a cold cache is a reason too: the
+        # compactor decides, docs/protocol.md).
         if (self.auto_compactor is not None and followed_agent(thread) is None
-                and self.usage(thread)["tier"] == "compact"):
+                and self.usage(thread)["tier"] in ("compact", "warn")):
             self.auto_compactor(cast("Workspace", self), thread)  # every workspace is one (service.py)
         with self.lock:
             ledger = self._ledger(thread)
