@@ -42,7 +42,7 @@ class RedactSecrets(logging.Filter):
         return True
 
 
-def open_private(path: str, follow_links: bool = True) -> IO[str]:
+def open_private_log(path: str, follow_links: bool = True) -> IO[str]:
     """A log file opened for appending, made 0600 whatever the umask (an existing one of the user's
     closed to others): it quotes what the user and the agents wrote. Without `follow_links`, a
     link in its place is refused (OSError) rather than written through."""
@@ -59,17 +59,17 @@ def open_private(path: str, follow_links: bool = True) -> IO[str]:
 
 
 class PrivateFileHandler(logging.FileHandler):
-    """A FileHandler whose file is the user's alone (`open_private`)."""
+    """A FileHandler whose file is the user's alone (`open_private_log`)."""
 
     def _open(self) -> IO[str]:  # type: ignore[override]
-        return open_private(self.baseFilename)
+        return open_private_log(self.baseFilename)
 
 
 class PrivateRotatingFileHandler(logging.handlers.RotatingFileHandler):
     """A RotatingFileHandler whose file is the user's alone, never written through a link."""
 
     def _open(self) -> IO[str]:  # type: ignore[override]
-        return open_private(self.baseFilename, follow_links=False)
+        return open_private_log(self.baseFilename, follow_links=False)
 
 
 def setup_logging(verbose: bool, log_file: str | None) -> None:
