@@ -1068,3 +1068,21 @@ def test_the_fill_counts_the_tail_redacted_whether_read_fresh_or_taken_up(tmp_pa
     taken = summaries.summarize(str(path), "qwen", json.loads(first.stored.state), None)
     assert fresh is not None and taken is not None
     assert summaries.fill(fresh.session, fresh.tail) == summaries.fill(taken.session, taken.tail)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pipe sizes are set on Linux only (F_SETPIPE_SZ)")
+def test_the_pipes_to_and_from_the_reading_workers_hold_a_batch_of_reads() -> None:
+    """A worker's batch of reads (their readers' states) is larger than a default pipe: it waited
+    while its parent's busy owner took it a pipeful at a time. Both of the pool's pipes are widened
+    (as far as the system's pipe-max-size lets an unprivileged process)."""
+    import fcntl
+
+    if int(Path("/proc/sys/fs/pipe-max-size").read_text()) < summaries.PIPE_BYTES and os.geteuid() != 0:
+        pytest.skip("this system's pipe-max-size is below PIPE_BYTES: the pipes keep their size")
+    pool = summaries._pool(2, "spawn")
+    try:
+        for queue in ("_call_queue", "_result_queue"):
+            reader = getattr(pool, queue)._reader
+            assert fcntl.fcntl(reader.fileno(), 1032) >= summaries.PIPE_BYTES  # F_GETPIPE_SZ
+    finally:
+        pool.shutdown()
