@@ -33,7 +33,7 @@ from ctxd.usage.breakdown import (
     overhead_counts,
 )
 from ctxd.usage.report import format_tokens, render_short, render_text
-from tests.helpers import assistant, user
+from tests.helpers import assistant, call, output, user
 from tests.rpc import REPO, Client, daemon_env
 
 OVERHEAD = ("systemPrompt", "builtinTools", "mcpTools", "skills", "memoryFiles")
@@ -426,6 +426,48 @@ def test_offline_the_daemon_counts_exactly(daemon_factory: Callable[..., Client]
     record = client.request("ctxd/record", {"workspace": ws, "items": [user("still works")]})
     assert record["usage"]["tokenizerStatus"] == "exact"
     assert not any(cache.iterdir())
+
+
+def turn(n: int) -> list[dict[str, Any]]:
+    """One user turn whose text two tokenizer families count differently (code, prose, CJK)."""
+    return [user(f"turn {n}: please refactor `parse_config()` in src/config_{n}.py; 設定ファイルを読む " + words(40)),
+            call(f"c{n}", "shell", json.dumps({"cmd": f"grep -rn 'def parse_config' src/ | head -{n}"})),
+            output(f"c{n}", "\n".join(f"src/config_{n}.py:{i}: def parse_config(path: str) -> dict[str, Any]:"
+                                      for i in range(30))),
+            assistant(f"Done with turn {n}: the parser now returns a `Config` dataclass. " + words(30))]
+
+
+def test_a_model_of_another_tokenizer_counts_the_history_again(client: Client, workspace: Path) -> None:
+    """After `ctxd/setPromptContext` names a model whose tokenizer is another family's, the gauge and
+    the breakdown are those of the same history recorded under that model from the start: the items
+    recorded before are counted again, the archived ones too (an undo brings them back alike)."""
+    ws = workspace.as_uri()
+
+    def record(thread: str, *turns: int) -> None:
+        for n in turns:
+            client.request("ctxd/record", {"workspace": ws, "thread": thread, "items": turn(n)})
+
+    def same(thread: str, fresh: str) -> None:
+        ours, theirs = usage(client, workspace, thread), usage(client, workspace, fresh)
+        assert ours["usage"]["tokenizer"] == theirs["usage"]["tokenizer"] == "estimate:claude"
+        assert ours["usage"]["usedTokens"] == theirs["usage"]["usedTokens"]
+        assert ours["categories"] == theirs["categories"]
+
+    client.request("ctxd/setPromptContext", {"workspace": ws, "thread": "moved", "model": "gpt-4o"})
+    wait_for(lambda: usage(client, workspace, "moved"), lambda b: b["usage"]["tokenizerStatus"] == "exact")
+    record("moved", 1, 2, 3)
+    before = usage(client, workspace, "moved")["usage"]["usedTokens"]
+    undo_id = client.request("ctxd/rollback", {"workspace": ws, "thread": "moved", "turns": 1})["undoId"]
+    client.request("ctxd/setPromptContext", {"workspace": ws, "thread": "moved", "model": "claude-sonnet-4-5"})
+    record("moved", 4)
+
+    for thread, turns in (("fresh", (1, 2, 4)), ("fresh-all", (1, 2, 3, 4))):
+        client.request("ctxd/setPromptContext", {"workspace": ws, "thread": thread, "model": "claude-sonnet-4-5"})
+        record(thread, *turns)
+    same("moved", "fresh")
+    client.request("ctxd/undo", {"workspace": ws, "thread": "moved", "id": undo_id})  # turn 3 back, counted alike
+    same("moved", "fresh-all")
+    assert usage(client, workspace, "moved")["usage"]["usedTokens"] != before  # (the families do differ here)
 
 
 # --- the terminal view ----------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import json
 import logging
 import os
@@ -876,6 +877,13 @@ class Store:
             return [Row(seq, bodies.decode(body), tokens, origin, archived)
                     for seq, body, tokens, origin, archived in rows]
 
+    def bodies_from(self, thread: str, after_seq: int, limit: int) -> list[tuple[int, int, str | bytes]]:
+        """Up to `limit` of a thread's items (active and archived) after `after_seq`, in seq order:
+        (seq, rowid, body as stored). A recount reads a long thread by pages (`Workspace.set_prompt_context`)."""
+        with self._read() as db:
+            return db.execute("SELECT seq, rowid, body FROM items WHERE thread = ? AND seq > ? ORDER BY seq LIMIT ?",
+                              (thread, after_seq, limit)).fetchall()
+
     def threads(self) -> list[tuple[ThreadRow, int]]:
         """Every thread with its count of active items."""
         with self._read() as db:
@@ -993,6 +1001,28 @@ class Store:
                     self._touch(db, thread, **fields)
                     made.append(thread)
         return made
+
+    @_index_safe
+    def recount(self, thread: str, counted: Mapping[int, tuple[bytes, int]], count: Callable[[str], int],
+                **fields: Any) -> int:
+        """Give every item of a thread (active and archived: an undo brings the archived back) the
+        tokens of another counter, and set `fields`, in one transaction: a crash leaves the old
+        counts with the old fields. `counted`: by rowid, the digest of the body counted outside the
+        transaction (`body_digest`) and its tokens; an item it lacks, or whose body is not that one,
+        is counted here with `count` (its JSON). The thread row's token sum follows (`_COUNTS`).
+        Returns how many items changed."""
+        with self._write() as db:
+            changes = []
+            for rowid, stored, tokens in db.execute("SELECT rowid, body, tokens FROM items WHERE thread = ?",
+                                                    (thread,)).fetchall():
+                known = counted.get(rowid)
+                new = (known[1] if known is not None and known[0] == body_digest(stored)
+                       else count(bodies.decode(stored)))
+                if new != tokens:
+                    changes.append((new, rowid))
+            db.executemany("UPDATE items SET tokens = ? WHERE rowid = ?", changes)
+            self._touch(db, thread, **fields)
+        return len(changes)
 
     @_index_safe
     def replace(self, thread: str, upto_seq: int, rows: list[tuple[str, int]], info: dict[str, Any],
@@ -1118,6 +1148,11 @@ _ROW = ("thread, history_version, api_total, api_seq, reference, prompt_context,
 def _row(row: tuple[Any, ...]) -> ThreadRow:
     return ThreadRow(row[0], row[1], row[2], row[3], _loads(row[4]), _loads(row[5]), _loads(row[6]), row[7], row[8],
                      row[9])
+
+
+def body_digest(stored: str | bytes) -> bytes:
+    """What names an item's body as stored (`Store.recount`): a stored body never changes."""
+    return hashlib.blake2b(stored.encode("utf-8") if isinstance(stored, str) else stored, digest_size=16).digest()
 
 
 def _run_script(db: sqlite3.Connection, script: str) -> None:

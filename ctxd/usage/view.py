@@ -71,6 +71,16 @@ class UsageView:
         cached = self._settings.get(ledger.thread)
         if cached is not None and cached[0] is context:
             return cached
+        merged, window, limit = self._merged(context)
+        cached = self._settings[ledger.thread] = (context, merged, window, limit, self.counter_for(merged))
+        return cached
+
+    def counter_of(self, context: dict[str, Any] | None) -> Counter:
+        """The counter a thread whose prompt context were `context` would have (`counter`)."""
+        return self.counter_for(self._merged(context)[0])
+
+    def _merged(self, context: dict[str, Any] | None) -> tuple[Settings, int, int]:
+        """The settings a prompt context implies, their window and their auto-compact limit."""
         merged = self.base
         window = context.get("contextWindow") if context else None
         if type(window) is not int or not 0 < window <= MAX_STORED_WINDOW:
@@ -84,8 +94,7 @@ class UsageView:
             # A followed session: the session's window and its agent's compaction point, never
             # the editor's settings (its agent's `limits`, ctxd/agents).
             window, limit = agent
-        cached = self._settings[ledger.thread] = (context, merged, window, limit, self.counter_for(merged))
-        return cached
+        return merged, window, limit
 
     def counter(self, ledger: ThreadLedger) -> Counter:
         """The best counter for the thread's model right now (exact once its encoding is loaded)."""

@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any, overload
 
 from ctxd import redact
 from ctxd.errors import CompactionFailed, InvalidParams
-from ctxd.ledger import operations
+from ctxd.ledger import bodies, operations
 from ctxd.ledger.rules import is_real_user_message, message_text
-from ctxd.ledger.store import THIS_OPERATION, HistoryChanged, Row, WouldWait
+from ctxd.ledger.store import THIS_OPERATION, HistoryChanged, Row, WouldWait, body_digest
 from ctxd.ledger.thread import Entry, ThreadLedger, is_user_turn_start, rollback_start
 from ctxd.ledger.truncation import truncate_tool_output, with_serialization_allowance
 from ctxd.tokens import prompt_cache
-from ctxd.tokens.counter import TOKENIZERS, count_item
+from ctxd.tokens.counter import TOKENIZERS, Counter, count_item
 from ctxd.workspace.core import AWAITING_REPORT, WorkspaceCore, agent_title, followed_agent, item_text
 
 if TYPE_CHECKING:
@@ -174,16 +174,57 @@ class WorkspaceWrites(WorkspaceCore):
         return float(priced["total"]) if priced.get("priced") else None
 
     def set_prompt_context(self, thread: str, context: dict[str, Any]) -> UsageSnapshot:
-        """Store the fixed overhead, and mark the current ledger as the reference baseline."""
+        """Store the fixed overhead, and mark the current ledger as the reference baseline. When it
+        changes the thread's counter (a model of another tokenizer family), every item the thread
+        stored, active or archived, is counted again with the new one, in the transaction that
+        stores the context: the gauge is then the one of the same history recorded under the new
+        model (and an undo brings items back counted alike). The items are counted outside the
+        workspace's lock (a long thread takes a while); the ones recorded meanwhile, or moved, are
+        counted in the transaction (`Store.recount`)."""
         with self.lock:
             ledger = self._ledger(thread)
             merged = redact.redact_json({**(ledger.prompt_context or {}), **context})  # never store the key
-            reference = {"seq": ledger.last_seq, "historyVersion": ledger.history_version, "setAt": time.time()}
-            self.store.update_thread(thread, prompt_context=merged, reference=reference)
+            counter = self.view.counter_of(merged)
+            if ledger.next_seq <= 1 or _counter_key(self.view.counter(ledger)) == _counter_key(counter):
+                return self._set_prompt_context(ledger, merged)
+        counted = self._recounted(thread, counter.count)
+        with self.lock:
+            ledger = self._ledger(thread)
+            merged = redact.redact_json({**(ledger.prompt_context or {}), **context})
+            again = self.view.counter_of(merged)
+            if _counter_key(again) != _counter_key(counter):
+                counted, counter = {}, again  # changed again meanwhile: all counted in the transaction
+            return self._set_prompt_context(ledger, merged, counter.count, counted)
+
+    def _set_prompt_context(self, ledger: ThreadLedger, merged: dict[str, Any],
+                            count: Callable[[str], int] | None = None,
+                            counted: dict[int, tuple[bytes, int]] | None = None) -> UsageSnapshot:
+        """`set_prompt_context` under the lock: with `count`, the items counted again (`Store.recount`)."""
+        reference = {"seq": ledger.last_seq, "historyVersion": ledger.history_version, "setAt": time.time()}
+        if count is None:
+            self.store.update_thread(ledger.thread, prompt_context=merged, reference=reference)
             ledger.prompt_context, ledger.reference = merged, reference
-            settings = self.view.settings(ledger)
-            TOKENIZERS.preload(settings.model, settings.tokenizer)  # in the background
-            return self._changed(ledger)
+        else:
+            self.store.recount(ledger.thread, counted or {}, _body_counter(count), prompt_context=merged,
+                               reference=reference)
+            ledger = self.cache.reload(self.store, ledger.thread)
+        settings = self.view.settings(ledger)
+        TOKENIZERS.preload(settings.model, settings.tokenizer)  # in the background
+        return self._changed(ledger)
+
+    def _recounted(self, thread: str, count: Callable[[str], int]) -> dict[int, tuple[bytes, int]]:
+        """Every stored item of a thread counted with `count`, read a page at a time without the
+        workspace's lock: by rowid, its body's digest and its tokens (`Store.recount`)."""
+        counted: dict[int, tuple[bytes, int]] = {}
+        by_body = _body_counter(count)
+        after = 0
+        while True:
+            page = self.store.bodies_from(thread, after, RECOUNT_PAGE)
+            for seq, rowid, stored in page:
+                counted[rowid] = (body_digest(stored), by_body(bodies.decode(stored)))
+                after = seq
+            if len(page) < RECOUNT_PAGE:
+                return counted
 
     def rollback(self, thread: str, turns: int, dry_run: bool = False) -> RollbackResult:
         """Drop the last `turns` user turns. When the active history has fewer, the compactions in
@@ -538,6 +579,18 @@ class WorkspaceWrites(WorkspaceCore):
 
 
 TITLE_CHARS = 80
+RECOUNT_PAGE = 500  # items read at a time by a recount (`WorkspaceWrites._recounted`)
+
+
+def _counter_key(counter: Counter) -> tuple[str | None, str]:
+    """What a counter counts with: two counters of one key give every text the same tokens (once
+    loaded: a counter estimates while its encoding loads, as a thread recorded then does)."""
+    return counter.encoding, counter.profile
+
+
+def _body_counter(count: Callable[[str], int]) -> Callable[[str], int]:
+    """Tokens of an item from its stored JSON, as `_rows` counts it."""
+    return lambda body: count_item(json.loads(body), count)
 
 
 def _untitled(ledger: ThreadLedger, kept: Sequence[dict[str, Any]]) -> str | None:
