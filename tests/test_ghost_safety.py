@@ -974,3 +974,108 @@ def test_a_restore_cut_short_before_it_wrote_keeps_the_users_empty_folders(repo:
     assert (repo.root / "logs").is_dir() and (repo.root / "data" / "empty").is_dir()
     ghost.restore(repo.root, interrupted["undoId"])
     assert (repo.root / "logs").is_dir() and (repo.root / "data" / "empty").is_dir()
+
+
+# --- modes and empty folders an undo gives back exactly (found by an attack run) ------------------
+
+
+@contextlib.contextmanager
+def _umask(mask: int) -> Iterator[None]:
+    old = os.umask(mask)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def _perm(path: Path) -> str:
+    return oct(stat.S_IMODE(os.lstat(path).st_mode))
+
+
+@pytest.mark.parametrize(("restore_mask", "undo_mask"), [(0o002, 0o002), (0o022, 0o002), (0o002, 0o022)])
+def test_undo_gives_back_git_default_modes_whatever_the_umask(repo: Repo, restore_mask: int, undo_mask: int) -> None:
+    """Modes were recorded only when they were not 644 or 755, and the undo made the others with
+    the umask: under umask 002 a 0644 file the restore deleted came back 0664 (and a 0664 one
+    0644 under umask 022). The undo gives back each file's exact mode."""
+    snap = ghost.snapshot(repo.root)
+    modes = {"plain.txt": 0o644, "tool.sh": 0o755, "shared.txt": 0o664, "shared.sh": 0o775,
+             "src/app.py": 0o644, "README.md": 0o664}
+    for name, mode in modes.items():
+        repo.write(name, f"{name} now\n")
+        os.chmod(repo.root / name, mode)
+    before = {name: (_perm(repo.root / name), (repo.root / name).read_text()) for name in modes}
+    with _umask(restore_mask):
+        result = ghost.restore(repo.root, snap["id"])
+    assert not (repo.root / "plain.txt").exists()
+    with _umask(undo_mask):
+        ghost.restore(repo.root, result["undoId"])
+    assert {name: (_perm(repo.root / name), (repo.root / name).read_text()) for name in modes} == before
+
+
+def test_undo_gives_back_an_empty_folder_a_file_replaced(repo: Repo) -> None:
+    """The snapshot has a file where an empty folder (git keeps none) is now: the restore replaced
+    the folder, and its undo deleted the file without giving the folder back."""
+    repo.write("out", "a file at snapshot time\n")
+    repo.write("logs", "a file at snapshot time\n")
+    snap = ghost.snapshot(repo.root)
+    (repo.root / "out").unlink()
+    (repo.root / "out").mkdir(mode=0o700)
+    (repo.root / "logs").unlink()
+    (repo.root / "logs" / "a" / "b").mkdir(parents=True)  # only empty folders inside
+    (repo.root / "logs" / "c").mkdir()
+    os.chmod(repo.root / "logs", 0o750)
+    os.chmod(repo.root / "logs" / "a", 0o711)
+    os.chmod(repo.root / "logs" / "a" / "b", 0o500)
+    before = {p: _perm(repo.root / p) for p in ("out", "logs", "logs/a", "logs/a/b", "logs/c")}
+    result = ghost.restore(repo.root, snap["id"])
+    assert (repo.root / "out").read_text() == "a file at snapshot time\n"
+    assert (repo.root / "logs").read_text() == "a file at snapshot time\n"
+    ghost.restore(repo.root, result["undoId"])
+    assert {p: (repo.root / p).is_dir() and _perm(repo.root / p) for p in before} == before
+    assert not list((repo.root / "out").iterdir()) and not list((repo.root / "logs" / "a" / "b").iterdir())
+    assert not [p for p in repo.root.rglob(".ctxd-*")]
+
+
+def test_undo_gives_back_the_mode_of_a_folder_the_restore_emptied_and_removed(repo: Repo) -> None:
+    """The restore deleted every file of a private folder, then the folder: its undo made it again
+    with the umask's mode (0755), readable by everyone."""
+    snap = ghost.snapshot(repo.root)
+    repo.write("private/deep/key.txt", "secret\n")
+    os.chmod(repo.root / "private" / "deep", 0o700)
+    os.chmod(repo.root / "private", 0o710)
+    result = ghost.restore(repo.root, snap["id"])
+    assert not (repo.root / "private").exists()
+    ghost.restore(repo.root, result["undoId"])
+    assert (_perm(repo.root / "private"), _perm(repo.root / "private" / "deep")) == ("0o710", "0o700")
+    assert (repo.root / "private" / "deep" / "key.txt").read_text() == "secret\n"
+
+
+def test_undo_keeps_an_empty_folder_the_restore_wrote_a_file_into(repo: Repo) -> None:
+    """The snapshot has `logs/a.txt` where an empty folder `logs/` of the user's is now: the restore
+    wrote the file into it, and its undo deleted the file and then the folder it left empty."""
+    repo.write("logs/a.txt", "at snapshot time\n")
+    snap = ghost.snapshot(repo.root)
+    (repo.root / "logs" / "a.txt").unlink()
+    os.chmod(repo.root / "logs", 0o700)
+    result = ghost.restore(repo.root, snap["id"])
+    assert (repo.root / "logs" / "a.txt").read_text() == "at snapshot time\n"
+    ghost.restore(repo.root, result["undoId"])
+    assert (repo.root / "logs").is_dir() and not list((repo.root / "logs").iterdir())
+    assert _perm(repo.root / "logs") == "0o700"
+
+
+def test_undo_of_a_restore_that_deletes_thousands_of_files_keeps_every_mode(repo: Repo) -> None:
+    """The undo snapshot's message holds the mode of every file the restore deletes: passed to git
+    as an argument, one of more than 128 KiB (a few thousand files) failed (E2BIG), and the restore
+    could not start."""
+    snap = ghost.snapshot(repo.root)
+    names = [f"generated/part_{i // 100:02d}/module_{i:05d}_{'with_a_long_name_' * 4}.py" for i in range(1600)]
+    for name in names:
+        repo.write(name, "x\n")
+    repo.commit_all("generated")  # (tracked: no limit on how many files an untracked folder holds)
+    os.chmod(repo.root / names[0], 0o600)
+    result = ghost.restore(repo.root, snap["id"])
+    assert not (repo.root / "generated").exists()
+    ghost.restore(repo.root, result["undoId"])
+    assert _perm(repo.root / names[0]) == "0o600" and _perm(repo.root / names[-1]) == _perm(repo.root / names[1])
+    assert all((repo.root / name).read_text() == "x\n" for name in names)

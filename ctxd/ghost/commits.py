@@ -57,7 +57,8 @@ def write(site: Site, state: State, message: str, started: float, extra: dict[st
     body = f"{subject}\n\n{META_PREFIX}{json.dumps(meta, ensure_ascii=True)}\n"
     pinning = Background(lambda: st.pin(site, None, state.tree))  # the tree's objects, while git writes the commit
     try:
-        commit = site.out("commit-tree", "--no-gpg-sign", state.tree, "-m", body)
+        # (the message on stdin: an undo's modes of many files passed the argument's size limit, E2BIG)
+        commit = site.out("commit-tree", "--no-gpg-sign", state.tree, "-F", "-", stdin=body.encode())
     finally:
         pinning.wait()
     pinning.result()

@@ -49,10 +49,11 @@ def recover(site: Site) -> dict[str, Any] | None:
     st.clean_leftovers(site)
     record = st.read_json(site.interrupted_record()) or st.read_json(site.journal())
     if record is not None and "tag" in record:
-        folders, emptiable = record.get("folders"), record.get("emptiable")
+        folders, emptiable, keep = record.get("folders"), record.get("emptiable"), record.get("keep")
         if treewrite.remove_leftovers(site.top, str(record.get("tag") or ""), folders if isinstance(folders, list) else [],
-                                      floor=depth(site), emptiable=emptiable if isinstance(emptiable, list) else None):
-            record = {k: v for k, v in record.items() if k not in ("tag", "folders", "emptiable")}
+                                      floor=depth(site), emptiable=emptiable if isinstance(emptiable, list) else None,
+                                      keep=keep if isinstance(keep, list) else None):
+            record = {k: v for k, v in record.items() if k not in ("tag", "folders", "emptiable", "keep")}
             with contextlib.suppress(OSError):  # cleaned once: later snapshots do not look again
                 st.write_json(site.interrupted_record(), record)
     return record

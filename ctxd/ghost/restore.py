@@ -248,17 +248,21 @@ def restore(folder: Path, commit_id: str, *, settings: GhostSettings | None = No
                 result["dryRun"] = True
                 return result
             _recorded_modes(site, meta, changes)
-            writing = treewrite.plan(site.top, changes, tag=os.urandom(6).hex(), prefix=site.prefix)
+            folders_back, keep = _recorded_folders(site, meta, changes)
+            writing = treewrite.plan(site.top, [*changes, *folders_back], tag=os.urandom(6).hex(), prefix=site.prefix)
+            writing.keep = keep
             _check_space(site, writing, commit_id)
-            modes = _modes(site, changes)
+            modes, folders = _modes(site, changes), _folders(site, changes, writing)
             undo = commits.write(site, current, f"before restoring {commit_id[:12]}", started,
-                                 {"undoOf": commit_id, "trigger": "restore", **({"modes": modes} if modes else {})})
+                                 {"undoOf": commit_id, "trigger": "restore", **({"modes": modes} if modes else {}),
+                                  **({"folders": folders} if folders else {})})
             result["undoId"] = undo["id"]
-            if changes:
+            if writing.placements or writing.removals:
                 _check_complete(site, changes)
                 st.write_json(site.journal(), {"id": commit_id, "undoId": undo["id"], "startedAt": commits.now(),
                                                "pid": os.getpid(), "tag": writing.tag, "folders": writing.folders,
-                                               "emptiable": writing.emptiable})
+                                               "emptiable": writing.emptiable,
+                                               **({"keep": sorted(writing.keep)} if writing.keep else {})})
                 writing_started = True
                 _write(site, writing, commit_id, undo["id"], captured_at)
         except (OSError, GitFailed) as error:
@@ -273,19 +277,94 @@ def restore(folder: Path, commit_id: str, *, settings: GhostSettings | None = No
 
 
 def _modes(site: Site, changes: list[Change]) -> dict[str, int]:
-    """The permission bits of the files a restore deletes or rewrites, where git's mode (644 or
-    755) does not say them: kept in its undo snapshot, whose restore gives them back (a private
-    0600 file the restore deleted came back 0644 from its undo)."""
+    """The permission bits of the files a restore deletes or rewrites (git's mode, 644 or 755, does
+    not say them): kept in its undo snapshot, whose restore gives them back exactly, whatever the
+    umask then (a private 0600 file the restore deleted came back 0644 from its undo; a 0644 one,
+    when only other modes were kept, 0664 under umask 002)."""
     modes = {}
     for change in changes:
         if change.status == "A" or change.old_mode not in (treewrite.REGULAR, treewrite.EXECUTABLE):
             continue
         with contextlib.suppress(OSError):
             found = os.lstat(site.top / change.path)
-            perm = stat.S_IMODE(found.st_mode)
-            if stat.S_ISREG(found.st_mode) and perm != (0o755 if change.old_mode == treewrite.EXECUTABLE else 0o644):
-                modes[site.rel(change.path)] = perm
+            if stat.S_ISREG(found.st_mode):
+                modes[site.rel(change.path)] = stat.S_IMODE(found.st_mode)
     return modes
+
+
+def _folders(site: Site, changes: list[Change], writing: treewrite.Writing) -> dict[str, int]:
+    """The folders a restore may delete or writes into, with their permission bits: each folder
+    where the snapshot has a file and all the folders in it (empty ones too, which no snapshot
+    holds), and every folder that holds a changed path (its deletions may leave them empty:
+    `treewrite.finish`). Kept in its undo snapshot, whose restore makes those that are missing
+    again, with their mode, and removes none of them (`_recorded_folders`): an empty folder the
+    restore wrote a file into was removed with that file by the undo."""
+    top = os.fspath(site.top)
+    floor = recovery.depth(site)
+    found: dict[str, int] = {}
+
+    def note(path: str) -> bool:
+        with contextlib.suppress(OSError):
+            info = os.lstat(os.path.join(top, path))
+            if stat.S_ISDIR(info.st_mode):
+                found[site.rel(path)] = stat.S_IMODE(info.st_mode)
+                return True
+        return False
+
+    for placement in writing.placements:
+        if placement.builds_folder or not note(placement.path):
+            continue
+        for root, dirs, _names in os.walk(os.path.join(top, placement.path)):  # (links are never followed)
+            for name in dirs:
+                note(Path(root, name).relative_to(site.top).as_posix())
+    seen: set[str] = set()
+    for change in changes:
+        parts = change.path.split("/")
+        gitlink = change.status == "D" and change.old_mode == treewrite.GITLINK  # (its folder, when emptied)
+        for depth in range(len(parts) - (0 if gitlink else 1), floor, -1):
+            folder = "/".join(parts[:depth])
+            if folder in seen:
+                break  # (and the folders above it)
+            seen.add(folder)
+            note(folder)
+    return found
+
+
+def _recorded_folders(site: Site, meta: dict[str, Any], changes: list[Change]) -> tuple[list[Change], set[str]]:
+    """The folders an undo snapshot recorded (`_folders`), all kept when emptied, and those missing
+    now, or a file or link the restore deletes, made again with their mode (an empty folder a file
+    replaced was gone for good). Never where the restore puts a file, nor below a file or link it
+    leaves."""
+    recorded = meta.get("folders")
+    if not isinstance(recorded, dict):
+        return [], set()
+    going = {c.path for c in changes if c.status == "D"}
+    placed = {c.path for c in changes if c.status != "D"}
+
+    def kind(path: str) -> str:
+        try:
+            mode = os.lstat(site.top / path).st_mode
+        except (FileNotFoundError, NotADirectoryError):  # (below a file or link the restore deletes)
+            return "missing"
+        except OSError:
+            return "other"
+        return "folder" if stat.S_ISDIR(mode) else ("going" if path in going else "other")
+
+    back, keep = [], set()
+    for rel, perm in sorted(recorded.items()):
+        parts = rel.split("/") if isinstance(rel, str) else []
+        if (not parts or any(p in ("", ".", "..") or "\0" in p for p in parts) or isinstance(perm, bool)
+                or not isinstance(perm, int) or not 0 <= perm <= 0o7777):
+            continue
+        path = site.prefix + rel
+        keep.add(path)
+        ancestors = ["/".join(parts[:i]) for i in range(1, len(parts))]
+        if (path in placed or any(site.prefix + a in placed for a in ancestors)
+                or kind(path) not in ("missing", "going")
+                or any(kind(site.prefix + a) == "other" for a in ancestors)):
+            continue
+        back.append(Change(path, "A", "000000", treewrite.TREE, "0" * 40, "0" * 40, perm=perm))
+    return back, keep
 
 
 def _recorded_modes(site: Site, meta: dict[str, Any], changes: list[Change]) -> None:

@@ -37,6 +37,7 @@ from ctxd.errors import GitFailed
 from ctxd.ghost.gitstore import Blobs
 
 GITLINK = "160000"
+TREE = "040000"  # a folder an undo makes again, with its mode (git keeps no empty folder: `ctxd.ghost.restore`)
 LINK = "120000"
 EXECUTABLE = "100755"
 REGULAR = "100644"
@@ -65,13 +66,13 @@ class Change:
     old_sha: str
     new_sha: str
     binary: bool = False
-    perm: int | None = None  # the new file's permission bits, when the snapshot recorded them (an undo's)
+    perm: int | None = None  # the new file's (or folder's) permission bits, when the snapshot recorded them (an undo's)
 
 
 @dataclass
 class _Entry:
-    """A file, a link or an empty folder (a submodule's) to write: `parts` below its placement's
-    temporary folder, or none when it is the placement's temporary itself."""
+    """A file, a link or a folder (a submodule's, or one an undo makes again: TREE) to write: `parts`
+    below its placement's temporary folder, or none when it is the placement's temporary itself."""
 
     parts: list[str]
     mode: str
@@ -115,6 +116,7 @@ class Writing:
     removals: list[_Removal]
     devices: dict[str, int]  # folder -> its file system's st_dev, for the folders that get new content
     made: list[tuple[str, str]] = field(default_factory=list)  # (folder, name) of every temporary name
+    keep: set[str] = field(default_factory=set)  # folders never removed when emptied (an undo's: they were there)
 
     def temp_name(self, folder: str, aside: bool = False) -> str:
         """A new temporary name in `folder`; `aside` for what the user had there (moved aside
@@ -137,12 +139,12 @@ class Writing:
     @property
     def emptiable(self) -> list[str]:
         """The folders this restore deletes from: the only ones it can leave empty (`finish`)."""
-        return sorted({r.folder for r in self.removals})
+        return sorted({r.folder for r in self.removals} - self.keep)
 
     @property
     def blobs(self) -> list[str]:
         """The objects to read, in the order staging writes them."""
-        return [e.sha for p in self.placements for e in p.entries if e.mode != GITLINK]
+        return [e.sha for p in self.placements for e in p.entries if e.mode not in (GITLINK, TREE)]
 
 
 class Folders:
@@ -208,10 +210,10 @@ def plan(top: Path, changes: list[Change], tag: str, prefix: str = "") -> Writin
         parts = change.path.split("/")
         depth = next((i for i in range(1, len(parts)) if not is_folder("/".join(parts[:i]))), None)
         if depth is None:  # every folder on the way is there: the file goes straight into its folder
-            if change.new_mode == GITLINK and is_folder(change.path):
+            if change.new_mode in (GITLINK, TREE) and is_folder(change.path):
                 continue  # a submodule's folder is there already (its content is not the snapshot's)
             placement = _Placement("/".join(parts[:-1]), parts[-1], writing.temp_name("/".join(parts[:-1])),
-                                   builds_folder=change.new_mode == GITLINK)
+                                   builds_folder=change.new_mode in (GITLINK, TREE))
             placement.entries.append(_Entry([], change.new_mode, change.new_sha, change.perm))
             placed[change.path] = placement
             writing.placements.append(placement)
@@ -223,7 +225,7 @@ def plan(top: Path, changes: list[Change], tag: str, prefix: str = "") -> Writin
                 writing.placements.append(placed[at])
             placement = placed[at]
             placement.entries.append(_Entry(parts[depth:], change.new_mode, change.new_sha, change.perm))
-        if change.new_mode != GITLINK:
+        if change.new_mode not in (GITLINK, TREE):
             placement.restored.append(change.path)
     for change in changes:
         if change.status != "D":
@@ -254,7 +256,7 @@ def space_needed(top: Path, writing: Writing, sizes: dict[str, int | None]) -> l
         blocks += len(folders) + (1 if placement.builds_folder else 0)
         inodes += len(folders) + len(placement.entries) + (1 if placement.builds_folder else 0)
         for entry in placement.entries:
-            size = (sizes.get(entry.sha) or 0) if entry.mode != GITLINK else 0
+            size = (sizes.get(entry.sha) or 0) if entry.mode not in (GITLINK, TREE) else 0
             blocks += -(-size // 4096)
         per_device[device] = (folder, blocks, inodes)
     short = []
@@ -322,17 +324,24 @@ def _stage_one(placement: _Placement, folders: Folders, blobs: Blobs) -> None:
         return
     os.mkdir(placement.temp, 0o777, dir_fd=home)
     opened: dict[tuple[str, ...], int] = {(): os.open(placement.temp, _FOLDER_FLAGS, dir_fd=home)}
+    perms: dict[tuple[str, ...], int] = {}  # the folders' recorded modes, set once all they hold is written
     try:
         for entry in placement.entries:
+            if entry.mode == TREE and entry.perm is not None:
+                perms[tuple(entry.parts)] = entry.perm
             if not entry.parts:
-                continue  # the placement is an empty folder (a submodule's)
-            for i in range(1, len(entry.parts)):
+                continue  # the placement is an empty folder (a submodule's), or one an undo makes again
+            last = len(entry.parts) + 1 if entry.mode == TREE else len(entry.parts)
+            for i in range(1, last):
                 inner = tuple(entry.parts[:i])
                 if inner not in opened:
                     with contextlib.suppress(FileExistsError):
                         os.mkdir(inner[-1], 0o777, dir_fd=opened[inner[:-1]])
                     opened[inner] = os.open(inner[-1], _FOLDER_FLAGS, dir_fd=opened[inner[:-1]])
-            _write_entry(opened[tuple(entry.parts[:-1])], entry.parts[-1], entry, blobs)
+            if entry.mode != TREE:
+                _write_entry(opened[tuple(entry.parts[:-1])], entry.parts[-1], entry, blobs)
+        for inner in sorted(perms, key=len, reverse=True):  # (the deepest first: a folder made read-only last)
+            os.fchmod(opened[inner], perms[inner])
     finally:
         for fd in opened.values():
             os.close(fd)
@@ -553,6 +562,8 @@ def finish(writing: Writing, folders: Folders, floor: int) -> None:
         parts = removal.path.split("/")
         last = len(parts) if removal.gitlink else len(parts) - 1  # a submodule's folder itself, when empty
         for depth in range(last, floor, -1):
+            if "/".join(parts[:depth]) in writing.keep:
+                break  # (and so is every folder above it)
             try:
                 os.rmdir(parts[depth - 1], dir_fd=folders.fd("/".join(parts[:depth - 1])))
             except OSError:
@@ -586,16 +597,16 @@ def _remove_name(home: int, name: str) -> bool:
     return True
 
 
-def remove_leftovers(top: Path, tag: str, folders: list[str], floor: int = 0, emptiable: list[str] | None = None
-                     ) -> bool:
+def remove_leftovers(top: Path, tag: str, folders: list[str], floor: int = 0, emptiable: list[str] | None = None,
+                     keep: list[str] | None = None) -> bool:
     """What a restore cut short (a crash) left: every `.ctxd-<tag>-*` name in the journal's folders
     (temporaries, and what was moved aside, which the undo snapshot holds). A folder that only
     what was moved aside kept from being empty, or that is empty already and is one the restore
     deletes from (`emptiable`, all of `folders` when None: the restore had deleted what it moved
     aside, and was cut short before the folder: `finish`), is removed with the folders above it
     that this leaves empty, down to the workspace folder (`floor`: its depth), as the restore would
-    have done; an empty folder it only wrote into was the user's (cut short before it wrote there).
-    False when a name stays."""
+    have done; an empty folder it only wrote into was the user's (cut short before it wrote there),
+    and so is a folder of `keep` (`Writing.keep`). False when a name stays."""
     if not tag or not all(isinstance(f, str) for f in folders):
         return True
     prefix = f"{TEMP_PREFIX}{tag}-"
@@ -617,6 +628,8 @@ def remove_leftovers(top: Path, tag: str, folders: list[str], floor: int = 0, em
         for folder in sorted((f for f in emptied if f), key=lambda f: -f.count("/")):
             parts = folder.split("/")
             for depth in range(len(parts), floor, -1):
+                if keep and "/".join(parts[:depth]) in keep:
+                    break
                 try:
                     os.rmdir(parts[depth - 1], dir_fd=opened.fd("/".join(parts[:depth - 1])))
                 except OSError:
