@@ -4,13 +4,17 @@ command in real git repositories and real home folders (tests/test_hooks.py's he
 from __future__ import annotations
 
 import json
+import os
 import stat
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.test_hooks import ctxd, env_for, make_repo, on_machine, snapshots
+from tests.rpc import REPO
+from tests.test_hooks import CLAUDE_SETTINGS, CODEX_CONFIG, ctxd, env_for, make_repo, on_machine, snapshots
 
 
 def tree(folder: Path) -> set[str]:
@@ -130,3 +134,102 @@ def test_a_users_empty_hook_group_is_not_ctxds_to_remove(tmp_path: Path) -> None
     settings.write_text(json.dumps({**installed, "agentSaved": True}))
     assert ctxd(tmp_path, "hooks", "uninstall", "--agent", "claude", cwd=project).returncode == 0
     assert json.loads(settings.read_text()) == {**mine, "agentSaved": True}
+
+
+RACER = """
+import os, random, sys, time
+sys.path[0] = {root!r}
+from ctxd.agents.config import files
+from ctxd.entry import main
+
+real = files._replace
+def slow(*args, **kwargs):  # a slow disk: the writes of two installs at once interleave
+    time.sleep(random.uniform(0, 0.15))
+    real(*args, **kwargs)
+files._replace = slow
+gate = {gate!r}
+open(os.path.join(gate, str(os.getpid())), "w").close()
+deadline = time.monotonic() + 60
+while len(os.listdir(gate)) < 2 and time.monotonic() < deadline:  # both start together
+    time.sleep(0.005)
+raise SystemExit(main(sys.argv[1:]))
+"""
+
+USER_FILES = {  # what the user had, under the home folder
+    ".claude/settings.json": CLAUDE_SETTINGS,
+    ".claude.json": '{"numStartups": 3, "mcpServers": {"docs": {"command": "docs-mcp"}}}\n',
+    ".codex/config.toml": CODEX_CONFIG,
+    ".gemini/settings.json": '{\n  "theme": "x",\n  "mcpServers": {}\n}\n',
+    ".qwen/settings.json": '{\n  "ui": {},\n  "general": {"vimMode": true}\n}\n',
+    ".config/opencode/opencode.json": '{\n  // mine\n  "theme": "x",\n  "mcp": {},\n}\n',
+}
+
+
+def test_two_installs_at_once_of_two_ctxds_leave_one_whole_install_and_the_users_entries(tmp_path: Path) -> None:
+    """Two `ctxd hooks install` at once from two ctxds (two venvs: two commands to write): each read
+    the files, then wrote them one by one, so the agents' files ended up some from one, some from
+    the other, or one's failure put back files the other had written while it said it wrote them.
+    They take turns now: the files are all of the one that ran last, and uninstall gives the
+    user's bytes back."""
+    home = tmp_path / "home"
+    project = make_repo(tmp_path / "proj")
+    env = env_for(tmp_path)
+    for rel, text in USER_FILES.items():
+        (home / rel).parent.mkdir(parents=True, exist_ok=True)
+        (home / rel).write_text(text)
+    roots = {name: tmp_path / name for name in ("venv-a", "venv-b")}
+    for root in roots.values():
+        root.symlink_to(REPO)  # another path to ctxd: another command in the agents' files
+    for round_ in range(3):
+        gate = tmp_path / f"gate{round_}"
+        gate.mkdir()
+        racers = [subprocess.Popen([sys.executable, "-c", RACER.format(root=str(root), gate=str(gate)),
+                                    "hooks", "install", "--agent", "all"], cwd=project, env=env,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE) for root in roots.values()]
+        results = [(*racer.communicate(timeout=120), racer.returncode) for racer in racers]  # (a guard against a hang)
+        assert all(code == 0 for _, _, code in results), results
+        texts = {rel: (home / rel).read_text() for rel in USER_FILES}
+        texts["plugin"] = (home / ".config" / "opencode" / "plugins" / "ctxd.js").read_text()
+        whose = {rel: {name for name, root in roots.items() if f"{root}{os.sep}ctxd" in text}
+                 for rel, text in texts.items()}
+        assert len({frozenset(names) for names in whose.values()}) == 1 and len(whose["plugin"]) == 1, whose
+    assert "~/bin/guard.sh" in (home / ".codex" / "config.toml").read_text()
+    assert '"Read(~/.zshrc)"' in (home / ".claude" / "settings.json").read_text()
+    done = ctxd(tmp_path, "hooks", "uninstall", cwd=project, env=env)
+    assert done.returncode == 0, done.stderr
+    for rel, text in USER_FILES.items():
+        assert (home / rel).read_text() == text, rel
+    assert not (home / ".config" / "opencode" / "plugins").exists()
+
+
+@pytest.mark.parametrize("kind", ["held", "fifo", "link"])
+def test_the_install_lock_never_blocks_for_good_nor_is_written_through(tmp_path: Path, kind: str) -> None:
+    """The lock that makes installs take turns (`one_at_a_time`): held by a stuck install, it is
+    waited for a bounded time; a FIFO or a link in its place is refused, never opened through."""
+    import fcntl
+
+    from ctxd.agents.config.files import InstallError
+    from ctxd.agents.config.plan import one_at_a_time
+    from ctxd.places import hooks_dir
+
+    state = tmp_path / "state"
+    lock = hooks_dir(state) / "install.lock"
+    target = tmp_path / "elsewhere"
+    holder = None
+    if kind == "fifo":
+        os.mkfifo(lock)
+    elif kind == "link":
+        lock.symlink_to(target)
+    else:
+        holder = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(holder, fcntl.LOCK_EX)  # a stuck install
+    try:
+        with pytest.raises(InstallError), one_at_a_time(state, wait=0.2):
+            pass
+    finally:
+        if holder is not None:
+            os.close(holder)
+    assert not target.exists()
+    if kind == "held":
+        with one_at_a_time(state, wait=0.2):  # released: taken at once
+            pass

@@ -794,3 +794,60 @@ def test_uninstall_takes_ctxd_out_of_an_opencode_json_with_comments_and_keeps_th
     assert jsonc(after) == {"theme": "opencode", "mcp": {"docs": {"type": "local", "command": ["docs-mcp"]}}}
     assert not (settings.parent / "plugins" / "ctxd.js").exists()
     assert not (Path(env["HOME"]) / ".claude" / "settings.json").exists()
+
+
+EMPTY_MCP = {  # a user's opencode.json with an empty `mcp` (kept by uninstall byte for byte)
+    "jsonc": '{\n  // mine\n  "theme": "x",\n  "mcp": {},\n}\n',
+    "comment inside": '{\n  "theme": "x", // t\n  "mcp": { // servers\n  },\n}\n',
+    "comment line inside": '{\n  "theme": "x", // t\n  "mcp": {\n    // none yet\n  }\n}\n',
+}
+
+
+@pytest.mark.parametrize("shape", sorted(EMPTY_MCP))
+def test_uninstall_keeps_a_users_empty_mcp_in_an_opencode_json_with_comments(tmp_path: Path, shape: str) -> None:
+    """A user's `"mcp": {}` in a commented opencode.json (JSONC): install put ctxd's server in it;
+    once the file was changed since (a comment added), uninstall cut ctxd's server out of the text
+    and the user's `mcp` with it, and a comment inside it too. The JSON path kept it already."""
+    original = EMPTY_MCP[shape]
+    project, settings, env = _home_file(tmp_path, ".config/opencode/opencode.json", original)
+    assert ctxd(tmp_path, "hooks", "install", "--agent", "opencode", cwd=project, env=env).returncode == 0
+    assert '"ctxd"' in settings.read_text()
+    settings.write_text("// added since\n" + settings.read_text())
+    done = ctxd(tmp_path, "hooks", "uninstall", "--agent", "opencode", cwd=project, env=env)
+    assert done.returncode == 0, done.stderr
+    assert settings.read_text() == "// added since\n" + original
+
+
+def test_uninstall_keeps_a_users_empty_mcp_when_opencode_json_changed_form_since_install(tmp_path: Path) -> None:
+    """`"mcp": {}` of the user's, whichever form the file had at install and has at uninstall: a
+    JSON file commented since (uninstall cuts ctxd's server out of the text), a commented file
+    rewritten as JSON since (the backup, JSONC, was read as JSON: no `mcp` to give back)."""
+    from ctxd.agents.opencode import jsonc
+
+    project, settings, env = _home_file(tmp_path, ".config/opencode/opencode.json",
+                                        '{\n  "theme": "x",\n  "mcp": {}\n}\n')
+    assert ctxd(tmp_path, "hooks", "install", "--agent", "opencode", cwd=project, env=env).returncode == 0
+    settings.write_text(settings.read_text().replace("{", "{ // mine", 1))
+    assert ctxd(tmp_path, "hooks", "uninstall", "--agent", "opencode", cwd=project, env=env).returncode == 0
+    after = settings.read_text()
+    assert "// mine" in after and "ctxd" not in after
+    assert jsonc(after) == {"theme": "x", "mcp": {}} and list(jsonc(after)) == ["theme", "mcp"]
+
+    settings.write_text('{\n  // mine\n  "theme": "x",\n  "mcp": {},\n}\n')
+    assert ctxd(tmp_path, "hooks", "install", "--agent", "opencode", cwd=project, env=env).returncode == 0
+    settings.write_text(json.dumps({**jsonc(settings.read_text()), "agentSaved": True}, indent=2) + "\n")
+    assert ctxd(tmp_path, "hooks", "uninstall", "--agent", "opencode", cwd=project, env=env).returncode == 0
+    assert json.loads(settings.read_text()) == {"theme": "x", "mcp": {}, "agentSaved": True}
+
+
+def test_uninstall_keeps_a_comment_the_user_put_in_the_mcp_install_made(tmp_path: Path) -> None:
+    """Install made `mcp` to hold ctxd's server; the user wrote a comment in it since: the comment is
+    theirs, so `mcp` stays (empty) with it."""
+    project, settings, env = _home_file(tmp_path, ".config/opencode/opencode.json", '{\n  "theme": "x"\n}\n')
+    assert ctxd(tmp_path, "hooks", "install", "--agent", "opencode", cwd=project, env=env).returncode == 0
+    settings.write_text(settings.read_text().replace('"mcp": {', '"mcp": {\n    // my servers, soon', 1))
+    assert ctxd(tmp_path, "hooks", "uninstall", "--agent", "opencode", cwd=project, env=env).returncode == 0
+    after = settings.read_text()
+    from ctxd.agents.opencode import jsonc
+
+    assert "// my servers, soon" in after and "ctxd" not in after and jsonc(after) == {"theme": "x", "mcp": {}}

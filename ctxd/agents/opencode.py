@@ -994,11 +994,12 @@ def mcp_remove(settings: dict[str, Any]) -> dict[str, Any]:
     return settings
 
 
-def _without_our_mcp(text: str) -> str | None:
+def _without_our_mcp(text: str, original: str | None = None) -> str | None:
     """A configuration with comments or trailing commas (JSONC: OpenCode reads it so, and a user
     may add a comment after install, which made uninstall fail for every agent) without ctxd's MCP
     server, every other byte kept; None when it is not JSONC either, or the cut does not read as
-    `mcp_remove` would leave it."""
+    `mcp_remove` would leave it. `mcp` left empty stays when it is the user's: it was in the file
+    before install (`original`, the backup's text), or holds a comment of theirs."""
     import copy
 
     try:
@@ -1010,10 +1011,31 @@ def _without_our_mcp(text: str) -> str | None:
             return text  # nothing of ctxd's
         cut = without_member(text, ("mcp", "ctxd"))
         if cut is not None and "mcp" not in wanted:
-            cut = without_member(cut, ("mcp",))
+            if _had_empty_mcp(original) or _holds_comment(cut, ("mcp",)):
+                wanted["mcp"] = {}
+            else:
+                cut = without_member(cut, ("mcp",))
         return cut if cut is not None and jsonc(cut) == wanted else None
     except (ValueError, RecursionError):
         return None
+
+
+def _had_empty_mcp(original: str | None) -> bool:
+    """Whether the file as it was before install (JSON or JSONC) had `"mcp": {}`."""
+    try:
+        was = jsonc(original) if original is not None else None
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(was, dict) and was.get("mcp") == {}
+
+
+def _holds_comment(text: str, path: tuple[str, ...]) -> bool:
+    """Whether the value at `path` in JSONC `text` has a comment in it."""
+    blanked = _as_json(text)
+    spans = _member_spans(blanked, path[:-1])
+    found = [m for m in spans[1] if m[0] == path[-1]] if spans is not None else []
+    start, end = found[-1][2:] if found else (0, 0)  # (what differs but a comma, a trailing one: a comment)
+    return any(a != b and a != "," for a, b in zip(text[start:end], blanked[start:end], strict=True))
 
 
 def _with_our_mcp(text: str, ctxd: list[str]) -> str | None:
@@ -1129,7 +1151,7 @@ class OpenCode(Agent):
     def config_changes(self, action: Action, scope: Scope, project: Path, state_dir: Path,
                        ctxd: list[str]) -> tuple[list[ConfigChange], list[str]]:
         from ctxd.agents.config.files import InstallError
-        from ctxd.agents.config.plan import ConfigChange, json_install, json_uninstall, read_scoped
+        from ctxd.agents.config.plan import ConfigChange, json_install, json_uninstall, read_backup, read_scoped
 
         plugin, settings = self._files(scope, project)
         before = read_scoped(plugin, scope, project)
@@ -1152,9 +1174,11 @@ class OpenCode(Agent):
             return changes, notes
         after = None if before is not None and plugin_is_ours(before) else before
         try:
-            without = json_uninstall(settings, current, mcp_remove, state_dir, holds_mcp)
+            without = json_uninstall(settings, current, mcp_remove, state_dir, holds_mcp, jsonc)
         except InstallError:
-            if current is None or (text := _without_our_mcp(current)) is None:
+            original = (read_backup(state_dir, settings) or {}).get("original")  # (the user's `"mcp": {}` stays)
+            text = _without_our_mcp(current, original if isinstance(original, str) else None) if current else None
+            if text is None:
                 raise
             without = ConfigChange(settings, current, text, holds_mcp)
         return [ConfigChange(plugin, before, after, plugin_is_ours), without], notes

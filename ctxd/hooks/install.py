@@ -3,7 +3,8 @@
 Every agent with hooks (ctxd/agents) says which files hold its hooks, its status line and ctxd's MCP
 server, per scope, and how ctxd's entries go in and out (`Agent.config_changes`); here they are
 planned together, shown (`--dry-run`), and written all or nothing with a backup of each file
-(`ctxd.agents.config.plan`). Every command starts ctxd by absolute path (`ctxd.places.ctxd_command`).
+(`ctxd.agents.config.plan`), one install or uninstall at a time (`one_at_a_time`: two at once left
+some files of each). Every command starts ctxd by absolute path (`ctxd.places.ctxd_command`).
 
 What was in a file besides ctxd's entries stays byte for byte, line ends included:
 - a TOML file (Codex's config.toml) is edited as text, never re-serialised
@@ -33,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from ctxd import agents
 from ctxd.agents.config.files import InstallError
-from ctxd.agents.config.plan import apply, diff
+from ctxd.agents.config.plan import apply, diff, one_at_a_time
 from ctxd.places import ctxd_command
 
 if TYPE_CHECKING:
@@ -136,15 +137,17 @@ def main(argv: list[str]) -> int:
         if not chosen:
             return 0
     try:
-        changes, notes = plan(args.action, chosen, args.scope, project, state_dir, ctxd_command())
         if args.dry_run:  # (the files' lines around the change: a key kept in one is not printed)
             from ctxd import redact
             from ctxd.settings import load_settings
 
+            changes, notes = plan(args.action, chosen, args.scope, project, state_dir, ctxd_command())
             load_settings(None, {}, [])  # registers the configured API key
             sys.stdout.write(redact.redact(diff(changes)) or "nothing to change\n")
             return 0
-        apply(changes, args.action, state_dir)
+        with one_at_a_time(state_dir):  # (another install's files are read once it has written them all)
+            changes, notes = plan(args.action, chosen, args.scope, project, state_dir, ctxd_command())
+            apply(changes, args.action, state_dir)
     except InstallError as error:
         print(f"ctxd hooks {args.action}: {error}", file=sys.stderr)
         return 1

@@ -8,19 +8,26 @@ ctxd's entries from it. A file with nothing of ctxd's in it is not rewritten.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import difflib
+import errno
 import hashlib
 import json
 import os
-from collections.abc import Callable
+import stat
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ctxd.agents.config import json_settings
 from ctxd.agents.config.files import LARGE_LIMIT, LIMIT, InstallError, Write, missing_folders, read, write_all
-from ctxd.places import backups_dir
+from ctxd.places import backups_dir, hooks_dir
+
+LOCK_WAIT = 30.0
+"""How long `ctxd hooks install | uninstall` waits for another one to finish (seconds)."""
 
 
 @dataclass
@@ -76,9 +83,11 @@ def json_install(path: Path, before: str | None, edit: Edit, holds_ours: Callabl
 
 
 def json_uninstall(path: Path, before: str | None, edit: Edit, state_dir: Path,
-                   holds_ours: Callable[[str], bool]) -> ConfigChange:
+                   holds_ours: Callable[[str], bool], load: Callable[[str], Any] = json.loads) -> ConfigChange:
     """A JSON file without ctxd's entries (`edit` removes them): the backup's bytes when it still
-    is what install wrote (or was changed back since), else the file less ctxd's entries."""
+    is what install wrote (or was changed back since), else the file less ctxd's entries. `load`
+    reads the backup's text (OpenCode's JSONC reader: a commented file rewritten as JSON since
+    install lost the user's empty `mcp`)."""
     if before is None:
         return ConfigChange(path, None, None, holds_ours)
     backup = read_backup(state_dir, path) or {}
@@ -94,7 +103,7 @@ def json_uninstall(path: Path, before: str | None, edit: Edit, state_dir: Path,
         return ConfigChange(path, before, before, holds_ours)  # nothing of ctxd's: not even reformatted
     if original is not None:
         try:
-            was = json.loads(original.removeprefix(json_settings.BOM))
+            was = load(original.removeprefix(json_settings.BOM))
             _put_back_emptied(parsed, value, was)
             if _same(was, value):
                 return ConfigChange(path, before, original, holds_ours)  # changed since, and changed back
@@ -183,3 +192,42 @@ def diff(changes: list[ConfigChange]) -> str:
                                     fromfile=str(change.path) if change.before is not None else "/dev/null",
                                     tofile=str(change.path) if change.after is not None else "/dev/null")
     return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in out)
+
+
+@contextlib.contextmanager
+def one_at_a_time(state_dir: Path, wait: float = LOCK_WAIT) -> Iterator[None]:
+    """`ctxd hooks install | uninstall` one at a time (an flock of `<state dir>/hooks/install.lock`),
+    from reading the files to the last write: two at once (two ctxds, two commands to write) each
+    read the files and wrote them one by one, leaving some files of one and some of the other, or
+    one's failure putting back files the other said it wrote. Waits `wait` seconds at most, then
+    raises InstallError (never blocks for good). A state dir ctxd cannot write into has nothing to
+    lock with: the command runs unlocked (uninstall needs no backup written)."""
+    import fcntl
+
+    path = backups_dir(state_dir).parent / "install.lock"
+    try:
+        hooks_dir(state_dir)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+    except OSError as error:
+        if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):  # (a link or another user's: no errno)
+            yield  # (read-only: nothing of another ctxd's can be written there either)
+            return
+        raise InstallError(f"{path}: cannot be opened ({error.strerror or error}); nothing was written") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise InstallError(f"{path}: not a regular file; nothing was written")
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as error:
+                if error.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise InstallError(f"{path}: cannot be locked ({error.strerror}); nothing was written") from None
+                if time.monotonic() >= deadline:
+                    raise InstallError(f"another `ctxd hooks install` or `uninstall` has been running for {wait:.0f} s "
+                                       f"(it holds {path}); nothing was written; run the command again") from None
+                time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)
