@@ -681,3 +681,125 @@ def test_a_file_unchanged_since_an_earlier_read_found_its_cwd_is_decided_without
     assert asked == [sorted(paths)]
     assert sorted(peeked) == sorted([paths[2], paths[3]])
     assert listed == [paths[3], paths[2], paths[0]]  # newest first; the one found elsewhere left out
+
+
+# --- a file rewritten in place while it grew; one rewritten with its mtime put back, taken up later ---
+
+
+def _costed(ws: Path, first: int, count: int) -> list[dict[str, Any]]:
+    """Claude Code lines: `count` replies from `first` on, 1,000 input tokens each."""
+    return [line for n in range(first, first + count) for line in fx.claude_assistant(
+        [{"type": "text", "text": f"Reply {n}."}], f"msg_{n:04d}", f"a{n}", None, ws, "2025-10-03T11:00:01.000Z",
+        fx.claude_usage(1_000, 0, 0, 500))]
+
+
+def _rewrite_usage(path: Path, message: str) -> int:
+    """Give the reply `message` 9,000 input tokens, in place (same inode, same length); where."""
+    data = path.read_bytes()
+    at = data.index(b'"input_tokens": 1000', data.index(message.encode()))
+    with path.open("r+b") as out:
+        out.seek(at)
+        out.write(b'"input_tokens": 9000')
+    return at
+
+
+def _whole(path: Path) -> dict[str, int]:
+    from ctxd.agents.claude import ClaudeReader
+
+    fresh = ClaudeReader(str(path))
+    fresh.read()
+    return fresh.session.total_usage().as_dict()
+
+
+@pytest.mark.parametrize("long", [False, True], ids=["checked-whole", "sampled"])
+def test_a_file_rewritten_in_its_middle_while_it_grew_is_read_again(tmp_path: Path, long: bool,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session file whose middle is rewritten in place (another usage, the same length: its first
+    bytes and those before the offset the same) while it also grew is no file appended to: the
+    live reader reads it again (it kept the old usage, the rewrite taken for an append). A file
+    read no further than FULL_CHECK_BYTES is checked whole; a longer one by the blocks sampled as
+    it was read (here a bound of 0 bytes: the block at its start holds the rewritten usage)."""
+    from ctxd.agents import jsonl
+    from ctxd.agents.claude import ClaudeReader
+
+    if long:
+        monkeypatch.setattr(jsonl, "FULL_CHECK_BYTES", 0)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    path = fx.write_jsonl(fx.claude_path(tmp_path / "claude", ws), _costed(ws, 0, 40))
+    reader = ClaudeReader(str(path))
+    reader.read()
+    assert reader.session.total_usage().input == 40_000
+    assert 64 < _rewrite_usage(path, "msg_0001") < jsonl.SAMPLE_BYTES - 64
+    fx.append_jsonl(path, _costed(ws, 40, 1))
+    reader.read()
+    assert reader.session.total_usage().as_dict() == _whole(path)
+    assert reader.session.total_usage().input == 49_000
+
+    follower, updates = idle_follower([ws], tmp_path)  # the owner's reader: the file decided and read afresh
+    follower.scan_once()
+    assert updates[-1].session.total_usage().input == 49_000
+    _rewrite_usage(path, "msg_0002")
+    fx.append_jsonl(path, _costed(ws, 41, 1))
+    follower._read(str(path))
+    assert updates[-1].session.total_usage().as_dict() == _whole(path)
+    assert updates[-1].session.total_usage().input == 58_000
+
+
+def test_a_long_file_rewritten_past_its_sampled_blocks_is_read_again_once_it_doubled(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A longer file's rewrite that no sampled block holds is found, at the latest, at the first change
+    after its reader's offset doubled since every byte read was last checked (each byte is read at
+    most about twice more over the file's life)."""
+    from ctxd.agents import jsonl
+    from ctxd.agents.claude import ClaudeReader
+
+    monkeypatch.setattr(jsonl, "FULL_CHECK_BYTES", 0)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    path = fx.write_jsonl(fx.claude_path(tmp_path / "claude", ws), _costed(ws, 0, 40))
+    reader = ClaudeReader(str(path))
+    reader.read()
+    size = path.stat().st_size
+    assert _rewrite_usage(path, "msg_0030") > jsonl.SAMPLE_BYTES
+    fx.append_jsonl(path, _costed(ws, 40, 40))
+    assert path.stat().st_size >= 2 * size
+    reader.read()  # (read twice as far as checked whole: the next change checks it whole)
+    fx.append_jsonl(path, _costed(ws, 80, 1))
+    reader.read()
+    assert reader.session.total_usage().as_dict() == _whole(path)
+    assert reader.session.total_usage().input == 89_000
+
+
+def test_a_file_rewritten_with_its_mtime_put_back_is_not_taken_up_where_a_reader_stood(tmp_path: Path) -> None:
+    """A restarted owner takes a session's reader up where the one before stood (`resume`), at once
+    when the file is stamped as it was. One rewritten in place meanwhile with its size and mtime put
+    back (`os.utime`: only its ctime moved) is read again (it was taken up, its old usage kept)."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    path = fx.write_jsonl(fx.claude_path(tmp_path / "claude", ws), _costed(ws, 0, 3))
+    stored: dict[str, Any] = {}
+
+    def owner() -> tuple[Follower, list[Update]]:
+        updates: list[Update] = []
+        sources = discovery.sources({"codex": str(tmp_path / "codex"), "claude": str(tmp_path / "claude")},
+                                    env={"HOME": str(tmp_path)})
+        follower = Follower(updates.append, sources, poll=True, resume=lambda _folder, key: stored.get(key))
+        follower.set_folders([ws])
+        return follower, updates
+
+    follower, updates = owner()
+    follower.scan_once()
+    assert updates[-1].session.total_usage().input == 3_000 and updates[-1].state is not None
+    stored[str(path)] = json.loads(json.dumps(updates[-1].state))  # the consumer's store, then a restart
+    follower, updates = owner()
+    follower.scan_once()
+    assert updates == []  # (unchanged: taken up where it stood, nothing to tell)
+    st = path.stat()
+    _rewrite_usage(path, "msg_0001")
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    follower, updates = owner()
+    follower.scan_once()
+    [update] = [u for u in updates if u.session.thread == f"claude:{fx.CLAUDE_ID}"]
+    assert update.session.total_usage().as_dict() == _whole(path)
+    assert update.session.total_usage().input == 11_000

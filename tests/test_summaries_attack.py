@@ -154,3 +154,51 @@ def test_the_owner_follows_a_file_rewritten_in_place_without_growing(daemon_fact
         out.write(path.read_bytes().replace(b"AAAA", b"BBBB"))
     wait_thread(client, workspace, CLAUDE_THREAD, lambda t: t["title"] == "Add a flag BBBB")
     client.shutdown()
+
+
+@pytest.mark.parametrize("planted", ["offset-past-the-file", "no-state"])
+def test_a_summary_row_no_read_makes_hides_no_session_under_the_right_stamp(tmp_path: Path, ws: Path,
+                                                                             planted: str) -> None:
+    """A row written to the summaries with the file's stamp as it is (the file unchanged) but facts
+    no read of it makes: its reader's offset past the size stamped, or no reader's state at all. It
+    is no summary of the file: the file is read again and shown as a run from an empty state dir
+    shows it (the planted title was shown, the row taken as fresh)."""
+    fx.write_jsonl(fx.claude_path(tmp_path / "claude", ws), claude_lines(ws, "Add a flag"))
+    [row] = sessions(tmp_path, ws)
+    database = summaries.database_path(tmp_path / "state" / "ctxd")
+    with sqlite3.connect(database) as db:
+        [(file, facts, offset)] = db.execute("SELECT file, facts, offset FROM file_summaries").fetchall()
+        shown = json.loads(facts)
+        shown["session"]["title"] = "Planted"
+        if planted == "offset-past-the-file":
+            db.execute("UPDATE file_summaries SET facts = ?, offset = ?",
+                       (json.dumps(shown), json.loads(file)["stamp"][2] + 1_000))
+        else:
+            db.execute("UPDATE file_summaries SET facts = ?, state = NULL, offset = NULL", (json.dumps(shown),))
+    assert sessions(tmp_path, ws) == [row] == fresh(tmp_path, ws, "fresh")
+    assert row["title"] == "Add a flag"
+
+
+def test_a_restarted_owner_reads_again_a_file_rewritten_with_its_mtime_put_back(daemon_factory, workspace: Path,
+                                                                                 tmp_path: Path) -> None:
+    """An owner followed a session and stopped; the file was then rewritten in place, the same size,
+    its mtime put back (`os.utime`: only its ctime moved). The next owner does not take its reader up
+    where the one before stood (it did, the stamp being the same: the old fill was shown for good):
+    it checks what was read, and shows the file as it is now."""
+    import os
+
+    from tests.test_sessions_e2e import CLAUDE_THREAD, homes, wait_thread
+
+    _, claude_home, env = homes(tmp_path)
+    path = fx.write_jsonl(fx.claude_path(claude_home, workspace), claude_lines(workspace, "Add a flag", 15_000))
+    client = daemon_factory([workspace], env=env)
+    wait_thread(client, workspace, CLAUDE_THREAD, lambda t: t["usage"]["usedTokens"] == 15_124)
+    client.shutdown()
+    st = path.stat()
+    with path.open("r+b") as out:  # in place: the same inode, the same size
+        out.write(path.read_bytes().replace(b"15000", b"16000"))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert path.stat().st_size == st.st_size
+    client = daemon_factory([workspace], env=env)
+    wait_thread(client, workspace, CLAUDE_THREAD, lambda t: t["usage"]["usedTokens"] == 16_124)
+    client.shutdown()

@@ -7,7 +7,9 @@ where their head states the session's folder, and how records become items (`Rea
 A reader keeps the byte offset of the end of the last complete line it consumed. A last line the
 agent is still writing (no newline yet) is left for the next read, never lost and never parsed
 half. A file that shrank below the offset, or whose bytes before the offset are not the ones
-read (rewritten in place), was rewritten: the reader starts over. A line nested too deeply for
+read (rewritten in place), was rewritten: the reader starts over. (A file that grew is checked
+whole while it is short; a long one by sampled blocks, and whole each time the offset doubled:
+FULL_CHECK_BYTES.) A line nested too deeply for
 the ledger is skipped, as is a hole in a sparse file (never read through byte by byte).
 """
 
@@ -52,6 +54,16 @@ HEAD_LIMIT = 4 * 1024 * 1024  # a file without its first lines in this many byte
 MAX_DEPTH = 100  # a record nested deeper is skipped: the ledger's JSON (and the wire's) cannot hold it
 EDGE_BLANKS = 64  # blank lines passed over at a chunk's edge to find the line whose time it gives
 CHECK_BYTES = 64  # bytes kept from the file's start and from just before the offset (rewrite check)
+# A file that grew is checked for a rewrite of what was read before (in its middle too): whole, by the
+# CRC of every byte read, while it was read no further than FULL_CHECK_BYTES; a longer one by its
+# first and last bytes read and by SAMPLES blocks of SAMPLE_BYTES spread over what was read (kept as
+# the reading passed them: at most twice as many), and whole again each time its offset doubled since
+# its last whole check (at most twice its bytes read again over its life). An append cannot be told
+# from a rewrite that also grew the file by anything but the bytes: a check of every byte on each
+# append would read a long history again and again.
+FULL_CHECK_BYTES = 1024 * 1024  # (a live session's each change: at most this much read again)
+SAMPLES = 8
+SAMPLE_BYTES = 4096
 # Never block on a FIFO or a device, never follow a link out of the agents' folders.
 OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -182,6 +194,13 @@ class Reader(SessionReader):
         self._tail: tuple[int, int] | None = None
         self._crc: int | None = 0  # CRC-32 of every byte before `offset` (None past a hole jumped over)
         self._ctime: int | None = None  # the file's ctime when this reader last read it (None: not yet)
+        # (position, length, CRC-32) of blocks spread over what was read (`_sample`), one at most per
+        # `_stride` bytes; and how far every byte read was last checked (or read from the start).
+        self._samples: list[tuple[int, int, int]] = []
+        self._stride = READ_CHUNK
+        self._next_sample = 0
+        self._verified = 0
+        self._checked = False  # this read checked every byte read before (`matches`)
         self.session = Session(agent=self.agent, path=printable(path))
 
     # --- subclasses ---
@@ -340,18 +359,20 @@ class Reader(SessionReader):
         fd, st = opened
         try:
             found = (st.st_dev, st.st_ino)
+            self._checked = False
             if ident is not None and found != ident:
                 return Change()
             if (self.ident is not None and found != self.ident) or st.st_size < self.offset:
                 self.reset()
-            elif self._rewritten(fd) or (st.st_size == self.offset and self._ctime not in (None, st.st_ctime_ns)
-                                         and not self.matches(fd, st)):
-                # (changed since this reader read it without growing: every byte it read is checked)
+            elif self._rewritten(fd) or (self._ctime not in (None, st.st_ctime_ns) and not self._same(fd, st)):
+                # (changed since this reader read it: what it read is checked, `_same`)
                 if self.stop_when_rewritten:
                     self.rewritten = True  # the caller decides the file again, as a new one
                     return Change()
                 self.reset()
             self.ident = found
+            # (read from the start, or every byte read before checked: all it read is as it is now)
+            whole = self.offset == 0 or self._checked
             total = Change(from_start=self.offset == 0)
             spent = 0  # bytes consumed (a chunk read again larger counts once)
             chunk = READ_CHUNK
@@ -395,6 +416,8 @@ class Reader(SessionReader):
                 self._advance(data, used)
                 spent += used
                 chunk = READ_CHUNK
+            if whole:
+                self._verified = self.offset
             self._ctime = st.st_ctime_ns
             self.caught_up = self.offset >= st.st_size or (
                 (budget is None or spent < budget) and total.held <= MAX_HELD_ITEMS)
@@ -418,6 +441,8 @@ class Reader(SessionReader):
         """Where this reader stands, as JSON: `restore` takes it up there, reading nothing again."""
         return {"offset": self.offset, "ident": list(self.ident) if self.ident else None,
                 "head": self._head, "tail": self._tail, "skipping": self.skipping, "crc": self._crc,
+                "ctime": self._ctime, "samples": [list(sample) for sample in self._samples], "stride": self._stride,
+                "verified": self._verified,
                 "session": self.session.to_state(), "reader": self.own_state()}
 
     def restore(self, state: dict[str, Any]) -> None:
@@ -432,18 +457,31 @@ class Reader(SessionReader):
         self.skipping = bool(state.get("skipping"))
         crc = state.get("crc")
         self._crc = crc if isinstance(crc, int) else None
+        ctime = state.get("ctime")  # (None in a state saved before it was kept: its file is checked)
+        self._ctime = ctime if isinstance(ctime, int) and not isinstance(ctime, bool) else None
+        self._samples = _saved_samples(state.get("samples"), self.offset)
+        stride = state.get("stride", READ_CHUNK)
+        if not isinstance(stride, int) or stride < 1:
+            raise ValueError(f"not a saved stride: {stride!r}")
+        self._stride = stride
+        self._next_sample = (self._samples[-1][0] // stride + 1) * stride if self._samples else 0
+        verified = state.get("verified", self.offset)
+        if type(verified) is not int or not 0 <= verified <= self.offset:
+            raise ValueError(f"not a saved check: {verified!r}")
+        self._verified = verified
         self.session = Session.from_state(self.agent, printable(self.path), state["session"])
         self.restore_own(state.get("reader") or {})
 
     def resume(self, saved: dict[str, Any], stamp: Stamp) -> bool:
-        """Take up where `saved` stood: at once when the file is stamped as it was then, else once
-        every byte read is checked to be the same (`matches`) and the file did not change without
-        growing."""
+        """Take up where `saved` stood: at once when the file is stamped as it was then and its ctime
+        did not move since it was read (a file rewritten in place with its size and mtime put back,
+        `os.utime`, is stamped as it was), else once every byte read is checked to be the same
+        (`matches`) and the file did not change without growing."""
         if not self.resumable:
             return False
         try:
             self.restore(saved)
-            if list(stamp.key()) == saved.get("stamp"):
+            if list(stamp.key()) == saved.get("stamp") and self._ctime is not None and self._ctime == _ctime_of(self.path):
                 return True
             opened = open_regular(self.path)
             if opened is None:
@@ -482,22 +520,52 @@ class Reader(SessionReader):
             return False
         if st.st_size < self.offset or self._rewritten(fd):
             return False
-        if self._crc is None:
-            return True  # a hole was jumped over: the first bytes and those before the offset say
-        crc, at = 0, 0
-        while at < self.offset:
-            data = os.pread(fd, min(READ_CHUNK, self.offset - at), at)
-            if not data:
+        if self._crc is not None:  # (None: a hole was jumped over; the first bytes and those before the offset say)
+            crc, at = 0, 0
+            while at < self.offset:
+                data = os.pread(fd, min(READ_CHUNK, self.offset - at), at)
+                if not data:
+                    return False
+                crc = crc32(data, crc)
+                at += len(data)
+            if crc != self._crc:
                 return False
-            crc = crc32(data, crc)
-            at += len(data)
-        return crc == self._crc
+        # (checked as the file is now: not again before it changes)
+        self._verified, self._ctime, self._checked = self.offset, st.st_ctime_ns, True
+        return True
+
+    def _same(self, fd: int, st: os.stat_result) -> bool:
+        """Whether the bytes read are still the file's, now that it changed since this reader read it
+        (its ctime moved). Every one of them (`matches`) when it did not grow, when it was read no
+        further than FULL_CHECK_BYTES, or when the offset doubled since they were last checked whole
+        (a file read in parts, `budget`, while it grows is not read again at each part);
+        else the blocks sampled as they were read (an append and a rewrite in place that grew the
+        file look alike but for the bytes: FULL_CHECK_BYTES)."""
+        if st.st_size == self.offset:
+            return self.matches(fd, st)
+        if self.offset <= FULL_CHECK_BYTES or self.offset >= 2 * self._verified:
+            return Reader.matches(self, fd, st)  # (its own bytes: the files a subclass reads beside it check theirs)
+        try:
+            return all(_check(os.pread(fd, length, at)) == (length, crc) for at, length, crc in self._samples)
+        except OSError:
+            return False
 
     def _advance(self, data: bytes, used: int) -> None:
+        if self.offset >= self._next_sample:  # a block kept for the rewrite check (`_same`): one per stride
+            self._sample(data, used)
         self.offset += used
         if self._crc is not None:
             self._crc = crc32(memoryview(data)[:used], self._crc)
         self._tail = _check(data[max(0, used - CHECK_BYTES):used])
+
+    def _sample(self, data: bytes, used: int) -> None:
+        """Keep the check of the first bytes of `data` (read at the offset): at most 2 * SAMPLES blocks,
+        spread over what was read (past that, every other one goes and the stride doubles)."""
+        self._samples.append((self.offset, *_check(data[:min(SAMPLE_BYTES, used)])))
+        if len(self._samples) > 2 * SAMPLES:
+            self._samples = self._samples[::2]
+            self._stride *= 2
+        self._next_sample = (self.offset // self._stride + 1) * self._stride
 
     def _rewritten(self, fd: int) -> bool:
         """The bytes at the start and just before the offset are not the ones read: the file was
@@ -517,6 +585,7 @@ class Reader(SessionReader):
         self.replay = False
         self._head = self._tail = None
         self._crc = 0
+        self._samples, self._stride, self._next_sample, self._verified = [], READ_CHUNK, 0, 0
         self.session = Session(agent=self.agent, path=printable(self.path))
 
 
@@ -551,6 +620,29 @@ def _saved_check(value: Any) -> tuple[int, int] | None:
     if isinstance(value, list) and len(value) == 2 and all(isinstance(n, int) and n >= 0 for n in value):
         return value[0], value[1]
     raise ValueError(f"not a saved check: {value!r}")
+
+
+def _saved_samples(value: Any, offset: int) -> list[tuple[int, int, int]]:
+    """Sampled blocks as `position()` saved them (none in a state saved before they were kept);
+    anything else is refused (ValueError: the file is read again from its start)."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or len(value) > 2 * SAMPLES + 1:
+        raise ValueError("not saved samples")
+    samples = []
+    for sample in value:
+        if not (isinstance(sample, list) and len(sample) == 3 and all(type(n) is int and n >= 0 for n in sample)
+                and sample[1] <= SAMPLE_BYTES and sample[0] + sample[1] <= offset):
+            raise ValueError(f"not a saved sample: {sample!r}")
+        samples.append((sample[0], sample[1], sample[2]))
+    return samples
+
+
+def _ctime_of(path: str) -> int | None:
+    try:
+        return os.lstat(path).st_ctime_ns
+    except OSError:
+        return None
 
 
 def _hole(fd: int, offset: int, size: int) -> int:

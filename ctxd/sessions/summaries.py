@@ -213,7 +213,8 @@ class Summaries:
             if not isinstance(stamped, dict) or not (shown is None or isinstance(shown, dict)
                                                      and isinstance(shown.get("session"), dict)):
                 continue
-            out[path] = Stored(path, agent, stamped, cwd, shown, offset=offset if isinstance(offset, int) else 0)
+            # (-1: no reader's state, which a summary always has: `fresh`)
+            out[path] = Stored(path, agent, stamped, cwd, shown, offset=offset if type(offset) is int else -1)
         return out
 
     def cwds(self, paths: list[str]) -> dict[str, tuple[FileStamp, str]]:
@@ -434,8 +435,17 @@ def shown_session(stored: Stored) -> Session | None:
 
 
 def fresh(stored: Stored | None, path: str) -> bool:
-    """The file is exactly as it was when `stored` was made."""
-    return stored is not None and file_facts(path, stored.agent) == stored.file
+    """The file is exactly as it was when `stored` was made, and the row is one a read makes: a
+    summary's reader stood within the file as stamped (a row with facts and no state, or whose
+    reader's offset lies past the size stamped, was made by no read: the file is read again, its
+    state taken up only once every byte it read is checked). (A row forged whole, as a read would
+    make it, cannot be told: the database is in the user's private state dir, as are the files.)"""
+    if stored is None or file_facts(path, stored.agent) != stored.file:
+        return False
+    if stored.facts is None:
+        return True  # a peek: its cwd alone
+    found = stored.file.get("stamp")
+    return isinstance(found, list) and len(found) == 4 and 0 <= stored.offset <= found[2]
 
 
 @dataclass
@@ -515,7 +525,7 @@ def _collect_summarized(folder: Path, sources: list[discovery.Source], state_dir
                     found[path] = Found(session, used if isinstance(used, int) else None)
                     continue
             found[path] = None
-            left = _size(path) - (stored.offset if stored is not None and stored.agent == source.agent else 0)
+            left = _size(path) - (max(0, stored.offset) if stored is not None and stored.agent == source.agent else 0)
             unread.append((left, path, source, False))
     unread.sort(key=lambda entry: -entry[0])  # the largest first, so that the workers end together
     unsaved: list[Stored] = []
