@@ -103,6 +103,40 @@ def test_a_session_made_while_the_watch_starts_after_the_first_listing_is_follow
         update = next_update(updates, f"claude:{fx.CLAUDE_ID}")
 
 
+def test_the_first_listing_is_told_once_it_is_done(tmp_path: Path) -> None:
+    """`Follower.listed` (what the owner's imports for compactions and snapshots wait for, so as not
+    to run beside a cold listing) is set once the first scan handed every session to the listing,
+    not before; and at once for a follower with nothing to follow, or stopped."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    fx.write_jsonl(fx.codex_path(tmp_path / "codex"), fx.codex_session(ws))
+    fx.write_jsonl(fx.claude_path(tmp_path / "claude", ws), fx.claude_session(ws))
+    sources = discovery.sources({"codex": str(tmp_path / "codex"), "claude": str(tmp_path / "claude")},
+                                env={"HOME": str(tmp_path)})
+    told: list[tuple[int, bool]] = []
+    follower: Follower
+
+    def listing(files: Iterable[tuple[str, Path, str]]) -> None:
+        told.append((len(list(files)), follower.listed.is_set()))
+
+    follower = Follower(lambda update: None, sources, poll=True, listing=listing)
+    follower.set_folders([ws])
+    assert not follower.listed.is_set()
+    follower.start()
+    try:
+        assert follower.listed.wait(10)
+        assert told == [(1, False), (1, False)]  # (the newest at once, then the rest)
+    finally:
+        follower.stop()
+
+    nothing = Follower(lambda update: None, [], poll=True)
+    nothing.start()
+    assert nothing.listed.is_set()
+    stopped = Follower(lambda update: None, sources, poll=True)
+    stopped.stop()
+    assert stopped.listed.is_set()
+
+
 def test_a_session_in_another_folder_is_read_no_further_than_its_first_line(follow, tmp_path: Path) -> None:
     start, updates, codex_home, claude_home = follow
     ws, elsewhere = tmp_path / "ws", tmp_path / "elsewhere"

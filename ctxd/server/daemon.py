@@ -39,6 +39,8 @@ WORKER_THREADS = 8
 # Threads of one workspace that may hold workers at once (see lanes.py).
 WORKSPACE_WORKERS = 2
 WARM_UP_WAIT_SECONDS = 30.0
+LISTING_WAIT_SECONDS = 30.0
+"""The longest the imports after the first listing wait for it (`Daemon._import_after_listing`)."""
 
 
 RecordNow = Callable[[Callable[[str], Workspace], Any], "shapes.RecordResult | None"]
@@ -161,10 +163,18 @@ class Daemon:
             self.record_handler = handlers.record_now
             estimator.prepare(estimator_dir(self.service.state_dir))  # estimates until tiktoken loads: its tables now
             self.take_acp_spools_soon()
-            import ctxd.compact.run  # noqa: F401
-            import ctxd.workspace.checkpoints  # noqa: F401
         finally:
             self._warmed.set()
+        threading.Thread(target=self._import_after_listing, name="ctxd-imports", daemon=True).start()
+
+    def _import_after_listing(self) -> None:
+        """What compactions and snapshots import, once the sessions found at the start are listed:
+        a cold owner listing thousands of them has both cores busy, and these imports (0.2 s of CPU)
+        would run beside it, each system call of its listing then waiting for the interpreter's lock."""
+        if self.sessions is not None:
+            self.sessions.follower.listed.wait(LISTING_WAIT_SECONDS)
+        import ctxd.compact.run  # noqa: F401
+        import ctxd.workspace.checkpoints  # noqa: F401
 
     def take_acp_spools_soon(self) -> None:
         """`_take_acp_spools` on the background thread (nothing waits for it; a closed daemon skips it)."""

@@ -175,6 +175,7 @@ class Follower:
         self._busy = False  # the worker is reading
         self._failed: set[str] = set()  # files whose reading raised (logged once each)
         self._scanned = False  # the initial scan is done: files found from now on are fresh
+        self.listed = threading.Event()  # the first scan listed the sessions it found (or none will)
         self._parents: dict[Path, Path] = {}  # root not there yet -> the existing parent watched for it
         self._parent_watches: dict[Path, ObservedWatch] = {}  # parent -> watchdog's watch (non-recursive)
         self._polled: set[Path] = set()  # polling: roots seen to exist
@@ -185,6 +186,7 @@ class Follower:
     def start(self) -> None:
         with self._lifecycle:  # a stop on another thread (the daemon closing) waits for this
             if not self.roots or self._stop:
+                self.listed.set()  # (nothing to list)
                 return
             # (The file watch starts on the worker once the first scan has listed the sessions:
             # `_watch_after_listing`.)
@@ -196,6 +198,7 @@ class Follower:
             with self._wake:
                 self._stop = True
                 self._wake.notify_all()
+            self.listed.set()  # (no listing comes: nothing waits for one)
             stop_observer(self._observer)
             if self._worker is not None:
                 self._worker.join(timeout=5)
@@ -582,6 +585,7 @@ class Follower:
                     self._list([newest])  # at once (its gauge is the one shown), not after every head
                 if (second := next(decided, None)) is not None:
                     self._list(itertools.chain([second], decided))
+        self.listed.set()
         if self._mode == "off":
             self._watch_after_listing()
         for _, path, _ in found:
