@@ -9,6 +9,8 @@ state dir, is a folder only this user can enter:
     owner/owner.sock   where the owner listens
     owner/owner.lock   held by the running owner (flock): at most one per state dir
     owner/start.lock   held by whoever is starting one: at most one start at a time
+    owner/follow.lock  held by the one process that follows the agents' sessions into the ledgers:
+                       the owner, or a daemon serving alone (`CTXD_OWNER=0`) beside it or another
     owner/owner.log    the owner's log
 
 A folder that is a link, belongs to another user or is open to others is refused (another local
@@ -46,6 +48,7 @@ MAX_LINE_BYTES = 1024 * 1024
 SOCKET_NAME = "owner.sock"
 LOCK_NAME = "owner.lock"
 START_LOCK_NAME = "start.lock"
+FOLLOW_LOCK_NAME = "follow.lock"
 LOG_NAME = "owner.log"
 START_SECONDS = 20.0
 """How long a client that started the owner waits for it to listen (its imports take a moment)."""
@@ -128,6 +131,26 @@ def connect(state_dir: StateDir, timeout: float = 2.0) -> _socket.socket | None:
     except OSError:
         return None
     return conn
+
+
+def follow_lock(state_dir: StateDir) -> int | None:
+    """The state dir's follow lock (`owner/follow.lock`, an exclusive flock, not waited for): its
+    descriptor, held while this process follows the agents' sessions into the ledgers; None when
+    another process holds it (it follows them: an owner, or a daemon serving alone). Every history
+    has one writer, however many processes serve the state dir. Raises Unsafe, or OSError, when the
+    owner's folder cannot be made or trusted."""
+    import fcntl
+
+    with folder_fd(owner_dir(state_dir), make=True) as folder:
+        fd = os.open(FOLLOW_LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600, dir_fd=folder)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as error:
+        os.close(fd)
+        if error.errno in (errno.EAGAIN, errno.EACCES):
+            return None
+        raise
+    return fd
 
 
 def owner_command(state_dir: StateDir) -> list[str]:

@@ -209,3 +209,81 @@ def test_an_owner_out_of_descriptors_for_a_moment_answers_the_clients_after_it(
         first.shutdown(timeout=10)
         if second is not None:
             second.shutdown(timeout=10)
+
+
+def _synced(client: Client, ws: Path, turns: range) -> bool:
+    """The daemon is idle and the thread holds `turns`, each item once (False: not yet)."""
+    texts = mirrored(client, ws)
+    assert len(texts) <= len(expected(turns)), f"items mirrored twice: {texts}"
+    return texts == expected(turns)
+
+
+def _one_writer_among(tmp_path: Path, state_dir: Path, ws: Path, owners: tuple[bool, bool]) -> None:
+    """Two daemons on one state dir with one workspace open and one Claude Code session; each serves
+    alone (`CTXD_OWNER=0`, docs/processes.md) or through the owner, as `owners` says. Both see the
+    session's items exactly once, those the file had and those the agent appends while both run."""
+    _, claude_home, env = homes(tmp_path)
+    records = transcript(ws, 20)
+    session = fx.write_jsonl(fx.claude_path(claude_home, ws), records[:20])  # turns 0-4
+    clients: list[Client] = []
+    try:
+        for n, owner in enumerate(owners):
+            client = start_daemon(state_dir, env={**env, **({} if owner else {"CTXD_OWNER": "0"})},
+                                  log_file=tmp_path / f"daemon-{n}.log")
+            clients.append(client)
+            client.initialize([ws])
+        for client in clients:
+            wait_for(lambda client=client: _synced(client, ws, range(5)), "the first turns mirrored once")
+        for turn in range(5, 20, 5):  # Claude Code goes on while both run
+            fx.append_jsonl(session, records[4 * turn:4 * turn + 20])
+            for client in clients:
+                wait_for(lambda client=client, turn=turn: _synced(client, ws, range(turn + 5)),
+                         f"turns {turn}-{turn + 4} mirrored once")
+        for client in clients:
+            assert mirrored(client, ws) == expected(range(20))
+    finally:
+        for client in clients:
+            client.shutdown(timeout=10)
+
+
+def test_two_daemons_serving_alone_on_one_state_dir_mirror_a_session_once(
+        tmp_path: Path, state_dir: Path, workspace: Path) -> None:
+    """Two editors' `ctxd` with `CTXD_OWNER=0` on one state dir, the same folder open: each followed
+    the agents' sessions and mirrored them into the one ledger, so every item of a followed session
+    was there twice. One of them follows now (the state dir's follow lock); the other reads."""
+    _one_writer_among(tmp_path, state_dir, workspace, (False, False))
+
+
+def test_a_daemon_serving_alone_beside_the_owner_mirrors_a_session_once(
+        tmp_path: Path, state_dir: Path, workspace: Path) -> None:
+    """An editor's `ctxd` with `CTXD_OWNER=0` beside the owner another editor's `ctxd` started: the
+    owner and the lone daemon each followed the sessions into the same ledger."""
+    _one_writer_among(tmp_path, state_dir, workspace, (False, True))
+    _one_writer_among(tmp_path / "again", state_dir / "again", workspace, (True, False))
+
+
+def test_a_daemon_serving_alone_follows_the_sessions_once_the_one_that_did_leaves(
+        tmp_path: Path, state_dir: Path, workspace: Path) -> None:
+    """Of two daemons serving alone, the first follows the session and the second reads what it
+    writes; when the first leaves, the second follows on from where the first stopped: what the
+    agent appends afterwards is mirrored, once."""
+    _, claude_home, env = homes(tmp_path)
+    records = transcript(workspace, 10)
+    session = fx.write_jsonl(fx.claude_path(claude_home, workspace), records[:20])  # turns 0-4
+    alone = {**env, "CTXD_OWNER": "0"}
+    first = start_daemon(state_dir, env=alone, log_file=tmp_path / "daemon-1.log")
+    second = None
+    try:
+        first.initialize([workspace])
+        wait_for(lambda: _synced(first, workspace, range(5)), "the first turns mirrored by the first daemon")
+        second = start_daemon(state_dir, env=alone, log_file=tmp_path / "daemon-2.log")
+        second.initialize([workspace])
+        wait_for(lambda: _synced(second, workspace, range(5)), "the second daemon reads them")
+        first.shutdown(timeout=WAIT)
+        fx.append_jsonl(session, records[20:])  # turns 5-9, after the first left
+        wait_for(lambda: _synced(second, workspace, range(10)), "the second daemon mirrored the new turns")
+        assert "follows them now" in (tmp_path / "daemon-2.log").read_text()
+    finally:
+        first.shutdown(timeout=10)
+        if second is not None:
+            second.shutdown(timeout=10)

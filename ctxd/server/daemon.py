@@ -41,6 +41,9 @@ WORKSPACE_WORKERS = 2
 WARM_UP_WAIT_SECONDS = 30.0
 LISTING_WAIT_SECONDS = 30.0
 """The longest the imports after the first listing wait for it (`Daemon._import_after_listing`)."""
+FOLLOW_RETRY_SECONDS = 2.0
+"""A daemon whose state dir's sessions another process follows (its follow lock, `ownerlink.follow_lock`)
+tries to take them over this often: it follows them once that process has left."""
 
 
 RecordNow = Callable[[Callable[[str], Workspace], Any], "shapes.RecordResult | None"]
@@ -68,6 +71,11 @@ class Daemon:
         self.sessions: Any = None  # ctxd.sessions.bridge.SessionBridge, once warmed up
         self.hook_watcher: Any = None  # ctxd.sessions.hook_watch.HookWatcher, started with it
         self.tree_watch: TreeWatch | None = None  # this daemon's file watch, from the warm-up on (`watch_trees`)
+        # The state dir's follow lock while this daemon follows the sessions; None: not (yet) taken.
+        self._follow_lock: int | None = None
+        self._following = threading.Lock()  # one start of the following at a time (the warm-up, a retry)
+        self._follow_retry: threading.Timer | None = None
+        self.followed_elsewhere = False  # another process follows the sessions (and writes their threads)
         self.configured = False  # the first `initialize` set the state dir and the options
         self._warming = False
         self._warmed = threading.Event()  # set when `_warm_up` is done
@@ -202,20 +210,59 @@ class Daemon:
 
     def _follow_sessions(self) -> None:
         """Follow the agents' sessions (ctxd/sessions). `sources.*` come from the user's config and
-        the editor's options, never from a workspace's own file."""
+        the editor's options, never from a workspace's own file.
+
+        Only while this daemon holds its state dir's follow lock (`ownerlink.follow_lock`): each
+        followed session's thread has one writer, whatever runs beside it (the owner, daemons
+        serving alone with `CTXD_OWNER=0`). When another process holds it, this daemon reads the
+        threads that one writes and tries again every FOLLOW_RETRY_SECONDS, so that it follows
+        them once the other left (from where its store says that one stopped)."""
         from ctxd.sessions.bridge import SessionBridge
 
-        if self.sessions is not None:
-            return
-        from ctxd.sessions.hook_watch import HookWatcher  # what the agents' hooks and status line wrote
+        with self._following:
+            if self.sessions is not None or self._closed or not self._take_follow_lock():
+                return
+            from ctxd.sessions.hook_watch import HookWatcher  # what the agents' hooks and status line wrote
 
-        settings = load_settings(None, self.service.init_options, [])
-        self.sessions = SessionBridge(self.service, settings, self.threads_changed, state_dir=self.service.state_dir)
-        self.sessions.start([w.root for w in self.service.folders()])  # (first: a cold listing waits for it)
-        everyone = self.everyone
-        self.hook_watcher = HookWatcher(
-            self.service, lambda uri: everyone.notify(methods.GHOST_CHANGED, {"workspace": uri}))
-        self.hook_watcher.start()
+            settings = load_settings(None, self.service.init_options, [])
+            self.sessions = SessionBridge(self.service, settings, self.threads_changed,
+                                          state_dir=self.service.state_dir)
+            self.sessions.start([w.root for w in self.service.folders()])  # (first: a cold listing waits for it)
+            everyone = self.everyone
+            self.hook_watcher = HookWatcher(
+                self.service, lambda uri: everyone.notify(methods.GHOST_CHANGED, {"workspace": uri}))
+            self.hook_watcher.start()
+
+    def _take_follow_lock(self) -> bool:
+        """Whether this daemon may follow the sessions: it holds the state dir's follow lock, or no
+        lock can be had there (its folder cannot be made or trusted: no owner can run there either,
+        and the daemon follows as it always did). When another process holds it, a retry is set."""
+        from ctxd import ownerlink
+
+        try:
+            self._follow_lock = ownerlink.follow_lock(self.service.state_dir)
+        except OSError as error:
+            log.warning("following the agents' sessions without the state dir's follow lock (%s): another "
+                        "ctxd process serving alone on %s would follow them too", error, self.service.state_dir)
+            return True
+        if self._follow_lock is not None:
+            if self.followed_elsewhere:
+                log.warning("the process that followed the agents' sessions of %s left: this one follows them now",
+                            self.service.state_dir)
+            self.followed_elsewhere = False
+            return True
+        if not self.followed_elsewhere:
+            log.warning("another ctxd process follows the agents' sessions of %s (the owner, or a daemon serving "
+                        "alone): this one reads the threads it writes, and follows them once it leaves",
+                        self.service.state_dir)
+        self.followed_elsewhere = True
+        with self._lock:
+            if not self._closed:
+                self._follow_retry = threading.Timer(FOLLOW_RETRY_SECONDS, self._follow_sessions)
+                self._follow_retry.daemon = True
+                self._follow_retry.name = "ctxd-follow-retry"
+                self._follow_retry.start()
+        return False
 
     def folders_changed(self) -> None:
         if self.sessions is not None:
@@ -279,16 +326,24 @@ class Daemon:
             if self._closed:
                 return
             self._closed = True
-        if self.sessions is not None:
-            self.sessions.stop()
-        if self.hook_watcher is not None:
-            self.hook_watcher.stop()
+            retry = self._follow_retry
+        if retry is not None:
+            retry.cancel()
+        with self._following:  # (a retry taking the sessions over now: once it has, they are stopped)
+            if self.sessions is not None:
+                self.sessions.stop()
+            if self.hook_watcher is not None:
+                self.hook_watcher.stop()
         if self.tree_watch is not None:
             self.tree_watch.close()
         self.lanes.close()
         self.background.shutdown(wait=False, cancel_futures=True)
         self.executor.shutdown(wait=True, cancel_futures=True)
         self.service.close()
+        if self._follow_lock is not None:  # what it followed is written: another process may follow them now
+            with contextlib.suppress(OSError):
+                os.close(self._follow_lock)
+            self._follow_lock = None
 
 
 class Broadcast:
