@@ -159,6 +159,29 @@ def test_a_container_read_64_bytes_at_a_time_ends_where_the_bytewise_walk_ends(p
                     data, 0, len(data), b"type", (), (), ((b"v",), (b"w",)), (0, 0)), line
 
 
+@native
+@pytest.mark.parametrize("odd", [b"NaN", b"-Infinity", b"1e999", b"2E3", b"1.5e-7", b"9" * 309 + b".5", b"9" * 309,
+                                 b"9" * 308, b"true", b"1.5", b'"NaN 1e999"'],
+                         ids=["nan", "infinity", "exponent", "upper-exponent", "small", "long-float", "long-int",
+                              "shorter", "true", "float", "in-a-string"])
+def test_a_line_parse_may_refuse_is_left_to_it_as_by_the_python_twin(odd: bytes) -> None:
+    """A number JSON has not (NaN, Infinity) or one that may not fit a double (an exponent, a run of 309
+    digits), outside strings, at every offset across the skimmer's block edges, in a container or a
+    walked field, and an object glued to another: the line is looked at and left to `parse` (no values),
+    by the C extension as by its Python twin; anything else is skimmed."""
+    paths, limits = ((b"v",), (b"w",)), (0, 1 << 20)
+    for offset in range(0, 140, 3):
+        pad = b'"' + b"a" * offset + b'"'
+        for value in (b"[" + pad + b"," + odd + b"]", b'{"k":[' + pad + b',{"n":' + odd + b'}],"j":1}', odd,
+                      b"[" + b" " * offset + odd + b"]"):
+            for line in (b'{"type":"skip","v":' + value + b',"w":{"x":1}}', b'{"type":"skip","w":{"x":' + value + b"}}"):
+                for data in (line, line + b'{"type":"skip"}', line + b"  "):
+                    found = skim.scan(data, 0, len(data), b"type", (b'"skip"',), (), paths, limits)
+                    assert found == skim.py_scan(data, 0, len(data), b"type", (b'"skip"',), (), paths, limits), data
+                    refusable = odd not in (b"9" * 308, b"true", b"1.5", b'"NaN 1e999"') or data != line and not data.endswith(b" ")
+                    assert found == (0, [(0, len(data))] if refusable else []), data
+
+
 @settings(max_examples=300, deadline=None)
 @given(json_values, st.lists(st.tuples(st.integers(0, 400), st.integers(0, 100)), max_size=2))
 def test_a_container_scan_builds_is_the_one_json_builds(value: Any, noise: list[tuple[int, int]]) -> None:

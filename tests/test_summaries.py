@@ -715,6 +715,140 @@ def test_codex_lines_read_at_once_agree_with_line_by_line_on_any_lines(lines: li
         assert_same_summaries(reads)
 
 
+def _full_reader(path: str, agent: str) -> ClaudeReader | CodexReader:
+    """The daemon's reader of `path` (full mode), read to its end."""
+    full = CodexReader(path, window=False) if agent == "codex" else ClaudeReader(path, session_id(path), window=False)
+    full.read()
+    return full
+
+
+def assert_summary_reads_as_the_daemon(path: str, agent: str) -> None:
+    """`path`'s summary takes the lines the daemon's reader takes and refuses those it refuses: the
+    same cost, fill, turns, times and bad lines."""
+    full = _full_reader(path, agent)
+    read = summaries.summarize(path, agent, None, None)
+    assert read is not None
+    a, b = full.session, read.session
+    for name in ("title", "turn_count", "baseline", "last_usage", "model", "compactions", "last_activity",
+                 "bad_lines"):
+        assert getattr(a, name) == getattr(b, name), name
+    assert a.total_usage() == b.total_usage()
+    assert {model: usage.values() for model, usage in a.cumulative.items()} == {
+        model: usage.values() for model, usage in b.cumulative.items()}
+    assert read.tail == a.tail
+
+
+# What a line `parse` refuses may hold: a number JSON has not (NaN, Infinity) or one no double holds.
+_REFUSED = st.sampled_from(["NaN", "Infinity", "-Infinity", "1e999", "-1E999", "9" * 320 + ".5"])
+
+
+def _damaged(texts: list[str], damage: list[tuple[str, int, int, str]]) -> list[str]:
+    """`texts` (JSON lines) with `damage` done: a number (the `at`-th) made one `parse` refuses, a value
+    added that holds one, two lines glued by a torn append (`glue`: the first whole; `tear`: cut at
+    `at`), a line cut short (`cut`)."""
+    import re
+
+    lines = list(texts)
+    for kind, index, at, refused in damage:
+        k = index % len(lines)
+        line = lines[k]
+        if kind == "number":
+            numbers = list(re.finditer(r"(?<=[:\[,] )-?\d+(?=[,}\]])", line))
+            if numbers:
+                found = numbers[at % len(numbers)]
+                lines[k] = line[:found.start()] + refused + line[found.end():]
+        elif kind == "value" and line.endswith("}"):
+            lines[k] = line[:-1] + ', "extra": [1, {"q": ' + refused + "}]}"
+        elif kind in ("glue", "tear") and k + 1 < len(lines):
+            cut = len(line) if kind == "glue" else at % max(1, len(line))
+            lines[k:k + 2] = [line[:cut] + lines[k + 1]]
+        elif kind == "cut" and len(line) > 1:
+            lines[k] = line[:at % len(line)]
+    return lines
+
+
+_DAMAGE = st.lists(st.tuples(st.sampled_from(["number", "value", "glue", "tear", "cut"]), st.integers(0, 40),
+                             st.integers(0, 400), _REFUSED), min_size=1, max_size=3)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_LINE, min_size=1, max_size=10), _DAMAGE)
+def test_a_claude_summary_refuses_the_lines_the_daemon_refuses(lines: list[dict[str, Any]],
+                                                              damage: list[tuple[str, int, int, str]]) -> None:
+    """NaN, Infinity or 1e999 in a usage or a content, two lines glued by a torn append, a line cut
+    short: the summary (each of its ways) counts such a line bad and skips it as the daemon's reader
+    does, so that its cost and fill are the daemon's."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        texts = _damaged([json.dumps(line) for line in lines], damage)
+        path = Path(folder) / "any.jsonl"
+        path.write_text("".join(text + "\n" for text in texts))
+        assert_summary_reads_as_the_daemon(str(path), "claude")
+        reads, _, _ = summarized_ways(str(path))
+        assert_same_summaries(reads)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_CODEX_LINE, min_size=1, max_size=12), _DAMAGE)
+def test_a_codex_summary_refuses_the_lines_the_daemon_refuses(lines: list[dict[str, Any]],
+                                                             damage: list[tuple[str, int, int, str]]) -> None:
+    """As for Claude Code: a rollout's damaged lines are refused by its summary (either way) as by the
+    daemon's reader."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        texts = [json.dumps(fx.codex_meta("/w")), *_damaged([json.dumps(line) for line in lines], damage)]
+        path = Path(folder) / "rollout.jsonl"
+        path.write_text("".join(text + "\n" for text in texts))
+        assert_summary_reads_as_the_daemon(str(path), "codex")
+        reads, _ = summarized_codex_ways(str(path))
+        assert_same_summaries(reads)
+
+
+def test_the_fixtures_damaged_are_summarized_as_the_daemon_reads_them(tmp_path: Path) -> None:
+    """Every line of every fixture, in turn, made one the daemon's reader refuses (a usage's count NaN
+    or 1e999, a content holding -Infinity, glued to the next line, torn into it): the summary's cost,
+    fill, turns and bad lines are the daemon's."""
+    for n, (path, agent) in enumerate(fixture_files(tmp_path)):
+        texts = Path(path).read_text().splitlines()
+        for k in range(len(texts)):
+            for damage in (("number", k, 0, "NaN"), ("number", k, 1, "1e999"), ("value", k, 0, "-Infinity"),
+                           ("glue", k, 0, ""), ("tear", k, len(texts[k]) // 2, "")):
+                damaged = tmp_path / "damaged" / f"{n}-{Path(path).name}"
+                damaged.parent.mkdir(exist_ok=True)
+                damaged.write_text("".join(text + "\n" for text in _damaged(texts, [damage])))
+                assert_summary_reads_as_the_daemon(str(damaged), agent)
+
+
+def test_ctxd_sessions_shows_the_cost_and_fill_the_daemon_reads(tmp_path: Path, ws: Path) -> None:
+    """A reply whose usage holds NaN, one with 1e999 in its content and one glued to the next line by
+    a torn append are lines the daemon's reader refuses: `ctxd sessions` shows the cost and fill it
+    shows, not theirs."""
+    lines = [json.dumps(line) for line in claude_lines(ws, "Fix the parser")]
+    big = fx.claude_usage(9, 5_000, 150_000, 40_000)
+
+    def reply(message: str, uuid: str, parent: str, second: int) -> str:
+        return json.dumps(fx.claude_assistant([{"type": "text", "text": "More."}], message, uuid, parent, ws,
+                                              f"2025-10-03T11:00:{second:02d}.000Z", big)[0])
+
+    nan = reply("msg_02", "a2", "a1", 3).replace('"output_tokens": 40000', '"output_tokens": NaN')
+    infinite = reply("msg_03", "a3", "a1", 4).replace('"text": "More."', '"text": "More.", "score": 1e999')
+    glued = reply("msg_04", "a4", "a1", 5) + lines[0]
+    path = fx.claude_path(tmp_path / "claude", ws)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(line + "\n" for line in [*lines, nan, infinite, glued]))
+    full = _full_reader(str(path), "claude")
+    assert full.session.bad_lines == 3
+    [row] = sessions(tmp_path, ws)
+    from ctxd.sessions import overview
+
+    expected = overview.summary(full.session)
+    assert (row["usedTokens"], row["usage"], row["turns"]) == (expected["usedTokens"], expected["usage"], 1)
+    assert row["cost"] == expected["cost"]
+    assert row["usedTokens"] == 4 + 100 + 15_000 + 20  # the last reply the daemon reads
+
+
 def test_the_daemons_session_readers_import_nothing_from_the_folder_it_runs_in(tmp_path: Path, ws: Path) -> None:
     """More than PARALLEL_BYTES to list: the daemon summarizes the sessions in spawned workers, each
     `python -c …` in the daemon's current folder, which Python puts first on their `sys.path`. An

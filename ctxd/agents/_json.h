@@ -59,9 +59,39 @@ static Py_ssize_t string_end(const char *s, Py_ssize_t i, Py_ssize_t n) {
 
 typedef struct {
     uint64_t quote, backslash, open, close; /* bit k: s[p + k] is '"', '\\', '{' or '[', '}' or ']' */
+    uint64_t odd; /* (`noting` only) an uppercase letter or an 'e': where an odd value may be */
 } Block;
 
-static void block_at(const char *s, Py_ssize_t p, Py_ssize_t n, Block *b) {
+/* --- What only a full parse can judge ---
+ * A line whose numbers or literals JSON does not have, or that may not fit a double, is one
+ * ctxd/agents/jsonl.py `parse` refuses (NaN, Infinity, -Infinity, 1e999): a reader counts it bad and
+ * skips it. A walk that notes them (`Oddities`) sets `odd` when, outside strings, a value holds 'N',
+ * 'I' or 'E', an 'e' after a digit (an exponent) or a run of RUN_DIGITS digits (a float that may
+ * overflow): such a line is left to the parse, which says (almost never: no agent writes them). Found
+ * from the bytes the walk reads anyway: a container's from the bitmasks of its blocks, a number's as
+ * it is passed over. */
+#define RUN_DIGITS 309 /* DBL_MAX has 309 digits: a number of fewer cannot overflow without an exponent */
+
+typedef struct {
+    int odd;
+} Oddities;
+
+/* Whether the scalar s[i:j] (a number, true, false, null, or what is not JSON) is odd (see above). */
+static int odd_scalar(const char *s, Py_ssize_t i, Py_ssize_t j) {
+    Py_ssize_t run = 0;
+    for (; i < j; i++) {
+        char c = s[i];
+        if (c >= '0' && c <= '9') {
+            if (++run >= RUN_DIGITS) return 1;
+            continue;
+        }
+        if (c == 'N' || c == 'I' || c == 'E' || (c == 'e' && run > 0)) return 1;
+        run = 0;
+    }
+    return 0;
+}
+
+static void block_at(const char *s, Py_ssize_t p, Py_ssize_t n, Block *b, int noting) {
     char tail[64];
     const char *at = s + p;
     if (n - p < 64) { /* the last bytes, the rest zeros (which match nothing) */
@@ -69,7 +99,7 @@ static void block_at(const char *s, Py_ssize_t p, Py_ssize_t n, Block *b) {
         memcpy(tail, at, (size_t)(n - p));
         at = tail;
     }
-    b->quote = b->backslash = b->open = b->close = 0;
+    b->quote = b->backslash = b->open = b->close = b->odd = 0;
 #if defined(__SSE2__)
     const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\'), lower = _mm_set1_epi8(0x20),
                   open = _mm_set1_epi8('{'), close = _mm_set1_epi8('}');
@@ -80,6 +110,11 @@ static void block_at(const char *s, Py_ssize_t p, Py_ssize_t n, Block *b) {
         b->backslash |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, backslash)) << (16 * k);
         b->open |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(folded, open)) << (16 * k);
         b->close |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(folded, close)) << (16 * k);
+        if (noting) { /* an uppercase letter, or an 'e' */
+            __m128i upper = _mm_cmplt_epi8(_mm_add_epi8(v, _mm_set1_epi8((char)(0x80 - 'A'))), _mm_set1_epi8((char)(0x80 + 26)));
+            b->odd |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_or_si128(upper, _mm_cmpeq_epi8(v, _mm_set1_epi8('e'))))
+                      << (16 * k);
+        }
     }
 #else
     for (int k = 0; k < 64; k++) {
@@ -89,6 +124,7 @@ static void block_at(const char *s, Py_ssize_t p, Py_ssize_t n, Block *b) {
         else if (c == '\\') b->backslash |= bit;
         else if (c == '{' || c == '[') b->open |= bit;
         else if (c == '}' || c == ']') b->close |= bit;
+        else if (noting && ((c >= 'A' && c <= 'Z') || c == 'e')) b->odd |= bit;
     }
 #endif
 }
@@ -109,11 +145,13 @@ static uint64_t prefix_xor(uint64_t x) {
  * opens a string, brackets count, and any other byte (a backslash too) is passed over. -1 when it
  * is not closed before n. A string that runs past its block is passed over by `string_end`
  * (memchr: a file's content has few quotes), the blocks taken up again after it. */
-static Py_ssize_t container_end(const char *s, Py_ssize_t i, Py_ssize_t n) {
+static Py_ssize_t container_end(const char *s, Py_ssize_t i, Py_ssize_t n, Oddities *noted) {
     Py_ssize_t depth = 0;
+    Py_ssize_t run = 0; /* (`noted`) the digits just before the block, outside strings */
+    uint64_t odd = 0;   /* (`noted`) bit k: s[p + k] is odd, outside strings (see `Oddities`) */
     for (Py_ssize_t p = i; p < n; p += 64) { /* each block starts outside a string */
         Block b;
-        block_at(s, p, n, &b);
+        block_at(s, p, n, &b, noted != NULL);
         uint64_t escaped = 0, quotes = b.quote;
         /* Backslashes in order: one inside a string escapes the byte after it. */
         for (uint64_t slashes = b.backslash; slashes != 0; slashes &= slashes - 1) {
@@ -126,6 +164,32 @@ static Py_ssize_t container_end(const char *s, Py_ssize_t i, Py_ssize_t n) {
         quotes &= ~escaped;
         uint64_t inside = prefix_xor(quotes);
         uint64_t opens = b.open & ~inside, closes = b.close & ~inside;
+        if (noted != NULL && !noted->odd) {
+            const char *at = s + p;
+            Py_ssize_t size = n - p < 64 ? n - p : 64;
+            odd = 0;
+            /* Uppercase letters and 'e's outside strings: one of N, I, E, or an 'e' after a digit, is odd. */
+            for (uint64_t maybe = b.odd & ~inside; maybe != 0; maybe &= maybe - 1) {
+                int k = __builtin_ctzll(maybe);
+                char c = at[k];
+                if (c == 'N' || c == 'I' || c == 'E'
+                    || (c == 'e' && (k > 0 ? at[k - 1] >= '0' && at[k - 1] <= '9' : run > 0)))
+                    odd |= (uint64_t)1 << k;
+            }
+            /* The digits that go on from the block before, and those that end this one (outside strings). */
+            Py_ssize_t lead = 0, trail = 0;
+            if (run > 0)
+                while (lead < size && at[lead] >= '0' && at[lead] <= '9') lead++;
+            if (run + lead >= RUN_DIGITS) odd |= 1; /* (a digit of the run: before any close) */
+            if (lead == 64) {
+                run += 64;
+            } else {
+                while (trail < size && !(inside >> (size - 1 - trail) & 1) && at[size - 1 - trail] >= '0'
+                       && at[size - 1 - trail] <= '9')
+                    trail++;
+                run = size < 64 ? 0 : trail;
+            }
+        }
         Py_ssize_t ncloses = __builtin_popcountll(closes);
         if (ncloses < depth) {
             depth += __builtin_popcountll(opens) - ncloses;
@@ -133,9 +197,14 @@ static Py_ssize_t container_end(const char *s, Py_ssize_t i, Py_ssize_t n) {
             for (uint64_t marks = opens | closes; marks != 0; marks &= marks - 1) {
                 int k = __builtin_ctzll(marks);
                 if (opens >> k & 1) depth++;
-                else if (--depth == 0) return p + k + 1;
+                else if (--depth == 0) {
+                    /* (only what is before the close: what follows is the walk's, not this value's) */
+                    if (noted != NULL && (odd & (((uint64_t)2 << k) - 1)) != 0) noted->odd = 1;
+                    return p + k + 1;
+                }
             }
         }
+        if (noted != NULL && odd != 0) noted->odd = 1;
         if (inside >> 63) { /* a string opened at the block's last quote runs on */
             Py_ssize_t after = string_end(s, p + 63 - __builtin_clzll(quotes), n);
             if (after < 0) return -1;
@@ -145,18 +214,24 @@ static Py_ssize_t container_end(const char *s, Py_ssize_t i, Py_ssize_t n) {
     return -1;
 }
 
-/* The offset after the value at i (blanks already skipped); -1 when it is cut short. */
-static Py_ssize_t value_end(const char *s, Py_ssize_t i, Py_ssize_t n) {
+/* The offset after the value at i (blanks already skipped); -1 when it is cut short. With `noted`, an
+ * odd value (see `Oddities`) is noted there. */
+static Py_ssize_t value_end_noting(const char *s, Py_ssize_t i, Py_ssize_t n, Oddities *noted) {
     if (i >= n) return -1;
     char c = s[i];
     if (c == '"') return string_end(s, i, n);
-    if (c == '{' || c == '[') return container_end(s, i, n);
+    if (c == '{' || c == '[') return container_end(s, i, n, noted);
     /* A number, true, false or null: up to the next delimiter. */
     Py_ssize_t start = i;
     while (i < n && s[i] != ',' && s[i] != '}' && s[i] != ']' && s[i] != ' ' && s[i] != '\t' && s[i] != '\r'
            && s[i] != '\n')
         i++;
+    if (noted != NULL && !noted->odd && odd_scalar(s, start, i)) noted->odd = 1;
     return i > start ? i : -1;
+}
+
+static Py_ssize_t value_end(const char *s, Py_ssize_t i, Py_ssize_t n) {
+    return value_end_noting(s, i, n, NULL);
 }
 
 /* Key paths, each a tuple of keys from the line's object down: what `walk` finds in an object
@@ -172,6 +247,7 @@ typedef struct {
     int depth[MAX_PATHS];
     Py_ssize_t limit[MAX_PATHS];
     Py_ssize_t vs[MAX_PATHS], ve[MAX_PATHS];
+    Oddities *noted; /* NULL, or where an odd value is noted (`scan`) */
 } Paths;
 
 /* Walk the object at s[i:n], recording where the values of the `active` paths are (`level`: how
@@ -204,9 +280,9 @@ static Py_ssize_t walk(const char *s, Py_ssize_t i, Py_ssize_t n, Paths *p, cons
         Py_ssize_t stop;
         if (ninner > 0) {
             for (int a = 0; a < ninner; a++) p->vs[inner[a]] = p->ve[inner[a]] = -1;
-            stop = s[i] == '{' ? walk(s, i, n, p, inner, ninner, level + 1) : value_end(s, i, n);
+            stop = s[i] == '{' ? walk(s, i, n, p, inner, ninner, level + 1) : value_end_noting(s, i, n, p->noted);
         } else {
-            stop = value_end(s, i, n);
+            stop = value_end_noting(s, i, n, p->noted);
         }
         if (stop < 0) return -1;
         for (int a = 0; a < nleaves; a++) {
@@ -233,6 +309,7 @@ static Py_ssize_t object_spans(const char *s, Py_ssize_t start, Py_ssize_t n, co
     Paths p;
     int all[MAX_KEYS] = {0};
     p.count = (int)nkeys;
+    p.noted = NULL;
     for (int k = 0; k < p.count; k++) {
         p.depth[k] = 1;
         p.key[k][0] = names[k];

@@ -539,6 +539,8 @@ static PyObject *skim_scan(PyObject *self, PyObject *args) {
     p.key[p.count][0] = key;
     p.key_length[p.count][0] = key_length;
     int all[MAX_PATHS], walked_paths = p.count + 1 + nmarks;
+    Oddities noted = {0};
+    p.noted = &noted;
     for (int k = 0; k < walked_paths; k++) all[k] = k;
     Names names = {0};
     const char *s = buf.buf;
@@ -551,11 +553,16 @@ static PyObject *skim_scan(PyObject *self, PyObject *args) {
         Py_ssize_t stop = newline ? newline - s : end;
         newlines += newline != NULL;
         for (int k = 0; k < walked_paths; k++) p.vs[k] = p.ve[k] = -1;
-        int walked = walk(s, i, stop, &p, all, walked_paths, 0) >= 0;
+        noted.odd = 0;
+        Py_ssize_t after = walk(s, i, stop, &p, all, walked_paths, 0);
+        /* An object followed by more than blanks (two glued by a torn append), or one with an odd value
+         * (NaN, 1e999: `Oddities`), is one `parse` may refuse: looked at, and parsed whole. */
+        int whole = after >= 0 && (noted.odd || blanks(s, after, stop) < stop);
+        int walked = after >= 0 && !whole;
         Py_ssize_t vs = p.vs[p.count], ve = p.ve[p.count];
         /* A line walked is looked at from the values found on the way: its key's, the marks'; any
          * other line (blank, not an object, an escaped key) is asked of `wanted`. */
-        int look = walked ? vs < 0 || !in_skip(s, vs, ve, skip) : wanted(s, i, stop, key, key_length, skip, needles);
+        int look = whole || (walked ? vs < 0 || !in_skip(s, vs, ve, skip) : wanted(s, i, stop, key, key_length, skip, needles));
         for (int k = p.count + 1; walked && !look && k < walked_paths; k++)
             look = p.vs[k] >= 0 && in_skip(s, p.vs[k], p.ve[k], mark_texts[k]);
         if (look) {

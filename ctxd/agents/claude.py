@@ -288,10 +288,15 @@ class ClaudeReader(Reader):
         if skimmed and self._take_plain(data, row, change):
             return
         rec = _skimmed(data, row) if skimmed else None
+        line = data[row[0]:row[1]]
         if rec is None:
-            self.take_whole(data[row[0]:row[1]], change)
-            return
-        self.record(rec, change, data[row[0]:row[1]])
+            # Parsed whole: a line the skimmer cannot walk, or one `parse` may refuse (skim.py `scan`).
+            # Kept raw for the tail all the same, as a skimmed one is.
+            rec = parse(line.decode("utf-8", "replace"))
+            if rec is None:
+                self.session.bad_lines += 1
+                return
+        self.record(rec, change, line)
 
     def skipped(self, data: bytes, start: int, stop: int, change: Change) -> None:
         """A bookkeeping line at the edge of a chunk: its time (the session's start, its latest)."""

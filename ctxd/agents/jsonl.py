@@ -310,10 +310,13 @@ class Reader(SessionReader):
         r, last_stop = len(rows) - 1, end
         for _ in range(EDGE_BLANKS):
             last_start = data.rfind(b"\n", 0, last_stop) + 1
-            if not _blank(data, last_start, last_stop) and _timed(data, last_start, last_stop):
-                while r >= 0 and rows[r][0] > last_start:
-                    r -= 1
-                if not (r >= 0 and rows[r][0] == last_start) and not (first and last_start == first_start):
+            while r >= 0 and rows[r][0] > last_start:
+                r -= 1
+            taken = r >= 0 and rows[r][0] == last_start
+            # (a line taken whole is timed as `parse` has it: one it refuses states no time)
+            if not _blank(data, last_start, last_stop) and _timed(data, last_start, last_stop,
+                                                                    taken and len(rows[r]) == 2):
+                if not taken and not (first and last_start == first_start):
                     self.skipped(data, last_start, last_stop, change)
                 break
             if last_start == 0:
@@ -597,10 +600,10 @@ def _blank(data: bytes, start: int, stop: int) -> bool:
     return _NOT_BLANK.search(data, start, stop) is None
 
 
-def _timed(data: bytes, start: int, stop: int) -> bool:
+def _timed(data: bytes, start: int, stop: int, whole: bool = False) -> bool:
     """Whether the line `data[start:stop]` states its time (a string `timestamp`), as its reader
-    finds it: skimmed, else parsed whole."""
-    found = skim.fields(memoryview(data)[start:stop], 0, (b"timestamp",))
+    finds it: skimmed, else (or `whole`: one the skimmer leaves to `parse`) parsed whole."""
+    found = None if whole else skim.fields(memoryview(data)[start:stop], 0, (b"timestamp",))
     if found is not None:
         return found[0] >= 0 and data[start + found[0]] == 0x22  # "
     rec = parse(data[start:stop].decode("utf-8", "replace"))

@@ -39,13 +39,41 @@ def _string_end(data: bytes, i: int) -> int:
         p = at + 1
 
 
-def _value_end(data: bytes, i: int) -> int:
+RUN_DIGITS = 309  # (_json.h) DBL_MAX has 309 digits: a number of fewer cannot overflow without an exponent
+_DIGITS = frozenset(b"0123456789")
+_ODD = frozenset(b"NIE")
+
+
+class _Odd:
+    """(_json.h `Oddities`) Whether a walk met, outside strings, a value `parse` may refuse: 'N', 'I'
+    or 'E' (NaN, Infinity), an 'e' after a digit (an exponent) or a run of RUN_DIGITS digits."""
+
+    __slots__ = ("odd", "run")
+
+    def __init__(self) -> None:
+        self.odd = False
+        self.run = 0  # the digits just before the byte looked at
+
+    def see(self, c: int) -> None:
+        if c in _DIGITS:
+            self.run += 1
+            if self.run >= RUN_DIGITS:
+                self.odd = True
+            return
+        if c in _ODD or (c == 0x65 and self.run > 0):  # e
+            self.odd = True
+        self.run = 0
+
+
+def _value_end(data: bytes, i: int, odd: _Odd | None = None) -> int:
     n = len(data)
     if i >= n:
         return -1
     c = data[i]
     if c == 0x22:  # "
         return _string_end(data, i)
+    if odd is not None:
+        odd.run = 0
     if c in b"{[":
         depth = 0
         while i < n:
@@ -54,7 +82,11 @@ def _value_end(data: bytes, i: int) -> int:
                 i = _string_end(data, i)
                 if i < 0:
                     return -1
+                if odd is not None:
+                    odd.run = 0
                 continue
+            if odd is not None:
+                odd.see(c)
             if c in b"{[":
                 depth += 1
             elif c in b"}]":
@@ -65,6 +97,8 @@ def _value_end(data: bytes, i: int) -> int:
         return -1
     start = i
     while i < n and data[i] not in _DELIMITERS:
+        if odd is not None:
+            odd.see(data[i])
         i += 1
     return i if i > start else -1
 
@@ -263,7 +297,7 @@ PLAIN_BYTES = 65_536  # what a reader lets `scan` build of a container (a usage,
 
 
 def _walk(line: bytes, i: int, paths: tuple[tuple[bytes, ...], ...], active: list[int], level: int,
-          spans: list[int]) -> int:
+          spans: list[int], odd: _Odd | None = None) -> int:
     """The C extension's `walk` (see _skim.c): where the active paths' values are in the object at `i`."""
     n = len(line)
     i = _blanks(line, i)
@@ -287,9 +321,10 @@ def _walk(line: bytes, i: int, paths: tuple[tuple[bytes, ...], ...], active: lis
         if inner:
             for k in inner:
                 spans[2 * k] = spans[2 * k + 1] = -1
-            stop = _walk(line, i, paths, inner, level + 1, spans) if line[i:i + 1] == b"{" else _value_end(line, i)
+            stop = _walk(line, i, paths, inner, level + 1, spans, odd) if line[i:i + 1] == b"{" else _value_end(
+                line, i, odd)
         else:
-            stop = _value_end(line, i)
+            stop = _value_end(line, i, odd)
         if stop < 0:
             return -1
         for k in leaves:
@@ -391,8 +426,15 @@ def py_scan(data: bytes | memoryview, start: int, end: int, key: bytes, skip: tu
         # The line is walked once, for the paths, `key` and the marks' paths: a line walked is looked
         # at from the values found on the way; any other, as `_wanted` says.
         spans = [-1] * (2 * len(walked_paths))
-        walked = _walk(line, 0, walked_paths, list(range(len(walked_paths))), 0, spans) >= 0
-        if walked:
+        odd = _Odd()
+        after = _walk(line, 0, walked_paths, list(range(len(walked_paths))), 0, spans, odd)
+        # An object followed by more than blanks (two glued by a torn append), or one with an odd value
+        # (NaN, 1e999: `_Odd`), is one `parse` may refuse: looked at, and parsed whole.
+        whole = after >= 0 and (odd.odd or _blanks(line, after) < len(line))
+        walked = after >= 0 and not whole
+        if whole:
+            look = True
+        elif walked:
             at = 2 * len(paths)
             look = spans[at] < 0 or line[spans[at]:spans[at + 1]] not in skip or any(
                 spans[at + 2 + 2 * m] >= 0 and line[spans[at + 2 + 2 * m]:spans[at + 3 + 2 * m]] in texts
