@@ -251,3 +251,53 @@ def test_a_sessions_reader_is_let_go_when_dormant_and_taken_up_where_it_stood(
     client = daemon_factory([work], env=env)  # and again, the file as it was: taken up, nothing read
     _until(mirrored_as_read)
     assert history() == before
+
+
+def test_a_rewind_to_an_unknown_id_then_a_resume_is_mirrored_as_gemini_cli_loads_it(
+        daemon_factory: Callable[..., Client], tmp_path: Path) -> None:
+    """A `$rewindTo` naming no message the daemon's reader remembers: the file is read again from
+    its start, where Gemini CLI's loader drops every message. Before, that read left the thread's
+    window as it was (only the next lines replaced it; after a restart they were appended to it:
+    the window held both); now what it dropped is archived at once, then the turn after it and a
+    resume are mirrored as the loader has them, nothing lost, nothing twice."""
+    from tests.test_gemini_reader import _rewound_to_nothing_then_resumed
+
+    work = tmp_path / "app"
+    work.mkdir()
+    home = tmp_path / "gemini-home"
+    path = _chats(home, work) / "session-2026-12-02T01-18-3863ff50.jsonl"
+    fixture = len(_lines(work))
+    lines = [line.replace(FIXTURE_ROOT, str(work)) for line in _rewound_to_nothing_then_resumed()]
+    lines[:fixture] = _lines(work)
+    env = {"GEMINI_CLI_HOME": str(home)}
+    uri = work.as_uri()
+
+    def window_as_read() -> bool:
+        from ctxd.agents.gemini import GeminiReader
+
+        held = GeminiReader(str(path))
+        held.read()
+        return mirrored_as(client, uri, THREAD, held.session.items)
+
+    path.write_text("\n".join(lines[:fixture]) + "\n")
+    client = daemon_factory([work], env=env)
+    _until(window_as_read)
+    before = client.request("ctxd/history", {"workspace": uri, "thread": THREAD})["items"]
+    with path.open("a") as f:
+        f.write(lines[fixture] + "\n")  # the rewind alone
+    _until(window_as_read)  # the window is empty
+    client.shutdown()
+    with path.open("a") as f:  # the turn after it and the resume, while no ctxd ran
+        f.write("\n".join(lines[fixture + 1:]) + "\n")
+    client = daemon_factory([work], env=env)
+    _until(window_as_read)
+    history = client.request("ctxd/history", {"workspace": uri, "thread": THREAD, "includeArchived": True})
+    archived = [json.dumps({k: v for k, v in i.items() if k not in ("archived", "archivedBy")}, sort_keys=True)
+                for i in history["items"] if i.get("archived")]
+    for item in before:  # what the rewind dropped is archived
+        assert json.dumps(item, sort_keys=True) in archived, item
+    assert sum('"How many files are there?"' in i for i in archived) == 1
+    found = client.request("ctxd/recall", {"workspace": uri, "thread": THREAD, "query": "How many files"})["results"]
+    assert found and found[0]["archived"]
+    [row] = [t for t in client.request("ctxd/threads", {"workspace": uri})["threads"] if t["thread"] == THREAD]
+    assert (row["usage"]["usedTokens"], row["usage"]["source"]) == (3_500, "api")

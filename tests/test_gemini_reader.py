@@ -543,3 +543,49 @@ def test_hook_payloads_as_gemini_cli_sends_them() -> None:
     assert AGENT.shell_command("write_file", {}) is None
     # PreCompress fires before every request: not a compaction signal, not installed
     assert "PreCompress" not in AGENT.hook_events
+
+
+def _rewound_to_nothing_then_resumed() -> list[str]:
+    """The fixture, a `$rewindTo` an id no message has (Gemini CLI's loader drops every message),
+    a turn, then a resume: its stub (the session context), and the history again, the session
+    context first."""
+    lines = _lines()
+    header, context = json.loads(lines[26]), json.loads(lines[27])["$set"]["messages"]
+    tokens = {"input": 3000, "output": 5, "cached": 0, "thoughts": 0, "tool": 0, "total": 3005}
+    turn = [_record("2026-12-02T01:30:00.000Z", "u8", "user", [{"text": "Start again."}]),
+            _record("2026-12-02T01:30:01.000Z", "r8", "gemini", "Again.", tokens=tokens, model="gemini-2.5-pro")]
+    return [*lines, json.dumps({"$rewindTo": "no-such-id"}), *turn,
+            json.dumps({**header, "startTime": "2026-12-02T01:31:00.000Z"}), json.dumps({"$set": {"messages": context}}),
+            json.dumps({"$set": {"sessionId": header["sessionId"]}}),
+            json.dumps({"$set": {"messages": [*context, *map(json.loads, turn)]}}),
+            _record("2026-12-02T01:31:02.000Z", "u9", "user", [{"text": "And more."}]),
+            _record("2026-12-02T01:31:03.000Z", "r9", "gemini", "More.", tokens={**tokens, "input": 3500},
+                    model="gemini-2.5-pro")]
+
+
+def test_a_rewind_to_an_unknown_id_then_a_resume_is_the_window_gemini_cli_loads(tmp_path: Path) -> None:
+    """After a `$rewindTo` naming no message the window is empty; a resume then restates the
+    session context before the turn that followed. The window is the loader's, whether the file is
+    read at once or by the daemon's reader taken up at any line: before, one that had caught up
+    after the turn lost the session context (taken for a message it had forgotten), and one that
+    read it at once took the resume's stub for a rewind (the turn archived, then written again)."""
+    lines = _rewound_to_nothing_then_resumed()
+    path = tmp_path / "session.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    held = GeminiReader(str(path))
+    change = held.read()
+    assert _texts(held.session.items) == ["user:<session_context> This", "user:Start again.", "assistant:Again.",
+                                          "user:And more.", "assistant:More."]
+    assert held.session.baseline == 3500 and held.session.after_report() == []
+    # the rewind, then the session context put back before the turn: no stub taken for a rewind
+    rebuilt = [_texts(step.items) for step in change.steps if step.replace and step.compaction is None]
+    assert rebuilt == [[], ["user:<session_context> This", "user:Start again.", "assistant:Again."]]
+    for cut in range(len(_lines()), len(lines)):
+        path.write_text("\n".join(lines[:cut]) + "\n")
+        window: list[dict[str, Any]] = []
+        reader = GeminiReader(str(path), window=False)
+        _read_all(reader, window)
+        reader.trim()
+        path.write_text("\n".join(lines) + "\n")
+        _read_all(reader, window)
+        assert window == held.session.items and reader.session.baseline == 3500, cut

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import time
@@ -16,7 +17,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ctxd.agents.qwen import QwenReader, encode_project
+from ctxd.ledger.store import database_path
 from tests.rpc import Client
 
 REPO = Path(__file__).resolve().parent.parent
@@ -227,3 +231,72 @@ def test_a_qwen_sessions_reader_is_let_go_when_dormant_and_taken_up_where_it_sto
     until(lambda: fill() == 2_000)
     client.request("ctxd/ghost/list", {"workspace": uri})  # a round trip after its first read
     assert history() == before
+
+
+REWIND_FIXTURE = REPO / "tests" / "fixtures" / "agents" / "qwen" / "session-rewind.jsonl"
+
+
+def _rewind_session(tmp_path: Path) -> tuple[Path, Path, Path, list[str], str]:
+    """qwen-code's rewound session (two prompts, a rewind to the first answer, a third prompt) in a
+    project folder: (work, home, the session file, its lines, its thread)."""
+    work = tmp_path / "app"
+    work.mkdir()
+    home = tmp_path / "qwen"
+    chats = home / "projects" / encode_project(work) / "chats"
+    chats.mkdir(parents=True)
+    lines = REWIND_FIXTURE.read_text().replace("/home/user/app", str(work)).splitlines(keepends=True)
+    session = json.loads(lines[0])["sessionId"]
+    return work, home, chats / f"{session}.jsonl", lines, f"qwen:{session}"
+
+
+def _texts(items: list[dict[str, Any]]) -> list[str]:
+    return [part["text"] for item in items if item["type"] == "message" for part in item["content"]]
+
+
+@pytest.mark.parametrize("seen", ["none", "the branch", "the rewind"])
+def test_what_a_rewind_in_a_file_read_from_its_start_dropped_is_archived_once(
+        daemon_factory: Callable[..., Client], tmp_path: Path, state_dir: Path, seen: str) -> None:
+    """A qwen-code session read from its start with a rewind in it (the daemon started after the
+    rewind; the rewind and the branch it drops in one read): the branch it dropped reaches the
+    ledger archived, once, and recall finds it, whether the thread held none of the session
+    before, its branch (mirrored live, the rewind not yet), or all of it (the rewind seen live).
+    Before, the branch of a session first seen whole never reached the ledger."""
+    work, home, path, lines, thread = _rewind_session(tmp_path)
+    rewind = next(n for n, line in enumerate(lines) if '"subtype":"rewind"' in line.replace(" ", ""))
+    env = {"QWEN_HOME": str(home)}
+    uri = work.as_uri()
+    if seen != "none":  # a daemon followed it before, up to the branch, or live to its end
+        path.write_text("".join(lines[:rewind]))
+        client = daemon_factory([work], env=env)
+        until(lambda: any(t["thread"] == thread for t in client.request("ctxd/threads", {"workspace": uri})["threads"]))
+        mirrored(client, uri)
+        if seen == "the rewind":
+            with path.open("a") as f:
+                f.write("".join(lines[rewind:]))
+            until(lambda: "Answer 2b." in _texts(client.request("ctxd/history", {"workspace": uri,
+                                                                             "thread": thread})["items"]))
+            mirrored(client, uri)
+        client.shutdown()
+        with sqlite3.connect(database_path(state_dir / "ctxd", work)) as db:
+            db.execute("DELETE FROM followed")  # where its reader stood is gone: the file is read from its start
+    path.write_text("".join(lines))
+    client = daemon_factory([work], env=env)
+    until(lambda: any(t["thread"] == thread for t in client.request("ctxd/threads", {"workspace": uri})["threads"]))
+    mirrored(client, uri)
+    history = client.request("ctxd/history", {"workspace": uri, "thread": thread, "includeArchived": True})
+    whole = QwenReader(str(path))
+    whole.read()
+    active = [json.dumps(i, sort_keys=True) for i in history["items"] if not i.get("archived")]
+    assert active == [json.dumps(i, sort_keys=True) for i in whole.session.items]
+    assert _texts(whole.session.items) == ["First question.", "Answer 1.", "Second question, again.", "Answer 2b."]
+    archived = _texts([i for i in history["items"] if i.get("archived")])
+    assert archived.count("Second question.") == 1 and archived.count("Answer 2.") == 1, archived
+    for word, text in (("Second question", "Second question."), ("Answer", "Answer 2.")):
+        found = client.request("ctxd/recall", {"workspace": uri, "thread": thread, "query": word})["results"]
+        assert any(hit["archived"] and text in hit["snippet"] for hit in found), (word, found)
+    client.shutdown()
+    client = daemon_factory([work], env=env)  # and again, taken up where it stood: nothing changes
+    until(lambda: any(t["thread"] == thread for t in client.request("ctxd/threads", {"workspace": uri})["threads"]))
+    client.request("ctxd/ghost/list", {"workspace": uri})  # a round trip after its first read
+    mirrored(client, uri)
+    assert client.request("ctxd/history", {"workspace": uri, "thread": thread, "includeArchived": True}) == history

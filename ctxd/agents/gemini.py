@@ -464,6 +464,8 @@ class GeminiReader(Reader):
             self._outputs.difference_update(self._messages.pop(message_id).outputs)
             self._usage.pop(message_id, None)
         self.session.rewinds += 1
+        if first.start == 0 and not self._messages:
+            self._complete = True  # the window is empty: every message of it is known
         if self._complete and (self.holds_window or cut == 0):
             self._rebuild(change, None, None)
             return
@@ -479,15 +481,21 @@ class GeminiReader(Reader):
         session = self.session
         ids = [m["id"] for m in messages]
         given = set(ids)
-        if all(i in given for i in self._messages) and (self._complete or self._restates(messages)):
-            # (forgotten messages, before the first one remembered, are not new)
-            first = 0 if self._complete else ids.index(next(iter(self._messages)))
+        known = list(self._messages)
+        # A resume restates the window: first the messages forgotten (as many as the window holds
+        # beyond those remembered), then the ones remembered, and any new ones. A message new
+        # before all of them (the session context again, after a `$rewindTo` emptied the window)
+        # makes it a replacement: it is no message forgotten, nor one for the window's end.
+        forgotten = 0 if self._complete else self._total - len(known)
+        if all(i in given for i in known) and (self._complete or self._restates(messages)) and (
+                not known or list(dict.fromkeys(ids)).index(known[0]) == forgotten):
+            first = 0 if self._complete else ids.index(known[0])
             for message in messages[first:]:
                 if message["id"] not in self._messages:
                     self._message(message, change, report=False)
             return
-        if self._run_start and (ids == list(self._messages)[:len(ids)] or (
-                not self._complete and not given & set(self._messages) and all(map(is_context, messages)))):
+        if self._run_start and (ids == known[:len(ids)] or (
+                not given & set(known) and all(map(is_context, messages)))):
             return  # a resume's stub: the history follows in the next `$set`
         if not self._complete:  # is a snapshot new, which messages left? From the start, where all are known
             self.read_again_for(f"$set@{self.offset}")

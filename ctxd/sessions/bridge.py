@@ -499,7 +499,8 @@ class _Op:
     """One write of a job's plan: `items` appended; or with `replace` (the operation's info) the
     active history replaced by them, dated `at`; or with `sync` the active history brought to
     `items` (what it lacks appended; something else there: replaced, as the agent's); or with
-    `archive` archived under that compaction, dated `at`."""
+    `archive` archived under that compaction, dated `at`; or with `rewound` a rewind met while the
+    history is matched, `items` the window before it (`_Mirrors._resolve`)."""
 
     items: list[dict[str, Any]]
     replace: dict[str, Any] | None = None
@@ -510,11 +511,12 @@ class _Op:
     last_sync: bool = False  # the job's final sync: a history ahead of it waits for the next job
     keep: int | None = None  # a rewind: the active history's first `keep` items are the window now
     rebuild: bool = False  # the active history's real user messages, then `items`, are the window now
+    rewound: _Op | None = None  # the rewind's own write, made when the thread holds no more than `items` (a part)
 
     @property
     def unresolved(self) -> bool:
         """It needs the thread as stored to know what it writes (`_Mirrors._resolve`)."""
-        return self.sync or self.unless_same or self.rebuild
+        return self.sync or self.unless_same or self.rebuild or self.rewound is not None
 
 
 def _replaced(window: list[dict[str, Any]] | None, step: Step) -> list[dict[str, Any]]:
@@ -684,8 +686,14 @@ class _Mirrors:
                     ops.append(_Op(step.items))
                 continue
             if step.compaction is None and target is not None:
-                # A rewind while the history is being matched: the window after it is what is
-                # matched (the thread holds it already, or the branch it left, archived then).
+                # A rewind while the history is being matched (a file read from its start): the
+                # window after it is what is matched next. What it dropped is archived once: a
+                # thread that holds no more than a part of the window before it (a session found
+                # with its rewinds in it, or followed up to its branch) is brought to that window,
+                # then cut back as the rewind did; one past it (it archived the branch when it saw
+                # the rewind) is left to the matching.
+                ops.append(_Op(target, rewound=_Op(list(step.items), {"strategy": "agent"}, _instant(step.at),
+                                                         unless_same=True, keep=step.keep)))
                 target = _replaced(target, step)
                 continue
             if target is not None:
@@ -711,6 +719,11 @@ class _Mirrors:
     def _resolve(self, job: _Job, op: _Op) -> list[_Op]:
         """A sync, a rewind or a rebuilt window turned into the writes it needs against the thread
         as stored (the store holds the window: the daemon's readers keep none)."""
+        if op.rewound is not None:
+            kept, held = job.workspace.mirror_start(job.thread, op.items)
+            if held < 0:
+                return []  # past the rewind, or something else: the matching after it decides
+            return ([_Op(kept[held:])] if held < len(kept) else []) + [op.rewound]
         if op.keep is not None or op.rebuild:
             active = job.workspace.active_items(job.thread)
             if op.rebuild:
