@@ -90,10 +90,39 @@ end
 
 M.OUTSIDE = 'this buffer is outside every ctxd workspace folder'
 
+--- ctxd clients whose daemon started but has not answered `initialize` (yet): `clients()` leaves
+--- them out. A command that prints something else than LSP on stdout and goes on running stays
+--- so. Neovim has no public filter for them: this uses its private `_uninitialized` (ignored by a
+--- later Neovim, which then lists none, and the messages fall back to the plain ones).
+---@return vim.lsp.Client[]
+function M.starting()
+  local ok, all = pcall(vim.lsp.get_clients, { name = 'ctxd', _uninitialized = true })
+  if not ok then
+    return {}
+  end
+  return vim.tbl_filter(function(c)
+    return not c.initialized and not (c.is_stopped and c:is_stopped())
+  end, all)
+end
+
+--- Why a started daemon is not running: it has not answered `initialize`.
+---@param lsp_client vim.lsp.Client
+---@return string
+function M.not_answering(lsp_client)
+  local supervisor = require('ctxd.supervisor')
+  return ('the daemon has not answered yet; see :checkhealth ctxd · `%s` started but has not spoken LSP on stdout (a wrapper that prints something else there?); %s'):format(
+    supervisor.command_text(lsp_client.config and lsp_client.config.cmd), supervisor.stderr_hint())
+end
+
 --- Why no ctxd client runs for `bufnr`, and the command that fixes it.
 ---@param bufnr integer
 ---@return string
 function M.not_running(bufnr)
+  -- A daemon started now and not answering says more than how the last one ended.
+  local starting = M.starting()[1]
+  if starting then
+    return M.not_answering(starting)
+  end
   local status = require('ctxd.status')
   local why = status.down({ bufnr = bufnr }) or status.any_down()
   if why == 'stopped' then

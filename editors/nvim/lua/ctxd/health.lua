@@ -136,13 +136,23 @@ local function check_clients()
   if #clients == 0 then
     local enabled = vim.lsp.is_enabled and vim.lsp.is_enabled('ctxd')
     local why = require('ctxd.status').down({ bufnr = bufnr > 0 and bufnr or nil }) or require('ctxd.status').any_down()
-    if why == 'stopped' then
+    if client.starting()[1] then
+      local starting = client.starting()[1]
+      local supervisor = require('ctxd.supervisor')
+      health.warn('no ctxd client is running: the daemon started but has not answered `initialize`', {
+        ('`%s` must speak LSP on stdout and print nothing else there (a wrapper that echoes, a shell profile)'):format(
+          supervisor.command_text(starting.config and starting.config.cmd)),
+        supervisor.stderr_hint(),
+      })
+    elseif why == 'stopped' then
       health.warn('no ctxd client is running: the daemon stopped after crashing repeatedly', { ':Ctxd restart starts it again' })
     elseif why == 'not installed' or why == 'not executable' then
       health.warn(('no ctxd client is running: the daemon is %s (see "ctxd: daemon" above)'):format(why))
     elseif why then
+      local failure = why == 'not running' and require('ctxd.supervisor').last_failure
       health.warn(('no ctxd client is running: the daemon %s'):format(why == 'not running' and 'did not start' or why),
-        { 'the error above says why; :Ctxd restart tries again' })
+        { failure or 'the error above says why',
+          ':Ctxd restart tries again' })
     elseif enabled then
       health.info('no ctxd client is running yet: the client is enabled, and starts on a file inside a git repository')
     else

@@ -228,7 +228,7 @@ function M.on_exit(code, signal, client_id)
   }
   folders_of[client_id] = nil
   local supervisor = require('ctxd.supervisor')
-  local crash = supervisor.is_crash(code, signal, client_id)
+  local crash = supervisor.is_crash(code, signal, client_id, initialized)
   if crash then
     supervisor.quiet_neovim_exit_message(lsp_client and lsp_client.name or 'ctxd')
   end

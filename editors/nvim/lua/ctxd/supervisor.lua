@@ -10,6 +10,10 @@ local say = require('ctxd.notify').say
 
 local M = {}
 
+--- The last start failure said (or not said again), for `:checkhealth ctxd`.
+---@type string?
+M.last_failure = nil
+
 M.LIMIT = 4
 M.WINDOW_S = 180
 
@@ -32,13 +36,26 @@ function M.interrupted(what)
   table.insert(cut, what)
 end
 
---- Whether this exit is one the supervisor speaks about.
+--- Whether this exit is one the supervisor speaks about. A daemon that exits before it answered
+--- `initialize` (`initialized` false) failed to start whatever its exit code: a wrapper that
+--- prints something else on stdout and exits 0 is as broken as one that exits 1.
 ---@param code integer
 ---@param signal integer
 ---@param client_id integer
+---@param initialized boolean? false: the client had not answered `initialize`
 ---@return boolean
-function M.is_crash(code, signal, client_id)
-  return not stopping[client_id] and vim.v.exiting == vim.NIL and (code ~= 0 or signal ~= 0)
+function M.is_crash(code, signal, client_id, initialized)
+  return not stopping[client_id] and vim.v.exiting == vim.NIL and (code ~= 0 or signal ~= 0 or initialized == false)
+end
+
+--- The daemon command as one line, for a message.
+---@param cmd string[]|string|function|nil
+---@return string
+function M.command_text(cmd)
+  if type(cmd) == 'table' then
+    return table.concat(vim.tbl_map(tostring, cmd), ' ')
+  end
+  return type(cmd) == 'string' and cmd or 'ctxd'
 end
 
 --- Neovim follows a crash with its own "Client ctxd quit with exit code … Check log for errors:
@@ -86,6 +103,18 @@ function M.reset()
   said = {}
 end
 
+--- Where the daemon command's own words are: Neovim's LSP log keeps what it wrote on stderr.
+---@return string
+function M.stderr_hint()
+  local ok, path = pcall(function()
+    return vim.lsp.log.get_filename()
+  end)
+  if ok and type(path) == 'string' and path ~= '' then
+    return ('its stderr is in %s'):format(vim.fn.fnamemodify(path, ':~'))
+  end
+  return 'its stderr is in the LSP log (:checkhealth vim.lsp)'
+end
+
 ---@param code integer
 ---@param signal integer
 ---@return string
@@ -100,13 +129,15 @@ end
 --- Neovim starts or a file opens (the editor works on without ctxd).
 ---@param cmd string[]|string
 ---@param why string
-function M.start_failed(cmd, why)
+---@param detail string? said after the pointer to `:checkhealth ctxd`
+function M.start_failed(cmd, why, detail)
   local key = type(cmd) == 'table' and table.concat(cmd, ' ') or tostring(cmd)
+  M.last_failure = detail and ('%s: %s'):format(why, detail) or why
   if said[key] then
     return
   end
   said[key] = true
-  say(('%s; see :checkhealth ctxd'):format(why), vim.log.levels.WARN)
+  say(('%s; see :checkhealth ctxd%s'):format(why, detail and (' · ' .. detail) or ''), vim.log.levels.WARN)
 end
 
 --- The `on_exit` of a ctxd client. `initialized`: it had answered `initialize`.
@@ -115,7 +146,7 @@ end
 ---@param client_id integer
 ---@param info { config: table?, buffers: integer[], folders: string[], initialized: boolean }
 function M.exited(code, signal, client_id, info)
-  local crash = M.is_crash(code, signal, client_id)
+  local crash = M.is_crash(code, signal, client_id, info.initialized)
   stopping[client_id] = nil
   local during = #cut > 0 and (' during %s'):format(table.concat(cut, ', ')) or ''
   cut = {}
@@ -127,7 +158,11 @@ function M.exited(code, signal, client_id, info)
     for _, folder in ipairs(info.folders) do
       status.set_down(folder, 'not running')
     end
-    M.start_failed(info.config and info.config.cmd or 'ctxd', ('the daemon did not start (%s)'):format(how(code, signal)))
+    -- The line may be cut to fit the command line: what it says first is what to do; the
+    -- command and where its output went follow (whole in :checkhealth ctxd).
+    local cmd = info.config and info.config.cmd or 'ctxd'
+    M.start_failed(cmd, ('the daemon did not start (%s)'):format(how(code, signal)),
+      ('`%s` exited before it answered in LSP on stdout; %s'):format(M.command_text(cmd), M.stderr_hint()))
     return
   end
   local now = vim.uv.hrtime() / 1e9

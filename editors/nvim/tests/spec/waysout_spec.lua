@@ -118,6 +118,59 @@ t.describe('ways out', function()
     all_short()
   end)
 
+  --- A daemon command that is a wrapper printing something else than LSP on stdout.
+  local function garbage_wrapper(name, after)
+    local file = vim.fs.joinpath(vim.env.HOME, 'bin', name)
+    vim.fn.mkdir(vim.fs.dirname(file), 'p')
+    vim.fn.writefile({ '#!/bin/sh', 'echo "welcome to the wrapper"', after }, file)
+    vim.fn.setfperm(file, 'rwxr-xr-x')
+    return file
+  end
+
+  t.it('a wrapper that prints garbage and exits 0 is said to have exited, with its command, not "open a file in a git repository"', function()
+    h.stop_all()
+    local file = garbage_wrapper('ctxd-garbage-exit', 'exit 0')
+    require('ctxd').setup({ enable = true, cmd = { file } })
+    h.messages = {}
+    vim.cmd.edit(vim.fs.joinpath(h.workspace, 'README.md'))
+    local said = h.wait_message('the daemon did not start (exit code 0); see :checkhealth ctxd', 20000)
+    t.eq(vim.log.levels.WARN, said.level)
+    t.contains(('`%s` exited before it answered in LSP on stdout'):format(file), said.full)
+    t.contains('its stderr is in ', said.full)
+    all_short()
+    h.messages = {}
+    vim.cmd('Ctxd usage')
+    local failed = h.wait_message('usage failed')
+    t.contains('the daemon did not start', failed.full)
+    t.eq(nil, failed.full:find('git repository', 1, true), failed.full)
+    local text = health()
+    t.contains(('`%s` exited before it answered in LSP on stdout'):format(file), text)
+  end)
+
+  t.it('a wrapper that prints garbage and keeps running is said not to answer, with its command, not "open a file in a git repository"', function()
+    local file = garbage_wrapper('ctxd-garbage-hang', 'exec sleep 600')
+    require('ctxd').setup({ enable = true, cmd = { file } })
+    vim.cmd('bwipeout!')
+    vim.cmd.edit(vim.fs.joinpath(h.workspace, 'README.md'))
+    local hung = t.wait_for(function()
+      return require('ctxd.client').starting()[1]
+    end, 'a ctxd client that has not answered initialize', 20000)
+    h.messages = {}
+    vim.cmd('Ctxd usage')
+    local failed = h.wait_message('usage failed')
+    t.contains('the daemon has not answered yet; see :checkhealth ctxd', failed.full)
+    t.contains(('`%s` started but has not spoken LSP on stdout'):format(file), failed.full)
+    t.eq(nil, failed.full:find('git repository', 1, true), failed.full)
+    local text = health()
+    t.contains('the daemon started but has not answered `initialize`', text)
+    t.contains(('`%s` must speak LSP on stdout'):format(file), text)
+    require('ctxd.supervisor').stopping(hung.id)
+    hung:stop(true)
+    t.wait_for(function()
+      return hung:is_stopped() and #require('ctxd.client').starting() == 0
+    end, 'the wrapper to stop')
+  end)
+
   t.it('a crashed daemon is restarted with one line; a compaction in flight says it failed', function()
     -- A model endpoint that accepts and never answers: the compaction stays in flight.
     local server = assert(vim.uv.new_tcp())
