@@ -12,7 +12,8 @@ What a prompt's text asks for:
 - `quiet`: the turn ends at once, nothing streamed;
 - anything else: its words streamed back in three chunks ("Echo: …").
 After each turn but `quiet` it reports `usage_update` when ACP_AGENT_USAGE is set (used = 1000 per
-turn, size 200000). `session/load` replays the session's turns (user and agent chunks); with
+turn, size 200000; ACP_AGENT_USED, when set, is reported as `used` instead). With ACP_AGENT_MODEL set,
+`session/new` answers that model id as the session's (`models.currentModelId`). `session/load` replays the session's turns (user and agent chunks); with
 ACP_AGENT_REFUSE_LOAD set it is refused (an error answer, nothing replayed). Every line it receives is appended to ACP_AGENT_LOG when set, so a test sees exactly what reached the agent.
 With ACP_AGENT_LINKS set, each prompt appends there the thread that `ctxd.acplink.served_thread`
 finds for the environment of the MCP server named "ctxd" in that session's `session/new` (what
@@ -27,7 +28,9 @@ import sys
 from typing import Any
 
 LOG = os.environ.get("ACP_AGENT_LOG")
-USAGE = bool(os.environ.get("ACP_AGENT_USAGE"))
+USAGE = bool(os.environ.get("ACP_AGENT_USAGE") or os.environ.get("ACP_AGENT_USED"))
+USED = os.environ.get("ACP_AGENT_USED")
+MODEL = os.environ.get("ACP_AGENT_MODEL")
 out = sys.stdout.buffer
 sessions: dict[str, list[tuple[str, str]]] = {}  # id -> [(user text, agent text)]
 mcp_env: dict[str, dict[str, str]] = {}  # id -> the environment of the MCP server named "ctxd"
@@ -124,7 +127,8 @@ def prompt(session: str, text: str) -> str:
             chunk(session, part)
     sessions[session].append((text, said))
     if USAGE:
-        update(session, {"sessionUpdate": "usage_update", "used": 1000 * len(sessions[session]), "size": 200000})
+        used = int(USED) if USED else 1000 * len(sessions[session])
+        update(session, {"sessionUpdate": "usage_update", "used": used, "size": 200000})
     return "end_turn"
 
 
@@ -147,7 +151,10 @@ def main() -> None:
             session = f"sess-{len(sessions) + 1}"
             sessions[session] = []
             note_mcp(session, params)
-            send({"id": msg_id, "result": {"sessionId": session}})
+            result: dict[str, Any] = {"sessionId": session}
+            if MODEL:
+                result["models"] = {"currentModelId": MODEL, "availableModels": [{"modelId": MODEL, "name": "model"}]}
+            send({"id": msg_id, "result": result})
         elif method == "session/load":
             session = params["sessionId"]
             if os.environ.get("ACP_AGENT_REFUSE_LOAD"):  # an agent that cannot load the session (its history is gone)

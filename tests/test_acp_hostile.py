@@ -24,6 +24,7 @@ from tests.test_acp import (  # noqa: F401
     prompt,
     repo,
     start_session,
+    thread_of,
     wait_until,
 )
 
@@ -184,3 +185,111 @@ def test_an_agent_does_not_outlive_a_proxy_killed_by_its_editor(state_dir: Path,
                 os.kill(agent, signal.SIGKILL)
         if proxy.poll() is None:
             proxy.kill()
+
+
+def proxy_log(state_dir: Path) -> str:
+    path = state_dir / "ctxd" / "acp" / "proxy.log"
+    return path.read_text() if path.exists() else ""
+
+
+def test_an_agents_model_id_over_its_bound_loses_no_turn(
+        repo: Path, state_dir: Path, tmp_path: Path, client: Client) -> None:
+    """The agent names its model with an id longer than the protocol's bound for it (200
+    characters). Every record of the session carries the model, and the owner refused each whole:
+    no turn of the session reached the thread. The model is left out (logged, without the id),
+    the turns are stored."""
+    model = "model-" + "x" * 300 + "-MODELMARK"
+    editor = RawEditor(PROXY + AGENT, agent_env(state_dir, tmp_path, "raw", ACP_AGENT_MODEL=model), repo)
+    try:
+        session = start_session(editor, repo)
+        for text in ("one", "two"):
+            assert prompt(editor, session, text)["result"]["stopReason"] == "end_turn"
+        found = wait_until(lambda: texts(client, repo, 4), timeout=15)
+        assert found == ["one", "Echo: one", "two", "Echo: two"], texts(client, repo, 0)
+    finally:
+        assert editor.close() == 0
+    info = wait_until(lambda: thread_of(client, repo, "acp:sess-1"))
+    assert info is not None and "MODELMARK" not in json.dumps(info)
+    logged = proxy_log(state_dir)
+    assert "acp:sess-1: the agent's model id is longer than 200 characters: left out" in logged, logged
+    assert "MODELMARK" not in logged and "xxxxxxxxxx" not in logged
+    assert logged.count("model id is longer") == 1  # once, not at every record
+
+
+def test_an_agents_usage_over_its_bound_loses_no_turn(
+        repo: Path, state_dir: Path, tmp_path: Path, client: Client) -> None:
+    """The agent reports a context fill past the protocol's bound for a count (2**53 - 1). The
+    record that carried it, with the turn's answer, was refused whole: the answer never reached the
+    thread. The report is ignored (logged), the items are stored."""
+    editor = RawEditor(PROXY + AGENT, agent_env(state_dir, tmp_path, "raw", ACP_AGENT_USED=str(2**60)), repo)
+    try:
+        session = start_session(editor, repo)
+        for text in ("one", "two"):
+            assert prompt(editor, session, text)["result"]["stopReason"] == "end_turn"
+        found = wait_until(lambda: texts(client, repo, 4), timeout=15)
+        assert found == ["one", "Echo: one", "two", "Echo: two"], texts(client, repo, 0)
+    finally:
+        assert editor.close() == 0
+    logged = proxy_log(state_dir)
+    assert "acp:sess-1: the agent reported a context fill past 2**53 - 1 tokens: ignored" in logged, logged
+    assert str(2**60) not in logged
+
+
+def test_the_owner_stores_the_items_of_a_record_whose_fields_are_over_their_bounds(
+        repo: Path, state_dir: Path, tmp_path: Path, client: Client) -> None:
+    """A record whose title, model and gauge are over the protocol's bounds (a proxy of an earlier
+    version sent them; its spool keeps them for the next owner). The owner refused it whole, its
+    items with it. The title is cut, the model and gauge left out, logged without their text."""
+    from ctxd import ownerlink
+
+    item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "kept"}]}
+    params = {"workspace": repo.as_uri(), "thread": "acp:long", "items": [item], "title": "TITLEMARK " * 200,
+              "model": "MODELMARK" * 30, "used": 2**60, "size": 200000}
+    proxy = ownerlink.Session.open(state_dir / "ctxd", [repo], role="acp")
+    assert proxy is not None
+    try:
+        assert proxy.request("ctxd/acp/record", params, 30)["itemCount"] == 1
+    finally:
+        proxy.close()
+    assert [i["content"][0]["text"] for i in history(client, repo, "acp:long")] == ["kept"]
+    info = thread_of(client, repo, "acp:long")
+    assert info is not None and "MODELMARK" not in json.dumps(info)
+    assert info["title"].startswith("TITLEMARK") and len(info["title"]) <= 1000
+    logged = (tmp_path / "daemon-0.log").read_text()
+    assert ("ctxd/acp/record of acp:long: title cut (2000 characters, the bound is 1000), model left out "
+            "(270 characters, the bound is 200), used left out") in logged, logged[-3000:]
+    assert "MARK" not in logged
+
+
+def test_a_tool_calls_title_and_kind_over_their_bounds_are_cut_and_the_turn_kept(
+        repo: Path, state_dir: Path, tmp_path: Path, client: Client) -> None:
+    """A tool call whose title and kind are far longer than any label (an agent that puts a whole
+    command or file in its title). The title was stored whole three times over (the call, its
+    arguments, its output), and at a few megabytes the owner stopped reading the records after it:
+    the rest of the turn never reached the thread. The title is cut, the kind kept as "other",
+    logged once without their text."""
+    kind, title = "KINDMARK" * 40, "TOOLMARK " * 4000
+    editor = RawEditor(PROXY + AGENT, agent_env(state_dir, tmp_path, "raw"), repo)
+    try:
+        session = start_session(editor, repo)
+        got = editor.request("session/prompt", {"sessionId": session, "prompt": [
+            {"type": "text", "text": f"tool {kind} {title}"}]})
+        asked = editor.wait(lambda m: m.get("method") == "session/request_permission")
+        editor.send({"id": asked["id"], "result": {"outcome": {"outcome": "selected", "optionId": "yes"}}})
+        assert editor.wait(lambda m: m.get("id") == got)["result"]["stopReason"] == "end_turn"
+        assert prompt(editor, session, "two")["result"]["stopReason"] == "end_turn"
+        items = wait_until(lambda: (lambda h: h if len(h) >= 6 else None)(history(client, repo, "acp:sess-1")))
+    finally:
+        assert editor.close() == 0
+    assert [(i["type"], i.get("role")) for i in items] == [
+        ("message", "user"), ("function_call", None), ("function_call_output", None), ("message", "assistant"),
+        ("message", "user"), ("message", "assistant")]
+    call, output = items[1], items[2]
+    assert call["name"] == call["kind"] == output["kind"] == "other"
+    assert call["title"] == output["title"] and call["title"].startswith("TOOLMARK") and call["title"].endswith("…")
+    assert len(call["title"]) == 1000 and len(call["arguments"]) < 2000 and "KINDMARK" not in call["arguments"]
+    assert [items[3]["content"][0]["text"], items[5]["content"][0]["text"]] == ["Ran.", "Echo: two"]
+    notes = [line for line in proxy_log(state_dir).splitlines() if "a tool call's" in line]
+    assert [line.split("] ", 1)[1] for line in notes] == [
+        "acp:sess-1: a tool call's title is longer than 1000 characters: cut",
+        "acp:sess-1: a tool call's kind is longer than 100 characters: kept as \"other\""], notes

@@ -350,8 +350,8 @@ class Proxy:
             transcript = self.sessions[session_id]
             transcript.replaying = False
             models = result.get("models")
-            if isinstance(models, dict) and isinstance(models.get("currentModelId"), str):
-                transcript.model = models["currentModelId"]
+            if isinstance(models, dict):
+                transcript.set_model(models.get("currentModelId"))
         self._flush(transcript)
         return _dump(_with_meta(message, {"thread": transcript.thread, "workspace": folder.as_uri()}), line)
 
@@ -428,6 +428,10 @@ class Proxy:
                                "_meta": {"ctxd": {"source": usage.get("source"), "thread": transcript.thread}}}},
                 }, separators=(",", ":")).encode("utf-8") + b"\n")
 
+        with self.lock:
+            notes, transcript.notes = transcript.notes, []
+        for note in notes:  # what was left out of its records (their other fields are sent)
+            log(self.state_dir, note)
         with self.lock:  # taken and numbered in one order (both directions flush)
             items, replay, used = transcript.take()
             if not items and used is None and not tell_editor:

@@ -20,6 +20,17 @@ from typing import Any
 CHANGING_KINDS = frozenset({"edit", "delete", "move", "execute"})
 """Tool kinds that change the working tree: allowing one takes a checkpoint first."""
 TITLE_CHARS = 80
+MODEL_CHARS = 200
+"""The protocol's bound for a model id (`AcpRecordParams.model`): a longer one is left out, never
+sent (the owner would refuse the whole record, and with it the turn's items)."""
+TOOL_TITLE_CHARS = 1_000
+"""A tool call's title is a label (a checkpoint's message shows its first 120 characters): a longer
+one is cut. It is stored with the call and its output, and in the call's arguments."""
+KIND_CHARS = 100
+"""ACP's tool kinds are a few short words: a longer kind is none of them, and is kept as "other"."""
+MAX_COUNT = 2**53 - 1
+"""The protocol's bound for a count (`ctxd.protocol.params.MAX_COUNT`; pydantic is not imported
+here): a gauge past it is ignored, never sent."""
 MAX_TEXT = 1_000_000  # a message or output kept whole up to this many characters (the owner truncates further)
 
 
@@ -80,15 +91,24 @@ class ToolCall:
     raw_input: Any = None
     finished: bool = False
 
-    def merge(self, update: dict[str, Any]) -> None:
+    def merge(self, update: dict[str, Any]) -> list[str]:
+        """`update`'s fields taken; returns what was over its bound (cut, or left out)."""
+        over = []
         if isinstance(update.get("title"), str):
             self.title = update["title"]
+            if len(self.title) > TOOL_TITLE_CHARS:
+                self.title = self.title[:TOOL_TITLE_CHARS - 1] + "…"
+                over.append(f"a tool call's title is longer than {TOOL_TITLE_CHARS} characters: cut")
         if isinstance(update.get("kind"), str):
             self.kind = update["kind"]
+            if len(self.kind) > KIND_CHARS:
+                self.kind = "other"
+                over.append(f"a tool call's kind is longer than {KIND_CHARS} characters: kept as \"other\"")
         if isinstance(update.get("locations"), list):
             self.locations = [loc for loc in update["locations"] if isinstance(loc, dict)]
         if "rawInput" in update:
             self.raw_input = update["rawInput"]
+        return over
 
     def paths(self) -> list[str]:
         return [str(loc["path"]) for loc in self.locations if isinstance(loc.get("path"), str)]
@@ -112,12 +132,26 @@ class Transcript:
     _pending: list[dict[str, Any]] = field(default_factory=list)
     _pending_replay: bool = False
     _usage_pending: bool = False
+    _noted: set[str] = field(default_factory=set)
+    notes: list[str] = field(default_factory=list)
+    """What was left out of the session's records, for the proxy's log (each said once per
+    session, never quoting what the agent sent: a prompt's words or a key could be in it)."""
 
     @property
     def thread(self) -> str:
         return f"acp:{self.session_id}"
 
     # --- what the proxy saw ---
+
+    def set_model(self, model: Any) -> None:
+        """The agent's model id (`models.currentModelId`); one over its bound is left out."""
+        if not isinstance(model, str):
+            return
+        if len(model) > MODEL_CHARS:
+            self._note("model", f"the agent's model id is longer than {MODEL_CHARS} characters: left out")
+            self.model = None
+            return
+        self.model = model
 
     def prompt(self, params: dict[str, Any]) -> dict[str, Any]:
         """The editor sent `session/prompt`: a new turn. Returns the turn ({index, text})."""
@@ -150,7 +184,12 @@ class Transcript:
             self._tool_update(update)
         elif kind == "usage_update":
             used, size = update.get("used"), update.get("size")
-            if isinstance(used, int) and not isinstance(used, bool) and used >= 0:
+            if isinstance(size, int) and not isinstance(size, bool) and size > MAX_COUNT:
+                self._note("size", "the agent reported a context window past 2**53 - 1 tokens: ignored")
+                size = None
+            if isinstance(used, int) and not isinstance(used, bool) and used > MAX_COUNT:
+                self._note("used", "the agent reported a context fill past 2**53 - 1 tokens: ignored")
+            elif isinstance(used, int) and not isinstance(used, bool) and used >= 0:
                 self._close_segment()
                 self.used = used
                 self.size = size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else self.size
@@ -176,7 +215,7 @@ class Transcript:
             if isinstance(call_id, str):
                 self._tool_call(update)
                 call = self.tools[call_id]
-        call.merge(update)
+        self._merge(call, update)
         return call
 
     # --- what goes to the owner ---
@@ -194,6 +233,15 @@ class Transcript:
         return bool(self._pending) or self._usage_pending
 
     # --- inside ---
+
+    def _merge(self, call: ToolCall, update: dict[str, Any]) -> None:
+        for message in call.merge(update):
+            self._note(message, message)
+
+    def _note(self, kind: str, message: str) -> None:
+        if kind not in self._noted:
+            self._noted.add(kind)
+            self.notes.append(f"{self.thread}: {message}")
 
     def _add(self, item: dict[str, Any]) -> None:
         if self.replaying:
@@ -214,7 +262,7 @@ class Transcript:
             return
         self._close_segment()
         call = ToolCall()
-        call.merge(update)
+        self._merge(call, update)
         self.tools[call_id] = call
         arguments = {"title": call.title, "kind": call.kind, "locations": call.locations}
         if call.raw_input is not None:
@@ -231,7 +279,7 @@ class Transcript:
         if call is None:
             self._tool_call(update)
             return
-        call.merge(update)
+        self._merge(call, update)
         if update.get("status") in ("completed", "failed") and not call.finished:
             call.finished = True
             self._close_segment()

@@ -5,14 +5,17 @@ Everything that fails to parse becomes `InvalidParams` with a message that names
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
 from ctxd.errors import InvalidParams
 from ctxd.protocol import methods
 from ctxd.protocol.items import describe_error
+
+log = logging.getLogger(__name__)
 
 # --- params --------------------------------------------------------------------------------------
 
@@ -172,6 +175,32 @@ class AcpRecordParams(Params):
     replay: bool = False  # the history an agent replays at `session/load`: stored only into an empty thread
     proxy: str | None = Field(default=None, min_length=1, max_length=100)
     seq: int | None = Field(default=None, ge=1, le=MAX_COUNT)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _over_bounds_left_out(cls, raw: Any) -> Any:
+        """What the listing shows of the session and the agent's gauge, over their bounds: a title
+        is cut, an agent's or model's name and a count are left out; logged by name, never quoted.
+        Refused, they lost the record's items with them (the agent's turn)."""
+        if not isinstance(raw, dict):
+            return raw
+        fixed: dict[str, Any] = {}  # field -> its value now (None: left out)
+        why: list[str] = []
+        for name in ("title", "agent", "model"):
+            value, bound = raw.get(name), cls.model_fields[name].metadata[0].max_length
+            if isinstance(value, str) and len(value) > bound:
+                fixed[name] = value[:bound - 1] + "…" if name == "title" else None
+                why.append(f"{name} {'cut' if name == 'title' else 'left out'} ({len(value)} characters, "
+                           f"the bound is {bound})")
+        for name, least in (("used", 0), ("size", 1)):
+            value = raw.get(name)
+            if isinstance(value, int) and not isinstance(value, bool) and not least <= value <= MAX_COUNT:
+                fixed[name] = None
+                why.append(f"{name} left out (not within {least}..{MAX_COUNT})")
+        if not fixed:
+            return raw
+        log.warning("ctxd/acp/record of %.300s: %s; its items are stored", raw.get("thread"), ", ".join(why))
+        return {**raw, **fixed}
 
 
 class AcpCheckpointParams(Params):
