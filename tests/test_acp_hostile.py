@@ -192,14 +192,8 @@ def proxy_log(state_dir: Path) -> str:
     return path.read_text() if path.exists() else ""
 
 
-def test_an_agents_model_id_over_its_bound_loses_no_turn(
-        repo: Path, state_dir: Path, tmp_path: Path, client: Client) -> None:
-    """The agent names its model with an id longer than the protocol's bound for it (200
-    characters). Every record of the session carries the model, and the owner refused each whole:
-    no turn of the session reached the thread. The model is left out (logged, without the id),
-    the turns are stored."""
-    model = "model-" + "x" * 300 + "-MODELMARK"
-    editor = RawEditor(PROXY + AGENT, agent_env(state_dir, tmp_path, "raw", ACP_AGENT_MODEL=model), repo)
+def two_turns_stored(editor: RawEditor, repo: Path, client: Client) -> None:
+    """Two prompts through the proxy: both turns, asked and answered, reach the thread."""
     try:
         session = start_session(editor, repo)
         for text in ("one", "two"):
@@ -208,6 +202,17 @@ def test_an_agents_model_id_over_its_bound_loses_no_turn(
         assert found == ["one", "Echo: one", "two", "Echo: two"], texts(client, repo, 0)
     finally:
         assert editor.close() == 0
+
+
+def test_an_agents_model_id_over_its_bound_loses_no_turn(
+        repo: Path, state_dir: Path, tmp_path: Path, client: Client) -> None:
+    """The agent names its model with an id longer than the protocol's bound for it (200
+    characters). Every record of the session carries the model, and the owner refused each whole:
+    no turn of the session reached the thread. The model is left out (logged, without the id),
+    the turns are stored."""
+    model = "model-" + "x" * 300 + "-MODELMARK"
+    editor = RawEditor(PROXY + AGENT, agent_env(state_dir, tmp_path, "raw", ACP_AGENT_MODEL=model), repo)
+    two_turns_stored(editor, repo, client)
     info = wait_until(lambda: thread_of(client, repo, "acp:sess-1"))
     assert info is not None and "MODELMARK" not in json.dumps(info)
     logged = proxy_log(state_dir)
@@ -222,14 +227,7 @@ def test_an_agents_usage_over_its_bound_loses_no_turn(
     record that carried it, with the turn's answer, was refused whole: the answer never reached the
     thread. The report is ignored (logged), the items are stored."""
     editor = RawEditor(PROXY + AGENT, agent_env(state_dir, tmp_path, "raw", ACP_AGENT_USED=str(2**60)), repo)
-    try:
-        session = start_session(editor, repo)
-        for text in ("one", "two"):
-            assert prompt(editor, session, text)["result"]["stopReason"] == "end_turn"
-        found = wait_until(lambda: texts(client, repo, 4), timeout=15)
-        assert found == ["one", "Echo: one", "two", "Echo: two"], texts(client, repo, 0)
-    finally:
-        assert editor.close() == 0
+    two_turns_stored(editor, repo, client)
     logged = proxy_log(state_dir)
     assert "acp:sess-1: the agent reported a context fill past 2**53 - 1 tokens: ignored" in logged, logged
     assert str(2**60) not in logged
