@@ -772,24 +772,6 @@ _DAMAGE = st.lists(st.tuples(st.sampled_from(["number", "value", "glue", "tear",
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(_LINE, min_size=1, max_size=10), _DAMAGE)
-def test_a_claude_summary_refuses_the_lines_the_daemon_refuses(lines: list[dict[str, Any]],
-                                                              damage: list[tuple[str, int, int, str]]) -> None:
-    """NaN, Infinity or 1e999 in a usage or a content, two lines glued by a torn append, a line cut
-    short: the summary (each of its ways) counts such a line bad and skips it as the daemon's reader
-    does, so that its cost and fill are the daemon's."""
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as folder:
-        texts = _damaged([json.dumps(line) for line in lines], damage)
-        path = Path(folder) / "any.jsonl"
-        path.write_text("".join(text + "\n" for text in texts))
-        assert_summary_reads_as_the_daemon(str(path), "claude")
-        reads, _, _ = summarized_ways(str(path))
-        assert_same_summaries(reads)
-
-
-@settings(max_examples=150, deadline=None)
 @given(st.lists(_CODEX_LINE, min_size=1, max_size=12), _DAMAGE)
 def test_a_codex_summary_refuses_the_lines_the_daemon_refuses(lines: list[dict[str, Any]],
                                                              damage: list[tuple[str, int, int, str]]) -> None:

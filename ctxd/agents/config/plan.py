@@ -209,8 +209,10 @@ def one_at_a_time(state_dir: Path, wait: float = LOCK_WAIT) -> Iterator[None]:
         hooks_dir(state_dir)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
     except OSError as error:
-        if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):  # (a link or another user's: no errno)
-            yield  # (read-only: nothing of another ctxd's can be written there either)
+        if isinstance(error, PermissionError) or error.errno == errno.EROFS:
+            # (read-only, or a state dir ctxd does not trust, `places.hooks_dir`: the command runs as
+            # it did before the lock, and no lock file is made there)
+            yield
             return
         raise InstallError(f"{path}: cannot be opened ({error.strerror or error}); nothing was written") from None
     try:
