@@ -13,7 +13,9 @@ What a prompt's text asks for:
 - anything else: its words streamed back in three chunks ("Echo: …").
 After each turn but `quiet` it reports `usage_update` when ACP_AGENT_USAGE is set (used = 1000 per
 turn, size 200000; ACP_AGENT_USED, when set, is reported as `used` instead). With ACP_AGENT_MODEL set,
-`session/new` answers that model id as the session's (`models.currentModelId`). `session/load` replays the session's turns (user and agent chunks); with
+`session/new` answers that model id as the session's (`models.currentModelId`); with
+ACP_AGENT_SESSION_PREFIX set, its session ids start with it. With ACP_AGENT_LOCATIONS set to
+`<count>:<chars>`, a `tool` call names a location whose path is <chars> long, then <count> short ones. `session/load` replays the session's turns (user and agent chunks); with
 ACP_AGENT_REFUSE_LOAD set it is refused (an error answer, nothing replayed). Every line it receives is appended to ACP_AGENT_LOG when set, so a test sees exactly what reached the agent.
 With ACP_AGENT_LINKS set, each prompt appends there the thread that `ctxd.acplink.served_thread`
 finds for the environment of the MCP server named "ctxd" in that session's `session/new` (what
@@ -31,6 +33,8 @@ LOG = os.environ.get("ACP_AGENT_LOG")
 USAGE = bool(os.environ.get("ACP_AGENT_USAGE") or os.environ.get("ACP_AGENT_USED"))
 USED = os.environ.get("ACP_AGENT_USED")
 MODEL = os.environ.get("ACP_AGENT_MODEL")
+SESSION_PREFIX = os.environ.get("ACP_AGENT_SESSION_PREFIX", "")
+LOCATIONS = os.environ.get("ACP_AGENT_LOCATIONS")
 out = sys.stdout.buffer
 sessions: dict[str, list[tuple[str, str]]] = {}  # id -> [(user text, agent text)]
 mcp_env: dict[str, dict[str, str]] = {}  # id -> the environment of the MCP server named "ctxd"
@@ -83,6 +87,9 @@ def tool_turn(session: str, call_id: str, title: str, kind: str, path: str | Non
     call: dict[str, Any] = {"toolCallId": call_id, "title": title, "kind": kind, "status": "pending"}
     if path:
         call["locations"] = [{"path": path}]
+    elif LOCATIONS:
+        count, chars = map(int, LOCATIONS.split(":"))
+        call["locations"] = [{"path": "/LOCMARK" + "p" * chars}, *({"path": f"src/{i}.py", "line": i} for i in range(count))]
     update(session, {"sessionUpdate": "tool_call", **call})
     answer = ask("session/request_permission", {
         "sessionId": session, "toolCall": {"toolCallId": call_id, "title": title, "kind": kind},
@@ -148,7 +155,7 @@ def main() -> None:
             send({"id": msg_id, "result": {"protocolVersion": 1, "agentCapabilities": {"loadSession": True},
                                            "authMethods": [], "agentInfo": {"name": "scripted", "version": "1.0"}}})
         elif method == "session/new":
-            session = f"sess-{len(sessions) + 1}"
+            session = f"{SESSION_PREFIX}sess-{len(sessions) + 1}"
             sessions[session] = []
             note_mcp(session, params)
             result: dict[str, Any] = {"sessionId": session}

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from tests.rpc import Client
 from tests.test_acp import (  # noqa: F401
@@ -291,3 +292,116 @@ def test_a_tool_calls_title_and_kind_over_their_bounds_are_cut_and_the_turn_kept
     assert [line.split("] ", 1)[1] for line in notes] == [
         "acp:sess-1: a tool call's title is longer than 1000 characters: cut",
         "acp:sess-1: a tool call's kind is longer than 100 characters: kept as \"other\""], notes
+
+
+def opened(editor: RawEditor, method: str, params: dict[str, Any]) -> tuple[str, str]:
+    """The session a `session/new` or `session/load` opened, and the thread ctxd named for it."""
+    got = editor.request(method, params)
+    answer = editor.wait(lambda m: m.get("id") == got)
+    return str(answer["result"].get("sessionId", params.get("sessionId"))), answer["result"]["_meta"]["ctxd"]["thread"]
+
+
+def test_a_session_whose_id_is_too_long_for_a_threads_name_keeps_every_turn(
+        repo: Path, state_dir: Path, tmp_path: Path, client: Client) -> None:
+    """An agent whose session ids are longer than a thread's name may be (`acp:` and 252
+    characters). The thread was named `acp:<session id>`, and the owner refused every record of
+    it: no turn of the session was stored. It is named by the id's first characters and a digest
+    of it whole: bounded, the same for the same id (a proxy started again loads it: its turns join
+    the thread), different for two ids alike in their first characters. The checkpoints and the
+    link file `ctxd mcp` reads name the same thread; the proxy's log says so once per session."""
+    links = tmp_path / "links.jsonl"
+    env = agent_env(state_dir, tmp_path, "raw", ACP_AGENT_SESSION_PREFIX="L" * 300 + "-",
+                    ACP_AGENT_LINKS=str(links))
+    editor = RawEditor(PROXY + AGENT, env, repo)
+    try:
+        start_session(editor, repo)  # (sess-1: opened, nothing said)
+        first, thread = opened(editor, "session/new", {"cwd": str(repo), "mcpServers": []})
+        second, other = opened(editor, "session/new", {"cwd": str(repo), "mcpServers": []})
+        assert prompt(editor, first, "one")["result"]["stopReason"] == "end_turn"
+        assert prompt(editor, second, "two")["result"]["stopReason"] == "end_turn"
+
+        def stored() -> dict[str, int]:
+            listed = client.request("ctxd/threads", {"workspace": repo.as_uri()})["threads"]
+            return {t["thread"]: t["itemCount"] for t in listed if t["thread"].startswith("acp:LLLL")}
+
+        assert wait_until(lambda: stored().get(thread) == stored().get(other) == 2, timeout=15), stored()
+        assert first.endswith("-sess-2") and second.endswith("-sess-3")
+        assert thread != other and len(thread) <= 256 and len(other) <= 256
+    finally:
+        assert editor.close() == 0
+    assert [json.loads(line)["served"] for line in links.read_text().splitlines()] == [thread, other]
+    turns = [c["thread"] for c in checkpoints(client, repo) if c["trigger"] == "turn"]
+    assert thread in turns and set(turns) <= {thread, other}, turns  # (an unchanged tree: one checkpoint)
+    notes = [line for line in proxy_log(state_dir).splitlines() if "cannot name its thread" in line]
+    assert len(notes) == 3 and sum(thread in line for line in notes) == 1, notes  # sess-1's too
+
+    editor = RawEditor(PROXY + AGENT, agent_env(state_dir, tmp_path, "again"), repo)
+    try:
+        start_session(editor, repo)
+        assert opened(editor, "session/load", {"sessionId": first, "cwd": str(repo), "mcpServers": []})[1] == thread
+        assert prompt(editor, first, "three")["result"]["stopReason"] == "end_turn"
+        said = lambda: [i["content"][0]["text"] for i in history(client, repo, thread)]  # noqa: E731
+        assert wait_until(lambda: len(said()) >= 4, timeout=15), said()
+        assert said() == ["one", "Echo: one", "three", "Echo: three"]
+    finally:
+        assert editor.close() == 0
+
+
+def test_the_owner_stores_a_record_whose_session_id_is_too_long_for_a_threads_name(
+        repo: Path, state_dir: Path, tmp_path: Path, client: Client) -> None:
+    """A record of a session whose id is longer than a thread's name may be (a proxy of an earlier
+    version named its thread `acp:<session id>`; its spool keeps the record for the next owner).
+    The owner refused it whole, its items with it. It is stored in the thread a proxy names for
+    that session now, and so is the session's checkpoint."""
+    from ctxd import ownerlink
+
+    session_id = "IDMARK" * 60
+    item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "kept"}]}
+    proxy = ownerlink.Session.open(state_dir / "ctxd", [repo], role="acp")
+    assert proxy is not None
+    try:
+        params = {"workspace": repo.as_uri(), "thread": f"acp:{session_id}"}
+        assert proxy.request("ctxd/acp/record", {**params, "items": [item]}, 30)["itemCount"] == 1
+        assert proxy.request("ctxd/acp/checkpoint", {**params, "trigger": "turn", "message": "one"}, 60)["id"]
+    finally:
+        proxy.close()
+    from ctxd.acp.transcript import thread_name
+
+    named = thread_name(session_id)
+    assert len(named) <= 256 and named.startswith("acp:IDMARK")
+    assert [i["content"][0]["text"] for i in history(client, repo, named)] == ["kept"]
+    assert [c["thread"] for c in checkpoints(client, repo)] == [named]
+
+
+def test_a_tool_calls_locations_over_their_bounds_are_left_out_and_the_turn_kept(
+        repo: Path, state_dir: Path, tmp_path: Path, client: Client) -> None:
+    """A tool call naming thousands of locations, one of them a path far longer than any path can
+    be. Every location was stored whole three times over (the call, its arguments, its output) and
+    sent as the checkpoint's paths. A location whose path is over 4,096 characters is left out,
+    and so is any past the first 100; each is logged once, without the paths."""
+    env = agent_env(state_dir, tmp_path, "raw", ACP_AGENT_LOCATIONS="5000:100000")
+    editor = RawEditor(PROXY + AGENT, env, repo)
+    try:
+        session = start_session(editor, repo)
+        got = editor.request("session/prompt", {"sessionId": session, "prompt": [
+            {"type": "text", "text": "tool edit Edit them all"}]})
+        asked = editor.wait(lambda m: m.get("method") == "session/request_permission")
+        (repo / "b.txt").write_text("made by the user meanwhile\n")  # (the tool's checkpoint is a new one)
+        editor.send({"id": asked["id"], "result": {"outcome": {"outcome": "selected", "optionId": "yes"}}})
+        assert editor.wait(lambda m: m.get("id") == got)["result"]["stopReason"] == "end_turn"
+        assert prompt(editor, session, "two")["result"]["stopReason"] == "end_turn"
+        items = wait_until(lambda: (lambda h: h if len(h) >= 6 else None)(history(client, repo, "acp:sess-1")))
+    finally:
+        assert editor.close() == 0
+    kept = [{"path": f"src/{i}.py", "line": i} for i in range(100)]
+    call, output = items[1], items[2]
+    assert call["locations"] == output["locations"] == kept
+    assert json.loads(call["arguments"])["locations"] == kept
+    assert [items[3]["content"][0]["text"], items[5]["content"][0]["text"]] == ["Ran.", "Echo: two"]
+    tools = [c["tool"] for c in checkpoints(client, repo) if c["trigger"] == "tool"]
+    assert [t["paths"] for t in tools] == [[f"src/{i}.py" for i in range(50)]]  # (a checkpoint keeps 50)
+    logged = proxy_log(state_dir)
+    notes = [line.split("] ", 1)[1] for line in logged.splitlines() if "location" in line]
+    assert notes == ["acp:sess-1: a tool call's location path is longer than 4096 characters: left out",
+                     "acp:sess-1: a tool call has more than 100 locations: the rest are left out"], notes
+    assert "LOCMARK" not in logged

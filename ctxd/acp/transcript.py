@@ -13,7 +13,9 @@ Nothing here does I/O: the proxy feeds it the messages it passes and sends what 
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +34,30 @@ MAX_COUNT = 2**53 - 1
 """The protocol's bound for a count (`ctxd.protocol.params.MAX_COUNT`; pydantic is not imported
 here): a gauge past it is ignored, never sent."""
 MAX_TEXT = 1_000_000  # a message or output kept whole up to this many characters (the owner truncates further)
+MAX_LOCATIONS = 100
+LOCATION_PATH_CHARS = 4_096
+"""A tool call's `locations` are the files it touches, stored with the call, its arguments and its
+output, and a checkpoint's paths: past MAX_LOCATIONS the rest are left out, and so is a location
+whose path is longer than a path can be (Linux's PATH_MAX)."""
+SESSION_ID_CHARS = 252
+"""The longest session id a thread is named by as it is (`acp:` and it: the protocol's bound for a
+thread's name, 256 characters). One longer, empty, holding half a surrogate pair (the owner cannot
+store it as it is) or shaped like a digested name gets a name of its first characters and a digest
+of it whole (`thread_name`): refused, the name lost every record of the session."""
+ID_PREFIX_CHARS = 200
+_DIGESTED = re.compile(r".*~[0-9a-f]{32}", re.DOTALL)
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def thread_name(session_id: str) -> str:
+    """`acp:<session id>`, or for an id that cannot be a thread's name as it is, `acp:<its first
+    200 characters>~<32 hex digits of its SHA-256>`: the same for the same id (a restarted proxy,
+    a spool's records), different for different ids (an id shaped like this is digested too)."""
+    if 0 < len(session_id) <= SESSION_ID_CHARS and not _SURROGATE.search(session_id) \
+            and not _DIGESTED.fullmatch(session_id):
+        return f"acp:{session_id}"
+    digest = hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return f"acp:{_SURROGATE.sub(chr(0xFFFD), session_id[:ID_PREFIX_CHARS])}~{digest}"
 
 
 def _clip(text: str) -> str:
@@ -105,13 +131,32 @@ class ToolCall:
                 self.kind = "other"
                 over.append(f"a tool call's kind is longer than {KIND_CHARS} characters: kept as \"other\"")
         if isinstance(update.get("locations"), list):
-            self.locations = [loc for loc in update["locations"] if isinstance(loc, dict)]
+            self.locations = _locations(update["locations"], over)
         if "rawInput" in update:
             self.raw_input = update["rawInput"]
         return over
 
     def paths(self) -> list[str]:
-        return [str(loc["path"]) for loc in self.locations if isinstance(loc.get("path"), str)]
+        return [str(loc["path"]) for loc in self.locations]
+
+
+def _locations(given: list[Any], over: list[str]) -> list[dict[str, Any]]:
+    """`{path, line?}` of each location (nothing else an agent put in it), within their bounds."""
+    kept: list[dict[str, Any]] = []
+    for loc in given:
+        path = loc.get("path") if isinstance(loc, dict) else None
+        if not isinstance(path, str):
+            continue
+        if len(kept) == MAX_LOCATIONS:
+            over.append(f"a tool call has more than {MAX_LOCATIONS} locations: the rest are left out")
+            break
+        if len(path) > LOCATION_PATH_CHARS:
+            over.append(f"a tool call's location path is longer than {LOCATION_PATH_CHARS} characters: left out")
+            continue
+        line = loc.get("line")
+        kept.append({"path": path, "line": line} if isinstance(line, int) and not isinstance(line, bool)
+                    and 0 <= line <= MAX_COUNT else {"path": path})
+    return kept
 
 
 @dataclass
@@ -137,9 +182,13 @@ class Transcript:
     """What was left out of the session's records, for the proxy's log (each said once per
     session, never quoting what the agent sent: a prompt's words or a key could be in it)."""
 
-    @property
-    def thread(self) -> str:
-        return f"acp:{self.session_id}"
+    thread: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.thread = thread_name(self.session_id)
+        if self.thread != f"acp:{self.session_id}":
+            self._note("session id", f"the session id cannot name its thread as it is (over {SESSION_ID_CHARS} "
+                                      "characters, empty, not Unicode, or shaped like this name): named by a digest")
 
     # --- what the proxy saw ---
 

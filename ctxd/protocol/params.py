@@ -16,6 +16,8 @@ from ctxd.protocol import methods
 from ctxd.protocol.items import describe_error
 
 log = logging.getLogger(__name__)
+THREAD_CHARS = 256
+"""The longest thread name (the ACP proxy names a longer session's thread by a digest: `_session_digested`)."""
 
 # --- params --------------------------------------------------------------------------------------
 
@@ -26,7 +28,7 @@ class Params(BaseModel):
     model_config = ConfigDict(defer_build=True, alias_generator=to_camel, populate_by_name=True, strict=True, extra="ignore")
 
     workspace: str
-    thread: str = Field(default="default", min_length=1, max_length=256)
+    thread: str = Field(default="default", min_length=1, max_length=THREAD_CHARS)
     work_done_token: int | str | None = None
 
 
@@ -161,6 +163,20 @@ class ItemParams(Params):
     seq: int = Field(ge=1, le=MAX_COUNT)
 
 
+def _session_digested(raw: Any) -> Any:
+    """A record or checkpoint whose thread is named by a session id too long for the bound (a proxy
+    of an earlier version sent it, its spool kept it), as the proxy names it now
+    (`ctxd.acp.transcript.thread_name`): refused, it lost its items, and so did the session's later ones."""
+    thread = raw.get("thread") if isinstance(raw, dict) else None
+    if not isinstance(thread, str) or not thread.startswith("acp:") or len(thread) <= THREAD_CHARS:
+        return raw
+    from ctxd.acp.transcript import thread_name
+
+    named = thread_name(thread[4:])
+    log.warning("%s: a session id over %d characters: its thread is named by a digest of it", named, THREAD_CHARS - 4)
+    return {**raw, "thread": named}
+
+
 class AcpRecordParams(Params):
     """The proxy's view of its ACP session (`ctxd/acp/record`): items to append, what the thread
     listing shows, and the agent's own gauge when it sent one (`usage_update`). `proxy` and `seq`
@@ -182,6 +198,7 @@ class AcpRecordParams(Params):
         """What the listing shows of the session and the agent's gauge, over their bounds: a title
         is cut, an agent's or model's name and a count are left out; logged by name, never quoted.
         Refused, they lost the record's items with them (the agent's turn)."""
+        raw = _session_digested(raw)
         if not isinstance(raw, dict):
             return raw
         fixed: dict[str, Any] = {}  # field -> its value now (None: left out)
@@ -210,6 +227,11 @@ class AcpCheckpointParams(Params):
     message: str = Field(default="", max_length=10_000)
     turn: dict[str, Any] | None = None
     tool: dict[str, Any] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _long_session_digested(cls, raw: Any) -> Any:
+        return _session_digested(raw)
 
 
 # What each method takes (`shapes.RESULTS` says what it answers): the handlers parse with these, and
