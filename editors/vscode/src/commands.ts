@@ -12,6 +12,7 @@ import { restoreSnapshotFlow } from './snapshots';
 import { formatTokens } from './numbers';
 import { strategyText } from './status';
 import { type RestoreMemory, UNDO, offer, rollbackQuestion } from './timeMachine';
+import { isFollowed, readOnlyText } from './followed';
 
 export const STRATEGY_ITEMS: PickItem<CompactStrategy>[] = [
   { label: 'Auto', description: 'auto', detail: 'Let ctxd choose: an LLM summary when a model is configured, else offline', value: 'auto' },
@@ -111,13 +112,28 @@ export async function restoreFlow(
 }
 
 /**
- * Rolls back the last turn. A v3 daemon is asked first (`dryRun`) what it would remove and
- * whether it goes back past a compaction, the confirmation says so, and the result offers Undo.
+ * Rolls back the last turn. What can be known before asking is checked first, so that the user
+ * never confirms a rollback that cannot run: a folder and its thread, a running daemon, a thread
+ * that is not an agent's (read-only). A v3 daemon is then asked (`dryRun`) what it would remove
+ * and whether it goes back past a compaction, the confirmation says so, and the result offers Undo.
  */
 export async function rollbackFlow(ui: Ui, service: CtxdService, target?: TargetOptions, memory?: RestoreMemory): Promise<RollbackResult | undefined> {
+  // No folder, or a daemon that is not running, is said as such (errors.ts), never thrown.
+  const t = await attempt(ui, 'Rollback', async () => {
+    const t = service.target(target);
+    await service.ready();
+    return t;
+  });
+  if (!t) return undefined;
+  // A followed session's conversation is its agent's (its listing says readOnly): say what works instead.
+  const facts = service.threads.facts(t.workspace, t.thread);
+  if (isFollowed(facts)) {
+    ui.notify('info', readOnlyText(facts));
+    return undefined;
+  }
   let question = { message: 'Roll back the last turn?', detail: 'The last user turn and everything after it are removed from the conversation.' };
   if (service.supports(Method.undo)) {
-    const preview = await attempt(ui, 'Previewing the rollback', () => service.rollback(1, { ...target, dryRun: true }));
+    const preview = await attempt(ui, 'Previewing the rollback', () => service.rollback(1, { ...t, dryRun: true }));
     if (!preview) return undefined;
     if (preview.removedItems === 0) {
       ui.notify('info', 'Nothing to roll back: the conversation has no user turn.');
@@ -126,12 +142,12 @@ export async function rollbackFlow(ui: Ui, service: CtxdService, target?: Target
     question = rollbackQuestion(preview);
   }
   if (!(await ui.confirm(question.message, question.detail, 'Roll Back'))) return undefined;
-  const result = await attempt(ui, 'Rollback', () => service.rollback(1, target));
+  const result = await attempt(ui, 'Rollback', () => service.rollback(1, t));
   if (result) {
     const text =
       `Rolled back the last turn${result.crossesCompaction ? ' and the compaction it went past' : ''}: ` +
       `${result.removedItems} items removed, ${formatTokens(result.usage.usedTokens)} tokens in use.`;
-    if (result.undoId !== undefined) void offer(ui, service, text, UNDO, { kind: 'rollback', id: result.undoId }, target, memory);
+    if (result.undoId !== undefined) void offer(ui, service, text, UNDO, { kind: 'rollback', id: result.undoId }, t, memory);
     else ui.notify('info', text);
   }
   return result;

@@ -26,6 +26,7 @@ import { costCents } from './breakdownView';
 import { type ThreadFacts, isFollowed, readOnlyText, threadFacts, threadName } from './followed';
 import { strategyText, usagePercent } from './status';
 import { operationDescription, operationLabel } from './timeMachine';
+import { friendlyError } from './errors';
 
 export interface TreeNode {
   id: string;
@@ -45,6 +46,7 @@ export interface TreeNode {
 }
 
 export interface TreeModel extends Disposable {
+  /** The rows; a failed listing is one row that says so in plain words (`errorNode`), never a rejection. */
   nodes(): Promise<TreeNode[]>;
   readonly onDidChange: (listener: () => void) => Disposable;
 }
@@ -66,7 +68,19 @@ abstract class BaseModel implements TreeModel {
     this.debounce.schedule();
   }
 
-  abstract nodes(): Promise<TreeNode[]>;
+  /** What listing this tree is, for the row a failure shows ("Listing threads failed: …"). */
+  protected abstract readonly what: string;
+
+  /** The rows, read from the daemon (may reject: `nodes` shows the failure as a row). */
+  protected abstract read(): Promise<TreeNode[]>;
+
+  async nodes(): Promise<TreeNode[]> {
+    try {
+      return await this.read();
+    } catch (err) {
+      return [errorNode(this.what, err)];
+    }
+  }
 
   dispose(): void {
     this.debounce.dispose();
@@ -80,6 +94,23 @@ abstract class BaseModel implements TreeModel {
  * Install Agent Hooks…), which VS Code draws only for a tree with no rows at all.
  */
 const EMPTY: TreeNode[] = [];
+
+/**
+ * The one row a tree shows when its listing failed: the failure in one sentence for people
+ * (errors.ts: what failed and what to do, never the raw JSON-RPC text); a click opens the ctxd
+ * menu, where the way out is (Restart daemon, Show log, Install).
+ */
+export function errorNode(what: string, err: unknown): TreeNode {
+  const text = friendlyError(what, err);
+  return {
+    id: 'error',
+    label: text,
+    tooltip: `${text}\nClick for the ctxd menu.`,
+    icon: 'warning',
+    contextValue: 'error',
+    command: { command: COMMANDS.menu, title: 'Open the ctxd menu', arguments: [] },
+  };
+}
 
 /** "$0.42" (whole cents, as the breakdown rounds them), or undefined when no price is known. */
 export function costLabel(cost: ThreadInfo['cost']): string | undefined {
@@ -119,7 +150,9 @@ export class ThreadsModel extends BaseModel {
     this.subs.push(service.onDidChangeThreads(() => this.refresh()), service.onDidChangeUsage(() => this.refresh()));
   }
 
-  async nodes(): Promise<TreeNode[]> {
+  protected readonly what = 'Listing threads';
+
+  protected async read(): Promise<TreeNode[]> {
     const w = this.where();
     if (!w || !this.service.supports(Method.threads)) return EMPTY;
     const threads = await this.service.listThreads(w.uri);
@@ -148,7 +181,9 @@ export class SnapshotsModel extends BaseModel {
     this.changed.fire();
   }
 
-  async nodes(): Promise<TreeNode[]> {
+  protected readonly what = 'Listing snapshots';
+
+  protected async read(): Promise<TreeNode[]> {
     const w = this.where();
     if (!w || !this.service.supports(Method.ghostList)) return EMPTY;
     const snapshots = await this.service.listSnapshots({ workspace: w.uri, thread: w.thread });
@@ -359,7 +394,9 @@ export class CompactionsModel extends BaseModel {
     return w && `${w.uri}\n${w.thread}`;
   }
 
-  async nodes(): Promise<TreeNode[]> {
+  protected readonly what = 'Reading the history';
+
+  protected async read(): Promise<TreeNode[]> {
     const w = this.where();
     this.listed = this.shown();
     if (!w || !this.service.supports(Method.history)) return EMPTY;

@@ -10,7 +10,7 @@ import type { PanelSink } from './breakdownPanel';
 import { PAGE_COMMANDS } from './breakdownView';
 import type { ConfigReader } from './settings';
 import type { DiffFile, Disposable } from './protocol';
-import type { TreeModel, TreeNode } from './trees';
+import { type TreeModel, type TreeNode, errorNode } from './trees';
 import { plainText } from './text';
 import type { LiveSearch, SearchAnswer } from './recall';
 
@@ -220,7 +220,8 @@ export function registerTree(viewId: string, model: TreeModel): Disposable {
   const sub = model.onDidChange(() => changed.fire());
   const provider: vscode.TreeDataProvider<TreeNode> = {
     onDidChangeTreeData: changed.event,
-    getChildren: (node) => (node ? (node.children ?? []) : model.nodes().catch((err) => [{ id: 'error', label: String(err?.message ?? err), icon: 'warning' }])),
+    // A model's failure is its own row (trees.ts `errorNode`); this catch is only a last resort.
+    getChildren: (node) => (node ? (node.children ?? []) : model.nodes().catch((err: unknown) => [errorNode('Listing', err)])),
     getTreeItem: (node) => {
       const state = !node.children
         ? vscode.TreeItemCollapsibleState.None

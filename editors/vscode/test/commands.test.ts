@@ -8,7 +8,8 @@ import { type PickItem, type Severity, type Ui } from '../src/ui';
 import { STRATEGY_ITEMS, compactFlow, restoreFlow, rollbackFlow, snapshotFlow, snapshotItems } from '../src/commands';
 import { formatAge } from '../src/age';
 import type { GhostCommit } from '../src/protocol';
-import { type Daemon, assistantMessage, startDaemon, userMessage } from './daemon';
+import { Daemon as DaemonLifecycle } from '../src/daemon';
+import { type Daemon, CLAUDE_SESSION, assistantMessage, startDaemon, userMessage } from './daemon';
 
 /** A Ui that answers from a script and records what it was shown. */
 class ScriptedUi implements Ui {
@@ -138,6 +139,46 @@ describe('command flows (real daemon)', () => {
     assert.equal(r?.removedItems, 2);
     assert.equal((await service.getHistory()).total, total - 2);
     assert.match(yes.messages[0].message, /^Rolled back the last turn: 2 items removed/);
+  });
+
+  test('Roll Back on an agent session says it is read-only instead of asking first', async () => {
+    const ui = new ScriptedUi({ confirm: [true] });
+    assert.equal(await rollbackFlow(ui, service, { thread: `claude:${CLAUDE_SESSION}` }), undefined);
+    assert.deepEqual(ui.confirms, [], 'nothing to confirm: the daemon refuses to write an agent session');
+    assert.deepEqual(ui.messages.map((m) => m.severity), ['info']);
+    assert.match(ui.messages[0].message, /^This Claude.* session is read-only: use its \/rewind or \/compact; files: Restore Files on a checkpoint/);
+  });
+
+  test('Roll Back with no folder open says so instead of asking first', async () => {
+    const lonely = new CtxdService(async () => d.rpc, () => undefined);
+    try {
+      const ui = new ScriptedUi({ confirm: [true] });
+      assert.equal(await rollbackFlow(ui, lonely), undefined);
+      assert.deepEqual(ui.confirms, []);
+      assert.deepEqual(ui.messages, [{ severity: 'error', message: 'Rollback failed: no workspace folder is open.' }]);
+    } finally {
+      lonely.dispose();
+    }
+  });
+
+  test('Roll Back while the daemon is not running says so instead of asking first', async () => {
+    // The daemon ran, then stopped: launch.ts detaches the service; requests go to the stopped lifecycle.
+    const lifecycle = new DaemonLifecycle(async () => { throw new Error('unused'); }, { started: () => undefined, stopped: () => undefined });
+    let running = true;
+    const down = new CtxdService(() => (running ? Promise.resolve(d.rpc) : lifecycle.rpc()), () => d.uri);
+    down.attach(d.rpc, methods);
+    running = false;
+    down.detach();
+    try {
+      const ui = new ScriptedUi({ confirm: [true] });
+      assert.equal(await rollbackFlow(ui, down), undefined);
+      assert.deepEqual(ui.confirms, [], 'no confirmation of a rollback that cannot run');
+      assert.deepEqual(ui.messages, [
+        { severity: 'error', message: 'Rollback failed: the ctxd daemon is not running. Restart it from the ctxd menu in the status bar.' },
+      ]);
+    } finally {
+      down.dispose();
+    }
   });
 
   test('Compact Conversation (offline) shrinks the thread and reports it', async () => {

@@ -320,3 +320,29 @@ describe('the figures shown are the daemon\'s (real daemon)', () => {
     assert.ok(line.endsWith(`(${shown})`), `${line} (the daemon: ${daemonSays.percent})`);
   });
 });
+
+describe('a tree whose listing fails (real daemon, stopped)', () => {
+  test('Threads shows one plain-words row that opens the ctxd menu, not the raw error', async () => {
+    const gone = await startDaemon();
+    const service = attachedService(gone);
+    const where = () => ({ uri: gone.uri, name: 'ws', thread: 'default' });
+    const threads = new ThreadsModel(service, where, 5);
+    const history = new CompactionsModel(service, where, 5);
+    try {
+      // The daemon went away before the service heard of it (no detach yet): the listing request fails.
+      await gone.stop();
+      const rows = await threads.nodes();
+      const down = 'failed: the ctxd daemon is not running. Restart it from the ctxd menu in the status bar.';
+      assert.deepEqual(
+        rows.map((n) => [n.label, n.icon, n.command?.command]),
+        [[`Listing threads ${down}`, 'warning', COMMANDS.menu]],
+      );
+      assert.doesNotMatch(rows[0].tooltip ?? '', /connection|Request ctxd\//i);
+      assert.deepEqual((await history.nodes()).map((n) => n.label), [`Reading the history ${down}`]);
+    } finally {
+      threads.dispose();
+      history.dispose();
+      service.dispose();
+    }
+  });
+});
