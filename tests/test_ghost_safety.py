@@ -9,6 +9,7 @@ repositories, and a restore cut short by `kill -9`.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import resource
@@ -17,7 +18,7 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -1079,3 +1080,161 @@ def test_undo_of_a_restore_that_deletes_thousands_of_files_keeps_every_mode(repo
     ghost.restore(repo.root, result["undoId"])
     assert _perm(repo.root / names[0]) == "0o600" and _perm(repo.root / names[-1]) == _perm(repo.root / names[1])
     assert all((repo.root / name).read_text() == "x\n" for name in names)
+
+
+# --- a file another program makes where the restore puts one (the RENAME_NOREPLACE gap) -----------
+
+
+@contextlib.contextmanager
+def _made_meanwhile(makes: dict[str, tuple[str, Callable[[], None]]]) -> Iterator[list[str]]:
+    """Another program makes files at the worst moments of the restore's placing: for each name,
+    right after the restore's last look found nothing there (`"lstat"`), or right after it moved
+    what was there aside (`"rename"`), and before it renames something in. Only `os` is hooked:
+    the restore itself runs as it is. Yields the names made so far."""
+    from ctxd.ghost import treewrite
+
+    placing, made, lstat, rename, placed = [False], [], os.lstat, os.rename, treewrite.place
+
+    def meanwhile(name: object, moment: str) -> None:
+        if placing[0] and isinstance(name, str) and name not in made and makes.get(name, ("", None))[0] == moment:
+            made.append(name)
+            makes[name][1]()
+
+    def place(*args: object, **kwargs: object) -> None:
+        placing[0] = True
+        try:
+            placed(*args, **kwargs)  # type: ignore[arg-type]
+        finally:
+            placing[0] = False
+
+    def hooked_lstat(path: object, *args: object, **kwargs: object) -> os.stat_result:
+        try:
+            return lstat(path, *args, **kwargs)  # type: ignore[arg-type]
+        except FileNotFoundError:
+            if "dir_fd" in kwargs:
+                meanwhile(path, "lstat")
+            raise
+
+    def hooked_rename(src: object, dst: object, *args: object, **kwargs: object) -> None:
+        rename(src, dst, *args, **kwargs)  # type: ignore[arg-type]
+        meanwhile(src, "rename")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(treewrite, "place", place)
+        patch.setattr(os, "lstat", hooked_lstat)
+        patch.setattr(os, "rename", hooked_rename)
+        yield made
+
+
+def test_a_file_made_where_the_restore_puts_a_new_one_is_not_replaced(repo: Repo) -> None:
+    """The snapshot has `docs/guide.md`, which is gone now. Another program makes it after the
+    restore looked (nothing there) and before the restore renamed its own in: the rename replaced
+    it, and no snapshot held it. The restore must fail, put back what it did, and keep that file."""
+    repo.write("docs/guide.md", "at snapshot time\n")
+    snap = ghost.snapshot(repo.root)
+    (repo.root / "docs" / "guide.md").unlink()
+    repo.write("src/app.py", "edited since\n")
+    guide = repo.root / "docs" / "guide.md"
+    files = raw_files(repo.root)
+
+    with _made_meanwhile({"guide.md": ("lstat", lambda: guide.write_text("written by another program\n"))}) as made:
+        with pytest.raises(GitFailed, match="another program while the restore ran.*the working tree is as it was"):
+            ghost.restore(repo.root, snap["id"])
+    assert made == ["guide.md"]
+    assert raw_files(repo.root) == {**files, "docs/guide.md": b"written by another program\n"}
+    assert not [p for p in repo.root.rglob(".ctxd-*")]
+
+    result = ghost.restore(repo.root, snap["id"])  # (retried: the file is in its undo)
+    assert guide.read_text() == "at snapshot time\n"
+    ghost.restore(repo.root, result["undoId"])
+    assert guide.read_text() == "written by another program\n"
+
+
+def test_a_file_made_where_the_restore_moved_a_folder_aside_is_not_replaced(repo: Repo) -> None:
+    """The snapshot has a file `out` where a folder is now. The restore moves the folder aside, and
+    another program makes a file `out` before the restore renames the snapshot's in: that file was
+    replaced unseen. The restore must fail and keep it; what it could not put back (the folder:
+    its name is taken) is in the undo snapshot it names."""
+    repo.write("out", "a file at snapshot time\n")
+    snap = ghost.snapshot(repo.root)
+    (repo.root / "out").unlink()
+    repo.write("out/a.txt", "made since\n")
+    out = repo.root / "out"
+
+    with _made_meanwhile({"out": ("rename", lambda: out.write_text("written by another program\n"))}) as made:
+        with pytest.raises(GitFailed, match="another program while the restore ran") as failed:
+            ghost.restore(repo.root, snap["id"])
+    assert made == ["out"]
+    assert out.read_text() == "written by another program\n"
+    assert not [p for p in repo.root.rglob(".ctxd-*")]
+    assert isinstance(failed.value.data, dict) and failed.value.data["removed"] == ["out/a.txt"]
+    back = ghost.restore(repo.root, failed.value.data["undoId"])
+    assert (out / "a.txt").read_text() == "made since\n"
+    ghost.restore(repo.root, back["undoId"])
+    assert out.read_text() == "written by another program\n"
+
+
+def test_a_file_made_where_a_failed_restore_puts_back_a_deleted_one_is_not_replaced(repo: Repo) -> None:
+    """The restore moves aside `extra.txt` (the snapshot lacks it), another program makes a new
+    `extra.txt`, and the restore then fails (on `docs/guide.md`): renaming the old one back replaced
+    the new one unseen. It must keep the new one; the old one is in the undo snapshot it names."""
+    repo.write("docs/guide.md", "at snapshot time\n")
+    snap = ghost.snapshot(repo.root)
+    (repo.root / "docs" / "guide.md").unlink()
+    repo.write("extra.txt", "made since the snapshot\n")
+    extra, guide = repo.root / "extra.txt", repo.root / "docs" / "guide.md"
+
+    with _made_meanwhile({"extra.txt": ("rename", lambda: extra.write_text("written by another program\n")),
+                          "guide.md": ("lstat", lambda: guide.write_text("written by another program\n"))}) as made:
+        with pytest.raises(GitFailed, match="another program while the restore ran.*could not be put back") as failed:
+            ghost.restore(repo.root, snap["id"])
+    assert made == ["extra.txt", "guide.md"]
+    assert extra.read_text() == guide.read_text() == "written by another program\n"
+    assert not [p for p in repo.root.rglob(".ctxd-*")]
+    assert isinstance(failed.value.data, dict) and failed.value.data["removed"] == ["extra.txt"]
+    ghost.restore(repo.root, failed.value.data["undoId"])
+    assert extra.read_text() == "made since the snapshot\n" and not guide.exists()
+
+
+def test_a_file_system_without_rename_noreplace_still_restores(repo: Repo, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the file system refuses RENAME_NOREPLACE (EINVAL: some network and FUSE ones) or the
+    kernel has no renameat2 (ENOSYS), a restore renames as before instead of failing."""
+    import ctypes
+
+    from ctxd.ghost import treewrite
+
+    repo.write("docs/guide.md", "at snapshot time\n")
+    snap = ghost.snapshot(repo.root)
+    (repo.root / "docs" / "guide.md").unlink()
+    for code in (errno.EINVAL, errno.ENOSYS):
+        def refused(*args: object, code: int = code) -> int:
+            ctypes.set_errno(code)
+            return -1
+
+        monkeypatch.setattr(treewrite, "_renameat2", refused)
+        result = ghost.restore(repo.root, snap["id"])
+        assert (repo.root / "docs" / "guide.md").read_text() == "at snapshot time\n"
+        ghost.restore(repo.root, result["undoId"])
+        assert not (repo.root / "docs" / "guide.md").exists()
+
+
+def test_a_dry_run_lists_the_empty_folders_an_undo_makes_again(repo: Repo) -> None:
+    """A restore replaced empty folders (`logs/`, `out/` holding only `keep/`) with the snapshot's
+    files; its undo makes them again, but the undo's dry run did not say so (nor did the undo)."""
+    repo.write("logs", "a file at snapshot time\n")
+    repo.write("out", "a file at snapshot time\n")
+    snap = ghost.snapshot(repo.root)
+    (repo.root / "logs").unlink()
+    (repo.root / "out").unlink()
+    (repo.root / "logs").mkdir()
+    (repo.root / "out" / "keep").mkdir(parents=True)
+    result = ghost.restore(repo.root, snap["id"])
+    assert (repo.root / "logs").is_file() and (repo.root / "out").is_file()
+
+    files = raw_files(repo.root)
+    dry = ghost.restore(repo.root, result["undoId"], dry_run=True)
+    assert raw_files(repo.root) == files
+    assert (dry["restored"], dry["removed"]) == (["logs/", "out/keep/"], ["logs", "out"])
+    real = ghost.restore(repo.root, result["undoId"])
+    assert (real["restored"], real["removed"]) == (dry["restored"], dry["removed"])
+    assert (repo.root / "logs").is_dir() and (repo.root / "out" / "keep").is_dir()

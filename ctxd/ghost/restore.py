@@ -239,16 +239,17 @@ def restore(folder: Path, commit_id: str, *, settings: GhostSettings | None = No
             target, changes = _plan(site, meta, current)
             _check_in_the_way(site, changes)
             gitlinks = {c.path for c in changes if c.new_mode == "160000"}
+            folders_back, keep = _recorded_folders(site, meta, changes)
             result: dict[str, Any] = {
                 "id": commit_id,
-                "restored": [site.rel(c.path) for c in changes if c.status != "D" and c.path not in gitlinks],
+                "restored": [site.rel(c.path) for c in changes if c.status != "D" and c.path not in gitlinks]
+                + _empty_folders(site, changes, folders_back),
                 "removed": [site.rel(c.path) for c in changes if c.status == "D"],
             }
             if dry_run:
                 result["dryRun"] = True
                 return result
             _recorded_modes(site, meta, changes)
-            folders_back, keep = _recorded_folders(site, meta, changes)
             writing = treewrite.plan(site.top, [*changes, *folders_back], tag=os.urandom(6).hex(), prefix=site.prefix)
             writing.keep = keep
             _check_space(site, writing, commit_id)
@@ -365,6 +366,18 @@ def _recorded_folders(site: Site, meta: dict[str, Any], changes: list[Change]) -
             continue
         back.append(Change(path, "A", "000000", treewrite.TREE, "0" * 40, "0" * 40, perm=perm))
     return back, keep
+
+
+def _empty_folders(site: Site, changes: list[Change], folders_back: list[Change]) -> list[str]:
+    """The folders a restore makes again (`_recorded_folders`) that no other path it restores is
+    in, each ending with `/`: an undo brings back an empty folder too, and its dry run must say so
+    (a folder that holds a restored path is said by that path)."""
+    holding: set[str] = set()  # every folder that holds a path the restore puts in place
+    for change in [*changes, *folders_back]:
+        if change.status != "D":
+            parts = change.path.split("/")
+            holding.update("/".join(parts[:i]) for i in range(1, len(parts)))
+    return sorted(site.rel(f.path) + "/" for f in folders_back if f.path not in holding)
 
 
 def _recorded_modes(site: Site, meta: dict[str, Any], changes: list[Change]) -> None:

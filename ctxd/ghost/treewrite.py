@@ -12,7 +12,8 @@ top without following a link, so a folder swapped for a link meanwhile never lea
    failure stops here: the temporaries are removed and no file the user sees has changed.
 2. Placing: renames only, which need no space. A temporary replaces its file in one rename, the
    old one kept under a hard link until the end; what the snapshot does not have is moved aside
-   under a temporary name. A failure renames everything back (`PlacingFailed`).
+   under a temporary name. Where nothing was, the rename never replaces what another program
+   made there meanwhile (`_rename_noreplace`). A failure renames everything back (`PlacingFailed`).
 3. Cleanup: what was moved aside is deleted, then the folders the deletions emptied.
 
 Temporary names are `.ctxd-<tag>-<n>`; the restore's journal records the tag and the folders
@@ -48,11 +49,19 @@ _FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 _syncfs: Callable[[int], int] | None = None
+_renameat2: Callable[[int, bytes, int, bytes, int], int] | None = None
+_RENAME_NOREPLACE = 1
 if sys.platform.startswith("linux"):
     try:
         _syncfs = ctypes.CDLL(None, use_errno=True).syncfs
     except (OSError, AttributeError):  # pragma: no cover - every Linux libc since 2011 has it
         _syncfs = None
+    try:
+        _renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+        _renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+        _renameat2.restype = ctypes.c_int
+    except (OSError, AttributeError):  # pragma: no cover - glibc before 2.28, some other libcs
+        _renameat2 = None
 
 
 @dataclass
@@ -469,7 +478,10 @@ def place(writing: Writing, folders: Folders, captured_at: int) -> None:
                 if not step.linked:  # a folder either side (or no hard links here): moved aside first
                     os.rename(placement.name, step.aside, src_dir_fd=home, dst_dir_fd=home)
             done.append(step)
-            os.rename(placement.temp, placement.name, src_dir_fd=home, dst_dir_fd=home)
+            if step.linked:  # over the file just checked (kept under its second name)
+                os.rename(placement.temp, placement.name, src_dir_fd=home, dst_dir_fd=home)
+            else:  # where nothing is now: a file another program made there since the check is kept
+                _rename_noreplace(home, placement.temp, placement.name)
             step.placed = True
     except OSError as error:
         left = _undo(writing, folders, done)
@@ -483,6 +495,23 @@ def place(writing: Writing, folders: Folders, captured_at: int) -> None:
                 restored += step.placement.restored
             removed += step.placement.removed  # what it replaced is gone (placed, or moved aside)
         raise PlacingFailed(f"{describe(error)} {doing}", sorted(restored), sorted(removed)) from None
+
+
+def _rename_noreplace(home: int, name: str, to: str) -> None:
+    """Rename `name` to `to`, a name nothing is at: a file another program made there between the
+    check and the rename fails it (EEXIST, as a file changed since the undo snapshot fails it) instead
+    of being replaced unseen. `renameat2(RENAME_NOREPLACE)` where there is one; where the system or
+    the file system has none (ENOSYS, EINVAL), a plain rename, as before: the check just made is all
+    there is."""
+    if _renameat2 is not None:
+        if _renameat2(home, os.fsencode(name), home, os.fsencode(to), _RENAME_NOREPLACE) == 0:
+            return
+        code = ctypes.get_errno()
+        if code == errno.EEXIST:
+            raise OSError(errno.EEXIST, "made by another program while the restore ran (retry it)")
+        if code not in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+            raise OSError(code, os.strerror(code), name)
+    os.rename(name, to, src_dir_fd=home, dst_dir_fd=home)
 
 
 def _unchanged_since(found: os.stat_result, captured_at: int) -> None:
@@ -537,12 +566,12 @@ def _undo(writing: Writing, folders: Folders, done: list[_Step]) -> list[_Step]:
             home = folders.fd(step.folder)
             if step.aside is None:  # added where nothing was: out of the way again
                 _rename_if_there(home, step.name, writing.temp_name(step.folder))
-            elif step.placement is None or step.linked:  # over the new one, in one step
+            elif step.linked:  # over the new one, in one step
                 os.rename(step.aside, step.name, src_dir_fd=home, dst_dir_fd=home)
-            else:
+            else:  # back where nothing should be now: what another program made there since is kept
                 if step.placed:
                     _rename_if_there(home, step.name, writing.temp_name(step.folder))
-                os.rename(step.aside, step.name, src_dir_fd=home, dst_dir_fd=home)
+                _rename_noreplace(home, step.aside, step.name)
         except OSError:
             left.append(step)
     return left
