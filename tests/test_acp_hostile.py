@@ -205,6 +205,23 @@ def two_turns_stored(editor: RawEditor, repo: Path, client: Client) -> None:
         assert editor.close() == 0
 
 
+def allowed_tool_then_two(editor: RawEditor, client: Client, repo: Path, text: str,
+                          meanwhile: Callable[[], Any] | None = None) -> list[dict[str, Any]]:
+    """A session whose first prompt (`text`) runs a tool the editor allows (after `meanwhile`, while
+    it is asked), then a second turn: the six items the owner stores of them."""
+    session = start_session(editor, repo)
+    got = editor.request("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": text}]})
+    asked = editor.wait(lambda m: m.get("method") == "session/request_permission")
+    if meanwhile is not None:
+        meanwhile()
+    editor.send({"id": asked["id"], "result": {"outcome": {"outcome": "selected", "optionId": "yes"}}})
+    assert editor.wait(lambda m: m.get("id") == got)["result"]["stopReason"] == "end_turn"
+    assert prompt(editor, session, "two")["result"]["stopReason"] == "end_turn"
+    items: list[dict[str, Any]] = wait_until(lambda: (lambda h: h if len(h) >= 6 else None)(
+        history(client, repo, "acp:sess-1")))
+    return items
+
+
 def test_an_agents_model_id_over_its_bound_loses_no_turn(
         repo: Path, state_dir: Path, tmp_path: Path, client: Client) -> None:
     """The agent names its model with an id longer than the protocol's bound for it (200
@@ -270,14 +287,7 @@ def test_a_tool_calls_title_and_kind_over_their_bounds_are_cut_and_the_turn_kept
     kind, title = "KINDMARK" * 40, "TOOLMARK " * 4000
     editor = RawEditor(PROXY + AGENT, agent_env(state_dir, tmp_path, "raw"), repo)
     try:
-        session = start_session(editor, repo)
-        got = editor.request("session/prompt", {"sessionId": session, "prompt": [
-            {"type": "text", "text": f"tool {kind} {title}"}]})
-        asked = editor.wait(lambda m: m.get("method") == "session/request_permission")
-        editor.send({"id": asked["id"], "result": {"outcome": {"outcome": "selected", "optionId": "yes"}}})
-        assert editor.wait(lambda m: m.get("id") == got)["result"]["stopReason"] == "end_turn"
-        assert prompt(editor, session, "two")["result"]["stopReason"] == "end_turn"
-        items = wait_until(lambda: (lambda h: h if len(h) >= 6 else None)(history(client, repo, "acp:sess-1")))
+        items = allowed_tool_then_two(editor, client, repo, f"tool {kind} {title}")
     finally:
         assert editor.close() == 0
     assert [(i["type"], i.get("role")) for i in items] == [
@@ -382,15 +392,8 @@ def test_a_tool_calls_locations_over_their_bounds_are_left_out_and_the_turn_kept
     env = agent_env(state_dir, tmp_path, "raw", ACP_AGENT_LOCATIONS="5000:100000")
     editor = RawEditor(PROXY + AGENT, env, repo)
     try:
-        session = start_session(editor, repo)
-        got = editor.request("session/prompt", {"sessionId": session, "prompt": [
-            {"type": "text", "text": "tool edit Edit them all"}]})
-        asked = editor.wait(lambda m: m.get("method") == "session/request_permission")
-        (repo / "b.txt").write_text("made by the user meanwhile\n")  # (the tool's checkpoint is a new one)
-        editor.send({"id": asked["id"], "result": {"outcome": {"outcome": "selected", "optionId": "yes"}}})
-        assert editor.wait(lambda m: m.get("id") == got)["result"]["stopReason"] == "end_turn"
-        assert prompt(editor, session, "two")["result"]["stopReason"] == "end_turn"
-        items = wait_until(lambda: (lambda h: h if len(h) >= 6 else None)(history(client, repo, "acp:sess-1")))
+        items = allowed_tool_then_two(editor, client, repo, "tool edit Edit them all",
+                                      meanwhile=lambda: (repo / "b.txt").write_text("made by the user meanwhile\n"))
     finally:
         assert editor.close() == 0
     kept = [{"path": f"src/{i}.py", "line": i} for i in range(100)]
