@@ -212,6 +212,33 @@ def test_only_a_session_opened_as_the_proxys_writes_acp_threads(repo: Path, stat
     assert [i["content"][0]["text"] for i in history(client, repo, "acp:x")] == ["from the proxy"]
 
 
+def test_a_model_of_another_tokenizer_counts_the_acp_history_again(repo: Path, state_dir: Path,
+                                                                   client: Client) -> None:
+    """An ACP session whose agent switches to a model of another tokenizer family (`session/set_model`)
+    is counted as the same session recorded under that model from its start: the turns recorded
+    before are counted again, not left with the first model's counts."""
+    from ctxd import ownerlink
+
+    def turn(n: int) -> list[dict[str, Any]]:
+        return [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": f"Step {n}: tidy parser.py"}]},
+                {"type": "message", "role": "assistant", "content": [
+                    {"type": "output_text", "text": f"Step {n} done: `parse_header()` keeps its comment. " * 8}]}]
+
+    uri = repo.as_uri()
+    proxy = ownerlink.Session.open(state_dir / "ctxd", [repo], role="acp")
+    assert proxy is not None
+    try:
+        for thread, models in (("acp:moved", ("gpt-5.5", "claude-sonnet-4-5")), ("acp:fresh", ("claude-sonnet-4-5",) * 2)):
+            for n, model in enumerate(models):
+                proxy.request("ctxd/acp/record", {"workspace": uri, "thread": thread, "items": turn(n), "model": model}, 30)
+    finally:
+        proxy.close()
+    ours, theirs = (client.request("ctxd/usage", {"workspace": uri, "thread": t}) for t in ("acp:moved", "acp:fresh"))
+    assert ours["usage"]["tokenizer"] == theirs["usage"]["tokenizer"] == "estimate:claude"
+    assert ours["usage"]["usedTokens"] == theirs["usage"]["usedTokens"]
+    assert ours["categories"] == theirs["categories"]
+
+
 def test_usage_the_agent_reports_is_the_threads_gauge(sdk: Path, repo: Path, state_dir: Path, tmp_path: Path,
                                                      client: Client) -> None:
     scenario = {"cwd": str(repo), "prompts": ["one", "two"]}

@@ -375,9 +375,9 @@ def test_the_owner_stores_a_record_whose_session_id_is_too_long_for_a_threads_na
         assert proxy.request("ctxd/acp/checkpoint", {**params, "trigger": "turn", "message": "one"}, 60)["id"]
     finally:
         proxy.close()
-    from ctxd.acp.transcript import thread_name
+    from ctxd.protocol.threadnames import acp_thread
 
-    named = thread_name(session_id)
+    named = acp_thread(session_id)
     assert len(named) <= 256 and named.startswith("acp:IDMARK")
     assert [i["content"][0]["text"] for i in history(client, repo, named)] == ["kept"]
     assert [c["thread"] for c in checkpoints(client, repo)] == [named]

@@ -256,3 +256,45 @@ def test_a_cold_owner_lists_every_session_the_newest_first(daemon_factory, works
              if note["method"] == "ctxd/threadsChanged" and note["params"]["workspace"] == uri]
     assert next(names for names in named if threads & set(names)) == [f"codex:{ids[-1]}"]
     assert threads <= {thread for names in named for thread in names}
+
+
+def test_a_model_of_another_tokenizer_mid_session_counts_the_followed_history_again(
+        daemon_factory, workspace: Path, tmp_path: Path) -> None:
+    """A Codex session whose second turn runs a model of another tokenizer family (the user's
+    `/model`, a provider's Claude) is counted, gauge and breakdown, as the same session recorded
+    under that model from its start: the items mirrored before the switch are counted again
+    (they kept the first model's counts, under the new model's report rule)."""
+    codex_home, _, env = homes(tmp_path)
+    fresh_id = "0199a213-81c0-7800-8aa1-00000000f7e5"
+    t = "2025-10-03T10:00:{:02d}.000Z".format
+    answer = "Fixed: the tokenizer skipped blank lines, and `parse_header()` now keeps the trailing comment. " * 3
+
+    def turn_one(session_id: str, model: str) -> list[dict[str, Any]]:
+        return [fx.codex_meta(workspace, session_id),
+                *fx.codex_turn("Fix the failing test in parser.py please", t(2), model=model, cwd=str(workspace)),
+                *fx.codex_tool_round("call_1", "pytest -q", "1 failed: test_header (expected '# x')", t(3)),
+                fx.codex_token_count(9_000, {"input_tokens": 8_700, "cached_input_tokens": 4_350, "output_tokens": 300,
+                                             "reasoning_output_tokens": 128, "total_tokens": 9_000}, t(4)),
+                fx.codex_answer(answer, t(5))]
+
+    # The second turn: no report yet, so ctxd counts every item after the first one's report.
+    turn_two = [*fx.codex_turn("Now document the header grammar in README.md", t(6), model="claude-sonnet-4-5",
+                               cwd=str(workspace)),
+                *fx.codex_tool_round("call_2", "sed -n 1,40p README.md", "# Parser\n\nReads headers. " * 20, t(7)),
+                fx.codex_answer("Documented the grammar: `#` starts a comment, to the end of the line.", t(8))]
+    moved = fx.write_jsonl(fx.codex_path(codex_home), turn_one(fx.CODEX_ID, "gpt-5.5"))
+    client = daemon_factory([workspace], env=env)
+    uri = workspace.as_uri()
+    wait_thread(client, workspace, CODEX_THREAD, lambda t: t["usage"]["source"] == "api+estimate")
+    fx.append_jsonl(moved, turn_two)  # live: the switch reaches a thread counted for gpt-5.5
+    wait_thread(client, workspace, CODEX_THREAD, lambda t: t["model"] == "claude-sonnet-4-5")
+    fx.write_jsonl(fx.codex_path(codex_home, fresh_id, day="2025/10/04"),
+                   [*turn_one(fresh_id, "claude-sonnet-4-5"), *turn_two])
+    wait_thread(client, workspace, f"codex:{fresh_id}", lambda t: t["model"] == "claude-sonnet-4-5")
+
+    ours = client.request("ctxd/usage", {"workspace": uri, "thread": CODEX_THREAD})
+    theirs = client.request("ctxd/usage", {"workspace": uri, "thread": f"codex:{fresh_id}"})
+    assert ours["usage"]["tokenizer"] == theirs["usage"]["tokenizer"] == "estimate:claude"
+    assert ours["usage"]["source"] == theirs["usage"]["source"] == "api+estimate"
+    assert ours["usage"]["usedTokens"] == theirs["usage"]["usedTokens"]
+    assert ours["categories"] == theirs["categories"]

@@ -134,7 +134,8 @@ def test_a_session_is_followed_live_with_its_compression_and_a_stub_is_no_sessio
     assert done.returncode == 0, done.stderr
     rows = [r for r in json.loads(done.stdout) if r["agent"] == "gemini"]
     assert [(r["thread"], r["turns"], r["compactions"]) for r in rows] == [(THREAD, 2, 1)]
-    assert rows[0]["usedTokens"] > 4_000 and rows[0]["contextWindow"] == 1_048_576
+    # (the rewind took back the turn Gemini's last report counted: no fill until it reports again)
+    assert rows[0]["usedTokens"] is None and rows[0]["contextWindow"] == 1_048_576
 
 
 def test_install_keeps_every_byte_and_uninstall_gives_them_back(tmp_path: Path) -> None:
@@ -301,3 +302,56 @@ def test_a_rewind_to_an_unknown_id_then_a_resume_is_mirrored_as_gemini_cli_loads
     assert found and found[0]["archived"]
     [row] = [t for t in client.request("ctxd/threads", {"workspace": uri})["threads"] if t["thread"] == THREAD]
     assert (row["usage"]["usedTokens"], row["usage"]["source"]) == (3_500, "api")
+
+
+def test_after_a_rewind_the_gauge_keeps_no_report_of_what_it_took_back(
+        daemon_factory: Callable[..., Client], tmp_path: Path) -> None:
+    """A `/rewind` past Gemini's last report: that report counted the turn taken back, so the gauge
+    estimates from the items (as after a compaction), the same as for the same file read fresh,
+    until Gemini reports again."""
+    work = tmp_path / "app"
+    work.mkdir()
+    home = tmp_path / "gemini-home"
+    chats = _chats(home, work)
+    lines = _lines(work)[:11]  # the first run: its last reply reported 12,100 prompt tokens
+    stamp = "2026-12-02T01:18:5{}.000Z".format
+
+    def message(key: str, kind: str, content: Any, prompt: int | None = None) -> str:
+        record: dict[str, Any] = {"id": key, "timestamp": stamp(key[-1]), "type": kind, "content": content}
+        if prompt is not None:
+            record.update(thoughts=[], model="gemini-2.5-pro", tokens={
+                "input": prompt, "output": 20, "cached": 12_000, "thoughts": 0, "tool": 0, "total": prompt + 20})
+        return json.dumps(record)
+
+    taken_back = [message("p2", "user", [{"text": "Now explain every line of hello.txt in detail."}]),
+                  message("r2", "gemini", "It has one line. " * 40, prompt=13_000)]
+    rewind = json.dumps({"$rewindTo": "p2"})
+    path = chats / "session-2026-12-02T01-18-3863ff50.jsonl"
+    path.write_text("\n".join(lines + taken_back) + "\n")
+    client = daemon_factory([work], env={"GEMINI_CLI_HOME": str(home)})
+    uri = work.as_uri()
+
+    def gauge(thread: str) -> dict[str, Any]:
+        return dict(client.request("ctxd/usage", {"workspace": uri, "thread": thread}))
+
+    def listed(thread: str, check: Callable[[dict[str, Any]], bool]) -> bool:
+        found = [t for t in client.request("ctxd/threads", {"workspace": uri})["threads"] if t["thread"] == thread]
+        return bool(found) and check(found[0]["usage"])
+
+    _until(lambda: listed(THREAD, lambda u: (u["source"], u["usedTokens"]) == ("api", 13_000)))
+    with path.open("a") as f:
+        f.write(rewind + "\n")  # live, to a reader that caught up
+    _until(lambda: listed(THREAD, lambda u: u["source"] == "estimate"))
+    # The same file, read fresh from its start, as another session
+    fresh_id = "5a1c0e2b-0d6f-4c1e-9f43-2b7d8e9a0c11"
+    fresh = chats / "session-2026-12-02T01-30-5a1c0e2b.jsonl"
+    fresh.write_text("\n".join(line.replace(SESSION, fresh_id) for line in [*lines, *taken_back, rewind]) + "\n")
+    _until(lambda: listed(f"gemini:{fresh_id}", lambda u: u["source"] == "estimate"))
+    ours, theirs = gauge(THREAD), gauge(f"gemini:{fresh_id}")
+    assert ours["usage"]["usedTokens"] == theirs["usage"]["usedTokens"] < 13_000
+    assert ours["categories"] == theirs["categories"]
+    # Gemini reports again: that is the fill
+    with path.open("a") as f:
+        f.write("\n".join([message("p3", "user", [{"text": "Make it say hi."}]),
+                           message("r3", "gemini", "Done.", prompt=12_400)]) + "\n")
+    _until(lambda: listed(THREAD, lambda u: (u["source"], u["usedTokens"]) == ("api", 12_400)))

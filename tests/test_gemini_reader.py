@@ -148,6 +148,38 @@ def test_a_rewind_drops_the_message_and_what_followed_and_is_a_replacement(tmp_p
     assert reader.read().replaced and reader.session.items == []
 
 
+@pytest.mark.parametrize("trimmed", [False, True])
+@pytest.mark.parametrize("dropped", ["after the report", "the reported turn"])
+def test_a_rewind_keeps_the_last_report_only_while_the_window_holds_what_it_counted(
+        tmp_path: Path, dropped: str, trimmed: bool) -> None:
+    """A `$set.messages` that drops messages without a snapshot is a rewind: Gemini's last report
+    stays the fill when what it counted is all still there (a prompt after it taken back), and is
+    no fill once the turn it counted is taken back (until Gemini reports again), whether the
+    reader holds the window or is a daemon's that remembers little and reads the file again."""
+    at = "2026-12-02T01:19:00.000Z"
+    lines = _lines()[:11]
+    first_run = [json.loads(lines[i]) for i in (2, 6, 7, 9)]  # (the reply with its tool call, as last written)
+    context = json.loads(lines[1])["$set"]["messages"]
+    reported = [json.loads(_record(at, "p2", "user", [{"text": "Explain hello.txt."}])),
+                json.loads(_record(at, "r2", "gemini", "One line.", model="gemini-2.5-pro",
+                                   tokens={"input": 13_000, "output": 5, "cached": 12_000}))]
+    lines += [json.dumps(m) for m in reported] + [_record(at, "p3", "user", [{"text": "And in French?"}])]
+    path = tmp_path / "session.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    reader = GeminiReader(str(path), window=not trimmed)
+    window: list[dict[str, Any]] = []
+    _read_all(reader, window)
+    assert reader.session.baseline == 13_000
+    if trimmed:
+        reader.trim(2)
+    kept = [*context, *first_run, *(reported if dropped == "after the report" else [])]
+    with path.open("a") as f:
+        f.write(json.dumps({"$set": {"messages": kept}}) + "\n")
+    _read_all(reader, window)
+    assert reader.session.rewinds == 1 and reader.session.baseline == (13_000 if dropped == "after the report" else None)
+    assert reader.session.tail == []
+
+
 def test_hostile_lines_lose_nothing_else(tmp_path: Path) -> None:
     path = tmp_path / "session.jsonl"
     lines = _lines()
@@ -430,7 +462,8 @@ def test_a_reader_following_a_long_session_reads_again_for_each_change_that_need
     whole = GeminiReader(str(path), window=False)
     whole_window: list[dict[str, Any]] = []
     _read_all(whole, whole_window)
-    assert whole.session.compactions == 20 and whole.session.baseline is not None
+    # (a rewind drops the report that counted what it took back: no fill until Gemini reports again)
+    assert whole.session.compactions == 20 and (whole.session.baseline is not None) == (then == "resume")
     assert mirrored == whole_window and _shown(reader) == _shown(whole)
 
 

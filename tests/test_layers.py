@@ -61,8 +61,9 @@ ALLOWED: dict[str, set[str]] = {
               "safefile", "settings", "terminal"},  # protocol: a checkpoint's turn and tool (types)
     "statusline": {"agents", "hookio", "places", "safefile", "tokens"},  # tokens: the prompt cache's lifetimes
     # The ACP proxy: it reaches the owner (ownerlink), finds a session's workspace (places),
-    # checkpoints alone when no owner answers (ghost, settings), keeps keys out of its log (logs).
-    "acp": {"acplink", "acpspool", "ctxd", "ghost", "logs", "ownerlink", "places", "settings"},
+    # checkpoints alone when no owner answers (ghost, settings), keeps keys out of its log (logs),
+    # names a session's thread as the owner does (protocol: its thread names, without pydantic).
+    "acp": {"acplink", "acpspool", "ctxd", "ghost", "logs", "ownerlink", "places", "protocol", "settings"},
     "cli": {"ctxd", "hooks", "logs", "redact", "safefile", "server", "sessions", "usage"},
     "entry": {"acp", "cli", "hooks", "mcp", "statusline"},  # the commands an agent runs often start without `cli`
     "__main__": {"entry"},

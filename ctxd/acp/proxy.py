@@ -11,7 +11,7 @@ came. What it adds (protocol v4, `ctxd acp`):
   allowing a tool call of kind edit, delete, move or execute goes on, and before an agent's
   `fs/write_text_file` goes on to the editor (trigger "tool");
 - the session recorded as the read-only thread `acp:<session id>` (`transcript.py`, written by the
-  owner; an id too long for a thread's name is named by a digest, `transcript.thread_name`); the
+  owner; an id too long for a thread's name is named by a digest, `ctxd.protocol.threadnames`); the
   agent's `usage_update` is its gauge, and after a turn without one the editor gets a
   `usage_update` from ctxd's own count;
 - `_meta.ctxd` on the answers to `initialize` and to the session requests (`{version}`, then

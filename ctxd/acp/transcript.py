@@ -13,11 +13,11 @@ Nothing here does I/O: the proxy feeds it the messages it passes and sends what 
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Any
+
+from ctxd.protocol.threadnames import SESSION_ID_CHARS, acp_thread
 
 CHANGING_KINDS = frozenset({"edit", "delete", "move", "execute"})
 """Tool kinds that change the working tree: allowing one takes a checkpoint first."""
@@ -39,27 +39,6 @@ LOCATION_PATH_CHARS = 4_096
 """A tool call's `locations` are the files it touches, stored with the call, its arguments and its
 output, and a checkpoint's paths: past MAX_LOCATIONS the rest are left out, and so is a location
 whose path is longer than a path can be (Linux's PATH_MAX)."""
-SESSION_ID_CHARS = 252
-"""The longest session id a thread is named by as it is (`acp:` and it: the protocol's bound for a
-thread's name, 256 characters). One longer, empty, holding half a surrogate pair (the owner cannot
-store it as it is) or shaped like a digested name gets a name of its first characters and a digest
-of it whole (`thread_name`): refused, the name lost every record of the session."""
-ID_PREFIX_CHARS = 200
-_DIGESTED = re.compile(r".*~[0-9a-f]{32}", re.DOTALL)
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def thread_name(session_id: str) -> str:
-    """`acp:<session id>`, or for an id that cannot be a thread's name as it is, `acp:<its first
-    200 characters>~<32 hex digits of its SHA-256>`: the same for the same id (a restarted proxy,
-    a spool's records), different for different ids (an id shaped like this is digested too)."""
-    if 0 < len(session_id) <= SESSION_ID_CHARS and not _SURROGATE.search(session_id) \
-            and not _DIGESTED.fullmatch(session_id):
-        return f"acp:{session_id}"
-    digest = hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
-    return f"acp:{_SURROGATE.sub(chr(0xFFFD), session_id[:ID_PREFIX_CHARS])}~{digest}"
-
-
 def _clip(text: str) -> str:
     return text if len(text) <= MAX_TEXT else text[:MAX_TEXT]
 
@@ -185,7 +164,7 @@ class Transcript:
     thread: str = field(init=False)
 
     def __post_init__(self) -> None:
-        self.thread = thread_name(self.session_id)
+        self.thread = acp_thread(self.session_id)
         if self.thread != f"acp:{self.session_id}":
             self._note("session id", f"the session id cannot name its thread as it is (over {SESSION_ID_CHARS} "
                                       "characters, empty, not Unicode, or shaped like this name): named by a digest")

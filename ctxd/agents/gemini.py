@@ -464,6 +464,7 @@ class GeminiReader(Reader):
             self._outputs.difference_update(self._messages.pop(message_id).outputs)
             self._usage.pop(message_id, None)
         self.session.rewinds += 1
+        self._unreport(first.start, change)
         if first.start == 0 and not self._messages:
             self._complete = True  # the window is empty: every message of it is known
         if self._complete and (self.holds_window or cut == 0):
@@ -472,6 +473,15 @@ class GeminiReader(Reader):
         self._cut(first.start, first.turns, change, None)
         if len(self._messages) < 2 and first.start > 0:  # the window's latest messages now are ones it forgot
             self.read_again_for(f"{target}@{self.offset}")
+
+    def _unreport(self, keep: int, change: Change) -> None:
+        """A rewind that keeps the window's first `keep` items: a report that counted items past
+        them described what was dropped, so it is no fill any more; the gauge estimates from the
+        items until Gemini reports again (docs/sessions.md, as after a compaction)."""
+        session = self.session
+        if session.baseline is not None and session.baseline_items > keep:
+            session.baseline, session.baseline_items, session.tail = None, 0, []
+            change.usage = True
 
     def _set_messages(self, messages: list[dict[str, Any]], change: Change, at: Any) -> None:
         """`$set.messages`: the whole conversation. Keeping every message the window has, it adds
@@ -506,6 +516,7 @@ class GeminiReader(Reader):
         snapshot = any(m["id"] not in self._messages and _text(m.get("content")).lstrip().startswith(SNAPSHOT_PREFIX)
                        for m in messages if m.get("type") == "user")
         turns = session.turn_total  # (a compaction keeps the turns; the window's messages add none)
+        held = self._held_before(messages)
         self._messages = {m["id"]: _Message(0, turns, 0, message_items(m)) for m in messages}
         self._total = len(self._messages)
         self._usage = {key: usage for key, usage in self._usage.items() if key in given}
@@ -519,7 +530,19 @@ class GeminiReader(Reader):
             change.usage = True
         else:
             session.rewinds += 1
+            self._unreport(held, change)
             self._rebuild(change, None, at)
+
+    def _held_before(self, messages: list[dict[str, Any]]) -> int:
+        """The window's items a `$set.messages` keeps as they stand from its start: those of the
+        messages it restates alike, in their place, up to the first it drops or changes (a report
+        that counted more counted what left: `_unreport`)."""
+        held = 0
+        for (key, message), given in zip(self._messages.items(), messages):
+            if key != given["id"] or message.items is None or message_items(given) != message.items:
+                break
+            held += message.size
+        return held
 
     def _restates(self, messages: list[dict[str, Any]]) -> bool:
         """Whether a `$set.messages` that keeps every message this reader remembers (it forgot the

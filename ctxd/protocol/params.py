@@ -14,10 +14,9 @@ from pydantic.alias_generators import to_camel
 from ctxd.errors import InvalidParams
 from ctxd.protocol import methods
 from ctxd.protocol.items import describe_error
+from ctxd.protocol.threadnames import SESSION_ID_CHARS, THREAD_CHARS, acp_thread
 
 log = logging.getLogger(__name__)
-THREAD_CHARS = 256
-"""The longest thread name (the ACP proxy names a longer session's thread by a digest: `_session_digested`)."""
 
 # --- params --------------------------------------------------------------------------------------
 
@@ -166,14 +165,12 @@ class ItemParams(Params):
 def _session_digested(raw: Any) -> Any:
     """A record or checkpoint whose thread is named by a session id too long for the bound (a proxy
     of an earlier version sent it, its spool kept it), as the proxy names it now
-    (`ctxd.acp.transcript.thread_name`): refused, it lost its items, and so did the session's later ones."""
+    (`threadnames.acp_thread`): refused, it lost its items, and so did the session's later ones."""
     thread = raw.get("thread") if isinstance(raw, dict) else None
     if not isinstance(thread, str) or not thread.startswith("acp:") or len(thread) <= THREAD_CHARS:
         return raw
-    from ctxd.acp.transcript import thread_name
-
-    named = thread_name(thread[4:])
-    log.warning("%s: a session id over %d characters: its thread is named by a digest of it", named, THREAD_CHARS - 4)
+    named = acp_thread(thread[4:])
+    log.warning("%s: a session id over %d characters: its thread is named by a digest of it", named, SESSION_ID_CHARS)
     return {**raw, "thread": named}
 
 

@@ -404,10 +404,7 @@ class WorkspaceWrites(WorkspaceCore):
         and instructions the file states; `info` what `ctxd/threads` shows; `follow` the file and
         where its reader stands with these items (a restart takes it up there)."""
         valid = [item for item in items if _valid(item)]
-        with self.lock:  # items are counted for the session's model, also the first time it is seen
-            ledger = self._ledger(thread)
-            if ledger.prompt_context != context:
-                ledger.prompt_context = context
+        self._follow_context(thread, context)  # items are counted for the session's model, also the first time
         kept, rows = self._rows(thread, valid)
         with self.lock:
             ledger = self._ledger(thread)
@@ -433,6 +430,25 @@ class WorkspaceWrites(WorkspaceCore):
             if ledger.prompt_context != context:
                 ledger.prompt_context = context  # the overhead is counted again by the view
             self._changed(ledger)
+
+    def _follow_context(self, thread: str, context: dict[str, Any]) -> None:
+        """A followed session's (or an `acp:` thread's) context, before its new items are counted.
+        A model of another tokenizer family (the agent switched models mid-session) has the items
+        the thread stored, active and archived, counted again as `set_prompt_context` does: the
+        gauge is then the one of the same history recorded under that model, not the first
+        model's counts beside the new one's."""
+        with self.lock:
+            ledger = self._ledger(thread)
+            if ledger.prompt_context == context:
+                return
+            counter = self.view.counter_of(context)
+            if ledger.next_seq <= 1 or _counter_key(self.view.counter(ledger)) == _counter_key(counter):
+                ledger.prompt_context = context  # stored with what the mirror writes
+                return
+        counted = self._recounted(thread, counter.count)  # outside the lock, as `set_prompt_context`
+        with self.lock:
+            self.store.recount(thread, counted, _body_counter(counter.count), prompt_context=context)
+            self.cache.reload(self.store, thread)
 
     def note_followed(self, thread: str, path: str, state: dict[str, Any]) -> None:
         """Where a followed file's reader stands, when what it read changed nothing stored."""
@@ -465,10 +481,8 @@ class WorkspaceWrites(WorkspaceCore):
         already unless it is empty. `sent`: the record's sender and number (a proxy's spool,
         ctxd/acpspool.py); one the thread stored already changes nothing."""
         valid = [item for item in items if _valid(item)]
-        with self.lock:  # items are counted for the session's model
-            ledger = self._ledger(thread)
-            if context and ledger.prompt_context != context:
-                ledger.prompt_context = context
+        if context:  # items are counted for the session's model
+            self._follow_context(thread, context)
         kept, rows = self._rows(thread, valid)
         with self.lock:
             ledger = self._ledger(thread)
