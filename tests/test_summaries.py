@@ -20,7 +20,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from ctxd.agents import claude, codex, skim
@@ -738,6 +738,78 @@ def assert_summary_reads_as_the_daemon(path: str, agent: str) -> None:
     assert read.tail == a.tail
 
 
+def _streamed(uuid: str, parent: str, message: str, usage: dict[str, Any], model: str = "claude-sonnet-4-5",
+              blocks: list[Any] | None = None, second: int = 0) -> str:
+    """One line of a reply Claude Code streams: `message`'s id, one block, its usage repeated."""
+    return json.dumps(_claude_line("assistant", uuid, parent, "req_1", {
+        "role": "assistant", "id": message, "usage": usage, "model": model,
+        "content": blocks if blocks is not None else [{"type": "text", "text": "ok"}]}, {}, {},
+        f"2025-10-03T12:00:{second:02d}.000Z"))
+
+
+def assert_summary_fill_is_the_daemons(path: Path, fill: int, tail: int) -> None:
+    """`path` read by the daemon's reader and summarized (each way, and taken up from the state a read
+    of each shorter part of it saved): the same tail, and the fill `fill` with `tail` items after the
+    report."""
+    full = _full_reader(str(path), "claude")
+    assert (summaries.fill(full.session), len(full.session.after_report())) == (fill, tail)
+    assert_summary_reads_as_the_daemon(str(path), "claude")
+    reads, _, _ = summarized_ways(str(path))
+    assert_same_summaries(reads)
+    assert [summaries.fill(read.session, read.tail) for read in reads] == [fill] * len(reads)
+    whole = path.read_bytes()
+    cuts = [n + 1 for n, byte in enumerate(whole) if byte == 0x0A][:-1]
+    for cut in cuts:  # a summary of the file as it was, taken up once it grew
+        path.write_bytes(whole[:cut])
+        first = summaries.summarize(str(path), "claude", None, None)
+        assert first is not None and first.stored.state is not None
+        path.write_bytes(whole)
+        taken = summaries.summarize(str(path), "claude", json.loads(first.stored.state), None)
+        assert taken is not None
+        assert (summaries.fill(taken.session, taken.tail), taken.tail) == (fill, full.session.tail)
+
+
+def test_a_streamed_copy_reporting_no_tokens_brings_no_block_of_its_message_again(tmp_path: Path) -> None:
+    """A reply's streamed copy whose usage is all zero is no report (docs/sessions.md): the fill is
+    the copy before it's, and its block, one the report covered, is not counted again: `ctxd
+    sessions` shows the daemon's fill (1, not 1 + the block's count). A block of its own it brings
+    is counted, by both."""
+    zero = {"input_tokens": 0, "output_tokens": 0, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}
+    path = tmp_path / "zero.jsonl"
+    path.write_text(_streamed("a1", "u1", "m1", {"input_tokens": 0, "output_tokens": 1}) + "\n"
+                    + _streamed("a2", "a1", "m1", zero, second=1) + "\n")
+    assert_summary_fill_is_the_daemons(path, 1, 0)
+    more = [{"type": "text", "text": "ok"}, {"type": "tool_use", "id": "t1", "name": "Read", "input": {}}]
+    path.write_text(_streamed("a1", "u1", "m1", {"input_tokens": 0, "output_tokens": 1}) + "\n"
+                    + _streamed("a2", "a1", "m1", zero, blocks=more, second=1) + "\n")
+    full = _full_reader(str(path), "claude")
+    assert summaries.fill(full.session) is not None and summaries.fill(full.session) > 1
+    assert_summary_fill_is_the_daemons(path, summaries.fill(full.session) or 0, 1)
+
+
+def test_a_synthetic_line_between_streamed_copies_brings_no_block_of_their_message_again(tmp_path: Path) -> None:
+    """Copies of one message with Claude Code's own `<synthetic>` line (same id) between them, the
+    last copy a line the daemon refuses (NaN in its usage): the synthetic line reports nothing and
+    repeats a block the report covered; the tail is the daemon's (none), so is the fill."""
+    usage = {"input_tokens": 3, "output_tokens": 1}
+    refused = _streamed("a3", "a2", "m1", {"input_tokens": 3, "output_tokens": 2}, second=2)
+    path = tmp_path / "synthetic.jsonl"
+    path.write_text(_streamed("a1", "u1", "m1", usage) + "\n"
+                    + _streamed("a2", "a1", "m1", usage, model="<synthetic>", second=1) + "\n"
+                    + refused.replace('"output_tokens": 2', '"output_tokens": NaN') + "\n")
+    assert _full_reader(str(path), "claude").session.bad_lines == 1
+    assert_summary_fill_is_the_daemons(path, 4, 0)
+    # The same, a prompt rewinding to the first copy between: the daemon still knows the block.
+    prompt = json.dumps(_claude_line("user", "u2", "a1", "req_2", {"role": "user", "content": "Fix it"}, {}, {},
+                                     "2025-10-03T12:00:03.000Z"))
+    path.write_text(_streamed("a1", "u1", "m1", usage) + "\n"
+                    + _streamed("a2", "a1", "m1", {"input_tokens": 0, "output_tokens": 0}, second=1) + "\n"
+                    + prompt + "\n"
+                    + _streamed("a4", "u2", "m1", usage, model="<synthetic>", second=4) + "\n")
+    full = _full_reader(str(path), "claude")
+    assert_summary_fill_is_the_daemons(path, summaries.fill(full.session) or 0, len(full.session.after_report()))
+
+
 # What a line `parse` refuses may hold: a number JSON has not (NaN, Infinity) or one no double holds.
 _REFUSED = st.sampled_from(["NaN", "Infinity", "-Infinity", "1e999", "-1E999", "9" * 320 + ".5"])
 
@@ -769,6 +841,43 @@ def _damaged(texts: list[str], damage: list[tuple[str, int, int, str]]) -> list[
 
 _DAMAGE = st.lists(st.tuples(st.sampled_from(["number", "value", "glue", "tear", "cut"]), st.integers(0, 40),
                              st.integers(0, 400), _REFUSED), min_size=1, max_size=3)
+
+
+_REPLY = {"role": "assistant", "id": "m1", "model": "claude-sonnet-4-5", "content": [{"type": "text", "text": "ok"}]}
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_LINE, min_size=1, max_size=10), _DAMAGE)
+# A copy reporting no tokens after one that reports, the first line refused.
+@example([_claude_line("assistant", "a1", "u1", "r", {**_REPLY, "usage": {"input_tokens": 0, "output_tokens": 0}}, {}, {},
+                       "2025-10-03T12:00:00.000Z"),
+          _claude_line("assistant", "a2", "a1", "r", {**_REPLY, "usage": {"input_tokens": 0, "output_tokens": 1}}, {}, {},
+                       "2025-10-03T12:00:01.000Z"),
+          _claude_line("assistant", "a3", "a2", "r", {**_REPLY, "usage": {"input_tokens": 0, "output_tokens": 0}}, {}, {},
+                       "2025-10-03T12:00:02.000Z")],
+         [("number", 0, 0, "NaN")])
+# A compaction's summary written after the report that follows its boundary.
+@example([_claude_line("system", "s1", "u1", "r", {}, {}, {}, "2025-10-03T12:00:00.000Z"),
+          _claude_line("assistant", "a1", "s1", "r", {**_REPLY, "usage": {"input_tokens": 0, "output_tokens": 1}}, {}, {},
+                       "2025-10-03T12:00:01.000Z"),
+          _claude_line("user", "u2", "a1", "r", {"role": "user", "content": "Fix it"}, {"isCompactSummary": True}, {},
+                       "2025-10-03T12:00:02.000Z")],
+         [("glue", 2, 0, "NaN")])  # (the last line: nothing to glue it to, no damage)
+def test_a_claude_summary_refuses_the_lines_the_daemon_refuses(lines: list[dict[str, Any]],
+                                                              damage: list[tuple[str, int, int, str]]) -> None:
+    """NaN, Infinity or 1e999 in a usage or a content, two lines glued by a torn append, a line cut
+    short: the summary (each of its ways) counts such a line bad and skips it as the daemon's reader
+    does, so that its cost, fill and tail are the daemon's (streamed copies around the refused
+    line, reporting nothing or of Claude Code's own, included)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        texts = _damaged([json.dumps(line) for line in lines], damage)
+        path = Path(folder) / "any.jsonl"
+        path.write_text("".join(text + "\n" for text in texts))
+        assert_summary_reads_as_the_daemon(str(path), "claude")
+        reads, _, _ = summarized_ways(str(path))
+        assert_same_summaries(reads)
 
 
 @settings(max_examples=150, deadline=None)

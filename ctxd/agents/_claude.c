@@ -8,8 +8,8 @@
  * user line of text (a prompt, or Claude Code's own output) `ClaudeReader.record`'s: the text is
  * judged by `user_text` (Python), its turn made by `fold` after the run. A line this cannot read
  * exactly as those would (an escaped string, a key seen before the run, a sidechain, a slash
- * command, a prompt that rewinds) ends the run, and Python reads it. Without this extension every
- * line goes through `_take_plain` or `record`, with the same result.
+ * command, a prompt that rewinds, a reply that reports nothing) ends the run, and Python reads it.
+ * Without this extension every line goes through `_take_plain` or `record`, with the same result.
  *
  * run(data, rows, i, layout, limits, messages, lines, state, user_text) -> tuple | None
  *     rows[i:] as `skim.scan` gave them, read while they are plain. `layout`: where a row holds
@@ -233,6 +233,14 @@ static PyObject *claude_run(PyObject *self, PyObject *args) {
                 failed = 1;
                 break;
             }
+        }
+        /* A reply that reports nothing (Claude Code's own, or a streamed copy with no usage) ends the
+           run: what of it the tail holds depends on its message's blocks before it (`_in_run`). */
+        if (reply && (!billed || count_at(counts, INPUT) + count_at(counts, CACHE_READ) + count_at(counts, CACHE_WRITE)
+                                         + count_at(counts, OUTPUT) == 0)) {
+            Py_XDECREF(counts);
+            if (PyErr_Occurred()) failed = 1;
+            break;
         }
         /* The line is taken from here on. */
         if (prompt) {

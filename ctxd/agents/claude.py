@@ -84,6 +84,7 @@ MAX_LINES = 4_096
 IDLE_LINES = 64  # what a reader that caught up keeps (`trim`): thousands of sessions are followed
 KEPT_MESSAGES = 16  # the latest messages' usage kept by a reader that caught up, and in its saved state
 MAX_MESSAGES = 256
+RUN_LINES = 64  # a message's lines a summary keeps undigested (`ClaudeReader._in_run`)
 
 # Bookkeeping line types that carry nothing the model sees.
 KNOWN_OTHER = {"summary", "file-history-snapshot", "queue-operation", "progress", "attachment",
@@ -182,6 +183,10 @@ class ClaudeReader(Reader):
         self._msg_usage: OrderedDict[str, tuple[str, tuple[int, ...]]] = OrderedDict()  # (Usage.values())
         self._blocks_of: str | None = None  # the message id whose blocks `_blocks` holds
         self._blocks: set[str] = set()
+        # Summary mode: `_blocks` holds the blocks of the message's lines read so far (its streamed
+        # copies), with those lines not digested yet (`_run_keys`): a copy after the last report
+        # brings into the tail only the blocks its message had not (`_assistant_items`).
+        self._run: list[bytes] = []
         # Main-chain uuid -> (its line, the window's count of items, turns, reports) after it, for rewinds.
         self._end: OrderedDict[str, tuple[int, int, int, int]] = OrderedDict()
         self._complete = True  # `_end` holds every line since the start (or the last compaction)
@@ -189,7 +194,9 @@ class ClaudeReader(Reader):
         self._leaf: str | None = None
         self._line = 0  # main-chain user and assistant lines so far
         self._reports = 0
-        self._pending: list[tuple[int, bytes]] = []  # summary mode: lines after the last report, for the tail
+        # Summary mode: lines after the last report, for the tail; a streamed copy's with the blocks
+        # of its message it repeats (`_in_run`).
+        self._pending: list[Pending] = []
         self._command: tuple[str, Any, int] | None = None  # a slash command not known yet to be a turn
         self._early: list[dict[str, Any]] = []  # the items before the first report, when the window is not held
 
@@ -222,11 +229,13 @@ class ClaudeReader(Reader):
             self._msg_usage.popitem(last=False)
 
     def own_state(self) -> dict[str, Any]:
+        self._run_keys()
         return {"end": [[uuid, *where] for uuid, where in list(self._end.items())[-IDLE_LINES:]],
                 "complete": self._complete and len(self._end) <= IDLE_LINES, "leaf": self._leaf, "line": self._line,
                 "reports": self._reports,
                 "messages": _messages_state(self._msg_usage),
-                "pending": [[line, redact(raw.decode("utf-8", "replace"))] for line, raw in self._pending],
+                "pending": [[entry[0], redact(entry[1].decode("utf-8", "replace")), *entry[2:]]
+                            for entry in self._pending],
                 "blocks": [self._blocks_of, sorted(self._blocks)] if self._blocks_of else None,
                 "command": list(self._command) if self._command else None,
                 "subagents": {name: sub.position() for name, sub in self._subagents.items()}}
@@ -238,7 +247,9 @@ class ClaudeReader(Reader):
         self._leaf = state.get("leaf")
         self._line, self._reports = int(state.get("line") or 0), int(state.get("reports") or 0)
         self._msg_usage = _messages_from(state)
-        self._pending = [(int(line), raw.encode("utf-8")) for line, raw in state.get("pending") or []]
+        self._pending = [(int(entry[0]), entry[1].encode("utf-8"), [str(key) for key in entry[2]])
+                         if len(entry) > 2 else (int(entry[0]), entry[1].encode("utf-8"))
+                         for entry in state.get("pending") or []]
         blocks = state.get("blocks")
         if isinstance(blocks, list) and len(blocks) == 2 and isinstance(blocks[0], str) and isinstance(blocks[1], list):
             self._blocks_of, self._blocks = blocks[0], {str(key) for key in blocks[1]}
@@ -371,7 +382,7 @@ class ClaudeReader(Reader):
             self._line += 1
             self._pending.append((self._line, raw_line))
         else:
-            self._reply(self._cost(model, usage, key or request or uuid), timestamp, None, change, raw_line)
+            self._reply(self._cost(model, usage, key or request or uuid), timestamp, None, change, raw_line, key)
         self._link(uuid)
         return True
 
@@ -420,7 +431,37 @@ class ClaudeReader(Reader):
             self._forget(MAX_LINES)
         for text, timestamp in prompts:  # (in their order; nothing else in the run depends on them)
             self._turn(text, timestamp, change)
+        self._folded_run(data, rows, i, int(stop))
         return int(stop)
+
+    def _folded_run(self, data: bytes, rows: list[tuple[Any, ...]], i: int, stop: int) -> None:
+        """After `fold` read rows[i:stop] (replies that report, each of which `_reply` would have
+        taken into `_in_run`): the lines of the last message among them, from the end back."""
+        last: Any = None
+        lines: list[bytes] = []
+        for k in range(stop - 1, i - 1, -1):
+            row = rows[k]
+            if row[2] != "assistant":
+                continue
+            message_id = row[_IN_MESSAGE]
+            if not lines:
+                last = message_id
+            elif message_id != last:
+                break
+            if not isinstance(last, str) or not last:
+                break  # (no streamed copies are told apart: `_assistant_items`)
+            lines.append(data[row[0]:row[1]])
+        else:
+            if not lines:
+                return  # no reply: the message is the one before
+            if last == self._blocks_of:
+                self._run += reversed(lines)
+                self._bound_run()
+                return
+        self._blocks_of = last if isinstance(last, str) else None
+        self._blocks = set()
+        self._run = lines[::-1]
+        self._bound_run()
 
     # --- the chain ---
 
@@ -468,7 +509,7 @@ class ClaudeReader(Reader):
             self._pending = []
         else:
             session.tail = session.tail[:max(0, keep - session.baseline_items)]
-            self._pending = [(n, raw) for n, raw in self._pending if n <= line]
+            self._pending = [entry for entry in self._pending if entry[0] <= line]
         if self.holds_window:
             del session.items[keep:]
         session.window = keep
@@ -523,11 +564,11 @@ class ClaudeReader(Reader):
         if not isinstance(message, dict):
             self.session.count_unknown("assistant.no_message")
             return
-        self._reply(self._cost_of(rec), rec.get("timestamp"), message, change, raw_line)
+        self._reply(self._cost_of(rec), rec.get("timestamp"), message, change, raw_line, message.get("id"))
         self._link(rec.get("uuid"))
 
     def _reply(self, reported: tuple[dict[str, int], str, Usage] | None, timestamp: Any,
-               message: dict[str, Any] | None, change: Change, raw_line: bytes | None) -> None:
+               message: dict[str, Any] | None, change: Change, raw_line: bytes | None, message_id: Any = None) -> None:
         """An assistant line: its usage `reported` (`_cost`), its blocks (`message`: None in summary
         mode, where the line is kept raw for the tail instead)."""
         session = self.session
@@ -550,8 +591,8 @@ class ClaudeReader(Reader):
             self._command_acted(change)
         self._line += 1
         if self.summary:
-            if raw_line is not None and not used:  # (a report covers it: see below)
-                self._pending.append((self._line, raw_line))
+            if raw_line is not None:  # (kept for the tail unless a report covers it: see below)
+                self._in_run(message_id, raw_line, not used)
         elif message is not None:
             for item in self._assistant_items(message):
                 self._add(item, change)
@@ -628,7 +669,7 @@ class ClaudeReader(Reader):
                 self._command = None  # a local command (its output), or another prompt first
         self._line += 1
         building = not self.summary
-        if not building and raw_line is not None and not rec.get("isCompactSummary"):
+        if not building and raw_line is not None:  # (a compaction's summary too: after a report, the tail's)
             self._pending.append((self._line, raw_line))
         for item in outputs:
             if building:
@@ -714,6 +755,34 @@ class ClaudeReader(Reader):
 
     # --- summary mode ---
 
+    def _in_run(self, message_id: Any, raw: bytes, pend: bool) -> None:
+        """A main-chain assistant line (summary mode): of the message `_blocks_of` names (a streamed
+        copy: its blocks that message had are not the tail's), or another's. `pend`: no report
+        covers it, it is kept for the tail, with the blocks its message had before it."""
+        if message_id != self._blocks_of or not isinstance(message_id, str):
+            self._blocks_of = message_id if isinstance(message_id, str) else None
+            self._blocks, self._run = set(), []
+            if pend:
+                self._pending.append((self._line, raw))
+        elif pend:
+            had = self._run_keys() if message_id else set()
+            repeated = [key for key in _line_keys(raw) if key in had]
+            self._pending.append((self._line, raw, repeated) if repeated else (self._line, raw))
+        if self._blocks_of:
+            self._run.append(raw)
+            self._bound_run()
+
+    def _bound_run(self) -> None:
+        if len(self._run) > RUN_LINES:
+            self._run_keys()
+
+    def _run_keys(self) -> set[str]:
+        """The blocks of the lines of `_blocks_of`'s message read so far."""
+        for raw in self._run:
+            self._blocks.update(_line_keys(raw))
+        self._run = []
+        return self._blocks
+
     def finish_summary(self) -> None:
         """The items after the last report, from the lines kept for them (the fill counts them)."""
         if self.session.baseline is None:  # (no report yet: its lines are not kept, none will be counted)
@@ -725,12 +794,15 @@ class ClaudeReader(Reader):
         # The kept lines were read (and their unknown blocks counted) as they came; building their
         # items again, at the end of each read, counts nothing more.
         unknown = dict(self.session.unknown)
-        for _, raw in self._pending:
-            rec = parse(raw.decode("utf-8", "replace"))
+        for entry in self._pending:
+            rec = parse(entry[1].decode("utf-8", "replace"))
             message = rec.get("message") if rec is not None else None
             if rec is None or not isinstance(message, dict):
                 continue
             if rec.get("type") == "assistant":
+                # Each line's blocks less those its message had before it (`_in_run`), as the
+                # daemon's reader leaves them out (a rewind between does not bring them back).
+                self._blocks_of, self._blocks = (message.get("id"), set(entry[2])) if len(entry) > 2 else (None, set())
                 tail += self._assistant_items(message)
             else:
                 parts, outputs = self._user_parts(message.get("content"))
@@ -740,6 +812,15 @@ class ClaudeReader(Reader):
         self._blocks_of, self._blocks = blocks_of, blocks
         self.session.unknown = unknown
         self.session.tail = tail
+
+
+def _line_keys(raw: bytes) -> list[str]:
+    """The keys of an assistant line's blocks (`_assistant_items`)."""
+    rec = parse(raw.decode("utf-8", "replace"))
+    message = rec.get("message") if rec is not None else None
+    content = message.get("content") if isinstance(message, dict) else None
+    blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+    return [_block_key(block) for block in blocks if isinstance(block, dict)] if isinstance(blocks, list) else []
 
 
 def _user_text(data: bytes, content: Any) -> tuple[str, bool] | None:
@@ -852,6 +933,7 @@ def _block_key(block: dict[str, Any]) -> str:
     return hashlib.blake2b(json.dumps(block, sort_keys=True).encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
 
 
+Pending = tuple[int, bytes] | tuple[int, bytes, list[str]]  # a line kept for the tail (`ClaudeReader._in_run`)
 MessageUsage = OrderedDict[str, tuple[str, tuple[int, ...]]]  # a message's key: its model and `Usage.values()`
 
 

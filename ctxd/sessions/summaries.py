@@ -58,8 +58,10 @@ log = logging.getLogger(__name__)
 # kept after the last report are stored redacted (version 2 stored a key pasted there as it was).
 # 4: a table of its own (`_SCHEMA`); versions up to 3 keep theirs, `summaries`. 5: a Codex prompt
 # typed twice in a row is two turns (4 counted one); a blank line at a file's edge hides no time;
-# Claude's unknown blocks after the last report counted once.
-VERSION = 5
+# Claude's unknown blocks after the last report counted once. 6: a Claude reply's streamed copy after
+# the last report (one reporting no tokens, or Claude Code's own) brings into the tail only the blocks
+# its message had not, and a compaction's summary written after a report is in it, as the daemon has them.
+VERSION = 6
 PARALLEL_BYTES = 64 * 1024 * 1024  # more to read than this: in worker processes, one per core
 BUSY_SECONDS = 5.0
 SAVE_BATCH = 256  # summaries written a transaction at a time as a first run reads them
