@@ -1238,3 +1238,89 @@ def test_a_dry_run_lists_the_empty_folders_an_undo_makes_again(repo: Repo) -> No
     real = ghost.restore(repo.root, result["undoId"])
     assert (real["restored"], real["removed"]) == (dry["restored"], dry["removed"])
     assert (repo.root / "logs").is_dir() and (repo.root / "out" / "keep").is_dir()
+
+
+# --- a file another program saves where the restore replaces one (the RENAME_EXCHANGE gap) ---------
+
+
+@contextlib.contextmanager
+def _saved_meanwhile(path: Path, how: str) -> Iterator[list[str]]:
+    """Another program saves `path` after the restore checked it (unchanged since the undo
+    snapshot) and before the restore renames the snapshot's file over it: right after the restore
+    kept the checked file under a second name (`os.link`). `how` is "rename" (an editor writing a
+    new file and renaming it over the path) or "in place" (writing through the same file). Only `os`
+    is hooked, and only while `treewrite.place` runs. Yields the names saved so far."""
+    from ctxd.ghost import treewrite
+
+    placing, saved, link, placed = [False], [], os.link, treewrite.place
+
+    def place(*args: object, **kwargs: object) -> None:
+        placing[0] = True
+        try:
+            placed(*args, **kwargs)  # type: ignore[arg-type]
+        finally:
+            placing[0] = False
+
+    def hooked_link(src: object, dst: object, *args: object, **kwargs: object) -> None:
+        link(src, dst, *args, **kwargs)  # type: ignore[arg-type]
+        if placing[0] and src == path.name and not saved:
+            saved.append(path.name)
+            if how == "rename":
+                new = path.with_name(path.name + ".editor-save")
+                new.write_text("saved by the editor meanwhile\n")
+                os.replace(new, path)
+            else:
+                path.write_text("saved by the editor meanwhile\n")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(treewrite, "place", place)
+        patch.setattr(os, "link", hooked_link)
+        yield saved
+
+
+@pytest.mark.parametrize("how", ["rename", "in place"])
+def test_a_file_saved_where_the_restore_replaces_one_is_not_replaced(repo: Repo, how: str) -> None:
+    """The restore checked `src/app.py` (unchanged since its undo snapshot) and kept it under a
+    second name; another program then saves it before the restore renames the snapshot's file over
+    it: that save was replaced unseen (and, written in place, deleted with the file kept aside). The
+    restore must fail, put everything back and keep the save; a retry restores it."""
+    repo.write("docs/guide.md", "at snapshot time\n")
+    snap = ghost.snapshot(repo.root)
+    repo.write("src/app.py", "edited since the snapshot\n")
+    repo.write("docs/guide.md", "edited since the snapshot\n")
+    app = repo.root / "src" / "app.py"
+    files = raw_files(repo.root)
+
+    with _saved_meanwhile(app, how) as saved:
+        with pytest.raises(GitFailed, match="saved by another program while the restore ran.*the working tree is as it was"):
+            ghost.restore(repo.root, snap["id"])
+    assert saved == ["app.py"]
+    assert raw_files(repo.root) == {**files, "src/app.py": b"saved by the editor meanwhile\n"}
+    assert not [p for p in repo.root.rglob(".ctxd-*")]
+
+    result = ghost.restore(repo.root, snap["id"])  # (retried: the save is in its undo)
+    assert app.read_text() != "saved by the editor meanwhile\n"
+    assert (repo.root / "docs" / "guide.md").read_text() == "at snapshot time\n"
+    ghost.restore(repo.root, result["undoId"])
+    assert app.read_text() == "saved by the editor meanwhile\n"
+
+
+def test_a_file_system_without_rename_exchange_still_replaces_files(repo: Repo, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the file system refuses RENAME_EXCHANGE (EINVAL, EOPNOTSUPP: some network and FUSE
+    ones) or the kernel has no renameat2 (ENOSYS), a restore that replaces files renames as before."""
+    import ctypes
+
+    from ctxd.ghost import treewrite
+
+    snap = ghost.snapshot(repo.root)
+    before = (repo.root / "src" / "app.py").read_bytes()
+    for code in (errno.EINVAL, errno.EOPNOTSUPP, errno.ENOSYS):
+        def refused(*args: object, code: int = code) -> int:
+            ctypes.set_errno(code)
+            return -1
+
+        monkeypatch.setattr(treewrite, "_renameat2", refused)
+        repo.write("src/app.py", "edited since the snapshot\n")
+        ghost.restore(repo.root, snap["id"])
+        assert (repo.root / "src" / "app.py").read_bytes() == before
+        assert not [p for p in repo.root.rglob(".ctxd-*")]
