@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ctxd.server.daemon import WATCH_FOLLOWER_SECONDS
 from tests import session_fixtures as fx
 from tests.rpc import Client, start_daemon
 from tests.test_restore_full_disk import NEEDS_ROOT, fill, small_fs
@@ -283,6 +284,51 @@ def test_a_daemon_serving_alone_follows_the_sessions_once_the_one_that_did_leave
         fx.append_jsonl(session, records[20:])  # turns 5-9, after the first left
         wait_for(lambda: _synced(second, workspace, range(10)), "the second daemon mirrored the new turns")
         assert "follows them now" in (tmp_path / "daemon-2.log").read_text()
+    finally:
+        first.shutdown(timeout=10)
+        if second is not None:
+            second.shutdown(timeout=10)
+
+
+def _last_usage(client: Client, thread: str) -> dict[str, Any]:
+    """The latest `ctxd/usageChanged` the client had for the thread (its gauge)."""
+    return [note for note in client.notes("ctxd/usageChanged") if note["thread"] == thread][-1]
+
+
+def test_a_daemon_that_does_not_follow_the_sessions_tells_its_editor_what_the_follower_wrote(
+        tmp_path: Path, state_dir: Path, workspace: Path) -> None:
+    """Of two daemons serving alone on one state dir, the second reads the threads the first
+    writes. Its editor was told nothing of those writes: no `ctxd/threadsChanged`, no
+    `ctxd/usageChanged`, so its thread list and gauge stayed as they were until the user asked
+    again. Now it is told the new turns as the follower's editor is, with the same figures."""
+    _, claude_home, env = homes(tmp_path)
+    records = transcript(workspace, 10)
+    session = fx.write_jsonl(fx.claude_path(claude_home, workspace), records[:20])  # turns 0-4
+    alone = {**env, "CTXD_OWNER": "0"}
+    first = start_daemon(state_dir, env=alone, log_file=tmp_path / "daemon-1.log")
+    second = None
+    try:
+        first.initialize([workspace])
+        wait_for(lambda: _synced(first, workspace, range(5)), "the first turns mirrored by the first daemon")
+        second = start_daemon(state_dir, env=alone, log_file=tmp_path / "daemon-2.log")
+        second.initialize([workspace])
+        wait_for(lambda: _synced(second, workspace, range(5)), "the second daemon reads them")
+        assert "another ctxd process follows" in (tmp_path / "daemon-2.log").read_text()
+        before = _last_usage(first, CLAUDE_THREAD)
+        time.sleep(3 * WATCH_FOLLOWER_SECONDS)  # (the second daemon's first look noted the ledger as it is)
+        told = len(second.notifications)
+        fx.append_jsonl(session, records[20:])  # turns 5-9, the first daemon follows them
+        wait_for(lambda: _synced(first, workspace, range(10)), "the first daemon mirrored the new turns")
+        after = _last_usage(first, CLAUDE_THREAD)
+        assert after["historyVersion"] != before["historyVersion"] or after["usedTokens"] != before["usedTokens"]
+        second.wait_for_notification("ctxd/threadsChanged", lambda p: p["workspace"] == workspace.as_uri()
+                                     and CLAUDE_THREAD in p.get("threads", []), timeout=WAIT, after=told)
+        pushed = second.wait_for_notification(
+            "ctxd/usageChanged", lambda p: p["thread"] == CLAUDE_THREAD and p["usedTokens"] == after["usedTokens"]
+            and p["historyVersion"] == after["historyVersion"], timeout=WAIT, after=told)
+        assert {key: pushed[key] for key in ("workspace", "source", "contextWindow", "percent")} == {
+            key: after[key] for key in ("workspace", "source", "contextWindow", "percent")}
+        assert not second.shape_errors
     finally:
         first.shutdown(timeout=10)
         if second is not None:

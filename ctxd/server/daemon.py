@@ -44,6 +44,11 @@ LISTING_WAIT_SECONDS = 30.0
 FOLLOW_RETRY_SECONDS = 2.0
 """A daemon whose state dir's sessions another process follows (its follow lock, `ownerlink.follow_lock`)
 tries to take them over this often: it follows them once that process has left."""
+WATCH_FOLLOWER_SECONDS = 1.0
+"""Meanwhile it looks this often for what that process wrote (`Daemon._watch_follower`)."""
+USAGE_PUSHES_AT_ONCE = 64
+"""The most `ctxd/usageChanged` one look sends for the threads it found written (the latest written
+first): a follower's first listing writes thousands, and each push reads its thread's items."""
 
 
 RecordNow = Callable[[Callable[[str], Workspace], Any], "shapes.RecordResult | None"]
@@ -76,6 +81,8 @@ class Daemon:
         self._following = threading.Lock()  # one start of the following at a time (the warm-up, a retry)
         self._follow_retry: threading.Timer | None = None
         self.followed_elsewhere = False  # another process follows the sessions (and writes their threads)
+        self._watcher: threading.Thread | None = None  # looks for what that process writes, meanwhile
+        self._watch_stop = threading.Event()  # set at close
         self.configured = False  # the first `initialize` set the state dir and the options
         self._warming = False
         self._warmed = threading.Event()  # set when `_warm_up` is done
@@ -258,11 +265,54 @@ class Daemon:
         self.followed_elsewhere = True
         with self._lock:
             if not self._closed:
+                if self._watcher is None or not self._watcher.is_alive():
+                    self._watcher = threading.Thread(target=self._watch_follower, name="ctxd-watch-follower",
+                                                     daemon=True)
+                    self._watcher.start()
                 self._follow_retry = threading.Timer(FOLLOW_RETRY_SECONDS, self._follow_sessions)
                 self._follow_retry.daemon = True
                 self._follow_retry.name = "ctxd-follow-retry"
                 self._follow_retry.start()
         return False
+
+    def _watch_follower(self) -> None:
+        """While another process follows the sessions, tell this daemon's clients what it writes
+        to their threads, as the follower tells its own: the editor's thread list and gauge would
+        otherwise stay as they were until the user asked again. A look costs a read of the ledger's
+        `-shm` header while nothing was committed (`Store.data_version`); it ends once this daemon
+        follows them itself (its own writes tell its clients)."""
+        seen: dict[str, tuple[Any, dict[str, tuple[Any, ...]]]] = {}
+        while not self._watch_stop.wait(WATCH_FOLLOWER_SECONDS) and self.followed_elsewhere:
+            for workspace in self.service.folders():
+                try:
+                    self._notice_follower_writes(workspace, seen)
+                except CtxdError as error:  # (the store unavailable for now: the next look tries again)
+                    log.debug("%s: no look at what the follower wrote: %s", workspace.uri, error.message)
+                except Exception:  # noqa: BLE001 - one folder's failure never ends the looks at the others
+                    log.exception("%s: looking at what the follower wrote failed", workspace.uri)
+
+    def _notice_follower_writes(self, workspace: Workspace, seen: dict[str, tuple[Any, dict[str, tuple[Any, ...]]]],
+                                ) -> None:
+        """One look at a folder's ledger: the followed threads whose rows changed since the last
+        are named in `ctxd/threadsChanged` and their usage pushed (each read again from the store:
+        the cache drops what another process changed). The first look only notes them."""
+        version = workspace.committed_elsewhere()
+        known = seen.get(workspace.uri)
+        if version is None or (known is not None and known[0] == version):
+            return
+        rows = workspace.followed_rows()  # (after the version: a commit in between is seen again next time)
+        seen[workspace.uri] = (version, rows)
+        if known is None:
+            return
+        before = known[1]
+        changed = sorted(thread for thread in rows.keys() | before.keys() if rows.get(thread) != before.get(thread))
+        if not changed:
+            return
+        self.threads_changed(workspace.uri, changed)
+        written = sorted((thread for thread in changed if thread in rows), key=lambda thread: rows[thread][0],
+                         reverse=True)
+        for thread in written[:USAGE_PUSHES_AT_ONCE]:
+            self._usage_changed(workspace.uri, thread, workspace.usage(thread))
 
     def folders_changed(self) -> None:
         if self.sessions is not None:
@@ -327,6 +377,7 @@ class Daemon:
                 return
             self._closed = True
             retry = self._follow_retry
+        self._watch_stop.set()
         if retry is not None:
             retry.cancel()
         with self._following:  # (a retry taking the sessions over now: once it has, they are stopped)

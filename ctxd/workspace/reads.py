@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 from ctxd import redact
 from ctxd.errors import CtxdError, InvalidParams
 from ctxd.ledger import operations, projection
-from ctxd.ledger.cache import stored_bodies, summary_ledger
+from ctxd.ledger.cache import DataVersion, stored_bodies, summary_ledger
 from ctxd.ledger.rules import snapshot_commit_id
 from ctxd.ledger.store import ThreadRow
 from ctxd.ledger.thread import Entry, ThreadLedger
@@ -24,7 +24,7 @@ from ctxd.protocol.rawjson import RawJsonList
 from ctxd.settings import Settings
 from ctxd.tokens import prompt_cache
 from ctxd.tokens.counter import Counter
-from ctxd.workspace.core import WorkspaceCore, followed_agent, item_text
+from ctxd.workspace.core import ACP, WorkspaceCore, followed_agent, item_text
 
 if TYPE_CHECKING:
     from ctxd.protocol.shapes import (
@@ -63,6 +63,20 @@ class WorkspaceReads(WorkspaceCore):
             return None if ledger is None else self.view.breakdown(ledger)
         finally:
             self.lock.release()
+
+    def committed_elsewhere(self) -> DataVersion | None:
+        """The store's data version, which moves only when another process commits to it (the one
+        following the agents' sessions, `Daemon._watch_follower`); None while no request opened the
+        store: nothing of it was shown, so there is nothing to tell again."""
+        store = self._store
+        return None if store is None or store.closed else store.data_version()
+
+    def followed_rows(self) -> dict[str, tuple[Any, ...]]:
+        """Each followed session's thread's listing key (updated, history version, counters): what
+        changes when its follower writes it. `acp:` threads are left out: any daemon, this one too,
+        writes them, and the one that does tells its own clients."""
+        return {row[0]: tuple(row[1:]) for row in self.store.listing()
+                if (agent := followed_agent(row[0])) is not None and agent != ACP}
 
     def breakdown(self, thread: str) -> Breakdown:
         """`ctxd/usage` (see ctxd/usage/view.py)."""
