@@ -8,8 +8,10 @@ as root). Waits are bounded and generous; nothing asserts a duration.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -263,11 +265,12 @@ def test_a_daemon_serving_alone_beside_the_owner_mirrors_a_session_once(
     _one_writer_among(tmp_path / "again", state_dir / "again", workspace, (True, False))
 
 
-def test_a_daemon_serving_alone_follows_the_sessions_once_the_one_that_did_leaves(
-        tmp_path: Path, state_dir: Path, workspace: Path) -> None:
-    """Of two daemons serving alone, the first follows the session and the second reads what it
-    writes; when the first leaves, the second follows on from where the first stopped: what the
-    agent appends afterwards is mirrored, once."""
+@contextlib.contextmanager
+def _two_serving_alone(tmp_path: Path, state_dir: Path, workspace: Path) -> Iterator[tuple[Client, Client, Path,
+                                                                                             list[dict[str, Any]]]]:
+    """Two daemons serving alone on one state dir, the first following a Claude session (turns 0-4
+    written, 5-9 given to append) and the second reading what it writes: (first, second, the
+    session's file, its records)."""
     _, claude_home, env = homes(tmp_path)
     records = transcript(workspace, 10)
     session = fx.write_jsonl(fx.claude_path(claude_home, workspace), records[:20])  # turns 0-4
@@ -280,14 +283,23 @@ def test_a_daemon_serving_alone_follows_the_sessions_once_the_one_that_did_leave
         second = start_daemon(state_dir, env=alone, log_file=tmp_path / "daemon-2.log")
         second.initialize([workspace])
         wait_for(lambda: _synced(second, workspace, range(5)), "the second daemon reads them")
-        first.shutdown(timeout=WAIT)
-        fx.append_jsonl(session, records[20:])  # turns 5-9, after the first left
-        wait_for(lambda: _synced(second, workspace, range(10)), "the second daemon mirrored the new turns")
-        assert "follows them now" in (tmp_path / "daemon-2.log").read_text()
+        yield first, second, session, records
     finally:
         first.shutdown(timeout=10)
         if second is not None:
             second.shutdown(timeout=10)
+
+
+def test_a_daemon_serving_alone_follows_the_sessions_once_the_one_that_did_leaves(
+        tmp_path: Path, state_dir: Path, workspace: Path) -> None:
+    """Of two daemons serving alone, the first follows the session and the second reads what it
+    writes; when the first leaves, the second follows on from where the first stopped: what the
+    agent appends afterwards is mirrored, once."""
+    with _two_serving_alone(tmp_path, state_dir, workspace) as (first, second, session, records):
+        first.shutdown(timeout=WAIT)
+        fx.append_jsonl(session, records[20:])  # turns 5-9, after the first left
+        wait_for(lambda: _synced(second, workspace, range(10)), "the second daemon mirrored the new turns")
+        assert "follows them now" in (tmp_path / "daemon-2.log").read_text()
 
 
 def _last_usage(client: Client, thread: str) -> dict[str, Any]:
@@ -301,18 +313,7 @@ def test_a_daemon_that_does_not_follow_the_sessions_tells_its_editor_what_the_fo
     writes. Its editor was told nothing of those writes: no `ctxd/threadsChanged`, no
     `ctxd/usageChanged`, so its thread list and gauge stayed as they were until the user asked
     again. Now it is told the new turns as the follower's editor is, with the same figures."""
-    _, claude_home, env = homes(tmp_path)
-    records = transcript(workspace, 10)
-    session = fx.write_jsonl(fx.claude_path(claude_home, workspace), records[:20])  # turns 0-4
-    alone = {**env, "CTXD_OWNER": "0"}
-    first = start_daemon(state_dir, env=alone, log_file=tmp_path / "daemon-1.log")
-    second = None
-    try:
-        first.initialize([workspace])
-        wait_for(lambda: _synced(first, workspace, range(5)), "the first turns mirrored by the first daemon")
-        second = start_daemon(state_dir, env=alone, log_file=tmp_path / "daemon-2.log")
-        second.initialize([workspace])
-        wait_for(lambda: _synced(second, workspace, range(5)), "the second daemon reads them")
+    with _two_serving_alone(tmp_path, state_dir, workspace) as (first, second, session, records):
         assert "another ctxd process follows" in (tmp_path / "daemon-2.log").read_text()
         before = _last_usage(first, CLAUDE_THREAD)
         time.sleep(3 * WATCH_FOLLOWER_SECONDS)  # (the second daemon's first look noted the ledger as it is)
@@ -329,7 +330,3 @@ def test_a_daemon_that_does_not_follow_the_sessions_tells_its_editor_what_the_fo
         assert {key: pushed[key] for key in ("workspace", "source", "contextWindow", "percent")} == {
             key: after[key] for key in ("workspace", "source", "contextWindow", "percent")}
         assert not second.shape_errors
-    finally:
-        first.shutdown(timeout=10)
-        if second is not None:
-            second.shutdown(timeout=10)
