@@ -13,9 +13,7 @@ top without following a link, so a folder swapped for a link meanwhile never lea
 2. Placing: renames only, which need no space. A temporary replaces its file in one rename, the
    old one kept under a hard link until the end; what the snapshot does not have is moved aside
    under a temporary name. Where nothing was, the rename never replaces what another program
-   made there meanwhile (`_rename_noreplace`); where a file was, it is exchanged with the
-   temporary, and a save another program made since the check is exchanged back and fails the
-   restore (`_exchange_checked`). A failure renames everything back (`PlacingFailed`).
+   made there meanwhile (`_rename_noreplace`). A failure renames everything back (`PlacingFailed`).
 3. Cleanup: what was moved aside is deleted, then the folders the deletions emptied.
 
 Temporary names are `.ctxd-<tag>-<n>`; the restore's journal records the tag and the folders
@@ -53,7 +51,6 @@ _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _syncfs: Callable[[int], int] | None = None
 _renameat2: Callable[[int, bytes, int, bytes, int], int] | None = None
 _RENAME_NOREPLACE = 1
-_RENAME_EXCHANGE = 2
 if sys.platform.startswith("linux"):
     try:
         _syncfs = ctypes.CDLL(None, use_errno=True).syncfs
@@ -482,8 +479,7 @@ def place(writing: Writing, folders: Folders, captured_at: int) -> None:
                     os.rename(placement.name, step.aside, src_dir_fd=home, dst_dir_fd=home)
             done.append(step)
             if step.linked:  # over the file just checked (kept under its second name)
-                assert there is not None
-                _exchange_checked(home, placement.temp, placement.name, there)
+                os.rename(placement.temp, placement.name, src_dir_fd=home, dst_dir_fd=home)
             else:  # where nothing is now: a file another program made there since the check is kept
                 _rename_noreplace(home, placement.temp, placement.name)
             step.placed = True
@@ -516,37 +512,6 @@ def _rename_noreplace(home: int, name: str, to: str) -> None:
         if code not in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
             raise OSError(code, os.strerror(code), name)
     os.rename(name, to, src_dir_fd=home, dst_dir_fd=home)
-
-
-def _exchange_checked(home: int, temp: str, name: str, checked: os.stat_result) -> None:
-    """Put `temp` in place of `name`, the file `checked` just before: a program that saved `name`
-    since the check (a new file renamed over it, or a write through the same one) would have its
-    save replaced unseen by a plain rename, and deleted with the file kept aside. So the two are
-    exchanged in one step (`renameat2(RENAME_EXCHANGE)`) and what came out must be the file checked,
-    as it was: same inode, and same mtime, size and mode (the ctime cannot tell: the hard link kept
-    aside and the exchange itself move it). If not, they are exchanged back and the restore fails
-    (EAGAIN, as a file changed since the undo snapshot fails it: everything is put back). Where the
-    system or the file system cannot exchange (ENOSYS, EINVAL, EOPNOTSUPP), a plain rename, as
-    before: the check just made is all there is."""
-    if _renameat2 is not None:
-        if _renameat2(home, os.fsencode(temp), home, os.fsencode(name), _RENAME_EXCHANGE) == 0:
-            out = os.lstat(temp, dir_fd=home)
-            if _same_file(out, checked):
-                return
-            if _renameat2(home, os.fsencode(temp), home, os.fsencode(name), _RENAME_EXCHANGE) != 0:
-                os.rename(temp, name, src_dir_fd=home, dst_dir_fd=home)  # (the two were just swapped: the save back over ours)
-            raise OSError(errno.EAGAIN, "saved by another program while the restore ran (retry it)")
-        code = ctypes.get_errno()
-        if code not in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
-            raise OSError(code, os.strerror(code), name)
-    os.rename(temp, name, src_dir_fd=home, dst_dir_fd=home)
-
-
-def _same_file(found: os.stat_result, checked: os.stat_result) -> bool:
-    """`found` is the file `checked` was, unchanged since (a write in place moves the mtime or size,
-    a chmod the mode)."""
-    return ((found.st_dev, found.st_ino, found.st_mtime_ns, found.st_size, found.st_mode)
-            == (checked.st_dev, checked.st_ino, checked.st_mtime_ns, checked.st_size, checked.st_mode))
 
 
 def _unchanged_since(found: os.stat_result, captured_at: int) -> None:
