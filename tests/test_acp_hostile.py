@@ -14,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.rpc import Client
 from tests.test_acp import (  # noqa: F401
     AGENT,
@@ -381,6 +383,34 @@ def test_the_owner_stores_a_record_whose_session_id_is_too_long_for_a_threads_na
     assert len(named) <= 256 and named.startswith("acp:IDMARK")
     assert [i["content"][0]["text"] for i in history(client, repo, named)] == ["kept"]
     assert [c["thread"] for c in checkpoints(client, repo)] == [named]
+
+
+def test_the_owner_refuses_a_checkpoints_tool_past_its_bounds_and_takes_a_bounded_one(
+        repo: Path, state_dir: Path, client: Client) -> None:
+    """A proxy's checkpoint whose tool names a megabyte-long call id, or 5,000 paths, or is no
+    tool at all: the owner stored each as it came in the checkpoint's record. It refuses them as a
+    hook's checkpoint is refused (invalid params, no checkpoint taken), and takes one in bounds."""
+    from ctxd import ownerlink
+
+    proxy = ownerlink.Session.open(state_dir / "ctxd", [repo], role="acp")
+    assert proxy is not None
+    params = {"workspace": repo.as_uri(), "thread": "acp:bounds", "trigger": "tool", "message": "before edit"}
+    try:
+        for tool in ({"name": "edit", "callId": "C" * 1_000_000}, {"name": "edit", "paths": ["a.txt"] * 5_000},
+                     {"paths": ["a.txt"]}, {"name": "edit", "paths": "a.txt"}):
+            with pytest.raises(ownerlink.RemoteError) as refused:
+                proxy.request("ctxd/acp/checkpoint", {**params, "tool": tool}, 60)
+            assert refused.value.code == -32602 and "tool" in str(refused.value), refused.value
+        with pytest.raises(ownerlink.RemoteError):
+            proxy.request("ctxd/acp/checkpoint", {**params, "turn": {"index": -1, "text": "x"}}, 60)
+        (repo / "a.txt").write_text("changed\n")
+        taken = proxy.request("ctxd/acp/checkpoint", {**params, "tool": {"name": "edit", "callId": "call-1",
+                                                                          "paths": ["a.txt"]}}, 60)
+    finally:
+        proxy.close()
+    listed = checkpoints(client, repo)
+    assert [c["id"] for c in listed] == [taken["id"]]
+    assert listed[0]["tool"] == {"name": "edit", "callId": "call-1", "paths": ["a.txt"]}
 
 
 def test_a_tool_calls_locations_over_their_bounds_are_left_out_and_the_turn_kept(

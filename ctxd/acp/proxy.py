@@ -36,7 +36,7 @@ from typing import Any
 
 from ctxd import __version__, acplink
 from ctxd.acp.owner import Owner, describe, log
-from ctxd.acp.transcript import CHANGING_KINDS, Transcript
+from ctxd.acp.transcript import CALL_ID_CHARS, CHANGING_KINDS, Transcript
 from ctxd.places import ctxd_command
 
 USAGE = "usage: ctxd acp [--workspace DIR] [--state-dir DIR] -- <agent command> [args...]"
@@ -281,7 +281,7 @@ class Proxy:
             return
         tool: dict[str, Any] = {"name": call.kind}
         call_id = (asked.get("toolCall") or {}).get("toolCallId")
-        if isinstance(call_id, str):
+        if isinstance(call_id, str) and 0 < len(call_id) <= CALL_ID_CHARS:  # (a longer one is no id: left out)
             tool["callId"] = call_id
         if call.paths():
             tool["paths"] = call.paths()

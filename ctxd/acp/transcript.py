@@ -28,6 +28,8 @@ sent (the owner would refuse the whole record, and with it the turn's items)."""
 TOOL_TITLE_CHARS = 1_000
 """A tool call's title is a label (a checkpoint's message shows its first 120 characters): a longer
 one is cut. It is stored with the call and its output, and in the call's arguments."""
+CALL_ID_CHARS = 1_000
+"""A tool call's id names it in a checkpoint's tool: a longer one is left out of it."""
 KIND_CHARS = 100
 """ACP's tool kinds are a few short words: a longer kind is none of them, and is kept as "other"."""
 MAX_COUNT = 2**53 - 1

@@ -53,6 +53,8 @@ TRIGGERS = ("manual", *AUTOMATIC)
 """What a job may say took it (a restore's undo snapshot is the restore's own: "restore")."""
 MAX_WIRE_TEXT = 64 * 1024
 """A job's message, thread and tool texts from a client are at most this long."""
+MAX_WIRE_PATHS = 1_000
+"""A job's tool names at most this many paths (ACP's proxy sends 100 at most)."""
 
 
 class Job(NamedTuple):
@@ -96,15 +98,16 @@ class Job(NamedTuple):
             raise ValueError("job.thread: not a text")
         if not isinstance(message, str) or len(message) > MAX_WIRE_TEXT:
             raise ValueError("job.message: not a text")
-        return cls(Path(folders[0]), Path(folders[1]), thread, trigger, _turn(data.get("turn")),
-                   _tool(data.get("tool")), message)
+        return cls(Path(folders[0]), Path(folders[1]), thread, trigger, wire_turn(data.get("turn")),
+                   wire_tool(data.get("tool")), message)
 
 
 def _text(value: Any) -> bool:
     return isinstance(value, str) and 0 < len(value) <= MAX_WIRE_TEXT
 
 
-def _turn(value: Any) -> CheckpointTurn | None:
+def wire_turn(value: Any) -> CheckpointTurn | None:
+    """A client's turn, checked (its text cut to MAX_WIRE_TEXT); ValueError when not one."""
     if value is None:
         return None
     index = value.get("index") if isinstance(value, dict) else None
@@ -114,7 +117,8 @@ def _turn(value: Any) -> CheckpointTurn | None:
     return {"index": index, "text": text[:MAX_WIRE_TEXT]}
 
 
-def _tool(value: Any) -> CheckpointTool | None:
+def wire_tool(value: Any) -> CheckpointTool | None:
+    """A client's tool, checked; ValueError when not one or past the bounds."""
     if value is None:
         return None
     if not isinstance(value, dict) or not _text(value.get("name")):
@@ -126,8 +130,8 @@ def _tool(value: Any) -> CheckpointTool | None:
         tool["callId"] = value["callId"]
     if value.get("paths") is not None:
         paths = value["paths"]
-        if not isinstance(paths, list) or not all(_text(p) for p in paths):
-            raise ValueError("job.tool.paths: not a list of texts")
+        if not isinstance(paths, list) or len(paths) > MAX_WIRE_PATHS or not all(_text(p) for p in paths):
+            raise ValueError(f"job.tool.paths: not a list of at most {MAX_WIRE_PATHS} texts")
         tool["paths"] = list(paths)
     return tool
 

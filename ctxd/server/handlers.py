@@ -278,12 +278,15 @@ def _store_acp(workspace: Workspace, params: p.AcpRecordParams,
 
 @handler(methods.ACP_CHECKPOINT)
 def acp_checkpoint(call: Call, params: p.AcpCheckpointParams) -> shapes.AcpCheckpointResult:
-    from ctxd.ghost.checkpoint import Job, take
+    from ctxd.ghost.checkpoint import Job, take, wire_tool, wire_turn
 
     _acp_thread(call, params.thread)
+    try:  # (as a hook's job is checked: its texts bounded)
+        turn, tool = wire_turn(params.turn), wire_tool(params.tool)
+    except ValueError as error:
+        raise InvalidParams(str(error).replace("job.", "", 1)) from None
     workspace = call.workspace
-    job = Job(workspace.root, workspace.state_dir, params.thread, params.trigger,
-              turn=cast("shapes.CheckpointTurn | None", params.turn), tool=cast("shapes.CheckpointTool | None", params.tool),
+    job = Job(workspace.root, workspace.state_dir, params.thread, params.trigger, turn=turn, tool=tool,
               message=params.message)
     outcome = take(job, workspace, cancel=call.cancel)
     if outcome.skipped is not None:
