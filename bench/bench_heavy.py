@@ -40,6 +40,7 @@ import sys
 import sysconfig
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -57,18 +58,25 @@ LIST_NAMED = 64  # the threads a `ctxd/threadsChanged` names at most while a col
 REPO = Path(__file__).resolve().parents[1]
 
 
+def from_npm(install: Callable[[], Path], name: str, without: str) -> Path | None:
+    """What `install` puts in tests/agents.py's cache, once per machine; None, said with what the
+    bench does `without` it, when npm is missing or the install fails."""
+    try:
+        return install()
+    except BaseException as error:  # noqa: BLE001 - pytest's skip (no npm) or a failed install
+        print(f"{name} not available ({error}): {without}")
+        return None
+
+
 def install_jsonrpc() -> Path | None:
-    """vscode-jsonrpc's folder, installed like ccusage (None without npm or node)."""
+    """vscode-jsonrpc's folder (None without npm or node)."""
     from tests import agents
 
+    without = "`ctxd/threads` is timed by the Python test client only"
     if shutil.which("node") is None:
-        print("node not available: `ctxd/threads` is timed by the Python test client only")
+        print(f"node not available: {without}")
         return None
-    try:
-        return agents.install_library(JSONRPC)
-    except BaseException as error:  # noqa: BLE001 - pytest's skip (no npm) or a failed install
-        print(f"vscode-jsonrpc not available ({error}): `ctxd/threads` is timed by the Python test client only")
-        return None
+    return from_npm(lambda: agents.install_library(JSONRPC), "vscode-jsonrpc", without)
 
 
 def editor_threads(jsonrpc: Path, state: Path, extra: dict[str, str], ws: str, samples: int) -> list[float]:
@@ -83,14 +91,10 @@ def editor_threads(jsonrpc: Path, state: Path, extra: dict[str, str], ws: str, s
 
 
 def install_ccusage() -> Path | None:
-    """ccusage, installed once per machine into tests/agents.py's cache (None without npm)."""
+    """ccusage's executable (None without npm)."""
     from tests import agents
 
-    try:
-        return agents.install(CCUSAGE)
-    except BaseException as error:  # noqa: BLE001 - pytest's skip (no npm) or a failed install
-        print(f"ccusage not available ({error}); its rows are shown, not judged")
-        return None
+    return from_npm(lambda: agents.install(CCUSAGE), "ccusage", "its rows are shown, not judged")
 
 
 def env_for(history: heavy_history.History, state: Path, home: Path) -> dict[str, str]:
