@@ -897,6 +897,38 @@ def test_a_file_saved_while_a_restore_runs_is_not_overwritten(repo: Repo, tmp_pa
     assert (repo.root / "src" / "app.py").read_text() != "saved by the editor meanwhile\n"
 
 
+def test_a_file_saved_between_the_restores_check_and_its_second_name_is_not_overwritten(
+        repo: Repo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An editor saves a file (a new file renamed over it) after the restore checked it unchanged
+    and before it gave it a second name to put back: the second name was the save's, the snapshot's
+    file was renamed over the save, and the save was deleted with the second name at the end. The
+    restore now fails and leaves the save where it was; retried, it restores (the save in its undo)."""
+    from ctxd.ghost import treewrite
+
+    state = tmp_path / "st"
+    snap = ghost.snapshot(repo.root, "v1", state_dir=state)
+    repo.write("src/app.py", "version 2\n")
+    linking = treewrite._link
+
+    def saved_first(home: int, name: str, aside: str) -> bool:
+        if name == "app.py":
+            (repo.root / "src" / "app.py.tmp").write_text("saved by the editor meanwhile\n")
+            os.replace(repo.root / "src" / "app.py.tmp", repo.root / "src" / "app.py")
+        return linking(home, name, aside)
+
+    names = sorted(p.name for p in (repo.root / "src").iterdir())
+    monkeypatch.setattr(treewrite, "_link", saved_first)
+    with pytest.raises(GitFailed, match="changed by another program while the restore ran"):
+        ghost.restore(repo.root, snap["id"], state_dir=state)
+    assert (repo.root / "src" / "app.py").read_text() == "saved by the editor meanwhile\n"
+    assert sorted(p.name for p in (repo.root / "src").iterdir()) == names  # (no second name left)
+    monkeypatch.setattr(treewrite, "_link", linking)
+    result = ghost.restore(repo.root, snap["id"], state_dir=state)
+    assert (repo.root / "src" / "app.py").read_text() != "saved by the editor meanwhile\n"
+    ghost.restore(repo.root, result["undoId"], state_dir=state)
+    assert (repo.root / "src" / "app.py").read_text() == "saved by the editor meanwhile\n"
+
+
 # --- restores raced by another program, and their undo (found by an attack run) -------------------
 
 

@@ -11,7 +11,8 @@ top without following a link, so a folder swapped for a link meanwhile never lea
    folder. Then the file systems are synced, the store's too (the undo snapshot's objects). Any
    failure stops here: the temporaries are removed and no file the user sees has changed.
 2. Placing: renames only, which need no space. A temporary replaces its file in one rename, the
-   old one kept under a hard link until the end; what the snapshot does not have is moved aside
+   old one kept under a hard link until the end (checked to be the file found unchanged, not a save
+   renamed over it just before: `_linked_the_checked`); what the snapshot does not have is moved aside
    under a temporary name. Where nothing was, the rename never replaces what another program
    made there meanwhile (`_rename_noreplace`). A failure renames everything back (`PlacingFailed`).
 3. Cleanup: what was moved aside is deleted, then the folders the deletions emptied.
@@ -475,7 +476,9 @@ def place(writing: Writing, folders: Folders, captured_at: int) -> None:
                 step.aside = writing.temp_name(placement.folder, aside=True)
                 step.linked = (not placement.builds_folder and not stat.S_ISDIR(there.st_mode)
                                and _link(home, placement.name, step.aside))
-                if not step.linked:  # a folder either side (or no hard links here): moved aside first
+                if step.linked:
+                    _linked_the_checked(home, step.aside, there)
+                else:  # a folder either side (or no hard links here): moved aside first
                     os.rename(placement.name, step.aside, src_dir_fd=home, dst_dir_fd=home)
             done.append(step)
             if step.linked:  # over the file just checked (kept under its second name)
@@ -542,6 +545,17 @@ def _folder_unchanged_since(home: int, name: str, captured_at: int) -> None:
     finally:
         for fd in fds:
             os.close(fd)
+
+
+def _linked_the_checked(home: int, aside: str, checked: os.stat_result) -> None:
+    """The second name `_link` made is for the file checked unchanged, not for one another program
+    saved there between the check and the link (an editor's save renames a new file over the old):
+    that one would have been replaced, and deleted with the second name at the end. (A failure
+    removes the second name with the other temporaries: the save keeps its own.)"""
+    linked = os.lstat(aside, dir_fd=home)
+    if ((linked.st_dev, linked.st_ino, linked.st_size, linked.st_mtime_ns)
+            != (checked.st_dev, checked.st_ino, checked.st_size, checked.st_mtime_ns)):
+        raise OSError(errno.EAGAIN, "changed by another program while the restore ran (retry it)")
 
 
 def _link(home: int, name: str, aside: str) -> bool:
