@@ -77,6 +77,18 @@ def test_a_file_that_did_not_change_is_shown_from_its_summary(tmp_path: Path, ws
     assert [r["title"] for r in sessions(tmp_path, ws)] == ["Add a flag CCCC"]
 
 
+def test_a_summary_holding_what_strict_json_refuses_loads_as_it_was_saved(tmp_path: Path) -> None:
+    """Rows are read by a faster parser than `json`, which refuses half a surrogate pair (escaped,
+    as `json` writes it: a row saved by an older ctxd, whose readers kept it): such a row loads
+    as it was saved, and is not read again as if damaged."""
+    facts = {"session": {"title": "Odd \udc80 name", "cost": 1e300}, "used": 12}
+    store = summaries.Summaries(tmp_path)
+    store.save([summaries.Stored("/s/a.jsonl", "claude", {"stamp": [1, 2, 3, 4]}, "/w", facts, "{}", 3)])
+    loaded = store.load()
+    store.close()
+    assert list(loaded) == ["/s/a.jsonl"] and loaded["/s/a.jsonl"].facts == facts
+
+
 def test_a_file_rewritten_in_place_under_its_summary_is_read_again(tmp_path: Path, ws: Path) -> None:
     """Same inode, same size, other bytes (the mtime moved): read from its start, never the old
     summary, also when the rewrite grew it."""
@@ -577,6 +589,29 @@ def test_sessions_read_in_worker_processes_are_shown_as_read_in_one(tmp_path: Pa
     by_path = {row["path"]: row for row in first}
     assert [by_path[row["path"]] for row in expected] == expected
     assert [row["title"] for row in expected] == ["prompt 1", "prompt 2", "prompt 3"]
+
+
+def test_each_row_has_its_own_sessions_window_and_compaction_point() -> None:
+    """`ctxd sessions` looks each agent's limits up once per model and stated window: every row
+    still has the window and compaction point of its own agent, model, stated window and config."""
+    from ctxd.agents.base import AgentConfig
+    from ctxd.agents.session import Session
+    from ctxd.sessions import overview, pricing
+
+    def session(agent: str, model: str | None, window: int | None) -> Session:
+        made = Session(agent=agent, path=f"/s/{agent}-{model}-{window}.jsonl")
+        made.id, made.model, made.context_window = f"{agent}-{model}-{window}", model, window
+        return made
+
+    configs = {"codex": AgentConfig(compact_limit=150_000), "claude": AgentConfig(compact_percent=50.0)}
+    shown = overview.Shown(pricing.price_table(), configs, table=True)
+    made = [session("claude", "claude-sonnet-4-5", None), session("codex", "gpt-5-codex", 258_400),
+            session("claude", "claude-opus-4-1", None), session("codex", "gpt-5-codex", 120_000),
+            session("codex", "gpt-5-codex", 258_400), session("claude", None, None), session("codex", None, None)]
+    rows = [shown(one, 10_000).row for one in made]
+    expected = [overview.summary(one, shown.prices, configs[one.agent], 10_000) for one in made]
+    assert rows == expected
+    assert len({(row["contextWindow"], row["autoCompactLimit"]) for row in rows}) >= 4
 
 
 @pytest.mark.parametrize("made", ["list", "generator"])
