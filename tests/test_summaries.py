@@ -78,9 +78,9 @@ def test_a_file_that_did_not_change_is_shown_from_its_summary(tmp_path: Path, ws
 
 
 def test_a_summary_holding_what_strict_json_refuses_loads_as_it_was_saved(tmp_path: Path) -> None:
-    """Rows are read by a faster parser than `json`, which refuses half a surrogate pair (escaped,
-    as `json` writes it: a row saved by an older ctxd, whose readers kept it): such a row loads
-    as it was saved, and is not read again as if damaged."""
+    """What strict JSON refuses (half a surrogate pair, escaped as `json` writes it: a row saved by
+    an older ctxd, whose readers kept it; a number too large for it) loads as it was saved: such a
+    row is not read again as if damaged."""
     facts = {"session": {"title": "Odd \udc80 name", "cost": 1e300}, "used": 12}
     store = summaries.Summaries(tmp_path)
     store.save([summaries.Stored("/s/a.jsonl", "claude", {"stamp": [1, 2, 3, 4]}, "/w", facts, "{}", 3)])

@@ -208,7 +208,7 @@ class Summaries:
             if version != VERSION:
                 continue
             try:
-                stamped, shown = _decoded(file), _decoded(facts) if facts else None
+                stamped, shown = json.loads(file), json.loads(facts) if facts else None
             except (TypeError, ValueError):
                 continue
             # (a row of another shape, from a damaged database: not a summary, the file is read again)
@@ -284,19 +284,6 @@ class Summaries:
                 db.executemany("INSERT OR REPLACE INTO file_summaries VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", values)
         except (sqlite3.Error, ValueError) as error:
             log.info("cannot write %s (%s)", self.path, error)
-
-
-def _decoded(text: Any) -> Any:
-    """A row's JSON, by pydantic_core's parser (pydantic is a dependency anyway): half `json`'s time,
-    a tenth of `ctxd sessions` with nothing changed. `json` takes what that parser refuses and
-    `json` reads (half a surrogate pair, escaped); either raises ValueError or TypeError on what
-    is not JSON text."""
-    from pydantic_core import from_json
-
-    try:
-        return from_json(text)
-    except ValueError:
-        return json.loads(text)
 
 
 def _stamp_of(file: Any) -> list[Any]:
@@ -629,6 +616,8 @@ def _pool(workers: int, context: str) -> ProcessPoolExecutor:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
+    if context == "fork":  # (what each worker's first `state_text` imports, 40 ms: once, before they fork)
+        from ctxd.protocol import jsontext  # noqa: F401
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(context),
                                initializer=_worker_start, initargs=(os.getpid(),))
     _widen_pipes(pool)
