@@ -323,8 +323,10 @@ static PyObject *claude_run(PyObject *self, PyObject *args) {
             nkept++;
         }
         if (uuid != NULL) { /* `_link` */
-            PyObject *end = Py_BuildValue("(O(nnnn))", uuid, line, window, turns, reports);
+            Py_ssize_t where[4] = {line, window, turns, reports};
+            PyObject *at = ints_tuple(4, where), *end = at != NULL ? PyTuple_Pack(2, uuid, at) : NULL;
             if (end == NULL || PyList_Append(ends, end) < 0 || PySet_Add(run_uuids, uuid) < 0) failed = 1;
+            Py_XDECREF(at);
             Py_XDECREF(end);
             leaf = uuid;
         }

@@ -130,7 +130,8 @@ static PyObject *decoded(const char *s, Py_ssize_t vs, Py_ssize_t ve) {
         }
         if (plain) return PyLong_FromLongLong(c == '-' ? -value : value);
     }
-    return Py_BuildValue("(nn)", vs, ve);
+    Py_ssize_t span[2] = {vs, ve};
+    return ints_tuple(2, span);
 }
 
 static PyObject *skim_values(PyObject *self, PyObject *args) {
