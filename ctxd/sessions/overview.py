@@ -42,7 +42,7 @@ def summary(session: Session, prices: dict[str, pricing.Price] | None = None,
     """One session as `ctxd sessions --format json` prints it (`config`: its agent's own); `used`:
     its fill, when known (else counted from the session's items after its latest report);
     `limits`: its `agent_limits`, when known."""
-    agent = limits or agent_limits(session, config)
+    agent = limits if limits is not None else agent_limits(session, config)
     window = agent.window or None
     if used is None:
         used = used_tokens(session)
@@ -110,7 +110,8 @@ class Shown:
     def __init__(self, prices: dict[str, pricing.Price], configs: dict[str, AgentConfig], table: bool) -> None:
         self.prices, self.configs, self.table = prices, configs, table
         # Each agent's limits for a model and a stated window, looked up once: thousands of
-        # sessions share a few (a tenth of the rows' time with nothing changed).
+        # sessions share a few (a third of the rows' time with nothing changed: 0.29 s of CPU for
+        # 3,000 rows, 0.18 s so).
         self.limits: dict[tuple[str, str | None, int | None], AgentLimits] = {}
 
     def __call__(self, session: Session, used: int | None) -> Printed:
