@@ -112,7 +112,7 @@ class Shown:
         # Each agent's limits for a model and a stated window, looked up once: thousands of
         # sessions share a few (a third of the rows' time with nothing changed: 0.29 s of CPU for
         # 3,000 rows, 0.18 s so).
-        self.limits: dict[tuple[str, str | None, int | None], AgentLimits] = {}
+        self._looked_up: dict[tuple[str, str | None, int | None], AgentLimits] = {}
 
     def __call__(self, session: Session, used: int | None) -> Printed:
         config = self.configs.get(session.agent)
@@ -125,9 +125,9 @@ class Shown:
         if not isinstance(session.model, str | None) or not isinstance(session.context_window, int | None):
             return agent_limits(session, config)  # (a damaged summary's: looked up as they are)
         key = (session.agent, session.model, session.context_window)
-        limits = self.limits.get(key)
+        limits = self._looked_up.get(key)
         if limits is None:
-            limits = self.limits[key] = agent_limits(session, config)
+            limits = self._looked_up[key] = agent_limits(session, config)
         return limits
 
 
