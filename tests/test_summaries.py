@@ -297,7 +297,7 @@ def test_a_state_strict_json_cannot_hold_is_stored_as_json_reads_it_back() -> No
     (an infinite number, a lone surrogate) is written by `json` instead, and reads back the same."""
     for state in ({"offset": 3, "title": "caf\u00e9 \u2028"}, {"offset": 3, "cost": float("inf")},
                   {"offset": 3, "title": "\udc80"}):
-        assert json.loads(summaries.state_text(state)) == state
+        assert json.loads(summaries.json_text(state)) == state
 
 
 def odd_claude_lines(ws: str) -> list[dict[str, Any]]:

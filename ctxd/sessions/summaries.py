@@ -99,6 +99,11 @@ CREATE TABLE IF NOT EXISTS file_summaries (
 """
 
 
+# A row (a summary and its reader's state, ~4.5 kB) fits a page this large: in SQLite's default
+# 4 kB pages most rows ran over into a second page, and writing 3,000 of them took 40% more CPU.
+PAGE_BYTES = 16384
+
+
 def database_path(state_dir: Path) -> Path:
     return state_dir / "sessions" / "summaries.sqlite3"
 
@@ -170,6 +175,7 @@ class Summaries:
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             db = sqlite3.connect(self.path, timeout=BUSY_SECONDS, isolation_level=None, check_same_thread=False)
             db.execute(f"PRAGMA busy_timeout = {int(BUSY_SECONDS * 1000)}")
+            db.execute(f"PRAGMA page_size = {PAGE_BYTES}")  # (a new database's; an older one keeps its own)
             if db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
                 db.execute("PRAGMA journal_mode = WAL")
             db.execute("PRAGMA synchronous = NORMAL")
@@ -278,8 +284,8 @@ class Summaries:
                         before = _stamp_of(found[0])[:2]
                         if before == row.file.get("stamp", [])[:2] and found[1] > row.offset:
                             continue
-                    values.append((row.path, row.agent, VERSION, json.dumps(row.file), row.cwd,
-                                   json.dumps(row.facts) if row.facts is not None else None, row.state,
+                    values.append((row.path, row.agent, VERSION, json_text(row.file), row.cwd,
+                                   json_text(row.facts) if row.facts is not None else None, row.state,
                                    row.offset if row.state is not None else None, now))
                 db.executemany("INSERT OR REPLACE INTO file_summaries VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", values)
         except (sqlite3.Error, ValueError) as error:
@@ -373,22 +379,23 @@ def summarize(path: str, agent: str, state: dict[str, Any] | None, cwd: str | No
     # The tail as the state keeps it, redacted (as the daemon's ledger holds its items): the fill
     # counted from the raw tail was another when a key was in it than after a restore.
     tail = saved["session"].get("tail")
-    return Read(Stored(path, agent, before, session.cwd if session.cwd is not None else cwd, facts, state_text(saved),
+    return Read(Stored(path, agent, before, session.cwd if session.cwd is not None else cwd, facts, json_text(saved),
                        reader.offset),
                 session, tail if isinstance(tail, list) else list(session.tail),
                 reader.bytes_read if start == 0 else max(0, reader.offset - start))
 
 
-def state_text(state: dict[str, Any]) -> str:
-    """A reader's state as the summaries store it: strict JSON by the protocol's encoder (a
-    fifth of `json`'s time: a cold listing's workers spent 7% of their CPU encoding states), or
-    by `json` for what strict JSON cannot hold (an infinite number a hostile file gave)."""
+def json_text(value: dict[str, Any]) -> str:
+    """A reader's state, a summary or a stamp as the summaries store them: strict JSON by the
+    protocol's encoder (a fifth of `json`'s time: a cold listing's workers spent 7% of their CPU
+    encoding states, and `ctxd sessions`' first run a tenth of its own on the summaries), or by
+    `json` for what strict JSON cannot hold (an infinite number a hostile file gave)."""
     from ctxd.protocol import jsontext
 
     try:
-        return jsontext.dumps(state).decode("utf-8")
+        return jsontext.dumps(value).decode("utf-8")
     except ValueError:
-        return json.dumps(state)
+        return json.dumps(value)
 
 
 def fill(session: Session, tail: list[dict[str, Any]] | None = None, wait: bool = True) -> int | None:
@@ -616,7 +623,7 @@ def _pool(workers: int, context: str) -> ProcessPoolExecutor:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    if context == "fork":  # (what each worker's first `state_text` imports, 40 ms: once, before they fork)
+    if context == "fork":  # (what each worker's first `json_text` imports, 40 ms: once, before they fork)
         from ctxd.protocol import jsontext  # noqa: F401
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(context),
                                initializer=_worker_start, initargs=(os.getpid(),))
