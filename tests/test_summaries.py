@@ -89,6 +89,35 @@ def test_a_summary_holding_what_strict_json_refuses_loads_as_it_was_saved(tmp_pa
     assert list(loaded) == ["/s/a.jsonl"] and loaded["/s/a.jsonl"].facts == facts
 
 
+@pytest.mark.parametrize("damage", ["not a database", "its schema's page overwritten", "its rows' page overwritten"])
+def test_a_damaged_summaries_database_is_set_aside_and_made_again(tmp_path: Path, ws: Path, damage: str) -> None:
+    """A summaries database SQLite finds damaged (garbage, or one of its pages overwritten, as a
+    full disk or a copy made while it was written may leave it) is set aside with its journal,
+    not kept: the rows are the same, and the run after takes its summaries from the new one
+    (before, every run read every file again, and said nothing)."""
+    fx.write_jsonl(fx.claude_path(tmp_path / "claude", ws), claude_lines(ws, "Add a flag AAAA"))
+    first = sessions(tmp_path, ws)
+    path = summaries.database_path(tmp_path / "state" / "ctxd")
+    data = bytearray(path.read_bytes())
+    if damage == "not a database":
+        data = bytearray(b"not SQLite " * (len(data) // 11))
+    elif damage == "its schema's page overwritten":  # (past the file's header): SQLite calls it malformed
+        data[100:summaries.PAGE_BYTES] = b"\xff" * (summaries.PAGE_BYTES - 100)
+    else:  # found as the rows are read, not as the database is opened
+        data[summaries.PAGE_BYTES:2 * summaries.PAGE_BYTES] = b"\xff" * summaries.PAGE_BYTES
+    path.write_bytes(data)
+    damaged = bytes(data)
+    assert sessions(tmp_path, ws) == first
+    aside = path.with_name(path.name + summaries.DAMAGED)
+    assert aside.read_bytes() == damaged  # kept as it was, beside the new one
+    store = summaries.Summaries(tmp_path / "state" / "ctxd")
+    updated = store._connect().execute("SELECT updated FROM file_summaries").fetchall()  # type: ignore[union-attr]
+    assert len(updated) == 1
+    assert sessions(tmp_path, ws) == first
+    assert store._connect().execute("SELECT updated FROM file_summaries").fetchall() == updated  # type: ignore[union-attr]
+    store.close()
+
+
 def test_a_file_rewritten_in_place_under_its_summary_is_read_again(tmp_path: Path, ws: Path) -> None:
     """Same inode, same size, other bytes (the mtime moved): read from its start, never the old
     summary, also when the rewrite grew it."""

@@ -102,6 +102,7 @@ CREATE TABLE IF NOT EXISTS file_summaries (
 # A row (a summary and its reader's state, ~4.5 kB) fits a page this large: in SQLite's default
 # 4 kB pages most rows ran over into a second page, and writing 3,000 of them took 40% more CPU.
 PAGE_BYTES = 16384
+DAMAGED = ".damaged"  # a damaged database's name, beside its own (`Summaries._failed`): the last one
 
 
 def database_path(state_dir: Path) -> Path:
@@ -167,29 +168,62 @@ class Summaries:
     def __init__(self, state_dir: Path) -> None:
         self.path = database_path(state_dir)
         self._db: sqlite3.Connection | None = None
+        self._file: tuple[int, int] | None = None  # the database file connected to: device, inode
 
     def _connect(self) -> sqlite3.Connection | None:
         if self._db is not None:
             return self._db
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            db = sqlite3.connect(self.path, timeout=BUSY_SECONDS, isolation_level=None, check_same_thread=False)
-            db.execute(f"PRAGMA busy_timeout = {int(BUSY_SECONDS * 1000)}")
-            db.execute(f"PRAGMA page_size = {PAGE_BYTES}")  # (a new database's; an older one keeps its own)
-            if db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-                db.execute("PRAGMA journal_mode = WAL")
-            db.execute("PRAGMA synchronous = NORMAL")
-            db.execute(_SCHEMA)
-        except (OSError, sqlite3.Error) as error:
-            log.info("summaries unavailable at %s (%s): every file is read", self.path, error)
-            return None
-        self._db = db
-        return db
+        for attempt in (1, 2):  # (a damaged database is set aside, and a new one made)
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                db = sqlite3.connect(self.path, timeout=BUSY_SECONDS, isolation_level=None, check_same_thread=False)
+                st = os.stat(self.path)
+                self._file = st.st_dev, st.st_ino
+                db.execute(f"PRAGMA busy_timeout = {int(BUSY_SECONDS * 1000)}")
+                db.execute(f"PRAGMA page_size = {PAGE_BYTES}")  # (a new database's; an older one keeps its own)
+                if db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                    db.execute("PRAGMA journal_mode = WAL")
+                db.execute("PRAGMA synchronous = NORMAL")
+                db.execute(_SCHEMA)
+            except (OSError, sqlite3.Error) as error:
+                if attempt == 1 and self._failed(error, "open"):
+                    continue
+                log.info("summaries unavailable at %s (%s): every file is read", self.path, error)
+                return None
+            self._db = db
+            return db
+        return None
 
     def close(self) -> None:
         if self._db is not None:
             self._db.close()
             self._db = None
+
+    def _failed(self, error: Exception, doing: str) -> bool:
+        """Log a failed `doing`; a database SQLite finds damaged (malformed, or not a database) is
+        set aside (`DAMAGED`, with its journal), so that the next connection makes a new one:
+        otherwise every run would read every file again, and say nothing. The summaries are made
+        again from the agents' files; nothing else is kept in them. True when set aside."""
+        log.info("cannot %s %s (%s)", doing, self.path, error)
+        if getattr(error, "sqlite_errorcode", None) not in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
+            return False
+        connected, self._file = self._file, None
+        self.close()
+        try:
+            st = os.stat(self.path)
+            if connected is not None and (st.st_dev, st.st_ino) != connected:
+                return True  # another process set it aside already: this one's is the new one
+            for suffix in ("-wal", "-shm", ""):  # (its journal first: a new database must not take it up)
+                try:
+                    os.replace(f"{self.path}{suffix}", f"{self.path}{DAMAGED}{suffix}")
+                except FileNotFoundError:
+                    pass
+        except OSError as failure:
+            log.warning("the damaged summaries at %s cannot be set aside (%s): every file is read", self.path, failure)
+            return False
+        log.warning("the summaries at %s were damaged (%s): set aside as %s%s, made again as files are read",
+                    self.path, error, self.path.name, DAMAGED)
+        return True
 
     def load(self, paths: Iterable[str] | None = None) -> dict[str, Stored]:
         """The rows (of `paths`, or all), without their readers' state."""
@@ -207,7 +241,7 @@ class Summaries:
                     part = wanted[start:start + 500]
                     rows += db.execute(f"{select} WHERE path IN ({','.join('?' * len(part))})", part).fetchall()
         except sqlite3.Error as error:
-            log.info("cannot read %s (%s)", self.path, error)
+            self._failed(error, "read")
             return {}
         out = {}
         for path, agent, version, file, cwd, facts, offset in rows:
@@ -245,7 +279,7 @@ class Summaries:
                     if isinstance(found, list) and len(found) == 4 and isinstance(cwd, str):
                         out[path] = (tuple(found), cwd)
         except sqlite3.Error as error:
-            log.info("cannot read %s (%s)", self.path, error)
+            self._failed(error, "read")
         return out
 
     def state(self, path: str) -> dict[str, Any] | None:
@@ -255,7 +289,10 @@ class Summaries:
         try:
             row = db.execute("SELECT state FROM file_summaries WHERE path = ? AND version = ?", (path, VERSION)).fetchone()
             state = json.loads(row[0]) if row and row[0] else None
-        except (sqlite3.Error, TypeError, ValueError):
+        except sqlite3.Error as error:
+            self._failed(error, "read")
+            return None
+        except (TypeError, ValueError):
             return None
         return state if isinstance(state, dict) else None
 
@@ -289,7 +326,7 @@ class Summaries:
                                    row.offset if row.state is not None else None, now))
                 db.executemany("INSERT OR REPLACE INTO file_summaries VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", values)
         except (sqlite3.Error, ValueError) as error:
-            log.info("cannot write %s (%s)", self.path, error)
+            self._failed(error, "write")
 
 
 def _stamp_of(file: Any) -> list[Any]:
