@@ -345,6 +345,36 @@ def test_build_reads_any_bytes(data: bytes) -> None:
     assert fastcount.count("hello, world", built) >= 1
 
 
+@needs_c
+@pytest.mark.parametrize("name", sorted(encodings.SPECS))
+def test_the_ranks_read_in_c_are_the_ranks_read_in_python(name: str) -> None:
+    """The shipped files' mergeable ranks, as the exact counter is built from them: the same
+    tokens, ranks and order by the C reader as by the Python one (tiktoken's own way)."""
+    data = encodings.shipped_file(name)
+    assert list(fastcount.ranks(data).items()) == list(encodings.parse_ranks(data).items())
+
+
+@needs_c
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.binary(min_size=1, max_size=40), st.integers(0, 10**9)), max_size=20),
+       st.sampled_from([b"\n", b"\r\n", b" \n\n"]))
+def test_the_ranks_read_in_c_are_those_python_reads_on_any_file(entries: list[tuple[bytes, int]], end: bytes) -> None:
+    import base64
+
+    data = end.join(base64.b64encode(token) + b" " + str(rank).encode() for token, rank in entries)
+    assert fastcount.ranks(data) == encodings.parse_ranks(data)
+
+
+@needs_c
+@pytest.mark.parametrize("data", [b"QQ== 1\nQg 2\n", b"QQ==\n", b"QQ== x1\n", b"Q!== 1\n", b"QQ=Q 1\n",
+                                  b"=QQQ 1\n", b"QQ== 1x\n", b"QQ== 99999999999999999999\n"])
+def test_what_is_not_a_tiktoken_file_is_refused_by_the_c_reader(data: bytes) -> None:
+    """A field that is not base64 (unpadded, a stray `=` or character), a token without its
+    rank, a rank that is not a number (or past any vocabulary): ValueError, not a wrong table."""
+    with pytest.raises(ValueError, match="not a .tiktoken file"):
+        fastcount.ranks(data)
+
+
 PROBE = ("import sys; sys.modules['ctxd.tokens._fastcount'] = None  # the extension cannot be imported\n"
          "from ctxd.tokens import estimator as e\n"
          "texts = ['hello world', 'def f(x):\\n    return x', '中文字符', 'Привет, мир']\n"
