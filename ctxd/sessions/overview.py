@@ -10,6 +10,7 @@ summary stopped, and a first run reads in one process per core.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -187,6 +188,9 @@ def main(argv: list[str]) -> int:
     configs = {agent.name: agent.read_config(agent.home(os.environ, homes[agent.name])) for agent in agents.every()}
     state_dir = Path(args.state_dir).expanduser() if args.state_dir else settings.chosen_state_dir()
     show = Shown(prices, configs, args.format == "table")
+    # The collector would pass over every row kept until they are printed, and find nothing to free:
+    # a tenth of a first run's CPU in this process on 3,000 sessions (0.11 s). (Its workers collect.)
+    gc.disable()
     found = collect(folder, sources, state_dir, workers=os.cpu_count() or 1, show=show)
     printed: list[Printed] = [f.shown if f.shown is not None else show(f.session, f.used) for f in found]
     rows = [p.row for p in printed]

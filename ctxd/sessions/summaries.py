@@ -27,6 +27,7 @@ open them again.
 from __future__ import annotations
 
 import functools
+import gc
 import itertools
 import json
 import logging
@@ -647,6 +648,7 @@ def _worker_start(parent: int) -> None:
     its next job, or to hand back its last, would otherwise wait forever once its parent was
     killed (the pool's pipes stay open in the workers themselves)."""
     heap.keep_freed_memory()
+    gc.enable()  # (`ctxd sessions` forks them from a process that collects nothing: overview.main)
 
     def watch() -> None:
         while os.getppid() == parent:
