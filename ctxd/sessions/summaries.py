@@ -175,6 +175,7 @@ class Summaries:
         if self._db is not None:
             return self._db
         for attempt in (1, 2):  # (a damaged database is set aside, and a new one made)
+            db = None
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
                 db = sqlite3.connect(self.path, timeout=BUSY_SECONDS, isolation_level=None, check_same_thread=False)
@@ -187,6 +188,8 @@ class Summaries:
                 db.execute("PRAGMA synchronous = NORMAL")
                 db.execute(_SCHEMA)
             except (OSError, sqlite3.Error) as error:
+                if db is not None:
+                    db.close()
                 if attempt == 1 and self._failed(error, "open"):
                     continue
                 log.info("summaries unavailable at %s (%s): every file is read", self.path, error)
