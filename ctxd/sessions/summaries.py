@@ -170,9 +170,10 @@ class Summaries:
         self.path = database_path(state_dir)
         self._db: sqlite3.Connection | None = None
         self._file: tuple[int, int] | None = None  # the database file connected to: device, inode
+        self._damaged_kept = False  # a damaged database that could not be set aside: not opened again
 
     def _connect(self) -> sqlite3.Connection | None:
-        if self._db is not None:
+        if self._db is not None or self._damaged_kept:
             return self._db
         for attempt in (1, 2):  # (a damaged database is set aside, and a new one made)
             db = None
@@ -224,6 +225,7 @@ class Summaries:
                     pass
         except OSError as failure:
             log.warning("the damaged summaries at %s cannot be set aside (%s): every file is read", self.path, failure)
+            self._damaged_kept = True
             return False
         log.warning("the summaries at %s were damaged (%s): set aside as %s%s, made again as files are read",
                     self.path, error, self.path.name, DAMAGED)

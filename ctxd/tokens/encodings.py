@@ -101,7 +101,7 @@ def shipped_file(name: str) -> bytes:
 
 def read_ranks(path: Path, sha256: str) -> dict[bytes, int]:
     """The mergeable ranks in a gzipped `.tiktoken` file, after checking the file's SHA-256: by
-    the C extension where it is built (in a third of the time), else by `parse_ranks`."""
+    the C extension where it is built (in half the time), else by `parse_ranks`."""
     data = read_file(path, sha256)
     return _fastcount.ranks(data) if _fastcount is not None else parse_ranks(data)
 
