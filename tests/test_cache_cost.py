@@ -307,3 +307,54 @@ def test_a_compaction_through_the_daemon_reports_its_cache_cost(daemon_factory, 
     assert spent["cacheWriteTokens"] == result["tokensAfter"]
     assert spent["savedTokensPerTurn"] == result["tokensBefore"] - result["tokensAfter"] > 0
     assert spent["cacheWriteCost"] == round(result["tokensAfter"] * SONNET.input / 1e6, 6)
+
+
+def last_request_in_year_9999(tmp_path: Path) -> Path:
+    """The fixture with its every time at the end of year 9999: the cache's expiry, a lifetime
+    later, is past what Python's datetime can write (a damaged or hostile file)."""
+    lines = claude_lines()
+    for line in lines:
+        if "timestamp" in line:
+            line["timestamp"] = "9999-12-31T23:59:59.000Z"
+    return write_lines(tmp_path / f"{CLAUDE_ID}.jsonl", lines)
+
+
+def test_a_session_whose_cache_would_expire_after_year_9999_is_listed_with_no_expiry(tmp_path: Path) -> None:
+    assert prompt_cache.state({"provider": "anthropic", "lastRequestAt": "9999-12-31T23:59:59Z"}, 0)["expiresAt"] is None
+    for edge in ("9999-12-31T23:59:59-14:00", "0001-01-01T00:00:00+14:00"):  # (UTC: years 10000 and 0)
+        assert prompt_cache.state({"provider": "anthropic", "lastRequestAt": edge}, 0)["lastRequestAt"] is None
+    workspace = tmp_path / "app"
+    workspace.mkdir()
+    home = claude_home(tmp_path, last_request_in_year_9999(tmp_path), workspace)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent), "HOME": str(tmp_path),
+           "XDG_STATE_HOME": str(tmp_path / "state"), "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    for fmt in ("json", "table"):
+        done = subprocess.run([sys.executable, "-m", "ctxd", "sessions", "--workspace", str(workspace), "--format", fmt,
+                               "--claude-home", str(home), "--codex-home", str(tmp_path / "no-codex")],
+                              capture_output=True, env=env, timeout=120)
+        assert done.returncode == 0, done.stderr.decode()
+        if fmt == "json":
+            [row] = json.loads(done.stdout)
+            assert row["cache"]["state"] == "warm" and row["cache"]["expiresAt"] is None
+            assert row["cache"]["lastRequestAt"] == "9999-12-31T23:59:59Z"
+        else:
+            [row_line] = [line for line in done.stdout.decode().splitlines() if line.startswith("claude")]
+            assert "cache warm  9999-12-31 23:59:59" in row_line  # (no time left: none can be written)
+
+
+def test_the_daemon_lists_and_gauges_a_session_whose_cache_would_expire_after_year_9999(daemon_factory,
+                                                                                       tmp_path: Path) -> None:
+    workspace = tmp_path / "app"
+    workspace.mkdir()
+    home = claude_home(tmp_path, last_request_in_year_9999(tmp_path), workspace)
+    client = daemon_factory([workspace], env={"CLAUDE_CONFIG_DIR": str(home), "CODEX_HOME": str(tmp_path / "nx")})
+    uri = workspace.as_uri()
+    thread = f"claude:{CLAUDE_ID}"
+    deadline = time.monotonic() + 30
+    while not [t for t in client.request("ctxd/threads", {"workspace": uri})["threads"] if t["thread"] == thread]:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    [listed] = [t for t in client.request("ctxd/threads", {"workspace": uri})["threads"] if t["thread"] == thread]
+    assert listed["cache"]["state"] == "warm" and listed["cache"]["expiresAt"] is None
+    usage = client.request("ctxd/usage", {"workspace": uri, "thread": thread})
+    assert usage["cache"]["expiresAt"] is None and usage["usage"]["usedTokens"] == listed["usage"]["usedTokens"]

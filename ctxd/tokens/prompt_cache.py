@@ -63,6 +63,16 @@ def iso(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
+def _iso_or_none(seconds: float) -> str | None:
+    """`iso`, or None for a time datetime cannot write: a session's last request at the end of year
+    9999 (a damaged or hostile file) expires in year 10000, and one such session failed the
+    whole `ctxd/threads` listing and `ctxd sessions`."""
+    try:
+        return iso(seconds)
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
 def money(tokens: int, rate: float | None) -> float | None:
     """USD for `tokens` at `rate` per million, rounded as costs are (6 places); None unpriced."""
     return None if rate is None else round(tokens * rate / MILLION, 6)
@@ -103,8 +113,8 @@ def state(kept: dict[str, Any], prompt_tokens: int, now: float | None = None) ->
     if last is None or kept.get("provider") is None:
         label, expires = "unknown", None
     else:
-        label, expires = ("warm" if now < last + span else "cold"), iso(last + span)
-    result: dict[str, Any] = {"state": label, "lastRequestAt": iso(last) if last is not None else None,
+        label, expires = ("warm" if now < last + span else "cold"), _iso_or_none(last + span)
+    result: dict[str, Any] = {"state": label, "lastRequestAt": _iso_or_none(last) if last is not None else None,
                               "lifetimeSeconds": span, "expiresAt": expires,
                               "rewriteTokens": prompt_tokens, "rewriteCost": money(prompt_tokens, rate)}
     compactions = kept.get("compactions")
@@ -117,7 +127,10 @@ def text(cache: dict[str, Any], now: float | None = None) -> str:
     """One short phrase for a table or a status line: `cache warm 3m left`, `cache cold: next turn
     re-writes 120k ($0.45)`, `cache ?`."""
     if cache.get("state") == "warm":
-        left = max(0.0, (parse_time(cache.get("expiresAt")) or 0.0) - (time.time() if now is None else now))
+        expires = parse_time(cache.get("expiresAt"))
+        if expires is None:  # (past what datetime writes: `_iso_or_none`)
+            return "cache warm"
+        left = max(0.0, expires - (time.time() if now is None else now))
         return f"cache warm {int(left // 60)}m left" if left >= 60 else f"cache warm {int(left)}s left"
     if cache.get("state") == "cold":
         cost = cache.get("rewriteCost")
