@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from ctxd.tokens import prompt_cache
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "agents"
 CLAUDE_ID = "2009bcc5-85ba-431c-b4e2-481f4e482c80"
+THREAD = f"claude:{CLAUDE_ID}"
 SONNET = builtin_prices()["claude-sonnet-4-5"]
 LAST_CLAUDE = "2026-11-26T21:19:03.810Z"  # the fixture's last main-chain reply
 LAST_CODEX = "2026-11-26T21:18:42.348Z"  # its last token_count (not its last line)
@@ -138,10 +140,11 @@ def claude_home(tmp_path: Path, transcript: Path, workspace: Path) -> Path:
     return home
 
 
-def test_ctxd_sessions_shows_the_cache_and_the_compactions_cost(tmp_path: Path) -> None:
+def sessions_of(tmp_path: Path, transcript: Path) -> Callable[[str], str]:
+    """`ctxd sessions --format <fmt>`'s output, in a workspace whose one session is `transcript`."""
     workspace = tmp_path / "app"
     workspace.mkdir()
-    home = claude_home(tmp_path, compacted_claude(tmp_path), workspace)
+    home = claude_home(tmp_path, transcript, workspace)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent), "HOME": str(tmp_path),
            "XDG_STATE_HOME": str(tmp_path / "state"), "XDG_CONFIG_HOME": str(tmp_path / "config")}
 
@@ -152,6 +155,11 @@ def test_ctxd_sessions_shows_the_cache_and_the_compactions_cost(tmp_path: Path) 
         assert done.returncode == 0, done.stderr.decode()
         return done.stdout.decode()
 
+    return sessions
+
+
+def test_ctxd_sessions_shows_the_cache_and_the_compactions_cost(tmp_path: Path) -> None:
+    sessions = sessions_of(tmp_path, compacted_claude(tmp_path))
     [row] = json.loads(sessions("json"))
     state = row["cache"]
     assert state["state"] == "cold" and state["lastRequestAt"] == "2026-11-26T21:30:03Z"  # a past session
@@ -256,24 +264,31 @@ def test_ctxd_compacts_early_when_the_cache_is_cold_and_reports_spent_against_sa
         ws.close()
 
 
-def test_daemon_threads_and_usage_carry_the_cache_of_a_followed_session(daemon_factory, tmp_path: Path) -> None:
+def followed(daemon_factory: Any, tmp_path: Path, transcript: Path,
+             ready: Callable[[dict[str, Any]], bool] = lambda thread: True) -> tuple[Any, str, dict[str, Any]]:
+    """A daemon following `transcript` as the one session of a workspace, the workspace's URI, and
+    the session's thread as `ctxd/threads` lists it once `ready` says so."""
     workspace = tmp_path / "app"
     workspace.mkdir()
-    home = claude_home(tmp_path, compacted_claude(tmp_path), workspace)
+    home = claude_home(tmp_path, transcript, workspace)
     client = daemon_factory([workspace], env={"CLAUDE_CONFIG_DIR": str(home), "CODEX_HOME": str(tmp_path / "nx")})
     uri = workspace.as_uri()
-    thread = f"claude:{CLAUDE_ID}"
     deadline = time.monotonic() + 30
     while True:
-        listed = [t for t in client.request("ctxd/threads", {"workspace": uri})["threads"] if t["thread"] == thread]
-        if listed and listed[0].get("cache", {}).get("compactions"):
-            break
+        listed = [t for t in client.request("ctxd/threads", {"workspace": uri})["threads"] if t["thread"] == THREAD]
+        if listed and ready(listed[0]):
+            return client, uri, listed[0]
         assert time.monotonic() < deadline, listed
         time.sleep(0.05)
-    info = listed[0]["cache"]
-    assert info["state"] == "cold" and info["rewriteTokens"] == listed[0]["usage"]["usedTokens"]
+
+
+def test_daemon_threads_and_usage_carry_the_cache_of_a_followed_session(daemon_factory, tmp_path: Path) -> None:
+    client, uri, listed = followed(daemon_factory, tmp_path, compacted_claude(tmp_path),
+                                   lambda thread: bool(thread.get("cache", {}).get("compactions")))
+    info = listed["cache"]
+    assert info["state"] == "cold" and info["rewriteTokens"] == listed["usage"]["usedTokens"]
     assert info["compactions"][0]["cacheWriteTokens"] == 1_200
-    usage = client.request("ctxd/usage", {"workspace": uri, "thread": thread})
+    usage = client.request("ctxd/usage", {"workspace": uri, "thread": THREAD})
     assert usage["cache"]["compactions"] == info["compactions"] and usage["cache"]["state"] == "cold"
 
 
@@ -323,38 +338,17 @@ def test_a_session_whose_cache_would_expire_after_year_9999_is_listed_with_no_ex
     assert prompt_cache.state({"provider": "anthropic", "lastRequestAt": "9999-12-31T23:59:59Z"}, 0)["expiresAt"] is None
     for edge in ("9999-12-31T23:59:59-14:00", "0001-01-01T00:00:00+14:00"):  # (UTC: years 10000 and 0)
         assert prompt_cache.state({"provider": "anthropic", "lastRequestAt": edge}, 0)["lastRequestAt"] is None
-    workspace = tmp_path / "app"
-    workspace.mkdir()
-    home = claude_home(tmp_path, last_request_in_year_9999(tmp_path), workspace)
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent), "HOME": str(tmp_path),
-           "XDG_STATE_HOME": str(tmp_path / "state"), "XDG_CONFIG_HOME": str(tmp_path / "config")}
-    for fmt in ("json", "table"):
-        done = subprocess.run([sys.executable, "-m", "ctxd", "sessions", "--workspace", str(workspace), "--format", fmt,
-                               "--claude-home", str(home), "--codex-home", str(tmp_path / "no-codex")],
-                              capture_output=True, env=env, timeout=120)
-        assert done.returncode == 0, done.stderr.decode()
-        if fmt == "json":
-            [row] = json.loads(done.stdout)
-            assert row["cache"]["state"] == "warm" and row["cache"]["expiresAt"] is None
-            assert row["cache"]["lastRequestAt"] == "9999-12-31T23:59:59Z"
-        else:
-            [row_line] = [line for line in done.stdout.decode().splitlines() if line.startswith("claude")]
-            assert "cache warm  9999-12-31 23:59:59" in row_line  # (no time left: none can be written)
+    sessions = sessions_of(tmp_path, last_request_in_year_9999(tmp_path))
+    [row] = json.loads(sessions("json"))
+    assert row["cache"]["state"] == "warm" and row["cache"]["expiresAt"] is None
+    assert row["cache"]["lastRequestAt"] == "9999-12-31T23:59:59Z"
+    [line] = [line for line in sessions("table").splitlines() if line.startswith("claude")]
+    assert "cache warm  9999-12-31 23:59:59" in line  # (no time left: none can be written)
 
 
 def test_the_daemon_lists_and_gauges_a_session_whose_cache_would_expire_after_year_9999(daemon_factory,
                                                                                        tmp_path: Path) -> None:
-    workspace = tmp_path / "app"
-    workspace.mkdir()
-    home = claude_home(tmp_path, last_request_in_year_9999(tmp_path), workspace)
-    client = daemon_factory([workspace], env={"CLAUDE_CONFIG_DIR": str(home), "CODEX_HOME": str(tmp_path / "nx")})
-    uri = workspace.as_uri()
-    thread = f"claude:{CLAUDE_ID}"
-    deadline = time.monotonic() + 30
-    while not [t for t in client.request("ctxd/threads", {"workspace": uri})["threads"] if t["thread"] == thread]:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    [listed] = [t for t in client.request("ctxd/threads", {"workspace": uri})["threads"] if t["thread"] == thread]
+    client, uri, listed = followed(daemon_factory, tmp_path, last_request_in_year_9999(tmp_path))
     assert listed["cache"]["state"] == "warm" and listed["cache"]["expiresAt"] is None
-    usage = client.request("ctxd/usage", {"workspace": uri, "thread": thread})
+    usage = client.request("ctxd/usage", {"workspace": uri, "thread": THREAD})
     assert usage["cache"]["expiresAt"] is None and usage["usage"]["usedTokens"] == listed["usage"]["usedTokens"]
