@@ -764,9 +764,9 @@ static PyObject *build(PyObject *module, PyObject *const *args, Py_ssize_t nargs
 
 /* ranks(data) -> {token: rank}: the mergeable ranks of a decompressed .tiktoken file (a line per
  * token: its bytes in base64, a space, its rank), as encodings.read_ranks makes them in Python:
- * there, 200,000 lines took twice as long, 0.1 s more of the 0.45-0.50 s an exact count's first use
- * waits for (most of the rest is tiktoken's own build). ValueError on anything else: a field that is not base64, a rank that is
- * not a decimal number, a token without its rank. */
+ * there, 200,000 lines took twice as long, 0.1 s more of the 0.45-0.50 s an exact count's first
+ * use waits for (most of the rest is tiktoken's own build). ValueError on anything else: a field
+ * that is not base64, a rank that is not a decimal number, a token without its rank. */
 static int space(unsigned char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t' || c == '\v' || c == '\f'; }
 
 static PyObject *ranks(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
