@@ -2,11 +2,13 @@
 
 `ctxd sessions` and the daemon's listing make every session's row in one pass: a value that makes
 one row raise failed them for the whole workspace (a time at the end of year 9999 did, in the
-cache's expiry). Hypothesis takes a line of the real Claude Code and Codex fixtures, a value in
-it (any depth), and puts a hostile one there: a time at the edge of what datetime holds, numbers
-too large for a machine word or a float's range, negative counts, wrong types, a lone surrogate.
-(In one line, or in every line that has that place.) The file is summarized as a first `ctxd sessions` reads it, its fill counted, and its row made in
-both formats, from the read and again from the summary as stored; nothing may raise.
+cache's expiry), and a file that makes its reader raise is left out (a Qwen Code record whose
+`subtype` was a list was). Hypothesis takes a line of the real Claude Code, Codex, Gemini CLI and
+Qwen Code fixtures, a value in it (any depth), and puts a hostile one there: a time at the edge of
+what datetime holds, numbers too large for a machine word or a float's range, negative counts,
+wrong types, a lone surrogate. (In one line, or in every line that has that place.) The file is
+summarized as a first `ctxd sessions` reads it, its fill counted, and its row made in both
+formats, from the read and again from the summary as stored; nothing may raise.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from ctxd import agents
@@ -25,7 +27,9 @@ from ctxd.sessions import overview, pricing, summaries
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "agents"
 FILES = {"claude": ("claude-2.1.332.jsonl", "2009bcc5-85ba-431c-b4e2-481f4e482c80.jsonl"),
-         "codex": ("codex-0.171.0.jsonl", "rollout-2026-11-26T21-18-00-019ac2b8-0000-7000-8000-000000000000.jsonl")}
+         "codex": ("codex-0.171.0.jsonl", "rollout-2026-11-26T21-18-00-019ac2b8-0000-7000-8000-000000000000.jsonl"),
+         "gemini": ("gemini/session.jsonl", "session-2026-12-02T01-18-3863ff50.jsonl"),
+         "qwen": ("qwen/session.jsonl", "2ffe4e28-b3a5-4bf4-b6b6-045e6b77ba91.jsonl")}
 LINES = {agent: [json.loads(line) for line in (FIXTURES / name).read_text().splitlines() if line.strip()]
          for agent, (name, _) in FILES.items()}
 HOSTILE = st.sampled_from([
@@ -63,15 +67,27 @@ READ = {"timestamp", "type", "subtype", "model", "cwd", "sessionId", "id", "uuid
         "message", "usage", "input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens",
         "cache_creation", "ephemeral_1h_input_tokens", "ephemeral_5m_input_tokens", "payload", "info",
         "total_token_usage", "last_token_usage", "cached_input_tokens", "reasoning_output_tokens", "total_tokens",
-        "model_context_window", "compactMetadata", "preTokens"}
+        "model_context_window", "compactMetadata", "preTokens",
+        # Gemini CLI's and Qwen Code's
+        "$set", "messages", "tokens", "input", "output", "cached", "thoughts", "tool", "total", "startTime",
+        "lastUpdated", "kind", "systemPayload", "uiEvent", "usageMetadata", "promptTokenCount",
+        "candidatesTokenCount", "cachedContentTokenCount", "totalTokenCount", "input_token_count",
+        "output_token_count", "cached_content_token_count", "total_token_count", "compressedHistory",
+        "originalTokenCount", "newTokenCount", "contextWindowSize", "provenance", "parts", "version"}
 READ_CASES = [case for case in CASES if case[2][-1] in READ]
-SETTINGS = settings(max_examples=300, deadline=None, derandomize=True, database=None,
+SETTINGS = settings(max_examples=400, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 PRICES = pricing.price_table({}, [])
 CONFIGS = {agent.name: AgentConfig() for agent in agents.every()}
 
 
+# Found by it, kept as examples: a Qwen Code `system` record whose `subtype` is a list.
+QWEN_SUBTYPE = ("qwen", next(n for n, line in enumerate(LINES["qwen"]) if "subtype" in line), ("subtype",))
+
+
 @SETTINGS
+@example(case=QWEN_SUBTYPE, value=[], everywhere=False)
+@example(case=QWEN_SUBTYPE, value={"a": {}}, everywhere=True)
 @given(case=st.one_of(st.sampled_from(READ_CASES), st.sampled_from(CASES)), value=HOSTILE, everywhere=st.booleans())
 def test_one_hostile_value_anywhere_in_a_session_is_summarized_and_shown(tmp_path: Path, case: tuple[str, int, tuple[Any, ...]],
                                                                         value: Any, everywhere: bool) -> None:

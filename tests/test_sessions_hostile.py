@@ -4,12 +4,17 @@ workspace's threads, be mirrored into another session's thread, or delay a clien
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from ctxd.agents.session import OTHER_KINDS
 from ctxd.ledger.store import database_path
+from ctxd.sessions import summaries
 from tests import session_fixtures as fx
 from tests.rpc import RpcError
 from tests.test_sessions_e2e import CODEX_THREAD, homes, wait_thread
@@ -143,3 +148,31 @@ def test_a_client_request_during_a_big_import_is_answered_before_the_import_ends
     mirrored = client.request("ctxd/history", {"workspace": uri, "thread": CODEX_THREAD, "limit": 1})["total"]
     assert mirrored < total, "the live session's line waited for the whole import"
     wait_thread(client, workspace, CODEX_THREAD, lambda t: t["itemCount"] == total, timeout=120)
+
+
+def test_a_session_of_thousands_of_made_up_kinds_names_a_few(daemon_factory, workspace: Path, tmp_path: Path) -> None:
+    """Format drift is named by kind (`ctxd/status`' `unread`, `ctxd sessions`' stderr): a file of
+    5,000 kinds ctxd does not read, each 200 characters, names 32 of them cut to 64 characters, and
+    counts the rest as one; its summary stays small. (Each kind was named whole: the summary was as
+    large as the file, and `ctxd sessions` printed them all.)"""
+    _, claude_home, env = homes(tmp_path)
+    made_up = [{"type": f"kind-{n:04}-" + "x" * 190, "timestamp": "2025-10-03T11:00:09.000Z"} for n in range(5_000)]
+    fx.write_jsonl(fx.claude_path(claude_home, workspace), [*fx.claude_session(workspace), *made_up])
+    state = tmp_path / "cli-state"
+    done = subprocess.run([sys.executable, "-m", "ctxd", "sessions", "--workspace", str(workspace), "--format", "json"],
+                          capture_output=True, timeout=120, env={**os.environ, **env, "XDG_STATE_HOME": str(state)})
+    assert done.returncode == 0, done.stderr.decode()
+    [row] = json.loads(done.stdout)
+    assert row["thread"] == f"claude:{fx.CLAUDE_ID}" and row["turns"] == 1
+    assert b"33 kinds of record" in done.stderr and len(done.stderr) < 4_000
+    with sqlite3.connect(summaries.database_path(state / "ctxd")) as db:
+        [(facts, saved)] = db.execute("SELECT facts, state FROM file_summaries").fetchall()
+    assert len(facts) + len(saved) < 20_000
+
+    client = daemon_factory([workspace], env=env)
+    wait_thread(client, workspace, f"claude:{fx.CLAUDE_ID}")
+    [source] = [s for s in client.request("ctxd/status", {"workspace": workspace.as_uri()})["sources"]
+                if s["agent"] == "claude"]
+    [drift] = source["unread"]
+    assert drift["records"] == 5_000 and len(drift["kinds"]) == 33 and OTHER_KINDS in drift["kinds"]
+    assert all(len(kind) <= 64 for kind in drift["kinds"])

@@ -217,6 +217,8 @@ class QwenReader(Reader):
                 self._compressed(rec, change)
             elif subtype == "ui_telemetry":
                 self._telemetry(rec)
+            elif isinstance(subtype, list | dict):  # (no kind this reader knows, and not one a set can hold)
+                session.count_unknown(f"system.{type(subtype).__name__}")
             elif subtype not in KNOWN_SYSTEM and subtype != "rewind":
                 session.count_unknown(f"system.{subtype}")
         else:

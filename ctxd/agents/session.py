@@ -167,8 +167,9 @@ class Session:
             total.add(usage)
         return total
 
-    def count_unknown(self, kind: str) -> None:
-        self.unknown[kind] = self.unknown.get(kind, 0) + 1
+    def count_unknown(self, kind: str, records: int = 1) -> None:
+        """One more record of a kind this reader skips (format drift)."""
+        count_kind(self.unknown, kind, records)
 
     def add_item(self, item: dict[str, Any], holding: bool) -> None:
         """`item` joins the window (kept in `items` when `holding`)."""
@@ -242,9 +243,30 @@ class Session:
             if name in state:
                 setattr(session, name, state[name])
         session.cumulative = usages(state.get("cumulative"))
+        session.unknown = {}
+        unknown = state.get("unknown")
+        for kind, records in unknown.items() if isinstance(unknown, dict) else ():  # (one kept before the bound: bounded)
+            if type(records) is int:
+                session.count_unknown(str(kind), records)
         session.turns = [Turn(*turn) for turn in state.get("turns") or []]
         return session
 
+
+# Format drift's kinds, as `count_kind` names them.
+MAX_UNKNOWN_KINDS = 32
+MAX_KIND_CHARS = 64
+OTHER_KINDS = "(other kinds)"
+
+
+def count_kind(counts: dict[str, int], kind: str, records: int) -> None:
+    """`records` more of `kind` in `counts` (format drift: a session's, or an agent version's). The
+    first MAX_UNKNOWN_KINDS kinds are named, each cut to MAX_KIND_CHARS; any other counts as
+    OTHER_KINDS: a hostile file of 200,000 made-up kinds (44 MB) made a summary as large as itself,
+    and `ctxd sessions` printed every one of them."""
+    kind = kind[:MAX_KIND_CHARS]
+    if kind not in counts and len(counts) >= MAX_UNKNOWN_KINDS:
+        kind = OTHER_KINDS
+    counts[kind] = counts.get(kind, 0) + records
 
 # What `Session.to_state` keeps besides the usage and the latest turn: plain JSON values.
 _SCALARS = ("id", "version", "cwd", "model", "context_window", "title", "started", "last_activity",

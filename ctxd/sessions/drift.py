@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from ctxd import agents
-from ctxd.agents.session import Session
+from ctxd.agents.session import Session, count_kind
 
 if TYPE_CHECKING:
     from ctxd.protocol.shapes import UnreadRecords
@@ -25,7 +25,7 @@ def unread(sessions: Iterable[Session], agent: str) -> list[UnreadRecords]:
             continue
         counts = by_version.setdefault(session.version, {})
         for kind, count in session.unknown.items():
-            counts[kind] = counts.get(kind, 0) + count
+            count_kind(counts, kind, count)
     return [{"version": version, "kinds": sorted(counts), "records": sum(counts.values())}
             for version, counts in sorted(by_version.items(), key=lambda kv: kv[0] or "")]
 
