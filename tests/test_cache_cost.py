@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from ctxd import isotime
 from ctxd.agents.claude import ClaudeReader
 from ctxd.agents.codex import CodexReader
 from ctxd.sessions import cachecost
@@ -50,7 +51,7 @@ def test_claude_cache_warm_then_cold_and_what_the_next_turn_rewrites(tmp_path: P
     s = reader.session
     assert s.last_request_at == LAST_CLAUDE and not s.cache_1h
     facts = cachecost.facts(s, builtin_prices())
-    last = prompt_cache.parse_time(LAST_CLAUDE)
+    last = isotime.seconds(LAST_CLAUDE)
     assert last is not None
     warm = prompt_cache.state(facts, s.baseline or 0, now=last + 299)
     assert warm["state"] == "warm" and warm["lifetimeSeconds"] == 300
@@ -71,7 +72,7 @@ def test_claude_one_hour_writes_keep_the_cache_an_hour_at_the_one_hour_rate(tmp_
     s = read_claude(write_lines(tmp_path / f"{CLAUDE_ID}.jsonl", lines)).session
     assert s.cache_1h
     facts = cachecost.facts(s, builtin_prices())
-    last = prompt_cache.parse_time(LAST_CLAUDE) or 0.0
+    last = isotime.seconds(LAST_CLAUDE) or 0.0
     assert prompt_cache.state(facts, 5_135, now=last + 1_800)["state"] == "warm"
     cold = prompt_cache.state(facts, 5_135, now=last + 3_601)
     assert cold["lifetimeSeconds"] == 3_600 and cold["rewriteCost"] == round(5_135 * SONNET.cache_write_1h / 1e6, 6)
@@ -83,7 +84,7 @@ def test_codex_cache_lifetime_is_openais_and_a_rewrite_is_billed_as_input() -> N
     s = reader.session
     assert s.last_request_at == LAST_CODEX
     facts = cachecost.facts(s, builtin_prices())
-    last = prompt_cache.parse_time(LAST_CODEX) or 0.0
+    last = isotime.seconds(LAST_CODEX) or 0.0
     assert prompt_cache.state(facts, 12_030, now=last + 599)["state"] == "warm"
     cold = prompt_cache.state(facts, 12_030, now=last + 601)
     price = builtin_prices()["gpt-5.5"]
@@ -188,7 +189,7 @@ def test_statusline_says_until_when_the_cache_is_warm(tmp_path: Path, one_hour: 
     done = subprocess.run([sys.executable, "-m", "ctxd", "statusline", "--no-colour"], input=json.dumps(data).encode(),
                           capture_output=True, env=env, timeout=60, cwd=tmp_path)
     line = done.stdout.decode()
-    until = (prompt_cache.parse_time(stamp) or 0) + (3_600 if one_hour else 300)
+    until = (isotime.seconds(stamp) or 0) + (3_600 if one_hour else 300)
     assert f"cache until {time.strftime('%H:%M', time.localtime(until))}" in line, line
 
     old = write_lines(tmp_path / "old.jsonl", [

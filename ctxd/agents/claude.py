@@ -1203,7 +1203,7 @@ def compaction_point(window: int) -> int:
 def last_request(transcript: Any) -> tuple[float, bool] | None:
     """The latest main-chain reply in the transcript's tail: when it came, and whether its cache
     writes went to Anthropic's 1-hour cache."""
-    from ctxd.tokens.prompt_cache import parse_time
+    from ctxd import isotime
 
     if not isinstance(transcript, str) or not os.path.isabs(transcript):
         return None
@@ -1220,7 +1220,7 @@ def last_request(transcript: Any) -> tuple[float, bool] | None:
             continue
         message = rec.get("message") if isinstance(rec, dict) and not rec.get("isSidechain") else None
         usage = message.get("usage") if isinstance(message, dict) else None
-        at = parse_time(rec.get("timestamp")) if isinstance(usage, dict) else None
+        at = isotime.seconds(rec.get("timestamp")) if isinstance(usage, dict) else None
         if at is not None and isinstance(usage, dict):
             split = usage.get("cache_creation")
             return at, isinstance(split, dict) and tokens(split.get("ephemeral_1h_input_tokens")) > 0

@@ -172,9 +172,7 @@ def started_ns(meta: dict[str, Any]) -> int:
     started = meta.get("startedNs")
     if isinstance(started, int):
         return started
-    try:  # a version 1 snapshot: its creation time, a little later than the capture began
-        from datetime import datetime
+    from ctxd import isotime
 
-        return int(datetime.fromisoformat(str(meta["createdAt"]).replace("Z", "+00:00")).timestamp() * 1e9)
-    except (KeyError, ValueError):
-        return 0
+    created = isotime.seconds(meta.get("createdAt"))  # a version 1 snapshot: its creation time, a little
+    return int(created * 1e9) if created is not None else 0  # later than the capture began

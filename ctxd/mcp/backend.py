@@ -278,12 +278,9 @@ def _served(thread: str) -> bool:
 
 
 def _time_of(snapshot: dict[str, Any]) -> float | None:
-    from datetime import datetime
+    from ctxd import isotime
 
-    try:
-        return datetime.fromisoformat(str(snapshot.get("createdAt"))).timestamp()
-    except ValueError:
-        return None
+    return isotime.seconds(snapshot.get("createdAt"))
 
 
 def backend_from_environment(cwd: str) -> Backend:

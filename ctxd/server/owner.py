@@ -28,7 +28,6 @@ import base64
 import contextlib
 import fcntl
 import logging
-import logging.handlers
 import os
 import signal
 import socket
@@ -512,9 +511,9 @@ def _identity(path: str) -> tuple[int, int] | None:
 
 
 def setup_log(folder: Path) -> None:
-    from ctxd.logs import PrivateRotatingFileHandler, RedactSecrets
+    from ctxd.logs import RedactSecrets, private_rotating_handler
 
-    handler = PrivateRotatingFileHandler(folder / ownerlink.LOG_NAME, maxBytes=LOG_BYTES, backupCount=1)
+    handler = private_rotating_handler(folder / ownerlink.LOG_NAME, LOG_BYTES, 1)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     handler.addFilter(RedactSecrets())
     root = logging.getLogger()

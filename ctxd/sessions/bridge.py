@@ -28,11 +28,10 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from ctxd import agents
+from ctxd import agents, isotime
 from ctxd.agents.base import AgentConfig
 from ctxd.agents.session import Session, Step, Turn
 from ctxd.errors import CtxdError
@@ -434,19 +433,6 @@ def _listing(session: Session, number: int) -> dict[str, Any]:
             "tokensBefore": found.get("tokensBefore"), "tokensAfter": found.get("tokensAfter")}
 
 
-def _instant(stamp: Any) -> float | None:
-    """A session file's ISO time as seconds (a compaction's date); None when it is not one."""
-    if not isinstance(stamp, str) or len(stamp) > MAX_CHARS["lastActivity"]:
-        return None
-    try:
-        moment = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=UTC)
-        return moment.timestamp()
-    except (ValueError, OverflowError, OSError):
-        return None
-
-
 @dataclass
 class _Job:
     """One update to mirror: `steps` (ctxd/agents/session.py), replayed in order. `start`: they
@@ -675,7 +661,7 @@ class _Mirrors:
                     target = _replaced(window if window is not None else target, step)  # the window it left
                 if window is not None:
                     if step.compaction is not None and window and not listed[step.compaction][1].get("removed"):
-                        ops.append(_Op(window, archive=listed[step.compaction][0], at=_instant(step.at)))
+                        ops.append(_Op(window, archive=listed[step.compaction][0], at=isotime.seconds(step.at)))
                     window = _replaced(window, step) if step.replace else window + step.items
                 continue  # archived already by a compaction the thread lists
             window = None
@@ -692,7 +678,7 @@ class _Mirrors:
                 # with its rewinds in it, or followed up to its branch) is brought to that window,
                 # then cut back as the rewind did; one past it (it archived the branch when it saw
                 # the rewind) is left to the matching.
-                ops.append(_Op(target, rewound=_Op(list(step.items), {"strategy": "agent"}, _instant(step.at),
+                ops.append(_Op(target, rewound=_Op(list(step.items), {"strategy": "agent"}, isotime.seconds(step.at),
                                                          unless_same=True, keep=step.keep)))
                 target = _replaced(target, step)
                 continue
@@ -702,14 +688,14 @@ class _Mirrors:
                 target = None
                 if rebuilt is not None:
                     ops.append(_Op(rebuilt, job.listing.get(step.compaction or 0) or {"strategy": job.thread.split(":")[0]},
-                                   _instant(step.at)))
+                                   isotime.seconds(step.at)))
                     continue
             if step.compaction is None:
-                ops.append(_Op(list(step.items), {"strategy": "agent"}, _instant(step.at), unless_same=True,
+                ops.append(_Op(list(step.items), {"strategy": "agent"}, isotime.seconds(step.at), unless_same=True,
                                keep=step.keep))
             else:
                 ops.append(_Op(step.items, job.listing.get(step.compaction) or {"strategy": job.thread.split(":")[0]},
-                               _instant(step.at), rebuild=step.rebuild))
+                               isotime.seconds(step.at), rebuild=step.rebuild))
         if target is not None:
             ops.append(_Op(target, sync=True, last_sync=True))
         if window is not None and job.steps and not job.caught_up:

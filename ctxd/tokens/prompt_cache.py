@@ -17,6 +17,8 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+from ctxd import isotime
+
 ANTHROPIC = "anthropic"
 OPENAI = "openai"
 # Seconds a cached prefix is kept after its last use, as each provider documents it.
@@ -44,19 +46,6 @@ def lifetime(provider: str | None, one_hour: bool = False) -> int:
     if provider == ANTHROPIC and one_hour:
         return ANTHROPIC_1H
     return LIFETIMES.get(provider or "", LIFETIMES[ANTHROPIC])
-
-
-def parse_time(value: Any) -> float | None:
-    """Seconds since the epoch of an ISO time (`2026-11-26T21:18:51.325Z`), else None."""
-    if not isinstance(value, str) or len(value) > 64:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    return parsed.timestamp()
 
 
 def iso(seconds: float) -> str:
@@ -106,7 +95,7 @@ def state(kept: dict[str, Any], prompt_tokens: int, now: float | None = None) ->
     now = time.time() if now is None else now
     span = kept.get("lifetimeSeconds")
     span = span if type(span) is int and 0 < span <= 86_400 else LIFETIMES[ANTHROPIC]
-    last = parse_time(kept.get("lastRequestAt"))
+    last = isotime.seconds(kept.get("lastRequestAt"))
     rate = kept.get("writeRate")
     rate = float(rate) if isinstance(rate, (int, float)) and not isinstance(rate, bool) and 0 <= rate <= 1e9 else None
     prompt_tokens = max(0, int(prompt_tokens or 0))
@@ -127,7 +116,7 @@ def text(cache: dict[str, Any], now: float | None = None) -> str:
     """One short phrase for a table or a status line: `cache warm 3m left`, `cache cold: next turn
     re-writes 120k ($0.45)`, `cache ?`."""
     if cache.get("state") == "warm":
-        expires = parse_time(cache.get("expiresAt"))
+        expires = isotime.seconds(cache.get("expiresAt"))
         if expires is None:  # (past what datetime writes: `_iso_or_none`)
             return "cache warm"
         left = max(0.0, expires - (time.time() if now is None else now))

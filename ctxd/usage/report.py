@@ -14,10 +14,10 @@ import argparse
 import json
 import os
 import sys
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from ctxd import isotime
 from ctxd.ledger.cache import load_ledger
 from ctxd.ledger.store import Store, database_path
 from ctxd.settings import Problem, Settings, default_state_dir, load_settings
@@ -87,20 +87,11 @@ def newest_thread(store: Store) -> str | None:
         row = store.thread(thread)
         state = row.state if row is not None and isinstance(row.state, dict) else {}
         followed = state.get("followed") if isinstance(state.get("followed"), dict) else None
-        when = _instant(followed.get("lastActivity")) if followed else None
+        when = isotime.seconds(followed.get("lastActivity")) if followed else None
         key = (when if when is not None else updated, updated, thread)
         if best is None or key > best:
             best = key
     return best[2] if best is not None else None
-
-
-def _instant(stamp: object) -> float | None:
-    if not isinstance(stamp, str):
-        return None
-    try:
-        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 def load_breakdown(workspace: Path, thread: str | None, state_dir: Path | None = None, exact: bool = True) -> Breakdown:

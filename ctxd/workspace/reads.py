@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
 
-from ctxd import redact
+from ctxd import isotime, redact
 from ctxd.errors import CtxdError, InvalidParams
 from ctxd.ledger import operations, projection
 from ctxd.ledger.cache import DataVersion, stored_bodies, summary_ledger
@@ -182,7 +182,7 @@ class WorkspaceReads(WorkspaceCore):
                 after_reports = self.store.tokens_after_reports(rows)
                 for name, row in rows.items():
                     entry = self._thread_info(row, summary_ledger(row, after_reports.get(name, 0)), now)
-                    listed[name] = _Listed(by_name[name], view, _until(entry, now), _instant(entry["lastActivity"]),
+                    listed[name] = _Listed(by_name[name], view, _until(entry, now), isotime.seconds(entry["lastActivity"]) or 0.0,
                                            jsontext.dumps(entry).decode("utf-8"))
             if only is None and len(listed) > len(keys):
                 for gone in [name for name in listed if name not in by_name]:
@@ -321,13 +321,7 @@ def _until(entry: ThreadInfo, now: float) -> float:
         return now + 1.0
     cache = entry.get("cache")
     if isinstance(cache, dict) and cache.get("state") == "warm":
-        return prompt_cache.parse_time(cache.get("expiresAt")) or now
+        return isotime.seconds(cache.get("expiresAt")) or now
     return float("inf")
 
 
-def _instant(stamp: str | None) -> float:
-    """An ISO timestamp (agents write `Z`) as seconds, for sorting; unknown sorts last."""
-    try:
-        return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return 0.0
