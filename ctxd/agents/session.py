@@ -268,6 +268,7 @@ def count_kind(counts: dict[str, int], kind: str, records: int) -> None:
         kind = OTHER_KINDS
     counts[kind] = counts.get(kind, 0) + records
 
+
 # What `Session.to_state` keeps besides the usage and the latest turn: plain JSON values.
 _SCALARS = ("id", "version", "cwd", "model", "context_window", "title", "started", "last_activity",
             "base_instructions", "forked_from", "window", "tail", "baseline", "baseline_items", "last_usage",
