@@ -24,6 +24,7 @@ ALLOWED: dict[str, set[str]] = {
     "leanjson": set(),  # JSON without the json package's imports: the hooks' way to the owner
     "redact": {"leanjson"},
     "terminal": set(),
+    "isotime": set(),  # ISO times read one way (stdlib)
     "heap": set(),  # glibc's mallopt: the daemon and the session readers' workers
     "imports": set(),  # what threads would import at once, imported first (stdlib)
     "safefile": set(),
@@ -36,27 +37,27 @@ ALLOWED: dict[str, set[str]] = {
     # What a hook does (its plan), run by the owner for the hooks it is handed, or by a hook alone.
     "hookplan": {"agents", "ghost", "hookio", "marks", "places", "protocol", "redact", "settings"},
     "logs": {"redact"},  # bounded reads of planted files (hooks, settings, sessions, ghost)
-    "tokens": {"imports", "safefile"},  # the estimator's tables the daemon kept, read bounded and never through a link
+    "tokens": {"imports", "isotime", "safefile"},  # the estimator's tables the daemon kept, read bounded and never through a link
     "protocol": {"errors"},
     "ledger": {"errors", "places", "protocol", "redact", "safefile", "tokens"},  # places: the database's path
     # One module per agent and the registry (ctxd/agents): below everything that asks about agents.
-    "agents": {"errors", "ledger", "places", "protocol", "redact", "safefile", "tokens"},  # ledger: the item rules
+    "agents": {"errors", "isotime", "ledger", "places", "protocol", "redact", "safefile", "tokens"},  # ledger: the item rules
     "settings": {"agents", "places", "protocol", "redact", "safefile", "tokens"},  # agents: `sources.<agent>`
-    "usage": {"agents", "ledger", "places", "protocol", "safefile", "settings", "terminal", "tokens"},
+    "usage": {"agents", "isotime", "ledger", "places", "protocol", "safefile", "settings", "terminal", "tokens"},
     # Above both: a workspace's threads (ledger) and their gauge (usage).
-    "workspace": {"agents", "errors", "ghost", "ledger", "places", "protocol", "redact", "safefile", "settings",
-                  "tokens", "usage"},  # ghost: checkpoints; places: a private state dir
+    "workspace": {"agents", "errors", "ghost", "isotime", "ledger", "places", "protocol", "redact", "safefile",
+                  "settings", "tokens", "usage"},  # ghost: checkpoints; places: a private state dir
     "compact": {"errors", "ledger", "protocol", "redact", "settings", "tokens", "workspace"},
-    "ghost": {"errors", "ledger", "places", "protocol", "redact", "safefile", "settings"},  # protocol: a checkpoint's turn
+    "ghost": {"errors", "isotime", "ledger", "places", "protocol", "redact", "safefile", "settings"},  # protocol: a checkpoint's turn
     # and tool (types); places: a private state dir for the key and the plain folders' stores
-    "sessions": {"agents", "errors", "ghost", "heap", "ledger", "marks", "places", "protocol", "redact", "safefile",
-                 "settings", "terminal", "tokens", "workspace"},  # marks: a hooked session's checkpoints are its hooks'
+    "sessions": {"agents", "errors", "ghost", "heap", "isotime", "ledger", "marks", "places", "protocol", "redact",
+                 "safefile", "settings", "terminal", "tokens", "workspace"},  # marks: a hooked session's checkpoints are its hooks'
     "status": {"ctxd", "ledger", "protocol", "tokens", "workspace"},
     # The entries.
     "server": {"acpspool", "compact", "ctxd", "errors", "ghost", "heap", "hookio", "imports", "hookplan", "ledger", "logs", "ownerlink", "places", "protocol",
                "redact",
                "sessions", "settings", "status", "tokens", "workspace"},
-    "mcp": {"acplink", "agents", "ctxd", "leanjson", "ownerlink", "places"},  # `ctxd mcp` answers before anything else is imported
+    "mcp": {"acplink", "agents", "ctxd", "isotime", "leanjson", "ownerlink", "places"},  # `ctxd mcp` answers before anything else is imported
     "hooks": {"agents", "errors", "ghost", "hookio", "hookplan", "marks", "ownerlink", "places", "protocol", "redact",
               "safefile", "settings", "terminal"},  # protocol: a checkpoint's turn and tool (types)
     "statusline": {"agents", "hookio", "places", "safefile", "tokens"},  # tokens: the prompt cache's lifetimes
