@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import errno
 import os
-import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -107,7 +106,7 @@ def _current(target: Path, limit: int) -> bytes | None:
 def _replace(target: Path, data: bytes, private: bool = False) -> None:
     """Write `data` to `target` whole: a temporary file beside it, renamed over it, with the
     file's own mode (`private`: 0600)."""
-    pending = target.with_name(f".{target.name}.ctxd-{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    pending = target.with_name(f".{target.name}.ctxd-{os.getpid()}-{os.urandom(4).hex()}.tmp")
     try:
         fd = os.open(pending, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
