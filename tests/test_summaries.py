@@ -1375,3 +1375,91 @@ def test_the_pipes_to_and_from_the_reading_workers_hold_a_batch_of_reads() -> No
             assert fcntl.fcntl(reader.fileno(), 1032) >= summaries.PIPE_BYTES  # F_GETPIPE_SZ
     finally:
         pool.shutdown()
+
+
+def table(tmp_path: Path, ws: Path) -> str:
+    env = {"HOME": str(tmp_path), "CODEX_HOME": str(tmp_path / "codex"), "CLAUDE_CONFIG_DIR": str(tmp_path / "claude"),
+           "XDG_CONFIG_HOME": str(tmp_path / "config"), "XDG_STATE_HOME": str(tmp_path / "state"),
+           "PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
+    run = subprocess.run([sys.executable, "-m", "ctxd", "sessions", "--workspace", str(ws)],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    return run.stdout
+
+
+def kept_rows(tmp_path: Path) -> list[tuple[str, str]]:
+    db = summaries.Summaries(tmp_path / "state" / "ctxd")
+    try:
+        return db._connect().execute("SELECT path, kept FROM kept_rows ORDER BY path").fetchall()  # type: ignore[union-attr]
+    finally:
+        db.close()
+
+
+def test_a_row_kept_beside_its_summary_is_shown_as_it_was_made(tmp_path: Path, ws: Path) -> None:
+    """With nothing changed, `ctxd sessions` shows each session from the row it kept the run
+    before (a third of such a run was making them): the same table and JSON as rows made afresh."""
+    fx.write_jsonl(fx.codex_path(tmp_path / "codex"), fx.codex_session(ws))
+    fx.write_jsonl(fx.claude_path(tmp_path / "claude", ws), claude_lines(ws, "Add a flag"))
+    made = sessions(tmp_path, ws)  # read, and kept as their summaries are saved
+    assert len(kept_rows(tmp_path)) == 2
+    assert sessions(tmp_path, ws) == made  # from the rows kept
+    shown = table(tmp_path, ws)
+    db = summaries.Summaries(tmp_path / "state" / "ctxd")
+    db._connect().execute("DELETE FROM kept_rows")  # type: ignore[union-attr]
+    db.close()
+    assert table(tmp_path, ws) == shown and len(kept_rows(tmp_path)) == 2
+    db = summaries.Summaries(tmp_path / "state" / "ctxd")
+    db._connect().execute("""UPDATE kept_rows SET kept = replace(kept, '"money": "', '"money": "kept ')""")  # type: ignore[union-attr]
+    db.close()
+    assert table(tmp_path, ws).count("kept $") == 2  # (shown from them, not made again)
+    db = summaries.Summaries(tmp_path / "state" / "ctxd")
+    db._connect().execute("""UPDATE kept_rows SET kept = '{"row": [1'""")  # type: ignore[union-attr]
+    db.close()
+    assert table(tmp_path, ws) == shown  # a damaged kept row: made again
+
+
+def test_a_row_kept_is_made_again_when_its_summary_or_a_price_changes(tmp_path: Path, ws: Path) -> None:
+    """A kept row is shown while its summary's row is the one it was made from and the prices,
+    the agents' configurations and ctxd's own files are the same: a summary written again by another
+    process (the same file, its row rewritten) and a price the user gives show at once."""
+    fx.write_jsonl(fx.codex_path(tmp_path / "codex"), fx.codex_session(ws))
+    before = sessions(tmp_path, ws)[0]
+    assert len(kept_rows(tmp_path)) == 1
+    db = summaries.Summaries(tmp_path / "state" / "ctxd")
+    connection = db._connect()
+    assert connection is not None
+    facts = json.loads(connection.execute("SELECT facts FROM file_summaries").fetchone()[0])
+    facts["session"]["title"] = "written again by the owner"
+    connection.execute("UPDATE file_summaries SET facts = ?, updated = updated + 1", (json.dumps(facts),))
+    db.close()
+    assert sessions(tmp_path, ws)[0]["title"] == "written again by the owner"
+    config = tmp_path / "config" / "ctxd" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text('[prices."gpt-5-codex"]\ninput = 1000000.0\ncachedInput = 0.0\noutput = 0.0\n')
+    row = sessions(tmp_path, ws)[0]
+    assert row["cost"]["input"] == row["usage"]["input"] != before["cost"]["input"]
+
+
+def test_a_kept_rows_cache_state_is_worked_out_when_it_is_shown(tmp_path: Path, ws: Path) -> None:
+    """A row keeps its cache's facts, not its state: the same kept row shows the cache warm within
+    its lifetime and cold after it (the state depends on the time, not on the file)."""
+    from ctxd import agents
+    from ctxd.agents.base import AgentConfig
+    from ctxd.sessions import overview, pricing
+
+    fx.write_jsonl(fx.claude_path(tmp_path / "claude", ws), claude_lines(ws, "Add a flag"))
+    sessions(tmp_path, ws)
+    [(_, kept)] = kept_rows(tmp_path)
+    shown = overview.Shown(pricing.price_table({}), {agent.name: AgentConfig() for agent in agents.every()}, True)
+    last = json.loads(kept)["cacheFacts"]["lastRequestAt"]
+    assert last == "2025-10-03T11:00:02.000Z"
+    from ctxd import isotime
+
+    at = isotime.seconds(last)
+    assert at is not None
+    for now, state in ((at + 60, "warm"), (at + 400, "cold")):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(time, "time", lambda now=now: now)
+            printed = shown.taken_up(kept)
+        assert printed is not None and printed.row["cache"]["state"] == state
+        assert printed.cells[5].startswith(f"cache {state}")

@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ctxd import agents, heap, redact
 from ctxd.agents.base import Agent
@@ -100,6 +100,20 @@ CREATE TABLE IF NOT EXISTS file_summaries (
 """
 
 
+# What `ctxd sessions` shows of a session (`Shower.kept`), kept beside its summary while that row is
+# the one it was made from (`file` and `updated` the same: any write of the row, by any process, moves
+# `updated`) and what else the showing depends on is the same (`key`): a table of its own, so that
+# the summaries' rows keep the shape the owner (and older ctxd) write.
+_KEPT_SCHEMA = """
+CREATE TABLE IF NOT EXISTS kept_rows (
+    path TEXT PRIMARY KEY,
+    file TEXT NOT NULL,
+    updated REAL NOT NULL,
+    key TEXT NOT NULL,
+    kept TEXT NOT NULL
+);
+"""
+
 # A row (a summary and its reader's state, ~4.5 kB) fits a page this large: in SQLite's default
 # 4 kB pages most rows ran over into a second page, and writing 3,000 of them took 40% more CPU.
 PAGE_BYTES = 16384
@@ -130,6 +144,9 @@ class Stored:
     facts: dict[str, Any] | None = None
     state: str | None = field(default=None, repr=False, compare=False)
     offset: int = -1
+    # (`load`'s) the row as written: its `file` text and when; and the row kept of its session, when asked
+    written: tuple[str, float] | None = field(default=None, repr=False, compare=False)
+    kept: str | None = field(default=None, repr=False, compare=False)
 
 
 def file_facts(path: str, agent: str) -> dict[str, Any] | None:
@@ -171,6 +188,7 @@ class Summaries:
         self._db: sqlite3.Connection | None = None
         self._file: tuple[int, int] | None = None  # the database file connected to: device, inode
         self._damaged_kept = False  # a damaged database that could not be set aside: not opened again
+        self._keeps = False  # whether it has `kept_rows` (one that cannot be written may not)
 
     def _connect(self) -> sqlite3.Connection | None:
         if self._db is not None or self._damaged_kept:
@@ -188,6 +206,7 @@ class Summaries:
                     db.execute("PRAGMA journal_mode = WAL")
                 db.execute("PRAGMA synchronous = NORMAL")
                 db.execute(_SCHEMA)
+                self._keeps = _made(db, _KEPT_SCHEMA)
             except (OSError, sqlite3.Error) as error:
                 if db is not None:
                     db.close()
@@ -231,17 +250,19 @@ class Summaries:
                     self.path, error, self.path.name, DAMAGED)
         return True
 
-    def load(self, paths: Iterable[str] | None = None) -> dict[str, Stored]:
-        """The rows (of `paths`, or all), without their readers' state."""
+    def load(self, paths: Iterable[str] | None = None, kept: str | None = None) -> dict[str, Stored]:
+        """The rows (of `paths`, or all), without their readers' state; with `kept` (a key), each
+        with the row kept of its session under that key while its file is the one summarized."""
         db = self._connect()
         if db is None:
             return {}
-        select = "SELECT path, agent, version, file, cwd, facts, offset FROM file_summaries"
+        select = "SELECT path, agent, version, file, cwd, facts, offset, updated, NULL FROM file_summaries"
+        rows = self._with_kept(db, kept) if paths is None and kept is not None else None
         try:
-            if paths is None:
+            if rows is None and paths is None:
                 rows = db.execute(select).fetchall()
-            else:  # (an owner's listing asks for those its store has not: few, after its first)
-                wanted = list(paths)
+            elif rows is None:  # (an owner's listing asks for those its store has not: few, after its first)
+                wanted = list(paths or ())
                 rows = []
                 for start in range(0, len(wanted), 500):
                     part = wanted[start:start + 500]
@@ -250,7 +271,7 @@ class Summaries:
             self._failed(error, "read")
             return {}
         out = {}
-        for path, agent, version, file, cwd, facts, offset in rows:
+        for path, agent, version, file, cwd, facts, offset, updated, kept_row in rows:
             if version != VERSION:
                 continue
             try:
@@ -262,7 +283,9 @@ class Summaries:
                                                      and isinstance(shown.get("session"), dict)):
                 continue
             # (-1: no reader's state, which a summary always has: `fresh`)
-            out[path] = Stored(path, agent, stamped, cwd, shown, offset=offset if type(offset) is int else -1)
+            out[path] = Stored(path, agent, stamped, cwd, shown, offset=offset if type(offset) is int else -1,
+                               written=(file, updated) if isinstance(file, str) and isinstance(updated, float) else None,
+                               kept=kept_row if isinstance(kept_row, str) else None)
         return out
 
     def cwds(self, paths: list[str]) -> dict[str, tuple[FileStamp, str]]:
@@ -302,9 +325,10 @@ class Summaries:
             return None
         return state if isinstance(state, dict) else None
 
-    def save(self, rows: Iterable[Stored]) -> None:
+    def save(self, rows: Iterable[Stored], kept: tuple[str, dict[str, str]] | None = None) -> None:
         """Write rows in one transaction. A row whose file is the one stored (same device and
-        inode) but read less far than the stored row is not written (another reader got further)."""
+        inode) but read less far than the stored row is not written (another reader got further).
+        `kept`: a key, and by path what a caller keeps of the sessions of rows written (`keep`)."""
         db = self._connect()
         if db is None:
             return
@@ -333,6 +357,52 @@ class Summaries:
                 db.executemany("INSERT OR REPLACE INTO file_summaries VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", values)
         except (sqlite3.Error, ValueError) as error:
             self._failed(error, "write")
+            return
+        if kept is not None:
+            key, texts = kept
+            self._keep([(path, file, now, key, texts[path]) for path, _, _, file, *_ in values if path in texts])
+
+    def _with_kept(self, db: sqlite3.Connection, key: str) -> list[Any] | None:
+        """`load`'s rows, each with its kept row under `key` (or None); None when the kept rows cannot
+        be read (a table another ctxd made otherwise, say): the summaries are then read without them."""
+        if not self._keeps:
+            return None
+        try:
+            return db.execute("SELECT s.path, s.agent, s.version, s.file, s.cwd, s.facts, s.offset, s.updated, k.kept"
+                              " FROM file_summaries s LEFT JOIN kept_rows k ON k.path = s.path AND k.file = s.file"
+                              " AND k.updated = s.updated AND k.key = ?", (key,)).fetchall()
+        except sqlite3.Error as error:
+            log.info("the kept rows of %s cannot be read (%s)", self.path, error)
+            self._keeps = False
+            return None
+
+    def keep(self, key: str, rows: list[tuple[Stored, str]]) -> None:
+        """Keep what was shown of sessions under `key`, each with the summary it was made from (as
+        `load` gave it)."""
+        self._keep([(stored.path, *stored.written, key, kept) for stored, kept in rows if stored.written])
+
+    def _keep(self, rows: list[tuple[str, str, float, str, str]]) -> None:
+        """Write kept rows (path, the summary's `file` and `updated`, key, text) in one transaction of
+        their own (one that fails leaves the summaries written); nothing without their table."""
+        db = self._connect()
+        if db is None or not rows or not self._keeps:
+            return
+        try:
+            with _transaction(db):
+                db.executemany("INSERT OR REPLACE INTO kept_rows VALUES (?, ?, ?, ?, ?)", rows)
+        except sqlite3.Error as error:
+            self._failed(error, "write")
+
+
+def _made(db: sqlite3.Connection, schema: str) -> bool:
+    """Whether the table `schema` makes is there (made now if need be): not in a database this
+    process cannot write, where the summaries are read all the same."""
+    try:
+        db.execute(schema)
+    except sqlite3.Error as error:
+        log.info("no table of kept rows (%s)", error)
+        return False
+    return True
 
 
 def _stamp_of(file: Any) -> list[Any]:
@@ -507,12 +577,27 @@ class Found:
 
     session: Session
     used: int | None = None
-    shown: Any = None  # what the caller's `show` made of it as it was read
+    shown: Any = None  # what the caller's `show` made of it (as it was read, or from its summary)
 
 
 Counter = Callable[[Session, list[dict[str, Any]]], int | None]
 Job = tuple[str, str, dict[str, Any] | None, str | None, dict[str, Any] | None]  # `summarize`'s arguments
-Shower = Callable[[Session, int | None], Any]  # what a caller shows of a session with its fill
+
+
+class Shower(Protocol):
+    """What a caller shows of a session with its fill (`ctxd sessions`' row), and keeps of it beside
+    the summary: a file that did not change is shown again from what was kept, while `key` (what
+    else the showing depends on) is the same."""
+
+    key: str
+
+    def __call__(self, session: Session, used: int | None) -> Any: ...
+
+    def kept(self, shown: Any) -> str:
+        """The text to keep of `shown`."""
+
+    def taken_up(self, kept: str) -> Any | None:
+        """`kept` shown again; None when it cannot be (then it is made again)."""
 
 
 def collect(folder: Path, sources: list[discovery.Source], state_dir: Path | None, fill: Counter,
@@ -554,7 +639,9 @@ def _collect_followed(folder: Path, sources: list[discovery.Source], state_dir: 
 def _collect_summarized(folder: Path, sources: list[discovery.Source], state_dir: Path | None, fill: Counter,
                         workers: int, show: Shower | None) -> list[Found]:
     store = Summaries(state_dir) if state_dir is not None else None
-    known = store.load() if store is not None else {}
+    known = store.load(kept=show.key if show is not None else None) if store is not None else {}
+    kept: list[tuple[Stored, str]] = []  # shown from a summary, to keep (`Shower`)
+    read_kept: dict[str, str] = {}  # shown as read, by path: kept as their summaries are saved
     folders = Folders([folder])
     found: dict[str, Found | None] = {}  # by path, in the stores' order (None: to read); ties show as the next run's
     # The files not summarized as they are now: how much of each is left to read, and whether its
@@ -574,7 +661,8 @@ def _collect_summarized(folder: Path, sources: list[discovery.Source], state_dir
                 session = shown_session(stored)
                 if session is not None:
                     used = stored.facts.get("used")
-                    found[path] = Found(session, used if isinstance(used, int) else None)
+                    used = used if isinstance(used, int) else None
+                    found[path] = Found(session, used, _shown_again(show, stored, session, used, kept))
                     continue
             found[path] = None
             left = _size(path) - (max(0, stored.offset) if stored is not None and stored.agent == source.agent else 0)
@@ -615,16 +703,36 @@ def _collect_summarized(folder: Path, sources: list[discovery.Source], state_dir
         if read.stored.facts is not None:
             used = read.stored.facts["used"] = fill(read.session, read.tail)
         if folders.folder_of(read.stored.cwd) == folder:
-            found[read.stored.path] = Found(read.session, used, show(read.session, used) if show is not None else None)
+            shown = show(read.session, used) if show is not None else None
+            found[read.stored.path] = Found(read.session, used, shown)
+            if show is not None:
+                read_kept[read.stored.path] = show.kept(shown)
         unsaved.append(read.stored)
         if store is not None and len(unsaved) >= SAVE_BATCH:
-            store.save(unsaved)
+            store.save(unsaved, (show.key, read_kept) if show is not None else None)
             unsaved.clear()
+            read_kept.clear()
     if store is not None:
-        store.save(unsaved)
+        store.save(unsaved, (show.key, read_kept) if show is not None else None)
+        if show is not None:
+            store.keep(show.key, kept)
         store.close()
     # (a file that states no session id yet is none: a Gemini CLI resume's stub, its header alone)
     return [f for f in found.values() if f is not None and f.session.id is not None]
+
+
+def _shown_again(show: Shower | None, stored: Stored, session: Session, used: int | None,
+                 kept: list[tuple[Stored, str]]) -> Any:
+    """What `show` makes of a session from its summary: from the row kept of it, else made (and
+    added to `kept`). (A file read is kept as its summary is saved.)"""
+    if show is None:
+        return None
+    shown = show.taken_up(stored.kept) if stored.kept is not None else None
+    if shown is None:
+        shown = show(session, used)
+        if stored.written is not None:
+            kept.append((stored, show.kept(shown)))
+    return shown
 
 
 def _summarize_job(job: Job) -> Read | None:
