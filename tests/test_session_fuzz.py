@@ -110,8 +110,7 @@ def test_one_hostile_value_anywhere_in_a_session_is_summarized_and_shown(tmp_pat
             patch.setattr(time, "time", lambda: NOW)
             printed = shown(read.session, used)
             kept = shown.taken_up(shown.kept(printed))  # what the next run shows of it
-        assert kept is not None and (json.dumps(kept.row), kept.cells, kept.line) == (
-            json.dumps(printed.row), printed.cells, printed.line)
+        assert kept is not None and (kept.cells, kept.line) == (printed.cells, printed.line)
         again = summaries.shown_session(read.stored)
         if again is not None:
             shown(again, used)

@@ -15,10 +15,11 @@ import gc
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ctxd import agents
+from ctxd import agents, isotime, redact
 from ctxd.agents.base import AgentConfig, AgentLimits
 from ctxd.agents.session import Session
 from ctxd.redact import redact_json
@@ -98,27 +99,28 @@ def _either(words: list[str]) -> str:
 
 
 class Printed(NamedTuple):
-    """A session as `ctxd sessions` prints it: its row (`summary`), and its table's cells or its
-    JSON line, as the format asks; its cache's facts and its cost as the table writes it (what is
-    kept of it, `Shown.kept`)."""
+    """A session as `ctxd sessions` prints it: its row (`summary`; None when shown from what was
+    kept of it), its table's cells or its JSON line, as the format asks, and what is kept of it
+    (`Shown.kept`)."""
 
-    row: dict[str, Any]
+    row: dict[str, Any] | None
     cells: tuple[str, ...]
     line: str
-    cache_facts: dict[str, Any]
-    money: str
+    kept: str
 
 
-# The version of what `Shown.kept` keeps: a new one when its shape changes.
+# The version of what `Shown` keeps: a new one when its shape changes (`kept_key`).
 KEPT_VERSION = 1
 
 
 class Shown:
-    """Makes `Printed`, as each session is read (summaries.Shower), while the others are; keeps
-    each row, less its cache's state (which depends on the time), beside its summary, and shows it
-    again from there while the file, the prices, the agents' configurations and ctxd's own files
-    are the same (`key`): the 3,000 rows of a heavy history took a third of a run with nothing
-    changed (0.34 s of 0.9-1.1 s)."""
+    """Makes `Printed`, as each session is read (summaries.Shower), while the others are. Keeps of
+    each what its format prints (the table's cells, the JSON line) but its cache, whose state depends
+    on the time (kept too once it cannot change: a cold or an unknown cache), beside its summary, and
+    shows it again from there while the file, the prices, the agents' configurations, ctxd's own
+    files and the format are the same (`key`): the 3,000 rows of a heavy history were a third of a
+    run with nothing changed (0.34 s). A kept row is a line of JSON (the cache's facts, the fill, the
+    cache kept), then the cells (separated by US, which `safe` never leaves in a cell) or the line."""
 
     def __init__(self, prices: dict[str, pricing.Price], configs: dict[str, AgentConfig], table: bool) -> None:
         self.prices, self.configs, self.table = prices, configs, table
@@ -126,39 +128,53 @@ class Shown:
         # sessions share a few (a third of the rows' time with nothing changed: 0.29 s of CPU for
         # 3,000 rows, 0.18 s so).
         self._looked_up: dict[tuple[str, str | None, int | None], AgentLimits] = {}
-        self.key = kept_key(prices, configs)
+        self.key = kept_key(prices, configs, table)
 
     def __call__(self, session: Session, used: int | None) -> Printed:
         config = self.configs.get(session.agent)
         facts = cachecost.facts(session, self.prices)
         # Redacted as it is shown: a summary stored before the key was configured holds it as typed.
         row = redact_json(summary(session, self.prices, config, used, self._limits(session, config), facts))
-        return self._printed(row, facts, _money(row["cost"]))
-
-    def _printed(self, row: dict[str, Any], cache_facts: dict[str, Any], money: str) -> Printed:
-        # (each JSON line made by json's C encoder: `indent` would make every row in Python, 3x slower)
+        cache = row["cache"]
+        static = None
+        if cache["state"] == "unknown" or (cache["state"] == "cold" and cache["expiresAt"] is not None):
+            # (past its expiry it stays cold: from the next second on, as `expiresAt` is written)
+            after = isotime.seconds(cache["expiresAt"]) if cache["state"] == "cold" else None
+            static = [after + 1 if after is not None else None, _cache(cache) if self.table else json.dumps(cache)]
+        head = json.dumps([facts, row["usedTokens"], static])
         if self.table:
-            return Printed(row, cells(row, money), "", cache_facts, money)
-        return Printed(row, (), json.dumps(row), cache_facts, money)
+            made = cells(row)
+            return Printed(row, made, "", f"{head}\n{_US.join((*made[:5], made[6]))}")
+        del row["cache"]
+        # (each JSON line made by json's C encoder: `indent` would make every row in Python, 3x slower)
+        line = json.dumps(row)  # less its cache, kept so: the line with it is this one with it added at its end
+        row["cache"] = cache
+        return Printed(row, (), _with_cache(line, json.dumps(cache)), f"{head}\n{line}")
 
     def kept(self, shown: Printed) -> str:
-        row = {name: value for name, value in shown.row.items() if name != "cache"}
-        return json.dumps({"row": row, "cacheFacts": shown.cache_facts, "money": shown.money})
+        return shown.kept
 
     def taken_up(self, kept: str) -> Printed | None:
-        """The row kept, its cache's state worked out now (from the facts kept with it), redacted
-        with the keys configured now."""
+        """What was kept, with its cache's state now (the one kept when it cannot have changed)."""
+        head, _, printed = kept.partition("\n")
         try:
-            found = json.loads(kept)
-        except ValueError:
+            facts, used, static = json.loads(head)
+        except (ValueError, TypeError):
             return None
-        if not (isinstance(found, dict) and isinstance(found.get("row"), dict)
-                and isinstance(found.get("cacheFacts"), dict) and isinstance(found.get("money"), str)):
+        if not isinstance(facts, dict) or not (static is None or isinstance(static, list) and len(static) == 2
+                                               and (static[0] is None or type(static[0]) in (int, float)) and isinstance(static[1], str)):
             return None
-        row, facts = found["row"], found["cacheFacts"]
-        used = row.get("usedTokens")  # (`summary`'s: counted from the session when the summary had none)
-        row["cache"] = prompt_cache.state(facts, used if type(used) is int else 0)
-        return self._printed(redact_json(row), facts, found["money"])
+        if static is not None and (static[0] is None or time.time() >= static[0]):
+            cache = static[1]
+        else:
+            state = prompt_cache.state(facts, used if type(used) is int else 0)
+            cache = _cache(state) if self.table else json.dumps(state)
+        made = printed.split(_US) if self.table else []
+        if self.table and len(made) == 6:
+            return Printed(None, (*made[:5], cache, made[5]), "", kept)
+        if not self.table and printed.endswith("}"):
+            return Printed(None, (), _with_cache(printed, cache), kept)
+        return None
 
     def _limits(self, session: Session, config: AgentConfig | None) -> AgentLimits:
         if not isinstance(session.model, str | None) or not isinstance(session.context_window, int | None):
@@ -170,21 +186,30 @@ class Shown:
         return limits
 
 
-def cells(row: dict[str, Any], money: str | None = None) -> tuple[str, ...]:
-    """A row as the table prints it (`money`: its cost's text, when made already)."""
+def cells(row: dict[str, Any]) -> tuple[str, ...]:
+    """A row as the table prints it."""
     return (row["agent"], safe(row["title"] or "(no prompt yet)")[:48], safe(row["model"] or "-"), _fill(row),
-            money if money is not None else _money(row["cost"]), _cache(row.get("cache")),
-            safe(row["lastActivity"] or "-")[:19].replace("T", " "))
+            _money(row["cost"]), _cache(row.get("cache")), safe(row["lastActivity"] or "-")[:19].replace("T", " "))
 
 
-def kept_key(prices: dict[str, pricing.Price], configs: dict[str, AgentConfig]) -> str:
+_US = "\x1f"  # between a kept row's cells (`Shown`)
+
+
+def _with_cache(line: str, cache: str) -> str:
+    """A row's JSON line less its cache (`line`), with it (`cache`, JSON): as json.dumps writes the row."""
+    return f'{line[:-1]}, "cache": {cache}}}'
+
+
+def kept_key(prices: dict[str, pricing.Price], configs: dict[str, AgentConfig], table: bool) -> str:
     """What a kept row depends on besides its file (`Shown`): the prices, the agents'
-    configurations, the summaries' and the kept rows' versions, and ctxd's own files (each one's
-    size and modification time: any change to ctxd makes every row again)."""
+    configurations, the format, the keys configured (a row is kept as redacted with them; only
+    this hash of them all is kept), the summaries' and the kept rows' versions, and ctxd's own
+    files (each one's size and modification time: any change to ctxd makes every row again)."""
     import hashlib
 
-    parts = [summaries.VERSION, KEPT_VERSION, sorted((name, repr(price)) for name, price in prices.items()),
-             sorted((name, repr(config)) for name, config in configs.items()), _files_stamp()]
+    parts = [summaries.VERSION, KEPT_VERSION, table, sorted((name, repr(price)) for name, price in prices.items()),
+             sorted((name, repr(config)) for name, config in configs.items()), sorted(redact.secrets()),
+             _files_stamp()]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
 
@@ -203,8 +228,9 @@ def _files_stamp() -> list[list[Any]]:
 
 
 def render(rows: list[dict[str, Any]], folder: Path | None = None, made: list[tuple[str, ...]] | None = None) -> str:
-    """The table (`made`: each row's `cells`, when made already)."""
-    if not rows:
+    """The table of `rows`, or of their `cells` made already (`made`)."""
+    made = made if made is not None else [cells(row) for row in rows]
+    if not made:
         where = safe(str(folder)) if folder is not None else "this workspace"
         titles = _either([agent.title for agent in agents.every()])
         commands = _either([f"`{name}`" for name in agents.names()])
@@ -212,8 +238,7 @@ def render(rows: list[dict[str, Any]], folder: Path | None = None, made: list[tu
                 f"Start one here ({commands}): ctxd follows it at once, with its fill, its cost and a\n"
                 "checkpoint of your files before each turn. For a checkpoint before every edit, the status line\n"
                 "and `recall` inside the agents, run `ctxd hooks install` (docs/hooks.md).\n")
-    table = [("AGENT", "TITLE", "MODEL", "FILL", "COST", "CACHE", "LAST ACTIVITY"),
-             *(made if made is not None else map(cells, rows))]
+    table = [("AGENT", "TITLE", "MODEL", "FILL", "COST", "CACHE", "LAST ACTIVITY"), *made]
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     return "".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() + "\n" for r in table)
 
@@ -266,7 +291,7 @@ def main(argv: list[str]) -> int:
         if args.format == "json":  # a JSON array, a session a line
             sys.stdout.write("[\n" + ",\n".join(p.line for p in printed) + "\n]\n" if printed else "[]\n")
         else:
-            sys.stdout.write(render([p.row for p in printed], folder, [p.cells for p in printed]))
+            sys.stdout.write(render([], folder, [p.cells for p in printed]))
     finally:
         gc.enable()
     return 0
