@@ -206,7 +206,7 @@ class Summaries:
                     db.execute("PRAGMA journal_mode = WAL")
                 db.execute("PRAGMA synchronous = NORMAL")
                 db.execute(_SCHEMA)
-                self._keeps = _made(db, _KEPT_SCHEMA)
+                self._keeps = _kept_table(db)
             except (OSError, sqlite3.Error) as error:
                 if db is not None:
                     db.close()
@@ -252,7 +252,8 @@ class Summaries:
 
     def load(self, paths: Iterable[str] | None = None, kept: str | None = None) -> dict[str, Stored]:
         """The rows (of `paths`, or all), without their readers' state; with `kept` (a key), each
-        with the row kept of its session under that key while its file is the one summarized."""
+        with the row kept of its session under that key while the summary's row is the one it was
+        made from."""
         db = self._connect()
         if db is None:
             return {}
@@ -394,11 +395,11 @@ class Summaries:
             self._failed(error, "write")
 
 
-def _made(db: sqlite3.Connection, schema: str) -> bool:
-    """Whether the table `schema` makes is there (made now if need be): not in a database this
-    process cannot write, where the summaries are read all the same."""
+def _kept_table(db: sqlite3.Connection) -> bool:
+    """Whether `kept_rows` is there (made now if need be): not in a database this process cannot
+    write, where the summaries are read all the same."""
     try:
-        db.execute(schema)
+        db.execute(_KEPT_SCHEMA)
     except sqlite3.Error as error:
         log.info("no table of kept rows (%s)", error)
         return False
